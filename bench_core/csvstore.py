@@ -1,0 +1,80 @@
+"""Append rows to a CSV file without ever misaligning, losing or half-writing one.
+
+Used for the run history and for LMDeploy-format CSVs alike. Every append rewrites the file into a
+temporary sibling and renames it over the original, under an exclusive lock on a sidecar file, so
+two processes appending at once both land and a crash leaves the previous good file in place.
+When the row brings columns the file lacks (or lacks some the file has), the file gets the union
+header: existing columns first in their order, new ones after; missing cells are empty.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from filelock import FileLock
+
+from .errors import HistoryError
+
+
+def _lock(path: Path) -> FileLock:
+    return FileLock(str(path) + ".lock", timeout=60)
+
+
+def read_table(path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]]:
+    """Header and rows of a CSV file, every cell as the string written. Missing file: empty."""
+    path = Path(path)
+    if not path.exists():
+        return [], []
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.reader(f)
+            header = next(reader, [])
+            rows = [dict(zip(header, cells)) for cells in reader if cells]
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise HistoryError(f"Cannot read {path}: {exc}") from exc
+    return header, rows
+
+
+def _cell(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+def _write_atomically(path: Path, header: list[str], rows: Iterable[Mapping[str, object]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(header)
+            for row in rows:
+                writer.writerow([_cell(row.get(col)) for col in header])
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def append_row(path: str | os.PathLike, row: Mapping[str, object]) -> None:
+    """Append `row` (column -> value) to the CSV at `path`, creating it and its folder if needed."""
+    path = Path(path)
+    with _lock(path):
+        header, rows = read_table(path)
+        header = header + [col for col in row if col not in header]
+        _write_atomically(path, header, [*rows, row])
+
+
+def rewrite(path: str | os.PathLike, keep) -> int:
+    """Keep only the rows for which `keep(row)` is true; returns how many were removed."""
+    path = Path(path)
+    with _lock(path):
+        header, rows = read_table(path)
+        kept = [row for row in rows if keep(row)]
+        if len(kept) != len(rows):
+            _write_atomically(path, header, kept)
+        return len(rows) - len(kept)

@@ -1,0 +1,80 @@
+"""The one small interface every engine implements.
+
+An engine takes sampled requests and reports what happens to each of them as `EngineEvent`s:
+when it is admitted to the engine, each time its cumulative output token count grows, and how it
+finished. The runner turns events into profiler ticks; engines never compute metrics.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..config import GenerationSettings
+from ..datasets import SampledRequest
+
+EventKind = Literal["admit", "tokens", "finish"]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineEvent:
+    """Something that happened to request `index` at `ts` (seconds, `time.perf_counter` clock).
+
+    - "admit": the engine took the request into a batch slot (a worker picked it up).
+    - "tokens": `n_tokens` output tokens exist so far (cumulative).
+    - "finish": the request ended; `finish_reason` is "length", "stop", "error" or "abort",
+      and `message` says why for errors.
+    """
+
+    index: int
+    kind: EventKind
+    ts: float
+    n_tokens: int = 0
+    finish_reason: str = ""
+    message: str = ""
+
+
+@dataclass
+class EngineInfo:
+    """What actually ran, recorded with every run."""
+
+    backend: str
+    model: str
+    model_path: str
+    dtype: str
+    device: str
+    versions: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+class Engine(ABC):
+    """A loaded model behind one backend. Reused across runs while its settings are unchanged."""
+
+    info: EngineInfo
+
+    @property
+    @abstractmethod
+    def tokenizer(self):
+        """The Hugging Face tokenizer of the model, used to sample and measure prompts."""
+
+    @abstractmethod
+    def stream(
+        self,
+        requests: Sequence[SampledRequest],
+        generation: GenerationSettings,
+        max_in_flight: int,
+        stream_output: bool,
+        cancel: threading.Event,
+    ) -> Iterator[EngineEvent]:
+        """Run all requests, at most `max_in_flight` at once, yielding their events as they happen.
+
+        Every request ends with exactly one "finish" event, unless `cancel` is set, in which case
+        the engine stops within a second and requests still running end with "abort".
+        Without `stream_output` a request yields a single "tokens" event, when it is complete.
+        """
+
+    def close(self) -> None:
+        """Release the model and any threads or devices it holds."""

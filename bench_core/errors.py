@@ -1,0 +1,26 @@
+"""Errors a user can cause. Their messages are written for that user and shown as they are,
+by the CLI (one line on stderr) or by a page (one alert); anything else is a bug."""
+
+
+class BenchError(Exception):
+    """Base class: the message says what is wrong and, where possible, what to do."""
+
+
+class ConfigError(BenchError):
+    """An impossible or unsupported combination of settings, found before any work starts."""
+
+
+class DatasetError(BenchError):
+    """A dataset that is missing, unreadable or holds no usable conversation."""
+
+
+class ModelError(BenchError):
+    """A model that cannot be found or loaded."""
+
+
+class EngineUnavailable(BenchError):
+    """A backend that cannot run on this machine (library or GPU missing)."""
+
+
+class HistoryError(BenchError):
+    """A history or CSV file that cannot be read or imported."""
