@@ -10,10 +10,12 @@ header: existing columns first in their order, new ones after; missing cells are
 from __future__ import annotations
 
 import csv
+import io
 import os
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TextIO
 
 from filelock import FileLock
 
@@ -43,15 +45,26 @@ def _cell(value: object) -> str:
     return "" if value is None else str(value)
 
 
+def _write_rows(stream: TextIO, header: list[str], rows: Iterable[Mapping[str, object]]) -> None:
+    writer = csv.writer(stream)
+    writer.writerow(header)
+    for row in rows:
+        writer.writerow([_cell(row.get(col)) for col in header])
+
+
+def table_bytes(header: list[str], rows: Iterable[Mapping[str, object]]) -> bytes:
+    """The CSV text of `rows` under `header`, as a file download would hold it."""
+    buffer = io.StringIO(newline="")
+    _write_rows(buffer, header, rows)
+    return buffer.getvalue().encode("utf-8")
+
+
 def _write_atomically(path: Path, header: list[str], rows: Iterable[Mapping[str, object]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f)
-            writer.writerow(header)
-            for row in rows:
-                writer.writerow([_cell(row.get(col)) for col in header])
+            _write_rows(f, header, rows)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_name, path)
@@ -62,11 +75,17 @@ def _write_atomically(path: Path, header: list[str], rows: Iterable[Mapping[str,
 
 def append_row(path: str | os.PathLike, row: Mapping[str, object]) -> None:
     """Append `row` (column -> value) to the CSV at `path`, creating it and its folder if needed."""
+    append_rows(path, [row])
+
+
+def append_rows(path: str | os.PathLike, new_rows: Iterable[Mapping[str, object]]) -> None:
+    """Append several rows in one atomic write: after a crash either all of them are there or none."""
     path = Path(path)
+    new_rows = list(new_rows)
     with _lock(path):
         header, rows = read_table(path)
-        header = header + [col for col in row if col not in header]
-        _write_atomically(path, header, [*rows, row])
+        header = list(dict.fromkeys([*header, *(col for row in new_rows for col in row)]))
+        _write_atomically(path, header, [*rows, *new_rows])
 
 
 def rewrite(path: str | os.PathLike, keep) -> int:

@@ -1,0 +1,317 @@
+"""The run history: one CSV row per run, a folder per run, and import of LMDeploy's own CSVs.
+
+`<root>/history.csv` starts with exactly the columns LMDeploy's `Profiler.save_csv` writes, in its
+order and units, so a row reads like one of LMDeploy's; then our own columns: run identity, every
+setting, the profiler's metrics under their own names, the engine (`engine_*`) and the machine
+(`env_*`). Every write goes through `csvstore`: atomic, locked, union header.
+`<root>/runs/<run_id>/` holds `config.json`, `environment.json` and `requests.parquet`, written
+before the CSV row so that a row never points at a folder that is not there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import secrets
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import csvstore
+from .config import DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, RunConfig, lmdeploy_hyperparams
+from .engines.base import EngineInfo
+from .errors import HistoryError
+from .history_import import HISTORY_SOURCE, SAVE_CSV_COLUMNS, parse_import
+
+RESULTS_ENV = "BENCH_STUDIO_RESULTS"
+IMPORTED = "imported"
+_SECRET_MARK = "api_key"
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# Columns kept as text even when their cells look numeric: names, times and versions ("12.10" is not 12.1).
+_TEXT_COLUMNS = {
+    "run_id", "started_at", "finished_at", "imported_at", "status", "label", "source", "source_file",
+    "error", "sweep_id", "percentiles", "failure_reasons",
+    *(f.name for part in (EngineConfig, DatasetConfig, LoadConfig, GenerationSettings)
+      for f in dataclasses.fields(part) if str(f.type).startswith("str")),
+}
+_TEXT_PREFIXES = ("env_", "engine_")
+_MISSING_CELLS = {"", "-"}
+
+
+@dataclass
+class RunRecord:
+    """Everything the history keeps about one run; built by the runner when the run ends."""
+
+    run_id: str
+    started_at: str  # ISO 8601, local time with its UTC offset
+    status: str  # "finished" | "failed" | "cancelled"
+    config: RunConfig
+    # LMDeploy's save_csv row as the Profiler formats it, hyperparameters first.
+    lmdeploy_columns: dict[str, Any] = field(default_factory=dict)
+    # Flat summary from the Profiler, written under exactly these keys.
+    metrics: dict[str, Any] = field(default_factory=dict)
+    engine_info: EngineInfo | None = None
+    environment: dict[str, str] = field(default_factory=dict)
+    # The profiler's request table: one row per request, with `itl_s` as a list of floats.
+    requests: pd.DataFrame | None = None
+    error: str = ""
+    finished_at: str = ""
+    load_seconds: float | None = None  # time spent loading the engine, outside the measured run
+    sweep_id: str = ""
+
+
+def new_run_id() -> str:
+    """Sortable by start time and readable, e.g. 20261130-081530-ab12."""
+    return f"{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def local_now_iso() -> str:
+    """Now as ISO 8601 in local time with its offset, the form `started_at` uses."""
+    return datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+class History:
+    """The history under `root` (default: $BENCH_STUDIO_RESULTS, else ./results)."""
+
+    def __init__(self, root: str | os.PathLike | None = None):
+        self.root = Path(root or os.environ.get(RESULTS_ENV) or "results")
+        self.csv_path = self.root / "history.csv"
+        self.runs_dir = self.root / "runs"
+
+    def run_dir(self, run_id: str) -> Path:
+        if not _RUN_ID.match(run_id or ""):
+            raise HistoryError(f"'{run_id}' is not a run id; run ids hold letters, digits, '-', '_' and '.'.")
+        return self.runs_dir / run_id
+
+    def record(self, record: RunRecord) -> None:
+        """Write the run's folder, then its CSV row."""
+        folder = self.run_dir(record.run_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        flat_config = _without_secrets(record.config.to_flat_dict())
+        nested_config = _without_secrets(dataclasses.asdict(record.config))
+        _write_json(folder / "config.json", {"flat": flat_config, "nested": nested_config})
+        _write_json(folder / "environment.json", _without_secrets(record.environment))
+        if record.requests is not None:
+            _write_parquet(folder / "requests.parquet", record.requests)
+        csvstore.append_row(self.csv_path, history_row(record))
+
+    def load(self) -> pd.DataFrame:
+        """All rows; numbers as numbers, '-' and empty cells as NaN, names and versions as text."""
+        header, rows = csvstore.read_table(self.csv_path)
+        if not header:
+            return pd.DataFrame(columns=[*SAVE_CSV_COLUMNS, "run_id", "started_at", "status", "label", "model"])
+        frame = pd.DataFrame([[row.get(col, "") for col in header] for row in rows], columns=header, dtype=object)
+        return pd.DataFrame({col: _typed_column(col, frame[col]) for col in header})
+
+    def requests(self, run_id: str) -> pd.DataFrame:
+        path = self.run_dir(run_id) / "requests.parquet"
+        if not path.exists():
+            raise HistoryError(f"Run {run_id} has no per-request table (imported runs keep only their summary row).")
+        try:
+            return pd.read_parquet(path)
+        except (OSError, pa.ArrowException) as exc:
+            raise HistoryError(f"The per-request table of run {run_id} is unreadable ({exc}).") from exc
+
+    def config(self, run_id: str) -> RunConfig:
+        """The run's settings, from its config.json, or from its row when only the row was imported."""
+        path = self.run_dir(run_id) / "config.json"
+        if path.exists():
+            try:
+                return RunConfig.from_flat_dict(json.loads(path.read_text(encoding="utf-8"))["flat"])
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise HistoryError(f"The saved configuration of run {run_id} is unreadable ({exc}).") from exc
+        _, rows = csvstore.read_table(self.csv_path)
+        row = next((row for row in rows if row.get("run_id") == run_id), None)
+        if row is None:
+            raise HistoryError(f"There is no run {run_id} in {self.csv_path}.")
+        if not row.get("model"):
+            raise HistoryError(f"Run {run_id} was imported from {row.get('source') or 'a CSV'} without its settings.")
+        return RunConfig.from_flat_dict(row)
+
+    def delete(self, run_ids: Iterable[str]) -> int:
+        """Remove these runs' rows and folders; returns how many rows were removed."""
+        doomed = set(run_ids)
+        folders = [self.run_dir(run_id) for run_id in doomed]
+        removed = 0
+        if self.csv_path.exists():
+            removed = csvstore.rewrite(self.csv_path, lambda row: row.get("run_id") not in doomed)
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
+        return removed
+
+    def import_csv(self, source: str | os.PathLike | bytes, name: str = "") -> list[str]:
+        """Add the rows of a CSV from LMDeploy's scripts or of another history; returns the new run ids.
+
+        Rows from another history whose run id is already here are skipped. Nothing is written unless
+        the whole file is valid.
+        """
+        if isinstance(source, bytes):
+            data, name = source, name or "the uploaded file"
+        else:
+            name = name or Path(source).name
+            try:
+                data = Path(source).read_bytes()
+            except OSError as exc:
+                raise HistoryError(f"Cannot read {source}: {exc.strerror or exc}.") from exc
+        parsed = parse_import(data, name)
+        _, existing_rows = csvstore.read_table(self.csv_path)
+        taken = {row.get("run_id", "") for row in existing_rows}
+        if parsed.source == HISTORY_SOURCE:
+            new_rows = _new_history_rows(parsed.rows, taken, name)
+        else:
+            imported_at = local_now_iso()
+            new_rows = []
+            for original in parsed.rows:
+                run_id = _unused_run_id(taken)
+                new_rows.append(_imported_row(original, run_id, parsed.source, parsed.load_pattern, name, imported_at))
+        if new_rows:
+            csvstore.append_rows(self.csv_path, new_rows)
+        return [row["run_id"] for row in new_rows]
+
+    def to_csv_bytes(self, run_ids: Iterable[str] | None = None) -> bytes:
+        """The history file, or only the rows of `run_ids`, as CSV bytes for a download."""
+        header, rows = csvstore.read_table(self.csv_path)
+        if run_ids is not None:
+            wanted = set(run_ids)
+            rows = [row for row in rows if row.get("run_id") in wanted]
+        return csvstore.table_bytes(header, rows) if header else b""
+
+
+def history_row(record: RunRecord) -> dict[str, Any]:
+    """The CSV row of a run, in column order; a key already filled by an earlier group keeps its value."""
+    row: dict[str, Any] = dict.fromkeys(SAVE_CSV_COLUMNS)
+    row.update(lmdeploy_hyperparams(record.config))
+    row.update(record.lmdeploy_columns)
+    identity = {
+        "run_id": record.run_id,
+        "started_at": record.started_at,
+        "finished_at": record.finished_at,
+        "status": record.status,
+        "label": record.config.label,
+        "model": record.config.engine.model,
+        "sweep_id": record.sweep_id,
+        "error": record.error,
+        "load_seconds": record.load_seconds,
+    }
+    groups = [identity, record.config.to_flat_dict(), record.metrics, _engine_columns(record.engine_info)]
+    groups.append({f"env_{key}": value for key, value in record.environment.items()})
+    for group in groups:
+        for key, value in group.items():
+            if row.get(key) in (None, ""):
+                row[key] = value
+    return {key: _cell_value(value) for key, value in _without_secrets(row).items()}
+
+
+def _engine_columns(info: EngineInfo | None) -> dict[str, Any]:
+    if info is None:
+        return {}
+    columns = {
+        "engine_backend": info.backend,
+        "engine_model": info.model,
+        "engine_model_path": info.model_path,
+        "engine_dtype": info.dtype,
+        "engine_device": info.device,
+        "engine_notes": "; ".join(info.notes),
+    }
+    columns.update({f"engine_version_{name}": version for name, version in info.versions.items()})
+    return columns
+
+
+def _imported_row(
+    original: dict[str, str], run_id: str, source: str, load_pattern: str, file_name: str, imported_at: str
+) -> dict[str, str]:
+    """An LMDeploy row as a history row: LMDeploy's cells verbatim, plus what makes it comparable."""
+    row = dict.fromkeys(SAVE_CSV_COLUMNS, "")
+    row.update(original)
+    row.update(
+        run_id=run_id,
+        status=IMPORTED,
+        source=source,
+        source_file=file_name,
+        imported_at=imported_at,
+        load_pattern=load_pattern,
+    )
+    if original.get("bs"):
+        row["concurrency"] = original["bs"]
+    return row
+
+
+def _new_history_rows(rows: list[dict[str, str]], taken: set[str], name: str) -> list[dict[str, str]]:
+    """Rows of another history whose run ids are not `taken` yet, verbatim but for any credentials."""
+    new_rows = []
+    for line_number, row in enumerate(rows, start=2):
+        run_id = row["run_id"]
+        if not _RUN_ID.match(run_id):
+            raise HistoryError(f"Line {line_number} of {name} has '{run_id}' as its run id, which is not one.")
+        if run_id not in taken:
+            taken.add(run_id)
+            new_rows.append(_without_secrets(row))
+    return new_rows
+
+
+def _unused_run_id(taken: set[str]) -> str:
+    run_id = new_run_id()
+    while run_id in taken:
+        run_id = new_run_id()
+    taken.add(run_id)
+    return run_id
+
+
+def _without_secrets(mapping: dict[str, Any]) -> dict[str, Any]:
+    """Drop credentials (an HTTP engine's api_key) at any depth; they must never reach a file."""
+    return {
+        key: _without_secrets(value) if isinstance(value, dict) else value
+        for key, value in mapping.items()
+        if _SECRET_MARK not in str(key).lower()
+    }
+
+
+def _cell_value(value: Any) -> Any:
+    """Containers (failure reasons by kind, say) become JSON text; everything else is written as is."""
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, default=str)
+    return value
+
+
+def _typed_column(name: str, cells: pd.Series) -> pd.Series:
+    if name in _TEXT_COLUMNS or name.startswith(_TEXT_PREFIXES):
+        return cells.astype(str)
+    present = [cell for cell in cells if cell not in _MISSING_CELLS]
+    if present and set(present) <= {"True", "False"}:
+        return pd.Series([None if cell in _MISSING_CELLS else cell == "True" for cell in cells], dtype="boolean")
+    try:
+        return pd.to_numeric(cells.where(~cells.isin(_MISSING_CELLS), None))
+    except (ValueError, TypeError):
+        return cells.astype(str)
+
+
+def _replace_atomically(path: Path, write: Callable[[Path], Any]) -> None:
+    """Write through a temporary sibling and rename it over `path`: a crash never leaves half a file."""
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp_name))
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def _write_json(path: Path, payload: dict[str, Any]) -> None:
+    text = json.dumps(payload, indent=2, default=str) + "\n"
+    _replace_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def _write_parquet(path: Path, frame: pd.DataFrame) -> None:
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    _replace_atomically(path, lambda tmp: pq.write_table(table, tmp))

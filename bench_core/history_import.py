@@ -1,0 +1,139 @@
+"""Reading CSV files for import into the history: LMDeploy's three benchmark scripts and our own history.
+
+The format is told by the header. `profile_pipeline_api.py` and `profile_throughput.py` both write
+through `Profiler.save_csv` and so share one header; only the file name (their defaults are
+`profile_pipeline_api.csv` and `profile_throughput.csv`) can tell them apart. `profile_restful_api.py`
+writes `request_rate` instead of `bs` and `num_prompts`. Original cells are kept verbatim ('-' for
+metrics that were not measured, 'inf' when nothing succeeded); loading turns them into numbers.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+
+from .errors import HistoryError
+
+SAVE_CSV_HYPERPARAMS = (
+    "backend",
+    "bs",
+    "dataset_name",
+    "sharegpt_output_len",
+    "random_input_len",
+    "random_output_len",
+    "random_range_ratio",
+    "num_prompts",
+)
+PROFILER_COLUMNS = (
+    "completed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "duration",
+    "request_throughput",
+    "input_throughput",
+    "output_throughput",
+    "mean_e2e_latency_ms",
+    "mean_ttft_ms",
+    "mean_tpot_ms",
+    "mean_itl_ms",
+)
+# The columns of `Profiler.save_csv` as the two offline scripts call it: the history's first columns.
+SAVE_CSV_COLUMNS = SAVE_CSV_HYPERPARAMS + PROFILER_COLUMNS
+RESTFUL_COLUMNS = (
+    "backend",
+    "dataset_name",
+    "sharegpt_output_len",
+    "random_input_len",
+    "random_output_len",
+    "random_range_ratio",
+    "request_rate",
+    *PROFILER_COLUMNS,
+)
+_TEXT_COLUMNS = {"backend", "dataset_name"}
+# Cells LMDeploy writes for numbers it has not got: None as '', unmeasured stream metrics as '-'.
+_MISSING_CELLS = {"", "-"}
+
+PIPELINE_SCRIPT = "profile_pipeline_api.py"
+THROUGHPUT_SCRIPT = "profile_throughput.py"
+RESTFUL_SCRIPT = "profile_restful_api.py"
+HISTORY_SOURCE = "history"
+
+
+@dataclass
+class ParsedCsv:
+    """A CSV read for import: which script wrote it, under which timing semantics, and its rows."""
+
+    source: str
+    load_pattern: str
+    header: list[str]
+    rows: list[dict[str, str]]
+
+
+def parse_import(data: bytes, name: str) -> ParsedCsv:
+    """Read and check a CSV for import; any problem is one HistoryError sentence naming the file."""
+    header, rows = _read_csv(data, name)
+    if "run_id" in header:
+        return ParsedCsv(HISTORY_SOURCE, "", header, rows)
+    if set(header) == set(RESTFUL_COLUMNS):
+        parsed = ParsedCsv(RESTFUL_SCRIPT, "request_rate", header, rows)
+    elif tuple(header[-len(PROFILER_COLUMNS):]) == PROFILER_COLUMNS and len(header) > len(PROFILER_COLUMNS):
+        source, load_pattern = _offline_script(name)
+        parsed = ParsedCsv(source, load_pattern, header, rows)
+    else:
+        raise HistoryError(
+            f"{name} is not a CSV written by LMDeploy's benchmark scripts or by this app: "
+            f"its header starts with {', '.join(header[:4])}."
+        )
+    _check_numbers(parsed, name)
+    return parsed
+
+
+def _read_csv(data: bytes, name: str) -> tuple[list[str], list[dict[str, str]]]:
+    try:
+        text = data.decode("utf-8-sig")
+        table = [cells for cells in csv.reader(io.StringIO(text, newline="")) if cells]
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise HistoryError(f"{name} is not a readable CSV file ({exc}).") from exc
+    if not table:
+        raise HistoryError(f"{name} is empty; there is nothing to import.")
+    header, body = [cell.strip() for cell in table[0]], table[1:]
+    if len(set(header)) != len(header):
+        raise HistoryError(f"{name} has a header with repeated column names, so its rows cannot be matched to columns.")
+    if not body:
+        raise HistoryError(f"{name} has a header but no rows; there is nothing to import.")
+    for line_number, cells in enumerate(body, start=2):
+        if len(cells) != len(header):
+            raise HistoryError(
+                f"Line {line_number} of {name} has {len(cells)} cells but the header has {len(header)} columns "
+                "(LMDeploy appends rows without checking the header, so settings may have changed between runs)."
+            )
+    return header, [dict(zip(header, cells)) for cells in body]
+
+
+def _offline_script(name: str) -> tuple[str, str]:
+    """Which offline script wrote a save_csv file, from its name; they write identical headers."""
+    lowered = name.lower()
+    if "throughput" in lowered:
+        return THROUGHPUT_SCRIPT, "concurrency"
+    if "pipeline" in lowered:
+        return PIPELINE_SCRIPT, "batch"
+    return f"{PIPELINE_SCRIPT} or {THROUGHPUT_SCRIPT}", ""
+
+
+def _check_numbers(parsed: ParsedCsv, name: str) -> None:
+    known = set(SAVE_CSV_COLUMNS) | set(RESTFUL_COLUMNS)
+    numeric = [col for col in parsed.header if col in known and col not in _TEXT_COLUMNS]
+    for line_number, row in enumerate(parsed.rows, start=2):
+        for col in numeric:
+            cell = row[col].strip()
+            if cell not in _MISSING_CELLS and not _is_number(cell):
+                raise HistoryError(f"Line {line_number} of {name}: '{col}' holds '{cell}', which is not a number.")
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,424 @@
+"""The run history: rows in LMDeploy's column order, safe concurrent writes, run folders, imports."""
+
+from __future__ import annotations
+
+import csv
+import importlib.metadata
+import io
+import json
+import math
+import multiprocessing
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench_core import csvstore, environment
+from bench_core.config import EngineConfig, LoadConfig, RunConfig, lmdeploy_hyperparams
+from bench_core.engines.base import EngineInfo
+from bench_core.errors import HistoryError
+from bench_core.history import History, RunRecord, local_now_iso, new_run_id
+from bench_core.history_import import SAVE_CSV_COLUMNS
+
+ROOT = Path(__file__).resolve().parent.parent
+LMDEPLOY_CSV = Path(__file__).resolve().parent / "data" / "lmdeploy_csv"
+
+
+def _config(label: str = "baseline") -> RunConfig:
+    return RunConfig(
+        engine=EngineConfig(backend="transformers", model="builtin:tiny-llama", dtype="float32"),
+        load=LoadConfig(load_pattern="batch", concurrency=4, stream_output=True),
+        label=label,
+    )
+
+
+def _lmdeploy_row(tmp_path: Path, config: RunConfig, stream_output: bool) -> dict[str, str]:
+    """The row LMDeploy's own Profiler.save_csv writes for three short sessions."""
+    from lmdeploy.profiler import Profiler, Session
+
+    profiler = Profiler(stream_output, [50, 75, 95, 99])
+    sessions = [profiler.new_session(10 + i, 4) for i in range(3)]
+    profiler.start()
+    for session in sessions:
+        session.tick(0)
+    for n_tokens in (range(1, 5) if stream_output else (4,)):
+        for session in sessions:
+            session.tick(n_tokens)
+    for session in sessions:
+        session.finish(Session.SUCCESS)
+    profiler.finish()
+    profiler.compute_metrics()
+    path = tmp_path / f"lmdeploy-{stream_output}.csv"
+    profiler.save_csv(str(path), lmdeploy_hyperparams(config))
+    return csvstore.read_table(path)[1][-1]
+
+
+def _requests_table() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "index": [0, 1],
+            "input_len": [10, 11],
+            "req_output_len": [4, 4],
+            "output_len": [4, 2],
+            "status": ["success", "incomplete"],
+            "reason": ["", "stopped early"],
+            "ttft_s": [0.01, 0.02],
+            "tpot_s": [0.005, 0.007],
+            "e2e_s": [0.025, 0.027],
+            "itl_s": [[0.005, 0.004, 0.006], [0.007]],
+            "n_ticks": [5, 3],
+            "start_s": [0.0, 0.0],
+            "finish_s": [0.025, 0.027],
+        }
+    )
+
+
+def _record(config: RunConfig | None = None, lmdeploy_columns=None, **fields) -> RunRecord:
+    config = config or _config()
+    values = dict(
+        run_id=new_run_id(),
+        started_at=local_now_iso(),
+        status="finished",
+        config=config,
+        lmdeploy_columns=lmdeploy_columns or {},
+        metrics={"completed": 1, "failed": 0, "incomplete": 1, "p99_ttft_ms": 19.9, "goodput_rps": 1.5,
+                 "failure_reasons": {"stopped early": 1}},
+        engine_info=EngineInfo("transformers", "builtin:tiny-llama", "/models/tiny", "float32", "cpu",
+                               versions={"transformers": "5.24.0"}, notes=["paged attention"]),
+        environment={"gpu_name": "none", "gpu_count": "0", "cuda": "12.10", "torch": "2.13.0"},
+        requests=_requests_table(),
+    )
+    values.update(fields)
+    return RunRecord(**values)
+
+
+@pytest.fixture
+def history(tmp_path) -> History:
+    return History(tmp_path / "results")
+
+
+def test_row_starts_with_lmdeploys_save_csv_row_exactly(history, tmp_path):
+    config = _config()
+    lmdeploy_row = _lmdeploy_row(tmp_path, config, stream_output=False)
+    history.record(_record(config, lmdeploy_columns=lmdeploy_row))
+
+    header, rows = csvstore.read_table(history.csv_path)
+    assert tuple(header[: len(SAVE_CSV_COLUMNS)]) == SAVE_CSV_COLUMNS
+    assert [rows[0][col] for col in SAVE_CSV_COLUMNS] == [lmdeploy_row[col] for col in SAVE_CSV_COLUMNS]
+    assert rows[0]["mean_ttft_ms"] == "-"  # LMDeploy's mark for "not measured without streaming"
+
+
+def test_row_holds_identity_settings_metrics_engine_and_environment(history):
+    record = _record(sweep_id="sweep-1", load_seconds=2.5)
+    history.record(record)
+
+    row = history.load().iloc[0]
+    identity = (row["run_id"], row["status"], row["label"], row["model"])
+    assert identity == (record.run_id, "finished", "baseline", "builtin:tiny-llama")
+    assert row["started_at"] == record.started_at and row["sweep_id"] == "sweep-1" and row["load_seconds"] == 2.5
+    assert row["concurrency"] == 4 and row["load_pattern"] == "batch" and row["dtype"] == "float32"
+    assert row["p99_ttft_ms"] == 19.9 and row["goodput_rps"] == 1.5 and row["incomplete"] == 1
+    assert json.loads(row["failure_reasons"]) == {"stopped early": 1}
+    assert row["engine_device"] == "cpu" and row["engine_notes"] == "paged attention"
+    assert row["engine_version_transformers"] == "5.24.0"
+    assert row["env_cuda"] == "12.10"  # a version stays text, not the number 12.1
+    assert row["env_gpu_count"] == "0"
+
+
+def test_load_turns_dashes_into_nan_and_numbers_into_numbers(history, tmp_path):
+    config = _config()
+    history.record(_record(config, lmdeploy_columns=_lmdeploy_row(tmp_path, config, stream_output=False)))
+
+    frame = history.load()
+    assert math.isnan(frame.loc[0, "mean_ttft_ms"]) and math.isnan(frame.loc[0, "mean_itl_ms"])
+    assert frame.loc[0, "completed"] == 3 and frame.loc[0, "total_input_tokens"] == 33
+    assert frame.loc[0, "mean_tpot_ms"] > 0
+    assert bool(frame.loc[0, "stream_output"]) is True
+
+
+def test_api_keys_never_reach_any_file(history):
+    record = _record(environment={"gpu_name": "none", "openai_api_key": "sk-secret-1"},
+                     metrics={"completed": 1, "API_KEY_used": "sk-secret-2"})
+    history.record(record)
+
+    written = b"".join(path.read_bytes() for path in history.root.rglob("*") if path.is_file())
+    assert b"sk-secret" not in written
+    assert not [col for col in history.load().columns if "api_key" in col.lower()]
+
+
+def test_run_folder_round_trips_config_environment_and_requests(history):
+    config = _config("with slo")
+    config.slo.ttft = 0.5
+    config.dataset.dataset_name, config.dataset.random_input_len, config.dataset.random_output_len = "random", 32, 8
+    record = _record(config)
+    history.record(record)
+
+    assert history.config(record.run_id) == config
+    folder = history.run_dir(record.run_id)
+    assert json.loads((folder / "environment.json").read_text()) == record.environment
+    assert json.loads((folder / "config.json").read_text())["nested"]["slo"]["ttft"] == 0.5
+    table = history.requests(record.run_id)
+    assert list(table.columns) == list(_requests_table().columns)
+    assert [list(itls) for itls in table["itl_s"]] == [[0.005, 0.004, 0.006], [0.007]]
+    assert table["n_ticks"].tolist() == [5, 3] and table["status"].tolist() == ["success", "incomplete"]
+
+
+def test_a_new_column_rewrites_the_file_with_the_union_header(history):
+    first = _record()
+    second = _record(metrics={"completed": 2, "p90_ttft_ms": 7.5})
+    history.record(first)
+    history.record(second)
+
+    header, rows = csvstore.read_table(history.csv_path)
+    assert header[-1] == "p90_ttft_ms"
+    with open(history.csv_path, newline="") as f:
+        assert {len(cells) for cells in csv.reader(f)} == {len(header)}
+    by_id = {row["run_id"]: row for row in rows}
+    assert by_id[first.run_id]["p90_ttft_ms"] == "" and by_id[second.run_id]["p90_ttft_ms"] == "7.5"
+    assert by_id[first.run_id]["p99_ttft_ms"] == "19.9" and by_id[second.run_id]["p99_ttft_ms"] == ""
+
+
+def _append_runs_from_worker(root: str, worker: int, count: int) -> None:
+    history = History(root)
+    for i in range(count):
+        metrics = {"worker": worker, f"only_from_worker_{worker}": i}
+        history.record(_record(metrics=metrics, requests=None, run_id=f"w{worker}-{i}"))
+
+
+def test_processes_appending_at_once_lose_no_row(history):
+    workers, per_worker = 4, 5
+    context = multiprocessing.get_context("fork")
+    processes = [context.Process(target=_append_runs_from_worker, args=(str(history.root), w, per_worker))
+                 for w in range(workers)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(timeout=60)
+    assert [process.exitcode for process in processes] == [0] * workers
+
+    frame = history.load()
+    assert sorted(frame["run_id"]) == sorted(f"w{w}-{i}" for w in range(workers) for i in range(per_worker))
+    for _, row in frame.iterrows():  # every cell under its own column, whatever order the columns arrived in
+        worker, i = (int(part) for part in row["run_id"][1:].split("-"))
+        assert row["worker"] == worker and row[f"only_from_worker_{worker}"] == i
+        others = [f"only_from_worker_{w}" for w in range(workers) if w != worker]
+        assert row[others].isna().all()
+
+
+def test_an_exception_while_writing_leaves_the_previous_file_and_no_temp_file(history):
+    history.record(_record())
+    before = history.csv_path.read_bytes()
+
+    class Unprintable:
+        def __str__(self):
+            raise RuntimeError("disk went away")
+
+    with pytest.raises(RuntimeError):
+        history.record(_record(metrics={"completed": Unprintable()}, requests=None))
+    assert history.csv_path.read_bytes() == before
+    assert [path.name for path in history.root.iterdir() if path.name.endswith(".tmp")] == []
+
+
+def test_a_process_killed_mid_write_leaves_the_previous_file_intact(history):
+    history.record(_record())
+    before = history.csv_path.read_bytes()
+    crash = textwrap.dedent(
+        f"""
+        import os, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from bench_core import csvstore
+        original_cell = csvstore._cell
+        def dying_cell(value):
+            if value == "crash here":
+                os._exit(9)  # no cleanup, no exception handler: as if the machine lost power
+            return original_cell(value)
+        csvstore._cell = dying_cell
+        csvstore.append_row({str(history.csv_path)!r}, {{"run_id": "doomed", "label": "crash here"}})
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", crash], timeout=60)
+    assert result.returncode == 9
+    assert history.csv_path.read_bytes() == before
+    assert "doomed" not in history.load()["run_id"].tolist()
+
+
+@pytest.mark.parametrize(
+    ("file_name", "source", "load_pattern"),
+    [
+        ("profile_pipeline_api.csv", "profile_pipeline_api.py", "batch"),
+        ("profile_throughput.csv", "profile_throughput.py", "concurrency"),
+        ("lmdeploy_1130_1000_sharegpt.csv", "profile_restful_api.py", "request_rate"),
+    ],
+)
+def test_lmdeploy_csvs_import_as_comparable_rows_with_original_values(history, file_name, source, load_pattern):
+    path = LMDEPLOY_CSV / file_name
+    _, original_rows = csvstore.read_table(path)
+
+    run_ids = history.import_csv(path)
+
+    assert len(run_ids) == len(original_rows) == len(set(run_ids))
+    _, rows = csvstore.read_table(history.csv_path)
+    for run_id, row, original in zip(run_ids, rows, original_rows):
+        assert row["run_id"] == run_id and row["status"] == "imported"
+        assert (row["source"], row["source_file"], row["load_pattern"]) == (source, file_name, load_pattern)
+        assert {col: row[col] for col in original} == original
+    frame = history.load()
+    assert frame["completed"].dtype.kind in "if" and frame["mean_e2e_latency_ms"].dtype.kind == "f"
+
+
+def test_imported_values_load_as_numbers_nan_and_infinity(history):
+    history.import_csv(LMDEPLOY_CSV / "profile_pipeline_api.csv")
+    history.import_csv(LMDEPLOY_CSV / "profile_throughput.csv")
+    history.import_csv(LMDEPLOY_CSV / "lmdeploy_1130_1000_sharegpt.csv")
+
+    frame = history.load()
+    assert math.isnan(frame["mean_ttft_ms"].iloc[0])  # '-' from a pipeline run without streaming
+    assert frame["concurrency"].iloc[0] == 256
+    failed = frame.iloc[3]
+    assert failed["completed"] == 0 and math.isinf(failed["mean_e2e_latency_ms"])
+    restful = frame.iloc[4]
+    assert math.isinf(restful["request_rate"]) and math.isnan(restful["num_prompts"])
+    assert frame["request_rate"].iloc[5] == 16.0
+
+
+def test_offline_scripts_share_a_header_so_an_unhinted_name_says_either(history):
+    data = (LMDEPLOY_CSV / "profile_throughput.csv").read_bytes()
+    history.import_csv(data, "results.csv")
+    frame = history.load()
+    assert set(frame["source"]) == {"profile_pipeline_api.py or profile_throughput.py"}
+    assert set(frame["load_pattern"]) == {""}
+
+
+def test_a_csv_written_by_lmdeploys_own_profiler_imports(history, tmp_path):
+    lmdeploy_row = _lmdeploy_row(tmp_path, _config(), stream_output=True)
+    (run_id,) = history.import_csv(tmp_path / "lmdeploy-True.csv", "profile_throughput.csv")
+
+    row = history.load().set_index("run_id").loc[run_id]
+    assert row["completed"] == 3 and row["mean_ttft_ms"] == float(lmdeploy_row["mean_ttft_ms"])
+
+
+def test_importing_a_history_skips_run_ids_already_present(history, tmp_path):
+    source = History(tmp_path / "elsewhere")
+    first, second = _record(), _record(config=_config("second"))
+    source.record(first)
+    source.record(second)
+
+    assert history.import_csv(source.to_csv_bytes([first.run_id]), "history.csv") == [first.run_id]
+    assert history.import_csv(source.csv_path) == [second.run_id]
+    assert history.import_csv(source.csv_path) == []
+    assert sorted(history.load()["run_id"]) == sorted([first.run_id, second.run_id])
+    assert history.config(second.run_id) == second.config  # rebuilt from the imported row
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        ((LMDEPLOY_CSV / "misaligned_profile_pipeline_api.csv").read_bytes(), "cells but the header has"),
+        (b"backend,bs,completed\nturbomind,1,3\n", "not a CSV written by LMDeploy"),
+        ((LMDEPLOY_CSV / "profile_throughput.csv").read_bytes().replace(b",56.236,", b",fast,"), "not a number"),
+        ((LMDEPLOY_CSV / "profile_throughput.csv").read_bytes().split(b"\r\n")[0], "no rows"),
+        (b"", "empty"),
+        (b"run_id,status\n../escape,finished\n", "which is not one"),
+        (b"\xff\xfe\x00b\x00a\x00d", "not a readable CSV"),
+    ],
+)
+def test_malformed_imports_raise_one_sentence_and_write_nothing(history, data, fragment):
+    history.record(_record())
+    before = history.csv_path.read_bytes()
+
+    with pytest.raises(HistoryError, match=fragment) as error:
+        history.import_csv(data, "upload.csv")
+
+    assert "\n" not in str(error.value) and "upload.csv" in str(error.value)
+    assert history.csv_path.read_bytes() == before
+
+
+def test_delete_removes_only_the_named_rows_and_folders(history):
+    kept, doomed = _record(), _record()
+    history.record(kept)
+    history.record(doomed)
+    imported, kept_imported = history.import_csv(LMDEPLOY_CSV / "profile_throughput.csv")
+
+    assert history.delete([doomed.run_id, imported]) == 2
+
+    assert history.load()["run_id"].tolist() == [kept.run_id, kept_imported]
+    assert not history.run_dir(doomed.run_id).exists() and history.run_dir(kept.run_id).is_dir()
+    with pytest.raises(HistoryError):
+        history.delete(["../outside"])
+
+
+def test_csv_bytes_hold_the_whole_history_or_a_selection(history):
+    records = [_record(), _record(), _record()]
+    for record in records:
+        history.record(record)
+
+    assert history.to_csv_bytes() == history.csv_path.read_bytes()
+    selected = list(csv.DictReader(io.StringIO(history.to_csv_bytes([records[2].run_id]).decode())))
+    assert [row["run_id"] for row in selected] == [records[2].run_id]
+
+
+def test_no_history_file_means_an_empty_frame_and_empty_download(tmp_path, monkeypatch):
+    monkeypatch.setenv("BENCH_STUDIO_RESULTS", str(tmp_path / "custom"))
+    history = History()
+    assert history.csv_path == tmp_path / "custom" / "history.csv"
+    assert history.load().empty and "run_id" in history.load().columns
+    assert history.to_csv_bytes() == b""
+    with pytest.raises(HistoryError, match="no per-request table"):
+        history.requests("20260101-000000-abcd")
+
+
+def test_imported_lmdeploy_rows_have_no_settings_to_rebuild(history):
+    (run_id, _) = history.import_csv(LMDEPLOY_CSV / "profile_pipeline_api.csv")
+    with pytest.raises(HistoryError, match="profile_pipeline_api.py without its settings"):
+        history.config(run_id)
+
+
+def test_run_ids_are_readable_and_sortable_by_time():
+    assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{4}", new_run_id())
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d", local_now_iso())
+
+
+def test_environment_reports_versions_without_importing_lmdeploy():
+    probe = textwrap.dedent(
+        f"""
+        import json, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from bench_core.environment import collect_environment
+        print(json.dumps({{"env": collect_environment(), "lmdeploy_imported": "lmdeploy" in sys.modules}}))
+        """
+    )
+    probe_run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    output = json.loads(probe_run.stdout)
+    env = output["env"]
+    assert output["lmdeploy_imported"] is False
+    assert env["lmdeploy"] == importlib.metadata.version("lmdeploy")
+    assert env["transformers"] == importlib.metadata.version("transformers")
+    assert env["torch"] == importlib.metadata.version("torch")
+    expected_commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"],
+                                     capture_output=True, text=True).stdout.strip() or "unknown"
+    assert env["app_commit"] == expected_commit
+    assert {"gpu_name", "gpu_count", "gpu_driver", "cuda", "python", "platform", "cpu_count", "app_version"} <= set(env)
+    assert all(isinstance(value, str) for value in env.values())
+
+
+def test_environment_marks_missing_packages_and_prefers_the_engines_versions(monkeypatch):
+    real_version = importlib.metadata.version
+
+    def version(name):
+        if name == "lmdeploy":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real_version(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    environment._static_environment.cache_clear()
+    try:
+        info = EngineInfo("transformers", "m", "/m", "float32", "cpu", versions={"torch": "9.9.9-engine"})
+        env = environment.collect_environment(info)
+    finally:
+        environment._static_environment.cache_clear()
+    assert env["lmdeploy"] == "not installed"
+    assert env["torch"] == "9.9.9-engine"
