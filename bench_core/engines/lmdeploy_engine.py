@@ -1,0 +1,597 @@
+"""LMDeploy's `turbomind` and `pytorch` engines, driven through `lmdeploy.pipeline` as
+benchmark/profile_pipeline_api.py drives it.
+
+The engine config is built from the knobs as that script's main() builds it (max_batch_size is the
+concurrency), every request gets `GenerationConfig(ignore_eos=True, do_sample=False,
+max_new_tokens=output_len)` plus the script's top_p/top_k/temperature, prompts go in with
+`do_preprocess=False`, and a request's status comes from `Response.finish_reason`.
+
+Load patterns:
+- batch: one `stream_infer` call (stream) or one batch call (non-stream) holding every prompt, as the
+  script does; the pipeline's own semaphore (max_batch_size) admits them in order. Non-stream results
+  arrive only when all requests are done, so each request ticks once, at the end, as in LMDeploy.
+- concurrency: N worker threads, each sending one prompt at a time through the same sync API and
+  taking the next when it is done (profile_throughput.py's workers). This is sound because every
+  sync call only schedules coroutines on the pipeline's event-loop thread with
+  `run_coroutine_threadsafe` and reads its own private queue: engine state is touched by that thread
+  alone. The pipeline is bound to the sync API for its lifetime, so the async `generate` API is not used.
+
+Nothing here imports lmdeploy or torch at module level: validation works without them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import importlib
+import importlib.util
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+from ..config import ENGINE_KNOBS, EngineConfig, GenerationSettings, LoadConfig, knobs_for
+from ..datasets import SampledRequest
+from ..errors import ConfigError, ModelError
+from .base import Engine, EngineEvent, EngineInfo
+
+QUANT_POLICIES = (0, 4, 8, 16, 17, 42)
+TURBOMIND_FP8_POLICIES = (16, 17)
+# Eagle heads are separate checkpoints; the MTP methods draft with the target model's own layers.
+DRAFT_MODEL_METHODS = ("eagle", "eagle3")
+LOG_LEVELS = tuple(logging.getLevelNamesMapping())  # the script's --log-level choices
+INSTALL_HINT = "install requirements-gpu.txt in its own environment (see README, 'GPU install')"
+
+# How often a cancel is re-sent while requests are still arriving, and how long to wait for LMDeploy.
+ABORT_EVERY_S = 0.25
+CANCEL_GRACE_S = 10.0
+POLL_S = 0.05
+_NOTHING = object()  # what the event queue gives when nothing arrived within POLL_S
+
+
+# ---- availability -------------------------------------------------------------------------------
+
+
+@functools.cache
+def availability(backend: str) -> str | None:
+    """None when LMDeploy can run `backend` here, else one sentence saying what is missing. Never raises."""
+    try:
+        if importlib.util.find_spec("lmdeploy") is None:
+            return f"The {backend} backend needs LMDeploy, which is not installed: {INSTALL_HINT}."
+        if not _cuda_available():
+            return (
+                f"The {backend} backend needs an NVIDIA GPU with CUDA, and torch here sees none "
+                "(torch.cuda.is_available() is False); use the transformers backend on this machine."
+            )
+        importlib.import_module("lmdeploy")
+    except Exception as exc:  # a broken install can fail in many ways; availability must not raise
+        return f"LMDeploy is installed but cannot be imported ({type(exc).__name__}: {_last_line(exc)}); {INSTALL_HINT}."
+    return None
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@functools.cache
+def _gpu_facts() -> tuple[int, float] | None:
+    """(visible GPU count, lowest compute capability) when torch can tell, else None."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        count = torch.cuda.device_count()
+        capabilities = [torch.cuda.get_device_capability(i) for i in range(count)]
+        return count, min(major + minor / 10 for major, minor in capabilities)
+    except Exception:
+        return None
+
+
+# ---- validation ---------------------------------------------------------------------------------
+
+_FLAGS = {knob.name: knob.flag for knob in ENGINE_KNOBS}
+_CHOICES = {knob.name: knob.choices for knob in ENGINE_KNOBS if knob.choices}
+
+
+def validate(engine: EngineConfig, load: LoadConfig) -> list[str]:
+    """LMDeploy's rules for these knobs (its CLI choices, its config checks and its engines' later
+    asserts), one sentence per problem naming the flag. Needs neither lmdeploy nor a GPU."""
+    turbomind = engine.backend == "turbomind"
+    problems = _shared_problems(engine, turbomind)
+    problems += _turbomind_problems(engine) if turbomind else _pytorch_problems(engine)
+    problems += _speculative_problems(engine)
+    if load.concurrency < 1:
+        problems.append("Concurrency (-c/--concurrency, the engine's max_batch_size) must be at least 1.")
+    if engine.log_level not in LOG_LEVELS:
+        problems.append(f"--log-level must be one of {', '.join(LOG_LEVELS)}; got '{engine.log_level}'.")
+    return problems
+
+
+def _shared_problems(engine: EngineConfig, turbomind: bool) -> list[str]:
+    problems = []
+    tp = engine.tp
+    if tp < 1 or tp & (tp - 1):
+        problems.append(f"{_FLAGS['tp']} must be a power of 2 (1, 2, 4, 8, ...); got {tp}.")
+    elif (facts := _gpu_facts()) is not None and tp > facts[0]:
+        problems.append(f"{_FLAGS['tp']} {tp} needs {tp} GPUs but {facts[0]} are visible.")
+    ratio = engine.cache_max_entry_count
+    if turbomind and not ratio > 0:
+        problems.append(f"{_FLAGS['cache_max_entry_count']} must be greater than 0 for TurboMind; got {ratio}.")
+    if not turbomind and not 0 < ratio < 1:
+        problems.append(
+            f"{_FLAGS['cache_max_entry_count']} must be between 0 and 1 (exclusive) for the PyTorch engine; got {ratio}."
+        )
+    if engine.session_len is not None and engine.session_len < 1:
+        problems.append(
+            f"{_FLAGS['session_len']} must be a positive number of tokens, or empty; got {engine.session_len}."
+        )
+    if engine.quant_policy not in QUANT_POLICIES:
+        problems.append(
+            f"{_FLAGS['quant_policy']} must be one of {', '.join(map(str, QUANT_POLICIES))}; got {engine.quant_policy}."
+        )
+    return problems
+
+
+def _turbomind_problems(engine: EngineConfig) -> list[str]:
+    problems = []
+    block = engine.cache_block_seq_len
+    facts = _gpu_facts()
+    step = 32 if facts is not None and facts[1] >= 8.0 else 64
+    if block < 1 or block % step:
+        where = "on this GPU" if facts is not None else "(64 unless a GPU of compute capability 8.0 or newer is visible)"
+        problems.append(
+            f"{_FLAGS['cache_block_seq_len']} must be a positive multiple of {step} for TurboMind {where}; got {block}."
+        )
+    if engine.quant_policy in TURBOMIND_FP8_POLICIES:
+        problems.append(
+            f"TurboMind does not support FP8 KV cache ({_FLAGS['quant_policy']} {engine.quant_policy}); "
+            "use 0, 4, 8 or 42, or the pytorch backend."
+        )
+    for name in ("model_format", "communicator", "async_"):
+        if getattr(engine, name) not in _CHOICES[name]:
+            choices = ", ".join(map(str, _CHOICES[name]))
+            problems.append(f"{_FLAGS[name]} must be one of {choices}; got '{getattr(engine, name)}'.")
+    if engine.num_tokens_per_iter < 0:
+        problems.append(f"{_FLAGS['num_tokens_per_iter']} must be 0 or more; got {engine.num_tokens_per_iter}.")
+    if engine.max_prefill_iters < 1:
+        problems.append(f"{_FLAGS['max_prefill_iters']} must be at least 1; got {engine.max_prefill_iters}.")
+    return problems
+
+
+def _pytorch_problems(engine: EngineConfig) -> list[str]:
+    problems = []
+    block = engine.cache_block_seq_len
+    if block < 16 or block & (block - 1):
+        problems.append(
+            f"{_FLAGS['cache_block_seq_len']} (block_size) must be a power of 2 of at least 16 "
+            f"for the PyTorch engine; got {block}."
+        )
+    if engine.device not in _CHOICES["device"]:
+        problems.append(f"{_FLAGS['device']} must be one of {', '.join(_CHOICES['device'])}; got '{engine.device}'.")
+    elif engine.quant_policy > 0 and engine.device not in ("cuda", "ascend"):
+        problems.append(f"KV cache quantization ({_FLAGS['quant_policy']}) works only on cuda and ascend devices.")
+    return problems
+
+
+def _speculative_problems(engine: EngineConfig) -> list[str]:
+    method, draft = engine.speculative_algorithm, engine.speculative_draft_model
+    if method is None:
+        if draft:
+            return [f"{_FLAGS['speculative_draft_model']} is set but {_FLAGS['speculative_algorithm']} is empty."]
+        return []
+    problems = []
+    if method not in _CHOICES["speculative_algorithm"]:
+        choices = ", ".join(c for c in _CHOICES["speculative_algorithm"] if c)
+        problems.append(f"{_FLAGS['speculative_algorithm']} must be one of {choices}; got '{method}'.")
+    elif method in DRAFT_MODEL_METHODS and not draft:
+        problems.append(f"Speculative method '{method}' needs a draft model ({_FLAGS['speculative_draft_model']}).")
+    if engine.speculative_num_draft_tokens < 1:
+        problems.append(
+            f"{_FLAGS['speculative_num_draft_tokens']} must be at least 1; got {engine.speculative_num_draft_tokens}."
+        )
+    return problems
+
+
+# ---- what the engine is built from -------------------------------------------------------------
+
+
+def settings_key(engine: EngineConfig, load: LoadConfig) -> tuple:
+    """Every knob the pipeline is built from, its max_batch_size, and the load pattern, which decides
+    whether the pipeline is fed in one batch call or by workers."""
+    knobs = tuple((knob.name, getattr(engine, knob.name)) for knob in knobs_for(engine.backend))
+    return (
+        engine.model,
+        engine.trust_remote_code,
+        engine.log_level,
+        *knobs,
+        ("max_batch_size", load.concurrency),
+        ("load_pattern", load.load_pattern),
+    )
+
+
+def build_engine_config(engine: EngineConfig, load: LoadConfig):
+    """The TurbomindEngineConfig or PytorchEngineConfig profile_pipeline_api.py's main() builds.
+
+    One addition: the PyTorch engine also gets `quant_policy` (the script passes it to TurboMind
+    only, silently dropping a KV cache quantization the user asked for; profile_throughput.py and
+    `lmdeploy serve` pass it to both). At the default 0 the two configs are identical.
+    """
+    from lmdeploy.messages import PytorchEngineConfig, TurbomindEngineConfig
+
+    if engine.backend == "turbomind":
+        return TurbomindEngineConfig(
+            max_batch_size=load.concurrency,
+            tp=engine.tp,
+            cache_max_entry_count=engine.cache_max_entry_count,
+            session_len=engine.session_len,
+            cache_block_seq_len=engine.cache_block_seq_len,
+            model_format=engine.model_format,
+            quant_policy=engine.quant_policy,
+            num_tokens_per_iter=engine.num_tokens_per_iter,
+            max_prefill_iters=engine.max_prefill_iters,
+            enable_prefix_caching=engine.enable_prefix_caching,
+            communicator=engine.communicator,
+            enable_metrics=False,
+            async_=engine.async_,
+        )
+    return PytorchEngineConfig(
+        cache_max_entry_count=engine.cache_max_entry_count,
+        session_len=engine.session_len,
+        block_size=engine.cache_block_seq_len,
+        max_batch_size=load.concurrency,
+        tp=engine.tp,
+        device_type=engine.device,
+        thread_safe=False,
+        eager_mode=engine.eager_mode,
+        enable_prefix_caching=engine.enable_prefix_caching,
+        enable_return_routed_experts=engine.enable_return_routed_experts,
+        quant_policy=engine.quant_policy,
+    )
+
+
+def build_speculative_config(engine: EngineConfig):
+    """LMDeploy's own `get_speculative_config`, fed our knobs under its argument names."""
+    from types import SimpleNamespace
+
+    from lmdeploy.cli.utils import get_speculative_config
+
+    return get_speculative_config(
+        SimpleNamespace(
+            speculative_algorithm=engine.speculative_algorithm,
+            speculative_draft_model=engine.speculative_draft_model,
+            speculative_num_draft_tokens=engine.speculative_num_draft_tokens,
+        )
+    )
+
+
+def build_generation_configs(
+    requests: Sequence[SampledRequest], generation: GenerationSettings, return_routed_experts: bool
+) -> list:
+    """One GenerationConfig per request, as the script makes them: EOS ignored and greedy, whatever
+    `generation.ignore_eos` and `generation.do_sample` say; LMDeploy then forces top_k=1."""
+    from lmdeploy.messages import GenerationConfig
+
+    try:
+        return [
+            GenerationConfig(
+                temperature=generation.temperature,
+                top_p=generation.top_p,
+                top_k=generation.top_k,
+                ignore_eos=True,
+                do_sample=False,
+                return_routed_experts=return_routed_experts,
+                max_new_tokens=request.output_len,
+            )
+            for request in requests
+        ]
+    except AssertionError as exc:  # GenerationConfig asserts its ranges without a message
+        raise ConfigError(
+            "LMDeploy rejects these sampling settings: --top-p must be within 0..1, --top-k at least 0 "
+            f"and --temperature within 0..2 (got {generation.top_p}, {generation.top_k}, {generation.temperature})."
+        ) from exc
+
+
+def turbomind_fallback_reason(model_path: str, trust_remote_code: bool) -> str | None:
+    """Why `lmdeploy.pipeline` would silently run the PyTorch engine when TurboMind is asked for
+    (LMDeploy's own autoget_backend checks, whose warning the script's log level hides); None if it would not."""
+    from lmdeploy import turbomind
+
+    if not turbomind.is_available():
+        detail = getattr(turbomind, "_import_error", None)
+        return "TurboMind's compiled library cannot be loaded" + (f" ({_last_line(detail)})" if detail else "")
+    from lmdeploy.turbomind.supported_models import is_supported
+
+    if not is_supported(model_path, trust_remote_code=trust_remote_code):
+        return "TurboMind does not support this model's architecture"
+    return None
+
+
+# ---- loading ------------------------------------------------------------------------------------
+
+
+def load(engine: EngineConfig, load: LoadConfig) -> LMDeployEngine:
+    """Build the pipeline as profile_pipeline_api.py does; raises ConfigError or ModelError with one sentence."""
+    from lmdeploy import pipeline
+    from transformers import AutoTokenizer
+
+    model_path = _model_path(engine.model)
+    os.environ["TM_LOG_LEVEL"] = engine.log_level
+    try:
+        backend_config = build_engine_config(engine, load)
+    except (AssertionError, ValueError) as exc:
+        raise ConfigError(f"LMDeploy rejects these engine settings: {_last_line(exc)}.") from exc
+    try:
+        fallback = turbomind_fallback_reason(model_path, engine.trust_remote_code) if engine.backend == "turbomind" else None
+        pipe = pipeline(
+            model_path,
+            backend_config=backend_config,
+            log_level="ERROR",
+            speculative_config=build_speculative_config(engine),
+            trust_remote_code=engine.trust_remote_code,
+        )
+        tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=engine.trust_remote_code)
+    except Exception as exc:
+        raise ModelError(
+            f"LMDeploy could not load '{engine.model}' on the {engine.backend} backend: "
+            f"{type(exc).__name__}: {_last_line(exc)}"
+        ) from exc
+    info = engine_info(engine, model_path, pipe, fallback)
+    return LMDeployEngine(pipe, tokenizer, info, max_batch_size=load.concurrency, load_pattern=load.load_pattern)
+
+
+def _model_path(name: str) -> str:
+    if name.startswith("builtin:"):
+        from ..models import resolve_model
+
+        return resolve_model(name)
+    return name  # a local folder or a hub id, handed to LMDeploy as the script does
+
+
+def engine_info(engine: EngineConfig, model_path: str, pipe, fallback_reason: str | None) -> EngineInfo:
+    """What actually ran. A TurboMind request served by a PyTorchEngineConfig is a silent fallback."""
+    from lmdeploy.messages import PytorchEngineConfig
+
+    built = pipe.backend_config
+    ran = "pytorch" if isinstance(built, PytorchEngineConfig) else "turbomind"
+    backend, notes = ran, []
+    if ran != engine.backend:
+        reason = fallback_reason or "reason not reported by LMDeploy"
+        backend = f"pytorch (fell back from turbomind: {reason})"
+        notes.append(f"LMDeploy silently ran the PyTorch engine instead of TurboMind: {reason}.")
+    if ran == "turbomind" and engine.speculative_algorithm:
+        notes.append("TurboMind ignores speculative decoding (LMDeploy only warns); this run used none.")
+    if getattr(built, "session_len", None):
+        notes.append(f"session_len {built.session_len}")
+    return EngineInfo(
+        backend=backend,
+        model=engine.model,
+        model_path=model_path,
+        dtype=_dtype(built, model_path, engine.trust_remote_code),
+        device=_device_name(engine.tp),
+        versions=_versions(),
+        notes=notes,
+    )
+
+
+def _dtype(built, model_path: str, trust_remote_code: bool) -> str:
+    dtype = getattr(built, "dtype", "auto")
+    if dtype != "auto":
+        return str(dtype)
+    try:
+        from transformers import AutoConfig
+
+        checkpoint = getattr(AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code), "dtype", None)
+    except Exception:
+        checkpoint = None
+    return f"auto (checkpoint {str(checkpoint).removeprefix('torch.')})" if checkpoint else "auto"
+
+
+def _device_name(tp: int) -> str:
+    try:
+        import torch
+
+        name = torch.cuda.get_device_name(0)
+    except Exception:
+        return "unknown GPU"
+    return f"{tp} x {name}" if tp > 1 else name
+
+
+def _versions() -> dict[str, str]:
+    versions = {}
+    for package in ("lmdeploy", "torch", "transformers"):
+        try:
+            versions[package] = importlib.import_module(package).__version__
+        except Exception:
+            versions[package] = "unknown"
+    try:
+        import torch
+
+        versions["cuda"] = torch.version.cuda or "none"
+    except Exception:
+        versions["cuda"] = "unknown"
+    return versions
+
+
+def _last_line(exc: object) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
+# ---- the engine ---------------------------------------------------------------------------------
+
+
+class LMDeployEngine(Engine):
+    """A built LMDeploy pipeline. Takes any object with the Pipeline's sync API, so the event mapping
+    can be exercised without a GPU."""
+
+    def __init__(self, pipe, tokenizer, info: EngineInfo, max_batch_size: int, load_pattern: str = "batch"):
+        self._pipe = pipe
+        self._tokenizer = tokenizer
+        self.info = info
+        self.max_batch_size = max_batch_size
+        self.load_pattern = load_pattern
+        self._return_routed_experts = bool(getattr(pipe.backend_config, "enable_return_routed_experts", False))
+
+    @property
+    def tokenizer(self):
+        return self._tokenizer
+
+    def stream(
+        self,
+        requests: Sequence[SampledRequest],
+        generation: GenerationSettings,
+        max_in_flight: int,
+        stream_output: bool,
+        cancel: threading.Event,
+    ) -> Iterator[EngineEvent]:
+        if max_in_flight > self.max_batch_size:
+            raise ValueError(f"max_in_flight {max_in_flight} exceeds the engine's max_batch_size {self.max_batch_size}")
+        drive = _PipelineDrive(
+            self._pipe,
+            [request.prompt for request in requests],
+            build_generation_configs(requests, generation, self._return_routed_experts),
+            stream_output,
+        )
+        if self.load_pattern == "concurrency":
+            drive.start_workers(max_in_flight, cancel)
+        else:
+            drive.start_batch()
+        return drive.events(cancel)
+
+    def close(self) -> None:
+        self._pipe.close()
+
+
+class _PipelineDrive:
+    """One stream() call: helper threads feed the pipeline and stamp what comes back; the caller's
+    thread reads their events from a queue and, on cancel, stops LMDeploy the way its api_server
+    does (a new epoch drops every queued request, and running ones are aborted)."""
+
+    def __init__(self, pipe, prompts: list[str], gen_configs: list, stream_output: bool):
+        self.pipe = pipe
+        self.prompts = prompts
+        self.gen_configs = gen_configs
+        self.stream_output = stream_output
+        self.sessions = [pipe.session() for _ in prompts]
+        for session in self.sessions:  # stamped so that a cancel can drop requests still queued
+            session.epoch = pipe.async_engine.epoch
+        self.queue: queue.Queue[EngineEvent | None] = queue.Queue()
+        self.threads = 0
+
+    # -- feeding (helper threads) --
+
+    def start_batch(self) -> None:
+        self._spawn(self._feed_batch)
+
+    def start_workers(self, count: int, cancel: threading.Event) -> None:
+        todo: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for index in range(len(self.prompts)):
+            todo.put(index)
+        for _ in range(min(count, len(self.prompts))):
+            self._spawn(lambda: self._work(todo, cancel))
+
+    def _spawn(self, target: Callable[[], None]) -> None:
+        def run() -> None:
+            try:
+                target()
+            finally:
+                self.queue.put(None)
+
+        self.threads += 1
+        threading.Thread(target=run, name="lmdeploy-feed", daemon=True).start()
+
+    def _feed_batch(self) -> None:
+        indices = list(range(len(self.prompts)))
+        now = time.perf_counter()
+        for index in indices:  # nothing about admission is observable: every request is submitted now
+            self.queue.put(EngineEvent(index, "admit", now))
+        self._send(indices)
+
+    def _work(self, todo: queue.SimpleQueue, cancel: threading.Event) -> None:
+        while not cancel.is_set():
+            try:
+                index = todo.get_nowait()
+            except queue.Empty:
+                return
+            self.queue.put(EngineEvent(index, "admit", time.perf_counter()))
+            self._send([index])
+
+    def _send(self, indices: list[int]) -> None:
+        """Run these requests through the pipeline; Response.index is the position within this call."""
+        prompts = [self.prompts[i] for i in indices]
+        gen_configs = [self.gen_configs[i] for i in indices]
+        sessions = [self.sessions[i] for i in indices]
+        open_ = set(indices)
+        message = "LMDeploy ended the request without a finish reason"
+        try:
+            if self.stream_output:
+                outputs = self.pipe.stream_infer(prompts, sessions=sessions, gen_config=gen_configs, do_preprocess=False)
+                for out in outputs:
+                    self._emit(indices[out.index], out, open_)
+            else:
+                for out in self.pipe(prompts, gen_configs, do_preprocess=False, sessions=sessions):
+                    self._emit(indices[out.index], out, open_)
+        except Exception as exc:  # the pipeline reports request errors as responses; this is anything else
+            message = f"{type(exc).__name__}: {_last_line(exc)}"
+        now = time.perf_counter()
+        for index in sorted(open_):
+            self.queue.put(EngineEvent(index, "finish", now, finish_reason="error", message=message))
+
+    def _emit(self, index: int, out, open_: set[int]) -> None:
+        now = time.perf_counter()
+        self.queue.put(EngineEvent(index, "tokens", now, n_tokens=out.generate_token_len))
+        if out.finish_reason is not None:
+            message = out.error_message or ""
+            self.queue.put(EngineEvent(index, "finish", now, finish_reason=out.finish_reason, message=message))
+            open_.discard(index)
+
+    # -- reading (the caller's thread) --
+
+    def events(self, cancel: threading.Event) -> Iterator[EngineEvent]:
+        admitted: list[int] = []
+        ended: set[int] = set()
+        live, cancelled_at, next_abort = self.threads, None, 0.0
+        try:
+            while live:
+                try:
+                    event = self.queue.get(timeout=POLL_S)
+                except queue.Empty:
+                    event = _NOTHING
+                if event is None:
+                    live -= 1
+                elif event is not _NOTHING:
+                    if event.kind == "admit":
+                        admitted.append(event.index)
+                    elif event.kind == "finish":
+                        ended.add(event.index)
+                    yield event
+                if cancel.is_set():
+                    now = time.perf_counter()
+                    cancelled_at = cancelled_at or now
+                    if now >= next_abort:
+                        self._stop_all()
+                        next_abort = now + ABORT_EVERY_S
+                    if now - cancelled_at > CANCEL_GRACE_S:
+                        break
+            now = time.perf_counter()
+            for index in admitted:  # only after a cancel that LMDeploy did not honour in time
+                if index not in ended:
+                    yield EngineEvent(
+                        index, "finish", now, finish_reason="abort",
+                        message=f"LMDeploy did not stop it within {CANCEL_GRACE_S:.0f} s of the cancel",
+                    )
+        finally:
+            if live:  # abandoned (the consumer stopped early or LMDeploy hung): stop what still runs
+                self._stop_all()
+
+    def _stop_all(self) -> None:
+        """AsyncEngine.stop_all_session on the pipeline's loop: bumps the epoch and aborts every session."""
+        future = asyncio.run_coroutine_threadsafe(self.pipe.async_engine.stop_all_session(), self.pipe.session_mgr.loop)
+        concurrent.futures.wait([future], timeout=ABORT_EVERY_S)
+

@@ -1,0 +1,501 @@
+"""The LMDeploy engines: knob validation, the configs handed to LMDeploy's real classes, backend
+detection, and how pipeline responses become engine events.
+
+Building a real pipeline needs an NVIDIA GPU; the event tests use StandInPipelineForNoGPU, which
+replaces only the CUDA engine and yields LMDeploy's real Response objects. No test here measures speed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib.util
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from bench_core.config import EngineConfig, GenerationSettings, LoadConfig
+from bench_core.datasets import SampledRequest
+from bench_core.engines import lmdeploy_engine as lmd
+from bench_core.engines.base import EngineInfo
+from bench_core.errors import ConfigError
+
+needs_lmdeploy = pytest.mark.skipif(
+    importlib.util.find_spec("lmdeploy") is None,
+    reason="lmdeploy is not installed here (it belongs to the GPU environment, requirements-gpu.txt)",
+)
+
+
+def turbomind(**knobs) -> EngineConfig:
+    return EngineConfig(backend="turbomind", **knobs)
+
+
+def pytorch(**knobs) -> EngineConfig:
+    return EngineConfig(backend="pytorch", **knobs)
+
+
+@pytest.fixture
+def no_gpu_facts(monkeypatch):
+    """Validation as on a machine where torch sees no GPU (as here), whatever the test machine has."""
+    monkeypatch.setattr(lmd, "_gpu_facts", lambda: None)
+
+
+# ---- validation -----------------------------------------------------------------------------------
+
+
+def test_default_knobs_are_valid_for_both_backends(no_gpu_facts):
+    assert lmd.validate(turbomind(), LoadConfig()) == []
+    assert lmd.validate(pytorch(), LoadConfig()) == []
+
+
+@pytest.mark.parametrize(
+    "engine, flag",
+    [
+        (turbomind(tp=3), "--tp"),
+        (turbomind(tp=0), "--tp"),
+        (pytorch(cache_max_entry_count=1.0), "--cache-max-entry-count"),
+        (turbomind(cache_block_seq_len=96), "--cache-block-seq-len"),
+        (pytorch(cache_block_seq_len=24), "--cache-block-seq-len"),
+        (turbomind(quant_policy=16), "--quant-policy"),
+        (turbomind(model_format="safetensors"), "--model-format"),
+        (turbomind(communicator="mpi"), "--communicator"),
+        (turbomind(async_=2), "--async"),
+        (turbomind(num_tokens_per_iter=-1), "--num-tokens-per-iter"),
+        (turbomind(max_prefill_iters=0), "--max-prefill-iters"),
+        (pytorch(device="tpu"), "--device"),
+        (pytorch(speculative_algorithm="medusa"), "--speculative-algorithm"),
+        (pytorch(speculative_algorithm="eagle3"), "--speculative-draft-model"),
+        (pytorch(speculative_algorithm="deepseek_mtp", speculative_num_draft_tokens=0), "--speculative-num-draft-tokens"),
+        (turbomind(session_len=0), "--session-len"),
+        (turbomind(log_level="LOUD"), "--log-level"),
+    ],
+)
+def test_each_problem_is_one_sentence_naming_its_flag(no_gpu_facts, engine, flag):
+    problems = lmd.validate(engine, LoadConfig())
+    assert len(problems) == 1
+    assert flag in problems[0] and problems[0].endswith(".")
+
+
+def test_zero_concurrency_is_rejected_as_the_max_batch_size(no_gpu_facts):
+    [problem] = lmd.validate(turbomind(), LoadConfig(concurrency=0))
+    assert "max_batch_size" in problem
+
+
+def test_mtp_methods_need_no_draft_model_but_eagle_does(no_gpu_facts):
+    assert lmd.validate(pytorch(speculative_algorithm="deepseek_mtp"), LoadConfig()) == []
+    assert lmd.validate(pytorch(speculative_algorithm="eagle", speculative_draft_model="/d"), LoadConfig()) == []
+    assert lmd.validate(pytorch(speculative_algorithm="eagle"), LoadConfig()) != []
+
+
+def test_a_draft_model_without_a_method_is_reported(no_gpu_facts):
+    assert lmd.validate(pytorch(speculative_draft_model="/draft"), LoadConfig()) != []
+
+
+def test_turbomind_block_length_follows_the_compute_capability_when_a_gpu_is_visible(monkeypatch):
+    monkeypatch.setattr(lmd, "_gpu_facts", lambda: (2, 8.0))
+    assert lmd.validate(turbomind(cache_block_seq_len=96), LoadConfig()) == []
+    monkeypatch.setattr(lmd, "_gpu_facts", lambda: (2, 7.5))
+    assert lmd.validate(turbomind(cache_block_seq_len=96), LoadConfig()) != []
+
+
+def test_tensor_parallelism_cannot_exceed_the_visible_gpus(monkeypatch):
+    monkeypatch.setattr(lmd, "_gpu_facts", lambda: (2, 9.0))
+    assert lmd.validate(turbomind(tp=2), LoadConfig()) == []
+    [problem] = lmd.validate(turbomind(tp=4), LoadConfig())
+    assert "2 are visible" in problem
+
+
+def test_both_load_patterns_are_accepted(no_gpu_facts):
+    assert lmd.validate(turbomind(), LoadConfig(load_pattern="concurrency")) == []
+
+
+# ---- the configs LMDeploy receives --------------------------------------------------------------
+
+# (engine, concurrency, our validate accepts, LMDeploy's config classes accept, why they may differ)
+VALIDATION_CASES = [
+    (turbomind(), 256, True, True, ""),
+    (turbomind(tp=0), 256, False, False, ""),
+    (turbomind(cache_max_entry_count=0.0), 256, False, False, ""),
+    (turbomind(cache_max_entry_count=1.5), 256, True, True, ""),
+    (turbomind(quant_policy=16), 256, False, False, ""),
+    (turbomind(quant_policy=17), 256, False, False, ""),
+    (turbomind(quant_policy=3), 256, False, False, ""),
+    (turbomind(quant_policy=42), 256, True, True, ""),
+    (turbomind(num_tokens_per_iter=-1), 256, False, False, ""),
+    (turbomind(async_=2), 256, False, False, ""),
+    (turbomind(tp=3), 256, False, True, "--tp help: 'Should be 2^n'"),
+    (turbomind(cache_block_seq_len=48), 256, False, True, "TurboMind's block rule is in the help text only"),
+    (turbomind(communicator="mpi"), 256, False, True, "argparse choices"),
+    (turbomind(model_format="safetensors"), 256, False, True, "argparse choices"),
+    (turbomind(max_prefill_iters=0), 256, False, True, "a split prefill needs at least one pass"),
+    (turbomind(session_len=0), 256, False, True, "not checked until the engine is built"),
+    (turbomind(), 0, False, True, "TurboMind.__init__ asserts max_batch_size > 0"),
+    (pytorch(), 256, True, True, ""),
+    (pytorch(tp=0), 256, False, False, ""),
+    (pytorch(cache_max_entry_count=1.0), 256, False, False, ""),
+    (pytorch(cache_max_entry_count=0.0), 256, False, False, ""),
+    (pytorch(cache_block_seq_len=48), 256, False, False, ""),
+    (pytorch(cache_block_seq_len=8), 256, False, False, ""),
+    (pytorch(cache_block_seq_len=16), 256, True, True, ""),
+    (pytorch(cache_block_seq_len=128), 256, True, True, ""),
+    (pytorch(device="tpu"), 256, False, False, ""),
+    (pytorch(quant_policy=16), 256, True, True, ""),
+    (pytorch(quant_policy=3), 256, False, False, ""),
+    (pytorch(quant_policy=8, device="maca"), 256, False, False, ""),
+    (pytorch(), 0, False, True, "the PyTorch EngineChecker exits on max_batch_size <= 0"),
+]
+
+
+def _lmdeploy_accepts(engine: EngineConfig, load: LoadConfig) -> bool:
+    try:
+        lmd.build_engine_config(engine, load)
+    except (AssertionError, ValueError):  # pydantic's ValidationError is a ValueError
+        return False
+    return True
+
+
+@needs_lmdeploy
+@pytest.mark.parametrize("engine, concurrency, ours, theirs, why", VALIDATION_CASES)
+def test_lmdeploy_accepts_whatever_validate_accepts(no_gpu_facts, engine, concurrency, ours, theirs, why):
+    load = LoadConfig(concurrency=concurrency)
+    assert (lmd.validate(engine, load) == []) is ours
+    assert _lmdeploy_accepts(engine, load) is theirs
+    assert ours <= theirs  # never accept what LMDeploy rejects; stricter only for a stated reason
+    assert ours == theirs or why
+
+
+KNOBS = dict(
+    tp=2, cache_max_entry_count=0.5, session_len=4096, cache_block_seq_len=128, enable_prefix_caching=True,
+    model_format="awq", quant_policy=8, num_tokens_per_iter=2048, max_prefill_iters=4, communicator="cuda-ipc",
+    async_=0, device="ascend", eager_mode=True, enable_return_routed_experts=True,
+)
+
+
+@needs_lmdeploy
+def test_turbomind_config_is_what_profile_pipeline_api_builds():
+    from lmdeploy.messages import TurbomindEngineConfig
+
+    args = SimpleNamespace(**KNOBS, concurrency=64)
+    expected = TurbomindEngineConfig(  # profile_pipeline_api.py main(), backend turbomind
+        max_batch_size=args.concurrency, tp=args.tp, cache_max_entry_count=args.cache_max_entry_count,
+        session_len=args.session_len, cache_block_seq_len=args.cache_block_seq_len, model_format=args.model_format,
+        quant_policy=args.quant_policy, num_tokens_per_iter=args.num_tokens_per_iter,
+        max_prefill_iters=args.max_prefill_iters, enable_prefix_caching=args.enable_prefix_caching,
+        communicator=args.communicator, enable_metrics=False, async_=args.async_,
+    )
+    ours = lmd.build_engine_config(turbomind(**KNOBS), LoadConfig(concurrency=64))
+    assert type(ours) is TurbomindEngineConfig
+    for f in dataclasses.fields(expected):
+        assert getattr(ours, f.name) == getattr(expected, f.name), f.name
+
+
+@needs_lmdeploy
+def test_pytorch_config_is_what_profile_pipeline_api_builds_at_the_default_quant_policy():
+    from lmdeploy.messages import PytorchEngineConfig
+
+    args = SimpleNamespace(**{**KNOBS, "quant_policy": 0}, concurrency=64)
+    expected = PytorchEngineConfig(  # profile_pipeline_api.py main(), backend pytorch
+        cache_max_entry_count=args.cache_max_entry_count, session_len=args.session_len,
+        block_size=args.cache_block_seq_len, max_batch_size=args.concurrency, tp=args.tp, device_type=args.device,
+        thread_safe=False, eager_mode=args.eager_mode, enable_prefix_caching=args.enable_prefix_caching,
+        enable_return_routed_experts=args.enable_return_routed_experts,
+    )
+    ours = lmd.build_engine_config(pytorch(**{**KNOBS, "quant_policy": 0}), LoadConfig(concurrency=64))
+    assert type(ours) is PytorchEngineConfig
+    for f in dataclasses.fields(expected):
+        assert getattr(ours, f.name) == getattr(expected, f.name), f.name
+
+
+@needs_lmdeploy
+def test_pytorch_engine_also_gets_the_kv_cache_quant_policy():
+    assert lmd.build_engine_config(pytorch(quant_policy=8), LoadConfig()).quant_policy == 8
+
+
+@needs_lmdeploy
+def test_speculative_config_is_what_get_speculative_config_builds():
+    from lmdeploy.messages import SpeculativeConfig
+
+    engine = pytorch(speculative_algorithm="eagle3", speculative_draft_model="/draft", speculative_num_draft_tokens=3)
+    assert lmd.build_speculative_config(engine) == SpeculativeConfig(
+        method="eagle3", model="/draft", num_speculative_tokens=3
+    )
+    assert lmd.build_speculative_config(pytorch()) is None
+
+
+@needs_lmdeploy
+def test_generation_is_greedy_ignores_eos_and_asks_for_each_requests_output_length():
+    from lmdeploy.messages import GenerationConfig
+
+    requests = [SampledRequest("a", 4, 7), SampledRequest("b", 5, 9)]
+    settings = GenerationSettings(ignore_eos=False, do_sample=True, temperature=0.5, top_p=0.9, top_k=3)
+    configs = lmd.build_generation_configs(requests, settings, return_routed_experts=False)
+    assert configs == [
+        GenerationConfig(temperature=0.5, top_p=0.9, top_k=3, ignore_eos=True, do_sample=False,
+                         return_routed_experts=False, max_new_tokens=n)
+        for n in (7, 9)
+    ]
+
+
+@needs_lmdeploy
+def test_out_of_range_sampling_settings_are_a_config_error():
+    with pytest.raises(ConfigError, match="--top-p"):
+        lmd.build_generation_configs([SampledRequest("a", 4, 4)], GenerationSettings(top_p=1.5), False)
+
+
+def test_settings_key_changes_with_every_engine_input_but_not_with_other_backends_knobs():
+    base = lmd.settings_key(turbomind(), LoadConfig())
+    assert lmd.settings_key(turbomind(), LoadConfig()) == base
+    assert lmd.settings_key(turbomind(), LoadConfig(concurrency=8)) != base
+    assert lmd.settings_key(turbomind(), LoadConfig(load_pattern="concurrency")) != base
+    assert lmd.settings_key(turbomind(quant_policy=8), LoadConfig()) != base
+    assert lmd.settings_key(turbomind(speculative_num_draft_tokens=2), LoadConfig()) != base
+    assert lmd.settings_key(turbomind(log_level="ERROR"), LoadConfig()) != base
+    assert lmd.settings_key(turbomind(dtype="bfloat16", device="ascend"), LoadConfig()) == base
+    assert lmd.settings_key(turbomind(), LoadConfig(stream_output=True)) == base
+
+
+# ---- availability and the silent TurboMind fallback -------------------------------------------
+
+
+def test_without_a_gpu_the_backends_say_so():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    lmd.availability.cache_clear()
+    for backend in ("turbomind", "pytorch"):
+        message = lmd.availability(backend) or ""
+        assert "NVIDIA GPU" in message and backend in message
+
+
+def test_without_lmdeploy_the_message_points_to_the_gpu_requirements(monkeypatch):
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "lmdeploy" else real_find_spec(name, *a)
+    )
+    lmd.availability.cache_clear()
+    try:
+        assert "requirements-gpu.txt" in lmd.availability("turbomind")
+    finally:
+        lmd.availability.cache_clear()
+
+
+@needs_lmdeploy
+def test_fallback_reason_names_a_turbomind_library_that_cannot_load(tiny_model_path):
+    from lmdeploy import turbomind as tm
+
+    if tm.is_available():
+        pytest.skip("TurboMind loads on this machine")
+    reason = lmd.turbomind_fallback_reason(tiny_model_path, trust_remote_code=False)
+    assert reason.startswith("TurboMind's compiled library cannot be loaded")
+
+
+@needs_lmdeploy
+def test_a_pytorch_engine_behind_a_turbomind_request_is_recorded_as_a_fallback(tiny_model_path):
+    from lmdeploy.messages import PytorchEngineConfig, TurbomindEngineConfig
+
+    fell_back = SimpleNamespace(backend_config=PytorchEngineConfig(session_len=2048))
+    info = lmd.engine_info(turbomind(model="builtin:tiny-llama"), tiny_model_path, fell_back, "no TurboMind kernels")
+    assert info.backend == "pytorch (fell back from turbomind: no TurboMind kernels)"
+    assert any("instead of TurboMind" in note for note in info.notes)
+    assert "session_len 2048" in info.notes
+    assert set(info.versions) == {"lmdeploy", "torch", "transformers", "cuda"}
+
+    ran = SimpleNamespace(backend_config=TurbomindEngineConfig())
+    assert lmd.engine_info(turbomind(), tiny_model_path, ran, None).backend == "turbomind"
+
+
+# ---- events from the pipeline -------------------------------------------------------------------
+
+
+@dataclasses.dataclass(eq=False)
+class StandInSession:
+    """The fields of lmdeploy.serve.managers.Session that a request's life touches here."""
+
+    session_id: int
+    epoch: int | None = None
+    aborted: bool = False
+
+
+class StandInPipelineForNoGPU:
+    """Replaces only LMDeploy's CUDA engine: offers the Pipeline's sync API (stream_infer, the batch
+    call, sessions, AsyncEngine.stop_all_session on an event-loop thread) and yields real
+    lmdeploy.messages.Response objects, one token per chunk then a final chunk, as the pipeline does.
+    Requests run one after another; it measures nothing."""
+
+    def __init__(self, backend_config, token_delay_s: float = 0.0):
+        self.backend_config = backend_config
+        self.token_delay_s = token_delay_s
+        self.calls: list[dict] = []
+        self.batch_returned_at: float | None = None
+        self._ids = iter(range(10**9))
+        self._running: set = set()
+        loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(target=loop.run_forever, daemon=True)
+        self._loop_thread.start()
+        self.session_mgr = SimpleNamespace(loop=loop)
+        self.async_engine = SimpleNamespace(epoch=0, stop_all_session=self._stop_all_session)
+
+    async def _stop_all_session(self):
+        """As AsyncEngine: a new epoch (queued sessions stamped earlier are dropped) and running ones aborted."""
+        self.async_engine.epoch += 1
+        for session in list(self._running):
+            session.aborted = True
+
+    def session(self):
+        return StandInSession(next(self._ids))
+
+    def stream_infer(self, prompts, sessions=None, gen_config=None, do_preprocess=True):
+        self.calls.append(dict(prompts=prompts, gen_config=gen_config, do_preprocess=do_preprocess, stream=True))
+        for index, (session, config) in enumerate(zip(sessions, gen_config)):
+            yield from self._generate(index, session, config)
+
+    def __call__(self, prompts, gen_config=None, do_preprocess=True, sessions=None):
+        from lmdeploy.messages import Response
+
+        self.calls.append(dict(prompts=prompts, gen_config=gen_config, do_preprocess=do_preprocess, stream=False))
+        results = []
+        for index, (session, config) in enumerate(zip(sessions, gen_config)):
+            *_, last = self._generate(index, session, config)
+            results.append(Response(text="", generate_token_len=last.generate_token_len, input_token_len=4,
+                                    finish_reason=last.finish_reason, index=index, error_message=last.error_message))
+        self.batch_returned_at = time.perf_counter()
+        return results
+
+    def _generate(self, index, session, config):
+        from lmdeploy.messages import Response
+
+        if config.max_new_tokens < 1:  # what AsyncEngine.preprocess answers
+            yield Response(text="", generate_token_len=0, input_token_len=0, finish_reason="error", index=index,
+                           error_code="invalid_request",
+                           error_message=f"max_new_tokens must be at least 1, got {config.max_new_tokens}.")
+            return
+        if session.epoch is not None and session.epoch != self.async_engine.epoch:  # stale: dropped unstarted
+            yield Response(text="", generate_token_len=0, input_token_len=4, finish_reason="abort", index=index)
+            return
+        self._running.add(session)
+        try:
+            n = 0
+            while n < config.max_new_tokens and not session.aborted:
+                time.sleep(self.token_delay_s)
+                n += 1
+                yield Response(text="x", generate_token_len=n, input_token_len=4, token_ids=[n], index=index)
+            reason = "abort" if session.aborted else "length"
+            yield Response(text="", generate_token_len=n, input_token_len=4, finish_reason=reason, index=index)
+        finally:
+            self._running.discard(session)
+
+    def close(self):
+        self.session_mgr.loop.call_soon_threadsafe(self.session_mgr.loop.stop)
+        self._loop_thread.join(timeout=5)
+
+
+def _engine(load_pattern="batch", max_batch_size=4, token_delay_s=0.0):
+    from lmdeploy.messages import TurbomindEngineConfig
+
+    pipe = StandInPipelineForNoGPU(TurbomindEngineConfig(max_batch_size=max_batch_size), token_delay_s)
+    info = EngineInfo("turbomind", "m", "/m", "auto", "stand-in")
+    return lmd.LMDeployEngine(pipe, tokenizer=None, info=info, max_batch_size=max_batch_size,
+                              load_pattern=load_pattern), pipe
+
+
+def _run(engine, requests, stream_output, max_in_flight=4, cancel=None):
+    events = list(engine.stream(requests, GenerationSettings(), max_in_flight, stream_output, cancel or threading.Event()))
+    engine.close()
+    return events
+
+
+def _by_request(events):
+    grouped = {}
+    for event in events:
+        grouped.setdefault(event.index, []).append(event)
+    return grouped
+
+
+REQUESTS = [SampledRequest(f"prompt {i}", 4, 3 + i) for i in range(3)]
+
+
+@needs_lmdeploy
+def test_stream_output_ticks_cumulative_tokens_and_finishes_each_request_once():
+    engine, pipe = _engine()
+    events = _run(engine, REQUESTS, stream_output=True)
+    assert pipe.calls[0]["do_preprocess"] is False and pipe.calls[0]["stream"] is True
+    assert len(pipe.calls) == 1  # one call holding every prompt, as the script
+    admits = [e for e in events if e.kind == "admit"]
+    assert len({e.ts for e in admits}) == 1  # all submitted at once
+    for request, (index, evs) in zip(REQUESTS, sorted(_by_request(events).items())):
+        kinds = [e.kind for e in evs]
+        assert kinds[0] == "admit" and kinds[-1] == "finish" and kinds.count("finish") == 1
+        counts = [e.n_tokens for e in evs if e.kind == "tokens"]
+        assert counts == sorted(counts) and counts[-1] == request.output_len
+        assert evs[-1].finish_reason == "length"
+
+
+@needs_lmdeploy
+def test_without_stream_output_every_request_ticks_once_after_the_whole_batch_returned():
+    engine, pipe = _engine()
+    events = _run(engine, REQUESTS, stream_output=False)
+    assert pipe.calls == [dict(prompts=[r.prompt for r in REQUESTS], gen_config=pipe.calls[0]["gen_config"],
+                               do_preprocess=False, stream=False)]
+    for index, evs in _by_request(events).items():
+        assert [e.kind for e in evs] == ["admit", "tokens", "finish"]
+        assert evs[1].n_tokens == REQUESTS[index].output_len
+        assert evs[1].ts >= pipe.batch_returned_at
+
+
+@needs_lmdeploy
+def test_a_request_lmdeploy_rejects_finishes_with_error_and_its_message():
+    engine, _ = _engine()
+    events = _run(engine, [SampledRequest("p", 4, 0), SampledRequest("q", 4, 2)], stream_output=True)
+    finishes = {e.index: e for e in events if e.kind == "finish"}
+    assert finishes[0].finish_reason == "error"
+    assert finishes[0].message == "max_new_tokens must be at least 1, got 0."
+    assert finishes[1].finish_reason == "length"
+
+
+@needs_lmdeploy
+@pytest.mark.parametrize("stream_output", [True, False])
+def test_concurrency_workers_admit_a_request_only_when_a_slot_frees(stream_output):
+    engine, pipe = _engine(load_pattern="concurrency", token_delay_s=0.002)
+    requests = [SampledRequest(f"p{i}", 4, 5) for i in range(6)]
+    events = _run(engine, requests, stream_output, max_in_flight=2)
+    in_flight, peak = 0, 0
+    for event in events:
+        in_flight += {"admit": 1, "finish": -1}.get(event.kind, 0)
+        peak = max(peak, in_flight)
+    assert peak == 2
+    assert sorted(e.index for e in events if e.kind == "finish") == list(range(6))
+    assert all(len(call["prompts"]) == 1 and call["do_preprocess"] is False for call in pipe.calls)
+    first_finish = next(i for i, e in enumerate(events) if e.kind == "finish")
+    third_admit = [i for i, e in enumerate(events) if e.kind == "admit"][2]
+    assert third_admit > first_finish
+
+
+@needs_lmdeploy
+@pytest.mark.parametrize("load_pattern", ["batch", "concurrency"])
+def test_cancel_aborts_running_and_queued_requests_within_a_second(load_pattern):
+    engine, _ = _engine(load_pattern=load_pattern, token_delay_s=0.005)
+    requests = [SampledRequest(f"p{i}", 4, 10_000) for i in range(12)]
+    cancel = threading.Event()
+    events, cancelled_at = [], None
+    for event in engine.stream(requests, GenerationSettings(), 2, True, cancel):
+        events.append(event)
+        if event.kind == "tokens" and event.n_tokens == 3 and cancelled_at is None:
+            cancel.set()
+            cancelled_at = time.perf_counter()
+    assert time.perf_counter() - cancelled_at < 1.0
+    engine.close()
+    admitted = {e.index for e in events if e.kind == "admit"}
+    finishes = [e for e in events if e.kind == "finish"]
+    assert sorted(e.index for e in finishes) == sorted(admitted)
+    assert {e.finish_reason for e in finishes} == {"abort"}
+
+
+@needs_lmdeploy
+def test_more_in_flight_than_the_engine_was_built_for_is_refused():
+    engine, _ = _engine(max_batch_size=2)
+    with pytest.raises(ValueError):
+        engine.stream(REQUESTS, GenerationSettings(), 4, True, threading.Event())
+    engine.close()
