@@ -1,0 +1,120 @@
+"""The fallback path of the transformers engine: `model.generate`, one request at a time.
+
+Used where the continuous-batching API is missing (older or newer transformers) or when asked for.
+A streamer stamps each token with `perf_counter` as generate() produces it; a stopping criterion
+watches `cancel`, so a cancelled request stops after its current token.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator, Sequence
+
+from ..config import GenerationSettings
+from ..datasets import SampledRequest
+from ..models import last_line
+from .base import EngineEvent
+from .transformers_batching import POLL_S, sampling_kwargs
+
+
+class _TokenClock:
+    """A generate() streamer: the first `put` is the prompt, each later one a new token, stamped on arrival."""
+
+    def __init__(self, ticks: queue.Queue) -> None:
+        self._ticks = ticks
+        self._prompt_seen = False
+
+    def put(self, value) -> None:
+        if self._prompt_seen:
+            self._ticks.put(("token", time.perf_counter(), int(value.reshape(-1)[-1])))
+        self._prompt_seen = True
+
+    def end(self) -> None:
+        pass
+
+
+def generate_one_by_one(
+    model,
+    tokenizer,
+    eos_ids: set[int],
+    requests: Sequence[SampledRequest],
+    prompts: Sequence[list[int]],
+    generation: GenerationSettings,
+    stream_output: bool,
+    cancel: threading.Event,
+) -> Iterator[EngineEvent]:
+    for index, (request, ids) in enumerate(zip(requests, prompts)):
+        if cancel.is_set():
+            return
+        yield EngineEvent(index, "admit", time.perf_counter())
+        if not ids:
+            yield EngineEvent(index, "finish", time.perf_counter(), 0, "error", "The prompt encodes to no tokens.")
+            continue
+        config = _generate_config(tokenizer, eos_ids, generation, request.output_len)
+        yield from _generate_one(model, index, ids, config, request.output_len, stream_output, cancel)
+
+
+def _generate_one(model, index, ids, config, output_len, stream_output, cancel) -> Iterator[EngineEvent]:
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class StopOnCancel(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            return torch.full((input_ids.shape[0],), cancel.is_set(), dtype=torch.bool, device=input_ids.device)
+
+    ticks: queue.Queue = queue.Queue()
+
+    def work() -> None:
+        try:
+            with torch.inference_mode():
+                model.generate(
+                    torch.tensor([ids], device=model.device),
+                    attention_mask=torch.ones((1, len(ids)), dtype=torch.long, device=model.device),
+                    generation_config=config,
+                    streamer=_TokenClock(ticks),
+                    stopping_criteria=StoppingCriteriaList([StopOnCancel()]),
+                )
+            ticks.put(("done", time.perf_counter(), None))
+        except Exception as exc:  # this request's error, never raised into the runner
+            ticks.put(("error", time.perf_counter(), last_line(exc)))
+
+    threading.Thread(target=work, name=f"generate-request-{index}", daemon=True).start()
+    n_tokens, last_ts = 0, 0.0
+    while True:
+        try:
+            kind, ts, payload = ticks.get(timeout=POLL_S)
+        except queue.Empty:
+            if cancel.is_set():
+                yield EngineEvent(index, "finish", time.perf_counter(), n_tokens, "abort")
+                return
+            continue
+        if kind == "token":
+            n_tokens, last_ts = n_tokens + 1, ts
+            if stream_output:
+                yield EngineEvent(index, "tokens", ts, n_tokens)
+        elif kind == "error":
+            yield EngineEvent(index, "finish", ts, n_tokens, "error", payload)
+            return
+        elif cancel.is_set() and n_tokens < output_len:
+            yield EngineEvent(index, "finish", ts, n_tokens, "abort")
+            return
+        else:
+            if not stream_output and n_tokens:
+                yield EngineEvent(index, "tokens", last_ts, n_tokens)
+            yield EngineEvent(index, "finish", ts, n_tokens, "length" if n_tokens >= output_len else "stop")
+            return
+
+
+def _generate_config(tokenizer, eos_ids: set[int], generation: GenerationSettings, output_len: int):
+    from transformers import GenerationConfig
+
+    return GenerationConfig(
+        max_new_tokens=output_len,
+        # generate() has no "ignore EOS": suppressing EOS until the requested length is how it gets there.
+        min_new_tokens=output_len if generation.ignore_eos else None,
+        eos_token_id=sorted(eos_ids) or None,
+        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos_ids, default=0),
+        **sampling_kwargs(generation),
+    )

