@@ -231,7 +231,7 @@ ENGINE_KNOBS: tuple[Knob, ...] = (
          choices=(None, "eagle", "eagle3", "deepseek_mtp", "hy3_mtp", "qwen3_5_mtp")),
     Knob("speculative_draft_model", SPECULATIVE, LMD, "Path of the draft model."),
     Knob("speculative_num_draft_tokens", SPECULATIVE, LMD, "Tokens the draft model proposes per step.", constraint=">= 1"),
-    Knob("dtype", TRANSFORMERS, ("transformers",), "Weights dtype; auto: float32 on CPU, the model's own on GPU.",
+    Knob("dtype", TRANSFORMERS, ("transformers",), "Weights dtype; auto: bfloat16 on CPUs with native bf16, else float32; the checkpoint's own on GPU.",
          choices=("auto", "float32", "bfloat16", "float16")),
     Knob("torch_device", TRANSFORMERS, ("transformers",), "Where the model runs; auto: CUDA when present, else CPU.",
          choices=("auto", "cpu", "cuda")),
@@ -239,6 +239,22 @@ ENGINE_KNOBS: tuple[Knob, ...] = (
          constraint="> 0 when set"),
     Knob("max_batch_tokens", TRANSFORMERS, ("transformers",), "Tokens per continuous-batching step.", constraint="> 0"),
 )
+
+
+QUANT_POLICIES = {"none": 0, "int4": 4, "int8": 8, "fp8": 16, "fp8_e4m3": 16, "fp8_e5m2": 17, "turbo_quant": 42}
+
+
+def parse_quant_policy(text: str | int) -> int:
+    """LMDeploy's --quant-policy spelling: a policy name (any case) or its number."""
+    value = QUANT_POLICIES.get(str(text).strip().lower(), text)
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = None
+    if number not in set(QUANT_POLICIES.values()):
+        names = "/".join(QUANT_POLICIES)
+        raise ValueError(f"invalid quant_policy {text!r}: use {names} or 0/4/8/16/17/42")
+    return number
 
 
 def knobs_for(backend: str) -> tuple[Knob, ...]:
@@ -288,10 +304,28 @@ def validate_run_config(config: RunConfig) -> list[str]:
 
 def check_run_config(config: RunConfig) -> None:
     """Raise one ConfigError carrying every problem, generic and backend-specific."""
-    from .engines import validate_engine_config
+    from .engines import availability, validate_engine_config
 
     problems = validate_run_config(config)
     if not problems:
         problems = validate_engine_config(config.engine, config.load)
+    if not problems:
+        reason = availability(config.engine.backend)
+        problems = [reason] if reason else []
     if problems:
         raise ConfigError(" ".join(problems))
+
+
+def lmdeploy_hyperparams(config: RunConfig) -> list[tuple[str, Any]]:
+    """The hyperparameter columns profile_pipeline_api.py writes before the Profiler's, in its order."""
+    data = config.dataset
+    return [
+        ("backend", config.engine.backend),
+        ("bs", config.load.concurrency),
+        ("dataset_name", data.dataset_name),
+        ("sharegpt_output_len", data.sharegpt_output_len),
+        ("random_input_len", data.random_input_len),
+        ("random_output_len", data.random_output_len),
+        ("random_range_ratio", data.random_range_ratio),
+        ("num_prompts", data.num_prompts),
+    ]

@@ -1,0 +1,251 @@
+"""The headless CLI: `python -m bench_core pipeline DATASET MODEL [flags]` and helpers.
+
+`pipeline` accepts profile_pipeline_api.py's flags with the same names and defaults, runs the
+benchmark through the same runner the dashboard uses, prints LMDeploy's summary table (our extra
+rows below it), appends LMDeploy's CSV row to --csv and records the run in the history.
+Bad input is one line on stderr and exit code 2, with nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import typing
+
+from . import __version__
+from .config import (
+    BACKENDS,
+    DATASET_NAMES,
+    ENGINE_KNOBS,
+    LOAD_PATTERNS,
+    SLO,
+    DatasetConfig,
+    EngineConfig,
+    GenerationSettings,
+    LoadConfig,
+    RunConfig,
+    parse_quant_policy,
+)
+from .errors import BenchError
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+LOG_LEVELS = ("CRITICAL", "FATAL", "ERROR", "WARN", "WARNING", "INFO", "DEBUG", "NOTSET")
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Shows each flag's default, as LMDeploy's scripts do."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Reports a usage mistake as one line on stderr and exit code 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _optional(kind):
+    """Parse an optional value: an empty string means 'not set', like a missing flag."""
+
+    def parse(text: str):
+        return None if text.strip() == "" else kind(text)
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _percentiles(text: str) -> tuple[float, ...]:
+    values = tuple(float(p) for p in text.split(",") if p.strip())
+    if not values:
+        raise ValueError(text)
+    return values
+
+
+_percentiles.__name__ = "comma-separated numbers"
+_ENGINE_TYPES = typing.get_type_hints(EngineConfig)
+
+
+def _add_knob(group, knob) -> None:
+    hint = _ENGINE_TYPES[knob.name]
+    kwargs: dict = {"dest": knob.name, "default": knob.default, "help": knob.help}
+    if knob.constraint:
+        kwargs["help"] += f" ({knob.constraint})"
+    if hint is bool:
+        kwargs["action"] = "store_true"
+    elif knob.name == "quant_policy":
+        kwargs["type"] = parse_quant_policy
+    else:
+        base = next(t for t in typing.get_args(hint) or (hint,) if t is not type(None))
+        kwargs["type"] = _optional(base) if knob.default is None else base
+        if knob.choices is not None:
+            kwargs["choices"] = [c for c in knob.choices if c is not None]
+    group.add_argument(knob.flag, **kwargs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m bench_core", description="LLM Bench Studio, headless.")
+    parser.add_argument("--version", action="version", version=f"LLM Bench Studio {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    pipe = commands.add_parser(
+        "pipeline",
+        formatter_class=_HelpFormatter,
+        help="benchmark a model in process, as LMDeploy's profile_pipeline_api.py does",
+        description=(
+            "Benchmark a model in process with the semantics of LMDeploy's profile_pipeline_api.py.\n"
+            "DATASET is a ShareGPT JSON/JSONL file, builtin:sharegpt or builtin:sample. MODEL is a local\n"
+            "folder, a hub id, or a built-in model (builtin:smollm2-135m, builtin:tiny-llama).\n"
+            "On a machine without an NVIDIA GPU, use --backend transformers.\n\n"
+            "example: python -m bench_core pipeline builtin:sharegpt builtin:smollm2-135m "
+            "--backend transformers -n 32 -c 8 --stream-output"
+        ),
+    )
+    pipe.add_argument("dataset", help="ShareGPT dataset: a JSON or JSONL path, builtin:sharegpt or builtin:sample")
+    pipe.add_argument("model_path", help="a local folder, a hub id, or builtin:smollm2-135m / builtin:tiny-llama")
+    pipe.add_argument("-c", "--concurrency", type=int, default=256,
+                      help="requests in flight at once; LMDeploy's engines also take it as max_batch_size")
+    pipe.add_argument("-n", "--num-prompts", type=int, default=5000, help="number of prompts to process")
+    pipe.add_argument("--csv", default="./profile_pipeline_api.csv",
+                      help="LMDeploy-format CSV to append the result to; an empty string disables it")
+    pipe.add_argument("--seed", type=int, default=0, help="seed used in sampling prompts from the dataset")
+    pipe.add_argument("--stream-output", action="store_true",
+                      help="stream tokens (needed for TTFT, ITL and tokens-per-tick statistics)")
+    pipe.add_argument("--dataset-name", default="sharegpt", choices=DATASET_NAMES,
+                      help="sharegpt: real conversations; random: lengths drawn at random, text from the dataset")
+    pipe.add_argument("--sharegpt-output-len", type=int, default=None,
+                      help="fixed output length for every request, instead of the dataset's")
+    pipe.add_argument("--random-input-len", type=int, default=None, help="input tokens per request (random dataset)")
+    pipe.add_argument("--random-output-len", type=int, default=None, help="output tokens per request (random dataset)")
+    pipe.add_argument("--random-range-ratio", type=float, default=0.0,
+                      help="lengths are drawn from [len*ratio, len]; 1.0 gives fixed lengths (random dataset)")
+    pipe.add_argument("--top-p", type=float, default=0.8, help="top-p sampling (LMDeploy's engines decode greedily)")
+    pipe.add_argument("--top-k", type=int, default=1, help="top-k sampling (LMDeploy's engines decode greedily)")
+    pipe.add_argument("-temp", "--temperature", type=float, default=0.8,
+                      help="sampling temperature (LMDeploy's engines decode greedily)")
+    pipe.add_argument("--log-level", default="WARNING", choices=LOG_LEVELS, help="LMDeploy's log level")
+    pipe.add_argument("--backend", default="turbomind", choices=BACKENDS,
+                      help="turbomind or pytorch (LMDeploy, NVIDIA GPU), or transformers (embedded, CPU or GPU)")
+    pipe.add_argument("--trust-remote-code", action="store_true", help="trust remote code when loading hf models")
+
+    ours = pipe.add_argument_group("LLM Bench Studio")
+    ours.add_argument("--load", dest="load_pattern", default="batch", choices=LOAD_PATTERNS,
+                      help="batch: every request starts at t0 and waits for a slot (LMDeploy's pipeline); "
+                           "concurrency: a request starts when a worker picks it up (profile_throughput.py)")
+    ours.add_argument("--label", default="", help="a label for this run in the history")
+    ours.add_argument("--results", default=os.environ.get("BENCH_STUDIO_RESULTS", "results"),
+                      help="folder of the run history (history.csv and runs/); env BENCH_STUDIO_RESULTS")
+    ours.add_argument("--percentiles", type=_percentiles, default=(50, 75, 95, 99),
+                      help="latency percentiles to report, comma-separated")
+    for metric in ("ttft", "tpot", "e2e"):
+        ours.add_argument(f"--slo-{metric}-ms", type=float, default=None,
+                          help=f"goodput threshold on {metric.upper()} in ms; a request is good when it meets all set")
+
+    groups = {}
+    for knob in ENGINE_KNOBS:
+        if knob.group not in groups:
+            groups[knob.group] = pipe.add_argument_group(f"{knob.group} arguments")
+        _add_knob(groups[knob.group], knob)
+
+    model_path = commands.add_parser("model-path", help="print the local folder of a built-in model, building it if needed")
+    model_path.add_argument("name", help="builtin:smollm2-135m or builtin:tiny-llama")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    engine = EngineConfig(
+        backend=args.backend,
+        model=args.model_path,
+        **{k.name: getattr(args, k.name) for k in ENGINE_KNOBS},
+        trust_remote_code=args.trust_remote_code,
+        log_level=args.log_level,
+    )
+    dataset = DatasetConfig(
+        dataset=args.dataset,
+        dataset_name=args.dataset_name,
+        num_prompts=args.num_prompts,
+        seed=args.seed,
+        sharegpt_output_len=args.sharegpt_output_len,
+        random_input_len=args.random_input_len,
+        random_output_len=args.random_output_len,
+        random_range_ratio=args.random_range_ratio,
+    )
+    load = LoadConfig(load_pattern=args.load_pattern, concurrency=args.concurrency, stream_output=args.stream_output)
+    generation = GenerationSettings(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k)
+
+    def seconds(ms):
+        return None if ms is None else ms / 1000.0
+
+    slo = SLO(ttft=seconds(args.slo_ttft_ms), tpot=seconds(args.slo_tpot_ms), e2e=seconds(args.slo_e2e_ms))
+    return RunConfig(engine=engine, dataset=dataset, load=load, generation=generation, slo=slo,
+                     label=args.label, percentiles=tuple(args.percentiles))
+
+
+def _progress_line(run) -> str:
+    snap = run.snapshot()
+    if run.state != "running" or snap is None:
+        return f"{run.state}..."
+    return (f"running: {snap.completed + snap.failed}/{snap.total} requests done, "
+            f"{snap.in_flight} in flight, {snap.output_tokens:,} tokens")
+
+
+def _wait_with_progress(run) -> bool:
+    """Wait for the run, redrawing one progress line on a terminal; False if interrupted."""
+    show = sys.stderr.isatty()
+    try:
+        while not run.wait(0.5):
+            if show:
+                print(f"\r{_progress_line(run):<100}", end="", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        run.cancel()
+        run.wait()
+        return False
+    finally:
+        if show:
+            print("\r" + " " * 100 + "\r", end="", file=sys.stderr, flush=True)
+    return True
+
+
+def run_pipeline(args: argparse.Namespace) -> int:
+    from .history import History
+    from .config import lmdeploy_hyperparams
+    from .runner import CANCELLED, FAILED, FINISHED, Runner
+
+    config = config_from_args(args)
+    runner = Runner(History(args.results))
+    run = runner.submit(config)  # raises ConfigError before anything is written
+    completed = _wait_with_progress(run)
+    for warning in run.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if run.state == FAILED and run.profiler is None:
+        print(f"error: {run.message}", file=sys.stderr)
+        return EXIT_BAD_INPUT if run.user_error else EXIT_FAILED
+    run.profiler.summarize(
+        "Profile Pipeline API",
+        [("Concurrency", config.load.concurrency), ("Stream output", config.load.stream_output)],
+    )
+    if run.state == FINISHED and args.csv:
+        run.profiler.save_csv(args.csv, lmdeploy_hyperparams(config))
+    saved = "" if runner.history is None else f" in {runner.history.csv_path}"
+    print(f"run {run.run_id}: {run.state}{saved}", file=sys.stderr)
+    runner.shutdown()
+    if not completed or run.state == CANCELLED:
+        return EXIT_INTERRUPTED
+    if run.state == FAILED:
+        print(f"error: {run.message}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "model-path":
+            from .models import resolve_model
+
+            print(resolve_model(args.name))
+            return EXIT_OK
+        return run_pipeline(args)
+    except BenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
