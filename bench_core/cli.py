@@ -62,6 +62,13 @@ def _percentiles(text: str) -> tuple[float, ...]:
 
 
 _percentiles.__name__ = "comma-separated numbers"
+
+
+def _quant_policy(text: str) -> int:
+    try:
+        return parse_quant_policy(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 _ENGINE_TYPES = typing.get_type_hints(EngineConfig)
 
 
@@ -73,7 +80,7 @@ def _add_knob(group, knob) -> None:
     if hint is bool:
         kwargs["action"] = "store_true"
     elif knob.name == "quant_policy":
-        kwargs["type"] = parse_quant_policy
+        kwargs["type"] = _quant_policy
     else:
         base = next(t for t in typing.get_args(hint) or (hint,) if t is not type(None))
         kwargs["type"] = _optional(base) if knob.default is None else base
@@ -236,7 +243,15 @@ def run_pipeline(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _quiet_libraries() -> None:
+    """Keep the terminal for our table: no weight-loading bars or tokenizer length warnings."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
 def main(argv: list[str] | None = None) -> int:
+    _quiet_libraries()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -1,0 +1,146 @@
+"""The headless CLI, end to end on the real tiny model: table, LMDeploy CSV, history; and bad input."""
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench_core.cli import main
+from bench_core.config import DatasetConfig
+from bench_core.datasets import sample_requests
+from bench_core.history import History
+from bench_core.history_import import SAVE_CSV_COLUMNS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "bench_core", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    return rows[0], [dict(zip(rows[0], r)) for r in rows[1:]]
+
+
+@pytest.fixture(scope="module")
+def streamed_run(tmp_path_factory, tiny_model_path):
+    """One real streamed benchmark through the CLI, shared by the assertions below."""
+    work = tmp_path_factory.mktemp("cli")
+    proc = run_cli("pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers",
+                   "-n", "12", "-c", "4", "--seed", "3", "--stream-output", "--label", "cli-test",
+                   "--results", "results", cwd=work)
+    return work, proc
+
+
+def test_streamed_run_prints_lmdeploys_table_with_our_rows_below(streamed_run):
+    _, proc = streamed_run
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "Profile Pipeline API" in out
+    for row in ("Successful requests", "End-to-end Latency", "Time to First Token (TTFT)",
+                "Time per Output Token (TPOT)", "Inter-token Latency (ITL)", "Tokens per Tick"):
+        assert row in out
+    assert out.index("Tokens per Tick") < out.index("Failed requests")
+    assert "mean       P50       P75       P95       P99" in out
+
+
+def test_streamed_run_writes_lmdeploy_csv_with_exact_token_counts(streamed_run, tiny_tokenizer):
+    work, proc = streamed_run
+    assert proc.returncode == 0, proc.stderr
+    header, rows = read_csv(work / "profile_pipeline_api.csv")
+    assert header == list(SAVE_CSV_COLUMNS)
+    (row,) = rows
+    expected = sample_requests(DatasetConfig(dataset="builtin:sample", num_prompts=12, seed=3), tiny_tokenizer)
+    assert row["backend"] == "transformers" and row["bs"] == "4" and row["num_prompts"] == "12"
+    assert row["completed"] == "12"
+    assert int(row["total_input_tokens"]) == expected.total_input_tokens
+    assert int(row["total_output_tokens"]) == expected.total_output_tokens
+    assert float(row["mean_ttft_ms"]) > 0 and float(row["mean_itl_ms"]) > 0
+
+
+def test_streamed_run_lands_in_the_history_with_per_request_ticks(streamed_run):
+    work, proc = streamed_run
+    assert proc.returncode == 0, proc.stderr
+    history = History(work / "results")
+    runs = history.load()
+    assert list(runs["status"]) == ["finished"] and list(runs["label"]) == ["cli-test"]
+    run_id = runs["run_id"].iloc[0]
+    assert run_id in proc.stderr
+    requests = history.requests(run_id)
+    assert len(requests) == 12
+    assert (requests["status"] == "success").all()
+    assert (requests["output_len"] == requests["req_output_len"]).all()
+    # one tick at t0 and one per streamed token
+    assert (requests["n_ticks"] == requests["output_len"] + 1).all()
+    assert history.config(run_id).load.concurrency == 4
+
+
+def test_second_run_appends_a_row_under_the_same_header(tmp_path, tiny_model_path):
+    args = ("pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "4", "-c", "2",
+            "--dataset-name", "random", "--random-input-len", "16", "--random-output-len", "8",
+            "--random-range-ratio", "1", "--load", "concurrency",
+            "--csv", str(tmp_path / "out.csv"), "--results", str(tmp_path / "res"))
+    assert main(list(args)) == 0
+    assert main(list(args)) == 0
+    header, rows = read_csv(tmp_path / "out.csv")
+    assert header == list(SAVE_CSV_COLUMNS) and len(rows) == 2
+    assert all(r["total_output_tokens"] == "32" and r["mean_ttft_ms"] == "-" for r in rows)
+    runs = History(tmp_path / "res").load()
+    assert len(runs) == 2 and set(runs["load_pattern"]) == {"concurrency"}
+
+
+def test_model_path_prints_the_built_in_models_folder(capsys, tiny_model_path):
+    assert main(["model-path", "builtin:tiny-llama"]) == 0
+    folder = Path(capsys.readouterr().out.strip())
+    assert folder == Path(tiny_model_path) and (folder / "config.json").is_file()
+
+
+def test_help_documents_every_engine_knob(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["pipeline", "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    for flag in ("--concurrency", "--num-prompts", "--stream-output", "--cache-max-entry-count", "--quant-policy",
+                 "--cache-block-seq-len", "--speculative-algorithm", "--load", "--slo-ttft-ms", "--max-batch-tokens"):
+        assert flag in text
+
+
+@pytest.mark.parametrize("args, message", [
+    (["builtin:nope", "builtin:tiny-llama", "--backend", "transformers"], "Unknown built-in dataset"),
+    (["/no/such/file.json", "builtin:tiny-llama", "--backend", "transformers"], "does not exist"),
+    (["builtin:sample", "/no/such/model", "--backend", "transformers"], "No model folder"),
+    (["builtin:sample", "builtin:tiny-llama"], "NVIDIA GPU"),
+    (["builtin:sample", "builtin:tiny-llama", "--backend", "pytorch", "--cache-max-entry-count", "1.5"],
+     "--cache-max-entry-count"),
+    (["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-c", "0"], "Concurrency"),
+    (["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--dataset-name", "random"],
+     "--random-input-len"),
+    (["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--sharegpt-output-len", "2"],
+     "at least 4"),
+    (["builtin:sample", "builtin:tiny-llama", "--quant-policy", "int3"], "invalid quant_policy"),
+    (["builtin:sample", "builtin:tiny-llama", "--bogus"], "unrecognized arguments"),
+])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, tiny_model_path, args, message):
+    csv_path, results = tmp_path / "out.csv", tmp_path / "results"
+    try:
+        code = main(["pipeline", *args, "--csv", str(csv_path), "--results", str(results)])
+    except SystemExit as exc:  # argparse's own errors
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not csv_path.exists() and not results.exists()
+
+
+def test_history_csv_reads_back_with_pandas(streamed_run):
+    work, _ = streamed_run
+    frame = pd.read_csv(work / "results" / "history.csv")
+    assert list(frame.columns[: len(SAVE_CSV_COLUMNS)]) == list(SAVE_CSV_COLUMNS)

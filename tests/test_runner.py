@@ -1,0 +1,122 @@
+"""Background runs on the real tiny model: states, queue, cancel, engine reuse and failures."""
+
+import time
+
+import pytest
+
+from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
+from bench_core.engines.transformers_engine import TransformersEngine
+from bench_core.errors import ConfigError
+from bench_core.history import History
+from bench_core.runner import Runner
+
+
+def tiny_config(num_prompts=8, output_len=16, concurrency=4, stream=True, **engine) -> RunConfig:
+    return RunConfig(
+        engine=EngineConfig(backend="transformers", model="builtin:tiny-llama", **engine),
+        dataset=DatasetConfig(dataset="builtin:sample", dataset_name="random", num_prompts=num_prompts,
+                              random_input_len=16, random_output_len=output_len, random_range_ratio=1.0),
+        load=LoadConfig(concurrency=concurrency, stream_output=stream),
+    )
+
+
+@pytest.fixture
+def runner(tmp_path, tiny_model_path):
+    runner = Runner(History(tmp_path / "results"))
+    yield runner
+    runner.shutdown()
+
+
+def test_a_run_goes_through_its_states_and_is_recorded(runner):
+    run = runner.submit(tiny_config())
+    seen = set()
+    while not run.wait(0.005):
+        seen.add(run.state)
+    assert run.state == "finished", run.message
+    assert "running" in seen
+    rows = runner.history.load()
+    assert list(rows["run_id"]) == [run.run_id] and list(rows["status"]) == ["finished"]
+    assert run.record.metrics["completed"] == 8
+    assert run.record.lmdeploy_columns["total_output_tokens"] == 8 * 16
+
+
+def test_second_run_waits_in_the_queue_and_says_how_many_are_ahead(runner):
+    first = runner.submit(tiny_config(num_prompts=32, output_len=64))
+    second = runner.submit(tiny_config())
+    assert second.state == "queued" and runner.queue_position(second) == 1
+    assert first.wait(120) and second.wait(120)
+    assert (first.state, second.state) == ("finished", "finished")
+    assert runner.queue_position(second) == 0
+
+
+def test_cancel_stops_within_a_second_and_keeps_what_was_measured(runner):
+    run = runner.submit(tiny_config(num_prompts=200, output_len=256, concurrency=4))
+    deadline = time.monotonic() + 60
+    while (run.snapshot() is None or run.snapshot().completed < 2) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    run.cancel()
+    cancelled_at = time.monotonic()
+    assert run.wait(5)
+    assert time.monotonic() - cancelled_at < 1.5
+    assert run.state == "cancelled"
+    table = run.profiler.request_table()
+    assert (table["status"] == "success").sum() >= 2
+    assert (table["status"] == "unfinished").sum() > 0
+    assert set(table.loc[table["status"] == "unfinished", "reason"]) == {"cancelled"}
+    assert list(runner.history.load()["status"]) == ["cancelled"]
+
+
+def test_engine_is_reused_while_its_settings_are_unchanged(runner):
+    first = runner.submit(tiny_config(concurrency=2))
+    second = runner.submit(tiny_config(concurrency=6, output_len=8))
+    third = runner.submit(tiny_config(dtype="float32"))
+    for run in (first, second, third):
+        assert run.wait(120) and run.state == "finished", run.message
+    assert second.engine_info is first.engine_info
+    assert third.engine_info is not first.engine_info
+
+
+def test_an_engine_exception_fails_the_run_with_its_message_and_the_next_run_works(runner, monkeypatch):
+    real_stream = TransformersEngine.stream
+
+    def stream_then_break(self, *args, **kwargs):
+        for count, event in enumerate(real_stream(self, *args, **kwargs)):
+            if count == 20:
+                raise RuntimeError("kernel exploded")  # injected fault inside a real engine's stream
+            yield event
+
+    monkeypatch.setattr(TransformersEngine, "stream", stream_then_break)
+    broken = runner.submit(tiny_config())
+    assert broken.wait(120)
+    assert broken.state == "failed" and "kernel exploded" in broken.message
+    assert list(runner.history.load()["status"]) == ["failed"]
+
+    monkeypatch.setattr(TransformersEngine, "stream", real_stream)
+    healthy = runner.submit(tiny_config())
+    assert healthy.wait(120) and healthy.state == "finished"
+
+
+def test_a_model_that_cannot_load_fails_with_one_sentence_and_records_nothing(runner, tmp_path):
+    run = runner.submit(RunConfig(engine=EngineConfig(backend="transformers", model=str(tmp_path / "missing")),
+                                  dataset=DatasetConfig(dataset="builtin:sample", num_prompts=2)))
+    assert run.wait(60)
+    assert run.state == "failed" and run.user_error
+    assert "No model folder" in run.message and "\n" not in run.message
+    assert runner.history.load().empty
+
+
+def test_impossible_settings_are_refused_before_anything_is_queued(runner):
+    config = tiny_config()
+    config.load.concurrency = 0
+    with pytest.raises(ConfigError, match="Concurrency"):
+        runner.submit(config)
+    assert runner.runs() == []
+
+
+def test_a_run_cancelled_while_queued_never_starts(runner):
+    first = runner.submit(tiny_config(num_prompts=16, output_len=32))
+    queued = runner.submit(tiny_config())
+    queued.cancel()
+    assert first.wait(120) and queued.wait(10)
+    assert queued.state == "cancelled" and queued.profiler is None
+    assert list(runner.history.load()["run_id"]) == [first.run_id]
