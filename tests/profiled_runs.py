@@ -1,0 +1,58 @@
+"""Real profilers fed with ticks at explicit timestamps, and histories of them, for chart and table tests."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from bench_core.config import EngineConfig, LoadConfig, RunConfig, SLO, lmdeploy_hyperparams
+from bench_core.history import History, RunRecord
+from bench_core.profiler import Profiler, Session
+
+OUTPUT_LEN = 4
+INCOMPLETE_TTFT_FACTOR = 10  # times the largest successful TTFT: leaking it into a chart would show
+
+
+def profiled_run(ttfts_s: list[float], itl_s: float = 0.01, stream: bool = True,
+                 percentiles=(50, 75, 95, 99), slo: SLO | None = None) -> Profiler:
+    """A finished batch run: one successful request per TTFT (then OUTPUT_LEN - 1 gaps of `itl_s`,
+    one token each), plus one incomplete, one failed and one unfinished request. The incomplete one
+    comes last, so the run's duration grows with its TTFTs."""
+    prof = Profiler(stream, list(percentiles), slo=slo)
+    prof.start(0.0)
+    end = 0.0
+    for ttft in ttfts_s:
+        sess = prof.new_session(10, OUTPUT_LEN)
+        sess.tick(0, timestamp=0.0)
+        times = [ttft + k * itl_s for k in range(OUTPUT_LEN)]
+        for n, t in enumerate(times, start=1):
+            sess.tick(n, timestamp=t)
+        sess.finish(Session.SUCCESS, timestamp=times[-1])
+        end = max(end, times[-1])
+    late = INCOMPLETE_TTFT_FACTOR * max(ttfts_s)
+    incomplete = prof.new_session(20, OUTPUT_LEN)
+    incomplete.tick(0, timestamp=0.0)
+    incomplete.tick(1, timestamp=late)
+    incomplete.finish(Session.SUCCESS, reason="stop", timestamp=late)
+    failed = prof.new_session(30, OUTPUT_LEN)
+    failed.tick(0, timestamp=0.0)
+    failed.finish(Session.FAIL, reason="error: out of memory", timestamp=0.5)
+    unfinished = prof.new_session(40, OUTPUT_LEN)
+    unfinished.tick(0, timestamp=0.0)
+    unfinished.tick(1, timestamp=0.2)
+    prof.finish(max(end, late) + 0.5)
+    return prof
+
+
+def recorded_history(root, runs: list[tuple[str, str, int, Profiler]]) -> tuple[History, pd.DataFrame]:
+    """Record (run_id, backend, concurrency, profiler) runs into a real History; return it and its rows."""
+    history = History(root)
+    for run_id, backend, concurrency, prof in runs:
+        config = RunConfig(engine=EngineConfig(backend=backend),
+                           load=LoadConfig(concurrency=concurrency, stream_output=prof.stream_output),
+                           label=f"{backend} x{concurrency}", percentiles=tuple(prof.percentages))
+        history.record(RunRecord(
+            run_id=run_id, started_at="2026-01-01T00:00:00+00:00", status="finished", config=config,
+            lmdeploy_columns=prof.lmdeploy_csv_row(lmdeploy_hyperparams(config)),
+            metrics=prof.summary(), requests=prof.request_table(),
+        ))
+    return history, history.load()

@@ -1,0 +1,194 @@
+"""Plotly figures: trace types, axis titles with units, values in ms, bounded payloads, empty inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bench_core import charts
+from profiled_runs import INCOMPLETE_TTFT_FACTOR, OUTPUT_LEN, profiled_run, recorded_history
+
+TTFTS = [0.05, 0.1, 0.2, 0.4, 0.8]
+
+
+def _xy(trace) -> tuple[np.ndarray, np.ndarray]:
+    """A trace's data as numbers (plotly keeps what it was given; the JSON would be base64)."""
+    return np.asarray(trace.x, dtype=np.float64), np.asarray(trace.y, dtype=np.float64)
+
+
+def _axis_titles(fig) -> tuple[str, str]:
+    return fig.layout.xaxis.title.text, fig.layout.yaxis.title.text
+
+
+def _says_no_data(fig) -> bool:
+    return not fig.data and [a.text for a in fig.layout.annotations] == [charts.NO_DATA]
+
+
+def test_latency_histogram_counts_every_request_in_ms():
+    table = profiled_run(TTFTS).request_table()
+    ttft_s = table.loc[table["status"] == "success", "ttft_s"].to_numpy()
+    fig = charts.latency_histogram(ttft_s, "ttft")
+    (trace,) = fig.data
+    centres, counts = _xy(trace)
+    assert trace.type == "histogram" and trace.histfunc == "sum"
+    assert counts.sum() == len(TTFTS)
+    assert 50.0 <= centres.min() and centres.max() <= 800.0  # bin centres lie within the values, in ms
+    assert (trace.xbins.start, trace.xbins.end) == pytest.approx((50.0, 800.0))
+    assert _axis_titles(fig) == ("Time to first token (ms)", "Count (requests)")
+    edges = np.asarray(trace.customdata, dtype=np.float64)  # each bar hovers its range and its count
+    assert (edges[0, 0], edges[-1, 1]) == pytest.approx((50.0, 800.0))
+    assert "customdata[1]" in trace.hovertemplate and "ms" in trace.hovertemplate
+    assert fig.layout.title.text == "Time to first token"
+
+
+def test_successful_values_leave_out_other_requests_and_pool_itl():
+    table = profiled_run(TTFTS, itl_s=0.02).request_table()
+    assert charts.successful_values(table, "ttft") == pytest.approx(TTFTS)
+    itl = charts.successful_values(table, "itl")
+    assert itl == pytest.approx(np.full(len(TTFTS) * (OUTPUT_LEN - 1), 0.02))
+
+
+def test_itl_histogram_counts_gaps_and_takes_a_title():
+    fig = charts.latency_histogram(profiled_run(TTFTS, itl_s=0.02).live_snapshot().itl_s, "itl", title="ITL so far")
+    centres, counts = _xy(fig.data[0])
+    assert counts.sum() == len(TTFTS) * (OUTPUT_LEN - 1)
+    assert centres == pytest.approx(np.full(centres.size, 20.0))
+    assert fig.layout.yaxis.title.text == "Count (gaps)" and fig.layout.title.text == "ITL so far"
+
+
+def test_a_million_values_are_sent_as_bins_not_as_values():
+    values = np.random.default_rng(0).exponential(0.01, 1_000_000)
+    centres, counts = _xy(charts.latency_histogram(values, "itl").data[0])
+    assert centres.size <= charts.HISTOGRAM_BINS
+    assert counts.sum() == values.size
+
+
+def test_undefined_latencies_are_left_out_of_the_histogram():
+    _, counts = _xy(charts.latency_histogram(np.array([0.1, np.nan, 0.2, np.inf]), "e2e").data[0])
+    assert counts.sum() == 2
+
+
+@pytest.mark.parametrize("build", [
+    lambda: charts.latency_histogram(np.array([]), "ttft"),
+    lambda: charts.latency_histogram(np.array([np.nan]), "e2e"),
+    lambda: charts.throughput_over_time(np.array([]), np.array([]), np.array([])),
+    lambda: charts.metric_vs_knob(pd.DataFrame(), "concurrency", "output_throughput"),
+    lambda: charts.metric_vs_knob(pd.DataFrame({"concurrency": [1], "output_throughput": [np.nan]}),
+                                  "concurrency", "output_throughput"),
+    lambda: charts.latency_vs_throughput(pd.DataFrame(columns=["run_id", "p99_ttft_ms", "output_throughput"])),
+    lambda: charts.cdf_overlay({}, "ttft"),
+    lambda: charts.cdf_overlay({"run": profiled_run(TTFTS, stream=False).request_table().iloc[-3:]}, "e2e"),
+], ids=["histogram", "histogram-nan", "throughput", "knob-no-columns", "knob-no-values", "scatter", "cdf-no-runs",
+        "cdf-no-success"])
+def test_empty_inputs_give_a_figure_that_says_no_data_yet(build):
+    fig = build()
+    assert _says_no_data(fig)
+    assert all(_axis_titles(fig))  # the axes are titled even before data arrives
+
+
+def test_throughput_over_time_puts_in_flight_on_a_secondary_axis():
+    snap = profiled_run(TTFTS).live_snapshot()
+    fig = charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s, snap.in_flight_over_time)
+    tokens, flight = fig.data
+    assert (tokens.yaxis, flight.yaxis) == ("y", "y2")
+    assert _xy(tokens)[1] == pytest.approx(snap.output_tokens_per_s)
+    assert _xy(flight)[1] == pytest.approx(snap.in_flight_over_time)
+    assert _xy(tokens)[0] == pytest.approx(snap.time_s)
+    assert _axis_titles(fig) == ("Time since start (s)", "Output throughput (tok/s)")
+    assert fig.layout.yaxis2.title.text == "In flight (requests)"
+    assert fig.layout.yaxis2.dtick == 1  # whole requests on a small run, not 0.5 steps
+
+
+def test_a_long_live_series_is_reduced_to_a_few_thousand_points_at_the_same_level():
+    time_s = np.arange(100_000) * 0.5
+    tokens = np.tile([40.0, 60.0], 50_000)
+    fig = charts.throughput_over_time(time_s, tokens, np.full(time_s.size, 8))
+    x, y = _xy(fig.data[0])
+    assert x.size <= charts.MAX_POINTS
+    assert x[0] == 0.0 and np.all(np.diff(x) > 0)
+    assert y == pytest.approx(np.full(y.size, 50.0))
+    assert _xy(fig.data[1])[1] == pytest.approx(np.full(y.size, 8.0))
+
+
+@pytest.fixture
+def history_runs(tmp_path) -> pd.DataFrame:
+    _, runs = recorded_history(tmp_path, [
+        ("tm-8", "turbomind", 8, profiled_run([0.05, 0.06])),
+        ("pt-1", "pytorch", 1, profiled_run([0.3, 0.4])),
+        ("tm-1", "turbomind", 1, profiled_run([0.2, 0.3])),
+        ("tm-4", "turbomind", 4, profiled_run([0.1, 0.2])),
+    ])
+    return runs
+
+
+def test_metric_vs_knob_draws_one_line_per_backend_sorted_by_the_knob(history_runs):
+    fig = charts.metric_vs_knob(history_runs, "concurrency", "p99_ttft_ms")
+    assert [t.name for t in fig.data] == ["pytorch", "turbomind"]
+    turbomind = fig.data[1]
+    x, y = _xy(turbomind)
+    assert x.tolist() == [1, 4, 8]
+    by_run = history_runs.set_index("run_id")["p99_ttft_ms"]
+    assert y.tolist() == [by_run["tm-1"], by_run["tm-4"], by_run["tm-8"]]
+    assert [row[0] for row in turbomind.customdata] == ["tm-1", "tm-4", "tm-8"]
+    assert turbomind.customdata[0][1] == "turbomind x1"
+    assert turbomind.mode == "lines+markers" and "customdata[0]" in turbomind.hovertemplate
+    assert _axis_titles(fig) == ("Concurrency (requests)", "P99 time to first token (ms)")
+
+
+def test_metric_vs_knob_without_colour_draws_a_single_line(history_runs):
+    fig = charts.metric_vs_knob(history_runs, "concurrency", "output_throughput", color=None)
+    (trace,) = fig.data
+    assert _xy(trace)[0].tolist() == [1, 1, 4, 8]
+    assert fig.layout.yaxis.title.text == "Output throughput (tok/s)"
+
+
+def test_a_knob_with_coded_choices_is_drawn_as_categories(history_runs):
+    fig = charts.metric_vs_knob(history_runs, "quant_policy", "output_throughput")
+    assert fig.layout.xaxis.type == "category"
+    assert charts.metric_vs_knob(history_runs, "concurrency", "output_throughput").layout.xaxis.type is None
+
+
+def test_latency_vs_throughput_has_one_point_per_run(history_runs):
+    fig = charts.latency_vs_throughput(history_runs)
+    assert sum(len(t.x) for t in fig.data) == len(history_runs)
+    assert all(t.mode == "markers" for t in fig.data)
+    assert _axis_titles(fig) == ("Output throughput (tok/s)", "P99 time to first token (ms)")
+    points = {row[0]: (x, y) for t in fig.data for row, x, y in zip(t.customdata, t.x, t.y)}
+    tm8 = history_runs.set_index("run_id").loc["tm-8"]
+    assert points["tm-8"] == pytest.approx((tm8["output_throughput"], tm8["p99_ttft_ms"]))
+
+
+def test_cdf_is_monotone_ends_at_one_and_counts_only_successful_requests():
+    table = profiled_run(TTFTS).request_table()
+    fig = charts.cdf_overlay({"run a": table}, "ttft")
+    (trace,) = fig.data
+    x, y = _xy(trace)
+    # It rises from 0 at the smallest TTFT; the incomplete request's late TTFT is not there.
+    assert x == pytest.approx(np.array(TTFTS[:1] + TTFTS) * 1000)
+    assert y == pytest.approx([0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
+    assert x.max() < INCOMPLETE_TTFT_FACTOR * max(TTFTS) * 1000
+    assert trace.name == "run a"
+    assert _axis_titles(fig) == ("Time to first token (ms)", "Fraction of requests")
+
+
+def test_itl_cdf_pools_the_gaps_of_every_successful_request_from_the_history(tmp_path):
+    history, _ = recorded_history(tmp_path, [("r1", "turbomind", 4, profiled_run(TTFTS, itl_s=0.02)),
+                                             ("r2", "pytorch", 4, profiled_run(TTFTS, itl_s=0.03))])
+    fig = charts.cdf_overlay({run_id: history.requests(run_id) for run_id in ("r1", "r2")}, "itl")
+    assert [t.name for t in fig.data] == ["r1", "r2"]
+    for trace, gap_ms in zip(fig.data, (20.0, 30.0)):
+        x, y = _xy(trace)
+        assert x.size == 1 + len(TTFTS) * (OUTPUT_LEN - 1)
+        assert x == pytest.approx(np.full(x.size, gap_ms))
+        assert y[-1] == 1.0
+    assert fig.layout.yaxis.title.text == "Fraction of gaps"
+
+
+def test_cdf_of_a_large_run_keeps_few_points_and_still_ends_at_one():
+    e2e_s = np.random.default_rng(1).exponential(1.0, 50_000)
+    table = pd.DataFrame({"status": ["success"] * e2e_s.size, "e2e_s": e2e_s})
+    x, y = _xy(charts.cdf_overlay({"big": table}, "e2e").data[0])
+    assert x.size <= charts.MAX_POINTS + 1
+    assert np.all(np.diff(x) >= 0) and np.all(np.diff(y) > 0)
+    assert (x[-1], y[-1]) == (pytest.approx(e2e_s.max() * 1000), 1.0)

@@ -1,0 +1,148 @@
+"""Tables for the dashboard: LMDeploy's percentile table, throughput, per-request rows, run comparison."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bench_core import tables
+from bench_core.config import SLO
+from profiled_runs import OUTPUT_LEN, profiled_run, recorded_history
+
+TTFTS = [0.05, 0.1, 0.2, 0.4, 0.8]
+
+
+def test_percentile_table_values_equal_the_summary():
+    prof = profiled_run(TTFTS, percentiles=(50, 75, 95, 99))
+    summary = prof.summary()
+    table = tables.percentile_table(summary, (50, 75, 95, 99), stream_output=True)
+    assert list(table.columns) == ["mean", "P50", "P75", "P95", "P99", "std", "min", "max"]
+    assert list(table.index) == ["End-to-end latency (ms)", "TTFT (ms)", "TPOT (ms)", "ITL (ms)",
+                                 "Tokens per tick (tokens)"]
+    for metric, row in zip(("e2e", "ttft", "tpot", "itl"), table.index):
+        for column, key in zip(table.columns, ("mean", "p50", "p75", "p95", "p99", "std", "min", "max")):
+            assert table.loc[row, column] == summary[f"{key}_{metric}_ms"]
+    assert table.loc["TTFT (ms)", "max"] == pytest.approx(800.0)  # stored in seconds, shown in ms
+    assert table.loc["Tokens per tick (tokens)", "mean"] == summary["mean_tokens_per_tick"] == 1.0
+
+
+def test_non_streamed_runs_have_no_ttft_itl_or_tokens_per_tick_rows():
+    prof = profiled_run(TTFTS, stream=False)
+    table = tables.percentile_table(prof.summary(), (50, 99), stream_output=False)
+    assert list(table.index) == ["End-to-end latency (ms)", "TPOT (ms)"]
+
+
+def test_percentile_columns_follow_the_configured_percentiles():
+    summary = profiled_run(TTFTS, percentiles=(90, 99.9)).summary()
+    table = tables.percentile_table(summary, (90, 99.9), stream_output=True)
+    assert list(table.columns) == ["mean", "P90", "P99.9", "std", "min", "max"]
+    assert table.loc["End-to-end latency (ms)", "P99.9"] == summary["p99.9_e2e_ms"]
+
+
+def test_a_history_row_without_percentile_values_gives_nan_not_an_error():
+    table = tables.percentile_table({"mean_e2e_ms": "-", "mean_ttft_ms": 12.5}, (50,), stream_output=True)
+    assert math.isnan(table.loc["End-to-end latency (ms)", "mean"])
+    assert table.loc["TTFT (ms)", "mean"] == 12.5
+
+
+def test_throughput_table_counts_every_request_status_with_units():
+    prof = profiled_run(TTFTS)
+    summary = prof.summary()
+    table = tables.throughput_table(summary)
+    assert table.loc["Completed requests", "value"] == len(TTFTS)
+    assert [table.loc[f"{status} requests", "value"] for status in ("Failed", "Incomplete", "Unfinished")] == [1, 1, 1]
+    assert table.loc["Total requests", "value"] == len(TTFTS) + 3
+    assert table.loc["Output throughput", "value"] == summary["output_throughput"]
+    assert table.loc["Output throughput", "unit"] == "tok/s"
+    assert table.loc["Benchmark duration", "unit"] == "s"
+    assert "Goodput" not in table.index  # no SLO, no goodput
+
+
+def test_throughput_table_shows_goodput_when_the_run_had_an_slo():
+    prof = profiled_run(TTFTS, slo=SLO(ttft=0.15))
+    table = tables.throughput_table(prof.summary())
+    assert table.loc["Good requests", "value"] == 2  # TTFT 50 ms and 100 ms
+    assert table.loc["Goodput", "unit"] == "req/s"
+
+
+def test_requests_for_display_shows_ms_and_summarises_itl():
+    prof = profiled_run(TTFTS, itl_s=0.01)
+    shown = tables.requests_for_display(prof.request_table())
+    assert len(shown) == len(TTFTS) + 3
+    assert shown["ttft_ms"].iloc[:5].to_numpy() == pytest.approx(np.array(TTFTS) * 1000)
+    assert shown["itl_count"].iloc[0] == OUTPUT_LEN - 1
+    assert shown["itl_mean_ms"].iloc[0] == pytest.approx(10.0)
+    assert shown["status"].tolist()[-3:] == ["incomplete", "failed", "unfinished"]
+    assert math.isnan(shown["itl_mean_ms"].iloc[-2])  # the failed request had no gap
+    assert not any(isinstance(v, (list, np.ndarray)) for v in shown.to_numpy().ravel())
+    assert shown.to_csv(index=False).count("\n") == len(shown) + 1
+
+
+def test_requests_for_display_reads_a_table_stored_in_the_history(tmp_path):
+    history, _ = recorded_history(tmp_path, [("r1", "turbomind", 4, profiled_run(TTFTS))])
+    shown = tables.requests_for_display(history.requests("r1"))
+    assert shown["itl_count"].iloc[0] == OUTPUT_LEN - 1
+    assert shown["itl_mean_ms"].iloc[0] == pytest.approx(10.0)
+
+
+@pytest.fixture
+def three_runs(tmp_path) -> pd.DataFrame:
+    _, runs = recorded_history(tmp_path, [
+        ("slow", "pytorch", 1, profiled_run([0.4, 0.5, 0.6])),
+        ("fast", "turbomind", 8, profiled_run([0.05, 0.06, 0.07])),
+        ("middle", "turbomind", 4, profiled_run([0.1, 0.2, 0.3])),
+    ])
+    return runs
+
+
+def test_compare_runs_puts_one_run_per_column_and_one_metric_per_row(three_runs):
+    table = tables.compare_runs(three_runs, ["output_throughput", "p99_ttft_ms"])
+    assert list(table.columns) == ["pytorch x1", "turbomind x8", "turbomind x4"]
+    assert list(table.index) == ["Output throughput (tok/s)", "P99 time to first token (ms)"]
+    assert table.loc["Output throughput (tok/s)"].tolist() == three_runs["output_throughput"].tolist()
+
+
+def test_compare_marks_pick_the_best_and_worst_run_in_both_directions(three_runs):
+    metrics = ["mean_ttft_ms", "request_throughput", "concurrency"]
+    marks = tables.compare_marks(three_runs, metrics)
+    ttft, throughput, concurrency = marks.index
+    assert marks.loc[ttft].tolist() == ["worse", "better", ""]  # lower latency is better
+    assert marks.loc[throughput].tolist() == ["worse", "better", ""]  # the fast run finished first
+    assert marks.loc[concurrency].tolist() == ["", "", ""]  # a setting is neither better nor worse
+
+
+def test_equal_or_missing_values_are_not_marked():
+    runs = pd.DataFrame({"run_id": ["a", "b", "c"], "label": ["", "", ""],
+                         "failed": [0, 0, 0], "output_throughput": [5.0, np.nan, 7.0],
+                         "goodput_rps": [np.nan, np.nan, 1.0]})
+    marks = tables.compare_marks(runs, ["failed", "output_throughput", "goodput_rps", "not_a_column"])
+    assert marks.to_numpy().tolist() == [["", "", ""], ["worse", "", "better"], ["", "", ""], ["", "", ""]]
+
+
+def test_style_comparison_colours_better_green_and_worse_red(three_runs):
+    metrics = ["mean_e2e_ms"]
+    table, marks = tables.compare_runs(three_runs, metrics), tables.compare_marks(three_runs, metrics)
+    html = tables.style_comparison(table, marks).to_html()
+    assert "rgba(46, 160, 67" in html and "rgba(218, 54, 51" in html
+
+
+def test_runs_sharing_a_label_or_without_one_are_told_apart_by_run_id():
+    runs = pd.DataFrame({"run_id": ["a", "b", "c"], "label": ["base", "base", ""]})
+    assert tables.run_names(runs) == ["base · a", "base · b", "c"]
+
+
+@pytest.mark.parametrize("column, title, larger_is_better", [
+    ("p99_ttft_ms", "P99 time to first token (ms)", False),
+    ("p99.9_itl_ms", "P99.9 inter-token latency (ms)", False),
+    ("mean_e2e_latency_ms", "Mean end-to-end latency (ms)", False),  # LMDeploy's own column
+    ("goodput_rps", "Goodput (req/s)", True),
+    ("completed", "Completed requests (requests)", True),
+    ("duration", "Benchmark duration (s)", False),
+    ("cache_max_entry_count", "KV cache share of free GPU memory (fraction)", None),
+])
+def test_history_columns_are_described_with_unit_and_direction(column, title, larger_is_better):
+    spec = tables.describe_column(column)
+    assert (spec.title, spec.larger_is_better) == (title, larger_is_better)
