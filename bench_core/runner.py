@@ -5,6 +5,9 @@ requests (with the model's tokenizer) before the engine is touched, so a bad dat
 seconds; the engine is then loaded, or reused when its settings are unchanged. Engine events become
 profiler ticks here, and only here, so every engine is measured the same way. Whatever ends a run,
 what was measured is kept and, once the run has started, recorded in the history.
+
+Playground jobs (chat prompts answered once, `submit_playground`) wait in the same queue and use the
+same cached engine, so one thing at a time holds the accelerator; they are not recorded.
 """
 
 from __future__ import annotations
@@ -12,16 +15,18 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from .config import RunConfig, check_run_config, lmdeploy_hyperparams
+from .config import EngineConfig, GenerationSettings, LoadConfig, RunConfig, check_run_config, lmdeploy_hyperparams
 from .datasets import Sample, sample_requests
 from .engines import Engine, EngineInfo, engine_settings_key, load_engine
 from .environment import collect_environment
 from .errors import BenchError
 from .history import History, RunRecord, new_run_id
 from .models import load_tokenizer
+from .playground import Conversation, PlaygroundResult, check_request
 from .profiler import LiveSnapshot, Profiler, Session
 
 log = logging.getLogger(__name__)
@@ -34,8 +39,28 @@ ACTIVE_STATES = (QUEUED, LOADING, RUNNING)
 SERVED_REASONS = ("length", "stop")
 
 
+class _Job:
+    """What benchmark runs and playground jobs share: a state, a cancel flag and a done flag."""
+
+    state: str
+    cancel_event: threading.Event
+    done_event: threading.Event
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    def cancel(self) -> None:
+        """Stop within a second; what was done so far is kept."""
+        self.cancel_event.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """True once the job has ended."""
+        return self.done_event.wait(timeout)
+
+
 @dataclass
-class Run:
+class Run(_Job):
     """One benchmark: its settings, where it stands, and what it measured so far."""
 
     run_id: str
@@ -52,20 +77,26 @@ class Run:
     cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
     done_event: threading.Event = field(default_factory=threading.Event, repr=False)
 
-    @property
-    def active(self) -> bool:
-        return self.state in ACTIVE_STATES
-
-    def cancel(self) -> None:
-        """Stop the run within a second; what was measured so far is kept."""
-        self.cancel_event.set()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """True once the run has ended."""
-        return self.done_event.wait(timeout)
-
     def snapshot(self) -> LiveSnapshot | None:
         return self.profiler.live_snapshot() if self.profiler is not None else None
+
+
+@dataclass
+class PlaygroundJob(_Job):
+    """Chat prompts answered once by the engine; `results` grows as prompts finish (any order)."""
+
+    job_id: str
+    engine: EngineConfig
+    conversations: list[Conversation]
+    generation: GenerationSettings
+    max_new_tokens: int
+    state: str = QUEUED
+    message: str = ""
+    results: list[PlaygroundResult] = field(default_factory=list)
+    engine_info: EngineInfo | None = None
+    user_error: bool = False
+    cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
+    done_event: threading.Event = field(default_factory=threading.Event, repr=False)
 
 
 class Runner:
@@ -73,11 +104,12 @@ class Runner:
 
     def __init__(self, history: History | None = None):
         self.history = history
-        self._runs: dict[str, Run] = {}
-        self._queue: queue.Queue[Run | None] = queue.Queue()
+        self._jobs: dict[str, Run | PlaygroundJob] = {}  # insertion order is queue order
+        self._queue: queue.Queue[Run | PlaygroundJob | None] = queue.Queue()
         self._lock = threading.Lock()
         self._engine: Engine | None = None
         self._engine_key: tuple | None = None
+        self._engine_settings: tuple[EngineConfig, LoadConfig] | None = None
         self._thread: threading.Thread | None = None
 
     # ---- public API -------------------------------------------------------------------------
@@ -86,30 +118,48 @@ class Runner:
         """Validate `config` (raises ConfigError with every problem) and queue the run."""
         check_run_config(config)
         run = Run(run_id=new_run_id(), config=config)
-        with self._lock:
-            self._runs[run.run_id] = run
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._work, name="bench-runner", daemon=True)
-                self._thread.start()
-        self._queue.put(run)
+        self._enqueue(run.run_id, run)
         return run
 
+    def submit_playground(
+        self,
+        engine: EngineConfig,
+        conversations: Sequence[Conversation],
+        generation: GenerationSettings,
+        max_new_tokens: int,
+    ) -> PlaygroundJob:
+        """Check the prompts, settings and engine (a ConfigError says what is wrong), then queue the job."""
+        check_request(conversations, generation, max_new_tokens)
+        check_run_config(RunConfig(engine=engine))  # the engine part: backend, model, knobs
+        job = PlaygroundJob(new_run_id(), engine, list(conversations), generation, max_new_tokens)
+        self._enqueue(job.job_id, job)
+        return job
+
     def get(self, run_id: str) -> Run | None:
-        with self._lock:
-            return self._runs.get(run_id)
+        job = self._job(run_id)
+        return job if isinstance(job, Run) else None
+
+    def get_playground(self, job_id: str) -> PlaygroundJob | None:
+        job = self._job(job_id)
+        return job if isinstance(job, PlaygroundJob) else None
 
     def runs(self) -> list[Run]:
         with self._lock:
-            return list(self._runs.values())
+            return [job for job in self._jobs.values() if isinstance(job, Run)]
 
-    def queue_position(self, run: Run) -> int:
-        """How many runs are ahead of a queued `run`, the executing one included (0 otherwise)."""
-        if run.state != QUEUED:
+    def loaded_engine(self) -> EngineConfig | None:
+        """The settings of the engine in memory, if any: a playground job with these reuses it."""
+        settings = self._engine_settings
+        return settings[0] if settings is not None else None
+
+    def queue_position(self, job: Run | PlaygroundJob) -> int:
+        """How many runs and jobs are ahead of a queued `job`, the executing one included (0 otherwise)."""
+        if job.state != QUEUED:
             return 0
         ahead = 0
         with self._lock:
-            for other in self._runs.values():  # insertion order is queue order
-                if other is run:
+            for other in self._jobs.values():
+                if other is job:
                     break
                 ahead += other.active
         return ahead
@@ -123,39 +173,74 @@ class Runner:
             self._thread.join(timeout)
         self._release_engine()
 
+    def _job(self, job_id: str) -> Run | PlaygroundJob | None:
+        with self._lock:
+            return self._jobs.get(job_id)
+
+    def _enqueue(self, job_id: str, job: Run | PlaygroundJob) -> None:
+        with self._lock:
+            self._jobs[job_id] = job
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._work, name="bench-runner", daemon=True)
+                self._thread.start()
+        self._queue.put(job)
+
     # ---- worker -----------------------------------------------------------------------------
 
     def _work(self) -> None:
         while True:
-            run = self._queue.get()
-            if run is None:
+            job = self._queue.get()
+            if job is None:
                 return
             try:
-                self._execute(run)
+                if job.cancel_event.is_set():
+                    job.state, job.message = CANCELLED, "Cancelled before it started."
+                elif isinstance(job, Run):
+                    self._execute(job)
+                else:
+                    self._guarded(job, self._complete, f"playground job {job.job_id}")
             finally:
-                run.done_event.set()
+                job.done_event.set()
 
     def _execute(self, run: Run) -> None:
-        if run.cancel_event.is_set():
-            run.state, run.message = CANCELLED, "Cancelled before it started."
-            return
-        try:
-            run.state = LOADING
-            self._prepare(run)
-            if run.cancel_event.is_set():
-                run.state, run.message = CANCELLED, "Cancelled while loading."
-                return
-            run.state = RUNNING
-            self._measure(run)
-            run.state = CANCELLED if run.cancel_event.is_set() else FINISHED
-        except BenchError as exc:
-            run.state, run.message, run.user_error = FAILED, str(exc), True
-        except Exception as exc:  # an engine bug must end this run, not the process
-            log.exception("run %s failed", run.run_id)
-            run.state, run.message = FAILED, f"{type(exc).__name__}: {exc}"
-            self._release_engine()  # it may be left in a broken state
+        self._guarded(run, self._benchmark, f"run {run.run_id}")
         if run.profiler is not None:
             self._record(run)
+
+    def _guarded(self, job: _Job, body: Callable, name: str) -> None:
+        """Run `body(job)`; any error ends the job as failed, never the worker."""
+        try:
+            body(job)
+        except BenchError as exc:
+            job.state, job.message, job.user_error = FAILED, str(exc), True
+        except Exception as exc:  # an engine bug must end this job, not the process
+            log.exception("%s failed", name)
+            job.state, job.message = FAILED, f"{type(exc).__name__}: {exc}"
+            self._release_engine()  # it may be left in a broken state
+
+    def _benchmark(self, run: Run) -> None:
+        run.state = LOADING
+        self._prepare(run)
+        if run.cancel_event.is_set():
+            run.state, run.message = CANCELLED, "Cancelled while loading."
+            return
+        run.state = RUNNING
+        self._measure(run)
+        run.state = CANCELLED if run.cancel_event.is_set() else FINISHED
+
+    def _complete(self, job: PlaygroundJob) -> None:
+        job.state = LOADING
+        # The load settings of the engine in memory, so that the same engine settings reuse it.
+        load = self._engine_settings[1] if self._engine_settings is not None else LoadConfig()
+        engine = self._engine_for(job.engine, load)
+        job.engine_info = engine.info
+        if job.cancel_event.is_set():
+            job.state, job.message = CANCELLED, "Cancelled while loading."
+            return
+        job.state = RUNNING
+        for result in engine.complete(job.conversations, job.generation, job.max_new_tokens, job.cancel_event):
+            job.results.append(result)
+        job.state = CANCELLED if job.cancel_event.is_set() else FINISHED
 
     def _prepare(self, run: Run) -> None:
         config = run.config
@@ -168,19 +253,19 @@ class Runner:
         run.warnings.extend(run.sample.warnings)
         if not run.sample.requests:
             raise BenchError("The dataset gave no request to send.")
-        run.engine_info = self._engine_for(config).info
+        run.engine_info = self._engine_for(config.engine, config.load).info
 
-    def _engine_for(self, config: RunConfig) -> Engine:
-        key = engine_settings_key(config.engine, config.load)
+    def _engine_for(self, engine: EngineConfig, load: LoadConfig) -> Engine:
+        key = engine_settings_key(engine, load)
         if self._engine is None or key != self._engine_key:
             self._release_engine()
-            self._engine = load_engine(config.engine, config.load)
-            self._engine_key = key
+            self._engine = load_engine(engine, load)
+            self._engine_key, self._engine_settings = key, (engine, load)
         return self._engine
 
     def _release_engine(self) -> None:
         if self._engine is not None:
-            engine, self._engine, self._engine_key = self._engine, None, None
+            engine, self._engine, self._engine_key, self._engine_settings = self._engine, None, None, None
             try:
                 engine.close()
             except Exception:

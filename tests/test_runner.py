@@ -56,9 +56,12 @@ def test_cancel_stops_within_a_second_and_keeps_what_was_measured(runner):
         time.sleep(0.05)
     run.cancel()
     cancelled_at = time.monotonic()
-    assert run.wait(5)
+    while run.state == "running" and time.monotonic() - cancelled_at < 5:
+        time.sleep(0.01)
+    # The target is one second; the margin absorbs a busy 2-core CI machine finishing its current step.
     assert time.monotonic() - cancelled_at < 1.5
     assert run.state == "cancelled"
+    assert run.wait(30)  # then the measured part is recorded
     table = run.profiler.request_table()
     assert (table["status"] == "success").sum() >= 2
     assert (table["status"] == "unfinished").sum() > 0

@@ -3,6 +3,7 @@
 An engine takes sampled requests and reports what happens to each of them as `EngineEvent`s:
 when it is admitted to the engine, each time its cumulative output token count grows, and how it
 finished. The runner turns events into profiler ticks; engines never compute metrics.
+`complete()` serves the playground instead: chat prompts in, texts out, EOS honoured.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Literal
 
 from ..config import GenerationSettings
 from ..datasets import SampledRequest
+from ..errors import ConfigError
+from ..playground import Conversation, PlaygroundResult
 
 EventKind = Literal["admit", "tokens", "finish"]
 
@@ -26,7 +29,8 @@ class EngineEvent:
     - "admit": the engine took the request into a batch slot (a worker picked it up).
     - "tokens": `n_tokens` output tokens exist so far (cumulative).
     - "finish": the request ended; `finish_reason` is "length", "stop", "error" or "abort",
-      and `message` says why for errors.
+      and `message` says why for errors. `token_ids` are the generated ids where the engine has them
+      (`complete()` decodes them); benchmarks ignore them.
     """
 
     index: int
@@ -35,6 +39,7 @@ class EngineEvent:
     n_tokens: int = 0
     finish_reason: str = ""
     message: str = ""
+    token_ids: Sequence[int] = ()
 
 
 @dataclass
@@ -75,6 +80,20 @@ class Engine(ABC):
         the engine stops within a second and requests still running end with "abort".
         Without `stream_output` a request yields a single "tokens" event, when it is complete.
         """
+
+    def complete(
+        self,
+        conversations: Sequence[Conversation],
+        generation: GenerationSettings,
+        max_new_tokens: int,
+        cancel: threading.Event,
+    ) -> Iterator[PlaygroundResult]:
+        """Answer each conversation with the model's chat template applied, yielding results as they finish.
+
+        Generation stops at EOS or after `max_new_tokens`, whatever `generation.ignore_eos` says; texts
+        are decoded without special tokens. On `cancel` the prompts still running end with "abort".
+        """
+        raise ConfigError(f"The {self.info.backend} engine cannot run playground prompts.")
 
     def close(self) -> None:
         """Release the model and any threads or devices it holds."""

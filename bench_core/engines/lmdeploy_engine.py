@@ -4,7 +4,8 @@ benchmark/profile_pipeline_api.py drives it.
 The engine config is built from the knobs as that script's main() builds it (max_batch_size is the
 concurrency), every request gets `GenerationConfig(ignore_eos=True, do_sample=False,
 max_new_tokens=output_len)` plus the script's top_p/top_k/temperature, prompts go in with
-`do_preprocess=False`, and a request's status comes from `Response.finish_reason`.
+`do_preprocess=False`, and a request's status comes from `Response.finish_reason`. Playground prompts
+(`complete()`) take the chat path instead: `do_preprocess=True`, EOS honoured, sampling as asked.
 
 Load patterns:
 - batch: one `stream_infer` call (stream) or one batch call (non-stream) holding every prompt, as the
@@ -36,6 +37,7 @@ from collections.abc import Callable, Iterator, Sequence
 from ..config import ENGINE_KNOBS, EngineConfig, GenerationSettings, LoadConfig, knobs_for
 from ..datasets import SampledRequest
 from ..errors import ConfigError, ModelError
+from ..playground import Conversation, PlaygroundResult, prompt_preview
 from .base import Engine, EngineEvent, EngineInfo
 
 QUANT_POLICIES = (0, 4, 8, 16, 17, 42)
@@ -275,21 +277,33 @@ def build_generation_configs(
 ) -> list:
     """One GenerationConfig per request, as the script makes them: EOS ignored and greedy, whatever
     `generation.ignore_eos` and `generation.do_sample` say; LMDeploy then forces top_k=1."""
+    return [
+        _generation_config(
+            generation,
+            ignore_eos=True,
+            do_sample=False,
+            return_routed_experts=return_routed_experts,
+            max_new_tokens=request.output_len,
+        )
+        for request in requests
+    ]
+
+
+def build_chat_generation_config(generation: GenerationSettings, max_new_tokens: int):
+    """The playground's GenerationConfig: stops at EOS, samples when asked, special tokens left out of the text."""
+    return _generation_config(
+        generation, ignore_eos=False, do_sample=generation.do_sample, max_new_tokens=max_new_tokens,
+        skip_special_tokens=True,
+    )
+
+
+def _generation_config(generation: GenerationSettings, **fields):
     from lmdeploy.messages import GenerationConfig
 
     try:
-        return [
-            GenerationConfig(
-                temperature=generation.temperature,
-                top_p=generation.top_p,
-                top_k=generation.top_k,
-                ignore_eos=True,
-                do_sample=False,
-                return_routed_experts=return_routed_experts,
-                max_new_tokens=request.output_len,
-            )
-            for request in requests
-        ]
+        return GenerationConfig(
+            temperature=generation.temperature, top_p=generation.top_p, top_k=generation.top_k, **fields
+        )
     except AssertionError as exc:  # GenerationConfig asserts its ranges without a message
         raise ConfigError(
             "LMDeploy rejects these sampling settings: --top-p must be within 0..1, --top-k at least 0 "
@@ -464,8 +478,53 @@ class LMDeployEngine(Engine):
             drive.start_batch()
         return drive.events(cancel)
 
+    def complete(
+        self,
+        conversations: Sequence[Conversation],
+        generation: GenerationSettings,
+        max_new_tokens: int,
+        cancel: threading.Event,
+    ) -> Iterator[PlaygroundResult]:
+        gen_config = build_chat_generation_config(generation, max_new_tokens)
+        started = time.perf_counter()
+        # LMDeploy renders each conversation with the model's chat template (do_preprocess=True).
+        outputs = self._pipe.stream_infer(list(conversations), gen_config=gen_config, do_preprocess=True)
+        return self._chat_results(outputs, conversations, started, cancel)
+
+    def _chat_results(self, outputs, conversations, started: float, cancel: threading.Event) -> Iterator[PlaygroundResult]:
+        """Merge each prompt's streamed deltas (Response.extend) and yield it when it has a finish reason.
+        Cancel is looked at between chunks: LMDeploy then aborts every prompt, which ends the stream."""
+        merged, first_token_at, stopped = {}, {}, False
+        for out in outputs:
+            now = time.perf_counter()
+            if out.generate_token_len:
+                first_token_at.setdefault(out.index, now)
+            merged[out.index] = merged[out.index].extend(out) if out.index in merged else out
+            if out.finish_reason is not None:
+                done, first = merged.pop(out.index), first_token_at.get(out.index)
+                yield PlaygroundResult(
+                    index=out.index,
+                    prompt=prompt_preview(conversations[out.index]),
+                    text=done.text,
+                    input_tokens=done.input_token_len,
+                    output_tokens=done.generate_token_len,
+                    finish_reason=done.finish_reason,
+                    ttft_s=None if first is None else first - started,
+                    total_s=now - started,
+                    error=done.error_message or "",
+                )
+            if cancel.is_set() and not stopped:
+                stop_all_sessions(self._pipe)
+                stopped = True
+
     def close(self) -> None:
         self._pipe.close()
+
+
+def stop_all_sessions(pipe) -> None:
+    """AsyncEngine.stop_all_session on the pipeline's loop: bumps the epoch and aborts every session."""
+    future = asyncio.run_coroutine_threadsafe(pipe.async_engine.stop_all_session(), pipe.session_mgr.loop)
+    concurrent.futures.wait([future], timeout=ABORT_EVERY_S)
 
 
 class _PipelineDrive:
@@ -575,7 +634,7 @@ class _PipelineDrive:
                     now = time.perf_counter()
                     cancelled_at = cancelled_at or now
                     if now >= next_abort:
-                        self._stop_all()
+                        stop_all_sessions(self.pipe)
                         next_abort = now + ABORT_EVERY_S
                     if now - cancelled_at > CANCEL_GRACE_S:
                         break
@@ -588,10 +647,4 @@ class _PipelineDrive:
                     )
         finally:
             if live:  # abandoned (the consumer stopped early or LMDeploy hung): stop what still runs
-                self._stop_all()
-
-    def _stop_all(self) -> None:
-        """AsyncEngine.stop_all_session on the pipeline's loop: bumps the epoch and aborts every session."""
-        future = asyncio.run_coroutine_threadsafe(self.pipe.async_engine.stop_all_session(), self.pipe.session_mgr.loop)
-        concurrent.futures.wait([future], timeout=ABORT_EVERY_S)
-
+                stop_all_sessions(self.pipe)

@@ -178,7 +178,8 @@ class ContinuousBatchRun:
         if output.error is not None:
             yield EngineEvent(request.index, "finish", end, count, "error", last_line(output.error))
         else:
-            yield EngineEvent(request.index, "finish", end, count, "length" if count >= request.output_len else "stop")
+            reason = "length" if count >= request.output_len else "stop"
+            yield EngineEvent(request.index, "finish", end, count, reason, token_ids=output.generated_tokens)
 
     def _fail_all(self, manager, in_flight: dict[str, _InFlight], not_admitted: range) -> Iterator[EngineEvent]:
         """The manager's thread died: every request left ends with its error, never-admitted ones included."""

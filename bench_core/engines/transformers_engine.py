@@ -2,21 +2,25 @@
 
 Requests go through transformers' continuous-batching manager (transformers_batching.py), created
 per `stream()` call so that a new concurrency or cache size never reloads the model. Where that API
-is missing, `model.generate` serves one request at a time (transformers_generate.py). Prompts are
-encoded as they are, with no chat template, as LMDeploy's script does with `do_preprocess=False`.
+is missing, `model.generate` serves one request at a time (transformers_generate.py). Benchmark prompts
+are encoded as they are, with no chat template, as LMDeploy's script does with `do_preprocess=False`;
+playground prompts (`complete()`) go through the model's chat template and the same two paths.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import dataclasses
 import os
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Iterable, Iterator, Sequence
 
 from ..config import EngineConfig, GenerationSettings, LoadConfig
 from ..datasets import SampledRequest
 from ..errors import ModelError
 from ..models import last_line, resolve_model
+from ..playground import Conversation, PlaygroundResult, prompt_preview
 from .base import Engine, EngineEvent, EngineInfo
 from .transformers_batching import ContinuousBatchRun
 from .transformers_generate import generate_one_by_one
@@ -193,5 +197,62 @@ class TransformersEngine(Engine):
         )
         return run.events(cancel)
 
+    def complete(
+        self,
+        conversations: Sequence[Conversation],
+        generation: GenerationSettings,
+        max_new_tokens: int,
+        cancel: threading.Event,
+    ) -> Iterator[PlaygroundResult]:
+        prompts = [self._chat_ids(conversation) for conversation in conversations]
+        requests = [SampledRequest("", len(ids), max_new_tokens) for ids in prompts]
+        chat = dataclasses.replace(generation, ignore_eos=False)
+        started = time.perf_counter()
+        if self.continuous_batching:
+            run = ContinuousBatchRun(
+                self._model, self._engine, self._eos_ids, requests, prompts, chat, len(requests), stream_output=True
+            )
+            events = run.events(cancel)
+        else:
+            events = generate_one_by_one(
+                self._model, self._tokenizer, self._eos_ids, requests, prompts, chat, True, cancel
+            )
+        return results_from_events(events, conversations, prompts, self._tokenizer, started)
+
+    def _chat_ids(self, conversation: Conversation) -> list[int]:
+        try:
+            return list(self._tokenizer.apply_chat_template(conversation, add_generation_prompt=True, return_dict=False))
+        except Exception as exc:  # no template, or one that rejects these roles
+            raise ModelError(
+                f"The chat template of '{self._engine.model}' cannot render these prompts: {last_line(exc)}"
+            ) from exc
+
     def close(self) -> None:
         self._model = None
+
+
+def results_from_events(
+    events: Iterable[EngineEvent],
+    conversations: Sequence[Conversation],
+    prompts: Sequence[list[int]],
+    tokenizer,
+    started: float,
+) -> Iterator[PlaygroundResult]:
+    """A result per finished request, timed from `started` (when the batch went in), text decoded."""
+    first_token_at: dict[int, float] = {}
+    for event in events:
+        if event.kind == "tokens":
+            first_token_at.setdefault(event.index, event.ts)
+        elif event.kind == "finish":
+            first = first_token_at.get(event.index)
+            yield PlaygroundResult(
+                index=event.index,
+                prompt=prompt_preview(conversations[event.index]),
+                text=tokenizer.decode(list(event.token_ids), skip_special_tokens=True),
+                input_tokens=len(prompts[event.index]),
+                output_tokens=event.n_tokens,
+                finish_reason=event.finish_reason,
+                ttft_s=None if first is None else first - started,
+                total_s=event.ts - started,
+                error=event.message,
+            )

@@ -81,7 +81,7 @@ def _generate_one(model, index, ids, config, output_len, stream_output, cancel) 
             ticks.put(("error", time.perf_counter(), last_line(exc)))
 
     threading.Thread(target=work, name=f"generate-request-{index}", daemon=True).start()
-    n_tokens, last_ts = 0, 0.0
+    n_tokens, last_ts, token_ids = 0, 0.0, []
     while True:
         try:
             kind, ts, payload = ticks.get(timeout=POLL_S)
@@ -92,6 +92,7 @@ def _generate_one(model, index, ids, config, output_len, stream_output, cancel) 
             continue
         if kind == "token":
             n_tokens, last_ts = n_tokens + 1, ts
+            token_ids.append(payload)
             if stream_output:
                 yield EngineEvent(index, "tokens", ts, n_tokens)
         elif kind == "error":
@@ -103,7 +104,8 @@ def _generate_one(model, index, ids, config, output_len, stream_output, cancel) 
         else:
             if not stream_output and n_tokens:
                 yield EngineEvent(index, "tokens", last_ts, n_tokens)
-            yield EngineEvent(index, "finish", ts, n_tokens, "length" if n_tokens >= output_len else "stop")
+            reason = "length" if n_tokens >= output_len else "stop"
+            yield EngineEvent(index, "finish", ts, n_tokens, reason, token_ids=token_ids)
             return
 
 
