@@ -1,14 +1,21 @@
-"""LLM Bench Studio: the dashboard's entry point (placeholder until the dashboard lands)."""
+"""LLM Bench Studio: page setup and navigation. The pages live in pages/; the logic in bench_core/."""
 
-import streamlit as st
+import os
 
-st.set_page_config(page_title="LLM Bench Studio", layout="wide")
-st.title("LLM Bench Studio")
-st.write(
-    "The interactive dashboard is on its way. The measurement core already runs headless:"
-)
-st.code(
-    "python -m bench_core pipeline builtin:sharegpt builtin:smollm2-135m "
-    "--backend transformers -n 32 -c 8 --stream-output",
-    language="bash",
-)
+# Before anything imports transformers or huggingface_hub: no network unless the user opts in
+# (HF_HUB_OFFLINE=0), and no progress bars or warnings from the libraries in the server log.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import streamlit as st  # noqa: E402
+
+st.set_page_config(page_title="LLM Bench Studio", page_icon=":material/speed:", layout="wide")
+
+navigation = st.navigation([
+    st.Page("pages/run.py", title="Run", icon=":material/play_arrow:", default=True),
+    st.Page("pages/history.py", title="History", icon=":material/table_chart:"),
+    st.Page("pages/playground.py", title="Playground", icon=":material/chat:"),
+])
+navigation.run()

@@ -39,6 +39,10 @@ ACTIVE_STATES = (QUEUED, LOADING, RUNNING)
 SERVED_REASONS = ("length", "stop")
 
 
+# Guards the one transition two threads race for: a queued job either starts or is cancelled.
+_START_LOCK = threading.Lock()
+
+
 class _Job:
     """What benchmark runs and playground jobs share: a state, a cancel flag and a done flag."""
 
@@ -51,8 +55,20 @@ class _Job:
         return self.state in ACTIVE_STATES
 
     def cancel(self) -> None:
-        """Stop within a second; what was done so far is kept."""
+        """Stop within a second; what was done so far is kept. A queued job ends at once."""
         self.cancel_event.set()
+        with _START_LOCK:
+            if self.state == QUEUED:
+                self.state, self.message = CANCELLED, "Cancelled before it started."
+                self.done_event.set()
+
+    def claim(self) -> bool:
+        """Move a queued job to loading for the worker; False when it was cancelled first."""
+        with _START_LOCK:
+            if self.state != QUEUED:
+                return False
+            self.state = LOADING
+            return True
 
     def wait(self, timeout: float | None = None) -> bool:
         """True once the job has ended."""
@@ -192,10 +208,10 @@ class Runner:
             job = self._queue.get()
             if job is None:
                 return
+            if not job.claim():
+                continue
             try:
-                if job.cancel_event.is_set():
-                    job.state, job.message = CANCELLED, "Cancelled before it started."
-                elif isinstance(job, Run):
+                if isinstance(job, Run):
                     self._execute(job)
                 else:
                     self._guarded(job, self._complete, f"playground job {job.job_id}")
@@ -219,7 +235,6 @@ class Runner:
             self._release_engine()  # it may be left in a broken state
 
     def _benchmark(self, run: Run) -> None:
-        run.state = LOADING
         self._prepare(run)
         if run.cancel_event.is_set():
             run.state, run.message = CANCELLED, "Cancelled while loading."
@@ -229,7 +244,6 @@ class Runner:
         run.state = CANCELLED if run.cancel_event.is_set() else FINISHED
 
     def _complete(self, job: PlaygroundJob) -> None:
-        job.state = LOADING
         # The load settings of the engine in memory, so that the same engine settings reuse it.
         load = self._engine_settings[1] if self._engine_settings is not None else LoadConfig()
         engine = self._engine_for(job.engine, load)

@@ -1,0 +1,91 @@
+"""What the Run page shows for a run that has ended, whether it is still in memory or only in the history.
+
+A run submitted in this server process is read from its `Run` (record, profiler, warnings); a run that
+ended before the server restarted is rebuilt from the history: its row, config.json and
+requests.parquet. Both give one `RunResult`, so the finished view has a single code path. No streamlit
+here: this is plain data loading, testable on its own.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from bench_core import csvstore, metrics
+from bench_core.config import SLO, RunConfig
+from bench_core.errors import HistoryError
+from bench_core.history import History
+from bench_core.history_import import SAVE_CSV_COLUMNS
+from bench_core.live_snapshot import LiveSnapshot
+from bench_core.runner import Run
+
+
+@dataclass
+class RunResult:
+    """An ended run: settings, per-request table and LMDeploy's CSV row, ready to summarise."""
+
+    run_id: str
+    status: str
+    config: RunConfig
+    requests: pd.DataFrame
+    duration_s: float
+    lmdeploy_row: dict
+    message: str = ""
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # about the dataset, e.g. a truncated file that was recovered
+    # Only while the run is in memory: the live tracker's series give tokens/s over time.
+    snapshot: LiveSnapshot | None = None
+
+    def summary(self, slo: SLO | None) -> dict:
+        """The run's summary recomputed from its per-request table, with goodput for `slo`."""
+        cfg = self.config
+        return metrics.run_summary(self.requests, self.duration_s, cfg.percentiles, cfg.load.stream_output, slo)
+
+    def lmdeploy_csv_bytes(self) -> bytes:
+        """A one-row CSV in the format LMDeploy's profile scripts write."""
+        return csvstore.table_bytes(list(self.lmdeploy_row), [self.lmdeploy_row])
+
+
+def result_from_run(run: Run) -> RunResult | None:
+    """The result of an ended in-memory run; None when it ended before measuring (nothing recorded)."""
+    record = run.record
+    if record is None or record.requests is None:
+        return None
+    return RunResult(
+        run_id=run.run_id,
+        status=record.status,
+        config=record.config,
+        requests=record.requests,
+        duration_s=float(record.metrics.get("duration_s", math.nan)),
+        lmdeploy_row=dict(record.lmdeploy_columns),
+        message=run.message,
+        warnings=list(run.warnings),
+        notes=list(run.sample.notes) if run.sample is not None else [],
+        snapshot=run.snapshot(),
+    )
+
+
+def result_from_history(history: History, run_id: str) -> RunResult:
+    """Rebuild an ended run from the history; HistoryError when the run is not there or lacks its table."""
+    _, rows = csvstore.read_table(history.csv_path)
+    row = next((r for r in rows if r.get("run_id") == run_id), None)
+    if row is None:
+        raise HistoryError(f"There is no run {run_id} in this server's runs or in {history.csv_path}.")
+    return RunResult(
+        run_id=run_id,
+        status=row.get("status", ""),
+        config=history.config(run_id),
+        requests=history.requests(run_id),
+        duration_s=_float(row.get("duration_s")),
+        lmdeploy_row={column: row.get(column, "") for column in SAVE_CSV_COLUMNS},
+        message=row.get("error", ""),
+    )
+
+
+def _float(cell: str | None) -> float:
+    try:
+        return float(cell)
+    except (TypeError, ValueError):
+        return math.nan

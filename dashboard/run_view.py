@@ -1,0 +1,206 @@
+"""The main area of the Run page: one run, live while it is active, its results once it has ended.
+
+While the run is queued, loading or running, a fragment polls its live snapshot once a second (the
+worker thread never calls st.*) and triggers one full rerun when the run ends, after which nothing
+polls. An ended run is shown from its `RunResult`: summaries are recomputed from the per-request table
+with the SLO set on the page, so goodput follows the thresholds without re-running. Downloads sit
+outside the fragment and carry bytes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from bench_core import charts, metrics, tables
+from bench_core.config import SLO, RunConfig
+from bench_core.errors import BenchError
+from bench_core.live_snapshot import LiveSnapshot
+from bench_core.runner import CANCELLED, FAILED, LOADING, QUEUED, Run
+from dashboard.run_result import RunResult, result_from_history, result_from_run
+from dashboard.state import get_history, get_runner
+
+LIVE_REFRESH_S = 1.0
+LOADING_NOTE = ("loading: sampling the prompts, then loading the model (the first use of SmolLM2 converts it, "
+                "about 30-60 s; a loaded engine is reused while its settings are unchanged).")
+
+
+def render_run(run_id: str, slo: SLO) -> None:
+    """Show run `run_id`: live from this server's runner, else rebuilt from the history."""
+    run = get_runner().get(run_id)
+    if run is not None and run.active:
+        st.subheader(f"Run {run_id}")
+        st.caption(describe_config(run.config))
+        _live_panel(run_id)
+        return
+    try:
+        result = result_from_run(run) if run is not None else result_from_history(get_history(), run_id)
+    except BenchError as exc:
+        st.error(str(exc))
+        return
+    st.subheader(f"Run {run_id}")
+    if result is None:  # it ended before anything was measured: a bad model, dataset or engine
+        st.caption(describe_config(run.config))
+        st.error(f"{run.state}: {run.message}" if run.message else run.state)
+        return
+    st.caption(describe_config(result.config))
+    _ended_view(result, slo)
+
+
+def describe_config(config: RunConfig) -> str:
+    """One line: label, model and backend, dataset and load, so a screenshot says what was measured."""
+    data, load = config.dataset, config.load
+    lengths = (f"output {data.sharegpt_output_len} tokens" if data.sharegpt_output_len
+               else "conversation lengths") if data.dataset_name == "sharegpt" else (
+        f"input {data.random_input_len}, output {data.random_output_len} tokens, range ratio {data.random_range_ratio}")
+    parts = [
+        f"**{config.label}**" if config.label else "",
+        f"{config.engine.model} on {config.engine.backend}",
+        f"{data.num_prompts} prompts from {data.dataset} ({data.dataset_name}, {lengths})",
+        f"{load.load_pattern} load, concurrency {load.concurrency}, {'streamed' if load.stream_output else 'not streamed'}",
+    ]
+    return " · ".join(part for part in parts if part)
+
+
+# ---- live ------------------------------------------------------------------------------------
+
+@st.fragment(run_every=LIVE_REFRESH_S)
+def _live_panel(run_id: str) -> None:
+    runner = get_runner()
+    run = runner.get(run_id)
+    if run is None or not run.active:
+        st.rerun()  # one full rerun: the page then shows the ended run and this fragment is gone
+    if run.cancel_event.is_set():
+        st.warning(f"{run.state}: cancel requested; the run stops within a second and keeps what it measured.")
+    if run.state == QUEUED:
+        ahead = runner.queue_position(run)
+        st.info(f"queued: waiting: {ahead} run(s) ahead. It starts when the engine is free.")
+        return
+    snapshot = run.snapshot()
+    if run.state == LOADING or snapshot is None:  # the profiler exists from the first measured request on
+        st.info(LOADING_NOTE)
+        return
+    _live_progress(run, snapshot)
+    _live_charts(run.config, snapshot)
+
+
+def _live_progress(run: Run, snap: LiveSnapshot) -> None:
+    total_requests = len(run.sample.requests)
+    total_tokens = sum(request.output_len for request in run.sample.requests)
+    done = snap.completed + snap.failed
+    st.progress(min(snap.output_tokens / total_tokens, 1.0) if total_tokens else 0.0,
+                text=f"{run.state}: {done}/{total_requests} requests, {snap.output_tokens:,}/{total_tokens:,} "
+                     f"output tokens, {snap.elapsed_s:.0f} s")
+    columns = st.columns(4)
+    columns[0].metric("Completed (requests)", snap.completed)
+    columns[1].metric("Failed (requests)", snap.failed)
+    columns[2].metric("In flight (requests)", snap.in_flight)
+    recent = snap.output_tokens_per_s[-1] if snap.output_tokens_per_s.size else 0.0
+    columns[3].metric("Output (tok/s, last bin)", f"{recent:.1f}")
+
+
+def _live_charts(config: RunConfig, snap: LiveSnapshot) -> None:
+    stream = config.load.stream_output
+    # Without streaming a request ticks only at its end, so its "first token" gap is its whole latency.
+    first_metric = "ttft" if stream else "e2e"
+    left, right = st.columns(2)
+    left.plotly_chart(charts.latency_histogram(snap.ttft_s, first_metric), key="live_first_histogram")
+    if stream:
+        right.plotly_chart(charts.latency_histogram(snap.itl_s, "itl"), key="live_itl_histogram")
+    st.plotly_chart(charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s, snap.in_flight_over_time),
+                    key="live_throughput")
+    series = {"ttft": snap.ttft_s, "itl": snap.itl_s} if stream else {"e2e": snap.ttft_s}
+    st.caption("So far, over every request that has reached that point (finished or not):")
+    st.dataframe(live_percentile_table(series, config.percentiles, stream).round(3), key="live_percentiles")
+
+
+def live_percentile_table(series: dict[str, np.ndarray], percentiles, stream_output: bool) -> pd.DataFrame:
+    """LMDeploy's latency table for the values seen so far; rows with no values yet are left out."""
+    summary: dict[str, float] = {}
+    for metric, values in series.items():
+        stats = metrics.distribution(np.asarray(values), percentiles)
+        summary.update({f"mean_{metric}_ms": stats.mean * 1000, f"std_{metric}_ms": stats.std * 1000,
+                        f"min_{metric}_ms": stats.min * 1000, f"max_{metric}_ms": stats.max * 1000})
+        for q, value in zip(percentiles, stats.percentiles):
+            summary[f"{metrics.percentile_key(q)}_{metric}_ms"] = value * 1000
+    return tables.percentile_table(summary, percentiles, stream_output).dropna(how="all")
+
+
+# ---- ended -----------------------------------------------------------------------------------
+
+def _ended_view(result: RunResult, page_slo: SLO) -> None:
+    slo = page_slo if metrics.slo_is_set(page_slo) else result.config.slo
+    summary = result.summary(slo)
+    _ended_status(result, summary)
+    for warning in result.warnings:
+        st.warning(warning)
+    for note in result.notes:
+        st.caption(f"Dataset: {note}")
+    stream = result.config.load.stream_output
+
+    st.markdown("**Latency (ms)**, successful requests, as LMDeploy reports it")
+    st.dataframe(tables.percentile_table(summary, result.config.percentiles, stream).round(3),
+                 key="summary_percentiles")
+    left, right = st.columns([2, 1])
+    with left:
+        st.markdown("**Throughput**")
+        st.dataframe(tables.throughput_table(summary).round(3), key="summary_throughput")
+    with right:
+        _goodput(summary, slo)
+
+    first, second = ("ttft", "itl") if stream else ("e2e", "tpot")
+    left, right = st.columns(2)
+    left.plotly_chart(charts.latency_histogram(charts.successful_values(result.requests, first), first), key="ended_first")
+    right.plotly_chart(charts.latency_histogram(charts.successful_values(result.requests, second), second), key="ended_second")
+    if result.snapshot is not None:
+        snap = result.snapshot
+        st.plotly_chart(charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s, snap.in_flight_over_time),
+                        key="ended_throughput")
+
+    st.markdown("**Requests**")
+    requests = tables.requests_for_display(result.requests)
+    st.dataframe(requests, hide_index=True, key="requests_table")
+    _downloads(result, requests)
+
+
+def _ended_status(result: RunResult, summary: dict) -> None:
+    counts = (f"{summary['completed']}/{summary['total_requests']} requests succeeded in "
+              f"{summary['duration_s']:.1f} s; {summary['failed']} failed, {summary['incomplete']} incomplete, "
+              f"{summary['unfinished']} unfinished")
+    if summary.get("failure_reasons"):
+        counts += f" ({summary['failure_reasons']})"
+    if result.status == FAILED:
+        st.error(f"failed: {result.message}. {counts}.")
+    elif result.status == CANCELLED:
+        st.warning(f"cancelled: {counts}.")
+    else:
+        st.success(f"{result.status}: {counts}.")
+
+
+def _goodput(summary: dict, slo: SLO) -> None:
+    st.markdown("**Goodput**")
+    if not metrics.slo_is_set(slo):
+        st.caption("Set TTFT, TPOT or E2E thresholds under *Goodput SLO* in the sidebar to see goodput.")
+        return
+    st.metric("Goodput (req/s)", f"{summary['goodput_rps']:.3f}",
+              help="Successful requests meeting every threshold, per second of the run.")
+    st.metric("Good requests", f"{summary['good_requests']}/{summary['total_requests']}")
+    thresholds = ", ".join(f"{name.upper()} ≤ {value * 1000:g} ms"
+                           for name, value in (("ttft", slo.ttft), ("tpot", slo.tpot), ("e2e", slo.e2e))
+                           if value is not None)
+    st.caption(f"For {thresholds}.")
+
+
+def _downloads(result: RunResult, requests: pd.DataFrame) -> None:
+    columns = st.columns(3)
+    history_row = get_history().to_csv_bytes([result.run_id])
+    if history_row:
+        columns[0].download_button("History row (CSV)", history_row, file_name=f"{result.run_id}-history.csv",
+                                   mime="text/csv", key="download_history_row", on_click="ignore")
+    columns[1].download_button("Per-request table (CSV)", requests.to_csv(index=False).encode("utf-8"),
+                               file_name=f"{result.run_id}-requests.csv", mime="text/csv",
+                               key="download_requests", on_click="ignore")
+    columns[2].download_button("LMDeploy CSV", result.lmdeploy_csv_bytes(), file_name=f"{result.run_id}-lmdeploy.csv",
+                               mime="text/csv", key="download_lmdeploy", on_click="ignore",
+                               help="One row in the format of LMDeploy's profile_pipeline_api.py --csv.")

@@ -1,0 +1,314 @@
+"""The Run page's sidebar: every setting of a benchmark, and the RunConfig built from them.
+
+`render_sidebar` draws the widgets and returns their values as a plain dict; `build_run_config` turns
+such a dict into a RunConfig without touching streamlit, so it is unit-testable. Engine knobs come
+from `config.knobs_for(backend)`, grouped in expanders as LMDeploy's CLI groups them, with LMDeploy's
+defaults; their constraints are shown under each widget and checked by `check_run_config` at Start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+from bench_core.config import (
+    BACKENDS, LMDEPLOY_BACKENDS, LOAD_PATTERNS, SLO, DatasetConfig, EngineConfig, GenerationSettings, Knob,
+    LoadConfig, RunConfig, knobs_for,
+)
+from bench_core.datasets import BUILTIN_SAMPLE, BUILTIN_SHAREGPT
+from bench_core.engines import availability
+from bench_core.errors import ConfigError, DatasetError
+from bench_core.models import BUILTIN_MODELS
+from bench_core.runner import Run, Runner
+
+DEFAULT_MODEL = "builtin:smollm2-135m"
+DEFAULT_BACKEND = "transformers"
+OTHER_MODEL = "Local path or hub id"
+BUILTIN_DATASETS = {
+    BUILTIN_SHAREGPT: "ShareGPT (built-in copy)",
+    BUILTIN_SAMPLE: "Small generated sample",
+}
+SOURCE_BUILTIN, SOURCE_UPLOAD, SOURCE_PATH = "Built-in", "Upload", "Path"
+LOAD_PATTERN_HELP = {
+    "batch": "LMDeploy's profile_pipeline_api.py: every prompt is submitted at once and concurrency bounds "
+             "the batch, so TTFT includes queueing.",
+    "concurrency": "profile_throughput.py: N workers, a request's clock starts when a worker picks it up.",
+}
+
+
+@dataclass(frozen=True)
+class LoadDefaults:
+    """Dataset size and load that fit the backend: a one-minute first run on a CPU, LMDeploy's own on a GPU."""
+
+    num_prompts: int
+    concurrency: int
+    stream_output: bool
+    sharegpt_output_len: int | None
+
+
+# Measured: SmolLM2-135M on 2 busy CPU cores, 32 ShareGPT prompts x 128 tokens at concurrency 8, streamed,
+# took about 60 s (68 output tok/s).
+CPU_DEFAULTS = LoadDefaults(num_prompts=32, concurrency=8, stream_output=True, sharegpt_output_len=128)
+LMDEPLOY_DEFAULTS = LoadDefaults(
+    num_prompts=DatasetConfig.num_prompts, concurrency=LoadConfig.concurrency,
+    stream_output=LoadConfig.stream_output, sharegpt_output_len=DatasetConfig.sharegpt_output_len,
+)
+
+
+def load_defaults(backend: str) -> LoadDefaults:
+    return LMDEPLOY_DEFAULTS if backend in LMDEPLOY_BACKENDS else CPU_DEFAULTS
+
+
+@dataclass
+class SidebarChoice:
+    """What the user set and pressed this rerun."""
+
+    values: dict[str, Any]
+    start: bool
+    unavailable_reason: str | None
+
+
+def render_sidebar(cancel: Callable[[], None] | None) -> SidebarChoice:
+    """Draw the sidebar; `cancel` stops the run on show (None disables the Cancel button)."""
+    bar = st.sidebar
+    actions = bar.container()  # filled last, shown first: Start needs the backend's availability
+    values: dict[str, Any] = {"label": bar.text_input("Run label", key="label", placeholder="optional")}
+
+    bar.subheader("Model and engine")
+    values.update(_model_widgets())
+    backend = bar.selectbox("Backend", BACKENDS, index=BACKENDS.index(DEFAULT_BACKEND), key="backend",
+                            format_func=_backend_label)
+    values["backend"] = backend
+    reason = availability(backend)
+    _show_unavailable_backends()
+    values["knobs"] = _knob_widgets(backend)
+
+    bar.subheader("Dataset")
+    defaults = load_defaults(backend)
+    family = "lmdeploy" if backend in LMDEPLOY_BACKENDS else "cpu"  # keys per family: switching resets defaults
+    values.update(_dataset_widgets(defaults, family))
+
+    bar.subheader("Load")
+    values.update(_load_widgets(defaults, family))
+    values["generation"] = _generation_widgets()
+    values["slo_ms"] = _slo_widgets()
+
+    with actions:
+        left, right = st.columns(2)
+        start = left.button("Start", key="start", type="primary", disabled=reason is not None,
+                            width="stretch")
+        right.button("Cancel", key="cancel", disabled=cancel is None, on_click=cancel, width="stretch")
+    return SidebarChoice(values=values, start=start, unavailable_reason=reason)
+
+
+def slo_from_ms(slo_ms: Mapping[str, float | None]) -> SLO:
+    """Thresholds typed in ms as the SLO in seconds; an empty input leaves that threshold unset."""
+    return SLO(**{name: None if slo_ms.get(name) is None else slo_ms[name] / 1000 for name in ("ttft", "tpot", "e2e")})
+
+
+def build_run_config(values: Mapping[str, Any]) -> RunConfig:
+    """The RunConfig for the sidebar's values; validation is left to `check_run_config` (at submit)."""
+    sharegpt = values["dataset_name"] == "sharegpt"
+    engine = EngineConfig(
+        backend=values["backend"],
+        model=values["model"].strip(),
+        trust_remote_code=values.get("trust_remote_code", False),
+        **values.get("knobs", {}),
+    )
+    dataset = DatasetConfig(
+        dataset=str(values["dataset"]).strip(),
+        dataset_name=values["dataset_name"],
+        num_prompts=int(values["num_prompts"]),
+        seed=int(values["seed"]),
+        sharegpt_output_len=_int_or_none(values.get("sharegpt_output_len")) if sharegpt else None,
+        random_input_len=None if sharegpt else _int_or_none(values.get("random_input_len")),
+        random_output_len=None if sharegpt else _int_or_none(values.get("random_output_len")),
+        random_range_ratio=float(values.get("random_range_ratio", 0.0)),
+    )
+    load = LoadConfig(
+        load_pattern=values["load_pattern"],
+        concurrency=int(values["concurrency"]),
+        stream_output=bool(values["stream_output"]),
+    )
+    return RunConfig(
+        engine=engine,
+        dataset=dataset,
+        load=load,
+        generation=GenerationSettings(**values.get("generation", {})),
+        slo=slo_from_ms(values.get("slo_ms", {})),
+        label=values.get("label", "").strip(),
+    )
+
+
+def submit_run(values: Mapping[str, Any], runner: Runner, uploads_dir: Path) -> Run:
+    """Queue a run for the sidebar's values; BenchError (ConfigError listing every problem) when it cannot start."""
+    values = dict(values)
+    upload = values.get("upload")
+    if upload is not None:
+        values["dataset"] = save_upload(upload.getvalue(), upload.name, uploads_dir)
+    if not str(values.get("dataset") or "").strip():
+        raise ConfigError("No dataset given: upload a ShareGPT file, type its path, or choose a built-in dataset.")
+    return runner.submit(build_run_config(values))
+
+
+def save_upload(data: bytes, name: str, folder: Path) -> str:
+    """Keep an uploaded dataset as a file the runner can read; named by content, so saving twice is free."""
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    path = Path(folder) / f"{digest}-{Path(name).name}"
+    try:
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+    except OSError as exc:
+        raise DatasetError(f"Cannot save the uploaded dataset to {path}: {exc.strerror or exc}.") from exc
+    return str(path)
+
+
+# ---- widget groups ---------------------------------------------------------------------------
+
+def _backend_label(backend: str) -> str:
+    return backend if availability(backend) is None else f"{backend} (unavailable here)"
+
+
+def _show_unavailable_backends() -> None:
+    """One caption per reason, so the user sees why LMDeploy's engines cannot be chosen here."""
+    reasons: dict[str, list[str]] = {}
+    for backend in BACKENDS:
+        reason = availability(backend)
+        if reason:
+            reasons.setdefault(reason, []).append(backend)
+    for reason, backends in reasons.items():
+        st.sidebar.caption(f"**{', '.join(backends)} unavailable:** {reason}")
+
+
+def _model_widgets() -> dict[str, Any]:
+    bar = st.sidebar
+    options = [*BUILTIN_MODELS, OTHER_MODEL]
+    choice = bar.selectbox("Model", options, index=options.index(DEFAULT_MODEL), key="model_choice",
+                           help="\n\n".join(f"**{name}**: {text}" for name, text in BUILTIN_MODELS.items()))
+    if choice == OTHER_MODEL:
+        model = bar.text_input("Model path or hub id", key="model_path",
+                               placeholder="/models/Qwen2.5-7B-Instruct or Qwen/Qwen2.5-7B-Instruct")
+    else:
+        model = choice
+    trust = bar.checkbox("Trust remote code", key="trust_remote_code", help="Let the model's own code run (--trust-remote-code).")
+    return {"model": model, "trust_remote_code": trust}
+
+
+_FIELD_TYPES = {f.name: str(f.type) for f in dataclasses.fields(EngineConfig)}
+
+
+def _knob_widgets(backend: str) -> dict[str, Any]:
+    """Every knob of `backend`, in LMDeploy's CLI groups, starting at LMDeploy's defaults."""
+    groups: dict[str, list[Knob]] = {}
+    for knob in knobs_for(backend):
+        groups.setdefault(knob.group, []).append(knob)
+    chosen: dict[str, Any] = {}
+    for group, knobs in groups.items():
+        with st.sidebar.expander(group):
+            for knob in knobs:
+                chosen[knob.name] = _knob_widget(knob)
+                if knob.constraint:
+                    st.caption(f"Constraint: {knob.constraint}")
+    return chosen
+
+
+def _knob_widget(knob: Knob) -> Any:
+    label, key, default, kind = knob.flag, f"knob_{knob.name}", knob.default, _FIELD_TYPES[knob.name]
+    if knob.choices is not None:
+        return st.selectbox(label, knob.choices, index=knob.choices.index(default), key=key, help=knob.help,
+                            format_func=lambda choice: "off" if choice is None else str(choice))
+    if isinstance(default, bool):
+        return st.checkbox(label, value=default, key=key, help=knob.help)
+    if kind.startswith("int"):
+        value = st.number_input(label, value=default, step=1, key=key, help=knob.help,
+                                placeholder="empty: automatic" if default is None else None)
+        return None if value is None else int(value)
+    if kind.startswith("float"):
+        return st.number_input(label, value=float(default), step=0.05, format="%.2f", key=key, help=knob.help)
+    text = st.text_input(label, value=default or "", key=key, help=knob.help)
+    return text.strip() or (None if default is None else default)
+
+
+def _dataset_widgets(defaults: LoadDefaults, family: str) -> dict[str, Any]:
+    bar = st.sidebar
+    source_kind = bar.radio("Prompts from", (SOURCE_BUILTIN, SOURCE_UPLOAD, SOURCE_PATH), horizontal=True,
+                            key="dataset_source", help="A ShareGPT JSON or JSONL file; the random dataset "
+                            "also draws its token ids from it, as LMDeploy does.")
+    values: dict[str, Any] = {"upload": None}
+    if source_kind == SOURCE_BUILTIN:
+        values["dataset"] = bar.selectbox("Built-in dataset", list(BUILTIN_DATASETS), key="dataset_builtin",
+                                          format_func=BUILTIN_DATASETS.get)
+    elif source_kind == SOURCE_UPLOAD:
+        values["upload"] = bar.file_uploader("ShareGPT file", type=["json", "jsonl"], key="dataset_upload")
+        values["dataset"] = ""
+    else:
+        values["dataset"] = bar.text_input("ShareGPT file path", key="dataset_path",
+                                           placeholder="/data/ShareGPT_V3_unfiltered_cleaned_split.json")
+    name = bar.radio("Dataset", ("sharegpt", "random"), horizontal=True, key="dataset_name",
+                     help="sharegpt: the conversations' own lengths; random: lengths you choose.")
+    values["dataset_name"] = name
+    if name == "sharegpt":
+        values["sharegpt_output_len"] = bar.number_input(
+            "Fixed output length (tokens)", value=defaults.sharegpt_output_len, min_value=1, step=1,
+            key=f"sharegpt_output_len_{family}", placeholder="empty: each conversation's own",
+            help="--sharegpt-output-len: every request generates this many tokens.")
+    else:
+        left, right = bar.columns(2)
+        values["random_input_len"] = left.number_input("Input length", value=128, min_value=1, step=1,
+                                                       key="random_input_len")
+        values["random_output_len"] = right.number_input("Output length", value=128, min_value=1, step=1,
+                                                         key="random_output_len")
+        values["random_range_ratio"] = bar.slider("Range ratio", 0.0, 1.0, 0.0, step=0.05, key="random_range_ratio",
+                                                  help="Lengths are drawn from [len x ratio, len].")
+    values["num_prompts"] = bar.number_input("Number of prompts", value=defaults.num_prompts, min_value=1, step=1,
+                                             key=f"num_prompts_{family}")
+    values["seed"] = bar.number_input("Seed", value=0, min_value=0, step=1, key="seed")
+    return values
+
+
+def _load_widgets(defaults: LoadDefaults, family: str) -> dict[str, Any]:
+    bar = st.sidebar
+    pattern = bar.selectbox("Load pattern", LOAD_PATTERNS, key="load_pattern",
+                            help="\n\n".join(f"**{p}**: {text}" for p, text in LOAD_PATTERN_HELP.items()))
+    concurrency = bar.number_input("Concurrency", value=defaults.concurrency, min_value=1, step=1,
+                                   key=f"concurrency_{family}",
+                                   help="Requests in flight at once; LMDeploy's engines take it as max_batch_size.")
+    stream = bar.checkbox("Stream output", value=defaults.stream_output, key=f"stream_output_{family}",
+                          help="Needed for TTFT, ITL and tokens per tick.")
+    return {"load_pattern": pattern, "concurrency": concurrency, "stream_output": stream}
+
+
+def _generation_widgets() -> dict[str, Any]:
+    base = GenerationSettings()
+    with st.sidebar.expander("Generation"):
+        st.caption("LMDeploy's pipeline script decodes greedily with ignore_eos, whatever the sampling settings say.")
+        return {
+            "ignore_eos": st.checkbox("Ignore EOS", value=base.ignore_eos, key="gen_ignore_eos",
+                                      help="Generate exactly the requested number of tokens."),
+            "do_sample": st.checkbox("Sample", value=base.do_sample, key="gen_do_sample"),
+            "temperature": st.number_input("Temperature", value=base.temperature, min_value=0.0, step=0.1,
+                                           key="gen_temperature"),
+            "top_p": st.number_input("Top p", value=base.top_p, min_value=0.0, max_value=1.0, step=0.05,
+                                     key="gen_top_p"),
+            "top_k": st.number_input("Top k", value=base.top_k, min_value=0, step=1, key="gen_top_k"),
+        }
+
+
+def _slo_widgets() -> dict[str, float | None]:
+    with st.sidebar.expander("Goodput SLO (ms)", expanded=False):
+        st.caption("A request is good when it meets every threshold set. Changing them updates the goodput "
+                   "of the run shown, from its stored requests, without running it again.")
+        return {name: st.number_input(f"{name.upper()} at most (ms)", value=None, min_value=0.0, step=10.0,
+                                      key=f"slo_{name}_ms", placeholder="not set")
+                for name in ("ttft", "tpot", "e2e")}
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)

@@ -1,0 +1,24 @@
+"""The objects every page and browser tab share: one Runner (one run at a time) and one History.
+
+Both live in `st.cache_resource`, so they exist once per server process, survive reruns and are shared
+by all sessions; tests clear them with `get_runner.clear()` / `get_history.clear()`.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from bench_core.history import History
+from bench_core.runner import Runner
+
+
+@st.cache_resource
+def get_history() -> History:
+    """The run history under $BENCH_STUDIO_RESULTS, else ./results."""
+    return History()
+
+
+@st.cache_resource(on_release=lambda runner: runner.shutdown())
+def get_runner() -> Runner:
+    """The process-wide runner; releasing it (cache clear, server stop) cancels its runs."""
+    return Runner(history=get_history())

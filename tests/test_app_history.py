@@ -1,0 +1,172 @@
+"""The History page through AppTest, on a history made by real runs of the tiny model plus an imported LMDeploy CSV."""
+
+import json
+import logging
+import shutil
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
+from bench_core.history import RESULTS_ENV, History
+from bench_core.runner import Runner
+from bench_core.tables import describe_column
+from conftest import ROOT
+from dashboard.state import get_history, get_runner
+
+APP = str(ROOT / "app.py")
+LMDEPLOY_CSV = ROOT / "tests" / "data" / "lmdeploy_csv" / "profile_throughput.csv"
+
+logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").setLevel(logging.ERROR)
+
+
+def tiny_config(concurrency: int, label: str) -> RunConfig:
+    return RunConfig(
+        engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
+        dataset=DatasetConfig(dataset="builtin:sample", dataset_name="random", num_prompts=8,
+                              random_input_len=16, random_output_len=8, random_range_ratio=1.0),
+        load=LoadConfig(concurrency=concurrency, stream_output=True),
+        label=label,
+    )
+
+
+@pytest.fixture(scope="module")
+def prepared_history(tmp_path_factory, tiny_model_path):
+    """Two real runs (concurrency 2 and 4) and two rows imported from LMDeploy's profile_throughput.py."""
+    root = tmp_path_factory.mktemp("prepared") / "results"
+    runner = Runner(History(root))
+    runs = [runner.submit(tiny_config(c, f"tiny x{c}")) for c in (2, 4)]
+    for run in runs:
+        assert run.wait(60) and run.state == "finished", run.message
+    runner.shutdown()
+    imported = History(root).import_csv(LMDEPLOY_CSV)
+    return root, [run.run_id for run in runs], imported
+
+
+@pytest.fixture
+def history_root(prepared_history, tmp_path, monkeypatch):
+    """A private copy of the prepared history, behind fresh cached runner and history objects."""
+    source, run_ids, imported = prepared_history
+    root = tmp_path / "results"
+    shutil.copytree(source, root)
+    monkeypatch.setenv(RESULTS_ENV, str(root))
+    get_runner.clear()
+    get_history.clear()
+    yield root
+    get_runner.clear()
+    get_history.clear()
+
+
+def open_history() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    return at.switch_page("pages/history.py").run()
+
+
+def select_rows(at: AppTest, run_ids: list[str]) -> AppTest:
+    """Select table rows as a click would (AppTest cannot click a dataframe; its selection state is writable)."""
+    table = at.dataframe[0]
+    positions = [list(table.value["run_id"]).index(run_id) for run_id in run_ids]
+    at.session_state[table.key] = {"selection": {"rows": positions, "columns": [], "cells": []}}
+    return at.run()
+
+
+def chart_specs(at: AppTest) -> dict[str, dict]:
+    """Plotly figures on the page by their key."""
+    return {chart.key: json.loads(chart.proto.spec) for chart in at.get("plotly_chart")}
+
+
+def test_the_table_lists_every_run_with_a_link_to_the_run_page(history_root, prepared_history):
+    _, run_ids, imported = prepared_history
+    at = open_history()
+    assert not at.exception
+    table = at.dataframe[0].value
+    assert sorted(table["run_id"]) == sorted(run_ids + imported)
+    assert set(table["status"]) == {"finished", "imported"}
+    assert list(table["open"]) == [f"run?run={run_id}" for run_id in table["run_id"]]
+
+
+def test_filters_narrow_the_table(history_root, prepared_history):
+    _, run_ids, _ = prepared_history
+    at = open_history()
+    at.multiselect(key="filter_status").select("imported").run()
+    assert set(at.dataframe[0].value["status"]) == {"imported"}
+    at.multiselect(key="filter_status").unselect("imported").run()
+    at.text_input(key="filter_label").input("X4").run()
+    assert list(at.dataframe[0].value["run_id"]) == [run_ids[1]]
+
+
+def test_comparing_two_runs_draws_the_charts_and_marks_better_and_worse(history_root, prepared_history):
+    _, run_ids, imported = prepared_history
+    at = open_history()
+    assert not at.get("plotly_chart")
+    at = select_rows(at, [run_ids[0], run_ids[1], imported[0]])
+    assert not at.exception
+    specs = chart_specs(at)
+    assert specs["chart_metric_vs_knob"]["layout"]["xaxis"]["title"]["text"] == describe_column("concurrency").title
+    # p99 TTFT: our runs only; LMDeploy's CSV has mean latencies, which bring the imported run in.
+    assert [trace["name"] for trace in specs["chart_latency_vs_throughput"]["data"]] == ["transformers"]
+    at.selectbox(key="compare_latency").select("mean_ttft_ms").run()
+    names = [trace["name"] for trace in chart_specs(at)["chart_latency_vs_throughput"]["data"]]
+    assert names == ["transformers", "turbomind"]
+    # CDFs: one curve per run with per-request data; the imported row is named as lacking it.
+    for key in ("chart_cdf_ttft", "chart_cdf_itl"):
+        assert [trace["name"] for trace in specs[key]["data"]] == ["tiny x2", "tiny x4"]
+    assert any("No per-request data" in caption.value for caption in at.caption)
+    compared = at.dataframe[1].value
+    assert list(compared.columns) == ["tiny x2", "tiny x4", imported[0]]
+    assert describe_column("output_throughput").title in compared.index
+    # better/worse marks reach the page as cell styles
+    styled = at.dataframe[1].proto.arrow_data.styler.styles
+    assert "rgba(46, 160, 67" in styled and "rgba(218, 54, 51" in styled
+
+
+def test_delete_asks_first_and_then_removes_only_the_chosen_run(history_root, prepared_history):
+    _, run_ids, imported = prepared_history
+    at = select_rows(open_history(), [run_ids[0]])
+    at.button(key="delete_ask").click().run()
+    assert run_ids[0] in at.warning[0].value
+    assert len(History(history_root).load()) == 4  # nothing gone before the confirmation
+    at.button(key="delete_confirm").click().run()
+    assert not at.exception
+    remaining = History(history_root).load()
+    assert sorted(remaining["run_id"]) == sorted([run_ids[1], *imported])
+    assert not (history_root / "runs" / run_ids[0]).exists()
+    assert (history_root / "runs" / run_ids[1] / "requests.parquet").exists()
+    assert sorted(at.dataframe[0].value["run_id"]) == sorted(remaining["run_id"])
+
+
+def test_delete_can_be_called_off(history_root, prepared_history):
+    _, run_ids, _ = prepared_history
+    at = select_rows(open_history(), [run_ids[0]])
+    at.button(key="delete_ask").click().run()
+    at.button(key="delete_keep").click().run()
+    assert not at.warning and len(History(history_root).load()) == 4
+
+
+def test_a_bad_upload_is_one_error_and_writes_nothing(history_root):
+    before = (history_root / "history.csv").read_bytes()
+    at = open_history()
+    at.file_uploader[0].set_value(("notes.csv", b"name,comment\nx,y\n", "text/csv")).run()
+    at.button(key="import_button").click().run()
+    assert not at.exception
+    assert len(at.error) == 1 and "notes.csv" in at.error[0].value
+    assert (history_root / "history.csv").read_bytes() == before
+
+
+def test_an_lmdeploy_csv_upload_adds_its_rows(history_root):
+    at = open_history()
+    data = (ROOT / "tests" / "data" / "lmdeploy_csv" / "profile_pipeline_api.csv").read_bytes()
+    at.file_uploader[0].set_value(("profile_pipeline_api.csv", data, "text/csv")).run()
+    at.button(key="import_button").click().run()
+    assert "Imported 2 run(s)" in at.success[0].value
+    assert len(at.dataframe[0].value) == 6
+    assert at.button(key="import_button").disabled  # the uploader starts empty: no second import by accident
+
+
+def test_downloads_offer_the_whole_history_and_the_selection(history_root, prepared_history):
+    _, run_ids, _ = prepared_history
+    at = open_history()
+    assert [button.label for button in at.download_button] == ["Download the whole history (CSV)"]
+    at = select_rows(at, run_ids)
+    labels = [button.label for button in at.download_button]
+    assert labels == ["Download the whole history (CSV)", "Download the 2 selected run(s) (CSV)"]

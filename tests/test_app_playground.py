@@ -1,0 +1,90 @@
+"""The Playground page through AppTest, answering prompts with the real tiny model on the shared runner."""
+
+import logging
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from bench_core.history import RESULTS_ENV
+from conftest import ROOT
+from dashboard.state import get_history, get_runner
+
+APP = str(ROOT / "app.py")
+TINY = "builtin:tiny-llama"
+
+logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").setLevel(logging.ERROR)
+
+
+@pytest.fixture(autouse=True)
+def fresh_state(tmp_path, monkeypatch, tiny_model_path):
+    monkeypatch.setenv(RESULTS_ENV, str(tmp_path / "results"))
+    get_runner.clear()
+    get_history.clear()
+    yield
+    get_runner.clear()
+    get_history.clear()
+
+
+def open_playground() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    at = at.switch_page("pages/playground.py").run()
+    at.selectbox(key="pg_model_choice").select(TINY)
+    at.number_input(key="pg_max_new").set_value(6)
+    return at
+
+
+def run_prompts(at: AppTest) -> AppTest:
+    at.button(key="pg_run").click().run()
+    job = get_runner().get_playground(at.query_params["job"])
+    assert job.wait(60), job.state
+    return at.run()
+
+
+def test_two_typed_prompts_give_two_answers_with_counts_reasons_and_downloads(tmp_path):
+    at = open_playground()
+    at.text_area(key="pg_prompts").input("Hello there\n\nWhat is 2 + 2?").run()
+    at = run_prompts(at)
+    assert not at.exception and not at.error
+    results = at.dataframe[0].value
+    assert list(results["prompt"]) == ["Hello there", "What is 2 + 2?"]
+    assert (results["input_tokens"] > 0).all()
+    assert (results["output_tokens"].between(1, 6)).all()
+    assert set(results["finish_reason"]) <= {"stop", "length"}
+    assert (results["ttft_s"] <= results["total_s"]).all()
+    assert [b.label for b in at.download_button] == ["Download results (CSV)", "Download results (JSONL)"]
+    assert "finished: 2 of 2" in at.get("progress")[0].proto.text
+    assert not (tmp_path / "results" / "history.csv").exists()  # playground jobs are not benchmark runs
+
+
+def test_an_uploaded_jsonl_file_is_used_instead_of_typed_prompts():
+    at = open_playground()
+    at.text_area(key="pg_prompts").input("ignored").run()
+    data = b'{"prompt": "one"}\n{"messages": [{"role": "system", "content": "Be brief"}, {"role": "user", "content": "two"}]}\n'
+    at.file_uploader(key="pg_file").set_value(("prompts.jsonl", data, "application/jsonl")).run()
+    at = run_prompts(at)
+    assert list(at.dataframe[0].value["prompt"]) == ["one", "two"]
+
+
+def test_a_bad_prompt_file_is_one_error_and_nothing_runs():
+    at = open_playground()
+    at.file_uploader(key="pg_file").set_value(("prompts.csv", b"question\nwhat?\n", "text/csv")).run()
+    assert not at.exception
+    assert len(at.error) == 1 and "'prompt' column" in at.error[0].value
+    assert "pg_run" not in [button.key for button in at.button]
+
+
+def test_a_model_that_cannot_load_fails_the_job_with_one_message():
+    at = open_playground()
+    at.selectbox(key="pg_model_choice").select("Local path or hub id").run()
+    at.text_input(key="pg_model_path").input("/no/such/model").run()
+    at.text_area(key="pg_prompts").input("Hello").run()
+    at = run_prompts(at)
+    assert not at.exception
+    assert len(at.error) == 1 and "/no/such/model" in at.error[0].value
+
+
+def test_running_with_no_prompt_says_so():
+    at = open_playground()
+    at.button(key="pg_run").click().run()
+    assert len(at.error) == 1 and "no prompt" in at.error[0].value
+    assert "job" not in at.query_params
