@@ -1,0 +1,239 @@
+"""Sweep plans: parsing --sweep values, run order that spares engine reloads, up-front checks, resume."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bench_core import csvstore
+from bench_core.config import RunConfig
+from bench_core.engines import engine_settings_key
+from bench_core.errors import ConfigError
+from bench_core.history import History, RunRecord, history_row
+from bench_core.sweep import (
+    OUTPUT_THROUGHPUT_PER_USER,
+    SLO_ATTAINMENT,
+    SWEEP_REPEAT,
+    SWEEPABLE,
+    SweepAxis,
+    SweepPlan,
+    new_sweep_id,
+    parse_sweep_arg,
+    remaining,
+    with_sweep_metrics,
+)
+
+
+def _base(backend: str = "transformers", label: str = "") -> RunConfig:
+    config = RunConfig(label=label)
+    config.engine.backend = backend
+    config.engine.model = "builtin:tiny-llama"
+    config.dataset.num_prompts = 8
+    return config
+
+
+def _reloads(plan: SweepPlan) -> int:
+    """Engine loads the plan's order costs: one at the start and one per change of engine settings."""
+    keys = [engine_settings_key(run.config.engine, run.config.load) for run in plan.points()]
+    return 1 + sum(a != b for a, b in zip(keys, keys[1:]))
+
+
+# ---- parsing ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "name", "values"), [
+    ("concurrency=1,2,4", "concurrency", (1, 2, 4)),
+    ("cache-max-entry-count=0.5, 0.8", "cache_max_entry_count", (0.5, 0.8)),
+    ("--num-prompts=100,200", "num_prompts", (100, 200)),
+    ("random_output_len=64,128", "random_output_len", (64, 128)),
+    ("async=0,1", "async_", (0, 1)),
+    ("session-len=none,4096", "session_len", (None, 4096)),
+    ("quant-policy=none,int8,4", "quant_policy", (0, 8, 4)),
+    ("enable-prefix-caching=true,false", "enable_prefix_caching", (True, False)),
+    ("dtype=float32,bfloat16", "dtype", ("float32", "bfloat16")),
+])
+def test_sweep_values_take_the_type_of_their_setting(text, name, values):
+    axis = parse_sweep_arg(text)
+    assert axis == SweepAxis(name, values)
+    assert [type(v) for v in axis.values] == [type(v) for v in values]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("concurency=1,2", "Cannot sweep 'concurency'. Sweepable settings: tp, cache_max_entry_count"),
+    ("model=a,b", "Cannot sweep 'model'"),
+    ("concurrency", "write NAME=V1,V2"),
+    ("concurrency=1,2.5", "Sweep value '2.5' for concurrency is not a whole number."),
+    ("cache_max_entry_count=half", "is not a number."),
+    ("session_len=lots", "is not a whole number or none."),
+    ("eager_mode=maybe", "is not true or false."),
+    ("concurrency=1,,2", "Sweep value '' for concurrency"),
+    ("model_format=hf,onnx", "is not one of its choices: hf, awq"),
+    ("quant_policy=int3", "Sweep value 'int3' for quant_policy"),
+    ("concurrency=4,1,4", "lists 4 more than once"),
+])
+def test_a_bad_sweep_is_one_clear_message(text, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_sweep_arg(text)
+
+
+def test_request_rate_is_not_sweepable_until_the_load_pattern_exists():
+    assert "request_rate" not in SWEEPABLE
+    with pytest.raises(ConfigError, match="Sweepable settings: .*concurrency, num_prompts"):
+        parse_sweep_arg("request-rate=1,2")
+
+
+def test_every_engine_knob_and_the_load_and_length_settings_are_sweepable():
+    assert {"tp", "cache_max_entry_count", "max_batch_tokens", "concurrency", "num_prompts",
+            "random_input_len", "random_output_len", "sharegpt_output_len"} <= set(SWEEPABLE)
+
+
+# ---- plans -----------------------------------------------------------------------------------
+
+def test_a_plan_varies_one_or_two_settings_with_at_least_one_repeat():
+    concurrency = parse_sweep_arg("concurrency=1,2")
+    with pytest.raises(ConfigError, match="one setting or two"):
+        SweepPlan("s", _base(), (concurrency, parse_sweep_arg("tp=1,2"), parse_sweep_arg("num_prompts=1,2")))
+    with pytest.raises(ConfigError, match="varies concurrency twice"):
+        SweepPlan("s", _base(), (parse_sweep_arg("tp=1,2"), concurrency, parse_sweep_arg("concurrency=4")))
+    with pytest.raises(ConfigError, match="at least 1 repeat"):
+        SweepPlan("s", _base(), (concurrency,), repeats=0)
+
+
+def test_points_cover_the_grid_times_the_repeats_with_labelled_configs():
+    plan = SweepPlan("s", _base(label="baseline"), (parse_sweep_arg("concurrency=1,2"),
+                                                    parse_sweep_arg("num_prompts=4,8,16")), repeats=2)
+    runs = plan.points()
+    assert len(runs) == 12
+    assert sorted((r.values["concurrency"], r.values["num_prompts"], r.repeat) for r in runs) == sorted(
+        (c, n, k) for c in (1, 2) for n in (4, 8, 16) for k in (0, 1))
+    for run in runs:
+        assert run.config.load.concurrency == run.values["concurrency"]
+        assert run.config.dataset.num_prompts == run.values["num_prompts"]
+        assert run.config.engine == plan.base.engine
+    run = runs[0]
+    assert run.config.label == f"baseline · concurrency={run.values['concurrency']}, " \
+                               f"num_prompts={run.values['num_prompts']} · repeat {run.repeat + 1}/2"
+    assert plan.base.dataset.num_prompts == 8 and plan.base.label == "baseline"  # the base is not changed
+    runs[0].config.generation.temperature = 0.1
+    assert runs[1].config.generation.temperature == plan.base.generation.temperature == 0.8
+
+
+def test_a_single_repeat_label_names_only_the_point():
+    (run, _) = SweepPlan("s", _base(), (parse_sweep_arg("max_batch_tokens=256,512"),)).points()
+    assert run.config.label == "max_batch_tokens=256"
+    assert run.config.engine.max_batch_tokens == 256
+
+
+def test_runs_sharing_engine_settings_follow_each_other():
+    # transformers reloads for a dtype change only; product order would flip dtype on every run.
+    plan = SweepPlan("s", _base(), (parse_sweep_arg("concurrency=1,2,4"), parse_sweep_arg("dtype=float32,bfloat16")),
+                     repeats=2)
+    assert _reloads(plan) == 2
+    assert [run.config.engine.dtype for run in plan.points()] == ["float32"] * 6 + ["bfloat16"] * 6
+
+
+def test_lmdeploy_concurrency_changes_reload_the_engine_and_are_grouped():
+    # max_batch_size (= concurrency) is part of an LMDeploy pipeline, the prompt count is not.
+    plan = SweepPlan("s", _base("turbomind"), (parse_sweep_arg("num_prompts=10,20,40"),
+                                               parse_sweep_arg("concurrency=1,2")))
+    assert _reloads(plan) == 2
+    assert [r.values["concurrency"] for r in plan.points()] == [1, 1, 1, 2, 2, 2]
+
+
+def test_repeats_run_as_rounds_within_an_engine_group():
+    plan = SweepPlan("s", _base(), (parse_sweep_arg("concurrency=1,2"),), repeats=2)
+    assert [(r.values["concurrency"], r.repeat) for r in plan.points()] == [(1, 0), (2, 0), (1, 1), (2, 1)]
+
+
+def test_check_names_every_impossible_point_in_one_error():
+    plan = SweepPlan("s", _base(), (parse_sweep_arg("concurrency=0,1,-1"), parse_sweep_arg("num_prompts=0,3")))
+    with pytest.raises(ConfigError) as caught:
+        plan.check()
+    assert str(caught.value) == (
+        "Sweep points with num_prompts=0: The number of prompts must be at least 1. "
+        "Sweep points with concurrency=0 or -1: Concurrency must be at least 1.")
+
+
+def test_check_applies_the_backend_rules_to_each_point():
+    base = _base("pytorch")
+    plan = SweepPlan("s", base, (parse_sweep_arg("cache_max_entry_count=0.5,1.0"),))
+    with pytest.raises(ConfigError, match=r"^Sweep points with cache_max_entry_count=1.0: --cache-max-entry-count"):
+        plan.check()
+
+
+def test_check_says_once_what_every_point_lacks():
+    base = _base()
+    base.engine.model = " "
+    with pytest.raises(ConfigError, match=r"^Every sweep point: No model given"):
+        SweepPlan("s", base, (parse_sweep_arg("concurrency=1,2"),)).check()
+
+
+def test_a_possible_plan_passes_its_check():
+    SweepPlan("s", _base(), (parse_sweep_arg("concurrency=1,2"), parse_sweep_arg("max_batch_tokens=256,512"))).check()
+
+
+def test_a_plan_survives_a_json_round_trip():
+    plan = SweepPlan(new_sweep_id(), _base(label="x"), (parse_sweep_arg("session_len=none,4096"),
+                                                       parse_sweep_arg("cache_max_entry_count=0.5,0.8")), repeats=3)
+    again = SweepPlan.from_dict(json.loads(json.dumps(plan.to_dict())))
+    assert again == plan
+    assert again.points() == plan.points()
+
+
+def test_sweep_ids_are_distinct_and_readable():
+    ids = {new_sweep_id() for _ in range(20)}
+    assert len(ids) == 20 and all(i.startswith("sweep-") for i in ids)
+
+
+# ---- resume ----------------------------------------------------------------------------------
+
+def test_remaining_skips_finished_runs_of_this_sweep_only():
+    plan = SweepPlan("s1", _base(), (parse_sweep_arg("concurrency=1,2"),), repeats=2)
+    history = pd.DataFrame({
+        "sweep_id": ["s1", "s1", "s1", "other", "s1"],
+        SWEEP_REPEAT: [0.0, 0.0, 1.0, 1.0, np.nan],
+        "status": ["finished", "failed", "cancelled", "finished", "finished"],
+        "concurrency": [1.0, 2.0, 2.0, 1.0, 2.0],  # read back from CSV as floats
+    })
+    assert [(r.values["concurrency"], r.repeat) for r in remaining(plan, history)] == [(2, 0), (1, 1), (2, 1)]
+
+
+def test_nothing_is_done_in_an_empty_or_older_history():
+    plan = SweepPlan("s1", _base(), (parse_sweep_arg("concurrency=1,2"),))
+    assert remaining(plan, pd.DataFrame()) == plan.points()
+    assert remaining(plan, pd.DataFrame({"run_id": ["a"], "status": ["finished"]})) == plan.points()
+
+
+def test_resume_reads_the_points_back_from_a_real_history(tmp_path):
+    history = History(tmp_path)
+    plan = SweepPlan("sweep-1", _base(), (parse_sweep_arg("session_len=none,64"),
+                                          parse_sweep_arg("enable_prefix_caching=false,true")), repeats=2)
+    first_half = plan.points()[:5]
+    for index, run in enumerate(first_half):
+        record = RunRecord(run_id=f"run-{index}", started_at="2026-11-30T08:00:00+00:00", status="finished",
+                           config=run.config, sweep_id=plan.sweep_id)
+        csvstore.append_row(history.csv_path, {**history_row(record), SWEEP_REPEAT: run.repeat})
+    left = remaining(plan, history.load())
+    assert left == plan.points()[5:]
+    assert len(left) == 3
+
+
+# ---- derived metrics -------------------------------------------------------------------------
+
+def test_sweep_metrics_add_per_user_speed_and_slo_attainment():
+    runs = pd.DataFrame({"mean_tpot_ms": [20.0, 0.0, np.nan], "good_requests": [90, 5, np.nan],
+                         "total_requests": [100, 10, 10]})
+    frame = with_sweep_metrics(runs)
+    assert frame[OUTPUT_THROUGHPUT_PER_USER].tolist()[0] == pytest.approx(50.0)
+    assert np.isnan(frame[OUTPUT_THROUGHPUT_PER_USER].tolist()[1:]).all()
+    assert frame[SLO_ATTAINMENT].tolist()[:2] == pytest.approx([0.9, 0.5])
+    assert "mean_tpot_ms" in runs and OUTPUT_THROUGHPUT_PER_USER not in runs  # the input is left alone
+
+
+def test_sweep_metrics_of_rows_without_those_columns_are_missing():
+    frame = with_sweep_metrics(pd.DataFrame({"run_id": ["a"]}))
+    assert frame[[OUTPUT_THROUGHPUT_PER_USER, SLO_ATTAINMENT]].isna().all().all()
+

@@ -1,0 +1,139 @@
+"""Sweep figures: confidence bands, Pareto frontier, SLO limit on goodput, two-knob heat map."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bench_core import charts, stats
+
+
+def _says_no_data(fig) -> bool:
+    return not fig.data and [a.text for a in fig.layout.annotations] == [charts.NO_DATA]
+
+
+def _repeats() -> pd.DataFrame:
+    """Three repeats at concurrency 1, 2 and 4 for two backends; transformers ran concurrency 4 once."""
+    rows = []
+    for backend, scale in (("pytorch", 2.0), ("transformers", 1.0)):
+        for concurrency in (1, 2, 4):
+            repeats = 1 if (backend, concurrency) == ("transformers", 4) else 3
+            for k in range(repeats):
+                rows.append({"backend": backend, "concurrency": concurrency, "run_id": f"{backend}-{concurrency}-{k}",
+                             "output_throughput": scale * concurrency * 10 + k})
+    return pd.DataFrame(rows)
+
+
+def test_metric_band_draws_a_mean_line_inside_its_confidence_band_per_series():
+    points = stats.group_repeats(_repeats(), ["backend", "concurrency"], "output_throughput")
+    fig = charts.metric_vs_knob_band(points, "concurrency", "output_throughput", series="backend")
+    bands, lines = fig.data[0::2], fig.data[1::2]
+    assert [line.name for line in lines] == ["pytorch", "transformers"]
+    assert all(band.fill == "toself" and band.mode == "lines" and band.hoverinfo == "skip" for band in bands)
+    pytorch_band, pytorch_line = bands[0], lines[0]
+    assert list(pytorch_line.x) == [1, 2, 4]
+    assert np.asarray(pytorch_line.y, dtype=float) == pytest.approx([21.0, 41.0, 81.0])
+    # The band runs along the upper bounds and back along the lower ones: mean ± t(0.975, 2) · 1 / √3.
+    half_width = 4.303 / np.sqrt(3)
+    upper, lower = np.asarray(pytorch_band.y[:3], dtype=float), np.asarray(pytorch_band.y[3:][::-1], dtype=float)
+    assert upper == pytest.approx(np.array([21.0, 41.0, 81.0]) + half_width, abs=1e-3)
+    assert lower == pytest.approx(np.array([21.0, 41.0, 81.0]) - half_width, abs=1e-3)
+    transformers_band = bands[1]
+    assert transformers_band.y[2] == transformers_band.y[3] == 40.0  # one run at concurrency 4: no width
+    assert fig.layout.xaxis.title.text == "Concurrency (requests)"
+    assert fig.layout.yaxis.title.text == "Output throughput (tok/s)"
+    assert "95% CI" in pytorch_line.hovertemplate and "runs" in pytorch_line.hovertemplate
+    assert pytorch_band.legendgroup == pytorch_line.legendgroup
+
+
+def test_choice_knobs_are_categories_on_the_band_chart():
+    points = pd.DataFrame({"quant_policy": [0, 8], "n": [2, 2], "mean": [5.0, 6.0], "std": [0.1, 0.1],
+                           "ci_low": [4.9, 5.9], "ci_high": [5.1, 6.1]})
+    fig = charts.metric_vs_knob_band(points, "quant_policy", "output_throughput")
+    assert fig.layout.xaxis.type == "category"
+    assert list(fig.data[1].x) == ["0", "8"]
+
+
+def test_pareto_chart_joins_the_undominated_runs_in_order():
+    runs = pd.DataFrame({"run_id": list("abcde"), "output_throughput": [300, 100, 200, 150, 50],
+                         "p99_ttft_ms": [80, 10, 30, 40, 5]})
+    fig = charts.pareto_chart(runs, "output_throughput", "p99_ttft_ms")
+    dominated, front = fig.data
+    assert front.name == "Pareto frontier" and front.mode == "lines+markers"
+    assert list(front.x) == [50, 100, 200, 300]  # sorted along the x axis
+    assert [row[0] for row in front.customdata] == ["e", "b", "c", "a"]
+    assert list(dominated.x) == [150] and dominated.customdata[0][0] == "d"
+    assert fig.layout.xaxis.title.text == "Output throughput (tok/s)"
+    assert fig.layout.yaxis.title.text == "P99 time to first token (ms)"
+    assert "tok/s" in front.hovertemplate and "ms" in front.hovertemplate
+
+
+def test_pareto_chart_needs_metrics_with_a_direction():
+    runs = pd.DataFrame({"concurrency": [1, 2], "output_throughput": [1.0, 2.0]})
+    with pytest.raises(ValueError, match="better direction"):
+        charts.pareto_chart(runs, "concurrency", "output_throughput")
+
+
+def test_goodput_chart_marks_the_interpolated_highest_load_meeting_the_target():
+    runs = pd.DataFrame({"concurrency": [1, 2, 4, 4, 8], "goodput_rps": [3.0, 2.8, 2.7, 2.3, 1.6]})
+    fig = charts.goodput_vs_load(runs, "concurrency", "goodput_rps", target=2.4)
+    assert [trace.name for trace in fig.data] == ["Runs", "Mean per load", "Highest load meeting the target"]
+    points, mean_line, limit = fig.data
+    assert len(points.x) == 5
+    assert list(mean_line.x) == [1, 2, 4, 8]
+    assert np.asarray(mean_line.y, dtype=float) == pytest.approx([3.0, 2.8, 2.5, 1.6])
+    # The mean at 4 (2.5) meets 2.4 and the one at 8 (1.6) misses: the line crosses 1/9 of the way on.
+    assert limit.x[0] == pytest.approx(4 + 4 / 9) and limit.y[0] == 2.4
+    target_line, limit_line = fig.layout.shapes
+    assert target_line.y0 == target_line.y1 == 2.4
+    assert limit_line.x0 == limit_line.x1 == limit.x[0]
+    assert fig.layout.xaxis.title.text == "Concurrency (requests)"
+    assert fig.layout.yaxis.title.text == "Goodput (req/s)"
+    assert "req/s" in points.hovertemplate and "requests" in limit.hovertemplate
+
+
+def test_goodput_chart_says_so_when_no_load_meets_the_target():
+    runs = pd.DataFrame({"concurrency": [1, 2], "goodput_rps": [0.5, 0.4]})
+    fig = charts.goodput_vs_load(runs, "concurrency", "goodput_rps", target=2.0)
+    assert [trace.name for trace in fig.data] == ["Runs", "Mean per load"]
+    assert "No load meets the target" in [a.text for a in fig.layout.annotations]
+
+
+def test_heatmap_puts_the_mean_of_each_grid_cell_with_its_run_count():
+    runs = pd.DataFrame({
+        "concurrency": [1, 1, 2, 2, 1, 2],
+        "cache_max_entry_count": [0.5, 0.5, 0.5, 0.5, 0.8, 0.8],
+        "p99_ttft_ms": [10.0, 12.0, 20.0, 22.0, 9.0, 18.0],
+    })
+    points = stats.group_repeats(runs, ["concurrency", "cache_max_entry_count"], "p99_ttft_ms")
+    fig = charts.knob_heatmap(points, "concurrency", "cache_max_entry_count", "p99_ttft_ms")
+    (heatmap,) = fig.data
+    assert list(heatmap.x) == ["1", "2"] and list(heatmap.y) == ["0.5", "0.8"]
+    assert np.asarray(heatmap.z, dtype=float) == pytest.approx(np.array([[11.0, 21.0], [9.0, 18.0]]))
+    assert np.asarray(heatmap.customdata).tolist() == [[2, 2], [1, 1]]
+    assert heatmap.reversescale is True  # lower latency is better: the best cell stays the brightest
+    assert heatmap.colorbar.title.text == "P99 time to first token (ms)"
+    assert fig.layout.title.text == "P99 time to first token by concurrency and KV cache share of free GPU memory"
+    assert fig.layout.xaxis.title.text == "Concurrency (requests)"
+    assert fig.layout.yaxis.title.text == "KV cache share of free GPU memory (fraction)"
+    assert "ms" in heatmap.hovertemplate
+
+
+def test_heatmap_of_a_throughput_keeps_the_colour_scale():
+    points = pd.DataFrame({"concurrency": [1, 2], "tp": [1, 1], "n": [1, 1], "mean": [5.0, 9.0]})
+    assert charts.knob_heatmap(points, "concurrency", "tp", "output_throughput").data[0].reversescale is False
+
+
+@pytest.mark.parametrize("build", [
+    lambda: charts.metric_vs_knob_band(pd.DataFrame(), "concurrency", "output_throughput"),
+    lambda: charts.metric_vs_knob_band(stats.group_repeats(pd.DataFrame(), ["concurrency"], "output_throughput"),
+                                       "concurrency", "output_throughput"),
+    lambda: charts.pareto_chart(pd.DataFrame(columns=["output_throughput", "p99_ttft_ms"]),
+                                "output_throughput", "p99_ttft_ms"),
+    lambda: charts.goodput_vs_load(pd.DataFrame({"concurrency": [1], "goodput_rps": [np.nan]}),
+                                   "concurrency", "goodput_rps", 1.0),
+    lambda: charts.knob_heatmap(pd.DataFrame(), "concurrency", "tp", "output_throughput"),
+])
+def test_sweep_charts_of_nothing_say_no_data(build):
+    assert _says_no_data(build())
