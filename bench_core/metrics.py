@@ -121,7 +121,14 @@ class RequestMetrics:
     tokens_per_tick_counts: np.ndarray
 
     def itl_per_request(self) -> list[np.ndarray]:
-        return np.split(self.itl_s, np.cumsum(self.itl_counts)[:-1]) if len(self.itl_counts) else []
+        return _per_request(self.itl_s, self.itl_counts)
+
+    def tokens_per_tick_per_request(self) -> list[np.ndarray]:
+        return _per_request(self.tokens_per_tick, self.tokens_per_tick_counts)
+
+
+def _per_request(flat: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:
+    return np.split(flat, np.cumsum(counts)[:-1]) if len(counts) else []
 
 
 def values_of(flat: np.ndarray, counts: np.ndarray, selected: np.ndarray) -> np.ndarray:
@@ -276,9 +283,15 @@ def run_summary(
         summary[f"max_{name}_ms"] = stats.max * 1000
         for q, value in zip(percentiles, stats.percentiles):
             summary[f"{percentile_key(q)}_{name}_ms"] = value * 1000
-    # Tokens per response chunk after the start tick (equal to LMDeploy's mean when ticks start at 0).
-    chunks = (table["n_ticks"].to_numpy()[ok] - 1).clip(min=0).sum()
-    summary["mean_tokens_per_tick"] = total_output / chunks if stream_output and chunks > 0 else math.nan
+    # Tokens per response chunk: LMDeploy's tpts, its percentiles truncated to integers as it prints them.
+    # Absent from tables stored before this column existed: the statistic is then not measured.
+    tick_cells = table["tokens_per_tick"].to_numpy(dtype=object)[ok] if "tokens_per_tick" in table else []
+    tick_rows = [np.asarray(v, dtype=np.int64) for v in tick_cells]
+    ticks = np.concatenate(tick_rows) if stream_output and tick_rows else np.array([], dtype=np.int64)
+    tick_stats = distribution(ticks, percentiles)
+    summary["mean_tokens_per_tick"] = tick_stats.mean
+    for q, value in zip(percentiles, tick_stats.percentiles):
+        summary[f"{percentile_key(q)}_tokens_per_tick"] = math.nan if math.isnan(value) else int(value)
     if slo_is_set(slo):
         good = good_requests(status, table["ttft_s"], table["tpot_s"], table["e2e_s"], slo)
         summary["good_requests"] = int(good.sum())

@@ -217,6 +217,7 @@ class Profiler:
             "tpot_s": per_request.tpot_s,
             "e2e_s": per_request.e2e_s,
             "itl_s": pd.Series(per_request.itl_per_request(), dtype=object),
+            "tokens_per_tick": pd.Series(per_request.tokens_per_tick_per_request(), dtype=object),
             "n_ticks": per_request.n_ticks,
             "start_s": first_tick - computed.origin,
             "finish_s": finish_time - computed.origin,

@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 
 QUEUED, LOADING, RUNNING = "queued", "loading", "running"
 FINISHED, FAILED, CANCELLED = "finished", "failed", "cancelled"
-ACTIVE_STATES = (QUEUED, LOADING, RUNNING)
 # A request counts as served when the engine stopped it for length or for EOS; the profiler then
 # tells complete from incomplete by comparing the tokens produced with the tokens asked for.
 SERVED_REASONS = ("length", "stop")
@@ -52,7 +51,9 @@ class _Job:
 
     @property
     def active(self) -> bool:
-        return self.state in ACTIVE_STATES
+        """Until the job has ended AND what it measured is recorded: a view never sees an ended job
+        without its results."""
+        return not self.done_event.is_set()
 
     def cancel(self) -> None:
         """Stop within a second; what was done so far is kept. A queued job ends at once."""
@@ -90,6 +91,8 @@ class Run(_Job):
     engine_info: EngineInfo | None = None
     record: RunRecord | None = None
     user_error: bool = False
+    sweep_id: str = ""  # set for the runs of a sweep, with their 0-based repeat index
+    sweep_repeat: int | None = None
     cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
     done_event: threading.Event = field(default_factory=threading.Event, repr=False)
 
@@ -130,10 +133,11 @@ class Runner:
 
     # ---- public API -------------------------------------------------------------------------
 
-    def submit(self, config: RunConfig) -> Run:
-        """Validate `config` (raises ConfigError with every problem) and queue the run."""
+    def submit(self, config: RunConfig, sweep_id: str = "", sweep_repeat: int | None = None) -> Run:
+        """Validate `config` (raises ConfigError with every problem) and queue the run; a sweep's runs
+        carry its id and their repeat index into the history."""
         check_run_config(config)
-        run = Run(run_id=new_run_id(), config=config)
+        run = Run(run_id=new_run_id(), config=config, sweep_id=sweep_id, sweep_repeat=sweep_repeat)
         self._enqueue(run.run_id, run)
         return run
 
@@ -335,6 +339,8 @@ class Runner:
             environment=collect_environment(run.engine_info),
             requests=profiler.request_table(),
             error=run.message,
+            sweep_id=run.sweep_id,
+            sweep_repeat=run.sweep_repeat,
         )
         if self.history is not None:
             try:

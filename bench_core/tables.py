@@ -50,6 +50,9 @@ _COLUMNS = {spec.name: spec for spec in (
     ColumnSpec("goodput_rps", METRICS["goodput"].label, METRICS["goodput"].unit, True),
     ColumnSpec("good_requests", "Good requests", "requests", True),
     ColumnSpec("mean_tokens_per_tick", "Mean tokens per tick", "tokens", True),
+    # Derived per run for sweeps (sweep.with_sweep_metrics).
+    ColumnSpec("output_throughput_per_user", "Output throughput per user", "tok/s", True),
+    ColumnSpec("slo_attainment", "SLO attainment", "fraction", True),
     ColumnSpec("completed", "Completed requests", "requests", True),
     ColumnSpec("failed", "Failed requests", "requests", False),
     ColumnSpec("incomplete", "Incomplete requests", "requests", False),
@@ -103,7 +106,7 @@ def percentile_table(summary: dict, percentiles: Sequence[float], stream_output:
     """LMDeploy's latency table in ms: mean, the configured percentiles, then std/min/max.
 
     TTFT, ITL and tokens per tick appear only for streamed runs, as LMDeploy prints them; tokens per
-    tick has only a mean (the summary keeps no more). Missing values are NaN.
+    tick has no std/min/max, as in LMDeploy's table. Missing values are NaN.
     """
     columns = ["mean", *(percentile_key(q).upper() for q in percentiles), "std", "min", "max"]
     rows = {}
@@ -114,8 +117,8 @@ def percentile_table(summary: dict, percentiles: Sequence[float], stream_output:
                 f"std_{metric}_ms", f"min_{metric}_ms", f"max_{metric}_ms"]
         rows[f"{label} (ms)"] = [_number(summary.get(key)) for key in keys]
     if stream_output:
-        mean = _number(summary.get("mean_tokens_per_tick"))
-        rows["Tokens per tick (tokens)"] = [mean] + [math.nan] * (len(columns) - 1)
+        keys = ["mean_tokens_per_tick", *(f"{percentile_key(q)}_tokens_per_tick" for q in percentiles)]
+        rows["Tokens per tick (tokens)"] = [_number(summary.get(key)) for key in keys] + [math.nan] * 3
     table = pd.DataFrame.from_dict(rows, orient="index", columns=columns, dtype=float)
     table.index.name = "metric"
     return table

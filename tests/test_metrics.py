@@ -100,6 +100,8 @@ def _table() -> pd.DataFrame:
         "e2e_s": [0.13, 0.29, 0.46, 0.11, math.nan],
         "itl_s": [np.array([0.01, 0.01, 0.01]), np.array([0.03, 0.03, 0.03]), np.array([0.02, 0.02, 0.02]),
                   np.array([0.01]), np.array([])],
+        "tokens_per_tick": [np.array([1, 1, 1, 1]), np.array([1, 1, 1, 1]), np.array([1, 1, 1, 1]),
+                            np.array([1, 1]), np.array([], dtype=np.int64)],
         "n_ticks": [5, 5, 5, 3, 1],
         "start_s": [0.0] * 5,
         "finish_s": [0.13, 0.29, 0.46, 0.11, 0.05],

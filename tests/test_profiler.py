@@ -375,7 +375,8 @@ def test_token_counts_that_are_not_integers_survive_finish():
 def test_request_table_has_one_row_per_session_with_per_request_tpot():
     table = _mixed_run().request_table()
     assert list(table.columns) == ["index", "input_len", "req_output_len", "output_len", "status", "reason",
-                                   "ttft_s", "tpot_s", "e2e_s", "itl_s", "n_ticks", "start_s", "finish_s"]
+                                   "ttft_s", "tpot_s", "e2e_s", "itl_s", "tokens_per_tick", "n_ticks",
+                                     "start_s", "finish_s"]
     assert table["status"].tolist() == ["success", "success", "success", "incomplete", "failed", "unfinished"]
     assert table["output_len"].tolist() == [3, 3, 3, 1, 0, 1]
     assert table.loc[0, "tpot_s"] == (100.4 - 100.1) / 2
@@ -524,3 +525,18 @@ def test_snapshot_values_do_not_change_after_they_are_returned():
 def test_progress_counts_finished_sessions():
     prof = _mixed_run()
     assert (prof.progress.total, prof.progress.finished) == (6, 5)
+
+
+def test_summary_tokens_per_tick_match_lmdeploys_statistics():
+    profiler = Profiler(True, [50, 75, 95, 99])
+    for chunks in ([0, 2, 3, 7], [0, 1, 5], [0, 4, 4, 9, 10]):
+        session = profiler.new_session(8, chunks[-1])
+        for step, n in enumerate(chunks):
+            session.tick(n, 100.0 + step)
+        session.finish(Session.SUCCESS)
+    profiler.start(99.0)
+    profiler.finish(110.0)
+    profiler.compute_metrics()
+    summary = profiler.summary()
+    assert summary["mean_tokens_per_tick"] == profiler.tpts_mean
+    assert [summary[f"p{q}_tokens_per_tick"] for q in (50, 75, 95, 99)] == [int(v) for v in profiler.tpts_stat]
