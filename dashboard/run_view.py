@@ -112,7 +112,12 @@ def _live_charts(config: RunConfig, snap: LiveSnapshot) -> None:
                     key="live_throughput")
     series = {"ttft": snap.ttft_s, "itl": snap.itl_s} if stream else {"e2e": snap.ttft_s}
     st.caption("So far, over every request that has reached that point (finished or not):")
-    st.dataframe(live_percentile_table(series, config.percentiles, stream).round(3), key="live_percentiles")
+    st.dataframe(_numbers(live_percentile_table(series, config.percentiles, stream)), key="live_percentiles")
+
+
+def _numbers(table: pd.DataFrame):
+    """Three decimals, and a dash where LMDeploy's table has no value (not Streamlit's 'None')."""
+    return table.style.format(precision=3, na_rep="-")
 
 
 def live_percentile_table(series: dict[str, np.ndarray], percentiles, stream_output: bool) -> pd.DataFrame:
@@ -140,7 +145,7 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
     stream = result.config.load.stream_output
 
     st.markdown("**Latency (ms)**, successful requests, as LMDeploy reports it")
-    st.dataframe(tables.percentile_table(summary, result.config.percentiles, stream).round(3),
+    st.dataframe(_numbers(tables.percentile_table(summary, result.config.percentiles, stream)),
                  key="summary_percentiles")
     left, right = st.columns([2, 1])
     with left:
