@@ -1,0 +1,468 @@
+"""A benchmark client for OpenAI-compatible servers (LMDeploy api_server, vLLM, SGLang, transformers serve).
+
+Requests go out on the schedule of `arrivals.send_offsets` (optionally capped by a max concurrency)
+from one asyncio event loop in its own thread, over one pooled `aiohttp.ClientSession`. What happens
+to each request comes out as `engines.base.EngineEvent`s on a thread-safe queue, so a synchronous
+`Engine.stream()` can drain them from another thread:
+
+- "admit" when the request is sent (its clock starts here, as in `profile_restful_api.py` and vLLM);
+- "tokens" each time a network read brings new output. `n_tokens` is cumulative: the server's
+  per-chunk `usage.completion_tokens` where it sends one, else one per chunk with text (vLLM's
+  convention). SSE messages that arrive in the same read share one tick: they reached us together;
+- "finish" once, with "length", "stop", "error" or "abort" and a message for the user. Its
+  `n_tokens` is the best final count: the server's final usage where reported, else the chunk count.
+
+Reading the answers (SSE, chunks, usage, errors mid-stream) is `openai_stream`'s pure code.
+Timing follows LMDeploy's and vLLM's client: TTFT from sending to the first chunk with text,
+ITL per tick gap, E2E to the last output. `reasoning_content` counts as output (servers count it
+in usage); the first answer token's time is kept apart (`RequestResult.first_answer_ts`), which is
+what `profile_restful_api.py` calls TTFT for reasoning models. Per request, a `RequestResult`
+keeps the texts, the server's usage and (after `retokenize`) the retokenized count, LMDeploy's
+second output figure, so lengths can be checked against what was asked.
+
+The API key is sent as a Bearer header and is never logged, stored, or shown (`repr` hides it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+import queue
+import resource
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from .arrivals import ArrivalReport, arrival_report, send_offsets
+from .datasets import SampledRequest
+from .engines.base import EngineEvent
+from .errors import BenchError, ConfigError
+from .openai_stream import ERROR_BODY_CHARS, SSEParser, StreamReader, error_text
+
+ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+SERVER_KINDS = ("lmdeploy", "vllm", "sglang", "transformers", "openai")
+API_KEY_ENV = "OPENAI_API_KEY"
+_IGNORE_EOS_FIELD_KINDS = ("lmdeploy", "vllm", "sglang")  # "openai" (any other server): not sent
+
+
+class ServerError(BenchError):
+    """A server that cannot be reached, or that answers in a way a benchmark cannot use."""
+
+
+def api_root(base_url: str) -> str:
+    """The server's address without a trailing slash or `/v1`, so either spelling of it works."""
+    root = base_url.strip().rstrip("/")
+    if not root.startswith(("http://", "https://")):
+        raise ConfigError(f"The server URL must start with http:// or https://, like http://127.0.0.1:23333 (got '{base_url}').")
+    return root.removesuffix("/v1")
+
+
+def _auth_headers(api_key: str | None) -> dict[str, str]:
+    key = api_key or os.environ.get(API_KEY_ENV)
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """Where the server is and how to talk to it. Timeouts: connecting, and the longest silence."""
+
+    base_url: str
+    api_key: str | None = field(default=None, repr=False)  # None: $OPENAI_API_KEY, if set
+    endpoint: str = "completions"
+    server_kind: str = "openai"
+    stream: bool = True
+    extra_body: dict | None = None
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        api_root(self.base_url)
+        if self.endpoint not in ENDPOINTS:
+            raise ConfigError(f"Unknown endpoint '{self.endpoint}'; choose one of {', '.join(ENDPOINTS)}.")
+        if self.server_kind not in SERVER_KINDS:
+            raise ConfigError(f"Unknown server kind '{self.server_kind}'; choose one of {', '.join(SERVER_KINDS)}.")
+        if not (self.connect_timeout_s > 0 and self.read_timeout_s > 0):
+            raise ConfigError("Server timeouts must be above 0 seconds.")
+
+    @property
+    def url(self) -> str:
+        return api_root(self.base_url) + ENDPOINTS[self.endpoint]
+
+
+def discover_model(base_url: str, api_key: str | None = None, timeout_s: float = 10.0) -> str:
+    """The first model the server lists at GET /v1/models (what it serves when no model is named)."""
+    url = api_root(base_url) + "/v1/models"
+    request = urllib.request.Request(url, headers=_auth_headers(api_key))
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            listing = json.load(response)
+    except urllib.error.HTTPError as exc:
+        hint = " Check the API key." if exc.code in (401, 403) else ""
+        raise ServerError(f"{url} answered HTTP {exc.code} {exc.reason}.{hint}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ServerError(f"Cannot reach {url} ({reason}). Is the server running, and is the URL right?") from None
+    except ValueError:
+        raise ServerError(f"{url} did not answer with JSON: is this an OpenAI-compatible server?") from None
+    models = listing.get("data") if isinstance(listing, dict) else None
+    if not models or not isinstance(models[0], dict) or "id" not in models[0]:
+        raise ServerError(f"{url} lists no model; name the model to benchmark.")
+    return str(models[0]["id"])
+
+
+def build_payload(spec: ServerSpec, model: str, prompt: str, max_tokens: int, ignore_eos: bool) -> dict:
+    """The JSON body of one request, as `profile_restful_api.py` and vLLM send it.
+
+    ignore_eos goes the way each server takes it: an `ignore_eos` field for LMDeploy, vLLM and
+    SGLang; a `generation_config` string for `transformers serve`, which answers 422 to the field
+    (its generation_config replaces the model's, hence max_new_tokens too); nothing for others.
+    `extra_body` is merged last, so it can override any of this.
+    """
+    payload: dict = {"model": model, "stream": spec.stream}
+    if spec.endpoint == "chat":
+        payload["messages"] = [{"role": "user", "content": prompt}]
+        payload["max_completion_tokens"] = max_tokens
+    else:
+        payload["prompt"] = prompt
+        payload["max_tokens"] = max_tokens
+    if spec.stream:
+        payload["stream_options"] = {"include_usage": True}  # LMDeploy sends usage only when asked
+    if ignore_eos and spec.server_kind in _IGNORE_EOS_FIELD_KINDS:
+        payload["ignore_eos"] = True
+    elif ignore_eos and spec.server_kind == "transformers":
+        payload["generation_config"] = json.dumps({"eos_token_id": -1, "max_new_tokens": max_tokens})
+    payload.update(spec.extra_body or {})
+    return payload
+
+
+@dataclass
+class RequestResult:
+    """One request as the client saw it. Times are `time.perf_counter()` seconds; None: never happened."""
+
+    index: int
+    requested_tokens: int
+    scheduled_s: float  # from t0, by the arrival process
+    sent_ts: float | None = None
+    first_token_ts: float | None = None  # first chunk with any output text
+    first_answer_ts: float | None = None  # first chunk with answer text (not reasoning_content)
+    end_ts: float | None = None
+    n_tokens: int = 0  # as ticked: per-chunk usage, else one per chunk with text
+    usage_completion_tokens: int | None = None
+    usage_prompt_tokens: int | None = None
+    retokenized_tokens: int | None = None  # filled by `retokenize`
+    finish_reason: str = ""
+    message: str = ""
+    text: str = ""
+    reasoning_text: str = ""
+
+    @property
+    def output_tokens(self) -> int:
+        """The server's count where it reported one, else the chunks counted."""
+        return self.usage_completion_tokens if self.usage_completion_tokens is not None else self.n_tokens
+
+
+def retokenize(results: Sequence[RequestResult], tokenizer) -> None:
+    """Count each output again with the model's tokenizer (LMDeploy's "retokenized" total)."""
+    for result in results:
+        if result.sent_ts is not None:
+            texts = [t for t in (result.reasoning_text, result.text) if t]
+            result.retokenized_tokens = sum(len(tokenizer.encode(t, add_special_tokens=False)) for t in texts)
+
+
+def length_warning(results: Sequence[RequestResult]) -> str | None:
+    """A warning when served requests returned another number of tokens than asked, else None."""
+    served = [r for r in results if r.finish_reason in ("length", "stop")]
+    off = [r for r in served if r.output_tokens != r.requested_tokens]
+    if not off:
+        return None
+    first = off[0]
+    return (
+        f"{len(off)} of {len(served)} completed requests returned another length than asked "
+        f"(request {first.index}: {first.output_tokens} tokens for {first.requested_tokens} asked). "
+        "The server may not honour ignore_eos: check the server kind, or pass it in the extra body."
+    )
+
+
+Emit = Callable[[EngineEvent], None]
+
+
+class _SilenceTimeout:
+    """Cancels the running task once the server has said nothing for `limit_s` seconds.
+
+    aiohttp's own `sock_read` timeout re-arms a timer on every packet, about 2 us each: a fifth of
+    the client's time per token at hundreds of streams. Here reads only note the time (`heard`), and
+    the one timer re-arms itself when it comes due.
+    """
+
+    def __init__(self, limit_s: float) -> None:
+        self.limit_s, self.expired = limit_s, False
+        self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
+        self.last_heard = self._loop.time()
+        self._timer = self._loop.call_at(self.last_heard + limit_s, self._check)
+
+    def heard(self) -> None:
+        self.last_heard = self._loop.time()
+
+    def _check(self) -> None:
+        due = self.last_heard + self.limit_s
+        if self._loop.time() < due:
+            self._timer = self._loop.call_at(due, self._check)
+        else:
+            self.expired = True
+            self._task.cancel()
+
+    def stop(self) -> None:
+        self._timer.cancel()
+        if self.expired:
+            self._task.uncancel()  # the cancel was ours, and has been handled
+
+
+async def send_request(session: aiohttp.ClientSession, spec: ServerSpec, payload: dict, result: RequestResult, emit: Emit) -> None:
+    """Send one request and report it through `emit`: admit, tokens as they come, one finish.
+
+    Every failure (refused connection, HTTP error, timeout, a stream cut short) ends the request
+    with "error" and a message; the tokens received before it stay counted.
+    """
+    reader = StreamReader()
+    result.sent_ts = time.perf_counter()
+    emit(EngineEvent(result.index, "admit", result.sent_ts))
+    silence = _SilenceTimeout(spec.read_timeout_s)
+    try:
+        async with session.post(spec.url, json=payload) as response:
+            if response.status != 200:
+                body = await response.content.read(4 * ERROR_BODY_CHARS)
+                reader.error = f"HTTP {response.status} {response.reason} from {spec.url}: {error_text(body)}"
+            elif spec.stream:
+                await _read_stream(response, reader, result, emit, silence)
+            else:
+                reader.read_body(await response.json(content_type=None))
+                usage = reader.usage_completion_tokens
+                _tick(reader, result, time.perf_counter(), emit, reader.n_tokens if usage is None else usage)
+        reason, message = reader.finish()
+    except asyncio.CancelledError:
+        if silence.expired:
+            reason, message = "error", f"the server sent nothing for {spec.read_timeout_s:g} s (read timeout) after {reader.n_tokens} tokens"
+        else:
+            reason, message = "abort", "cancelled"
+    except aiohttp.ClientConnectorError as exc:
+        cause = exc.os_error.strerror or exc.os_error
+        reason, message = "error", f"cannot connect to {spec.url} ({cause}): is the server running?"
+    except aiohttp.ConnectionTimeoutError:
+        reason, message = "error", f"no connection to {spec.url} within {spec.connect_timeout_s:g} s"
+    except aiohttp.ClientPayloadError as exc:
+        reason, message = "error", f"the response was cut after {reader.n_tokens} tokens: {exc}"
+    except aiohttp.ServerDisconnectedError:
+        reason, message = "error", f"the server closed the connection after {reader.n_tokens} tokens"
+    except (aiohttp.ClientError, ValueError) as exc:
+        reason, message = "error", f"{type(exc).__name__}: {exc}"
+    finally:
+        silence.stop()
+    result.end_ts = time.perf_counter()
+    result.usage_completion_tokens, result.usage_prompt_tokens = reader.usage_completion_tokens, reader.usage_prompt_tokens
+    result.text, result.reasoning_text = "".join(reader.text_parts), "".join(reader.reasoning_parts)
+    result.finish_reason, result.message = reason, message
+    emit(EngineEvent(result.index, "finish", result.end_ts, result.output_tokens, reason, message))
+
+
+async def _read_stream(
+    response: aiohttp.ClientResponse, reader: StreamReader, result: RequestResult, emit: Emit, silence: _SilenceTimeout
+) -> None:
+    parser, read = SSEParser(), reader.read_message
+    async for chunk in response.content.iter_any():
+        silence.heard()
+        ts = time.perf_counter()
+        for message in parser.feed(chunk):
+            read(message)
+        _tick(reader, result, ts, emit, reader.n_tokens)
+        if reader.error:
+            return
+    for message in parser.close():
+        read(message)
+    _tick(reader, result, time.perf_counter(), emit, reader.n_tokens)
+
+
+def _tick(reader: StreamReader, result: RequestResult, ts: float, emit: Emit, tokens: int) -> None:
+    """Report output that grew since the last tick, and note when output and answer text first came."""
+    if tokens > result.n_tokens:
+        result.n_tokens = tokens
+        if result.first_token_ts is None:
+            result.first_token_ts = ts
+        emit(EngineEvent(result.index, "tokens", ts, tokens))
+    if reader.text_parts and result.first_answer_ts is None:
+        result.first_answer_ts = ts
+
+
+_END = object()
+
+
+class ClientRun:
+    """One benchmark against a server, running in its own thread. Made by `run_requests`.
+
+    `events()` yields the requests' EngineEvents as they happen, from any thread. `results` holds
+    one RequestResult per request (complete once `events()` is exhausted); warm-ups are not in it.
+    """
+
+    def __init__(
+        self,
+        spec: ServerSpec,
+        model: str,
+        requests: Sequence[SampledRequest],
+        offsets: Sequence[float],
+        request_rate: float,
+        max_concurrency: int | None,
+        warmup: int,
+        duration_s: float | None,
+        ignore_eos: bool,
+        cancel: threading.Event,
+    ) -> None:
+        self.spec, self.model, self.requests = spec, model, requests
+        self.request_rate, self.max_concurrency, self.warmup, self.duration_s = request_rate, max_concurrency, warmup, duration_s
+        self.ignore_eos, self.cancel = ignore_eos, cancel
+        self.results = [RequestResult(i, r.output_len, float(offset)) for i, (r, offset) in enumerate(zip(requests, offsets))]
+        self.t0: float | None = None  # perf_counter when the first request was due, after warm-up
+        self.error: BaseException | None = None
+        self._events: queue.SimpleQueue = queue.SimpleQueue()
+        self._tasks: list[asyncio.Task] = []  # warm-ups and requests, for the cancel watcher
+        self._thread = threading.Thread(target=self._main, name="openai-client", daemon=True)
+
+    def start(self) -> ClientRun:
+        self._thread.start()
+        return self
+
+    def events(self) -> Iterator[EngineEvent]:
+        """Every event until the run ends; raises the run's error (a failed warm-up, say) at the end."""
+        while (event := self._events.get()) is not _END:
+            yield event
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+
+    def arrivals(self) -> ArrivalReport:
+        """The rate asked for against the rate and concurrency the requests were actually sent at."""
+        sent = [r for r in self.results if r.sent_ts is not None]
+        return arrival_report(
+            self.request_rate,
+            [self.t0 + r.scheduled_s for r in sent],
+            [r.sent_ts for r in sent],
+            [r.end_ts for r in sent],
+        )
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(self._drive())
+        except BaseException as exc:  # handed to the thread that reads events()
+            self.error = exc
+        finally:
+            self._events.put(_END)
+
+    async def _drive(self) -> None:
+        limit = self.max_concurrency or 0  # 0: aiohttp's "no limit"
+        _raise_open_file_limit(self.max_concurrency or len(self.requests) + self.warmup)
+        connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit, keepalive_timeout=60)
+        timeout = aiohttp.ClientTimeout(total=None, connect=self.spec.connect_timeout_s)  # silences: _SilenceTimeout
+        headers = _auth_headers(self.spec.api_key)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers, trust_env=True) as session:
+            slots = asyncio.Semaphore(self.max_concurrency) if self.max_concurrency else contextlib.nullcontext()
+            watcher = asyncio.create_task(self._cancel_on_request())
+            try:
+                await self._warm_up(session, slots)
+                self.t0 = time.perf_counter()
+                if self.cancel.is_set():  # during the warm-up; from here on the watcher cancels the tasks
+                    for result in self.results:
+                        self._not_sent(result, "not sent: cancelled")
+                    return
+                requests = [asyncio.create_task(self._send_when_due(session, slots, result)) for result in self.results]
+                self._tasks += requests
+                await asyncio.gather(*requests)
+            finally:
+                watcher.cancel()
+
+    async def _warm_up(self, session: aiohttp.ClientSession, slots) -> None:
+        """Send the first prompt `warmup` times, unmeasured, as vLLM does; a failure stops the run."""
+        if not self.warmup or not self.requests:
+            return
+        first = self.requests[0]
+        payload = build_payload(self.spec, self.model, first.prompt, first.output_len, self.ignore_eos)
+
+        async def warm_once(result: RequestResult) -> None:
+            async with slots:
+                await send_request(session, self.spec, payload, result, lambda event: None)
+
+        results = [RequestResult(-1, first.output_len, 0.0) for _ in range(self.warmup)]
+        warm_ups = [asyncio.create_task(warm_once(result)) for result in results]
+        self._tasks += warm_ups
+        await asyncio.gather(*warm_ups, return_exceptions=True)  # a cancelled one has no result to check
+        failed = [r for r in results if r.finish_reason not in ("length", "stop")]
+        if failed and not self.cancel.is_set():
+            raise ServerError(f"The warm-up request failed, so nothing was measured: {failed[0].message or failed[0].finish_reason}.")
+
+    async def _send_when_due(self, session: aiohttp.ClientSession, slots, result: RequestResult) -> None:
+        request = self.requests[result.index]
+        deadline = math.inf if self.duration_s is None else self.t0 + self.duration_s
+        try:
+            await asyncio.sleep(max(0.0, min(self.t0 + result.scheduled_s, deadline) - time.perf_counter()))
+            async with slots:
+                if time.perf_counter() >= deadline:
+                    return self._not_sent(result, f"not sent: the {self.duration_s:g} s duration had ended")
+                payload = build_payload(self.spec, self.model, request.prompt, request.output_len, self.ignore_eos)
+                await send_request(session, self.spec, payload, result, self._events.put)
+        except asyncio.CancelledError:  # cancelled before it was sent; send_request reports its own
+            if result.sent_ts is None:
+                self._not_sent(result, "not sent: cancelled")
+
+    def _not_sent(self, result: RequestResult, message: str) -> None:
+        result.finish_reason, result.message = "abort", message
+        self._events.put(EngineEvent(result.index, "finish", time.perf_counter(), 0, "abort", message))
+
+    async def _cancel_on_request(self) -> None:
+        while not self.cancel.is_set():
+            await asyncio.sleep(0.05)
+        for task in self._tasks:
+            task.cancel()
+
+
+def _raise_open_file_limit(connections: int) -> None:
+    """Hundreds of open streams need as many sockets; raise the soft limit as LMDeploy's client does."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = connections + 256  # files the rest of the process keeps open
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted if hard == resource.RLIM_INFINITY else min(wanted, hard), hard))
+
+
+def run_requests(
+    spec: ServerSpec,
+    model: str,
+    requests: Sequence[SampledRequest],
+    request_rate: float = math.inf,
+    burstiness: float = 1.0,
+    max_concurrency: int | None = None,
+    warmup: int = 0,
+    duration_s: float | None = None,
+    cancel: threading.Event | None = None,
+    ignore_eos: bool = True,
+    seed: int = 0,
+) -> ClientRun:
+    """Start sending `requests` to the server and return the run; read it with `ClientRun.events()`.
+
+    Sends follow `send_offsets(len(requests), request_rate, burstiness, seed)`; a request due while
+    `max_concurrency` are in flight waits for a slot, and its clock starts when it is sent (vLLM).
+    `duration_s` stops sending once that long has passed since t0: requests in flight finish, the
+    rest end "abort" with a "not sent" message. Setting `cancel` aborts everything within 0.1 s.
+    """
+    if max_concurrency is not None and max_concurrency < 1:
+        raise ConfigError(f"Max concurrency must be at least 1 (or unset), not {max_concurrency}.")
+    if warmup < 0:
+        raise ConfigError(f"Warm-up requests must be 0 or more, not {warmup}.")
+    if duration_s is not None and not duration_s > 0:
+        raise ConfigError(f"The duration must be above 0 seconds (or unset), not {duration_s}.")
+    offsets = send_offsets(len(requests), request_rate, burstiness, seed)
+    run = ClientRun(spec, model, requests, offsets, request_rate, max_concurrency, warmup, duration_s, ignore_eos, cancel or threading.Event())
+    return run.start()

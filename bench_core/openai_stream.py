@@ -1,0 +1,178 @@
+"""Reading an OpenAI-compatible server's answer: server-sent events, then what the chunks say.
+
+Pure code, no I/O: `SSEParser` turns bytes cut anywhere into events, and `StreamReader` turns
+events (or a whole non-streamed body) into output text, token counts, usage and how the response
+ended, so every edge case is testable without a server. `openai_client` does the sending.
+
+Both run once per streamed token, hundreds of streams at a time, so the common case (one
+`data:` line holding a chunk with text) takes the shortest path; bench/bench_http_client.py
+measures it against a vLLM-style client.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import NamedTuple
+
+ERROR_BODY_CHARS = 300  # of a server's error text, kept in a request's message
+_decode_json = json.JSONDecoder().decode  # json.loads without its per-call checks
+
+
+class SSEMessage(NamedTuple):
+    """One server-sent event: its data lines joined by newlines, and its event name."""
+
+    data: bytes
+    event: str = "message"
+
+
+_new_message = tuple.__new__  # SSEMessage's own __new__ is a Python call; per token, that shows
+
+
+class SSEParser:
+    """Server-sent events from a byte stream cut at any point (text/event-stream; LF or CRLF lines).
+
+    Comments (`: ping`), `id:` and `retry:` lines carry nothing a benchmark needs and are skipped.
+    Events are cut at blank lines first and most are a single `data: ` line, read without a
+    per-line loop: at hundreds of streams this parser is the client's main cost after JSON.
+    """
+
+    def __init__(self) -> None:
+        self._tail = b""
+
+    def feed(self, chunk: bytes) -> list[SSEMessage]:
+        """The events completed by `chunk`; an unfinished event waits for the next one."""
+        buffer = self._tail + chunk
+        if b"\r" in buffer:  # a CR whose LF is in the next chunk stays at the tail until it comes
+            buffer = buffer.replace(b"\r\n", b"\n")
+        blocks = buffer.split(b"\n\n")
+        self._tail = blocks.pop()
+        messages = []
+        for block in blocks:
+            if block.startswith(b"data: ") and b"\n" not in block:  # the usual event: one data line
+                messages.append(_new_message(SSEMessage, (block[6:], "message")))
+            elif (message := _read_event(block)) is not None:
+                messages.append(message)
+        return messages
+
+    def close(self) -> list[SSEMessage]:
+        """The last event of a stream that ended without its blank line."""
+        block, self._tail = self._tail, b""
+        message = _read_event(block)
+        return [] if message is None else [message]
+
+
+def _read_event(block: bytes) -> SSEMessage | None:
+    """One event's lines (no blank line inside); None when it has no data (a comment, a retry)."""
+    data, event = [], b""
+    for line in block.split(b"\n"):
+        name, _, value = line.partition(b":")
+        if value.startswith(b" "):
+            value = value[1:]
+        if name == b"data":
+            data.append(value)
+        elif name == b"event":
+            event = value
+    if not data:
+        return None
+    return SSEMessage(b"\n".join(data), event.decode(errors="replace") or "message")
+
+
+_SERVED_REASONS = {"length": "length", "stop": "stop", "abort": "abort", "error": "error"}
+
+
+class StreamReader:
+    """What one response has said so far: output text, token counts, usage, how it ended.
+
+    Pure: it reads SSE messages (`read_message`) or a whole non-streamed JSON body (`read_body`)
+    and does no I/O, so every edge case is testable without a server.
+    """
+
+    def __init__(self) -> None:
+        self.n_tokens = 0
+        self.text_parts: list[str] = []
+        self.reasoning_parts: list[str] = []
+        self.usage_completion_tokens: int | None = None
+        self.usage_prompt_tokens: int | None = None
+        self.server_finish_reason: str | None = None
+        self.done = False  # "[DONE]" seen
+        self.error: str | None = None
+
+    @property
+    def ended(self) -> bool:
+        """Whether the server said the response is complete (a finish_reason or [DONE])."""
+        return self.done or self.server_finish_reason is not None
+
+    def read_message(self, message: SSEMessage) -> None:
+        if message.event == "error":
+            self.error = f"the server sent an error event: {error_text(message.data)}"
+            return
+        try:
+            body = _decode_json(message.data.decode())  # a str skips json's encoding sniffing
+        except ValueError:
+            if message.data.strip() == b"[DONE]":
+                self.done = True
+            else:
+                self.error = f"the server sent an event that is not JSON: {message.data[:ERROR_BODY_CHARS]!r}"
+            return
+        self.read_body(body)
+
+    def read_body(self, body: object) -> None:
+        """One chunk (`delta`) or a whole response (`message`/`text`), completions or chat alike.
+
+        The common case, a chunk with text, comes first and costs the fewest lookups.
+        """
+        try:
+            completion_tokens = None
+            if usage := body.get("usage"):
+                completion_tokens = usage.get("completion_tokens")
+                if completion_tokens is not None:
+                    self.usage_completion_tokens = completion_tokens = int(completion_tokens)
+                if usage.get("prompt_tokens") is not None:
+                    self.usage_prompt_tokens = int(usage["prompt_tokens"])
+            choices = body.get("choices")
+            if not choices:  # the usage-only last chunk, or an error
+                if "error" in body or body.get("object") == "error":
+                    self.error = f"the server reported an error: {error_text(body)}"
+                return
+            choice = choices[0]
+            answer, reasoning = choice.get("text"), None  # completions
+            if answer is None:  # chat: a streamed delta or a whole message
+                part = choice.get("delta") or choice.get("message") or {}
+                answer, reasoning = part.get("content"), part.get("reasoning_content") or part.get("reasoning")
+            if answer:
+                self.text_parts.append(answer)
+            if reasoning:
+                self.reasoning_parts.append(reasoning)
+            if answer or reasoning:
+                self.n_tokens = self.n_tokens + 1 if completion_tokens is None else completion_tokens
+            if choice.get("finish_reason"):
+                self.server_finish_reason = str(choice["finish_reason"])
+        except (AttributeError, TypeError, IndexError, ValueError):
+            self.error = f"the server sent a body this client cannot read: {str(body)[:ERROR_BODY_CHARS]}"
+
+    def finish(self) -> tuple[str, str]:
+        """(finish_reason, message) for a response whose body has been read to its end."""
+        if self.error:
+            return "error", self.error
+        if not self.ended:
+            return "error", f"the stream ended before the server finished it (after {self.n_tokens} tokens)"
+        reason = self.server_finish_reason or "stop"
+        if reason in _SERVED_REASONS:
+            return _SERVED_REASONS[reason], ""
+        return "stop", f"the server's finish_reason was '{reason}'"
+
+
+def error_text(body: object) -> str:
+    """The human part of an error body: OpenAI's {"error": {"message"}}, vLLM's {"message"}, FastAPI's {"detail"}."""
+    if isinstance(body, (bytes, str)):
+        try:
+            body = json.loads(body)
+        except ValueError:
+            text = body.decode(errors="replace") if isinstance(body, bytes) else body
+            return text.strip()[:ERROR_BODY_CHARS]
+    if isinstance(body, dict):
+        inner = body.get("error")
+        for candidate in (inner.get("message") if isinstance(inner, dict) else inner, body.get("message"), body.get("detail")):
+            if candidate:
+                return str(candidate)[:ERROR_BODY_CHARS]
+    return str(body)[:ERROR_BODY_CHARS]

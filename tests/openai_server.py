@@ -1,0 +1,156 @@
+"""Real OpenAI-compatible servers on 127.0.0.1 for the client tests.
+
+- `transformers_server`: `transformers serve` with continuous batching on the built-in tiny Llama,
+  started once per test session (about 5 s) and stopped at the end.
+- `misbehaving_server`: a small aiohttp.web server in a thread that answers the OpenAI routes
+  the way the prompt says, so one run can mix good and bad requests:
+  "ok" streams one chunk per token (10 ms apart) and finishes properly,
+  "reasoning" streams reasoning_content first, then the answer,
+  "short" stops with finish_reason "stop" after half the tokens asked (as if it ignored ignore_eos),
+  "status500" answers HTTP 500, "slow" says nothing for 30 s,
+  "cut" drops the connection after 3 tokens, "error-event" sends an error event after 3 tokens,
+  "auth" answers 401 unless the Bearer key is `API_KEY`; any other prompt is answered as "ok",
+  and the client ports of "reuse" requests are kept in `REUSE_PORTS` (one per connection).
+Import the fixtures into a test module to use them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+TOKENS_BEFORE_CUT = 3
+API_KEY = "sk-test-not-a-secret"
+REUSE_PORTS: set[int] = set()
+CHUNK_GAP_S = 0.01
+
+
+def free_port() -> int:
+    """A port nothing listens on right now (connections to it are refused)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _wait_healthy(url: str, process: subprocess.Popen, log: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"transformers serve exited with {process.returncode}:\n{log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1):
+                return
+        except OSError:
+            time.sleep(0.2)
+    pytest.fail(f"transformers serve did not answer /health within {timeout_s:g} s:\n{log.read_text()[-2000:]}")
+
+
+@pytest.fixture(scope="session")
+def transformers_server(tiny_model_path) -> str:
+    """Base URL of `transformers serve` (continuous batching, CPU) serving the tiny Llama."""
+    port = free_port()
+    log = Path(tempfile.mkdtemp(prefix="transformers-serve-")) / "server.log"
+    command = [
+        sys.executable, "-m", "transformers.cli.transformers", "serve", tiny_model_path,
+        "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
+        # Without continuous batching the server runs one request at a time; the sizes are the
+        # ones measured to work on CPU (see the reference notes on transformers serve).
+        "--continuous-batching", "--cb-num-blocks", "64", "--cb-block-size", "64", "--cb-max-batch-tokens", "512",
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    with log.open("w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, process, log, timeout_s=120)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _chunk(endpoint: str, text: str = "", reasoning: str = "", finish_reason: str | None = None, usage: dict | None = None) -> bytes:
+    if endpoint == "chat":
+        delta = {k: v for k, v in (("content", text), ("reasoning_content", reasoning)) if v}
+        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+    else:
+        choice = {"index": 0, "text": text, "finish_reason": finish_reason}
+    body = {"choices": [choice]} | ({"usage": usage} if usage else {})
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+async def _stream(request: web.Request, endpoint: str) -> web.StreamResponse:
+    body = await request.json()
+    behaviour = body["messages"][-1]["content"] if endpoint == "chat" else body["prompt"]
+    n = body.get("max_tokens") or body.get("max_completion_tokens") or 4
+    n, finish_reason = (n // 2, "stop") if behaviour == "short" else (n, "length")
+    if behaviour == "reuse":
+        REUSE_PORTS.add(request.transport.get_extra_info("peername")[1])
+    if behaviour == "auth" and request.headers.get("Authorization") != f"Bearer {API_KEY}":
+        return web.json_response({"error": {"message": "Incorrect API key provided"}}, status=401)
+    if behaviour == "status500":
+        return web.json_response({"object": "error", "message": "the engine crashed"}, status=500)
+    if behaviour == "slow":
+        await asyncio.sleep(30)
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    for i in range(n):
+        if behaviour == "reasoning" and i < n // 2:
+            await response.write(_chunk(endpoint, reasoning="hmm"))
+        else:
+            await response.write(_chunk(endpoint, text=" tok"))
+        await asyncio.sleep(CHUNK_GAP_S)
+        if behaviour == "cut" and i + 1 == TOKENS_BEFORE_CUT:
+            request.transport.close()  # no end of the chunked body: the client sees a broken payload
+            return response
+        if behaviour == "error-event" and i + 1 == TOKENS_BEFORE_CUT:
+            await response.write(b'data: {"error": {"message": "out of memory", "code": 500}}\n\n')
+            return response
+    usage = {"prompt_tokens": 3, "completion_tokens": n, "total_tokens": n + 3}
+    await response.write(_chunk(endpoint, finish_reason=finish_reason, usage=usage))
+    await response.write(b"data: [DONE]\n\n")
+    return response
+
+
+def _make_app() -> web.Application:
+    app = web.Application()
+    for endpoint, path in (("completions", "completions"), ("chat", "chat/completions")):
+        async def handle(request: web.Request, endpoint: str = endpoint) -> web.StreamResponse:
+            return await _stream(request, endpoint)
+
+        app.router.add_post(f"/v1/{path}", handle)
+    return app
+
+
+@pytest.fixture(scope="session")
+def misbehaving_server() -> str:
+    """Base URL of the server above."""
+    loop = asyncio.new_event_loop()
+    # handler_cancellation: a "slow" handler stops when the client gives up, so cleanup is quick
+    runner = web.AppRunner(_make_app(), handle_signals=False, handler_cancellation=True)
+    port = free_port()
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+    thread = threading.Thread(target=loop.run_forever, name="misbehaving-server", daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{port}"
+    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=10)
+    loop.close()

@@ -1,0 +1,376 @@
+"""The OpenAI-compatible client: SSE parsing, payloads, and runs against real servers on 127.0.0.1.
+
+`transformers serve` (tiny Llama, continuous batching) answers the real runs; a small misbehaving
+server of our own (tests/openai_server.py) answers 500s, stalls, cuts streams and sends errors.
+"""
+
+import json
+import threading
+import time
+from collections import Counter
+
+import pytest
+from openai_server import API_KEY, REUSE_PORTS, TOKENS_BEFORE_CUT, free_port, misbehaving_server, transformers_server  # noqa: F401 (fixtures)
+
+from bench_core.datasets import SampledRequest
+from bench_core.errors import ConfigError
+from bench_core.openai_client import (
+    ServerError,
+    ServerSpec,
+    api_root,
+    build_payload,
+    discover_model,
+    length_warning,
+    retokenize,
+    run_requests,
+)
+from bench_core.openai_stream import SSEMessage, SSEParser, StreamReader
+
+STREAM = (
+    b": keep-alive ping\r\n\r\n"
+    b'data: {"choices":[{"index":0,"delta":{"role":"assistant"}}]}\r\n\r\n'
+    b'data: {"choices":[{"index":0,"delta":{"content":"caf\xc3\xa9"}}]}\n\n'
+    b"id: 7\nretry: 100\n"
+    b'data: {"choices":[{"index":0,"delta":{"content":"!"},"finish_reason":"length"}]}\n\n'
+    b'data: {"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":2}}\n\n'
+    b"event: error\ndata: {\"message\": \"late\"}\n\n"
+    b"data: [DONE]\n\n"
+)
+
+
+def feed_split(chunks: list[bytes]) -> list[SSEMessage]:
+    parser = SSEParser()
+    messages = [m for chunk in chunks for m in parser.feed(chunk)]
+    return messages + parser.close()
+
+
+def read_all(messages) -> StreamReader:
+    reader = StreamReader()
+    for message in messages:
+        reader.read_message(message)
+    return reader
+
+
+def data(body: dict) -> SSEMessage:
+    return SSEMessage(json.dumps(body).encode())
+
+
+def requests_for(prompts, output_len: int = 8) -> list[SampledRequest]:
+    return [SampledRequest(prompt, 4, output_len) for prompt in prompts]
+
+
+def finished(spec: ServerSpec, model: str, requests, **load):
+    """Run to the end; return (events, results)."""
+    run = run_requests(spec, model, requests, **load)
+    events = list(run.events())
+    return events, run.results, run
+
+
+def finishes(events):
+    return {e.index: e for e in events if e.kind == "finish"}
+
+
+# --- SSE parsing and stream reading: pure, no server --------------------------------------------
+
+
+def test_sse_messages_are_the_same_wherever_the_byte_stream_is_cut():
+    whole = feed_split([STREAM])
+    assert [m.event for m in whole] == ["message"] * 4 + ["error", "message"]  # the ping carries no data
+    for cut in range(1, len(STREAM)):
+        assert feed_split([STREAM[:cut], STREAM[cut:]]) == whole, f"cut at byte {cut}"
+    assert feed_split([STREAM[i : i + 1] for i in range(len(STREAM))]) == whole
+
+
+def test_crlf_lines_comments_ids_and_retries_leave_only_the_data():
+    messages = feed_split([STREAM])
+    assert messages[0].data == b'{"choices":[{"index":0,"delta":{"role":"assistant"}}]}'
+    assert all(not m.data.endswith(b"\r") for m in messages)
+
+
+def test_a_last_event_without_its_blank_line_is_still_read():
+    assert feed_split([b"data: [DONE]"]) == [SSEMessage(b"[DONE]")]
+
+
+def test_empty_deltas_and_the_usage_only_chunk_add_no_tokens_but_usage_is_kept():
+    reader = read_all(feed_split([STREAM])[:4])
+    assert reader.n_tokens == 2
+    assert "".join(reader.text_parts) == "café!"
+    assert (reader.usage_completion_tokens, reader.usage_prompt_tokens) == (2, 4)
+    assert reader.finish() == ("length", "")
+
+
+def test_done_alone_ends_a_stream_as_stop():
+    reader = read_all([data({"choices": [{"text": "a"}]}), SSEMessage(b"[DONE]")])
+    assert reader.finish() == ("stop", "")
+
+
+def test_per_chunk_usage_counts_tokens_when_the_server_sends_it():
+    reader = read_all([data({"choices": [{"text": "ab"}], "usage": {"completion_tokens": 3}})])
+    assert reader.n_tokens == 3
+
+
+def test_reasoning_content_counts_as_output_but_not_as_answer_text():
+    reader = read_all([data({"choices": [{"delta": {"reasoning_content": "think"}}]}), data({"choices": [{"delta": {"content": "yes"}}]})])
+    assert reader.n_tokens == 2
+    assert reader.text_parts == ["yes"]
+    assert reader.reasoning_parts == ["think"]
+
+
+@pytest.mark.parametrize(
+    "message, expected",
+    [
+        (SSEMessage(b'{"message": "KV cache full"}', event="error"), "error event: KV cache full"),
+        (data({"error": {"message": "out of memory", "code": 500}}), "reported an error: out of memory"),
+        (data({"object": "error", "message": "bad prompt"}), "reported an error: bad prompt"),
+        (SSEMessage(b"{not json"), "not JSON"),
+    ],
+)
+def test_an_error_mid_stream_ends_the_request_with_the_servers_words(message, expected):
+    reader = read_all([data({"choices": [{"text": "a"}]}), message])
+    reason, text = reader.finish()
+    assert reason == "error"
+    assert expected in text
+    assert reader.n_tokens == 1
+
+
+def test_a_stream_that_stops_without_finishing_is_an_error():
+    reason, message = read_all([data({"choices": [{"text": "a"}]})]).finish()
+    assert reason == "error"
+    assert "ended before the server finished" in message
+
+
+def test_an_unusual_finish_reason_is_served_with_a_note():
+    assert read_all([data({"choices": [{"text": "a", "finish_reason": "content_filter"}]})]).finish() == (
+        "stop",
+        "the server's finish_reason was 'content_filter'",
+    )
+
+
+# --- payloads and addresses ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kind, expected",
+    [
+        ("lmdeploy", {"ignore_eos": True}),
+        ("vllm", {"ignore_eos": True}),
+        ("sglang", {"ignore_eos": True}),
+        ("transformers", {"generation_config": json.dumps({"eos_token_id": -1, "max_new_tokens": 16})}),
+        ("openai", {}),
+    ],
+)
+def test_ignore_eos_is_sent_the_way_each_server_takes_it(kind, expected):
+    payload = build_payload(ServerSpec("http://h:1", server_kind=kind), "m", "hi", 16, ignore_eos=True)
+    extra = {k: payload[k] for k in ("ignore_eos", "generation_config") if k in payload}
+    assert extra == expected
+    assert "ignore_eos" not in build_payload(ServerSpec("http://h:1", server_kind=kind), "m", "hi", 16, ignore_eos=False)
+
+
+def test_chat_and_completions_payloads_ask_for_the_length_and_usage():
+    chat = build_payload(ServerSpec("http://h:1", endpoint="chat"), "m", "hi", 16, False)
+    assert chat["messages"] == [{"role": "user", "content": "hi"}]
+    assert chat["max_completion_tokens"] == 16
+    assert chat["stream_options"] == {"include_usage": True}
+    plain = build_payload(ServerSpec("http://h:1", stream=False), "m", "hi", 16, False)
+    assert (plain["prompt"], plain["max_tokens"], plain["stream"]) == ("hi", 16, False)
+    assert "stream_options" not in plain
+
+
+def test_the_extra_body_overrides_the_payload():
+    spec = ServerSpec("http://h:1", server_kind="vllm", extra_body={"ignore_eos": False, "temperature": 0.0})
+    payload = build_payload(spec, "m", "hi", 16, True)
+    assert (payload["ignore_eos"], payload["temperature"]) == (False, 0.0)
+
+
+@pytest.mark.parametrize("url", ["http://h:1", "http://h:1/", "http://h:1/v1", "http://h:1/v1/"])
+def test_the_base_url_may_be_written_with_or_without_v1(url):
+    assert ServerSpec(url).url == "http://h:1/v1/completions"
+    assert api_root(url) == "http://h:1"
+
+
+@pytest.mark.parametrize("fields", [{"base_url": "h:1"}, {"endpoint": "embeddings"}, {"server_kind": "tgi"}, {"read_timeout_s": 0}])
+def test_impossible_server_settings_are_refused_with_a_clear_message(fields):
+    with pytest.raises(ConfigError):
+        ServerSpec(**{"base_url": "http://h:1", **fields})
+
+
+def test_the_api_key_never_shows_in_the_spec():
+    assert "sk-" not in repr(ServerSpec("http://h:1", api_key="sk-hidden"))
+
+
+# --- real runs against transformers serve -------------------------------------------------------
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_eight_requests_with_ignore_eos_come_back_exactly_as_long_as_asked(transformers_server, tiny_tokenizer, endpoint):
+    model = discover_model(transformers_server)
+    spec = ServerSpec(transformers_server, endpoint=endpoint, server_kind="transformers")
+    lengths = [4, 8, 12, 16, 4, 8, 12, 16]
+    requests = [SampledRequest(f"Request {i} says hello", 6, n) for i, n in enumerate(lengths)]
+    events, results, _ = finished(spec, model, requests, max_concurrency=8)
+
+    assert [r.usage_completion_tokens for r in results] == lengths
+    assert [r.finish_reason for r in results] == ["length"] * 8
+    assert length_warning(results) is None
+    assert Counter(e.kind for e in events if e.kind != "tokens") == {"admit": 8, "finish": 8}
+    for index, n in enumerate(lengths):
+        ticks = [e for e in events if e.index == index and e.kind == "tokens"]
+        assert [e.n_tokens for e in ticks] == sorted({e.n_tokens for e in ticks})  # cumulative, growing
+        assert ticks[-1].n_tokens == n  # one chunk per token: the count matches the server's usage
+        assert finishes(events)[index].n_tokens == n
+        assert results[index].sent_ts < results[index].first_token_ts <= results[index].end_ts
+    retokenize(results, tiny_tokenizer)
+    assert all(r.retokenized_tokens > 0 for r in results)
+
+
+def test_answers_shorter_than_asked_are_flagged(misbehaving_server):
+    _, results, _ = finished(ServerSpec(misbehaving_server), "m", requests_for(["short", "ok"], output_len=6))
+    assert [(r.finish_reason, r.output_tokens) for r in results] == [("stop", 3), ("length", 6)]
+    assert length_warning(results).startswith("1 of 2 completed requests returned another length than asked (request 0: 3 tokens for 6")
+
+
+def test_a_wrong_model_name_is_the_servers_4xx_message_on_each_request(transformers_server):
+    spec = ServerSpec(transformers_server, server_kind="transformers")
+    _, results, _ = finished(spec, "no-such-model", requests_for(["a", "b"]))
+    assert [r.finish_reason for r in results] == ["error", "error"]
+    assert "HTTP 400" in results[0].message
+    assert "no-such-model" in results[0].message
+
+
+def test_a_wrong_url_is_a_404_on_each_request(transformers_server):
+    spec = ServerSpec(transformers_server + "/not-here")
+    events, results, _ = finished(spec, "m", requests_for(["a", "b"]))
+    assert all(r.finish_reason == "error" and "HTTP 404" in r.message for r in results)
+    assert len(finishes(events)) == 2
+
+
+def test_the_model_is_discovered_from_v1_models(transformers_server, tiny_model_path):
+    assert discover_model(transformers_server + "/v1/") == tiny_model_path
+
+
+# --- failures, one request at a time --------------------------------------------------------------
+
+
+def test_a_server_that_is_down_fails_every_request_with_a_clear_message():
+    spec = ServerSpec(f"http://127.0.0.1:{free_port()}")
+    events, results, _ = finished(spec, "m", requests_for(["a", "b", "c"]))
+    assert [e.finish_reason for e in finishes(events).values()] == ["error"] * 3
+    assert all("cannot connect" in r.message and "is the server running?" in r.message for r in results)
+    with pytest.raises(ServerError, match="Cannot reach"):
+        discover_model(spec.base_url, timeout_s=2)
+
+
+def test_each_bad_answer_is_its_own_error_and_the_rest_of_the_run_goes_on(misbehaving_server):
+    spec = ServerSpec(misbehaving_server, read_timeout_s=1.0)
+    prompts = ["ok", "status500", "slow", "cut", "error-event", "ok"]
+    events, results, _ = finished(spec, "m", requests_for(prompts))
+    by_prompt = dict(zip(prompts, results))
+    assert results[0].finish_reason == results[-1].finish_reason == "length"
+    assert results[0].output_tokens == 8
+    assert "HTTP 500" in by_prompt["status500"].message and "the engine crashed" in by_prompt["status500"].message
+    assert "read timeout" in by_prompt["slow"].message
+    assert "cut after 3 tokens" in by_prompt["cut"].message
+    assert "out of memory" in by_prompt["error-event"].message
+    for prompt in ("cut", "error-event"):  # tokens received before the failure are kept
+        result = by_prompt[prompt]
+        assert result.finish_reason == "error"
+        assert result.n_tokens == TOKENS_BEFORE_CUT
+        assert finishes(events)[result.index].n_tokens == TOKENS_BEFORE_CUT
+    assert Counter(e.index for e in events if e.kind == "finish") == Counter(range(len(prompts)))
+
+
+def test_reasoning_tokens_count_and_the_answer_starts_later(misbehaving_server):
+    spec = ServerSpec(misbehaving_server, endpoint="chat")
+    _, results, _ = finished(spec, "m", requests_for(["reasoning"], output_len=8))
+    result = results[0]
+    assert (result.n_tokens, result.usage_completion_tokens) == (8, 8)
+    assert result.reasoning_text == "hmm" * 4
+    assert result.text == " tok" * 4
+    assert result.first_token_ts < result.first_answer_ts
+
+
+def test_the_api_key_is_sent_as_a_bearer_header_and_kept_out_of_messages(misbehaving_server, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    _, results, _ = finished(ServerSpec(misbehaving_server, api_key="sk-wrong-key"), "m", requests_for(["auth"]))
+    assert "HTTP 401" in results[0].message
+    assert "sk-wrong-key" not in results[0].message
+    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+    _, results, _ = finished(ServerSpec(misbehaving_server), "m", requests_for(["auth"]))
+    assert results[0].finish_reason == "length"
+
+
+# --- load: concurrency, rate, duration, warm-up, cancel -------------------------------------------
+
+
+def test_max_concurrency_is_never_exceeded(misbehaving_server):
+    events, _, run = finished(ServerSpec(misbehaving_server), "m", requests_for(["ok"] * 12), max_concurrency=3)
+    in_flight, peak = 0, 0
+    for event in events:  # the events come in the order they happened
+        in_flight += {"admit": 1, "finish": -1}.get(event.kind, 0)
+        peak = max(peak, in_flight)
+    assert peak == 3  # 12 requests at once, 80 ms each: the cap is reached and held
+    assert run.arrivals().peak_in_flight == 3
+
+
+def test_connections_are_reused_across_requests(misbehaving_server):
+    _, results, _ = finished(ServerSpec(misbehaving_server), "m", requests_for(["reuse"] * 12, output_len=2), max_concurrency=2)
+    assert [r.finish_reason for r in results] == ["length"] * 12
+    assert 1 <= len(REUSE_PORTS) <= 2  # one pooled connection per slot, not one per request
+
+
+def test_requests_go_out_on_schedule_never_early(misbehaving_server):
+    _, results, run = finished(ServerSpec(misbehaving_server), "m", requests_for(["ok"] * 6, output_len=2), request_rate=20.0, seed=1)
+    assert [r.finish_reason for r in results] == ["length"] * 6
+    assert all(r.sent_ts >= run.t0 + r.scheduled_s for r in results)
+    report = run.arrivals()
+    assert report.requested_rate == 20.0
+    assert report.sent == 6
+    assert 0 < report.achieved_rate <= 20.0 * 1.01  # late sends can only lower it
+
+
+def test_a_duration_stops_sending_and_lets_requests_in_flight_finish(misbehaving_server):
+    events, results, run = finished(
+        ServerSpec(misbehaving_server), "m", requests_for(["ok"] * 40, output_len=2), request_rate=20.0, duration_s=0.5
+    )
+    sent = [r for r in results if r.sent_ts is not None]
+    unsent = [r for r in results if r.sent_ts is None]
+    assert sent and unsent
+    assert all(r.finish_reason == "length" for r in sent)
+    assert all(r.sent_ts < run.t0 + 0.5 for r in sent)
+    assert all(r.finish_reason == "abort" and "duration had ended" in r.message for r in unsent)
+    assert len(finishes(events)) == 40
+
+
+def test_warm_ups_are_sent_first_and_not_measured(misbehaving_server):
+    events, results, _ = finished(ServerSpec(misbehaving_server), "m", requests_for(["ok", "ok"]), warmup=2)
+    assert sorted({e.index for e in events}) == [0, 1]
+    assert len(results) == 2
+
+
+def test_a_failed_warm_up_stops_the_run_with_one_message():
+    run = run_requests(ServerSpec(f"http://127.0.0.1:{free_port()}"), "m", requests_for(["a", "b"]), warmup=1)
+    with pytest.raises(ServerError, match="warm-up request failed.*cannot connect"):
+        list(run.events())
+    assert all(r.sent_ts is None for r in run.results)
+
+
+def test_cancel_aborts_requests_in_flight_and_those_not_sent(misbehaving_server):
+    cancel = threading.Event()
+    run = run_requests(ServerSpec(misbehaving_server), "m", requests_for(["ok"] * 5, output_len=200), request_rate=2.0, cancel=cancel)
+    events = []
+    for event in run.events():
+        events.append(event)
+        if event.kind == "tokens" and not cancel.is_set():
+            cancel.set()
+            cancelled_at = time.perf_counter()
+    assert time.perf_counter() - cancelled_at < 1.0
+    assert [r.finish_reason for r in run.results] == ["abort"] * 5
+    assert run.results[0].message == "cancelled" and run.results[0].n_tokens > 0
+    assert all(r.message == "not sent: cancelled" for r in run.results[1:])
+    assert len(finishes(events)) == 5
+
+
+@pytest.mark.parametrize("load", [{"max_concurrency": 0}, {"warmup": -1}, {"duration_s": 0}, {"request_rate": 0}])
+def test_impossible_load_settings_are_refused_before_anything_is_sent(load):
+    with pytest.raises(ConfigError):
+        run_requests(ServerSpec("http://127.0.0.1:9"), "m", requests_for(["a"]), **load)
