@@ -16,6 +16,7 @@ st.set_page_config(page_title="LLM Bench Studio", page_icon=":material/speed:", 
 navigation = st.navigation([
     st.Page("pages/run.py", title="Run", icon=":material/play_arrow:", default=True),
     st.Page("pages/history.py", title="History", icon=":material/table_chart:"),
+    st.Page("pages/sweep.py", title="Sweep", icon=":material/tune:"),
     st.Page("pages/playground.py", title="Playground", icon=":material/chat:"),
 ])
 navigation.run()

@@ -4,6 +4,7 @@
 benchmark through the same runner the dashboard uses, prints LMDeploy's summary table (our extra
 rows below it), appends LMDeploy's CSV row to --csv and records the run in the history.
 Bad input is one line on stderr and exit code 2, with nothing written.
+`sweep pipeline ... --sweep NAME=V1,V2` runs one such benchmark per point of a sweep (see cli_sweep).
 """
 
 from __future__ import annotations
@@ -89,24 +90,9 @@ def _add_knob(group, knob) -> None:
     group.add_argument(knob.flag, **kwargs)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m bench_core", description="LLM Bench Studio, headless.")
-    parser.add_argument("--version", action="version", version=f"LLM Bench Studio {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
-    pipe = commands.add_parser(
-        "pipeline",
-        formatter_class=_HelpFormatter,
-        help="benchmark a model in process, as LMDeploy's profile_pipeline_api.py does",
-        description=(
-            "Benchmark a model in process with the semantics of LMDeploy's profile_pipeline_api.py.\n"
-            "DATASET is a ShareGPT JSON/JSONL file, builtin:sharegpt or builtin:sample. MODEL is a local\n"
-            "folder, a hub id, or a built-in model (builtin:smollm2-135m, builtin:tiny-llama).\n"
-            "On a machine without an NVIDIA GPU, use --backend transformers.\n\n"
-            "example: python -m bench_core pipeline builtin:sharegpt builtin:smollm2-135m "
-            "--backend transformers -n 32 -c 8 --stream-output"
-        ),
-    )
+def add_pipeline_arguments(pipe: argparse.ArgumentParser) -> None:
+    """The `pipeline` command's arguments and flags (profile_pipeline_api.py's, then ours); `sweep pipeline`
+    takes the same ones."""
     pipe.add_argument("dataset", help="ShareGPT dataset: a JSON or JSONL path, builtin:sharegpt or builtin:sample")
     pipe.add_argument("model_path", help="a local folder, a hub id, or builtin:smollm2-135m / builtin:tiny-llama")
     pipe.add_argument("-c", "--concurrency", type=int, default=256,
@@ -152,6 +138,30 @@ def build_parser() -> argparse.ArgumentParser:
         if knob.group not in groups:
             groups[knob.group] = pipe.add_argument_group(f"{knob.group} arguments")
         _add_knob(groups[knob.group], knob)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m bench_core", description="LLM Bench Studio, headless.")
+    parser.add_argument("--version", action="version", version=f"LLM Bench Studio {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    pipe = commands.add_parser(
+        "pipeline",
+        formatter_class=_HelpFormatter,
+        help="benchmark a model in process, as LMDeploy's profile_pipeline_api.py does",
+        description=(
+            "Benchmark a model in process with the semantics of LMDeploy's profile_pipeline_api.py.\n"
+            "DATASET is a ShareGPT JSON/JSONL file, builtin:sharegpt or builtin:sample. MODEL is a local\n"
+            "folder, a hub id, or a built-in model (builtin:smollm2-135m, builtin:tiny-llama).\n"
+            "On a machine without an NVIDIA GPU, use --backend transformers.\n\n"
+            "example: python -m bench_core pipeline builtin:sharegpt builtin:smollm2-135m "
+            "--backend transformers -n 32 -c 8 --stream-output"
+        ),
+    )
+    add_pipeline_arguments(pipe)
+    from .cli_sweep import add_sweep_parser  # here, not at the top: cli_sweep builds on this module
+
+    add_sweep_parser(commands)
 
     model_path = commands.add_parser("model-path", help="print the local folder of a built-in model, building it if needed")
     model_path.add_argument("name", help="builtin:smollm2-135m or builtin:tiny-llama")
@@ -260,6 +270,10 @@ def main(argv: list[str] | None = None) -> int:
 
             print(resolve_model(args.name))
             return EXIT_OK
+        if args.command == "sweep":
+            from .cli_sweep import run_sweep
+
+            return run_sweep(args)
         return run_pipeline(args)
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)

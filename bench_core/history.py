@@ -68,6 +68,7 @@ class RunRecord:
     finished_at: str = ""
     load_seconds: float | None = None  # time spent loading the engine, outside the measured run
     sweep_id: str = ""
+    sweep_repeat: int | None = None  # the run's 0-based repeat index within its sweep point
 
 
 def new_run_id() -> str:
@@ -200,6 +201,7 @@ def history_row(record: RunRecord) -> dict[str, Any]:
         "label": record.config.label,
         "model": record.config.engine.model,
         "sweep_id": record.sweep_id,
+        "sweep_repeat": record.sweep_repeat,
         "error": record.error,
         "load_seconds": record.load_seconds,
     }

@@ -1,0 +1,241 @@
+"""Runs a sweep: its plan's remaining runs through the Runner's queue, with progress, cancel and resume.
+
+A driver thread submits the next run only once the previous one has ended, so other runs and playground
+jobs can take their turn between a sweep's runs, and a cancel never leaves the sweep's runs queued. The
+runner keeps its loaded engine while the engine settings stay the same, and the plan orders its runs
+so that they seldom change (`SweepPlan.points`): a load or dataset change reuses the engine, an engine
+setting change reloads it.
+
+The plan is saved as JSON under `<history root>/sweeps/<sweep_id>.json` before the first run, and every
+run lands in the history with the sweep's id and its repeat index; `resume_sweep` rebuilds the plan and
+runs only what has not finished yet (`sweep.remaining`), in this process or after a restart.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from .engines import engine_settings_key
+from .errors import BenchError, HistoryError
+from .history import History
+from .runner import CANCELLED, FAILED, FINISHED, Run, Runner
+from .sweep import PlannedRun, SweepPlan, describe_point, remaining
+
+RUNNING = "running"
+SWEEPS_FOLDER = "sweeps"
+_SWEEP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class SweepProgress:
+    """Where a sweep stands. `finished` counts the runs finished before a resume too; `skipped` runs were
+    not tried because a run with the same engine settings could not start (its engine would fail again)."""
+
+    state: str  # running | finished | failed | cancelled
+    total: int
+    finished: int
+    failed: int
+    skipped: int
+    current: str  # the point and repeat in the queue or running, "" when none
+    current_run_id: str
+    errors: tuple[str, ...]  # why runs failed, each message once
+
+    @property
+    def ended(self) -> int:
+        """Runs that need no more work: the numerator of the sweep's progress bar."""
+        return self.finished + self.failed + self.skipped
+
+    @property
+    def message(self) -> str:
+        """What an ended sweep left undone and why; "" while it runs or when every run finished."""
+        if self.state == RUNNING:
+            return ""
+        parts = []
+        if self.failed:
+            parts.append(f"{self.failed} run(s) failed" + (f": {' '.join(self.errors)}" if self.errors else "."))
+        if self.skipped:
+            parts.append(f"{self.skipped} run(s) skipped after a run with the same engine settings failed to start.")
+        if self.finished < self.total:
+            parts.append(f"{self.finished} of {self.total} runs finished; resume the sweep to run the other "
+                         f"{self.total - self.finished}.")
+        return " ".join(parts)
+
+
+class SweepRun:
+    """A sweep being run in this process: its plan, the runs submitted so far, and its progress."""
+
+    def __init__(self, plan: SweepPlan, runner: Runner, todo: list[PlannedRun]):
+        self.plan = plan
+        self.runner = runner
+        self.total = len(plan.points())
+        self.finished_before = self.total - len(todo)
+        self.runs: list[tuple[PlannedRun, Run]] = []
+        self._todo = todo
+        self._skipped: list[PlannedRun] = []
+        self._failed_engines: set[tuple] = set()  # engine settings keys whose engine could not start
+        self._errors: list[str] = []
+        self._current: tuple[PlannedRun, Run] | None = None
+        self._cancel = threading.Event()
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        threading.Thread(target=self._drive, name=f"sweep-{plan.sweep_id}", daemon=True).start()
+
+    @property
+    def sweep_id(self) -> str:
+        return self.plan.sweep_id
+
+    @property
+    def active(self) -> bool:
+        return not self._done.is_set()
+
+    def cancel(self) -> None:
+        """Stop the sweep: its running run stops within a second (keeping what it measured), nothing
+        more is submitted. The finished runs stay in the history, so the sweep can be resumed."""
+        with self._lock:
+            self._cancel.set()
+            current = self._current
+        if current is not None:
+            current[1].cancel()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """True once the sweep has ended."""
+        return self._done.wait(timeout)
+
+    def progress(self) -> SweepProgress:
+        with self._lock:
+            runs, current, skipped, errors = list(self.runs), self._current, len(self._skipped), list(self._errors)
+        states = [run.state for _, run in runs]
+        finished = self.finished_before + states.count(FINISHED)
+        failed = states.count(FAILED)
+        if self.active:
+            state = RUNNING
+        elif self._cancel.is_set() or CANCELLED in states:
+            state = CANCELLED
+        elif failed or skipped:
+            state = FAILED
+        else:
+            state = FINISHED
+        label, run_id = ("", "") if current is None or not current[1].active else (
+            self.describe(current[0]), current[1].run_id)
+        return SweepProgress(state, self.total, finished, failed, skipped, label, run_id, tuple(errors))
+
+    def describe(self, planned: PlannedRun) -> str:
+        """"concurrency=2 · repeat 1/3" (the repeat only when the plan repeats its points)."""
+        repeat = f" · repeat {planned.repeat + 1}/{self.plan.repeats}" if self.plan.repeats > 1 else ""
+        return describe_point(planned.values) + repeat
+
+    def _drive(self) -> None:
+        try:
+            for planned in self._todo:
+                if self._skip(planned):
+                    continue
+                with self._lock:
+                    if self._cancel.is_set():
+                        return
+                    run = self.runner.submit(planned.config, sweep_id=self.sweep_id, sweep_repeat=planned.repeat)
+                    self._current = (planned, run)
+                    self.runs.append(self._current)
+                run.wait()
+                if run.state == CANCELLED:  # by the user, on this page or elsewhere, or by a shutdown
+                    return
+                if run.state == FAILED:
+                    # Failed before measuring: the same engine settings (or dataset) would fail again.
+                    self._note_failure(run.message, _engine_key(planned) if run.profiler is None else None)
+        except BenchError as exc:  # the runner refused a run: the plan was checked, so the machine changed
+            self._note_failure(str(exc), None)
+        finally:
+            self._done.set()
+
+    def _skip(self, planned: PlannedRun) -> bool:
+        """True (and counted) for a run whose engine settings already failed to start in this sweep: a
+        model that does not load or a knob value that does not fit would fail every such run again."""
+        with self._lock:
+            if _engine_key(planned) in self._failed_engines:
+                self._skipped.append(planned)
+                return True
+        return False
+
+    def _note_failure(self, message: str, engine_that_failed: tuple | None) -> None:
+        """Keep a failure's message once; remember engine settings that could not start a run."""
+        with self._lock:
+            if engine_that_failed is not None:
+                self._failed_engines.add(engine_that_failed)
+            if message and message not in self._errors:
+                self._errors.append(message)
+
+
+def _engine_key(planned: PlannedRun) -> tuple:
+    return engine_settings_key(planned.config.engine, planned.config.load)
+
+
+def plan_path(history: History, sweep_id: str) -> Path:
+    if not _SWEEP_ID.match(sweep_id or ""):
+        raise HistoryError(f"'{sweep_id}' is not a sweep id; sweep ids hold letters, digits, '-', '_' and '.'.")
+    return history.root / SWEEPS_FOLDER / f"{sweep_id}.json"
+
+
+def save_plan(history: History, plan: SweepPlan) -> None:
+    path = plan_path(history, plan.sweep_id)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise HistoryError(f"Cannot save the sweep plan to {path}: {exc.strerror or exc}.") from exc
+
+
+def load_plan(history: History, sweep_id: str) -> SweepPlan:
+    path = plan_path(history, sweep_id)
+    if not path.exists():
+        raise HistoryError(f"There is no sweep {sweep_id} in {path.parent} (its plan file {path.name} is missing).")
+    try:
+        return SweepPlan.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise HistoryError(f"The plan of sweep {sweep_id} ({path}) is unreadable ({exc}).") from exc
+
+
+def start_sweep(runner: Runner, plan: SweepPlan) -> SweepRun:
+    """Check every point (one ConfigError naming each impossible one), save the plan, start the runs."""
+    history = _history_of(runner)
+    plan.check()
+    save_plan(history, plan)
+    return SweepRun(plan, runner, remaining(plan, history.load()))
+
+
+def resume_sweep(runner: Runner, sweep_id: str) -> SweepRun:
+    """Run what a saved sweep has not finished yet; a complete sweep ends at once as finished."""
+    history = _history_of(runner)
+    plan = load_plan(history, sweep_id)
+    plan.check()
+    return SweepRun(plan, runner, remaining(plan, history.load()))
+
+
+def past_sweeps(history: History, runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per sweep with a saved plan, newest first (sweep ids sort by start time): what it varied,
+    on which model and backend, and how many of its runs have finished. `runs` is `history.load()`."""
+    folder = history.root / SWEEPS_FOLDER
+    ids = sorted((path.stem for path in folder.glob("*.json")), reverse=True) if folder.is_dir() else []
+    rows = []
+    for sweep_id in ids:
+        try:
+            plan = load_plan(history, sweep_id)
+        except HistoryError:  # a broken plan file must not hide the other sweeps
+            continue
+        total = len(plan.points())
+        rows.append({"sweep_id": sweep_id, "varies": " × ".join(axis.name for axis in plan.axes),
+                     "values": "; ".join(", ".join(map(str, axis.values)) for axis in plan.axes),
+                     "repeats": plan.repeats, "model": plan.base.engine.model, "backend": plan.base.engine.backend,
+                     "finished": total - len(remaining(plan, runs)), "runs": total})
+    return pd.DataFrame(rows, columns=["sweep_id", "varies", "values", "repeats", "model", "backend", "finished",
+                                       "runs"])
+
+
+def _history_of(runner: Runner) -> History:
+    if runner.history is None:
+        raise ValueError("A sweep needs a runner with a history: resume reads its finished runs from there.")
+    return runner.history

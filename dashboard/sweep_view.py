@@ -1,0 +1,277 @@
+"""The Sweep page's parts: the sweep inputs, the live progress of a running sweep, its results (four views,
+the per-point table and a two-point comparison) and the list of past sweeps.
+
+Sweeps started in this server live in `get_sweeps()` (one registry per process, like the runner), so a
+reload or a second tab finds a running sweep by the id in the URL; a sweep that ended before a restart,
+or ran from the CLI, is read back from its saved plan and the history. While a sweep runs, a fragment
+polls its progress once a second and triggers a full rerun whenever another run finishes, so the results
+below grow run by run; nothing polls once it has ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from bench_core import charts, metrics, sweep_results
+from bench_core.config import SLO, knobs_for
+from bench_core.errors import BenchError
+from bench_core.history import History
+from bench_core.sweep import SWEEPABLE, SweepPlan, describe_point, new_sweep_id, parse_sweep_arg, remaining
+from bench_core.sweep_runner import SweepRun, load_plan, past_sweeps, resume_sweep, start_sweep
+from bench_core.tables import describe_column
+from dashboard import sidebar
+from dashboard.state import get_history, get_runner
+
+LIVE_REFRESH_S = 1.0
+NO_SECOND = "(none)"
+# Relative to this page's URL (pages/sweep.py -> /sweep) and to the Run page's.
+SWEEP_PAGE_URL = "sweep"
+LOAD_SETTINGS = ("concurrency", "request_rate")
+NON_ENGINE_SETTINGS = tuple(name for name in SWEEPABLE if name in (
+    "concurrency", "request_rate", "num_prompts", "random_input_len", "random_output_len", "sharegpt_output_len"))
+# (title, x, y) of the throughput-against-latency views; both columns have a better direction.
+PARETO_VIEWS = {
+    "Output tok/s against P99 TTFT": ("p99_ttft_ms", "output_throughput"),
+    "Tok/s per user against tok/s in total": ("output_throughput", "output_throughput_per_user"),
+    "Output tok/s against mean E2E latency": ("mean_e2e_latency_ms", "output_throughput"),
+}
+GOODPUT_METRICS = ("slo_attainment", "goodput_rps")
+
+
+@st.cache_resource(on_release=lambda sweeps: [sweep.cancel() for sweep in sweeps.values()])
+def get_sweeps() -> dict[str, SweepRun]:
+    """The sweeps started in this server process, by id; releasing it (cache clear, server stop) cancels them."""
+    return {}
+
+
+# ---- starting --------------------------------------------------------------------------------
+
+def sweep_inputs(backend: str) -> dict[str, Any]:
+    """The settings to sweep, their values and the repeats; the base settings come from the sidebar."""
+    options = [name for name in SWEEPABLE
+               if name in NON_ENGINE_SETTINGS or name in {knob.name for knob in knobs_for(backend)}]
+    first, second, repeats = st.columns([2, 2, 1])
+    name = first.selectbox("Sweep", options, index=options.index("concurrency"), key="sweep_name",
+                           format_func=_setting_label)
+    values = first.text_input("Values", value="1,2,4", key="sweep_values", help="Comma-separated, e.g. 1,2,4.")
+    second_name = second.selectbox("Against (optional, a grid)", [NO_SECOND, *options], key="sweep_name_2",
+                                   format_func=lambda option: option if option == NO_SECOND else _setting_label(option))
+    second_values = second.text_input("Values", key="sweep_values_2", disabled=second_name == NO_SECOND,
+                                      placeholder="e.g. 256,512")
+    count = repeats.number_input("Repeats", value=2, min_value=1, step=1, key="sweep_repeats",
+                                 help="Runs per point: two or more give a mean, a spread and a 95% interval.")
+    axes = [(name, values)] + ([(second_name, second_values)] if second_name != NO_SECOND else [])
+    return {"axes": axes, "repeats": int(count)}
+
+
+def plan_from_inputs(inputs: Mapping[str, Any], values: Mapping[str, Any], uploads_dir: Path) -> SweepPlan:
+    """The plan for the page's sweep inputs over the sidebar's settings; ConfigError says what is wrong."""
+    axes = tuple(parse_sweep_arg(f"{name}={text}") for name, text in inputs["axes"])
+    return SweepPlan(new_sweep_id(), sidebar.config_from_values(values, uploads_dir), axes, inputs["repeats"])
+
+
+def start(plan: SweepPlan) -> SweepRun:
+    sweep = start_sweep(get_runner(), plan)
+    get_sweeps()[sweep.sweep_id] = sweep
+    return sweep
+
+
+def resume(sweep_id: str) -> SweepRun:
+    sweep = resume_sweep(get_runner(), sweep_id)
+    get_sweeps()[sweep.sweep_id] = sweep
+    return sweep
+
+
+# ---- one sweep -------------------------------------------------------------------------------
+
+def render_sweep(sweep_id: str, slo: SLO, live: bool) -> None:
+    """Progress (polled while `live`), then the results of the sweep's finished runs so far, with goodput
+    for `slo` (the sidebar's) when it sets a threshold, else for the SLO the runs had.
+
+    `live` is whether the sweep was active when this script run began: the page decides it once, so its
+    Cancel button and this view never disagree about a sweep that ends in between."""
+    history = get_history()
+    sweep = get_sweeps().get(sweep_id)
+    try:
+        plan = sweep.plan if sweep is not None else load_plan(history, sweep_id)
+        runs = history.load()
+    except BenchError as exc:
+        st.error(str(exc))
+        return
+    st.subheader(f"Sweep {sweep_id}")
+    st.caption(f"{describe_plan(plan)} · {plan.base.engine.model} on {plan.base.engine.backend}")
+    if live:
+        _live_progress(sweep_id)
+    else:
+        _ended_status(sweep, plan, runs)
+    results(history, plan, runs, slo)
+
+
+def describe_plan(plan: SweepPlan) -> str:
+    axes = " × ".join(f"{axis.name} = {', '.join(_tick(value) for value in axis.values)}" for axis in plan.axes)
+    return f"{axes}; {len(plan.grid())} points × {plan.repeats} repeats = {len(plan.points())} runs"
+
+
+@st.fragment(run_every=LIVE_REFRESH_S)
+def _live_progress(sweep_id: str) -> None:
+    sweep = get_sweeps().get(sweep_id)
+    if sweep is None or not sweep.active:
+        st.rerun()  # one full rerun: the page then shows the ended sweep and this fragment is gone
+    progress = sweep.progress()
+    seen_key = f"sweep_runs_ended_{sweep_id}"
+    if st.session_state.setdefault(seen_key, progress.ended) != progress.ended:
+        st.session_state[seen_key] = progress.ended
+        st.rerun()  # a full rerun, once per ended run: the results below take it in
+    st.progress(progress.ended / progress.total,
+                text=f"running: {progress.ended}/{progress.total} runs done" +
+                     (f", now {progress.current}" if progress.current else ""))
+    if progress.current_run_id:
+        st.page_link("pages/run.py", label=f"Watch run {progress.current_run_id} live", icon=":material/monitoring:",
+                     query_params={"run": progress.current_run_id})
+    if progress.errors:
+        st.warning(" ".join(progress.errors))
+
+
+def _ended_status(sweep: SweepRun | None, plan: SweepPlan, runs: pd.DataFrame) -> None:
+    """The final state: from the sweep object while this server has it, else from the history."""
+    if sweep is not None:
+        progress = sweep.progress()
+        state, finished, total, message = progress.state, progress.finished, progress.total, progress.message
+    else:
+        total = len(plan.points())
+        finished = total - len(remaining(plan, runs))
+        state = "finished" if finished == total else "stopped"
+        message = f"{finished} of {total} runs finished; resume the sweep to run the other {total - finished}."
+    if state == "finished":
+        st.success(f"finished: all {total} runs.")
+    elif state == "cancelled" or state == "stopped":
+        st.warning(f"{state}: {message}")
+    else:
+        st.error(f"{state}: {message}")
+    if finished < total and st.button(f"Resume: run the other {total - finished}", key="sweep_resume", type="primary"):
+        try:
+            resume(plan.sweep_id)
+        except BenchError as exc:
+            st.error(str(exc))
+        else:
+            st.rerun()
+
+
+# ---- results ---------------------------------------------------------------------------------
+
+def results(history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO) -> None:
+    runs = sweep_results.sweep_runs(runs, plan)
+    if runs.empty:
+        st.info("No run of this sweep has finished yet.")
+        return
+    if metrics.slo_is_set(slo):
+        try:
+            tables = {run_id: _request_table(str(history.root), run_id) for run_id in runs["run_id"].astype(str)}
+        except BenchError as exc:
+            st.warning(f"Goodput for the sidebar's SLO needs every run's stored requests: {exc}")
+        else:
+            runs = sweep_results.with_slo(runs, tables, slo)
+    statistics = sweep_results.point_statistics(runs, plan)
+    measured = [name for name in sweep_results.SWEEP_METRICS if name in set(statistics[sweep_results.METRIC])]
+    axes = [axis.name for axis in plan.axes]
+    st.markdown(f"**Results** of {len(runs)} finished runs: means over each point's repeats, with 95% intervals")
+    metric = st.selectbox("Metric", measured, key="sweep_metric", format_func=_title,
+                          index=measured.index("output_throughput") if "output_throughput" in measured else 0)
+    points = sweep_results.metric_points(statistics, metric)
+    band = charts.metric_vs_knob_band(points, axes[0], metric, axes[1] if len(axes) > 1 else None)
+    if len(axes) > 1:
+        left, right = st.columns(2)
+        left.plotly_chart(band, key="sweep_chart_band")
+        right.plotly_chart(charts.knob_heatmap(points, axes[0], axes[1], metric), key="sweep_chart_heatmap")
+    else:
+        st.plotly_chart(band, key="sweep_chart_band")
+    _pareto_view(runs)
+    _goodput_view(runs, plan)
+    st.markdown("**Per point**: n runs, mean, sample std and the 95% confidence interval of the mean")
+    st.dataframe(sweep_results.statistics_for_display(statistics).round(4), hide_index=True, key="sweep_points_table")
+    _comparison(runs, plan)
+    st.download_button("This sweep's history rows (CSV)", history.to_csv_bytes(runs["run_id"].astype(str)),
+                       file_name=f"{plan.sweep_id}.csv", mime="text/csv", key="sweep_download", on_click="ignore")
+
+
+def _pareto_view(runs: pd.DataFrame) -> None:
+    view = st.selectbox("Throughput against latency", list(PARETO_VIEWS), key="sweep_pareto")
+    x, y = PARETO_VIEWS[view]
+    st.plotly_chart(charts.pareto_chart(runs, x, y), key="sweep_chart_pareto")
+
+
+def _goodput_view(runs: pd.DataFrame, plan: SweepPlan) -> None:
+    loads = [axis for axis in plan.axes if axis.name in LOAD_SETTINGS]
+    if not loads:
+        st.caption("Sweep the concurrency to see goodput against load, with the highest load meeting the SLO.")
+        return
+    if "good_requests" not in runs or runs["good_requests"].isna().all():
+        st.caption("Set TTFT, TPOT or E2E thresholds under *Goodput SLO* in the sidebar to see goodput against "
+                   "load: it is computed from the runs' stored requests, without running them again.")
+        return
+    load = loads[0].name
+    goodput_col, target_col = st.columns(2)
+    goodput = goodput_col.selectbox("Goodput as", GOODPUT_METRICS, key="sweep_goodput", format_func=_title)
+    target = target_col.number_input(f"Target ({describe_column(goodput).unit})", value=0.9 if goodput == "slo_attainment"
+                                     else 1.0, min_value=0.0, step=0.05, key=f"sweep_target_{goodput}")
+    shown = runs
+    for axis in plan.axes:  # with a grid, one line of the other setting at a time
+        if axis.name != load:
+            value = st.selectbox(f"At {axis.name}", axis.values, key="sweep_goodput_at", format_func=_tick)
+            shown = runs[runs[axis.name] == value]
+    st.plotly_chart(charts.goodput_vs_load(shown, load, goodput, target), key="sweep_chart_goodput")
+
+
+def _comparison(runs: pd.DataFrame, plan: SweepPlan) -> None:
+    st.markdown("**Compare two points**: is the difference beyond the run-to-run spread? (Welch's t-test, 95%)")
+    labels = [describe_point(values) for values in plan.grid() if describe_point(values) in set(runs["point"])]
+    if len(labels) < 2:
+        st.caption("Two points with finished runs are needed.")
+        return
+    left, right = st.columns(2)
+    point_a = left.selectbox("Point A", labels, key="sweep_point_a")
+    point_b = right.selectbox("Point B", labels, index=len(labels) - 1, key="sweep_point_b")
+    table = sweep_results.compare_points(runs, point_a, point_b)
+    st.dataframe(table.round(4), hide_index=True, key="sweep_compare_table")
+    st.caption("B - A and its 95% interval; beyond the spread when Welch's p-value is under 0.05. A point that "
+               "ran once has no spread to judge against.")
+
+
+@st.cache_data(max_entries=1024, show_spinner=False)
+def _request_table(root: str, run_id: str) -> pd.DataFrame:
+    """A run's per-request table; a run's folder never changes once written, so it is read once."""
+    return History(root).requests(run_id)
+
+
+# ---- past sweeps -----------------------------------------------------------------------------
+
+def past_sweeps_section(history: History) -> None:
+    try:
+        table = past_sweeps(history, history.load())
+    except BenchError as exc:
+        st.error(str(exc))
+        return
+    if table.empty:
+        st.caption("No sweep yet.")
+        return
+    table.insert(1, "open", SWEEP_PAGE_URL + "?sweep=" + table["sweep_id"])
+    st.dataframe(table, hide_index=True, key="sweep_past_table",
+                 column_config={"open": st.column_config.LinkColumn("Sweep", display_text="open")})
+
+
+def _setting_label(name: str) -> str:
+    label = describe_column(name).label
+    return name if label.lower().replace(" ", "_") == name else f"{name} ({label})"
+
+
+def _title(name: str) -> str:
+    return describe_column(name).title
+
+
+def _tick(value: Any) -> str:
+    return "none" if value is None else str(value)

@@ -1,0 +1,48 @@
+"""Sweep page: vary one setting, or two as a grid, over the sidebar's settings; watch the sweep's progress;
+read its results as a metric against the setting (with 95% bands over repeats), throughput against
+latency with the Pareto frontier, goodput against load, a heat map, a per-point table and a two-point
+comparison; open or resume past sweeps.
+
+The sweep on show is named in the URL (?sweep=<id>), so a reload or a second tab finds it.
+"""
+
+import streamlit as st
+
+from bench_core.errors import BenchError
+from dashboard import sidebar, sweep_view
+from dashboard.state import get_history
+
+UPLOADS_FOLDER = "uploads"
+
+st.title("Knob sweep")
+
+sweep_id = st.query_params.get("sweep") or st.session_state.get("sweep_id")
+shown = sweep_view.get_sweeps().get(sweep_id) if sweep_id else None
+live = shown is not None and shown.active  # decided once: the sweep may end while this script runs
+cancel = shown.cancel if live else None
+# The sidebar's Start and Cancel act on the sweep here, as the buttons below do.
+choice = sidebar.render_sidebar(cancel=cancel)
+
+st.caption("Every point starts from the settings in the sidebar; the sweep varies the settings chosen here.")
+inputs = sweep_view.sweep_inputs(choice.values["backend"])
+start_col, cancel_col = st.columns([1, 1])
+start = start_col.button("Start sweep", key="sweep_start", type="primary", width="stretch",
+                         disabled=choice.unavailable_reason is not None)
+cancel_col.button("Cancel sweep", key="sweep_cancel", disabled=cancel is None, on_click=cancel, width="stretch")
+
+if start or choice.start:
+    try:
+        plan = sweep_view.plan_from_inputs(inputs, choice.values, get_history().root / UPLOADS_FOLDER)
+        sweep = sweep_view.start(plan)
+    except BenchError as exc:
+        st.error(str(exc))
+    else:
+        st.query_params["sweep"] = st.session_state["sweep_id"] = sweep.sweep_id
+        st.rerun()  # redraw with Cancel enabled for the new sweep
+if sweep_id:
+    # Keep the sweep in the URL (switching pages drops query parameters) and in the session.
+    st.query_params["sweep"] = st.session_state["sweep_id"] = sweep_id
+    sweep_view.render_sweep(sweep_id, sidebar.slo_from_ms(choice.values["slo_ms"]), live)
+
+st.subheader("Past sweeps")
+sweep_view.past_sweeps_section(get_history())

@@ -1,0 +1,173 @@
+"""The Sweep page through AppTest with the real runner and the tiny model: a grid from the sidebar's settings,
+its progress, the four views, the per-point table and the two-point comparison; the sweep in the URL;
+past sweeps; cancel and resume; bad input as one error."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from bench_core.history import RESULTS_ENV
+from conftest import ROOT
+from dashboard.state import get_history, get_runner
+from dashboard.sweep_view import get_sweeps
+
+APP = str(ROOT / "app.py")
+PAGE = "pages/sweep.py"
+TINY = "builtin:tiny-llama"
+SWEEP_TIMEOUT_S = 120
+
+logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").setLevel(logging.ERROR)
+
+
+@pytest.fixture(autouse=True)
+def fresh_state(tmp_path, monkeypatch, tiny_model_path):
+    """Each test has its own history and a fresh runner and sweep registry; what it started is cancelled after."""
+    monkeypatch.setenv(RESULTS_ENV, str(tmp_path / "results"))
+    for cached in (get_sweeps, get_runner, get_history):
+        cached.clear()
+    yield
+    for cached in (get_sweeps, get_runner, get_history):
+        cached.clear()
+
+
+def open_sweep_page(sweep_id: str | None = None) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    if sweep_id:
+        at.query_params["sweep"] = sweep_id
+    at.run()
+    return at.switch_page(PAGE).run()
+
+
+def set_up_tiny_sweep(at: AppTest, values: str, second: tuple[str, str] | None = None, repeats: int = 2,
+                      num_prompts: int = 4, output_len: int = 8) -> None:
+    at.sidebar.selectbox(key="model_choice").select(TINY)
+    at.sidebar.selectbox(key="dataset_builtin").select("builtin:sample")
+    at.sidebar.number_input(key="sharegpt_output_len_cpu").set_value(output_len)
+    at.sidebar.number_input(key="num_prompts_cpu").set_value(num_prompts)
+    at.sidebar.number_input(key="concurrency_cpu").set_value(2)
+    at.sidebar.number_input(key="slo_ttft_ms").set_value(10_000.0)  # generous: every request is good
+    at.text_input(key="sweep_values").set_value(values)
+    at.number_input(key="sweep_repeats").set_value(repeats)
+    if second:
+        at.selectbox(key="sweep_name_2").select(second[0]).run()
+        at.text_input(key="sweep_values_2").set_value(second[1])
+
+
+def start_sweep(at: AppTest) -> str:
+    at.button(key="sweep_start").click().run()
+    assert not at.error, [e.value for e in at.error]
+    return at.session_state["sweep_id"]
+
+
+def table_with_column(at: AppTest, column: str):
+    """The one dataframe on the page with `column` (AppTest does not expose a dataframe's key)."""
+    (table,) = [frame.value for frame in at.dataframe if column in frame.value.columns]
+    return table
+
+
+def test_the_page_is_in_the_navigation_with_concurrency_to_sweep_by_default():
+    at = open_sweep_page()
+    assert not at.exception
+    assert at.title[0].value == "Knob sweep"
+    assert at.selectbox(key="sweep_name").value == "concurrency"
+    assert at.text_input(key="sweep_values").value == "1,2,4"
+    assert at.selectbox(key="sweep_name_2").value == "(none)" and at.text_input(key="sweep_values_2").disabled
+    assert at.number_input(key="sweep_repeats").value == 2
+    assert at.button(key="sweep_cancel").disabled and not at.button(key="sweep_start").disabled
+    assert "No sweep yet." in [caption.value for caption in at.caption]
+
+
+def test_a_grid_sweep_shows_progress_then_every_view_of_its_results():
+    at = open_sweep_page()
+    set_up_tiny_sweep(at, "1,2", second=("max_batch_tokens", "256,512"))
+    sweep_id = start_sweep(at)
+    assert at.query_params["sweep"] == sweep_id
+    assert not at.button(key="sweep_cancel").disabled
+    (progress,) = at.get("progress")
+    assert progress.proto.text.startswith("running: ") and "/8 runs done" in progress.proto.text
+
+    assert get_sweeps()[sweep_id].wait(SWEEP_TIMEOUT_S)
+    at.run()
+    assert not at.exception
+    assert at.success[0].value == "finished: all 8 runs."
+    charts = {chart.key: json.loads(chart.proto.spec) for chart in at.get("plotly_chart")}
+    assert set(charts) == {"sweep_chart_band", "sweep_chart_heatmap", "sweep_chart_pareto", "sweep_chart_goodput"}
+    assert charts["sweep_chart_band"]["layout"]["title"]["text"] == "Output throughput vs concurrency"
+    assert [trace["name"] for trace in charts["sweep_chart_band"]["data"] if trace.get("showlegend") is not False] \
+        == ["256", "512"]  # one line per value of the second setting
+    assert charts["sweep_chart_heatmap"]["data"][0]["type"] == "heatmap"
+    assert "Pareto frontier" in [trace["name"] for trace in charts["sweep_chart_pareto"]["data"]]
+    goodput_traces = [trace["name"] for trace in charts["sweep_chart_goodput"]["data"]]
+    assert "Highest load meeting the target" in goodput_traces  # every request met the 10 s TTFT
+
+    points = table_with_column(at, "std")
+    output = points[points["metric"] == "Output throughput (tok/s)"]
+    assert output[["concurrency", "max_batch_tokens", "n"]].values.tolist() == [
+        [1, 256, 2], [1, 512, 2], [2, 256, 2], [2, 512, 2]]
+    assert (output["95% CI low"] <= output["mean"]).all() and (output["mean"] <= output["95% CI high"]).all()
+    compared = table_with_column(at, "verdict")
+    assert at.selectbox(key="sweep_point_a").value == "concurrency=1, max_batch_tokens=256"
+    assert at.selectbox(key="sweep_point_b").value == "concurrency=2, max_batch_tokens=512"
+    assert set(compared["verdict"]) <= {"beyond the run-to-run spread", "within the run-to-run spread"}
+    assert (compared["runs (A, B)"] == "2, 2").all()
+    past = table_with_column(at, "sweep_id")
+    assert past[["sweep_id", "finished", "runs"]].values.tolist() == [[sweep_id, 8, 8]]
+
+
+def test_after_a_restart_the_sweep_is_rebuilt_from_its_plan_and_the_history_and_resumes():
+    at = open_sweep_page()
+    set_up_tiny_sweep(at, "1,2", repeats=1)
+    sweep_id = start_sweep(at)
+    assert get_sweeps()[sweep_id].wait(SWEEP_TIMEOUT_S)
+    get_sweeps.clear()  # as after a server restart: only the files remain
+
+    again = open_sweep_page(sweep_id)
+    assert not again.exception
+    assert again.subheader[0].value == f"Sweep {sweep_id}"
+    assert again.success[0].value == "finished: all 2 runs."
+    assert {chart.key for chart in again.get("plotly_chart")} >= {"sweep_chart_band", "sweep_chart_pareto"}
+
+    history = get_history()
+    history.delete(history.load()["run_id"].iloc[:1])  # as if that run had been cancelled
+    half_done = open_sweep_page(sweep_id)
+    assert half_done.warning[0].value == "stopped: 1 of 2 runs finished; resume the sweep to run the other 1."
+    half_done.button(key="sweep_resume").click().run()
+    assert get_sweeps()[sweep_id].wait(SWEEP_TIMEOUT_S)
+    assert half_done.run().success[0].value == "finished: all 2 runs."
+
+
+def test_cancel_stops_the_sweep_and_resume_runs_the_rest():
+    at = open_sweep_page()
+    set_up_tiny_sweep(at, "1,2", repeats=1, num_prompts=200, output_len=64)  # minutes: it is cancelled
+    sweep_id = start_sweep(at)
+    sweep = get_sweeps()[sweep_id]
+    at.button(key="sweep_cancel").click().run()
+    assert sweep.wait(30)
+    at.run()
+    assert not at.exception
+    assert at.warning[0].value == "cancelled: 0 of 2 runs finished; resume the sweep to run the other 2."
+    at.button(key="sweep_resume").click().run()
+    resumed = get_sweeps()[sweep_id]
+    assert resumed is not sweep and resumed.active and resumed.total == 2
+    assert at.get("progress")[0].proto.text.startswith("running: 0/2 runs done")
+
+
+def test_bad_sweep_values_are_one_error_and_start_nothing():
+    at = open_sweep_page()
+    set_up_tiny_sweep(at, "1,x")
+    at.button(key="sweep_start").click().run()
+    assert [e.value for e in at.error] == ["Sweep value 'x' for concurrency is not a whole number."]
+    assert not at.exception
+    assert get_sweeps() == {} and get_runner().runs() == []
+    assert "sweep" not in at.query_params
+
+
+def test_an_unknown_sweep_in_the_url_is_one_error():
+    at = open_sweep_page("sweep-19990101-000000-dead")
+    assert not at.exception
+    (error,) = at.error
+    assert error.value.startswith("There is no sweep sweep-19990101-000000-dead")
