@@ -141,14 +141,16 @@ def _make_app() -> web.Application:
 @pytest.fixture(scope="session")
 def misbehaving_server() -> str:
     """Base URL of the server above."""
+    # The loop lives in its own thread from the start: the test thread may already run one (Playwright's
+    # sync API keeps a loop running in it for the whole session once the browser tests have started).
     loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="misbehaving-server", daemon=True)
+    thread.start()
     # handler_cancellation: a "slow" handler stops when the client gives up, so cleanup is quick
     runner = web.AppRunner(_make_app(), handle_signals=False, handler_cancellation=True)
     port = free_port()
-    loop.run_until_complete(runner.setup())
-    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-    thread = threading.Thread(target=loop.run_forever, name="misbehaving-server", daemon=True)
-    thread.start()
+    asyncio.run_coroutine_threadsafe(runner.setup(), loop).result(timeout=10)
+    asyncio.run_coroutine_threadsafe(web.TCPSite(runner, "127.0.0.1", port).start(), loop).result(timeout=10)
     yield f"http://127.0.0.1:{port}"
     asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
     loop.call_soon_threadsafe(loop.stop)
