@@ -16,9 +16,9 @@ import typing
 
 from . import __version__
 from .config import (
-    BACKENDS,
     DATASET_NAMES,
     ENGINE_KNOBS,
+    IN_PROCESS_BACKENDS,
     LOAD_PATTERNS,
     SLO,
     DatasetConfig,
@@ -71,6 +71,8 @@ def _quant_policy(text: str) -> int:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 _ENGINE_TYPES = typing.get_type_hints(EngineConfig)
+# The in-process engines' knobs; a server's settings are the `restful` command's flags.
+PIPELINE_KNOBS = tuple(knob for knob in ENGINE_KNOBS if set(knob.backends) & set(IN_PROCESS_BACKENDS))
 
 
 def _add_knob(group, knob) -> None:
@@ -116,12 +118,13 @@ def add_pipeline_arguments(pipe: argparse.ArgumentParser) -> None:
     pipe.add_argument("-temp", "--temperature", type=float, default=0.8,
                       help="sampling temperature (LMDeploy's engines decode greedily)")
     pipe.add_argument("--log-level", default="WARNING", choices=LOG_LEVELS, help="LMDeploy's log level")
-    pipe.add_argument("--backend", default="turbomind", choices=BACKENDS,
+    pipe.add_argument("--backend", default="turbomind", choices=IN_PROCESS_BACKENDS,
                       help="turbomind or pytorch (LMDeploy, NVIDIA GPU), or transformers (embedded, CPU or GPU)")
     pipe.add_argument("--trust-remote-code", action="store_true", help="trust remote code when loading hf models")
 
     ours = pipe.add_argument_group("LLM Bench Studio")
-    ours.add_argument("--load", dest="load_pattern", default="batch", choices=LOAD_PATTERNS,
+    ours.add_argument("--load", dest="load_pattern", default="batch",
+                      choices=[p for p in LOAD_PATTERNS if p != "request_rate"],  # a rate: the restful command
                       help="batch: every request starts at t0 and waits for a slot (LMDeploy's pipeline); "
                            "concurrency: a request starts when a worker picks it up (profile_throughput.py)")
     ours.add_argument("--label", default="", help="a label for this run in the history")
@@ -134,7 +137,7 @@ def add_pipeline_arguments(pipe: argparse.ArgumentParser) -> None:
                           help=f"goodput threshold on {metric.upper()} in ms; a request is good when it meets all set")
 
     groups = {}
-    for knob in ENGINE_KNOBS:
+    for knob in PIPELINE_KNOBS:
         if knob.group not in groups:
             groups[knob.group] = pipe.add_argument_group(f"{knob.group} arguments")
         _add_knob(groups[knob.group], knob)
@@ -162,6 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli_sweep import add_sweep_parser  # here, not at the top: cli_sweep builds on this module
 
     add_sweep_parser(commands)
+    from .cli_restful import add_restful_parser  # likewise
+
+    add_restful_parser(commands)
 
     model_path = commands.add_parser("model-path", help="print the local folder of a built-in model, building it if needed")
     model_path.add_argument("name", help="builtin:smollm2-135m or builtin:tiny-llama")
@@ -172,7 +178,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     engine = EngineConfig(
         backend=args.backend,
         model=args.model_path,
-        **{k.name: getattr(args, k.name) for k in ENGINE_KNOBS},
+        **{k.name: getattr(args, k.name) for k in PIPELINE_KNOBS},
         trust_remote_code=args.trust_remote_code,
         log_level=args.log_level,
     )
@@ -274,6 +280,10 @@ def main(argv: list[str] | None = None) -> int:
             from .cli_sweep import run_sweep
 
             return run_sweep(args)
+        if args.command == "restful":
+            from .cli_restful import run_restful
+
+            return run_restful(args)
         return run_pipeline(args)
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)

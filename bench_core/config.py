@@ -16,8 +16,10 @@ from typing import Any
 from .errors import ConfigError
 
 LMDEPLOY_BACKENDS = ("turbomind", "pytorch")
-BACKENDS = ("turbomind", "pytorch", "transformers")
-LOAD_PATTERNS = ("batch", "concurrency")
+IN_PROCESS_BACKENDS = ("turbomind", "pytorch", "transformers")
+SERVER_BACKEND = "openai"  # any OpenAI-compatible HTTP server
+BACKENDS = (*IN_PROCESS_BACKENDS, SERVER_BACKEND)
+LOAD_PATTERNS = ("batch", "concurrency", "request_rate")
 DATASET_NAMES = ("sharegpt", "random")
 DEFAULT_PERCENTILES = (50, 75, 95, 99)
 
@@ -56,6 +58,15 @@ class EngineConfig:
     torch_device: str = "auto"
     num_blocks: int | None = None
     max_batch_tokens: int = 1024
+    # An OpenAI-compatible server. The API key lives only in memory: to_flat_dict leaves it out, so it
+    # never reaches config.json or the history (None: $OPENAI_API_KEY, read when requests are sent).
+    base_url: str = ""
+    api_key: str | None = field(default=None, repr=False)
+    endpoint: str = "completions"
+    server_kind: str = "openai"
+    tokenizer: str = ""
+    extra_request_body: str = ""  # a JSON object merged into every request body
+    read_timeout_s: float = 300.0
 
 
 @dataclass
@@ -79,6 +90,12 @@ class LoadConfig:
     load_pattern: str = "batch"
     concurrency: int = 256
     stream_output: bool = False
+    # The request_rate pattern (OpenAI-compatible servers): vLLM's arrival process and limits.
+    request_rate: float = math.inf  # requests/s; inf sends every request at once
+    burstiness: float = 1.0  # gamma shape: 1 is Poisson, lower is burstier
+    max_concurrency: int | None = None
+    warmup_requests: int = 0  # sent before the measurement, not measured
+    duration_s: float | None = None  # stop sending after this long; None: send every request
 
 
 @dataclass
@@ -116,6 +133,7 @@ class RunConfig:
         flat: dict[str, Any] = {}
         for part_name in ("engine", "dataset", "load", "generation"):
             flat.update(dataclasses.asdict(getattr(self, part_name)))
+        del flat["api_key"]  # a credential: never written anywhere
         flat.update({f"slo_{k}_s": v for k, v in dataclasses.asdict(self.slo).items()})
         flat["label"] = self.label
         flat["percentiles"] = ",".join(_format_number(p) for p in self.percentiles)
@@ -201,6 +219,7 @@ TURBOMIND = "TurboMind engine"
 PYTORCH = "PyTorch engine"
 SPECULATIVE = "Speculative decoding"
 TRANSFORMERS = "Transformers engine"
+OPENAI_SERVER = "OpenAI-compatible server"
 LMD = LMDEPLOY_BACKENDS
 
 ENGINE_KNOBS: tuple[Knob, ...] = (
@@ -238,6 +257,19 @@ ENGINE_KNOBS: tuple[Knob, ...] = (
     Knob("num_blocks", TRANSFORMERS, ("transformers",), "KV cache blocks; empty sizes the cache for the batch.",
          constraint="> 0 when set"),
     Knob("max_batch_tokens", TRANSFORMERS, ("transformers",), "Tokens per continuous-batching step.", constraint="> 0"),
+    Knob("base_url", OPENAI_SERVER, (SERVER_BACKEND,), "Address of the server, with or without /v1.",
+         constraint="http:// or https://, e.g. http://127.0.0.1:23333"),
+    Knob("endpoint", OPENAI_SERVER, (SERVER_BACKEND,), "completions: /v1/completions; chat: /v1/chat/completions.",
+         choices=("completions", "chat")),
+    Knob("server_kind", OPENAI_SERVER, (SERVER_BACKEND,),
+         "Which server it is, so ignore_eos is sent the way it accepts (openai: any other, not sent).",
+         choices=("lmdeploy", "vllm", "sglang", "transformers", "openai")),
+    Knob("tokenizer", OPENAI_SERVER, (SERVER_BACKEND,),
+         "Tokenizer for sampling prompts and retokenizing answers; empty: the model's."),
+    Knob("extra_request_body", OPENAI_SERVER, (SERVER_BACKEND,), "JSON object merged into every request body.",
+         constraint='a JSON object, e.g. {"temperature": 0}'),
+    Knob("read_timeout_s", OPENAI_SERVER, (SERVER_BACKEND,),
+         "Seconds the server may stay silent before a request fails with a read timeout.", constraint="> 0"),
 )
 
 
@@ -267,7 +299,7 @@ def validate_run_config(config: RunConfig) -> list[str]:
     eng, data, load, slo = config.engine, config.dataset, config.load, config.slo
     if eng.backend not in BACKENDS:
         problems.append(f"Unknown backend '{eng.backend}'; choose one of {', '.join(BACKENDS)}.")
-    if not str(eng.model).strip():
+    if not str(eng.model).strip() and eng.backend != SERVER_BACKEND:  # a server names its own model
         problems.append("No model given: pass a local path, a hub id or a built-in model such as builtin:tiny-llama.")
     if data.dataset_name not in DATASET_NAMES:
         problems.append(f"Unknown dataset name '{data.dataset_name}'; choose sharegpt or random.")
@@ -291,7 +323,10 @@ def validate_run_config(config: RunConfig) -> list[str]:
     if not 0.0 <= data.random_range_ratio <= 1.0:
         problems.append("The random range ratio must be between 0 and 1.")
     if load.load_pattern not in LOAD_PATTERNS:
-        problems.append(f"Unknown load pattern '{load.load_pattern}'; choose batch or concurrency.")
+        problems.append(f"Unknown load pattern '{load.load_pattern}'; choose {', '.join(LOAD_PATTERNS)}.")
+    if load.load_pattern == "request_rate" and eng.backend != SERVER_BACKEND:
+        problems.append("The request_rate load pattern sends requests over HTTP: choose the openai backend.")
+    problems.extend(_request_rate_problems(load))
     if load.concurrency < 1:
         problems.append("Concurrency must be at least 1.")
     for name, value in dataclasses.asdict(slo).items():
@@ -299,6 +334,21 @@ def validate_run_config(config: RunConfig) -> list[str]:
             problems.append(f"The {name.upper()} threshold must be a positive number of seconds.")
     if not config.percentiles or any(not 0 <= p <= 100 for p in config.percentiles):
         problems.append("Percentiles must be numbers between 0 and 100.")
+    return problems
+
+
+def _request_rate_problems(load: LoadConfig) -> list[str]:
+    problems = []
+    if not load.request_rate > 0:
+        problems.append("The request rate must be above 0 requests/s (inf sends every request at once).")
+    if not load.burstiness > 0:
+        problems.append("Burstiness must be above 0 (1 is a Poisson process).")
+    if load.max_concurrency is not None and load.max_concurrency < 1:
+        problems.append("Max concurrency must be at least 1 (or unset).")
+    if load.warmup_requests < 0:
+        problems.append("Warm-up requests must be 0 or more.")
+    if load.duration_s is not None and not load.duration_s > 0:
+        problems.append("The duration must be above 0 seconds (or unset).")
     return problems
 
 

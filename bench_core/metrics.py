@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .arrivals import achieved_rate, in_flight_over_time
 from .config import SLO
 
 
@@ -296,7 +297,37 @@ def run_summary(
         good = good_requests(status, table["ttft_s"], table["tpot_s"], table["e2e_s"], slo)
         summary["good_requests"] = int(good.sum())
         summary["goodput_rps"] = rate(int(good.sum()), duration_s)
+    summary.update(client_summary(table, ok))
     return {key: _plain(value) for key, value in summary.items()}
+
+
+def client_summary(table: pd.DataFrame, ok: np.ndarray) -> dict[str, float | int]:
+    """What an HTTP client's per-request columns add (the openai engine's), for tables that have them.
+
+    LMDeploy's retokenized output total (successful requests), the served requests whose length differs
+    from the one asked, and the load delivered: the send rate achieved (`arrivals.achieved_rate`),
+    how late sends were against their schedule, and the most requests in flight at once.
+    """
+    summary: dict[str, float | int] = {}
+    if "retokenized_output_len" in table:
+        retokenized = table["retokenized_output_len"].to_numpy(dtype=np.float64)[ok]
+        summary["total_output_tokens_retokenized"] = int(np.nansum(retokenized))
+    if "length_mismatch" in table:
+        summary["length_mismatches"] = int(table["length_mismatch"].fillna(False).astype(bool).sum())
+    if "sent_s" in table:
+        sent = table["sent_s"].to_numpy(dtype=np.float64)
+        was_sent = ~np.isnan(sent)
+        lags = sent[was_sent] - table["scheduled_s"].to_numpy(dtype=np.float64)[was_sent]
+        ended = table["ended_s"].to_numpy(dtype=np.float64)
+        spans = was_sent & ~np.isnan(ended)
+        _, in_flight = in_flight_over_time(sent[spans], ended[spans])
+        summary.update({
+            "achieved_rate": achieved_rate(sent[was_sent]),
+            "mean_send_lag_ms": lags.mean() * 1000 if lags.size else math.nan,
+            "max_send_lag_ms": lags.max() * 1000 if lags.size else math.nan,
+            "peak_in_flight": int(in_flight.max()) if in_flight.size else 0,
+        })
+    return summary
 
 
 def _plain(value):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
@@ -39,7 +39,7 @@ class Session:
     SUCCESS = 1
     FAIL = 2
 
-    __slots__ = ("ts", "ns", "input_len", "req_output_len", "status", "reason", "finish_time")
+    __slots__ = ("ts", "ns", "input_len", "req_output_len", "status", "reason", "finish_time", "extra")
 
     def __init__(self, input_len: int, req_output_len: int):
         self.ts: list[float] | array = []
@@ -49,16 +49,20 @@ class Session:
         self.status = Session.UNKNOWN
         self.reason = ""
         self.finish_time: float | None = None
+        self.extra: Mapping[str, Any] | None = None  # per-request facts from the engine, table columns
 
     def tick(self, n_token: int, timestamp: float | None = None) -> None:
         """Record that `n_token` output tokens exist now (or at `timestamp`). By convention tick(0) starts."""
         self.ts.append(perf_counter() if timestamp is None else timestamp)
         self.ns.append(n_token)
 
-    def finish(self, status: int, reason: str = "", timestamp: float | None = None) -> None:
-        """End the request with SUCCESS or FAIL and why (e.g. "error: CUDA OOM", "abort", "cancelled")."""
+    def finish(self, status: int, reason: str = "", timestamp: float | None = None,
+               extra: Mapping[str, Any] | None = None) -> None:
+        """End the request with SUCCESS or FAIL and why (e.g. "error: CUDA OOM", "abort", "cancelled");
+        `extra` values become columns of `Profiler.request_table`."""
         self.finish_time = perf_counter() if timestamp is None else timestamp
         self.reason = reason
+        self.extra = extra
         try:
             self.ts, self.ns = array("d", self.ts), array("q", self.ns)
         except (TypeError, OverflowError):  # token counts that are not integers stay as given
@@ -206,7 +210,7 @@ class Profiler:
         first_tick = np.array([s.ts[0] if len(s.ts) else math.nan for s in sessions], dtype=np.float64)
         finish_time = np.array([math.nan if s.finish_time is None else s.finish_time for s in sessions],
                                dtype=np.float64)
-        return pd.DataFrame({
+        table = pd.DataFrame({
             "index": np.arange(len(sessions)),
             "input_len": [s.input_len for s in sessions],
             "req_output_len": [s.req_output_len for s in sessions],
@@ -222,6 +226,10 @@ class Profiler:
             "start_s": first_tick - computed.origin,
             "finish_s": finish_time - computed.origin,
         })
+        extra_keys = dict.fromkeys(key for s in sessions if s.extra for key in s.extra)  # first-seen order
+        for key in extra_keys:
+            table[key] = pd.Series([s.extra.get(key) if s.extra else None for s in sessions])
+        return table
 
     def summary(self, slo: SLO | None = None) -> dict[str, float | int | str]:
         """Flat summary for the history (latencies in ms); `slo` defaults to the profiler's."""

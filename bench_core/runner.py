@@ -21,7 +21,8 @@ from datetime import datetime
 
 from .config import EngineConfig, GenerationSettings, LoadConfig, RunConfig, check_run_config, lmdeploy_hyperparams
 from .datasets import Sample, sample_requests
-from .engines import Engine, EngineInfo, engine_settings_key, load_engine
+from .engines import Engine, EngineInfo, engine_settings_key, load_engine, tokenizer_from_engine
+from .engines.base import NOT_SENT
 from .environment import collect_environment
 from .errors import BenchError
 from .history import History, RunRecord, new_run_id
@@ -36,6 +37,8 @@ FINISHED, FAILED, CANCELLED = "finished", "failed", "cancelled"
 # A request counts as served when the engine stopped it for length or for EOS; the profiler then
 # tells complete from incomplete by comparing the tokens produced with the tokens asked for.
 SERVED_REASONS = ("length", "stop")
+# A request's clock starts when the engine takes it (a worker, or an HTTP send), not at t0.
+TICK_AT_ADMISSION = ("concurrency", "request_rate")
 
 
 # Guards the one transition two threads race for: a queued job either starts or is cancelled.
@@ -262,6 +265,8 @@ class Runner:
 
     def _prepare(self, run: Run) -> None:
         config = run.config
+        if tokenizer_from_engine(config.engine.backend):
+            self._engine_for(config.engine, config.load)
         tokenizer = (
             self._engine.tokenizer
             if self._engine is not None and self._engine_key == engine_settings_key(config.engine, config.load)
@@ -291,10 +296,13 @@ class Runner:
 
     def _measure(self, run: Run) -> None:
         config, requests = run.config, run.sample.requests
+        self._engine.warmup(requests, config.generation, run.cancel_event)  # before the clock starts
+        if run.cancel_event.is_set():  # during the warm-up: nothing was measured
+            return
         profiler = Profiler(config.load.stream_output, list(config.percentiles), slo=config.slo)
         sessions = [profiler.new_session(r.input_len, r.output_len) for r in requests]
         run.profiler = profiler
-        tick_at_admission = config.load.load_pattern == "concurrency"
+        tick_at_admission = config.load.load_pattern in TICK_AT_ADMISSION
         profiler.start()
         if not tick_at_admission:  # LMDeploy's pipeline semantics: every request starts at t0
             for session in sessions:
@@ -314,10 +322,12 @@ class Runner:
                 elif event.kind == "admit":
                     if tick_at_admission:
                         session.tick(0, event.ts)
+                elif event.kind == "finish" and event.finish_reason == NOT_SENT:
+                    session.reason = event.message  # never sent: it stays unfinished
                 elif event.kind == "finish":
                     status = Session.SUCCESS if event.finish_reason in SERVED_REASONS else Session.FAIL
                     reason = event.finish_reason + (f": {event.message}" if event.message else "")
-                    session.finish(status, reason, event.ts)
+                    session.finish(status, reason, event.ts, event.extra)
         finally:
             profiler.finish()
             if run.cancel_event.is_set():

@@ -81,6 +81,16 @@ _COLUMNS = {spec.name: spec for spec in (
     ColumnSpec("sharegpt_output_len", "ShareGPT output length", "tokens", None),
     ColumnSpec("random_input_len", "Random input length", "tokens", None),
     ColumnSpec("random_output_len", "Random output length", "tokens", None),
+    # OpenAI-compatible servers: the load asked for and delivered, and the client's token counts.
+    ColumnSpec("burstiness", "Burstiness", "gamma shape", None),
+    ColumnSpec("max_concurrency", "Max concurrency", "requests", None),
+    ColumnSpec("warmup_requests", "Warm-up requests", "requests", None),
+    ColumnSpec("achieved_rate", "Achieved request rate", "req/s", None),
+    ColumnSpec("mean_send_lag_ms", "Mean send lag", "ms", False),
+    ColumnSpec("max_send_lag_ms", "Max send lag", "ms", False),
+    ColumnSpec("peak_in_flight", "Peak requests in flight", "requests", None),
+    ColumnSpec("total_output_tokens_retokenized", "Total output tokens (retokenized)", "tokens", None),
+    ColumnSpec("length_mismatches", "Length mismatches", "requests", False),
 )}
 
 
@@ -146,6 +156,10 @@ def throughput_table(summary: dict) -> pd.DataFrame:
     return table
 
 
+_BASE_REQUEST_COLUMNS = {"index", "status", "reason", "input_len", "req_output_len", "output_len", "ttft_s", "tpot_s",
+                         "e2e_s", "itl_s", "tokens_per_tick", "n_ticks", "start_s", "finish_s"}
+
+
 def requests_for_display(table: pd.DataFrame) -> pd.DataFrame:
     """The per-request table with latencies in ms and ITL as a count and a mean instead of raw lists."""
     itl = [_values(v) for v in table["itl_s"]] if "itl_s" in table else [np.array([])] * len(table)
@@ -166,6 +180,8 @@ def requests_for_display(table: pd.DataFrame) -> pd.DataFrame:
         "n_ticks": table["n_ticks"].to_numpy(),
         "start_s": table["start_s"].to_numpy(dtype=np.float64),
         "finish_s": table["finish_s"].to_numpy(dtype=np.float64),
+        # An engine's own per-request columns (an HTTP server's usage and retokenized counts) as they are.
+        **{name: table[name].to_numpy() for name in table.columns if name not in _BASE_REQUEST_COLUMNS},
     })
 
 

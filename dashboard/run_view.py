@@ -14,7 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from bench_core import charts, metrics, tables
-from bench_core.config import SLO, RunConfig
+from bench_core.config import SERVER_BACKEND, SLO, RunConfig
 from bench_core.errors import BenchError
 from bench_core.live_snapshot import LiveSnapshot
 from bench_core.runner import CANCELLED, FAILED, LOADING, QUEUED, Run
@@ -54,11 +54,20 @@ def describe_config(config: RunConfig) -> str:
     lengths = (f"output {data.sharegpt_output_len} tokens" if data.sharegpt_output_len
                else "conversation lengths") if data.dataset_name == "sharegpt" else (
         f"input {data.random_input_len}, output {data.random_output_len} tokens, range ratio {data.random_range_ratio}")
+    engine = config.engine
+    served = (f"{engine.model or 'the served model'} on the {engine.server_kind} server at {engine.base_url}"
+              if engine.backend == SERVER_BACKEND else f"{engine.model} on {engine.backend}")
+    if load.load_pattern == "request_rate":
+        cap = "no concurrency limit" if load.max_concurrency is None else f"max concurrency {load.max_concurrency}"
+        limit = f", for at most {load.duration_s:g} s" if load.duration_s else ""
+        shape = f"{load.request_rate:g} req/s, burstiness {load.burstiness:g}, {cap}{limit}"
+    else:
+        shape = f"concurrency {load.concurrency}"
     parts = [
         f"**{config.label}**" if config.label else "",
-        f"{config.engine.model} on {config.engine.backend}",
+        served,
         f"{data.num_prompts} prompts from {data.dataset} ({data.dataset_name}, {lengths})",
-        f"{load.load_pattern} load, concurrency {load.concurrency}, {'streamed' if load.stream_output else 'not streamed'}",
+        f"{load.load_pattern} load, {shape}, {'streamed' if load.stream_output else 'not streamed'}",
     ]
     return " · ".join(part for part in parts if part)
 
@@ -153,6 +162,8 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
         st.dataframe(tables.throughput_table(summary).round(3), key="summary_throughput")
     with right:
         _goodput(summary, slo)
+    if "achieved_rate" in summary:
+        _server_load(result.config, summary)
 
     first, second = ("ttft", "itl") if stream else ("e2e", "tpot")
     left, right = st.columns(2)
@@ -181,6 +192,20 @@ def _ended_status(result: RunResult, summary: dict) -> None:
         st.warning(f"cancelled: {counts}.")
     else:
         st.success(f"{result.status}: {counts}.")
+
+
+def _server_load(config: RunConfig, summary: dict) -> None:
+    """The load asked for next to the load delivered, and answers whose length was not the one asked."""
+    if summary.get("length_mismatches"):
+        st.warning(f"{summary['length_mismatches']} served request(s) returned another number of tokens than asked: "
+                   "the server may not honour ignore_eos; check the server kind or pass it in the extra request body.")
+    columns = st.columns(4)
+    columns[0].metric("Requested rate (req/s)", f"{config.load.request_rate:g}")
+    columns[1].metric("Achieved rate (req/s)", f"{summary['achieved_rate']:.2f}",
+                      help="Requests sent per second, between the first and the last send.")
+    columns[2].metric("Mean send lag (ms)", f"{summary['mean_send_lag_ms']:.1f}",
+                      help="How late requests were sent against their schedule (waiting for a concurrency slot).")
+    columns[3].metric("Peak in flight (requests)", summary["peak_in_flight"])
 
 
 def _goodput(summary: dict, slo: SLO) -> None:

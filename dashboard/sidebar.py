@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 import streamlit as st
 
 from bench_core.config import (
-    BACKENDS, LMDEPLOY_BACKENDS, LOAD_PATTERNS, SLO, DatasetConfig, EngineConfig, GenerationSettings, Knob,
+    BACKENDS, LMDEPLOY_BACKENDS, LOAD_PATTERNS, SERVER_BACKEND, SLO, DatasetConfig, EngineConfig, GenerationSettings, Knob,
     LoadConfig, RunConfig, knobs_for,
 )
 from bench_core.datasets import BUILTIN_SAMPLE, BUILTIN_SHAREGPT
@@ -39,6 +40,8 @@ LOAD_PATTERN_HELP = {
     "batch": "LMDeploy's profile_pipeline_api.py: every prompt is submitted at once and concurrency bounds "
              "the batch, so TTFT includes queueing.",
     "concurrency": "profile_throughput.py: N workers, a request's clock starts when a worker picks it up.",
+    "request_rate": "profile_restful_api.py / vLLM: requests arrive at a rate (Poisson, or gamma with a burstiness "
+                    "factor), optionally capped by a max concurrency; a request's clock starts when it is sent.",
 }
 
 
@@ -81,10 +84,10 @@ def render_sidebar(cancel: Callable[[], None] | None) -> SidebarChoice:
     values: dict[str, Any] = {"label": bar.text_input("Run label", key="label", placeholder="optional")}
 
     bar.subheader("Model and engine")
-    values.update(_model_widgets())
     backend = bar.selectbox("Backend", BACKENDS, index=BACKENDS.index(DEFAULT_BACKEND), key="backend",
                             format_func=_backend_label)
     values["backend"] = backend
+    values.update(_server_widgets() if backend == SERVER_BACKEND else _model_widgets())
     reason = availability(backend)
     _show_unavailable_backends()
     values["knobs"] = _knob_widgets(backend)
@@ -95,7 +98,7 @@ def render_sidebar(cancel: Callable[[], None] | None) -> SidebarChoice:
     values.update(_dataset_widgets(defaults, family))
 
     bar.subheader("Load")
-    values.update(_load_widgets(defaults, family))
+    values.update(_load_widgets(defaults, family, backend))
     values["generation"] = _generation_widgets()
     values["slo_ms"] = _slo_widgets()
 
@@ -119,6 +122,7 @@ def build_run_config(values: Mapping[str, Any]) -> RunConfig:
         backend=values["backend"],
         model=values["model"].strip(),
         trust_remote_code=values.get("trust_remote_code", False),
+        api_key=values.get("api_key") or None,
         **values.get("knobs", {}),
     )
     dataset = DatasetConfig(
@@ -135,6 +139,7 @@ def build_run_config(values: Mapping[str, Any]) -> RunConfig:
         load_pattern=values["load_pattern"],
         concurrency=int(values["concurrency"]),
         stream_output=bool(values["stream_output"]),
+        **values.get("request_rate_load", {}),
     )
     return RunConfig(
         engine=engine,
@@ -209,6 +214,18 @@ def _model_widgets() -> dict[str, Any]:
 _FIELD_TYPES = {f.name: str(f.type) for f in dataclasses.fields(EngineConfig)}
 
 
+def _server_widgets() -> dict[str, Any]:
+    """The model a server is asked for, and its API key: typed here, kept in memory, never stored."""
+    bar = st.sidebar
+    model = bar.text_input("Model (optional)", key="server_model", placeholder="empty: the first of GET /v1/models",
+                           help="The model name sent in each request.")
+    api_key = bar.text_input("API key (optional)", type="password", key="api_key",
+                             placeholder="empty: $OPENAI_API_KEY, if set",
+                             help="Sent as a Bearer header; never written to the history, config or logs.")
+    trust = bar.checkbox("Trust remote code", key="trust_remote_code", help="Let the tokenizer's own code run.")
+    return {"model": model, "api_key": api_key, "trust_remote_code": trust}
+
+
 def _knob_widgets(backend: str) -> dict[str, Any]:
     """Every knob of `backend`, in LMDeploy's CLI groups, starting at LMDeploy's defaults."""
     groups: dict[str, list[Knob]] = {}
@@ -278,16 +295,49 @@ def _dataset_widgets(defaults: LoadDefaults, family: str) -> dict[str, Any]:
     return values
 
 
-def _load_widgets(defaults: LoadDefaults, family: str) -> dict[str, Any]:
+def _load_widgets(defaults: LoadDefaults, family: str, backend: str) -> dict[str, Any]:
     bar = st.sidebar
-    pattern = bar.selectbox("Load pattern", LOAD_PATTERNS, key="load_pattern",
-                            help="\n\n".join(f"**{p}**: {text}" for p, text in LOAD_PATTERN_HELP.items()))
+    server = backend == SERVER_BACKEND
+    patterns = LOAD_PATTERNS if server else tuple(p for p in LOAD_PATTERNS if p != "request_rate")
+    pattern = bar.selectbox("Load pattern", patterns, index=patterns.index("request_rate" if server else "batch"),
+                            key="load_pattern_server" if server else "load_pattern",  # a default per kind
+                            help="\n\n".join(f"**{p}**: {LOAD_PATTERN_HELP[p]}" for p in patterns))
+    if pattern == "request_rate":
+        return {"load_pattern": pattern, "concurrency": LoadConfig.concurrency, "stream_output": _stream_widget(defaults, family),
+                "request_rate_load": _request_rate_widgets()}
     concurrency = bar.number_input("Concurrency", value=defaults.concurrency, min_value=1, step=1,
                                    key=f"concurrency_{family}",
                                    help="Requests in flight at once; LMDeploy's engines take it as max_batch_size.")
-    stream = bar.checkbox("Stream output", value=defaults.stream_output, key=f"stream_output_{family}",
-                          help="Needed for TTFT, ITL and tokens per tick.")
-    return {"load_pattern": pattern, "concurrency": concurrency, "stream_output": stream}
+    return {"load_pattern": pattern, "concurrency": concurrency, "stream_output": _stream_widget(defaults, family)}
+
+
+def _stream_widget(defaults: LoadDefaults, family: str) -> bool:
+    return st.sidebar.checkbox("Stream output", value=defaults.stream_output, key=f"stream_output_{family}",
+                               help="Needed for TTFT, ITL and tokens per tick.")
+
+
+def _request_rate_widgets() -> dict[str, Any]:
+    """vLLM's load: arrival rate and shape, a cap on requests in flight, warm-up, and an optional duration."""
+    bar = st.sidebar
+    rate = bar.number_input("Request rate (req/s)", value=None, min_value=0.01, step=1.0, key="request_rate",
+                            placeholder="empty: inf, every request at once")
+    burstiness = bar.number_input("Burstiness", value=1.0, min_value=0.01, step=0.1, key="burstiness",
+                                  help="Gamma shape of the gaps between requests: 1 is Poisson, below 1 burstier, "
+                                       "above 1 more regular.")
+    max_concurrency = bar.number_input("Max concurrency (requests)", value=None, min_value=1, step=1,
+                                       key="max_concurrency", placeholder="empty: no limit")
+    warmup = bar.number_input("Warm-up requests", value=1, min_value=0, step=1, key="warmup_requests",
+                              help="Sent before the measurement starts, not measured.")
+    duration = bar.number_input("Duration (s)", value=None, min_value=0.1, step=10.0, key="duration_s",
+                                placeholder="empty: send every prompt",
+                                help="Stop sending after this long; requests not sent stay unfinished.")
+    return {
+        "request_rate": math.inf if rate is None else float(rate),
+        "burstiness": float(burstiness),
+        "max_concurrency": _int_or_none(max_concurrency),
+        "warmup_requests": int(warmup),
+        "duration_s": None if duration is None else float(duration),
+    }
 
 
 def _generation_widgets() -> dict[str, Any]:

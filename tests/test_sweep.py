@@ -79,10 +79,14 @@ def test_a_bad_sweep_is_one_clear_message(text, message):
         parse_sweep_arg(text)
 
 
-def test_request_rate_is_not_sweepable_until_the_load_pattern_exists():
-    assert "request_rate" not in SWEEPABLE
-    with pytest.raises(ConfigError, match="Sweepable settings: .*concurrency, num_prompts"):
-        parse_sweep_arg("request-rate=1,2")
+def test_request_rate_is_sweepable_as_floats():
+    axis = parse_sweep_arg("request-rate=0.5,2,inf")
+    assert axis.name == "request_rate" and axis.values == (0.5, 2.0, float("inf"))
+
+
+def test_an_unknown_setting_lists_the_sweepable_ones():
+    with pytest.raises(ConfigError, match="Sweepable settings: .*concurrency, request_rate, num_prompts"):
+        parse_sweep_arg("warp-speed=1,2")
 
 
 def test_every_engine_knob_and_the_load_and_length_settings_are_sweepable():

@@ -16,6 +16,7 @@ _MODULES = {
     "transformers": ".transformers_engine",
     "turbomind": ".lmdeploy_engine",
     "pytorch": ".lmdeploy_engine",
+    "openai": ".openai_engine",
 }
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "availability",
     "engine_settings_key",
     "load_engine",
+    "tokenizer_from_engine",
     "validate_engine_config",
 ]
 
@@ -48,6 +50,12 @@ def validate_engine_config(engine: EngineConfig, load: LoadConfig) -> list[str]:
 def engine_settings_key(engine: EngineConfig, load: LoadConfig) -> tuple:
     """Equal keys mean a loaded engine can be reused as it is."""
     return (engine.backend, *_module(engine.backend).settings_key(engine, load))
+
+
+def tokenizer_from_engine(backend: str) -> bool:
+    """True when prompts are sampled with the loaded engine's tokenizer, so the engine loads first: a
+    server may name its model (and so its tokenizer) only when asked, and loading it costs nothing."""
+    return getattr(_module(backend), "TOKENIZER_FROM_ENGINE", False)
 
 
 def load_engine(engine: EngineConfig, load: LoadConfig) -> Engine:

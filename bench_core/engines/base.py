@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from ..config import GenerationSettings
 from ..datasets import SampledRequest
@@ -30,7 +30,10 @@ class EngineEvent:
     - "tokens": `n_tokens` output tokens exist so far (cumulative).
     - "finish": the request ended; `finish_reason` is "length", "stop", "error" or "abort",
       and `message` says why for errors. `token_ids` are the generated ids where the engine has them
-      (`complete()` decodes them); benchmarks ignore them.
+      (`complete()` decodes them); benchmarks ignore them. `extra` holds per-request facts the
+      engine alone knows (an HTTP server's usage count, say), kept as columns of the request table.
+      A finish_reason of NOT_SENT marks a request the engine never sent (a duration ended): it
+      stays unfinished, with `message` as its reason.
     """
 
     index: int
@@ -40,6 +43,10 @@ class EngineEvent:
     finish_reason: str = ""
     message: str = ""
     token_ids: Sequence[int] = ()
+    extra: Mapping[str, Any] | None = None
+
+
+NOT_SENT = "not_sent"
 
 
 @dataclass
@@ -79,6 +86,12 @@ class Engine(ABC):
         Every request ends with exactly one "finish" event, unless `cancel` is set, in which case
         the engine stops within a second and requests still running end with "abort".
         Without `stream_output` a request yields a single "tokens" event, when it is complete.
+        """
+
+    def warmup(self, requests: Sequence[SampledRequest], generation: GenerationSettings, cancel: threading.Event) -> None:
+        """Send unmeasured requests before the run (the runner calls this before its clock starts).
+
+        Nothing by default; an engine that warms up raises a BenchError when the warm-up fails.
         """
 
     def complete(

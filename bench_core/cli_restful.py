@@ -1,0 +1,314 @@
+"""`python -m bench_core restful`: benchmark an OpenAI-compatible server as profile_restful_api.py does.
+
+The flags are profile_restful_api.py's, with the same names and defaults (reference §4.1), except
+where theirs cannot work here: the default backend is lmdeploy (their default, sglang's native
+/generate API, is not OpenAI-compatible) and the default dataset is the built-in ShareGPT copy
+(instead of a download). Ours follow: vLLM's max concurrency, burstiness, a duration, warm-up
+count, and the history flags. Each rate runs through the same runner as the dashboard, is recorded
+in the history, prints profile_restful_api.py's "Serving Benchmark Result" box (our rows below it)
+and appends their CSV row to --output-file. Bad input or a server that cannot be reached is one
+line on stderr and exit code 2, with nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import socket
+import sys
+import urllib.parse
+from datetime import datetime
+
+from . import csvstore, metrics
+from .config import SLO, DATASET_NAMES, DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, RunConfig
+from .errors import ConfigError
+from .history_import import RESTFUL_COLUMNS
+from .openai_client import ServerError, api_root, discover_model
+
+# Their backend names: (server kind, endpoint). -chat forms use /v1/chat/completions.
+SERVER_BACKENDS = {
+    "lmdeploy": ("lmdeploy", "completions"), "lmdeploy-chat": ("lmdeploy", "chat"),
+    "vllm": ("vllm", "completions"), "vllm-chat": ("vllm", "chat"),
+    "sglang-oai": ("sglang", "completions"), "sglang-oai-chat": ("sglang", "chat"),
+    "transformers": ("transformers", "completions"), "transformers-chat": ("transformers", "chat"),
+}
+DEFAULT_PORTS = {"lmdeploy": 23333, "sglang": 30000, "vllm": 8000, "transformers": 8000}
+BOX_WIDTH = 50
+SUMMARY_PERCENTILES = (50, 99)  # the box's median and P99, whatever --percentiles says
+
+
+def add_restful_parser(commands) -> None:
+    from .cli import _HelpFormatter, _percentiles
+
+    parser = commands.add_parser(
+        "restful",
+        formatter_class=_HelpFormatter,
+        help="benchmark an OpenAI-compatible server, as LMDeploy's profile_restful_api.py does",
+        description=(
+            "Benchmark an OpenAI-compatible server (LMDeploy api_server, vLLM, SGLang, transformers serve)\n"
+            "with the semantics of LMDeploy's profile_restful_api.py and vLLM's bench serve. The API key\n"
+            "is read from $OPENAI_API_KEY and never written anywhere.\n\n"
+            "Rates for --multi: --request-rate-range START,STOP,STEP is a range as in profile_restful_api.py\n"
+            "(STOP excluded; floats allowed), any other count of values is a list; --request-rate-list\n"
+            "takes an explicit list of any length (1,2,4 means the rates 1, 2 and 4) and implies --multi.\n\n"
+            "example: python -m bench_core restful --backend vllm --port 8000 --num-prompts 200 "
+            "--request-rate 8 --max-concurrency 64"
+        ),
+    )
+    parser.add_argument("--backend", default="lmdeploy", choices=list(SERVER_BACKENDS),
+                        help="the server, and with -chat the chat endpoint; sets the default port and how ignore_eos is sent")
+    parser.add_argument("--base-url", default=None, help="server address; overrides --host and --port")
+    parser.add_argument("--host", default="0.0.0.0", help="server host")
+    parser.add_argument("--port", type=int, default=None,
+                        help="server port; default per backend: lmdeploy 23333, sglang 30000, vllm 8000, transformers 8000")
+    parser.add_argument("--dataset-name", default="sharegpt", choices=DATASET_NAMES, help="name of the dataset")
+    parser.add_argument("--dataset-path", default="builtin:sharegpt",
+                        help="ShareGPT JSON/JSONL file, builtin:sharegpt or builtin:sample")
+    parser.add_argument("--model", default=None, help="model name sent to the server; default: the first of GET /v1/models")
+    parser.add_argument("--tokenizer", default=None,
+                        help="tokenizer to sample prompts and retokenize answers (folder, hub id or builtin:...); default: the model")
+    parser.add_argument("--num-prompts", type=int, default=1000, help="number of prompts to process")
+    parser.add_argument("--sharegpt-output-len", type=int, default=None, help="fixed output length per request (sharegpt)")
+    parser.add_argument("--random-input-len", type=int, default=None, help="input tokens per request (random dataset)")
+    parser.add_argument("--random-output-len", type=int, default=None, help="output tokens per request (random dataset)")
+    parser.add_argument("--random-range-ratio", type=float, default=0.0, help="range of sampled lengths (random dataset)")
+    parser.add_argument("--request-rate", type=float, default=math.inf,
+                        help="requests per second; inf sends every request at once, otherwise Poisson (see --burstiness)")
+    parser.add_argument("--seed", type=int, default=1, help="seed used in sampling prompts from the dataset")
+    parser.add_argument("--multi", action="store_true", help="run once per rate of --request-rate-range")
+    parser.add_argument("--request-rate-range", type=_rate_range, default="2,34,2",
+                        help="START,STOP,STEP: a range, STOP excluded (floats allowed); other counts: a list")
+    parser.add_argument("--request-rate-list", type=_rate_list, default=None,
+                        help="an explicit list of rates, e.g. 1,2,4; implies --multi")
+    parser.add_argument("--output-file", default=None,
+                        help="CSV to append profile_restful_api.py's row to; default {backend}_{MMDD}_{num_prompts}_sharegpt.csv "
+                             "or {backend}_{MMDD}_{num_prompts}_{in}_{out}.csv; an empty string disables it")
+    parser.add_argument("--disable-stream", action="store_true", help="do not stream (no TTFT or ITL)")
+    parser.add_argument("--disable-ignore-eos", action="store_true", help="let requests stop at EOS")
+    parser.add_argument("--disable-warmup", action="store_true", help="send no warm-up request")
+    parser.add_argument("--extra-request-body", default="", help='JSON object merged into every request, e.g. \'{"temperature": 0}\'')
+    parser.add_argument("--trust-remote-code", action="store_true", help="trust remote code when loading the tokenizer")
+
+    ours = parser.add_argument_group("LLM Bench Studio")
+    ours.add_argument("--max-concurrency", type=int, default=None, help="most requests in flight at once (vLLM); default: no limit")
+    ours.add_argument("--burstiness", type=float, default=1.0,
+                      help="gamma shape of the arrival gaps (vLLM): 1 Poisson, below 1 burstier, above 1 more regular")
+    ours.add_argument("--duration", type=float, default=None, help="stop sending after this many seconds; unsent requests stay unfinished")
+    ours.add_argument("--warmup-requests", type=int, default=1, help="unmeasured warm-up requests (0 with --disable-warmup)")
+    ours.add_argument("--timeout", type=float, default=300.0, help="seconds the server may stay silent before a request fails")
+    ours.add_argument("--label", default="", help="a label for the run(s) in the history")
+    ours.add_argument("--results", default=os.environ.get("BENCH_STUDIO_RESULTS", "results"),
+                      help="folder of the run history (history.csv and runs/); env BENCH_STUDIO_RESULTS")
+    ours.add_argument("--percentiles", type=_percentiles, default=(50, 75, 95, 99), help="latency percentiles, comma-separated")
+    for metric in ("ttft", "tpot", "e2e"):
+        ours.add_argument(f"--slo-{metric}-ms", type=float, default=None,
+                          help=f"goodput threshold on {metric.upper()} in ms; a request is good when it meets all set")
+
+
+def _numbers(text: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of numbers") from None
+
+
+def _rate_range(text: str) -> list[float]:
+    """profile_restful_api.py's reading, with floats: three values are a range (stop excluded), others a list."""
+    values = _numbers(text)
+    if len(values) != 3:
+        return values
+    start, stop, step = values
+    if not step > 0:
+        raise argparse.ArgumentTypeError(f"the step of '{text}' must be above 0")
+    count = max(0, math.ceil((stop - start) / step - 1e-9))
+    return [round(start + i * step, 10) for i in range(count)]
+
+
+def _rate_list(text: str) -> list[float]:
+    return _numbers(text)
+
+
+def base_url(args: argparse.Namespace) -> str:
+    """--base-url, else http://HOST:PORT with the backend's default port."""
+    if args.base_url:
+        return args.base_url
+    port = args.port or DEFAULT_PORTS[SERVER_BACKENDS[args.backend][0]]
+    return f"http://{args.host}:{port}"
+
+
+def rates(args: argparse.Namespace) -> list[float]:
+    if args.request_rate_list is not None:
+        chosen = args.request_rate_list
+    elif args.multi:
+        chosen = args.request_rate_range
+    else:
+        chosen = [args.request_rate]
+    if not chosen:
+        raise ConfigError("The request rates for --multi are empty: check --request-rate-range or --request-rate-list.")
+    return chosen
+
+
+def config_for_rate(args: argparse.Namespace, url: str, model: str, rate: float) -> RunConfig:
+    kind, endpoint = SERVER_BACKENDS[args.backend]
+
+    def seconds(ms):
+        return None if ms is None else ms / 1000.0
+
+    return RunConfig(
+        engine=EngineConfig(backend="openai", model=model, base_url=url, endpoint=endpoint, server_kind=kind,
+                            tokenizer=args.tokenizer or "", extra_request_body=args.extra_request_body,
+                            read_timeout_s=args.timeout, trust_remote_code=args.trust_remote_code),
+        dataset=DatasetConfig(dataset=args.dataset_path, dataset_name=args.dataset_name, num_prompts=args.num_prompts,
+                              seed=args.seed, sharegpt_output_len=args.sharegpt_output_len,
+                              random_input_len=args.random_input_len, random_output_len=args.random_output_len,
+                              random_range_ratio=args.random_range_ratio),
+        load=LoadConfig(load_pattern="request_rate", stream_output=not args.disable_stream, request_rate=rate,
+                        burstiness=args.burstiness, max_concurrency=args.max_concurrency,
+                        warmup_requests=0 if args.disable_warmup else args.warmup_requests, duration_s=args.duration),
+        generation=GenerationSettings(ignore_eos=not args.disable_ignore_eos),
+        slo=SLO(ttft=seconds(args.slo_ttft_ms), tpot=seconds(args.slo_tpot_ms), e2e=seconds(args.slo_e2e_ms)),
+        label=args.label,
+        percentiles=tuple(args.percentiles),
+    )
+
+
+def default_output_file(args: argparse.Namespace) -> str:
+    """profile_restful_api.py's default name, always ending in .csv (theirs says .jsonl for random data)."""
+    stem = f"{args.backend}_{datetime.now():%m%d}_{args.num_prompts}"
+    if args.dataset_name == "random":
+        return f"{stem}_{args.random_input_len}_{args.random_output_len}.csv"
+    return f"{stem}_sharegpt.csv"
+
+
+def check_server(url: str, model: str | None) -> str:
+    """The model to benchmark: `model`, or the server's first; ServerError when the server cannot be reached."""
+    if not model:
+        return discover_model(url)
+    address = urllib.parse.urlsplit(api_root(url))
+    port = address.port or (443 if address.scheme == "https" else 80)
+    try:
+        socket.create_connection((address.hostname, port), timeout=10).close()
+    except OSError as exc:
+        raise ServerError(f"Cannot reach {api_root(url)} ({exc.strerror or exc}). Is the server running, and is the URL right?") from None
+    return model
+
+
+def run_restful(args: argparse.Namespace) -> int:
+    from .cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, _wait_with_progress
+    from .config import check_run_config
+    from .history import History
+    from .runner import CANCELLED, FAILED, FINISHED, Runner
+
+    url = base_url(args)
+    configs = [config_for_rate(args, url, args.model or "", rate) for rate in rates(args)]
+    for config in configs:
+        check_run_config(config)  # every rate's problems before anything is sent
+    model = check_server(url, args.model)
+    output_file = default_output_file(args) if args.output_file is None else args.output_file
+    runner = Runner(History(args.results))
+    status = EXIT_OK
+    try:
+        for config in configs:
+            config.engine.model = model
+            run = runner.submit(config)
+            completed = _wait_with_progress(run)
+            for warning in run.warnings:
+                print(f"warning: {warning}", file=sys.stderr)
+            if run.state == FAILED and run.profiler is None:
+                print(f"error: {run.message}", file=sys.stderr)
+                return EXIT_BAD_INPUT if run.user_error else EXIT_FAILED
+            summary = metrics.run_summary(run.record.requests, run.record.metrics["duration_s"],
+                                          sorted({*config.percentiles, *SUMMARY_PERCENTILES}),
+                                          config.load.stream_output, config.slo)
+            print_result(args.backend, config, summary)
+            if run.state == FINISHED and output_file:
+                csvstore.append_row(output_file, restful_csv_row(args.backend, config, summary))
+            print(f"run {run.run_id}: {run.state} in {runner.history.csv_path}", file=sys.stderr)
+            if not completed or run.state == CANCELLED:
+                return EXIT_INTERRUPTED
+            if run.state == FAILED:
+                print(f"error: {run.message}", file=sys.stderr)
+                status = EXIT_FAILED
+    finally:
+        runner.shutdown()
+    return status
+
+
+def restful_csv_row(backend: str, config: RunConfig, summary: dict) -> dict:
+    """The row profile_restful_api.py appends: its columns, in its order, raw numbers."""
+    data = config.dataset
+    values = {
+        "backend": backend, "dataset_name": data.dataset_name, "sharegpt_output_len": data.sharegpt_output_len,
+        "random_input_len": data.random_input_len, "random_output_len": data.random_output_len,
+        "random_range_ratio": data.random_range_ratio, "request_rate": config.load.request_rate,
+        "completed": summary["completed"], "total_input_tokens": summary["total_input_tokens"],
+        "total_output_tokens": summary["total_output_tokens"], "duration": summary["duration_s"],
+        "request_throughput": summary["request_throughput"], "input_throughput": summary["input_throughput"],
+        "output_throughput": summary["output_throughput"], "mean_e2e_latency_ms": summary["mean_e2e_ms"],
+        "mean_ttft_ms": summary["mean_ttft_ms"], "mean_tpot_ms": summary["mean_tpot_ms"],
+        "mean_itl_ms": summary["mean_itl_ms"],
+    }
+    return {column: values[column] for column in RESTFUL_COLUMNS}
+
+
+def _line(name: str, value) -> None:
+    if isinstance(value, float):
+        value = "-" if math.isnan(value) else f"{value:.2f}"
+    print(f"{name:<40} {value!s:<10}")
+
+
+def _section(title: str, char: str = "-") -> None:
+    print(f"{title:{char}^{BOX_WIDTH}}")
+
+
+def print_result(backend: str, config: RunConfig, summary: dict) -> None:
+    """profile_restful_api.py's box (latencies in ms), then our rows below its closing rule."""
+    _section(" Serving Benchmark Result ", "=")
+    _line("Backend:", backend)
+    _line("Traffic request rate:", config.load.request_rate)
+    _line("Successful requests:", summary["completed"])
+    _line("Benchmark duration (s):", summary["duration_s"])
+    _line("Total input tokens:", summary["total_input_tokens"])
+    _line("Total generated tokens:", summary["total_output_tokens"])
+    _line("Total generated tokens (retokenized):", summary.get("total_output_tokens_retokenized", "-"))
+    _line("Request throughput (req/s):", summary["request_throughput"])
+    _line("Input token throughput (tok/s):", summary["input_throughput"])
+    _line("Output token throughput (tok/s):", summary["output_throughput"])
+    _section("End-to-End Latency")
+    _line("Mean E2E Latency (ms):", summary["mean_e2e_ms"])
+    _line("Median E2E Latency (ms):", summary["p50_e2e_ms"])
+    for metric, title, name in (("ttft", "Time to First Token", "TTFT"),
+                                ("tpot", "Time per Output Token (excl. 1st token)", "TPOT"),
+                                ("itl", "Inter-token Latency", "ITL")):
+        _section(title)
+        _line(f"Mean {name} (ms):", summary[f"mean_{metric}_ms"])
+        _line(f"Median {name} (ms):", summary[f"p50_{metric}_ms"])
+        _line(f"P99 {name} (ms):", summary[f"p99_{metric}_ms"])
+    _section("", "=")
+    _extra_rows(config, summary)
+
+
+def _extra_rows(config: RunConfig, summary: dict) -> None:
+    _section("LLM Bench Studio")
+    for metric, name in (("e2e", "E2E"), ("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL")):
+        _line(f"Std {name} (ms):", summary[f"std_{metric}_ms"])
+        for q in config.percentiles:
+            key = metrics.percentile_key(q)
+            _line(f"{key.upper()} {name} (ms):", summary[f"{key}_{metric}_ms"])
+    _line("Failed requests:", summary["failed"])
+    _line("Incomplete requests:", summary["incomplete"])
+    _line("Unfinished requests:", summary["unfinished"])
+    for reason in filter(None, str(summary["failure_reasons"]).split("; ")):
+        print(f"  {reason}")
+    _line("Requested rate (req/s):", config.load.request_rate)
+    _line("Achieved rate (req/s):", summary.get("achieved_rate", math.nan))
+    _line("Mean send lag (ms):", summary.get("mean_send_lag_ms", math.nan))
+    _line("Peak requests in flight:", summary.get("peak_in_flight", "-"))
+    _line("Length mismatches:", summary.get("length_mismatches", "-"))
+    if summary.get("length_mismatches"):
+        print("  served requests returned another length than asked: does the server honour ignore_eos?")
+    if "goodput_rps" in summary:
+        _line("Good requests:", summary["good_requests"])
+        _line("Goodput (req/s):", summary["goodput_rps"])
+    _section("", "=")

@@ -1,0 +1,192 @@
+"""Any OpenAI-compatible server (LMDeploy api_server, vLLM, SGLang, transformers serve) as an engine.
+
+"Loading" asks the server which model it serves (unless one is named) and loads that model's
+tokenizer, which samples the prompts and recounts the answers; it costs seconds, so the engine is
+reloaded whenever a setting changes, load settings included. `stream()` drives
+`openai_client.run_requests` and passes its events on, with three adjustments:
+
+- a request's last "tokens" event is held until its "finish", which carries the server's final usage
+  count where the server reports one: the last tick is corrected to that count, not followed by
+  another (servers may put several tokens in one chunk, so chunks undercount);
+- the "finish" event carries the request's extras: usage and retokenized counts, whether the length
+  differs from the one asked, when the first answer (not reasoning) text came, and when it was
+  scheduled, sent and ended on the client's clock (the load actually delivered);
+- a request a duration kept from being sent ends NOT_SENT: it stays unfinished rather than failed.
+
+The load patterns map onto the client: request_rate uses the rate, burstiness and max concurrency;
+concurrency N sends everything at once through N slots (profile_throughput.py); batch does the same
+with every clock starting at t0 (the runner's ticks). Warm-up requests go out before the clock starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import importlib.util
+import json
+import math
+import threading
+from collections.abc import Iterator, Sequence
+
+from ..config import EngineConfig, GenerationSettings, LoadConfig
+from ..datasets import SampledRequest
+from ..errors import ConfigError, ModelError
+from ..models import load_tokenizer
+from ..openai_client import ClientRun, RequestResult, ServerError, ServerSpec, api_root, discover_model, retokenize, run_requests
+from .base import NOT_SENT, Engine, EngineEvent, EngineInfo
+
+TOKENIZER_FROM_ENGINE = True
+SERVED = ("length", "stop")
+
+
+def availability(backend: str) -> str | None:
+    """None when the HTTP client's library is installed."""
+    if importlib.util.find_spec("aiohttp") is None:
+        return "The OpenAI-compatible client needs aiohttp: pip install -r requirements.txt"
+    return None
+
+
+def extra_body(engine: EngineConfig) -> dict | None:
+    """The extra request body as a dict (None when empty); ConfigError when it is not a JSON object."""
+    text = engine.extra_request_body.strip()
+    if not text:
+        return None
+    try:
+        body = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"The extra request body is not valid JSON ({exc}): write an object such as {{\"temperature\": 0}}.") from None
+    if not isinstance(body, dict):
+        raise ConfigError("The extra request body must be a JSON object, such as {\"temperature\": 0}.")
+    return body
+
+
+def server_spec(engine: EngineConfig, stream: bool = True) -> ServerSpec:
+    """How to reach the server; ConfigError for an impossible URL, endpoint, kind or extra body."""
+    if not engine.base_url.strip():
+        raise ConfigError("No server URL given: enter the base URL of the server, like http://127.0.0.1:23333.")
+    return ServerSpec(
+        base_url=engine.base_url.strip(),
+        api_key=engine.api_key or None,
+        endpoint=engine.endpoint,
+        server_kind=engine.server_kind,
+        stream=stream,
+        extra_body=extra_body(engine),
+        read_timeout_s=engine.read_timeout_s,
+    )
+
+
+def validate(engine: EngineConfig, load: LoadConfig) -> list[str]:
+    try:
+        server_spec(engine)
+    except ConfigError as exc:
+        return [str(exc)]
+    return []
+
+
+def settings_key(engine: EngineConfig, load: LoadConfig) -> tuple:
+    """Every setting: the engine holds its load settings, and loading it again costs nothing."""
+    return (*dataclasses.astuple(engine), *dataclasses.astuple(load))
+
+
+def load(engine: EngineConfig, load: LoadConfig) -> Engine:
+    return OpenAIEngine(engine, load)
+
+
+class OpenAIEngine(Engine):
+    """A server behind a base URL, measured with the semantics of profile_restful_api.py and vLLM."""
+
+    def __init__(self, engine: EngineConfig, load: LoadConfig):
+        self.spec = server_spec(engine)
+        self.load = load
+        root = api_root(self.spec.base_url)
+        self.model = engine.model.strip() or discover_model(root, self.spec.api_key)
+        tokenizer_name = engine.tokenizer.strip() or self.model
+        try:
+            self._tokenizer = load_tokenizer(tokenizer_name, engine.trust_remote_code)
+        except ModelError as exc:
+            raise ModelError(f"{exc}. The server's model '{self.model}' must have a tokenizer here: "
+                             "name a local folder, a hub id or a built-in model as the tokenizer.") from None
+        self.info = EngineInfo(
+            backend="openai",
+            model=self.model,
+            model_path=root,
+            dtype="server's",
+            device=f"{engine.server_kind} server at {root} ({self.spec.endpoint} endpoint)",
+            versions={"aiohttp": importlib.metadata.version("aiohttp")},
+            notes=[f"tokenizer: {tokenizer_name}"],
+        )
+
+    @property
+    def tokenizer(self):
+        return self._tokenizer
+
+    def warmup(self, requests: Sequence[SampledRequest], generation: GenerationSettings, cancel: threading.Event) -> None:
+        """Send the first prompt `warmup_requests` times, unmeasured, as vLLM does; a failure stops the run."""
+        count = self.load.warmup_requests
+        if not count or not requests:
+            return
+        run = run_requests(self.spec, self.model, [requests[0]] * count, max_concurrency=self.load.max_concurrency,
+                           cancel=cancel, ignore_eos=generation.ignore_eos)
+        for _ in run.events():
+            pass
+        failed = [r for r in run.results if r.finish_reason not in SERVED]
+        if failed and not cancel.is_set():
+            raise ServerError(f"The warm-up request failed, so nothing was measured: {failed[0].message or failed[0].finish_reason}.")
+
+    def stream(
+        self,
+        requests: Sequence[SampledRequest],
+        generation: GenerationSettings,
+        max_in_flight: int,
+        stream_output: bool,
+        cancel: threading.Event,
+    ) -> Iterator[EngineEvent]:
+        by_rate = self.load.load_pattern == "request_rate"
+        run = run_requests(
+            dataclasses.replace(self.spec, stream=stream_output),
+            self.model,
+            requests,
+            request_rate=self.load.request_rate if by_rate else math.inf,
+            burstiness=self.load.burstiness,
+            max_concurrency=self.load.max_concurrency if by_rate else max_in_flight,
+            duration_s=self.load.duration_s,
+            cancel=cancel,
+            ignore_eos=generation.ignore_eos,
+        )
+        held: dict[int, tuple[EngineEvent, int]] = {}  # index -> (last tokens event, count ticked before it)
+        for event in run.events():
+            if event.kind == "tokens":
+                before = held.pop(event.index, None)
+                if before is not None:
+                    yield before[0]
+                held[event.index] = (event, before[0].n_tokens if before else 0)
+            elif event.kind == "finish":
+                result = run.results[event.index]
+                if result.sent_ts is None:
+                    yield dataclasses.replace(event, finish_reason=NOT_SENT)
+                    continue
+                last = held.pop(event.index, None)
+                if last is not None:
+                    last_event, ticked_before = last
+                    yield dataclasses.replace(last_event, n_tokens=max(event.n_tokens, ticked_before))
+                yield dataclasses.replace(event, extra=self._extras(result, run))
+            else:
+                yield event
+
+    def _extras(self, result: RequestResult, run: ClientRun) -> dict:
+        """The request-table columns of one sent request (times in seconds; NaN: never happened)."""
+        retokenize([result], self._tokenizer)
+        served = result.finish_reason in SERVED
+        return {
+            "usage_output_len": math.nan if result.usage_completion_tokens is None else float(result.usage_completion_tokens),
+            "retokenized_output_len": result.retokenized_tokens,
+            "length_mismatch": served and result.output_tokens != result.requested_tokens,
+            "first_answer_s": _since(result.sent_ts, result.first_answer_ts),
+            "scheduled_s": result.scheduled_s,
+            "sent_s": result.sent_ts - run.t0,
+            "ended_s": _since(run.t0, result.end_ts),
+        }
+
+
+def _since(start: float, end: float | None) -> float:
+    return math.nan if end is None else end - start

@@ -1,0 +1,102 @@
+"""`python -m bench_core restful` end to end against `transformers serve` on the tiny Llama."""
+
+import csv
+
+import pytest
+from openai_server import free_port, transformers_server  # noqa: F401 (fixture)
+
+from bench_core.cli import build_parser, main
+from bench_core.cli_restful import _rate_range, rates
+from bench_core.history import History
+from bench_core.history_import import RESTFUL_COLUMNS
+
+SECRET = "sk-cli-secret-0123456789"
+
+
+def restful(url: str, tmp_path, *flags: str) -> int:
+    return main([
+        "restful", "--backend", "transformers", "--base-url", url, "--tokenizer", "builtin:tiny-llama",
+        "--dataset-path", "builtin:sample", "--num-prompts", "6", "--sharegpt-output-len", "8",
+        "--output-file", str(tmp_path / "out.csv"), "--results", str(tmp_path / "results"), *flags,
+    ])
+
+
+def csv_rows(path) -> tuple[list[str], list[dict]]:
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        return reader.fieldnames, list(reader)
+
+
+def test_a_run_prints_their_box_appends_their_csv_row_and_lands_in_the_history(
+        transformers_server, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    assert restful(transformers_server, tmp_path, "--request-rate", "50", "--max-concurrency", "4",
+                   "--percentiles", "90") == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == f"{' Serving Benchmark Result ':=^50}"
+    assert "Successful requests:                     6" in out
+    assert "Total generated tokens:                  48" in out
+    for row in ("Total generated tokens (retokenized):", "P99 TTFT (ms):", "Median ITL (ms):", "P90 TPOT (ms):",
+                "Std ITL (ms):", "Achieved rate (req/s):", "Length mismatches:                       0"):
+        assert row in out
+
+    header, rows = csv_rows(tmp_path / "out.csv")
+    assert header == list(RESTFUL_COLUMNS)
+    assert (rows[0]["backend"], rows[0]["request_rate"], rows[0]["completed"], rows[0]["total_output_tokens"]) == (
+        "transformers", "50.0", "6", "48")
+    history = History(tmp_path / "results")
+    stored = history.load()
+    assert (stored["backend"].tolist(), stored["server_kind"].tolist(), stored["completed"].tolist()) == (
+        ["openai"], ["transformers"], [6])
+    assert len(History(tmp_path / "imported").import_csv(tmp_path / "out.csv")) == 1  # their columns import
+    run_dir = history.run_dir(stored["run_id"][0])
+    for path in [history.csv_path, tmp_path / "out.csv", *run_dir.iterdir()]:
+        assert SECRET.encode() not in path.read_bytes(), path
+
+
+def test_multi_runs_once_per_listed_rate_and_appends_a_row_each(transformers_server, tmp_path, capsys):
+    assert restful(transformers_server, tmp_path, "--request-rate-list", "20,40", "--disable-warmup") == 0
+    _, rows = csv_rows(tmp_path / "out.csv")
+    assert [row["request_rate"] for row in rows] == ["20.0", "40.0"]
+    assert capsys.readouterr().out.count("Serving Benchmark Result") == 2
+    assert History(tmp_path / "results").load()["request_rate"].tolist() == [20.0, 40.0]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("2,34,2", [float(r) for r in range(2, 34, 2)]),
+    ("0.5,2,0.5", [0.5, 1.0, 1.5]),
+    ("1,2,4,8", [1.0, 2.0, 4.0, 8.0]),
+    ("3", [3.0]),
+])
+def test_a_rate_range_of_three_values_is_a_range_as_theirs_and_other_counts_a_list(text, expected):
+    assert _rate_range(text) == expected
+
+
+def build_rates(argv: list[str]) -> list[float]:
+    return rates(build_parser().parse_args(argv))
+
+
+def test_an_explicit_rate_list_of_three_is_a_list_and_implies_multi():
+    assert build_rates(["restful", "--request-rate-list", "1,2,4"]) == [1.0, 2.0, 4.0]
+    assert build_rates(["restful", "--request-rate", "7"]) == [7.0]
+    assert build_rates(["restful", "--multi", "--request-rate-range", "1,2,4"]) == [1.0]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--extra-request-body", "{oops"], "not valid JSON"),
+    (["--max-concurrency", "0"], "Max concurrency must be at least 1"),
+    (["--request-rate", "0"], "request rate must be above 0"),
+])
+def test_bad_input_is_one_line_on_stderr_exit_2_and_nothing_written(tmp_path, capsys, flags, message):
+    assert restful(f"http://127.0.0.1:{free_port()}", tmp_path, *flags) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out.csv").exists() and not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("model_flags", [[], ["--model", "m"]])
+def test_a_server_that_is_down_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, model_flags):
+    assert restful(f"http://127.0.0.1:{free_port()}", tmp_path, *model_flags) == 2
+    err = capsys.readouterr().err
+    assert "Cannot reach" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out.csv").exists() and not (tmp_path / "results").exists()
