@@ -39,7 +39,7 @@ SUMMARY_PERCENTILES = (50, 99)  # the box's median and P99, whatever --percentil
 
 
 def add_restful_parser(commands) -> None:
-    from .cli import _HelpFormatter, _percentiles
+    from .cli import _HelpFormatter
 
     parser = commands.add_parser(
         "restful",
@@ -56,6 +56,13 @@ def add_restful_parser(commands) -> None:
             "--request-rate 8 --max-concurrency 64"
         ),
     )
+    add_restful_arguments(parser)
+
+
+def add_restful_arguments(parser) -> None:
+    """The `restful` command's flags (profile_restful_api.py's, then ours); `sweep restful` takes them too."""
+    from .cli import _percentiles
+
     parser.add_argument("--backend", default="lmdeploy", choices=list(SERVER_BACKENDS),
                         help="the server, and with -chat the chat endpoint; sets the default port and how ignore_eos is sent")
     parser.add_argument("--base-url", default=None, help="server address; overrides --host and --port")
@@ -171,6 +178,12 @@ def config_for_rate(args: argparse.Namespace, url: str, model: str, rate: float)
         label=args.label,
         percentiles=tuple(args.percentiles),
     )
+
+
+def sweep_base_config(args: argparse.Namespace) -> RunConfig:
+    """The settings a `sweep restful` starts every point from: --request-rate, the server's model."""
+    url = base_url(args)
+    return config_for_rate(args, url, check_server(url, args.model), args.request_rate)
 
 
 def default_output_file(args: argparse.Namespace) -> str:

@@ -27,6 +27,7 @@ from .cli import (
     add_pipeline_arguments,
     config_from_args,
 )
+from .cli_restful import add_restful_arguments, sweep_base_config
 from .config import lmdeploy_hyperparams
 from .errors import ConfigError
 from .sweep import SWEEPABLE, SweepPlan, describe_point, new_sweep_id, parse_sweep_arg
@@ -34,11 +35,12 @@ from .sweep_results import mean_with_interval, point_statistics, sweep_runs
 from .tables import describe_column
 
 # The engine commands whose flags can set a sweep's base settings: name -> (help, add its arguments,
-# build the RunConfig from them). `restful` joins here, with its own two functions from bench_core.cli,
-# once that command exists.
+# build the RunConfig from them).
 ENGINE_COMMANDS = {
     "pipeline": ("sweep the in-process benchmark (profile_pipeline_api.py's flags)", add_pipeline_arguments,
                  config_from_args),
+    "restful": ("sweep an OpenAI-compatible server (profile_restful_api.py's flags), e.g. over request_rate",
+                add_restful_arguments, sweep_base_config),
 }
 # The per-point table printed at the end: throughput, the latency a user waits, decode speed.
 TABLE_METRICS = ("output_throughput", "p99_ttft_ms", "mean_tpot_ms")
@@ -63,7 +65,7 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
     sweep.add_argument("--results", dest="resume_results", metavar="DIR",
                        default=os.environ.get("BENCH_STUDIO_RESULTS", "results"),
                        help="with --resume: the history folder the sweep ran in; env BENCH_STUDIO_RESULTS")
-    engines = sweep.add_subparsers(dest="engine_command", parser_class=_Parser, metavar="{pipeline}")
+    engines = sweep.add_subparsers(dest="engine_command", parser_class=_Parser, metavar="{pipeline,restful}")
     for name, (help_text, add_arguments, _) in ENGINE_COMMANDS.items():
         command = engines.add_parser(name, formatter_class=_HelpFormatter, help=help_text)
         add_arguments(command)
@@ -91,7 +93,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         plan = SweepPlan(new_sweep_id(), build_config(args), axes, args.repeats)
         runner = Runner(History(args.results))
         sweep = start_sweep(runner, plan)  # raises ConfigError naming every impossible point, before any run
-        csv_path = args.csv
+        csv_path = getattr(args, "csv", "")  # LMDeploy's pipeline CSV; a restful sweep keeps to the history
     else:
         raise ConfigError("Choose an engine command (pipeline DATASET MODEL ... --sweep NAME=V1,V2) "
                           "or --resume SWEEP_ID.")

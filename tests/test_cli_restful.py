@@ -100,3 +100,18 @@ def test_a_server_that_is_down_is_one_line_exit_2_and_nothing_written(tmp_path, 
     err = capsys.readouterr().err
     assert "Cannot reach" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out.csv").exists() and not (tmp_path / "results").exists()
+
+
+def test_a_sweep_over_request_rate_runs_each_rate_against_the_server(transformers_server, tmp_path, capsys):
+    code = main([
+        "sweep", "restful", "--backend", "transformers", "--base-url", transformers_server,
+        "--tokenizer", "builtin:tiny-llama", "--dataset-path", "builtin:sample", "--num-prompts", "4",
+        "--sharegpt-output-len", "8", "--disable-warmup", "--results", str(tmp_path / "results"),
+        "--sweep", "request_rate=20,inf",
+    ])
+    assert code == 0, capsys.readouterr().err
+    runs = History(tmp_path / "results").load()
+    assert sorted(runs["request_rate"].tolist()) == [20.0, float("inf")]
+    assert set(runs["status"]) == {"finished"} and runs["sweep_id"].nunique() == 1
+    assert runs["completed"].tolist() == [4, 4]
+    assert "Sweep sweep-" in capsys.readouterr().out
