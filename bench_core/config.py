@@ -371,7 +371,8 @@ def lmdeploy_hyperparams(config: RunConfig) -> list[tuple[str, Any]]:
     data = config.dataset
     return [
         ("backend", config.engine.backend),
-        ("bs", config.load.concurrency),
+        # LMDeploy's batch size; a request-rate run has none, only an optional cap on requests in flight.
+        ("bs", config.load.max_concurrency if config.load.load_pattern == "request_rate" else config.load.concurrency),
         ("dataset_name", data.dataset_name),
         ("sharegpt_output_len", data.sharegpt_output_len),
         ("random_input_len", data.random_input_len),
