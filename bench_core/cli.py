@@ -31,6 +31,7 @@ from .config import (
 from .errors import BenchError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+PROGRESS_WIDTH = 120  # characters of the progress line redrawn on a terminal
 LOG_LEVELS = ("CRITICAL", "FATAL", "ERROR", "WARN", "WARNING", "INFO", "DEBUG", "NOTSET")
 
 
@@ -207,24 +208,26 @@ def _progress_line(run) -> str:
     snap = run.snapshot()
     if run.state != "running" or snap is None:
         return f"{run.state}..."
-    return (f"running: {snap.completed + snap.failed}/{snap.total} requests done, "
+    return (f"running: {snap.completed + snap.failed}/{snap.total_requests} requests done, "
             f"{snap.in_flight} in flight, {snap.output_tokens:,} tokens")
 
 
-def _wait_with_progress(run) -> bool:
-    """Wait for the run, redrawing one progress line on a terminal; False if interrupted."""
+def wait_with_progress(job, describe=None) -> bool:
+    """Wait for a run or a sweep, redrawing `describe()` as one line on a terminal; False when
+    interrupted (Ctrl-C cancels the job, which keeps what it measured)."""
+    describe = describe or (lambda: _progress_line(job))
     show = sys.stderr.isatty()
     try:
-        while not run.wait(0.5):
+        while not job.wait(0.5):
             if show:
-                print(f"\r{_progress_line(run):<100}", end="", file=sys.stderr, flush=True)
+                print(f"\r{describe()[:PROGRESS_WIDTH]:<{PROGRESS_WIDTH}}", end="", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
-        run.cancel()
-        run.wait()
+        job.cancel()
+        job.wait()
         return False
     finally:
         if show:
-            print("\r" + " " * 100 + "\r", end="", file=sys.stderr, flush=True)
+            print("\r" + " " * PROGRESS_WIDTH + "\r", end="", file=sys.stderr, flush=True)
     return True
 
 
@@ -236,7 +239,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     runner = Runner(History(args.results))
     run = runner.submit(config)  # raises ConfigError before anything is written
-    completed = _wait_with_progress(run)
+    completed = wait_with_progress(run)
     for warning in run.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if run.state == FAILED and run.profiler is None:

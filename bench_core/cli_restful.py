@@ -208,7 +208,7 @@ def check_server(url: str, model: str | None) -> str:
 
 
 def run_restful(args: argparse.Namespace) -> int:
-    from .cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, _wait_with_progress
+    from .cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, wait_with_progress
     from .config import check_run_config
     from .history import History
     from .runner import CANCELLED, FAILED, FINISHED, Runner
@@ -225,7 +225,7 @@ def run_restful(args: argparse.Namespace) -> int:
         for config in configs:
             config.engine.model = model
             run = runner.submit(config)
-            completed = _wait_with_progress(run)
+            completed = wait_with_progress(run)
             for warning in run.warnings:
                 print(f"warning: {warning}", file=sys.stderr)
             if run.state == FAILED and run.profiler is None:

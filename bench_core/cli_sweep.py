@@ -26,6 +26,7 @@ from .cli import (
     _progress_line,
     add_pipeline_arguments,
     config_from_args,
+    wait_with_progress,
 )
 from .cli_restful import add_restful_arguments, sweep_base_config
 from .config import lmdeploy_hyperparams
@@ -44,7 +45,6 @@ ENGINE_COMMANDS = {
 }
 # The per-point table printed at the end: throughput, the latency a user waits, decode speed.
 TABLE_METRICS = ("output_throughput", "p99_ttft_ms", "mean_tpot_ms")
-PROGRESS_WIDTH = 120
 
 
 def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
@@ -100,7 +100,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     plan, history = sweep.plan, runner.history
     print(f"sweep {plan.sweep_id}: {sweep.total} runs ({len(plan.grid())} points x {plan.repeats} repeats), "
           f"{sweep.total - sweep.finished_before} to run", file=sys.stderr)
-    interrupted = not _wait_with_progress(sweep)
+    interrupted = not wait_with_progress(sweep, lambda: _sweep_progress_line(sweep))
     runner.shutdown()
     for _, run in sweep.runs:
         for warning in run.warnings:
@@ -146,23 +146,8 @@ def point_table(runs: pd.DataFrame, plan: SweepPlan) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _wait_with_progress(sweep) -> bool:
-    """Wait for the sweep, redrawing one progress line on a terminal; False (the sweep cancelled) on Ctrl-C."""
-    show = sys.stderr.isatty()
-    try:
-        while not sweep.wait(0.5):
-            if show:
-                progress = sweep.progress()
-                run = sweep.runner.get(progress.current_run_id) if progress.current_run_id else None
-                line = f"sweep: {progress.ended}/{progress.total} runs done"
-                if run is not None:
-                    line += f"; {progress.current}: {_progress_line(run)}"
-                print(f"\r{line[:PROGRESS_WIDTH]:<{PROGRESS_WIDTH}}", end="", file=sys.stderr, flush=True)
-    except KeyboardInterrupt:
-        sweep.cancel()
-        sweep.wait()
-        return False
-    finally:
-        if show:
-            print("\r" + " " * PROGRESS_WIDTH + "\r", end="", file=sys.stderr, flush=True)
-    return True
+def _sweep_progress_line(sweep) -> str:
+    progress = sweep.progress()
+    run = sweep.runner.get(progress.current_run_id) if progress.current_run_id else None
+    line = f"sweep: {progress.ended}/{progress.total} runs done"
+    return line + (f"; {progress.current}: {_progress_line(run)}" if run is not None else "")

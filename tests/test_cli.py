@@ -144,3 +144,20 @@ def test_history_csv_reads_back_with_pandas(streamed_run):
     work, _ = streamed_run
     frame = pd.read_csv(work / "results" / "history.csv")
     assert list(frame.columns[: len(SAVE_CSV_COLUMNS)]) == list(SAVE_CSV_COLUMNS)
+
+
+def test_the_terminal_progress_line_reads_the_live_snapshot():
+    from bench_core.cli import _progress_line
+    from bench_core.config import RunConfig
+    from bench_core.profiler import Profiler
+    from bench_core.runner import Run
+
+    run = Run(run_id="r", config=RunConfig(), state="running")
+    run.profiler = Profiler(True, [50])
+    sessions = [run.profiler.new_session(4, 2) for _ in range(3)]
+    run.profiler.start(0.0)
+    for session in sessions:
+        session.tick(0, 0.0)
+    sessions[0].tick(2, 0.1)
+    sessions[0].finish(1, "length", 0.1)
+    assert _progress_line(run) == "running: 1/3 requests done, 2 in flight, 2 tokens"
