@@ -231,6 +231,19 @@ def wait_with_progress(job, describe=None) -> bool:
     return True
 
 
+def report_unmeasured(run) -> int | None:
+    """Print the run's warnings; for a run that failed before measuring anything, print why and
+    return the exit code (2 when the user's input was at fault)."""
+    for warning in run.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    from .runner import FAILED
+
+    if run.state == FAILED and run.profiler is None:
+        print(f"error: {run.message}", file=sys.stderr)
+        return EXIT_BAD_INPUT if run.user_error else EXIT_FAILED
+    return None
+
+
 def run_pipeline(args: argparse.Namespace) -> int:
     from .history import History
     from .config import lmdeploy_hyperparams
@@ -240,11 +253,8 @@ def run_pipeline(args: argparse.Namespace) -> int:
     runner = Runner(History(args.results))
     run = runner.submit(config)  # raises ConfigError before anything is written
     completed = wait_with_progress(run)
-    for warning in run.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    if run.state == FAILED and run.profiler is None:
-        print(f"error: {run.message}", file=sys.stderr)
-        return EXIT_BAD_INPUT if run.user_error else EXIT_FAILED
+    if (code := report_unmeasured(run)) is not None:
+        return code
     run.profiler.summarize(
         "Profile Pipeline API",
         [("Concurrency", config.load.concurrency), ("Stream output", config.load.stream_output)],

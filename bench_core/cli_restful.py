@@ -208,7 +208,7 @@ def check_server(url: str, model: str | None) -> str:
 
 
 def run_restful(args: argparse.Namespace) -> int:
-    from .cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, wait_with_progress
+    from .cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, report_unmeasured, wait_with_progress
     from .config import check_run_config
     from .history import History
     from .runner import CANCELLED, FAILED, FINISHED, Runner
@@ -226,11 +226,8 @@ def run_restful(args: argparse.Namespace) -> int:
             config.engine.model = model
             run = runner.submit(config)
             completed = wait_with_progress(run)
-            for warning in run.warnings:
-                print(f"warning: {warning}", file=sys.stderr)
-            if run.state == FAILED and run.profiler is None:
-                print(f"error: {run.message}", file=sys.stderr)
-                return EXIT_BAD_INPUT if run.user_error else EXIT_FAILED
+            if (code := report_unmeasured(run)) is not None:
+                return code
             summary = metrics.run_summary(run.record.requests, run.record.metrics["duration_s"],
                                           sorted({*config.percentiles, *SUMMARY_PERCENTILES}),
                                           config.load.stream_output, config.slo)
