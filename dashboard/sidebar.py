@@ -77,10 +77,11 @@ class SidebarChoice:
     unavailable_reason: str | None
 
 
-def render_sidebar(cancel: Callable[[], None] | None) -> SidebarChoice:
-    """Draw the sidebar; `cancel` stops the run on show (None disables the Cancel button)."""
+def render_sidebar(cancel: Callable[[], None] | None, actions: bool = True) -> SidebarChoice:
+    """Draw the sidebar; `cancel` stops the run on show (None disables the Cancel button). Without
+    `actions` there are no Start and Cancel buttons: a page that starts something else has its own."""
     bar = st.sidebar
-    actions = bar.container()  # filled last, shown first: Start needs the backend's availability
+    buttons = bar.container()  # filled last, shown first: Start needs the backend's availability
     values: dict[str, Any] = {"label": bar.text_input("Run label", key="label", placeholder="optional")}
 
     bar.subheader("Model and engine")
@@ -102,11 +103,13 @@ def render_sidebar(cancel: Callable[[], None] | None) -> SidebarChoice:
     values["generation"] = _generation_widgets()
     values["slo_ms"] = _slo_widgets()
 
-    with actions:
-        left, right = st.columns(2)
-        start = left.button("Start", key="start", type="primary", disabled=reason is not None,
-                            width="stretch")
-        right.button("Cancel", key="cancel", disabled=cancel is None, on_click=cancel, width="stretch")
+    start = False
+    if actions:
+        with buttons:
+            left, right = st.columns(2)
+            start = left.button("Start", key="start", type="primary", disabled=reason is not None,
+                                width="stretch")
+            right.button("Cancel", key="cancel", disabled=cancel is None, on_click=cancel, width="stretch")
     return SidebarChoice(values=values, start=start, unavailable_reason=reason)
 
 

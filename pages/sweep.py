@@ -20,8 +20,7 @@ sweep_id = st.query_params.get("sweep") or st.session_state.get("sweep_id")
 shown = sweep_view.get_sweeps().get(sweep_id) if sweep_id else None
 live = shown is not None and shown.active  # decided once: the sweep may end while this script runs
 cancel = shown.cancel if live else None
-# The sidebar's Start and Cancel act on the sweep here, as the buttons below do.
-choice = sidebar.render_sidebar(cancel=cancel)
+choice = sidebar.render_sidebar(cancel=None, actions=False)  # the sweep has its own buttons below
 
 st.caption("Every point starts from the settings in the sidebar; the sweep varies the settings chosen here.")
 inputs = sweep_view.sweep_inputs(choice.values["backend"])
@@ -30,7 +29,7 @@ start = start_col.button("Start sweep", key="sweep_start", type="primary", width
                          disabled=choice.unavailable_reason is not None)
 cancel_col.button("Cancel sweep", key="sweep_cancel", disabled=cancel is None, on_click=cancel, width="stretch")
 
-if start or choice.start:
+if start:
     try:
         plan = sweep_view.plan_from_inputs(inputs, choice.values, get_history().root / UPLOADS_FOLDER)
         sweep = sweep_view.start(plan)
