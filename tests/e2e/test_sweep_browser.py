@@ -12,7 +12,7 @@ import re
 
 import pytest
 from playwright.sync_api import Page, expect
-from test_browser import FIRST_CHART_TIMEOUT_MS, TINY_MODEL, choose_model, fill_number, sidebar
+from test_browser import FIRST_CHART_TIMEOUT_MS, TINY_MODEL, choose_model, fill_number
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -42,12 +42,12 @@ def test_a_small_sweep_runs_live_then_shows_its_views_and_survives_a_reload(page
     page.wait_for_url(re.compile(r"[?&]sweep=sweep-"))
     sweep_id = re.search(r"[?&]sweep=([^&#]+)", page.url).group(1)
     expect(page.get_by_role("heading", name=f"Sweep {sweep_id}")).to_be_visible()
-    expect(sidebar(page).get_by_role("button", name="Cancel")).to_be_enabled()
+    expect(main.get_by_role("button", name="Cancel sweep")).to_be_enabled()
     progress = page.get_by_test_id("stProgress")
     expect(progress).to_contain_text(re.compile(rf"running: \d/{RUNS} runs done"))
     # Nothing is clicked from here on: the page polls the sweep until it ends.
     expect(page.get_by_text(f"finished: all {RUNS} runs.")).to_be_visible(timeout=SWEEP_END_TIMEOUT_MS)
-    expect(sidebar(page).get_by_role("button", name="Cancel")).to_be_disabled()
+    expect(main.get_by_role("button", name="Cancel sweep")).to_be_disabled()
     for key in VIEW_KEYS:
         expect(page.locator(f".st-key-{key} .main-svg").first).to_be_visible(timeout=FIRST_CHART_TIMEOUT_MS)
     expect(main.get_by_text("Compare two points")).to_be_visible()
