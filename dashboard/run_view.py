@@ -22,6 +22,9 @@ from dashboard.run_result import RunResult, result_from_history, result_from_run
 from dashboard.state import get_history, get_runner
 
 LIVE_REFRESH_S = 1.0
+# Redrawing three Plotly charts costs the browser far more than the counters: on 2 CPU cores shared
+# with the engine, charts every second made a SmolLM2 run markedly slower, so they refresh less often.
+LIVE_CHARTS_REFRESH_S = 3.0
 LOADING_NOTE = ("loading: sampling the prompts, then loading the model (the first use of SmolLM2 converts it, "
                 "about 30-60 s; a loaded engine is reused while its settings are unchanged).")
 
@@ -33,6 +36,7 @@ def render_run(run_id: str, slo: SLO) -> None:
         st.subheader(f"Run {run_id}")
         st.caption(describe_config(run.config))
         _live_panel(run_id)
+        _live_charts_panel(run_id)
         return
     try:
         result = result_from_run(run) if run is not None else result_from_history(get_history(), run_id)
@@ -91,7 +95,15 @@ def _live_panel(run_id: str) -> None:
         st.info(LOADING_NOTE)
         return
     _live_progress(run, snapshot)
-    _live_charts(run.config, snapshot)
+
+
+@st.fragment(run_every=LIVE_CHARTS_REFRESH_S)
+def _live_charts_panel(run_id: str) -> None:
+    run = get_runner().get(run_id)
+    snapshot = run.snapshot() if run is not None and run.active else None
+    if snapshot is not None:  # the counters' fragment reruns the page when the run ends
+        _live_charts(run.config, snapshot)
+        _live_percentiles(run.config, snapshot)
 
 
 def _live_progress(run: Run, snap: LiveSnapshot) -> None:
@@ -119,6 +131,10 @@ def _live_charts(config: RunConfig, snap: LiveSnapshot) -> None:
         right.plotly_chart(charts.latency_histogram(snap.itl_s, "itl"), key="live_itl_histogram")
     st.plotly_chart(charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s, snap.in_flight_over_time),
                     key="live_throughput")
+
+
+def _live_percentiles(config: RunConfig, snap: LiveSnapshot) -> None:
+    stream = config.load.stream_output
     series = {"ttft": snap.ttft_s, "itl": snap.itl_s} if stream else {"e2e": snap.ttft_s}
     st.caption("So far, over every request that has reached that point (finished or not):")
     st.dataframe(_numbers(live_percentile_table(series, config.percentiles, stream)), key="live_percentiles")
