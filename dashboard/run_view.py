@@ -140,9 +140,10 @@ def _live_percentiles(config: RunConfig, snap: LiveSnapshot) -> None:
     st.dataframe(_numbers(live_percentile_table(series, config.percentiles, stream)), key="live_percentiles")
 
 
-def _numbers(table: pd.DataFrame):
-    """Three decimals, and a dash where LMDeploy's table has no value (not Streamlit's 'None')."""
-    return table.style.format(precision=3, na_rep="-")
+def _numbers(table: pd.DataFrame) -> pd.DataFrame:
+    """Three decimals, and a dash where LMDeploy's table has no value (st.dataframe shows NaN as 'None'
+    and ignores a Styler's na_rep)."""
+    return table.map(lambda value: "-" if pd.isna(value) else f"{value:,.3f}")
 
 
 def live_percentile_table(series: dict[str, np.ndarray], percentiles, stream_output: bool) -> pd.DataFrame:
