@@ -24,3 +24,25 @@ def tiny_tokenizer(tiny_model_path):
     from bench_core.models import load_tokenizer
 
     return load_tokenizer("builtin:tiny-llama")
+
+
+APP = str(ROOT / "app.py")
+
+
+@pytest.fixture
+def fresh_dashboard():
+    """New process-wide runner, history and sweep registry around an AppTest test, as after a server
+    restart; releasing them cancels whatever the test started."""
+    import logging
+
+    from dashboard.state import get_history, get_runner
+    from dashboard.sweep_view import get_sweeps
+
+    # AppTest's script and the test share a process; calling a cached resource from the test logs noise.
+    logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").setLevel(logging.ERROR)
+    caches = (get_sweeps, get_runner, get_history)
+    for cached in caches:
+        cached.clear()
+    yield
+    for cached in caches:
+        cached.clear()

@@ -1,7 +1,6 @@
 """The History page through AppTest, on a history made by real runs of the tiny model plus an imported LMDeploy CSV."""
 
 import json
-import logging
 import shutil
 
 import pytest
@@ -11,13 +10,10 @@ from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.history import RESULTS_ENV, History
 from bench_core.runner import Runner
 from bench_core.tables import describe_column
-from conftest import ROOT
-from dashboard.state import get_history, get_runner
+from conftest import APP, ROOT
 
-APP = str(ROOT / "app.py")
 LMDEPLOY_CSV = ROOT / "tests" / "data" / "lmdeploy_csv" / "profile_throughput.csv"
 
-logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").setLevel(logging.ERROR)
 
 
 def tiny_config(concurrency: int, label: str) -> RunConfig:
@@ -44,17 +40,13 @@ def prepared_history(tmp_path_factory, tiny_model_path):
 
 
 @pytest.fixture
-def history_root(prepared_history, tmp_path, monkeypatch):
+def history_root(prepared_history, tmp_path, monkeypatch, fresh_dashboard):
     """A private copy of the prepared history, behind fresh cached runner and history objects."""
     source, run_ids, imported = prepared_history
     root = tmp_path / "results"
     shutil.copytree(source, root)
     monkeypatch.setenv(RESULTS_ENV, str(root))
-    get_runner.clear()
-    get_history.clear()
-    yield root
-    get_runner.clear()
-    get_history.clear()
+    return root
 
 
 def open_history() -> AppTest:

@@ -1,29 +1,21 @@
 """The Run page with the openai backend, through AppTest, against the real `transformers serve`."""
 
-import logging
 
 import pytest
 from openai_server import free_port, transformers_server  # noqa: F401 (fixture)
 from streamlit.testing.v1 import AppTest
 
 from bench_core.history import RESULTS_ENV
-from conftest import ROOT
-from dashboard.state import get_history, get_runner
+from conftest import APP
+from dashboard.state import get_runner
 
-APP = str(ROOT / "app.py")
 SECRET = "sk-typed-in-the-page-0123456789"
 
-logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").setLevel(logging.ERROR)
 
 
 @pytest.fixture(autouse=True)
-def fresh_state(tmp_path, monkeypatch):
+def fresh_state(tmp_path, monkeypatch, fresh_dashboard):
     monkeypatch.setenv(RESULTS_ENV, str(tmp_path / "results"))
-    get_runner.clear()
-    get_history.clear()
-    yield
-    get_runner.clear()
-    get_history.clear()
 
 
 def choose_server(base_url: str) -> AppTest:

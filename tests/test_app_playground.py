@@ -1,28 +1,20 @@
 """The Playground page through AppTest, answering prompts with the real tiny model on the shared runner."""
 
-import logging
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from bench_core.history import RESULTS_ENV
-from conftest import ROOT
-from dashboard.state import get_history, get_runner
+from conftest import APP
+from dashboard.state import get_runner
 
-APP = str(ROOT / "app.py")
 TINY = "builtin:tiny-llama"
 
-logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").setLevel(logging.ERROR)
 
 
 @pytest.fixture(autouse=True)
-def fresh_state(tmp_path, monkeypatch, tiny_model_path):
+def fresh_state(tmp_path, monkeypatch, tiny_model_path, fresh_dashboard):
     monkeypatch.setenv(RESULTS_ENV, str(tmp_path / "results"))
-    get_runner.clear()
-    get_history.clear()
-    yield
-    get_runner.clear()
-    get_history.clear()
 
 
 def open_playground() -> AppTest:

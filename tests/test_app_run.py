@@ -1,7 +1,6 @@
 """The app shell and the Run page, driven through AppTest with the real runner and the tiny model."""
 
 import json
-import logging
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -10,15 +9,13 @@ from bench_core.config import RunConfig
 from bench_core.engines import availability
 from bench_core.history import RESULTS_ENV, History
 from bench_core.runner import Runner
-from conftest import ROOT
+from conftest import APP
 from dashboard import sidebar
-from dashboard.state import get_history, get_runner
+from dashboard.state import get_runner
 
-APP = str(ROOT / "app.py")
 TINY = "builtin:tiny-llama"
 LATENCY_ROWS = ["End-to-end latency (ms)", "TTFT (ms)", "TPOT (ms)", "ITL (ms)", "Tokens per tick (tokens)"]
 
-logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").setLevel(logging.ERROR)
 
 
 def tiny_config(num_prompts: int = 8, output_len: int = 8, label: str = "") -> RunConfig:
@@ -39,13 +36,8 @@ def results_root(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def fresh_state(results_root):
+def fresh_state(results_root, fresh_dashboard):
     """Every test starts with a new runner and history, as after a server restart; its runs are cancelled after."""
-    get_runner.clear()
-    get_history.clear()
-    yield
-    get_runner.clear()
-    get_history.clear()
 
 
 @pytest.fixture(scope="module")

@@ -5,33 +5,25 @@ past sweeps; cancel and resume; bad input as one error."""
 from __future__ import annotations
 
 import json
-import logging
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from bench_core.history import RESULTS_ENV
-from conftest import ROOT
+from conftest import APP
 from dashboard.state import get_history, get_runner
 from dashboard.sweep_view import get_sweeps
 
-APP = str(ROOT / "app.py")
 PAGE = "pages/sweep.py"
 TINY = "builtin:tiny-llama"
 SWEEP_TIMEOUT_S = 120
 
-logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").setLevel(logging.ERROR)
 
 
 @pytest.fixture(autouse=True)
-def fresh_state(tmp_path, monkeypatch, tiny_model_path):
+def fresh_state(tmp_path, monkeypatch, tiny_model_path, fresh_dashboard):
     """Each test has its own history and a fresh runner and sweep registry; what it started is cancelled after."""
     monkeypatch.setenv(RESULTS_ENV, str(tmp_path / "results"))
-    for cached in (get_sweeps, get_runner, get_history):
-        cached.clear()
-    yield
-    for cached in (get_sweeps, get_runner, get_history):
-        cached.clear()
 
 
 def open_sweep_page(sweep_id: str | None = None) -> AppTest:
