@@ -237,6 +237,14 @@ def percentile_key(q: float) -> str:
     return f"p{int(q)}" if float(q).is_integer() else f"p{q}"
 
 
+def latency_columns(name: str, values_s: np.ndarray, percentiles: Sequence[float]) -> dict[str, float]:
+    """One latency metric's summary keys in ms: mean, std, min, max, then each percentile."""
+    stats = distribution(values_s, percentiles)
+    columns = {f"{stat}_{name}_ms": getattr(stats, stat) * 1000 for stat in ("mean", "std", "min", "max")}
+    columns.update({f"{percentile_key(q)}_{name}_ms": value * 1000 for q, value in zip(percentiles, stats.percentiles)})
+    return columns
+
+
 def run_summary(
     table: pd.DataFrame,
     duration_s: float,
@@ -277,13 +285,7 @@ def run_summary(
     for name in LATENCY_METRICS:
         measured = stream_output or name not in STREAM_ONLY_METRICS
         series = values[name][~np.isnan(values[name])] if measured else np.array([])
-        stats = distribution(series, percentiles)
-        summary[f"mean_{name}_ms"] = stats.mean * 1000
-        summary[f"std_{name}_ms"] = stats.std * 1000
-        summary[f"min_{name}_ms"] = stats.min * 1000
-        summary[f"max_{name}_ms"] = stats.max * 1000
-        for q, value in zip(percentiles, stats.percentiles):
-            summary[f"{percentile_key(q)}_{name}_ms"] = value * 1000
+        summary.update(latency_columns(name, series, percentiles))
     # Tokens per response chunk: LMDeploy's tpts, its percentiles truncated to integers as it prints them.
     # Absent from tables stored before this column existed: the statistic is then not measured.
     tick_cells = table["tokens_per_tick"].to_numpy(dtype=object)[ok] if "tokens_per_tick" in table else []

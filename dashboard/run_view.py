@@ -150,11 +150,7 @@ def live_percentile_table(series: dict[str, np.ndarray], percentiles, stream_out
     """LMDeploy's latency table for the values seen so far; rows with no values yet are left out."""
     summary: dict[str, float] = {}
     for metric, values in series.items():
-        stats = metrics.distribution(np.asarray(values), percentiles)
-        summary.update({f"mean_{metric}_ms": stats.mean * 1000, f"std_{metric}_ms": stats.std * 1000,
-                        f"min_{metric}_ms": stats.min * 1000, f"max_{metric}_ms": stats.max * 1000})
-        for q, value in zip(percentiles, stats.percentiles):
-            summary[f"{metrics.percentile_key(q)}_{metric}_ms"] = value * 1000
+        summary.update(metrics.latency_columns(metric, np.asarray(values), percentiles))
     return tables.percentile_table(summary, percentiles, stream_output).dropna(how="all")
 
 
