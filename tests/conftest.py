@@ -26,9 +26,6 @@ def tiny_tokenizer(tiny_model_path):
     return load_tokenizer("builtin:tiny-llama")
 
 
-APP = str(ROOT / "app.py")
-
-
 @pytest.fixture
 def fresh_dashboard():
     """New process-wide runner, history and sweep registry around an AppTest test, as after a server

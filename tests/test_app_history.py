@@ -10,7 +10,7 @@ from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.history import RESULTS_ENV, History
 from bench_core.runner import Runner
 from bench_core.tables import describe_column
-from conftest import APP, ROOT
+from app_under_test import APP, ROOT
 
 LMDEPLOY_CSV = ROOT / "tests" / "data" / "lmdeploy_csv" / "profile_throughput.csv"
 

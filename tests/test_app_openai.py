@@ -6,7 +6,7 @@ from openai_server import free_port, transformers_server  # noqa: F401 (fixture)
 from streamlit.testing.v1 import AppTest
 
 from bench_core.history import RESULTS_ENV
-from conftest import APP
+from app_under_test import APP
 from dashboard.state import get_runner
 
 SECRET = "sk-typed-in-the-page-0123456789"

@@ -5,7 +5,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from bench_core.history import RESULTS_ENV
-from conftest import APP
+from app_under_test import APP
 from dashboard.state import get_runner
 
 TINY = "builtin:tiny-llama"

@@ -9,7 +9,7 @@ from bench_core.config import RunConfig
 from bench_core.engines import availability
 from bench_core.history import RESULTS_ENV, History
 from bench_core.runner import Runner
-from conftest import APP
+from app_under_test import APP
 from dashboard import sidebar
 from dashboard.state import get_runner
 
