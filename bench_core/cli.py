@@ -28,7 +28,7 @@ from .config import (
     RunConfig,
     parse_quant_policy,
 )
-from .errors import BenchError
+from .errors import BenchError, ConfigError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 PROGRESS_WIDTH = 120  # characters of the progress line redrawn on a terminal
@@ -77,10 +77,13 @@ PIPELINE_KNOBS = tuple(knob for knob in ENGINE_KNOBS if set(knob.backends) & set
 
 
 def _add_knob(group, knob) -> None:
+    """A knob's flag. Not given, it is absent from the parsed arguments (argparse.SUPPRESS), so a flag the user
+    typed is told apart from a default: `engine_knobs_from_args` refuses one the backend does not use."""
     hint = _ENGINE_TYPES[knob.name]
-    kwargs: dict = {"dest": knob.name, "default": knob.default, "help": knob.help}
-    if knob.constraint:
-        kwargs["help"] += f" ({knob.constraint})"
+    backends = ", ".join(knob.backends)
+    constraint = f"; {knob.constraint}" if knob.constraint else ""
+    kwargs: dict = {"dest": knob.name, "default": argparse.SUPPRESS,
+                    "help": f"{knob.help} (default: {knob.default}; for {backends}{constraint})".replace("%", "%%")}
     if hint is bool:
         kwargs["action"] = "store_true"
     elif knob.name == "quant_policy":
@@ -175,11 +178,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def engine_knobs_from_args(args: argparse.Namespace) -> dict:
+    """The knob flags given on the command line; ConfigError naming each one that --backend does not use."""
+    given = {knob: getattr(args, knob.name) for knob in PIPELINE_KNOBS if hasattr(args, knob.name)}
+    problems = [knob.not_applicable(args.backend) for knob in given if args.backend not in knob.backends]
+    if problems:
+        raise ConfigError(" ".join(problems))
+    return {knob.name: value for knob, value in given.items()}
+
+
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     engine = EngineConfig(
         backend=args.backend,
         model=args.model_path,
-        **{k.name: getattr(args, k.name) for k in PIPELINE_KNOBS},
+        **engine_knobs_from_args(args),
         trust_remote_code=args.trust_remote_code,
         log_level=args.log_level,
     )

@@ -130,8 +130,8 @@ class RunConfig:
 
     def to_flat_dict(self) -> dict[str, Any]:
         """One level of keys, as history columns and config.json use them (field names are unique)."""
-        flat: dict[str, Any] = {}
-        for part_name in ("engine", "dataset", "load", "generation"):
+        flat: dict[str, Any] = applied_engine_settings(self.engine)
+        for part_name in ("dataset", "load", "generation"):
             flat.update(dataclasses.asdict(getattr(self, part_name)))
         del flat["api_key"]  # a credential: never written anywhere
         flat.update({f"slo_{k}_s": v for k, v in dataclasses.asdict(self.slo).items()})
@@ -141,12 +141,15 @@ class RunConfig:
 
     @classmethod
     def from_flat_dict(cls, flat: dict[str, Any]) -> RunConfig:
-        """Inverse of `to_flat_dict`; unknown keys are ignored, missing ones take defaults."""
+        """Inverse of `to_flat_dict`; unknown keys are ignored, missing ones take defaults, and so do knobs
+        that do not apply to the backend (older rows recorded LMDeploy's defaults for every backend)."""
+        backend = str(flat.get("backend") or "")
+        ignored = {knob.name for knob in ENGINE_KNOBS if backend and backend not in knob.backends}
 
         def part(part_cls):
             kwargs = {}
             for f in dataclasses.fields(part_cls):
-                if f.name in flat:
+                if f.name in flat and f.name not in ignored:
                     kwargs[f.name] = _coerce(flat[f.name], f.default)
             return part_cls(**kwargs)
 
@@ -212,6 +215,13 @@ class Knob:
     @property
     def default(self) -> Any:
         return {f.name: f.default for f in dataclasses.fields(EngineConfig)}[self.name]
+
+    def not_applicable(self, backend: str) -> str:
+        """Why this knob cannot be set for `backend`, naming the flag and the backends that use it."""
+        names = list(self.backends)
+        backends = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+        return (f"{self.flag} applies to the {backends} backend{'s' if len(names) > 1 else ''} only, "
+                f"not to {backend}.")
 
 
 SHARED = "Shared engine"
@@ -293,12 +303,30 @@ def knobs_for(backend: str) -> tuple[Knob, ...]:
     return tuple(k for k in ENGINE_KNOBS if backend in k.backends)
 
 
+def applied_engine_settings(engine: EngineConfig) -> dict[str, Any]:
+    """The engine's fields as recorded: knobs that do not apply to its backend are None (left empty),
+    so a CPU run's row does not claim device=cuda or a KV cache fraction it never used."""
+    settings = dataclasses.asdict(engine)
+    for knob in ENGINE_KNOBS:
+        if engine.backend not in knob.backends:
+            settings[knob.name] = None
+    return settings
+
+
+def inapplicable_knob_problems(engine: EngineConfig) -> list[str]:
+    """One sentence per knob set away from its default although the backend does not use it."""
+    return [knob.not_applicable(engine.backend) for knob in ENGINE_KNOBS
+            if engine.backend not in knob.backends and getattr(engine, knob.name) != knob.default]
+
+
 def validate_run_config(config: RunConfig) -> list[str]:
     """Backend-independent problems, each a sentence for the user. Empty when the run may start."""
     problems: list[str] = []
     eng, data, load, slo = config.engine, config.dataset, config.load, config.slo
     if eng.backend not in BACKENDS:
         problems.append(f"Unknown backend '{eng.backend}'; choose one of {', '.join(BACKENDS)}.")
+    else:
+        problems.extend(inapplicable_knob_problems(eng))
     if not str(eng.model).strip() and eng.backend != SERVER_BACKEND:  # a server names its own model
         problems.append("No model given: pass a local path, a hub id or a built-in model such as builtin:tiny-llama.")
     if data.dataset_name not in DATASET_NAMES:

@@ -28,7 +28,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import csvstore
-from .config import DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, RunConfig, lmdeploy_hyperparams
+from .config import (
+    DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, RunConfig, applied_engine_settings, lmdeploy_hyperparams,
+)
 from .engines.base import EngineInfo
 from .errors import HistoryError
 from .history_import import HISTORY_SOURCE, SAVE_CSV_COLUMNS, parse_import
@@ -99,7 +101,8 @@ class History:
         folder = self.run_dir(record.run_id)
         folder.mkdir(parents=True, exist_ok=True)
         flat_config = _without_secrets(record.config.to_flat_dict())
-        nested_config = _without_secrets(dataclasses.asdict(record.config))
+        nested_config = _without_secrets({**dataclasses.asdict(record.config),
+                                          "engine": applied_engine_settings(record.config.engine)})
         _write_json(folder / "config.json", {"flat": flat_config, "nested": nested_config})
         _write_json(folder / "environment.json", _without_secrets(record.environment))
         if record.requests is not None:

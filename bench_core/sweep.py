@@ -134,6 +134,11 @@ class SweepPlan:
 
     def check(self) -> None:
         """Raise one ConfigError naming every impossible point and why, or the missing backend."""
+        backend = self.base.engine.backend
+        unused = [_KNOBS[axis.name] for axis in self.axes
+                  if axis.name in _KNOBS and backend not in _KNOBS[axis.name].backends]
+        if unused:
+            raise ConfigError(" ".join(f"Cannot sweep {knob.name}: {knob.not_applicable(backend)}" for knob in unused))
         grid = self.grid()
         points_by_problem: dict[str, list[dict[str, Any]]] = {}
         for values in grid:

@@ -126,6 +126,16 @@ def test_help_documents_every_engine_knob(capsys):
     (["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--sharegpt-output-len", "2"],
      "at least 4"),
     (["builtin:sample", "builtin:tiny-llama", "--quant-policy", "int3"], "invalid quant_policy"),
+    (["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--cache-max-entry-count", "2.0"],
+     "error: --cache-max-entry-count applies to the turbomind and pytorch backends only, not to transformers."),
+    (["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--cache-max-entry-count", "-1"],
+     "error: --cache-max-entry-count applies to the turbomind and pytorch backends only"),
+    # Given explicitly, even LMDeploy's default value is refused: the flag does nothing on this backend.
+    (["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--session-len", "0", "--eager-mode"],
+     "--session-len applies to the turbomind and pytorch backends only, not to transformers. "
+     "--eager-mode applies to the pytorch backend only, not to transformers."),
+    (["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--communicator", "nccl"],
+     "--communicator applies to the turbomind backend only"),
     (["builtin:sample", "builtin:tiny-llama", "--bogus"], "unrecognized arguments"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, tiny_model_path, args, message):

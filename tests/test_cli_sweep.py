@@ -87,6 +87,9 @@ def test_resume_runs_only_the_missing_run(grid_sweep, capsys):
     (["--sweep", "concurrency=0,2"], "error: Sweep points with concurrency=0: Concurrency must be at least 1."),
     (["--sweep", "concurrency=1,2", "--repeats", "0"], "error: A sweep needs at least 1 repeat per point."),
     (["--sweep", "concurrency=1", "--sweep", "tp=1", "--sweep", "num_prompts=4"], "one setting or two"),
+    (["--sweep", "cache_max_entry_count=0.5,0.8"],
+     "error: Cannot sweep cache_max_entry_count: --cache-max-entry-count applies to the turbomind and pytorch "
+     "backends only, not to transformers."),
 ])
 def test_a_bad_sweep_is_one_line_exit_2_and_nothing_written(args, message, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)

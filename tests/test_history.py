@@ -169,6 +169,20 @@ def test_run_folder_round_trips_config_environment_and_requests(history):
     assert table["n_ticks"].tolist() == [5, 3] and table["status"].tolist() == ["success", "incomplete"]
 
 
+def test_a_cpu_runs_row_and_config_leave_the_knobs_of_other_backends_empty(history):
+    record = _record()  # transformers on the CPU
+    history.record(record)
+
+    _, rows = csvstore.read_table(history.csv_path)
+    row = rows[0]
+    assert (row["device"], row["communicator"], row["cache_max_entry_count"], row["session_len"]) == ("", "", "", "")
+    assert (row["dtype"], row["max_batch_tokens"], row["engine_device"]) == ("float32", "1024", "cpu")
+    saved = json.loads((history.run_dir(record.run_id) / "config.json").read_text())
+    assert saved["flat"]["device"] is None and saved["nested"]["engine"]["communicator"] is None
+    assert saved["nested"]["engine"]["dtype"] == "float32"
+    assert history.config(record.run_id) == record.config
+
+
 def test_a_new_column_rewrites_the_file_with_the_union_header(history):
     first = _record()
     second = _record(metrics={"completed": 2, "p90_ttft_ms": 7.5})

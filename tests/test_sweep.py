@@ -168,6 +168,13 @@ def test_check_applies_the_backend_rules_to_each_point():
         plan.check()
 
 
+def test_a_sweep_over_a_knob_the_backend_does_not_use_is_refused():
+    plan = SweepPlan("s", _base(), (parse_sweep_arg("session_len=none,4096"),))  # transformers has no session_len
+    with pytest.raises(ConfigError, match=r"^Cannot sweep session_len: --session-len applies to the turbomind and "
+                                          r"pytorch backends only, not to transformers\.$"):
+        plan.check()
+
+
 def test_check_says_once_what_every_point_lacks():
     base = _base()
     base.engine.model = " "
@@ -180,7 +187,7 @@ def test_a_possible_plan_passes_its_check():
 
 
 def test_a_plan_survives_a_json_round_trip():
-    plan = SweepPlan(new_sweep_id(), _base(label="x"), (parse_sweep_arg("session_len=none,4096"),
+    plan = SweepPlan(new_sweep_id(), _base("pytorch", label="x"), (parse_sweep_arg("session_len=none,4096"),
                                                        parse_sweep_arg("cache_max_entry_count=0.5,0.8")), repeats=3)
     again = SweepPlan.from_dict(json.loads(json.dumps(plan.to_dict())))
     assert again == plan
@@ -213,7 +220,7 @@ def test_nothing_is_done_in_an_empty_or_older_history():
 
 def test_resume_reads_the_points_back_from_a_real_history(tmp_path):
     history = History(tmp_path)
-    plan = SweepPlan("sweep-1", _base(), (parse_sweep_arg("session_len=none,64"),
+    plan = SweepPlan("sweep-1", _base("pytorch"), (parse_sweep_arg("session_len=none,64"),
                                           parse_sweep_arg("enable_prefix_caching=false,true")), repeats=2)
     first_half = plan.points()[:5]
     for index, run in enumerate(first_half):
