@@ -15,6 +15,7 @@ from bench_core import charts, tables
 from bench_core.config import ENGINE_KNOBS
 from bench_core.errors import BenchError, HistoryError
 from bench_core.history import History
+from dashboard import active_runs
 from dashboard.state import get_history
 
 # Relative to this page's URL: the Run page as app.py registers it (pages/run.py -> /run).
@@ -189,6 +190,7 @@ def distributions(history: History, chosen: pd.DataFrame) -> None:
         right.plotly_chart(charts.cdf_overlay(request_tables, "itl"), key="chart_cdf_itl")
 
 
+active_runs.render_banner(shown_run_id=None)
 st.title("History")
 history = get_history()
 import_section(history)

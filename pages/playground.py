@@ -14,6 +14,7 @@ from bench_core.playground import (
     FILE_TYPES, parse_prompt_file, prompts_from_text, results_frame, results_to_csv_bytes, results_to_jsonl_bytes,
 )
 from bench_core.runner import PlaygroundJob
+from dashboard import active_runs
 from dashboard.sidebar import DEFAULT_BACKEND, DEFAULT_MODEL, OTHER_MODEL
 from dashboard.state import get_runner
 
@@ -116,6 +117,7 @@ def show_job(job: PlaygroundJob) -> None:
                                   key="pg_download_jsonl", on_click="ignore")
 
 
+active_runs.render_banner(shown_run_id=None)
 st.title("Playground")
 st.caption("Run a batch of chat prompts once, with the model's chat template, and read the answers. "
            "Prompts wait their turn behind any benchmark and are not recorded in the history.")

@@ -1,35 +1,43 @@
 """Run page: configure a benchmark in the sidebar, start it, watch it live, read and download its results.
 
 The run on show is the one named in the URL (?run=<id>), so a reload, a second tab or a bookmark finds
-it, including runs that ended before the server restarted (rebuilt from the history).
+it, including runs that ended before the server restarted (rebuilt from the history). Without one, the
+page shows the run that holds the engine, if any, whichever tab started it.
 """
 
 import streamlit as st
 
 from bench_core.errors import BenchError
-from dashboard import sidebar
+from dashboard import active_runs, sidebar
 from dashboard.run_view import render_run
 from dashboard.state import get_history, get_runner
 
 UPLOADS_FOLDER = "uploads"
 
-st.title("Run a benchmark")
-
+runner = get_runner()
 run_id = st.query_params.get("run") or st.session_state.get("run_id")
-shown = get_runner().get(run_id) if run_id else None
+if not run_id:
+    run_id = next((run.run_id for run in active_runs.active_runs(runner)), None)
+shown = runner.get(run_id) if run_id else None
+active_runs.render_banner(run_id)
+st.title("Run a benchmark")
 choice = sidebar.render_sidebar(cancel=shown.cancel if shown is not None and shown.active else None)
 
 if choice.start:
     try:
-        run = sidebar.submit_run(choice.values, get_runner(), get_history().root / UPLOADS_FOLDER)
+        run = active_runs.press_start(sidebar.config_from_values(choice.values, get_history().root / UPLOADS_FOLDER))
     except BenchError as exc:
         st.error(str(exc))
     else:
-        st.query_params["run"] = st.session_state["run_id"] = run.run_id
-        st.rerun()  # redraw the sidebar with Cancel enabled for the new run
+        if run is not None and run.run_id != run_id:
+            st.query_params["run"] = st.session_state["run_id"] = run.run_id
+            st.rerun()  # redraw the sidebar with Cancel enabled for the new run
+active_runs.render_confirmation()
 if run_id:
     # Keep the run in the URL (switching pages drops query parameters) and in the session.
     st.query_params["run"] = st.session_state["run_id"] = run_id
+    if shown is None or not shown.active:
+        sidebar.offer_past_settings(run_id, shown, get_history())
     render_run(run_id, sidebar.slo_from_ms(choice.values["slo_ms"]))
 else:
     st.info("Choose a model, a backend and a dataset in the sidebar, then press **Start**. With nothing "

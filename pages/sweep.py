@@ -9,11 +9,12 @@ The sweep on show is named in the URL (?sweep=<id>), so a reload or a second tab
 import streamlit as st
 
 from bench_core.errors import BenchError
-from dashboard import sidebar, sweep_view
+from dashboard import active_runs, sidebar, sweep_view
 from dashboard.state import get_history
 
 UPLOADS_FOLDER = "uploads"
 
+active_runs.render_banner(shown_run_id=None)
 st.title("Knob sweep")
 
 sweep_id = st.query_params.get("sweep") or st.session_state.get("sweep_id")

@@ -5,7 +5,7 @@ import json
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from bench_core.config import RunConfig
+from bench_core.config import RunConfig, knobs_for
 from bench_core.engines import availability
 from bench_core.history import RESULTS_ENV, History
 from bench_core.runner import Runner
@@ -84,6 +84,8 @@ def test_sidebar_opens_on_the_embedded_default_sized_for_a_cpu():
     assert at.sidebar.number_input(key="sharegpt_output_len_cpu").value == 128
     assert at.sidebar.checkbox(key="stream_output_cpu").value is True
     assert at.sidebar.number_input(key="knob_max_batch_tokens").value == 1024  # the engine's default
+    knob_keys = {widget.key for widget in at.sidebar if str(getattr(widget, "key", "")).startswith("knob_")}
+    assert knob_keys == {f"knob_{knob.name}" for knob in knobs_for("transformers")}  # no LMDeploy knob here
     assert not at.sidebar.button(key="start").disabled
     assert at.sidebar.button(key="cancel").disabled
 
@@ -170,18 +172,140 @@ def test_slo_inputs_change_goodput_without_a_new_run(stored_run_id):
     assert get_runner().runs() == []
 
 
-def test_a_second_run_waits_in_the_queue_and_says_so():
-    first = get_runner().submit(tiny_config(num_prompts=2000, output_len=64))
+def long_run(label: str = "") -> RunConfig:
+    """Far longer than any test waits for: it is still active when the test looks, and cancelled after."""
+    return tiny_config(num_prompts=2000, output_len=64, label=label)
+
+
+def banner_lines(at: AppTest) -> list[str]:
+    """The active-runs banner's lines, with the run each "Open it" link leads to."""
+    lines = [m.value for m in at.markdown if m.value.startswith(":material/pending:")]
+    links = [link.proto.query_string for link in at.get("page_link")]
+    return [f"{line} -> {link}" for line, link in zip(lines, links)]
+
+
+def test_a_second_press_of_start_with_the_same_settings_queues_nothing():
     at = open_app()
+    choose_tiny_run(at, num_prompts=2000, output_len=64)
+    start(at)
+    first = get_runner().get(at.query_params["run"])
+    start(at)  # the same settings while the first run is still active
+    assert not at.exception
+    assert [run.run_id for run in get_runner().runs()] == [first.run_id]
+    assert at.query_params["run"] == first.run_id
+    assert any(info.value.startswith(f"Already started: run {first.run_id} is ") for info in at.info)
+    assert not at.warning  # nothing to confirm: nothing is queued
+
+
+def test_start_while_another_run_is_active_names_it_and_queues_only_when_confirmed():
+    first = get_runner().submit(long_run(label="other tab"))
+    at = open_app(first.run_id)
     choose_tiny_run(at)
     start(at)
+    assert [run.run_id for run in get_runner().runs()] == [first.run_id]  # asked, not queued
+    (warning,) = at.warning
+    assert f"run {first.run_id} (other tab) is " in warning.value and "waits in the queue behind it" in warning.value
+    at.button(key="discard_start").click().run()
+    assert not at.warning and [run.run_id for run in get_runner().runs()] == [first.run_id]
+
+    start(at)
+    at.button(key="confirm_start").click().run()
     second = get_runner().get(at.query_params["run"])
     assert second is not first and second.state == "queued"
+    assert len(get_runner().runs()) == 2 and not at.warning
     assert any("waiting: 1 run(s) ahead" in info.value for info in at.info)
     assert not at.sidebar.button(key="cancel").disabled
     first.cancel()
     at.sidebar.button(key="cancel").click().run()
     assert second.wait(30) and second.state == "cancelled"
+
+
+def test_the_base_url_in_a_new_tab_shows_the_active_run_instead_of_the_intro():
+    run = get_runner().submit(long_run())
+    at = open_app()  # a new session on the base URL, as a second tab is
+    assert not at.exception
+    assert at.query_params["run"] == run.run_id
+    assert at.subheader[0].value == f"Run {run.run_id}"
+    assert not [info for info in at.info if "press **Start**" in info.value]
+    assert not at.sidebar.button(key="cancel").disabled
+    assert banner_lines(at) == []  # the page shows that run in full: no banner, no second poll
+
+
+def test_every_other_page_shows_the_active_and_queued_runs_with_links_to_them():
+    runner = get_runner()
+    running, queued = runner.submit(long_run(label="busy")), runner.submit(long_run(label="next"))
+    at = open_app()
+    for page in ("pages/history.py", "pages/sweep.py", "pages/playground.py"):
+        at.switch_page(page).run()
+        assert not at.exception
+        first, second = banner_lines(at)
+        assert first.startswith(f":material/pending: run {running.run_id} (busy) is ")
+        assert first.endswith(f"-> run={running.run_id}")
+        assert second == f":material/pending: run {queued.run_id} (next) is queued, 1 ahead of it -> run={queued.run_id}"
+    at.switch_page("pages/run.py").run()  # it shows the running one in full; the banner lists the other
+    assert [line.split(" is ")[0] for line in banner_lines(at)] == [f":material/pending: run {queued.run_id} (next)"]
+    running.cancel()
+    queued.cancel()
+    assert running.wait(30) and queued.wait(30)
+    at.switch_page("pages/history.py").run()
+    assert banner_lines(at) == []
+
+
+def test_sidebar_settings_follow_the_user_across_pages_and_into_the_url():
+    at = open_app()
+    at.sidebar.number_input(key="num_prompts_cpu").set_value(3)
+    at.sidebar.number_input(key="concurrency_cpu").set_value(2)
+    at.sidebar.selectbox(key="model_choice").select(TINY).run()
+    for page in ("pages/sweep.py", "pages/history.py", "pages/run.py"):
+        at.switch_page(page).run()
+        assert not at.exception
+        if page != "pages/history.py":  # no sidebar settings there
+            assert at.sidebar.number_input(key="num_prompts_cpu").value == 3
+            assert at.sidebar.number_input(key="concurrency_cpu").value == 2
+            assert at.sidebar.selectbox(key="model_choice").value == TINY
+    settings = {key: value for key, value in at.query_params.items() if key != "run"}
+    assert settings == {"num_prompts_cpu": "3", "concurrency_cpu": "2", "model_choice": TINY}  # only the changed ones
+
+
+def test_a_reload_restores_the_settings_in_the_url_and_ignores_impossible_ones():
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params.update(num_prompts_cpu="3", concurrency_cpu="2", model_choice=TINY, stream_output_cpu="false",
+                           dataset_name="random", random_input_len="0", knob_dtype="float64")
+    at.run()
+    assert not at.exception
+    assert at.sidebar.number_input(key="num_prompts_cpu").value == 3
+    assert at.sidebar.number_input(key="concurrency_cpu").value == 2
+    assert at.sidebar.selectbox(key="model_choice").value == TINY
+    assert at.sidebar.checkbox(key="stream_output_cpu").value is False
+    assert at.sidebar.radio(key="dataset_name").value == "random"
+    assert at.sidebar.number_input(key="random_input_len").value == sidebar.RANDOM_LEN  # below its minimum
+    assert at.sidebar.selectbox(key="knob_dtype").value == "auto"  # not one of its choices
+
+
+def test_the_api_key_never_reaches_the_url():
+    at = open_app()
+    at.sidebar.selectbox(key="backend").select("openai").run()
+    at.sidebar.text_input(key="api_key").input("sk-secret-key")
+    at.sidebar.text_input(key="knob_base_url").input("http://127.0.0.1:9").run()
+    assert not at.exception
+    assert at.query_params["knob_base_url"] == "http://127.0.0.1:9"
+    assert not [key for key, value in at.query_params.items() if "api_key" in key or "sk-secret" in str(value)]
+
+
+def test_a_past_runs_settings_load_into_the_sidebar_and_run_again_as_they_were(stored_run_id, results_root):
+    at = open_app(stored_run_id)
+    at.button(key="load_settings").click().run()
+    assert not at.exception
+    assert at.sidebar.selectbox(key="model_choice").value == TINY
+    assert at.sidebar.number_input(key="num_prompts_cpu").value == 8
+    assert at.sidebar.text_input(key="label").value == "stored"
+    at.switch_page("pages/sweep.py").run()  # loaded settings are the sidebar's on every page
+    assert at.sidebar.selectbox(key="dataset_builtin").value == "builtin:sample"
+    at.switch_page("pages/run.py").run()
+    start(at)
+    again = get_runner().get(at.query_params["run"])
+    assert again.run_id != stored_run_id
+    assert again.config == History(results_root).config(stored_run_id)
 
 
 def test_a_missing_model_path_is_one_error_and_the_app_keeps_working():

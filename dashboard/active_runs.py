@@ -1,0 +1,115 @@
+"""The runs that hold or wait for the engine, as every page and tab sees them, and how a new run joins them.
+
+All sessions share one runner (`dashboard.state.get_runner`), so a run started in one tab is the active run of
+every tab. Every page shows it in a banner (state, progress, a link to it) that polls only while something is
+active. Start is one press, one run: pressing it again with the same settings while this session's run is
+active queues nothing, and starting while another run is active first asks, naming the run it would wait behind.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from bench_core.config import RunConfig, check_run_config
+from bench_core.errors import BenchError
+from bench_core.runner import QUEUED, Run, Runner
+from dashboard.state import get_runner
+
+BANNER_REFRESH_S = 2.0  # a few counters only; the Run page's own live view refreshes faster
+RUN_PAGE = "pages/run.py"  # relative to app.py, as st.page_link takes it
+STARTED = "started_run_ids"  # session key: the runs this session started
+PENDING = "pending_start"  # session key: the settings waiting for the user to confirm a queued start
+START_ERROR = "start_error"  # session key: why a confirmed start failed, shown once
+
+
+def active_runs(runner: Runner) -> list[Run]:
+    """Benchmark runs queued, loading or running, in queue order (the first one holds the engine)."""
+    return [run for run in runner.runs() if run.active]
+
+
+def describe(run: Run, runner: Runner) -> str:
+    """One line: the run, its label, its state and how far it got."""
+    label = f" ({run.config.label})" if run.config.label else ""
+    snapshot = run.snapshot()
+    if run.state == QUEUED:
+        progress = f", {runner.queue_position(run)} ahead of it"
+    elif snapshot is not None:
+        progress = (f": {snapshot.completed + snapshot.failed}/{snapshot.total_requests} requests, "
+                    f"{snapshot.elapsed_s:.0f} s")
+    else:
+        progress = ""
+    return f"run {run.run_id}{label} is {run.state}{progress}"
+
+
+def render_banner(shown_run_id: str | None) -> None:
+    """The active runs other than the one this page shows in full; nothing, and no polling, when there is none."""
+    if any(run.run_id != shown_run_id for run in active_runs(get_runner())):
+        st.fragment(_banner, run_every=BANNER_REFRESH_S)(shown_run_id)
+
+
+def _banner(shown_run_id: str | None) -> None:
+    runner = get_runner()
+    others = [run for run in active_runs(runner) if run.run_id != shown_run_id]
+    if not others:
+        st.rerun()  # they ended: one full rerun draws the page without the banner, and polling stops
+    with st.container(border=True, key="active_runs_banner"):
+        for run in others:
+            left, right = st.columns([4, 1], vertical_alignment="center")
+            left.markdown(f":material/pending: {describe(run, runner)}")
+            right.page_link(RUN_PAGE, label="Open it", query_params={"run": run.run_id})
+
+
+def press_start(config: RunConfig) -> Run | None:
+    """Start pressed with `config`: the run on show afterwards, or None while the user is asked to confirm.
+
+    Raises BenchError when `config` cannot run (before anything is queued or asked)."""
+    runner = get_runner()
+    started = set(st.session_state.get(STARTED, ()))
+    active = active_runs(runner)
+    same = next((run for run in active if run.run_id in started and run.config == config), None)
+    if same is not None:
+        st.info(f"Already started: {describe(same, runner)}. Pressing Start again queues nothing.")
+        return same
+    check_run_config(config)
+    if active:
+        st.session_state[PENDING] = config
+        return None
+    return _submit(runner, config)
+
+
+def render_confirmation() -> None:
+    """Ask before queueing the pending start behind the active runs; confirming queues it and shows it."""
+    if START_ERROR in st.session_state:
+        st.error(st.session_state.pop(START_ERROR))
+    if st.session_state.get(PENDING) is None:
+        return
+    runner = get_runner()
+    active = active_runs(runner)
+    if active:
+        ahead = "; ".join(describe(run, runner) for run in active)
+        st.warning(f"Another run holds the engine: {ahead}. A new run waits in the queue behind it.")
+    else:
+        st.info("The run that held the engine has ended: a new run starts at once.")
+    left, right = st.columns(2)
+    left.button("Queue my run" if active else "Start my run", key="confirm_start", type="primary", width="stretch",
+                on_click=_confirm)
+    right.button("Do not start", key="discard_start", width="stretch", on_click=st.session_state.pop,
+                 args=(PENDING, None))
+
+
+def _confirm() -> None:
+    config = st.session_state.pop(PENDING, None)
+    if config is None:  # a second click on the same button: already queued
+        return
+    try:
+        run = _submit(get_runner(), config)
+    except BenchError as exc:
+        st.session_state[START_ERROR] = str(exc)
+    else:
+        st.query_params["run"] = st.session_state["run_id"] = run.run_id
+
+
+def _submit(runner: Runner, config: RunConfig) -> Run:
+    run = runner.submit(config)
+    st.session_state[STARTED] = [*st.session_state.get(STARTED, ()), run.run_id]
+    return run

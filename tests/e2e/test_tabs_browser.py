@@ -1,0 +1,63 @@
+"""One user, several clicks and tabs, in a real browser: two clicks on Start 0.25 s apart queue one run, a
+second tab on the base URL finds that run and every page names it, and the sidebar's settings survive a page
+switch and a reload.
+
+What AppTest cannot show is checked here: clicks that arrive while the script is still running, sessions of
+two tabs sharing one server, and the URL as the browser keeps it across page switches.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import Page, expect
+from test_browser import (
+    FIRST_CHART_TIMEOUT_MS, LIVE_RUN, RUN_END_TIMEOUT_MS, TINY_MODEL, choose_model, choose_radio, fill_number,
+    open_run_page, run_id_in_url, sidebar,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+
+DOUBLE_CLICK_GAP_MS = 250  # the gap the issue reports: the second click lands while the first one's rerun runs
+
+
+def test_a_double_click_queues_one_run_that_a_second_tab_and_every_page_show(page: Page, artifacts):
+    open_run_page(page)
+    choose_model(page, TINY_MODEL)
+    choose_radio(page, "random")
+    for name, value in LIVE_RUN.items():
+        fill_number(page, name, value)
+    start = sidebar(page).get_by_role("button", name="Start")
+    start.click()
+    page.wait_for_timeout(DOUBLE_CLICK_GAP_MS)
+    start.click()
+    page.wait_for_url(lambda url: run_id_in_url(url) is not None)
+    run_id = run_id_in_url(page.url)
+    expect(page.get_by_role("heading", name=f"Run {run_id}")).to_be_visible()
+
+    second = page.context.new_page()  # a new tab: its own session on the same server
+    second.goto("/")
+    expect(second.get_by_role("heading", name=f"Run {run_id}")).to_be_visible(timeout=FIRST_CHART_TIMEOUT_MS)
+    second.screenshot(path=artifacts / "second-tab-during-a-run.png")
+    for title in ("History", "Sweep", "Playground"):
+        second.get_by_test_id("stSidebarNav").get_by_role("link", name=title).click()
+        banner = second.locator(".st-key-active_runs_banner")
+        expect(banner).to_contain_text(f"run {run_id} is ")
+        expect(banner.get_by_role("link", name="Open it")).to_have_count(1)  # one run active: nothing queued twice
+    banner.get_by_role("link", name="Open it").click()
+    expect(second.get_by_role("heading", name=f"Run {run_id}")).to_be_visible()
+
+    # The first tab's settings: in its URL, kept on another page, back after a reload.
+    expect(page).to_have_url(re.compile(rf"num_prompts_cpu={LIVE_RUN['Number of prompts']}"))
+    page.get_by_test_id("stSidebarNav").get_by_role("link", name="Sweep").click()
+    expect(page.get_by_role("heading", name="Knob sweep")).to_be_visible()
+    page.reload()
+    for name in ("Number of prompts", "Concurrency", "Input length", "Output length"):
+        expect(sidebar(page).get_by_role("spinbutton", name=name, exact=True)).to_have_value(str(LIVE_RUN[name]))
+
+    second.get_by_test_id("stSidebar").get_by_role("button", name="Cancel").click()
+    expect(second.get_by_text(re.compile(r"^cancelled: "))).to_be_visible(timeout=RUN_END_TIMEOUT_MS)
+    expect(page.locator(".st-key-active_runs_banner")).to_have_count(0)  # the banner stops when the run ends
+    expect(page.get_by_test_id("stException")).to_have_count(0)
+    expect(second.get_by_test_id("stException")).to_have_count(0)
