@@ -1,11 +1,12 @@
 """The app shell and the Run page, driven through AppTest with the real runner and the tiny model."""
 
 import json
+from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from bench_core.config import RunConfig, knobs_for
+from bench_core.config import SLO, DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, RunConfig, knobs_for
 from bench_core.engines import availability
 from bench_core.history import RESULTS_ENV, History
 from bench_core.runner import Runner
@@ -14,6 +15,7 @@ from dashboard import sidebar
 from dashboard.state import get_runner
 
 TINY = "builtin:tiny-llama"
+DATA = Path(__file__).resolve().parent / "data"
 LATENCY_ROWS = ["End-to-end latency (ms)", "TTFT (ms)", "TPOT (ms)", "ITL (ms)", "Tokens per tick (tokens)"]
 
 
@@ -327,6 +329,38 @@ def test_a_missing_model_path_is_one_error_and_the_app_keeps_working():
     assert get_runner().get(at.query_params["run"]).wait(60)
     at.run()
     assert not at.error and at.success
+
+
+def _random_dataset_from_a_path(tiny_model_path: str) -> RunConfig:
+    config = tiny_config(num_prompts=4, label="again")
+    config.engine = EngineConfig(backend="transformers", model=tiny_model_path, dtype="float32", max_batch_tokens=256)
+    config.dataset = DatasetConfig(dataset=str(DATA / "sharegpt_small.json"), dataset_name="random", num_prompts=4,
+                                   seed=3, random_input_len=16, random_output_len=4, random_range_ratio=0.5)
+    config.load = LoadConfig(load_pattern="concurrency", concurrency=2, stream_output=False)
+    config.generation = GenerationSettings(top_k=5, temperature=0.5)
+    config.slo = SLO(ttft=0.25)
+    return config
+
+
+def _a_server_at_a_rate(_) -> RunConfig:
+    return RunConfig(
+        engine=EngineConfig(backend="openai", model="served", base_url="http://127.0.0.1:9", endpoint="chat",
+                            server_kind="vllm", tokenizer=TINY, read_timeout_s=5.0),
+        dataset=DatasetConfig(dataset="builtin:sample", num_prompts=4, sharegpt_output_len=None),
+        load=LoadConfig(load_pattern="request_rate", request_rate=5.0, burstiness=0.5, max_concurrency=3,
+                        warmup_requests=0, duration_s=30.0, stream_output=True),
+        label="server")
+
+
+@pytest.mark.parametrize("make_config", [_random_dataset_from_a_path, _a_server_at_a_rate])
+def test_widget_values_are_the_way_back_from_a_config_to_the_sidebar(make_config, tiny_model_path):
+    config = make_config(tiny_model_path)
+    at = AppTest.from_file(APP, default_timeout=60)
+    for key, value in sidebar.widget_values(config).items():
+        at.session_state[key] = value  # what "Load these settings" does
+    start(at.run())
+    assert not at.exception and not at.error
+    assert get_runner().get(at.query_params["run"]).config == config
 
 
 def test_build_run_config_maps_widgets_to_the_run_settings():
