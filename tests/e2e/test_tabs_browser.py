@@ -39,12 +39,15 @@ def test_a_double_click_queues_one_run_that_a_second_tab_and_every_page_show(pag
     second = page.context.new_page()  # a new tab: its own session on the same server
     second.goto("/")
     expect(second.get_by_role("heading", name=f"Run {run_id}")).to_be_visible(timeout=FIRST_CHART_TIMEOUT_MS)
+    expect(second.get_by_test_id("stProgress")).to_contain_text("running: ", timeout=FIRST_CHART_TIMEOUT_MS)
     second.screenshot(path=artifacts / "second-tab-during-a-run.png")
     for title in ("History", "Sweep", "Playground"):
         second.get_by_test_id("stSidebarNav").get_by_role("link", name=title).click()
         banner = second.locator(".st-key-active_runs_banner")
-        expect(banner).to_contain_text(f"run {run_id} is ")
+        expect(banner).to_contain_text(re.compile(rf"run {run_id} is running: \d+/{LIVE_RUN['Number of prompts']} "
+                                                  r"requests"))
         expect(banner.get_by_role("link", name="Open it")).to_have_count(1)  # one run active: nothing queued twice
+    second.screenshot(path=artifacts / "second-tab-banner-on-playground.png")
     banner.get_by_role("link", name="Open it").click()
     expect(second.get_by_role("heading", name=f"Run {run_id}")).to_be_visible()
 
