@@ -24,7 +24,7 @@ import pandas as pd
 from .engines import engine_settings_key
 from .errors import BenchError, HistoryError
 from .history import History
-from .runner import CANCELLED, FAILED, FINISHED, Run, Runner
+from .runner import CANCELLED, FAILED, FINISHED, PARTIAL, Run, Runner
 from .sweep import PlannedRun, SweepPlan, describe_point, remaining
 
 RUNNING = "running"
@@ -112,7 +112,7 @@ class SweepRun:
             runs, current, skipped, errors = list(self.runs), self._current, len(self._skipped), list(self._errors)
         states = [run.state for _, run in runs]
         finished = self.finished_before + states.count(FINISHED)
-        failed = states.count(FAILED)
+        failed = states.count(FAILED) + states.count(PARTIAL)  # a point with failed requests is not done
         if self.active:
             state = RUNNING
         elif self._cancel.is_set() or CANCELLED in states:

@@ -125,7 +125,9 @@ def test_an_engine_that_cannot_start_fails_once_and_its_other_runs_are_skipped(r
     assert (progress.state, progress.failed, progress.skipped, progress.finished) == ("failed", 1, 3, 0)
     assert len(progress.errors) == 1 and "/no/such/model" in progress.errors[0]
     assert progress.message.startswith(f"1 run(s) failed: {progress.errors[0]} 3 run(s) skipped")
-    assert runner.history.load().empty  # nothing was measured, so nothing was recorded
+    # The run that tried is recorded as failed, with its reason; the skipped ones never ran.
+    rows = runner.history.load()
+    assert rows["status"].tolist() == ["failed"] and "/no/such/model" in rows["error"].iloc[0]
 
 
 def test_an_impossible_point_is_refused_before_anything_is_saved(runner):
