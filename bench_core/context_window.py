@@ -74,25 +74,33 @@ def _config_path(name: str) -> Path | None:
     return Path(cached) if isinstance(cached, str) else None
 
 
-def check_settings(config: RunConfig) -> None:
-    """Refuse output (and random input) lengths that cannot fit the model's window; ConfigError says why."""
+def length_problems(config: RunConfig) -> list[str]:
+    """The output (and random input) lengths asked for that cannot fit the model's window, as sentences."""
     data = config.dataset
-    output = data.random_output_len if data.dataset_name == "random" else data.sharegpt_output_len
-    if output is None:
-        return  # lengths come from the conversations: checked once they are sampled
     random = data.dataset_name == "random"
+    output = data.random_output_len if random else data.sharegpt_output_len
+    if output is None:
+        return []  # lengths come from the conversations: checked once they are sampled
     longest = output + ((data.random_input_len or 1) if random else 1)  # a ShareGPT prompt has a token at least
     window = context_window(config.engine)
     if window is None:
         if output > MAX_OUTPUT_TOKENS:
-            raise ConfigError(f"An output length of {output:,} tokens is more than any model can produce; "
-                              f"ask for at most {MAX_OUTPUT_TOKENS:,}.")
-        return
+            return [f"An output length of {output:,} tokens is more than any model can produce; "
+                    f"ask for at most {MAX_OUTPUT_TOKENS:,}."]
+        return []
     if longest > window:
-        what = (f"input {data.random_input_len:,} + output {output:,} tokens" if random
-                else f"an output of {output:,} tokens plus its prompt")
-        raise ConfigError(f"A request of {what} does not fit the {window:,}-token context window of "
-                          f"{config.engine.model}; lower the output length.")
+        what = f"input {data.random_input_len:,} + output {output:,} tokens" if random else (
+            f"an output of {output:,} tokens plus its prompt")
+        return [f"A request of {what} does not fit the {window:,}-token context window of "
+                f"{config.engine.model}; lower the output length."]
+    return []
+
+
+def check_settings(config: RunConfig) -> None:
+    """Raise ConfigError when the lengths asked for cannot fit the model's window (see length_problems)."""
+    problems = length_problems(config)
+    if problems:
+        raise ConfigError(" ".join(problems))
 
 
 def check_requests(requests: Sequence[SampledRequest], engine: EngineConfig) -> None:

@@ -104,7 +104,7 @@ class LiveTracker:
         self.max_in_flight = max_in_flight
         self._lock = threading.Lock()
         self._cursor: list[int] = []  # ticks read so far, per session
-        self._admitted: list[bool] = []  # per session: its admission has been counted
+        self._admitted: list[bool] = []  # per session: counted in flight and not counted out yet
         self._scanning: list[int] = []  # sessions that may still tick or finish
         self._origin: float | None = None
         self._latest_tick = -math.inf
