@@ -144,7 +144,7 @@ class SweepRun:
                 run.wait()
                 if run.state == CANCELLED:  # by the user, on this page or elsewhere, or by a shutdown
                     return
-                if run.state == FAILED:
+                if run.state in (FAILED, PARTIAL):
                     # Failed before measuring: the same engine settings (or dataset) would fail again.
                     self._note_failure(run.message, _engine_key(planned) if run.profiler is None else None)
         except BenchError as exc:  # the runner refused a run: the plan was checked, so the machine changed

@@ -137,3 +137,15 @@ def test_an_impossible_point_is_refused_before_anything_is_saved(runner):
         start_sweep(runner, plan_of("sharegpt_output_len=8,4000"))
     assert not (runner.history.root / "sweeps").exists()
     assert runner.runs() == []
+
+
+def test_a_point_where_some_requests_failed_counts_as_failed_with_its_reason(runner):
+    base = tiny_base(num_prompts=6)
+    base.dataset.dataset_name, base.dataset.sharegpt_output_len = "random", None
+    base.dataset.random_input_len, base.dataset.random_output_len, base.dataset.random_range_ratio = 16, 8, 0.1
+    base.engine.cache_block_seq_len, base.load.concurrency = 4, 1
+    sweep = run_to_the_end(runner, plan_of("num_blocks=5", base=base))  # the longest request needs 6 blocks
+    progress = sweep.progress()
+    assert (progress.state, progress.failed, progress.finished) == ("failed", 1, 0)
+    assert progress.message.startswith("1 run(s) failed: 1 of 6 requests failed (error: The request needs 6 KV")
+    assert runner.history.load()["status"].tolist() == ["partial"]
