@@ -2,8 +2,9 @@
 
 The same ticks give LMDeploy's numbers bit for bit (its attributes, its console table, its CSV row).
 On top of that: explicit timestamps (to replay recorded or imported runs), finish reasons, counts of
-failed / incomplete / unfinished requests, std/min/max, goodput against an SLO, a per-request table,
-a flat summary for the history, and a thread-safe live snapshot for a polling page. What crashes or
+failed / incomplete / unfinished / cancelled requests, std/min/max, goodput against an SLO, a
+per-request table, a flat summary for the history, and a thread-safe live snapshot for a polling page
+(requests in flight from their admission, `Session.admit`, where the caller records it). What crashes or
 misleads in LMDeploy's module does not here: undefined values are NaN, shown and written as '-'.
 
 Ticks are appended to Python lists, exactly as LMDeploy's do, because in CPython `list.append` is
