@@ -3,7 +3,8 @@
 `pipeline` accepts profile_pipeline_api.py's flags with the same names and defaults, runs the
 benchmark through the same runner the dashboard uses, prints LMDeploy's summary table (our extra
 rows below it), appends LMDeploy's CSV row to --csv and records the run in the history.
-Bad input is one line on stderr and exit code 2, with nothing written.
+Bad input is one line on stderr and exit code 2: found in the flags, nothing is written; found while
+loading (a dataset, a model), the run is recorded as failed. EXIT_CODES_HELP says what each code means.
 `sweep pipeline ... --sweep NAME=V1,V2` runs one such benchmark per point of a sweep (see cli_sweep).
 """
 
@@ -30,7 +31,13 @@ from .config import (
 )
 from .errors import BenchError, ConfigError
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_CODES_HELP = """exit codes:
+  0    finished: every request succeeded
+  1    failed: no request succeeded, or the engine broke (the reasons are on stderr)
+  2    bad input: a flag, the dataset, the model, or lengths beyond the model's context window
+  3    partial: some requests failed; the numbers count the successful ones (the reasons are on stderr)
+  130  interrupted (Ctrl-C); what was measured is kept"""
 PROGRESS_WIDTH = 120  # characters of the progress line redrawn on a terminal
 LOG_LEVELS = ("CRITICAL", "FATAL", "ERROR", "WARN", "WARNING", "INFO", "DEBUG", "NOTSET")
 
@@ -155,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     pipe = commands.add_parser(
         "pipeline",
         formatter_class=_HelpFormatter,
+        epilog=EXIT_CODES_HELP,
         help="benchmark a model in process, as LMDeploy's profile_pipeline_api.py does",
         description=(
             "Benchmark a model in process with the semantics of LMDeploy's profile_pipeline_api.py.\n"
@@ -217,11 +225,14 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 
 def _progress_line(run) -> str:
+    from .live_snapshot import describe_time_left
+
     snap = run.snapshot()
     if run.state != "running" or snap is None:
-        return f"{run.state}..."
-    return (f"running: {snap.completed + snap.failed}/{snap.total_requests} requests done, "
-            f"{snap.in_flight} in flight, {snap.output_tokens:,} tokens")
+        return f"{run.state}: {run.phase}..." if run.phase else f"{run.state}..."
+    done = snap.completed + snap.failed + snap.cancelled
+    return (f"running: {done}/{snap.total_requests} requests done, {snap.in_flight} in flight, "
+            f"{snap.output_tokens:,} tokens, {describe_time_left(snap)}")
 
 
 def wait_with_progress(job, describe=None) -> bool:
@@ -256,10 +267,25 @@ def report_unmeasured(run) -> int | None:
     return None
 
 
+def report_outcome(run, completed: bool) -> int:
+    """Say on stderr why a measured run failed or is partial; its exit code (see EXIT_CODES_HELP)."""
+    from .runner import CANCELLED, FAILED, PARTIAL
+
+    if not completed or run.state == CANCELLED:
+        return EXIT_INTERRUPTED
+    if run.state == FAILED:
+        print(f"error: {run.message}", file=sys.stderr)
+        return EXIT_FAILED
+    if run.state == PARTIAL:
+        print(f"warning: {run.message}", file=sys.stderr)
+        return EXIT_PARTIAL
+    return EXIT_OK
+
+
 def run_pipeline(args: argparse.Namespace) -> int:
     from .history import History
     from .config import lmdeploy_hyperparams
-    from .runner import CANCELLED, FAILED, FINISHED, Runner
+    from .runner import MEASURED, Runner
 
     config = config_from_args(args)
     runner = Runner(History(args.results))
@@ -271,17 +297,12 @@ def run_pipeline(args: argparse.Namespace) -> int:
         "Profile Pipeline API",
         [("Concurrency", config.load.concurrency), ("Stream output", config.load.stream_output)],
     )
-    if run.state == FINISHED and args.csv:
+    if run.state in MEASURED and args.csv:
         run.profiler.save_csv(args.csv, lmdeploy_hyperparams(config))
     saved = "" if runner.history is None else f" in {runner.history.csv_path}"
     print(f"run {run.run_id}: {run.state}{saved}", file=sys.stderr)
     runner.shutdown()
-    if not completed or run.state == CANCELLED:
-        return EXIT_INTERRUPTED
-    if run.state == FAILED:
-        print(f"error: {run.message}", file=sys.stderr)
-        return EXIT_FAILED
-    return EXIT_OK
+    return report_outcome(run, completed)
 
 
 def _quiet_libraries() -> None:

@@ -39,11 +39,12 @@ SUMMARY_PERCENTILES = (50, 99)  # the box's median and P99, whatever --percentil
 
 
 def add_restful_parser(commands) -> None:
-    from .cli import _HelpFormatter
+    from .cli import EXIT_CODES_HELP, _HelpFormatter
 
     parser = commands.add_parser(
         "restful",
         formatter_class=_HelpFormatter,
+        epilog=EXIT_CODES_HELP + "\n(with several rates: the worst of their codes)",
         help="benchmark an OpenAI-compatible server, as LMDeploy's profile_restful_api.py does",
         description=(
             "Benchmark an OpenAI-compatible server (LMDeploy api_server, vLLM, SGLang, transformers serve)\n"
@@ -208,10 +209,10 @@ def check_server(url: str, model: str | None) -> str:
 
 
 def run_restful(args: argparse.Namespace) -> int:
-    from .cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, report_unmeasured, wait_with_progress
+    from .cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, report_outcome, report_unmeasured, wait_with_progress
     from .config import check_run_config
     from .history import History
-    from .runner import CANCELLED, FAILED, FINISHED, Runner
+    from .runner import MEASURED, Runner
 
     url = base_url(args)
     configs = [config_for_rate(args, url, args.model or "", rate) for rate in rates(args)]
@@ -232,14 +233,14 @@ def run_restful(args: argparse.Namespace) -> int:
                                           sorted({*config.percentiles, *SUMMARY_PERCENTILES}),
                                           config.load.stream_output, config.slo)
             print_result(args.backend, config, summary)
-            if run.state == FINISHED and output_file:
+            if run.state in MEASURED and output_file:
                 csvstore.append_row(output_file, restful_csv_row(args.backend, config, summary))
             print(f"run {run.run_id}: {run.state} in {runner.history.csv_path}", file=sys.stderr)
-            if not completed or run.state == CANCELLED:
-                return EXIT_INTERRUPTED
-            if run.state == FAILED:
-                print(f"error: {run.message}", file=sys.stderr)
-                status = EXIT_FAILED
+            code = report_outcome(run, completed)
+            if code == EXIT_INTERRUPTED:
+                return code
+            if status != EXIT_FAILED and code != EXIT_OK:  # the worst rate's: failed, then partial
+                status = code
     finally:
         runner.shutdown()
     return status

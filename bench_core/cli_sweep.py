@@ -4,8 +4,8 @@
 The engine command's flags give the settings every point starts from; each --sweep varies one setting
 (two make a grid). The runs go through the same runner as `pipeline`, one at a time, into the history
 with the sweep's id; each finished run also appends its row to --csv, as `pipeline` does. At the end a
-compact table gives every point's mean and 95% interval over its repeats. Exit codes as `pipeline`:
-0 all runs finished, 1 some failed, 2 bad input (nothing run), 130 interrupted (resumable).
+compact table gives every point's mean and 95% interval over its repeats. Exit codes (SWEEP_EXIT_CODES_HELP):
+0 all runs finished, 1 some failed or were partial, 2 bad input (nothing run), 130 interrupted (resumable).
 """
 
 from __future__ import annotations
@@ -43,6 +43,11 @@ ENGINE_COMMANDS = {
     "restful": ("sweep an OpenAI-compatible server (profile_restful_api.py's flags), e.g. over request_rate",
                 add_restful_arguments, sweep_base_config),
 }
+SWEEP_EXIT_CODES_HELP = """exit codes:
+  0    every run finished with every request succeeded
+  1    some run failed or was partial (some of its requests failed); resume re-runs those points
+  2    bad input: a flag, the dataset, the model, or lengths beyond the model's context window
+  130  interrupted (Ctrl-C); resumable"""
 # The per-point table printed at the end: throughput, the latency a user waits, decode speed.
 TABLE_METRICS = ("output_throughput", "p99_ttft_ms", "mean_tpot_ms")
 
@@ -51,6 +56,7 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
     sweep = commands.add_parser(
         "sweep",
         formatter_class=_HelpFormatter,
+        epilog=SWEEP_EXIT_CODES_HELP,
         help="run one benchmark per value of one or two settings, with repeats",
         description=(
             "Run an engine command once per point of a sweep: one setting over its values, or two as a\n"
@@ -67,7 +73,7 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
                        help="with --resume: the history folder the sweep ran in; env BENCH_STUDIO_RESULTS")
     engines = sweep.add_subparsers(dest="engine_command", parser_class=_Parser, metavar="{pipeline,restful}")
     for name, (help_text, add_arguments, _) in ENGINE_COMMANDS.items():
-        command = engines.add_parser(name, formatter_class=_HelpFormatter, help=help_text)
+        command = engines.add_parser(name, formatter_class=_HelpFormatter, help=help_text, epilog=SWEEP_EXIT_CODES_HELP)
         add_arguments(command)
         swept = command.add_argument_group("sweep")
         swept.add_argument("--sweep", action="append", required=True, metavar="NAME=V1,V2",

@@ -48,6 +48,7 @@ _TEXT_COLUMNS = {
 }
 _TEXT_PREFIXES = ("env_", "engine_")
 _MISSING_CELLS = {"", "-"}
+REQUESTS_FILE = "requests.parquet"
 
 
 @dataclass
@@ -56,7 +57,7 @@ class RunRecord:
 
     run_id: str
     started_at: str  # ISO 8601, local time with its UTC offset
-    status: str  # "finished" | "failed" | "cancelled"
+    status: str  # "finished" | "partial" (some requests failed) | "failed" (none succeeded, or before measuring) | "cancelled"
     config: RunConfig
     # LMDeploy's save_csv row as the Profiler formats it, hyperparameters first.
     lmdeploy_columns: dict[str, Any] = field(default_factory=dict)
@@ -68,7 +69,7 @@ class RunRecord:
     requests: pd.DataFrame | None = None
     error: str = ""
     finished_at: str = ""
-    load_seconds: float | None = None  # time spent loading the engine, outside the measured run
+    load_seconds: float | None = None  # sampling, loading or reusing the engine, warm-up: before the measured run
     sweep_id: str = ""
     sweep_repeat: int | None = None  # the run's 0-based repeat index within its sweep point
 
@@ -106,7 +107,7 @@ class History:
         _write_json(folder / "config.json", {"flat": flat_config, "nested": nested_config})
         _write_json(folder / "environment.json", _without_secrets(record.environment))
         if record.requests is not None:
-            _write_parquet(folder / "requests.parquet", record.requests)
+            _write_parquet(folder / REQUESTS_FILE, record.requests)
         csvstore.append_row(self.csv_path, history_row(record))
 
     def load(self) -> pd.DataFrame:
@@ -117,8 +118,12 @@ class History:
         frame = pd.DataFrame([[row.get(col, "") for col in header] for row in rows], columns=header, dtype=object)
         return pd.DataFrame({col: _typed_column(col, frame[col]) for col in header})
 
+    def measured(self, run_id: str) -> bool:
+        """Whether the run has a per-request table (runs that failed before measuring and imports have none)."""
+        return (self.run_dir(run_id) / REQUESTS_FILE).exists()
+
     def requests(self, run_id: str) -> pd.DataFrame:
-        path = self.run_dir(run_id) / "requests.parquet"
+        path = self.run_dir(run_id) / REQUESTS_FILE
         if not path.exists():
             raise HistoryError(f"Run {run_id} has no per-request table (imported runs keep only their summary row).")
         try:

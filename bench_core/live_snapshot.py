@@ -6,6 +6,11 @@ costs about the work done since the previous one. Ticks are read by slicing each
 and `ns` (lists while it runs, arrays once finished; a slice is an atomic copy under the GIL) up to
 min(len(ts), len(ns)); the tick thread takes no lock. A lock guards the tracker's own state, so two
 pollers are safe.
+
+A request is in flight from its admission (`Session.admit`, when the profiler records admissions; else
+its first tick, LMDeploy's convention) until it finishes or the run ends. Where the caller knows the
+engine runs at most `max_in_flight` requests at once but cannot see which (LMDeploy's batch call takes
+every request at t0 and admits them behind its own max_batch_size), the count is capped there.
 """
 
 from __future__ import annotations
@@ -33,9 +38,13 @@ class LiveSnapshot:
     total_requests: int
     completed: int
     failed: int  # finished without the requested tokens: failed or incomplete
+    cancelled: int
     in_flight: int
     not_started: int
     output_tokens: int
+    # Work done and asked for, in output tokens: an ended request counts as all its tokens done.
+    tokens_done: int
+    tokens_requested: int
     bin_s: float
     time_s: np.ndarray
     output_tokens_per_s: np.ndarray
@@ -87,72 +96,105 @@ class _GrowingArray:
 class LiveTracker:
     """Incremental reader of a profiler's sessions (see the module docstring)."""
 
-    def __init__(self, bin_s: float = 0.5) -> None:
+    def __init__(self, bin_s: float = 0.5, records_admissions: bool = False, max_in_flight: int | None = None) -> None:
         if not bin_s > 0:
             raise ValueError("bin_s must be positive")
         self.bin_s = bin_s
+        self.records_admissions = records_admissions
+        self.max_in_flight = max_in_flight
         self._lock = threading.Lock()
         self._cursor: list[int] = []  # ticks read so far, per session
+        self._admitted: list[bool] = []  # per session: counted in flight and not counted out yet
         self._scanning: list[int] = []  # sessions that may still tick or finish
         self._origin: float | None = None
         self._latest_tick = -math.inf
         self._started = 0
         self._finished_started = 0
+        self._run_end_counted = False
         self._completed = 0
         self._failed = 0
+        self._cancelled = 0
         self._output_tokens = 0
+        self._tokens_requested = 0
+        self._ended_tokens_output = 0  # output tokens of ended requests
+        self._ended_tokens_requested = 0
         self._tokens_per_bin = _GrowingArray()
         self._in_flight_change_per_bin = _GrowingArray()
         self._ttft = _GrowingArray()
         self._itl = _GrowingArray()
 
     def snapshot(self, sessions: Sequence, t_start: float | None, t_finish: float | None) -> LiveSnapshot:
-        """`sessions` need ts, ns, finished, completed and finish_time, as profiler.Session has."""
+        """`sessions` need ts, ns, req_output_len, admit_time, status flags (finished, completed,
+        cancelled) and finish_time, as profiler.Session has."""
         with self._lock:
             total = len(sessions)
-            self._scanning.extend(range(len(self._cursor), total))
-            self._cursor.extend([0] * (total - len(self._cursor)))
+            known = len(self._cursor)
+            self._scanning.extend(range(known, total))
+            self._cursor.extend([0] * (total - known))
+            self._admitted.extend([False] * (total - known))
+            self._tokens_requested += sum(sessions[i].req_output_len for i in range(known, total))
             if self._origin is None:
                 self._origin = t_start
             self._count_finished(self._read_new_ticks(sessions))
+            if t_finish is not None and not self._run_end_counted:
+                self._end_in_flight(t_finish)
             return self._build(total, t_finish)
 
     def _read_new_ticks(self, sessions: Sequence) -> list:
         """Consume the ticks added since the last call; return the sessions that are now done."""
         flat_ts: list[float] = []
         flat_ns: list[int] = []
-        first_index, lengths = [], []
+        first_index, lengths, admitted_at = [], [], []
         still_scanning, done = [], []
-        cursor = self._cursor
+        cursor, admitted, by_admission = self._cursor, self._admitted, self.records_admissions
         for i in self._scanning:
             sess = sessions[i]
-            # Read the finish mark before the ticks: every tick of a finished session precedes it.
+            # Read the finish mark before the ticks and the admission: both precede it.
             finished = sess.finished
+            if by_admission and not admitted[i] and sess.admit_time is not None:
+                admitted[i] = True
+                admitted_at.append(sess.admit_time)
             ts, ns = sess.ts, sess.ns
             n = min(len(ts), len(ns))
             read = cursor[i]
             if n > read:
+                if not by_admission and read == 0:  # LMDeploy's convention: tick 0 starts the request
+                    admitted[i] = True
+                    admitted_at.append(ts[0])
                 lo = read - 1 if read else 0  # re-read the last tick already seen, to difference against it
                 flat_ts += ts[lo:n]
                 flat_ns += ns[lo:n]
-                first_index.append(lo)
+                first_index.append(lo if read else -1)  # -1: this part starts at the session's tick 0
                 lengths.append(n - lo)
                 cursor[i] = n
             if finished:
-                done.append(sess)
+                done.append(i)
             else:
                 still_scanning.append(i)
         self._scanning = still_scanning
+        if admitted_at:
+            self._change_in_flight(np.array(admitted_at), +1)
         if lengths:
             self._add_ticks(np.fromiter(flat_ts, dtype=np.float64, count=len(flat_ts)),
                             np.fromiter(flat_ns, dtype=np.int64, count=len(flat_ns)),
                             np.array(first_index, dtype=np.int64), np.array(lengths, dtype=np.int64))
-        return done
+        return [(sessions[i], admitted[i]) for i in done]
+
+    def _change_in_flight(self, times: np.ndarray, step: int) -> None:
+        if self._origin is None:
+            self._origin = float(times.min())
+        if step > 0:
+            self._started += times.size
+        else:
+            self._finished_started += times.size
+        self._in_flight_change_per_bin.add_at(self._bin(times), np.full(times.size, float(step)))
 
     def _add_ticks(self, ts: np.ndarray, ns: np.ndarray, first_index: np.ndarray, lengths: np.ndarray) -> None:
-        """Fold new ticks (per session: the previous tick, when there is one, then the new ones) in."""
+        """Fold new ticks (per session: the previous tick, when there is one, then the new ones) in;
+        `first_index` is -1 for a part that starts at the session's tick 0."""
         part_start = np.cumsum(lengths) - lengths
-        fresh = part_start[first_index == 0]  # parts whose first tick is the session's tick 0
+        from_tick0 = first_index < 0
+        fresh = part_start[from_tick0]
         if self._origin is None:
             self._origin = float(ts.min())
         self._latest_tick = max(self._latest_tick, float(ts.max()))
@@ -164,10 +206,8 @@ class LiveTracker:
         added[fresh] = ns[fresh]
         self._tokens_per_bin.add_at(self._bin(ts), added)
         self._output_tokens += int(added.sum())
-        self._started += fresh.size
-        self._in_flight_change_per_bin.add_at(self._bin(ts[fresh]), np.ones(fresh.size))
-        # Tick 1 of a session sits right after its tick 0, which is in the part (new or re-read).
-        second = part_start[(first_index == 0) & (lengths >= 2)] + 1
+        # Tick 1 of a session sits right after its tick 0 in a part that starts there (new, or re-read: 0).
+        second = part_start[(first_index <= 0) & (lengths >= 2)] + 1
         gaps = np.diff(ts)  # gaps[k - 1] is the gap before tick k of the flat list
         self._ttft.extend(gaps[second - 1])
         is_itl = np.ones(ts.size, dtype=bool)
@@ -180,18 +220,30 @@ class LiveTracker:
         return np.maximum(bins, 0, out=bins)
 
     def _count_finished(self, done: list) -> None:
-        """Count sessions that finished and were fully read; those that had started leave the in-flight count."""
+        """Count sessions that finished and were fully read; those that were admitted leave the in-flight count."""
         ended_at = []
-        for sess in done:
+        for sess, was_admitted in done:
             if sess.completed:
                 self._completed += 1
+            elif sess.cancelled:
+                self._cancelled += 1
             else:
                 self._failed += 1
-            if len(sess.ts):
+            self._ended_tokens_output += sess.ns[-1] if len(sess.ns) else 0
+            self._ended_tokens_requested += sess.req_output_len
+            if was_admitted:
                 ended_at.append(sess.ts[-1] if sess.finish_time is None else sess.finish_time)
         if ended_at:
-            self._finished_started += len(ended_at)
-            self._in_flight_change_per_bin.add_at(self._bin(np.array(ended_at)), np.full(len(ended_at), -1.0))
+            self._change_in_flight(np.array(ended_at), -1)
+
+    def _end_in_flight(self, t_finish: float) -> None:
+        """Once the run has ended nothing is in flight: requests it left unfinished leave the count then."""
+        self._run_end_counted = True
+        left = [i for i in self._scanning if self._admitted[i]]
+        for i in left:
+            self._admitted[i] = False  # should it still finish, it is not counted out twice
+        if left:
+            self._change_in_flight(np.full(len(left), t_finish), -1)
 
     def _build(self, total: int, t_finish: float | None) -> LiveSnapshot:
         finished = t_finish is not None
@@ -203,25 +255,59 @@ class LiveTracker:
             # Replayed ticks may lie on another clock than now; never end before the latest tick.
             elapsed = max(perf_counter(), self._latest_tick) - self._origin
         whole_bins = max(int(elapsed // self.bin_s), 0)
-        n_bins = max(math.ceil(elapsed / self.bin_s), self._tokens_per_bin.size) if finished else whole_bins
+        n_bins = (max(math.ceil(elapsed / self.bin_s), self._tokens_per_bin.size, self._in_flight_change_per_bin.size)
+                  if finished else whole_bins)
         time_s = np.arange(n_bins) * self.bin_s
         bin_seconds = np.full(n_bins, self.bin_s)
         if finished and n_bins and elapsed - time_s[-1] > 0:
             bin_seconds[-1] = min(self.bin_s, elapsed - time_s[-1])  # the last bin is partial
-        in_flight = self._started - self._finished_started
+        cap = math.inf if self.max_in_flight is None else self.max_in_flight
+        in_flight = int(min(self._started - self._finished_started, cap))
+        in_flight_over_time = np.cumsum(self._in_flight_change_per_bin.padded(n_bins)).round().astype(np.int64)
+        ended = self._completed + self._failed + self._cancelled
         return LiveSnapshot(
             elapsed_s=max(elapsed, 0.0),
             finished=finished,
             total_requests=total,
             completed=self._completed,
             failed=self._failed,
+            cancelled=self._cancelled,
             in_flight=in_flight,
-            not_started=total - self._completed - self._failed - in_flight,
+            not_started=total - ended - in_flight,
             output_tokens=self._output_tokens,
+            tokens_done=self._output_tokens - self._ended_tokens_output + self._ended_tokens_requested,
+            tokens_requested=self._tokens_requested,
             bin_s=self.bin_s,
             time_s=time_s,
             output_tokens_per_s=self._tokens_per_bin.padded(n_bins) / bin_seconds,
-            in_flight_over_time=np.cumsum(self._in_flight_change_per_bin.padded(n_bins)).round().astype(np.int64),
+            in_flight_over_time=np.minimum(in_flight_over_time, cap).astype(np.int64),
             ttft_s=self._ttft.view(),
             itl_s=self._itl.view(),
         )
+
+
+# The pace of the first few percent of a run (prefill, a cold cache) says little about the rest.
+ESTIMATE_AFTER_FRACTION = 0.05
+ESTIMATE_AFTER_S = 2.0
+
+
+def time_left_s(snap: LiveSnapshot) -> float | None:
+    """Seconds until every requested token is produced at the pace so far; None until there is enough
+    of the run behind to tell (see ESTIMATE_AFTER_*), or when nothing is asked for."""
+    if snap.tokens_requested <= 0 or snap.tokens_done <= 0:
+        return None
+    done = min(snap.tokens_done / snap.tokens_requested, 1.0)
+    if done < ESTIMATE_AFTER_FRACTION or snap.elapsed_s < ESTIMATE_AFTER_S:
+        return None
+    return snap.elapsed_s * (1.0 - done) / done
+
+
+def describe_time_left(snap: LiveSnapshot) -> str:
+    """'about 1 min 05 s left', or 'estimating…' while `time_left_s` cannot tell yet."""
+    left = time_left_s(snap)
+    if left is None:
+        return "estimating…"
+    seconds = round(left)
+    if seconds >= 60:
+        return f"about {seconds // 60} min {seconds % 60:02d} s left"
+    return f"about {seconds} s left"

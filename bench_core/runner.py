@@ -1,10 +1,12 @@
 """Benchmark runs in a background thread, one at a time per process, the others waiting in a queue.
 
-A run goes queued -> loading -> running -> finished | failed | cancelled. Loading samples the
-requests (with the model's tokenizer) before the engine is touched, so a bad dataset fails in
-seconds; the engine is then loaded, or reused when its settings are unchanged. Engine events become
-profiler ticks here, and only here, so every engine is measured the same way. Whatever ends a run,
-what was measured is kept and, once the run has started, recorded in the history.
+A run goes queued -> loading -> running -> finished | partial | failed | cancelled: partial when some
+requests failed, failed when none succeeded or the run broke. Loading samples the requests (with the
+model's tokenizer) before the engine is touched, so a bad dataset fails in seconds; the engine is then
+loaded, or reused when its settings are unchanged, and warmed up. `Run.phase` says which step is under
+way. Engine events become profiler ticks here, and only here, so every engine is measured the same way.
+Whatever ends a run, what was measured is kept and, once the run has started, recorded in the history;
+so is a run that failed before measuring, with its reason.
 
 Playground jobs (chat prompts answered once, `submit_playground`) wait in the same queue and use the
 same cached engine, so one thing at a time holds the accelerator; they are not recorded.
@@ -15,30 +17,37 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from . import context_window, metrics
 from .config import EngineConfig, GenerationSettings, LoadConfig, RunConfig, check_run_config, lmdeploy_hyperparams
 from .datasets import Sample, sample_requests
 from .engines import Engine, EngineInfo, engine_settings_key, load_engine, tokenizer_from_engine
 from .engines.base import NOT_SENT
 from .environment import collect_environment
 from .errors import BenchError
-from .history import History, RunRecord, new_run_id
-from .models import load_tokenizer
+from .history import History, RunRecord, local_now_iso, new_run_id
+from .models import BUILTIN_FIRST_USE, builtin_is_built, load_tokenizer, resolve_model
 from .playground import Conversation, PlaygroundResult, check_request
 from .profiler import LiveSnapshot, Profiler, Session
 
 log = logging.getLogger(__name__)
 
 QUEUED, LOADING, RUNNING = "queued", "loading", "running"
-FINISHED, FAILED, CANCELLED = "finished", "failed", "cancelled"
+FINISHED, PARTIAL, FAILED, CANCELLED = "finished", "partial", "failed", "cancelled"
+MEASURED = (FINISHED, PARTIAL)  # ran to the end with requests that succeeded: its numbers stand
+# The failure reasons a run's message quotes, most frequent first.
+REASONS_QUOTED = 3
 # A request counts as served when the engine stopped it for length or for EOS; the profiler then
 # tells complete from incomplete by comparing the tokens produced with the tokens asked for.
 SERVED_REASONS = ("length", "stop")
 # A request's clock starts when the engine takes it (a worker, or an HTTP send), not at t0.
 TICK_AT_ADMISSION = ("concurrency", "request_rate")
+# The reason an engine gives a request it stopped because of a cancel.
+ABORT = "abort"
 
 
 # Guards the one transition two threads race for: a queued job either starts or is cancelled.
@@ -87,8 +96,10 @@ class Run(_Job):
     config: RunConfig
     state: str = QUEUED
     message: str = ""
+    phase: str = ""  # what loading is doing now, for the user ("loading the tokenizer", "warming up")
     warnings: list[str] = field(default_factory=list)
     created_at: str = field(default_factory=lambda: datetime.now().astimezone().isoformat(timespec="seconds"))
+    load_seconds: float | None = None  # from leaving the queue to the start of the measurement
     sample: Sample | None = None
     profiler: Profiler | None = None
     engine_info: EngineInfo | None = None
@@ -140,6 +151,7 @@ class Runner:
         """Validate `config` (raises ConfigError with every problem) and queue the run; a sweep's runs
         carry its id and their repeat index into the history."""
         check_run_config(config)
+        context_window.check_settings(config)
         run = Run(run_id=new_run_id(), config=config, sweep_id=sweep_id, sweep_repeat=sweep_repeat)
         self._enqueue(run.run_id, run)
         return run
@@ -227,7 +239,7 @@ class Runner:
 
     def _execute(self, run: Run) -> None:
         self._guarded(run, self._benchmark, f"run {run.run_id}")
-        if run.profiler is not None:
+        if run.profiler is not None or run.state == FAILED:  # a failure before measuring shows what was tried
             self._record(run)
 
     def _guarded(self, job: _Job, body: Callable, name: str) -> None:
@@ -242,13 +254,24 @@ class Runner:
             self._release_engine()  # it may be left in a broken state
 
     def _benchmark(self, run: Run) -> None:
-        self._prepare(run)
+        started = time.perf_counter()
+        try:
+            self._prepare(run)
+            if not run.cancel_event.is_set():
+                run.phase = "warming up"
+                self._engine.warmup(run.sample.requests, run.config.generation, run.cancel_event)
+        finally:
+            run.load_seconds = time.perf_counter() - started
         if run.cancel_event.is_set():
             run.state, run.message = CANCELLED, "Cancelled while loading."
             return
-        run.state = RUNNING
+        run.state, run.phase = RUNNING, "measuring"
         self._measure(run)
-        run.state = CANCELLED if run.cancel_event.is_set() else FINISHED
+        if run.cancel_event.is_set():
+            run.state = CANCELLED
+        else:
+            run.profiler.compute_metrics()
+            run.state, run.message = measured_outcome(run.profiler)
 
     def _complete(self, job: PlaygroundJob) -> None:
         # The load settings of the engine in memory, so that the same engine settings reuse it.
@@ -265,23 +288,31 @@ class Runner:
 
     def _prepare(self, run: Run) -> None:
         config = run.config
+        model = config.engine.model
         if tokenizer_from_engine(config.engine.backend):
-            self._engine_for(config.engine, config.load)
-        tokenizer = (
-            self._engine.tokenizer
-            if self._engine is not None and self._engine_key == engine_settings_key(config.engine, config.load)
-            else load_tokenizer(config.engine.model, config.engine.trust_remote_code)
-        )
+            self._engine_for(config.engine, config.load, run)
+        if self._engine is not None and self._engine_key == engine_settings_key(config.engine, config.load):
+            tokenizer = self._engine.tokenizer
+        else:
+            if model in BUILTIN_FIRST_USE and not builtin_is_built(model):
+                run.phase = BUILTIN_FIRST_USE[model]
+                resolve_model(model)
+            run.phase = f"loading the tokenizer of {model}"
+            tokenizer = load_tokenizer(model, config.engine.trust_remote_code)
+        run.phase = f"sampling {config.dataset.num_prompts:,} prompts from {config.dataset.dataset}"
         run.sample = sample_requests(config.dataset, tokenizer)
         run.warnings.extend(run.sample.warnings)
         if not run.sample.requests:
             raise BenchError("The dataset gave no request to send.")
-        run.engine_info = self._engine_for(config.engine, config.load).info
+        context_window.check_requests(run.sample.requests, config.engine)
+        run.engine_info = self._engine_for(config.engine, config.load, run).info
 
-    def _engine_for(self, engine: EngineConfig, load: LoadConfig) -> Engine:
+    def _engine_for(self, engine: EngineConfig, load: LoadConfig, run: Run | None = None) -> Engine:
         key = engine_settings_key(engine, load)
         if self._engine is None or key != self._engine_key:
             self._release_engine()
+            if run is not None:
+                run.phase = f"loading {engine.model} on the {engine.backend} engine"
             self._engine = load_engine(engine, load)
             self._engine_key, self._engine_settings = key, (engine, load)
         return self._engine
@@ -296,10 +327,10 @@ class Runner:
 
     def _measure(self, run: Run) -> None:
         config, requests = run.config, run.sample.requests
-        self._engine.warmup(requests, config.generation, run.cancel_event)  # before the clock starts
-        if run.cancel_event.is_set():  # during the warm-up: nothing was measured
-            return
-        profiler = Profiler(config.load.stream_output, list(config.percentiles), slo=config.slo)
+        by_rate = config.load.load_pattern == "request_rate"
+        profiler = Profiler(config.load.stream_output, list(config.percentiles), slo=config.slo,
+                            records_admissions=True,
+                            max_in_flight=config.load.max_concurrency if by_rate else config.load.concurrency)
         sessions = [profiler.new_session(r.input_len, r.output_len) for r in requests]
         run.profiler = profiler
         tick_at_admission = config.load.load_pattern in TICK_AT_ADMISSION
@@ -320,35 +351,40 @@ class Runner:
                 if event.kind == "tokens":
                     session.tick(event.n_tokens, event.ts)
                 elif event.kind == "admit":
+                    session.admit(event.ts)
                     if tick_at_admission:
                         session.tick(0, event.ts)
                 elif event.kind == "finish" and event.finish_reason == NOT_SENT:
                     session.reason = event.message  # never sent: it stays unfinished
+                elif event.kind == "finish" and event.finish_reason == ABORT and run.cancel_event.is_set():
+                    session.finish(Session.CANCELLED, "cancelled", event.ts, event.extra)
                 elif event.kind == "finish":
                     status = Session.SUCCESS if event.finish_reason in SERVED_REASONS else Session.FAIL
                     reason = event.finish_reason + (f": {event.message}" if event.message else "")
                     session.finish(status, reason, event.ts, event.extra)
         finally:
-            profiler.finish()
-            if run.cancel_event.is_set():
+            if run.cancel_event.is_set():  # what was waiting or never sent was cancelled too
                 for session in sessions:
                     if session.status == Session.UNKNOWN:
-                        session.reason = "cancelled"
+                        session.finish(Session.CANCELLED, session.reason or "cancelled")
+            profiler.finish()
 
     def _record(self, run: Run) -> None:
         profiler, config = run.profiler, run.config
-        profiler.compute_metrics()
+        measured = profiler is not None
         run.record = RunRecord(
             run_id=run.run_id,
             started_at=run.created_at,
-            status=run.state if run.state in (FINISHED, FAILED, CANCELLED) else FAILED,
+            status=run.state if run.state in (*MEASURED, FAILED, CANCELLED) else FAILED,
             config=config,
-            lmdeploy_columns=profiler.lmdeploy_csv_row(lmdeploy_hyperparams(config)),
-            metrics=profiler.summary(config.slo),
+            lmdeploy_columns=profiler.lmdeploy_csv_row(lmdeploy_hyperparams(config)) if measured else {},
+            metrics=profiler.summary(config.slo) if measured else {},
             engine_info=run.engine_info,
             environment=collect_environment(run.engine_info),
-            requests=profiler.request_table(),
+            requests=profiler.request_table() if measured else None,
             error=run.message,
+            finished_at=local_now_iso(),
+            load_seconds=run.load_seconds,
             sweep_id=run.sweep_id,
             sweep_repeat=run.sweep_repeat,
         )
@@ -358,3 +394,17 @@ class Runner:
             except BenchError as exc:
                 run.warnings.append(f"The run could not be saved to the history: {exc}")
 
+
+
+def measured_outcome(profiler: Profiler) -> tuple[str, str]:
+    """The state of a run that ran to its end, and its message: failed when no request succeeded,
+    partial when some failed or came back short, quoting the most frequent reasons."""
+    reasons = metrics.format_reasons(dict(list(profiler.failure_reasons.items())[:REASONS_QUOTED]))
+    because = f" ({reasons})" if reasons else ""
+    total = len(profiler.sessions)
+    if profiler.success == 0:
+        return FAILED, f"No request succeeded{because}"
+    not_served = profiler.failed + profiler.incomplete
+    if not_served:
+        return PARTIAL, f"{not_served} of {total} requests failed{because}"
+    return FINISHED, ""

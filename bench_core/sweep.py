@@ -35,6 +35,7 @@ from .config import (
     parse_quant_policy,
     validate_run_config,
 )
+from .context_window import length_problems
 from .engines import availability, engine_settings_key, validate_engine_config
 from .errors import ConfigError
 
@@ -143,7 +144,8 @@ class SweepPlan:
         points_by_problem: dict[str, list[dict[str, Any]]] = {}
         for values in grid:
             config = self.config_at(values)
-            problems = validate_run_config(config) or validate_engine_config(config.engine, config.load)
+            problems = (validate_run_config(config) or validate_engine_config(config.engine, config.load)
+                        or length_problems(config))
             for problem in problems:
                 points_by_problem.setdefault(problem, []).append(values)
         messages = [f"{self._where(points)}: {problem}" for problem, points in points_by_problem.items()]

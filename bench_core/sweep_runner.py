@@ -24,7 +24,7 @@ import pandas as pd
 from .engines import engine_settings_key
 from .errors import BenchError, HistoryError
 from .history import History
-from .runner import CANCELLED, FAILED, FINISHED, Run, Runner
+from .runner import CANCELLED, FAILED, FINISHED, PARTIAL, Run, Runner
 from .sweep import PlannedRun, SweepPlan, describe_point, remaining
 
 RUNNING = "running"
@@ -112,7 +112,7 @@ class SweepRun:
             runs, current, skipped, errors = list(self.runs), self._current, len(self._skipped), list(self._errors)
         states = [run.state for _, run in runs]
         finished = self.finished_before + states.count(FINISHED)
-        failed = states.count(FAILED)
+        failed = states.count(FAILED) + states.count(PARTIAL)  # a point with failed requests is not done
         if self.active:
             state = RUNNING
         elif self._cancel.is_set() or CANCELLED in states:
@@ -144,7 +144,7 @@ class SweepRun:
                 run.wait()
                 if run.state == CANCELLED:  # by the user, on this page or elsewhere, or by a shutdown
                     return
-                if run.state == FAILED:
+                if run.state in (FAILED, PARTIAL):
                     # Failed before measuring: the same engine settings (or dataset) would fail again.
                     self._note_failure(run.message, _engine_key(planned) if run.profiler is None else None)
         except BenchError as exc:  # the runner refused a run: the plan was checked, so the machine changed

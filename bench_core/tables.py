@@ -57,6 +57,7 @@ _COLUMNS = {spec.name: spec for spec in (
     ColumnSpec("failed", "Failed requests", "requests", False),
     ColumnSpec("incomplete", "Incomplete requests", "requests", False),
     ColumnSpec("unfinished", "Unfinished requests", "requests", False),
+    ColumnSpec("cancelled", "Cancelled requests", "requests", None),
     ColumnSpec("total_requests", "Total requests", "requests", None),
     ColumnSpec("total_input_tokens", "Total input tokens", "tokens", None),
     ColumnSpec("total_output_tokens", "Total output tokens", "tokens", None),
@@ -136,7 +137,7 @@ def percentile_table(summary: dict, percentiles: Sequence[float], stream_output:
 
 # Summary keys, which are also the history columns that describe them.
 _THROUGHPUT_ROWS = ("duration_s", "total_requests", "completed", "failed", "incomplete", "unfinished",
-                    "total_input_tokens", "total_output_tokens", "request_throughput", "input_throughput",
+                    "cancelled", "total_input_tokens", "total_output_tokens", "request_throughput", "input_throughput",
                     "output_throughput", "good_requests", "goodput_rps")
 _ONLY_WHEN_PRESENT = {"good_requests", "goodput_rps"}  # set only when the run had an SLO
 

@@ -19,7 +19,7 @@ from bench_core.errors import HistoryError
 from bench_core.history import History
 from bench_core.history_import import SAVE_CSV_COLUMNS
 from bench_core.live_snapshot import LiveSnapshot
-from bench_core.runner import Run
+from bench_core.runner import FAILED, Run
 
 
 @dataclass
@@ -29,7 +29,7 @@ class RunResult:
     run_id: str
     status: str
     config: RunConfig
-    requests: pd.DataFrame
+    requests: pd.DataFrame | None  # None when the run failed before measuring
     duration_s: float
     lmdeploy_row: dict
     message: str = ""
@@ -49,9 +49,9 @@ class RunResult:
 
 
 def result_from_run(run: Run) -> RunResult | None:
-    """The result of an ended in-memory run; None when it ended before measuring (nothing recorded)."""
+    """The result of an ended in-memory run; None when nothing was recorded (cancelled before measuring)."""
     record = run.record
-    if record is None or record.requests is None:
+    if record is None:
         return None
     return RunResult(
         run_id=run.run_id,
@@ -73,11 +73,12 @@ def result_from_history(history: History, run_id: str) -> RunResult:
     row = next((r for r in rows if r.get("run_id") == run_id), None)
     if row is None:
         raise HistoryError(f"There is no run {run_id} in this server's runs or in {history.csv_path}.")
+    status = row.get("status", "")
     return RunResult(
         run_id=run_id,
-        status=row.get("status", ""),
+        status=status,
         config=history.config(run_id),
-        requests=history.requests(run_id),
+        requests=None if status == FAILED and not history.measured(run_id) else history.requests(run_id),
         duration_s=_float(row.get("duration_s")),
         lmdeploy_row={column: row.get(column, "") for column in SAVE_CSV_COLUMNS},
         message=row.get("error", ""),

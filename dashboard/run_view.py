@@ -16,8 +16,8 @@ import streamlit as st
 from bench_core import charts, metrics, tables
 from bench_core.config import SERVER_BACKEND, SLO, RunConfig
 from bench_core.errors import BenchError
-from bench_core.live_snapshot import LiveSnapshot
-from bench_core.runner import CANCELLED, FAILED, LOADING, QUEUED, Run
+from bench_core.live_snapshot import LiveSnapshot, describe_time_left
+from bench_core.runner import FAILED, FINISHED, LOADING, QUEUED, Run
 from dashboard.run_result import RunResult, result_from_history, result_from_run
 from dashboard.state import get_history, get_runner
 
@@ -25,8 +25,6 @@ LIVE_REFRESH_S = 1.0
 # Redrawing three Plotly charts costs the browser far more than the counters: on 2 CPU cores shared
 # with the engine, charts every second made a SmolLM2 run markedly slower, so they refresh less often.
 LIVE_CHARTS_REFRESH_S = 3.0
-LOADING_NOTE = ("loading: sampling the prompts, then loading the model (the first use of SmolLM2 converts it, "
-                "about 30-60 s; a loaded engine is reused while its settings are unchanged).")
 
 
 def render_run(run_id: str, slo: SLO) -> None:
@@ -44,11 +42,14 @@ def render_run(run_id: str, slo: SLO) -> None:
         st.error(str(exc))
         return
     st.subheader(f"Run {run_id}")
-    if result is None:  # it ended before anything was measured: a bad model, dataset or engine
+    if result is None:  # cancelled before anything was measured: nothing was recorded
         st.caption(describe_config(run.config))
-        st.error(f"{run.state}: {run.message}" if run.message else run.state)
+        st.warning(f"{run.state}: {run.message}" if run.message else run.state)
         return
     st.caption(describe_config(result.config))
+    if result.requests is None:  # it failed before measuring: a bad model, dataset or engine
+        st.error(f"{result.status}: {result.message}")
+        return
     _ended_view(result, slo)
 
 
@@ -92,7 +93,7 @@ def _live_panel(run_id: str) -> None:
         return
     snapshot = run.snapshot()
     if run.state == LOADING or snapshot is None:  # the profiler exists from the first measured request on
-        st.info(LOADING_NOTE)
+        st.info(f"{run.state}: {run.phase or 'starting'}…")
         return
     _live_progress(run, snapshot)
 
@@ -107,12 +108,11 @@ def _live_charts_panel(run_id: str) -> None:
 
 
 def _live_progress(run: Run, snap: LiveSnapshot) -> None:
-    total_requests = len(run.sample.requests)
-    total_tokens = sum(request.output_len for request in run.sample.requests)
-    done = snap.completed + snap.failed
-    st.progress(min(snap.output_tokens / total_tokens, 1.0) if total_tokens else 0.0,
-                text=f"{run.state}: {done}/{total_requests} requests, {snap.output_tokens:,}/{total_tokens:,} "
-                     f"output tokens, {snap.elapsed_s:.0f} s")
+    done = snap.completed + snap.failed + snap.cancelled
+    total_tokens = snap.tokens_requested
+    st.progress(min(snap.tokens_done / total_tokens, 1.0) if total_tokens else 0.0,
+                text=f"{run.state}: {done}/{snap.total_requests} requests, {snap.output_tokens:,}/{total_tokens:,} "
+                     f"output tokens, {snap.elapsed_s:.0f} s, {describe_time_left(snap)}")
     columns = st.columns(4)
     columns[0].metric("Completed (requests)", snap.completed)
     columns[1].metric("Failed (requests)", snap.failed)
@@ -194,17 +194,22 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
 
 
 def _ended_status(result: RunResult, summary: dict) -> None:
+    """Red when no request succeeded or the run broke, green when every request succeeded, amber otherwise
+    (partial, cancelled); the runner's message quotes the first failure reasons. Runs recorded before
+    the partial and failed outcomes existed are judged by their counts the same way."""
     counts = (f"{summary['completed']}/{summary['total_requests']} requests succeeded in "
               f"{summary['duration_s']:.1f} s; {summary['failed']} failed, {summary['incomplete']} incomplete, "
-              f"{summary['unfinished']} unfinished")
-    if summary.get("failure_reasons"):
+              f"{summary['unfinished']} unfinished, {summary['cancelled']} cancelled")
+    if summary.get("failure_reasons") and not result.message:
         counts += f" ({summary['failure_reasons']})"
-    if result.status == FAILED:
-        st.error(f"failed: {result.message}. {counts}.")
-    elif result.status == CANCELLED:
-        st.warning(f"cancelled: {counts}.")
+    said = f"{result.status}: {result.message}. {counts}." if result.message else f"{result.status}: {counts}."
+    served_all = summary["failed"] + summary["incomplete"] == 0
+    if result.status == FAILED or (result.status == FINISHED and summary["completed"] == 0):
+        st.error(said)
+    elif result.status == FINISHED and served_all:
+        st.success(said)
     else:
-        st.success(f"{result.status}: {counts}.")
+        st.warning(said)
 
 
 def _server_load(config: RunConfig, summary: dict) -> None:

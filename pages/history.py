@@ -23,7 +23,7 @@ RUN_PAGE_URL = "run"
 TABLE_COLUMNS = (
     "run_id", "started_at", "status", "label", "backend", "model", "dataset", "dataset_name", "load_pattern",
     "concurrency", "num_prompts", "completed", "output_throughput", "request_throughput", "mean_ttft_ms",
-    "p99_ttft_ms", "mean_itl_ms", "mean_e2e_latency_ms", "source_file",
+    "p99_ttft_ms", "mean_itl_ms", "mean_e2e_latency_ms", "error", "source_file",
 )
 FILTERS = (("backend", "Backend"), ("model", "Model"), ("status", "Status"), ("dataset", "Dataset"))
 NOT_RECORDED = "(not recorded)"
@@ -183,7 +183,7 @@ def distributions(history: History, chosen: pd.DataFrame) -> None:
             missing.append(name)
     if missing:
         st.caption(f"No per-request data for {', '.join(missing)} (imported LMDeploy rows keep only their "
-                   "summary), so they are not in the distributions.")
+                   "summary; a run that failed before measuring has none), so they are not in the distributions.")
     if request_tables:
         left, right = st.columns(2)
         left.plotly_chart(charts.cdf_overlay(request_tables, "ttft"), key="chart_cdf_ttft")

@@ -162,3 +162,21 @@ def test_downloads_offer_the_whole_history_and_the_selection(history_root, prepa
     at = select_rows(at, run_ids)
     labels = [button.label for button in at.download_button]
     assert labels == ["Download the whole history (CSV)", "Download the 2 selected run(s) (CSV)"]
+
+
+def test_a_run_that_failed_before_measuring_is_listed_as_failed_with_its_reason(history_root, prepared_history):
+    _, run_ids, _ = prepared_history
+    runner = Runner(History(history_root))
+    failed = runner.submit(RunConfig(engine=EngineConfig(backend="transformers", model="/no/such/model"),
+                                     dataset=DatasetConfig(dataset="builtin:sample", num_prompts=2)))
+    assert failed.wait(60) and failed.state == "failed"
+    runner.shutdown()
+    at = open_history()
+    assert not at.exception
+    table = at.dataframe[0].value.set_index("run_id")
+    assert table.loc[failed.run_id, "status"] == "failed"
+    assert table.loc[failed.run_id, "error"].startswith("No model folder at /no/such/model")
+    at = select_rows(at, [failed.run_id, run_ids[0]])  # compared with a measured run: charts and table, no error
+    assert not at.exception and not at.error
+    assert len(at.dataframe[1].value.columns) == 2  # the comparison table: both runs side by side
+    assert any("failed before measuring" in caption.value for caption in at.caption)

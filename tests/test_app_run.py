@@ -1,6 +1,7 @@
 """The app shell and the Run page, driven through AppTest with the real runner and the tiny model."""
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ from streamlit.testing.v1 import AppTest
 from bench_core.config import SLO, DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, RunConfig, knobs_for
 from bench_core.engines import availability
 from bench_core.history import RESULTS_ENV, History
+from bench_core import runner as runner_module
 from bench_core.runner import Runner
 from app_under_test import APP
 from dashboard import sidebar
@@ -20,13 +22,16 @@ LATENCY_ROWS = ["End-to-end latency (ms)", "TTFT (ms)", "TPOT (ms)", "ITL (ms)",
 
 
 
+TINY_VALUES = {
+    "backend": "transformers", "model": TINY, "dataset": "builtin:sample", "dataset_name": "sharegpt",
+    "sharegpt_output_len": 8, "num_prompts": 8, "seed": 0, "load_pattern": "batch",
+    "concurrency": 4, "stream_output": True, "label": "", "slo_ms": {},
+}
+
+
 def tiny_config(num_prompts: int = 8, output_len: int = 8, label: str = "") -> RunConfig:
-    values = {
-        "backend": "transformers", "model": TINY, "dataset": "builtin:sample", "dataset_name": "sharegpt",
-        "sharegpt_output_len": output_len, "num_prompts": num_prompts, "seed": 0, "load_pattern": "batch",
-        "concurrency": 4, "stream_output": True, "label": label, "slo_ms": {},
-    }
-    return sidebar.build_run_config(values)
+    return sidebar.build_run_config({**TINY_VALUES, "sharegpt_output_len": output_len, "num_prompts": num_prompts,
+                                     "label": label})
 
 
 @pytest.fixture(scope="module")
@@ -378,3 +383,103 @@ def test_build_run_config_maps_widgets_to_the_run_settings():
     assert (config.load.load_pattern, config.load.concurrency, config.load.stream_output) == ("concurrency", 2, False)
     assert config.generation.top_k == 5 and config.label == "mine"
     assert (config.slo.ttft, config.slo.tpot) == (0.25, None)
+
+
+def cache_starved_config(num_blocks: int) -> RunConfig:
+    """Six random requests through a KV cache of `num_blocks` 4-token blocks: with 1 none fits, with 5 all
+    but the longest do."""
+    values = {
+        "backend": "transformers", "model": TINY, "dataset": "builtin:sample", "dataset_name": "random",
+        "random_input_len": 16, "random_output_len": 8, "random_range_ratio": 0.1, "num_prompts": 6, "seed": 0,
+        "load_pattern": "batch", "concurrency": 1, "stream_output": True, "label": "", "slo_ms": {},
+        "knobs": {"num_blocks": num_blocks, "cache_block_seq_len": 4},
+    }
+    return sidebar.build_run_config(values)
+
+
+def test_a_run_where_no_request_succeeded_is_red_and_one_with_failures_amber_with_their_reasons(results_root):
+    failed = get_runner().submit(cache_starved_config(num_blocks=1))  # shown from memory
+    assert failed.wait(60)
+    # Another runner, as before a restart (shown from the history); a reused engine would keep the first
+    # run's cache size, since the transformers engine takes its cache knobs from the settings it loaded with.
+    earlier = Runner(History(results_root))
+    partial = earlier.submit(cache_starved_config(num_blocks=5))
+    assert partial.wait(60)
+    earlier.shutdown()
+    at = open_app(failed.run_id)
+    assert not at.exception and not at.success
+    (error,) = at.error
+    assert error.value.startswith("failed: No request succeeded (error: The request needs")
+    assert "0/6 requests succeeded" in error.value
+
+    at = open_app(partial.run_id)
+    assert not at.exception and not at.success and not at.error, [e.value for e in at.error]
+    assert at.warning[0].value.startswith("partial: 1 of 6 requests failed (error: The request needs 6 KV cache blocks")
+    assert "5/6 requests succeeded" in at.warning[0].value
+
+    at.switch_page("pages/history.py").run()
+    table = at.dataframe[0].value.set_index("run_id")
+    assert table.loc[failed.run_id, "status"] == "failed" and table.loc[partial.run_id, "status"] == "partial"
+    assert table.loc[failed.run_id, "error"].startswith("No request succeeded")
+
+
+def test_a_run_that_failed_before_measuring_is_shown_from_the_history_after_a_restart(results_root):
+    runner = Runner(History(results_root))
+    run = runner.submit(RunConfig(engine=sidebar.build_run_config({**TINY_VALUES, "model": "/no/such/model"}).engine,
+                                  dataset=tiny_config().dataset))
+    assert run.wait(60) and run.state == "failed"
+    runner.shutdown()
+    at = open_app(run.run_id)  # this server's runner never saw it
+    assert not at.exception
+    (error,) = at.error
+    assert error.value.startswith("failed: No model folder at /no/such/model")
+    assert "/no/such/model" in at.caption[0].value
+    assert not at.dataframe and not at.download_button  # no per-request table for a run that measured nothing
+
+
+def test_loading_says_what_it_is_doing(monkeypatch):
+    release = threading.Event()
+    real_load_tokenizer = runner_module.load_tokenizer
+
+    def slow_load_tokenizer(*args, **kwargs):
+        release.wait(30)
+        return real_load_tokenizer(*args, **kwargs)
+
+    monkeypatch.setattr(runner_module, "load_tokenizer", slow_load_tokenizer)
+    run = get_runner().submit(tiny_config(num_prompts=2, output_len=4))
+    try:
+        while run.phase != f"loading the tokenizer of {TINY}":
+            assert not run.wait(0.01), run.message
+        at = open_app(run.run_id)
+        assert [info.value for info in at.info] == [f"loading: loading the tokenizer of {TINY}…"]
+    finally:
+        release.set()
+    assert run.wait(60) and run.state == "finished"
+
+
+def test_the_live_view_estimates_the_time_left_and_a_cancel_counts_no_failure():
+    run = get_runner().submit(tiny_config(num_prompts=200, output_len=64))
+    while run.snapshot() is None or run.snapshot().in_flight == 0:
+        assert not run.wait(0.01), run.message
+    at = open_app(run.run_id)
+    assert not at.exception
+    (progress,) = at.get("progress")
+    assert progress.proto.text.endswith(("estimating…", " s left")), progress.proto.text
+    assert 1 <= int(metric_value(at, "In flight (requests)")) <= 4
+    at.sidebar.button(key="cancel").click().run()
+    assert run.wait(30) and run.state == "cancelled"
+    at.run()
+    assert not at.exception and not at.error
+    said = at.warning[0].value
+    assert said.startswith("cancelled: ") and " 0 failed," in said and "abort" not in said
+    assert f"{200 - run.record.metrics['completed']} cancelled" in said
+
+
+def test_an_output_length_beyond_the_models_context_window_is_refused_at_start():
+    at = open_app()
+    choose_tiny_run(at, num_prompts=2, output_len=4000)
+    start(at)
+    assert not at.exception
+    (error,) = at.error
+    assert "does not fit the 2,048-token context window of builtin:tiny-llama" in error.value
+    assert get_runner().runs() == [] and "run" not in at.query_params

@@ -4,6 +4,7 @@ import csv
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -113,6 +114,9 @@ def test_help_documents_every_engine_knob(capsys):
         assert flag in text
 
 
+FOUND_WHILE_LOADING = ("Unknown built-in dataset", "does not exist", "No model folder", "sampled requests do not fit")
+
+
 @pytest.mark.parametrize("args, message", [
     (["builtin:nope", "builtin:tiny-llama", "--backend", "transformers"], "Unknown built-in dataset"),
     (["/no/such/file.json", "builtin:tiny-llama", "--backend", "transformers"], "does not exist"),
@@ -137,8 +141,17 @@ def test_help_documents_every_engine_knob(capsys):
     (["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--communicator", "nccl"],
      "--communicator applies to the turbomind backend only"),
     (["builtin:sample", "builtin:tiny-llama", "--bogus"], "unrecognized arguments"),
+    # 4,000 output tokens on a 2,048-token model, and an output length that would size a cache in terabytes.
+    (["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--dataset-name", "random",
+      "--random-input-len", "16", "--random-output-len", "4000"], "does not fit the 2,048-token context window"),
+    (["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--sharegpt-output-len", "100000000"],
+     "does not fit the 2,048-token context window"),
+    # Conversations bring their own prompt lengths: known once sampled.
+    (["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "8", "--sharegpt-output-len", "2040"],
+     "sampled requests do not fit"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, tiny_model_path, args, message):
+    """Found in the flags, nothing is written; found while loading, the run is in the history as failed."""
     csv_path, results = tmp_path / "out.csv", tmp_path / "results"
     try:
         code = main(["pipeline", *args, "--csv", str(csv_path), "--results", str(results)])
@@ -147,7 +160,12 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, tiny_
     err = capsys.readouterr().err
     assert code == 2
     assert message in err and len(err.strip().splitlines()) == 1, err
-    assert not csv_path.exists() and not results.exists()
+    assert not csv_path.exists()
+    if message in FOUND_WHILE_LOADING:
+        (row,) = History(results).load().to_dict("records")
+        assert row["status"] == "failed" and message in row["error"]
+    else:
+        assert not results.exists()
 
 
 def test_history_csv_reads_back_with_pandas(streamed_run):
@@ -165,9 +183,40 @@ def test_the_terminal_progress_line_reads_the_live_snapshot():
     run = Run(run_id="r", config=RunConfig(), state="running")
     run.profiler = Profiler(True, [50])
     sessions = [run.profiler.new_session(4, 2) for _ in range(3)]
-    run.profiler.start(0.0)
+    t0 = time.perf_counter() - 10.0  # ten seconds in, a third of the tokens done: twenty seconds left
+    run.profiler.start(t0)
     for session in sessions:
-        session.tick(0, 0.0)
-    sessions[0].tick(2, 0.1)
-    sessions[0].finish(1, "length", 0.1)
-    assert _progress_line(run) == "running: 1/3 requests done, 2 in flight, 2 tokens"
+        session.tick(0, t0)
+    sessions[0].tick(2, t0 + 0.1)
+    sessions[0].finish(1, "length", t0 + 0.1)
+    assert _progress_line(run) == "running: 1/3 requests done, 2 in flight, 2 tokens, about 20 s left"
+    run.profiler, run.state, run.phase = None, "loading", "loading the tokenizer of builtin:tiny-llama"
+    assert _progress_line(run) == "loading: loading the tokenizer of builtin:tiny-llama..."
+
+
+# Every request needs more KV cache blocks than the cache has (1), or only the longest ones do (5 blocks).
+CACHE_STARVED = ("pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "6", "-c", "1",
+                 "--dataset-name", "random", "--random-input-len", "16", "--random-output-len", "8",
+                 "--random-range-ratio", "0.1", "--cache-block-seq-len", "4", "--csv", "")
+
+
+@pytest.mark.parametrize("num_blocks, code, said, status, completed", [
+    ("1", 1, "error: No request succeeded (error: The request needs", "failed", 0),
+    ("5", 3, "warning: 1 of 6 requests failed (error: The request needs 6 KV cache blocks", "partial", 5),
+])
+def test_a_run_with_failed_requests_exits_non_zero_and_says_why(tmp_path, capsys, tiny_model_path, num_blocks,
+                                                                code, said, status, completed):
+    assert main([*CACHE_STARVED, "--num-blocks", num_blocks, "--results", str(tmp_path)]) == code
+    assert said in capsys.readouterr().err
+    (row,) = History(tmp_path).load().to_dict("records")
+    assert (row["status"], row["completed"], row["failed"]) == (status, completed, 6 - completed)
+    assert row["error"].startswith(said.split(": ", 1)[1])  # the history keeps the reasons too
+
+
+@pytest.mark.parametrize("command", [["pipeline"], ["restful"], ["sweep"], ["sweep", "pipeline"]])
+def test_help_documents_the_exit_codes(capsys, command):
+    with pytest.raises(SystemExit):
+        main([*command, "--help"])
+    text = capsys.readouterr().out
+    assert "exit codes:" in text and "130" in text
+    assert ("partial" in text) and ("bad input" in text)

@@ -86,7 +86,8 @@ def test_every_bad_answer_is_a_counted_failure_and_the_run_goes_on(misbehaving_s
     config.engine.model, config.engine.server_kind, config.engine.read_timeout_s = "m", "openai", 1.0
     run = run_to_end(runner, config)
 
-    assert run.state == "finished", run.message
+    # Some requests succeeded, five did not (four failed, one came back short): partial, with the reasons.
+    assert run.state == "partial" and run.message.startswith("5 of 7 requests failed (error: "), run.message
     table = run.record.requests.set_index(run.record.requests.index.map(dict(enumerate(prompts))))
     assert table.loc["ok", "status"].tolist() == ["success", "success"]
     assert "HTTP 500" in table.loc["status500", "reason"] and "the engine crashed" in table.loc["status500", "reason"]
@@ -100,11 +101,12 @@ def test_every_bad_answer_is_a_counted_failure_and_the_run_goes_on(misbehaving_s
     assert (summary["completed"], summary["failed"], summary["incomplete"], summary["length_mismatches"]) == (2, 4, 1, 1)
 
 
-def test_a_server_that_is_down_fails_each_request_but_not_the_run(runner):
+def test_a_server_that_is_down_fails_each_request_so_the_run_fails_with_the_reason(runner):
     config = server_config(f"http://127.0.0.1:{free_port()}", num_prompts=3)
     config.engine.model = "m"
     run = run_to_end(runner, config)
-    assert run.state == "finished"
+    assert run.state == "failed" and run.message.startswith("No request succeeded (error: ")
+    assert "cannot connect" in run.message
     assert run.record.metrics["failed"] == 3
     assert run.record.requests["reason"].str.contains("cannot connect").all()
 
@@ -113,7 +115,7 @@ def test_a_server_that_is_down_with_no_model_named_fails_at_loading_with_one_mes
     run = run_to_end(runner, server_config(f"http://127.0.0.1:{free_port()}"))
     assert (run.state, run.user_error) == ("failed", True)
     assert "Cannot reach" in run.message and "Is the server running" in run.message
-    assert not history.csv_path.exists()
+    assert history.load()[["status", "error"]].values.tolist() == [["failed", run.message]]
 
 
 def test_a_duration_leaves_the_requests_it_cut_off_unfinished_not_failed(misbehaving_server, runner):
@@ -132,7 +134,7 @@ def test_a_failed_warm_up_stops_the_run_before_anything_is_measured(runner, hist
     config.engine.model = "m"
     run = run_to_end(runner, config)
     assert run.state == "failed" and "warm-up request failed" in run.message
-    assert run.profiler is None and not history.csv_path.exists()
+    assert run.profiler is None and history.load()["status"].tolist() == ["failed"]
 
 
 @pytest.mark.parametrize("engine, load, expected", [

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from bench_core.config import SLO
+from bench_core.live_snapshot import describe_time_left, time_left_s
 from bench_core.profiler import Profiler, Session
 from lmdeploy_reference import ENV_VAR, load_lmdeploy_profiler, locate_lmdeploy_profiler, why_missing
 
@@ -540,3 +541,125 @@ def test_summary_tokens_per_tick_match_lmdeploys_statistics():
     summary = profiler.summary()
     assert summary["mean_tokens_per_tick"] == profiler.tpts_mean
     assert [summary[f"p{q}_tokens_per_tick"] for q in (50, 75, 95, 99)] == [int(v) for v in profiler.tpts_stat]
+
+
+def test_a_session_read_at_its_first_tick_is_not_counted_in_flight_twice():
+    prof = Profiler(True, [50], live_bin_s=0.5)
+    prof.start(0.0)
+    sess = prof.new_session(1, 3)
+    sess.tick(0, timestamp=0.0)
+    assert prof.live_snapshot().in_flight == 1
+    sess.tick(1, timestamp=0.1)  # the next poll re-reads tick 0 to difference against it
+    assert prof.live_snapshot().in_flight == 1
+    for n, t in ((2, 0.2), (3, 0.3)):
+        sess.tick(n, timestamp=t)
+    sess.finish(Session.SUCCESS, timestamp=0.3)
+    prof.finish(0.6)
+    final = prof.live_snapshot()
+    assert (final.in_flight, final.not_started, final.in_flight_over_time.tolist()) == (0, 0, [0, 0])
+    assert final.ttft_s.tolist() == pytest.approx([0.1]) and final.itl_s.tolist() == pytest.approx([0.1, 0.1])
+
+
+def test_in_flight_counts_admitted_requests_not_sessions_that_ticked_at_t0():
+    """Batch load: every session ticks 0 at t0, the engine admits two at a time."""
+    prof = Profiler(True, [50], live_bin_s=0.5, records_admissions=True)
+    prof.start(0.0)
+    sessions = [prof.new_session(1, 2) for _ in range(4)]
+    for sess in sessions:
+        sess.tick(0, timestamp=0.0)
+    sessions[0].admit(0.0)
+    sessions[1].admit(0.0)
+    snap = prof.live_snapshot()
+    assert (snap.in_flight, snap.not_started) == (2, 2)
+
+    def serve(sess, start):
+        sess.tick(1, timestamp=start + 0.2)
+        sess.tick(2, timestamp=start + 0.4)
+        sess.finish(Session.SUCCESS, timestamp=start + 0.4)
+
+    for sess in sessions[:2]:
+        sess.tick(1, timestamp=0.2)
+    assert prof.live_snapshot().in_flight == 2
+    for sess in sessions[:2]:
+        sess.tick(2, timestamp=0.4)
+        sess.finish(Session.SUCCESS, timestamp=0.4)
+    sessions[2].admit(0.4)
+    snap = prof.live_snapshot()
+    assert (snap.completed, snap.in_flight, snap.not_started) == (2, 1, 1)
+    sessions[3].admit(0.6)
+    serve(sessions[2], 0.4)
+    serve(sessions[3], 0.6)
+    prof.finish(1.0)
+    final = prof.live_snapshot()
+    assert (final.completed, final.in_flight, final.not_started) == (4, 0, 0)
+    # In flight at the end of [0, 0.5) and [0.5, 1.0), and at 1.0: one, one, then none.
+    assert final.in_flight_over_time.tolist() == [1, 1, 0]
+    assert final.ttft_s.size == 4 and final.output_tokens == 8
+
+
+def test_in_flight_is_capped_where_the_engine_admits_behind_its_own_batch_size():
+    """LMDeploy's batch call takes every request at t0; its max_batch_size runs four at once."""
+    prof = Profiler(True, [50], live_bin_s=0.5, records_admissions=True, max_in_flight=4)
+    prof.start(0.0)
+    sessions = [prof.new_session(1, 1) for _ in range(16)]
+    for sess in sessions:
+        sess.tick(0, timestamp=0.0)
+        sess.admit(0.0)
+    assert prof.live_snapshot().in_flight == 4
+    for k, sess in enumerate(sessions):
+        sess.tick(1, timestamp=0.1 * (k + 1))
+        sess.finish(Session.SUCCESS, timestamp=0.1 * (k + 1))
+    prof.finish(1.6)
+    final = prof.live_snapshot()
+    assert final.in_flight == 0 and final.in_flight_over_time.max() == 4 and final.in_flight_over_time[-1] == 0
+
+
+def test_requests_left_running_when_the_run_ends_leave_the_in_flight_count():
+    prof = Profiler(True, [50], live_bin_s=0.5, records_admissions=True)
+    prof.start(0.0)
+    sess = prof.new_session(1, 8)
+    sess.admit(0.0)
+    sess.tick(0, timestamp=0.0)
+    assert prof.live_snapshot().in_flight == 1
+    prof.finish(0.7)  # the engine broke: the session never finished
+    final = prof.live_snapshot()
+    assert (final.in_flight, final.in_flight_over_time.tolist()) == (0, [1, 0])
+    sess.finish(Session.FAIL, timestamp=0.8)  # a late finish is not counted out twice
+    assert prof.live_snapshot().in_flight_over_time.min() == 0
+
+
+def test_cancelled_requests_are_counted_apart_from_failures():
+    prof = Profiler(True, [50], records_admissions=True)
+    prof.start(0.0)
+    done, running, waiting = (prof.new_session(1, 1) for _ in range(3))
+    for sess in (done, running):
+        sess.admit(0.0)
+        sess.tick(0, timestamp=0.0)
+    done.tick(1, timestamp=0.1)
+    done.finish(Session.SUCCESS, timestamp=0.1)
+    running.finish(Session.CANCELLED, "cancelled", timestamp=0.2)
+    waiting.finish(Session.CANCELLED, "cancelled", timestamp=0.2)
+    prof.finish(0.2)
+    snap = prof.live_snapshot()
+    assert (snap.completed, snap.failed, snap.cancelled, snap.in_flight) == (1, 0, 2, 0)
+    prof.compute_metrics()
+    assert (prof.success, prof.failed, prof.cancelled, prof.failure_reasons) == (1, 0, 2, {})
+    assert prof.summary()["cancelled"] == 2
+
+
+def test_time_left_waits_for_enough_of_the_run_then_extrapolates_its_pace():
+    prof = Profiler(True, [50])
+    prof.start(0.0)
+    sessions = [prof.new_session(1, 100) for _ in range(2)]
+    for sess in sessions:
+        sess.tick(0, timestamp=0.0)
+    sessions[0].tick(4, timestamp=2.5)
+    assert describe_time_left(prof.live_snapshot()) == "estimating…"  # 2% of the tokens
+    sessions[0].tick(50, timestamp=5.0)
+    snap = prof.live_snapshot()
+    assert snap.tokens_done == 50 and snap.tokens_requested == 200
+    assert time_left_s(snap) == pytest.approx(snap.elapsed_s * 3)  # a quarter done
+    sessions[1].finish(Session.FAIL, "error: boom", timestamp=5.0)  # a failed request has no tokens left
+    snap = prof.live_snapshot()
+    assert snap.tokens_done == 150 and time_left_s(snap) == pytest.approx(snap.elapsed_s / 3)
+    assert describe_time_left(snap).startswith("about ") and describe_time_left(snap).endswith(" s left")

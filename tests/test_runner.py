@@ -29,13 +29,17 @@ def runner(tmp_path, tiny_model_path):
 
 def test_a_run_goes_through_its_states_and_is_recorded(runner):
     run = runner.submit(tiny_config())
-    seen = set()
+    seen, phases = set(), set()
     while not run.wait(0.005):
         seen.add(run.state)
+        phases.add(run.phase)
     assert run.state == "finished", run.message
     assert "running" in seen
     rows = runner.history.load()
     assert list(rows["run_id"]) == [run.run_id] and list(rows["status"]) == ["finished"]
+    # Loading (tokenizer, sampling, engine, warm-up) is timed apart from the measured run, and the end is dated.
+    assert 0 < rows["load_seconds"].iloc[0] < 60 and rows["finished_at"].iloc[0] >= rows["started_at"].iloc[0]
+    assert "measuring" in phases and any(phase.startswith("loading") for phase in phases)
     assert run.record.metrics["completed"] == 8
     assert run.record.lmdeploy_columns["total_output_tokens"] == 8 * 16
 
@@ -64,8 +68,13 @@ def test_cancel_stops_within_a_second_and_keeps_what_was_measured(runner):
     assert run.wait(30)  # then the measured part is recorded
     table = run.profiler.request_table()
     assert (table["status"] == "success").sum() >= 2
-    assert (table["status"] == "unfinished").sum() > 0
-    assert set(table.loc[table["status"] == "unfinished", "reason"]) == {"cancelled"}
+    # Those running at the cancel and those waiting are cancelled: the engine failed none of them.
+    assert set(table["status"]) == {"success", "cancelled"}
+    assert set(table.loc[table["status"] == "cancelled", "reason"]) == {"cancelled"}
+    assert (run.record.metrics["failed"], run.record.metrics["failure_reasons"]) == (0, "")
+    assert run.record.metrics["cancelled"] == 200 - run.record.metrics["completed"]
+    final = run.snapshot()
+    assert (final.failed, final.in_flight, final.in_flight_over_time[-1]) == (0, 0, 0)
     assert list(runner.history.load()["status"]) == ["cancelled"]
 
 
@@ -99,13 +108,17 @@ def test_an_engine_exception_fails_the_run_with_its_message_and_the_next_run_wor
     assert healthy.wait(120) and healthy.state == "finished"
 
 
-def test_a_model_that_cannot_load_fails_with_one_sentence_and_records_nothing(runner, tmp_path):
+def test_a_model_that_cannot_load_fails_with_one_sentence_and_is_recorded_as_tried(runner, tmp_path):
     run = runner.submit(RunConfig(engine=EngineConfig(backend="transformers", model=str(tmp_path / "missing")),
                                   dataset=DatasetConfig(dataset="builtin:sample", num_prompts=2)))
     assert run.wait(60)
     assert run.state == "failed" and run.user_error
     assert "No model folder" in run.message and "\n" not in run.message
-    assert runner.history.load().empty
+    (row,) = runner.history.load().to_dict("records")
+    assert (row["run_id"], row["status"], row["error"]) == (run.run_id, "failed", run.message)
+    assert row["model"] == str(tmp_path / "missing") and row["finished_at"] >= row["started_at"]
+    assert 0 <= row["load_seconds"] < 60
+    assert run.record.requests is None
 
 
 def test_impossible_settings_are_refused_before_anything_is_queued(runner):
@@ -125,3 +138,35 @@ def test_a_run_cancelled_while_queued_never_starts(runner):
     assert first.wait(120) and first.state == "finished"
     assert queued.profiler is None
     assert list(runner.history.load()["run_id"]) == [first.run_id]
+
+
+@pytest.mark.parametrize("num_prompts, concurrency, load_pattern", [(4, 4, "batch"), (3, 4, "batch"),
+                                                                     (16, 4, "batch"), (6, 2, "concurrency")])
+def test_in_flight_never_exceeds_concurrency_or_prompts_and_ends_at_zero(runner, num_prompts, concurrency,
+                                                                         load_pattern):
+    config = tiny_config(num_prompts=num_prompts, output_len=24, concurrency=concurrency)
+    config.load.load_pattern = load_pattern
+    run = runner.submit(config)
+    polled = []
+    while not run.wait(0.01):
+        if (snap := run.snapshot()) is not None:
+            polled.append(snap.in_flight)
+    assert run.state == "finished", run.message
+    final = run.snapshot()
+    most = min(concurrency, num_prompts)
+    assert 1 <= max(polled) <= most
+    assert final.in_flight_over_time.max() <= most
+    assert (final.in_flight, final.not_started, final.in_flight_over_time[-1]) == (0, 0, 0)
+
+
+def test_the_first_use_of_a_built_in_model_says_it_is_being_built(tmp_path, monkeypatch, runner):
+    monkeypatch.setenv("BENCH_STUDIO_CACHE", str(tmp_path / "empty-cache"))
+    run = runner.submit(tiny_config(num_prompts=2, output_len=4))
+    phases = []
+    while not run.wait(0.005):
+        if run.phase and (not phases or phases[-1] != run.phase):
+            phases.append(run.phase)
+    assert run.state == "finished", run.message
+    assert phases[:2] == ["building the tiny Llama, once (about a second)",
+                          "loading the tokenizer of builtin:tiny-llama"]
+    assert phases[-1] == "measuring"

@@ -125,11 +125,27 @@ def test_an_engine_that_cannot_start_fails_once_and_its_other_runs_are_skipped(r
     assert (progress.state, progress.failed, progress.skipped, progress.finished) == ("failed", 1, 3, 0)
     assert len(progress.errors) == 1 and "/no/such/model" in progress.errors[0]
     assert progress.message.startswith(f"1 run(s) failed: {progress.errors[0]} 3 run(s) skipped")
-    assert runner.history.load().empty  # nothing was measured, so nothing was recorded
+    # The run that tried is recorded as failed, with its reason; the skipped ones never ran.
+    rows = runner.history.load()
+    assert rows["status"].tolist() == ["failed"] and "/no/such/model" in rows["error"].iloc[0]
 
 
 def test_an_impossible_point_is_refused_before_anything_is_saved(runner):
     with pytest.raises(ConfigError, match="Sweep points with concurrency=0: Concurrency must be at least 1"):
         start_sweep(runner, plan_of("concurrency=0,1"))
+    with pytest.raises(ConfigError, match="sharegpt_output_len=4000: .* does not fit the 2,048-token context window"):
+        start_sweep(runner, plan_of("sharegpt_output_len=8,4000"))
     assert not (runner.history.root / "sweeps").exists()
     assert runner.runs() == []
+
+
+def test_a_point_where_some_requests_failed_counts_as_failed_with_its_reason(runner):
+    base = tiny_base(num_prompts=6)
+    base.dataset.dataset_name, base.dataset.sharegpt_output_len = "random", None
+    base.dataset.random_input_len, base.dataset.random_output_len, base.dataset.random_range_ratio = 16, 8, 0.1
+    base.engine.cache_block_seq_len, base.load.concurrency = 4, 1
+    sweep = run_to_the_end(runner, plan_of("num_blocks=5", base=base))  # the longest request needs 6 blocks
+    progress = sweep.progress()
+    assert (progress.state, progress.failed, progress.finished) == ("failed", 1, 0)
+    assert progress.message.startswith("1 run(s) failed: 1 of 6 requests failed (error: The request needs 6 KV")
+    assert runner.history.load()["status"].tolist() == ["partial"]
