@@ -50,8 +50,8 @@ def venv_without(folder: Path, hidden: str) -> Path:
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     subprocess.run([Path(sys.base_prefix, "bin", version), "-m", "venv", "--without-pip", folder / "venv"],
                    check=True)
-    shared = folder / "shared-packages"
-    shared.mkdir()
+    shared = folder / "shared" / "site-packages"  # by that name: streamlit runs in development mode elsewhere
+    shared.mkdir(parents=True)
     for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
         if entry.name != hidden and not entry.name.startswith(f"{hidden}-"):
             (shared / entry.name).symlink_to(entry)
