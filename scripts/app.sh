@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Set up .venv if needed and start the dashboard on http://127.0.0.1:8501.
+# Set up the venv ($BENCH_STUDIO_VENV, default .venv) if needed and start the dashboard on
+# http://127.0.0.1:8501 (extra args go to `streamlit run`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-exec .venv/bin/python -m streamlit run app.py "$@"
+exec "${BENCH_STUDIO_VENV:-.venv}/bin/python" -m streamlit run app.py "$@"

@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
-# Create or update .venv with the CPU install; `--dev` adds the test tools. Safe to re-run: a stamp
-# of the requirement files skips pip when nothing changed.
+# Create or update the venv ($BENCH_STUDIO_VENV, default .venv) with the CPU install; `--dev` adds the
+# test tools. Safe to re-run: a stamp of the requirement files skips pip when nothing changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$python" -m venv .venv
+venv=${BENCH_STUDIO_VENV:-.venv}
+[ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 files=(requirements.txt requirements-nodeps.txt)
 [ "${1:-}" = "--dev" ] && files+=(requirements-dev.txt requirements-lmdeploy-reference.txt)
-stamp=".venv/.installed-$(cat "${files[@]}" | sha256sum | cut -c1-16)"
+stamp="$venv/.installed-$(cat "${files[@]}" | sha256sum | cut -c1-16)"
 if [ ! -e "$stamp" ]; then
-  echo "Installing into .venv (first time: a few minutes)..."
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -r requirements.txt
-  .venv/bin/python -m pip install -q --no-deps -r requirements-nodeps.txt
+  echo "Installing into $venv (first time: a few minutes)..."
+  "$venv/bin/python" -m pip install -q --upgrade pip
+  "$venv/bin/python" -m pip install -q -r requirements.txt
+  "$venv/bin/python" -m pip install -q --no-deps -r requirements-nodeps.txt
   if [ "${1:-}" = "--dev" ]; then
-    .venv/bin/python -m pip install -q -r requirements-dev.txt
-    .venv/bin/python -m pip install -q --no-deps -r requirements-lmdeploy-reference.txt
+    "$venv/bin/python" -m pip install -q -r requirements-dev.txt
+    "$venv/bin/python" -m pip install -q --no-deps -r requirements-lmdeploy-reference.txt
   fi
   touch "$stamp"
 fi

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Set up .venv with the test tools if needed and run the whole test suite (extra args go to pytest).
+# Set up the venv ($BENCH_STUDIO_VENV, default .venv) with the test tools if needed and run the whole test
+# suite (extra args go to pytest).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --dev || exit 1
-.venv/bin/python -m pytest "$@"
+"${BENCH_STUDIO_VENV:-.venv}/bin/python" -m pytest "$@"
 status=$?
 if [ "$status" -eq 5 ]; then
   echo "pytest collected no test for these arguments: nothing ran." >&2

@@ -88,7 +88,7 @@ def test_sidebar_opens_on_the_embedded_default_sized_for_a_cpu():
     assert at.sidebar.selectbox(key="backend").value == "transformers"
     assert at.sidebar.number_input(key="num_prompts_cpu").value == 16
     assert at.sidebar.number_input(key="concurrency_cpu").value == 8
-    assert at.sidebar.number_input(key="sharegpt_output_len_cpu").value == 128
+    assert at.sidebar.number_input(key="sharegpt_output_len_cpu").value == 64
     assert at.sidebar.checkbox(key="stream_output_cpu").value is True
     assert at.sidebar.number_input(key="knob_max_batch_tokens").value == 1024  # the engine's default
     knob_keys = {widget.key for widget in at.sidebar if str(getattr(widget, "key", "")).startswith("knob_")}

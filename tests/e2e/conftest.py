@@ -8,45 +8,22 @@ cache with the rest of the suite, so the tiny model is built once per machine.
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from dashboard_server import ROOT, VIEWPORT, AppServer, free_port, serve
 from playwright.sync_api import expect
 
-ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 # Headless chromium as root in a container, with nothing that phones home or updates itself.
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
-# Streamlit scrolls inside its main area, so a full-page screenshot is only the viewport: make it tall.
-VIEWPORT = {"width": 1400, "height": 1600}
 ARTIFACTS = ROOT / "artifacts" / "e2e"
-SERVER_START_TIMEOUT_S = 60
 DEFAULT_TIMEOUT_MS = 20_000
 LOG_TAIL_CHARS = 12_000
-
-
-@dataclass
-class AppServer:
-    """A running `streamlit run app.py`: its URL, results folder and log file."""
-
-    url: str
-    results: Path
-    log_path: Path
-    process: subprocess.Popen
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
 
 
 @pytest.fixture(scope="session")
@@ -64,25 +41,16 @@ def app_server(chromium, tiny_model_path, tmp_path_factory) -> AppServer:
     Depends on `tiny_model_path` so the built-in tiny model exists before the server first loads it.
     """
     folder = tmp_path_factory.mktemp("e2e-server")
-    results, log_path = folder / "results", folder / "streamlit.log"
-    port = _free_port()
-    env = {**os.environ, "BENCH_STUDIO_RESULTS": str(results), "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    port = free_port()
+    env = {**os.environ, "BENCH_STUDIO_RESULTS": str(folder / "results"), "HF_HUB_OFFLINE": "1",
+           "PYTHONUNBUFFERED": "1"}
     command = [
         sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
         "--server.headless=true", f"--server.port={port}", "--server.address=127.0.0.1",
         "--browser.gatherUsageStats=false", "--server.fileWatcherType=none", "--server.runOnSave=false",
     ]
-    with open(log_path, "wb") as log:
-        # cwd=ROOT: streamlit reads .streamlit/config.toml from there. A new session makes the server the
-        # leader of its own process group, so teardown reaches every child it started.
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-    server = AppServer(url=f"http://127.0.0.1:{port}", results=results, log_path=log_path, process=process)
-    try:
-        _wait_until_healthy(server)
+    with serve(command, env, port, folder) as server:
         yield server
-    finally:
-        _stop(process)
 
 
 @pytest.fixture(scope="session")
@@ -120,44 +88,8 @@ def artifacts() -> Path:
 def pytest_runtest_makereport(item, call):
     """A failed browser test carries the tail of the server log: tracebacks from the page scripts land there."""
     report = yield
-    server = item.funcargs.get("app_server") if hasattr(item, "funcargs") else None
-    if report.failed and isinstance(server, AppServer):
-        report.sections.append(("streamlit server log (tail)", server.log()[-LOG_TAIL_CHARS:]))
+    servers = [value for value in getattr(item, "funcargs", {}).values() if isinstance(value, AppServer)]
+    if report.failed:
+        for server in servers:
+            report.sections.append(("streamlit server log (tail)", server.log()[-LOG_TAIL_CHARS:]))
     return report
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _wait_until_healthy(server: AppServer) -> None:
-    """Poll /_stcore/health; fail with the log if the server exits or never answers."""
-    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            pytest.fail(f"streamlit exited with {server.process.returncode} before serving:\n{server.log()}")
-        try:
-            with urllib.request.urlopen(f"{server.url}/_stcore/health", timeout=2) as response:
-                if response.read() == b"ok":
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.2)
-    pytest.fail(f"streamlit did not answer {server.url}/_stcore/health within {SERVER_START_TIMEOUT_S} s:\n"
-                f"{server.log()}")
-
-
-def _stop(process: subprocess.Popen) -> None:
-    """SIGTERM the server's process group, SIGKILL it if it lingers."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:  # the group is already gone
-            return
-        try:
-            process.wait(timeout=10)
-            return
-        except subprocess.TimeoutExpired:
-            continue
