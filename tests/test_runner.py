@@ -88,6 +88,15 @@ def test_engine_is_reused_while_its_settings_are_unchanged(runner):
     assert third.engine_info is not first.engine_info
 
 
+def test_a_changed_kv_cache_setting_applies_to_the_next_run(runner):
+    """The cache sizing knobs are recorded with a run, so the run must use them, not the loaded engine's."""
+    starved = runner.submit(tiny_config(num_prompts=2, num_blocks=1, cache_block_seq_len=16))
+    roomy = runner.submit(tiny_config(num_prompts=2, num_blocks=8, cache_block_seq_len=16))
+    assert starved.wait(120) and roomy.wait(120)
+    assert starved.state == "failed" and "cache has 1" in starved.message
+    assert roomy.state == "finished", roomy.message
+
+
 def test_an_engine_exception_fails_the_run_with_its_message_and_the_next_run_works(runner, monkeypatch):
     real_stream = TransformersEngine.stream
 

@@ -215,11 +215,12 @@ def test_the_thread_count_comes_from_the_environment(monkeypatch):
     assert transformers_engine.torch_threads() == 3
 
 
-def test_concurrency_and_cache_sizing_do_not_change_the_engine_key():
+def test_concurrency_keeps_the_engine_and_cache_sizing_reloads_it():
     engine = EngineConfig(model="builtin:tiny-llama")
     key = engine_settings_key(engine, LoadConfig(concurrency=1))
     assert engine_settings_key(engine, LoadConfig(concurrency=64, stream_output=True)) == key
-    assert engine_settings_key(replace(engine, num_blocks=8, max_batch_tokens=64), LoadConfig()) == key
+    for cache_sizing in ({"num_blocks": 8}, {"max_batch_tokens": 64}, {"cache_block_seq_len": 32}):
+        assert engine_settings_key(replace(engine, **cache_sizing), LoadConfig()) != key
     assert engine_settings_key(replace(engine, dtype="float32"), LoadConfig()) != key
     assert engine_settings_key(replace(engine, model="builtin:smollm2-135m"), LoadConfig()) != key
 

@@ -60,8 +60,10 @@ def validate(engine: EngineConfig, load: LoadConfig) -> list[str]:
 
 
 def settings_key(engine: EngineConfig, load: LoadConfig) -> tuple:
-    """Only what changes the loaded weights; concurrency and cache sizing apply per `stream()` call."""
-    return (engine.model, engine.dtype, engine.torch_device, engine.trust_remote_code)
+    """The weights and the KV cache sizing the engine was loaded with (a run's cache knobs must be the ones it
+    ran with); concurrency applies per `stream()` call."""
+    return (engine.model, engine.dtype, engine.torch_device, engine.trust_remote_code,
+            engine.num_blocks, engine.cache_block_seq_len, engine.max_batch_tokens)
 
 
 def load(engine: EngineConfig, load: LoadConfig, *, continuous_batching: bool | None = None) -> Engine:
