@@ -15,6 +15,8 @@ from bench_core.errors import BenchError
 from bench_core.runner import QUEUED, Run, Runner
 from dashboard.state import get_runner
 
+# A cancelled run stops within a second; the Cancel click waits that long so that its own rerun draws the ended run.
+CANCEL_SETTLE_S = 2.0
 BANNER_REFRESH_S = 2.0  # a few counters only; the Run page's own live view refreshes faster
 RUN_PAGE = "pages/run.py"  # relative to app.py, as st.page_link takes it
 STARTED = "started_run_ids"  # session key: the runs this session started
@@ -57,6 +59,17 @@ def _banner(shown_run_id: str | None) -> None:
             left, right = st.columns([4, 1], vertical_alignment="center")
             left.markdown(f":material/pending: {describe(run, runner)}")
             right.page_link(RUN_PAGE, label="Open it", query_params={"run": run.run_id})
+
+
+def cancel_and_settle(run: Run) -> None:
+    """Cancel `run` and wait until it has ended (at most CANCEL_SETTLE_S).
+
+    Left to the live fragment, the switch to the ended view sometimes never came in chromium: the fragment's
+    own rerun request raced the rerun of this click, and the browser stopped sending its run_every reruns,
+    so the page stayed on a live view of an ended run (seen 2 times in 7).
+    """
+    run.cancel()
+    run.wait(CANCEL_SETTLE_S)
 
 
 def press_start(config: RunConfig) -> Run | None:

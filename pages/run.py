@@ -5,6 +5,8 @@ it, including runs that ended before the server restarted (rebuilt from the hist
 page shows the run that holds the engine, if any, whichever tab started it.
 """
 
+from functools import partial
+
 import streamlit as st
 
 from bench_core.errors import BenchError
@@ -21,7 +23,8 @@ if not run_id:
 shown = runner.get(run_id) if run_id else None
 active_runs.render_banner(run_id)
 st.title("Run a benchmark")
-choice = sidebar.render_sidebar(cancel=shown.cancel if shown is not None and shown.active else None)
+choice = sidebar.render_sidebar(
+    cancel=partial(active_runs.cancel_and_settle, shown) if shown is not None and shown.active else None)
 
 if choice.start:
     try:
