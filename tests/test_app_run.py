@@ -51,7 +51,7 @@ def fresh_state(results_root, fresh_dashboard):
 def stored_run_id(results_root, tiny_model_path) -> str:
     """A finished run that exists only in the history, as if it ran before the server started."""
     runner = Runner(History(results_root))
-    run = runner.submit(tiny_config(label="stored"))
+    run = runner.submit(tiny_config(num_prompts=6, label="stored"))  # not the default count: loading it shows
     assert run.wait(60)
     runner.shutdown()
     assert run.state == "finished", run.message
@@ -86,7 +86,7 @@ def test_sidebar_opens_on_the_embedded_default_sized_for_a_cpu():
     assert not at.exception
     assert at.sidebar.selectbox(key="model_choice").value == "builtin:smollm2-135m"
     assert at.sidebar.selectbox(key="backend").value == "transformers"
-    assert at.sidebar.number_input(key="num_prompts_cpu").value == 16
+    assert at.sidebar.number_input(key="num_prompts_cpu").value == 8
     assert at.sidebar.number_input(key="concurrency_cpu").value == 8
     assert at.sidebar.number_input(key="sharegpt_output_len_cpu").value == 64
     assert at.sidebar.checkbox(key="stream_output_cpu").value is True
@@ -172,9 +172,9 @@ def test_slo_inputs_change_goodput_without_a_new_run(stored_run_id):
     at = open_app(stored_run_id)
     assert not [m for m in at.metric if m.label == "Good requests"]  # no SLO yet: no goodput
     at.sidebar.number_input(key="slo_e2e_ms").set_value(1e6).run()
-    assert metric_value(at, "Good requests") == "8/8"
+    assert metric_value(at, "Good requests") == "6/6"
     at.sidebar.number_input(key="slo_e2e_ms").set_value(0.001).run()
-    assert metric_value(at, "Good requests") == "0/8"
+    assert metric_value(at, "Good requests") == "0/6"
     assert metric_value(at, "Goodput (req/s)") == "0.000"
     assert get_runner().runs() == []
 
@@ -304,7 +304,7 @@ def test_a_past_runs_settings_load_into_the_sidebar_and_run_again_as_they_were(s
     at.button(key="load_settings").click().run()
     assert not at.exception
     assert at.sidebar.selectbox(key="model_choice").value == TINY
-    assert at.sidebar.number_input(key="num_prompts_cpu").value == 8
+    assert at.sidebar.number_input(key="num_prompts_cpu").value == 6
     assert at.sidebar.text_input(key="label").value == "stored"
     at.switch_page("pages/sweep.py").run()  # loaded settings are the sidebar's on every page
     assert at.sidebar.selectbox(key="dataset_builtin").value == "builtin:sample"
