@@ -74,20 +74,49 @@ def headless_run(results: Path, tokens: int, prompts: int) -> str:
     return History(results).load()["run_id"].iloc[-1]
 
 
-def watched_run(page, url: str, results: Path, tokens: int, prompts: int) -> str:
-    """Start the run from the sidebar (settings in the URL) and keep its live Run page open till it ends."""
+def watched_run(page, url: str, results: Path, tokens: int, prompts: int, watch: bool) -> str:
+    """Start the run from the sidebar (settings in the URL) and keep its live Run page open till it ends
+    (or, with `watch` False, leave the page once the run has started)."""
     page.goto(f"{url}/?sharegpt_output_len_cpu={tokens}&num_prompts_cpu={prompts}&concurrency_cpu=8")
     page.get_by_test_id("stSidebar").get_by_role("button", name="Start").click()
     page.wait_for_url(lambda u: "run=" in u, timeout=60_000)
     run_id = page.url.split("run=")[1].split("&")[0]
-    page.get_by_test_id("stProgress").wait_for(timeout=300_000)  # the live view is up: it refreshes itself
+    if watch:
+        page.get_by_test_id("stProgress").wait_for(timeout=300_000)  # the live view is up: it refreshes itself
+    else:
+        page.goto("about:blank")
     history = History(results)
+    watchers = [psutil.Process(pid) for pid in _watcher_pids()]
+    cpu_before, started = _cpu_seconds(watchers), time.perf_counter()
     while history.load().empty or run_id not in set(history.load()["run_id"]):
         time.sleep(0.5)
+    print(f"  the dashboard's server and chromium used {(_cpu_seconds(watchers) - cpu_before) / (time.perf_counter() - started):.2f} "
+          "CPU cores meanwhile", flush=True)
     return run_id
 
 
-def observer_effect(pairs: int, tokens: int, prompts: int) -> bool:
+def _watcher_pids() -> list[int]:
+    """The streamlit server (not its engine worker) and every chromium process."""
+    found = []
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        command = " ".join(process.info["cmdline"] or [])
+        if ("streamlit run" in command or "chromium" in command) and "spawn_main" not in command:
+            found.append(process.info["pid"])
+    return found
+
+
+def _cpu_seconds(processes: list[psutil.Process]) -> float:
+    total = 0.0
+    for process in processes:
+        try:
+            times = process.cpu_times()
+            total += times.user + times.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def observer_effect(pairs: int, tokens: int, prompts: int, watch: bool) -> bool:
     from playwright.sync_api import sync_playwright
 
     sys.path.insert(0, str(ROOT / "tests" / "e2e"))
@@ -110,15 +139,15 @@ def observer_effect(pairs: int, tokens: int, prompts: int) -> bool:
                     run_id = headless_run(headless_results, tokens, prompts)
                     sides[side] = throughput(History(headless_results), run_id)
                 else:
-                    run_id = watched_run(page, server.url, served_results, tokens, prompts)
+                    run_id = watched_run(page, server.url, served_results, tokens, prompts, watch)
                     sides[side] = throughput(History(served_results), run_id)
                 print(f"  {side}: {sides[side]:.1f} output tok/s (run {run_id})", flush=True)
             measured.append((sides["headless"], sides["watched"]))
         browser.close()
     same = _same_settings(History(headless_results), History(served_results))
     print(f"  the two sides ran the same settings: {same}")
-    return report(f"Observer effect (SmolLM2, {prompts} prompts x {tokens} tokens, concurrency 8, streamed)",
-                  measured, ("headless", "watched")) and same
+    return report(f"Observer effect (SmolLM2, {prompts} prompts x {tokens} tokens, concurrency 8, streamed"
+                  f"{'' if watch else ', the dashboard run NOT watched'})", measured, ("headless", "watched")) and same
 
 
 def _same_settings(a: History, b: History) -> bool:
@@ -183,13 +212,15 @@ def main() -> int:
     parser.add_argument("--split-requests", type=int, default=5000)
     parser.add_argument("--split-tokens", type=int, default=8)
     parser.add_argument("--only", choices=("observer", "split"), default=None)
+    parser.add_argument("--unwatched", action="store_true",
+                        help="leave the Run page once the dashboard's run has started: what watching itself costs")
     args = parser.parse_args()
     print(f"start: {load_average()}", flush=True)
     met = True
     if args.only in (None, "split"):
         met &= split_overhead(args.pairs, args.split_requests, args.split_tokens)
     if args.only in (None, "observer"):
-        met &= observer_effect(args.pairs, args.observer_tokens, args.observer_prompts)
+        met &= observer_effect(args.pairs, args.observer_tokens, args.observer_prompts, not args.unwatched)
     return 0 if met else 1
 
 
