@@ -103,6 +103,8 @@ class Run(_Job):
     sample: Sample | None = None
     profiler: Profiler | None = None
     engine_info: EngineInfo | None = None
+    environment: dict[str, str] | None = None  # collected where the engine runs; None: collect it when recording
+    live: LiveSnapshot | None = None  # the last snapshot an engine process published, when the run is in one
     record: RunRecord | None = None
     user_error: bool = False
     sweep_id: str = ""  # set for the runs of a sweep, with their 0-based repeat index
@@ -111,6 +113,8 @@ class Run(_Job):
     done_event: threading.Event = field(default_factory=threading.Event, repr=False)
 
     def snapshot(self) -> LiveSnapshot | None:
+        if self.live is not None:
+            return self.live
         return self.profiler.live_snapshot() if self.profiler is not None else None
 
 
@@ -153,7 +157,7 @@ class Runner:
         check_run_config(config)
         context_window.check_settings(config)
         run = Run(run_id=new_run_id(), config=config, sweep_id=sweep_id, sweep_repeat=sweep_repeat)
-        self._enqueue(run.run_id, run)
+        self.enqueue(run)
         return run
 
     def submit_playground(
@@ -167,7 +171,7 @@ class Runner:
         check_request(conversations, generation, max_new_tokens)
         check_run_config(RunConfig(engine=engine))  # the engine part: backend, model, knobs
         job = PlaygroundJob(new_run_id(), engine, list(conversations), generation, max_new_tokens)
-        self._enqueue(job.job_id, job)
+        self.enqueue(job)
         return job
 
     def get(self, run_id: str) -> Run | None:
@@ -212,9 +216,10 @@ class Runner:
         with self._lock:
             return self._jobs.get(job_id)
 
-    def _enqueue(self, job_id: str, job: Run | PlaygroundJob) -> None:
+    def enqueue(self, job: Run | PlaygroundJob) -> None:
+        """Queue a job that is already checked (`submit` and `submit_playground` check theirs)."""
         with self._lock:
-            self._jobs[job_id] = job
+            self._jobs[job.run_id if isinstance(job, Run) else job.job_id] = job
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._work, name="bench-runner", daemon=True)
                 self._thread.start()
@@ -327,10 +332,7 @@ class Runner:
 
     def _measure(self, run: Run) -> None:
         config, requests = run.config, run.sample.requests
-        by_rate = config.load.load_pattern == "request_rate"
-        profiler = Profiler(config.load.stream_output, list(config.percentiles), slo=config.slo,
-                            records_admissions=True,
-                            max_in_flight=config.load.max_concurrency if by_rate else config.load.concurrency)
+        profiler = new_profiler(config)
         sessions = [profiler.new_session(r.input_len, r.output_len) for r in requests]
         run.profiler = profiler
         tick_at_admission = config.load.load_pattern in TICK_AT_ADMISSION
@@ -380,7 +382,7 @@ class Runner:
             lmdeploy_columns=profiler.lmdeploy_csv_row(lmdeploy_hyperparams(config)) if measured else {},
             metrics=profiler.summary(config.slo) if measured else {},
             engine_info=run.engine_info,
-            environment=collect_environment(run.engine_info),
+            environment=run.environment if run.environment is not None else collect_environment(run.engine_info),
             requests=profiler.request_table() if measured else None,
             error=run.message,
             finished_at=local_now_iso(),
@@ -394,6 +396,11 @@ class Runner:
             except BenchError as exc:
                 run.warnings.append(f"The run could not be saved to the history: {exc}")
 
+def new_profiler(config: RunConfig) -> Profiler:
+    """The profiler a run of `config` measures with (and rebuilds, where its sessions come from elsewhere)."""
+    by_rate = config.load.load_pattern == "request_rate"
+    return Profiler(config.load.stream_output, list(config.percentiles), slo=config.slo, records_admissions=True,
+                    max_in_flight=config.load.max_concurrency if by_rate else config.load.concurrency)
 
 
 def measured_outcome(profiler: Profiler) -> tuple[str, str]:

@@ -1,4 +1,5 @@
-"""The objects every page and browser tab share: one Runner (one run at a time) and one History.
+"""The objects every page and browser tab share: one Runner (one run at a time, its engine in a worker
+process) and one History.
 
 Both live in `st.cache_resource`, so they exist once per server process, survive reruns and are shared
 by all sessions; tests clear them with `get_runner.clear()` / `get_history.clear()`.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from bench_core.history import History
-from bench_core.runner import Runner
+from bench_core.engine_process import ProcessRunner
 
 
 @st.cache_resource
@@ -19,6 +20,7 @@ def get_history() -> History:
 
 
 @st.cache_resource(on_release=lambda runner: runner.shutdown())
-def get_runner() -> Runner:
-    """The process-wide runner; releasing it (cache clear, server stop) cancels its runs."""
-    return Runner(history=get_history())
+def get_runner() -> ProcessRunner:
+    """The process-wide runner; releasing it (cache clear, server stop) cancels its runs and ends its
+    engine process."""
+    return ProcessRunner(history=get_history())

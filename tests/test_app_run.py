@@ -1,7 +1,6 @@
 """The app shell and the Run page, driven through AppTest with the real runner and the tiny model."""
 
 import json
-import threading
 from pathlib import Path
 
 import pytest
@@ -10,7 +9,8 @@ from streamlit.testing.v1 import AppTest
 from bench_core.config import SLO, DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, RunConfig, knobs_for
 from bench_core.engines import availability
 from bench_core.history import RESULTS_ENV, History
-from bench_core import runner as runner_module
+import engine_faults
+from bench_core import engine_process
 from bench_core.runner import Runner
 from app_under_test import APP
 from dashboard import sidebar
@@ -437,15 +437,10 @@ def test_a_run_that_failed_before_measuring_is_shown_from_the_history_after_a_re
     assert not at.dataframe and not at.download_button  # no per-request table for a run that measured nothing
 
 
-def test_loading_says_what_it_is_doing(monkeypatch):
-    release = threading.Event()
-    real_load_tokenizer = runner_module.load_tokenizer
-
-    def slow_load_tokenizer(*args, **kwargs):
-        release.wait(30)
-        return real_load_tokenizer(*args, **kwargs)
-
-    monkeypatch.setattr(runner_module, "load_tokenizer", slow_load_tokenizer)
+def test_loading_says_what_it_is_doing(monkeypatch, tmp_path):
+    release = tmp_path / "release"
+    monkeypatch.setenv(engine_faults.RELEASE_ENV, str(release))  # the worker process holds its tokenizer till then
+    monkeypatch.setattr(engine_process, "serve", engine_faults.serve_holding_the_tokenizer)
     run = get_runner().submit(tiny_config(num_prompts=2, output_len=4))
     try:
         while run.phase != f"loading the tokenizer of {TINY}":
@@ -453,7 +448,7 @@ def test_loading_says_what_it_is_doing(monkeypatch):
         at = open_app(run.run_id)
         assert [info.value for info in at.info] == [f"loading: loading the tokenizer of {TINY}…"]
     finally:
-        release.set()
+        release.touch()
     assert run.wait(60) and run.state == "finished"
 
 

@@ -39,6 +39,7 @@ from ..datasets import SampledRequest
 from ..errors import ConfigError, ModelError
 from ..playground import Conversation, PlaygroundResult, prompt_preview
 from .base import Engine, EngineEvent, EngineInfo
+from .gpu_probe import gpu_facts
 
 QUANT_POLICIES = (0, 4, 8, 16, 17, 42)
 TURBOMIND_FP8_POLICIES = (16, 17)
@@ -63,36 +64,25 @@ def availability(backend: str) -> str | None:
     try:
         if importlib.util.find_spec("lmdeploy") is None:
             return f"The {backend} backend needs LMDeploy, which is not installed: {INSTALL_HINT}."
-        if not _cuda_available():
+        facts = gpu_facts()
+        if not facts.cuda:
             return (
                 f"The {backend} backend needs an NVIDIA GPU with CUDA, and torch here sees none "
                 "(torch.cuda.is_available() is False); use the transformers backend on this machine."
             )
-        importlib.import_module("lmdeploy")
+        if facts.lmdeploy_error is not None:
+            return f"LMDeploy is installed but cannot be imported ({facts.lmdeploy_error}); {INSTALL_HINT}."
     except Exception as exc:  # a broken install can fail in many ways; availability must not raise
-        return f"LMDeploy is installed but cannot be imported ({type(exc).__name__}: {_last_line(exc)}); {INSTALL_HINT}."
+        return f"LMDeploy cannot be checked ({type(exc).__name__}: {_last_line(exc)}); {INSTALL_HINT}."
     return None
 
 
-def _cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-@functools.cache
 def _gpu_facts() -> tuple[int, float] | None:
     """(visible GPU count, lowest compute capability) when torch can tell, else None."""
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            return None
-        count = torch.cuda.device_count()
-        capabilities = [torch.cuda.get_device_capability(i) for i in range(count)]
-        return count, min(major + minor / 10 for major, minor in capabilities)
-    except Exception:
+    capabilities = gpu_facts().capabilities
+    if not capabilities:
         return None
+    return len(capabilities), min(major + minor / 10 for major, minor in capabilities)
 
 
 # ---- validation ---------------------------------------------------------------------------------
@@ -420,7 +410,7 @@ def _versions() -> dict[str, str]:
     versions = {}
     for package in ("lmdeploy", "torch", "transformers"):
         try:
-            versions[package] = importlib.import_module(package).__version__
+            versions[package] = str(importlib.import_module(package).__version__)
         except Exception:
             versions[package] = "unknown"
     try:

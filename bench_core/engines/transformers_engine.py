@@ -22,6 +22,7 @@ from ..errors import ModelError
 from ..models import last_line, resolve_model
 from ..playground import Conversation, PlaygroundResult, prompt_preview
 from .base import Engine, EngineEvent, EngineInfo
+from .gpu_probe import gpu_facts
 from .transformers_batching import ContinuousBatchRun
 from .transformers_generate import generate_one_by_one
 
@@ -47,7 +48,7 @@ def validate(engine: EngineConfig, load: LoadConfig) -> list[str]:
         problems.append(f"Unknown dtype '{engine.dtype}'; choose one of {', '.join(DTYPES)}.")
     if engine.torch_device not in TORCH_DEVICES:
         problems.append(f"Unknown torch device '{engine.torch_device}'; choose one of {', '.join(TORCH_DEVICES)}.")
-    elif engine.torch_device == "cuda" and not _cuda_available():
+    elif engine.torch_device == "cuda" and not gpu_facts().cuda:
         problems.append("The torch device 'cuda' was asked for but torch sees no GPU here; choose cpu or auto.")
     if engine.num_blocks is not None and engine.num_blocks < 1:
         problems.append("The number of KV cache blocks must be at least 1 (or empty to size it for the batch).")
@@ -85,15 +86,12 @@ def has_continuous_batching(model) -> bool:
     return hasattr(model, "init_continuous_batching") and hasattr(transformers, "ContinuousBatchingConfig")
 
 
-def _cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def _resolve_device(torch_device: str) -> str:
+    """At load time, where torch is imported anyway."""
     if torch_device == "auto":
-        return "cuda" if _cuda_available() else "cpu"
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
     return torch_device
 
 
@@ -173,7 +171,7 @@ class TransformersEngine(Engine):
             model_path=path,
             dtype=str(self._model.dtype).removeprefix("torch."),
             device=str(self._model.device),
-            versions={"torch": torch.__version__, "transformers": transformers.__version__},
+            versions={"torch": str(torch.__version__), "transformers": str(transformers.__version__)},
             notes=notes,
         )
 

@@ -1,0 +1,174 @@
+"""The engine in a worker process (bench_core.engine_process), with the real tiny model: runs, reuse,
+cancel, and the faults that end a worker, each caused for real in the worker process."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+import engine_faults
+from bench_core.config import DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, RunConfig
+from bench_core.engine_process import ProcessRunner
+from bench_core.history import History
+from bench_core.runner import Runner
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = "builtin:tiny-llama"
+
+
+def tiny_config(num_prompts: int = 8, output_len: int = 8, dtype: str = "auto") -> RunConfig:
+    return RunConfig(engine=EngineConfig(model=TINY, dtype=dtype),
+                     dataset=DatasetConfig(dataset="builtin:sample", num_prompts=num_prompts, sharegpt_output_len=output_len),
+                     load=LoadConfig(concurrency=4, stream_output=True))
+
+
+@pytest.fixture
+def history(tmp_path, tiny_model_path) -> History:
+    return History(tmp_path)
+
+
+@pytest.fixture
+def runner(history):
+    runner = ProcessRunner(history)
+    yield runner
+    runner.shutdown()
+
+
+def wait_for_completed(run, at_least: int) -> None:
+    while run.snapshot() is None or run.snapshot().completed < at_least:
+        assert not run.wait(0.02), f"{run.state}: {run.message}"
+
+
+def test_a_run_in_the_worker_gives_the_numbers_of_a_run_in_process(runner, history):
+    run = runner.submit(tiny_config(num_prompts=12))
+    assert run.wait(120) and run.state == "finished", run.message
+    in_process = Runner(history)
+    local = in_process.submit(tiny_config(num_prompts=12))
+    assert local.wait(120) and local.state == "finished"
+    in_process.shutdown()
+    mine, theirs = run.record.requests, local.record.requests
+    assert mine["output_len"].tolist() == theirs["output_len"].tolist() == [8] * 12
+    assert mine["input_len"].tolist() == theirs["input_len"].tolist()
+    assert run.record.metrics["completed"] == 12 and run.record.environment["torch"] == local.record.environment["torch"]
+    assert history.load()["status"].tolist() == ["finished", "finished"]
+    assert run.snapshot().finished and run.snapshot().completed == 12  # the worker's last snapshot
+
+
+def test_the_engine_stays_loaded_for_the_same_settings_and_other_settings_end_the_worker(runner):
+    first = runner.submit(tiny_config())
+    assert first.wait(120) and first.state == "finished", first.message
+    pid = runner.worker_pid()
+    second = runner.submit(tiny_config())
+    assert second.wait(120) and second.state == "finished"
+    assert runner.worker_pid() == pid and second.load_seconds < first.load_seconds / 2
+    other = runner.submit(tiny_config(dtype="float32"))
+    assert other.wait(120) and other.state == "finished", other.message
+    assert runner.worker_pid() != pid and not psutil.pid_exists(pid)
+    assert runner.loaded_engine() == other.config.engine
+
+
+def test_a_cancel_ends_the_run_within_a_second_and_keeps_what_it_measured(runner):
+    run = runner.submit(tiny_config(num_prompts=200, output_len=64))
+    wait_for_completed(run, 4)
+    asked = time.perf_counter()
+    run.cancel()
+    assert run.wait(5)
+    assert time.perf_counter() - asked < 1.0
+    assert run.state == "cancelled" and run.record.status == "cancelled"
+    assert 4 <= run.record.metrics["completed"] < 200
+
+
+def assert_died_keeping(run, history, reason: str, at_least: int) -> None:
+    assert run.wait(30), "the run never ended"
+    assert (run.state, run.message) == ("failed", reason)
+    table = run.record.requests
+    assert (table["status"] == "success").sum() >= at_least
+    assert set(table.loc[table["status"] != "success", "reason"]) == {reason}
+    (row,) = history.load().to_dict("records")
+    assert row["status"] == "failed" and row["error"] == reason
+
+
+def test_a_worker_killed_mid_run_fails_the_run_keeps_its_requests_and_the_next_run_gets_a_fresh_worker(runner, history):
+    run = runner.submit(tiny_config(num_prompts=200, output_len=16))
+    wait_for_completed(run, 8)
+    killed = runner.worker_pid()
+    os.kill(killed, signal.SIGKILL)
+    assert_died_keeping(run, history, "engine process died: signal 9", 8)
+    after = runner.submit(tiny_config())
+    assert after.wait(120) and after.state == "finished", after.message
+    assert runner.worker_pid() not in (None, killed)
+
+
+@pytest.mark.parametrize("fault, reason", [
+    ("exception", "engine process died: exit code 1"),
+    ("exit", "engine process died: exit code 3"),
+    ("segfault", "engine process died: signal 11"),
+])
+def test_a_worker_that_dies_by_itself_fails_the_run_and_keeps_its_requests(monkeypatch, history, fault, reason):
+    monkeypatch.setenv(engine_faults.FAULT_ENV, fault)
+    monkeypatch.setenv(engine_faults.FAULT_AFTER_ENV, "10")
+    runner = ProcessRunner(history, worker_main=engine_faults.serve_with_fault)
+    try:
+        run = runner.submit(tiny_config(num_prompts=200, output_len=16))
+        assert_died_keeping(run, history, reason, 10)
+        monkeypatch.setenv(engine_faults.FAULT_AFTER_ENV, "1000")  # the next worker stays healthy
+        after = runner.submit(tiny_config())
+        assert after.wait(120) and after.state == "finished", after.message
+    finally:
+        runner.shutdown()
+
+
+def test_a_worker_that_stops_publishing_is_reported_hung_and_killed(history):
+    runner = ProcessRunner(history, hung_after_s=2.0)
+    try:
+        run = runner.submit(tiny_config(num_prompts=200, output_len=16))
+        wait_for_completed(run, 4)
+        stopped = runner.worker_pid()
+        os.kill(stopped, signal.SIGSTOP)
+        when = time.perf_counter()
+        assert run.wait(10)
+        assert time.perf_counter() - when < 2.0 + 1.5
+        assert run.state == "failed" and run.message == "engine process hung: it published nothing for 2 s and was killed"
+        assert run.record.metrics["completed"] >= 4
+        assert not psutil.pid_exists(stopped)
+    finally:
+        runner.shutdown()
+
+
+def test_a_playground_job_is_answered_in_the_worker(runner):
+    job = runner.submit_playground(EngineConfig(model=TINY), [[{"role": "user", "content": "Hello"}]],
+                                   GenerationSettings(), 4)
+    assert job.wait(120) and job.state == "finished", job.message
+    (result,) = job.results
+    assert result.output_tokens == 4 and job.engine_info.model == TINY
+
+
+SERVE_A_RUN_PAGE = """
+import sys
+sys.path[:0] = {paths!r}
+from test_app_run import choose_tiny_run, open_app, start
+from dashboard.state import get_runner
+at = open_app()
+choose_tiny_run(at, num_prompts=4, output_len=4)
+at = start(at)
+run = get_runner().get(at.query_params["run"])
+while not run.wait(0.05):
+    at.run()
+at.run()
+assert run.state == "finished" and not at.exception, run.message
+get_runner.clear()
+print(sorted(name for name in ("torch", "transformers", "lmdeploy") if name in sys.modules))
+"""
+
+
+def test_serving_the_run_page_through_a_whole_run_never_imports_an_engine_library(tmp_path, tiny_model_path):
+    script = SERVE_A_RUN_PAGE.format(paths=[str(ROOT), str(ROOT / "tests")])
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "BENCH_STUDIO_RESULTS": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
