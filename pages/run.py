@@ -44,4 +44,4 @@ if run_id:
     render_run(run_id, sidebar.slo_from_ms(choice.values["slo_ms"]))
 else:
     st.info("Choose a model, a backend and a dataset in the sidebar, then press **Start**. With nothing "
-            "changed, SmolLM2-135M runs on the embedded transformers engine: about a minute on a laptop CPU.")
+            "changed, SmolLM2-135M runs on the embedded transformers engine: about a minute on a 2-core CPU, the first time included.")
