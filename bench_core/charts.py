@@ -19,6 +19,7 @@ import plotly.colors
 import plotly.graph_objects as go
 
 from .config import ENGINE_KNOBS
+from .latency_bins import BinnedLatencies
 from .metrics import METRICS, SUCCESS
 from .stats import highest_load_meeting, pareto_front
 from .tables import describe_column
@@ -32,13 +33,28 @@ _CHOICE_KNOBS = {knob.name for knob in ENGINE_KNOBS if knob.choices}
 
 def latency_histogram(values_s: np.ndarray, metric: str, title: str | None = None) -> go.Figure:
     """Distribution of one latency metric ("ttft", "itl", "tpot", "e2e") in ms; y counts requests (gaps for ITL)."""
+    values = _finite(np.asarray(values_s, dtype=np.float64)) * METRICS[metric].display_scale
+    counts, edges = np.histogram(values, bins=min(HISTOGRAM_BINS, max(1, values.size))) if values.size else (None, None)
+    return _histogram_figure(counts, edges, metric, title)
+
+
+def binned_latency_histogram(binned: BinnedLatencies, metric: str, title: str | None = None) -> go.Figure:
+    """`latency_histogram` of a live run's binned values: its fine bins regrouped into the figure's even ones."""
+    if binned.count == 0:
+        return _histogram_figure(None, None, metric, title)
+    scale = METRICS[metric].display_scale
+    centres = binned.bin_centres_s() * scale
+    counts, edges = np.histogram(centres, bins=min(HISTOGRAM_BINS, binned.count),
+                                 range=(binned.min_s * scale, binned.max_s * scale), weights=binned.nonzero_counts())
+    return _histogram_figure(counts.round().astype(np.int64), edges, metric, title)
+
+
+def _histogram_figure(counts: np.ndarray | None, edges: np.ndarray | None, metric: str, title: str | None) -> go.Figure:
     spec = METRICS[metric]
-    values = _finite(np.asarray(values_s, dtype=np.float64)) * spec.display_scale
     counted = "gaps" if metric == "itl" else "requests"
     fig = _figure(title or spec.label, f"{spec.label} ({spec.display_unit or spec.unit})", f"Count ({counted})")
-    if values.size == 0:
+    if counts is None:
         return _no_data(fig)
-    counts, edges = np.histogram(values, bins=min(HISTOGRAM_BINS, max(1, values.size)))
     width = edges[1] - edges[0]
     fig.add_trace(go.Histogram(
         x=(edges[:-1] + edges[1:]) / 2, y=counts, histfunc="sum",

@@ -23,6 +23,8 @@ from time import perf_counter
 
 import numpy as np
 
+from .latency_bins import BinnedLatencies, LatencyBins
+
 
 @dataclass(frozen=True)
 class LiveSnapshot:
@@ -30,7 +32,8 @@ class LiveSnapshot:
 
     `time_s` holds the start of each `bin_s`-wide bin; `output_tokens_per_s` and `in_flight_over_time`
     (requests in flight at the end of each bin) are aligned with it. While running, only whole bins
-    are listed. `ttft_s` and `itl_s` hold every value seen so far, of all requests (finished or not).
+    are listed. `ttft` and `itl` hold every value seen so far, of all requests (finished or not), in
+    fixed bins: the snapshot's size grows with the run's duration (its bins of time), not its requests.
     """
 
     elapsed_s: float
@@ -49,12 +52,12 @@ class LiveSnapshot:
     time_s: np.ndarray
     output_tokens_per_s: np.ndarray
     in_flight_over_time: np.ndarray
-    ttft_s: np.ndarray
-    itl_s: np.ndarray
+    ttft: BinnedLatencies
+    itl: BinnedLatencies
 
 
 class _GrowingArray:
-    """An append-only float buffer whose read-only prefix views stay valid as it grows."""
+    """Per-bin totals of a series whose number of bins grows with the run."""
 
     def __init__(self) -> None:
         self._data = np.zeros(1024)
@@ -66,11 +69,6 @@ class _GrowingArray:
             grown[: self.size] = self._data[: self.size]
             self._data = grown
 
-    def extend(self, values: np.ndarray) -> None:
-        self._reserve(self.size + values.size)
-        self._data[self.size: self.size + values.size] = values
-        self.size += values.size
-
     def add_at(self, positions: np.ndarray, weights: np.ndarray) -> None:
         """Add weights into per-position totals (bins), growing the buffer to cover every position."""
         if positions.size == 0:
@@ -79,12 +77,6 @@ class _GrowingArray:
         self._reserve(sums.size)
         self._data[: sums.size] += sums
         self.size = max(self.size, sums.size)
-
-    def view(self) -> np.ndarray:
-        """Values so far. Later appends write past this prefix or into a new buffer, never into it."""
-        prefix = self._data[: self.size]
-        prefix.flags.writeable = False
-        return prefix
 
     def padded(self, length: int) -> np.ndarray:
         out = np.zeros(length)
@@ -120,8 +112,8 @@ class LiveTracker:
         self._ended_tokens_requested = 0
         self._tokens_per_bin = _GrowingArray()
         self._in_flight_change_per_bin = _GrowingArray()
-        self._ttft = _GrowingArray()
-        self._itl = _GrowingArray()
+        self._ttft = LatencyBins()
+        self._itl = LatencyBins()
 
     def snapshot(self, sessions: Sequence, t_start: float | None, t_finish: float | None) -> LiveSnapshot:
         """`sessions` need ts, ns, req_output_len, admit_time, status flags (finished, completed,
@@ -209,11 +201,11 @@ class LiveTracker:
         # Tick 1 of a session sits right after its tick 0 in a part that starts there (new, or re-read: 0).
         second = part_start[(first_index <= 0) & (lengths >= 2)] + 1
         gaps = np.diff(ts)  # gaps[k - 1] is the gap before tick k of the flat list
-        self._ttft.extend(gaps[second - 1])
+        self._ttft.add(gaps[second - 1])
         is_itl = np.ones(ts.size, dtype=bool)
         is_itl[part_start] = False
         is_itl[second] = False
-        self._itl.extend(gaps[is_itl[1:]])
+        self._itl.add(gaps[is_itl[1:]])
 
     def _bin(self, times: np.ndarray) -> np.ndarray:
         bins = ((times - self._origin) * (1.0 / self.bin_s)).astype(np.int64)
@@ -281,8 +273,8 @@ class LiveTracker:
             time_s=time_s,
             output_tokens_per_s=self._tokens_per_bin.padded(n_bins) / bin_seconds,
             in_flight_over_time=np.minimum(in_flight_over_time, cap).astype(np.int64),
-            ttft_s=self._ttft.view(),
-            itl_s=self._itl.view(),
+            ttft=self._ttft.frozen(),
+            itl=self._itl.frozen(),
         )
 
 

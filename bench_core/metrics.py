@@ -244,7 +244,11 @@ def percentile_key(q: float) -> str:
 
 def latency_columns(name: str, values_s: np.ndarray, percentiles: Sequence[float]) -> dict[str, float]:
     """One latency metric's summary keys in ms: mean, std, min, max, then each percentile."""
-    stats = distribution(values_s, percentiles)
+    return distribution_columns(name, distribution(values_s, percentiles), percentiles)
+
+
+def distribution_columns(name: str, stats: Distribution, percentiles: Sequence[float]) -> dict[str, float]:
+    """`latency_columns` of statistics already computed (a live run's, from its bins)."""
     columns = {f"{stat}_{name}_ms": getattr(stats, stat) * 1000 for stat in ("mean", "std", "min", "max")}
     columns.update({f"{percentile_key(q)}_{name}_ms": value * 1000 for q, value in zip(percentiles, stats.percentiles)})
     return columns

@@ -16,6 +16,7 @@ import streamlit as st
 from bench_core import charts, metrics, tables
 from bench_core.config import SERVER_BACKEND, SLO, RunConfig
 from bench_core.errors import BenchError
+from bench_core.latency_bins import BinnedLatencies
 from bench_core.live_snapshot import LiveSnapshot, describe_time_left
 from bench_core.runner import FAILED, FINISHED, LOADING, QUEUED, Run
 from dashboard.run_result import RunResult, result_from_history, result_from_run
@@ -126,17 +127,18 @@ def _live_charts(config: RunConfig, snap: LiveSnapshot) -> None:
     # Without streaming a request ticks only at its end, so its "first token" gap is its whole latency.
     first_metric = "ttft" if stream else "e2e"
     left, right = st.columns(2)
-    left.plotly_chart(charts.latency_histogram(snap.ttft_s, first_metric), key="live_first_histogram")
+    left.plotly_chart(charts.binned_latency_histogram(snap.ttft, first_metric), key="live_first_histogram")
     if stream:
-        right.plotly_chart(charts.latency_histogram(snap.itl_s, "itl"), key="live_itl_histogram")
+        right.plotly_chart(charts.binned_latency_histogram(snap.itl, "itl"), key="live_itl_histogram")
     st.plotly_chart(charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s, snap.in_flight_over_time),
                     key="live_throughput")
 
 
 def _live_percentiles(config: RunConfig, snap: LiveSnapshot) -> None:
     stream = config.load.stream_output
-    series = {"ttft": snap.ttft_s, "itl": snap.itl_s} if stream else {"e2e": snap.ttft_s}
-    st.caption("So far, over every request that has reached that point (finished or not):")
+    series = {"ttft": snap.ttft, "itl": snap.itl} if stream else {"e2e": snap.ttft}
+    st.caption("So far, over every request that has reached that point (finished or not); percentiles within 1% "
+               "while running:")
     st.dataframe(_numbers(live_percentile_table(series, config.percentiles, stream)), key="live_percentiles")
 
 
@@ -146,11 +148,11 @@ def _numbers(table: pd.DataFrame) -> pd.DataFrame:
     return table.map(lambda value: "-" if pd.isna(value) else f"{value:,.3f}")
 
 
-def live_percentile_table(series: dict[str, np.ndarray], percentiles, stream_output: bool) -> pd.DataFrame:
+def live_percentile_table(series: dict[str, BinnedLatencies], percentiles, stream_output: bool) -> pd.DataFrame:
     """LMDeploy's latency table for the values seen so far; rows with no values yet are left out."""
     summary: dict[str, float] = {}
-    for metric, values in series.items():
-        summary.update(metrics.latency_columns(metric, np.asarray(values), percentiles))
+    for metric, binned in series.items():
+        summary.update(metrics.distribution_columns(metric, binned.distribution(percentiles), percentiles))
     return tables.percentile_table(summary, percentiles, stream_output).dropna(how="all")
 
 

@@ -50,7 +50,7 @@ def test_successful_values_leave_out_other_requests_and_pool_itl():
 
 
 def test_itl_histogram_counts_gaps_and_takes_a_title():
-    fig = charts.latency_histogram(profiled_run(TTFTS, itl_s=0.02).live_snapshot().itl_s, "itl", title="ITL so far")
+    fig = charts.binned_latency_histogram(profiled_run(TTFTS, itl_s=0.02).live_snapshot().itl, "itl", title="ITL so far")
     centres, counts = _xy(fig.data[0])
     assert counts.sum() == len(TTFTS) * (OUTPUT_LEN - 1)
     assert centres == pytest.approx(np.full(centres.size, 20.0))

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from bench_core.config import SLO
+from bench_core.latency_bins import BinnedLatencies
 from bench_core.live_snapshot import describe_time_left, time_left_s
 from bench_core.profiler import Profiler, Session
 from lmdeploy_reference import ENV_VAR, load_lmdeploy_profiler, locate_lmdeploy_profiler, why_missing
@@ -250,6 +251,10 @@ def test_nothing_succeeded_shows_dashes_instead_of_inf(reference, tmp_path, caps
 
 # ---- what LMDeploy's module crashes on ---------------------------------------------------
 
+def _count_min_max(binned) -> tuple[int, float, float]:
+    return binned.count, binned.min_s, binned.max_s
+
+
 def _finished_profiler(sessions: list[tuple[int, int, list[tuple[float, int]], int]], stream=True,
                        percentages=(50, 99), slo=None) -> Profiler:
     prof = Profiler(stream, list(percentages), slo=slo)
@@ -457,8 +462,9 @@ def test_live_snapshot_while_ticking_from_another_thread_adds_up():
     assert final.output_tokens == 200 * 40
     assert (final.completed, final.failed, final.in_flight, final.not_started) == (160, 40, 0, 0)
     table = prof.request_table()
-    assert sorted(final.ttft_s) == sorted(table["ttft_s"])
-    assert sorted(final.itl_s) == sorted(np.concatenate(table["itl_s"].tolist()))
+    for live, values in ((final.ttft, table["ttft_s"].to_numpy()), (final.itl, np.concatenate(table["itl_s"].tolist()))):
+        every = BinnedLatencies.of(values)  # each value read once: the same bins and extremes as all of them
+        assert np.array_equal(live.counts, every.counts) and (live.min_s, live.max_s) == (every.min_s, every.max_s)
     assert final.in_flight_over_time[-1] == 0
 
 
@@ -481,7 +487,8 @@ def test_live_series_bin_tokens_and_in_flight_requests_over_time():
     # Bins [10.0, 10.5) [10.5, 11.0) [11.0, 11.4]: the last one lasted 0.4 s.
     assert final.output_tokens_per_s.tolist() == pytest.approx([2 / 0.5, 2 / 0.5, 2 / 0.4])
     assert final.in_flight_over_time.tolist() == [1, 1, 0]
-    assert final.ttft_s.tolist() == pytest.approx([0.2, 0.5]) and final.itl_s.tolist() == pytest.approx([0.5, 0.2])
+    for binned in (final.ttft, final.itl):
+        assert _count_min_max(binned) == (2, pytest.approx(0.2), pytest.approx(0.5))
     assert (final.completed, final.in_flight, final.elapsed_s) == (2, 0, pytest.approx(1.4))
 
 
@@ -505,7 +512,7 @@ def test_two_pollers_never_count_a_tick_twice():
         thread.join()
     final = prof.live_snapshot()
     assert final.output_tokens == 100 * 30
-    assert final.ttft_s.size == 100 and final.itl_s.size == 100 * 14
+    assert final.ttft.count == 100 and final.itl.count == 100 * 14
     assert final.completed + final.failed == 100
 
 
@@ -519,8 +526,8 @@ def test_snapshot_values_do_not_change_after_they_are_returned():
     for k in range(3, 3000):
         sess.tick(k, timestamp=0.1 * k)
     prof.live_snapshot()
-    assert first.itl_s.tolist() == pytest.approx([0.1])
-    assert not first.itl_s.flags.writeable
+    assert _count_min_max(first.itl) == (1, pytest.approx(0.1), pytest.approx(0.1))
+    assert not first.itl.counts.flags.writeable
 
 
 def test_progress_counts_finished_sessions():
@@ -557,7 +564,8 @@ def test_a_session_read_at_its_first_tick_is_not_counted_in_flight_twice():
     prof.finish(0.6)
     final = prof.live_snapshot()
     assert (final.in_flight, final.not_started, final.in_flight_over_time.tolist()) == (0, 0, [0, 0])
-    assert final.ttft_s.tolist() == pytest.approx([0.1]) and final.itl_s.tolist() == pytest.approx([0.1, 0.1])
+    assert _count_min_max(final.ttft) == (1, pytest.approx(0.1), pytest.approx(0.1))
+    assert _count_min_max(final.itl) == (2, pytest.approx(0.1), pytest.approx(0.1))
 
 
 def test_in_flight_counts_admitted_requests_not_sessions_that_ticked_at_t0():
@@ -594,7 +602,7 @@ def test_in_flight_counts_admitted_requests_not_sessions_that_ticked_at_t0():
     assert (final.completed, final.in_flight, final.not_started) == (4, 0, 0)
     # In flight at the end of [0, 0.5) and [0.5, 1.0), and at 1.0: one, one, then none.
     assert final.in_flight_over_time.tolist() == [1, 1, 0]
-    assert final.ttft_s.size == 4 and final.output_tokens == 8
+    assert final.ttft.count == 4 and final.output_tokens == 8
 
 
 def test_in_flight_is_capped_where_the_engine_admits_behind_its_own_batch_size():
