@@ -29,12 +29,13 @@ from .config import (
     RunConfig,
     parse_quant_policy,
 )
-from .errors import BenchError, ConfigError
+from .errors import BenchError, ConfigError, HistoryError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_CODES_HELP = """exit codes:
   0    finished: every request succeeded
-  1    failed: no request succeeded, or the engine broke (the reasons are on stderr)
+  1    failed: no request succeeded, the engine broke, or the results could not be saved
+       (the reasons are on stderr, with the folder where an unsaved run was kept instead)
   2    bad input: a flag, the dataset, the model, or lengths beyond the model's context window
   3    partial: some requests failed; the numbers count the successful ones (the reasons are on stderr)
   130  interrupted (Ctrl-C); what was measured is kept"""
@@ -254,6 +255,27 @@ def wait_with_progress(job, describe=None) -> bool:
     return True
 
 
+def check_writable(history, *csv_paths: str) -> None:
+    """Before anything runs: HistoryError unless the run can be recorded in `history` and its row
+    appended to each CSV given (an empty path: none)."""
+    from .csvstore import check_csv_writable
+
+    history.check_writable()
+    for path in filter(None, csv_paths):
+        check_csv_writable(path)
+
+
+def append_csv_row(path: str, append: typing.Callable[[], None]) -> bool:
+    """Call `append` (adding the run's row to the CSV at `path`); False, having said why on stderr,
+    when it failed."""
+    try:
+        append()
+    except HistoryError as exc:
+        print(f"error: the run's row was not appended to {path}: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
 def report_unmeasured(run) -> int | None:
     """Print the run's warnings; for a run that failed before measuring anything, print why and
     return the exit code (2 when the user's input was at fault)."""
@@ -263,12 +285,23 @@ def report_unmeasured(run) -> int | None:
 
     if run.state == FAILED and run.profiler is None:
         print(f"error: {run.message}", file=sys.stderr)
+        if run.save_error:
+            print(f"error: {run.save_error}", file=sys.stderr)
         return EXIT_BAD_INPUT if run.user_error else EXIT_FAILED
     return None
 
 
-def report_outcome(run, completed: bool) -> int:
-    """Say on stderr why a measured run failed or is partial; its exit code (see EXIT_CODES_HELP)."""
+def report_saved(run, history) -> None:
+    """The run's last line: the history it is in, or why it is not and where it was kept instead."""
+    if run.save_error:
+        print(f"error: run {run.run_id} ({run.state}): {run.save_error}", file=sys.stderr)
+    else:
+        print(f"run {run.run_id}: {run.state} in {history.csv_path}", file=sys.stderr)
+
+
+def report_outcome(run, completed: bool, csv_saved: bool = True) -> int:
+    """Say on stderr why a measured run failed or is partial; its exit code (see EXIT_CODES_HELP).
+    A run that was not saved, in its history or in the CSV (`csv_saved`), has failed."""
     from .runner import CANCELLED, FAILED, PARTIAL
 
     if not completed or run.state == CANCELLED:
@@ -276,10 +309,11 @@ def report_outcome(run, completed: bool) -> int:
     if run.state == FAILED:
         print(f"error: {run.message}", file=sys.stderr)
         return EXIT_FAILED
+    code = EXIT_OK
     if run.state == PARTIAL:
         print(f"warning: {run.message}", file=sys.stderr)
-        return EXIT_PARTIAL
-    return EXIT_OK
+        code = EXIT_PARTIAL
+    return code if csv_saved and not run.save_error else EXIT_FAILED
 
 
 def run_pipeline(args: argparse.Namespace) -> int:
@@ -288,7 +322,9 @@ def run_pipeline(args: argparse.Namespace) -> int:
     from .runner import MEASURED, Runner
 
     config = config_from_args(args)
-    runner = Runner(History(args.results))
+    history = History(args.results)
+    check_writable(history, args.csv)
+    runner = Runner(history)
     run = runner.submit(config)  # raises ConfigError before anything is written
     completed = wait_with_progress(run)
     if (code := report_unmeasured(run)) is not None:
@@ -297,12 +333,12 @@ def run_pipeline(args: argparse.Namespace) -> int:
         "Profile Pipeline API",
         [("Concurrency", config.load.concurrency), ("Stream output", config.load.stream_output)],
     )
+    csv_saved = True
     if run.state in MEASURED and args.csv:
-        run.profiler.save_csv(args.csv, lmdeploy_hyperparams(config))
-    saved = "" if runner.history is None else f" in {runner.history.csv_path}"
-    print(f"run {run.run_id}: {run.state}{saved}", file=sys.stderr)
+        csv_saved = append_csv_row(args.csv, lambda: run.profiler.save_csv(args.csv, lmdeploy_hyperparams(config)))
+    report_saved(run, history)
     runner.shutdown()
-    return report_outcome(run, completed)
+    return report_outcome(run, completed, csv_saved)
 
 
 def _quiet_libraries() -> None:

@@ -209,7 +209,10 @@ def check_server(url: str, model: str | None) -> str:
 
 
 def run_restful(args: argparse.Namespace) -> int:
-    from .cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, report_outcome, report_unmeasured, wait_with_progress
+    from .cli import (
+        EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, append_csv_row, check_writable, report_outcome, report_saved,
+        report_unmeasured, wait_with_progress,
+    )
     from .config import check_run_config
     from .history import History
     from .runner import MEASURED, Runner
@@ -218,9 +221,11 @@ def run_restful(args: argparse.Namespace) -> int:
     configs = [config_for_rate(args, url, args.model or "", rate) for rate in rates(args)]
     for config in configs:
         check_run_config(config)  # every rate's problems before anything is sent
-    model = check_server(url, args.model)
     output_file = default_output_file(args) if args.output_file is None else args.output_file
-    runner = Runner(History(args.results))
+    history = History(args.results)
+    check_writable(history, output_file)
+    model = check_server(url, args.model)
+    runner = Runner(history)
     status = EXIT_OK
     try:
         for config in configs:
@@ -233,10 +238,12 @@ def run_restful(args: argparse.Namespace) -> int:
                                           sorted({*config.percentiles, *SUMMARY_PERCENTILES}),
                                           config.load.stream_output, config.slo)
             print_result(args.backend, config, summary)
+            csv_saved = True
             if run.state in MEASURED and output_file:
-                csvstore.append_row(output_file, restful_csv_row(args.backend, config, summary))
-            print(f"run {run.run_id}: {run.state} in {runner.history.csv_path}", file=sys.stderr)
-            code = report_outcome(run, completed)
+                row = restful_csv_row(args.backend, config, summary)
+                csv_saved = append_csv_row(output_file, lambda: csvstore.append_row(output_file, row))
+            report_saved(run, history)
+            code = report_outcome(run, completed, csv_saved)
             if code == EXIT_INTERRUPTED:
                 return code
             if status != EXIT_FAILED and code != EXIT_OK:  # the worst rate's: failed, then partial

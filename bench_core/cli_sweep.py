@@ -25,6 +25,8 @@ from .cli import (
     _Parser,
     _progress_line,
     add_pipeline_arguments,
+    append_csv_row,
+    check_writable,
     config_from_args,
     wait_with_progress,
 )
@@ -97,9 +99,10 @@ def run_sweep(args: argparse.Namespace) -> int:
         _, _, build_config = ENGINE_COMMANDS[args.engine_command]
         axes = tuple(parse_sweep_arg(text) for text in args.sweep)
         plan = SweepPlan(new_sweep_id(), build_config(args), axes, args.repeats)
-        runner = Runner(History(args.results))
-        sweep = start_sweep(runner, plan)  # raises ConfigError naming every impossible point, before any run
         csv_path = getattr(args, "csv", "")  # LMDeploy's pipeline CSV; a restful sweep keeps to the history
+        runner = Runner(History(args.results))
+        check_writable(runner.history, csv_path)
+        sweep = start_sweep(runner, plan)  # raises ConfigError naming every impossible point, before any run
     else:
         raise ConfigError("Choose an engine command (pipeline DATASET MODEL ... --sweep NAME=V1,V2) "
                           "or --resume SWEEP_ID.")
@@ -108,11 +111,15 @@ def run_sweep(args: argparse.Namespace) -> int:
           f"{sweep.total - sweep.finished_before} to run", file=sys.stderr)
     interrupted = not wait_with_progress(sweep, lambda: _sweep_progress_line(sweep))
     runner.shutdown()
+    saved = True
     for _, run in sweep.runs:
         for warning in run.warnings:
             print(f"warning: {run.run_id}: {warning}", file=sys.stderr)
+        if run.save_error:
+            print(f"error: run {run.run_id}: {run.save_error}", file=sys.stderr)
+            saved = False
         if run.state == "finished" and csv_path:
-            run.profiler.save_csv(csv_path, lmdeploy_hyperparams(run.config))
+            saved &= append_csv_row(csv_path, lambda: run.profiler.save_csv(csv_path, lmdeploy_hyperparams(run.config)))
 
     progress = sweep.progress()
     if not interrupted and progress.finished == 0 and all(run.profiler is None and run.user_error
@@ -132,7 +139,7 @@ def run_sweep(args: argparse.Namespace) -> int:
               file=sys.stderr)
     if interrupted or progress.state == "cancelled":
         return EXIT_INTERRUPTED
-    return EXIT_OK if progress.state == "finished" else EXIT_FAILED
+    return EXIT_OK if progress.state == "finished" and saved else EXIT_FAILED
 
 
 def point_table(runs: pd.DataFrame, plan: SweepPlan) -> pd.DataFrame:

@@ -38,7 +38,9 @@ from .history_import import HISTORY_SOURCE, SAVE_CSV_COLUMNS, parse_import
 RESULTS_ENV = "BENCH_STUDIO_RESULTS"
 IMPORTED = "imported"
 _SECRET_MARK = "api_key"
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_RUN_ID_MAX = 100  # characters; a run id names a folder, and file names end at 255 bytes
+_RUN_ID = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.-]{{0,{_RUN_ID_MAX - 1}}}\Z")
+_RUN_ID_RULE = f"run ids are 1 to {_RUN_ID_MAX} letters, digits, '-', '_' and '.', starting with a letter or digit"
 # Columns kept as text even when their cells look numeric: names, times and versions ("12.10" is not 12.1).
 _TEXT_COLUMNS = {
     "run_id", "started_at", "finished_at", "imported_at", "status", "label", "source", "source_file",
@@ -94,8 +96,14 @@ class History:
 
     def run_dir(self, run_id: str) -> Path:
         if not _RUN_ID.match(run_id or ""):
-            raise HistoryError(f"'{run_id}' is not a run id; run ids hold letters, digits, '-', '_' and '.'.")
+            raise HistoryError(f"'{_shortened(run_id)}' is not a run id; {_RUN_ID_RULE}.")
         return self.runs_dir / run_id
+
+    def check_writable(self) -> None:
+        """HistoryError unless runs can be recorded here: the folders made, the history appended to."""
+        csvstore.check_folder_writable(self.root)
+        csvstore.check_folder_writable(self.runs_dir)
+        csvstore.check_csv_writable(self.csv_path)
 
     def record(self, record: RunRecord) -> None:
         """Write the run's folder, then its CSV row."""
@@ -262,11 +270,17 @@ def _new_history_rows(rows: list[dict[str, str]], taken: set[str], name: str) ->
     for line_number, row in enumerate(rows, start=2):
         run_id = row["run_id"]
         if not _RUN_ID.match(run_id):
-            raise HistoryError(f"Line {line_number} of {name} has '{run_id}' as its run id, which is not one.")
+            raise HistoryError(f"Line {line_number} of {name} has '{_shortened(run_id)}' ({len(run_id)} characters) "
+                               f"as its run id, which is not one: {_RUN_ID_RULE}. Nothing was imported.")
         if run_id not in taken:
             taken.add(run_id)
             new_rows.append(_without_secrets(row))
     return new_rows
+
+
+def _shortened(run_id: str, keep: int = 40) -> str:
+    """A run id short enough to quote in a message."""
+    return run_id if len(run_id) <= keep else f"{run_id[:keep]}..."
 
 
 def _unused_run_id(taken: set[str]) -> str:

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import logging
 import queue
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 from . import context_window, metrics
 from .config import EngineConfig, GenerationSettings, LoadConfig, RunConfig, check_run_config, lmdeploy_hyperparams
@@ -30,7 +33,7 @@ from .engines.base import NOT_SENT
 from .environment import collect_environment
 from .errors import BenchError
 from .history import History, RunRecord, local_now_iso, new_run_id
-from .models import BUILTIN_FIRST_USE, builtin_is_built, load_tokenizer, resolve_model
+from .models import BUILTIN_FIRST_USE, builtin_is_built, cache_dir, load_tokenizer, resolve_model
 from .playground import Conversation, PlaygroundResult, check_request
 from .profiler import LiveSnapshot, Profiler, Session
 
@@ -106,6 +109,7 @@ class Run(_Job):
     environment: dict[str, str] | None = None  # collected where the engine runs; None: collect it when recording
     live: LiveSnapshot | None = None  # the last snapshot an engine process published, when the run is in one
     record: RunRecord | None = None
+    save_error: str = ""  # why the run is not in its history, and where it was kept instead
     user_error: bool = False
     sweep_id: str = ""  # set for the runs of a sweep, with their 0-based repeat index
     sweep_repeat: int | None = None
@@ -391,10 +395,39 @@ class Runner:
             sweep_repeat=run.sweep_repeat,
         )
         if self.history is not None:
+            self._save(run)
+
+    def _save(self, run: Run) -> None:
+        """Record the run in the history; where that fails, in the first fallback folder that takes it,
+        and say so in `run.save_error`. Whatever the history raises, the run is kept and the failure told."""
+        try:
+            self.history.record(run.record)
+            return
+        except Exception as exc:
+            problem = f"The run was not saved in {self.history.root} ({_reason(exc)})"
+        for root in unsaved_results_folders():
             try:
-                self.history.record(run.record)
-            except BenchError as exc:
-                run.warnings.append(f"The run could not be saved to the history: {exc}")
+                History(root).record(run.record)
+            except Exception as exc:
+                problem += f"; nor in {root} ({_reason(exc)})"
+                continue
+            # A folder written before the history row failed would be a run folder without its row.
+            shutil.rmtree(self.history.runs_dir / run.run_id, ignore_errors=True)
+            run.save_error = f"{problem}; it is kept in {root} instead (history.csv and runs/{run.run_id}/)."
+            return
+        run.save_error = f"{problem}; nothing of it is on disk."
+
+
+def unsaved_results_folders() -> tuple[Path, ...]:
+    """Where a run that its history would not take is kept, in order of preference."""
+    return (cache_dir() / "unsaved-results", Path(tempfile.gettempdir()) / "llm-bench-studio-unsaved-results")
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    return str(exc) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}"
+
 
 def new_profiler(config: RunConfig) -> Profiler:
     """The profiler a run of `config` measures with (and rebuilds, where its sessions come from elsewhere)."""

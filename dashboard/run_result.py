@@ -61,7 +61,7 @@ def result_from_run(run: Run) -> RunResult | None:
         duration_s=float(record.metrics.get("duration_s", math.nan)),
         lmdeploy_row=dict(record.lmdeploy_columns),
         message=run.message,
-        warnings=list(run.warnings),
+        warnings=[*run.warnings, *filter(None, [run.save_error])],
         notes=list(run.sample.notes) if run.sample is not None else [],
         snapshot=run.snapshot(),
     )

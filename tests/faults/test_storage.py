@@ -1,0 +1,351 @@
+"""Fault injection on storage: results folders and CSVs that cannot be written, a results folder that
+breaks during the run, an unreadable history, a user's CSV that must keep its identity, run ids too long
+for a file name. Real files, real `python -m bench_core` processes on the tiny model, real sockets."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from bench_core import csvstore
+from bench_core.errors import HistoryError
+from bench_core.history import History
+from bench_core.models import cache_dir
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from openai_server import misbehaving_server  # noqa: E402,F401 (fixture)
+
+ROOT = Path(__file__).resolve().parents[2]
+PIPELINE = ("pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "4", "-c", "2",
+            "--sharegpt-output-len", "16")
+UNWRITABLE_RESULTS = ("/proc/benchtest", "/sys/benchtest", "a-file", "a-file/below")
+CHECKED_BEFORE_S = 30  # a check before anything runs answers long before a run and a 60 s lock wait would
+
+
+@pytest.fixture
+def cache(tmp_path, tiny_model_path) -> Path:
+    """A cache folder of our own (where unsaved runs go), holding the built models by link."""
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    for entry in cache_dir().iterdir():
+        if not entry.name.endswith(".lock"):
+            (folder / entry.name).symlink_to(entry)
+    return folder
+
+
+def cli_env(cache: Path | None = None) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    if cache is not None:
+        env["BENCH_STUDIO_CACHE"] = str(cache)
+    return env
+
+
+def run_cli(*args: str, cwd: Path, cache: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bench_core", *args], cwd=cwd, env=cli_env(cache),
+                          capture_output=True, text=True, timeout=300)
+
+
+def run_cli_breaking(args: tuple[str, ...], cwd: Path, cache: Path, sabotage: Callable[[], None]) -> tuple[int, str]:
+    """Run the CLI with stderr on a terminal and call `sabotage` once its first progress line shows the run
+    under way (past every check made before the run); the exit code and stderr."""
+    controller, terminal = pty.openpty()
+    with open(cwd / "stdout.txt", "wb") as stdout:
+        process = subprocess.Popen([sys.executable, "-m", "bench_core", *args], cwd=cwd, env=cli_env(cache),
+                                   stdout=stdout, stderr=terminal, stdin=subprocess.DEVNULL)
+    os.close(terminal)
+    seen, sabotaged, deadline = b"", False, time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline:
+            if not select.select([controller], [], [], 1)[0]:
+                continue
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:  # the process closed the terminal: it has ended
+                break
+            if not chunk:
+                break
+            seen += chunk
+            if not sabotaged and re.search(rb"(queued|loading|running)", seen):
+                sabotage()
+                sabotaged = True
+    finally:
+        os.close(controller)
+        code = process.wait(timeout=60)
+    assert sabotaged, seen.decode(errors="replace")
+    return code, seen.decode(errors="replace").replace("\r", "")
+
+
+def quiet_socket() -> socket.socket:
+    """A listening socket on 127.0.0.1 that answers nothing: it only tells whether anyone connected."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.setblocking(False)
+    return listener
+
+
+def was_contacted(listener: socket.socket) -> bool:
+    try:
+        listener.accept()[0].close()
+    except BlockingIOError:
+        return False
+    return True
+
+
+def kept_run(stderr: str) -> tuple[str, Path]:
+    """The run id and the fallback folder an unsaved run's message names."""
+    match = re.search(r"error: run (\S+) \(\w+\): .* it is kept in (.+) instead", stderr)
+    assert match, stderr
+    return match.group(1), Path(match.group(2))
+
+
+def assert_kept_whole(run_id: str, folder: Path) -> None:
+    assert run_id.encode() in (folder / "history.csv").read_bytes()
+    written = {path.name for path in (folder / "runs" / run_id).iterdir()}
+    assert {"config.json", "environment.json", "requests.parquet"} <= written
+    assert len(History(folder).requests(run_id)) == 4
+
+
+# ---- 1. results folder: checked before anything runs; a save that fails after the run is an error ----
+
+
+@pytest.mark.parametrize("results", UNWRITABLE_RESULTS)
+def test_pipeline_refuses_an_unwritable_results_folder_before_running(tmp_path, results):
+    (tmp_path / "a-file").write_text("not a folder")
+    started = time.monotonic()
+    proc = run_cli(*PIPELINE, "--results", results, cwd=tmp_path)
+    assert time.monotonic() - started < CHECKED_BEFORE_S
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"error: Cannot write {results}: ")
+    assert proc.stdout == ""  # no summary table: nothing ran
+    assert not (tmp_path / "profile_pipeline_api.csv").exists()
+
+
+@pytest.mark.parametrize("results", UNWRITABLE_RESULTS[:2])
+def test_restful_refuses_an_unwritable_results_folder_before_sending(tmp_path, tiny_model_path, results):
+    server = quiet_socket()
+    proc = run_cli("restful", "--base-url", f"http://127.0.0.1:{server.getsockname()[1]}", "--model", "m",
+                   "--tokenizer", "builtin:tiny-llama", "--num-prompts", "2", "--timeout", "5",
+                   "--results", results, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"error: Cannot write {results}: ")
+    assert not was_contacted(server)
+    server.close()
+
+
+def test_a_pipeline_run_whose_results_folder_breaks_is_kept_in_the_cache_and_exits_1(tmp_path, cache):
+    results = tmp_path / "results"
+    results.mkdir()
+
+    def replace_results_by_a_file():
+        shutil.rmtree(results)
+        results.write_text("the results folder is gone")
+
+    code, stderr = run_cli_breaking((*PIPELINE, "--results", str(results)), tmp_path, cache, replace_results_by_a_file)
+    assert code == 1, stderr
+    assert "finished in" not in stderr and "Traceback" not in stderr
+    run_id, folder = kept_run(stderr)
+    assert folder == cache / "unsaved-results"
+    assert f"not saved in {results}" in stderr
+    assert_kept_whole(run_id, folder)
+    assert "Profile Pipeline API" in (tmp_path / "stdout.txt").read_text()  # the measurement was still shown
+
+
+def test_a_restful_run_whose_results_folder_breaks_is_kept_in_the_cache_and_exits_1(
+        tmp_path, cache, misbehaving_server):
+    results = tmp_path / "results"
+    results.mkdir()
+
+    def replace_results_by_a_file():
+        shutil.rmtree(results)
+        results.write_text("the results folder is gone")
+
+    args = ("restful", "--base-url", misbehaving_server, "--model", "m", "--tokenizer", "builtin:tiny-llama",
+            "--dataset-path", "builtin:sample", "--num-prompts", "4", "--sharegpt-output-len", "100",
+            "--max-concurrency", "2", "--output-file", "out.csv", "--results", str(results))
+    code, stderr = run_cli_breaking(args, tmp_path, cache, replace_results_by_a_file)
+    assert code == 1, stderr
+    assert "finished in" not in stderr and "Traceback" not in stderr
+    run_id, folder = kept_run(stderr)
+    assert folder == cache / "unsaved-results"
+    assert_kept_whole(run_id, folder)
+    assert len((tmp_path / "out.csv").read_text().splitlines()) == 2  # their CSV still has its row
+
+
+# ---- 2. a history that cannot be read: the run is saved, or kept elsewhere and the exit says so ----
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory, tiny_model_path) -> Path:
+    """A folder after one real CLI run: results/ with its history, and the default LMDeploy CSV."""
+    work = tmp_path_factory.mktemp("first-run")
+    proc = run_cli(*PIPELINE, "--results", "results", cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    return work
+
+
+@pytest.fixture
+def work(first_run, tmp_path) -> Path:
+    shutil.copytree(first_run, tmp_path / "work", symlinks=True)
+    return tmp_path / "work"
+
+
+def test_a_damaged_row_in_the_history_does_not_stop_the_next_run_being_saved(work, cache):
+    history_csv = work / "results" / "history.csv"
+    with open(history_csv, "ab") as f:
+        f.write(b"20261130-000000-dead,caf\xe9 \xff damaged\r\n")
+    proc = run_cli(*PIPELINE, "--results", "results", cwd=work, cache=cache)
+    new_run = re.search(r"run (\d{8}-\d{6}-\w+)\b", proc.stderr).group(1)
+    if proc.returncode == 0:  # saved: its row is in the history, after the damaged line that was left alone
+        assert f"run {new_run}: finished in results/history.csv" in proc.stderr
+        assert history_csv.read_bytes().count(new_run.encode()) == 1
+        assert b"\xff damaged" in history_csv.read_bytes()
+    else:  # kept elsewhere, and said so
+        assert proc.returncode == 1 and "finished in" not in proc.stderr, proc.stderr
+        run_id, folder = kept_run(proc.stderr)
+        assert_kept_whole(run_id, folder)
+
+
+def test_a_history_whose_header_cannot_be_read_keeps_the_run_in_the_cache_exit_1_and_no_orphan_folder(work, cache):
+    history_csv = work / "results" / "history.csv"
+    before = history_csv.read_bytes()
+    damaged = before.replace(b"run_id", b"run_\xffid", 1)
+    history_csv.write_bytes(damaged)
+    runs_before = sorted(p.name for p in (work / "results" / "runs").iterdir())
+
+    proc = run_cli(*PIPELINE, "--results", "results", cwd=work, cache=cache)
+
+    assert proc.returncode == 1, proc.stderr
+    assert "finished in" not in proc.stderr and "Traceback" not in proc.stderr
+    assert "not UTF-8" in proc.stderr
+    run_id, folder = kept_run(proc.stderr)
+    assert folder == cache / "unsaved-results"
+    assert_kept_whole(run_id, folder)
+    assert history_csv.read_bytes() == damaged  # left as it was, for the user to repair
+    assert sorted(p.name for p in (work / "results" / "runs").iterdir()) == runs_before  # no folder without its row
+
+
+# ---- 3. CSVs that cannot be written: checked up front; a lock that cannot be made is no lock to wait for ----
+
+
+@pytest.mark.parametrize("csv_path", ["/proc/x.csv", "a-file/x.csv", "a-folder"])
+def test_pipeline_refuses_an_unwritable_csv_before_running(tmp_path, tiny_model_path, csv_path):
+    (tmp_path / "a-file").write_text("not a folder")
+    (tmp_path / "a-folder").mkdir()
+    started = time.monotonic()
+    proc = run_cli(*PIPELINE, "--results", "results", "--csv", csv_path, cwd=tmp_path)
+    assert time.monotonic() - started < CHECKED_BEFORE_S
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"error: Cannot write {csv_path}: ")
+    assert proc.stdout == "" and not (tmp_path / "results").exists()
+
+
+def test_restful_refuses_an_unwritable_output_file_before_sending(tmp_path, tiny_model_path):
+    server = quiet_socket()
+    started = time.monotonic()
+    proc = run_cli("restful", "--base-url", f"http://127.0.0.1:{server.getsockname()[1]}", "--model", "m",
+                   "--tokenizer", "builtin:tiny-llama", "--num-prompts", "2", "--timeout", "5",
+                   "--output-file", "/proc/x.csv", "--results", "results", cwd=tmp_path)
+    assert time.monotonic() - started < CHECKED_BEFORE_S
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "error: Cannot write /proc/x.csv: /proc does not take new files (No such file or directory)."]
+    assert not was_contacted(server)
+    server.close()
+
+
+@pytest.mark.parametrize("where", ["/proc/x.csv", "a-file/x.csv"])
+def test_a_lock_file_that_cannot_be_created_fails_at_once(tmp_path, monkeypatch, where):
+    monkeypatch.chdir(tmp_path)
+    Path("a-file").write_text("not a folder")
+    started = time.monotonic()
+    with pytest.raises(HistoryError, match=f"Cannot write {where}"):
+        csvstore.append_row(where, {"backend": "transformers"})
+    assert time.monotonic() - started < 2
+
+
+# ---- 4. appending to a user's CSV keeps the file: inode, mode, symlink, hard links ----
+
+
+def test_the_cli_appends_to_the_users_csv_in_place(work, cache):
+    target = work / "profile_pipeline_api.csv"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~current_umask()  # made as open() makes files, not 0600
+    target.chmod(0o640)
+    (work / "link.csv").symlink_to(target.name)
+    os.link(target, work / "hard-link.csv")
+    inode, before = target.stat().st_ino, target.read_bytes()
+
+    proc = run_cli(*PIPELINE, "--results", "results", "--csv", "link.csv", cwd=work, cache=cache)
+
+    assert proc.returncode == 0, proc.stderr
+    assert (work / "link.csv").is_symlink() and os.readlink(work / "link.csv") == target.name
+    assert target.stat().st_ino == inode and stat.S_IMODE(target.stat().st_mode) == 0o640
+    after = (work / "hard-link.csv").read_bytes()
+    assert after.startswith(before) and len(after.splitlines()) == 3
+
+
+def test_a_new_column_rewrites_the_target_of_a_symlink_keeping_link_and_mode(tmp_path):
+    target = tmp_path / "data.csv"
+    csvstore.append_row(target, {"a": 1})
+    target.chmod(0o604)
+    link = tmp_path / "link.csv"
+    link.symlink_to(target)
+
+    csvstore.append_row(link, {"a": 2, "b": 3})
+
+    assert link.is_symlink() and stat.S_IMODE(target.stat().st_mode) == 0o604
+    assert target.read_text().splitlines() == ["a,b", "1,", "2,3"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_an_append_after_a_last_line_without_line_break_starts_a_new_line(tmp_path):
+    path = tmp_path / "edited.csv"
+    path.write_bytes(b"a,b\r\n1,2")  # saved by an editor without the final line break
+    csvstore.append_row(path, {"a": 3, "b": 4})
+    assert path.read_bytes() == b"a,b\r\n1,2\r\n3,4\r\n"
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# ---- 8. run ids on import: length and characters checked, one clear message ----
+
+
+def test_an_imported_run_id_too_long_for_a_file_name_is_refused_naming_it(tmp_path):
+    history = History(tmp_path / "results")
+    long_id = "r" * 300
+    source = tmp_path / "other-history.csv"
+    source.write_text(f"run_id,status,label\r\n20261130-101010-ab12,finished,ok\r\n{long_id},finished,long\r\n")
+
+    with pytest.raises(HistoryError) as refused:
+        history.import_csv(source)
+
+    message = str(refused.value)
+    assert message.startswith(f"Line 3 of other-history.csv has '{'r' * 40}...' (300 characters) as its run id")
+    assert "1 to 100 letters, digits" in message and len(message) < 300
+    assert not history.csv_path.exists()  # nothing imported, not even the good row
+
+
+@pytest.mark.parametrize("bad_id", ["r" * 101, "../escape", "id with spaces", "trailing-newline\n"])
+def test_a_history_holding_a_bad_run_id_answers_with_a_message_not_an_os_error(tmp_path, bad_id):
+    history = History(tmp_path)
+    with pytest.raises(HistoryError, match="is not a run id"):
+        history.measured(bad_id)
