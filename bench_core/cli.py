@@ -282,13 +282,24 @@ def report_outcome(run, completed: bool) -> int:
     return EXIT_OK
 
 
-def run_pipeline(args: argparse.Namespace) -> int:
+def open_history(root: str):
+    """The history under `root`, tidied as every start does (History.tidy): what that did is one warning line
+    each on stderr; a history that cannot be used raises its HistoryError before any run starts."""
     from .history import History
+
+    history = History(root)
+    history.tidy()
+    for notice in history.take_notices():
+        print(f"warning: {notice}", file=sys.stderr)
+    return history
+
+
+def run_pipeline(args: argparse.Namespace) -> int:
     from .config import lmdeploy_hyperparams
     from .runner import MEASURED, Runner
 
     config = config_from_args(args)
-    runner = Runner(History(args.results))
+    runner = Runner(open_history(args.results))
     run = runner.submit(config)  # raises ConfigError before anything is written
     completed = wait_with_progress(run)
     if (code := report_unmeasured(run)) is not None:

@@ -209,9 +209,10 @@ def check_server(url: str, model: str | None) -> str:
 
 
 def run_restful(args: argparse.Namespace) -> int:
-    from .cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, report_outcome, report_unmeasured, wait_with_progress
+    from .cli import (
+        EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, open_history, report_outcome, report_unmeasured, wait_with_progress,
+    )
     from .config import check_run_config
-    from .history import History
     from .runner import MEASURED, Runner
 
     url = base_url(args)
@@ -220,7 +221,7 @@ def run_restful(args: argparse.Namespace) -> int:
         check_run_config(config)  # every rate's problems before anything is sent
     model = check_server(url, args.model)
     output_file = default_output_file(args) if args.output_file is None else args.output_file
-    runner = Runner(History(args.results))
+    runner = Runner(open_history(args.results))
     status = EXIT_OK
     try:
         for config in configs:

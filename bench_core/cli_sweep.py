@@ -26,6 +26,7 @@ from .cli import (
     _progress_line,
     add_pipeline_arguments,
     config_from_args,
+    open_history,
     wait_with_progress,
 )
 from .cli_restful import add_restful_arguments, sweep_base_config
@@ -83,21 +84,20 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_sweep(args: argparse.Namespace) -> int:
-    from .history import History
     from .runner import Runner
     from .sweep_runner import resume_sweep, start_sweep
 
     if args.resume and args.engine_command:
         raise ConfigError("Give --resume SWEEP_ID on its own: a resumed sweep keeps the settings it was started with.")
     if args.resume:
-        runner = Runner(History(args.resume_results))
+        runner = Runner(open_history(args.resume_results))
         sweep = resume_sweep(runner, args.resume)
         csv_path = ""
     elif args.engine_command:
         _, _, build_config = ENGINE_COMMANDS[args.engine_command]
         axes = tuple(parse_sweep_arg(text) for text in args.sweep)
         plan = SweepPlan(new_sweep_id(), build_config(args), axes, args.repeats)
-        runner = Runner(History(args.results))
+        runner = Runner(open_history(args.results))
         sweep = start_sweep(runner, plan)  # raises ConfigError naming every impossible point, before any run
         csv_path = getattr(args, "csv", "")  # LMDeploy's pipeline CSV; a restful sweep keeps to the history
     else:
