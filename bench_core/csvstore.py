@@ -37,7 +37,7 @@ class SplitTable:
     header: list[str] = field(default_factory=list)
     header_bytes: bytes = b""
     rows: list[dict[str, str]] = field(default_factory=list)
-    row_bytes: list[bytes] = field(default_factory=list)  # rows[i] as written: one line, or several for a quoted newline
+    row_bytes: list[bytes] = field(default_factory=list)  # rows[i] as written (several lines for a quoted newline)
     row_lines: list[int] = field(default_factory=list)  # the 1-based line number rows[i] starts at
     damaged: list[tuple[int, bytes]] = field(default_factory=list)  # (1-based line number, the line as written)
 

@@ -152,6 +152,23 @@ def test_lines_that_are_not_utf8_are_quarantined_and_the_run_is_saved(results):
     assert all((root / "runs" / run_id).is_dir() for run_id in runs["run_id"])
 
 
+def test_a_cell_holding_line_breaks_is_a_row_not_damage(results):
+    root, run_ids = results
+    history = History(root)
+    message = 'engine said:\n  "out of memory"\r\n  at step 3'
+    history.record(RunRecord(run_id="20261130-120000-abcd", started_at="", status="failed",
+                             config=tiny_config("two\nlines"), error=message))
+    before = (root / "history.csv").read_bytes()
+
+    history.tidy()
+
+    assert history.take_notices() == [] and not (root / QUARANTINE).exists()
+    assert (root / "history.csv").read_bytes() == before
+    runs = history.load().set_index("run_id")
+    assert runs.loc["20261130-120000-abcd", "error"] == message
+    assert list(runs.index) == [*run_ids, "20261130-120000-abcd"]
+
+
 # ---- item 6: a history without its run_id column is refused and left alone ------------------------------
 
 def test_a_renamed_run_id_header_is_refused_before_the_run_and_nothing_is_written(results):
