@@ -316,13 +316,24 @@ def report_outcome(run, completed: bool, csv_saved: bool = True) -> int:
     return code if csv_saved and not run.save_error else EXIT_FAILED
 
 
-def run_pipeline(args: argparse.Namespace) -> int:
+def open_history(root: str):
+    """The history under `root`, tidied as every start does (History.tidy): what that did is one warning line
+    each on stderr; a history that cannot be used raises its HistoryError before any run starts."""
     from .history import History
+
+    history = History(root)
+    history.tidy()
+    for notice in history.take_notices():
+        print(f"warning: {notice}", file=sys.stderr)
+    return history
+
+
+def run_pipeline(args: argparse.Namespace) -> int:
     from .config import lmdeploy_hyperparams
     from .runner import MEASURED, Runner
 
     config = config_from_args(args)
-    history = History(args.results)
+    history = open_history(args.results)
     check_writable(history, args.csv)
     runner = Runner(history)
     run = runner.submit(config)  # raises ConfigError before anything is written

@@ -210,11 +210,10 @@ def check_server(url: str, model: str | None) -> str:
 
 def run_restful(args: argparse.Namespace) -> int:
     from .cli import (
-        EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, append_csv_row, check_writable, report_outcome, report_saved,
-        report_unmeasured, wait_with_progress,
+        EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, append_csv_row, check_writable, open_history, report_outcome,
+        report_saved, report_unmeasured, wait_with_progress,
     )
     from .config import check_run_config
-    from .history import History
     from .runner import MEASURED, Runner
 
     url = base_url(args)
@@ -222,7 +221,7 @@ def run_restful(args: argparse.Namespace) -> int:
     for config in configs:
         check_run_config(config)  # every rate's problems before anything is sent
     output_file = default_output_file(args) if args.output_file is None else args.output_file
-    history = History(args.results)
+    history = open_history(args.results)
     check_writable(history, output_file)
     model = check_server(url, args.model)
     runner = Runner(history)

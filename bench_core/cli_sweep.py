@@ -28,6 +28,7 @@ from .cli import (
     append_csv_row,
     check_writable,
     config_from_args,
+    open_history,
     wait_with_progress,
 )
 from .cli_restful import add_restful_arguments, sweep_base_config
@@ -85,14 +86,13 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_sweep(args: argparse.Namespace) -> int:
-    from .history import History
     from .runner import Runner
     from .sweep_runner import resume_sweep, start_sweep
 
     if args.resume and args.engine_command:
         raise ConfigError("Give --resume SWEEP_ID on its own: a resumed sweep keeps the settings it was started with.")
     if args.resume:
-        runner = Runner(History(args.resume_results))
+        runner = Runner(open_history(args.resume_results))
         sweep = resume_sweep(runner, args.resume)
         csv_path = ""
     elif args.engine_command:
@@ -100,7 +100,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         axes = tuple(parse_sweep_arg(text) for text in args.sweep)
         plan = SweepPlan(new_sweep_id(), build_config(args), axes, args.repeats)
         csv_path = getattr(args, "csv", "")  # LMDeploy's pipeline CSV; a restful sweep keeps to the history
-        runner = Runner(History(args.results))
+        runner = Runner(open_history(args.results))
         check_writable(runner.history, csv_path)
         sweep = start_sweep(runner, plan)  # raises ConfigError naming every impossible point, before any run
     else:

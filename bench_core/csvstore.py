@@ -8,6 +8,9 @@ lacks, the file gets the union header (existing columns first in their order, ne
 missing cells empty) by a rewrite into a temporary sibling renamed over the original, so a crash
 leaves the previous good file in place; the rewrite keeps the file's mode and replaces a symlink's
 target, not the link.
+Reading never pads or cuts a row: a line that does not parse as a row of the header's columns (a row cut
+short by a crash, garbage, an unterminated quote, bytes that are not UTF-8) is damaged. `read_table` refuses
+a file holding one; `read_clean_table` moves such lines, verbatim, to a side file and keeps the rest byte for byte.
 """
 
 from __future__ import annotations
@@ -19,13 +22,14 @@ import os
 import secrets
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
 from filelock import FileLock, Timeout
 
-from .errors import HistoryError
+from .errors import HistoryColumnsError, HistoryError
 
 LOCK_WAIT_S = 60  # how long a writer waits for another one to finish
 
@@ -81,19 +85,138 @@ def check_csv_writable(path: str | os.PathLike) -> None:
             raise HistoryError(f"Cannot write {path}: {exc.strerror or exc}.") from None
 
 
+@dataclass
+class SplitTable:
+    """A CSV file's lines sorted into the header, the rows that parse and the damaged lines, each kept verbatim."""
+
+    header: list[str] = field(default_factory=list)
+    header_bytes: bytes = b""
+    rows: list[dict[str, str]] = field(default_factory=list)
+    row_bytes: list[bytes] = field(default_factory=list)  # rows[i] as written (several lines for a quoted newline)
+    row_lines: list[int] = field(default_factory=list)  # the 1-based line number rows[i] starts at
+    damaged: list[tuple[int, bytes]] = field(default_factory=list)  # (1-based line number, the line as written)
+
+
+@dataclass
+class CleanTable:
+    """The rows of a file that parse, and the line numbers of those `read_clean_table` moved out of it."""
+
+    header: list[str]
+    rows: list[dict[str, str]]
+    moved: list[int]
+
+
+def _record(lines: list[bytes], start: int) -> tuple[list[str] | None, int]:
+    """The cells of the CSV record starting at line `start` (None when it does not parse) and the line after it."""
+    end = start
+
+    def decoded() -> Iterator[str]:
+        nonlocal end
+        while end < len(lines):
+            text = lines[end].decode("utf-8-sig" if end == 0 else "utf-8")
+            end += 1
+            yield text
+
+    try:
+        cells = next(csv.reader(decoded(), strict=True))
+    except (csv.Error, UnicodeDecodeError, StopIteration):
+        return None, end
+    if not lines[end - 1].endswith((b"\n", b"\r")):  # every writer ends a row with a line break: this one was cut
+        return None, end
+    return cells, end
+
+
+def split_table(data: bytes) -> SplitTable:
+    """Sort a CSV file's lines: the first record is the header; a later one with the header's cell count is a
+    row; any other line is damaged. A record that fails to parse or has the wrong cell count condemns only its
+    first line, and reading goes on from the next, so an unterminated quote does not swallow the rows after it.
+    A first line that is not a header leaves the table without one and the rest unsorted."""
+    lines = data.splitlines(keepends=True)
+    table, position = SplitTable(), 0
+    while position < len(lines):
+        cells, end = _record(lines, position)
+        if cells == []:  # a blank line
+            position = end
+        elif cells is None or (table.header_bytes and len(cells) != len(table.header)):
+            table.damaged.append((position + 1, lines[position]))
+            if not table.header_bytes:
+                return table
+            position += 1
+        elif not table.header_bytes:
+            table.header, table.header_bytes, position = cells, b"".join(lines[position:end]), end
+        else:
+            table.rows.append(dict(zip(table.header, cells)))
+            table.row_bytes.append(b"".join(lines[position:end]))
+            table.row_lines.append(position + 1)
+            position = end
+    return table
+
+
+def _read_split(path: Path) -> SplitTable:
+    try:
+        table = split_table(path.read_bytes())
+    except OSError as exc:
+        raise HistoryError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+    if table.damaged and not table.header_bytes:
+        raise HistoryError(f"Cannot read {path}: its first line is not a CSV header (garbled or not UTF-8).")
+    return table
+
+
 def read_table(path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]]:
-    """Header and rows of a CSV file, every cell as the string written. Missing file: empty."""
+    """Header and rows of a CSV file, every cell as the string written. Missing file: empty.
+    A damaged line is refused, never padded or cut to fit: rewriting it would make the damage permanent."""
     path = Path(path)
     if not path.exists():
         return [], []
-    try:
-        with open(path, newline="", encoding="utf-8") as f:
-            reader = csv.reader(f)
-            header = next(reader, [])
-            rows = [dict(zip(header, cells)) for cells in reader if cells]
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise HistoryError(f"Cannot read {path}: {exc}") from exc
-    return header, rows
+    table = _read_split(path)
+    if table.damaged:
+        lines = ", ".join(str(number) for number, _ in table.damaged)
+        raise HistoryError(f"Line(s) {lines} of {path} are not rows of its {len(table.header)} columns "
+                           "(cut short, garbled or not UTF-8); nothing was written to it.")
+    return table.header, table.rows
+
+
+def read_clean_table(
+    path: str | os.PathLike, side_path: str | os.PathLike, key_columns: Sequence[str] = (),
+    keep: Callable[[dict[str, str]], bool] = lambda row: True,
+) -> CleanTable:
+    """Header and rows of a CSV file after moving its damaged lines, and the rows `keep` refuses, to the end of
+    `side_path` as they were written; every other line stays byte for byte. A header without one of
+    `key_columns` is refused (HistoryColumnsError) and nothing is moved. Cheap when nothing is damaged:
+    one unlocked read."""
+    path, side_path = Path(path), Path(side_path)
+    if not path.exists():
+        return CleanTable([], [], [])
+    table = _read_split(path)
+    missing = [col for col in key_columns if table.header_bytes and col not in table.header]
+    if missing:
+        raise HistoryColumnsError(
+            f"{path} has no {', '.join(repr(col) for col in missing)} column (its header starts with "
+            f"{', '.join(table.header[:4])}), so its rows cannot be told apart; it was left as it is and nothing "
+            "will be written to it until the column is back (or the file is moved away).")
+    if not table.damaged and all(keep(row) for row in table.rows):
+        return CleanTable(table.header, table.rows, [])
+    with _locked(path):
+        table = _read_split(path)  # again, under the lock: another process may have written since
+        refused = [not keep(row) for row in table.rows]
+        kept = [(row, raw) for row, raw, out in zip(table.rows, table.row_bytes, refused) if not out]
+        moved = sorted([*table.damaged, *((line, raw) for line, raw, out in
+                                          zip(table.row_lines, table.row_bytes, refused) if out)])
+        _quarantine(side_path, table.header_bytes, [raw for _, raw in moved])
+        _replace_bytes(path, table.header_bytes + b"".join(raw for _, raw in kept))
+    return CleanTable(table.header, [row for row, _ in kept], [number for number, _ in moved])
+
+
+def _quarantine(side_path: Path, header_bytes: bytes, lines: list[bytes]) -> None:
+    """Append `lines` to the side file (its first line the header), each ending in a line break, on disk before
+    they leave the original."""
+    new = not side_path.exists()
+    with open(side_path, "ab") as f:
+        if new:
+            f.write(header_bytes)
+        f.writelines(line if line.endswith((b"\n", b"\r")) else line + b"\n" for line in lines)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _read_header(path: Path) -> list[str]:
@@ -152,7 +275,7 @@ def _append_in_place(path: Path, header: list[str], rows: list[Mapping[str, obje
             raise
 
 
-def _write_atomically(path: Path, header: list[str], rows: Iterable[Mapping[str, object]]) -> None:
+def _replace_bytes(path: Path, data: bytes) -> None:
     """Replace the file (a symlink's target, keeping the link) by a complete new one with the same mode;
     a new file gets the mode the umask gives."""
     target = Path(os.path.realpath(path))
@@ -160,16 +283,20 @@ def _write_atomically(path: Path, header: list[str], rows: Iterable[Mapping[str,
     tmp_path = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
+        with os.fdopen(fd, "wb") as f:
             with contextlib.suppress(FileNotFoundError):
                 os.fchmod(f.fileno(), stat.S_IMODE(os.stat(target).st_mode))
-            _write_rows(f, header, rows)
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_path, target)
     except BaseException:
         tmp_path.unlink(missing_ok=True)
         raise
+
+
+def _write_atomically(path: Path, header: list[str], rows: Iterable[Mapping[str, object]]) -> None:
+    _replace_bytes(path, table_bytes(header, rows))
 
 
 def append_row(path: str | os.PathLike, row: Mapping[str, object]) -> None:

@@ -6,6 +6,9 @@ setting, the profiler's metrics under their own names, the engine (`engine_*`) a
 (`env_*`). Every write goes through `csvstore`: atomic, locked, union header.
 `<root>/runs/<run_id>/` holds `config.json`, `environment.json` and `requests.parquet`, written
 before the CSV row so that a row never points at a folder that is not there.
+Every read goes through one check (`_read`): a history without its key columns is refused, and rows that do
+not parse are moved, as written, to `<root>/history.quarantine.csv`. `tidy` also puts back the runs a crash
+left out of the CSV and removes half-written leftovers (see history_leftovers); what it did is in `notices`.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import csvstore
+from . import csvstore, history_leftovers, metrics
 from .config import (
     DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, RunConfig, applied_engine_settings, lmdeploy_hyperparams,
 )
@@ -43,7 +46,7 @@ _RUN_ID = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.-]{{0,{_RUN_ID_MAX - 1}}}\Z")
 _RUN_ID_RULE = f"run ids are 1 to {_RUN_ID_MAX} letters, digits, '-', '_' and '.', starting with a letter or digit"
 # Columns kept as text even when their cells look numeric: names, times and versions ("12.10" is not 12.1).
 _TEXT_COLUMNS = {
-    "run_id", "started_at", "finished_at", "imported_at", "status", "label", "source", "source_file",
+    "run_id", "started_at", "finished_at", "imported_at", "recovered_at", "status", "label", "source", "source_file",
     "error", "sweep_id", "percentiles", "failure_reasons",
     *(f.name for part in (EngineConfig, DatasetConfig, LoadConfig, GenerationSettings)
       for f in dataclasses.fields(part) if str(f.type).startswith("str")),
@@ -51,6 +54,12 @@ _TEXT_COLUMNS = {
 _TEXT_PREFIXES = ("env_", "engine_")
 _MISSING_CELLS = {"", "-"}
 REQUESTS_FILE = "requests.parquet"
+CONFIG_FILE = "config.json"
+ENVIRONMENT_FILE = "environment.json"
+# The columns without which rows cannot be told apart: every row from every path (runs, LMDeploy imports,
+# imported histories) has them, and delete, compare and the run folders are keyed by them.
+KEY_COLUMNS = ("run_id",)
+QUARANTINE_FILE = "history.quarantine.csv"
 
 
 @dataclass
@@ -92,7 +101,41 @@ class History:
     def __init__(self, root: str | os.PathLike | None = None):
         self.root = Path(root or os.environ.get(RESULTS_ENV) or "results")
         self.csv_path = self.root / "history.csv"
+        self.quarantine_path = self.root / QUARANTINE_FILE
         self.runs_dir = self.root / "runs"
+        self.notices: list[str] = []  # what reading or tidying did to the files, for the user to hear once
+
+    def take_notices(self) -> list[str]:
+        """The notices not yet taken, one line each; taking them empties the list."""
+        notices, self.notices = self.notices, []
+        return notices
+
+    def _read(self) -> tuple[list[str], list[dict[str, str]]]:
+        """Header and rows of history.csv, after moving the rows that do not parse to the quarantine file.
+        A header without KEY_COLUMNS raises HistoryColumnsError and leaves the file alone."""
+        table = csvstore.read_clean_table(self.csv_path, self.quarantine_path, KEY_COLUMNS, keep=_has_run_id)
+        if table.moved:
+            lines = ", ".join(str(number) for number in table.moved)
+            self.notices.append(
+                f"{len(table.moved)} damaged row(s) of {self.csv_path} (line(s) {lines}: cut short, garbled, "
+                f"not UTF-8 or without a run id) were moved, as they were, to {self.quarantine_path}; "
+                "the other rows are untouched.")
+        return table.header, table.rows
+
+    def tidy(self) -> None:
+        """On start: quarantine damaged rows, put back the runs a crash left out of the CSV (a folder with a
+        readable config.json and requests.parquet gets its row rebuilt from them) and remove the leftovers of
+        interrupted writes; each kind of change is one line in `notices`. Files younger than
+        history_leftovers.STALE_AFTER_S are left alone: a run in progress may be writing them."""
+        _, rows = self._read()
+        leftovers = history_leftovers.find(self.root, self.runs_dir, {row["run_id"] for row in rows})
+        folders = [folder for folder in leftovers.folders if _RUN_ID.match(folder.name)]  # others are not ours
+        recovered = {folder.name: row for folder in folders if (row := _recovered_row(folder)) is not None}
+        if recovered:
+            csvstore.append_rows(self.csv_path, recovered.values())
+        removed = [*leftovers.tmp_files, *(folder for folder in folders if folder.name not in recovered)]
+        if notice := history_leftovers.describe(self.runs_dir, list(recovered), history_leftovers.remove(removed)):
+            self.notices.append(notice)
 
     def run_dir(self, run_id: str) -> Path:
         if not _RUN_ID.match(run_id or ""):
@@ -106,21 +149,22 @@ class History:
         csvstore.check_csv_writable(self.csv_path)
 
     def record(self, record: RunRecord) -> None:
-        """Write the run's folder, then its CSV row."""
+        """Write the run's folder, then its CSV row; a history refused by `_read` gets neither."""
         folder = self.run_dir(record.run_id)
+        self._read()
         folder.mkdir(parents=True, exist_ok=True)
         flat_config = _without_secrets(record.config.to_flat_dict())
         nested_config = _without_secrets({**dataclasses.asdict(record.config),
                                           "engine": applied_engine_settings(record.config.engine)})
-        _write_json(folder / "config.json", {"flat": flat_config, "nested": nested_config})
-        _write_json(folder / "environment.json", _without_secrets(record.environment))
+        _write_json(folder / CONFIG_FILE, {"flat": flat_config, "nested": nested_config})
+        _write_json(folder / ENVIRONMENT_FILE, _without_secrets(record.environment))
         if record.requests is not None:
             _write_parquet(folder / REQUESTS_FILE, record.requests)
         csvstore.append_row(self.csv_path, history_row(record))
 
     def load(self) -> pd.DataFrame:
         """All rows; numbers as numbers, '-' and empty cells as NaN, names and versions as text."""
-        header, rows = csvstore.read_table(self.csv_path)
+        header, rows = self._read()
         if not header:
             return pd.DataFrame(columns=[*SAVE_CSV_COLUMNS, "run_id", "started_at", "status", "label", "model"])
         frame = pd.DataFrame([[row.get(col, "") for col in header] for row in rows], columns=header, dtype=object)
@@ -141,13 +185,13 @@ class History:
 
     def config(self, run_id: str) -> RunConfig:
         """The run's settings, from its config.json, or from its row when only the row was imported."""
-        path = self.run_dir(run_id) / "config.json"
+        path = self.run_dir(run_id) / CONFIG_FILE
         if path.exists():
             try:
                 return RunConfig.from_flat_dict(json.loads(path.read_text(encoding="utf-8"))["flat"])
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 raise HistoryError(f"The saved configuration of run {run_id} is unreadable ({exc}).") from exc
-        _, rows = csvstore.read_table(self.csv_path)
+        _, rows = self._read()
         row = next((row for row in rows if row.get("run_id") == run_id), None)
         if row is None:
             raise HistoryError(f"There is no run {run_id} in {self.csv_path}.")
@@ -161,6 +205,7 @@ class History:
         folders = [self.run_dir(run_id) for run_id in doomed]
         removed = 0
         if self.csv_path.exists():
+            self._read()
             removed = csvstore.rewrite(self.csv_path, lambda row: row.get("run_id") not in doomed)
         for folder in folders:
             shutil.rmtree(folder, ignore_errors=True)
@@ -181,7 +226,7 @@ class History:
             except OSError as exc:
                 raise HistoryError(f"Cannot read {source}: {exc.strerror or exc}.") from exc
         parsed = parse_import(data, name)
-        _, existing_rows = csvstore.read_table(self.csv_path)
+        _, existing_rows = self._read()
         taken = {row.get("run_id", "") for row in existing_rows}
         if parsed.source == HISTORY_SOURCE:
             new_rows = _new_history_rows(parsed.rows, taken, name)
@@ -197,7 +242,7 @@ class History:
 
     def to_csv_bytes(self, run_ids: Iterable[str] | None = None) -> bytes:
         """The history file, or only the rows of `run_ids`, as CSV bytes for a download."""
-        header, rows = csvstore.read_table(self.csv_path)
+        header, rows = self._read()
         if run_ids is not None:
             wanted = set(run_ids)
             rows = [row for row in rows if row.get("run_id") in wanted]
@@ -228,6 +273,46 @@ def history_row(record: RunRecord) -> dict[str, Any]:
             if row.get(key) in (None, ""):
                 row[key] = value
     return {key: _cell_value(value) for key, value in _without_secrets(row).items()}
+
+
+def _has_run_id(row: dict[str, str]) -> bool:
+    return bool(_RUN_ID.match(row.get("run_id", "")))
+
+
+def _recovered_row(folder: Path) -> dict[str, Any] | None:
+    """The history row of a run whose folder was written but whose row was not (a crash in between), rebuilt
+    from its config.json, environment.json and requests.parquet; None when they are not all readable.
+    What the folder does not hold stays empty: LMDeploy's own formatting of its columns, the engine, the
+    sweep. The duration is the last request's finish, the run's own end not being stored."""
+    try:
+        config = RunConfig.from_flat_dict(json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))["flat"])
+        environment = json.loads((folder / ENVIRONMENT_FILE).read_text(encoding="utf-8"))
+        requests = pd.read_parquet(folder / REQUESTS_FILE)
+        duration_s = float(requests["finish_s"].max())
+        summary = metrics.run_summary(requests, duration_s, config.percentiles, config.load.stream_output, config.slo)
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+        return None
+    record = RunRecord(run_id=folder.name, started_at=_started_at(folder.name), status=_recovered_status(summary),
+                       config=config, metrics=summary, environment=environment)
+    return {**history_row(record), "recovered_at": local_now_iso()}
+
+
+def _started_at(run_id: str) -> str:
+    """The start time a run id from new_run_id carries, in `started_at`'s form; empty for other ids."""
+    try:
+        started = datetime.strptime(run_id[:15], "%Y%m%d-%H%M%S")
+    except ValueError:
+        return ""
+    return started.astimezone().isoformat(timespec="seconds")
+
+
+def _recovered_status(summary: dict[str, Any]) -> str:
+    """A recovered run's status from its request counts, as the runner would have judged them."""
+    if summary["cancelled"] or summary["unfinished"]:
+        return "cancelled"
+    if not summary["completed"]:
+        return "failed"
+    return "partial" if summary["failed"] or summary["incomplete"] else "finished"
 
 
 def _engine_columns(info: EngineInfo | None) -> dict[str, Any]:

@@ -195,10 +195,13 @@ st.title("History")
 history = get_history()
 import_section(history)
 try:
+    history.tidy()  # cheap when there is nothing to tidy; see History.tidy
     runs = history.load()
 except BenchError as exc:
     st.error(str(exc))
     st.stop()
+for notice in history.take_notices():
+    st.warning(notice)
 if runs.empty:
     st.info("No runs yet: start one on the Run page, or import a CSV above.")
     st.stop()

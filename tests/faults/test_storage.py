@@ -210,29 +210,42 @@ def test_a_damaged_row_in_the_history_does_not_stop_the_next_run_being_saved(wor
         f.write(b"20261130-000000-dead,caf\xe9 \xff damaged\r\n")
     proc = run_cli(*PIPELINE, "--results", "results", cwd=work, cache=cache)
     new_run = re.search(r"run (\d{8}-\d{6}-\w+)\b", proc.stderr).group(1)
-    if proc.returncode == 0:  # saved: its row is in the history, after the damaged line that was left alone
-        assert f"run {new_run}: finished in results/history.csv" in proc.stderr
-        assert history_csv.read_bytes().count(new_run.encode()) == 1
-        assert b"\xff damaged" in history_csv.read_bytes()
-    else:  # kept elsewhere, and said so
-        assert proc.returncode == 1 and "finished in" not in proc.stderr, proc.stderr
-        run_id, folder = kept_run(proc.stderr)
-        assert_kept_whole(run_id, folder)
+    # Saved: its row is in the history; the damaged line was moved aside as it was, and said so.
+    assert proc.returncode == 0, proc.stderr
+    assert f"run {new_run}: finished in results/history.csv" in proc.stderr
+    assert history_csv.read_bytes().count(new_run.encode()) == 1
+    assert b"\xff damaged" not in history_csv.read_bytes()
+    assert b"\xff damaged" in (work / "results" / "history.quarantine.csv").read_bytes()
+    assert "history.quarantine.csv" in proc.stderr
 
 
-def test_a_history_whose_header_cannot_be_read_keeps_the_run_in_the_cache_exit_1_and_no_orphan_folder(work, cache):
+def test_a_history_whose_header_cannot_be_read_is_refused_before_the_run(work, cache):
     history_csv = work / "results" / "history.csv"
-    before = history_csv.read_bytes()
-    damaged = before.replace(b"run_id", b"run_\xffid", 1)
+    damaged = history_csv.read_bytes().replace(b"run_id", b"run_\xffid", 1)
     history_csv.write_bytes(damaged)
     runs_before = sorted(p.name for p in (work / "results" / "runs").iterdir())
 
     proc = run_cli(*PIPELINE, "--results", "results", cwd=work, cache=cache)
 
-    assert proc.returncode == 1, proc.stderr
-    assert "finished in" not in proc.stderr and "Traceback" not in proc.stderr
-    assert "not UTF-8" in proc.stderr
-    run_id, folder = kept_run(proc.stderr)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "not UTF-8" in proc.stderr and "Traceback" not in proc.stderr
+    assert history_csv.read_bytes() == damaged  # left as it was, for the user to repair
+    assert sorted(p.name for p in (work / "results" / "runs").iterdir()) == runs_before
+
+
+def test_a_history_whose_header_breaks_during_the_run_keeps_the_run_in_the_cache_exit_1_and_no_orphan_folder(
+        work, cache):
+    history_csv = work / "results" / "history.csv"
+    damaged = history_csv.read_bytes().replace(b"run_id", b"run_\xffid", 1)
+    runs_before = sorted(p.name for p in (work / "results" / "runs").iterdir())
+
+    code, stderr = run_cli_breaking((*PIPELINE, "--results", "results"), work, cache,
+                                    lambda: history_csv.write_bytes(damaged))
+
+    assert code == 1, stderr
+    assert "finished in" not in stderr and "Traceback" not in stderr
+    assert "not UTF-8" in stderr
+    run_id, folder = kept_run(stderr)
     assert folder == cache / "unsaved-results"
     assert_kept_whole(run_id, folder)
     assert history_csv.read_bytes() == damaged  # left as it was, for the user to repair
