@@ -21,6 +21,7 @@ SERVER_BACKEND = "openai"  # any OpenAI-compatible HTTP server
 BACKENDS = (*IN_PROCESS_BACKENDS, SERVER_BACKEND)
 LOAD_PATTERNS = ("batch", "concurrency", "request_rate")
 DATASET_NAMES = ("sharegpt", "random")
+MAX_SEED = 2**32 - 1  # the largest seed NumPy takes
 DEFAULT_PERCENTILES = (50, 75, 95, 99)
 
 
@@ -350,6 +351,8 @@ def validate_run_config(config: RunConfig) -> list[str]:
             problems.append("--sharegpt-output-len applies to the sharegpt dataset only.")
     if not 0.0 <= data.random_range_ratio <= 1.0:
         problems.append("The random range ratio must be between 0 and 1.")
+    if not 0 <= data.seed <= MAX_SEED:  # LMDeploy's scripts seed NumPy with it too, which refuses others
+        problems.append(f"The seed must be a whole number from 0 to {MAX_SEED}, not {data.seed}.")
     if load.load_pattern not in LOAD_PATTERNS:
         problems.append(f"Unknown load pattern '{load.load_pattern}'; choose {', '.join(LOAD_PATTERNS)}.")
     if load.load_pattern == "request_rate" and eng.backend != SERVER_BACKEND:
