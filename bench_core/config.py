@@ -96,7 +96,7 @@ class LoadConfig:
     burstiness: float = 1.0  # gamma shape: 1 is Poisson, lower is burstier
     max_concurrency: int | None = None
     warmup_requests: int = 0  # sent before the measurement, not measured
-    duration_s: float | None = None  # stop sending after this long; None: send every request
+    duration_s: float | None = None  # end the run after this long (requests in flight are cancelled); None: send every request
 
 
 @dataclass
@@ -280,7 +280,8 @@ ENGINE_KNOBS: tuple[Knob, ...] = (
     Knob("extra_request_body", OPENAI_SERVER, (SERVER_BACKEND,), "JSON object merged into every request body.",
          constraint='a JSON object, e.g. {"temperature": 0}'),
     Knob("read_timeout_s", OPENAI_SERVER, (SERVER_BACKEND,),
-         "Seconds the server may stay silent before a request fails with a read timeout.", constraint="> 0"),
+         "Seconds a request may wait for its next token (the first included) before it fails with a read timeout; "
+         "keep-alive comments do not count.", constraint="> 0"),
 )
 
 
