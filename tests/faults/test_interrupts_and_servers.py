@@ -9,6 +9,7 @@ import http.server
 import os
 import pty
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -144,10 +145,12 @@ def test_ctrl_c_while_loading_exits_130_at_once_with_one_line(cli, tmp_path, pha
 
 
 def test_ctrl_c_before_the_run_starts_exits_130_with_one_line(cli):
-    process = cli([*PIPELINE, "-n", "4", "--sharegpt-output-len", "8"])
-    time.sleep(0.5)  # the CLI is importing its modules
-    assert process.process.poll() is None
-    assert assert_interrupted_quickly(process) == ["interrupted"]
+    with socket.create_server(("127.0.0.1", 0)) as server:  # connections wait in its backlog, never answered
+        server.settimeout(HANG_S)
+        process = cli(["restful", "--port", str(server.getsockname()[1]), "--output-file", "", "--results", "results"])
+        connection, _ = server.accept()  # the CLI is asking which model the server serves
+        with connection:
+            assert assert_interrupted_quickly(process) == ["interrupted"]
 
 
 def test_ctrl_c_while_measuring_keeps_what_was_measured(cli, tmp_path):
