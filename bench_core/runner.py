@@ -409,6 +409,8 @@ def measured_outcome(profiler: Profiler) -> tuple[str, str]:
     """The state of a run that ran to its end, and its message: failed when no request succeeded,
     partial when some failed or came back short, quoting the most frequent reasons."""
     reasons = metrics.format_reasons(dict(list(profiler.failure_reasons.items())[:REASONS_QUOTED]))
+    if not reasons and profiler.cancelled:  # a run that ran to its end cancels only what its duration cut off
+        reasons = f"{profiler.cancelled} cancelled in flight when the duration ended"
     because = f" ({reasons})" if reasons else ""
     total = len(profiler.sessions)
     if profiler.success == 0:

@@ -210,6 +210,7 @@ def test_a_duration_ends_the_run_and_cancels_the_requests_in_flight(cli, misbeha
     process = cli(restful_args(misbehaving_server, "keepalive", "--num-prompts", "2", "--sharegpt-output-len", "8",
                                "--duration", "2", "--disable-warmup"))
     assert process.finish() == 1  # no request succeeded: nothing to measure
+    assert process.lines()[-1] == "error: No request succeeded (2 cancelled in flight when the duration ended)"
     stored = history(tmp_path).load()
     assert (stored["failed"].iloc[-1], stored["cancelled"].iloc[-1]) == (0, 2)
     table = requests_of_last_run(tmp_path)
