@@ -267,9 +267,9 @@ def test_restful_without_a_tokenizer_stays_off_the_model_hub_and_says_how_to_all
         assert process.finish() == 2
     finally:
         hub.shutdown()
+    assert _CountingHub.asked == []
     (line,) = process.lines()
     assert "HF_HUB_OFFLINE=0 allows downloads" in line and "--tokenizer" in line
-    assert _CountingHub.asked == []
 
 
 def test_a_port_out_of_range_is_one_line_and_exit_2(capsys):
