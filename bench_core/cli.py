@@ -40,6 +40,7 @@ EXIT_CODES_HELP = """exit codes:
   3    partial: some requests failed; the numbers count the successful ones (the reasons are on stderr)
   130  interrupted (Ctrl-C); what was measured is kept"""
 PROGRESS_WIDTH = 120  # characters of the progress line redrawn on a terminal
+CANCEL_GRACE_S = 0.5  # how long Ctrl-C waits for a loading run to notice before leaving it behind
 LOG_LEVELS = ("CRITICAL", "FATAL", "ERROR", "WARN", "WARNING", "INFO", "DEBUG", "NOTSET")
 
 
@@ -238,7 +239,8 @@ def _progress_line(run) -> str:
 
 def wait_with_progress(job, describe=None) -> bool:
     """Wait for a run or a sweep, redrawing `describe()` as one line on a terminal; False when
-    interrupted (Ctrl-C cancels the job, which keeps what it measured)."""
+    interrupted (Ctrl-C cancels the job, which keeps what it measured). A run interrupted while
+    loading is not waited for: a model load cannot be cut short, and there is nothing to keep."""
     describe = describe or (lambda: _progress_line(job))
     show = sys.stderr.isatty()
     try:
@@ -246,8 +248,11 @@ def wait_with_progress(job, describe=None) -> bool:
             if show:
                 print(f"\r{describe()[:PROGRESS_WIDTH]:<{PROGRESS_WIDTH}}", end="", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
+        from .runner import LOADING
+
         job.cancel()
-        job.wait()
+        if not job.wait(CANCEL_GRACE_S) and getattr(job, "state", None) != LOADING:
+            job.wait()
         return False
     finally:
         if show:
@@ -277,18 +282,26 @@ def append_csv_row(path: str, append: typing.Callable[[], None]) -> bool:
 
 
 def report_unmeasured(run) -> int | None:
-    """Print the run's warnings; for a run that failed before measuring anything, print why and
-    return the exit code (2 when the user's input was at fault)."""
+    """Print the run's warnings; for a run that failed or was interrupted before measuring anything,
+    print why and return the exit code (2 when the user's input was at fault)."""
     for warning in run.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     from .runner import FAILED
 
-    if run.state == FAILED and run.profiler is None:
+    if run.profiler is not None:
+        return None
+    if run.state == FAILED:
         print(f"error: {run.message}", file=sys.stderr)
         if run.save_error:
             print(f"error: {run.save_error}", file=sys.stderr)
         return EXIT_BAD_INPUT if run.user_error else EXIT_FAILED
-    return None
+    return interrupted(f" while {run.phase or 'waiting to start'}: nothing was measured or recorded")
+
+
+def interrupted(detail: str = "") -> int:
+    """Say in one line that Ctrl-C stopped the command; its exit code."""
+    print(f"interrupted{detail}", file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 def report_saved(run, history) -> None:
@@ -361,9 +374,8 @@ def _quiet_libraries() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     _quiet_libraries()
-    parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         if args.command == "model-path":
             from .models import resolve_model
 
@@ -381,3 +393,5 @@ def main(argv: list[str] | None = None) -> int:
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:  # outside a run's wait: importing, checking the server, printing, writing
+        return interrupted()

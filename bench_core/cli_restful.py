@@ -24,7 +24,7 @@ from . import csvstore, metrics
 from .config import SLO, DATASET_NAMES, DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, RunConfig
 from .errors import ConfigError
 from .history_import import RESTFUL_COLUMNS
-from .openai_client import ServerError, api_root, discover_model
+from .openai_client import REQUEST_DEADLINE_S, ServerError, api_root, discover_model
 
 # Their backend names: (server kind, endpoint). -chat forms use /v1/chat/completions.
 SERVER_BACKENDS = {
@@ -36,6 +36,7 @@ SERVER_BACKENDS = {
 DEFAULT_PORTS = {"lmdeploy": 23333, "sglang": 30000, "vllm": 8000, "transformers": 8000}
 BOX_WIDTH = 50
 SUMMARY_PERCENTILES = (50, 99)  # the box's median and P99, whatever --percentiles says
+OFFLINE_ENV = "HF_HUB_OFFLINE"  # 1 (our default, as in the app): tokenizers come from local files only
 
 
 def add_restful_parser(commands) -> None:
@@ -67,15 +68,16 @@ def add_restful_arguments(parser) -> None:
     parser.add_argument("--backend", default="lmdeploy", choices=list(SERVER_BACKENDS),
                         help="the server, and with -chat the chat endpoint; sets the default port and how ignore_eos is sent")
     parser.add_argument("--base-url", default=None, help="server address; overrides --host and --port")
-    parser.add_argument("--host", default="0.0.0.0", help="server host")
-    parser.add_argument("--port", type=int, default=None,
+    parser.add_argument("--host", default="127.0.0.1", help="server host")
+    parser.add_argument("--port", type=_port, default=None,
                         help="server port; default per backend: lmdeploy 23333, sglang 30000, vllm 8000, transformers 8000")
     parser.add_argument("--dataset-name", default="sharegpt", choices=DATASET_NAMES, help="name of the dataset")
     parser.add_argument("--dataset-path", default="builtin:sharegpt",
                         help="ShareGPT JSON/JSONL file, builtin:sharegpt or builtin:sample")
     parser.add_argument("--model", default=None, help="model name sent to the server; default: the first of GET /v1/models")
     parser.add_argument("--tokenizer", default=None,
-                        help="tokenizer to sample prompts and retokenize answers (folder, hub id or builtin:...); default: the model")
+                        help="tokenizer to sample prompts and retokenize answers (folder, hub id or builtin:...); default: the model. "
+                             f"Hub ids come from the local cache only, unless {OFFLINE_ENV}=0 allows downloads")
     parser.add_argument("--num-prompts", type=int, default=1000, help="number of prompts to process")
     parser.add_argument("--sharegpt-output-len", type=int, default=None, help="fixed output length per request (sharegpt)")
     parser.add_argument("--random-input-len", type=int, default=None, help="input tokens per request (random dataset)")
@@ -102,9 +104,14 @@ def add_restful_arguments(parser) -> None:
     ours.add_argument("--max-concurrency", type=int, default=None, help="most requests in flight at once (vLLM); default: no limit")
     ours.add_argument("--burstiness", type=float, default=1.0,
                       help="gamma shape of the arrival gaps (vLLM): 1 Poisson, below 1 burstier, above 1 more regular")
-    ours.add_argument("--duration", type=float, default=None, help="stop sending after this many seconds; unsent requests stay unfinished")
+    ours.add_argument("--duration", type=float, default=None,
+                      help="end the run after this many seconds: unsent requests stay unfinished, those in flight are cancelled; "
+                           "a warm-up request waits no longer than this for a token")
     ours.add_argument("--warmup-requests", type=int, default=1, help="unmeasured warm-up requests (0 with --disable-warmup)")
-    ours.add_argument("--timeout", type=float, default=300.0, help="seconds the server may stay silent before a request fails")
+    ours.add_argument("--timeout", type=float, default=300.0,
+                      help="seconds a request may wait for its next token (the first included) before it fails; "
+                           "keep-alive comments do not count. A request also fails after "
+                           f"{REQUEST_DEADLINE_S / 3600:g} hours in all, as in profile_restful_api.py")
     ours.add_argument("--label", default="", help="a label for the run(s) in the history")
     ours.add_argument("--results", default=os.environ.get("BENCH_STUDIO_RESULTS", "results"),
                       help="folder of the run history (history.csv and runs/); env BENCH_STUDIO_RESULTS")
@@ -112,6 +119,16 @@ def add_restful_arguments(parser) -> None:
     for metric in ("ttft", "tpot", "e2e"):
         ours.add_argument(f"--slo-{metric}-ms", type=float, default=None,
                           help=f"goodput threshold on {metric.upper()} in ms; a request is good when it meets all set")
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"the port must be a whole number from 1 to 65535, not '{text}'")
+    return port
 
 
 def _numbers(text: str) -> list[float]:
@@ -183,6 +200,7 @@ def config_for_rate(args: argparse.Namespace, url: str, model: str, rate: float)
 
 def sweep_base_config(args: argparse.Namespace) -> RunConfig:
     """The settings a `sweep restful` starts every point from: --request-rate, the server's model."""
+    hub_offline_by_default()
     url = base_url(args)
     return config_for_rate(args, url, check_server(url, args.model), args.request_rate)
 
@@ -193,6 +211,12 @@ def default_output_file(args: argparse.Namespace) -> str:
     if args.dataset_name == "random":
         return f"{stem}_{args.random_input_len}_{args.random_output_len}.csv"
     return f"{stem}_sharegpt.csv"
+
+
+def hub_offline_by_default() -> None:
+    """No model hub lookups unless the user allows them (HF_HUB_OFFLINE=0), as in the app. Called before
+    huggingface_hub is imported: it reads the variable once."""
+    os.environ.setdefault(OFFLINE_ENV, "1")
 
 
 def check_server(url: str, model: str | None) -> str:
@@ -216,6 +240,7 @@ def run_restful(args: argparse.Namespace) -> int:
     from .config import check_run_config
     from .runner import MEASURED, Runner
 
+    hub_offline_by_default()
     url = base_url(args)
     configs = [config_for_rate(args, url, args.model or "", rate) for rate in rates(args)]
     for config in configs:
@@ -225,7 +250,7 @@ def run_restful(args: argparse.Namespace) -> int:
     check_writable(history, output_file)
     model = check_server(url, args.model)
     runner = Runner(history)
-    status = EXIT_OK
+    status, run = EXIT_OK, None
     try:
         for config in configs:
             config.engine.model = model
@@ -248,7 +273,8 @@ def run_restful(args: argparse.Namespace) -> int:
             if status != EXIT_FAILED and code != EXIT_OK:  # the worst rate's: failed, then partial
                 status = code
     finally:
-        runner.shutdown()
+        if run is None or not run.active:  # a load left behind by Ctrl-C cannot be cut short; the process ends anyway
+            runner.shutdown()
     return status
 
 
@@ -316,6 +342,7 @@ def _extra_rows(config: RunConfig, summary: dict) -> None:
     _line("Failed requests:", summary["failed"])
     _line("Incomplete requests:", summary["incomplete"])
     _line("Unfinished requests:", summary["unfinished"])
+    _line("Cancelled requests:", summary["cancelled"])
     for reason in filter(None, str(summary["failure_reasons"]).split("; ")):
         print(f"  {reason}")
     _line("Requested rate (req/s):", config.load.request_rate)

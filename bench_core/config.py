@@ -21,6 +21,7 @@ SERVER_BACKEND = "openai"  # any OpenAI-compatible HTTP server
 BACKENDS = (*IN_PROCESS_BACKENDS, SERVER_BACKEND)
 LOAD_PATTERNS = ("batch", "concurrency", "request_rate")
 DATASET_NAMES = ("sharegpt", "random")
+MAX_SEED = 2**32 - 1  # the largest seed NumPy takes
 DEFAULT_PERCENTILES = (50, 75, 95, 99)
 
 
@@ -95,7 +96,7 @@ class LoadConfig:
     burstiness: float = 1.0  # gamma shape: 1 is Poisson, lower is burstier
     max_concurrency: int | None = None
     warmup_requests: int = 0  # sent before the measurement, not measured
-    duration_s: float | None = None  # stop sending after this long; None: send every request
+    duration_s: float | None = None  # end the run after this long (requests in flight are cancelled); None: send every request
 
 
 @dataclass
@@ -279,7 +280,8 @@ ENGINE_KNOBS: tuple[Knob, ...] = (
     Knob("extra_request_body", OPENAI_SERVER, (SERVER_BACKEND,), "JSON object merged into every request body.",
          constraint='a JSON object, e.g. {"temperature": 0}'),
     Knob("read_timeout_s", OPENAI_SERVER, (SERVER_BACKEND,),
-         "Seconds the server may stay silent before a request fails with a read timeout.", constraint="> 0"),
+         "Seconds a request may wait for its next token (the first included) before it fails with a read timeout; "
+         "keep-alive comments do not count.", constraint="> 0"),
 )
 
 
@@ -350,6 +352,8 @@ def validate_run_config(config: RunConfig) -> list[str]:
             problems.append("--sharegpt-output-len applies to the sharegpt dataset only.")
     if not 0.0 <= data.random_range_ratio <= 1.0:
         problems.append("The random range ratio must be between 0 and 1.")
+    if not 0 <= data.seed <= MAX_SEED:  # LMDeploy's scripts seed NumPy with it too, which refuses others
+        problems.append(f"The seed must be a whole number from 0 to {MAX_SEED}, not {data.seed}.")
     if load.load_pattern not in LOAD_PATTERNS:
         problems.append(f"Unknown load pattern '{load.load_pattern}'; choose {', '.join(LOAD_PATTERNS)}.")
     if load.load_pattern == "request_rate" and eng.backend != SERVER_BACKEND:

@@ -140,6 +140,7 @@ def build_once(target: Path, build: Callable[[Path], None]) -> Path:
 def _resolve_hub_id(name: str) -> str:
     """A hub id's snapshot folder; offline (HF_HUB_OFFLINE=1) it must already be in the local cache."""
     from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
 
     # Weights, configs and tokenizer files only: a repository may also hold GGUF, ONNX or other copies.
     wanted = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.py", "*.jinja"]
@@ -148,9 +149,11 @@ def _resolve_hub_id(name: str) -> str:
     except Exception as exc:
         offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
         where = "the local Hugging Face cache (offline mode)" if offline else "the Hugging Face hub"
+        # Not cached: say how to allow downloads, in fewer words than the hub's own message.
+        detail = "HF_HUB_OFFLINE=0 allows downloads" if offline and isinstance(exc, LocalEntryNotFoundError) else last_line(exc)
         raise ModelError(
             f"Model '{name}' is neither a local folder, a built-in ({', '.join(BUILTIN_MODELS)}) "
-            f"nor found in {where}: {last_line(exc)}"
+            f"nor found in {where}: {detail}"
         ) from exc
 
 

@@ -9,8 +9,12 @@ to each request comes out as `engines.base.EngineEvent`s on a thread-safe queue,
 - "tokens" each time a network read brings new output. `n_tokens` is cumulative: the server's
   per-chunk `usage.completion_tokens` where it sends one, else one per chunk with text (vLLM's
   convention). SSE messages that arrive in the same read share one tick: they reached us together;
-- "finish" once, with "length", "stop", "error" or "abort" and a message for the user. Its
-  `n_tokens` is the best final count: the server's final usage where reported, else the chunk count.
+- "finish" once, with "length", "stop", "error", "abort" (a cancel) or RUN_ENDED (the run's duration
+  ended while it was in flight) and a message for the user. Its `n_tokens` is the best final count:
+  the server's final usage where reported, else the chunk count.
+
+A request fails when no new token came for the read timeout, or when it ran past its deadline
+(`ServerSpec`); bytes without tokens, such as SSE keep-alive comments, do not keep it alive.
 
 Reading the answers (SSE, chunks, usage, errors mid-stream) is `openai_stream`'s pure code.
 Timing follows LMDeploy's and vLLM's client: TTFT from sending to the first chunk with text,
@@ -43,7 +47,7 @@ import aiohttp
 
 from .arrivals import ArrivalReport, arrival_report, send_offsets
 from .datasets import SampledRequest
-from .engines.base import EngineEvent
+from .engines.base import RUN_ENDED, EngineEvent
 from .errors import BenchError, ConfigError
 from .openai_stream import ERROR_BODY_CHARS, SSEParser, StreamReader, error_text
 
@@ -51,6 +55,7 @@ ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 SERVER_KINDS = ("lmdeploy", "vllm", "sglang", "transformers", "openai")
 API_KEY_ENV = "OPENAI_API_KEY"
 _IGNORE_EOS_FIELD_KINDS = ("lmdeploy", "vllm", "sglang")  # "openai" (any other server): not sent
+REQUEST_DEADLINE_S = 6 * 60 * 60  # profile_restful_api.py's and vLLM's aiohttp total timeout
 
 
 class ServerError(BenchError):
@@ -72,7 +77,8 @@ def _auth_headers(api_key: str | None) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class ServerSpec:
-    """Where the server is and how to talk to it. Timeouts: connecting, and the longest silence."""
+    """Where the server is and how to talk to it. Timeouts: connecting, the longest wait for a request's
+    next token (its first included), and a request's whole life."""
 
     base_url: str
     api_key: str | None = field(default=None, repr=False)  # None: $OPENAI_API_KEY, if set
@@ -82,6 +88,7 @@ class ServerSpec:
     extra_body: dict | None = None
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 300.0
+    total_timeout_s: float = REQUEST_DEADLINE_S
 
     def __post_init__(self) -> None:
         api_root(self.base_url)
@@ -89,7 +96,7 @@ class ServerSpec:
             raise ConfigError(f"Unknown endpoint '{self.endpoint}'; choose one of {', '.join(ENDPOINTS)}.")
         if self.server_kind not in SERVER_KINDS:
             raise ConfigError(f"Unknown server kind '{self.server_kind}'; choose one of {', '.join(SERVER_KINDS)}.")
-        if not (self.connect_timeout_s > 0 and self.read_timeout_s > 0):
+        if not (self.connect_timeout_s > 0 and self.read_timeout_s > 0 and self.total_timeout_s > 0):
             raise ConfigError("Server timeouts must be above 0 seconds.")
 
     @property
@@ -194,29 +201,39 @@ def length_warning(results: Sequence[RequestResult]) -> str | None:
 Emit = Callable[[EngineEvent], None]
 
 
-class _SilenceTimeout:
-    """Cancels the running task once the server has said nothing for `limit_s` seconds.
+class _Deadline:
+    """Cancels the running request once it has gone `token_timeout_s` without a new token (the first
+    one included), has run `total_s`, or has reached the run's end `ends_in_s` from now; `expired`
+    says which. Only tokens count: a server that sends keep-alive comments (": ping") but no tokens
+    would otherwise hold a request, and the run, forever.
 
     aiohttp's own `sock_read` timeout re-arms a timer on every packet, about 2 us each: a fifth of
-    the client's time per token at hundreds of streams. Here reads only note the time (`heard`), and
-    the one timer re-arms itself when it comes due.
+    the client's time per token at hundreds of streams. Here new tokens only note the time
+    (`heard_token`), and the one timer re-arms itself when it comes due.
     """
 
-    def __init__(self, limit_s: float) -> None:
-        self.limit_s, self.expired = limit_s, False
-        self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
-        self.last_heard = self._loop.time()
-        self._timer = self._loop.call_at(self.last_heard + limit_s, self._check)
+    SILENT, TOO_LONG, DURATION_OVER = "silent", "too long", "duration over"
 
-    def heard(self) -> None:
-        self.last_heard = self._loop.time()
+    def __init__(self, token_timeout_s: float, total_s: float, ends_in_s: float = math.inf) -> None:
+        self.token_timeout_s, self.expired = token_timeout_s, None
+        self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
+        self.last_token = self._loop.time()
+        self._hard_reason = self.TOO_LONG if total_s <= ends_in_s else self.DURATION_OVER
+        self._hard = self.last_token + min(total_s, ends_in_s)
+        self._timer = self._loop.call_at(self._due(), self._check)
+
+    def _due(self) -> float:
+        return min(self.last_token + self.token_timeout_s, self._hard)
+
+    def heard_token(self) -> None:
+        self.last_token = self._loop.time()
 
     def _check(self) -> None:
-        due = self.last_heard + self.limit_s
-        if self._loop.time() < due:
+        due, now = self._due(), self._loop.time()
+        if now < due:
             self._timer = self._loop.call_at(due, self._check)
         else:
-            self.expired = True
+            self.expired = self._hard_reason if now >= self._hard else self.SILENT
             self._task.cancel()
 
     def stop(self) -> None:
@@ -225,31 +242,38 @@ class _SilenceTimeout:
             self._task.uncancel()  # the cancel was ours, and has been handled
 
 
-async def send_request(session: aiohttp.ClientSession, spec: ServerSpec, payload: dict, result: RequestResult, emit: Emit) -> None:
+async def send_request(
+    session: aiohttp.ClientSession, spec: ServerSpec, payload: dict, result: RequestResult, emit: Emit, ends_at: float = math.inf
+) -> None:
     """Send one request and report it through `emit`: admit, tokens as they come, one finish.
 
     Every failure (refused connection, HTTP error, timeout, a stream cut short) ends the request
-    with "error" and a message; the tokens received before it stay counted.
+    with "error" and a message; the tokens received before it stay counted. One still running at
+    `ends_at` (perf_counter seconds: the end of the run's duration) ends RUN_ENDED.
     """
     reader = StreamReader()
     result.sent_ts = time.perf_counter()
     emit(EngineEvent(result.index, "admit", result.sent_ts))
-    silence = _SilenceTimeout(spec.read_timeout_s)
+    deadline = _Deadline(spec.read_timeout_s, spec.total_timeout_s, ends_at - result.sent_ts)
     try:
         async with session.post(spec.url, json=payload) as response:
             if response.status != 200:
                 body = await response.content.read(4 * ERROR_BODY_CHARS)
                 reader.error = f"HTTP {response.status} {response.reason} from {spec.url}: {error_text(body)}"
             elif spec.stream:
-                await _read_stream(response, reader, result, emit, silence)
+                await _read_stream(response, reader, result, emit, deadline)
             else:
                 reader.read_body(await response.json(content_type=None))
                 usage = reader.usage_completion_tokens
                 _tick(reader, result, time.perf_counter(), emit, reader.n_tokens if usage is None else usage)
         reason, message = reader.finish()
     except asyncio.CancelledError:
-        if silence.expired:
-            reason, message = "error", f"the server sent nothing for {spec.read_timeout_s:g} s (read timeout) after {reader.n_tokens} tokens"
+        if deadline.expired == _Deadline.SILENT:
+            reason, message = "error", f"the server sent no token for {spec.read_timeout_s:g} s (read timeout) after {reader.n_tokens} tokens"
+        elif deadline.expired == _Deadline.TOO_LONG:
+            reason, message = "error", f"the request ran past its {spec.total_timeout_s:g} s deadline after {reader.n_tokens} tokens"
+        elif deadline.expired == _Deadline.DURATION_OVER:
+            reason, message = RUN_ENDED, f"cancelled when the run's duration ended, after {reader.n_tokens} tokens"
         else:
             reason, message = "abort", "cancelled"
     except aiohttp.ClientConnectorError as exc:
@@ -264,7 +288,7 @@ async def send_request(session: aiohttp.ClientSession, spec: ServerSpec, payload
     except (aiohttp.ClientError, ValueError) as exc:
         reason, message = "error", f"{type(exc).__name__}: {exc}"
     finally:
-        silence.stop()
+        deadline.stop()
     result.end_ts = time.perf_counter()
     result.usage_completion_tokens, result.usage_prompt_tokens = reader.usage_completion_tokens, reader.usage_prompt_tokens
     result.text, result.reasoning_text = "".join(reader.text_parts), "".join(reader.reasoning_parts)
@@ -273,14 +297,15 @@ async def send_request(session: aiohttp.ClientSession, spec: ServerSpec, payload
 
 
 async def _read_stream(
-    response: aiohttp.ClientResponse, reader: StreamReader, result: RequestResult, emit: Emit, silence: _SilenceTimeout
+    response: aiohttp.ClientResponse, reader: StreamReader, result: RequestResult, emit: Emit, deadline: _Deadline
 ) -> None:
     parser, read = SSEParser(), reader.read_message
     async for chunk in response.content.iter_any():
-        silence.heard()
         ts = time.perf_counter()
         for message in parser.feed(chunk):
             read(message)
+        if reader.n_tokens > result.n_tokens:
+            deadline.heard_token()
         _tick(reader, result, ts, emit, reader.n_tokens)
         if reader.error:
             return
@@ -385,7 +410,7 @@ class ClientRun:
         limit = self.max_concurrency or 0  # 0: aiohttp's "no limit"
         _raise_open_file_limit(self.max_concurrency or len(self.requests) + self.warmup)
         connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit, keepalive_timeout=60)
-        timeout = aiohttp.ClientTimeout(total=None, connect=self.spec.connect_timeout_s)  # silences: _SilenceTimeout
+        timeout = aiohttp.ClientTimeout(total=None, connect=self.spec.connect_timeout_s)  # the rest: _Deadline
         headers = _auth_headers(self.spec.api_key)
         # trust_env=False: no proxy between the client and the server it measures, and looking the proxy
         # settings up for every request cost a fifth of the client's throughput at hundreds of streams.
@@ -435,7 +460,7 @@ class ClientRun:
                 if time.perf_counter() >= deadline:
                     return self._not_sent(result, f"not sent: the {self.duration_s:g} s duration had ended")
                 payload = build_payload(self.spec, self.model, request.prompt, request.output_len, self.ignore_eos)
-                await send_request(session, self.spec, payload, result, self._emit)
+                await send_request(session, self.spec, payload, result, self._emit, ends_at=deadline)
         except asyncio.CancelledError:  # cancelled before it was sent; send_request reports its own
             if result.sent_ts is None:
                 self._not_sent(result, "not sent: cancelled")
@@ -476,8 +501,8 @@ def run_requests(
 
     Sends follow `send_offsets(len(requests), request_rate, burstiness, seed)`; a request due while
     `max_concurrency` are in flight waits for a slot, and its clock starts when it is sent (vLLM).
-    `duration_s` stops sending once that long has passed since t0: requests in flight finish, the
-    rest end "abort" with a "not sent" message. Setting `cancel` aborts everything within 0.1 s.
+    `duration_s` ends the run once that long has passed since t0: requests in flight end RUN_ENDED,
+    the rest "abort" with a "not sent" message. Setting `cancel` aborts everything within 0.1 s.
     """
     if max_concurrency is not None and max_concurrency < 1:
         raise ConfigError(f"Max concurrency must be at least 1 (or unset), not {max_concurrency}.")

@@ -29,7 +29,7 @@ from . import context_window, metrics
 from .config import EngineConfig, GenerationSettings, LoadConfig, RunConfig, check_run_config, lmdeploy_hyperparams
 from .datasets import Sample, sample_requests
 from .engines import Engine, EngineInfo, engine_settings_key, load_engine, tokenizer_from_engine
-from .engines.base import NOT_SENT
+from .engines.base import NOT_SENT, RUN_ENDED
 from .environment import collect_environment
 from .errors import BenchError
 from .history import History, RunRecord, local_now_iso, new_run_id
@@ -362,6 +362,8 @@ class Runner:
                         session.tick(0, event.ts)
                 elif event.kind == "finish" and event.finish_reason == NOT_SENT:
                     session.reason = event.message  # never sent: it stays unfinished
+                elif event.kind == "finish" and event.finish_reason == RUN_ENDED:
+                    session.finish(Session.CANCELLED, event.message, event.ts, event.extra)
                 elif event.kind == "finish" and event.finish_reason == ABORT and run.cancel_event.is_set():
                     session.finish(Session.CANCELLED, "cancelled", event.ts, event.extra)
                 elif event.kind == "finish":
@@ -440,6 +442,8 @@ def measured_outcome(profiler: Profiler) -> tuple[str, str]:
     """The state of a run that ran to its end, and its message: failed when no request succeeded,
     partial when some failed or came back short, quoting the most frequent reasons."""
     reasons = metrics.format_reasons(dict(list(profiler.failure_reasons.items())[:REASONS_QUOTED]))
+    if not reasons and profiler.cancelled:  # a run that ran to its end cancels only what its duration cut off
+        reasons = f"{profiler.cancelled} cancelled in flight when the duration ended"
     because = f" ({reasons})" if reasons else ""
     total = len(profiler.sessions)
     if profiler.success == 0:

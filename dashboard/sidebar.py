@@ -412,7 +412,7 @@ def _request_rate_widgets() -> dict[str, Any]:
                        key="warmup_requests", help="Sent before the measurement starts, not measured.")
     duration = persisted(bar.number_input, "Duration (s)", value=None, min_value=0.1, step=10.0, key="duration_s",
                          placeholder="empty: send every prompt",
-                         help="Stop sending after this long; requests not sent stay unfinished.")
+                         help="End the run after this long: requests not sent stay unfinished, those in flight are cancelled.")
     return {
         "request_rate": math.inf if rate is None else float(rate),
         "burstiness": float(burstiness),

@@ -7,10 +7,12 @@
   "ok" streams one chunk per token (10 ms apart) and finishes properly,
   "reasoning" streams reasoning_content first, then the answer,
   "short" stops with finish_reason "stop" after half the tokens asked (as if it ignored ignore_eos),
-  "status500" answers HTTP 500, "slow" says nothing for 30 s,
+  "status500" answers HTTP 500, "slow" says nothing for 30 s, "keepalive" sends SSE comments (": ping")
+  every 0.1 s but never a token,
   "cut" drops the connection after 3 tokens, "error-event" sends an error event after 3 tokens,
   "auth" answers 401 unless the Bearer key is `API_KEY`; any other prompt is answered as "ok",
-  and the client ports of "reuse" requests are kept in `REUSE_PORTS` (one per connection).
+  and the client ports of "reuse" requests are kept in `REUSE_PORTS` (one per connection). A model
+  named "keepalive" behaves so whatever the prompt (a CLI run sends its dataset's prompts).
 Import the fixtures into a test module to use them.
 """
 
@@ -98,6 +100,8 @@ def _chunk(endpoint: str, text: str = "", reasoning: str = "", finish_reason: st
 async def _stream(request: web.Request, endpoint: str) -> web.StreamResponse:
     body = await request.json()
     behaviour = body["messages"][-1]["content"] if endpoint == "chat" else body["prompt"]
+    if body.get("model") == "keepalive":
+        behaviour = "keepalive"
     n = body.get("max_tokens") or body.get("max_completion_tokens") or 4
     n, finish_reason = (n // 2, "stop") if behaviour == "short" else (n, "length")
     if behaviour == "reuse":
@@ -110,6 +114,9 @@ async def _stream(request: web.Request, endpoint: str) -> web.StreamResponse:
         await asyncio.sleep(30)
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
+    while behaviour == "keepalive":  # until the client gives up (handler_cancellation)
+        await response.write(b": ping\n\n")
+        await asyncio.sleep(0.1)
     for i in range(n):
         if behaviour == "reasoning" and i < n // 2:
             await response.write(_chunk(endpoint, reasoning="hmm"))

@@ -13,6 +13,7 @@ import pytest
 from openai_server import API_KEY, REUSE_PORTS, TOKENS_BEFORE_CUT, free_port, misbehaving_server, transformers_server  # noqa: F401 (fixtures)
 
 from bench_core.datasets import SampledRequest
+from bench_core.engines.base import RUN_ENDED
 from bench_core.errors import ConfigError
 from bench_core.openai_client import (
     ServerError,
@@ -328,14 +329,14 @@ def test_requests_go_out_on_schedule_never_early(misbehaving_server):
     assert 0 < report.achieved_rate <= 20.0 * 1.01  # late sends can only lower it
 
 
-def test_a_duration_stops_sending_and_lets_requests_in_flight_finish(misbehaving_server):
+def test_a_duration_stops_sending_and_cancels_requests_still_in_flight(misbehaving_server):
     events, results, run = finished(
         ServerSpec(misbehaving_server), "m", requests_for(["ok"] * 40, output_len=2), request_rate=20.0, duration_s=0.5
     )
     sent = [r for r in results if r.sent_ts is not None]
     unsent = [r for r in results if r.sent_ts is None]
     assert sent and unsent
-    assert all(r.finish_reason == "length" for r in sent)
+    assert all(r.finish_reason == "length" or (r.finish_reason == RUN_ENDED and r.end_ts >= run.t0 + 0.5) for r in sent)
     assert all(r.sent_ts < run.t0 + 0.5 for r in sent)
     assert all(r.finish_reason == "abort" and "duration had ended" in r.message for r in unsent)
     assert len(finishes(events)) == 40

@@ -33,7 +33,8 @@ class EngineEvent:
       (`complete()` decodes them); benchmarks ignore them. `extra` holds per-request facts the
       engine alone knows (an HTTP server's usage count, say), kept as columns of the request table.
       A finish_reason of NOT_SENT marks a request the engine never sent (a duration ended): it
-      stays unfinished, with `message` as its reason.
+      stays unfinished, with `message` as its reason. RUN_ENDED marks one the engine stopped because
+      the run ended (its duration was up): counted cancelled, not failed.
     """
 
     index: int
@@ -47,6 +48,7 @@ class EngineEvent:
 
 
 NOT_SENT = "not_sent"
+RUN_ENDED = "run_ended"
 
 
 @dataclass

@@ -11,7 +11,8 @@ reloaded whenever a setting changes, load settings included. `stream()` drives
 - the "finish" event carries the request's extras: usage and retokenized counts, whether the length
   differs from the one asked, when the first answer (not reasoning) text came, and when it was
   scheduled, sent and ended on the client's clock (the load actually delivered);
-- a request a duration kept from being sent ends NOT_SENT: it stays unfinished rather than failed.
+- a request a duration kept from being sent ends NOT_SENT: it stays unfinished rather than failed; one
+  in flight when the duration ends comes as RUN_ENDED from the client: cancelled, not failed.
 
 The load patterns map onto the client: request_rate uses the rate, burstiness and max concurrency;
 concurrency N sends everything at once through N slots (profile_throughput.py); batch does the same
@@ -104,8 +105,8 @@ class OpenAIEngine(Engine):
         try:
             self._tokenizer = load_tokenizer(tokenizer_name, engine.trust_remote_code)
         except ModelError as exc:
-            raise ModelError(f"{exc}. The server's model '{self.model}' must have a tokenizer here: "
-                             "name a local folder, a hub id or a built-in model as the tokenizer.") from None
+            raise ModelError(f"{exc}. The server's model '{self.model}' must have a tokenizer here: name one "
+                             "(--tokenizer, or the Tokenizer field): a local folder, a built-in model or a hub id.") from None
         self.info = EngineInfo(
             backend="openai",
             model=self.model,
@@ -125,7 +126,10 @@ class OpenAIEngine(Engine):
         count = self.load.warmup_requests
         if not count or not requests:
             return
-        run = run_requests(self.spec, self.model, [requests[0]] * count, max_concurrency=self.load.max_concurrency,
+        spec = self.spec
+        if self.load.duration_s is not None:  # waiting longer for a token than the whole run may last: a failed warm-up
+            spec = dataclasses.replace(spec, read_timeout_s=min(spec.read_timeout_s, self.load.duration_s))
+        run = run_requests(spec, self.model, [requests[0]] * count, max_concurrency=self.load.max_concurrency,
                            cancel=cancel, ignore_eos=generation.ignore_eos)
         for _ in run.events():
             pass

@@ -1,0 +1,291 @@
+"""Faults: Ctrl-C at every phase of a real `python -m bench_core` process, servers that send keep-alives
+but no tokens, the model hub looked up behind the user's back, and flags that raised tracebacks.
+
+The CLI runs as a subprocess with its stderr on a pseudo-terminal, so it draws its progress line as a
+user sees it: the tests wait for a phase's words there, then send SIGINT and time the exit.
+"""
+
+import http.server
+import os
+import pty
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from openai_server import misbehaving_server  # noqa: F401 (fixture)
+
+from bench_core import csvstore
+from bench_core.cli import build_parser, main
+from bench_core.cli_restful import base_url
+from bench_core.config import RunConfig
+from bench_core.datasets import SampledRequest
+from bench_core.history import History, RunRecord, history_row
+from bench_core.openai_client import ServerSpec, run_requests
+
+ROOT = Path(__file__).resolve().parents[2]
+EXIT_WITHIN_S = 2.0  # from SIGINT to the process gone
+HANG_S = 60  # a run that should end in seconds and has not by then hangs
+PIPELINE = ["pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--stream-output",
+            "--results", "results", "--csv", ""]
+
+
+class Cli:
+    """`python -m bench_core ARGS` run in `folder`, its stderr on a terminal, its stdout in a file."""
+
+    def __init__(self, folder: Path, args: list[str], env: dict[str, str] | None = None):
+        self.folder = folder
+        controller, terminal = pty.openpty()
+        with open(folder / "stdout.txt", "wb") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "bench_core", *args], cwd=folder, stdin=subprocess.DEVNULL, stdout=out,
+                stderr=terminal, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+        os.close(terminal)
+        self._controller, self._stderr, self._closed = controller, b"", False
+        self._grew = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = os.read(self._controller, 4096)
+            except OSError:  # the process and its terminal are gone
+                data = b""
+            with self._grew:
+                self._stderr += data
+                self._closed = not data
+                self._grew.notify_all()
+            if not data:
+                return
+
+    def wait_for(self, words: str, timeout: float = HANG_S) -> None:
+        """Until stderr shows `words` (a phase in the progress line, say)."""
+        with self._grew:
+            self._grew.wait_for(lambda: words.encode() in self._stderr or self._closed, timeout)
+            assert words.encode() in self._stderr, f"never saw {words!r}; stderr: {self.lines()}"
+
+    def interrupt(self) -> float:
+        """Send SIGINT; the seconds the process took to exit."""
+        sent = time.monotonic()
+        self.process.send_signal(signal.SIGINT)
+        self.process.wait(timeout=HANG_S)
+        return time.monotonic() - sent
+
+    def finish(self, timeout: float = HANG_S) -> int:
+        return self.process.wait(timeout=timeout)
+
+    def lines(self) -> list[str]:
+        """The lines printed on stderr, without the progress line's redraws (they never end a line)."""
+        self._reader.join(timeout=5 if self.process.poll() is not None else 0)
+        text = self._stderr.decode(errors="replace").replace("\r\n", "\n")  # the terminal's own line ends
+        return [last for line in text.split("\n") if (last := line.rsplit("\r", 1)[-1]).strip()]
+
+    def stdout(self) -> str:
+        return (self.folder / "stdout.txt").read_text()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        os.close(self._controller)
+
+
+@pytest.fixture
+def cli(tmp_path):
+    started = []
+
+    def start(args: list[str], env: dict[str, str] | None = None) -> Cli:
+        started.append(Cli(tmp_path, args, env))
+        return started[-1]
+
+    yield start
+    for process in started:
+        process.stop()
+
+
+def restful_args(url: str, model: str, *flags: str) -> list[str]:
+    return ["restful", "--backend", "vllm", "--base-url", url, "--model", model, "--tokenizer", "builtin:tiny-llama",
+            "--dataset-path", "builtin:sample", "--output-file", "", "--results", "results", *flags]
+
+
+def history(folder: Path) -> History:
+    return History(folder / "results")
+
+
+def requests_of_last_run(folder: Path) -> pd.DataFrame:
+    stored = history(folder).load()
+    return history(folder).requests(stored["run_id"].iloc[-1])
+
+
+def assert_interrupted_quickly(process: Cli) -> list[str]:
+    seconds = process.interrupt()
+    lines = process.lines()
+    assert process.process.returncode == 130, lines
+    assert seconds < EXIT_WITHIN_S, f"exited {seconds:.2f} s after SIGINT"
+    assert len(lines) == 1 and "Traceback" not in lines[0], lines
+    return lines
+
+
+# --- Ctrl-C at every phase: exit 130 within 2 s, one line ----------------------------------------
+
+
+@pytest.mark.parametrize("phase", ["loading the tokenizer", "on the transformers engine"])
+def test_ctrl_c_while_loading_exits_130_at_once_with_one_line(cli, tmp_path, phase):
+    process = cli([*PIPELINE, "-n", "4", "--sharegpt-output-len", "8"])
+    process.wait_for(phase)
+    (line,) = assert_interrupted_quickly(process)
+    assert line.startswith("interrupted while ") and "nothing was measured" in line
+    assert not history(tmp_path).csv_path.exists()  # nothing measured, nothing recorded
+
+
+def test_ctrl_c_before_the_run_starts_exits_130_with_one_line(cli):
+    with socket.create_server(("127.0.0.1", 0)) as server:  # connections wait in its backlog, never answered
+        server.settimeout(HANG_S)
+        process = cli(["restful", "--port", str(server.getsockname()[1]), "--output-file", "", "--results", "results"])
+        connection, _ = server.accept()  # the CLI is asking which model the server serves
+        with connection:
+            assert assert_interrupted_quickly(process) == ["interrupted"]
+
+
+def test_ctrl_c_while_measuring_keeps_what_was_measured(cli, tmp_path):
+    process = cli([*PIPELINE, "-n", "8", "--sharegpt-output-len", "2000"])
+    process.wait_for("running:")
+    (line,) = assert_interrupted_quickly(process)
+    assert line.endswith("cancelled in results/history.csv")
+    assert history(tmp_path).load()["status"].tolist() == ["cancelled"]
+
+
+def test_ctrl_c_while_saving_lets_the_save_finish(cli, tmp_path):
+    # A long history makes the save take a while (it rewrites the file), long enough to interrupt it.
+    earlier = history_row(RunRecord(run_id="x", started_at="2026-01-01T00:00:00+00:00", status="failed", config=RunConfig()))
+    csvstore.append_rows(history(tmp_path).csv_path, [{**earlier, "run_id": f"earlier-{i}"} for i in range(4000)])
+    process = cli([*PIPELINE, "-n", "2", "--sharegpt-output-len", "8"])
+    deadline = time.monotonic() + HANG_S
+    while not list(history(tmp_path).runs_dir.glob("*/requests.parquet")) and time.monotonic() < deadline:
+        time.sleep(0.01)  # the run folder is written first, then the history row
+    (line,) = assert_interrupted_quickly(process)
+    assert line.endswith("finished in results/history.csv")
+    stored = history(tmp_path).load()
+    assert len(stored) == 4001 and stored["status"].iloc[-1] == "finished"
+
+
+def test_ctrl_c_during_a_restful_warm_up_exits_130_with_one_line(cli, misbehaving_server, tmp_path):
+    process = cli(restful_args(misbehaving_server, "keepalive", "--num-prompts", "2", "--sharegpt-output-len", "8"))
+    process.wait_for("warming up")
+    (line,) = assert_interrupted_quickly(process)
+    assert line == "interrupted while warming up: nothing was measured or recorded"
+
+
+def test_ctrl_c_while_a_restful_run_measures_counts_requests_in_flight_as_cancelled(cli, misbehaving_server, tmp_path):
+    process = cli(restful_args(misbehaving_server, "m", "--num-prompts", "3", "--sharegpt-output-len", "2000",
+                               "--disable-warmup"))
+    process.wait_for("running:")
+    (line,) = assert_interrupted_quickly(process)
+    assert line.endswith("cancelled in results/history.csv")
+    table = requests_of_last_run(tmp_path)
+    assert table["status"].tolist() == ["cancelled"] * 3
+    assert f"{'Cancelled requests:':<40} 3" in process.stdout()
+    assert f"{'Failed requests:':<40} 0" in process.stdout()
+
+
+# --- servers that send keep-alives but no tokens ------------------------------------------------
+
+
+def test_a_request_without_tokens_fails_after_the_timeout_whatever_else_the_server_sends(cli, misbehaving_server, tmp_path):
+    process = cli(restful_args(misbehaving_server, "keepalive", "--num-prompts", "2", "--sharegpt-output-len", "8",
+                               "--timeout", "2", "--disable-warmup"))
+    assert process.finish() == 1  # no request succeeded
+    table = requests_of_last_run(tmp_path)
+    assert table["status"].tolist() == ["failed"] * 2
+    assert table["reason"].eq("error: the server sent no token for 2 s (read timeout) after 0 tokens").all()
+
+
+def test_a_duration_ends_the_run_and_cancels_the_requests_in_flight(cli, misbehaving_server, tmp_path):
+    process = cli(restful_args(misbehaving_server, "keepalive", "--num-prompts", "2", "--sharegpt-output-len", "8",
+                               "--duration", "2", "--disable-warmup"))
+    assert process.finish() == 1  # no request succeeded: nothing to measure
+    assert process.lines()[-1] == "error: No request succeeded (2 cancelled in flight when the duration ended)"
+    stored = history(tmp_path).load()
+    assert (stored["failed"].iloc[-1], stored["cancelled"].iloc[-1]) == (0, 2)
+    table = requests_of_last_run(tmp_path)
+    assert table["reason"].eq("cancelled when the run's duration ended, after 0 tokens").all()
+
+
+def test_a_warm_up_without_tokens_fails_within_the_duration(cli, misbehaving_server):
+    process = cli(restful_args(misbehaving_server, "keepalive", "--num-prompts", "2", "--sharegpt-output-len", "8",
+                               "--duration", "2"))
+    assert process.finish() == 2
+    (line,) = process.lines()
+    assert line.startswith("error: The warm-up request failed") and "no token for 2 s" in line
+
+
+def test_a_request_past_its_deadline_fails_with_the_reason(misbehaving_server):
+    spec = ServerSpec(misbehaving_server, total_timeout_s=0.5)  # "ok" sends a token every 10 ms: never silent
+    started = time.monotonic()
+    run = run_requests(spec, "m", [SampledRequest("ok", 4, 500)])
+    list(run.events())
+    (result,) = run.results
+    assert time.monotonic() - started < 3
+    assert result.finish_reason == "error" and result.message.startswith("the request ran past its 0.5 s deadline after ")
+
+
+# --- the server's address, the model hub, flags --------------------------------------------------
+
+
+def test_restful_targets_this_machine_by_default():
+    assert base_url(build_parser().parse_args(["restful"])) == "http://127.0.0.1:23333"
+
+
+class _CountingHub(http.server.BaseHTTPRequestHandler):
+    asked: list[str] = []
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        _CountingHub.asked.append(self.path)
+        self.send_error(404)
+
+    do_HEAD = do_GET
+
+    def log_message(self, *args):
+        pass
+
+
+def test_restful_without_a_tokenizer_stays_off_the_model_hub_and_says_how_to_allow_it(
+        cli, misbehaving_server, tmp_path, monkeypatch):
+    hub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _CountingHub)  # the hub, as far as the CLI knows
+    threading.Thread(target=hub.serve_forever, daemon=True).start()
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # the user's shell: nothing set
+    args = restful_args(misbehaving_server, "some-org/served-model")
+    del args[args.index("--tokenizer"):args.index("--tokenizer") + 2]
+    try:
+        process = cli(args, env={"HF_ENDPOINT": f"http://127.0.0.1:{hub.server_port}", "HF_HOME": str(tmp_path / "hf")})
+        assert process.finish() == 2
+    finally:
+        hub.shutdown()
+    assert _CountingHub.asked == []
+    (line,) = process.lines()
+    assert "HF_HUB_OFFLINE=0 allows downloads" in line and "--tokenizer" in line
+
+
+def test_a_port_out_of_range_is_one_line_and_exit_2(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["restful", "--port", "99999"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the port must be a whole number from 1 to 65535, not '99999'" in err
+
+
+@pytest.mark.parametrize("dataset", [["--dataset-name", "random", "--random-input-len", "8", "--random-output-len", "8"], []])
+def test_a_negative_seed_is_refused_with_one_line_for_every_dataset(tmp_path, capsys, dataset):
+    results = tmp_path / "results"
+    code = main(["pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "2", "--seed", "-1",
+                 "--results", str(results), "--csv", "", *dataset])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err == "error: The seed must be a whole number from 0 to 4294967295, not -1.\n"
+    assert not results.exists()
