@@ -40,7 +40,7 @@ class ColumnSpec:
 
 
 # mean_ttft_ms, p99.9_itl_ms, and LMDeploy's own spelling mean_e2e_latency_ms.
-_LATENCY_COLUMN = re.compile(r"^(mean|std|min|max|p\d+(?:\.\d+)?)_(e2e|ttft|tpot|itl)(?:_latency)?_ms$")
+_LATENCY_COLUMN = re.compile(r"^(mean|std|min|max|p\d+(?:\.\d+)?)_(e2e_last_line|tpot_last_line|e2e|ttft|tpot|itl)(?:_latency)?_ms$")
 _STATISTIC_LABELS = {"mean": "Mean", "std": "Std of", "min": "Min", "max": "Max"}
 
 _COLUMNS = {spec.name: spec for spec in (
