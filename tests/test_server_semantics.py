@@ -23,6 +23,7 @@ from bench_core.config import DatasetConfig
 from bench_core.datasets import sample_requests
 from bench_core.history import History
 from bench_core.openai_client import ServerSpec, build_payload
+from bench_core.tables import percentile_table
 
 N = 4
 CLOCK_S = 0.025  # sending to the server's clock start, plus scheduling on a busy 2-core machine
@@ -97,6 +98,13 @@ def test_the_box_prints_lmdeploys_e2e_and_our_rows_name_their_end(scripted_serve
     assert box_e2e == pytest.approx(run.summary["mean_e2e_last_line_ms"], abs=0.01)
     assert ours_e2e == pytest.approx(run.summary["mean_e2e_ms"], abs=0.01)
     assert "Mean TPOT to last text (ms):" in out
+
+
+def test_the_run_pages_latency_table_shows_both_ends(timed_run):
+    table = percentile_table(timed_run.summary.to_dict(), (50, 99), stream_output=True)
+    assert table.loc["End-to-end latency (ms)", "mean"] == pytest.approx(LAST_TEXT_S * 1000, abs=CLOCK_S * 1000)
+    assert table.loc["E2E to last line (LMDeploy) (ms)", "mean"] == pytest.approx(LAST_LINE_S * 1000, abs=CLOCK_S * 1000)
+    assert table.loc["TPOT to last line (LMDeploy) (ms)", "P50"] == pytest.approx(TPOT_LAST_LINE_S * 1000, abs=GAP_S * 1000)
 
 
 def test_a_request_with_usage_but_no_text_counts_its_tokens_and_says_so(usage_only_run):
