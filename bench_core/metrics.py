@@ -318,7 +318,7 @@ def run_summary(
         good = good_requests(status, table["ttft_s"], table["tpot_s"], table["e2e_s"], slo)
         summary["good_requests"] = int(good.sum())
         summary["goodput_rps"] = rate(int(good.sum()), duration_s)
-    summary.update(client_summary(table, ok, percentiles))
+    summary.update(client_summary(table, ok, percentiles, stream_output))
     return {key: _plain(value) for key, value in summary.items()}
 
 
@@ -330,20 +330,21 @@ def tpot_to_last_line(e2e_last_line_s: np.ndarray, ttft_s: np.ndarray, output_le
     return np.where(output_len > 1, tpot, np.nan)
 
 
-def client_summary(table: pd.DataFrame, ok: np.ndarray, percentiles: Sequence[float]) -> dict[str, float | int]:
+def client_summary(table: pd.DataFrame, ok: np.ndarray, percentiles: Sequence[float],
+                   stream_output: bool) -> dict[str, float | int]:
     """What an HTTP client's per-request columns add (the openai engine's), for tables that have them.
 
     E2E and TPOT to the stream's last line (profile_restful_api.py's definitions; ours end at the last
-    chunk with output), LMDeploy's retokenized output total (successful requests), the served
-    requests whose length differs from the one asked, and the load delivered: the send rate achieved
+    chunk with output; unstreamed, its completions client has no TTFT and divides the whole E2E),
+    LMDeploy's retokenized output total (successful requests), the served requests whose length differs from the one asked, and the load delivered: the send rate achieved
     (`arrivals.achieved_rate`), how late sends were against their schedule, and the most requests in
     flight at once.
     """
     summary: dict[str, float | int] = {}
     if "e2e_last_line_s" in table:
         e2e_last_line = table["e2e_last_line_s"].to_numpy(dtype=np.float64)[ok]
-        tpot_last_line = tpot_to_last_line(e2e_last_line, table["ttft_s"].to_numpy(dtype=np.float64)[ok],
-                                           table["output_len"].to_numpy()[ok])
+        ttft = table["ttft_s"].to_numpy(dtype=np.float64)[ok] if stream_output else np.zeros(e2e_last_line.size)
+        tpot_last_line = tpot_to_last_line(e2e_last_line, ttft, table["output_len"].to_numpy()[ok])
         for name, values in (("e2e_last_line", e2e_last_line), ("tpot_last_line", tpot_last_line)):
             summary.update(latency_columns(name, values[~np.isnan(values)], percentiles))
     if "retokenized_output_len" in table:

@@ -8,7 +8,8 @@ Every request to /v1/completions gets the same stream, timed from the moment its
   in one write, at LAST_LINE_S (890 ms).
 Under /usage-only/v1/completions the chunks carry empty text, as `transformers serve` streams
 tokens that decode to part of a UTF-8 character: only the usage says how many tokens there were.
-Like `transformers serve`, the server answers 422 to a body with an `ignore_eos` field, which
+A request with "stream": false gets the whole answer at LAST_LINE_S. Like `transformers serve`, the
+server answers 422 to a body with an `ignore_eos` field, which
 LMDeploy's profile_restful_api.py always sends.
 """
 
@@ -34,6 +35,10 @@ def _event(body: dict) -> bytes:
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
+def _usage() -> dict:
+    return {"prompt_tokens": 5, "completion_tokens": TEXT_EVENTS, "total_tokens": TEXT_EVENTS + 5}
+
+
 def script(text: str) -> list[tuple[float, bytes]]:
     """(seconds after the request arrived, bytes written then) of one response."""
     writes: list[tuple[float, bytes]] = []
@@ -43,8 +48,7 @@ def script(text: str) -> list[tuple[float, bytes]]:
         if i != PAIRED:
             writes.append((FIRST_TOKEN_S + i * CHUNK_GAP_S, pending))
             pending = b""
-    usage = {"prompt_tokens": 5, "completion_tokens": TEXT_EVENTS, "total_tokens": TEXT_EVENTS + 5}
-    last = _event({"choices": [{"index": 0, "text": "", "finish_reason": "length"}], "usage": usage})
+    last = _event({"choices": [{"index": 0, "text": "", "finish_reason": "length"}], "usage": _usage()})
     writes.append((LAST_LINE_S, last + b"data: [DONE]\n\n"))
     return writes
 
@@ -56,6 +60,10 @@ async def _completions(request: web.Request, text: str) -> web.StreamResponse:
     if "ignore_eos" in body:
         return web.json_response({"detail": [{"loc": ["body", "ignore_eos"], "msg": "Extra inputs are not permitted"}]},
                                  status=422)
+    if not body.get("stream"):  # the whole answer at once, when the stream would have ended
+        await asyncio.sleep(max(0.0, arrived + LAST_LINE_S - loop.time()))
+        return web.json_response({"choices": [{"index": 0, "text": text * TEXT_EVENTS, "finish_reason": "length"}],
+                                  "usage": _usage()})
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
     for due, data in script(text):

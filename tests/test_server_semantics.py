@@ -107,6 +107,14 @@ def test_the_run_pages_latency_table_shows_both_ends(timed_run):
     assert table.loc["TPOT to last line (LMDeploy) (ms)", "P50"] == pytest.approx(TPOT_LAST_LINE_S * 1000, abs=GAP_S * 1000)
 
 
+def test_unstreamed_lmdeploys_tpot_divides_the_whole_latency(scripted_server, tmp_path):
+    run = restful(scripted_server, tmp_path, "--disable-stream")
+    assert run.summary["completed"] == N
+    # its completions client never sets a TTFT without a stream: TPOT = latency / (tokens - 1)
+    assert float(run.csv["mean_e2e_latency_ms"]) == pytest.approx(LAST_LINE_S * 1000, abs=CLOCK_S * 1000)
+    assert float(run.csv["mean_tpot_ms"]) == pytest.approx(float(run.csv["mean_e2e_latency_ms"]) / (TEXT_EVENTS - 1))
+
+
 def test_a_request_with_usage_but_no_text_counts_its_tokens_and_says_so(usage_only_run):
     table, summary = usage_only_run.table, usage_only_run.summary
     assert usage_only_run.code == 0
