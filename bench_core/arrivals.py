@@ -1,21 +1,25 @@
 """When requests are sent under a request rate, and the load that was actually achieved.
 
-The arrival process follows vLLM's `bench serve`: gaps between sends are drawn from a gamma
-distribution with shape = burstiness and scale = 1 / (rate * burstiness), so the mean gap is 1/rate
-whatever the burstiness. Burstiness 1 is a Poisson process (exponential gaps); below 1 the sends
-come in bursts, above 1 they are more regular, and infinity is a constant rate. An infinite rate
-sends everything at t0 (LMDeploy's `profile_restful_api.py` default).
+By default the schedule is LMDeploy's `profile_restful_api.py` (`get_request`): the first request
+goes out at t0, and after each send the client waits a gap drawn from numpy's global legacy
+generator (`np.random.exponential(1 / rate)`), which its main() seeds with `--seed` before sampling
+the dataset. So n requests have n - 1 gaps, and the same flags offer the same schedule in both
+tools. `datasets.Sample.arrival_rng` is that generator as LMDeploy leaves it after sampling.
 
-Two choices differ between the tools, so here they are spelled out:
-- The first request goes out at t0, as in `profile_restful_api.py`. vLLM also draws a gap before
-  the first send, which only adds idle time to the measured duration. So n requests have n - 1 gaps.
-- The gaps are rescaled so they add up to exactly (n - 1) / rate, as vLLM rescales its delays: the
-  schedule then offers exactly the requested rate for every seed, and seeds differ only in how the
-  sends bunch up. "Achieved" below is therefore about the client: how late it sent, not the draw.
+Burstiness is vLLM's `bench serve`: gamma gaps with shape = burstiness and scale = 1 / (rate *
+burstiness), so the mean gap is 1/rate whatever the burstiness; 1 is a Poisson process (numpy's
+legacy gamma of shape 1 is its exponential, draw for draw), below 1 the sends come in bursts, above
+1 they are more regular, and infinity is a constant rate. An infinite rate sends everything at t0.
+
+`exact_rate` rescales the drawn gaps so they add up to exactly (n - 1) / rate, as vLLM does (a
+Poisson process conditioned on its count): every seed then offers exactly the requested rate and
+differs only in how the sends bunch up. Without it a short run's drawn rate differs from the one
+asked (63 gaps at rate 1 took 54.2 s with seed 1), which is why the report shows the achieved rate.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,8 +29,14 @@ import numpy as np
 from .errors import ConfigError
 
 
-def send_offsets(n: int, request_rate: float, burstiness: float = 1.0, seed: int = 0) -> np.ndarray:
-    """Seconds after t0 at which each of `n` requests is sent (non-decreasing, the first at 0)."""
+def send_offsets(
+    n: int, request_rate: float, burstiness: float = 1.0, seed: int | np.random.RandomState = 0, exact_rate: bool = False,
+) -> np.ndarray:
+    """Seconds after t0 at which each of `n` requests is sent (non-decreasing, the first at 0).
+
+    `seed`: an int, or a legacy `RandomState` in the state to draw from (a copy draws: it is not
+    advanced, so a repeated run offers the same schedule).
+    """
     if n < 0:
         raise ConfigError(f"The number of requests must be 0 or more, not {n}.")
     if not request_rate > 0:
@@ -40,10 +50,10 @@ def send_offsets(n: int, request_rate: float, burstiness: float = 1.0, seed: int
     if math.isinf(burstiness):
         gaps = np.full(n - 1, 1.0 / request_rate)
     else:
-        rng = np.random.default_rng(seed)
+        rng = copy.deepcopy(seed) if isinstance(seed, np.random.RandomState) else np.random.RandomState(seed)
         gaps = rng.gamma(shape=burstiness, scale=1.0 / (request_rate * burstiness), size=n - 1)
         total = gaps.sum()
-        if total > 0:
+        if exact_rate and total > 0:
             gaps *= (n - 1) / request_rate / total
     return np.concatenate(([0.0], np.cumsum(gaps)))
 

@@ -104,6 +104,9 @@ def add_restful_arguments(parser) -> None:
     ours.add_argument("--max-concurrency", type=int, default=None, help="most requests in flight at once (vLLM); default: no limit")
     ours.add_argument("--burstiness", type=float, default=1.0,
                       help="gamma shape of the arrival gaps (vLLM): 1 Poisson, below 1 burstier, above 1 more regular")
+    ours.add_argument("--exact-rate-arrivals", action="store_true",
+                      help="rescale the drawn gaps so the schedule offers exactly --request-rate (vLLM); "
+                           "default: drawn from --seed as profile_restful_api.py draws them")
     ours.add_argument("--duration", type=float, default=None,
                       help="end the run after this many seconds: unsent requests stay unfinished, those in flight are cancelled; "
                            "a warm-up request waits no longer than this for a token")
@@ -189,7 +192,8 @@ def config_for_rate(args: argparse.Namespace, url: str, model: str, rate: float)
                               random_input_len=args.random_input_len, random_output_len=args.random_output_len,
                               random_range_ratio=args.random_range_ratio),
         load=LoadConfig(load_pattern="request_rate", stream_output=not args.disable_stream, request_rate=rate,
-                        burstiness=args.burstiness, max_concurrency=args.max_concurrency,
+                        burstiness=args.burstiness, exact_rate_arrivals=args.exact_rate_arrivals,
+                        max_concurrency=args.max_concurrency,
                         warmup_requests=0 if args.disable_warmup else args.warmup_requests, duration_s=args.duration),
         generation=GenerationSettings(ignore_eos=not args.disable_ignore_eos),
         slo=SLO(ttft=seconds(args.slo_ttft_ms), tpot=seconds(args.slo_tpot_ms), e2e=seconds(args.slo_e2e_ms)),
@@ -279,7 +283,8 @@ def run_restful(args: argparse.Namespace) -> int:
 
 
 def restful_csv_row(backend: str, config: RunConfig, summary: dict) -> dict:
-    """The row profile_restful_api.py appends: its columns, in its order, raw numbers."""
+    """The row profile_restful_api.py appends: its columns, in its order, raw numbers, its definitions
+    (E2E and TPOT end at the stream's last line)."""
     data = config.dataset
     values = {
         "backend": backend, "dataset_name": data.dataset_name, "sharegpt_output_len": data.sharegpt_output_len,
@@ -288,8 +293,8 @@ def restful_csv_row(backend: str, config: RunConfig, summary: dict) -> dict:
         "completed": summary["completed"], "total_input_tokens": summary["total_input_tokens"],
         "total_output_tokens": summary["total_output_tokens"], "duration": summary["duration_s"],
         "request_throughput": summary["request_throughput"], "input_throughput": summary["input_throughput"],
-        "output_throughput": summary["output_throughput"], "mean_e2e_latency_ms": summary["mean_e2e_ms"],
-        "mean_ttft_ms": summary["mean_ttft_ms"], "mean_tpot_ms": summary["mean_tpot_ms"],
+        "output_throughput": summary["output_throughput"], "mean_e2e_latency_ms": summary["mean_e2e_last_line_ms"],
+        "mean_ttft_ms": summary["mean_ttft_ms"], "mean_tpot_ms": summary["mean_tpot_last_line_ms"],
         "mean_itl_ms": summary["mean_itl_ms"],
     }
     return {column: values[column] for column in RESTFUL_COLUMNS}
@@ -306,7 +311,8 @@ def _section(title: str, char: str = "-") -> None:
 
 
 def print_result(backend: str, config: RunConfig, summary: dict) -> None:
-    """profile_restful_api.py's box (latencies in ms), then our rows below its closing rule."""
+    """profile_restful_api.py's box (latencies in ms, E2E and TPOT to the stream's last line as it
+    measures them), then our rows below its closing rule."""
     _section(" Serving Benchmark Result ", "=")
     _line("Backend:", backend)
     _line("Traffic request rate:", config.load.request_rate)
@@ -319,10 +325,10 @@ def print_result(backend: str, config: RunConfig, summary: dict) -> None:
     _line("Input token throughput (tok/s):", summary["input_throughput"])
     _line("Output token throughput (tok/s):", summary["output_throughput"])
     _section("End-to-End Latency")
-    _line("Mean E2E Latency (ms):", summary["mean_e2e_ms"])
-    _line("Median E2E Latency (ms):", summary["p50_e2e_ms"])
+    _line("Mean E2E Latency (ms):", summary["mean_e2e_last_line_ms"])
+    _line("Median E2E Latency (ms):", summary["p50_e2e_last_line_ms"])
     for metric, title, name in (("ttft", "Time to First Token", "TTFT"),
-                                ("tpot", "Time per Output Token (excl. 1st token)", "TPOT"),
+                                ("tpot_last_line", "Time per Output Token (excl. 1st token)", "TPOT"),
                                 ("itl", "Inter-token Latency", "ITL")):
         _section(title)
         _line(f"Mean {name} (ms):", summary[f"mean_{metric}_ms"])
@@ -334,7 +340,9 @@ def print_result(backend: str, config: RunConfig, summary: dict) -> None:
 
 def _extra_rows(config: RunConfig, summary: dict) -> None:
     _section("LLM Bench Studio")
-    for metric, name in (("e2e", "E2E"), ("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL")):
+    for metric in ("e2e", "tpot"):  # the box's end at the last line; vLLM's, and ours, at the last text
+        _line(f"Mean {metric.upper()} to last text (ms):", summary[f"mean_{metric}_ms"])
+    for metric, name in (("e2e_last_line", "E2E"), ("ttft", "TTFT"), ("tpot_last_line", "TPOT"), ("itl", "ITL")):
         _line(f"Std {name} (ms):", summary[f"std_{metric}_ms"])
         for q in config.percentiles:
             key = metrics.percentile_key(q)

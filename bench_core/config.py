@@ -94,6 +94,9 @@ class LoadConfig:
     # The request_rate pattern (OpenAI-compatible servers): vLLM's arrival process and limits.
     request_rate: float = math.inf  # requests/s; inf sends every request at once
     burstiness: float = 1.0  # gamma shape: 1 is Poisson, lower is burstier
+    # Arrivals are drawn as profile_restful_api.py draws them from the dataset's seed; this rescales the
+    # gaps so the schedule offers exactly the requested rate (vLLM's conditioned Poisson process).
+    exact_rate_arrivals: bool = False
     max_concurrency: int | None = None
     warmup_requests: int = 0  # sent before the measurement, not measured
     duration_s: float | None = None  # end the run after this long (requests in flight are cancelled); None: send every request

@@ -62,11 +62,15 @@ class Conversations:
 
 @dataclass
 class Sample:
+    """Sampled requests, and numpy's global generator as profile_restful_api.py leaves it after sampling
+    them (seeded with the seed; past the random dataset's length draws), which draws its arrivals."""
+
     requests: list[SampledRequest]
     total_input_tokens: int
     total_output_tokens: int
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    arrival_rng: np.random.RandomState = field(default_factory=lambda: np.random.RandomState(0), repr=False)
 
 
 def load_conversations(source: str) -> Conversations:
@@ -93,6 +97,7 @@ def sample_requests(dataset_config: DatasetConfig, tokenizer: Any) -> Sample:
         sample = sample_sharegpt_requests(
             conversations.pairs, cfg.num_prompts, tokenizer, cfg.seed, cfg.sharegpt_output_len
         )
+        sample.arrival_rng = np.random.RandomState(cfg.seed)  # its shuffle draws from `random`, not numpy
     elif cfg.dataset_name == "random":
         if cfg.random_input_len is None or cfg.random_output_len is None:
             raise DatasetError("The random dataset needs both --random-input-len and --random-output-len.")
@@ -172,7 +177,9 @@ def sample_random_requests(
         ids = next(token_source)
         repeats = (target_in + len(ids) - 1) // len(ids)
         requests.append(SampledRequest(tokenizer.decode((ids * repeats)[:target_in]), target_in, target_out))
-    return _sample(requests, notes=notes)
+    sample = _sample(requests, notes=notes)
+    sample.arrival_rng = lengths  # LMDeploy draws both lengths from the global generator its arrivals use
+    return sample
 
 
 def _sample(requests: list[SampledRequest], warnings: Sequence[str] = (), notes: Sequence[str] = ()) -> Sample:

@@ -36,14 +36,23 @@ class MetricSpec:
 
 _SPECS = (
     MetricSpec("e2e", "End-to-end latency", "s", False,
-               "ts[-1] - ts[0]: from the request's start tick to its last tick.", "ms", 1000.0),
+               "ts[-1] - ts[0]: from the request's start tick to its last tick; for a server, to the last "
+               "chunk with output (vLLM's convention).", "ms", 1000.0),
     MetricSpec("ttft", "Time to first token", "s", False,
                "ts[1] - ts[0]: from the start tick to the first response chunk (streaming only).", "ms", 1000.0),
     MetricSpec("tpot", "Time per output token", "s", False,
                "(ts[-1] - ts[1]) / (ns[-1] - ns[1]); when the first chunk carried every token, "
-               "(ts[-1] - ts[0]) / (ns[-1] - ns[0]), which includes the prefill.", "ms", 1000.0),
+               "(ts[-1] - ts[0]) / (ns[-1] - ns[0]), which includes the prefill. For a server, to the last "
+               "chunk with output (vLLM's convention).", "ms", 1000.0),
     MetricSpec("itl", "Inter-token latency", "s", False,
-               "Every gap between ticks after the first chunk (streaming only).", "ms", 1000.0),
+               "Every gap between ticks after the first chunk (streaming only); a server's ticks are "
+               "its SSE events.", "ms", 1000.0),
+    MetricSpec("e2e_last_line", "End-to-end latency to the last line", "s", False,
+               "From sending a request to the last line of its stream (the usage chunk or [DONE]): "
+               "profile_restful_api.py's E2E (HTTP servers only).", "ms", 1000.0),
+    MetricSpec("tpot_last_line", "Time per output token to the last line", "s", False,
+               "(E2E to the last line - TTFT) / (output tokens - 1), for requests of 2 tokens or more: "
+               "profile_restful_api.py's TPOT (HTTP servers only).", "ms", 1000.0),
     MetricSpec("tokens_per_tick", "Tokens per tick", "tokens", True,
                "Output tokens per response chunk (streaming only)."),
     MetricSpec("request_throughput", "Request throughput", "req/s", True,
@@ -309,18 +318,35 @@ def run_summary(
         good = good_requests(status, table["ttft_s"], table["tpot_s"], table["e2e_s"], slo)
         summary["good_requests"] = int(good.sum())
         summary["goodput_rps"] = rate(int(good.sum()), duration_s)
-    summary.update(client_summary(table, ok))
+    summary.update(client_summary(table, ok, percentiles, stream_output))
     return {key: _plain(value) for key, value in summary.items()}
 
 
-def client_summary(table: pd.DataFrame, ok: np.ndarray) -> dict[str, float | int]:
+def tpot_to_last_line(e2e_last_line_s: np.ndarray, ttft_s: np.ndarray, output_len: np.ndarray) -> np.ndarray:
+    """profile_restful_api.py's TPOT: (E2E to the last line - TTFT) / (output tokens - 1); NaN under 2 tokens."""
+    output_len = np.asarray(output_len, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tpot = (np.asarray(e2e_last_line_s, dtype=np.float64) - np.asarray(ttft_s, dtype=np.float64)) / (output_len - 1)
+    return np.where(output_len > 1, tpot, np.nan)
+
+
+def client_summary(table: pd.DataFrame, ok: np.ndarray, percentiles: Sequence[float],
+                   stream_output: bool) -> dict[str, float | int]:
     """What an HTTP client's per-request columns add (the openai engine's), for tables that have them.
 
-    LMDeploy's retokenized output total (successful requests), the served requests whose length differs
-    from the one asked, and the load delivered: the send rate achieved (`arrivals.achieved_rate`),
-    how late sends were against their schedule, and the most requests in flight at once.
+    E2E and TPOT to the stream's last line (profile_restful_api.py's definitions; ours end at the last
+    chunk with output; unstreamed, its completions client has no TTFT and divides the whole E2E),
+    LMDeploy's retokenized output total (successful requests), the served requests whose length differs from the one asked, and the load delivered: the send rate achieved
+    (`arrivals.achieved_rate`), how late sends were against their schedule, and the most requests in
+    flight at once.
     """
     summary: dict[str, float | int] = {}
+    if "e2e_last_line_s" in table:
+        e2e_last_line = table["e2e_last_line_s"].to_numpy(dtype=np.float64)[ok]
+        ttft = table["ttft_s"].to_numpy(dtype=np.float64)[ok] if stream_output else np.zeros(e2e_last_line.size)
+        tpot_last_line = tpot_to_last_line(e2e_last_line, ttft, table["output_len"].to_numpy()[ok])
+        for name, values in (("e2e_last_line", e2e_last_line), ("tpot_last_line", tpot_last_line)):
+            summary.update(latency_columns(name, values[~np.isnan(values)], percentiles))
     if "retokenized_output_len" in table:
         retokenized = table["retokenized_output_len"].to_numpy(dtype=np.float64)[ok]
         summary["total_output_tokens_retokenized"] = int(np.nansum(retokenized))

@@ -6,9 +6,11 @@ to each request comes out as `engines.base.EngineEvent`s on a thread-safe queue,
 `Engine.stream()` can drain them from another thread:
 
 - "admit" when the request is sent (its clock starts here, as in `profile_restful_api.py` and vLLM);
-- "tokens" each time a network read brings new output. `n_tokens` is cumulative: the server's
+- "tokens" each time an SSE event brings new output, timestamped when that event is read (one
+  timestamp per event, as profile_restful_api.py takes one per line: two events that arrive in one
+  network read are two ticks a few microseconds apart). `n_tokens` is cumulative: the server's
   per-chunk `usage.completion_tokens` where it sends one, else one per chunk with text (vLLM's
-  convention). SSE messages that arrive in the same read share one tick: they reached us together;
+  convention);
 - "finish" once, with "length", "stop", "error", "abort" (a cancel) or RUN_ENDED (the run's duration
   ended while it was in flight) and a message for the user. Its `n_tokens` is the best final count:
   the server's final usage where reported, else the chunk count.
@@ -18,7 +20,9 @@ A request fails when no new token came for the read timeout, or when it ran past
 
 Reading the answers (SSE, chunks, usage, errors mid-stream) is `openai_stream`'s pure code.
 Timing follows LMDeploy's and vLLM's client: TTFT from sending to the first chunk with text,
-ITL per tick gap, E2E to the last output. `reasoning_content` counts as output (servers count it
+ITL per tick gap, E2E to the last output (vLLM's end). Each request also keeps the first byte of the
+stream and its last SSE line (the usage chunk or [DONE]), where profile_restful_api.py stops its
+E2E and TPOT. `reasoning_content` counts as output (servers count it
 in usage); the first answer token's time is kept apart (`RequestResult.first_answer_ts`), which is
 what `profile_restful_api.py` calls TTFT for reasoning models. Per request, a `RequestResult`
 keeps the texts, the server's usage and (after `retokenize`) the retokenized count, LMDeploy's
@@ -44,12 +48,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
+import numpy as np
 
 from .arrivals import ArrivalReport, arrival_report, send_offsets
 from .datasets import SampledRequest
 from .engines.base import RUN_ENDED, EngineEvent
 from .errors import BenchError, ConfigError
-from .openai_stream import ERROR_BODY_CHARS, SSEParser, StreamReader, error_text
+from .openai_stream import ERROR_BODY_CHARS, SSEMessage, SSEParser, StreamReader, error_text
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 SERVER_KINDS = ("lmdeploy", "vllm", "sglang", "transformers", "openai")
@@ -160,6 +165,8 @@ class RequestResult:
     sent_ts: float | None = None
     first_token_ts: float | None = None  # first chunk with any output text
     first_answer_ts: float | None = None  # first chunk with answer text (not reasoning_content)
+    first_byte_ts: float | None = None  # first bytes of the response body
+    last_line_ts: float | None = None  # the body's last SSE event: profile_restful_api.py's end of E2E
     end_ts: float | None = None
     n_tokens: int = 0  # as ticked: per-chunk usage, else one per chunk with text
     usage_completion_tokens: int | None = None
@@ -174,6 +181,12 @@ class RequestResult:
     def output_tokens(self) -> int:
         """The server's count where it reported one, else the chunks counted."""
         return self.usage_completion_tokens if self.usage_completion_tokens is not None else self.n_tokens
+
+    @property
+    def usage_only(self) -> bool:
+        """Output known from the server's usage alone: no chunk had text (tokens that decode to part of a
+        UTF-8 character, say). It still counts; its TTFT is then the stream's first byte."""
+        return self.n_tokens == 0 and bool(self.usage_completion_tokens)
 
 
 def retokenize(results: Sequence[RequestResult], tokenizer) -> None:
@@ -265,7 +278,8 @@ async def send_request(
             else:
                 reader.read_body(await response.json(content_type=None))
                 usage = reader.usage_completion_tokens
-                _tick(reader, result, time.perf_counter(), emit, reader.n_tokens if usage is None else usage)
+                result.first_byte_ts = result.last_line_ts = time.perf_counter()
+                _tick(reader, result, result.last_line_ts, emit, reader.n_tokens if usage is None else usage)
         reason, message = reader.finish()
     except asyncio.CancelledError:
         if deadline.expired == _Deadline.SILENT:
@@ -299,19 +313,30 @@ async def send_request(
 async def _read_stream(
     response: aiohttp.ClientResponse, reader: StreamReader, result: RequestResult, emit: Emit, deadline: _Deadline
 ) -> None:
-    parser, read = SSEParser(), reader.read_message
+    parser = SSEParser()
     async for chunk in response.content.iter_any():
-        ts = time.perf_counter()
-        for message in parser.feed(chunk):
-            read(message)
-        if reader.n_tokens > result.n_tokens:
-            deadline.heard_token()
-        _tick(reader, result, ts, emit, reader.n_tokens)
+        if result.first_byte_ts is None:
+            result.first_byte_ts = time.perf_counter()
+        if messages := parser.feed(chunk):
+            tokens_before = result.n_tokens
+            _read_events(messages, reader, result, emit)
+            if result.n_tokens > tokens_before:
+                deadline.heard_token()
         if reader.error:
             return
-    for message in parser.close():
+    if messages := parser.close():
+        _read_events(messages, reader, result, emit)
+
+
+def _read_events(messages: list[SSEMessage], reader: StreamReader, result: RequestResult, emit: Emit) -> None:
+    """Read events in order, each timestamped as it is read: a tick per event that brought output."""
+    read, clock = reader.read_message, time.perf_counter
+    for message in messages:
         read(message)
-    _tick(reader, result, time.perf_counter(), emit, reader.n_tokens)
+        ts = clock()
+        if reader.n_tokens > result.n_tokens:
+            _tick(reader, result, ts, emit, reader.n_tokens)
+    result.last_line_ts = ts
 
 
 def _tick(reader: StreamReader, result: RequestResult, ts: float, emit: Emit, tokens: int) -> None:
@@ -392,6 +417,7 @@ class ClientRun:
         finally:
             self._flush()
             self._events.put(_END)
+
 
     def _emit(self, event: EngineEvent) -> None:
         self._pending.append(event)
@@ -495,11 +521,13 @@ def run_requests(
     duration_s: float | None = None,
     cancel: threading.Event | None = None,
     ignore_eos: bool = True,
-    seed: int = 0,
+    arrival_seed: int | np.random.RandomState = 0,
+    exact_rate_arrivals: bool = False,
 ) -> ClientRun:
     """Start sending `requests` to the server and return the run; read it with `ClientRun.events()`.
 
-    Sends follow `send_offsets(len(requests), request_rate, burstiness, seed)`; a request due while
+    Sends follow `send_offsets(len(requests), request_rate, burstiness, arrival_seed, exact_rate_arrivals)`: by
+    default profile_restful_api.py's draw, with `exact_rate_arrivals` rescaled to the exact rate. A request due while
     `max_concurrency` are in flight waits for a slot, and its clock starts when it is sent (vLLM).
     `duration_s` ends the run once that long has passed since t0: requests in flight end RUN_ENDED,
     the rest "abort" with a "not sent" message. Setting `cancel` aborts everything within 0.1 s.
@@ -510,6 +538,6 @@ def run_requests(
         raise ConfigError(f"Warm-up requests must be 0 or more, not {warmup}.")
     if duration_s is not None and not duration_s > 0:
         raise ConfigError(f"The duration must be above 0 seconds (or unset), not {duration_s}.")
-    offsets = send_offsets(len(requests), request_rate, burstiness, seed)
+    offsets = send_offsets(len(requests), request_rate, burstiness, arrival_seed, exact_rate_arrivals)
     run = ClientRun(spec, model, requests, offsets, request_rate, max_concurrency, warmup, duration_s, ignore_eos, cancel or threading.Event())
     return run.start()

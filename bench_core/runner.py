@@ -344,12 +344,15 @@ class Runner:
         if not tick_at_admission:  # LMDeploy's pipeline semantics: every request starts at t0
             for session in sessions:
                 session.tick(0)
+        # A request rate draws its arrivals as profile_restful_api.py does, after sampling (only servers take one).
+        arrivals = {"arrival_seed": run.sample.arrival_rng} if config.load.load_pattern == "request_rate" else {}
         events = self._engine.stream(
             requests,
             config.generation,
             max_in_flight=config.load.concurrency,
             stream_output=config.load.stream_output,
             cancel=run.cancel_event,
+            **arrivals,
         )
         try:
             for event in events:

@@ -40,7 +40,7 @@ class ColumnSpec:
 
 
 # mean_ttft_ms, p99.9_itl_ms, and LMDeploy's own spelling mean_e2e_latency_ms.
-_LATENCY_COLUMN = re.compile(r"^(mean|std|min|max|p\d+(?:\.\d+)?)_(e2e|ttft|tpot|itl)(?:_latency)?_ms$")
+_LATENCY_COLUMN = re.compile(r"^(mean|std|min|max|p\d+(?:\.\d+)?)_(e2e_last_line|tpot_last_line|e2e|ttft|tpot|itl)(?:_latency)?_ms$")
 _STATISTIC_LABELS = {"mean": "Mean", "std": "Std of", "min": "Min", "max": "Max"}
 
 _COLUMNS = {spec.name: spec for spec in (
@@ -111,17 +111,21 @@ def describe_column(name: str) -> ColumnSpec:
 # ---- one run ---------------------------------------------------------------------------------
 
 _PERCENTILE_ROWS = (("e2e", "End-to-end latency"), ("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"))
+# A server's run also has profile_restful_api.py's ends (its last line; ours stop at the last text).
+_LAST_LINE_ROWS = (("e2e_last_line", "E2E to last line (LMDeploy)"), ("tpot_last_line", "TPOT to last line (LMDeploy)"))
 
 
 def percentile_table(summary: dict, percentiles: Sequence[float], stream_output: bool) -> pd.DataFrame:
     """LMDeploy's latency table in ms: mean, the configured percentiles, then std/min/max.
 
     TTFT, ITL and tokens per tick appear only for streamed runs, as LMDeploy prints them; tokens per
-    tick has no std/min/max, as in LMDeploy's table. Missing values are NaN.
+    tick has no std/min/max, as in LMDeploy's table; the last-line rows only for a server's run.
+    Missing values are NaN.
     """
     columns = ["mean", *(percentile_key(q).upper() for q in percentiles), "std", "min", "max"]
     rows = {}
-    for metric, label in _PERCENTILE_ROWS:
+    last_line_rows = tuple(row for row in _LAST_LINE_ROWS if f"mean_{row[0]}_ms" in summary)
+    for metric, label in _PERCENTILE_ROWS + last_line_rows:
         if metric in STREAM_ONLY_METRICS and not stream_output:
             continue
         keys = [f"mean_{metric}_ms", *(f"{percentile_key(q)}_{metric}_ms" for q in percentiles),

@@ -198,7 +198,8 @@ def widget_values(config: RunConfig) -> dict[str, Any]:
     values.update({_load_pattern_key(engine.backend): load.load_pattern, f"stream_output_{family}": load.stream_output})
     if load.load_pattern == "request_rate":
         values.update(request_rate=None if math.isinf(load.request_rate) else float(load.request_rate),
-                      burstiness=float(load.burstiness), max_concurrency=load.max_concurrency,
+                      burstiness=float(load.burstiness), exact_rate_arrivals=load.exact_rate_arrivals,
+                      max_concurrency=load.max_concurrency,
                       warmup_requests=load.warmup_requests,
                       duration_s=None if load.duration_s is None else float(load.duration_s))
     else:
@@ -406,6 +407,9 @@ def _request_rate_widgets() -> dict[str, Any]:
     burstiness = persisted(bar.number_input, "Burstiness", value=1.0, min_value=0.01, step=0.1, key="burstiness",
                            help="Gamma shape of the gaps between requests: 1 is Poisson, below 1 burstier, "
                                 "above 1 more regular.")
+    exact_rate = persisted(bar.checkbox, "Exact-rate arrivals", value=False, key="exact_rate_arrivals",
+                           help="Rescale the drawn gaps so the requests take exactly (N - 1) / rate seconds (vLLM). "
+                                "Unchecked: drawn from the seed as LMDeploy's profile_restful_api.py draws them.")
     max_concurrency = persisted(bar.number_input, "Max concurrency (requests)", value=None, min_value=1, step=1,
                                 key="max_concurrency", placeholder="empty: no limit")
     warmup = persisted(bar.number_input, "Warm-up requests", value=1, min_value=0, step=1,
@@ -416,6 +420,7 @@ def _request_rate_widgets() -> dict[str, Any]:
     return {
         "request_rate": math.inf if rate is None else float(rate),
         "burstiness": float(burstiness),
+        "exact_rate_arrivals": bool(exact_rate),
         "max_concurrency": _int_or_none(max_concurrency),
         "warmup_requests": int(warmup),
         "duration_s": None if duration is None else float(duration),

@@ -19,6 +19,7 @@ Import the fixtures into a test module to use them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -28,6 +29,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -145,16 +147,16 @@ def _make_app() -> web.Application:
     return app
 
 
-@pytest.fixture(scope="session")
-def misbehaving_server() -> str:
-    """Base URL of the server above."""
+@contextlib.contextmanager
+def serve_in_thread(app: web.Application) -> Iterator[str]:
+    """Serve `app` on a free port of 127.0.0.1 from its own thread; yields the base URL."""
     # The loop lives in its own thread from the start: the test thread may already run one (Playwright's
     # sync API keeps a loop running in it for the whole session once the browser tests have started).
     loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="misbehaving-server", daemon=True)
+    thread = threading.Thread(target=loop.run_forever, name="test-server", daemon=True)
     thread.start()
     # handler_cancellation: a "slow" handler stops when the client gives up, so cleanup is quick
-    runner = web.AppRunner(_make_app(), handle_signals=False, handler_cancellation=True)
+    runner = web.AppRunner(app, handle_signals=False, handler_cancellation=True)
     port = free_port()
     asyncio.run_coroutine_threadsafe(runner.setup(), loop).result(timeout=10)
     asyncio.run_coroutine_threadsafe(web.TCPSite(runner, "127.0.0.1", port).start(), loop).result(timeout=10)
@@ -163,3 +165,10 @@ def misbehaving_server() -> str:
     loop.call_soon_threadsafe(loop.stop)
     thread.join(timeout=10)
     loop.close()
+
+
+@pytest.fixture(scope="session")
+def misbehaving_server() -> str:
+    """Base URL of the server above."""
+    with serve_in_thread(_make_app()) as url:
+        yield url

@@ -29,7 +29,7 @@ def test_the_first_request_goes_out_at_t0_and_sends_never_go_back_in_time():
 
 def test_poisson_gaps_average_one_over_the_rate_and_look_exponential():
     g = gaps(MANY, 5.0, 1.0)
-    assert g.mean() == pytest.approx(1 / 5.0, rel=1e-9)  # rescaled to the requested rate, as vLLM does
+    assert g.mean() == pytest.approx(1 / 5.0, rel=0.02)
     assert g.std() / g.mean() == pytest.approx(1.0, abs=0.03)  # exponential: CV 1
     assert np.mean(g < g.mean()) == pytest.approx(1 - math.exp(-1), abs=0.01)  # P(X < mean) of an exponential
 
@@ -37,7 +37,7 @@ def test_poisson_gaps_average_one_over_the_rate_and_look_exponential():
 @pytest.mark.parametrize("burstiness", [0.25, 4.0])
 def test_burstiness_sets_the_spread_of_gaps_but_not_their_mean(burstiness):
     g = gaps(MANY, 5.0, burstiness)
-    assert g.mean() == pytest.approx(0.2, rel=1e-9)
+    assert g.mean() == pytest.approx(0.2, rel=0.03)
     assert (g.std() / g.mean()) ** 2 == pytest.approx(1 / burstiness, rel=0.05)  # gamma shape k: CV^2 = 1/k
 
 
@@ -66,8 +66,9 @@ def test_achieved_rate_counts_gaps_over_the_span_of_sends():
     assert math.isnan(achieved_rate([2.0]))
 
 
-def test_a_schedule_offers_exactly_the_requested_rate():
-    assert achieved_rate(send_offsets(200, 7.5, 0.5, seed=1)) == pytest.approx(7.5)
+def test_an_exact_rate_schedule_offers_exactly_the_requested_rate():
+    assert achieved_rate(send_offsets(200, 7.5, 0.5, seed=1, exact_rate=True)) == pytest.approx(7.5)
+    assert achieved_rate(send_offsets(200, 7.5, 0.5, seed=1)) != pytest.approx(7.5)  # a draw is only near it
 
 
 def test_back_to_back_requests_are_never_counted_in_flight_together():

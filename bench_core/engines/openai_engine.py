@@ -8,9 +8,13 @@ reloaded whenever a setting changes, load settings included. `stream()` drives
 - a request's last "tokens" event is held until its "finish", which carries the server's final usage
   count where the server reports one: the last tick is corrected to that count, not followed by
   another (servers may put several tokens in one chunk, so chunks undercount);
+- a request whose output the server reported only in its usage (no chunk had text) ticks 0 at the
+  stream's first byte (its TTFT) and its usage count at the stream's last line (its E2E, and its one
+  ITL gap), and is flagged `usage_only`: its tokens count, with the only timing there is;
 - the "finish" event carries the request's extras: usage and retokenized counts, whether the length
-  differs from the one asked, when the first answer (not reasoning) text came, and when it was
-  scheduled, sent and ended on the client's clock (the load actually delivered);
+  differs from the one asked, when the first answer (not reasoning) text came, the E2E to the
+  stream's last line (profile_restful_api.py's end; the ticks end at the last output, vLLM's), and
+  when it was scheduled, sent and ended on the client's clock (the load actually delivered);
 - a request a duration kept from being sent ends NOT_SENT: it stays unfinished rather than failed; one
   in flight when the duration ends comes as RUN_ENDED from the client: cancelled, not failed.
 
@@ -28,6 +32,8 @@ import json
 import math
 import threading
 from collections.abc import Iterator, Sequence
+
+import numpy as np
 
 from ..config import EngineConfig, GenerationSettings, LoadConfig
 from ..datasets import SampledRequest
@@ -144,7 +150,9 @@ class OpenAIEngine(Engine):
         max_in_flight: int,
         stream_output: bool,
         cancel: threading.Event,
+        arrival_seed: int | np.random.RandomState = 0,
     ) -> Iterator[EngineEvent]:
+        """`Engine.stream`; under a request rate, arrivals draw from `arrival_seed` (`arrivals.send_offsets`)."""
         by_rate = self.load.load_pattern == "request_rate"
         run = run_requests(
             dataclasses.replace(self.spec, stream=stream_output),
@@ -152,6 +160,8 @@ class OpenAIEngine(Engine):
             requests,
             request_rate=self.load.request_rate if by_rate else math.inf,
             burstiness=self.load.burstiness,
+            arrival_seed=arrival_seed,
+            exact_rate_arrivals=self.load.exact_rate_arrivals,
             max_concurrency=self.load.max_concurrency if by_rate else max_in_flight,
             duration_s=self.load.duration_s,
             cancel=cancel,
@@ -173,6 +183,9 @@ class OpenAIEngine(Engine):
                 if last is not None:
                     last_event, ticked_before = last
                     yield dataclasses.replace(last_event, n_tokens=max(event.n_tokens, ticked_before))
+                elif result.usage_only:
+                    yield EngineEvent(event.index, "tokens", result.first_byte_ts, 0)
+                    yield EngineEvent(event.index, "tokens", result.last_line_ts, event.n_tokens)
                 yield dataclasses.replace(event, extra=self._extras(result, run))
             else:
                 yield event
@@ -186,6 +199,8 @@ class OpenAIEngine(Engine):
             "retokenized_output_len": result.retokenized_tokens,
             "length_mismatch": served and result.output_tokens != result.requested_tokens,
             "first_answer_s": _since(result.sent_ts, result.first_answer_ts),
+            "e2e_last_line_s": _since(result.sent_ts, result.last_line_ts),
+            "usage_only": result.usage_only,
             "scheduled_s": result.scheduled_s,
             "sent_s": result.sent_ts - run.t0,
             "ended_s": _since(run.t0, result.end_ts),

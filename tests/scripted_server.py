@@ -1,0 +1,93 @@
+"""A scripted OpenAI-compatible server on 127.0.0.1 whose every write leaves at a known time.
+
+Every request to /v1/completions gets the same stream, timed from the moment its request arrived:
+- TEXT_EVENTS text chunks of one token each: the first at FIRST_TOKEN_S (200 ms), then one every
+  CHUNK_GAP_S (20 ms), the last at LAST_TEXT_S (840 ms); chunk PAIRED goes out late, in one write
+  with the chunk after it (two SSE events in one network write);
+- USAGE_AFTER_S (50 ms) after the last text: the usage chunk (finish_reason "length") and [DONE],
+  in one write, at LAST_LINE_S (890 ms).
+Under /usage-only/v1/completions the chunks carry empty text, as `transformers serve` streams
+tokens that decode to part of a UTF-8 character: only the usage says how many tokens there were.
+A request with "stream": false gets the whole answer at LAST_LINE_S. Like `transformers serve`, the
+server answers 422 to a body with an `ignore_eos` field, which
+LMDeploy's profile_restful_api.py always sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from aiohttp import web
+from openai_server import serve_in_thread
+
+FIRST_TOKEN_S = 0.200
+CHUNK_GAP_S = 0.020
+TEXT_EVENTS = 33  # the first token, then 32 chunks
+LAST_TEXT_S = FIRST_TOKEN_S + (TEXT_EVENTS - 1) * CHUNK_GAP_S
+USAGE_AFTER_S = 0.050
+LAST_LINE_S = LAST_TEXT_S + USAGE_AFTER_S
+PAIRED = 16  # this chunk's event waits for the next one's write
+
+
+def _event(body: dict) -> bytes:
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def _usage() -> dict:
+    return {"prompt_tokens": 5, "completion_tokens": TEXT_EVENTS, "total_tokens": TEXT_EVENTS + 5}
+
+
+def script(text: str) -> list[tuple[float, bytes]]:
+    """(seconds after the request arrived, bytes written then) of one response."""
+    writes: list[tuple[float, bytes]] = []
+    pending = b""
+    for i in range(TEXT_EVENTS):
+        pending += _event({"choices": [{"index": 0, "text": text, "finish_reason": None}]})
+        if i != PAIRED:
+            writes.append((FIRST_TOKEN_S + i * CHUNK_GAP_S, pending))
+            pending = b""
+    last = _event({"choices": [{"index": 0, "text": "", "finish_reason": "length"}], "usage": _usage()})
+    writes.append((LAST_LINE_S, last + b"data: [DONE]\n\n"))
+    return writes
+
+
+async def _completions(request: web.Request, text: str) -> web.StreamResponse:
+    loop = asyncio.get_running_loop()
+    arrived = loop.time()
+    body = await request.json()
+    if "ignore_eos" in body:
+        return web.json_response({"detail": [{"loc": ["body", "ignore_eos"], "msg": "Extra inputs are not permitted"}]},
+                                 status=422)
+    if not body.get("stream"):  # the whole answer at once, when the stream would have ended
+        await asyncio.sleep(max(0.0, arrived + LAST_LINE_S - loop.time()))
+        return web.json_response({"choices": [{"index": 0, "text": text * TEXT_EVENTS, "finish_reason": "length"}],
+                                  "usage": _usage()})
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    for due, data in script(text):
+        await asyncio.sleep(max(0.0, arrived + due - loop.time()))
+        await response.write(data)
+    return response
+
+
+def _make_app() -> web.Application:
+    app = web.Application()
+
+    async def with_text(request: web.Request) -> web.StreamResponse:
+        return await _completions(request, " tok")
+
+    async def usage_only(request: web.Request) -> web.StreamResponse:
+        return await _completions(request, "")
+
+    app.router.add_post("/v1/completions", with_text)
+    app.router.add_post("/usage-only/v1/completions", usage_only)
+    return app
+
+
+@pytest.fixture(scope="session")
+def scripted_server() -> str:
+    """Base URL of the server above (append /usage-only for its usage-only streams)."""
+    with serve_in_thread(_make_app()) as url:
+        yield url
