@@ -34,10 +34,10 @@ from .config import (
 from .engines.base import EngineInfo
 from .errors import HistoryError
 from .history_import import HISTORY_SOURCE, SAVE_CSV_COLUMNS, parse_import
+from .redact import redact
 
 RESULTS_ENV = "BENCH_STUDIO_RESULTS"
 IMPORTED = "imported"
-_SECRET_MARK = "api_key"
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # Columns kept as text even when their cells look numeric: names, times and versions ("12.10" is not 12.1).
 _TEXT_COLUMNS = {
@@ -101,13 +101,13 @@ class History:
         """Write the run's folder, then its CSV row."""
         folder = self.run_dir(record.run_id)
         folder.mkdir(parents=True, exist_ok=True)
-        flat_config = _without_secrets(record.config.to_flat_dict())
-        nested_config = _without_secrets({**dataclasses.asdict(record.config),
-                                          "engine": applied_engine_settings(record.config.engine)})
+        flat_config = redact(record.config.to_flat_dict())
+        nested_config = redact({**dataclasses.asdict(record.config),
+                                "engine": applied_engine_settings(record.config.engine)})
         _write_json(folder / "config.json", {"flat": flat_config, "nested": nested_config})
-        _write_json(folder / "environment.json", _without_secrets(record.environment))
+        _write_json(folder / "environment.json", redact(record.environment))
         if record.requests is not None:
-            _write_parquet(folder / REQUESTS_FILE, record.requests)
+            _write_parquet(folder / REQUESTS_FILE, _redacted_texts(record.requests))
         csvstore.append_row(self.csv_path, history_row(record))
 
     def load(self) -> pd.DataFrame:
@@ -219,7 +219,7 @@ def history_row(record: RunRecord) -> dict[str, Any]:
         for key, value in group.items():
             if row.get(key) in (None, ""):
                 row[key] = value
-    return {key: _cell_value(value) for key, value in _without_secrets(row).items()}
+    return {key: _cell_value(value) for key, value in redact(row).items()}
 
 
 def _engine_columns(info: EngineInfo | None) -> dict[str, Any]:
@@ -265,7 +265,7 @@ def _new_history_rows(rows: list[dict[str, str]], taken: set[str], name: str) ->
             raise HistoryError(f"Line {line_number} of {name} has '{run_id}' as its run id, which is not one.")
         if run_id not in taken:
             taken.add(run_id)
-            new_rows.append(_without_secrets(row))
+            new_rows.append(redact(row))
     return new_rows
 
 
@@ -277,13 +277,11 @@ def _unused_run_id(taken: set[str]) -> str:
     return run_id
 
 
-def _without_secrets(mapping: dict[str, Any]) -> dict[str, Any]:
-    """Drop credentials (an HTTP engine's api_key) at any depth; they must never reach a file."""
-    return {
-        key: _without_secrets(value) if isinstance(value, dict) else value
-        for key, value in mapping.items()
-        if _SECRET_MARK not in str(key).lower()
-    }
+def _redacted_texts(frame: pd.DataFrame) -> pd.DataFrame:
+    """The request table with credentials masked in its text cells (a server's error may quote them)."""
+    texts = [col for col in frame.columns if frame[col].map(lambda cell: isinstance(cell, str)).any()]
+    return frame.assign(**{col: frame[col].map(lambda cell: redact(cell) if isinstance(cell, str) else cell)
+                           for col in texts})
 
 
 def _cell_value(value: Any) -> Any:

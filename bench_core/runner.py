@@ -33,6 +33,7 @@ from .history import History, RunRecord, local_now_iso, new_run_id
 from .models import BUILTIN_FIRST_USE, builtin_is_built, load_tokenizer, resolve_model
 from .playground import Conversation, PlaygroundResult, check_request
 from .profiler import LiveSnapshot, Profiler, Session
+from .redact import redact_text, remember_secrets
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,7 @@ class Runner:
     def submit(self, config: RunConfig, sweep_id: str = "", sweep_repeat: int | None = None) -> Run:
         """Validate `config` (raises ConfigError with every problem) and queue the run; a sweep's runs
         carry its id and their repeat index into the history."""
+        _remember_secrets(config.engine)
         check_run_config(config)
         context_window.check_settings(config)
         run = Run(run_id=new_run_id(), config=config, sweep_id=sweep_id, sweep_repeat=sweep_repeat)
@@ -168,6 +170,7 @@ class Runner:
         max_new_tokens: int,
     ) -> PlaygroundJob:
         """Check the prompts, settings and engine (a ConfigError says what is wrong), then queue the job."""
+        _remember_secrets(engine)
         check_request(conversations, generation, max_new_tokens)
         check_run_config(RunConfig(engine=engine))  # the engine part: backend, model, knobs
         job = PlaygroundJob(new_run_id(), engine, list(conversations), generation, max_new_tokens)
@@ -252,10 +255,10 @@ class Runner:
         try:
             body(job)
         except BenchError as exc:
-            job.state, job.message, job.user_error = FAILED, str(exc), True
+            job.state, job.message, job.user_error = FAILED, redact_text(str(exc)), True
         except Exception as exc:  # an engine bug must end this job, not the process
             log.exception("%s failed", name)
-            job.state, job.message = FAILED, f"{type(exc).__name__}: {exc}"
+            job.state, job.message = FAILED, redact_text(f"{type(exc).__name__}: {exc}")
             self._release_engine()  # it may be left in a broken state
 
     def _benchmark(self, run: Run) -> None:
@@ -362,7 +365,7 @@ class Runner:
                     session.finish(Session.CANCELLED, "cancelled", event.ts, event.extra)
                 elif event.kind == "finish":
                     status = Session.SUCCESS if event.finish_reason in SERVED_REASONS else Session.FAIL
-                    reason = event.finish_reason + (f": {event.message}" if event.message else "")
+                    reason = event.finish_reason + (f": {redact_text(event.message)}" if event.message else "")
                     session.finish(status, reason, event.ts, event.extra)
         finally:
             if run.cancel_event.is_set():  # what was waiting or never sent was cancelled too
@@ -395,6 +398,11 @@ class Runner:
                 self.history.record(run.record)
             except BenchError as exc:
                 run.warnings.append(f"The run could not be saved to the history: {exc}")
+
+def _remember_secrets(engine: EngineConfig) -> None:
+    """Have every message and record mask this engine's credentials, even where a server quotes them."""
+    remember_secrets(engine.base_url, engine.extra_request_body, engine.api_key)
+
 
 def new_profiler(config: RunConfig) -> Profiler:
     """The profiler a run of `config` measures with (and rebuilds, where its sessions come from elsewhere)."""

@@ -17,6 +17,7 @@ from bench_core import charts, metrics, tables
 from bench_core.config import SERVER_BACKEND, SLO, RunConfig
 from bench_core.errors import BenchError
 from bench_core.live_snapshot import LiveSnapshot, describe_time_left
+from bench_core.redact import redact_text
 from bench_core.runner import FAILED, FINISHED, LOADING, QUEUED, Run
 from dashboard.run_result import RunResult, result_from_history, result_from_run
 from dashboard.state import get_history, get_runner
@@ -60,7 +61,8 @@ def describe_config(config: RunConfig) -> str:
                else "conversation lengths") if data.dataset_name == "sharegpt" else (
         f"input {data.random_input_len}, output {data.random_output_len} tokens, range ratio {data.random_range_ratio}")
     engine = config.engine
-    served = (f"{engine.model or 'the served model'} on the {engine.server_kind} server at {engine.base_url}"
+    server = redact_text(engine.base_url)
+    served = (f"{engine.model or 'the served model'} on the {engine.server_kind} server at {server}"
               if engine.backend == SERVER_BACKEND else f"{engine.model} on {engine.backend}")
     if load.load_pattern == "request_rate":
         cap = "no concurrency limit" if load.max_concurrency is None else f"max concurrency {load.max_concurrency}"

@@ -11,12 +11,14 @@
   "cut" drops the connection after 3 tokens, "error-event" sends an error event after 3 tokens,
   "auth" answers 401 unless the Bearer key is `API_KEY`; any other prompt is answered as "ok",
   and the client ports of "reuse" requests are kept in `REUSE_PORTS` (one per connection).
+`serving(app)` serves any aiohttp app the same way (a test may wrap `_make_app()` to watch what arrives).
 Import the fixtures into a test module to use them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -26,6 +28,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -138,21 +141,30 @@ def _make_app() -> web.Application:
     return app
 
 
-@pytest.fixture(scope="session")
-def misbehaving_server() -> str:
-    """Base URL of the server above."""
+@contextlib.contextmanager
+def serving(app: web.Application) -> Iterator[str]:
+    """Serve `app` on 127.0.0.1 from a thread of its own; yields its base URL."""
     # The loop lives in its own thread from the start: the test thread may already run one (Playwright's
     # sync API keeps a loop running in it for the whole session once the browser tests have started).
     loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="misbehaving-server", daemon=True)
+    thread = threading.Thread(target=loop.run_forever, name="test-server", daemon=True)
     thread.start()
     # handler_cancellation: a "slow" handler stops when the client gives up, so cleanup is quick
-    runner = web.AppRunner(_make_app(), handle_signals=False, handler_cancellation=True)
+    runner = web.AppRunner(app, handle_signals=False, handler_cancellation=True)
     port = free_port()
     asyncio.run_coroutine_threadsafe(runner.setup(), loop).result(timeout=10)
     asyncio.run_coroutine_threadsafe(web.TCPSite(runner, "127.0.0.1", port).start(), loop).result(timeout=10)
-    yield f"http://127.0.0.1:{port}"
-    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(timeout=10)
-    loop.close()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()
+
+
+@pytest.fixture(scope="session")
+def misbehaving_server() -> str:
+    """Base URL of the server above."""
+    with serving(_make_app()) as url:
+        yield url

@@ -33,6 +33,7 @@ from ..datasets import SampledRequest
 from ..errors import ConfigError, ModelError
 from ..models import load_tokenizer
 from ..openai_client import ClientRun, RequestResult, ServerError, ServerSpec, api_root, discover_model, retokenize, run_requests
+from ..redact import redact_text
 from .base import NOT_SENT, Engine, EngineEvent, EngineInfo
 
 TOKENIZER_FROM_ENGINE = True
@@ -106,12 +107,13 @@ class OpenAIEngine(Engine):
         except ModelError as exc:
             raise ModelError(f"{exc}. The server's model '{self.model}' must have a tokenizer here: "
                              "name a local folder, a hub id or a built-in model as the tokenizer.") from None
+        shown_root = redact_text(root)  # the info is recorded and shown: no user-info from the URL
         self.info = EngineInfo(
             backend="openai",
             model=self.model,
-            model_path=root,
+            model_path=shown_root,
             dtype="server's",
-            device=f"{engine.server_kind} server at {root} ({self.spec.endpoint} endpoint)",
+            device=f"{engine.server_kind} server at {shown_root} ({self.spec.endpoint} endpoint)",
             versions={"aiohttp": importlib.metadata.version("aiohttp")},
             notes=[f"tokenizer: {tokenizer_name}"],
         )

@@ -1,0 +1,137 @@
+"""Faults of issue 10: credentials on disk or on screen.
+
+Real processes (`python -m bench_core`), a real server on 127.0.0.1 that records what reaches it, real files.
+"""
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+from aiohttp import web
+from streamlit.testing.v1 import AppTest
+
+from bench_core.history import History
+from tests.app_under_test import APP
+from tests.openai_server import _make_app, free_port, serving
+
+ROOT = Path(__file__).resolve().parents[2]
+CANARY = "canary-5ec2e7-"  # every credential below contains it; no file or output may
+PASSWORD = CANARY + "password"
+BODY_KEY = CANARY + "body-key"
+NESTED_TOKEN = CANARY + "nested-token"
+EXTRA_BODY = json.dumps({"api_key": BODY_KEY, "auth": {"token": NESTED_TOKEN}, "temperature": 0})
+SERVED_MODEL = "tiny"
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    env.pop("OPENAI_API_KEY", None)  # the credentials under test are the URL's
+    return subprocess.run([sys.executable, "-m", "bench_core", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def recording_app(seen: list[tuple[str, str]], quote_credentials: bool = False) -> web.Application:
+    """The test server's app (answers as `openai_server` does, and lists one model), keeping each request's
+    Authorization header and body in `seen`. With `quote_credentials` it refuses every completion with an
+    error that repeats them, the URL with its user-info and the Authorization header included."""
+
+    @web.middleware
+    async def record(request: web.Request, handler):
+        body = (await request.read()).decode()
+        authorization = request.headers.get("Authorization", "")
+        seen.append((authorization, body))
+        if quote_credentials and request.path.endswith("completions"):
+            user_info = base64.b64decode(authorization.removeprefix("Basic ")).decode()
+            message = (f"user-info {user_info} for http://{user_info}@{request.host}{request.path} refused, "
+                       f"Authorization: {authorization}, password {PASSWORD}, request {body}")
+            return web.json_response({"error": {"message": message}}, status=401)
+        return await handler(request)
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": SERVED_MODEL}]})
+
+    app = _make_app()
+    app.middlewares.append(record)
+    app.router.add_get("/v1/models", models)
+    return app
+
+
+def with_credentials(url: str) -> str:
+    return url.replace("http://", f"http://{CANARY}user:{PASSWORD}@")
+
+
+def restful(url: str, work: Path, *flags: str) -> subprocess.CompletedProcess:
+    return run_cli("restful", "--backend", "vllm", "--base-url", url, "--tokenizer", "builtin:tiny-llama",
+                   "--dataset-path", "builtin:sample", "--num-prompts", "4", "--sharegpt-output-len", "4",
+                   "--extra-request-body", EXTRA_BODY, "--results", "results", "--output-file", "out.csv",
+                   *flags, cwd=work)
+
+
+def everything_written(folder: Path) -> str:
+    """The text of every file under `folder`; parquet tables as their cells (their pages are compressed)."""
+    texts = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        texts.append(path.name)
+        if path.suffix == ".parquet":
+            texts.append(pd.read_parquet(path).to_csv())
+        else:
+            texts.append(path.read_bytes().decode("utf-8", errors="replace"))
+    return "\n".join(texts)
+
+
+def test_credentials_reach_the_server_but_no_file_and_no_output(tmp_path):
+    seen = []
+    with serving(recording_app(seen)) as url:
+        proc = restful(with_credentials(url), tmp_path)  # no --model: the model is looked up with them too
+    assert proc.returncode == 0, proc.stderr
+    written = everything_written(tmp_path)
+    assert "history.csv" in written and "config.json" in written and "requests.parquet" in written
+    assert "out.csv" in written
+    assert CANARY not in written + proc.stdout + proc.stderr
+    expected = "Basic " + base64.b64encode(f"{CANARY}user:{PASSWORD}".encode()).decode()
+    assert seen and {authorization for authorization, _ in seen} == {expected}
+    completions = [json.loads(body) for _, body in seen if body]
+    assert completions and all(body["api_key"] == BODY_KEY and body["auth"] == {"token": NESTED_TOKEN}
+                               for body in completions)
+    (config_file,) = (tmp_path / "results" / "runs").glob("*/config.json")
+    flat = json.loads(config_file.read_text())["flat"]
+    assert flat["base_url"] == url.replace("http://", "http://***@")
+    assert json.loads(flat["extra_request_body"]) == {"api_key": "***", "auth": "***", "temperature": 0}
+
+
+def test_a_server_quoting_the_credentials_in_its_errors_gets_them_recorded_nowhere(tmp_path):
+    seen = []
+    with serving(recording_app(seen, quote_credentials=True)) as url:
+        proc = restful(with_credentials(url), tmp_path, "--model", SERVED_MODEL, "--disable-warmup")
+    assert proc.returncode == 1, proc.stderr  # no request succeeded
+    assert "HTTP 401" in proc.stderr
+    history = History(tmp_path / "results").load()
+    assert "HTTP 401" in history["failure_reasons"][0]
+    assert CANARY not in everything_written(tmp_path) + proc.stdout + proc.stderr
+
+
+def test_an_unreachable_server_with_credentials_is_one_line_without_them(tmp_path):
+    proc = restful(with_credentials(f"http://127.0.0.1:{free_port()}"), tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Cannot reach http://***@127.0.0.1:" in proc.stderr
+    assert CANARY not in proc.stderr + proc.stdout
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_server_password_stays_out_of_the_dashboard_link_and_its_description():
+    from bench_core.config import EngineConfig, RunConfig
+    from dashboard.run_view import describe_config
+
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    at.sidebar.selectbox(key="backend").select("openai").run()
+    at.sidebar.text_input(key="knob_base_url").input(with_credentials("http://127.0.0.1:9")).run()
+    at.sidebar.text_input(key="knob_extra_request_body").input(EXTRA_BODY).run()
+    assert not at.exception
+    assert at.query_params["knob_base_url"] == "http://***@127.0.0.1:9"
+    assert CANARY not in json.dumps(dict(at.query_params.items()))
+    engine = EngineConfig(backend="openai", model="m", base_url=with_credentials("http://127.0.0.1:9"))
+    assert "http://***@127.0.0.1:9" in describe_config(RunConfig(engine=engine))
