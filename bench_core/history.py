@@ -33,7 +33,7 @@ from .config import (
 )
 from .engines.base import EngineInfo
 from .errors import HistoryError
-from .history_import import HISTORY_SOURCE, SAVE_CSV_COLUMNS, parse_import
+from .history_import import HISTORY_SOURCE, NUMBER_COLUMNS, SAVE_CSV_COLUMNS, check_numbers, is_number, parse_import
 from .redact import redact
 
 RESULTS_ENV = "BENCH_STUDIO_RESULTS"
@@ -176,6 +176,9 @@ class History:
         _, existing_rows = csvstore.read_table(self.csv_path)
         taken = {row.get("run_id", "") for row in existing_rows}
         if parsed.source == HISTORY_SOURCE:
+            both = [*existing_rows, *parsed.rows]
+            check_numbers(parsed, name, [col for col in parsed.header
+                                         if _is_number_column(col, (row.get(col, "") for row in both))])
             new_rows = _new_history_rows(parsed.rows, taken, name)
         else:
             imported_at = local_now_iso()
@@ -291,16 +294,28 @@ def _cell_value(value: Any) -> Any:
     return value
 
 
+def _is_text_column(name: str) -> bool:
+    return name in _TEXT_COLUMNS or name.startswith(_TEXT_PREFIXES)
+
+
+def _is_number_column(name: str, cells: Iterable[str]) -> bool:
+    """A column of numbers: LMDeploy's, or any other that is not a text column and holds a number in `cells`."""
+    if _is_text_column(name):
+        return False
+    return name in NUMBER_COLUMNS or any(is_number(cell) for cell in cells)
+
+
 def _typed_column(name: str, cells: pd.Series) -> pd.Series:
-    if name in _TEXT_COLUMNS or name.startswith(_TEXT_PREFIXES):
+    """A column as loaded. In a number column, a cell that is not a number (left by an edit by hand; imports
+    refuse them) reads as missing, so it cannot turn the whole column into text; the file keeps it."""
+    if _is_text_column(name):
         return cells.astype(str)
     present = [cell for cell in cells if cell not in _MISSING_CELLS]
     if present and set(present) <= {"True", "False"}:
         return pd.Series([None if cell in _MISSING_CELLS else cell == "True" for cell in cells], dtype="boolean")
-    try:
-        return pd.to_numeric(cells.where(~cells.isin(_MISSING_CELLS), None))
-    except (ValueError, TypeError):
-        return cells.astype(str)
+    if not present or _is_number_column(name, present):
+        return pd.to_numeric(cells.where(~cells.isin(_MISSING_CELLS), None), errors="coerce")
+    return cells.astype(str)
 
 
 def _replace_atomically(path: Path, write: Callable[[Path], Any]) -> None:

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from bench_core import charts, metrics, tables
+from bench_core import charts, csvstore, metrics, tables
 from bench_core.config import SERVER_BACKEND, SLO, RunConfig
 from bench_core.errors import BenchError
 from bench_core.live_snapshot import LiveSnapshot, describe_time_left
@@ -248,7 +248,7 @@ def _downloads(result: RunResult, requests: pd.DataFrame) -> None:
     if history_row:
         columns[0].download_button("History row (CSV)", history_row, file_name=f"{result.run_id}-history.csv",
                                    mime="text/csv", key="download_history_row", on_click="ignore")
-    columns[1].download_button("Per-request table (CSV)", requests.to_csv(index=False).encode("utf-8"),
+    columns[1].download_button("Per-request table (CSV)", csvstore.frame_bytes(requests),
                                file_name=f"{result.run_id}-requests.csv", mime="text/csv",
                                key="download_requests", on_click="ignore")
     columns[2].download_button("LMDeploy CSV", result.lmdeploy_csv_bytes(), file_name=f"{result.run_id}-lmdeploy.csv",

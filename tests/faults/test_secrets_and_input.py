@@ -1,9 +1,11 @@
-"""Faults of issue 10: credentials on disk or on screen.
+"""Faults of issue 10: credentials on disk or on screen, formulas in CSVs.
 
 Real processes (`python -m bench_core`), a real server on 127.0.0.1 that records what reaches it, real files.
 """
 
 import base64
+import csv
+import io
 import json
 import os
 import subprocess
@@ -11,10 +13,14 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from aiohttp import web
 from streamlit.testing.v1 import AppTest
 
+from bench_core import csvstore
+from bench_core.errors import HistoryError
 from bench_core.history import History
+from bench_core.playground import PlaygroundResult, results_to_csv_bytes
 from tests.app_under_test import APP
 from tests.openai_server import _make_app, free_port, serving
 
@@ -25,6 +31,7 @@ BODY_KEY = CANARY + "body-key"
 NESTED_TOKEN = CANARY + "nested-token"
 EXTRA_BODY = json.dumps({"api_key": BODY_KEY, "auth": {"token": NESTED_TOKEN}, "temperature": 0})
 SERVED_MODEL = "tiny"
+FORMULAS = ('=HYPERLINK("http://evil.example","click")', "=cmd|' /C calc'!A0", "@SUM(1+1)", "+x", "-x", "\tx")
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -135,3 +142,72 @@ def test_a_server_password_stays_out_of_the_dashboard_link_and_its_description()
     assert CANARY not in json.dumps(dict(at.query_params.items()))
     engine = EngineConfig(backend="openai", model="m", base_url=with_credentials("http://127.0.0.1:9"))
     assert "http://***@127.0.0.1:9" in describe_config(RunConfig(engine=engine))
+
+
+def read_cells(data: bytes) -> list[list[str]]:
+    return list(csv.reader(io.StringIO(data.decode("utf-8"), newline="")))
+
+
+@pytest.fixture(scope="module")
+def labelled_run(tmp_path_factory, tiny_model_path) -> Path:
+    """A real run of the tiny model labelled with a formula; returns its working folder."""
+    work = tmp_path_factory.mktemp("formula")
+    proc = run_cli("pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "4",
+                   "-c", "4", "--sharegpt-output-len", "4", "--label", FORMULAS[0], "--results", "results", cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    return work
+
+
+def test_history_and_downloads_hold_formulas_as_quoted_text_and_read_them_back_exactly(labelled_run):
+    history = History(labelled_run / "results")
+    header, *rows = read_cells(history.csv_path.read_bytes())
+    assert rows[0][header.index("label")] == "'" + FORMULAS[0]  # safe to open in a spreadsheet as it is
+    assert history.load()["label"].tolist() == [FORMULAS[0]]  # and the app reads what was typed
+    header, *rows = read_cells(history.to_csv_bytes())
+    assert rows[0][header.index("label")] == "'" + FORMULAS[0]
+
+
+def test_imported_formulas_are_quoted_in_downloads_and_negative_numbers_stay_numbers(labelled_run, tmp_path):
+    history = History(tmp_path / "results")
+    header, row = read_cells(History(labelled_run / "results").to_csv_bytes())
+    cells = dict(zip(header, row))
+    cells.update(run_id="imported-1", label=FORMULAS[1], backend=FORMULAS[2], model=FORMULAS[3],
+                 dataset=FORMULAS[4], error=FORMULAS[5], load_seconds="-1.5", random_range_ratio="-0.0")
+    history.import_csv(csvstore.table_bytes(header, [cells]), "shared.csv")
+    header, row = read_cells(history.to_csv_bytes())
+    got = dict(zip(header, row))
+    assert [got[col] for col in ("label", "backend", "model", "dataset", "error")] == ["'" + f for f in FORMULAS[1:]]
+    assert (got["load_seconds"], got["random_range_ratio"], got["mean_ttft_ms"]) == ("-1.5", "-0.0", "-")
+    assert history.load()["label"].tolist() == [FORMULAS[1]]
+    answer = PlaygroundResult(0, prompt=FORMULAS[2], text=FORMULAS[0], ttft_s=-0.25)
+    header, row = read_cells(results_to_csv_bytes([answer]))
+    assert dict(zip(header, row))["prompt"] == "'" + FORMULAS[2] and dict(zip(header, row))["text"] == "'" + FORMULAS[0]
+    assert dict(zip(header, row))["ttft_s"] == "-0.25"
+    header, row = read_cells(csvstore.frame_bytes(pd.DataFrame({"reason": [FORMULAS[1]], "ttft_s": [-1.5]})))
+    assert row == ["'" + FORMULAS[1], "-1.5"]
+
+
+@pytest.mark.parametrize("column", ["mean_ttft_ms", "p99_ttft_ms"])
+def test_an_imported_text_cell_in_a_number_column_is_refused_naming_its_line_and_column(labelled_run, tmp_path,
+                                                                                        column):
+    history = History(tmp_path / "results")
+    history.import_csv(History(labelled_run / "results").csv_path)  # a good history first
+    before = history.csv_path.read_bytes()
+    header, row = read_cells(History(labelled_run / "results").to_csv_bytes())
+    good, bad = dict(zip(header, row)), dict(zip(header, row))
+    good["run_id"], bad["run_id"], bad[column] = "shared-1", "shared-2", FORMULAS[2]
+    with pytest.raises(HistoryError, match=rf"Line 3 of shared.csv: '{column}' holds '@SUM\(1\+1\)', which is not a number"):
+        history.import_csv(csvstore.table_bytes(header, [good, bad]), "shared.csv")
+    assert history.csv_path.read_bytes() == before
+    assert pd.api.types.is_float_dtype(history.load()[column])
+
+
+def test_a_stray_text_cell_in_a_number_column_reads_as_missing_not_as_a_text_column(labelled_run, tmp_path):
+    history = History(tmp_path / "results")
+    history.import_csv(History(labelled_run / "results").csv_path)
+    header, rows = csvstore.read_table(history.csv_path)
+    rows.append({**rows[0], "run_id": "edited-by-hand", "mean_e2e_latency_ms": "oops"})
+    history.csv_path.write_bytes(csvstore.table_bytes(header, rows))
+    latency = history.load()["mean_e2e_latency_ms"]
+    assert pd.api.types.is_float_dtype(latency) and latency.isna().tolist() == [False, True]
+    assert b"oops" in history.csv_path.read_bytes()  # kept in the file
