@@ -355,6 +355,7 @@ def validate_run_config(config: RunConfig) -> list[str]:
     if load.load_pattern == "request_rate" and eng.backend != SERVER_BACKEND:
         problems.append("The request_rate load pattern sends requests over HTTP: choose the openai backend.")
     problems.extend(_request_rate_problems(load))
+    problems.extend(generation_problems(config.generation))
     if load.concurrency < 1:
         problems.append("Concurrency must be at least 1.")
     for name, value in dataclasses.asdict(slo).items():
@@ -377,6 +378,23 @@ def _request_rate_problems(load: LoadConfig) -> list[str]:
         problems.append("Warm-up requests must be 0 or more.")
     if load.duration_s is not None and not load.duration_s > 0:
         problems.append("The duration must be above 0 seconds (or unset).")
+    return problems
+
+
+def generation_problems(generation: GenerationSettings) -> list[str]:
+    """Sampling settings that cannot be right: outside the ranges LMDeploy's GenerationConfig asserts
+    (lmdeploy/messages.py, whatever do_sample says), or sampling with nothing to sample from."""
+    problems = []
+    if not 0 <= generation.temperature <= 2:
+        problems.append(f"The temperature must be between 0 and 2, as in LMDeploy (got {generation.temperature:g}).")
+    if not 0 <= generation.top_p <= 1:
+        problems.append(f"top_p must be between 0 and 1, as in LMDeploy (got {generation.top_p:g}).")
+    if generation.top_k < 0:
+        problems.append(f"top_k must be 0 (no limit) or more, as in LMDeploy (got {generation.top_k}).")
+    if generation.do_sample and generation.temperature == 0:
+        problems.append("Sampling needs a temperature above 0 (turn sampling off for greedy decoding).")
+    if generation.do_sample and generation.top_p == 0:
+        problems.append("Sampling needs a top_p above 0 (turn sampling off for greedy decoding).")
     return problems
 
 

@@ -430,7 +430,7 @@ def _generation_widgets() -> dict[str, Any]:
             "ignore_eos": persisted(st.checkbox, "Ignore EOS", value=base.ignore_eos, key="gen_ignore_eos",
                                     help="Generate exactly the requested number of tokens."),
             "do_sample": persisted(st.checkbox, "Sample", value=base.do_sample, key="gen_do_sample"),
-            "temperature": persisted(st.number_input, "Temperature", value=base.temperature, min_value=0.0, step=0.1,
+            "temperature": persisted(st.number_input, "Temperature", value=base.temperature, min_value=0.0, max_value=2.0, step=0.1,
                                      key="gen_temperature"),
             "top_p": persisted(st.number_input, "Top p", value=base.top_p, min_value=0.0, max_value=1.0, step=0.05,
                                key="gen_top_p"),

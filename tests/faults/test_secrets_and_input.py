@@ -1,4 +1,4 @@
-"""Faults of issue 10: credentials on disk or on screen, formulas in CSVs.
+"""Faults of issue 10: credentials on disk or on screen, formulas in CSVs, sampling settings that cannot be right.
 
 Real processes (`python -m bench_core`), a real server on 127.0.0.1 that records what reaches it, real files.
 """
@@ -211,3 +211,31 @@ def test_a_stray_text_cell_in_a_number_column_reads_as_missing_not_as_a_text_col
     latency = history.load()["mean_e2e_latency_ms"]
     assert pd.api.types.is_float_dtype(latency) and latency.isna().tolist() == [False, True]
     assert b"oops" in history.csv_path.read_bytes()  # kept in the file
+
+
+@pytest.mark.parametrize("flags, named", [
+    (("--temperature", "-1"), "temperature must be between 0 and 2"),
+    (("--temperature", "2.5"), "temperature must be between 0 and 2"),
+    (("--top-p", "2"), "top_p must be between 0 and 1"),
+    (("--top-k", "-1"), "top_k must be 0 (no limit) or more"),
+])
+def test_sampling_settings_lmdeploy_refuses_are_one_line_and_exit_2(tmp_path, flags, named):
+    proc = run_cli("pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "4",
+                   "--results", "results", "--csv", "out.csv", *flags, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1 and named in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_sidebar_refuses_to_sample_at_temperature_0_with_one_message(fresh_dashboard, tmp_path, monkeypatch):
+    from dashboard.state import get_runner
+
+    monkeypatch.setenv("BENCH_STUDIO_RESULTS", str(tmp_path))
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    at.sidebar.checkbox(key="gen_do_sample").check()
+    at.sidebar.number_input(key="gen_temperature").set_value(0.0)
+    at.sidebar.button(key="start").click().run()
+    assert not at.exception
+    (error,) = at.error
+    assert error.value == "Sampling needs a temperature above 0 (turn sampling off for greedy decoding)."
+    assert get_runner().runs() == []
