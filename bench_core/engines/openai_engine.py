@@ -28,7 +28,7 @@ import math
 import threading
 from collections.abc import Iterator, Sequence
 
-from ..config import EngineConfig, GenerationSettings, LoadConfig
+from ..config import EngineConfig, GenerationSettings, LoadConfig, sampling_problems
 from ..datasets import SampledRequest
 from ..errors import ConfigError, ModelError
 from ..models import load_tokenizer
@@ -78,10 +78,12 @@ def server_spec(engine: EngineConfig, stream: bool = True) -> ServerSpec:
 
 def validate(engine: EngineConfig, load: LoadConfig) -> list[str]:
     try:
-        server_spec(engine)
+        spec = server_spec(engine)
     except ConfigError as exc:
         return [str(exc)]
-    return []
+    # top_k is left to the server: vLLM and SGLang take -1 for "no limit", LMDeploy 0.
+    body = {key: value for key, value in (spec.extra_body or {}).items() if key != "top_k"}
+    return sampling_problems(body, "In the extra request body, ")
 
 
 def settings_key(engine: EngineConfig, load: LoadConfig) -> tuple:

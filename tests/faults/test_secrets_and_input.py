@@ -227,6 +227,18 @@ def test_sampling_settings_lmdeploy_refuses_are_one_line_and_exit_2(tmp_path, fl
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_request_body_with_an_impossible_penalty_or_token_budget_is_refused_before_anything_is_sent(tmp_path):
+    seen = []
+    with serving(recording_app(seen)) as url:
+        proc = run_cli("restful", "--base-url", url, "--model", SERVED_MODEL, "--tokenizer", "builtin:tiny-llama",
+                       "--num-prompts", "4", "--extra-request-body", '{"repetition_penalty": -1, "max_tokens": 0}',
+                       "--results", "results", "--output-file", "out.csv", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr == ("error: In the extra request body, repetition_penalty must be above 0 (got -1). "
+                           "In the extra request body, max_tokens must be at least 1 (got 0).\n")
+    assert seen == [] and list(tmp_path.iterdir()) == []
+
+
 def test_the_sidebar_refuses_to_sample_at_temperature_0_with_one_message(fresh_dashboard, tmp_path, monkeypatch):
     from dashboard.state import get_runner
 
