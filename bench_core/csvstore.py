@@ -28,6 +28,7 @@ from .errors import HistoryError
 
 # What a spreadsheet takes for the start of a formula; and a number as Python and LMDeploy write one.
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_QUOTABLE_STARTS = frozenset("=+-@\t\r'")
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(inf|infinity|nan)", re.IGNORECASE)
 
 
@@ -59,6 +60,8 @@ def spreadsheet_safe(text: str) -> str:
     with = + - @, a tab or a carriage return) gets a leading quote, as OWASP recommends against CSV
     injection. Numbers (-1.5, 1e-05, -inf) and LMDeploy's '-' stay as they are; a text that already
     starts with quotes before such a character gets one more, so `spreadsheet_text` reads back exactly."""
+    if text[:1] not in _QUOTABLE_STARTS:  # nearly every cell: no work
+        return text
     return "'" + text if _runs_as_formula(text.lstrip("'")) else text
 
 

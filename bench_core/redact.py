@@ -10,6 +10,7 @@ and every dashboard view gets them through here first. A key is secret-looking w
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import urllib.parse
@@ -23,6 +24,7 @@ _SECRET_WORDS = frozenset({
     "cookie", "bearer",
 })
 _SECRET_LAST_WORDS = frozenset({"key", "token", "auth", "signature"})
+_PAIR_MARKS = frozenset("@=:")
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
 _WORD_SEPARATORS = re.compile(r"[^a-z0-9]+")
 # scheme://user:password@ (up to the last '@' of the authority)
@@ -58,6 +60,7 @@ def remember_secrets(url: str = "", request_body: str = "", api_key: str | None 
     _KNOWN.update(value for value in found if len(value) >= MIN_KNOWN_CHARS)
 
 
+@functools.lru_cache(maxsize=4096)  # the same few hundred column names, row after row
 def is_secret_key(name: Any) -> bool:
     """Whether a mapping key or field name looks like it holds a credential."""
     words = [word for word in _WORD_SEPARATORS.split(_CAMEL.sub(r"\1_\2", str(name)).lower()) if word]
@@ -81,10 +84,11 @@ def redact(value: Any) -> Any:
 def redact_text(text: str) -> str:
     """Text as it may be shown: JSON text keeps its shape with secret values masked; in any other text,
     URL user-info, `name=value` / `"name": value` pairs with secret names and auth headers are masked."""
-    if not text:
-        return text
     for secret in sorted(_KNOWN, key=len, reverse=True):
-        text = text.replace(secret, MASK)
+        if secret in text:
+            text = text.replace(secret, MASK)
+    if not _PAIR_MARKS.intersection(text):  # no URL user-info, no name=value, no name: value
+        return text
     stripped = text.strip()
     if stripped[:1] in "{[":
         try:
