@@ -155,7 +155,6 @@ class Runner:
     def submit(self, config: RunConfig, sweep_id: str = "", sweep_repeat: int | None = None) -> Run:
         """Validate `config` (raises ConfigError with every problem) and queue the run; a sweep's runs
         carry its id and their repeat index into the history."""
-        _remember_secrets(config.engine)
         check_run_config(config)
         context_window.check_settings(config)
         run = Run(run_id=new_run_id(), config=config, sweep_id=sweep_id, sweep_repeat=sweep_repeat)
@@ -170,7 +169,6 @@ class Runner:
         max_new_tokens: int,
     ) -> PlaygroundJob:
         """Check the prompts, settings and engine (a ConfigError says what is wrong), then queue the job."""
-        _remember_secrets(engine)
         check_request(conversations, generation, max_new_tokens)
         check_run_config(RunConfig(engine=engine))  # the engine part: backend, model, knobs
         job = PlaygroundJob(new_run_id(), engine, list(conversations), generation, max_new_tokens)
@@ -221,6 +219,9 @@ class Runner:
 
     def enqueue(self, job: Run | PlaygroundJob) -> None:
         """Queue a job that is already checked (`submit` and `submit_playground` check theirs)."""
+        engine = job.config.engine if isinstance(job, Run) else job.engine
+        # Here, not in submit: an engine process queues its jobs without submitting them.
+        remember_secrets(engine.base_url, engine.extra_request_body, engine.api_key)
         with self._lock:
             self._jobs[job.run_id if isinstance(job, Run) else job.job_id] = job
             if self._thread is None or not self._thread.is_alive():
@@ -255,7 +256,7 @@ class Runner:
         try:
             body(job)
         except BenchError as exc:
-            job.state, job.message, job.user_error = FAILED, redact_text(str(exc)), True
+            job.state, job.message, job.user_error = FAILED, str(exc), True  # a BenchError masks credentials itself
         except Exception as exc:  # an engine bug must end this job, not the process
             log.exception("%s failed", name)
             job.state, job.message = FAILED, redact_text(f"{type(exc).__name__}: {exc}")
@@ -398,11 +399,6 @@ class Runner:
                 self.history.record(run.record)
             except BenchError as exc:
                 run.warnings.append(f"The run could not be saved to the history: {exc}")
-
-def _remember_secrets(engine: EngineConfig) -> None:
-    """Have every message and record mask this engine's credentials, even where a server quotes them."""
-    remember_secrets(engine.base_url, engine.extra_request_body, engine.api_key)
-
 
 def new_profiler(config: RunConfig) -> Profiler:
     """The profiler a run of `config` measures with (and rebuilds, where its sessions come from elsewhere)."""

@@ -121,6 +121,27 @@ def test_a_server_quoting_the_credentials_in_its_errors_gets_them_recorded_nowhe
     assert CANARY not in everything_written(tmp_path) + proc.stdout + proc.stderr
 
 
+def test_the_dashboards_engine_process_masks_credentials_a_server_quotes_in_what_the_page_shows(tmp_path):
+    from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
+    from bench_core.engine_process import ProcessRunner
+
+    seen = []
+    with serving(recording_app(seen, quote_credentials=True)) as url:
+        runner = ProcessRunner(History(tmp_path / "results"))
+        try:
+            run = runner.submit(RunConfig(
+                engine=EngineConfig(backend="openai", model=SERVED_MODEL, base_url=with_credentials(url),
+                                    tokenizer="builtin:tiny-llama", extra_request_body=EXTRA_BODY),
+                dataset=DatasetConfig(dataset="builtin:sample", num_prompts=4, sharegpt_output_len=4),
+                load=LoadConfig(load_pattern="request_rate", stream_output=True)))
+            assert run.wait(120)
+        finally:
+            runner.shutdown()
+    assert run.state == "failed" and "HTTP 401" in run.message
+    shown = run.message + json.dumps(run.snapshot().__dict__, default=str) + json.dumps(run.warnings)
+    assert CANARY not in shown + everything_written(tmp_path)
+
+
 def test_an_unreachable_server_with_credentials_is_one_line_without_them(tmp_path):
     proc = restful(with_credentials(f"http://127.0.0.1:{free_port()}"), tmp_path)
     assert proc.returncode == 2
