@@ -96,7 +96,8 @@ def parse_import(data: bytes, name: str) -> ParsedCsv:
 def _read_csv(data: bytes, name: str) -> tuple[list[str], list[dict[str, str]]]:
     try:
         text = data.decode("utf-8-sig")
-        table = [[spreadsheet_text(cell) for cell in cells] for cells in csv.reader(io.StringIO(text, newline="")) if cells]
+        reader = csv.reader(io.StringIO(text, newline=""))
+        table = [[spreadsheet_text(cell) for cell in cells] for cells in reader if cells]
     except (UnicodeDecodeError, csv.Error) as exc:
         raise HistoryError(f"{name} is not a readable CSV file ({exc}).") from exc
     if not table:

@@ -217,7 +217,8 @@ def test_an_imported_text_cell_in_a_number_column_is_refused_naming_its_line_and
     header, row = read_cells(History(labelled_run / "results").to_csv_bytes())
     good, bad = dict(zip(header, row)), dict(zip(header, row))
     good["run_id"], bad["run_id"], bad[column] = "shared-1", "shared-2", FORMULAS[2]
-    with pytest.raises(HistoryError, match=rf"Line 3 of shared.csv: '{column}' holds '@SUM\(1\+1\)', which is not a number"):
+    refused = rf"Line 3 of shared.csv: '{column}' holds '@SUM\(1\+1\)', which is not a number"
+    with pytest.raises(HistoryError, match=refused):
         history.import_csv(csvstore.table_bytes(header, [good, bad]), "shared.csv")
     assert history.csv_path.read_bytes() == before
     assert pd.api.types.is_float_dtype(history.load()[column])
