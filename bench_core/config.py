@@ -362,6 +362,7 @@ def validate_run_config(config: RunConfig) -> list[str]:
     if load.load_pattern == "request_rate" and eng.backend != SERVER_BACKEND:
         problems.append("The request_rate load pattern sends requests over HTTP: choose the openai backend.")
     problems.extend(_request_rate_problems(load))
+    problems.extend(generation_problems(config.generation))
     if load.concurrency < 1:
         problems.append("Concurrency must be at least 1.")
     for name, value in dataclasses.asdict(slo).items():
@@ -384,6 +385,44 @@ def _request_rate_problems(load: LoadConfig) -> list[str]:
         problems.append("Warm-up requests must be 0 or more.")
     if load.duration_s is not None and not load.duration_s > 0:
         problems.append("The duration must be above 0 seconds (or unset).")
+    return problems
+
+
+# Settings no engine can generate with: name, lowest, highest, whether the lowest is allowed, the rule in words.
+# The first four are the ranges LMDeploy's GenerationConfig asserts (lmdeploy/messages.py, __post_init__).
+_SAMPLING_LIMITS = (
+    ("temperature", 0, 2, True, "between 0 and 2"),
+    ("top_p", 0, 1, True, "between 0 and 1"),
+    ("top_k", 0, math.inf, True, "0 (no limit) or more"),
+    ("min_p", 0, 1, True, "between 0 and 1"),
+    ("repetition_penalty", 0, math.inf, False, "above 0"),
+    ("max_tokens", 1, math.inf, True, "at least 1"),
+    ("max_completion_tokens", 1, math.inf, True, "at least 1"),
+    ("max_new_tokens", 1, math.inf, True, "at least 1"),
+)
+
+
+def sampling_problems(values: dict[str, Any], where: str = "") -> list[str]:
+    """One sentence per sampling setting among `values` (by name) outside the range any engine accepts."""
+    problems = []
+    for name, lowest, highest, lowest_allowed, rule in _SAMPLING_LIMITS:
+        if name not in values:
+            continue
+        value = values[name]
+        number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+        if not lowest <= number <= highest or (number == lowest and not lowest_allowed):
+            problems.append(f"{where}{name} must be {rule} (got {value!r}).")
+    return problems
+
+
+def generation_problems(generation: GenerationSettings) -> list[str]:
+    """The run's sampling settings that cannot be right: outside LMDeploy's ranges (asserted whatever
+    do_sample says), or sampling with nothing to sample from."""
+    problems = sampling_problems(dataclasses.asdict(generation))
+    if generation.do_sample and generation.temperature == 0:
+        problems.append("Sampling needs a temperature above 0 (turn sampling off for greedy decoding).")
+    if generation.do_sample and generation.top_p == 0:
+        problems.append("Sampling needs a top_p above 0 (turn sampling off for greedy decoding).")
     return problems
 
 

@@ -11,6 +11,8 @@ target, not the link.
 Reading never pads or cuts a row: a line that does not parse as a row of the header's columns (a row cut
 short by a crash, garbage, an unterminated quote, bytes that are not UTF-8) is damaged. `read_table` refuses
 a file holding one; `read_clean_table` moves such lines, verbatim, to a side file and keeps the rest byte for byte.
+Every CSV written here, the history included, is safe to open in a spreadsheet: a text cell that would
+run as a formula is stored with a leading quote (`spreadsheet_safe`), which reading takes off again.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import contextlib
 import csv
 import io
 import os
+import re
 import secrets
 import stat
 import tempfile
@@ -27,11 +30,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+import pandas as pd
 from filelock import FileLock, Timeout
 
 from .errors import HistoryColumnsError, HistoryError
 
 LOCK_WAIT_S = 60  # how long a writer waits for another one to finish
+# What a spreadsheet takes for the start of a formula; and a number as Python and LMDeploy write one.
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_QUOTABLE_STARTS = frozenset("=+-@\t\r'")
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(inf|infinity|nan)", re.IGNORECASE)
 
 
 @contextlib.contextmanager
@@ -143,9 +151,10 @@ def split_table(data: bytes) -> SplitTable:
                 return table
             position += 1
         elif not table.header_bytes:
-            table.header, table.header_bytes, position = cells, b"".join(lines[position:end]), end
+            table.header = [spreadsheet_text(col) for col in cells]
+            table.header_bytes, position = b"".join(lines[position:end]), end
         else:
-            table.rows.append(dict(zip(table.header, cells)))
+            table.rows.append(dict(zip(table.header, map(spreadsheet_text, cells))))
             table.row_bytes.append(b"".join(lines[position:end]))
             table.row_lines.append(position + 1)
             position = end
@@ -224,7 +233,7 @@ def _read_header(path: Path) -> list[str]:
     is decoded: a damaged row further down does not stop an append."""
     try:
         with open(path, newline="", encoding="utf-8", errors="surrogateescape") as f:
-            header = next((cells for cells in csv.reader(f) if cells), [])
+            header = [spreadsheet_text(col) for col in next((cells for cells in csv.reader(f) if cells), [])]
     except FileNotFoundError:
         return []
     except csv.Error as exc:
@@ -237,7 +246,26 @@ def _read_header(path: Path) -> list[str]:
 
 
 def _cell(value: object) -> str:
-    return "" if value is None else str(value)
+    return spreadsheet_safe("" if value is None else str(value))
+
+
+def spreadsheet_safe(text: str) -> str:
+    """A text cell as every CSV we write holds it: one that a spreadsheet would run as a formula (it starts
+    with = + - @, a tab or a carriage return) gets a leading quote, as OWASP recommends against CSV
+    injection. Numbers (-1.5, 1e-05, -inf) and LMDeploy's '-' stay as they are; a text that already
+    starts with quotes before such a character gets one more, so `spreadsheet_text` reads back exactly."""
+    if text[:1] not in _QUOTABLE_STARTS:  # nearly every cell: no work
+        return text
+    return "'" + text if _runs_as_formula(text.lstrip("'")) else text
+
+
+def spreadsheet_text(cell: str) -> str:
+    """The text a cell written by `spreadsheet_safe` stands for."""
+    return cell[1:] if cell.startswith("'") and _runs_as_formula(cell[1:].lstrip("'")) else cell
+
+
+def _runs_as_formula(text: str) -> bool:
+    return text.startswith(_FORMULA_STARTS) and text != "-" and not _NUMBER.fullmatch(text)
 
 
 def _write_rows(
@@ -245,7 +273,7 @@ def _write_rows(
 ) -> None:
     writer = csv.writer(stream)
     if with_header:
-        writer.writerow(header)
+        writer.writerow(map(_cell, header))
     for row in rows:
         writer.writerow([_cell(row.get(col)) for col in header])
 
@@ -255,6 +283,12 @@ def table_bytes(header: list[str], rows: Iterable[Mapping[str, object]]) -> byte
     buffer = io.StringIO(newline="")
     _write_rows(buffer, header, rows)
     return buffer.getvalue().encode("utf-8")
+
+
+def frame_bytes(frame: pd.DataFrame) -> bytes:
+    """A table's CSV text for a download, its text cells made safe as `table_bytes` makes them."""
+    safe = frame.map(lambda cell: spreadsheet_safe(cell) if isinstance(cell, str) else cell)
+    return safe.to_csv(index=False).encode("utf-8")
 
 
 def _append_in_place(path: Path, header: list[str], rows: list[Mapping[str, object]]) -> None:

@@ -1,9 +1,15 @@
 """Errors a user can cause. Their messages are written for that user and shown as they are,
 by the CLI (one line on stderr) or by a page (one alert); anything else is a bug."""
 
+from .redact import redact_text
+
 
 class BenchError(Exception):
-    """Base class: the message says what is wrong and, where possible, what to do."""
+    """Base class: the message says what is wrong and, where possible, what to do. It may quote what the
+    user typed, a server URL with its password included: the text shown has every credential masked."""
+
+    def __str__(self) -> str:
+        return redact_text(super().__str__())
 
 
 class ConfigError(BenchError):

@@ -36,11 +36,11 @@ from .config import (
 )
 from .engines.base import EngineInfo
 from .errors import HistoryError
-from .history_import import HISTORY_SOURCE, SAVE_CSV_COLUMNS, parse_import
+from .history_import import HISTORY_SOURCE, NUMBER_COLUMNS, SAVE_CSV_COLUMNS, check_numbers, is_number, parse_import
+from .redact import redact
 
 RESULTS_ENV = "BENCH_STUDIO_RESULTS"
 IMPORTED = "imported"
-_SECRET_MARK = "api_key"
 _RUN_ID_MAX = 100  # characters; a run id names a folder, and file names end at 255 bytes
 _RUN_ID = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.-]{{0,{_RUN_ID_MAX - 1}}}\Z")
 _RUN_ID_RULE = f"run ids are 1 to {_RUN_ID_MAX} letters, digits, '-', '_' and '.', starting with a letter or digit"
@@ -153,13 +153,13 @@ class History:
         folder = self.run_dir(record.run_id)
         self._read()
         folder.mkdir(parents=True, exist_ok=True)
-        flat_config = _without_secrets(record.config.to_flat_dict())
-        nested_config = _without_secrets({**dataclasses.asdict(record.config),
-                                          "engine": applied_engine_settings(record.config.engine)})
+        flat_config = redact(record.config.to_flat_dict())
+        nested_config = redact({**dataclasses.asdict(record.config),
+                                "engine": applied_engine_settings(record.config.engine)})
         _write_json(folder / CONFIG_FILE, {"flat": flat_config, "nested": nested_config})
-        _write_json(folder / ENVIRONMENT_FILE, _without_secrets(record.environment))
+        _write_json(folder / ENVIRONMENT_FILE, redact(record.environment))
         if record.requests is not None:
-            _write_parquet(folder / REQUESTS_FILE, record.requests)
+            _write_parquet(folder / REQUESTS_FILE, _redacted_texts(record.requests))
         csvstore.append_row(self.csv_path, history_row(record))
 
     def load(self) -> pd.DataFrame:
@@ -229,6 +229,9 @@ class History:
         _, existing_rows = self._read()
         taken = {row.get("run_id", "") for row in existing_rows}
         if parsed.source == HISTORY_SOURCE:
+            both = [*existing_rows, *parsed.rows]
+            check_numbers(parsed, name, [col for col in parsed.header
+                                         if _is_number_column(col, (row.get(col, "") for row in both))])
             new_rows = _new_history_rows(parsed.rows, taken, name)
         else:
             imported_at = local_now_iso()
@@ -272,7 +275,7 @@ def history_row(record: RunRecord) -> dict[str, Any]:
         for key, value in group.items():
             if row.get(key) in (None, ""):
                 row[key] = value
-    return {key: _cell_value(value) for key, value in _without_secrets(row).items()}
+    return {key: _cell_value(value) for key, value in redact(row).items()}
 
 
 def _has_run_id(row: dict[str, str]) -> bool:
@@ -359,7 +362,7 @@ def _new_history_rows(rows: list[dict[str, str]], taken: set[str], name: str) ->
                                f"as its run id, which is not one: {_RUN_ID_RULE}. Nothing was imported.")
         if run_id not in taken:
             taken.add(run_id)
-            new_rows.append(_without_secrets(row))
+            new_rows.append(redact(row))
     return new_rows
 
 
@@ -376,13 +379,11 @@ def _unused_run_id(taken: set[str]) -> str:
     return run_id
 
 
-def _without_secrets(mapping: dict[str, Any]) -> dict[str, Any]:
-    """Drop credentials (an HTTP engine's api_key) at any depth; they must never reach a file."""
-    return {
-        key: _without_secrets(value) if isinstance(value, dict) else value
-        for key, value in mapping.items()
-        if _SECRET_MARK not in str(key).lower()
-    }
+def _redacted_texts(frame: pd.DataFrame) -> pd.DataFrame:
+    """The request table with credentials masked in its text cells (a server's error may quote them)."""
+    texts = [col for col in frame.columns if frame[col].map(lambda cell: isinstance(cell, str)).any()]
+    return frame.assign(**{col: frame[col].map(lambda cell: redact(cell) if isinstance(cell, str) else cell)
+                           for col in texts})
 
 
 def _cell_value(value: Any) -> Any:
@@ -392,16 +393,28 @@ def _cell_value(value: Any) -> Any:
     return value
 
 
+def _is_text_column(name: str) -> bool:
+    return name in _TEXT_COLUMNS or name.startswith(_TEXT_PREFIXES)
+
+
+def _is_number_column(name: str, cells: Iterable[str]) -> bool:
+    """A column of numbers: LMDeploy's, or any other that is not a text column and holds a number in `cells`."""
+    if _is_text_column(name):
+        return False
+    return name in NUMBER_COLUMNS or any(is_number(cell) for cell in cells)
+
+
 def _typed_column(name: str, cells: pd.Series) -> pd.Series:
-    if name in _TEXT_COLUMNS or name.startswith(_TEXT_PREFIXES):
+    """A column as loaded. In a number column, a cell that is not a number (left by an edit by hand; imports
+    refuse them) reads as missing, so it cannot turn the whole column into text; the file keeps it."""
+    if _is_text_column(name):
         return cells.astype(str)
     present = [cell for cell in cells if cell not in _MISSING_CELLS]
     if present and set(present) <= {"True", "False"}:
         return pd.Series([None if cell in _MISSING_CELLS else cell == "True" for cell in cells], dtype="boolean")
-    try:
-        return pd.to_numeric(cells.where(~cells.isin(_MISSING_CELLS), None))
-    except (ValueError, TypeError):
-        return cells.astype(str)
+    if not present or _is_number_column(name, present):
+        return pd.to_numeric(cells.where(~cells.isin(_MISSING_CELLS), None), errors="coerce")
+    return cells.astype(str)
 
 
 def _replace_atomically(path: Path, write: Callable[[Path], Any]) -> None:

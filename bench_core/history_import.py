@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from .csvstore import spreadsheet_text
 from .errors import HistoryError
 
 SAVE_CSV_HYPERPARAMS = (
@@ -51,6 +53,8 @@ RESTFUL_COLUMNS = (
     *PROFILER_COLUMNS,
 )
 _TEXT_COLUMNS = {"backend", "dataset_name"}
+# LMDeploy's columns that hold numbers, in whichever of its CSVs they appear.
+NUMBER_COLUMNS = frozenset(SAVE_CSV_COLUMNS + RESTFUL_COLUMNS) - _TEXT_COLUMNS
 # Cells LMDeploy writes for numbers it has not got: None as '', unmeasured stream metrics as '-'.
 _MISSING_CELLS = {"", "-"}
 
@@ -73,7 +77,7 @@ class ParsedCsv:
 def parse_import(data: bytes, name: str) -> ParsedCsv:
     """Read and check a CSV for import; any problem is one HistoryError sentence naming the file."""
     header, rows = _read_csv(data, name)
-    if "run_id" in header:
+    if "run_id" in header:  # the history checks its own number columns: it knows which they are
         return ParsedCsv(HISTORY_SOURCE, "", header, rows)
     if set(header) == set(RESTFUL_COLUMNS):
         parsed = ParsedCsv(RESTFUL_SCRIPT, "request_rate", header, rows)
@@ -85,14 +89,15 @@ def parse_import(data: bytes, name: str) -> ParsedCsv:
             f"{name} is not a CSV written by LMDeploy's benchmark scripts or by this app: "
             f"its header starts with {', '.join(header[:4])}."
         )
-    _check_numbers(parsed, name)
+    check_numbers(parsed, name, [col for col in header if col in NUMBER_COLUMNS])
     return parsed
 
 
 def _read_csv(data: bytes, name: str) -> tuple[list[str], list[dict[str, str]]]:
     try:
         text = data.decode("utf-8-sig")
-        table = [cells for cells in csv.reader(io.StringIO(text, newline="")) if cells]
+        reader = csv.reader(io.StringIO(text, newline=""))
+        table = [[spreadsheet_text(cell) for cell in cells] for cells in reader if cells]
     except (UnicodeDecodeError, csv.Error) as exc:
         raise HistoryError(f"{name} is not a readable CSV file ({exc}).") from exc
     if not table:
@@ -121,17 +126,19 @@ def _offline_script(name: str) -> tuple[str, str]:
     return f"{PIPELINE_SCRIPT} or {THROUGHPUT_SCRIPT}", ""
 
 
-def _check_numbers(parsed: ParsedCsv, name: str) -> None:
-    known = set(SAVE_CSV_COLUMNS) | set(RESTFUL_COLUMNS)
-    numeric = [col for col in parsed.header if col in known and col not in _TEXT_COLUMNS]
+def check_numbers(parsed: ParsedCsv, name: str, columns: Iterable[str]) -> None:
+    """HistoryError naming the first line and column of `columns` whose cell is not a number (nor '' or '-'):
+    imported, it would turn the whole column into text."""
+    columns = list(columns)
     for line_number, row in enumerate(parsed.rows, start=2):
-        for col in numeric:
+        for col in columns:
             cell = row[col].strip()
-            if cell not in _MISSING_CELLS and not _is_number(cell):
-                raise HistoryError(f"Line {line_number} of {name}: '{col}' holds '{cell}', which is not a number.")
+            if cell not in _MISSING_CELLS and not is_number(cell):
+                raise HistoryError(f"Line {line_number} of {name}: '{col}' holds '{cell}', which is not a number; "
+                                   "nothing was imported.")
 
 
-def _is_number(cell: str) -> bool:
+def is_number(cell: str) -> bool:
     try:
         float(cell)
     except ValueError:

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 import numpy as np
+import yarl
 
 from .arrivals import ArrivalReport, arrival_report, send_offsets
 from .datasets import SampledRequest
@@ -112,7 +113,12 @@ class ServerSpec:
 def discover_model(base_url: str, api_key: str | None = None, timeout_s: float = 10.0) -> str:
     """The first model the server lists at GET /v1/models (what it serves when no model is named)."""
     url = api_root(base_url) + "/v1/models"
-    request = urllib.request.Request(url, headers=_auth_headers(api_key))
+    headers = _auth_headers(api_key)
+    address = yarl.URL(url)
+    basic = aiohttp.BasicAuth.from_url(address)
+    if basic is not None and not headers:  # user-info in the URL: sent as Basic auth, as aiohttp sends it
+        headers = {"Authorization": basic.encode()}
+    request = urllib.request.Request(str(address.with_user(None)), headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             listing = json.load(response)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from .config import GenerationSettings
+from .config import GenerationSettings, generation_problems
 from .csvstore import table_bytes
 from .errors import ConfigError, DatasetError
 
@@ -150,13 +150,7 @@ def check_request(conversations: Sequence[Conversation], generation: GenerationS
         problems.append("There is no prompt to run: type one per line or upload a file.")
     if max_new_tokens < 1:
         problems.append("The maximum number of new tokens must be at least 1.")
-    if generation.do_sample:
-        if not generation.temperature > 0:
-            problems.append("Sampling needs a temperature above 0 (turn sampling off for greedy decoding).")
-        if not 0 < generation.top_p <= 1:
-            problems.append("top_p must be above 0 and at most 1.")
-        if generation.top_k < 0:
-            problems.append("top_k must be 0 (off) or more.")
+    problems.extend(generation_problems(generation))
     if problems:
         raise ConfigError(" ".join(problems))
 

@@ -36,6 +36,7 @@ from .history import History, RunRecord, local_now_iso, new_run_id
 from .models import BUILTIN_FIRST_USE, builtin_is_built, cache_dir, load_tokenizer, resolve_model
 from .playground import Conversation, PlaygroundResult, check_request
 from .profiler import LiveSnapshot, Profiler, Session
+from .redact import redact_text, remember_secrets
 
 log = logging.getLogger(__name__)
 
@@ -222,6 +223,9 @@ class Runner:
 
     def enqueue(self, job: Run | PlaygroundJob) -> None:
         """Queue a job that is already checked (`submit` and `submit_playground` check theirs)."""
+        engine = job.config.engine if isinstance(job, Run) else job.engine
+        # Here, not in submit: an engine process queues its jobs without submitting them.
+        remember_secrets(engine.base_url, engine.extra_request_body, engine.api_key)
         with self._lock:
             self._jobs[job.run_id if isinstance(job, Run) else job.job_id] = job
             if self._thread is None or not self._thread.is_alive():
@@ -256,10 +260,10 @@ class Runner:
         try:
             body(job)
         except BenchError as exc:
-            job.state, job.message, job.user_error = FAILED, str(exc), True
+            job.state, job.message, job.user_error = FAILED, str(exc), True  # a BenchError masks credentials itself
         except Exception as exc:  # an engine bug must end this job, not the process
             log.exception("%s failed", name)
-            job.state, job.message = FAILED, f"{type(exc).__name__}: {exc}"
+            job.state, job.message = FAILED, redact_text(f"{type(exc).__name__}: {exc}")
             self._release_engine()  # it may be left in a broken state
 
     def _benchmark(self, run: Run) -> None:
@@ -371,7 +375,7 @@ class Runner:
                     session.finish(Session.CANCELLED, "cancelled", event.ts, event.extra)
                 elif event.kind == "finish":
                     status = Session.SUCCESS if event.finish_reason in SERVED_REASONS else Session.FAIL
-                    reason = event.finish_reason + (f": {event.message}" if event.message else "")
+                    reason = event.finish_reason + (f": {redact_text(event.message)}" if event.message else "")
                     session.finish(status, reason, event.ts, event.extra)
         finally:
             if run.cancel_event.is_set():  # what was waiting or never sent was cancelled too

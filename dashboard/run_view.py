@@ -13,11 +13,12 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from bench_core import charts, metrics, tables
+from bench_core import charts, csvstore, metrics, tables
 from bench_core.config import SERVER_BACKEND, SLO, RunConfig
 from bench_core.errors import BenchError
 from bench_core.latency_bins import BinnedLatencies
 from bench_core.live_snapshot import LiveSnapshot, describe_time_left
+from bench_core.redact import redact_text
 from bench_core.runner import FAILED, FINISHED, LOADING, QUEUED, Run
 from dashboard.run_result import RunResult, result_from_history, result_from_run
 from dashboard.state import get_history, get_runner
@@ -61,7 +62,8 @@ def describe_config(config: RunConfig) -> str:
                else "conversation lengths") if data.dataset_name == "sharegpt" else (
         f"input {data.random_input_len}, output {data.random_output_len} tokens, range ratio {data.random_range_ratio}")
     engine = config.engine
-    served = (f"{engine.model or 'the served model'} on the {engine.server_kind} server at {engine.base_url}"
+    server = redact_text(engine.base_url)
+    served = (f"{engine.model or 'the served model'} on the {engine.server_kind} server at {server}"
               if engine.backend == SERVER_BACKEND else f"{engine.model} on {engine.backend}")
     if load.load_pattern == "request_rate":
         cap = "no concurrency limit" if load.max_concurrency is None else f"max concurrency {load.max_concurrency}"
@@ -248,7 +250,7 @@ def _downloads(result: RunResult, requests: pd.DataFrame) -> None:
     if history_row:
         columns[0].download_button("History row (CSV)", history_row, file_name=f"{result.run_id}-history.csv",
                                    mime="text/csv", key="download_history_row", on_click="ignore")
-    columns[1].download_button("Per-request table (CSV)", requests.to_csv(index=False).encode("utf-8"),
+    columns[1].download_button("Per-request table (CSV)", csvstore.frame_bytes(requests),
                                file_name=f"{result.run_id}-requests.csv", mime="text/csv",
                                key="download_requests", on_click="ignore")
     columns[2].download_button("LMDeploy CSV", result.lmdeploy_csv_bytes(), file_name=f"{result.run_id}-lmdeploy.csv",

@@ -5,7 +5,7 @@ Run and again on Sweep would start over at its defaults, and a reload starts a n
 widget is drawn through `persisted`, which starts it at this session's last value, else the URL's, else its
 default; `remember` then records the values the sidebar shows, and puts in the URL's query parameters only
 those that differ from the defaults, so a link stays short and carries the settings. Never for secrets: the
-API key widget is not drawn through here.
+API key widget is not drawn through here, and a server URL's password or a request body's key is masked.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import streamlit as st
+
+from bench_core.redact import redact_text
 
 STORE = "sidebar_settings"  # session key: widget key -> last value shown, for every page of the session
 NONE = "none"  # how an empty optional value is written in the URL
@@ -46,7 +48,7 @@ def remember() -> None:
     store.update({key: st.session_state[key] for key in _DEFAULTS if key in st.session_state})
     for key, default in _DEFAULTS.items():
         value = store.get(key, default)
-        text = None if _same(value, default) else _text(value)
+        text = None if _same(value, default) else redact_text(_text(value))  # a link holds no password
         if text is None and key in st.query_params:
             del st.query_params[key]
         elif text is not None and st.query_params.get(key) != text:

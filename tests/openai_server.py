@@ -13,6 +13,7 @@
   "auth" answers 401 unless the Bearer key is `API_KEY`; any other prompt is answered as "ok",
   and the client ports of "reuse" requests are kept in `REUSE_PORTS` (one per connection). A model
   named "keepalive" behaves so whatever the prompt (a CLI run sends its dataset's prompts).
+`serving(app)` serves any aiohttp app the same way (a test may wrap `_make_app()` to watch what arrives).
 Import the fixtures into a test module to use them.
 """
 
@@ -148,8 +149,8 @@ def _make_app() -> web.Application:
 
 
 @contextlib.contextmanager
-def serve_in_thread(app: web.Application) -> Iterator[str]:
-    """Serve `app` on a free port of 127.0.0.1 from its own thread; yields the base URL."""
+def serving(app: web.Application) -> Iterator[str]:
+    """Serve `app` on a free port of 127.0.0.1 from a thread of its own; yields its base URL."""
     # The loop lives in its own thread from the start: the test thread may already run one (Playwright's
     # sync API keeps a loop running in it for the whole session once the browser tests have started).
     loop = asyncio.new_event_loop()
@@ -160,15 +161,17 @@ def serve_in_thread(app: web.Application) -> Iterator[str]:
     port = free_port()
     asyncio.run_coroutine_threadsafe(runner.setup(), loop).result(timeout=10)
     asyncio.run_coroutine_threadsafe(web.TCPSite(runner, "127.0.0.1", port).start(), loop).result(timeout=10)
-    yield f"http://127.0.0.1:{port}"
-    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(timeout=10)
-    loop.close()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()
 
 
 @pytest.fixture(scope="session")
 def misbehaving_server() -> str:
     """Base URL of the server above."""
-    with serve_in_thread(_make_app()) as url:
+    with serving(_make_app()) as url:
         yield url

@@ -20,7 +20,7 @@ import json
 
 import pytest
 from aiohttp import web
-from openai_server import serve_in_thread
+from openai_server import serving
 
 FIRST_TOKEN_S = 0.200
 CHUNK_GAP_S = 0.020
@@ -89,5 +89,5 @@ def _make_app() -> web.Application:
 @pytest.fixture(scope="session")
 def scripted_server() -> str:
     """Base URL of the server above (append /usage-only for its usage-only streams)."""
-    with serve_in_thread(_make_app()) as url:
+    with serving(_make_app()) as url:
         yield url

@@ -35,11 +35,12 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from ..config import EngineConfig, GenerationSettings, LoadConfig
+from ..config import EngineConfig, GenerationSettings, LoadConfig, sampling_problems
 from ..datasets import SampledRequest
 from ..errors import ConfigError, ModelError
 from ..models import load_tokenizer
 from ..openai_client import ClientRun, RequestResult, ServerError, ServerSpec, api_root, discover_model, retokenize, run_requests
+from ..redact import redact_text
 from .base import NOT_SENT, Engine, EngineEvent, EngineInfo
 
 TOKENIZER_FROM_ENGINE = True
@@ -84,10 +85,12 @@ def server_spec(engine: EngineConfig, stream: bool = True) -> ServerSpec:
 
 def validate(engine: EngineConfig, load: LoadConfig) -> list[str]:
     try:
-        server_spec(engine)
+        spec = server_spec(engine)
     except ConfigError as exc:
         return [str(exc)]
-    return []
+    # top_k is left to the server: vLLM and SGLang take -1 for "no limit", LMDeploy 0.
+    body = {key: value for key, value in (spec.extra_body or {}).items() if key != "top_k"}
+    return sampling_problems(body, "In the extra request body, ")
 
 
 def settings_key(engine: EngineConfig, load: LoadConfig) -> tuple:
@@ -113,12 +116,13 @@ class OpenAIEngine(Engine):
         except ModelError as exc:
             raise ModelError(f"{exc}. The server's model '{self.model}' must have a tokenizer here: name one "
                              "(--tokenizer, or the Tokenizer field): a local folder, a built-in model or a hub id.") from None
+        shown_root = redact_text(root)  # the info is recorded and shown: no user-info from the URL
         self.info = EngineInfo(
             backend="openai",
             model=self.model,
-            model_path=root,
+            model_path=shown_root,
             dtype="server's",
-            device=f"{engine.server_kind} server at {root} ({self.spec.endpoint} endpoint)",
+            device=f"{engine.server_kind} server at {shown_root} ({self.spec.endpoint} endpoint)",
             versions={"aiohttp": importlib.metadata.version("aiohttp")},
             notes=[f"tokenizer: {tokenizer_name}"],
         )

@@ -1,0 +1,275 @@
+"""Faults of issue 10: credentials on disk or on screen, formulas in CSVs, sampling settings that cannot be right.
+
+Real processes (`python -m bench_core`), a real server on 127.0.0.1 that records what reaches it, real files.
+"""
+
+import base64
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from aiohttp import web
+from streamlit.testing.v1 import AppTest
+
+from bench_core import csvstore
+from bench_core.errors import HistoryError
+from bench_core.history import History
+from bench_core.playground import PlaygroundResult, results_to_csv_bytes
+from tests.app_under_test import APP
+from tests.openai_server import _make_app, free_port, serving
+
+ROOT = Path(__file__).resolve().parents[2]
+CANARY = "canary-5ec2e7-"  # every credential below contains it; no file or output may
+PASSWORD = CANARY + "password"
+BODY_KEY = CANARY + "body-key"
+NESTED_TOKEN = CANARY + "nested-token"
+EXTRA_BODY = json.dumps({"api_key": BODY_KEY, "auth": {"token": NESTED_TOKEN}, "temperature": 0})
+SERVED_MODEL = "tiny"
+FORMULAS = ('=HYPERLINK("http://evil.example","click")', "=cmd|' /C calc'!A0", "@SUM(1+1)", "+x", "-x", "\tx")
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    env.pop("OPENAI_API_KEY", None)  # the credentials under test are the URL's
+    return subprocess.run([sys.executable, "-m", "bench_core", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def recording_app(seen: list[tuple[str, str]], quote_credentials: bool = False) -> web.Application:
+    """The test server's app (answers as `openai_server` does, and lists one model), keeping each request's
+    Authorization header and body in `seen`. With `quote_credentials` it refuses every completion with an
+    error that repeats them, the URL with its user-info and the Authorization header included."""
+
+    @web.middleware
+    async def record(request: web.Request, handler):
+        body = (await request.read()).decode()
+        authorization = request.headers.get("Authorization", "")
+        seen.append((authorization, body))
+        if quote_credentials and request.path.endswith("completions"):
+            user_info = base64.b64decode(authorization.removeprefix("Basic ")).decode()
+            message = (f"user-info {user_info} for http://{user_info}@{request.host}{request.path} refused, "
+                       f"Authorization: {authorization}, password {PASSWORD}, request {body}")
+            return web.json_response({"error": {"message": message}}, status=401)
+        return await handler(request)
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": SERVED_MODEL}]})
+
+    app = _make_app()
+    app.middlewares.append(record)
+    app.router.add_get("/v1/models", models)
+    return app
+
+
+def with_credentials(url: str) -> str:
+    return url.replace("http://", f"http://{CANARY}user:{PASSWORD}@")
+
+
+def restful(url: str, work: Path, *flags: str) -> subprocess.CompletedProcess:
+    return run_cli("restful", "--backend", "vllm", "--base-url", url, "--tokenizer", "builtin:tiny-llama",
+                   "--dataset-path", "builtin:sample", "--num-prompts", "4", "--sharegpt-output-len", "4",
+                   "--extra-request-body", EXTRA_BODY, "--results", "results", "--output-file", "out.csv",
+                   *flags, cwd=work)
+
+
+def everything_written(folder: Path) -> str:
+    """The text of every file under `folder`; parquet tables as their cells (their pages are compressed)."""
+    texts = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        texts.append(path.name)
+        if path.suffix == ".parquet":
+            texts.append(pd.read_parquet(path).to_csv())
+        else:
+            texts.append(path.read_bytes().decode("utf-8", errors="replace"))
+    return "\n".join(texts)
+
+
+def test_credentials_reach_the_server_but_no_file_and_no_output(tmp_path):
+    seen = []
+    with serving(recording_app(seen)) as url:
+        proc = restful(with_credentials(url), tmp_path)  # no --model: the model is looked up with them too
+    assert proc.returncode == 0, proc.stderr
+    written = everything_written(tmp_path)
+    assert "history.csv" in written and "config.json" in written and "requests.parquet" in written
+    assert "out.csv" in written
+    assert CANARY not in written + proc.stdout + proc.stderr
+    expected = "Basic " + base64.b64encode(f"{CANARY}user:{PASSWORD}".encode()).decode()
+    assert seen and {authorization for authorization, _ in seen} == {expected}
+    completions = [json.loads(body) for _, body in seen if body]
+    assert completions and all(body["api_key"] == BODY_KEY and body["auth"] == {"token": NESTED_TOKEN}
+                               for body in completions)
+    (config_file,) = (tmp_path / "results" / "runs").glob("*/config.json")
+    flat = json.loads(config_file.read_text())["flat"]
+    assert flat["base_url"] == url.replace("http://", "http://***@")
+    assert json.loads(flat["extra_request_body"]) == {"api_key": "***", "auth": "***", "temperature": 0}
+
+
+def test_a_server_quoting_the_credentials_in_its_errors_gets_them_recorded_nowhere(tmp_path):
+    seen = []
+    with serving(recording_app(seen, quote_credentials=True)) as url:
+        proc = restful(with_credentials(url), tmp_path, "--model", SERVED_MODEL, "--disable-warmup")
+    assert proc.returncode == 1, proc.stderr  # no request succeeded
+    assert "HTTP 401" in proc.stderr
+    history = History(tmp_path / "results").load()
+    assert "HTTP 401" in history["failure_reasons"][0]
+    assert CANARY not in everything_written(tmp_path) + proc.stdout + proc.stderr
+
+
+def test_the_dashboards_engine_process_masks_credentials_a_server_quotes_in_what_the_page_shows(tmp_path):
+    from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
+    from bench_core.engine_process import ProcessRunner
+
+    seen = []
+    with serving(recording_app(seen, quote_credentials=True)) as url:
+        runner = ProcessRunner(History(tmp_path / "results"))
+        try:
+            run = runner.submit(RunConfig(
+                engine=EngineConfig(backend="openai", model=SERVED_MODEL, base_url=with_credentials(url),
+                                    tokenizer="builtin:tiny-llama", extra_request_body=EXTRA_BODY),
+                dataset=DatasetConfig(dataset="builtin:sample", num_prompts=4, sharegpt_output_len=4),
+                load=LoadConfig(load_pattern="request_rate", stream_output=True)))
+            assert run.wait(120)
+        finally:
+            runner.shutdown()
+    assert run.state == "failed" and "HTTP 401" in run.message
+    shown = run.message + json.dumps(run.snapshot().__dict__, default=str) + json.dumps(run.warnings)
+    assert CANARY not in shown + everything_written(tmp_path)
+
+
+def test_an_unreachable_server_with_credentials_is_one_line_without_them(tmp_path):
+    proc = restful(with_credentials(f"http://127.0.0.1:{free_port()}"), tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Cannot reach http://***@127.0.0.1:" in proc.stderr
+    assert CANARY not in proc.stderr + proc.stdout
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_server_password_stays_out_of_the_dashboard_link_and_its_description():
+    from bench_core.config import EngineConfig, RunConfig
+    from dashboard.run_view import describe_config
+
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    at.sidebar.selectbox(key="backend").select("openai").run()
+    at.sidebar.text_input(key="knob_base_url").input(with_credentials("http://127.0.0.1:9")).run()
+    at.sidebar.text_input(key="knob_extra_request_body").input(EXTRA_BODY).run()
+    assert not at.exception
+    assert at.query_params["knob_base_url"] == "http://***@127.0.0.1:9"
+    assert CANARY not in json.dumps(dict(at.query_params.items()))
+    engine = EngineConfig(backend="openai", model="m", base_url=with_credentials("http://127.0.0.1:9"))
+    assert "http://***@127.0.0.1:9" in describe_config(RunConfig(engine=engine))
+
+
+def read_cells(data: bytes) -> list[list[str]]:
+    return list(csv.reader(io.StringIO(data.decode("utf-8"), newline="")))
+
+
+@pytest.fixture(scope="module")
+def labelled_run(tmp_path_factory, tiny_model_path) -> Path:
+    """A real run of the tiny model labelled with a formula; returns its working folder."""
+    work = tmp_path_factory.mktemp("formula")
+    proc = run_cli("pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "4",
+                   "-c", "4", "--sharegpt-output-len", "4", "--label", FORMULAS[0], "--results", "results", cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    return work
+
+
+def test_history_and_downloads_hold_formulas_as_quoted_text_and_read_them_back_exactly(labelled_run):
+    history = History(labelled_run / "results")
+    header, *rows = read_cells(history.csv_path.read_bytes())
+    assert rows[0][header.index("label")] == "'" + FORMULAS[0]  # safe to open in a spreadsheet as it is
+    assert history.load()["label"].tolist() == [FORMULAS[0]]  # and the app reads what was typed
+    header, *rows = read_cells(history.to_csv_bytes())
+    assert rows[0][header.index("label")] == "'" + FORMULAS[0]
+
+
+def test_imported_formulas_are_quoted_in_downloads_and_negative_numbers_stay_numbers(labelled_run, tmp_path):
+    history = History(tmp_path / "results")
+    header, row = read_cells(History(labelled_run / "results").to_csv_bytes())
+    cells = dict(zip(header, row))
+    cells.update(run_id="imported-1", label=FORMULAS[1], backend=FORMULAS[2], model=FORMULAS[3],
+                 dataset=FORMULAS[4], error=FORMULAS[5], load_seconds="-1.5", random_range_ratio="-0.0")
+    history.import_csv(csvstore.table_bytes(header, [cells]), "shared.csv")
+    header, row = read_cells(history.to_csv_bytes())
+    got = dict(zip(header, row))
+    assert [got[col] for col in ("label", "backend", "model", "dataset", "error")] == ["'" + f for f in FORMULAS[1:]]
+    assert (got["load_seconds"], got["random_range_ratio"], got["mean_ttft_ms"]) == ("-1.5", "-0.0", "-")
+    assert history.load()["label"].tolist() == [FORMULAS[1]]
+    answer = PlaygroundResult(0, prompt=FORMULAS[2], text=FORMULAS[0], ttft_s=-0.25)
+    header, row = read_cells(results_to_csv_bytes([answer]))
+    assert dict(zip(header, row))["prompt"] == "'" + FORMULAS[2] and dict(zip(header, row))["text"] == "'" + FORMULAS[0]
+    assert dict(zip(header, row))["ttft_s"] == "-0.25"
+    header, row = read_cells(csvstore.frame_bytes(pd.DataFrame({"reason": [FORMULAS[1]], "ttft_s": [-1.5]})))
+    assert row == ["'" + FORMULAS[1], "-1.5"]
+
+
+@pytest.mark.parametrize("column", ["mean_ttft_ms", "p99_ttft_ms"])
+def test_an_imported_text_cell_in_a_number_column_is_refused_naming_its_line_and_column(labelled_run, tmp_path,
+                                                                                        column):
+    history = History(tmp_path / "results")
+    history.import_csv(History(labelled_run / "results").csv_path)  # a good history first
+    before = history.csv_path.read_bytes()
+    header, row = read_cells(History(labelled_run / "results").to_csv_bytes())
+    good, bad = dict(zip(header, row)), dict(zip(header, row))
+    good["run_id"], bad["run_id"], bad[column] = "shared-1", "shared-2", FORMULAS[2]
+    refused = rf"Line 3 of shared.csv: '{column}' holds '@SUM\(1\+1\)', which is not a number"
+    with pytest.raises(HistoryError, match=refused):
+        history.import_csv(csvstore.table_bytes(header, [good, bad]), "shared.csv")
+    assert history.csv_path.read_bytes() == before
+    assert pd.api.types.is_float_dtype(history.load()[column])
+
+
+def test_a_stray_text_cell_in_a_number_column_reads_as_missing_not_as_a_text_column(labelled_run, tmp_path):
+    history = History(tmp_path / "results")
+    history.import_csv(History(labelled_run / "results").csv_path)
+    header, rows = csvstore.read_table(history.csv_path)
+    rows.append({**rows[0], "run_id": "edited-by-hand", "mean_e2e_latency_ms": "oops"})
+    history.csv_path.write_bytes(csvstore.table_bytes(header, rows))
+    latency = history.load()["mean_e2e_latency_ms"]
+    assert pd.api.types.is_float_dtype(latency) and latency.isna().tolist() == [False, True]
+    assert b"oops" in history.csv_path.read_bytes()  # kept in the file
+
+
+@pytest.mark.parametrize("flags, named", [
+    (("--temperature", "-1"), "temperature must be between 0 and 2"),
+    (("--temperature", "2.5"), "temperature must be between 0 and 2"),
+    (("--top-p", "2"), "top_p must be between 0 and 1"),
+    (("--top-k", "-1"), "top_k must be 0 (no limit) or more"),
+])
+def test_sampling_settings_lmdeploy_refuses_are_one_line_and_exit_2(tmp_path, flags, named):
+    proc = run_cli("pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "4",
+                   "--results", "results", "--csv", "out.csv", *flags, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1 and named in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_request_body_with_an_impossible_penalty_or_token_budget_is_refused_before_anything_is_sent(tmp_path):
+    seen = []
+    with serving(recording_app(seen)) as url:
+        proc = run_cli("restful", "--base-url", url, "--model", SERVED_MODEL, "--tokenizer", "builtin:tiny-llama",
+                       "--num-prompts", "4", "--extra-request-body", '{"repetition_penalty": -1, "max_tokens": 0}',
+                       "--results", "results", "--output-file", "out.csv", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr == ("error: In the extra request body, repetition_penalty must be above 0 (got -1). "
+                           "In the extra request body, max_tokens must be at least 1 (got 0).\n")
+    assert seen == [] and list(tmp_path.iterdir()) == []
+
+
+def test_the_sidebar_refuses_to_sample_at_temperature_0_with_one_message(fresh_dashboard, tmp_path, monkeypatch):
+    from dashboard.state import get_runner
+
+    monkeypatch.setenv("BENCH_STUDIO_RESULTS", str(tmp_path))
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    at.sidebar.checkbox(key="gen_do_sample").check()
+    at.sidebar.number_input(key="gen_temperature").set_value(0.0)
+    at.sidebar.button(key="start").click().run()
+    assert not at.exception
+    (error,) = at.error
+    assert error.value == "Sampling needs a temperature above 0 (turn sampling off for greedy decoding)."
+    assert get_runner().runs() == []
