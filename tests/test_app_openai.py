@@ -5,6 +5,7 @@ import pytest
 from openai_server import free_port, transformers_server  # noqa: F401 (fixture)
 from streamlit.testing.v1 import AppTest
 
+from bench_core.arrivals import achieved_rate
 from bench_core.history import RESULTS_ENV
 from app_under_test import APP
 from dashboard.state import get_runner
@@ -48,7 +49,9 @@ def test_a_server_run_shows_its_results_and_the_load_achieved_and_never_stores_t
     assert "request_rate load, 50 req/s, burstiness 1, max concurrency 4" in at.caption[0].value
     labels = {m.label: m.value for m in at.metric}
     assert labels["Requested rate (req/s)"] == "50"
-    assert 0 < float(labels["Achieved rate (req/s)"]) <= 50.5
+    # The schedule is drawn as profile_restful_api.py draws it (its rate is near 50, not exactly); late sends only lower it.
+    drawn_rate = achieved_rate(run.record.requests["scheduled_s"])
+    assert 0 < float(labels["Achieved rate (req/s)"]) <= round(drawn_rate, 2) * 1.01
     requests = next(d.value for d in at.dataframe if "request" in d.value.columns)
     assert requests["usage_output_len"].tolist() == [8.0] * 6
     assert (requests["retokenized_output_len"] > 0).all()
