@@ -143,6 +143,9 @@ class LiveTracker:
             sess = sessions[i]
             # Read the finish mark before the ticks and the admission: both precede it.
             finished = sess.finished
+            if not finished and sess.admit_time is None and not sess.ts:  # not started: the common case early in a long run
+                still_scanning.append(i)
+                continue
             if by_admission and not admitted[i] and sess.admit_time is not None:
                 admitted[i] = True
                 admitted_at.append(sess.admit_time)
