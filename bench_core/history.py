@@ -104,6 +104,7 @@ class History:
         self.quarantine_path = self.root / QUARANTINE_FILE
         self.runs_dir = self.root / "runs"
         self.notices: list[str] = []  # what reading or tidying did to the files, for the user to hear once
+        self._tidied = False
 
     def take_notices(self) -> list[str]:
         """The notices not yet taken, one line each; taking them empties the list."""
@@ -123,10 +124,14 @@ class History:
         return table.header, table.rows
 
     def tidy(self) -> None:
-        """On start: quarantine damaged rows, put back the runs a crash left out of the CSV (a folder with a
-        readable config.json and requests.parquet gets its row rebuilt from them) and remove the leftovers of
-        interrupted writes; each kind of change is one line in `notices`. Files younger than
-        history_leftovers.STALE_AFTER_S are left alone: a run in progress may be writing them."""
+        """On start, once per History: quarantine damaged rows, put back the runs a crash left out of the CSV (a
+        folder with a readable config.json and requests.parquet gets its row rebuilt from them) and remove the
+        leftovers of interrupted writes; each kind of change is one line in `notices`. Files younger than
+        history_leftovers.STALE_AFTER_S are left alone: a run in progress may be writing them. Once is enough:
+        a crash leaves its leftovers for the next start, and every read quarantines damaged rows anyway."""
+        if self._tidied:
+            return
+        self._tidied = True
         _, rows = self._read()
         leftovers = history_leftovers.find(self.root, self.runs_dir, {row["run_id"] for row in rows})
         folders = [folder for folder in leftovers.folders if _RUN_ID.match(folder.name)]  # others are not ours
@@ -381,7 +386,8 @@ def _unused_run_id(taken: set[str]) -> str:
 
 def _redacted_texts(frame: pd.DataFrame) -> pd.DataFrame:
     """The request table with credentials masked in its text cells (a server's error may quote them)."""
-    texts = [col for col in frame.columns if frame[col].map(lambda cell: isinstance(cell, str)).any()]
+    texts = [col for col in frame.select_dtypes(include=["object", "str"]).columns
+             if frame[col].map(lambda cell: isinstance(cell, str)).any()]
     return frame.assign(**{col: frame[col].map(lambda cell: redact(cell) if isinstance(cell, str) else cell)
                            for col in texts})
 

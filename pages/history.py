@@ -195,7 +195,7 @@ st.title("History")
 history = get_history()
 import_section(history)
 try:
-    history.tidy()  # cheap when there is nothing to tidy; see History.tidy
+    history.tidy()  # once per History, i.e. once per dashboard process: see History.tidy
     runs = history.load()
 except BenchError as exc:
     st.error(str(exc))
