@@ -175,7 +175,7 @@ def test_history_csv_reads_back_with_pandas(streamed_run):
 
 
 def test_the_terminal_progress_line_reads_the_live_snapshot():
-    from bench_core.cli import _progress_line
+    from bench_core.cli.common import progress_line
     from bench_core.config import RunConfig
     from bench_core.profiler import Profiler
     from bench_core.runner import Run
@@ -189,9 +189,9 @@ def test_the_terminal_progress_line_reads_the_live_snapshot():
         session.tick(0, t0)
     sessions[0].tick(2, t0 + 0.1)
     sessions[0].finish(1, "length", t0 + 0.1)
-    assert _progress_line(run) == "running: 1/3 requests done, 2 in flight, 2 tokens, about 20 s left"
+    assert progress_line(run) == "running: 1/3 requests done, 2 in flight, 2 tokens, about 20 s left"
     run.profiler, run.state, run.phase = None, "loading", "loading the tokenizer of builtin:tiny-llama"
-    assert _progress_line(run) == "loading: loading the tokenizer of builtin:tiny-llama..."
+    assert progress_line(run) == "loading: loading the tokenizer of builtin:tiny-llama..."
 
 
 # Every request needs more KV cache blocks than the cache has (1), or only the longest ones do (5 blocks).

@@ -6,7 +6,7 @@ import pytest
 from openai_server import free_port, transformers_server  # noqa: F401 (fixture)
 
 from bench_core.cli import build_parser, main
-from bench_core.cli_restful import _rate_range, rates
+from bench_core.cli.restful import _rate_range, rates
 from bench_core.history import History
 from bench_core.history_import import RESTFUL_COLUMNS
 

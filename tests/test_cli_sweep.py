@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bench_core.cli import EXIT_BAD_INPUT, EXIT_OK, main
+from bench_core.cli import main
+from bench_core.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from bench_core.history import History
 from bench_core.history_import import SAVE_CSV_COLUMNS
 

@@ -22,7 +22,7 @@ from openai_server import misbehaving_server  # noqa: F401 (fixture)
 
 from bench_core import csvstore
 from bench_core.cli import build_parser, main
-from bench_core.cli_restful import base_url
+from bench_core.cli.restful import base_url
 from bench_core.config import RunConfig
 from bench_core.datasets import SampledRequest
 from bench_core.history import History, RunRecord, history_row

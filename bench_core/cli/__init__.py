@@ -1,0 +1,59 @@
+"""The headless CLI: `python -m bench_core pipeline DATASET MODEL [flags]`, `restful`, `sweep` and helpers.
+
+One module per subcommand (pipeline, restful, sweep, model_path), each a Command that adds its flags and
+runs; `common` holds what they share, and they import nothing of each other. This module is the one
+dispatch: it builds the parser from the commands and runs the one chosen.
+Bad input is one line on stderr and exit code 2: found in the flags, nothing is written; found while
+loading (a dataset, a model), the run is recorded as failed. common.EXIT_CODES_HELP says what each code means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .. import __version__
+from ..errors import BenchError
+from .common import EXIT_BAD_INPUT, Command, Parser, interrupted
+
+
+def commands() -> tuple[Command, ...]:
+    """The subcommands, in the order --help lists them. Imported here, not at the top, so that `python -m
+    bench_core` starts at once and Ctrl-C while their libraries load is reported like any other."""
+    from .model_path import ModelPathCommand
+    from .pipeline import PipelineCommand
+    from .restful import RestfulCommand
+    from .sweep import SweepCommand
+
+    pipeline, restful = PipelineCommand(), RestfulCommand()
+    return pipeline, SweepCommand((pipeline, restful)), restful, ModelPathCommand()
+
+
+def build_parser(chosen: tuple[Command, ...] | None = None) -> argparse.ArgumentParser:
+    parser = Parser(prog="python -m bench_core", description="LLM Bench Studio, headless.")
+    parser.add_argument("--version", action="version", version=f"LLM Bench Studio {__version__}")
+    subparsers = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for command in chosen or commands():
+        command.add_parser(subparsers)
+    return parser
+
+
+def _quiet_libraries() -> None:
+    """Keep the terminal for our table: no weight-loading bars or tokenizer length warnings."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def main(argv: list[str] | None = None) -> int:
+    _quiet_libraries()
+    try:
+        chosen = commands()
+        args = build_parser(chosen).parse_args(argv)
+        return {command.name: command for command in chosen}[args.command].run(args)
+    except BenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:  # outside a run's wait: importing, checking the server, printing, writing
+        return interrupted()

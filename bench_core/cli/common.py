@@ -1,0 +1,301 @@
+"""What every subcommand of the CLI shares: exit codes and their help, the parser and its help format, the
+flags that record a run (--label, --results, --percentiles, --slo-*), the config parts built from them,
+and the run-and-report loop (open the history, check it can be written, run, say where each run went).
+
+Exit codes are decided here only: EXIT_CODES_HELP and SWEEP_EXIT_CODES_HELP say what each means.
+The subcommand modules import this one and nothing of each other; the package's `main` wires them.
+"""
+
+from __future__ import annotations
+
+import abc
+import argparse
+import os
+import sys
+import typing
+from collections.abc import Callable, Iterable
+
+from ..config import (
+    DEFAULT_PERCENTILES, SLO, DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, RunConfig,
+)
+from ..errors import HistoryError
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_CODES_HELP = """exit codes:
+  0    finished: every request succeeded
+  1    failed: no request succeeded, the engine broke, or the results could not be saved
+       (the reasons are on stderr, with the folder where an unsaved run was kept instead)
+  2    bad input: a flag, the dataset, the model, or lengths beyond the model's context window
+  3    partial: some requests failed; the numbers count the successful ones (the reasons are on stderr)
+  130  interrupted (Ctrl-C); what was measured is kept"""
+SWEEP_EXIT_CODES_HELP = """exit codes:
+  0    every run finished with every request succeeded
+  1    some run failed or was partial (some of its requests failed); resume re-runs those points
+  2    bad input: a flag, the dataset, the model, or lengths beyond the model's context window
+  130  interrupted (Ctrl-C); resumable"""
+PROGRESS_WIDTH = 120  # characters of the progress line redrawn on a terminal
+CANCEL_GRACE_S = 0.5  # how long Ctrl-C waits for a loading run to notice before leaving it behind
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Shows each flag's default, as LMDeploy's scripts do."""
+
+
+class Parser(argparse.ArgumentParser):
+    """Reports a usage mistake as one line on stderr and exit code 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see --help)\n")
+
+
+class Command(abc.ABC):
+    """A subcommand: its parser (words and flags) and what it does with what was parsed."""
+
+    name: typing.ClassVar[str]
+    help: typing.ClassVar[str]  # its line in the CLI's --help
+    description: typing.ClassVar[str | None] = None
+    epilog: typing.ClassVar[str | None] = EXIT_CODES_HELP
+
+    def add_parser(self, commands: argparse._SubParsersAction) -> None:
+        """Add this command's parser, with its flags, to `commands`."""
+        parser = commands.add_parser(self.name, formatter_class=HelpFormatter, help=self.help,
+                                     description=self.description, epilog=self.epilog)
+        self.add_arguments(parser)
+
+    @abc.abstractmethod
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """The command's arguments and flags."""
+
+    @abc.abstractmethod
+    def run(self, args: argparse.Namespace) -> int:
+        """Do what the command does; its exit code."""
+
+
+class EngineCommand(Command):
+    """A command that benchmarks an engine; `sweep` takes its flags for the settings every point starts from."""
+
+    sweep_help: typing.ClassVar[str]  # its line in `sweep --help`
+
+    @abc.abstractmethod
+    def build_config(self, args: argparse.Namespace) -> RunConfig:
+        """The run the flags describe; a sweep starts every point from it."""
+
+    def sweep_csv_path(self, args: argparse.Namespace) -> str:
+        """The LMDeploy-format CSV a sweep appends each finished run to; empty: none, the history only."""
+        return ""
+
+
+def _percentiles(text: str) -> tuple[float, ...]:
+    values = tuple(float(p) for p in text.split(",") if p.strip())
+    if not values:
+        raise ValueError(text)
+    return values
+
+
+_percentiles.__name__ = "comma-separated numbers"
+
+
+def add_results_flag(group, help_text: str, **options) -> None:
+    """--results: the history folder, by default $BENCH_STUDIO_RESULTS, else ./results."""
+    from ..history import RESULTS_ENV
+
+    group.add_argument("--results", default=os.environ.get(RESULTS_ENV, "results"),
+                       help=f"{help_text}; env {RESULTS_ENV}", **options)
+
+
+def add_record_flags(group, *, label_help: str, percentiles_help: str) -> None:
+    """The flags that say how a run is recorded: --label, --results, --percentiles and the goodput thresholds."""
+    group.add_argument("--label", default="", help=label_help)
+    add_results_flag(group, "folder of the run history (history.csv and runs/)")
+    group.add_argument("--percentiles", type=_percentiles, default=DEFAULT_PERCENTILES, help=percentiles_help)
+    for metric in ("ttft", "tpot", "e2e"):
+        group.add_argument(f"--slo-{metric}-ms", type=float, default=None,
+                           help=f"goodput threshold on {metric.upper()} in ms; a request is good when it meets all set")
+
+
+def dataset_from_args(args: argparse.Namespace, dataset: str) -> DatasetConfig:
+    """The dataset flags both engine commands share, sampling from `dataset` (a path or builtin:...)."""
+    return DatasetConfig(dataset=dataset, dataset_name=args.dataset_name, num_prompts=args.num_prompts, seed=args.seed,
+                         sharegpt_output_len=args.sharegpt_output_len, random_input_len=args.random_input_len,
+                         random_output_len=args.random_output_len, random_range_ratio=args.random_range_ratio)
+
+
+def slo_from_args(args: argparse.Namespace) -> SLO:
+    """The goodput thresholds, given in ms, in seconds."""
+
+    def seconds(ms):
+        return None if ms is None else ms / 1000.0
+
+    return SLO(ttft=seconds(args.slo_ttft_ms), tpot=seconds(args.slo_tpot_ms), e2e=seconds(args.slo_e2e_ms))
+
+
+def run_config(args: argparse.Namespace, engine: EngineConfig, dataset: DatasetConfig, load: LoadConfig,
+               generation: GenerationSettings) -> RunConfig:
+    """The run of these parts, recorded as the record flags say (goodput thresholds, label, percentiles)."""
+    return RunConfig(engine=engine, dataset=dataset, load=load, generation=generation, slo=slo_from_args(args),
+                     label=args.label, percentiles=tuple(args.percentiles))
+
+
+def progress_line(run) -> str:
+    from ..live_snapshot import describe_time_left
+    from ..runner import RUNNING
+
+    snap = run.snapshot()
+    if run.state != RUNNING or snap is None:
+        return f"{run.state}: {run.phase}..." if run.phase else f"{run.state}..."
+    done = snap.completed + snap.failed + snap.cancelled
+    return (f"running: {done}/{snap.total_requests} requests done, {snap.in_flight} in flight, "
+            f"{snap.output_tokens:,} tokens, {describe_time_left(snap)}")
+
+
+def wait_with_progress(job, describe=None) -> bool:
+    """Wait for a run or a sweep, redrawing `describe()` as one line on a terminal; False when
+    interrupted (Ctrl-C cancels the job, which keeps what it measured). A run interrupted while
+    loading is not waited for: a model load cannot be cut short, and there is nothing to keep."""
+    describe = describe or (lambda: progress_line(job))
+    show = sys.stderr.isatty()
+    try:
+        while not job.wait(0.5):
+            if show:
+                print(f"\r{describe()[:PROGRESS_WIDTH]:<{PROGRESS_WIDTH}}", end="", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        from ..runner import LOADING
+
+        job.cancel()
+        if not job.wait(CANCEL_GRACE_S) and getattr(job, "state", None) != LOADING:
+            job.wait()
+        return False
+    finally:
+        if show:
+            print("\r" + " " * PROGRESS_WIDTH + "\r", end="", file=sys.stderr, flush=True)
+    return True
+
+
+def open_history(root: str):
+    """The history under `root`, tidied as every start does (History.tidy): what that did is one warning line
+    each on stderr; a history that cannot be used raises its HistoryError before any run starts."""
+    from ..history import History
+
+    history = History(root)
+    history.tidy()
+    for notice in history.take_notices():
+        print(f"warning: {notice}", file=sys.stderr)
+    return history
+
+
+def check_writable(history, *csv_paths: str) -> None:
+    """Before anything runs: HistoryError unless the run can be recorded in `history` and its row
+    appended to each CSV given (an empty path: none)."""
+    from ..csvstore import check_csv_writable
+
+    history.check_writable()
+    for path in filter(None, csv_paths):
+        check_csv_writable(path)
+
+
+def append_csv_row(path: str, append: Callable[[], None]) -> bool:
+    """Call `append` (adding the run's row to the CSV at `path`); False, having said why on stderr,
+    when it failed."""
+    try:
+        append()
+    except HistoryError as exc:
+        print(f"error: the run's row was not appended to {path}: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
+def save_lmdeploy_row(path: str, run) -> None:
+    """Append the run's row to the LMDeploy-format CSV at `path`, as profile_pipeline_api.py does."""
+    from ..config import lmdeploy_hyperparams
+
+    run.profiler.save_csv(path, lmdeploy_hyperparams(run.config))
+
+
+def report_unmeasured(run) -> int | None:
+    """Print the run's warnings; for a run that failed or was interrupted before measuring anything,
+    print why and return the exit code (2 when the user's input was at fault)."""
+    for warning in run.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    from ..runner import FAILED
+
+    if run.profiler is not None:
+        return None
+    if run.state == FAILED:
+        print(f"error: {run.message}", file=sys.stderr)
+        if run.save_error:
+            print(f"error: {run.save_error}", file=sys.stderr)
+        return EXIT_BAD_INPUT if run.user_error else EXIT_FAILED
+    return interrupted(f" while {run.phase or 'waiting to start'}: nothing was measured or recorded")
+
+
+def interrupted(detail: str = "") -> int:
+    """Say in one line that Ctrl-C stopped the command; its exit code."""
+    print(f"interrupted{detail}", file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
+def report_saved(run, history) -> None:
+    """The run's last line: the history it is in, or why it is not and where it was kept instead."""
+    if run.save_error:
+        print(f"error: run {run.run_id} ({run.state}): {run.save_error}", file=sys.stderr)
+    else:
+        print(f"run {run.run_id}: {run.state} in {history.csv_path}", file=sys.stderr)
+
+
+def report_outcome(run, completed: bool, csv_saved: bool = True) -> int:
+    """Say on stderr why a measured run failed or is partial; its exit code (see EXIT_CODES_HELP).
+    A run that was not saved, in its history or in the CSV (`csv_saved`), has failed."""
+    from ..runner import CANCELLED, FAILED, PARTIAL
+
+    if not completed or run.state == CANCELLED:
+        return EXIT_INTERRUPTED
+    if run.state == FAILED:
+        print(f"error: {run.message}", file=sys.stderr)
+        return EXIT_FAILED
+    code = EXIT_OK
+    if run.state == PARTIAL:
+        print(f"warning: {run.message}", file=sys.stderr)
+        code = EXIT_PARTIAL
+    return code if csv_saved and not run.save_error else EXIT_FAILED
+
+
+def sweep_outcome(completed: bool, state: str, saved: bool) -> int:
+    """A sweep's exit code (see SWEEP_EXIT_CODES_HELP): from whether its wait ended without Ctrl-C, its state and
+    whether every run was saved."""
+    from ..runner import CANCELLED, FINISHED
+
+    if not completed or state == CANCELLED:
+        return EXIT_INTERRUPTED
+    return EXIT_OK if state == FINISHED and saved else EXIT_FAILED
+
+
+def run_each(history, configs: Iterable[RunConfig], csv_path: str,
+             show: Callable[[typing.Any], Callable[[], None]]) -> int:
+    """Run each config in turn, waiting with a progress line. A run that measured something is shown (`show(run)`
+    prints its result and returns what appends its row to the CSV at `csv_path`, when it has one), recorded in
+    the history and reported. The exit code: the first run that measured nothing or was interrupted ends the
+    command with its own; else the worst of the runs' codes, failed before partial."""
+    from ..runner import MEASURED, Runner
+
+    runner = Runner(history)
+    status, run = EXIT_OK, None
+    try:
+        for config in configs:
+            run = runner.submit(config)  # raises ConfigError before anything is written
+            completed = wait_with_progress(run)
+            if (code := report_unmeasured(run)) is not None:
+                return code
+            append_row = show(run)
+            csv_saved = True
+            if run.state in MEASURED and csv_path:
+                csv_saved = append_csv_row(csv_path, append_row)
+            report_saved(run, history)
+            code = report_outcome(run, completed, csv_saved)
+            if code == EXIT_INTERRUPTED:
+                return code
+            if status != EXIT_FAILED and code != EXIT_OK:
+                status = code
+    finally:
+        if run is None or not run.active:  # a load left behind by Ctrl-C cannot be cut short; the process ends anyway
+            runner.shutdown()
+    return status

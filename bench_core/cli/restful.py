@@ -1,0 +1,320 @@
+"""`python -m bench_core restful`: benchmark an OpenAI-compatible server as profile_restful_api.py does.
+
+The flags are profile_restful_api.py's, with the same names and defaults (reference §4.1), except
+where theirs cannot work here: the default backend is lmdeploy (their default, sglang's native
+/generate API, is not OpenAI-compatible) and the default dataset is the built-in ShareGPT copy
+(instead of a download). Ours follow: vLLM's max concurrency, burstiness, a duration, warm-up
+count, and the history flags. Each rate runs through the same runner as the dashboard, is recorded
+in the history, prints profile_restful_api.py's "Serving Benchmark Result" box (our rows below it)
+and appends their CSV row to --output-file. Bad input or a server that cannot be reached is one
+line on stderr and exit code 2, with nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import socket
+import urllib.parse
+from datetime import datetime
+
+from .. import csvstore, metrics
+from ..config import DATASET_NAMES, EngineConfig, GenerationSettings, LoadConfig, RunConfig, check_run_config
+from ..errors import ConfigError
+from ..history_import import RESTFUL_COLUMNS
+from ..openai_client import REQUEST_DEADLINE_S, ServerError, api_root, discover_model
+from .common import (
+    EXIT_CODES_HELP, EngineCommand, add_record_flags, check_writable, dataset_from_args, open_history,
+    run_config, run_each,
+)
+
+# Their backend names: (server kind, endpoint). -chat forms use /v1/chat/completions.
+SERVER_BACKENDS = {
+    "lmdeploy": ("lmdeploy", "completions"), "lmdeploy-chat": ("lmdeploy", "chat"),
+    "vllm": ("vllm", "completions"), "vllm-chat": ("vllm", "chat"),
+    "sglang-oai": ("sglang", "completions"), "sglang-oai-chat": ("sglang", "chat"),
+    "transformers": ("transformers", "completions"), "transformers-chat": ("transformers", "chat"),
+}
+DEFAULT_PORTS = {"lmdeploy": 23333, "sglang": 30000, "vllm": 8000, "transformers": 8000}
+BOX_WIDTH = 50
+SUMMARY_PERCENTILES = (50, 99)  # the box's median and P99, whatever --percentiles says
+OFFLINE_ENV = "HF_HUB_OFFLINE"  # 1 (our default, as in the app): tokenizers come from local files only
+
+
+class RestfulCommand(EngineCommand):
+    name = "restful"
+    help = "benchmark an OpenAI-compatible server, as LMDeploy's profile_restful_api.py does"
+    description = (
+        "Benchmark an OpenAI-compatible server (LMDeploy api_server, vLLM, SGLang, transformers serve)\n"
+        "with the semantics of LMDeploy's profile_restful_api.py and vLLM's bench serve. The API key\n"
+        "is read from $OPENAI_API_KEY and never written anywhere.\n\n"
+        "Rates for --multi: --request-rate-range START,STOP,STEP is a range as in profile_restful_api.py\n"
+        "(STOP excluded; floats allowed), any other count of values is a list; --request-rate-list\n"
+        "takes an explicit list of any length (1,2,4 means the rates 1, 2 and 4) and implies --multi.\n\n"
+        "example: python -m bench_core restful --backend vllm --port 8000 --num-prompts 200 "
+        "--request-rate 8 --max-concurrency 64"
+    )
+    epilog = EXIT_CODES_HELP + "\n(with several rates: the worst of their codes)"
+    sweep_help = "sweep an OpenAI-compatible server (profile_restful_api.py's flags), e.g. over request_rate"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """profile_restful_api.py's flags, then ours."""
+        parser.add_argument("--backend", default="lmdeploy", choices=list(SERVER_BACKENDS),
+                            help="the server, and with -chat the chat endpoint; sets the default port and how ignore_eos is sent")
+        parser.add_argument("--base-url", default=None, help="server address; overrides --host and --port")
+        parser.add_argument("--host", default="127.0.0.1", help="server host")
+        parser.add_argument("--port", type=_port, default=None,
+                            help="server port; default per backend: lmdeploy 23333, sglang 30000, vllm 8000, transformers 8000")
+        parser.add_argument("--dataset-name", default="sharegpt", choices=DATASET_NAMES, help="name of the dataset")
+        parser.add_argument("--dataset-path", default="builtin:sharegpt",
+                            help="ShareGPT JSON/JSONL file, builtin:sharegpt or builtin:sample")
+        parser.add_argument("--model", default=None, help="model name sent to the server; default: the first of GET /v1/models")
+        parser.add_argument("--tokenizer", default=None,
+                            help="tokenizer to sample prompts and retokenize answers (folder, hub id or builtin:...); default: the model. "
+                                 f"Hub ids come from the local cache only, unless {OFFLINE_ENV}=0 allows downloads")
+        parser.add_argument("--num-prompts", type=int, default=1000, help="number of prompts to process")
+        parser.add_argument("--sharegpt-output-len", type=int, default=None, help="fixed output length per request (sharegpt)")
+        parser.add_argument("--random-input-len", type=int, default=None, help="input tokens per request (random dataset)")
+        parser.add_argument("--random-output-len", type=int, default=None, help="output tokens per request (random dataset)")
+        parser.add_argument("--random-range-ratio", type=float, default=0.0, help="range of sampled lengths (random dataset)")
+        parser.add_argument("--request-rate", type=float, default=math.inf,
+                            help="requests per second; inf sends every request at once, otherwise Poisson (see --burstiness)")
+        parser.add_argument("--seed", type=int, default=1, help="seed used in sampling prompts from the dataset")
+        parser.add_argument("--multi", action="store_true", help="run once per rate of --request-rate-range")
+        parser.add_argument("--request-rate-range", type=_rate_range, default="2,34,2",
+                            help="START,STOP,STEP: a range, STOP excluded (floats allowed); other counts: a list")
+        parser.add_argument("--request-rate-list", type=_rate_list, default=None,
+                            help="an explicit list of rates, e.g. 1,2,4; implies --multi")
+        parser.add_argument("--output-file", default=None,
+                            help="CSV to append profile_restful_api.py's row to; default {backend}_{MMDD}_{num_prompts}_sharegpt.csv "
+                                 "or {backend}_{MMDD}_{num_prompts}_{in}_{out}.csv; an empty string disables it")
+        parser.add_argument("--disable-stream", action="store_true", help="do not stream (no TTFT or ITL)")
+        parser.add_argument("--disable-ignore-eos", action="store_true", help="let requests stop at EOS")
+        parser.add_argument("--disable-warmup", action="store_true", help="send no warm-up request")
+        parser.add_argument("--extra-request-body", default="", help='JSON object merged into every request, e.g. \'{"temperature": 0}\'')
+        parser.add_argument("--trust-remote-code", action="store_true", help="trust remote code when loading the tokenizer")
+
+        ours = parser.add_argument_group("LLM Bench Studio")
+        ours.add_argument("--max-concurrency", type=int, default=None, help="most requests in flight at once (vLLM); default: no limit")
+        ours.add_argument("--burstiness", type=float, default=1.0,
+                          help="gamma shape of the arrival gaps (vLLM): 1 Poisson, below 1 burstier, above 1 more regular")
+        ours.add_argument("--exact-rate-arrivals", action="store_true",
+                          help="rescale the drawn gaps so the schedule offers exactly --request-rate (vLLM); "
+                               "default: drawn from --seed as profile_restful_api.py draws them")
+        ours.add_argument("--duration", type=float, default=None,
+                          help="end the run after this many seconds: unsent requests stay unfinished, those in flight are cancelled; "
+                               "a warm-up request waits no longer than this for a token")
+        ours.add_argument("--warmup-requests", type=int, default=1, help="unmeasured warm-up requests (0 with --disable-warmup)")
+        ours.add_argument("--timeout", type=float, default=300.0,
+                          help="seconds a request may wait for its next token (the first included) before it fails; "
+                               "keep-alive comments do not count. A request also fails after "
+                               f"{REQUEST_DEADLINE_S / 3600:g} hours in all, as in profile_restful_api.py")
+        add_record_flags(ours, label_help="a label for the run(s) in the history",
+                         percentiles_help="latency percentiles, comma-separated")
+
+    def build_config(self, args: argparse.Namespace) -> RunConfig:
+        """At --request-rate, with the server's model."""
+        hub_offline_by_default()
+        url = base_url(args)
+        return config_for_rate(args, url, check_server(url, args.model), args.request_rate)
+
+    def run(self, args: argparse.Namespace) -> int:
+        hub_offline_by_default()
+        url = base_url(args)
+        configs = [config_for_rate(args, url, args.model or "", rate) for rate in rates(args)]
+        for config in configs:
+            check_run_config(config)  # every rate's problems before anything is sent
+        output_file = default_output_file(args) if args.output_file is None else args.output_file
+        history = open_history(args.results)
+        check_writable(history, output_file)
+        model = check_server(url, args.model)
+        for config in configs:
+            config.engine.model = model
+
+        def show(run):
+            config = run.config
+            summary = metrics.run_summary(run.record.requests, run.record.metrics["duration_s"],
+                                          sorted({*config.percentiles, *SUMMARY_PERCENTILES}),
+                                          config.load.stream_output, config.slo)
+            print_result(args.backend, config, summary)
+            return lambda: csvstore.append_row(output_file, restful_csv_row(args.backend, config, summary))
+
+        return run_each(history, configs, output_file, show)
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"the port must be a whole number from 1 to 65535, not '{text}'")
+    return port
+
+
+def _numbers(text: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of numbers") from None
+
+
+def _rate_range(text: str) -> list[float]:
+    """profile_restful_api.py's reading, with floats: three values are a range (stop excluded), others a list."""
+    values = _numbers(text)
+    if len(values) != 3:
+        return values
+    start, stop, step = values
+    if not step > 0:
+        raise argparse.ArgumentTypeError(f"the step of '{text}' must be above 0")
+    count = max(0, math.ceil((stop - start) / step - 1e-9))
+    return [round(start + i * step, 10) for i in range(count)]
+
+
+def _rate_list(text: str) -> list[float]:
+    return _numbers(text)
+
+
+def base_url(args: argparse.Namespace) -> str:
+    """--base-url, else http://HOST:PORT with the backend's default port."""
+    if args.base_url:
+        return args.base_url
+    port = args.port or DEFAULT_PORTS[SERVER_BACKENDS[args.backend][0]]
+    return f"http://{args.host}:{port}"
+
+
+def rates(args: argparse.Namespace) -> list[float]:
+    if args.request_rate_list is not None:
+        chosen = args.request_rate_list
+    elif args.multi:
+        chosen = args.request_rate_range
+    else:
+        chosen = [args.request_rate]
+    if not chosen:
+        raise ConfigError("The request rates for --multi are empty: check --request-rate-range or --request-rate-list.")
+    return chosen
+
+
+def config_for_rate(args: argparse.Namespace, url: str, model: str, rate: float) -> RunConfig:
+    kind, endpoint = SERVER_BACKENDS[args.backend]
+    engine = EngineConfig(backend="openai", model=model, base_url=url, endpoint=endpoint, server_kind=kind,
+                          tokenizer=args.tokenizer or "", extra_request_body=args.extra_request_body,
+                          read_timeout_s=args.timeout, trust_remote_code=args.trust_remote_code)
+    load = LoadConfig(load_pattern="request_rate", stream_output=not args.disable_stream, request_rate=rate,
+                      burstiness=args.burstiness, exact_rate_arrivals=args.exact_rate_arrivals,
+                      max_concurrency=args.max_concurrency,
+                      warmup_requests=0 if args.disable_warmup else args.warmup_requests, duration_s=args.duration)
+    generation = GenerationSettings(ignore_eos=not args.disable_ignore_eos)
+    return run_config(args, engine, dataset_from_args(args, args.dataset_path), load, generation)
+
+
+def default_output_file(args: argparse.Namespace) -> str:
+    """profile_restful_api.py's default name, always ending in .csv (theirs says .jsonl for random data)."""
+    stem = f"{args.backend}_{datetime.now():%m%d}_{args.num_prompts}"
+    if args.dataset_name == "random":
+        return f"{stem}_{args.random_input_len}_{args.random_output_len}.csv"
+    return f"{stem}_sharegpt.csv"
+
+
+def hub_offline_by_default() -> None:
+    """No model hub lookups unless the user allows them (HF_HUB_OFFLINE=0), as in the app. Called before
+    huggingface_hub is imported: it reads the variable once."""
+    os.environ.setdefault(OFFLINE_ENV, "1")
+
+
+def check_server(url: str, model: str | None) -> str:
+    """The model to benchmark: `model`, or the server's first; ServerError when the server cannot be reached."""
+    if not model:
+        return discover_model(url)
+    address = urllib.parse.urlsplit(api_root(url))
+    port = address.port or (443 if address.scheme == "https" else 80)
+    try:
+        socket.create_connection((address.hostname, port), timeout=10).close()
+    except OSError as exc:
+        raise ServerError(f"Cannot reach {api_root(url)} ({exc.strerror or exc}). Is the server running, and is the URL right?") from None
+    return model
+
+
+def restful_csv_row(backend: str, config: RunConfig, summary: dict) -> dict:
+    """The row profile_restful_api.py appends: its columns, in its order, raw numbers, its definitions
+    (E2E and TPOT end at the stream's last line)."""
+    data = config.dataset
+    values = {
+        "backend": backend, "dataset_name": data.dataset_name, "sharegpt_output_len": data.sharegpt_output_len,
+        "random_input_len": data.random_input_len, "random_output_len": data.random_output_len,
+        "random_range_ratio": data.random_range_ratio, "request_rate": config.load.request_rate,
+        "completed": summary["completed"], "total_input_tokens": summary["total_input_tokens"],
+        "total_output_tokens": summary["total_output_tokens"], "duration": summary["duration_s"],
+        "request_throughput": summary["request_throughput"], "input_throughput": summary["input_throughput"],
+        "output_throughput": summary["output_throughput"], "mean_e2e_latency_ms": summary["mean_e2e_last_line_ms"],
+        "mean_ttft_ms": summary["mean_ttft_ms"], "mean_tpot_ms": summary["mean_tpot_last_line_ms"],
+        "mean_itl_ms": summary["mean_itl_ms"],
+    }
+    return {column: values[column] for column in RESTFUL_COLUMNS}
+
+
+def _line(name: str, value) -> None:
+    if isinstance(value, float):
+        value = "-" if math.isnan(value) else f"{value:.2f}"
+    print(f"{name:<40} {value!s:<10}")
+
+
+def _section(title: str, char: str = "-") -> None:
+    print(f"{title:{char}^{BOX_WIDTH}}")
+
+
+def print_result(backend: str, config: RunConfig, summary: dict) -> None:
+    """profile_restful_api.py's box (latencies in ms, E2E and TPOT to the stream's last line as it
+    measures them), then our rows below its closing rule."""
+    _section(" Serving Benchmark Result ", "=")
+    _line("Backend:", backend)
+    _line("Traffic request rate:", config.load.request_rate)
+    _line("Successful requests:", summary["completed"])
+    _line("Benchmark duration (s):", summary["duration_s"])
+    _line("Total input tokens:", summary["total_input_tokens"])
+    _line("Total generated tokens:", summary["total_output_tokens"])
+    _line("Total generated tokens (retokenized):", summary.get("total_output_tokens_retokenized", "-"))
+    _line("Request throughput (req/s):", summary["request_throughput"])
+    _line("Input token throughput (tok/s):", summary["input_throughput"])
+    _line("Output token throughput (tok/s):", summary["output_throughput"])
+    _section("End-to-End Latency")
+    _line("Mean E2E Latency (ms):", summary["mean_e2e_last_line_ms"])
+    _line("Median E2E Latency (ms):", summary["p50_e2e_last_line_ms"])
+    for metric, title, name in (("ttft", "Time to First Token", "TTFT"),
+                                ("tpot_last_line", "Time per Output Token (excl. 1st token)", "TPOT"),
+                                ("itl", "Inter-token Latency", "ITL")):
+        _section(title)
+        _line(f"Mean {name} (ms):", summary[f"mean_{metric}_ms"])
+        _line(f"Median {name} (ms):", summary[f"p50_{metric}_ms"])
+        _line(f"P99 {name} (ms):", summary[f"p99_{metric}_ms"])
+    _section("", "=")
+    _extra_rows(config, summary)
+
+
+def _extra_rows(config: RunConfig, summary: dict) -> None:
+    _section("LLM Bench Studio")
+    for metric in ("e2e", "tpot"):  # the box's end at the last line; vLLM's, and ours, at the last text
+        _line(f"Mean {metric.upper()} to last text (ms):", summary[f"mean_{metric}_ms"])
+    for metric, name in (("e2e_last_line", "E2E"), ("ttft", "TTFT"), ("tpot_last_line", "TPOT"), ("itl", "ITL")):
+        _line(f"Std {name} (ms):", summary[f"std_{metric}_ms"])
+        for q in config.percentiles:
+            key = metrics.percentile_key(q)
+            _line(f"{key.upper()} {name} (ms):", summary[f"{key}_{metric}_ms"])
+    _line("Failed requests:", summary["failed"])
+    _line("Incomplete requests:", summary["incomplete"])
+    _line("Unfinished requests:", summary["unfinished"])
+    _line("Cancelled requests:", summary["cancelled"])
+    for reason in filter(None, str(summary["failure_reasons"]).split("; ")):
+        print(f"  {reason}")
+    _line("Requested rate (req/s):", config.load.request_rate)
+    _line("Achieved rate (req/s):", summary.get("achieved_rate", math.nan))
+    _line("Mean send lag (ms):", summary.get("mean_send_lag_ms", math.nan))
+    _line("Peak requests in flight:", summary.get("peak_in_flight", "-"))
+    _line("Length mismatches:", summary.get("length_mismatches", "-"))
+    if summary.get("length_mismatches"):
+        print("  served requests returned another length than asked: does the server honour ignore_eos?")
+    if "goodput_rps" in summary:
+        _line("Good requests:", summary["good_requests"])
+        _line("Goodput (req/s):", summary["goodput_rps"])
+    _section("", "=")

@@ -1,0 +1,148 @@
+"""`python -m bench_core sweep pipeline DATASET MODEL [pipeline flags] --sweep NAME=V1,V2 [--sweep NAME2=...]
+[--repeats K]`, and `python -m bench_core sweep --resume SWEEP_ID` for a sweep that stopped half way.
+
+The engine command's flags give the settings every point starts from; each --sweep varies one setting
+(two make a grid). The runs go through the same runner as `pipeline`, one at a time, into the history
+with the sweep's id; each finished run also appends its row to --csv, as `pipeline` does. At the end a
+compact table gives every point's mean and 95% interval over its repeats. Exit codes (SWEEP_EXIT_CODES_HELP):
+0 all runs finished, 1 some failed or were partial, 2 bad input (nothing run), 130 interrupted (resumable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import pandas as pd
+
+from ..errors import ConfigError
+from ..runner import FINISHED
+from ..sweep import SWEEPABLE, SweepPlan, describe_point, new_sweep_id, parse_sweep_arg
+from ..sweep_results import mean_with_interval, point_statistics, sweep_runs
+from ..tables import describe_column
+from .common import (
+    EXIT_BAD_INPUT, SWEEP_EXIT_CODES_HELP, Command, EngineCommand, HelpFormatter, Parser, add_results_flag,
+    append_csv_row, check_writable, open_history, progress_line, save_lmdeploy_row, sweep_outcome, wait_with_progress,
+)
+
+# The per-point table printed at the end: throughput, the latency a user waits, decode speed.
+TABLE_METRICS = ("output_throughput", "p99_ttft_ms", "mean_tpot_ms")
+
+
+class SweepCommand(Command):
+    """`sweep ENGINE_COMMAND ...`: the engine commands it is given (the package's main gives it pipeline's and
+    restful's) set the settings every point starts from."""
+
+    name = "sweep"
+    help = "run one benchmark per value of one or two settings, with repeats"
+    description = (
+        "Run an engine command once per point of a sweep: one setting over its values, or two as a\n"
+        "grid, each point repeated --repeats times. The other settings come from the command's flags.\n\n"
+        "example: python -m bench_core sweep pipeline builtin:sharegpt builtin:smollm2-135m "
+        "--backend transformers -n 32 --stream-output --sweep concurrency=1,4,16 --repeats 3\n"
+        "resume a stopped sweep: python -m bench_core sweep --resume SWEEP_ID"
+    )
+    epilog = SWEEP_EXIT_CODES_HELP
+
+    def __init__(self, engine_commands: tuple[EngineCommand, ...]):
+        self.engine_commands = {command.name: command for command in engine_commands}
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--resume", metavar="SWEEP_ID",
+                            help="run what a stopped sweep has not finished yet, with its saved settings")
+        add_results_flag(parser, "with --resume: the history folder the sweep ran in", dest="resume_results",
+                         metavar="DIR")
+        engines = parser.add_subparsers(dest="engine_command", parser_class=Parser,
+                                        metavar="{" + ",".join(self.engine_commands) + "}")
+        for name, engine in self.engine_commands.items():
+            command = engines.add_parser(name, formatter_class=HelpFormatter, help=engine.sweep_help,
+                                         epilog=self.epilog)
+            engine.add_arguments(command)
+            swept = command.add_argument_group("sweep")
+            swept.add_argument("--sweep", action="append", required=True, metavar="NAME=V1,V2",
+                               help=f"a setting and its values; give --sweep twice for a grid. Sweepable: "
+                                    f"{', '.join(SWEEPABLE)}")
+            swept.add_argument("--repeats", type=int, default=1, help="runs per point (2 or more give a spread)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from ..runner import Runner
+        from ..sweep_runner import resume_sweep, start_sweep
+
+        if args.resume and args.engine_command:
+            raise ConfigError("Give --resume SWEEP_ID on its own: a resumed sweep keeps the settings it was started with.")
+        if args.resume:
+            runner = Runner(open_history(args.resume_results))
+            sweep = resume_sweep(runner, args.resume)
+            csv_path = ""
+        elif args.engine_command:
+            engine = self.engine_commands[args.engine_command]
+            axes = tuple(parse_sweep_arg(text) for text in args.sweep)
+            plan = SweepPlan(new_sweep_id(), engine.build_config(args), axes, args.repeats)
+            csv_path = engine.sweep_csv_path(args)
+            runner = Runner(open_history(args.results))
+            check_writable(runner.history, csv_path)
+            sweep = start_sweep(runner, plan)  # raises ConfigError naming every impossible point, before any run
+        else:
+            raise ConfigError("Choose an engine command (pipeline DATASET MODEL ... --sweep NAME=V1,V2) "
+                              "or --resume SWEEP_ID.")
+        return report_sweep(sweep, runner, csv_path)
+
+
+def report_sweep(sweep, runner, csv_path: str) -> int:
+    """Wait for the sweep with a progress line, append each finished run's row to the CSV at `csv_path` (if any),
+    print the per-point table and how the sweep ended; its exit code."""
+    plan, history = sweep.plan, runner.history
+    print(f"sweep {plan.sweep_id}: {sweep.total} runs ({len(plan.grid())} points x {plan.repeats} repeats), "
+          f"{sweep.total - sweep.finished_before} to run", file=sys.stderr)
+    completed = wait_with_progress(sweep, lambda: _sweep_progress_line(sweep))
+    runner.shutdown()
+    saved = True
+    for _, run in sweep.runs:
+        for warning in run.warnings:
+            print(f"warning: {run.run_id}: {warning}", file=sys.stderr)
+        if run.save_error:
+            print(f"error: run {run.run_id}: {run.save_error}", file=sys.stderr)
+            saved = False
+        if run.state == FINISHED and csv_path:
+            saved &= append_csv_row(csv_path, lambda: save_lmdeploy_row(csv_path, run))
+
+    progress = sweep.progress()
+    if completed and progress.finished == 0 and all(run.profiler is None and run.user_error for _, run in sweep.runs):
+        print(f"error: {' '.join(progress.errors)}", file=sys.stderr)  # e.g. a dataset that is not there
+        return EXIT_BAD_INPUT
+    runs = sweep_runs(history.load(), plan)
+    if not runs.empty:
+        print(f"Sweep {plan.sweep_id}: mean ± 95% CI half-width over each point's finished runs")
+        print(point_table(runs, plan).to_string(index=False))
+    print(f"sweep {plan.sweep_id}: {progress.state}, {progress.finished}/{progress.total} runs finished, "
+          f"in {history.csv_path}", file=sys.stderr)
+    if progress.message:
+        print(progress.message, file=sys.stderr)
+    if progress.finished < progress.total:
+        print(f"resume with: python -m bench_core sweep --resume {plan.sweep_id} --results {history.root}",
+              file=sys.stderr)
+    return sweep_outcome(completed, progress.state, saved)
+
+
+def point_table(runs: pd.DataFrame, plan: SweepPlan) -> pd.DataFrame:
+    """One row per point that has a finished run: its settings, its run count, and each table metric as
+    "mean ± half-width" ("-" where the runs have no value, e.g. TTFT without --stream-output)."""
+    statistics = point_statistics(runs, plan, TABLE_METRICS)
+    rows = []
+    for values in plan.grid():
+        label = describe_point(values)
+        of_point = statistics[statistics["point"] == label].set_index("metric")
+        if of_point.empty:
+            continue
+        cells = {metric: mean_with_interval(of_point.loc[metric]) if metric in of_point.index else "-"
+                 for metric in TABLE_METRICS}
+        rows.append({**values, "runs": int(of_point["n"].max()),
+                     **{describe_column(metric).title: cell for metric, cell in cells.items()}})
+    return pd.DataFrame(rows)
+
+
+def _sweep_progress_line(sweep) -> str:
+    progress = sweep.progress()
+    run = sweep.runner.get(progress.current_run_id) if progress.current_run_id else None
+    line = f"sweep: {progress.ended}/{progress.total} runs done"
+    return line + (f"; {progress.current}: {progress_line(run)}" if run is not None else "")
