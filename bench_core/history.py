@@ -196,13 +196,17 @@ class History:
                 return RunConfig.from_flat_dict(json.loads(path.read_text(encoding="utf-8"))["flat"])
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 raise HistoryError(f"The saved configuration of run {run_id} is unreadable ({exc}).") from exc
-        _, rows = self._read()
-        row = next((row for row in rows if row.get("run_id") == run_id), None)
+        row = self.row(run_id)
         if row is None:
             raise HistoryError(f"There is no run {run_id} in {self.csv_path}.")
         if not row.get("model"):
             raise HistoryError(f"Run {run_id} was imported from {row.get('source') or 'a CSV'} without its settings.")
         return RunConfig.from_flat_dict(row)
+
+    def row(self, run_id: str) -> dict[str, str] | None:
+        """The run's row, every cell as written; None when the history has no such run."""
+        _, rows = self._read()
+        return next((row for row in rows if row.get("run_id") == run_id), None)
 
     def delete(self, run_ids: Iterable[str]) -> int:
         """Remove these runs' rows and folders; returns how many rows were removed."""

@@ -37,12 +37,10 @@ from .models import BUILTIN_FIRST_USE, builtin_is_built, cache_dir, load_tokeniz
 from .playground import Conversation, PlaygroundResult, check_request
 from .profiler import LiveSnapshot, Profiler, Session
 from .redact import redact_text, remember_secrets
+from .run_states import CANCELLED, FAILED, FINISHED, LOADING, MEASURED, PARTIAL, QUEUED, RUNNING
 
 log = logging.getLogger(__name__)
 
-QUEUED, LOADING, RUNNING = "queued", "loading", "running"
-FINISHED, PARTIAL, FAILED, CANCELLED = "finished", "partial", "failed", "cancelled"
-MEASURED = (FINISHED, PARTIAL)  # ran to the end with requests that succeeded: its numbers stand
 # The failure reasons a run's message quotes, most frequent first.
 REASONS_QUOTED = 3
 # A request counts as served when the engine stopped it for length or for EOS; the profiler then

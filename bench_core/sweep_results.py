@@ -11,12 +11,14 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from .config import SLO
 from .metrics import good_requests, rate
 from .stats import GROUP_COLUMNS, TOO_FEW_RUNS, compare, describe
-from .sweep import FINISHED, SWEEP_ID, SweepPlan, describe_point, with_sweep_metrics
+from .sweep_plan import SweepPlan, describe_point
+from .sweep_store import finished_runs
 from .tables import describe_column
 
 POINT = "point"
@@ -28,16 +30,16 @@ SWEEP_METRICS = (
 )
 BEYOND_SPREAD = "beyond the run-to-run spread"
 WITHIN_SPREAD = "within the run-to-run spread"
+# Derived per-run columns that the sweep views plot (see `with_sweep_metrics`).
+OUTPUT_THROUGHPUT_PER_USER = "output_throughput_per_user"
+SLO_ATTAINMENT = "slo_attainment"
 
 
 def sweep_runs(history_runs: pd.DataFrame, plan: SweepPlan) -> pd.DataFrame:
     """The sweep's finished runs with the derived sweep metrics, the swept settings typed as the plan
     types them (the history reads 4 back as 4.0) and a `point` column naming each run's point."""
     names = _axis_names(plan)
-    # An empty or older history lacks some of these columns: they come back empty, never as a KeyError.
-    frame = history_runs.reindex(columns=list(dict.fromkeys([*history_runs.columns, SWEEP_ID, "status", *names])))
-    mine = (frame[SWEEP_ID].astype(str) == plan.sweep_id) & (frame["status"].astype(str) == FINISHED)
-    frame = with_sweep_metrics(frame[mine].reset_index(drop=True))
+    frame = with_sweep_metrics(finished_runs(history_runs, plan))
     for axis in plan.axes:
         frame[axis.name] = pd.Series([_plan_value(axis.values, cell) for cell in frame[axis.name]],
                                      index=frame.index, dtype=object)
@@ -56,6 +58,19 @@ def with_slo(runs: pd.DataFrame, request_tables: Mapping[str, pd.DataFrame], slo
     frame["good_requests"] = good
     frame["goodput_rps"] = [rate(n, duration) for n, duration in zip(good, pd.to_numeric(frame["duration_s"]))]
     return with_sweep_metrics(frame)
+
+
+def with_sweep_metrics(runs: pd.DataFrame) -> pd.DataFrame:
+    """History rows plus the per-run columns the sweep views plot beyond the stored metrics:
+    output tok/s per user (1000 / mean TPOT in ms: the decode speed one request sees) and SLO
+    attainment (good requests / all requests; NaN for runs without an SLO)."""
+    frame = runs.copy()
+    tpot_ms = pd.to_numeric(frame.get("mean_tpot_ms", pd.Series(np.nan, index=frame.index)), errors="coerce")
+    frame[OUTPUT_THROUGHPUT_PER_USER] = 1000.0 / tpot_ms.where(tpot_ms > 0)
+    good = pd.to_numeric(frame.get("good_requests", pd.Series(np.nan, index=frame.index)), errors="coerce")
+    total = pd.to_numeric(frame.get("total_requests", pd.Series(np.nan, index=frame.index)), errors="coerce")
+    frame[SLO_ATTAINMENT] = good / total.where(total > 0)
+    return frame
 
 
 def point_statistics(runs: pd.DataFrame, plan: SweepPlan, metrics=SWEEP_METRICS) -> pd.DataFrame:

@@ -19,7 +19,8 @@ from bench_core.errors import HistoryError
 from bench_core.history import History
 from bench_core.history_import import SAVE_CSV_COLUMNS
 from bench_core.live_snapshot import LiveSnapshot
-from bench_core.runner import FAILED, Run
+from bench_core.run_states import FAILED
+from bench_core.runner import Run
 
 
 @dataclass
@@ -69,8 +70,7 @@ def result_from_run(run: Run) -> RunResult | None:
 
 def result_from_history(history: History, run_id: str) -> RunResult:
     """Rebuild an ended run from the history; HistoryError when the run is not there or lacks its table."""
-    _, rows = csvstore.read_table(history.csv_path)
-    row = next((r for r in rows if r.get("run_id") == run_id), None)
+    row = history.row(run_id)
     if row is None:
         raise HistoryError(f"There is no run {run_id} in this server's runs or in {history.csv_path}.")
     status = row.get("status", "")

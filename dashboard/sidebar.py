@@ -275,17 +275,23 @@ def _show_unavailable_backends() -> None:
         st.sidebar.caption(f"**{', '.join(backends)} unavailable:** {reason}")
 
 
-def _model_widgets() -> dict[str, Any]:
-    bar = st.sidebar
+def model_picker(where: Any, key_prefix: str = "", draw: Callable[..., Any] = persisted) -> str:
+    """The model: a built-in one, or a local path or hub id typed in, drawn in `where` (the sidebar, a column)
+    with widget keys `key_prefix` + model_choice / model_path; `draw` is `persisted`, or `url_settings.drawn`
+    on a page that does not keep its widgets across pages and reloads."""
     options = [*BUILTIN_MODELS, OTHER_MODEL]
-    choice = persisted(bar.selectbox, "Model", options=options, index=options.index(DEFAULT_MODEL), key="model_choice",
-                       help="\n\n".join(f"**{name}**: {text}" for name, text in BUILTIN_MODELS.items()))
-    if choice == OTHER_MODEL:
-        model = persisted(bar.text_input, "Model path or hub id", value="", key="model_path",
-                          placeholder="/models/Qwen2.5-7B-Instruct or Qwen/Qwen2.5-7B-Instruct")
-    else:
-        model = choice
-    trust = persisted(bar.checkbox, "Trust remote code", value=False, key="trust_remote_code",
+    choice = draw(where.selectbox, "Model", options=options, index=options.index(DEFAULT_MODEL),
+                  key=f"{key_prefix}model_choice",
+                  help="\n\n".join(f"**{name}**: {text}" for name, text in BUILTIN_MODELS.items()))
+    if choice != OTHER_MODEL:
+        return choice
+    return draw(where.text_input, "Model path or hub id", value="", key=f"{key_prefix}model_path",
+                placeholder="/models/Qwen2.5-7B-Instruct or Qwen/Qwen2.5-7B-Instruct")
+
+
+def _model_widgets() -> dict[str, Any]:
+    model = model_picker(st.sidebar)
+    trust = persisted(st.sidebar.checkbox, "Trust remote code", value=False, key="trust_remote_code",
                       help="Let the model's own code run (--trust-remote-code).")
     return {"model": model, "trust_remote_code": trust}
 

@@ -1,8 +1,8 @@
 """The objects every page and browser tab share: one Runner (one run at a time, its engine in a worker
-process) and one History.
+process), one History and the sweeps started in this server.
 
-Both live in `st.cache_resource`, so they exist once per server process, survive reruns and are shared
-by all sessions; tests clear them with `get_runner.clear()` / `get_history.clear()`.
+They live in `st.cache_resource`, so they exist once per server process, survive reruns and are shared
+by all sessions; tests clear them with `get_runner.clear()`, `get_history.clear()`, `get_sweeps.clear()`.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import streamlit as st
 
 from bench_core.history import History
 from bench_core.engine_process import ProcessRunner
+from bench_core.sweep_driver import SweepRun
 
 
 @st.cache_resource
@@ -24,3 +25,9 @@ def get_runner() -> ProcessRunner:
     """The process-wide runner; releasing it (cache clear, server stop) cancels its runs and ends its
     engine process."""
     return ProcessRunner(history=get_history())
+
+
+@st.cache_resource(on_release=lambda sweeps: [sweep.cancel() for sweep in sweeps.values()])
+def get_sweeps() -> dict[str, SweepRun]:
+    """The sweeps started in this server process, by id; releasing it (cache clear, server stop) cancels them."""
+    return {}

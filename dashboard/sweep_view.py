@@ -1,7 +1,7 @@
 """The Sweep page's parts: the sweep inputs, the live progress of a running sweep, its results (four views,
 the per-point table and a two-point comparison) and the list of past sweeps.
 
-Sweeps started in this server live in `get_sweeps()` (one registry per process, like the runner), so a
+Sweeps started in this server live in `state.get_sweeps()` (one registry per process, like the runner), so a
 reload or a second tab finds a running sweep by the id in the URL; a sweep that ended before a restart,
 or ran from the CLI, is read back from its saved plan and the history. While a sweep runs, a fragment
 polls its progress once a second and triggers a full rerun whenever another run finishes, so the results
@@ -21,11 +21,13 @@ from bench_core import charts, metrics, sweep_results
 from bench_core.config import SLO, knobs_for
 from bench_core.errors import BenchError
 from bench_core.history import History
-from bench_core.sweep import SWEEPABLE, SweepPlan, describe_point, new_sweep_id, parse_sweep_arg, remaining
-from bench_core.sweep_runner import SweepRun, load_plan, past_sweeps, resume_sweep, start_sweep
+from bench_core.run_states import CANCELLED, FINISHED
+from bench_core.sweep_driver import SweepRun, resume_sweep, start_sweep
+from bench_core.sweep_plan import SWEEPABLE, SweepPlan, describe_point, new_sweep_id, parse_sweep_arg
+from bench_core.sweep_store import load_plan, past_sweeps, remaining
 from bench_core.tables import describe_column
 from dashboard import sidebar
-from dashboard.state import get_history, get_runner
+from dashboard.state import get_history, get_runner, get_sweeps
 
 LIVE_REFRESH_S = 1.0
 NO_SECOND = "(none)"
@@ -41,12 +43,8 @@ PARETO_VIEWS = {
     "Output tok/s against mean E2E latency": ("mean_e2e_latency_ms", "output_throughput"),
 }
 GOODPUT_METRICS = ("slo_attainment", "goodput_rps")
-
-
-@st.cache_resource(on_release=lambda sweeps: [sweep.cancel() for sweep in sweeps.values()])
-def get_sweeps() -> dict[str, SweepRun]:
-    """The sweeps started in this server process, by id; releasing it (cache clear, server stop) cancels them."""
-    return {}
+# An ended sweep this server did not run: the history tells finished runs, not why the others are missing.
+STOPPED = "stopped"
 
 
 # ---- starting --------------------------------------------------------------------------------
@@ -145,11 +143,11 @@ def _ended_status(sweep: SweepRun | None, plan: SweepPlan, runs: pd.DataFrame) -
     else:
         total = len(plan.points())
         finished = total - len(remaining(plan, runs))
-        state = "finished" if finished == total else "stopped"
+        state = FINISHED if finished == total else STOPPED
         message = f"{finished} of {total} runs finished; resume the sweep to run the other {total - finished}."
-    if state == "finished":
+    if state == FINISHED:
         st.success(f"finished: all {total} runs.")
-    elif state == "cancelled" or state == "stopped":
+    elif state == CANCELLED or state == STOPPED:
         st.warning(f"{state}: {message}")
     else:
         st.error(f"{state}: {message}")

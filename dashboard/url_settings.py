@@ -42,6 +42,12 @@ def persisted(make: Callable[..., Any], label: str, *, key: str, options: Sequen
     return make(label, value=start, key=key, **kwargs)
 
 
+def drawn(make: Callable[..., Any], label: str, *, key: str, options: Sequence[Any] | None = None,
+          **kwargs: Any) -> Any:
+    """Draw `make` as `persisted` would, but starting at its default: for a widget a page does not keep."""
+    return make(label, key=key, **kwargs) if options is None else make(label, list(options), key=key, **kwargs)
+
+
 def remember() -> None:
     """Record the persisted widgets' values for the other pages, and write the non-default ones to the URL."""
     store = _store()

@@ -7,123 +7,17 @@ The job on show is named in the URL (?job=<id>), so a reload finds it while the 
 
 import streamlit as st
 
-from bench_core.config import BACKENDS, EngineConfig, GenerationSettings
 from bench_core.errors import BenchError
-from bench_core.models import BUILTIN_MODELS
-from bench_core.playground import (
-    FILE_TYPES, parse_prompt_file, prompts_from_text, results_frame, results_to_csv_bytes, results_to_jsonl_bytes,
-)
-from bench_core.runner import PlaygroundJob
-from dashboard import active_runs
-from dashboard.sidebar import DEFAULT_BACKEND, DEFAULT_MODEL, OTHER_MODEL
+from dashboard import active_runs, playground_view
 from dashboard.state import get_runner
-
-POLL_S = 1.0
-RESULT_COLUMN_CONFIG = {
-    "index": st.column_config.NumberColumn("#", width="small"),
-    "prompt": st.column_config.TextColumn("Prompt", width="medium"),
-    "text": st.column_config.TextColumn("Response", width="large"),
-    "input_tokens": st.column_config.NumberColumn("Input (tokens)", help="The prompt after the chat template."),
-    "output_tokens": st.column_config.NumberColumn("Output (tokens)"),
-    "finish_reason": st.column_config.TextColumn(
-        "Finish", help="stop: the model ended its answer (EOS); length: it reached the max new tokens."),
-    "ttft_s": st.column_config.NumberColumn("TTFT (s)", format="%.3f",
-                                            help="From handing the batch to the engine to the first token."),
-    "total_s": st.column_config.NumberColumn("Total (s)", format="%.3f"),
-    "error": st.column_config.TextColumn("Error"),
-}
-
-
-def engine_choice() -> EngineConfig:
-    """Backend and model; when they match the engine in memory its full settings are reused, and so is it."""
-    left, right = st.columns(2)
-    backend = left.selectbox("Backend", BACKENDS, index=BACKENDS.index(DEFAULT_BACKEND), key="pg_backend")
-    options = [*BUILTIN_MODELS, OTHER_MODEL]
-    choice = right.selectbox("Model", options, index=options.index(DEFAULT_MODEL), key="pg_model_choice")
-    model = right.text_input("Model path or hub id", key="pg_model_path") if choice == OTHER_MODEL else choice
-    loaded = get_runner().loaded_engine()
-    if loaded is not None and (loaded.backend, loaded.model) == (backend, model):
-        st.caption("Uses the engine already in memory.")
-        return loaded
-    if loaded is not None:
-        st.caption(f"In memory now: {loaded.model} on {loaded.backend}; running here loads {model} instead.")
-    return EngineConfig(backend=backend, model=model)
-
-
-def prompt_input() -> tuple[list, str | None]:
-    """The conversations to run (an uploaded file wins over typed lines) and the file's problem, if any."""
-    typed = st.text_area("Prompts, one per line", key="pg_prompts", height=150,
-                         placeholder="What is the capital of France?\nWrite a haiku about GPUs.")
-    upload = st.file_uploader(
-        "…or a prompt file", type=list(FILE_TYPES), key="pg_file",
-        help="Text: one prompt per line. CSV: a 'prompt' column. JSONL: {\"prompt\": ...} or {\"messages\": [...]} "
-             "per line. JSON: a list of conversations, each a list of {\"role\", \"content\"} messages.")
-    if upload is None:
-        return prompts_from_text(typed), None
-    try:
-        conversations = parse_prompt_file(upload.name, upload.getvalue())
-    except BenchError as exc:
-        return [], str(exc)
-    st.caption(f"{len(conversations)} conversation(s) from {upload.name} (the typed prompts are not used).")
-    return conversations, None
-
-
-def generation_settings() -> tuple[GenerationSettings, int]:
-    tokens, sampling, temperature, top_p, top_k = st.columns(5)
-    max_new_tokens = tokens.number_input("Max new tokens", min_value=1, max_value=32768, value=128, key="pg_max_new")
-    do_sample = sampling.toggle("Sampling", key="pg_sampling", help="Off: greedy decoding, the same answer each time.")
-    generation = GenerationSettings(
-        ignore_eos=False,
-        do_sample=do_sample,
-        temperature=temperature.slider("Temperature", 0.01, 2.0, 0.7, key="pg_temperature", disabled=not do_sample),
-        top_p=top_p.slider("top_p", 0.01, 1.0, 0.95, key="pg_top_p", disabled=not do_sample),
-        top_k=top_k.number_input("top_k", min_value=0, max_value=1000, value=50, key="pg_top_k",
-                                 disabled=not do_sample, help="0 turns it off."),
-    )
-    return generation, int(max_new_tokens)
-
-
-def show_job(job: PlaygroundJob) -> None:
-    @st.fragment(run_every=POLL_S if job.active else None)
-    def live() -> None:
-        total, done = len(job.conversations), len(job.results)
-        status = f"{job.state}: {done} of {total} prompt(s) answered"
-        if job.state == "queued":
-            status += f", {get_runner().queue_position(job)} job(s) ahead"
-        st.progress(done / total, text=status)
-        if job.state == "failed":
-            st.error(job.message)
-        elif job.message:
-            st.info(job.message)
-        if job.results:
-            st.dataframe(results_frame(job.results), key="pg_results", hide_index=True, column_config=RESULT_COLUMN_CONFIG)
-        if was_active and not job.active:
-            st.rerun()  # once more in full: the downloads appear and the polling stops
-
-    was_active = job.active
-    if job.engine_info is not None:
-        st.caption(f"{job.engine_info.model} on {job.engine_info.backend} ({job.engine_info.device}, "
-                   f"{job.engine_info.dtype})")
-    live()
-    if job.active:
-        st.button("Cancel", key="pg_cancel", on_click=job.cancel)
-    elif job.results:
-        csv_col, jsonl_col = st.columns(2)
-        csv_col.download_button("Download results (CSV)", results_to_csv_bytes(job.results),
-                                file_name=f"playground-{job.job_id}.csv", mime="text/csv", key="pg_download_csv",
-                                on_click="ignore")
-        jsonl_col.download_button("Download results (JSONL)", results_to_jsonl_bytes(job.results),
-                                  file_name=f"playground-{job.job_id}.jsonl", mime="application/jsonl",
-                                  key="pg_download_jsonl", on_click="ignore")
-
 
 active_runs.render_banner(shown_run_id=None)
 st.title("Playground")
 st.caption("Run a batch of chat prompts once, with the model's chat template, and read the answers. "
            "Prompts wait their turn behind any benchmark and are not recorded in the history.")
-engine = engine_choice()
-conversations, file_problem = prompt_input()
-generation, max_new_tokens = generation_settings()
+engine = playground_view.engine_choice()
+conversations, file_problem = playground_view.prompt_input()
+generation, max_new_tokens = playground_view.generation_settings()
 if file_problem:
     st.error(file_problem)
 elif st.button("Run prompts", key="pg_run", type="primary"):
@@ -140,4 +34,4 @@ if job_id:
     if job is None:
         st.info("That playground job is gone (the server restarted since); run the prompts again.")
     else:
-        show_job(job)
+        playground_view.show_job(job)

@@ -10,7 +10,7 @@ import streamlit as st
 
 from bench_core.errors import BenchError
 from dashboard import active_runs, sidebar, sweep_view
-from dashboard.state import get_history
+from dashboard.state import get_history, get_sweeps
 
 UPLOADS_FOLDER = "uploads"
 
@@ -18,7 +18,7 @@ active_runs.render_banner(shown_run_id=None)
 st.title("Knob sweep")
 
 sweep_id = st.query_params.get("sweep") or st.session_state.get("sweep_id")
-shown = sweep_view.get_sweeps().get(sweep_id) if sweep_id else None
+shown = get_sweeps().get(sweep_id) if sweep_id else None
 live = shown is not None and shown.active  # decided once: the sweep may end while this script runs
 cancel = shown.cancel if live else None
 choice = sidebar.render_sidebar(cancel=None, actions=False)  # the sweep has its own buttons below

@@ -33,7 +33,7 @@ def fresh_dashboard():
     import logging
 
     from dashboard.state import get_history, get_runner
-    from dashboard.sweep_view import get_sweeps
+    from dashboard.state import get_sweeps
 
     # AppTest's script and the test share a process; calling a cached resource from the test logs noise.
     logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").setLevel(logging.ERROR)

@@ -80,3 +80,14 @@ def test_running_with_no_prompt_says_so():
     at.button(key="pg_run").click().run()
     assert len(at.error) == 1 and "no prompt" in at.error[0].value
     assert "job" not in at.query_params
+
+
+def test_the_model_picker_is_the_run_sidebars():
+    """The same built-in models, help and path input as on the Run page; the Playground's own keys and values."""
+    run_page = AppTest.from_file(APP, default_timeout=60).run()
+    at = open_playground()
+    mine, sidebars = at.selectbox(key="pg_model_choice"), run_page.sidebar.selectbox(key="model_choice")
+    assert (mine.options, mine.help) == (sidebars.options, sidebars.help) and mine.value == TINY
+    at = mine.select("Local path or hub id").run()
+    run_page = sidebars.select("Local path or hub id").run()
+    assert at.text_input(key="pg_model_path").placeholder == run_page.sidebar.text_input(key="model_path").placeholder

@@ -11,8 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from bench_core.history import RESULTS_ENV
 from app_under_test import APP
-from dashboard.state import get_history, get_runner
-from dashboard.sweep_view import get_sweeps
+from dashboard.state import get_history, get_runner, get_sweeps
 
 PAGE = "pages/sweep.py"
 TINY = "builtin:tiny-llama"

@@ -14,18 +14,9 @@ from bench_core.config import RunConfig
 from bench_core.engines import engine_settings_key
 from bench_core.errors import ConfigError
 from bench_core.history import History, RunRecord, history_row
-from bench_core.sweep import (
-    OUTPUT_THROUGHPUT_PER_USER,
-    SLO_ATTAINMENT,
-    SWEEP_REPEAT,
-    SWEEPABLE,
-    SweepAxis,
-    SweepPlan,
-    new_sweep_id,
-    parse_sweep_arg,
-    remaining,
-    with_sweep_metrics,
-)
+from bench_core.sweep_plan import SWEEPABLE, SweepAxis, SweepPlan, new_sweep_id, parse_sweep_arg
+from bench_core.sweep_results import OUTPUT_THROUGHPUT_PER_USER, SLO_ATTAINMENT, with_sweep_metrics
+from bench_core.sweep_store import SWEEP_REPEAT, remaining
 
 
 def _base(backend: str = "transformers", label: str = "") -> RunConfig:

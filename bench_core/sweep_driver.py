@@ -6,30 +6,23 @@ runner keeps its loaded engine while the engine settings stay the same, and the 
 so that they seldom change (`SweepPlan.points`): a load or dataset change reuses the engine, an engine
 setting change reloads it.
 
-The plan is saved as JSON under `<history root>/sweeps/<sweep_id>.json` before the first run, and every
-run lands in the history with the sweep's id and its repeat index; `resume_sweep` rebuilds the plan and
-runs only what has not finished yet (`sweep.remaining`), in this process or after a restart.
+The plan is saved (sweep_store) before the first run, and every run lands in the history with the sweep's
+id and its repeat index; `resume_sweep` rebuilds the plan and runs only what has not finished yet
+(`sweep_store.remaining`), in this process or after a restart.
 """
 
 from __future__ import annotations
 
-import json
-import re
 import threading
 from dataclasses import dataclass
-from pathlib import Path
-
-import pandas as pd
 
 from .engines import engine_settings_key
-from .errors import BenchError, HistoryError
+from .errors import BenchError
 from .history import History
-from .runner import CANCELLED, FAILED, FINISHED, PARTIAL, Run, Runner
-from .sweep import PlannedRun, SweepPlan, describe_point, remaining
-
-RUNNING = "running"
-SWEEPS_FOLDER = "sweeps"
-_SWEEP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+from .run_states import CANCELLED, FAILED, FINISHED, PARTIAL, RUNNING
+from .runner import Run, Runner
+from .sweep_plan import PlannedRun, SweepPlan, describe_point
+from .sweep_store import load_plan, remaining, save_plan
 
 
 @dataclass(frozen=True)
@@ -174,31 +167,6 @@ def _engine_key(planned: PlannedRun) -> tuple:
     return engine_settings_key(planned.config.engine, planned.config.load)
 
 
-def plan_path(history: History, sweep_id: str) -> Path:
-    if not _SWEEP_ID.match(sweep_id or ""):
-        raise HistoryError(f"'{sweep_id}' is not a sweep id; sweep ids hold letters, digits, '-', '_' and '.'.")
-    return history.root / SWEEPS_FOLDER / f"{sweep_id}.json"
-
-
-def save_plan(history: History, plan: SweepPlan) -> None:
-    path = plan_path(history, plan.sweep_id)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise HistoryError(f"Cannot save the sweep plan to {path}: {exc.strerror or exc}.") from exc
-
-
-def load_plan(history: History, sweep_id: str) -> SweepPlan:
-    path = plan_path(history, sweep_id)
-    if not path.exists():
-        raise HistoryError(f"There is no sweep {sweep_id} in {path.parent} (its plan file {path.name} is missing).")
-    try:
-        return SweepPlan.from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise HistoryError(f"The plan of sweep {sweep_id} ({path}) is unreadable ({exc}).") from exc
-
-
 def start_sweep(runner: Runner, plan: SweepPlan) -> SweepRun:
     """Check every point (one ConfigError naming each impossible one), save the plan, start the runs."""
     history = _history_of(runner)
@@ -213,26 +181,6 @@ def resume_sweep(runner: Runner, sweep_id: str) -> SweepRun:
     plan = load_plan(history, sweep_id)
     plan.check()
     return SweepRun(plan, runner, remaining(plan, history.load()))
-
-
-def past_sweeps(history: History, runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per sweep with a saved plan, newest first (sweep ids sort by start time): what it varied,
-    on which model and backend, and how many of its runs have finished. `runs` is `history.load()`."""
-    folder = history.root / SWEEPS_FOLDER
-    ids = sorted((path.stem for path in folder.glob("*.json")), reverse=True) if folder.is_dir() else []
-    rows = []
-    for sweep_id in ids:
-        try:
-            plan = load_plan(history, sweep_id)
-        except HistoryError:  # a broken plan file must not hide the other sweeps
-            continue
-        total = len(plan.points())
-        rows.append({"sweep_id": sweep_id, "varies": " × ".join(axis.name for axis in plan.axes),
-                     "values": "; ".join(", ".join(map(str, axis.values)) for axis in plan.axes),
-                     "repeats": plan.repeats, "model": plan.base.engine.model, "backend": plan.base.engine.backend,
-                     "finished": total - len(remaining(plan, runs)), "runs": total})
-    return pd.DataFrame(rows, columns=["sweep_id", "varies", "values", "repeats", "model", "backend", "finished",
-                                       "runs"])
 
 
 def _history_of(runner: Runner) -> History:

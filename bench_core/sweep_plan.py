@@ -1,14 +1,11 @@
-"""Knob sweeps: which settings vary, the runs that cover them, and what is left after a stop.
+"""A sweep's plan: which settings vary over which values, the runs that cover them, and parsing them.
 
 A sweep varies one setting, or two as a grid, over listed values and repeats every point K times;
 everything else comes from a base `RunConfig` (the Run sidebar or the CLI flags). Its runs go
-through the runner one at a time, ordered so that runs sharing engine settings follow each other
-and the engine is loaded once per distinct engine setting.
-
-How a history row ties back to its sweep (the runner writes both columns): `sweep_id`, and
-`sweep_repeat`, the 0-based repeat index. The point itself needs no column of its own: the history
-keeps every flat config key, so the swept settings are the row's own columns. The run's label
-repeats the point for a reader ("concurrency=4 · repeat 2/3") but is never parsed back.
+through the runner one at a time (sweep_driver), ordered so that runs sharing engine settings follow
+each other and the engine is loaded once per distinct engine setting. The run's label repeats the point
+for a reader ("concurrency=4 · repeat 2/3") but is never parsed back: sweep_store says how a history
+row ties back to its sweep.
 """
 
 from __future__ import annotations
@@ -24,7 +21,6 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 import numpy as np
-import pandas as pd
 
 from .config import (
     ENGINE_KNOBS,
@@ -40,12 +36,6 @@ from .engines import availability, engine_settings_key, validate_engine_config
 from .errors import ConfigError
 
 MAX_AXES = 2
-SWEEP_ID = "sweep_id"
-SWEEP_REPEAT = "sweep_repeat"
-FINISHED = "finished"
-# Derived per-run columns that the sweep views plot (see `with_sweep_metrics`).
-OUTPUT_THROUGHPUT_PER_USER = "output_throughput_per_user"
-SLO_ATTAINMENT = "slo_attainment"
 
 _PARTS = {"engine": EngineConfig, "dataset": DatasetConfig, "load": LoadConfig}
 _PART_OF = {f.name: part for part, cls in _PARTS.items() for f in dataclasses.fields(cls)}
@@ -133,6 +123,10 @@ class SweepPlan:
             config.label = f"{self.base.label} · {tag}" if self.base.label else tag
         return config
 
+    def values_of(self, config: RunConfig) -> dict[str, Any]:
+        """The values `config` has for the swept settings: the point it is at."""
+        return {axis.name: getattr(getattr(config, _PART_OF[axis.name]), axis.name) for axis in self.axes}
+
     def check(self) -> None:
         """Raise one ConfigError naming every impossible point and why, or the missing backend."""
         backend = self.base.engine.backend
@@ -213,34 +207,6 @@ def describe_point(values: dict[str, Any]) -> str:
     return ", ".join(f"{name}={_format(value)}" for name, value in values.items())
 
 
-def remaining(plan: SweepPlan, history_runs: pd.DataFrame) -> list[PlannedRun]:
-    """The plan's runs not yet done, in plan order. A run is done when the history has a finished
-    row with the plan's sweep id, the same repeat index and the point's values in its setting columns."""
-    needed = [SWEEP_ID, SWEEP_REPEAT, "status", *(axis.name for axis in plan.axes)]
-    done: set[tuple] = set()
-    if not history_runs.empty and all(column in history_runs for column in needed):
-        rows = history_runs[(history_runs[SWEEP_ID].astype(str) == plan.sweep_id)
-                            & (history_runs["status"].astype(str) == FINISHED)]
-        for _, row in rows.iterrows():
-            repeat = pd.to_numeric(row[SWEEP_REPEAT], errors="coerce")
-            if pd.notna(repeat):
-                done.add((_point_key(_point_of_row(plan, row)), int(repeat)))
-    return [run for run in plan.points() if (_point_key(run.values), run.repeat) not in done]
-
-
-def with_sweep_metrics(runs: pd.DataFrame) -> pd.DataFrame:
-    """History rows plus the per-run columns the sweep views plot beyond the stored metrics:
-    output tok/s per user (1000 / mean TPOT in ms: the decode speed one request sees) and SLO
-    attainment (good requests / all requests; NaN for runs without an SLO)."""
-    frame = runs.copy()
-    tpot_ms = pd.to_numeric(frame.get("mean_tpot_ms", pd.Series(np.nan, index=frame.index)), errors="coerce")
-    frame[OUTPUT_THROUGHPUT_PER_USER] = 1000.0 / tpot_ms.where(tpot_ms > 0)
-    good = pd.to_numeric(frame.get("good_requests", pd.Series(np.nan, index=frame.index)), errors="coerce")
-    total = pd.to_numeric(frame.get("total_requests", pd.Series(np.nan, index=frame.index)), errors="coerce")
-    frame[SLO_ATTAINMENT] = good / total.where(total > 0)
-    return frame
-
-
 def _parse_value(name: str, text: str) -> Any:
     """One value typed as the field `name` is; ConfigError naming the setting and what it takes."""
     text = text.strip()
@@ -278,17 +244,6 @@ def _parse_bool(text: str) -> bool:
     if lowered in _TRUE or lowered in _FALSE:
         return lowered in _TRUE
     raise ValueError(text)
-
-
-def _point_of_row(plan: SweepPlan, row: pd.Series) -> dict[str, Any]:
-    """A history row's values of the swept settings, typed back as RunConfig types them."""
-    flat = {axis.name: (None if pd.isna(row[axis.name]) else row[axis.name]) for axis in plan.axes}
-    config = RunConfig.from_flat_dict(flat)
-    return {axis.name: getattr(getattr(config, _PART_OF[axis.name]), axis.name) for axis in plan.axes}
-
-
-def _point_key(values: dict[str, Any]) -> tuple:
-    return tuple(sorted(values.items()))
 
 
 def _format(value: Any) -> str:

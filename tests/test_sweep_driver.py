@@ -10,8 +10,9 @@ from bench_core.config import RunConfig
 from bench_core.errors import ConfigError
 from bench_core.history import History
 from bench_core.runner import Runner
-from bench_core.sweep import SWEEP_REPEAT, SweepPlan, new_sweep_id, parse_sweep_arg, remaining
-from bench_core.sweep_runner import load_plan, past_sweeps, resume_sweep, start_sweep
+from bench_core.sweep_driver import resume_sweep, start_sweep
+from bench_core.sweep_plan import SweepPlan, new_sweep_id, parse_sweep_arg
+from bench_core.sweep_store import SWEEP_REPEAT, load_plan, past_sweeps, remaining
 
 SWEEP_TIMEOUT_S = 120
 

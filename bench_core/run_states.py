@@ -1,0 +1,18 @@
+"""The states of a benchmark run, a playground job and a sweep, defined once.
+
+A run goes queued -> loading -> running -> finished | partial | failed | cancelled (see runner.py); a
+playground job takes the same path without partial, and a sweep reports running, then finished, failed
+or cancelled. The values are the strings the history's `status` column has always held, so rows written
+before and after read alike.
+"""
+
+QUEUED = "queued"
+LOADING = "loading"
+RUNNING = "running"
+FINISHED = "finished"
+PARTIAL = "partial"  # ran to the end, but some requests failed
+FAILED = "failed"  # no request succeeded, or the run broke
+CANCELLED = "cancelled"
+
+STATES = (QUEUED, LOADING, RUNNING, FINISHED, PARTIAL, FAILED, CANCELLED)
+MEASURED = (FINISHED, PARTIAL)  # ran to the end with requests that succeeded: its numbers stand

@@ -1,0 +1,190 @@
+"""The History page's parts: the import section, the filters, the table of runs, downloads, delete with
+confirmation and the comparison of the selected runs (charts, distributions and the compare table).
+
+A table selection is a list of row positions, valid only for the exact rows on show; the table's key
+carries a digest of those rows, so filtering, importing or deleting starts a fresh selection instead
+of silently pointing at other runs.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import pandas as pd
+import streamlit as st
+
+from bench_core import charts, tables
+from bench_core.config import ENGINE_KNOBS
+from bench_core.errors import HistoryError
+from bench_core.history import History
+
+# Relative to the History page's URL: the Run page as app.py registers it (pages/run.py -> /run).
+RUN_PAGE_URL = "run"
+TABLE_COLUMNS = (
+    "run_id", "started_at", "status", "label", "backend", "model", "dataset", "dataset_name", "load_pattern",
+    "concurrency", "num_prompts", "completed", "output_throughput", "request_throughput", "mean_ttft_ms",
+    "p99_ttft_ms", "mean_itl_ms", "mean_e2e_latency_ms", "error", "source_file",
+)
+FILTERS = (("backend", "Backend"), ("model", "Model"), ("status", "Status"), ("dataset", "Dataset"))
+NOT_RECORDED = "(not recorded)"
+KNOB_COLUMNS = (
+    "concurrency", "num_prompts", "sharegpt_output_len", "random_input_len", "random_output_len",
+    *(knob.name for knob in ENGINE_KNOBS),
+)
+COLOUR_COLUMNS = ("backend", "model", "label", "load_pattern", "dataset", "status")
+COMPARED_METRICS = (
+    "output_throughput", "request_throughput", "input_throughput", "goodput_rps", "mean_ttft_ms", "p99_ttft_ms",
+    "mean_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2e_latency_ms", "p99_e2e_ms",
+    "completed", "failed", "incomplete", "duration",
+)
+
+
+def import_section(history: History) -> None:
+    """Upload then Import. After an import the uploader starts empty (a new key): LMDeploy's rows carry no
+    run id, so importing the same file twice would add them twice."""
+    if "import_notice" in st.session_state:
+        st.success(st.session_state.pop("import_notice"))
+    uploads = st.session_state.setdefault("import_uploads", 0)
+    with st.expander("Import a CSV (this app's history, or LMDeploy's profile_*.py output)"):
+        upload = st.file_uploader("CSV file", type=["csv"], key=f"import_file_{uploads}")
+        if st.button("Import", key="import_button", disabled=upload is None) and upload is not None:
+            try:
+                new_ids = history.import_csv(upload.getvalue(), upload.name)
+            except HistoryError as exc:
+                st.error(str(exc))
+            else:
+                st.session_state["import_notice"] = (
+                    f"Imported {len(new_ids)} run(s) from {upload.name}." if new_ids
+                    else f"Nothing new: every run in {upload.name} is already in the history.")
+                st.session_state["import_uploads"] = uploads + 1
+                st.rerun()
+
+
+def filtered(runs: pd.DataFrame) -> pd.DataFrame:
+    """The rows that pass the filter widgets (an empty filter lets everything through)."""
+    keep = pd.Series(True, index=runs.index)
+    columns = st.columns(len(FILTERS) + 1)
+    for column, (name, label) in zip(columns, FILTERS):
+        if name not in runs:
+            continue
+        values = runs[name].fillna("").astype(str)
+        chosen = column.multiselect(label, sorted(values.unique()), key=f"filter_{name}",
+                                    format_func=lambda value: value or NOT_RECORDED)
+        if chosen:
+            keep &= values.isin(chosen)
+    text = columns[-1].text_input("Label contains", key="filter_label")
+    if text and "label" in runs:
+        keep &= runs["label"].fillna("").astype(str).str.contains(text, case=False, regex=False)
+    return runs[keep]
+
+
+def runs_table(shown: pd.DataFrame) -> list[str]:
+    """The table of runs on show, with a link to each on the Run page; returns the selected run ids."""
+    view = shown[[name for name in TABLE_COLUMNS if name in shown]].reset_index(drop=True)
+    view.insert(1, "open", RUN_PAGE_URL + "?run=" + view["run_id"].astype(str))
+    config = {"open": st.column_config.LinkColumn("Run page", display_text="open")}
+    for name in view.columns[2:]:
+        config[name] = _title(name)
+    digest = zlib.crc32("\n".join(view["run_id"].astype(str)).encode())
+    event = st.dataframe(view, key=f"history_table_{digest:08x}", on_select="rerun", selection_mode="multi-row",
+                         hide_index=True, column_config=config)
+    rows = [row for row in event.selection.rows if row < len(view)]
+    return view["run_id"].iloc[rows].astype(str).tolist()
+
+
+def downloads(history: History, picked: list[str]) -> None:
+    left, right = st.columns(2)
+    left.download_button("Download the whole history (CSV)", history.to_csv_bytes(), file_name="history.csv",
+                         mime="text/csv", key="download_history", on_click="ignore")
+    if picked:
+        right.download_button(f"Download the {len(picked)} selected run(s) (CSV)", history.to_csv_bytes(picked),
+                              file_name="history-selection.csv", mime="text/csv", key="download_selection",
+                              on_click="ignore")
+
+
+def _ask_to_delete(run_ids: list[str]) -> None:
+    st.session_state["delete_pending"] = run_ids
+
+
+def _delete_pending(history: History) -> None:
+    run_ids = st.session_state.pop("delete_pending", [])
+    removed = history.delete(run_ids)
+    st.session_state["delete_notice"] = f"Deleted {removed} run(s): {', '.join(run_ids)}."
+
+
+def _keep_pending() -> None:
+    st.session_state.pop("delete_pending", None)
+
+
+def delete_section(history: History, picked: list[str]) -> None:
+    """Two steps: the button names the selected runs, then a confirmation lists them before anything goes."""
+    if "delete_notice" in st.session_state:
+        st.success(st.session_state.pop("delete_notice"))
+    pending = st.session_state.get("delete_pending")
+    if pending:
+        st.warning(f"Delete {len(pending)} run(s) for good: {', '.join(pending)}? Their history rows and "
+                   "folders go; every other run stays.")
+        yes, no = st.columns(2)
+        yes.button("Yes, delete them", key="delete_confirm", type="primary", on_click=_delete_pending, args=(history,))
+        no.button("No, keep them", key="delete_keep", on_click=_keep_pending)
+    elif picked:
+        st.button(f"Delete the {len(picked)} selected run(s)…", key="delete_ask", on_click=_ask_to_delete,
+                  args=(picked,))
+
+
+def _with_values(runs: pd.DataFrame, names) -> list[str]:
+    """The columns among `names` that hold a value for at least one of `runs` (history cells may be NaN or "")."""
+    return [name for name in names if name in runs and (runs[name].notna() & (runs[name].astype(str) != "")).any()]
+
+
+def _title(name: str) -> str:
+    return tables.describe_column(name).title
+
+
+def _index_of(options: list[str], preferred: str) -> int:
+    return options.index(preferred) if preferred in options else 0
+
+
+def comparison(history: History, chosen: pd.DataFrame) -> None:
+    st.subheader(f"Compare {len(chosen)} runs")
+    metrics = [name for name in _with_values(chosen, chosen.columns)
+               if tables.describe_column(name).larger_is_better is not None]
+    knobs = _with_values(chosen, KNOB_COLUMNS)
+    if not metrics or not knobs:
+        st.info("These runs have no metric or setting in common to chart.")
+    else:
+        x_col, y_col, latency_col, colour_col = st.columns(4)
+        knob = x_col.selectbox("Setting across", knobs, key="compare_knob", format_func=_title)
+        metric = y_col.selectbox("Metric up", metrics, key="compare_metric", format_func=_title,
+                                 index=_index_of(metrics, "output_throughput"))
+        # LMDeploy's CSVs carry means only: a mean latency puts imported runs on the chart too.
+        latencies = [name for name in metrics if name.endswith("_ms")]
+        latency = latency_col.selectbox("Latency against throughput", latencies, key="compare_latency",
+                                        format_func=_title, index=_index_of(latencies, "p99_ttft_ms"))
+        colour = colour_col.selectbox("Colour by", COLOUR_COLUMNS, key="compare_colour")
+        left, right = st.columns(2)
+        left.plotly_chart(charts.metric_vs_knob(chosen, knob, metric, color=colour), key="chart_metric_vs_knob")
+        right.plotly_chart(charts.latency_vs_throughput(chosen, latency=latency, color=colour),
+                           key="chart_latency_vs_throughput")
+    distributions(history, chosen)
+    shown = [name for name in COMPARED_METRICS if name in chosen]
+    st.dataframe(tables.style_comparison(tables.compare_runs(chosen, shown), tables.compare_marks(chosen, shown)),
+                 key="compare_table")
+    st.caption("Green: the best of these runs on that metric; red: the worst.")
+
+
+def distributions(history: History, chosen: pd.DataFrame) -> None:
+    """TTFT and ITL CDFs of the runs that kept their per-request table (imported LMDeploy rows did not)."""
+    request_tables, missing = {}, []
+    for name, run_id in zip(tables.run_names(chosen), chosen["run_id"].astype(str)):
+        try:
+            request_tables[name] = history.requests(run_id)
+        except HistoryError:
+            missing.append(name)
+    if missing:
+        st.caption(f"No per-request data for {', '.join(missing)} (imported LMDeploy rows keep only their "
+                   "summary; a run that failed before measuring has none), so they are not in the distributions.")
+    if request_tables:
+        left, right = st.columns(2)
+        left.plotly_chart(charts.cdf_overlay(request_tables, "ttft"), key="chart_cdf_ttft")
+        right.plotly_chart(charts.cdf_overlay(request_tables, "itl"), key="chart_cdf_itl")

@@ -1,0 +1,107 @@
+"""The shape of sweeps, run states and pages: each duty in one module, each state spelled once, thin pages.
+
+These read the source (imports, module-level names, comparisons), so a regression is caught where it is made.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from bench_core import run_states
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = sorted((ROOT / "pages").glob("*.py"))
+DASHBOARD = sorted((ROOT / "dashboard").glob("*.py"))
+SWEEP_MODULES = ("sweep_plan", "sweep_driver", "sweep_results", "sweep_store")
+# The files whose run states come from run_states. The CLI files join once they are a package; metrics.py's
+# request statuses ("failed", "cancelled" requests) are their own vocabulary.
+STATE_USERS = [ROOT / "bench_core" / f"{name}.py" for name in ("runner", *SWEEP_MODULES)] + DASHBOARD + PAGES
+PAGE_MAX_LINES = 60
+# What a page may import: the dashboard's modules, streamlit, the standard library, and the error a page catches.
+PAGE_IMPORTS = ("dashboard", "streamlit", "functools", "bench_core.errors")
+
+
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Absolute module names a file imports (relative imports resolved within bench_core)."""
+    names = set()
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            names.add(("bench_core." if node.level else "") + (node.module or ""))
+    return names
+
+
+def _state_literals(node: ast.AST) -> list[str]:
+    """The states `node` spells out: a string constant, or a tuple, list or set of them ("failed" as a key of
+    a summary, `summary["failed"]`, is a request count, not a state)."""
+    parts = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return [part.value for part in parts if isinstance(part, ast.Constant) and part.value in run_states.STATES]
+
+
+def test_the_states_keep_the_strings_the_history_has_always_held():
+    assert run_states.STATES == ("queued", "loading", "running", "finished", "partial", "failed", "cancelled")
+    assert run_states.MEASURED == (run_states.FINISHED, run_states.PARTIAL)
+
+
+def _only_states(node: ast.AST) -> bool:
+    """A state, or states only (`QUEUED, LOADING = "queued", "loading"`); a list of metric keys that holds
+    "failed" among others is not a declaration of states."""
+    parts = node.elts if isinstance(node, ast.Tuple) else [node]
+    return len(_state_literals(node)) == len(parts)
+
+
+@pytest.mark.parametrize("path", STATE_USERS, ids=lambda path: str(path.relative_to(ROOT)))
+def test_run_states_are_named_not_spelled(path):
+    """No module declares its own state constant, and no comparison spells a state out."""
+    declared = [target.id for node in _tree(path).body if isinstance(node, ast.Assign) and _only_states(node.value)
+                for target in ast.walk(node) if isinstance(target, ast.Name) and isinstance(target.ctx, ast.Store)]
+    compared = [literal for node in ast.walk(_tree(path)) if isinstance(node, ast.Compare)
+                for side in (node.left, *node.comparators) for literal in _state_literals(side)]
+    assert (declared, compared) == ([], [])
+
+
+def test_the_runner_and_the_sweep_driver_share_the_states_module():
+    for name in ("runner", "sweep_driver"):
+        assert "bench_core.run_states" in _imported_modules(ROOT / "bench_core" / f"{name}.py"), name
+
+
+def test_each_sweep_duty_imports_only_what_it_needs():
+    """The plan knows no history and no runner; the store and the results run nothing; only the driver runs."""
+    imports = {name: _imported_modules(ROOT / "bench_core" / f"{name}.py") for name in SWEEP_MODULES}
+    assert not imports["sweep_plan"] & {"pandas", "bench_core.history", "bench_core.runner",
+                                        *(f"bench_core.{name}" for name in SWEEP_MODULES)}
+    for name in ("sweep_store", "sweep_results"):
+        assert not imports[name] & {"bench_core.runner", "bench_core.sweep_driver"}, name
+    assert "bench_core.history" not in imports["sweep_results"]  # pure: rows in, statistics out
+    assert not (ROOT / "bench_core" / "sweep.py").exists() and not (ROOT / "bench_core" / "sweep_runner.py").exists()
+
+
+@pytest.mark.parametrize("path", PAGES, ids=lambda path: path.name)
+def test_a_page_is_a_short_script_over_dashboard_modules(path):
+    assert len(path.read_text(encoding="utf-8").splitlines()) <= PAGE_MAX_LINES
+    foreign = {name for name in _imported_modules(path)
+               if not any(name == allowed or name.startswith(allowed + ".") for allowed in PAGE_IMPORTS)}
+    assert foreign == set()
+
+
+def test_process_wide_objects_live_in_the_state_module_only():
+    holders = {path.name for path in [*DASHBOARD, *PAGES]
+               for node in ast.walk(_tree(path)) if isinstance(node, ast.Attribute) and node.attr == "cache_resource"}
+    assert holders == {"state.py"}
+
+
+def test_the_playground_draws_the_sidebars_model_picker():
+    """No second list of models or second 'other model' input: the Playground calls the sidebar's picker."""
+    view = ROOT / "dashboard" / "playground_view.py"
+    assert "bench_core.models" not in _imported_modules(view)
+    calls = [node.func.attr for node in ast.walk(_tree(view))
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)]
+    assert "model_picker" in calls
