@@ -38,6 +38,7 @@ from .engines.base import EngineInfo
 from .errors import HistoryError
 from .history_import import HISTORY_SOURCE, NUMBER_COLUMNS, SAVE_CSV_COLUMNS, check_numbers, is_number, parse_import
 from .redact import redact
+from .run_states import CANCELLED, FAILED, FINISHED, PARTIAL
 
 RESULTS_ENV = "BENCH_STUDIO_RESULTS"
 IMPORTED = "imported"
@@ -321,10 +322,10 @@ def _started_at(run_id: str) -> str:
 def _recovered_status(summary: dict[str, Any]) -> str:
     """A recovered run's status from its request counts, as the runner would have judged them."""
     if summary["cancelled"] or summary["unfinished"]:
-        return "cancelled"
+        return CANCELLED
     if not summary["completed"]:
-        return "failed"
-    return "partial" if summary["failed"] or summary["incomplete"] else "finished"
+        return FAILED
+    return PARTIAL if summary["failed"] or summary["incomplete"] else FINISHED
 
 
 def _engine_columns(info: EngineInfo | None) -> dict[str, Any]:

@@ -18,7 +18,8 @@ DASHBOARD = sorted((ROOT / "dashboard").glob("*.py"))
 SWEEP_MODULES = ("sweep_plan", "sweep_driver", "sweep_results", "sweep_store")
 # The files whose run states come from run_states. The CLI files join once they are a package; metrics.py's
 # request statuses ("failed", "cancelled" requests) are their own vocabulary.
-STATE_USERS = [ROOT / "bench_core" / f"{name}.py" for name in ("runner", *SWEEP_MODULES)] + DASHBOARD + PAGES
+STATE_USERS = ([ROOT / "bench_core" / f"{name}.py" for name in ("runner", "history", *SWEEP_MODULES)]
+               + sorted((ROOT / "bench_core" / "cli").glob("*.py")) + DASHBOARD + PAGES)
 PAGE_MAX_LINES = 60
 # What a page may import: the dashboard's modules, streamlit, the standard library, and the error a page catches.
 PAGE_IMPORTS = ("dashboard", "streamlit", "functools", "bench_core.errors")

@@ -138,7 +138,7 @@ def run_config(args: argparse.Namespace, engine: EngineConfig, dataset: DatasetC
 
 def progress_line(run) -> str:
     from ..live_snapshot import describe_time_left
-    from ..runner import RUNNING
+    from ..run_states import RUNNING
 
     snap = run.snapshot()
     if run.state != RUNNING or snap is None:
@@ -159,7 +159,7 @@ def wait_with_progress(job, describe=None) -> bool:
             if show:
                 print(f"\r{describe()[:PROGRESS_WIDTH]:<{PROGRESS_WIDTH}}", end="", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
-        from ..runner import LOADING
+        from ..run_states import LOADING
 
         job.cancel()
         if not job.wait(CANCEL_GRACE_S) and getattr(job, "state", None) != LOADING:
@@ -216,7 +216,7 @@ def report_unmeasured(run) -> int | None:
     print why and return the exit code (2 when the user's input was at fault)."""
     for warning in run.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    from ..runner import FAILED
+    from ..run_states import FAILED
 
     if run.profiler is not None:
         return None
@@ -245,7 +245,7 @@ def report_saved(run, history) -> None:
 def report_outcome(run, completed: bool, csv_saved: bool = True) -> int:
     """Say on stderr why a measured run failed or is partial; its exit code (see EXIT_CODES_HELP).
     A run that was not saved, in its history or in the CSV (`csv_saved`), has failed."""
-    from ..runner import CANCELLED, FAILED, PARTIAL
+    from ..run_states import CANCELLED, FAILED, PARTIAL
 
     if not completed or run.state == CANCELLED:
         return EXIT_INTERRUPTED
@@ -262,7 +262,7 @@ def report_outcome(run, completed: bool, csv_saved: bool = True) -> int:
 def sweep_outcome(completed: bool, state: str, saved: bool) -> int:
     """A sweep's exit code (see SWEEP_EXIT_CODES_HELP): from whether its wait ended without Ctrl-C, its state and
     whether every run was saved."""
-    from ..runner import CANCELLED, FINISHED
+    from ..run_states import CANCELLED, FINISHED
 
     if not completed or state == CANCELLED:
         return EXIT_INTERRUPTED
@@ -275,7 +275,8 @@ def run_each(history, configs: Iterable[RunConfig], csv_path: str,
     prints its result and returns what appends its row to the CSV at `csv_path`, when it has one), recorded in
     the history and reported. The exit code: the first run that measured nothing or was interrupted ends the
     command with its own; else the worst of the runs' codes, failed before partial."""
-    from ..runner import MEASURED, Runner
+    from ..run_states import MEASURED
+    from ..runner import Runner
 
     runner = Runner(history)
     status, run = EXIT_OK, None

@@ -16,8 +16,8 @@ import sys
 import pandas as pd
 
 from ..errors import ConfigError
-from ..runner import FINISHED
-from ..sweep import SWEEPABLE, SweepPlan, describe_point, new_sweep_id, parse_sweep_arg
+from ..run_states import FINISHED
+from ..sweep_plan import SWEEPABLE, SweepPlan, describe_point, new_sweep_id, parse_sweep_arg
 from ..sweep_results import mean_with_interval, point_statistics, sweep_runs
 from ..tables import describe_column
 from .common import (
@@ -66,7 +66,7 @@ class SweepCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         from ..runner import Runner
-        from ..sweep_runner import resume_sweep, start_sweep
+        from ..sweep_driver import resume_sweep, start_sweep
 
         if args.resume and args.engine_command:
             raise ConfigError("Give --resume SWEEP_ID on its own: a resumed sweep keeps the settings it was started with.")
