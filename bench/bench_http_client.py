@@ -7,7 +7,7 @@ as it can (pre-encoded, vLLM-shaped chunks ending with a usage chunk and [DONE])
 not the server, set the pace. Two clients read the same load, alternating which goes first, best of `--rounds` after one
 unmeasured round each:
 
-  - ours: `bench_core.openai_client.run_requests`, events drained from its queue by this thread,
+  - ours: `bench_core.engines.openai_client.run_requests`, events drained from its queue by this thread,
     as `Engine.stream()` will drain them;
   - vLLM-style: written here the way vLLM's bench client works (one pooled aiohttp session, a
     semaphore, `iter_any`, a str buffer split on blank lines, one `json.loads` and one
@@ -37,7 +37,7 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench_core.datasets import SampledRequest  # noqa: E402
-from bench_core.openai_client import ServerSpec, run_requests  # noqa: E402
+from bench_core.engines.openai_client import ServerSpec, run_requests  # noqa: E402
 
 MODEL = "bench-model"
 

@@ -3,7 +3,7 @@
 One `RunConfig` travels from the sidebar or the CLI flags to the runner and into the history. The
 engine knobs are described once, in `ENGINE_KNOBS`, with LMDeploy's names, defaults and CLI groups;
 the CLI builds its flags and the dashboard its widgets from that table. Generic checks live here;
-the backend-specific rules (LMDeploy's) live with the engines (`engines.validate_engine_config`).
+the backend-specific rules (LMDeploy's) live with the engines, and `engines.check_run_config` runs both.
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
-
-from .errors import ConfigError
 
 LMDEPLOY_BACKENDS = ("turbomind", "pytorch")
 IN_PROCESS_BACKENDS = ("turbomind", "pytorch", "transformers")
@@ -86,7 +84,7 @@ class DatasetConfig:
 
 @dataclass
 class LoadConfig:
-    """How requests are offered to the engine (see DESIGN.md, timing semantics)."""
+    """How requests are offered to the engine (see README, "What is measured": timing semantics)."""
 
     load_pattern: str = "batch"
     concurrency: int = 256
@@ -424,20 +422,6 @@ def generation_problems(generation: GenerationSettings) -> list[str]:
     if generation.do_sample and generation.top_p == 0:
         problems.append("Sampling needs a top_p above 0 (turn sampling off for greedy decoding).")
     return problems
-
-
-def check_run_config(config: RunConfig) -> None:
-    """Raise one ConfigError carrying every problem, generic and backend-specific."""
-    from .engines import availability, validate_engine_config
-
-    problems = validate_run_config(config)
-    if not problems:
-        problems = validate_engine_config(config.engine, config.load)
-    if not problems:
-        reason = availability(config.engine.backend)
-        problems = [reason] if reason else []
-    if problems:
-        raise ConfigError(" ".join(problems))
 
 
 def lmdeploy_hyperparams(config: RunConfig) -> list[tuple[str, Any]]:

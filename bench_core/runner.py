@@ -26,9 +26,9 @@ from datetime import datetime
 from pathlib import Path
 
 from . import context_window, metrics
-from .config import EngineConfig, GenerationSettings, LoadConfig, RunConfig, check_run_config, lmdeploy_hyperparams
+from .config import EngineConfig, GenerationSettings, LoadConfig, RunConfig, lmdeploy_hyperparams
 from .datasets import Sample, sample_requests
-from .engines import Engine, EngineInfo, engine_settings_key, load_engine, tokenizer_from_engine
+from .engines import Engine, EngineInfo, check_run_config, engine_settings_key, load_engine, tokenizer_from_engine
 from .engines.base import NOT_SENT, RUN_ENDED
 from .environment import collect_environment
 from .errors import BenchError
@@ -270,7 +270,7 @@ class Runner:
             self._prepare(run)
             if not run.cancel_event.is_set():
                 run.phase = "warming up"
-                self._engine.warmup(run.sample.requests, run.config.generation, run.cancel_event)
+                self._engine.warmup(run.sample.requests, run.config.generation, run.config.load, run.cancel_event)
         finally:
             run.load_seconds = time.perf_counter() - started
         if run.cancel_event.is_set():
@@ -348,14 +348,7 @@ class Runner:
                 session.tick(0)
         # A request rate draws its arrivals as profile_restful_api.py does, after sampling (only servers take one).
         arrivals = {"arrival_seed": run.sample.arrival_rng} if config.load.load_pattern == "request_rate" else {}
-        events = self._engine.stream(
-            requests,
-            config.generation,
-            max_in_flight=config.load.concurrency,
-            stream_output=config.load.stream_output,
-            cancel=run.cancel_event,
-            **arrivals,
-        )
+        events = self._engine.stream(requests, config.generation, config.load, run.cancel_event, **arrivals)
         try:
             for event in events:
                 session = sessions[event.index]

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from bench_core.config import RunConfig, check_run_config
+from bench_core.config import RunConfig
+from bench_core.engines import check_run_config
 from bench_core.errors import BenchError
 from bench_core.run_states import QUEUED
 from bench_core.runner import Run, Runner

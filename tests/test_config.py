@@ -2,7 +2,8 @@
 
 import pytest
 
-from bench_core.config import EngineConfig, RunConfig, check_run_config, validate_run_config
+from bench_core.config import EngineConfig, RunConfig, validate_run_config
+from bench_core.engines import check_run_config
 from bench_core.errors import ConfigError
 
 

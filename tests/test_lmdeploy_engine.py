@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench_core.config import EngineConfig, GenerationSettings, LoadConfig
+from bench_core.config import SPECULATIVE, EngineConfig, GenerationSettings, LoadConfig, knobs_for
 from bench_core.datasets import SampledRequest
 from bench_core.engines import lmdeploy_engine as lmd
 from bench_core.engines.base import EngineInfo
@@ -46,8 +46,8 @@ def no_gpu_facts(monkeypatch):
 
 
 def test_default_knobs_are_valid_for_both_backends(no_gpu_facts):
-    assert lmd.validate(turbomind(), LoadConfig()) == []
-    assert lmd.validate(pytorch(), LoadConfig()) == []
+    assert lmd.LMDeployBackend.validate(turbomind(), LoadConfig()) == []
+    assert lmd.LMDeployBackend.validate(pytorch(), LoadConfig()) == []
 
 
 @pytest.mark.parametrize(
@@ -73,42 +73,42 @@ def test_default_knobs_are_valid_for_both_backends(no_gpu_facts):
     ],
 )
 def test_each_problem_is_one_sentence_naming_its_flag(no_gpu_facts, engine, flag):
-    problems = lmd.validate(engine, LoadConfig())
+    problems = lmd.LMDeployBackend.validate(engine, LoadConfig())
     assert len(problems) == 1
     assert flag in problems[0] and problems[0].endswith(".")
 
 
 def test_zero_concurrency_is_rejected_as_the_max_batch_size(no_gpu_facts):
-    [problem] = lmd.validate(turbomind(), LoadConfig(concurrency=0))
+    [problem] = lmd.LMDeployBackend.validate(turbomind(), LoadConfig(concurrency=0))
     assert "max_batch_size" in problem
 
 
 def test_mtp_methods_need_no_draft_model_but_eagle_does(no_gpu_facts):
-    assert lmd.validate(pytorch(speculative_algorithm="deepseek_mtp"), LoadConfig()) == []
-    assert lmd.validate(pytorch(speculative_algorithm="eagle", speculative_draft_model="/d"), LoadConfig()) == []
-    assert lmd.validate(pytorch(speculative_algorithm="eagle"), LoadConfig()) != []
+    assert lmd.LMDeployBackend.validate(pytorch(speculative_algorithm="deepseek_mtp"), LoadConfig()) == []
+    assert lmd.LMDeployBackend.validate(pytorch(speculative_algorithm="eagle", speculative_draft_model="/d"), LoadConfig()) == []
+    assert lmd.LMDeployBackend.validate(pytorch(speculative_algorithm="eagle"), LoadConfig()) != []
 
 
 def test_a_draft_model_without_a_method_is_reported(no_gpu_facts):
-    assert lmd.validate(pytorch(speculative_draft_model="/draft"), LoadConfig()) != []
+    assert lmd.LMDeployBackend.validate(pytorch(speculative_draft_model="/draft"), LoadConfig()) != []
 
 
 def test_turbomind_block_length_follows_the_compute_capability_when_a_gpu_is_visible(monkeypatch):
     monkeypatch.setattr(lmd, "_gpu_facts", lambda: (2, 8.0))
-    assert lmd.validate(turbomind(cache_block_seq_len=96), LoadConfig()) == []
+    assert lmd.LMDeployBackend.validate(turbomind(cache_block_seq_len=96), LoadConfig()) == []
     monkeypatch.setattr(lmd, "_gpu_facts", lambda: (2, 7.5))
-    assert lmd.validate(turbomind(cache_block_seq_len=96), LoadConfig()) != []
+    assert lmd.LMDeployBackend.validate(turbomind(cache_block_seq_len=96), LoadConfig()) != []
 
 
 def test_tensor_parallelism_cannot_exceed_the_visible_gpus(monkeypatch):
     monkeypatch.setattr(lmd, "_gpu_facts", lambda: (2, 9.0))
-    assert lmd.validate(turbomind(tp=2), LoadConfig()) == []
-    [problem] = lmd.validate(turbomind(tp=4), LoadConfig())
+    assert lmd.LMDeployBackend.validate(turbomind(tp=2), LoadConfig()) == []
+    [problem] = lmd.LMDeployBackend.validate(turbomind(tp=4), LoadConfig())
     assert "2 are visible" in problem
 
 
 def test_both_load_patterns_are_accepted(no_gpu_facts):
-    assert lmd.validate(turbomind(), LoadConfig(load_pattern="concurrency")) == []
+    assert lmd.LMDeployBackend.validate(turbomind(), LoadConfig(load_pattern="concurrency")) == []
 
 
 # ---- the configs LMDeploy receives --------------------------------------------------------------
@@ -160,7 +160,7 @@ def _lmdeploy_accepts(engine: EngineConfig, load: LoadConfig) -> bool:
 @pytest.mark.parametrize("engine, concurrency, ours, theirs, why", VALIDATION_CASES)
 def test_lmdeploy_accepts_whatever_validate_accepts(no_gpu_facts, engine, concurrency, ours, theirs, why):
     load = LoadConfig(concurrency=concurrency)
-    assert (lmd.validate(engine, load) == []) is ours
+    assert (lmd.LMDeployBackend.validate(engine, load) == []) is ours
     assert _lmdeploy_accepts(engine, load) is theirs
     assert ours <= theirs  # never accept what LMDeploy rejects; stricter only for a stated reason
     assert ours == theirs or why
@@ -208,6 +208,14 @@ def test_pytorch_config_is_what_profile_pipeline_api_builds_at_the_default_quant
         assert getattr(ours, f.name) == getattr(expected, f.name), f.name
 
 
+@pytest.mark.parametrize("backend", ["turbomind", "pytorch"])
+def test_every_engine_knob_has_its_one_row_in_the_engine_config_table(backend):
+    column = lmd.ENGINE_CONFIG_COLUMNS.index(backend)
+    in_table = {knob for knob, fields in lmd.ENGINE_CONFIG_FIELDS.items() if fields[column]}
+    speculative = {knob.name for knob in knobs_for(backend) if knob.group == SPECULATIVE}  # their own config
+    assert in_table == {knob.name for knob in knobs_for(backend)} - speculative
+
+
 @needs_lmdeploy
 def test_pytorch_engine_also_gets_the_kv_cache_quant_policy():
     assert lmd.build_engine_config(pytorch(quant_policy=8), LoadConfig()).quant_policy == 8
@@ -245,15 +253,15 @@ def test_out_of_range_sampling_settings_are_a_config_error():
 
 
 def test_settings_key_changes_with_every_engine_input_but_not_with_other_backends_knobs():
-    base = lmd.settings_key(turbomind(), LoadConfig())
-    assert lmd.settings_key(turbomind(), LoadConfig()) == base
-    assert lmd.settings_key(turbomind(), LoadConfig(concurrency=8)) != base
-    assert lmd.settings_key(turbomind(), LoadConfig(load_pattern="concurrency")) != base
-    assert lmd.settings_key(turbomind(quant_policy=8), LoadConfig()) != base
-    assert lmd.settings_key(turbomind(speculative_num_draft_tokens=2), LoadConfig()) != base
-    assert lmd.settings_key(turbomind(log_level="ERROR"), LoadConfig()) != base
-    assert lmd.settings_key(turbomind(dtype="bfloat16", device="ascend"), LoadConfig()) == base
-    assert lmd.settings_key(turbomind(), LoadConfig(stream_output=True)) == base
+    base = lmd.LMDeployBackend.settings_key(turbomind(), LoadConfig())
+    assert lmd.LMDeployBackend.settings_key(turbomind(), LoadConfig()) == base
+    assert lmd.LMDeployBackend.settings_key(turbomind(), LoadConfig(concurrency=8)) != base
+    assert lmd.LMDeployBackend.settings_key(turbomind(), LoadConfig(load_pattern="concurrency")) != base
+    assert lmd.LMDeployBackend.settings_key(turbomind(quant_policy=8), LoadConfig()) != base
+    assert lmd.LMDeployBackend.settings_key(turbomind(speculative_num_draft_tokens=2), LoadConfig()) != base
+    assert lmd.LMDeployBackend.settings_key(turbomind(log_level="ERROR"), LoadConfig()) != base
+    assert lmd.LMDeployBackend.settings_key(turbomind(dtype="bfloat16", device="ascend"), LoadConfig()) == base
+    assert lmd.LMDeployBackend.settings_key(turbomind(), LoadConfig(stream_output=True)) == base
 
 
 # ---- availability and the silent TurboMind fallback -------------------------------------------
@@ -264,9 +272,9 @@ def test_without_a_gpu_the_backends_say_so():
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA GPU")
-    lmd.availability.cache_clear()
+    lmd.LMDeployBackend.availability.cache_clear()
     for backend in ("turbomind", "pytorch"):
-        message = lmd.availability(backend) or ""
+        message = lmd.LMDeployBackend.availability(backend) or ""
         assert "NVIDIA GPU" in message and backend in message
 
 
@@ -275,11 +283,11 @@ def test_without_lmdeploy_the_message_points_to_the_gpu_requirements(monkeypatch
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "lmdeploy" else real_find_spec(name, *a)
     )
-    lmd.availability.cache_clear()
+    lmd.LMDeployBackend.availability.cache_clear()
     try:
-        assert "requirements-gpu.txt" in lmd.availability("turbomind")
+        assert "requirements-gpu.txt" in lmd.LMDeployBackend.availability("turbomind")
     finally:
-        lmd.availability.cache_clear()
+        lmd.LMDeployBackend.availability.cache_clear()
 
 
 @needs_lmdeploy
@@ -392,17 +400,17 @@ class StandInPipelineForNoGPU:
         self._loop_thread.join(timeout=5)
 
 
-def _engine(load_pattern="batch", max_batch_size=4, token_delay_s=0.0):
+def _engine(max_batch_size=4, token_delay_s=0.0):
     from lmdeploy.messages import TurbomindEngineConfig
 
     pipe = StandInPipelineForNoGPU(TurbomindEngineConfig(max_batch_size=max_batch_size), token_delay_s)
     info = EngineInfo("turbomind", "m", "/m", "auto", "stand-in")
-    return lmd.LMDeployEngine(pipe, tokenizer=None, info=info, max_batch_size=max_batch_size,
-                              load_pattern=load_pattern), pipe
+    return lmd.LMDeployEngine(pipe, tokenizer=None, info=info, max_batch_size=max_batch_size), pipe
 
 
-def _run(engine, requests, stream_output, max_in_flight=4, cancel=None):
-    events = list(engine.stream(requests, GenerationSettings(), max_in_flight, stream_output, cancel or threading.Event()))
+def _run(engine, requests, stream_output, concurrency=4, load_pattern="batch", cancel=None):
+    load = LoadConfig(load_pattern=load_pattern, concurrency=concurrency, stream_output=stream_output)
+    events = list(engine.stream(requests, GenerationSettings(), load, cancel or threading.Event()))
     engine.close()
     return events
 
@@ -458,9 +466,9 @@ def test_a_request_lmdeploy_rejects_finishes_with_error_and_its_message():
 @needs_lmdeploy
 @pytest.mark.parametrize("stream_output", [True, False])
 def test_concurrency_workers_admit_a_request_only_when_a_slot_frees(stream_output):
-    engine, pipe = _engine(load_pattern="concurrency", token_delay_s=0.002)
+    engine, pipe = _engine(token_delay_s=0.002)
     requests = [SampledRequest(f"p{i}", 4, 5) for i in range(6)]
-    events = _run(engine, requests, stream_output, max_in_flight=2)
+    events = _run(engine, requests, stream_output, concurrency=2, load_pattern="concurrency")
     in_flight, peak = 0, 0
     for event in events:
         in_flight += {"admit": 1, "finish": -1}.get(event.kind, 0)
@@ -476,11 +484,12 @@ def test_concurrency_workers_admit_a_request_only_when_a_slot_frees(stream_outpu
 @needs_lmdeploy
 @pytest.mark.parametrize("load_pattern", ["batch", "concurrency"])
 def test_cancel_aborts_running_and_queued_requests_within_a_second(load_pattern):
-    engine, _ = _engine(load_pattern=load_pattern, token_delay_s=0.005)
+    engine, _ = _engine(token_delay_s=0.005)
     requests = [SampledRequest(f"p{i}", 4, 10_000) for i in range(12)]
     cancel = threading.Event()
     events, cancelled_at = [], None
-    for event in engine.stream(requests, GenerationSettings(), 2, True, cancel):
+    load = LoadConfig(load_pattern=load_pattern, concurrency=2, stream_output=True)
+    for event in engine.stream(requests, GenerationSettings(), load, cancel):
         events.append(event)
         if event.kind == "tokens" and event.n_tokens == 3 and cancelled_at is None:
             cancel.set()
@@ -494,8 +503,20 @@ def test_cancel_aborts_running_and_queued_requests_within_a_second(load_pattern)
 
 
 @needs_lmdeploy
+def test_one_built_pipeline_runs_whichever_load_pattern_stream_is_given():
+    engine, pipe = _engine()
+    batch = LoadConfig(load_pattern="batch", concurrency=2, stream_output=True)
+    list(engine.stream(REQUESTS, GenerationSettings(), batch, threading.Event()))
+    assert len(pipe.calls) == 1  # every prompt in one call
+    list(engine.stream(REQUESTS, GenerationSettings(), dataclasses.replace(batch, load_pattern="concurrency"),
+                       threading.Event()))
+    engine.close()
+    assert [len(call["prompts"]) for call in pipe.calls[1:]] == [1] * len(REQUESTS)  # a worker's call per prompt
+
+
+@needs_lmdeploy
 def test_more_in_flight_than_the_engine_was_built_for_is_refused():
     engine, _ = _engine(max_batch_size=2)
     with pytest.raises(ValueError):
-        engine.stream(REQUESTS, GenerationSettings(), 4, True, threading.Event())
+        engine.stream(REQUESTS, GenerationSettings(), LoadConfig(concurrency=4, stream_output=True), threading.Event())
     engine.close()

@@ -16,7 +16,7 @@ from bench_core.arrivals import achieved_rate
 from bench_core.datasets import SampledRequest
 from bench_core.engines.base import RUN_ENDED
 from bench_core.errors import ConfigError
-from bench_core.openai_client import (
+from bench_core.engines.openai_client import (
     ServerError,
     ServerSpec,
     api_root,
@@ -26,7 +26,7 @@ from bench_core.openai_client import (
     retokenize,
     run_requests,
 )
-from bench_core.openai_stream import SSEMessage, SSEParser, StreamReader
+from bench_core.engines.openai_stream import SSEMessage, SSEParser, StreamReader
 
 STREAM = (
     b": keep-alive ping\r\n\r\n"

@@ -10,7 +10,8 @@ from openai_server import free_port, misbehaving_server, transformers_server  # 
 
 from bench_core import runner as runner_module
 from bench_core.arrivals import achieved_rate
-from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig, check_run_config
+from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
+from bench_core.engines import check_run_config
 from bench_core.datasets import Sample, SampledRequest
 from bench_core.errors import ConfigError
 from bench_core.history import History

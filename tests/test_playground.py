@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench_core.config import EngineConfig, GenerationSettings, LoadConfig
+from bench_core.config import EngineConfig, GenerationSettings
 from bench_core.engines import transformers_engine
 from bench_core.errors import ConfigError, DatasetError
 from bench_core.history import History
@@ -118,8 +118,7 @@ CONVERSATIONS = [user("Hello there"), [{"role": "system", "content": "Be brief"}
 
 @pytest.fixture(scope="module", params=[True, False], ids=["continuous-batching", "generate"])
 def engine(request, tiny_model_path):
-    engine = transformers_engine.load(EngineConfig(model=tiny_model_path), LoadConfig(),
-                                      continuous_batching=request.param)
+    engine = transformers_engine.TransformersEngine(EngineConfig(model=tiny_model_path), continuous_batching=request.param)
     yield engine
     engine.close()
 
@@ -163,8 +162,8 @@ def test_complete_stops_at_eos_even_when_asked_to_ignore_it(tiny_model_path, tmp
         (folder / name).write_text(json.dumps(config))
 
     for continuous_batching in (True, False):
-        eos_engine = transformers_engine.load(EngineConfig(model=str(folder), dtype="float32"), LoadConfig(),
-                                              continuous_batching=continuous_batching)
+        eos_engine = transformers_engine.TransformersEngine(EngineConfig(model=str(folder), dtype="float32"),
+                                                            continuous_batching=continuous_batching)
         (result,) = complete(eos_engine, [CONVERSATIONS[0]], max_new_tokens=10,
                              generation=GenerationSettings(ignore_eos=True))
         assert (result.output_tokens, result.finish_reason) == (1, "stop")

@@ -22,7 +22,7 @@ from bench_core.cli import main
 from bench_core.config import DatasetConfig
 from bench_core.datasets import sample_requests
 from bench_core.history import History
-from bench_core.openai_client import ServerSpec, build_payload
+from bench_core.engines.openai_client import ServerSpec, build_payload
 from bench_core.tables import percentile_table
 
 N = 4

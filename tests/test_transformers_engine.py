@@ -31,10 +31,9 @@ def _requests(output_lens=OUTPUT_LENS) -> list[SampledRequest]:
     return [SampledRequest(PROMPTS[i % len(PROMPTS)], 0, n) for i, n in enumerate(output_lens)]
 
 
-def _run(engine, requests, max_in_flight=3, stream_output=True, generation=None, cancel=None):
-    return list(
-        engine.stream(requests, generation or GenerationSettings(), max_in_flight, stream_output, cancel or threading.Event())
-    )
+def _run(engine, requests, concurrency=3, stream_output=True, generation=None, cancel=None):
+    load = LoadConfig(concurrency=concurrency, stream_output=stream_output)
+    return list(engine.stream(requests, generation or GenerationSettings(), load, cancel or threading.Event()))
 
 
 def _by_request(events) -> dict[int, list]:
@@ -46,14 +45,14 @@ def _by_request(events) -> dict[int, list]:
 
 @pytest.fixture(scope="module")
 def batching_engine(tiny_model_path):
-    engine = transformers_engine.load(EngineConfig(model=tiny_model_path), LoadConfig())
+    engine = transformers_engine.TransformersBackend.load(EngineConfig(model=tiny_model_path), LoadConfig())
     yield engine
     engine.close()
 
 
 @pytest.fixture(scope="module")
 def generate_engine(tiny_model_path):
-    engine = transformers_engine.load(EngineConfig(model=tiny_model_path), LoadConfig(), continuous_batching=False)
+    engine = transformers_engine.TransformersEngine(EngineConfig(model=tiny_model_path), continuous_batching=False)
     yield engine
     engine.close()
 
@@ -82,7 +81,7 @@ def test_events_of_a_request_come_in_order_with_monotonic_timestamps(engine):
 
 
 def test_never_more_requests_in_the_engine_than_max_in_flight(engine):
-    events = _run(engine, _requests(), max_in_flight=3)
+    events = _run(engine, _requests(), concurrency=3)
     running, most = 0, 0
     for event in events:
         running += {"admit": 1, "finish": -1}.get(event.kind, 0)
@@ -109,7 +108,7 @@ def test_cancel_stops_within_a_second_and_aborts_the_running_requests(engine):
     requests = _requests([1500] * 4)
     cancelled_at = None
     events = []
-    for event in engine.stream(requests, GenerationSettings(), 2, True, cancel):
+    for event in engine.stream(requests, GenerationSettings(), LoadConfig(concurrency=2, stream_output=True), cancel):
         events.append(event)
         if event.kind == "tokens" and event.n_tokens == 5 and cancelled_at is None:
             cancelled_at = time.perf_counter()
@@ -133,13 +132,13 @@ def test_the_engine_can_run_again_after_a_cancel(batching_engine):
 
 
 def test_concurrency_can_change_between_runs_of_one_loaded_model(batching_engine):
-    for max_in_flight in (1, 5):
-        finishes = [e for e in _run(batching_engine, _requests([6, 6, 6]), max_in_flight) if e.kind == "finish"]
+    for concurrency in (1, 5):
+        finishes = [e for e in _run(batching_engine, _requests([6, 6, 6]), concurrency) if e.kind == "finish"]
         assert sorted(e.n_tokens for e in finishes) == [6, 6, 6]
 
 
 def test_a_request_larger_than_a_configured_cache_ends_with_an_error(tiny_model_path):
-    engine = transformers_engine.load(
+    engine = transformers_engine.TransformersBackend.load(
         EngineConfig(model=tiny_model_path, num_blocks=2, cache_block_seq_len=16), LoadConfig()
     )
     finishes = {e.index: e for e in _run(engine, _requests([4, 40])) if e.kind == "finish"}
@@ -150,11 +149,11 @@ def test_a_request_larger_than_a_configured_cache_ends_with_an_error(tiny_model_
 
 def test_a_small_cache_serves_requests_in_turn(tiny_model_path):
     # Room for one request at a time (2 blocks of 16 tokens each); five may be in flight.
-    engine = transformers_engine.load(
+    engine = transformers_engine.TransformersBackend.load(
         EngineConfig(model=tiny_model_path, num_blocks=3, cache_block_seq_len=16), LoadConfig()
     )
     requests = [SampledRequest("x = 1", 0, 20) for _ in range(5)]
-    finishes = [e for e in _run(engine, requests, max_in_flight=5) if e.kind == "finish"]
+    finishes = [e for e in _run(engine, requests, concurrency=5) if e.kind == "finish"]
     assert sorted((e.n_tokens, e.finish_reason) for e in finishes) == [(20, "length")] * 5
 
 
@@ -163,7 +162,7 @@ def test_an_exception_inside_generation_ends_requests_with_error(engine, monkeyp
         raise RuntimeError("simulated kernel failure\nout of cheese")
 
     monkeypatch.setattr(engine._model, "forward", broken_forward)
-    events = _run(engine, _requests([3, 3, 3, 3]), max_in_flight=2)
+    events = _run(engine, _requests([3, 3, 3, 3]), concurrency=2)
     finishes = [e for e in events if e.kind == "finish"]
     assert sorted(e.index for e in finishes) == [0, 1, 2, 3]
     assert all(e.finish_reason == "error" and "out of cheese" in e.message for e in finishes)
@@ -190,8 +189,8 @@ def test_greedy_generation_stops_at_eos_unless_ignored(tiny_model_path, tmp_path
     greedy = GenerationSettings(ignore_eos=False, do_sample=False)
     requests = [SampledRequest(prompt, 0, 10)]
     for continuous_batching in (True, False):
-        engine = transformers_engine.load(
-            EngineConfig(model=str(folder), dtype="float32"), LoadConfig(), continuous_batching=continuous_batching
+        engine = transformers_engine.TransformersEngine(
+            EngineConfig(model=str(folder), dtype="float32"), continuous_batching=continuous_batching
         )
         stopped = [e for e in _run(engine, requests, generation=greedy) if e.kind == "finish"]
         assert [(e.n_tokens, e.finish_reason) for e in stopped] == [(1, "stop")]
@@ -236,12 +235,12 @@ def test_concurrency_keeps_the_engine_and_cache_sizing_reloads_it():
     ],
 )
 def test_validation_explains_each_bad_knob(change, expected):
-    problems = transformers_engine.validate(replace(EngineConfig(), **change), LoadConfig())
+    problems = transformers_engine.TransformersBackend.validate(replace(EngineConfig(), **change), LoadConfig())
     assert len(problems) == 1 and expected in problems[0]
 
 
 def test_default_knobs_are_valid():
-    assert transformers_engine.validate(EngineConfig(), LoadConfig()) == []
+    assert transformers_engine.TransformersBackend.validate(EngineConfig(), LoadConfig()) == []
 
 
 def test_asking_for_cuda_without_a_gpu_is_refused():
@@ -249,28 +248,28 @@ def test_asking_for_cuda_without_a_gpu_is_refused():
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    (problem,) = transformers_engine.validate(EngineConfig(torch_device="cuda"), LoadConfig())
+    (problem,) = transformers_engine.TransformersBackend.validate(EngineConfig(torch_device="cuda"), LoadConfig())
     assert "no GPU" in problem
 
 
 def test_the_engine_is_available_here():
-    assert transformers_engine.availability("transformers") is None
+    assert transformers_engine.TransformersBackend.availability("transformers") is None
 
 
 def test_a_folder_that_is_no_model_is_one_model_error(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "no-such-architecture"}')
     with pytest.raises(ModelError) as caught:
-        transformers_engine.load(EngineConfig(model=str(tmp_path)), LoadConfig())
+        transformers_engine.TransformersBackend.load(EngineConfig(model=str(tmp_path)), LoadConfig())
     assert str(tmp_path) in str(caught.value) and "\n" not in str(caught.value)
 
 
 @pytest.mark.slow
 def test_smollm2_loads_generates_and_has_a_chat_template():
-    engine = transformers_engine.load(EngineConfig(model="builtin:smollm2-135m"), LoadConfig())
+    engine = transformers_engine.TransformersBackend.load(EngineConfig(model="builtin:smollm2-135m"), LoadConfig())
     messages = [{"role": "user", "content": "What is the capital of France?"}]
     prompt = engine.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     assert prompt.startswith("<|im_start|>") and prompt.endswith("<|im_start|>assistant\n")
-    finishes = [e for e in _run(engine, [SampledRequest(prompt, 0, 8)] * 2, max_in_flight=2) if e.kind == "finish"]
+    finishes = [e for e in _run(engine, [SampledRequest(prompt, 0, 8)] * 2, concurrency=2) if e.kind == "finish"]
     assert [(e.n_tokens, e.finish_reason) for e in finishes] == [(8, "length")] * 2
     assert engine.info.model_path.endswith("smollm2-135m-instruct-bf16-v2")
 

@@ -1,29 +1,33 @@
-"""Engines by backend name: availability, validation, reuse key and loading.
+"""Engines by backend name: the registry of `Backend` classes, and the run-config check that needs them.
 
-Each engine module exposes the same four functions (`availability`, `validate`, `settings_key`,
-`load`), imported lazily so that choosing one backend never imports another's libraries.
+A backend registers by being defined in a module of this package whose name ends in `_engine`: the
+registry imports those modules (and only those) the first time a backend is asked for, and indexes
+their `Backend` classes by the names they declare. Backend modules import their heavy libraries only
+where they load or run, so asking about one backend never imports another's torch, lmdeploy or aiohttp.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
+import pkgutil
 
-from ..config import BACKENDS, EngineConfig, LoadConfig
+from ..config import BACKENDS, EngineConfig, LoadConfig, RunConfig, validate_run_config
 from ..errors import ConfigError, EngineUnavailable
-from .base import Engine, EngineEvent, EngineInfo
+from .base import Backend, Engine, EngineEvent, EngineInfo
 
-_MODULES = {
-    "transformers": ".transformers_engine",
-    "turbomind": ".lmdeploy_engine",
-    "pytorch": ".lmdeploy_engine",
-    "openai": ".openai_engine",
-}
+BACKEND_MODULE_SUFFIX = "_engine"
 
 __all__ = [
+    "Backend",
     "Engine",
     "EngineEvent",
     "EngineInfo",
     "availability",
+    "backend",
+    "backends",
+    "check_run_config",
     "engine_settings_key",
     "load_engine",
     "tokenizer_from_engine",
@@ -31,31 +35,55 @@ __all__ = [
 ]
 
 
-def _module(backend: str):
-    if backend not in _MODULES:
-        raise ConfigError(f"Unknown backend '{backend}'; choose one of {', '.join(BACKENDS)}.")
-    return importlib.import_module(_MODULES[backend], __name__)
+@functools.cache
+def _registry() -> dict[str, type[Backend]]:
+    found: dict[str, type[Backend]] = {}
+    for module_info in pkgutil.iter_modules(__path__):
+        if not module_info.name.endswith(BACKEND_MODULE_SUFFIX):
+            continue
+        module = importlib.import_module(f"{__name__}.{module_info.name}")
+        for cls in vars(module).values():
+            if (isinstance(cls, type) and issubclass(cls, Backend) and cls.__module__ == module.__name__
+                    and not inspect.isabstract(cls)):
+                for name in cls.names:
+                    if name in found:
+                        raise RuntimeError(f"Backend '{name}' is declared twice: {found[name].__qualname__} and {cls.__qualname__}")
+                    found[name] = cls
+    return found
 
 
-def availability(backend: str) -> str | None:
-    """None when `backend` can run on this machine, else the reason it cannot, for the user."""
-    return _module(backend).availability(backend)
+def backends() -> dict[str, type[Backend]]:
+    """Every registered backend by name."""
+    return dict(_registry())
+
+
+def backend(name: str) -> type[Backend]:
+    """The Backend class registered as `name`; ConfigError for a name no module declares."""
+    try:
+        return _registry()[name]
+    except KeyError:
+        raise ConfigError(f"Unknown backend '{name}'; choose one of {', '.join(BACKENDS)}.") from None
+
+
+def availability(name: str) -> str | None:
+    """None when backend `name` can run on this machine, else the reason it cannot, for the user."""
+    return backend(name).availability(name)
 
 
 def validate_engine_config(engine: EngineConfig, load: LoadConfig) -> list[str]:
     """Problems with this backend's knobs, each a sentence for the user (LMDeploy's rules)."""
-    return _module(engine.backend).validate(engine, load)
+    return backend(engine.backend).validate(engine, load)
 
 
 def engine_settings_key(engine: EngineConfig, load: LoadConfig) -> tuple:
     """Equal keys mean a loaded engine can be reused as it is."""
-    return (engine.backend, *_module(engine.backend).settings_key(engine, load))
+    return (engine.backend, *backend(engine.backend).settings_key(engine, load))
 
 
-def tokenizer_from_engine(backend: str) -> bool:
+def tokenizer_from_engine(name: str) -> bool:
     """True when prompts are sampled with the loaded engine's tokenizer, so the engine loads first: a
     server may name its model (and so its tokenizer) only when asked, and loading it costs nothing."""
-    return getattr(_module(backend), "TOKENIZER_FROM_ENGINE", False)
+    return backend(name).tokenizer_from_engine
 
 
 def load_engine(engine: EngineConfig, load: LoadConfig) -> Engine:
@@ -63,4 +91,16 @@ def load_engine(engine: EngineConfig, load: LoadConfig) -> Engine:
     reason = availability(engine.backend)
     if reason:
         raise EngineUnavailable(reason)
-    return _module(engine.backend).load(engine, load)
+    return backend(engine.backend).load(engine, load)
+
+
+def check_run_config(config: RunConfig) -> None:
+    """Raise one ConfigError carrying every problem, generic and backend-specific."""
+    problems = validate_run_config(config)
+    if not problems:
+        problems = validate_engine_config(config.engine, config.load)
+    if not problems:
+        reason = availability(config.engine.backend)
+        problems = [reason] if reason else []
+    if problems:
+        raise ConfigError(" ".join(problems))

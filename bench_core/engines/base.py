@@ -1,4 +1,5 @@
-"""The one small interface every engine implements.
+"""The contract every backend keeps: a `Backend` class answers for a kind of engine before any is
+loaded, and the `Engine` it loads runs requests.
 
 An engine takes sampled requests and reports what happens to each of them as `EngineEvent`s:
 when it is admitted to the engine, each time its cumulative output token count grows, and how it
@@ -12,9 +13,9 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from ..config import GenerationSettings
+from ..config import EngineConfig, GenerationSettings, LoadConfig
 from ..datasets import SampledRequest
 from ..errors import ConfigError
 from ..playground import Conversation, PlaygroundResult
@@ -79,18 +80,20 @@ class Engine(ABC):
         self,
         requests: Sequence[SampledRequest],
         generation: GenerationSettings,
-        max_in_flight: int,
-        stream_output: bool,
+        load: LoadConfig,
         cancel: threading.Event,
     ) -> Iterator[EngineEvent]:
-        """Run all requests, at most `max_in_flight` at once, yielding their events as they happen.
+        """Run all requests as `load` offers them (its pattern; at most `load.concurrency` at once),
+        yielding their events as they happen.
 
         Every request ends with exactly one "finish" event, unless `cancel` is set, in which case
         the engine stops within a second and requests still running end with "abort".
-        Without `stream_output` a request yields a single "tokens" event, when it is complete.
+        Without `load.stream_output` a request yields a single "tokens" event, when it is complete.
         """
 
-    def warmup(self, requests: Sequence[SampledRequest], generation: GenerationSettings, cancel: threading.Event) -> None:
+    def warmup(
+        self, requests: Sequence[SampledRequest], generation: GenerationSettings, load: LoadConfig, cancel: threading.Event
+    ) -> None:
         """Send unmeasured requests before the run (the runner calls this before its clock starts).
 
         Nothing by default; an engine that warms up raises a BenchError when the warm-up fails.
@@ -112,3 +115,33 @@ class Engine(ABC):
 
     def close(self) -> None:
         """Release the model and any threads or devices it holds."""
+
+
+class Backend(ABC):
+    """A kind of engine, registered under `names` by defining it in a module of this package named
+    `*_engine` (the registry in `engines/__init__.py`). Everything is asked of the class, before anything loads: so
+    the module imports its heavy libraries (torch, lmdeploy, aiohttp...) only where it loads or runs."""
+
+    names: ClassVar[tuple[str, ...]]
+    # True when prompts are sampled with the loaded engine's tokenizer, so the engine loads first.
+    tokenizer_from_engine: ClassVar[bool] = False
+
+    @classmethod
+    @abstractmethod
+    def availability(cls, backend: str) -> str | None:
+        """None when `backend` can run on this machine, else the reason it cannot, for the user. Never raises."""
+
+    @classmethod
+    @abstractmethod
+    def validate(cls, engine: EngineConfig, load: LoadConfig) -> list[str]:
+        """Problems with this backend's knobs, each a sentence for the user."""
+
+    @classmethod
+    @abstractmethod
+    def settings_key(cls, engine: EngineConfig, load: LoadConfig) -> tuple:
+        """What the engine is built from: equal keys mean a loaded engine can be reused as it is."""
+
+    @classmethod
+    @abstractmethod
+    def load(cls, engine: EngineConfig, load: LoadConfig) -> Engine:
+        """Load the model; raises ConfigError or ModelError with one sentence."""

@@ -38,7 +38,7 @@ from ..config import ENGINE_KNOBS, EngineConfig, GenerationSettings, LoadConfig,
 from ..datasets import SampledRequest
 from ..errors import ConfigError, ModelError
 from ..playground import Conversation, PlaygroundResult, prompt_preview
-from .base import Engine, EngineEvent, EngineInfo
+from .base import Backend, Engine, EngineEvent, EngineInfo
 from .gpu_probe import gpu_facts
 
 QUANT_POLICIES = (0, 4, 8, 16, 17, 42)
@@ -55,26 +55,64 @@ POLL_S = 0.05
 _NOTHING = object()  # what the event queue gives when nothing arrived within POLL_S
 
 
-# ---- availability -------------------------------------------------------------------------------
+# ---- the backend: availability, validation, reuse ------------------------------------------------
 
 
-@functools.cache
-def availability(backend: str) -> str | None:
-    """None when LMDeploy can run `backend` here, else one sentence saying what is missing. Never raises."""
-    try:
-        if importlib.util.find_spec("lmdeploy") is None:
-            return f"The {backend} backend needs LMDeploy, which is not installed: {INSTALL_HINT}."
-        facts = gpu_facts()
-        if not facts.cuda:
-            return (
-                f"The {backend} backend needs an NVIDIA GPU with CUDA, and torch here sees none "
-                "(torch.cuda.is_available() is False); use the transformers backend on this machine."
-            )
-        if facts.lmdeploy_error is not None:
-            return f"LMDeploy is installed but cannot be imported ({facts.lmdeploy_error}); {INSTALL_HINT}."
-    except Exception as exc:  # a broken install can fail in many ways; availability must not raise
-        return f"LMDeploy cannot be checked ({type(exc).__name__}: {_last_line(exc)}); {INSTALL_HINT}."
-    return None
+class LMDeployBackend(Backend):
+    """LMDeploy's two engines, one backend name each. Nothing here needs lmdeploy or a GPU but `load`."""
+
+    names = ("turbomind", "pytorch")
+
+    @classmethod
+    @functools.cache
+    def availability(cls, backend: str) -> str | None:
+        """None when LMDeploy can run `backend` here, else one sentence saying what is missing. Never raises."""
+        try:
+            if importlib.util.find_spec("lmdeploy") is None:
+                return f"The {backend} backend needs LMDeploy, which is not installed: {INSTALL_HINT}."
+            facts = gpu_facts()
+            if not facts.cuda:
+                return (
+                    f"The {backend} backend needs an NVIDIA GPU with CUDA, and torch here sees none "
+                    "(torch.cuda.is_available() is False); use the transformers backend on this machine."
+                )
+            if facts.lmdeploy_error is not None:
+                return f"LMDeploy is installed but cannot be imported ({facts.lmdeploy_error}); {INSTALL_HINT}."
+        except Exception as exc:  # a broken install can fail in many ways; availability must not raise
+            return f"LMDeploy cannot be checked ({type(exc).__name__}: {_last_line(exc)}); {INSTALL_HINT}."
+        return None
+
+    @classmethod
+    def validate(cls, engine: EngineConfig, load: LoadConfig) -> list[str]:
+        """LMDeploy's rules for these knobs (its CLI choices, its config checks and its engines' later
+        asserts), one sentence per problem naming the flag. Needs neither lmdeploy nor a GPU."""
+        turbomind = engine.backend == "turbomind"
+        problems = _shared_problems(engine, turbomind)
+        problems += _turbomind_problems(engine) if turbomind else _pytorch_problems(engine)
+        problems += _speculative_problems(engine)
+        if load.concurrency < 1:
+            problems.append("Concurrency (-c/--concurrency, the engine's max_batch_size) must be at least 1.")
+        if engine.log_level not in LOG_LEVELS:
+            problems.append(f"--log-level must be one of {', '.join(LOG_LEVELS)}; got '{engine.log_level}'.")
+        return problems
+
+    @classmethod
+    def settings_key(cls, engine: EngineConfig, load: LoadConfig) -> tuple:
+        """Every knob the pipeline is built from, its max_batch_size, and the load pattern: a run of another
+        pattern gets a freshly built pipeline, as each of LMDeploy's scripts builds its own."""
+        knobs = tuple((knob.name, getattr(engine, knob.name)) for knob in knobs_for(engine.backend))
+        return (
+            engine.model,
+            engine.trust_remote_code,
+            engine.log_level,
+            *knobs,
+            ("max_batch_size", load.concurrency),
+            ("load_pattern", load.load_pattern),
+        )
+
+    @classmethod
+    def load(cls, engine: EngineConfig, load: LoadConfig) -> LMDeployEngine:
+        return build_engine(engine, load)
 
 
 def _gpu_facts() -> tuple[int, float] | None:
@@ -89,20 +127,6 @@ def _gpu_facts() -> tuple[int, float] | None:
 
 _FLAGS = {knob.name: knob.flag for knob in ENGINE_KNOBS}
 _CHOICES = {knob.name: knob.choices for knob in ENGINE_KNOBS if knob.choices}
-
-
-def validate(engine: EngineConfig, load: LoadConfig) -> list[str]:
-    """LMDeploy's rules for these knobs (its CLI choices, its config checks and its engines' later
-    asserts), one sentence per problem naming the flag. Needs neither lmdeploy nor a GPU."""
-    turbomind = engine.backend == "turbomind"
-    problems = _shared_problems(engine, turbomind)
-    problems += _turbomind_problems(engine) if turbomind else _pytorch_problems(engine)
-    problems += _speculative_problems(engine)
-    if load.concurrency < 1:
-        problems.append("Concurrency (-c/--concurrency, the engine's max_batch_size) must be at least 1.")
-    if engine.log_level not in LOG_LEVELS:
-        problems.append(f"--log-level must be one of {', '.join(LOG_LEVELS)}; got '{engine.log_level}'.")
-    return problems
 
 
 def _shared_problems(engine: EngineConfig, turbomind: bool) -> list[str]:
@@ -192,19 +216,35 @@ def _speculative_problems(engine: EngineConfig) -> list[str]:
 
 # ---- what the engine is built from -------------------------------------------------------------
 
+# Where each knob goes in the config of each engine, under LMDeploy's name for it there (None: that
+# engine does not take it); the speculative knobs go to `build_speculative_config` instead.
+ENGINE_CONFIG_FIELDS: dict[str, tuple[str | None, str | None]] = {
+    # knob: (TurbomindEngineConfig field, PytorchEngineConfig field)
+    "tp": ("tp", "tp"),
+    "cache_max_entry_count": ("cache_max_entry_count", "cache_max_entry_count"),
+    "session_len": ("session_len", "session_len"),
+    "cache_block_seq_len": ("cache_block_seq_len", "block_size"),
+    "enable_prefix_caching": ("enable_prefix_caching", "enable_prefix_caching"),
+    "quant_policy": ("quant_policy", "quant_policy"),
+    "model_format": ("model_format", None),
+    "num_tokens_per_iter": ("num_tokens_per_iter", None),
+    "max_prefill_iters": ("max_prefill_iters", None),
+    "communicator": ("communicator", None),
+    "async_": ("async_", None),
+    "device": (None, "device_type"),
+    "eager_mode": (None, "eager_mode"),
+    "enable_return_routed_experts": (None, "enable_return_routed_experts"),
+}
+ENGINE_CONFIG_COLUMNS = ("turbomind", "pytorch")
+# What the script fixes whatever the knobs say (max_batch_size, the concurrency, comes from the load).
+FIXED_FIELDS = {"turbomind": {"enable_metrics": False}, "pytorch": {"thread_safe": False}}
 
-def settings_key(engine: EngineConfig, load: LoadConfig) -> tuple:
-    """Every knob the pipeline is built from, its max_batch_size, and the load pattern, which decides
-    whether the pipeline is fed in one batch call or by workers."""
-    knobs = tuple((knob.name, getattr(engine, knob.name)) for knob in knobs_for(engine.backend))
-    return (
-        engine.model,
-        engine.trust_remote_code,
-        engine.log_level,
-        *knobs,
-        ("max_batch_size", load.concurrency),
-        ("load_pattern", load.load_pattern),
-    )
+
+def engine_config_fields(engine: EngineConfig, load: LoadConfig) -> dict:
+    """The keyword arguments of `engine.backend`'s engine config, from `ENGINE_CONFIG_FIELDS`."""
+    column = ENGINE_CONFIG_COLUMNS.index(engine.backend)
+    fields = {names[column]: getattr(engine, knob) for knob, names in ENGINE_CONFIG_FIELDS.items() if names[column]}
+    return {"max_batch_size": load.concurrency, **fields, **FIXED_FIELDS[engine.backend]}
 
 
 def build_engine_config(engine: EngineConfig, load: LoadConfig):
@@ -216,35 +256,8 @@ def build_engine_config(engine: EngineConfig, load: LoadConfig):
     """
     from lmdeploy.messages import PytorchEngineConfig, TurbomindEngineConfig
 
-    if engine.backend == "turbomind":
-        return TurbomindEngineConfig(
-            max_batch_size=load.concurrency,
-            tp=engine.tp,
-            cache_max_entry_count=engine.cache_max_entry_count,
-            session_len=engine.session_len,
-            cache_block_seq_len=engine.cache_block_seq_len,
-            model_format=engine.model_format,
-            quant_policy=engine.quant_policy,
-            num_tokens_per_iter=engine.num_tokens_per_iter,
-            max_prefill_iters=engine.max_prefill_iters,
-            enable_prefix_caching=engine.enable_prefix_caching,
-            communicator=engine.communicator,
-            enable_metrics=False,
-            async_=engine.async_,
-        )
-    return PytorchEngineConfig(
-        cache_max_entry_count=engine.cache_max_entry_count,
-        session_len=engine.session_len,
-        block_size=engine.cache_block_seq_len,
-        max_batch_size=load.concurrency,
-        tp=engine.tp,
-        device_type=engine.device,
-        thread_safe=False,
-        eager_mode=engine.eager_mode,
-        enable_prefix_caching=engine.enable_prefix_caching,
-        enable_return_routed_experts=engine.enable_return_routed_experts,
-        quant_policy=engine.quant_policy,
-    )
+    config_class = TurbomindEngineConfig if engine.backend == "turbomind" else PytorchEngineConfig
+    return config_class(**engine_config_fields(engine, load))
 
 
 def build_speculative_config(engine: EngineConfig):
@@ -319,7 +332,7 @@ def turbomind_fallback_reason(model_path: str, trust_remote_code: bool) -> str |
 # ---- loading ------------------------------------------------------------------------------------
 
 
-def load(engine: EngineConfig, load: LoadConfig) -> LMDeployEngine:
+def build_engine(engine: EngineConfig, load: LoadConfig) -> LMDeployEngine:
     """Build the pipeline as profile_pipeline_api.py does; raises ConfigError or ModelError with one sentence."""
     from lmdeploy import pipeline
     from transformers import AutoTokenizer
@@ -346,7 +359,7 @@ def load(engine: EngineConfig, load: LoadConfig) -> LMDeployEngine:
             f"{type(exc).__name__}: {_last_line(exc)}"
         ) from exc
     info = engine_info(engine, model_path, pipe, fallback)
-    return LMDeployEngine(pipe, tokenizer, info, max_batch_size=load.concurrency, load_pattern=load.load_pattern)
+    return LMDeployEngine(pipe, tokenizer, info, max_batch_size=load.concurrency)
 
 
 def _model_path(name: str) -> str:
@@ -434,12 +447,11 @@ class LMDeployEngine(Engine):
     """A built LMDeploy pipeline. Takes any object with the Pipeline's sync API, so the event mapping
     can be exercised without a GPU."""
 
-    def __init__(self, pipe, tokenizer, info: EngineInfo, max_batch_size: int, load_pattern: str = "batch"):
+    def __init__(self, pipe, tokenizer, info: EngineInfo, max_batch_size: int):
         self._pipe = pipe
         self._tokenizer = tokenizer
         self.info = info
         self.max_batch_size = max_batch_size
-        self.load_pattern = load_pattern
         self._return_routed_experts = bool(getattr(pipe.backend_config, "enable_return_routed_experts", False))
 
     @property
@@ -450,20 +462,19 @@ class LMDeployEngine(Engine):
         self,
         requests: Sequence[SampledRequest],
         generation: GenerationSettings,
-        max_in_flight: int,
-        stream_output: bool,
+        load: LoadConfig,
         cancel: threading.Event,
     ) -> Iterator[EngineEvent]:
-        if max_in_flight > self.max_batch_size:
-            raise ValueError(f"max_in_flight {max_in_flight} exceeds the engine's max_batch_size {self.max_batch_size}")
+        if load.concurrency > self.max_batch_size:
+            raise ValueError(f"concurrency {load.concurrency} exceeds the engine's max_batch_size {self.max_batch_size}")
         drive = _PipelineDrive(
             self._pipe,
             [request.prompt for request in requests],
             build_generation_configs(requests, generation, self._return_routed_experts),
-            stream_output,
+            load.stream_output,
         )
-        if self.load_pattern == "concurrency":
-            drive.start_workers(max_in_flight, cancel)
+        if load.load_pattern == "concurrency":
+            drive.start_workers(load.concurrency, cancel)
         else:
             drive.start_batch()
         return drive.events(cancel)

@@ -32,6 +32,7 @@ import json
 import math
 import threading
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -39,19 +40,13 @@ from ..config import EngineConfig, GenerationSettings, LoadConfig, sampling_prob
 from ..datasets import SampledRequest
 from ..errors import ConfigError, ModelError
 from ..models import load_tokenizer
-from ..openai_client import ClientRun, RequestResult, ServerError, ServerSpec, api_root, discover_model, retokenize, run_requests
 from ..redact import redact_text
-from .base import NOT_SENT, Engine, EngineEvent, EngineInfo
+from .base import NOT_SENT, Backend, Engine, EngineEvent, EngineInfo
 
-TOKENIZER_FROM_ENGINE = True
+if TYPE_CHECKING:  # the client imports aiohttp, so it is imported where it is used: the registry imports this module
+    from .openai_client import ClientRun, RequestResult, ServerSpec
+
 SERVED = ("length", "stop")
-
-
-def availability(backend: str) -> str | None:
-    """None when the HTTP client's library is installed."""
-    if importlib.util.find_spec("aiohttp") is None:
-        return "The OpenAI-compatible client needs aiohttp: pip install -r requirements.txt"
-    return None
 
 
 def extra_body(engine: EngineConfig) -> dict | None:
@@ -70,6 +65,8 @@ def extra_body(engine: EngineConfig) -> dict | None:
 
 def server_spec(engine: EngineConfig, stream: bool = True) -> ServerSpec:
     """How to reach the server; ConfigError for an impossible URL, endpoint, kind or extra body."""
+    from .openai_client import ServerSpec
+
     if not engine.base_url.strip():
         raise ConfigError("No server URL given: enter the base URL of the server, like http://127.0.0.1:23333.")
     return ServerSpec(
@@ -83,31 +80,47 @@ def server_spec(engine: EngineConfig, stream: bool = True) -> ServerSpec:
     )
 
 
-def validate(engine: EngineConfig, load: LoadConfig) -> list[str]:
-    try:
-        spec = server_spec(engine)
-    except ConfigError as exc:
-        return [str(exc)]
-    # top_k is left to the server: vLLM and SGLang take -1 for "no limit", LMDeploy 0.
-    body = {key: value for key, value in (spec.extra_body or {}).items() if key != "top_k"}
-    return sampling_problems(body, "In the extra request body, ")
+class OpenAIBackend(Backend):
+    """Any OpenAI-compatible server, reached over HTTP."""
 
+    names = ("openai",)
+    tokenizer_from_engine = True
 
-def settings_key(engine: EngineConfig, load: LoadConfig) -> tuple:
-    """Every setting: the engine holds its load settings, and loading it again costs nothing."""
-    return (*dataclasses.astuple(engine), *dataclasses.astuple(load))
+    @classmethod
+    def availability(cls, backend: str) -> str | None:
+        """None when the HTTP client's library is installed."""
+        if importlib.util.find_spec("aiohttp") is None:
+            return "The OpenAI-compatible client needs aiohttp: pip install -r requirements.txt"
+        return None
 
+    @classmethod
+    def validate(cls, engine: EngineConfig, load: LoadConfig) -> list[str]:
+        try:
+            spec = server_spec(engine)
+        except ConfigError as exc:
+            return [str(exc)]
+        # top_k is left to the server: vLLM and SGLang take -1 for "no limit", LMDeploy 0.
+        body = {key: value for key, value in (spec.extra_body or {}).items() if key != "top_k"}
+        return sampling_problems(body, "In the extra request body, ")
 
-def load(engine: EngineConfig, load: LoadConfig) -> Engine:
-    return OpenAIEngine(engine, load)
+    @classmethod
+    def settings_key(cls, engine: EngineConfig, load: LoadConfig) -> tuple:
+        """Every setting, load settings included: loading costs nothing and asks the server afresh which
+        model it serves, so each new setting starts from what the server serves now."""
+        return (*dataclasses.astuple(engine), *dataclasses.astuple(load))
+
+    @classmethod
+    def load(cls, engine: EngineConfig, load: LoadConfig) -> Engine:
+        return OpenAIEngine(engine)
 
 
 class OpenAIEngine(Engine):
     """A server behind a base URL, measured with the semantics of profile_restful_api.py and vLLM."""
 
-    def __init__(self, engine: EngineConfig, load: LoadConfig):
+    def __init__(self, engine: EngineConfig):
+        from .openai_client import api_root, discover_model
+
         self.spec = server_spec(engine)
-        self.load = load
         root = api_root(self.spec.base_url)
         self.model = engine.model.strip() or discover_model(root, self.spec.api_key)
         tokenizer_name = engine.tokenizer.strip() or self.model
@@ -131,15 +144,19 @@ class OpenAIEngine(Engine):
     def tokenizer(self):
         return self._tokenizer
 
-    def warmup(self, requests: Sequence[SampledRequest], generation: GenerationSettings, cancel: threading.Event) -> None:
-        """Send the first prompt `warmup_requests` times, unmeasured, as vLLM does; a failure stops the run."""
-        count = self.load.warmup_requests
+    def warmup(
+        self, requests: Sequence[SampledRequest], generation: GenerationSettings, load: LoadConfig, cancel: threading.Event
+    ) -> None:
+        """Send the first prompt `load.warmup_requests` times, unmeasured, as vLLM does; a failure stops the run."""
+        from .openai_client import ServerError, run_requests
+
+        count = load.warmup_requests
         if not count or not requests:
             return
         spec = self.spec
-        if self.load.duration_s is not None:  # waiting longer for a token than the whole run may last: a failed warm-up
-            spec = dataclasses.replace(spec, read_timeout_s=min(spec.read_timeout_s, self.load.duration_s))
-        run = run_requests(spec, self.model, [requests[0]] * count, max_concurrency=self.load.max_concurrency,
+        if load.duration_s is not None:  # waiting longer for a token than the whole run may last: a failed warm-up
+            spec = dataclasses.replace(spec, read_timeout_s=min(spec.read_timeout_s, load.duration_s))
+        run = run_requests(spec, self.model, [requests[0]] * count, max_concurrency=load.max_concurrency,
                            cancel=cancel, ignore_eos=generation.ignore_eos)
         for _ in run.events():
             pass
@@ -151,23 +168,24 @@ class OpenAIEngine(Engine):
         self,
         requests: Sequence[SampledRequest],
         generation: GenerationSettings,
-        max_in_flight: int,
-        stream_output: bool,
+        load: LoadConfig,
         cancel: threading.Event,
         arrival_seed: int | np.random.RandomState = 0,
     ) -> Iterator[EngineEvent]:
         """`Engine.stream`; under a request rate, arrivals draw from `arrival_seed` (`arrivals.send_offsets`)."""
-        by_rate = self.load.load_pattern == "request_rate"
+        from .openai_client import run_requests
+
+        by_rate = load.load_pattern == "request_rate"
         run = run_requests(
-            dataclasses.replace(self.spec, stream=stream_output),
+            dataclasses.replace(self.spec, stream=load.stream_output),
             self.model,
             requests,
-            request_rate=self.load.request_rate if by_rate else math.inf,
-            burstiness=self.load.burstiness,
+            request_rate=load.request_rate if by_rate else math.inf,
+            burstiness=load.burstiness,
             arrival_seed=arrival_seed,
-            exact_rate_arrivals=self.load.exact_rate_arrivals,
-            max_concurrency=self.load.max_concurrency if by_rate else max_in_flight,
-            duration_s=self.load.duration_s,
+            exact_rate_arrivals=load.exact_rate_arrivals,
+            max_concurrency=load.max_concurrency if by_rate else load.concurrency,
+            duration_s=load.duration_s,
             cancel=cancel,
             ignore_eos=generation.ignore_eos,
         )
@@ -196,6 +214,8 @@ class OpenAIEngine(Engine):
 
     def _extras(self, result: RequestResult, run: ClientRun) -> dict:
         """The request-table columns of one sent request (times in seconds; NaN: never happened)."""
+        from .openai_client import retokenize
+
         retokenize([result], self._tokenizer)
         served = result.finish_reason in SERVED
         return {

@@ -21,7 +21,7 @@ from ..datasets import SampledRequest
 from ..errors import ModelError
 from ..models import last_line, resolve_model
 from ..playground import Conversation, PlaygroundResult, prompt_preview
-from .base import Engine, EngineEvent, EngineInfo
+from .base import Backend, Engine, EngineEvent, EngineInfo
 from .gpu_probe import gpu_facts
 from .transformers_batching import ContinuousBatchRun
 from .transformers_generate import generate_one_by_one
@@ -33,44 +33,48 @@ THREADS_ENV = "BENCH_STUDIO_TORCH_THREADS"
 PAGE_SIZE_RANGE = (4, 8192)
 
 
-def availability(backend: str) -> str | None:
-    """None when torch and transformers can be imported, else what to install."""
-    missing = [name for name in ("torch", "transformers") if importlib.util.find_spec(name) is None]
-    if missing:
-        return f"The transformers engine needs {' and '.join(missing)}: pip install -r requirements.txt"
-    return None
+class TransformersBackend(Backend):
+    """The embedded engine: a transformers model in this process."""
 
+    names = ("transformers",)
 
-def validate(engine: EngineConfig, load: LoadConfig) -> list[str]:
-    """Problems with the transformers engine's knobs, each a sentence for the user."""
-    problems: list[str] = []
-    if engine.dtype not in DTYPES:
-        problems.append(f"Unknown dtype '{engine.dtype}'; choose one of {', '.join(DTYPES)}.")
-    if engine.torch_device not in TORCH_DEVICES:
-        problems.append(f"Unknown torch device '{engine.torch_device}'; choose one of {', '.join(TORCH_DEVICES)}.")
-    elif engine.torch_device == "cuda" and not gpu_facts().cuda:
-        problems.append("The torch device 'cuda' was asked for but torch sees no GPU here; choose cpu or auto.")
-    if engine.num_blocks is not None and engine.num_blocks < 1:
-        problems.append("The number of KV cache blocks must be at least 1 (or empty to size it for the batch).")
-    if engine.max_batch_tokens < 1:
-        problems.append("The maximum tokens per batch must be at least 1.")
-    low, high = PAGE_SIZE_RANGE
-    if not low <= engine.cache_block_seq_len <= high:
-        problems.append(f"The KV cache block size (page size) must be between {low} and {high} tokens.")
-    return problems
+    @classmethod
+    def availability(cls, backend: str) -> str | None:
+        """None when torch and transformers can be imported, else what to install."""
+        missing = [name for name in ("torch", "transformers") if importlib.util.find_spec(name) is None]
+        if missing:
+            return f"The transformers engine needs {' and '.join(missing)}: pip install -r requirements.txt"
+        return None
 
+    @classmethod
+    def validate(cls, engine: EngineConfig, load: LoadConfig) -> list[str]:
+        """Problems with the transformers engine's knobs, each a sentence for the user."""
+        problems: list[str] = []
+        if engine.dtype not in DTYPES:
+            problems.append(f"Unknown dtype '{engine.dtype}'; choose one of {', '.join(DTYPES)}.")
+        if engine.torch_device not in TORCH_DEVICES:
+            problems.append(f"Unknown torch device '{engine.torch_device}'; choose one of {', '.join(TORCH_DEVICES)}.")
+        elif engine.torch_device == "cuda" and not gpu_facts().cuda:
+            problems.append("The torch device 'cuda' was asked for but torch sees no GPU here; choose cpu or auto.")
+        if engine.num_blocks is not None and engine.num_blocks < 1:
+            problems.append("The number of KV cache blocks must be at least 1 (or empty to size it for the batch).")
+        if engine.max_batch_tokens < 1:
+            problems.append("The maximum tokens per batch must be at least 1.")
+        low, high = PAGE_SIZE_RANGE
+        if not low <= engine.cache_block_seq_len <= high:
+            problems.append(f"The KV cache block size (page size) must be between {low} and {high} tokens.")
+        return problems
 
-def settings_key(engine: EngineConfig, load: LoadConfig) -> tuple:
-    """The weights and the KV cache sizing the engine was loaded with (a run's cache knobs must be the ones it
-    ran with); concurrency applies per `stream()` call."""
-    return (engine.model, engine.dtype, engine.torch_device, engine.trust_remote_code,
-            engine.num_blocks, engine.cache_block_seq_len, engine.max_batch_tokens)
+    @classmethod
+    def settings_key(cls, engine: EngineConfig, load: LoadConfig) -> tuple:
+        """The weights and the KV cache sizing the engine was loaded with (a run's cache knobs must be the ones it
+        ran with); the load settings apply per `stream()` call."""
+        return (engine.model, engine.dtype, engine.torch_device, engine.trust_remote_code,
+                engine.num_blocks, engine.cache_block_seq_len, engine.max_batch_tokens)
 
-
-def load(engine: EngineConfig, load: LoadConfig, *, continuous_batching: bool | None = None) -> Engine:
-    """Load `engine.model`. `continuous_batching=False` forces the generate path; None uses
-    continuous batching where this transformers version has it."""
-    return TransformersEngine(engine, continuous_batching=continuous_batching)
+    @classmethod
+    def load(cls, engine: EngineConfig, load: LoadConfig) -> Engine:
+        return TransformersEngine(engine)
 
 
 def torch_threads() -> int:
@@ -132,6 +136,8 @@ class TransformersEngine(Engine):
     """A transformers causal LM loaded once; each `stream()` call runs one batch of requests."""
 
     def __init__(self, engine: EngineConfig, *, continuous_batching: bool | None = None) -> None:
+        """Load `engine.model`. `continuous_batching=False` forces the generate path; None uses
+        continuous batching where this transformers version has it."""
         import torch
         import transformers
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -183,17 +189,18 @@ class TransformersEngine(Engine):
         self,
         requests: Sequence[SampledRequest],
         generation: GenerationSettings,
-        max_in_flight: int,
-        stream_output: bool,
+        load: LoadConfig,
         cancel: threading.Event,
     ) -> Iterator[EngineEvent]:
+        """`load.concurrency` requests run at once; the pattern only decides when a request's clock starts,
+        which is the runner's business."""
         prompts = [self._tokenizer.encode(r.prompt) for r in requests]
         if not self.continuous_batching:
             return generate_one_by_one(
-                self._model, self._tokenizer, self._eos_ids, requests, prompts, generation, stream_output, cancel
+                self._model, self._tokenizer, self._eos_ids, requests, prompts, generation, load.stream_output, cancel
             )
         run = ContinuousBatchRun(
-            self._model, self._engine, self._eos_ids, requests, prompts, generation, max_in_flight, stream_output
+            self._model, self._engine, self._eos_ids, requests, prompts, generation, load.concurrency, load.stream_output
         )
         return run.events(cancel)
 

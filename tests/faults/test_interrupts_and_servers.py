@@ -26,7 +26,7 @@ from bench_core.cli.restful import base_url
 from bench_core.config import RunConfig
 from bench_core.datasets import SampledRequest
 from bench_core.history import History, RunRecord, history_row
-from bench_core.openai_client import ServerSpec, run_requests
+from bench_core.engines.openai_client import ServerSpec, run_requests
 
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_WITHIN_S = 2.0  # from SIGINT to the process gone

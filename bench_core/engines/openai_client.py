@@ -2,7 +2,7 @@
 
 Requests go out on the schedule of `arrivals.send_offsets` (optionally capped by a max concurrency)
 from one asyncio event loop in its own thread, over one pooled `aiohttp.ClientSession`. What happens
-to each request comes out as `engines.base.EngineEvent`s on a thread-safe queue, so a synchronous
+to each request comes out as `base.EngineEvent`s on a thread-safe queue, so a synchronous
 `Engine.stream()` can drain them from another thread:
 
 - "admit" when the request is sent (its clock starts here, as in `profile_restful_api.py` and vLLM);
@@ -51,10 +51,10 @@ import aiohttp
 import numpy as np
 import yarl
 
-from .arrivals import ArrivalReport, arrival_report, send_offsets
-from .datasets import SampledRequest
-from .engines.base import RUN_ENDED, EngineEvent
-from .errors import BenchError, ConfigError
+from ..arrivals import ArrivalReport, arrival_report, send_offsets
+from ..datasets import SampledRequest
+from ..errors import BenchError, ConfigError
+from .base import RUN_ENDED, EngineEvent
 from .openai_stream import ERROR_BODY_CHARS, SSEMessage, SSEParser, StreamReader, error_text
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
