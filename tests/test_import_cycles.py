@@ -109,8 +109,6 @@ def test_a_subcommand_imports_only_the_shared_module_of_the_cli():
         assert of_cli == {"bench_core.cli.common"}, name
 
 
-@pytest.mark.xfail(strict=True, reason="the config -> engines -> config cycle (config.check_run_config imports "
-                                        "engines' validation), removed by issue 12 section 3: unmark when it is gone")
 def test_bench_core_imports_without_a_loop():
     graph = import_graph(BENCH_CORE)
     groups = cycles(graph)
