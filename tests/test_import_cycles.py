@@ -4,7 +4,6 @@ function, relative ones resolved) is an arrow, and no group of modules may reach
 import ast
 from pathlib import Path
 
-import pytest
 
 BENCH_CORE = Path(__file__).resolve().parent.parent / "bench_core"
 
