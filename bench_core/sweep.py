@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
+from .catalog import with_derived
 from .config import (
     ENGINE_KNOBS,
     DatasetConfig,
@@ -229,16 +230,9 @@ def remaining(plan: SweepPlan, history_runs: pd.DataFrame) -> list[PlannedRun]:
 
 
 def with_sweep_metrics(runs: pd.DataFrame) -> pd.DataFrame:
-    """History rows plus the per-run columns the sweep views plot beyond the stored metrics:
-    output tok/s per user (1000 / mean TPOT in ms: the decode speed one request sees) and SLO
-    attainment (good requests / all requests; NaN for runs without an SLO)."""
-    frame = runs.copy()
-    tpot_ms = pd.to_numeric(frame.get("mean_tpot_ms", pd.Series(np.nan, index=frame.index)), errors="coerce")
-    frame[OUTPUT_THROUGHPUT_PER_USER] = 1000.0 / tpot_ms.where(tpot_ms > 0)
-    good = pd.to_numeric(frame.get("good_requests", pd.Series(np.nan, index=frame.index)), errors="coerce")
-    total = pd.to_numeric(frame.get("total_requests", pd.Series(np.nan, index=frame.index)), errors="coerce")
-    frame[SLO_ATTAINMENT] = good / total.where(total > 0)
-    return frame
+    """History rows plus the per-run columns the sweep views plot beyond the stored metrics: the catalog's
+    derived metrics (output tok/s per user, SLO attainment)."""
+    return with_derived(runs)
 
 
 def _parse_value(name: str, text: str) -> Any:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from .catalog import SWEPT_COLUMNS
 from .config import SLO
 from .metrics import good_requests, rate
 from .stats import GROUP_COLUMNS, TOO_FEW_RUNS, compare, describe
@@ -21,11 +22,9 @@ from .tables import describe_column
 
 POINT = "point"
 METRIC = "metric"
-# What a sweep is usually judged by: throughput, latency as a user feels it, decode speed per user.
-SWEEP_METRICS = (
-    "output_throughput", "request_throughput", "p99_ttft_ms", "mean_ttft_ms", "mean_tpot_ms", "p99_tpot_ms",
-    "mean_itl_ms", "mean_e2e_latency_ms", "output_throughput_per_user", "goodput_rps", "slo_attainment",
-)
+# What a sweep is usually judged by (the catalog's swept metrics): throughput, latency as a user feels it,
+# decode speed per user, goodput.
+SWEEP_METRICS = SWEPT_COLUMNS
 BEYOND_SPREAD = "beyond the run-to-run spread"
 WITHIN_SPREAD = "within the run-to-run spread"
 

@@ -14,7 +14,7 @@ from bench_core.cli import main
 from bench_core.config import DatasetConfig
 from bench_core.datasets import sample_requests
 from bench_core.history import History
-from bench_core.history_import import SAVE_CSV_COLUMNS
+from bench_core.history_import import HISTORY_LEAD_COLUMNS, SAVE_CSV_COLUMNS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -171,7 +171,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, tiny_
 def test_history_csv_reads_back_with_pandas(streamed_run):
     work, _ = streamed_run
     frame = pd.read_csv(work / "results" / "history.csv")
-    assert list(frame.columns[: len(SAVE_CSV_COLUMNS)]) == list(SAVE_CSV_COLUMNS)
+    assert list(frame.columns[: len(HISTORY_LEAD_COLUMNS)]) == list(HISTORY_LEAD_COLUMNS)
 
 
 def test_the_terminal_progress_line_reads_the_live_snapshot():

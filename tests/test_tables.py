@@ -137,10 +137,12 @@ def test_runs_sharing_a_label_or_without_one_are_told_apart_by_run_id():
 @pytest.mark.parametrize("column, title, larger_is_better", [
     ("p99_ttft_ms", "P99 time to first token (ms)", False),
     ("p99.9_itl_ms", "P99.9 inter-token latency (ms)", False),
-    ("mean_e2e_latency_ms", "Mean end-to-end latency (ms)", False),  # LMDeploy's own column
+    ("mean_e2e_ms", "Mean end-to-end latency (ms)", False),
+    ("std_ttft_ms", "Std of time to first token (ms)", False),  # less spread is better
+    ("p50_tokens_per_tick", "P50 tokens per tick (tokens)", True),
     ("goodput_rps", "Goodput (req/s)", True),
     ("completed", "Completed requests (requests)", True),
-    ("duration", "Benchmark duration (s)", False),
+    ("duration_s", "Benchmark duration (s)", False),
     ("cache_max_entry_count", "KV cache share of free GPU memory (fraction)", None),
 ])
 def test_history_columns_are_described_with_unit_and_direction(column, title, larger_is_better):
