@@ -177,6 +177,19 @@ def _tpot_last_line(table: pd.DataFrame, streamed: bool) -> np.ndarray | None:
     return tpot_to_last_line(_floats(table, "e2e_last_line_s"), ttft, table["output_len"].to_numpy())
 
 
+def _ttft_per_1k_input(table: pd.DataFrame, streamed: bool) -> np.ndarray:
+    input_len = table["input_len"].to_numpy(dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(input_len > 0, _floats(table, "ttft_s") / input_len * 1000, np.nan)
+
+
+def _decode_tokens_per_s(table: pd.DataFrame, streamed: bool) -> np.ndarray:
+    after_first = table["output_len"].to_numpy(dtype=np.float64) - 1
+    span = _floats(table, "e2e_s") - _floats(table, "ttft_s")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where((after_first > 0) & (span > 0), after_first / span, np.nan)
+
+
 def _send_lag(table: pd.DataFrame, streamed: bool) -> np.ndarray | None:
     return _floats(table, "sent_s") - _floats(table, "scheduled_s") if "sent_s" in table else None
 
@@ -320,6 +333,13 @@ CATALOG: tuple[Metric, ...] = (
     Metric("peak_in_flight", "Peak requests in flight", "requests", None,
            "The most requests in flight at once (HTTP servers only).", server_only=True,
            aggregate=_only_with("sent_s", _peak_in_flight)),
+    Metric("ttft_per_1k_input", "TTFT per 1,000 input tokens", **_MS, larger_is_better=False, needs_streaming=True,
+           definition="ttft_s / input_len * 1000: time to first token per thousand prompt tokens.",
+           per_request=_ttft_per_1k_input, statistics=DISTRIBUTION, compared=MEAN_AND_P99, swept=MEAN_AND_P99),
+    Metric("decode_tokens_per_s", "Decode tokens/s per request", "tok/s", True, needs_streaming=True,
+           definition="(output tokens - 1) / (E2E - TTFT): the tokens after the first over the time after it.",
+           per_request=_decode_tokens_per_s, statistics=DISTRIBUTION, compared=("mean", "p50"),
+           swept=("mean", "p50")),
     Metric("output_throughput_per_user", "Output throughput per user", "tok/s", True,
            "1000 / mean TPOT in ms: the decode speed one request sees.", derived=_per_user,
            needs=("mean_tpot_ms",), swept=VALUE),

@@ -8,10 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench_core import catalog, tables
-from bench_core.catalog import CATALOG
+from bench_core import catalog, sweep_results, tables
+from bench_core.catalog import CATALOG, METRICS
 from bench_core.history_import import HISTORY_LEAD_COLUMNS, SAVE_CSV_COLUMNS, SAVE_CSV_HYPERPARAMS
-from profiled_runs import profiled_run
+from profiled_runs import OUTPUT_LEN, profiled_run, recorded_history
+
+# The two metrics added to prove the catalog: one declaration each, nothing else.
+NEW_METRICS = ("ttft_per_1k_input", "decode_tokens_per_s")
 
 
 def test_lmdeploys_csv_columns_come_from_the_catalog_in_its_order():
@@ -40,6 +43,39 @@ def test_every_summary_key_is_a_catalog_column_described_from_it():
 def test_columns_are_found_by_the_names_the_catalog_generates(name, found):
     result = catalog.find_column(name)
     assert (result[0].key, result[1]) == found if found else result is None
+
+
+def test_the_new_metrics_follow_their_formulas_per_request():
+    table = profiled_run([0.05, 0.1], itl_s=0.01).request_table()
+    ok = table["status"] == "success"
+    ttft_per_1k = METRICS["ttft_per_1k_input"].per_request(table, True)[ok.to_numpy()]
+    assert ttft_per_1k == pytest.approx([0.05 / 10 * 1000, 0.1 / 10 * 1000])  # input_len 10
+    decode = METRICS["decode_tokens_per_s"].per_request(table, True)[ok.to_numpy()]
+    assert decode == pytest.approx([(OUTPUT_LEN - 1) / ((OUTPUT_LEN - 1) * 0.01)] * 2)  # 100 tok/s
+
+
+def test_the_new_metrics_are_summarised_with_every_statistic_and_need_streaming():
+    summary = profiled_run([0.05, 0.1], percentiles=(50, 99)).summary()
+    assert summary["mean_ttft_per_1k_input_ms"] == pytest.approx(7500.0)  # 7.5 s per 1,000 input tokens
+    assert summary["p50_decode_tokens_per_s"] == pytest.approx(100.0)
+    assert {"std_decode_tokens_per_s", "min_ttft_per_1k_input_ms", "max_ttft_per_1k_input_ms"} <= set(summary)
+    unstreamed = profiled_run([0.05, 0.1], stream=False).summary()
+    assert math.isnan(unstreamed["mean_ttft_per_1k_input_ms"]) and math.isnan(unstreamed["mean_decode_tokens_per_s"])
+
+
+def test_the_new_metrics_reach_the_history_the_compare_table_and_the_sweep_picker(tmp_path):
+    _, runs = recorded_history(tmp_path, [("slow", "pytorch", 1, profiled_run([0.4, 0.8], itl_s=0.02)),
+                                          ("fast", "turbomind", 8, profiled_run([0.05, 0.1], itl_s=0.01))])
+    for key in NEW_METRICS:
+        metric = METRICS[key]
+        assert {metric.column("mean"), metric.column("p99")} <= set(runs.columns)  # history columns
+        assert metric.column("mean") in sweep_results.SWEEP_METRICS  # the sweep metric picker's list
+    compared = tables.compare_runs(runs)  # the default metrics
+    marks = tables.compare_marks(runs)
+    assert compared.loc["Mean TTFT per 1,000 input tokens (ms)"].tolist() == pytest.approx([60000.0, 7500.0])
+    assert marks.loc["Mean TTFT per 1,000 input tokens (ms)"].tolist() == ["worse", "better"]
+    assert compared.loc["Mean decode tokens/s per request (tok/s)"].tolist() == pytest.approx([50.0, 100.0])
+    assert marks.loc["Mean decode tokens/s per request (tok/s)"].tolist() == ["worse", "better"]  # larger is better
 
 
 def test_derived_metrics_are_computed_from_the_columns_they_need():

@@ -14,6 +14,7 @@ from bench_core.cli import main
 from bench_core.config import DatasetConfig
 from bench_core.datasets import sample_requests
 from bench_core.history import History
+from bench_core.catalog import BEYOND_LMDEPLOY
 from bench_core.history_import import HISTORY_LEAD_COLUMNS, SAVE_CSV_COLUMNS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,6 +52,18 @@ def test_streamed_run_prints_lmdeploys_table_with_our_rows_below(streamed_run):
         assert row in out
     assert out.index("Tokens per Tick") < out.index("Failed requests")
     assert "mean       P50       P75       P95       P99" in out
+
+
+def test_catalog_metrics_beyond_lmdeploys_table_are_printed_and_recorded(streamed_run):
+    work, proc = streamed_run
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    for title in ("TTFT per 1,000 input tokens (s)", "Decode tokens/s per request (tok/s)"):
+        (line,) = [line for line in lines if line.startswith(title)]
+        assert len(line.split()) - len(title.split()) == 5 and "-" not in line.split()  # mean and 4 percentiles
+    row = History(work / "results").load().iloc[0]
+    assert row["mean_ttft_per_1k_input_ms"] > 0 and row["p99_decode_tokens_per_s"] > 0
+    assert {metric.console_title for metric in BEYOND_LMDEPLOY} <= {line[:40].rstrip() for line in lines}
 
 
 def test_streamed_run_writes_lmdeploy_csv_with_exact_token_counts(streamed_run, tiny_tokenizer):
