@@ -120,9 +120,6 @@ class Metric:
         unit = f"_{self.display_unit}" if self.display_unit else ""
         return f"{statistic}_{self.key}{unit}"
 
-    def columns(self, percentiles: Sequence[float]) -> list[str]:
-        return [self.column(stat) for stat in expand(self.statistics, percentiles)]
-
     @property
     def mean_column(self) -> str:
         return self.column("mean" if self.is_distribution else "value")

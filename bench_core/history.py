@@ -4,7 +4,8 @@
 metric under the catalog's single spelling (`duration_s`, `mean_e2e_ms`: full floats; LMDeploy's names and
 formats are only in its own export, `lmdeploy_row`); then run identity, every setting, the profiler's
 other metrics, the engine (`engine_*`) and the machine (`env_*`). Files written when the history kept
-LMDeploy's spellings beside ours read as if they had one (history_import.single_spelling). Every write goes through `csvstore`: atomic, locked, union header.
+LMDeploy's spellings beside ours read as if they had one (history_import.single_spelling).
+Every write goes through `csvstore`: atomic, locked, union header.
 `<root>/runs/<run_id>/` holds `config.json`, `environment.json` and `requests.parquet`, written
 before the CSV row so that a row never points at a folder that is not there.
 Every read goes through one check (`_read`): a history without its key columns is refused, and rows that do
@@ -117,8 +118,9 @@ class History:
         return notices
 
     def _read(self) -> tuple[list[str], list[dict[str, str]]]:
-        """Header and rows of history.csv, after moving the rows that do not parse to the quarantine file.
-        A header without KEY_COLUMNS raises HistoryColumnsError and leaves the file alone."""
+        """Header and rows of history.csv in the single spelling of each metric, after moving the rows that do
+        not parse to the quarantine file. A header without KEY_COLUMNS raises HistoryColumnsError and leaves the
+        file alone."""
         table = csvstore.read_clean_table(self.csv_path, self.quarantine_path, KEY_COLUMNS, keep=_has_run_id)
         header, rows = single_spelling(table.header, table.rows)
         if table.moved:

@@ -99,14 +99,16 @@ class Progress:
     finished: int
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Computed:
-    """What one compute_metrics() saw, kept so the table and summary describe the same moment."""
+    """What one compute_metrics() saw, kept so the table and summary describe the same moment; the summary
+    under the profiler's own SLO is kept too, as the history row, LMDeploy's row and the console all read it."""
 
     sessions: list[Session]
     per_request: metrics.RequestMetrics
     status: np.ndarray
     origin: float
+    summary: dict[str, float | int | str] | None = None
 
 
 class Profiler:
@@ -250,9 +252,14 @@ class Profiler:
 
     def summary(self, slo: SLO | None = None) -> dict[str, float | int | str]:
         """Flat summary for the history (latencies in ms); `slo` defaults to the profiler's."""
-        self._ensure_computed()
-        return metrics.run_summary(self.request_table(), self.elapsed_time, self.percentages,
-                                   self.stream_output, slo if slo is not None else self.slo)
+        computed = self._ensure_computed()
+        if slo is not None and slo != self.slo:
+            return metrics.run_summary(self.request_table(), self.elapsed_time, self.percentages, self.stream_output,
+                                       slo)
+        if computed.summary is None:
+            computed.summary = metrics.run_summary(self.request_table(), self.elapsed_time, self.percentages,
+                                                   self.stream_output, self.slo)
+        return dict(computed.summary)
 
     def live_snapshot(self) -> LiveSnapshot:
         """Progress and value series so far; safe to call from any thread while sessions tick."""
