@@ -20,7 +20,9 @@ import plotly.graph_objects as go
 
 from .config import ENGINE_KNOBS
 from .latency_bins import BinnedLatencies
-from .metrics import METRICS, SUCCESS
+from .catalog import METRICS, lower_first
+from .metrics import measured_values
+from .request_status import SUCCESS
 from .stats import highest_load_meeting, pareto_front
 from .tables import describe_column
 
@@ -159,12 +161,7 @@ def successful_values(table: pd.DataFrame, metric: str) -> np.ndarray:
     """A latency metric's defined values (s) over the successful requests of a per-request table;
     ITL pools every request's gaps. What the run's own histograms and CDFs are drawn from."""
     ok = table["status"].to_numpy(dtype=object) == SUCCESS
-    if metric == "itl":
-        cells = [np.asarray(c, dtype=np.float64) for c in table["itl_s"].to_numpy(dtype=object)[ok] if c is not None]
-        values = np.concatenate(cells) if cells else np.array([])
-    else:
-        values = table[f"{metric}_s"].to_numpy(dtype=np.float64)[ok]
-    return _finite(values)
+    return _finite(measured_values(METRICS[metric], table, ok, stream_output=True).astype(np.float64))
 
 
 # ---- helpers ---------------------------------------------------------------------------------
@@ -259,7 +256,7 @@ def metric_vs_knob_band(points: pd.DataFrame, knob: str, metric: str, series: st
     """Mean of `metric` against the swept `knob`, one line per value of `series`, each inside a shaded
     95% confidence band over its repeats (the band closes on the line where a point ran once)."""
     knob_spec, metric_spec = describe_column(knob), describe_column(metric)
-    fig = _figure(f"{metric_spec.label} vs {_lower_first(knob_spec.label)}", knob_spec.title, metric_spec.title)
+    fig = _figure(f"{metric_spec.label} vs {lower_first(knob_spec.label)}", knob_spec.title, metric_spec.title)
     rows = _rows_with(points, [knob, "mean"])
     if rows.empty:
         return _no_data(fig)
@@ -294,7 +291,7 @@ def pareto_chart(runs: pd.DataFrame, x: str, y: str) -> go.Figure:
     x_spec, y_spec = describe_column(x), describe_column(y)
     if x_spec.larger_is_better is None or y_spec.larger_is_better is None:
         raise ValueError(f"A Pareto front needs metrics with a better direction; {x} or {y} has none.")
-    fig = _figure(f"{y_spec.label} vs {_lower_first(x_spec.label)}: Pareto frontier", x_spec.title, y_spec.title)
+    fig = _figure(f"{y_spec.label} vs {lower_first(x_spec.label)}: Pareto frontier", x_spec.title, y_spec.title)
     rows = _rows_with(runs, [x, y])
     if rows.empty:
         return _no_data(fig)
@@ -314,7 +311,7 @@ def goodput_vs_load(runs: pd.DataFrame, load: str, goodput: str, target: float) 
     """Goodput (or SLO attainment) of every run against the load, the mean per load as a line, the
     target as a dashed line, and the highest load that meets it (interpolated) as a marked point."""
     load_spec, goodput_spec = describe_column(load), describe_column(goodput)
-    fig = _figure(f"{goodput_spec.label} vs {_lower_first(load_spec.label)}", load_spec.title, goodput_spec.title)
+    fig = _figure(f"{goodput_spec.label} vs {lower_first(load_spec.label)}", load_spec.title, goodput_spec.title)
     rows = _rows_with(runs, [load, goodput])
     if rows.empty:
         return _no_data(fig)
@@ -349,7 +346,7 @@ def knob_heatmap(points: pd.DataFrame, knob_x: str, knob_y: str, metric: str) ->
     """Mean of `metric` over a two-knob grid, each cell labelled with its value; colours run the same
     way for every metric: the brightest cell is the best one."""
     x_spec, y_spec, metric_spec = describe_column(knob_x), describe_column(knob_y), describe_column(metric)
-    fig = _figure(f"{metric_spec.label} by {_lower_first(x_spec.label)} and {_lower_first(y_spec.label)}",
+    fig = _figure(f"{metric_spec.label} by {lower_first(x_spec.label)} and {lower_first(y_spec.label)}",
                   x_spec.title, y_spec.title)
     rows = _rows_with(points, [knob_x, knob_y, "mean"])
     if rows.empty:
@@ -388,8 +385,3 @@ def _tick(value) -> str:
     if isinstance(value, (float, np.floating)) and float(value).is_integer():
         return str(int(value))
     return str(value)
-
-
-def _lower_first(label: str) -> str:
-    """A label inside a title: "Concurrency" -> "concurrency", but "KV cache" and "P99" keep their capitals."""
-    return label if label[1:2].isupper() or label[1:2].isdigit() else label[:1].lower() + label[1:]

@@ -1,9 +1,11 @@
 """The run history: one CSV row per run, a folder per run, and import of LMDeploy's own CSVs.
 
-`<root>/history.csv` starts with exactly the columns LMDeploy's `Profiler.save_csv` writes, in its
-order and units, so a row reads like one of LMDeploy's; then our own columns: run identity, every
-setting, the profiler's metrics under their own names, the engine (`engine_*`) and the machine
-(`env_*`). Every write goes through `csvstore`: atomic, locked, union header.
+`<root>/history.csv` starts with the columns LMDeploy's `Profiler.save_csv` writes, in its order, each
+metric under the catalog's single spelling (`duration_s`, `mean_e2e_ms`: full floats; LMDeploy's names and
+formats are only in its own export, `lmdeploy_row`); then run identity, every setting, the profiler's
+other metrics, the engine (`engine_*`) and the machine (`env_*`). Files written when the history kept
+LMDeploy's spellings beside ours read as if they had one (history_import.single_spelling).
+Every write goes through `csvstore`: atomic, locked, union header.
 `<root>/runs/<run_id>/` holds `config.json`, `environment.json` and `requests.parquet`, written
 before the CSV row so that a row never points at a folder that is not there.
 Every read goes through one check (`_read`): a history without its key columns is refused, and rows that do
@@ -31,12 +33,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import csvstore, history_leftovers, metrics
+from .catalog import lmdeploy_row
 from .config import (
     DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, RunConfig, applied_engine_settings, lmdeploy_hyperparams,
 )
 from .engines.base import EngineInfo
 from .errors import HistoryError
-from .history_import import HISTORY_SOURCE, NUMBER_COLUMNS, SAVE_CSV_COLUMNS, check_numbers, is_number, parse_import
+from .history_import import (
+    HISTORY_LEAD_COLUMNS, HISTORY_SOURCE, NUMBER_COLUMNS, SAVE_CSV_HYPERPARAMS, check_numbers, is_number, parse_import,
+    single_spelling,
+)
 from .redact import redact
 from .run_states import CANCELLED, FAILED, FINISHED, PARTIAL
 
@@ -71,7 +77,7 @@ class RunRecord:
     started_at: str  # ISO 8601, local time with its UTC offset
     status: str  # "finished" | "partial" (some requests failed) | "failed" (none succeeded, or before measuring) | "cancelled"
     config: RunConfig
-    # LMDeploy's save_csv row as the Profiler formats it, hyperparameters first.
+    # LMDeploy's save_csv row as the Profiler formats it, hyperparameters first: for its export, not the history.
     lmdeploy_columns: dict[str, Any] = field(default_factory=dict)
     # Flat summary from the Profiler, written under exactly these keys.
     metrics: dict[str, Any] = field(default_factory=dict)
@@ -113,16 +119,18 @@ class History:
         return notices
 
     def _read(self) -> tuple[list[str], list[dict[str, str]]]:
-        """Header and rows of history.csv, after moving the rows that do not parse to the quarantine file.
-        A header without KEY_COLUMNS raises HistoryColumnsError and leaves the file alone."""
+        """Header and rows of history.csv in the single spelling of each metric, after moving the rows that do
+        not parse to the quarantine file. A header without KEY_COLUMNS raises HistoryColumnsError and leaves the
+        file alone."""
         table = csvstore.read_clean_table(self.csv_path, self.quarantine_path, KEY_COLUMNS, keep=_has_run_id)
+        header, rows = single_spelling(table.header, table.rows)
         if table.moved:
             lines = ", ".join(str(number) for number in table.moved)
             self.notices.append(
                 f"{len(table.moved)} damaged row(s) of {self.csv_path} (line(s) {lines}: cut short, garbled, "
                 f"not UTF-8 or without a run id) were moved, as they were, to {self.quarantine_path}; "
                 "the other rows are untouched.")
-        return table.header, table.rows
+        return header, rows
 
     def tidy(self) -> None:
         """On start, once per History: quarantine damaged rows, put back the runs a crash left out of the CSV (a
@@ -172,7 +180,7 @@ class History:
         """All rows; numbers as numbers, '-' and empty cells as NaN, names and versions as text."""
         header, rows = self._read()
         if not header:
-            return pd.DataFrame(columns=[*SAVE_CSV_COLUMNS, "run_id", "started_at", "status", "label", "model"])
+            return pd.DataFrame(columns=[*HISTORY_LEAD_COLUMNS, "run_id", "started_at", "status", "label", "model"])
         frame = pd.DataFrame([[row.get(col, "") for col in header] for row in rows], columns=header, dtype=object)
         return pd.DataFrame({col: _typed_column(col, frame[col]) for col in header})
 
@@ -253,6 +261,14 @@ class History:
             csvstore.append_rows(self.csv_path, new_rows)
         return [row["run_id"] for row in new_rows]
 
+    def lmdeploy_row(self, run_id: str) -> dict[str, Any]:
+        """The run's row as LMDeploy's save_csv writes it (its names, order and formats), from the history row."""
+        row = self.row(run_id)
+        if row is None:
+            raise HistoryError(f"There is no run {run_id} in {self.csv_path}.")
+        return {**{col: row.get(col, "") for col in SAVE_CSV_HYPERPARAMS},
+                **lmdeploy_row({col: _number_or_nan(row.get(col, "")) for col in HISTORY_LEAD_COLUMNS})}
+
     def to_csv_bytes(self, run_ids: Iterable[str] | None = None) -> bytes:
         """The history file, or only the rows of `run_ids`, as CSV bytes for a download."""
         header, rows = self._read()
@@ -264,9 +280,8 @@ class History:
 
 def history_row(record: RunRecord) -> dict[str, Any]:
     """The CSV row of a run, in column order; a key already filled by an earlier group keeps its value."""
-    row: dict[str, Any] = dict.fromkeys(SAVE_CSV_COLUMNS)
+    row: dict[str, Any] = dict.fromkeys(HISTORY_LEAD_COLUMNS)
     row.update(lmdeploy_hyperparams(record.config))
-    row.update(record.lmdeploy_columns)
     identity = {
         "run_id": record.run_id,
         "started_at": record.started_at,
@@ -347,7 +362,7 @@ def _imported_row(
     original: dict[str, str], run_id: str, source: str, load_pattern: str, file_name: str, imported_at: str
 ) -> dict[str, str]:
     """An LMDeploy row as a history row: LMDeploy's cells verbatim, plus what makes it comparable."""
-    row = dict.fromkeys(SAVE_CSV_COLUMNS, "")
+    row = dict.fromkeys(HISTORY_LEAD_COLUMNS, "")
     row.update(original)
     row.update(
         run_id=run_id,
@@ -402,6 +417,13 @@ def _cell_value(value: Any) -> Any:
     if isinstance(value, (dict, list, tuple)):
         return json.dumps(value, default=str)
     return value
+
+
+def _number_or_nan(cell: str) -> int | float:
+    """A history cell as the number it was written from: an int stays an int; missing cells are NaN."""
+    if cell in _MISSING_CELLS or not is_number(cell):
+        return float("nan")
+    return int(cell) if cell.lstrip("-").isdigit() else float(cell)
 
 
 def _is_text_column(name: str) -> bool:

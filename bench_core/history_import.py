@@ -4,7 +4,10 @@ The format is told by the header. `profile_pipeline_api.py` and `profile_through
 through `Profiler.save_csv` and so share one header; only the file name (their defaults are
 `profile_pipeline_api.csv` and `profile_throughput.csv`) can tell them apart. `profile_restful_api.py`
 writes `request_rate` instead of `bs` and `num_prompts`. Original cells are kept verbatim ('-' for
-metrics that were not measured, 'inf' when nothing succeeded); loading turns them into numbers.
+metrics that were not measured, 'inf' when nothing succeeded); loading turns them into numbers. The
+history keeps one spelling of each metric (the catalog's): LMDeploy's names that differ from ours
+(`duration`, `mean_e2e_latency_ms`) are read as ours (`single_spelling`), in imports and in history files
+written before the history kept one spelling.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import io
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from .catalog import HISTORY_METRIC_COLUMNS, LEGACY_COLUMNS, LMDEPLOY_COLUMNS
 from .csvstore import spreadsheet_text
 from .errors import HistoryError
 
@@ -27,21 +31,10 @@ SAVE_CSV_HYPERPARAMS = (
     "random_range_ratio",
     "num_prompts",
 )
-PROFILER_COLUMNS = (
-    "completed",
-    "total_input_tokens",
-    "total_output_tokens",
-    "duration",
-    "request_throughput",
-    "input_throughput",
-    "output_throughput",
-    "mean_e2e_latency_ms",
-    "mean_ttft_ms",
-    "mean_tpot_ms",
-    "mean_itl_ms",
-)
-# The columns of `Profiler.save_csv` as the two offline scripts call it: the history's first columns.
-SAVE_CSV_COLUMNS = SAVE_CSV_HYPERPARAMS + PROFILER_COLUMNS
+# The columns of `Profiler.save_csv` as the two offline scripts call it.
+SAVE_CSV_COLUMNS = SAVE_CSV_HYPERPARAMS + LMDEPLOY_COLUMNS
+# The history's first columns: the same, each metric in the history's spelling.
+HISTORY_LEAD_COLUMNS = SAVE_CSV_HYPERPARAMS + HISTORY_METRIC_COLUMNS
 RESTFUL_COLUMNS = (
     "backend",
     "dataset_name",
@@ -50,11 +43,11 @@ RESTFUL_COLUMNS = (
     "random_output_len",
     "random_range_ratio",
     "request_rate",
-    *PROFILER_COLUMNS,
+    *LMDEPLOY_COLUMNS,
 )
 _TEXT_COLUMNS = {"backend", "dataset_name"}
-# LMDeploy's columns that hold numbers, in whichever of its CSVs they appear.
-NUMBER_COLUMNS = frozenset(SAVE_CSV_COLUMNS + RESTFUL_COLUMNS) - _TEXT_COLUMNS
+# LMDeploy's columns that hold numbers, in whichever of its CSVs they appear, under either spelling.
+NUMBER_COLUMNS = frozenset(SAVE_CSV_COLUMNS + RESTFUL_COLUMNS + HISTORY_METRIC_COLUMNS) - _TEXT_COLUMNS
 # Cells LMDeploy writes for numbers it has not got: None as '', unmeasured stream metrics as '-'.
 _MISSING_CELLS = {"", "-"}
 
@@ -78,10 +71,10 @@ def parse_import(data: bytes, name: str) -> ParsedCsv:
     """Read and check a CSV for import; any problem is one HistoryError sentence naming the file."""
     header, rows = _read_csv(data, name)
     if "run_id" in header:  # the history checks its own number columns: it knows which they are
-        return ParsedCsv(HISTORY_SOURCE, "", header, rows)
+        return ParsedCsv(HISTORY_SOURCE, "", *single_spelling(header, rows))
     if set(header) == set(RESTFUL_COLUMNS):
         parsed = ParsedCsv(RESTFUL_SCRIPT, "request_rate", header, rows)
-    elif tuple(header[-len(PROFILER_COLUMNS):]) == PROFILER_COLUMNS and len(header) > len(PROFILER_COLUMNS):
+    elif tuple(header[-len(LMDEPLOY_COLUMNS):]) == LMDEPLOY_COLUMNS and len(header) > len(LMDEPLOY_COLUMNS):
         source, load_pattern = _offline_script(name)
         parsed = ParsedCsv(source, load_pattern, header, rows)
     else:
@@ -90,7 +83,26 @@ def parse_import(data: bytes, name: str) -> ParsedCsv:
             f"its header starts with {', '.join(header[:4])}."
         )
     check_numbers(parsed, name, [col for col in header if col in NUMBER_COLUMNS])
+    parsed.header, parsed.rows = single_spelling(parsed.header, parsed.rows)
     return parsed
+
+
+def single_spelling(header: list[str], rows: list[dict[str, str]]) -> tuple[list[str], list[dict[str, str]]]:
+    """The table with LMDeploy's spellings of our metrics (LEGACY_COLUMNS) read as ours: a row's value under
+    our name stays; an empty one takes the value under LMDeploy's name, so nothing recorded is lost."""
+    legacy = [old for old in LEGACY_COLUMNS if old in header]
+    if not legacy:
+        return header, rows
+    renamed = {old: LEGACY_COLUMNS[old] for old in legacy}
+    single_header = list(dict.fromkeys(renamed.get(col, col) for col in header))
+    single_rows = []
+    for row in rows:
+        single = {col: cell for col, cell in row.items() if col not in renamed}
+        for old, new in renamed.items():
+            if single.get(new, "") == "":
+                single[new] = row.get(old, "")
+        single_rows.append(single)
+    return single_header, single_rows
 
 
 def _read_csv(data: bytes, name: str) -> tuple[list[str], list[dict[str, str]]]:

@@ -27,10 +27,11 @@ import numpy as np
 import pandas as pd
 
 from . import csvstore, metrics
+from .catalog import BEYOND_LMDEPLOY, CATALOG, METRICS, NOT_MEASURED, lmdeploy_row
 from .config import SLO
 from .live_snapshot import LiveSnapshot, LiveTracker
 
-NOT_MEASURED = "-"  # LMDeploy's own marker in its CSV for a value that was not measured
+_LMDEPLOY_ROWS = tuple(metric for metric in CATALOG if metric.lmdeploy_label)  # LMDeploy's console table
 
 
 class Session:
@@ -98,14 +99,16 @@ class Progress:
     finished: int
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Computed:
-    """What one compute_metrics() saw, kept so the table and summary describe the same moment."""
+    """What one compute_metrics() saw, kept so the table and summary describe the same moment; the summary
+    under the profiler's own SLO is kept too, as the history row, LMDeploy's row and the console all read it."""
 
     sessions: list[Session]
     per_request: metrics.RequestMetrics
     status: np.ndarray
     origin: float
+    summary: dict[str, float | int | str] | None = None
 
 
 class Profiler:
@@ -249,9 +252,14 @@ class Profiler:
 
     def summary(self, slo: SLO | None = None) -> dict[str, float | int | str]:
         """Flat summary for the history (latencies in ms); `slo` defaults to the profiler's."""
-        self._ensure_computed()
-        return metrics.run_summary(self.request_table(), self.elapsed_time, self.percentages,
-                                   self.stream_output, slo if slo is not None else self.slo)
+        computed = self._ensure_computed()
+        if slo is not None and slo != self.slo:
+            return metrics.run_summary(self.request_table(), self.elapsed_time, self.percentages, self.stream_output,
+                                       slo)
+        if computed.summary is None:
+            computed.summary = metrics.run_summary(self.request_table(), self.elapsed_time, self.percentages,
+                                                   self.stream_output, self.slo)
+        return dict(computed.summary)
 
     def live_snapshot(self) -> LiveSnapshot:
         """Progress and value series so far; safe to call from any thread while sessions tick."""
@@ -282,54 +290,47 @@ class Profiler:
         self._extra_rows(table)
 
     def _latency_rows(self, table: _ConsoleTable, cells, with_tokens_per_tick: bool) -> None:
-        table.row("End-to-end Latency", *cells(self.stats["e2e"]))
-        if self.stream_output:
-            table.row("Time to First Token (TTFT)", *cells(self.stats["ttft"]))
-        table.row("Time per Output Token (TPOT)", *cells(self.stats["tpot"]))
-        if self.stream_output:
-            table.row("Inter-token Latency (ITL)", *cells(self.stats["itl"]))
-            if with_tokens_per_tick:
-                table.row("Tokens per Tick", self.tpts_mean, *self.tpts_stat)
+        """LMDeploy's rows, in seconds; tokens per tick (percentiles truncated, as LMDeploy prints them)
+        only where LMDeploy prints it."""
+        for metric in _LMDEPLOY_ROWS:
+            if metric.needs_streaming and not self.stream_output:
+                continue
+            if metric.integer_percentiles:
+                if with_tokens_per_tick:
+                    table.row(metric.lmdeploy_label, self.tpts_mean, *self.tpts_stat)
+                continue
+            table.row(metric.lmdeploy_label, *cells(self.stats[metric.key]))
 
     def _extra_rows(self, table: _ConsoleTable) -> None:
-        table.row("Failed requests", self.failed)
-        table.row("Incomplete requests", self.incomplete)
-        table.row("Unfinished requests", self.unfinished)
-        table.row("Cancelled requests", self.cancelled)
+        summary = self.summary()
+        for key in ("failed", "incomplete", "unfinished", "cancelled"):
+            table.row(METRICS[key].label, summary[key])
         for reason, count in self.failure_reasons.items():
             table.row(f"  {reason}", count)
         table.rule("-")
         table.row("", "std", "min", "max")
         self._latency_rows(table, lambda s: (s.std, s.min, s.max), with_tokens_per_tick=False)
+        measured = [metric for metric in BEYOND_LMDEPLOY if self.stream_output or not metric.needs_streaming]
+        if measured:
+            table.rule("-")
+            table.row("", "mean", *(f"P{q}" for q in self.percentages))
+            stats = ("mean", *(metrics.percentile_key(q) for q in self.percentages))
+            for metric in measured:
+                values = (summary.get(metric.column(stat), math.nan) / metric.display_scale for stat in stats)
+                table.row(metric.console_title, *values)
         if self.goodput is not None:
             table.rule("-")
             for name in ("ttft", "tpot", "e2e"):
                 threshold = getattr(self.slo, name)
                 if threshold is not None:
                     table.row(f"SLO {name.upper()} (s)", float(threshold))
-            table.row("Good requests", self.good_requests)
-            table.row("Goodput (req/s)", self.goodput)
+            table.row(METRICS["good_requests"].label, self.good_requests)
+            table.row(METRICS["goodput"].title, self.goodput)
         table.rule("=")
 
     def lmdeploy_csv_row(self, hyperparams: Iterable[tuple[str, Any]] | dict | None = None) -> dict[str, Any]:
         """The row LMDeploy's save_csv writes, in its column order and formats; '-' where not measured."""
-        self._ensure_computed()
-        streamed = self.stream_output
-        row = dict(_pairs(hyperparams))
-        row.update({
-            "completed": self.success,
-            "total_input_tokens": self.total_input,
-            "total_output_tokens": self.total_output,
-            "duration": NOT_MEASURED if math.isnan(self.elapsed_time) else self.elapsed_time,
-            "request_throughput": _fixed3(self.rps),
-            "input_throughput": _fixed3(self.input_throughput),
-            "output_throughput": _fixed3(self.output_throughput),
-            "mean_e2e_latency_ms": _fixed3(self.e2e_mean * 1000),
-            "mean_ttft_ms": _fixed3(self.ttft_mean * 1000) if streamed else NOT_MEASURED,
-            "mean_tpot_ms": _fixed3(self.tpot_mean * 1000),
-            "mean_itl_ms": _fixed3(self.itls_mean * 1000) if streamed else NOT_MEASURED,
-        })
-        return row
+        return {**dict(_pairs(hyperparams)), **lmdeploy_row(self.summary())}
 
     def save_csv(self, csv_file: str, hyperparams: Iterable[tuple[str, Any]] | dict | None = None) -> None:
         """Append LMDeploy's CSV row; a file with other columns is rewritten with the union header."""
@@ -367,10 +368,6 @@ def _pairs(hyperparams: Iterable[tuple[str, Any]] | dict | None) -> list[tuple[s
 
 def _is_nan(value: Any) -> bool:
     return isinstance(value, float) and math.isnan(value)
-
-
-def _fixed3(value: float) -> str:
-    return NOT_MEASURED if _is_nan(value) else f"{value:.3f}"
 
 
 class _ConsoleTable:

@@ -11,9 +11,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
+from .catalog import SWEPT_COLUMNS, with_derived
 from .config import SLO
 from .metrics import good_requests, rate
 from .stats import GROUP_COLUMNS, TOO_FEW_RUNS, compare, describe
@@ -23,23 +23,18 @@ from .tables import describe_column
 
 POINT = "point"
 METRIC = "metric"
-# What a sweep is usually judged by: throughput, latency as a user feels it, decode speed per user.
-SWEEP_METRICS = (
-    "output_throughput", "request_throughput", "p99_ttft_ms", "mean_ttft_ms", "mean_tpot_ms", "p99_tpot_ms",
-    "mean_itl_ms", "mean_e2e_latency_ms", "output_throughput_per_user", "goodput_rps", "slo_attainment",
-)
+# What a sweep is usually judged by (the catalog's swept metrics): throughput, latency as a user feels it,
+# decode speed per user, goodput.
+SWEEP_METRICS = SWEPT_COLUMNS
 BEYOND_SPREAD = "beyond the run-to-run spread"
 WITHIN_SPREAD = "within the run-to-run spread"
-# Derived per-run columns that the sweep views plot (see `with_sweep_metrics`).
-OUTPUT_THROUGHPUT_PER_USER = "output_throughput_per_user"
-SLO_ATTAINMENT = "slo_attainment"
 
 
 def sweep_runs(history_runs: pd.DataFrame, plan: SweepPlan) -> pd.DataFrame:
-    """The sweep's finished runs with the derived sweep metrics, the swept settings typed as the plan
+    """The sweep's finished runs with the catalog's derived metrics, the swept settings typed as the plan
     types them (the history reads 4 back as 4.0) and a `point` column naming each run's point."""
     names = _axis_names(plan)
-    frame = with_sweep_metrics(finished_runs(history_runs, plan))
+    frame = with_derived(finished_runs(history_runs, plan))
     for axis in plan.axes:
         frame[axis.name] = pd.Series([_plan_value(axis.values, cell) for cell in frame[axis.name]],
                                      index=frame.index, dtype=object)
@@ -57,20 +52,7 @@ def with_slo(runs: pd.DataFrame, request_tables: Mapping[str, pd.DataFrame], slo
         good.append(int(good_requests(table["status"], table["ttft_s"], table["tpot_s"], table["e2e_s"], slo).sum()))
     frame["good_requests"] = good
     frame["goodput_rps"] = [rate(n, duration) for n, duration in zip(good, pd.to_numeric(frame["duration_s"]))]
-    return with_sweep_metrics(frame)
-
-
-def with_sweep_metrics(runs: pd.DataFrame) -> pd.DataFrame:
-    """History rows plus the per-run columns the sweep views plot beyond the stored metrics:
-    output tok/s per user (1000 / mean TPOT in ms: the decode speed one request sees) and SLO
-    attainment (good requests / all requests; NaN for runs without an SLO)."""
-    frame = runs.copy()
-    tpot_ms = pd.to_numeric(frame.get("mean_tpot_ms", pd.Series(np.nan, index=frame.index)), errors="coerce")
-    frame[OUTPUT_THROUGHPUT_PER_USER] = 1000.0 / tpot_ms.where(tpot_ms > 0)
-    good = pd.to_numeric(frame.get("good_requests", pd.Series(np.nan, index=frame.index)), errors="coerce")
-    total = pd.to_numeric(frame.get("total_requests", pd.Series(np.nan, index=frame.index)), errors="coerce")
-    frame[SLO_ATTAINMENT] = good / total.where(total > 0)
-    return frame
+    return with_derived(frame)
 
 
 def point_statistics(runs: pd.DataFrame, plan: SweepPlan, metrics=SWEEP_METRICS) -> pd.DataFrame:

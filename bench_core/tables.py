@@ -2,21 +2,20 @@
 
 Pure pandas, no I/O and no streamlit: a page hands the frames to `st.dataframe` or a download.
 History columns are described here once (`describe_column`: label, unit, which direction is
-better) from their regular names (`p99_ttft_ms`, `output_throughput`, `concurrency`); the charts
-read the same descriptions for their axis titles. Latencies are stored in seconds and shown in ms.
+better): metric columns from the metric catalog, settings from the table below; the charts read the
+same descriptions for their axis titles. Latencies are stored in seconds and shown in ms.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from .metrics import METRICS, STREAM_ONLY_METRICS, percentile_key
+from .catalog import CATALOG, COMPARED_COLUMNS, PERCENTILES, column_direction, column_label, find_column, percentile_key
 
 BETTER = "better"
 WORSE = "worse"
@@ -39,32 +38,9 @@ class ColumnSpec:
         return f"{self.label} ({self.unit})" if self.unit else self.label
 
 
-# mean_ttft_ms, p99.9_itl_ms, and LMDeploy's own spelling mean_e2e_latency_ms.
-_LATENCY_COLUMN = re.compile(r"^(mean|std|min|max|p\d+(?:\.\d+)?)_(e2e_last_line|tpot_last_line|e2e|ttft|tpot|itl)(?:_latency)?_ms$")
-_STATISTIC_LABELS = {"mean": "Mean", "std": "Std of", "min": "Min", "max": "Max"}
-
+# History columns that are not metrics: the engine's load time and the settings a chart may put on its x axis.
 _COLUMNS = {spec.name: spec for spec in (
-    ColumnSpec("request_throughput", METRICS["request_throughput"].label, METRICS["request_throughput"].unit, True),
-    ColumnSpec("input_throughput", METRICS["input_throughput"].label, METRICS["input_throughput"].unit, True),
-    ColumnSpec("output_throughput", METRICS["output_throughput"].label, METRICS["output_throughput"].unit, True),
-    ColumnSpec("goodput_rps", METRICS["goodput"].label, METRICS["goodput"].unit, True),
-    ColumnSpec("good_requests", "Good requests", "requests", True),
-    ColumnSpec("mean_tokens_per_tick", "Mean tokens per tick", "tokens", True),
-    # Derived per run for sweeps (sweep.with_sweep_metrics).
-    ColumnSpec("output_throughput_per_user", "Output throughput per user", "tok/s", True),
-    ColumnSpec("slo_attainment", "SLO attainment", "fraction", True),
-    ColumnSpec("completed", "Completed requests", "requests", True),
-    ColumnSpec("failed", "Failed requests", "requests", False),
-    ColumnSpec("incomplete", "Incomplete requests", "requests", False),
-    ColumnSpec("unfinished", "Unfinished requests", "requests", False),
-    ColumnSpec("cancelled", "Cancelled requests", "requests", None),
-    ColumnSpec("total_requests", "Total requests", "requests", None),
-    ColumnSpec("total_input_tokens", "Total input tokens", "tokens", None),
-    ColumnSpec("total_output_tokens", "Total output tokens", "tokens", None),
-    ColumnSpec("duration", METRICS["duration"].label, METRICS["duration"].unit, False),
-    ColumnSpec("duration_s", METRICS["duration"].label, METRICS["duration"].unit, False),
     ColumnSpec("load_seconds", "Engine load time", "s", False),
-    # Settings (knobs, dataset and load) a chart may put on its x axis.
     ColumnSpec("concurrency", "Concurrency", "requests", None),
     ColumnSpec("bs", "Batch size", "requests", None),
     ColumnSpec("num_prompts", "Number of prompts", "prompts", None),
@@ -82,16 +58,10 @@ _COLUMNS = {spec.name: spec for spec in (
     ColumnSpec("sharegpt_output_len", "ShareGPT output length", "tokens", None),
     ColumnSpec("random_input_len", "Random input length", "tokens", None),
     ColumnSpec("random_output_len", "Random output length", "tokens", None),
-    # OpenAI-compatible servers: the load asked for and delivered, and the client's token counts.
+    # OpenAI-compatible servers: the load asked for.
     ColumnSpec("burstiness", "Burstiness", "gamma shape", None),
     ColumnSpec("max_concurrency", "Max concurrency", "requests", None),
     ColumnSpec("warmup_requests", "Warm-up requests", "requests", None),
-    ColumnSpec("achieved_rate", "Achieved request rate", "req/s", None),
-    ColumnSpec("mean_send_lag_ms", "Mean send lag", "ms", False),
-    ColumnSpec("max_send_lag_ms", "Max send lag", "ms", False),
-    ColumnSpec("peak_in_flight", "Peak requests in flight", "requests", None),
-    ColumnSpec("total_output_tokens_retokenized", "Total output tokens (retokenized)", "tokens", None),
-    ColumnSpec("length_mismatches", "Length mismatches", "requests", False),
 )}
 
 
@@ -99,62 +69,45 @@ def describe_column(name: str) -> ColumnSpec:
     """Label, unit and direction of a history column; unknown columns get their name as label."""
     if name in _COLUMNS:
         return _COLUMNS[name]
-    match = _LATENCY_COLUMN.match(name)
-    if match:
-        statistic, metric = match.groups()
-        prefix = _STATISTIC_LABELS.get(statistic, statistic.upper())
-        spec = METRICS[metric]
-        return ColumnSpec(name, f"{prefix} {spec.label[0].lower()}{spec.label[1:]}", spec.display_unit, False)
+    found = find_column(name)
+    if found:
+        metric, statistic = found
+        return ColumnSpec(name, column_label(metric, statistic), metric.shown_unit, column_direction(metric, statistic))
     return ColumnSpec(name, name.replace("_", " ").capitalize(), "", None)
 
 
 # ---- one run ---------------------------------------------------------------------------------
 
-_PERCENTILE_ROWS = (("e2e", "End-to-end latency"), ("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"))
-# A server's run also has profile_restful_api.py's ends (its last line; ours stop at the last text).
-_LAST_LINE_ROWS = (("e2e_last_line", "E2E to last line (LMDeploy)"), ("tpot_last_line", "TPOT to last line (LMDeploy)"))
-
-
 def percentile_table(summary: dict, percentiles: Sequence[float], stream_output: bool) -> pd.DataFrame:
-    """LMDeploy's latency table in ms: mean, the configured percentiles, then std/min/max.
+    """LMDeploy's latency table in ms: mean, the configured percentiles, then std/min/max; one row per catalog
+    metric with percentiles that the summary holds.
 
-    TTFT, ITL and tokens per tick appear only for streamed runs, as LMDeploy prints them; tokens per
-    tick has no std/min/max, as in LMDeploy's table; the last-line rows only for a server's run.
-    Missing values are NaN.
+    Metrics that need streaming appear only for streamed runs, as LMDeploy prints them; statistics a metric
+    does not have (tokens per tick has no std/min/max, as in LMDeploy's table) and missing values are NaN.
     """
-    columns = ["mean", *(percentile_key(q).upper() for q in percentiles), "std", "min", "max"]
+    statistics = ["mean", *(percentile_key(q) for q in percentiles), "std", "min", "max"]
     rows = {}
-    last_line_rows = tuple(row for row in _LAST_LINE_ROWS if f"mean_{row[0]}_ms" in summary)
-    for metric, label in _PERCENTILE_ROWS + last_line_rows:
-        if metric in STREAM_ONLY_METRICS and not stream_output:
+    for metric in CATALOG:
+        if PERCENTILES not in metric.statistics or metric.mean_column not in summary:
             continue
-        keys = [f"mean_{metric}_ms", *(f"{percentile_key(q)}_{metric}_ms" for q in percentiles),
-                f"std_{metric}_ms", f"min_{metric}_ms", f"max_{metric}_ms"]
-        rows[f"{label} (ms)"] = [_number(summary.get(key)) for key in keys]
-    if stream_output:
-        keys = ["mean_tokens_per_tick", *(f"{percentile_key(q)}_tokens_per_tick" for q in percentiles)]
-        rows["Tokens per tick (tokens)"] = [_number(summary.get(key)) for key in keys] + [math.nan] * 3
+        if metric.needs_streaming and not stream_output:
+            continue
+        rows[metric.row_title] = [_number(summary.get(metric.column(stat))) for stat in statistics]
+    columns = ["mean", *(percentile_key(q).upper() for q in percentiles), "std", "min", "max"]
     table = pd.DataFrame.from_dict(rows, orient="index", columns=columns, dtype=float)
     table.index.name = "metric"
     return table
 
 
-# Summary keys, which are also the history columns that describe them.
-_THROUGHPUT_ROWS = ("duration_s", "total_requests", "completed", "failed", "incomplete", "unfinished",
-                    "cancelled", "total_input_tokens", "total_output_tokens", "request_throughput", "input_throughput",
-                    "output_throughput", "good_requests", "goodput_rps")
-_ONLY_WHEN_PRESENT = {"good_requests", "goodput_rps"}  # set only when the run had an SLO
-
-
 def throughput_table(summary: dict) -> pd.DataFrame:
-    """Duration, request counts, token totals and throughputs: one row each, a value and its unit."""
+    """Duration, request counts, token totals and throughputs (the run's single-valued catalog metrics that
+    are numbers, the summary holds, and every engine measures): one row each, a value and its unit."""
     rows = {}
-    for key in _THROUGHPUT_ROWS:
-        value = _number(summary.get(key))
-        if key in _ONLY_WHEN_PRESENT and math.isnan(value):
+    for metric in CATALOG:
+        key = metric.column()
+        if metric.is_distribution or metric.server_only or not metric.unit or key not in summary:
             continue
-        spec = describe_column(key)
-        rows[spec.label] = (value, spec.unit)
+        rows[metric.label] = (_number(summary[key]), metric.unit)
     table = pd.DataFrame.from_dict(rows, orient="index", columns=["value", "unit"])
     table["value"] = table["value"].astype(float)
     table.index.name = "quantity"
@@ -201,15 +154,16 @@ def run_names(runs: pd.DataFrame) -> list[str]:
             for label, run_id in zip(labels, ids)]
 
 
-def compare_runs(runs: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
-    """Runs side by side: one column per run (see `run_names`), one row per metric, titled with its unit."""
+def compare_runs(runs: pd.DataFrame, metrics: Sequence[str] = COMPARED_COLUMNS) -> pd.DataFrame:
+    """Runs side by side: one column per run (see `run_names`), one row per metric, titled with its unit;
+    by default the catalog's compared metrics."""
     values = _metric_matrix(runs, metrics)
     values.index = [describe_column(name).title for name in metrics]
     values.index.name = "metric"
     return values
 
 
-def compare_marks(runs: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
+def compare_marks(runs: pd.DataFrame, metrics: Sequence[str] = COMPARED_COLUMNS) -> pd.DataFrame:
     """Same shape as `compare_runs`: "better" on each row's best run(s), "worse" on its worst, else "".
 
     Rows whose metric has no better direction, or fewer than two different values, stay unmarked.
@@ -235,7 +189,7 @@ def style_comparison(table: pd.DataFrame, marks: pd.DataFrame):
     return table.style.apply(lambda _: marks.map(lambda mark: _MARK_COLOURS.get(mark, "")), axis=None)
 
 
-def _metric_matrix(runs: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
+def _metric_matrix(runs: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
     """Numbers only, indexed by metric column name; a column the history lacks is all NaN."""
     names = run_names(runs)
     columns = {name: pd.to_numeric(runs[name], errors="coerce").to_numpy(dtype=np.float64)

@@ -13,7 +13,7 @@ import zlib
 import pandas as pd
 import streamlit as st
 
-from bench_core import charts, tables
+from bench_core import catalog, charts, tables
 from bench_core.config import ENGINE_KNOBS
 from bench_core.errors import HistoryError
 from bench_core.history import History
@@ -23,7 +23,7 @@ RUN_PAGE_URL = "run"
 TABLE_COLUMNS = (
     "run_id", "started_at", "status", "label", "backend", "model", "dataset", "dataset_name", "load_pattern",
     "concurrency", "num_prompts", "completed", "output_throughput", "request_throughput", "mean_ttft_ms",
-    "p99_ttft_ms", "mean_itl_ms", "mean_e2e_latency_ms", "error", "source_file",
+    "p99_ttft_ms", "mean_itl_ms", "mean_e2e_ms", "error", "source_file",
 )
 FILTERS = (("backend", "Backend"), ("model", "Model"), ("status", "Status"), ("dataset", "Dataset"))
 NOT_RECORDED = "(not recorded)"
@@ -32,11 +32,6 @@ KNOB_COLUMNS = (
     *(knob.name for knob in ENGINE_KNOBS),
 )
 COLOUR_COLUMNS = ("backend", "model", "label", "load_pattern", "dataset", "status")
-COMPARED_METRICS = (
-    "output_throughput", "request_throughput", "input_throughput", "goodput_rps", "mean_ttft_ms", "p99_ttft_ms",
-    "mean_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2e_latency_ms", "p99_e2e_ms",
-    "completed", "failed", "incomplete", "duration",
-)
 
 
 def import_section(history: History) -> None:
@@ -167,7 +162,7 @@ def comparison(history: History, chosen: pd.DataFrame) -> None:
         right.plotly_chart(charts.latency_vs_throughput(chosen, latency=latency, color=colour),
                            key="chart_latency_vs_throughput")
     distributions(history, chosen)
-    shown = [name for name in COMPARED_METRICS if name in chosen]
+    shown = [name for name in catalog.COMPARED_COLUMNS if name in chosen]
     st.dataframe(tables.style_comparison(tables.compare_runs(chosen, shown), tables.compare_marks(chosen, shown)),
                  key="compare_table")
     st.caption("Green: the best of these runs on that metric; red: the worst.")

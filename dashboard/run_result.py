@@ -17,7 +17,6 @@ from bench_core import csvstore, metrics
 from bench_core.config import SLO, RunConfig
 from bench_core.errors import HistoryError
 from bench_core.history import History
-from bench_core.history_import import SAVE_CSV_COLUMNS
 from bench_core.live_snapshot import LiveSnapshot
 from bench_core.run_states import FAILED
 from bench_core.runner import Run
@@ -80,7 +79,7 @@ def result_from_history(history: History, run_id: str) -> RunResult:
         config=history.config(run_id),
         requests=None if status == FAILED and not history.measured(run_id) else history.requests(run_id),
         duration_s=_float(row.get("duration_s")),
-        lmdeploy_row={column: row.get(column, "") for column in SAVE_CSV_COLUMNS},
+        lmdeploy_row=history.lmdeploy_row(run_id),
         message=row.get("error", ""),
     )
 

@@ -14,6 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from bench_core import charts, csvstore, metrics, tables
+from bench_core.catalog import METRICS, find_column
 from bench_core.config import SERVER_BACKEND, SLO, RunConfig
 from bench_core.errors import BenchError
 from bench_core.latency_bins import BinnedLatencies
@@ -154,7 +155,7 @@ def live_percentile_table(series: dict[str, BinnedLatencies], percentiles, strea
     """LMDeploy's latency table for the values seen so far; rows with no values yet are left out."""
     summary: dict[str, float] = {}
     for metric, binned in series.items():
-        summary.update(metrics.distribution_columns(metric, binned.distribution(percentiles), percentiles))
+        summary.update(metrics.summary_columns(METRICS[metric], binned.distribution(percentiles), percentiles))
     return tables.percentile_table(summary, percentiles, stream_output).dropna(how="all")
 
 
@@ -223,11 +224,10 @@ def _server_load(config: RunConfig, summary: dict) -> None:
                    "the server may not honour ignore_eos; check the server kind or pass it in the extra request body.")
     columns = st.columns(4)
     columns[0].metric("Requested rate (req/s)", f"{config.load.request_rate:g}")
-    columns[1].metric("Achieved rate (req/s)", f"{summary['achieved_rate']:.2f}",
-                      help="Requests sent per second, between the first and the last send.")
-    columns[2].metric("Mean send lag (ms)", f"{summary['mean_send_lag_ms']:.1f}",
-                      help="How late requests were sent against their schedule (waiting for a concurrency slot).")
-    columns[3].metric("Peak in flight (requests)", summary["peak_in_flight"])
+    for column, (name, digits) in zip(columns[1:], (("achieved_rate", ".2f"), ("mean_send_lag_ms", ".1f"),
+                                                      ("peak_in_flight", ""))):
+        metric, _ = find_column(name)
+        column.metric(tables.describe_column(name).title, format(summary[name], digits), help=metric.definition)
 
 
 def _goodput(summary: dict, slo: SLO) -> None:
@@ -235,9 +235,9 @@ def _goodput(summary: dict, slo: SLO) -> None:
     if not metrics.slo_is_set(slo):
         st.caption("Set TTFT, TPOT or E2E thresholds under *Goodput SLO* in the sidebar to see goodput.")
         return
-    st.metric("Goodput (req/s)", f"{summary['goodput_rps']:.3f}",
-              help="Successful requests meeting every threshold, per second of the run.")
-    st.metric("Good requests", f"{summary['good_requests']}/{summary['total_requests']}")
+    goodput, good = METRICS["goodput"], METRICS["good_requests"]
+    st.metric(goodput.title, f"{summary[goodput.column()]:.3f}", help=goodput.definition)
+    st.metric(good.label, f"{summary[good.column()]}/{summary['total_requests']}")
     thresholds = ", ".join(f"{name.upper()} ≤ {value * 1000:g} ms"
                            for name, value in (("ttft", slo.ttft), ("tpot", slo.tpot), ("e2e", slo.e2e))
                            if value is not None)

@@ -40,7 +40,7 @@ NON_ENGINE_SETTINGS = tuple(name for name in SWEEPABLE if name in (
 PARETO_VIEWS = {
     "Output tok/s against P99 TTFT": ("p99_ttft_ms", "output_throughput"),
     "Tok/s per user against tok/s in total": ("output_throughput", "output_throughput_per_user"),
-    "Output tok/s against mean E2E latency": ("mean_e2e_latency_ms", "output_throughput"),
+    "Output tok/s against mean E2E latency": ("mean_e2e_ms", "output_throughput"),
 }
 GOODPUT_METRICS = ("slo_attainment", "goodput_rps")
 # An ended sweep this server did not run: the history tells finished runs, not why the others are missing.

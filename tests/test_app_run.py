@@ -18,7 +18,8 @@ from dashboard.state import get_runner
 
 TINY = "builtin:tiny-llama"
 DATA = Path(__file__).resolve().parent / "data"
-LATENCY_ROWS = ["End-to-end latency (ms)", "TTFT (ms)", "TPOT (ms)", "ITL (ms)", "Tokens per tick (tokens)"]
+LATENCY_ROWS = ["End-to-end latency (ms)", "TTFT (ms)", "TPOT (ms)", "ITL (ms)", "Tokens per tick (tokens)",
+                "TTFT per 1,000 input tokens (ms)", "Decode tokens/s per request (tok/s)"]
 
 
 

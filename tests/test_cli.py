@@ -10,11 +10,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from bench_core.catalog import BEYOND_LMDEPLOY
 from bench_core.cli import main
 from bench_core.config import DatasetConfig
 from bench_core.datasets import sample_requests
 from bench_core.history import History
-from bench_core.history_import import SAVE_CSV_COLUMNS
+from bench_core.history_import import HISTORY_LEAD_COLUMNS, SAVE_CSV_COLUMNS
+from dashboard.run_result import result_from_history
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,6 +55,18 @@ def test_streamed_run_prints_lmdeploys_table_with_our_rows_below(streamed_run):
     assert "mean       P50       P75       P95       P99" in out
 
 
+def test_catalog_metrics_beyond_lmdeploys_table_are_printed_and_recorded(streamed_run):
+    work, proc = streamed_run
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    for title in ("TTFT per 1,000 input tokens (s)", "Decode tokens/s per request (tok/s)"):
+        (line,) = [line for line in lines if line.startswith(title)]
+        assert len(line.split()) - len(title.split()) == 5 and "-" not in line.split()  # mean and 4 percentiles
+    row = History(work / "results").load().iloc[0]
+    assert row["mean_ttft_per_1k_input_ms"] > 0 and row["p99_decode_tokens_per_s"] > 0
+    assert {metric.console_title for metric in BEYOND_LMDEPLOY} <= {line[:40].rstrip() for line in lines}
+
+
 def test_streamed_run_writes_lmdeploy_csv_with_exact_token_counts(streamed_run, tiny_tokenizer):
     work, proc = streamed_run
     assert proc.returncode == 0, proc.stderr
@@ -65,6 +79,16 @@ def test_streamed_run_writes_lmdeploy_csv_with_exact_token_counts(streamed_run, 
     assert int(row["total_input_tokens"]) == expected.total_input_tokens
     assert int(row["total_output_tokens"]) == expected.total_output_tokens
     assert float(row["mean_ttft_ms"]) > 0 and float(row["mean_itl_ms"]) > 0
+
+
+def test_the_history_rebuilds_the_lmdeploy_csv_row_byte_for_byte(streamed_run):
+    """The Run page's "LMDeploy CSV" download of a run read back from the history (which keeps one spelling
+    per metric, as full floats) is the row the CLI wrote in LMDeploy's names and formats."""
+    work, proc = streamed_run
+    assert proc.returncode == 0, proc.stderr
+    history = History(work / "results")
+    rebuilt = result_from_history(history, history.load()["run_id"].iloc[0]).lmdeploy_csv_bytes()
+    assert rebuilt == (work / "profile_pipeline_api.csv").read_bytes()
 
 
 def test_streamed_run_lands_in_the_history_with_per_request_ticks(streamed_run):
@@ -171,7 +195,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, tiny_
 def test_history_csv_reads_back_with_pandas(streamed_run):
     work, _ = streamed_run
     frame = pd.read_csv(work / "results" / "history.csv")
-    assert list(frame.columns[: len(SAVE_CSV_COLUMNS)]) == list(SAVE_CSV_COLUMNS)
+    assert list(frame.columns[: len(HISTORY_LEAD_COLUMNS)]) == list(HISTORY_LEAD_COLUMNS)
 
 
 def test_the_terminal_progress_line_reads_the_live_snapshot():

@@ -5,6 +5,7 @@ import csv
 import pytest
 from openai_server import free_port, transformers_server  # noqa: F401 (fixture)
 
+from bench_core.catalog import BEYOND_LMDEPLOY
 from bench_core.cli import build_parser, main
 from bench_core.cli.restful import _rate_range, rates
 from bench_core.history import History
@@ -37,7 +38,8 @@ def test_a_run_prints_their_box_appends_their_csv_row_and_lands_in_the_history(
     assert "Successful requests:                     6" in out
     assert "Total generated tokens:                  48" in out
     for row in ("Total generated tokens (retokenized):", "P99 TTFT (ms):", "Median ITL (ms):", "P90 TPOT (ms):",
-                "Std ITL (ms):", "Achieved rate (req/s):", "Length mismatches:                       0"):
+                "Std ITL (ms):", "Achieved rate (req/s):", "Length mismatches:                       0",
+                *(f"Mean {metric.row_title}:" for metric in BEYOND_LMDEPLOY)):  # every catalog metric LMDeploy lacks
         assert row in out
 
     header, rows = csv_rows(tmp_path / "out.csv")

@@ -23,7 +23,9 @@ from bench_core.config import EngineConfig, LoadConfig, RunConfig, lmdeploy_hype
 from bench_core.engines.base import EngineInfo
 from bench_core.errors import HistoryError
 from bench_core.history import History, RunRecord, local_now_iso, new_run_id
-from bench_core.history_import import SAVE_CSV_COLUMNS
+from bench_core.catalog import LEGACY_COLUMNS
+from bench_core.history_import import HISTORY_LEAD_COLUMNS, SAVE_CSV_COLUMNS
+from profiled_runs import profiled_run, recorded_history
 
 ROOT = Path(__file__).resolve().parent.parent
 LMDEPLOY_CSV = Path(__file__).resolve().parent / "data" / "lmdeploy_csv"
@@ -103,15 +105,63 @@ def history(tmp_path) -> History:
     return History(tmp_path / "results")
 
 
-def test_row_starts_with_lmdeploys_save_csv_row_exactly(history, tmp_path):
-    config = _config()
-    lmdeploy_row = _lmdeploy_row(tmp_path, config, stream_output=False)
-    history.record(_record(config, lmdeploy_columns=lmdeploy_row))
+def test_row_starts_with_lmdeploys_columns_in_one_spelling_as_full_floats(tmp_path):
+    history, _ = recorded_history(tmp_path / "results", [("run-a", "transformers", 4, profiled_run([0.05, 0.1]))])
 
-    header, rows = csvstore.read_table(history.csv_path)
-    assert tuple(header[: len(SAVE_CSV_COLUMNS)]) == SAVE_CSV_COLUMNS
-    assert [rows[0][col] for col in SAVE_CSV_COLUMNS] == [lmdeploy_row[col] for col in SAVE_CSV_COLUMNS]
-    assert rows[0]["mean_ttft_ms"] == "-"  # LMDeploy's mark for "not measured without streaming"
+    header, (row,) = csvstore.read_table(history.csv_path)
+    assert tuple(header[: len(HISTORY_LEAD_COLUMNS)]) == HISTORY_LEAD_COLUMNS
+    assert HISTORY_LEAD_COLUMNS[8:12] == ("completed", "total_input_tokens", "total_output_tokens", "duration_s")
+    assert not set(LEGACY_COLUMNS) & set(header)  # LMDeploy's duration, mean_e2e_latency_ms: only in its export
+    summary = history.load().iloc[0]
+    assert float(row["mean_ttft_ms"]) == summary["mean_ttft_ms"] and row["mean_ttft_ms"] != "75.000"  # full float
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_lmdeploys_row_is_rebuilt_from_the_history_byte_for_byte(tmp_path, stream):
+    prof = profiled_run([0.05, 0.1, 0.2], stream=stream)
+    history, _ = recorded_history(tmp_path / "results", [("run-a", "pytorch", 4, prof)])
+    config = history.config("run-a")
+
+    ours, theirs = history.lmdeploy_row("run-a"), prof.lmdeploy_csv_row(lmdeploy_hyperparams(config))
+    assert list(ours) == list(SAVE_CSV_COLUMNS)
+    assert csvstore.table_bytes(list(ours), [ours]) == csvstore.table_bytes(list(theirs), [theirs])
+
+
+def _old_format_history(path: Path) -> None:
+    """A history.csv as the app wrote it while it kept LMDeploy's spellings beside ours: a run of ours (both
+    spellings, LMDeploy's first with 3 decimals) and an imported LMDeploy row (LMDeploy's spelling only)."""
+    header = [*SAVE_CSV_COLUMNS, "run_id", "started_at", "status", "label", "model", "source", "duration_s",
+              "mean_e2e_ms", "p99_e2e_ms"]
+    ours = {"backend": "transformers", "bs": "4", "completed": "3", "duration": "2.5123456789",
+            "request_throughput": "1.194", "mean_e2e_latency_ms": "101.235", "mean_ttft_ms": "50.000",
+            "run_id": "20260101-000000-ab12", "status": "finished", "duration_s": "2.5123456789",
+            "mean_e2e_ms": "101.23456789", "p99_e2e_ms": "180.5"}
+    imported = {"backend": "turbomind", "bs": "256", "completed": "1000", "duration": "30.1",
+                "request_throughput": "33.223", "mean_e2e_latency_ms": "88.000", "mean_ttft_ms": "-",
+                "run_id": "20260101-000001-cd34", "status": "imported", "source": "profile_throughput.py"}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(csvstore.table_bytes(header, [ours, imported]))
+
+
+def test_an_old_format_history_reads_in_one_spelling_and_loses_nothing(history):
+    _old_format_history(history.csv_path)
+    before = history.csv_path.read_bytes()
+
+    frame = history.load()
+    assert not set(LEGACY_COLUMNS) & set(frame.columns)
+    assert frame["mean_e2e_ms"].tolist() == [101.23456789, 88.0]  # ours kept its full float
+    assert frame["duration_s"].tolist() == [2.5123456789, 30.1]
+    assert frame["p99_e2e_ms"].iloc[0] == 180.5 and math.isnan(frame["mean_ttft_ms"].iloc[1])
+    assert history.csv_path.read_bytes() == before  # reading never rewrites the file
+    assert b"mean_e2e_latency_ms" not in history.to_csv_bytes()
+    assert history.lmdeploy_row("20260101-000001-cd34")["mean_e2e_latency_ms"] == "88.000"
+
+    history.record(_record())  # a new run under the old header: the file keeps every old cell
+    frame = history.load()
+    assert frame["mean_e2e_ms"].tolist()[:2] == [101.23456789, 88.0] and len(frame) == 3
+    imported_again = History(history.root.parent / "elsewhere")
+    assert imported_again.import_csv(history.csv_path)[:2] == ["20260101-000000-ab12", "20260101-000001-cd34"]
+    assert imported_again.load()["duration_s"].tolist()[:2] == [2.5123456789, 30.1]
 
 
 def test_row_holds_identity_settings_metrics_engine_and_environment(history):
@@ -133,7 +183,8 @@ def test_row_holds_identity_settings_metrics_engine_and_environment(history):
 
 def test_load_turns_dashes_into_nan_and_numbers_into_numbers(history, tmp_path):
     config = _config()
-    history.record(_record(config, lmdeploy_columns=_lmdeploy_row(tmp_path, config, stream_output=False)))
+    history.record(_record(config, metrics={"completed": 3, "total_input_tokens": 33, "mean_ttft_ms": math.nan,
+                                            "mean_itl_ms": "-", "mean_tpot_ms": 2.5}))
 
     frame = history.load()
     assert math.isnan(frame.loc[0, "mean_ttft_ms"]) and math.isnan(frame.loc[0, "mean_itl_ms"])
@@ -281,9 +332,9 @@ def test_lmdeploy_csvs_import_as_comparable_rows_with_original_values(history, f
     for run_id, row, original in zip(run_ids, rows, original_rows):
         assert row["run_id"] == run_id and row["status"] == "imported"
         assert (row["source"], row["source_file"], row["load_pattern"]) == (source, file_name, load_pattern)
-        assert {col: row[col] for col in original} == original
+        assert {col: row[LEGACY_COLUMNS.get(col, col)] for col in original} == original  # cells verbatim
     frame = history.load()
-    assert frame["completed"].dtype.kind in "if" and frame["mean_e2e_latency_ms"].dtype.kind == "f"
+    assert frame["completed"].dtype.kind in "if" and frame["mean_e2e_ms"].dtype.kind == "f"
 
 
 def test_imported_values_load_as_numbers_nan_and_infinity(history):
@@ -295,7 +346,7 @@ def test_imported_values_load_as_numbers_nan_and_infinity(history):
     assert math.isnan(frame["mean_ttft_ms"].iloc[0])  # '-' from a pipeline run without streaming
     assert frame["concurrency"].iloc[0] == 256
     failed = frame.iloc[3]
-    assert failed["completed"] == 0 and math.isinf(failed["mean_e2e_latency_ms"])
+    assert failed["completed"] == 0 and math.isinf(failed["mean_e2e_ms"])
     restful = frame.iloc[4]
     assert math.isinf(restful["request_rate"]) and math.isnan(restful["num_prompts"])
     assert frame["request_rate"].iloc[5] == 16.0

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from bench_core import metrics
+from bench_core.catalog import CATALOG, METRICS
 from bench_core.config import SLO
 
 
@@ -19,13 +20,19 @@ def _ticks(*sessions: list[tuple[float, int]]):
 
 
 def test_every_metric_has_a_unit_and_a_direction():
-    assert set(metrics.LATENCY_METRICS) <= set(metrics.METRICS)
-    for key in metrics.LATENCY_METRICS:
-        spec = metrics.METRICS[key]
+    for key in ("e2e", "ttft", "tpot", "itl"):
+        spec = METRICS[key]
         assert (spec.unit, spec.larger_is_better, spec.display_unit, spec.display_scale) == ("s", False, "ms", 1000.0)
     for key in ("request_throughput", "output_throughput", "goodput"):
-        assert metrics.METRICS[key].larger_is_better
-    assert all(spec.label and spec.definition for spec in metrics.METRICS.values())
+        assert METRICS[key].larger_is_better
+    assert all(spec.label and spec.definition for spec in METRICS.values())
+
+
+def test_every_metric_has_exactly_one_formula():
+    for metric in CATALOG:
+        formulas = [metric.per_request, metric.aggregate, metric.derived]
+        assert sum(formula is not None for formula in formulas) == 1, metric.key
+        assert bool(metric.needs) == (metric.derived is not None), metric.key
 
 
 def test_request_metrics_follow_lmdeploys_definitions():

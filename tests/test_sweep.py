@@ -10,13 +10,16 @@ import pandas as pd
 import pytest
 
 from bench_core import csvstore
+from bench_core.catalog import METRICS, with_derived
 from bench_core.config import RunConfig
 from bench_core.engines import engine_settings_key
 from bench_core.errors import ConfigError
 from bench_core.history import History, RunRecord, history_row
 from bench_core.sweep_plan import SWEEPABLE, SweepAxis, SweepPlan, new_sweep_id, parse_sweep_arg
-from bench_core.sweep_results import OUTPUT_THROUGHPUT_PER_USER, SLO_ATTAINMENT, with_sweep_metrics
 from bench_core.sweep_store import SWEEP_REPEAT, remaining
+
+OUTPUT_THROUGHPUT_PER_USER = METRICS["output_throughput_per_user"].column()
+SLO_ATTAINMENT = METRICS["slo_attainment"].column()
 
 
 def _base(backend: str = "transformers", label: str = "") -> RunConfig:
@@ -228,7 +231,7 @@ def test_resume_reads_the_points_back_from_a_real_history(tmp_path):
 def test_sweep_metrics_add_per_user_speed_and_slo_attainment():
     runs = pd.DataFrame({"mean_tpot_ms": [20.0, 0.0, np.nan], "good_requests": [90, 5, np.nan],
                          "total_requests": [100, 10, 10]})
-    frame = with_sweep_metrics(runs)
+    frame = with_derived(runs)
     assert frame[OUTPUT_THROUGHPUT_PER_USER].tolist()[0] == pytest.approx(50.0)
     assert np.isnan(frame[OUTPUT_THROUGHPUT_PER_USER].tolist()[1:]).all()
     assert frame[SLO_ATTAINMENT].tolist()[:2] == pytest.approx([0.9, 0.5])
@@ -236,6 +239,6 @@ def test_sweep_metrics_add_per_user_speed_and_slo_attainment():
 
 
 def test_sweep_metrics_of_rows_without_those_columns_are_missing():
-    frame = with_sweep_metrics(pd.DataFrame({"run_id": ["a"]}))
+    frame = with_derived(pd.DataFrame({"run_id": ["a"]}))
     assert frame[[OUTPUT_THROUGHPUT_PER_USER, SLO_ATTAINMENT]].isna().all().all()
 

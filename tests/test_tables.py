@@ -21,7 +21,8 @@ def test_percentile_table_values_equal_the_summary():
     table = tables.percentile_table(summary, (50, 75, 95, 99), stream_output=True)
     assert list(table.columns) == ["mean", "P50", "P75", "P95", "P99", "std", "min", "max"]
     assert list(table.index) == ["End-to-end latency (ms)", "TTFT (ms)", "TPOT (ms)", "ITL (ms)",
-                                 "Tokens per tick (tokens)"]
+                                 "Tokens per tick (tokens)", "TTFT per 1,000 input tokens (ms)",
+                                 "Decode tokens/s per request (tok/s)"]
     for metric, row in zip(("e2e", "ttft", "tpot", "itl"), table.index):
         for column, key in zip(table.columns, ("mean", "p50", "p75", "p95", "p99", "std", "min", "max")):
             assert table.loc[row, column] == summary[f"{key}_{metric}_ms"]
@@ -137,10 +138,13 @@ def test_runs_sharing_a_label_or_without_one_are_told_apart_by_run_id():
 @pytest.mark.parametrize("column, title, larger_is_better", [
     ("p99_ttft_ms", "P99 time to first token (ms)", False),
     ("p99.9_itl_ms", "P99.9 inter-token latency (ms)", False),
-    ("mean_e2e_latency_ms", "Mean end-to-end latency (ms)", False),  # LMDeploy's own column
+    ("mean_e2e_ms", "Mean end-to-end latency (ms)", False),
+    ("std_ttft_ms", "Std of time to first token (ms)", False),  # less spread is better
+    ("p50_tokens_per_tick", "P50 tokens per tick (tokens)", True),
+    ("p50_decode_tokens_per_s", "P50 decode tokens/s per request (tok/s)", True),
     ("goodput_rps", "Goodput (req/s)", True),
     ("completed", "Completed requests (requests)", True),
-    ("duration", "Benchmark duration (s)", False),
+    ("duration_s", "Benchmark duration (s)", False),
     ("cache_max_entry_count", "KV cache share of free GPU memory (fraction)", None),
 ])
 def test_history_columns_are_described_with_unit_and_direction(column, title, larger_is_better):

@@ -20,6 +20,7 @@ import urllib.parse
 from datetime import datetime
 
 from .. import csvstore, metrics
+from ..catalog import BEYOND_LMDEPLOY
 from ..config import DATASET_NAMES, EngineConfig, GenerationSettings, LoadConfig, RunConfig
 from ..engines import check_run_config
 from ..engines.openai_client import REQUEST_DEADLINE_S, ServerError, api_root, discover_model
@@ -302,6 +303,8 @@ def _extra_rows(config: RunConfig, summary: dict) -> None:
         for q in config.percentiles:
             key = metrics.percentile_key(q)
             _line(f"{key.upper()} {name} (ms):", summary[f"{key}_{metric}_ms"])
+    for metric in BEYOND_LMDEPLOY:
+        _line(f"Mean {metric.row_title}:", summary.get(metric.mean_column, math.nan))
     _line("Failed requests:", summary["failed"])
     _line("Incomplete requests:", summary["incomplete"])
     _line("Unfinished requests:", summary["unfinished"])

@@ -193,7 +193,8 @@ def test_imported_formulas_are_quoted_in_downloads_and_negative_numbers_stay_num
     header, row = read_cells(History(labelled_run / "results").to_csv_bytes())
     cells = dict(zip(header, row))
     cells.update(run_id="imported-1", label=FORMULAS[1], backend=FORMULAS[2], model=FORMULAS[3],
-                 dataset=FORMULAS[4], error=FORMULAS[5], load_seconds="-1.5", random_range_ratio="-0.0")
+                 dataset=FORMULAS[4], error=FORMULAS[5], load_seconds="-1.5", random_range_ratio="-0.0",
+                 mean_ttft_ms="-")  # LMDeploy's mark for "not measured"
     history.import_csv(csvstore.table_bytes(header, [cells]), "shared.csv")
     header, row = read_cells(history.to_csv_bytes())
     got = dict(zip(header, row))
@@ -228,9 +229,9 @@ def test_a_stray_text_cell_in_a_number_column_reads_as_missing_not_as_a_text_col
     history = History(tmp_path / "results")
     history.import_csv(History(labelled_run / "results").csv_path)
     header, rows = csvstore.read_table(history.csv_path)
-    rows.append({**rows[0], "run_id": "edited-by-hand", "mean_e2e_latency_ms": "oops"})
+    rows.append({**rows[0], "run_id": "edited-by-hand", "mean_e2e_ms": "oops"})
     history.csv_path.write_bytes(csvstore.table_bytes(header, rows))
-    latency = history.load()["mean_e2e_latency_ms"]
+    latency = history.load()["mean_e2e_ms"]
     assert pd.api.types.is_float_dtype(latency) and latency.isna().tolist() == [False, True]
     assert b"oops" in history.csv_path.read_bytes()  # kept in the file
 
