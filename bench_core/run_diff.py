@@ -66,15 +66,27 @@ _LOAD_APPLIES = {
     **{name: _with_cell("load_pattern", _BY_RATE)
        for name in ("request_rate", "burstiness", "exact_rate_arrivals", "max_concurrency")},
 }
-_DATASET_APPLIES = {
-    "sharegpt_output_len": _with_cell("dataset_name", ("sharegpt",)),
-    **{name: _with_cell("dataset_name", ("random",))
-       for name in ("random_input_len", "random_output_len", "random_range_ratio")},
-}
+_DATASET_APPLIES = {name: _with_cell("dataset_name", ("random",)) for name in ("random_input_len", "random_range_ratio")}
+# One setting for the output length a run asked for, whichever dataset it used: a random run of 256 tokens
+# and a ShareGPT run fixed at 32 differ in it.
+OUTPUT_LENGTH = "output_length"
+_OUTPUT_LENGTH_COLUMNS = {"random": "random_output_len", "sharegpt": "sharegpt_output_len"}
 
 
 def _fields(part: type) -> list[str]:
     return [f.name for f in dataclasses.fields(part) if f.name not in _NOT_SETTINGS]
+
+
+def _dataset_settings() -> list[Setting]:
+    """The dataset's fields, its two output lengths as the one OUTPUT_LENGTH after the dataset's name."""
+    settings = []
+    for name in _fields(DatasetConfig):
+        if name in _OUTPUT_LENGTH_COLUMNS.values():
+            continue
+        settings.append(Setting(name, _DATASET_APPLIES.get(name, _always)))
+        if name == "dataset_name":
+            settings.append(Setting(OUTPUT_LENGTH, _always))
+    return settings
 
 
 def _engine_setting(name: str) -> Setting:
@@ -89,7 +101,7 @@ def _engine_setting(name: str) -> Setting:
 SETTINGS: tuple[Setting, ...] = (
     Setting("model", _always),
     Setting("backend", _always),
-    *(Setting(name, _DATASET_APPLIES.get(name, _always)) for name in _fields(DatasetConfig)),
+    *_dataset_settings(),
     *(Setting(name, _LOAD_APPLIES.get(name, _always)) for name in _fields(LoadConfig)),
     *(_engine_setting(name) for name in _fields(EngineConfig) if name not in ("model", "backend")),
     *(Setting(name, _always) for name in _fields(GenerationSettings)),
@@ -102,13 +114,13 @@ _BY_NAME = {setting.name: setting for setting in SETTINGS}
 def setting_cells(runs: pd.DataFrame, names: Sequence[str] = SETTING_NAMES) -> dict[str, list[Any]]:
     """Per setting, one cell per run: its value (ints for whole numbers, None for our own run's default),
     or NOT_APPLICABLE / NOT_RECORDED."""
-    context = [name for name in ("status", "backend", "dataset_name", "load_pattern") if name in runs]
-    rows = runs[[*context, *(name for name in names if name in runs and name not in context)]].to_dict("records")
+    context = ["status", "backend", "dataset_name", "load_pattern", *_OUTPUT_LENGTH_COLUMNS.values()]
+    rows = runs[list(dict.fromkeys(name for name in (*context, *names) if name in runs))].to_dict("records")
     cells: dict[str, list[Any]] = {}
     for name in names:
         applies, column = _BY_NAME[name].applies, cells.setdefault(name, [])
         for row in rows:
-            value = _normalised(row.get(name))
+            value = _normalised(row.get(_column_of(name, row)))
             if not applies(row):
                 column.append(NOT_APPLICABLE)
             elif value is None and _is_imported(row):
@@ -158,15 +170,10 @@ def repeat_groups(runs: pd.DataFrame) -> list[int]:
     return [numbers.setdefault(key, len(numbers)) for key in keys]
 
 
-def output_lengths(runs: pd.DataFrame) -> list[Any]:
-    """The output length each run asked for: the random dataset's length, ShareGPT's fixed one, or
-    DEFAULT (each ShareGPT conversation's own)."""
-    cells = setting_cells(runs, ("dataset_name", "random_output_len", "sharegpt_output_len"))
-    lengths = []
-    for dataset_name, random_len, sharegpt_len in zip(*cells.values()):
-        length = random_len if dataset_name == "random" else sharegpt_len
-        lengths.append(DEFAULT if length is None else length)
-    return lengths
+def with_output_length(runs: pd.DataFrame) -> pd.DataFrame:
+    """The rows with an OUTPUT_LENGTH column, as text ("256", DEFAULT for ShareGPT's own lengths), to show
+    in a table or chart across (numbers as a scale when every run has one)."""
+    return runs.assign(**{OUTPUT_LENGTH: [show(cell) for cell in setting_cells(runs, [OUTPUT_LENGTH])[OUTPUT_LENGTH]]})
 
 
 def point_labels(runs: pd.DataFrame, names: Sequence[str]) -> list[str]:
@@ -189,6 +196,13 @@ def show(cell: Any) -> str:
     if isinstance(cell, float):
         return f"{cell:g}"
     return str(cell)
+
+
+def _column_of(name: str, row: _Row) -> str:
+    """The history column holding a setting for this row: OUTPUT_LENGTH reads the dataset's own length column."""
+    if name != OUTPUT_LENGTH:
+        return name
+    return _OUTPUT_LENGTH_COLUMNS.get(_normalised(row.get("dataset_name")), "sharegpt_output_len")
 
 
 def _known(column: list[Any]) -> list[Any]:

@@ -61,6 +61,7 @@ _COLUMNS = {spec.name: spec for spec in (
     ColumnSpec("num_blocks", "KV cache blocks", "blocks", None),
     ColumnSpec("speculative_num_draft_tokens", "Draft tokens per step", "tokens", None),
     ColumnSpec("sharegpt_output_len", "ShareGPT output length", "tokens", None),
+    ColumnSpec("output_length", "Output length", "tokens", None),  # random or ShareGPT's, as the run asked
     ColumnSpec("random_input_len", "Random input length", "tokens", None),
     ColumnSpec("random_output_len", "Random output length", "tokens", None),
     # OpenAI-compatible servers: the load asked for.
@@ -217,8 +218,7 @@ def noise_verdicts(runs: pd.DataFrame, metrics: Sequence[str], groups: Sequence[
 
 
 def style_comparison(table: pd.DataFrame, marks: pd.DataFrame):
-    """A Styler for st.dataframe: better cells green, worse red (columns without marks stay plain)."""
-    marks = marks.reindex(index=table.index, columns=table.columns, fill_value="")
+    """A Styler for st.dataframe: better cells green, worse red."""
     return table.style.apply(lambda _: marks.map(lambda mark: _MARK_COLOURS.get(mark, "")), axis=None)
 
 

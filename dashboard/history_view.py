@@ -23,8 +23,7 @@ RUN_PAGE_URL = "run"
 # The runs table: who and what ran, the settings users vary (with every other setting that differs
 # somewhere in the rows on show), then the results.
 IDENTITY_COLUMNS = ("run_id", "started_at", "status", "label", "backend", "model")
-OUTPUT_LENGTH = "output_length"
-VARIED_COLUMNS = ("dataset_name", OUTPUT_LENGTH, "load_pattern", "concurrency", "num_prompts")
+VARIED_COLUMNS = ("dataset_name", run_diff.OUTPUT_LENGTH, "load_pattern", "concurrency", "num_prompts")
 RESULT_COLUMNS = ("completed", "output_throughput", "request_throughput", "mean_ttft_ms", "p99_ttft_ms",
                   "mean_itl_ms", "mean_e2e_ms", "error", "source_file")
 FILTERS = (("backend", "Backend"), ("model", "Model"), ("status", "Status"), ("dataset", "Dataset"))
@@ -76,7 +75,7 @@ def table_view(shown: pd.DataFrame) -> pd.DataFrame:
     """The runs on show as the table lists them: identity, the settings users vary and those that differ
     between these rows, results."""
     varied = [name for name in (*VARIED_COLUMNS, *run_diff.differing_settings(shown)) if name not in IDENTITY_COLUMNS]
-    frame = shown.assign(**{OUTPUT_LENGTH: [run_diff.show(length) for length in run_diff.output_lengths(shown)]})
+    frame = run_diff.with_output_length(shown)
     columns = dict.fromkeys(name for name in (*IDENTITY_COLUMNS, *varied, *RESULT_COLUMNS) if name in frame)
     return frame[list(columns)].reset_index(drop=True)
 
@@ -85,10 +84,9 @@ def runs_table(shown: pd.DataFrame) -> list[str]:
     """The table of runs on show, with a link to each on the Run page; returns the selected run ids."""
     view = table_view(shown)
     view.insert(1, "open", RUN_PAGE_URL + "?run=" + view["run_id"].astype(str))
-    config = {"open": st.column_config.LinkColumn("Run page", display_text="open"),
-              OUTPUT_LENGTH: "Output length (tokens)"}
+    config = {"open": st.column_config.LinkColumn("Run page", display_text="open")}
     for name in view.columns[2:]:
-        config.setdefault(name, _title(name))
+        config[name] = _title(name)
     digest = zlib.crc32("\n".join(view["run_id"].astype(str)).encode())
     event = st.dataframe(view, key=f"history_table_{digest:08x}", on_select="rerun", selection_mode="multi-row",
                          hide_index=True, column_config=config)
@@ -153,7 +151,7 @@ def comparison(history: History, chosen: pd.DataFrame) -> None:
     """What differs between the chosen runs first, then the charts across it, the distributions and the
     side-by-side table with which differences are beyond noise."""
     st.subheader(f"Compare {len(chosen)} runs")
-    chosen = chosen.assign(**{RUN: tables.run_names(chosen)})
+    chosen = run_diff.with_output_length(chosen).assign(**{RUN: tables.run_names(chosen)})
     varied = run_diff.differing_settings(chosen)
     what_differs(chosen, varied)
     comparison_charts(chosen, varied)

@@ -171,9 +171,11 @@ def test_runs_on_one_backend_get_their_own_distinct_colours_when_coloured_by_run
         assert fig.layout.legend.title.text == "Run"
 
 
-def test_colour_groups_of_a_numeric_setting_run_in_numeric_order(history_runs):
-    fig = charts.latency_vs_throughput(history_runs, color="concurrency")
-    assert [t.name for t in fig.data] == ["1", "4", "8"]
+def test_colour_groups_of_a_numeric_setting_run_in_numeric_order():
+    runs = pd.DataFrame({"run_id": list("abc"), "concurrency": [16, 2, 4], "output_throughput": [3.0, 1.0, 2.0],
+                         "p99_ttft_ms": [30.0, 10.0, 20.0]})
+    fig = charts.latency_vs_throughput(runs, color="concurrency")
+    assert [t.name for t in fig.data] == ["2", "4", "16"]
 
 
 def test_compare_markers_and_labels_are_not_clipped_at_the_plot_edge(history_runs):

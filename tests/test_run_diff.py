@@ -52,7 +52,7 @@ def test_every_kind_of_setting_is_compared(tmp_path):
     changed.slo.ttft = 0.2
     runs = history_of(tmp_path, [cpu_run(2), changed])
     assert run_diff.differing_settings(runs) == [
-        "seed", "random_output_len", "stream_output", "dtype", "max_batch_tokens", "temperature", "slo_ttft_s"]
+        "output_length", "seed", "stream_output", "dtype", "max_batch_tokens", "temperature", "slo_ttft_s"]
     table = run_diff.differences(runs, run_diff.differing_settings(runs))
     assert table.loc["Stream output"].tolist() == ["no", "yes"]
     assert table.loc["SLO on TTFT (s)"].tolist() == ["default", "0.2"]
@@ -84,9 +84,20 @@ def test_dataset_and_load_settings_count_only_where_they_apply(tmp_path):
                                                            sharegpt_output_len=8, random_range_ratio=0.5),
                          load=LoadConfig(concurrency=2))
     runs = history_of(tmp_path, [cpu_run(2), sharegpt])
-    # The random lengths and range ratio mean nothing on ShareGPT prompts, and its output length nothing on random.
+    # The random input length and range ratio mean nothing on ShareGPT prompts; both runs ask for 8 tokens out.
     assert run_diff.differing_settings(runs) == ["dataset_name"]
-    assert run_diff.output_lengths(runs) == [8, 8]
+    assert run_diff.with_output_length(runs)[run_diff.OUTPUT_LENGTH].tolist() == ["8", "8"]
+
+
+def test_the_output_length_is_one_setting_whichever_dataset_holds_it(tmp_path):
+    sharegpt = RunConfig(engine=CPU, dataset=DatasetConfig(dataset="builtin:sample", num_prompts=8),
+                         load=LoadConfig(concurrency=2))
+    longer = RunConfig(engine=CPU, dataset=DatasetConfig(**{**vars(RANDOM), "random_output_len": 256}),
+                       load=LoadConfig(concurrency=2))
+    runs = history_of(tmp_path, [cpu_run(2), sharegpt, longer])
+    assert run_diff.differing_settings(runs) == ["dataset_name", "output_length"]
+    table = run_diff.differences(runs, ["output_length"])
+    assert table.loc["Output length (tokens)"].tolist() == ["8", run_diff.DEFAULT, "256"]
 
 
 def test_what_an_imported_lmdeploy_row_did_not_record_is_unknown_not_different(tmp_path):
@@ -96,7 +107,7 @@ def test_what_an_imported_lmdeploy_row_did_not_record_is_unknown_not_different(t
     # The random lengths apply to the random row alone: one value each, no difference.
     assert run_diff.differing_settings(rows) == ["dataset_name", "num_prompts", "concurrency"]
     assert run_diff.setting_cells(rows, ["model"]) == {"model": [run_diff.NOT_RECORDED] * 2}
-    assert run_diff.output_lengths(rows) == [run_diff.NOT_RECORDED, 512]
+    assert run_diff.setting_cells(rows, ["output_length"]) == {"output_length": [run_diff.NOT_RECORDED, 512]}
 
 
 def test_the_chart_goes_across_the_setting_taking_the_most_values_numbers_first(tmp_path):

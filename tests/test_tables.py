@@ -151,14 +151,6 @@ def test_noise_verdicts_say_when_there_is_no_spread_to_judge_by():
     assert tables.noise_verdicts(runs, metrics, [0, 1, 2]) == ["", ""]
 
 
-def test_style_comparison_leaves_columns_without_marks_plain(three_runs):
-    table = tables.compare_runs(three_runs, ["mean_e2e_ms"])
-    marks = tables.compare_marks(three_runs, ["mean_e2e_ms"])
-    table["verdict"] = ["within noise"]
-    html = tables.style_comparison(table, marks).to_html()
-    assert "within noise" in html and "rgba(46, 160, 67" in html
-
-
 def test_runs_sharing_a_label_or_without_one_are_told_apart_by_run_id():
     runs = pd.DataFrame({"run_id": ["a", "b", "c"], "label": ["base", "base", ""]})
     assert tables.run_names(runs) == ["base · a", "base · b", "c"]
