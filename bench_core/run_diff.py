@@ -2,7 +2,7 @@
 engine and generation knob, the SLO) whose values are not the same across a set of history rows.
 
 A setting counts only where it means something. An engine knob means nothing on a backend that does not
-use it (a CPU run records TurboMind's knobs as empty), ShareGPT's output length nothing on random prompts,
+use it (a CPU run records TurboMind's knobs as empty), a random input length nothing on ShareGPT prompts,
 a request rate nothing outside the request_rate pattern; such a cell is "n/a" and is never a difference.
 An LMDeploy row imported from its CSV records few settings: what it lacks is "not recorded", unknown
 rather than different. An empty cell of our own run is the setting's default (no session length cap, the
@@ -22,12 +22,12 @@ from typing import Any
 import pandas as pd
 
 from .config import ENGINE_KNOBS, SERVER_BACKEND, DatasetConfig, EngineConfig, GenerationSettings, LoadConfig
+from .history import IMPORTED
 from .tables import describe_column, run_names
 
 NOT_APPLICABLE = "n/a"
 NOT_RECORDED = "not recorded"
 DEFAULT = "default"
-IMPORTED_STATUS = "imported"  # History's status of a row imported from LMDeploy's CSV
 # Not compared: a credential and how a run is reported. LoadConfig's `duration_s` (a time limit) shares its
 # name with the measured benchmark duration, the history column that holds the latter.
 _NOT_SETTINGS = {"api_key", "log_level", "duration_s"}
@@ -52,10 +52,6 @@ def _with_cell(column: str, values: tuple[str, ...]) -> Callable[[_Row], bool]:
         cell = _normalised(row.get(column))
         return cell is None or cell in values
     return applies
-
-
-def _knob_applies(backends: tuple[str, ...]) -> Callable[[_Row], bool]:
-    return _with_cell("backend", backends)
 
 
 _BY_RATE = ("request_rate",)
@@ -91,7 +87,7 @@ def _dataset_settings() -> list[Setting]:
 
 def _engine_setting(name: str) -> Setting:
     if name in _KNOB_BACKENDS:
-        return Setting(name, _knob_applies(_KNOB_BACKENDS[name]))
+        return Setting(name, _with_cell("backend", _KNOB_BACKENDS[name]))
     if name == "trust_remote_code":  # loads the model's own code: in-process engines only
         return Setting(name, lambda row: _normalised(row.get("backend")) != SERVER_BACKEND)
     return Setting(name, _always)
@@ -141,7 +137,7 @@ def differences(runs: pd.DataFrame, names: Sequence[str]) -> pd.DataFrame:
     `tables.run_names`): what a reader compares first."""
     cells = setting_cells(runs, names)
     table = pd.DataFrame([[show(cell) for cell in cells[name]] for name in names],
-                         index=[title(name) for name in names], columns=run_names(runs), dtype=object)
+                         index=[_title(name) for name in names], columns=run_names(runs), dtype=object)
     table.index.name = "setting"
     return table
 
@@ -183,10 +179,6 @@ def point_labels(runs: pd.DataFrame, names: Sequence[str]) -> list[str]:
     return [", ".join(values) for values in zip(*parts)] if parts else [""] * len(runs)
 
 
-def title(name: str) -> str:
-    return describe_column(name).title.strip()
-
-
 def show(cell: Any) -> str:
     """A setting's cell as text: 4 rather than 4.0, yes/no for flags, DEFAULT for an empty one."""
     if cell is None:
@@ -196,6 +188,10 @@ def show(cell: Any) -> str:
     if isinstance(cell, float):
         return f"{cell:g}"
     return str(cell)
+
+
+def _title(name: str) -> str:
+    return describe_column(name).title.strip()  # "Async", not "Async " (async_)
 
 
 def _column_of(name: str, row: _Row) -> str:
@@ -210,7 +206,7 @@ def _known(column: list[Any]) -> list[Any]:
 
 
 def _is_imported(row: _Row) -> bool:
-    return _normalised(row.get("status")) == IMPORTED_STATUS
+    return _normalised(row.get("status")) == IMPORTED
 
 
 def _normalised(value: Any) -> Any:

@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.history import RESULTS_ENV, History
 from bench_core.runner import Runner
-from bench_core.tables import SINGLE_RUN, describe_column
+from bench_core.tables import BEYOND_NOISE, SINGLE_RUN, WITHIN_NOISE, describe_column
 from dashboard.history_view import NOISE_COLUMN
 from app_under_test import APP, ROOT
 
@@ -146,6 +146,30 @@ def test_single_runs_are_compared_without_a_claim_about_noise(history_root, prep
     at = select_rows(open_history(), run_ids)
     verdicts = at.dataframe[1].value[NOISE_COLUMN]
     assert set(verdicts) == {SINGLE_RUN}
+
+
+@pytest.fixture
+def repeated_history(tmp_path, monkeypatch, fresh_dashboard, tiny_model_path) -> list[str]:
+    """Two real runs at concurrency 2 and two at 4, alone in a fresh history behind the dashboard."""
+    root = tmp_path / "results"
+    runner = Runner(History(root))
+    runs = [runner.submit(tiny_config(c, f"c{c} #{repeat}")) for repeat in (1, 2) for c in (2, 4)]
+    for run in runs:
+        assert run.wait(60) and run.state == "finished", run.message
+    runner.shutdown()
+    monkeypatch.setenv(RESULTS_ENV, str(root))
+    return [run.run_id for run in runs]
+
+
+def test_repeats_say_which_differences_are_beyond_their_noise(repeated_history):
+    at = select_rows(open_history(), repeated_history)
+    assert not at.exception
+    assert list(at.table[0].value.index) == ["Concurrency (requests)"]
+    verdicts = at.dataframe[1].value[NOISE_COLUMN]
+    assert SINGLE_RUN not in set(verdicts)
+    judged = [verdict for verdict in verdicts if verdict.startswith((BEYOND_NOISE, WITHIN_NOISE))]
+    assert judged and all("2 vs 2 runs" in verdict for verdict in judged)
+    assert verdicts[describe_column("completed").title].startswith(WITHIN_NOISE)  # every request done in each run
 
 
 def test_the_table_shows_output_length_load_and_the_settings_that_differ_in_it(history_root, prepared_history):
