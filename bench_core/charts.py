@@ -11,6 +11,7 @@ series are reduced to at most `MAX_POINTS` points.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 
 import numpy as np
@@ -23,6 +24,7 @@ from .latency_bins import BinnedLatencies
 from .catalog import METRICS, lower_first
 from .metrics import measured_values
 from .request_status import SUCCESS
+from .run_diff import differing_settings, point_labels
 from .stats import highest_load_meeting, pareto_front
 from .tables import describe_column
 
@@ -31,6 +33,9 @@ HISTOGRAM_BINS = 60
 NO_DATA = "No data yet"
 _NO_GROUP = "(none)"
 _CHOICE_KNOBS = {knob.name for knob in ENGINE_KNOBS if knob.choices}
+_PAD_FRACTION = 0.1
+_LABELLED_SETTINGS = 2  # a point's label names at most this many differing settings
+_MAX_TICKS = 12
 
 
 def latency_histogram(values_s: np.ndarray, metric: str, title: str | None = None) -> go.Figure:
@@ -94,43 +99,55 @@ def throughput_over_time(time_s: np.ndarray, output_tokens_per_s: np.ndarray, in
 
 
 def metric_vs_knob(runs: pd.DataFrame, knob: str, metric: str, color: str | None = "backend") -> go.Figure:
-    """History rows: `metric` against `knob`, one line per value of `color`, sorted by the knob."""
+    """History rows: `metric` against `knob`, one line per value of `color` (a run name column colours each
+    run apart), sorted by the knob."""
     knob_spec, metric_spec = describe_column(knob), describe_column(metric)
     fig = _figure(f"{metric_spec.label} vs {knob_spec.label.lower()}", knob_spec.title, metric_spec.title)
     rows = _rows_with(runs, [knob, metric])
     if rows.empty:
         return _no_data(fig)
-    for group, part in _groups(rows, color):
+    for colour, (group, part) in zip(_colours(), _groups(rows, color)):
         part = part.sort_values(knob, kind="stable")
         fig.add_trace(go.Scatter(
-            x=part[knob], y=part[metric], mode="lines+markers", name=group,
-            customdata=_run_identity(part),
+            x=part[knob], y=part[metric], mode="lines+markers", name=group, cliponaxis=False,
+            marker=dict(size=10, color=colour), line=dict(color=colour), customdata=_run_identity(part),
             hovertemplate=(f"{knob_spec.label}: %{{x}}<br>{metric_spec.label}: %{{y:.4g}} {metric_spec.unit}"
                            "<br>run %{customdata[0]} %{customdata[1]}<extra>%{fullData.name}</extra>"),
         ))
-    fig.update_layout(showlegend=color is not None, legend_title_text=color or "")
-    if knob in _CHOICE_KNOBS:  # quant_policy 0/4/8/42 are codes, not a scale
+    _legend(fig, color)
+    if _is_categorical(rows, knob):  # quant_policy 0/4/8/42 are codes, not a scale; text knobs are names
         fig.update_xaxes(type="category", categoryorder="category ascending")
+    else:
+        _pad(fig, "x", rows[knob])
+        values = np.unique(rows[knob].to_numpy(dtype=np.float64))
+        if values.size <= _MAX_TICKS:  # a tick at each value run, none at concurrency 2.5
+            fig.update_xaxes(tickmode="array", tickvals=values, ticktext=[_tick(v) for v in values])
+    _pad(fig, "y", rows[metric])
     return fig
 
 
 def latency_vs_throughput(runs: pd.DataFrame, latency: str = "p99_ttft_ms", throughput: str = "output_throughput",
                           color: str | None = "backend") -> go.Figure:
-    """History rows: one point per run, throughput across and latency up (better is right and low)."""
+    """History rows: one point per run, throughput across and latency up (better is right and low); each
+    point is labelled with its values of the settings that differ between the runs."""
     latency_spec, throughput_spec = describe_column(latency), describe_column(throughput)
     fig = _figure(f"{latency_spec.label} vs {throughput_spec.label.lower()}", throughput_spec.title, latency_spec.title)
     rows = _rows_with(runs, [latency, throughput])
     if rows.empty:
         return _no_data(fig)
-    for group, part in _groups(rows, color):
+    labels = pd.Series(_setting_labels(rows), index=rows.index)
+    for colour, (group, part) in zip(_colours(), _groups(rows, color)):
         fig.add_trace(go.Scatter(
-            x=part[throughput], y=part[latency], mode="markers", name=group, marker=dict(size=10),
-            customdata=_run_identity(part),
+            x=part[throughput], y=part[latency], mode="markers+text", name=group, cliponaxis=False,
+            marker=dict(size=10, color=colour), text=labels[part.index],
+            textposition=_inward(part[throughput], rows[throughput]), customdata=_run_identity(part),
             hovertemplate=(f"{throughput_spec.label}: %{{x:.4g}} {throughput_spec.unit}"
                            f"<br>{latency_spec.label}: %{{y:.4g}} {latency_spec.unit}"
-                           "<br>run %{customdata[0]} %{customdata[1]}<extra>%{fullData.name}</extra>"),
+                           "<br>%{text}<br>run %{customdata[0]} %{customdata[1]}<extra>%{fullData.name}</extra>"),
         ))
-    fig.update_layout(showlegend=color is not None, legend_title_text=color or "")
+    _legend(fig, color)
+    _pad(fig, "x", rows[throughput])
+    _pad(fig, "y", rows[latency])
     return fig
 
 
@@ -140,6 +157,7 @@ def cdf_overlay(request_tables: Mapping[str, pd.DataFrame], metric: str) -> go.F
     fig = _figure(f"{spec.label}: cumulative distribution", f"{spec.label} ({spec.display_unit or spec.unit})",
                   "Fraction of requests" if metric != "itl" else "Fraction of gaps")
     fig.update_yaxes(range=[0, 1.02])
+    colours = dict(zip(sorted(request_tables), _colours()))  # each run in its colour on the compare charts
     for name, table in request_tables.items():
         values = np.sort(successful_values(table, metric)) * spec.display_scale
         if values.size == 0:
@@ -149,7 +167,7 @@ def cdf_overlay(request_tables: Mapping[str, pd.DataFrame], metric: str) -> go.F
         x = np.concatenate([values[:1], values[keep]])
         y = np.concatenate([[0.0], (keep + 1) / values.size])
         fig.add_trace(go.Scatter(
-            x=x, y=y, mode="lines", name=name, line=dict(shape="hv"),
+            x=x, y=y, mode="lines", name=name, line=dict(shape="hv", color=colours[name]),
             hovertemplate=f"%{{x:.3f}} {spec.display_unit}<br>%{{y:.1%}} at or below<extra>%{{fullData.name}}</extra>",
         ))
     if not fig.data:
@@ -231,13 +249,50 @@ def _rows_with(runs: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
 
 
 def _groups(rows: pd.DataFrame, color: str | None):
-    """(name, rows) per colour value, in sorted order so a value keeps its colour across charts."""
+    """(name, rows) per colour value, in sorted order (numbers as numbers) so a value keeps its colour
+    across charts."""
     if color is None or color not in rows:
         yield "all runs", rows
         return
-    keys = rows[color].astype(str).replace({"": _NO_GROUP, "nan": _NO_GROUP})
-    for key in sorted(keys.unique()):
+    keys = rows[color].map(lambda value: _NO_GROUP if pd.isna(value) or value == "" else _tick(value))
+    numbers = pd.to_numeric(rows[color], errors="coerce").groupby(keys).first()
+    for key in sorted(numbers.index, key=lambda key: (0, numbers[key], key) if pd.notna(numbers[key]) else (1, 0, key)):
         yield key, rows[keys == key]
+
+
+def _colours():
+    """The qualitative palette, cycled: neighbouring groups get clearly different colours."""
+    return itertools.cycle(_PALETTE)
+
+
+def _legend(fig: go.Figure, color: str | None) -> None:
+    """Above the plot, in a row: the plot keeps the full width for its points and their labels."""
+    title = describe_column(color).label if color else ""
+    fig.update_layout(showlegend=color is not None,
+                      legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0, title=dict(text=title, side="left")))
+
+
+def _inward(x: pd.Series, all_x: pd.Series) -> list[str]:
+    """Label positions that keep a label inside the plot: above its point, towards the middle."""
+    middle = (pd.to_numeric(all_x).min() + pd.to_numeric(all_x).max()) / 2
+    return ["top left" if value > middle else "top right" for value in pd.to_numeric(x)]
+
+
+def _pad(fig: go.Figure, axis: str, values: pd.Series) -> None:
+    """A numeric axis over the values with a tenth of their span (or of the value) to spare on each side, so a
+    marker and its label at the edge stay whole, and a single value sits mid-axis."""
+    numbers = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64)
+    numbers = numbers[np.isfinite(numbers)]
+    if not numbers.size:
+        return
+    low, high = float(numbers.min()), float(numbers.max())
+    spare = (high - low) * _PAD_FRACTION or abs(high) * _PAD_FRACTION or 1.0
+    fig.update_layout({f"{axis}axis": dict(range=[low - spare, high + spare])})
+
+
+def _setting_labels(rows: pd.DataFrame) -> list[str]:
+    """Per run, its values of the (first two) settings that differ between the rows: "Concurrency 4"."""
+    return point_labels(rows, differing_settings(rows)[:_LABELLED_SETTINGS])
 
 
 def _run_identity(rows: pd.DataFrame) -> np.ndarray:
@@ -261,9 +316,8 @@ def metric_vs_knob_band(points: pd.DataFrame, knob: str, metric: str, series: st
     if rows.empty:
         return _no_data(fig)
     categorical = _is_categorical(rows, knob)
-    for index, (group, part) in enumerate(_groups(rows, series)):
+    for colour, (group, part) in zip(_colours(), _groups(rows, series)):
         part = part.sort_values(knob, kind="stable")
-        colour = _PALETTE[index % len(_PALETTE)]
         x = [_tick(v) for v in part[knob]] if categorical else part[knob].tolist()
         low = part["ci_low"].fillna(part["mean"]).tolist()
         high = part["ci_high"].fillna(part["mean"]).tolist()
@@ -286,7 +340,8 @@ def metric_vs_knob_band(points: pd.DataFrame, knob: str, metric: str, series: st
 
 
 def pareto_chart(runs: pd.DataFrame, x: str, y: str) -> go.Figure:
-    """One point per run; the runs no other run beats on both metrics are joined as the Pareto frontier.
+    """One point per run; the runs no other run beats on both metrics are joined as the Pareto frontier and
+    labelled with their values of the settings that differ between the runs (every point hovers them).
     Both columns need a better direction (describe_column), e.g. output tok/s against P99 TTFT."""
     x_spec, y_spec = describe_column(x), describe_column(y)
     if x_spec.larger_is_better is None or y_spec.larger_is_better is None:
@@ -296,14 +351,20 @@ def pareto_chart(runs: pd.DataFrame, x: str, y: str) -> go.Figure:
     if rows.empty:
         return _no_data(fig)
     on_front = pareto_front(rows[x], rows[y], x_spec.larger_is_better, y_spec.larger_is_better)
+    labels = pd.Series(_setting_labels(rows), index=rows.index)
     hover = (f"{x_spec.label}: %{{x:.4g}} {x_spec.unit}<br>{y_spec.label}: %{{y:.4g}} {y_spec.unit}"
-             "<br>run %{customdata[0]} %{customdata[1]}<extra>%{fullData.name}</extra>")
+             "<br>%{text}<br>run %{customdata[0]} %{customdata[1]}<extra>%{fullData.name}</extra>")
     others, front = rows[~on_front], rows[on_front].sort_values(x, kind="stable")
-    fig.add_trace(go.Scatter(x=others[x], y=others[y], mode="markers", name="Dominated runs",
+    fig.add_trace(go.Scatter(x=others[x], y=others[y], mode="markers", name="Dominated runs", cliponaxis=False,
                              marker=dict(size=8, color="lightgray"), customdata=_run_identity(others),
+                             text=labels[others.index], hovertemplate=hover))
+    fig.add_trace(go.Scatter(x=front[x], y=front[y], mode="lines+markers+text", name="Pareto frontier",
+                             cliponaxis=False, marker=dict(size=10, color=_PALETTE[0]), line=dict(color=_PALETTE[0]),
+                             text=labels[front.index], textposition=_inward(front[x], rows[x]),
+                             customdata=_run_identity(front),
                              hovertemplate=hover))
-    fig.add_trace(go.Scatter(x=front[x], y=front[y], mode="lines+markers", name="Pareto frontier",
-                             marker=dict(size=10), customdata=_run_identity(front), hovertemplate=hover))
+    _pad(fig, "x", rows[x])
+    _pad(fig, "y", rows[y])
     return fig
 
 

@@ -16,9 +16,14 @@ import numpy as np
 import pandas as pd
 
 from .catalog import CATALOG, COMPARED_COLUMNS, PERCENTILES, column_direction, column_label, find_column, percentile_key
+from .stats import compare
 
 BETTER = "better"
 WORSE = "worse"
+BEYOND_NOISE = "beyond noise"
+WITHIN_NOISE = "within noise"
+SINGLE_RUN = "single run, spread unknown"
+ONE_CONFIGURATION = "repeats of one configuration"
 _MARK_COLOURS = {BETTER: "background-color: rgba(46, 160, 67, 0.25)",
                  WORSE: "background-color: rgba(218, 54, 51, 0.25)"}
 
@@ -56,12 +61,17 @@ _COLUMNS = {spec.name: spec for spec in (
     ColumnSpec("num_blocks", "KV cache blocks", "blocks", None),
     ColumnSpec("speculative_num_draft_tokens", "Draft tokens per step", "tokens", None),
     ColumnSpec("sharegpt_output_len", "ShareGPT output length", "tokens", None),
+    ColumnSpec("output_length", "Output length", "tokens", None),  # random or ShareGPT's, as the run asked
     ColumnSpec("random_input_len", "Random input length", "tokens", None),
     ColumnSpec("random_output_len", "Random output length", "tokens", None),
     # OpenAI-compatible servers: the load asked for.
     ColumnSpec("burstiness", "Burstiness", "gamma shape", None),
     ColumnSpec("max_concurrency", "Max concurrency", "requests", None),
     ColumnSpec("warmup_requests", "Warm-up requests", "requests", None),
+    # Service-level thresholds a run counted goodput against.
+    ColumnSpec("slo_ttft_s", "SLO on TTFT", "s", None),
+    ColumnSpec("slo_tpot_s", "SLO on TPOT", "s", None),
+    ColumnSpec("slo_e2e_s", "SLO on end-to-end latency", "s", None),
 )}
 
 
@@ -182,6 +192,29 @@ def compare_marks(runs: pd.DataFrame, metrics: Sequence[str] = COMPARED_COLUMNS)
     marks.index = [describe_column(name).title for name in metrics]
     marks.index.name = "metric"
     return marks
+
+
+def noise_verdicts(runs: pd.DataFrame, metrics: Sequence[str], groups: Sequence[int]) -> list[str]:
+    """Per metric, whether the runs differ by more than their run-to-run noise. Runs sharing a group number
+    are repeats of one configuration; the configurations with the lowest and the highest mean are compared
+    by Welch's t-test (stats.compare), which needs two runs of each to measure a spread."""
+    values = _metric_matrix(runs, metrics).to_numpy()
+    groups = np.asarray(groups)
+    verdicts = []
+    for row in values:
+        samples = [row[(groups == group) & np.isfinite(row)] for group in np.unique(groups)]
+        samples = sorted((sample for sample in samples if sample.size), key=np.mean)
+        if len(samples) < 2:  # nothing to compare, unless every run is a repeat of one configuration
+            verdicts.append(ONE_CONFIGURATION if samples and np.unique(groups).size == 1 else "")
+            continue
+        result = compare(samples[0], samples[-1])
+        if result.significant is None:
+            verdicts.append(SINGLE_RUN)
+            continue
+        verdict = BEYOND_NOISE if result.significant else WITHIN_NOISE
+        extremes = "lowest vs highest: " if len(samples) > 2 else ""
+        verdicts.append(f"{extremes}{verdict} (p = {result.p_value:.2g}; {result.a.n} vs {result.b.n} runs)")
+    return verdicts
 
 
 def style_comparison(table: pd.DataFrame, marks: pd.DataFrame):

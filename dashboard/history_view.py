@@ -1,5 +1,6 @@
 """The History page's parts: the import section, the filters, the table of runs, downloads, delete with
-confirmation and the comparison of the selected runs (charts, distributions and the compare table).
+confirmation and the comparison of the selected runs (what differs, charts, distributions and the compare
+table).
 
 A table selection is a list of row positions, valid only for the exact rows on show; the table's key
 carries a digest of those rows, so filtering, importing or deleting starts a fresh selection instead
@@ -13,25 +14,22 @@ import zlib
 import pandas as pd
 import streamlit as st
 
-from bench_core import catalog, charts, tables
-from bench_core.config import ENGINE_KNOBS
+from bench_core import catalog, charts, run_diff, tables
 from bench_core.errors import HistoryError
 from bench_core.history import History
 
 # Relative to the History page's URL: the Run page as app.py registers it (pages/run.py -> /run).
 RUN_PAGE_URL = "run"
-TABLE_COLUMNS = (
-    "run_id", "started_at", "status", "label", "backend", "model", "dataset", "dataset_name", "load_pattern",
-    "concurrency", "num_prompts", "completed", "output_throughput", "request_throughput", "mean_ttft_ms",
-    "p99_ttft_ms", "mean_itl_ms", "mean_e2e_ms", "error", "source_file",
-)
+# The runs table: who and what ran, the settings users vary (with every other setting that differs
+# somewhere in the rows on show), then the results.
+IDENTITY_COLUMNS = ("run_id", "started_at", "status", "label", "backend", "model")
+VARIED_COLUMNS = ("dataset_name", run_diff.OUTPUT_LENGTH, "load_pattern", "concurrency", "num_prompts")
+RESULT_COLUMNS = ("completed", "output_throughput", "request_throughput", "mean_ttft_ms", "p99_ttft_ms",
+                  "mean_itl_ms", "mean_e2e_ms", "error", "source_file")
 FILTERS = (("backend", "Backend"), ("model", "Model"), ("status", "Status"), ("dataset", "Dataset"))
 NOT_RECORDED = "(not recorded)"
-KNOB_COLUMNS = (
-    "concurrency", "num_prompts", "sharegpt_output_len", "random_input_len", "random_output_len",
-    *(knob.name for knob in ENGINE_KNOBS),
-)
-COLOUR_COLUMNS = ("backend", "model", "label", "load_pattern", "dataset", "status")
+RUN = "run"  # the compared runs' names (tables.run_names), a column to colour by
+NOISE_COLUMN = "vs run-to-run noise"
 
 
 def import_section(history: History) -> None:
@@ -73,9 +71,18 @@ def filtered(runs: pd.DataFrame) -> pd.DataFrame:
     return runs[keep]
 
 
+def table_view(shown: pd.DataFrame) -> pd.DataFrame:
+    """The runs on show as the table lists them: identity, the settings users vary and those that differ
+    between these rows, results."""
+    varied = [name for name in (*VARIED_COLUMNS, *run_diff.differing_settings(shown)) if name not in IDENTITY_COLUMNS]
+    frame = run_diff.with_output_length(shown)
+    columns = dict.fromkeys(name for name in (*IDENTITY_COLUMNS, *varied, *RESULT_COLUMNS) if name in frame)
+    return frame[list(columns)].reset_index(drop=True)
+
+
 def runs_table(shown: pd.DataFrame) -> list[str]:
     """The table of runs on show, with a link to each on the Run page; returns the selected run ids."""
-    view = shown[[name for name in TABLE_COLUMNS if name in shown]].reset_index(drop=True)
+    view = table_view(shown)
     view.insert(1, "open", RUN_PAGE_URL + "?run=" + view["run_id"].astype(str))
     config = {"open": st.column_config.LinkColumn("Run page", display_text="open")}
     for name in view.columns[2:]:
@@ -141,31 +148,60 @@ def _index_of(options: list[str], preferred: str) -> int:
 
 
 def comparison(history: History, chosen: pd.DataFrame) -> None:
+    """What differs between the chosen runs first, then the charts across it, the distributions and the
+    side-by-side table with which differences are beyond noise."""
     st.subheader(f"Compare {len(chosen)} runs")
+    chosen = run_diff.with_output_length(chosen).assign(**{RUN: tables.run_names(chosen)})
+    varied = run_diff.differing_settings(chosen)
+    what_differs(chosen, varied)
+    comparison_charts(chosen, varied)
+    distributions(history, chosen)
+    compared = [name for name in catalog.COMPARED_COLUMNS if name in chosen]
+    table = tables.compare_runs(chosen, compared)
+    table[NOISE_COLUMN] = tables.noise_verdicts(chosen, compared, run_diff.repeat_groups(chosen))
+    st.dataframe(tables.style_comparison(table, tables.compare_marks(chosen, compared)), key="compare_table")
+    st.caption("Green: the best of these runs on that metric; red: the worst. Runs with the same settings are "
+               "repeats: where both ends have two or more, Welch's t-test says whether the lowest and highest "
+               f"configuration differ beyond their run-to-run noise (p < 0.05); \"{tables.SINGLE_RUN}\" where "
+               "one was run once.")
+
+
+def what_differs(chosen: pd.DataFrame, varied: list[str]) -> None:
+    with st.container(key="compare_differences"):
+        if not varied:
+            st.info("These runs share every recorded setting: they are repeats of one configuration.")
+            return
+        st.markdown("**What differs between these runs**")
+        st.table(run_diff.differences(chosen, varied))
+        st.caption(f"Settings the runs share are not shown. {run_diff.NOT_APPLICABLE}: the setting does not apply "
+                   f"to that run's backend, dataset or load pattern; {run_diff.NOT_RECORDED}: an imported LMDeploy "
+                   f"row lacks it; {run_diff.DEFAULT}: the run left it at its default.")
+
+
+def comparison_charts(chosen: pd.DataFrame, varied: list[str]) -> None:
+    """A metric across a differing setting, and latency against throughput, each run in its own colour."""
     metrics = [name for name in _with_values(chosen, chosen.columns)
                if tables.describe_column(name).larger_is_better is not None]
-    knobs = _with_values(chosen, KNOB_COLUMNS)
-    if not metrics or not knobs:
-        st.info("These runs have no metric or setting in common to chart.")
-    else:
-        x_col, y_col, latency_col, colour_col = st.columns(4)
-        knob = x_col.selectbox("Setting across", knobs, key="compare_knob", format_func=_title)
-        metric = y_col.selectbox("Metric up", metrics, key="compare_metric", format_func=_title,
-                                 index=_index_of(metrics, "output_throughput"))
-        # LMDeploy's CSVs carry means only: a mean latency puts imported runs on the chart too.
-        latencies = [name for name in metrics if name.endswith("_ms")]
-        latency = latency_col.selectbox("Latency against throughput", latencies, key="compare_latency",
-                                        format_func=_title, index=_index_of(latencies, "p99_ttft_ms"))
-        colour = colour_col.selectbox("Colour by", COLOUR_COLUMNS, key="compare_colour")
-        left, right = st.columns(2)
+    if not metrics:
+        st.info("These runs have no metric in common to chart.")
+        return
+    x_col, y_col, latency_col, colour_col = st.columns(4)
+    metric = y_col.selectbox("Metric up", metrics, key="compare_metric", format_func=_title,
+                             index=_index_of(metrics, "output_throughput"))
+    # LMDeploy's CSVs carry means only: a mean latency puts imported runs on the chart too.
+    latencies = [name for name in metrics if name.endswith("_ms")]
+    latency = latency_col.selectbox("Latency against throughput", latencies, key="compare_latency",
+                                    format_func=_title, index=_index_of(latencies, "p99_ttft_ms"))
+    colour = colour_col.selectbox("Colour by", [RUN, *varied], key="compare_colour", format_func=_title)
+    left, right = st.columns(2)
+    if varied:
+        knob = x_col.selectbox("Setting across", varied, key="compare_knob", format_func=_title,
+                               index=varied.index(run_diff.default_setting(chosen, varied)))
         left.plotly_chart(charts.metric_vs_knob(chosen, knob, metric, color=colour), key="chart_metric_vs_knob")
-        right.plotly_chart(charts.latency_vs_throughput(chosen, latency=latency, color=colour),
-                           key="chart_latency_vs_throughput")
-    distributions(history, chosen)
-    shown = [name for name in catalog.COMPARED_COLUMNS if name in chosen]
-    st.dataframe(tables.style_comparison(tables.compare_runs(chosen, shown), tables.compare_marks(chosen, shown)),
-                 key="compare_table")
-    st.caption("Green: the best of these runs on that metric; red: the worst.")
+    else:
+        x_col.caption("No setting differs to chart across.")
+    right.plotly_chart(charts.latency_vs_throughput(chosen, latency=latency, color=colour),
+                       key="chart_latency_vs_throughput")
 
 
 def distributions(history: History, chosen: pd.DataFrame) -> None:

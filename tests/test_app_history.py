@@ -3,13 +3,15 @@
 import json
 import shutil
 
+import plotly.colors
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.history import RESULTS_ENV, History
 from bench_core.runner import Runner
-from bench_core.tables import describe_column
+from bench_core.tables import BEYOND_NOISE, SINGLE_RUN, WITHIN_NOISE, describe_column
+from dashboard.history_view import NOISE_COLUMN
 from app_under_test import APP, ROOT
 
 LMDEPLOY_CSV = ROOT / "tests" / "data" / "lmdeploy_csv" / "profile_throughput.csv"
@@ -94,22 +96,93 @@ def test_comparing_two_runs_draws_the_charts_and_marks_better_and_worse(history_
     at = select_rows(at, [run_ids[0], run_ids[1], imported[0]])
     assert not at.exception
     specs = chart_specs(at)
+    # Concurrency takes three values here (2, 4, 256), the number of prompts two.
     assert specs["chart_metric_vs_knob"]["layout"]["xaxis"]["title"]["text"] == describe_column("concurrency").title
     # p99 TTFT: our runs only; LMDeploy's CSV has mean latencies, which bring the imported run in.
-    assert [trace["name"] for trace in specs["chart_latency_vs_throughput"]["data"]] == ["transformers"]
+    assert [trace["name"] for trace in specs["chart_latency_vs_throughput"]["data"]] == ["tiny x2", "tiny x4"]
     at.selectbox(key="compare_latency").select("mean_ttft_ms").run()
     names = [trace["name"] for trace in chart_specs(at)["chart_latency_vs_throughput"]["data"]]
-    assert names == ["transformers", "turbomind"]
+    assert sorted(names) == sorted(["tiny x2", "tiny x4", imported[0]])
     # CDFs: one curve per run with per-request data; the imported row is named as lacking it.
     for key in ("chart_cdf_ttft", "chart_cdf_itl"):
         assert [trace["name"] for trace in specs[key]["data"]] == ["tiny x2", "tiny x4"]
     assert any("No per-request data" in caption.value for caption in at.caption)
     compared = at.dataframe[1].value
-    assert list(compared.columns) == ["tiny x2", "tiny x4", imported[0]]
+    assert list(compared.columns) == ["tiny x2", "tiny x4", imported[0], NOISE_COLUMN]
     assert describe_column("output_throughput").title in compared.index
     # better/worse marks reach the page as cell styles
     styled = at.dataframe[1].proto.arrow_data.styler.styles
     assert "rgba(46, 160, 67" in styled and "rgba(218, 54, 51" in styled
+
+
+def test_two_runs_differing_in_concurrency_say_so_first_and_nothing_else(history_root, prepared_history):
+    _, run_ids, _ = prepared_history
+    at = select_rows(open_history(), run_ids)
+    assert not at.exception
+    (differences,) = at.table
+    assert differences.value.to_dict("index") == {"Concurrency (requests)": {"tiny x2": "2", "tiny x4": "4"}}
+    order = [element.type for element in at.main if element.type in ("table", "plotly_chart")]
+    assert order[0] == "table"  # before every chart
+    across = at.selectbox(key="compare_knob")
+    assert across.options == ["Concurrency (requests)"] and across.value == "concurrency"
+    assert at.selectbox(key="compare_colour").value == "run"
+
+
+def test_compare_charts_colour_each_run_apart_and_label_its_setting(history_root, prepared_history):
+    _, run_ids, _ = prepared_history
+    specs = chart_specs(select_rows(open_history(), run_ids))
+    for key in ("chart_metric_vs_knob", "chart_latency_vs_throughput"):
+        traces = specs[key]["data"]
+        assert [trace["name"] for trace in traces] == ["tiny x2", "tiny x4"]
+        colours = {trace["marker"]["color"] for trace in traces}
+        assert len(colours) == 2 and colours <= set(plotly.colors.qualitative.Plotly)
+        assert all(trace["cliponaxis"] is False for trace in traces)
+    labels = [trace["text"] for trace in specs["chart_latency_vs_throughput"]["data"]]
+    assert labels == [["Concurrency 2"], ["Concurrency 4"]]
+
+
+def test_single_runs_are_compared_without_a_claim_about_noise(history_root, prepared_history):
+    _, run_ids, _ = prepared_history
+    at = select_rows(open_history(), run_ids)
+    verdicts = at.dataframe[1].value[NOISE_COLUMN]
+    assert set(verdicts) == {SINGLE_RUN}
+
+
+@pytest.fixture
+def repeated_history(tmp_path, monkeypatch, fresh_dashboard, tiny_model_path) -> list[str]:
+    """Two real runs at concurrency 2 and two at 4, alone in a fresh history behind the dashboard."""
+    root = tmp_path / "results"
+    runner = Runner(History(root))
+    runs = [runner.submit(tiny_config(c, f"c{c} #{repeat}")) for repeat in (1, 2) for c in (2, 4)]
+    for run in runs:
+        assert run.wait(60) and run.state == "finished", run.message
+    runner.shutdown()
+    monkeypatch.setenv(RESULTS_ENV, str(root))
+    return [run.run_id for run in runs]
+
+
+def test_repeats_say_which_differences_are_beyond_their_noise(repeated_history):
+    at = select_rows(open_history(), repeated_history)
+    assert not at.exception
+    assert list(at.table[0].value.index) == ["Concurrency (requests)"]
+    verdicts = at.dataframe[1].value[NOISE_COLUMN]
+    assert SINGLE_RUN not in set(verdicts)
+    judged = [verdict for verdict in verdicts if verdict.startswith((BEYOND_NOISE, WITHIN_NOISE))]
+    assert judged and all("2 vs 2 runs" in verdict for verdict in judged)
+    assert verdicts[describe_column("completed").title].startswith(WITHIN_NOISE)  # every request done in each run
+
+
+def test_the_table_shows_output_length_load_and_the_settings_that_differ_in_it(history_root, prepared_history):
+    at = open_history()
+    table = at.dataframe[0].value.set_index("run_id")
+    # Across our CPU runs and LMDeploy's rows: backend, dataset, prompt lengths and load differ.
+    for column in ("output_length", "load_pattern", "concurrency", "random_input_len", "random_range_ratio"):
+        assert column in table.columns
+    assert {table.loc[run_id, "output_length"] for run_id in prepared_history[1]} == {"8"}
+    at.multiselect(key="filter_backend").select("transformers").run()
+    narrowed = at.dataframe[0].value
+    assert "random_input_len" not in narrowed.columns  # the same 16 tokens on every run on show
+    assert {"output_length", "load_pattern", "concurrency"} <= set(narrowed.columns)
 
 
 def test_delete_asks_first_and_then_removes_only_the_chosen_run(history_root, prepared_history):
@@ -178,5 +251,7 @@ def test_a_run_that_failed_before_measuring_is_listed_as_failed_with_its_reason(
     assert table.loc[failed.run_id, "error"].startswith("No model folder at /no/such/model")
     at = select_rows(at, [failed.run_id, run_ids[0]])  # compared with a measured run: charts and table, no error
     assert not at.exception and not at.error
-    assert len(at.dataframe[1].value.columns) == 2  # the comparison table: both runs side by side
+    compared = at.dataframe[1].value  # the comparison table: both runs side by side, no verdict on one value
+    assert len(compared.columns) == 3
+    assert compared.loc[describe_column("output_throughput").title, NOISE_COLUMN] == ""
     assert any("failed before measuring" in caption.value for caption in at.caption)

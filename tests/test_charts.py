@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from bench_core import charts
+from bench_core.stats import pareto_front
 from profiled_runs import INCOMPLETE_TTFT_FACTOR, OUTPUT_LEN, profiled_run, recorded_history
 
 TTFTS = [0.05, 0.1, 0.2, 0.4, 0.8]
@@ -152,11 +153,55 @@ def test_a_knob_with_coded_choices_is_drawn_as_categories(history_runs):
 def test_latency_vs_throughput_has_one_point_per_run(history_runs):
     fig = charts.latency_vs_throughput(history_runs)
     assert sum(len(t.x) for t in fig.data) == len(history_runs)
-    assert all(t.mode == "markers" for t in fig.data)
+    assert all("lines" not in t.mode for t in fig.data)
     assert _axis_titles(fig) == ("Output throughput (tok/s)", "P99 time to first token (ms)")
     points = {row[0]: (x, y) for t in fig.data for row, x, y in zip(t.customdata, t.x, t.y)}
     tm8 = history_runs.set_index("run_id").loc["tm-8"]
     assert points["tm-8"] == pytest.approx((tm8["output_throughput"], tm8["p99_ttft_ms"]))
+
+
+def test_runs_on_one_backend_get_their_own_distinct_colours_when_coloured_by_run(history_runs):
+    turbomind = history_runs[history_runs["backend"] == "turbomind"].assign(run=lambda rows: rows["label"])
+    for fig in (charts.latency_vs_throughput(turbomind, color="run"),
+                charts.metric_vs_knob(turbomind, "concurrency", "output_throughput", color="run")):
+        assert sorted(t.name for t in fig.data) == sorted(turbomind["label"])
+        colours = [t.marker.color for t in fig.data]
+        assert len(set(colours)) == len(colours) == 3
+        assert set(colours) <= set(charts._PALETTE)
+        assert fig.layout.legend.title.text == "Run"
+
+
+def test_colour_groups_of_a_numeric_setting_run_in_numeric_order():
+    runs = pd.DataFrame({"run_id": list("abc"), "concurrency": [16, 2, 4], "output_throughput": [3.0, 1.0, 2.0],
+                         "p99_ttft_ms": [30.0, 10.0, 20.0]})
+    fig = charts.latency_vs_throughput(runs, color="concurrency")
+    assert [t.name for t in fig.data] == ["2", "4", "16"]
+
+
+def test_compare_markers_and_labels_are_not_clipped_at_the_plot_edge(history_runs):
+    latency = charts.latency_vs_throughput(history_runs)
+    knob = charts.metric_vs_knob(history_runs, "concurrency", "p99_ttft_ms")
+    for fig, x, y in ((latency, "output_throughput", "p99_ttft_ms"), (knob, "concurrency", "p99_ttft_ms")):
+        assert all(t.cliponaxis is False for t in fig.data)
+        for axis, column in ((fig.layout.xaxis, x), (fig.layout.yaxis, y)):
+            low, high = axis.range
+            assert low < history_runs[column].min() and history_runs[column].max() < high
+
+
+def test_latency_vs_throughput_labels_each_point_with_the_settings_that_differ(history_runs):
+    fig = charts.latency_vs_throughput(history_runs, color="run")
+    labels = {row[0]: text for t in fig.data for row, text in zip(t.customdata, t.text)}
+    assert labels == {"tm-8": "Backend turbomind, Concurrency 8", "pt-1": "Backend pytorch, Concurrency 1",
+                      "tm-1": "Backend turbomind, Concurrency 1", "tm-4": "Backend turbomind, Concurrency 4"}
+    assert all("%{text}" in t.hovertemplate for t in fig.data)
+
+
+def test_pareto_points_say_which_setting_value_each_is(history_runs):
+    turbomind = history_runs[history_runs["backend"] == "turbomind"]
+    dominated, front = charts.pareto_chart(turbomind, "output_throughput", "p99_ttft_ms").data
+    on_front = pareto_front(turbomind["output_throughput"], turbomind["p99_ttft_ms"], True, False)
+    assert sorted(front.text) == sorted(f"Concurrency {c}" for c in turbomind.loc[on_front, "concurrency"])
+    assert len(dominated.text) == len(dominated.x) and "%{text}" in dominated.hovertemplate
 
 
 def test_cdf_is_monotone_ends_at_one_and_counts_only_successful_requests():

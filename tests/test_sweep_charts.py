@@ -60,7 +60,7 @@ def test_pareto_chart_joins_the_undominated_runs_in_order():
                          "p99_ttft_ms": [80, 10, 30, 40, 5]})
     fig = charts.pareto_chart(runs, "output_throughput", "p99_ttft_ms")
     dominated, front = fig.data
-    assert front.name == "Pareto frontier" and front.mode == "lines+markers"
+    assert front.name == "Pareto frontier" and front.mode == "lines+markers+text"
     assert list(front.x) == [50, 100, 200, 300]  # sorted along the x axis
     assert [row[0] for row in front.customdata] == ["e", "b", "c", "a"]
     assert list(dominated.x) == [150] and dominated.customdata[0][0] == "d"

@@ -130,6 +130,27 @@ def test_style_comparison_colours_better_green_and_worse_red(three_runs):
     assert "rgba(46, 160, 67" in html and "rgba(218, 54, 51" in html
 
 
+def test_noise_verdicts_judge_differences_against_the_spread_of_repeats():
+    runs = pd.DataFrame({"run_id": list("abcdef"), "output_throughput": [100.0, 101, 200, 201, 150, 151],
+                         "mean_ttft_ms": [10.0, 30, 11, 29, 12, 28]})
+    metrics = ["output_throughput", "mean_ttft_ms"]
+    two_configurations = tables.noise_verdicts(runs.iloc[:4], metrics, [0, 0, 1, 1])
+    assert two_configurations[0].startswith(tables.BEYOND_NOISE) and "2 vs 2 runs" in two_configurations[0]
+    assert two_configurations[1].startswith(tables.WITHIN_NOISE)
+    three = tables.noise_verdicts(runs, metrics, [0, 0, 1, 1, 2, 2])
+    assert three[0].startswith(f"lowest vs highest: {tables.BEYOND_NOISE}")
+
+
+def test_noise_verdicts_say_when_there_is_no_spread_to_judge_by():
+    runs = pd.DataFrame({"run_id": list("abc"), "output_throughput": [100.0, 200, 300], "goodput_rps": [np.nan] * 3})
+    metrics = ["output_throughput", "goodput_rps"]
+    assert tables.noise_verdicts(runs.iloc[:2], metrics, [0, 1]) == [tables.SINGLE_RUN, ""]
+    assert tables.noise_verdicts(runs, metrics, [0, 0, 1]) == [tables.SINGLE_RUN, ""]  # one side ran once
+    assert tables.noise_verdicts(runs, metrics, [0, 0, 0]) == [tables.ONE_CONFIGURATION, ""]
+    runs.loc[1:, "output_throughput"] = np.nan  # a run that failed before measuring: one value, nothing to judge
+    assert tables.noise_verdicts(runs, metrics, [0, 1, 2]) == ["", ""]
+
+
 def test_runs_sharing_a_label_or_without_one_are_told_apart_by_run_id():
     runs = pd.DataFrame({"run_id": ["a", "b", "c"], "label": ["base", "base", ""]})
     assert tables.run_names(runs) == ["base · a", "base · b", "c"]
