@@ -31,6 +31,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from .config import RunConfig
 from .errors import ConfigError
 from .history import RunRecord, new_run_id
@@ -191,6 +193,14 @@ def node_facts() -> dict[str, str]:
     import ray
 
     return {"hostname": socket.gethostname(), "gpu_ids": ",".join(str(gpu) for gpu in ray.get_gpu_ids())}
+
+
+def states_table(states: list[PointState]) -> pd.DataFrame:
+    """One row per run of a cluster sweep: its point, repeat (from 1), state, node, progress, attempts, message."""
+    return pd.DataFrame([{"point": state.point, "repeat": state.repeat + 1, "state": state.state, "node": state.node,
+                          "progress": state.progress, "attempts": state.attempts, "message": state.message}
+                         for state in states],
+                        columns=["point", "repeat", "state", "node", "progress", "attempts", "message"])
 
 
 def describe_node(facts: dict[str, str]) -> str:

@@ -148,8 +148,10 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
     if completed and progress.finished == 0 and all(run.profiler is None and run.user_error for _, run in sweep.runs):
         print(f"error: {' '.join(progress.errors)}", file=sys.stderr)  # e.g. a dataset that is not there
         return EXIT_BAD_INPUT
-    if hasattr(sweep, "point_states"):
-        print(where_table(sweep.point_states()).to_string(index=False), file=sys.stderr)
+    if hasattr(sweep, "point_states"):  # a cluster sweep: where each run ran
+        from ..sweep_cluster import states_table
+
+        print(states_table(sweep.point_states()).drop(columns="progress").to_string(index=False), file=sys.stderr)
     runs = sweep_runs(history.load(), plan)
     if not runs.empty:
         print(f"Sweep {plan.sweep_id}: mean ± 95% CI half-width over each point's finished runs")
@@ -179,12 +181,6 @@ def point_table(runs: pd.DataFrame, plan: SweepPlan) -> pd.DataFrame:
         rows.append({**values, "runs": int(of_point["n"].max()),
                      **{describe_column(metric).title: cell for metric, cell in cells.items()}})
     return pd.DataFrame(rows)
-
-
-def where_table(states) -> pd.DataFrame:
-    """Where and how each run of a cluster sweep ended (sweep_cluster.PointState)."""
-    return pd.DataFrame([{"point": state.point, "repeat": state.repeat + 1, "state": state.state, "node": state.node,
-                          "attempts": state.attempts, "message": state.message} for state in states])
 
 
 def _sweep_progress_line(sweep) -> str:
