@@ -22,7 +22,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+for name, value in {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error",
+                    "TOKENIZERS_PARALLELISM": "false"}.items():  # quiet, in the Ray workers too (they inherit it)
+    os.environ.setdefault(name, value)
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # Ray on the loopback address (read when ray is imported)
 
 from bench_core.history import History  # noqa: E402
@@ -34,7 +36,8 @@ from test_sweep_driver import plan_of, tiny_base  # noqa: E402
 GRID = ("concurrency=1,2", "max-batch-tokens=256,512")
 
 
-def timed_sweep(results: Path, launch, prompts: int, tokens: int) -> float:
+def timed_sweep(results: Path, launch, prompts: int, tokens: int) -> tuple[float, float, float]:
+    """The sweep's wall clock, and the sums over its runs of the measured time and of the time loading."""
     runner = Runner(History(results))
     plan = plan_of(*GRID, base=tiny_base(num_prompts=prompts, output_len=tokens))
     started = time.perf_counter()
@@ -44,7 +47,8 @@ def timed_sweep(results: Path, launch, prompts: int, tokens: int) -> float:
     runner.shutdown()
     progress = sweep.progress()
     assert progress.state == "finished", progress.message
-    return elapsed
+    runs = History(results).load()
+    return elapsed, float(runs["duration"].sum()), float(runs["load_seconds"].sum())
 
 
 def main() -> None:
@@ -63,10 +67,13 @@ def main() -> None:
         ray_start = time.perf_counter() - started
         cluster = timed_sweep(Path(folder) / "cluster", launcher(ClusterOptions("local", cpus_per_point=1)),
                               args.prompts, args.tokens)
-    print(f"4-point tiny-llama sweep, {args.prompts} prompts x {args.tokens} tokens per point")
-    print(f"  serial (this process):          {serial:7.1f} s")
-    print(f"  Ray, {args.workers} workers x 1 core:        {cluster:7.1f} s   (starting Ray: {ray_start:.1f} s, not counted)")
-    print(f"  serial / Ray: {serial / cluster:.2f}x")
+    print(f"4-point tiny-llama sweep, {args.prompts} prompts x {args.tokens} tokens per point; wall clock, and "
+          f"summed over the 4 runs: measured time, loading (sampling, engine load or reuse, warm-up)")
+    for name, (wall, measured, loading) in (("serial (this process)", serial),
+                                            (f"Ray, {args.workers} workers x 1 core", cluster)):
+        print(f"  {name:<26} {wall:6.1f} s   runs measured {measured:6.1f} s, loading {loading:5.1f} s")
+    print(f"  starting Ray (not counted): {ray_start:.1f} s")
+    print(f"  serial / Ray: {serial[0] / cluster[0]:.2f}x")
     print(f"  load: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
 
 

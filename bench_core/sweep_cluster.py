@@ -51,6 +51,7 @@ WORKING_DIR_EXCLUDES = [".venv", ".venv-user", ".git", "results", "artifacts", "
 GPU_BACKENDS = ("turbomind", "pytorch")
 POLL_S = 0.25
 CANCEL_GRACE_S = 10.0
+CONNECT_TIMEOUT_S = 5.0
 SKIPPED = "skipped"  # a point not tried: a run with the same engine settings could not start
 
 
@@ -134,11 +135,24 @@ def connect(address: str, **init_options: Any) -> None:
     ray = import_ray()
     if ray.is_initialized():
         return
+    _check_reachable(address)
     try:
         ray.init(address=address, runtime_env=runtime_env(), log_to_driver=False, logging_level=logging.WARNING,
                  **init_options)
     except (ConnectionError, ValueError, RuntimeError) as exc:
         raise ConfigError(f"Cannot use the Ray cluster at {address}: {str(exc).splitlines()[0]}") from None
+
+
+def _check_reachable(address: str) -> None:
+    """ConfigError when a HOST:PORT (or ray://HOST:PORT) address does not answer: Ray itself would wait
+    minutes for it. "auto" and "local" name no host: Ray answers for them at once."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise ConfigError(f"Cannot reach the Ray cluster at {address}: {exc.strerror or exc}.") from None
 
 
 def resources(config: RunConfig, cpus_per_point: int) -> dict[str, Any]:

@@ -206,13 +206,26 @@ def test_the_sweep_page_sends_the_sweep_to_the_cluster_and_shows_each_runs_state
     assert set(History(tmp_path / "results").load()["env_hostname"]) == {socket.gethostname()}
 
 
-def test_without_ray_the_option_is_one_line_naming_the_install_and_exit_2(tmp_path):
-    code = "import sys; sys.modules['ray'] = None; from bench_core.cli import main; sys.exit(main(sys.argv[1:]))"
+def run_cli(tmp_path, *flags: str, code: str = "from bench_core.cli import main; sys.exit(main(sys.argv[1:]))"):
+    """The sweep command in a fresh process (no Ray started in it), with `flags` after a small sweep."""
     args = ["sweep", "pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers",
-            "--sweep", "concurrency=1,2", "--results", "results", "--ray-address", "auto"]
-    proc = subprocess.run([sys.executable, "-c", code, *args], cwd=tmp_path, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+            "--sweep", "concurrency=1,2", "--results", "results", *flags]
+    return subprocess.run([sys.executable, "-c", "import sys; " + code, *args], cwd=tmp_path, capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+
+
+def test_without_ray_the_option_is_one_line_naming_the_install_and_exit_2(tmp_path):
+    proc = run_cli(tmp_path, "--ray-address", "auto",
+                   code="sys.modules['ray'] = None; from bench_core.cli import main; sys.exit(main(sys.argv[1:]))")
     assert proc.returncode == EXIT_BAD_INPUT
     assert proc.stderr == ("error: Sweeps on a Ray cluster need Ray, which is not installed; install it with: "
                            "pip install -r requirements-cluster.txt\n")
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_cluster_that_does_not_answer_is_one_line_and_exit_2_at_once(tmp_path):
+    started = time.monotonic()
+    proc = run_cli(tmp_path, "--ray-address", "127.0.0.1:1")
+    assert proc.returncode == EXIT_BAD_INPUT and time.monotonic() - started < 30
+    assert proc.stderr == "error: Cannot reach the Ray cluster at 127.0.0.1:1: Connection refused.\n"
     assert not (tmp_path / "results").exists()

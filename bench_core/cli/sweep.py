@@ -148,10 +148,11 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
     if completed and progress.finished == 0 and all(run.profiler is None and run.user_error for _, run in sweep.runs):
         print(f"error: {' '.join(progress.errors)}", file=sys.stderr)  # e.g. a dataset that is not there
         return EXIT_BAD_INPUT
-    if hasattr(sweep, "point_states"):  # a cluster sweep: where each run ran
+    states = sweep.point_states() if hasattr(sweep, "point_states") else []  # a cluster sweep: where each run ran
+    if states:
         from ..sweep_cluster import states_table
 
-        print(states_table(sweep.point_states()).drop(columns="progress").to_string(index=False), file=sys.stderr)
+        print(states_table(states).drop(columns="progress").to_string(index=False), file=sys.stderr)
     runs = sweep_runs(history.load(), plan)
     if not runs.empty:
         print(f"Sweep {plan.sweep_id}: mean ± 95% CI half-width over each point's finished runs")
