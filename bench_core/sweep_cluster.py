@@ -234,8 +234,8 @@ class _Point:
         self.pid: int | None = None
 
     def view(self) -> PointState:
-        return PointState(self.label, self.planned.repeat, self.state, describe_node(self.facts), self.progress, self.attempts,
-                          self.message, self.pid)
+        return PointState(self.label, self.planned.repeat, self.state, describe_node(self.facts), self.progress,
+                          self.attempts, self.message, self.pid)
 
 
 class ClusterSweepRun(SweepRun):
@@ -246,7 +246,6 @@ class ClusterSweepRun(SweepRun):
         self.options = options
         self._ray = import_ray()
         self._points: list[_Point] = []
-        self._workers: set = set()
         super().__init__(plan, runner, todo)
 
     def point_states(self) -> list[PointState]:
@@ -334,7 +333,7 @@ class ClusterSweepRun(SweepRun):
             run.state, run.message = CANCELLED, "Cancelled; its worker was stopped."
         else:
             where = f" on {describe_node(point.facts)}" if point.facts else ""
-            run.state, run.message = FAILED, f"The Ray worker running it died{where}: {lost}"
+            run.state, run.message = FAILED, f"Its Ray worker was lost{where}: {lost}"
             run.environment = dict(point.facts)  # what the lost worker said of its node, if anything
             self.runner._record(run)  # recorded as failed with its reason, as a run that breaks on one machine
             if not self._retrying(point):
@@ -359,7 +358,7 @@ class ClusterSweepRun(SweepRun):
                 try:
                     return ray.get(result_ref), ""
                 except ray.exceptions.RayError as exc:
-                    return None, _first_line(exc)
+                    return None, _loss_reason(exc)
             if status_ref is not None and ray.wait([status_ref], timeout=0)[0]:
                 try:
                     self._apply_status(ray.get(status_ref), point, run)
@@ -390,14 +389,10 @@ class ClusterSweepRun(SweepRun):
                 point.progress = status.phase
 
     def _new_worker(self, config: RunConfig):
-        with self._lock:
-            worker = _worker_class().options(max_concurrency=4, **resources(config, self.options.cpus_per_point)).remote()
-            self._workers.add(worker)
-        return worker
+        # Threads: status and cancel are answered while a run goes on.
+        return _worker_class().options(max_concurrency=4, **resources(config, self.options.cpus_per_point)).remote()
 
     def _kill(self, worker) -> None:
-        with self._lock:
-            self._workers.discard(worker)
         self._ray.kill(worker)
 
 
@@ -418,5 +413,9 @@ def _worker_class():
     return import_ray().remote(PointWorker)
 
 
-def _first_line(exc: Exception) -> str:
-    return next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+def _loss_reason(exc: Exception) -> str:
+    """Ray's reason for a lost actor, without its troubleshooting advice: its first line, and why the
+    actor is dead where Ray says ("... because its worker process has died", "... because its node died")."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    because = next((line.split(". ")[0].rstrip(".") + "." for line in lines[1:] if " because " in line), "")
+    return " ".join(filter(None, (lines[0] if lines else type(exc).__name__, because)))
