@@ -156,9 +156,12 @@ def _check_reachable(address: str) -> None:
 
 
 def resources(config: RunConfig, cpus_per_point: int) -> dict[str, Any]:
-    """The Ray resources one point of `config` holds alone: its engine's GPUs on GPU backends, else none,
-    and `cpus_per_point` cores. A point without GPUs sees none, so it cannot use one that another holds."""
-    gpus = config.engine.tp if config.engine.backend in GPU_BACKENDS else 0
+    """The Ray resources one point of `config` holds alone: its engine's GPUs (tp on LMDeploy's engines, one
+    for the transformers engine on cuda), else none, and `cpus_per_point` cores. A point without GPUs sees
+    none, so it cannot use one that another holds: the transformers engine's "auto" device means CPU there."""
+    engine = config.engine
+    gpus = engine.tp if engine.backend in GPU_BACKENDS else int(engine.backend == "transformers"
+                                                                  and engine.torch_device == "cuda")
     options: dict[str, Any] = {"num_cpus": cpus_per_point, "num_gpus": gpus}
     if not gpus:
         options["runtime_env"] = {"env_vars": {"CUDA_VISIBLE_DEVICES": ""}}

@@ -17,7 +17,7 @@ import pytest
 from bench_core.cli.common import EXIT_BAD_INPUT
 from bench_core.history import RESULTS_ENV, History
 from bench_core.runner import Runner
-from bench_core.sweep_cluster import PROJECT_ROOT, ClusterOptions, launcher
+from bench_core.sweep_cluster import PROJECT_ROOT, ClusterOptions, launcher, resources
 from bench_core.sweep_driver import resume_sweep, start_sweep
 from bench_core.sweep_store import SWEEP_REPEAT
 from dashboard.state import get_sweeps
@@ -204,6 +204,21 @@ def test_the_sweep_page_sends_the_sweep_to_the_cluster_and_shows_each_runs_state
     where = table_with_column(at, "node")
     assert list(where["state"]) == ["finished", "finished"] and set(where["node"]) == {socket.gethostname()}
     assert set(History(tmp_path / "results").load()["env_hostname"]) == {socket.gethostname()}
+
+
+@pytest.mark.parametrize("backend, settings, gpus", [
+    ("turbomind", {"tp": 2}, 2), ("pytorch", {"tp": 4}, 4), ("transformers", {"torch_device": "cuda"}, 1),
+    ("transformers", {"torch_device": "auto"}, 0), ("openai", {}, 0)])
+def test_a_point_holds_its_engines_gpus_or_none_and_its_stated_cores(backend, settings, gpus):
+    config = tiny_base()
+    config.engine.backend = backend
+    for name, value in settings.items():
+        setattr(config.engine, name, value)
+    held = resources(config, cpus_per_point=3)
+    assert (held["num_gpus"], held["num_cpus"]) == (gpus, 3)
+    assert ("runtime_env" in held) == (gpus == 0)  # no GPU held: none visible
+    if not gpus:
+        assert held["runtime_env"] == {"env_vars": {"CUDA_VISIBLE_DEVICES": ""}}
 
 
 def run_cli(tmp_path, *flags: str, code: str = "from bench_core.cli import main; sys.exit(main(sys.argv[1:]))"):
