@@ -14,6 +14,7 @@ id and its repeat index; `resume_sweep` rebuilds the plan and runs only what has
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .engines import engine_settings_key
@@ -114,9 +115,14 @@ class SweepRun:
             state = FAILED
         else:
             state = FINISHED
-        label, run_id = ("", "") if current is None or not current[1].active else (
-            self.describe(current[0]), current[1].run_id)
+        label, run_id = self._now(current)
         return SweepProgress(state, self.total, finished, failed, skipped, label, run_id, tuple(errors))
+
+    def _now(self, current: tuple[PlannedRun, Run] | None) -> tuple[str, str]:
+        """What the progress names as under way: the point and the id of the run in the queue or running."""
+        if current is None or not current[1].active:
+            return "", ""
+        return self.describe(current[0]), current[1].run_id
 
     def describe(self, planned: PlannedRun) -> str:
         """"concurrency=2 · repeat 1/3" (the repeat only when the plan repeats its points)."""
@@ -139,7 +145,7 @@ class SweepRun:
                     return
                 if run.state in (FAILED, PARTIAL):
                     # Failed before measuring: the same engine settings (or dataset) would fail again.
-                    self._note_failure(run.message, _engine_key(planned) if run.profiler is None else None)
+                    self._note_failure(run.message, engine_key_of(planned) if run.profiler is None else None)
         except BenchError as exc:  # the runner refused a run: the plan was checked, so the machine changed
             self._note_failure(str(exc), None)
         finally:
@@ -149,7 +155,7 @@ class SweepRun:
         """True (and counted) for a run whose engine settings already failed to start in this sweep: a
         model that does not load or a knob value that does not fit would fail every such run again."""
         with self._lock:
-            if _engine_key(planned) in self._failed_engines:
+            if engine_key_of(planned) in self._failed_engines:
                 self._skipped.append(planned)
                 return True
         return False
@@ -163,24 +169,30 @@ class SweepRun:
                 self._errors.append(message)
 
 
-def _engine_key(planned: PlannedRun) -> tuple:
+def engine_key_of(planned: PlannedRun) -> tuple:
+    """The engine settings a planned run loads: runs with equal keys share one engine load."""
     return engine_settings_key(planned.config.engine, planned.config.load)
 
 
-def start_sweep(runner: Runner, plan: SweepPlan) -> SweepRun:
+# How a sweep's remaining runs are run: SweepRun (here, through the runner) or another driver with its
+# constructor's first three arguments, such as sweep_cluster's (on a Ray cluster).
+Launch = Callable[[SweepPlan, Runner, list[PlannedRun]], SweepRun]
+
+
+def start_sweep(runner: Runner, plan: SweepPlan, launch: Launch = SweepRun) -> SweepRun:
     """Check every point (one ConfigError naming each impossible one), save the plan, start the runs."""
     history = _history_of(runner)
     plan.check()
     save_plan(history, plan)
-    return SweepRun(plan, runner, remaining(plan, history.load()))
+    return launch(plan, runner, remaining(plan, history.load()))
 
 
-def resume_sweep(runner: Runner, sweep_id: str) -> SweepRun:
+def resume_sweep(runner: Runner, sweep_id: str, launch: Launch = SweepRun) -> SweepRun:
     """Run what a saved sweep has not finished yet; a complete sweep ends at once as finished."""
     history = _history_of(runner)
     plan = load_plan(history, sweep_id)
     plan.check()
-    return SweepRun(plan, runner, remaining(plan, history.load()))
+    return launch(plan, runner, remaining(plan, history.load()))
 
 
 def _history_of(runner: Runner) -> History:

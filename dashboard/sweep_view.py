@@ -1,6 +1,9 @@
 """The Sweep page's parts: the sweep inputs, the live progress of a running sweep, its results (four views,
 the per-point table and a two-point comparison) and the list of past sweeps.
 
+A sweep runs on this machine, through the shared runner, or on a Ray cluster when the page is given its
+address (sweep_cluster); a cluster sweep also shows each run's state and the node that has it.
+
 Sweeps started in this server live in `state.get_sweeps()` (one registry per process, like the runner), so a
 reload or a second tab finds a running sweep by the id in the URL; a sweep that ended before a restart,
 or ran from the CLI, is read back from its saved plan and the history. While a sweep runs, a fragment
@@ -22,7 +25,8 @@ from bench_core.config import SLO, knobs_for
 from bench_core.errors import BenchError
 from bench_core.history import History
 from bench_core.run_states import CANCELLED, FINISHED
-from bench_core.sweep_driver import SweepRun, resume_sweep, start_sweep
+from bench_core.sweep_driver import Launch, SweepRun, resume_sweep, start_sweep
+from bench_core.sweep_cluster import states_table
 from bench_core.sweep_plan import SWEEPABLE, SweepPlan, describe_point, new_sweep_id, parse_sweep_arg
 from bench_core.sweep_store import load_plan, past_sweeps, remaining
 from bench_core.tables import describe_column
@@ -64,7 +68,33 @@ def sweep_inputs(backend: str) -> dict[str, Any]:
     count = repeats.number_input("Repeats", value=2, min_value=1, step=1, key="sweep_repeats",
                                  help="Runs per point: two or more give a mean, a spread and a 95% interval.")
     axes = [(name, values)] + ([(second_name, second_values)] if second_name != NO_SECOND else [])
-    return {"axes": axes, "repeats": int(count)}
+    return {"axes": axes, "repeats": int(count), **_cluster_inputs()}
+
+
+def _cluster_inputs() -> dict[str, Any]:
+    """Where the runs go: this machine (no address) or a Ray cluster, with the cores each point holds and
+    the retries of a point whose worker died."""
+    address, cores, retries = st.columns([2, 1, 1])
+    return {
+        "ray_address": address.text_input(
+            "Ray cluster address", key="sweep_ray_address", placeholder="empty: this machine",
+            help="host:port, ray://host:port, auto (the cluster this machine belongs to) or local (a new Ray "
+                 "instance here). Each point then runs in its own worker with its own cores and GPUs; the "
+                 "history stays on this machine. Needs Ray: pip install -r requirements-cluster.txt").strip(),
+        "cpus_per_point": int(cores.number_input("CPU cores per point", value=1, min_value=1, step=1,
+                                                 key="sweep_cpus_per_point")),
+        "retries": int(retries.number_input("Retries", value=0, min_value=0, step=1, key="sweep_retries",
+                                            help="Runs of a point again after its worker died.")),
+    }
+
+
+def launch_for(inputs: Mapping[str, Any]) -> Launch:
+    """How the sweep's runs are run: here, or on the Ray cluster the inputs name (ConfigError without Ray)."""
+    if not inputs.get("ray_address"):
+        return SweepRun
+    from bench_core.sweep_cluster import ClusterOptions, launcher
+
+    return launcher(ClusterOptions(inputs["ray_address"], inputs["cpus_per_point"], inputs["retries"]))
 
 
 def plan_from_inputs(inputs: Mapping[str, Any], values: Mapping[str, Any], uploads_dir: Path) -> SweepPlan:
@@ -73,14 +103,18 @@ def plan_from_inputs(inputs: Mapping[str, Any], values: Mapping[str, Any], uploa
     return SweepPlan(new_sweep_id(), sidebar.config_from_values(values, uploads_dir), axes, inputs["repeats"])
 
 
-def start(plan: SweepPlan) -> SweepRun:
-    sweep = start_sweep(get_runner(), plan)
+def start(plan: SweepPlan, inputs: Mapping[str, Any]) -> SweepRun:
+    sweep = start_sweep(get_runner(), plan, launch_for(inputs))
     get_sweeps()[sweep.sweep_id] = sweep
     return sweep
 
 
 def resume(sweep_id: str) -> SweepRun:
-    sweep = resume_sweep(get_runner(), sweep_id)
+    """Resume where the page's inputs say (this machine or their cluster), as they are set now."""
+    inputs = {"ray_address": st.session_state.get("sweep_ray_address", "").strip(),
+              "cpus_per_point": st.session_state.get("sweep_cpus_per_point", 1),
+              "retries": st.session_state.get("sweep_retries", 0)}
+    sweep = resume_sweep(get_runner(), sweep_id, launch_for(inputs))
     get_sweeps()[sweep.sweep_id] = sweep
     return sweep
 
@@ -133,6 +167,14 @@ def _live_progress(sweep_id: str) -> None:
                      query_params={"run": progress.current_run_id})
     if progress.errors:
         st.warning(" ".join(progress.errors))
+    _where_runs_are(sweep)
+
+
+def _where_runs_are(sweep: SweepRun | None) -> None:
+    """A cluster sweep's runs: state, progress and node of each."""
+    if sweep is None or not hasattr(sweep, "point_states"):
+        return
+    st.dataframe(states_table(sweep.point_states()), hide_index=True, key="sweep_cluster_table")
 
 
 def _ended_status(sweep: SweepRun | None, plan: SweepPlan, runs: pd.DataFrame) -> None:
@@ -151,6 +193,7 @@ def _ended_status(sweep: SweepRun | None, plan: SweepPlan, runs: pd.DataFrame) -
         st.warning(f"{state}: {message}")
     else:
         st.error(f"{state}: {message}")
+    _where_runs_are(sweep)
     if finished < total and st.button(f"Resume: run the other {total - finished}", key="sweep_resume", type="primary"):
         try:
             resume(plan.sweep_id)

@@ -1,7 +1,8 @@
 """Sweep page: vary one setting, or two as a grid, over the sidebar's settings; watch the sweep's progress;
 read its results as a metric against the setting (with 95% bands over repeats), throughput against
 latency with the Pareto frontier, goodput against load, a heat map, a per-point table and a two-point
-comparison; open or resume past sweeps.
+comparison; open or resume past sweeps. With a Ray cluster's address, the runs go to the cluster and a
+table shows each one's state and node.
 
 The sweep on show is named in the URL (?sweep=<id>), so a reload or a second tab finds it.
 """
@@ -33,7 +34,7 @@ cancel_col.button("Cancel sweep", key="sweep_cancel", disabled=cancel is None, o
 if start:
     try:
         plan = sweep_view.plan_from_inputs(inputs, choice.values, get_history().root / UPLOADS_FOLDER)
-        sweep = sweep_view.start(plan)
+        sweep = sweep_view.start(plan, inputs)
     except BenchError as exc:
         st.error(str(exc))
     else:

@@ -1,10 +1,13 @@
 """`python -m bench_core sweep pipeline DATASET MODEL [pipeline flags] --sweep NAME=V1,V2 [--sweep NAME2=...]
-[--repeats K]`, and `python -m bench_core sweep --resume SWEEP_ID` for a sweep that stopped half way.
+[--repeats K] [--ray-address ADDRESS|auto [--cpus-per-point N] [--retries N]]`, and `python -m bench_core sweep
+--resume SWEEP_ID` for a sweep that stopped half way.
 
 The engine command's flags give the settings every point starts from; each --sweep varies one setting
 (two make a grid). The runs go through the same runner as `pipeline`, one at a time, into the history
-with the sweep's id; each finished run also appends its row to --csv, as `pipeline` does. At the end a
-compact table gives every point's mean and 95% interval over its repeats. Exit codes (SWEEP_EXIT_CODES_HELP):
+with the sweep's id; each finished run also appends its row to --csv, as `pipeline` does. With --ray-address
+the runs go to a Ray cluster instead (sweep_cluster: one actor per engine setting, runs side by side,
+recorded here); the end then lists where each ran. At the end a compact table gives every point's mean
+and 95% interval over its repeats. Exit codes (SWEEP_EXIT_CODES_HELP):
 0 all runs finished, 1 some failed or were partial, 2 bad input (nothing run), 130 interrupted (resumable).
 """
 
@@ -15,6 +18,7 @@ import sys
 
 import pandas as pd
 
+from ..csvstore import append_row
 from ..errors import ConfigError
 from ..run_states import FINISHED
 from ..sweep_plan import SWEEPABLE, SweepPlan, describe_point, new_sweep_id, parse_sweep_arg
@@ -22,7 +26,7 @@ from ..sweep_results import mean_with_interval, point_statistics, sweep_runs
 from ..tables import describe_column
 from .common import (
     EXIT_BAD_INPUT, SWEEP_EXIT_CODES_HELP, Command, EngineCommand, HelpFormatter, Parser, add_results_flag,
-    append_csv_row, check_writable, open_history, progress_line, save_lmdeploy_row, sweep_outcome, wait_with_progress,
+    append_csv_row, check_writable, open_history, progress_line, sweep_outcome, wait_with_progress,
 )
 
 # The per-point table printed at the end: throughput, the latency a user waits, decode speed.
@@ -52,6 +56,7 @@ class SweepCommand(Command):
                             help="run what a stopped sweep has not finished yet, with its saved settings")
         add_results_flag(parser, "with --resume: the history folder the sweep ran in", dest="resume_results",
                          metavar="DIR")
+        add_cluster_flags(parser.add_argument_group("on a Ray cluster (with --resume)"))
         engines = parser.add_subparsers(dest="engine_command", parser_class=Parser,
                                         metavar="{" + ",".join(self.engine_commands) + "}")
         for name, engine in self.engine_commands.items():
@@ -63,6 +68,8 @@ class SweepCommand(Command):
                                help=f"a setting and its values; give --sweep twice for a grid. Sweepable: "
                                     f"{', '.join(SWEEPABLE)}")
             swept.add_argument("--repeats", type=int, default=1, help="runs per point (2 or more give a spread)")
+            # SUPPRESS: unset here, the values given before the engine command (or their defaults) stand.
+            add_cluster_flags(command.add_argument_group("on a Ray cluster"), default=argparse.SUPPRESS)
 
     def run(self, args: argparse.Namespace) -> int:
         from ..runner import Runner
@@ -70,9 +77,10 @@ class SweepCommand(Command):
 
         if args.resume and args.engine_command:
             raise ConfigError("Give --resume SWEEP_ID on its own: a resumed sweep keeps the settings it was started with.")
+        launch = cluster_launch(args)
         if args.resume:
             runner = Runner(open_history(args.resume_results))
-            sweep = resume_sweep(runner, args.resume)
+            sweep = resume_sweep(runner, args.resume, launch)
             csv_path = ""
         elif args.engine_command:
             engine = self.engine_commands[args.engine_command]
@@ -81,11 +89,41 @@ class SweepCommand(Command):
             csv_path = engine.sweep_csv_path(args)
             runner = Runner(open_history(args.results))
             check_writable(runner.history, csv_path)
-            sweep = start_sweep(runner, plan)  # raises ConfigError naming every impossible point, before any run
+            sweep = start_sweep(runner, plan, launch)  # raises ConfigError naming every impossible point, before any run
         else:
             raise ConfigError("Choose an engine command (pipeline DATASET MODEL ... --sweep NAME=V1,V2) "
                               "or --resume SWEEP_ID.")
         return report_sweep(sweep, runner, csv_path)
+
+
+def add_cluster_flags(group, default=None) -> None:
+    """--ray-address, --cpus-per-point and --retries; `default` replaces each flag's own default."""
+    def chosen(own):
+        return own if default is None else default
+
+    group.add_argument("--ray-address", metavar="ADDRESS", default=chosen(""),
+                       help="run the points on the Ray cluster at ADDRESS (host:port, ray://host:port, auto: the "
+                            "cluster this machine belongs to, local: a new one here); needs Ray "
+                            "(pip install -r requirements-cluster.txt)")
+    group.add_argument("--cpus-per-point", type=int, metavar="N", default=chosen(1),
+                       help="with --ray-address: CPU cores each point holds alone (GPU points also hold their "
+                            "engine's GPUs, tp of them)")
+    group.add_argument("--retries", type=int, metavar="N", default=chosen(0),
+                       help="with --ray-address: run a point again, up to N times, when its worker died")
+
+
+def cluster_launch(args: argparse.Namespace):
+    """How the sweep's runs are run: sweep_driver's default (here) without --ray-address, else on the cluster
+    (connected now: Ray missing or the cluster unreachable is a ConfigError before anything is saved)."""
+    from ..sweep_driver import SweepRun
+
+    if not args.ray_address:
+        if args.cpus_per_point != 1 or args.retries:
+            raise ConfigError("--cpus-per-point and --retries apply to sweeps on a Ray cluster: add --ray-address.")
+        return SweepRun
+    from ..sweep_cluster import ClusterOptions, launcher
+
+    return launcher(ClusterOptions(args.ray_address, args.cpus_per_point, args.retries))
 
 
 def report_sweep(sweep, runner, csv_path: str) -> int:
@@ -103,13 +141,18 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
         if run.save_error:
             print(f"error: run {run.run_id}: {run.save_error}", file=sys.stderr)
             saved = False
-        if run.state == FINISHED and csv_path:
-            saved &= append_csv_row(csv_path, lambda: save_lmdeploy_row(csv_path, run))
+        if run.state == FINISHED and csv_path:  # the record's LMDeploy row: a run on a cluster has no profiler here
+            saved &= append_csv_row(csv_path, lambda: append_row(csv_path, run.record.lmdeploy_columns))
 
     progress = sweep.progress()
     if completed and progress.finished == 0 and all(run.profiler is None and run.user_error for _, run in sweep.runs):
         print(f"error: {' '.join(progress.errors)}", file=sys.stderr)  # e.g. a dataset that is not there
         return EXIT_BAD_INPUT
+    states = sweep.point_states() if hasattr(sweep, "point_states") else []  # a cluster sweep: where each run ran
+    if states:
+        from ..sweep_cluster import states_table
+
+        print(states_table(states).drop(columns="progress").to_string(index=False), file=sys.stderr)
     runs = sweep_runs(history.load(), plan)
     if not runs.empty:
         print(f"Sweep {plan.sweep_id}: mean ± 95% CI half-width over each point's finished runs")
@@ -145,4 +188,6 @@ def _sweep_progress_line(sweep) -> str:
     progress = sweep.progress()
     run = sweep.runner.get(progress.current_run_id) if progress.current_run_id else None
     line = f"sweep: {progress.ended}/{progress.total} runs done"
-    return line + (f"; {progress.current}: {progress_line(run)}" if run is not None else "")
+    if run is not None:
+        return line + f"; {progress.current}: {progress_line(run)}"
+    return line + (f"; {progress.current}" if progress.current else "")
