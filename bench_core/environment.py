@@ -12,6 +12,7 @@ import importlib.metadata
 import importlib.util
 import os
 import platform
+import socket
 import shutil
 import subprocess
 from pathlib import Path
@@ -41,6 +42,7 @@ def _static_environment() -> dict[str, str]:
         python=platform.python_version(),
         platform=platform.platform(),
         cpu_count=str(os.cpu_count() or UNKNOWN),
+        hostname=socket.gethostname(),
         app_version=__version__,
         app_commit=_app_commit(),
     )

@@ -7,7 +7,7 @@ python=${PYTHON:-python3}
 venv=${BENCH_STUDIO_VENV:-.venv}
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 files=(requirements.txt requirements-nodeps.txt)
-[ "${1:-}" = "--dev" ] && files+=(requirements-dev.txt requirements-lmdeploy-reference.txt)
+[ "${1:-}" = "--dev" ] && files+=(requirements-dev.txt requirements-cluster.txt requirements-lmdeploy-reference.txt)
 stamp="$venv/.installed-$(cat "${files[@]}" | sha256sum | cut -c1-16)"
 if [ ! -e "$stamp" ]; then
   echo "Installing into $venv (first time: a few minutes)..."

@@ -2,6 +2,7 @@
 
 import csv
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -97,6 +98,7 @@ def test_streamed_run_lands_in_the_history_with_per_request_ticks(streamed_run):
     history = History(work / "results")
     runs = history.load()
     assert list(runs["status"]) == ["finished"] and list(runs["label"]) == ["cli-test"]
+    assert list(runs["env_hostname"]) == [socket.gethostname()]  # the node, as a cluster sweep's rows have it
     run_id = runs["run_id"].iloc[0]
     assert run_id in proc.stderr
     requests = history.requests(run_id)
