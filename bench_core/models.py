@@ -126,6 +126,27 @@ def builtin_is_built(name: str) -> bool:
     return name in _BUILD_FOLDERS and (cache_dir() / _BUILD_FOLDERS[name]).is_dir()
 
 
+def first_use_phase(name: str) -> str | None:
+    """What using built-in or synthetic model `name` does first when it is not in the cache yet, as a phase
+    for the page; None when nothing is to be built."""
+    name = str(name).strip()
+    if name in BUILTIN_FIRST_USE and not builtin_is_built(name):
+        return BUILTIN_FIRST_USE[name]
+    if name.startswith(SYNTHETIC_PREFIX) and not synthetic_is_built(name):
+        parameters = parameter_count(parse_synthetic_name(name))
+        return (f"building {name} with random weights, once ({parameters / 1e9:,.2f} B parameters, "
+                f"{parameters * 2 / 1e9:,.1f} GB in bfloat16)")
+    return None
+
+
+def known_context_window(name: str) -> int | None:
+    """The context window of a built-in or synthetic model, known without building it; None for other names."""
+    name = str(name).strip()
+    if name.startswith(SYNTHETIC_PREFIX):
+        return parse_synthetic_name(name).max_position_embeddings
+    return BUILTIN_CONTEXT_WINDOWS.get(name)
+
+
 def synthetic_is_built(name: str) -> bool:
     """Whether synthetic model `name` is in the cache already (False for a name that does not parse)."""
     try:

@@ -81,6 +81,19 @@ def test_a_synthetic_model_is_built_once_and_then_reused_from_the_cache(cache):
     assert not list(cache.glob("*.partial"))
 
 
+def test_the_first_use_is_announced_until_the_model_is_built(cache):
+    assert models.first_use_phase("synthetic:llama-3.1-8b") == (
+        "building synthetic:llama-3.1-8b with random weights, once (8.03 B parameters, 16.1 GB in bfloat16)")
+    assert models.first_use_phase(TINY).startswith("building synthetic:tiny with random weights")
+    models.resolve_model(TINY)
+    assert models.first_use_phase(TINY) is None
+    assert models.first_use_phase("builtin:tiny-llama") is None  # linked into this cache, built
+    assert models.known_context_window("synthetic:llama-3.2-1b") == 131072
+    assert models.known_context_window("synthetic:qwen2.5-7b:layers=2") == 32768
+    assert models.known_context_window("builtin:tiny-llama") == 2048
+    assert models.known_context_window("some/hub-model") is None
+
+
 def test_two_builds_write_identical_weights(tmp_path, tiny_model_path):
     first, second = tmp_path / "a", tmp_path / "b"
     for out in (first, second):
