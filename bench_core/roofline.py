@@ -159,6 +159,16 @@ def _dtype_bytes(dtype: str, config: dict) -> float:
     return DTYPE_BYTES[name]
 
 
+def mean_decode_context(input_lens: np.ndarray, output_lens: np.ndarray) -> float:
+    """The context a decode step sees on average over every output token of every request: a request's k-th
+    output token (k from 0) attends over its input plus k tokens."""
+    inputs, outputs = np.asarray(input_lens, dtype=float), np.asarray(output_lens, dtype=float)
+    tokens = outputs.sum()
+    if tokens <= 0:
+        return 0.0
+    return float((outputs * inputs + outputs * (outputs - 1) / 2).sum() / tokens)
+
+
 def decode_step_bytes(cost: ModelCost, batch: float, mean_context_len: float) -> float:
     """Bytes one decode step reads: the weights once, and each of `batch` sequences' KV cache."""
     return cost.weight_bytes_per_step + batch * mean_context_len * cost.kv_bytes_per_token

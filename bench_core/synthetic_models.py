@@ -194,7 +194,7 @@ def write_synthetic_model(name: str, out: Path, tokenizer_dir: Path) -> None:
     # As the tiny Llama: random weights decode greedily into one repeated token; sampling gives varied text.
     GenerationConfig(do_sample=True, temperature=1.0, top_k=0, **special).save_pretrained(out)
     _write_weights(out)
-    marker = {"random_weights": True, "name": name.strip(), "shape": dataclasses.asdict(shape),
+    marker = {"random_weights": True, "shape": dataclasses.asdict(shape),
               "parameters": parameter_count(shape), "seed": SEED, "recipe_version": RECIPE_VERSION}
     (out / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
 

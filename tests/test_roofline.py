@@ -32,6 +32,12 @@ def test_kv_bytes_follow_the_grouped_query_heads():
         cost.weight_bytes_per_step + 4 * 1000 * 32768)
 
 
+def test_the_mean_decode_context_weighs_every_output_token():
+    # One request of 100 + 4 tokens sees 100..103; one of 10 + 2 sees 10, 11: (406 + 21) / 6.
+    assert roofline.mean_decode_context([100, 10], [4, 2]) == pytest.approx(427 / 6)
+    assert roofline.mean_decode_context([5], [0]) == 0.0
+
+
 def test_the_issues_1b_llama_on_an_h200_is_host_bound():
     # Measured on an H200: batch 128, about 8,000 output tok/s, 51 tokens per tick in a streamed run.
     run = RunNumbers(output_tokens_per_s=8000, input_tokens_per_s=9000, batch=128, mean_context_len=450,

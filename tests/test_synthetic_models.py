@@ -31,10 +31,10 @@ def cache(monkeypatch, tmp_path, tiny_model_path):
 
 
 def test_the_public_shapes_have_their_published_sizes():
-    # Parameter counts as the model cards give them: 1.24 B, 8.03 B, 7.62 B.
-    assert round(parameter_count(SYNTHETIC_PRESETS["llama-3.2-1b"]) / 1e9, 2) == 1.24
-    assert round(parameter_count(SYNTHETIC_PRESETS["llama-3.1-8b"]) / 1e9, 2) == 8.03
-    assert round(parameter_count(SYNTHETIC_PRESETS["qwen2.5-7b"]) / 1e9, 2) == 7.62
+    # Parameter counts as the model cards give them.
+    published = {"llama-3.2-1b": 1.24, "llama-3.2-3b": 3.21, "llama-3.1-8b": 8.03, "qwen2.5-0.5b": 0.49,
+                 "qwen2.5-7b": 7.62}
+    assert {preset: round(parameter_count(SYNTHETIC_PRESETS[preset]) / 1e9, 2) for preset in published} == published
     assert {"synthetic:llama-3.2-1b", "synthetic:llama-3.1-8b", "synthetic:qwen2.5-7b", TINY} <= set(
         synthetic_models.SYNTHETIC_MODELS)
 
