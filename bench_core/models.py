@@ -37,6 +37,21 @@ BUILTIN_MODELS: dict[str, str] = {
     "in about a second; for tests and fast smoke runs.",
 }
 
+
+def synthetic_descriptions() -> dict[str, str]:
+    """Each synthetic preset's name with a line for a model picker: its shape and size."""
+    descriptions = {}
+    for name, shape in SYNTHETIC_MODELS.items():
+        parameters = parameter_count(shape)
+        descriptions[name] = (f"Random weights in the shape of {name.removeprefix(SYNTHETIC_PREFIX)} ({shape.layers} "
+                              f"layers, hidden {shape.hidden:,}, {parameters / 1e9:,.2f} B parameters, "
+                              f"{parameters * 2 / 1e9:,.1f} GB in bf16), built on first use; real timings, no text.")
+    return descriptions
+
+
+# Every model a picker offers by name: the built-ins, then the synthetic presets.
+PICKABLE_MODELS: dict[str, str] = {**BUILTIN_MODELS, **synthetic_descriptions()}
+
 # Built-ins whose weights are random: their timings are real, their text is not.
 RANDOM_WEIGHT_BUILTINS = ("builtin:tiny-llama",)
 # Synthetic models speak the tiny Llama's tokenizer: built offline in about a second, and its ids fit any vocabulary

@@ -237,8 +237,8 @@ def verdict(cost: ModelCost, run: RunNumbers, device: DevicePeak) -> Verdict:
         "mean_tokens_per_tick": run.mean_tokens_per_tick,
         "gpu_util_percent": run.gpu_util_percent,
     }
-    bandwidth_text = f"memory traffic {bandwidth / 1e9:,.0f} GB/s is {bandwidth_share:.0%} of {device.name}'s " \
-                     f"{device.bandwidth_bytes_per_s / 1e9:,.0f} GB/s ({step_bytes / 1e9:,.2f} GB per step x " \
+    bandwidth_text = f"memory traffic {_bytes(bandwidth)}/s is {bandwidth_share:.0%} of {device.name}'s " \
+                     f"{device.bandwidth_bytes_per_s / 1e9:,.0f} GB/s ({_bytes(step_bytes)} per step x " \
                      f"{steps_per_s:,.1f} steps/s)"
     compute_text = (f"compute {flops / 1e12:,.1f} TFLOP/s is {compute_share:.0%} of the {device.bf16_flops / 1e12:,.0f} "
                     f"TFLOP/s bf16 peak" if compute_share is not None else "the device's peak FLOP/s is unknown")
@@ -261,6 +261,11 @@ def verdict(cost: ModelCost, run: RunNumbers, device: DevicePeak) -> Verdict:
     idle_hardware = (f"the hardware is not the limit: {bandwidth_text}, under the {MEMORY_BOUND_SHARE:.0%} a "
                      f"bandwidth-bound decode reaches; {compute_text}")
     return Verdict(HOST_BOUND, host_signs + [idle_hardware], numbers)
+
+
+def _bytes(count: float) -> str:
+    """A byte count in GB, or MB below one GB (a tiny test model moves megabytes): three significant digits."""
+    return f"{count / 1e9:,.3g} GB" if count >= 1e9 else f"{count / 1e6:,.3g} MB"
 
 
 # On CPU: memory bandwidth measured once per machine.
@@ -324,3 +329,47 @@ def _write_atomically(path: Path, text: str) -> None:
         out.write(text)
     os.chmod(scratch, 0o644)
     os.replace(scratch, path)
+
+
+# A run's verdict, as the runner records it and the pages and the CLI show it.
+
+NO_ROOFLINE = "No roofline for this model"
+
+
+def device_peak(device: str, gpu_name: str, cache_dir: Path) -> tuple[DevicePeak, str]:
+    """The peaks of the device a run used (the engine's `device`: "cpu", "cuda:0", ...; `gpu_name` as the
+    environment records it), with a line saying where they come from; ModelError when unknown."""
+    if device.startswith("cpu"):
+        peak_found = cpu_memory_bandwidth(cache_dir)
+        return peak_found, (f"CPU copy bandwidth {peak_found.bandwidth_bytes_per_s / 1e9:,.1f} GB/s, measured once "
+                            f"per machine and cached in {Path(cache_dir) / BANDWIDTH_CACHE_FILE}")
+    peak_found = gpu_peak(gpu_name or "")
+    if peak_found is None:
+        raise ModelError(f"the peak bandwidth of the device ({device or 'unknown'}, GPU '{gpu_name or 'none'}') is "
+                         f"not known; known GPUs: {', '.join(KNOWN_GPUS)}")
+    return peak_found, (f"{peak_found.name} datasheet: {peak_found.bandwidth_bytes_per_s / 1e12:,.2f} TB/s, "
+                        f"{(peak_found.bf16_flops or 0) / 1e12:,.0f} TFLOP/s dense bf16")
+
+
+def read_model_config(model_folder: str | Path) -> dict:
+    """The config.json of a local model folder; ModelError when there is none (a server's model, a hub id)."""
+    path = Path(model_folder) / "config.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"its config.json is not readable here ({path})") from exc
+
+
+def roofline_record(config: dict, dtype: str, device: DevicePeak, device_note: str, run: RunNumbers) -> dict:
+    """The verdict of a run as the run folder keeps it (roofline.json): bound, reasons, numbers, device."""
+    found = verdict(model_cost(config, dtype), run, device)
+    return {"bound": found.bound, "reasons": found.reasons, "numbers": found.numbers, "device": device.name,
+            "device_note": device_note}
+
+
+def describe_roofline(record: dict) -> list[str]:
+    """The verdict in a few plain lines: the bound, then the reasons and where the peak came from."""
+    if "unavailable" in record:
+        return [f"{NO_ROOFLINE}: {record['unavailable']}."]
+    return [f"Roofline verdict: {record['bound']}.", *(f"- {reason}" for reason in record["reasons"]),
+            f"- peak: {record['device_note']}"]

@@ -10,6 +10,7 @@ one. The summaries (time-weighted means, peaks, energy by the trapezoid rule) ar
 
 from __future__ import annotations
 
+import bisect
 import importlib.util
 import os
 import threading
@@ -173,10 +174,12 @@ class TelemetrySampler:
             self._gpus = None
         return self.samples()
 
-    def samples(self) -> pd.DataFrame:
-        """The samples so far (safe to call while sampling, e.g. for a live chart)."""
+    def samples(self, since_s: float | None = None) -> pd.DataFrame:
+        """The samples so far, or those taken at `since_s` or later (safe to call while sampling: a live chart
+        asks for the last minute, which costs that minute's rows however long the run)."""
         with self._lock:
-            taken = list(self._samples)
+            first = 0 if since_s is None else bisect.bisect_left(self._samples, since_s, key=lambda s: s.time_s)
+            taken = self._samples[first:]
         return samples_frame(taken)
 
     def __enter__(self) -> TelemetrySampler:
