@@ -456,6 +456,20 @@ def telemetry_columns(telemetry: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in columns.items() if value is not None}
 
 
+def sampled_values(summary: Mapping[str, Any]) -> list[tuple[Metric, float]]:
+    """The sampled metrics a summary or history row holds a number for, in catalog order."""
+    found = []
+    for metric in CATALOG:
+        value = summary.get(metric.column()) if metric.sampled is not None else None
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue
+        if not math.isnan(number):
+            found.append((metric, number))
+    return found
+
+
 def with_derived(runs: pd.DataFrame) -> pd.DataFrame:
     """History rows plus every derived metric's column (NaN where a row lacks what it needs)."""
     frame = runs.copy()

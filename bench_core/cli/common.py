@@ -231,7 +231,7 @@ def report_unmeasured(run) -> int | None:
 def print_hardware_findings(run) -> None:
     """After the tables: a random-weight model said as such, the run's telemetry (the catalog's sampled metrics it
     has) and its roofline verdict with the numbers behind it."""
-    from ..catalog import CATALOG
+    from ..catalog import sampled_values
     from ..roofline import describe_roofline
 
     record = run.record
@@ -239,8 +239,7 @@ def print_hardware_findings(run) -> None:
         return
     if record.model is not None and record.model.random_weights:
         print(f"Random-weight run ({record.model.name}): the timings are real, the generated text is not.")
-    sampled = [f"{metric.label} {record.metrics[metric.column()]:,.3g} {metric.unit}" for metric in CATALOG
-               if metric.sampled is not None and metric.column() in record.metrics]
+    sampled = [f"{metric.label} {value:,.3g} {metric.unit}" for metric, value in sampled_values(record.metrics)]
     if sampled:
         print("Telemetry: " + "; ".join(sampled))
     if record.roofline is not None:
