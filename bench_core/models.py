@@ -38,14 +38,21 @@ BUILTIN_MODELS: dict[str, str] = {
 }
 
 
+def synthetic_size(parameters: int) -> str:
+    """A synthetic model's size for the user: parameters and bytes in bfloat16, in B / M as they fit."""
+    count = f"{parameters / 1e9:,.2f} B" if parameters >= 1e8 else f"{parameters / 1e6:,.2f} M"
+    size = f"{parameters * 2 / 1e9:,.1f} GB" if parameters >= 5e7 else f"{parameters * 2 / 1e6:,.1f} MB"
+    return f"{count} parameters, {size} in bfloat16"
+
+
 def synthetic_descriptions() -> dict[str, str]:
     """Each synthetic preset's name with a line for a model picker: its shape and size."""
     descriptions = {}
     for name, shape in SYNTHETIC_MODELS.items():
         parameters = parameter_count(shape)
         descriptions[name] = (f"Random weights in the shape of {name.removeprefix(SYNTHETIC_PREFIX)} ({shape.layers} "
-                              f"layers, hidden {shape.hidden:,}, {parameters / 1e9:,.2f} B parameters, "
-                              f"{parameters * 2 / 1e9:,.1f} GB in bf16), built on first use; real timings, no text.")
+                              f"layers, hidden {shape.hidden:,}, {synthetic_size(parameters)}), built on first use; "
+                              "real timings, no text.")
     return descriptions
 
 
@@ -149,8 +156,7 @@ def first_use_phase(name: str) -> str | None:
         return BUILTIN_FIRST_USE[name]
     if name.startswith(SYNTHETIC_PREFIX) and not synthetic_is_built(name):
         parameters = parameter_count(parse_synthetic_name(name))
-        return (f"building {name} with random weights, once ({parameters / 1e9:,.2f} B parameters, "
-                f"{parameters * 2 / 1e9:,.1f} GB in bfloat16)")
+        return f"building {name} with random weights, once ({synthetic_size(parameters)})"
     return None
 
 

@@ -29,7 +29,7 @@ import pandas as pd
 
 from . import context_window, metrics, request_status, roofline
 from .catalog import telemetry_columns
-from .config import EngineConfig, GenerationSettings, LoadConfig, RunConfig, lmdeploy_hyperparams
+from .config import SERVER_BACKEND, EngineConfig, GenerationSettings, LoadConfig, RunConfig, lmdeploy_hyperparams
 from .datasets import Sample, sample_requests
 from .engines import Engine, EngineInfo, check_run_config, engine_settings_key, load_engine, tokenizer_from_engine
 from .engines.base import NOT_SENT, RUN_ENDED
@@ -357,7 +357,9 @@ class Runner:
         run.profiler = profiler
         tick_at_admission = config.load.load_pattern in TICK_AT_ADMISSION
         run.sampler = TelemetrySampler().start()  # this process runs the engine (or its client)
-        if run.sampler.gpu_note and not self._engine.info.device.startswith("cpu"):
+        # A server's GPUs are its own business (it may be elsewhere); an engine here on a GPU should be seen.
+        if run.sampler.gpu_note and config.engine.backend != SERVER_BACKEND and \
+                not self._engine.info.device.startswith("cpu"):
             run.warnings.append(run.sampler.gpu_note)
         profiler.start()
         if not tick_at_admission:  # LMDeploy's pipeline semantics: every request starts at t0
@@ -481,9 +483,9 @@ def run_roofline(config: RunConfig, info: EngineInfo | None, environment: dict[s
     try:
         if info is None:
             raise ModelError("the engine did not say what it loaded")
+        model_config = roofline.read_model_config(info.model_path)
         device, device_note = roofline.device_peak(info.device, environment.get("gpu_name", ""), cache_dir())
-        return roofline.roofline_record(roofline.read_model_config(info.model_path), info.dtype, device, device_note,
-                                        numbers)
+        return roofline.roofline_record(model_config, info.dtype, device, device_note, numbers)
     except ModelError as exc:
         return {"unavailable": str(exc)}
 
