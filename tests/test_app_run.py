@@ -86,6 +86,8 @@ def test_sidebar_opens_on_the_embedded_default_sized_for_a_cpu():
     at = open_app()
     assert not at.exception
     assert at.sidebar.selectbox(key="model_choice").value == "builtin:smollm2-135m"
+    assert {"synthetic:tiny", "synthetic:llama-3.2-1b", "synthetic:qwen2.5-7b"} <= set(
+        at.sidebar.selectbox(key="model_choice").options)
     assert at.sidebar.selectbox(key="backend").value == "transformers"
     assert at.sidebar.number_input(key="num_prompts_cpu").value == 8
     assert at.sidebar.number_input(key="concurrency_cpu").value == 8
