@@ -181,3 +181,22 @@ def test_loading_a_synthetic_model_for_the_first_time_says_it_is_building_it(tmp
     finally:
         runner.shutdown()
     assert phases == ["building synthetic:tiny with random weights, once (0.34 M parameters, 0.7 MB in bfloat16)"]
+
+
+def test_telemetry_crosses_from_the_engine_process_live_and_into_the_record(tmp_path, tiny_model_path):
+    from bench_core.config import DatasetConfig, LoadConfig, RunConfig
+    from bench_core.engine_process import ProcessRunner
+
+    runner = ProcessRunner(History(tmp_path))
+    config = RunConfig(engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
+                       dataset=DatasetConfig(dataset="builtin:sample", num_prompts=2, sharegpt_output_len=8),
+                       load=LoadConfig(concurrency=2, stream_output=True))
+    run = runner.submit(config)
+    try:
+        assert run.wait(120) and run.state == "finished", run.message
+    finally:
+        runner.shutdown()
+    assert run.live.telemetry is not None and (run.live.telemetry["source"] == PROCESS).any()
+    assert run.record.telemetry is run.telemetry and len(run.telemetry) >= len(run.live.telemetry)
+    assert run.record.metrics["peak_process_rss_gib"] > 0
+    assert History(tmp_path).telemetry(run.run_id) is not None
