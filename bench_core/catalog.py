@@ -57,14 +57,16 @@ PerRequest = Callable[[pd.DataFrame, bool], "np.ndarray | list[np.ndarray] | Non
 
 @dataclass(frozen=True)
 class Metric:
-    """One metric. Exactly one of `per_request`, `aggregate` and `derived` is its formula:
+    """One metric. Exactly one of `per_request`, `aggregate`, `derived` and `sampled` is its formula:
 
     - `per_request(table, streamed)`: one value per request (or a list of values per request, like ITL),
       None when the table lacks what it needs; the summary gets `statistics` over the successful requests
       (all requests when `over_successes` is False), NaN values left out;
     - `aggregate(facts)`: one value for the run, None when it does not apply (then the key is absent);
     - `derived(column)`: a history column computed from the columns named in `needs` (`column(name)` reads
-      one as numbers), for runs compared or swept.
+      one as numbers), for runs compared or swept;
+    - `sampled(telemetry)`: one value for the run from its hardware samples' summary over the measured window
+      (telemetry.telemetry_summary), None when not measured (GPU values on a CPU run).
     """
 
     key: str
@@ -83,6 +85,7 @@ class Metric:
     aggregate: Callable[[RunFacts], Any] | None = None
     derived: Callable[[Callable[[str], pd.Series]], pd.Series] | None = None
     needs: tuple[str, ...] = ()
+    sampled: Callable[[Mapping[str, Any]], Any] | None = None
     statistics: tuple[str, ...] = VALUE
     value_column: str = ""  # a single-valued metric's column when it is not its key ("duration_s")
     lmdeploy: str = ""  # LMDeploy's save_csv column (of the mean, for a distribution)
@@ -229,6 +232,19 @@ def _attainment(column: Callable[[str], pd.Series]) -> pd.Series:
     return column("good_requests") / total.where(total > 0)
 
 
+# ---- sampled formulas over the telemetry summary ------------------------------------------------
+
+_GIB = 1024**3
+
+
+def _in_gib(key: str) -> Callable[[Mapping[str, Any]], Any]:
+    return lambda telemetry: None if telemetry.get(key) is None else telemetry[key] / _GIB
+
+
+def _sampled(key: str) -> Callable[[Mapping[str, Any]], Any]:
+    return lambda telemetry: telemetry.get(key)
+
+
 # ---- the catalog -----------------------------------------------------------------------------
 
 _MS = dict(unit="s", display_unit="ms", display_scale=1000.0)
@@ -343,6 +359,25 @@ CATALOG: tuple[Metric, ...] = (
     Metric("slo_attainment", "SLO attainment", "fraction", True,
            "Good requests / all requests; NaN for runs without an SLO.", derived=_attainment,
            needs=("good_requests", "total_requests"), swept=VALUE),
+    # Hardware telemetry (telemetry.py), sampled at 10 Hz in the engine's process, over the measured window.
+    Metric("mean_gpu_util_percent", "Mean GPU utilisation", "%", True,
+           "Time-weighted mean over the run of NVML's utilisation (share of time a kernel ran), averaged over the "
+           "visible GPUs.", sampled=_sampled("mean_gpu_util_percent"), compared=VALUE, swept=VALUE),
+    Metric("peak_gpu_memory_gib", "Peak GPU memory", "GiB", None,
+           "The most memory used on any visible GPU in a sample during the run (NVML, the whole device).",
+           sampled=_in_gib("peak_gpu_memory_bytes")),
+    Metric("mean_gpu_power_w", "Mean GPU power", "W", None,
+           "Time-weighted mean of the visible GPUs' power draw together over the run (NVML).",
+           sampled=_sampled("mean_gpu_power_w")),
+    Metric("energy_per_output_token_j", "Energy per output token", "J/token", False,
+           "The GPUs' power integrated over the run (trapezoid rule) / output tokens of completed requests.",
+           sampled=_sampled("energy_per_output_token_j"), compared=VALUE, swept=VALUE),
+    Metric("mean_process_cpu_cores", "Engine process CPU", "cores", None,
+           "CPU time the engine's process used per second of the run: 1.0 is one core busy all the time.",
+           sampled=_sampled("mean_process_cpu_cores")),
+    Metric("peak_process_rss_gib", "Peak engine process memory (RSS)", "GiB", None,
+           "The largest resident memory of the engine's process in a sample during the run.",
+           sampled=_in_gib("peak_process_rss_bytes")),
 )
 METRICS: dict[str, Metric] = {metric.key: metric for metric in CATALOG}
 LMDEPLOY_METRICS = tuple(metric for metric in CATALOG if metric.lmdeploy)
@@ -413,6 +448,26 @@ def lmdeploy_row(summary: Mapping[str, Any]) -> dict[str, Any]:
         else:
             row[metric.lmdeploy] = value if metric.lmdeploy_digits is None else f"{value:.{metric.lmdeploy_digits}f}"
     return row
+
+
+def telemetry_columns(telemetry: Mapping[str, Any]) -> dict[str, Any]:
+    """The sampled metrics' history columns from a run's telemetry summary; those not measured are left out."""
+    columns = {metric.column(): metric.sampled(telemetry) for metric in CATALOG if metric.sampled is not None}
+    return {key: value for key, value in columns.items() if value is not None}
+
+
+def sampled_values(summary: Mapping[str, Any]) -> list[tuple[Metric, float]]:
+    """The sampled metrics a summary or history row holds a number for, in catalog order."""
+    found = []
+    for metric in CATALOG:
+        value = summary.get(metric.column()) if metric.sampled is not None else None
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue
+        if not math.isnan(number):
+            found.append((metric, number))
+    return found
 
 
 def with_derived(runs: pd.DataFrame) -> pd.DataFrame:

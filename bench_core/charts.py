@@ -19,6 +19,7 @@ import pandas as pd
 import plotly.colors
 import plotly.graph_objects as go
 
+from . import telemetry
 from .config import ENGINE_KNOBS
 from .latency_bins import BinnedLatencies
 from .catalog import METRICS, lower_first
@@ -446,3 +447,40 @@ def _tick(value) -> str:
     if isinstance(value, (float, np.floating)) and float(value).is_integer():
         return str(int(value))
     return str(value)
+
+
+# Hardware telemetry (telemetry.py's long table): one panel per quantity, one line per source, shared time axis.
+_TELEMETRY_PANELS = (  # (metric, panel title with its unit, scale from the stored unit)
+    (telemetry.GPU_UTIL_PERCENT, "GPU utilisation (%)", 1.0),
+    (telemetry.GPU_MEMORY_BYTES, "GPU memory used (GiB)", 1 / 1024**3),
+    (telemetry.POWER_W, "GPU power (W)", 1.0),
+    (telemetry.CPU_CORES, "Engine process CPU (cores)", 1.0),
+    (telemetry.RSS_BYTES, "Engine process memory, RSS (GiB)", 1 / 1024**3),
+    (telemetry.CPU_PERCENT, "Machine CPU busy (%)", 1.0),
+)
+
+
+def telemetry_over_time(samples: pd.DataFrame | None) -> go.Figure:
+    """The run's hardware samples against seconds since the start: a panel for each quantity sampled (GPU
+    utilisation, memory and power per GPU; the engine process's CPU and memory; the machine's CPU)."""
+    from plotly.subplots import make_subplots
+
+    present = [] if samples is None else [panel for panel in _TELEMETRY_PANELS
+                                          if (samples["metric"] == panel[0]).any()]
+    if not present:
+        return _no_data(_figure("Hardware telemetry", "Time since start (s)", ""))
+    fig = make_subplots(rows=len(present), cols=1, shared_xaxes=True, vertical_spacing=0.06,
+                        subplot_titles=[title for _, title, _ in present])
+    for row, (metric, title, scale) in enumerate(present, start=1):
+        chosen = samples[samples["metric"] == metric]
+        for source, part in chosen.groupby("source", sort=True):
+            part = part.sort_values("time_s")
+            t, values = _downsample(part["time_s"].to_numpy(dtype=np.float64),
+                                    part["value"].to_numpy(dtype=np.float64) * scale)
+            fig.add_trace(go.Scatter(x=t, y=values, mode="lines", name=f"{source} {metric}", showlegend=False,
+                                     hovertemplate=f"{source}: %{{y:.3g}}<extra>{title}</extra>"), row=row, col=1)
+        fig.update_yaxes(rangemode="tozero", row=row, col=1)
+    fig.update_xaxes(title_text="Time since start (s)", row=len(present), col=1)
+    fig.update_layout(title=dict(text="Hardware telemetry"), height=170 * len(present) + 90,
+                      margin=dict(l=60, r=30, t=70, b=50), hovermode="x unified")
+    return fig

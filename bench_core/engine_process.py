@@ -72,6 +72,7 @@ class Update:
     t_finish: float | None = None
     live: LiveSnapshot | None = None
     finished: dict[int, Session] = field(default_factory=dict)  # sessions that ended since the last update
+    telemetry: Any = None  # once the measurement ended: every hardware sample (a DataFrame, see runner.Run)
     results: list[PlaygroundResult] = field(default_factory=list)  # playground answers since the last update
 
 
@@ -110,9 +111,11 @@ class _Publisher:
             if self.unsent is None:
                 self.unsent = list(range(len(sessions)))
             update.t_start, update.t_finish = profiler.t_start, profiler.t_finish
-            update.live = profiler.live_snapshot()
+            update.live = job.snapshot()  # with the latest hardware samples
             update.finished = {i: sessions[i] for i in self.unsent if sessions[i].finished}
             self.unsent = [i for i in self.unsent if i not in update.finished]
+        if done:
+            update.telemetry = job.telemetry
         return update
 
 
@@ -230,6 +233,8 @@ class _Mirror:
             self.sessions[index] = session
         self.t_start, self.t_finish, self.last_heard = update.t_start, update.t_finish, update.published_at
         run.live = update.live
+        if update.telemetry is not None:
+            run.telemetry = update.telemetry
 
     def end(self, lost: str | None) -> None:
         """Give the run its profiler, once it started measuring; `lost`: why the worker went away."""

@@ -38,6 +38,7 @@ from .config import (
     DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, RunConfig, applied_engine_settings, lmdeploy_hyperparams,
 )
 from .engines.base import EngineInfo
+from .models import ModelRecord
 from .errors import HistoryError
 from .history_import import (
     HISTORY_LEAD_COLUMNS, HISTORY_SOURCE, NUMBER_COLUMNS, SAVE_CSV_HYPERPARAMS, check_numbers, is_number, parse_import,
@@ -61,6 +62,8 @@ _TEXT_COLUMNS = {
 _TEXT_PREFIXES = ("env_", "engine_")
 _MISSING_CELLS = {"", "-"}
 REQUESTS_FILE = "requests.parquet"
+TELEMETRY_FILE = "telemetry.parquet"
+ROOFLINE_FILE = "roofline.json"
 CONFIG_FILE = "config.json"
 ENVIRONMENT_FILE = "environment.json"
 # The columns without which rows cannot be told apart: every row from every path (runs, LMDeploy imports,
@@ -90,6 +93,9 @@ class RunRecord:
     load_seconds: float | None = None  # sampling, loading or reusing the engine, warm-up: before the measured run
     sweep_id: str = ""
     sweep_repeat: int | None = None  # the run's 0-based repeat index within its sweep point
+    model: ModelRecord | None = None  # where the model came from; random weights are labelled on the pages
+    telemetry: pd.DataFrame | None = None  # hardware samples (telemetry.py's table), time_s since the start
+    roofline: dict | None = None  # roofline.roofline_record, or {"unavailable": why}
 
 
 def new_run_id() -> str:
@@ -174,6 +180,10 @@ class History:
         _write_json(folder / ENVIRONMENT_FILE, redact(record.environment))
         if record.requests is not None:
             _write_parquet(folder / REQUESTS_FILE, _redacted_texts(record.requests))
+        if record.telemetry is not None:
+            _write_parquet(folder / TELEMETRY_FILE, record.telemetry)
+        if record.roofline is not None:
+            _write_json(folder / ROOFLINE_FILE, record.roofline)
         csvstore.append_row(self.csv_path, history_row(record))
 
     def load(self) -> pd.DataFrame:
@@ -196,6 +206,26 @@ class History:
             return pd.read_parquet(path)
         except (OSError, pa.ArrowException) as exc:
             raise HistoryError(f"The per-request table of run {run_id} is unreadable ({exc}).") from exc
+
+    def telemetry(self, run_id: str) -> pd.DataFrame | None:
+        """The run's hardware samples (telemetry.py's table); None for runs recorded without them."""
+        path = self.run_dir(run_id) / TELEMETRY_FILE
+        if not path.exists():
+            return None
+        try:
+            return pd.read_parquet(path)
+        except (OSError, pa.ArrowException) as exc:
+            raise HistoryError(f"The telemetry of run {run_id} is unreadable ({exc}).") from exc
+
+    def roofline(self, run_id: str) -> dict | None:
+        """The run's roofline record (roofline.roofline_record); None for runs recorded without one."""
+        path = self.run_dir(run_id) / ROOFLINE_FILE
+        if not path.exists():
+            return None
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise HistoryError(f"The roofline verdict of run {run_id} is unreadable ({exc}).") from exc
 
     def config(self, run_id: str) -> RunConfig:
         """The run's settings, from its config.json, or from its row when only the row was imported."""
@@ -294,7 +324,8 @@ def history_row(record: RunRecord) -> dict[str, Any]:
         "error": record.error,
         "load_seconds": record.load_seconds,
     }
-    groups = [identity, record.config.to_flat_dict(), record.metrics, _engine_columns(record.engine_info)]
+    groups = [identity, _model_columns(record.model), record.config.to_flat_dict(), record.metrics,
+              _roofline_columns(record.roofline), _engine_columns(record.engine_info)]
     groups.append({f"env_{key}": value for key, value in record.environment.items()})
     for group in groups:
         for key, value in group.items():
@@ -341,6 +372,21 @@ def _recovered_status(summary: dict[str, Any]) -> str:
     if not summary["completed"]:
         return FAILED
     return PARTIAL if summary["failed"] or summary["incomplete"] else FINISHED
+
+
+def _model_columns(model: ModelRecord | None) -> dict[str, Any]:
+    if model is None:
+        return {}
+    return {"model_kind": model.kind, "model_random_weights": model.random_weights, "model_parameters": model.parameters}
+
+
+def _roofline_columns(record: dict | None) -> dict[str, Any]:
+    """The verdict and the shares of peak it rests on, so runs can be filtered and compared by them."""
+    if not record or "bound" not in record:
+        return {}
+    numbers = record["numbers"]
+    return {"roofline_bound": record["bound"], "roofline_bandwidth_share": numbers.get("bandwidth_share"),
+            "roofline_compute_share": numbers.get("compute_share")}
 
 
 def _engine_columns(info: EngineInfo | None) -> dict[str, Any]:

@@ -15,6 +15,7 @@ every request at t0 and admits them behind its own max_batch_size), the count is
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from time import perf_counter
 
 import numpy as np
+import pandas as pd
 
 from .latency_bins import BinnedLatencies, LatencyBins
 
@@ -54,6 +56,9 @@ class LiveSnapshot:
     in_flight_over_time: np.ndarray
     ttft: BinnedLatencies
     itl: BinnedLatencies
+    # The hardware samples of the last TELEMETRY_WINDOW_S (telemetry.py's long table, time_s since the profiler
+    # started): bounded, like the latency bins, however long the run. None where nothing samples the run.
+    telemetry: pd.DataFrame | None = None
 
 
 class _GrowingArray:
@@ -279,6 +284,16 @@ class LiveTracker:
             ttft=self._ttft.frozen(),
             itl=self._itl.frozen(),
         )
+
+
+# What the live telemetry chart shows: at 10 Hz, 600 rows per series.
+TELEMETRY_WINDOW_S = 60.0
+
+
+def with_telemetry(snap: LiveSnapshot, recent_samples: pd.DataFrame, origin: float) -> LiveSnapshot:
+    """The snapshot with the hardware samples it is given (the last TELEMETRY_WINDOW_S of them, on the
+    profiler's clock), their times made seconds since `origin` (the profiler's start) like the other series."""
+    return dataclasses.replace(snap, telemetry=recent_samples.assign(time_s=recent_samples["time_s"] - origin))
 
 
 # The pace of the first few percent of a run (prefill, a cold cache) says little about the rest.

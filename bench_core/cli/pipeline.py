@@ -79,7 +79,10 @@ class PipelineCommand(EngineCommand):
     description = (
         "Benchmark a model in process with the semantics of LMDeploy's profile_pipeline_api.py.\n"
         "DATASET is a ShareGPT JSON/JSONL file, builtin:sharegpt or builtin:sample. MODEL is a local\n"
-        "folder, a hub id, or a built-in model (builtin:smollm2-135m, builtin:tiny-llama).\n"
+        "folder, a hub id, a built-in model (builtin:smollm2-135m, builtin:tiny-llama) or a synthetic one:\n"
+        "a public shape with random weights, built on first use (synthetic:llama-3.2-1b, synthetic:llama-3.1-8b,\n"
+        "synthetic:qwen2.5-7b, synthetic:tiny, ...), a preset with sizes changed (synthetic:llama-3.2-1b:layers=4)\n"
+        "or any shape (synthetic:llama:layers=2,hidden=64,intermediate=128,heads=4,kv_heads=2,vocab=4096).\n"
         "On a machine without an NVIDIA GPU, use --backend transformers.\n\n"
         "example: python -m bench_core pipeline builtin:sharegpt builtin:smollm2-135m "
         "--backend transformers -n 32 -c 8 --stream-output"
@@ -89,7 +92,8 @@ class PipelineCommand(EngineCommand):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """profile_pipeline_api.py's arguments and flags, then ours."""
         parser.add_argument("dataset", help="ShareGPT dataset: a JSON or JSONL path, builtin:sharegpt or builtin:sample")
-        parser.add_argument("model_path", help="a local folder, a hub id, or builtin:smollm2-135m / builtin:tiny-llama")
+        parser.add_argument("model_path", help="a local folder, a hub id, builtin:smollm2-135m / builtin:tiny-llama, or "
+                                                   "synthetic:<preset>[:key=value,...] (see above)")
         parser.add_argument("-c", "--concurrency", type=int, default=256,
                             help="requests in flight at once; LMDeploy's engines also take it as max_batch_size")
         parser.add_argument("-n", "--num-prompts", type=int, default=5000, help="number of prompts to process")

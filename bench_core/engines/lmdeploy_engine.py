@@ -363,7 +363,7 @@ def build_engine(engine: EngineConfig, load: LoadConfig) -> LMDeployEngine:
 
 
 def _model_path(name: str) -> str:
-    if name.startswith("builtin:"):
+    if name.startswith(("builtin:", "synthetic:")):  # built (or found) in our cache, as the other engines do
         from ..models import resolve_model
 
         return resolve_model(name)
