@@ -133,7 +133,7 @@ def _publish(conn: Connection, send_lock: threading.Lock, job: Run | PlaygroundJ
 class _WorkerRunner(Runner):
     """The worker's Runner: the caller records the runs, from what the worker published."""
 
-    def _record(self, run: Run) -> None:
+    def record(self, run: Run) -> None:
         pass
 
 

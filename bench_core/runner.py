@@ -265,7 +265,7 @@ class Runner:
     def _execute(self, run: Run) -> None:
         self._guarded(run, self._benchmark, f"run {run.run_id}")
         if run.profiler is not None or run.state == FAILED:  # a failure before measuring shows what was tried
-            self._record(run)
+            self.record(run)
 
     def _guarded(self, job: _Job, body: Callable, name: str) -> None:
         """Run `body(job)`; any error ends the job as failed, never the worker."""
@@ -396,7 +396,8 @@ class Runner:
             samples = run.sampler.stop()
             run.telemetry = samples.assign(time_s=samples["time_s"] - profiler.t_start)
 
-    def _record(self, run: Run) -> None:
+    def record(self, run: Run) -> None:
+        """Build the run's RunRecord from what it measured, and save it where this runner has a history."""
         profiler, config = run.profiler, run.config
         measured = profiler is not None
         summary = profiler.summary(config.slo) if measured else {}
@@ -426,9 +427,9 @@ class Runner:
             sweep_repeat=run.sweep_repeat,
         )
         if self.history is not None:
-            self._save(run)
+            self.save(run)
 
-    def _save(self, run: Run) -> None:
+    def save(self, run: Run) -> None:
         """Record the run in the history; where that fails, in the first fallback folder that takes it,
         and say so in `run.save_error`. Whatever the history raises, the run is kept and the failure told."""
         try:

@@ -329,7 +329,7 @@ class ClusterSweepRun(SweepRun):
             run.state, run.message, run.user_error = outcome.state, outcome.message, outcome.user_error
             run.warnings, run.load_seconds, run.record = outcome.warnings, outcome.load_seconds, outcome.record
             if run.record is not None:
-                self.runner._save(run)
+                self.runner.save(run)
             if run.state in (FAILED, PARTIAL):
                 self._note_failure(run.message, None if outcome.measured else engine_key_of(planned))
         elif self._cancel.is_set():
@@ -338,7 +338,7 @@ class ClusterSweepRun(SweepRun):
             where = f" on {describe_node(point.facts)}" if point.facts else ""
             run.state, run.message = FAILED, f"Its Ray worker was lost{where}: {lost}"
             run.environment = dict(point.facts)  # what the lost worker said of its node, if anything
-            self.runner._record(run)  # recorded as failed with its reason, as a run that breaks on one machine
+            self.runner.record(run)  # recorded as failed with its reason, as a run that breaks on one machine
             if not self._retrying(point):
                 self._note_failure(run.message, None)
         if run.save_error:
