@@ -22,7 +22,7 @@ from bench_core.history import History
 RUN_PAGE_URL = "run"
 # The runs table: who and what ran, the settings users vary (with every other setting that differs
 # somewhere in the rows on show), then the results.
-IDENTITY_COLUMNS = ("run_id", "started_at", "status", "label", "backend", "model")
+IDENTITY_COLUMNS = ("run_id", "started_at", "status", "label", "backend", "model", "model_random_weights")
 VARIED_COLUMNS = ("dataset_name", run_diff.OUTPUT_LENGTH, "load_pattern", "concurrency", "num_prompts")
 RESULT_COLUMNS = ("completed", "output_throughput", "request_throughput", "mean_ttft_ms", "p99_ttft_ms",
                   "mean_itl_ms", "mean_e2e_ms", "error", "source_file")

@@ -179,6 +179,7 @@ def test_the_table_shows_output_length_load_and_the_settings_that_differ_in_it(h
     for column in ("output_length", "load_pattern", "concurrency", "random_input_len", "random_range_ratio"):
         assert column in table.columns
     assert {table.loc[run_id, "output_length"] for run_id in prepared_history[1]} == {"8"}
+    assert {str(table.loc[run_id, "model_random_weights"]) for run_id in prepared_history[1]} == {"True"}  # tiny-llama
     at.multiselect(key="filter_backend").select("transformers").run()
     narrowed = at.dataframe[0].value
     assert "random_input_len" not in narrowed.columns  # the same 16 tokens on every run on show
