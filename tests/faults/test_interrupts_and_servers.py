@@ -44,7 +44,10 @@ class Cli:
         with open(folder / "stdout.txt", "wb") as out:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "bench_core", *args], cwd=folder, stdin=subprocess.DEVNULL, stdout=out,
-                stderr=terminal, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+                stderr=terminal, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+                # A shell without job control starts background jobs (a suite run with `&`) with SIGINT ignored,
+                # and children inherit that; the CLI must get Ctrl-C as a user's terminal sends it.
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         os.close(terminal)
         self._controller, self._stderr, self._closed = controller, b"", False
         self._grew = threading.Condition()
