@@ -17,6 +17,7 @@ from bench_core import catalog, charts, tables
 from bench_core.config import ENGINE_KNOBS
 from bench_core.errors import HistoryError
 from bench_core.history import History
+from dashboard.table_view import LONG_TABLE_ROWS, show_table
 
 # Relative to the History page's URL: the Run page as app.py registers it (pages/run.py -> /run).
 RUN_PAGE_URL = "run"
@@ -81,8 +82,8 @@ def runs_table(shown: pd.DataFrame) -> list[str]:
     for name in view.columns[2:]:
         config[name] = _title(name)
     digest = zlib.crc32("\n".join(view["run_id"].astype(str)).encode())
-    event = st.dataframe(view, key=f"history_table_{digest:08x}", on_select="rerun", selection_mode="multi-row",
-                         hide_index=True, column_config=config)
+    event = show_table(view, key=f"history_table_{digest:08x}", max_rows=LONG_TABLE_ROWS, keep_numbers=True,
+                       on_select="rerun", selection_mode="multi-row", hide_index=True, column_config=config)
     rows = [row for row in event.selection.rows if row < len(view)]
     return view["run_id"].iloc[rows].astype(str).tolist()
 
@@ -163,8 +164,8 @@ def comparison(history: History, chosen: pd.DataFrame) -> None:
                            key="chart_latency_vs_throughput")
     distributions(history, chosen)
     shown = [name for name in catalog.COMPARED_COLUMNS if name in chosen]
-    st.dataframe(tables.style_comparison(tables.compare_runs(chosen, shown), tables.compare_marks(chosen, shown)),
-                 key="compare_table")
+    show_table(tables.style_comparison(tables.compare_runs(chosen, shown), tables.compare_marks(chosen, shown)),
+               key="compare_table")
     st.caption("Green: the best of these runs on that metric; red: the worst.")
 
 
