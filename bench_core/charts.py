@@ -122,33 +122,44 @@ def _histogram_figure(bars: _Bars | None, metric: str, title: str | None) -> go.
         hovertemplate=(f"%{{customdata[0]:.4g}} to %{{customdata[1]:.4g}} {unit}"
                        f"<br>%{{y}} {counted}<extra></extra>"),
     ))
-    notes = []
+    notes, right = [], edges[-1]
     if shape.near_equal:
         notes.append(f"All {int(counts.sum()):,} {counted} within {format_number(shape.high - shape.low)} {unit} "
                      f"({format_number(shape.low)} to {format_number(shape.high)} {unit})")
     if shape.overflow:
-        notes.append(_overflow_bar(fig, bars, unit, counted))
-    for line, note in enumerate(notes):
-        fig.add_annotation(text=note, x=0.5, y=1.0 - 0.08 * line, xref="paper", yref="paper", showarrow=False,
-                           yanchor="top", bgcolor="rgba(255, 255, 255, 0.7)")
+        label, right = _overflow_bar(fig, bars, unit, counted)
+        notes.append(label)
+    if shape.near_equal:  # the one bar a fifth of the axis wide, not a wall across the whole plot
+        bar = edges[-1] - edges[0]
+        fig.update_xaxes(range=[edges[0] - 2 * bar, max(edges[-1] + 2 * bar, right)])
+    if notes:  # under the title, where no bar reaches
+        fig.update_layout(title=dict(subtitle=dict(text="<br>".join(notes))),
+                          margin=dict(t=_TITLE_MARGIN_PX + _NOTE_PX * len(notes)))
     fig.update_layout(bargap=0.05, showlegend=False)
     return fig
 
 
-def _overflow_bar(fig: go.Figure, bars: _Bars, unit: str, counted: str) -> str:
-    """Values above the binned range as one grey bar set apart at its right; returns its label."""
+_TITLE_MARGIN_PX = 60
+_NOTE_PX = 18
+
+
+def _overflow_bar(fig: go.Figure, bars: _Bars, unit: str, counted: str) -> tuple[str, float]:
+    """Values above the binned range as one grey bar set apart at its right, labelled with where it starts;
+    returns the note that says what it holds and the bar's right edge."""
     edges, shape = bars.edges, bars.shape
-    width = edges[-1] - edges[0] if bars.shape.near_equal else edges[1] - edges[0]
-    label = (f"{bars.overflow_count:,} {counted} above {format_number(shape.high)} {unit} (P99), "
-             f"up to {format_number(shape.maximum)} {unit}")
+    width = 2 * (edges[-1] - edges[0] if shape.near_equal else edges[1] - edges[0])
+    x = edges[-1] + 1.5 * width
     fig.add_trace(go.Bar(
-        x=[edges[-1] + 2.5 * width], y=[bars.overflow_count], width=[width], name="Above P99",
-        marker=dict(color="gray"), customdata=[[shape.high, shape.maximum]],
-        text=[f"> {format_number(shape.high)}"], textposition="outside",
+        x=[x], y=[bars.overflow_count], width=[width], name="Above P99", marker=dict(color="gray"),
+        customdata=[[shape.high, shape.maximum]],
         hovertemplate=(f"%{{y}} {counted} above %{{customdata[0]:.4g}} {unit}, "
                        f"up to %{{customdata[1]:.4g}} {unit}<extra></extra>"),
     ))
-    return label
+    fig.add_annotation(x=x, y=bars.overflow_count, text=f"> {format_number(shape.high)}", showarrow=False,
+                       yanchor="bottom")
+    note = (f"{bars.overflow_count:,} {counted} above {format_number(shape.high)} {unit} (P99), "
+            f"up to {format_number(shape.maximum)} {unit}")
+    return note, x + width / 2
 
 
 # Throughput bins with no token beside bins with a whole decode step of them draw a comb; the line averages

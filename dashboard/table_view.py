@@ -3,7 +3,7 @@
 st.dataframe's default box shows about ten rows and scrolls the rest out of sight, and it shows a missing
 value as "None". `show_table` sizes the box to its rows (up to `max_rows`, past which it scrolls), writes
 numbers with `tables.format_number` (right-aligned, a dash where a value is missing) and gives each text
-column the width of its longest cell. A table whose numbers a user sorts (History's runs) keeps them as
+column the width of its longest cell (the grid's own sizing cut row titles short: "TTFT (m"). A table whose numbers a user sorts (History's runs) keeps them as
 numbers with `keep_numbers`: the grid then sorts them by value, in its own localized format.
 """
 
@@ -65,9 +65,11 @@ def _column_config(frame: pd.DataFrame, numbers_kept: bool) -> dict[str, Any]:
         if numbers_kept and pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column):
             config[name] = st.column_config.NumberColumn(format="localized")
             continue
+        if not numbers_kept and _holds_numbers(column):  # the grid sizes number columns to their widest cell
+            config[name] = st.column_config.Column(alignment="right")
+            continue
         width = min(max([len(str(name)), *(len(str(cell)) for cell in column)]) * CHAR_PX + PADDING_PX, MAX_COLUMN_PX)
-        aligned = "right" if not numbers_kept and _holds_numbers(column) else None
-        config[name] = st.column_config.Column(width=width, alignment=aligned)
+        config[name] = st.column_config.Column(width=width)
     if not isinstance(frame.index, pd.RangeIndex):
         width = max([len(str(frame.index.name or "")), *(len(str(cell)) for cell in frame.index)]) * CHAR_PX
         config["_index"] = st.column_config.Column(width=min(width + PADDING_PX, MAX_COLUMN_PX))

@@ -196,7 +196,9 @@ def test_cdf_of_a_large_run_keeps_few_points_and_still_ends_at_one():
 
 
 def _notes(fig) -> list[str]:
-    return [annotation.text for annotation in fig.layout.annotations]
+    """The lines under a histogram's title that say what its bars alone would not."""
+    text = fig.layout.title.subtitle.text
+    return text.split("<br>") if text else []
 
 
 NEAR_EQUAL_TTFT_S = 4.58243 + np.linspace(0, 0.00004, 16)  # 4,582.43 to 4,582.47 ms: batch TTFTs of one step
@@ -237,6 +239,8 @@ def test_a_few_far_outliers_go_into_a_labelled_bar_and_the_rest_keep_their_shape
     assert counts.sum() + above == values.size and above >= 8
     (note,) = _notes(fig)
     assert f"{above:,} gaps above" in note and "up to 13,000" in note
+    (label,) = [annotation.text for annotation in fig.layout.annotations]
+    assert label.startswith("> ")  # on the grey bar itself
 
 
 def test_a_spread_without_outliers_is_binned_over_its_whole_range():

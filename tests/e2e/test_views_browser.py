@@ -11,7 +11,7 @@ import re
 
 import pytest
 from playwright.sync_api import Locator, Page, expect
-from test_browser import FIRST_CHART_TIMEOUT_MS, TINY_MODEL, choose_model
+from test_browser import FIRST_CHART_TIMEOUT_MS, TINY_MODEL, choose_model, dataframe_with_cell
 
 from bench_core.profiler import Profiler, Session
 from profiled_runs import recorded_history
@@ -64,16 +64,13 @@ def test_histograms_say_when_values_are_nearly_equal_or_stalled_and_tables_show_
     first.screenshot(path=artifacts / "histogram-near-equal.png")
     second.screenshot(path=artifacts / "histogram-stalls.png")
 
-    requests = page.locator(".st-key-requests_table")
-    expect(requests).to_contain_text("request")
-    # 16 measured requests plus an incomplete, a failed and an unfinished one: more than the default box holds.
-    assert REQUESTS + 3 > DEFAULT_BOX_ROWS
+    requests = dataframe_with_cell(page, "req_output_len")
     requests.scroll_into_view_if_needed()
-    assert all_rows_in_view(requests)
-    throughput = page.locator(".st-key-summary_throughput")
-    expect(throughput).to_contain_text("Output throughput")
+    expect(requests.locator("xpath=.//tr[td]")).to_have_count(REQUESTS)  # more than the default box holds
+    assert REQUESTS > DEFAULT_BOX_ROWS and all_rows_in_view(requests)
+    throughput = dataframe_with_cell(page, "Output throughput")
     assert all_rows_in_view(throughput)
-    expect(page.locator(".st-key-summary_percentiles")).not_to_contain_text("None")
+    expect(dataframe_with_cell(page, "TTFT (ms)")).not_to_contain_text("None")
 
 
 def test_the_default_sweep_says_how_long_it_takes_shows_time_left_and_finishes(page: Page, artifacts):
@@ -89,13 +86,14 @@ def test_the_default_sweep_says_how_long_it_takes_shows_time_left_and_finishes(p
     expect(progress).to_contain_text(re.compile(rf"running: \d/{DEFAULT_SWEEP_RUNS} runs done.*, about \d+.* s left"))
     expect(page.get_by_text(f"finished: all {DEFAULT_SWEEP_RUNS} runs.")).to_be_visible(timeout=SWEEP_END_TIMEOUT_MS)
 
-    points = page.locator(".st-key-sweep_points_table")
-    expect(points).to_contain_text("Output throughput (tok/s)")
+    main.get_by_text("Per point").scroll_into_view_if_needed()  # the grid lists its cells once in view
+    points = dataframe_with_cell(page, "std")
     points.scroll_into_view_if_needed()
-    rows = int(points.get_by_role("grid").first.get_attribute("aria-rowcount") or 0) - 1
+    rows = points.locator("xpath=.//tr[td]").count()
     assert rows > DEFAULT_BOX_ROWS, rows  # several metrics for each of 3 points
     assert all_rows_in_view(points)
-    verdicts = page.locator(".st-key-sweep_compare_table")
+    main.get_by_text("Compare two points").scroll_into_view_if_needed()
+    verdicts = dataframe_with_cell(page, "A mean")
     verdicts.scroll_into_view_if_needed()
     assert all_rows_in_view(verdicts)
     page.screenshot(path=artifacts / "default-sweep-finished.png", full_page=True)
