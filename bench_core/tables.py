@@ -3,7 +3,8 @@
 Pure pandas, no I/O and no streamlit: a page hands the frames to `st.dataframe` or a download.
 History columns are described here once (`describe_column`: label, unit, which direction is
 better): metric columns from the metric catalog, settings from the table below; the charts read the
-same descriptions for their axis titles. Latencies are stored in seconds and shown in ms.
+same descriptions for their axis titles. Latencies are stored in seconds and shown in ms. Every number a
+table shows is written by `format_number`, so all tables read alike.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ import pandas as pd
 from .catalog import CATALOG, COMPARED_COLUMNS, PERCENTILES, column_direction, column_label, find_column, percentile_key
 from .stats import compare
 
+MISSING = "-"  # what LMDeploy prints for a value it does not have
+# Decimals shown: enough for three significant digits, and at least this many.
+MIN_DECIMALS = 3
+MAX_DECIMALS = 9
 BETTER = "better"
 WORSE = "worse"
 BEYOND_NOISE = "beyond noise"
@@ -84,6 +89,44 @@ def describe_column(name: str) -> ColumnSpec:
         metric, statistic = found
         return ColumnSpec(name, column_label(metric, statistic), metric.shown_unit, column_direction(metric, statistic))
     return ColumnSpec(name, name.replace("_", " ").capitalize(), "", None)
+
+
+def format_number(value) -> str:
+    """A number as every table shows it: thousands separators, whole numbers without decimals, others with
+    3 decimals (more below 0.1, to keep 3 significant digits: 0.000123); missing values are a dash."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value))
+    number = _number(value)
+    if math.isnan(number):
+        return MISSING
+    if math.isinf(number):
+        return "∞" if number > 0 else "-∞"
+    if number.is_integer() and abs(number) < 1e15:
+        return f"{int(number):,}"
+    size = abs(number)
+    decimals = MIN_DECIMALS if size >= 0.1 else 2 - math.floor(math.log10(size))
+    if decimals > MAX_DECIMALS:
+        return f"{number:.3g}"
+    return f"{number:,.{decimals}f}"
+
+
+def formatted(table: pd.DataFrame) -> pd.DataFrame:
+    """`table` as text for display: numbers through `format_number`, missing text as a dash. A named index
+    (a table's row titles) becomes the first column, so a page can size and show it like any other."""
+    if table.index.name is not None:
+        table = table.reset_index()
+    return pd.DataFrame({name: [_display_cell(cell) for cell in table[name]] for name in table.columns},
+                        index=table.index, dtype=object)
+
+
+def _display_cell(cell) -> str:
+    if cell is None or (not isinstance(cell, str) and pd.api.types.is_scalar(cell) and pd.isna(cell)):
+        return MISSING
+    if isinstance(cell, (int, float, np.integer, np.floating, bool, np.bool_)):
+        return format_number(cell)
+    return str(cell)
 
 
 # ---- one run ---------------------------------------------------------------------------------

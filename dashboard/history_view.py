@@ -17,6 +17,7 @@ import streamlit as st
 from bench_core import catalog, charts, run_diff, tables
 from bench_core.errors import HistoryError
 from bench_core.history import History
+from dashboard.table_view import LONG_TABLE_ROWS, show_table
 
 # Relative to the History page's URL: the Run page as app.py registers it (pages/run.py -> /run).
 RUN_PAGE_URL = "run"
@@ -88,8 +89,8 @@ def runs_table(shown: pd.DataFrame) -> list[str]:
     for name in view.columns[2:]:
         config[name] = _title(name)
     digest = zlib.crc32("\n".join(view["run_id"].astype(str)).encode())
-    event = st.dataframe(view, key=f"history_table_{digest:08x}", on_select="rerun", selection_mode="multi-row",
-                         hide_index=True, column_config=config)
+    event = show_table(view, key=f"history_table_{digest:08x}", max_rows=LONG_TABLE_ROWS, keep_numbers=True,
+                       on_select="rerun", selection_mode="multi-row", hide_index=True, column_config=config)
     rows = [row for row in event.selection.rows if row < len(view)]
     return view["run_id"].iloc[rows].astype(str).tolist()
 
@@ -159,7 +160,7 @@ def comparison(history: History, chosen: pd.DataFrame) -> None:
     compared = [name for name in catalog.COMPARED_COLUMNS if name in chosen]
     table = tables.compare_runs(chosen, compared)
     table[NOISE_COLUMN] = tables.noise_verdicts(chosen, compared, run_diff.repeat_groups(chosen))
-    st.dataframe(tables.style_comparison(table, tables.compare_marks(chosen, compared)), key="compare_table")
+    show_table(tables.style_comparison(table, tables.compare_marks(chosen, compared)), key="compare_table")
     st.caption("Green: the best of these runs on that metric; red: the worst. Runs with the same settings are "
                "repeats: where both ends have two or more, Welch's t-test says whether the lowest and highest "
                f"configuration differ beyond their run-to-run noise (p < 0.05); \"{tables.SINGLE_RUN}\" where "

@@ -16,6 +16,7 @@ from bench_core.runner import PlaygroundJob
 from dashboard import sidebar, url_settings
 from dashboard.sidebar import DEFAULT_BACKEND
 from dashboard.state import get_runner
+from dashboard.table_view import show_table
 
 POLL_S = 1.0
 RESULT_COLUMN_CONFIG = {
@@ -31,6 +32,9 @@ RESULT_COLUMN_CONFIG = {
     "total_s": st.column_config.NumberColumn("Total (s)", format="%.3f"),
     "error": st.column_config.TextColumn("Error"),
 }
+# Timings first: a long answer in the grid would push them off-screen. Answers are shown whole below it.
+RESULT_COLUMN_ORDER = ("index", "ttft_s", "total_s", "output_tokens", "finish_reason", "input_tokens", "prompt",
+                       "text", "error")
 
 
 def engine_choice() -> EngineConfig:
@@ -93,7 +97,10 @@ def show_job(job: PlaygroundJob) -> None:
         elif job.message:
             st.info(job.message)
         if job.results:
-            st.dataframe(results_frame(job.results), key="pg_results", hide_index=True, column_config=RESULT_COLUMN_CONFIG)
+            results = results_frame(job.results)
+            show_table(results, key="pg_results", keep_numbers=True, hide_index=True,
+                       column_config=RESULT_COLUMN_CONFIG, column_order=RESULT_COLUMN_ORDER)
+            _answers(results)
         if was_active and not job.active:
             st.rerun()  # once more in full: the downloads appear and the polling stops
 
@@ -112,3 +119,15 @@ def show_job(job: PlaygroundJob) -> None:
         jsonl_col.download_button("Download results (JSONL)", results_to_jsonl_bytes(job.results),
                                   file_name=f"playground-{job.job_id}.jsonl", mime="application/jsonl",
                                   key="pg_download_jsonl", on_click="ignore")
+
+
+def _answers(results) -> None:
+    """Each answer in full, wrapped, under its prompt (the grid cuts long text to one line)."""
+    for row in results.to_dict("records"):
+        with st.expander(f"#{row['index']} {_first_line(row['prompt'])}"):
+            st.code(row["text"] or row["error"], language=None, wrap_lines=True)
+
+
+def _first_line(text: str, width: int = 80) -> str:
+    line = str(text).strip().splitlines()[0] if str(text).strip() else ""
+    return line if len(line) <= width else line[: width - 1] + "…"

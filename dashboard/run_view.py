@@ -9,7 +9,6 @@ outside the fragment and carry bytes.
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -21,9 +20,11 @@ from bench_core.latency_bins import BinnedLatencies
 from bench_core.live_snapshot import LiveSnapshot, describe_time_left
 from bench_core.redact import redact_text
 from bench_core.roofline import describe_roofline
-from bench_core.runner import FAILED, FINISHED, LOADING, QUEUED, Run
+from bench_core.run_states import FAILED, FINISHED, LOADING, QUEUED
+from bench_core.runner import Run
 from dashboard.run_result import RunResult, result_from_history, result_from_run
 from dashboard.state import get_history, get_runner
+from dashboard.table_view import LONG_TABLE_ROWS, show_table
 
 LIVE_REFRESH_S = 1.0
 # Redrawing three Plotly charts costs the browser far more than the counters: on 2 CPU cores shared
@@ -145,13 +146,7 @@ def _live_percentiles(config: RunConfig, snap: LiveSnapshot) -> None:
     series = {"ttft": snap.ttft, "itl": snap.itl} if stream else {"e2e": snap.ttft}
     st.caption("So far, over every request that has reached that point (finished or not); percentiles within 1% "
                "while running:")
-    st.dataframe(_numbers(live_percentile_table(series, config.percentiles, stream)), key="live_percentiles")
-
-
-def _numbers(table: pd.DataFrame) -> pd.DataFrame:
-    """Three decimals, and a dash where LMDeploy's table has no value (st.dataframe shows NaN as 'None'
-    and ignores a Styler's na_rep)."""
-    return table.map(lambda value: "-" if pd.isna(value) else f"{value:,.3f}")
+    show_table(live_percentile_table(series, config.percentiles, stream), key="live_percentiles")
 
 
 def live_percentile_table(series: dict[str, BinnedLatencies], percentiles, stream_output: bool) -> pd.DataFrame:
@@ -175,12 +170,11 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
     stream = result.config.load.stream_output
 
     st.markdown("**Latency (ms)**, successful requests, as LMDeploy reports it")
-    st.dataframe(_numbers(tables.percentile_table(summary, result.config.percentiles, stream)),
-                 key="summary_percentiles")
+    show_table(tables.percentile_table(summary, result.config.percentiles, stream), key="summary_percentiles")
     left, right = st.columns([2, 1])
     with left:
         st.markdown("**Throughput**")
-        st.dataframe(tables.throughput_table(summary).round(3), key="summary_throughput")
+        show_table(tables.throughput_table(summary), key="summary_throughput")
     with right:
         _goodput(summary, slo)
     if "achieved_rate" in summary:
@@ -198,7 +192,7 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
 
     st.markdown("**Requests**")
     requests = tables.requests_for_display(result.requests)
-    st.dataframe(requests, hide_index=True, key="requests_table")
+    show_table(requests, key="requests_table", max_rows=LONG_TABLE_ROWS, keep_numbers=True, hide_index=True)
     _downloads(result, requests)
 
 
@@ -213,10 +207,9 @@ def _hardware_section(run_id: str) -> None:
     if random_weights:
         st.caption("Random-weight run: the model's weights are random, so the timings are real and the text is not.")
     if sampled := sampled_values(values):
-        st.dataframe(pd.DataFrame({"value": [round(value, 3) for _, value in sampled],
-                                   "unit": [metric.unit for metric, _ in sampled]},
-                                  index=pd.Index([metric.label for metric, _ in sampled], name="quantity")),
-                     key="summary_telemetry")
+        show_table(pd.DataFrame({"quantity": [metric.label for metric, _ in sampled],
+                                 "value": [value for _, value in sampled],
+                                 "unit": [metric.unit for metric, _ in sampled]}), key="summary_telemetry")
     if samples is not None:
         st.plotly_chart(charts.telemetry_over_time(samples), key="ended_telemetry")
     if verdict is not None:

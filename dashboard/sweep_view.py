@@ -21,17 +21,23 @@ import pandas as pd
 import streamlit as st
 
 from bench_core import charts, metrics, sweep_results
-from bench_core.config import SLO, knobs_for
+from bench_core.config import SLO, EngineConfig, knobs_for
 from bench_core.errors import BenchError
 from bench_core.history import History
+from bench_core.live_snapshot import time_left_s
 from bench_core.run_states import CANCELLED, FINISHED
-from bench_core.sweep_driver import Launch, SweepRun, resume_sweep, start_sweep
 from bench_core.sweep_cluster import states_table
-from bench_core.sweep_plan import SWEEPABLE, SweepPlan, describe_point, new_sweep_id, parse_sweep_arg
+from bench_core.sweep_driver import Launch, SweepProgress, SweepRun, resume_sweep, start_sweep
+from bench_core.sweep_estimate import describe_seconds, estimate
+from bench_core.sweep_plan import (
+    CPU_SWEEP_OUTPUT_LEN, CPU_SWEEP_PROMPTS, DEFAULT_AXIS, DEFAULT_REPEATS, SWEEPABLE, SweepPlan, describe_point,
+    new_sweep_id, parse_sweep_arg, with_run_size,
+)
 from bench_core.sweep_store import load_plan, past_sweeps, remaining
 from bench_core.tables import describe_column
 from dashboard import sidebar
 from dashboard.state import get_history, get_runner, get_sweeps
+from dashboard.table_view import show_table
 
 LIVE_REFRESH_S = 1.0
 NO_SECOND = "(none)"
@@ -58,17 +64,35 @@ def sweep_inputs(backend: str) -> dict[str, Any]:
     options = [name for name in SWEEPABLE
                if name in NON_ENGINE_SETTINGS or name in {knob.name for knob in knobs_for(backend)}]
     first, second, repeats = st.columns([2, 2, 1])
-    name = first.selectbox("Sweep", options, index=options.index("concurrency"), key="sweep_name",
+    name = first.selectbox("Sweep", options, index=options.index(DEFAULT_AXIS.name), key="sweep_name",
                            format_func=_setting_label)
-    values = first.text_input("Values", value="1,2,4", key="sweep_values", help="Comma-separated, e.g. 1,2,4.")
+    default_values = ",".join(str(value) for value in DEFAULT_AXIS.values)
+    values = first.text_input("Values", value=default_values, key="sweep_values",
+                              help=f"Comma-separated, e.g. {default_values}.")
     second_name = second.selectbox("Against (optional, a grid)", [NO_SECOND, *options], key="sweep_name_2",
                                    format_func=lambda option: option if option == NO_SECOND else _setting_label(option))
     second_values = second.text_input("Values", key="sweep_values_2", disabled=second_name == NO_SECOND,
                                       placeholder="e.g. 256,512")
-    count = repeats.number_input("Repeats", value=2, min_value=1, step=1, key="sweep_repeats",
+    count = repeats.number_input("Repeats", value=DEFAULT_REPEATS, min_value=1, step=1, key="sweep_repeats",
                                  help="Runs per point: two or more give a mean, a spread and a 95% interval.")
     axes = [(name, values)] + ([(second_name, second_values)] if second_name != NO_SECOND else [])
-    return {"axes": axes, "repeats": int(count), **_cluster_inputs()}
+    return {"axes": axes, "repeats": int(count), **_run_size_inputs(backend), **_cluster_inputs()}
+
+
+def _run_size_inputs(backend: str) -> dict[str, int | None]:
+    """Prompts and output tokens per run: small on the embedded engine, where a CPU runs every point; empty
+    keeps the sidebar's."""
+    cpu = backend == EngineConfig.backend
+    prompts, output = st.columns(2)
+    num_prompts = prompts.number_input(
+        "Prompts per run", value=CPU_SWEEP_PROMPTS if cpu else None, min_value=1, step=1, key="sweep_num_prompts",
+        placeholder="the sidebar's", help="Each run of the sweep sends this many prompts; empty: the sidebar's.")
+    output_len = output.number_input(
+        "Output tokens per request", value=CPU_SWEEP_OUTPUT_LEN if cpu else None, min_value=1, step=1,
+        key="sweep_output_len", placeholder="the sidebar's",
+        help="The fixed output length of every request of the sweep; empty: the sidebar's.")
+    return {"num_prompts": None if num_prompts is None else int(num_prompts),
+            "output_len": None if output_len is None else int(output_len)}
 
 
 def _cluster_inputs() -> dict[str, Any]:
@@ -100,7 +124,24 @@ def launch_for(inputs: Mapping[str, Any]) -> Launch:
 def plan_from_inputs(inputs: Mapping[str, Any], values: Mapping[str, Any], uploads_dir: Path) -> SweepPlan:
     """The plan for the page's sweep inputs over the sidebar's settings; ConfigError says what is wrong."""
     axes = tuple(parse_sweep_arg(f"{name}={text}") for name, text in inputs["axes"])
-    return SweepPlan(new_sweep_id(), sidebar.config_from_values(values, uploads_dir), axes, inputs["repeats"])
+    base = with_run_size(sidebar.config_from_values(values, uploads_dir), inputs.get("num_prompts"),
+                         inputs.get("output_len"))
+    return SweepPlan(new_sweep_id(), base, axes, inputs["repeats"])
+
+
+def show_estimate(inputs: Mapping[str, Any], values: Mapping[str, Any], uploads_dir: Path) -> None:
+    """How long the sweep on the inputs would take, before it is started; nothing while the inputs are wrong
+    (Start says what is wrong)."""
+    try:
+        plan = plan_from_inputs(inputs, values, uploads_dir)
+        runs = get_history().load()
+    except BenchError:
+        return
+    guess = estimate(plan.points(), runs)
+    if guess.seconds is None:
+        st.caption(f"{describe_plan(plan)}; no duration estimate: {guess.basis}.")
+    else:
+        st.caption(f"{describe_plan(plan)}; takes {describe_seconds(guess.seconds)}, {guess.basis}.")
 
 
 def start(plan: SweepPlan, inputs: Mapping[str, Any]) -> SweepRun:
@@ -161,7 +202,7 @@ def _live_progress(sweep_id: str) -> None:
         st.rerun()  # a full rerun, once per ended run: the results below take it in
     st.progress(progress.ended / progress.total,
                 text=f"running: {progress.ended}/{progress.total} runs done" +
-                     (f", now {progress.current}" if progress.current else ""))
+                     (f", now {progress.current}" if progress.current else "") + _time_left(sweep, progress))
     if progress.current_run_id:
         st.page_link("pages/run.py", label=f"Watch run {progress.current_run_id} live", icon=":material/monitoring:",
                      query_params={"run": progress.current_run_id})
@@ -174,7 +215,34 @@ def _where_runs_are(sweep: SweepRun | None) -> None:
     """A cluster sweep's runs: state, progress and node of each."""
     if sweep is None or not hasattr(sweep, "point_states"):
         return
-    st.dataframe(states_table(sweep.point_states()), hide_index=True, key="sweep_cluster_table")
+    show_table(states_table(sweep.point_states()), key="sweep_cluster_table")
+
+
+def _time_left(sweep: SweepRun, progress: SweepProgress) -> str:
+    """', about 1 min 20 s left': the running run's time left at its pace so far (the history's estimate until
+    it has one), plus the history's estimate for the runs not started yet; "" when there is none."""
+    key = f"sweep_eta_{sweep.sweep_id}_{progress.ended}"  # the history changes only when a run ends
+    if key not in st.session_state:
+        st.session_state[key] = _estimate_left(sweep.plan, progress.total - progress.ended)
+    current_guess, rest = st.session_state[key]
+    run = get_runner().get(progress.current_run_id) if progress.current_run_id else None
+    snapshot = run.snapshot() if run is not None else None
+    current = time_left_s(snapshot) if snapshot is not None else None
+    current = current_guess if current is None else current
+    if current is None or rest is None:
+        return ""
+    return f", {describe_seconds(current + rest)} left"
+
+
+def _estimate_left(plan: SweepPlan, count: int) -> tuple[float | None, float | None]:
+    """Seconds for the running run and for the others of the `count` runs not ended (the last in plan order)."""
+    try:
+        history_runs = get_history().load()
+    except BenchError:
+        return None, None
+    left = remaining(plan, history_runs)[-count:] if count else []
+    return (estimate(left[:1], history_runs, loaded=True).seconds,
+            estimate(left[1:], history_runs, loaded=True).seconds)
 
 
 def _ended_status(sweep: SweepRun | None, plan: SweepPlan, runs: pd.DataFrame) -> None:
@@ -234,7 +302,7 @@ def results(history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO) -> 
     _pareto_view(runs)
     _goodput_view(runs, plan)
     st.markdown("**Per point**: n runs, mean, sample std and the 95% confidence interval of the mean")
-    st.dataframe(sweep_results.statistics_for_display(statistics).round(4), hide_index=True, key="sweep_points_table")
+    show_table(sweep_results.statistics_for_display(statistics), key="sweep_points_table")
     _comparison(runs, plan)
     st.download_button("This sweep's history rows (CSV)", history.to_csv_bytes(runs["run_id"].astype(str)),
                        file_name=f"{plan.sweep_id}.csv", mime="text/csv", key="sweep_download", on_click="ignore")
@@ -278,7 +346,7 @@ def _comparison(runs: pd.DataFrame, plan: SweepPlan) -> None:
     point_a = left.selectbox("Point A", labels, key="sweep_point_a")
     point_b = right.selectbox("Point B", labels, index=len(labels) - 1, key="sweep_point_b")
     table = sweep_results.compare_points(runs, point_a, point_b)
-    st.dataframe(table.round(4), hide_index=True, key="sweep_compare_table")
+    show_table(table, key="sweep_compare_table")
     st.caption("B - A and its 95% interval; beyond the spread when Welch's p-value is under 0.05. A point that "
                "ran once has no spread to judge against.")
 
@@ -301,8 +369,8 @@ def past_sweeps_section(history: History) -> None:
         st.caption("No sweep yet.")
         return
     table.insert(1, "open", SWEEP_PAGE_URL + "?sweep=" + table["sweep_id"])
-    st.dataframe(table, hide_index=True, key="sweep_past_table",
-                 column_config={"open": st.column_config.LinkColumn("Sweep", display_text="open")})
+    show_table(table, key="sweep_past_table",
+               column_config={"open": st.column_config.LinkColumn("Sweep", display_text="open")})
 
 
 def _setting_label(name: str) -> str:

@@ -24,8 +24,10 @@ live = shown is not None and shown.active  # decided once: the sweep may end whi
 cancel = shown.cancel if live else None
 choice = sidebar.render_sidebar(cancel=None, actions=False)  # the sweep has its own buttons below
 
-st.caption("Every point starts from the settings in the sidebar; the sweep varies the settings chosen here.")
+st.caption("Every point starts from the settings in the sidebar; the sweep varies the settings chosen here, "
+           "with the run size set here.")
 inputs = sweep_view.sweep_inputs(choice.values["backend"])
+sweep_view.show_estimate(inputs, choice.values, get_history().root / UPLOADS_FOLDER)
 start_col, cancel_col = st.columns([1, 1])
 start = start_col.button("Start sweep", key="sweep_start", type="primary", width="stretch",
                          disabled=choice.unavailable_reason is not None)

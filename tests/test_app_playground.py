@@ -43,6 +43,11 @@ def test_two_typed_prompts_give_two_answers_with_counts_reasons_and_downloads(tm
     assert (results["output_tokens"].between(1, 6)).all()
     assert set(results["finish_reason"]) <= {"stop", "length"}
     assert (results["ttft_s"] <= results["total_s"]).all()
+    # Timings before the long text columns, so they stay on screen; every answer in full, wrapped, below.
+    assert list(at.dataframe[0].proto.column_order[:3]) == ["index", "ttft_s", "total_s"]
+    assert [expander.label for expander in at.expander] == [f"#{i} {prompt}" for i, prompt in
+                                                            zip(results["index"], results["prompt"])]
+    assert [block.value.strip() for block in at.code] == [text.strip() for text in results["text"]]
     assert [b.label for b in at.download_button] == ["Download results (CSV)", "Download results (JSONL)"]
     assert "finished: 2 of 2" in at.get("progress")[0].proto.text
     assert not (tmp_path / "results" / "history.csv").exists()  # playground jobs are not benchmark runs

@@ -1,6 +1,7 @@
 """The app shell and the Run page, driven through AppTest with the real runner and the tiny model."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ import engine_faults
 from bench_core import engine_process
 from bench_core.runner import Runner
 from app_under_test import APP
-from dashboard import sidebar
+from dashboard import sidebar, table_view
 from dashboard.state import get_runner
 
 TINY = "builtin:tiny-llama"
@@ -145,8 +146,8 @@ def test_start_runs_to_finished_with_summary_downloads_and_run_id_in_url():
     assert not at.exception
     assert at.success[0].value.startswith("finished: 8/8 requests succeeded")
     summary = at.dataframe[0].value
-    assert list(summary.index) == LATENCY_ROWS
-    assert list(summary.columns[:5]) == ["mean", "P50", "P75", "P95", "P99"]
+    assert list(summary["metric"]) == LATENCY_ROWS
+    assert list(summary.columns[:6]) == ["metric", "mean", "P50", "P75", "P95", "P99"]
     assert [d.label for d in at.download_button] == ["History row (CSV)", "Per-request table (CSV)", "LMDeploy CSV"]
     requests = next(d.value for d in at.dataframe if "request" in d.value.columns)
     assert len(requests) == 8
@@ -161,7 +162,7 @@ def test_deep_link_shows_a_run_that_ended_before_the_server_started(stored_run_i
     at = open_app(stored_run_id)
     assert not at.exception and not at.error
     assert "stored" in at.caption[0].value
-    assert list(at.dataframe[0].value.index) == LATENCY_ROWS
+    assert list(at.dataframe[0].value["metric"]) == LATENCY_ROWS
     assert len(at.download_button) == 3
 
 
@@ -169,8 +170,10 @@ def test_an_ended_run_shows_its_telemetry_chart_roofline_verdict_and_random_weig
     at = open_app(stored_run_id)
     assert not at.exception and not at.error
     assert any(caption.value.startswith("Random-weight run:") for caption in at.caption)
-    telemetry = next(d.value for d in at.dataframe if "Engine process CPU" in d.value.index)
-    assert "Peak engine process memory (RSS)" in telemetry.index and (telemetry["value"] > 0).all()
+    telemetry = next(d.value.set_index("quantity")["value"] for d in at.dataframe
+                     if "Engine process CPU" in set(d.value.get("quantity", ())))
+    assert "Peak engine process memory (RSS)" in telemetry.index
+    assert (telemetry.str.replace(",", "").astype(float) > 0).all()
     chart = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
                  if json.loads(c.proto.spec)["layout"]["title"]["text"] == "Hardware telemetry")
     panels = {annotation["text"] for annotation in chart["layout"]["annotations"]}
@@ -178,6 +181,21 @@ def test_an_ended_run_shows_its_telemetry_chart_roofline_verdict_and_random_weig
     assert [info.value for info in at.info] == ["Roofline verdict: host bound."]
     (reasons,) = [m.value for m in at.markdown if "steps/s" in m.value]
     assert "is not the limit" in reasons and "measured once per machine and cached in" in reasons
+
+
+def test_tables_show_formatted_numbers_a_dash_for_missing_values_and_uncut_row_titles(stored_run_id):
+    at = open_app(stored_run_id)
+    percentiles, throughput = at.dataframe[0], at.dataframe[1]
+    assert percentiles.proto.placeholder == "-" and throughput.proto.placeholder == "-"
+    quantities = throughput.value.set_index("quantity")["value"]
+    assert quantities["Total requests"] == "6" and quantities["Total output tokens"] == "48"
+    assert re.fullmatch(r"[\d,]+\.\d{3}", quantities["Output throughput"])  # not 9.088000
+    cells = set(percentiles.value.drop(columns="metric").to_numpy().ravel())
+    assert "-" in cells and not cells & {"None", "nan"}  # tokens per tick has no std, min or max
+    widths = json.loads(percentiles.proto.columns)
+    longest = max(len(title) for title in LATENCY_ROWS)
+    assert widths["metric"]["width"] >= longest * table_view.CHAR_PX  # "TTFT (m" no more
+    assert widths["mean"]["alignment"] == "right"
 
 
 def test_deep_link_to_an_unknown_run_says_so():

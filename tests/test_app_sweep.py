@@ -5,12 +5,15 @@ past sweeps; cancel and resume; bad input as one error."""
 from __future__ import annotations
 
 import json
+import re
 
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from bench_core.history import RESULTS_ENV
 from app_under_test import APP
+from bench_core.sweep_plan import CPU_SWEEP_OUTPUT_LEN, CPU_SWEEP_PROMPTS
 from dashboard.state import get_history, get_runner, get_sweeps
 
 PAGE = "pages/sweep.py"
@@ -43,6 +46,8 @@ def set_up_tiny_sweep(at: AppTest, values: str, second: tuple[str, str] | None =
     at.sidebar.number_input(key="slo_ttft_ms").set_value(10_000.0)  # generous: every request is good
     at.text_input(key="sweep_values").set_value(values)
     at.number_input(key="sweep_repeats").set_value(repeats)
+    at.number_input(key="sweep_num_prompts").set_value(num_prompts)
+    at.number_input(key="sweep_output_len").set_value(output_len)
     if second:
         at.selectbox(key="sweep_name_2").select(second[0]).run()
         at.text_input(key="sweep_values_2").set_value(second[1])
@@ -54,9 +59,12 @@ def start_sweep(at: AppTest) -> str:
     return at.session_state["sweep_id"]
 
 
-def table_with_column(at: AppTest, column: str):
-    """The one dataframe on the page with `column` (AppTest does not expose a dataframe's key)."""
+def table_with_column(at: AppTest, column: str, numbers: tuple[str, ...] = ()):
+    """The one dataframe on the page with `column` (AppTest does not expose a dataframe's key); the tables show
+    formatted text, so the `numbers` columns are read back as numbers."""
     (table,) = [frame.value for frame in at.dataframe if column in frame.value.columns]
+    for name in numbers:
+        table[name] = pd.to_numeric(table[name].str.replace(",", ""), errors="coerce")
     return table
 
 
@@ -72,6 +80,15 @@ def test_the_page_is_in_the_navigation_with_concurrency_to_sweep_by_default():
     assert "No sweep yet." in [caption.value for caption in at.caption]
 
 
+def test_the_default_sweep_is_small_on_a_cpu_and_says_how_long_it_takes_before_start():
+    at = open_sweep_page()
+    assert (at.number_input(key="sweep_num_prompts").value, at.number_input(key="sweep_output_len").value) == (
+        CPU_SWEEP_PROMPTS, CPU_SWEEP_OUTPUT_LEN)
+    (estimate,) = [caption.value for caption in at.caption if "takes about" in caption.value]
+    assert estimate.startswith("concurrency = 1, 2, 4; 3 points × 2 repeats = 6 runs; takes about")
+    assert "a rough CPU estimate" in estimate  # an empty history: nothing measured to go by
+
+
 def test_a_grid_sweep_shows_progress_then_every_view_of_its_results():
     at = open_sweep_page()
     set_up_tiny_sweep(at, "1,2", second=("max_batch_tokens", "256,512"))
@@ -80,6 +97,7 @@ def test_a_grid_sweep_shows_progress_then_every_view_of_its_results():
     assert not at.button(key="sweep_cancel").disabled
     (progress,) = at.get("progress")
     assert progress.proto.text.startswith("running: ") and "/8 runs done" in progress.proto.text
+    assert re.search(r"about \d+( min \d\d)? s left$", progress.proto.text)  # the sweep's ETA
 
     assert get_sweeps()[sweep_id].wait(SWEEP_TIMEOUT_S)
     at.run()
@@ -95,7 +113,7 @@ def test_a_grid_sweep_shows_progress_then_every_view_of_its_results():
     goodput_traces = [trace["name"] for trace in charts["sweep_chart_goodput"]["data"]]
     assert "Highest load meeting the target" in goodput_traces  # every request met the 10 s TTFT
 
-    points = table_with_column(at, "std")
+    points = table_with_column(at, "std", ("concurrency", "max_batch_tokens", "n", "95% CI low", "mean", "95% CI high"))
     output = points[points["metric"] == "Output throughput (tok/s)"]
     assert output[["concurrency", "max_batch_tokens", "n"]].values.tolist() == [
         [1, 256, 2], [1, 512, 2], [2, 256, 2], [2, 512, 2]]
@@ -105,8 +123,10 @@ def test_a_grid_sweep_shows_progress_then_every_view_of_its_results():
     assert at.selectbox(key="sweep_point_b").value == "concurrency=2, max_batch_tokens=512"
     assert set(compared["verdict"]) <= {"beyond the run-to-run spread", "within the run-to-run spread"}
     assert (compared["runs (A, B)"] == "2, 2").all()
-    past = table_with_column(at, "sweep_id")
+    past = table_with_column(at, "sweep_id", ("finished", "runs"))
     assert past[["sweep_id", "finished", "runs"]].values.tolist() == [[sweep_id, 8, 8]]
+    (estimate,) = [caption.value for caption in at.caption if "takes about" in caption.value]
+    assert "from the output throughput of 8 finished run(s) of builtin:tiny-llama" in estimate
 
 
 def test_after_a_restart_the_sweep_is_rebuilt_from_its_plan_and_the_history_and_resumes():

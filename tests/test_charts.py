@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from bench_core import charts
+from bench_core.latency_bins import BinnedLatencies
 from bench_core.stats import pareto_front
 from profiled_runs import INCOMPLETE_TTFT_FACTOR, OUTPUT_LEN, profiled_run, recorded_history
 
@@ -237,3 +238,80 @@ def test_cdf_of_a_large_run_keeps_few_points_and_still_ends_at_one():
     assert x.size <= charts.MAX_POINTS + 1
     assert np.all(np.diff(x) >= 0) and np.all(np.diff(y) > 0)
     assert (x[-1], y[-1]) == (pytest.approx(e2e_s.max() * 1000), 1.0)
+
+
+def _notes(fig) -> list[str]:
+    """The lines under a histogram's title that say what its bars alone would not."""
+    text = fig.layout.title.subtitle.text
+    return text.split("<br>") if text else []
+
+
+NEAR_EQUAL_TTFT_S = 4.58243 + np.linspace(0, 0.00004, 16)  # 4,582.43 to 4,582.47 ms: batch TTFTs of one step
+
+
+@pytest.mark.parametrize("build", [
+    lambda: charts.latency_histogram(NEAR_EQUAL_TTFT_S, "ttft"),
+    lambda: charts.binned_latency_histogram(BinnedLatencies.of(NEAR_EQUAL_TTFT_S), "ttft"),
+], ids=["ended", "live"])
+def test_nearly_equal_values_are_one_bar_that_says_how_close_they_are(build):
+    fig = build()
+    (bars,) = fig.data
+    _, counts = _xy(bars)
+    assert counts.tolist() == [16]
+    (note,) = _notes(fig)
+    assert note.startswith("All 16 requests within 0.04") and "4,582.43" in note
+
+
+def _itl_with_stalls() -> np.ndarray:
+    """10,000 gaps around 100 ms and eight 10-13 s stalls."""
+    rng = np.random.default_rng(0)
+    return np.concatenate([rng.normal(0.1, 0.01, 10_000), np.linspace(10.0, 13.0, 8)])
+
+
+@pytest.mark.parametrize("build", [
+    lambda values: charts.latency_histogram(values, "itl"),
+    lambda values: charts.binned_latency_histogram(BinnedLatencies.of(values), "itl"),
+], ids=["ended", "live"])
+def test_a_few_far_outliers_go_into_a_labelled_bar_and_the_rest_keep_their_shape(build):
+    values = _itl_with_stalls()
+    fig = build(values)
+    body, overflow = fig.data
+    centres, counts = _xy(body)
+    p99_ms = np.percentile(values, 99) * 1000
+    assert centres.max() < p99_ms * 1.02  # bins stop at the P99, not at 13 s
+    assert (counts > 0).sum() > 20  # the ~100 ms gaps spread over many bars, not squashed into one
+    (above,) = overflow.y
+    assert counts.sum() + above == values.size and above >= 8
+    (note,) = _notes(fig)
+    assert f"{above:,} gaps above" in note and "up to 13,000" in note
+    (label,) = [annotation.text for annotation in fig.layout.annotations]
+    assert label.startswith("> ")  # on the grey bar itself
+
+
+def test_a_spread_without_outliers_is_binned_over_its_whole_range():
+    values = np.random.default_rng(1).normal(0.1, 0.01, 5_000)
+    fig = charts.latency_histogram(values, "itl")
+    (body,) = fig.data
+    assert body.xbins.end == pytest.approx(values.max() * 1000) and not _notes(fig)
+    shape = charts.histogram_range(values.min(), values.max(), np.percentile(values, 99))
+    assert not shape.near_equal and not shape.overflow
+
+
+def test_a_comb_of_empty_and_full_throughput_bins_is_averaged_to_its_trend_and_hovers_the_raw_rates():
+    time_s = np.arange(400) * 0.5
+    comb = np.tile([0.0, 0.0, 32.0], 134)[:400]  # a 16-token decode step every 1.5 s, in 0.5 s bins
+    fig = charts.throughput_over_time(time_s, comb, np.full(400, 16))
+    window = charts.throughput_window(comb)
+    assert window >= 12
+    _, y = _xy(fig.data[0])
+    assert y[:-1] == pytest.approx(np.full(y.size - 1, comb.mean()), rel=0.1)  # a level line, not 0-to-32 spikes
+    raw = np.asarray(fig.data[0].customdata)
+    assert raw[:, 0].min() == 0 and raw[:, 1].max() == 32.0
+    assert f"mean over {window * 0.5:g} s" in fig.data[0].hovertemplate
+
+
+def test_a_steady_throughput_series_is_drawn_bin_by_bin():
+    rate = np.random.default_rng(2).uniform(50, 70, 300)
+    assert charts.throughput_window(rate) == 1
+    _, y = _xy(charts.throughput_over_time(np.arange(300) * 0.5, rate, np.full(300, 4)).data[0])
+    assert y == pytest.approx(rate)

@@ -171,3 +171,34 @@ def test_runs_sharing_a_label_or_without_one_are_told_apart_by_run_id():
 def test_history_columns_are_described_with_unit_and_direction(column, title, larger_is_better):
     spec = tables.describe_column(column)
     assert (spec.title, spec.larger_is_better) == (title, larger_is_better)
+
+
+@pytest.mark.parametrize("value, shown", [
+    (9.088, "9.088"),
+    (4582.4312, "4,582.431"),
+    (16.0, "16"),
+    (1234567, "1,234,567"),
+    (0.5, "0.500"),
+    (0.0001234, "0.000123"),
+    (-3.14159, "-3.142"),
+    (None, "-"),
+    (math.nan, "-"),
+    ("-", "-"),
+])
+def test_numbers_are_written_one_way_thousands_three_decimals_and_a_dash_for_missing(value, shown):
+    assert tables.format_number(value) == shown
+
+
+def test_a_formatted_table_keeps_its_row_titles_as_a_column_and_writes_no_none_or_nan():
+    summary = profiled_run(TTFTS).summary()
+    shown = tables.formatted(tables.percentile_table(summary, (50, 99), stream_output=True))
+    assert list(shown.columns[:3]) == ["metric", "mean", "P50"]
+    assert "TTFT (ms)" in set(shown["metric"])
+    cells = set(shown.to_numpy().ravel())
+    assert not cells & {"None", "nan", "NaN"} and "-" in cells  # tokens per tick has no std/min/max
+    assert all(len(cell.partition(".")[2]) <= 3 for cell in shown["mean"] if cell != "-")
+
+
+def test_a_formatted_table_writes_text_as_it_is_and_missing_text_as_a_dash():
+    shown = tables.formatted(pd.DataFrame({"verdict": ["beyond the spread", None], "p-value": [0.00012, math.nan]}))
+    assert shown.to_dict("list") == {"verdict": ["beyond the spread", "-"], "p-value": ["0.000120", "-"]}

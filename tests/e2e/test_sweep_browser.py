@@ -18,7 +18,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 # 3 points x 2 repeats of 8 prompts x 16 tokens: several seconds in all, so the running state is seen.
 VALUES, REPEATS, RUNS = "1,2,4", 2, 6
-SIDEBAR_NUMBERS = {"Fixed output length (tokens)": 16, "Number of prompts": 8, "Concurrency": 2}
+SIDEBAR_NUMBERS = {"Concurrency": 2}
+RUN_SIZE = {"Prompts per run": 8, "Output tokens per request": 16}
 SWEEP_END_TIMEOUT_MS = 120_000
 VIEW_KEYS = ("sweep_chart_band", "sweep_chart_pareto")
 
@@ -33,10 +34,11 @@ def test_a_small_sweep_runs_live_then_shows_its_views_and_survives_a_reload(page
     values = main.get_by_role("textbox", name="Values").first
     values.fill(VALUES)
     values.press("Enter")
-    repeats = main.get_by_role("spinbutton", name="Repeats")
-    repeats.fill(str(REPEATS))
-    repeats.press("Enter")
-    expect(repeats).to_have_value(str(REPEATS))
+    for label, value in {"Repeats": REPEATS, **RUN_SIZE}.items():
+        box = main.get_by_role("spinbutton", name=label)
+        box.fill(str(value))
+        box.press("Enter")
+        expect(box).to_have_value(str(value))
 
     main.get_by_role("button", name="Start sweep").click()
     page.wait_for_url(re.compile(r"[?&]sweep=sweep-"))

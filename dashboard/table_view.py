@@ -1,0 +1,99 @@
+"""One way to put a table on a page: every row in view, numbers written alike, no column cut short.
+
+st.dataframe's default box shows about ten rows and scrolls the rest out of sight, and it shows a missing
+value as "None". `show_table` sizes the box to its rows (up to `max_rows`, past which it scrolls), writes
+numbers with `tables.format_number` (right-aligned, a dash where a value is missing) and gives each text
+column the width of its longest cell (the grid's own sizing cut row titles short: "TTFT (m"). A table whose numbers a user sorts (History's runs) keeps them as
+numbers with `keep_numbers`: the grid then sorts them by value, in its own localized format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+from pandas.io.formats.style import Styler
+
+from bench_core import tables
+
+# The grid's row and header height, and its border (Streamlit's defaults).
+ROW_PX = 35
+BORDER_PX = 3
+# About one character of the grid's font, its cell padding, and the widest a column is sized.
+CHAR_PX = 8
+PADDING_PX = 32
+MAX_COLUMN_PX = 640
+# Tables of runs or requests may hold thousands of rows: past this many they scroll.
+LONG_TABLE_ROWS = 25
+
+
+def show_table(data: pd.DataFrame | Styler, *, key: str, max_rows: int | None = None,
+               column_config: Mapping[str, Any] | None = None, keep_numbers: bool = False, **options):
+    """Draw `data` (a frame, or a Styler whose colours are kept) with `st.dataframe`; returns what it returns.
+
+    `column_config` entries win over the ones made here; a plain string is a column's label. `options`
+    go to st.dataframe as they are (selection, hide_index)."""
+    frame = data.data if isinstance(data, Styler) else data
+    if isinstance(data, Styler):
+        shown = data.format(tables.format_number)
+    elif keep_numbers:
+        shown = frame
+    else:
+        shown = tables.formatted(frame)
+        options.setdefault("hide_index", True)
+    shown_frame = shown.data if isinstance(shown, Styler) else shown
+    config = _column_config(shown_frame, keep_numbers or isinstance(data, Styler))
+    for name, entry in (column_config or {}).items():
+        config[name] = _with_label(config.get(name), entry)
+    return st.dataframe(shown, key=key, height=table_height(len(frame), max_rows), column_config=config,
+                        placeholder=tables.MISSING, **options)
+
+
+def table_height(rows: int, max_rows: int | None = None) -> int | str:
+    """Every row ("content"), or a box of `max_rows` rows that scrolls when there are more."""
+    if max_rows is None or rows <= max_rows:
+        return "content"
+    return (max_rows + 1) * ROW_PX + BORDER_PX
+
+
+def _column_config(frame: pd.DataFrame, numbers_kept: bool) -> dict[str, Any]:
+    config: dict[str, Any] = {}
+    for name in frame.columns:
+        column = frame[name]
+        if numbers_kept and pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column):
+            config[name] = st.column_config.NumberColumn(format="localized")
+            continue
+        if not numbers_kept and _holds_numbers(column):  # the grid sizes number columns to their widest cell
+            config[name] = st.column_config.Column(alignment="right")
+            continue
+        width = min(max([len(str(name)), *(len(str(cell)) for cell in column)]) * CHAR_PX + PADDING_PX, MAX_COLUMN_PX)
+        config[name] = st.column_config.Column(width=width)
+    if not isinstance(frame.index, pd.RangeIndex):
+        width = max([len(str(frame.index.name or "")), *(len(str(cell)) for cell in frame.index)]) * CHAR_PX
+        config["_index"] = st.column_config.Column(width=min(width + PADDING_PX, MAX_COLUMN_PX))
+    return config
+
+
+def _holds_numbers(column: pd.Series) -> bool:
+    """A formatted column that was numbers: every cell a formatted number or a dash."""
+    cells = [cell for cell in column if cell != tables.MISSING]
+    return bool(cells) and all(_is_formatted_number(cell) for cell in cells)
+
+
+def _is_formatted_number(cell: str) -> bool:
+    try:
+        float(cell.replace(",", ""))
+    except (TypeError, ValueError, AttributeError):
+        return cell in ("∞", "-∞")
+    return True
+
+
+def _with_label(made: Any, given: Any) -> Any:
+    """A caller's entry: a label string is set on the column made here; anything else replaces it."""
+    if not isinstance(given, str):
+        return given
+    if made is None:
+        return given
+    return {**made, "label": given}
