@@ -113,14 +113,17 @@ def test_a_model_without_a_config_gets_no_roofline_in_one_line():
     assert roofline.describe_roofline(record) == [f"{roofline.NO_ROOFLINE}: {record['unavailable']}."]
 
 
-def test_the_live_snapshot_carries_the_last_minute_of_samples_on_the_runs_clock(tiny_model_path):
+def _two_streamed_requests():
     from bench_core.config import DatasetConfig, LoadConfig, RunConfig
 
+    return RunConfig(engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
+                     dataset=DatasetConfig(dataset="builtin:sample", num_prompts=2, sharegpt_output_len=8),
+                     load=LoadConfig(concurrency=2, stream_output=True))
+
+
+def test_the_live_snapshot_carries_the_last_minute_of_samples_on_the_runs_clock(tiny_model_path):
     runner = Runner()
-    config = RunConfig(engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
-                       dataset=DatasetConfig(dataset="builtin:sample", num_prompts=2, sharegpt_output_len=8),
-                       load=LoadConfig(concurrency=2, stream_output=True))
-    run = runner.submit(config)
+    run = runner.submit(_two_streamed_requests())
     try:
         assert run.wait(60) and run.state == "finished", run.message
     finally:
@@ -184,14 +187,10 @@ def test_loading_a_synthetic_model_for_the_first_time_says_it_is_building_it(tmp
 
 
 def test_telemetry_crosses_from_the_engine_process_live_and_into_the_record(tmp_path, tiny_model_path):
-    from bench_core.config import DatasetConfig, LoadConfig, RunConfig
     from bench_core.engine_process import ProcessRunner
 
     runner = ProcessRunner(History(tmp_path))
-    config = RunConfig(engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
-                       dataset=DatasetConfig(dataset="builtin:sample", num_prompts=2, sharegpt_output_len=8),
-                       load=LoadConfig(concurrency=2, stream_output=True))
-    run = runner.submit(config)
+    run = runner.submit(_two_streamed_requests())
     try:
         assert run.wait(120) and run.state == "finished", run.message
     finally:
