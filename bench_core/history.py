@@ -45,10 +45,9 @@ from .history_import import (
     single_spelling,
 )
 from .redact import redact
-from .run_states import CANCELLED, FAILED, FINISHED, PARTIAL
+from .run_states import CANCELLED, FAILED, FINISHED, IMPORTED, PARTIAL
 
 RESULTS_ENV = "BENCH_STUDIO_RESULTS"
-IMPORTED = "imported"
 _RUN_ID_MAX = 100  # characters; a run id names a folder, and file names end at 255 bytes
 _RUN_ID = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.-]{{0,{_RUN_ID_MAX - 1}}}\Z")
 _RUN_ID_RULE = f"run ids are 1 to {_RUN_ID_MAX} letters, digits, '-', '_' and '.', starting with a letter or digit"

@@ -14,5 +14,7 @@ PARTIAL = "partial"  # ran to the end, but some requests failed
 FAILED = "failed"  # no request succeeded, or the run broke
 CANCELLED = "cancelled"
 
+IMPORTED = "imported"  # a history row read from a CSV (LMDeploy's or another history), not run here
+
 STATES = (QUEUED, LOADING, RUNNING, FINISHED, PARTIAL, FAILED, CANCELLED)
 MEASURED = (FINISHED, PARTIAL)  # ran to the end with requests that succeeded: its numbers stand
