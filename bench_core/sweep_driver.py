@@ -182,7 +182,7 @@ Launch = Callable[[SweepPlan, Runner, list[PlannedRun]], SweepRun]
 def start_sweep(runner: Runner, plan: SweepPlan, launch: Launch = SweepRun) -> SweepRun:
     """Check every point (one ConfigError naming each impossible one), save the plan, start the runs."""
     history = _history_of(runner)
-    plan.check()
+    plan.check(runs_here=launch is SweepRun)
     save_plan(history, plan)
     return launch(plan, runner, remaining(plan, history.load()))
 
@@ -191,7 +191,7 @@ def resume_sweep(runner: Runner, sweep_id: str, launch: Launch = SweepRun) -> Sw
     """Run what a saved sweep has not finished yet; a complete sweep ends at once as finished."""
     history = _history_of(runner)
     plan = load_plan(history, sweep_id)
-    plan.check()
+    plan.check(runs_here=launch is SweepRun)
     return launch(plan, runner, remaining(plan, history.load()))
 
 

@@ -149,8 +149,10 @@ class SweepPlan:
         """The values `config` has for the swept settings: the point it is at."""
         return {axis.name: getattr(getattr(config, _PART_OF[axis.name]), axis.name) for axis in self.axes}
 
-    def check(self) -> None:
-        """Raise one ConfigError naming every impossible point and why, or the missing backend."""
+    def check(self, runs_here: bool = True) -> None:
+        """Raise one ConfigError naming every impossible point and why, or the missing backend. Whether this
+        machine can run the backend matters only when the runs are here (`runs_here`): a driver without a GPU
+        may send a turbomind sweep to a cluster's GPU nodes, whose workers then say what they lack."""
         backend = self.base.engine.backend
         unused = [_KNOBS[axis.name] for axis in self.axes
                   if axis.name in _KNOBS and backend not in _KNOBS[axis.name].backends]
@@ -165,7 +167,7 @@ class SweepPlan:
             for problem in problems:
                 points_by_problem.setdefault(problem, []).append(values)
         messages = [f"{self._where(points)}: {problem}" for problem, points in points_by_problem.items()]
-        if not messages:
+        if not messages and runs_here:
             reason = availability(self.base.engine.backend)
             messages = [reason] if reason else []
         if messages:

@@ -180,6 +180,15 @@ def test_a_possible_plan_passes_its_check():
     SweepPlan("s", _base(), (parse_sweep_arg("concurrency=1,2"), parse_sweep_arg("max_batch_tokens=256,512"))).check()
 
 
+def test_a_gpu_sweep_is_refused_here_without_a_gpu_but_may_go_to_a_cluster():
+    """This machine has no CUDA GPU: running the points here is refused up front, while a sweep for a
+    cluster's GPU nodes passes (their workers say what they lack)."""
+    plan = SweepPlan("s", _base("pytorch"), (parse_sweep_arg("concurrency=1,2"),))
+    with pytest.raises(ConfigError, match="NVIDIA GPU"):
+        plan.check()
+    plan.check(runs_here=False)
+
+
 def test_a_plan_survives_a_json_round_trip():
     plan = SweepPlan(new_sweep_id(), _base("pytorch", label="x"), (parse_sweep_arg("session_len=none,4096"),
                                                        parse_sweep_arg("cache_max_entry_count=0.5,0.8")), repeats=3)
