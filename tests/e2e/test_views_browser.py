@@ -86,7 +86,7 @@ def test_the_default_sweep_says_how_long_it_takes_shows_time_left_and_finishes(p
     expect(progress).to_contain_text(re.compile(rf"running: \d/{DEFAULT_SWEEP_RUNS} runs done.*, about \d+.* s left"))
     expect(page.get_by_text(f"finished: all {DEFAULT_SWEEP_RUNS} runs.")).to_be_visible(timeout=SWEEP_END_TIMEOUT_MS)
 
-    main.get_by_text("Per point").scroll_into_view_if_needed()  # the grid lists its cells once in view
+    main.get_by_text("Per point", exact=True).scroll_into_view_if_needed()  # the grid lists its cells once in view
     points = dataframe_with_cell(page, "std")
     points.scroll_into_view_if_needed()
     rows = points.locator("xpath=.//tr[td]").count()
