@@ -47,7 +47,7 @@ def latency_histogram(values_s: np.ndarray, metric: str, title: str | None = Non
     values = _finite(np.asarray(values_s, dtype=np.float64)) * METRICS[metric].display_scale
     if values.size == 0:
         return _histogram_figure(None, metric, title)
-    shape = histogram_range(float(values.min()), float(values.max()), float(np.percentile(values, 99)))
+    shape = histogram_range(float(values.min()), float(values.max()), *np.percentile(values, _RANGE_PERCENTILES))
     return _histogram_figure(_bars(shape, values, np.ones(values.size)), metric, title)
 
 
@@ -56,8 +56,8 @@ def binned_latency_histogram(binned: BinnedLatencies, metric: str, title: str | 
     if binned.count == 0:
         return _histogram_figure(None, metric, title)
     scale = METRICS[metric].display_scale
-    (p99_s,) = binned.distribution([99]).percentiles
-    shape = histogram_range(binned.min_s * scale, binned.max_s * scale, p99_s * scale)
+    quartiles_and_p99 = (value * scale for value in binned.distribution(_RANGE_PERCENTILES).percentiles)
+    shape = histogram_range(binned.min_s * scale, binned.max_s * scale, *quartiles_and_p99)
     return _histogram_figure(_bars(shape, binned.bin_centres_s() * scale, binned.nonzero_counts()), metric, title)
 
 
@@ -79,14 +79,19 @@ class HistogramRange:
 # Values whose spread is within this share of their size are one bar ("all 16 within 0.04 ms"): 60 bars
 # across 4,582.43 to 4,582.46 ms draw noise as a distribution.
 NEAR_EQUAL_SPREAD = 1e-3
-# Bins stop at the P99 when the values above it would stretch the axis this many times its span: a few 10 s
-# stalls among 100 ms gaps would otherwise put every other gap in the first of the bars.
+# Bins stop at the outlier cut when the values above it would stretch the axis this many times its span: a few
+# 10 s stalls among 100 ms gaps would otherwise put every other gap in the first of the bars.
 OVERFLOW_STRETCH = 3.0
+# The cut is the P99, or Tukey's far-out fence (Q3 + 3 IQR) where that is lower: one stall per request among
+# 63 gaps each is over 1% of the gaps, so the P99 is itself a stall.
+TUKEY_FAR_OUT = 3.0
+_RANGE_PERCENTILES = (25, 75, 99)
 
 
-def histogram_range(minimum: float, maximum: float, p99: float) -> HistogramRange:
-    """What a latency histogram bins, from its values' min, max and P99."""
-    high = p99 if maximum - minimum > OVERFLOW_STRETCH * (p99 - minimum) else maximum
+def histogram_range(minimum: float, maximum: float, q25: float, q75: float, p99: float) -> HistogramRange:
+    """What a latency histogram bins, from its values' min, max, quartiles and P99."""
+    cut = min(p99, q75 + TUKEY_FAR_OUT * (q75 - q25))
+    high = cut if maximum - minimum > OVERFLOW_STRETCH * (cut - minimum) else maximum
     return HistogramRange(minimum, high, maximum, near_equal=high - minimum <= NEAR_EQUAL_SPREAD * abs(high))
 
 
@@ -156,14 +161,14 @@ def _overflow_bar(fig: go.Figure, bars: _Bars, unit: str, counted: str) -> tuple
     width = 2 * (edges[-1] - edges[0] if shape.near_equal else edges[1] - edges[0])
     x = edges[-1] + 1.5 * width
     fig.add_trace(go.Bar(
-        x=[x], y=[bars.overflow_count], width=[width], name="Above P99", marker=dict(color="gray"),
+        x=[x], y=[bars.overflow_count], width=[width], name="Outliers", marker=dict(color="gray"),
         customdata=[[shape.high, shape.maximum]],
         hovertemplate=(f"%{{y}} {counted} above %{{customdata[0]:.4g}} {unit}, "
                        f"up to %{{customdata[1]:.4g}} {unit}<extra></extra>"),
     ))
     fig.add_annotation(x=x, y=bars.overflow_count, text=f"> {format_number(shape.high)}", showarrow=False,
                        yanchor="bottom")
-    note = (f"{bars.overflow_count:,} {counted} above {format_number(shape.high)} {unit} (P99), "
+    note = (f"{bars.overflow_count:,} {counted} above {format_number(shape.high)} {unit} (outliers), "
             f"up to {format_number(shape.maximum)} {unit}")
     return note, x + width / 2
 
