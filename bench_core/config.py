@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from .synthetic_models import synthetic_name_problems
+
 LMDEPLOY_BACKENDS = ("turbomind", "pytorch")
 IN_PROCESS_BACKENDS = ("turbomind", "pytorch", "transformers")
 SERVER_BACKEND = "openai"  # any OpenAI-compatible HTTP server
@@ -332,6 +334,7 @@ def validate_run_config(config: RunConfig) -> list[str]:
         problems.extend(inapplicable_knob_problems(eng))
     if not str(eng.model).strip() and eng.backend != SERVER_BACKEND:  # a server names its own model
         problems.append("No model given: pass a local path, a hub id or a built-in model such as builtin:tiny-llama.")
+    problems.extend(synthetic_name_problems(str(eng.model)))
     if data.dataset_name not in DATASET_NAMES:
         problems.append(f"Unknown dataset name '{data.dataset_name}'; choose sharegpt or random.")
     if data.num_prompts < 1:

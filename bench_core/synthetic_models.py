@@ -106,6 +106,18 @@ SYNTHETIC_PRESETS: dict[str, SyntheticShape] = {
 SYNTHETIC_MODELS = {SYNTHETIC_PREFIX + preset: shape for preset, shape in SYNTHETIC_PRESETS.items()}
 
 
+def synthetic_name_problems(name: str) -> list[str]:
+    """What is wrong with a `synthetic:` name, as sentences (none for a good one or another kind of name), so a
+    run is refused before it starts rather than failing when it records its model."""
+    if not name.strip().startswith(SYNTHETIC_PREFIX):
+        return []
+    try:
+        parse_synthetic_name(name)
+    except ModelError as exc:
+        return [str(exc)]
+    return []
+
+
 def parse_synthetic_name(name: str) -> SyntheticShape:
     """The shape a `synthetic:` name asks for; ModelError names what is wrong and what is accepted."""
     body = name.strip().removeprefix(SYNTHETIC_PREFIX)

@@ -148,3 +148,16 @@ def test_a_tiny_synthetic_model_generates_tokens_through_the_transformers_engine
     assert "Successful requests                              2" in done.stdout
     assert "Total generated tokens                           8" in done.stdout
     assert models.synthetic_is_built(TINY)
+
+
+def test_a_bad_synthetic_name_is_refused_before_the_run_in_one_line(cache, tmp_path):
+    """It used to start the run, which then broke recording its model: a traceback and nothing saved."""
+    results = tmp_path / "results"
+    command = [sys.executable, "-m", "bench_core", "pipeline", "builtin:sample", "synthetic:llama:layers=abc",
+               "--backend", "transformers", "--num-prompts", "2", "--csv", "", "--results", str(results)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == ["error: 'layers=abc' in synthetic model 'synthetic:llama:layers=abc' is not "
+                                        "a size: write key=number with a key among layers, hidden, intermediate, "
+                                        "heads, kv_heads, vocab."]
+    assert not (results / "history.csv").exists()
