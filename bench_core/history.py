@@ -295,8 +295,7 @@ class History:
         row = self.row(run_id)
         if row is None:
             raise HistoryError(f"There is no run {run_id} in {self.csv_path}.")
-        return {**{col: row.get(col, "") for col in SAVE_CSV_HYPERPARAMS},
-                **lmdeploy_row({col: _number_or_nan(row.get(col, "")) for col in HISTORY_LEAD_COLUMNS})}
+        return lmdeploy_row_of(row)
 
     def to_csv_bytes(self, run_ids: Iterable[str] | None = None) -> bytes:
         """The history file, or only the rows of `run_ids`, as CSV bytes for a download."""
@@ -362,6 +361,12 @@ def _started_at(run_id: str) -> str:
     except ValueError:
         return ""
     return started.astimezone().isoformat(timespec="seconds")
+
+
+def lmdeploy_row_of(row: dict[str, str]) -> dict[str, Any]:
+    """A history row (as `History.row` reads it) as LMDeploy's save_csv writes it: its names, order and formats."""
+    return {**{col: row.get(col, "") for col in SAVE_CSV_HYPERPARAMS},
+            **lmdeploy_row({col: _number_or_nan(row.get(col, "")) for col in HISTORY_LEAD_COLUMNS})}
 
 
 def _recovered_status(summary: dict[str, Any]) -> str:

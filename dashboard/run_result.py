@@ -16,7 +16,7 @@ import pandas as pd
 from bench_core import csvstore, metrics
 from bench_core.config import SLO, RunConfig
 from bench_core.errors import HistoryError
-from bench_core.history import History
+from bench_core.history import History, lmdeploy_row_of
 from bench_core.live_snapshot import LiveSnapshot
 from bench_core.run_states import FAILED
 from bench_core.runner import Run
@@ -37,6 +37,8 @@ class RunResult:
     notes: list[str] = field(default_factory=list)  # about the dataset, e.g. a truncated file that was recovered
     # Only while the run is in memory: the live tracker's series give tokens/s over time.
     snapshot: LiveSnapshot | None = None
+    # Only when rebuilt from the history: its row, as History.row read it.
+    history_row: dict | None = None
 
     def summary(self, slo: SLO | None) -> dict:
         """The run's summary recomputed from its per-request table, with goodput for `slo`."""
@@ -79,8 +81,9 @@ def result_from_history(history: History, run_id: str) -> RunResult:
         config=history.config(run_id),
         requests=None if status == FAILED and not history.measured(run_id) else history.requests(run_id),
         duration_s=_float(row.get("duration_s")),
-        lmdeploy_row=history.lmdeploy_row(run_id),
+        lmdeploy_row=lmdeploy_row_of(row),
         message=row.get("error", ""),
+        history_row=row,
     )
 
 

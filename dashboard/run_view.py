@@ -188,7 +188,7 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
         snap = result.snapshot
         st.plotly_chart(charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s, snap.in_flight_over_time),
                         key="ended_throughput")
-    _hardware_section(result.run_id)
+    _hardware_section(result)
 
     st.markdown("**Requests**")
     requests = tables.requests_for_display(result.requests)
@@ -196,10 +196,10 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
     _downloads(result, requests)
 
 
-def _hardware_section(run_id: str) -> None:
+def _hardware_section(result: RunResult) -> None:
     """What the hardware did: telemetry summary and chart, the roofline verdict, the random-weight label."""
     try:
-        random_weights, values, samples, verdict = _hardware_findings(run_id)
+        random_weights, values, samples, verdict = _hardware_findings(result)
     except BenchError as exc:
         st.warning(str(exc))
         return
@@ -219,17 +219,18 @@ def _hardware_section(run_id: str) -> None:
             st.markdown("\n".join(rest))
 
 
-def _hardware_findings(run_id: str) -> tuple[bool, dict, pd.DataFrame | None, dict | None]:
+def _hardware_findings(result: RunResult) -> tuple[bool, dict, pd.DataFrame | None, dict | None]:
     """Whether the weights are random, the summary or history row, the samples and the verdict of an ended run:
-    from its record while this server holds it, else from the history."""
-    run = get_runner().get(run_id)
-    record = run.record if run is not None else None
-    if record is not None:
-        return (record.model is not None and record.model.random_weights, record.metrics, record.telemetry,
-                record.roofline)
-    history = get_history()
-    row = history.row(run_id) or {}
-    return row.get("model_random_weights") == "True", row, history.telemetry(run_id), history.roofline(run_id)
+    from its record while this server holds it, else from the history row the result was rebuilt from."""
+    if result.history_row is None:
+        run = get_runner().get(result.run_id)
+        record = run.record if run is not None else None
+        if record is not None:
+            return (record.model is not None and record.model.random_weights, record.metrics, record.telemetry,
+                    record.roofline)
+    row, history = result.history_row or {}, get_history()
+    return (row.get("model_random_weights") == "True", row, history.telemetry(result.run_id),
+            history.roofline(result.run_id))
 
 
 def _ended_status(result: RunResult, summary: dict) -> None:
