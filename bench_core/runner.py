@@ -367,7 +367,11 @@ class Runner:
                 session.tick(0)
         # A request rate draws its arrivals as profile_restful_api.py does, after sampling (only servers take one).
         arrivals = {"arrival_seed": run.sample.arrival_rng} if config.load.load_pattern == "request_rate" else {}
-        events = self._engine.stream(requests, config.generation, config.load, run.cancel_event, **arrivals)
+        try:
+            events = self._engine.stream(requests, config.generation, config.load, run.cancel_event, **arrivals)
+        except BaseException:
+            run.sampler.stop()  # its thread would sample on, and NVML stay open, for nothing
+            raise
         try:
             for event in events:
                 session = sessions[event.index]

@@ -39,7 +39,7 @@ from .history import RunRecord, new_run_id
 from .live_snapshot import LiveSnapshot
 from .run_states import CANCELLED, FAILED, LOADING, PARTIAL, QUEUED, RUNNING
 from .runner import Run, Runner
-from .sweep_driver import SweepRun, engine_key_of
+from .sweep_driver import Launch, SweepRun, engine_key_of
 from .sweep_plan import PlannedRun, SweepPlan
 
 RAY_INSTALL = "pip install -r requirements-cluster.txt"
@@ -397,6 +397,12 @@ class ClusterSweepRun(SweepRun):
 
     def _kill(self, worker) -> None:
         self._ray.kill(worker)
+
+
+def launch_for(address: str, cpus_per_point: int = 1, retries: int = 0) -> Launch:
+    """How a sweep's runs are run: here (sweep_driver's SweepRun) without a cluster address, else on that
+    cluster, connected now (ConfigError without Ray or when the cluster cannot be reached)."""
+    return launcher(ClusterOptions(address, cpus_per_point, retries)) if address else SweepRun
 
 
 def launcher(options: ClusterOptions):

@@ -101,6 +101,10 @@ class SweepRun:
         """True once the sweep has ended."""
         return self._done.wait(timeout)
 
+    def point_states(self) -> list:
+        """Where each run is and how it stands: only a cluster sweep has more to say than `progress`."""
+        return []
+
     def progress(self) -> SweepProgress:
         with self._lock:
             runs, current, skipped, errors = list(self.runs), self._current, len(self._skipped), list(self._errors)

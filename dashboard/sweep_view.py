@@ -26,7 +26,7 @@ from bench_core.errors import BenchError
 from bench_core.history import History
 from bench_core.live_snapshot import time_left_s
 from bench_core.run_states import CANCELLED, FINISHED
-from bench_core.sweep_cluster import states_table
+from bench_core.sweep_cluster import launch_for as launch_for_address, states_table
 from bench_core.sweep_driver import Launch, SweepProgress, SweepRun, resume_sweep, start_sweep
 from bench_core.sweep_estimate import describe_seconds, estimate
 from bench_core.sweep_plan import (
@@ -114,11 +114,7 @@ def _cluster_inputs() -> dict[str, Any]:
 
 def launch_for(inputs: Mapping[str, Any]) -> Launch:
     """How the sweep's runs are run: here, or on the Ray cluster the inputs name (ConfigError without Ray)."""
-    if not inputs.get("ray_address"):
-        return SweepRun
-    from bench_core.sweep_cluster import ClusterOptions, launcher
-
-    return launcher(ClusterOptions(inputs["ray_address"], inputs["cpus_per_point"], inputs["retries"]))
+    return launch_for_address(inputs.get("ray_address", ""), inputs["cpus_per_point"], inputs["retries"])
 
 
 def plan_from_inputs(inputs: Mapping[str, Any], values: Mapping[str, Any], uploads_dir: Path) -> SweepPlan:
@@ -129,13 +125,15 @@ def plan_from_inputs(inputs: Mapping[str, Any], values: Mapping[str, Any], uploa
     return SweepPlan(new_sweep_id(), base, axes, inputs["repeats"])
 
 
-def show_estimate(inputs: Mapping[str, Any], values: Mapping[str, Any], uploads_dir: Path) -> None:
-    """How long the sweep on the inputs would take, before it is started; nothing while the inputs are wrong
-    (Start says what is wrong)."""
+def show_estimate(inputs: Mapping[str, Any], values: Mapping[str, Any], uploads_dir: Path,
+                  runs: pd.DataFrame | None) -> None:
+    """How long the sweep on the inputs would take, before it is started, from the history's `runs`; nothing
+    while the inputs are wrong (Start says what is wrong) or the history cannot be read."""
     try:
         plan = plan_from_inputs(inputs, values, uploads_dir)
-        runs = get_history().load()
     except BenchError:
+        return
+    if runs is None:
         return
     guess = estimate(plan.points(), runs)
     if guess.seconds is None:
@@ -150,11 +148,8 @@ def start(plan: SweepPlan, inputs: Mapping[str, Any]) -> SweepRun:
     return sweep
 
 
-def resume(sweep_id: str) -> SweepRun:
+def resume(sweep_id: str, inputs: Mapping[str, Any]) -> SweepRun:
     """Resume where the page's inputs say (this machine or their cluster), as they are set now."""
-    inputs = {"ray_address": st.session_state.get("sweep_ray_address", "").strip(),
-              "cpus_per_point": st.session_state.get("sweep_cpus_per_point", 1),
-              "retries": st.session_state.get("sweep_retries", 0)}
     sweep = resume_sweep(get_runner(), sweep_id, launch_for(inputs))
     get_sweeps()[sweep.sweep_id] = sweep
     return sweep
@@ -162,26 +157,28 @@ def resume(sweep_id: str) -> SweepRun:
 
 # ---- one sweep -------------------------------------------------------------------------------
 
-def render_sweep(sweep_id: str, slo: SLO, live: bool) -> None:
+def render_sweep(sweep_id: str, slo: SLO, live: bool, runs: pd.DataFrame | None, inputs: Mapping[str, Any]) -> None:
     """Progress (polled while `live`), then the results of the sweep's finished runs so far, with goodput
     for `slo` (the sidebar's) when it sets a threshold, else for the SLO the runs had.
 
     `live` is whether the sweep was active when this script run began: the page decides it once, so its
-    Cancel button and this view never disagree about a sweep that ends in between."""
+    Cancel button and this view never disagree about a sweep that ends in between. `runs` is the history as the
+    page read it for this script run; `inputs` the page's sweep inputs, which a resume follows."""
     history = get_history()
     sweep = get_sweeps().get(sweep_id)
+    if runs is None:  # the page said why
+        return
     try:
         plan = sweep.plan if sweep is not None else load_plan(history, sweep_id)
-        runs = history.load()
     except BenchError as exc:
         st.error(str(exc))
         return
     st.subheader(f"Sweep {sweep_id}")
     st.caption(f"{describe_plan(plan)} · {plan.base.engine.model} on {plan.base.engine.backend}")
     if live:
-        _live_progress(sweep_id)
+        _live_progress(sweep_id, runs)
     else:
-        _ended_status(sweep, plan, runs)
+        _ended_status(sweep, plan, runs, inputs)
     results(history, plan, runs, slo)
 
 
@@ -191,7 +188,7 @@ def describe_plan(plan: SweepPlan) -> str:
 
 
 @st.fragment(run_every=LIVE_REFRESH_S)
-def _live_progress(sweep_id: str) -> None:
+def _live_progress(sweep_id: str, runs: pd.DataFrame) -> None:
     sweep = get_sweeps().get(sweep_id)
     if sweep is None or not sweep.active:
         st.rerun()  # one full rerun: the page then shows the ended sweep and this fragment is gone
@@ -202,7 +199,7 @@ def _live_progress(sweep_id: str) -> None:
         st.rerun()  # a full rerun, once per ended run: the results below take it in
     st.progress(progress.ended / progress.total,
                 text=f"running: {progress.ended}/{progress.total} runs done" +
-                     (f", now {progress.current}" if progress.current else "") + _time_left(sweep, progress))
+                     (f", now {progress.current}" if progress.current else "") + _time_left(sweep, progress, runs))
     if progress.current_run_id:
         st.page_link("pages/run.py", label=f"Watch run {progress.current_run_id} live", icon=":material/monitoring:",
                      query_params={"run": progress.current_run_id})
@@ -213,17 +210,18 @@ def _live_progress(sweep_id: str) -> None:
 
 def _where_runs_are(sweep: SweepRun | None) -> None:
     """A cluster sweep's runs: state, progress and node of each."""
-    if sweep is None or not hasattr(sweep, "point_states"):
-        return
-    show_table(states_table(sweep.point_states()), key="sweep_cluster_table")
+    states = sweep.point_states() if sweep is not None else []
+    if states:
+        show_table(states_table(states), key="sweep_cluster_table")
 
 
-def _time_left(sweep: SweepRun, progress: SweepProgress) -> str:
+def _time_left(sweep: SweepRun, progress: SweepProgress, runs: pd.DataFrame) -> str:
     """', about 1 min 20 s left': the running run's time left at its pace so far (the history's estimate until
     it has one), plus the history's estimate for the runs not started yet; "" when there is none."""
-    key = f"sweep_eta_{sweep.sweep_id}_{progress.ended}"  # the history changes only when a run ends
+    # The history changes only when a run ends, and each end reruns the page, which reads it again into `runs`.
+    key = f"sweep_eta_{sweep.sweep_id}_{progress.ended}"
     if key not in st.session_state:
-        st.session_state[key] = _estimate_left(sweep.plan, progress.total - progress.ended)
+        st.session_state[key] = _estimate_left(sweep.plan, progress.total - progress.ended, runs)
     current_guess, rest = st.session_state[key]
     run = get_runner().get(progress.current_run_id) if progress.current_run_id else None
     snapshot = run.snapshot() if run is not None else None
@@ -234,18 +232,14 @@ def _time_left(sweep: SweepRun, progress: SweepProgress) -> str:
     return f", {describe_seconds(current + rest)} left"
 
 
-def _estimate_left(plan: SweepPlan, count: int) -> tuple[float | None, float | None]:
+def _estimate_left(plan: SweepPlan, count: int, history_runs: pd.DataFrame) -> tuple[float | None, float | None]:
     """Seconds for the running run and for the others of the `count` runs not ended (the last in plan order)."""
-    try:
-        history_runs = get_history().load()
-    except BenchError:
-        return None, None
     left = remaining(plan, history_runs)[-count:] if count else []
     return (estimate(left[:1], history_runs, loaded=True).seconds,
             estimate(left[1:], history_runs, loaded=True).seconds)
 
 
-def _ended_status(sweep: SweepRun | None, plan: SweepPlan, runs: pd.DataFrame) -> None:
+def _ended_status(sweep: SweepRun | None, plan: SweepPlan, runs: pd.DataFrame, inputs: Mapping[str, Any]) -> None:
     """The final state: from the sweep object while this server has it, else from the history."""
     if sweep is not None:
         progress = sweep.progress()
@@ -264,7 +258,7 @@ def _ended_status(sweep: SweepRun | None, plan: SweepPlan, runs: pd.DataFrame) -
     _where_runs_are(sweep)
     if finished < total and st.button(f"Resume: run the other {total - finished}", key="sweep_resume", type="primary"):
         try:
-            resume(plan.sweep_id)
+            resume(plan.sweep_id, inputs)
         except BenchError as exc:
             st.error(str(exc))
         else:
@@ -359,9 +353,11 @@ def _request_table(root: str, run_id: str) -> pd.DataFrame:
 
 # ---- past sweeps -----------------------------------------------------------------------------
 
-def past_sweeps_section(history: History) -> None:
+def past_sweeps_section(history: History, runs: pd.DataFrame | None) -> None:
+    if runs is None:  # the page said why
+        return
     try:
-        table = past_sweeps(history, history.load())
+        table = past_sweeps(history, runs)
     except BenchError as exc:
         st.error(str(exc))
         return

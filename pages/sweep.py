@@ -27,7 +27,12 @@ choice = sidebar.render_sidebar(cancel=None, actions=False)  # the sweep has its
 st.caption("Every point starts from the settings in the sidebar; the sweep varies the settings chosen here, "
            "with the run size set here.")
 inputs = sweep_view.sweep_inputs(choice.values["backend"])
-sweep_view.show_estimate(inputs, choice.values, get_history().root / UPLOADS_FOLDER)
+try:
+    runs = get_history().load()  # once per script run: the estimate, the sweep and the past sweeps read it
+except BenchError as exc:
+    st.error(str(exc))
+    runs = None  # said once; the views below leave out what needs the history
+sweep_view.show_estimate(inputs, choice.values, get_history().root / UPLOADS_FOLDER, runs)
 start_col, cancel_col = st.columns([1, 1])
 start = start_col.button("Start sweep", key="sweep_start", type="primary", width="stretch",
                          disabled=choice.unavailable_reason is not None)
@@ -45,7 +50,7 @@ if start:
 if sweep_id:
     # Keep the sweep in the URL (switching pages drops query parameters) and in the session.
     st.query_params["sweep"] = st.session_state["sweep_id"] = sweep_id
-    sweep_view.render_sweep(sweep_id, sidebar.slo_from_ms(choice.values["slo_ms"]), live)
+    sweep_view.render_sweep(sweep_id, sidebar.slo_from_ms(choice.values["slo_ms"]), live, runs, inputs)
 
 st.subheader("Past sweeps")
-sweep_view.past_sweeps_section(get_history())
+sweep_view.past_sweeps_section(get_history(), runs)

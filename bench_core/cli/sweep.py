@@ -115,15 +115,11 @@ def add_cluster_flags(group, default=None) -> None:
 def cluster_launch(args: argparse.Namespace):
     """How the sweep's runs are run: sweep_driver's default (here) without --ray-address, else on the cluster
     (connected now: Ray missing or the cluster unreachable is a ConfigError before anything is saved)."""
-    from ..sweep_driver import SweepRun
+    from ..sweep_cluster import launch_for
 
-    if not args.ray_address:
-        if args.cpus_per_point != 1 or args.retries:
-            raise ConfigError("--cpus-per-point and --retries apply to sweeps on a Ray cluster: add --ray-address.")
-        return SweepRun
-    from ..sweep_cluster import ClusterOptions, launcher
-
-    return launcher(ClusterOptions(args.ray_address, args.cpus_per_point, args.retries))
+    if not args.ray_address and (args.cpus_per_point != 1 or args.retries):
+        raise ConfigError("--cpus-per-point and --retries apply to sweeps on a Ray cluster: add --ray-address.")
+    return launch_for(args.ray_address, args.cpus_per_point, args.retries)
 
 
 def report_sweep(sweep, runner, csv_path: str) -> int:
@@ -148,7 +144,7 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
     if completed and progress.finished == 0 and all(run.profiler is None and run.user_error for _, run in sweep.runs):
         print(f"error: {' '.join(progress.errors)}", file=sys.stderr)  # e.g. a dataset that is not there
         return EXIT_BAD_INPUT
-    states = sweep.point_states() if hasattr(sweep, "point_states") else []  # a cluster sweep: where each run ran
+    states = sweep.point_states()  # a cluster sweep: where each run ran
     if states:
         from ..sweep_cluster import states_table
 

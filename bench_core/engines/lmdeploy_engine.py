@@ -363,9 +363,9 @@ def build_engine(engine: EngineConfig, load: LoadConfig) -> LMDeployEngine:
 
 
 def _model_path(name: str) -> str:
-    if name.startswith(("builtin:", "synthetic:")):  # built (or found) in our cache, as the other engines do
-        from ..models import resolve_model
+    from ..models import CACHED_MODEL_PREFIXES, resolve_model
 
+    if name.startswith(CACHED_MODEL_PREFIXES):  # built (or found) in our cache, as the other engines do
         return resolve_model(name)
     return name  # a local folder or a hub id, handed to LMDeploy as the script does
 
