@@ -119,7 +119,7 @@ def _bars(shape: HistogramRange, values: np.ndarray, weights: np.ndarray) -> _Ba
 
 def _histogram_figure(bars: _Bars | None, metric: str, title: str | None) -> go.Figure:
     spec = METRICS[metric]
-    unit = spec.display_unit or spec.unit
+    unit = spec.shown_unit
     counted = "gaps" if metric == "itl" else "requests"
     fig = _figure(title or spec.label, f"{spec.label} ({unit})", f"Count ({counted})")
     if bars is None:
@@ -286,7 +286,7 @@ def latency_vs_throughput(runs: pd.DataFrame, latency: str = "p99_ttft_ms", thro
 def cdf_overlay(request_tables: Mapping[str, pd.DataFrame], metric: str) -> go.Figure:
     """Cumulative distribution of a latency metric per run, successful requests only (as LMDeploy counts)."""
     spec = METRICS[metric]
-    fig = _figure(f"{spec.label}: cumulative distribution", f"{spec.label} ({spec.display_unit or spec.unit})",
+    fig = _figure(f"{spec.label}: cumulative distribution", f"{spec.label} ({spec.shown_unit})",
                   "Fraction of requests" if metric != "itl" else "Fraction of gaps")
     fig.update_yaxes(range=[0, 1.02])
     colours = dict(zip(sorted(request_tables), _colours()))  # each run in its colour on the compare charts

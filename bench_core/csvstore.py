@@ -212,7 +212,7 @@ def read_clean_table(
         moved = sorted([*table.damaged, *((line, raw) for line, raw, out in
                                           zip(table.row_lines, table.row_bytes, refused) if out)])
         _quarantine(side_path, table.header_bytes, [raw for _, raw in moved])
-        _replace_bytes(path, table.header_bytes + b"".join(raw for _, raw in kept))
+        replace_bytes(path, table.header_bytes + b"".join(raw for _, raw in kept))
     return CleanTable(table.header, [row for row, _ in kept], [number for number, _ in moved])
 
 
@@ -309,7 +309,7 @@ def _append_in_place(path: Path, header: list[str], rows: list[Mapping[str, obje
             raise
 
 
-def _replace_bytes(path: Path, data: bytes) -> None:
+def replace_bytes(path: Path, data: bytes) -> None:
     """Replace the file (a symlink's target, keeping the link) by a complete new one with the same mode;
     a new file gets the mode the umask gives."""
     target = Path(os.path.realpath(path))
@@ -330,7 +330,7 @@ def _replace_bytes(path: Path, data: bytes) -> None:
 
 
 def _write_atomically(path: Path, header: list[str], rows: Iterable[Mapping[str, object]]) -> None:
-    _replace_bytes(path, table_bytes(header, rows))
+    replace_bytes(path, table_bytes(header, rows))
 
 
 def append_row(path: str | os.PathLike, row: Mapping[str, object]) -> None:

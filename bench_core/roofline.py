@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import platform
 import re
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import psutil
+from filelock import FileLock
 
+from .csvstore import replace_bytes
 from .errors import ModelError
 
 DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
@@ -309,26 +309,20 @@ def cpu_memory_bandwidth(cache_dir: Path, key: str | None = None) -> DevicePeak:
     (one JSON file, an entry per machine key); no FLOP/s peak."""
     key = key or machine_key()
     path = Path(cache_dir) / BANDWIDTH_CACHE_FILE
-    try:
-        known = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        known = {}
-    entry = known.get(key) if isinstance(known, dict) else None
-    if not isinstance(entry, dict) or not isinstance(entry.get("copy_bytes_per_s"), (int, float)):
-        entry = {"copy_bytes_per_s": measure_copy_bandwidth(), "array_bytes": COPY_BYTES, "threads": 1,
-                 "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        known = {**(known if isinstance(known, dict) else {}), key: entry}
-        _write_atomically(path, json.dumps(known, indent=2) + "\n")
-    return DevicePeak(f"CPU ({key})", float(entry["copy_bytes_per_s"]), None)
-
-
-def _write_atomically(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, scratch = tempfile.mkstemp(prefix=path.name + ".", suffix=".partial", dir=path.parent)
-    with os.fdopen(handle, "w", encoding="utf-8") as out:
-        out.write(text)
-    os.chmod(scratch, 0o644)
-    os.replace(scratch, path)
+    # Two processes starting at once (a dashboard run and a CLI run) measure once, not side by side.
+    with FileLock(str(path) + ".lock"):
+        try:
+            known = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            known = {}
+        entry = known.get(key) if isinstance(known, dict) else None
+        if not isinstance(entry, dict) or not isinstance(entry.get("copy_bytes_per_s"), (int, float)):
+            entry = {"copy_bytes_per_s": measure_copy_bandwidth(), "array_bytes": COPY_BYTES, "threads": 1,
+                     "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            known = {**(known if isinstance(known, dict) else {}), key: entry}
+            replace_bytes(path, (json.dumps(known, indent=2) + "\n").encode())
+    return DevicePeak(f"CPU ({key})", float(entry["copy_bytes_per_s"]), None)
 
 
 # A run's verdict, as the runner records it and the pages and the CLI show it.

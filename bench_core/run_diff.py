@@ -156,10 +156,11 @@ def default_setting(runs: pd.DataFrame, names: Sequence[str]) -> str | None:
     return max(names, key=rank) if names else None
 
 
-def repeat_groups(runs: pd.DataFrame) -> list[int]:
-    """A group number per run: runs with the same value of every differing setting are repeats of one
-    configuration and share a number (0, 1, ... in order of first appearance)."""
-    names = differing_settings(runs)
+def repeat_groups(runs: pd.DataFrame, differing: list[str] | None = None) -> list[int]:
+    """A group number per run: runs with the same value of every differing setting (`differing`, when the caller
+    has worked them out already) are repeats of one configuration and share a number (0, 1, ... in order of
+    first appearance)."""
+    names = differing_settings(runs) if differing is None else differing
     cells = setting_cells(runs, names)
     keys = list(zip(*(map(_key, cells[name]) for name in names))) if names else [()] * len(runs)
     numbers: dict[tuple, int] = {}

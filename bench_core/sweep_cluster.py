@@ -175,6 +175,7 @@ class PointWorker:
     def __init__(self):
         self.runner = Runner()
         self.current: Run | None = None
+        self.facts = node_facts()  # the actor's node and GPUs, fixed for its life: every status poll reports them
 
     def run(self, fields: dict[str, Any]) -> PointOutcome:
         run = Run(**fields)
@@ -183,7 +184,7 @@ class PointWorker:
         run.wait()
         record = run.record
         if record is not None:
-            record = replace(record, environment={**record.environment, **node_facts()})
+            record = replace(record, environment={**record.environment, **self.facts})
         return PointOutcome(run.state, run.message, run.user_error, run.profiler is not None, list(run.warnings),
                             run.load_seconds, record)
 
@@ -191,7 +192,7 @@ class PointWorker:
         run = self.current
         if run is None:
             return None
-        return WorkerStatus(run.run_id, run.state, run.phase, run.snapshot(), node_facts(), os.getpid())
+        return WorkerStatus(run.run_id, run.state, run.phase, run.snapshot(), self.facts, os.getpid())
 
     def cancel(self) -> None:
         if self.current is not None:
@@ -201,7 +202,7 @@ class PointWorker:
         """The node's facts and where this actor's code comes from (the shipped working directory)."""
         from . import __file__ as package_file
 
-        return {**node_facts(), "package": package_file, "pid": str(os.getpid())}
+        return {**self.facts, "package": package_file, "pid": str(os.getpid())}
 
 
 def node_facts() -> dict[str, str]:

@@ -16,10 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .catalog import CATALOG, COMPARED_COLUMNS, PERCENTILES, column_direction, column_label, find_column, percentile_key
+from .catalog import (
+    CATALOG, COMPARED_COLUMNS, NOT_MEASURED, PERCENTILES, column_direction, column_label, find_column, percentile_key,
+)
 from .stats import compare
 
-MISSING = "-"  # what LMDeploy prints for a value it does not have
+MISSING = NOT_MEASURED  # a table cell without a value reads as LMDeploy prints it
 # Decimals shown: enough for three significant digits, and at least this many.
 MIN_DECIMALS = 3
 MAX_DECIMALS = 9

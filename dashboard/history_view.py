@@ -159,7 +159,7 @@ def comparison(history: History, chosen: pd.DataFrame) -> None:
     distributions(history, chosen)
     compared = [name for name in catalog.COMPARED_COLUMNS if name in chosen]
     table = tables.compare_runs(chosen, compared)
-    table[NOISE_COLUMN] = tables.noise_verdicts(chosen, compared, run_diff.repeat_groups(chosen))
+    table[NOISE_COLUMN] = tables.noise_verdicts(chosen, compared, run_diff.repeat_groups(chosen, varied))
     show_table(tables.style_comparison(table, tables.compare_marks(chosen, compared)), key="compare_table")
     st.caption("Green: the best of these runs on that metric; red: the worst. Runs with the same settings are "
                "repeats: where both ends have two or more, Welch's t-test says whether the lowest and highest "
