@@ -292,8 +292,10 @@ TELEMETRY_WINDOW_S = 60.0
 
 def with_telemetry(snap: LiveSnapshot, recent_samples: pd.DataFrame, origin: float) -> LiveSnapshot:
     """The snapshot with the hardware samples it is given (the last TELEMETRY_WINDOW_S of them, on the
-    profiler's clock), their times made seconds since `origin` (the profiler's start) like the other series."""
-    return dataclasses.replace(snap, telemetry=recent_samples.assign(time_s=recent_samples["time_s"] - origin))
+    profiler's clock), their times made seconds since `origin` (the profiler's start) like the other series.
+    The frame is the caller's fresh one (TelemetrySampler.samples), shifted in place: this runs at every publish."""
+    recent_samples["time_s"] -= origin
+    return dataclasses.replace(snap, telemetry=recent_samples)
 
 
 # The pace of the first few percent of a run (prefill, a cold cache) says little about the rest.
