@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Locator, Page, expect
 from test_browser import FIRST_CHART_TIMEOUT_MS, TINY_MODEL, choose_model, dataframe_with_cell
 
@@ -44,6 +45,19 @@ def stalled_run() -> Profiler:
         end = max(end, time)
     prof.finish(end + 0.1)
     return prof
+
+
+def scroll_to(target: Locator, tries: int = 5) -> None:
+    """Scroll `target` into view; a Streamlit rerun may swap the element out mid-scroll, and the locator then
+    finds its replacement on the next try."""
+    for _ in range(tries - 1):
+        try:
+            target.scroll_into_view_if_needed()
+            return
+        except PlaywrightError as exc:
+            if "not attached" not in str(exc):
+                raise
+    target.scroll_into_view_if_needed()
 
 
 def all_rows_in_view(grid: Locator) -> bool:
@@ -86,14 +100,14 @@ def test_the_default_sweep_says_how_long_it_takes_shows_time_left_and_finishes(p
     expect(progress).to_contain_text(re.compile(rf"running: \d/{DEFAULT_SWEEP_RUNS} runs done.*, about \d+.* s left"))
     expect(page.get_by_text(f"finished: all {DEFAULT_SWEEP_RUNS} runs.")).to_be_visible(timeout=SWEEP_END_TIMEOUT_MS)
 
-    main.get_by_text("Per point", exact=True).scroll_into_view_if_needed()  # the grid lists its cells once in view
+    scroll_to(main.get_by_text("Per point", exact=True))  # the grid lists its cells once in view
     points = dataframe_with_cell(page, "std")
-    points.scroll_into_view_if_needed()
+    scroll_to(points)
     rows = points.locator("xpath=.//tr[td]").count()
     assert rows > DEFAULT_BOX_ROWS, rows  # several metrics for each of 3 points
     assert all_rows_in_view(points)
-    main.get_by_text("Compare two points").scroll_into_view_if_needed()
+    scroll_to(main.get_by_text("Compare two points"))
     verdicts = dataframe_with_cell(page, "A mean")
-    verdicts.scroll_into_view_if_needed()
+    scroll_to(verdicts)
     assert all_rows_in_view(verdicts)
     page.screenshot(path=artifacts / "default-sweep-finished.png", full_page=True)
