@@ -112,6 +112,10 @@ class PointOutcome:
     warnings: list[str]
     load_seconds: float | None
     record: RunRecord | None
+    # The actor's node_facts() and process: the point's table says where it ran even when no status poll caught
+    # the run (a short run on a busy driver).
+    node: dict[str, str]
+    pid: int
 
 
 def import_ray():
@@ -186,7 +190,7 @@ class PointWorker:
         if record is not None:
             record = replace(record, environment={**record.environment, **self.facts})
         return PointOutcome(run.state, run.message, run.user_error, run.profiler is not None, list(run.warnings),
-                            run.load_seconds, record)
+                            run.load_seconds, record, self.facts, os.getpid())
 
     def status(self) -> WorkerStatus | None:
         run = self.current
@@ -327,6 +331,8 @@ class ClusterSweepRun(SweepRun):
                       sweep_repeat=run.sweep_repeat)
         outcome, lost = self._follow(worker, worker.run.remote(fields), point, run)
         if outcome is not None:
+            with self._lock:
+                point.facts, point.pid = outcome.node, outcome.pid
             run.state, run.message, run.user_error = outcome.state, outcome.message, outcome.user_error
             run.warnings, run.load_seconds, run.record = outcome.warnings, outcome.load_seconds, outcome.record
             if run.record is not None:
