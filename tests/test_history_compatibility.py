@@ -1,0 +1,83 @@
+"""A history written by an earlier version reads as it did then: the table, each run's settings, its requests
+and its LMDeploy row.
+
+tests/data/history_round2/ was written by the CLI at commit 44384c9 (before the settings catalog and the
+package layout): a streamed ShareGPT run, a random-dataset batch run, a two-point sweep with an SLO, a
+synthetic model under the concurrency load, a restful run against the scripted server, and two rows imported
+from LMDeploy's CSV. tests/data/history_round2.json holds what that version read from it.
+
+    UPDATE_HISTORY_READING=1 .venv/bin/python -m pytest tests/test_history_compatibility.py  # rewrite it
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench_core.history import History
+
+DATA = Path(__file__).resolve().parent / "data"
+WRITTEN = DATA / "history_round2"
+READ = DATA / "history_round2.json"
+UPDATE = os.environ.get("UPDATE_HISTORY_READING") == "1"
+
+
+def _plain(value):
+    """A cell as JSON holds it: NaN and NA as None, numpy scalars and arrays as Python's."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def reading(root: Path) -> dict:
+    history = History(root)
+    table = history.load()
+    runs = {}
+    for run_id, status in zip(table["run_id"], table["status"]):
+        entry = {"row": {key: _plain(value) for key, value in history.row(run_id).items()},
+                 "lmdeploy_row": {key: _plain(value) for key, value in history.lmdeploy_row(run_id).items()}}
+        if status != "imported":
+            entry["config"] = {key: _plain(value) for key, value in history.config(run_id).to_flat_dict().items()}
+            requests = history.requests(run_id)
+            entry["requests"] = {name: [_plain(v) for v in requests[name]] for name in requests.columns}
+        runs[run_id] = entry
+    return {"columns": list(table.columns), "dtypes": {name: str(kind) for name, kind in table.dtypes.items()},
+            "cells": {name: [_plain(v) for v in table[name]] for name in table.columns}, "runs": runs}
+
+
+@pytest.fixture
+def old_history(tmp_path) -> Path:
+    root = tmp_path / "results"
+    shutil.copytree(WRITTEN, root)
+    return root
+
+
+def test_a_history_written_before_reads_as_it_did(old_history):
+    got = json.loads(json.dumps(reading(old_history)))
+    if UPDATE:
+        READ.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        pytest.skip("rewrote the reading")
+    expected = json.loads(READ.read_text(encoding="utf-8"))
+    assert got["columns"] == expected["columns"]
+    assert got["dtypes"] == expected["dtypes"]
+    assert got["cells"] == expected["cells"]
+    assert got["runs"].keys() == expected["runs"].keys()
+    for run_id, entry in expected["runs"].items():
+        assert got["runs"][run_id] == entry, run_id
+
+
+def test_reading_it_changes_no_file(old_history):
+    before = {path.relative_to(old_history): path.read_bytes() for path in old_history.rglob("*") if path.is_file()}
+    reading(old_history)
+    after = {path.relative_to(old_history): path.read_bytes() for path in old_history.rglob("*") if path.is_file()}
+    assert after == before
