@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig  # noqa: E402
-from bench_core.engine_process import ProcessRunner  # noqa: E402
-from bench_core.history import History  # noqa: E402
-from bench_core.runner import Runner  # noqa: E402
+from bench_core.run.engine_process import ProcessRunner  # noqa: E402
+from bench_core.store.history import History  # noqa: E402
+from bench_core.run.runner import Runner  # noqa: E402
 
 TARGET = 0.98
 SMOLLM2, TINY = "builtin:smollm2-135m", "builtin:tiny-llama"

@@ -36,7 +36,7 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_core.datasets import SampledRequest  # noqa: E402
+from bench_core.load.datasets import SampledRequest  # noqa: E402
 from bench_core.engines.openai_client import ServerSpec, run_requests  # noqa: E402
 
 MODEL = "bench-model"

@@ -31,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from bench_core.profiler import Profiler, Session  # noqa: E402
+from bench_core.measure.profiler import Profiler, Session  # noqa: E402
 from lmdeploy_reference import load_lmdeploy_profiler, why_missing  # noqa: E402
 
 PERCENTILES = [50, 75, 95, 99]

@@ -27,10 +27,10 @@ for name, value in {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", 
     os.environ.setdefault(name, value)
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # Ray on the loopback address (read when ray is imported)
 
-from bench_core.history import History  # noqa: E402
-from bench_core.runner import Runner  # noqa: E402
-from bench_core.sweep_cluster import ClusterOptions, connect, launcher  # noqa: E402
-from bench_core.sweep_driver import start_sweep  # noqa: E402
+from bench_core.store.history import History  # noqa: E402
+from bench_core.run.runner import Runner  # noqa: E402
+from bench_core.sweep.cluster import ClusterOptions, connect, launcher  # noqa: E402
+from bench_core.sweep.driver import start_sweep  # noqa: E402
 from test_sweep_driver import plan_of, tiny_base  # noqa: E402
 
 GRID = ("concurrency=1,2", "max-batch-tokens=256,512")
@@ -57,7 +57,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64, help="output tokens per prompt")
     parser.add_argument("--workers", type=int, default=2, help="CPUs of the local Ray instance, one per point")
     args = parser.parse_args()
-    from bench_core.models import resolve_model
+    from bench_core.models.resolve import resolve_model
 
     resolve_model("builtin:tiny-llama")
     with tempfile.TemporaryDirectory() as folder:

@@ -23,9 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from bench_core import runner as runner_module  # noqa: E402
+from bench_core.run import runner as runner_module  # noqa: E402
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig  # noqa: E402
-from bench_core.telemetry import TelemetrySampler  # noqa: E402
+from bench_core.hardware.telemetry import TelemetrySampler  # noqa: E402
 
 TARGET = 0.98
 AT_THE_ENDS_ONLY = functools.partial(TelemetrySampler, interval_s=3600.0)

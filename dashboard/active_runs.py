@@ -14,7 +14,7 @@ from bench_core.config import RunConfig
 from bench_core.engines import check_run_config
 from bench_core.errors import BenchError
 from bench_core.run_states import QUEUED
-from bench_core.runner import Run, Runner
+from bench_core.run.runner import Run, Runner
 from dashboard.state import get_runner
 
 # A cancelled run stops within a second; the Cancel click waits that long so that its own rerun draws the ended run.

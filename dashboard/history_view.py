@@ -14,9 +14,10 @@ import zlib
 import pandas as pd
 import streamlit as st
 
-from bench_core import catalog, charts, run_diff, tables
+from bench_core.measure import catalog
+from bench_core.views import charts, run_diff, tables
 from bench_core.errors import HistoryError
-from bench_core.history import History
+from bench_core.store.history import History
 from dashboard.table_view import LONG_TABLE_ROWS, show_table
 
 # Relative to the History page's URL: the Run page as app.py registers it (pages/run.py -> /run).

@@ -8,11 +8,11 @@ import streamlit as st
 
 from bench_core.config import BACKENDS, EngineConfig, GenerationSettings
 from bench_core.errors import BenchError
-from bench_core.playground import (
+from bench_core.load.playground import (
     FILE_TYPES, parse_prompt_file, prompts_from_text, results_frame, results_to_csv_bytes, results_to_jsonl_bytes,
 )
 from bench_core.run_states import FAILED, QUEUED
-from bench_core.runner import PlaygroundJob
+from bench_core.run.runner import PlaygroundJob
 from dashboard import sidebar, url_settings
 from dashboard.sidebar import DEFAULT_BACKEND
 from dashboard.state import get_runner

@@ -12,16 +12,18 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from bench_core import charts, csvstore, metrics, tables
-from bench_core.catalog import METRICS, find_column, sampled_values
+from bench_core import csvstore
+from bench_core.measure import metrics
+from bench_core.views import charts, tables
+from bench_core.measure.catalog import METRICS, find_column, sampled_values
 from bench_core.config import SERVER_BACKEND, SLO, RunConfig
 from bench_core.errors import BenchError
-from bench_core.latency_bins import BinnedLatencies
-from bench_core.live_snapshot import LiveSnapshot, describe_time_left
+from bench_core.measure.latency_bins import BinnedLatencies
+from bench_core.measure.live_snapshot import LiveSnapshot, describe_time_left
 from bench_core.redact import redact_text
-from bench_core.roofline import describe_roofline
+from bench_core.hardware.roofline import describe_roofline
 from bench_core.run_states import FAILED, FINISHED, LOADING, QUEUED
-from bench_core.runner import Run
+from bench_core.run.runner import Run
 from dashboard.run_result import RunResult, result_from_history, result_from_run
 from dashboard.state import get_history, get_runner
 from dashboard.table_view import LONG_TABLE_ROWS, show_table

@@ -24,12 +24,12 @@ from bench_core.config import (
     BACKENDS, DATASET_NAMES, LMDEPLOY_BACKENDS, LOAD_PATTERNS, SERVER_BACKEND, SLO, DatasetConfig, EngineConfig,
     GenerationSettings, Knob, LoadConfig, RunConfig, knobs_for,
 )
-from bench_core.datasets import BUILTIN_SAMPLE, BUILTIN_SHAREGPT
+from bench_core.load.datasets import BUILTIN_SAMPLE, BUILTIN_SHAREGPT
 from bench_core.engines import availability
 from bench_core.errors import BenchError, ConfigError, DatasetError
-from bench_core.history import History
-from bench_core.models import PICKABLE_MODELS
-from bench_core.runner import Run
+from bench_core.store.history import History
+from bench_core.models.resolve import PICKABLE_MODELS
+from bench_core.run.runner import Run
 from dashboard import url_settings
 from dashboard.url_settings import persisted
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from bench_core.history import History
-from bench_core.engine_process import ProcessRunner
-from bench_core.sweep_driver import SweepRun
+from bench_core.store.history import History
+from bench_core.run.engine_process import ProcessRunner
+from bench_core.sweep.driver import SweepRun
 
 
 @st.cache_resource

@@ -20,21 +20,23 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from bench_core import charts, metrics, sweep_results
+from bench_core.measure import metrics
+from bench_core.sweep import results as sweep_results
+from bench_core.views import charts
 from bench_core.config import SLO, EngineConfig, knobs_for
 from bench_core.errors import BenchError
-from bench_core.history import History
-from bench_core.live_snapshot import time_left_s
+from bench_core.store.history import History
+from bench_core.measure.live_snapshot import time_left_s
 from bench_core.run_states import CANCELLED, FINISHED
-from bench_core.sweep_cluster import launch_for as launch_for_address, states_table
-from bench_core.sweep_driver import Launch, SweepProgress, SweepRun, resume_sweep, start_sweep
-from bench_core.sweep_estimate import describe_seconds, estimate
-from bench_core.sweep_plan import (
+from bench_core.sweep.cluster import launch_for as launch_for_address, states_table
+from bench_core.sweep.driver import Launch, SweepProgress, SweepRun, resume_sweep, start_sweep
+from bench_core.sweep.estimate import describe_seconds, estimate
+from bench_core.sweep.plan import (
     CPU_SWEEP_OUTPUT_LEN, CPU_SWEEP_PROMPTS, DEFAULT_AXIS, DEFAULT_REPEATS, SWEEPABLE, SweepPlan, describe_point,
     new_sweep_id, parse_sweep_arg, with_run_size,
 )
-from bench_core.sweep_store import load_plan, past_sweeps, remaining
-from bench_core.tables import describe_column
+from bench_core.sweep.store import load_plan, past_sweeps, remaining
+from bench_core.views.tables import describe_column
 from dashboard import sidebar
 from dashboard.state import get_history, get_runner, get_sweeps
 from dashboard.table_view import show_table

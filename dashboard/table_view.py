@@ -16,7 +16,7 @@ import pandas as pd
 import streamlit as st
 from pandas.io.formats.style import Styler
 
-from bench_core import tables
+from bench_core.views import tables
 
 # The grid's row and header height, and its border (Streamlit's defaults).
 ROW_PX = 35

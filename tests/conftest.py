@@ -14,14 +14,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 @pytest.fixture(scope="session")
 def tiny_model_path() -> str:
     """The built-in tiny Llama (random weights, BPE tokenizer, ChatML), built once per machine."""
-    from bench_core.models import resolve_model
+    from bench_core.models.resolve import resolve_model
 
     return resolve_model("builtin:tiny-llama")
 
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer(tiny_model_path):
-    from bench_core.models import load_tokenizer
+    from bench_core.models.resolve import load_tokenizer
 
     return load_tokenizer("builtin:tiny-llama")
 

@@ -1,4 +1,4 @@
-"""Worker entry points for the tests of bench_core.engine_process: `serve`, with a real fault injected in the
+"""Worker entry points for the tests of bench_core.run.engine_process: `serve`, with a real fault injected in the
 worker process once it has finished some requests (the spawned worker imports this module by name), and
 one that holds the tokenizer's loading until the test lets it go.
 
@@ -13,9 +13,9 @@ import signal
 import time
 from pathlib import Path
 
-from bench_core import runner as runner_module
-from bench_core.engine_process import PUBLISH_EVERY_S, serve
-from bench_core.profiler import Session
+from bench_core.run import runner as runner_module
+from bench_core.run.engine_process import PUBLISH_EVERY_S, serve
+from bench_core.measure.profiler import Session
 
 FAULT_ENV, FAULT_AFTER_ENV, RELEASE_ENV = "BENCH_TEST_FAULT", "BENCH_TEST_FAULT_AFTER", "BENCH_TEST_RELEASE"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 
 from bench_core.config import EngineConfig, LoadConfig, RunConfig, SLO, lmdeploy_hyperparams
-from bench_core.history import History, RunRecord
-from bench_core.profiler import Profiler, Session
+from bench_core.store.history import History, RunRecord
+from bench_core.measure.profiler import Profiler, Session
 
 OUTPUT_LEN = 4
 INCOMPLETE_TTFT_FACTOR = 10  # times the largest successful TTFT: leaking it into a chart would show

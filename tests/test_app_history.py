@@ -8,9 +8,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
-from bench_core.history import RESULTS_ENV, History
-from bench_core.runner import Runner
-from bench_core.tables import BEYOND_NOISE, SINGLE_RUN, WITHIN_NOISE, describe_column
+from bench_core.store.history import RESULTS_ENV, History
+from bench_core.run.runner import Runner
+from bench_core.views.tables import BEYOND_NOISE, SINGLE_RUN, WITHIN_NOISE, describe_column
 from dashboard.history_view import NOISE_COLUMN
 from app_under_test import APP, ROOT
 

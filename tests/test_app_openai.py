@@ -5,8 +5,8 @@ import pytest
 from openai_server import free_port, transformers_server  # noqa: F401 (fixture)
 from streamlit.testing.v1 import AppTest
 
-from bench_core.arrivals import achieved_rate
-from bench_core.history import RESULTS_ENV
+from bench_core.load.arrivals import achieved_rate
+from bench_core.store.history import RESULTS_ENV
 from app_under_test import APP
 from dashboard.state import get_runner
 

@@ -4,7 +4,7 @@
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from bench_core.history import RESULTS_ENV
+from bench_core.store.history import RESULTS_ENV
 from app_under_test import APP
 from dashboard.state import get_runner
 

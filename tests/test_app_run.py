@@ -9,10 +9,10 @@ from streamlit.testing.v1 import AppTest
 
 from bench_core.config import SLO, DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, RunConfig, knobs_for
 from bench_core.engines import availability
-from bench_core.history import RESULTS_ENV, History
+from bench_core.store.history import RESULTS_ENV, History
 import engine_faults
-from bench_core import engine_process
-from bench_core.runner import Runner
+from bench_core.run import engine_process
+from bench_core.run.runner import Runner
 from app_under_test import APP
 from dashboard import sidebar, table_view
 from dashboard.state import get_runner

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from bench_core.history import RESULTS_ENV
+from bench_core.store.history import RESULTS_ENV
 from app_under_test import APP
-from bench_core.sweep_plan import CPU_SWEEP_OUTPUT_LEN, CPU_SWEEP_PROMPTS
+from bench_core.sweep.plan import CPU_SWEEP_OUTPUT_LEN, CPU_SWEEP_PROMPTS
 from dashboard.state import get_history, get_runner, get_sweeps
 
 PAGE = "pages/sweep.py"

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from bench_core.arrivals import achieved_rate, arrival_report, in_flight_over_time, send_offsets
+from bench_core.load.arrivals import achieved_rate, arrival_report, in_flight_over_time, send_offsets
 from bench_core.errors import ConfigError
 
 MANY = 40_001  # 40,000 gaps: the sample CV^2 is then within a few percent of its expectation

@@ -8,9 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench_core import catalog, sweep_results, tables
-from bench_core.catalog import CATALOG, METRICS
-from bench_core.history_import import HISTORY_LEAD_COLUMNS, SAVE_CSV_COLUMNS, SAVE_CSV_HYPERPARAMS
+from bench_core.measure import catalog
+from bench_core.sweep import results as sweep_results
+from bench_core.views import tables
+from bench_core.measure.catalog import CATALOG, METRICS
+from bench_core.store.history_import import HISTORY_LEAD_COLUMNS, SAVE_CSV_COLUMNS, SAVE_CSV_HYPERPARAMS
 from profiled_runs import OUTPUT_LEN, profiled_run, recorded_history
 
 # The two metrics added to prove the catalog: one declaration each, nothing else.

@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench_core import charts
-from bench_core.latency_bins import BinnedLatencies
-from bench_core.stats import pareto_front
+from bench_core.views import charts
+from bench_core.measure.latency_bins import BinnedLatencies
+from bench_core.measure.stats import pareto_front
 from profiled_runs import INCOMPLETE_TTFT_FACTOR, OUTPUT_LEN, profiled_run, recorded_history
 
 TTFTS = [0.05, 0.1, 0.2, 0.4, 0.8]

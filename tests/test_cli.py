@@ -11,12 +11,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench_core.catalog import BEYOND_LMDEPLOY
+from bench_core.measure.catalog import BEYOND_LMDEPLOY
 from bench_core.cli import main
 from bench_core.config import DatasetConfig
-from bench_core.datasets import sample_requests
-from bench_core.history import History
-from bench_core.history_import import HISTORY_LEAD_COLUMNS, SAVE_CSV_COLUMNS
+from bench_core.load.datasets import sample_requests
+from bench_core.store.history import History
+from bench_core.store.history_import import HISTORY_LEAD_COLUMNS, SAVE_CSV_COLUMNS
 from dashboard.run_result import result_from_history
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -203,8 +203,8 @@ def test_history_csv_reads_back_with_pandas(streamed_run):
 def test_the_terminal_progress_line_reads_the_live_snapshot():
     from bench_core.cli.common import progress_line
     from bench_core.config import RunConfig
-    from bench_core.profiler import Profiler
-    from bench_core.runner import Run
+    from bench_core.measure.profiler import Profiler
+    from bench_core.run.runner import Run
 
     run = Run(run_id="r", config=RunConfig(), state="running")
     run.profiler = Profiler(True, [50])

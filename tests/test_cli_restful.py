@@ -5,11 +5,11 @@ import csv
 import pytest
 from openai_server import free_port, transformers_server  # noqa: F401 (fixture)
 
-from bench_core.catalog import BEYOND_LMDEPLOY
+from bench_core.measure.catalog import BEYOND_LMDEPLOY
 from bench_core.cli import build_parser, main
 from bench_core.cli.restful import _rate_range, rates
-from bench_core.history import History
-from bench_core.history_import import RESTFUL_COLUMNS
+from bench_core.store.history import History
+from bench_core.store.history_import import RESTFUL_COLUMNS
 
 SECRET = "sk-cli-secret-0123456789"
 

@@ -14,8 +14,8 @@ import pytest
 
 from bench_core.cli import main
 from bench_core.cli.common import EXIT_BAD_INPUT, EXIT_OK
-from bench_core.history import History
-from bench_core.history_import import SAVE_CSV_COLUMNS
+from bench_core.store.history import History
+from bench_core.store.history_import import SAVE_CSV_COLUMNS
 
 ROOT = Path(__file__).resolve().parent.parent
 # A 2x2 grid, 2 repeats, 4 prompts x 8 tokens: 8 runs of about a second each.

@@ -104,7 +104,7 @@ COMMANDS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
 
 
 def _cache_dir() -> str:
-    from bench_core.models import cache_dir
+    from bench_core.models.resolve import cache_dir
 
     return str(cache_dir())
 

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from bench_core import context_window
+from bench_core.engines import context_window
 from bench_core.config import DatasetConfig, EngineConfig, RunConfig
-from bench_core.datasets import SampledRequest
+from bench_core.load.datasets import SampledRequest
 from bench_core.errors import ConfigError, DatasetError
-from bench_core.models import BUILTIN_CONTEXT_WINDOWS, builtin_is_built, resolve_model
+from bench_core.models.resolve import BUILTIN_CONTEXT_WINDOWS, builtin_is_built, resolve_model
 
 
 def test_the_known_window_of_a_built_in_is_the_one_its_config_declares(tiny_model_path):

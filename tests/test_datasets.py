@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench_core import datasets
-from bench_core.builtin_sample import generate_sample_records
+from bench_core.load import datasets
+from bench_core.load.builtin_sample import generate_sample_records
 from bench_core.config import DatasetConfig
-from bench_core.datasets import (
+from bench_core.load.datasets import (
     BUILTIN_SAMPLE,
     BUILTIN_SHAREGPT,
     load_conversations,

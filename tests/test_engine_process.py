@@ -1,4 +1,4 @@
-"""The engine in a worker process (bench_core.engine_process), with the real tiny model: runs, reuse,
+"""The engine in a worker process (bench_core.run.engine_process), with the real tiny model: runs, reuse,
 cancel, and the faults that end a worker, each caused for real in the worker process."""
 
 import os
@@ -13,9 +13,9 @@ import pytest
 
 import engine_faults
 from bench_core.config import DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, RunConfig
-from bench_core.engine_process import ProcessRunner
-from bench_core.history import History
-from bench_core.runner import Runner
+from bench_core.run.engine_process import ProcessRunner
+from bench_core.store.history import History
+from bench_core.run.runner import Runner
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = "builtin:tiny-llama"

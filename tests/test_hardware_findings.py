@@ -6,15 +6,16 @@ import json
 import pandas as pd
 import pytest
 
-from bench_core import catalog, roofline
+from bench_core.hardware import roofline
+from bench_core.measure import catalog
 from bench_core.cli import main
 from bench_core.config import EngineConfig
-from bench_core.context_window import context_window
-from bench_core.history import History
-from bench_core.live_snapshot import TELEMETRY_WINDOW_S
-from bench_core.models import PICKABLE_MODELS, synthetic_is_built
-from bench_core.runner import Runner
-from bench_core.telemetry import CPU_CORES, PROCESS, RSS_BYTES, SAMPLE_COLUMNS, TELEMETRY_FILE
+from bench_core.engines.context_window import context_window
+from bench_core.store.history import History
+from bench_core.measure.live_snapshot import TELEMETRY_WINDOW_S
+from bench_core.models.resolve import PICKABLE_MODELS, synthetic_is_built
+from bench_core.run.runner import Runner
+from bench_core.hardware.telemetry import CPU_CORES, PROCESS, RSS_BYTES, SAMPLE_COLUMNS, TELEMETRY_FILE
 
 SAMPLED_ON_CPU = ("mean_process_cpu_cores", "peak_process_rss_gib")
 
@@ -166,7 +167,7 @@ def test_lmdeploy_gets_the_cached_folder_of_a_synthetic_model(tmp_path, monkeypa
 
 
 def test_loading_a_synthetic_model_for_the_first_time_says_it_is_building_it(tmp_path, monkeypatch):
-    from bench_core import runner as runner_module
+    from bench_core.run import runner as runner_module
     from bench_core.config import DatasetConfig, LoadConfig, RunConfig
 
     monkeypatch.setenv("BENCH_STUDIO_CACHE", str(tmp_path))
@@ -187,7 +188,7 @@ def test_loading_a_synthetic_model_for_the_first_time_says_it_is_building_it(tmp
 
 
 def test_telemetry_crosses_from_the_engine_process_live_and_into_the_record(tmp_path, tiny_model_path):
-    from bench_core.engine_process import ProcessRunner
+    from bench_core.run.engine_process import ProcessRunner
 
     runner = ProcessRunner(History(tmp_path))
     run = runner.submit(_two_streamed_requests())

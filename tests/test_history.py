@@ -18,13 +18,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench_core import csvstore, environment
+from bench_core import csvstore
+from bench_core.hardware import environment
 from bench_core.config import EngineConfig, LoadConfig, RunConfig, lmdeploy_hyperparams
 from bench_core.engines.base import EngineInfo
 from bench_core.errors import HistoryError
-from bench_core.history import History, RunRecord, local_now_iso, new_run_id
-from bench_core.catalog import LEGACY_COLUMNS
-from bench_core.history_import import HISTORY_LEAD_COLUMNS, SAVE_CSV_COLUMNS
+from bench_core.store.history import History, RunRecord, local_now_iso, new_run_id
+from bench_core.measure.catalog import LEGACY_COLUMNS
+from bench_core.store.history_import import HISTORY_LEAD_COLUMNS, SAVE_CSV_COLUMNS
 from profiled_runs import profiled_run, recorded_history
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -454,7 +455,7 @@ def test_environment_reports_versions_without_importing_lmdeploy():
         f"""
         import json, sys
         sys.path.insert(0, {str(ROOT)!r})
-        from bench_core.environment import collect_environment
+        from bench_core.hardware.environment import collect_environment
         print(json.dumps({{"env": collect_environment(), "lmdeploy_imported": "lmdeploy" in sys.modules}}))
         """
     )

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench_core.history import History
+from bench_core.store.history import History
 
 DATA = Path(__file__).resolve().parent / "data"
 WRITTEN = DATA / "history_round2"

@@ -112,3 +112,36 @@ def test_bench_core_imports_without_a_loop():
     graph = import_graph(BENCH_CORE)
     groups = cycles(graph)
     assert not groups, describe(groups, graph)
+
+
+# bench_core's packages in the order the data flows, lowest first: a package imports only those before it.
+LAYERS = ("redact", "errors", "csvstore", "request_status", "run_states", "models", "config", "load", "engines",
+          "measure", "hardware", "store", "views", "run", "sweep", "cli")
+TOP_LEVEL_MAX = 20
+
+
+def _package(module: str) -> str:
+    """bench_core.store.history -> store; bench_core.errors -> errors."""
+    return module.split(".")[1] if "." in module else module
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    packages: dict[str, set[str]] = {}
+    for name, targets in graph.items():
+        if name == "bench_core" or name == "bench_core.__main__":
+            continue
+        packages.setdefault(_package(name), set()).update(
+            _package(target) for target in targets if target != "bench_core" and _package(target) != _package(name))
+    return packages
+
+
+def test_bench_core_is_a_few_packages_by_role():
+    entries = sorted(path.name for path in BENCH_CORE.iterdir() if path.name != "__pycache__")
+    assert len(entries) <= TOP_LEVEL_MAX, entries
+    assert set(package_graph(import_graph(BENCH_CORE))) == set(LAYERS)
+
+
+def test_each_package_imports_only_the_packages_below_it_in_the_data_flow():
+    upward = sorted(f"{package} -> {target}" for package, targets in package_graph(import_graph(BENCH_CORE)).items()
+                    for target in targets if LAYERS.index(target) >= LAYERS.index(package))
+    assert upward == []

@@ -5,9 +5,9 @@ import pickle
 import numpy as np
 import pytest
 
-from bench_core import metrics
-from bench_core.latency_bins import GROWTH, N_BINS, BinnedLatencies, LatencyBins
-from bench_core.profiler import Profiler
+from bench_core.measure import metrics
+from bench_core.measure.latency_bins import GROWTH, N_BINS, BinnedLatencies, LatencyBins
+from bench_core.measure.profiler import Profiler
 
 PERCENTILES = [1, 25, 50, 75, 90, 95, 99, 99.9]
 

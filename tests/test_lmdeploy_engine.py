@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from bench_core.config import SPECULATIVE, EngineConfig, GenerationSettings, LoadConfig, knobs_for
-from bench_core.datasets import SampledRequest
+from bench_core.load.datasets import SampledRequest
 from bench_core.engines import lmdeploy_engine as lmd
 from bench_core.engines.base import EngineInfo
 from bench_core.errors import ConfigError

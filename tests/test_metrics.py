@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench_core import metrics
-from bench_core.catalog import CATALOG, METRICS
+from bench_core.measure import metrics
+from bench_core.measure.catalog import CATALOG, METRICS
 from bench_core.config import SLO
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bench_core.packages import REQUIREMENTS, install_command, missing
+from bench_core.models.packages import REQUIREMENTS, install_command, missing
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,7 +30,7 @@ sys.path.insert(0, {root!r})
 from transformers import AutoModelForCausalLM
 from transformers.utils.import_utils import is_accelerate_available
 from bench_core.errors import ModelError
-from bench_core.models import resolve_model
+from bench_core.models.resolve import resolve_model
 
 print("accelerate seen by transformers:", is_accelerate_available(), flush=True)
 for attempt in ("first", "second"):

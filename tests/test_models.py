@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench_core import models
+from bench_core.models import resolve as models
 from bench_core.errors import ModelError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,7 +132,7 @@ _BUILD_IN_A_PROCESS = """
 import sys, time
 from pathlib import Path
 sys.path.insert(0, {root!r})
-from bench_core.models import build_once
+from bench_core.models.resolve import build_once
 
 def build(out):
     (out / "builder").write_text(sys.argv[1])

@@ -12,8 +12,8 @@ from collections import Counter
 import pytest
 from openai_server import API_KEY, REUSE_PORTS, TOKENS_BEFORE_CUT, free_port, misbehaving_server, transformers_server  # noqa: F401 (fixtures)
 
-from bench_core.arrivals import achieved_rate
-from bench_core.datasets import SampledRequest
+from bench_core.load.arrivals import achieved_rate
+from bench_core.load.datasets import SampledRequest
 from bench_core.engines.base import RUN_ENDED
 from bench_core.errors import ConfigError
 from bench_core.engines.openai_client import (

@@ -8,14 +8,14 @@ import math
 import pytest
 from openai_server import free_port, misbehaving_server, transformers_server  # noqa: F401 (fixtures)
 
-from bench_core import runner as runner_module
-from bench_core.arrivals import achieved_rate
+from bench_core.run import runner as runner_module
+from bench_core.load.arrivals import achieved_rate
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.engines import check_run_config
-from bench_core.datasets import Sample, SampledRequest
+from bench_core.load.datasets import Sample, SampledRequest
 from bench_core.errors import ConfigError
-from bench_core.history import History
-from bench_core.runner import Runner
+from bench_core.store.history import History
+from bench_core.run.runner import Runner
 
 SECRET = "sk-never-write-me-0123456789"
 

@@ -12,12 +12,12 @@ import pytest
 from bench_core.config import EngineConfig, GenerationSettings
 from bench_core.engines import transformers_engine
 from bench_core.errors import ConfigError, DatasetError
-from bench_core.history import History
-from bench_core.playground import (
+from bench_core.store.history import History
+from bench_core.load.playground import (
     PlaygroundResult, check_request, parse_prompt_file, prompts_from_text, results_to_csv_bytes,
     results_to_jsonl_bytes,
 )
-from bench_core.runner import Runner
+from bench_core.run.runner import Runner
 from test_runner import tiny_config
 
 USER = "user"

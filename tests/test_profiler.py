@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from bench_core.config import SLO
-from bench_core.latency_bins import BinnedLatencies
-from bench_core.live_snapshot import describe_time_left, time_left_s
-from bench_core.profiler import Profiler, Session
+from bench_core.measure.latency_bins import BinnedLatencies
+from bench_core.measure.live_snapshot import describe_time_left, time_left_s
+from bench_core.measure.profiler import Profiler, Session
 from lmdeploy_reference import ENV_VAR, load_lmdeploy_profiler, locate_lmdeploy_profiler, why_missing
 
 PIPELINE_HYPERPARAMS = [("backend", "turbomind"), ("bs", 256), ("dataset_name", "sharegpt"),

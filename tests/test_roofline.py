@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from bench_core import roofline
+from bench_core.hardware import roofline
 from bench_core.errors import ModelError
-from bench_core.roofline import COMPUTE_BOUND, HOST_BOUND, MEMORY_BOUND, RunNumbers, gpu_peak, model_cost, verdict
-from bench_core.synthetic_models import SYNTHETIC_PRESETS, parameter_count
+from bench_core.hardware.roofline import COMPUTE_BOUND, HOST_BOUND, MEMORY_BOUND, RunNumbers, gpu_peak, model_cost, verdict
+from bench_core.models.synthetic import SYNTHETIC_PRESETS, parameter_count
 
 LLAMA_1B = SYNTHETIC_PRESETS["llama-3.2-1b"].hf_config()
 LLAMA_8B = SYNTHETIC_PRESETS["llama-3.1-8b"].hf_config()

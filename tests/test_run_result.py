@@ -7,7 +7,7 @@ import pytest
 
 from bench_core.config import RunConfig
 from bench_core.errors import HistoryError
-from bench_core.history import History, RunRecord
+from bench_core.store.history import History, RunRecord
 from bench_core.run_states import FINISHED
 from dashboard.run_result import result_from_history
 

@@ -7,8 +7,8 @@ import pytest
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.engines.transformers_engine import TransformersEngine
 from bench_core.errors import ConfigError
-from bench_core.history import History
-from bench_core.runner import Runner
+from bench_core.store.history import History
+from bench_core.run.runner import Runner
 
 
 def tiny_config(num_prompts=8, output_len=16, concurrency=4, stream=True, **engine) -> RunConfig:

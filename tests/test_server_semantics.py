@@ -17,13 +17,13 @@ import pytest
 from scripted_server import (CHUNK_GAP_S, FIRST_TOKEN_S, LAST_LINE_S, LAST_TEXT_S, TEXT_EVENTS,  # noqa: F401 (fixture)
                              USAGE_AFTER_S, scripted_server)
 
-from bench_core.arrivals import send_offsets
+from bench_core.load.arrivals import send_offsets
 from bench_core.cli import main
 from bench_core.config import DatasetConfig
-from bench_core.datasets import sample_requests
-from bench_core.history import History
+from bench_core.load.datasets import sample_requests
+from bench_core.store.history import History
 from bench_core.engines.openai_client import ServerSpec, build_payload
-from bench_core.tables import percentile_table
+from bench_core.views.tables import percentile_table
 
 N = 4
 CLOCK_S = 0.025  # sending to the server's clock start, plus scheduling on a busy 2-core machine

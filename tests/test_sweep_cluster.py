@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from bench_core.cli.common import EXIT_BAD_INPUT
-from bench_core.history import RESULTS_ENV, History
-from bench_core.runner import Runner
-from bench_core.sweep_cluster import PROJECT_ROOT, ClusterOptions, launcher, resources
-from bench_core.sweep_driver import resume_sweep, start_sweep
-from bench_core.sweep_store import SWEEP_REPEAT
+from bench_core.store.history import RESULTS_ENV, History
+from bench_core.run.runner import Runner
+from bench_core.sweep.cluster import PROJECT_ROOT, ClusterOptions, launcher, resources
+from bench_core.sweep.driver import resume_sweep, start_sweep
+from bench_core.sweep.store import SWEEP_REPEAT
 from dashboard.state import get_sweeps
 from test_app_sweep import open_sweep_page, set_up_tiny_sweep, start_sweep as start_on_page, table_with_column
 from test_sweep_driver import plan_of, tiny_base
@@ -38,7 +38,7 @@ def ray_cluster(tiny_model_path):
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     import ray
 
-    from bench_core.sweep_cluster import connect
+    from bench_core.sweep.cluster import connect
 
     connect("local", num_cpus=2, include_dashboard=False)
     yield ray
@@ -115,7 +115,7 @@ def test_a_grid_on_two_workers_records_what_the_serial_sweep_records_with_each_r
 
 @pytest.mark.timeout(60)
 def test_the_workers_run_the_code_shipped_as_their_working_directory(ray_cluster):
-    from bench_core.sweep_cluster import _worker_class
+    from bench_core.sweep.cluster import _worker_class
 
     worker = _worker_class().options(num_cpus=1).remote()
     where = ray_cluster.get(worker.where.remote())

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-import bench_core.runner as runner_module
+import bench_core.run.runner as runner_module
 from bench_core.config import RunConfig
 from bench_core.errors import ConfigError
-from bench_core.history import History
-from bench_core.runner import Runner
-from bench_core.sweep_driver import resume_sweep, start_sweep
-from bench_core.sweep_plan import SweepPlan, new_sweep_id, parse_sweep_arg
-from bench_core.sweep_store import SWEEP_REPEAT, load_plan, past_sweeps, remaining
+from bench_core.store.history import History
+from bench_core.run.runner import Runner
+from bench_core.sweep.driver import resume_sweep, start_sweep
+from bench_core.sweep.plan import SweepPlan, new_sweep_id, parse_sweep_arg
+from bench_core.sweep.store import SWEEP_REPEAT, load_plan, past_sweeps, remaining
 
 SWEEP_TIMEOUT_S = 120
 

@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
-from bench_core.sweep_estimate import ROUGH_CPU_LOAD_S, ROUGH_CPU_TOK_S, describe_seconds, estimate
-from bench_core.sweep_plan import SweepAxis, SweepPlan
+from bench_core.sweep.estimate import ROUGH_CPU_LOAD_S, ROUGH_CPU_TOK_S, describe_seconds, estimate
+from bench_core.sweep.plan import SweepAxis, SweepPlan
 
 
 def _plan(backend: str = "transformers", concurrencies=(1, 4), repeats: int = 1) -> SweepPlan:

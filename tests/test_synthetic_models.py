@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bench_core import models, synthetic_models
+from bench_core.models import resolve as models, synthetic as synthetic_models
 from bench_core.errors import ModelError
-from bench_core.synthetic_models import SYNTHETIC_PRESETS, custom_model_name, parameter_count, parse_synthetic_name
+from bench_core.models.synthetic import SYNTHETIC_PRESETS, custom_model_name, parameter_count, parse_synthetic_name
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = "synthetic:tiny"

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench_core import tables
+from bench_core.views import tables
 from bench_core.config import SLO
 from profiled_runs import OUTPUT_LEN, profiled_run, recorded_history
 

@@ -10,8 +10,8 @@ import pandas as pd
 import psutil
 import pytest
 
-from bench_core import telemetry
-from bench_core.telemetry import (CPU_CORES, CPU_PERCENT, GPU_MEMORY_BYTES, GPU_UTIL_PERCENT, MACHINE, POWER_W,
+from bench_core.hardware import telemetry
+from bench_core.hardware.telemetry import (CPU_CORES, CPU_PERCENT, GPU_MEMORY_BYTES, GPU_UTIL_PERCENT, MACHINE, POWER_W,
                                   PROCESS, RSS_BYTES, Sample, TelemetrySampler, samples_frame)
 
 BUSY_WITH_300_MB = "data = b'x' * 300_000_000\nwhile True:\n    pass\n"

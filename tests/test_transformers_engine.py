@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from bench_core.config import EngineConfig, GenerationSettings, LoadConfig
-from bench_core.datasets import SampledRequest
+from bench_core.load.datasets import SampledRequest
 from bench_core.engines import engine_settings_key, transformers_engine
 from bench_core.errors import ModelError
 

@@ -97,7 +97,7 @@ _percentiles.__name__ = "comma-separated numbers"
 
 def add_results_flag(group, help_text: str, **options) -> None:
     """--results: the history folder, by default $BENCH_STUDIO_RESULTS, else ./results."""
-    from ..history import RESULTS_ENV
+    from ..store.history import RESULTS_ENV
 
     group.add_argument("--results", default=os.environ.get(RESULTS_ENV, "results"),
                        help=f"{help_text}; env {RESULTS_ENV}", **options)
@@ -137,7 +137,7 @@ def run_config(args: argparse.Namespace, engine: EngineConfig, dataset: DatasetC
 
 
 def progress_line(run) -> str:
-    from ..live_snapshot import describe_time_left
+    from ..measure.live_snapshot import describe_time_left
     from ..run_states import RUNNING
 
     snap = run.snapshot()
@@ -174,7 +174,7 @@ def wait_with_progress(job, describe=None) -> bool:
 def open_history(root: str):
     """The history under `root`, tidied as every start does (History.tidy): what that did is one warning line
     each on stderr; a history that cannot be used raises its HistoryError before any run starts."""
-    from ..history import History
+    from ..store.history import History
 
     history = History(root)
     history.tidy()
@@ -231,8 +231,8 @@ def report_unmeasured(run) -> int | None:
 def print_hardware_findings(run) -> None:
     """After the tables: a random-weight model said as such, the run's telemetry (the catalog's sampled metrics it
     has) and its roofline verdict with the numbers behind it."""
-    from ..catalog import sampled_values
-    from ..roofline import describe_roofline
+    from ..measure.catalog import sampled_values
+    from ..hardware.roofline import describe_roofline
 
     record = run.record
     if record is None:
@@ -294,7 +294,7 @@ def run_each(history, configs: Iterable[RunConfig], csv_path: str,
     the history and reported. The exit code: the first run that measured nothing or was interrupted ends the
     command with its own; else the worst of the runs' codes, failed before partial."""
     from ..run_states import MEASURED
-    from ..runner import Runner
+    from ..run.runner import Runner
 
     runner = Runner(history)
     status, run = EXIT_OK, None

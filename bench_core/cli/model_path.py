@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..synthetic_models import SYNTHETIC_MODELS
+from ..models.synthetic import SYNTHETIC_MODELS
 from .common import EXIT_OK, Command
 
 
@@ -22,7 +22,7 @@ class ModelPathCommand(Command):
                                          "vocab=..)")
 
     def run(self, args: argparse.Namespace) -> int:
-        from ..models import resolve_model
+        from ..models.resolve import resolve_model
 
         print(resolve_model(args.name))
         return EXIT_OK

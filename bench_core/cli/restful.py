@@ -19,13 +19,14 @@ import socket
 import urllib.parse
 from datetime import datetime
 
-from .. import csvstore, metrics
-from ..catalog import BEYOND_LMDEPLOY
+from .. import csvstore
+from ..measure import metrics
+from ..measure.catalog import BEYOND_LMDEPLOY
 from ..config import DATASET_NAMES, EngineConfig, GenerationSettings, LoadConfig, RunConfig
 from ..engines import check_run_config
 from ..engines.openai_client import REQUEST_DEADLINE_S, ServerError, api_root, discover_model
 from ..errors import ConfigError
-from ..history_import import RESTFUL_COLUMNS
+from ..store.history_import import RESTFUL_COLUMNS
 from .common import (
     EXIT_CODES_HELP, EngineCommand, add_record_flags, check_writable, dataset_from_args, open_history,
     run_config, run_each,

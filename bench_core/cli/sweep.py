@@ -21,9 +21,9 @@ import pandas as pd
 from ..csvstore import append_row
 from ..errors import ConfigError
 from ..run_states import FINISHED
-from ..sweep_plan import SWEEPABLE, SweepPlan, describe_point, new_sweep_id, parse_sweep_arg
-from ..sweep_results import mean_with_interval, point_statistics, sweep_runs
-from ..tables import describe_column
+from ..sweep.plan import SWEEPABLE, SweepPlan, describe_point, new_sweep_id, parse_sweep_arg
+from ..sweep.results import mean_with_interval, point_statistics, sweep_runs
+from ..views.tables import describe_column
 from .common import (
     EXIT_BAD_INPUT, SWEEP_EXIT_CODES_HELP, Command, EngineCommand, HelpFormatter, Parser, add_results_flag,
     append_csv_row, check_writable, open_history, progress_line, sweep_outcome, wait_with_progress,
@@ -72,8 +72,8 @@ class SweepCommand(Command):
             add_cluster_flags(command.add_argument_group("on a Ray cluster"), default=argparse.SUPPRESS)
 
     def run(self, args: argparse.Namespace) -> int:
-        from ..runner import Runner
-        from ..sweep_driver import resume_sweep, start_sweep
+        from ..run.runner import Runner
+        from ..sweep.driver import resume_sweep, start_sweep
 
         if args.resume and args.engine_command:
             raise ConfigError("Give --resume SWEEP_ID on its own: a resumed sweep keeps the settings it was started with.")
@@ -115,7 +115,7 @@ def add_cluster_flags(group, default=None) -> None:
 def cluster_launch(args: argparse.Namespace):
     """How the sweep's runs are run: sweep_driver's default (here) without --ray-address, else on the cluster
     (connected now: Ray missing or the cluster unreachable is a ConfigError before anything is saved)."""
-    from ..sweep_cluster import launch_for
+    from ..sweep.cluster import launch_for
 
     if not args.ray_address and (args.cpus_per_point != 1 or args.retries):
         raise ConfigError("--cpus-per-point and --retries apply to sweeps on a Ray cluster: add --ray-address.")
@@ -146,7 +146,7 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
         return EXIT_BAD_INPUT
     states = sweep.point_states()  # a cluster sweep: where each run ran
     if states:
-        from ..sweep_cluster import states_table
+        from ..sweep.cluster import states_table
 
         print(states_table(states).drop(columns="progress").to_string(index=False), file=sys.stderr)
     runs = sweep_runs(history.load(), plan)

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from ..config import EngineConfig, GenerationSettings, LoadConfig
-from ..datasets import SampledRequest
+from ..load.datasets import SampledRequest
 from ..errors import ConfigError
-from ..playground import Conversation, PlaygroundResult
+from ..load.playground import Conversation, PlaygroundResult
 
 EventKind = Literal["admit", "tokens", "finish"]
 

@@ -35,9 +35,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 from ..config import ENGINE_KNOBS, EngineConfig, GenerationSettings, LoadConfig, knobs_for
-from ..datasets import SampledRequest
+from ..load.datasets import SampledRequest
 from ..errors import ConfigError, ModelError
-from ..playground import Conversation, PlaygroundResult, prompt_preview
+from ..load.playground import Conversation, PlaygroundResult, prompt_preview
 from .base import Backend, Engine, EngineEvent, EngineInfo
 from .gpu_probe import gpu_facts
 
@@ -363,7 +363,7 @@ def build_engine(engine: EngineConfig, load: LoadConfig) -> LMDeployEngine:
 
 
 def _model_path(name: str) -> str:
-    from ..models import CACHED_MODEL_PREFIXES, resolve_model
+    from ..models.resolve import CACHED_MODEL_PREFIXES, resolve_model
 
     if name.startswith(CACHED_MODEL_PREFIXES):  # built (or found) in our cache, as the other engines do
         return resolve_model(name)

@@ -51,8 +51,8 @@ import aiohttp
 import numpy as np
 import yarl
 
-from ..arrivals import ArrivalReport, arrival_report, send_offsets
-from ..datasets import SampledRequest
+from ..load.arrivals import ArrivalReport, arrival_report, send_offsets
+from ..load.datasets import SampledRequest
 from ..errors import BenchError, ConfigError
 from .base import RUN_ENDED, EngineEvent
 from .openai_stream import ERROR_BODY_CHARS, SSEMessage, SSEParser, StreamReader, error_text

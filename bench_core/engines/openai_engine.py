@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..config import EngineConfig, GenerationSettings, LoadConfig, sampling_problems
-from ..datasets import SampledRequest
+from ..load.datasets import SampledRequest
 from ..errors import ConfigError, ModelError
-from ..models import load_tokenizer
+from ..models.resolve import load_tokenizer
 from ..redact import redact_text
 from .base import NOT_SENT, Backend, Engine, EngineEvent, EngineInfo
 

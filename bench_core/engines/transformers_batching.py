@@ -15,8 +15,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from ..config import EngineConfig, GenerationSettings
-from ..datasets import SampledRequest
-from ..models import last_line
+from ..load.datasets import SampledRequest
+from ..models.resolve import last_line
 from .base import EngineEvent
 
 # The KV cache on CPU shares RAM with everything else, so a cache sized for the batch is capped at this.

@@ -17,10 +17,10 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 
 from ..config import EngineConfig, GenerationSettings, LoadConfig
-from ..datasets import SampledRequest
+from ..load.datasets import SampledRequest
 from ..errors import ModelError
-from ..models import last_line, resolve_model
-from ..playground import Conversation, PlaygroundResult, prompt_preview
+from ..models.resolve import last_line, resolve_model
+from ..load.playground import Conversation, PlaygroundResult, prompt_preview
 from .base import Backend, Engine, EngineEvent, EngineInfo
 from .gpu_probe import gpu_facts
 from .transformers_batching import ContinuousBatchRun

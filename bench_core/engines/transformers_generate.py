@@ -13,8 +13,8 @@ import time
 from collections.abc import Iterator, Sequence
 
 from ..config import GenerationSettings
-from ..datasets import SampledRequest
-from ..models import last_line
+from ..load.datasets import SampledRequest
+from ..models.resolve import last_line
 from .base import EngineEvent
 from .transformers_batching import POLL_S, sampling_kwargs
 

@@ -17,8 +17,8 @@ import pytest
 from PIL import Image
 from playwright.sync_api import Locator, Page, expect
 
-from bench_core.history import History
-from bench_core.history_import import SAVE_CSV_COLUMNS
+from bench_core.store.history import History
+from bench_core.store.history_import import SAVE_CSV_COLUMNS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 

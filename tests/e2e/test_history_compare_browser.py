@@ -13,8 +13,8 @@ from playwright.sync_api import Page, expect
 from test_browser import FIRST_CHART_TIMEOUT_MS, dataframe_with_cell, select_grid_row
 
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
-from bench_core.history import History
-from bench_core.runner import Runner
+from bench_core.store.history import History
+from bench_core.run.runner import Runner
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 

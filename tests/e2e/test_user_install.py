@@ -20,7 +20,7 @@ from dashboard_server import ROOT, VIEWPORT, AppServer, free_port, serve
 from playwright.sync_api import Browser, expect
 from test_browser import fill_number, open_run_page, sidebar
 
-from bench_core.history import History
+from bench_core.store.history import History
 
 pytestmark = [pytest.mark.e2e, pytest.mark.user_install]
 

@@ -14,7 +14,7 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Locator, Page, expect
 from test_browser import FIRST_CHART_TIMEOUT_MS, TINY_MODEL, choose_model, dataframe_with_cell
 
-from bench_core.profiler import Profiler, Session
+from bench_core.measure.profiler import Profiler, Session
 from profiled_runs import recorded_history
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]

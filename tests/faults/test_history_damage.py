@@ -16,9 +16,9 @@ from streamlit.testing.v1 import AppTest
 
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.errors import HistoryColumnsError
-from bench_core.history import RESULTS_ENV, History, RunRecord
-from bench_core.history_leftovers import STALE_AFTER_S
-from bench_core.runner import Runner
+from bench_core.store.history import RESULTS_ENV, History, RunRecord
+from bench_core.store.leftovers import STALE_AFTER_S
+from bench_core.run.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))

@@ -24,8 +24,8 @@ from bench_core import csvstore
 from bench_core.cli import build_parser, main
 from bench_core.cli.restful import base_url
 from bench_core.config import RunConfig
-from bench_core.datasets import SampledRequest
-from bench_core.history import History, RunRecord, history_row
+from bench_core.load.datasets import SampledRequest
+from bench_core.store.history import History, RunRecord, history_row
 from bench_core.engines.openai_client import ServerSpec, run_requests
 
 ROOT = Path(__file__).resolve().parents[2]

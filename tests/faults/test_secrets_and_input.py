@@ -19,8 +19,8 @@ from streamlit.testing.v1 import AppTest
 
 from bench_core import csvstore
 from bench_core.errors import HistoryError
-from bench_core.history import History
-from bench_core.playground import PlaygroundResult, results_to_csv_bytes
+from bench_core.store.history import History
+from bench_core.load.playground import PlaygroundResult, results_to_csv_bytes
 from tests.app_under_test import APP
 from tests.openai_server import _make_app, free_port, serving
 
@@ -123,7 +123,7 @@ def test_a_server_quoting_the_credentials_in_its_errors_gets_them_recorded_nowhe
 
 def test_the_dashboards_engine_process_masks_credentials_a_server_quotes_in_what_the_page_shows(tmp_path):
     from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
-    from bench_core.engine_process import ProcessRunner
+    from bench_core.run.engine_process import ProcessRunner
 
     seen = []
     with serving(recording_app(seen, quote_credentials=True)) as url:

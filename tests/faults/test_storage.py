@@ -21,8 +21,8 @@ import pytest
 
 from bench_core import csvstore
 from bench_core.errors import HistoryError
-from bench_core.history import History
-from bench_core.models import cache_dir
+from bench_core.store.history import History
+from bench_core.models.resolve import cache_dir
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from openai_server import misbehaving_server  # noqa: E402,F401 (fixture)

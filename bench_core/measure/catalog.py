@@ -1,0 +1,483 @@
+"""The metric catalog: every metric the app reports, declared once, with its formula beside it.
+
+A `Metric` says what a metric is called (key, label, LMDeploy's column and console row where LMDeploy has
+them), its unit and display unit, which direction is better, whether it needs a streamed run, how it is
+computed (a formula per request over the per-request table, an aggregate over the run, or a value derived
+from other columns of a history row) and which statistics it gets. Everything that names a metric is
+generated from `CATALOG`: the summary keys, which are also the history columns (`Metric.column`), their
+descriptions (`find_column`), the console and dashboard tables, LMDeploy's CSV row (`lmdeploy_row`), the
+compare table's and the sweep picker's default metrics, and chart axes. Adding a metric is one `Metric(...)`.
+
+Definitions follow `lmdeploy/profiler.py` for the names it shares (README, "What is measured"), so the same
+ticks give the same numbers. Times are stored in seconds and shown in ms (`display_scale`); a summary key
+carries the display unit when there is one (`p99_ttft_ms`). Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..load.arrivals import achieved_rate, in_flight_over_time
+from ..request_status import CANCELLED, FAILED, INCOMPLETE, SUCCESS, UNFINISHED
+
+PERCENTILES = "percentiles"  # stands for every configured percentile, p50 ... p99.9
+DISTRIBUTION = ("mean", "std", "min", "max", PERCENTILES)
+VALUE = ("value",)  # one number for the run, under the metric's own column
+MEAN_AND_P99 = ("mean", "p99")
+NOT_MEASURED = "-"  # LMDeploy's own marker in its CSV for a value that was not measured
+_STATISTIC_LABELS = {"mean": "Mean", "std": "Std of", "min": "Min", "max": "Max"}
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What an aggregate formula reads: the per-request table and what the summary already worked out."""
+
+    table: pd.DataFrame
+    status: np.ndarray
+    ok: np.ndarray  # the successful requests, the only ones LMDeploy's metrics count
+    duration_s: float
+    failure_reasons: str
+    good: np.ndarray | None  # requests meeting the SLO; None without an SLO
+
+    def count(self, status: str) -> int:
+        return int(np.count_nonzero(self.status == status))
+
+    def has(self, column: str) -> bool:
+        return column in self.table
+
+
+PerRequest = Callable[[pd.DataFrame, bool], "np.ndarray | list[np.ndarray] | None"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric. Exactly one of `per_request`, `aggregate`, `derived` and `sampled` is its formula:
+
+    - `per_request(table, streamed)`: one value per request (or a list of values per request, like ITL),
+      None when the table lacks what it needs; the summary gets `statistics` over the successful requests
+      (all requests when `over_successes` is False), NaN values left out;
+    - `aggregate(facts)`: one value for the run, None when it does not apply (then the key is absent);
+    - `derived(column)`: a history column computed from the columns named in `needs` (`column(name)` reads
+      one as numbers), for runs compared or swept;
+    - `sampled(telemetry)`: one value for the run from its hardware samples' summary over the measured window
+      (telemetry.telemetry_summary), None when not measured (GPU values on a CPU run).
+    """
+
+    key: str
+    label: str
+    unit: str
+    larger_is_better: bool | None
+    definition: str
+    display_unit: str = ""
+    display_scale: float = 1.0
+    short_label: str = ""  # a table row's name when the label is long ("TTFT")
+    needs_streaming: bool = False
+    server_only: bool = False  # needs the columns an HTTP client adds to the per-request table
+    per_request: PerRequest | None = None
+    over_successes: bool = True
+    integer_percentiles: bool = False  # truncated to integers, as LMDeploy prints tokens per tick
+    aggregate: Callable[[RunFacts], Any] | None = None
+    derived: Callable[[Callable[[str], pd.Series]], pd.Series] | None = None
+    needs: tuple[str, ...] = ()
+    sampled: Callable[[Mapping[str, Any]], Any] | None = None
+    statistics: tuple[str, ...] = VALUE
+    value_column: str = ""  # a single-valued metric's column when it is not its key ("duration_s")
+    lmdeploy: str = ""  # LMDeploy's save_csv column (of the mean, for a distribution)
+    lmdeploy_digits: int | None = None  # how LMDeploy formats it there; None: as it is
+    lmdeploy_label: str = ""  # its row in LMDeploy's console table
+    compared: tuple[str, ...] = ()  # statistics the compare table shows by default
+    swept: tuple[str, ...] = ()  # statistics the sweep metric picker offers
+
+    @property
+    def shown_unit(self) -> str:
+        return self.display_unit or self.unit
+
+    @property
+    def title(self) -> str:
+        return f"{self.label} ({self.shown_unit})" if self.shown_unit else self.label
+
+    @property
+    def row_title(self) -> str:
+        """Its row in a table of statistics: the short label with the unit."""
+        return f"{self.short_label or self.label} ({self.shown_unit})"
+
+    @property
+    def console_title(self) -> str:
+        """Its row below LMDeploy's console table, which is in stored units (seconds), as that table is."""
+        return f"{self.short_label or self.label} ({self.unit})"
+
+    @property
+    def is_distribution(self) -> bool:
+        return self.statistics != VALUE
+
+    def column(self, statistic: str = "value") -> str:
+        """The summary key and history column of one statistic ("mean", "p99", or "value")."""
+        if not self.is_distribution:
+            return self.value_column or self.key
+        unit = f"_{self.display_unit}" if self.display_unit else ""
+        return f"{statistic}_{self.key}{unit}"
+
+    @property
+    def mean_column(self) -> str:
+        return self.column("mean" if self.is_distribution else "value")
+
+
+def percentile_key(q: float) -> str:
+    """'p50' for 50 or 50.0, 'p99.9' for 99.9: the history column spelling."""
+    return f"p{int(q)}" if float(q).is_integer() else f"p{q}"
+
+
+def expand(statistics: Sequence[str], percentiles: Sequence[float]) -> list[str]:
+    """Statistic names with PERCENTILES replaced by the configured ones."""
+    names: list[str] = []
+    for stat in statistics:
+        if stat == PERCENTILES:
+            names.extend(percentile_key(q) for q in percentiles)
+        else:
+            names.append(stat)
+    return names
+
+
+def rate(count: float, duration_s: float) -> float:
+    """count / duration, or NaN when the duration is not a positive number."""
+    if not duration_s > 0:
+        return math.nan
+    return count / duration_s
+
+
+# ---- per-request formulas over the per-request table ------------------------------------------
+
+def _floats(table: pd.DataFrame, column: str) -> np.ndarray:
+    return table[column].to_numpy(dtype=np.float64)
+
+
+def _lists(table: pd.DataFrame, column: str, dtype) -> list[np.ndarray]:
+    return [np.asarray([] if cell is None else cell, dtype=dtype) for cell in table[column].to_numpy(dtype=object)]
+
+
+def tpot_to_last_line(e2e_last_line_s: np.ndarray, ttft_s: np.ndarray, output_len: np.ndarray) -> np.ndarray:
+    """profile_restful_api.py's TPOT: (E2E to the last line - TTFT) / (output tokens - 1); NaN under 2 tokens."""
+    output_len = np.asarray(output_len, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tpot = (np.asarray(e2e_last_line_s, dtype=np.float64) - np.asarray(ttft_s, dtype=np.float64)) / (output_len - 1)
+    return np.where(output_len > 1, tpot, np.nan)
+
+
+def _tpot_last_line(table: pd.DataFrame, streamed: bool) -> np.ndarray | None:
+    # Unstreamed, profile_restful_api.py's completions client has no TTFT and divides the whole E2E.
+    if "e2e_last_line_s" not in table:
+        return None
+    ttft = _floats(table, "ttft_s") if streamed else np.zeros(len(table))
+    return tpot_to_last_line(_floats(table, "e2e_last_line_s"), ttft, table["output_len"].to_numpy())
+
+
+def _ttft_per_1k_input(table: pd.DataFrame, streamed: bool) -> np.ndarray:
+    input_len = table["input_len"].to_numpy(dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(input_len > 0, _floats(table, "ttft_s") / input_len * 1000, np.nan)
+
+
+def _decode_tokens_per_s(table: pd.DataFrame, streamed: bool) -> np.ndarray:
+    after_first = table["output_len"].to_numpy(dtype=np.float64) - 1
+    span = _floats(table, "e2e_s") - _floats(table, "ttft_s")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where((after_first > 0) & (span > 0), after_first / span, np.nan)
+
+
+def _send_lag(table: pd.DataFrame, streamed: bool) -> np.ndarray | None:
+    return _floats(table, "sent_s") - _floats(table, "scheduled_s") if "sent_s" in table else None
+
+
+# ---- aggregate formulas over the run ---------------------------------------------------------
+
+def _sent(run: RunFacts) -> np.ndarray:
+    sent = _floats(run.table, "sent_s")
+    return sent[~np.isnan(sent)]
+
+
+def _peak_in_flight(run: RunFacts) -> int:
+    sent, ended = _floats(run.table, "sent_s"), _floats(run.table, "ended_s")
+    spans = ~np.isnan(sent) & ~np.isnan(ended)
+    _, in_flight = in_flight_over_time(sent[spans], ended[spans])
+    return int(in_flight.max()) if in_flight.size else 0
+
+
+def _total_input(run: RunFacts) -> int:
+    return sum(run.table["input_len"].to_numpy()[run.ok].tolist())
+
+
+def _total_output(run: RunFacts) -> int:
+    return int(run.table["output_len"].to_numpy()[run.ok].sum())
+
+
+def _only_with(column: str, formula: Callable[[RunFacts], Any]) -> Callable[[RunFacts], Any]:
+    return lambda run: formula(run) if run.has(column) else None
+
+
+# ---- derived formulas over history columns ---------------------------------------------------
+
+def _per_user(column: Callable[[str], pd.Series]) -> pd.Series:
+    tpot_ms = column("mean_tpot_ms")
+    return 1000.0 / tpot_ms.where(tpot_ms > 0)
+
+
+def _attainment(column: Callable[[str], pd.Series]) -> pd.Series:
+    total = column("total_requests")
+    return column("good_requests") / total.where(total > 0)
+
+
+# ---- sampled formulas over the telemetry summary ------------------------------------------------
+
+_GIB = 1024**3
+
+
+def _in_gib(key: str) -> Callable[[Mapping[str, Any]], Any]:
+    return lambda telemetry: None if telemetry.get(key) is None else telemetry[key] / _GIB
+
+
+def _sampled(key: str) -> Callable[[Mapping[str, Any]], Any]:
+    return lambda telemetry: telemetry.get(key)
+
+
+# ---- the catalog -----------------------------------------------------------------------------
+
+_MS = dict(unit="s", display_unit="ms", display_scale=1000.0)
+CATALOG: tuple[Metric, ...] = (
+    Metric("total_requests", "Total requests", "requests", None, "Every request of the run.",
+           aggregate=lambda run: len(run.table)),
+    Metric("completed", "Completed requests", "requests", True,
+           "Requests that finished successfully with at least the requested tokens.",
+           aggregate=lambda run: run.count(SUCCESS), lmdeploy="completed", compared=VALUE),
+    Metric("failed", "Failed requests", "requests", False, "Requests the engine failed.",
+           aggregate=lambda run: run.count(FAILED), compared=VALUE),
+    Metric("incomplete", "Incomplete requests", "requests", False,
+           "Requests that finished with fewer tokens than requested.",
+           aggregate=lambda run: run.count(INCOMPLETE), compared=VALUE),
+    Metric("unfinished", "Unfinished requests", "requests", False,
+           "Requests still running or never sent when the run ended.", aggregate=lambda run: run.count(UNFINISHED)),
+    Metric("cancelled", "Cancelled requests", "requests", None, "Requests stopped by the user's cancel.",
+           aggregate=lambda run: run.count(CANCELLED)),
+    Metric("failure_reasons", "Failure reasons", "", None,
+           "Reason: count over the requests that did not succeed (cancelled ones left out).",
+           aggregate=lambda run: run.failure_reasons),
+    Metric("total_input_tokens", "Total input tokens", "tokens", None, "Prompt tokens of completed requests.",
+           aggregate=_total_input, lmdeploy="total_input_tokens"),
+    Metric("total_output_tokens", "Total output tokens", "tokens", None, "Output tokens of completed requests.",
+           aggregate=_total_output, lmdeploy="total_output_tokens"),
+    Metric("duration", "Benchmark duration", "s", False, "From Profiler.start() to Profiler.finish().",
+           aggregate=lambda run: run.duration_s, value_column="duration_s", lmdeploy="duration", compared=VALUE),
+    Metric("request_throughput", "Request throughput", "req/s", True, "Completed requests / benchmark duration.",
+           aggregate=lambda run: rate(run.count(SUCCESS), run.duration_s),
+           lmdeploy="request_throughput", lmdeploy_digits=3, compared=VALUE, swept=VALUE),
+    Metric("input_throughput", "Input throughput", "tok/s", True,
+           "Prompt tokens of completed requests / benchmark duration.",
+           aggregate=lambda run: rate(_total_input(run), run.duration_s),
+           lmdeploy="input_throughput", lmdeploy_digits=3, compared=VALUE),
+    Metric("output_throughput", "Output throughput", "tok/s", True,
+           "Output tokens of completed requests / benchmark duration.",
+           aggregate=lambda run: rate(_total_output(run), run.duration_s),
+           lmdeploy="output_throughput", lmdeploy_digits=3, compared=VALUE, swept=VALUE),
+    Metric("e2e", "End-to-end latency", **_MS, larger_is_better=False,
+           definition="ts[-1] - ts[0]: from the request's start tick to its last tick; for a server, to the last "
+                      "chunk with output (vLLM's convention).",
+           per_request=lambda table, streamed: _floats(table, "e2e_s"), statistics=DISTRIBUTION,
+           lmdeploy="mean_e2e_latency_ms", lmdeploy_digits=3, lmdeploy_label="End-to-end Latency",
+           compared=MEAN_AND_P99, swept=("mean",)),
+    Metric("ttft", "Time to first token", **_MS, larger_is_better=False, short_label="TTFT", needs_streaming=True,
+           definition="ts[1] - ts[0]: from the start tick to the first response chunk (streaming only).",
+           per_request=lambda table, streamed: _floats(table, "ttft_s"), statistics=DISTRIBUTION,
+           lmdeploy="mean_ttft_ms", lmdeploy_digits=3, lmdeploy_label="Time to First Token (TTFT)",
+           compared=MEAN_AND_P99, swept=MEAN_AND_P99),
+    Metric("tpot", "Time per output token", **_MS, larger_is_better=False, short_label="TPOT",
+           definition="(ts[-1] - ts[1]) / (ns[-1] - ns[1]); when the first chunk carried every token, "
+                      "(ts[-1] - ts[0]) / (ns[-1] - ns[0]), which includes the prefill. For a server, to the last "
+                      "chunk with output (vLLM's convention).",
+           per_request=lambda table, streamed: _floats(table, "tpot_s"), statistics=DISTRIBUTION,
+           lmdeploy="mean_tpot_ms", lmdeploy_digits=3, lmdeploy_label="Time per Output Token (TPOT)",
+           compared=MEAN_AND_P99, swept=MEAN_AND_P99),
+    Metric("itl", "Inter-token latency", **_MS, larger_is_better=False, short_label="ITL", needs_streaming=True,
+           definition="Every gap between ticks after the first chunk (streaming only); a server's ticks are "
+                      "its SSE events.",
+           per_request=lambda table, streamed: _lists(table, "itl_s", np.float64), statistics=DISTRIBUTION,
+           lmdeploy="mean_itl_ms", lmdeploy_digits=3, lmdeploy_label="Inter-token Latency (ITL)",
+           compared=MEAN_AND_P99, swept=("mean",)),
+    Metric("e2e_last_line", "End-to-end latency to the last line", **_MS, larger_is_better=False,
+           short_label="E2E to last line (LMDeploy)", server_only=True,
+           definition="From sending a request to the last line of its stream (the usage chunk or [DONE]): "
+                      "profile_restful_api.py's E2E (HTTP servers only).",
+           per_request=lambda table, streamed: _floats(table, "e2e_last_line_s") if "e2e_last_line_s" in table
+           else None, statistics=DISTRIBUTION),
+    Metric("tpot_last_line", "Time per output token to the last line", **_MS, larger_is_better=False,
+           short_label="TPOT to last line (LMDeploy)", server_only=True,
+           definition="(E2E to the last line - TTFT) / (output tokens - 1), for requests of 2 tokens or more: "
+                      "profile_restful_api.py's TPOT (HTTP servers only).",
+           per_request=_tpot_last_line, statistics=DISTRIBUTION),
+    # Absent from tables stored before the column existed: then not measured.
+    Metric("tokens_per_tick", "Tokens per tick", "tokens", True, "Output tokens per response chunk (streaming only).",
+           needs_streaming=True, statistics=("mean", PERCENTILES), integer_percentiles=True,
+           per_request=lambda table, streamed: _lists(table, "tokens_per_tick", np.int64)
+           if "tokens_per_tick" in table else [], lmdeploy_label="Tokens per Tick"),
+    Metric("good_requests", "Good requests", "requests", True, "Completed requests meeting every set SLO threshold.",
+           aggregate=lambda run: None if run.good is None else int(run.good.sum())),
+    Metric("goodput", "Goodput", "req/s", True,
+           "Completed requests meeting every set SLO threshold / benchmark duration.",
+           aggregate=lambda run: None if run.good is None else rate(int(run.good.sum()), run.duration_s),
+           value_column="goodput_rps", compared=VALUE, swept=VALUE),
+    Metric("total_output_tokens_retokenized", "Total output tokens (retokenized)", "tokens", None,
+           "LMDeploy's retokenized count of the completed requests' output (HTTP servers only).", server_only=True,
+           aggregate=_only_with("retokenized_output_len", lambda run: int(np.nansum(
+               _floats(run.table, "retokenized_output_len")[run.ok])))),
+    Metric("length_mismatches", "Length mismatches", "requests", False,
+           "Served requests whose length differs from the one asked (HTTP servers only).", server_only=True,
+           aggregate=_only_with("length_mismatch", lambda run: int(
+               run.table["length_mismatch"].fillna(False).astype(bool).sum()))),
+    Metric("achieved_rate", "Achieved request rate", "req/s", None,
+           "Requests sent per second, between the first and the last send (HTTP servers only).", server_only=True,
+           aggregate=_only_with("sent_s", lambda run: achieved_rate(_sent(run)))),
+    Metric("send_lag", "Send lag", **_MS, larger_is_better=False, server_only=True,
+           definition="How late each request was sent against its schedule (HTTP servers only).",
+           per_request=_send_lag, over_successes=False, statistics=("mean", "max")),
+    Metric("peak_in_flight", "Peak requests in flight", "requests", None,
+           "The most requests in flight at once (HTTP servers only).", server_only=True,
+           aggregate=_only_with("sent_s", _peak_in_flight)),
+    Metric("ttft_per_1k_input", "TTFT per 1,000 input tokens", **_MS, larger_is_better=False, needs_streaming=True,
+           definition="ttft_s / input_len * 1000: time to first token per thousand prompt tokens.",
+           per_request=_ttft_per_1k_input, statistics=DISTRIBUTION, compared=MEAN_AND_P99, swept=MEAN_AND_P99),
+    Metric("decode_tokens_per_s", "Decode tokens/s per request", "tok/s", True, needs_streaming=True,
+           definition="(output tokens - 1) / (E2E - TTFT): the tokens after the first over the time after it.",
+           per_request=_decode_tokens_per_s, statistics=DISTRIBUTION, compared=("mean", "p50"),
+           swept=("mean", "p50")),
+    Metric("output_throughput_per_user", "Output throughput per user", "tok/s", True,
+           "1000 / mean TPOT in ms: the decode speed one request sees.", derived=_per_user,
+           needs=("mean_tpot_ms",), swept=VALUE),
+    Metric("slo_attainment", "SLO attainment", "fraction", True,
+           "Good requests / all requests; NaN for runs without an SLO.", derived=_attainment,
+           needs=("good_requests", "total_requests"), swept=VALUE),
+    # Hardware telemetry (telemetry.py), sampled at 10 Hz in the engine's process, over the measured window.
+    Metric("mean_gpu_util_percent", "Mean GPU utilisation", "%", True,
+           "Time-weighted mean over the run of NVML's utilisation (share of time a kernel ran), averaged over the "
+           "visible GPUs.", sampled=_sampled("mean_gpu_util_percent"), compared=VALUE, swept=VALUE),
+    Metric("peak_gpu_memory_gib", "Peak GPU memory", "GiB", None,
+           "The most memory used on any visible GPU in a sample during the run (NVML, the whole device).",
+           sampled=_in_gib("peak_gpu_memory_bytes")),
+    Metric("mean_gpu_power_w", "Mean GPU power", "W", None,
+           "Time-weighted mean of the visible GPUs' power draw together over the run (NVML).",
+           sampled=_sampled("mean_gpu_power_w")),
+    Metric("energy_per_output_token_j", "Energy per output token", "J/token", False,
+           "The GPUs' power integrated over the run (trapezoid rule) / output tokens of completed requests.",
+           sampled=_sampled("energy_per_output_token_j"), compared=VALUE, swept=VALUE),
+    Metric("mean_process_cpu_cores", "Engine process CPU", "cores", None,
+           "CPU time the engine's process used per second of the run: 1.0 is one core busy all the time.",
+           sampled=_sampled("mean_process_cpu_cores")),
+    Metric("peak_process_rss_gib", "Peak engine process memory (RSS)", "GiB", None,
+           "The largest resident memory of the engine's process in a sample during the run.",
+           sampled=_in_gib("peak_process_rss_bytes")),
+)
+METRICS: dict[str, Metric] = {metric.key: metric for metric in CATALOG}
+LMDEPLOY_METRICS = tuple(metric for metric in CATALOG if metric.lmdeploy)
+# LMDeploy's save_csv columns after its hyperparameters, in its order.
+LMDEPLOY_COLUMNS = tuple(metric.lmdeploy for metric in LMDEPLOY_METRICS)
+# The same columns in the history's single spelling.
+HISTORY_METRIC_COLUMNS = tuple(metric.mean_column for metric in LMDEPLOY_METRICS)
+# Per-request metrics every engine measures that LMDeploy's console table leaves out: the rows printed below it.
+BEYOND_LMDEPLOY = tuple(metric for metric in CATALOG
+                        if metric.per_request is not None and not metric.lmdeploy_label and not metric.server_only)
+# LMDeploy's names that the history spelled beside ours before it kept one spelling: read as ours.
+LEGACY_COLUMNS = {old: new for old, new in zip(LMDEPLOY_COLUMNS, HISTORY_METRIC_COLUMNS) if old != new}
+
+
+def _default_columns(field: str) -> tuple[str, ...]:
+    return tuple(metric.column(stat) for metric in CATALOG for stat in getattr(metric, field))
+
+
+COMPARED_COLUMNS = _default_columns("compared")
+SWEPT_COLUMNS = _default_columns("swept")
+
+_FIXED_COLUMNS = {metric.column(stat): (metric, stat) for metric in CATALOG
+                  for stat in metric.statistics if stat != PERCENTILES}
+_PERCENTILE_SUFFIXES = {metric.column("").removeprefix("_"): metric for metric in CATALOG
+                        if PERCENTILES in metric.statistics}
+
+
+def find_column(name: str) -> tuple[Metric, str] | None:
+    """The metric and statistic a summary key or history column holds ("p99.9_itl_ms" -> itl, "p99.9")."""
+    if name in _FIXED_COLUMNS:
+        return _FIXED_COLUMNS[name]
+    statistic, _, rest = name.partition("_")
+    metric = _PERCENTILE_SUFFIXES.get(rest)
+    if metric is None or not statistic.startswith("p"):
+        return None
+    try:
+        float(statistic[1:])
+    except ValueError:
+        return None
+    return metric, statistic
+
+
+def lower_first(label: str) -> str:
+    """A label inside a title: "Concurrency" -> "concurrency", but "KV cache", "TTFT" and "P99" keep their capitals."""
+    return label if label[1:2].isupper() or label[1:2].isdigit() else label[:1].lower() + label[1:]
+
+
+def column_label(metric: Metric, statistic: str) -> str:
+    if statistic == "value":
+        return metric.label
+    prefix = _STATISTIC_LABELS.get(statistic, statistic.upper())
+    return f"{prefix} {lower_first(metric.label)}"
+
+
+def column_direction(metric: Metric, statistic: str) -> bool | None:
+    """Which way is better for one statistic: the metric's own, but a smaller spread is always better."""
+    return False if statistic == "std" else metric.larger_is_better
+
+
+def lmdeploy_row(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """LMDeploy's save_csv metric columns, in its order and formats, from a summary (or a history row read
+    as numbers): three decimals where LMDeploy rounds, '-' where nothing was measured."""
+    row = {}
+    for metric in LMDEPLOY_METRICS:
+        value = summary.get(metric.mean_column, math.nan)
+        if isinstance(value, (float, np.floating)) and math.isnan(value):
+            row[metric.lmdeploy] = NOT_MEASURED
+        else:
+            row[metric.lmdeploy] = value if metric.lmdeploy_digits is None else f"{value:.{metric.lmdeploy_digits}f}"
+    return row
+
+
+def telemetry_columns(telemetry: Mapping[str, Any]) -> dict[str, Any]:
+    """The sampled metrics' history columns from a run's telemetry summary; those not measured are left out."""
+    columns = {metric.column(): metric.sampled(telemetry) for metric in CATALOG if metric.sampled is not None}
+    return {key: value for key, value in columns.items() if value is not None}
+
+
+def sampled_values(summary: Mapping[str, Any]) -> list[tuple[Metric, float]]:
+    """The sampled metrics a summary or history row holds a number for, in catalog order."""
+    found = []
+    for metric in CATALOG:
+        value = summary.get(metric.column()) if metric.sampled is not None else None
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue
+        if not math.isnan(number):
+            found.append((metric, number))
+    return found
+
+
+def with_derived(runs: pd.DataFrame) -> pd.DataFrame:
+    """History rows plus every derived metric's column (NaN where a row lacks what it needs)."""
+    frame = runs.copy()
+
+    def column(name: str) -> pd.Series:
+        return pd.to_numeric(frame.get(name, pd.Series(np.nan, index=frame.index)), errors="coerce")
+
+    for metric in CATALOG:
+        if metric.derived is not None:
+            frame[metric.column()] = metric.derived(column)
+    return frame

@@ -1,0 +1,253 @@
+"""The pure functions that compute metrics: per-request values from ticks, statuses, statistics, and the
+run summary generated from the metric catalog (`catalog.CATALOG`, where every metric is declared once).
+
+Definitions follow `lmdeploy/profiler.py` for the names it shares (README, "What is measured"), so the
+same ticks give the same numbers. Everything here is vectorised and does no I/O: the Profiler calls
+these functions on its ticks, and the dashboard calls `run_summary` on a stored per-request table to
+recompute statistics or goodput for new SLO thresholds without re-running anything.
+
+Times are seconds everywhere; the summary dict converts latencies to milliseconds in its key names.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .catalog import CATALOG, Metric, RunFacts, expand, percentile_key, rate
+from ..config import SLO
+from ..request_status import CANCELLED, FAILED, INCOMPLETE, STATUSES, SUCCESS, UNFINISHED
+
+__all__ = ["CANCELLED", "FAILED", "INCOMPLETE", "STATUSES", "SUCCESS", "UNFINISHED", "percentile_key", "rate"]
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """Statistics of one metric's values; every field is NaN when there were no values."""
+
+    count: int
+    mean: float
+    std: float
+    min: float
+    max: float
+    percentiles: tuple[float, ...]
+
+
+def distribution(values: np.ndarray | Sequence[float], percentiles: Sequence[float]) -> Distribution:
+    """Mean and percentiles exactly as LMDeploy computes them (np.mean, np.percentile), plus std/min/max."""
+    values = np.asarray(values)
+    if values.size == 0:
+        nan = math.nan
+        return Distribution(0, nan, nan, nan, nan, tuple(nan for _ in percentiles))
+    return Distribution(
+        count=int(values.size),
+        mean=np.mean(values),
+        std=np.std(values),
+        min=values.min(),
+        max=values.max(),
+        percentiles=tuple(np.percentile(values, list(percentiles))),
+    )
+
+
+@dataclass(frozen=True)
+class RequestMetrics:
+    """Per-request metrics of many requests, from their ticks; NaN where a metric is undefined.
+
+    Value series (`itl_s`, `tokens_per_tick`) are flat over all requests in request order;
+    `itl_counts` / `tokens_per_tick_counts` say how many values belong to each request.
+    """
+
+    n_ticks: np.ndarray
+    output_len: np.ndarray
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    e2e_s: np.ndarray
+    itl_s: np.ndarray
+    itl_counts: np.ndarray
+    tokens_per_tick: np.ndarray
+    tokens_per_tick_counts: np.ndarray
+
+    def itl_per_request(self) -> list[np.ndarray]:
+        return _per_request(self.itl_s, self.itl_counts)
+
+    def tokens_per_tick_per_request(self) -> list[np.ndarray]:
+        return _per_request(self.tokens_per_tick, self.tokens_per_tick_counts)
+
+
+def _per_request(flat: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:
+    return np.split(flat, np.cumsum(counts)[:-1]) if len(counts) else []
+
+
+def values_of(flat: np.ndarray, counts: np.ndarray, selected: np.ndarray) -> np.ndarray:
+    """The values of a flat per-request series that belong to the selected requests, in order."""
+    return flat[np.repeat(selected, counts)]
+
+
+def request_metrics(ts: np.ndarray, ns: np.ndarray, n_ticks: np.ndarray) -> RequestMetrics:
+    """Per-request TTFT, TPOT, E2E, ITL and tokens per tick, with LMDeploy's float operations.
+
+    `ts` (float64 seconds) and `ns` (int64 cumulative tokens) hold every request's ticks back to
+    back; request i owns the next `n_ticks[i]` of them. Undefined values, which crash LMDeploy,
+    are NaN here: TTFT and E2E need two ticks, TPOT also needs a token generated.
+    """
+    n_ticks = np.asarray(n_ticks, dtype=np.int64)
+    ts = np.asarray(ts, dtype=np.float64)
+    ns = np.asarray(ns, dtype=np.int64)
+    ends = np.cumsum(n_ticks)
+    starts = ends - n_ticks
+    has_tick = n_ticks >= 1
+    has_two = n_ticks >= 2
+    if ts.size == 0:  # keep the indexing below valid
+        ts, ns = np.zeros(1), np.zeros(1, dtype=np.int64)
+    first = np.where(has_tick, starts, 0)
+    last = np.where(has_tick, ends - 1, 0)
+    second = np.where(has_two, starts + 1, first)
+
+    output_len = np.where(has_tick, ns[last], 0)
+    e2e = np.where(has_two, ts[last] - ts[first], np.nan)
+    ttft = np.where(has_two, ts[second] - ts[first], np.nan)
+    # Tokens after the first chunk: time per token from it; otherwise (non-stream, or one chunk with
+    # every token) LMDeploy falls back to the whole span, prefill included.
+    after_first = ns[last] > ns[second]
+    span = np.where(after_first, ts[last] - ts[second], ts[last] - ts[first])
+    tokens = np.where(after_first, ns[last] - ns[second], ns[last] - ns[first])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tpot = span / tokens
+    tpot = np.where(has_two & (tokens != 0), tpot, np.nan)
+
+    total = int(ends[-1]) if len(ends) else 0
+    gaps = np.diff(ts[:total])
+    token_steps = np.diff(ns[:total])
+    # A gap joining one request's last tick to the next request's first is no gap at all.
+    within = np.ones(gaps.size, dtype=bool)
+    boundaries = ends[has_tick] - 1
+    within[boundaries[boundaries < gaps.size]] = False
+    after_ttft = within.copy()
+    after_ttft[starts[has_two]] = False  # the first gap of a request is its TTFT, not an ITL
+    return RequestMetrics(
+        n_ticks=n_ticks,
+        output_len=output_len,
+        ttft_s=ttft,
+        tpot_s=tpot,
+        e2e_s=e2e,
+        itl_s=gaps[after_ttft],
+        itl_counts=np.maximum(n_ticks - 2, 0),
+        tokens_per_tick=token_steps[within],
+        tokens_per_tick_counts=np.maximum(n_ticks - 1, 0),
+    )
+
+
+def request_status(
+    finished: np.ndarray, succeeded: np.ndarray, output_len: np.ndarray, req_output_len: np.ndarray,
+    cancelled: np.ndarray | None = None,
+) -> np.ndarray:
+    """One of STATUSES per request. Only SUCCESS requests count in LMDeploy's metrics."""
+    full_length = np.asarray(output_len) >= np.asarray(req_output_len)
+    cancelled = np.zeros(len(full_length), dtype=bool) if cancelled is None else np.asarray(cancelled)
+    return np.select(
+        [~np.asarray(finished), cancelled, ~np.asarray(succeeded), ~full_length],
+        [UNFINISHED, CANCELLED, FAILED, INCOMPLETE],
+        SUCCESS,
+    ).astype(object)
+
+
+def failure_reasons(status: np.ndarray, reason: np.ndarray) -> dict[str, int]:
+    """Reason -> count over the requests that did not succeed (the status word when no reason was given);
+    cancelled requests are left out: the user stopped them, nothing failed."""
+    status = np.asarray(status, dtype=object)
+    reason = np.asarray(reason, dtype=object)
+    counts: dict[str, int] = {}
+    unsuccessful = (status != SUCCESS) & (status != CANCELLED)
+    for st, why in zip(status[unsuccessful], reason[unsuccessful]):
+        label = str(why) if isinstance(why, str) and why else str(st)
+        counts[label] = counts.get(label, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
+def format_reasons(counts: dict[str, int]) -> str:
+    return "; ".join(f"{reason}: {n}" for reason, n in counts.items())
+
+
+def slo_is_set(slo: SLO | None) -> bool:
+    return slo is not None and any(getattr(slo, name) is not None for name in ("ttft", "tpot", "e2e"))
+
+
+def good_requests(status: np.ndarray, ttft_s: np.ndarray, tpot_s: np.ndarray, e2e_s: np.ndarray,
+                  slo: SLO) -> np.ndarray:
+    """Successful requests meeting every threshold the SLO sets, as in vLLM; undefined values fail."""
+    good = np.asarray(status, dtype=object) == SUCCESS
+    for threshold, values in ((slo.ttft, ttft_s), (slo.tpot, tpot_s), (slo.e2e, e2e_s)):
+        if threshold is not None:
+            good &= np.asarray(values, dtype=np.float64) <= threshold
+    return good
+
+
+def summary_columns(metric: Metric, stats: Distribution, percentiles: Sequence[float]) -> dict[str, float]:
+    """A distribution metric's summary keys from its statistics, in its display unit."""
+    by_name = {"mean": stats.mean, "std": stats.std, "min": stats.min, "max": stats.max,
+               **{percentile_key(q): value for q, value in zip(percentiles, stats.percentiles)}}
+    columns = {}
+    for stat in expand(metric.statistics, percentiles):
+        value = by_name[stat]
+        if stat.startswith("p") and metric.integer_percentiles:
+            columns[metric.column(stat)] = math.nan if math.isnan(value) else int(value)
+        else:
+            columns[metric.column(stat)] = value * metric.display_scale
+    return columns
+
+
+def run_summary(
+    table: pd.DataFrame,
+    duration_s: float,
+    percentiles: Sequence[float],
+    stream_output: bool,
+    slo: SLO | None = None,
+) -> dict[str, float | int | str]:
+    """Flat run summary (history columns) from a per-request table as `Profiler.request_table` builds it:
+    every catalog metric that applies, under its columns, in catalog order.
+
+    Metrics that need streaming are NaN when the run did not stream, as LMDeploy leaves them out.
+    """
+    status = table["status"].to_numpy(dtype=object)
+    ok = status == SUCCESS
+    facts = RunFacts(
+        table=table, status=status, ok=ok, duration_s=duration_s,
+        failure_reasons=format_reasons(failure_reasons(status, table["reason"].to_numpy(dtype=object))),
+        good=good_requests(status, table["ttft_s"], table["tpot_s"], table["e2e_s"], slo) if slo_is_set(slo) else None,
+    )
+    summary: dict[str, float | int | str] = {}
+    for metric in CATALOG:
+        if metric.aggregate is not None:
+            value = metric.aggregate(facts)
+            if value is not None:
+                summary[metric.column()] = value
+        elif metric.per_request is not None:
+            values = measured_values(metric, table, ok, stream_output)
+            if values is not None:
+                summary.update(summary_columns(metric, distribution(values, percentiles), percentiles))
+    return {key: _plain(value) for key, value in summary.items()}
+
+
+def measured_values(metric: Metric, table: pd.DataFrame, ok: np.ndarray, stream_output: bool) -> np.ndarray | None:
+    """The values a metric's statistics are taken over; None when the table cannot give them."""
+    per_request = metric.per_request(table, stream_output)
+    if per_request is None:
+        return None
+    if metric.needs_streaming and not stream_output:
+        return np.array([])
+    selected = ok if metric.over_successes else np.ones(len(table), dtype=bool)
+    if isinstance(per_request, np.ndarray):
+        values = per_request[selected]
+    else:
+        rows = [cell for cell, keep in zip(per_request, selected) if keep]
+        values = np.concatenate(rows) if rows else np.array([])
+    return values[~np.isnan(values)] if values.dtype.kind == "f" else values
+
+
+def _plain(value):
+    """numpy scalars become Python numbers, so the dict writes cleanly to CSV and JSON."""
+    return value.item() if isinstance(value, np.generic) else value

@@ -1,0 +1,518 @@
+"""Benchmark runs in a background thread, one at a time per process, the others waiting in a queue.
+
+A run goes queued -> loading -> running -> finished | partial | failed | cancelled: partial when some
+requests failed, failed when none succeeded or the run broke. Loading samples the requests (with the
+model's tokenizer) before the engine is touched, so a bad dataset fails in seconds; the engine is then
+loaded, or reused when its settings are unchanged, and warmed up. `Run.phase` says which step is under
+way. Engine events become profiler ticks here, and only here, so every engine is measured the same way.
+Whatever ends a run, what was measured is kept and, once the run has started, recorded in the history;
+so is a run that failed before measuring, with its reason.
+
+Playground jobs (chat prompts answered once, `submit_playground`) wait in the same queue and use the
+same cached engine, so one thing at a time holds the accelerator; they are not recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+
+from .. import request_status
+from ..engines import context_window
+from ..hardware import roofline
+from ..measure import metrics
+from ..measure.catalog import telemetry_columns
+from ..config import SERVER_BACKEND, EngineConfig, GenerationSettings, LoadConfig, RunConfig, lmdeploy_hyperparams
+from ..load.datasets import Sample, sample_requests
+from ..engines import Engine, EngineInfo, check_run_config, engine_settings_key, load_engine, tokenizer_from_engine
+from ..engines.base import NOT_SENT, RUN_ENDED
+from ..hardware.environment import collect_environment
+from ..errors import BenchError, ModelError
+from ..store.history import History, RunRecord, local_now_iso, new_run_id
+from ..measure.live_snapshot import TELEMETRY_WINDOW_S, with_telemetry
+from ..models.resolve import cache_dir, describe_model, first_use_phase, load_tokenizer, resolve_model
+from ..load.playground import Conversation, PlaygroundResult, check_request
+from ..measure.profiler import LiveSnapshot, Profiler, Session
+from ..redact import redact_text, remember_secrets
+from ..run_states import CANCELLED, FAILED, FINISHED, LOADING, MEASURED, PARTIAL, QUEUED, RUNNING
+from ..hardware.telemetry import TelemetrySampler, telemetry_summary
+
+log = logging.getLogger(__name__)
+
+# The failure reasons a run's message quotes, most frequent first.
+REASONS_QUOTED = 3
+# A request counts as served when the engine stopped it for length or for EOS; the profiler then
+# tells complete from incomplete by comparing the tokens produced with the tokens asked for.
+SERVED_REASONS = ("length", "stop")
+# A request's clock starts when the engine takes it (a worker, or an HTTP send), not at t0.
+TICK_AT_ADMISSION = ("concurrency", "request_rate")
+# The reason an engine gives a request it stopped because of a cancel.
+ABORT = "abort"
+
+
+# Guards the one transition two threads race for: a queued job either starts or is cancelled.
+_START_LOCK = threading.Lock()
+
+
+class _Job:
+    """What benchmark runs and playground jobs share: a state, a cancel flag and a done flag."""
+
+    state: str
+    cancel_event: threading.Event
+    done_event: threading.Event
+
+    @property
+    def active(self) -> bool:
+        """Until the job has ended AND what it measured is recorded: a view never sees an ended job
+        without its results."""
+        return not self.done_event.is_set()
+
+    def cancel(self) -> None:
+        """Stop within a second; what was done so far is kept. A queued job ends at once."""
+        self.cancel_event.set()
+        with _START_LOCK:
+            if self.state == QUEUED:
+                self.state, self.message = CANCELLED, "Cancelled before it started."
+                self.done_event.set()
+
+    def claim(self) -> bool:
+        """Move a queued job to loading for the worker; False when it was cancelled first."""
+        with _START_LOCK:
+            if self.state != QUEUED:
+                return False
+            self.state = LOADING
+            return True
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """True once the job has ended."""
+        return self.done_event.wait(timeout)
+
+
+@dataclass
+class Run(_Job):
+    """One benchmark: its settings, where it stands, and what it measured so far."""
+
+    run_id: str
+    config: RunConfig
+    state: str = QUEUED
+    message: str = ""
+    phase: str = ""  # what loading is doing now, for the user ("loading the tokenizer", "warming up")
+    warnings: list[str] = field(default_factory=list)
+    created_at: str = field(default_factory=lambda: datetime.now().astimezone().isoformat(timespec="seconds"))
+    load_seconds: float | None = None  # from leaving the queue to the start of the measurement
+    sample: Sample | None = None
+    profiler: Profiler | None = None
+    engine_info: EngineInfo | None = None
+    environment: dict[str, str] | None = None  # collected where the engine runs; None: collect it when recording
+    live: LiveSnapshot | None = None  # the last snapshot an engine process published, when the run is in one
+    sampler: TelemetrySampler | None = field(default=None, repr=False)  # where the engine runs, from the measurement
+    telemetry: pd.DataFrame | None = None  # every hardware sample of the measurement, time_s since its start
+    record: RunRecord | None = None
+    save_error: str = ""  # why the run is not in its history, and where it was kept instead
+    user_error: bool = False
+    sweep_id: str = ""  # set for the runs of a sweep, with their 0-based repeat index
+    sweep_repeat: int | None = None
+    cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
+    done_event: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def snapshot(self) -> LiveSnapshot | None:
+        if self.live is not None:
+            return self.live
+        profiler, sampler = self.profiler, self.sampler
+        if profiler is None:
+            return None
+        snap = profiler.live_snapshot()
+        if sampler is not None and profiler.t_start is not None:
+            recent = sampler.samples(since_s=profiler.t_start + snap.elapsed_s - TELEMETRY_WINDOW_S)
+            snap = with_telemetry(snap, recent, profiler.t_start)
+        return snap
+
+
+@dataclass
+class PlaygroundJob(_Job):
+    """Chat prompts answered once by the engine; `results` grows as prompts finish (any order)."""
+
+    job_id: str
+    engine: EngineConfig
+    conversations: list[Conversation]
+    generation: GenerationSettings
+    max_new_tokens: int
+    state: str = QUEUED
+    message: str = ""
+    results: list[PlaygroundResult] = field(default_factory=list)
+    engine_info: EngineInfo | None = None
+    user_error: bool = False
+    cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
+    done_event: threading.Event = field(default_factory=threading.Event, repr=False)
+
+
+class Runner:
+    """Executes submitted runs in order on one background thread and keeps the loaded engine."""
+
+    def __init__(self, history: History | None = None):
+        self.history = history
+        self._jobs: dict[str, Run | PlaygroundJob] = {}  # insertion order is queue order
+        self._queue: queue.Queue[Run | PlaygroundJob | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._engine: Engine | None = None
+        self._engine_key: tuple | None = None
+        self._engine_settings: tuple[EngineConfig, LoadConfig] | None = None
+        self._thread: threading.Thread | None = None
+
+    # ---- public API -------------------------------------------------------------------------
+
+    def submit(self, config: RunConfig, sweep_id: str = "", sweep_repeat: int | None = None) -> Run:
+        """Validate `config` (raises ConfigError with every problem) and queue the run; a sweep's runs
+        carry its id and their repeat index into the history."""
+        check_run_config(config)
+        context_window.check_settings(config)
+        run = Run(run_id=new_run_id(), config=config, sweep_id=sweep_id, sweep_repeat=sweep_repeat)
+        self.enqueue(run)
+        return run
+
+    def submit_playground(
+        self,
+        engine: EngineConfig,
+        conversations: Sequence[Conversation],
+        generation: GenerationSettings,
+        max_new_tokens: int,
+    ) -> PlaygroundJob:
+        """Check the prompts, settings and engine (a ConfigError says what is wrong), then queue the job."""
+        check_request(conversations, generation, max_new_tokens)
+        check_run_config(RunConfig(engine=engine))  # the engine part: backend, model, knobs
+        job = PlaygroundJob(new_run_id(), engine, list(conversations), generation, max_new_tokens)
+        self.enqueue(job)
+        return job
+
+    def get(self, run_id: str) -> Run | None:
+        job = self._job(run_id)
+        return job if isinstance(job, Run) else None
+
+    def get_playground(self, job_id: str) -> PlaygroundJob | None:
+        job = self._job(job_id)
+        return job if isinstance(job, PlaygroundJob) else None
+
+    def runs(self) -> list[Run]:
+        with self._lock:
+            return [job for job in self._jobs.values() if isinstance(job, Run)]
+
+    def loaded_engine(self) -> EngineConfig | None:
+        """The settings of the engine in memory, if any: a playground job with these reuses it."""
+        settings = self._engine_settings
+        return settings[0] if settings is not None else None
+
+    def queue_position(self, job: Run | PlaygroundJob) -> int:
+        """How many runs and jobs are ahead of a queued `job`, the executing one included (0 otherwise)."""
+        if job.state != QUEUED:
+            return 0
+        ahead = 0
+        with self._lock:
+            for other in self._jobs.values():
+                if other is job:
+                    break
+                ahead += other.active
+        return ahead
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Cancel every run, stop the worker and release the engine."""
+        for run in self.runs():
+            run.cancel()
+        self._queue.put(None)
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._release_engine()
+
+    def _job(self, job_id: str) -> Run | PlaygroundJob | None:
+        with self._lock:
+            return self._jobs.get(job_id)
+
+    def enqueue(self, job: Run | PlaygroundJob) -> None:
+        """Queue a job that is already checked (`submit` and `submit_playground` check theirs)."""
+        engine = job.config.engine if isinstance(job, Run) else job.engine
+        # Here, not in submit: an engine process queues its jobs without submitting them.
+        remember_secrets(engine.base_url, engine.extra_request_body, engine.api_key)
+        with self._lock:
+            self._jobs[job.run_id if isinstance(job, Run) else job.job_id] = job
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._work, name="bench-runner", daemon=True)
+                self._thread.start()
+        self._queue.put(job)
+
+    # ---- worker -----------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            if not job.claim():
+                continue
+            try:
+                if isinstance(job, Run):
+                    self._execute(job)
+                else:
+                    self._guarded(job, self._complete, f"playground job {job.job_id}")
+            finally:
+                job.done_event.set()
+
+    def _execute(self, run: Run) -> None:
+        self._guarded(run, self._benchmark, f"run {run.run_id}")
+        if run.profiler is not None or run.state == FAILED:  # a failure before measuring shows what was tried
+            self.record(run)
+
+    def _guarded(self, job: _Job, body: Callable, name: str) -> None:
+        """Run `body(job)`; any error ends the job as failed, never the worker."""
+        try:
+            body(job)
+        except BenchError as exc:
+            job.state, job.message, job.user_error = FAILED, str(exc), True  # a BenchError masks credentials itself
+        except Exception as exc:  # an engine bug must end this job, not the process
+            log.exception("%s failed", name)
+            job.state, job.message = FAILED, redact_text(f"{type(exc).__name__}: {exc}")
+            self._release_engine()  # it may be left in a broken state
+
+    def _benchmark(self, run: Run) -> None:
+        started = time.perf_counter()
+        try:
+            self._prepare(run)
+            if not run.cancel_event.is_set():
+                run.phase = "warming up"
+                self._engine.warmup(run.sample.requests, run.config.generation, run.config.load, run.cancel_event)
+        finally:
+            run.load_seconds = time.perf_counter() - started
+        if run.cancel_event.is_set():
+            run.state, run.message = CANCELLED, "Cancelled while loading."
+            return
+        run.state, run.phase = RUNNING, "measuring"
+        self._measure(run)
+        if run.cancel_event.is_set():
+            run.state = CANCELLED
+        else:
+            run.profiler.compute_metrics()
+            run.state, run.message = measured_outcome(run.profiler)
+
+    def _complete(self, job: PlaygroundJob) -> None:
+        # The load settings of the engine in memory, so that the same engine settings reuse it.
+        load = self._engine_settings[1] if self._engine_settings is not None else LoadConfig()
+        engine = self._engine_for(job.engine, load)
+        job.engine_info = engine.info
+        if job.cancel_event.is_set():
+            job.state, job.message = CANCELLED, "Cancelled while loading."
+            return
+        job.state = RUNNING
+        for result in engine.complete(job.conversations, job.generation, job.max_new_tokens, job.cancel_event):
+            job.results.append(result)
+        job.state = CANCELLED if job.cancel_event.is_set() else FINISHED
+
+    def _prepare(self, run: Run) -> None:
+        config = run.config
+        model = config.engine.model
+        if tokenizer_from_engine(config.engine.backend):
+            self._engine_for(config.engine, config.load, run)
+        if self._engine is not None and self._engine_key == engine_settings_key(config.engine, config.load):
+            tokenizer = self._engine.tokenizer
+        else:
+            if phase := first_use_phase(model):
+                run.phase = phase
+                resolve_model(model)
+            run.phase = f"loading the tokenizer of {model}"
+            tokenizer = load_tokenizer(model, config.engine.trust_remote_code)
+        run.phase = f"sampling {config.dataset.num_prompts:,} prompts from {config.dataset.dataset}"
+        run.sample = sample_requests(config.dataset, tokenizer)
+        run.warnings.extend(run.sample.warnings)
+        if not run.sample.requests:
+            raise BenchError("The dataset gave no request to send.")
+        context_window.check_requests(run.sample.requests, config.engine)
+        run.engine_info = self._engine_for(config.engine, config.load, run).info
+
+    def _engine_for(self, engine: EngineConfig, load: LoadConfig, run: Run | None = None) -> Engine:
+        key = engine_settings_key(engine, load)
+        if self._engine is None or key != self._engine_key:
+            self._release_engine()
+            if run is not None:
+                run.phase = f"loading {engine.model} on the {engine.backend} engine"
+            self._engine = load_engine(engine, load)
+            self._engine_key, self._engine_settings = key, (engine, load)
+        return self._engine
+
+    def _release_engine(self) -> None:
+        if self._engine is not None:
+            engine, self._engine, self._engine_key, self._engine_settings = self._engine, None, None, None
+            try:
+                engine.close()
+            except Exception:
+                log.exception("closing the engine failed")
+
+    def _measure(self, run: Run) -> None:
+        config, requests = run.config, run.sample.requests
+        profiler = new_profiler(config)
+        sessions = [profiler.new_session(r.input_len, r.output_len) for r in requests]
+        run.profiler = profiler
+        tick_at_admission = config.load.load_pattern in TICK_AT_ADMISSION
+        run.sampler = TelemetrySampler().start()  # this process runs the engine (or its client)
+        # A server's GPUs are its own business (it may be elsewhere); an engine here on a GPU should be seen.
+        if run.sampler.gpu_note and config.engine.backend != SERVER_BACKEND and \
+                not self._engine.info.device.startswith("cpu"):
+            run.warnings.append(run.sampler.gpu_note)
+        profiler.start()
+        if not tick_at_admission:  # LMDeploy's pipeline semantics: every request starts at t0
+            for session in sessions:
+                session.tick(0)
+        # A request rate draws its arrivals as profile_restful_api.py does, after sampling (only servers take one).
+        arrivals = {"arrival_seed": run.sample.arrival_rng} if config.load.load_pattern == "request_rate" else {}
+        try:
+            events = self._engine.stream(requests, config.generation, config.load, run.cancel_event, **arrivals)
+        except BaseException:
+            run.sampler.stop()  # its thread would sample on, and NVML stay open, for nothing
+            raise
+        try:
+            for event in events:
+                session = sessions[event.index]
+                if event.kind == "tokens":
+                    session.tick(event.n_tokens, event.ts)
+                elif event.kind == "admit":
+                    session.admit(event.ts)
+                    if tick_at_admission:
+                        session.tick(0, event.ts)
+                elif event.kind == "finish" and event.finish_reason == NOT_SENT:
+                    session.reason = event.message  # never sent: it stays unfinished
+                elif event.kind == "finish" and event.finish_reason == RUN_ENDED:
+                    session.finish(Session.CANCELLED, event.message, event.ts, event.extra)
+                elif event.kind == "finish" and event.finish_reason == ABORT and run.cancel_event.is_set():
+                    session.finish(Session.CANCELLED, "cancelled", event.ts, event.extra)
+                elif event.kind == "finish":
+                    status = Session.SUCCESS if event.finish_reason in SERVED_REASONS else Session.FAIL
+                    reason = event.finish_reason + (f": {redact_text(event.message)}" if event.message else "")
+                    session.finish(status, reason, event.ts, event.extra)
+        finally:
+            if run.cancel_event.is_set():  # what was waiting or never sent was cancelled too
+                for session in sessions:
+                    if session.status == Session.UNKNOWN:
+                        session.finish(Session.CANCELLED, session.reason or "cancelled")
+            profiler.finish()
+            samples = run.sampler.stop()
+            run.telemetry = samples.assign(time_s=samples["time_s"] - profiler.t_start)
+
+    def record(self, run: Run) -> None:
+        """Build the run's RunRecord from what it measured, and save it where this runner has a history."""
+        profiler, config = run.profiler, run.config
+        measured = profiler is not None
+        summary = profiler.summary(config.slo) if measured else {}
+        if measured and run.telemetry is not None:
+            summary.update(telemetry_columns(
+                telemetry_summary(run.telemetry, 0.0, profiler.elapsed_time, summary["total_output_tokens"])))
+        environment = run.environment if run.environment is not None else collect_environment(run.engine_info)
+        requests = profiler.request_table() if measured else None
+        run.record = RunRecord(
+            run_id=run.run_id,
+            started_at=run.created_at,
+            status=run.state if run.state in (*MEASURED, FAILED, CANCELLED) else FAILED,
+            config=config,
+            lmdeploy_columns=profiler.lmdeploy_csv_row(lmdeploy_hyperparams(config)) if measured else {},
+            metrics=summary,
+            engine_info=run.engine_info,
+            environment=environment,
+            requests=requests,
+            model=describe_model(config.engine.model),
+            telemetry=run.telemetry if measured else None,
+            roofline=run_roofline(config, run.engine_info, environment, summary, requests)
+            if measured and run.state in MEASURED else None,
+            error=run.message,
+            finished_at=local_now_iso(),
+            load_seconds=run.load_seconds,
+            sweep_id=run.sweep_id,
+            sweep_repeat=run.sweep_repeat,
+        )
+        if self.history is not None:
+            self.save(run)
+
+    def save(self, run: Run) -> None:
+        """Record the run in the history; where that fails, in the first fallback folder that takes it,
+        and say so in `run.save_error`. Whatever the history raises, the run is kept and the failure told."""
+        try:
+            self.history.record(run.record)
+            return
+        except Exception as exc:
+            problem = f"The run was not saved in {self.history.root} ({_reason(exc)})"
+        for root in unsaved_results_folders():
+            try:
+                History(root).record(run.record)
+            except Exception as exc:
+                problem += f"; nor in {root} ({_reason(exc)})"
+                continue
+            # A folder written before the history row failed would be a run folder without its row.
+            shutil.rmtree(self.history.runs_dir / run.run_id, ignore_errors=True)
+            run.save_error = f"{problem}; it is kept in {root} instead (history.csv and runs/{run.run_id}/)."
+            return
+        run.save_error = f"{problem}; nothing of it is on disk."
+
+
+def unsaved_results_folders() -> tuple[Path, ...]:
+    """Where a run that its history would not take is kept, in order of preference."""
+    return (cache_dir() / "unsaved-results", Path(tempfile.gettempdir()) / "llm-bench-studio-unsaved-results")
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    return str(exc) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}"
+
+
+def new_profiler(config: RunConfig) -> Profiler:
+    """The profiler a run of `config` measures with (and rebuilds, where its sessions come from elsewhere)."""
+    by_rate = config.load.load_pattern == "request_rate"
+    return Profiler(config.load.stream_output, list(config.percentiles), slo=config.slo, records_admissions=True,
+                    max_in_flight=config.load.max_concurrency if by_rate else config.load.concurrency)
+
+
+def run_roofline(config: RunConfig, info: EngineInfo | None, environment: dict[str, str], summary: dict,
+                 requests: pd.DataFrame) -> dict:
+    """The run's roofline record (roofline.roofline_record), or {"unavailable": why} where the model or the
+    device allows none (a server's model, a GPU whose peaks are not known)."""
+    ok = requests["status"].to_numpy(dtype=object) == request_status.SUCCESS
+    load = config.load
+    batch_limit = (load.max_concurrency or len(requests)) if load.load_pattern == "request_rate" else load.concurrency
+    numbers = roofline.RunNumbers(
+        output_tokens_per_s=summary["output_throughput"], input_tokens_per_s=summary["input_throughput"],
+        batch=float(max(1, min(batch_limit, int(ok.sum())))),
+        mean_context_len=roofline.mean_decode_context(requests["input_len"][ok], requests["output_len"][ok]),
+        streamed=load.stream_output, mean_tokens_per_tick=_finite_or_none(summary.get("mean_tokens_per_tick")),
+        gpu_util_percent=summary.get("mean_gpu_util_percent"))
+    try:
+        if info is None:
+            raise ModelError("the engine did not say what it loaded")
+        model_config = roofline.read_model_config(info.model_path)
+        device, device_note = roofline.device_peak(info.device, environment.get("gpu_name", ""), cache_dir())
+        return roofline.roofline_record(model_config, info.dtype, device, device_note, numbers)
+    except ModelError as exc:
+        return {"unavailable": str(exc)}
+
+
+def _finite_or_none(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and value == value else None
+
+
+def measured_outcome(profiler: Profiler) -> tuple[str, str]:
+    """The state of a run that ran to its end, and its message: failed when no request succeeded,
+    partial when some failed or came back short, quoting the most frequent reasons."""
+    reasons = metrics.format_reasons(dict(list(profiler.failure_reasons.items())[:REASONS_QUOTED]))
+    if not reasons and profiler.cancelled:  # a run that ran to its end cancels only what its duration cut off
+        reasons = f"{profiler.cancelled} cancelled in flight when the duration ended"
+    because = f" ({reasons})" if reasons else ""
+    total = len(profiler.sessions)
+    if profiler.success == 0:
+        return FAILED, f"No request succeeded{because}"
+    not_served = profiler.failed + profiler.incomplete
+    if not_served:
+        return PARTIAL, f"{not_served} of {total} requests failed{because}"
+    return FINISHED, ""

@@ -1,0 +1,524 @@
+"""The run history: one CSV row per run, a folder per run, and import of LMDeploy's own CSVs.
+
+`<root>/history.csv` starts with the columns LMDeploy's `Profiler.save_csv` writes, in its order, each
+metric under the catalog's single spelling (`duration_s`, `mean_e2e_ms`: full floats; LMDeploy's names and
+formats are only in its own export, `lmdeploy_row`); then run identity, every setting, the profiler's
+other metrics, the engine (`engine_*`) and the machine (`env_*`). Files written when the history kept
+LMDeploy's spellings beside ours read as if they had one (history_import.single_spelling).
+Every write goes through `csvstore`: atomic, locked, union header.
+`<root>/runs/<run_id>/` holds `config.json`, `environment.json` and `requests.parquet`, written
+before the CSV row so that a row never points at a folder that is not there.
+Every read goes through one check (`_read`): a history without its key columns is refused, and rows that do
+not parse are moved, as written, to `<root>/history.quarantine.csv`. `tidy` also puts back the runs a crash
+left out of the CSV and removes half-written leftovers (see history_leftovers); what it did is in `notices`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import secrets
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .. import csvstore
+from ..measure import metrics
+from . import leftovers as history_leftovers
+from ..measure.catalog import lmdeploy_row
+from ..config import (
+    DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, RunConfig, applied_engine_settings, lmdeploy_hyperparams,
+)
+from ..engines.base import EngineInfo
+from ..models.resolve import ModelRecord
+from ..errors import HistoryError
+from .history_import import (
+    HISTORY_LEAD_COLUMNS, HISTORY_SOURCE, NUMBER_COLUMNS, SAVE_CSV_HYPERPARAMS, check_numbers, is_number, parse_import,
+    single_spelling,
+)
+from ..redact import redact
+from ..run_states import CANCELLED, FAILED, FINISHED, IMPORTED, PARTIAL
+
+RESULTS_ENV = "BENCH_STUDIO_RESULTS"
+_RUN_ID_MAX = 100  # characters; a run id names a folder, and file names end at 255 bytes
+_RUN_ID = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.-]{{0,{_RUN_ID_MAX - 1}}}\Z")
+_RUN_ID_RULE = f"run ids are 1 to {_RUN_ID_MAX} letters, digits, '-', '_' and '.', starting with a letter or digit"
+# Columns kept as text even when their cells look numeric: names, times and versions ("12.10" is not 12.1).
+_TEXT_COLUMNS = {
+    "run_id", "started_at", "finished_at", "imported_at", "recovered_at", "status", "label", "source", "source_file",
+    "error", "sweep_id", "percentiles", "failure_reasons",
+    *(f.name for part in (EngineConfig, DatasetConfig, LoadConfig, GenerationSettings)
+      for f in dataclasses.fields(part) if str(f.type).startswith("str")),
+}
+_TEXT_PREFIXES = ("env_", "engine_")
+_MISSING_CELLS = {"", "-"}
+REQUESTS_FILE = "requests.parquet"
+TELEMETRY_FILE = "telemetry.parquet"
+ROOFLINE_FILE = "roofline.json"
+CONFIG_FILE = "config.json"
+ENVIRONMENT_FILE = "environment.json"
+# The columns without which rows cannot be told apart: every row from every path (runs, LMDeploy imports,
+# imported histories) has them, and delete, compare and the run folders are keyed by them.
+KEY_COLUMNS = ("run_id",)
+QUARANTINE_FILE = "history.quarantine.csv"
+
+
+@dataclass
+class RunRecord:
+    """Everything the history keeps about one run; built by the runner when the run ends."""
+
+    run_id: str
+    started_at: str  # ISO 8601, local time with its UTC offset
+    status: str  # "finished" | "partial" (some requests failed) | "failed" (none succeeded, or before measuring) | "cancelled"
+    config: RunConfig
+    # LMDeploy's save_csv row as the Profiler formats it, hyperparameters first: for its export, not the history.
+    lmdeploy_columns: dict[str, Any] = field(default_factory=dict)
+    # Flat summary from the Profiler, written under exactly these keys.
+    metrics: dict[str, Any] = field(default_factory=dict)
+    engine_info: EngineInfo | None = None
+    environment: dict[str, str] = field(default_factory=dict)
+    # The profiler's request table: one row per request, with `itl_s` as a list of floats.
+    requests: pd.DataFrame | None = None
+    error: str = ""
+    finished_at: str = ""
+    load_seconds: float | None = None  # sampling, loading or reusing the engine, warm-up: before the measured run
+    sweep_id: str = ""
+    sweep_repeat: int | None = None  # the run's 0-based repeat index within its sweep point
+    model: ModelRecord | None = None  # where the model came from; random weights are labelled on the pages
+    telemetry: pd.DataFrame | None = None  # hardware samples (telemetry.py's table), time_s since the start
+    roofline: dict | None = None  # roofline.roofline_record, or {"unavailable": why}
+
+
+def new_run_id() -> str:
+    """Sortable by start time and readable, e.g. 20261130-081530-ab12."""
+    return f"{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def local_now_iso() -> str:
+    """Now as ISO 8601 in local time with its offset, the form `started_at` uses."""
+    return datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+class History:
+    """The history under `root` (default: $BENCH_STUDIO_RESULTS, else ./results)."""
+
+    def __init__(self, root: str | os.PathLike | None = None):
+        self.root = Path(root or os.environ.get(RESULTS_ENV) or "results")
+        self.csv_path = self.root / "history.csv"
+        self.quarantine_path = self.root / QUARANTINE_FILE
+        self.runs_dir = self.root / "runs"
+        self.notices: list[str] = []  # what reading or tidying did to the files, for the user to hear once
+        self._tidied = False
+
+    def take_notices(self) -> list[str]:
+        """The notices not yet taken, one line each; taking them empties the list."""
+        notices, self.notices = self.notices, []
+        return notices
+
+    def _read(self) -> tuple[list[str], list[dict[str, str]]]:
+        """Header and rows of history.csv in the single spelling of each metric, after moving the rows that do
+        not parse to the quarantine file. A header without KEY_COLUMNS raises HistoryColumnsError and leaves the
+        file alone."""
+        table = csvstore.read_clean_table(self.csv_path, self.quarantine_path, KEY_COLUMNS, keep=_has_run_id)
+        header, rows = single_spelling(table.header, table.rows)
+        if table.moved:
+            lines = ", ".join(str(number) for number in table.moved)
+            self.notices.append(
+                f"{len(table.moved)} damaged row(s) of {self.csv_path} (line(s) {lines}: cut short, garbled, "
+                f"not UTF-8 or without a run id) were moved, as they were, to {self.quarantine_path}; "
+                "the other rows are untouched.")
+        return header, rows
+
+    def tidy(self) -> None:
+        """On start, once per History: quarantine damaged rows, put back the runs a crash left out of the CSV (a
+        folder with a readable config.json and requests.parquet gets its row rebuilt from them) and remove the
+        leftovers of interrupted writes; each kind of change is one line in `notices`. Files younger than
+        history_leftovers.STALE_AFTER_S are left alone: a run in progress may be writing them. Once is enough:
+        a crash leaves its leftovers for the next start, and every read quarantines damaged rows anyway."""
+        if self._tidied:
+            return
+        self._tidied = True
+        _, rows = self._read()
+        leftovers = history_leftovers.find(self.root, self.runs_dir, {row["run_id"] for row in rows})
+        folders = [folder for folder in leftovers.folders if _RUN_ID.match(folder.name)]  # others are not ours
+        recovered = {folder.name: row for folder in folders if (row := _recovered_row(folder)) is not None}
+        if recovered:
+            csvstore.append_rows(self.csv_path, recovered.values())
+        removed = [*leftovers.tmp_files, *(folder for folder in folders if folder.name not in recovered)]
+        if notice := history_leftovers.describe(self.runs_dir, list(recovered), history_leftovers.remove(removed)):
+            self.notices.append(notice)
+
+    def run_dir(self, run_id: str) -> Path:
+        if not _RUN_ID.match(run_id or ""):
+            raise HistoryError(f"'{_shortened(run_id)}' is not a run id; {_RUN_ID_RULE}.")
+        return self.runs_dir / run_id
+
+    def check_writable(self) -> None:
+        """HistoryError unless runs can be recorded here: the folders made, the history appended to."""
+        csvstore.check_folder_writable(self.root)
+        csvstore.check_folder_writable(self.runs_dir)
+        csvstore.check_csv_writable(self.csv_path)
+
+    def record(self, record: RunRecord) -> None:
+        """Write the run's folder, then its CSV row; a history refused by `_read` gets neither."""
+        folder = self.run_dir(record.run_id)
+        self._read()
+        folder.mkdir(parents=True, exist_ok=True)
+        flat_config = redact(record.config.to_flat_dict())
+        nested_config = redact({**dataclasses.asdict(record.config),
+                                "engine": applied_engine_settings(record.config.engine)})
+        _write_json(folder / CONFIG_FILE, {"flat": flat_config, "nested": nested_config})
+        _write_json(folder / ENVIRONMENT_FILE, redact(record.environment))
+        if record.requests is not None:
+            _write_parquet(folder / REQUESTS_FILE, _redacted_texts(record.requests))
+        if record.telemetry is not None:
+            _write_parquet(folder / TELEMETRY_FILE, record.telemetry)
+        if record.roofline is not None:
+            _write_json(folder / ROOFLINE_FILE, record.roofline)
+        csvstore.append_row(self.csv_path, history_row(record))
+
+    def load(self) -> pd.DataFrame:
+        """All rows; numbers as numbers, '-' and empty cells as NaN, names and versions as text."""
+        header, rows = self._read()
+        if not header:
+            return pd.DataFrame(columns=[*HISTORY_LEAD_COLUMNS, "run_id", "started_at", "status", "label", "model"])
+        frame = pd.DataFrame([[row.get(col, "") for col in header] for row in rows], columns=header, dtype=object)
+        return pd.DataFrame({col: _typed_column(col, frame[col]) for col in header})
+
+    def measured(self, run_id: str) -> bool:
+        """Whether the run has a per-request table (runs that failed before measuring and imports have none)."""
+        return (self.run_dir(run_id) / REQUESTS_FILE).exists()
+
+    def requests(self, run_id: str) -> pd.DataFrame:
+        path = self.run_dir(run_id) / REQUESTS_FILE
+        if not path.exists():
+            raise HistoryError(f"Run {run_id} has no per-request table (imported runs keep only their summary row).")
+        try:
+            return pd.read_parquet(path)
+        except (OSError, pa.ArrowException) as exc:
+            raise HistoryError(f"The per-request table of run {run_id} is unreadable ({exc}).") from exc
+
+    def telemetry(self, run_id: str) -> pd.DataFrame | None:
+        """The run's hardware samples (telemetry.py's table); None for runs recorded without them."""
+        path = self.run_dir(run_id) / TELEMETRY_FILE
+        if not path.exists():
+            return None
+        try:
+            return pd.read_parquet(path)
+        except (OSError, pa.ArrowException) as exc:
+            raise HistoryError(f"The telemetry of run {run_id} is unreadable ({exc}).") from exc
+
+    def roofline(self, run_id: str) -> dict | None:
+        """The run's roofline record (roofline.roofline_record); None for runs recorded without one."""
+        path = self.run_dir(run_id) / ROOFLINE_FILE
+        if not path.exists():
+            return None
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise HistoryError(f"The roofline verdict of run {run_id} is unreadable ({exc}).") from exc
+
+    def config(self, run_id: str) -> RunConfig:
+        """The run's settings, from its config.json, or from its row when only the row was imported."""
+        path = self.run_dir(run_id) / CONFIG_FILE
+        if path.exists():
+            try:
+                return RunConfig.from_flat_dict(json.loads(path.read_text(encoding="utf-8"))["flat"])
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise HistoryError(f"The saved configuration of run {run_id} is unreadable ({exc}).") from exc
+        row = self.row(run_id)
+        if row is None:
+            raise HistoryError(f"There is no run {run_id} in {self.csv_path}.")
+        if not row.get("model"):
+            raise HistoryError(f"Run {run_id} was imported from {row.get('source') or 'a CSV'} without its settings.")
+        return RunConfig.from_flat_dict(row)
+
+    def row(self, run_id: str) -> dict[str, str] | None:
+        """The run's row, every cell as written; None when the history has no such run."""
+        _, rows = self._read()
+        return next((row for row in rows if row.get("run_id") == run_id), None)
+
+    def delete(self, run_ids: Iterable[str]) -> int:
+        """Remove these runs' rows and folders; returns how many rows were removed."""
+        doomed = set(run_ids)
+        folders = [self.run_dir(run_id) for run_id in doomed]
+        removed = 0
+        if self.csv_path.exists():
+            self._read()
+            removed = csvstore.rewrite(self.csv_path, lambda row: row.get("run_id") not in doomed)
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
+        return removed
+
+    def import_csv(self, source: str | os.PathLike | bytes, name: str = "") -> list[str]:
+        """Add the rows of a CSV from LMDeploy's scripts or of another history; returns the new run ids.
+
+        Rows from another history whose run id is already here are skipped. Nothing is written unless
+        the whole file is valid.
+        """
+        if isinstance(source, bytes):
+            data, name = source, name or "the uploaded file"
+        else:
+            name = name or Path(source).name
+            try:
+                data = Path(source).read_bytes()
+            except OSError as exc:
+                raise HistoryError(f"Cannot read {source}: {exc.strerror or exc}.") from exc
+        parsed = parse_import(data, name)
+        _, existing_rows = self._read()
+        taken = {row.get("run_id", "") for row in existing_rows}
+        if parsed.source == HISTORY_SOURCE:
+            both = [*existing_rows, *parsed.rows]
+            check_numbers(parsed, name, [col for col in parsed.header
+                                         if _is_number_column(col, (row.get(col, "") for row in both))])
+            new_rows = _new_history_rows(parsed.rows, taken, name)
+        else:
+            imported_at = local_now_iso()
+            new_rows = []
+            for original in parsed.rows:
+                run_id = _unused_run_id(taken)
+                new_rows.append(_imported_row(original, run_id, parsed.source, parsed.load_pattern, name, imported_at))
+        if new_rows:
+            csvstore.append_rows(self.csv_path, new_rows)
+        return [row["run_id"] for row in new_rows]
+
+    def lmdeploy_row(self, run_id: str) -> dict[str, Any]:
+        """The run's row as LMDeploy's save_csv writes it (its names, order and formats), from the history row."""
+        row = self.row(run_id)
+        if row is None:
+            raise HistoryError(f"There is no run {run_id} in {self.csv_path}.")
+        return lmdeploy_row_of(row)
+
+    def to_csv_bytes(self, run_ids: Iterable[str] | None = None) -> bytes:
+        """The history file, or only the rows of `run_ids`, as CSV bytes for a download."""
+        header, rows = self._read()
+        if run_ids is not None:
+            wanted = set(run_ids)
+            rows = [row for row in rows if row.get("run_id") in wanted]
+        return csvstore.table_bytes(header, rows) if header else b""
+
+
+def history_row(record: RunRecord) -> dict[str, Any]:
+    """The CSV row of a run, in column order; a key already filled by an earlier group keeps its value."""
+    row: dict[str, Any] = dict.fromkeys(HISTORY_LEAD_COLUMNS)
+    row.update(lmdeploy_hyperparams(record.config))
+    identity = {
+        "run_id": record.run_id,
+        "started_at": record.started_at,
+        "finished_at": record.finished_at,
+        "status": record.status,
+        "label": record.config.label,
+        "model": record.config.engine.model,
+        "sweep_id": record.sweep_id,
+        "sweep_repeat": record.sweep_repeat,
+        "error": record.error,
+        "load_seconds": record.load_seconds,
+    }
+    groups = [identity, _model_columns(record.model), record.config.to_flat_dict(), record.metrics,
+              _roofline_columns(record.roofline), _engine_columns(record.engine_info)]
+    groups.append({f"env_{key}": value for key, value in record.environment.items()})
+    for group in groups:
+        for key, value in group.items():
+            if row.get(key) in (None, ""):
+                row[key] = value
+    return {key: _cell_value(value) for key, value in redact(row).items()}
+
+
+def _has_run_id(row: dict[str, str]) -> bool:
+    return bool(_RUN_ID.match(row.get("run_id", "")))
+
+
+def _recovered_row(folder: Path) -> dict[str, Any] | None:
+    """The history row of a run whose folder was written but whose row was not (a crash in between), rebuilt
+    from its config.json, environment.json and requests.parquet; None when they are not all readable.
+    What the folder does not hold stays empty: LMDeploy's own formatting of its columns, the engine, the
+    sweep. The duration is the last request's finish, the run's own end not being stored."""
+    try:
+        config = RunConfig.from_flat_dict(json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))["flat"])
+        environment = json.loads((folder / ENVIRONMENT_FILE).read_text(encoding="utf-8"))
+        requests = pd.read_parquet(folder / REQUESTS_FILE)
+        duration_s = float(requests["finish_s"].max())
+        summary = metrics.run_summary(requests, duration_s, config.percentiles, config.load.stream_output, config.slo)
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+        return None
+    record = RunRecord(run_id=folder.name, started_at=_started_at(folder.name), status=_recovered_status(summary),
+                       config=config, metrics=summary, environment=environment)
+    return {**history_row(record), "recovered_at": local_now_iso()}
+
+
+def _started_at(run_id: str) -> str:
+    """The start time a run id from new_run_id carries, in `started_at`'s form; empty for other ids."""
+    try:
+        started = datetime.strptime(run_id[:15], "%Y%m%d-%H%M%S")
+    except ValueError:
+        return ""
+    return started.astimezone().isoformat(timespec="seconds")
+
+
+def lmdeploy_row_of(row: dict[str, str]) -> dict[str, Any]:
+    """A history row (as `History.row` reads it) as LMDeploy's save_csv writes it: its names, order and formats."""
+    return {**{col: row.get(col, "") for col in SAVE_CSV_HYPERPARAMS},
+            **lmdeploy_row({col: _number_or_nan(row.get(col, "")) for col in HISTORY_LEAD_COLUMNS})}
+
+
+def _recovered_status(summary: dict[str, Any]) -> str:
+    """A recovered run's status from its request counts, as the runner would have judged them."""
+    if summary["cancelled"] or summary["unfinished"]:
+        return CANCELLED
+    if not summary["completed"]:
+        return FAILED
+    return PARTIAL if summary["failed"] or summary["incomplete"] else FINISHED
+
+
+def _model_columns(model: ModelRecord | None) -> dict[str, Any]:
+    if model is None:
+        return {}
+    return {"model_kind": model.kind, "model_random_weights": model.random_weights, "model_parameters": model.parameters}
+
+
+def _roofline_columns(record: dict | None) -> dict[str, Any]:
+    """The verdict and the shares of peak it rests on, so runs can be filtered and compared by them."""
+    if not record or "bound" not in record:
+        return {}
+    numbers = record["numbers"]
+    return {"roofline_bound": record["bound"], "roofline_bandwidth_share": numbers.get("bandwidth_share"),
+            "roofline_compute_share": numbers.get("compute_share")}
+
+
+def _engine_columns(info: EngineInfo | None) -> dict[str, Any]:
+    if info is None:
+        return {}
+    columns = {
+        "engine_backend": info.backend,
+        "engine_model": info.model,
+        "engine_model_path": info.model_path,
+        "engine_dtype": info.dtype,
+        "engine_device": info.device,
+        "engine_notes": "; ".join(info.notes),
+    }
+    columns.update({f"engine_version_{name}": version for name, version in info.versions.items()})
+    return columns
+
+
+def _imported_row(
+    original: dict[str, str], run_id: str, source: str, load_pattern: str, file_name: str, imported_at: str
+) -> dict[str, str]:
+    """An LMDeploy row as a history row: LMDeploy's cells verbatim, plus what makes it comparable."""
+    row = dict.fromkeys(HISTORY_LEAD_COLUMNS, "")
+    row.update(original)
+    row.update(
+        run_id=run_id,
+        status=IMPORTED,
+        source=source,
+        source_file=file_name,
+        imported_at=imported_at,
+        load_pattern=load_pattern,
+    )
+    if original.get("bs"):
+        row["concurrency"] = original["bs"]
+    return row
+
+
+def _new_history_rows(rows: list[dict[str, str]], taken: set[str], name: str) -> list[dict[str, str]]:
+    """Rows of another history whose run ids are not `taken` yet, verbatim but for any credentials."""
+    new_rows = []
+    for line_number, row in enumerate(rows, start=2):
+        run_id = row["run_id"]
+        if not _RUN_ID.match(run_id):
+            raise HistoryError(f"Line {line_number} of {name} has '{_shortened(run_id)}' ({len(run_id)} characters) "
+                               f"as its run id, which is not one: {_RUN_ID_RULE}. Nothing was imported.")
+        if run_id not in taken:
+            taken.add(run_id)
+            new_rows.append(redact(row))
+    return new_rows
+
+
+def _shortened(run_id: str, keep: int = 40) -> str:
+    """A run id short enough to quote in a message."""
+    return run_id if len(run_id) <= keep else f"{run_id[:keep]}..."
+
+
+def _unused_run_id(taken: set[str]) -> str:
+    run_id = new_run_id()
+    while run_id in taken:
+        run_id = new_run_id()
+    taken.add(run_id)
+    return run_id
+
+
+def _redacted_texts(frame: pd.DataFrame) -> pd.DataFrame:
+    """The request table with credentials masked in its text cells (a server's error may quote them)."""
+    texts = [col for col in frame.select_dtypes(include=["object", "str"]).columns
+             if frame[col].map(lambda cell: isinstance(cell, str)).any()]
+    return frame.assign(**{col: frame[col].map(lambda cell: redact(cell) if isinstance(cell, str) else cell)
+                           for col in texts})
+
+
+def _cell_value(value: Any) -> Any:
+    """Containers (failure reasons by kind, say) become JSON text; everything else is written as is."""
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, default=str)
+    return value
+
+
+def _number_or_nan(cell: str) -> int | float:
+    """A history cell as the number it was written from: an int stays an int; missing cells are NaN."""
+    if cell in _MISSING_CELLS or not is_number(cell):
+        return float("nan")
+    return int(cell) if cell.lstrip("-").isdigit() else float(cell)
+
+
+def _is_text_column(name: str) -> bool:
+    return name in _TEXT_COLUMNS or name.startswith(_TEXT_PREFIXES)
+
+
+def _is_number_column(name: str, cells: Iterable[str]) -> bool:
+    """A column of numbers: LMDeploy's, or any other that is not a text column and holds a number in `cells`."""
+    if _is_text_column(name):
+        return False
+    return name in NUMBER_COLUMNS or any(is_number(cell) for cell in cells)
+
+
+def _typed_column(name: str, cells: pd.Series) -> pd.Series:
+    """A column as loaded. In a number column, a cell that is not a number (left by an edit by hand; imports
+    refuse them) reads as missing, so it cannot turn the whole column into text; the file keeps it."""
+    if _is_text_column(name):
+        return cells.astype(str)
+    present = [cell for cell in cells if cell not in _MISSING_CELLS]
+    if present and set(present) <= {"True", "False"}:
+        return pd.Series([None if cell in _MISSING_CELLS else cell == "True" for cell in cells], dtype="boolean")
+    if not present or _is_number_column(name, present):
+        return pd.to_numeric(cells.where(~cells.isin(_MISSING_CELLS), None), errors="coerce")
+    return cells.astype(str)
+
+
+def _replace_atomically(path: Path, write: Callable[[Path], Any]) -> None:
+    """Write through a temporary sibling and rename it over `path`: a crash never leaves half a file."""
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp_name))
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def _write_json(path: Path, payload: dict[str, Any]) -> None:
+    text = json.dumps(payload, indent=2, default=str) + "\n"
+    _replace_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def _write_parquet(path: Path, frame: pd.DataFrame) -> None:
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    _replace_atomically(path, lambda tmp: pq.write_table(table, tmp))

@@ -1,0 +1,437 @@
+"""Runs a sweep on a Ray cluster: each engine-settings group of points in its own Ray actor, results recorded here.
+
+The plan's runs are grouped as the serial driver orders them (`SweepPlan.points`: one engine load per
+group). Each group gets one actor holding exclusive resources: on GPU backends as many GPUs as its engine
+uses (tensor parallelism), else `cpus_per_point` cores and no GPU; concurrent points on shared hardware
+would disturb each other's numbers. The actor is a plain Runner without a history: it loads the engine
+once, runs the group's points one after the other, and returns each run's RunRecord (summary, request
+table, engine info, the node's environment with its hostname and the GPUs Ray gave it). Only this
+process writes the history, through its own runner, so the history stays one consistent file.
+
+The project's code reaches the workers through Ray's runtime environment (`working_dir`, the checkout
+without its venv, results and artifacts); every node needs the Python packages its points need.
+
+A worker that dies mid-point (its process killed, its node lost) fails that run, recorded with the reason;
+with `retries`, the point runs again on a fresh actor, wherever Ray places it, and the group's other points
+go on there. Cancel asks each actor to stop its run (kept as cancelled, as on one machine) and kills the
+actors that do not within CANCEL_GRACE_S. Resume is the serial driver's: runs already in the history are
+not run again.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import socket
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..config import RunConfig
+from ..errors import ConfigError
+from ..store.history import RunRecord, new_run_id
+from ..measure.live_snapshot import LiveSnapshot
+from ..run_states import CANCELLED, FAILED, LOADING, PARTIAL, QUEUED, RUNNING
+from ..run.runner import Run, Runner
+from .driver import Launch, SweepRun, engine_key_of
+from .plan import PlannedRun, SweepPlan
+
+RAY_INSTALL = "pip install -r requirements-cluster.txt"
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# Left out of the working directory shipped to the workers: environments, outputs, caches.
+WORKING_DIR_EXCLUDES = [".venv", ".venv-user", ".git", "results", "artifacts", "__pycache__", ".pytest_cache",
+                        ".cache", "*.pyc"]
+# Backends whose engine holds GPUs: as many as its tensor parallelism.
+GPU_BACKENDS = ("turbomind", "pytorch")
+POLL_S = 0.25
+CANCEL_GRACE_S = 10.0
+CONNECT_TIMEOUT_S = 5.0
+SKIPPED = "skipped"  # a point not tried: a run with the same engine settings could not start
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """Where and how a sweep runs on Ray: the cluster's address ("auto": the one this machine belongs to;
+    "local": a new instance here), the cores each point holds, and how often a point whose worker died
+    is run again."""
+
+    address: str = "auto"
+    cpus_per_point: int = 1
+    retries: int = 0
+
+    def __post_init__(self):
+        if not self.address.strip():
+            raise ConfigError("Give the Ray cluster's address (host:port, ray://host:port, auto or local).")
+        if self.cpus_per_point < 1:
+            raise ConfigError("A point on the cluster needs at least 1 CPU core (--cpus-per-point).")
+        if self.retries < 0:
+            raise ConfigError("Retries count the extra tries of a point whose worker died: 0 or more.")
+
+
+@dataclass(frozen=True)
+class PointState:
+    """One run of a cluster sweep as the CLI and the Sweep page show it."""
+
+    point: str
+    repeat: int
+    state: str  # queued | loading | running | finished | partial | failed | cancelled | skipped
+    node: str  # the hostname (and GPUs) of the worker that has it, "" before one does
+    progress: str  # requests done while running
+    attempts: int
+    message: str
+    worker_pid: int | None  # the process of the actor running it, on its node
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    """What an actor says about the run it has: polled by the driver while the run goes on."""
+
+    run_id: str
+    state: str
+    phase: str
+    live: LiveSnapshot | None
+    node: dict[str, str]  # node_facts()
+    pid: int
+
+
+@dataclass(frozen=True)
+class PointOutcome:
+    """An ended run as the actor returns it; `record` is None when nothing is to be recorded (cancelled
+    before measuring)."""
+
+    state: str
+    message: str
+    user_error: bool
+    measured: bool
+    warnings: list[str]
+    load_seconds: float | None
+    record: RunRecord | None
+    # The actor's node_facts() and process: the point's table says where it ran even when no status poll caught
+    # the run (a short run on a busy driver).
+    node: dict[str, str]
+    pid: int
+
+
+def import_ray():
+    """The ray module; ConfigError with the install line where it is not installed."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(f"Sweeps on a Ray cluster need Ray, which is not installed; install it with: {RAY_INSTALL}") \
+            from None
+    return ray
+
+
+def runtime_env() -> dict[str, Any]:
+    """How the project's code reaches every worker: this checkout as their working directory."""
+    return {"working_dir": str(PROJECT_ROOT), "excludes": list(WORKING_DIR_EXCLUDES)}
+
+
+def connect(address: str, **init_options: Any) -> None:
+    """Join the Ray cluster at `address` with this checkout as the workers' code, once per process (a
+    process already connected stays on its cluster). ConfigError when it cannot be reached."""
+    ray = import_ray()
+    if ray.is_initialized():
+        return
+    _check_reachable(address)
+    try:
+        ray.init(address=address, runtime_env=runtime_env(), log_to_driver=False, logging_level=logging.WARNING,
+                 **init_options)
+    except (ConnectionError, ValueError, RuntimeError) as exc:
+        raise ConfigError(f"Cannot use the Ray cluster at {address}: {str(exc).splitlines()[0]}") from None
+
+
+def _check_reachable(address: str) -> None:
+    """ConfigError when a HOST:PORT (or ray://HOST:PORT) address does not answer: Ray itself would wait
+    minutes for it. "auto" and "local" name no host: Ray answers for them at once."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise ConfigError(f"Cannot reach the Ray cluster at {address}: {exc.strerror or exc}.") from None
+
+
+def resources(config: RunConfig, cpus_per_point: int) -> dict[str, Any]:
+    """The Ray resources one point of `config` holds alone: its engine's GPUs (tp on LMDeploy's engines, one
+    for the transformers engine on cuda), else none, and `cpus_per_point` cores. A point without GPUs sees
+    none, so it cannot use one that another holds: the transformers engine's "auto" device means CPU there."""
+    engine = config.engine
+    gpus = engine.tp if engine.backend in GPU_BACKENDS else int(engine.backend == "transformers"
+                                                                  and engine.torch_device == "cuda")
+    options: dict[str, Any] = {"num_cpus": cpus_per_point, "num_gpus": gpus}
+    if not gpus:
+        options["runtime_env"] = {"env_vars": {"CUDA_VISIBLE_DEVICES": ""}}
+    return options
+
+
+class PointWorker:
+    """The Ray actor of one engine-settings group: a Runner without a history, keeping its engine loaded
+    across the group's points. Threaded (see `_new_worker`), so status and cancel answer during a run."""
+
+    def __init__(self):
+        self.runner = Runner()
+        self.current: Run | None = None
+        self.facts = node_facts()  # the actor's node and GPUs, fixed for its life: every status poll reports them
+
+    def run(self, fields: dict[str, Any]) -> PointOutcome:
+        run = Run(**fields)
+        self.current = run
+        self.runner.enqueue(run)
+        run.wait()
+        record = run.record
+        if record is not None:
+            record = replace(record, environment={**record.environment, **self.facts})
+        return PointOutcome(run.state, run.message, run.user_error, run.profiler is not None, list(run.warnings),
+                            run.load_seconds, record, self.facts, os.getpid())
+
+    def status(self) -> WorkerStatus | None:
+        run = self.current
+        if run is None:
+            return None
+        return WorkerStatus(run.run_id, run.state, run.phase, run.snapshot(), self.facts, os.getpid())
+
+    def cancel(self) -> None:
+        if self.current is not None:
+            self.current.cancel()
+
+    def where(self) -> dict[str, str]:
+        """The node's facts and where this actor's code comes from (the shipped working directory)."""
+        from .. import __file__ as package_file
+
+        return {**self.facts, "package": package_file, "pid": str(os.getpid())}
+
+
+def node_facts() -> dict[str, str]:
+    """The node a run ran on, as history columns (env_hostname, env_gpu_ids): its hostname and the GPUs Ray
+    gave this worker (empty without GPUs). GPU name, count and driver are in the environment already."""
+    import ray
+
+    return {"hostname": socket.gethostname(), "gpu_ids": ",".join(str(gpu) for gpu in ray.get_gpu_ids())}
+
+
+def states_table(states: list[PointState]) -> pd.DataFrame:
+    """One row per run of a cluster sweep: its point, repeat (from 1), state, node, progress, attempts, message."""
+    return pd.DataFrame([{"point": state.point, "repeat": state.repeat + 1, "state": state.state, "node": state.node,
+                          "progress": state.progress, "attempts": state.attempts, "message": state.message}
+                         for state in states],
+                        columns=["point", "repeat", "state", "node", "progress", "attempts", "message"])
+
+
+def describe_node(facts: dict[str, str]) -> str:
+    """"host-a" or "host-a (GPU 0,1)"."""
+    gpus = facts.get("gpu_ids", "")
+    return facts.get("hostname", "") + (f" (GPU {gpus})" if gpus else "")
+
+
+class _Point:
+    """The driver's view of one planned run, across its attempts."""
+
+    def __init__(self, planned: PlannedRun, label: str):
+        self.planned, self.label = planned, label
+        self.state, self.progress, self.message = QUEUED, "", ""
+        self.facts: dict[str, str] = {}  # node_facts() of the worker that has it
+        self.attempts = 0
+        self.pid: int | None = None
+
+    def view(self) -> PointState:
+        return PointState(self.label, self.planned.repeat, self.state, describe_node(self.facts), self.progress,
+                          self.attempts, self.message, self.pid)
+
+
+class ClusterSweepRun(SweepRun):
+    """A sweep whose runs go to a Ray cluster (see the module's docstring); build it through
+    `launcher(options)` and sweep_driver's start_sweep or resume_sweep."""
+
+    def __init__(self, plan: SweepPlan, runner: Runner, todo: list[PlannedRun], options: ClusterOptions):
+        self.options = options
+        self._ray = import_ray()
+        self._points: list[_Point] = []
+        super().__init__(plan, runner, todo)
+
+    def point_states(self) -> list[PointState]:
+        """Every run still to do when the sweep started, in plan order, with its state and node."""
+        with self._lock:
+            return [point.view() for point in self._points]
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancel.set()
+            for point in self._points:
+                if point.state == QUEUED:
+                    point.state, point.message = CANCELLED, "Cancelled before it started."
+
+    def _now(self, current) -> tuple[str, str]:
+        """Runs under way across the cluster, e.g. "2 running, 1 loading"; no single run id to watch."""
+        with self._lock:
+            states = [point.state for point in self._points]
+        under_way = [f"{states.count(state)} {state}" for state in (RUNNING, LOADING) if state in states]
+        return ", ".join(under_way), ""
+
+    def _drive(self) -> None:
+        with self._lock:
+            self._points = [_Point(planned, self.describe(planned)) for planned in self._todo]
+        groups: dict[tuple, list[_Point]] = {}
+        for point in self._points:
+            groups.setdefault(engine_key_of(point.planned), []).append(point)
+        threads = [threading.Thread(target=self._run_group, args=(group,), name=f"{self.sweep_id}-group-{index}",
+                                    daemon=True) for index, group in enumerate(groups.values())]
+        try:
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        finally:
+            self._done.set()
+
+    def _run_group(self, group: list[_Point]) -> None:
+        """The group's points in order on one actor; a fresh actor after one died."""
+        todo, worker = deque(group), None
+        try:
+            while todo and not self._cancel.is_set():
+                point = todo.popleft()
+                if self._skip(point.planned):
+                    with self._lock:
+                        point.state = SKIPPED
+                    continue
+                if worker is None:
+                    worker = self._new_worker(point.planned.config)
+                run, lost = self._attempt(point, worker)
+                if lost:
+                    self._kill(worker)
+                    worker = None
+                    if self._retrying(point):
+                        todo.appendleft(point)
+                elif run.state == CANCELLED:
+                    return
+        finally:
+            if worker is not None:
+                self._kill(worker)
+
+    def _retrying(self, point: _Point) -> bool:
+        return point.attempts <= self.options.retries and not self._cancel.is_set()
+
+    def _attempt(self, point: _Point, worker) -> tuple[Run, bool]:
+        """Run the point once on `worker` and record it here: the Run as it ended, and whether the worker
+        was lost (died, or was stopped by a cancel)."""
+        planned = point.planned
+        run = Run(run_id=new_run_id(), config=planned.config, sweep_id=self.sweep_id, sweep_repeat=planned.repeat)
+        with self._lock:
+            point.attempts += 1
+            point.state, point.progress = QUEUED, ""
+            self.runs = [entry for entry in self.runs if entry[0] is not planned] + [(planned, run)]
+        fields = dict(run_id=run.run_id, config=run.config, created_at=run.created_at, sweep_id=run.sweep_id,
+                      sweep_repeat=run.sweep_repeat)
+        outcome, lost = self._follow(worker, worker.run.remote(fields), point, run)
+        if outcome is not None:
+            with self._lock:
+                point.facts, point.pid = outcome.node, outcome.pid
+            run.state, run.message, run.user_error = outcome.state, outcome.message, outcome.user_error
+            run.warnings, run.load_seconds, run.record = outcome.warnings, outcome.load_seconds, outcome.record
+            if run.record is not None:
+                self.runner.save(run)
+            if run.state in (FAILED, PARTIAL):
+                self._note_failure(run.message, None if outcome.measured else engine_key_of(planned))
+        elif self._cancel.is_set():
+            run.state, run.message = CANCELLED, "Cancelled; its worker was stopped."
+        else:
+            where = f" on {describe_node(point.facts)}" if point.facts else ""
+            run.state, run.message = FAILED, f"Its Ray worker was lost{where}: {lost}"
+            run.environment = dict(point.facts)  # what the lost worker said of its node, if anything
+            self.runner.record(run)  # recorded as failed with its reason, as a run that breaks on one machine
+            if not self._retrying(point):
+                self._note_failure(run.message, None)
+        if run.save_error:
+            self._note_failure(run.save_error, None)
+        with self._lock:
+            point.state, point.message = run.state, run.message
+            if outcome is None and run.state == FAILED and self._retrying(point):
+                point.message += f" Trying again (attempt {point.attempts + 1})."
+        run.done_event.set()
+        return run, outcome is None
+
+    def _follow(self, worker, result_ref, point: _Point, run: Run) -> tuple[PointOutcome | None, str]:
+        """Wait for the run's outcome, polling the actor's status into `point` and `run`; (None, why) when
+        the actor died or was killed."""
+        ray = self._ray
+        status_ref, cancel_sent_at = worker.status.remote(), None
+        while True:
+            ready, _ = ray.wait([result_ref], timeout=POLL_S)
+            if ready:
+                try:
+                    return ray.get(result_ref), ""
+                except ray.exceptions.RayError as exc:
+                    return None, _loss_reason(exc)
+            if status_ref is not None and ray.wait([status_ref], timeout=0)[0]:
+                try:
+                    self._apply_status(ray.get(status_ref), point, run)
+                    status_ref = worker.status.remote()
+                except ray.exceptions.RayError:
+                    status_ref = None  # the result says why
+            if self._cancel.is_set():
+                if cancel_sent_at is None:
+                    cancel_sent_at = time.monotonic()
+                    if point.state == QUEUED:  # still waiting for resources: nothing to keep
+                        self._kill(worker)
+                    else:
+                        worker.cancel.remote()
+                elif time.monotonic() - cancel_sent_at > CANCEL_GRACE_S:
+                    self._kill(worker)
+
+    def _apply_status(self, status: WorkerStatus | None, point: _Point, run: Run) -> None:
+        if status is None or status.run_id != run.run_id:
+            return
+        run.state, run.phase, run.live = status.state, status.phase, status.live
+        snap = status.live
+        with self._lock:
+            point.state, point.facts, point.pid = status.state, status.node, status.pid
+            if status.state == RUNNING and snap is not None:
+                done = snap.completed + snap.failed + snap.cancelled
+                point.progress = f"{done}/{snap.total_requests} requests"
+            else:
+                point.progress = status.phase
+
+    def _new_worker(self, config: RunConfig):
+        # Threads: status and cancel are answered while a run goes on.
+        return _worker_class().options(max_concurrency=4, **resources(config, self.options.cpus_per_point)).remote()
+
+    def _kill(self, worker) -> None:
+        self._ray.kill(worker)
+
+
+def launch_for(address: str, cpus_per_point: int = 1, retries: int = 0) -> Launch:
+    """How a sweep's runs are run: here (sweep_driver's SweepRun) without a cluster address, else on that
+    cluster, connected now (ConfigError without Ray or when the cluster cannot be reached)."""
+    return launcher(ClusterOptions(address, cpus_per_point, retries)) if address else SweepRun
+
+
+def launcher(options: ClusterOptions):
+    """sweep_driver's `launch` for a sweep on the cluster `options` names, connected to it; ConfigError
+    without Ray or when the cluster cannot be reached."""
+    connect(options.address)
+
+    def launch(plan: SweepPlan, runner: Runner, todo: list[PlannedRun]) -> ClusterSweepRun:
+        return ClusterSweepRun(plan, runner, todo, options)
+
+    return launch
+
+
+@functools.cache
+def _worker_class():
+    """PointWorker as a Ray actor class, made once: Ray exports a class each time it is wrapped."""
+    return import_ray().remote(PointWorker)
+
+
+def _loss_reason(exc: Exception) -> str:
+    """Ray's reason for a lost actor, without its troubleshooting advice: its first line, and why the
+    actor is dead where Ray says ("... because its worker process has died", "... because its node died")."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    because = next((line.split(". ")[0].rstrip(".") + "." for line in lines[1:] if " because " in line), "")
+    return " ".join(filter(None, (lines[0] if lines else type(exc).__name__, because)))

@@ -1,0 +1,274 @@
+"""A sweep's plan: which settings vary over which values, the runs that cover them, and parsing them.
+
+A sweep varies one setting, or two as a grid, over listed values and repeats every point K times;
+everything else comes from a base `RunConfig` (the Run sidebar or the CLI flags). Its runs go
+through the runner one at a time (sweep_driver), ordered so that runs sharing engine settings follow
+each other and the engine is loaded once per distinct engine setting. The run's label repeats the point
+for a reader ("concurrency=4 · repeat 2/3") but is never parsed back: sweep_store says how a history
+row ties back to its sweep.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import itertools
+import secrets
+import types
+import typing
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..config import (
+    ENGINE_KNOBS,
+    DatasetConfig,
+    EngineConfig,
+    LoadConfig,
+    RunConfig,
+    parse_quant_policy,
+    validate_run_config,
+)
+from ..engines.context_window import length_problems
+from ..engines import availability, engine_settings_key, validate_engine_config
+from ..errors import ConfigError
+
+MAX_AXES = 2
+
+_PARTS = {"engine": EngineConfig, "dataset": DatasetConfig, "load": LoadConfig}
+_PART_OF = {f.name: part for part, cls in _PARTS.items() for f in dataclasses.fields(cls)}
+_TYPES = {name: hint for cls in _PARTS.values() for name, hint in typing.get_type_hints(cls).items()}
+_KNOBS = {knob.name: knob for knob in ENGINE_KNOBS}
+# request_rate joins by itself once LoadConfig has it (with the request-rate load pattern).
+_LOAD_AND_DATASET = ("concurrency", "request_rate", "num_prompts",
+                     "random_input_len", "random_output_len", "sharegpt_output_len")
+SWEEPABLE: tuple[str, ...] = (*_KNOBS, *(name for name in _LOAD_AND_DATASET if name in _PART_OF))
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+@dataclass(frozen=True)
+class SweepAxis:
+    """One swept setting (a flat config key, e.g. "cache_max_entry_count") and its values, in order."""
+
+    name: str
+    values: tuple[Any, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "values", tuple(self.values))
+        if self.name not in SWEEPABLE:
+            raise ConfigError(f"Cannot sweep '{self.name}'. Sweepable settings: {', '.join(SWEEPABLE)}.")
+        if not self.values:
+            raise ConfigError(f"The sweep over {self.name} lists no values.")
+        repeated = sorted({_format(v) for v in self.values if self.values.count(v) > 1})
+        if repeated:
+            raise ConfigError(f"The sweep over {self.name} lists {', '.join(repeated)} more than once.")
+
+
+# The sweep the Sweep page offers first, and the size of its runs on the embedded engine. On 2 CPU cores busy
+# with other work (load average 6-7), SmolLM2-135M cached, through the CLI: 3 points x 2 repeats of 4 ShareGPT
+# prompts x 32 tokens, streamed, took 122 s with the engine's load; with the Run page's first-run size (8 x 64)
+# the first of the two repeats alone took 155 s. Other backends' runs keep the sidebar's size.
+DEFAULT_AXIS = SweepAxis("concurrency", (1, 2, 4))
+DEFAULT_REPEATS = 2
+CPU_SWEEP_PROMPTS = 4
+CPU_SWEEP_OUTPUT_LEN = 32
+
+
+def with_run_size(config: RunConfig, num_prompts: int | None, output_len: int | None) -> RunConfig:
+    """`config` with this many prompts and output tokens per request (the dataset's fixed output length:
+    ShareGPT's or the random one's); None keeps the config's own."""
+    sized = copy.deepcopy(config)
+    if num_prompts is not None:
+        sized.dataset.num_prompts = num_prompts
+    if output_len is not None:
+        field = "sharegpt_output_len" if sized.dataset.dataset_name == "sharegpt" else "random_output_len"
+        setattr(sized.dataset, field, output_len)
+    return sized
+
+
+class PlannedRun(NamedTuple):
+    """One run of a sweep: the swept values at its point, its repeat index (from 0) and its full config."""
+
+    values: dict[str, Any]
+    repeat: int
+    config: RunConfig
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """A sweep: its id, the settings it starts from, one or two axes and the repeats per point.
+
+    Construction checks the shape only; `check()` validates every point's settings before any run.
+    """
+
+    sweep_id: str
+    base: RunConfig
+    axes: tuple[SweepAxis, ...]
+    repeats: int = 1
+
+    def __post_init__(self):
+        object.__setattr__(self, "axes", tuple(self.axes))
+        names = [axis.name for axis in self.axes]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ConfigError(f"A sweep varies {twice[0]} twice; give each setting once with all its values.")
+        if not 1 <= len(names) <= MAX_AXES:
+            raise ConfigError(f"A sweep varies one setting or two (a grid); got {len(names)}.")
+        if self.repeats < 1:
+            raise ConfigError("A sweep needs at least 1 repeat per point.")
+
+    def grid(self) -> list[dict[str, Any]]:
+        """Every point, the first axis varying slowest."""
+        names = [axis.name for axis in self.axes]
+        return [dict(zip(names, combo)) for combo in itertools.product(*(axis.values for axis in self.axes))]
+
+    def points(self) -> list[PlannedRun]:
+        """Every run in execution order: points grouped by engine settings (one engine load per group,
+        in the order the groups first appear), and within a group the repeats as rounds over its
+        points, so a slow drift of the machine spreads over all points instead of biasing one."""
+        groups: dict[tuple, list[dict[str, Any]]] = {}
+        for values in self.grid():
+            config = self.config_at(values)
+            groups.setdefault(engine_settings_key(config.engine, config.load), []).append(values)
+        return [PlannedRun(values, repeat, self.config_at(values, repeat))
+                for group in groups.values() for repeat in range(self.repeats) for values in group]
+
+    def config_at(self, values: dict[str, Any], repeat: int | None = None) -> RunConfig:
+        """The base config with `values` set; with a repeat index, labelled with the point and repeat."""
+        config = copy.deepcopy(self.base)  # runs share no part objects: changing one changes no other
+        for name, value in values.items():
+            setattr(getattr(config, _PART_OF[name]), name, value)
+        if repeat is not None:
+            tag = describe_point(values) + (f" · repeat {repeat + 1}/{self.repeats}" if self.repeats > 1 else "")
+            config.label = f"{self.base.label} · {tag}" if self.base.label else tag
+        return config
+
+    def values_of(self, config: RunConfig) -> dict[str, Any]:
+        """The values `config` has for the swept settings: the point it is at."""
+        return {axis.name: getattr(getattr(config, _PART_OF[axis.name]), axis.name) for axis in self.axes}
+
+    def check(self, runs_here: bool = True) -> None:
+        """Raise one ConfigError naming every impossible point and why, or the missing backend. Whether this
+        machine can run the backend matters only when the runs are here (`runs_here`): a driver without a GPU
+        may send a turbomind sweep to a cluster's GPU nodes, whose workers then say what they lack."""
+        backend = self.base.engine.backend
+        unused = [_KNOBS[axis.name] for axis in self.axes
+                  if axis.name in _KNOBS and backend not in _KNOBS[axis.name].backends]
+        if unused:
+            raise ConfigError(" ".join(f"Cannot sweep {knob.name}: {knob.not_applicable(backend)}" for knob in unused))
+        grid = self.grid()
+        points_by_problem: dict[str, list[dict[str, Any]]] = {}
+        for values in grid:
+            config = self.config_at(values)
+            problems = (validate_run_config(config) or validate_engine_config(config.engine, config.load)
+                        or length_problems(config))
+            for problem in problems:
+                points_by_problem.setdefault(problem, []).append(values)
+        messages = [f"{self._where(points)}: {problem}" for problem, points in points_by_problem.items()]
+        if not messages and runs_here:
+            reason = availability(self.base.engine.backend)
+            messages = [reason] if reason else []
+        if messages:
+            raise ConfigError(" ".join(messages))
+
+    def _where(self, points: list[dict[str, Any]]) -> str:
+        """The bad points, as briefly as they allow: every point, the points with some values of one
+        axis (a grid's whole row or column), or the points one by one."""
+        grid = self.grid()
+        if len(points) == len(grid):
+            return "Every sweep point"
+        for axis in self.axes:
+            bad_values = [value for value in axis.values if any(point[axis.name] == value for point in points)]
+            if len(points) == sum(point[axis.name] in bad_values for point in grid):
+                return f"Sweep points with {axis.name}={' or '.join(_format(value) for value in bad_values)}"
+        return "Sweep points " + "; ".join(describe_point(point) for point in points)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, so a half-done sweep can be rebuilt and resumed later (`from_dict`)."""
+        return {
+            "sweep_id": self.sweep_id,
+            "base": self.base.to_flat_dict(),
+            "axes": [{"name": axis.name, "values": list(axis.values)} for axis in self.axes],
+            "repeats": self.repeats,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SweepPlan:
+        axes = tuple(SweepAxis(axis["name"], tuple(axis["values"])) for axis in data["axes"])
+        return cls(data["sweep_id"], RunConfig.from_flat_dict(data["base"]), axes, int(data["repeats"]))
+
+
+def new_sweep_id() -> str:
+    """Sortable by start time and readable, e.g. sweep-20261130-081530-ab12."""
+    return f"sweep-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def parse_sweep_arg(text: str) -> SweepAxis:
+    """"concurrency=1,2,4" -> SweepAxis("concurrency", (1, 2, 4)), values typed as the setting's field.
+
+    Names are flat config keys with '-' or '_' (cache-max-entry-count, async); "none" or an empty
+    value unsets an optional setting; quant_policy takes LMDeploy's names (int8) too.
+    """
+    name_text, equals, values_text = text.partition("=")
+    if not equals:
+        raise ConfigError(f"'{text}' is not a sweep: write NAME=V1,V2 (e.g. concurrency=1,2,4).")
+    name = canonical_name(name_text)
+    return SweepAxis(name, tuple(_parse_value(name, value) for value in values_text.split(",")))
+
+
+def canonical_name(text: str) -> str:
+    """A setting's flat config key from how a user may write it; ConfigError listing the valid ones."""
+    name = text.strip().lstrip("-").replace("-", "_").lower()
+    for candidate in (name, name + "_"):  # async -> async_
+        if candidate in SWEEPABLE:
+            return candidate
+    raise ConfigError(f"Cannot sweep '{text.strip()}'. Sweepable settings: {', '.join(SWEEPABLE)}.")
+
+
+def describe_point(values: dict[str, Any]) -> str:
+    return ", ".join(f"{name}={_format(value)}" for name, value in values.items())
+
+
+def _parse_value(name: str, text: str) -> Any:
+    """One value typed as the field `name` is; ConfigError naming the setting and what it takes."""
+    text = text.strip()
+    hint = _TYPES[name]
+    optional = isinstance(hint, types.UnionType) and type(None) in typing.get_args(hint)
+    kind = next(arg for arg in typing.get_args(hint) if arg is not type(None)) if optional else hint
+    if optional and text.lower() in ("", "none"):
+        return None
+    try:
+        if name == "quant_policy":
+            value = parse_quant_policy(text)
+        elif kind is bool:
+            value = _parse_bool(text)
+        elif kind is int:
+            value = int(text)
+        elif kind is float:
+            value = float(text)
+            if np.isnan(value) or (np.isinf(value) and name != "request_rate"):  # inf: all requests at once
+                raise ValueError(text)
+        else:
+            value = text
+    except ValueError:
+        wanted = {bool: "true or false", int: "a whole number", float: "a number"}.get(kind, "a value")
+        unset = " or none" if optional else ""
+        raise ConfigError(f"Sweep value '{text}' for {name} is not {wanted}{unset}.") from None
+    knob = _KNOBS.get(name)
+    if knob is not None and knob.choices and value not in knob.choices:
+        choices = ", ".join(_format(choice) for choice in knob.choices)
+        raise ConfigError(f"Sweep value '{text}' for {name} is not one of its choices: {choices}.")
+    return value
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in _TRUE or lowered in _FALSE:
+        return lowered in _TRUE
+    raise ValueError(text)
+
+
+def _format(value: Any) -> str:
+    return "none" if value is None else str(value)

@@ -1,0 +1,127 @@
+"""A sweep's results from the history: its finished runs, each point's statistics over its repeats
+(n, mean, std and 95% confidence interval per metric), and whether two points really differ.
+
+Pure pandas on history rows (`History.load()`), with the plan for the swept settings; no I/O, no
+streamlit. Only finished runs count: a cancelled or failed run measured too little to average.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from ..measure.catalog import SWEPT_COLUMNS, with_derived
+from ..config import SLO
+from ..measure.metrics import good_requests, rate
+from ..measure.stats import GROUP_COLUMNS, TOO_FEW_RUNS, compare, describe
+from .plan import SweepPlan, describe_point
+from .store import finished_runs
+from ..views.tables import describe_column
+
+POINT = "point"
+METRIC = "metric"
+# What a sweep is usually judged by (the catalog's swept metrics): throughput, latency as a user feels it,
+# decode speed per user, goodput.
+SWEEP_METRICS = SWEPT_COLUMNS
+BEYOND_SPREAD = "beyond the run-to-run spread"
+WITHIN_SPREAD = "within the run-to-run spread"
+
+
+def sweep_runs(history_runs: pd.DataFrame, plan: SweepPlan) -> pd.DataFrame:
+    """The sweep's finished runs with the catalog's derived metrics, the swept settings typed as the plan
+    types them (the history reads 4 back as 4.0) and a `point` column naming each run's point."""
+    names = _axis_names(plan)
+    frame = with_derived(finished_runs(history_runs, plan))
+    for axis in plan.axes:
+        frame[axis.name] = pd.Series([_plan_value(axis.values, cell) for cell in frame[axis.name]],
+                                     index=frame.index, dtype=object)
+    frame[POINT] = [describe_point({name: row[name] for name in names}) for _, row in frame.iterrows()]
+    return frame
+
+
+def with_slo(runs: pd.DataFrame, request_tables: Mapping[str, pd.DataFrame], slo: SLO) -> pd.DataFrame:
+    """`sweep_runs` rows with goodput and SLO attainment recomputed for `slo` from each run's per-request
+    table (by run id), so thresholds set after a sweep apply to it without running it again."""
+    frame = runs.copy()
+    good = []
+    for run_id in frame["run_id"].astype(str):
+        table = request_tables[run_id]
+        good.append(int(good_requests(table["status"], table["ttft_s"], table["tpot_s"], table["e2e_s"], slo).sum()))
+    frame["good_requests"] = good
+    frame["goodput_rps"] = [rate(n, duration) for n, duration in zip(good, pd.to_numeric(frame["duration_s"]))]
+    return with_derived(frame)
+
+
+def point_statistics(runs: pd.DataFrame, plan: SweepPlan, metrics=SWEEP_METRICS) -> pd.DataFrame:
+    """One row per point (in the plan's grid order) and metric with a value: the swept settings, `point`,
+    `metric`, then n, mean, std, ci_low and ci_high (95%) over the point's finished runs."""
+    names = _axis_names(plan)
+    rows = []
+    for values in plan.grid():
+        label = describe_point(values)
+        part = runs[runs[POINT] == label] if POINT in runs else runs.iloc[0:0]
+        for metric in metrics:
+            if metric not in part:
+                continue
+            summary = describe(pd.to_numeric(part[metric], errors="coerce"))
+            if summary.n:
+                rows.append([*values.values(), label, metric, summary.n, summary.mean, summary.std,
+                             summary.ci_low, summary.ci_high])
+    return pd.DataFrame(rows, columns=[*names, POINT, METRIC, *GROUP_COLUMNS])
+
+
+def metric_points(statistics: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The rows of one metric, shaped as `stats.group_repeats` returns them (for the sweep charts)."""
+    return statistics[statistics[METRIC] == metric].drop(columns=[METRIC]).reset_index(drop=True)
+
+
+def statistics_for_display(statistics: pd.DataFrame) -> pd.DataFrame:
+    """The point table as a reader wants it: metric titles with units, the interval as two columns."""
+    table = statistics.drop(columns=[POINT]).copy()
+    table[METRIC] = [describe_column(name).title for name in table[METRIC]]
+    return table.rename(columns={"ci_low": "95% CI low", "ci_high": "95% CI high"})
+
+
+def compare_points(runs: pd.DataFrame, point_a: str, point_b: str, metrics=SWEEP_METRICS) -> pd.DataFrame:
+    """Point B against point A on every metric both have: means, difference, its 95% interval, Welch's
+    p-value and the verdict: whether the difference is beyond the run-to-run spread of the repeats."""
+    rows = []
+    a_runs, b_runs = runs[runs[POINT] == point_a], runs[runs[POINT] == point_b]
+    for metric in metrics:
+        if metric not in runs:
+            continue
+        result = compare(pd.to_numeric(a_runs[metric], errors="coerce"), pd.to_numeric(b_runs[metric], errors="coerce"))
+        if not (result.a.n and result.b.n):
+            continue
+        verdict = TOO_FEW_RUNS if result.significant is None else (BEYOND_SPREAD if result.significant else WITHIN_SPREAD)
+        rows.append({
+            METRIC: describe_column(metric).title,
+            "A mean": result.a.mean, "B mean": result.b.mean, "B - A": result.difference,
+            "B - A (%)": result.relative * 100, "95% CI low": result.ci_low, "95% CI high": result.ci_high,
+            "p-value": result.p_value, "runs (A, B)": f"{result.a.n}, {result.b.n}", "verdict": verdict,
+        })
+    return pd.DataFrame(rows, columns=[METRIC, "A mean", "B mean", "B - A", "B - A (%)", "95% CI low", "95% CI high",
+                                       "p-value", "runs (A, B)", "verdict"])
+
+
+def mean_with_interval(summary_row: pd.Series) -> str:
+    """"123.40 ± 5.60" (the 95% half-width), or just the mean for a point that ran once."""
+    half = (summary_row["ci_high"] - summary_row["ci_low"]) / 2
+    mean = f"{summary_row['mean']:.2f}"
+    return mean if math.isnan(half) else f"{mean} ± {half:.2f}"
+
+
+def _axis_names(plan: SweepPlan) -> list[str]:
+    return [axis.name for axis in plan.axes]
+
+
+def _plan_value(values: tuple[Any, ...], cell: Any) -> Any:
+    """The plan's own value equal to a history cell (None for an empty cell when the plan has None)."""
+    missing = cell is None or (isinstance(cell, float) and math.isnan(cell)) or cell is pd.NA
+    for value in values:
+        if (value is None and missing) or (value is not None and not missing and value == cell):
+            return value
+    return cell

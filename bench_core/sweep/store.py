@@ -1,0 +1,103 @@
+"""A sweep's records: its plan, saved as JSON, and which of its runs the history holds.
+
+The plan is saved under `<history root>/sweeps/<sweep_id>.json` before the first run. How a history row
+ties back to its sweep (the runner writes both columns): `sweep_id`, and `sweep_repeat`, the 0-based
+repeat index. The point itself needs no column of its own: the history keeps every flat config key, so
+the swept settings are the row's own columns. From these, `remaining` gives the runs a resume still has
+to do, in this process or after a restart, and `past_sweeps` lists every saved sweep with its progress.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..config import RunConfig
+from ..errors import HistoryError
+from ..store.history import History
+from ..run_states import FINISHED
+from .plan import PlannedRun, SweepPlan
+
+SWEEP_ID = "sweep_id"
+SWEEP_REPEAT = "sweep_repeat"
+SWEEPS_FOLDER = "sweeps"
+_SWEEP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def plan_path(history: History, sweep_id: str) -> Path:
+    if not _SWEEP_ID.match(sweep_id or ""):
+        raise HistoryError(f"'{sweep_id}' is not a sweep id; sweep ids hold letters, digits, '-', '_' and '.'.")
+    return history.root / SWEEPS_FOLDER / f"{sweep_id}.json"
+
+
+def save_plan(history: History, plan: SweepPlan) -> None:
+    path = plan_path(history, plan.sweep_id)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise HistoryError(f"Cannot save the sweep plan to {path}: {exc.strerror or exc}.") from exc
+
+
+def load_plan(history: History, sweep_id: str) -> SweepPlan:
+    path = plan_path(history, sweep_id)
+    if not path.exists():
+        raise HistoryError(f"There is no sweep {sweep_id} in {path.parent} (its plan file {path.name} is missing).")
+    try:
+        return SweepPlan.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise HistoryError(f"The plan of sweep {sweep_id} ({path}) is unreadable ({exc}).") from exc
+
+
+def finished_runs(history_runs: pd.DataFrame, plan: SweepPlan) -> pd.DataFrame:
+    """The history rows (`History.load()`) of the plan's finished runs, numbered from 0."""
+    # An empty or older history lacks some of these columns: they come back empty, never as a KeyError.
+    columns = [SWEEP_ID, SWEEP_REPEAT, "status", *(axis.name for axis in plan.axes)]
+    frame = history_runs.reindex(columns=list(dict.fromkeys([*history_runs.columns, *columns])))
+    mine = (frame[SWEEP_ID].astype(str) == plan.sweep_id) & (frame["status"].astype(str) == FINISHED)
+    return frame[mine].reset_index(drop=True)
+
+
+def remaining(plan: SweepPlan, history_runs: pd.DataFrame) -> list[PlannedRun]:
+    """The plan's runs not yet done, in plan order. A run is done when the history has a finished
+    row with the plan's sweep id, the same repeat index and the point's values in its setting columns."""
+    done: set[tuple] = set()
+    for _, row in finished_runs(history_runs, plan).iterrows():
+        repeat = pd.to_numeric(row[SWEEP_REPEAT], errors="coerce")
+        if pd.notna(repeat):
+            done.add((_point_key(_point_of_row(plan, row)), int(repeat)))
+    return [run for run in plan.points() if (_point_key(run.values), run.repeat) not in done]
+
+
+def past_sweeps(history: History, runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per sweep with a saved plan, newest first (sweep ids sort by start time): what it varied,
+    on which model and backend, and how many of its runs have finished. `runs` is `history.load()`."""
+    folder = history.root / SWEEPS_FOLDER
+    ids = sorted((path.stem for path in folder.glob("*.json")), reverse=True) if folder.is_dir() else []
+    rows = []
+    for sweep_id in ids:
+        try:
+            plan = load_plan(history, sweep_id)
+        except HistoryError:  # a broken plan file must not hide the other sweeps
+            continue
+        total = len(plan.points())
+        rows.append({"sweep_id": sweep_id, "varies": " × ".join(axis.name for axis in plan.axes),
+                     "values": "; ".join(", ".join(map(str, axis.values)) for axis in plan.axes),
+                     "repeats": plan.repeats, "model": plan.base.engine.model, "backend": plan.base.engine.backend,
+                     "finished": total - len(remaining(plan, runs)), "runs": total})
+    return pd.DataFrame(rows, columns=["sweep_id", "varies", "values", "repeats", "model", "backend", "finished",
+                                       "runs"])
+
+
+def _point_of_row(plan: SweepPlan, row: pd.Series) -> dict[str, Any]:
+    """A history row's values of the swept settings, typed back as RunConfig types them."""
+    flat = {axis.name: (None if pd.isna(row[axis.name]) else row[axis.name]) for axis in plan.axes}
+    return plan.values_of(RunConfig.from_flat_dict(flat))
+
+
+def _point_key(values: dict[str, Any]) -> tuple:
+    return tuple(sorted(values.items()))

@@ -1,0 +1,294 @@
+"""Tables for the dashboard, built from a run summary, a per-request table or history rows.
+
+Pure pandas, no I/O and no streamlit: a page hands the frames to `st.dataframe` or a download.
+History columns are described here once (`describe_column`: label, unit, which direction is
+better): metric columns from the metric catalog, settings from the table below; the charts read the
+same descriptions for their axis titles. Latencies are stored in seconds and shown in ms. Every number a
+table shows is written by `format_number`, so all tables read alike.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..measure.catalog import (
+    CATALOG, COMPARED_COLUMNS, NOT_MEASURED, PERCENTILES, column_direction, column_label, find_column, percentile_key,
+)
+from ..measure.stats import compare
+
+MISSING = NOT_MEASURED  # a table cell without a value reads as LMDeploy prints it
+# Decimals shown: enough for three significant digits, and at least this many.
+MIN_DECIMALS = 3
+MAX_DECIMALS = 9
+BETTER = "better"
+WORSE = "worse"
+BEYOND_NOISE = "beyond noise"
+WITHIN_NOISE = "within noise"
+SINGLE_RUN = "single run, spread unknown"
+ONE_CONFIGURATION = "repeats of one configuration"
+_MARK_COLOURS = {BETTER: "background-color: rgba(46, 160, 67, 0.25)",
+                 WORSE: "background-color: rgba(218, 54, 51, 0.25)"}
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """How a history column is shown and compared; `larger_is_better` is None when neither is."""
+
+    name: str
+    label: str
+    unit: str
+    larger_is_better: bool | None
+
+    @property
+    def title(self) -> str:
+        """Label with its unit, for an axis or a table row."""
+        return f"{self.label} ({self.unit})" if self.unit else self.label
+
+
+# History columns that are not metrics: the engine's load time and the settings a chart may put on its x axis.
+_COLUMNS = {spec.name: spec for spec in (
+    ColumnSpec("load_seconds", "Engine load time", "s", False),
+    ColumnSpec("concurrency", "Concurrency", "requests", None),
+    ColumnSpec("bs", "Batch size", "requests", None),
+    ColumnSpec("num_prompts", "Number of prompts", "prompts", None),
+    ColumnSpec("request_rate", "Request rate", "req/s", None),
+    ColumnSpec("tp", "Tensor parallelism", "GPUs", None),
+    ColumnSpec("quant_policy", "KV cache quantization policy", "", None),
+    ColumnSpec("cache_max_entry_count", "KV cache share of free GPU memory", "fraction", None),
+    ColumnSpec("session_len", "Session length", "tokens", None),
+    ColumnSpec("cache_block_seq_len", "KV cache block length", "tokens", None),
+    ColumnSpec("num_tokens_per_iter", "Tokens per forward pass", "tokens", None),
+    ColumnSpec("max_prefill_iters", "Max prefill passes", "passes", None),
+    ColumnSpec("max_batch_tokens", "Tokens per batching step", "tokens", None),
+    ColumnSpec("num_blocks", "KV cache blocks", "blocks", None),
+    ColumnSpec("speculative_num_draft_tokens", "Draft tokens per step", "tokens", None),
+    ColumnSpec("sharegpt_output_len", "ShareGPT output length", "tokens", None),
+    ColumnSpec("output_length", "Output length", "tokens", None),  # random or ShareGPT's, as the run asked
+    ColumnSpec("random_input_len", "Random input length", "tokens", None),
+    ColumnSpec("random_output_len", "Random output length", "tokens", None),
+    # OpenAI-compatible servers: the load asked for.
+    ColumnSpec("burstiness", "Burstiness", "gamma shape", None),
+    ColumnSpec("max_concurrency", "Max concurrency", "requests", None),
+    ColumnSpec("warmup_requests", "Warm-up requests", "requests", None),
+    # Service-level thresholds a run counted goodput against.
+    ColumnSpec("slo_ttft_s", "SLO on TTFT", "s", None),
+    ColumnSpec("slo_tpot_s", "SLO on TPOT", "s", None),
+    ColumnSpec("slo_e2e_s", "SLO on end-to-end latency", "s", None),
+)}
+
+
+def describe_column(name: str) -> ColumnSpec:
+    """Label, unit and direction of a history column; unknown columns get their name as label."""
+    if name in _COLUMNS:
+        return _COLUMNS[name]
+    found = find_column(name)
+    if found:
+        metric, statistic = found
+        return ColumnSpec(name, column_label(metric, statistic), metric.shown_unit, column_direction(metric, statistic))
+    return ColumnSpec(name, name.replace("_", " ").capitalize(), "", None)
+
+
+def format_number(value) -> str:
+    """A number as every table shows it: thousands separators, whole numbers without decimals, others with
+    3 decimals (more below 0.1, to keep 3 significant digits: 0.000123); missing values are a dash."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value))
+    number = _number(value)
+    if math.isnan(number):
+        return MISSING
+    if math.isinf(number):
+        return "∞" if number > 0 else "-∞"
+    if number.is_integer() and abs(number) < 1e15:
+        return f"{int(number):,}"
+    size = abs(number)
+    decimals = MIN_DECIMALS if size >= 0.1 else 2 - math.floor(math.log10(size))
+    if decimals > MAX_DECIMALS:
+        return f"{number:.3g}"
+    return f"{number:,.{decimals}f}"
+
+
+def formatted(table: pd.DataFrame) -> pd.DataFrame:
+    """`table` as text for display: numbers through `format_number`, missing text as a dash. A named index
+    (a table's row titles) becomes the first column, so a page can size and show it like any other."""
+    if table.index.name is not None:
+        table = table.reset_index()
+    return pd.DataFrame({name: [_display_cell(cell) for cell in table[name]] for name in table.columns},
+                        index=table.index, dtype=object)
+
+
+def _display_cell(cell) -> str:
+    if cell is None or (not isinstance(cell, str) and pd.api.types.is_scalar(cell) and pd.isna(cell)):
+        return MISSING
+    if isinstance(cell, (int, float, np.integer, np.floating, bool, np.bool_)):
+        return format_number(cell)
+    return str(cell)
+
+
+# ---- one run ---------------------------------------------------------------------------------
+
+def percentile_table(summary: dict, percentiles: Sequence[float], stream_output: bool) -> pd.DataFrame:
+    """LMDeploy's latency table in ms: mean, the configured percentiles, then std/min/max; one row per catalog
+    metric with percentiles that the summary holds.
+
+    Metrics that need streaming appear only for streamed runs, as LMDeploy prints them; statistics a metric
+    does not have (tokens per tick has no std/min/max, as in LMDeploy's table) and missing values are NaN.
+    """
+    statistics = ["mean", *(percentile_key(q) for q in percentiles), "std", "min", "max"]
+    rows = {}
+    for metric in CATALOG:
+        if PERCENTILES not in metric.statistics or metric.mean_column not in summary:
+            continue
+        if metric.needs_streaming and not stream_output:
+            continue
+        rows[metric.row_title] = [_number(summary.get(metric.column(stat))) for stat in statistics]
+    columns = ["mean", *(percentile_key(q).upper() for q in percentiles), "std", "min", "max"]
+    table = pd.DataFrame.from_dict(rows, orient="index", columns=columns, dtype=float)
+    table.index.name = "metric"
+    return table
+
+
+def throughput_table(summary: dict) -> pd.DataFrame:
+    """Duration, request counts, token totals and throughputs (the run's single-valued catalog metrics that
+    are numbers, the summary holds, and every engine measures): one row each, a value and its unit."""
+    rows = {}
+    for metric in CATALOG:
+        key = metric.column()
+        if metric.is_distribution or metric.server_only or not metric.unit or key not in summary:
+            continue
+        rows[metric.label] = (_number(summary[key]), metric.unit)
+    table = pd.DataFrame.from_dict(rows, orient="index", columns=["value", "unit"])
+    table["value"] = table["value"].astype(float)
+    table.index.name = "quantity"
+    return table
+
+
+_BASE_REQUEST_COLUMNS = {"index", "status", "reason", "input_len", "req_output_len", "output_len", "ttft_s", "tpot_s",
+                         "e2e_s", "itl_s", "tokens_per_tick", "n_ticks", "start_s", "finish_s"}
+
+
+def requests_for_display(table: pd.DataFrame) -> pd.DataFrame:
+    """The per-request table with latencies in ms and ITL as a count and a mean instead of raw lists."""
+    itl = [_values(v) for v in table["itl_s"]] if "itl_s" in table else [np.array([])] * len(table)
+    with np.errstate(invalid="ignore"):
+        itl_mean_ms = [v.mean() * 1000 if v.size else math.nan for v in itl]
+    return pd.DataFrame({
+        "request": table["index"].to_numpy(),
+        "status": table["status"].to_numpy(dtype=object),
+        "reason": table["reason"].to_numpy(dtype=object),
+        "input_len": table["input_len"].to_numpy(),
+        "req_output_len": table["req_output_len"].to_numpy(),
+        "output_len": table["output_len"].to_numpy(),
+        "ttft_ms": table["ttft_s"].to_numpy(dtype=np.float64) * 1000,
+        "tpot_ms": table["tpot_s"].to_numpy(dtype=np.float64) * 1000,
+        "e2e_ms": table["e2e_s"].to_numpy(dtype=np.float64) * 1000,
+        "itl_count": np.array([v.size for v in itl], dtype=np.int64),
+        "itl_mean_ms": np.array(itl_mean_ms, dtype=np.float64),
+        "n_ticks": table["n_ticks"].to_numpy(),
+        "start_s": table["start_s"].to_numpy(dtype=np.float64),
+        "finish_s": table["finish_s"].to_numpy(dtype=np.float64),
+        # An engine's own per-request columns (an HTTP server's usage and retokenized counts) as they are.
+        **{name: table[name].to_numpy() for name in table.columns if name not in _BASE_REQUEST_COLUMNS},
+    })
+
+
+# ---- several runs ----------------------------------------------------------------------------
+
+def run_names(runs: pd.DataFrame) -> list[str]:
+    """A unique column name per run: its label, or its run id when it has none or shares it."""
+    ids = runs["run_id"].astype(str).tolist()
+    labels = [_text(v) for v in runs["label"]] if "label" in runs else [""] * len(ids)
+    counts = pd.Series(labels).value_counts()
+    return [label if label and counts[label] == 1 else (f"{label} · {run_id}" if label else run_id)
+            for label, run_id in zip(labels, ids)]
+
+
+def compare_runs(runs: pd.DataFrame, metrics: Sequence[str] = COMPARED_COLUMNS) -> pd.DataFrame:
+    """Runs side by side: one column per run (see `run_names`), one row per metric, titled with its unit;
+    by default the catalog's compared metrics."""
+    values = _metric_matrix(runs, metrics)
+    values.index = [describe_column(name).title for name in metrics]
+    values.index.name = "metric"
+    return values
+
+
+def compare_marks(runs: pd.DataFrame, metrics: Sequence[str] = COMPARED_COLUMNS) -> pd.DataFrame:
+    """Same shape as `compare_runs`: "better" on each row's best run(s), "worse" on its worst, else "".
+
+    Rows whose metric has no better direction, or fewer than two different values, stay unmarked.
+    """
+    values = _metric_matrix(runs, metrics)
+    marks = pd.DataFrame("", index=values.index, columns=values.columns, dtype=object)
+    for name in metrics:
+        row = values.loc[name]
+        direction = describe_column(name).larger_is_better
+        present = row.dropna()
+        if direction is None or present.nunique() < 2:
+            continue
+        best, worst = (present.max(), present.min()) if direction else (present.min(), present.max())
+        marks.loc[name, row == best] = BETTER
+        marks.loc[name, row == worst] = WORSE
+    marks.index = [describe_column(name).title for name in metrics]
+    marks.index.name = "metric"
+    return marks
+
+
+def noise_verdicts(runs: pd.DataFrame, metrics: Sequence[str], groups: Sequence[int]) -> list[str]:
+    """Per metric, whether the runs differ by more than their run-to-run noise. Runs sharing a group number
+    are repeats of one configuration; the configurations with the lowest and the highest mean are compared
+    by Welch's t-test (stats.compare), which needs two runs of each to measure a spread."""
+    values = _metric_matrix(runs, metrics).to_numpy()
+    groups = np.asarray(groups)
+    verdicts = []
+    for row in values:
+        samples = [row[(groups == group) & np.isfinite(row)] for group in np.unique(groups)]
+        samples = sorted((sample for sample in samples if sample.size), key=np.mean)
+        if len(samples) < 2:  # nothing to compare, unless every run is a repeat of one configuration
+            verdicts.append(ONE_CONFIGURATION if samples and np.unique(groups).size == 1 else "")
+            continue
+        result = compare(samples[0], samples[-1])
+        if result.significant is None:
+            verdicts.append(SINGLE_RUN)
+            continue
+        verdict = BEYOND_NOISE if result.significant else WITHIN_NOISE
+        extremes = "lowest vs highest: " if len(samples) > 2 else ""
+        verdicts.append(f"{extremes}{verdict} (p = {result.p_value:.2g}; {result.a.n} vs {result.b.n} runs)")
+    return verdicts
+
+
+def style_comparison(table: pd.DataFrame, marks: pd.DataFrame):
+    """A Styler for st.dataframe: better cells green, worse red."""
+    return table.style.apply(lambda _: marks.map(lambda mark: _MARK_COLOURS.get(mark, "")), axis=None)
+
+
+def _metric_matrix(runs: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
+    """Numbers only, indexed by metric column name; a column the history lacks is all NaN."""
+    names = run_names(runs)
+    columns = {name: pd.to_numeric(runs[name], errors="coerce").to_numpy(dtype=np.float64)
+               if name in runs else np.full(len(runs), math.nan) for name in metrics}
+    return pd.DataFrame.from_dict(columns, orient="index", columns=names, dtype=float)
+
+
+def _number(value) -> float:
+    """Summary values as floats; missing, None and unparsable text ('-') become NaN."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _text(value) -> str:
+    return "" if pd.isna(value) else str(value)
+
+
+def _values(cell) -> np.ndarray:
+    """An ITL cell (a list, a numpy array from parquet, or None) as a float array."""
+    if cell is None or (isinstance(cell, float) and math.isnan(cell)):
+        return np.array([])
+    return np.asarray(cell, dtype=np.float64)
