@@ -1,16 +1,16 @@
 """The Run page's sidebar: every setting of a benchmark, and the RunConfig built from them.
 
-`render_sidebar` draws the widgets and returns their values as a plain dict; `build_run_config` turns
-such a dict into a RunConfig without touching streamlit, so it is unit-testable. Engine knobs come
-from `config.knobs_for(backend)`, grouped in expanders as LMDeploy's CLI groups them, with LMDeploy's
-defaults; their constraints are shown under each widget and checked by `check_run_config` at Start.
-The widgets keep their values across pages and reloads (`url_settings`); `widget_values` is the way back
-from a past run's RunConfig to them.
+`render_sidebar` draws the widgets and returns their values as a plain dict, by setting name; `build_run_config`
+turns such a dict into a RunConfig without touching streamlit, so it is unit-testable. Each widget is drawn from
+its setting's declaration (bounds, choices, label, help, unit; `setting_widget`); the sidebar only says which
+settings show where: the engine's knobs of the backend, grouped in expanders as LMDeploy's CLI groups them, the
+dataset's and the load's that apply to the chosen dataset and load pattern, generation and the SLO. A widget's
+key is its setting's (`widget_key`), so it keeps its value across pages and reloads (`url_settings`);
+`widget_values` is the way back from a past run's RunConfig to them.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import math
 from collections.abc import Callable, Mapping
@@ -21,9 +21,11 @@ from typing import Any
 import streamlit as st
 
 from bench_core.config import (
-    BACKENDS, DATASET_NAMES, LMDEPLOY_BACKENDS, LOAD_PATTERNS, SERVER_BACKEND, SLO, DatasetConfig, EngineConfig,
-    GenerationSettings, Knob, LoadConfig, RunConfig, knobs_for,
+    BACKENDS, LMDEPLOY_BACKENDS, SERVER_BACKEND, SLO, DatasetConfig, LoadConfig, Part, RunConfig, Setting,
+    config_from_values, knobs_for, of_part, setting, settings_of,
 )
+from bench_core.config.catalog import BY_NAME
+from bench_core.config.settings import widget_label
 from bench_core.load.datasets import BUILTIN_SAMPLE, BUILTIN_SHAREGPT
 from bench_core.engines import availability
 from bench_core.errors import BenchError, ConfigError, DatasetError
@@ -33,23 +35,15 @@ from bench_core.run.runner import Run
 from dashboard import url_settings
 from dashboard.url_settings import persisted
 
-DEFAULT_MODEL = "builtin:smollm2-135m"
-DEFAULT_BACKEND = "transformers"
+DEFAULT_MODEL = setting("model").default
+DEFAULT_BACKEND = setting("backend").default
 OTHER_MODEL = "Local path or hub id"
 BUILTIN_DATASETS = {
     BUILTIN_SHAREGPT: "ShareGPT (built-in copy)",
     BUILTIN_SAMPLE: "Small generated sample",
 }
 SOURCE_BUILTIN, SOURCE_UPLOAD, SOURCE_PATH = "Built-in", "Upload", "Path"
-RANDOM_LEN = 128  # the random dataset's input and output lengths to start from
-SLO_METRICS = ("ttft", "tpot", "e2e")
-LOAD_PATTERN_HELP = {
-    "batch": "LMDeploy's profile_pipeline_api.py: every prompt is submitted at once and concurrency bounds "
-             "the batch, so TTFT includes queueing.",
-    "concurrency": "profile_throughput.py: N workers, a request's clock starts when a worker picks it up.",
-    "request_rate": "profile_restful_api.py / vLLM: requests arrive at a rate (Poisson, or gamma with a burstiness "
-                    "factor), optionally capped by a max concurrency; a request's clock starts when it is sent.",
-}
+SLO_SETTINGS = of_part(Part.SLO)
 
 
 @dataclass(frozen=True)
@@ -70,6 +64,7 @@ LMDEPLOY_DEFAULTS = LoadDefaults(
     num_prompts=DatasetConfig.num_prompts, concurrency=LoadConfig.concurrency,
     stream_output=LoadConfig.stream_output, sharegpt_output_len=DatasetConfig.sharegpt_output_len,
 )
+SIZED = ("num_prompts", "concurrency", "stream_output", "sharegpt_output_len")  # what a backend's run size sets
 
 
 def load_defaults(backend: str) -> LoadDefaults:
@@ -97,20 +92,24 @@ def render_sidebar(cancel: Callable[[], None] | None, actions: bool = True) -> S
     backend = persisted(bar.selectbox, "Backend", options=BACKENDS, index=BACKENDS.index(DEFAULT_BACKEND),
                         key="backend", format_func=_backend_label)
     values["backend"] = backend
-    values.update(_server_widgets() if backend == SERVER_BACKEND else _model_widgets())
+    family = _family(backend)
+    values.update((_server_widgets if backend == SERVER_BACKEND else _model_widgets)(backend, family))
     reason = availability(backend)
     _show_unavailable_backends()
-    values["knobs"] = _knob_widgets(backend)
+    values.update(_knob_widgets(backend, family))
 
     bar.subheader("Dataset")
-    defaults = load_defaults(backend)
-    family = _family(backend)
-    values.update(_dataset_widgets(defaults, family))
+    values.update(_dataset_widgets(backend, family))
 
     bar.subheader("Load")
-    values.update(_load_widgets(defaults, family, backend))
-    values["generation"] = _generation_widgets()
-    values["slo_ms"] = _slo_widgets()
+    values.update(_load_widgets(backend, family))
+    with bar.expander("Generation"):
+        st.caption("LMDeploy's pipeline script decodes greedily with ignore_eos, whatever the sampling settings say.")
+        values.update(_widgets(of_part(Part.GENERATION), backend, family))
+    with bar.expander("Goodput SLO (ms)", expanded=False):
+        st.caption("A request is good when it meets every threshold set. Changing them updates the goodput "
+                   "of the run shown, from its stored requests, without running it again.")
+        values.update(_widgets(SLO_SETTINGS, backend, family))
     url_settings.remember()
 
     start = False
@@ -123,93 +122,44 @@ def render_sidebar(cancel: Callable[[], None] | None, actions: bool = True) -> S
     return SidebarChoice(values=values, start=start, unavailable_reason=reason)
 
 
-def slo_from_ms(slo_ms: Mapping[str, float | None]) -> SLO:
-    """Thresholds typed in ms as the SLO in seconds; an empty input leaves that threshold unset."""
-    return SLO(**{name: None if slo_ms.get(name) is None else slo_ms[name] / 1000 for name in SLO_METRICS})
+def chosen_slo(values: Mapping[str, Any]) -> SLO:
+    """The SLO the sidebar's values set (typed in ms, in seconds)."""
+    return SLO(**{slo.name: values.get(slo.name) for slo in SLO_SETTINGS})
 
 
 def build_run_config(values: Mapping[str, Any]) -> RunConfig:
-    """The RunConfig for the sidebar's values; validation is left to `check_run_config` (at submit)."""
-    sharegpt = values["dataset_name"] == "sharegpt"
-    engine = EngineConfig(
-        backend=values["backend"],
-        model=values["model"].strip(),
-        trust_remote_code=values.get("trust_remote_code", False),
-        api_key=values.get("api_key") or None,
-        **values.get("knobs", {}),
-    )
-    dataset = DatasetConfig(
-        dataset=str(values["dataset"]).strip(),
-        dataset_name=values["dataset_name"],
-        num_prompts=int(values["num_prompts"]),
-        seed=int(values["seed"]),
-        sharegpt_output_len=_int_or_none(values.get("sharegpt_output_len")) if sharegpt else None,
-        random_input_len=None if sharegpt else _int_or_none(values.get("random_input_len")),
-        random_output_len=None if sharegpt else _int_or_none(values.get("random_output_len")),
-        random_range_ratio=float(values.get("random_range_ratio", 0.0)),
-    )
-    load = LoadConfig(
-        load_pattern=values["load_pattern"],
-        concurrency=int(values["concurrency"]),
-        stream_output=bool(values["stream_output"]),
-        **values.get("request_rate_load", {}),
-    )
-    return RunConfig(
-        engine=engine,
-        dataset=dataset,
-        load=load,
-        generation=GenerationSettings(**values.get("generation", {})),
-        slo=slo_from_ms(values.get("slo_ms", {})),
-        label=values.get("label", "").strip(),
-    )
+    """The RunConfig for the sidebar's values (by setting name; a missing one takes its default); validation is
+    left to `check_run_config` (at submit). The length settings of the other dataset are left unset."""
+    chosen = {name: value for name, value in values.items() if name in BY_NAME}
+    chosen.update(model=str(chosen["model"]).strip(), dataset=str(chosen["dataset"]).strip(),
+                  api_key=chosen.get("api_key") or None)
+    for name in ("sharegpt_output_len", "random_input_len", "random_output_len"):
+        if not setting(name).applies(dataset_name=chosen["dataset_name"]):
+            chosen[name] = None
+    return config_from_values(chosen, label=str(values.get("label", "")).strip())
 
 
 def widget_values(config: RunConfig) -> dict[str, Any]:
     """The sidebar's widget values (by key) that rebuild `config`: the inverse of `build_run_config`, used to load
     a past run's settings. An uploaded dataset comes back as the path it was saved to."""
-    engine, data, load = config.engine, config.dataset, config.load
+    engine, data = config.engine, config.dataset
     family = _family(engine.backend)
-    values: dict[str, Any] = {"label": config.label, "backend": engine.backend,
-                              "trust_remote_code": engine.trust_remote_code}
+    values: dict[str, Any] = {"label": config.label, "backend": engine.backend}
     if engine.backend == SERVER_BACKEND:
         values["server_model"] = engine.model
     elif engine.model in PICKABLE_MODELS:
         values["model_choice"] = engine.model
     else:
         values.update(model_choice=OTHER_MODEL, model_path=engine.model)
-    for knob in knobs_for(engine.backend):
-        value = getattr(engine, knob.name)
-        kind = _FIELD_TYPES[knob.name]
-        if knob.choices is None and kind.startswith("float"):
-            value = float(value)
-        elif knob.choices is None and kind.startswith("str"):
-            value = value or ""
-        values[f"knob_{knob.name}"] = value
     if data.dataset in BUILTIN_DATASETS:
         values.update(dataset_source=SOURCE_BUILTIN, dataset_builtin=data.dataset)
     else:
         values.update(dataset_source=SOURCE_PATH, dataset_path=data.dataset)
-    values.update({"dataset_name": data.dataset_name, f"num_prompts_{family}": data.num_prompts, "seed": data.seed})
-    if data.dataset_name == "sharegpt":
-        values[f"sharegpt_output_len_{family}"] = data.sharegpt_output_len
-    else:
-        values.update(random_input_len=data.random_input_len, random_output_len=data.random_output_len,
-                      random_range_ratio=float(data.random_range_ratio))
-    values.update({_load_pattern_key(engine.backend): load.load_pattern, f"stream_output_{family}": load.stream_output})
-    if load.load_pattern == "request_rate":
-        values.update(request_rate=None if math.isinf(load.request_rate) else float(load.request_rate),
-                      burstiness=float(load.burstiness), exact_rate_arrivals=load.exact_rate_arrivals,
-                      max_concurrency=load.max_concurrency,
-                      warmup_requests=load.warmup_requests,
-                      duration_s=None if load.duration_s is None else float(load.duration_s))
-    else:
-        values[f"concurrency_{family}"] = load.concurrency
-    generation = config.generation
-    values.update(gen_ignore_eos=generation.ignore_eos, gen_do_sample=generation.do_sample,
-                  gen_temperature=float(generation.temperature), gen_top_p=float(generation.top_p),
-                  gen_top_k=generation.top_k)
-    values.update({f"slo_{name}_ms": None if getattr(config.slo, name) is None else getattr(config.slo, name) * 1000
-                   for name in SLO_METRICS})
+    values[_load_pattern_key(engine.backend)] = config.load.load_pattern
+    for name, value in settings_of(config).items():
+        declared = setting(name)
+        if declared.widget is not None and _shown(declared, config):
+            values[widget_key(declared, family)] = to_widget(declared, value)
     return values
 
 
@@ -225,7 +175,7 @@ def offer_past_settings(run_id: str, run: Run | None, history: History) -> None:
               help="Set every sidebar setting as this run had it, to run it again or change one thing.")
 
 
-def config_from_values(values: Mapping[str, Any], uploads_dir: Path) -> RunConfig:
+def config_from_choice(values: Mapping[str, Any], uploads_dir: Path) -> RunConfig:
     """The sidebar's settings as a RunConfig, an uploaded dataset saved to a file first."""
     values = dict(values)
     upload = values.get("upload")
@@ -247,6 +197,103 @@ def save_upload(data: bytes, name: str, folder: Path) -> str:
     except OSError as exc:
         raise DatasetError(f"Cannot save the uploaded dataset to {path}: {exc.strerror or exc}.") from exc
     return str(path)
+
+
+# ---- one setting, one widget ---------------------------------------------------------------------
+
+def widget_key(declared: Setting, family: str) -> str:
+    """The session and URL key of a setting's widget: its declared one, else knob_<name> for an engine knob,
+    gen_<name> for generation, <name>_<family> for what a backend's run size sets (switching between LMDeploy's
+    backends and the others starts those at the other's defaults), else its name."""
+    if declared.widget is not None and declared.widget.key:
+        return declared.widget.key
+    if declared.is_knob:
+        return f"knob_{declared.name}"
+    if declared.part == Part.GENERATION:
+        return f"gen_{declared.name}"
+    return f"{declared.name}_{family}" if declared.name in SIZED else declared.name
+
+
+def to_widget(declared: Setting, value: Any) -> Any:
+    """A setting's value as its widget shows it: in the unit typed (ms for an SLO), empty for inf or unset."""
+    if declared.choices is not None:
+        return value  # None is a choice too ("off")
+    if value is None or (isinstance(value, float) and math.isinf(value)):
+        return "" if declared.kind is str else None
+    if declared.kind in (str, bool):
+        return value
+    typed = value / declared.typed_scale
+    return float(typed) if declared.kind is float else int(typed)
+
+
+def from_widget(declared: Setting, shown: Any) -> Any:
+    """The inverse of `to_widget`: what a widget's value sets."""
+    if declared.kind is str and declared.choices is None:
+        text = str(shown or "").strip()
+        return text or (None if declared.optional else declared.default)
+    if shown is None:
+        return math.inf if declared.allow_inf and not declared.optional else None
+    if declared.choices is not None or declared.kind is bool:
+        return shown
+    value = shown * declared.typed_scale
+    return float(value) if declared.kind is float else int(value)
+
+
+def setting_widget(declared: Setting, key: str, start: Any, backend: str) -> Any:
+    """Draw the setting's widget in the current container (the sidebar, an expander), starting at `start` (in the
+    widget's unit), with the choices `backend` takes; return the setting's value."""
+    hints, label = declared.widget, widget_label(declared)
+    options: dict[str, Any] = {"key": key, "help": declared.help or None}
+    if declared.choices is not None:
+        choices = declared.choices_for(backend)
+        start = start if start in choices else choices[0]
+        if hints.style == "radio":
+            return persisted(st.radio, label, options=choices, index=choices.index(start), horizontal=True, **options)
+        return from_widget(declared, persisted(st.selectbox, label, options=choices, index=choices.index(start),
+                                               format_func=lambda choice: "off" if choice is None else str(choice),
+                                               **options))
+    if declared.kind is bool:
+        return persisted(st.checkbox, label, value=start, **options)
+    if declared.kind is str:
+        return from_widget(declared, persisted(st.text_input, label, value=start or "", placeholder=hints.placeholder,
+                                               **options))
+    bounds = declared.bounds
+    low = hints.min_value if hints.min_value is not None else (bounds.widget_min if bounds else None)
+    high = bounds.widget_max if bounds else None
+    if declared.kind is int:
+        options.update(step=int(hints.step or 1), min_value=None if low is None else int(low),
+                       max_value=None if high is None else int(high))
+    else:
+        options.update(step=hints.step, min_value=None if low is None else float(low),
+                       max_value=None if high is None else float(high))
+        if hints.style == "slider":
+            return from_widget(declared, persisted(st.slider, label, value=float(start), **options))
+        options["format"] = hints.format
+        start = None if start is None else float(start)
+    placeholder = hints.placeholder if start is None or hints.placeholder else None
+    return from_widget(declared, persisted(st.number_input, label, value=start, placeholder=placeholder, **options))
+
+
+def _widgets(settings: tuple[Setting, ...], backend: str, family: str) -> dict[str, Any]:
+    """Each of `settings`' widgets in turn, by setting name."""
+    return {declared.name: setting_widget(declared, widget_key(declared, family), _start(declared, backend), backend)
+            for declared in settings}
+
+
+def _start(declared: Setting, backend: str) -> Any:
+    """Where a widget starts: the backend's run size, else the widget's own start, else the setting's default."""
+    if declared.name in SIZED:
+        return to_widget(declared, getattr(load_defaults(backend), declared.name))
+    if declared.widget.start is not None:
+        return declared.widget.start
+    return to_widget(declared, declared.default)
+
+
+def _shown(declared: Setting, config: RunConfig) -> bool:
+    """Whether the sidebar shows a widget for this setting of `config`."""
+    if declared.is_knob:
+        return declared.applies(backend=config.engine.backend)
+    return declared.applies(load_pattern=config.load.load_pattern, dataset_name=config.dataset.dataset_name)
 
 
 # ---- widget groups ---------------------------------------------------------------------------
@@ -292,17 +339,13 @@ def model_picker(where: Any, key_prefix: str = "", draw: Callable[..., Any] = pe
                      "e.g. synthetic:llama-3.2-1b:layers=4.")
 
 
-def _model_widgets() -> dict[str, Any]:
+def _model_widgets(backend: str, family: str) -> dict[str, Any]:
     model = model_picker(st.sidebar)
-    trust = persisted(st.sidebar.checkbox, "Trust remote code", value=False, key="trust_remote_code",
-                      help="Let the model's own code run (--trust-remote-code).")
-    return {"model": model, "trust_remote_code": trust}
+    with st.sidebar:
+        return {"model": model, **_widgets((setting("trust_remote_code"),), backend, family)}
 
 
-_FIELD_TYPES = {f.name: str(f.type) for f in dataclasses.fields(EngineConfig)}
-
-
-def _server_widgets() -> dict[str, Any]:
+def _server_widgets(backend: str, family: str) -> dict[str, Any]:
     """The model a server is asked for, and its API key: typed here, kept in memory, never stored."""
     bar = st.sidebar
     model = persisted(bar.text_input, "Model (optional)", value="", key="server_model",
@@ -310,45 +353,26 @@ def _server_widgets() -> dict[str, Any]:
     api_key = bar.text_input("API key (optional)", type="password", key="api_key",
                              placeholder="empty: $OPENAI_API_KEY, if set",
                              help="Sent as a Bearer header; never written to the history, config or logs.")
-    trust = persisted(bar.checkbox, "Trust remote code", value=False, key="trust_remote_code",
-                      help="Let the tokenizer's own code run.")
-    return {"model": model, "api_key": api_key, "trust_remote_code": trust}
+    with bar:
+        return {"model": model, "api_key": api_key, **_widgets((setting("trust_remote_code"),), backend, family)}
 
 
-def _knob_widgets(backend: str) -> dict[str, Any]:
+def _knob_widgets(backend: str, family: str) -> dict[str, Any]:
     """Every knob of `backend`, in LMDeploy's CLI groups, starting at LMDeploy's defaults."""
-    groups: dict[str, list[Knob]] = {}
+    groups: dict[str, list[Setting]] = {}
     for knob in knobs_for(backend):
         groups.setdefault(knob.group, []).append(knob)
     chosen: dict[str, Any] = {}
     for group, knobs in groups.items():
         with st.sidebar.expander(group):
             for knob in knobs:
-                chosen[knob.name] = _knob_widget(knob)
-                if knob.constraint:
-                    st.caption(f"Constraint: {knob.constraint}")
+                chosen.update(_widgets((knob,), backend, family))
+                if knob.rule:
+                    st.caption(f"Constraint: {knob.rule}")
     return chosen
 
 
-def _knob_widget(knob: Knob) -> Any:
-    label, key, default, kind = knob.flag, f"knob_{knob.name}", knob.default, _FIELD_TYPES[knob.name]
-    if knob.choices is not None:
-        return persisted(st.selectbox, label, options=knob.choices, index=knob.choices.index(default), key=key,
-                         help=knob.help, format_func=lambda choice: "off" if choice is None else str(choice))
-    if isinstance(default, bool):
-        return persisted(st.checkbox, label, value=default, key=key, help=knob.help)
-    if kind.startswith("int"):
-        value = persisted(st.number_input, label, value=default, step=1, key=key, help=knob.help,
-                          placeholder="empty: automatic" if default is None else None)
-        return None if value is None else int(value)
-    if kind.startswith("float"):
-        return persisted(st.number_input, label, value=float(default), step=0.05, format="%.2f", key=key,
-                         help=knob.help)
-    text = persisted(st.text_input, label, value=default or "", key=key, help=knob.help)
-    return text.strip() or (None if default is None else default)
-
-
-def _dataset_widgets(defaults: LoadDefaults, family: str) -> dict[str, Any]:
+def _dataset_widgets(backend: str, family: str) -> dict[str, Any]:
     bar = st.sidebar
     source_kind = persisted(bar.radio, "Prompts from", options=(SOURCE_BUILTIN, SOURCE_UPLOAD, SOURCE_PATH),
                             horizontal=True, key="dataset_source", help="A ShareGPT JSON or JSONL file; the random "
@@ -363,103 +387,26 @@ def _dataset_widgets(defaults: LoadDefaults, family: str) -> dict[str, Any]:
     else:
         values["dataset"] = persisted(bar.text_input, "ShareGPT file path", value="", key="dataset_path",
                                       placeholder="/data/ShareGPT_V3_unfiltered_cleaned_split.json")
-    name = persisted(bar.radio, "Dataset", options=DATASET_NAMES, horizontal=True, key="dataset_name",
-                     help="sharegpt: the conversations' own lengths; random: lengths you choose.")
-    values["dataset_name"] = name
-    if name == "sharegpt":
-        values["sharegpt_output_len"] = persisted(
-            bar.number_input, "Fixed output length (tokens)", value=defaults.sharegpt_output_len, min_value=1, step=1,
-            key=f"sharegpt_output_len_{family}", placeholder="empty: each conversation's own",
-            help="--sharegpt-output-len: every request generates this many tokens.")
-    else:
-        left, right = bar.columns(2)
-        values["random_input_len"] = persisted(left.number_input, "Input length", value=RANDOM_LEN, min_value=1,
-                                               step=1, key="random_input_len")
-        values["random_output_len"] = persisted(right.number_input, "Output length", value=RANDOM_LEN, min_value=1,
-                                                step=1, key="random_output_len")
-        values["random_range_ratio"] = persisted(bar.slider, "Range ratio", min_value=0.0, max_value=1.0, value=0.0,
-                                                 step=0.05, key="random_range_ratio",
-                                                 help="Lengths are drawn from [len x ratio, len].")
-    values["num_prompts"] = persisted(bar.number_input, "Number of prompts", value=defaults.num_prompts, min_value=1,
-                                      step=1, key=f"num_prompts_{family}")
-    values["seed"] = persisted(bar.number_input, "Seed", value=0, min_value=0, step=1, key="seed")
+    with bar:
+        values.update(_widgets((setting("dataset_name"),), backend, family))
+        shown = [declared for declared in of_part(Part.DATASET) if declared.widget is not None
+                 and declared.name != "dataset_name" and declared.applies(dataset_name=values["dataset_name"])]
+        # The sizes last: what the prompts are first, then how many.
+        sizes = ("num_prompts", "seed")
+        values.update(_widgets(tuple(s for s in shown if s.name not in sizes), backend, family))
+        values.update(_widgets(tuple(s for s in shown if s.name in sizes), backend, family))
     return values
 
 
-def _load_widgets(defaults: LoadDefaults, family: str, backend: str) -> dict[str, Any]:
+def _load_widgets(backend: str, family: str) -> dict[str, Any]:
     bar = st.sidebar
     server = backend == SERVER_BACKEND
-    patterns = LOAD_PATTERNS if server else tuple(p for p in LOAD_PATTERNS if p != "request_rate")
+    declared = setting("load_pattern")
+    patterns = declared.choices if server else tuple(p for p in declared.choices if p != "request_rate")
     pattern = persisted(bar.selectbox, "Load pattern", options=patterns,
-                        index=patterns.index("request_rate" if server else "batch"),
+                        index=patterns.index("request_rate" if server else declared.default),
                         key=_load_pattern_key(backend),  # a default per kind
-                        help="\n\n".join(f"**{p}**: {LOAD_PATTERN_HELP[p]}" for p in patterns))
-    if pattern == "request_rate":
-        return {"load_pattern": pattern, "concurrency": LoadConfig.concurrency, "stream_output": _stream_widget(defaults, family),
-                "request_rate_load": _request_rate_widgets()}
-    concurrency = persisted(bar.number_input, "Concurrency", value=defaults.concurrency, min_value=1, step=1,
-                            key=f"concurrency_{family}",
-                            help="Requests in flight at once; LMDeploy's engines take it as max_batch_size.")
-    return {"load_pattern": pattern, "concurrency": concurrency, "stream_output": _stream_widget(defaults, family)}
-
-
-def _stream_widget(defaults: LoadDefaults, family: str) -> bool:
-    return persisted(st.sidebar.checkbox, "Stream output", value=defaults.stream_output, key=f"stream_output_{family}",
-                     help="Needed for TTFT, ITL and tokens per tick.")
-
-
-def _request_rate_widgets() -> dict[str, Any]:
-    """vLLM's load: arrival rate and shape, a cap on requests in flight, warm-up, and an optional duration."""
-    bar = st.sidebar
-    rate = persisted(bar.number_input, "Request rate (req/s)", value=None, min_value=0.01, step=1.0, key="request_rate",
-                     placeholder="empty: inf, every request at once")
-    burstiness = persisted(bar.number_input, "Burstiness", value=1.0, min_value=0.01, step=0.1, key="burstiness",
-                           help="Gamma shape of the gaps between requests: 1 is Poisson, below 1 burstier, "
-                                "above 1 more regular.")
-    exact_rate = persisted(bar.checkbox, "Exact-rate arrivals", value=False, key="exact_rate_arrivals",
-                           help="Rescale the drawn gaps so the requests take exactly (N - 1) / rate seconds (vLLM). "
-                                "Unchecked: drawn from the seed as LMDeploy's profile_restful_api.py draws them.")
-    max_concurrency = persisted(bar.number_input, "Max concurrency (requests)", value=None, min_value=1, step=1,
-                                key="max_concurrency", placeholder="empty: no limit")
-    warmup = persisted(bar.number_input, "Warm-up requests", value=1, min_value=0, step=1,
-                       key="warmup_requests", help="Sent before the measurement starts, not measured.")
-    duration = persisted(bar.number_input, "Duration (s)", value=None, min_value=0.1, step=10.0, key="duration_s",
-                         placeholder="empty: send every prompt",
-                         help="End the run after this long: requests not sent stay unfinished, those in flight are cancelled.")
-    return {
-        "request_rate": math.inf if rate is None else float(rate),
-        "burstiness": float(burstiness),
-        "exact_rate_arrivals": bool(exact_rate),
-        "max_concurrency": _int_or_none(max_concurrency),
-        "warmup_requests": int(warmup),
-        "duration_s": None if duration is None else float(duration),
-    }
-
-
-def _generation_widgets() -> dict[str, Any]:
-    base = GenerationSettings()
-    with st.sidebar.expander("Generation"):
-        st.caption("LMDeploy's pipeline script decodes greedily with ignore_eos, whatever the sampling settings say.")
-        return {
-            "ignore_eos": persisted(st.checkbox, "Ignore EOS", value=base.ignore_eos, key="gen_ignore_eos",
-                                    help="Generate exactly the requested number of tokens."),
-            "do_sample": persisted(st.checkbox, "Sample", value=base.do_sample, key="gen_do_sample"),
-            "temperature": persisted(st.number_input, "Temperature", value=base.temperature, min_value=0.0,
-                                     max_value=2.0, step=0.1, key="gen_temperature"),
-            "top_p": persisted(st.number_input, "Top p", value=base.top_p, min_value=0.0, max_value=1.0, step=0.05,
-                               key="gen_top_p"),
-            "top_k": persisted(st.number_input, "Top k", value=base.top_k, min_value=0, step=1, key="gen_top_k"),
-        }
-
-
-def _slo_widgets() -> dict[str, float | None]:
-    with st.sidebar.expander("Goodput SLO (ms)", expanded=False):
-        st.caption("A request is good when it meets every threshold set. Changing them updates the goodput "
-                   "of the run shown, from its stored requests, without running it again.")
-        return {name: persisted(st.number_input, f"{name.upper()} at most (ms)", value=None, min_value=0.0, step=10.0,
-                                key=f"slo_{name}_ms", placeholder="not set")
-                for name in SLO_METRICS}
-
-
-def _int_or_none(value: Any) -> int | None:
-    return None if value is None else int(value)
+                        help="\n\n".join(f"**{p}**: {declared.choice_help[p]}" for p in patterns))
+    with bar:
+        shown = tuple(s for s in of_part(Part.LOAD) if s.widget is not None and s.applies(load_pattern=pattern))
+        return {"load_pattern": pattern, **_widgets(shown, backend, family)}

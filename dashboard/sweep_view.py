@@ -122,7 +122,7 @@ def launch_for(inputs: Mapping[str, Any]) -> Launch:
 def plan_from_inputs(inputs: Mapping[str, Any], values: Mapping[str, Any], uploads_dir: Path) -> SweepPlan:
     """The plan for the page's sweep inputs over the sidebar's settings; ConfigError says what is wrong."""
     axes = tuple(parse_sweep_arg(f"{name}={text}") for name, text in inputs["axes"])
-    base = with_run_size(sidebar.config_from_values(values, uploads_dir), inputs.get("num_prompts"),
+    base = with_run_size(sidebar.config_from_choice(values, uploads_dir), inputs.get("num_prompts"),
                          inputs.get("output_len"))
     return SweepPlan(new_sweep_id(), base, axes, inputs["repeats"])
 

@@ -16,10 +16,11 @@ from typing import Any
 
 import streamlit as st
 
+from bench_core.config import format_value, parse_bool
 from bench_core.redact import redact_text
 
 STORE = "sidebar_settings"  # session key: widget key -> last value shown, for every page of the session
-NONE = "none"  # how an empty optional value is written in the URL
+NONE = format_value(None)  # how an empty optional value is written in the URL
 # Defaults per widget key, as the widgets declare them; the same for every session.
 _DEFAULTS: dict[str, Any] = {}
 
@@ -54,7 +55,7 @@ def remember() -> None:
     store.update({key: st.session_state[key] for key in _DEFAULTS if key in st.session_state})
     for key, default in _DEFAULTS.items():
         value = store.get(key, default)
-        text = None if _same(value, default) else redact_text(_text(value))  # a link holds no password
+        text = None if _same(value, default) else redact_text(format_value(value))  # a link holds no password
         if text is None and key in st.query_params:
             del st.query_params[key]
         elif text is not None and st.query_params.get(key) != text:
@@ -90,7 +91,7 @@ def _restored(key: str, default: Any, parse: Callable[[str], Any]) -> Any:
 
 def _choice(text: str, options: list[Any]) -> Any:
     for option in options:
-        if _text(option) == text:
+        if format_value(option) == text:
             return option
     raise ValueError(text)
 
@@ -117,19 +118,7 @@ def _number(text: str, number: type, kwargs: Mapping[str, Any]) -> int | float |
 
 
 def _scalar(text: str, default: Any) -> Any:
-    if isinstance(default, bool):
-        if text not in ("true", "false"):
-            raise ValueError(text)
-        return text == "true"
-    return text
-
-
-def _text(value: Any) -> str:
-    if value is None:
-        return NONE
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+    return parse_bool(text) if isinstance(default, bool) else text
 
 
 def _same(value: Any, default: Any) -> bool:

@@ -28,7 +28,7 @@ choice = sidebar.render_sidebar(
 
 if choice.start:
     try:
-        run = active_runs.press_start(sidebar.config_from_values(choice.values, get_history().root / UPLOADS_FOLDER))
+        run = active_runs.press_start(sidebar.config_from_choice(choice.values, get_history().root / UPLOADS_FOLDER))
     except BenchError as exc:
         st.error(str(exc))
     else:
@@ -41,7 +41,7 @@ if run_id:
     st.query_params["run"] = st.session_state["run_id"] = run_id
     if shown is None or not shown.active:
         sidebar.offer_past_settings(run_id, shown, get_history())
-    render_run(run_id, sidebar.slo_from_ms(choice.values["slo_ms"]))
+    render_run(run_id, sidebar.chosen_slo(choice.values))
 else:
     st.info("Choose a model, a backend and a dataset in the sidebar, then press **Start**. With nothing "
             "changed, SmolLM2-135M runs on the embedded transformers engine: about a minute on a 2-core CPU, the first time included.")

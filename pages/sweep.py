@@ -50,7 +50,7 @@ if start:
 if sweep_id:
     # Keep the sweep in the URL (switching pages drops query parameters) and in the session.
     st.query_params["sweep"] = st.session_state["sweep_id"] = sweep_id
-    sweep_view.render_sweep(sweep_id, sidebar.slo_from_ms(choice.values["slo_ms"]), live, runs, inputs)
+    sweep_view.render_sweep(sweep_id, sidebar.chosen_slo(choice.values), live, runs, inputs)
 
 st.subheader("Past sweeps")
 sweep_view.past_sweeps_section(get_history(), runs)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench_core.config import EngineConfig, LoadConfig, RunConfig, SLO, lmdeploy_hyperparams
+from bench_core.config import EngineConfig, LoadConfig, RunConfig, SLO
+from bench_core.store.history_import import lmdeploy_hyperparams
 from bench_core.store.history import History, RunRecord
 from bench_core.measure.profiler import Profiler, Session
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from bench_core.config import SLO, DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, RunConfig, knobs_for
+from bench_core.config import SLO, DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, RunConfig, knobs_for, setting
 from bench_core.engines import availability
 from bench_core.store.history import RESULTS_ENV, History
 import engine_faults
@@ -27,7 +27,7 @@ LATENCY_ROWS = ["End-to-end latency (ms)", "TTFT (ms)", "TPOT (ms)", "ITL (ms)",
 TINY_VALUES = {
     "backend": "transformers", "model": TINY, "dataset": "builtin:sample", "dataset_name": "sharegpt",
     "sharegpt_output_len": 8, "num_prompts": 8, "seed": 0, "load_pattern": "batch",
-    "concurrency": 4, "stream_output": True, "label": "", "slo_ms": {},
+    "concurrency": 4, "stream_output": True, "label": "",
 }
 
 
@@ -124,12 +124,12 @@ def test_lmdeploy_backends_are_disabled_with_their_reason_and_take_lmdeploy_defa
 
 def test_impossible_knobs_show_one_error_and_start_nothing():
     at = open_app()
-    at.sidebar.number_input(key="knob_max_batch_tokens").set_value(0)
+    at.sidebar.selectbox(key="knob_torch_device").select("cuda")  # no GPU here
     at.sidebar.number_input(key="knob_cache_block_seq_len").set_value(2)
     start(at)
     assert not at.exception
     (error,) = at.error
-    assert "maximum tokens per batch" in error.value and "page size" in error.value
+    assert "sees no GPU" in error.value and "page size" in error.value
     assert get_runner().runs() == []
     assert "run" not in at.query_params
 
@@ -321,7 +321,7 @@ def test_a_reload_restores_the_settings_in_the_url_and_ignores_impossible_ones()
     assert at.sidebar.selectbox(key="model_choice").value == TINY
     assert at.sidebar.checkbox(key="stream_output_cpu").value is False
     assert at.sidebar.radio(key="dataset_name").value == "random"
-    assert at.sidebar.number_input(key="random_input_len").value == sidebar.RANDOM_LEN  # below its minimum
+    assert at.sidebar.number_input(key="random_input_len").value == setting("random_input_len").widget.start  # below its minimum
     assert at.sidebar.selectbox(key="knob_dtype").value == "auto"  # not one of its choices
 
 
@@ -409,8 +409,7 @@ def test_build_run_config_maps_widgets_to_the_run_settings():
         "backend": "transformers", "model": " builtin:tiny-llama ", "dataset": "builtin:sample",
         "dataset_name": "random", "sharegpt_output_len": 128, "random_input_len": 32, "random_output_len": 16,
         "random_range_ratio": 0.5, "num_prompts": 10, "seed": 3, "load_pattern": "concurrency", "concurrency": 2,
-        "stream_output": False, "label": " mine ", "knobs": {"max_batch_tokens": 256},
-        "generation": {"top_k": 5}, "slo_ms": {"ttft": 250.0, "tpot": None, "e2e": None},
+        "stream_output": False, "label": " mine ", "max_batch_tokens": 256, "top_k": 5, "ttft": 0.25,
     }
     config = sidebar.build_run_config(values)
     assert config.engine.model == TINY and config.engine.max_batch_tokens == 256
@@ -427,8 +426,8 @@ def cache_starved_config(num_blocks: int) -> RunConfig:
     values = {
         "backend": "transformers", "model": TINY, "dataset": "builtin:sample", "dataset_name": "random",
         "random_input_len": 16, "random_output_len": 8, "random_range_ratio": 0.1, "num_prompts": 6, "seed": 0,
-        "load_pattern": "batch", "concurrency": 1, "stream_output": True, "label": "", "slo_ms": {},
-        "knobs": {"num_blocks": num_blocks, "cache_block_seq_len": 4},
+        "load_pattern": "batch", "concurrency": 1, "stream_output": True, "label": "",
+        "num_blocks": num_blocks, "cache_block_seq_len": 4,
     }
     return sidebar.build_run_config(values)
 

@@ -20,7 +20,8 @@ import pytest
 
 from bench_core import csvstore
 from bench_core.hardware import environment
-from bench_core.config import EngineConfig, LoadConfig, RunConfig, lmdeploy_hyperparams
+from bench_core.config import EngineConfig, LoadConfig, RunConfig
+from bench_core.store.history_import import lmdeploy_hyperparams
 from bench_core.engines.base import EngineInfo
 from bench_core.errors import HistoryError
 from bench_core.store.history import History, RunRecord, local_now_iso, new_run_id

@@ -16,7 +16,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench_core.config import SPECULATIVE, EngineConfig, GenerationSettings, LoadConfig, knobs_for
+from bench_core.config import EngineConfig, GenerationSettings, LoadConfig, RunConfig, engine_config_fields, knobs_for
+from bench_core.config.catalog import SPECULATIVE_GROUP
+from bench_core.engines import run_config_problems
 from bench_core.load.datasets import SampledRequest
 from bench_core.engines import lmdeploy_engine as lmd
 from bench_core.engines.base import EngineInfo
@@ -45,9 +47,15 @@ def no_gpu_facts(monkeypatch):
 # ---- validation -----------------------------------------------------------------------------------
 
 
+def problems_of(engine: EngineConfig, load: LoadConfig) -> list[str]:
+    """Everything validation says of these settings (each knob's own bounds, then LMDeploy's rules), but not
+    that this machine lacks LMDeploy or a GPU."""
+    return run_config_problems(RunConfig(engine=engine, load=load))
+
+
 def test_default_knobs_are_valid_for_both_backends(no_gpu_facts):
-    assert lmd.LMDeployBackend.validate(turbomind(), LoadConfig()) == []
-    assert lmd.LMDeployBackend.validate(pytorch(), LoadConfig()) == []
+    assert problems_of(turbomind(), LoadConfig()) == []
+    assert problems_of(pytorch(), LoadConfig()) == []
 
 
 @pytest.mark.parametrize(
@@ -73,42 +81,41 @@ def test_default_knobs_are_valid_for_both_backends(no_gpu_facts):
     ],
 )
 def test_each_problem_is_one_sentence_naming_its_flag(no_gpu_facts, engine, flag):
-    problems = lmd.LMDeployBackend.validate(engine, LoadConfig())
+    problems = problems_of(engine, LoadConfig())
     assert len(problems) == 1
     assert flag in problems[0] and problems[0].endswith(".")
 
 
-def test_zero_concurrency_is_rejected_as_the_max_batch_size(no_gpu_facts):
-    [problem] = lmd.LMDeployBackend.validate(turbomind(), LoadConfig(concurrency=0))
-    assert "max_batch_size" in problem
+def test_zero_concurrency_is_rejected(no_gpu_facts):
+    assert problems_of(turbomind(), LoadConfig(concurrency=0)) == ["Concurrency must be at least 1."]
 
 
 def test_mtp_methods_need_no_draft_model_but_eagle_does(no_gpu_facts):
-    assert lmd.LMDeployBackend.validate(pytorch(speculative_algorithm="deepseek_mtp"), LoadConfig()) == []
-    assert lmd.LMDeployBackend.validate(pytorch(speculative_algorithm="eagle", speculative_draft_model="/d"), LoadConfig()) == []
-    assert lmd.LMDeployBackend.validate(pytorch(speculative_algorithm="eagle"), LoadConfig()) != []
+    assert problems_of(pytorch(speculative_algorithm="deepseek_mtp"), LoadConfig()) == []
+    assert problems_of(pytorch(speculative_algorithm="eagle", speculative_draft_model="/d"), LoadConfig()) == []
+    assert problems_of(pytorch(speculative_algorithm="eagle"), LoadConfig()) != []
 
 
 def test_a_draft_model_without_a_method_is_reported(no_gpu_facts):
-    assert lmd.LMDeployBackend.validate(pytorch(speculative_draft_model="/draft"), LoadConfig()) != []
+    assert problems_of(pytorch(speculative_draft_model="/draft"), LoadConfig()) != []
 
 
 def test_turbomind_block_length_follows_the_compute_capability_when_a_gpu_is_visible(monkeypatch):
     monkeypatch.setattr(lmd, "_gpu_facts", lambda: (2, 8.0))
-    assert lmd.LMDeployBackend.validate(turbomind(cache_block_seq_len=96), LoadConfig()) == []
+    assert problems_of(turbomind(cache_block_seq_len=96), LoadConfig()) == []
     monkeypatch.setattr(lmd, "_gpu_facts", lambda: (2, 7.5))
-    assert lmd.LMDeployBackend.validate(turbomind(cache_block_seq_len=96), LoadConfig()) != []
+    assert problems_of(turbomind(cache_block_seq_len=96), LoadConfig()) != []
 
 
 def test_tensor_parallelism_cannot_exceed_the_visible_gpus(monkeypatch):
     monkeypatch.setattr(lmd, "_gpu_facts", lambda: (2, 9.0))
-    assert lmd.LMDeployBackend.validate(turbomind(tp=2), LoadConfig()) == []
-    [problem] = lmd.LMDeployBackend.validate(turbomind(tp=4), LoadConfig())
+    assert problems_of(turbomind(tp=2), LoadConfig()) == []
+    [problem] = problems_of(turbomind(tp=4), LoadConfig())
     assert "2 are visible" in problem
 
 
 def test_both_load_patterns_are_accepted(no_gpu_facts):
-    assert lmd.LMDeployBackend.validate(turbomind(), LoadConfig(load_pattern="concurrency")) == []
+    assert problems_of(turbomind(), LoadConfig(load_pattern="concurrency")) == []
 
 
 # ---- the configs LMDeploy receives --------------------------------------------------------------
@@ -160,7 +167,7 @@ def _lmdeploy_accepts(engine: EngineConfig, load: LoadConfig) -> bool:
 @pytest.mark.parametrize("engine, concurrency, ours, theirs, why", VALIDATION_CASES)
 def test_lmdeploy_accepts_whatever_validate_accepts(no_gpu_facts, engine, concurrency, ours, theirs, why):
     load = LoadConfig(concurrency=concurrency)
-    assert (lmd.LMDeployBackend.validate(engine, load) == []) is ours
+    assert (problems_of(engine, load) == []) is ours
     assert _lmdeploy_accepts(engine, load) is theirs
     assert ours <= theirs  # never accept what LMDeploy rejects; stricter only for a stated reason
     assert ours == theirs or why
@@ -209,11 +216,9 @@ def test_pytorch_config_is_what_profile_pipeline_api_builds_at_the_default_quant
 
 
 @pytest.mark.parametrize("backend", ["turbomind", "pytorch"])
-def test_every_engine_knob_has_its_one_row_in_the_engine_config_table(backend):
-    column = lmd.ENGINE_CONFIG_COLUMNS.index(backend)
-    in_table = {knob for knob, fields in lmd.ENGINE_CONFIG_FIELDS.items() if fields[column]}
-    speculative = {knob.name for knob in knobs_for(backend) if knob.group == SPECULATIVE}  # their own config
-    assert in_table == {knob.name for knob in knobs_for(backend)} - speculative
+def test_every_engine_knob_names_its_field_of_the_engine_config(backend):
+    speculative = {knob.name for knob in knobs_for(backend) if knob.group == SPECULATIVE_GROUP}  # their own config
+    assert set(engine_config_fields(backend)) == {knob.name for knob in knobs_for(backend)} - speculative
 
 
 @needs_lmdeploy

@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from bench_core.views import run_diff
-from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig, lmdeploy_hyperparams
+from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
+from bench_core.store.history_import import lmdeploy_hyperparams
 from bench_core.store.history import History, RunRecord
 from profiled_runs import profiled_run
 from app_under_test import ROOT

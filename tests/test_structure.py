@@ -109,3 +109,56 @@ def test_the_playground_draws_the_sidebars_model_picker():
     calls = [node.func.attr for node in ast.walk(_tree(view))
              if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)]
     assert "model_picker" in calls
+
+
+# ---- settings: declared once, in the catalog -------------------------------------------------------------------
+
+CATALOG_FILES = sorted((CORE / "config").glob("*.py"))
+SETTING_USERS = sorted(path for path in [*CORE.rglob("*.py"), *DASHBOARD, *PAGES] if path not in CATALOG_FILES)
+# A flag spelled like a setting's that means something else: profile_restful_api.py's --backend names the server
+# (and so the endpoint and ignore_eos's spelling), not our backend setting.
+OTHER_MEANINGS = {("restful.py", "--backend")}
+
+
+def own_defaults_and_bounds(source: str, name: str = "module.py") -> list[str]:
+    """What a module writes itself for a catalogued setting: a flag added by hand with its default, a widget keyed
+    as a setting's with its own start or bounds, or a setting's bounds compared against a number."""
+    from bench_core.config import SETTINGS, Part
+    from dashboard.sidebar import widget_key
+
+    flags = {flag for setting in SETTINGS for flag in setting.cli_flags}
+    keys = {widget_key(setting, family) for setting in SETTINGS for family in ("cpu", "lmdeploy")}
+    bounded = {setting.name for setting in SETTINGS if setting.bounds is not None and setting.part != Part.GENERATION}
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            literals = {arg.value for arg in node.args if isinstance(arg, ast.Constant) and isinstance(arg.value, str)}
+            if getattr(node.func, "attr", "") == "add_argument":
+                found += [f"{name}:{node.lineno} adds {flag}" for flag in sorted(literals & flags)
+                          if (name, flag) not in OTHER_MEANINGS]
+            keywords = {keyword.arg: keyword.value for keyword in node.keywords}
+            key = keywords.get("key")
+            own = [word for word in ("value", "min_value", "max_value") if isinstance(keywords.get(word), ast.Constant)]
+            if isinstance(key, ast.Constant) and key.value in keys and own:
+                found.append(f"{name}:{node.lineno} draws {key.value} with its own {', '.join(own)}")
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            named = [side.attr for side in sides if isinstance(side, ast.Attribute)]  # a config's, not a local's
+            numbers = [side for side in sides if isinstance(side, ast.Constant) and type(side.value) in (int, float)]
+            found += [f"{name}:{node.lineno} bounds {setting}" for setting in named if setting in bounded and numbers]
+    return found
+
+
+def test_the_check_finds_a_default_and_a_bound_written_by_hand():
+    source = ('parser.add_argument("--random-range-ratio", type=float, default=0.0)\n'
+              'persisted(st.slider, "Range ratio", min_value=0.0, value=0.0, key="random_range_ratio")\n'
+              'if data.num_prompts < 1: pass\n'
+              'if num_prompts < 1: pass\n')
+    assert own_defaults_and_bounds(source) == ["module.py:1 adds --random-range-ratio",
+                                               "module.py:2 draws random_range_ratio with its own value, min_value",
+                                               "module.py:3 bounds num_prompts"]
+
+
+@pytest.mark.parametrize("path", SETTING_USERS, ids=lambda path: str(path.relative_to(ROOT)))
+def test_no_module_writes_its_own_default_or_bounds_for_a_catalogued_setting(path):
+    assert own_defaults_and_bounds(path.read_text(encoding="utf-8"), path.name) == []

@@ -11,7 +11,7 @@ import pytest
 
 from bench_core.config import EngineConfig, GenerationSettings, LoadConfig
 from bench_core.load.datasets import SampledRequest
-from bench_core.engines import engine_settings_key, transformers_engine
+from bench_core.engines import engine_settings_key, transformers_engine, validate_engine_config
 from bench_core.errors import ModelError
 
 OUTPUT_LENS = [1, 7, 30, 3, 18, 12, 25, 5]
@@ -235,12 +235,12 @@ def test_concurrency_keeps_the_engine_and_cache_sizing_reloads_it():
     ],
 )
 def test_validation_explains_each_bad_knob(change, expected):
-    problems = transformers_engine.TransformersBackend.validate(replace(EngineConfig(), **change), LoadConfig())
+    problems = validate_engine_config(replace(EngineConfig(), **change), LoadConfig())
     assert len(problems) == 1 and expected in problems[0]
 
 
 def test_default_knobs_are_valid():
-    assert transformers_engine.TransformersBackend.validate(EngineConfig(), LoadConfig()) == []
+    assert validate_engine_config(EngineConfig(), LoadConfig()) == []
 
 
 def test_asking_for_cuda_without_a_gpu_is_refused():

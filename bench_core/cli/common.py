@@ -13,12 +13,11 @@ import argparse
 import os
 import sys
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
-from ..config import (
-    DEFAULT_PERCENTILES, SLO, DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, RunConfig,
-)
-from ..errors import HistoryError
+from ..config import DEFAULT_PERCENTILES, Part, RunConfig, Setting, config_from_values, of_part, setting
+from ..errors import ConfigError, HistoryError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_CODES_HELP = """exit codes:
@@ -103,37 +102,124 @@ def add_results_flag(group, help_text: str, **options) -> None:
                        help=f"{help_text}; env {RESULTS_ENV}", **options)
 
 
+_DECLARED = object()  # a Flag's default: the setting's own
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A setting's flag in one command: the declaration's, with what this command spells or defaults otherwise
+    (LMDeploy's scripts give one setting other defaults: 1,000 prompts and seed 1 in profile_restful_api.py)."""
+
+    name: str  # the setting
+    names: tuple[str, ...] = ()  # default: the declaration's flags
+    default: typing.Any = _DECLARED
+    help: str = ""  # default: the declaration's cli_help
+    dest: str = ""  # default: the setting's name
+    negated: bool = False  # a --disable-... switch: given, the setting is False
+    positional: bool = False
+    choices: tuple[typing.Any, ...] | None = None  # default: the declaration's
+
+    @property
+    def setting(self) -> Setting:
+        return setting(self.name)
+
+    @property
+    def destination(self) -> str:
+        """Where argparse puts it: `dest`, else what argparse makes of the long flag (--num-prompts: num_prompts)."""
+        if self.dest or self.positional:
+            return self.dest or self.name
+        long = next(name for name in self.names or self.setting.cli_flags if name.startswith("--"))
+        return long.removeprefix("--").replace("-", "_")
+
+    def add(self, group) -> None:
+        declared = self.setting
+        options: dict[str, typing.Any] = {"help": (self.help or declared.cli_help).replace("%", "%%")}
+        if self.positional:
+            group.add_argument(self.destination, **options)
+            return
+        default = declared.default if self.default is _DECLARED else self.default
+        if declared.kind is bool:
+            options["action"] = "store_true"
+        else:
+            options["type"] = flag_type(declared)
+            choices = declared.choices if self.choices is None else self.choices
+            if choices is not None and declared.text_parser is None:  # a text parser knows its choices
+                options["choices"] = [choice for choice in choices if choice is not None]
+        group.add_argument(*(self.names or declared.cli_flags), dest=self.destination,
+                           default=False if self.negated else default, **options)
+
+    def value(self, args: argparse.Namespace) -> typing.Any:
+        """The setting's value the parsed `args` give (a typed value scaled as the setting stores it)."""
+        value = getattr(args, self.destination)
+        if self.negated:
+            return not value
+        scale = self.setting.typed_scale
+        return value * scale if scale != 1 and isinstance(value, (int, float)) else value
+
+
+def flag_type(declared: Setting) -> Callable[[str], typing.Any]:
+    """How a flag's text becomes the setting's value: its own text form (quant_policy's names), else its kind; an
+    empty string leaves an optional setting unset, like a missing flag."""
+    if declared.text_parser is not None:
+        def parse(text: str) -> typing.Any:
+            try:
+                return declared.text_parser(text)
+            except ValueError as exc:
+                raise argparse.ArgumentTypeError(str(exc)) from None
+    elif declared.optional:
+        def parse(text: str) -> typing.Any:
+            return None if text.strip() == "" else declared.kind(text)
+    else:
+        return declared.kind
+    parse.__name__ = declared.kind.__name__  # argparse names it in "invalid int value"
+    return parse
+
+
+def add_flags(group, flags: Iterable[Flag | str]) -> None:
+    for flag in flags:
+        (Flag(flag) if isinstance(flag, str) else flag).add(group)
+
+
+def flag_values(args: argparse.Namespace, flags: Iterable[Flag | str]) -> dict[str, typing.Any]:
+    """The settings' values the parsed `args` give for `flags`, by setting name."""
+    chosen = [Flag(flag) if isinstance(flag, str) else flag for flag in flags]
+    return {flag.name: flag.value(args) for flag in chosen}
+
+
+def add_knob_flags(parser: argparse.ArgumentParser, knobs: Iterable[Setting]) -> None:
+    """Each knob's flag in its group's argument group. Not given, a knob is absent from the parsed arguments
+    (argparse.SUPPRESS), so a flag the user typed is told apart from a default: `knob_values` refuses one the
+    backend does not use."""
+    groups: dict[str, typing.Any] = {}
+    for knob in knobs:
+        if knob.group not in groups:
+            groups[knob.group] = parser.add_argument_group(f"{knob.group} arguments")
+        constraint = f"; {knob.rule}" if knob.rule else ""
+        help_text = f"{knob.help} (default: {knob.default}; for {', '.join(knob.backends)}{constraint})"
+        Flag(knob.name, default=argparse.SUPPRESS, help=help_text).add(groups[knob.group])
+
+
+def knob_values(args: argparse.Namespace, knobs: Iterable[Setting], backend: str) -> dict[str, typing.Any]:
+    """The knob flags given on the command line; ConfigError naming each one that `backend` does not use."""
+    given = {knob: Flag(knob.name).value(args) for knob in knobs if hasattr(args, Flag(knob.name).destination)}
+    problems = [knob.not_applicable(backend) for knob in given if not knob.applies(backend=backend)]
+    if problems:
+        raise ConfigError(" ".join(problems))
+    return {knob.name: value for knob, value in given.items()}
+
+
 def add_record_flags(group, *, label_help: str, percentiles_help: str) -> None:
     """The flags that say how a run is recorded: --label, --results, --percentiles and the goodput thresholds."""
     group.add_argument("--label", default="", help=label_help)
     add_results_flag(group, "folder of the run history (history.csv and runs/)")
     group.add_argument("--percentiles", type=_percentiles, default=DEFAULT_PERCENTILES, help=percentiles_help)
-    for metric in ("ttft", "tpot", "e2e"):
-        group.add_argument(f"--slo-{metric}-ms", type=float, default=None,
-                           help=f"goodput threshold on {metric.upper()} in ms; a request is good when it meets all set")
+    add_flags(group, (slo.name for slo in of_part(Part.SLO)))
 
 
-def dataset_from_args(args: argparse.Namespace, dataset: str) -> DatasetConfig:
-    """The dataset flags both engine commands share, sampling from `dataset` (a path or builtin:...)."""
-    return DatasetConfig(dataset=dataset, dataset_name=args.dataset_name, num_prompts=args.num_prompts, seed=args.seed,
-                         sharegpt_output_len=args.sharegpt_output_len, random_input_len=args.random_input_len,
-                         random_output_len=args.random_output_len, random_range_ratio=args.random_range_ratio)
-
-
-def slo_from_args(args: argparse.Namespace) -> SLO:
-    """The goodput thresholds, given in ms, in seconds."""
-
-    def seconds(ms):
-        return None if ms is None else ms / 1000.0
-
-    return SLO(ttft=seconds(args.slo_ttft_ms), tpot=seconds(args.slo_tpot_ms), e2e=seconds(args.slo_e2e_ms))
-
-
-def run_config(args: argparse.Namespace, engine: EngineConfig, dataset: DatasetConfig, load: LoadConfig,
-               generation: GenerationSettings) -> RunConfig:
-    """The run of these parts, recorded as the record flags say (goodput thresholds, label, percentiles)."""
-    return RunConfig(engine=engine, dataset=dataset, load=load, generation=generation, slo=slo_from_args(args),
-                     label=args.label, percentiles=tuple(args.percentiles))
+def recorded_config(args: argparse.Namespace, values: Mapping[str, typing.Any]) -> RunConfig:
+    """The run of these settings' values, recorded as the record flags say (goodput thresholds, label, percentiles)."""
+    slo = flag_values(args, (slo.name for slo in of_part(Part.SLO)))
+    return config_from_values({**values, **slo}, label=args.label, percentiles=tuple(args.percentiles))
 
 
 def progress_line(run) -> str:
@@ -206,7 +292,7 @@ def append_csv_row(path: str, append: Callable[[], None]) -> bool:
 
 def save_lmdeploy_row(path: str, run) -> None:
     """Append the run's row to the LMDeploy-format CSV at `path`, as profile_pipeline_api.py does."""
-    from ..config import lmdeploy_hyperparams
+    from ..store.history_import import lmdeploy_hyperparams
 
     run.profiler.save_csv(path, lmdeploy_hyperparams(run.config))
 

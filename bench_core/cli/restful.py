@@ -22,14 +22,14 @@ from datetime import datetime
 from .. import csvstore
 from ..measure import metrics
 from ..measure.catalog import BEYOND_LMDEPLOY
-from ..config import DATASET_NAMES, EngineConfig, GenerationSettings, LoadConfig, RunConfig
+from ..config import RunConfig
 from ..engines import check_run_config
 from ..engines.openai_client import REQUEST_DEADLINE_S, ServerError, api_root, discover_model
 from ..errors import ConfigError
 from ..store.history_import import RESTFUL_COLUMNS
 from .common import (
-    EXIT_CODES_HELP, EngineCommand, add_record_flags, check_writable, dataset_from_args, open_history,
-    run_config, run_each,
+    EXIT_CODES_HELP, EngineCommand, Flag, add_flags, add_record_flags, check_writable, flag_values, open_history,
+    recorded_config, run_each,
 )
 
 # Their backend names: (server kind, endpoint). -chat forms use /v1/chat/completions.
@@ -39,10 +39,43 @@ SERVER_BACKENDS = {
     "sglang-oai": ("sglang", "completions"), "sglang-oai-chat": ("sglang", "chat"),
     "transformers": ("transformers", "completions"), "transformers-chat": ("transformers", "chat"),
 }
+OFFLINE_ENV = "HF_HUB_OFFLINE"  # 1 (our default, as in the app): tokenizers come from local files only
+# profile_restful_api.py's flags that are settings, in its order, with its defaults and words.
+DATASET_FLAGS = (
+    Flag("dataset_name", help="name of the dataset"),
+    Flag("dataset", names=("--dataset-path",), help="ShareGPT JSON/JSONL file, builtin:sharegpt or builtin:sample"),
+    Flag("model", default=None, help="model name sent to the server; default: the first of GET /v1/models"),
+    Flag("tokenizer", default=None,
+         help="tokenizer to sample prompts and retokenize answers (folder, hub id or builtin:...); default: the model. "
+              f"Hub ids come from the local cache only, unless {OFFLINE_ENV}=0 allows downloads"),
+)
+SAMPLING_FLAGS = (
+    Flag("num_prompts", names=("--num-prompts",), default=1000),
+    Flag("sharegpt_output_len", help="fixed output length per request (sharegpt)"),
+    "random_input_len", "random_output_len",
+    Flag("random_range_ratio", help="range of sampled lengths (random dataset)"),
+    "request_rate",
+    Flag("seed", default=1),
+)
+SWITCHES = (
+    Flag("stream_output", names=("--disable-stream",), negated=True, help="do not stream (no TTFT or ITL)"),
+    Flag("ignore_eos", names=("--disable-ignore-eos",), negated=True, help="let requests stop at EOS"),
+)
+BODY_FLAGS = (
+    Flag("extra_request_body", help='JSON object merged into every request, e.g. \'{"temperature": 0}\''),
+    Flag("trust_remote_code", help="trust remote code when loading the tokenizer"),
+)
+# Ours: vLLM's load shape and limits.
+OUR_FLAGS = (
+    "max_concurrency", "burstiness", "exact_rate_arrivals", "duration_s", Flag("warmup_requests", default=1),
+    Flag("read_timeout_s", names=("--timeout",),
+         help="seconds a request may wait for its next token (the first included) before it fails; keep-alive "
+              f"comments do not count. A request also fails after {REQUEST_DEADLINE_S / 3600:g} hours in all, "
+              "as in profile_restful_api.py"),
+)
 DEFAULT_PORTS = {"lmdeploy": 23333, "sglang": 30000, "vllm": 8000, "transformers": 8000}
 BOX_WIDTH = 50
 SUMMARY_PERCENTILES = (50, 99)  # the box's median and P99, whatever --percentiles says
-OFFLINE_ENV = "HF_HUB_OFFLINE"  # 1 (our default, as in the app): tokenizers come from local files only
 
 
 class RestfulCommand(EngineCommand):
@@ -65,25 +98,12 @@ class RestfulCommand(EngineCommand):
         """profile_restful_api.py's flags, then ours."""
         parser.add_argument("--backend", default="lmdeploy", choices=list(SERVER_BACKENDS),
                             help="the server, and with -chat the chat endpoint; sets the default port and how ignore_eos is sent")
-        parser.add_argument("--base-url", default=None, help="server address; overrides --host and --port")
+        add_flags(parser, (Flag("base_url", default=None, help="server address; overrides --host and --port"),))
         parser.add_argument("--host", default="127.0.0.1", help="server host")
         parser.add_argument("--port", type=_port, default=None,
                             help="server port; default per backend: lmdeploy 23333, sglang 30000, vllm 8000, transformers 8000")
-        parser.add_argument("--dataset-name", default="sharegpt", choices=DATASET_NAMES, help="name of the dataset")
-        parser.add_argument("--dataset-path", default="builtin:sharegpt",
-                            help="ShareGPT JSON/JSONL file, builtin:sharegpt or builtin:sample")
-        parser.add_argument("--model", default=None, help="model name sent to the server; default: the first of GET /v1/models")
-        parser.add_argument("--tokenizer", default=None,
-                            help="tokenizer to sample prompts and retokenize answers (folder, hub id or builtin:...); default: the model. "
-                                 f"Hub ids come from the local cache only, unless {OFFLINE_ENV}=0 allows downloads")
-        parser.add_argument("--num-prompts", type=int, default=1000, help="number of prompts to process")
-        parser.add_argument("--sharegpt-output-len", type=int, default=None, help="fixed output length per request (sharegpt)")
-        parser.add_argument("--random-input-len", type=int, default=None, help="input tokens per request (random dataset)")
-        parser.add_argument("--random-output-len", type=int, default=None, help="output tokens per request (random dataset)")
-        parser.add_argument("--random-range-ratio", type=float, default=0.0, help="range of sampled lengths (random dataset)")
-        parser.add_argument("--request-rate", type=float, default=math.inf,
-                            help="requests per second; inf sends every request at once, otherwise Poisson (see --burstiness)")
-        parser.add_argument("--seed", type=int, default=1, help="seed used in sampling prompts from the dataset")
+        add_flags(parser, DATASET_FLAGS)
+        add_flags(parser, SAMPLING_FLAGS)
         parser.add_argument("--multi", action="store_true", help="run once per rate of --request-rate-range")
         parser.add_argument("--request-rate-range", type=_rate_range, default="2,34,2",
                             help="START,STOP,STEP: a range, STOP excluded (floats allowed); other counts: a list")
@@ -92,27 +112,12 @@ class RestfulCommand(EngineCommand):
         parser.add_argument("--output-file", default=None,
                             help="CSV to append profile_restful_api.py's row to; default {backend}_{MMDD}_{num_prompts}_sharegpt.csv "
                                  "or {backend}_{MMDD}_{num_prompts}_{in}_{out}.csv; an empty string disables it")
-        parser.add_argument("--disable-stream", action="store_true", help="do not stream (no TTFT or ITL)")
-        parser.add_argument("--disable-ignore-eos", action="store_true", help="let requests stop at EOS")
+        add_flags(parser, SWITCHES)
         parser.add_argument("--disable-warmup", action="store_true", help="send no warm-up request")
-        parser.add_argument("--extra-request-body", default="", help='JSON object merged into every request, e.g. \'{"temperature": 0}\'')
-        parser.add_argument("--trust-remote-code", action="store_true", help="trust remote code when loading the tokenizer")
+        add_flags(parser, BODY_FLAGS)
 
         ours = parser.add_argument_group("LLM Bench Studio")
-        ours.add_argument("--max-concurrency", type=int, default=None, help="most requests in flight at once (vLLM); default: no limit")
-        ours.add_argument("--burstiness", type=float, default=1.0,
-                          help="gamma shape of the arrival gaps (vLLM): 1 Poisson, below 1 burstier, above 1 more regular")
-        ours.add_argument("--exact-rate-arrivals", action="store_true",
-                          help="rescale the drawn gaps so the schedule offers exactly --request-rate (vLLM); "
-                               "default: drawn from --seed as profile_restful_api.py draws them")
-        ours.add_argument("--duration", type=float, default=None,
-                          help="end the run after this many seconds: unsent requests stay unfinished, those in flight are cancelled; "
-                               "a warm-up request waits no longer than this for a token")
-        ours.add_argument("--warmup-requests", type=int, default=1, help="unmeasured warm-up requests (0 with --disable-warmup)")
-        ours.add_argument("--timeout", type=float, default=300.0,
-                          help="seconds a request may wait for its next token (the first included) before it fails; "
-                               "keep-alive comments do not count. A request also fails after "
-                               f"{REQUEST_DEADLINE_S / 3600:g} hours in all, as in profile_restful_api.py")
+        add_flags(ours, OUR_FLAGS)
         add_record_flags(ours, label_help="a label for the run(s) in the history",
                          percentiles_help="latency percentiles, comma-separated")
 
@@ -201,15 +206,12 @@ def rates(args: argparse.Namespace) -> list[float]:
 
 def config_for_rate(args: argparse.Namespace, url: str, model: str, rate: float) -> RunConfig:
     kind, endpoint = SERVER_BACKENDS[args.backend]
-    engine = EngineConfig(backend="openai", model=model, base_url=url, endpoint=endpoint, server_kind=kind,
-                          tokenizer=args.tokenizer or "", extra_request_body=args.extra_request_body,
-                          read_timeout_s=args.timeout, trust_remote_code=args.trust_remote_code)
-    load = LoadConfig(load_pattern="request_rate", stream_output=not args.disable_stream, request_rate=rate,
-                      burstiness=args.burstiness, exact_rate_arrivals=args.exact_rate_arrivals,
-                      max_concurrency=args.max_concurrency,
-                      warmup_requests=0 if args.disable_warmup else args.warmup_requests, duration_s=args.duration)
-    generation = GenerationSettings(ignore_eos=not args.disable_ignore_eos)
-    return run_config(args, engine, dataset_from_args(args, args.dataset_path), load, generation)
+    values = flag_values(args, (*DATASET_FLAGS, *SAMPLING_FLAGS, *SWITCHES, *BODY_FLAGS, *OUR_FLAGS))
+    if args.disable_warmup:
+        values["warmup_requests"] = 0
+    values.update(backend="openai", model=model, base_url=url, endpoint=endpoint, server_kind=kind,
+                  tokenizer=args.tokenizer or "", load_pattern="request_rate", request_rate=rate)
+    return recorded_config(args, values)
 
 
 def default_output_file(args: argparse.Namespace) -> str:

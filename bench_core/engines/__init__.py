@@ -13,7 +13,8 @@ import importlib
 import inspect
 import pkgutil
 
-from ..config import BACKENDS, EngineConfig, LoadConfig, RunConfig, validate_run_config
+from ..config import BackendRules, EngineConfig, LoadConfig, Part, RunConfig, validate_run_config
+from ..config.validation import setting_problems
 from ..errors import ConfigError, EngineUnavailable
 from .base import Backend, Engine, EngineEvent, EngineInfo
 
@@ -30,6 +31,7 @@ __all__ = [
     "check_run_config",
     "engine_settings_key",
     "load_engine",
+    "run_config_problems",
     "tokenizer_from_engine",
     "validate_engine_config",
 ]
@@ -62,7 +64,7 @@ def backend(name: str) -> type[Backend]:
     try:
         return _registry()[name]
     except KeyError:
-        raise ConfigError(f"Unknown backend '{name}'; choose one of {', '.join(BACKENDS)}.") from None
+        raise ConfigError(f"Unknown backend '{name}'; choose one of {', '.join(_registry())}.") from None
 
 
 def availability(name: str) -> str | None:
@@ -71,8 +73,24 @@ def availability(name: str) -> str | None:
 
 
 def validate_engine_config(engine: EngineConfig, load: LoadConfig) -> list[str]:
-    """Problems with this backend's knobs, each a sentence for the user (LMDeploy's rules)."""
-    return backend(engine.backend).validate(engine, load)
+    """Problems with the engine's settings, each a sentence for the user: each one's own bounds and choices
+    (its declaration's), then the backend's rules (LMDeploy's, the server's)."""
+    return setting_problems(engine, Part.ENGINE, engine.backend) + backend(engine.backend).validate(engine, load)
+
+
+def backend_rules(name: str) -> BackendRules:
+    """What the generic checks need to know of backend `name` (an unknown name: only that it is unknown)."""
+    found = _registry().get(name)
+    if found is None:
+        return BackendRules(known=tuple(_registry()))
+    return BackendRules(known=tuple(_registry()), needs_model=found.needs_model, load_patterns=found.load_patterns)
+
+
+def run_config_problems(config: RunConfig) -> list[str]:
+    """Every problem of the run's settings, each a sentence for the user: the generic ones, and once those are
+    fixed, the engine's (a backend's rules may assume sane generic settings)."""
+    problems = validate_run_config(config, backend_rules(config.engine.backend))
+    return problems or validate_engine_config(config.engine, config.load)
 
 
 def engine_settings_key(engine: EngineConfig, load: LoadConfig) -> tuple:
@@ -95,10 +113,9 @@ def load_engine(engine: EngineConfig, load: LoadConfig) -> Engine:
 
 
 def check_run_config(config: RunConfig) -> None:
-    """Raise one ConfigError carrying every problem, generic and backend-specific."""
-    problems = validate_run_config(config)
-    if not problems:
-        problems = validate_engine_config(config.engine, config.load)
+    """Raise one ConfigError carrying every problem, generic and backend-specific, or why the backend cannot run
+    here."""
+    problems = run_config_problems(config)
     if not problems:
         reason = availability(config.engine.backend)
         problems = [reason] if reason else []

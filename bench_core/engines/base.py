@@ -125,6 +125,10 @@ class Backend(ABC):
     names: ClassVar[tuple[str, ...]]
     # True when prompts are sampled with the loaded engine's tokenizer, so the engine loads first.
     tokenizer_from_engine: ClassVar[bool] = False
+    # False when the engine names its own model (a server serves one); a run then needs none.
+    needs_model: ClassVar[bool] = True
+    # The load patterns it can offer requests in (config.LOAD_PATTERNS).
+    load_patterns: ClassVar[tuple[str, ...]] = ("batch", "concurrency")
 
     @classmethod
     @abstractmethod

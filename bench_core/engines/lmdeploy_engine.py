@@ -27,25 +27,22 @@ import concurrent.futures
 import functools
 import importlib
 import importlib.util
-import logging
 import os
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from ..config import ENGINE_KNOBS, EngineConfig, GenerationSettings, LoadConfig, knobs_for
+from ..config import EngineConfig, GenerationSettings, LoadConfig, engine_config_fields, knobs_for, setting
 from ..load.datasets import SampledRequest
 from ..errors import ConfigError, ModelError
 from ..load.playground import Conversation, PlaygroundResult, prompt_preview
 from .base import Backend, Engine, EngineEvent, EngineInfo
 from .gpu_probe import gpu_facts
 
-QUANT_POLICIES = (0, 4, 8, 16, 17, 42)
 TURBOMIND_FP8_POLICIES = (16, 17)
 # Eagle heads are separate checkpoints; the MTP methods draft with the target model's own layers.
 DRAFT_MODEL_METHODS = ("eagle", "eagle3")
-LOG_LEVELS = tuple(logging.getLevelNamesMapping())  # the script's --log-level choices
 INSTALL_HINT = "install requirements-gpu.txt in its own environment (see README, 'GPU install')"
 
 # How often a cancel is re-sent while requests are still arriving, and how long to wait for LMDeploy.
@@ -84,17 +81,13 @@ class LMDeployBackend(Backend):
 
     @classmethod
     def validate(cls, engine: EngineConfig, load: LoadConfig) -> list[str]:
-        """LMDeploy's rules for these knobs (its CLI choices, its config checks and its engines' later
-        asserts), one sentence per problem naming the flag. Needs neither lmdeploy nor a GPU."""
+        """LMDeploy's rules for these knobs beyond each one's own bounds and choices (the catalog's): those that
+        depend on the engine, on the GPUs here, or on several knobs at once (its config checks and its engines'
+        later asserts), one sentence per problem naming the flag. Needs neither lmdeploy nor a GPU."""
         turbomind = engine.backend == "turbomind"
         problems = _shared_problems(engine, turbomind)
         problems += _turbomind_problems(engine) if turbomind else _pytorch_problems(engine)
-        problems += _speculative_problems(engine)
-        if load.concurrency < 1:
-            problems.append("Concurrency (-c/--concurrency, the engine's max_batch_size) must be at least 1.")
-        if engine.log_level not in LOG_LEVELS:
-            problems.append(f"--log-level must be one of {', '.join(LOG_LEVELS)}; got '{engine.log_level}'.")
-        return problems
+        return problems + _speculative_problems(engine)
 
     @classmethod
     def settings_key(cls, engine: EngineConfig, load: LoadConfig) -> tuple:
@@ -125,31 +118,23 @@ def _gpu_facts() -> tuple[int, float] | None:
 
 # ---- validation ---------------------------------------------------------------------------------
 
-_FLAGS = {knob.name: knob.flag for knob in ENGINE_KNOBS}
-_CHOICES = {knob.name: knob.choices for knob in ENGINE_KNOBS if knob.choices}
+def _flag(name: str) -> str:
+    return setting(name).cli_flag
 
 
 def _shared_problems(engine: EngineConfig, turbomind: bool) -> list[str]:
     problems = []
     tp = engine.tp
     if tp < 1 or tp & (tp - 1):
-        problems.append(f"{_FLAGS['tp']} must be a power of 2 (1, 2, 4, 8, ...); got {tp}.")
+        problems.append(f"{_flag('tp')} must be a power of 2 (1, 2, 4, 8, ...); got {tp}.")
     elif (facts := _gpu_facts()) is not None and tp > facts[0]:
-        problems.append(f"{_FLAGS['tp']} {tp} needs {tp} GPUs but {facts[0]} are visible.")
+        problems.append(f"{_flag('tp')} {tp} needs {tp} GPUs but {facts[0]} are visible.")
     ratio = engine.cache_max_entry_count
     if turbomind and not ratio > 0:
-        problems.append(f"{_FLAGS['cache_max_entry_count']} must be greater than 0 for TurboMind; got {ratio}.")
+        problems.append(f"{_flag('cache_max_entry_count')} must be greater than 0 for TurboMind; got {ratio}.")
     if not turbomind and not 0 < ratio < 1:
         problems.append(
-            f"{_FLAGS['cache_max_entry_count']} must be between 0 and 1 (exclusive) for the PyTorch engine; got {ratio}."
-        )
-    if engine.session_len is not None and engine.session_len < 1:
-        problems.append(
-            f"{_FLAGS['session_len']} must be a positive number of tokens, or empty; got {engine.session_len}."
-        )
-    if engine.quant_policy not in QUANT_POLICIES:
-        problems.append(
-            f"{_FLAGS['quant_policy']} must be one of {', '.join(map(str, QUANT_POLICIES))}; got {engine.quant_policy}."
+            f"{_flag('cache_max_entry_count')} must be between 0 and 1 (exclusive) for the PyTorch engine; got {ratio}."
         )
     return problems
 
@@ -162,21 +147,13 @@ def _turbomind_problems(engine: EngineConfig) -> list[str]:
     if block < 1 or block % step:
         where = "on this GPU" if facts is not None else "(64 unless a GPU of compute capability 8.0 or newer is visible)"
         problems.append(
-            f"{_FLAGS['cache_block_seq_len']} must be a positive multiple of {step} for TurboMind {where}; got {block}."
+            f"{_flag('cache_block_seq_len')} must be a positive multiple of {step} for TurboMind {where}; got {block}."
         )
     if engine.quant_policy in TURBOMIND_FP8_POLICIES:
         problems.append(
-            f"TurboMind does not support FP8 KV cache ({_FLAGS['quant_policy']} {engine.quant_policy}); "
+            f"TurboMind does not support FP8 KV cache ({_flag('quant_policy')} {engine.quant_policy}); "
             "use 0, 4, 8 or 42, or the pytorch backend."
         )
-    for name in ("model_format", "communicator", "async_"):
-        if getattr(engine, name) not in _CHOICES[name]:
-            choices = ", ".join(map(str, _CHOICES[name]))
-            problems.append(f"{_FLAGS[name]} must be one of {choices}; got '{getattr(engine, name)}'.")
-    if engine.num_tokens_per_iter < 0:
-        problems.append(f"{_FLAGS['num_tokens_per_iter']} must be 0 or more; got {engine.num_tokens_per_iter}.")
-    if engine.max_prefill_iters < 1:
-        problems.append(f"{_FLAGS['max_prefill_iters']} must be at least 1; got {engine.max_prefill_iters}.")
     return problems
 
 
@@ -185,65 +162,33 @@ def _pytorch_problems(engine: EngineConfig) -> list[str]:
     block = engine.cache_block_seq_len
     if block < 16 or block & (block - 1):
         problems.append(
-            f"{_FLAGS['cache_block_seq_len']} (block_size) must be a power of 2 of at least 16 "
+            f"{_flag('cache_block_seq_len')} (block_size) must be a power of 2 of at least 16 "
             f"for the PyTorch engine; got {block}."
         )
-    if engine.device not in _CHOICES["device"]:
-        problems.append(f"{_FLAGS['device']} must be one of {', '.join(_CHOICES['device'])}; got '{engine.device}'.")
-    elif engine.quant_policy > 0 and engine.device not in ("cuda", "ascend"):
-        problems.append(f"KV cache quantization ({_FLAGS['quant_policy']}) works only on cuda and ascend devices.")
+    if engine.quant_policy > 0 and engine.device not in ("cuda", "ascend"):
+        problems.append(f"KV cache quantization ({_flag('quant_policy')}) works only on cuda and ascend devices.")
     return problems
 
 
 def _speculative_problems(engine: EngineConfig) -> list[str]:
     method, draft = engine.speculative_algorithm, engine.speculative_draft_model
-    if method is None:
-        if draft:
-            return [f"{_FLAGS['speculative_draft_model']} is set but {_FLAGS['speculative_algorithm']} is empty."]
-        return []
-    problems = []
-    if method not in _CHOICES["speculative_algorithm"]:
-        choices = ", ".join(c for c in _CHOICES["speculative_algorithm"] if c)
-        problems.append(f"{_FLAGS['speculative_algorithm']} must be one of {choices}; got '{method}'.")
-    elif method in DRAFT_MODEL_METHODS and not draft:
-        problems.append(f"Speculative method '{method}' needs a draft model ({_FLAGS['speculative_draft_model']}).")
-    if engine.speculative_num_draft_tokens < 1:
-        problems.append(
-            f"{_FLAGS['speculative_num_draft_tokens']} must be at least 1; got {engine.speculative_num_draft_tokens}."
-        )
-    return problems
+    if method is None and draft:
+        return [f"{_flag('speculative_draft_model')} is set but {_flag('speculative_algorithm')} is empty."]
+    if method in DRAFT_MODEL_METHODS and not draft:
+        return [f"Speculative method '{method}' needs a draft model ({_flag('speculative_draft_model')})."]
+    return []
 
 
 # ---- what the engine is built from -------------------------------------------------------------
 
-# Where each knob goes in the config of each engine, under LMDeploy's name for it there (None: that
-# engine does not take it); the speculative knobs go to `build_speculative_config` instead.
-ENGINE_CONFIG_FIELDS: dict[str, tuple[str | None, str | None]] = {
-    # knob: (TurbomindEngineConfig field, PytorchEngineConfig field)
-    "tp": ("tp", "tp"),
-    "cache_max_entry_count": ("cache_max_entry_count", "cache_max_entry_count"),
-    "session_len": ("session_len", "session_len"),
-    "cache_block_seq_len": ("cache_block_seq_len", "block_size"),
-    "enable_prefix_caching": ("enable_prefix_caching", "enable_prefix_caching"),
-    "quant_policy": ("quant_policy", "quant_policy"),
-    "model_format": ("model_format", None),
-    "num_tokens_per_iter": ("num_tokens_per_iter", None),
-    "max_prefill_iters": ("max_prefill_iters", None),
-    "communicator": ("communicator", None),
-    "async_": ("async_", None),
-    "device": (None, "device_type"),
-    "eager_mode": (None, "eager_mode"),
-    "enable_return_routed_experts": (None, "enable_return_routed_experts"),
-}
-ENGINE_CONFIG_COLUMNS = ("turbomind", "pytorch")
 # What the script fixes whatever the knobs say (max_batch_size, the concurrency, comes from the load).
 FIXED_FIELDS = {"turbomind": {"enable_metrics": False}, "pytorch": {"thread_safe": False}}
 
 
-def engine_config_fields(engine: EngineConfig, load: LoadConfig) -> dict:
-    """The keyword arguments of `engine.backend`'s engine config, from `ENGINE_CONFIG_FIELDS`."""
-    column = ENGINE_CONFIG_COLUMNS.index(engine.backend)
-    fields = {names[column]: getattr(engine, knob) for knob, names in ENGINE_CONFIG_FIELDS.items() if names[column]}
+def engine_config_kwargs(engine: EngineConfig, load: LoadConfig) -> dict:
+    """The keyword arguments of `engine.backend`'s engine config: each knob under the field its declaration names
+    for that engine (the speculative knobs go to `build_speculative_config` instead)."""
+    fields = {field: getattr(engine, knob) for knob, field in engine_config_fields(engine.backend).items()}
     return {"max_batch_size": load.concurrency, **fields, **FIXED_FIELDS[engine.backend]}
 
 
@@ -257,7 +202,7 @@ def build_engine_config(engine: EngineConfig, load: LoadConfig):
     from lmdeploy.messages import PytorchEngineConfig, TurbomindEngineConfig
 
     config_class = TurbomindEngineConfig if engine.backend == "turbomind" else PytorchEngineConfig
-    return config_class(**engine_config_fields(engine, load))
+    return config_class(**engine_config_kwargs(engine, load))
 
 
 def build_speculative_config(engine: EngineConfig):

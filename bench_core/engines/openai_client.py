@@ -51,6 +51,7 @@ import aiohttp
 import numpy as np
 import yarl
 
+from ..config import check_values
 from ..load.arrivals import ArrivalReport, arrival_report, send_offsets
 from ..load.datasets import SampledRequest
 from ..errors import BenchError, ConfigError
@@ -538,12 +539,7 @@ def run_requests(
     `duration_s` ends the run once that long has passed since t0: requests in flight end RUN_ENDED,
     the rest "abort" with a "not sent" message. Setting `cancel` aborts everything within 0.1 s.
     """
-    if max_concurrency is not None and max_concurrency < 1:
-        raise ConfigError(f"Max concurrency must be at least 1 (or unset), not {max_concurrency}.")
-    if warmup < 0:
-        raise ConfigError(f"Warm-up requests must be 0 or more, not {warmup}.")
-    if duration_s is not None and not duration_s > 0:
-        raise ConfigError(f"The duration must be above 0 seconds (or unset), not {duration_s}.")
+    check_values(max_concurrency=max_concurrency, warmup_requests=warmup, duration_s=duration_s)
     offsets = send_offsets(len(requests), request_rate, burstiness, arrival_seed, exact_rate_arrivals)
     run = ClientRun(spec, model, requests, offsets, request_rate, max_concurrency, warmup, duration_s, ignore_eos, cancel or threading.Event())
     return run.start()

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..config import EngineConfig, GenerationSettings, LoadConfig, sampling_problems
+from ..config import LOAD_PATTERNS, EngineConfig, GenerationSettings, LoadConfig, sampling_problems
 from ..load.datasets import SampledRequest
 from ..errors import ConfigError, ModelError
 from ..models.resolve import load_tokenizer
@@ -85,6 +85,8 @@ class OpenAIBackend(Backend):
 
     names = ("openai",)
     tokenizer_from_engine = True
+    needs_model = False
+    load_patterns = LOAD_PATTERNS
 
     @classmethod
     def availability(cls, backend: str) -> str | None:

@@ -26,8 +26,6 @@ from .gpu_probe import gpu_facts
 from .transformers_batching import ContinuousBatchRun
 from .transformers_generate import generate_one_by_one
 
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-TORCH_DEVICES = ("auto", "cpu", "cuda")
 THREADS_ENV = "BENCH_STUDIO_TORCH_THREADS"
 # transformers refuses pages under 4 tokens; past a few thousand every request holds a mostly empty block.
 PAGE_SIZE_RANGE = (4, 8192)
@@ -48,18 +46,11 @@ class TransformersBackend(Backend):
 
     @classmethod
     def validate(cls, engine: EngineConfig, load: LoadConfig) -> list[str]:
-        """Problems with the transformers engine's knobs, each a sentence for the user."""
+        """Problems with the transformers engine's knobs beyond each one's own bounds and choices, each a sentence
+        for the user: a GPU asked for where there is none, a page size the engine cannot use."""
         problems: list[str] = []
-        if engine.dtype not in DTYPES:
-            problems.append(f"Unknown dtype '{engine.dtype}'; choose one of {', '.join(DTYPES)}.")
-        if engine.torch_device not in TORCH_DEVICES:
-            problems.append(f"Unknown torch device '{engine.torch_device}'; choose one of {', '.join(TORCH_DEVICES)}.")
-        elif engine.torch_device == "cuda" and not gpu_facts().cuda:
+        if engine.torch_device == "cuda" and not gpu_facts().cuda:
             problems.append("The torch device 'cuda' was asked for but torch sees no GPU here; choose cpu or auto.")
-        if engine.num_blocks is not None and engine.num_blocks < 1:
-            problems.append("The number of KV cache blocks must be at least 1 (or empty to size it for the batch).")
-        if engine.max_batch_tokens < 1:
-            problems.append("The maximum tokens per batch must be at least 1.")
         low, high = PAGE_SIZE_RANGE
         if not low <= engine.cache_block_seq_len <= high:
             problems.append(f"The KV cache block size (page size) must be between {low} and {high} tokens.")

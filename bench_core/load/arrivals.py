@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..config import check_values
 from ..errors import ConfigError
 
 
@@ -39,10 +40,7 @@ def send_offsets(
     """
     if n < 0:
         raise ConfigError(f"The number of requests must be 0 or more, not {n}.")
-    if not request_rate > 0:
-        raise ConfigError(f"The request rate must be above 0 requests/s (inf sends all at once), not {request_rate}.")
-    if not burstiness > 0:
-        raise ConfigError(f"Burstiness must be above 0 (1 is a Poisson process), not {burstiness}.")
+    check_values(request_rate=request_rate, burstiness=burstiness)
     if n == 0:
         return np.zeros(0)
     if math.isinf(request_rate):

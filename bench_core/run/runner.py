@@ -32,13 +32,14 @@ from ..engines import context_window
 from ..hardware import roofline
 from ..measure import metrics
 from ..measure.catalog import telemetry_columns
-from ..config import SERVER_BACKEND, EngineConfig, GenerationSettings, LoadConfig, RunConfig, lmdeploy_hyperparams
+from ..config import SERVER_BACKEND, EngineConfig, GenerationSettings, LoadConfig, RunConfig
 from ..load.datasets import Sample, sample_requests
 from ..engines import Engine, EngineInfo, check_run_config, engine_settings_key, load_engine, tokenizer_from_engine
 from ..engines.base import NOT_SENT, RUN_ENDED
 from ..hardware.environment import collect_environment
 from ..errors import BenchError, ModelError
 from ..store.history import History, RunRecord, local_now_iso, new_run_id
+from ..store.history_import import lmdeploy_hyperparams
 from ..measure.live_snapshot import TELEMETRY_WINDOW_S, with_telemetry
 from ..models.resolve import cache_dir, describe_model, first_use_phase, load_tokenizer, resolve_model
 from ..load.playground import Conversation, PlaygroundResult, check_request

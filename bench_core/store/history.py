@@ -36,15 +36,13 @@ from .. import csvstore
 from ..measure import metrics
 from . import leftovers as history_leftovers
 from ..measure.catalog import lmdeploy_row
-from ..config import (
-    DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, RunConfig, applied_engine_settings, lmdeploy_hyperparams,
-)
+from ..config import SETTINGS, RunConfig, applied_engine_settings
 from ..engines.base import EngineInfo
 from ..models.resolve import ModelRecord
 from ..errors import HistoryError
 from .history_import import (
-    HISTORY_LEAD_COLUMNS, HISTORY_SOURCE, NUMBER_COLUMNS, SAVE_CSV_HYPERPARAMS, check_numbers, is_number, parse_import,
-    single_spelling,
+    HISTORY_LEAD_COLUMNS, HISTORY_SOURCE, NUMBER_COLUMNS, SAVE_CSV_HYPERPARAMS, check_numbers, is_number,
+    lmdeploy_hyperparams, parse_import, single_spelling,
 )
 from ..redact import redact
 from ..run_states import CANCELLED, FAILED, FINISHED, IMPORTED, PARTIAL
@@ -57,8 +55,7 @@ _RUN_ID_RULE = f"run ids are 1 to {_RUN_ID_MAX} letters, digits, '-', '_' and '.
 _TEXT_COLUMNS = {
     "run_id", "started_at", "finished_at", "imported_at", "recovered_at", "status", "label", "source", "source_file",
     "error", "sweep_id", "percentiles", "failure_reasons",
-    *(f.name for part in (EngineConfig, DatasetConfig, LoadConfig, GenerationSettings)
-      for f in dataclasses.fields(part) if str(f.type).startswith("str")),
+    *(setting.key for setting in SETTINGS if setting.kind is str),
 }
 _TEXT_PREFIXES = ("env_", "engine_")
 _MISSING_CELLS = {"", "-"}

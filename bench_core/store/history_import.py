@@ -16,7 +16,9 @@ import csv
 import io
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
+from ..config import RunConfig
 from ..measure.catalog import HISTORY_METRIC_COLUMNS, LEGACY_COLUMNS, LMDEPLOY_COLUMNS
 from ..csvstore import spreadsheet_text
 from ..errors import HistoryError
@@ -31,6 +33,23 @@ SAVE_CSV_HYPERPARAMS = (
     "random_range_ratio",
     "num_prompts",
 )
+
+
+def lmdeploy_hyperparams(config: RunConfig) -> list[tuple[str, Any]]:
+    """The hyperparameter columns profile_pipeline_api.py writes before the Profiler's (SAVE_CSV_HYPERPARAMS),
+    in its order, for this run."""
+    data = config.dataset
+    return [
+        ("backend", config.engine.backend),
+        # LMDeploy's batch size; a request-rate run has none, only an optional cap on requests in flight.
+        ("bs", config.load.max_concurrency if config.load.load_pattern == "request_rate" else config.load.concurrency),
+        ("dataset_name", data.dataset_name),
+        ("sharegpt_output_len", data.sharegpt_output_len),
+        ("random_input_len", data.random_input_len),
+        ("random_output_len", data.random_output_len),
+        ("random_range_ratio", data.random_range_ratio),
+        ("num_prompts", data.num_prompts),
+    ]
 # The columns of `Profiler.save_csv` as the two offline scripts call it.
 SAVE_CSV_COLUMNS = SAVE_CSV_HYPERPARAMS + LMDEPLOY_COLUMNS
 # The history's first columns: the same, each metric in the history's spelling.

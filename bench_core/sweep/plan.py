@@ -11,41 +11,18 @@ row ties back to its sweep.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import itertools
 import secrets
-import types
-import typing
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-import numpy as np
-
-from ..config import (
-    ENGINE_KNOBS,
-    DatasetConfig,
-    EngineConfig,
-    LoadConfig,
-    RunConfig,
-    parse_quant_policy,
-    validate_run_config,
-)
+from ..config import SWEEPABLE, RunConfig, format_value, setting
+from ..engines import availability, engine_settings_key, run_config_problems
 from ..engines.context_window import length_problems
-from ..engines import availability, engine_settings_key, validate_engine_config
 from ..errors import ConfigError
 
 MAX_AXES = 2
-
-_PARTS = {"engine": EngineConfig, "dataset": DatasetConfig, "load": LoadConfig}
-_PART_OF = {f.name: part for part, cls in _PARTS.items() for f in dataclasses.fields(cls)}
-_TYPES = {name: hint for cls in _PARTS.values() for name, hint in typing.get_type_hints(cls).items()}
-_KNOBS = {knob.name: knob for knob in ENGINE_KNOBS}
-# request_rate joins by itself once LoadConfig has it (with the request-rate load pattern).
-_LOAD_AND_DATASET = ("concurrency", "request_rate", "num_prompts",
-                     "random_input_len", "random_output_len", "sharegpt_output_len")
-SWEEPABLE: tuple[str, ...] = (*_KNOBS, *(name for name in _LOAD_AND_DATASET if name in _PART_OF))
-_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
 @dataclass(frozen=True)
@@ -139,7 +116,7 @@ class SweepPlan:
         """The base config with `values` set; with a repeat index, labelled with the point and repeat."""
         config = copy.deepcopy(self.base)  # runs share no part objects: changing one changes no other
         for name, value in values.items():
-            setattr(getattr(config, _PART_OF[name]), name, value)
+            setattr(config.part(setting(name).part), name, value)
         if repeat is not None:
             tag = describe_point(values) + (f" · repeat {repeat + 1}/{self.repeats}" if self.repeats > 1 else "")
             config.label = f"{self.base.label} · {tag}" if self.base.label else tag
@@ -147,23 +124,22 @@ class SweepPlan:
 
     def values_of(self, config: RunConfig) -> dict[str, Any]:
         """The values `config` has for the swept settings: the point it is at."""
-        return {axis.name: getattr(getattr(config, _PART_OF[axis.name]), axis.name) for axis in self.axes}
+        return {axis.name: config.value(axis.name) for axis in self.axes}
 
     def check(self, runs_here: bool = True) -> None:
         """Raise one ConfigError naming every impossible point and why, or the missing backend. Whether this
         machine can run the backend matters only when the runs are here (`runs_here`): a driver without a GPU
         may send a turbomind sweep to a cluster's GPU nodes, whose workers then say what they lack."""
         backend = self.base.engine.backend
-        unused = [_KNOBS[axis.name] for axis in self.axes
-                  if axis.name in _KNOBS and backend not in _KNOBS[axis.name].backends]
+        unused = [setting(axis.name) for axis in self.axes
+                  if setting(axis.name).is_knob and not setting(axis.name).applies(backend=backend)]
         if unused:
             raise ConfigError(" ".join(f"Cannot sweep {knob.name}: {knob.not_applicable(backend)}" for knob in unused))
         grid = self.grid()
         points_by_problem: dict[str, list[dict[str, Any]]] = {}
         for values in grid:
             config = self.config_at(values)
-            problems = (validate_run_config(config) or validate_engine_config(config.engine, config.load)
-                        or length_problems(config))
+            problems = run_config_problems(config) or length_problems(config)
             for problem in problems:
                 points_by_problem.setdefault(problem, []).append(values)
         messages = [f"{self._where(points)}: {problem}" for problem, points in points_by_problem.items()]
@@ -232,43 +208,17 @@ def describe_point(values: dict[str, Any]) -> str:
 
 
 def _parse_value(name: str, text: str) -> Any:
-    """One value typed as the field `name` is; ConfigError naming the setting and what it takes."""
-    text = text.strip()
-    hint = _TYPES[name]
-    optional = isinstance(hint, types.UnionType) and type(None) in typing.get_args(hint)
-    kind = next(arg for arg in typing.get_args(hint) if arg is not type(None)) if optional else hint
-    if optional and text.lower() in ("", "none"):
-        return None
+    """One value typed as the setting `name` is; ConfigError naming the setting and what it takes."""
+    declared = setting(name)
     try:
-        if name == "quant_policy":
-            value = parse_quant_policy(text)
-        elif kind is bool:
-            value = _parse_bool(text)
-        elif kind is int:
-            value = int(text)
-        elif kind is float:
-            value = float(text)
-            if np.isnan(value) or (np.isinf(value) and name != "request_rate"):  # inf: all requests at once
-                raise ValueError(text)
-        else:
-            value = text
+        value = declared.parse_text(text)
     except ValueError:
-        wanted = {bool: "true or false", int: "a whole number", float: "a number"}.get(kind, "a value")
-        unset = " or none" if optional else ""
-        raise ConfigError(f"Sweep value '{text}' for {name} is not {wanted}{unset}.") from None
-    knob = _KNOBS.get(name)
-    if knob is not None and knob.choices and value not in knob.choices:
-        choices = ", ".join(_format(choice) for choice in knob.choices)
-        raise ConfigError(f"Sweep value '{text}' for {name} is not one of its choices: {choices}.")
+        raise ConfigError(f"Sweep value '{text.strip()}' for {name} is not {declared.text_rule}.") from None
+    if declared.choices and value not in declared.choices:
+        choices = ", ".join(_format(choice) for choice in declared.choices)
+        raise ConfigError(f"Sweep value '{text.strip()}' for {name} is not one of its choices: {choices}.")
     return value
 
 
-def _parse_bool(text: str) -> bool:
-    lowered = text.lower()
-    if lowered in _TRUE or lowered in _FALSE:
-        return lowered in _TRUE
-    raise ValueError(text)
-
-
 def _format(value: Any) -> str:
-    return "none" if value is None else str(value)
+    return format_value(value) if value is None else str(value)

@@ -22,7 +22,7 @@ import plotly.colors
 import plotly.graph_objects as go
 
 from ..hardware import telemetry
-from ..config import ENGINE_KNOBS
+from ..config import KNOBS
 from ..measure.latency_bins import BinnedLatencies
 from ..measure.catalog import METRICS, lower_first
 from ..measure.metrics import measured_values
@@ -35,7 +35,7 @@ MAX_POINTS = 2000
 HISTOGRAM_BINS = 60
 NO_DATA = "No data yet"
 _NO_GROUP = "(none)"
-_CHOICE_KNOBS = {knob.name for knob in ENGINE_KNOBS if knob.choices}
+_CHOICE_KNOBS = {knob.name for knob in KNOBS if knob.choices}
 _PAD_FRACTION = 0.1
 _LABELLED_SETTINGS = 2  # a point's label names at most this many differing settings
 _MAX_TICKS = 12

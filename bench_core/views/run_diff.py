@@ -13,7 +13,6 @@ Pure functions on history rows (`History.load()`); no I/O, no streamlit.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,16 +20,15 @@ from typing import Any
 
 import pandas as pd
 
-from ..config import ENGINE_KNOBS, SERVER_BACKEND, DatasetConfig, EngineConfig, GenerationSettings, LoadConfig
+from ..config import SETTINGS as CATALOG
+from ..config import Part
+from ..config import Setting as Declared
 from ..run_states import IMPORTED
 from .tables import describe_column, run_names
 
 NOT_APPLICABLE = "n/a"
 NOT_RECORDED = "not recorded"
 DEFAULT = "default"
-# Not compared: a credential and how a run is reported. LoadConfig's `duration_s` (a time limit) shares its
-# name with the measured benchmark duration, the history column that holds the latter.
-_NOT_SETTINGS = {"api_key", "log_level", "duration_s"}
 _Row = Mapping[str, Any]
 
 
@@ -46,62 +44,53 @@ def _always(row: _Row) -> bool:
     return True
 
 
-def _with_cell(column: str, values: tuple[str, ...]) -> Callable[[_Row], bool]:
-    """Applies where `column` holds one of `values`, or is unknown (then nothing rules it out)."""
+def _applies(declared: Declared) -> Callable[[_Row], bool]:
+    """Where the declaration says the setting means something; a row whose backend, load pattern or dataset is
+    unknown (an import) is not ruled out."""
     def applies(row: _Row) -> bool:
-        cell = _normalised(row.get(column))
-        return cell is None or cell in values
+        return declared.applies(backend=_normalised(row.get("backend")),
+                                load_pattern=_normalised(row.get("load_pattern")),
+                                dataset_name=_normalised(row.get("dataset_name")))
     return applies
 
 
-_BY_RATE = ("request_rate",)
-_AT_ONCE = ("batch", "concurrency")
-_KNOB_BACKENDS = {knob.name: knob.backends for knob in ENGINE_KNOBS}
-_LOAD_APPLIES = {
-    "concurrency": _with_cell("load_pattern", _AT_ONCE),
-    **{name: _with_cell("load_pattern", _BY_RATE)
-       for name in ("request_rate", "burstiness", "exact_rate_arrivals", "max_concurrency")},
-}
-_DATASET_APPLIES = {name: _with_cell("dataset_name", ("random",)) for name in ("random_input_len", "random_range_ratio")}
 # One setting for the output length a run asked for, whichever dataset it used: a random run of 256 tokens
 # and a ShareGPT run fixed at 32 differ in it.
 OUTPUT_LENGTH = "output_length"
 _OUTPUT_LENGTH_COLUMNS = {"random": "random_output_len", "sharegpt": "sharegpt_output_len"}
+# A model's own code runs in process only: a server's tokenizer code is not the run's.
+_IN_PROCESS_ONLY = ("trust_remote_code",)
 
 
-def _fields(part: type) -> list[str]:
-    return [f.name for f in dataclasses.fields(part) if f.name not in _NOT_SETTINGS]
+def _setting(declared: Declared) -> Setting:
+    if declared.name in _IN_PROCESS_ONLY:
+        return Setting(declared.name, lambda row: _normalised(row.get("backend")) != "openai")
+    return Setting(declared.key, _applies(declared))
 
 
-def _dataset_settings() -> list[Setting]:
-    """The dataset's fields, its two output lengths as the one OUTPUT_LENGTH after the dataset's name."""
+def _of(part: Part) -> list[Setting]:
     settings = []
-    for name in _fields(DatasetConfig):
-        if name in _OUTPUT_LENGTH_COLUMNS.values():
+    for declared in CATALOG:
+        if declared.part != part or not declared.compared or declared.secret:
             continue
-        settings.append(Setting(name, _DATASET_APPLIES.get(name, _always)))
-        if name == "dataset_name":
+        if declared.key in _OUTPUT_LENGTH_COLUMNS.values():
+            continue
+        settings.append(_setting(declared))
+        if declared.name == "dataset_name":  # the two output lengths, as one, after the dataset's name
             settings.append(Setting(OUTPUT_LENGTH, _always))
     return settings
 
 
-def _engine_setting(name: str) -> Setting:
-    if name in _KNOB_BACKENDS:
-        return Setting(name, _with_cell("backend", _KNOB_BACKENDS[name]))
-    if name == "trust_remote_code":  # loads the model's own code: in-process engines only
-        return Setting(name, lambda row: _normalised(row.get("backend")) != SERVER_BACKEND)
-    return Setting(name, _always)
-
-
 # In the order a reader thinks of a run: what ran, on which prompts, under which load, with which knobs.
+_FIRST = ("model", "backend")
 SETTINGS: tuple[Setting, ...] = (
     Setting("model", _always),
     Setting("backend", _always),
-    *_dataset_settings(),
-    *(Setting(name, _LOAD_APPLIES.get(name, _always)) for name in _fields(LoadConfig)),
-    *(_engine_setting(name) for name in _fields(EngineConfig) if name not in ("model", "backend")),
-    *(Setting(name, _always) for name in _fields(GenerationSettings)),
-    *(Setting(f"slo_{name}_s", _always) for name in ("ttft", "tpot", "e2e")),
+    *_of(Part.DATASET),
+    *_of(Part.LOAD),
+    *(setting for setting in _of(Part.ENGINE) if setting.name not in _FIRST),
+    *_of(Part.GENERATION),
+    *_of(Part.SLO),
 )
 SETTING_NAMES = tuple(setting.name for setting in SETTINGS)
 _BY_NAME = {setting.name: setting for setting in SETTINGS}

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..config import SETTINGS
 from ..measure.catalog import (
     CATALOG, COMPARED_COLUMNS, NOT_MEASURED, PERCENTILES, column_direction, column_label, find_column, percentile_key,
 )
@@ -50,46 +51,27 @@ class ColumnSpec:
         return f"{self.label} ({self.unit})" if self.unit else self.label
 
 
-# History columns that are not metrics: the engine's load time and the settings a chart may put on its x axis.
+# History columns that are neither metrics nor settings: the engine's load time, LMDeploy's batch size, and the output
+# length a run asked for whichever dataset holds it (run_diff's).
 _COLUMNS = {spec.name: spec for spec in (
     ColumnSpec("load_seconds", "Engine load time", "s", False),
-    ColumnSpec("concurrency", "Concurrency", "requests", None),
     ColumnSpec("bs", "Batch size", "requests", None),
-    ColumnSpec("num_prompts", "Number of prompts", "prompts", None),
-    ColumnSpec("request_rate", "Request rate", "req/s", None),
-    ColumnSpec("tp", "Tensor parallelism", "GPUs", None),
-    ColumnSpec("quant_policy", "KV cache quantization policy", "", None),
-    ColumnSpec("cache_max_entry_count", "KV cache share of free GPU memory", "fraction", None),
-    ColumnSpec("session_len", "Session length", "tokens", None),
-    ColumnSpec("cache_block_seq_len", "KV cache block length", "tokens", None),
-    ColumnSpec("num_tokens_per_iter", "Tokens per forward pass", "tokens", None),
-    ColumnSpec("max_prefill_iters", "Max prefill passes", "passes", None),
-    ColumnSpec("max_batch_tokens", "Tokens per batching step", "tokens", None),
-    ColumnSpec("num_blocks", "KV cache blocks", "blocks", None),
-    ColumnSpec("speculative_num_draft_tokens", "Draft tokens per step", "tokens", None),
-    ColumnSpec("sharegpt_output_len", "ShareGPT output length", "tokens", None),
-    ColumnSpec("output_length", "Output length", "tokens", None),  # random or ShareGPT's, as the run asked
-    ColumnSpec("random_input_len", "Random input length", "tokens", None),
-    ColumnSpec("random_output_len", "Random output length", "tokens", None),
-    # OpenAI-compatible servers: the load asked for.
-    ColumnSpec("burstiness", "Burstiness", "gamma shape", None),
-    ColumnSpec("max_concurrency", "Max concurrency", "requests", None),
-    ColumnSpec("warmup_requests", "Warm-up requests", "requests", None),
-    # Service-level thresholds a run counted goodput against.
-    ColumnSpec("slo_ttft_s", "SLO on TTFT", "s", None),
-    ColumnSpec("slo_tpot_s", "SLO on TPOT", "s", None),
-    ColumnSpec("slo_e2e_s", "SLO on end-to-end latency", "s", None),
+    ColumnSpec("output_length", "Output length", "tokens", None),
 )}
+_SETTINGS = {setting.key: setting for setting in SETTINGS}
 
 
 def describe_column(name: str) -> ColumnSpec:
     """Label, unit and direction of a history column; unknown columns get their name as label."""
     if name in _COLUMNS:
         return _COLUMNS[name]
-    found = find_column(name)
+    found = find_column(name)  # before the settings: duration_s is the measured duration, not the time limit
     if found:
         metric, statistic = found
         return ColumnSpec(name, column_label(metric, statistic), metric.shown_unit, column_direction(metric, statistic))
+    if name in _SETTINGS:
+        setting = _SETTINGS[name]
+        return ColumnSpec(name, setting.shown_label, setting.unit, None)
     return ColumnSpec(name, name.replace("_", " ").capitalize(), "", None)
 
 

@@ -1,0 +1,299 @@
+"""Every setting of a run, declared once (see settings.py for what a declaration holds and who reads it).
+
+The order is the record's: each part's settings in the order of its history columns. Engine knobs carry
+LMDeploy's names, defaults, groups and rules (its `ArgumentHelper` and the `__post_init__` checks of its engine
+configs); a knob's `engine_fields` name the field of TurbomindEngineConfig / PytorchEngineConfig it feeds.
+A backend named in `backends` is a name its module declares (the engines registry); a rule that needs the
+machine (GPUs visible, compute capability) or several knobs at once lives with that backend's validation.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from .settings import Bounds, Part, Setting, Widget, by_name, part_settings
+
+MAX_SEED = 2**32 - 1  # the largest seed NumPy takes
+DATASET_NAMES = ("sharegpt", "random")
+LOAD_PATTERNS = ("batch", "concurrency", "request_rate")
+LMDEPLOY = ("turbomind", "pytorch")
+TURBOMIND, PYTORCH, TRANSFORMERS, SERVER = ("turbomind",), ("pytorch",), ("transformers",), ("openai",)
+LOG_LEVELS = tuple(logging.getLevelNamesMapping())  # LMDeploy's --log-level choices: the logging levels' names
+QUANT_POLICIES = {"none": 0, "int4": 4, "int8": 8, "fp8": 16, "fp8_e4m3": 16, "fp8_e5m2": 17, "turbo_quant": 42}
+
+# Engine knob groups, as LMDeploy's CLI groups them (sidebar expanders, CLI argument groups).
+SHARED_GROUP = "Shared engine"
+TURBOMIND_GROUP = "TurboMind engine"
+PYTORCH_GROUP = "PyTorch engine"
+SPECULATIVE_GROUP = "Speculative decoding"
+TRANSFORMERS_GROUP = "Transformers engine"
+SERVER_GROUP = "OpenAI-compatible server"
+
+
+def parse_quant_policy(text: str | int) -> int:
+    """LMDeploy's --quant-policy spelling: a policy name (any case) or its number."""
+    value = QUANT_POLICIES.get(str(text).strip().lower(), text)
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = None
+    if number not in set(QUANT_POLICIES.values()):
+        names = "/".join(QUANT_POLICIES)
+        raise ValueError(f"invalid quant_policy {text!r}: use {names} or 0/4/8/16/17/42")
+    return number
+
+
+def _knob(name: str, group: str, backends: tuple[str, ...], kind: type, default, help: str, **options) -> Setting:
+    options.setdefault("widget", Widget(step=0.05, format="%.2f") if kind is float else Widget())
+    return Setting(name, Part.ENGINE, kind, default, help=help, group=group, backends=backends, sweepable=True,
+                   **options)
+
+
+def _both(field: str) -> dict[str, str]:
+    """A knob both of LMDeploy's engine configs take under one name."""
+    return {"turbomind": field, "pytorch": field}
+
+
+AT_LEAST_1 = "{flag} must be at least 1; got {value}."
+
+ENGINE = (
+    Setting("backend", Part.ENGINE, str, "transformers", widget=None,
+            cli_help="turbomind or pytorch (LMDeploy, NVIDIA GPU), or transformers (embedded, CPU or GPU)"),
+    Setting("model", Part.ENGINE, str, "builtin:smollm2-135m", widget=None),
+    Setting("trust_remote_code", Part.ENGINE, bool, False, widget_label="Trust remote code",
+            help="Let the model's own code run (a server's: its tokenizer's).",
+            cli_help="trust remote code when loading hf models"),
+    _knob("tp", SHARED_GROUP, LMDEPLOY, int, 1, "GPU number used in tensor parallelism.",
+          rule="a power of 2, at most the GPUs present", label="Tensor parallelism", unit="GPUs",
+          engine_fields=_both("tp")),
+    _knob("cache_max_entry_count", SHARED_GROUP, LMDEPLOY, float, 0.8, "Fraction of free GPU memory used for the KV cache.",
+          rule="TurboMind: > 0; PyTorch: between 0 and 1, exclusive", label="KV cache share of free GPU memory",
+          unit="fraction", engine_fields=_both("cache_max_entry_count")),
+    _knob("session_len", SHARED_GROUP, LMDEPLOY, int, None,
+          "Maximum session length in tokens; empty means the model's own limit.", optional=True, rule="> 0 when set",
+          bounds=Bounds("{flag} must be a positive number of tokens, or empty; got {value}.", low=1),
+          label="Session length", unit="tokens", engine_fields=_both("session_len")),
+    _knob("cache_block_seq_len", SHARED_GROUP, (*LMDEPLOY, "transformers"),
+          int, 64, "Tokens per KV cache block (PyTorch: block_size; transformers: page size).",
+          rule="TurboMind: a multiple of 32 (compute capability >= 8.0) or 64; PyTorch: a power of 2, >= 16",
+          label="KV cache block length", unit="tokens",
+          engine_fields={"turbomind": "cache_block_seq_len", "pytorch": "block_size"}),
+    _knob("enable_prefix_caching", SHARED_GROUP, LMDEPLOY, bool, False, "Reuse the KV cache of shared prompt prefixes.",
+          engine_fields=_both("enable_prefix_caching")),
+    _knob("model_format", TURBOMIND_GROUP, TURBOMIND, str, "hf",
+          "Format of the checkpoint; pass the real one for quantized models.",
+          choices=("hf", "awq", "gptq", "compressed-tensors", "fp8", "mxfp4"),
+          engine_fields={"turbomind": "model_format"}),
+    _knob("quant_policy", TURBOMIND_GROUP, LMDEPLOY, int, 0,
+          "KV cache quantization: 0 none, 4 int4, 8 int8, 16 fp8, 17 fp8_e5m2, 42 turbo_quant.",
+          choices=(0, 4, 8, 16, 17, 42), choice_message="{flag} must be one of {choices}; got {value}.",
+          rule="TurboMind rejects 16 and 17", text_parser=parse_quant_policy,
+          label="KV cache quantization policy", engine_fields=_both("quant_policy")),
+    _knob("num_tokens_per_iter", TURBOMIND_GROUP, TURBOMIND, int, 0, "Tokens processed per forward pass (0: engine default).",
+          rule=">= 0", bounds=Bounds("{flag} must be 0 or more; got {value}.", low=0), label="Tokens per forward pass",
+          unit="tokens", engine_fields={"turbomind": "num_tokens_per_iter"}),
+    _knob("max_prefill_iters", TURBOMIND_GROUP, TURBOMIND, int, 1, "Forward passes a long prefill may be split into.",
+          rule=">= 1", bounds=Bounds(AT_LEAST_1, low=1), label="Max prefill passes", unit="passes",
+          engine_fields={"turbomind": "max_prefill_iters"}),
+    _knob("communicator", TURBOMIND_GROUP, TURBOMIND, str, "nccl", "Communication backend for tensor parallelism.",
+          choices=("nccl", "native", "cuda-ipc"), engine_fields={"turbomind": "communicator"}),
+    _knob("async_", TURBOMIND_GROUP, TURBOMIND, int, 1, "Run the engine asynchronously (1) or not (0).", choices=(0, 1),
+          engine_fields={"turbomind": "async_"}),
+    _knob("device", PYTORCH_GROUP, PYTORCH, str, "cuda", "Device type of the PyTorch engine.",
+          choices=("cuda", "ascend", "maca", "camb"), engine_fields={"pytorch": "device_type"}),
+    _knob("eager_mode", PYTORCH_GROUP, PYTORCH, bool, False, "Disable CUDA graphs (eager execution).",
+          engine_fields={"pytorch": "eager_mode"}),
+    _knob("enable_return_routed_experts", PYTORCH_GROUP, PYTORCH, bool, False, "Return routed experts of MoE models.",
+          engine_fields={"pytorch": "enable_return_routed_experts"}),
+    # The speculative knobs go to LMDeploy's speculative config, not its engine config.
+    _knob("speculative_algorithm", SPECULATIVE_GROUP, LMDEPLOY, str, None, "Speculative decoding method; empty means off.",
+          optional=True, choices=(None, "eagle", "eagle3", "deepseek_mtp", "hy3_mtp", "qwen3_5_mtp")),
+    _knob("speculative_draft_model", SPECULATIVE_GROUP, LMDEPLOY, str, None, "Path of the draft model.", optional=True),
+    _knob("speculative_num_draft_tokens", SPECULATIVE_GROUP, LMDEPLOY, int, 1, "Tokens the draft model proposes per step.",
+          rule=">= 1", bounds=Bounds(AT_LEAST_1, low=1), label="Draft tokens per step", unit="tokens"),
+    # How a run is reported, not what it measures: every in-process backend takes the flag, LMDeploy heeds it.
+    Setting("log_level", Part.ENGINE, str, "WARNING", choices=LOG_LEVELS, compared=False, widget=None,
+            cli_help="LMDeploy's log level"),
+    _knob("dtype", TRANSFORMERS_GROUP, TRANSFORMERS, str, "auto",
+          "Weights dtype; auto: bfloat16 on CPUs with native bf16, else float32; the checkpoint's own on GPU.",
+          choices=("auto", "float32", "bfloat16", "float16"), choice_message="Unknown dtype '{value}'; choose one of {choices}."),
+    _knob("torch_device", TRANSFORMERS_GROUP, TRANSFORMERS, str, "auto",
+          "Where the model runs; auto: CUDA when present, else CPU.", choices=("auto", "cpu", "cuda"),
+          choice_message="Unknown torch device '{value}'; choose one of {choices}."),
+    _knob("num_blocks", TRANSFORMERS_GROUP, TRANSFORMERS, int, None, "KV cache blocks; empty sizes the cache for the batch.",
+          optional=True, rule="> 0 when set", label="KV cache blocks", unit="blocks",
+          bounds=Bounds("The number of KV cache blocks must be at least 1 (or empty to size it for the batch).", low=1),
+          widget=Widget(placeholder="empty: automatic")),
+    _knob("max_batch_tokens", TRANSFORMERS_GROUP, TRANSFORMERS, int, 1024, "Tokens per continuous-batching step.",
+          rule="> 0", bounds=Bounds("The maximum tokens per batch must be at least 1.", low=1),
+          label="Tokens per batching step", unit="tokens"),
+    _knob("base_url", SERVER_GROUP, SERVER, str, "", "Address of the server, with or without /v1.",
+          rule="http:// or https://, e.g. http://127.0.0.1:23333"),
+    # A credential: it lives only in memory (None: $OPENAI_API_KEY, read when requests are sent).
+    Setting("api_key", Part.ENGINE, str, None, optional=True, secret=True, compared=False, widget=None),
+    _knob("endpoint", SERVER_GROUP, SERVER, str, "completions", "completions: /v1/completions; chat: /v1/chat/completions.",
+          choices=("completions", "chat")),
+    _knob("server_kind", SERVER_GROUP, SERVER, str, "openai",
+          "Which server it is, so ignore_eos is sent the way it accepts (openai: any other, not sent).",
+          choices=("lmdeploy", "vllm", "sglang", "transformers", "openai")),
+    _knob("tokenizer", SERVER_GROUP, SERVER, str, "", "Tokenizer for sampling prompts and retokenizing answers; empty: the model's."),
+    _knob("extra_request_body", SERVER_GROUP, SERVER, str, "", "JSON object merged into every request body.",
+          rule='a JSON object, e.g. {"temperature": 0}'),
+    _knob("read_timeout_s", SERVER_GROUP, SERVER, float, 300.0,
+          "Seconds a request may wait for its next token (the first included) before it fails with a read timeout; "
+          "keep-alive comments do not count.", rule="> 0"),
+)
+
+DATASET = (
+    Setting("dataset", Part.DATASET, str, "builtin:sharegpt", widget=None),
+    Setting("dataset_name", Part.DATASET, str, "sharegpt", choices=DATASET_NAMES,
+            choice_message="Unknown dataset name '{value}'; choose one of {choices}.",
+            help="sharegpt: the conversations' own lengths; random: lengths you choose.",
+            widget=Widget(style="radio"), widget_label="Dataset",
+            cli_help="sharegpt: real conversations; random: lengths drawn at random, text from the dataset"),
+    Setting("num_prompts", Part.DATASET, int, 5000, label="Number of prompts", unit="prompts", sweepable=True,
+            bounds=Bounds("The number of prompts must be at least 1.", low=1), widget=Widget(step=1),
+            widget_label="Number of prompts", flags=("-n", "--num-prompts"), cli_help="number of prompts to process"),
+    Setting("seed", Part.DATASET, int, 0, bounds=Bounds(f"The seed must be a whole number from 0 to {MAX_SEED}, "
+                                                        "not {value}.", low=0, high=MAX_SEED),
+            widget=Widget(step=1, min_value=0), widget_label="Seed", cli_help="seed used in sampling prompts from the dataset"),
+    Setting("random_input_len", Part.DATASET, int, None, optional=True, datasets=("random",), sweepable=True,
+            label="Random input length", unit="tokens",
+            bounds=Bounds("The random input length must be at least 1 token.", low=1),
+            widget=Widget(step=1, start=128), widget_label="Input length",
+            cli_help="input tokens per request (random dataset)"),
+    Setting("random_output_len", Part.DATASET, int, None, optional=True, datasets=("random",), sweepable=True,
+            label="Random output length", unit="tokens",
+            bounds=Bounds("The random output length must be at least 1 token.", low=1),
+            widget=Widget(step=1, start=128), widget_label="Output length",
+            cli_help="output tokens per request (random dataset)"),
+    Setting("random_range_ratio", Part.DATASET, float, 0.0, datasets=("random",),
+            bounds=Bounds("The random range ratio must be between 0 and 1.", low=0.0, high=1.0),
+            help="Lengths are drawn from [len x ratio, len].", widget=Widget(style="slider", step=0.05),
+            widget_label="Range ratio",
+            cli_help="lengths are drawn from [len*ratio, len]; 1.0 gives fixed lengths (random dataset)"),
+    Setting("sharegpt_output_len", Part.DATASET, int, None, optional=True, datasets=("sharegpt",), sweepable=True,
+            label="ShareGPT output length", unit="tokens",
+            bounds=Bounds("The fixed ShareGPT output length must be at least 4 tokens (as in LMDeploy).", low=4),
+            help="--sharegpt-output-len: every request generates this many tokens.",
+            widget=Widget(step=1, min_value=1, placeholder="empty: each conversation's own"),
+            widget_label="Fixed output length (tokens)",
+            cli_help="fixed output length for every request, instead of the dataset's"),
+)
+
+AT_ONCE, BY_RATE = ("batch", "concurrency"), ("request_rate",)
+
+LOAD = (
+    Setting("load_pattern", Part.LOAD, str, "batch", choices=LOAD_PATTERNS, choice_help={
+                "batch": "LMDeploy's profile_pipeline_api.py: every prompt is submitted at once and concurrency bounds "
+                         "the batch, so TTFT includes queueing.",
+                "concurrency": "profile_throughput.py: N workers, a request's clock starts when a worker picks it up.",
+                "request_rate": "profile_restful_api.py / vLLM: requests arrive at a rate (Poisson, or gamma with a "
+                                "burstiness factor), optionally capped by a max concurrency; a request's clock starts "
+                                "when it is sent."},
+            choice_message="Unknown load pattern '{value}'; choose {choices}.", widget=None, flags=("--load",),
+            cli_help="batch: every request starts at t0 and waits for a slot (LMDeploy's pipeline); concurrency: a "
+                     "request starts when a worker picks it up (profile_throughput.py)"),
+    Setting("concurrency", Part.LOAD, int, 256, load_patterns=AT_ONCE, label="Concurrency", unit="requests",
+            sweepable=True, bounds=Bounds("Concurrency must be at least 1.", low=1),
+            help="Requests in flight at once; LMDeploy's engines take it as max_batch_size.", widget=Widget(step=1),
+            widget_label="Concurrency",
+            flags=("-c", "--concurrency"),
+            cli_help="requests in flight at once; LMDeploy's engines also take it as max_batch_size"),
+    Setting("stream_output", Part.LOAD, bool, False, help="Needed for TTFT, ITL and tokens per tick.",
+            widget_label="Stream output", cli_help="stream tokens (needed for TTFT, ITL and tokens-per-tick statistics)"),
+    # The request_rate pattern (OpenAI-compatible servers): vLLM's arrival process and limits.
+    Setting("request_rate", Part.LOAD, float, math.inf, load_patterns=BY_RATE, label="Request rate", unit="req/s",
+            sweepable=True, allow_inf=True,  # inf sends every request at once
+            bounds=Bounds("The request rate must be above 0 requests/s (inf sends every request at once).",
+                          low=0.0, low_open=True),
+            widget=Widget(step=1.0, min_value=0.01, placeholder="empty: inf, every request at once"),
+            widget_label="Request rate (req/s)",
+            cli_help="requests per second; inf sends every request at once, otherwise Poisson (see --burstiness)"),
+    Setting("burstiness", Part.LOAD, float, 1.0, load_patterns=BY_RATE, label="Burstiness", unit="gamma shape",
+            bounds=Bounds("Burstiness must be above 0 (1 is a Poisson process).", low=0.0, low_open=True),
+            help="Gamma shape of the gaps between requests: 1 is Poisson, below 1 burstier, above 1 more regular.",
+            widget=Widget(step=0.1, min_value=0.01), widget_label="Burstiness",
+            cli_help="gamma shape of the arrival gaps (vLLM): 1 Poisson, below 1 burstier, above 1 more regular"),
+    # Arrivals are drawn as profile_restful_api.py draws them from the dataset's seed; this rescales the gaps so
+    # the schedule offers exactly the requested rate (vLLM's conditioned Poisson process).
+    Setting("exact_rate_arrivals", Part.LOAD, bool, False, load_patterns=BY_RATE,
+            help="Rescale the drawn gaps so the requests take exactly (N - 1) / rate seconds (vLLM). Unchecked: drawn "
+                 "from the seed as LMDeploy's profile_restful_api.py draws them.", widget_label="Exact-rate arrivals",
+            cli_help="rescale the drawn gaps so the schedule offers exactly --request-rate (vLLM); default: drawn from "
+                     "--seed as profile_restful_api.py draws them"),
+    Setting("max_concurrency", Part.LOAD, int, None, optional=True, load_patterns=BY_RATE, label="Max concurrency",
+            unit="requests", bounds=Bounds("Max concurrency must be at least 1 (or unset).", low=1),
+            widget=Widget(step=1, placeholder="empty: no limit"), widget_label="Max concurrency (requests)",
+            cli_help="most requests in flight at once (vLLM); default: no limit"),
+    Setting("warmup_requests", Part.LOAD, int, 0, load_patterns=BY_RATE, label="Warm-up requests", unit="requests",
+            widget_label="Warm-up requests",
+            bounds=Bounds("Warm-up requests must be 0 or more.", low=0),
+            help="Sent before the measurement starts, not measured.", widget=Widget(step=1, start=1),
+            cli_help="unmeasured warm-up requests (0 with --disable-warmup)"),
+    # A time limit: it ends the run (requests in flight are cancelled); None sends every request. Not compared:
+    # the history's duration_s column holds the benchmark's measured duration.
+    Setting("duration_s", Part.LOAD, float, None, optional=True, load_patterns=BY_RATE, compared=False,
+            bounds=Bounds("The duration must be above 0 seconds (or unset).", low=0.0, low_open=True),
+            help="End the run after this long: requests not sent stay unfinished, those in flight are cancelled.",
+            widget=Widget(step=10.0, min_value=0.1, placeholder="empty: send every prompt"), widget_label="Duration (s)",
+            flags=("--duration",), cli_help="end the run after this many seconds: unsent requests stay unfinished, "
+                                             "those in flight are cancelled; a warm-up request waits no longer than "
+                                             "this for a token"),
+)
+
+# Sampling settings. LMDeploy's pipeline script forces greedy decoding whatever these say; their ranges are the ones
+# LMDeploy's GenerationConfig asserts (lmdeploy/messages.py, __post_init__), checked with validation.sampling_problems.
+GENERATION = (
+    Setting("ignore_eos", Part.GENERATION, bool, True, help="Generate exactly the requested number of tokens.",
+            widget_label="Ignore EOS"),
+    Setting("do_sample", Part.GENERATION, bool, False, widget_label="Sample"),
+    Setting("temperature", Part.GENERATION, float, 0.8, rule="between 0 and 2",
+            bounds=Bounds("between 0 and 2", low=0, high=2), widget=Widget(step=0.1), widget_label="Temperature",
+            flags=("-temp", "--temperature"), cli_help="sampling temperature (LMDeploy's engines decode greedily)"),
+    Setting("top_p", Part.GENERATION, float, 0.8, rule="between 0 and 1", bounds=Bounds("between 0 and 1", low=0, high=1),
+            widget=Widget(step=0.05), widget_label="Top p", cli_help="top-p sampling (LMDeploy's engines decode greedily)"),
+    Setting("top_k", Part.GENERATION, int, 1, rule="0 (no limit) or more", bounds=Bounds("0 (no limit) or more", low=0),
+            widget=Widget(step=1), widget_label="Top k", cli_help="top-k sampling (LMDeploy's engines decode greedily)"),
+)
+
+
+def _slo(name: str, label: str) -> Setting:
+    return Setting(name, Part.SLO, float, None, optional=True, label=f"SLO on {label}", unit="s",
+                   history_key=f"slo_{name}_s", typed_scale=0.001, flags=(f"--slo-{name}-ms",),
+                   cli_help=f"goodput threshold on {name.upper()} in ms; a request is good when it meets all set",
+                   bounds=Bounds(f"The {name.upper()} threshold must be a positive number of seconds.", low=0.0,
+                                 low_open=True),
+                   widget=Widget(step=10.0, min_value=0.0, placeholder="not set", key=f"slo_{name}_ms"),
+                   widget_label=f"{name.upper()} at most (ms)")
+
+
+# Optional service-level thresholds in seconds (typed in ms); a request is good when it meets all that are set.
+SLO_SETTINGS = (_slo("ttft", "TTFT"), _slo("tpot", "TPOT"), _slo("e2e", "end-to-end latency"))
+
+SETTINGS: tuple[Setting, ...] = (*ENGINE, *DATASET, *LOAD, *GENERATION, *SLO_SETTINGS)
+BY_NAME = by_name(SETTINGS)
+BY_KEY = {setting.key: setting for setting in SETTINGS}
+KNOBS: tuple[Setting, ...] = tuple(setting for setting in ENGINE if setting.is_knob)
+# The settings a sweep may vary, as a user reaches for them: the engine's knobs, the load, the dataset's sizes.
+SWEEPABLE: tuple[str, ...] = tuple(setting.name for setting in (*KNOBS, *LOAD, *DATASET) if setting.sweepable)
+
+
+def setting(name: str) -> Setting:
+    """The setting called `name`; KeyError for a name no declaration has."""
+    return BY_NAME[name]
+
+
+def of_part(part: Part) -> tuple[Setting, ...]:
+    return part_settings(SETTINGS, part)
+
+
+def knobs_for(backend: str) -> tuple[Setting, ...]:
+    return tuple(knob for knob in KNOBS if knob.applies(backend=backend))
+
+
+def engine_config_fields(backend: str) -> dict[str, str]:
+    """Knob name -> the field of `backend`'s own engine config it feeds (LMDeploy's TurbomindEngineConfig or
+    PytorchEngineConfig), for the knobs that backend's config takes."""
+    return {knob.name: knob.engine_fields[backend] for knob in KNOBS if backend in knob.engine_fields}

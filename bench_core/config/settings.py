@@ -1,0 +1,262 @@
+"""A setting, declared once: what it is, where it applies, how it is bounded, spelled and shown.
+
+Every setting of a run (the engine's knobs, the dataset, the load, generation, the SLO) is one `Setting` in
+`catalog.py`. The rest reads it: the config dataclasses (`run_config`), validation, the CLI's flags, the sidebar's
+widgets and their URL keys, the history's columns and titles, run_diff's "does not apply", and sweep parsing.
+A setting's text form (a sweep value, a URL parameter, a CSV cell) goes through `parse_text`, `from_cell` and
+`format_value`, with one boolean syntax.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+TRUE_WORDS = ("true", "1", "yes", "on")
+FALSE_WORDS = ("false", "0", "no", "off")
+NONE_WORDS = ("", "none")  # how an optional setting is left unset in text
+
+
+class Part(enum.StrEnum):
+    """The part of a RunConfig a setting belongs to; engine settings reload the engine when they change."""
+
+    ENGINE = "engine"
+    DATASET = "dataset"
+    LOAD = "load"
+    GENERATION = "generation"
+    SLO = "slo"
+
+
+def parse_bool(text: str) -> bool:
+    """The one boolean syntax: true/1/yes/on and false/0/no/off, in any case; ValueError otherwise."""
+    word = str(text).strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise ValueError(text)
+
+
+def format_value(value: Any) -> str:
+    """A value as text that `Setting.parse_text` reads back: "none", "true"/"false", 4 rather than 4.0."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def is_missing(value: Any) -> bool:
+    """An empty cell: None, an empty string, or NaN (pandas' missing number)."""
+    return value is None or value == "" or (isinstance(value, float) and math.isnan(value))
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The values a number may take: `low` and `high`, each included unless open. `message` is the sentence when
+    they are broken; it may name {flag}, {value} and {label}."""
+
+    message: str
+    low: float = -math.inf
+    high: float = math.inf
+    low_open: bool = False
+    high_open: bool = False
+
+    def hold(self, value: float) -> bool:
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below
+
+    @property
+    def widget_min(self) -> float | None:
+        return None if self.low_open or math.isinf(self.low) else self.low
+
+    @property
+    def widget_max(self) -> float | None:
+        return None if self.high_open or math.isinf(self.high) else self.high
+
+
+@dataclass(frozen=True)
+class Widget:
+    """How the sidebar draws a setting where the kind alone does not say: a slider or radio instead of the
+    default widget, a number's step, lowest value and format, the text of an empty input, and where it starts."""
+
+    style: str = ""  # "slider", "radio"; "" the kind's own (number input, checkbox, select box, text input)
+    step: float | None = None
+    min_value: float | None = None  # when the bounds are open (a rate above 0: 0.01)
+    format: str | None = None
+    placeholder: str | None = None
+    start: float | None = None  # the value the widget starts at, where the setting's default is not one to offer
+    key: str = ""  # the widget's session and URL key when it is not the part's rule (see dashboard.sidebar)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting of a run. `name` is its config field, history column, sweep name and the stem of its flag."""
+
+    name: str
+    part: Part
+    kind: type  # bool, int, float or str
+    default: Any
+    label: str = ""  # for a column, an axis, a compare row; default: the name in words
+    unit: str = ""
+    help: str = ""  # a sentence for the sidebar and the knob flags
+    group: str = ""  # the engine group (sidebar expander, CLI argument group) of an engine knob
+    optional: bool = False  # None is a value: unset, automatic
+    choices: tuple[Any, ...] | None = None
+    choice_message: str = "{flag} must be one of {choices}; got '{value}'."  # may name {flag}, {choices}, {value}
+    choice_help: Mapping[Any, str] = field(default_factory=dict, compare=False)  # a sentence per choice
+    # The choices a backend takes, where it takes fewer than `choices` (LMDeploy's dtypes lack float32).
+    backend_choices: Mapping[str, tuple[Any, ...]] = field(default_factory=dict, compare=False)
+    bounds: Bounds | None = None
+    rule: str = ""  # the constraint in words, shown with the widget and the flag
+    backends: tuple[str, ...] | None = None  # where it means something; None: everywhere
+    load_patterns: tuple[str, ...] | None = None
+    datasets: tuple[str, ...] | None = None
+    flags: tuple[str, ...] = ()  # its CLI flags, spelled as LMDeploy's scripts spell them; default --name-with-dashes
+    cli_help: str = ""  # its flag's help, in the scripts' words; an engine knob's is made from `help`
+    sweepable: bool = False
+    allow_inf: bool = False  # inf is a value (a request rate of inf sends everything at once)
+    text_parser: Callable[[str], Any] | None = None  # a text form beyond the kind's (quant_policy's names)
+    secret: bool = False  # never recorded, compared or shown in a URL
+    compared: bool = True  # a difference between runs (run_diff)
+    widget: Widget | None = field(default_factory=Widget)  # None: not drawn in the sidebar
+    widget_label: str = ""  # the sidebar's label; default: the flag for an engine knob, else the label
+    history_key: str = ""  # its flat key when not its name (the SLO's slo_ttft_s)
+    typed_scale: float = 1.0  # a value typed in a widget or a flag, times this, is the value (ms typed, s stored)
+    engine_fields: Mapping[str, str] = field(default_factory=dict, compare=False)  # backend -> the engine config's field for it
+
+    # ---- names -----------------------------------------------------------------------------------
+
+    @property
+    def key(self) -> str:
+        """Its flat key: the history column and config.json key."""
+        return self.history_key or self.name
+
+    @property
+    def cli_flags(self) -> tuple[str, ...]:
+        return self.flags or ("--" + self.name.rstrip("_").replace("_", "-"),)
+
+    @property
+    def cli_flag(self) -> str:
+        """Its long flag, as messages name it."""
+        return next(flag for flag in self.cli_flags if flag.startswith("--"))
+
+    @property
+    def shown_label(self) -> str:
+        """Its label; a setting declared without one by its name in words ("Async" for async_)."""
+        return self.label or self.name.replace("_", " ").strip().capitalize()
+
+    @property
+    def title(self) -> str:
+        """Its label with its unit, for an axis or a table row."""
+        return f"{self.shown_label} ({self.unit})" if self.unit else self.shown_label
+
+    @property
+    def is_knob(self) -> bool:
+        """An engine knob: a setting of some backends' engines, in one of their groups."""
+        return self.part == Part.ENGINE and bool(self.group)
+
+    @property
+    def field_type(self) -> Any:
+        return self.kind | None if self.optional else self.kind
+
+    # ---- where it applies ------------------------------------------------------------------------
+
+    def applies(self, backend: str | None = None, load_pattern: str | None = None,
+                dataset_name: str | None = None) -> bool:
+        """Whether the setting means something for a run of these; an argument left None rules nothing out."""
+        return all(value is None or allowed is None or value in allowed for value, allowed in (
+            (backend, self.backends), (load_pattern, self.load_patterns), (dataset_name, self.datasets)))
+
+    def not_applicable(self, backend: str) -> str:
+        """Why this setting cannot be given for `backend`, naming the flag and the backends that use it."""
+        names = list(self.backends or ())
+        backends = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+        return (f"{self.cli_flag} applies to the {backends} backend{'s' if len(names) > 1 else ''} only, "
+                f"not to {backend}.")
+
+    # ---- values ----------------------------------------------------------------------------------
+
+    def choices_for(self, backend: str | None) -> tuple[Any, ...] | None:
+        """Its choices on `backend` (None: any backend's)."""
+        return self.backend_choices.get(backend, self.choices) if backend is not None else self.choices
+
+    def problems(self, value: Any, backend: str | None = None) -> list[str]:
+        """The sentence its bounds or choices (on `backend`) give when `value` breaks them; empty when allowed."""
+        if value is None and self.optional:
+            return []
+        allowed = self.choices_for(backend)
+        if allowed is not None and value not in allowed:
+            choices = ", ".join(format_value(choice) for choice in allowed if choice is not None)
+            return [self.choice_message.format(flag=self.cli_flag, choices=choices, value=value)]
+        if self.bounds is not None and isinstance(value, (int, float)) and not self.bounds.hold(value):
+            return [self.bounds.message.format(flag=self.cli_flag, value=value, label=self.title)]
+        return []
+
+    @property
+    def text_rule(self) -> str:
+        """What its text form takes, for a message: "a whole number", "true or false"..."""
+        wanted = {bool: "true or false", int: "a whole number", float: "a number"}.get(self.kind, "a value")
+        return wanted + (" or none" if self.optional else "")
+
+    def parse_text(self, text: str) -> Any:
+        """The value `text` spells for this setting (a sweep value, a URL parameter); ValueError if none."""
+        text = text.strip()
+        if self.optional and text.lower() in NONE_WORDS:
+            return None
+        if self.text_parser is not None:
+            value = self.text_parser(text)
+        elif self.kind is bool:
+            value = parse_bool(text)
+        elif self.kind is int:
+            value = int(text)
+        elif self.kind is float:
+            value = float(text)
+            if math.isnan(value) or (math.isinf(value) and not self.allow_inf):
+                raise ValueError(text)
+        else:
+            value = text
+        return value
+
+    def from_cell(self, value: Any) -> Any:
+        """A value read back from a CSV cell or JSON, as this setting's kind; its default when empty or unreadable
+        (a hand-edited cell)."""
+        if is_missing(value):
+            return self.default
+        if isinstance(value, self.kind) and not (self.kind is int and isinstance(value, bool)):
+            return value
+        try:
+            if self.kind is bool:
+                return parse_bool(str(value))
+            if self.kind is int:
+                return int(float(value))
+            if self.kind is float:
+                return float(value)
+            return str(value)
+        except ValueError:
+            return self.default
+
+
+def by_name(settings: tuple[Setting, ...]) -> dict[str, Setting]:
+    return {setting.name: setting for setting in settings}
+
+
+def part_settings(settings: tuple[Setting, ...], part: Part) -> tuple[Setting, ...]:
+    return tuple(setting for setting in settings if setting.part == part)
+
+
+def widget_label(setting: Setting) -> str:
+    """The sidebar's label: a knob by its flag, as LMDeploy's users know it; else its label."""
+    if setting.widget_label:
+        return setting.widget_label
+    return setting.cli_flag if setting.is_knob else setting.title
+
+
+def unknown(name: str, choices: Mapping[str, Any] | tuple[str, ...]) -> str:
+    return f"Unknown setting '{name}'; known: {', '.join(choices)}."

@@ -1,0 +1,130 @@
+"""The checks every run passes before any work: each setting's own bounds and choices (from its declaration),
+and the rules that join several settings. Each problem is a sentence for the user.
+
+The backend's own rules (LMDeploy's, the server's) live with the backend; what the checks here need to know of
+the backend (is the name known, does it need a model, which load patterns it takes) the engines registry hands
+in as `BackendRules`, since this package imports no engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..models.synthetic import synthetic_name_problems
+from ..errors import ConfigError
+from .catalog import GENERATION, KNOBS, of_part, setting
+from .run_config import EngineConfig, GenerationSettings, RunConfig
+from .settings import Bounds, Part
+
+
+@dataclass(frozen=True)
+class BackendRules:
+    """What the generic checks need to know of the run's backend."""
+
+    known: tuple[str, ...]  # every backend's name
+    needs_model: bool = True  # a server names its own model
+    load_patterns: tuple[str, ...] = ()  # the patterns it can offer requests in; empty: any
+
+
+def inapplicable_knob_problems(engine: EngineConfig) -> list[str]:
+    """One sentence per knob set away from its default although the backend does not use it."""
+    return [knob.not_applicable(engine.backend) for knob in KNOBS
+            if not knob.applies(backend=engine.backend) and getattr(engine, knob.name) != knob.default]
+
+
+def check_values(**values: Any) -> None:
+    """ConfigError naming each of these settings' values (by name) outside its declared bounds or choices: for code
+    that takes a setting's value directly, not in a checked RunConfig."""
+    problems = [problem for name, value in values.items() for problem in setting(name).problems(value)]
+    if problems:
+        raise ConfigError(" ".join(problems))
+
+
+def setting_problems(values: Any, part: Part, backend: str, dataset_name: str | None = None) -> list[str]:
+    """The bounds and choices of the settings of `part` (its dataclass `values`) that apply to this backend and
+    dataset, each as its declaration words it."""
+    return [problem for setting in of_part(part) if setting.applies(backend=backend, dataset_name=dataset_name)
+            for problem in setting.problems(getattr(values, setting.name), backend)]
+
+
+def validate_run_config(config: RunConfig, backend: BackendRules | None = None) -> list[str]:
+    """Problems of the run's settings but the engine's own (see `setting_problems`), each a sentence for the user;
+    empty when the run may start. `backend`: what the registry knows of the run's backend (None: not checked)."""
+    problems: list[str] = []
+    eng, data, load = config.engine, config.dataset, config.load
+    if backend is not None and eng.backend not in backend.known:
+        problems.append(f"Unknown backend '{eng.backend}'; choose one of {', '.join(backend.known)}.")
+    else:
+        problems.extend(inapplicable_knob_problems(eng))
+    if not str(eng.model).strip() and (backend is None or backend.needs_model):
+        problems.append("No model given: pass a local path, a hub id or a built-in model such as builtin:tiny-llama.")
+    problems.extend(synthetic_name_problems(str(eng.model)))
+    problems.extend(_dataset_problems(config))
+    for part in (Part.DATASET, Part.LOAD, Part.SLO):  # the engine's: with its backend's rules (engines)
+        problems.extend(setting_problems(config.part(part), part, eng.backend, data.dataset_name))
+    if backend is not None and backend.load_patterns and load.load_pattern not in backend.load_patterns:
+        problems.append(_pattern_refused(load.load_pattern, eng.backend, backend.load_patterns))
+    problems.extend(generation_problems(config.generation))
+    if not config.percentiles or any(not 0 <= p <= 100 for p in config.percentiles):
+        problems.append("Percentiles must be numbers between 0 and 100.")
+    return problems
+
+
+def _dataset_problems(config: RunConfig) -> list[str]:
+    """What the two datasets ask of their length settings."""
+    data = config.dataset
+    if data.dataset_name == "sharegpt" and (data.random_input_len is not None or data.random_output_len is not None):
+        return ["--random-input-len and --random-output-len apply to the random dataset only."]
+    if data.dataset_name == "random":
+        problems = []
+        if data.random_input_len is None or data.random_output_len is None:
+            problems.append("The random dataset needs both --random-input-len and --random-output-len.")
+        if data.sharegpt_output_len is not None:
+            problems.append("--sharegpt-output-len applies to the sharegpt dataset only.")
+        return problems
+    return []
+
+
+def _pattern_refused(pattern: str, backend: str, patterns: tuple[str, ...]) -> str:
+    if pattern == "request_rate":
+        return "The request_rate load pattern sends requests over HTTP: choose the openai backend."
+    return f"The {pattern} load pattern is not offered by the {backend} backend; choose {' or '.join(patterns)}."
+
+
+# Request-body fields no engine can generate with, beyond the run's own sampling settings (GENERATION), with
+# the ranges LMDeploy's GenerationConfig asserts and OpenAI's API documents: name, bounds (their message: the rule).
+_BODY_LIMITS = (
+    ("min_p", Bounds("between 0 and 1", low=0, high=1)),
+    ("repetition_penalty", Bounds("above 0", low=0, low_open=True)),
+    ("max_tokens", Bounds("at least 1", low=1)),
+    ("max_completion_tokens", Bounds("at least 1", low=1)),
+    ("max_new_tokens", Bounds("at least 1", low=1)),
+)
+_SAMPLING_LIMITS = (*((setting.name, setting.bounds) for setting in GENERATION if setting.bounds), *_BODY_LIMITS)
+
+
+def sampling_problems(values: dict[str, Any], where: str = "") -> list[str]:
+    """One sentence per sampling setting among `values` (by name) outside the range any engine accepts."""
+    problems = []
+    for name, bounds in _SAMPLING_LIMITS:
+        if name not in values:
+            continue
+        value = values[name]
+        number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+        if math.isnan(number) or not bounds.hold(number):
+            problems.append(f"{where}{name} must be {bounds.message} (got {value!r}).")
+    return problems
+
+
+def generation_problems(generation: GenerationSettings) -> list[str]:
+    """The run's sampling settings that cannot be right: outside LMDeploy's ranges (asserted whatever
+    do_sample says), or sampling with nothing to sample from."""
+    problems = sampling_problems(dataclasses.asdict(generation))
+    if generation.do_sample and generation.temperature == 0:
+        problems.append("Sampling needs a temperature above 0 (turn sampling off for greedy decoding).")
+    if generation.do_sample and generation.top_p == 0:
+        problems.append("Sampling needs a top_p above 0 (turn sampling off for greedy decoding).")
+    return problems
