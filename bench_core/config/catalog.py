@@ -119,9 +119,12 @@ ENGINE = (
     # How a run is reported, not what it measures: every in-process backend takes the flag, LMDeploy heeds it.
     Setting("log_level", Part.ENGINE, str, "WARNING", choices=LOG_LEVELS, compared=False, widget=None,
             cli_help="LMDeploy's log level"),
-    _knob("dtype", TRANSFORMERS_GROUP, TRANSFORMERS, str, "auto",
-          "Weights dtype; auto: bfloat16 on CPUs with native bf16, else float32; the checkpoint's own on GPU.",
-          choices=("auto", "float32", "bfloat16", "float16"), choice_message="Unknown dtype '{value}'; choose one of {choices}."),
+    _knob("dtype", SHARED_GROUP, (*LMDEPLOY, "transformers"), str, "auto",
+          "Weights dtype; auto: the checkpoint's own (LMDeploy: bfloat16 where supported, else float16; transformers on "
+          "CPU: bfloat16 with native bf16, else float32). Quantized checkpoints keep theirs.",
+          choices=("auto", "float32", "bfloat16", "float16"), choice_message="Unknown dtype '{value}'; choose one of {choices}.",
+          backend_choices={backend: ("auto", "float16", "bfloat16") for backend in LMDEPLOY}, engine_fields=_both("dtype"),
+          rule="turbomind and pytorch: auto, float16 or bfloat16"),
     _knob("torch_device", TRANSFORMERS_GROUP, TRANSFORMERS, str, "auto",
           "Where the model runs; auto: CUDA when present, else CPU.", choices=("auto", "cpu", "cuda"),
           choice_message="Unknown torch device '{value}'; choose one of {choices}."),
