@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from bench_core.config import BACKENDS, EngineConfig, GenerationSettings
+from bench_core.config import EngineConfig, GenerationSettings
+from bench_core.engines import backends
 from bench_core.errors import BenchError
 from bench_core.load.playground import (
     FILE_TYPES, parse_prompt_file, prompts_from_text, results_frame, results_to_csv_bytes, results_to_jsonl_bytes,
@@ -40,7 +41,8 @@ RESULT_COLUMN_ORDER = ("index", "ttft_s", "total_s", "output_tokens", "finish_re
 def engine_choice() -> EngineConfig:
     """Backend and model; when they match the engine in memory its full settings are reused, and so is it."""
     left, right = st.columns(2)
-    backend = left.selectbox("Backend", BACKENDS, index=BACKENDS.index(DEFAULT_BACKEND), key="pg_backend")
+    names = list(backends())
+    backend = left.selectbox("Backend", names, index=names.index(DEFAULT_BACKEND), key="pg_backend")
     model = sidebar.model_picker(right, key_prefix="pg_", draw=url_settings.drawn)
     loaded = get_runner().loaded_engine()
     if loaded is not None and (loaded.backend, loaded.model) == (backend, model):

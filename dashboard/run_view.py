@@ -16,7 +16,8 @@ from bench_core import csvstore
 from bench_core.measure import metrics
 from bench_core.views import charts, tables
 from bench_core.measure.catalog import METRICS, find_column, sampled_values
-from bench_core.config import SERVER_BACKEND, SLO, RunConfig
+from bench_core.config import SLO, RunConfig
+from bench_core.engines import backend
 from bench_core.errors import BenchError
 from bench_core.measure.latency_bins import BinnedLatencies
 from bench_core.measure.live_snapshot import LiveSnapshot, describe_time_left
@@ -69,7 +70,7 @@ def describe_config(config: RunConfig) -> str:
     engine = config.engine
     server = redact_text(engine.base_url)
     served = (f"{engine.model or 'the served model'} on the {engine.server_kind} server at {server}"
-              if engine.backend == SERVER_BACKEND else f"{engine.model} on {engine.backend}")
+              if not backend(engine.backend).in_process else f"{engine.model} on {engine.backend}")
     if load.load_pattern == "request_rate":
         cap = "no concurrency limit" if load.max_concurrency is None else f"max concurrency {load.max_concurrency}"
         limit = f", for at most {load.duration_s:g} s" if load.duration_s else ""

@@ -20,14 +20,11 @@ from typing import Any
 
 import streamlit as st
 
-from bench_core.config import (
-    BACKENDS, LMDEPLOY_BACKENDS, SERVER_BACKEND, SLO, DatasetConfig, LoadConfig, Part, RunConfig, Setting,
-    config_from_values, knobs_for, of_part, setting, settings_of,
-)
+from bench_core.config import SLO, Part, RunConfig, Setting, config_from_values, knobs_for, of_part, setting, settings_of
 from bench_core.config.catalog import BY_NAME
 from bench_core.config.settings import widget_label
 from bench_core.load.datasets import BUILTIN_SAMPLE, BUILTIN_SHAREGPT
-from bench_core.engines import availability
+from bench_core.engines import availability, backend as backend_of, backends
 from bench_core.errors import BenchError, ConfigError, DatasetError
 from bench_core.store.history import History
 from bench_core.models.resolve import PICKABLE_MODELS
@@ -46,29 +43,7 @@ SOURCE_BUILTIN, SOURCE_UPLOAD, SOURCE_PATH = "Built-in", "Upload", "Path"
 SLO_SETTINGS = of_part(Part.SLO)
 
 
-@dataclass(frozen=True)
-class LoadDefaults:
-    """Dataset size and load that fit the backend: a first run within two minutes on a CPU, LMDeploy's own on a GPU."""
-
-    num_prompts: int
-    concurrency: int
-    stream_output: bool
-    sharegpt_output_len: int | None
-
-
-# The first run must end within 2 minutes on 2 busy cores, SmolLM2's conversion included. Measured with an
-# empty cache through the CLI, two CPU hogs and another session's tests running (load 3.8-4.6): 16 ShareGPT
-# prompts x 64 tokens at concurrency 8, streamed, took 236 s; 8 prompts took 96 s (quiet: 16 prompts, 70 s).
-CPU_DEFAULTS = LoadDefaults(num_prompts=8, concurrency=8, stream_output=True, sharegpt_output_len=64)
-LMDEPLOY_DEFAULTS = LoadDefaults(
-    num_prompts=DatasetConfig.num_prompts, concurrency=LoadConfig.concurrency,
-    stream_output=LoadConfig.stream_output, sharegpt_output_len=DatasetConfig.sharegpt_output_len,
-)
 SIZED = ("num_prompts", "concurrency", "stream_output", "sharegpt_output_len")  # what a backend's run size sets
-
-
-def load_defaults(backend: str) -> LoadDefaults:
-    return LMDEPLOY_DEFAULTS if backend in LMDEPLOY_BACKENDS else CPU_DEFAULTS
 
 
 @dataclass
@@ -89,11 +64,12 @@ def render_sidebar(cancel: Callable[[], None] | None, actions: bool = True) -> S
                                                  placeholder="optional")}
 
     bar.subheader("Model and engine")
-    backend = persisted(bar.selectbox, "Backend", options=BACKENDS, index=BACKENDS.index(DEFAULT_BACKEND),
+    names = list(backends())
+    backend = persisted(bar.selectbox, "Backend", options=names, index=names.index(DEFAULT_BACKEND),
                         key="backend", format_func=_backend_label)
     values["backend"] = backend
     family = _family(backend)
-    values.update((_server_widgets if backend == SERVER_BACKEND else _model_widgets)(backend, family))
+    values.update((_model_widgets if backend_of(backend).in_process else _server_widgets)(backend, family))
     reason = availability(backend)
     _show_unavailable_backends()
     values.update(_knob_widgets(backend, family))
@@ -145,7 +121,7 @@ def widget_values(config: RunConfig) -> dict[str, Any]:
     engine, data = config.engine, config.dataset
     family = _family(engine.backend)
     values: dict[str, Any] = {"label": config.label, "backend": engine.backend}
-    if engine.backend == SERVER_BACKEND:
+    if not backend_of(engine.backend).in_process:
         values["server_model"] = engine.model
     elif engine.model in PICKABLE_MODELS:
         values["model_choice"] = engine.model
@@ -283,7 +259,7 @@ def _widgets(settings: tuple[Setting, ...], backend: str, family: str) -> dict[s
 def _start(declared: Setting, backend: str) -> Any:
     """Where a widget starts: the backend's run size, else the widget's own start, else the setting's default."""
     if declared.name in SIZED:
-        return to_widget(declared, getattr(load_defaults(backend), declared.name))
+        return to_widget(declared, getattr(backend_of(backend).run_size, declared.name))
     if declared.widget.start is not None:
         return declared.widget.start
     return to_widget(declared, declared.default)
@@ -299,12 +275,13 @@ def _shown(declared: Setting, config: RunConfig) -> bool:
 # ---- widget groups ---------------------------------------------------------------------------
 
 def _family(backend: str) -> str:
-    """Dataset and load widgets have keys per family: switching between LMDeploy and the others resets defaults."""
-    return "lmdeploy" if backend in LMDEPLOY_BACKENDS else "cpu"
+    """Widgets of what a run size sets have keys per run size: switching to a backend of another size (LMDeploy's
+    on a GPU, a CPU's) starts them at its values."""
+    return backend_of(backend).run_size.name
 
 
 def _load_pattern_key(backend: str) -> str:
-    return "load_pattern_server" if backend == SERVER_BACKEND else "load_pattern"
+    return "load_pattern" if backend_of(backend).in_process else "load_pattern_server"  # a default per kind
 
 
 def _backend_label(backend: str) -> str:
@@ -314,12 +291,12 @@ def _backend_label(backend: str) -> str:
 def _show_unavailable_backends() -> None:
     """One caption per reason, so the user sees why LMDeploy's engines cannot be chosen here."""
     reasons: dict[str, list[str]] = {}
-    for backend in BACKENDS:
+    for backend in backends():
         reason = availability(backend)
         if reason:
             reasons.setdefault(reason, []).append(backend)
-    for reason, backends in reasons.items():
-        st.sidebar.caption(f"**{', '.join(backends)} unavailable:** {reason}")
+    for reason, names in reasons.items():
+        st.sidebar.caption(f"**{', '.join(names)} unavailable:** {reason}")
 
 
 def model_picker(where: Any, key_prefix: str = "", draw: Callable[..., Any] = persisted) -> str:
@@ -400,12 +377,10 @@ def _dataset_widgets(backend: str, family: str) -> dict[str, Any]:
 
 def _load_widgets(backend: str, family: str) -> dict[str, Any]:
     bar = st.sidebar
-    server = backend == SERVER_BACKEND
-    declared = setting("load_pattern")
-    patterns = declared.choices if server else tuple(p for p in declared.choices if p != "request_rate")
-    pattern = persisted(bar.selectbox, "Load pattern", options=patterns,
-                        index=patterns.index("request_rate" if server else declared.default),
-                        key=_load_pattern_key(backend),  # a default per kind
+    declared, offered = setting("load_pattern"), backend_of(backend)
+    patterns = offered.load_patterns
+    pattern = persisted(bar.selectbox, "Load pattern", options=patterns, index=patterns.index(offered.load_pattern),
+                        key=_load_pattern_key(backend),
                         help="\n\n".join(f"**{p}**: {declared.choice_help[p]}" for p in patterns))
     with bar:
         shown = tuple(s for s in of_part(Part.LOAD) if s.widget is not None and s.applies(load_pattern=pattern))

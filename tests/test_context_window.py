@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 
 from bench_core.engines import context_window
+from bench_core.models.window import window_of
+from bench_core.run import preflight
 from bench_core.config import DatasetConfig, EngineConfig, RunConfig
 from bench_core.load.datasets import SampledRequest
 from bench_core.errors import ConfigError, DatasetError
@@ -17,16 +19,16 @@ def test_the_known_window_of_a_built_in_is_the_one_its_config_declares(tiny_mode
         if not builtin_is_built(name):
             continue  # SmolLM2 is converted only where a test or a user asked for it
         config = json.loads((Path(resolve_model(name)) / "config.json").read_text())
-        assert context_window.window_of(config) == window, name
+        assert window_of(config) == window, name
     assert builtin_is_built("builtin:tiny-llama")
 
 
 def test_a_folders_window_is_read_from_its_config_and_lmdeploys_session_len_wins(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"text_config": {"max_position_embeddings": 4096}}))
-    assert context_window.context_window(EngineConfig(backend="transformers", model=str(tmp_path))) == 4096
-    assert context_window.context_window(EngineConfig(backend="turbomind", model=str(tmp_path), session_len=1024)) == 1024
-    assert context_window.context_window(EngineConfig(backend="openai", model=str(tmp_path))) is None
-    assert context_window.context_window(EngineConfig(backend="transformers", model=str(tmp_path / "none"))) is None
+    assert context_window(EngineConfig(backend="transformers", model=str(tmp_path))) == 4096
+    assert context_window(EngineConfig(backend="turbomind", model=str(tmp_path), session_len=1024)) == 1024
+    assert context_window(EngineConfig(backend="openai", model=str(tmp_path))) is None
+    assert context_window(EngineConfig(backend="transformers", model=str(tmp_path / "none"))) is None
 
 
 def random_run(model: str, input_len: int, output_len: int, backend: str = "transformers") -> RunConfig:
@@ -36,19 +38,19 @@ def random_run(model: str, input_len: int, output_len: int, backend: str = "tran
 
 
 def test_lengths_beyond_the_window_are_refused_and_absurd_ones_everywhere():
-    context_window.check_settings(random_run("builtin:tiny-llama", 48, 2000))  # 2,048 exactly: fits
+    preflight.check_settings(random_run("builtin:tiny-llama", 48, 2000))  # 2,048 exactly: fits
     with pytest.raises(ConfigError, match="input 49 \\+ output 2,000 tokens does not fit the 2,048-token"):
-        context_window.check_settings(random_run("builtin:tiny-llama", 49, 2000))
-    context_window.check_settings(random_run("", 16, 100_000, backend="openai"))  # the server knows its window
+        preflight.check_settings(random_run("builtin:tiny-llama", 49, 2000))
+    preflight.check_settings(random_run("", 16, 100_000, backend="openai"))  # the server knows its window
     with pytest.raises(ConfigError, match="100,000,000 tokens is more than any model"):
-        context_window.check_settings(random_run("", 16, 100_000_000, backend="openai"))
+        preflight.check_settings(random_run("", 16, 100_000_000, backend="openai"))
 
 
 def test_sampled_requests_beyond_the_window_refuse_the_run_naming_the_longest_and_what_fits():
     engine = EngineConfig(backend="transformers", model="builtin:tiny-llama")
-    context_window.check_requests([SampledRequest("p", 48, 2000)], engine)
+    preflight.check_requests([SampledRequest("p", 48, 2000)], engine)
     with pytest.raises(DatasetError) as refused:
-        context_window.check_requests([SampledRequest("p", 48, 2000), SampledRequest("q", 100, 2000),
+        preflight.check_requests([SampledRequest("p", 48, 2000), SampledRequest("q", 100, 2000),
                                        SampledRequest("r", 60, 2000)], engine)
     message = str(refused.value)
     assert message.startswith("2 of 3 sampled requests do not fit the 2,048-token context window")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import json
+import os
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -13,7 +15,11 @@ from pathlib import Path
 import pytest
 
 from bench_core import config, engines
-from bench_core.config import BACKENDS, EngineConfig, LoadConfig
+from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
+from bench_core.run.runner import Runner
+from bench_core.store.history import History
+
+BACKENDS = ("turbomind", "pytorch", "transformers", "openai")  # as the sidebar lists them
 from bench_core.errors import ConfigError, EngineUnavailable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,19 +27,27 @@ ROOT = Path(__file__).resolve().parent.parent
 # A backend as someone adding one would write it: one module, named *_engine, in bench_core/engines/.
 TOY_ENGINE_MODULE = '''
 from bench_core.engines.base import Backend, Engine, EngineEvent, EngineInfo
+from bench_core.models.resolve import load_tokenizer
 
 
 class ToyEngine(Engine):
+    """Answers every request at once with the tokens it asked for: a stand-in engine, no model behind it."""
+
     info = EngineInfo("toy", "toy-model", "", "none", "nowhere")
-    tokenizer = None
+
+    @property
+    def tokenizer(self):
+        return load_tokenizer("builtin:tiny-llama")
 
     def stream(self, requests, generation, load, cancel):
         for index, request in enumerate(requests):
+            yield EngineEvent(index, "tokens", 0.0, n_tokens=request.output_len)
             yield EngineEvent(index, "finish", 0.0, n_tokens=request.output_len, finish_reason="length")
 
 
 class ToyBackend(Backend):
     names = ("toy", "toy-gpu")
+    tokenizer_from_engine = True
 
     @classmethod
     def availability(cls, backend):
@@ -66,7 +80,7 @@ def toy_backend_module(tmp_path, monkeypatch):
 
 def test_the_registry_lists_exactly_the_four_backends_with_their_availability():
     registered = engines.backends()
-    assert sorted(registered) == sorted(BACKENDS) == ["openai", "pytorch", "transformers", "turbomind"]
+    assert tuple(registered) == BACKENDS
     assert registered["turbomind"] is registered["pytorch"]  # LMDeploy's two engines, one backend class
     assert engines.availability("transformers") is None and engines.availability("openai") is None
     for name in ("turbomind", "pytorch"):  # a GPU machine with LMDeploy says None; this one says why not
@@ -81,15 +95,45 @@ def test_an_unknown_backend_is_one_config_error_naming_the_choices():
 
 
 def test_a_new_backend_is_one_new_module_that_the_registry_finds(toy_backend_module):
-    assert sorted(engines.backends()) == sorted([*BACKENDS, "toy", "toy-gpu"])
+    assert tuple(engines.backends()) == (*BACKENDS, "toy", "toy-gpu")  # one that says no order comes last
     toy = EngineConfig(backend="toy", model="toy-model")
     assert engines.validate_engine_config(toy, LoadConfig()) == []
     assert engines.validate_engine_config(replace(toy, model="m"), LoadConfig()) == ["The toy backend serves toy-model only."]
     assert engines.engine_settings_key(toy, LoadConfig()) == ("toy", "toy-model")
-    assert engines.tokenizer_from_engine("toy") is False
+    assert engines.tokenizer_from_engine("toy") is True  # it has no model of its own to take one from
     assert type(engines.load_engine(toy, LoadConfig())).__name__ == "ToyEngine"
     with pytest.raises(EngineUnavailable, match="needs a toy GPU"):
         engines.load_engine(replace(toy, backend="toy-gpu"), LoadConfig())
+
+
+def toy_run(backend: str = "toy") -> RunConfig:
+    return RunConfig(engine=EngineConfig(backend=backend, model="toy-model"),
+                     dataset=DatasetConfig(dataset="builtin:sample", num_prompts=3, sharegpt_output_len=5))
+
+
+def test_a_new_backends_run_goes_through_the_runner_into_the_history(toy_backend_module, tmp_path, tiny_model_path):
+    runner = Runner(History(tmp_path / "results"))
+    run = runner.submit(toy_run())
+    assert run.wait(60)
+    runner.shutdown()
+    assert (run.state, run.message) == ("finished", "")
+    row = History(tmp_path / "results").load().iloc[0]
+    assert (row["backend"], row["completed"], row["total_output_tokens"]) == ("toy", 3, 15)
+    with pytest.raises(ConfigError, match="needs a toy GPU"):
+        runner.submit(toy_run("toy-gpu"))
+
+
+def test_a_new_backend_is_offered_by_the_cli_and_runs_there(tmp_path, tiny_model_path):
+    """The CLI in another process, on a copy of bench_core with the one module added."""
+    shutil.copytree(ROOT / "bench_core", tmp_path / "bench_core", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "bench_core" / "engines" / "toy_engine.py").write_text(TOY_ENGINE_MODULE)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "bench_core", "pipeline", "builtin:sample", "toy-model", "--backend",
+                           "toy", "-n", "3", "--sharegpt-output-len", "5", "--csv", "", "--results", "results"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "Profile Pipeline API" in done.stdout and "finished in results/history.csv" in done.stderr
+    assert History(tmp_path / "results").load()["backend"].tolist() == ["toy"]
 
 
 # What a page or a CLI command does before it runs anything: list the backends, ask about one.
@@ -97,7 +141,9 @@ _ASK_ABOUT_THE_SERVER_BACKEND = """
 import json, sys
 sys.path.insert(0, {root!r})
 from bench_core import engines
-from bench_core.config import EngineConfig, LoadConfig
+from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
+from bench_core.run.runner import Runner
+from bench_core.store.history import History
 
 HEAVY = ("torch", "transformers", "lmdeploy", "aiohttp")
 seen = {{}}

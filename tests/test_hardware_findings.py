@@ -10,7 +10,7 @@ from bench_core.hardware import roofline
 from bench_core.measure import catalog
 from bench_core.cli import main
 from bench_core.config import EngineConfig
-from bench_core.engines.context_window import context_window
+from bench_core.engines import context_window
 from bench_core.store.history import History
 from bench_core.measure.live_snapshot import TELEMETRY_WINDOW_S
 from bench_core.models.resolve import PICKABLE_MODELS, synthetic_is_built

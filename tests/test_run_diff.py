@@ -64,10 +64,10 @@ def test_knobs_of_another_backend_are_not_applicable_and_never_a_difference(tmp_
                           load=LoadConfig(concurrency=2))
     runs = history_of(tmp_path, [cpu_run(2), turbomind])
     varied = run_diff.differing_settings(runs)
-    assert varied == ["backend"]  # TurboMind's cache fraction, transformers' dtype: each on one side only
-    cells = run_diff.setting_cells(runs, ["cache_max_entry_count", "dtype"])
+    assert varied == ["backend"]  # TurboMind's cache fraction, transformers' batch tokens: each on one side only
+    cells = run_diff.setting_cells(runs, ["cache_max_entry_count", "max_batch_tokens", "dtype"])
     assert cells == {"cache_max_entry_count": [run_diff.NOT_APPLICABLE, 0.8],
-                     "dtype": ["auto", run_diff.NOT_APPLICABLE]}
+                     "max_batch_tokens": [1024, run_diff.NOT_APPLICABLE], "dtype": ["auto", "auto"]}
 
 
 def test_a_knob_left_at_its_empty_default_differs_from_a_set_one(tmp_path):

@@ -11,14 +11,15 @@ from __future__ import annotations
 import argparse
 import typing
 
-from ..config import IN_PROCESS_BACKENDS, KNOBS, RunConfig
+from ..config import KNOBS, RunConfig
+from ..engines import in_process_backends
 from .common import (
     EngineCommand, Flag, add_flags, add_knob_flags, add_record_flags, check_writable, flag_values, knob_values,
     open_history, recorded_config, run_each, save_lmdeploy_row,
 )
 
 # The in-process engines' knobs; a server's settings are the `restful` command's flags.
-PIPELINE_KNOBS = tuple(knob for knob in KNOBS if set(knob.backends) & set(IN_PROCESS_BACKENDS))
+PIPELINE_KNOBS = tuple(knob for knob in KNOBS if set(knob.backends) & set(in_process_backends()))
 # profile_pipeline_api.py's flags, in its order (--csv, not a setting, comes after -n).
 POSITIONAL = (
     Flag("dataset", positional=True, help="ShareGPT dataset: a JSON or JSONL path, builtin:sharegpt or builtin:sample"),
@@ -29,7 +30,7 @@ POSITIONAL = (
 )
 SCRIPT_FLAGS = ("seed", "stream_output", "dataset_name", "sharegpt_output_len", "random_input_len", "random_output_len",
                 "random_range_ratio", "top_p", "top_k", "temperature", "log_level",
-                Flag("backend", default="turbomind", choices=IN_PROCESS_BACKENDS), "trust_remote_code")
+                Flag("backend", default="turbomind", choices=in_process_backends()), "trust_remote_code")
 # Ours: the load pattern (a rate is the restful command's).
 OUR_FLAGS = (Flag("load_pattern", choices=("batch", "concurrency")),)
 

@@ -2,7 +2,7 @@
 from it, and the checks a run passes before any work. Imports no engine and no streamlit."""
 
 from .catalog import (
-    DATASET_NAMES, KNOBS, LMDEPLOY, LOAD_PATTERNS, MAX_SEED, SETTINGS, SWEEPABLE, engine_config_fields, knobs_for,
+    DATASET_NAMES, KNOBS, LOAD_PATTERNS, MAX_SEED, SETTINGS, SWEEPABLE, engine_config_fields, knobs_for,
     of_part, parse_quant_policy, setting,
 )
 from .run_config import (
@@ -12,16 +12,10 @@ from .run_config import (
 from .settings import Part, Setting, format_value, parse_bool
 from .validation import BackendRules, check_values, generation_problems, sampling_problems, validate_run_config
 
-# Until the engines registry answers for them (its backends' own facts).
-LMDEPLOY_BACKENDS = LMDEPLOY
-IN_PROCESS_BACKENDS = ("turbomind", "pytorch", "transformers")
-SERVER_BACKEND = "openai"  # any OpenAI-compatible HTTP server
-BACKENDS = (*IN_PROCESS_BACKENDS, SERVER_BACKEND)
-
 __all__ = [
-    "BACKENDS", "DATASET_NAMES", "DEFAULT_PERCENTILES", "IN_PROCESS_BACKENDS", "KNOBS", "LMDEPLOY_BACKENDS",
-    "LOAD_PATTERNS", "MAX_SEED", "SERVER_BACKEND", "SETTINGS", "SLO", "SWEEPABLE", "BackendRules", "check_values", "DatasetConfig",
-    "EngineConfig", "GenerationSettings", "LoadConfig", "Part", "RunConfig", "Setting", "applied_engine_settings", "config_from_values", "settings_of",
-    "engine_config_fields", "format_value", "generation_problems", "knobs_for", "of_part", "parse_bool",
-    "parse_quant_policy", "sampling_problems", "setting", "validate_run_config",
+    "DATASET_NAMES", "DEFAULT_PERCENTILES", "KNOBS", "LOAD_PATTERNS", "MAX_SEED", "SETTINGS", "SLO", "SWEEPABLE",
+    "BackendRules", "DatasetConfig", "EngineConfig", "GenerationSettings", "LoadConfig", "Part", "RunConfig", "Setting",
+    "applied_engine_settings", "check_values", "config_from_values", "engine_config_fields", "format_value",
+    "generation_problems", "knobs_for", "of_part", "parse_bool", "parse_quant_policy", "sampling_problems", "setting",
+    "settings_of", "validate_run_config",
 ]

@@ -29,6 +29,8 @@ __all__ = [
     "backend",
     "backends",
     "check_run_config",
+    "context_window",
+    "in_process_backends",
     "engine_settings_key",
     "load_engine",
     "run_config_problems",
@@ -39,6 +41,7 @@ __all__ = [
 
 @functools.cache
 def _registry() -> dict[str, type[Backend]]:
+    """Every backend name, in the order the backends are listed (their `order`)."""
     found: dict[str, type[Backend]] = {}
     for module_info in pkgutil.iter_modules(__path__):
         if not module_info.name.endswith(BACKEND_MODULE_SUFFIX):
@@ -51,7 +54,7 @@ def _registry() -> dict[str, type[Backend]]:
                     if name in found:
                         raise RuntimeError(f"Backend '{name}' is declared twice: {found[name].__qualname__} and {cls.__qualname__}")
                     found[name] = cls
-    return found
+    return dict(sorted(found.items(), key=lambda item: item[1].order))
 
 
 def backends() -> dict[str, type[Backend]]:
@@ -65,6 +68,16 @@ def backend(name: str) -> type[Backend]:
         return _registry()[name]
     except KeyError:
         raise ConfigError(f"Unknown backend '{name}'; choose one of {', '.join(_registry())}.") from None
+
+
+def in_process_backends() -> tuple[str, ...]:
+    """The backends whose engine runs here, in this process tree (not a server's)."""
+    return tuple(name for name, cls in _registry().items() if cls.in_process)
+
+
+def context_window(engine: EngineConfig) -> int | None:
+    """Tokens of context the engine gives a request (see Backend.context_window)."""
+    return backend(engine.backend).context_window(engine)
 
 
 def availability(name: str) -> str | None:

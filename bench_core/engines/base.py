@@ -15,10 +15,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from ..config import EngineConfig, GenerationSettings, LoadConfig
-from ..load.datasets import SampledRequest
+from ..config import LOAD_PATTERNS, EngineConfig, GenerationSettings, LoadConfig
 from ..errors import ConfigError
+from ..load.datasets import SampledRequest
 from ..load.playground import Conversation, PlaygroundResult
+from ..models.window import model_context_window
 
 EventKind = Literal["admit", "tokens", "finish"]
 
@@ -117,18 +118,52 @@ class Engine(ABC):
         """Release the model and any threads or devices it holds."""
 
 
+@dataclass(frozen=True)
+class RunSize:
+    """The dataset size and load a new run on a backend starts from (the sidebar's first values). `name` keys the
+    widgets: a backend of another run size starts them at its own values, not at the last one's."""
+
+    name: str
+    num_prompts: int
+    concurrency: int
+    stream_output: bool
+    sharegpt_output_len: int | None
+
+
+# A first run on a CPU must end within 2 minutes on 2 busy cores, SmolLM2's conversion included. Measured with an
+# empty cache through the CLI, two CPU hogs and another session's tests running (load 3.8-4.6): 16 ShareGPT
+# prompts x 64 tokens at concurrency 8, streamed, took 236 s; 8 prompts took 96 s (quiet: 16 prompts, 70 s).
+CPU_RUN_SIZE = RunSize("cpu", num_prompts=8, concurrency=8, stream_output=True, sharegpt_output_len=64)
+
+
 class Backend(ABC):
     """A kind of engine, registered under `names` by defining it in a module of this package named
-    `*_engine` (the registry in `engines/__init__.py`). Everything is asked of the class, before anything loads: so
-    the module imports its heavy libraries (torch, lmdeploy, aiohttp...) only where it loads or runs."""
+    `*_engine` (the registry in `engines/__init__.py`). It answers for its own facts, before anything loads: so
+    the module imports its heavy libraries (torch, lmdeploy, aiohttp...) only where it loads or runs. Its settings
+    are the catalog's that name it among their backends (config/catalog.py: config imports no engine)."""
 
     names: ClassVar[tuple[str, ...]]
+    order: ClassVar[int] = 100  # where it is listed among the backends (the sidebar, --backend's choices), lowest first
+    # False for an engine reached over the network (a server): its process, GPUs and model code are not ours.
+    in_process: ClassVar[bool] = True
     # True when prompts are sampled with the loaded engine's tokenizer, so the engine loads first.
     tokenizer_from_engine: ClassVar[bool] = False
     # False when the engine names its own model (a server serves one); a run then needs none.
     needs_model: ClassVar[bool] = True
-    # The load patterns it can offer requests in (config.LOAD_PATTERNS).
-    load_patterns: ClassVar[tuple[str, ...]] = ("batch", "concurrency")
+    # The load patterns it can offer requests in, and the one a run starts from (its LMDeploy script's).
+    load_patterns: ClassVar[tuple[str, ...]] = tuple(p for p in LOAD_PATTERNS if p != "request_rate")
+    load_pattern: ClassVar[str] = "batch"
+    run_size: ClassVar[RunSize] = CPU_RUN_SIZE
+
+    @classmethod
+    def gpus(cls, engine: EngineConfig) -> int:
+        """The GPUs a run of `engine` holds alone (a sweep on a cluster reserves them)."""
+        return 0
+
+    @classmethod
+    def context_window(cls, engine: EngineConfig) -> int | None:
+        """Tokens of context the engine gives a request; None when unknown (the model's config unreadable)."""
+        return model_context_window(engine.model)
 
     @classmethod
     @abstractmethod

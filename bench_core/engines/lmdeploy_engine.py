@@ -33,11 +33,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from ..config import EngineConfig, GenerationSettings, LoadConfig, engine_config_fields, knobs_for, setting
+from ..config import DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, engine_config_fields, knobs_for, setting
 from ..load.datasets import SampledRequest
 from ..errors import ConfigError, ModelError
 from ..load.playground import Conversation, PlaygroundResult, prompt_preview
-from .base import Backend, Engine, EngineEvent, EngineInfo
+from .base import Backend, Engine, EngineEvent, EngineInfo, RunSize
 from .gpu_probe import gpu_facts
 
 TURBOMIND_FP8_POLICIES = (16, 17)
@@ -59,6 +59,19 @@ class LMDeployBackend(Backend):
     """LMDeploy's two engines, one backend name each. Nothing here needs lmdeploy or a GPU but `load`."""
 
     names = ("turbomind", "pytorch")
+    order = 0
+    # LMDeploy's scripts' own sizes: the run a GPU user compares with theirs.
+    run_size = RunSize("lmdeploy", num_prompts=DatasetConfig.num_prompts, concurrency=LoadConfig.concurrency,
+                       stream_output=LoadConfig.stream_output, sharegpt_output_len=DatasetConfig.sharegpt_output_len)
+
+    @classmethod
+    def gpus(cls, engine: EngineConfig) -> int:
+        return engine.tp  # one per tensor-parallel rank
+
+    @classmethod
+    def context_window(cls, engine: EngineConfig) -> int | None:
+        """session_len when set: the window LMDeploy's engines then give a request."""
+        return engine.session_len or super().context_window(engine)
 
     @classmethod
     @functools.cache

@@ -84,9 +84,17 @@ class OpenAIBackend(Backend):
     """Any OpenAI-compatible server, reached over HTTP."""
 
     names = ("openai",)
+    order = 2
+    in_process = False
     tokenizer_from_engine = True
     needs_model = False
     load_patterns = LOAD_PATTERNS
+    load_pattern = "request_rate"
+
+    @classmethod
+    def context_window(cls, engine: EngineConfig) -> int | None:
+        """None: the server enforces its own window."""
+        return None
 
     @classmethod
     def availability(cls, backend: str) -> str | None:

@@ -35,6 +35,12 @@ class TransformersBackend(Backend):
     """The embedded engine: a transformers model in this process."""
 
     names = ("transformers",)
+    order = 1
+
+    @classmethod
+    def gpus(cls, engine: EngineConfig) -> int:
+        """One on cuda; "auto" holds none, so where no GPU is given it runs on the CPU."""
+        return int(engine.torch_device == "cuda")
 
     @classmethod
     def availability(cls, backend: str) -> str | None:

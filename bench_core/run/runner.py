@@ -28,13 +28,13 @@ from pathlib import Path
 import pandas as pd
 
 from .. import request_status
-from ..engines import context_window
 from ..hardware import roofline
+from . import preflight
 from ..measure import metrics
 from ..measure.catalog import telemetry_columns
-from ..config import SERVER_BACKEND, EngineConfig, GenerationSettings, LoadConfig, RunConfig
+from ..config import EngineConfig, GenerationSettings, LoadConfig, RunConfig
 from ..load.datasets import Sample, sample_requests
-from ..engines import Engine, EngineInfo, check_run_config, engine_settings_key, load_engine, tokenizer_from_engine
+from ..engines import Engine, EngineInfo, backend, check_run_config, engine_settings_key, load_engine, tokenizer_from_engine
 from ..engines.base import NOT_SENT, RUN_ENDED
 from ..hardware.environment import collect_environment
 from ..errors import BenchError, ModelError
@@ -176,7 +176,7 @@ class Runner:
         """Validate `config` (raises ConfigError with every problem) and queue the run; a sweep's runs
         carry its id and their repeat index into the history."""
         check_run_config(config)
-        context_window.check_settings(config)
+        preflight.check_settings(config)
         run = Run(run_id=new_run_id(), config=config, sweep_id=sweep_id, sweep_repeat=sweep_repeat)
         self.enqueue(run)
         return run
@@ -333,7 +333,7 @@ class Runner:
         run.warnings.extend(run.sample.warnings)
         if not run.sample.requests:
             raise BenchError("The dataset gave no request to send.")
-        context_window.check_requests(run.sample.requests, config.engine)
+        preflight.check_requests(run.sample.requests, config.engine)
         run.engine_info = self._engine_for(config.engine, config.load, run).info
 
     def _engine_for(self, engine: EngineConfig, load: LoadConfig, run: Run | None = None) -> Engine:
@@ -362,7 +362,7 @@ class Runner:
         tick_at_admission = config.load.load_pattern in TICK_AT_ADMISSION
         run.sampler = TelemetrySampler().start()  # this process runs the engine (or its client)
         # A server's GPUs are its own business (it may be elsewhere); an engine here on a GPU should be seen.
-        if run.sampler.gpu_note and config.engine.backend != SERVER_BACKEND and \
+        if run.sampler.gpu_note and backend(config.engine.backend).in_process and \
                 not self._engine.info.device.startswith("cpu"):
             run.warnings.append(run.sampler.gpu_note)
         profiler.start()

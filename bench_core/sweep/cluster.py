@@ -34,6 +34,7 @@ from typing import Any
 import pandas as pd
 
 from ..config import RunConfig
+from ..engines import backend
 from ..errors import ConfigError
 from ..store.history import RunRecord, new_run_id
 from ..measure.live_snapshot import LiveSnapshot
@@ -47,8 +48,6 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Left out of the working directory shipped to the workers: environments, outputs, caches.
 WORKING_DIR_EXCLUDES = [".venv", ".venv-user", ".git", "results", "artifacts", "__pycache__", ".pytest_cache",
                         ".cache", "*.pyc"]
-# Backends whose engine holds GPUs: as many as its tensor parallelism.
-GPU_BACKENDS = ("turbomind", "pytorch")
 POLL_S = 0.25
 CANCEL_GRACE_S = 10.0
 CONNECT_TIMEOUT_S = 5.0
@@ -160,12 +159,11 @@ def _check_reachable(address: str) -> None:
 
 
 def resources(config: RunConfig, cpus_per_point: int) -> dict[str, Any]:
-    """The Ray resources one point of `config` holds alone: its engine's GPUs (tp on LMDeploy's engines, one
-    for the transformers engine on cuda), else none, and `cpus_per_point` cores. A point without GPUs sees
-    none, so it cannot use one that another holds: the transformers engine's "auto" device means CPU there."""
+    """The Ray resources one point of `config` holds alone: its engine's GPUs (its backend's `gpus`), else none,
+    and `cpus_per_point` cores. A point without GPUs sees none, so it cannot use one that another holds: the
+    transformers engine's "auto" device means CPU there."""
     engine = config.engine
-    gpus = engine.tp if engine.backend in GPU_BACKENDS else int(engine.backend == "transformers"
-                                                                  and engine.torch_device == "cuda")
+    gpus = backend(engine.backend).gpus(engine)
     options: dict[str, Any] = {"num_cpus": cpus_per_point, "num_gpus": gpus}
     if not gpus:
         options["runtime_env"] = {"env_vars": {"CUDA_VISIBLE_DEVICES": ""}}

@@ -19,8 +19,8 @@ from typing import Any, NamedTuple
 
 from ..config import SWEEPABLE, RunConfig, format_value, setting
 from ..engines import availability, engine_settings_key, run_config_problems
-from ..engines.context_window import length_problems
 from ..errors import ConfigError
+from ..run.preflight import length_problems
 
 MAX_AXES = 2
 

@@ -23,6 +23,7 @@ import pandas as pd
 from ..config import SETTINGS as CATALOG
 from ..config import Part
 from ..config import Setting as Declared
+from ..engines import backends, in_process_backends
 from ..run_states import IMPORTED
 from .tables import describe_column, run_names
 
@@ -62,9 +63,14 @@ _OUTPUT_LENGTH_COLUMNS = {"random": "random_output_len", "sharegpt": "sharegpt_o
 _IN_PROCESS_ONLY = ("trust_remote_code",)
 
 
+def _in_process(row: _Row) -> bool:
+    name = _normalised(row.get("backend"))
+    return name is None or name in in_process_backends() or name not in backends()
+
+
 def _setting(declared: Declared) -> Setting:
     if declared.name in _IN_PROCESS_ONLY:
-        return Setting(declared.name, lambda row: _normalised(row.get("backend")) != "openai")
+        return Setting(declared.name, _in_process)
     return Setting(declared.key, _applies(declared))
 
 

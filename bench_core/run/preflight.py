@@ -1,0 +1,69 @@
+"""The checks a run passes before it starts, beyond its settings' own: that its requests fit the model's context.
+
+A request holds its prompt and its output in the model's context, so input + output tokens must fit in the
+window the backend gives a request (`engines.context_window`: the model's, LMDeploy's session_len when set, none
+for a server, which enforces its own). The settings are checked when a run is submitted (`check_settings`: the
+lengths asked for), the sampled requests once the prompts are tokenized (`check_requests`: ShareGPT conversations
+bring their own lengths). A request that does not fit refuses the whole run, naming the longest one and the
+largest output length that would fit, rather than dropping prompts: the sample stays the one LMDeploy draws.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..config import EngineConfig, RunConfig
+from ..engines import context_window
+from ..errors import ConfigError, DatasetError
+from ..load.datasets import SampledRequest
+
+# Where no window is known: no model holds a million output tokens, and sizing a KV cache for one would
+# try to allocate terabytes.
+MAX_OUTPUT_TOKENS = 1_048_576
+
+
+def length_problems(config: RunConfig) -> list[str]:
+    """The output (and random input) lengths asked for that cannot fit the model's window, as sentences."""
+    data = config.dataset
+    random = data.dataset_name == "random"
+    output = data.random_output_len if random else data.sharegpt_output_len
+    if output is None:
+        return []  # lengths come from the conversations: checked once they are sampled
+    longest = output + ((data.random_input_len or 1) if random else 1)  # a ShareGPT prompt has a token at least
+    window = context_window(config.engine)
+    if window is None:
+        if output > MAX_OUTPUT_TOKENS:
+            return [f"An output length of {output:,} tokens is more than any model can produce; "
+                    f"ask for at most {MAX_OUTPUT_TOKENS:,}."]
+        return []
+    if longest > window:
+        what = f"input {data.random_input_len:,} + output {output:,} tokens" if random else (
+            f"an output of {output:,} tokens plus its prompt")
+        return [f"A request of {what} does not fit the {window:,}-token context window of "
+                f"{config.engine.model}; lower the output length."]
+    return []
+
+
+def check_settings(config: RunConfig) -> None:
+    """Raise ConfigError when the lengths asked for cannot fit the model's window (see length_problems)."""
+    problems = length_problems(config)
+    if problems:
+        raise ConfigError(" ".join(problems))
+
+
+def check_requests(requests: Sequence[SampledRequest], engine: EngineConfig) -> None:
+    """Refuse a sample whose requests do not fit the window; DatasetError names the longest and what fits."""
+    window = context_window(engine)
+    if window is None:
+        return
+    too_long = [r for r in requests if r.input_len + r.output_len > window]
+    if not too_long:
+        return
+    longest = max(too_long, key=lambda r: r.input_len + r.output_len)
+    longest_prompt = max(r.input_len for r in requests)
+    raise DatasetError(
+        f"{len(too_long):,} of {len(requests):,} sampled requests do not fit the {window:,}-token context window "
+        f"of {engine.model} (the longest: {longest.input_len:,} input + {longest.output_len:,} output tokens). "
+        f"Lower the output length to at most {max(window - longest_prompt, 0):,} tokens, or sample fewer or "
+        "shorter prompts."
+    )
