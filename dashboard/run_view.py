@@ -15,8 +15,8 @@ import streamlit as st
 from bench_core import csvstore
 from bench_core.measure import metrics
 from bench_core.views import charts, tables
-from bench_core.measure.catalog import METRICS, find_column, sampled_values
-from bench_core.config import SLO, RunConfig
+from bench_core.measure.catalog import METRICS, find_column, lower_first, sampled_values
+from bench_core.config import SLO, Part, RunConfig, of_part
 from bench_core.engines import backend
 from bench_core.errors import BenchError
 from bench_core.measure.latency_bins import BinnedLatencies
@@ -64,9 +64,10 @@ def render_run(run_id: str, slo: SLO) -> None:
 def describe_config(config: RunConfig) -> str:
     """One line: label, model and backend, dataset and load, so a screenshot says what was measured."""
     data, load = config.dataset, config.load
-    lengths = (f"output {data.sharegpt_output_len} tokens" if data.sharegpt_output_len
-               else "conversation lengths") if data.dataset_name == "sharegpt" else (
-        f"input {data.random_input_len}, output {data.random_output_len} tokens, range ratio {data.random_range_ratio}")
+    chosen = [declared for declared in of_part(Part.DATASET) if declared.datasets
+              and declared.applies(dataset_name=data.dataset_name) and config.value(declared.name) is not None]
+    lengths = ", ".join(f"{lower_first(declared.shown_label)} {config.value(declared.name):g}"
+                        + (f" {declared.unit}" if declared.unit else "") for declared in chosen) or "conversation lengths"
     engine = config.engine
     server = redact_text(engine.base_url)
     served = (f"{engine.model or 'the served model'} on the {engine.server_kind} server at {server}"

@@ -157,6 +157,10 @@ class Flag:
         return value * scale if scale != 1 and isinstance(value, (int, float)) else value
 
 
+# The dataset's length settings, as both LMDeploy scripts list their flags: those of one dataset, in catalog order.
+LENGTH_FLAGS = tuple(declared.name for declared in of_part(Part.DATASET) if declared.datasets)
+
+
 def flag_type(declared: Setting) -> Callable[[str], typing.Any]:
     """How a flag's text becomes the setting's value: its own text form (quant_policy's names), else its kind; an
     empty string leaves an optional setting unset, like a missing flag."""

@@ -14,7 +14,7 @@ import typing
 from ..config import KNOBS, RunConfig
 from ..engines import in_process_backends
 from .common import (
-    EngineCommand, Flag, add_flags, add_knob_flags, add_record_flags, check_writable, flag_values, knob_values,
+    LENGTH_FLAGS, EngineCommand, Flag, add_flags, add_knob_flags, add_record_flags, check_writable, flag_values, knob_values,
     open_history, recorded_config, run_each, save_lmdeploy_row,
 )
 
@@ -28,8 +28,7 @@ POSITIONAL = (
               "(see above)"),
     "concurrency", "num_prompts",
 )
-SCRIPT_FLAGS = ("seed", "stream_output", "dataset_name", "sharegpt_output_len", "random_input_len", "random_output_len",
-                "random_range_ratio", "top_p", "top_k", "temperature", "log_level",
+SCRIPT_FLAGS = ("seed", "stream_output", "dataset_name", *LENGTH_FLAGS, "top_p", "top_k", "temperature", "log_level",
                 Flag("backend", default="turbomind", choices=in_process_backends()), "trust_remote_code")
 # Ours: the load pattern (a rate is the restful command's).
 OUR_FLAGS = (Flag("load_pattern", choices=("batch", "concurrency")),)

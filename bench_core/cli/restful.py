@@ -23,12 +23,13 @@ from .. import csvstore
 from ..measure import metrics
 from ..measure.catalog import BEYOND_LMDEPLOY
 from ..config import RunConfig
+from ..config.catalog import BY_NAME
 from ..engines import check_run_config
 from ..engines.openai_client import REQUEST_DEADLINE_S, ServerError, api_root, discover_model
 from ..errors import ConfigError
 from ..store.history_import import RESTFUL_COLUMNS
 from .common import (
-    EXIT_CODES_HELP, EngineCommand, Flag, add_flags, add_record_flags, check_writable, flag_values, open_history,
+    EXIT_CODES_HELP, LENGTH_FLAGS, EngineCommand, Flag, add_flags, add_record_flags, check_writable, flag_values, open_history,
     recorded_config, run_each,
 )
 
@@ -49,14 +50,8 @@ DATASET_FLAGS = (
          help="tokenizer to sample prompts and retokenize answers (folder, hub id or builtin:...); default: the model. "
               f"Hub ids come from the local cache only, unless {OFFLINE_ENV}=0 allows downloads"),
 )
-SAMPLING_FLAGS = (
-    Flag("num_prompts", names=("--num-prompts",), default=1000),
-    Flag("sharegpt_output_len", help="fixed output length per request (sharegpt)"),
-    "random_input_len", "random_output_len",
-    Flag("random_range_ratio", help="range of sampled lengths (random dataset)"),
-    "request_rate",
-    Flag("seed", default=1),
-)
+SAMPLING_FLAGS = (Flag("num_prompts", names=("--num-prompts",), default=1000), *LENGTH_FLAGS, "request_rate",
+                  Flag("seed", default=1))
 SWITCHES = (
     Flag("stream_output", names=("--disable-stream",), negated=True, help="do not stream (no TTFT or ITL)"),
     Flag("ignore_eos", names=("--disable-ignore-eos",), negated=True, help="let requests stop at EOS"),
@@ -242,14 +237,11 @@ def check_server(url: str, model: str | None) -> str:
 
 
 def restful_csv_row(backend: str, config: RunConfig, summary: dict) -> dict:
-    """The row profile_restful_api.py appends: its columns, in its order, raw numbers, its definitions
-    (E2E and TPOT end at the stream's last line)."""
-    data = config.dataset
+    """The row profile_restful_api.py appends: its columns, in its order (its backend, then the settings of their
+    names, then the metrics), raw numbers, its definitions (E2E and TPOT end at the stream's last line)."""
+    settings = {column: config.value(column) for column in RESTFUL_COLUMNS[1:] if column in BY_NAME}
     values = {
-        "backend": backend, "dataset_name": data.dataset_name, "sharegpt_output_len": data.sharegpt_output_len,
-        "random_input_len": data.random_input_len, "random_output_len": data.random_output_len,
-        "random_range_ratio": data.random_range_ratio, "request_rate": config.load.request_rate,
-        "completed": summary["completed"], "total_input_tokens": summary["total_input_tokens"],
+        "backend": backend, **settings, "completed": summary["completed"], "total_input_tokens": summary["total_input_tokens"],
         "total_output_tokens": summary["total_output_tokens"], "duration": summary["duration_s"],
         "request_throughput": summary["request_throughput"], "input_throughput": summary["input_throughput"],
         "output_throughput": summary["output_throughput"], "mean_e2e_latency_ms": summary["mean_e2e_last_line_ms"],

@@ -165,6 +165,13 @@ DATASET = (
     Setting("seed", Part.DATASET, int, 0, bounds=Bounds(f"The seed must be a whole number from 0 to {MAX_SEED}, "
                                                         "not {value}.", low=0, high=MAX_SEED),
             widget=Widget(step=1, min_value=0), widget_label="Seed", cli_help="seed used in sampling prompts from the dataset"),
+    Setting("sharegpt_output_len", Part.DATASET, int, None, optional=True, datasets=("sharegpt",), sweepable=True,
+            label="ShareGPT output length", unit="tokens",
+            bounds=Bounds("The fixed ShareGPT output length must be at least 4 tokens (as in LMDeploy).", low=4),
+            help="--sharegpt-output-len: every request generates this many tokens.",
+            widget=Widget(step=1, min_value=1, placeholder="empty: each conversation's own"),
+            widget_label="Fixed output length (tokens)",
+            cli_help="fixed output length for every request, instead of the dataset's"),
     Setting("random_input_len", Part.DATASET, int, None, optional=True, datasets=("random",), sweepable=True,
             label="Random input length", unit="tokens",
             bounds=Bounds("The random input length must be at least 1 token.", low=1),
@@ -180,13 +187,6 @@ DATASET = (
             help="Lengths are drawn from [len x ratio, len].", widget=Widget(style="slider", step=0.05),
             widget_label="Range ratio",
             cli_help="lengths are drawn from [len*ratio, len]; 1.0 gives fixed lengths (random dataset)"),
-    Setting("sharegpt_output_len", Part.DATASET, int, None, optional=True, datasets=("sharegpt",), sweepable=True,
-            label="ShareGPT output length", unit="tokens",
-            bounds=Bounds("The fixed ShareGPT output length must be at least 4 tokens (as in LMDeploy).", low=4),
-            help="--sharegpt-output-len: every request generates this many tokens.",
-            widget=Widget(step=1, min_value=1, placeholder="empty: each conversation's own"),
-            widget_label="Fixed output length (tokens)",
-            cli_help="fixed output length for every request, instead of the dataset's"),
 )
 
 AT_ONCE, BY_RATE = ("batch", "concurrency"), ("request_rate",)

@@ -421,8 +421,10 @@ def find_column(name: str) -> tuple[Metric, str] | None:
 
 
 def lower_first(label: str) -> str:
-    """A label inside a title: "Concurrency" -> "concurrency", but "KV cache", "TTFT" and "P99" keep their capitals."""
-    return label if label[1:2].isupper() or label[1:2].isdigit() else label[:1].lower() + label[1:]
+    """A label inside a title: "Concurrency" -> "concurrency", but "KV cache", "TTFT", "P99" and "ShareGPT" keep their
+    capitals (a first word with a capital or a digit past its first letter is a name)."""
+    word = label.split(" ", 1)[0]
+    return label if any(c.isupper() or c.isdigit() for c in word[1:]) else label[:1].lower() + label[1:]
 
 
 def column_label(metric: Metric, statistic: str) -> str:

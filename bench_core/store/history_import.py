@@ -37,19 +37,13 @@ SAVE_CSV_HYPERPARAMS = (
 
 def lmdeploy_hyperparams(config: RunConfig) -> list[tuple[str, Any]]:
     """The hyperparameter columns profile_pipeline_api.py writes before the Profiler's (SAVE_CSV_HYPERPARAMS),
-    in its order, for this run."""
-    data = config.dataset
-    return [
-        ("backend", config.engine.backend),
-        # LMDeploy's batch size; a request-rate run has none, only an optional cap on requests in flight.
-        ("bs", config.load.max_concurrency if config.load.load_pattern == "request_rate" else config.load.concurrency),
-        ("dataset_name", data.dataset_name),
-        ("sharegpt_output_len", data.sharegpt_output_len),
-        ("random_input_len", data.random_input_len),
-        ("random_output_len", data.random_output_len),
-        ("random_range_ratio", data.random_range_ratio),
-        ("num_prompts", data.num_prompts),
-    ]
+    in its order, for this run: each the setting of its name, but LMDeploy's batch size."""
+    load = config.load
+    # A request-rate run has no batch size, only an optional cap on requests in flight.
+    bs = load.max_concurrency if load.load_pattern == "request_rate" else load.concurrency
+    return [(column, bs if column == "bs" else config.value(column)) for column in SAVE_CSV_HYPERPARAMS]
+
+
 # The columns of `Profiler.save_csv` as the two offline scripts call it.
 SAVE_CSV_COLUMNS = SAVE_CSV_HYPERPARAMS + LMDEPLOY_COLUMNS
 # The history's first columns: the same, each metric in the history's spelling.
