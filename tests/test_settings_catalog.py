@@ -4,6 +4,8 @@ the history, "What differs" and sweeps. Shown for the two settings added as one 
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -132,3 +134,56 @@ def test_booleans_have_one_spelling_read_everywhere(text, value):
     assert setting("enable_prefix_caching").parse_text(text) is value
     assert setting("enable_prefix_caching").from_cell(text) is value
     assert format_value(value) == ("true" if value else "false")
+
+
+# A dataset setting added as someone adding one would write it: one declaration in config/catalog.py's DATASET.
+NEW_DATASET_SETTING = '''    Setting("prefix_len", Part.DATASET, int, 0, label="Shared prefix length", unit="tokens", sweepable=True,
+            bounds=Bounds("The shared prefix length must be 0 or more.", low=0), help="Tokens every prompt shares.",
+            cli_help="tokens every prompt shares"),
+'''
+
+PROBE = """
+import json, sys
+sys.path.insert(0, {root!r})
+from bench_core.config import RunConfig, DatasetConfig
+from bench_core.engines import run_config_problems
+from bench_core.sweep.plan import parse_sweep_arg
+from bench_core.views.tables import describe_column
+flat = RunConfig(dataset=DatasetConfig(prefix_len=64)).to_flat_dict()
+print(json.dumps({{
+    "column": flat["prefix_len"], "read back": RunConfig.from_flat_dict(flat).dataset.prefix_len,
+    "swept": list(parse_sweep_arg("prefix_len=0,64").values), "title": describe_column("prefix_len").title,
+    "refused": run_config_problems(RunConfig(dataset=DatasetConfig(prefix_len=-1))),
+}}))
+"""
+
+
+def test_a_new_dataset_setting_is_one_declaration(tmp_path):
+    """On a copy of bench_core with one Setting added to the catalog: both commands take its flag, and the config,
+    the history, validation, sweeps and the column titles know it, with no other file touched."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    shutil.copytree(root / "bench_core", tmp_path / "bench_core", ignore=shutil.ignore_patterns("__pycache__"))
+    catalog = tmp_path / "bench_core" / "config" / "catalog.py"
+    text = catalog.read_text()
+    anchor = "\nDATASET = (\n"
+    catalog.write_text(text.replace(anchor, anchor + NEW_DATASET_SETTING, 1))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+    for command in ("pipeline", "restful"):
+        helped = run("-m", "bench_core", command, "--help")
+        assert helped.returncode == 0, helped.stderr
+        assert "--prefix-len PREFIX_LEN" in helped.stdout and "tokens every prompt shares (default: 0)" in helped.stdout
+    probe = run("-c", PROBE.format(root=str(tmp_path)))
+    assert probe.returncode == 0, probe.stderr
+    assert json.loads(probe.stdout) == {"column": 64, "read back": 64, "swept": [0, 64],
+                                        "title": "Shared prefix length (tokens)",
+                                        "refused": ["The shared prefix length must be 0 or more."]}

@@ -179,6 +179,13 @@ def flag_type(declared: Setting) -> Callable[[str], typing.Any]:
     return parse
 
 
+def unlisted_flags(part: Part, *layouts: Iterable[Flag | str]) -> tuple[Flag, ...]:
+    """The flags of `part`'s settings that a command's layouts (LMDeploy's flags, in its order) do not list: ours,
+    each as its declaration spells it, so a setting declared in the catalog reaches every command."""
+    listed = {flag if isinstance(flag, str) else flag.name for layout in layouts for flag in layout}
+    return tuple(Flag(declared.name) for declared in of_part(part) if declared.name not in listed)
+
+
 def add_flags(group, flags: Iterable[Flag | str]) -> None:
     for flag in flags:
         (Flag(flag) if isinstance(flag, str) else flag).add(group)

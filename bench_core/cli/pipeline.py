@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 import typing
 
-from ..config import KNOBS, RunConfig
+from ..config import KNOBS, Part, RunConfig
 from ..engines import in_process_backends
 from .common import (
-    LENGTH_FLAGS, EngineCommand, Flag, add_flags, add_knob_flags, add_record_flags, check_writable, flag_values, knob_values,
-    open_history, recorded_config, run_each, save_lmdeploy_row,
+    LENGTH_FLAGS, EngineCommand, Flag, add_flags, add_knob_flags, add_record_flags, check_writable, flag_values,
+    knob_values, open_history, recorded_config, run_each, save_lmdeploy_row, unlisted_flags,
 )
 
 # The in-process engines' knobs; a server's settings are the `restful` command's flags.
@@ -30,8 +30,9 @@ POSITIONAL = (
 )
 SCRIPT_FLAGS = ("seed", "stream_output", "dataset_name", *LENGTH_FLAGS, "top_p", "top_k", "temperature", "log_level",
                 Flag("backend", default="turbomind", choices=in_process_backends()), "trust_remote_code")
-# Ours: the load pattern (a rate is the restful command's).
-OUR_FLAGS = (Flag("load_pattern", choices=("batch", "concurrency")),)
+# Ours: the load pattern (a rate is the restful command's), and the dataset's settings LMDeploy's script lacks.
+OUR_FLAGS = (Flag("load_pattern", choices=("batch", "concurrency")),
+             *unlisted_flags(Part.DATASET, POSITIONAL, SCRIPT_FLAGS))
 
 
 class PipelineCommand(EngineCommand):

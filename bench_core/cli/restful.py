@@ -22,15 +22,15 @@ from datetime import datetime
 from .. import csvstore
 from ..measure import metrics
 from ..measure.catalog import BEYOND_LMDEPLOY
-from ..config import RunConfig
+from ..config import Part, RunConfig
 from ..config.catalog import BY_NAME
 from ..engines import check_run_config
 from ..engines.openai_client import REQUEST_DEADLINE_S, ServerError, api_root, discover_model
 from ..errors import ConfigError
 from ..store.history_import import RESTFUL_COLUMNS
 from .common import (
-    EXIT_CODES_HELP, LENGTH_FLAGS, EngineCommand, Flag, add_flags, add_record_flags, check_writable, flag_values, open_history,
-    recorded_config, run_each,
+    EXIT_CODES_HELP, LENGTH_FLAGS, EngineCommand, Flag, add_flags, add_record_flags, check_writable, flag_values,
+    open_history, recorded_config, run_each, unlisted_flags,
 )
 
 # Their backend names: (server kind, endpoint). -chat forms use /v1/chat/completions.
@@ -60,8 +60,8 @@ BODY_FLAGS = (
     Flag("extra_request_body", help='JSON object merged into every request, e.g. \'{"temperature": 0}\''),
     Flag("trust_remote_code", help="trust remote code when loading the tokenizer"),
 )
-# Ours: vLLM's load shape and limits.
-OUR_FLAGS = (
+# Ours: vLLM's load shape and limits, and the dataset's settings LMDeploy's script lacks.
+OUR_FLAGS = (*unlisted_flags(Part.DATASET, DATASET_FLAGS, SAMPLING_FLAGS),
     "max_concurrency", "burstiness", "exact_rate_arrivals", "duration_s", Flag("warmup_requests", default=1),
     Flag("read_timeout_s", names=("--timeout",),
          help="seconds a request may wait for its next token (the first included) before it fails; keep-alive "
