@@ -19,7 +19,7 @@ from bench_core.config import SLO, RunConfig
 from bench_core.errors import HistoryError
 from bench_core.store.history import History, lmdeploy_row_of
 from bench_core.measure.live_snapshot import LiveSnapshot
-from bench_core.run_states import FAILED
+from bench_core.states import RunState
 from bench_core.run.runner import Run
 
 
@@ -80,7 +80,7 @@ def result_from_history(history: History, run_id: str) -> RunResult:
         run_id=run_id,
         status=status,
         config=history.config(run_id),
-        requests=None if status == FAILED and not history.measured(run_id) else history.requests(run_id),
+        requests=None if status == RunState.FAILED and not history.measured(run_id) else history.requests(run_id),
         duration_s=_float(row.get("duration_s")),
         lmdeploy_row=lmdeploy_row_of(row),
         message=row.get("error", ""),

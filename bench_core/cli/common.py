@@ -19,6 +19,7 @@ from ..config import (
     DEFAULT_PERCENTILES, SLO, DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, RunConfig,
 )
 from ..errors import HistoryError
+from ..states import MEASURED, RunState
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_CODES_HELP = """exit codes:
@@ -138,10 +139,8 @@ def run_config(args: argparse.Namespace, engine: EngineConfig, dataset: DatasetC
 
 def progress_line(run) -> str:
     from ..measure.live_snapshot import describe_time_left
-    from ..run_states import RUNNING
-
     snap = run.snapshot()
-    if run.state != RUNNING or snap is None:
+    if run.state != RunState.RUNNING or snap is None:
         return f"{run.state}: {run.phase}..." if run.phase else f"{run.state}..."
     done = snap.completed + snap.failed + snap.cancelled
     return (f"running: {done}/{snap.total_requests} requests done, {snap.in_flight} in flight, "
@@ -159,10 +158,8 @@ def wait_with_progress(job, describe=None) -> bool:
             if show:
                 print(f"\r{describe()[:PROGRESS_WIDTH]:<{PROGRESS_WIDTH}}", end="", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
-        from ..run_states import LOADING
-
         job.cancel()
-        if not job.wait(CANCEL_GRACE_S) and getattr(job, "state", None) != LOADING:
+        if not job.wait(CANCEL_GRACE_S) and getattr(job, "state", None) != RunState.LOADING:
             job.wait()
         return False
     finally:
@@ -216,11 +213,9 @@ def report_unmeasured(run) -> int | None:
     print why and return the exit code (2 when the user's input was at fault)."""
     for warning in run.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    from ..run_states import FAILED
-
     if run.profiler is not None:
         return None
-    if run.state == FAILED:
+    if run.state == RunState.FAILED:
         print(f"error: {run.message}", file=sys.stderr)
         if run.save_error:
             print(f"error: {run.save_error}", file=sys.stderr)
@@ -263,15 +258,13 @@ def report_saved(run, history) -> None:
 def report_outcome(run, completed: bool, csv_saved: bool = True) -> int:
     """Say on stderr why a measured run failed or is partial; its exit code (see EXIT_CODES_HELP).
     A run that was not saved, in its history or in the CSV (`csv_saved`), has failed."""
-    from ..run_states import CANCELLED, FAILED, PARTIAL
-
-    if not completed or run.state == CANCELLED:
+    if not completed or run.state == RunState.CANCELLED:
         return EXIT_INTERRUPTED
-    if run.state == FAILED:
+    if run.state == RunState.FAILED:
         print(f"error: {run.message}", file=sys.stderr)
         return EXIT_FAILED
     code = EXIT_OK
-    if run.state == PARTIAL:
+    if run.state == RunState.PARTIAL:
         print(f"warning: {run.message}", file=sys.stderr)
         code = EXIT_PARTIAL
     return code if csv_saved and not run.save_error else EXIT_FAILED
@@ -280,11 +273,9 @@ def report_outcome(run, completed: bool, csv_saved: bool = True) -> int:
 def sweep_outcome(completed: bool, state: str, saved: bool) -> int:
     """A sweep's exit code (see SWEEP_EXIT_CODES_HELP): from whether its wait ended without Ctrl-C, its state and
     whether every run was saved."""
-    from ..run_states import CANCELLED, FINISHED
-
-    if not completed or state == CANCELLED:
+    if not completed or state == RunState.CANCELLED:
         return EXIT_INTERRUPTED
-    return EXIT_OK if state == FINISHED and saved else EXIT_FAILED
+    return EXIT_OK if state == RunState.FINISHED and saved else EXIT_FAILED
 
 
 def run_each(history, configs: Iterable[RunConfig], csv_path: str,
@@ -293,7 +284,6 @@ def run_each(history, configs: Iterable[RunConfig], csv_path: str,
     prints its result and returns what appends its row to the CSV at `csv_path`, when it has one), recorded in
     the history and reported. The exit code: the first run that measured nothing or was interrupted ends the
     command with its own; else the worst of the runs' codes, failed before partial."""
-    from ..run_states import MEASURED
     from ..run.runner import Runner
 
     runner = Runner(history)

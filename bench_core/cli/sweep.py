@@ -20,7 +20,7 @@ import pandas as pd
 
 from ..csvstore import append_row
 from ..errors import ConfigError
-from ..run_states import FINISHED
+from ..states import RunState
 from ..sweep.plan import SWEEPABLE, SweepPlan, describe_point, new_sweep_id, parse_sweep_arg
 from ..sweep.results import mean_with_interval, point_statistics, sweep_runs
 from ..views.tables import describe_column
@@ -137,7 +137,7 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
         if run.save_error:
             print(f"error: run {run.run_id}: {run.save_error}", file=sys.stderr)
             saved = False
-        if run.state == FINISHED and csv_path:  # the record's LMDeploy row: a run on a cluster has no profiler here
+        if run.state == RunState.FINISHED and csv_path:  # the record's LMDeploy row: a run on a cluster has no profiler here
             saved &= append_csv_row(csv_path, lambda: append_row(csv_path, run.record.lmdeploy_columns))
 
     progress = sweep.progress()

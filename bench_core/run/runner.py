@@ -27,7 +27,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import request_status
 from ..engines import context_window
 from ..hardware import roofline
 from ..measure import metrics
@@ -44,18 +43,15 @@ from ..models.resolve import cache_dir, describe_model, first_use_phase, load_to
 from ..load.playground import Conversation, PlaygroundResult, check_request
 from ..measure.profiler import LiveSnapshot, Profiler, Session
 from ..redact import redact_text, remember_secrets
-from ..run_states import CANCELLED, FAILED, FINISHED, LOADING, MEASURED, PARTIAL, QUEUED, RUNNING
+from ..states import MEASURED, SERVED_REASONS, LoadPattern, RequestStatus, RunState, measured_state
 from ..hardware.telemetry import TelemetrySampler, telemetry_summary
 
 log = logging.getLogger(__name__)
 
 # The failure reasons a run's message quotes, most frequent first.
 REASONS_QUOTED = 3
-# A request counts as served when the engine stopped it for length or for EOS; the profiler then
-# tells complete from incomplete by comparing the tokens produced with the tokens asked for.
-SERVED_REASONS = ("length", "stop")
 # A request's clock starts when the engine takes it (a worker, or an HTTP send), not at t0.
-TICK_AT_ADMISSION = ("concurrency", "request_rate")
+TICK_AT_ADMISSION = (LoadPattern.CONCURRENCY, LoadPattern.REQUEST_RATE)
 # The reason an engine gives a request it stopped because of a cancel.
 ABORT = "abort"
 
@@ -81,16 +77,16 @@ class _Job:
         """Stop within a second; what was done so far is kept. A queued job ends at once."""
         self.cancel_event.set()
         with _START_LOCK:
-            if self.state == QUEUED:
-                self.state, self.message = CANCELLED, "Cancelled before it started."
+            if self.state == RunState.QUEUED:
+                self.state, self.message = RunState.CANCELLED, "Cancelled before it started."
                 self.done_event.set()
 
     def claim(self) -> bool:
         """Move a queued job to loading for the worker; False when it was cancelled first."""
         with _START_LOCK:
-            if self.state != QUEUED:
+            if self.state != RunState.QUEUED:
                 return False
-            self.state = LOADING
+            self.state = RunState.LOADING
             return True
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -104,7 +100,7 @@ class Run(_Job):
 
     run_id: str
     config: RunConfig
-    state: str = QUEUED
+    state: str = RunState.QUEUED
     message: str = ""
     phase: str = ""  # what loading is doing now, for the user ("loading the tokenizer", "warming up")
     warnings: list[str] = field(default_factory=list)
@@ -147,7 +143,7 @@ class PlaygroundJob(_Job):
     conversations: list[Conversation]
     generation: GenerationSettings
     max_new_tokens: int
-    state: str = QUEUED
+    state: str = RunState.QUEUED
     message: str = ""
     results: list[PlaygroundResult] = field(default_factory=list)
     engine_info: EngineInfo | None = None
@@ -213,7 +209,7 @@ class Runner:
 
     def queue_position(self, job: Run | PlaygroundJob) -> int:
         """How many runs and jobs are ahead of a queued `job`, the executing one included (0 otherwise)."""
-        if job.state != QUEUED:
+        if job.state != RunState.QUEUED:
             return 0
         ahead = 0
         with self._lock:
@@ -267,7 +263,7 @@ class Runner:
 
     def _execute(self, run: Run) -> None:
         self._guarded(run, self._benchmark, f"run {run.run_id}")
-        if run.profiler is not None or run.state == FAILED:  # a failure before measuring shows what was tried
+        if run.profiler is not None or run.state == RunState.FAILED:  # a failure before measuring shows what was tried
             self.record(run)
 
     def _guarded(self, job: _Job, body: Callable, name: str) -> None:
@@ -275,10 +271,10 @@ class Runner:
         try:
             body(job)
         except BenchError as exc:
-            job.state, job.message, job.user_error = FAILED, str(exc), True  # a BenchError masks credentials itself
+            job.state, job.message, job.user_error = RunState.FAILED, str(exc), True  # a BenchError masks credentials itself
         except Exception as exc:  # an engine bug must end this job, not the process
             log.exception("%s failed", name)
-            job.state, job.message = FAILED, redact_text(f"{type(exc).__name__}: {exc}")
+            job.state, job.message = RunState.FAILED, redact_text(f"{type(exc).__name__}: {exc}")
             self._release_engine()  # it may be left in a broken state
 
     def _benchmark(self, run: Run) -> None:
@@ -291,12 +287,12 @@ class Runner:
         finally:
             run.load_seconds = time.perf_counter() - started
         if run.cancel_event.is_set():
-            run.state, run.message = CANCELLED, "Cancelled while loading."
+            run.state, run.message = RunState.CANCELLED, "Cancelled while loading."
             return
-        run.state, run.phase = RUNNING, "measuring"
+        run.state, run.phase = RunState.RUNNING, "measuring"
         self._measure(run)
         if run.cancel_event.is_set():
-            run.state = CANCELLED
+            run.state = RunState.CANCELLED
         else:
             run.profiler.compute_metrics()
             run.state, run.message = measured_outcome(run.profiler)
@@ -307,12 +303,12 @@ class Runner:
         engine = self._engine_for(job.engine, load)
         job.engine_info = engine.info
         if job.cancel_event.is_set():
-            job.state, job.message = CANCELLED, "Cancelled while loading."
+            job.state, job.message = RunState.CANCELLED, "Cancelled while loading."
             return
-        job.state = RUNNING
+        job.state = RunState.RUNNING
         for result in engine.complete(job.conversations, job.generation, job.max_new_tokens, job.cancel_event):
             job.results.append(result)
-        job.state = CANCELLED if job.cancel_event.is_set() else FINISHED
+        job.state = RunState.CANCELLED if job.cancel_event.is_set() else RunState.FINISHED
 
     def _prepare(self, run: Run) -> None:
         config = run.config
@@ -369,7 +365,7 @@ class Runner:
             for session in sessions:
                 session.tick(0)
         # A request rate draws its arrivals as profile_restful_api.py does, after sampling (only servers take one).
-        arrivals = {"arrival_seed": run.sample.arrival_rng} if config.load.load_pattern == "request_rate" else {}
+        arrivals = {"arrival_seed": run.sample.arrival_rng} if config.load.load_pattern == LoadPattern.REQUEST_RATE else {}
         try:
             events = self._engine.stream(requests, config.generation, config.load, run.cancel_event, **arrivals)
         except BaseException:
@@ -416,7 +412,7 @@ class Runner:
         run.record = RunRecord(
             run_id=run.run_id,
             started_at=run.created_at,
-            status=run.state if run.state in (*MEASURED, FAILED, CANCELLED) else FAILED,
+            status=run.state if run.state in (*MEASURED, RunState.FAILED, RunState.CANCELLED) else RunState.FAILED,
             config=config,
             lmdeploy_columns=profiler.lmdeploy_csv_row(lmdeploy_hyperparams(config)) if measured else {},
             metrics=summary,
@@ -470,7 +466,7 @@ def _reason(exc: Exception) -> str:
 
 def new_profiler(config: RunConfig) -> Profiler:
     """The profiler a run of `config` measures with (and rebuilds, where its sessions come from elsewhere)."""
-    by_rate = config.load.load_pattern == "request_rate"
+    by_rate = config.load.load_pattern == LoadPattern.REQUEST_RATE
     return Profiler(config.load.stream_output, list(config.percentiles), slo=config.slo, records_admissions=True,
                     max_in_flight=config.load.max_concurrency if by_rate else config.load.concurrency)
 
@@ -479,9 +475,9 @@ def run_roofline(config: RunConfig, info: EngineInfo | None, environment: dict[s
                  requests: pd.DataFrame) -> dict:
     """The run's roofline record (roofline.roofline_record), or {"unavailable": why} where the model or the
     device allows none (a server's model, a GPU whose peaks are not known)."""
-    ok = requests["status"].to_numpy(dtype=object) == request_status.SUCCESS
+    ok = requests["status"].to_numpy(dtype=object) == RequestStatus.SUCCESS
     load = config.load
-    batch_limit = (load.max_concurrency or len(requests)) if load.load_pattern == "request_rate" else load.concurrency
+    batch_limit = (load.max_concurrency or len(requests)) if load.load_pattern == LoadPattern.REQUEST_RATE else load.concurrency
     numbers = roofline.RunNumbers(
         output_tokens_per_s=summary["output_throughput"], input_tokens_per_s=summary["input_throughput"],
         batch=float(max(1, min(batch_limit, int(ok.sum())))),
@@ -509,10 +505,9 @@ def measured_outcome(profiler: Profiler) -> tuple[str, str]:
     if not reasons and profiler.cancelled:  # a run that ran to its end cancels only what its duration cut off
         reasons = f"{profiler.cancelled} cancelled in flight when the duration ended"
     because = f" ({reasons})" if reasons else ""
-    total = len(profiler.sessions)
-    if profiler.success == 0:
-        return FAILED, f"No request succeeded{because}"
-    not_served = profiler.failed + profiler.incomplete
-    if not_served:
-        return PARTIAL, f"{not_served} of {total} requests failed{because}"
-    return FINISHED, ""
+    state = measured_state(profiler.success, profiler.failed, profiler.incomplete)
+    if state == RunState.FAILED:
+        return state, f"No request succeeded{because}"
+    if state == RunState.PARTIAL:
+        return state, f"{profiler.failed + profiler.incomplete} of {len(profiler.sessions)} requests failed{because}"
+    return state, ""

@@ -37,7 +37,7 @@ from ..config import RunConfig
 from ..errors import ConfigError
 from ..store.history import RunRecord, new_run_id
 from ..measure.live_snapshot import LiveSnapshot
-from ..run_states import CANCELLED, FAILED, LOADING, PARTIAL, QUEUED, RUNNING
+from ..states import RunState
 from ..run.runner import Run, Runner
 from .driver import Launch, SweepRun, engine_key_of
 from .plan import PlannedRun, SweepPlan
@@ -236,7 +236,7 @@ class _Point:
 
     def __init__(self, planned: PlannedRun, label: str):
         self.planned, self.label = planned, label
-        self.state, self.progress, self.message = QUEUED, "", ""
+        self.state, self.progress, self.message = RunState.QUEUED, "", ""
         self.facts: dict[str, str] = {}  # node_facts() of the worker that has it
         self.attempts = 0
         self.pid: int | None = None
@@ -265,14 +265,14 @@ class ClusterSweepRun(SweepRun):
         with self._lock:
             self._cancel.set()
             for point in self._points:
-                if point.state == QUEUED:
-                    point.state, point.message = CANCELLED, "Cancelled before it started."
+                if point.state == RunState.QUEUED:
+                    point.state, point.message = RunState.CANCELLED, "Cancelled before it started."
 
     def _now(self, current) -> tuple[str, str]:
         """Runs under way across the cluster, e.g. "2 running, 1 loading"; no single run id to watch."""
         with self._lock:
             states = [point.state for point in self._points]
-        under_way = [f"{states.count(state)} {state}" for state in (RUNNING, LOADING) if state in states]
+        under_way = [f"{states.count(state)} {state}" for state in (RunState.RUNNING, RunState.LOADING) if state in states]
         return ", ".join(under_way), ""
 
     def _drive(self) -> None:
@@ -309,7 +309,7 @@ class ClusterSweepRun(SweepRun):
                     worker = None
                     if self._retrying(point):
                         todo.appendleft(point)
-                elif run.state == CANCELLED:
+                elif run.state == RunState.CANCELLED:
                     return
         finally:
             if worker is not None:
@@ -325,7 +325,7 @@ class ClusterSweepRun(SweepRun):
         run = Run(run_id=new_run_id(), config=planned.config, sweep_id=self.sweep_id, sweep_repeat=planned.repeat)
         with self._lock:
             point.attempts += 1
-            point.state, point.progress = QUEUED, ""
+            point.state, point.progress = RunState.QUEUED, ""
             self.runs = [entry for entry in self.runs if entry[0] is not planned] + [(planned, run)]
         fields = dict(run_id=run.run_id, config=run.config, created_at=run.created_at, sweep_id=run.sweep_id,
                       sweep_repeat=run.sweep_repeat)
@@ -337,13 +337,13 @@ class ClusterSweepRun(SweepRun):
             run.warnings, run.load_seconds, run.record = outcome.warnings, outcome.load_seconds, outcome.record
             if run.record is not None:
                 self.runner.save(run)
-            if run.state in (FAILED, PARTIAL):
+            if run.state in (RunState.FAILED, RunState.PARTIAL):
                 self._note_failure(run.message, None if outcome.measured else engine_key_of(planned))
         elif self._cancel.is_set():
-            run.state, run.message = CANCELLED, "Cancelled; its worker was stopped."
+            run.state, run.message = RunState.CANCELLED, "Cancelled; its worker was stopped."
         else:
             where = f" on {describe_node(point.facts)}" if point.facts else ""
-            run.state, run.message = FAILED, f"Its Ray worker was lost{where}: {lost}"
+            run.state, run.message = RunState.FAILED, f"Its Ray worker was lost{where}: {lost}"
             run.environment = dict(point.facts)  # what the lost worker said of its node, if anything
             self.runner.record(run)  # recorded as failed with its reason, as a run that breaks on one machine
             if not self._retrying(point):
@@ -352,7 +352,7 @@ class ClusterSweepRun(SweepRun):
             self._note_failure(run.save_error, None)
         with self._lock:
             point.state, point.message = run.state, run.message
-            if outcome is None and run.state == FAILED and self._retrying(point):
+            if outcome is None and run.state == RunState.FAILED and self._retrying(point):
                 point.message += f" Trying again (attempt {point.attempts + 1})."
         run.done_event.set()
         return run, outcome is None
@@ -378,7 +378,7 @@ class ClusterSweepRun(SweepRun):
             if self._cancel.is_set():
                 if cancel_sent_at is None:
                     cancel_sent_at = time.monotonic()
-                    if point.state == QUEUED:  # still waiting for resources: nothing to keep
+                    if point.state == RunState.QUEUED:  # still waiting for resources: nothing to keep
                         self._kill(worker)
                     else:
                         worker.cancel.remote()
@@ -392,7 +392,7 @@ class ClusterSweepRun(SweepRun):
         snap = status.live
         with self._lock:
             point.state, point.facts, point.pid = status.state, status.node, status.pid
-            if status.state == RUNNING and snap is not None:
+            if status.state == RunState.RUNNING and snap is not None:
                 done = snap.completed + snap.failed + snap.cancelled
                 point.progress = f"{done}/{snap.total_requests} requests"
             else:
