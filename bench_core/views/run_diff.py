@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from ..config import ENGINE_KNOBS, SERVER_BACKEND, DatasetConfig, EngineConfig, GenerationSettings, LoadConfig
-from ..run_states import IMPORTED
+from ..states import IMPORTED
 from .tables import describe_column, run_names
 
 NOT_APPLICABLE = "n/a"
