@@ -100,7 +100,7 @@ def _live_panel(run_id: str) -> None:
         st.info(f"queued: waiting: {ahead} run(s) ahead. It starts when the engine is free.")
         return
     snapshot = run.snapshot()
-    if run.state == RunState.LOADING or snapshot is None:  # the profiler exists from the first measured request on
+    if run.state == RunState.LOADING or snapshot is None:  # a snapshot comes once it measures
         st.info(f"{run.state}: {run.phase or 'starting'}…")
         return
     _live_progress(run, snapshot)

@@ -56,7 +56,8 @@ def test_the_states_keep_the_strings_the_history_has_always_held():
     assert tuple(RequestStatus) == ("success", "failed", "incomplete", "unfinished", "cancelled")
     assert tuple(states.LoadPattern) == ("batch", "concurrency", "request_rate")
     # Written into CSV cells and messages as their strings, as the constants they replace were.
-    assert [f"{state}" for state in RunState] == [str(state) for state in RunState] == [state.value for state in RunState]
+    values = [state.value for state in RunState]
+    assert [f"{state}" for state in RunState] == [str(state) for state in RunState] == values
 
 
 def _only_states(node: ast.AST) -> bool:

@@ -149,7 +149,7 @@ class SweepRun:
                     return
                 if run.state in (RunState.FAILED, RunState.PARTIAL):
                     # Failed before measuring: the same engine settings (or dataset) would fail again.
-                    self._note_failure(run.message, engine_key_of(planned) if run.profiler is None else None)
+                    self._note_failure(run.message, None if run.measurement.measured else engine_key_of(planned))
         except BenchError as exc:  # the runner refused a run: the plan was checked, so the machine changed
             self._note_failure(str(exc), None)
         finally:
