@@ -204,8 +204,9 @@ class Run(Job):
         unpublished = range(len(sessions)) if self._unpublished is None else self._unpublished
         finished = {index: sessions[index] for index in unpublished if sessions[index].finished}
         self._unpublished = [index for index in unpublished if index not in finished]
+        snapshot = self.snapshot()
         with self._lock:
-            self.tell("on_snapshot", self.snapshot())
+            self.tell("on_snapshot", snapshot)
             if finished:
                 self.tell("on_requests", finished)
 
