@@ -13,7 +13,7 @@ import streamlit as st
 from bench_core.config import RunConfig
 from bench_core.engines import check_run_config
 from bench_core.errors import BenchError
-from bench_core.run_states import QUEUED
+from bench_core.states import RunState
 from bench_core.run.runner import Run, Runner
 from dashboard.state import get_runner
 
@@ -35,7 +35,7 @@ def describe(run: Run, runner: Runner) -> str:
     """One line: the run, its label, its state and how far it got."""
     label = f" ({run.config.label})" if run.config.label else ""
     snapshot = run.snapshot()
-    if run.state == QUEUED:
+    if run.state == RunState.QUEUED:
         progress = f", {runner.queue_position(run)} ahead of it"
     elif snapshot is not None:
         progress = (f": {snapshot.completed + snapshot.failed}/{snapshot.total_requests} requests, "

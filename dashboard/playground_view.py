@@ -12,7 +12,7 @@ from bench_core.errors import BenchError
 from bench_core.load.playground import (
     FILE_TYPES, parse_prompt_file, prompts_from_text, results_frame, results_to_csv_bytes, results_to_jsonl_bytes,
 )
-from bench_core.run_states import FAILED, QUEUED
+from bench_core.states import RunState
 from bench_core.run.runner import PlaygroundJob
 from dashboard import sidebar, url_settings
 from dashboard.sidebar import DEFAULT_BACKEND
@@ -91,10 +91,10 @@ def show_job(job: PlaygroundJob) -> None:
     def live() -> None:
         total, done = len(job.conversations), len(job.results)
         status = f"{job.state}: {done} of {total} prompt(s) answered"
-        if job.state == QUEUED:
+        if job.state == RunState.QUEUED:
             status += f", {get_runner().queue_position(job)} job(s) ahead"
         st.progress(done / total, text=status)
-        if job.state == FAILED:
+        if job.state == RunState.FAILED:
             st.error(job.message)
         elif job.message:
             st.info(job.message)

@@ -1,6 +1,6 @@
 """What the Run page shows for a run that has ended, whether it is still in memory or only in the history.
 
-A run submitted in this server process is read from its `Run` (record, profiler, warnings); a run that
+A run submitted in this server process is read from its `Run` (its record, warnings, notes); a run that
 ended before the server restarted is rebuilt from the history: its row, config.json and
 requests.parquet. Both give one `RunResult`, so the finished view has a single code path. No streamlit
 here: this is plain data loading, testable on its own.
@@ -19,7 +19,7 @@ from bench_core.config import SLO, RunConfig
 from bench_core.errors import HistoryError
 from bench_core.store.history import History, lmdeploy_row_of
 from bench_core.measure.live_snapshot import LiveSnapshot
-from bench_core.run_states import FAILED
+from bench_core.states import RunState
 from bench_core.run.runner import Run
 
 
@@ -53,7 +53,8 @@ class RunResult:
 
 def result_from_run(run: Run) -> RunResult | None:
     """The result of an ended in-memory run; None when nothing was recorded (cancelled before measuring)."""
-    record = run.record
+    measurement = run.measurement
+    record = measurement.record
     if record is None:
         return None
     return RunResult(
@@ -64,8 +65,8 @@ def result_from_run(run: Run) -> RunResult | None:
         duration_s=float(record.metrics.get("duration_s", math.nan)),
         lmdeploy_row=dict(record.lmdeploy_columns),
         message=run.message,
-        warnings=[*run.warnings, *filter(None, [run.save_error])],
-        notes=list(run.sample.notes) if run.sample is not None else [],
+        warnings=[*measurement.warnings, *filter(None, [measurement.save_error])],
+        notes=list(measurement.sample.notes) if measurement.sample is not None else [],
         snapshot=run.snapshot(),
     )
 
@@ -80,7 +81,7 @@ def result_from_history(history: History, run_id: str) -> RunResult:
         run_id=run_id,
         status=status,
         config=history.config(run_id),
-        requests=None if status == FAILED and not history.measured(run_id) else history.requests(run_id),
+        requests=None if status == RunState.FAILED and not history.measured(run_id) else history.requests(run_id),
         duration_s=_float(row.get("duration_s")),
         lmdeploy_row=lmdeploy_row_of(row),
         message=row.get("error", ""),

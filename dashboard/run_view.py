@@ -23,7 +23,7 @@ from bench_core.measure.latency_bins import BinnedLatencies
 from bench_core.measure.live_snapshot import LiveSnapshot, describe_time_left
 from bench_core.redact import redact_text
 from bench_core.hardware.roofline import describe_roofline
-from bench_core.run_states import FAILED, FINISHED, LOADING, QUEUED
+from bench_core.states import LoadPattern, RunState
 from bench_core.run.runner import Run
 from dashboard.run_result import RunResult, result_from_history, result_from_run
 from dashboard.state import get_history, get_runner
@@ -72,7 +72,7 @@ def describe_config(config: RunConfig) -> str:
     server = redact_text(engine.base_url)
     served = (f"{engine.model or 'the served model'} on the {engine.server_kind} server at {server}"
               if not backend(engine.backend).in_process else f"{engine.model} on {engine.backend}")
-    if load.load_pattern == "request_rate":
+    if load.load_pattern == LoadPattern.REQUEST_RATE:
         cap = "no concurrency limit" if load.max_concurrency is None else f"max concurrency {load.max_concurrency}"
         limit = f", for at most {load.duration_s:g} s" if load.duration_s else ""
         shape = f"{load.request_rate:g} req/s, burstiness {load.burstiness:g}, {cap}{limit}"
@@ -97,12 +97,12 @@ def _live_panel(run_id: str) -> None:
         st.rerun()  # one full rerun: the page then shows the ended run and this fragment is gone
     if run.cancel_event.is_set():
         st.warning(f"{run.state}: cancel requested; the run stops within a second and keeps what it measured.")
-    if run.state == QUEUED:
+    if run.state == RunState.QUEUED:
         ahead = runner.queue_position(run)
         st.info(f"queued: waiting: {ahead} run(s) ahead. It starts when the engine is free.")
         return
     snapshot = run.snapshot()
-    if run.state == LOADING or snapshot is None:  # the profiler exists from the first measured request on
+    if run.state == RunState.LOADING or snapshot is None:  # a snapshot comes once it measures
         st.info(f"{run.state}: {run.phase or 'starting'}…")
         return
     _live_progress(run, snapshot)
@@ -248,9 +248,9 @@ def _ended_status(result: RunResult, summary: dict) -> None:
         counts += f" ({summary['failure_reasons']})"
     said = f"{result.status}: {result.message}. {counts}." if result.message else f"{result.status}: {counts}."
     served_all = summary["failed"] + summary["incomplete"] == 0
-    if result.status == FAILED or (result.status == FINISHED and summary["completed"] == 0):
+    if result.status == RunState.FAILED or (result.status == RunState.FINISHED and summary["completed"] == 0):
         st.error(said)
-    elif result.status == FINISHED and served_all:
+    elif result.status == RunState.FINISHED and served_all:
         st.success(said)
     else:
         st.warning(said)

@@ -27,7 +27,7 @@ from bench_core.config import SLO, EngineConfig, knobs_for
 from bench_core.errors import BenchError
 from bench_core.store.history import History
 from bench_core.measure.live_snapshot import time_left_s
-from bench_core.run_states import CANCELLED, FINISHED
+from bench_core.states import RunState
 from bench_core.sweep.cluster import launch_for as launch_for_address, states_table
 from bench_core.sweep.driver import Launch, SweepProgress, SweepRun, resume_sweep, start_sweep
 from bench_core.sweep.estimate import describe_seconds, estimate
@@ -249,11 +249,11 @@ def _ended_status(sweep: SweepRun | None, plan: SweepPlan, runs: pd.DataFrame, i
     else:
         total = len(plan.points())
         finished = total - len(remaining(plan, runs))
-        state = FINISHED if finished == total else STOPPED
+        state = RunState.FINISHED if finished == total else STOPPED
         message = f"{finished} of {total} runs finished; resume the sweep to run the other {total - finished}."
-    if state == FINISHED:
+    if state == RunState.FINISHED:
         st.success(f"finished: all {total} runs.")
-    elif state == CANCELLED or state == STOPPED:
+    elif state == RunState.CANCELLED or state == STOPPED:
         st.warning(f"{state}: {message}")
     else:
         st.error(f"{state}: {message}")

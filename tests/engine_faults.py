@@ -1,6 +1,6 @@
 """Worker entry points for the tests of bench_core.run.engine_process: `serve`, with a real fault injected in the
-worker process once it has finished some requests (the spawned worker imports this module by name), and
-one that holds the tokenizer's loading until the test lets it go.
+worker process once it has finished some requests (the spawned worker imports this module by name), one
+that holds the tokenizer's loading until the test lets it go, and one that counts its aggregations.
 
 The fault and its moment come from the environment, which the spawned process inherits:
 FAULT_ENV = "exception" | "exit" | "segfault", after FAULT_AFTER_ENV finished requests.
@@ -13,11 +13,14 @@ import signal
 import time
 from pathlib import Path
 
+from bench_core.measure import metrics
 from bench_core.run import runner as runner_module
-from bench_core.run.engine_process import PUBLISH_EVERY_S, serve
-from bench_core.measure.profiler import Session
+from bench_core.run.engine_process import serve
+from bench_core.run.runner import PUBLISH_EVERY_S
+from bench_core.measure.profiler import Profiler, Session
 
 FAULT_ENV, FAULT_AFTER_ENV, RELEASE_ENV = "BENCH_TEST_FAULT", "BENCH_TEST_FAULT_AFTER", "BENCH_TEST_RELEASE"
+COUNTS_ENV = "BENCH_TEST_AGGREGATION_COUNTS"  # the file each aggregation appends a line to
 
 
 class EngineBug(Exception):
@@ -60,4 +63,28 @@ def serve_holding_the_tokenizer(conn) -> None:
         return real_load_tokenizer(*args, **kwargs)
 
     runner_module.load_tokenizer = load_tokenizer
+    serve(conn)
+
+
+def count_aggregations(where: str, write, patch=setattr) -> None:
+    """Make every Profiler.compute_metrics and metrics.run_summary call `write(f"{where} {name}")` first;
+    `patch`: how the counting versions replace them (a test's monkeypatch.setattr undoes it afterwards)."""
+    def counted(name, real):
+        def call(*args, **kwargs):
+            write(f"{where} {name}")
+            return real(*args, **kwargs)
+        return call
+
+    patch(Profiler, "compute_metrics", counted("compute_metrics", Profiler.compute_metrics))
+    patch(metrics, "run_summary", counted("run_summary", metrics.run_summary))
+
+
+def serve_counting_aggregations(conn) -> None:
+    path = Path(os.environ[COUNTS_ENV])
+
+    def write(line: str) -> None:
+        with path.open("a") as counts:
+            counts.write(line + "\n")
+
+    count_aggregations("worker", write)
     serve(conn)

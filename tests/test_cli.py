@@ -200,24 +200,28 @@ def test_history_csv_reads_back_with_pandas(streamed_run):
     assert list(frame.columns[: len(HISTORY_LEAD_COLUMNS)]) == list(HISTORY_LEAD_COLUMNS)
 
 
-def test_the_terminal_progress_line_reads_the_live_snapshot():
-    from bench_core.cli.common import progress_line
-    from bench_core.config import RunConfig
+def test_the_terminal_progress_line_shows_what_the_run_tells_its_observers():
+    from bench_core.cli.common import ProgressLine
     from bench_core.measure.profiler import Profiler
-    from bench_core.run.runner import Run
+    from bench_core.run.observer import StateChange
+    from bench_core.states import RunState
 
-    run = Run(run_id="r", config=RunConfig(), state="running")
-    run.profiler = Profiler(True, [50])
-    sessions = [run.profiler.new_session(4, 2) for _ in range(3)]
+    line = ProgressLine()
+    assert line.text() == "queued..."
+    line.on_state(None, StateChange(RunState.LOADING, "loading the tokenizer of builtin:tiny-llama"))
+    assert line.text() == "loading: loading the tokenizer of builtin:tiny-llama..."
+    profiler = Profiler(True, [50])
+    sessions = [profiler.new_session(4, 2) for _ in range(3)]
     t0 = time.perf_counter() - 10.0  # ten seconds in, a third of the tokens done: twenty seconds left
-    run.profiler.start(t0)
+    profiler.start(t0)
     for session in sessions:
         session.tick(0, t0)
     sessions[0].tick(2, t0 + 0.1)
     sessions[0].finish(1, "length", t0 + 0.1)
-    assert progress_line(run) == "running: 1/3 requests done, 2 in flight, 2 tokens, about 20 s left"
-    run.profiler, run.state, run.phase = None, "loading", "loading the tokenizer of builtin:tiny-llama"
-    assert progress_line(run) == "loading: loading the tokenizer of builtin:tiny-llama..."
+    line.on_state(None, StateChange(RunState.RUNNING, "measuring"))
+    assert line.text() == "running: measuring..."  # no snapshot yet
+    line.on_snapshot(None, profiler.live_snapshot())
+    assert line.text() == "running: 1/3 requests done, 2 in flight, 2 tokens, about 20 s left"
 
 
 # Every request needs more KV cache blocks than the cache has (1), or only the longest ones do (5 blocks).

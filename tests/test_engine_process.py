@@ -65,7 +65,7 @@ def test_the_engine_stays_loaded_for_the_same_settings_and_other_settings_end_th
     pid = runner.worker_pid()
     second = runner.submit(tiny_config())
     assert second.wait(120) and second.state == "finished"
-    assert runner.worker_pid() == pid and second.load_seconds < first.load_seconds / 2
+    assert runner.worker_pid() == pid and second.measurement.load_seconds < first.measurement.load_seconds / 2
     other = runner.submit(tiny_config(dtype="float32"))
     assert other.wait(120) and other.state == "finished", other.message
     assert runner.worker_pid() != pid and not psutil.pid_exists(pid)

@@ -133,7 +133,7 @@ def test_the_live_snapshot_carries_the_last_minute_of_samples_on_the_runs_clock(
     assert snap.telemetry is not None and set(snap.telemetry["source"]) >= {PROCESS}
     assert snap.telemetry["time_s"].max() <= snap.elapsed_s + 0.2
     assert snap.telemetry["time_s"].min() >= snap.elapsed_s - TELEMETRY_WINDOW_S - 0.2
-    assert len(run.telemetry) == len(run.sampler.samples())  # the record keeps every sample
+    assert len(run.measurement.telemetry) == len(run.measurement.sampler.samples())  # the record keeps every sample
 
 
 def test_synthetic_models_have_their_shapes_context_window_without_being_built():
@@ -196,7 +196,8 @@ def test_telemetry_crosses_from_the_engine_process_live_and_into_the_record(tmp_
         assert run.wait(120) and run.state == "finished", run.message
     finally:
         runner.shutdown()
-    assert run.live.telemetry is not None and (run.live.telemetry["source"] == PROCESS).any()
-    assert run.record.telemetry is run.telemetry and len(run.telemetry) >= len(run.live.telemetry)
+    live = run.measurement.live  # the last snapshot the worker published
+    assert live.telemetry is not None and (live.telemetry["source"] == PROCESS).any()
+    assert len(run.record.telemetry) >= len(live.telemetry)
     assert run.record.metrics["peak_process_rss_gib"] > 0
     assert History(tmp_path).telemetry(run.run_id) is not None

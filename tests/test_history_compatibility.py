@@ -55,6 +55,19 @@ def reading(root: Path) -> dict:
             "cells": {name: [_plain(v) for v in table[name]] for name in table.columns}, "runs": runs}
 
 
+def _new_settings(config: dict) -> dict:
+    """What a run recorded before the settings declared since reads as: each one's default where it applies."""
+    from bench_core.config import RunConfig, SETTINGS
+
+    defaults = RunConfig.from_flat_dict({"backend": config["backend"]}).to_flat_dict()
+    return {setting.key: defaults[setting.key] for setting in SETTINGS if setting.key not in _RECORDED_BEFORE
+            and not setting.secret}
+
+
+# The settings the history held when tests/data/history_round2 was written.
+_RECORDED_BEFORE = json.loads(READ.read_text(encoding="utf-8"))["runs"]["20261201-104433-ef6e"]["config"].keys()
+
+
 @pytest.fixture
 def old_history(tmp_path) -> Path:
     root = tmp_path / "results"
@@ -73,7 +86,12 @@ def test_a_history_written_before_reads_as_it_did(old_history):
     assert got["cells"] == expected["cells"]
     assert got["runs"].keys() == expected["runs"].keys()
     for run_id, entry in expected["runs"].items():
-        assert got["runs"][run_id] == entry, run_id
+        read = got["runs"][run_id]
+        assert {key: read[key] for key in entry if key != "config"} == {k: v for k, v in entry.items() if k != "config"}
+        if "config" in entry:  # settings declared since read as their defaults (empty where they do not apply)
+            config = read["config"]
+            assert {key: config.get(key) for key in entry["config"]} == entry["config"], run_id
+            assert {key: config[key] for key in config.keys() - entry["config"].keys()} == _new_settings(config), run_id
 
 
 def test_reading_it_changes_no_file(old_history):

@@ -115,8 +115,8 @@ def test_bench_core_imports_without_a_loop():
 
 
 # bench_core's packages in the order the data flows, lowest first: a package imports only those before it.
-LAYERS = ("redact", "errors", "csvstore", "request_status", "run_states", "models", "config", "load", "engines",
-          "measure", "hardware", "store", "views", "run", "sweep", "cli")
+LAYERS = ("redact", "errors", "csvstore", "states", "models", "config", "load", "engines", "measure", "hardware",
+          "store", "views", "run", "sweep", "cli")
 TOP_LEVEL_MAX = 20
 
 

@@ -54,7 +54,7 @@ def test_a_request_rate_run_records_exact_lengths_both_token_counts_and_the_load
     run = run_to_end(runner, config)
 
     assert run.state == "finished", run.message
-    assert run.engine_info.model == tiny_model_path  # discovered from /v1/models
+    assert run.measurement.engine_info.model == tiny_model_path  # discovered from /v1/models
     table = run.record.requests
     assert table["status"].tolist() == ["success"] * 8
     assert (table["output_len"] == 8).all()

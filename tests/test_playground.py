@@ -191,7 +191,7 @@ def test_a_playground_job_waits_behind_a_run_reuses_its_engine_and_is_not_record
     assert job.state == "queued" and runner.queue_position(job) == 1
     assert run.wait(60) and job.wait(60)
     assert job.state == "finished", job.message
-    assert job.engine_info is run.engine_info  # the same loaded engine
+    assert job.engine_info is run.measurement.engine_info  # the same loaded engine
     assert sorted(r.index for r in job.results) == [0, 1]
     assert runner.loaded_engine() == run.config.engine
     assert list(runner.history.load()["run_id"]) == [run.run_id]

@@ -8,7 +8,7 @@ import pytest
 from bench_core.config import RunConfig
 from bench_core.errors import HistoryError
 from bench_core.store.history import History, RunRecord
-from bench_core.run_states import FINISHED
+from bench_core.states import RunState
 from dashboard.run_result import result_from_history
 
 RUN_ID = "20261130-080000-ab12"
@@ -19,14 +19,14 @@ def _stored_run(root) -> History:
     config = RunConfig(label="stored")
     config.engine.model = "builtin:tiny-llama"
     requests = pd.DataFrame({"status": ["success"], "ttft_s": [0.1], "tpot_s": [0.01], "e2e_s": [0.5]})
-    history.record(RunRecord(run_id=RUN_ID, started_at="2026-11-30T08:00:00+00:00", status=FINISHED, config=config,
+    history.record(RunRecord(run_id=RUN_ID, started_at="2026-11-30T08:00:00+00:00", status=RunState.FINISHED, config=config,
                              metrics={"duration_s": 2.5}, requests=requests, error=""))
     return history
 
 
 def test_a_stored_run_reads_back_with_its_row_config_and_requests(tmp_path):
     result = result_from_history(_stored_run(tmp_path), RUN_ID)
-    assert (result.status, result.duration_s, result.config.label) == (FINISHED, 2.5, "stored")
+    assert (result.status, result.duration_s, result.config.label) == (RunState.FINISHED, 2.5, "stored")
     assert result.requests["ttft_s"].tolist() == [0.1]
 
 
@@ -37,7 +37,7 @@ def test_a_damaged_line_elsewhere_in_the_history_does_not_hide_a_stored_run(tmp_
     with history.csv_path.open("ab") as csv_file:
         csv_file.write(b"cut,short\n")
     result = result_from_history(history, RUN_ID)
-    assert result.status == FINISHED
+    assert result.status == RunState.FINISHED
     assert history.quarantine_path.read_bytes().endswith(b"\ncut,short\n")  # under the header
     assert len(history.take_notices()) == 1
 

@@ -84,8 +84,8 @@ def test_engine_is_reused_while_its_settings_are_unchanged(runner):
     third = runner.submit(tiny_config(dtype="float32"))
     for run in (first, second, third):
         assert run.wait(120) and run.state == "finished", run.message
-    assert second.engine_info is first.engine_info
-    assert third.engine_info is not first.engine_info
+    assert second.measurement.engine_info is first.measurement.engine_info
+    assert third.measurement.engine_info is not first.measurement.engine_info
 
 
 def test_a_changed_kv_cache_setting_applies_to_the_next_run(runner):

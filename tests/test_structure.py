@@ -10,18 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from bench_core import run_states
+from bench_core import states
+from bench_core.states import RequestStatus, RunState
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted((ROOT / "pages").glob("*.py"))
 DASHBOARD = sorted((ROOT / "dashboard").glob("*.py"))
 SWEEP_MODULES = ("plan", "driver", "results", "store")
 CORE = ROOT / "bench_core"
-# The files whose run states come from run_states. The CLI files join once they are a package; metrics.py's
-# request statuses ("failed", "cancelled" requests) are their own vocabulary.
-STATE_USERS = ([CORE / "run" / "runner.py", CORE / "store" / "history.py"]
-               + [CORE / "sweep" / f"{name}.py" for name in SWEEP_MODULES]
-               + sorted((CORE / "cli").glob("*.py")) + DASHBOARD + PAGES)
+# Every file but the one that defines them names its run states and request statuses from states.py.
+STATE_USERS = sorted(path for path in CORE.rglob("*.py") if path != CORE / "states.py") + DASHBOARD + PAGES
 PAGE_MAX_LINES = 60
 # What a page may import: the dashboard's modules, streamlit, the standard library, and the error a page catches.
 PAGE_IMPORTS = ("dashboard", "streamlit", "functools", "bench_core.errors")
@@ -45,15 +43,21 @@ def _imported_modules(path: Path) -> set[str]:
 
 
 def _state_literals(node: ast.AST) -> list[str]:
-    """The states `node` spells out: a string constant, or a tuple, list or set of them ("failed" as a key of
-    a summary, `summary["failed"]`, is a request count, not a state)."""
+    """The run states and request statuses `node` spells out: a string constant, or a tuple, list or set of them
+    ("failed" as a key of a summary, `summary["failed"]`, is a request count, not a state)."""
     parts = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
-    return [part.value for part in parts if isinstance(part, ast.Constant) and part.value in run_states.STATES]
+    return [part.value for part in parts
+            if isinstance(part, ast.Constant) and part.value in (*RunState, *RequestStatus)]
 
 
 def test_the_states_keep_the_strings_the_history_has_always_held():
-    assert run_states.STATES == ("queued", "loading", "running", "finished", "partial", "failed", "cancelled")
-    assert run_states.MEASURED == (run_states.FINISHED, run_states.PARTIAL)
+    assert tuple(RunState) == ("queued", "loading", "running", "finished", "partial", "failed", "cancelled")
+    assert states.MEASURED == (RunState.FINISHED, RunState.PARTIAL)
+    assert tuple(RequestStatus) == ("success", "failed", "incomplete", "unfinished", "cancelled")
+    assert tuple(states.LoadPattern) == ("batch", "concurrency", "request_rate")
+    # Written into CSV cells and messages as their strings, as the constants they replace were.
+    values = [state.value for state in RunState]
+    assert [f"{state}" for state in RunState] == [str(state) for state in RunState] == values
 
 
 def _only_states(node: ast.AST) -> bool:
@@ -75,7 +79,7 @@ def test_run_states_are_named_not_spelled(path):
 
 def test_the_runner_and_the_sweep_driver_share_the_states_module():
     for path in (CORE / "run" / "runner.py", CORE / "sweep" / "driver.py"):
-        assert "bench_core.run_states" in _imported_modules(path), path
+        assert "bench_core.states" in _imported_modules(path), path
 
 
 def test_each_sweep_duty_imports_only_what_it_needs():

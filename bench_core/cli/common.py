@@ -1,6 +1,7 @@
 """What every subcommand of the CLI shares: exit codes and their help, the parser and its help format, the
 flags that record a run (--label, --results, --percentiles, --slo-*), the config parts built from them,
-and the run-and-report loop (open the history, check it can be written, run, say where each run went).
+and the run-and-report loop (open the history, check it can be written, run with a progress line that observes
+the run, say where each run went).
 
 Exit codes are decided here only: EXIT_CODES_HELP and SWEEP_EXIT_CODES_HELP say what each means.
 The subcommand modules import this one and nothing of each other; the package's `main` wires them.
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 
 from ..config import DEFAULT_PERCENTILES, Part, RunConfig, Setting, config_from_values, of_part, setting
 from ..errors import ConfigError, HistoryError
+from ..run.observer import JobObserver
+from ..states import MEASURED, RunState
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_CODES_HELP = """exit codes:
@@ -233,33 +236,45 @@ def recorded_config(args: argparse.Namespace, values: Mapping[str, typing.Any]) 
     return config_from_values({**values, **slo}, label=args.label, percentiles=tuple(args.percentiles))
 
 
-def progress_line(run) -> str:
+def progress_line(state: RunState, phase: str, snap) -> str:
+    """Where a run stands, in one line: its state and phase, then how far its measurement got (`snap`)."""
     from ..measure.live_snapshot import describe_time_left
-    from ..run_states import RUNNING
 
-    snap = run.snapshot()
-    if run.state != RUNNING or snap is None:
-        return f"{run.state}: {run.phase}..." if run.phase else f"{run.state}..."
+    if state != RunState.RUNNING or snap is None:
+        return f"{state}: {phase}..." if phase else f"{state}..."
     done = snap.completed + snap.failed + snap.cancelled
     return (f"running: {done}/{snap.total_requests} requests done, {snap.in_flight} in flight, "
             f"{snap.output_tokens:,} tokens, {describe_time_left(snap)}")
 
 
-def wait_with_progress(job, describe=None) -> bool:
-    """Wait for a run or a sweep, redrawing `describe()` as one line on a terminal; False when
-    interrupted (Ctrl-C cancels the job, which keeps what it measured). A run interrupted while
+class ProgressLine(JobObserver):
+    """A run's progress line, from what the run tells its observers: its moves, then its live snapshots."""
+
+    def __init__(self) -> None:
+        self.state, self.phase, self.snapshot = RunState.QUEUED, "", None
+
+    def on_state(self, job, change) -> None:
+        self.state, self.phase = change.state, change.phase
+
+    def on_snapshot(self, run, snapshot) -> None:
+        self.snapshot = snapshot
+
+    def text(self) -> str:
+        return progress_line(self.state, self.phase, self.snapshot)
+
+
+def wait_with_progress(job, describe: Callable[[], str] | None) -> bool:
+    """Wait for a run or a sweep, redrawing `describe()` as one line on a terminal (None: no line); False
+    when interrupted (Ctrl-C cancels the job, which keeps what it measured). A run interrupted while
     loading is not waited for: a model load cannot be cut short, and there is nothing to keep."""
-    describe = describe or (lambda: progress_line(job))
-    show = sys.stderr.isatty()
+    show = describe is not None and sys.stderr.isatty()
     try:
         while not job.wait(0.5):
             if show:
                 print(f"\r{describe()[:PROGRESS_WIDTH]:<{PROGRESS_WIDTH}}", end="", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
-        from ..run_states import LOADING
-
         job.cancel()
-        if not job.wait(CANCEL_GRACE_S) and getattr(job, "state", None) != LOADING:
+        if not job.wait(CANCEL_GRACE_S) and getattr(job, "state", None) != RunState.LOADING:
             job.wait()
         return False
     finally:
@@ -311,16 +326,14 @@ def save_lmdeploy_row(path: str, run) -> None:
 def report_unmeasured(run) -> int | None:
     """Print the run's warnings; for a run that failed or was interrupted before measuring anything,
     print why and return the exit code (2 when the user's input was at fault)."""
-    for warning in run.warnings:
+    for warning in run.measurement.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    from ..run_states import FAILED
-
-    if run.profiler is not None:
+    if run.measurement.measured:
         return None
-    if run.state == FAILED:
+    if run.state == RunState.FAILED:
         print(f"error: {run.message}", file=sys.stderr)
-        if run.save_error:
-            print(f"error: {run.save_error}", file=sys.stderr)
+        if run.measurement.save_error:
+            print(f"error: {run.measurement.save_error}", file=sys.stderr)
         return EXIT_BAD_INPUT if run.user_error else EXIT_FAILED
     return interrupted(f" while {run.phase or 'waiting to start'}: nothing was measured or recorded")
 
@@ -351,8 +364,8 @@ def interrupted(detail: str = "") -> int:
 
 def report_saved(run, history) -> None:
     """The run's last line: the history it is in, or why it is not and where it was kept instead."""
-    if run.save_error:
-        print(f"error: run {run.run_id} ({run.state}): {run.save_error}", file=sys.stderr)
+    if run.measurement.save_error:
+        print(f"error: run {run.run_id} ({run.state}): {run.measurement.save_error}", file=sys.stderr)
     else:
         print(f"run {run.run_id}: {run.state} in {history.csv_path}", file=sys.stderr)
 
@@ -360,28 +373,24 @@ def report_saved(run, history) -> None:
 def report_outcome(run, completed: bool, csv_saved: bool = True) -> int:
     """Say on stderr why a measured run failed or is partial; its exit code (see EXIT_CODES_HELP).
     A run that was not saved, in its history or in the CSV (`csv_saved`), has failed."""
-    from ..run_states import CANCELLED, FAILED, PARTIAL
-
-    if not completed or run.state == CANCELLED:
+    if not completed or run.state == RunState.CANCELLED:
         return EXIT_INTERRUPTED
-    if run.state == FAILED:
+    if run.state == RunState.FAILED:
         print(f"error: {run.message}", file=sys.stderr)
         return EXIT_FAILED
     code = EXIT_OK
-    if run.state == PARTIAL:
+    if run.state == RunState.PARTIAL:
         print(f"warning: {run.message}", file=sys.stderr)
         code = EXIT_PARTIAL
-    return code if csv_saved and not run.save_error else EXIT_FAILED
+    return code if csv_saved and not run.measurement.save_error else EXIT_FAILED
 
 
 def sweep_outcome(completed: bool, state: str, saved: bool) -> int:
     """A sweep's exit code (see SWEEP_EXIT_CODES_HELP): from whether its wait ended without Ctrl-C, its state and
     whether every run was saved."""
-    from ..run_states import CANCELLED, FINISHED
-
-    if not completed or state == CANCELLED:
+    if not completed or state == RunState.CANCELLED:
         return EXIT_INTERRUPTED
-    return EXIT_OK if state == FINISHED and saved else EXIT_FAILED
+    return EXIT_OK if state == RunState.FINISHED and saved else EXIT_FAILED
 
 
 def run_each(history, configs: Iterable[RunConfig], csv_path: str,
@@ -390,15 +399,17 @@ def run_each(history, configs: Iterable[RunConfig], csv_path: str,
     prints its result and returns what appends its row to the CSV at `csv_path`, when it has one), recorded in
     the history and reported. The exit code: the first run that measured nothing or was interrupted ends the
     command with its own; else the worst of the runs' codes, failed before partial."""
-    from ..run_states import MEASURED
     from ..run.runner import Runner
 
     runner = Runner(history)
     status, run = EXIT_OK, None
     try:
         for config in configs:
-            run = runner.submit(config)  # raises ConfigError before anything is written
-            completed = wait_with_progress(run)
+            # Only a line on a terminal observes the run: a run with observers publishes its progress as it measures.
+            line = ProgressLine() if sys.stderr.isatty() else None
+            # ConfigError before anything is written.
+            run = runner.submit(config, observers=[line] if line else [])
+            completed = wait_with_progress(run, line.text if line else None)
             if (code := report_unmeasured(run)) is not None:
                 return code
             append_row = show(run)

@@ -13,6 +13,7 @@ import typing
 
 from ..config import KNOBS, Part, RunConfig
 from ..engines import in_process_backends
+from ..states import LoadPattern
 from .common import (
     LENGTH_FLAGS, EngineCommand, Flag, add_flags, add_knob_flags, add_record_flags, check_writable, flag_values,
     knob_values, open_history, recorded_config, run_each, save_lmdeploy_row, unlisted_flags,
@@ -31,7 +32,7 @@ POSITIONAL = (
 SCRIPT_FLAGS = ("seed", "stream_output", "dataset_name", *LENGTH_FLAGS, "top_p", "top_k", "temperature", "log_level",
                 Flag("backend", default="turbomind", choices=in_process_backends()), "trust_remote_code")
 # Ours: the load pattern (a rate is the restful command's), and the dataset's settings LMDeploy's script lacks.
-OUR_FLAGS = (Flag("load_pattern", choices=("batch", "concurrency")),
+OUR_FLAGS = (Flag("load_pattern", choices=(LoadPattern.BATCH, LoadPattern.CONCURRENCY)),
              *unlisted_flags(Part.DATASET, POSITIONAL, SCRIPT_FLAGS))
 
 

@@ -24,6 +24,7 @@ from ..measure import metrics
 from ..measure.catalog import BEYOND_LMDEPLOY
 from ..config import Part, RunConfig
 from ..config.catalog import BY_NAME
+from ..states import LoadPattern
 from ..engines import check_run_config
 from ..engines.openai_client import REQUEST_DEADLINE_S, ServerError, api_root, discover_model
 from ..errors import ConfigError
@@ -205,7 +206,7 @@ def config_for_rate(args: argparse.Namespace, url: str, model: str, rate: float)
     if args.disable_warmup:
         values["warmup_requests"] = 0
     values.update(backend="openai", model=model, base_url=url, endpoint=endpoint, server_kind=kind,
-                  tokenizer=args.tokenizer or "", load_pattern="request_rate", request_rate=rate)
+                  tokenizer=args.tokenizer or "", load_pattern=LoadPattern.REQUEST_RATE, request_rate=rate)
     return recorded_config(args, values)
 
 

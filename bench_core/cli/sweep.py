@@ -20,7 +20,7 @@ import pandas as pd
 
 from ..csvstore import append_row
 from ..errors import ConfigError
-from ..run_states import FINISHED
+from ..states import RunState
 from ..sweep.plan import SWEEPABLE, SweepPlan, describe_point, new_sweep_id, parse_sweep_arg
 from ..sweep.results import mean_with_interval, point_statistics, sweep_runs
 from ..views.tables import describe_column
@@ -132,16 +132,18 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
     runner.shutdown()
     saved = True
     for _, run in sweep.runs:
-        for warning in run.warnings:
+        for warning in run.measurement.warnings:
             print(f"warning: {run.run_id}: {warning}", file=sys.stderr)
-        if run.save_error:
-            print(f"error: run {run.run_id}: {run.save_error}", file=sys.stderr)
+        if run.measurement.save_error:
+            print(f"error: run {run.run_id}: {run.measurement.save_error}", file=sys.stderr)
             saved = False
-        if run.state == FINISHED and csv_path:  # the record's LMDeploy row: a run on a cluster has no profiler here
+        # The record's LMDeploy row: a run on a cluster has no profiler here.
+        if run.state == RunState.FINISHED and csv_path:
             saved &= append_csv_row(csv_path, lambda: append_row(csv_path, run.record.lmdeploy_columns))
 
     progress = sweep.progress()
-    if completed and progress.finished == 0 and all(run.profiler is None and run.user_error for _, run in sweep.runs):
+    if completed and progress.finished == 0 and all(not run.measurement.measured and run.user_error
+                                                    for _, run in sweep.runs):
         print(f"error: {' '.join(progress.errors)}", file=sys.stderr)  # e.g. a dataset that is not there
         return EXIT_BAD_INPUT
     states = sweep.point_states()  # a cluster sweep: where each run ran
@@ -185,5 +187,5 @@ def _sweep_progress_line(sweep) -> str:
     run = sweep.runner.get(progress.current_run_id) if progress.current_run_id else None
     line = f"sweep: {progress.ended}/{progress.total} runs done"
     if run is not None:
-        return line + f"; {progress.current}: {progress_line(run)}"
+        return line + f"; {progress.current}: {progress_line(run.state, run.phase, run.snapshot())}"
     return line + (f"; {progress.current}" if progress.current else "")

@@ -12,11 +12,12 @@ from __future__ import annotations
 import logging
 import math
 
+from ..states import LoadPattern
 from .settings import Bounds, Part, Setting, Widget, by_name, part_settings
 
 MAX_SEED = 2**32 - 1  # the largest seed NumPy takes
 DATASET_NAMES = ("sharegpt", "random")
-LOAD_PATTERNS = ("batch", "concurrency", "request_rate")
+LOAD_PATTERNS = tuple(LoadPattern)
 LMDEPLOY = ("turbomind", "pytorch")
 TURBOMIND, PYTORCH, TRANSFORMERS, SERVER = ("turbomind",), ("pytorch",), ("transformers",), ("openai",)
 LOG_LEVELS = tuple(logging.getLevelNamesMapping())  # LMDeploy's --log-level choices: the logging levels' names
@@ -189,14 +190,14 @@ DATASET = (
             cli_help="lengths are drawn from [len*ratio, len]; 1.0 gives fixed lengths (random dataset)"),
 )
 
-AT_ONCE, BY_RATE = ("batch", "concurrency"), ("request_rate",)
+AT_ONCE, BY_RATE = (LoadPattern.BATCH, LoadPattern.CONCURRENCY), (LoadPattern.REQUEST_RATE,)
 
 LOAD = (
     Setting("load_pattern", Part.LOAD, str, "batch", choices=LOAD_PATTERNS, choice_help={
-                "batch": "LMDeploy's profile_pipeline_api.py: every prompt is submitted at once and concurrency bounds "
+                LoadPattern.BATCH: "LMDeploy's profile_pipeline_api.py: every prompt is submitted at once and concurrency bounds "
                          "the batch, so TTFT includes queueing.",
-                "concurrency": "profile_throughput.py: N workers, a request's clock starts when a worker picks it up.",
-                "request_rate": "profile_restful_api.py / vLLM: requests arrive at a rate (Poisson, or gamma with a "
+                LoadPattern.CONCURRENCY: "profile_throughput.py: N workers, a request's clock starts when a worker picks it up.",
+                LoadPattern.REQUEST_RATE: "profile_restful_api.py / vLLM: requests arrive at a rate (Poisson, or gamma with a "
                                 "burstiness factor), optionally capped by a max concurrency; a request's clock starts "
                                 "when it is sent."},
             choice_message="Unknown load pattern '{value}'; choose {choices}.", widget=None, flags=("--load",),

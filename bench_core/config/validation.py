@@ -15,6 +15,7 @@ from typing import Any
 
 from ..models.synthetic import synthetic_name_problems
 from ..errors import ConfigError
+from ..states import LoadPattern
 from .catalog import GENERATION, KNOBS, of_part, setting
 from .run_config import EngineConfig, GenerationSettings, RunConfig
 from .settings import Bounds, Part
@@ -89,7 +90,7 @@ def _dataset_problems(config: RunConfig) -> list[str]:
 
 
 def _pattern_refused(pattern: str, backend: str, patterns: tuple[str, ...]) -> str:
-    if pattern == "request_rate":
+    if pattern == LoadPattern.REQUEST_RATE:
         return "The request_rate load pattern sends requests over HTTP: choose the openai backend."
     return f"The {pattern} load pattern is not offered by the {backend} backend; choose {' or '.join(patterns)}."
 

@@ -15,10 +15,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from ..config import LOAD_PATTERNS, EngineConfig, GenerationSettings, LoadConfig
+from ..config import EngineConfig, GenerationSettings, LoadConfig
 from ..errors import ConfigError
 from ..load.datasets import SampledRequest
 from ..load.playground import Conversation, PlaygroundResult
+from ..states import LoadPattern
 from ..models.window import model_context_window
 
 EventKind = Literal["admit", "tokens", "finish"]
@@ -151,8 +152,8 @@ class Backend(ABC):
     # False when the engine names its own model (a server serves one); a run then needs none.
     needs_model: ClassVar[bool] = True
     # The load patterns it can offer requests in, and the one a run starts from (its LMDeploy script's).
-    load_patterns: ClassVar[tuple[str, ...]] = tuple(p for p in LOAD_PATTERNS if p != "request_rate")
-    load_pattern: ClassVar[str] = "batch"
+    load_patterns: ClassVar[tuple[str, ...]] = (LoadPattern.BATCH, LoadPattern.CONCURRENCY)
+    load_pattern: ClassVar[str] = LoadPattern.BATCH
     run_size: ClassVar[RunSize] = CPU_RUN_SIZE
 
     @classmethod

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator, Sequence
 from ..config import DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, engine_config_fields, knobs_for, setting
 from ..load.datasets import SampledRequest
 from ..errors import ConfigError, ModelError
+from ..states import LoadPattern
 from ..load.playground import Conversation, PlaygroundResult, prompt_preview
 from .base import Backend, Engine, EngineEvent, EngineInfo, RunSize
 from .gpu_probe import gpu_facts
@@ -431,7 +432,7 @@ class LMDeployEngine(Engine):
             build_generation_configs(requests, generation, self._return_routed_experts),
             load.stream_output,
         )
-        if load.load_pattern == "concurrency":
+        if load.load_pattern == LoadPattern.CONCURRENCY:
             drive.start_workers(load.concurrency, cancel)
         else:
             drive.start_batch()

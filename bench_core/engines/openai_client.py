@@ -55,6 +55,7 @@ from ..config import check_values
 from ..load.arrivals import ArrivalReport, arrival_report, send_offsets
 from ..load.datasets import SampledRequest
 from ..errors import BenchError, ConfigError
+from ..states import SERVED_REASONS
 from .base import RUN_ENDED, EngineEvent
 from .openai_stream import ERROR_BODY_CHARS, SSEMessage, SSEParser, StreamReader, error_text
 
@@ -206,7 +207,7 @@ def retokenize(results: Sequence[RequestResult], tokenizer) -> None:
 
 def length_warning(results: Sequence[RequestResult]) -> str | None:
     """A warning when served requests returned another number of tokens than asked, else None."""
-    served = [r for r in results if r.finish_reason in ("length", "stop")]
+    served = [r for r in results if r.finish_reason in SERVED_REASONS]
     off = [r for r in served if r.output_tokens != r.requested_tokens]
     if not off:
         return None
@@ -480,7 +481,7 @@ class ClientRun:
         warm_ups = [asyncio.create_task(warm_once(result)) for result in results]
         self._tasks += warm_ups
         await asyncio.gather(*warm_ups, return_exceptions=True)  # a cancelled one has no result to check
-        failed = [r for r in results if r.finish_reason not in ("length", "stop")]
+        failed = [r for r in results if r.finish_reason not in SERVED_REASONS]
         if failed and not self.cancel.is_set():
             raise ServerError(f"The warm-up request failed, so nothing was measured: {failed[0].message or failed[0].finish_reason}.")
 

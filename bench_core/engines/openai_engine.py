@@ -41,12 +41,11 @@ from ..load.datasets import SampledRequest
 from ..errors import ConfigError, ModelError
 from ..models.resolve import load_tokenizer
 from ..redact import redact_text
+from ..states import SERVED_REASONS, LoadPattern
 from .base import NOT_SENT, Backend, Engine, EngineEvent, EngineInfo
 
 if TYPE_CHECKING:  # the client imports aiohttp, so it is imported where it is used: the registry imports this module
     from .openai_client import ClientRun, RequestResult, ServerSpec
-
-SERVED = ("length", "stop")
 
 
 def extra_body(engine: EngineConfig) -> dict | None:
@@ -89,7 +88,7 @@ class OpenAIBackend(Backend):
     tokenizer_from_engine = True
     needs_model = False
     load_patterns = LOAD_PATTERNS
-    load_pattern = "request_rate"
+    load_pattern = LoadPattern.REQUEST_RATE
 
     @classmethod
     def context_window(cls, engine: EngineConfig) -> int | None:
@@ -170,7 +169,7 @@ class OpenAIEngine(Engine):
                            cancel=cancel, ignore_eos=generation.ignore_eos)
         for _ in run.events():
             pass
-        failed = [r for r in run.results if r.finish_reason not in SERVED]
+        failed = [r for r in run.results if r.finish_reason not in SERVED_REASONS]
         if failed and not cancel.is_set():
             raise ServerError(f"The warm-up request failed, so nothing was measured: {failed[0].message or failed[0].finish_reason}.")
 
@@ -185,7 +184,7 @@ class OpenAIEngine(Engine):
         """`Engine.stream`; under a request rate, arrivals draw from `arrival_seed` (`arrivals.send_offsets`)."""
         from .openai_client import run_requests
 
-        by_rate = load.load_pattern == "request_rate"
+        by_rate = load.load_pattern == LoadPattern.REQUEST_RATE
         run = run_requests(
             dataclasses.replace(self.spec, stream=load.stream_output),
             self.model,
@@ -227,7 +226,7 @@ class OpenAIEngine(Engine):
         from .openai_client import retokenize
 
         retokenize([result], self._tokenizer)
-        served = result.finish_reason in SERVED
+        served = result.finish_reason in SERVED_REASONS
         return {
             "usage_output_len": math.nan if result.usage_completion_tokens is None else float(result.usage_completion_tokens),
             "retokenized_output_len": result.retokenized_tokens,

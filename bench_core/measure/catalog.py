@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..load.arrivals import achieved_rate, in_flight_over_time
-from ..request_status import CANCELLED, FAILED, INCOMPLETE, SUCCESS, UNFINISHED
+from ..states import RequestStatus
 
 PERCENTILES = "percentiles"  # stands for every configured percentile, p50 ... p99.9
 DISTRIBUTION = ("mean", "std", "min", "max", PERCENTILES)
@@ -253,16 +253,17 @@ CATALOG: tuple[Metric, ...] = (
            aggregate=lambda run: len(run.table)),
     Metric("completed", "Completed requests", "requests", True,
            "Requests that finished successfully with at least the requested tokens.",
-           aggregate=lambda run: run.count(SUCCESS), lmdeploy="completed", compared=VALUE),
+           aggregate=lambda run: run.count(RequestStatus.SUCCESS), lmdeploy="completed", compared=VALUE),
     Metric("failed", "Failed requests", "requests", False, "Requests the engine failed.",
-           aggregate=lambda run: run.count(FAILED), compared=VALUE),
+           aggregate=lambda run: run.count(RequestStatus.FAILED), compared=VALUE),
     Metric("incomplete", "Incomplete requests", "requests", False,
            "Requests that finished with fewer tokens than requested.",
-           aggregate=lambda run: run.count(INCOMPLETE), compared=VALUE),
+           aggregate=lambda run: run.count(RequestStatus.INCOMPLETE), compared=VALUE),
     Metric("unfinished", "Unfinished requests", "requests", False,
-           "Requests still running or never sent when the run ended.", aggregate=lambda run: run.count(UNFINISHED)),
+           "Requests still running or never sent when the run ended.",
+           aggregate=lambda run: run.count(RequestStatus.UNFINISHED)),
     Metric("cancelled", "Cancelled requests", "requests", None, "Requests stopped by the user's cancel.",
-           aggregate=lambda run: run.count(CANCELLED)),
+           aggregate=lambda run: run.count(RequestStatus.CANCELLED)),
     Metric("failure_reasons", "Failure reasons", "", None,
            "Reason: count over the requests that did not succeed (cancelled ones left out).",
            aggregate=lambda run: run.failure_reasons),
@@ -273,7 +274,7 @@ CATALOG: tuple[Metric, ...] = (
     Metric("duration", "Benchmark duration", "s", False, "From Profiler.start() to Profiler.finish().",
            aggregate=lambda run: run.duration_s, value_column="duration_s", lmdeploy="duration", compared=VALUE),
     Metric("request_throughput", "Request throughput", "req/s", True, "Completed requests / benchmark duration.",
-           aggregate=lambda run: rate(run.count(SUCCESS), run.duration_s),
+           aggregate=lambda run: rate(run.count(RequestStatus.SUCCESS), run.duration_s),
            lmdeploy="request_throughput", lmdeploy_digits=3, compared=VALUE, swept=VALUE),
     Metric("input_throughput", "Input throughput", "tok/s", True,
            "Prompt tokens of completed requests / benchmark duration.",

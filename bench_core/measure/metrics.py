@@ -20,9 +20,9 @@ import pandas as pd
 
 from .catalog import CATALOG, Metric, RunFacts, expand, percentile_key, rate
 from ..config import SLO
-from ..request_status import CANCELLED, FAILED, INCOMPLETE, STATUSES, SUCCESS, UNFINISHED
+from ..states import RequestStatus
 
-__all__ = ["CANCELLED", "FAILED", "INCOMPLETE", "STATUSES", "SUCCESS", "UNFINISHED", "percentile_key", "rate"]
+__all__ = ["percentile_key", "rate"]
 
 
 @dataclass(frozen=True)
@@ -145,13 +145,13 @@ def request_status(
     finished: np.ndarray, succeeded: np.ndarray, output_len: np.ndarray, req_output_len: np.ndarray,
     cancelled: np.ndarray | None = None,
 ) -> np.ndarray:
-    """One of STATUSES per request. Only SUCCESS requests count in LMDeploy's metrics."""
+    """One RequestStatus per request. Only successful requests count in LMDeploy's metrics."""
     full_length = np.asarray(output_len) >= np.asarray(req_output_len)
     cancelled = np.zeros(len(full_length), dtype=bool) if cancelled is None else np.asarray(cancelled)
     return np.select(
         [~np.asarray(finished), cancelled, ~np.asarray(succeeded), ~full_length],
-        [UNFINISHED, CANCELLED, FAILED, INCOMPLETE],
-        SUCCESS,
+        [RequestStatus.UNFINISHED, RequestStatus.CANCELLED, RequestStatus.FAILED, RequestStatus.INCOMPLETE],
+        RequestStatus.SUCCESS,
     ).astype(object)
 
 
@@ -161,7 +161,7 @@ def failure_reasons(status: np.ndarray, reason: np.ndarray) -> dict[str, int]:
     status = np.asarray(status, dtype=object)
     reason = np.asarray(reason, dtype=object)
     counts: dict[str, int] = {}
-    unsuccessful = (status != SUCCESS) & (status != CANCELLED)
+    unsuccessful = (status != RequestStatus.SUCCESS) & (status != RequestStatus.CANCELLED)
     for st, why in zip(status[unsuccessful], reason[unsuccessful]):
         label = str(why) if isinstance(why, str) and why else str(st)
         counts[label] = counts.get(label, 0) + 1
@@ -179,7 +179,7 @@ def slo_is_set(slo: SLO | None) -> bool:
 def good_requests(status: np.ndarray, ttft_s: np.ndarray, tpot_s: np.ndarray, e2e_s: np.ndarray,
                   slo: SLO) -> np.ndarray:
     """Successful requests meeting every threshold the SLO sets, as in vLLM; undefined values fail."""
-    good = np.asarray(status, dtype=object) == SUCCESS
+    good = np.asarray(status, dtype=object) == RequestStatus.SUCCESS
     for threshold, values in ((slo.ttft, ttft_s), (slo.tpot, tpot_s), (slo.e2e, e2e_s)):
         if threshold is not None:
             good &= np.asarray(values, dtype=np.float64) <= threshold
@@ -213,7 +213,7 @@ def run_summary(
     Metrics that need streaming are NaN when the run did not stream, as LMDeploy leaves them out.
     """
     status = table["status"].to_numpy(dtype=object)
-    ok = status == SUCCESS
+    ok = status == RequestStatus.SUCCESS
     facts = RunFacts(
         table=table, status=status, ok=ok, duration_s=duration_s,
         failure_reasons=format_reasons(failure_reasons(status, table["reason"].to_numpy(dtype=object))),

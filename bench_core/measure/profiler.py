@@ -30,6 +30,7 @@ from .. import csvstore
 from . import metrics
 from .catalog import BEYOND_LMDEPLOY, CATALOG, METRICS, NOT_MEASURED, lmdeploy_row
 from ..config import SLO
+from ..states import RequestStatus
 from .live_snapshot import LiveSnapshot, LiveTracker
 
 _LMDEPLOY_ROWS = tuple(metric for metric in CATALOG if metric.lmdeploy_label)  # LMDeploy's console table
@@ -176,7 +177,7 @@ class Profiler:
 
     def _set_result_attributes(self, sessions: list[Session], per_request: metrics.RequestMetrics,
                                status: np.ndarray) -> None:
-        counted = status == metrics.SUCCESS
+        counted = status == RequestStatus.SUCCESS
         self.success = int(counted.sum())
         self.total_output = sum(per_request.output_len[counted].tolist())
         self.total_input = sum(s.input_len for s, ok in zip(sessions, counted) if ok)
@@ -206,10 +207,10 @@ class Profiler:
         if self.tpts.size and self.stream_output:  # LMDeploy truncates these percentiles to integers
             self.tpts_stat = tuple(np.asarray(self.tpts_stat).astype(int))
 
-        self.failed = int(np.count_nonzero(status == metrics.FAILED))
-        self.incomplete = int(np.count_nonzero(status == metrics.INCOMPLETE))
-        self.unfinished = int(np.count_nonzero(status == metrics.UNFINISHED))
-        self.cancelled = int(np.count_nonzero(status == metrics.CANCELLED))
+        self.failed = int(np.count_nonzero(status == RequestStatus.FAILED))
+        self.incomplete = int(np.count_nonzero(status == RequestStatus.INCOMPLETE))
+        self.unfinished = int(np.count_nonzero(status == RequestStatus.UNFINISHED))
+        self.cancelled = int(np.count_nonzero(status == RequestStatus.CANCELLED))
         self.failure_reasons = metrics.failure_reasons(status, np.array([s.reason for s in sessions], dtype=object))
         self.good_requests: int | None = None
         self.goodput: float | None = None

@@ -1,12 +1,14 @@
 """Benchmark runs in a background thread, one at a time per process, the others waiting in a queue.
 
-A run goes queued -> loading -> running -> finished | partial | failed | cancelled: partial when some
-requests failed, failed when none succeeded or the run broke. Loading samples the requests (with the
-model's tokenizer) before the engine is touched, so a bad dataset fails in seconds; the engine is then
-loaded, or reused when its settings are unchanged, and warmed up. `Run.phase` says which step is under
-way. Engine events become profiler ticks here, and only here, so every engine is measured the same way.
-Whatever ends a run, what was measured is kept and, once the run has started, recorded in the history;
-so is a run that failed before measuring, with its reason.
+A run moves through its lifecycle (lifecycle.py) from queued to finished, partial (some requests failed),
+failed (none succeeded, or the run broke) or cancelled. Loading samples the requests (with the model's
+tokenizer) before the engine is touched, so a bad dataset fails in seconds; the engine is then loaded, or
+reused when its settings are unchanged, and warmed up. `Run.phase` says which step is under way. Engine
+events become profiler ticks here, and only here, so every engine is measured the same way; a run with
+observers publishes its live snapshot and finished requests to them every PUBLISH_EVERY_S while it measures.
+Whatever ends a run, what was measured is kept and, once the run has started, recorded (aggregated once,
+here, where it was measured) and saved in the history; so is a run that failed before measuring, with its
+reason.
 
 Playground jobs (chat prompts answered once, `submit_playground`) wait in the same queue and use the
 same cached engine, so one thing at a time holds the accelerator; they are not recorded.
@@ -21,140 +23,40 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
 
-from .. import request_status
 from ..hardware import roofline
 from . import preflight
 from ..measure import metrics
 from ..measure.catalog import telemetry_columns
 from ..config import EngineConfig, GenerationSettings, LoadConfig, RunConfig
-from ..load.datasets import Sample, sample_requests
+from ..load.datasets import sample_requests
 from ..engines import Engine, EngineInfo, backend, check_run_config, engine_settings_key, load_engine, tokenizer_from_engine
 from ..engines.base import NOT_SENT, RUN_ENDED
 from ..hardware.environment import collect_environment
 from ..errors import BenchError, ModelError
 from ..store.history import History, RunRecord, local_now_iso, new_run_id
 from ..store.history_import import lmdeploy_hyperparams
-from ..measure.live_snapshot import TELEMETRY_WINDOW_S, with_telemetry
 from ..models.resolve import cache_dir, describe_model, first_use_phase, load_tokenizer, resolve_model
-from ..load.playground import Conversation, PlaygroundResult, check_request
-from ..measure.profiler import LiveSnapshot, Profiler, Session
+from ..load.playground import Conversation, check_request
+from ..measure.profiler import Profiler, Session
 from ..redact import redact_text, remember_secrets
-from ..run_states import CANCELLED, FAILED, FINISHED, LOADING, MEASURED, PARTIAL, QUEUED, RUNNING
+from ..states import MEASURED, SERVED_REASONS, LoadPattern, RequestStatus, RunState, measured_state
 from ..hardware.telemetry import TelemetrySampler, telemetry_summary
+from .lifecycle import Job, PlaygroundJob, Run
+from .observer import JobObserver
 
 log = logging.getLogger(__name__)
 
 # The failure reasons a run's message quotes, most frequent first.
 REASONS_QUOTED = 3
-# A request counts as served when the engine stopped it for length or for EOS; the profiler then
-# tells complete from incomplete by comparing the tokens produced with the tokens asked for.
-SERVED_REASONS = ("length", "stop")
 # A request's clock starts when the engine takes it (a worker, or an HTTP send), not at t0.
-TICK_AT_ADMISSION = ("concurrency", "request_rate")
+TICK_AT_ADMISSION = (LoadPattern.CONCURRENCY, LoadPattern.REQUEST_RATE)
 # The reason an engine gives a request it stopped because of a cancel.
 ABORT = "abort"
-
-
-# Guards the one transition two threads race for: a queued job either starts or is cancelled.
-_START_LOCK = threading.Lock()
-
-
-class _Job:
-    """What benchmark runs and playground jobs share: a state, a cancel flag and a done flag."""
-
-    state: str
-    cancel_event: threading.Event
-    done_event: threading.Event
-
-    @property
-    def active(self) -> bool:
-        """Until the job has ended AND what it measured is recorded: a view never sees an ended job
-        without its results."""
-        return not self.done_event.is_set()
-
-    def cancel(self) -> None:
-        """Stop within a second; what was done so far is kept. A queued job ends at once."""
-        self.cancel_event.set()
-        with _START_LOCK:
-            if self.state == QUEUED:
-                self.state, self.message = CANCELLED, "Cancelled before it started."
-                self.done_event.set()
-
-    def claim(self) -> bool:
-        """Move a queued job to loading for the worker; False when it was cancelled first."""
-        with _START_LOCK:
-            if self.state != QUEUED:
-                return False
-            self.state = LOADING
-            return True
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """True once the job has ended."""
-        return self.done_event.wait(timeout)
-
-
-@dataclass
-class Run(_Job):
-    """One benchmark: its settings, where it stands, and what it measured so far."""
-
-    run_id: str
-    config: RunConfig
-    state: str = QUEUED
-    message: str = ""
-    phase: str = ""  # what loading is doing now, for the user ("loading the tokenizer", "warming up")
-    warnings: list[str] = field(default_factory=list)
-    created_at: str = field(default_factory=lambda: datetime.now().astimezone().isoformat(timespec="seconds"))
-    load_seconds: float | None = None  # from leaving the queue to the start of the measurement
-    sample: Sample | None = None
-    profiler: Profiler | None = None
-    engine_info: EngineInfo | None = None
-    environment: dict[str, str] | None = None  # collected where the engine runs; None: collect it when recording
-    live: LiveSnapshot | None = None  # the last snapshot an engine process published, when the run is in one
-    sampler: TelemetrySampler | None = field(default=None, repr=False)  # where the engine runs, from the measurement
-    telemetry: pd.DataFrame | None = None  # every hardware sample of the measurement, time_s since its start
-    record: RunRecord | None = None
-    save_error: str = ""  # why the run is not in its history, and where it was kept instead
-    user_error: bool = False
-    sweep_id: str = ""  # set for the runs of a sweep, with their 0-based repeat index
-    sweep_repeat: int | None = None
-    cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
-    done_event: threading.Event = field(default_factory=threading.Event, repr=False)
-
-    def snapshot(self) -> LiveSnapshot | None:
-        if self.live is not None:
-            return self.live
-        profiler, sampler = self.profiler, self.sampler
-        if profiler is None:
-            return None
-        snap = profiler.live_snapshot()
-        if sampler is not None and profiler.t_start is not None:
-            recent = sampler.samples(since_s=profiler.t_start + snap.elapsed_s - TELEMETRY_WINDOW_S)
-            snap = with_telemetry(snap, recent, profiler.t_start)
-        return snap
-
-
-@dataclass
-class PlaygroundJob(_Job):
-    """Chat prompts answered once by the engine; `results` grows as prompts finish (any order)."""
-
-    job_id: str
-    engine: EngineConfig
-    conversations: list[Conversation]
-    generation: GenerationSettings
-    max_new_tokens: int
-    state: str = QUEUED
-    message: str = ""
-    results: list[PlaygroundResult] = field(default_factory=list)
-    engine_info: EngineInfo | None = None
-    user_error: bool = False
-    cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
-    done_event: threading.Event = field(default_factory=threading.Event, repr=False)
+PUBLISH_EVERY_S = 0.25  # how often a measuring run with observers tells them its snapshot and finished requests
 
 
 class Runner:
@@ -172,12 +74,14 @@ class Runner:
 
     # ---- public API -------------------------------------------------------------------------
 
-    def submit(self, config: RunConfig, sweep_id: str = "", sweep_repeat: int | None = None) -> Run:
-        """Validate `config` (raises ConfigError with every problem) and queue the run; a sweep's runs
-        carry its id and their repeat index into the history."""
+    def submit(self, config: RunConfig, sweep_id: str = "", sweep_repeat: int | None = None,
+               observers: Sequence[JobObserver] = ()) -> Run:
+        """Validate `config` (raises ConfigError with every problem) and queue the run, heard by `observers`
+        from its first move; a sweep's runs carry its id and their repeat index into the history."""
         check_run_config(config)
         preflight.check_settings(config)
-        run = Run(run_id=new_run_id(), config=config, sweep_id=sweep_id, sweep_repeat=sweep_repeat)
+        run = Run(run_id=new_run_id(), config=config, sweep_id=sweep_id, sweep_repeat=sweep_repeat,
+                  observers=list(observers))
         self.enqueue(run)
         return run
 
@@ -214,7 +118,7 @@ class Runner:
 
     def queue_position(self, job: Run | PlaygroundJob) -> int:
         """How many runs and jobs are ahead of a queued `job`, the executing one included (0 otherwise)."""
-        if job.state != QUEUED:
+        if job.state != RunState.QUEUED:
             return 0
         ahead = 0
         with self._lock:
@@ -256,51 +160,57 @@ class Runner:
             job = self._queue.get()
             if job is None:
                 return
-            if not job.claim():
+            if not job.claim():  # cancelled while queued: it has ended already
                 continue
             try:
                 if isinstance(job, Run):
-                    self._execute(job)
+                    self._guarded(job, self._benchmark, f"run {job.run_id}")
+                    self.keep(job)
                 else:
                     self._guarded(job, self._complete, f"playground job {job.job_id}")
             finally:
-                job.done_event.set()
+                job.close()
 
-    def _execute(self, run: Run) -> None:
-        self._guarded(run, self._benchmark, f"run {run.run_id}")
-        if run.profiler is not None or run.state == FAILED:  # a failure before measuring shows what was tried
-            self.record(run)
-
-    def _guarded(self, job: _Job, body: Callable, name: str) -> None:
+    def _guarded(self, job: Job, body: Callable, name: str) -> None:
         """Run `body(job)`; any error ends the job as failed, never the worker."""
         try:
             body(job)
         except BenchError as exc:
-            job.state, job.message, job.user_error = FAILED, str(exc), True  # a BenchError masks credentials itself
+            self._fail(job, name, str(exc), user_error=True)  # a BenchError masks credentials itself
         except Exception as exc:  # an engine bug must end this job, not the process
             log.exception("%s failed", name)
-            job.state, job.message = FAILED, redact_text(f"{type(exc).__name__}: {exc}")
+            self._fail(job, name, redact_text(f"{type(exc).__name__}: {exc}"))
             self._release_engine()  # it may be left in a broken state
 
+    @staticmethod
+    def _fail(job: Job, name: str, message: str, user_error: bool = False) -> None:
+        if job.ended:  # what broke came after the end (an observer, say): the job keeps its end
+            log.error("%s broke after it ended %s: %s", name, job.state, message)
+        else:
+            job.move(RunState.FAILED, message, user_error=user_error)
+
     def _benchmark(self, run: Run) -> None:
+        measurement = run.measurement
         started = time.perf_counter()
         try:
             self._prepare(run)
             if not run.cancel_event.is_set():
-                run.phase = "warming up"
-                self._engine.warmup(run.sample.requests, run.config.generation, run.config.load, run.cancel_event)
+                run.describe("warming up")
+                self._engine.warmup(measurement.sample.requests, run.config.generation, run.config.load,
+                                    run.cancel_event)
         finally:
-            run.load_seconds = time.perf_counter() - started
+            measurement.load_seconds = time.perf_counter() - started
         if run.cancel_event.is_set():
-            run.state, run.message = CANCELLED, "Cancelled while loading."
+            run.move(RunState.CANCELLED, "Cancelled while loading.")
             return
-        run.state, run.phase = RUNNING, "measuring"
+        measurement.environment = collect_environment(measurement.engine_info)
+        run.move(RunState.RUNNING, phase="measuring")
         self._measure(run)
         if run.cancel_event.is_set():
-            run.state = CANCELLED
+            run.move(RunState.CANCELLED)
         else:
-            run.profiler.compute_metrics()
-            run.state, run.message = measured_outcome(run.profiler)
+            measurement.profiler.compute_metrics()
+            run.move(*measured_outcome(measurement.profiler))
 
     def _complete(self, job: PlaygroundJob) -> None:
         # The load settings of the engine in memory, so that the same engine settings reuse it.
@@ -308,15 +218,15 @@ class Runner:
         engine = self._engine_for(job.engine, load)
         job.engine_info = engine.info
         if job.cancel_event.is_set():
-            job.state, job.message = CANCELLED, "Cancelled while loading."
+            job.move(RunState.CANCELLED, "Cancelled while loading.")
             return
-        job.state = RUNNING
+        job.move(RunState.RUNNING)
         for result in engine.complete(job.conversations, job.generation, job.max_new_tokens, job.cancel_event):
-            job.results.append(result)
-        job.state = CANCELLED if job.cancel_event.is_set() else FINISHED
+            job.answer(result)
+        job.move(RunState.CANCELLED if job.cancel_event.is_set() else RunState.FINISHED)
 
     def _prepare(self, run: Run) -> None:
-        config = run.config
+        config, measurement = run.config, run.measurement
         model = config.engine.model
         if tokenizer_from_engine(config.engine.backend):
             self._engine_for(config.engine, config.load, run)
@@ -324,24 +234,24 @@ class Runner:
             tokenizer = self._engine.tokenizer
         else:
             if phase := first_use_phase(model):
-                run.phase = phase
+                run.describe(phase)
                 resolve_model(model)
-            run.phase = f"loading the tokenizer of {model}"
+            run.describe(f"loading the tokenizer of {model}")
             tokenizer = load_tokenizer(model, config.engine.trust_remote_code)
-        run.phase = f"sampling {config.dataset.num_prompts:,} prompts from {config.dataset.dataset}"
-        run.sample = sample_requests(config.dataset, tokenizer)
-        run.warnings.extend(run.sample.warnings)
-        if not run.sample.requests:
+        run.describe(f"sampling {config.dataset.num_prompts:,} prompts from {config.dataset.dataset}")
+        measurement.sample = sample_requests(config.dataset, tokenizer)
+        measurement.warnings.extend(measurement.sample.warnings)
+        if not measurement.sample.requests:
             raise BenchError("The dataset gave no request to send.")
-        preflight.check_requests(run.sample.requests, config.engine)
-        run.engine_info = self._engine_for(config.engine, config.load, run).info
+        preflight.check_requests(measurement.sample.requests, config.engine)
+        measurement.engine_info = self._engine_for(config.engine, config.load, run).info
 
     def _engine_for(self, engine: EngineConfig, load: LoadConfig, run: Run | None = None) -> Engine:
         key = engine_settings_key(engine, load)
         if self._engine is None or key != self._engine_key:
             self._release_engine()
             if run is not None:
-                run.phase = f"loading {engine.model} on the {engine.backend} engine"
+                run.describe(f"loading {engine.model} on the {engine.backend} engine")
             self._engine = load_engine(engine, load)
             self._engine_key, self._engine_settings = key, (engine, load)
         return self._engine
@@ -355,27 +265,30 @@ class Runner:
                 log.exception("closing the engine failed")
 
     def _measure(self, run: Run) -> None:
-        config, requests = run.config, run.sample.requests
+        config, measurement = run.config, run.measurement
+        requests = measurement.sample.requests
         profiler = new_profiler(config)
         sessions = [profiler.new_session(r.input_len, r.output_len) for r in requests]
-        run.profiler = profiler
+        measurement.profiler = profiler
         tick_at_admission = config.load.load_pattern in TICK_AT_ADMISSION
-        run.sampler = TelemetrySampler().start()  # this process runs the engine (or its client)
+        sampler = measurement.sampler = TelemetrySampler().start()  # this process runs the engine (or its client)
         # A server's GPUs are its own business (it may be elsewhere); an engine here on a GPU should be seen.
-        if run.sampler.gpu_note and backend(config.engine.backend).in_process and \
+        if sampler.gpu_note and backend(config.engine.backend).in_process and \
                 not self._engine.info.device.startswith("cpu"):
-            run.warnings.append(run.sampler.gpu_note)
+            measurement.warnings.append(sampler.gpu_note)
         profiler.start()
         if not tick_at_admission:  # LMDeploy's pipeline semantics: every request starts at t0
             for session in sessions:
                 session.tick(0)
         # A request rate draws its arrivals as profile_restful_api.py does, after sampling (only servers take one).
-        arrivals = {"arrival_seed": run.sample.arrival_rng} if config.load.load_pattern == "request_rate" else {}
+        by_rate = config.load.load_pattern == LoadPattern.REQUEST_RATE
+        arrivals = {"arrival_seed": measurement.sample.arrival_rng} if by_rate else {}
         try:
             events = self._engine.stream(requests, config.generation, config.load, run.cancel_event, **arrivals)
         except BaseException:
-            run.sampler.stop()  # its thread would sample on, and NVML stay open, for nothing
+            sampler.stop()  # its thread would sample on, and NVML stay open, for nothing
             raise
+        publishing = _Publishing(run) if run.observers else None
         try:
             for event in events:
                 session = sessions[event.index]
@@ -401,45 +314,58 @@ class Runner:
                     if session.status == Session.UNKNOWN:
                         session.finish(Session.CANCELLED, session.reason or "cancelled")
             profiler.finish()
-            samples = run.sampler.stop()
-            run.telemetry = samples.assign(time_s=samples["time_s"] - profiler.t_start)
+            samples = sampler.stop()
+            measurement.telemetry = samples.assign(time_s=samples["time_s"] - profiler.t_start)
+            if publishing is not None:
+                publishing.end()
 
-    def record(self, run: Run) -> None:
-        """Build the run's RunRecord from what it measured, and save it where this runner has a history."""
-        profiler, config = run.profiler, run.config
+    def keep(self, run: Run) -> None:
+        """Record what the run measured, where no record came with it, and save the record in this runner's
+        history, if it has one. A run cancelled before measuring has nothing to keep; one that failed before
+        measuring is recorded with what was tried."""
+        measurement = run.measurement
+        if measurement.record is None and (measurement.profiler is not None or run.state == RunState.FAILED):
+            measurement.record = self.record(run)
+        if measurement.record is not None and self.history is not None:
+            self.save(run)
+
+    def record(self, run: Run) -> RunRecord:
+        """The run's RunRecord, from what it measured: its metrics aggregated here, once."""
+        measurement, config = run.measurement, run.config
+        profiler = measurement.profiler
         measured = profiler is not None
         summary = profiler.summary(config.slo) if measured else {}
-        if measured and run.telemetry is not None:
+        if measured and measurement.telemetry is not None:
             summary.update(telemetry_columns(
-                telemetry_summary(run.telemetry, 0.0, profiler.elapsed_time, summary["total_output_tokens"])))
-        environment = run.environment if run.environment is not None else collect_environment(run.engine_info)
+                telemetry_summary(measurement.telemetry, 0.0, profiler.elapsed_time, summary["total_output_tokens"])))
+        environment = measurement.environment
+        if environment is None:
+            environment = collect_environment(measurement.engine_info)
         requests = profiler.request_table() if measured else None
-        run.record = RunRecord(
+        return RunRecord(
             run_id=run.run_id,
             started_at=run.created_at,
-            status=run.state if run.state in (*MEASURED, FAILED, CANCELLED) else FAILED,
+            status=run.state if run.ended else RunState.FAILED,
             config=config,
             lmdeploy_columns=profiler.lmdeploy_csv_row(lmdeploy_hyperparams(config)) if measured else {},
             metrics=summary,
-            engine_info=run.engine_info,
+            engine_info=measurement.engine_info,
             environment=environment,
             requests=requests,
             model=describe_model(config.engine.model),
-            telemetry=run.telemetry if measured else None,
-            roofline=run_roofline(config, run.engine_info, environment, summary, requests)
+            telemetry=measurement.telemetry if measured else None,
+            roofline=run_roofline(config, measurement.engine_info, environment, summary, requests)
             if measured and run.state in MEASURED else None,
             error=run.message,
             finished_at=local_now_iso(),
-            load_seconds=run.load_seconds,
+            load_seconds=measurement.load_seconds,
             sweep_id=run.sweep_id,
             sweep_repeat=run.sweep_repeat,
         )
-        if self.history is not None:
-            self.save(run)
 
     def save(self, run: Run) -> None:
         """Record the run in the history; where that fails, in the first fallback folder that takes it,
-        and say so in `run.save_error`. Whatever the history raises, the run is kept and the failure told."""
+        and say so in its `save_error`. Whatever the history raises, the run is kept and the failure told."""
         try:
             self.history.record(run.record)
             return
@@ -453,9 +379,29 @@ class Runner:
                 continue
             # A folder written before the history row failed would be a run folder without its row.
             shutil.rmtree(self.history.runs_dir / run.run_id, ignore_errors=True)
-            run.save_error = f"{problem}; it is kept in {root} instead (history.csv and runs/{run.run_id}/)."
+            run.measurement.save_error = (f"{problem}; it is kept in {root} instead "
+                                          f"(history.csv and runs/{run.run_id}/).")
             return
-        run.save_error = f"{problem}; nothing of it is on disk."
+        run.measurement.save_error = f"{problem}; nothing of it is on disk."
+
+
+class _Publishing:
+    """Publishes a measuring run to its observers every PUBLISH_EVERY_S from a thread of its own, and once more
+    at `end`, when every request has its final status."""
+
+    def __init__(self, run: Run):
+        self.run, self.ending = run, threading.Event()
+        self.thread = threading.Thread(target=self._publish, name=f"publish-{run.run_id}", daemon=True)
+        self.thread.start()
+
+    def _publish(self) -> None:
+        while not self.ending.wait(PUBLISH_EVERY_S):
+            self.run.publish()
+
+    def end(self) -> None:
+        self.ending.set()
+        self.thread.join()
+        self.run.publish()
 
 
 def unsaved_results_folders() -> tuple[Path, ...]:
@@ -471,7 +417,7 @@ def _reason(exc: Exception) -> str:
 
 def new_profiler(config: RunConfig) -> Profiler:
     """The profiler a run of `config` measures with (and rebuilds, where its sessions come from elsewhere)."""
-    by_rate = config.load.load_pattern == "request_rate"
+    by_rate = config.load.load_pattern == LoadPattern.REQUEST_RATE
     return Profiler(config.load.stream_output, list(config.percentiles), slo=config.slo, records_admissions=True,
                     max_in_flight=config.load.max_concurrency if by_rate else config.load.concurrency)
 
@@ -480,9 +426,10 @@ def run_roofline(config: RunConfig, info: EngineInfo | None, environment: dict[s
                  requests: pd.DataFrame) -> dict:
     """The run's roofline record (roofline.roofline_record), or {"unavailable": why} where the model or the
     device allows none (a server's model, a GPU whose peaks are not known)."""
-    ok = requests["status"].to_numpy(dtype=object) == request_status.SUCCESS
+    ok = requests["status"].to_numpy(dtype=object) == RequestStatus.SUCCESS
     load = config.load
-    batch_limit = (load.max_concurrency or len(requests)) if load.load_pattern == "request_rate" else load.concurrency
+    by_rate = load.load_pattern == LoadPattern.REQUEST_RATE
+    batch_limit = (load.max_concurrency or len(requests)) if by_rate else load.concurrency
     numbers = roofline.RunNumbers(
         output_tokens_per_s=summary["output_throughput"], input_tokens_per_s=summary["input_throughput"],
         batch=float(max(1, min(batch_limit, int(ok.sum())))),
@@ -510,10 +457,9 @@ def measured_outcome(profiler: Profiler) -> tuple[str, str]:
     if not reasons and profiler.cancelled:  # a run that ran to its end cancels only what its duration cut off
         reasons = f"{profiler.cancelled} cancelled in flight when the duration ended"
     because = f" ({reasons})" if reasons else ""
-    total = len(profiler.sessions)
-    if profiler.success == 0:
-        return FAILED, f"No request succeeded{because}"
-    not_served = profiler.failed + profiler.incomplete
-    if not_served:
-        return PARTIAL, f"{not_served} of {total} requests failed{because}"
-    return FINISHED, ""
+    state = measured_state(profiler.success, profiler.failed, profiler.incomplete)
+    if state == RunState.FAILED:
+        return state, f"No request succeeded{because}"
+    if state == RunState.PARTIAL:
+        return state, f"{profiler.failed + profiler.incomplete} of {len(profiler.sessions)} requests failed{because}"
+    return state, ""

@@ -45,7 +45,7 @@ from .history_import import (
     lmdeploy_hyperparams, parse_import, single_spelling,
 )
 from ..redact import redact
-from ..run_states import CANCELLED, FAILED, FINISHED, IMPORTED, PARTIAL
+from ..states import IMPORTED, RunState, measured_state
 
 RESULTS_ENV = "BENCH_STUDIO_RESULTS"
 _RUN_ID_MAX = 100  # characters; a run id names a folder, and file names end at 255 bytes
@@ -368,13 +368,12 @@ def lmdeploy_row_of(row: dict[str, str]) -> dict[str, Any]:
             **lmdeploy_row({col: _number_or_nan(row.get(col, "")) for col in HISTORY_LEAD_COLUMNS})}
 
 
-def _recovered_status(summary: dict[str, Any]) -> str:
-    """A recovered run's status from its request counts, as the runner would have judged them."""
+def _recovered_status(summary: dict[str, Any]) -> RunState:
+    """A recovered run's status from its request counts, as the runner would have judged them; requests cut off
+    read as a cancel (a run whose duration ended cuts some off too, which the counts cannot tell apart)."""
     if summary["cancelled"] or summary["unfinished"]:
-        return CANCELLED
-    if not summary["completed"]:
-        return FAILED
-    return PARTIAL if summary["failed"] or summary["incomplete"] else FINISHED
+        return RunState.CANCELLED
+    return measured_state(summary["completed"], summary["failed"], summary["incomplete"])
 
 
 def _model_columns(model: ModelRecord | None) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from ..config import RunConfig
 from ..measure.catalog import HISTORY_METRIC_COLUMNS, LEGACY_COLUMNS, LMDEPLOY_COLUMNS
 from ..csvstore import spreadsheet_text
 from ..errors import HistoryError
+from ..states import LoadPattern
 
 SAVE_CSV_HYPERPARAMS = (
     "backend",
@@ -40,7 +41,7 @@ def lmdeploy_hyperparams(config: RunConfig) -> list[tuple[str, Any]]:
     in its order, for this run: each the setting of its name, but LMDeploy's batch size."""
     load = config.load
     # A request-rate run has no batch size, only an optional cap on requests in flight.
-    bs = load.max_concurrency if load.load_pattern == "request_rate" else load.concurrency
+    bs = load.max_concurrency if load.load_pattern == LoadPattern.REQUEST_RATE else load.concurrency
     return [(column, bs if column == "bs" else config.value(column)) for column in SAVE_CSV_HYPERPARAMS]
 
 

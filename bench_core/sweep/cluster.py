@@ -4,15 +4,17 @@ The plan's runs are grouped as the serial driver orders them (`SweepPlan.points`
 group). Each group gets one actor holding exclusive resources: on GPU backends as many GPUs as its engine
 uses (tensor parallelism), else `cpus_per_point` cores and no GPU; concurrent points on shared hardware
 would disturb each other's numbers. The actor is a plain Runner without a history: it loads the engine
-once, runs the group's points one after the other, and returns each run's RunRecord (summary, request
-table, engine info, the node's environment with its hostname and the GPUs Ray gave it). Only this
-process writes the history, through its own runner, so the history stays one consistent file.
+once, runs the group's points one after the other and records each run where it ran (summary, request table,
+engine info, environment). Its runs' progress and records reach this process as the worker process's do
+(run.remote: the actor forwards them, the driver polls and follows them on its own Run); the driver adds the
+node's hostname and the GPUs Ray gave the actor to the environment. Only this process writes the history,
+through its own runner, so the history stays one consistent file.
 
 The project's code reaches the workers through Ray's runtime environment (`working_dir`, the checkout
 without its venv, results and artifacts); every node needs the Python packages its points need.
 
-A worker that dies mid-point (its process killed, its node lost) fails that run, recorded with the reason;
-with `retries`, the point runs again on a fresh actor, wherever Ray places it, and the group's other points
+A worker that dies mid-point (its process killed, its node lost) fails that run, recorded with the reason and
+the requests it had finished; with `retries`, the point runs again on a fresh actor, wherever Ray places it, and the group's other points
 go on there. Cancel asks each actor to stop its run (kept as cancelled, as on one machine) and kills the
 actors that do not within CANCEL_GRACE_S. Resume is the serial driver's: runs already in the history are
 not run again.
@@ -25,7 +27,6 @@ import logging
 import os
 import socket
 import threading
-import time
 from collections import deque
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -36,10 +37,13 @@ import pandas as pd
 from ..config import RunConfig
 from ..engines import backend
 from ..errors import ConfigError
-from ..store.history import RunRecord, new_run_id
+from ..store.history import new_run_id
 from ..measure.live_snapshot import LiveSnapshot
-from ..run_states import CANCELLED, FAILED, LOADING, PARTIAL, QUEUED, RUNNING
-from ..run.runner import Run, Runner
+from ..states import RunState
+from ..run.lifecycle import Run
+from ..run.observer import JobObserver, StateChange
+from ..run.remote import Forwarder, LinkLost, Message, Mirror, Outbox, follow
+from ..run.runner import Runner
 from .driver import Launch, SweepRun, engine_key_of
 from .plan import PlannedRun, SweepPlan
 
@@ -48,7 +52,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Left out of the working directory shipped to the workers: environments, outputs, caches.
 WORKING_DIR_EXCLUDES = [".venv", ".venv-user", ".git", "results", "artifacts", "__pycache__", ".pytest_cache",
                         ".cache", "*.pyc"]
-POLL_S = 0.25
+POLL_S = 0.25  # the longest an actor holds a poll open while its run has nothing to say
 CANCEL_GRACE_S = 10.0
 CONNECT_TIMEOUT_S = 5.0
 SKIPPED = "skipped"  # a point not tried: a run with the same engine settings could not start
@@ -88,33 +92,13 @@ class PointState:
 
 
 @dataclass(frozen=True)
-class WorkerStatus:
-    """What an actor says about the run it has: polled by the driver while the run goes on."""
+class ActorPoll:
+    """What an actor answers the driver's poll: its node and process, and the messages of its run since the last
+    poll (remote.Message)."""
 
-    run_id: str
-    state: str
-    phase: str
-    live: LiveSnapshot | None
     node: dict[str, str]  # node_facts()
     pid: int
-
-
-@dataclass(frozen=True)
-class PointOutcome:
-    """An ended run as the actor returns it; `record` is None when nothing is to be recorded (cancelled
-    before measuring)."""
-
-    state: str
-    message: str
-    user_error: bool
-    measured: bool
-    warnings: list[str]
-    load_seconds: float | None
-    record: RunRecord | None
-    # The actor's node_facts() and process: the point's table says where it ran even when no status poll caught
-    # the run (a short run on a busy driver).
-    node: dict[str, str]
-    pid: int
+    messages: list[Message]
 
 
 def import_ray():
@@ -171,30 +155,25 @@ def resources(config: RunConfig, cpus_per_point: int) -> dict[str, Any]:
 
 
 class PointWorker:
-    """The Ray actor of one engine-settings group: a Runner without a history, keeping its engine loaded
-    across the group's points. Threaded (see `_new_worker`), so status and cancel answer during a run."""
+    """The Ray actor of one engine-settings group: a Runner without a history, keeping its engine loaded across
+    the group's points and recording each run where it ran. Each run's progress waits in an outbox
+    (remote.Forwarder) for the driver's polls. Threaded (see `_new_worker`), so polls and cancel answer during
+    a run."""
 
     def __init__(self):
         self.runner = Runner()
+        self.outbox = Outbox()
         self.current: Run | None = None
-        self.facts = node_facts()  # the actor's node and GPUs, fixed for its life: every status poll reports them
+        self.facts = node_facts()  # the actor's node and GPUs, fixed for its life: every poll reports them
 
-    def run(self, fields: dict[str, Any]) -> PointOutcome:
-        run = Run(**fields)
+    def start(self, fields: dict[str, Any]) -> None:
+        run = Run(**fields, observers=[Forwarder(self.outbox)])
         self.current = run
         self.runner.enqueue(run)
-        run.wait()
-        record = run.record
-        if record is not None:
-            record = replace(record, environment={**record.environment, **self.facts})
-        return PointOutcome(run.state, run.message, run.user_error, run.profiler is not None, list(run.warnings),
-                            run.load_seconds, record, self.facts, os.getpid())
 
-    def status(self) -> WorkerStatus | None:
-        run = self.current
-        if run is None:
-            return None
-        return WorkerStatus(run.run_id, run.state, run.phase, run.snapshot(), self.facts, os.getpid())
+    def poll(self) -> ActorPoll:
+        """The messages of the run so far, waiting up to POLL_S for one."""
+        return ActorPoll(self.facts, os.getpid(), self.outbox.drain(POLL_S))
 
     def cancel(self) -> None:
         if self.current is not None:
@@ -234,7 +213,7 @@ class _Point:
 
     def __init__(self, planned: PlannedRun, label: str):
         self.planned, self.label = planned, label
-        self.state, self.progress, self.message = QUEUED, "", ""
+        self.state, self.progress, self.message = RunState.QUEUED, "", ""
         self.facts: dict[str, str] = {}  # node_facts() of the worker that has it
         self.attempts = 0
         self.pid: int | None = None
@@ -242,6 +221,57 @@ class _Point:
     def view(self) -> PointState:
         return PointState(self.label, self.planned.repeat, self.state, describe_node(self.facts), self.progress,
                           self.attempts, self.message, self.pid)
+
+
+class _PointProgress(JobObserver):
+    """Keeps a point's state and progress as its run tells them: the phase, then the requests done."""
+
+    def __init__(self, point: _Point, lock: threading.Lock):
+        self.point, self.lock = point, lock
+
+    def on_state(self, run: Run, change: StateChange) -> None:
+        with self.lock:
+            self.point.state = change.state
+            if not run.ended and run.snapshot() is None:
+                self.point.progress = change.phase
+
+    def on_snapshot(self, run: Run, snapshot: LiveSnapshot) -> None:
+        done = snapshot.completed + snapshot.failed + snapshot.cancelled
+        with self.lock:
+            self.point.progress = f"{done}/{snapshot.total_requests} requests"
+
+
+class _ActorLink:
+    """The driver's end of an actor running one point's run (remote.Link): it polls the actor's outbox, and
+    notes the actor's node and process on the point."""
+
+    def __init__(self, ray, worker, run: Run, point: _Point, lock: threading.Lock):
+        self.ray, self.worker, self.run, self.point, self.lock = ray, worker, run, point, lock
+        self.polled = None  # the poll under way; none after the last message, which must not drain the next run's
+
+    def receive(self, wait_s: float) -> list[Message] | None:
+        ray = self.ray
+        if self.polled is None:
+            self.polled = self.worker.poll.remote()
+        if not ray.wait([self.polled], timeout=wait_s)[0]:
+            return None
+        try:
+            poll = ray.get(self.polled)
+        except ray.exceptions.RayError as exc:
+            raise LinkLost(_loss_reason(exc)) from None
+        self.polled = None
+        with self.lock:
+            self.point.facts, self.point.pid = poll.node, poll.pid
+        return poll.messages
+
+    def cancel(self) -> None:
+        if self.run.state == RunState.QUEUED:  # still waiting for resources: nothing to keep
+            self.kill()
+        else:
+            self.worker.cancel.remote()
+
+    def kill(self) -> None:
+        self.ray.kill(self.worker)
 
 
 class ClusterSweepRun(SweepRun):
@@ -263,14 +293,15 @@ class ClusterSweepRun(SweepRun):
         with self._lock:
             self._cancel.set()
             for point in self._points:
-                if point.state == QUEUED:
-                    point.state, point.message = CANCELLED, "Cancelled before it started."
+                if point.state == RunState.QUEUED:
+                    point.state, point.message = RunState.CANCELLED, "Cancelled before it started."
 
     def _now(self, current) -> tuple[str, str]:
         """Runs under way across the cluster, e.g. "2 running, 1 loading"; no single run id to watch."""
         with self._lock:
             states = [point.state for point in self._points]
-        under_way = [f"{states.count(state)} {state}" for state in (RUNNING, LOADING) if state in states]
+        under_way = [f"{states.count(state)} {state}" for state in (RunState.RUNNING, RunState.LOADING)
+                     if state in states]
         return ", ".join(under_way), ""
 
     def _drive(self) -> None:
@@ -307,7 +338,7 @@ class ClusterSweepRun(SweepRun):
                     worker = None
                     if self._retrying(point):
                         todo.appendleft(point)
-                elif run.state == CANCELLED:
+                elif run.state == RunState.CANCELLED:
                     return
         finally:
             if worker is not None:
@@ -320,81 +351,43 @@ class ClusterSweepRun(SweepRun):
         """Run the point once on `worker` and record it here: the Run as it ended, and whether the worker
         was lost (died, or was stopped by a cancel)."""
         planned = point.planned
-        run = Run(run_id=new_run_id(), config=planned.config, sweep_id=self.sweep_id, sweep_repeat=planned.repeat)
+        run = Run(run_id=new_run_id(), config=planned.config, sweep_id=self.sweep_id, sweep_repeat=planned.repeat,
+                  observers=[_PointProgress(point, self._lock)])
         with self._lock:
             point.attempts += 1
-            point.state, point.progress = QUEUED, ""
+            point.state, point.progress = RunState.QUEUED, ""
             self.runs = [entry for entry in self.runs if entry[0] is not planned] + [(planned, run)]
-        fields = dict(run_id=run.run_id, config=run.config, created_at=run.created_at, sweep_id=run.sweep_id,
-                      sweep_repeat=run.sweep_repeat)
-        outcome, lost = self._follow(worker, worker.run.remote(fields), point, run)
-        if outcome is not None:
-            with self._lock:
-                point.facts, point.pid = outcome.node, outcome.pid
-            run.state, run.message, run.user_error = outcome.state, outcome.message, outcome.user_error
-            run.warnings, run.load_seconds, run.record = outcome.warnings, outcome.load_seconds, outcome.record
-            if run.record is not None:
-                self.runner.save(run)
-            if run.state in (FAILED, PARTIAL):
-                self._note_failure(run.message, None if outcome.measured else engine_key_of(planned))
+        worker.start.remote(dict(run_id=run.run_id, config=run.config, created_at=run.created_at,
+                                 sweep_id=run.sweep_id, sweep_repeat=run.sweep_repeat))
+        mirror = Mirror(run)
+        lost = follow(run, _ActorLink(self._ray, worker, run, point, self._lock), mirror,
+                      cancel_grace_s=CANCEL_GRACE_S, cancel=self._cancel)
+        with self._lock:
+            node = dict(point.facts)
+        measurement = run.measurement
+        if lost is None:
+            if run.record is not None:  # the history's env_hostname and env_gpu_ids say where it ran
+                measurement.record = replace(run.record, environment={**run.record.environment, **node})
+            if run.state in (RunState.FAILED, RunState.PARTIAL):
+                self._note_failure(run.message, None if measurement.measured else engine_key_of(planned))
         elif self._cancel.is_set():
-            run.state, run.message = CANCELLED, "Cancelled; its worker was stopped."
+            if not run.ended:
+                run.move(RunState.CANCELLED, "Cancelled; its worker was stopped.")
         else:
-            where = f" on {describe_node(point.facts)}" if point.facts else ""
-            run.state, run.message = FAILED, f"Its Ray worker was lost{where}: {lost}"
-            run.environment = dict(point.facts)  # what the lost worker said of its node, if anything
-            self.runner.record(run)  # recorded as failed with its reason, as a run that breaks on one machine
+            where = f" on {describe_node(node)}" if node else ""
+            mirror.lose(f"Its Ray worker was lost{where}: {lost}")
+            measurement.environment = {**measurement.environment, **node}
             if not self._retrying(point):
                 self._note_failure(run.message, None)
-        if run.save_error:
-            self._note_failure(run.save_error, None)
+        self.runner.keep(run)  # a lost run is recorded as failed with its reason, as one that breaks on one machine
+        if measurement.save_error:
+            self._note_failure(measurement.save_error, None)
         with self._lock:
             point.state, point.message = run.state, run.message
-            if outcome is None and run.state == FAILED and self._retrying(point):
+            if lost is not None and run.state == RunState.FAILED and self._retrying(point):
                 point.message += f" Trying again (attempt {point.attempts + 1})."
-        run.done_event.set()
-        return run, outcome is None
-
-    def _follow(self, worker, result_ref, point: _Point, run: Run) -> tuple[PointOutcome | None, str]:
-        """Wait for the run's outcome, polling the actor's status into `point` and `run`; (None, why) when
-        the actor died or was killed."""
-        ray = self._ray
-        status_ref, cancel_sent_at = worker.status.remote(), None
-        while True:
-            ready, _ = ray.wait([result_ref], timeout=POLL_S)
-            if ready:
-                try:
-                    return ray.get(result_ref), ""
-                except ray.exceptions.RayError as exc:
-                    return None, _loss_reason(exc)
-            if status_ref is not None and ray.wait([status_ref], timeout=0)[0]:
-                try:
-                    self._apply_status(ray.get(status_ref), point, run)
-                    status_ref = worker.status.remote()
-                except ray.exceptions.RayError:
-                    status_ref = None  # the result says why
-            if self._cancel.is_set():
-                if cancel_sent_at is None:
-                    cancel_sent_at = time.monotonic()
-                    if point.state == QUEUED:  # still waiting for resources: nothing to keep
-                        self._kill(worker)
-                    else:
-                        worker.cancel.remote()
-                elif time.monotonic() - cancel_sent_at > CANCEL_GRACE_S:
-                    self._kill(worker)
-
-    def _apply_status(self, status: WorkerStatus | None, point: _Point, run: Run) -> None:
-        if status is None or status.run_id != run.run_id:
-            return
-        run.state, run.phase, run.live = status.state, status.phase, status.live
-        snap = status.live
-        with self._lock:
-            point.state, point.facts, point.pid = status.state, status.node, status.pid
-            if status.state == RUNNING and snap is not None:
-                done = snap.completed + snap.failed + snap.cancelled
-                point.progress = f"{done}/{snap.total_requests} requests"
-            else:
-                point.progress = status.phase
+        run.close()
+        return run, lost is not None
 
     def _new_worker(self, config: RunConfig):
         # Threads: status and cancel are answered while a run goes on.

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from ..engines import engine_settings_key
 from ..errors import BenchError
 from ..store.history import History
-from ..run_states import CANCELLED, FAILED, FINISHED, PARTIAL, RUNNING
+from ..states import RunState
 from ..run.runner import Run, Runner
 from .plan import PlannedRun, SweepPlan, describe_point
 from .store import load_plan, remaining, save_plan
@@ -48,7 +48,7 @@ class SweepProgress:
     @property
     def message(self) -> str:
         """What an ended sweep left undone and why; "" while it runs or when every run finished."""
-        if self.state == RUNNING:
+        if self.state == RunState.RUNNING:
             return ""
         parts = []
         if self.failed:
@@ -109,16 +109,16 @@ class SweepRun:
         with self._lock:
             runs, current, skipped, errors = list(self.runs), self._current, len(self._skipped), list(self._errors)
         states = [run.state for _, run in runs]
-        finished = self.finished_before + states.count(FINISHED)
-        failed = states.count(FAILED) + states.count(PARTIAL)  # a point with failed requests is not done
+        finished = self.finished_before + states.count(RunState.FINISHED)
+        failed = states.count(RunState.FAILED) + states.count(RunState.PARTIAL)  # a point with failed requests is not done
         if self.active:
-            state = RUNNING
-        elif self._cancel.is_set() or CANCELLED in states:
-            state = CANCELLED
+            state = RunState.RUNNING
+        elif self._cancel.is_set() or RunState.CANCELLED in states:
+            state = RunState.CANCELLED
         elif failed or skipped:
-            state = FAILED
+            state = RunState.FAILED
         else:
-            state = FINISHED
+            state = RunState.FINISHED
         label, run_id = self._now(current)
         return SweepProgress(state, self.total, finished, failed, skipped, label, run_id, tuple(errors))
 
@@ -145,11 +145,11 @@ class SweepRun:
                     self._current = (planned, run)
                     self.runs.append(self._current)
                 run.wait()
-                if run.state == CANCELLED:  # by the user, on this page or elsewhere, or by a shutdown
+                if run.state == RunState.CANCELLED:  # by the user, on this page or elsewhere, or by a shutdown
                     return
-                if run.state in (FAILED, PARTIAL):
+                if run.state in (RunState.FAILED, RunState.PARTIAL):
                     # Failed before measuring: the same engine settings (or dataset) would fail again.
-                    self._note_failure(run.message, engine_key_of(planned) if run.profiler is None else None)
+                    self._note_failure(run.message, None if run.measurement.measured else engine_key_of(planned))
         except BenchError as exc:  # the runner refused a run: the plan was checked, so the machine changed
             self._note_failure(str(exc), None)
         finally:

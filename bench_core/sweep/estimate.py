@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..config import EngineConfig, RunConfig
 from ..engines import engine_settings_key
-from ..run_states import FINISHED
+from ..states import RunState
 from .plan import PlannedRun
 
 # Output tok/s of builtin:smollm2-135m on the embedded engine on 2 CPU cores busy with other work, by
@@ -75,7 +75,7 @@ def _past_runs(history_runs: pd.DataFrame, model: str, backend: str) -> pd.DataF
     if history_runs.empty or any(column not in history_runs for column in needed):
         return pd.DataFrame(columns=[*needed, "load_seconds"])
     rows = history_runs[(history_runs["model"].astype(str) == model) & (history_runs["backend"].astype(str) == backend)
-                        & (history_runs["status"].astype(str) == FINISHED)].copy()
+                        & (history_runs["status"].astype(str) == RunState.FINISHED)].copy()
     for column in ("output_throughput", "concurrency", "load_seconds"):
         rows[column] = pd.to_numeric(rows[column], errors="coerce") if column in rows else math.nan
     return rows[rows["output_throughput"] > 0]

@@ -19,7 +19,7 @@ import pandas as pd
 from ..config import RunConfig
 from ..errors import HistoryError
 from ..store.history import History
-from ..run_states import FINISHED
+from ..states import RunState
 from .plan import PlannedRun, SweepPlan
 
 SWEEP_ID = "sweep_id"
@@ -58,7 +58,7 @@ def finished_runs(history_runs: pd.DataFrame, plan: SweepPlan) -> pd.DataFrame:
     # An empty or older history lacks some of these columns: they come back empty, never as a KeyError.
     columns = [SWEEP_ID, SWEEP_REPEAT, "status", *(axis.name for axis in plan.axes)]
     frame = history_runs.reindex(columns=list(dict.fromkeys([*history_runs.columns, *columns])))
-    mine = (frame[SWEEP_ID].astype(str) == plan.sweep_id) & (frame["status"].astype(str) == FINISHED)
+    mine = (frame[SWEEP_ID].astype(str) == plan.sweep_id) & (frame["status"].astype(str) == RunState.FINISHED)
     return frame[mine].reset_index(drop=True)
 
 

@@ -26,7 +26,7 @@ from ..config import KNOBS
 from ..measure.latency_bins import BinnedLatencies
 from ..measure.catalog import METRICS, lower_first
 from ..measure.metrics import measured_values
-from ..request_status import SUCCESS
+from ..states import RequestStatus
 from .run_diff import differing_settings, point_labels
 from ..measure.stats import highest_load_meeting, pareto_front
 from .tables import describe_column, format_number
@@ -310,7 +310,7 @@ def cdf_overlay(request_tables: Mapping[str, pd.DataFrame], metric: str) -> go.F
 def successful_values(table: pd.DataFrame, metric: str) -> np.ndarray:
     """A latency metric's defined values (s) over the successful requests of a per-request table;
     ITL pools every request's gaps. What the run's own histograms and CDFs are drawn from."""
-    ok = table["status"].to_numpy(dtype=object) == SUCCESS
+    ok = table["status"].to_numpy(dtype=object) == RequestStatus.SUCCESS
     return _finite(measured_values(METRICS[metric], table, ok, stream_output=True).astype(np.float64))
 
 

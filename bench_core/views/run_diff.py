@@ -24,7 +24,7 @@ from ..config import SETTINGS as CATALOG
 from ..config import Part
 from ..config import Setting as Declared
 from ..engines import backends, in_process_backends
-from ..run_states import IMPORTED
+from ..states import IMPORTED
 from .tables import describe_column, run_names
 
 NOT_APPLICABLE = "n/a"

@@ -138,7 +138,7 @@ def test_the_dashboards_engine_process_masks_credentials_a_server_quotes_in_what
         finally:
             runner.shutdown()
     assert run.state == "failed" and "HTTP 401" in run.message
-    shown = run.message + json.dumps(run.snapshot().__dict__, default=str) + json.dumps(run.warnings)
+    shown = run.message + json.dumps(run.snapshot().__dict__, default=str) + json.dumps(run.measurement.warnings)
     assert CANARY not in shown + everything_written(tmp_path)
 
 
