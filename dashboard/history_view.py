@@ -15,7 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from bench_core.measure import catalog
-from bench_core.views import charts, run_diff, tables
+from bench_core.views import compare_charts, run_diff, tables
 from bench_core.errors import HistoryError
 from bench_core.store.history import History
 from dashboard.table_view import LONG_TABLE_ROWS, show_table
@@ -199,10 +199,10 @@ def comparison_charts(chosen: pd.DataFrame, varied: list[str]) -> None:
     if varied:
         knob = x_col.selectbox("Setting across", varied, key="compare_knob", format_func=_title,
                                index=varied.index(run_diff.default_setting(chosen, varied)))
-        left.plotly_chart(charts.metric_vs_knob(chosen, knob, metric, color=colour), key="chart_metric_vs_knob")
+        left.plotly_chart(compare_charts.metric_vs_knob(chosen, knob, metric, color=colour), key="chart_metric_vs_knob")
     else:
         x_col.caption("No setting differs to chart across.")
-    right.plotly_chart(charts.latency_vs_throughput(chosen, latency=latency, color=colour),
+    right.plotly_chart(compare_charts.latency_vs_throughput(chosen, latency=latency, color=colour),
                        key="chart_latency_vs_throughput")
 
 
@@ -219,5 +219,5 @@ def distributions(history: History, chosen: pd.DataFrame) -> None:
                    "summary; a run that failed before measuring has none), so they are not in the distributions.")
     if request_tables:
         left, right = st.columns(2)
-        left.plotly_chart(charts.cdf_overlay(request_tables, "ttft"), key="chart_cdf_ttft")
-        right.plotly_chart(charts.cdf_overlay(request_tables, "itl"), key="chart_cdf_itl")
+        left.plotly_chart(compare_charts.cdf_overlay(request_tables, "ttft"), key="chart_cdf_ttft")
+        right.plotly_chart(compare_charts.cdf_overlay(request_tables, "itl"), key="chart_cdf_itl")

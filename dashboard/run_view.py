@@ -14,7 +14,7 @@ import streamlit as st
 
 from bench_core import csvstore
 from bench_core.measure import metrics
-from bench_core.views import charts, tables
+from bench_core.views import run_charts, tables
 from bench_core.measure.catalog import METRICS, find_column, lower_first, sampled_values
 from bench_core.config import SLO, Part, RunConfig, of_part
 from bench_core.engines import backend
@@ -136,13 +136,13 @@ def _live_charts(config: RunConfig, snap: LiveSnapshot) -> None:
     # Without streaming a request ticks only at its end, so its "first token" gap is its whole latency.
     first_metric = "ttft" if stream else "e2e"
     left, right = st.columns(2)
-    left.plotly_chart(charts.binned_latency_histogram(snap.ttft, first_metric), key="live_first_histogram")
+    left.plotly_chart(run_charts.binned_latency_histogram(snap.ttft, first_metric), key="live_first_histogram")
     if stream:
-        right.plotly_chart(charts.binned_latency_histogram(snap.itl, "itl"), key="live_itl_histogram")
-    st.plotly_chart(charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s, snap.in_flight_over_time),
+        right.plotly_chart(run_charts.binned_latency_histogram(snap.itl, "itl"), key="live_itl_histogram")
+    st.plotly_chart(run_charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s, snap.in_flight_over_time),
                     key="live_throughput")
     if snap.telemetry is not None:
-        st.plotly_chart(charts.telemetry_over_time(snap.telemetry), key="live_telemetry")
+        st.plotly_chart(run_charts.telemetry_over_time(snap.telemetry), key="live_telemetry")
 
 
 def _live_percentiles(config: RunConfig, snap: LiveSnapshot) -> None:
@@ -186,12 +186,14 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
 
     first, second = ("ttft", "itl") if stream else ("e2e", "tpot")
     left, right = st.columns(2)
-    left.plotly_chart(charts.latency_histogram(charts.successful_values(result.requests, first), first), key="ended_first")
-    right.plotly_chart(charts.latency_histogram(charts.successful_values(result.requests, second), second), key="ended_second")
+    left.plotly_chart(run_charts.latency_histogram(run_charts.successful_values(result.requests, first), first),
+                      key="ended_first")
+    right.plotly_chart(run_charts.latency_histogram(run_charts.successful_values(result.requests, second), second),
+                       key="ended_second")
     if result.snapshot is not None:
         snap = result.snapshot
-        st.plotly_chart(charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s, snap.in_flight_over_time),
-                        key="ended_throughput")
+        throughput = run_charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s, snap.in_flight_over_time)
+        st.plotly_chart(throughput, key="ended_throughput")
     _hardware_section(result)
 
     st.markdown("**Requests**")
@@ -215,7 +217,7 @@ def _hardware_section(result: RunResult) -> None:
                                  "value": [value for _, value in sampled],
                                  "unit": [metric.unit for metric, _ in sampled]}), key="summary_telemetry")
     if samples is not None:
-        st.plotly_chart(charts.telemetry_over_time(samples), key="ended_telemetry")
+        st.plotly_chart(run_charts.telemetry_over_time(samples), key="ended_telemetry")
     if verdict is not None:
         first, *rest = describe_roofline(verdict)
         st.info(first)

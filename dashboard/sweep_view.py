@@ -22,7 +22,7 @@ import streamlit as st
 
 from bench_core.measure import metrics
 from bench_core.sweep import results as sweep_results
-from bench_core.views import charts
+from bench_core.views import sweep_charts
 from bench_core.config import SLO, EngineConfig, knobs_for
 from bench_core.errors import BenchError
 from bench_core.store.history import History
@@ -288,11 +288,11 @@ def results(history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO) -> 
     metric = st.selectbox("Metric", measured, key="sweep_metric", format_func=_title,
                           index=measured.index("output_throughput") if "output_throughput" in measured else 0)
     points = sweep_results.metric_points(statistics, metric)
-    band = charts.metric_vs_knob_band(points, axes[0], metric, axes[1] if len(axes) > 1 else None)
+    band = sweep_charts.metric_vs_knob_band(points, axes[0], metric, axes[1] if len(axes) > 1 else None)
     if len(axes) > 1:
         left, right = st.columns(2)
         left.plotly_chart(band, key="sweep_chart_band")
-        right.plotly_chart(charts.knob_heatmap(points, axes[0], axes[1], metric), key="sweep_chart_heatmap")
+        right.plotly_chart(sweep_charts.knob_heatmap(points, axes[0], axes[1], metric), key="sweep_chart_heatmap")
     else:
         st.plotly_chart(band, key="sweep_chart_band")
     _pareto_view(runs)
@@ -307,7 +307,7 @@ def results(history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO) -> 
 def _pareto_view(runs: pd.DataFrame) -> None:
     view = st.selectbox("Throughput against latency", list(PARETO_VIEWS), key="sweep_pareto")
     x, y = PARETO_VIEWS[view]
-    st.plotly_chart(charts.pareto_chart(runs, x, y), key="sweep_chart_pareto")
+    st.plotly_chart(sweep_charts.pareto_chart(runs, x, y), key="sweep_chart_pareto")
 
 
 def _goodput_view(runs: pd.DataFrame, plan: SweepPlan) -> None:
@@ -329,7 +329,7 @@ def _goodput_view(runs: pd.DataFrame, plan: SweepPlan) -> None:
         if axis.name != load:
             value = st.selectbox(f"At {axis.name}", axis.values, key="sweep_goodput_at", format_func=_tick)
             shown = runs[runs[axis.name] == value]
-    st.plotly_chart(charts.goodput_vs_load(shown, load, goodput, target), key="sweep_chart_goodput")
+    st.plotly_chart(sweep_charts.goodput_vs_load(shown, load, goodput, target), key="sweep_chart_goodput")
 
 
 def _comparison(runs: pd.DataFrame, plan: SweepPlan) -> None:

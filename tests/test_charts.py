@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench_core.views import charts
+from bench_core.views import compare_charts, figures, run_charts, sweep_charts
 from bench_core.measure.latency_bins import BinnedLatencies
 from bench_core.measure.stats import pareto_front
 from profiled_runs import INCOMPLETE_TTFT_FACTOR, OUTPUT_LEN, profiled_run, recorded_history
@@ -24,13 +24,13 @@ def _axis_titles(fig) -> tuple[str, str]:
 
 
 def _says_no_data(fig) -> bool:
-    return not fig.data and [a.text for a in fig.layout.annotations] == [charts.NO_DATA]
+    return not fig.data and [a.text for a in fig.layout.annotations] == [figures.NO_DATA]
 
 
 def test_latency_histogram_counts_every_request_in_ms():
     table = profiled_run(TTFTS).request_table()
     ttft_s = table.loc[table["status"] == "success", "ttft_s"].to_numpy()
-    fig = charts.latency_histogram(ttft_s, "ttft")
+    fig = run_charts.latency_histogram(ttft_s, "ttft")
     (trace,) = fig.data
     centres, counts = _xy(trace)
     assert trace.type == "histogram" and trace.histfunc == "sum"
@@ -46,13 +46,14 @@ def test_latency_histogram_counts_every_request_in_ms():
 
 def test_successful_values_leave_out_other_requests_and_pool_itl():
     table = profiled_run(TTFTS, itl_s=0.02).request_table()
-    assert charts.successful_values(table, "ttft") == pytest.approx(TTFTS)
-    itl = charts.successful_values(table, "itl")
+    assert run_charts.successful_values(table, "ttft") == pytest.approx(TTFTS)
+    itl = run_charts.successful_values(table, "itl")
     assert itl == pytest.approx(np.full(len(TTFTS) * (OUTPUT_LEN - 1), 0.02))
 
 
 def test_itl_histogram_counts_gaps_and_takes_a_title():
-    fig = charts.binned_latency_histogram(profiled_run(TTFTS, itl_s=0.02).live_snapshot().itl, "itl", title="ITL so far")
+    snapshot = profiled_run(TTFTS, itl_s=0.02).live_snapshot()
+    fig = run_charts.binned_latency_histogram(snapshot.itl, "itl", title="ITL so far")
     centres, counts = _xy(fig.data[0])
     assert counts.sum() == len(TTFTS) * (OUTPUT_LEN - 1)
     assert centres == pytest.approx(np.full(centres.size, 20.0))
@@ -61,26 +62,26 @@ def test_itl_histogram_counts_gaps_and_takes_a_title():
 
 def test_a_million_values_are_sent_as_bins_not_as_values():
     values = np.random.default_rng(0).exponential(0.01, 1_000_000)
-    centres, counts = _xy(charts.latency_histogram(values, "itl").data[0])
-    assert centres.size <= charts.HISTOGRAM_BINS
+    centres, counts = _xy(run_charts.latency_histogram(values, "itl").data[0])
+    assert centres.size <= run_charts.HISTOGRAM_BINS
     assert counts.sum() == values.size
 
 
 def test_undefined_latencies_are_left_out_of_the_histogram():
-    _, counts = _xy(charts.latency_histogram(np.array([0.1, np.nan, 0.2, np.inf]), "e2e").data[0])
+    _, counts = _xy(run_charts.latency_histogram(np.array([0.1, np.nan, 0.2, np.inf]), "e2e").data[0])
     assert counts.sum() == 2
 
 
 @pytest.mark.parametrize("build", [
-    lambda: charts.latency_histogram(np.array([]), "ttft"),
-    lambda: charts.latency_histogram(np.array([np.nan]), "e2e"),
-    lambda: charts.throughput_over_time(np.array([]), np.array([]), np.array([])),
-    lambda: charts.metric_vs_knob(pd.DataFrame(), "concurrency", "output_throughput"),
-    lambda: charts.metric_vs_knob(pd.DataFrame({"concurrency": [1], "output_throughput": [np.nan]}),
+    lambda: run_charts.latency_histogram(np.array([]), "ttft"),
+    lambda: run_charts.latency_histogram(np.array([np.nan]), "e2e"),
+    lambda: run_charts.throughput_over_time(np.array([]), np.array([]), np.array([])),
+    lambda: compare_charts.metric_vs_knob(pd.DataFrame(), "concurrency", "output_throughput"),
+    lambda: compare_charts.metric_vs_knob(pd.DataFrame({"concurrency": [1], "output_throughput": [np.nan]}),
                                   "concurrency", "output_throughput"),
-    lambda: charts.latency_vs_throughput(pd.DataFrame(columns=["run_id", "p99_ttft_ms", "output_throughput"])),
-    lambda: charts.cdf_overlay({}, "ttft"),
-    lambda: charts.cdf_overlay({"run": profiled_run(TTFTS, stream=False).request_table().iloc[-3:]}, "e2e"),
+    lambda: compare_charts.latency_vs_throughput(pd.DataFrame(columns=["run_id", "p99_ttft_ms", "output_throughput"])),
+    lambda: compare_charts.cdf_overlay({}, "ttft"),
+    lambda: compare_charts.cdf_overlay({"run": profiled_run(TTFTS, stream=False).request_table().iloc[-3:]}, "e2e"),
 ], ids=["histogram", "histogram-nan", "throughput", "knob-no-columns", "knob-no-values", "scatter", "cdf-no-runs",
         "cdf-no-success"])
 def test_empty_inputs_give_a_figure_that_says_no_data_yet(build):
@@ -91,7 +92,7 @@ def test_empty_inputs_give_a_figure_that_says_no_data_yet(build):
 
 def test_throughput_over_time_puts_in_flight_on_a_secondary_axis():
     snap = profiled_run(TTFTS).live_snapshot()
-    fig = charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s, snap.in_flight_over_time)
+    fig = run_charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s, snap.in_flight_over_time)
     tokens, flight = fig.data
     assert (tokens.yaxis, flight.yaxis) == ("y", "y2")
     assert _xy(tokens)[1] == pytest.approx(snap.output_tokens_per_s)
@@ -105,9 +106,9 @@ def test_throughput_over_time_puts_in_flight_on_a_secondary_axis():
 def test_a_long_live_series_is_reduced_to_a_few_thousand_points_at_the_same_level():
     time_s = np.arange(100_000) * 0.5
     tokens = np.tile([40.0, 60.0], 50_000)
-    fig = charts.throughput_over_time(time_s, tokens, np.full(time_s.size, 8))
+    fig = run_charts.throughput_over_time(time_s, tokens, np.full(time_s.size, 8))
     x, y = _xy(fig.data[0])
-    assert x.size <= charts.MAX_POINTS
+    assert x.size <= figures.MAX_POINTS
     assert x[0] == 0.0 and np.all(np.diff(x) > 0)
     assert y == pytest.approx(np.full(y.size, 50.0))
     assert _xy(fig.data[1])[1] == pytest.approx(np.full(y.size, 8.0))
@@ -125,7 +126,7 @@ def history_runs(tmp_path) -> pd.DataFrame:
 
 
 def test_metric_vs_knob_draws_one_line_per_backend_sorted_by_the_knob(history_runs):
-    fig = charts.metric_vs_knob(history_runs, "concurrency", "p99_ttft_ms")
+    fig = compare_charts.metric_vs_knob(history_runs, "concurrency", "p99_ttft_ms")
     assert [t.name for t in fig.data] == ["pytorch", "turbomind"]
     turbomind = fig.data[1]
     x, y = _xy(turbomind)
@@ -139,20 +140,20 @@ def test_metric_vs_knob_draws_one_line_per_backend_sorted_by_the_knob(history_ru
 
 
 def test_metric_vs_knob_without_colour_draws_a_single_line(history_runs):
-    fig = charts.metric_vs_knob(history_runs, "concurrency", "output_throughput", color=None)
+    fig = compare_charts.metric_vs_knob(history_runs, "concurrency", "output_throughput", color=None)
     (trace,) = fig.data
     assert _xy(trace)[0].tolist() == [1, 1, 4, 8]
     assert fig.layout.yaxis.title.text == "Output throughput (tok/s)"
 
 
 def test_a_knob_with_coded_choices_is_drawn_as_categories(history_runs):
-    fig = charts.metric_vs_knob(history_runs, "quant_policy", "output_throughput")
+    fig = compare_charts.metric_vs_knob(history_runs, "quant_policy", "output_throughput")
     assert fig.layout.xaxis.type == "category"
-    assert charts.metric_vs_knob(history_runs, "concurrency", "output_throughput").layout.xaxis.type is None
+    assert compare_charts.metric_vs_knob(history_runs, "concurrency", "output_throughput").layout.xaxis.type is None
 
 
 def test_latency_vs_throughput_has_one_point_per_run(history_runs):
-    fig = charts.latency_vs_throughput(history_runs)
+    fig = compare_charts.latency_vs_throughput(history_runs)
     assert sum(len(t.x) for t in fig.data) == len(history_runs)
     assert all("lines" not in t.mode for t in fig.data)
     assert _axis_titles(fig) == ("Output throughput (tok/s)", "P99 time to first token (ms)")
@@ -163,25 +164,25 @@ def test_latency_vs_throughput_has_one_point_per_run(history_runs):
 
 def test_runs_on_one_backend_get_their_own_distinct_colours_when_coloured_by_run(history_runs):
     turbomind = history_runs[history_runs["backend"] == "turbomind"].assign(run=lambda rows: rows["label"])
-    for fig in (charts.latency_vs_throughput(turbomind, color="run"),
-                charts.metric_vs_knob(turbomind, "concurrency", "output_throughput", color="run")):
+    for fig in (compare_charts.latency_vs_throughput(turbomind, color="run"),
+                compare_charts.metric_vs_knob(turbomind, "concurrency", "output_throughput", color="run")):
         assert sorted(t.name for t in fig.data) == sorted(turbomind["label"])
         colours = [t.marker.color for t in fig.data]
         assert len(set(colours)) == len(colours) == 3
-        assert set(colours) <= set(charts._PALETTE)
+        assert set(colours) <= set(figures.PALETTE)
         assert fig.layout.legend.title.text == "Run"
 
 
 def test_colour_groups_of_a_numeric_setting_run_in_numeric_order():
     runs = pd.DataFrame({"run_id": list("abc"), "concurrency": [16, 2, 4], "output_throughput": [3.0, 1.0, 2.0],
                          "p99_ttft_ms": [30.0, 10.0, 20.0]})
-    fig = charts.latency_vs_throughput(runs, color="concurrency")
+    fig = compare_charts.latency_vs_throughput(runs, color="concurrency")
     assert [t.name for t in fig.data] == ["2", "4", "16"]
 
 
 def test_compare_markers_and_labels_are_not_clipped_at_the_plot_edge(history_runs):
-    latency = charts.latency_vs_throughput(history_runs)
-    knob = charts.metric_vs_knob(history_runs, "concurrency", "p99_ttft_ms")
+    latency = compare_charts.latency_vs_throughput(history_runs)
+    knob = compare_charts.metric_vs_knob(history_runs, "concurrency", "p99_ttft_ms")
     for fig, x, y in ((latency, "output_throughput", "p99_ttft_ms"), (knob, "concurrency", "p99_ttft_ms")):
         assert all(t.cliponaxis is False for t in fig.data)
         for axis, column in ((fig.layout.xaxis, x), (fig.layout.yaxis, y)):
@@ -190,7 +191,7 @@ def test_compare_markers_and_labels_are_not_clipped_at_the_plot_edge(history_run
 
 
 def test_latency_vs_throughput_labels_each_point_with_the_settings_that_differ(history_runs):
-    fig = charts.latency_vs_throughput(history_runs, color="run")
+    fig = compare_charts.latency_vs_throughput(history_runs, color="run")
     labels = {row[0]: text for t in fig.data for row, text in zip(t.customdata, t.text)}
     assert labels == {"tm-8": "Backend turbomind, Concurrency 8", "pt-1": "Backend pytorch, Concurrency 1",
                       "tm-1": "Backend turbomind, Concurrency 1", "tm-4": "Backend turbomind, Concurrency 4"}
@@ -199,7 +200,7 @@ def test_latency_vs_throughput_labels_each_point_with_the_settings_that_differ(h
 
 def test_pareto_points_say_which_setting_value_each_is(history_runs):
     turbomind = history_runs[history_runs["backend"] == "turbomind"]
-    dominated, front = charts.pareto_chart(turbomind, "output_throughput", "p99_ttft_ms").data
+    dominated, front = sweep_charts.pareto_chart(turbomind, "output_throughput", "p99_ttft_ms").data
     on_front = pareto_front(turbomind["output_throughput"], turbomind["p99_ttft_ms"], True, False)
     assert sorted(front.text) == sorted(f"Concurrency {c}" for c in turbomind.loc[on_front, "concurrency"])
     assert len(dominated.text) == len(dominated.x) and "%{text}" in dominated.hovertemplate
@@ -207,7 +208,7 @@ def test_pareto_points_say_which_setting_value_each_is(history_runs):
 
 def test_cdf_is_monotone_ends_at_one_and_counts_only_successful_requests():
     table = profiled_run(TTFTS).request_table()
-    fig = charts.cdf_overlay({"run a": table}, "ttft")
+    fig = compare_charts.cdf_overlay({"run a": table}, "ttft")
     (trace,) = fig.data
     x, y = _xy(trace)
     # It rises from 0 at the smallest TTFT; the incomplete request's late TTFT is not there.
@@ -221,7 +222,7 @@ def test_cdf_is_monotone_ends_at_one_and_counts_only_successful_requests():
 def test_itl_cdf_pools_the_gaps_of_every_successful_request_from_the_history(tmp_path):
     history, _ = recorded_history(tmp_path, [("r1", "turbomind", 4, profiled_run(TTFTS, itl_s=0.02)),
                                              ("r2", "pytorch", 4, profiled_run(TTFTS, itl_s=0.03))])
-    fig = charts.cdf_overlay({run_id: history.requests(run_id) for run_id in ("r1", "r2")}, "itl")
+    fig = compare_charts.cdf_overlay({run_id: history.requests(run_id) for run_id in ("r1", "r2")}, "itl")
     assert [t.name for t in fig.data] == ["r1", "r2"]
     for trace, gap_ms in zip(fig.data, (20.0, 30.0)):
         x, y = _xy(trace)
@@ -234,8 +235,8 @@ def test_itl_cdf_pools_the_gaps_of_every_successful_request_from_the_history(tmp
 def test_cdf_of_a_large_run_keeps_few_points_and_still_ends_at_one():
     e2e_s = np.random.default_rng(1).exponential(1.0, 50_000)
     table = pd.DataFrame({"status": ["success"] * e2e_s.size, "e2e_s": e2e_s})
-    x, y = _xy(charts.cdf_overlay({"big": table}, "e2e").data[0])
-    assert x.size <= charts.MAX_POINTS + 1
+    x, y = _xy(compare_charts.cdf_overlay({"big": table}, "e2e").data[0])
+    assert x.size <= figures.MAX_POINTS + 1
     assert np.all(np.diff(x) >= 0) and np.all(np.diff(y) > 0)
     assert (x[-1], y[-1]) == (pytest.approx(e2e_s.max() * 1000), 1.0)
 
@@ -250,8 +251,8 @@ NEAR_EQUAL_TTFT_S = 4.58243 + np.linspace(0, 0.00004, 16)  # 4,582.43 to 4,582.4
 
 
 @pytest.mark.parametrize("build", [
-    lambda: charts.latency_histogram(NEAR_EQUAL_TTFT_S, "ttft"),
-    lambda: charts.binned_latency_histogram(BinnedLatencies.of(NEAR_EQUAL_TTFT_S), "ttft"),
+    lambda: run_charts.latency_histogram(NEAR_EQUAL_TTFT_S, "ttft"),
+    lambda: run_charts.binned_latency_histogram(BinnedLatencies.of(NEAR_EQUAL_TTFT_S), "ttft"),
 ], ids=["ended", "live"])
 def test_nearly_equal_values_are_one_bar_that_says_how_close_they_are(build):
     fig = build()
@@ -269,8 +270,8 @@ def _itl_with_stalls() -> np.ndarray:
 
 
 @pytest.mark.parametrize("build", [
-    lambda values: charts.latency_histogram(values, "itl"),
-    lambda values: charts.binned_latency_histogram(BinnedLatencies.of(values), "itl"),
+    lambda values: run_charts.latency_histogram(values, "itl"),
+    lambda values: run_charts.binned_latency_histogram(BinnedLatencies.of(values), "itl"),
 ], ids=["ended", "live"])
 def test_a_few_far_outliers_go_into_a_labelled_bar_and_the_rest_keep_their_shape(build):
     values = _itl_with_stalls()
@@ -289,8 +290,8 @@ def test_a_few_far_outliers_go_into_a_labelled_bar_and_the_rest_keep_their_shape
 
 
 @pytest.mark.parametrize("build", [
-    lambda values: charts.latency_histogram(values, "itl"),
-    lambda values: charts.binned_latency_histogram(BinnedLatencies.of(values), "itl"),
+    lambda values: run_charts.latency_histogram(values, "itl"),
+    lambda values: run_charts.binned_latency_histogram(BinnedLatencies.of(values), "itl"),
 ], ids=["ended", "live"])
 def test_stalls_above_one_percent_of_the_gaps_still_go_into_the_labelled_bar(build):
     """The default first run: 8 requests of 64 tokens, each with one 7-9 s stall while the others prefill, so
@@ -306,18 +307,18 @@ def test_stalls_above_one_percent_of_the_gaps_still_go_into_the_labelled_bar(bui
 
 def test_a_spread_without_outliers_is_binned_over_its_whole_range():
     values = np.random.default_rng(1).normal(0.1, 0.01, 5_000)
-    fig = charts.latency_histogram(values, "itl")
+    fig = run_charts.latency_histogram(values, "itl")
     (body,) = fig.data
     assert body.xbins.end == pytest.approx(values.max() * 1000) and not _notes(fig)
-    shape = charts.histogram_range(values.min(), values.max(), *np.percentile(values, [25, 75, 99]))
+    shape = run_charts.histogram_range(values.min(), values.max(), *np.percentile(values, [25, 75, 99]))
     assert not shape.near_equal and not shape.overflow
 
 
 def test_a_comb_of_empty_and_full_throughput_bins_is_averaged_to_its_trend_and_hovers_the_raw_rates():
     time_s = np.arange(400) * 0.5
     comb = np.tile([0.0, 0.0, 32.0], 134)[:400]  # a 16-token decode step every 1.5 s, in 0.5 s bins
-    fig = charts.throughput_over_time(time_s, comb, np.full(400, 16))
-    window = charts.throughput_window(comb)
+    fig = run_charts.throughput_over_time(time_s, comb, np.full(400, 16))
+    window = run_charts.throughput_window(comb)
     assert window >= 12
     _, y = _xy(fig.data[0])
     assert y[:-1] == pytest.approx(np.full(y.size - 1, comb.mean()), rel=0.1)  # a level line, not 0-to-32 spikes
@@ -328,6 +329,6 @@ def test_a_comb_of_empty_and_full_throughput_bins_is_averaged_to_its_trend_and_h
 
 def test_a_steady_throughput_series_is_drawn_bin_by_bin():
     rate = np.random.default_rng(2).uniform(50, 70, 300)
-    assert charts.throughput_window(rate) == 1
-    _, y = _xy(charts.throughput_over_time(np.arange(300) * 0.5, rate, np.full(300, 4)).data[0])
+    assert run_charts.throughput_window(rate) == 1
+    _, y = _xy(run_charts.throughput_over_time(np.arange(300) * 0.5, rate, np.full(300, 4)).data[0])
     assert y == pytest.approx(rate)

@@ -159,10 +159,10 @@ def test_telemetry_metrics_are_declared_once_and_compared_like_any_metric():
 
 
 def test_lmdeploy_gets_the_cached_folder_of_a_synthetic_model(tmp_path, monkeypatch):
-    from bench_core.engines import lmdeploy_engine
+    from bench_core.engines import lmdeploy_pipeline
 
     monkeypatch.setenv("BENCH_STUDIO_CACHE", str(tmp_path))
-    folder = lmdeploy_engine._model_path("synthetic:tiny")
+    folder = lmdeploy_pipeline._model_path("synthetic:tiny")
     assert folder.startswith(str(tmp_path)) and (tmp_path / folder / "config.json").exists()
 
 

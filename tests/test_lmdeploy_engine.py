@@ -20,7 +20,10 @@ from bench_core.config import EngineConfig, GenerationSettings, LoadConfig, RunC
 from bench_core.config.catalog import SPECULATIVE_GROUP
 from bench_core.engines import run_config_problems
 from bench_core.load.datasets import SampledRequest
-from bench_core.engines import lmdeploy_engine as lmd
+from bench_core.engines import lmdeploy_engine
+from bench_core.engines.lmdeploy_configs import build_engine_config, build_generation_configs, build_speculative_config
+from bench_core.engines.lmdeploy_engine import LMDeployBackend
+from bench_core.engines.lmdeploy_pipeline import LMDeployEngine, engine_info, turbomind_fallback_reason
 from bench_core.engines.base import EngineInfo
 from bench_core.errors import ConfigError
 
@@ -41,7 +44,7 @@ def pytorch(**knobs) -> EngineConfig:
 @pytest.fixture
 def no_gpu_facts(monkeypatch):
     """Validation as on a machine where torch sees no GPU (as here), whatever the test machine has."""
-    monkeypatch.setattr(lmd, "_gpu_facts", lambda: None)
+    monkeypatch.setattr(lmdeploy_engine, "_gpu_facts", lambda: None)
 
 
 # ---- validation -----------------------------------------------------------------------------------
@@ -101,14 +104,14 @@ def test_a_draft_model_without_a_method_is_reported(no_gpu_facts):
 
 
 def test_turbomind_block_length_follows_the_compute_capability_when_a_gpu_is_visible(monkeypatch):
-    monkeypatch.setattr(lmd, "_gpu_facts", lambda: (2, 8.0))
+    monkeypatch.setattr(lmdeploy_engine, "_gpu_facts", lambda: (2, 8.0))
     assert problems_of(turbomind(cache_block_seq_len=96), LoadConfig()) == []
-    monkeypatch.setattr(lmd, "_gpu_facts", lambda: (2, 7.5))
+    monkeypatch.setattr(lmdeploy_engine, "_gpu_facts", lambda: (2, 7.5))
     assert problems_of(turbomind(cache_block_seq_len=96), LoadConfig()) != []
 
 
 def test_tensor_parallelism_cannot_exceed_the_visible_gpus(monkeypatch):
-    monkeypatch.setattr(lmd, "_gpu_facts", lambda: (2, 9.0))
+    monkeypatch.setattr(lmdeploy_engine, "_gpu_facts", lambda: (2, 9.0))
     assert problems_of(turbomind(tp=2), LoadConfig()) == []
     [problem] = problems_of(turbomind(tp=4), LoadConfig())
     assert "2 are visible" in problem
@@ -157,7 +160,7 @@ VALIDATION_CASES = [
 
 def _lmdeploy_accepts(engine: EngineConfig, load: LoadConfig) -> bool:
     try:
-        lmd.build_engine_config(engine, load)
+        build_engine_config(engine, load)
     except (AssertionError, ValueError):  # pydantic's ValidationError is a ValueError
         return False
     return True
@@ -192,7 +195,7 @@ def test_turbomind_config_is_what_profile_pipeline_api_builds():
         max_prefill_iters=args.max_prefill_iters, enable_prefix_caching=args.enable_prefix_caching,
         communicator=args.communicator, enable_metrics=False, async_=args.async_,
     )
-    ours = lmd.build_engine_config(turbomind(**KNOBS), LoadConfig(concurrency=64))
+    ours = build_engine_config(turbomind(**KNOBS), LoadConfig(concurrency=64))
     assert type(ours) is TurbomindEngineConfig
     for f in dataclasses.fields(expected):
         assert getattr(ours, f.name) == getattr(expected, f.name), f.name
@@ -209,7 +212,7 @@ def test_pytorch_config_is_what_profile_pipeline_api_builds_at_the_default_quant
         thread_safe=False, eager_mode=args.eager_mode, enable_prefix_caching=args.enable_prefix_caching,
         enable_return_routed_experts=args.enable_return_routed_experts,
     )
-    ours = lmd.build_engine_config(pytorch(**{**KNOBS, "quant_policy": 0}), LoadConfig(concurrency=64))
+    ours = build_engine_config(pytorch(**{**KNOBS, "quant_policy": 0}), LoadConfig(concurrency=64))
     assert type(ours) is PytorchEngineConfig
     for f in dataclasses.fields(expected):
         assert getattr(ours, f.name) == getattr(expected, f.name), f.name
@@ -223,7 +226,7 @@ def test_every_engine_knob_names_its_field_of_the_engine_config(backend):
 
 @needs_lmdeploy
 def test_pytorch_engine_also_gets_the_kv_cache_quant_policy():
-    assert lmd.build_engine_config(pytorch(quant_policy=8), LoadConfig()).quant_policy == 8
+    assert build_engine_config(pytorch(quant_policy=8), LoadConfig()).quant_policy == 8
 
 
 @needs_lmdeploy
@@ -231,10 +234,10 @@ def test_speculative_config_is_what_get_speculative_config_builds():
     from lmdeploy.messages import SpeculativeConfig
 
     engine = pytorch(speculative_algorithm="eagle3", speculative_draft_model="/draft", speculative_num_draft_tokens=3)
-    assert lmd.build_speculative_config(engine) == SpeculativeConfig(
+    assert build_speculative_config(engine) == SpeculativeConfig(
         method="eagle3", model="/draft", num_speculative_tokens=3
     )
-    assert lmd.build_speculative_config(pytorch()) is None
+    assert build_speculative_config(pytorch()) is None
 
 
 @needs_lmdeploy
@@ -243,7 +246,7 @@ def test_generation_is_greedy_ignores_eos_and_asks_for_each_requests_output_leng
 
     requests = [SampledRequest("a", 4, 7), SampledRequest("b", 5, 9)]
     settings = GenerationSettings(ignore_eos=False, do_sample=True, temperature=0.5, top_p=0.9, top_k=3)
-    configs = lmd.build_generation_configs(requests, settings, return_routed_experts=False)
+    configs = build_generation_configs(requests, settings, return_routed_experts=False)
     assert configs == [
         GenerationConfig(temperature=0.5, top_p=0.9, top_k=3, ignore_eos=True, do_sample=False,
                          return_routed_experts=False, max_new_tokens=n)
@@ -254,19 +257,20 @@ def test_generation_is_greedy_ignores_eos_and_asks_for_each_requests_output_leng
 @needs_lmdeploy
 def test_out_of_range_sampling_settings_are_a_config_error():
     with pytest.raises(ConfigError, match="--top-p"):
-        lmd.build_generation_configs([SampledRequest("a", 4, 4)], GenerationSettings(top_p=1.5), False)
+        build_generation_configs([SampledRequest("a", 4, 4)], GenerationSettings(top_p=1.5), False)
 
 
 def test_settings_key_changes_with_every_engine_input_but_not_with_other_backends_knobs():
-    base = lmd.LMDeployBackend.settings_key(turbomind(), LoadConfig())
-    assert lmd.LMDeployBackend.settings_key(turbomind(), LoadConfig()) == base
-    assert lmd.LMDeployBackend.settings_key(turbomind(), LoadConfig(concurrency=8)) != base
-    assert lmd.LMDeployBackend.settings_key(turbomind(), LoadConfig(load_pattern="concurrency")) != base
-    assert lmd.LMDeployBackend.settings_key(turbomind(quant_policy=8), LoadConfig()) != base
-    assert lmd.LMDeployBackend.settings_key(turbomind(speculative_num_draft_tokens=2), LoadConfig()) != base
-    assert lmd.LMDeployBackend.settings_key(turbomind(log_level="ERROR"), LoadConfig()) != base
-    assert lmd.LMDeployBackend.settings_key(turbomind(dtype="bfloat16", device="ascend"), LoadConfig()) == base
-    assert lmd.LMDeployBackend.settings_key(turbomind(), LoadConfig(stream_output=True)) == base
+    base = LMDeployBackend.settings_key(turbomind(), LoadConfig())
+    assert LMDeployBackend.settings_key(turbomind(), LoadConfig()) == base
+    assert LMDeployBackend.settings_key(turbomind(), LoadConfig(concurrency=8)) != base
+    assert LMDeployBackend.settings_key(turbomind(), LoadConfig(load_pattern="concurrency")) != base
+    assert LMDeployBackend.settings_key(turbomind(quant_policy=8), LoadConfig()) != base
+    assert LMDeployBackend.settings_key(turbomind(speculative_num_draft_tokens=2), LoadConfig()) != base
+    assert LMDeployBackend.settings_key(turbomind(log_level="ERROR"), LoadConfig()) != base
+    assert LMDeployBackend.settings_key(turbomind(dtype="bfloat16"), LoadConfig()) != base  # TurboMind's dtype too
+    assert LMDeployBackend.settings_key(turbomind(device="ascend", max_batch_tokens=8), LoadConfig()) == base
+    assert LMDeployBackend.settings_key(turbomind(), LoadConfig(stream_output=True)) == base
 
 
 # ---- availability and the silent TurboMind fallback -------------------------------------------
@@ -277,9 +281,9 @@ def test_without_a_gpu_the_backends_say_so():
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA GPU")
-    lmd.LMDeployBackend.availability.cache_clear()
+    LMDeployBackend.availability.cache_clear()
     for backend in ("turbomind", "pytorch"):
-        message = lmd.LMDeployBackend.availability(backend) or ""
+        message = LMDeployBackend.availability(backend) or ""
         assert "NVIDIA GPU" in message and backend in message
 
 
@@ -288,11 +292,11 @@ def test_without_lmdeploy_the_message_points_to_the_gpu_requirements(monkeypatch
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "lmdeploy" else real_find_spec(name, *a)
     )
-    lmd.LMDeployBackend.availability.cache_clear()
+    LMDeployBackend.availability.cache_clear()
     try:
-        assert "requirements-gpu.txt" in lmd.LMDeployBackend.availability("turbomind")
+        assert "requirements-gpu.txt" in LMDeployBackend.availability("turbomind")
     finally:
-        lmd.LMDeployBackend.availability.cache_clear()
+        LMDeployBackend.availability.cache_clear()
 
 
 @needs_lmdeploy
@@ -301,7 +305,7 @@ def test_fallback_reason_names_a_turbomind_library_that_cannot_load(tiny_model_p
 
     if tm.is_available():
         pytest.skip("TurboMind loads on this machine")
-    reason = lmd.turbomind_fallback_reason(tiny_model_path, trust_remote_code=False)
+    reason = turbomind_fallback_reason(tiny_model_path, trust_remote_code=False)
     assert reason.startswith("TurboMind's compiled library cannot be loaded")
 
 
@@ -310,14 +314,14 @@ def test_a_pytorch_engine_behind_a_turbomind_request_is_recorded_as_a_fallback(t
     from lmdeploy.messages import PytorchEngineConfig, TurbomindEngineConfig
 
     fell_back = SimpleNamespace(backend_config=PytorchEngineConfig(session_len=2048))
-    info = lmd.engine_info(turbomind(model="builtin:tiny-llama"), tiny_model_path, fell_back, "no TurboMind kernels")
+    info = engine_info(turbomind(model="builtin:tiny-llama"), tiny_model_path, fell_back, "no TurboMind kernels")
     assert info.backend == "pytorch (fell back from turbomind: no TurboMind kernels)"
     assert any("instead of TurboMind" in note for note in info.notes)
     assert "session_len 2048" in info.notes
     assert set(info.versions) == {"lmdeploy", "torch", "transformers", "cuda"}
 
     ran = SimpleNamespace(backend_config=TurbomindEngineConfig())
-    assert lmd.engine_info(turbomind(), tiny_model_path, ran, None).backend == "turbomind"
+    assert engine_info(turbomind(), tiny_model_path, ran, None).backend == "turbomind"
 
 
 # ---- events from the pipeline -------------------------------------------------------------------
@@ -410,7 +414,7 @@ def _engine(max_batch_size=4, token_delay_s=0.0):
 
     pipe = StandInPipelineForNoGPU(TurbomindEngineConfig(max_batch_size=max_batch_size), token_delay_s)
     info = EngineInfo("turbomind", "m", "/m", "auto", "stand-in")
-    return lmd.LMDeployEngine(pipe, tokenizer=None, info=info, max_batch_size=max_batch_size), pipe
+    return LMDeployEngine(pipe, tokenizer=None, info=info, max_batch_size=max_batch_size), pipe
 
 
 def _run(engine, requests, stream_output, concurrency=4, load_pattern="batch", cancel=None):

@@ -239,7 +239,7 @@ class ChatPipelineStandIn:
 def test_lmdeploy_complete_asks_for_the_chat_template_and_eos_and_merges_the_stream():
     pytest.importorskip("lmdeploy")
     from bench_core.engines.base import EngineInfo
-    from bench_core.engines.lmdeploy_engine import LMDeployEngine
+    from bench_core.engines.lmdeploy_pipeline import LMDeployEngine
 
     pipe = ChatPipelineStandIn()
     engine = LMDeployEngine(pipe, None, EngineInfo("turbomind", "m", "/m", "auto", "gpu"), max_batch_size=8)

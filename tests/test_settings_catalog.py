@@ -17,7 +17,7 @@ from bench_core.config import (
     KNOBS, SETTINGS, SWEEPABLE, EngineConfig, Part, RunConfig, format_value, parse_bool, setting,
 )
 from bench_core.engines import run_config_problems
-from bench_core.engines.lmdeploy_engine import engine_config_kwargs
+from bench_core.engines.lmdeploy_configs import engine_config_kwargs
 from bench_core.errors import ConfigError
 from bench_core.sweep.plan import SweepPlan, parse_sweep_arg
 from bench_core.views.run_diff import NOT_APPLICABLE, differing_settings, setting_cells

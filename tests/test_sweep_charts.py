@@ -7,11 +7,11 @@ import pandas as pd
 import pytest
 
 from bench_core.measure import stats
-from bench_core.views import charts
+from bench_core.views import figures, sweep_charts
 
 
 def _says_no_data(fig) -> bool:
-    return not fig.data and [a.text for a in fig.layout.annotations] == [charts.NO_DATA]
+    return not fig.data and [a.text for a in fig.layout.annotations] == [figures.NO_DATA]
 
 
 def _repeats() -> pd.DataFrame:
@@ -28,7 +28,7 @@ def _repeats() -> pd.DataFrame:
 
 def test_metric_band_draws_a_mean_line_inside_its_confidence_band_per_series():
     points = stats.group_repeats(_repeats(), ["backend", "concurrency"], "output_throughput")
-    fig = charts.metric_vs_knob_band(points, "concurrency", "output_throughput", series="backend")
+    fig = sweep_charts.metric_vs_knob_band(points, "concurrency", "output_throughput", series="backend")
     bands, lines = fig.data[0::2], fig.data[1::2]
     assert [line.name for line in lines] == ["pytorch", "transformers"]
     assert all(band.fill == "toself" and band.mode == "lines" and band.hoverinfo == "skip" for band in bands)
@@ -51,7 +51,7 @@ def test_metric_band_draws_a_mean_line_inside_its_confidence_band_per_series():
 def test_choice_knobs_are_categories_on_the_band_chart():
     points = pd.DataFrame({"quant_policy": [0, 8], "n": [2, 2], "mean": [5.0, 6.0], "std": [0.1, 0.1],
                            "ci_low": [4.9, 5.9], "ci_high": [5.1, 6.1]})
-    fig = charts.metric_vs_knob_band(points, "quant_policy", "output_throughput")
+    fig = sweep_charts.metric_vs_knob_band(points, "quant_policy", "output_throughput")
     assert fig.layout.xaxis.type == "category"
     assert list(fig.data[1].x) == ["0", "8"]
 
@@ -59,7 +59,7 @@ def test_choice_knobs_are_categories_on_the_band_chart():
 def test_pareto_chart_joins_the_undominated_runs_in_order():
     runs = pd.DataFrame({"run_id": list("abcde"), "output_throughput": [300, 100, 200, 150, 50],
                          "p99_ttft_ms": [80, 10, 30, 40, 5]})
-    fig = charts.pareto_chart(runs, "output_throughput", "p99_ttft_ms")
+    fig = sweep_charts.pareto_chart(runs, "output_throughput", "p99_ttft_ms")
     dominated, front = fig.data
     assert front.name == "Pareto frontier" and front.mode == "lines+markers+text"
     assert list(front.x) == [50, 100, 200, 300]  # sorted along the x axis
@@ -73,12 +73,12 @@ def test_pareto_chart_joins_the_undominated_runs_in_order():
 def test_pareto_chart_needs_metrics_with_a_direction():
     runs = pd.DataFrame({"concurrency": [1, 2], "output_throughput": [1.0, 2.0]})
     with pytest.raises(ValueError, match="better direction"):
-        charts.pareto_chart(runs, "concurrency", "output_throughput")
+        sweep_charts.pareto_chart(runs, "concurrency", "output_throughput")
 
 
 def test_goodput_chart_marks_the_interpolated_highest_load_meeting_the_target():
     runs = pd.DataFrame({"concurrency": [1, 2, 4, 4, 8], "goodput_rps": [3.0, 2.8, 2.7, 2.3, 1.6]})
-    fig = charts.goodput_vs_load(runs, "concurrency", "goodput_rps", target=2.4)
+    fig = sweep_charts.goodput_vs_load(runs, "concurrency", "goodput_rps", target=2.4)
     assert [trace.name for trace in fig.data] == ["Runs", "Mean per load", "Highest load meeting the target"]
     points, mean_line, limit = fig.data
     assert len(points.x) == 5
@@ -96,7 +96,7 @@ def test_goodput_chart_marks_the_interpolated_highest_load_meeting_the_target():
 
 def test_goodput_chart_says_so_when_no_load_meets_the_target():
     runs = pd.DataFrame({"concurrency": [1, 2], "goodput_rps": [0.5, 0.4]})
-    fig = charts.goodput_vs_load(runs, "concurrency", "goodput_rps", target=2.0)
+    fig = sweep_charts.goodput_vs_load(runs, "concurrency", "goodput_rps", target=2.0)
     assert [trace.name for trace in fig.data] == ["Runs", "Mean per load"]
     assert "No load meets the target" in [a.text for a in fig.layout.annotations]
 
@@ -108,7 +108,7 @@ def test_heatmap_puts_the_mean_of_each_grid_cell_with_its_run_count():
         "p99_ttft_ms": [10.0, 12.0, 20.0, 22.0, 9.0, 18.0],
     })
     points = stats.group_repeats(runs, ["concurrency", "cache_max_entry_count"], "p99_ttft_ms")
-    fig = charts.knob_heatmap(points, "concurrency", "cache_max_entry_count", "p99_ttft_ms")
+    fig = sweep_charts.knob_heatmap(points, "concurrency", "cache_max_entry_count", "p99_ttft_ms")
     (heatmap,) = fig.data
     assert list(heatmap.x) == ["1", "2"] and list(heatmap.y) == ["0.5", "0.8"]
     assert np.asarray(heatmap.z, dtype=float) == pytest.approx(np.array([[11.0, 21.0], [9.0, 18.0]]))
@@ -123,18 +123,18 @@ def test_heatmap_puts_the_mean_of_each_grid_cell_with_its_run_count():
 
 def test_heatmap_of_a_throughput_keeps_the_colour_scale():
     points = pd.DataFrame({"concurrency": [1, 2], "tp": [1, 1], "n": [1, 1], "mean": [5.0, 9.0]})
-    assert charts.knob_heatmap(points, "concurrency", "tp", "output_throughput").data[0].reversescale is False
+    assert sweep_charts.knob_heatmap(points, "concurrency", "tp", "output_throughput").data[0].reversescale is False
 
 
 @pytest.mark.parametrize("build", [
-    lambda: charts.metric_vs_knob_band(pd.DataFrame(), "concurrency", "output_throughput"),
-    lambda: charts.metric_vs_knob_band(stats.group_repeats(pd.DataFrame(), ["concurrency"], "output_throughput"),
+    lambda: sweep_charts.metric_vs_knob_band(pd.DataFrame(), "concurrency", "output_throughput"),
+    lambda: sweep_charts.metric_vs_knob_band(stats.group_repeats(pd.DataFrame(), ["concurrency"], "output_throughput"),
                                        "concurrency", "output_throughput"),
-    lambda: charts.pareto_chart(pd.DataFrame(columns=["output_throughput", "p99_ttft_ms"]),
+    lambda: sweep_charts.pareto_chart(pd.DataFrame(columns=["output_throughput", "p99_ttft_ms"]),
                                 "output_throughput", "p99_ttft_ms"),
-    lambda: charts.goodput_vs_load(pd.DataFrame({"concurrency": [1], "goodput_rps": [np.nan]}),
+    lambda: sweep_charts.goodput_vs_load(pd.DataFrame({"concurrency": [1], "goodput_rps": [np.nan]}),
                                    "concurrency", "goodput_rps", 1.0),
-    lambda: charts.knob_heatmap(pd.DataFrame(), "concurrency", "tp", "output_throughput"),
+    lambda: sweep_charts.knob_heatmap(pd.DataFrame(), "concurrency", "tp", "output_throughput"),
 ])
 def test_sweep_charts_of_nothing_say_no_data(build):
     assert _says_no_data(build())

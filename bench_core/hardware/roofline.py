@@ -28,6 +28,7 @@ from filelock import FileLock
 
 from ..csvstore import replace_bytes
 from ..errors import ModelError
+from ..models.shapes import DecoderSizes, has_qkv_bias, stack_parameters, vocabulary_table_parameters
 
 DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 DEFAULT_DTYPE = "bfloat16"
@@ -140,13 +141,12 @@ def model_cost(config: dict, dtype: str = "auto", kv_dtype: str | None = None) -
         raise ModelError(f"The model's config lacks {exc} for the roofline.") from exc
     kv_heads = int(text.get("num_key_value_heads") or heads)
     head_dim = int(text.get("head_dim") or hidden // heads)
-    attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
-    if text.get("model_type") == "qwen2" or text.get("attention_bias"):
-        attention += (heads + 2 * kv_heads) * head_dim  # q, k and v biases
-    layer = attention + 3 * hidden * intermediate + 2 * hidden  # gated MLP and two norms
+    sizes = DecoderSizes(layers=layers, hidden=hidden, intermediate=intermediate, heads=heads, kv_heads=kv_heads,
+                         head_dim=head_dim, vocab=vocab,
+                         qkv_bias=has_qkv_bias(text.get("model_type"), bool(text.get("attention_bias"))))
     weights = _dtype_bytes(dtype, text)
     return ModelCost(layers=layers, kv_heads=kv_heads, head_dim=head_dim, heads=heads,
-                     layer_params=layers * layer + hidden, lm_head_params=vocab * hidden,
+                     layer_params=stack_parameters(sizes), lm_head_params=vocabulary_table_parameters(sizes),
                      dtype_bytes=weights, kv_dtype_bytes=weights if kv_dtype is None else _dtype_bytes(kv_dtype, text))
 
 

@@ -6,7 +6,8 @@ vocab=..` gives a custom shape (`custom_model_name` writes one). `write_syntheti
 Face folder in bfloat16: every tensor drawn from its own seed (its name and the model's seed), so a build is
 reproducible and independent of the order tensors are written in, and weights go to disk shard by shard so
 that building never holds more than one shard and one tensor in memory (an 8B model is 16 GB in bf16).
-models.py resolves the names into the cache; this module imports nothing of ours but errors.
+resolve.py resolves the names into the cache; this module imports nothing of ours but errors and shapes (the
+parameter count).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 from pathlib import Path
 
 from ..errors import ModelError
+from . import shapes
 
 SYNTHETIC_PREFIX = "synthetic:"
 # Written into every synthetic folder: what the history and the page read to label a random-weight run.
@@ -56,6 +58,12 @@ class SyntheticShape:
     @property
     def head_dim(self) -> int:
         return self.hidden // self.heads
+
+    def decoder_sizes(self) -> shapes.DecoderSizes:
+        """The sizes its parameter count follows from."""
+        return shapes.DecoderSizes(layers=self.layers, hidden=self.hidden, intermediate=self.intermediate,
+                                   heads=self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim, vocab=self.vocab,
+                                   qkv_bias=shapes.has_qkv_bias(self.architecture))
 
     def hf_config(self) -> dict:
         """The config.json this shape writes (without the tokenizer's special token ids)."""
@@ -153,14 +161,7 @@ def folder_name(name: str) -> str:
 
 def parameter_count(shape: SyntheticShape) -> int:
     """Parameters of the shape, counted as the Hugging Face model holds them (tied embeddings once)."""
-    kv = shape.kv_heads * shape.head_dim
-    q = shape.heads * shape.head_dim
-    attention = shape.hidden * q * 2 + shape.hidden * kv * 2
-    if shape.architecture == "qwen2":
-        attention += q + 2 * kv  # q, k and v projections carry a bias
-    per_layer = attention + 3 * shape.hidden * shape.intermediate + 2 * shape.hidden
-    embeddings = shape.vocab * shape.hidden * (1 if shape.tie_word_embeddings else 2)
-    return shape.layers * per_layer + embeddings + shape.hidden
+    return shapes.parameter_count(shape.decoder_sizes(), shape.tie_word_embeddings)
 
 
 def _parse_overrides(name: str, text: str) -> dict[str, int]:

@@ -1,0 +1,124 @@
+"""What the figures of bench_core.views share: a figure titled with its axes, the figure that says there is
+no data yet, the palette, and how history rows are picked, grouped by colour, labelled and framed.
+
+Figures are pure functions: no I/O, no streamlit. Every axis is titled with its unit (latencies in ms, stored in
+seconds), every trace hovers its values, and an empty input gives an empty figure that says "No data yet"
+instead of raising, so a live page can draw before the first tick. Live figures are redrawn on every poll, so
+their payload is bounded whatever the run's size: a series is reduced to at most `MAX_POINTS` points.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import plotly.colors
+import plotly.graph_objects as go
+
+from ..config import KNOBS
+from .run_diff import differing_settings, point_labels
+
+MAX_POINTS = 2000
+NO_DATA = "No data yet"
+PALETTE = plotly.colors.qualitative.Plotly
+_NO_GROUP = "(none)"
+_CHOICE_KNOBS = {knob.name for knob in KNOBS if knob.choices}
+_PAD_FRACTION = 0.1
+_LABELLED_SETTINGS = 2  # a point's label names at most this many differing settings
+
+
+def titled_figure(title: str, x_title: str, y_title: str) -> go.Figure:
+    """An empty figure with its title and its axes' titles."""
+    # No template of our own: the dashboard draws figures in Streamlit's theme, and copying a plotly
+    # template costs about 12 ms a figure, on every live refresh.
+    fig = go.Figure()
+    fig.update_layout(
+        title=dict(text=title),
+        xaxis=dict(title=dict(text=x_title)),
+        yaxis=dict(title=dict(text=y_title)),
+        margin=dict(l=60, r=30, t=60, b=50),
+    )
+    return fig
+
+
+def no_data(fig: go.Figure) -> go.Figure:
+    """Titled axes without ticks (their default range means nothing) and the message in the middle."""
+    fig.add_annotation(text=NO_DATA, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+                       font=dict(size=16, color="gray"))
+    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False)
+    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False)
+    return fig
+
+
+def rows_with(runs: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """Rows where every named column has a value; numeric columns as numbers."""
+    if any(col not in runs for col in columns):
+        return runs.iloc[0:0]
+    rows = runs.copy()
+    for col in columns:
+        numeric = pd.to_numeric(rows[col], errors="coerce")
+        if numeric.notna().sum() == rows[col].notna().sum():  # keep text knobs (model_format) as text
+            rows[col] = numeric
+    return rows.dropna(subset=columns)
+
+
+def colour_groups(rows: pd.DataFrame, color: str | None):
+    """(name, rows) per colour value, in sorted order (numbers as numbers) so a value keeps its colour
+    across charts."""
+    if color is None or color not in rows:
+        yield "all runs", rows
+        return
+    keys = rows[color].map(lambda value: _NO_GROUP if pd.isna(value) or value == "" else tick_label(value))
+    numbers = pd.to_numeric(rows[color], errors="coerce").groupby(keys).first()
+    for key in sorted(numbers.index, key=lambda key: (0, numbers[key], key) if pd.notna(numbers[key]) else (1, 0, key)):
+        yield key, rows[keys == key]
+
+
+def cycled_palette():
+    """The qualitative palette, cycled: neighbouring groups get clearly different colours."""
+    return itertools.cycle(PALETTE)
+
+
+def inward_label_positions(x: pd.Series, all_x: pd.Series) -> list[str]:
+    """Label positions that keep a label inside the plot: above its point, towards the middle."""
+    middle = (pd.to_numeric(all_x).min() + pd.to_numeric(all_x).max()) / 2
+    return ["top left" if value > middle else "top right" for value in pd.to_numeric(x)]
+
+
+def pad_axis(fig: go.Figure, axis: str, values: pd.Series) -> None:
+    """A numeric axis over the values with a tenth of their span (or of the value) to spare on each side, so a
+    marker and its label at the edge stay whole, and a single value sits mid-axis."""
+    numbers = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64)
+    numbers = numbers[np.isfinite(numbers)]
+    if not numbers.size:
+        return
+    low, high = float(numbers.min()), float(numbers.max())
+    spare = (high - low) * _PAD_FRACTION or abs(high) * _PAD_FRACTION or 1.0
+    fig.update_layout({f"{axis}axis": dict(range=[low - spare, high + spare])})
+
+
+def setting_labels(rows: pd.DataFrame) -> list[str]:
+    """Per run, its values of the (first two) settings that differ between the rows: "Concurrency 4"."""
+    return point_labels(rows, differing_settings(rows)[:_LABELLED_SETTINGS])
+
+
+def run_identity(rows: pd.DataFrame) -> np.ndarray:
+    """(run id, label) per row, for the hover."""
+    blank = pd.Series("", index=rows.index)
+    run_id = rows.get("run_id", blank).astype(str)
+    label = rows.get("label", blank).fillna("").astype(str)
+    return np.column_stack([run_id.to_numpy(dtype=object), label.to_numpy(dtype=object)])
+
+
+def is_categorical(rows: pd.DataFrame, knob: str) -> bool:
+    """Choice knobs (codes such as quant_policy), flags and text knobs are categories, not a scale."""
+    column = rows[knob]
+    return knob in _CHOICE_KNOBS or pd.api.types.is_bool_dtype(column) or not pd.api.types.is_numeric_dtype(column)
+
+
+def tick_label(value) -> str:
+    """A knob value as an axis category: 4 rather than 4.0."""
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return str(int(value))
+    return str(value)

@@ -1,0 +1,144 @@
+"""Figures of a sweep: a metric against the swept knob inside its confidence band, the Pareto frontier of two
+metrics, goodput against the load with the highest load that meets a target, and a two-knob heatmap.
+
+Sweep points come from `stats.group_repeats` (key columns, then n, mean, std, ci_low, ci_high, with a 95%
+interval); runs are history rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.colors
+import plotly.graph_objects as go
+
+from ..measure.catalog import lower_first
+from ..measure.stats import highest_load_meeting, pareto_front
+from .figures import (PALETTE, colour_groups, cycled_palette, inward_label_positions, is_categorical, no_data,
+                      pad_axis, rows_with, run_identity, setting_labels, tick_label, titled_figure)
+from .tables import describe_column
+
+
+def metric_vs_knob_band(points: pd.DataFrame, knob: str, metric: str, series: str | None = None) -> go.Figure:
+    """Mean of `metric` against the swept `knob`, one line per value of `series`, each inside a shaded
+    95% confidence band over its repeats (the band closes on the line where a point ran once)."""
+    knob_spec, metric_spec = describe_column(knob), describe_column(metric)
+    fig = titled_figure(f"{metric_spec.label} vs {lower_first(knob_spec.label)}", knob_spec.title, metric_spec.title)
+    rows = rows_with(points, [knob, "mean"])
+    if rows.empty:
+        return no_data(fig)
+    categorical = is_categorical(rows, knob)
+    for colour, (group, part) in zip(cycled_palette(), colour_groups(rows, series)):
+        part = part.sort_values(knob, kind="stable")
+        x = [tick_label(v) for v in part[knob]] if categorical else part[knob].tolist()
+        low = part["ci_low"].fillna(part["mean"]).tolist()
+        high = part["ci_high"].fillna(part["mean"]).tolist()
+        fig.add_trace(go.Scatter(
+            x=x + x[::-1], y=high + low[::-1], mode="lines", fill="toself", fillcolor=_translucent(colour, 0.2),
+            line=dict(width=0), hoverinfo="skip", showlegend=False, legendgroup=group, name=f"{group} 95% CI",
+        ))
+        fig.add_trace(go.Scatter(
+            x=x, y=part["mean"], mode="lines+markers", name=group, legendgroup=group, line=dict(color=colour),
+            customdata=np.column_stack([part["n"], part["std"], low, high]),
+            hovertemplate=(f"{knob_spec.label}: %{{x}}<br>{metric_spec.label}: %{{y:.4g}} {metric_spec.unit}"
+                           f"<br>95% CI %{{customdata[2]:.4g}} to %{{customdata[3]:.4g}} {metric_spec.unit}"
+                           "<br>std %{customdata[1]:.3g} over %{customdata[0]} runs"
+                           "<extra>%{fullData.name}</extra>"),
+        ))
+    fig.update_layout(showlegend=series is not None, legend_title_text=series or "")
+    if categorical:
+        fig.update_xaxes(type="category")
+    return fig
+
+
+def pareto_chart(runs: pd.DataFrame, x: str, y: str) -> go.Figure:
+    """One point per run; the runs no other run beats on both metrics are joined as the Pareto frontier and
+    labelled with their values of the settings that differ between the runs (every point hovers them).
+    Both columns need a better direction (describe_column), e.g. output tok/s against P99 TTFT."""
+    x_spec, y_spec = describe_column(x), describe_column(y)
+    if x_spec.larger_is_better is None or y_spec.larger_is_better is None:
+        raise ValueError(f"A Pareto front needs metrics with a better direction; {x} or {y} has none.")
+    fig = titled_figure(f"{y_spec.label} vs {lower_first(x_spec.label)}: Pareto frontier", x_spec.title, y_spec.title)
+    rows = rows_with(runs, [x, y])
+    if rows.empty:
+        return no_data(fig)
+    on_front = pareto_front(rows[x], rows[y], x_spec.larger_is_better, y_spec.larger_is_better)
+    labels = pd.Series(setting_labels(rows), index=rows.index)
+    hover = (f"{x_spec.label}: %{{x:.4g}} {x_spec.unit}<br>{y_spec.label}: %{{y:.4g}} {y_spec.unit}"
+             "<br>%{text}<br>run %{customdata[0]} %{customdata[1]}<extra>%{fullData.name}</extra>")
+    others, front = rows[~on_front], rows[on_front].sort_values(x, kind="stable")
+    fig.add_trace(go.Scatter(x=others[x], y=others[y], mode="markers", name="Dominated runs", cliponaxis=False,
+                             marker=dict(size=8, color="lightgray"), customdata=run_identity(others),
+                             text=labels[others.index], hovertemplate=hover))
+    fig.add_trace(go.Scatter(x=front[x], y=front[y], mode="lines+markers+text", name="Pareto frontier",
+                             cliponaxis=False, marker=dict(size=10, color=PALETTE[0]), line=dict(color=PALETTE[0]),
+                             text=labels[front.index], textposition=inward_label_positions(front[x], rows[x]),
+                             customdata=run_identity(front),
+                             hovertemplate=hover))
+    pad_axis(fig, "x", rows[x])
+    pad_axis(fig, "y", rows[y])
+    return fig
+
+
+def goodput_vs_load(runs: pd.DataFrame, load: str, goodput: str, target: float) -> go.Figure:
+    """Goodput (or SLO attainment) of every run against the load, the mean per load as a line, the
+    target as a dashed line, and the highest load that meets it (interpolated) as a marked point."""
+    load_spec, goodput_spec = describe_column(load), describe_column(goodput)
+    fig = titled_figure(f"{goodput_spec.label} vs {lower_first(load_spec.label)}", load_spec.title, goodput_spec.title)
+    rows = rows_with(runs, [load, goodput])
+    if rows.empty:
+        return no_data(fig)
+    fig.add_trace(go.Scatter(
+        x=rows[load], y=rows[goodput], mode="markers", name="Runs", marker=dict(size=7, opacity=0.5),
+        customdata=run_identity(rows),
+        hovertemplate=(f"{load_spec.label}: %{{x:.4g}} {load_spec.unit}<br>{goodput_spec.label}: %{{y:.4g}} "
+                       f"{goodput_spec.unit}<br>run %{{customdata[0]}} %{{customdata[1]}}<extra></extra>"),
+    ))
+    means = rows.groupby(load, sort=True)[goodput].mean()
+    fig.add_trace(go.Scatter(
+        x=means.index, y=means.to_numpy(), mode="lines", name="Mean per load",
+        hovertemplate=f"%{{x:.4g}} {load_spec.unit}: mean %{{y:.4g}} {goodput_spec.unit}<extra></extra>",
+    ))
+    fig.add_hline(y=target, line=dict(dash="dash", color="gray"), annotation_position="top left",
+                  annotation_text=f"Target {target:.4g} {goodput_spec.unit}".rstrip())
+    limit = highest_load_meeting(rows[load], rows[goodput], target)
+    if limit is None:
+        fig.add_annotation(text="No load meets the target", x=0.5, y=1.0, xref="paper", yref="paper",
+                           showarrow=False, yanchor="bottom")
+    else:
+        fig.add_trace(go.Scatter(
+            x=[limit], y=[target], mode="markers", name="Highest load meeting the target",
+            marker=dict(symbol="star", size=16, color="crimson"),
+            hovertemplate=f"Highest load meeting the target: %{{x:.4g}} {load_spec.unit}<extra></extra>",
+        ))
+        fig.add_vline(x=limit, line=dict(dash="dot", color="crimson"))
+    return fig
+
+
+def knob_heatmap(points: pd.DataFrame, knob_x: str, knob_y: str, metric: str) -> go.Figure:
+    """Mean of `metric` over a two-knob grid, each cell labelled with its value; colours run the same
+    way for every metric: the brightest cell is the best one."""
+    x_spec, y_spec, metric_spec = describe_column(knob_x), describe_column(knob_y), describe_column(metric)
+    fig = titled_figure(f"{metric_spec.label} by {lower_first(x_spec.label)} and {lower_first(y_spec.label)}",
+                  x_spec.title, y_spec.title)
+    rows = rows_with(points, [knob_x, knob_y, "mean"])
+    if rows.empty:
+        return no_data(fig)
+    means = rows.pivot_table(index=knob_y, columns=knob_x, values="mean", aggfunc="mean", sort=True)
+    counts = rows.pivot_table(index=knob_y, columns=knob_x, values="n", aggfunc="sum", sort=True)
+    counts = counts.reindex(index=means.index, columns=means.columns).fillna(0).astype(int)
+    fig.add_trace(go.Heatmap(
+        x=[tick_label(v) for v in means.columns], y=[tick_label(v) for v in means.index], z=means.to_numpy(),
+        customdata=counts.to_numpy(), colorscale="Viridis", reversescale=metric_spec.larger_is_better is False,
+        colorbar=dict(title=dict(text=metric_spec.title)), texttemplate="%{z:.3g}",
+        hovertemplate=(f"{x_spec.label}: %{{x}}<br>{y_spec.label}: %{{y}}<br>{metric_spec.label}: %{{z:.4g}} "
+                       f"{metric_spec.unit}<br>mean of %{{customdata}} runs<extra></extra>"),
+    ))
+    fig.update_xaxes(type="category")
+    fig.update_yaxes(type="category")
+    return fig
+
+
+def _translucent(hex_colour: str, alpha: float) -> str:
+    red, green, blue = plotly.colors.hex_to_rgb(hex_colour)
+    return f"rgba({red}, {green}, {blue}, {alpha})"
