@@ -35,7 +35,7 @@ from bench_core.sweep.plan import (
     CPU_SWEEP_OUTPUT_LEN, CPU_SWEEP_PROMPTS, DEFAULT_AXIS, DEFAULT_REPEATS, SWEEPABLE, SweepPlan, describe_point,
     new_sweep_id, parse_sweep_arg, with_run_size,
 )
-from bench_core.sweep.store import load_plan, past_sweeps, remaining
+from bench_core.sweep.store import CREDENTIAL_SETTINGS, load_plan, past_sweeps, remaining
 from bench_core.views.tables import describe_column
 from dashboard import sidebar
 from dashboard.state import get_history, get_runner, get_sweeps
@@ -61,8 +61,10 @@ STOPPED = "stopped"
 
 # ---- starting --------------------------------------------------------------------------------
 
-def sweep_inputs(backend: str) -> dict[str, Any]:
-    """The settings to sweep, their values and the repeats; the base settings come from the sidebar."""
+def sweep_inputs(sidebar_values: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings to sweep, their values and the repeats; the base settings come from the sidebar, whose
+    credentials (a server URL's password) also resume a sweep whose saved plan masked them."""
+    backend = sidebar_values["backend"]
     options = [name for name in SWEEPABLE
                if name in NON_ENGINE_SETTINGS or name in {knob.name for knob in knobs_for(backend)}]
     first, second, repeats = st.columns([2, 2, 1])
@@ -78,7 +80,9 @@ def sweep_inputs(backend: str) -> dict[str, Any]:
     count = repeats.number_input("Repeats", value=DEFAULT_REPEATS, min_value=1, step=1, key="sweep_repeats",
                                  help="Runs per point: two or more give a mean, a spread and a 95% interval.")
     axes = [(name, values)] + ([(second_name, second_values)] if second_name != NO_SECOND else [])
-    return {"axes": axes, "repeats": int(count), **_run_size_inputs(backend), **_cluster_inputs()}
+    credentials = {name: sidebar_values.get(name) or "" for name in CREDENTIAL_SETTINGS}
+    return {"axes": axes, "repeats": int(count), **_run_size_inputs(backend), **_cluster_inputs(),
+            "credentials": credentials}
 
 
 def _run_size_inputs(backend: str) -> dict[str, int | None]:
@@ -152,7 +156,7 @@ def start(plan: SweepPlan, inputs: Mapping[str, Any]) -> SweepRun:
 
 def resume(sweep_id: str, inputs: Mapping[str, Any]) -> SweepRun:
     """Resume where the page's inputs say (this machine or their cluster), as they are set now."""
-    sweep = resume_sweep(get_runner(), sweep_id, launch_for(inputs))
+    sweep = resume_sweep(get_runner(), sweep_id, launch_for(inputs), inputs["credentials"])
     get_sweeps()[sweep.sweep_id] = sweep
     return sweep
 

@@ -26,7 +26,7 @@ choice = sidebar.render_sidebar(cancel=None, actions=False)  # the sweep has its
 
 st.caption("Every point starts from the settings in the sidebar; the sweep varies the settings chosen here, "
            "with the run size set here.")
-inputs = sweep_view.sweep_inputs(choice.values["backend"])
+inputs = sweep_view.sweep_inputs(choice.values)
 try:
     runs = get_history().load()  # once per script run: the estimate, the sweep and the past sweeps read it
 except BenchError as exc:
