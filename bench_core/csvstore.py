@@ -309,24 +309,30 @@ def _append_in_place(path: Path, header: list[str], rows: list[Mapping[str, obje
             raise
 
 
-def replace_bytes(path: Path, data: bytes) -> None:
-    """Replace the file (a symlink's target, keeping the link) by a complete new one with the same mode;
-    a new file gets the mode the umask gives."""
+def replace_file(path: Path, write: Callable[[Path], object]) -> None:
+    """Replace the file (a symlink's target, keeping the link) by a complete new one that `write(tmp)` writes, with
+    the same mode; a new file gets the mode the umask gives, as every file we write (one policy: the user's umask).
+    A crash never leaves half a file: the new one is written beside it and renamed over it."""
     target = Path(os.path.realpath(path))
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp_path = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, "wb") as f:
-            with contextlib.suppress(FileNotFoundError):
-                os.fchmod(f.fileno(), stat.S_IMODE(os.stat(target).st_mode))
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        with contextlib.suppress(FileNotFoundError):
+            os.fchmod(fd, stat.S_IMODE(os.stat(target).st_mode))
+        os.close(fd)
+        write(tmp_path)
+        with open(tmp_path, "rb") as written:
+            os.fsync(written.fileno())
         os.replace(tmp_path, target)
     except BaseException:
         tmp_path.unlink(missing_ok=True)
         raise
+
+
+def replace_bytes(path: Path, data: bytes) -> None:
+    """Replace the file by one holding `data` (see replace_file)."""
+    replace_file(path, lambda tmp: tmp.write_bytes(data))
 
 
 def _write_atomically(path: Path, header: list[str], rows: Iterable[Mapping[str, object]]) -> None:

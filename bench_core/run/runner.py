@@ -22,7 +22,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -404,9 +404,14 @@ class _Publishing:
         self.run.publish()
 
 
-def unsaved_results_folders() -> tuple[Path, ...]:
-    """Where a run that its history would not take is kept, in order of preference."""
-    return (cache_dir() / "unsaved-results", Path(tempfile.gettempdir()) / "llm-bench-studio-unsaved-results")
+def unsaved_results_folders() -> Iterator[Path]:
+    """Where a run that its history would not take is kept, in order of preference: our cache's folder, else a
+    new private one in the temporary folder (mkdtemp: a name no other user can take first, readable by us alone)."""
+    yield cache_dir() / "unsaved-results"
+    try:
+        yield Path(tempfile.mkdtemp(prefix="llm-bench-studio-unsaved-results-"))
+    except OSError:  # no temporary folder either: the run's save error says nothing of it is on disk
+        return
 
 
 def _reason(exc: Exception) -> str:

@@ -10,6 +10,7 @@ import re
 import select
 import shutil
 import socket
+import tempfile
 import stat
 import subprocess
 import sys
@@ -362,3 +363,46 @@ def test_a_history_holding_a_bad_run_id_answers_with_a_message_not_an_os_error(t
     history = History(tmp_path)
     with pytest.raises(HistoryError, match="is not a run id"):
         history.measured(bad_id)
+
+
+# ---- round 3: one file-mode policy, a private last fallback -----------------------------------------------------
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_every_file_a_run_writes_takes_the_users_umask(tmp_path, tiny_model_path, umask):
+    process = subprocess.run([sys.executable, "-m", "bench_core", *PIPELINE, "--results", "results", "--csv", "out.csv"],
+                             cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=300,
+                             preexec_fn=lambda: os.umask(umask))
+    assert process.returncode == 0, process.stderr
+    files = [path for path in tmp_path.rglob("*") if path.is_file() and path.name != "stdout.txt"]
+    assert {"history.csv", "out.csv", "config.json", "requests.parquet", "telemetry.parquet"} <= {p.name for p in files}
+    assert {str(path.relative_to(tmp_path)): oct(path.stat().st_mode & 0o777) for path in files} == \
+        {str(path.relative_to(tmp_path)): oct(0o666 & ~umask) for path in files}
+
+
+def test_a_run_neither_the_history_nor_the_cache_takes_goes_to_a_private_folder_of_its_own(tmp_path, cache):
+    results = tmp_path / "results"
+    results.mkdir()
+    taken = Path(tempfile.gettempdir()) / "llm-bench-studio-unsaved-results"  # what another user could create first
+    planted = not taken.exists()
+    if planted:
+        taken.mkdir(mode=0o777)
+
+    def break_both():
+        shutil.rmtree(results)
+        results.write_text("the results folder is gone")
+        (cache / "unsaved-results").write_text("nor can the cache take it")
+
+    try:
+        code, stderr = run_cli_breaking((*PIPELINE, "--results", str(results)), tmp_path, cache, break_both)
+        run_id, folder = kept_run(stderr)
+        assert code == 1, stderr
+        assert folder.parent == Path(tempfile.gettempdir()) and folder != taken
+        assert folder.name.startswith("llm-bench-studio-unsaved-results-")
+        assert folder.stat().st_mode & 0o777 == 0o700
+        assert_kept_whole(run_id, folder)
+        assert not any(taken.iterdir())
+    finally:
+        if planted:
+            shutil.rmtree(taken, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
