@@ -176,18 +176,18 @@ class Runner:
         try:
             body(job)
         except BenchError as exc:
-            self._fail(job, name, str(exc), user_error=True)  # a BenchError masks credentials itself
+            self._fail(job, name, str(exc), user_error=True, refused=exc.refuses_input)  # it masks credentials itself
         except Exception as exc:  # an engine bug must end this job, not the process
             log.exception("%s failed", name)
             self._fail(job, name, redact_text(f"{type(exc).__name__}: {exc}"))
             self._release_engine()  # it may be left in a broken state
 
     @staticmethod
-    def _fail(job: Job, name: str, message: str, user_error: bool = False) -> None:
+    def _fail(job: Job, name: str, message: str, user_error: bool = False, refused: bool = False) -> None:
         if job.ended:  # what broke came after the end (an observer, say): the job keeps its end
             log.error("%s broke after it ended %s: %s", name, job.state, message)
         else:
-            job.move(RunState.FAILED, message, user_error=user_error)
+            job.move(RunState.FAILED, message, user_error=user_error, refused=refused)
 
     def _benchmark(self, run: Run) -> None:
         measurement = run.measurement
@@ -321,9 +321,11 @@ class Runner:
 
     def keep(self, run: Run) -> None:
         """Record what the run measured, where no record came with it, and save the record in this runner's
-        history, if it has one. A run cancelled before measuring has nothing to keep; one that failed before
-        measuring is recorded with what was tried."""
+        history, if it has one. A run cancelled before measuring has nothing to keep, nor one whose input was
+        refused (a typo is not a run); one that failed otherwise before measuring is recorded with what was tried."""
         measurement = run.measurement
+        if run.refused and not measurement.measured:
+            return
         if measurement.record is None and (measurement.profiler is not None or run.state == RunState.FAILED):
             measurement.record = self.record(run)
         if measurement.record is not None and self.history is not None:

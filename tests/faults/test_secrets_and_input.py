@@ -370,3 +370,77 @@ def test_the_dashboard_refuses_a_websocket_whose_host_is_not_this_machine(tmp_pa
         assert _websocket_handshake(port, f"localhost:{port}", f"http://localhost:{port}") == 101
         assert _websocket_handshake(port, f"evil.example:{port}", f"http://evil.example:{port}") != 101
         assert _websocket_handshake(port, f"127.0.0.1:{port}", "http://evil.example") != 101  # cross-origin
+
+
+# ---- 7. every value a page reads from the URL, hostile ----
+
+HOSTILE_URL_VALUES = ["9007199254740992", "-1" + "0" * 30, "1e400", "nan", "A" * 10_000, "a" * 300,
+                      "../../../etc/passwd", "\x00", "☃" * 300, "{[(", ""]
+
+
+@pytest.mark.parametrize("page", [None, "pages/sweep.py", "pages/playground.py", "pages/history.py"])
+def test_no_value_in_the_url_breaks_a_page(fresh_dashboard, tmp_path, monkeypatch, page):
+    from dashboard import url_settings
+
+    monkeypatch.setenv("BENCH_STUDIO_RESULTS", str(tmp_path / "results"))
+    (tmp_path / "results" / "sweeps").mkdir(parents=True)  # so that a sweep id reaches the file system
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    for backend in at.sidebar.selectbox(key="backend").options:  # each backend's widgets name their URL keys
+        at.sidebar.selectbox(key="backend").select(backend).run()
+    keys = [*url_settings._DEFAULTS, "run", "sweep", "job"]
+    assert {"knob_base_url", "knob_tp", "num_prompts_cpu", "seed"} <= set(keys)
+    for value in HOSTILE_URL_VALUES:
+        at = AppTest.from_file(APP, default_timeout=60)
+        for key in keys:
+            at.query_params[key] = value
+        at.run()
+        if page is not None:
+            at.switch_page(page).run()
+        assert not at.exception, (page, value[:40], [str(e.value)[:200] for e in at.exception])
+
+
+DEEP = 100_000  # far past any recursion limit
+
+
+@pytest.mark.parametrize("name, text", [
+    ("deep.json", '[{"conversations": ' + "[" * DEEP + "]" * DEEP + "}]"),
+    ("deep.jsonl", '{"conversations": []}\n' + "[" * DEEP + "]" * DEEP + "\n"),
+])
+def test_a_dataset_nested_too_deeply_is_one_line_and_exit_2(tmp_path, name, text):
+    (tmp_path / name).write_text(text)
+    proc = run_cli("pipeline", name, "builtin:tiny-llama", "--backend", "transformers", "-n", "2",
+                   "--results", "results", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "nested deeper than the reader follows" in line
+
+
+@pytest.mark.parametrize("name", ["deep.json", "deep.jsonl"])
+def test_prompts_nested_too_deeply_are_refused_with_one_message(name):
+    from bench_core.errors import DatasetError
+    from bench_core.load.playground import parse_prompt_file
+
+    data = ("[" * DEEP + "]" * DEEP).encode()
+    with pytest.raises(DatasetError, match=f"{name} is JSON nested deeper than the reader follows"):
+        parse_prompt_file(name, data if name.endswith(".json") else b'"hi"\n' + data)
+
+
+# ---- 16. a refused run is no run; a run that fails once under way is recorded ----
+
+def test_a_run_refused_for_its_input_writes_no_row_and_no_folder(tmp_path):
+    (tmp_path / "empty.json").write_text("")
+    (tmp_path / "broken-model").mkdir()
+    (tmp_path / "broken-model" / "config.json").write_text("{}")
+    refused = [("missing.json", "builtin:tiny-llama"), ("empty.json", "builtin:tiny-llama"),
+               ("builtin:sample", "./no-such-model"), ("builtin:sample", "synthetic:no-such-shape")]
+    for dataset, model in refused:
+        proc = run_cli("pipeline", dataset, model, "--backend", "transformers", "-n", "2", "--csv", "",
+                       "--results", "results", cwd=tmp_path)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert History(tmp_path / "results").load().empty
+    assert not list((tmp_path / "results").glob("runs/*"))
+    proc = run_cli("pipeline", "builtin:sample", "./broken-model", "--backend", "transformers", "-n", "2",
+                   "--csv", "", "--results", "results", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    (row,) = History(tmp_path / "results").load().to_dict("records")
+    assert row["status"] == "failed" and "Could not load the tokenizer of './broken-model'" in row["error"]
