@@ -294,19 +294,23 @@ def frame_bytes(frame: pd.DataFrame) -> bytes:
 def _append_in_place(path: Path, header: list[str], rows: list[Mapping[str, object]]) -> None:
     """Append `rows` to the file (with `header` first when it is empty) in one write; a write that
     fails is undone by cutting the file back to its former length."""
-    with open(path, "a+b") as f:
-        size = f.seek(0, os.SEEK_END)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND)
+    try:
+        size = os.lseek(fd, 0, os.SEEK_END)
         buffer = io.StringIO(newline="")
-        if size and os.pread(f.fileno(), 1, size - 1) not in (b"\n", b"\r"):
+        if size and os.pread(fd, 1, size - 1) not in (b"\n", b"\r"):
             buffer.write("\r\n")  # a last line without its line break (an edit by hand) stays a line of its own
         _write_rows(buffer, header, rows, with_header=size == 0)
+        data = memoryview(buffer.getvalue().encode("utf-8"))
         try:
-            f.write(buffer.getvalue().encode("utf-8"))
-            f.flush()
-            os.fsync(f.fileno())
+            while data:  # unbuffered: what a full disk refused is not written again by a flush on the way out
+                data = data[os.write(fd, data):]
+            os.fsync(fd)
         except BaseException:
-            f.truncate(size)
+            os.ftruncate(fd, size)  # the part that went in comes out: no half row for the next start to quarantine
             raise
+    finally:
+        os.close(fd)
 
 
 def replace_file(path: Path, write: Callable[[Path], object]) -> None:

@@ -162,8 +162,11 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
     if not runs.empty:
         print(f"Sweep {plan.sweep_id}: mean ± 95% CI half-width over each point's finished runs")
         print(point_table(runs, plan).to_string(index=False))
-    print(f"sweep {plan.sweep_id}: {progress.state}, {progress.finished}/{progress.total} runs finished, "
-          f"in {history.csv_path}", file=sys.stderr)
+    unsaved = sum(1 for _, run in sweep.runs if run.measurement.save_error)
+    where = f"in {history.csv_path}" + (f", except {unsaved} that could not be saved there (said above)"
+                                        if unsaved else "")
+    print(f"sweep {plan.sweep_id}: {progress.state}, {progress.finished}/{progress.total} runs finished, {where}",
+          file=sys.stderr)
     if progress.message:
         print(progress.message, file=sys.stderr)
     if progress.finished < progress.total:

@@ -4,6 +4,7 @@ for a file name. Real files, real `python -m bench_core` processes on the tiny m
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pty
 import re
@@ -406,3 +407,62 @@ def test_a_run_neither_the_history_nor_the_cache_takes_goes_to_a_private_folder_
         if planted:
             shutil.rmtree(taken, ignore_errors=True)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# ---- a real full file system (a small tmpfs; root only) ----
+
+@pytest.fixture
+def full_disk(tmp_path) -> Path:
+    """A 1 MB tmpfs mounted for the test; `fill(full_disk)` takes what room is left."""
+    folder = tmp_path / "tmpfs"
+    folder.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def fill(folder: Path) -> None:
+    """Write to `folder` until its file system is full, down to its last byte."""
+    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        for size in (65536, 4096, 512, 1):
+            with contextlib.suppress(OSError):
+                while os.write(fd, b"\0" * size):
+                    pass
+    finally:
+        os.close(fd)
+
+
+def test_an_append_that_fills_the_disk_is_undone_whole_and_the_next_one_fits(full_disk):
+    path = full_disk / "history.csv"
+    row = {"run_id": "r", **{f"col{i}": "x" * 20 for i in range(100)}}  # about 2.2 KB: more than a page's rest
+    for i in range(3):
+        csvstore.append_row(path, {**row, "run_id": f"20260101-00000{i}-aaaa"})
+    before = path.read_bytes()
+    fill(full_disk)
+    with pytest.raises(HistoryError, match="No space left on device"):
+        csvstore.append_row(path, {**row, "run_id": "20260101-000009-bbbb"})
+    assert path.read_bytes() == before
+    (full_disk / "filler").unlink()
+    history = History(full_disk)
+    assert len(history.load()) == 3 and history.take_notices() == []
+
+
+def test_a_sweep_whose_runs_find_the_disk_full_says_they_are_not_in_the_history(full_disk, cache):
+    results = full_disk / "results"
+    first = run_cli(*PIPELINE, "--csv", "", "--results", str(results), cwd=full_disk, cache=cache)
+    assert first.returncode == 0, first.stderr  # a history to append to, with its header
+    fill(full_disk)
+    (full_disk / "filler").unlink()
+    with open(full_disk / "filler", "wb") as f:  # room for the small plan file, none for a run's folder
+        f.write(b"\0" * (shutil.disk_usage(full_disk).free - 3 * 4096))
+    proc = run_cli("sweep", *PIPELINE, "--sweep", "concurrency=1,2", "--csv", "", "--results", str(results),
+                   cwd=full_disk, cache=cache)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "2/2 runs finished" in last and "except 2 that could not be saved there" in last, proc.stderr
+    assert len(History(results).load()) == 1
+    assert len(list((cache / "unsaved-results" / "runs").iterdir())) == 2
