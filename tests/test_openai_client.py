@@ -26,6 +26,7 @@ from bench_core.engines.openai_client import (
     retokenize,
     run_requests,
 )
+from bench_core.engines import openai_stream
 from bench_core.engines.openai_stream import SSEMessage, SSEParser, StreamReader
 
 STREAM = (
@@ -91,6 +92,40 @@ def test_crlf_lines_comments_ids_and_retries_leave_only_the_data():
 
 def test_a_last_event_without_its_blank_line_is_still_read():
     assert feed_split([b"data: [DONE]"]) == [SSEMessage(b"[DONE]")]
+
+
+def test_cr_only_lines_give_the_events_lf_lines_give_wherever_the_stream_is_cut():
+    lf = STREAM.replace(b"\r\n", b"\n")
+    cr = lf.replace(b"\n", b"\r")
+    whole = feed_split([lf])
+    for cut in range(1, len(cr)):
+        assert feed_split([cr[:cut], cr[cut:]]) == whole, f"cut at byte {cut}"
+
+
+def test_a_long_event_in_many_chunks_is_scanned_about_twice_and_one_too_long_is_refused(monkeypatch):
+    scanned = []
+    line_ends = openai_stream._lines_as_lf  # every byte the parser looks at for line ends goes through it
+
+    def counted(data: bytes) -> bytes:
+        scanned.append(len(data))
+        return line_ends(data)
+
+    monkeypatch.setattr(openai_stream, "_lines_as_lf", counted)
+    parser = SSEParser()
+    body = b'data: {"choices":[{"index":0,"delta":{"content":"' + b"x" * 1_000_000 + b'"}}]}'
+    chunks = [body[i:i + 1000] for i in range(0, len(body), 1000)]
+    assert all(parser.feed(chunk) == [] for chunk in chunks)
+    (message,) = parser.feed(b"\n\n")
+    assert message.data == body[6:]
+    assert sum(scanned) < 2.1 * len(body)  # each chunk and the joined event once: linear (was 1,000 x here)
+    with pytest.raises(openai_stream.EventTooLarge, match="longer than 16 MiB"):
+        for _ in range(17 * 1024):
+            parser.feed(b"x" * 1024)
+
+
+def test_an_event_that_is_not_utf8_is_named_as_such():
+    reader = read_all([SSEMessage(b'{"choices":[{"delta":{"content":"\xff"}}]}')])
+    assert reader.error.startswith("the server sent an event that is not UTF-8 (invalid start byte at byte 33)")
 
 
 def test_empty_deltas_and_the_usage_only_chunk_add_no_tokens_but_usage_is_kept():

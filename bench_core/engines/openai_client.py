@@ -57,7 +57,7 @@ from ..load.datasets import SampledRequest
 from ..errors import BenchError, ConfigError
 from ..states import SERVED_REASONS
 from .base import RUN_ENDED, EngineEvent
-from .openai_stream import ERROR_BODY_CHARS, SSEMessage, SSEParser, StreamReader, error_text
+from .openai_stream import ERROR_BODY_CHARS, EventTooLarge, SSEMessage, SSEParser, StreamReader, error_text
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 SERVER_KINDS = ("lmdeploy", "vllm", "sglang", "transformers", "openai")
@@ -307,6 +307,8 @@ async def send_request(
         reason, message = "error", f"the response was cut after {reader.n_tokens} tokens: {exc}"
     except aiohttp.ServerDisconnectedError:
         reason, message = "error", f"the server closed the connection after {reader.n_tokens} tokens"
+    except EventTooLarge as exc:
+        reason, message = "error", f"{exc} after {reader.n_tokens} tokens"
     except (aiohttp.ClientError, ValueError) as exc:
         reason, message = "error", f"{type(exc).__name__}: {exc}"
     finally:
