@@ -5,4 +5,5 @@ INCOMPLETE = "incomplete"  # finished successfully but with fewer tokens than re
 FAILED = "failed"
 UNFINISHED = "unfinished"  # never finished: still running, or never sent (a duration ended)
 CANCELLED = "cancelled"  # stopped by the user's cancel, running or waiting: not an engine failure
-STATUSES = (SUCCESS, FAILED, INCOMPLETE, UNFINISHED, CANCELLED)
+OVERRUN = "overrun"  # served with more tokens than requested: a server that ignored the token limit
+STATUSES = (SUCCESS, FAILED, INCOMPLETE, UNFINISHED, CANCELLED, OVERRUN)

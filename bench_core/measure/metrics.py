@@ -20,9 +20,9 @@ import pandas as pd
 
 from .catalog import CATALOG, Metric, RunFacts, expand, percentile_key, rate
 from ..config import SLO
-from ..request_status import CANCELLED, FAILED, INCOMPLETE, STATUSES, SUCCESS, UNFINISHED
+from ..request_status import CANCELLED, FAILED, INCOMPLETE, OVERRUN, STATUSES, SUCCESS, UNFINISHED
 
-__all__ = ["CANCELLED", "FAILED", "INCOMPLETE", "STATUSES", "SUCCESS", "UNFINISHED", "percentile_key", "rate"]
+__all__ = ["CANCELLED", "FAILED", "INCOMPLETE", "OVERRUN", "STATUSES", "SUCCESS", "UNFINISHED", "percentile_key", "rate"]
 
 
 @dataclass(frozen=True)
@@ -143,14 +143,21 @@ def request_metrics(ts: np.ndarray, ns: np.ndarray, n_ticks: np.ndarray) -> Requ
 
 def request_status(
     finished: np.ndarray, succeeded: np.ndarray, output_len: np.ndarray, req_output_len: np.ndarray,
-    cancelled: np.ndarray | None = None,
+    cancelled: np.ndarray | None = None, length_status: np.ndarray | None = None,
 ) -> np.ndarray:
-    """One of STATUSES per request. Only SUCCESS requests count in LMDeploy's metrics."""
+    """One of STATUSES per request. Only SUCCESS requests count in LMDeploy's metrics.
+
+    A succeeded request is complete when it has the requested tokens (LMDeploy's rule), unless its engine
+    judged its length itself (`length_status`, "" where it did not): a server that said it stopped at the
+    limit without counting its tokens (SUCCESS), or one that produced more than asked (OVERRUN).
+    """
     full_length = np.asarray(output_len) >= np.asarray(req_output_len)
-    cancelled = np.zeros(len(full_length), dtype=bool) if cancelled is None else np.asarray(cancelled)
+    size = len(full_length)
+    cancelled = np.zeros(size, dtype=bool) if cancelled is None else np.asarray(cancelled)
+    judged = np.full(size, "", dtype=object) if length_status is None else np.asarray(length_status, dtype=object)
     return np.select(
-        [~np.asarray(finished), cancelled, ~np.asarray(succeeded), ~full_length],
-        [UNFINISHED, CANCELLED, FAILED, INCOMPLETE],
+        [~np.asarray(finished), cancelled, ~np.asarray(succeeded), judged != "", ~full_length],
+        [UNFINISHED, CANCELLED, FAILED, judged, INCOMPLETE],
         SUCCESS,
     ).astype(object)
 

@@ -53,7 +53,8 @@ log = logging.getLogger(__name__)
 # The failure reasons a run's message quotes, most frequent first.
 REASONS_QUOTED = 3
 # A request counts as served when the engine stopped it for length or for EOS; the profiler then
-# tells complete from incomplete by comparing the tokens produced with the tokens asked for.
+# tells complete from incomplete by comparing the tokens produced with the tokens asked for, unless
+# the engine judged the length itself (EngineEvent.length_status: a server that counts no tokens).
 SERVED_REASONS = ("length", "stop")
 # A request's clock starts when the engine takes it (a worker, or an HTTP send), not at t0.
 TICK_AT_ADMISSION = ("concurrency", "request_rate")
@@ -394,7 +395,7 @@ class Runner:
                 elif event.kind == "finish":
                     status = Session.SUCCESS if event.finish_reason in SERVED_REASONS else Session.FAIL
                     reason = event.finish_reason + (f": {redact_text(event.message)}" if event.message else "")
-                    session.finish(status, reason, event.ts, event.extra)
+                    session.finish(status, reason, event.ts, event.extra, event.length_status)
         finally:
             if run.cancel_event.is_set():  # what was waiting or never sent was cancelled too
                 for session in sessions:
@@ -505,7 +506,7 @@ def _finite_or_none(value) -> float | None:
 
 def measured_outcome(profiler: Profiler) -> tuple[str, str]:
     """The state of a run that ran to its end, and its message: failed when no request succeeded,
-    partial when some failed or came back short, quoting the most frequent reasons."""
+    partial when some failed, came back short or ran past their token limit, quoting the most frequent reasons."""
     reasons = metrics.format_reasons(dict(list(profiler.failure_reasons.items())[:REASONS_QUOTED]))
     if not reasons and profiler.cancelled:  # a run that ran to its end cancels only what its duration cut off
         reasons = f"{profiler.cancelled} cancelled in flight when the duration ended"
@@ -513,7 +514,9 @@ def measured_outcome(profiler: Profiler) -> tuple[str, str]:
     total = len(profiler.sessions)
     if profiler.success == 0:
         return FAILED, f"No request succeeded{because}"
-    not_served = profiler.failed + profiler.incomplete
-    if not_served:
-        return PARTIAL, f"{not_served} of {total} requests failed{because}"
+    failed = profiler.failed + profiler.incomplete
+    if failed or profiler.overrun:
+        what = " or ".join(words for count, words in ((failed, "failed"), (profiler.overrun, "ran past their token limit"))
+                           if count)
+        return PARTIAL, f"{failed + profiler.overrun} of {total} requests {what}{because}"
     return FINISHED, ""
