@@ -45,7 +45,7 @@ def _event(endpoint: str, text: str | None, finish_reason: str | None = None, ro
     else:
         choice = {"text": text or "", "index": 0, "logprobs": None, "finish_reason": finish_reason}
         body = {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "smollm2", "choices": [choice]}
-    return b"data: " + json.dumps(body).encode() + b"\r\n\r\n"  # sse-starlette ends lines with CRLF
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
 async def _generate(request: web.Request, endpoint: str) -> web.StreamResponse:
@@ -60,7 +60,7 @@ async def _generate(request: web.Request, endpoint: str) -> web.StreamResponse:
         await asyncio.sleep(CHUNK_GAP_S)
         await response.write(_event(endpoint, text))
     await response.write(_event(endpoint, None, finish_reason))
-    await response.write(b"data: [DONE]\r\n\r\n")
+    await response.write(b"data: [DONE]\n\n")
     return response
 
 
