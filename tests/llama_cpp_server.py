@@ -8,12 +8,15 @@ character folded into one chunk.
   `max_completion_tokens`, it runs on to its own end, OWN_LENGTH tokens, and says "stop" (its EOS). It
   ignores `stream_options` and `ignore_eos` and never sends usage. A chat stream opens with the role chunk
   and ends with an empty delta that carries the finish_reason, then [DONE].
+- `/replay/v1/chat/completions` replays tests/data/llama_cpp_python_chat.json write by write at its times
+  (pings, role chunk, folded characters, the empty last chunk; see its "recorded" note).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -22,6 +25,7 @@ from openai_server import serving
 PIECES = ((" the", 1), (" ", 1), ("é", 2))  # (text, tokens): llama-cpp-python sends "é" once both bytes are out
 OWN_LENGTH = 48  # tokens the server generates when it ignores the limit it was sent
 CHUNK_GAP_S = 0.002
+RECORDING = Path(__file__).resolve().parent / "data" / "llama_cpp_python_chat.json"
 
 
 def pieces(n_tokens: int) -> list[str]:
@@ -64,6 +68,19 @@ async def _generate(request: web.Request, endpoint: str) -> web.StreamResponse:
     return response
 
 
+async def _replay(request: web.Request) -> web.StreamResponse:
+    loop = asyncio.get_running_loop()
+    arrived = loop.time()
+    await request.read()
+    recording = json.loads(RECORDING.read_text(encoding="utf-8"))
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    for due, data in recording["writes"]:
+        await asyncio.sleep(max(0.0, arrived + due - loop.time()))
+        await response.write(data.encode())
+    return response
+
+
 def _make_app() -> web.Application:
     app = web.Application()
     for endpoint, path in (("completions", "completions"), ("chat", "chat/completions")):
@@ -71,11 +88,12 @@ def _make_app() -> web.Application:
             return await _generate(request, endpoint)
 
         app.router.add_post(f"/v1/{path}", handle)
+    app.router.add_post("/replay/v1/chat/completions", _replay)
     return app
 
 
 @pytest.fixture(scope="session")
 def llama_cpp_server() -> str:
-    """Base URL of the server above."""
+    """Base URL of the server above (append /replay for the recorded stream)."""
     with serving(_make_app()) as url:
         yield url

@@ -2,16 +2,18 @@
 one UTF-8 character come in one chunk, the stream ends with finish_reason "length", and the chat limit the server
 heeds is `max_tokens`, not the `max_completion_tokens` profile_restful_api.py sends.
 
-Counting chunks as tokens made such requests "incomplete" (fewer chunks than tokens asked) and dropped them from
+The stream shape of llama-cpp-python 0.3.36 itself (pings, role chunk, folded characters, empty last chunk) is
+replayed from tests/data/llama_cpp_python_chat.json. Counting chunks as tokens made such requests "incomplete" (fewer chunks than tokens asked) and dropped them from
 every number; a chat run that asked for 16 tokens got 48 and called them successes.
 """
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
-from llama_cpp_server import OWN_LENGTH, llama_cpp_server, pieces  # noqa: F401 (fixture)
+from llama_cpp_server import OWN_LENGTH, RECORDING, llama_cpp_server, pieces  # noqa: F401 (fixture)
 
 from bench_core.cli import main
 from bench_core.store.history import History
@@ -73,3 +75,18 @@ def test_a_chat_limit_the_server_ignores_is_named_with_the_flag_that_fixes_it(ll
         assert fixed.table["output_len"].tolist() == [ASKED] * N
         assert History(tmp_path / field / "results").config(fixed.summary["run_id"]).engine.chat_limit_field == field
 
+
+def test_llama_cpp_pythons_stream_shape_reads_as_the_server_wrote_it(llama_cpp_server, tmp_path, capsys):
+    recording = json.loads(RECORDING.read_text(encoding="utf-8"))
+    asked = recording["request"]["max_tokens"]
+    run = restful(llama_cpp_server + "/replay", tmp_path, capsys, "--backend", "lmdeploy-chat",
+                  "--chat-limit-field", "max_tokens", asked=asked)
+    table = run.table
+    assert run.code == 0
+    assert table["status"].tolist() == ["success"] * N
+    assert table["output_len"].tolist() == [recording["retokenized_tokens"]] * N
+    assert table["output_len_source"].tolist() == ["retokenized"] * N
+    # one tick per chunk with text: the role chunk, the empty last chunk and the pings are none
+    assert table["n_ticks"].tolist() == [1 + recording["text_chunks"]] * N
+    first_text_s = next(due for due, data in recording["writes"] if '"content"' in data)
+    assert table["ttft_s"].to_numpy() == pytest.approx(first_text_s, abs=0.05)  # not a ping's, not the role chunk's
