@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
-from openai_server import serving
+from openai_server import add_openai_routes, serving
 
 PIECES = ((" the", 1), (" ", 1), ("é", 2))  # (text, tokens): llama-cpp-python sends "é" once both bytes are out
 OWN_LENGTH = 48  # tokens the server generates when it ignores the limit it was sent
@@ -81,19 +81,10 @@ async def _replay(request: web.Request) -> web.StreamResponse:
     return response
 
 
-def _make_app() -> web.Application:
-    app = web.Application()
-    for endpoint, path in (("completions", "completions"), ("chat", "chat/completions")):
-        async def handle(request: web.Request, endpoint: str = endpoint) -> web.StreamResponse:
-            return await _generate(request, endpoint)
-
-        app.router.add_post(f"/v1/{path}", handle)
-    app.router.add_post("/replay/v1/chat/completions", _replay)
-    return app
-
-
 @pytest.fixture(scope="session")
 def llama_cpp_server() -> str:
     """Base URL of the server above (append /replay for the recorded stream)."""
-    with serving(_make_app()) as url:
+    app = add_openai_routes(web.Application(), _generate)
+    app.router.add_post("/replay/v1/chat/completions", _replay)
+    with serving(app) as url:
         yield url
