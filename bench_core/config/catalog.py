@@ -18,6 +18,7 @@ from .settings import Bounds, Part, Setting, Widget, by_name, part_settings
 MAX_SEED = 2**32 - 1  # the largest seed NumPy takes
 DATASET_NAMES = ("sharegpt", "random")
 LOAD_PATTERNS = tuple(LoadPattern)
+CHAT_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "both")
 LMDEPLOY = ("turbomind", "pytorch")
 TURBOMIND, PYTORCH, TRANSFORMERS, SERVER = ("turbomind",), ("pytorch",), ("transformers",), ("openai",)
 LOG_LEVELS = tuple(logging.getLevelNamesMapping())  # LMDeploy's --log-level choices: the logging levels' names
@@ -145,6 +146,10 @@ ENGINE = (
     _knob("server_kind", SERVER_GROUP, SERVER, str, "openai",
           "Which server it is, so ignore_eos is sent the way it accepts (openai: any other, not sent).",
           choices=("lmdeploy", "vllm", "sglang", "transformers", "openai")),
+    # profile_restful_api.py asks a chat server for max_completion_tokens; some (llama.cpp's) heed only max_tokens.
+    _knob("chat_limit_field", SERVER_GROUP, SERVER, str, "max_completion_tokens",
+          "The field of a chat request that limits its output tokens (the completions endpoint has only max_tokens).",
+          choices=CHAT_LIMIT_FIELDS, rule="max_tokens, max_completion_tokens or both"),
     _knob("tokenizer", SERVER_GROUP, SERVER, str, "", "Tokenizer for sampling prompts and retokenizing answers; empty: the model's."),
     _knob("extra_request_body", SERVER_GROUP, SERVER, str, "", "JSON object merged into every request body.",
           rule='a JSON object, e.g. {"temperature": 0}'),
