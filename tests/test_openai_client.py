@@ -95,6 +95,12 @@ def test_crlf_lines_comments_ids_and_retries_leave_only_the_data():
     assert all(not m.data.endswith(b"\r") for m in messages)
 
 
+def test_nothing_after_done_counts():
+    text = b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
+    reader = read_all(feed_split([text, b"data: [DONE]\n\n", text, text, b'event: error\ndata: {"x": 1}\n\n']))
+    assert (reader.n_tokens, reader.text_parts, reader.error) == (1, ["a"], None)
+
+
 def test_a_last_event_without_its_blank_line_is_still_read():
     assert feed_split([b"data: [DONE]"]) == [SSEMessage(b"[DONE]")]
 
@@ -475,6 +481,17 @@ def test_cancel_aborts_requests_in_flight_and_those_not_sent(misbehaving_server)
     assert run.results[0].message == "cancelled" and run.results[0].n_tokens > 0
     assert all(r.message == "not sent: cancelled" for r in run.results[1:])
     assert len(finishes(events)) == 5
+
+
+def test_a_server_streaming_past_the_limit_forever_is_read_up_to_a_bound_then_the_request_fails(misbehaving_server):
+    _, (result,), _ = finished(ServerSpec(misbehaving_server), "m", requests_for(["forever"], output_len=8))
+    assert result.finish_reason == "error" and 2 * 8 + 64 < result.n_tokens < 200  # chunks may bring several events
+    assert result.message == f"the server streamed {result.n_tokens} tokens for the 8 asked and went on: stopped reading"
+
+
+def test_text_after_done_is_not_counted_and_not_waited_for(misbehaving_server):
+    _, (result,), _ = finished(ServerSpec(misbehaving_server), "m", requests_for(["after-done"], output_len=8))
+    assert (result.finish_reason, result.n_tokens, result.text) == ("length", 8, " tok" * 8)
 
 
 @pytest.mark.parametrize("load", [{"max_concurrency": 0}, {"warmup": -1}, {"duration_s": 0}, {"request_rate": 0}])

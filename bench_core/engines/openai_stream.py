@@ -131,6 +131,8 @@ class StreamReader:
         return self.done or self.server_finish_reason is not None
 
     def read_message(self, message: SSEMessage) -> None:
+        if self.done:  # [DONE] ends the response: whatever a server sends after it is not part of it
+            return
         if message.event == "error":
             self.error = f"the server sent an error event: {error_text(message.data)}"
             return
