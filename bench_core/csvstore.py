@@ -294,39 +294,49 @@ def frame_bytes(frame: pd.DataFrame) -> bytes:
 def _append_in_place(path: Path, header: list[str], rows: list[Mapping[str, object]]) -> None:
     """Append `rows` to the file (with `header` first when it is empty) in one write; a write that
     fails is undone by cutting the file back to its former length."""
-    with open(path, "a+b") as f:
-        size = f.seek(0, os.SEEK_END)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND)
+    try:
+        size = os.lseek(fd, 0, os.SEEK_END)
         buffer = io.StringIO(newline="")
-        if size and os.pread(f.fileno(), 1, size - 1) not in (b"\n", b"\r"):
+        if size and os.pread(fd, 1, size - 1) not in (b"\n", b"\r"):
             buffer.write("\r\n")  # a last line without its line break (an edit by hand) stays a line of its own
         _write_rows(buffer, header, rows, with_header=size == 0)
+        data = memoryview(buffer.getvalue().encode("utf-8"))
         try:
-            f.write(buffer.getvalue().encode("utf-8"))
-            f.flush()
-            os.fsync(f.fileno())
+            while data:  # unbuffered: what a full disk refused is not written again by a flush on the way out
+                data = data[os.write(fd, data):]
+            os.fsync(fd)
         except BaseException:
-            f.truncate(size)
+            os.ftruncate(fd, size)  # the part that went in comes out: no half row for the next start to quarantine
             raise
+    finally:
+        os.close(fd)
 
 
-def replace_bytes(path: Path, data: bytes) -> None:
-    """Replace the file (a symlink's target, keeping the link) by a complete new one with the same mode;
-    a new file gets the mode the umask gives."""
+def replace_file(path: Path, write: Callable[[Path], object]) -> None:
+    """Replace the file (a symlink's target, keeping the link) by a complete new one that `write(tmp)` writes, with
+    the same mode; a new file gets the mode the umask gives, as every file we write (one policy: the user's umask).
+    A crash never leaves half a file: the new one is written beside it and renamed over it."""
     target = Path(os.path.realpath(path))
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp_path = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, "wb") as f:
-            with contextlib.suppress(FileNotFoundError):
-                os.fchmod(f.fileno(), stat.S_IMODE(os.stat(target).st_mode))
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        with contextlib.suppress(FileNotFoundError):
+            os.fchmod(fd, stat.S_IMODE(os.stat(target).st_mode))
+        os.close(fd)
+        write(tmp_path)
+        with open(tmp_path, "rb") as written:
+            os.fsync(written.fileno())
         os.replace(tmp_path, target)
     except BaseException:
         tmp_path.unlink(missing_ok=True)
         raise
+
+
+def replace_bytes(path: Path, data: bytes) -> None:
+    """Replace the file by one holding `data` (see replace_file)."""
+    replace_file(path, lambda tmp: tmp.write_bytes(data))
 
 
 def _write_atomically(path: Path, header: list[str], rows: Iterable[Mapping[str, object]]) -> None:

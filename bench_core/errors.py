@@ -6,7 +6,13 @@ from .redact import redact_text
 
 class BenchError(Exception):
     """Base class: the message says what is wrong and, where possible, what to do. It may quote what the
-    user typed, a server URL with its password included: the text shown has every credential masked."""
+    user typed, a server URL with its password included: the text shown has every credential masked.
+
+    `refuses_input`: the error refuses what the user asked for (a typo, a missing file, an impossible setting)
+    before any work on it: such a run is not a run and leaves no history row. Errors that come once the work is
+    under way (a model that fails to build, an engine out of memory) are recorded with the run."""
+
+    refuses_input = False
 
     def __str__(self) -> str:
         return redact_text(super().__str__())
@@ -15,17 +21,29 @@ class BenchError(Exception):
 class ConfigError(BenchError):
     """An impossible or unsupported combination of settings, found before any work starts."""
 
+    refuses_input = True
+
 
 class DatasetError(BenchError):
     """A dataset that is missing, unreadable or holds no usable conversation."""
 
+    refuses_input = True
+
 
 class ModelError(BenchError):
-    """A model that cannot be found or loaded."""
+    """A model that cannot be loaded or built."""
+
+
+class UnknownModel(ModelError):
+    """A model name that names nothing: no folder, no built-in or synthetic model of that name or shape."""
+
+    refuses_input = True
 
 
 class EngineUnavailable(BenchError):
     """A backend that cannot run on this machine (library or GPU missing)."""
+
+    refuses_input = True
 
 
 class HistoryError(BenchError):

@@ -5,7 +5,7 @@ an `Authorization` header. Requests are sent with the real values; every record 
 config.json, environment.json, requests.parquet, the user's CSVs), every message printed or shown,
 and every dashboard view gets them through here first. A key is secret-looking when its words
 (split at `_`, `-`, `.` and camelCase) name a credential: `api_key`, `X-Api-Key`, `accessToken`,
-`password`... (`max_tokens`, `tokenizer` and `stop_token_ids` are not).
+`password`, `sessionid`, `auth_header`... (`max_tokens`, `tokenizer`, `stop_token_ids` and `session_len` are not).
 """
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ import urllib.parse
 from typing import Any
 
 MASK = "***"
-# Words that name a credential wherever they stand, and words that do only at the end of a key
-# (`access_token` and `key` are secrets, `stop_token_ids` and `key_count` are not).
-_SECRET_WORDS = frozenset({
-    "apikey", "secret", "password", "passwd", "pwd", "passphrase", "authorization", "credential", "credentials",
-    "cookie", "bearer",
-})
-_SECRET_LAST_WORDS = frozenset({"key", "token", "auth", "signature"})
+# Words that name a credential wherever they stand, or begin a word that does (`sessionid`, `client_secrets`,
+# `cookies`); words that do at the end of a key (`access_token` and `key` are secrets, `stop_token_ids` and
+# `key_count` are not); and the session, which is one when it names an identity, not a length (`session_id`,
+# `session_token`, but `session_len`).
+_SECRET_STEMS = ("apikey", "secret", "password", "passwd", "pwd", "passphrase", "authoriz", "auth", "credential",
+                 "cookie", "bearer", "sessionid", "sessiontoken", "sessionkey")
+_SECRET_LAST_WORDS = frozenset({"key", "token", "signature", "session", "sid"})
+_SESSION_SECRETS = frozenset({"id", "key", "token", "cookie"})
 _PAIR_MARKS = frozenset("@=:")
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
 _WORD_SEPARATORS = re.compile(r"[^a-z0-9]+")
@@ -64,9 +65,15 @@ def remember_secrets(url: str = "", request_body: str = "", api_key: str | None 
 def is_secret_key(name: Any) -> bool:
     """Whether a mapping key or field name looks like it holds a credential."""
     words = [word for word in _WORD_SEPARATORS.split(_CAMEL.sub(r"\1_\2", str(name)).lower()) if word]
-    pairs = zip(words, words[1:])
-    return (any(word in _SECRET_WORDS for word in words) or ("api", "key") in pairs
+    pairs = list(zip(words, words[1:]))
+    return (any(word.startswith(_SECRET_STEMS) and not _is_author(word) for word in words)
+            or ("api", "key") in pairs or any(first == "session" and second in _SESSION_SECRETS for first, second in pairs)
             or bool(words) and words[-1] in _SECRET_LAST_WORDS)
+
+
+def _is_author(word: str) -> bool:
+    """An author, not an authorization: begins with "auth" without naming a credential."""
+    return word.startswith("author") and not word.startswith("authoriz")
 
 
 def redact(value: Any) -> Any:

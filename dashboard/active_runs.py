@@ -16,6 +16,7 @@ from bench_core.errors import BenchError
 from bench_core.states import RunState
 from bench_core.run.runner import Run, Runner
 from dashboard.state import get_runner
+from dashboard.text import plain
 
 # A cancelled run stops within a second; the Cancel click waits that long so that its own rerun draws the ended run.
 CANCEL_SETTLE_S = 2.0
@@ -59,7 +60,7 @@ def _banner(shown_run_id: str | None) -> None:
     with st.container(border=True, key="active_runs_banner"):
         for run in others:
             left, right = st.columns([4, 1], vertical_alignment="center")
-            left.markdown(f":material/pending: {describe(run, runner)}")
+            left.markdown(f":material/pending: {plain(describe(run, runner))}")
             right.page_link(RUN_PAGE, label="Open it", query_params={"run": run.run_id})
 
 
@@ -83,7 +84,7 @@ def press_start(config: RunConfig) -> Run | None:
     active = active_runs(runner)
     same = next((run for run in active if run.run_id in started and run.config == config), None)
     if same is not None:
-        st.info(f"Already started: {describe(same, runner)}. Pressing Start again queues nothing.")
+        st.info(f"Already started: {plain(describe(same, runner))}. Pressing Start again queues nothing.")
         return same
     check_run_config(config)
     if active:
@@ -95,13 +96,13 @@ def press_start(config: RunConfig) -> Run | None:
 def render_confirmation() -> None:
     """Ask before queueing the pending start behind the active runs; confirming queues it and shows it."""
     if START_ERROR in st.session_state:
-        st.error(st.session_state.pop(START_ERROR))
+        st.error(plain(st.session_state.pop(START_ERROR)))
     if st.session_state.get(PENDING) is None:
         return
     runner = get_runner()
     active = active_runs(runner)
     if active:
-        ahead = "; ".join(describe(run, runner) for run in active)
+        ahead = "; ".join(plain(describe(run, runner)) for run in active)
         st.warning(f"Another run holds the engine: {ahead}. A new run waits in the queue behind it.")
     else:
         st.info("The run that held the engine has ended: a new run starts at once.")

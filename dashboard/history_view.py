@@ -19,6 +19,7 @@ from bench_core.views import compare_charts, run_diff, tables
 from bench_core.errors import HistoryError
 from bench_core.store.history import History
 from dashboard.table_view import LONG_TABLE_ROWS, show_table
+from dashboard.text import plain
 
 # Relative to the History page's URL: the Run page as app.py registers it (pages/run.py -> /run).
 RUN_PAGE_URL = "run"
@@ -38,7 +39,7 @@ def import_section(history: History) -> None:
     """Upload then Import. After an import the uploader starts empty (a new key): LMDeploy's rows carry no
     run id, so importing the same file twice would add them twice."""
     if "import_notice" in st.session_state:
-        st.success(st.session_state.pop("import_notice"))
+        st.success(plain(st.session_state.pop("import_notice")))
     uploads = st.session_state.setdefault("import_uploads", 0)
     with st.expander("Import a CSV (this app's history, or LMDeploy's profile_*.py output)"):
         upload = st.file_uploader("CSV file", type=["csv"], key=f"import_file_{uploads}")
@@ -46,7 +47,7 @@ def import_section(history: History) -> None:
             try:
                 new_ids = history.import_csv(upload.getvalue(), upload.name)
             except HistoryError as exc:
-                st.error(str(exc))
+                st.error(plain(exc))
             else:
                 st.session_state["import_notice"] = (
                     f"Imported {len(new_ids)} run(s) from {upload.name}." if new_ids
@@ -123,7 +124,7 @@ def _keep_pending() -> None:
 def delete_section(history: History, picked: list[str]) -> None:
     """Two steps: the button names the selected runs, then a confirmation lists them before anything goes."""
     if "delete_notice" in st.session_state:
-        st.success(st.session_state.pop("delete_notice"))
+        st.success(plain(st.session_state.pop("delete_notice")))
     pending = st.session_state.get("delete_pending")
     if pending:
         st.warning(f"Delete {len(pending)} run(s) for good: {', '.join(pending)}? Their history rows and "

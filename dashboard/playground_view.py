@@ -18,6 +18,7 @@ from dashboard import sidebar, url_settings
 from dashboard.sidebar import DEFAULT_BACKEND
 from dashboard.state import get_runner
 from dashboard.table_view import show_table
+from dashboard.text import plain
 
 POLL_S = 1.0
 RESULT_COLUMN_CONFIG = {
@@ -49,7 +50,7 @@ def engine_choice() -> EngineConfig:
         st.caption("Uses the engine already in memory.")
         return loaded
     if loaded is not None:
-        st.caption(f"In memory now: {loaded.model} on {loaded.backend}; running here loads {model} instead.")
+        st.caption(plain(f"In memory now: {loaded.model} on {loaded.backend}; running here loads {model} instead."))
     return EngineConfig(backend=backend, model=model)
 
 
@@ -67,7 +68,7 @@ def prompt_input() -> tuple[list, str | None]:
         conversations = parse_prompt_file(upload.name, upload.getvalue())
     except BenchError as exc:
         return [], str(exc)
-    st.caption(f"{len(conversations)} conversation(s) from {upload.name} (the typed prompts are not used).")
+    st.caption(plain(f"{len(conversations)} conversation(s) from {upload.name} (the typed prompts are not used)."))
     return conversations, None
 
 
@@ -95,9 +96,9 @@ def show_job(job: PlaygroundJob) -> None:
             status += f", {get_runner().queue_position(job)} job(s) ahead"
         st.progress(done / total, text=status)
         if job.state == RunState.FAILED:
-            st.error(job.message)
+            st.error(plain(job.message))
         elif job.message:
-            st.info(job.message)
+            st.info(plain(job.message))
         if job.results:
             results = results_frame(job.results)
             show_table(results, key="pg_results", keep_numbers=True, hide_index=True,
@@ -108,8 +109,8 @@ def show_job(job: PlaygroundJob) -> None:
 
     was_active = job.active
     if job.engine_info is not None:
-        st.caption(f"{job.engine_info.model} on {job.engine_info.backend} ({job.engine_info.device}, "
-                   f"{job.engine_info.dtype})")
+        st.caption(plain(f"{job.engine_info.model} on {job.engine_info.backend} ({job.engine_info.device}, "
+                         f"{job.engine_info.dtype})"))
     live()
     if job.active:
         st.button("Cancel", key="pg_cancel", on_click=job.cancel)
@@ -126,7 +127,7 @@ def show_job(job: PlaygroundJob) -> None:
 def _answers(results) -> None:
     """Each answer in full, wrapped, under its prompt (the grid cuts long text to one line)."""
     for row in results.to_dict("records"):
-        with st.expander(f"#{row['index']} {_first_line(row['prompt'])}"):
+        with st.expander(plain(f"#{row['index']} {_first_line(row['prompt'])}")):
             st.code(row["text"] or row["error"], language=None, wrap_lines=True)
 
 

@@ -28,6 +28,7 @@ from bench_core.run.runner import Run
 from dashboard.run_result import RunResult, result_from_history, result_from_run
 from dashboard.state import get_history, get_runner
 from dashboard.table_view import LONG_TABLE_ROWS, show_table
+from dashboard.text import plain
 
 LIVE_REFRESH_S = 1.0
 # Redrawing three Plotly charts costs the browser far more than the counters: on 2 CPU cores shared
@@ -40,23 +41,23 @@ def render_run(run_id: str, slo: SLO) -> None:
     run = get_runner().get(run_id)
     if run is not None and run.active:
         st.subheader(f"Run {run_id}")
-        st.caption(describe_config(run.config))
+        st.caption(plain(describe_config(run.config)))
         _live_panel(run_id)
         _live_charts_panel(run_id)
         return
     try:
         result = result_from_run(run) if run is not None else result_from_history(get_history(), run_id)
     except BenchError as exc:
-        st.error(str(exc))
+        st.error(plain(exc))
         return
     st.subheader(f"Run {run_id}")
     if result is None:  # cancelled before anything was measured: nothing was recorded
-        st.caption(describe_config(run.config))
-        st.warning(f"{run.state}: {run.message}" if run.message else run.state)
+        st.caption(plain(describe_config(run.config)))
+        st.warning(plain(f"{run.state}: {run.message}" if run.message else run.state))
         return
-    st.caption(describe_config(result.config))
+    st.caption(plain(describe_config(result.config)))
     if result.requests is None:  # it failed before measuring: a bad model, dataset or engine
-        st.error(f"{result.status}: {result.message}")
+        st.error(plain(f"{result.status}: {result.message}"))
         return
     _ended_view(result, slo)
 
@@ -79,7 +80,7 @@ def describe_config(config: RunConfig) -> str:
     else:
         shape = f"concurrency {load.concurrency}"
     parts = [
-        f"**{config.label}**" if config.label else "",
+        config.label,
         served,
         f"{data.num_prompts} prompts from {data.dataset} ({data.dataset_name}, {lengths})",
         f"{load.load_pattern} load, {shape}, {'streamed' if load.stream_output else 'not streamed'}",
@@ -103,7 +104,7 @@ def _live_panel(run_id: str) -> None:
         return
     snapshot = run.snapshot()
     if run.state == RunState.LOADING or snapshot is None:  # a snapshot comes once it measures
-        st.info(f"{run.state}: {run.phase or 'starting'}…")
+        st.info(plain(f"{run.state}: {run.phase or 'starting'}…"))
         return
     _live_progress(run, snapshot)
 
@@ -168,9 +169,9 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
     summary = result.summary(slo)
     _ended_status(result, summary)
     for warning in result.warnings:
-        st.warning(warning)
+        st.warning(plain(warning))
     for note in result.notes:
-        st.caption(f"Dataset: {note}")
+        st.caption(plain(f"Dataset: {note}"))
     stream = result.config.load.stream_output
 
     st.markdown("**Latency (ms)**, successful requests, as LMDeploy reports it")
@@ -207,7 +208,7 @@ def _hardware_section(result: RunResult) -> None:
     try:
         random_weights, values, samples, verdict = _hardware_findings(result)
     except BenchError as exc:
-        st.warning(str(exc))
+        st.warning(plain(exc))
         return
     st.markdown("**Hardware**")
     if random_weights:
@@ -220,9 +221,9 @@ def _hardware_section(result: RunResult) -> None:
         st.plotly_chart(run_charts.telemetry_over_time(samples), key="ended_telemetry")
     if verdict is not None:
         first, *rest = describe_roofline(verdict)
-        st.info(first)
+        st.info(plain(first))
         if rest:
-            st.markdown("\n".join(rest))
+            st.markdown("\n".join(plain(line) for line in rest))
 
 
 def _hardware_findings(result: RunResult) -> tuple[bool, dict, pd.DataFrame | None, dict | None]:
@@ -253,11 +254,11 @@ def _ended_status(result: RunResult, summary: dict) -> None:
     said = f"{result.status}: {result.message}. {counts}." if result.message else f"{result.status}: {counts}."
     served_all = summary["failed"] + summary["incomplete"] + summary.get("overrun", 0) == 0
     if result.status == RunState.FAILED or (result.status == RunState.FINISHED and summary["completed"] == 0):
-        st.error(said)
+        st.error(plain(said))
     elif result.status == RunState.FINISHED and served_all:
-        st.success(said)
+        st.success(plain(said))
     else:
-        st.warning(said)
+        st.warning(plain(said))
 
 
 def _server_load(config: RunConfig, summary: dict) -> None:

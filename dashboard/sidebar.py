@@ -31,6 +31,7 @@ from bench_core.models.resolve import PICKABLE_MODELS
 from bench_core.run.runner import Run
 from dashboard import url_settings
 from dashboard.url_settings import persisted
+from dashboard.text import plain
 
 DEFAULT_MODEL = setting("model").default
 DEFAULT_BACKEND = setting("backend").default
@@ -296,7 +297,7 @@ def _show_unavailable_backends() -> None:
         if reason:
             reasons.setdefault(reason, []).append(backend)
     for reason, names in reasons.items():
-        st.sidebar.caption(f"**{', '.join(names)} unavailable:** {reason}")
+        st.sidebar.caption(f"**{', '.join(names)} unavailable:** {plain(reason)}")
 
 
 def model_picker(where: Any, key_prefix: str = "", draw: Callable[..., Any] = persisted) -> str:

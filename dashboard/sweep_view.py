@@ -35,11 +35,12 @@ from bench_core.sweep.plan import (
     CPU_SWEEP_OUTPUT_LEN, CPU_SWEEP_PROMPTS, DEFAULT_AXIS, DEFAULT_REPEATS, SWEEPABLE, SweepPlan, describe_point,
     new_sweep_id, parse_sweep_arg, with_run_size,
 )
-from bench_core.sweep.store import load_plan, past_sweeps, remaining
+from bench_core.sweep.store import CREDENTIAL_SETTINGS, load_plan, past_sweeps, remaining
 from bench_core.views.tables import describe_column
 from dashboard import sidebar
 from dashboard.state import get_history, get_runner, get_sweeps
 from dashboard.table_view import show_table
+from dashboard.text import plain
 
 LIVE_REFRESH_S = 1.0
 NO_SECOND = "(none)"
@@ -61,8 +62,10 @@ STOPPED = "stopped"
 
 # ---- starting --------------------------------------------------------------------------------
 
-def sweep_inputs(backend: str) -> dict[str, Any]:
-    """The settings to sweep, their values and the repeats; the base settings come from the sidebar."""
+def sweep_inputs(sidebar_values: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings to sweep, their values and the repeats; the base settings come from the sidebar, whose
+    credentials (a server URL's password) also resume a sweep whose saved plan masked them."""
+    backend = sidebar_values["backend"]
     options = [name for name in SWEEPABLE
                if name in NON_ENGINE_SETTINGS or name in {knob.name for knob in knobs_for(backend)}]
     first, second, repeats = st.columns([2, 2, 1])
@@ -78,7 +81,9 @@ def sweep_inputs(backend: str) -> dict[str, Any]:
     count = repeats.number_input("Repeats", value=DEFAULT_REPEATS, min_value=1, step=1, key="sweep_repeats",
                                  help="Runs per point: two or more give a mean, a spread and a 95% interval.")
     axes = [(name, values)] + ([(second_name, second_values)] if second_name != NO_SECOND else [])
-    return {"axes": axes, "repeats": int(count), **_run_size_inputs(backend), **_cluster_inputs()}
+    credentials = {name: sidebar_values.get(name) or "" for name in CREDENTIAL_SETTINGS}
+    return {"axes": axes, "repeats": int(count), **_run_size_inputs(backend), **_cluster_inputs(),
+            "credentials": credentials}
 
 
 def _run_size_inputs(backend: str) -> dict[str, int | None]:
@@ -139,9 +144,9 @@ def show_estimate(inputs: Mapping[str, Any], values: Mapping[str, Any], uploads_
         return
     guess = estimate(plan.points(), runs)
     if guess.seconds is None:
-        st.caption(f"{describe_plan(plan)}; no duration estimate: {guess.basis}.")
+        st.caption(plain(f"{describe_plan(plan)}; no duration estimate: {guess.basis}."))
     else:
-        st.caption(f"{describe_plan(plan)}; takes {describe_seconds(guess.seconds)}, {guess.basis}.")
+        st.caption(plain(f"{describe_plan(plan)}; takes {describe_seconds(guess.seconds)}, {guess.basis}."))
 
 
 def start(plan: SweepPlan, inputs: Mapping[str, Any]) -> SweepRun:
@@ -152,7 +157,7 @@ def start(plan: SweepPlan, inputs: Mapping[str, Any]) -> SweepRun:
 
 def resume(sweep_id: str, inputs: Mapping[str, Any]) -> SweepRun:
     """Resume where the page's inputs say (this machine or their cluster), as they are set now."""
-    sweep = resume_sweep(get_runner(), sweep_id, launch_for(inputs))
+    sweep = resume_sweep(get_runner(), sweep_id, launch_for(inputs), inputs["credentials"])
     get_sweeps()[sweep.sweep_id] = sweep
     return sweep
 
@@ -173,10 +178,10 @@ def render_sweep(sweep_id: str, slo: SLO, live: bool, runs: pd.DataFrame | None,
     try:
         plan = sweep.plan if sweep is not None else load_plan(history, sweep_id)
     except BenchError as exc:
-        st.error(str(exc))
+        st.error(plain(exc))
         return
     st.subheader(f"Sweep {sweep_id}")
-    st.caption(f"{describe_plan(plan)} · {plan.base.engine.model} on {plan.base.engine.backend}")
+    st.caption(plain(f"{describe_plan(plan)} · {plan.base.engine.model} on {plan.base.engine.backend}"))
     if live:
         _live_progress(sweep_id, runs)
     else:
@@ -206,7 +211,7 @@ def _live_progress(sweep_id: str, runs: pd.DataFrame) -> None:
         st.page_link("pages/run.py", label=f"Watch run {progress.current_run_id} live", icon=":material/monitoring:",
                      query_params={"run": progress.current_run_id})
     if progress.errors:
-        st.warning(" ".join(progress.errors))
+        st.warning(plain(" ".join(progress.errors)))
     _where_runs_are(sweep)
 
 
@@ -254,15 +259,15 @@ def _ended_status(sweep: SweepRun | None, plan: SweepPlan, runs: pd.DataFrame, i
     if state == RunState.FINISHED:
         st.success(f"finished: all {total} runs.")
     elif state == RunState.CANCELLED or state == STOPPED:
-        st.warning(f"{state}: {message}")
+        st.warning(plain(f"{state}: {message}"))
     else:
-        st.error(f"{state}: {message}")
+        st.error(plain(f"{state}: {message}"))
     _where_runs_are(sweep)
     if finished < total and st.button(f"Resume: run the other {total - finished}", key="sweep_resume", type="primary"):
         try:
             resume(plan.sweep_id, inputs)
         except BenchError as exc:
-            st.error(str(exc))
+            st.error(plain(exc))
         else:
             st.rerun()
 
@@ -278,7 +283,7 @@ def results(history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO) -> 
         try:
             tables = {run_id: _request_table(str(history.root), run_id) for run_id in runs["run_id"].astype(str)}
         except BenchError as exc:
-            st.warning(f"Goodput for the sidebar's SLO needs every run's stored requests: {exc}")
+            st.warning(plain(f"Goodput for the sidebar's SLO needs every run's stored requests: {exc}"))
         else:
             runs = sweep_results.with_slo(runs, tables, slo)
     statistics = sweep_results.point_statistics(runs, plan)
@@ -361,7 +366,7 @@ def past_sweeps_section(history: History, runs: pd.DataFrame | None) -> None:
     try:
         table = past_sweeps(history, runs)
     except BenchError as exc:
-        st.error(str(exc))
+        st.error(plain(exc))
         return
     if table.empty:
         st.caption("No sweep yet.")

@@ -21,6 +21,8 @@ from bench_core.redact import redact_text
 
 STORE = "sidebar_settings"  # session key: widget key -> last value shown, for every page of the session
 NONE = format_value(None)  # how an empty optional value is written in the URL
+# Streamlit number widgets hold what a browser number holds exactly; a larger integer breaks the page.
+JS_SAFE_INTEGER = 2**53 - 1
 # Defaults per widget key, as the widgets declare them; the same for every session.
 _DEFAULTS: dict[str, Any] = {}
 
@@ -110,6 +112,8 @@ def _number(text: str, number: type, kwargs: Mapping[str, Any]) -> int | float |
         return None
     value = number(text)
     if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(text)
+    if isinstance(value, int) and abs(value) > JS_SAFE_INTEGER:
         raise ValueError(text)
     low, high = kwargs.get("min_value"), kwargs.get("max_value")
     if (low is not None and value < low) or (high is not None and value > high):

@@ -5,6 +5,7 @@ download them or delete them; import CSVs written by this app or by LMDeploy's b
 import streamlit as st
 
 from bench_core.errors import BenchError
+from dashboard.text import plain
 from dashboard import active_runs, history_view
 from dashboard.state import get_history
 
@@ -16,10 +17,10 @@ try:
     history.tidy()  # once per History, i.e. once per dashboard process: see History.tidy
     runs = history.load()
 except BenchError as exc:
-    st.error(str(exc))
+    st.error(plain(exc))
     st.stop()
 for notice in history.take_notices():
-    st.warning(notice)
+    st.warning(plain(notice))
 if runs.empty:
     st.info("No runs yet: start one on the Run page, or import a CSV above.")
     st.stop()

@@ -8,6 +8,7 @@ The job on show is named in the URL (?job=<id>), so a reload finds it while the 
 import streamlit as st
 
 from bench_core.errors import BenchError
+from dashboard.text import plain
 from dashboard import active_runs, playground_view
 from dashboard.state import get_runner
 
@@ -19,12 +20,12 @@ engine = playground_view.engine_choice()
 conversations, file_problem = playground_view.prompt_input()
 generation, max_new_tokens = playground_view.generation_settings()
 if file_problem:
-    st.error(file_problem)
+    st.error(plain(file_problem))
 elif st.button("Run prompts", key="pg_run", type="primary"):
     try:
         job = get_runner().submit_playground(engine, conversations, generation, max_new_tokens)
     except BenchError as exc:
-        st.error(str(exc))
+        st.error(plain(exc))
     else:
         st.query_params["job"] = job.job_id
 

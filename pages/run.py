@@ -10,6 +10,7 @@ from functools import partial
 import streamlit as st
 
 from bench_core.errors import BenchError
+from dashboard.text import plain
 from dashboard import active_runs, sidebar
 from dashboard.run_view import render_run
 from dashboard.state import get_history, get_runner
@@ -30,7 +31,7 @@ if choice.start:
     try:
         run = active_runs.press_start(sidebar.config_from_choice(choice.values, get_history().root / UPLOADS_FOLDER))
     except BenchError as exc:
-        st.error(str(exc))
+        st.error(plain(exc))
     else:
         if run is not None and run.run_id != run_id:
             st.query_params["run"] = st.session_state["run_id"] = run.run_id

@@ -10,6 +10,7 @@ The sweep on show is named in the URL (?sweep=<id>), so a reload or a second tab
 import streamlit as st
 
 from bench_core.errors import BenchError
+from dashboard.text import plain
 from dashboard import active_runs, sidebar, sweep_view
 from dashboard.state import get_history, get_sweeps
 
@@ -26,11 +27,11 @@ choice = sidebar.render_sidebar(cancel=None, actions=False)  # the sweep has its
 
 st.caption("Every point starts from the settings in the sidebar; the sweep varies the settings chosen here, "
            "with the run size set here.")
-inputs = sweep_view.sweep_inputs(choice.values["backend"])
+inputs = sweep_view.sweep_inputs(choice.values)
 try:
     runs = get_history().load()  # once per script run: the estimate, the sweep and the past sweeps read it
 except BenchError as exc:
-    st.error(str(exc))
+    st.error(plain(exc))
     runs = None  # said once; the views below leave out what needs the history
 sweep_view.show_estimate(inputs, choice.values, get_history().root / UPLOADS_FOLDER, runs)
 start_col, cancel_col = st.columns([1, 1])
@@ -43,7 +44,7 @@ if start:
         plan = sweep_view.plan_from_inputs(inputs, choice.values, get_history().root / UPLOADS_FOLDER)
         sweep = sweep_view.start(plan, inputs)
     except BenchError as exc:
-        st.error(str(exc))
+        st.error(plain(exc))
     else:
         st.query_params["sweep"] = st.session_state["sweep_id"] = sweep.sweep_id
         st.rerun()  # redraw with Cancel enabled for the new sweep

@@ -120,6 +120,9 @@ async def _stream(request: web.Request, endpoint: str) -> web.StreamResponse:
     while behaviour == "keepalive":  # until the client gives up (handler_cancellation)
         await response.write(b": ping\n\n")
         await asyncio.sleep(0.1)
+    while behaviour == "forever":  # tokens past any limit, never finishing, until the client gives up
+        await response.write(_chunk(endpoint, text=" tok"))
+        await asyncio.sleep(CHUNK_GAP_S / 10)
     for i in range(n):
         if behaviour == "reasoning" and i < n // 2:
             await response.write(_chunk(endpoint, reasoning="hmm"))
@@ -135,6 +138,9 @@ async def _stream(request: web.Request, endpoint: str) -> web.StreamResponse:
     usage = {"prompt_tokens": 3, "completion_tokens": n, "total_tokens": n + 3}
     await response.write(_chunk(endpoint, finish_reason=finish_reason, usage=usage))
     await response.write(b"data: [DONE]\n\n")
+    while behaviour == "after-done":  # text after the end, the connection held open, until the client gives up
+        await response.write(_chunk(endpoint, text=" late"))
+        await asyncio.sleep(CHUNK_GAP_S)
     return response
 
 

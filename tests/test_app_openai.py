@@ -7,7 +7,7 @@ from streamlit.testing.v1 import AppTest
 
 from bench_core.load.arrivals import achieved_rate
 from bench_core.store.history import RESULTS_ENV
-from app_under_test import APP
+from app_under_test import APP, shown
 from dashboard.state import get_runner
 
 SECRET = "sk-typed-in-the-page-0123456789"
@@ -45,8 +45,8 @@ def test_a_server_run_shows_its_results_and_the_load_achieved_and_never_stores_t
     at.run()
     assert not at.exception and not at.error
     assert at.success[0].value.startswith("finished: 6/6 requests succeeded")
-    assert f"the served model on the transformers server at {transformers_server}" in at.caption[0].value
-    assert "request_rate load, 50 req/s, burstiness 1, max concurrency 4" in at.caption[0].value
+    assert f"the served model on the transformers server at {transformers_server}" in shown(at.caption[0].value)
+    assert "request_rate load, 50 req/s, burstiness 1, max concurrency 4" in shown(at.caption[0].value)
     labels = {m.label: m.value for m in at.metric}
     assert labels["Requested rate (req/s)"] == "50"
     # The schedule is drawn as profile_restful_api.py draws it (its rate is near 50, not exactly); late sends only lower it.

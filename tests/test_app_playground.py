@@ -5,7 +5,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from bench_core.store.history import RESULTS_ENV
-from app_under_test import APP
+from app_under_test import APP, shown
 from dashboard.state import get_runner
 
 TINY = "builtin:tiny-llama"
@@ -45,7 +45,7 @@ def test_two_typed_prompts_give_two_answers_with_counts_reasons_and_downloads(tm
     assert (results["ttft_s"] <= results["total_s"]).all()
     # Timings before the long text columns, so they stay on screen; every answer in full, wrapped, below.
     assert list(at.dataframe[0].proto.column_order[:3]) == ["index", "ttft_s", "total_s"]
-    assert [expander.label for expander in at.expander] == [f"#{i} {prompt}" for i, prompt in
+    assert [shown(expander.label) for expander in at.expander] == [f"#{i} {prompt}" for i, prompt in
                                                             zip(results["index"], results["prompt"])]
     assert [block.value.strip() for block in at.code] == [text.strip() for text in results["text"]]
     assert [b.label for b in at.download_button] == ["Download results (CSV)", "Download results (JSONL)"]

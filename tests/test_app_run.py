@@ -13,7 +13,7 @@ from bench_core.store.history import RESULTS_ENV, History
 import engine_faults
 from bench_core.run import engine_process
 from bench_core.run.runner import Runner
-from app_under_test import APP
+from app_under_test import APP, shown
 from dashboard import sidebar, table_view
 from dashboard.state import get_runner
 
@@ -113,7 +113,7 @@ def test_navigation_reaches_every_page_and_back_to_the_shown_run(stored_run_id):
 @pytest.mark.skipif(availability("turbomind") is None, reason="LMDeploy can run here")
 def test_lmdeploy_backends_are_disabled_with_their_reason_and_take_lmdeploy_defaults():
     at = open_app()
-    captions = " ".join(c.value for c in at.sidebar.caption)
+    captions = " ".join(shown(c.value) for c in at.sidebar.caption)
     assert availability("turbomind") in captions and availability("pytorch") in captions
     at.sidebar.selectbox(key="backend").select("turbomind").run()
     assert at.sidebar.button(key="start").disabled
@@ -481,7 +481,7 @@ def test_loading_says_what_it_is_doing(monkeypatch, tmp_path):
         while run.phase != f"loading the tokenizer of {TINY}":
             assert not run.wait(0.01), run.message
         at = open_app(run.run_id)
-        assert [info.value for info in at.info] == [f"loading: loading the tokenizer of {TINY}…"]
+        assert [shown(info.value) for info in at.info] == [f"loading: loading the tokenizer of {TINY}…"]
     finally:
         release.touch()
     assert run.wait(60) and run.state == "finished"
@@ -511,5 +511,5 @@ def test_an_output_length_beyond_the_models_context_window_is_refused_at_start()
     start(at)
     assert not at.exception
     (error,) = at.error
-    assert "does not fit the 2,048-token context window of builtin:tiny-llama" in error.value
+    assert "does not fit the 2,048-token context window of builtin:tiny-llama" in shown(error.value)
     assert get_runner().runs() == [] and "run" not in at.query_params

@@ -12,7 +12,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from bench_core.store.history import RESULTS_ENV
-from app_under_test import APP
+from app_under_test import APP, shown
 from bench_core.sweep.plan import CPU_SWEEP_OUTPUT_LEN, CPU_SWEEP_PROMPTS
 from dashboard.state import get_history, get_runner, get_sweeps
 
@@ -84,7 +84,7 @@ def test_the_default_sweep_is_small_on_a_cpu_and_says_how_long_it_takes_before_s
     at = open_sweep_page()
     assert (at.number_input(key="sweep_num_prompts").value, at.number_input(key="sweep_output_len").value) == (
         CPU_SWEEP_PROMPTS, CPU_SWEEP_OUTPUT_LEN)
-    (estimate,) = [caption.value for caption in at.caption if "takes about" in caption.value]
+    (estimate,) = [shown(caption.value) for caption in at.caption if "takes about" in caption.value]
     assert estimate.startswith("concurrency = 1, 2, 4; 3 points × 2 repeats = 6 runs; takes about")
     assert "a rough CPU estimate" in estimate  # an empty history: nothing measured to go by
 
@@ -125,7 +125,7 @@ def test_a_grid_sweep_shows_progress_then_every_view_of_its_results():
     assert (compared["runs (A, B)"] == "2, 2").all()
     past = table_with_column(at, "sweep_id", ("finished", "runs"))
     assert past[["sweep_id", "finished", "runs"]].values.tolist() == [[sweep_id, 8, 8]]
-    (estimate,) = [caption.value for caption in at.caption if "takes about" in caption.value]
+    (estimate,) = [shown(caption.value) for caption in at.caption if "takes about" in caption.value]
     assert "from the output throughput of 8 finished run(s) of builtin:tiny-llama" in estimate
 
 

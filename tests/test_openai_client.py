@@ -28,10 +28,11 @@ from bench_core.engines.openai_client import (
     retokenize,
     run_requests,
 )
+from bench_core.engines import openai_stream
+from bench_core.engines.openai_stream import SSEMessage, SSEParser, StreamReader
 from bench_core.states import RequestStatus
 
 OVERRUN, SUCCESS = RequestStatus.OVERRUN, RequestStatus.SUCCESS
-from bench_core.engines.openai_stream import SSEMessage, SSEParser, StreamReader
 
 STREAM = (
     b": keep-alive ping\r\n\r\n"
@@ -94,8 +95,48 @@ def test_crlf_lines_comments_ids_and_retries_leave_only_the_data():
     assert all(not m.data.endswith(b"\r") for m in messages)
 
 
+def test_nothing_after_done_counts():
+    text = b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
+    reader = read_all(feed_split([text, b"data: [DONE]\n\n", text, text, b'event: error\ndata: {"x": 1}\n\n']))
+    assert (reader.n_tokens, reader.text_parts, reader.error) == (1, ["a"], None)
+
+
 def test_a_last_event_without_its_blank_line_is_still_read():
     assert feed_split([b"data: [DONE]"]) == [SSEMessage(b"[DONE]")]
+
+
+def test_cr_only_lines_give_the_events_lf_lines_give_wherever_the_stream_is_cut():
+    lf = STREAM.replace(b"\r\n", b"\n")
+    cr = lf.replace(b"\n", b"\r")
+    whole = feed_split([lf])
+    for cut in range(1, len(cr)):
+        assert feed_split([cr[:cut], cr[cut:]]) == whole, f"cut at byte {cut}"
+
+
+def test_a_long_event_in_many_chunks_is_scanned_about_twice_and_one_too_long_is_refused(monkeypatch):
+    scanned = []
+    line_ends = openai_stream._lines_as_lf  # every byte the parser looks at for line ends goes through it
+
+    def counted(data: bytes) -> bytes:
+        scanned.append(len(data))
+        return line_ends(data)
+
+    monkeypatch.setattr(openai_stream, "_lines_as_lf", counted)
+    parser = SSEParser()
+    body = b'data: {"choices":[{"index":0,"delta":{"content":"' + b"x" * 1_000_000 + b'"}}]}'
+    chunks = [body[i:i + 1000] for i in range(0, len(body), 1000)]
+    assert all(parser.feed(chunk) == [] for chunk in chunks)
+    (message,) = parser.feed(b"\n\n")
+    assert message.data == body[6:]
+    assert sum(scanned) < 2.1 * len(body)  # each chunk and the joined event once: linear (was 1,000 x here)
+    with pytest.raises(openai_stream.EventTooLarge, match="longer than 16 MiB"):
+        for _ in range(17 * 1024):
+            parser.feed(b"x" * 1024)
+
+
+def test_an_event_that_is_not_utf8_is_named_as_such():
+    reader = read_all([SSEMessage(b'{"choices":[{"delta":{"content":"\xff"}}]}')])
+    assert reader.error.startswith("the server sent an event that is not UTF-8 (invalid start byte at byte 33)")
 
 
 def test_empty_deltas_and_the_usage_only_chunk_add_no_tokens_but_usage_is_kept():
@@ -440,6 +481,17 @@ def test_cancel_aborts_requests_in_flight_and_those_not_sent(misbehaving_server)
     assert run.results[0].message == "cancelled" and run.results[0].n_tokens > 0
     assert all(r.message == "not sent: cancelled" for r in run.results[1:])
     assert len(finishes(events)) == 5
+
+
+def test_a_server_streaming_past_the_limit_forever_is_read_up_to_a_bound_then_the_request_fails(misbehaving_server):
+    _, (result,), _ = finished(ServerSpec(misbehaving_server), "m", requests_for(["forever"], output_len=8))
+    assert result.finish_reason == "error" and 2 * 8 + 64 < result.n_tokens < 200  # chunks may bring several events
+    assert result.message == f"the server streamed {result.n_tokens} tokens for the 8 asked and went on: stopped reading"
+
+
+def test_text_after_done_is_not_counted_and_not_waited_for(misbehaving_server):
+    _, (result,), _ = finished(ServerSpec(misbehaving_server), "m", requests_for(["after-done"], output_len=8))
+    assert (result.finish_reason, result.n_tokens, result.text) == ("length", 8, " tok" * 8)
 
 
 @pytest.mark.parametrize("load", [{"max_concurrency": 0}, {"warmup": -1}, {"duration_s": 0}, {"request_rate": 0}])

@@ -118,16 +118,27 @@ def test_an_engine_exception_fails_the_run_with_its_message_and_the_next_run_wor
 
 
 def test_a_model_that_cannot_load_fails_with_one_sentence_and_is_recorded_as_tried(runner, tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")  # a model folder, whose tokenizer and weights cannot load
+    run = runner.submit(RunConfig(engine=EngineConfig(backend="transformers", model=str(broken)),
+                                  dataset=DatasetConfig(dataset="builtin:sample", num_prompts=2)))
+    assert run.wait(60)
+    assert run.state == "failed" and run.user_error and not run.refused
+    assert "Could not load the tokenizer" in run.message and "\n" not in run.message
+    (row,) = runner.history.load().to_dict("records")
+    assert (row["run_id"], row["status"], row["error"]) == (run.run_id, "failed", run.message)
+    assert row["model"] == str(broken) and row["finished_at"] >= row["started_at"]
+    assert 0 <= row["load_seconds"] < 60
+    assert run.record.requests is None
+
+
+def test_a_model_that_is_not_there_is_refused_and_not_recorded(runner, tmp_path):
     run = runner.submit(RunConfig(engine=EngineConfig(backend="transformers", model=str(tmp_path / "missing")),
                                   dataset=DatasetConfig(dataset="builtin:sample", num_prompts=2)))
     assert run.wait(60)
-    assert run.state == "failed" and run.user_error
-    assert "No model folder" in run.message and "\n" not in run.message
-    (row,) = runner.history.load().to_dict("records")
-    assert (row["run_id"], row["status"], row["error"]) == (run.run_id, "failed", run.message)
-    assert row["model"] == str(tmp_path / "missing") and row["finished_at"] >= row["started_at"]
-    assert 0 <= row["load_seconds"] < 60
-    assert run.record.requests is None
+    assert run.state == "failed" and run.refused and "No model folder" in run.message
+    assert runner.history.load().empty and run.record is None
 
 
 def test_impossible_settings_are_refused_before_anything_is_queued(runner):

@@ -1,6 +1,7 @@
 """The embedded transformers engine, generating real tokens with the built-in tiny Llama on CPU."""
 
 import json
+import logging
 import shutil
 import threading
 import time
@@ -289,3 +290,21 @@ def test_the_cache_holds_max_in_flight_of_the_longest_request_within_a_budget(ba
     assert transformers_batching.cache_blocks_for(engine, model, prompts, requests, 50) == 8
     monkeypatch.setattr(transformers_batching, "CPU_CACHE_BUDGET_BYTES", block)
     assert transformers_batching.cache_blocks_for(engine, model, prompts, requests, 50) == 6
+
+
+def test_transformers_warning_of_a_manager_stopped_before_it_began_is_not_printed():
+    # Ctrl-C in a run's first instant stops the manager before its thread built the batch processor; transformers
+    # then warns on stderr, breaking the CLI's one-line promise. Its own logger says it, as transformers would.
+    import bench_core.engines.transformers_batching  # noqa: F401 (installs the filter)
+    from transformers.generation.continuous_batching.utils import logger
+
+    heard: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: heard.append(record.getMessage())
+    logger.addHandler(handler)  # beside its own handler: the one to stderr sees what this one sees
+    try:
+        logger.warning("\nBatch processor was not initialized.")
+        logger.warning("a warning that matters")
+    finally:
+        logger.removeHandler(handler)
+    assert heard == ["a warning that matters"]

@@ -21,6 +21,8 @@ import pandas as pd
 from ..csvstore import append_row
 from ..errors import ConfigError
 from ..states import RunState
+from ..config import setting
+from ..sweep.store import CREDENTIAL_SETTINGS
 from ..sweep.plan import SWEEPABLE, SweepPlan, describe_point, new_sweep_id, parse_sweep_arg
 from ..sweep.results import mean_with_interval, point_statistics, sweep_runs
 from ..views.tables import describe_column
@@ -56,6 +58,10 @@ class SweepCommand(Command):
                             help="run what a stopped sweep has not finished yet, with its saved settings")
         add_results_flag(parser, "with --resume: the history folder the sweep ran in", dest="resume_results",
                          metavar="DIR")
+        credentials = parser.add_argument_group("credentials (with --resume)")
+        for name in CREDENTIAL_SETTINGS:  # their saved plan masks them
+            credentials.add_argument(setting(name).cli_flag, dest=f"resume_{name}", metavar="TEXT", default="",
+                                     help=f"the sweep's {setting(name).cli_flag} again, where it held a credential")
         add_cluster_flags(parser.add_argument_group("on a Ray cluster (with --resume)"))
         engines = parser.add_subparsers(dest="engine_command", parser_class=Parser,
                                         metavar="{" + ",".join(self.engine_commands) + "}")
@@ -80,7 +86,8 @@ class SweepCommand(Command):
         launch = cluster_launch(args)
         if args.resume:
             runner = Runner(open_history(args.resume_results))
-            sweep = resume_sweep(runner, args.resume, launch)
+            given = {name: getattr(args, f"resume_{name}") for name in CREDENTIAL_SETTINGS}
+            sweep = resume_sweep(runner, args.resume, launch, given)
             csv_path = ""
         elif args.engine_command:
             engine = self.engine_commands[args.engine_command]
@@ -155,8 +162,11 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
     if not runs.empty:
         print(f"Sweep {plan.sweep_id}: mean ± 95% CI half-width over each point's finished runs")
         print(point_table(runs, plan).to_string(index=False))
-    print(f"sweep {plan.sweep_id}: {progress.state}, {progress.finished}/{progress.total} runs finished, "
-          f"in {history.csv_path}", file=sys.stderr)
+    unsaved = sum(1 for _, run in sweep.runs if run.measurement.save_error)
+    where = f"in {history.csv_path}" + (f", except {unsaved} that could not be saved there (said above)"
+                                        if unsaved else "")
+    print(f"sweep {plan.sweep_id}: {progress.state}, {progress.finished}/{progress.total} runs finished, {where}",
+          file=sys.stderr)
     if progress.message:
         print(progress.message, file=sys.stderr)
     if progress.finished < progress.total:

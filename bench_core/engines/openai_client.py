@@ -58,7 +58,8 @@ from ..load.datasets import SampledRequest
 from ..errors import BenchError, ConfigError
 from ..states import SERVED_REASONS, RequestStatus
 from .base import RUN_ENDED, EngineEvent
-from .openai_stream import CHUNKS, ERROR_BODY_CHARS, RETOKENIZED, SSEMessage, SSEParser, StreamReader, error_text
+from .openai_stream import (CHUNKS, ERROR_BODY_CHARS, RETOKENIZED, EventTooLarge, SSEMessage, SSEParser, StreamReader,
+                            error_text)
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 SERVER_KINDS = ("lmdeploy", "vllm", "sglang", "transformers", "openai")
@@ -375,6 +376,8 @@ async def send_request(
         reason, message = "error", f"the response was cut after {reader.n_tokens} tokens: {exc}"
     except aiohttp.ServerDisconnectedError:
         reason, message = "error", f"the server closed the connection after {reader.n_tokens} tokens"
+    except EventTooLarge as exc:
+        reason, message = "error", f"{exc} after {reader.n_tokens} tokens"
     except (aiohttp.ClientError, ValueError) as exc:
         reason, message = "error", f"{type(exc).__name__}: {exc}"
     finally:
@@ -399,10 +402,19 @@ async def _read_stream(
             _read_events(messages, reader, result, emit)
             if result.n_tokens > tokens_before:
                 deadline.heard_token()
-        if reader.error:
+        if result.n_tokens > _stop_reading_after(result.requested_tokens):
+            reader.error = (f"the server streamed {result.n_tokens} tokens for the {result.requested_tokens} asked "
+                            "and went on: stopped reading")
+        if reader.error or reader.done:  # after [DONE] nothing counts, nor need the client wait for the stream's end
             return
     if messages := parser.close():
         _read_events(messages, reader, result, emit)
+
+
+def _stop_reading_after(requested_tokens: int) -> int:
+    # A server that ignores the limit (an overrun) is still measured up to here; one that streams forever is not
+    # waited for until the request's deadline hours later.
+    return 2 * requested_tokens + 64
 
 
 def _read_events(messages: list[SSEMessage], reader: StreamReader, result: RequestResult, emit: Emit) -> None:

@@ -32,6 +32,8 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import importlib.util
+import os
+import urllib.parse
 import json
 import math
 import threading
@@ -83,6 +85,18 @@ def server_spec(engine: EngineConfig, stream: bool = True) -> ServerSpec:
     )
 
 
+def _credential_problems(spec) -> list[str]:
+    """A request carries one credential: a URL's user:password (basic auth) and an API key (a bearer header) both
+    set would make every request fail, so the run is refused before anything is sent."""
+    from .openai_client import API_KEY_ENV
+
+    user_info = urllib.parse.urlsplit(spec.base_url).username is not None
+    if user_info and (spec.api_key or os.environ.get(API_KEY_ENV)):
+        return [f"The server URL carries a user name or password and an API key is set too (the API key field or "
+                f"${API_KEY_ENV}): a request sends only one credential. Remove one of them."]
+    return []
+
+
 class OpenAIBackend(Backend):
     """Any OpenAI-compatible server, reached over HTTP."""
 
@@ -114,7 +128,7 @@ class OpenAIBackend(Backend):
             return [str(exc)]
         # top_k is left to the server: vLLM and SGLang take -1 for "no limit", LMDeploy 0.
         body = {key: value for key, value in (spec.extra_body or {}).items() if key != "top_k"}
-        return sampling_problems(body, "In the extra request body, ")
+        return sampling_problems(body, "In the extra request body, ") + _credential_problems(spec)
 
     @classmethod
     def settings_key(cls, engine: EngineConfig, load: LoadConfig) -> tuple:

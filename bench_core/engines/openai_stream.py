@@ -28,24 +28,46 @@ class SSEMessage(NamedTuple):
 _new_message = tuple.__new__  # SSEMessage's own __new__ is a Python call; per token, that shows
 
 
+# An event this long is no token chunk: a server sending one is refused rather than buffered without end.
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+
+
+class EventTooLarge(ValueError):
+    """A server-sent event longer than MAX_EVENT_BYTES."""
+
+
+def _lines_as_lf(data: bytes) -> bytes:
+    return data.replace(b"\r\n", b"\n").replace(b"\r", b"\n") if b"\r" in data else data
+
+
 class SSEParser:
-    """Server-sent events from a byte stream cut at any point (text/event-stream; LF or CRLF lines).
+    """Server-sent events from a byte stream cut at any point (text/event-stream; LF, CRLF or CR lines).
 
     Comments (`: ping`), `id:` and `retry:` lines carry nothing a benchmark needs and are skipped.
     Events are cut at blank lines first and most are a single `data: ` line, read without a
     per-line loop: at hundreds of streams this parser is the client's main cost after JSON.
+    An unfinished event's chunks wait in a list and are joined once, when a chunk ends it, so a long
+    event costs its length, not its length times its chunks.
     """
 
     def __init__(self) -> None:
-        self._tail = b""
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
 
     def feed(self, chunk: bytes) -> list[SSEMessage]:
         """The events completed by `chunk`; an unfinished event waits for the next one."""
-        buffer = self._tail + chunk
-        if b"\r" in buffer:  # a CR whose LF is in the next chunk stays at the tail until it comes
-            buffer = buffer.replace(b"\r\n", b"\n")
-        blocks = buffer.split(b"\n\n")
-        self._tail = blocks.pop()
+        seam = self._pending[-1][-3:] if self._pending else b""  # a blank line may start in the last chunk
+        if b"\n\n" not in _lines_as_lf(seam + chunk):
+            self._pending.append(chunk)
+            self._pending_bytes += len(chunk)
+            if self._pending_bytes > MAX_EVENT_BYTES:
+                raise EventTooLarge(f"the server sent an event longer than {MAX_EVENT_BYTES // 2**20} MiB")
+            return []
+        buffer = b"".join([*self._pending, chunk]) if self._pending else chunk
+        held = buffer.endswith(b"\r")  # a CR whose LF may be the next chunk's first byte: one line end, not two
+        blocks = _lines_as_lf(buffer[:-1] if held else buffer).split(b"\n\n")
+        tail = blocks.pop() + (b"\r" if held else b"")
+        self._pending, self._pending_bytes = ([tail], len(tail)) if tail else ([], 0)
         messages = []
         for block in blocks:
             if block.startswith(b"data: ") and b"\n" not in block:  # the usual event: one data line
@@ -56,7 +78,8 @@ class SSEParser:
 
     def close(self) -> list[SSEMessage]:
         """The last event of a stream that ended without its blank line."""
-        block, self._tail = self._tail, b""
+        block = _lines_as_lf(b"".join(self._pending)).rstrip(b"\n")
+        self._pending, self._pending_bytes = [], 0
         message = _read_event(block)
         return [] if message is None else [message]
 
@@ -108,11 +131,19 @@ class StreamReader:
         return self.done or self.server_finish_reason is not None
 
     def read_message(self, message: SSEMessage) -> None:
+        if self.done:  # [DONE] ends the response: whatever a server sends after it is not part of it
+            return
         if message.event == "error":
             self.error = f"the server sent an error event: {error_text(message.data)}"
             return
         try:
-            body = _decode_json(message.data.decode())  # a str skips json's encoding sniffing
+            text = message.data.decode()  # a str skips json's encoding sniffing
+        except UnicodeDecodeError as exc:
+            self.error = f"the server sent an event that is not UTF-8 ({exc.reason} at byte {exc.start}): " \
+                         f"{message.data[:ERROR_BODY_CHARS]!r}"
+            return
+        try:
+            body = _decode_json(text)
         except ValueError:
             if message.data.strip() == b"[DONE]":
                 self.done = True

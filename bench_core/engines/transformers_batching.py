@@ -8,6 +8,7 @@ Per-token times are the engine's own `perf_counter` stamps.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -27,6 +28,15 @@ GPU_CACHE_FRACTION = 0.5
 POLL_S = 0.05
 # How long a finished or cancelled run waits for the manager's thread to end.
 STOP_TIMEOUT_S = 5.0
+
+
+def _not_an_early_stop(record: logging.LogRecord) -> bool:
+    # transformers warns when a manager stops before its thread built the batch processor, as a run cancelled
+    # (Ctrl-C) in its first instant does: an ordinary end here, and the CLI's promise is one line on stderr.
+    return "Batch processor was not initialized" not in record.getMessage()
+
+
+logging.getLogger("ContinuousBatchingLogger").addFilter(_not_an_early_stop)
 
 
 @dataclass

@@ -16,6 +16,7 @@ import importlib.resources
 import json
 import random
 import re
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -285,6 +286,8 @@ def _json_array_records(text: str, source: str) -> Iterator[Any]:
             if not ends_properly:
                 raise _Truncated from None
             raise _not_valid_json(source, err) from None
+        except RecursionError:
+            raise nested_too_deeply(f"Dataset {source}") from None
         yield record
 
 
@@ -295,7 +298,9 @@ def _json_lines_records(text: str, source: str) -> Iterator[Any]:
         if not line.strip():
             continue
         try:
-            yield json.loads(line)
+            record = json.loads(line)
+        except RecursionError:
+            raise nested_too_deeply(f"Line {n + 1} of dataset {source}") from None
         except json.JSONDecodeError as err:
             if n == last and n > 0:
                 raise _Truncated from None
@@ -303,6 +308,12 @@ def _json_lines_records(text: str, source: str) -> Iterator[Any]:
                 f"Dataset {source} is neither a JSON array nor JSON Lines: line {n + 1} is not "
                 f"a complete JSON value ({err.msg})."
             ) from None
+        yield record
+
+
+def nested_too_deeply(what: str) -> DatasetError:
+    # Python's JSON reader recurses once per level of nesting; past the interpreter's limit it raises RecursionError.
+    return DatasetError(f"{what} is JSON nested deeper than the reader follows ({sys.getrecursionlimit():,} levels).")
 
 
 def _not_valid_json(source: str, err: json.JSONDecodeError) -> DatasetError:

@@ -22,6 +22,7 @@ import pandas as pd
 from ..config import GenerationSettings, generation_problems
 from ..csvstore import table_bytes
 from ..errors import ConfigError, DatasetError
+from .datasets import nested_too_deeply
 
 Conversation = list[dict[str, str]]
 
@@ -99,6 +100,8 @@ def _jsonl_prompts(text: str, name: str) -> list[Conversation]:
         where = f"line {number} of {name}"
         try:
             record = json.loads(line)
+        except RecursionError:
+            raise nested_too_deeply(where.capitalize()) from None
         except json.JSONDecodeError as exc:
             raise DatasetError(f"{where.capitalize()} is not valid JSON ({exc.msg}).") from exc
         conversations.append(_conversation(record, where))
@@ -108,6 +111,8 @@ def _jsonl_prompts(text: str, name: str) -> list[Conversation]:
 def _json_prompts(text: str, name: str) -> list[Conversation]:
     try:
         records = json.loads(text)
+    except RecursionError:
+        raise nested_too_deeply(name) from None
     except json.JSONDecodeError as exc:
         raise DatasetError(f"{name} is not valid JSON ({exc.msg} at line {exc.lineno}).") from exc
     if not isinstance(records, list):

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from ..errors import ModelError
+from ..errors import ModelError, UnknownModel
 from .packages import ROOT, install_command, missing
 from .synthetic import (SYNTHETIC_MODELS, SYNTHETIC_PREFIX, folder_name, parameter_count,
                                parse_synthetic_name, read_marker, write_synthetic_model)
@@ -141,7 +141,7 @@ def resolve_model(name: str) -> str:
     if folder.is_dir():
         return str(folder.resolve())
     if name.startswith(("/", "./", "../", "~", "\\")) or folder.exists():
-        raise ModelError(f"No model folder at {name}: give a folder, a hub id or one of {', '.join(BUILTIN_MODELS)}.")
+        raise UnknownModel(f"No model folder at {name}: give a folder, a hub id or one of {', '.join(BUILTIN_MODELS)}.")
     return _resolve_hub_id(name)
 
 
@@ -203,7 +203,7 @@ def _resolve_builtin(name: str) -> Path:
         "builtin:tiny-llama": build_tiny_llama,
     }
     if name not in builders:
-        raise ModelError(f"Unknown built-in model '{name}'; choose one of {', '.join(BUILTIN_MODELS)}.")
+        raise UnknownModel(f"Unknown built-in model '{name}'; choose one of {', '.join(BUILTIN_MODELS)}.")
     return build_once(cache_dir() / _BUILD_FOLDERS[name], builders[name])
 
 
@@ -251,7 +251,7 @@ def _resolve_hub_id(name: str) -> str:
         where = "the local Hugging Face cache (offline mode)" if offline else "the Hugging Face hub"
         # Not cached: say how to allow downloads, in fewer words than the hub's own message.
         detail = "HF_HUB_OFFLINE=0 allows downloads" if offline and isinstance(exc, LocalEntryNotFoundError) else last_line(exc)
-        raise ModelError(
+        raise UnknownModel(
             f"Model '{name}' is neither a local folder, a built-in ({', '.join(BUILTIN_MODELS)}) "
             f"nor found in {where}: {detail}"
         ) from exc

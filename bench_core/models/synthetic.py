@@ -17,7 +17,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from ..errors import ModelError
+from ..errors import UnknownModel
 from . import shapes
 
 SYNTHETIC_PREFIX = "synthetic:"
@@ -121,13 +121,13 @@ def synthetic_name_problems(name: str) -> list[str]:
         return []
     try:
         parse_synthetic_name(name)
-    except ModelError as exc:
+    except UnknownModel as exc:
         return [str(exc)]
     return []
 
 
 def parse_synthetic_name(name: str) -> SyntheticShape:
-    """The shape a `synthetic:` name asks for; ModelError names what is wrong and what is accepted."""
+    """The shape a `synthetic:` name asks for; UnknownModel names what is wrong and what is accepted."""
     body = name.strip().removeprefix(SYNTHETIC_PREFIX)
     base, _, overrides_text = body.partition(":")
     overrides = _parse_overrides(name, overrides_text)
@@ -135,11 +135,11 @@ def parse_synthetic_name(name: str) -> SyntheticShape:
         shape = dataclasses.replace(SYNTHETIC_PRESETS[base], **overrides)
     elif base in ARCHITECTURES:
         if absent := [key for key in CUSTOM_KEYS if key not in overrides]:
-            raise ModelError(f"The custom synthetic model '{name}' lacks {', '.join(absent)}: give all of "
+            raise UnknownModel(f"The custom synthetic model '{name}' lacks {', '.join(absent)}: give all of "
                              f"{', '.join(CUSTOM_KEYS)}, e.g. {custom_model_name(SYNTHETIC_PRESETS['tiny'])}.")
         shape = SyntheticShape(base, **overrides)
     else:
-        raise ModelError(f"Unknown synthetic model '{name}'; choose one of {', '.join(SYNTHETIC_MODELS)}, or a custom "
+        raise UnknownModel(f"Unknown synthetic model '{name}'; choose one of {', '.join(SYNTHETIC_MODELS)}, or a custom "
                          f"shape such as {custom_model_name(SYNTHETIC_PRESETS['tiny'])}.")
     _check_shape(name, shape)
     return shape
@@ -170,7 +170,7 @@ def _parse_overrides(name: str, text: str) -> dict[str, int]:
         key, _, value = item.partition("=")
         key = key.strip()
         if key not in CUSTOM_KEYS or not value.strip().isdigit():
-            raise ModelError(f"'{item}' in synthetic model '{name}' is not a size: write key=number with a key among "
+            raise UnknownModel(f"'{item}' in synthetic model '{name}' is not a size: write key=number with a key among "
                              f"{', '.join(CUSTOM_KEYS)}.")
         overrides[key] = int(value)
     return overrides
@@ -184,7 +184,7 @@ def _check_shape(name: str, shape: SyntheticShape) -> None:
         if shape.heads % shape.kv_heads:
             problems.append(f"heads ({shape.heads}) must be a multiple of kv_heads ({shape.kv_heads})")
     if problems:
-        raise ModelError(f"Synthetic model '{name}': {'; '.join(problems)}.")
+        raise UnknownModel(f"Synthetic model '{name}': {'; '.join(problems)}.")
 
 
 def write_synthetic_model(name: str, out: Path, tokenizer_dir: Path) -> None:
@@ -195,7 +195,7 @@ def write_synthetic_model(name: str, out: Path, tokenizer_dir: Path) -> None:
     shape = parse_synthetic_name(name)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
     if shape.vocab < len(tokenizer):
-        raise ModelError(f"Synthetic model '{name}' has a vocabulary of {shape.vocab:,} tokens, fewer than the "
+        raise UnknownModel(f"Synthetic model '{name}' has a vocabulary of {shape.vocab:,} tokens, fewer than the "
                          f"built-in tokenizer's {len(tokenizer):,}; give vocab={len(tokenizer)} or more.")
     tokenizer.save_pretrained(out)
     special = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,

@@ -82,6 +82,10 @@ class Job:
         return self._status.user_error
 
     @property
+    def refused(self) -> bool:
+        return self._status.refused
+
+    @property
     def ended(self) -> bool:
         return not TRANSITIONS[self.state]
 
@@ -91,13 +95,14 @@ class Job:
         without its results."""
         return not self.done_event.is_set()
 
-    def move(self, state: RunState, message: str = "", *, phase: str | None = None, user_error: bool = False) -> None:
+    def move(self, state: RunState, message: str = "", *, phase: str | None = None, user_error: bool = False,
+             refused: bool = False) -> None:
         """Move to `state`, saying why (`message`) and what it does now (`phase`, unchanged when None);
         IllegalTransition unless TRANSITIONS allow the move."""
         with self._lock:
             if state not in TRANSITIONS[self.state]:
                 raise IllegalTransition(f"a job cannot move from {self.state} to {state}")
-            self._set(StateChange(state, self.phase if phase is None else phase, message, user_error))
+            self._set(StateChange(state, self.phase if phase is None else phase, message, user_error, refused))
 
     def describe(self, phase: str) -> None:
         """Say what the job is doing now, within its state."""

@@ -31,6 +31,7 @@ class StateChange:
     phase: str = ""  # what it is doing now, for the user ("loading the tokenizer", "warming up")
     message: str = ""  # why it ended as it did
     user_error: bool = False  # it failed because of the user's input
+    refused: bool = False  # its input was refused before any work on it: not a run, no history row
 
 
 class JobObserver:

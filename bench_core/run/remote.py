@@ -192,7 +192,8 @@ class Mirror:
             if change.state == job.state:  # loading in both processes: what it does now
                 job.describe(change.phase)
             else:
-                job.move(change.state, change.message, phase=change.phase, user_error=change.user_error)
+                job.move(change.state, change.message, phase=change.phase, user_error=change.user_error,
+                         refused=change.refused)
         elif message.call == "on_snapshot":
             (job.measurement.live,) = message.args
             job.tell("on_snapshot", *message.args)

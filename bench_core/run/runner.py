@@ -23,7 +23,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -177,18 +177,18 @@ class Runner:
         try:
             body(job)
         except BenchError as exc:
-            self._fail(job, name, str(exc), user_error=True)  # a BenchError masks credentials itself
+            self._fail(job, name, str(exc), user_error=True, refused=exc.refuses_input)  # it masks credentials itself
         except Exception as exc:  # an engine bug must end this job, not the process
             log.exception("%s failed", name)
             self._fail(job, name, redact_text(f"{type(exc).__name__}: {exc}"))
             self._release_engine()  # it may be left in a broken state
 
     @staticmethod
-    def _fail(job: Job, name: str, message: str, user_error: bool = False) -> None:
+    def _fail(job: Job, name: str, message: str, user_error: bool = False, refused: bool = False) -> None:
         if job.ended:  # what broke came after the end (an observer, say): the job keeps its end
             log.error("%s broke after it ended %s: %s", name, job.state, message)
         else:
-            job.move(RunState.FAILED, message, user_error=user_error)
+            job.move(RunState.FAILED, message, user_error=user_error, refused=refused)
 
     def _benchmark(self, run: Run) -> None:
         measurement = run.measurement
@@ -327,9 +327,11 @@ class Runner:
 
     def keep(self, run: Run) -> None:
         """Record what the run measured, where no record came with it, and save the record in this runner's
-        history, if it has one. A run cancelled before measuring has nothing to keep; one that failed before
-        measuring is recorded with what was tried."""
+        history, if it has one. A run cancelled before measuring has nothing to keep, nor one whose input was
+        refused (a typo is not a run); one that failed otherwise before measuring is recorded with what was tried."""
         measurement = run.measurement
+        if run.refused and not measurement.measured:
+            return
         if measurement.record is None and (measurement.profiler is not None or run.state == RunState.FAILED):
             measurement.record = self.record(run)
         if measurement.record is not None and self.history is not None:
@@ -410,9 +412,14 @@ class _Publishing:
         self.run.publish()
 
 
-def unsaved_results_folders() -> tuple[Path, ...]:
-    """Where a run that its history would not take is kept, in order of preference."""
-    return (cache_dir() / "unsaved-results", Path(tempfile.gettempdir()) / "llm-bench-studio-unsaved-results")
+def unsaved_results_folders() -> Iterator[Path]:
+    """Where a run that its history would not take is kept, in order of preference: our cache's folder, else a
+    new private one in the temporary folder (mkdtemp: a name no other user can take first, readable by us alone)."""
+    yield cache_dir() / "unsaved-results"
+    try:
+        yield Path(tempfile.mkdtemp(prefix="llm-bench-studio-unsaved-results-"))
+    except OSError:  # no temporary folder either: the run's save error says nothing of it is on disk
+        return
 
 
 def _reason(exc: Exception) -> str:

@@ -21,8 +21,7 @@ import os
 import re
 import secrets
 import shutil
-import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -498,23 +497,11 @@ def _typed_column(name: str, cells: pd.Series) -> pd.Series:
     return cells.astype(str)
 
 
-def _replace_atomically(path: Path, write: Callable[[Path], Any]) -> None:
-    """Write through a temporary sibling and rename it over `path`: a crash never leaves half a file."""
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp_name))
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-
-
 def _write_json(path: Path, payload: dict[str, Any]) -> None:
     text = json.dumps(payload, indent=2, default=str) + "\n"
-    _replace_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    csvstore.replace_file(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def _write_parquet(path: Path, frame: pd.DataFrame) -> None:
     table = pa.Table.from_pandas(frame, preserve_index=False)
-    _replace_atomically(path, lambda tmp: pq.write_table(table, tmp))
+    csvstore.replace_file(path, lambda tmp: pq.write_table(table, tmp))

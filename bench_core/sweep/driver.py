@@ -14,7 +14,7 @@ id and its repeat index; `resume_sweep` rebuilds the plan and runs only what has
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..engines import engine_settings_key
@@ -23,7 +23,7 @@ from ..store.history import History
 from ..states import RunState
 from ..run.runner import Run, Runner
 from .plan import PlannedRun, SweepPlan, describe_point
-from .store import load_plan, remaining, save_plan
+from .store import load_plan, remaining, save_plan, with_credentials
 
 
 @dataclass(frozen=True)
@@ -191,10 +191,12 @@ def start_sweep(runner: Runner, plan: SweepPlan, launch: Launch = SweepRun) -> S
     return launch(plan, runner, remaining(plan, history.load()))
 
 
-def resume_sweep(runner: Runner, sweep_id: str, launch: Launch = SweepRun) -> SweepRun:
-    """Run what a saved sweep has not finished yet; a complete sweep ends at once as finished."""
+def resume_sweep(runner: Runner, sweep_id: str, launch: Launch = SweepRun,
+                 credentials: Mapping[str, str] | None = None) -> SweepRun:
+    """Run what a saved sweep has not finished yet; a complete sweep ends at once as finished. `credentials`: the
+    values of the settings whose credentials the saved plan masked (store.with_credentials)."""
     history = _history_of(runner)
-    plan = load_plan(history, sweep_id)
+    plan = with_credentials(load_plan(history, sweep_id), credentials or {})
     plan.check(runs_here=launch is SweepRun)
     return launch(plan, runner, remaining(plan, history.load()))
 

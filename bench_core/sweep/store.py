@@ -1,6 +1,8 @@
 """A sweep's records: its plan, saved as JSON, and which of its runs the history holds.
 
-The plan is saved under `<history root>/sweeps/<sweep_id>.json` before the first run. How a history row
+The plan is saved under `<history root>/sweeps/<sweep_id>.json` before the first run, atomically, and without its
+credentials (a server URL's user-info, secret values of the request body are masked, as in the history); a resume
+asks for them again (`with_credentials`). How a history row
 ties back to its sweep (the runner writes both columns): `sweep_id`, and `sweep_repeat`, the 0-based
 repeat index. The point itself needs no column of its own: the history keeps every flat config key, so
 the swept settings are the row's own columns. From these, `remaining` gives the runs a resume still has
@@ -9,15 +11,20 @@ to do, in this process or after a restart, and `past_sweeps` lists every saved s
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from ..config import RunConfig
-from ..errors import HistoryError
+from .. import csvstore
+from ..config import RunConfig, setting
+from ..errors import ConfigError, HistoryError
+from ..redact import MASK, redact, redact_text
 from ..store.history import History
 from ..states import RunState
 from .plan import PlannedRun, SweepPlan
@@ -25,12 +32,15 @@ from .plan import PlannedRun, SweepPlan
 SWEEP_ID = "sweep_id"
 SWEEP_REPEAT = "sweep_repeat"
 SWEEPS_FOLDER = "sweeps"
-_SWEEP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_SWEEP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")  # a file name: 100 characters at most
+# The settings that may carry a credential: their saved form is masked.
+CREDENTIAL_SETTINGS = ("base_url", "extra_request_body")
 
 
 def plan_path(history: History, sweep_id: str) -> Path:
     if not _SWEEP_ID.match(sweep_id or ""):
-        raise HistoryError(f"'{sweep_id}' is not a sweep id; sweep ids hold letters, digits, '-', '_' and '.'.")
+        raise HistoryError(f"'{redact_text(str(sweep_id))[:40]}' is not a sweep id; sweep ids hold up to 100 letters, "
+                           "digits, '-', '_' and '.'.")
     return history.root / SWEEPS_FOLDER / f"{sweep_id}.json"
 
 
@@ -38,9 +48,30 @@ def save_plan(history: History, plan: SweepPlan) -> None:
     path = plan_path(history, plan.sweep_id)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")
+        csvstore.replace_bytes(path, (json.dumps(redact(plan.to_dict()), indent=2) + "\n").encode("utf-8"))
     except OSError as exc:
         raise HistoryError(f"Cannot save the sweep plan to {path}: {exc.strerror or exc}.") from exc
+
+
+def with_credentials(plan: SweepPlan, given: Mapping[str, str]) -> SweepPlan:
+    """`plan` with the credentials its saved form masked put back from `given` (setting name -> the value as the
+    user gives it again: a URL with its user-info, a request body with its keys); ConfigError naming what is
+    still needed. A given value counts only where it masks to the saved one: the same server, the same body."""
+    restored = copy.deepcopy(plan.base)
+    missing = []
+    for name in CREDENTIAL_SETTINGS:
+        saved = getattr(restored.engine, name)
+        if MASK not in saved:
+            continue
+        again = given.get(name) or ""
+        if again and redact_text(again) == saved:
+            setattr(restored.engine, name, again)
+        else:
+            missing.append(setting(name).cli_flag)
+    if missing:
+        raise ConfigError(f"Sweep {plan.sweep_id} was started with credentials in {' and '.join(missing)}, which its "
+                          f"saved plan does not keep: resume it with {' and '.join(missing)} given again.")
+    return dataclasses.replace(plan, base=restored)
 
 
 def load_plan(history: History, sweep_id: str) -> SweepPlan:

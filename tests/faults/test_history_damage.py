@@ -22,7 +22,7 @@ from bench_core.run.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-from app_under_test import APP  # noqa: E402
+from app_under_test import APP, shown  # noqa: E402
 
 QUARANTINE = "history.quarantine.csv"
 
@@ -125,8 +125,8 @@ def test_garbage_an_unterminated_quote_and_an_empty_run_id_are_named_on_the_hist
 
     assert not at.exception and not at.error
     (warning,) = at.warning
-    assert "3 damaged row(s)" in warning.value and "line(s) 3, 4, 5" in warning.value
-    assert str(root / QUARANTINE) in warning.value
+    assert "3 damaged row(s)" in shown(warning.value) and "line(s) 3, 4, 5" in shown(warning.value)
+    assert str(root / QUARANTINE) in shown(warning.value)
     assert list(at.dataframe[0].value["run_id"]) == run_ids
     assert csv_path.read_bytes() == header + row1 + row2
     assert (root / QUARANTINE).read_bytes() == header + garbage + open_quote + no_id
@@ -205,7 +205,7 @@ def test_a_renamed_run_id_header_refuses_a_save_and_the_history_page_says_why(re
     at = history_page()
     assert not at.exception
     (error,) = at.error
-    assert "'run_id'" in error.value and str(csv_path) in error.value
+    assert "'run_id'" in shown(error.value) and str(csv_path) in shown(error.value)
     assert csv_path.read_bytes() == renamed
 
 
@@ -273,7 +273,7 @@ def test_the_history_page_recovers_leftovers_too_and_says_so_once(results, monke
 
     assert not at.exception and not at.error
     (warning,) = at.warning
-    assert "put back 1 run(s)" in warning.value and "removed 1 leftover(s)" in warning.value
+    assert "put back 1 run(s)" in shown(warning.value) and "removed 1 leftover(s)" in shown(warning.value)
     assert sorted(at.dataframe[0].value["run_id"]) == sorted([kept_id, lost_id])
     assert not stray.exists()
     assert not history_page().warning

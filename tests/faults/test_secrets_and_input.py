@@ -274,3 +274,173 @@ def test_the_sidebar_refuses_to_sample_at_temperature_0_with_one_message(fresh_d
     (error,) = at.error
     assert error.value == "Sampling needs a temperature above 0 (turn sampling off for greedy decoding)."
     assert get_runner().runs() == []
+
+
+# ---- round 3: secret names, sweep plans, two credentials, DNS rebinding ------------------------------------------
+
+MORE_SECRETS = {"sessionid": CANARY + "session", "auth_header": CANARY + "auth-header", "session_id": CANARY + "sid"}
+
+
+def test_a_body_key_that_names_a_session_or_an_auth_header_is_masked_everywhere(tmp_path):
+    body = json.dumps({**MORE_SECRETS, "session_len": 4096, "max_tokens": 8, "temperature": 0})
+    with serving(recording_app([])) as url:
+        proc = run_cli("restful", "--backend", "vllm", "--base-url", url, "--tokenizer", "builtin:tiny-llama",
+                       "--dataset-path", "builtin:sample", "--num-prompts", "2", "--sharegpt-output-len", "4",
+                       "--extra-request-body", body, "--results", "results", "--output-file", "out.csv", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert CANARY not in everything_written(tmp_path) + proc.stdout + proc.stderr
+    (config_file,) = (tmp_path / "results" / "runs").glob("*/config.json")
+    recorded = json.loads(json.loads(config_file.read_text())["flat"]["extra_request_body"])
+    assert recorded == {**dict.fromkeys(MORE_SECRETS, "***"), "session_len": 4096, "max_tokens": 8, "temperature": 0}
+
+
+def test_a_sweep_plan_keeps_no_credential_and_a_resume_asks_for_them_again(tmp_path):
+    seen = []
+    with serving(recording_app(seen)) as url:
+        secret_url = with_credentials(url)
+        started = run_cli("sweep", "restful", "--backend", "vllm", "--base-url", secret_url, "--model", SERVED_MODEL,
+                          "--tokenizer", "builtin:tiny-llama", "--dataset-path", "builtin:sample", "--num-prompts", "2",
+                          "--sharegpt-output-len", "4", "--disable-warmup", "--extra-request-body", EXTRA_BODY,
+                          "--results", "results", "--output-file", "", "--sweep", "request_rate=10,20", cwd=tmp_path)
+        assert started.returncode == 0, started.stderr
+        assert CANARY not in everything_written(tmp_path)
+        (plan_file,) = (tmp_path / "results" / "sweeps").glob("*.json")
+        assert plan_file.stat().st_mode & 0o777 == 0o666 & ~_umask()
+        sweep_id = plan_file.stem
+        (history_file := tmp_path / "results" / "history.csv").write_text(history_file.read_text().splitlines()[0]
+                                                                          + "\n")  # as if nothing had finished
+        refused = run_cli("sweep", "--resume", sweep_id, "--results", "results", cwd=tmp_path)
+        assert refused.returncode == 2
+        assert refused.stderr.strip() == (
+            f"error: Sweep {sweep_id} was started with credentials in --base-url and --extra-request-body, which its "
+            "saved plan does not keep: resume it with --base-url and --extra-request-body given again.")
+        seen.clear()
+        resumed = run_cli("sweep", "--resume", sweep_id, "--results", "results", "--base-url", secret_url,
+                          "--extra-request-body", EXTRA_BODY, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    expected = "Basic " + base64.b64encode(f"{CANARY}user:{PASSWORD}".encode()).decode()
+    assert seen and {authorization for authorization, _ in seen} == {expected}  # the resumed runs sent them
+    assert CANARY not in everything_written(tmp_path) + resumed.stdout + resumed.stderr
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_an_api_key_beside_a_url_with_user_info_is_refused_before_anything_is_sent(tmp_path):
+    seen = []
+    env_key = {**os.environ, "OPENAI_API_KEY": CANARY + "env-key"}
+    with serving(recording_app(seen)) as url:
+        proc = subprocess.run(
+            [sys.executable, "-m", "bench_core", "restful", "--backend", "vllm", "--base-url", with_credentials(url),
+             "--model", SERVED_MODEL, "--tokenizer", "builtin:tiny-llama", "--dataset-path", "builtin:sample",
+             "--num-prompts", "2", "--results", "results", "--output-file", ""],
+            cwd=tmp_path, env={**env_key, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}, capture_output=True,
+            text=True, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("error: The server URL carries a user name or password and an API key")
+    assert seen == [] and not (tmp_path / "results" / "history.csv").exists()
+
+
+def _websocket_handshake(port: int, host: str, origin: str) -> int:
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    connection.request("GET", "/_stcore/stream", headers={
+        "Host": host, "Origin": origin, "Connection": "Upgrade", "Upgrade": "websocket",
+        "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+        "Sec-WebSocket-Protocol": "streamlit"})
+    status = connection.getresponse().status
+    connection.close()
+    return status
+
+
+def test_the_dashboard_refuses_a_websocket_whose_host_is_not_this_machine(tmp_path):
+    """DNS rebinding: a page of evil.example whose name now resolves to 127.0.0.1 is the dashboard's own origin to
+    the browser; only the Host header tells it apart, and the configuration's allowedHosts refuses it."""
+    from tests.e2e.dashboard_server import free_port, serve
+
+    port = free_port()
+    env = {**os.environ, "BENCH_STUDIO_RESULTS": str(tmp_path / "results"), "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), f"--server.port={port}"]
+    with serve(command, env, port, tmp_path):
+        assert _websocket_handshake(port, f"127.0.0.1:{port}", f"http://127.0.0.1:{port}") == 101
+        assert _websocket_handshake(port, f"localhost:{port}", f"http://localhost:{port}") == 101
+        assert _websocket_handshake(port, f"evil.example:{port}", f"http://evil.example:{port}") != 101
+        assert _websocket_handshake(port, f"127.0.0.1:{port}", "http://evil.example") != 101  # cross-origin
+
+
+# ---- 7. every value a page reads from the URL, hostile ----
+
+HOSTILE_URL_VALUES = ["9007199254740992", "-1" + "0" * 30, "1e400", "nan", "A" * 10_000, "a" * 300,
+                      "../../../etc/passwd", "\x00", "☃" * 300, "{[(", ""]
+
+
+@pytest.mark.parametrize("page", [None, "pages/sweep.py", "pages/playground.py", "pages/history.py"])
+def test_no_value_in_the_url_breaks_a_page(fresh_dashboard, tmp_path, monkeypatch, page):
+    from dashboard import url_settings
+
+    monkeypatch.setenv("BENCH_STUDIO_RESULTS", str(tmp_path / "results"))
+    (tmp_path / "results" / "sweeps").mkdir(parents=True)  # so that a sweep id reaches the file system
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    for backend in at.sidebar.selectbox(key="backend").options:  # each backend's widgets name their URL keys
+        at.sidebar.selectbox(key="backend").select(backend).run()
+    keys = [*url_settings._DEFAULTS, "run", "sweep", "job"]
+    assert {"knob_base_url", "knob_tp", "num_prompts_cpu", "seed"} <= set(keys)
+    for value in HOSTILE_URL_VALUES:
+        at = AppTest.from_file(APP, default_timeout=60)
+        for key in keys:
+            at.query_params[key] = value
+        at.run()
+        if page is not None:
+            at.switch_page(page).run()
+        assert not at.exception, (page, value[:40], [str(e.value)[:200] for e in at.exception])
+
+
+DEEP = 100_000  # far past any recursion limit
+
+
+@pytest.mark.parametrize("name, text", [
+    ("deep.json", '[{"conversations": ' + "[" * DEEP + "]" * DEEP + "}]"),
+    ("deep.jsonl", '{"conversations": []}\n' + "[" * DEEP + "]" * DEEP + "\n"),
+])
+def test_a_dataset_nested_too_deeply_is_one_line_and_exit_2(tmp_path, name, text):
+    (tmp_path / name).write_text(text)
+    proc = run_cli("pipeline", name, "builtin:tiny-llama", "--backend", "transformers", "-n", "2",
+                   "--results", "results", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "nested deeper than the reader follows" in line
+
+
+@pytest.mark.parametrize("name", ["deep.json", "deep.jsonl"])
+def test_prompts_nested_too_deeply_are_refused_with_one_message(name):
+    from bench_core.errors import DatasetError
+    from bench_core.load.playground import parse_prompt_file
+
+    data = ("[" * DEEP + "]" * DEEP).encode()
+    with pytest.raises(DatasetError, match=f"{name} is JSON nested deeper than the reader follows"):
+        parse_prompt_file(name, data if name.endswith(".json") else b'"hi"\n' + data)
+
+
+# ---- 16. a refused run is no run; a run that fails once under way is recorded ----
+
+def test_a_run_refused_for_its_input_writes_no_row_and_no_folder(tmp_path):
+    (tmp_path / "empty.json").write_text("")
+    (tmp_path / "broken-model").mkdir()
+    (tmp_path / "broken-model" / "config.json").write_text("{}")
+    refused = [("missing.json", "builtin:tiny-llama"), ("empty.json", "builtin:tiny-llama"),
+               ("builtin:sample", "./no-such-model"), ("builtin:sample", "synthetic:no-such-shape")]
+    for dataset, model in refused:
+        proc = run_cli("pipeline", dataset, model, "--backend", "transformers", "-n", "2", "--csv", "",
+                       "--results", "results", cwd=tmp_path)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert History(tmp_path / "results").load().empty
+    assert not list((tmp_path / "results").glob("runs/*"))
+    proc = run_cli("pipeline", "builtin:sample", "./broken-model", "--backend", "transformers", "-n", "2",
+                   "--csv", "", "--results", "results", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    (row,) = History(tmp_path / "results").load().to_dict("records")
+    assert row["status"] == "failed" and "Could not load the tokenizer of './broken-model'" in row["error"]

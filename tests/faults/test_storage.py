@@ -4,12 +4,14 @@ for a file name. Real files, real `python -m bench_core` processes on the tiny m
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pty
 import re
 import select
 import shutil
 import socket
+import tempfile
 import stat
 import subprocess
 import sys
@@ -362,3 +364,105 @@ def test_a_history_holding_a_bad_run_id_answers_with_a_message_not_an_os_error(t
     history = History(tmp_path)
     with pytest.raises(HistoryError, match="is not a run id"):
         history.measured(bad_id)
+
+
+# ---- round 3: one file-mode policy, a private last fallback -----------------------------------------------------
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_every_file_a_run_writes_takes_the_users_umask(tmp_path, tiny_model_path, umask):
+    process = subprocess.run([sys.executable, "-m", "bench_core", *PIPELINE, "--results", "results", "--csv", "out.csv"],
+                             cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=300,
+                             preexec_fn=lambda: os.umask(umask))
+    assert process.returncode == 0, process.stderr
+    files = [path for path in tmp_path.rglob("*") if path.is_file() and path.name != "stdout.txt"]
+    assert {"history.csv", "out.csv", "config.json", "requests.parquet", "telemetry.parquet"} <= {p.name for p in files}
+    assert {str(path.relative_to(tmp_path)): oct(path.stat().st_mode & 0o777) for path in files} == \
+        {str(path.relative_to(tmp_path)): oct(0o666 & ~umask) for path in files}
+
+
+def test_a_run_neither_the_history_nor_the_cache_takes_goes_to_a_private_folder_of_its_own(tmp_path, cache):
+    results = tmp_path / "results"
+    results.mkdir()
+    taken = Path(tempfile.gettempdir()) / "llm-bench-studio-unsaved-results"  # what another user could create first
+    planted = not taken.exists()
+    if planted:
+        taken.mkdir(mode=0o777)
+
+    def break_both():
+        shutil.rmtree(results)
+        results.write_text("the results folder is gone")
+        (cache / "unsaved-results").write_text("nor can the cache take it")
+
+    try:
+        code, stderr = run_cli_breaking((*PIPELINE, "--results", str(results)), tmp_path, cache, break_both)
+        run_id, folder = kept_run(stderr)
+        assert code == 1, stderr
+        assert folder.parent == Path(tempfile.gettempdir()) and folder != taken
+        assert folder.name.startswith("llm-bench-studio-unsaved-results-")
+        assert folder.stat().st_mode & 0o777 == 0o700
+        assert_kept_whole(run_id, folder)
+        assert not any(taken.iterdir())
+    finally:
+        if planted:
+            shutil.rmtree(taken, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# ---- a real full file system (a small tmpfs; root only) ----
+
+@pytest.fixture
+def full_disk(tmp_path) -> Path:
+    """A 1 MB tmpfs mounted for the test; `fill(full_disk)` takes what room is left."""
+    folder = tmp_path / "tmpfs"
+    folder.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def fill(folder: Path) -> None:
+    """Write to `folder` until its file system is full, down to its last byte."""
+    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        for size in (65536, 4096, 512, 1):
+            with contextlib.suppress(OSError):
+                while os.write(fd, b"\0" * size):
+                    pass
+    finally:
+        os.close(fd)
+
+
+def test_an_append_that_fills_the_disk_is_undone_whole_and_the_next_one_fits(full_disk):
+    path = full_disk / "history.csv"
+    row = {"run_id": "r", **{f"col{i}": "x" * 20 for i in range(100)}}  # about 2.2 KB: more than a page's rest
+    for i in range(3):
+        csvstore.append_row(path, {**row, "run_id": f"20260101-00000{i}-aaaa"})
+    before = path.read_bytes()
+    fill(full_disk)
+    with pytest.raises(HistoryError, match="No space left on device"):
+        csvstore.append_row(path, {**row, "run_id": "20260101-000009-bbbb"})
+    assert path.read_bytes() == before
+    (full_disk / "filler").unlink()
+    history = History(full_disk)
+    assert len(history.load()) == 3 and history.take_notices() == []
+
+
+def test_a_sweep_whose_runs_find_the_disk_full_says_they_are_not_in_the_history(full_disk, cache):
+    results = full_disk / "results"
+    first = run_cli(*PIPELINE, "--csv", "", "--results", str(results), cwd=full_disk, cache=cache)
+    assert first.returncode == 0, first.stderr  # a history to append to, with its header
+    fill(full_disk)
+    (full_disk / "filler").unlink()
+    with open(full_disk / "filler", "wb") as f:  # room for the small plan file, none for a run's folder
+        f.write(b"\0" * (shutil.disk_usage(full_disk).free - 3 * 4096))
+    proc = run_cli("sweep", *PIPELINE, "--sweep", "concurrency=1,2", "--csv", "", "--results", str(results),
+                   cwd=full_disk, cache=cache)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "2/2 runs finished" in last and "except 2 that could not be saved there" in last, proc.stderr
+    assert len(History(results).load()) == 1
+    assert len(list((cache / "unsaved-results" / "runs").iterdir())) == 2

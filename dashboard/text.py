@@ -1,0 +1,25 @@
+"""Text that comes from outside the app, shown as text: a server's model id and errors, run labels, file names.
+
+Streamlit renders every message element (captions, alerts, expander labels) as Markdown, and then links whatever
+looks like a URL, an address or a www. name, so such text could make the browser fetch an image from any URL it
+names, or show a link to one. `plain` escapes what Markdown reads and puts an invisible word joiner (U+2060) where
+a link would start ("http:" + "//", "www" + ".", "@"), so the text shows as it was written and nothing is fetched or
+linked.
+"""
+
+from __future__ import annotations
+
+import re
+
+# The marks that start Markdown (links, images, emphasis, code, HTML, entities, tables, strikethrough), a heading's
+# "#" at a line's start, Streamlit's LaTeX ($) and the colon of its ":red[...]", ":material/icon:" and ":emoji:"
+# directives. Ordinary punctuation (". , ' - ( ) / ?", "builtin:sample") stays as it is.
+_MARKDOWN = re.compile(r"([\\`*_\[\]<>!|~$&]|(?m:^#)|:(?=[\w/-]+[:\[]))")
+_LINK_STARTS = re.compile(r"(?i):(?=//)|\bwww(?=\.)|@")
+WORD_JOINER = "\u2060"
+
+
+def plain(text: object) -> str:
+    """`text` as Markdown that shows it literally, linking nothing."""
+    unlinked = _LINK_STARTS.sub(lambda match: match.group(0) + WORD_JOINER, str(text))
+    return _MARKDOWN.sub(r"\\\1", unlinked)
