@@ -1,6 +1,7 @@
-"""The headless CLI: `python -m bench_core pipeline DATASET MODEL [flags]`, `restful`, `sweep` and helpers.
+"""The headless CLI: `python -m bench_core pipeline DATASET MODEL [flags]`, `throughput`, `restful`, `sweep` and
+helpers.
 
-One module per subcommand (pipeline, restful, sweep, model_path), each a Command that adds its flags and
+One module per subcommand (pipeline, throughput, restful, sweep, model_path), each a Command that adds its flags and
 runs; `common` holds what they share, and they import nothing of each other. This module is the one
 dispatch: it builds the parser from the commands and runs the one chosen.
 Bad input is one line on stderr and exit code 2: found in the flags, nothing is written; found while
@@ -25,9 +26,10 @@ def commands() -> tuple[Command, ...]:
     from .pipeline import PipelineCommand
     from .restful import RestfulCommand
     from .sweep import SweepCommand
+    from .throughput import ThroughputCommand
 
-    pipeline, restful = PipelineCommand(), RestfulCommand()
-    return pipeline, SweepCommand((pipeline, restful)), restful, ModelPathCommand()
+    pipeline, throughput, restful = PipelineCommand(), ThroughputCommand(), RestfulCommand()
+    return (pipeline, throughput, SweepCommand((pipeline, throughput, restful)), restful, ModelPathCommand())
 
 
 def build_parser(chosen: tuple[Command, ...] | None = None) -> argparse.ArgumentParser:

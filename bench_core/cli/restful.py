@@ -63,7 +63,8 @@ BODY_FLAGS = (
 )
 # Ours: vLLM's load shape and limits, and the dataset's settings LMDeploy's script lacks.
 OUR_FLAGS = (*unlisted_flags(Part.DATASET, DATASET_FLAGS, SAMPLING_FLAGS),
-    "max_concurrency", "burstiness", "exact_rate_arrivals", "duration_s", Flag("warmup_requests", default=1),
+    "max_concurrency", "burstiness", "exact_rate_arrivals", "duration_s",
+    Flag("warmup_requests", default=1, help="unmeasured warm-up requests (0 with --disable-warmup)"),
     Flag("read_timeout_s", names=("--timeout",),
          help="seconds a request may wait for its next token (the first included) before it fails; keep-alive "
               f"comments do not count. A request also fails after {REQUEST_DEADLINE_S / 3600:g} hours in all, "

@@ -1,21 +1,24 @@
 """The LMDeploy backend, `turbomind` and `pytorch`: whether LMDeploy can run here, LMDeploy's rules for the
 knobs, and which settings a built pipeline can be reused for; none of that needs lmdeploy or a GPU.
 
-The configs handed to LMDeploy are built in lmdeploy_configs.py, and the pipeline is built and driven in
-lmdeploy_pipeline.py. None of these modules imports lmdeploy or torch at module level: validation works
-without them.
+The configs handed to LMDeploy are built in lmdeploy_configs.py, the pipeline is built and driven in
+lmdeploy_pipeline.py, and the engine itself, for the engine_api load pattern, in lmdeploy_instance.py. None of
+these modules imports lmdeploy or torch at module level: validation works without them.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import math
 
 from ..config import DatasetConfig, EngineConfig, LoadConfig, knobs_for, setting
+from ..states import LoadPattern
 from ..models.resolve import last_line
-from .base import Backend, RunSize
+from .base import Backend, Engine, RunSize
 from .gpu_probe import gpu_facts
-from .lmdeploy_pipeline import LMDeployEngine, build_engine
+from .lmdeploy_instance import build_instance_engine
+from .lmdeploy_pipeline import build_engine
 
 TURBOMIND_FP8_POLICIES = (16, 17)
 # Eagle heads are separate checkpoints; the MTP methods draft with the target model's own layers.
@@ -34,7 +37,12 @@ class LMDeployBackend(Backend):
 
     @classmethod
     def gpus(cls, engine: EngineConfig) -> int:
-        return engine.tp  # one per tensor-parallel rank
+        """TurboMind: dp x tp x gcd(cp, ep), the most its parallel layout takes; PyTorch: its world size, ep where
+        experts are spread, else tp."""
+        dp, tp, ep = engine.dp, engine.tp, engine.ep
+        if engine.backend == "turbomind":
+            return dp * tp * math.gcd(engine.cp, ep)
+        return ep if ep > 1 else tp
 
     @classmethod
     def context_window(cls, engine: EngineConfig) -> int | None:
@@ -67,7 +75,7 @@ class LMDeployBackend(Backend):
         later asserts), one sentence per problem naming the flag. Needs neither lmdeploy nor a GPU."""
         turbomind = engine.backend == "turbomind"
         problems = _shared_problems(engine, turbomind)
-        problems += _turbomind_problems(engine) if turbomind else _pytorch_problems(engine)
+        problems += _turbomind_problems(engine, load) if turbomind else _pytorch_problems(engine, load)
         return problems + _speculative_problems(engine)
 
     @classmethod
@@ -85,7 +93,11 @@ class LMDeployBackend(Backend):
         )
 
     @classmethod
-    def load(cls, engine: EngineConfig, load: LoadConfig) -> LMDeployEngine:
+    def load(cls, engine: EngineConfig, load: LoadConfig) -> Engine:
+        """The pipeline profile_pipeline_api.py builds, or for the engine API the engine profile_throughput.py
+        builds."""
+        if load.load_pattern == LoadPattern.ENGINE_API:
+            return build_instance_engine(engine, load)
         return build_engine(engine, load)
 
 
@@ -108,8 +120,10 @@ def _shared_problems(engine: EngineConfig, turbomind: bool) -> list[str]:
     tp = engine.tp
     if tp < 1 or tp & (tp - 1):
         problems.append(f"{_flag('tp')} must be a power of 2 (1, 2, 4, 8, ...); got {tp}.")
-    elif (facts := _gpu_facts()) is not None and tp > facts[0]:
-        problems.append(f"{_flag('tp')} {tp} needs {tp} GPUs but {facts[0]} are visible.")
+    elif (facts := _gpu_facts()) is not None and (needed := LMDeployBackend.gpus(engine)) > facts[0]:
+        problems.append(f"{_flag('tp')} {tp} with {_flag('dp')} {engine.dp} and {_flag('ep')} {engine.ep} needs "
+                        f"{needed} GPUs but {facts[0]} are visible." if needed != tp else
+                        f"{_flag('tp')} {tp} needs {tp} GPUs but {facts[0]} are visible.")
     ratio = engine.cache_max_entry_count
     if turbomind and not ratio > 0:
         problems.append(f"{_flag('cache_max_entry_count')} must be greater than 0 for TurboMind; got {ratio}.")
@@ -120,8 +134,14 @@ def _shared_problems(engine: EngineConfig, turbomind: bool) -> list[str]:
     return problems
 
 
-def _turbomind_problems(engine: EngineConfig) -> list[str]:
+def _turbomind_problems(engine: EngineConfig, load: LoadConfig) -> list[str]:
     problems = []
+    tp, cp = engine.tp, engine.cp
+    if cp > 0 and tp % cp:  # cp 0: its own bound says so
+        problems.append(f"{_flag('tp')} must be a multiple of {_flag('cp')} for TurboMind; got tp {tp}, cp {cp}.")
+    if load.load_pattern == LoadPattern.ENGINE_API and load.concurrency < engine.dp:
+        problems.append(f"TurboMind's engine API takes max_batch_size = concurrency // {_flag('dp')} (as "
+                        f"profile_throughput.py), so -c must be at least {engine.dp}; got {load.concurrency}.")
     block = engine.cache_block_seq_len
     facts = _gpu_facts()
     step = 32 if facts is not None and facts[1] >= 8.0 else 64
@@ -138,8 +158,21 @@ def _turbomind_problems(engine: EngineConfig) -> list[str]:
     return problems
 
 
-def _pytorch_problems(engine: EngineConfig) -> list[str]:
+def _pytorch_problems(engine: EngineConfig, load: LoadConfig) -> list[str]:
     problems = []
+    dp, world = engine.dp, LMDeployBackend.gpus(engine)
+    if dp > 1 and world == 1:
+        problems.append(f"{_flag('dp')} {dp} needs {_flag('tp')} or {_flag('ep')} above 1 on the PyTorch engine "
+                        "(LMDeploy would run it with dp 1).")
+    elif dp > 0 and world % dp:  # dp 0: its own bound says so
+        problems.append(f"{_flag('dp')} {dp} must divide the PyTorch engine's GPUs ({_flag('ep')} when above 1, "
+                        f"else {_flag('tp')}): {world}.")
+    block = engine.dllm_block_length
+    if block is not None and block * load.concurrency > engine.max_prefill_token_num:
+        problems.append(f"{_flag('dllm_block_length')} {block} x concurrency {load.concurrency} exceeds "
+                        f"{_flag('max_prefill_token_num')} {engine.max_prefill_token_num}: LMDeploy would shrink the "
+                        f"batch to {engine.max_prefill_token_num // block}; lower -c or raise "
+                        f"{_flag('max_prefill_token_num')}.")
     block = engine.cache_block_seq_len
     if block < 16 or block & (block - 1):
         problems.append(
