@@ -47,6 +47,7 @@ COMMANDS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("sweep-pipeline-help", ("sweep", "pipeline", "--help"), False),
     ("sweep-throughput-help", ("sweep", "throughput", "--help"), False),
     ("sweep-restful-help", ("sweep", "restful", "--help"), False),
+    ("doctor-help", ("doctor", "--help"), False),
     ("model-path-help", ("model-path", "--help"), False),
     ("pipeline-no-arguments", ("pipeline",), False),
     ("pipeline-bad-backend", (*TINY[:3], "--backend", "vllm"), False),

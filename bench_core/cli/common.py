@@ -23,6 +23,7 @@ from ..run.observer import JobObserver
 from ..states import MEASURED, RunState
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_NOT_READY = 4  # doctor: a backend that should run here cannot
 EXIT_CODES_HELP = """exit codes:
   0    finished: every request succeeded
   1    failed: no request succeeded, the engine broke, or the results could not be saved
@@ -35,6 +36,14 @@ SWEEP_EXIT_CODES_HELP = """exit codes:
   1    some run failed or was partial (some of its requests failed); resume re-runs those points
   2    bad input: a flag, the dataset, the model, or lengths beyond the model's context window
   130  interrupted (Ctrl-C); resumable"""
+DOCTOR_EXIT_CODES_HELP = """exit codes:
+  0    ready: an in-process backend can run here, and with --smoke every smoke run finished
+       (LMDeploy's backends may be unavailable for want of a GPU: the reason is printed)
+  1    --smoke: a smoke run failed or some of its requests did (the reason is printed)
+  2    bad input: a flag, or a results folder that cannot be written
+  4    not ready: no in-process backend can run here, or a GPU is visible and an LMDeploy
+       backend still cannot run (the reason and the fix are printed)
+  130  interrupted (Ctrl-C)"""
 PROGRESS_WIDTH = 120  # characters of the progress line redrawn on a terminal
 CANCEL_GRACE_S = 0.5  # how long Ctrl-C waits for a loading run to notice before leaving it behind
 

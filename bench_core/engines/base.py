@@ -186,6 +186,11 @@ class Backend(ABC):
         """None when `backend` can run on this machine, else the reason it cannot, for the user. Never raises."""
 
     @classmethod
+    def install_facts(cls) -> dict[str, str]:
+        """What `doctor` says of this backend's install beyond the packages' versions (a compiled extension, say)."""
+        return {}
+
+    @classmethod
     @abstractmethod
     def validate(cls, engine: EngineConfig, load: LoadConfig) -> list[str]:
         """Problems with this backend's knobs, each a sentence for the user."""

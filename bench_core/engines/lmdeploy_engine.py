@@ -11,6 +11,9 @@ from __future__ import annotations
 import functools
 import importlib.util
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 from ..config import DatasetConfig, EngineConfig, LoadConfig, knobs_for, setting
 from ..states import LoadPattern
@@ -69,6 +72,10 @@ class LMDeployBackend(Backend):
         return None
 
     @classmethod
+    def install_facts(cls) -> dict[str, str]:
+        return {"TurboMind extension": turbomind_extension()}
+
+    @classmethod
     def validate(cls, engine: EngineConfig, load: LoadConfig) -> list[str]:
         """LMDeploy's rules for these knobs beyond each one's own bounds and choices (the catalog's): those that
         depend on the engine, on the GPUs here, or on several knobs at once (its config checks and its engines'
@@ -99,6 +106,34 @@ class LMDeployBackend(Backend):
         if load.load_pattern == LoadPattern.ENGINE_API:
             return build_instance_engine(engine, load)
         return build_engine(engine, load)
+
+
+# Loads TurboMind's compiled extension on its own, in a child process: not lmdeploy (which imports torch), and
+# nothing of it stays in this process.
+_LOAD_EXTENSION = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("_turbomind", sys.argv[1])
+spec.loader.exec_module(importlib.util.module_from_spec(spec))
+"""
+
+
+def turbomind_extension() -> str:
+    """Whether LMDeploy's TurboMind extension (turbomind/_turbomind*.so) is there and loads, in words."""
+    spec = importlib.util.find_spec("lmdeploy")
+    if spec is None or not spec.submodule_search_locations:
+        return "none (lmdeploy is not installed)"
+    found = sorted(Path(spec.submodule_search_locations[0], "turbomind").glob("_turbomind*.so"))
+    if not found:
+        return "not in this lmdeploy build (no turbomind/_turbomind*.so): the turbomind backend cannot run"
+    try:
+        done = subprocess.run([sys.executable, "-c", _LOAD_EXTENSION, str(found[0])], capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{found[0].name}, not checked ({type(exc).__name__})"
+    if done.returncode == 0:
+        return f"{found[0].name}, loads"
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    return f"{found[0].name}, does not load ({lines[-1].strip() if lines else f'exit code {done.returncode}'})"
 
 
 def _gpu_facts() -> tuple[int, float] | None:
