@@ -65,6 +65,9 @@ BODY_FLAGS = (
 OUR_FLAGS = (*unlisted_flags(Part.DATASET, DATASET_FLAGS, SAMPLING_FLAGS),
     "max_concurrency", "burstiness", "exact_rate_arrivals", "duration_s",
     Flag("warmup_requests", default=1, help="unmeasured warm-up requests (0 with --disable-warmup)"),
+    Flag("chat_limit_field", help="the field of a -chat backend's requests that limits their output tokens: "
+                                  "profile_restful_api.py's max_completion_tokens, max_tokens (which llama.cpp's "
+                                  "server heeds) or both"),
     Flag("read_timeout_s", names=("--timeout",),
          help="seconds a request may wait for its next token (the first included) before it fails; keep-alive "
               f"comments do not count. A request also fails after {REQUEST_DEADLINE_S / 3600:g} hours in all, "
@@ -304,6 +307,7 @@ def _extra_rows(config: RunConfig, summary: dict) -> None:
         _line(f"Mean {metric.row_title}:", summary.get(metric.mean_column, math.nan))
     _line("Failed requests:", summary["failed"])
     _line("Incomplete requests:", summary["incomplete"])
+    _line("Overrun requests:", summary.get("overrun", "-"))
     _line("Unfinished requests:", summary["unfinished"])
     _line("Cancelled requests:", summary["cancelled"])
     for reason in filter(None, str(summary["failure_reasons"]).split("; ")):
@@ -313,8 +317,9 @@ def _extra_rows(config: RunConfig, summary: dict) -> None:
     _line("Mean send lag (ms):", summary.get("mean_send_lag_ms", math.nan))
     _line("Peak requests in flight:", summary.get("peak_in_flight", "-"))
     _line("Length mismatches:", summary.get("length_mismatches", "-"))
-    if summary.get("length_mismatches"):
-        print("  served requests returned another length than asked: does the server honour ignore_eos?")
+    if summary.get("length_mismatches", 0) > summary.get("overrun", 0):
+        print("  served requests returned fewer tokens than asked: does the server honour ignore_eos?")
+    _line("Output counts from:", summary.get("output_len_sources") or "-")
     if "goodput_rps" in summary:
         _line("Good requests:", summary["good_requests"])
         _line("Goodput (req/s):", summary["goodput_rps"])

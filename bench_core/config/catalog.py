@@ -19,6 +19,7 @@ MAX_SEED = 2**32 - 1  # the largest seed NumPy takes
 WARMUP_START = 2  # the dashboard's warm-up, on by default (README, "Warm-up"); LMDeploy's scripts warm up none
 DATASET_NAMES = ("sharegpt", "random")
 LOAD_PATTERNS = tuple(LoadPattern)
+CHAT_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "both")
 LMDEPLOY = ("turbomind", "pytorch")
 TURBOMIND, PYTORCH, TRANSFORMERS, SERVER = ("turbomind",), ("pytorch",), ("transformers",), ("openai",)
 # LMDeploy's --log-level choices: the logging levels' names, with the REQUEST level (15, between DEBUG and INFO:
@@ -177,6 +178,10 @@ ENGINE = (
     _knob("server_kind", SERVER_GROUP, SERVER, str, "openai",
           "Which server it is, so ignore_eos is sent the way it accepts (openai: any other, not sent).",
           choices=("lmdeploy", "vllm", "sglang", "transformers", "openai")),
+    # profile_restful_api.py asks a chat server for max_completion_tokens; some (llama.cpp's) heed only max_tokens.
+    _knob("chat_limit_field", SERVER_GROUP, SERVER, str, "max_completion_tokens",
+          "The field of a chat request that limits its output tokens (the completions endpoint has only max_tokens).",
+          choices=CHAT_LIMIT_FIELDS, rule="max_tokens, max_completion_tokens or both"),
     _knob("tokenizer", SERVER_GROUP, SERVER, str, "", "Tokenizer for sampling prompts and retokenizing answers; empty: the model's."),
     _knob("extra_request_body", SERVER_GROUP, SERVER, str, "", "JSON object merged into every request body.",
           rule='a JSON object, e.g. {"temperature": 0}'),

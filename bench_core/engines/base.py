@@ -38,7 +38,10 @@ class EngineEvent:
       A finish_reason of NOT_SENT marks a request the engine never sent (a duration ended): it
       stays unfinished, with `message` as its reason. RUN_ENDED marks one the engine stopped because
       the run ended (its duration was up), CANCELLED_BY_LOAD one the load cancelled on purpose (the engine
-      API's cancel rate): both counted cancelled, not failed, with `message` as the reason.
+      API's cancel rate): both counted cancelled, not failed, with `message` as the reason. `length_status` is
+      the engine's own verdict on a served request's length where its token count cannot give it
+      (metrics.request_status): SUCCESS for a server that said it stopped at the limit without counting its
+      tokens, OVERRUN for one that produced more than asked; "" leaves it to the count.
     """
 
     index: int
@@ -49,6 +52,7 @@ class EngineEvent:
     message: str = ""
     token_ids: Sequence[int] = ()
     extra: Mapping[str, Any] | None = None
+    length_status: str = ""
 
 
 NOT_SENT = "not_sent"
