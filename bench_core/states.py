@@ -47,7 +47,8 @@ class LoadPattern(StrEnum):
     """How requests are sent (DESIGN.md, "Timing semantics")."""
 
     BATCH = "batch"  # profile_pipeline_api.py: every request at t0
-    CONCURRENCY = "concurrency"  # profile_throughput.py: N workers
+    CONCURRENCY = "concurrency"  # profile_throughput.py's N workers, through the pipeline API
+    ENGINE_API = "engine_api"  # profile_throughput.py itself: N workers on the engine instance API, ids in and out
     REQUEST_RATE = "request_rate"  # profile_restful_api.py / vLLM: arrivals at a rate, to a server
 
 

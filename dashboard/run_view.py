@@ -182,6 +182,10 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
         show_table(tables.throughput_table(summary), key="summary_throughput")
     with right:
         _goodput(summary, slo)
+    if result.config.engine.speculative_algorithm:
+        st.markdown(f"**Speculative decoding** ({result.config.engine.speculative_algorithm}, "
+                    f"{result.config.engine.speculative_num_draft_tokens} draft tokens per step)")
+        show_table(tables.speculative_table(summary), key="summary_speculative")
     if "achieved_rate" in summary:
         _server_load(result.config, summary)
 

@@ -136,7 +136,7 @@ def widget_values(config: RunConfig) -> dict[str, Any]:
     for name, value in settings_of(config).items():
         declared = setting(name)
         if declared.widget is not None and _shown(declared, config):
-            values[widget_key(declared, family)] = to_widget(declared, value)
+            values.update(_widget_values(declared, widget_key(declared, family), value))
     return values
 
 
@@ -227,8 +227,9 @@ def setting_widget(declared: Setting, key: str, start: Any, backend: str) -> Any
         if hints.style == "radio":
             return persisted(st.radio, label, options=choices, index=choices.index(start), horizontal=True, **options)
         return from_widget(declared, persisted(st.selectbox, label, options=choices, index=choices.index(start),
-                                               format_func=lambda choice: "off" if choice is None else str(choice),
-                                               **options))
+                                               format_func=declared.choice_label, **options))
+    if hints.style == "switch":
+        return _switched_count(declared, key, start, label, options)
     if declared.kind is bool:
         return persisted(st.checkbox, label, value=start, **options)
     if declared.kind is str:
@@ -249,6 +250,27 @@ def setting_widget(declared: Setting, key: str, start: Any, backend: str) -> Any
         start = None if start is None else float(start)
     placeholder = hints.placeholder if start is None or hints.placeholder else None
     return from_widget(declared, persisted(st.number_input, label, value=start, placeholder=placeholder, **options))
+
+
+def switch_key(key: str) -> str:
+    """The key of a switched count's checkbox, beside its number's `key`."""
+    return f"{key}_on"
+
+
+def _switched_count(declared: Setting, key: str, start: Any, label: str, options: dict[str, Any]) -> int:
+    """A checkbox, on when `start` is above 0, with the count it turns on beside it; off, the count is 0."""
+    on = persisted(st.checkbox, label, value=bool(start), key=switch_key(key), help=options["help"])
+    shown = start or declared.widget.start
+    count = persisted(st.number_input, declared.shown_label, value=int(shown), step=int(declared.widget.step or 1),
+                      min_value=1, key=key, disabled=not on, label_visibility="collapsed")
+    return int(count) if on else 0
+
+
+def _widget_values(declared: Setting, key: str, value: Any) -> dict[str, Any]:
+    """The widget keys and values that show `value` of this setting: a switched count's checkbox and number."""
+    if declared.widget.style == "switch":
+        return {switch_key(key): bool(value), key: value or declared.widget.start}
+    return {key: to_widget(declared, value)}
 
 
 def _widgets(settings: tuple[Setting, ...], backend: str, family: str) -> dict[str, Any]:
@@ -381,8 +403,8 @@ def _load_widgets(backend: str, family: str) -> dict[str, Any]:
     declared, offered = setting("load_pattern"), backend_of(backend)
     patterns = offered.load_patterns
     pattern = persisted(bar.selectbox, "Load pattern", options=patterns, index=patterns.index(offered.load_pattern),
-                        key=_load_pattern_key(backend),
-                        help="\n\n".join(f"**{p}**: {declared.choice_help[p]}" for p in patterns))
+                        key=_load_pattern_key(backend), format_func=declared.choice_label,
+                        help="\n\n".join(f"**{declared.choice_label(p)}**: {declared.choice_help[p]}" for p in patterns))
     with bar:
         shown = tuple(s for s in of_part(Part.LOAD) if s.widget is not None and s.applies(load_pattern=pattern))
         return {"load_pattern": pattern, **_widgets(shown, backend, family)}

@@ -21,6 +21,7 @@ import pandas as pd
 import streamlit as st
 
 from bench_core.measure import metrics
+from bench_core.measure.catalog import NOT_REPORTED, SPECULATIVE_COLUMNS
 from bench_core.sweep import results as sweep_results
 from bench_core.views import sweep_charts
 from bench_core.config import SLO, EngineConfig, knobs_for
@@ -290,6 +291,10 @@ def results(history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO) -> 
     measured = [name for name in sweep_results.SWEEP_METRICS if name in set(statistics[sweep_results.METRIC])]
     axes = [axis.name for axis in plan.axes]
     st.markdown(f"**Results** of {len(runs)} finished runs: means over each point's repeats, with 95% intervals")
+    unreported = [_title(name) for name in SPECULATIVE_COLUMNS if plan.speculative and name not in measured]
+    if unreported:
+        st.caption(f"{' and '.join(unreported)}: {NOT_REPORTED} by the engine for these runs (LMDeploy's PyTorch "
+                   "engine reports them on the engine API load pattern).")
     metric = st.selectbox("Metric", measured, key="sweep_metric", format_func=_title,
                           index=measured.index("output_throughput") if "output_throughput" in measured else 0)
     points = sweep_results.metric_points(statistics, metric)

@@ -513,3 +513,39 @@ def test_an_output_length_beyond_the_models_context_window_is_refused_at_start()
     (error,) = at.error
     assert "does not fit the 2,048-token context window of builtin:tiny-llama" in shown(error.value)
     assert get_runner().runs() == [] and "run" not in at.query_params
+
+
+def test_the_engine_api_is_offered_beside_the_pipeline_patterns_and_warm_up_is_on_with_its_count():
+    at = open_app()
+    assert at.sidebar.selectbox(key="load_pattern").options == ["pipeline batch", "pipeline concurrency", "engine API"]
+    assert at.sidebar.checkbox(key="warmup_requests_on").value is True  # on by default, the count beside it
+    assert at.sidebar.number_input(key="warmup_requests").value == setting("warmup_requests").widget.start
+    assert not {"skip_tokenize", "cancel_rate"} & {getattr(w, "key", "") for w in at.sidebar}
+    at.sidebar.selectbox(key="load_pattern").select("engine_api").run()
+    assert {"skip_tokenize", "skip_detokenize", "cancel_rate", "use_uvloop"} <= {getattr(w, "key", "") for w in at.sidebar}
+    choose_tiny_run(at, num_prompts=12, output_len=12)
+    at.sidebar.checkbox(key="skip_tokenize").check()
+    at.sidebar.slider(key="cancel_rate").set_value(0.5)
+    start(at)
+    assert not at.exception and not at.error
+    run = get_runner().get(at.query_params["run"])
+    assert run.wait(120) and run.state == "finished", run.message
+    load = run.config.load
+    assert (load.load_pattern, load.skip_tokenize, load.cancel_rate) == ("engine_api", True, 0.5)
+    assert load.warmup_requests == setting("warmup_requests").widget.start
+    assert run.record.warmup_seconds is not None  # warmed up, outside the measurement
+    at.run()
+    assert not at.exception
+    cancelled = run.record.metrics["cancelled"]
+    assert cancelled > 0 and run.record.metrics["failed"] == 0
+    assert f"{cancelled} cancelled" in at.success[0].value
+
+
+def test_warm_up_can_be_turned_off_and_a_run_then_sends_none():
+    at = open_app()
+    choose_tiny_run(at, num_prompts=4, output_len=4)
+    at.sidebar.checkbox(key="warmup_requests_on").uncheck()
+    start(at)
+    run = get_runner().get(at.query_params["run"])
+    assert run.wait(60) and run.state == "finished", run.message
+    assert run.config.load.warmup_requests == 0 and run.record.warmup_seconds is None

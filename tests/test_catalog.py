@@ -94,3 +94,30 @@ def test_lmdeploys_row_formats_like_lmdeploy_and_marks_what_was_not_measured():
                                 "mean_ttft_ms": math.nan})
     assert row["completed"] == 3 and row["duration"] == 2.5 and row["request_throughput"] == "1.200"
     assert row["mean_e2e_latency_ms"] == "12.346" and row["mean_ttft_ms"] == "-" and row["mean_itl_ms"] == "-"
+
+
+def _with_speculative_accounting(accounts):
+    """A profiled run whose requests finished with these (drafts, drafted, accepted) extras (None: none reported)."""
+    from bench_core.engines.engine_api import SPEC_COLUMNS
+
+    profiler = profiled_run([0.05] * len(accounts))
+    for session, account in zip(profiler.sessions, accounts):
+        session.extra = None if account is None else dict(zip(SPEC_COLUMNS, account))
+    profiler.compute_metrics()
+    return profiler
+
+
+def test_speculative_acceptance_is_summed_over_the_requests_the_engine_reported_on():
+    summary = _with_speculative_accounting([(10, 30, 20), (5, 15, 4), None]).summary()
+    assert summary["spec_acceptance_length"] == pytest.approx(1 + 24 / 15)  # the bonus token counted, as LMDeploy
+    assert summary["spec_acceptance_rate"] == pytest.approx(24 / 45)
+    shown = tables.speculative_table(summary)
+    assert shown["value"].tolist() == pytest.approx([1 + 24 / 15, 24 / 45])
+    assert "spec_acceptance_length" in sweep_results.SWEEP_METRICS  # sweeps over speculative_num_draft_tokens
+
+
+def test_an_engine_that_reports_no_acceptance_says_not_reported_never_zero():
+    summary = profiled_run([0.05, 0.1]).summary()
+    assert not set(catalog.SPECULATIVE_COLUMNS) & set(summary)  # no column, so no 0 in the history either
+    assert tables.speculative_table(summary)["value"].tolist() == [catalog.NOT_REPORTED] * 2
+    assert "Mean acceptance length" not in tables.throughput_table(summary).index

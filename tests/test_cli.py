@@ -236,7 +236,7 @@ def test_a_run_with_failed_requests_exits_non_zero_and_says_why(tmp_path, capsys
     assert row["error"].startswith(said.split(": ", 1)[1])  # the history keeps the reasons too
 
 
-@pytest.mark.parametrize("command", [["pipeline"], ["restful"], ["sweep"], ["sweep", "pipeline"]])
+@pytest.mark.parametrize("command", [["pipeline"], ["throughput"], ["restful"], ["sweep"], ["sweep", "pipeline"]])
 def test_help_documents_the_exit_codes(capsys, command):
     with pytest.raises(SystemExit):
         main([*command, "--help"])

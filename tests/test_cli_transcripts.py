@@ -31,6 +31,7 @@ UPDATE = os.environ.get("UPDATE_CLI_TRANSCRIPTS") == "1"
 
 TINY = ("pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers")
 RUN = (*TINY, "--csv", "", "--results", "results")
+THROUGHPUT = ("throughput", *TINY[1:], "--csv", "", "--results", "results")
 CLOSED = "http://127.0.0.1:9"  # the discard port: nothing listens there
 
 # (name, arguments, masked): `masked` for commands that measure something, whose numbers are timings.
@@ -40,10 +41,13 @@ COMMANDS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("no-command", (), False),
     ("unknown-command", ("bogus",), False),
     ("pipeline-help", ("pipeline", "--help"), False),
+    ("throughput-help", ("throughput", "--help"), False),
     ("restful-help", ("restful", "--help"), False),
     ("sweep-help", ("sweep", "--help"), False),
     ("sweep-pipeline-help", ("sweep", "pipeline", "--help"), False),
+    ("sweep-throughput-help", ("sweep", "throughput", "--help"), False),
     ("sweep-restful-help", ("sweep", "restful", "--help"), False),
+    ("doctor-help", ("doctor", "--help"), False),
     ("model-path-help", ("model-path", "--help"), False),
     ("pipeline-no-arguments", ("pipeline",), False),
     ("pipeline-bad-backend", (*TINY[:3], "--backend", "vllm"), False),
@@ -66,6 +70,8 @@ COMMANDS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("pipeline-output-beyond-window", (*RUN, "--sharegpt-output-len", "4096"), False),
     ("pipeline-turbomind-without-gpu", (*TINY[:3], "--csv", "", "--results", "results"), False),
     ("pipeline-max-batch-tokens-zero", (*RUN, "--max-batch-tokens", "0"), False),
+    ("throughput-bad-cancel-rate", (*THROUGHPUT, "--cancel-rate", "1.5"), False),
+    ("throughput-dp-below-one", (*THROUGHPUT[:3], "--backend", "turbomind", "--csv", "", "--dp", "0"), False),
     ("restful-bad-port", ("restful", "--port", "0"), False),
     ("restful-server-down", ("restful", "--base-url", CLOSED, "--model", "m", "--tokenizer", "builtin:tiny-llama",
                              "--num-prompts", "2", "--output-file", "", "--results", "results"), False),
@@ -95,6 +101,8 @@ COMMANDS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
                           "--random-output-len", "6", "--random-range-ratio", "0.5"), True),
     ("run-concurrency-lmdeploy-csv", (*TINY, "--results", "results", "-n", "3", "-c", "2", "--load", "concurrency",
                                       "--sharegpt-output-len", "5", "--stream-output", "--slo-ttft-ms", "60000"), True),
+    ("run-throughput", (*THROUGHPUT, "-n", "4", "-c", "2", "--sharegpt-output-len", "5", "--warmup-requests", "1"),
+     True),
     ("run-sweep", ("sweep", *RUN, "-n", "2", "--sharegpt-output-len", "4", "--stream-output",
                    "--sweep", "concurrency=1,2"), True),
     ("run-restful", ("restful", "--base-url", "{server}", "--model", "scripted", "--tokenizer", "builtin:tiny-llama",

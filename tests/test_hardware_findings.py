@@ -162,7 +162,7 @@ def test_lmdeploy_gets_the_cached_folder_of_a_synthetic_model(tmp_path, monkeypa
     from bench_core.engines import lmdeploy_pipeline
 
     monkeypatch.setenv("BENCH_STUDIO_CACHE", str(tmp_path))
-    folder = lmdeploy_pipeline._model_path("synthetic:tiny")
+    folder = lmdeploy_pipeline.local_model_path("synthetic:tiny")
     assert folder.startswith(str(tmp_path)) and (tmp_path / folder / "config.json").exists()
 
 

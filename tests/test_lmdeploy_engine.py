@@ -155,6 +155,25 @@ VALIDATION_CASES = [
     (pytorch(quant_policy=3), 256, False, False, ""),
     (pytorch(quant_policy=8, device="maca"), 256, False, False, ""),
     (pytorch(), 0, False, True, "the PyTorch EngineChecker exits on max_batch_size <= 0"),
+    (turbomind(tp=2, cp=2, dp=2, ep=2), 256, True, True, ""),
+    (turbomind(cp=2), 256, False, True, "--cp help: 'tp must be a multiple of cp'; the layout is derived later"),
+    (turbomind(dp=0), 256, False, True, "TurboMind asserts dp >= 1 when it derives its parallel layout"),
+    (turbomind(ep=0), 256, False, False, ""),
+    (turbomind(log_level="REQUEST"), 256, True, True, ""),
+    (pytorch(tp=2, dp=2), 256, True, True, ""),
+    (pytorch(dp=0), 256, False, False, ""),
+    (pytorch(ep=0), 256, False, False, ""),
+    (pytorch(dp=2), 256, False, True, "ConfigBuilder resets dp to 1 when tp and ep are 1 (a warning only)"),
+    (pytorch(tp=4, dp=3), 256, False, True, "DistConfig asserts that dp divides the world size"),
+    (pytorch(distributed_executor_backend="ray"), 256, True, True, ""),
+    (pytorch(distributed_executor_backend="slurm"), 256, False, True, "argparse choices"),
+    (pytorch(dllm_block_length=32, dllm_denoising_steps=8, dllm_unmasking_strategy="sequential",
+             dllm_confidence_threshold=0.9), 256, True, True, ""),
+    (pytorch(dllm_block_length=0), 256, False, True, "a block of no tokens"),
+    (pytorch(dllm_denoising_steps=0), 256, False, True, "no denoising step"),
+    (pytorch(dllm_unmasking_strategy="random"), 256, False, True, "argparse choices"),
+    (pytorch(dllm_confidence_threshold=1.5), 256, False, True, "a confidence is between 0 and 1"),
+    (pytorch(dllm_block_length=64), 256, False, True, "ConfigBuilder shrinks max_batch_size to fit (a warning only)"),
 ]
 
 
@@ -214,6 +233,69 @@ def test_pytorch_config_is_what_profile_pipeline_api_builds_at_the_default_quant
     )
     ours = build_engine_config(pytorch(**{**KNOBS, "quant_policy": 0}), LoadConfig(concurrency=64))
     assert type(ours) is PytorchEngineConfig
+    for f in dataclasses.fields(expected):
+        assert getattr(ours, f.name) == getattr(expected, f.name), f.name
+
+
+# A value other than its default for every engine knob of LMDeploy's configs, all of them accepted at once.
+OTHER_VALUES = dict(
+    KNOBS, dp=2, ep=2, cp=2, dtype="bfloat16", max_prefill_token_num=4096, distributed_executor_backend="ray",
+    dllm_block_length=32, dllm_unmasking_strategy="sequential", dllm_denoising_steps=8, dllm_confidence_threshold=0.9,
+)
+
+
+@needs_lmdeploy
+@pytest.mark.parametrize("backend", ["turbomind", "pytorch"])
+def test_each_knob_reaches_its_field_of_lmdeploys_own_config_class(backend):
+    from lmdeploy.messages import PytorchEngineConfig, TurbomindEngineConfig
+
+    config_class = TurbomindEngineConfig if backend == "turbomind" else PytorchEngineConfig
+    declared = {field.name: field.default for field in dataclasses.fields(config_class)}
+    fields = engine_config_fields(backend)
+    assert set(fields.values()) <= set(declared)  # every field named is one of LMDeploy's
+    knobs = {knob.name: knob for knob in knobs_for(backend)}
+    chosen = {name: OTHER_VALUES[name] for name in fields}
+    assert all(chosen[name] != knobs[name].default for name in fields)  # each value shows which field it reached
+    assert all(knobs[name].default == declared[field] or name in ("model_format", "cache_block_seq_len")
+               for name, field in fields.items())  # the scripts' defaults: hf, and block 64 for PyTorch too
+    built = build_engine_config(EngineConfig(backend=backend, **chosen), LoadConfig())
+    assert {field: getattr(built, field) for field in fields.values()} == {fields[n]: v for n, v in chosen.items()}
+
+
+@needs_lmdeploy
+def test_engine_api_configs_are_what_profile_throughput_builds():
+    from lmdeploy.messages import PytorchEngineConfig, TurbomindEngineConfig
+
+    args = SimpleNamespace(**OTHER_VALUES, concurrency=64)
+    expected = TurbomindEngineConfig(  # profile_throughput.py main(), backend turbomind
+        max_batch_size=args.concurrency // args.dp, tp=args.tp, dp=args.dp, cp=args.cp,
+        cache_max_entry_count=args.cache_max_entry_count, cache_block_seq_len=args.cache_block_seq_len,
+        model_format=args.model_format, quant_policy=args.quant_policy, num_tokens_per_iter=args.num_tokens_per_iter,
+        max_prefill_iters=args.max_prefill_iters, async_=args.async_, enable_prefix_caching=args.enable_prefix_caching,
+        dtype=args.dtype, communicator=args.communicator,
+    )
+    theirs = {name: OTHER_VALUES[name] for name in ("tp", "dp", "cp", "cache_max_entry_count", "cache_block_seq_len",
+                                                    "model_format", "quant_policy", "num_tokens_per_iter",
+                                                    "max_prefill_iters", "async_", "enable_prefix_caching", "dtype",
+                                                    "communicator")}
+    engine_api = LoadConfig(load_pattern="engine_api", concurrency=64)
+    ours = build_engine_config(turbomind(**theirs), engine_api)
+    for f in dataclasses.fields(expected):
+        assert getattr(ours, f.name) == getattr(expected, f.name), f.name
+
+    expected = PytorchEngineConfig(  # profile_throughput.py main(), backend pytorch
+        cache_max_entry_count=args.cache_max_entry_count, block_size=args.cache_block_seq_len,
+        max_batch_size=args.concurrency, tp=args.tp, device_type=args.device, eager_mode=args.eager_mode,
+        enable_prefix_caching=args.enable_prefix_caching, quant_policy=args.quant_policy, dtype=args.dtype,
+        distributed_executor_backend=args.distributed_executor_backend, dllm_block_length=args.dllm_block_length,
+        dllm_unmasking_strategy=args.dllm_unmasking_strategy, dllm_denoising_steps=args.dllm_denoising_steps,
+        dllm_confidence_threshold=args.dllm_confidence_threshold,
+    )
+    theirs = {name: OTHER_VALUES[name] for name in (
+        "cache_max_entry_count", "cache_block_seq_len", "tp", "device", "eager_mode", "enable_prefix_caching",
+        "quant_policy", "dtype", "distributed_executor_backend", "dllm_block_length", "dllm_unmasking_strategy",
+        "dllm_denoising_steps", "dllm_confidence_threshold")}
+    ours = build_engine_config(pytorch(**theirs), engine_api)
     for f in dataclasses.fields(expected):
         assert getattr(ours, f.name) == getattr(expected, f.name), f.name
 
@@ -313,15 +395,14 @@ def test_fallback_reason_names_a_turbomind_library_that_cannot_load(tiny_model_p
 def test_a_pytorch_engine_behind_a_turbomind_request_is_recorded_as_a_fallback(tiny_model_path):
     from lmdeploy.messages import PytorchEngineConfig, TurbomindEngineConfig
 
-    fell_back = SimpleNamespace(backend_config=PytorchEngineConfig(session_len=2048))
+    fell_back = PytorchEngineConfig(session_len=2048)  # the config the pipeline was built with
     info = engine_info(turbomind(model="builtin:tiny-llama"), tiny_model_path, fell_back, "no TurboMind kernels")
     assert info.backend == "pytorch (fell back from turbomind: no TurboMind kernels)"
     assert any("instead of TurboMind" in note for note in info.notes)
     assert "session_len 2048" in info.notes
     assert set(info.versions) == {"lmdeploy", "torch", "transformers", "cuda"}
 
-    ran = SimpleNamespace(backend_config=TurbomindEngineConfig())
-    assert engine_info(turbomind(), tiny_model_path, ran, None).backend == "turbomind"
+    assert engine_info(turbomind(), tiny_model_path, TurbomindEngineConfig(), None).backend == "turbomind"
 
 
 # ---- events from the pipeline -------------------------------------------------------------------
@@ -494,9 +575,17 @@ def test_concurrency_workers_admit_a_request_only_when_a_slot_frees(stream_outpu
 @pytest.mark.parametrize("load_pattern", ["batch", "concurrency"])
 def test_cancel_aborts_running_and_queued_requests_within_a_second(load_pattern):
     engine, _ = _engine(token_delay_s=0.005)
-    requests = [SampledRequest(f"p{i}", 4, 10_000) for i in range(12)]
-    cancel = threading.Event()
-    events, cancelled_at = [], None
+    admitted, finishes = cancelled_after_three_tokens(engine, 12, load_pattern)
+    engine.close()
+    assert sorted(e.index for e in finishes) == sorted(admitted)
+    assert {e.finish_reason for e in finishes} == {"abort"}
+
+
+def cancelled_after_three_tokens(engine, n_requests: int, load_pattern: str):
+    """Stream endless requests two at a time, cancel once one has 3 tokens, and check that the stream ends within a
+    second; the indexes admitted, and the finish events."""
+    requests = [SampledRequest(f"p{i}", 4, 10_000) for i in range(n_requests)]
+    cancel, events, cancelled_at = threading.Event(), [], None
     load = LoadConfig(load_pattern=load_pattern, concurrency=2, stream_output=True)
     for event in engine.stream(requests, GenerationSettings(), load, cancel):
         events.append(event)
@@ -504,11 +593,7 @@ def test_cancel_aborts_running_and_queued_requests_within_a_second(load_pattern)
             cancel.set()
             cancelled_at = time.perf_counter()
     assert time.perf_counter() - cancelled_at < 1.0
-    engine.close()
-    admitted = {e.index for e in events if e.kind == "admit"}
-    finishes = [e for e in events if e.kind == "finish"]
-    assert sorted(e.index for e in finishes) == sorted(admitted)
-    assert {e.finish_reason for e in finishes} == {"abort"}
+    return {e.index for e in events if e.kind == "admit"}, [e for e in events if e.kind == "finish"]
 
 
 @needs_lmdeploy

@@ -190,3 +190,26 @@ def test_the_first_use_of_a_built_in_model_says_it_is_being_built(tmp_path, monk
     assert phases[:2] == ["building the tiny Llama, once (about a second)",
                           "loading the tokenizer of builtin:tiny-llama"]
     assert phases[-1] == "measuring"
+
+
+@pytest.mark.parametrize("pattern", ["batch", "engine_api"])
+def test_warm_up_runs_after_the_engine_loads_and_before_the_clock_starts(runner, monkeypatch, pattern):
+    served, real_stream = [], TransformersEngine.stream
+
+    def stream(self, requests, generation, load, cancel):  # the real engine's, noting when each call ends
+        yield from real_stream(self, requests, generation, load, cancel)
+        served.append((len(requests), time.perf_counter()))
+
+    monkeypatch.setattr(TransformersEngine, "stream", stream)
+    config = tiny_config(num_prompts=3, output_len=6)
+    config = RunConfig(engine=config.engine, dataset=config.dataset,
+                       load=LoadConfig(load_pattern=pattern, concurrency=4, stream_output=True, warmup_requests=5))
+    run = runner.submit(config)
+    assert run.wait(120) and run.state == "finished", run.message
+    (warmed, warm_end), (measured, _) = served
+    assert (warmed, measured) == (5, 3)  # the first prompts, again from the first: 5 of 3
+    profiler = run.measurement.profiler
+    assert warm_end <= profiler.t_start  # none of it inside the measured window
+    assert len(profiler.sessions) == 3 and run.record.metrics["total_requests"] == 3
+    assert 0 < run.record.warmup_seconds <= run.record.load_seconds
+    assert runner.history.load()["warmup_seconds"].iloc[0] == pytest.approx(run.record.warmup_seconds)

@@ -281,7 +281,7 @@ def test_the_cache_holds_max_in_flight_of_the_longest_request_within_a_budget(ba
     model = batching_engine._model
     engine = EngineConfig(cache_block_seq_len=16)
     requests = [SampledRequest("", 0, 30), SampledRequest("", 0, 10), SampledRequest("", 0, 5)]
-    prompts = [[1] * 10, [1] * 60, [1] * 3]  # the longest request is 70 tokens: 5 blocks, plus one spare
+    prompts = [10, 60, 3]  # prompt lengths: the longest request is 70 tokens, 5 blocks, plus one spare
     assert transformers_batching.cache_blocks_for(engine, model, prompts, requests, 2) == 2 * 6
     assert transformers_batching.cache_blocks_for(engine, model, prompts, requests, 50) == 3 * 6
     assert transformers_batching.cache_blocks_for(replace(engine, num_blocks=4), model, prompts, requests, 2) == 4

@@ -1,6 +1,7 @@
-"""The headless CLI: `python -m bench_core pipeline DATASET MODEL [flags]`, `restful`, `sweep` and helpers.
+"""The headless CLI: `python -m bench_core pipeline DATASET MODEL [flags]`, `throughput`, `restful`, `sweep`,
+`doctor` and helpers.
 
-One module per subcommand (pipeline, restful, sweep, model_path), each a Command that adds its flags and
+One module per subcommand (pipeline, throughput, restful, sweep, doctor, model_path), each a Command that adds its flags and
 runs; `common` holds what they share, and they import nothing of each other. This module is the one
 dispatch: it builds the parser from the commands and runs the one chosen.
 Bad input is one line on stderr and exit code 2: found in the flags, nothing is written; found while
@@ -21,13 +22,16 @@ from .common import EXIT_BAD_INPUT, Command, Parser, interrupted
 def commands() -> tuple[Command, ...]:
     """The subcommands, in the order --help lists them. Imported here, not at the top, so that `python -m
     bench_core` starts at once and Ctrl-C while their libraries load is reported like any other."""
+    from .doctor import DoctorCommand
     from .model_path import ModelPathCommand
     from .pipeline import PipelineCommand
     from .restful import RestfulCommand
     from .sweep import SweepCommand
+    from .throughput import ThroughputCommand
 
-    pipeline, restful = PipelineCommand(), RestfulCommand()
-    return pipeline, SweepCommand((pipeline, restful)), restful, ModelPathCommand()
+    pipeline, throughput, restful = PipelineCommand(), ThroughputCommand(), RestfulCommand()
+    return (pipeline, throughput, SweepCommand((pipeline, throughput, restful)), restful, DoctorCommand(),
+            ModelPathCommand())
 
 
 def build_parser(chosen: tuple[Command, ...] | None = None) -> argparse.ArgumentParser:

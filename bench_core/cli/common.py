@@ -17,12 +17,13 @@ import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from ..config import DEFAULT_PERCENTILES, Part, RunConfig, Setting, config_from_values, of_part, setting
+from ..config import DEFAULT_PERCENTILES, KNOBS, Part, RunConfig, Setting, config_from_values, of_part, setting
 from ..errors import ConfigError, HistoryError
 from ..run.observer import JobObserver
 from ..states import MEASURED, RunState
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_NOT_READY = 4  # doctor: a backend that should run here cannot
 EXIT_CODES_HELP = """exit codes:
   0    finished: every request succeeded
   1    failed: no request succeeded, the engine broke, or the results could not be saved
@@ -35,6 +36,14 @@ SWEEP_EXIT_CODES_HELP = """exit codes:
   1    some run failed or was partial (some of its requests failed); resume re-runs those points
   2    bad input: a flag, the dataset, the model, or lengths beyond the model's context window
   130  interrupted (Ctrl-C); resumable"""
+DOCTOR_EXIT_CODES_HELP = """exit codes:
+  0    ready: an in-process backend can run here, and with --smoke every smoke run finished
+       (LMDeploy's backends may be unavailable for want of a GPU: the reason is printed)
+  1    --smoke: a smoke run failed or some of its requests did (the reason is printed)
+  2    bad input: a flag, or a results folder that cannot be written
+  4    not ready: no in-process backend can run here, or a GPU is visible and an LMDeploy
+       backend still cannot run (the reason and the fix are printed)
+  130  interrupted (Ctrl-C)"""
 PROGRESS_WIDTH = 120  # characters of the progress line redrawn on a terminal
 CANCEL_GRACE_S = 0.5  # how long Ctrl-C waits for a loading run to notice before leaving it behind
 
@@ -85,6 +94,38 @@ class EngineCommand(Command):
     def sweep_csv_path(self, args: argparse.Namespace) -> str:
         """The LMDeploy-format CSV a sweep appends each finished run to; empty: none, the history only."""
         return ""
+
+
+class ScriptCommand(EngineCommand):
+    """An in-process engine run as one of LMDeploy's offline scripts runs it: the command's `flags` (the script's, in
+    its order, then ours) and the in-process engines' knobs give one run, whose summary has the script's title and
+    rows and whose LMDeploy row is appended to --csv."""
+
+    title: typing.ClassVar[str]  # the summary's, as the script prints it
+    flags: typing.ClassVar[tuple[Flag | str, ...]]
+    fixed: typing.ClassVar[Mapping[str, typing.Any]] = {}  # the settings the script fixes whatever the flags say
+
+    @abc.abstractmethod
+    def summary_rows(self, config: RunConfig) -> list[tuple[str, typing.Any]]:
+        """The script's rows below the summary's totals (its hyperparameters)."""
+
+    def build_config(self, args: argparse.Namespace) -> RunConfig:
+        values = {**flag_values(args, self.flags), **self.fixed}
+        return recorded_config(args, {**values, **knob_values(args, in_process_knobs(), args.backend)})
+
+    def sweep_csv_path(self, args: argparse.Namespace) -> str:
+        return args.csv
+
+    def run(self, args: argparse.Namespace) -> int:
+        config = self.build_config(args)
+        history = open_history(args.results)
+        check_writable(history, args.csv)
+
+        def show(run):
+            run.profiler.summarize(self.title, self.summary_rows(config))
+            return lambda: save_lmdeploy_row(args.csv, run)
+
+        return run_each(history, [config], args.csv, show)
 
 
 def _percentiles(text: str) -> tuple[float, ...]:
@@ -200,17 +241,36 @@ def flag_values(args: argparse.Namespace, flags: Iterable[Flag | str]) -> dict[s
     return {flag.name: flag.value(args) for flag in chosen}
 
 
-def add_knob_flags(parser: argparse.ArgumentParser, knobs: Iterable[Setting]) -> None:
-    """Each knob's flag in its group's argument group. Not given, a knob is absent from the parsed arguments
-    (argparse.SUPPRESS), so a flag the user typed is told apart from a default: `knob_values` refuses one the
-    backend does not use."""
+def in_process_knobs() -> tuple[Setting, ...]:
+    """The knobs of the engines that run in process (LMDeploy's, the embedded one); a server's are restful's."""
+    from ..engines import in_process_backends
+
+    return tuple(knob for knob in KNOBS if set(knob.backends) & set(in_process_backends()))
+
+
+def knob_flag(knob: Setting) -> Flag:
+    """A knob's flag. Not given, the knob is absent from the parsed arguments (argparse.SUPPRESS), so a flag the user
+    typed is told apart from a default: `knob_values` refuses one the backend does not use."""
+    constraint = f"; {knob.rule}" if knob.rule else ""
+    help_text = f"{knob.help} (default: {knob.default}; for {', '.join(knob.backends)}{constraint})"
+    return Flag(knob.name, default=argparse.SUPPRESS, help=help_text)
+
+
+def add_knob_flags(parser: argparse.ArgumentParser, knobs: Iterable[Setting],
+                   layout: Iterable[tuple[str, Iterable[str]]] = ()) -> None:
+    """Each knob's flag: those a `layout` names (an LMDeploy script's argument groups, by title, in its order) in
+    its groups, the others in their catalog group's ("<group> arguments", ours beside a script's layout)."""
+    chosen = {knob.name: knob for knob in knobs}
+    for title, names in layout:
+        group = parser.add_argument_group(title)
+        for name in names:
+            knob_flag(chosen.pop(name)).add(group)
+    ours = " (LLM Bench Studio)" if layout else ""
     groups: dict[str, typing.Any] = {}
-    for knob in knobs:
+    for knob in chosen.values():
         if knob.group not in groups:
-            groups[knob.group] = parser.add_argument_group(f"{knob.group} arguments")
-        constraint = f"; {knob.rule}" if knob.rule else ""
-        help_text = f"{knob.help} (default: {knob.default}; for {', '.join(knob.backends)}{constraint})"
-        Flag(knob.name, default=argparse.SUPPRESS, help=help_text).add(groups[knob.group])
+            groups[knob.group] = parser.add_argument_group(f"{knob.group} arguments{ours}")
+        knob_flag(knob).add(groups[knob.group])
 
 
 def knob_values(args: argparse.Namespace, knobs: Iterable[Setting], backend: str) -> dict[str, typing.Any]:
@@ -339,14 +399,25 @@ def report_unmeasured(run) -> int | None:
 
 
 def print_hardware_findings(run) -> None:
-    """After the tables: a random-weight model said as such, the run's telemetry (the catalog's sampled metrics it
-    has) and its roofline verdict with the numbers behind it."""
-    from ..measure.catalog import sampled_values
+    """After the tables: the warm-up, speculative decoding's acceptance where it was asked for ("not reported"
+    where the engine reported none), a random-weight model said as such, the run's telemetry (the catalog's sampled
+    metrics it has) and its roofline verdict with the numbers behind it."""
+    from ..measure.catalog import METRICS, NOT_REPORTED, SPECULATIVE_COLUMNS, sampled_values
     from ..hardware.roofline import describe_roofline
 
     record = run.record
     if record is None:
         return
+    if run.measurement.warmup_seconds is not None:
+        print(f"Warm-up: {record.config.load.warmup_requests} requests in {run.measurement.warmup_seconds:.2f} s, "
+              "before the clock started (not measured).")
+    engine = record.config.engine
+    if engine.speculative_algorithm:
+        figures = [f"{METRICS[key].label.lower()} " + (f"{record.metrics[key]:.3g} {METRICS[key].unit}"
+                                                       if key in record.metrics else NOT_REPORTED)
+                   for key in SPECULATIVE_COLUMNS]
+        print(f"Speculative decoding ({engine.speculative_algorithm}, {engine.speculative_num_draft_tokens} draft "
+              f"tokens per step): {'; '.join(figures)}.")
     if record.model is not None and record.model.random_weights:
         print(f"Random-weight run ({record.model.name}): the timings are real, the generated text is not.")
     sampled = [f"{metric.label} {value:,.3g} {metric.unit}" for metric, value in sampled_values(record.metrics)]

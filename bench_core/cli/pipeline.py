@@ -11,16 +11,13 @@ from __future__ import annotations
 import argparse
 import typing
 
-from ..config import KNOBS, Part, RunConfig
+from ..config import Part, RunConfig
 from ..engines import in_process_backends
 from ..states import LoadPattern
 from .common import (
-    LENGTH_FLAGS, EngineCommand, Flag, add_flags, add_knob_flags, add_record_flags, check_writable, flag_values,
-    knob_values, open_history, recorded_config, run_each, save_lmdeploy_row, unlisted_flags,
+    LENGTH_FLAGS, Flag, ScriptCommand, add_flags, add_knob_flags, add_record_flags, in_process_knobs, unlisted_flags,
 )
 
-# The in-process engines' knobs; a server's settings are the `restful` command's flags.
-PIPELINE_KNOBS = tuple(knob for knob in KNOBS if set(knob.backends) & set(in_process_backends()))
 # profile_pipeline_api.py's flags, in its order (--csv, not a setting, comes after -n).
 POSITIONAL = (
     Flag("dataset", positional=True, help="ShareGPT dataset: a JSON or JSONL path, builtin:sharegpt or builtin:sample"),
@@ -31,12 +28,13 @@ POSITIONAL = (
 )
 SCRIPT_FLAGS = ("seed", "stream_output", "dataset_name", *LENGTH_FLAGS, "top_p", "top_k", "temperature", "log_level",
                 Flag("backend", default="turbomind", choices=in_process_backends()), "trust_remote_code")
-# Ours: the load pattern (a rate is the restful command's), and the dataset's settings LMDeploy's script lacks.
-OUR_FLAGS = (Flag("load_pattern", choices=(LoadPattern.BATCH, LoadPattern.CONCURRENCY)),
+# Ours: the load pattern (a rate is the restful command's, the engine API the throughput command's), the warm-up,
+# and the dataset's settings LMDeploy's script lacks.
+OUR_FLAGS = (Flag("load_pattern", choices=(LoadPattern.BATCH, LoadPattern.CONCURRENCY)), "warmup_requests",
              *unlisted_flags(Part.DATASET, POSITIONAL, SCRIPT_FLAGS))
 
 
-class PipelineCommand(EngineCommand):
+class PipelineCommand(ScriptCommand):
     name = "pipeline"
     help = "benchmark a model in process, as LMDeploy's profile_pipeline_api.py does"
     description = (
@@ -51,6 +49,8 @@ class PipelineCommand(EngineCommand):
         "--backend transformers -n 32 -c 8 --stream-output"
     )
     sweep_help = "sweep the in-process benchmark (profile_pipeline_api.py's flags)"
+    title = "Profile Pipeline API"
+    flags = (*POSITIONAL, *SCRIPT_FLAGS, *OUR_FLAGS)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """profile_pipeline_api.py's arguments and flags, then ours."""
@@ -62,25 +62,7 @@ class PipelineCommand(EngineCommand):
         add_flags(ours, OUR_FLAGS)
         add_record_flags(ours, label_help="a label for this run in the history",
                          percentiles_help="latency percentiles to report, comma-separated")
-        add_knob_flags(parser, PIPELINE_KNOBS)
+        add_knob_flags(parser, in_process_knobs())
 
-    def build_config(self, args: argparse.Namespace) -> RunConfig:
-        values = flag_values(args, (*POSITIONAL, *SCRIPT_FLAGS, *OUR_FLAGS))
-        return recorded_config(args, {**values, **knob_values(args, PIPELINE_KNOBS, args.backend)})
-
-    def sweep_csv_path(self, args: argparse.Namespace) -> str:
-        return args.csv
-
-    def run(self, args: argparse.Namespace) -> int:
-        config = self.build_config(args)
-        history = open_history(args.results)
-        check_writable(history, args.csv)
-
-        def show(run):
-            run.profiler.summarize(
-                "Profile Pipeline API",
-                [("Concurrency", config.load.concurrency), ("Stream output", config.load.stream_output)],
-            )
-            return lambda: save_lmdeploy_row(args.csv, run)
-
-        return run_each(history, [config], args.csv, show)
+    def summary_rows(self, config: RunConfig) -> list[tuple[str, typing.Any]]:
+        return [("Concurrency", config.load.concurrency), ("Stream output", config.load.stream_output)]

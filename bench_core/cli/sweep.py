@@ -20,6 +20,7 @@ import pandas as pd
 
 from ..csvstore import append_row
 from ..errors import ConfigError
+from ..measure.catalog import NOT_REPORTED, SPECULATIVE_COLUMNS
 from ..states import RunState
 from ..config import setting
 from ..sweep.store import CREDENTIAL_SETTINGS
@@ -177,16 +178,19 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
 
 def point_table(runs: pd.DataFrame, plan: SweepPlan) -> pd.DataFrame:
     """One row per point that has a finished run: its settings, its run count, and each table metric as
-    "mean ± half-width" ("-" where the runs have no value, e.g. TTFT without --stream-output)."""
-    statistics = point_statistics(runs, plan, TABLE_METRICS)
+    "mean ± half-width" ("-" where the runs have no value, e.g. TTFT without --stream-output); a sweep that decodes
+    speculatively adds the acceptance, "not reported" where the engine reported none."""
+    speculative = SPECULATIVE_COLUMNS if plan.speculative else ()
+    metrics = (*TABLE_METRICS, *speculative)
+    statistics = point_statistics(runs, plan, metrics)
     rows = []
     for values in plan.grid():
         label = describe_point(values)
         of_point = statistics[statistics["point"] == label].set_index("metric")
         if of_point.empty:
             continue
-        cells = {metric: mean_with_interval(of_point.loc[metric]) if metric in of_point.index else "-"
-                 for metric in TABLE_METRICS}
+        cells = {metric: mean_with_interval(of_point.loc[metric]) if metric in of_point.index else
+                 NOT_REPORTED if metric in speculative else "-" for metric in metrics}
         rows.append({**values, "runs": int(of_point["n"].max()),
                      **{describe_column(metric).title: cell for metric, cell in cells.items()}})
     return pd.DataFrame(rows)

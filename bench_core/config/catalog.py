@@ -16,12 +16,15 @@ from ..states import LoadPattern
 from .settings import Bounds, Part, Setting, Widget, by_name, part_settings
 
 MAX_SEED = 2**32 - 1  # the largest seed NumPy takes
+WARMUP_START = 2  # the dashboard's warm-up, on by default (README, "Warm-up"); LMDeploy's scripts warm up none
 DATASET_NAMES = ("sharegpt", "random")
 LOAD_PATTERNS = tuple(LoadPattern)
 CHAT_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "both")
 LMDEPLOY = ("turbomind", "pytorch")
 TURBOMIND, PYTORCH, TRANSFORMERS, SERVER = ("turbomind",), ("pytorch",), ("transformers",), ("openai",)
-LOG_LEVELS = tuple(logging.getLevelNamesMapping())  # LMDeploy's --log-level choices: the logging levels' names
+# LMDeploy's --log-level choices: the logging levels' names, with the REQUEST level (15, between DEBUG and INFO:
+# request payloads) that lmdeploy.utils registers on import.
+LOG_LEVELS = (*logging.getLevelNamesMapping(), "REQUEST")
 QUANT_POLICIES = {"none": 0, "int4": 4, "int8": 8, "fp8": 16, "fp8_e4m3": 16, "fp8_e5m2": 17, "turbo_quant": 42}
 
 # Engine knob groups, as LMDeploy's CLI groups them (sidebar expanders, CLI argument groups).
@@ -83,10 +86,19 @@ ENGINE = (
           engine_fields={"turbomind": "cache_block_seq_len", "pytorch": "block_size"}),
     _knob("enable_prefix_caching", SHARED_GROUP, LMDEPLOY, bool, False, "Reuse the KV cache of shared prompt prefixes.",
           engine_fields=_both("enable_prefix_caching")),
+    _knob("dp", SHARED_GROUP, LMDEPLOY, int, 1, "Data parallelism: engine replicas, each taking its share of the batch.",
+          rule=">= 1; PyTorch: only with --tp or --ep above 1 (LMDeploy resets it to 1 otherwise)",
+          bounds=Bounds(AT_LEAST_1, low=1), label="Data parallelism", unit="replicas", engine_fields=_both("dp")),
+    _knob("ep", SHARED_GROUP, LMDEPLOY, int, 1, "Expert parallelism: GPUs the experts of a mixture-of-experts model are "
+          "spread over.", rule=">= 1", bounds=Bounds(AT_LEAST_1, low=1), label="Expert parallelism", unit="GPUs",
+          engine_fields=_both("ep")),
     _knob("max_prefill_token_num", SHARED_GROUP, LMDEPLOY, int, 8192,
           "Prompt tokens one prefill step takes at most; a longer prompt is prefilled in chunks.", rule=">= 0",
           bounds=Bounds("{flag} must be 0 or more; got {value}.", low=0), label="Max prefill tokens per step",
           unit="tokens", engine_fields=_both("max_prefill_token_num")),
+    _knob("cp", TURBOMIND_GROUP, TURBOMIND, int, 1, "Context parallelism of attention: GPUs a sequence's attention is "
+          "split over.", rule=">= 1; --tp must be a multiple of it", bounds=Bounds(AT_LEAST_1, low=1),
+          label="Context parallelism", unit="GPUs", engine_fields={"turbomind": "cp"}),
     _knob("model_format", TURBOMIND_GROUP, TURBOMIND, str, "hf",
           "Format of the checkpoint; pass the real one for quantized models.",
           choices=("hf", "awq", "gptq", "compressed-tensors", "fp8", "mxfp4"),
@@ -112,6 +124,26 @@ ENGINE = (
           engine_fields={"pytorch": "eager_mode"}),
     _knob("enable_return_routed_experts", PYTORCH_GROUP, PYTORCH, bool, False, "Return routed experts of MoE models.",
           engine_fields={"pytorch": "enable_return_routed_experts"}),
+    _knob("distributed_executor_backend", PYTORCH_GROUP, PYTORCH, str, None,
+          "How the PyTorch engine runs its ranks: uni (one process), mp (processes) or ray; empty: LMDeploy chooses.",
+          optional=True, choices=(None, "uni", "mp", "ray"), engine_fields={"pytorch": "distributed_executor_backend"}),
+    # Diffusion LLMs (block diffusion models such as SDAR): how a block of tokens is unmasked.
+    _knob("dllm_block_length", PYTORCH_GROUP, PYTORCH, int, None, "Block length of a diffusion LLM; empty: the model's.",
+          optional=True, rule="> 0 when set; with -c, at most --max-prefill-token-num tokens",
+          bounds=Bounds("{flag} must be a positive number of tokens, or empty; got {value}.", low=1),
+          label="Diffusion block length", unit="tokens", engine_fields={"pytorch": "dllm_block_length"}),
+    _knob("dllm_unmasking_strategy", PYTORCH_GROUP, PYTORCH, str, "low_confidence_dynamic",
+          "How a diffusion LLM unmasks the tokens of a block.",
+          choices=("low_confidence_dynamic", "low_confidence_static", "sequential"),
+          engine_fields={"pytorch": "dllm_unmasking_strategy"}),
+    _knob("dllm_denoising_steps", PYTORCH_GROUP, PYTORCH, int, None, "Denoising steps per block of a diffusion LLM; "
+          "empty: the model's.", optional=True, rule="> 0 when set",
+          bounds=Bounds("{flag} must be a positive number of steps, or empty; got {value}.", low=1),
+          label="Diffusion denoising steps", unit="steps", engine_fields={"pytorch": "dllm_denoising_steps"}),
+    _knob("dllm_confidence_threshold", PYTORCH_GROUP, PYTORCH, float, 0.85,
+          "Confidence above which a diffusion LLM unmasks a token (low_confidence_dynamic).", rule="between 0 and 1",
+          bounds=Bounds("{flag} must be between 0 and 1; got {value}.", low=0.0, high=1.0),
+          label="Diffusion confidence threshold", engine_fields={"pytorch": "dllm_confidence_threshold"}),
     # The speculative knobs go to LMDeploy's speculative config, not its engine config.
     _knob("speculative_algorithm", SPECULATIVE_GROUP, LMDEPLOY, str, None, "Speculative decoding method; empty means off.",
           optional=True, choices=(None, "eagle", "eagle3", "deepseek_mtp", "hy3_mtp", "qwen3_5_mtp")),
@@ -195,16 +227,24 @@ DATASET = (
             cli_help="lengths are drawn from [len*ratio, len]; 1.0 gives fixed lengths (random dataset)"),
 )
 
-AT_ONCE, BY_RATE = (LoadPattern.BATCH, LoadPattern.CONCURRENCY), (LoadPattern.REQUEST_RATE,)
+# Where a concurrency bounds what is in flight; where requests come at a rate; where workers drive the engine API.
+AT_ONCE = (LoadPattern.BATCH, LoadPattern.CONCURRENCY, LoadPattern.ENGINE_API)
+BY_RATE, BY_ENGINE_API = (LoadPattern.REQUEST_RATE,), (LoadPattern.ENGINE_API,)
 
 LOAD = (
     Setting("load_pattern", Part.LOAD, str, "batch", choices=LOAD_PATTERNS, choice_help={
                 LoadPattern.BATCH: "LMDeploy's profile_pipeline_api.py: every prompt is submitted at once and concurrency bounds "
                          "the batch, so TTFT includes queueing.",
-                LoadPattern.CONCURRENCY: "profile_throughput.py: N workers, a request's clock starts when a worker picks it up.",
+                LoadPattern.CONCURRENCY: "profile_throughput.py's N workers through the pipeline API: a request's clock starts "
+                                         "when a worker picks it up; tokenizing and detokenizing are the pipeline's.",
+                LoadPattern.ENGINE_API: "profile_throughput.py itself: N workers on the engine's instance API; a request's "
+                                        "clock starts when a worker picks it up, then it is tokenized (or its ids go in "
+                                        "with skip tokenize), and its output is detokenized unless skipped.",
                 LoadPattern.REQUEST_RATE: "profile_restful_api.py / vLLM: requests arrive at a rate (Poisson, or gamma with a "
                                 "burstiness factor), optionally capped by a max concurrency; a request's clock starts "
                                 "when it is sent."},
+            choice_labels={LoadPattern.BATCH: "pipeline batch", LoadPattern.CONCURRENCY: "pipeline concurrency",
+                           LoadPattern.ENGINE_API: "engine API", LoadPattern.REQUEST_RATE: "request rate"},
             choice_message="Unknown load pattern '{value}'; choose {choices}.", widget=None, flags=("--load",),
             cli_help="batch: every request starts at t0 and waits for a slot (LMDeploy's pipeline); concurrency: a "
                      "request starts when a worker picks it up (profile_throughput.py)"),
@@ -240,11 +280,15 @@ LOAD = (
             unit="requests", bounds=Bounds("Max concurrency must be at least 1 (or unset).", low=1),
             widget=Widget(step=1, placeholder="empty: no limit"), widget_label="Max concurrency (requests)",
             cli_help="most requests in flight at once (vLLM); default: no limit"),
-    Setting("warmup_requests", Part.LOAD, int, 0, load_patterns=BY_RATE, label="Warm-up requests", unit="requests",
-            widget_label="Warm-up requests",
+    # Every pattern warms up after the engine loads and before the clock starts (Engine.warmup).
+    Setting("warmup_requests", Part.LOAD, int, 0, label="Warm-up requests", unit="requests",
+            widget_label="Warm up before measuring",
             bounds=Bounds("Warm-up requests must be 0 or more.", low=0),
-            help="Sent before the measurement starts, not measured.", widget=Widget(step=1, start=1),
-            cli_help="unmeasured warm-up requests (0 with --disable-warmup)"),
+            help="Requests sent after the engine loads and before the clock starts, not measured: the first N prompts "
+                 "(a server: the first prompt N times, as vLLM).",
+            widget=Widget(style="switch", step=1, start=WARMUP_START),
+            cli_help="unmeasured warm-up requests (the first N prompts), run after the engine loads and before the "
+                     "clock starts; 0: none, as LMDeploy's scripts"),
     # A time limit: it ends the run (requests in flight are cancelled); None sends every request. Not compared:
     # the history's duration_s column holds the benchmark's measured duration.
     Setting("duration_s", Part.LOAD, float, None, optional=True, load_patterns=BY_RATE, compared=False,
@@ -254,6 +298,24 @@ LOAD = (
             flags=("--duration",), cli_help="end the run after this many seconds: unsent requests stay unfinished, "
                                              "those in flight are cancelled; a warm-up request waits no longer than "
                                              "this for a token"),
+    # What profile_throughput.py's workers do around each request, on the engine API.
+    Setting("skip_tokenize", Part.LOAD, bool, False, load_patterns=BY_ENGINE_API,
+            help="Encode the prompts before the clock starts, so token ids go in and tokenizing is not measured.",
+            widget_label="Skip tokenize (token ids in)",
+            cli_help="pre-tokenize the prompts before the clock starts: token ids go in"),
+    Setting("skip_detokenize", Part.LOAD, bool, False, load_patterns=BY_ENGINE_API,
+            help="Leave the output as token ids: nothing is detokenized while measuring.",
+            widget_label="Skip detokenize (no text out)", cli_help="skip detokenizing the output tokens"),
+    Setting("cancel_rate", Part.LOAD, float, 0.0, load_patterns=BY_ENGINE_API, label="Cancel rate", unit="fraction",
+            bounds=Bounds("The cancel rate must be between 0 and 1; got {value}.", low=0.0, high=1.0),
+            help="The share of requests, drawn from the seed as profile_throughput.py draws it, cancelled part way "
+                 "through; counted as cancelled, not failed.",
+            widget=Widget(style="slider", step=0.05), widget_label="Cancel rate",
+            cli_help="probability that a request is cancelled mid-generation, drawn from --seed as "
+                     "profile_throughput.py draws it; such requests count as cancelled, not failed"),
+    Setting("use_uvloop", Part.LOAD, bool, False, load_patterns=BY_ENGINE_API,
+            help="Run the workers on uvloop's event loop instead of asyncio's (needs the uvloop package).",
+            widget_label="uvloop event loop", cli_help="run the workers on uvloop's event loop (pip install uvloop)"),
 )
 
 # Sampling settings. LMDeploy's pipeline script forces greedy decoding whatever these say; their ranges are the ones

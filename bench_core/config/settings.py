@@ -86,7 +86,9 @@ class Widget:
     """How the sidebar draws a setting where the kind alone does not say: a slider or radio instead of the
     default widget, a number's step, lowest value and format, the text of an empty input, and where it starts."""
 
-    style: str = ""  # "slider", "radio"; "" the kind's own (number input, checkbox, select box, text input)
+    # "slider", "radio", "switch" (a checkbox that turns a count on at `start`, or off at 0, with the count beside
+    # it); "" the kind's own (number input, checkbox, select box, text input)
+    style: str = ""
     step: float | None = None
     min_value: float | None = None  # when the bounds are open (a rate above 0: 0.01)
     format: str | None = None
@@ -111,6 +113,7 @@ class Setting:
     choices: tuple[Any, ...] | None = None
     choice_message: str = "{flag} must be one of {choices}; got '{value}'."  # may name {flag}, {choices}, {value}
     choice_help: Mapping[Any, str] = field(default_factory=dict, compare=False)  # a sentence per choice
+    choice_labels: Mapping[Any, str] = field(default_factory=dict, compare=False)  # a choice's name where not its value
     # The choices a backend takes, where it takes fewer than `choices` (LMDeploy's dtypes lack float32).
     backend_choices: Mapping[str, tuple[Any, ...]] = field(default_factory=dict, compare=False)
     bounds: Bounds | None = None
@@ -182,6 +185,10 @@ class Setting:
                 f"not to {backend}.")
 
     # ---- values ----------------------------------------------------------------------------------
+
+    def choice_label(self, choice: Any) -> str:
+        """A choice as a widget names it: its label, "off" for None, else the value itself."""
+        return self.choice_labels.get(choice, "off" if choice is None else str(choice))
 
     def choices_for(self, backend: str | None) -> tuple[Any, ...] | None:
         """Its choices on `backend` (None: any backend's)."""

@@ -16,7 +16,9 @@ import pkgutil
 from ..config import BackendRules, EngineConfig, LoadConfig, Part, RunConfig, validate_run_config
 from ..config.validation import setting_problems
 from ..errors import ConfigError, EngineUnavailable
+from ..states import LoadPattern
 from .base import Backend, Engine, EngineEvent, EngineInfo
+from .engine_api import uvloop_problem
 
 BACKEND_MODULE_SUFFIX = "_engine"
 
@@ -88,7 +90,9 @@ def availability(name: str) -> str | None:
 def validate_engine_config(engine: EngineConfig, load: LoadConfig) -> list[str]:
     """Problems with the engine's settings, each a sentence for the user: each one's own bounds and choices
     (its declaration's), then the backend's rules (LMDeploy's, the server's)."""
-    return setting_problems(engine, Part.ENGINE, engine.backend) + backend(engine.backend).validate(engine, load)
+    problems = setting_problems(engine, Part.ENGINE, engine.backend) + backend(engine.backend).validate(engine, load)
+    uvloop = uvloop_problem(load) if load.load_pattern == LoadPattern.ENGINE_API else None
+    return problems + ([uvloop] if uvloop else [])
 
 
 def backend_rules(name: str) -> BackendRules:

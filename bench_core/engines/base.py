@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from ..config import EngineConfig, GenerationSettings, LoadConfig
-from ..errors import ConfigError
+from ..errors import BenchError, ConfigError
 from ..load.datasets import SampledRequest
 from ..load.playground import Conversation, PlaygroundResult
-from ..states import LoadPattern
+from ..states import SERVED_REASONS, LoadPattern
 from ..models.window import model_context_window
 
 EventKind = Literal["admit", "tokens", "finish"]
@@ -37,10 +37,11 @@ class EngineEvent:
       engine alone knows (an HTTP server's usage count, say), kept as columns of the request table.
       A finish_reason of NOT_SENT marks a request the engine never sent (a duration ended): it
       stays unfinished, with `message` as its reason. RUN_ENDED marks one the engine stopped because
-      the run ended (its duration was up): counted cancelled, not failed. `length_status` is the engine's
-      own verdict on a served request's length where its token count cannot give it (metrics.request_status):
-      SUCCESS for a server that said it stopped at the limit without counting its tokens, OVERRUN for one that
-      produced more than asked; "" leaves it to the count.
+      the run ended (its duration was up), CANCELLED_BY_LOAD one the load cancelled on purpose (the engine
+      API's cancel rate): both counted cancelled, not failed, with `message` as the reason. `length_status` is
+      the engine's own verdict on a served request's length where its token count cannot give it
+      (metrics.request_status): SUCCESS for a server that said it stopped at the limit without counting its
+      tokens, OVERRUN for one that produced more than asked; "" leaves it to the count.
     """
 
     index: int
@@ -56,6 +57,7 @@ class EngineEvent:
 
 NOT_SENT = "not_sent"
 RUN_ENDED = "run_ended"
+CANCELLED_BY_LOAD = "cancelled_by_load"
 
 
 @dataclass
@@ -81,6 +83,11 @@ class Engine(ABC):
     def tokenizer(self):
         """The Hugging Face tokenizer of the model, used to sample and measure prompts."""
 
+    def encode(self, prompt: str) -> list[int]:
+        """The prompt's token ids as this engine encodes a prompt handed to it as ids (skip tokenize: before the
+        clock starts)."""
+        return list(self.tokenizer.encode(prompt))
+
     @abstractmethod
     def stream(
         self,
@@ -100,10 +107,17 @@ class Engine(ABC):
     def warmup(
         self, requests: Sequence[SampledRequest], generation: GenerationSettings, load: LoadConfig, cancel: threading.Event
     ) -> None:
-        """Send unmeasured requests before the run (the runner calls this before its clock starts).
-
-        Nothing by default; an engine that warms up raises a BenchError when the warm-up fails.
-        """
+        """Run `load.warmup_requests` unmeasured requests (the first prompts, again from the first when there are
+        fewer) through `stream()` as the run will send its own; the runner calls this after loading the engine,
+        before its clock starts. A warm-up request that fails raises a BenchError: nothing is measured then."""
+        count = load.warmup_requests
+        if not count or not requests:
+            return
+        chosen = [requests[i % len(requests)] for i in range(count)]
+        for event in self.stream(chosen, generation, load, cancel):
+            if event.kind == "finish" and event.finish_reason not in SERVED_REASONS and not cancel.is_set():
+                because = f"{event.finish_reason}: {event.message}" if event.message else event.finish_reason
+                raise BenchError(f"A warm-up request failed ({because}), so nothing was measured.")
 
     def complete(
         self,
@@ -156,7 +170,7 @@ class Backend(ABC):
     # False when the engine names its own model (a server serves one); a run then needs none.
     needs_model: ClassVar[bool] = True
     # The load patterns it can offer requests in, and the one a run starts from (its LMDeploy script's).
-    load_patterns: ClassVar[tuple[str, ...]] = (LoadPattern.BATCH, LoadPattern.CONCURRENCY)
+    load_patterns: ClassVar[tuple[str, ...]] = (LoadPattern.BATCH, LoadPattern.CONCURRENCY, LoadPattern.ENGINE_API)
     load_pattern: ClassVar[str] = LoadPattern.BATCH
     run_size: ClassVar[RunSize] = CPU_RUN_SIZE
 
@@ -174,6 +188,11 @@ class Backend(ABC):
     @abstractmethod
     def availability(cls, backend: str) -> str | None:
         """None when `backend` can run on this machine, else the reason it cannot, for the user. Never raises."""
+
+    @classmethod
+    def install_facts(cls) -> dict[str, str]:
+        """What `doctor` says of this backend's install beyond the packages' versions (a compiled extension, say)."""
+        return {}
 
     @classmethod
     @abstractmethod

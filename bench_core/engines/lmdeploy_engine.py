@@ -1,21 +1,27 @@
 """The LMDeploy backend, `turbomind` and `pytorch`: whether LMDeploy can run here, LMDeploy's rules for the
 knobs, and which settings a built pipeline can be reused for; none of that needs lmdeploy or a GPU.
 
-The configs handed to LMDeploy are built in lmdeploy_configs.py, and the pipeline is built and driven in
-lmdeploy_pipeline.py. None of these modules imports lmdeploy or torch at module level: validation works
-without them.
+The configs handed to LMDeploy are built in lmdeploy_configs.py, the pipeline is built and driven in
+lmdeploy_pipeline.py, and the engine itself, for the engine_api load pattern, in lmdeploy_instance.py. None of
+these modules imports lmdeploy or torch at module level: validation works without them.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import math
+import subprocess
+import sys
+from pathlib import Path
 
 from ..config import DatasetConfig, EngineConfig, LoadConfig, knobs_for, setting
+from ..states import LoadPattern
 from ..models.resolve import last_line
-from .base import Backend, RunSize
+from .base import Backend, Engine, RunSize
 from .gpu_probe import gpu_facts
-from .lmdeploy_pipeline import LMDeployEngine, build_engine
+from .lmdeploy_instance import build_instance_engine
+from .lmdeploy_pipeline import build_engine
 
 TURBOMIND_FP8_POLICIES = (16, 17)
 # Eagle heads are separate checkpoints; the MTP methods draft with the target model's own layers.
@@ -34,7 +40,12 @@ class LMDeployBackend(Backend):
 
     @classmethod
     def gpus(cls, engine: EngineConfig) -> int:
-        return engine.tp  # one per tensor-parallel rank
+        """TurboMind: dp x tp x gcd(cp, ep), the most its parallel layout takes; PyTorch: its world size, ep where
+        experts are spread, else tp."""
+        dp, tp, ep = engine.dp, engine.tp, engine.ep
+        if engine.backend == "turbomind":
+            return dp * tp * math.gcd(engine.cp, ep)
+        return ep if ep > 1 else tp
 
     @classmethod
     def context_window(cls, engine: EngineConfig) -> int | None:
@@ -61,13 +72,17 @@ class LMDeployBackend(Backend):
         return None
 
     @classmethod
+    def install_facts(cls) -> dict[str, str]:
+        return {"TurboMind extension": turbomind_extension()}
+
+    @classmethod
     def validate(cls, engine: EngineConfig, load: LoadConfig) -> list[str]:
         """LMDeploy's rules for these knobs beyond each one's own bounds and choices (the catalog's): those that
         depend on the engine, on the GPUs here, or on several knobs at once (its config checks and its engines'
         later asserts), one sentence per problem naming the flag. Needs neither lmdeploy nor a GPU."""
         turbomind = engine.backend == "turbomind"
         problems = _shared_problems(engine, turbomind)
-        problems += _turbomind_problems(engine) if turbomind else _pytorch_problems(engine)
+        problems += _turbomind_problems(engine, load) if turbomind else _pytorch_problems(engine, load)
         return problems + _speculative_problems(engine)
 
     @classmethod
@@ -85,8 +100,40 @@ class LMDeployBackend(Backend):
         )
 
     @classmethod
-    def load(cls, engine: EngineConfig, load: LoadConfig) -> LMDeployEngine:
+    def load(cls, engine: EngineConfig, load: LoadConfig) -> Engine:
+        """The pipeline profile_pipeline_api.py builds, or for the engine API the engine profile_throughput.py
+        builds."""
+        if load.load_pattern == LoadPattern.ENGINE_API:
+            return build_instance_engine(engine, load)
         return build_engine(engine, load)
+
+
+# Loads TurboMind's compiled extension on its own, in a child process: not lmdeploy (which imports torch), and
+# nothing of it stays in this process.
+_LOAD_EXTENSION = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("_turbomind", sys.argv[1])
+spec.loader.exec_module(importlib.util.module_from_spec(spec))
+"""
+
+
+def turbomind_extension() -> str:
+    """Whether LMDeploy's TurboMind extension (turbomind/_turbomind*.so) is there and loads, in words."""
+    spec = importlib.util.find_spec("lmdeploy")
+    if spec is None or not spec.submodule_search_locations:
+        return "none (lmdeploy is not installed)"
+    found = sorted(Path(spec.submodule_search_locations[0], "turbomind").glob("_turbomind*.so"))
+    if not found:
+        return "not in this lmdeploy build (no turbomind/_turbomind*.so): the turbomind backend cannot run"
+    try:
+        done = subprocess.run([sys.executable, "-c", _LOAD_EXTENSION, str(found[0])], capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{found[0].name}, not checked ({type(exc).__name__})"
+    if done.returncode == 0:
+        return f"{found[0].name}, loads"
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    return f"{found[0].name}, does not load ({lines[-1].strip() if lines else f'exit code {done.returncode}'})"
 
 
 def _gpu_facts() -> tuple[int, float] | None:
@@ -108,8 +155,10 @@ def _shared_problems(engine: EngineConfig, turbomind: bool) -> list[str]:
     tp = engine.tp
     if tp < 1 or tp & (tp - 1):
         problems.append(f"{_flag('tp')} must be a power of 2 (1, 2, 4, 8, ...); got {tp}.")
-    elif (facts := _gpu_facts()) is not None and tp > facts[0]:
-        problems.append(f"{_flag('tp')} {tp} needs {tp} GPUs but {facts[0]} are visible.")
+    elif (facts := _gpu_facts()) is not None and (needed := LMDeployBackend.gpus(engine)) > facts[0]:
+        problems.append(f"{_flag('tp')} {tp} with {_flag('dp')} {engine.dp} and {_flag('ep')} {engine.ep} needs "
+                        f"{needed} GPUs but {facts[0]} are visible." if needed != tp else
+                        f"{_flag('tp')} {tp} needs {tp} GPUs but {facts[0]} are visible.")
     ratio = engine.cache_max_entry_count
     if turbomind and not ratio > 0:
         problems.append(f"{_flag('cache_max_entry_count')} must be greater than 0 for TurboMind; got {ratio}.")
@@ -120,8 +169,14 @@ def _shared_problems(engine: EngineConfig, turbomind: bool) -> list[str]:
     return problems
 
 
-def _turbomind_problems(engine: EngineConfig) -> list[str]:
+def _turbomind_problems(engine: EngineConfig, load: LoadConfig) -> list[str]:
     problems = []
+    tp, cp = engine.tp, engine.cp
+    if cp > 0 and tp % cp:  # cp 0: its own bound says so
+        problems.append(f"{_flag('tp')} must be a multiple of {_flag('cp')} for TurboMind; got tp {tp}, cp {cp}.")
+    if load.load_pattern == LoadPattern.ENGINE_API and load.concurrency < engine.dp:
+        problems.append(f"TurboMind's engine API takes max_batch_size = concurrency // {_flag('dp')} (as "
+                        f"profile_throughput.py), so -c must be at least {engine.dp}; got {load.concurrency}.")
     block = engine.cache_block_seq_len
     facts = _gpu_facts()
     step = 32 if facts is not None and facts[1] >= 8.0 else 64
@@ -138,8 +193,21 @@ def _turbomind_problems(engine: EngineConfig) -> list[str]:
     return problems
 
 
-def _pytorch_problems(engine: EngineConfig) -> list[str]:
+def _pytorch_problems(engine: EngineConfig, load: LoadConfig) -> list[str]:
     problems = []
+    dp, world = engine.dp, LMDeployBackend.gpus(engine)
+    if dp > 1 and world == 1:
+        problems.append(f"{_flag('dp')} {dp} needs {_flag('tp')} or {_flag('ep')} above 1 on the PyTorch engine "
+                        "(LMDeploy would run it with dp 1).")
+    elif dp > 0 and world % dp:  # dp 0: its own bound says so
+        problems.append(f"{_flag('dp')} {dp} must divide the PyTorch engine's GPUs ({_flag('ep')} when above 1, "
+                        f"else {_flag('tp')}): {world}.")
+    block = engine.dllm_block_length
+    if block is not None and block * load.concurrency > engine.max_prefill_token_num:
+        problems.append(f"{_flag('dllm_block_length')} {block} x concurrency {load.concurrency} exceeds "
+                        f"{_flag('max_prefill_token_num')} {engine.max_prefill_token_num}: LMDeploy would shrink the "
+                        f"batch to {engine.max_prefill_token_num // block}; lower -c or raise "
+                        f"{_flag('max_prefill_token_num')}.")
     block = engine.cache_block_seq_len
     if block < 16 or block & (block - 1):
         problems.append(

@@ -38,14 +38,10 @@ from ..load.playground import Conversation, PlaygroundResult, prompt_preview
 from ..models.resolve import last_line
 from ..states import LoadPattern
 from .base import Engine, EngineEvent, EngineInfo
+from .event_pump import ABORT_EVERY_S, pump_events
 from .lmdeploy_configs import (build_chat_generation_config, build_engine_config, build_generation_configs,
                                build_speculative_config)
 
-# How often a cancel is re-sent while requests are still arriving, and how long to wait for LMDeploy.
-ABORT_EVERY_S = 0.25
-CANCEL_GRACE_S = 10.0
-POLL_S = 0.05
-_NOTHING = object()  # what the event queue gives when nothing arrived within POLL_S
 
 
 # ---- loading ------------------------------------------------------------------------------------
@@ -71,7 +67,7 @@ def build_engine(engine: EngineConfig, load: LoadConfig) -> LMDeployEngine:
     from lmdeploy import pipeline
     from transformers import AutoTokenizer
 
-    model_path = _model_path(engine.model)
+    model_path = local_model_path(engine.model)
     os.environ["TM_LOG_LEVEL"] = engine.log_level
     try:
         backend_config = build_engine_config(engine, load)
@@ -92,11 +88,12 @@ def build_engine(engine: EngineConfig, load: LoadConfig) -> LMDeployEngine:
             f"LMDeploy could not load '{engine.model}' on the {engine.backend} backend: "
             f"{type(exc).__name__}: {last_line(exc)}"
         ) from exc
-    info = engine_info(engine, model_path, pipe, fallback)
+    info = engine_info(engine, model_path, pipe.backend_config, fallback)
     return LMDeployEngine(pipe, tokenizer, info, max_batch_size=load.concurrency)
 
 
-def _model_path(name: str) -> str:
+def local_model_path(name: str) -> str:
+    """What LMDeploy is handed as the model: our cache's folder for a built-in or synthetic name, else the name."""
     from ..models.resolve import CACHED_MODEL_PREFIXES, resolve_model
 
     if name.startswith(CACHED_MODEL_PREFIXES):  # built (or found) in our cache, as the other engines do
@@ -104,11 +101,11 @@ def _model_path(name: str) -> str:
     return name  # a local folder or a hub id, handed to LMDeploy as the script does
 
 
-def engine_info(engine: EngineConfig, model_path: str, pipe, fallback_reason: str | None) -> EngineInfo:
-    """What actually ran. A TurboMind request served by a PyTorchEngineConfig is a silent fallback."""
+def engine_info(engine: EngineConfig, model_path: str, built, fallback_reason: str | None) -> EngineInfo:
+    """What actually ran, from the engine config LMDeploy `built` it with. A TurboMind request served by a
+    PytorchEngineConfig is a silent fallback."""
     from lmdeploy.messages import PytorchEngineConfig
 
-    built = pipe.backend_config
     ran = "pytorch" if isinstance(built, PytorchEngineConfig) else "turbomind"
     backend, notes = ran, []
     if ran != engine.backend:
@@ -343,38 +340,4 @@ class _PipelineDrive:
     # -- reading (the caller's thread) --
 
     def events(self, cancel: threading.Event) -> Iterator[EngineEvent]:
-        admitted: list[int] = []
-        ended: set[int] = set()
-        live, cancelled_at, next_abort = self.threads, None, 0.0
-        try:
-            while live:
-                try:
-                    event = self.queue.get(timeout=POLL_S)
-                except queue.Empty:
-                    event = _NOTHING
-                if event is None:
-                    live -= 1
-                elif event is not _NOTHING:
-                    if event.kind == "admit":
-                        admitted.append(event.index)
-                    elif event.kind == "finish":
-                        ended.add(event.index)
-                    yield event
-                if cancel.is_set():
-                    now = time.perf_counter()
-                    cancelled_at = cancelled_at or now
-                    if now >= next_abort:
-                        stop_all_sessions(self.pipe)
-                        next_abort = now + ABORT_EVERY_S
-                    if now - cancelled_at > CANCEL_GRACE_S:
-                        break
-            now = time.perf_counter()
-            for index in admitted:  # only after a cancel that LMDeploy did not honour in time
-                if index not in ended:
-                    yield EngineEvent(
-                        index, "finish", now, finish_reason="abort",
-                        message=f"LMDeploy did not stop it within {CANCEL_GRACE_S:.0f} s of the cancel",
-                    )
-        finally:
-            if live:  # abandoned (the consumer stopped early or LMDeploy hung): stop what still runs
-                stop_all_sessions(self.pipe)
+        return pump_events(self.queue, self.threads, cancel, lambda: stop_all_sessions(self.pipe), "LMDeploy")

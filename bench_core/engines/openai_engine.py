@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..config import LOAD_PATTERNS, EngineConfig, GenerationSettings, LoadConfig, sampling_problems
+from ..config import EngineConfig, GenerationSettings, LoadConfig, sampling_problems
 from ..load.datasets import SampledRequest
 from ..errors import ConfigError, ModelError
 from ..models.resolve import load_tokenizer
@@ -105,7 +105,7 @@ class OpenAIBackend(Backend):
     in_process = False
     tokenizer_from_engine = True
     needs_model = False
-    load_patterns = LOAD_PATTERNS
+    load_patterns = (LoadPattern.BATCH, LoadPattern.CONCURRENCY, LoadPattern.REQUEST_RATE)  # no engine API over HTTP
     load_pattern = LoadPattern.REQUEST_RATE
 
     @classmethod

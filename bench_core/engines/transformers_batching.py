@@ -8,17 +8,19 @@ Per-token times are the engine's own `perf_counter` stamps.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 
 from ..config import EngineConfig, GenerationSettings
 from ..load.datasets import SampledRequest
 from ..models.resolve import last_line
 from .base import EngineEvent
+from .engine_api import InstanceOutput
 
 # The KV cache on CPU shares RAM with everything else, so a cache sized for the batch is capped at this.
 CPU_CACHE_BUDGET_BYTES = 2 * 1024**3
@@ -59,10 +61,11 @@ def kv_block_bytes(model, page_size: int) -> int:
 
 
 def cache_blocks_for(
-    engine: EngineConfig, model, prompts: Sequence[list[int]], requests: Sequence[SampledRequest], max_in_flight: int
+    engine: EngineConfig, model, input_lens: Sequence[int], requests: Sequence[SampledRequest], max_in_flight: int
 ) -> int:
     """KV cache blocks for this run: the configured number, else enough for `max_in_flight` of the longest
-    request, capped by what the device can spare but never below one longest request.
+    request (its prompt's `input_lens` and its output), capped by what the device can spare but never below one
+    longest request.
 
     transformers would otherwise take most of the memory it sees: gigabytes of host RAM on CPU, 90% of
     a GPU, and a fresh manager (one per run) would allocate all of it again each time.
@@ -70,7 +73,7 @@ def cache_blocks_for(
     if engine.num_blocks is not None:
         return engine.num_blocks
     page = engine.cache_block_seq_len
-    longest = max((len(ids) + r.output_len for ids, r in zip(prompts, requests)), default=1)
+    longest = max((n_ids + r.output_len for n_ids, r in zip(input_lens, requests)), default=1)
     per_request = math.ceil(longest / page) + 1  # +1: a request's last token may open a new block
     wanted = per_request * max(1, min(max_in_flight, len(requests)))
     affordable = _cache_budget_bytes(model.device) // kv_block_bytes(model, page)
@@ -86,8 +89,8 @@ def _cache_budget_bytes(device) -> int:
     return int(free * GPU_CACHE_FRACTION)
 
 
-class ContinuousBatchRun:
-    """One `Engine.stream()` call on the continuous-batching path."""
+class _ManagedBatch:
+    """A run's continuous-batching manager: its generation and cache configs, sized for the run's requests."""
 
     def __init__(
         self,
@@ -95,7 +98,7 @@ class ContinuousBatchRun:
         engine: EngineConfig,
         eos_ids: set[int],
         requests: Sequence[SampledRequest],
-        prompts: Sequence[list[int]],
+        input_lens: Sequence[int],
         generation: GenerationSettings,
         max_in_flight: int,
         stream_output: bool,
@@ -104,17 +107,71 @@ class ContinuousBatchRun:
         self._engine = engine
         self._eos_ids = eos_ids
         self._requests = requests
-        self._prompts = prompts
         self._generation = generation
         self._max_in_flight = max(1, max_in_flight)
         self._stream_output = stream_output
-        self.num_blocks = cache_blocks_for(engine, model, prompts, requests, self._max_in_flight)
+        self.num_blocks = cache_blocks_for(engine, model, input_lens, requests, self._max_in_flight)
 
-    def events(self, cancel: threading.Event) -> Iterator[EngineEvent]:
+    def _start_manager(self):
         manager = self._model.init_continuous_batching(
             generation_config=self._generation_config(), continuous_batching_config=self._cache_config()
         )
         manager.start()
+        return manager
+
+    def _refusal(self, ids: Sequence[int], output_len: int) -> str | None:
+        """Why the manager must not be given this request: transformers would stop its whole loop on a request the
+        cache cannot hold, failing every request."""
+        if not ids:
+            return "The prompt encodes to no tokens."
+        needed = math.ceil((len(ids) + output_len) / self._engine.cache_block_seq_len)
+        if needed > self.num_blocks:
+            return (f"The request needs {needed} KV cache blocks but the cache has {self.num_blocks}; "
+                    "raise num_blocks or leave it empty.")
+        return None
+
+    def _eos(self) -> int | list[int]:
+        return -1 if self._generation.ignore_eos else sorted(self._eos_ids) or -1
+
+    @staticmethod
+    def _death(manager) -> str:
+        fatal = manager.background_thread_status.fatal_error
+        return f"The generation loop stopped: {last_line(fatal) if fatal else 'no reason given'}"
+
+    def _generation_config(self):
+        from transformers import GenerationConfig
+
+        return GenerationConfig(
+            max_new_tokens=max((r.output_len for r in self._requests), default=1),
+            eos_token_id=self._eos(),
+            **sampling_kwargs(self._generation),
+        )
+
+    def _cache_config(self):
+        from transformers import ContinuousBatchingConfig
+
+        return ContinuousBatchingConfig(
+            page_size=self._engine.cache_block_seq_len,
+            num_blocks=self.num_blocks,
+            max_batch_tokens=self._engine.max_batch_tokens,
+            max_requests_per_batch=self._max_in_flight,
+            # LMDeploy's prefix caching is off by default; keep the embedded engine comparable.
+            allow_block_sharing=False,
+        )
+
+
+class ContinuousBatchRun(_ManagedBatch):
+    """One `Engine.stream()` call on the continuous-batching path: requests handed in as slots free."""
+
+    def __init__(self, model, engine: EngineConfig, eos_ids: set[int], requests: Sequence[SampledRequest],
+                 prompts: Sequence[list[int]], generation: GenerationSettings, max_in_flight: int,
+                 stream_output: bool) -> None:
+        super().__init__(model, engine, eos_ids, requests, [len(ids) for ids in prompts], generation, max_in_flight,
+                         stream_output)
+        self._prompts = prompts
+
+    def events(self, cancel: threading.Event) -> Iterator[EngineEvent]:
+        manager = self._start_manager()
         try:
             yield from self._drive(manager, cancel)
         finally:
@@ -147,27 +204,13 @@ class ContinuousBatchRun:
         ids = self._prompts[index]
         output_len = self._requests[index].output_len
         yield EngineEvent(index, "admit", time.perf_counter())
-        if not ids:
-            yield EngineEvent(index, "finish", time.perf_counter(), 0, "error", "The prompt encodes to no tokens.")
-            return
-        needed = math.ceil((len(ids) + output_len) / self._engine.cache_block_seq_len)
-        if needed > self.num_blocks:  # transformers would stop its whole loop on it, failing every request
-            message = (
-                f"The request needs {needed} KV cache blocks but the cache has {self.num_blocks}; "
-                "raise num_blocks or leave it empty."
-            )
-            yield EngineEvent(index, "finish", time.perf_counter(), 0, "error", message)
+        if problem := self._refusal(ids, output_len):
+            yield EngineEvent(index, "finish", time.perf_counter(), 0, "error", problem)
             return
         request_id = f"r{index}"
         in_flight[request_id] = _InFlight(index, output_len)
-        manager.add_request(
-            ids,
-            request_id=request_id,
-            max_new_tokens=output_len,
-            streaming=self._stream_output,
-            record_timestamps=True,
-            eos_token_id=-1 if self._generation.ignore_eos else sorted(self._eos_ids) or -1,
-        )
+        manager.add_request(ids, request_id=request_id, max_new_tokens=output_len, streaming=self._stream_output,
+                            record_timestamps=True, eos_token_id=self._eos())
 
     def _on_output(self, output, in_flight: dict[str, _InFlight]) -> Iterator[EngineEvent]:
         request = in_flight[output.request_id]
@@ -193,33 +236,72 @@ class ContinuousBatchRun:
 
     def _fail_all(self, manager, in_flight: dict[str, _InFlight], not_admitted: range) -> Iterator[EngineEvent]:
         """The manager's thread died: every request left ends with its error, never-admitted ones included."""
-        fatal = manager.background_thread_status.fatal_error
-        message = f"The generation loop stopped: {last_line(fatal) if fatal else 'no reason given'}"
+        message = self._death(manager)
         for request in in_flight.values():
             yield EngineEvent(request.index, "finish", time.perf_counter(), request.n_tokens, "error", message)
         for index in not_admitted:
             yield EngineEvent(index, "finish", time.perf_counter(), 0, "error", message)
 
-    def _generation_config(self):
-        from transformers import GenerationConfig
 
-        return GenerationConfig(
-            max_new_tokens=max((r.output_len for r in self._requests), default=1),
-            eos_token_id=-1 if self._generation.ignore_eos else sorted(self._eos_ids) or -1,
-            **sampling_kwargs(self._generation),
-        )
+class ContinuousBatchingInstances(_ManagedBatch):
+    """transformers' continuous-batching manager behind LMDeploy's engine instance API, for the engine_api drive
+    (engine_api.py): one manager for the run serves every worker, and each request's outputs are delivered to the
+    event loop that sent it (`register_result_handler`), where `async_stream_infer` yields the new ids. The drive
+    bounds what is in flight to its worker count; `start()` and `stop()` bracket the run."""
 
-    def _cache_config(self):
-        from transformers import ContinuousBatchingConfig
+    def __init__(self, model, engine: EngineConfig, eos_ids: set[int], requests: Sequence[SampledRequest],
+                 generation: GenerationSettings, max_in_flight: int, stream_output: bool) -> None:
+        # Sized before the prompts are encoded (that is measured): a prompt re-encoded from the random dataset's
+        # text may come out a little longer than its target, so a block is kept for it.
+        lens = [len(r.input_ids) if r.input_ids is not None else r.input_len + engine.cache_block_seq_len
+                for r in requests]
+        super().__init__(model, engine, eos_ids, requests, lens, generation, max_in_flight, stream_output)
+        self._manager = None
 
-        return ContinuousBatchingConfig(
-            page_size=self._engine.cache_block_seq_len,
-            num_blocks=self.num_blocks,
-            max_batch_tokens=self._engine.max_batch_tokens,
-            max_requests_per_batch=self._max_in_flight,
-            # LMDeploy's prefix caching is off by default; keep the embedded engine comparable.
-            allow_block_sharing=False,
-        )
+    def start(self) -> None:
+        self._manager = self._start_manager()
+
+    def stop(self) -> None:
+        if self._manager is not None:
+            self._manager.stop(block=True, timeout=STOP_TIMEOUT_S, hard_stop=True)
+
+    def create_instance(self) -> ContinuousBatchingInstances:
+        return self  # session ids keep the streams apart: every worker's are its own
+
+    async def async_stream_infer(self, session_id: int, input_ids: list[int], gen_config: int,
+                                 stream_output: bool) -> AsyncIterator[InstanceOutput]:
+        """Stream one request of `gen_config` (its output length) new tokens: InstanceOutputs of the new ids, the
+        last one saying how it ended. Closed before its end, the request is cancelled in the manager."""
+        manager = self._manager
+        if problem := self._refusal(input_ids, gen_config):
+            yield InstanceOutput([], "error", problem)
+            return
+        results: asyncio.Queue = asyncio.Queue()
+        request_id = f"s{session_id}"
+        manager.register_result_handler(request_id, results.put_nowait)
+        manager.add_request(list(input_ids), request_id=request_id, max_new_tokens=gen_config,
+                            streaming=stream_output, eos_token_id=self._eos())
+        sent, finished = 0, False
+        try:
+            while not finished:
+                try:
+                    output = await asyncio.wait_for(results.get(), POLL_S)
+                except TimeoutError:
+                    if not manager.is_running():
+                        finished = True
+                        yield InstanceOutput([], "error", self._death(manager))
+                    continue
+                tokens = output.generated_tokens
+                new, sent, finished = list(tokens[sent:]), len(tokens), output.is_finished()
+                if not finished:
+                    yield InstanceOutput(new)
+                elif output.error is not None:
+                    yield InstanceOutput(new, "error", last_line(output.error))
+                else:
+                    yield InstanceOutput(new, "finish")
+        finally:
+            if not finished:
+                manager.cancel_request(request_id)
 
 
 def sampling_kwargs(generation: GenerationSettings) -> dict:

@@ -4,7 +4,9 @@ Requests go through transformers' continuous-batching manager (transformers_batc
 per `stream()` call so that a new concurrency or cache size never reloads the model. Where that API
 is missing, `model.generate` serves one request at a time (transformers_generate.py). Benchmark prompts
 are encoded as they are, with no chat template, as LMDeploy's script does with `do_preprocess=False`;
-playground prompts (`complete()`) go through the model's chat template and the same two paths.
+playground prompts (`complete()`) go through the model's chat template and the same two paths. The engine_api
+load pattern drives the same manager through LMDeploy's instance API (engine_api.py), so its flags work here
+for real: token ids in, outputs detokenized or not, requests cancelled part way.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from ..config import EngineConfig, GenerationSettings, LoadConfig
 from ..load.datasets import SampledRequest
-from ..errors import ModelError
+from ..errors import ConfigError, ModelError
+from ..states import LoadPattern
 from ..models.resolve import last_line, resolve_model
 from ..load.playground import Conversation, PlaygroundResult, prompt_preview
 from .base import Backend, Engine, EngineEvent, EngineInfo
 from .gpu_probe import gpu_facts
-from .transformers_batching import ContinuousBatchRun
+from .engine_api import EngineAPIDrive, IncrementalText, InstanceAPI, instance_outcome
+from .transformers_batching import ContinuousBatchingInstances, ContinuousBatchRun
 from .transformers_generate import generate_one_by_one
 
 THREADS_ENV = "BENCH_STUDIO_TORCH_THREADS"
@@ -189,8 +193,14 @@ class TransformersEngine(Engine):
         load: LoadConfig,
         cancel: threading.Event,
     ) -> Iterator[EngineEvent]:
-        """`load.concurrency` requests run at once; the pattern only decides when a request's clock starts,
-        which is the runner's business."""
+        """`load.concurrency` requests run at once. The engine API drives the model as LMDeploy's engines are driven
+        (engine_api.py); for the other patterns, which only decide when a request's clock starts (the runner's
+        business), prompts are encoded as they arrive here."""
+        if load.load_pattern == LoadPattern.ENGINE_API:
+            if not self.continuous_batching:
+                raise ConfigError("The engine API load pattern needs transformers' continuous batching, which this "
+                                  "transformers version lacks; choose the batch or concurrency pattern.")
+            return self._engine_api_events(requests, generation, load, cancel)
         prompts = [self._tokenizer.encode(r.prompt) for r in requests]
         if not self.continuous_batching:
             return generate_one_by_one(
@@ -200,6 +210,20 @@ class TransformersEngine(Engine):
             self._model, self._engine, self._eos_ids, requests, prompts, generation, load.concurrency, load.stream_output
         )
         return run.events(cancel)
+
+    def _engine_api_events(self, requests: Sequence[SampledRequest], generation: GenerationSettings, load: LoadConfig,
+                           cancel: threading.Event) -> Iterator[EngineEvent]:
+        batch = ContinuousBatchingInstances(self._model, self._engine, self._eos_ids, requests, generation,
+                                            load.concurrency, load.stream_output)
+        api = InstanceAPI(engine=batch, encode=self.encode,
+                          detokenizer=lambda prompt_ids: IncrementalText(self._tokenizer, prompt_ids),
+                          gen_config=lambda request: request.output_len, outcome=instance_outcome,
+                          name="The transformers engine")
+        batch.start()
+        try:
+            yield from EngineAPIDrive(api, requests, load).events(cancel)
+        finally:
+            batch.stop()
 
     def complete(
         self,

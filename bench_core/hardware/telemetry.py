@@ -117,8 +117,40 @@ class NvmlReader:
                     self._unsupported.add((index, metric))
         return rows
 
+    def inventory(self) -> tuple[str, list[GpuMemory]]:
+        """The driver's version and each visible GPU: its name, memory in all and memory free now."""
+        nvml = self._nvml
+        gpus = []
+        for handle in self.handles:
+            memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+            gpus.append(GpuMemory(_text(nvml.nvmlDeviceGetName(handle)), memory.total, memory.free))
+        return _text(nvml.nvmlSystemGetDriverVersion()), gpus
+
     def close(self) -> None:
         self._nvml.nvmlShutdown()
+
+
+class GpuMemory(NamedTuple):
+    name: str
+    total_bytes: int
+    free_bytes: int
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)  # older NVML bindings answer bytes
+
+
+def gpu_inventory() -> tuple[str, list[GpuMemory], str | None]:
+    """The driver's version and the visible GPUs with their free memory, from NVML; ("", [], why not) where NVML
+    cannot answer."""
+    reader, why_not = open_gpus()
+    if reader is None:
+        return "", [], why_not
+    try:
+        driver, gpus = reader.inventory()
+    finally:
+        reader.close()
+    return driver, gpus, None
 
 
 def _visible_devices(count: int) -> list[str]:

@@ -47,9 +47,14 @@ _BETWEEN_ARRAY_ITEMS = re.compile(r"[\s,]*")
 
 @dataclass(frozen=True, slots=True)
 class SampledRequest:
+    """A prompt and the lengths the profiler counts against. The engine API's load adds, before the clock starts,
+    the prompt's ids (skip tokenize: ids go in) and the token count past which the request is cancelled."""
+
     prompt: str
     input_len: int
     output_len: int
+    input_ids: tuple[int, ...] | None = None
+    cancel_after: int | None = None
 
 
 @dataclass
@@ -72,6 +77,9 @@ class Sample:
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     arrival_rng: np.random.RandomState = field(default_factory=lambda: np.random.RandomState(0), repr=False)
+    # Python's `random` as profile_throughput.py's sampling leaves it (seeded, then one shuffle), which draws its
+    # cancellations.
+    cancel_rng: random.Random = field(default_factory=lambda: random.Random(0), repr=False)
 
 
 def load_conversations(source: str) -> Conversations:
@@ -127,7 +135,8 @@ def sample_sharegpt_requests(
 ) -> Sample:
     """LMDeploy's sample_sharegpt_requests: seeded shuffle, then keep pairs within the length filters."""
     shuffled = list(pairs)
-    random.Random(seed).shuffle(shuffled)
+    rng = random.Random(seed)
+    rng.shuffle(shuffled)
     requests: list[SampledRequest] = []
     for prompt, completion in shuffled:
         if len(requests) == num_requests:
@@ -147,7 +156,9 @@ def sample_sharegpt_requests(
             f"Only {len(requests):,} of the {num_requests:,} requested prompts pass LMDeploy's length "
             f"filters; the run goes on with {len(requests):,}."
         )
-    return _sample(requests, warnings=warnings)
+    sample = _sample(requests, warnings=warnings)
+    sample.cancel_rng = rng
+    return sample
 
 
 def sample_random_requests(
@@ -168,7 +179,8 @@ def sample_random_requests(
     output_lens = lengths.randint(max(int(output_len * range_ratio), 1), output_len + 1, size=num_prompts)
     # LMDeploy shuffles (prompt, completion) pairs; a shuffle's permutation depends only on the length.
     texts = [prompt for prompt, _ in pairs if len(prompt) > 0]
-    random.Random(seed).shuffle(texts)
+    rng = random.Random(seed)
+    rng.shuffle(texts)
     notes = []
     if len(texts) < num_prompts:
         notes.append(f"Only {len(texts):,} prompt texts for {num_prompts:,} random requests: texts are reused.")
@@ -180,6 +192,7 @@ def sample_random_requests(
         requests.append(SampledRequest(tokenizer.decode((ids * repeats)[:target_in]), target_in, target_out))
     sample = _sample(requests, notes=notes)
     sample.arrival_rng = lengths  # LMDeploy draws both lengths from the global generator its arrivals use
+    sample.cancel_rng = rng
     return sample
 
 

@@ -227,6 +227,20 @@ def _only_with(column: str, formula: Callable[[RunFacts], Any]) -> Callable[[Run
     return lambda run: formula(run) if run.has(column) else None
 
 
+def _spec_total(run: RunFacts, column: str) -> float:
+    return float(np.nansum(_floats(run.table, column)))
+
+
+def _acceptance_length(run: RunFacts) -> float | None:
+    drafts = _spec_total(run, "spec_drafts")
+    return 1 + _spec_total(run, "spec_accepted_tokens") / drafts if drafts > 0 else None
+
+
+def _acceptance_rate(run: RunFacts) -> float | None:
+    drafted = _spec_total(run, "spec_draft_tokens")
+    return _spec_total(run, "spec_accepted_tokens") / drafted if drafted > 0 else None
+
+
 # ---- derived formulas over history columns ---------------------------------------------------
 
 def _per_user(column: Callable[[str], pd.Series]) -> pd.Series:
@@ -363,6 +377,15 @@ CATALOG: tuple[Metric, ...] = (
     Metric("peak_in_flight", "Peak requests in flight", "requests", None,
            "The most requests in flight at once (HTTP servers only).", server_only=True,
            aggregate=_only_with("sent_s", _peak_in_flight)),
+    # Speculative decoding, where the engine reports its accounting per request (engine_api.SPEC_COLUMNS: LMDeploy's
+    # PyTorch engine with enable_metrics); absent, not 0, where it does not.
+    Metric("spec_acceptance_length", "Mean acceptance length", "tokens", True,
+           "1 + accepted draft tokens / drafting steps, the bonus token included (LMDeploy's and vLLM's "
+           "SpecDecoding figure), over every request the engine reported on; only where the engine reports it.",
+           aggregate=_only_with("spec_drafts", _acceptance_length), swept=VALUE),
+    Metric("spec_acceptance_rate", "Draft acceptance rate", "fraction", True,
+           "Accepted draft tokens / drafted tokens, over every request the engine reported on; only where the "
+           "engine reports it.", aggregate=_only_with("spec_drafts", _acceptance_rate), swept=VALUE),
     Metric("ttft_per_1k_input", "TTFT per 1,000 input tokens", **_MS, larger_is_better=False, needs_streaming=True,
            definition="ttft_s / input_len * 1000: time to first token per thousand prompt tokens.",
            per_request=_ttft_per_1k_input, statistics=DISTRIBUTION, compared=MEAN_AND_P99, swept=MEAN_AND_P99),
@@ -415,6 +438,9 @@ def _default_columns(field: str) -> tuple[str, ...]:
 
 COMPARED_COLUMNS = _default_columns("compared")
 SWEPT_COLUMNS = _default_columns("swept")
+# What a run with speculative decoding shows of it; each "not reported" where the engine reported nothing.
+SPECULATIVE_COLUMNS = ("spec_acceptance_length", "spec_acceptance_rate")
+NOT_REPORTED = "not reported"
 
 _FIXED_COLUMNS = {metric.column(stat): (metric, stat) for metric in CATALOG
                   for stat in metric.statistics if stat != PERCENTILES}

@@ -157,6 +157,7 @@ class Measurement:
     engine_info: EngineInfo | None = None
     environment: dict[str, str] | None = None  # collected where the engine runs, once it is loaded
     load_seconds: float | None = None  # from leaving the queue to the start of the measurement
+    warmup_seconds: float | None = None  # of which the warm-up requests took this long (None: none were sent)
     profiler: Profiler | None = None
     sampler: TelemetrySampler | None = field(default=None, repr=False)  # where the engine runs, from the measurement
     telemetry: pd.DataFrame | None = None  # every hardware sample of the measurement, time_s since its start

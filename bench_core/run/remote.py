@@ -105,7 +105,7 @@ class Forwarder(JobObserver):
             profiler = measurement.profiler
             facts = {"sample": measurement.sample, "engine_info": measurement.engine_info,
                      "environment": measurement.environment, "warnings": tuple(measurement.warnings),
-                     "load_seconds": measurement.load_seconds,
+                     "load_seconds": measurement.load_seconds, "warmup_seconds": measurement.warmup_seconds,
                      "clock": (profiler.t_start, profiler.t_finish) if profiler is not None else (None, None)}
         # Identity for what is kept as it was made; value for the tuples made here.
         changed = {name: value for name, value in facts.items() if name not in self._told
@@ -214,7 +214,7 @@ class Mirror:
                 job.engine_info = learned["engine_info"]
             return
         measurement = job.measurement
-        for name in ("engine_info", "environment", "load_seconds"):
+        for name in ("engine_info", "environment", "load_seconds", "warmup_seconds"):
             if name in learned:
                 setattr(measurement, name, learned[name])
         if "warnings" in learned:

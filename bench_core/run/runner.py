@@ -16,6 +16,8 @@ same cached engine, so one thing at a time holds the accelerator; they are not r
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import gc
 import logging
 import queue
@@ -33,9 +35,10 @@ from . import preflight
 from ..measure import metrics
 from ..measure.catalog import telemetry_columns
 from ..config import EngineConfig, GenerationSettings, LoadConfig, RunConfig
-from ..load.datasets import sample_requests
+from ..load.cancellation import cancel_points
+from ..load.datasets import Sample, SampledRequest, sample_requests
 from ..engines import Engine, EngineInfo, backend, check_run_config, engine_settings_key, load_engine, tokenizer_from_engine
-from ..engines.base import NOT_SENT, RUN_ENDED
+from ..engines.base import CANCELLED_BY_LOAD, NOT_SENT, RUN_ENDED
 from ..hardware.environment import collect_environment
 from ..errors import BenchError, ModelError
 from ..store.history import History, RunRecord, local_now_iso, new_run_id
@@ -54,7 +57,7 @@ log = logging.getLogger(__name__)
 # The failure reasons a run's message quotes, most frequent first.
 REASONS_QUOTED = 3
 # A request's clock starts when the engine takes it (a worker, or an HTTP send), not at t0.
-TICK_AT_ADMISSION = (LoadPattern.CONCURRENCY, LoadPattern.REQUEST_RATE)
+TICK_AT_ADMISSION = (LoadPattern.CONCURRENCY, LoadPattern.ENGINE_API, LoadPattern.REQUEST_RATE)
 # The reason an engine gives a request it stopped because of a cancel.
 ABORT = "abort"
 PUBLISH_EVERY_S = 0.25  # how often a measuring run with observers tells them its snapshot and finished requests
@@ -197,8 +200,11 @@ class Runner:
             self._prepare(run)
             if not run.cancel_event.is_set():
                 run.describe("warming up")
+                warming = time.perf_counter()
                 self._engine.warmup(measurement.sample.requests, run.config.generation, run.config.load,
                                     run.cancel_event)
+                if run.config.load.warmup_requests:
+                    measurement.warmup_seconds = time.perf_counter() - warming
         finally:
             measurement.load_seconds = time.perf_counter() - started
         if run.cancel_event.is_set():
@@ -211,11 +217,14 @@ class Runner:
             run.move(RunState.CANCELLED)
         else:
             measurement.profiler.compute_metrics()
-            run.move(*measured_outcome(measurement.profiler))
+            run.move(*measured_outcome(measurement.profiler, run.config.load))
 
     def _complete(self, job: PlaygroundJob) -> None:
-        # The load settings of the engine in memory, so that the same engine settings reuse it.
+        # The load settings of the engine in memory, so that the same engine settings reuse it; but prompts are
+        # answered through a pipeline, not the engine API's bare engine.
         load = self._engine_settings[1] if self._engine_settings is not None else LoadConfig()
+        if load.load_pattern == LoadPattern.ENGINE_API:
+            load = LoadConfig(concurrency=load.concurrency)
         engine = self._engine_for(job.engine, load)
         job.engine_info = engine.info
         if job.cancel_event.is_set():
@@ -273,6 +282,8 @@ class Runner:
     def _measure(self, run: Run) -> None:
         config, measurement = run.config, run.measurement
         requests = measurement.sample.requests
+        if config.load.load_pattern == LoadPattern.ENGINE_API:
+            requests = engine_api_requests(measurement.sample, config.load, self._engine)
         profiler = new_profiler(config)
         sessions = [profiler.new_session(r.input_len, r.output_len) for r in requests]
         measurement.profiler = profiler
@@ -306,7 +317,7 @@ class Runner:
                         session.tick(0, event.ts)
                 elif event.kind == "finish" and event.finish_reason == NOT_SENT:
                     session.reason = event.message  # never sent: it stays unfinished
-                elif event.kind == "finish" and event.finish_reason == RUN_ENDED:
+                elif event.kind == "finish" and event.finish_reason in (RUN_ENDED, CANCELLED_BY_LOAD):
                     session.finish(Session.CANCELLED, event.message, event.ts, event.extra)
                 elif event.kind == "finish" and event.finish_reason == ABORT and run.cancel_event.is_set():
                     session.finish(Session.CANCELLED, "cancelled", event.ts, event.extra)
@@ -367,6 +378,7 @@ class Runner:
             error=run.message,
             finished_at=local_now_iso(),
             load_seconds=measurement.load_seconds,
+            warmup_seconds=measurement.warmup_seconds,
             sweep_id=run.sweep_id,
             sweep_repeat=run.sweep_repeat,
         )
@@ -463,12 +475,25 @@ def _finite_or_none(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) and value == value else None
 
 
-def measured_outcome(profiler: Profiler) -> tuple[str, str]:
+def engine_api_requests(sample: Sample, load: LoadConfig, engine: Engine) -> list[SampledRequest]:
+    """The requests of an engine_api run as its workers take them, made before the clock starts: with their ids
+    where the prompts are tokenized now (skip tokenize), and with the cancel rate's points (drawn from a copy of
+    the sample's generator, so the plan is the same however often it is made)."""
+    requests = sample.requests
+    points = cancel_points([r.output_len for r in requests], load.cancel_rate, copy.copy(sample.cancel_rng))
+    return [dataclasses.replace(request, cancel_after=point,
+                                input_ids=tuple(engine.encode(request.prompt)) if load.skip_tokenize else None)
+            for request, point in zip(requests, points)]
+
+
+def measured_outcome(profiler: Profiler, load: LoadConfig) -> tuple[str, str]:
     """The state of a run that ran to its end, and its message: failed when no request succeeded,
     partial when some failed, came back short or ran past their token limit, quoting the most frequent reasons."""
     reasons = metrics.format_reasons(dict(list(profiler.failure_reasons.items())[:REASONS_QUOTED]))
-    if not reasons and profiler.cancelled:  # a run that ran to its end cancels only what its duration cut off
-        reasons = f"{profiler.cancelled} cancelled in flight when the duration ended"
+    if not reasons and profiler.cancelled:  # a run that ran to its end cancels what its load cut off on purpose
+        reasons = (f"{profiler.cancelled} cancelled by the cancel rate {load.cancel_rate:g}"
+                   if load.load_pattern == LoadPattern.ENGINE_API and load.cancel_rate
+                   else f"{profiler.cancelled} cancelled in flight when the duration ended")
     because = f" ({reasons})" if reasons else ""
     state = measured_state(profiler.success, profiler.failed, profiler.incomplete, profiler.overrun)
     if state == RunState.FAILED:

@@ -88,6 +88,7 @@ class RunRecord:
     error: str = ""
     finished_at: str = ""
     load_seconds: float | None = None  # sampling, loading or reusing the engine, warm-up: before the measured run
+    warmup_seconds: float | None = None  # the warm-up requests' part of it; None: none were sent
     sweep_id: str = ""
     sweep_repeat: int | None = None  # the run's 0-based repeat index within its sweep point
     model: ModelRecord | None = None  # where the model came from; random weights are labelled on the pages
@@ -319,6 +320,7 @@ def history_row(record: RunRecord) -> dict[str, Any]:
         "sweep_repeat": record.sweep_repeat,
         "error": record.error,
         "load_seconds": record.load_seconds,
+        "warmup_seconds": record.warmup_seconds,
     }
     groups = [identity, _model_columns(record.model), record.config.to_flat_dict(), record.metrics,
               _roofline_columns(record.roofline), _engine_columns(record.engine_info)]

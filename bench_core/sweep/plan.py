@@ -126,6 +126,11 @@ class SweepPlan:
         """The values `config` has for the swept settings: the point it is at."""
         return {axis.name: config.value(axis.name) for axis in self.axes}
 
+    @property
+    def speculative(self) -> bool:
+        """Whether some point decodes speculatively: its acceptance is shown ("not reported" where not reported)."""
+        return any(self.config_at(values).engine.speculative_algorithm for values in self.grid())
+
     def check(self, runs_here: bool = True) -> None:
         """Raise one ConfigError naming every impossible point and why, or the missing backend. Whether this
         machine can run the backend matters only when the runs are here (`runs_here`): a driver without a GPU

@@ -18,7 +18,8 @@ import pandas as pd
 
 from ..config import SETTINGS
 from ..measure.catalog import (
-    CATALOG, COMPARED_COLUMNS, NOT_MEASURED, PERCENTILES, column_direction, column_label, find_column, percentile_key,
+    CATALOG, COMPARED_COLUMNS, NOT_MEASURED, NOT_REPORTED, PERCENTILES, SPECULATIVE_COLUMNS, column_direction,
+    column_label, find_column, percentile_key,
 )
 from ..measure.stats import compare
 
@@ -55,6 +56,7 @@ class ColumnSpec:
 # length a run asked for whichever dataset holds it (run_diff's).
 _COLUMNS = {spec.name: spec for spec in (
     ColumnSpec("load_seconds", "Engine load time", "s", False),
+    ColumnSpec("warmup_seconds", "Warm-up time", "s", None),
     ColumnSpec("bs", "Batch size", "requests", None),
     ColumnSpec("output_length", "Output length", "tokens", None),
 )}
@@ -142,11 +144,25 @@ def throughput_table(summary: dict) -> pd.DataFrame:
     rows = {}
     for metric in CATALOG:
         key = metric.column()
-        if metric.is_distribution or metric.server_only or not metric.unit or key not in summary:
+        if metric.is_distribution or metric.server_only or not metric.unit or key not in summary or \
+                key in SPECULATIVE_COLUMNS:
             continue
         rows[metric.label] = (_number(summary[key]), metric.unit)
     table = pd.DataFrame.from_dict(rows, orient="index", columns=["value", "unit"])
     table["value"] = table["value"].astype(float)
+    table.index.name = "quantity"
+    return table
+
+
+def speculative_table(summary: dict) -> pd.DataFrame:
+    """Speculative decoding's figures for a run that asked for it: each one's value, or "not reported" where the
+    engine reported nothing (never 0), and its unit."""
+    rows = {}
+    for key in SPECULATIVE_COLUMNS:
+        metric, _ = find_column(key)
+        value = _number(summary.get(key))
+        rows[metric.label] = (NOT_REPORTED if math.isnan(value) else value, metric.unit)
+    table = pd.DataFrame.from_dict(rows, orient="index", columns=["value", "unit"], dtype=object)
     table.index.name = "quantity"
     return table
 
