@@ -48,6 +48,7 @@ class LoadPattern(StrEnum):
     BATCH = "batch"  # profile_pipeline_api.py: every request at t0
     CONCURRENCY = "concurrency"  # profile_throughput.py: N workers
     REQUEST_RATE = "request_rate"  # profile_restful_api.py / vLLM: arrivals at a rate, to a server
+    TRACE = "trace"  # Mooncake-style replay: each request at its trace timestamp (the trace dataset)
 
 
 # A request counts as served when the engine stopped it for length or for EOS; the profiler then tells complete

@@ -16,7 +16,8 @@ from bench_core import csvstore
 from bench_core.measure import metrics
 from bench_core.views import run_charts, tables
 from bench_core.measure.catalog import METRICS, find_column, lower_first, sampled_values
-from bench_core.config import SLO, Part, RunConfig, of_part
+from bench_core.config import SLO, Part, RunConfig, format_value, of_part
+from bench_core.config.catalog import MULTI_TURN
 from bench_core.engines import backend
 from bench_core.errors import BenchError
 from bench_core.measure.latency_bins import BinnedLatencies
@@ -66,7 +67,7 @@ def describe_config(config: RunConfig) -> str:
     data, load = config.dataset, config.load
     chosen = [declared for declared in of_part(Part.DATASET) if declared.datasets
               and declared.applies(dataset_name=data.dataset_name) and config.value(declared.name) is not None]
-    lengths = ", ".join(f"{lower_first(declared.shown_label)} {config.value(declared.name):g}"
+    lengths = ", ".join(f"{lower_first(declared.shown_label)} {format_value(config.value(declared.name))}"
                         + (f" {declared.unit}" if declared.unit else "") for declared in chosen) or "conversation lengths"
     engine = config.engine
     server = redact_text(engine.base_url)
@@ -76,12 +77,15 @@ def describe_config(config: RunConfig) -> str:
         cap = "no concurrency limit" if load.max_concurrency is None else f"max concurrency {load.max_concurrency}"
         limit = f", for at most {load.duration_s:g} s" if load.duration_s else ""
         shape = f"{load.request_rate:g} req/s, burstiness {load.burstiness:g}, {cap}{limit}"
+    elif load.load_pattern == LoadPattern.TRACE:
+        shape = f"the trace's times at {load.trace_speedup:g}x, concurrency {load.concurrency}"
     else:
         shape = f"concurrency {load.concurrency}"
     parts = [
         f"**{config.label}**" if config.label else "",
         served,
-        f"{data.num_prompts} prompts from {data.dataset} ({data.dataset_name}, {lengths})",
+        f"{data.num_prompts} {'sessions' if data.dataset_name == MULTI_TURN else 'prompts'} from {data.dataset} "
+        f"({data.dataset_name}, {lengths})",
         f"{load.load_pattern} load, {shape}, {'streamed' if load.stream_output else 'not streamed'}",
     ]
     return " · ".join(part for part in parts if part)

@@ -23,7 +23,8 @@ from .common import (
 PIPELINE_KNOBS = tuple(knob for knob in KNOBS if set(knob.backends) & set(in_process_backends()))
 # profile_pipeline_api.py's flags, in its order (--csv, not a setting, comes after -n).
 POSITIONAL = (
-    Flag("dataset", positional=True, help="ShareGPT dataset: a JSON or JSONL path, builtin:sharegpt or builtin:sample"),
+    Flag("dataset", positional=True, help="ShareGPT dataset: a JSON or JSONL path, builtin:sharegpt or builtin:sample; "
+                                          "for --dataset-name trace or custom, your trace or prompts file"),
     Flag("model", positional=True, dest="model_path",
          help="a local folder, a hub id, builtin:smollm2-135m / builtin:tiny-llama, or synthetic:<preset>[:key=value,...] "
               "(see above)"),
@@ -32,7 +33,7 @@ POSITIONAL = (
 SCRIPT_FLAGS = ("seed", "stream_output", "dataset_name", *LENGTH_FLAGS, "top_p", "top_k", "temperature", "log_level",
                 Flag("backend", default="turbomind", choices=in_process_backends()), "trust_remote_code")
 # Ours: the load pattern (a rate is the restful command's), and the dataset's settings LMDeploy's script lacks.
-OUR_FLAGS = (Flag("load_pattern", choices=(LoadPattern.BATCH, LoadPattern.CONCURRENCY)),
+OUR_FLAGS = (Flag("load_pattern", choices=(LoadPattern.BATCH, LoadPattern.CONCURRENCY, LoadPattern.TRACE)),
              *unlisted_flags(Part.DATASET, POSITIONAL, SCRIPT_FLAGS))
 
 

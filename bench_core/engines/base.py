@@ -4,6 +4,8 @@ loaded, and the `Engine` it loads runs requests.
 An engine takes sampled requests and reports what happens to each of them as `EngineEvent`s:
 when it is admitted to the engine, each time its cumulative output token count grows, and how it
 finished. The runner turns events into profiler ticks; engines never compute metrics.
+Requests say when they may go (load.schedule.SendSchedule, which every engine's driver keeps): under the trace
+pattern at their timestamps, and a multi-turn turn only after the turn it follows, whose answer it may repeat.
 `complete()` serves the playground instead: chat prompts in, texts out, EOS honoured.
 """
 
@@ -15,11 +17,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from ..config import EngineConfig, GenerationSettings, LoadConfig
+from ..config import DatasetConfig, EngineConfig, GenerationSettings, LoadConfig
+from ..config.catalog import IMAGE
 from ..errors import ConfigError
 from ..load.datasets import SampledRequest
 from ..load.playground import Conversation, PlaygroundResult
-from ..states import LoadPattern
+from ..load.schedule import SendSchedule
+from ..states import SERVED_REASONS, LoadPattern
 from ..models.window import model_context_window
 
 EventKind = Literal["admit", "tokens", "finish"]
@@ -38,6 +42,9 @@ class EngineEvent:
       A finish_reason of NOT_SENT marks a request the engine never sent (a duration ended): it
       stays unfinished, with `message` as its reason. RUN_ENDED marks one the engine stopped because
       the run ended (its duration was up): counted cancelled, not failed.
+    - `input_len` of an "admit" is the prompt's length where the engine built the prompt only then (a turn that
+      repeats the model's answer); 0: the request's own. The prompt tokens an engine found in its prefix cache are
+      `extra["cached_tokens"]` of the "finish", where the engine reports them.
     """
 
     index: int
@@ -48,10 +55,19 @@ class EngineEvent:
     message: str = ""
     token_ids: Sequence[int] = ()
     extra: Mapping[str, Any] | None = None
+    input_len: int = 0
 
 
 NOT_SENT = "not_sent"
 RUN_ENDED = "run_ended"
+NOT_SENT_AFTER_FAILURE = "not sent: the turn before it in its session failed"
+
+
+def finish_in_schedule(schedule: SendSchedule, finish: EngineEvent, answer: str | None = None) -> list[EngineEvent]:
+    """A request's "finish" told to the run's schedule (its next turn is due after it, with `answer` where that turn
+    repeats it), then a NOT_SENT finish for each turn that will never be sent because this one failed."""
+    dropped = schedule.finish(finish.index, finish.ts, finish.finish_reason in SERVED_REASONS, answer)
+    return [finish, *(EngineEvent(index, "finish", finish.ts, 0, NOT_SENT, NOT_SENT_AFTER_FAILURE) for index in dropped)]
 
 
 @dataclass
@@ -85,11 +101,13 @@ class Engine(ABC):
         load: LoadConfig,
         cancel: threading.Event,
     ) -> Iterator[EngineEvent]:
-        """Run all requests as `load` offers them (its pattern; at most `load.concurrency` at once),
-        yielding their events as they happen.
+        """Run all requests as `load` offers them (its pattern; at most `load.concurrency` at once) and as they
+        say (none before it is due, nor a turn before the one it follows has finished: load.schedule), yielding
+        their events as they happen.
 
         Every request ends with exactly one "finish" event, unless `cancel` is set, in which case
-        the engine stops within a second and requests still running end with "abort".
+        the engine stops within a second and requests still running end with "abort". A turn never sent because
+        the one it follows failed ends NOT_SENT.
         Without `load.stream_output` a request yields a single "tokens" event, when it is complete.
         """
 
@@ -152,9 +170,11 @@ class Backend(ABC):
     # False when the engine names its own model (a server serves one); a run then needs none.
     needs_model: ClassVar[bool] = True
     # The load patterns it can offer requests in, and the one a run starts from (its LMDeploy script's).
-    load_patterns: ClassVar[tuple[str, ...]] = (LoadPattern.BATCH, LoadPattern.CONCURRENCY)
+    load_patterns: ClassVar[tuple[str, ...]] = (LoadPattern.BATCH, LoadPattern.CONCURRENCY, LoadPattern.TRACE)
     load_pattern: ClassVar[str] = LoadPattern.BATCH
     run_size: ClassVar[RunSize] = CPU_RUN_SIZE
+    # Whether its engine takes images with a prompt (a vision model's), for the image dataset.
+    takes_images: ClassVar[bool] = False
 
     @classmethod
     def gpus(cls, engine: EngineConfig) -> int:
@@ -175,6 +195,14 @@ class Backend(ABC):
     @abstractmethod
     def validate(cls, engine: EngineConfig, load: LoadConfig) -> list[str]:
         """Problems with this backend's knobs, each a sentence for the user."""
+
+    @classmethod
+    def dataset_problems(cls, engine: EngineConfig, dataset: DatasetConfig) -> list[str]:
+        """Problems of running `dataset` on this backend, each a sentence: images where it takes none."""
+        if dataset.dataset_name == IMAGE and not cls.takes_images:
+            return [f"The {engine.backend} engine takes text only, so it cannot run the image dataset: send it to a "
+                    "server of a vision model (restful, with a -chat backend) or an LMDeploy engine."]
+        return []
 
     @classmethod
     @abstractmethod

@@ -93,6 +93,7 @@ class StreamReader:
         self.reasoning_parts: list[str] = []
         self.usage_completion_tokens: int | None = None
         self.usage_prompt_tokens: int | None = None
+        self.usage_cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, where sent
         self.server_finish_reason: str | None = None
         self.done = False  # "[DONE]" seen
         self.error: str | None = None
@@ -129,6 +130,9 @@ class StreamReader:
                     self.usage_completion_tokens = completion_tokens = int(completion_tokens)
                 if usage.get("prompt_tokens") is not None:
                     self.usage_prompt_tokens = int(usage["prompt_tokens"])
+                details = usage.get("prompt_tokens_details")
+                if isinstance(details, dict) and details.get("cached_tokens") is not None:
+                    self.usage_cached_tokens = int(details["cached_tokens"])
             choices = body.get("choices")
             if not choices:  # the usage-only last chunk, or an error
                 if "error" in body or body.get("object") == "error":

@@ -1,9 +1,14 @@
 """Runs one batch of requests through transformers' continuous-batching manager and reports events.
 
 A manager is created per run with a KV cache sized for that run (see `cache_blocks_for`), and at
-most `max_in_flight` requests are handed to it at a time; the next one goes in when one finishes,
-as LMDeploy's `max_batch_size` behaves.
-Per-token times are the engine's own `perf_counter` stamps.
+most `max_in_flight` requests are handed to it at a time, each once it is due (load.schedule: at its trace
+time, or after the turn it follows); the next one goes in when one finishes, as LMDeploy's `max_batch_size`
+behaves. Per-token times are the engine's own `perf_counter` stamps.
+
+With `enable_prefix_caching` the manager shares the KV cache blocks of equal prompt prefixes (transformers'
+`allow_block_sharing`: whole blocks only, and finished requests' blocks stay cached until memory runs short), so
+a prompt that opens like an earlier one skips prefilling those blocks. The prompt tokens each request found
+cached are read where transformers matches them (`PrefixHits`); off, a request finds none.
 """
 
 from __future__ import annotations
@@ -11,13 +16,14 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from ..config import EngineConfig, GenerationSettings
 from ..load.datasets import SampledRequest
+from ..load.schedule import SendSchedule
 from ..models.resolve import last_line
-from .base import EngineEvent
+from .base import EngineEvent, finish_in_schedule
 
 # The KV cache on CPU shares RAM with everything else, so a cache sized for the batch is capped at this.
 CPU_CACHE_BUDGET_BYTES = 2 * 1024**3
@@ -27,6 +33,8 @@ GPU_CACHE_FRACTION = 0.5
 POLL_S = 0.05
 # How long a finished or cancelled run waits for the manager's thread to end.
 STOP_TIMEOUT_S = 5.0
+# How long a new manager may take to set up its cache before requests go in without cache-hit counts.
+SETUP_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -49,7 +57,8 @@ def kv_block_bytes(model, page_size: int) -> int:
 
 
 def cache_blocks_for(
-    engine: EngineConfig, model, prompts: Sequence[list[int]], requests: Sequence[SampledRequest], max_in_flight: int
+    engine: EngineConfig, model, prompts: Sequence[list[int] | None], requests: Sequence[SampledRequest],
+    max_in_flight: int,
 ) -> int:
     """KV cache blocks for this run: the configured number, else enough for `max_in_flight` of the longest
     request, capped by what the device can spare but never below one longest request.
@@ -60,7 +69,9 @@ def cache_blocks_for(
     if engine.num_blocks is not None:
         return engine.num_blocks
     page = engine.cache_block_seq_len
-    longest = max((len(ids) + r.output_len for ids, r in zip(prompts, requests)), default=1)
+    # A prompt built only when sent (None) is as long as the request's estimate.
+    longest = max(((r.input_len if ids is None else len(ids)) + r.output_len for ids, r in zip(prompts, requests)),
+                  default=1)
     per_request = math.ceil(longest / page) + 1  # +1: a request's last token may open a new block
     wanted = per_request * max(1, min(max_in_flight, len(requests)))
     affordable = _cache_budget_bytes(model.device) // kv_block_bytes(model, page)
@@ -76,8 +87,45 @@ def _cache_budget_bytes(device) -> int:
     return int(free * GPU_CACHE_FRACTION)
 
 
+class PrefixHits:
+    """The prompt tokens transformers' cache served each request, by request id: read from its prefix search
+    (`PagedAttentionCache.search_prefix_match`, wrapped on the manager's cache once its thread has made it).
+    That is private API, probed: where it is missing the hits are not known (`known` is False) and no count is
+    reported, never a made-up 0."""
+
+    def __init__(self, manager, sharing: bool) -> None:
+        self.by_request: dict[str, int] = {}
+        self.known = not sharing  # without sharing nothing is ever served from the cache
+        if sharing:
+            self.known = self._watch(manager)
+
+    def _watch(self, manager) -> bool:
+        deadline = time.perf_counter() + SETUP_TIMEOUT_S
+        while getattr(manager, "batch_processor", None) is None:
+            if not manager.is_running() or time.perf_counter() > deadline:
+                return False
+            time.sleep(0.005)
+        cache = getattr(manager.batch_processor, "cache", None)
+        search = getattr(cache, "search_prefix_match", None)
+        if search is None:
+            return False
+
+        def counted(request_id: str, prompt_ids: list[int]) -> int:
+            found = search(request_id, prompt_ids)
+            self.by_request[request_id] = found
+            return found
+
+        cache.search_prefix_match = counted
+        return True
+
+    def extra(self, request_id: str) -> dict | None:
+        return {"cached_tokens": float(self.by_request.get(request_id, 0))} if self.known else None
+
+
 class ContinuousBatchRun:
-    """One `Engine.stream()` call on the continuous-batching path."""
+    """One `Engine.stream()` call on the continuous-batching path. `prompts` are the requests' token ids (None
+    where a prompt is built only when sent: `encode` makes them then); `decode` turns an answer into the text a
+    later turn repeats."""
 
     def __init__(
         self,
@@ -85,10 +133,13 @@ class ContinuousBatchRun:
         engine: EngineConfig,
         eos_ids: set[int],
         requests: Sequence[SampledRequest],
-        prompts: Sequence[list[int]],
+        prompts: Sequence[list[int] | None],
         generation: GenerationSettings,
         max_in_flight: int,
         stream_output: bool,
+        schedule: SendSchedule | None = None,
+        encode: Callable[[str], list[int]] | None = None,
+        decode: Callable[[Sequence[int]], str] | None = None,
     ) -> None:
         self._model = model
         self._engine = engine
@@ -98,6 +149,8 @@ class ContinuousBatchRun:
         self._generation = generation
         self._max_in_flight = max(1, max_in_flight)
         self._stream_output = stream_output
+        self._schedule = schedule or SendSchedule(requests)
+        self._encode, self._decode = encode, decode
         self.num_blocks = cache_blocks_for(engine, model, prompts, requests, self._max_in_flight)
 
     def events(self, cancel: threading.Event) -> Iterator[EngineEvent]:
@@ -106,39 +159,45 @@ class ContinuousBatchRun:
         )
         manager.start()
         try:
-            yield from self._drive(manager, cancel)
+            hits = PrefixHits(manager, self._engine.enable_prefix_caching)
+            yield from self._drive(manager, hits, cancel)
         finally:
             manager.stop(block=True, timeout=STOP_TIMEOUT_S, hard_stop=True)
 
-    def _drive(self, manager, cancel: threading.Event) -> Iterator[EngineEvent]:
+    def _drive(self, manager, hits: PrefixHits, cancel: threading.Event) -> Iterator[EngineEvent]:
+        schedule = self._schedule
+        schedule.start(time.perf_counter())
         in_flight: dict[str, _InFlight] = {}
-        next_index = 0
-        while next_index < len(self._requests) or in_flight:
+        while schedule.pending() or in_flight:
             if not manager.is_running():
                 # Its thread died: deliver what it reported before dying, then fail everything left.
                 while (output := manager.get_result(timeout=0)) is not None:
                     if output.request_id in in_flight:
-                        yield from self._on_output(output, in_flight)
-                yield from self._fail_all(manager, in_flight, range(next_index, len(self._requests)))
+                        yield from self._on_output(output, in_flight, hits)
+                yield from self._fail_all(manager, in_flight)
                 return
-            while len(in_flight) < self._max_in_flight and next_index < len(self._requests):
-                yield from self._submit(manager, next_index, in_flight)
-                next_index += 1
+            now = time.perf_counter()
+            while len(in_flight) < self._max_in_flight and (index := schedule.next_due(now)) is not None:
+                yield from self._submit(manager, index, in_flight)
             if cancel.is_set():
                 for request_id, request in in_flight.items():
                     manager.cancel_request(request_id)
                     yield EngineEvent(request.index, "finish", time.perf_counter(), request.n_tokens, "abort")
                 return
-            output = manager.get_result(timeout=POLL_S)
+            if not in_flight and schedule.wait_s(now) == math.inf:
+                return  # what is left waits on requests that will never end: none, as the schedule drops those
+            room = len(in_flight) < self._max_in_flight
+            output = manager.get_result(timeout=min(POLL_S, schedule.wait_s(now)) if room else POLL_S)
             if output is not None and output.request_id in in_flight:
-                yield from self._on_output(output, in_flight)
+                yield from self._on_output(output, in_flight, hits)
 
     def _submit(self, manager, index: int, in_flight: dict[str, _InFlight]) -> Iterator[EngineEvent]:
-        ids = self._prompts[index]
+        outgoing = self._schedule.take(index)
+        ids = self._encode(outgoing.prompt) if outgoing.built else self._prompts[index]
         output_len = self._requests[index].output_len
-        yield EngineEvent(index, "admit", time.perf_counter())
+        yield EngineEvent(index, "admit", time.perf_counter(), input_len=len(ids) if outgoing.built else 0)
         if not ids:
-            yield EngineEvent(index, "finish", time.perf_counter(), 0, "error", "The prompt encodes to no tokens.")
+            yield from self._ended(index, "error", "The prompt encodes to no tokens.")
             return
         needed = math.ceil((len(ids) + output_len) / self._engine.cache_block_seq_len)
         if needed > self.num_blocks:  # transformers would stop its whole loop on it, failing every request
@@ -146,7 +205,7 @@ class ContinuousBatchRun:
                 f"The request needs {needed} KV cache blocks but the cache has {self.num_blocks}; "
                 "raise num_blocks or leave it empty."
             )
-            yield EngineEvent(index, "finish", time.perf_counter(), 0, "error", message)
+            yield from self._ended(index, "error", message)
             return
         request_id = f"r{index}"
         in_flight[request_id] = _InFlight(index, output_len)
@@ -159,7 +218,14 @@ class ContinuousBatchRun:
             eos_token_id=-1 if self._generation.ignore_eos else sorted(self._eos_ids) or -1,
         )
 
-    def _on_output(self, output, in_flight: dict[str, _InFlight]) -> Iterator[EngineEvent]:
+    def _ended(self, index: int, reason: str, message: str, ts: float | None = None, n_tokens: int = 0,
+               token_ids: Sequence[int] = (), extra: dict | None = None) -> list[EngineEvent]:
+        ts = time.perf_counter() if ts is None else ts
+        answer = self._decode(token_ids) if self._decode and self._schedule.wants_answer(index) else None
+        finish = EngineEvent(index, "finish", ts, n_tokens, reason, message, token_ids=token_ids, extra=extra)
+        return finish_in_schedule(self._schedule, finish, answer)
+
+    def _on_output(self, output, in_flight: dict[str, _InFlight], hits: PrefixHits) -> Iterator[EngineEvent]:
         request = in_flight[output.request_id]
         count = len(output.generated_tokens)
         stamps = output.timestamps or []
@@ -176,19 +242,21 @@ class ContinuousBatchRun:
         # failed before it started has no stamp.
         end = max(output.lifespan[1] if output.lifespan[1] > 0 else time.perf_counter(), request.last_ts)
         if output.error is not None:
-            yield EngineEvent(request.index, "finish", end, count, "error", last_line(output.error))
+            yield from self._ended(request.index, "error", last_line(output.error), end, count)
         else:
             reason = "length" if count >= request.output_len else "stop"
-            yield EngineEvent(request.index, "finish", end, count, reason, token_ids=output.generated_tokens)
+            yield from self._ended(request.index, reason, "", end, count, output.generated_tokens,
+                                   hits.extra(output.request_id))
 
-    def _fail_all(self, manager, in_flight: dict[str, _InFlight], not_admitted: range) -> Iterator[EngineEvent]:
-        """The manager's thread died: every request left ends with its error, never-admitted ones included."""
+    def _fail_all(self, manager, in_flight: dict[str, _InFlight]) -> Iterator[EngineEvent]:
+        """The manager's thread died: every request left ends with its error, those not sent yet included."""
         fatal = manager.background_thread_status.fatal_error
         message = f"The generation loop stopped: {last_line(fatal) if fatal else 'no reason given'}"
+        now = time.perf_counter()
         for request in in_flight.values():
-            yield EngineEvent(request.index, "finish", time.perf_counter(), request.n_tokens, "error", message)
-        for index in not_admitted:
-            yield EngineEvent(index, "finish", time.perf_counter(), 0, "error", message)
+            yield EngineEvent(request.index, "finish", now, request.n_tokens, "error", message)
+        for index in self._schedule.untaken():
+            yield EngineEvent(index, "finish", now, 0, "error", message)
 
     def _generation_config(self):
         from transformers import GenerationConfig
@@ -207,8 +275,8 @@ class ContinuousBatchRun:
             num_blocks=self.num_blocks,
             max_batch_tokens=self._engine.max_batch_tokens,
             max_requests_per_batch=self._max_in_flight,
-            # LMDeploy's prefix caching is off by default; keep the embedded engine comparable.
-            allow_block_sharing=False,
+            # Off by default, as LMDeploy's prefix caching is, so the engines stay comparable.
+            allow_block_sharing=self._engine.enable_prefix_caching,
         )
 
 

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from ..config import EngineConfig, GenerationSettings, LoadConfig
 from ..load.datasets import SampledRequest
+from ..load.schedule import SendSchedule
 from ..errors import ModelError
 from ..models.resolve import last_line, resolve_model
 from ..load.playground import Conversation, PlaygroundResult, prompt_preview
@@ -64,10 +65,10 @@ class TransformersBackend(Backend):
 
     @classmethod
     def settings_key(cls, engine: EngineConfig, load: LoadConfig) -> tuple:
-        """The weights and the KV cache sizing the engine was loaded with (a run's cache knobs must be the ones it
-        ran with); the load settings apply per `stream()` call."""
+        """The weights and the KV cache sizing and sharing the engine was loaded with (a run's cache knobs must be
+        the ones it ran with); the load settings apply per `stream()` call."""
         return (engine.model, engine.dtype, engine.torch_device, engine.trust_remote_code,
-                engine.num_blocks, engine.cache_block_seq_len, engine.max_batch_tokens)
+                engine.num_blocks, engine.cache_block_seq_len, engine.max_batch_tokens, engine.enable_prefix_caching)
 
     @classmethod
     def load(cls, engine: EngineConfig, load: LoadConfig) -> Engine:
@@ -189,17 +190,24 @@ class TransformersEngine(Engine):
         load: LoadConfig,
         cancel: threading.Event,
     ) -> Iterator[EngineEvent]:
-        """`load.concurrency` requests run at once; the pattern only decides when a request's clock starts,
-        which is the runner's business."""
-        prompts = [self._tokenizer.encode(r.prompt) for r in requests]
+        """`load.concurrency` requests run at once, each once it is due (load.schedule); the pattern otherwise
+        only decides when a request's clock starts, which is the runner's business. Prompts are encoded before
+        the run, but those built on an answer, when they are sent."""
+        prompts = [None if r.builds_on_answer else self._tokenizer.encode(r.prompt) for r in requests]
+        schedule = SendSchedule(requests, load)
         if not self.continuous_batching:
             return generate_one_by_one(
-                self._model, self._tokenizer, self._eos_ids, requests, prompts, generation, load.stream_output, cancel
+                self._model, self._tokenizer, self._eos_ids, requests, prompts, generation, load.stream_output, cancel,
+                schedule,
             )
         run = ContinuousBatchRun(
-            self._model, self._engine, self._eos_ids, requests, prompts, generation, load.concurrency, load.stream_output
+            self._model, self._engine, self._eos_ids, requests, prompts, generation, load.concurrency,
+            load.stream_output, schedule, encode=self._tokenizer.encode, decode=self._answer_text,
         )
         return run.events(cancel)
+
+    def _answer_text(self, token_ids) -> str:
+        return self._tokenizer.decode(list(token_ids), skip_special_tokens=True)
 
     def complete(
         self,

@@ -57,7 +57,7 @@ def test_a_bad_dataset_path_is_one_error_and_the_app_keeps_working(page: Page):
     open_run_page(page)
     choose_model(page, TINY_MODEL)
     choose_radio(page, "Path")
-    fill_text(page, "ShareGPT file path", "/no/such/sharegpt.json")
+    fill_text(page, "Dataset file path", "/no/such/sharegpt.json")
     sidebar(page).get_by_role("button", name="Start").click()
     error = page.get_by_test_id("stAlertContentError")
     expect(error).to_have_count(1)
