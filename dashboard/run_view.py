@@ -28,6 +28,7 @@ from bench_core.states import LoadPattern, RunState
 from bench_core.run.runner import Run
 from dashboard.run_result import RunResult, result_from_history, result_from_run
 from dashboard.state import get_history, get_runner
+from dashboard import workload_view
 from dashboard.table_view import LONG_TABLE_ROWS, show_table
 
 LIVE_REFRESH_S = 1.0
@@ -198,6 +199,7 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
         snap = result.snapshot
         throughput = run_charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s, snap.in_flight_over_time)
         st.plotly_chart(throughput, key="ended_throughput")
+    workload_view.render_ended(result.requests, summary)
     _hardware_section(result)
 
     st.markdown("**Requests**")
