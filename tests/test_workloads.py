@@ -311,3 +311,36 @@ def test_the_workload_table_keeps_each_datasets_facts_and_the_figures_draw_them(
     assert workload_charts.reuse_figure(plain) is None and workload_charts.send_times_figure(plain) is None
     measured = with_workload_columns(plain[["input_len"]].assign(index=range(4)), multi_turn(tiny_tokenizer).requests)
     assert "turn" not in measured  # not the same requests: left as it is
+
+
+# ---- what is sent ----------------------------------------------------------------------------------------------
+
+def test_a_chat_request_sends_its_messages_and_its_images_before_the_text(tiny_tokenizer):
+    from bench_core.engines.openai_client import ServerSpec, build_payload
+
+    chat = ServerSpec("http://h:1", endpoint="chat")
+    image = sample_requests(DatasetConfig(dataset_name="image", num_prompts=1, random_input_len=4, random_output_len=4,
+                                          image_count=2, image_resolution="360p"), tiny_tokenizer).requests[0]
+    (message,) = build_payload(chat, "m", image.prompt, 4, False, images=image.images)["messages"]
+    assert message["role"] == "user" and [part["type"] for part in message["content"]] == [
+        "image_url", "image_url", "text"]
+    assert message["content"][0]["image_url"]["url"] == image.images[0] and message["content"][2]["text"] == image.prompt
+    turn = multi_turn(tiny_tokenizer, multi_turn_answers="dataset").requests[1]
+    assert build_payload(chat, "m", turn.prompt, 4, False, turn.messages)["messages"] == list(turn.messages)
+    completions = build_payload(ServerSpec("http://h:1"), "m", turn.prompt, 4, False, turn.messages)
+    assert completions["prompt"] == turn.prompt and "messages" not in completions  # the transcript
+
+
+@pytest.mark.parametrize("engine, refused", [
+    (dict(backend="transformers"), "The transformers engine takes text only, so it cannot run the image dataset"),
+    (dict(backend="openai", base_url="http://127.0.0.1:1", endpoint="completions"),
+     "The image dataset sends its images in chat messages: use the chat endpoint"),
+])
+def test_the_image_dataset_is_refused_where_no_image_can_go(engine, refused):
+    from bench_core.config import EngineConfig, RunConfig
+    from bench_core.engines import run_config_problems
+
+    config = RunConfig(engine=EngineConfig(**engine), load=LoadConfig(
+        load_pattern="request_rate" if engine["backend"] == "openai" else "batch"),
+        dataset=DatasetConfig(dataset_name="image", random_input_len=8, random_output_len=8))
+    assert [problem[:len(refused)] for problem in run_config_problems(config)] == [refused]
