@@ -36,7 +36,6 @@ if choice.start:
             st.query_params["run"] = st.session_state["run_id"] = run.run_id
             st.rerun()  # redraw the sidebar with Cancel enabled for the new run
 active_runs.render_confirmation()
-workload_view.render_preview(choice.values, get_history().root / UPLOADS_FOLDER)
 if run_id:
     # Keep the run in the URL (switching pages drops query parameters) and in the session.
     st.query_params["run"] = st.session_state["run_id"] = run_id
@@ -46,3 +45,5 @@ if run_id:
 else:
     st.info("Choose a model, a backend and a dataset in the sidebar, then press **Start**. With nothing "
             "changed, SmolLM2-135M runs on the embedded transformers engine: about a minute on a 2-core CPU, the first time included.")
+# The next run's workload, below the run shown: sampled only when asked.
+workload_view.render_preview(choice.values, get_history().root / UPLOADS_FOLDER)
