@@ -38,6 +38,7 @@ class RequestStatus(StrEnum):
     SUCCESS = "success"  # finished successfully with at least the requested number of tokens
     FAILED = "failed"
     INCOMPLETE = "incomplete"  # finished successfully but with fewer tokens than requested
+    OVERRUN = "overrun"  # served with more tokens than requested: a server that ignored the token limit
     UNFINISHED = "unfinished"  # never finished: still running, or never sent (a duration ended)
     CANCELLED = "cancelled"  # stopped by the user's cancel, running or waiting: not an engine failure
 
@@ -56,9 +57,9 @@ class LoadPattern(StrEnum):
 SERVED_REASONS = ("length", "stop")
 
 
-def measured_state(completed: int, failed: int, incomplete: int) -> RunState:
+def measured_state(completed: int, failed: int, incomplete: int, overrun: int = 0) -> RunState:
     """The state of a run that ran to its end, from its request counts: failed when no request succeeded,
-    partial when some failed or came back short, else finished."""
+    partial when some failed, came back short or ran past their token limit, else finished."""
     if not completed:
         return RunState.FAILED
-    return RunState.PARTIAL if failed or incomplete else RunState.FINISHED
+    return RunState.PARTIAL if failed or incomplete or overrun else RunState.FINISHED

@@ -252,10 +252,12 @@ def _ended_status(result: RunResult, summary: dict) -> None:
     counts = (f"{summary['completed']}/{summary['total_requests']} requests succeeded in "
               f"{summary['duration_s']:.1f} s; {summary['failed']} failed, {summary['incomplete']} incomplete, "
               f"{summary['unfinished']} unfinished, {summary['cancelled']} cancelled")
+    if summary.get("overrun"):
+        counts += f", {summary['overrun']} past their token limit"
     if summary.get("failure_reasons") and not result.message:
         counts += f" ({summary['failure_reasons']})"
     said = f"{result.status}: {result.message}. {counts}." if result.message else f"{result.status}: {counts}."
-    served_all = summary["failed"] + summary["incomplete"] == 0
+    served_all = summary["failed"] + summary["incomplete"] + summary.get("overrun", 0) == 0
     if result.status == RunState.FAILED or (result.status == RunState.FINISHED and summary["completed"] == 0):
         st.error(said)
     elif result.status == RunState.FINISHED and served_all:
@@ -266,9 +268,9 @@ def _ended_status(result: RunResult, summary: dict) -> None:
 
 def _server_load(config: RunConfig, summary: dict) -> None:
     """The load asked for next to the load delivered, and answers whose length was not the one asked."""
-    if summary.get("length_mismatches"):
-        st.warning(f"{summary['length_mismatches']} served request(s) returned another number of tokens than asked: "
-                   "the server may not honour ignore_eos; check the server kind or pass it in the extra request body.")
+    if (short := summary.get("length_mismatches", 0) - summary.get("overrun", 0)) > 0:
+        st.warning(f"{short} served request(s) returned fewer tokens than asked: the server may not honour "
+                   "ignore_eos; check the server kind or pass it in the extra request body.")
     columns = st.columns(4)
     columns[0].metric("Requested rate (req/s)", f"{config.load.request_rate:g}")
     for column, (name, digits) in zip(columns[1:], (("achieved_rate", ".2f"), ("mean_send_lag_ms", ".1f"),

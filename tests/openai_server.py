@@ -138,14 +138,18 @@ async def _stream(request: web.Request, endpoint: str) -> web.StreamResponse:
     return response
 
 
-def _make_app() -> web.Application:
-    app = web.Application()
+def add_openai_routes(app: web.Application, answer) -> web.Application:
+    """/v1/completions and /v1/chat/completions, each answered by `answer(request, endpoint)`."""
     for endpoint, path in (("completions", "completions"), ("chat", "chat/completions")):
         async def handle(request: web.Request, endpoint: str = endpoint) -> web.StreamResponse:
-            return await _stream(request, endpoint)
+            return await answer(request, endpoint)
 
         app.router.add_post(f"/v1/{path}", handle)
     return app
+
+
+def _make_app() -> web.Application:
+    return add_openai_routes(web.Application(), _stream)
 
 
 @contextlib.contextmanager

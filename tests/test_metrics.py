@@ -89,6 +89,34 @@ def test_request_status_separates_failed_incomplete_and_unfinished():
     assert status.tolist() == ["success", "failed", "incomplete", "unfinished"]
 
 
+def test_an_engines_own_length_verdict_stands_over_the_count_of_a_served_request():
+    status = metrics.request_status(
+        finished=np.array([True, True, True, True, True]),
+        succeeded=np.array([True, True, True, False, True]),
+        output_len=np.array([3, 9, 3, 3, 4]),
+        req_output_len=np.array([4, 4, 4, 4, 4]),
+        length_status=np.array(["success", "overrun", "", "success", ""], dtype=object),
+    )
+    assert status.tolist() == ["success", "overrun", "incomplete", "failed", "success"]
+
+
+def test_a_session_the_engine_vouched_for_is_completed_and_an_overrun_is_not():
+    from bench_core.measure.profiler import Profiler, Session
+
+    profiler = Profiler(stream_output=True, percentages=[50])
+    verdicts = ("success", "overrun", "")
+    for verdict in verdicts:
+        sess = profiler.new_session(5, 4)
+        sess.tick(0, 1.0)
+        sess.tick(3 if verdict != "overrun" else 9, 2.0)
+        sess.finish(Session.SUCCESS, "length", 2.0, length_status=verdict)
+    profiler.start(1.0)
+    profiler.finish(3.0)
+    assert [sess.completed for sess in profiler.sessions] == [True, False, False]
+    assert profiler.request_table()["status"].tolist() == ["success", "overrun", "incomplete"]
+    assert (profiler.success, profiler.overrun, profiler.incomplete, profiler.total_output) == (1, 1, 1, 3)
+
+
 def test_rate_over_no_time_is_nan():
     assert math.isnan(metrics.rate(5, 0.0)) and math.isnan(metrics.rate(5, math.nan))
     assert metrics.rate(5, 2.0) == 2.5

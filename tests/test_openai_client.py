@@ -17,15 +17,20 @@ from bench_core.load.datasets import SampledRequest
 from bench_core.engines.base import RUN_ENDED
 from bench_core.errors import ConfigError
 from bench_core.engines.openai_client import (
+    RequestResult,
     ServerError,
     ServerSpec,
     api_root,
     build_payload,
     discover_model,
     length_warning,
+    overrun_advice,
     retokenize,
     run_requests,
 )
+from bench_core.states import RequestStatus
+
+OVERRUN, SUCCESS = RequestStatus.OVERRUN, RequestStatus.SUCCESS
 from bench_core.engines.openai_stream import SSEMessage, SSEParser, StreamReader
 
 STREAM = (
@@ -111,6 +116,45 @@ def test_per_chunk_usage_counts_tokens_when_the_server_sends_it():
     assert reader.n_tokens == 3
 
 
+def test_usage_says_whether_it_came_at_the_end_or_with_each_chunk():
+    final = read_all([data({"choices": [{"text": "a"}]}), data({"choices": [], "usage": {"completion_tokens": 2}})])
+    per_chunk = read_all([data({"choices": [{"text": "ab"}], "usage": {"completion_tokens": 3}})])
+    on_the_last_text = read_all([data({"choices": [{"text": "a", "finish_reason": "length"}], "usage": {"completion_tokens": 4}})])
+    none = read_all([data({"choices": [{"text": "a", "finish_reason": "length"}]})])
+    assert [r.usage_source for r in (final, per_chunk, on_the_last_text, none)] == ["usage", "chunk usage", "usage", None]
+
+
+def served(finish_reason="length", requested=8, chunks=6, usage=None, usage_source=None, retokenized=None):
+    return RequestResult(0, requested, 0.0, sent_ts=1.0, n_tokens=chunks, usage_completion_tokens=usage,
+                         usage_source=usage_source, retokenized_tokens=retokenized, finish_reason=finish_reason)
+
+
+@pytest.mark.parametrize("result, count, source", [
+    (served(usage=8, usage_source="usage", retokenized=7), 8, "usage"),
+    (served(usage=8, usage_source="chunk usage", retokenized=7), 8, "chunk usage"),
+    (served(retokenized=8), 8, "retokenized"),
+    (served(), 6, "chunks"),
+])
+def test_the_output_count_is_the_best_there_is_and_says_where_it_came_from(result, count, source):
+    assert (result.output_tokens, result.output_source) == (count, source)
+
+
+@pytest.mark.parametrize("result, status, mismatch", [
+    (served(retokenized=7), SUCCESS, False),  # stopped for length, nothing to say otherwise: as long as asked
+    (served(retokenized=9), SUCCESS, False),  # ...even where the text recounts to more
+    (served(chunks=9, retokenized=9), OVERRUN, True),  # more chunks than tokens asked: past the limit for sure
+    (served(usage=9, usage_source="usage"), OVERRUN, True),
+    (served("stop", chunks=30, retokenized=30), OVERRUN, True),  # ran on to its own EOS
+    (served("stop", retokenized=7), "", True),  # short of it, by EOS: left to the count (incomplete)
+    (served(usage=6, usage_source="usage"), "", True),  # the server's own count: short is short
+    (served(usage=8, usage_source="usage"), "", False),
+    (served(chunks=0, retokenized=0), "", True),  # nothing came
+    (served("error", retokenized=3), "", False),
+])
+def test_a_served_requests_length_is_judged_by_what_the_server_said_and_counted(result, status, mismatch):
+    assert (result.length_status, result.length_mismatch) == (status, mismatch)
+
+
 def test_reasoning_content_counts_as_output_but_not_as_answer_text():
     reader = read_all([data({"choices": [{"delta": {"reasoning_content": "think"}}]}), data({"choices": [{"delta": {"content": "yes"}}]})])
     assert reader.n_tokens == 2
@@ -168,6 +212,31 @@ def test_ignore_eos_is_sent_the_way_each_server_takes_it(kind, expected):
     assert "ignore_eos" not in build_payload(ServerSpec("http://h:1", server_kind=kind), "m", "hi", 16, ignore_eos=False)
 
 
+@pytest.mark.parametrize("field, sent", [
+    ("max_completion_tokens", {"max_completion_tokens": 16}),
+    ("max_tokens", {"max_tokens": 16}),
+    ("both", {"max_tokens": 16, "max_completion_tokens": 16}),
+])
+def test_a_chat_request_sends_its_limit_in_the_field_asked(field, sent):
+    chat = build_payload(ServerSpec("http://h:1", endpoint="chat", chat_limit_field=field), "m", "hi", 16, False)
+    assert {key: chat[key] for key in ("max_tokens", "max_completion_tokens") if key in chat} == sent
+    plain = build_payload(ServerSpec("http://h:1", chat_limit_field=field), "m", "hi", 16, False)
+    assert (plain["max_tokens"], "max_completion_tokens" in plain) == (16, False)  # completions have one field
+
+
+@pytest.mark.parametrize("endpoint, field, advice", [
+    ("chat", "max_completion_tokens", "the server seems to ignore max_completion_tokens: send max_tokens with "
+                                      "--chat-limit-field max_tokens (or both)"),
+    ("chat", "max_tokens", "the server seems to ignore max_tokens: send max_completion_tokens with "
+                           "--chat-limit-field max_completion_tokens (or both)"),
+    ("chat", "both", "the server seems to ignore both max_tokens and max_completion_tokens"),
+    ("completions", "both", "the server seems to ignore max_tokens, the completions endpoint's only limit"),
+])
+def test_an_overrun_names_the_field_the_server_ignores_and_the_flag_that_sends_another(endpoint, field, advice):
+    assert overrun_advice(ServerSpec("http://h:1", endpoint=endpoint, chat_limit_field=field)) == (
+        f"more tokens than asked: {advice}")
+
+
 def test_chat_and_completions_payloads_ask_for_the_length_and_usage():
     chat = build_payload(ServerSpec("http://h:1", endpoint="chat"), "m", "hi", 16, False)
     assert chat["messages"] == [{"role": "user", "content": "hi"}]
@@ -190,7 +259,8 @@ def test_the_base_url_may_be_written_with_or_without_v1(url):
     assert api_root(url) == "http://h:1"
 
 
-@pytest.mark.parametrize("fields", [{"base_url": "h:1"}, {"endpoint": "embeddings"}, {"server_kind": "tgi"}, {"read_timeout_s": 0}])
+@pytest.mark.parametrize("fields", [{"base_url": "h:1"}, {"endpoint": "embeddings"}, {"server_kind": "tgi"}, {"read_timeout_s": 0},
+                                    {"chat_limit_field": "n_predict"}])
 def test_impossible_server_settings_are_refused_with_a_clear_message(fields):
     with pytest.raises(ConfigError):
         ServerSpec(**{"base_url": "http://h:1", **fields})

@@ -106,6 +106,12 @@ def test_configs_the_roofline_cannot_model_are_one_model_error():
         model_cost(LLAMA_1B, "float64")
 
 
+def test_a_servers_model_is_named_by_its_whole_address():
+    with pytest.raises(ModelError) as unavailable:
+        roofline.read_model_config("http://127.0.0.1:23333/v1")
+    assert str(unavailable.value) == "the model is served from http://127.0.0.1:23333/v1, so its config.json is not here"
+
+
 def test_cpu_bandwidth_is_measured_once_per_machine_and_then_read_back(tmp_path, monkeypatch):
     measured = []
     real_measure = roofline.measure_copy_bandwidth

@@ -53,7 +53,7 @@ def _state_literals(node: ast.AST) -> list[str]:
 def test_the_states_keep_the_strings_the_history_has_always_held():
     assert tuple(RunState) == ("queued", "loading", "running", "finished", "partial", "failed", "cancelled")
     assert states.MEASURED == (RunState.FINISHED, RunState.PARTIAL)
-    assert tuple(RequestStatus) == ("success", "failed", "incomplete", "unfinished", "cancelled")
+    assert tuple(RequestStatus) == ("success", "failed", "incomplete", "overrun", "unfinished", "cancelled")
     assert tuple(states.LoadPattern) == ("batch", "concurrency", "request_rate", "trace")
     # Written into CSV cells and messages as their strings, as the constants they replace were.
     values = [state.value for state in RunState]

@@ -66,6 +66,9 @@ BODY_FLAGS = (
 # Ours: vLLM's load shape and limits, and the dataset's settings LMDeploy's script lacks.
 OUR_FLAGS = (*unlisted_flags(Part.DATASET, DATASET_FLAGS, SAMPLING_FLAGS),
     "max_concurrency", "burstiness", "exact_rate_arrivals", "duration_s", Flag("warmup_requests", default=1),
+    Flag("chat_limit_field", help="the field of a -chat backend's requests that limits their output tokens: "
+                                  "profile_restful_api.py's max_completion_tokens, max_tokens (which llama.cpp's "
+                                  "server heeds) or both"),
     Flag("read_timeout_s", names=("--timeout",),
          help="seconds a request may wait for its next token (the first included) before it fails; keep-alive "
               f"comments do not count. A request also fails after {REQUEST_DEADLINE_S / 3600:g} hours in all, "
@@ -316,6 +319,7 @@ def _extra_rows(config: RunConfig, summary: dict) -> None:
         _line(f"Mean {metric.row_title}:", summary.get(metric.mean_column, math.nan))
     _line("Failed requests:", summary["failed"])
     _line("Incomplete requests:", summary["incomplete"])
+    _line("Overrun requests:", summary.get("overrun", "-"))
     _line("Unfinished requests:", summary["unfinished"])
     _line("Cancelled requests:", summary["cancelled"])
     for reason in filter(None, str(summary["failure_reasons"]).split("; ")):
@@ -325,8 +329,9 @@ def _extra_rows(config: RunConfig, summary: dict) -> None:
     _line("Mean send lag (ms):", summary.get("mean_send_lag_ms", math.nan))
     _line("Peak requests in flight:", summary.get("peak_in_flight", "-"))
     _line("Length mismatches:", summary.get("length_mismatches", "-"))
-    if summary.get("length_mismatches"):
-        print("  served requests returned another length than asked: does the server honour ignore_eos?")
+    if summary.get("length_mismatches", 0) > summary.get("overrun", 0):
+        print("  served requests returned fewer tokens than asked: does the server honour ignore_eos?")
+    _line("Output counts from:", summary.get("output_len_sources") or "-")
     if "goodput_rps" in summary:
         _line("Good requests:", summary["good_requests"])
         _line("Goodput (req/s):", summary["goodput_rps"])

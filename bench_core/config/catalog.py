@@ -23,6 +23,7 @@ SHARED_PREFIX, MULTI_TURN, TRACE_DATASET, CUSTOM, IMAGE = DATASET_NAMES[2:]
 IMAGE_RESOLUTIONS = {"4k": (3840, 2160), "1080p": (1920, 1080), "720p": (1280, 720), "360p": (640, 360)}
 MAX_TURNS = 8  # turns per multi-turn session; each turn's TTFT is a history column
 LOAD_PATTERNS = tuple(LoadPattern)
+CHAT_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "both")
 LMDEPLOY = ("turbomind", "pytorch")
 TURBOMIND, PYTORCH, TRANSFORMERS, SERVER = ("turbomind",), ("pytorch",), ("transformers",), ("openai",)
 LOG_LEVELS = tuple(logging.getLevelNamesMapping())  # LMDeploy's --log-level choices: the logging levels' names
@@ -180,6 +181,10 @@ ENGINE = (
     _knob("server_kind", SERVER_GROUP, SERVER, str, "openai",
           "Which server it is, so ignore_eos is sent the way it accepts (openai: any other, not sent).",
           choices=("lmdeploy", "vllm", "sglang", "transformers", "openai")),
+    # profile_restful_api.py asks a chat server for max_completion_tokens; some (llama.cpp's) heed only max_tokens.
+    _knob("chat_limit_field", SERVER_GROUP, SERVER, str, "max_completion_tokens",
+          "The field of a chat request that limits its output tokens (the completions endpoint has only max_tokens).",
+          choices=CHAT_LIMIT_FIELDS, rule="max_tokens, max_completion_tokens or both"),
     _knob("tokenizer", SERVER_GROUP, SERVER, str, "", "Tokenizer for sampling prompts and retokenizing answers; empty: the model's."),
     _knob("extra_request_body", SERVER_GROUP, SERVER, str, "", "JSON object merged into every request body.",
           rule='a JSON object, e.g. {"temperature": 0}'),

@@ -41,7 +41,10 @@ class EngineEvent:
       engine alone knows (an HTTP server's usage count, say), kept as columns of the request table.
       A finish_reason of NOT_SENT marks a request the engine never sent (a duration ended): it
       stays unfinished, with `message` as its reason. RUN_ENDED marks one the engine stopped because
-      the run ended (its duration was up): counted cancelled, not failed.
+      the run ended (its duration was up): counted cancelled, not failed. `length_status` is the engine's
+      own verdict on a served request's length where its token count cannot give it (metrics.request_status):
+      SUCCESS for a server that said it stopped at the limit without counting its tokens, OVERRUN for one that
+      produced more than asked; "" leaves it to the count.
     - `input_len` of an "admit" is the prompt's length where the engine built the prompt only then (a turn that
       repeats the model's answer); 0: the request's own. The prompt tokens an engine found in its prefix cache are
       `extra["cached_tokens"]` of the "finish", where the engine reports them.
@@ -55,6 +58,7 @@ class EngineEvent:
     message: str = ""
     token_ids: Sequence[int] = ()
     extra: Mapping[str, Any] | None = None
+    length_status: str = ""
     input_len: int = 0
 
 

@@ -12,8 +12,9 @@ to each request comes out as `base.EngineEvent`s on a thread-safe queue, so a sy
   per-chunk `usage.completion_tokens` where it sends one, else one per chunk with text (vLLM's
   convention);
 - "finish" once, with "length", "stop", "error", "abort" (a cancel) or RUN_ENDED (the run's duration
-  ended while it was in flight) and a message for the user. Its `n_tokens` is the best final count:
-  the server's final usage where reported, else the chunk count.
+  ended while it was in flight) and a message for the user. Its `n_tokens` is the best final count
+  the client has: the server's usage where reported, else the chunk count (the engine, having
+  retokenized the text, puts that count before the chunks: `RequestResult.output_tokens`).
 
 A request fails when no new token came for the read timeout, or when it ran past its deadline
 (`ServerSpec`); bytes without tokens, such as SSE keep-alive comments, do not keep it alive.
@@ -51,14 +52,14 @@ import aiohttp
 import numpy as np
 import yarl
 
-from ..config import check_values
+from ..config import check_values, setting
 from ..load.arrivals import ArrivalReport, arrival_report, send_offsets
 from ..load.datasets import SampledRequest
 from ..load.schedule import SendSchedule
 from ..errors import BenchError, ConfigError
-from ..states import SERVED_REASONS
+from ..states import SERVED_REASONS, RequestStatus
 from .base import NOT_SENT_AFTER_FAILURE, RUN_ENDED, EngineEvent
-from .openai_stream import ERROR_BODY_CHARS, SSEMessage, SSEParser, StreamReader, error_text
+from .openai_stream import CHUNKS, ERROR_BODY_CHARS, RETOKENIZED, SSEMessage, SSEParser, StreamReader, error_text
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 SERVER_KINDS = ("lmdeploy", "vllm", "sglang", "transformers", "openai")
@@ -95,6 +96,7 @@ class ServerSpec:
     server_kind: str = "openai"
     stream: bool = True
     extra_body: dict | None = None
+    chat_limit_field: str = setting("chat_limit_field").default  # max_tokens, max_completion_tokens or both
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 300.0
     total_timeout_s: float = REQUEST_DEADLINE_S
@@ -105,6 +107,8 @@ class ServerSpec:
             raise ConfigError(f"Unknown endpoint '{self.endpoint}'; choose one of {', '.join(ENDPOINTS)}.")
         if self.server_kind not in SERVER_KINDS:
             raise ConfigError(f"Unknown server kind '{self.server_kind}'; choose one of {', '.join(SERVER_KINDS)}.")
+        if self.chat_limit_field not in (fields := setting("chat_limit_field").choices):
+            raise ConfigError(f"Unknown chat limit field '{self.chat_limit_field}'; choose one of {', '.join(fields)}.")
         if not (self.connect_timeout_s > 0 and self.read_timeout_s > 0 and self.total_timeout_s > 0):
             raise ConfigError("Server timeouts must be above 0 seconds.")
 
@@ -139,9 +143,31 @@ def discover_model(base_url: str, api_key: str | None = None, timeout_s: float =
     return str(models[0]["id"])
 
 
+def limit_fields(spec: ServerSpec) -> tuple[str, ...]:
+    """The fields of a request that say how many tokens it may produce."""
+    if spec.endpoint != "chat":
+        return ("max_tokens",)
+    return ("max_tokens", "max_completion_tokens") if spec.chat_limit_field == "both" else (spec.chat_limit_field,)
+
+
+def overrun_advice(spec: ServerSpec) -> str:
+    """Why requests came back longer than asked: the limit field the server seems to ignore, and the setting that
+    sends another."""
+    sent = limit_fields(spec)
+    if spec.endpoint != "chat":
+        return "more tokens than asked: the server seems to ignore max_tokens, the completions endpoint's only limit"
+    if len(sent) == 2:
+        return "more tokens than asked: the server seems to ignore both max_tokens and max_completion_tokens"
+    other = "max_completion_tokens" if sent == ("max_tokens",) else "max_tokens"
+    flag = setting("chat_limit_field").cli_flags[0]
+    # No "; " here: it separates the reasons in a run's summary.
+    return f"more tokens than asked: the server seems to ignore {sent[0]}: send {other} with {flag} {other} (or both)"
+
+
 def build_payload(spec: ServerSpec, model: str, prompt: str, max_tokens: int, ignore_eos: bool,
                   messages: Sequence[Mapping] | None = None, images: Sequence[str] = ()) -> dict:
-    """The JSON body of one request, as `profile_restful_api.py` and vLLM send it.
+    """The JSON body of one request, as `profile_restful_api.py` and vLLM send it; a chat request's token limit
+    goes in the field(s) `spec.chat_limit_field` names (theirs: max_completion_tokens).
 
     The chat endpoint gets `messages` where the request has them (custom records, multi-turn turns), else the
     prompt as one user message; `images` (data URIs) go before its text, as profile_restful_api.py puts them.
@@ -160,7 +186,7 @@ def build_payload(spec: ServerSpec, model: str, prompt: str, max_tokens: int, ig
             payload["messages"] = [{"role": "user", "content": parts}]
         else:
             payload["messages"] = [dict(m) for m in messages] if messages else [{"role": "user", "content": prompt}]
-        payload["max_completion_tokens"] = max_tokens
+        payload.update(dict.fromkeys(limit_fields(spec), max_tokens))
     else:
         payload["prompt"] = prompt
         payload["max_tokens"] = max_tokens
@@ -189,6 +215,7 @@ class RequestResult:
     end_ts: float | None = None
     n_tokens: int = 0  # as ticked: per-chunk usage, else one per chunk with text
     usage_completion_tokens: int | None = None
+    usage_source: str | None = None  # USAGE or CHUNK_USAGE (openai_stream); None: the server sent no usage
     usage_prompt_tokens: int | None = None
     usage_cached_tokens: int | None = None
     built_prompt: str | None = None  # the prompt made when it was sent (a turn repeating the model's answer)
@@ -200,8 +227,49 @@ class RequestResult:
 
     @property
     def output_tokens(self) -> int:
-        """The server's count where it reported one, else the chunks counted."""
-        return self.usage_completion_tokens if self.usage_completion_tokens is not None else self.n_tokens
+        """The best count there is (`output_source` says which): the server's usage, in its last chunks or in
+        each; else our retokenized count of the text (chunks undercount: llama.cpp folds the tokens of one
+        UTF-8 character into one chunk); else the chunks with text."""
+        if self.usage_completion_tokens is not None:
+            return self.usage_completion_tokens
+        return self.retokenized_tokens if self.retokenized_tokens is not None else self.n_tokens
+
+    @property
+    def output_source(self) -> str:
+        if self.usage_source is not None:
+            return self.usage_source
+        return RETOKENIZED if self.retokenized_tokens is not None else CHUNKS
+
+    @property
+    def overran(self) -> bool:
+        """More tokens than asked, for certain: the server's count says so, or without one the chunks with text
+        do (each holds a token at least), whatever a retokenized count makes of them."""
+        floor = self.usage_completion_tokens if self.usage_completion_tokens is not None else self.n_tokens
+        return floor > self.requested_tokens
+
+    @property
+    def length_status(self) -> str:
+        """A served request's status where its count cannot give it (metrics.request_status): OVERRUN, or
+        SUCCESS when the server stopped at the limit; "" leaves it to the count."""
+        if self.finish_reason not in SERVED_REASONS:
+            return ""
+        if self.overran:
+            return RequestStatus.OVERRUN
+        return RequestStatus.SUCCESS if self.stopped_at_limit else ""
+
+    @property
+    def length_mismatch(self) -> bool:
+        """Served, but not as long as asked: past the limit, or short of it without the server saying it got there."""
+        status = self.length_status
+        return self.finish_reason in SERVED_REASONS and (
+            status == RequestStatus.OVERRUN or (not status and self.output_tokens < self.requested_tokens))
+
+    @property
+    def stopped_at_limit(self) -> bool:
+        """The server said it stopped for length, without a count of its own that could say otherwise: it ran
+        to the requested limit, however many tokens the text recounts to."""
+        return (self.finish_reason == "length" and self.usage_completion_tokens is None and self.n_tokens > 0
+                and not self.overran)
 
     @property
     def usage_only(self) -> bool:
@@ -221,7 +289,7 @@ def retokenize(results: Sequence[RequestResult], tokenizer) -> None:
 def length_warning(results: Sequence[RequestResult]) -> str | None:
     """A warning when served requests returned another number of tokens than asked, else None."""
     served = [r for r in results if r.finish_reason in SERVED_REASONS]
-    off = [r for r in served if r.output_tokens != r.requested_tokens]
+    off = [r for r in served if r.length_mismatch]
     if not off:
         return None
     first = off[0]
@@ -326,6 +394,7 @@ async def send_request(
         deadline.stop()
     result.end_ts = time.perf_counter()
     result.usage_completion_tokens, result.usage_prompt_tokens = reader.usage_completion_tokens, reader.usage_prompt_tokens
+    result.usage_source = reader.usage_source
     result.usage_cached_tokens = reader.usage_cached_tokens
     result.text, result.reasoning_text = "".join(reader.text_parts), "".join(reader.reasoning_parts)
     result.finish_reason, result.message = reason, message

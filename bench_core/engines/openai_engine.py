@@ -3,16 +3,20 @@
 "Loading" asks the server which model it serves (unless one is named) and loads that model's
 tokenizer, which samples the prompts and recounts the answers; it costs seconds, so the engine is
 reloaded whenever a setting changes, load settings included. `stream()` drives
-`openai_client.run_requests` and passes its events on, with three adjustments:
+`openai_client.run_requests` and passes its events on, with these adjustments:
 
-- a request's last "tokens" event is held until its "finish", which carries the server's final usage
-  count where the server reports one: the last tick is corrected to that count, not followed by
-  another (servers may put several tokens in one chunk, so chunks undercount);
+- a request's last "tokens" event is held until its "finish", which carries the best final count
+  (`RequestResult.output_tokens`: the server's usage, else our retokenized count of the text): the
+  last tick is corrected to that count, not followed by another (servers may put several tokens in
+  one chunk, so chunks undercount; llama.cpp's put the tokens of one UTF-8 character in one);
 - a request whose output the server reported only in its usage (no chunk had text) ticks 0 at the
   stream's first byte (its TTFT) and its usage count at the stream's last line (its E2E, and its one
   ITL gap), and is flagged `usage_only`: its tokens count, with the only timing there is;
-- the "finish" event carries the request's extras: usage and retokenized counts, whether the length
-  differs from the one asked, when the first answer (not reasoning) text came, the E2E to the
+- the "finish" event says where the request's length stands where the count cannot
+  (`RequestResult.length_status`): complete when the server, reporting no usage, said it stopped
+  for length; overrun, with the limit field it seems to ignore, when it produced more than asked;
+- the "finish" event carries the request's extras: usage and retokenized counts, where its count came
+  from, whether the length differs from the one asked, when the first answer (not reasoning) text came, the E2E to the
   stream's last line (profile_restful_api.py's end; the ticks end at the last output, vLLM's), and
   when it was scheduled, sent and ended on the client's clock (the load actually delivered);
 - a request a duration kept from being sent ends NOT_SENT: it stays unfinished rather than failed; one
@@ -45,12 +49,11 @@ from ..load.schedule import SendSchedule
 from ..errors import ConfigError, ModelError
 from ..models.resolve import load_tokenizer
 from ..redact import redact_text
-from ..states import SERVED_REASONS, LoadPattern
+from ..states import SERVED_REASONS, LoadPattern, RequestStatus
 from .base import NOT_SENT, Backend, Engine, EngineEvent, EngineInfo
 
 if TYPE_CHECKING:  # the client imports aiohttp, so it is imported where it is used: the registry imports this module
     from .openai_client import ClientRun, RequestResult, ServerSpec
-
 
 def extra_body(engine: EngineConfig) -> dict | None:
     """The extra request body as a dict (None when empty); ConfigError when it is not a JSON object."""
@@ -79,6 +82,7 @@ def server_spec(engine: EngineConfig, stream: bool = True) -> ServerSpec:
         server_kind=engine.server_kind,
         stream=stream,
         extra_body=extra_body(engine),
+        chat_limit_field=engine.chat_limit_field,
         read_timeout_s=engine.read_timeout_s,
     )
 
@@ -197,7 +201,7 @@ class OpenAIEngine(Engine):
     ) -> Iterator[EngineEvent]:
         """`Engine.stream`; under a request rate, arrivals draw from `arrival_seed` (`arrivals.send_offsets`); a trace
         sends each request at its time, at most `load.concurrency` at once."""
-        from .openai_client import run_requests
+        from .openai_client import overrun_advice, run_requests
 
         by_rate = load.load_pattern == LoadPattern.REQUEST_RATE
         trace = load.load_pattern == LoadPattern.TRACE
@@ -229,14 +233,19 @@ class OpenAIEngine(Engine):
                 if result.sent_ts is None:
                     yield dataclasses.replace(event, finish_reason=NOT_SENT)
                     continue
+                extra = self._extras(result, run)  # retokenizes: output_tokens is the best count from here
+                count = result.output_tokens
                 last = held.pop(event.index, None)
                 if last is not None:
                     last_event, ticked_before = last
-                    yield dataclasses.replace(last_event, n_tokens=max(event.n_tokens, ticked_before))
+                    yield dataclasses.replace(last_event, n_tokens=max(count, ticked_before))
                 elif result.usage_only:
                     yield EngineEvent(event.index, "tokens", result.first_byte_ts, 0)
-                    yield EngineEvent(event.index, "tokens", result.last_line_ts, event.n_tokens)
-                yield dataclasses.replace(event, extra=self._extras(result, run))
+                    yield EngineEvent(event.index, "tokens", result.last_line_ts, count)
+                length_status = result.length_status
+                message = overrun_advice(run.spec) if length_status == RequestStatus.OVERRUN else event.message
+                yield dataclasses.replace(event, n_tokens=count, message=message, extra=extra,
+                                          length_status=length_status)
             else:
                 yield event
 
@@ -245,12 +254,12 @@ class OpenAIEngine(Engine):
         from .openai_client import retokenize
 
         retokenize([result], self._tokenizer)
-        served = result.finish_reason in SERVED_REASONS
         return {
             "usage_output_len": math.nan if result.usage_completion_tokens is None else float(result.usage_completion_tokens),
             "cached_tokens": math.nan if result.usage_cached_tokens is None else float(result.usage_cached_tokens),
             "retokenized_output_len": result.retokenized_tokens,
-            "length_mismatch": served and result.output_tokens != result.requested_tokens,
+            "output_len_source": result.output_source,
+            "length_mismatch": result.length_mismatch,
             "first_answer_s": _since(result.sent_ts, result.first_answer_ts),
             "e2e_last_line_s": _since(result.sent_ts, result.last_line_ts),
             "usage_only": result.usage_only,

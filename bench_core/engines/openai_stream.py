@@ -77,6 +77,8 @@ def _read_event(block: bytes) -> SSEMessage | None:
     return SSEMessage(b"\n".join(data), event.decode(errors="replace") or "message")
 
 
+# Where a request's output count comes from, best first (RequestResult.output_source).
+USAGE, CHUNK_USAGE, RETOKENIZED, CHUNKS = "usage", "chunk usage", "retokenized", "chunks"
 _SERVED_REASONS = {"length": "length", "stop": "stop", "abort": "abort", "error": "error"}
 
 
@@ -93,6 +95,9 @@ class StreamReader:
         self.reasoning_parts: list[str] = []
         self.usage_completion_tokens: int | None = None
         self.usage_prompt_tokens: int | None = None
+        # Where usage_completion_tokens came from: USAGE (a chunk that ended the output, the usage-only chunk,
+        # a whole body) or CHUNK_USAGE (chunks with output, each carrying the count so far); None: no usage.
+        self.usage_source: str | None = None
         self.usage_cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, where sent
         self.server_finish_reason: str | None = None
         self.done = False  # "[DONE]" seen
@@ -135,6 +140,8 @@ class StreamReader:
                     self.usage_cached_tokens = int(details["cached_tokens"])
             choices = body.get("choices")
             if not choices:  # the usage-only last chunk, or an error
+                if completion_tokens is not None:
+                    self.usage_source = USAGE
                 if "error" in body or body.get("object") == "error":
                     self.error = f"the server reported an error: {error_text(body)}"
                 return
@@ -151,6 +158,10 @@ class StreamReader:
                 self.n_tokens = self.n_tokens + 1 if completion_tokens is None else completion_tokens
             if choice.get("finish_reason"):
                 self.server_finish_reason = str(choice["finish_reason"])
+                if completion_tokens is not None:
+                    self.usage_source = USAGE
+            elif completion_tokens is not None:
+                self.usage_source = CHUNK_USAGE if answer or reasoning else USAGE
         except (AttributeError, TypeError, IndexError, ValueError):
             self.error = f"the server sent a body this client cannot read: {str(body)[:ERROR_BODY_CHARS]}"
 

@@ -347,6 +347,8 @@ def device_peak(device: str, gpu_name: str, cache_dir: Path) -> tuple[DevicePeak
 
 def read_model_config(model_folder: str | Path) -> dict:
     """The config.json of a local model folder; ModelError when there is none (a server's model, a hub id)."""
+    if "://" in str(model_folder):  # a server's address, which a Path would fold to "http:/host"
+        raise ModelError(f"the model is served from {model_folder}, so its config.json is not here")
     path = Path(model_folder) / "config.json"
     try:
         return json.loads(path.read_text(encoding="utf-8"))

@@ -32,6 +32,7 @@ DISTRIBUTION = ("mean", "std", "min", "max", PERCENTILES)
 VALUE = ("value",)  # one number for the run, under the metric's own column
 MEAN_AND_P99 = ("mean", "p99")
 NOT_MEASURED = "-"  # LMDeploy's own marker in its CSV for a value that was not measured
+COUNT_SOURCE = "output_len_source"  # the request-table column an HTTP client fills: where output_len came from
 _STATISTIC_LABELS = {"mean": "Mean", "std": "Std of", "min": "Min", "max": "Max"}
 
 
@@ -219,6 +220,12 @@ def _total_output(run: RunFacts) -> int:
     return int(run.table["output_len"].to_numpy()[run.ok].sum())
 
 
+def _count_sources(run: RunFacts) -> str:
+    """"retokenized: 30; usage: 2": each source of the requests' output counts, most frequent first."""
+    counts = run.table[COUNT_SOURCE].dropna().value_counts().items()
+    return "; ".join(f"{source}: {count}" for source, count in sorted(counts, key=lambda item: (-item[1], item[0])))
+
+
 def _only_with(column: str, formula: Callable[[RunFacts], Any]) -> Callable[[RunFacts], Any]:
     return lambda run: formula(run) if run.has(column) else None
 
@@ -369,9 +376,18 @@ CATALOG: tuple[Metric, ...] = (
            aggregate=_only_with("retokenized_output_len", lambda run: int(np.nansum(
                _floats(run.table, "retokenized_output_len")[run.ok])))),
     Metric("length_mismatches", "Length mismatches", "requests", False,
-           "Served requests whose length differs from the one asked (HTTP servers only).", server_only=True,
+           "Served requests that came back shorter or longer than asked (HTTP servers only); one the server said "
+           "it stopped at the limit is as long as asked.", server_only=True,
            aggregate=_only_with("length_mismatch", lambda run: int(
                run.table["length_mismatch"].fillna(False).astype(bool).sum()))),
+    Metric("overrun", "Overrun requests", "requests", False,
+           "Served requests that produced more tokens than asked, so the server ignored the token limit; not counted "
+           "with the completed (HTTP servers only).", server_only=True,
+           aggregate=_only_with(COUNT_SOURCE, lambda run: run.count(RequestStatus.OVERRUN))),
+    Metric("output_len_sources", "Output count sources", "", None,
+           "Where the requests' output token counts came from, with how many each: the server's usage, its usage per "
+           "chunk, our retokenized count of the text, or the chunks counted (HTTP servers only).", server_only=True,
+           aggregate=_only_with(COUNT_SOURCE, _count_sources)),
     Metric("achieved_rate", "Achieved request rate", "req/s", None,
            "Requests sent per second, between the first and the last send (HTTP servers only).", server_only=True,
            aggregate=_only_with("sent_s", lambda run: achieved_rate(_sent(run)))),

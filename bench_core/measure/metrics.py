@@ -143,14 +143,21 @@ def request_metrics(ts: np.ndarray, ns: np.ndarray, n_ticks: np.ndarray) -> Requ
 
 def request_status(
     finished: np.ndarray, succeeded: np.ndarray, output_len: np.ndarray, req_output_len: np.ndarray,
-    cancelled: np.ndarray | None = None,
+    cancelled: np.ndarray | None = None, length_status: np.ndarray | None = None,
 ) -> np.ndarray:
-    """One RequestStatus per request. Only successful requests count in LMDeploy's metrics."""
+    """One RequestStatus per request. Only successful requests count in LMDeploy's metrics.
+
+    A succeeded request is complete when it has the requested tokens (LMDeploy's rule), unless its engine
+    judged its length itself (`length_status`, "" where it did not): a server that said it stopped at the
+    limit without counting its tokens (SUCCESS), or one that produced more than asked (OVERRUN).
+    """
     full_length = np.asarray(output_len) >= np.asarray(req_output_len)
-    cancelled = np.zeros(len(full_length), dtype=bool) if cancelled is None else np.asarray(cancelled)
+    size = len(full_length)
+    cancelled = np.zeros(size, dtype=bool) if cancelled is None else np.asarray(cancelled)
+    judged = np.full(size, "", dtype=object) if length_status is None else np.asarray(length_status, dtype=object)
     return np.select(
-        [~np.asarray(finished), cancelled, ~np.asarray(succeeded), ~full_length],
-        [RequestStatus.UNFINISHED, RequestStatus.CANCELLED, RequestStatus.FAILED, RequestStatus.INCOMPLETE],
+        [~np.asarray(finished), cancelled, ~np.asarray(succeeded), judged != "", ~full_length],
+        [RequestStatus.UNFINISHED, RequestStatus.CANCELLED, RequestStatus.FAILED, judged, RequestStatus.INCOMPLETE],
         RequestStatus.SUCCESS,
     ).astype(object)
 

@@ -44,7 +44,8 @@ class Session:
     FAIL = 2
     CANCELLED = 3  # ours: stopped by the user's cancel, which says nothing about the engine
 
-    __slots__ = ("ts", "ns", "input_len", "req_output_len", "status", "reason", "finish_time", "extra", "admit_time")
+    __slots__ = ("ts", "ns", "input_len", "req_output_len", "status", "reason", "finish_time", "extra", "admit_time",
+                 "length_status")
 
     def __init__(self, input_len: int, req_output_len: int):
         self.ts: list[float] | array = []
@@ -56,6 +57,7 @@ class Session:
         self.finish_time: float | None = None
         self.extra: Mapping[str, Any] | None = None  # per-request facts from the engine, table columns
         self.admit_time: float | None = None
+        self.length_status = ""  # the engine's own verdict on a served request's length (metrics.request_status)
 
     def admit(self, timestamp: float | None = None) -> None:
         """Record that the engine took the request (in batch load it ticks 0 at t0, long before)."""
@@ -67,12 +69,14 @@ class Session:
         self.ns.append(n_token)
 
     def finish(self, status: int, reason: str = "", timestamp: float | None = None,
-               extra: Mapping[str, Any] | None = None) -> None:
+               extra: Mapping[str, Any] | None = None, length_status: str = "") -> None:
         """End the request with SUCCESS, FAIL or CANCELLED and why (e.g. "error: CUDA OOM", "abort", "cancelled");
-        `extra` values become columns of `Profiler.request_table`."""
+        `extra` values become columns of `Profiler.request_table`. `length_status` is where the engine knows better
+        than the token count whether a served request came out as long as asked (see metrics.request_status)."""
         self.finish_time = perf_counter() if timestamp is None else timestamp
         self.reason = reason
         self.extra = extra
+        self.length_status = length_status
         try:
             self.ts, self.ns = array("d", self.ts), array("q", self.ns)
         except (TypeError, OverflowError):  # token counts that are not integers stay as given
@@ -90,9 +94,14 @@ class Session:
 
     @property
     def completed(self) -> bool:
-        """Counted by LMDeploy's metrics: SUCCESS with at least the requested number of tokens."""
+        """Counted by LMDeploy's metrics: SUCCESS with at least the requested number of tokens, or as long as
+        asked in the engine's own verdict."""
+        if self.status != Session.SUCCESS:
+            return False
+        if self.length_status:
+            return self.length_status == RequestStatus.SUCCESS
         output_len = self.ns[-1] if len(self.ns) else 0
-        return self.status == Session.SUCCESS and output_len >= self.req_output_len
+        return output_len >= self.req_output_len
 
 
 @dataclass(frozen=True)
@@ -171,6 +180,7 @@ class Profiler:
             cancelled=np.array([s.status == Session.CANCELLED for s in sessions], dtype=bool),
             output_len=per_request.output_len,
             req_output_len=np.array([s.req_output_len for s in sessions]),
+            length_status=np.array([s.length_status for s in sessions], dtype=object),
         )
         self._computed = _Computed(sessions, per_request, status, origin)
         self._set_result_attributes(sessions, per_request, status)
@@ -209,6 +219,7 @@ class Profiler:
 
         self.failed = int(np.count_nonzero(status == RequestStatus.FAILED))
         self.incomplete = int(np.count_nonzero(status == RequestStatus.INCOMPLETE))
+        self.overrun = int(np.count_nonzero(status == RequestStatus.OVERRUN))
         self.unfinished = int(np.count_nonzero(status == RequestStatus.UNFINISHED))
         self.cancelled = int(np.count_nonzero(status == RequestStatus.CANCELLED))
         self.failure_reasons = metrics.failure_reasons(status, np.array([s.reason for s in sessions], dtype=object))

@@ -54,7 +54,7 @@ _RUN_ID_RULE = f"run ids are 1 to {_RUN_ID_MAX} letters, digits, '-', '_' and '.
 # Columns kept as text even when their cells look numeric: names, times and versions ("12.10" is not 12.1).
 _TEXT_COLUMNS = {
     "run_id", "started_at", "finished_at", "imported_at", "recovered_at", "status", "label", "source", "source_file",
-    "error", "sweep_id", "percentiles", "failure_reasons",
+    "error", "sweep_id", "percentiles", "failure_reasons", "output_len_sources",
     *(setting.key for setting in SETTINGS if setting.kind is str),
 }
 _TEXT_PREFIXES = ("env_", "engine_")
@@ -373,7 +373,7 @@ def _recovered_status(summary: dict[str, Any]) -> RunState:
     read as a cancel (a run whose duration ended cuts some off too, which the counts cannot tell apart)."""
     if summary["cancelled"] or summary["unfinished"]:
         return RunState.CANCELLED
-    return measured_state(summary["completed"], summary["failed"], summary["incomplete"])
+    return measured_state(summary["completed"], summary["failed"], summary["incomplete"], summary.get("overrun", 0))
 
 
 def _model_columns(model: ModelRecord | None) -> dict[str, Any]:
