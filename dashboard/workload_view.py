@@ -61,6 +61,9 @@ def render_ended(requests: pd.DataFrame, summary: dict) -> None:
     """The workload an ended run sent, and what its prefix cache served and TTFT turn by turn."""
     st.markdown("**Workload sent**")
     show_figures(requests, "ended")
+    turns = workload_charts.ttft_by_turn(requests)
+    if turns is not None:
+        st.plotly_chart(turns, key="ended_ttft_by_turn")
     table = tables.workload_metrics_table(summary)
     if not table.empty:
         show_table(table, key="summary_workload")

@@ -65,3 +65,21 @@ def test_an_ended_shared_prefix_run_shows_what_it_sent_and_what_the_cache_served
                  and "Prefix cache hit rate" in frame.value["quantity"].tolist()).set_index("quantity")
     assert 0 < float(table.loc["Prefix cache hit rate", "value"]) < 1
     assert float(table.loc["Cached prompt tokens", "value"].replace(",", "")) > 0
+
+
+def test_an_ended_multi_turn_run_charts_ttft_by_turn():
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    at.sidebar.selectbox(key="model_choice").select("builtin:tiny-llama")
+    at.sidebar.selectbox(key="dataset_builtin").select("builtin:sample")
+    at.sidebar.radio(key="dataset_name").set_value("multi-turn").run()
+    at.sidebar.number_input(key="turns").set_value(3)
+    at.sidebar.number_input(key="sharegpt_output_len_cpu").set_value(4)
+    at.sidebar.number_input(key="num_prompts_cpu").set_value(2)
+    at.sidebar.button(key="start").click().run()
+    assert not at.exception and not at.error
+    run = get_runner().get(at.query_params["run"])
+    assert run.wait(120) and run.state == "finished", run.message
+    at.run()
+    assert not at.exception
+    assert titles(at).count("TTFT by turn") == 1 and "Turns: 2 sessions, up to 3 turns each" in titles(at)
+    assert any("2 sessions from builtin:sample (multi-turn" in caption.value for caption in at.caption)

@@ -344,3 +344,14 @@ def test_the_image_dataset_is_refused_where_no_image_can_go(engine, refused):
         load_pattern="request_rate" if engine["backend"] == "openai" else "batch"),
         dataset=DatasetConfig(dataset_name="image", random_input_len=8, random_output_len=8))
     assert [problem[:len(refused)] for problem in run_config_problems(config)] == [refused]
+
+
+def test_ttft_by_turn_boxes_each_turns_completed_requests():
+    import pandas as pd
+
+    table = pd.DataFrame({"turn": [0, 1, 0, 1, 1], "ttft_s": [0.3, 0.05, 0.35, 0.04, np.nan],
+                          "status": ["success", "success", "success", "success", "failed"]})
+    (box,) = workload_charts.ttft_by_turn(table).data
+    assert box.x.tolist() == [1, 2, 1, 2] and box.y.tolist() == pytest.approx([300, 50, 350, 40])
+    assert workload_charts.ttft_by_turn(table.drop(columns="turn")) is None  # not a multi-turn run
+    assert workload_charts.ttft_by_turn(table.assign(ttft_s=np.nan)) is None  # not streamed

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from ..states import RequestStatus
 from .figures import no_data, titled_figure
 
 LENGTH_BINS = 40
@@ -54,6 +55,23 @@ def send_times_figure(table: pd.DataFrame) -> go.Figure | None:
     counts, _ = np.histogram(times, bins=edges if edges.size > 1 else 1)
     fig.add_trace(go.Bar(x=edges[:-1] + 0.5 if edges.size > 1 else [0.5], y=counts, width=1.0, name="requests",
                          hovertemplate="%{x:.1f} s: %{y} requests<extra></extra>"))
+    return fig
+
+
+def ttft_by_turn(table: pd.DataFrame) -> go.Figure | None:
+    """A multi-turn run's TTFT against the turn number (the chart that shows prefix reuse): each completed
+    request's TTFT in ms as a box per turn, its mean marked. None without turns or TTFTs (a run not streamed)."""
+    if "turn" not in table or "ttft_s" not in table:
+        return None
+    done = table[(table["status"] == RequestStatus.SUCCESS) if "status" in table else slice(None)]
+    done = done[done["ttft_s"].notna()]
+    if done.empty:
+        return None
+    fig = titled_figure("TTFT by turn", "Turn", "TTFT (ms)")
+    turn, ttft_ms = done["turn"].to_numpy(dtype=np.int64) + 1, done["ttft_s"].to_numpy(dtype=np.float64) * 1000
+    fig.add_trace(go.Box(x=turn, y=ttft_ms, boxmean=True, name="TTFT",
+                         hovertemplate="turn %{x}: %{y:,.1f} ms<extra></extra>"))
+    fig.update_xaxes(dtick=1)
     return fig
 
 
