@@ -412,12 +412,12 @@ class StandInPipelineForNoGPU:
         self._loop_thread.join(timeout=5)
 
 
-def _engine(max_batch_size=4, token_delay_s=0.0):
+def _engine(max_batch_size=4, token_delay_s=0.0, tokenizer=None):
     from lmdeploy.messages import TurbomindEngineConfig
 
     pipe = StandInPipelineForNoGPU(TurbomindEngineConfig(max_batch_size=max_batch_size), token_delay_s)
     info = EngineInfo("turbomind", "m", "/m", "auto", "stand-in")
-    return LMDeployEngine(pipe, tokenizer=None, info=info, max_batch_size=max_batch_size), pipe
+    return LMDeployEngine(pipe, tokenizer=tokenizer, info=info, max_batch_size=max_batch_size), pipe
 
 
 def _run(engine, requests, stream_output, concurrency=4, load_pattern="batch", cancel=None):
@@ -438,8 +438,8 @@ REQUESTS = [SampledRequest(f"prompt {i}", 4, 3 + i) for i in range(3)]
 
 
 @needs_lmdeploy
-def test_a_turn_goes_after_the_one_it_follows_with_its_answer_and_the_responses_cached_tokens():
-    engine, pipe = _engine()
+def test_a_turn_goes_after_the_one_it_follows_with_its_answer_and_the_responses_cached_tokens(tiny_tokenizer):
+    engine, pipe = _engine(tokenizer=tiny_tokenizer)
     pipe.cached_tokens = 2
     question = {"role": "user", "content": "a"}
     first = SampledRequest("User: a\n\nAssistant:", 4, 3, messages=(question,), session=0)
@@ -451,8 +451,10 @@ def test_a_turn_goes_after_the_one_it_follows_with_its_answer_and_the_responses_
     assert [call["prompts"] for call in pipe.calls] == [["User: a\n\nAssistant:"],
                                                         ["User: a\n\nAssistant: xxx\n\nUser: b\n\nAssistant:"]]
     finishes = {e.index: e for e in events if e.kind == "finish"}
-    admitted = {e.index: e.ts for e in events if e.kind == "admit"}
-    assert admitted[1] >= finishes[0].ts + 0.05  # after the answer and the think time
+    admitted = {e.index: e for e in events if e.kind == "admit"}
+    assert admitted[1].ts >= finishes[0].ts + 0.05  # after the answer and the think time
+    # the built prompt measured when sent; the first turn keeps its sampled length
+    assert (admitted[0].input_len, admitted[1].input_len) == (0, len(tiny_tokenizer.encode(pipe.calls[1]["prompts"][0])))
     assert [finishes[i].extra for i in (0, 1)] == [{"cached_tokens": 2.0}] * 2
 
 

@@ -210,6 +210,7 @@ class LMDeployEngine(Engine):
             build_generation_configs(requests, generation, self._return_routed_experts),
             load.stream_output,
             schedule,
+            encode=self._tokenizer.encode if self._tokenizer is not None else None,
         )
         if not schedule.plain:
             drive.start_scheduled(load.concurrency, cancel)
@@ -282,8 +283,11 @@ class _PipelineDrive:
     thread reads their events from a queue and, on cancel, stops LMDeploy the way its api_server
     does (a new epoch drops every queued request, and running ones are aborted)."""
 
-    def __init__(self, pipe, prompts: list, gen_configs: list, stream_output: bool, schedule: SendSchedule):
+    def __init__(self, pipe, prompts: list, gen_configs: list, stream_output: bool, schedule: SendSchedule,
+                 encode: Callable[[str], list[int]] | None = None):
+        """`encode` measures a prompt built when it is sent (a turn repeating the model's answer)."""
         self.pipe = pipe
+        self.encode = encode
         self.prompts = prompts
         self.gen_configs = gen_configs
         self.stream_output = stream_output
@@ -351,9 +355,11 @@ class _PipelineDrive:
                     self.due.wait(min(POLL_S, self.schedule.wait_s(time.perf_counter())))
                     continue
                 outgoing = self.schedule.take(index)
+            input_len = 0
             if outgoing.built:
                 self.prompts[index] = outgoing.prompt
-            self.queue.put(EngineEvent(index, "admit", time.perf_counter()))
+                input_len = len(self.encode(outgoing.prompt)) if self.encode is not None else 0
+            self.queue.put(EngineEvent(index, "admit", time.perf_counter(), input_len=input_len))
             self._send([index])
 
     def _send(self, indices: list[int]) -> None:
