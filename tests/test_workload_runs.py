@@ -147,12 +147,23 @@ def test_a_replayed_traces_send_times_measured_at_the_server_follow_the_trace(sc
     assert row["load_pattern"] == "trace" and row["completed"] == 7
 
 
+def trace_file(path) -> str:
+    return write_jsonl(path / "trace.jsonl", [{"timestamp": 200 * n, "input_length": 40, "output_length": 4,
+                                                 "hash_ids": [0, n]} for n in range(4)])
+
+
+def custom_file(path) -> str:
+    return write_jsonl(path / "mine.jsonl", [{"prompt": f"Count to {n}.", "max_tokens": 4} for n in range(4)])
+
+
 @pytest.mark.parametrize("flags", [
-    ("--dataset-name", "shared-prefix", "--prefix-len", "48", "--suffix-len", "8", "--output-len", "4"),
-    ("--dataset-name", "multi-turn", "--dataset-path", "builtin:sample", "--turns", "2", "--sharegpt-output-len",
-     "4"),
-], ids=["shared-prefix", "multi-turn"])
+    lambda path: ("--dataset-name", "shared-prefix", "--prefix-len", "48", "--suffix-len", "8", "--output-len", "4"),
+    lambda path: ("--dataset-name", "multi-turn", "--dataset-path", "builtin:sample", "--turns", "2",
+                  "--sharegpt-output-len", "4"),
+    lambda path: ("--dataset-name", "trace", "--dataset-path", trace_file(path), "--trace-block-len", "16"),
+    lambda path: ("--dataset-name", "custom", "--dataset-path", custom_file(path)),
+], ids=["shared-prefix", "multi-turn", "trace", "custom"])
 def test_restful_runs_each_workload_against_transformers_serve(transformers_server, tmp_path, flags):
-    assert restful(transformers_server, tmp_path, "--num-prompts", "4", "--request-rate", "inf", *flags) == 0
+    assert restful(transformers_server, tmp_path, "--num-prompts", "4", "--request-rate", "inf", *flags(tmp_path)) == 0
     row, requests = only_run(tmp_path)
     assert requests["status"].eq("success").all() and row["completed"] == len(requests) >= 4
