@@ -50,6 +50,7 @@ class LoadPattern(StrEnum):
     CONCURRENCY = "concurrency"  # profile_throughput.py's N workers, through the pipeline API
     ENGINE_API = "engine_api"  # profile_throughput.py itself: N workers on the engine instance API, ids in and out
     REQUEST_RATE = "request_rate"  # profile_restful_api.py / vLLM: arrivals at a rate, to a server
+    TRACE = "trace"  # Mooncake-style replay: each request at its trace timestamp (the trace dataset)
 
 
 # A request counts as served when the engine stopped it for length or for EOS; the profiler then tells complete

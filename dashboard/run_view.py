@@ -16,7 +16,8 @@ from bench_core import csvstore
 from bench_core.measure import metrics
 from bench_core.views import run_charts, tables
 from bench_core.measure.catalog import METRICS, find_column, lower_first, sampled_values
-from bench_core.config import SLO, Part, RunConfig, of_part
+from bench_core.config import SLO, Part, RunConfig, format_value, of_part
+from bench_core.config.catalog import MULTI_TURN
 from bench_core.engines import backend
 from bench_core.errors import BenchError
 from bench_core.measure.latency_bins import BinnedLatencies
@@ -27,6 +28,7 @@ from bench_core.states import LoadPattern, RunState
 from bench_core.run.runner import Run
 from dashboard.run_result import RunResult, result_from_history, result_from_run
 from dashboard.state import get_history, get_runner
+from dashboard import workload_view
 from dashboard.table_view import LONG_TABLE_ROWS, show_table
 from dashboard.text import plain
 
@@ -67,7 +69,7 @@ def describe_config(config: RunConfig) -> str:
     data, load = config.dataset, config.load
     chosen = [declared for declared in of_part(Part.DATASET) if declared.datasets
               and declared.applies(dataset_name=data.dataset_name) and config.value(declared.name) is not None]
-    lengths = ", ".join(f"{lower_first(declared.shown_label)} {config.value(declared.name):g}"
+    lengths = ", ".join(f"{lower_first(declared.shown_label)} {format_value(config.value(declared.name))}"
                         + (f" {declared.unit}" if declared.unit else "") for declared in chosen) or "conversation lengths"
     engine = config.engine
     server = redact_text(engine.base_url)
@@ -77,12 +79,15 @@ def describe_config(config: RunConfig) -> str:
         cap = "no concurrency limit" if load.max_concurrency is None else f"max concurrency {load.max_concurrency}"
         limit = f", for at most {load.duration_s:g} s" if load.duration_s else ""
         shape = f"{load.request_rate:g} req/s, burstiness {load.burstiness:g}, {cap}{limit}"
+    elif load.load_pattern == LoadPattern.TRACE:
+        shape = f"the trace's times at {load.trace_speedup:g}x, concurrency {load.concurrency}"
     else:
         shape = f"concurrency {load.concurrency}"
     parts = [
         config.label,
         served,
-        f"{data.num_prompts} prompts from {data.dataset} ({data.dataset_name}, {lengths})",
+        f"{data.num_prompts} {'sessions' if data.dataset_name == MULTI_TURN else 'prompts'} from {data.dataset} "
+        f"({data.dataset_name}, {lengths})",
         f"{load.load_pattern} load, {shape}, {'streamed' if load.stream_output else 'not streamed'}",
     ]
     return " · ".join(part for part in parts if part)
@@ -199,6 +204,7 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
         snap = result.snapshot
         throughput = run_charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s, snap.in_flight_over_time)
         st.plotly_chart(throughput, key="ended_throughput")
+    workload_view.render_ended(result.requests, summary)
     _hardware_section(result)
 
     st.markdown("**Requests**")

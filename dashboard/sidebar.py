@@ -106,13 +106,13 @@ def chosen_slo(values: Mapping[str, Any]) -> SLO:
 
 def build_run_config(values: Mapping[str, Any]) -> RunConfig:
     """The RunConfig for the sidebar's values (by setting name; a missing one takes its default); validation is
-    left to `check_run_config` (at submit). The length settings of the other dataset are left unset."""
+    left to `check_run_config` (at submit). The settings of the other datasets are left at their defaults."""
     chosen = {name: value for name, value in values.items() if name in BY_NAME}
     chosen.update(model=str(chosen["model"]).strip(), dataset=str(chosen["dataset"]).strip(),
                   api_key=chosen.get("api_key") or None)
-    for name in ("sharegpt_output_len", "random_input_len", "random_output_len"):
-        if not setting(name).applies(dataset_name=chosen["dataset_name"]):
-            chosen[name] = None
+    for declared in of_part(Part.DATASET):
+        if declared.datasets and not declared.applies(dataset_name=chosen["dataset_name"]):
+            chosen[declared.name] = declared.default
     return config_from_values(chosen, label=str(values.get("label", "")).strip())
 
 
@@ -376,16 +376,18 @@ def _dataset_widgets(backend: str, family: str) -> dict[str, Any]:
     bar = st.sidebar
     source_kind = persisted(bar.radio, "Prompts from", options=(SOURCE_BUILTIN, SOURCE_UPLOAD, SOURCE_PATH),
                             horizontal=True, key="dataset_source", help="A ShareGPT JSON or JSONL file; the random "
-                            "dataset also draws its token ids from it, as LMDeploy does.")
+                            "and shared-prefix datasets also cut their text from it, as LMDeploy does. The trace and "
+                            "custom datasets read your own file: a Mooncake JSONL trace, or JSON/JSONL records with "
+                            "a prompt or messages.")
     values: dict[str, Any] = {"upload": None}
     if source_kind == SOURCE_BUILTIN:
         values["dataset"] = persisted(bar.selectbox, "Built-in dataset", options=BUILTIN_DATASETS, key="dataset_builtin",
                                       format_func=BUILTIN_DATASETS.get)
     elif source_kind == SOURCE_UPLOAD:
-        values["upload"] = bar.file_uploader("ShareGPT file", type=["json", "jsonl"], key="dataset_upload")
+        values["upload"] = bar.file_uploader("Dataset file", type=["json", "jsonl"], key="dataset_upload")
         values["dataset"] = ""
     else:
-        values["dataset"] = persisted(bar.text_input, "ShareGPT file path", value="", key="dataset_path",
+        values["dataset"] = persisted(bar.text_input, "Dataset file path", value="", key="dataset_path",
                                       placeholder="/data/ShareGPT_V3_unfiltered_cleaned_split.json")
     with bar:
         values.update(_widgets((setting("dataset_name"),), backend, family))

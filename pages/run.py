@@ -11,7 +11,7 @@ import streamlit as st
 
 from bench_core.errors import BenchError
 from dashboard.text import plain
-from dashboard import active_runs, sidebar
+from dashboard import active_runs, sidebar, workload_view
 from dashboard.run_view import render_run
 from dashboard.state import get_history, get_runner
 
@@ -46,3 +46,5 @@ if run_id:
 else:
     st.info("Choose a model, a backend and a dataset in the sidebar, then press **Start**. With nothing "
             "changed, SmolLM2-135M runs on the embedded transformers engine: about a minute on a 2-core CPU, the first time included.")
+# The next run's workload, below the run shown: sampled only when asked.
+workload_view.render_preview(choice.values, get_history().root / UPLOADS_FOLDER)

@@ -8,6 +8,9 @@ Every request to /v1/completions gets the same stream, timed from the moment its
   in one write, at LAST_LINE_S (890 ms).
 Under /usage-only/v1/completions the chunks carry empty text, as `transformers serve` streams
 tokens that decode to part of a UTF-8 character: only the usage says how many tokens there were.
+Under /cached/v1/completions the usage also says CACHED_TOKENS of the prompt were cached
+(`prompt_tokens_details.cached_tokens`, as vLLM and SGLang report prefix-cache hits), and ARRIVALS
+keeps when each of its requests arrived (time.perf_counter, the client's clock too).
 A request with "stream": false gets the whole answer at LAST_LINE_S. Like `transformers serve`, the
 server answers 422 to a body with an `ignore_eos` field, which
 LMDeploy's profile_restful_api.py always sends.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 from aiohttp import web
@@ -29,17 +33,20 @@ LAST_TEXT_S = FIRST_TOKEN_S + (TEXT_EVENTS - 1) * CHUNK_GAP_S
 USAGE_AFTER_S = 0.050
 LAST_LINE_S = LAST_TEXT_S + USAGE_AFTER_S
 PAIRED = 16  # this chunk's event waits for the next one's write
+CACHED_TOKENS = 3
+ARRIVALS: list[float] = []  # perf_counter when each request to /cached arrived
 
 
 def _event(body: dict) -> bytes:
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
-def _usage() -> dict:
-    return {"prompt_tokens": 5, "completion_tokens": TEXT_EVENTS, "total_tokens": TEXT_EVENTS + 5}
+def _usage(cached: bool = False) -> dict:
+    usage = {"prompt_tokens": 5, "completion_tokens": TEXT_EVENTS, "total_tokens": TEXT_EVENTS + 5}
+    return usage | ({"prompt_tokens_details": {"cached_tokens": CACHED_TOKENS}} if cached else {})
 
 
-def script(text: str) -> list[tuple[float, bytes]]:
+def script(text: str, cached: bool = False) -> list[tuple[float, bytes]]:
     """(seconds after the request arrived, bytes written then) of one response."""
     writes: list[tuple[float, bytes]] = []
     pending = b""
@@ -48,14 +55,16 @@ def script(text: str) -> list[tuple[float, bytes]]:
         if i != PAIRED:
             writes.append((FIRST_TOKEN_S + i * CHUNK_GAP_S, pending))
             pending = b""
-    last = _event({"choices": [{"index": 0, "text": "", "finish_reason": "length"}], "usage": _usage()})
+    last = _event({"choices": [{"index": 0, "text": "", "finish_reason": "length"}], "usage": _usage(cached)})
     writes.append((LAST_LINE_S, last + b"data: [DONE]\n\n"))
     return writes
 
 
-async def _completions(request: web.Request, text: str) -> web.StreamResponse:
+async def _completions(request: web.Request, text: str, cached: bool = False) -> web.StreamResponse:
     loop = asyncio.get_running_loop()
     arrived = loop.time()
+    if cached:
+        ARRIVALS.append(time.perf_counter())
     body = await request.json()
     if "ignore_eos" in body:
         return web.json_response({"detail": [{"loc": ["body", "ignore_eos"], "msg": "Extra inputs are not permitted"}]},
@@ -66,7 +75,7 @@ async def _completions(request: web.Request, text: str) -> web.StreamResponse:
                                   "usage": _usage()})
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
-    for due, data in script(text):
+    for due, data in script(text, cached):
         await asyncio.sleep(max(0.0, arrived + due - loop.time()))
         await response.write(data)
     return response
@@ -81,13 +90,17 @@ def _make_app() -> web.Application:
     async def usage_only(request: web.Request) -> web.StreamResponse:
         return await _completions(request, "")
 
+    async def cached(request: web.Request) -> web.StreamResponse:
+        return await _completions(request, " tok", cached=True)
+
     app.router.add_post("/v1/completions", with_text)
     app.router.add_post("/usage-only/v1/completions", usage_only)
+    app.router.add_post("/cached/v1/completions", cached)
     return app
 
 
 @pytest.fixture(scope="session")
 def scripted_server() -> str:
-    """Base URL of the server above (append /usage-only for its usage-only streams)."""
+    """Base URL of the server above (append /usage-only for its usage-only streams, /cached for cache hits)."""
     with serving(_make_app()) as url:
         yield url

@@ -152,7 +152,8 @@ def test_start_runs_to_finished_with_summary_downloads_and_run_id_in_url():
     requests = next(d.value for d in at.dataframe if "request" in d.value.columns)
     assert len(requests) == 8
     titles = [json.loads(chart.proto.spec)["layout"]["title"]["text"] for chart in at.get("plotly_chart")]
-    assert titles == ["Time to first token", "Inter-token latency", "Throughput over time", "Hardware telemetry"]
+    assert titles == ["Time to first token", "Inter-token latency", "Throughput over time", "Token lengths",
+                      "Hardware telemetry"]
 
     second_tab = open_app(run_id)  # a reload or another tab shows the same run
     assert second_tab.success[0].value == at.success[0].value

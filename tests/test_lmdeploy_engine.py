@@ -428,6 +428,7 @@ class StandInPipelineForNoGPU:
         self.token_delay_s = token_delay_s
         self.calls: list[dict] = []
         self.batch_returned_at: float | None = None
+        self.cached_tokens = 0  # what each Response says of the prompt's tokens found in the prefix cache
         self._ids = iter(range(10**9))
         self._running: set = set()
         loop = asyncio.new_event_loop()
@@ -479,9 +480,11 @@ class StandInPipelineForNoGPU:
             while n < config.max_new_tokens and not session.aborted:
                 time.sleep(self.token_delay_s)
                 n += 1
-                yield Response(text="x", generate_token_len=n, input_token_len=4, token_ids=[n], index=index)
+                yield Response(text="x", generate_token_len=n, input_token_len=4, token_ids=[n], index=index,
+                               cached_tokens=self.cached_tokens)
             reason = "abort" if session.aborted else "length"
-            yield Response(text="", generate_token_len=n, input_token_len=4, finish_reason=reason, index=index)
+            yield Response(text="", generate_token_len=n, input_token_len=4, finish_reason=reason, index=index,
+                           cached_tokens=self.cached_tokens)
         finally:
             self._running.discard(session)
 
@@ -490,12 +493,12 @@ class StandInPipelineForNoGPU:
         self._loop_thread.join(timeout=5)
 
 
-def _engine(max_batch_size=4, token_delay_s=0.0):
+def _engine(max_batch_size=4, token_delay_s=0.0, tokenizer=None):
     from lmdeploy.messages import TurbomindEngineConfig
 
     pipe = StandInPipelineForNoGPU(TurbomindEngineConfig(max_batch_size=max_batch_size), token_delay_s)
     info = EngineInfo("turbomind", "m", "/m", "auto", "stand-in")
-    return LMDeployEngine(pipe, tokenizer=None, info=info, max_batch_size=max_batch_size), pipe
+    return LMDeployEngine(pipe, tokenizer=tokenizer, info=info, max_batch_size=max_batch_size), pipe
 
 
 def _run(engine, requests, stream_output, concurrency=4, load_pattern="batch", cancel=None):
@@ -513,6 +516,27 @@ def _by_request(events):
 
 
 REQUESTS = [SampledRequest(f"prompt {i}", 4, 3 + i) for i in range(3)]
+
+
+@needs_lmdeploy
+def test_a_turn_goes_after_the_one_it_follows_with_its_answer_and_the_responses_cached_tokens(tiny_tokenizer):
+    engine, pipe = _engine(tokenizer=tiny_tokenizer)
+    pipe.cached_tokens = 2
+    question = {"role": "user", "content": "a"}
+    first = SampledRequest("User: a\n\nAssistant:", 4, 3, messages=(question,), session=0)
+    second = SampledRequest("estimate", 9, 2, messages=(question, {"role": "assistant", "content": "dataset's"},
+                                                        {"role": "user", "content": "b"}),
+                            session=0, turn=1, follows=0, think_s=0.05, builds_on_answer=True)
+    events = _run(engine, [first, second], stream_output=True)
+    # the second turn repeats the answer the (stand-in) engine gave, "xxx", not the dataset's
+    assert [call["prompts"] for call in pipe.calls] == [["User: a\n\nAssistant:"],
+                                                        ["User: a\n\nAssistant: xxx\n\nUser: b\n\nAssistant:"]]
+    finishes = {e.index: e for e in events if e.kind == "finish"}
+    admitted = {e.index: e for e in events if e.kind == "admit"}
+    assert admitted[1].ts >= finishes[0].ts + 0.05  # after the answer and the think time
+    # the built prompt measured when sent; the first turn keeps its sampled length
+    assert (admitted[0].input_len, admitted[1].input_len) == (0, len(tiny_tokenizer.encode(pipe.calls[1]["prompts"][0])))
+    assert [finishes[i].extra for i in (0, 1)] == [{"cached_tokens": 2.0}] * 2
 
 
 @needs_lmdeploy

@@ -137,9 +137,9 @@ def test_booleans_have_one_spelling_read_everywhere(text, value):
 
 
 # A dataset setting added as someone adding one would write it: one declaration in config/catalog.py's DATASET.
-NEW_DATASET_SETTING = '''    Setting("prefix_len", Part.DATASET, int, 0, label="Shared prefix length", unit="tokens", sweepable=True,
-            bounds=Bounds("The shared prefix length must be 0 or more.", low=0), help="Tokens every prompt shares.",
-            cli_help="tokens every prompt shares"),
+NEW_DATASET_SETTING = '''    Setting("system_prompt_len", Part.DATASET, int, 0, label="System prompt length", unit="tokens", sweepable=True,
+            bounds=Bounds("The system prompt length must be 0 or more.", low=0), help="Tokens of the system prompt every request opens with.",
+            cli_help="tokens of the system prompt every request opens with"),
 '''
 
 PROBE = """
@@ -149,11 +149,11 @@ from bench_core.config import RunConfig, DatasetConfig
 from bench_core.engines import run_config_problems
 from bench_core.sweep.plan import parse_sweep_arg
 from bench_core.views.tables import describe_column
-flat = RunConfig(dataset=DatasetConfig(prefix_len=64)).to_flat_dict()
+flat = RunConfig(dataset=DatasetConfig(system_prompt_len=64)).to_flat_dict()
 print(json.dumps({{
-    "column": flat["prefix_len"], "read back": RunConfig.from_flat_dict(flat).dataset.prefix_len,
-    "swept": list(parse_sweep_arg("prefix_len=0,64").values), "title": describe_column("prefix_len").title,
-    "refused": run_config_problems(RunConfig(dataset=DatasetConfig(prefix_len=-1))),
+    "column": flat["system_prompt_len"], "read back": RunConfig.from_flat_dict(flat).dataset.system_prompt_len,
+    "swept": list(parse_sweep_arg("system_prompt_len=0,64").values), "title": describe_column("system_prompt_len").title,
+    "refused": run_config_problems(RunConfig(dataset=DatasetConfig(system_prompt_len=-1))),
 }}))
 """
 
@@ -181,9 +181,10 @@ def test_a_new_dataset_setting_is_one_declaration(tmp_path):
     for command in ("pipeline", "restful"):
         helped = run("-m", "bench_core", command, "--help")
         assert helped.returncode == 0, helped.stderr
-        assert "--prefix-len PREFIX_LEN" in helped.stdout and "tokens every prompt shares (default: 0)" in helped.stdout
+        assert "--system-prompt-len SYSTEM_PROMPT_LEN" in helped.stdout
+        assert "tokens of the system prompt every request opens with (default: 0)" in helped.stdout
     probe = run("-c", PROBE.format(root=str(tmp_path)))
     assert probe.returncode == 0, probe.stderr
     assert json.loads(probe.stdout) == {"column": 64, "read back": 64, "swept": [0, 64],
-                                        "title": "Shared prefix length (tokens)",
-                                        "refused": ["The shared prefix length must be 0 or more."]}
+                                        "title": "System prompt length (tokens)",
+                                        "refused": ["The system prompt length must be 0 or more."]}

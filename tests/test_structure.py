@@ -54,7 +54,7 @@ def test_the_states_keep_the_strings_the_history_has_always_held():
     assert tuple(RunState) == ("queued", "loading", "running", "finished", "partial", "failed", "cancelled")
     assert states.MEASURED == (RunState.FINISHED, RunState.PARTIAL)
     assert tuple(RequestStatus) == ("success", "failed", "incomplete", "overrun", "unfinished", "cancelled")
-    assert tuple(states.LoadPattern) == ("batch", "concurrency", "engine_api", "request_rate")
+    assert tuple(states.LoadPattern) == ("batch", "concurrency", "engine_api", "request_rate", "trace")
     # Written into CSV cells and messages as their strings, as the constants they replace were.
     values = [state.value for state in RunState]
     assert [f"{state}" for state in RunState] == [str(state) for state in RunState] == values

@@ -202,3 +202,16 @@ def test_a_formatted_table_keeps_its_row_titles_as_a_column_and_writes_no_none_o
 def test_a_formatted_table_writes_text_as_it_is_and_missing_text_as_a_dash():
     shown = tables.formatted(pd.DataFrame({"verdict": ["beyond the spread", None], "p-value": [0.00012, math.nan]}))
     assert shown.to_dict("list") == {"verdict": ["beyond the spread", "-"], "p-value": ["0.000120", "-"]}
+
+
+def test_the_workload_table_says_not_reported_where_no_engine_told_what_it_cached():
+    summary = {"total_cached_tokens": math.nan, "prefix_cache_hit_rate": math.nan, "mean_cached_tokens": math.nan,
+               "mean_ttft_turn1_ms": 40.0, "mean_ttft_turn2_ms": 12.5}
+    table = tables.workload_metrics_table(summary)
+    assert table.to_dict("index") == {
+        "Cached prompt tokens": {"value": "not reported", "unit": "tokens"},
+        "Prefix cache hit rate": {"value": "not reported", "unit": "fraction"},
+        "Mean cached prompt tokens per request": {"value": "not reported", "unit": "tokens"},
+        "Mean TTFT of turn 1": {"value": 40.0, "unit": "ms"}, "Mean TTFT of turn 2": {"value": 12.5, "unit": "ms"}}
+    assert tables.workload_metrics_table({"completed": 3}).empty  # a run without them: no table
+    assert tables.throughput_table(summary).index.intersection(table.index).empty  # shown once, in their own table

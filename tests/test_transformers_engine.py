@@ -219,7 +219,8 @@ def test_concurrency_keeps_the_engine_and_cache_sizing_reloads_it():
     engine = EngineConfig(model="builtin:tiny-llama")
     key = engine_settings_key(engine, LoadConfig(concurrency=1))
     assert engine_settings_key(engine, LoadConfig(concurrency=64, stream_output=True)) == key
-    for cache_sizing in ({"num_blocks": 8}, {"max_batch_tokens": 64}, {"cache_block_seq_len": 32}):
+    for cache_sizing in ({"num_blocks": 8}, {"max_batch_tokens": 64}, {"cache_block_seq_len": 32},
+                         {"enable_prefix_caching": True}):
         assert engine_settings_key(replace(engine, **cache_sizing), LoadConfig()) != key
     assert engine_settings_key(replace(engine, dtype="float32"), LoadConfig()) != key
     assert engine_settings_key(replace(engine, model="builtin:smollm2-135m"), LoadConfig()) != key

@@ -201,8 +201,9 @@ class Flag:
         return value * scale if scale != 1 and isinstance(value, (int, float)) else value
 
 
-# The dataset's length settings, as both LMDeploy scripts list their flags: those of one dataset, in catalog order.
-LENGTH_FLAGS = tuple(declared.name for declared in of_part(Part.DATASET) if declared.datasets)
+# The dataset's length settings, as both LMDeploy scripts list their flags, in their order; the other datasets'
+# settings are ours (unlisted_flags).
+LENGTH_FLAGS = ("sharegpt_output_len", "random_input_len", "random_output_len", "random_range_ratio")
 
 
 def flag_type(declared: Setting) -> Callable[[str], typing.Any]:
@@ -398,6 +399,33 @@ def report_unmeasured(run) -> int | None:
     return interrupted(f" while {run.phase or 'waiting to start'}: nothing was measured or recorded")
 
 
+def print_workload_findings(run) -> None:
+    """After the tables, for a run whose dataset is one of ours, with prefix caching on, or whose engine served
+    prompt tokens from its cache: what the prefix cache served ("not reported" where the engine does not say,
+    never 0) and the mean TTFT turn by turn."""
+    import math
+
+    from ..config.catalog import DATASET_NAMES, MAX_TURNS
+    from ..measure.catalog import METRICS
+
+    record = run.record
+    if record is None:
+        return
+    summary = record.metrics
+    hit_rate = summary.get(METRICS["prefix_cache_hit_rate"].column(), math.nan)
+    cached = summary.get(METRICS["total_cached_tokens"].column(), math.nan)
+    config = record.config
+    if config.dataset.dataset_name in DATASET_NAMES[2:] or config.engine.enable_prefix_caching or cached > 0:
+        said = (f"{cached:,.0f} of {summary['total_input_tokens']:,} prompt tokens cached, hit rate {hit_rate:.3f}"
+                if not math.isnan(hit_rate) else "not reported (the engine does not say which prompt tokens it had "
+                                                 "cached)")
+        print(f"Prefix cache: {said}")
+    turns = [(turn, summary[column]) for turn in range(1, MAX_TURNS + 1)
+             if (column := METRICS[f"ttft_turn{turn}"].column()) in summary]
+    if turns:
+        print("Mean TTFT by turn (ms): " + ", ".join(f"{turn}: {value:.1f}" for turn, value in turns))
+
+
 def print_hardware_findings(run) -> None:
     """After the tables: the warm-up, speculative decoding's acceptance where it was asked for ("not reported"
     where the engine reported none), a random-weight model said as such, the run's telemetry (the catalog's sampled
@@ -484,6 +512,7 @@ def run_each(history, configs: Iterable[RunConfig], csv_path: str,
             if (code := report_unmeasured(run)) is not None:
                 return code
             append_row = show(run)
+            print_workload_findings(run)
             print_hardware_findings(run)
             csv_saved = True
             if run.state in MEASURED and csv_path:

@@ -20,7 +20,8 @@ from .common import (
 
 # profile_pipeline_api.py's flags, in its order (--csv, not a setting, comes after -n).
 POSITIONAL = (
-    Flag("dataset", positional=True, help="ShareGPT dataset: a JSON or JSONL path, builtin:sharegpt or builtin:sample"),
+    Flag("dataset", positional=True, help="ShareGPT dataset: a JSON or JSONL path, builtin:sharegpt or builtin:sample; "
+                                          "for --dataset-name trace or custom, your trace or prompts file"),
     Flag("model", positional=True, dest="model_path",
          help="a local folder, a hub id, builtin:smollm2-135m / builtin:tiny-llama, or synthetic:<preset>[:key=value,...] "
               "(see above)"),
@@ -30,7 +31,8 @@ SCRIPT_FLAGS = ("seed", "stream_output", "dataset_name", *LENGTH_FLAGS, "top_p",
                 Flag("backend", default="turbomind", choices=in_process_backends()), "trust_remote_code")
 # Ours: the load pattern (a rate is the restful command's, the engine API the throughput command's), the warm-up,
 # and the dataset's settings LMDeploy's script lacks.
-OUR_FLAGS = (Flag("load_pattern", choices=(LoadPattern.BATCH, LoadPattern.CONCURRENCY)), "warmup_requests",
+OUR_FLAGS = (Flag("load_pattern", choices=(LoadPattern.BATCH, LoadPattern.CONCURRENCY, LoadPattern.TRACE)),
+             "warmup_requests",
              *unlisted_flags(Part.DATASET, POSITIONAL, SCRIPT_FLAGS))
 
 

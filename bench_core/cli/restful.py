@@ -23,7 +23,7 @@ from .. import csvstore
 from ..measure import metrics
 from ..measure.catalog import BEYOND_LMDEPLOY
 from ..config import Part, RunConfig
-from ..config.catalog import BY_NAME
+from ..config.catalog import BY_NAME, IMAGE, TRACE_DATASET, setting
 from ..states import LoadPattern
 from ..engines import check_run_config
 from ..engines.openai_client import REQUEST_DEADLINE_S, ServerError, api_root, discover_model
@@ -45,14 +45,16 @@ OFFLINE_ENV = "HF_HUB_OFFLINE"  # 1 (our default, as in the app): tokenizers com
 # profile_restful_api.py's flags that are settings, in its order, with its defaults and words.
 DATASET_FLAGS = (
     Flag("dataset_name", help="name of the dataset"),
-    Flag("dataset", names=("--dataset-path",), help="ShareGPT JSON/JSONL file, builtin:sharegpt or builtin:sample"),
+    Flag("dataset", names=("--dataset-path",), help="ShareGPT JSON/JSONL file, builtin:sharegpt or builtin:sample; "
+                                                    "for --dataset-name trace or custom, your trace or prompts file"),
     Flag("model", default=None, help="model name sent to the server; default: the first of GET /v1/models"),
     Flag("tokenizer", default=None,
          help="tokenizer to sample prompts and retokenize answers (folder, hub id or builtin:...); default: the model. "
               f"Hub ids come from the local cache only, unless {OFFLINE_ENV}=0 allows downloads"),
 )
-SAMPLING_FLAGS = (Flag("num_prompts", names=("--num-prompts",), default=1000), *LENGTH_FLAGS, "request_rate",
-                  Flag("seed", default=1))
+IMAGE_FLAGS = ("image_count", "image_resolution", "image_format", "image_content")
+SAMPLING_FLAGS = (Flag("num_prompts", names=("--num-prompts",), default=1000), *LENGTH_FLAGS, *IMAGE_FLAGS,
+                  "request_rate", Flag("seed", default=1))
 SWITCHES = (
     Flag("stream_output", names=("--disable-stream",), negated=True, help="do not stream (no TTFT or ITL)"),
     Flag("ignore_eos", names=("--disable-ignore-eos",), negated=True, help="let requests stop at EOS"),
@@ -110,8 +112,9 @@ class RestfulCommand(EngineCommand):
         parser.add_argument("--request-rate-list", type=_rate_list, default=None,
                             help="an explicit list of rates, e.g. 1,2,4; implies --multi")
         parser.add_argument("--output-file", default=None,
-                            help="CSV to append profile_restful_api.py's row to; default {backend}_{MMDD}_{num_prompts}_sharegpt.csv "
-                                 "or {backend}_{MMDD}_{num_prompts}_{in}_{out}.csv; an empty string disables it")
+                            help="CSV to append profile_restful_api.py's row to; default {backend}_{MMDD}_{num_prompts}_sharegpt.csv, "
+                                 "{backend}_{MMDD}_{num_prompts}_{in}_{out}.csv for random, "
+                                 "{backend}_{MMDD}_{num_prompts}_{dataset}.csv for ours; an empty string disables it")
         add_flags(parser, SWITCHES)
         parser.add_argument("--disable-warmup", action="store_true", help="send no warm-up request")
         add_flags(parser, BODY_FLAGS)
@@ -201,16 +204,24 @@ def rates(args: argparse.Namespace) -> list[float]:
         chosen = [args.request_rate]
     if not chosen:
         raise ConfigError("The request rates for --multi are empty: check --request-rate-range or --request-rate-list.")
+    if args.dataset_name == TRACE_DATASET and len(chosen) > 1:
+        raise ConfigError("A trace is sent at its own times, not at a request rate: drop --multi and the rate lists, "
+                          "or change --trace-speedup (a sweep can vary it).")
     return chosen
 
 
 def config_for_rate(args: argparse.Namespace, url: str, model: str, rate: float) -> RunConfig:
+    """The run at `rate`; a trace's run instead sends each request at its trace time, at most --max-concurrency at
+    once (default: no limit)."""
     kind, endpoint = SERVER_BACKENDS[args.backend]
     values = flag_values(args, (*DATASET_FLAGS, *SAMPLING_FLAGS, *SWITCHES, *BODY_FLAGS, *OUR_FLAGS))
     if args.disable_warmup:
         values["warmup_requests"] = 0
     values.update(backend="openai", model=model, base_url=url, endpoint=endpoint, server_kind=kind,
                   tokenizer=args.tokenizer or "", load_pattern=LoadPattern.REQUEST_RATE, request_rate=rate)
+    if args.dataset_name == TRACE_DATASET:
+        values.update(load_pattern=LoadPattern.TRACE, concurrency=args.max_concurrency or args.num_prompts,
+                      max_concurrency=None, request_rate=setting("request_rate").default)
     return recorded_config(args, values)
 
 
@@ -219,7 +230,9 @@ def default_output_file(args: argparse.Namespace) -> str:
     stem = f"{args.backend}_{datetime.now():%m%d}_{args.num_prompts}"
     if args.dataset_name == "random":
         return f"{stem}_{args.random_input_len}_{args.random_output_len}.csv"
-    return f"{stem}_sharegpt.csv"
+    if args.dataset_name in ("sharegpt", IMAGE):  # LMDeploy's name for its image dataset's file too
+        return f"{stem}_sharegpt.csv"
+    return f"{stem}_{args.dataset_name}.csv"
 
 
 def hub_offline_by_default() -> None:

@@ -17,7 +17,12 @@ from .settings import Bounds, Part, Setting, Widget, by_name, part_settings
 
 MAX_SEED = 2**32 - 1  # the largest seed NumPy takes
 WARMUP_START = 2  # the dashboard's warm-up, on by default (README, "Warm-up"); LMDeploy's scripts warm up none
-DATASET_NAMES = ("sharegpt", "random")
+# LMDeploy's datasets (its image dataset is profile_restful_api.py's), then the workloads that show what the cache
+# and the scheduler do: prompts sharing prefixes, multi-turn conversations, a replayed trace, a user's own prompts.
+DATASET_NAMES = ("sharegpt", "random", "shared-prefix", "multi-turn", "trace", "custom", "image")
+SHARED_PREFIX, MULTI_TURN, TRACE_DATASET, CUSTOM, IMAGE = DATASET_NAMES[2:]
+IMAGE_RESOLUTIONS = {"4k": (3840, 2160), "1080p": (1920, 1080), "720p": (1280, 720), "360p": (640, 360)}
+MAX_TURNS = 8  # turns per multi-turn session; each turn's TTFT is a history column
 LOAD_PATTERNS = tuple(LoadPattern)
 CHAT_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "both")
 LMDEPLOY = ("turbomind", "pytorch")
@@ -47,6 +52,33 @@ def parse_quant_policy(text: str | int) -> int:
         names = "/".join(QUANT_POLICIES)
         raise ValueError(f"invalid quant_policy {text!r}: use {names} or 0/4/8/16/17/42")
     return number
+
+
+def image_size(text: str) -> tuple[int, int]:
+    """(width, height) of profile_restful_api.py's --image-resolution: a preset (4k, 1080p, 720p, 360p) or a custom
+    HEIGHTxWIDTH, as it reads it (1080x1920 is 1920 wide); ValueError for anything else."""
+    preset = IMAGE_RESOLUTIONS.get(str(text).strip().lower())
+    if preset is not None:
+        return preset
+    height, _, width = str(text).strip().lower().partition("x")
+    if height.isdigit() and width.isdigit() and int(height) > 0 and int(width) > 0:
+        return int(width), int(height)
+    raise ValueError(f"Unsupported image resolution '{text}': choose 4k, 1080p, 720p, 360p or HEIGHTxWIDTH "
+                     "(e.g. 1080x1920).")
+
+
+def _image_resolution(text: str) -> str:
+    image_size(text)
+    return str(text).strip().lower()
+
+
+def _count(name: str, datasets: tuple[str, ...], default: int, label: str, unit: str, what: str, step: int,
+           widget_label: str, **options) -> Setting:
+    """A workload's sweepable whole number of at least 1 (a length in tokens, a number of groups)."""
+    least = "1 token" if unit == "tokens" else "1"
+    return Setting(name, Part.DATASET, int, default, datasets=datasets, label=label, unit=unit, sweepable=True,
+                   bounds=Bounds(f"{what[:1].upper()}{what[1:]} must be at least {least}.", low=1),
+                   widget=Widget(step=step), widget_label=widget_label, **options)
 
 
 def _knob(name: str, group: str, backends: tuple[str, ...], kind: type, default, help: str, **options) -> Setting:
@@ -84,7 +116,10 @@ ENGINE = (
           rule="TurboMind: a multiple of 32 (compute capability >= 8.0) or 64; PyTorch: a power of 2, >= 16",
           label="KV cache block length", unit="tokens",
           engine_fields={"turbomind": "cache_block_seq_len", "pytorch": "block_size"}),
-    _knob("enable_prefix_caching", SHARED_GROUP, LMDEPLOY, bool, False, "Reuse the KV cache of shared prompt prefixes.",
+    # transformers' continuous batching shares the KV cache blocks of equal prompt prefixes (allow_block_sharing).
+    _knob("enable_prefix_caching", SHARED_GROUP, (*LMDEPLOY, "transformers"), bool, False,
+          "Reuse the KV cache of shared prompt prefixes.",
+          rule="transformers: whole KV cache blocks only (cache_block_seq_len tokens each), never a prompt's last token",
           engine_fields=_both("enable_prefix_caching")),
     _knob("dp", SHARED_GROUP, LMDEPLOY, int, 1, "Data parallelism: engine replicas, each taking its share of the batch.",
           rule=">= 1; PyTorch: only with --tp or --ep above 1 (LMDeploy resets it to 1 otherwise)",
@@ -194,42 +229,130 @@ DATASET = (
     Setting("dataset", Part.DATASET, str, "builtin:sharegpt", widget=None),
     Setting("dataset_name", Part.DATASET, str, "sharegpt", choices=DATASET_NAMES,
             choice_message="Unknown dataset name '{value}'; choose one of {choices}.",
-            help="sharegpt: the conversations' own lengths; random: lengths you choose.",
+            help="sharegpt: the conversations' own lengths; random: lengths you choose; shared-prefix: groups of prompts "
+                 "opening with one prefix; multi-turn: conversations whose every turn resends the ones before; trace: a "
+                 "Mooncake trace file replayed; custom: your JSON/JSONL prompts; image: random text with images "
+                 "(servers' chat endpoint).",
+            choice_help={
+                "sharegpt": "LMDeploy's: the conversations' first prompt and answer, with their own lengths.",
+                "random": "LMDeploy's: lengths drawn at random, text cut or repeated from the dataset.",
+                SHARED_PREFIX: "Groups of prompts that open with the same prefix of ShareGPT text, then a suffix of "
+                               "their own: the workload prefix caching speeds up.",
+                MULTI_TURN: "ShareGPT conversations as sessions of turns: each turn sends the conversation so far "
+                            "plus the next user message, after the previous answer and a think time.",
+                TRACE_DATASET: "A Mooncake JSONL trace (timestamp, input_length, output_length, hash_ids): equal "
+                               "hash ids give identical blocks of text; --load trace sends at its timestamps.",
+                CUSTOM: "Your JSON or JSONL records, each with a prompt string or OpenAI messages, and optionally "
+                        "output_len or max_tokens.",
+                IMAGE: "profile_restful_api.py's: random text of the random dataset's lengths with images, for a "
+                       "vision model behind a server's chat endpoint."},
             widget=Widget(style="radio"), widget_label="Dataset",
-            cli_help="sharegpt: real conversations; random: lengths drawn at random, text from the dataset"),
+            cli_help="sharegpt: real conversations; random: lengths drawn at random, text from the dataset; "
+                     "shared-prefix, multi-turn, trace, custom, image: see the README"),
     Setting("num_prompts", Part.DATASET, int, 5000, label="Number of prompts", unit="prompts", sweepable=True,
             bounds=Bounds("The number of prompts must be at least 1.", low=1), widget=Widget(step=1),
             widget_label="Number of prompts", flags=("-n", "--num-prompts"), cli_help="number of prompts to process"),
     Setting("seed", Part.DATASET, int, 0, bounds=Bounds(f"The seed must be a whole number from 0 to {MAX_SEED}, "
                                                         "not {value}.", low=0, high=MAX_SEED),
             widget=Widget(step=1, min_value=0), widget_label="Seed", cli_help="seed used in sampling prompts from the dataset"),
-    Setting("sharegpt_output_len", Part.DATASET, int, None, optional=True, datasets=("sharegpt",), sweepable=True,
+    Setting("sharegpt_output_len", Part.DATASET, int, None, optional=True, datasets=("sharegpt", MULTI_TURN), sweepable=True,
             label="ShareGPT output length", unit="tokens",
             bounds=Bounds("The fixed ShareGPT output length must be at least 4 tokens (as in LMDeploy).", low=4),
-            help="--sharegpt-output-len: every request generates this many tokens.",
+            help="--sharegpt-output-len: every request (every turn) generates this many tokens.",
             widget=Widget(step=1, min_value=1, placeholder="empty: each conversation's own"),
             widget_label="Fixed output length (tokens)",
             cli_help="fixed output length for every request, instead of the dataset's"),
-    Setting("random_input_len", Part.DATASET, int, None, optional=True, datasets=("random",), sweepable=True,
+    Setting("random_input_len", Part.DATASET, int, None, optional=True, datasets=("random", IMAGE), sweepable=True,
             label="Random input length", unit="tokens",
             bounds=Bounds("The random input length must be at least 1 token.", low=1),
             widget=Widget(step=1, start=128), widget_label="Input length",
-            cli_help="input tokens per request (random dataset)"),
-    Setting("random_output_len", Part.DATASET, int, None, optional=True, datasets=("random",), sweepable=True,
+            cli_help="input tokens per request (random and image datasets)"),
+    Setting("random_output_len", Part.DATASET, int, None, optional=True, datasets=("random", IMAGE), sweepable=True,
             label="Random output length", unit="tokens",
             bounds=Bounds("The random output length must be at least 1 token.", low=1),
             widget=Widget(step=1, start=128), widget_label="Output length",
-            cli_help="output tokens per request (random dataset)"),
-    Setting("random_range_ratio", Part.DATASET, float, 0.0, datasets=("random",),
+            cli_help="output tokens per request (random and image datasets)"),
+    Setting("random_range_ratio", Part.DATASET, float, 0.0, datasets=("random", IMAGE),
             bounds=Bounds("The random range ratio must be between 0 and 1.", low=0.0, high=1.0),
             help="Lengths are drawn from [len x ratio, len].", widget=Widget(style="slider", step=0.05),
             widget_label="Range ratio",
-            cli_help="lengths are drawn from [len*ratio, len]; 1.0 gives fixed lengths (random dataset)"),
+            cli_help="lengths are drawn from [len*ratio, len]; 1.0 gives fixed lengths (random and image datasets)"),
+    # profile_restful_api.py's image dataset.
+    Setting("image_count", Part.DATASET, int, 1, datasets=(IMAGE,), label="Images per request", unit="images",
+            bounds=Bounds("The number of images per request must be at least 1.", low=1), widget=Widget(step=1),
+            widget_label="Images per request",
+            cli_help="number of images per request (only available with the image dataset)"),
+    Setting("image_resolution", Part.DATASET, str, "1080p", datasets=(IMAGE,), text_parser=_image_resolution,
+            label="Image resolution", rule="4k, 1080p, 720p, 360p or HEIGHTxWIDTH", widget_label="Image resolution",
+            help="A preset (4k, 1080p, 720p, 360p) or HEIGHTxWIDTH, e.g. 1080x1920.",
+            cli_help="resolution of images for the image dataset: 4k/1080p/720p/360p or custom 'heightxwidth' "
+                     "(e.g., 1080x1920)"),
+    Setting("image_format", Part.DATASET, str, "jpeg", datasets=(IMAGE,), choices=("jpeg", "png"),
+            label="Image format", widget_label="Image format", cli_help="format of images for the image dataset"),
+    Setting("image_content", Part.DATASET, str, "random", datasets=(IMAGE,), choices=("random", "blank"),
+            label="Image content", widget_label="Image content", help="random: noise pixels; blank: a white image.",
+            cli_help="content of images for the image dataset: random pixels or blank (white)"),
+    # Shared prefixes (vLLM's prefix_repetition, SGLang's generated-shared-prefix).
+    _count("prefix_len", (SHARED_PREFIX,), 256, "Shared prefix length", "tokens", "the shared prefix length", 16,
+           "Prefix length (tokens)", help="Tokens of ShareGPT text every prompt of a group opens with.",
+           cli_help="tokens of the prefix the prompts of a group share (shared-prefix dataset)"),
+    _count("prefix_groups", (SHARED_PREFIX,), 4, "Prefix groups", "prefixes", "the number of prefix groups", 1,
+           "Prefix groups", help="How many different prefixes the prompts share.",
+           cli_help="number of different shared prefixes (shared-prefix dataset)"),
+    _count("suffix_len", (SHARED_PREFIX,), 32, "Suffix length", "tokens", "the suffix length", 8,
+           "Suffix length (tokens)", help="Tokens of each prompt's own text after its prefix.",
+           cli_help="tokens of each prompt's own text after the prefix (shared-prefix dataset)"),
+    Setting("prefix_share", Part.DATASET, float, 1.0, datasets=(SHARED_PREFIX,), label="Prefix reuse share",
+            unit="fraction", sweepable=True, bounds=Bounds("The prefix reuse share must be between 0 and 1.", low=0.0,
+                                                           high=1.0),
+            widget=Widget(style="slider", step=0.05), widget_label="Share of prompts reusing a prefix",
+            help="The share of prompts that open with their group's prefix; the others open with a prefix of their "
+                 "own of the same length, so 0 sends the same lengths with nothing to reuse.",
+            cli_help="share of the prompts that reuse their group's prefix; the rest get a prefix of their own, same "
+                     "length (shared-prefix dataset)"),
+    Setting("prefix_order", Part.DATASET, str, "interleaved", datasets=(SHARED_PREFIX,),
+            choices=("interleaved", "grouped", "random"), label="Arrival order", widget_label="Arrival order",
+            help="interleaved: one prompt of each group in turn; grouped: a group's prompts one after another; "
+                 "random: shuffled.",
+            cli_help="the order prompts are sent in: interleaved (group after group, one each), grouped, or random "
+                     "(shared-prefix dataset)"),
+    _count("output_len", (SHARED_PREFIX, CUSTOM), 128, "Output length", "tokens", "the output length", 8,
+           "Output length (tokens)",
+           help="Tokens each request generates (custom: those of records without output_len or max_tokens).",
+           cli_help="output tokens per request (shared-prefix; custom: for records without output_len or max_tokens)"),
+    # Multi-turn sessions (vLLM's benchmarks/multi_turn, GuideLLM's turns).
+    Setting("turns", Part.DATASET, int, 4, datasets=(MULTI_TURN,), label="Turns per session", unit="turns",
+            sweepable=True, bounds=Bounds(f"The turns per session must be between 2 and {MAX_TURNS}.", low=2,
+                                          high=MAX_TURNS),
+            widget=Widget(step=1), widget_label="Turns per session",
+            help="User turns of each conversation sent; conversations with fewer are skipped. The number of prompts "
+                 "counts sessions.",
+            cli_help=f"turns per session, 2 to {MAX_TURNS}: conversations with fewer are skipped, and -n counts "
+                     "sessions (multi-turn dataset)"),
+    Setting("multi_turn_answers", Part.DATASET, str, "model", datasets=(MULTI_TURN,), choices=("model", "dataset"),
+            label="Previous answers", widget_label="Previous answers in each prompt",
+            help="model: the answers the model gave in this run (each turn waits for the previous one); dataset: the "
+                 "conversation's own answers.",
+            cli_help="the answers a turn's prompt repeats: the model's own from this run, or the dataset's "
+                     "(multi-turn dataset)"),
+    Setting("think_time_s", Part.DATASET, float, 0.0, datasets=(MULTI_TURN,), label="Think time", unit="s",
+            sweepable=True, bounds=Bounds("The think time must be 0 seconds or more.", low=0.0),
+            widget=Widget(step=0.5, format="%.2f"), widget_label="Think time between turns (s)",
+            help="How long a user waits after an answer before sending the next turn.", flags=("--think-time",),
+            cli_help="seconds between an answer and the session's next turn (multi-turn dataset)"),
+    # Mooncake traces.
+    Setting("trace_block_len", Part.DATASET, int, 512, datasets=(TRACE_DATASET,), label="Trace block length",
+            unit="tokens", bounds=Bounds("The trace block length must be at least 1 token.", low=1),
+            widget=Widget(step=64), widget_label="Tokens per hash id",
+            help="Tokens one hash id of the trace stands for (Mooncake's traces: 512).",
+            cli_help="tokens each hash id stands for; equal ids give identical blocks (trace dataset; Mooncake: 512)"),
 )
 
 # Where a concurrency bounds what is in flight; where requests come at a rate; where workers drive the engine API.
 AT_ONCE = (LoadPattern.BATCH, LoadPattern.CONCURRENCY, LoadPattern.ENGINE_API)
 BY_RATE, BY_ENGINE_API = (LoadPattern.REQUEST_RATE,), (LoadPattern.ENGINE_API,)
+# A trace's timestamps say when each request goes; concurrency is then the most in flight (an engine's batch).
+CAPPED = (*AT_ONCE, LoadPattern.TRACE)
 
 LOAD = (
     Setting("load_pattern", Part.LOAD, str, "batch", choices=LOAD_PATTERNS, choice_help={
@@ -242,13 +365,17 @@ LOAD = (
                                         "with skip tokenize), and its output is detokenized unless skipped.",
                 LoadPattern.REQUEST_RATE: "profile_restful_api.py / vLLM: requests arrive at a rate (Poisson, or gamma with a "
                                 "burstiness factor), optionally capped by a max concurrency; a request's clock starts "
-                                "when it is sent."},
+                                "when it is sent.",
+                LoadPattern.TRACE: "A trace replayed (the trace dataset): each request goes at its timestamp, divided "
+                                   "by the speed-up, at most concurrency at once; its clock starts when it is sent."},
             choice_labels={LoadPattern.BATCH: "pipeline batch", LoadPattern.CONCURRENCY: "pipeline concurrency",
-                           LoadPattern.ENGINE_API: "engine API", LoadPattern.REQUEST_RATE: "request rate"},
+                           LoadPattern.ENGINE_API: "engine API", LoadPattern.REQUEST_RATE: "request rate",
+                           LoadPattern.TRACE: "trace replay"},
             choice_message="Unknown load pattern '{value}'; choose {choices}.", widget=None, flags=("--load",),
             cli_help="batch: every request starts at t0 and waits for a slot (LMDeploy's pipeline); concurrency: a "
-                     "request starts when a worker picks it up (profile_throughput.py)"),
-    Setting("concurrency", Part.LOAD, int, 256, load_patterns=AT_ONCE, label="Concurrency", unit="requests",
+                     "request starts when a worker picks it up (profile_throughput.py); trace: each request starts at "
+                     "its trace timestamp (--dataset-name trace)"),
+    Setting("concurrency", Part.LOAD, int, 256, load_patterns=CAPPED, label="Concurrency", unit="requests",
             sweepable=True, bounds=Bounds("Concurrency must be at least 1.", low=1),
             help="Requests in flight at once; LMDeploy's engines take it as max_batch_size.", widget=Widget(step=1),
             widget_label="Concurrency",
@@ -289,6 +416,11 @@ LOAD = (
             widget=Widget(style="switch", step=1, start=WARMUP_START),
             cli_help="unmeasured warm-up requests (the first N prompts), run after the engine loads and before the "
                      "clock starts; 0: none, as LMDeploy's scripts"),
+    Setting("trace_speedup", Part.LOAD, float, 1.0, load_patterns=(LoadPattern.TRACE,), label="Trace speed-up",
+            unit="x", sweepable=True, bounds=Bounds("The trace speed-up must be above 0.", low=0.0, low_open=True),
+            widget=Widget(step=0.5, min_value=0.01, format="%.2f"), widget_label="Trace speed-up (x)",
+            help="The trace's timestamps are divided by this: 2 replays it twice as fast; 1 keeps its schedule.",
+            cli_help="divide the trace's timestamps by this (2: twice as fast); 1 keeps the trace's schedule"),
     # A time limit: it ends the run (requests in flight are cancelled); None sends every request. Not compared:
     # the history's duration_s column holds the benchmark's measured duration.
     Setting("duration_s", Part.LOAD, float, None, optional=True, load_patterns=BY_RATE, compared=False,

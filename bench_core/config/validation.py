@@ -16,9 +16,13 @@ from typing import Any
 from ..models.synthetic import synthetic_name_problems
 from ..errors import ConfigError
 from ..states import LoadPattern
-from .catalog import GENERATION, KNOBS, of_part, setting
+from .catalog import CUSTOM, GENERATION, IMAGE, KNOBS, TRACE_DATASET, image_size, of_part, setting
 from .run_config import EngineConfig, GenerationSettings, RunConfig
 from .settings import Bounds, Part
+
+
+# The datasets that read the user's own file, and what it holds.
+FILE_DATASETS = {TRACE_DATASET: "a Mooncake JSONL trace", CUSTOM: "JSON or JSONL records with a prompt or messages"}
 
 
 @dataclass(frozen=True)
@@ -75,18 +79,32 @@ def validate_run_config(config: RunConfig, backend: BackendRules | None = None) 
 
 
 def _dataset_problems(config: RunConfig) -> list[str]:
-    """What the two datasets ask of their length settings."""
-    data = config.dataset
-    if data.dataset_name == "sharegpt" and (data.random_input_len is not None or data.random_output_len is not None):
-        return ["--random-input-len and --random-output-len apply to the random dataset only."]
-    if data.dataset_name == "random":
-        problems = []
-        if data.random_input_len is None or data.random_output_len is None:
-            problems.append("The random dataset needs both --random-input-len and --random-output-len.")
-        if data.sharegpt_output_len is not None:
-            problems.append("--sharegpt-output-len applies to the sharegpt dataset only.")
-        return problems
-    return []
+    """What the datasets ask of their settings: none set for another dataset, the lengths the random rule draws
+    from, a file for the datasets that read one, a trace for the trace load pattern."""
+    data, name = config.dataset, config.dataset.dataset_name
+    problems = [f"{declared.cli_flag} applies to the {_names(declared.datasets)} dataset"
+                f"{'s' if len(declared.datasets) > 1 else ''} only."
+                for declared in of_part(Part.DATASET) if declared.datasets and not declared.applies(dataset_name=name)
+                and getattr(data, declared.name) != declared.default]
+    lengths = setting("random_input_len")
+    if lengths.applies(dataset_name=name) and (data.random_input_len is None or data.random_output_len is None):
+        problems.append(f"The {name} dataset needs both --random-input-len and --random-output-len.")
+    if name in FILE_DATASETS and str(data.dataset).startswith("builtin:"):
+        problems.append(f"The {name} dataset reads your own file ({FILE_DATASETS[name]}): pass its path as the "
+                        f"dataset, not {data.dataset}.")
+    if name == IMAGE:
+        try:
+            image_size(data.image_resolution)
+        except ValueError as exc:
+            problems.append(str(exc))
+    if config.load.load_pattern == LoadPattern.TRACE and name != TRACE_DATASET:
+        problems.append("The trace load pattern sends each request at its trace timestamp: choose the trace dataset "
+                        "(--dataset-name trace).")
+    return problems
+
+
+def _names(names: tuple[str, ...]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _pattern_refused(pattern: str, backend: str, patterns: tuple[str, ...]) -> str:

@@ -107,7 +107,8 @@ def run_config_problems(config: RunConfig) -> list[str]:
     """Every problem of the run's settings, each a sentence for the user: the generic ones, and once those are
     fixed, the engine's (a backend's rules may assume sane generic settings)."""
     problems = validate_run_config(config, backend_rules(config.engine.backend))
-    return problems or validate_engine_config(config.engine, config.load)
+    return problems or (validate_engine_config(config.engine, config.load)
+                        + backend(config.engine.backend).dataset_problems(config.engine, config.dataset))
 
 
 def engine_settings_key(engine: EngineConfig, load: LoadConfig) -> tuple:

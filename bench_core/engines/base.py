@@ -4,6 +4,8 @@ loaded, and the `Engine` it loads runs requests.
 An engine takes sampled requests and reports what happens to each of them as `EngineEvent`s:
 when it is admitted to the engine, each time its cumulative output token count grows, and how it
 finished. The runner turns events into profiler ticks; engines never compute metrics.
+Requests say when they may go (load.schedule.SendSchedule, which every engine's driver keeps): under the trace
+pattern at their timestamps, and a multi-turn turn only after the turn it follows, whose answer it may repeat.
 `complete()` serves the playground instead: chat prompts in, texts out, EOS honoured.
 """
 
@@ -15,10 +17,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from ..config import EngineConfig, GenerationSettings, LoadConfig
+from ..config import DatasetConfig, EngineConfig, GenerationSettings, LoadConfig
+from ..config.catalog import IMAGE
 from ..errors import BenchError, ConfigError
 from ..load.datasets import SampledRequest
 from ..load.playground import Conversation, PlaygroundResult
+from ..load.schedule import SendSchedule
 from ..states import SERVED_REASONS, LoadPattern
 from ..models.window import model_context_window
 
@@ -42,6 +46,9 @@ class EngineEvent:
       the engine's own verdict on a served request's length where its token count cannot give it
       (metrics.request_status): SUCCESS for a server that said it stopped at the limit without counting its
       tokens, OVERRUN for one that produced more than asked; "" leaves it to the count.
+    - `input_len` of an "admit" is the prompt's length where the engine built the prompt only then (a turn that
+      repeats the model's answer); 0: the request's own. The prompt tokens an engine found in its prefix cache are
+      `extra["cached_tokens"]` of the "finish", where the engine reports them.
     """
 
     index: int
@@ -53,11 +60,20 @@ class EngineEvent:
     token_ids: Sequence[int] = ()
     extra: Mapping[str, Any] | None = None
     length_status: str = ""
+    input_len: int = 0
 
 
 NOT_SENT = "not_sent"
 RUN_ENDED = "run_ended"
 CANCELLED_BY_LOAD = "cancelled_by_load"
+NOT_SENT_AFTER_FAILURE = "not sent: the turn before it in its session failed"
+
+
+def finish_in_schedule(schedule: SendSchedule, finish: EngineEvent, answer: str | None = None) -> list[EngineEvent]:
+    """A request's "finish" told to the run's schedule (its next turn is due after it, with `answer` where that turn
+    repeats it), then a NOT_SENT finish for each turn that will never be sent because this one failed."""
+    dropped = schedule.finish(finish.index, finish.ts, finish.finish_reason in SERVED_REASONS, answer)
+    return [finish, *(EngineEvent(index, "finish", finish.ts, 0, NOT_SENT, NOT_SENT_AFTER_FAILURE) for index in dropped)]
 
 
 @dataclass
@@ -96,11 +112,13 @@ class Engine(ABC):
         load: LoadConfig,
         cancel: threading.Event,
     ) -> Iterator[EngineEvent]:
-        """Run all requests as `load` offers them (its pattern; at most `load.concurrency` at once),
-        yielding their events as they happen.
+        """Run all requests as `load` offers them (its pattern; at most `load.concurrency` at once) and as they
+        say (none before it is due, nor a turn before the one it follows has finished: load.schedule), yielding
+        their events as they happen.
 
         Every request ends with exactly one "finish" event, unless `cancel` is set, in which case
-        the engine stops within a second and requests still running end with "abort".
+        the engine stops within a second and requests still running end with "abort". A turn never sent because
+        the one it follows failed ends NOT_SENT.
         Without `load.stream_output` a request yields a single "tokens" event, when it is complete.
         """
 
@@ -170,9 +188,12 @@ class Backend(ABC):
     # False when the engine names its own model (a server serves one); a run then needs none.
     needs_model: ClassVar[bool] = True
     # The load patterns it can offer requests in, and the one a run starts from (its LMDeploy script's).
-    load_patterns: ClassVar[tuple[str, ...]] = (LoadPattern.BATCH, LoadPattern.CONCURRENCY, LoadPattern.ENGINE_API)
+    load_patterns: ClassVar[tuple[str, ...]] = (LoadPattern.BATCH, LoadPattern.CONCURRENCY, LoadPattern.ENGINE_API,
+                                                LoadPattern.TRACE)
     load_pattern: ClassVar[str] = LoadPattern.BATCH
     run_size: ClassVar[RunSize] = CPU_RUN_SIZE
+    # Whether its engine takes images with a prompt (a vision model's), for the image dataset.
+    takes_images: ClassVar[bool] = False
 
     @classmethod
     def gpus(cls, engine: EngineConfig) -> int:
@@ -198,6 +219,14 @@ class Backend(ABC):
     @abstractmethod
     def validate(cls, engine: EngineConfig, load: LoadConfig) -> list[str]:
         """Problems with this backend's knobs, each a sentence for the user."""
+
+    @classmethod
+    def dataset_problems(cls, engine: EngineConfig, dataset: DatasetConfig) -> list[str]:
+        """Problems of running `dataset` on this backend, each a sentence: images where it takes none."""
+        if dataset.dataset_name == IMAGE and not cls.takes_images:
+            return [f"The {engine.backend} engine takes text only, so it cannot run the image dataset: send it to a "
+                    "server of a vision model (restful, with a -chat backend) or an LMDeploy engine."]
+        return []
 
     @classmethod
     @abstractmethod

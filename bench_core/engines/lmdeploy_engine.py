@@ -34,6 +34,7 @@ class LMDeployBackend(Backend):
 
     names = ("turbomind", "pytorch")
     order = 0
+    takes_images = True  # a vision-language model's pipeline (LMDeploy refuses images for a text-only one)
     # LMDeploy's scripts' own sizes: the run a GPU user compares with theirs.
     run_size = RunSize("lmdeploy", num_prompts=DatasetConfig.num_prompts, concurrency=LoadConfig.concurrency,
                        stream_output=LoadConfig.stream_output, sharegpt_output_len=DatasetConfig.sharegpt_output_len)

@@ -1,7 +1,7 @@
 """LMDeploy's `turbomind` and `pytorch` engines, built with `lmdeploy.pipeline` and driven through it as
 benchmark/profile_pipeline_api.py drives it.
 
-The pipeline gets the configs of lmdeploy_configs.py, prompts go in with `do_preprocess=False`, and a request's
+The pipeline gets the configs of lmdeploy_configs.py, text prompts go in with `do_preprocess=False`, and a request's
 status comes from `Response.finish_reason`. Playground prompts (`complete()`) take the chat path instead:
 `do_preprocess=True`, EOS honoured, sampling as asked. What ran is recorded, a silent TurboMind-to-PyTorch
 fallback included.
@@ -15,6 +15,12 @@ Load patterns:
   sync call only schedules coroutines on the pipeline's event-loop thread with
   `run_coroutine_threadsafe` and reads its own private queue: engine state is touched by that thread
   alone. The pipeline is bound to the sync API for its lifetime, so the async `generate` API is not used.
+- requests that say when they go (a trace's times, multi-turn turns after the one they follow: load.schedule):
+  the same N workers, each taking the next request once it is due, whatever the pattern.
+
+A request's cached prompt tokens are Response.cached_tokens, where LMDeploy's Response has the field. Images (the
+image dataset) go as LMDeploy's GPT-4V-style messages, text and image_url parts, through the chat template
+(do_preprocess=True), the input its vision-language pipelines document; that path was not run here (no GPU).
 
 Nothing here imports lmdeploy, torch or transformers at module level: the backend (lmdeploy_engine.py) imports
 this module, and validating its knobs works without them.
@@ -34,10 +40,11 @@ from collections.abc import Callable, Iterator, Sequence
 from ..config import EngineConfig, GenerationSettings, LoadConfig
 from ..errors import ConfigError, ModelError
 from ..load.datasets import SampledRequest
+from ..load.schedule import SendSchedule
 from ..load.playground import Conversation, PlaygroundResult, prompt_preview
 from ..models.resolve import last_line
 from ..states import LoadPattern
-from .base import Engine, EngineEvent, EngineInfo
+from .base import Engine, EngineEvent, EngineInfo, finish_in_schedule
 from .event_pump import ABORT_EVERY_S, pump_events
 from .lmdeploy_configs import (build_chat_generation_config, build_engine_config, build_generation_configs,
                                build_speculative_config)
@@ -193,13 +200,18 @@ class LMDeployEngine(Engine):
     ) -> Iterator[EngineEvent]:
         if load.concurrency > self.max_batch_size:
             raise ValueError(f"concurrency {load.concurrency} exceeds the engine's max_batch_size {self.max_batch_size}")
+        schedule = SendSchedule(requests, load)
         drive = _PipelineDrive(
             self._pipe,
-            [request.prompt for request in requests],
+            [_pipeline_prompt(request) for request in requests],
             build_generation_configs(requests, generation, self._return_routed_experts),
             load.stream_output,
+            schedule,
+            encode=self._tokenizer.encode if self._tokenizer is not None else None,
         )
-        if load.load_pattern == LoadPattern.CONCURRENCY:
+        if not schedule.plain:
+            drive.start_scheduled(load.concurrency, cancel)
+        elif load.load_pattern == LoadPattern.CONCURRENCY:
             drive.start_workers(load.concurrency, cancel)
         else:
             drive.start_batch()
@@ -254,21 +266,37 @@ def stop_all_sessions(pipe) -> None:
     concurrent.futures.wait([future], timeout=ABORT_EVERY_S)
 
 
+def _pipeline_prompt(request: SampledRequest):
+    """What the pipeline is given for a request: its text, or with images LMDeploy's GPT-4V-style messages."""
+    if not request.images:
+        return request.prompt
+    parts = [{"type": "text", "text": request.prompt},
+             *({"type": "image_url", "image_url": {"url": uri}} for uri in request.images)]
+    return [{"role": "user", "content": parts}]
+
+
 class _PipelineDrive:
     """One stream() call: helper threads feed the pipeline and stamp what comes back; the caller's
     thread reads their events from a queue and, on cancel, stops LMDeploy the way its api_server
     does (a new epoch drops every queued request, and running ones are aborted)."""
 
-    def __init__(self, pipe, prompts: list[str], gen_configs: list, stream_output: bool):
+    def __init__(self, pipe, prompts: list, gen_configs: list, stream_output: bool, schedule: SendSchedule,
+                 encode: Callable[[str], list[int]] | None = None):
+        """`encode` measures a prompt built when it is sent (a turn repeating the model's answer)."""
         self.pipe = pipe
+        self.encode = encode
         self.prompts = prompts
         self.gen_configs = gen_configs
         self.stream_output = stream_output
+        self.schedule = schedule
         self.sessions = [pipe.session() for _ in prompts]
         for session in self.sessions:  # stamped so that a cancel can drop requests still queued
             session.epoch = pipe.async_engine.epoch
         self.queue: queue.Queue[EngineEvent | None] = queue.Queue()
         self.threads = 0
+        self.due = threading.Condition()  # guards the schedule; told when a request ends (its next turn is due)
+        self.answers: dict[int, list[str]] = {}  # the text so far of requests a later turn repeats
+        self.cached: dict[int, int] = {}
 
     # -- feeding (helper threads) --
 
@@ -281,6 +309,11 @@ class _PipelineDrive:
             todo.put(index)
         for _ in range(min(count, len(self.prompts))):
             self._spawn(lambda: self._work(todo, cancel))
+
+    def start_scheduled(self, count: int, cancel: threading.Event) -> None:
+        self.schedule.start(time.perf_counter())
+        for _ in range(min(count, len(self.prompts))):
+            self._spawn(lambda: self._work_when_due(cancel))
 
     def _spawn(self, target: Callable[[], None]) -> None:
         def run() -> None:
@@ -308,6 +341,24 @@ class _PipelineDrive:
             self.queue.put(EngineEvent(index, "admit", time.perf_counter()))
             self._send([index])
 
+    def _work_when_due(self, cancel: threading.Event) -> None:
+        """A worker of a schedule: the next request due, sent once it is, until none is left to send."""
+        while not cancel.is_set():
+            with self.due:
+                index = self.schedule.next_due(time.perf_counter())
+                if index is None:
+                    if not self.schedule.pending():
+                        return
+                    self.due.wait(min(POLL_S, self.schedule.wait_s(time.perf_counter())))
+                    continue
+                outgoing = self.schedule.take(index)
+            input_len = 0
+            if outgoing.built:
+                self.prompts[index] = outgoing.prompt
+                input_len = len(self.encode(outgoing.prompt)) if self.encode is not None else 0
+            self.queue.put(EngineEvent(index, "admit", time.perf_counter(), input_len=input_len))
+            self._send([index])
+
     def _send(self, indices: list[int]) -> None:
         """Run these requests through the pipeline; Response.index is the position within this call."""
         prompts = [self.prompts[i] for i in indices]
@@ -315,27 +366,44 @@ class _PipelineDrive:
         sessions = [self.sessions[i] for i in indices]
         open_ = set(indices)
         message = "LMDeploy ended the request without a finish reason"
+        templated = any(isinstance(prompt, list) for prompt in prompts)  # messages with images: the chat template
         try:
             if self.stream_output:
-                outputs = self.pipe.stream_infer(prompts, sessions=sessions, gen_config=gen_configs, do_preprocess=False)
+                outputs = self.pipe.stream_infer(prompts, sessions=sessions, gen_config=gen_configs,
+                                                 do_preprocess=templated)
                 for out in outputs:
                     self._emit(indices[out.index], out, open_)
             else:
-                for out in self.pipe(prompts, gen_configs, do_preprocess=False, sessions=sessions):
+                for out in self.pipe(prompts, gen_configs, do_preprocess=templated, sessions=sessions):
                     self._emit(indices[out.index], out, open_)
         except Exception as exc:  # the pipeline reports request errors as responses; this is anything else
             message = f"{type(exc).__name__}: {last_line(exc)}"
         now = time.perf_counter()
         for index in sorted(open_):
-            self.queue.put(EngineEvent(index, "finish", now, finish_reason="error", message=message))
+            self._finish(EngineEvent(index, "finish", now, finish_reason="error", message=message))
 
     def _emit(self, index: int, out, open_: set[int]) -> None:
         now = time.perf_counter()
         self.queue.put(EngineEvent(index, "tokens", now, n_tokens=out.generate_token_len))
+        if out.text and self.schedule.wants_answer(index):
+            self.answers.setdefault(index, []).append(out.text)
+        if getattr(out, "cached_tokens", None) is not None:
+            self.cached[index] = max(self.cached.get(index, 0), int(out.cached_tokens))
         if out.finish_reason is not None:
             message = out.error_message or ""
-            self.queue.put(EngineEvent(index, "finish", now, finish_reason=out.finish_reason, message=message))
+            extra = {"cached_tokens": float(self.cached[index])} if index in self.cached else None
+            self._finish(EngineEvent(index, "finish", now, finish_reason=out.finish_reason, message=message,
+                                     extra=extra))
             open_.discard(index)
+
+    def _finish(self, finish: EngineEvent) -> None:
+        """Queue a request's finish and what it makes of the schedule (the turns it will never get to)."""
+        answer = "".join(self.answers.pop(finish.index, [])) if self.schedule.wants_answer(finish.index) else None
+        with self.due:
+            events = finish_in_schedule(self.schedule, finish, answer)
+            self.due.notify_all()
+        for event in events:
+            self.queue.put(event)
 
     # -- reading (the caller's thread) --
 

@@ -45,7 +45,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -55,9 +55,10 @@ import yarl
 from ..config import check_values, setting
 from ..load.arrivals import ArrivalReport, arrival_report, send_offsets
 from ..load.datasets import SampledRequest
+from ..load.schedule import SendSchedule
 from ..errors import BenchError, ConfigError
 from ..states import SERVED_REASONS, RequestStatus
-from .base import RUN_ENDED, EngineEvent
+from .base import NOT_SENT_AFTER_FAILURE, RUN_ENDED, EngineEvent
 from .openai_stream import (CHUNKS, ERROR_BODY_CHARS, RETOKENIZED, EventTooLarge, SSEMessage, SSEParser, StreamReader,
                             error_text)
 
@@ -164,9 +165,14 @@ def overrun_advice(spec: ServerSpec) -> str:
     return f"more tokens than asked: the server seems to ignore {sent[0]}: send {other} with {flag} {other} (or both)"
 
 
-def build_payload(spec: ServerSpec, model: str, prompt: str, max_tokens: int, ignore_eos: bool) -> dict:
+def build_payload(spec: ServerSpec, model: str, prompt: str, max_tokens: int, ignore_eos: bool,
+                  messages: Sequence[Mapping] | None = None, images: Sequence[str] = ()) -> dict:
     """The JSON body of one request, as `profile_restful_api.py` and vLLM send it; a chat request's token limit
     goes in the field(s) `spec.chat_limit_field` names (theirs: max_completion_tokens).
+
+    The chat endpoint gets `messages` where the request has them (custom records, multi-turn turns), else the
+    prompt as one user message; `images` (data URIs) go before its text, as profile_restful_api.py puts them.
+    The completions endpoint gets the prompt text (a conversation's transcript).
 
     ignore_eos goes the way each server takes it: an `ignore_eos` field for LMDeploy, vLLM and
     SGLang; a `generation_config` string for `transformers serve`, which answers 422 to the field
@@ -175,7 +181,12 @@ def build_payload(spec: ServerSpec, model: str, prompt: str, max_tokens: int, ig
     """
     payload: dict = {"model": model, "stream": spec.stream}
     if spec.endpoint == "chat":
-        payload["messages"] = [{"role": "user", "content": prompt}]
+        if images:
+            parts = [*({"type": "image_url", "image_url": {"url": uri}} for uri in images),
+                     {"type": "text", "text": prompt}]
+            payload["messages"] = [{"role": "user", "content": parts}]
+        else:
+            payload["messages"] = [dict(m) for m in messages] if messages else [{"role": "user", "content": prompt}]
         payload.update(dict.fromkeys(limit_fields(spec), max_tokens))
     else:
         payload["prompt"] = prompt
@@ -207,6 +218,8 @@ class RequestResult:
     usage_completion_tokens: int | None = None
     usage_source: str | None = None  # USAGE or CHUNK_USAGE (openai_stream); None: the server sent no usage
     usage_prompt_tokens: int | None = None
+    usage_cached_tokens: int | None = None
+    built_prompt: str | None = None  # the prompt made when it was sent (a turn repeating the model's answer)
     retokenized_tokens: int | None = None  # filled by `retokenize`
     finish_reason: str = ""
     message: str = ""
@@ -385,6 +398,7 @@ async def send_request(
     result.end_ts = time.perf_counter()
     result.usage_completion_tokens, result.usage_prompt_tokens = reader.usage_completion_tokens, reader.usage_prompt_tokens
     result.usage_source = reader.usage_source
+    result.usage_cached_tokens = reader.usage_cached_tokens
     result.text, result.reasoning_text = "".join(reader.text_parts), "".join(reader.reasoning_parts)
     result.finish_reason, result.message = reason, message
     emit(EngineEvent(result.index, "finish", result.end_ts, result.output_tokens, reason, message))
@@ -455,7 +469,7 @@ class ClientRun:
         spec: ServerSpec,
         model: str,
         requests: Sequence[SampledRequest],
-        offsets: Sequence[float],
+        schedule: SendSchedule,
         request_rate: float,
         max_concurrency: int | None,
         warmup: int,
@@ -465,8 +479,12 @@ class ClientRun:
     ) -> None:
         self.spec, self.model, self.requests = spec, model, requests
         self.request_rate, self.max_concurrency, self.warmup, self.duration_s = request_rate, max_concurrency, warmup, duration_s
-        self.ignore_eos, self.cancel = ignore_eos, cancel
-        self.results = [RequestResult(i, r.output_len, float(offset)) for i, (r, offset) in enumerate(zip(requests, offsets))]
+        self.ignore_eos, self.cancel, self.schedule = ignore_eos, cancel, schedule
+        # A turn that follows another is scheduled once that one ends (NaN until then).
+        self.results = [RequestResult(i, r.output_len, math.nan if schedule.offset(i) is None else schedule.offset(i))
+                        for i, r in enumerate(requests)]
+        self._released: dict[int, asyncio.Event] = {}  # per follower: told when the request it follows ends
+        self._dropped: set[int] = set()
         self.t0: float | None = None  # perf_counter when the first request was due, after warm-up
         self.error: BaseException | None = None
         # Events cross to the reading thread in batches, one queue item per FLUSH_S: a queue item per token
@@ -536,6 +554,8 @@ class ClientRun:
             try:
                 await self._warm_up(session, slots)
                 self.t0 = time.perf_counter()
+                self.schedule.start(self.t0)
+                self._released = {i: asyncio.Event() for i, r in enumerate(self.requests) if r.follows is not None}
                 if self.cancel.is_set():  # during the warm-up; from here on the watcher cancels the tasks
                     for result in self.results:
                         self._not_sent(result, "not sent: cancelled")
@@ -567,18 +587,38 @@ class ClientRun:
             raise ServerError(f"The warm-up request failed, so nothing was measured: {failed[0].message or failed[0].finish_reason}.")
 
     async def _send_when_due(self, session: aiohttp.ClientSession, slots, result: RequestResult) -> None:
-        request = self.requests[result.index]
+        index = result.index
+        request = self.requests[index]
         deadline = math.inf if self.duration_s is None else self.t0 + self.duration_s
         try:
+            if request.follows is not None:  # until the turn it follows has ended
+                await self._released[index].wait()
+                if index in self._dropped:
+                    return self._not_sent(result, NOT_SENT_AFTER_FAILURE)
+                result.scheduled_s = self.schedule.offset(index)
             await asyncio.sleep(max(0.0, min(self.t0 + result.scheduled_s, deadline) - time.perf_counter()))
             async with slots:
                 if time.perf_counter() >= deadline:
                     return self._not_sent(result, f"not sent: the {self.duration_s:g} s duration had ended")
-                payload = build_payload(self.spec, self.model, request.prompt, request.output_len, self.ignore_eos)
+                outgoing = self.schedule.take(index)
+                if outgoing.built:
+                    result.built_prompt = outgoing.prompt
+                payload = build_payload(self.spec, self.model, outgoing.prompt, request.output_len, self.ignore_eos,
+                                        outgoing.messages, request.images)
                 await send_request(session, self.spec, payload, result, self._emit, ends_at=deadline)
+            self._ended(result)
         except asyncio.CancelledError:  # cancelled before it was sent; send_request reports its own
             if result.sent_ts is None:
                 self._not_sent(result, "not sent: cancelled")
+
+    def _ended(self, result: RequestResult) -> None:
+        """Tell the schedule a sent request ended: the turns after it are due (or, when it failed, never sent)."""
+        served = result.finish_reason in SERVED_REASONS
+        answer = result.text if served and self.schedule.wants_answer(result.index) else None
+        dropped = self.schedule.finish(result.index, result.end_ts, served, answer)
+        self._dropped.update(dropped)
+        for follower in (*self.schedule.followers(result.index), *dropped):
+            self._released[follower].set()
 
     def _not_sent(self, result: RequestResult, message: str) -> None:
         result.finish_reason, result.message = "abort", message
@@ -612,16 +652,22 @@ def run_requests(
     ignore_eos: bool = True,
     arrival_seed: int | np.random.RandomState = 0,
     exact_rate_arrivals: bool = False,
+    schedule: SendSchedule | None = None,
 ) -> ClientRun:
     """Start sending `requests` to the server and return the run; read it with `ClientRun.events()`.
 
     Sends follow `send_offsets(len(requests), request_rate, burstiness, arrival_seed, exact_rate_arrivals)`: by
-    default profile_restful_api.py's draw, with `exact_rate_arrivals` rescaled to the exact rate. A request due while
+    default profile_restful_api.py's draw, with `exact_rate_arrivals` rescaled to the exact rate; or `schedule`
+    where it is given (a trace's times). A multi-turn turn goes once the one it follows has ended. A request due while
     `max_concurrency` are in flight waits for a slot, and its clock starts when it is sent (vLLM).
     `duration_s` ends the run once that long has passed since t0: requests in flight end RUN_ENDED,
     the rest "abort" with a "not sent" message. Setting `cancel` aborts everything within 0.1 s.
     """
     check_values(max_concurrency=max_concurrency, warmup_requests=warmup, duration_s=duration_s)
-    offsets = send_offsets(len(requests), request_rate, burstiness, arrival_seed, exact_rate_arrivals)
-    run = ClientRun(spec, model, requests, offsets, request_rate, max_concurrency, warmup, duration_s, ignore_eos, cancel or threading.Event())
+    if schedule is None:  # the rate's arrivals, for the requests that follow no other (every one, but for turns)
+        starters = sum(request.follows is None for request in requests)
+        schedule = SendSchedule(requests, offsets=send_offsets(starters, request_rate, burstiness, arrival_seed,
+                                                               exact_rate_arrivals))
+    run = ClientRun(spec, model, requests, schedule, request_rate, max_concurrency, warmup, duration_s, ignore_eos,
+                    cancel or threading.Event())
     return run.start()

@@ -24,7 +24,9 @@ reloaded whenever a setting changes, load settings included. `stream()` drives
 
 The load patterns map onto the client: request_rate uses the rate, burstiness and max concurrency;
 concurrency N sends everything at once through N slots (profile_throughput.py); batch does the same
-with every clock starting at t0 (the runner's ticks). Warm-up requests go out before the clock starts.
+with every clock starting at t0 (the runner's ticks); trace sends each request at its trace time (load.schedule),
+at most concurrency at once. Warm-up requests go out before the clock starts. The server's
+usage.prompt_tokens_details.cached_tokens, where it sends one, is the request's cached prompt tokens.
 """
 
 from __future__ import annotations
@@ -42,8 +44,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..config import EngineConfig, GenerationSettings, LoadConfig, sampling_problems
+from ..config import LOAD_PATTERNS, DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, sampling_problems
+from ..config.catalog import IMAGE
 from ..load.datasets import SampledRequest
+from ..load.schedule import SendSchedule
 from ..errors import ConfigError, ModelError
 from ..models.resolve import load_tokenizer
 from ..redact import redact_text
@@ -107,6 +111,16 @@ class OpenAIBackend(Backend):
     needs_model = False
     load_patterns = (LoadPattern.BATCH, LoadPattern.CONCURRENCY, LoadPattern.REQUEST_RATE)  # no engine API over HTTP
     load_pattern = LoadPattern.REQUEST_RATE
+    takes_images = True  # in chat messages, to a vision model's server
+
+    @classmethod
+    def dataset_problems(cls, engine: EngineConfig, dataset: DatasetConfig) -> list[str]:
+        """The image dataset's images go in chat messages only (profile_restful_api.py's completions backends drop
+        them without a word)."""
+        if dataset.dataset_name == IMAGE and engine.endpoint != "chat":
+            return ["The image dataset sends its images in chat messages: use the chat endpoint (--backend "
+                    "lmdeploy-chat, vllm-chat, sglang-oai-chat or transformers-chat)."]
+        return []
 
     @classmethod
     def context_window(cls, engine: EngineConfig) -> int | None:
@@ -199,10 +213,12 @@ class OpenAIEngine(Engine):
         cancel: threading.Event,
         arrival_seed: int | np.random.RandomState = 0,
     ) -> Iterator[EngineEvent]:
-        """`Engine.stream`; under a request rate, arrivals draw from `arrival_seed` (`arrivals.send_offsets`)."""
+        """`Engine.stream`; under a request rate, arrivals draw from `arrival_seed` (`arrivals.send_offsets`); a trace
+        sends each request at its time, at most `load.concurrency` at once."""
         from .openai_client import overrun_advice, run_requests
 
         by_rate = load.load_pattern == LoadPattern.REQUEST_RATE
+        trace = load.load_pattern == LoadPattern.TRACE
         run = run_requests(
             dataclasses.replace(self.spec, stream=load.stream_output),
             self.model,
@@ -215,10 +231,13 @@ class OpenAIEngine(Engine):
             duration_s=load.duration_s,
             cancel=cancel,
             ignore_eos=generation.ignore_eos,
+            schedule=SendSchedule(requests, load) if trace else None,
         )
         held: dict[int, tuple[EngineEvent, int]] = {}  # index -> (last tokens event, count ticked before it)
         for event in run.events():
-            if event.kind == "tokens":
+            if event.kind == "admit" and run.results[event.index].built_prompt is not None:
+                yield dataclasses.replace(event, input_len=len(self._tokenizer.encode(run.results[event.index].built_prompt)))
+            elif event.kind == "tokens":
                 before = held.pop(event.index, None)
                 if before is not None:
                     yield before[0]
@@ -251,6 +270,7 @@ class OpenAIEngine(Engine):
         retokenize([result], self._tokenizer)
         return {
             "usage_output_len": math.nan if result.usage_completion_tokens is None else float(result.usage_completion_tokens),
+            "cached_tokens": math.nan if result.usage_cached_tokens is None else float(result.usage_cached_tokens),
             "retokenized_output_len": result.retokenized_tokens,
             "output_len_source": result.output_source,
             "length_mismatch": result.length_mismatch,

@@ -121,6 +121,7 @@ class StreamReader:
         # Where usage_completion_tokens came from: USAGE (a chunk that ended the output, the usage-only chunk,
         # a whole body) or CHUNK_USAGE (chunks with output, each carrying the count so far); None: no usage.
         self.usage_source: str | None = None
+        self.usage_cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, where sent
         self.server_finish_reason: str | None = None
         self.done = False  # "[DONE]" seen
         self.error: str | None = None
@@ -165,6 +166,9 @@ class StreamReader:
                     self.usage_completion_tokens = completion_tokens = int(completion_tokens)
                 if usage.get("prompt_tokens") is not None:
                     self.usage_prompt_tokens = int(usage["prompt_tokens"])
+                details = usage.get("prompt_tokens_details")
+                if isinstance(details, dict) and details.get("cached_tokens") is not None:
+                    self.usage_cached_tokens = int(details["cached_tokens"])
             choices = body.get("choices")
             if not choices:  # the usage-only last chunk, or an error
                 if completion_tokens is not None:

@@ -1,9 +1,14 @@
 """Runs one batch of requests through transformers' continuous-batching manager and reports events.
 
 A manager is created per run with a KV cache sized for that run (see `cache_blocks_for`), and at
-most `max_in_flight` requests are handed to it at a time; the next one goes in when one finishes,
-as LMDeploy's `max_batch_size` behaves.
-Per-token times are the engine's own `perf_counter` stamps.
+most `max_in_flight` requests are handed to it at a time, each once it is due (load.schedule: at its trace
+time, or after the turn it follows); the next one goes in when one finishes, as LMDeploy's `max_batch_size`
+behaves. Per-token times are the engine's own `perf_counter` stamps.
+
+With `enable_prefix_caching` the manager shares the KV cache blocks of equal prompt prefixes (transformers'
+`allow_block_sharing`: whole blocks only, and finished requests' blocks stay cached until memory runs short), so
+a prompt that opens like an earlier one skips prefilling those blocks. The prompt tokens each request found
+cached are read where transformers matches them (`PrefixHits`); off, a request finds none.
 """
 
 from __future__ import annotations
@@ -13,13 +18,14 @@ import logging
 import math
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from ..config import EngineConfig, GenerationSettings
 from ..load.datasets import SampledRequest
+from ..load.schedule import SendSchedule
 from ..models.resolve import last_line
-from .base import EngineEvent
+from .base import EngineEvent, finish_in_schedule
 from .engine_api import InstanceOutput
 
 # The KV cache on CPU shares RAM with everything else, so a cache sized for the batch is capped at this.
@@ -30,7 +36,8 @@ GPU_CACHE_FRACTION = 0.5
 POLL_S = 0.05
 # How long a finished or cancelled run waits for the manager's thread to end.
 STOP_TIMEOUT_S = 5.0
-
+# How long a new manager may take to set up its cache before requests go in without cache-hit counts.
+SETUP_TIMEOUT_S = 30.0
 
 def _not_an_early_stop(record: logging.LogRecord) -> bool:
     # transformers warns when a manager stops before its thread built the batch processor, as a run cancelled
@@ -87,6 +94,41 @@ def _cache_budget_bytes(device) -> int:
 
     free, _total = torch.cuda.mem_get_info(device)
     return int(free * GPU_CACHE_FRACTION)
+
+
+class PrefixHits:
+    """The prompt tokens transformers' cache served each request, by request id: read from its prefix search
+    (`PagedAttentionCache.search_prefix_match`, wrapped on the manager's cache once its thread has made it).
+    That is private API, probed: where it is missing the hits are not known (`known` is False) and no count is
+    reported, never a made-up 0."""
+
+    def __init__(self, manager, sharing: bool) -> None:
+        self.by_request: dict[str, int] = {}
+        self.known = not sharing  # without sharing nothing is ever served from the cache
+        if sharing:
+            self.known = self._watch(manager)
+
+    def _watch(self, manager) -> bool:
+        deadline = time.perf_counter() + SETUP_TIMEOUT_S
+        while getattr(manager, "batch_processor", None) is None:
+            if not manager.is_running() or time.perf_counter() > deadline:
+                return False
+            time.sleep(0.005)
+        cache = getattr(manager.batch_processor, "cache", None)
+        search = getattr(cache, "search_prefix_match", None)
+        if search is None:
+            return False
+
+        def counted(request_id: str, prompt_ids: list[int]) -> int:
+            found = search(request_id, prompt_ids)
+            self.by_request[request_id] = found
+            return found
+
+        cache.search_prefix_match = counted
+        return True
+
+    def extra(self, request_id: str) -> dict | None:
+        return {"cached_tokens": float(self.by_request.get(request_id, 0))} if self.known else None
 
 
 class _ManagedBatch:
@@ -155,64 +197,92 @@ class _ManagedBatch:
             num_blocks=self.num_blocks,
             max_batch_tokens=self._engine.max_batch_tokens,
             max_requests_per_batch=self._max_in_flight,
-            # LMDeploy's prefix caching is off by default; keep the embedded engine comparable.
-            allow_block_sharing=False,
+            # Off by default, as LMDeploy's prefix caching is, so the engines stay comparable.
+            allow_block_sharing=self._engine.enable_prefix_caching,
         )
 
 
 class ContinuousBatchRun(_ManagedBatch):
-    """One `Engine.stream()` call on the continuous-batching path: requests handed in as slots free."""
+    """One `Engine.stream()` call on the continuous-batching path. `prompts` are the requests' token ids (None
+    where a prompt is built only when sent: `encode` makes them then); `decode` turns an answer into the text a
+    later turn repeats."""
 
-    def __init__(self, model, engine: EngineConfig, eos_ids: set[int], requests: Sequence[SampledRequest],
-                 prompts: Sequence[list[int]], generation: GenerationSettings, max_in_flight: int,
-                 stream_output: bool) -> None:
-        super().__init__(model, engine, eos_ids, requests, [len(ids) for ids in prompts], generation, max_in_flight,
-                         stream_output)
+    def __init__(
+        self,
+        model,
+        engine: EngineConfig,
+        eos_ids: set[int],
+        requests: Sequence[SampledRequest],
+        prompts: Sequence[list[int] | None],
+        generation: GenerationSettings,
+        max_in_flight: int,
+        stream_output: bool,
+        schedule: SendSchedule | None = None,
+        encode: Callable[[str], list[int]] | None = None,
+        decode: Callable[[Sequence[int]], str] | None = None,
+    ) -> None:
+        input_lens = [request.input_len if ids is None else len(ids) for ids, request in zip(prompts, requests)]
+        super().__init__(model, engine, eos_ids, requests, input_lens, generation, max_in_flight, stream_output)
         self._prompts = prompts
+        self._schedule = schedule or SendSchedule(requests)
+        self._encode, self._decode = encode, decode
 
     def events(self, cancel: threading.Event) -> Iterator[EngineEvent]:
         manager = self._start_manager()
         try:
-            yield from self._drive(manager, cancel)
+            hits = PrefixHits(manager, self._engine.enable_prefix_caching)
+            yield from self._drive(manager, hits, cancel)
         finally:
             manager.stop(block=True, timeout=STOP_TIMEOUT_S, hard_stop=True)
 
-    def _drive(self, manager, cancel: threading.Event) -> Iterator[EngineEvent]:
+    def _drive(self, manager, hits: PrefixHits, cancel: threading.Event) -> Iterator[EngineEvent]:
+        schedule = self._schedule
+        schedule.start(time.perf_counter())
         in_flight: dict[str, _InFlight] = {}
-        next_index = 0
-        while next_index < len(self._requests) or in_flight:
+        while schedule.pending() or in_flight:
             if not manager.is_running():
                 # Its thread died: deliver what it reported before dying, then fail everything left.
                 while (output := manager.get_result(timeout=0)) is not None:
                     if output.request_id in in_flight:
-                        yield from self._on_output(output, in_flight)
-                yield from self._fail_all(manager, in_flight, range(next_index, len(self._requests)))
+                        yield from self._on_output(output, in_flight, hits)
+                yield from self._fail_all(manager, in_flight)
                 return
-            while len(in_flight) < self._max_in_flight and next_index < len(self._requests):
-                yield from self._submit(manager, next_index, in_flight)
-                next_index += 1
+            now = time.perf_counter()
+            while len(in_flight) < self._max_in_flight and (index := schedule.next_due(now)) is not None:
+                yield from self._submit(manager, index, in_flight)
             if cancel.is_set():
                 for request_id, request in in_flight.items():
                     manager.cancel_request(request_id)
                     yield EngineEvent(request.index, "finish", time.perf_counter(), request.n_tokens, "abort")
                 return
-            output = manager.get_result(timeout=POLL_S)
+            if not in_flight and schedule.wait_s(now) == math.inf:
+                return  # what is left waits on requests that will never end: none, as the schedule drops those
+            room = len(in_flight) < self._max_in_flight
+            output = manager.get_result(timeout=min(POLL_S, schedule.wait_s(now)) if room else POLL_S)
             if output is not None and output.request_id in in_flight:
-                yield from self._on_output(output, in_flight)
+                yield from self._on_output(output, in_flight, hits)
 
     def _submit(self, manager, index: int, in_flight: dict[str, _InFlight]) -> Iterator[EngineEvent]:
-        ids = self._prompts[index]
+        outgoing = self._schedule.take(index)
+        ids = self._encode(outgoing.prompt) if outgoing.built else self._prompts[index]
         output_len = self._requests[index].output_len
-        yield EngineEvent(index, "admit", time.perf_counter())
+        yield EngineEvent(index, "admit", time.perf_counter(), input_len=len(ids) if outgoing.built else 0)
         if problem := self._refusal(ids, output_len):
-            yield EngineEvent(index, "finish", time.perf_counter(), 0, "error", problem)
+            yield from self._ended(index, "error", problem)
             return
         request_id = f"r{index}"
         in_flight[request_id] = _InFlight(index, output_len)
         manager.add_request(ids, request_id=request_id, max_new_tokens=output_len, streaming=self._stream_output,
                             record_timestamps=True, eos_token_id=self._eos())
 
-    def _on_output(self, output, in_flight: dict[str, _InFlight]) -> Iterator[EngineEvent]:
+    def _ended(self, index: int, reason: str, message: str, ts: float | None = None, n_tokens: int = 0,
+               token_ids: Sequence[int] = (), extra: dict | None = None) -> list[EngineEvent]:
+        ts = time.perf_counter() if ts is None else ts
+        answer = self._decode(token_ids) if self._decode and self._schedule.wants_answer(index) else None
+        finish = EngineEvent(index, "finish", ts, n_tokens, reason, message, token_ids=token_ids, extra=extra)
+        return finish_in_schedule(self._schedule, finish, answer)
+
+    def _on_output(self, output, in_flight: dict[str, _InFlight], hits: PrefixHits) -> Iterator[EngineEvent]:
         request = in_flight[output.request_id]
         count = len(output.generated_tokens)
         stamps = output.timestamps or []
@@ -229,18 +299,20 @@ class ContinuousBatchRun(_ManagedBatch):
         # failed before it started has no stamp.
         end = max(output.lifespan[1] if output.lifespan[1] > 0 else time.perf_counter(), request.last_ts)
         if output.error is not None:
-            yield EngineEvent(request.index, "finish", end, count, "error", last_line(output.error))
+            yield from self._ended(request.index, "error", last_line(output.error), end, count)
         else:
             reason = "length" if count >= request.output_len else "stop"
-            yield EngineEvent(request.index, "finish", end, count, reason, token_ids=output.generated_tokens)
+            yield from self._ended(request.index, reason, "", end, count, output.generated_tokens,
+                                   hits.extra(output.request_id))
 
-    def _fail_all(self, manager, in_flight: dict[str, _InFlight], not_admitted: range) -> Iterator[EngineEvent]:
-        """The manager's thread died: every request left ends with its error, never-admitted ones included."""
+    def _fail_all(self, manager, in_flight: dict[str, _InFlight]) -> Iterator[EngineEvent]:
+        """The manager's thread died: every request left ends with its error, those not sent yet included."""
         message = self._death(manager)
+        now = time.perf_counter()
         for request in in_flight.values():
-            yield EngineEvent(request.index, "finish", time.perf_counter(), request.n_tokens, "error", message)
-        for index in not_admitted:
-            yield EngineEvent(index, "finish", time.perf_counter(), 0, "error", message)
+            yield EngineEvent(request.index, "finish", now, request.n_tokens, "error", message)
+        for index in self._schedule.untaken():
+            yield EngineEvent(index, "finish", now, 0, "error", message)
 
 
 class ContinuousBatchingInstances(_ManagedBatch):

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from ..config import EngineConfig, GenerationSettings, LoadConfig
 from ..load.datasets import SampledRequest
 from ..errors import ConfigError, ModelError
+from ..load.schedule import SendSchedule
 from ..states import LoadPattern
 from ..models.resolve import last_line, resolve_model
 from ..load.playground import Conversation, PlaygroundResult, prompt_preview
@@ -68,10 +69,10 @@ class TransformersBackend(Backend):
 
     @classmethod
     def settings_key(cls, engine: EngineConfig, load: LoadConfig) -> tuple:
-        """The weights and the KV cache sizing the engine was loaded with (a run's cache knobs must be the ones it
-        ran with); the load settings apply per `stream()` call."""
+        """The weights and the KV cache sizing and sharing the engine was loaded with (a run's cache knobs must be
+        the ones it ran with); the load settings apply per `stream()` call."""
         return (engine.model, engine.dtype, engine.torch_device, engine.trust_remote_code,
-                engine.num_blocks, engine.cache_block_seq_len, engine.max_batch_tokens)
+                engine.num_blocks, engine.cache_block_seq_len, engine.max_batch_tokens, engine.enable_prefix_caching)
 
     @classmethod
     def load(cls, engine: EngineConfig, load: LoadConfig) -> Engine:
@@ -193,21 +194,25 @@ class TransformersEngine(Engine):
         load: LoadConfig,
         cancel: threading.Event,
     ) -> Iterator[EngineEvent]:
-        """`load.concurrency` requests run at once. The engine API drives the model as LMDeploy's engines are driven
-        (engine_api.py); for the other patterns, which only decide when a request's clock starts (the runner's
-        business), prompts are encoded as they arrive here."""
+        """`load.concurrency` requests run at once, each once it is due (load.schedule); the pattern otherwise
+        only decides when a request's clock starts, which is the runner's business. Prompts are encoded before
+        the run, but those built on an answer, when they are sent. The engine API drives the model as LMDeploy's
+        engines are driven (engine_api.py)."""
         if load.load_pattern == LoadPattern.ENGINE_API:
             if not self.continuous_batching:
                 raise ConfigError("The engine API load pattern needs transformers' continuous batching, which this "
                                   "transformers version lacks; choose the batch or concurrency pattern.")
             return self._engine_api_events(requests, generation, load, cancel)
-        prompts = [self._tokenizer.encode(r.prompt) for r in requests]
+        prompts = [None if r.builds_on_answer else self._tokenizer.encode(r.prompt) for r in requests]
+        schedule = SendSchedule(requests, load)
         if not self.continuous_batching:
             return generate_one_by_one(
-                self._model, self._tokenizer, self._eos_ids, requests, prompts, generation, load.stream_output, cancel
+                self._model, self._tokenizer, self._eos_ids, requests, prompts, generation, load.stream_output, cancel,
+                schedule,
             )
         run = ContinuousBatchRun(
-            self._model, self._engine, self._eos_ids, requests, prompts, generation, load.concurrency, load.stream_output
+            self._model, self._engine, self._eos_ids, requests, prompts, generation, load.concurrency,
+            load.stream_output, schedule, encode=self._tokenizer.encode, decode=self._answer_text,
         )
         return run.events(cancel)
 
@@ -224,6 +229,9 @@ class TransformersEngine(Engine):
             yield from EngineAPIDrive(api, requests, load).events(cancel)
         finally:
             batch.stop()
+
+    def _answer_text(self, token_ids) -> str:
+        return self._tokenizer.decode(list(token_ids), skip_special_tokens=True)
 
     def complete(
         self,

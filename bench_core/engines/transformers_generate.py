@@ -7,6 +7,7 @@ watches `cancel`, so a cancelled request stops after its current token.
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
@@ -14,8 +15,9 @@ from collections.abc import Iterator, Sequence
 
 from ..config import GenerationSettings
 from ..load.datasets import SampledRequest
+from ..load.schedule import SendSchedule
 from ..models.resolve import last_line
-from .base import EngineEvent
+from .base import EngineEvent, finish_in_schedule
 from .transformers_batching import POLL_S, sampling_kwargs
 
 
@@ -40,20 +42,38 @@ def generate_one_by_one(
     tokenizer,
     eos_ids: set[int],
     requests: Sequence[SampledRequest],
-    prompts: Sequence[list[int]],
+    prompts: Sequence[list[int] | None],
     generation: GenerationSettings,
     stream_output: bool,
     cancel: threading.Event,
+    schedule: SendSchedule | None = None,
 ) -> Iterator[EngineEvent]:
-    for index, (request, ids) in enumerate(zip(requests, prompts)):
-        if cancel.is_set():
-            return
-        yield EngineEvent(index, "admit", time.perf_counter())
-        if not ids:
-            yield EngineEvent(index, "finish", time.perf_counter(), 0, "error", "The prompt encodes to no tokens.")
+    """Each request in turn once it is due; `prompts` as ContinuousBatchRun takes them."""
+    schedule = schedule or SendSchedule(requests)
+    schedule.start(time.perf_counter())
+    while schedule.pending() and not cancel.is_set():
+        index = schedule.next_due(time.perf_counter())
+        if index is None:
+            wait = schedule.wait_s(time.perf_counter())
+            if wait == math.inf:
+                return
+            cancel.wait(min(POLL_S, wait))
             continue
-        config = _generate_config(tokenizer, eos_ids, generation, request.output_len)
-        yield from _generate_one(model, index, ids, config, request.output_len, stream_output, cancel)
+        outgoing = schedule.take(index)
+        ids = tokenizer.encode(outgoing.prompt) if outgoing.built else prompts[index]
+        yield EngineEvent(index, "admit", time.perf_counter(), input_len=len(ids) if outgoing.built else 0)
+        if not ids:
+            failed = EngineEvent(index, "finish", time.perf_counter(), 0, "error", "The prompt encodes to no tokens.")
+            yield from finish_in_schedule(schedule, failed)
+            continue
+        config = _generate_config(tokenizer, eos_ids, generation, requests[index].output_len)
+        for event in _generate_one(model, index, ids, config, requests[index].output_len, stream_output, cancel):
+            if event.kind != "finish":
+                yield event
+                continue
+            answer = tokenizer.decode(event.token_ids, skip_special_tokens=True) \
+                if schedule.wants_answer(index) else None
+            yield from finish_in_schedule(schedule, event, answer)
 
 
 def _generate_one(model, index, ids, config, output_len, stream_output, cancel) -> Iterator[EngineEvent]:

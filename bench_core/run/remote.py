@@ -111,9 +111,9 @@ class Forwarder(JobObserver):
         changed = {name: value for name, value in facts.items() if name not in self._told
                    or not (value is self._told[name] or (isinstance(value, tuple) and value == self._told[name]))}
         self._told.update(changed)
-        if changed.get("sample") is not None:  # the prompts stay here: the follower needs only their lengths
+        if changed.get("sample") is not None:  # the prompts and images stay here: the follower needs only lengths
             sample = changed["sample"]
-            changed["sample"] = replace(sample, requests=[replace(r, prompt="") for r in sample.requests])
+            changed["sample"] = replace(sample, requests=[r.lengths_only() for r in sample.requests])
         return changed
 
 

@@ -37,6 +37,7 @@ from ..measure.catalog import telemetry_columns
 from ..config import EngineConfig, GenerationSettings, LoadConfig, RunConfig
 from ..load.cancellation import cancel_points
 from ..load.datasets import Sample, SampledRequest, sample_requests
+from ..load.workload import with_workload_columns
 from ..engines import Engine, EngineInfo, backend, check_run_config, engine_settings_key, load_engine, tokenizer_from_engine
 from ..engines.base import CANCELLED_BY_LOAD, NOT_SENT, RUN_ENDED
 from ..hardware.environment import collect_environment
@@ -56,8 +57,9 @@ log = logging.getLogger(__name__)
 
 # The failure reasons a run's message quotes, most frequent first.
 REASONS_QUOTED = 3
-# A request's clock starts when the engine takes it (a worker, or an HTTP send), not at t0.
-TICK_AT_ADMISSION = (LoadPattern.CONCURRENCY, LoadPattern.ENGINE_API, LoadPattern.REQUEST_RATE)
+# A request's clock starts when the engine takes it (a worker, an HTTP send, a trace's time), not at t0; so does a
+# turn's that follows another, whatever the pattern.
+TICK_AT_ADMISSION = (LoadPattern.CONCURRENCY, LoadPattern.ENGINE_API, LoadPattern.REQUEST_RATE, LoadPattern.TRACE)
 # The reason an engine gives a request it stopped because of a cancel.
 ABORT = "abort"
 PUBLISH_EVERY_S = 0.25  # how often a measuring run with observers tells them its snapshot and finished requests
@@ -294,8 +296,9 @@ class Runner:
                 not self._engine.info.device.startswith("cpu"):
             measurement.warnings.append(sampler.gpu_note)
         profiler.start()
-        if not tick_at_admission:  # LMDeploy's pipeline semantics: every request starts at t0
-            for session in sessions:
+        ticks_at_admission = [tick_at_admission or r.follows is not None for r in requests]
+        for session, at_admission in zip(sessions, ticks_at_admission):
+            if not at_admission:  # LMDeploy's pipeline semantics: every request starts at t0
                 session.tick(0)
         # A request rate draws its arrivals as profile_restful_api.py does, after sampling (only servers take one).
         by_rate = config.load.load_pattern == LoadPattern.REQUEST_RATE
@@ -313,7 +316,9 @@ class Runner:
                     session.tick(event.n_tokens, event.ts)
                 elif event.kind == "admit":
                     session.admit(event.ts)
-                    if tick_at_admission:
+                    if event.input_len:  # a prompt built when it was sent: its own length
+                        session.input_len = event.input_len
+                    if ticks_at_admission[event.index]:
                         session.tick(0, event.ts)
                 elif event.kind == "finish" and event.finish_reason == NOT_SENT:
                     session.reason = event.message  # never sent: it stays unfinished
@@ -353,14 +358,20 @@ class Runner:
         measurement, config = run.measurement, run.config
         profiler = measurement.profiler
         measured = profiler is not None
-        summary = profiler.summary(config.slo) if measured else {}
+        requests = None
+        if measured:  # the dataset's facts of each request (its session, turn, prefix group) beside what was measured
+            sampled = measurement.sample.requests if measurement.sample is not None else []
+            requests = with_workload_columns(profiler.request_table(), sampled)
+        summary = {}
+        if measured:
+            summary = metrics.run_summary(requests, profiler.elapsed_time, config.percentiles, config.load.stream_output,
+                                          config.slo)
         if measured and measurement.telemetry is not None:
             summary.update(telemetry_columns(
                 telemetry_summary(measurement.telemetry, 0.0, profiler.elapsed_time, summary["total_output_tokens"])))
         environment = measurement.environment
         if environment is None:
             environment = collect_environment(measurement.engine_info)
-        requests = profiler.request_table() if measured else None
         return RunRecord(
             run_id=run.run_id,
             started_at=run.created_at,

@@ -18,8 +18,8 @@ import pandas as pd
 
 from ..config import SETTINGS
 from ..measure.catalog import (
-    CATALOG, COMPARED_COLUMNS, NOT_MEASURED, NOT_REPORTED, PERCENTILES, SPECULATIVE_COLUMNS, column_direction,
-    column_label, find_column, percentile_key,
+    CATALOG, COMPARED_COLUMNS, NOT_MEASURED, NOT_REPORTED, PERCENTILES, SPECULATIVE_COLUMNS, VALUE, WORKLOAD_METRICS,
+    column_direction, column_label, find_column, percentile_key,
 )
 from ..measure.stats import compare
 
@@ -144,7 +144,7 @@ def throughput_table(summary: dict) -> pd.DataFrame:
     rows = {}
     for metric in CATALOG:
         key = metric.column()
-        if metric.is_distribution or metric.server_only or not metric.unit or key not in summary or \
+        if metric.is_distribution or metric.server_only or metric.workload or not metric.unit or key not in summary or \
                 key in SPECULATIVE_COLUMNS:
             continue
         rows[metric.label] = (_number(summary[key]), metric.unit)
@@ -162,6 +162,24 @@ def speculative_table(summary: dict) -> pd.DataFrame:
         metric, _ = find_column(key)
         value = _number(summary.get(key))
         rows[metric.label] = (NOT_REPORTED if math.isnan(value) else value, metric.unit)
+    return _value_table(rows)
+
+
+def workload_metrics_table(summary: dict) -> pd.DataFrame:
+    """What the prefix cache served and TTFT turn by turn (the catalog's workload metrics the summary holds): one
+    row each, its value ("not reported" where the engine did not say) and its unit."""
+    rows = {}
+    for metric in WORKLOAD_METRICS:
+        key = metric.mean_column
+        if key in summary:
+            value = _number(summary[key])
+            rows[metric.label if metric.statistics == VALUE else column_label(metric, "mean")] = (
+                NOT_REPORTED if math.isnan(value) else value, metric.unit)
+    return _value_table(rows)
+
+
+def _value_table(rows: dict[str, tuple[object, str]]) -> pd.DataFrame:
+    """label -> (value, unit) as a table indexed by quantity."""
     table = pd.DataFrame.from_dict(rows, orient="index", columns=["value", "unit"], dtype=object)
     table.index.name = "quantity"
     return table

@@ -57,13 +57,28 @@ def test_a_bad_dataset_path_is_one_error_and_the_app_keeps_working(page: Page):
     open_run_page(page)
     choose_model(page, TINY_MODEL)
     choose_radio(page, "Path")
-    fill_text(page, "ShareGPT file path", "/no/such/sharegpt.json")
+    fill_text(page, "Dataset file path", "/no/such/sharegpt.json")
     sidebar(page).get_by_role("button", name="Start").click()
     error = page.get_by_test_id("stAlertContentError")
     expect(error).to_have_count(1)
     expect(error).to_contain_text("/no/such/sharegpt.json")
     expect(page.get_by_test_id("stException")).to_have_count(0)
     expect(sidebar(page).get_by_role("button", name="Start")).to_be_enabled()
+
+
+def test_a_shared_prefix_workload_is_sampled_and_drawn_before_start(page: Page):
+    open_run_page(page)
+    choose_model(page, TINY_MODEL)
+    choose_radio(page, "shared-prefix")
+    fill_number(page, "Prefix length (tokens)", 64)
+    fill_number(page, "Number of prompts", 8)
+    page.get_by_text("Workload to be sent").click()
+    page.get_by_role("button", name="Sample the workload").click()
+    for n in (0, 1):  # the token lengths, then the prefix share
+        expect(page.locator(f".st-key-preview_workload_{n} .main-svg").first).to_be_visible(
+            timeout=FIRST_CHART_TIMEOUT_MS)
+    expect(page.get_by_text(re.compile(r"^8 requests, tokenized with builtin:tiny-llama"))).to_be_visible()
+    expect(page.get_by_test_id("stException")).to_have_count(0)
 
 
 def test_live_run_then_finished_run_then_history_comparison(page: Page, app_server, artifacts):

@@ -1,0 +1,169 @@
+"""The workloads of issue 22 run for real: on the embedded engine (the tiny Llama on transformers' continuous
+batching, on CPU) through the runner, and with `restful` against servers on 127.0.0.1 (the scripted server, whose
+usage reports cached prompt tokens and which notes when each request arrived; `transformers serve`)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import scripted_server as scripted
+from openai_server import transformers_server  # noqa: F401 (fixture)
+from scripted_server import scripted_server  # noqa: F401 (fixture)
+
+from bench_core.cli import main
+from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
+from bench_core.run.runner import Runner
+from bench_core.store.history import History
+
+
+@pytest.fixture
+def runner(tmp_path, tiny_model_path):
+    runner = Runner(History(tmp_path / "results"))
+    yield runner
+    runner.shutdown()
+
+
+def run_on_cpu(runner: Runner, dataset: DatasetConfig, load: LoadConfig | None = None, **engine):
+    config = RunConfig(engine=EngineConfig(backend="transformers", model="builtin:tiny-llama", **engine),
+                       dataset=dataset, load=load or LoadConfig(concurrency=4, stream_output=True))
+    run = runner.submit(config)
+    assert run.wait(300) and run.state == "finished", run.message
+    row = runner.history.load().set_index("run_id").loc[run.run_id]
+    return row, runner.history.requests(run.run_id)
+
+
+def write_jsonl(path, records) -> str:
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return str(path)
+
+
+SHARED_PREFIX = DatasetConfig(dataset="builtin:sharegpt", dataset_name="shared-prefix", num_prompts=16,
+                              prefix_len=256, suffix_len=16, prefix_groups=2, output_len=4)
+
+
+def test_prefix_caching_on_the_embedded_engine_serves_the_shared_prefixes_from_its_cache(runner):
+    off, off_requests = run_on_cpu(runner, SHARED_PREFIX)
+    on, on_requests = run_on_cpu(runner, SHARED_PREFIX, enable_prefix_caching=True)
+    # Without sharing nothing is served from the cache: a true 0, not "not reported".
+    assert off["prefix_cache_hit_rate"] == 0 and off_requests["cached_tokens"].eq(0).all()
+    # With it, whole 64-token blocks of the prefix: every request after its group's first few (4 run at once)
+    cached = on_requests["cached_tokens"].to_numpy()
+    assert set(np.unique(cached)) <= {0, 64, 128, 192, 256} and (cached == 256).sum() >= 16 - 2 * 4
+    assert on["total_cached_tokens"] == cached.sum() and 0.5 < on["prefix_cache_hit_rate"] < 1
+    assert on["prefix_cache_hit_rate"] == pytest.approx(cached.sum() / on_requests["input_len"].sum())
+    assert on_requests["prefix_group"].tolist() == [0, 1] * 8  # the dataset's facts beside the measurements
+
+
+def test_multi_turn_on_the_embedded_engine_resends_its_answers_and_reports_ttft_by_turn(runner):
+    dataset = DatasetConfig(dataset="builtin:sample", dataset_name="multi-turn", num_prompts=3, turns=3,
+                            sharegpt_output_len=6, think_time_s=0.1)
+    row, requests = run_on_cpu(runner, dataset, enable_prefix_caching=True)
+    assert len(requests) == 9 and requests["status"].eq("success").all()
+    by_session = requests.sort_values(["session", "turn"]).groupby("session")
+    for _, turns in by_session:
+        starts, finishes, inputs = (turns[c].to_numpy() for c in ("start_s", "finish_s", "input_len"))
+        assert (starts[1:] >= finishes[:-1] + 0.1 - 0.01).all()  # each turn after the answer and the think time
+        # the prompt measured when sent: the conversation so far, the model's 6-token answers included
+        assert (inputs[1:] > inputs[:-1] + 6).all()
+    assert all(row[f"mean_ttft_turn{turn}_ms"] > 0 for turn in (1, 2, 3))
+    assert math.isnan(row.get("mean_ttft_turn4_ms", math.nan))  # no fourth turn
+    assert requests.loc[requests["turn"] > 0, "cached_tokens"].gt(0).any()  # later turns reuse earlier blocks
+
+
+def test_a_trace_on_the_embedded_engine_starts_each_request_at_its_time(runner, tmp_path):
+    times_ms = [0, 300, 600, 1500]
+    records = [{"timestamp": t, "input_length": 40, "output_length": 4, "hash_ids": [1]} for t in times_ms]
+    dataset = DatasetConfig(dataset=write_jsonl(tmp_path / "trace.jsonl", records), dataset_name="trace",
+                            num_prompts=4, trace_block_len=32)
+    row, requests = run_on_cpu(runner, dataset, LoadConfig(load_pattern="trace", concurrency=4, trace_speedup=2.0))
+    assert requests["start_s"].to_numpy() - requests["start_s"].iloc[0] == pytest.approx(
+        np.array(times_ms) / 2000, abs=0.05)
+    assert requests["shared_prefix_tokens"].tolist() == [0, 32, 32, 32]
+
+
+def test_custom_prompts_run_on_the_embedded_engine_with_their_own_lengths(runner, tmp_path):
+    records = [{"prompt": "Name three colours.", "output_len": 3},
+               {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 5}, {"prompt": "Count to ten."}]
+    dataset = DatasetConfig(dataset=write_jsonl(tmp_path / "mine.jsonl", records), dataset_name="custom",
+                            num_prompts=3, output_len=7)
+    row, requests = run_on_cpu(runner, dataset)
+    assert requests["output_len"].tolist() == [3, 5, 7] and row["completed"] == 3
+
+
+# ---- restful ---------------------------------------------------------------------------------------------------
+
+def restful(url: str, tmp_path, *flags: str) -> int:
+    return main(["restful", "--backend", "transformers", "--base-url", url, "--tokenizer", "builtin:tiny-llama",
+                 "--output-file", "", "--results", str(tmp_path / "results"), "--disable-warmup", *flags])
+
+
+def scripted_restful(url: str, tmp_path, *flags: str) -> int:
+    return restful(url, tmp_path, "--model", "scripted", *flags)  # the scripted server has no /v1/models
+
+
+# The scripted server answers TEXT_EVENTS tokens, whatever is asked: asking that many, every request succeeds.
+SCRIPTED_SHARED_PREFIX = ("--prefix-len", "32", "--suffix-len", "8", "--output-len", str(scripted.TEXT_EVENTS),
+                          "--request-rate", "inf")
+
+
+def only_run(tmp_path):
+    history = History(tmp_path / "results")
+    (run_id,) = history.load()["run_id"]
+    return history.load().iloc[0], history.requests(run_id)
+
+
+def test_a_servers_cached_tokens_land_in_the_history(scripted_server, tmp_path, capsys):
+    assert scripted_restful(f"{scripted_server}/cached", tmp_path, "--dataset-name", "shared-prefix",
+                            "--num-prompts", "4", *SCRIPTED_SHARED_PREFIX) == 0
+    row, requests = only_run(tmp_path)
+    assert requests["cached_tokens"].tolist() == [scripted.CACHED_TOKENS] * 4
+    assert row["total_cached_tokens"] == 4 * scripted.CACHED_TOKENS
+    assert row["prefix_cache_hit_rate"] == pytest.approx(4 * scripted.CACHED_TOKENS / requests["input_len"].sum())
+    assert "Prefix cache: 12 of " in capsys.readouterr().out
+
+
+def test_a_server_that_says_nothing_of_its_cache_is_not_reported_never_zero(scripted_server, tmp_path, capsys):
+    assert scripted_restful(scripted_server, tmp_path, "--dataset-name", "shared-prefix", "--num-prompts", "2",
+                            *SCRIPTED_SHARED_PREFIX) == 0
+    row, requests = only_run(tmp_path)
+    assert requests["cached_tokens"].isna().all() and math.isnan(row["prefix_cache_hit_rate"])
+    assert "Prefix cache: not reported" in capsys.readouterr().out
+
+
+def test_a_replayed_traces_send_times_measured_at_the_server_follow_the_trace(scripted_server, tmp_path):
+    times_ms = [0, 120, 150, 400, 700, 710, 1000]
+    records = [{"timestamp": 5000 + t, "input_length": 16, "output_length": scripted.TEXT_EVENTS, "hash_ids": [n % 2]}
+               for n, t in enumerate(times_ms)]
+    scripted.ARRIVALS.clear()
+    assert scripted_restful(f"{scripted_server}/cached", tmp_path, "--dataset-name", "trace", "--dataset-path",
+                   write_jsonl(tmp_path / "trace.jsonl", records), "--num-prompts", "7", "--trace-block-len", "8") == 0
+    arrived = np.array(scripted.ARRIVALS)
+    assert len(arrived) == 7
+    assert (arrived - arrived[0]) * 1000 == pytest.approx(np.array(times_ms, dtype=float), abs=30)  # tens of ms
+    row, _ = only_run(tmp_path)
+    assert row["load_pattern"] == "trace" and row["completed"] == 7
+
+
+def trace_file(path) -> str:
+    return write_jsonl(path / "trace.jsonl", [{"timestamp": 200 * n, "input_length": 40, "output_length": 4,
+                                                 "hash_ids": [0, n]} for n in range(4)])
+
+
+def custom_file(path) -> str:
+    return write_jsonl(path / "mine.jsonl", [{"prompt": f"Count to {n}.", "max_tokens": 4} for n in range(4)])
+
+
+@pytest.mark.parametrize("flags", [
+    lambda path: ("--dataset-name", "shared-prefix", "--prefix-len", "48", "--suffix-len", "8", "--output-len", "4"),
+    lambda path: ("--dataset-name", "multi-turn", "--dataset-path", "builtin:sample", "--turns", "2",
+                  "--sharegpt-output-len", "4"),
+    lambda path: ("--dataset-name", "trace", "--dataset-path", trace_file(path), "--trace-block-len", "16"),
+    lambda path: ("--dataset-name", "custom", "--dataset-path", custom_file(path)),
+], ids=["shared-prefix", "multi-turn", "trace", "custom"])
+def test_restful_runs_each_workload_against_transformers_serve(transformers_server, tmp_path, flags):
+    assert restful(transformers_server, tmp_path, "--num-prompts", "4", "--request-rate", "inf", *flags(tmp_path)) == 0
+    row, requests = only_run(tmp_path)
+    assert requests["status"].eq("success").all() and row["completed"] == len(requests) >= 4
