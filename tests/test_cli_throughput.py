@@ -147,6 +147,14 @@ def test_use_uvloop_without_uvloop_is_refused_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.parametrize("workload", [["--dataset-name", "multi-turn", "--turns", "2"], ["--dataset-name", "trace"]])
+def test_workloads_that_wait_on_answers_or_timestamps_are_refused_on_the_engine_api(tmp_path, capsys, workload):
+    code = main(["throughput", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", *workload,
+                 "--csv", "", "--results", str(tmp_path / "results")])
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and "cannot wait for a turn's answer or a trace's timestamps" in line, line
+
+
 @pytest.mark.skipif(importlib.util.find_spec("uvloop") is None, reason="uvloop is not installed here")
 def test_use_uvloop_runs_the_workers_on_uvloop(tmp_path, tiny_model_path, capsys):
     code = main(["throughput", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--use-uvloop",

@@ -16,7 +16,7 @@ from typing import Any
 from ..models.synthetic import synthetic_name_problems
 from ..errors import ConfigError
 from ..states import LoadPattern
-from .catalog import CUSTOM, GENERATION, IMAGE, KNOBS, TRACE_DATASET, image_size, of_part, setting
+from .catalog import CUSTOM, GENERATION, IMAGE, KNOBS, MULTI_TURN, TRACE_DATASET, image_size, of_part, setting
 from .run_config import EngineConfig, GenerationSettings, RunConfig
 from .settings import Bounds, Part
 
@@ -100,6 +100,10 @@ def _dataset_problems(config: RunConfig) -> list[str]:
     if config.load.load_pattern == LoadPattern.TRACE and name != TRACE_DATASET:
         problems.append("The trace load pattern sends each request at its trace timestamp: choose the trace dataset "
                         "(--dataset-name trace).")
+    if config.load.load_pattern == LoadPattern.ENGINE_API and name in (MULTI_TURN, TRACE_DATASET):
+        problems.append(f"The engine API load pattern (throughput) sends a request whenever a worker is free, as "
+                        f"profile_throughput.py does, so it cannot wait for a turn's answer or a trace's timestamps: "
+                        f"run the {name} dataset with pipeline or restful.")
     return problems
 
 
