@@ -386,7 +386,8 @@ def _random_dataset_from_a_path(tiny_model_path: str) -> RunConfig:
 def _a_server_at_a_rate(_) -> RunConfig:
     return RunConfig(
         engine=EngineConfig(backend="openai", model="served", base_url="http://127.0.0.1:9", endpoint="chat",
-                            server_kind="vllm", tokenizer=TINY, read_timeout_s=5.0),
+                            server_kind="vllm", tokenizer=TINY, read_timeout_s=5.0, server_metrics=False,
+                            server_metrics_interval_s=2.5),
         dataset=DatasetConfig(dataset="builtin:sample", num_prompts=4, sharegpt_output_len=None),
         load=LoadConfig(load_pattern="request_rate", request_rate=5.0, burstiness=0.5, exact_rate_arrivals=True,
                         max_concurrency=3, warmup_requests=0, duration_s=30.0, stream_output=True),

@@ -71,6 +71,7 @@ OUR_FLAGS = (*unlisted_flags(Part.DATASET, DATASET_FLAGS, SAMPLING_FLAGS),
          help="seconds a request may wait for its next token (the first included) before it fails; keep-alive "
               f"comments do not count. A request also fails after {REQUEST_DEADLINE_S / 3600:g} hours in all, "
               "as in profile_restful_api.py"),
+    Flag("server_metrics", negated=True), "server_metrics_interval_s",
 )
 DEFAULT_PORTS = {"lmdeploy": 23333, "sglang": 30000, "vllm": 8000, "transformers": 8000}
 BOX_WIDTH = 50

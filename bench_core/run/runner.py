@@ -282,6 +282,11 @@ class Runner:
         if sampler.gpu_note and backend(config.engine.backend).in_process and \
                 not self._engine.info.device.startswith("cpu"):
             measurement.warnings.append(sampler.gpu_note)
+        scraper = self._engine.metrics_scraper()
+        if scraper is not None and (why_not := scraper.start()) is not None:
+            measurement.warnings.append(why_not)  # one line, and the run goes on without them
+            scraper = None
+        measurement.scraper = scraper
         profiler.start()
         if not tick_at_admission:  # LMDeploy's pipeline semantics: every request starts at t0
             for session in sessions:
@@ -293,6 +298,8 @@ class Runner:
             events = self._engine.stream(requests, config.generation, config.load, run.cancel_event, **arrivals)
         except BaseException:
             sampler.stop()  # its thread would sample on, and NVML stay open, for nothing
+            if scraper is not None:
+                scraper.stop()
             raise
         publishing = _Publishing(run) if run.observers else None
         try:
@@ -322,6 +329,13 @@ class Runner:
             profiler.finish()
             samples = sampler.stop()
             measurement.telemetry = samples.assign(time_s=samples["time_s"] - profiler.t_start)
+            if scraper is not None:
+                raw = scraper.stop()
+                measurement.server_metrics = raw.assign(time_s=raw["time_s"] - profiler.t_start)
+                if scraper.failed_reads:
+                    measurement.warnings.append(
+                        f"{scraper.failed_reads} reads of the server's /metrics failed, so the server metrics have "
+                        f"gaps (the last: {redact_text(scraper.last_failure)}).")
             if publishing is not None:
                 publishing.end()
 
@@ -360,6 +374,7 @@ class Runner:
             requests=requests,
             model=describe_model(config.engine.model),
             telemetry=measurement.telemetry if measured else None,
+            server_metrics=measurement.server_metrics if measured else None,
             roofline=run_roofline(config, measurement.engine_info, environment, summary, requests)
             if measured and run.state in MEASURED else None,
             error=run.message,

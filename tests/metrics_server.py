@@ -1,0 +1,153 @@
+"""An OpenAI-compatible server on 127.0.0.1 that serves its own Prometheus metrics, as LMDeploy's and vLLM's do.
+
+It runs at most SLOTS requests at once; the others wait for a slot. Each request streams its max_tokens
+chunks, the first FIRST_TOKEN_S after it got its slot, then one every CHUNK_GAP_S. Its metrics are kept
+by prometheus_client itself (the library both servers use) under LMDeploy's or vLLM's names, so GET /metrics
+answers with the exposition text those servers write: running and waiting requests, KV-cache usage (running
+over SLOTS), prefix-cache figures, and TTFT, queue and end-to-end histograms observed on the server's clock.
+
+Each flavour lives under its own prefix of the base URL (`{url}/lmdeploy`, `{url}/vllm`), as do servers that
+fail at metrics: `/no-metrics` (404), `/garbled` (not Prometheus text), `/unknown` (metrics of no server we know).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import prometheus_client
+import pytest
+from aiohttp import web
+from openai_server import add_openai_routes, serving
+
+SLOTS = 2
+FIRST_TOKEN_S = 0.05
+CHUNK_GAP_S = 0.02
+CACHED_TOKENS_PER_REQUEST = 3
+PROMPT_TOKENS_PER_REQUEST = 12
+SPEC_DRAFTS_PER_REQUEST, SPEC_ACCEPTED_PER_REQUEST = 4, 6  # mean acceptance length 1 + 6/4 = 2.5
+
+prometheus_client.disable_created_metrics()  # as LMDeploy's and vLLM's servers do: no *_created samples
+
+
+class ServerState:
+    """One flavour's slots and metrics, named as that server names them."""
+
+    def __init__(self, flavour: str):
+        self.registry = prometheus_client.CollectorRegistry()
+        self.slots = asyncio.Semaphore(SLOTS)
+        self.busy = 0  # requests holding a slot
+        self.flavour = flavour
+        p = f"{flavour}:"
+        labels = {"model_name": "tiny", "engine": "0"} if flavour == "lmdeploy" else {"model_name": "tiny"}
+        names = list(labels)
+
+        def made(kind, name, doc, **options):
+            return kind(p + name, doc, names, registry=self.registry, **options).labels(**labels)
+
+        self.running = made(prometheus_client.Gauge, "num_requests_running", "Requests running.")
+        self.waiting = made(prometheus_client.Gauge, "num_requests_waiting", "Requests waiting.")
+        usage = "gpu_cache_usage_perc" if flavour == "lmdeploy" else "kv_cache_usage_perc"
+        self.usage = made(prometheus_client.Gauge, usage, "KV-cache usage. 1 means 100 percent usage.")
+        if flavour == "lmdeploy":
+            self.hit_rate = made(prometheus_client.Gauge, "prefix_cache_hit_rate", "Prefix-cache hit rate.")
+            self.cached = made(prometheus_client.Counter, "cached_tokens", "Prefix-cached input tokens served.")
+        else:
+            self.hits = made(prometheus_client.Counter, "prefix_cache_hits", "Prefix cache hits, in tokens.")
+            self.queries = made(prometheus_client.Counter, "prefix_cache_queries", "Prefix cache queries, in tokens.")
+        self.drafts = made(prometheus_client.Counter, "spec_decode_num_drafts", "Speculative drafts.")
+        self.accepted = made(prometheus_client.Counter, "spec_decode_num_accepted_tokens", "Accepted draft tokens.")
+        buckets = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+        self.ttft = made(prometheus_client.Histogram, "time_to_first_token_seconds", "TTFT.", buckets=buckets)
+        self.queue = made(prometheus_client.Histogram, "request_queue_time_seconds", "Queue time.", buckets=buckets)
+        self.e2e = made(prometheus_client.Histogram, "e2e_request_latency_seconds", "E2E latency.", buckets=buckets)
+
+    def page(self) -> bytes:
+        return prometheus_client.generate_latest(self.registry)
+
+    def served(self) -> None:
+        """A request got its prompt's prefix looked up: some tokens hit, as a prefix cache counts them."""
+        if self.flavour == "lmdeploy":
+            self.cached.inc(CACHED_TOKENS_PER_REQUEST)
+            self.hit_rate.set(CACHED_TOKENS_PER_REQUEST / PROMPT_TOKENS_PER_REQUEST)
+        else:
+            self.hits.inc(CACHED_TOKENS_PER_REQUEST)
+            self.queries.inc(PROMPT_TOKENS_PER_REQUEST)
+
+
+def _chunk(endpoint: str, text: str, finish_reason: str | None = None, usage: dict | None = None) -> bytes:
+    choice = ({"index": 0, "delta": {"content": text} if text else {}, "finish_reason": finish_reason}
+              if endpoint == "chat" else {"index": 0, "text": text, "finish_reason": finish_reason})
+    return b"data: " + json.dumps({"choices": [choice]} | ({"usage": usage} if usage else {})).encode() + b"\n\n"
+
+
+def _answering(state: ServerState):
+    async def answer(request: web.Request, endpoint: str) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        arrived = loop.time()
+        body = await request.json()
+        n = body.get("max_tokens") or body.get("max_completion_tokens") or 4
+        state.waiting.inc()
+        async with state.slots:
+            state.waiting.dec()
+            state.busy += 1
+            state.running.set(state.busy)
+            state.usage.set(state.busy / SLOTS)
+            state.queue.observe(loop.time() - arrived)
+            state.served()
+            try:
+                response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+                await response.prepare(request)
+                await asyncio.sleep(FIRST_TOKEN_S)
+                for i in range(n):
+                    if i:
+                        await asyncio.sleep(CHUNK_GAP_S)
+                    await response.write(_chunk(endpoint, " tok"))
+                    if i == 0:
+                        state.ttft.observe(loop.time() - arrived)
+                state.drafts.inc(SPEC_DRAFTS_PER_REQUEST)
+                state.accepted.inc(SPEC_ACCEPTED_PER_REQUEST)
+                usage = {"prompt_tokens": PROMPT_TOKENS_PER_REQUEST, "completion_tokens": n,
+                         "total_tokens": n + PROMPT_TOKENS_PER_REQUEST}
+                await response.write(_chunk(endpoint, "", "length", usage))
+                await response.write(b"data: [DONE]\n\n")
+                state.e2e.observe(loop.time() - arrived)
+                return response
+            finally:
+                state.busy -= 1
+                state.running.set(state.busy)
+                state.usage.set(state.busy / SLOTS)
+    return answer
+
+
+def _text_page(text: str):
+    async def page(request: web.Request) -> web.Response:
+        return web.Response(text=text, content_type="text/plain")
+    return page
+
+
+def _make_app() -> web.Application:
+    app = web.Application()
+    for flavour in ("lmdeploy", "vllm"):
+        state = ServerState(flavour)
+        add_openai_routes(app, _answering(state), prefix=f"/{flavour}")
+
+        async def metrics(request: web.Request, state: ServerState = state) -> web.Response:
+            return web.Response(body=state.page(), content_type="text/plain")
+
+        app.router.add_get(f"/{flavour}/metrics", metrics)
+    plain = ServerState("lmdeploy")
+    for prefix in ("no-metrics", "garbled", "unknown"):
+        add_openai_routes(app, _answering(plain), prefix=f"/{prefix}")
+    app.router.add_get("/garbled/metrics", _text_page("<html><body>Not here</body></html>\n{{{ 12 }\n"))
+    app.router.add_get("/unknown/metrics", _text_page(
+        "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 12.5\n"
+        "# TYPE tgi_queue_size gauge\ntgi_queue_size 3\n"))
+    return app
+
+
+@pytest.fixture(scope="session")
+def metrics_server() -> str:
+    """Base URL of the server above: append /lmdeploy, /vllm, /no-metrics, /garbled or /unknown."""
+    with serving(_make_app()) as url:
+        yield url
