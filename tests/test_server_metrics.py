@@ -1,8 +1,9 @@
 """The server's own Prometheus metrics: LMDeploy's and vLLM's pages (written by prometheus_client, as those servers
 write them) read as one set, scraped during real runs against tests/metrics_server.py, kept in the run folder and
-read on the run's clock; a server without them is one line and the run goes on."""
+drawn on the Run page's time axis; a server without them is one line and the run goes on."""
 
 import numpy as np
+import pandas as pd
 import pytest
 from metrics_server import CACHED_TOKENS_PER_REQUEST, FIRST_TOKEN_S, PROMPT_TOKENS_PER_REQUEST, SLOTS, ServerState
 from metrics_server import metrics_server  # noqa: F401 (fixture)
@@ -15,6 +16,10 @@ from bench_core.engines.server_metrics import MetricsScraper, parse_page, raw_fr
 from bench_core.run.runner import Runner
 from bench_core.store.history import SERVER_METRICS_FILE, History
 from bench_core.run.observer import JobObserver
+from bench_core.views.figures import NO_DATA
+from bench_core.views.server_charts import (
+    client_ttft_by_interval, ended_server_metrics, server_metrics_over_time,
+)
 
 
 def read_of(state: ServerState, time_s: float) -> list[tuple]:
@@ -83,7 +88,7 @@ def test_a_server_without_metrics_we_read_is_one_sentence_and_nothing_is_scraped
     assert scraper.stop().empty
 
 
-# ---- through the runner and the history -------------------------------------------------------------------
+# ---- through the runner, the history and the Run page's figure --------------------------------------------------
 
 def server_run(url: str, **engine) -> RunConfig:
     return RunConfig(
@@ -117,6 +122,14 @@ def test_a_server_run_keeps_the_servers_samples_and_they_show_its_queue(metrics_
     client_ttft = run.record.requests["ttft_s"].mean()
     assert FIRST_TOKEN_S <= min(series["server_ttft_s"]) and np.mean(series["server_ttft_s"]) <= client_ttft
 
+    figure = ended_server_metrics(stored, run.record.requests, run.record.metrics["duration_s"])
+    titles = [annotation.text for annotation in figure.layout.annotations]
+    assert titles == ["KV cache and prefix hits (%)", "Requests on the server", "Latency, mean per interval (ms)",
+                      "Cached prompt tokens (tok/s)", "Speculative acceptance length (tokens/step)"]
+    names = {trace.name for trace in figure.data}
+    assert {"Server TTFT", "Client TTFT", "Waiting requests", "KV-cache usage"} <= names
+    assert tuple(figure.layout.xaxis.range) == (0, run.record.metrics["duration_s"])
+
 
 def test_a_server_without_metrics_gives_one_warning_and_the_run_goes_on(metrics_server, runner):
     run = runner.submit(server_run(f"{metrics_server}/no-metrics"))
@@ -143,6 +156,19 @@ def test_the_live_snapshot_carries_the_series_so_far(metrics_server, runner):
     assert run.wait(60) and run.state == "finished", run.message
     assert seen and {"running", "waiting", "kv_cache_usage"} <= set(seen[-1]["metric"])
     assert seen[-1]["time_s"].max() < run.record.metrics["duration_s"] + 1.0  # on the run's clock
+
+
+def test_the_clients_ttft_is_averaged_over_the_requests_whose_first_token_came_between_two_reads():
+    requests = pd.DataFrame({"status": ["success", "success", "success", "failed", "success"],
+                             "start_s": [0.1, 0.5, 1.2, 0.2, 2.5], "ttft_s": [0.2, 0.4, 0.6, np.nan, 0.1]})
+    # First tokens at 0.3, 0.9, 1.8 and 2.6 s; reads at 0, 1 and 2 s: the last came after the last read.
+    client = client_ttft_by_interval(requests, np.array([0.0, 1.0, 2.0]))
+    assert client["time_s"].tolist() == [1.0, 2.0] and client["value"].tolist() == pytest.approx([0.3, 0.6])
+
+
+def test_the_figure_says_so_when_there_is_nothing_to_draw():
+    figure = server_metrics_over_time(None)
+    assert not figure.data and figure.layout.annotations[0].text == NO_DATA
 
 
 def test_restful_takes_the_off_switch_and_the_interval_from_the_catalog():
