@@ -58,7 +58,9 @@ SWITCHES = (
     Flag("ignore_eos", names=("--disable-ignore-eos",), negated=True, help="let requests stop at EOS"),
 )
 BODY_FLAGS = (
-    Flag("extra_request_body", help='JSON object merged into every request, e.g. \'{"temperature": 0}\''),
+    Flag("extra_request_body", help='JSON object merged into every request, e.g. \'{"temperature": 0}\'; '
+                                    "profile_restful_api.py sends temperature 0.0 and best_of 1, we send no "
+                                    "sampling field unless it is given here"),
     Flag("trust_remote_code", help="trust remote code when loading the tokenizer"),
 )
 # Ours: vLLM's load shape and limits, and the dataset's settings LMDeploy's script lacks.
