@@ -15,7 +15,7 @@ import streamlit as st
 from bench_core import csvstore
 from bench_core.measure import metrics
 from bench_core.views import run_charts, server_charts, tables
-from bench_core.measure.catalog import METRICS, find_column, lower_first, sampled_values
+from bench_core.measure.catalog import METRICS, find_column, lower_first
 from bench_core.config import SLO, Part, RunConfig, of_part
 from bench_core.engines import backend
 from bench_core.errors import BenchError
@@ -211,15 +211,19 @@ def _server_metrics_section(result: RunResult) -> None:
     run = get_runner().get(result.run_id) if result.history_row is None else None
     try:
         if run is not None and run.record is not None:
-            raw = run.record.server_metrics
+            raw, values = run.record.server_metrics, run.record.metrics
         else:
-            raw = get_history().server_metrics(result.run_id)
+            raw, values = get_history().server_metrics(result.run_id), result.history_row or {}
     except BenchError as exc:
         st.warning(str(exc))
         return
-    if raw is not None:
-        st.plotly_chart(server_charts.ended_server_metrics(raw, result.requests, result.duration_s),
-                        key="ended_server_metrics")
+    if raw is None:
+        return
+    st.markdown("**Server**, from its own metrics")
+    if not (served := tables.quantity_table(values, "served")).empty:
+        show_table(served, key="summary_server_metrics")
+    st.plotly_chart(server_charts.ended_server_metrics(raw, result.requests, result.duration_s),
+                    key="ended_server_metrics")
 
 
 def _hardware_section(result: RunResult) -> None:
@@ -232,10 +236,8 @@ def _hardware_section(result: RunResult) -> None:
     st.markdown("**Hardware**")
     if random_weights:
         st.caption("Random-weight run: the model's weights are random, so the timings are real and the text is not.")
-    if sampled := sampled_values(values):
-        show_table(pd.DataFrame({"quantity": [metric.label for metric, _ in sampled],
-                                 "value": [value for _, value in sampled],
-                                 "unit": [metric.unit for metric, _ in sampled]}), key="summary_telemetry")
+    if not (sampled := tables.quantity_table(values, "sampled")).empty:
+        show_table(sampled, key="summary_telemetry")
     if samples is not None:
         st.plotly_chart(run_charts.telemetry_over_time(samples), key="ended_telemetry")
     if verdict is not None:

@@ -194,6 +194,9 @@ def test_a_server_run_shows_the_servers_own_metrics_under_the_throughput_and_aft
     assert not at.exception and not at.error and not at.warning, [w.value for w in at.warning]
     titles = chart_titles(at)
     assert titles.index("Server metrics (its /metrics)") == titles.index("Throughput over time") + 1
+    served = next(d.value.set_index("quantity")["value"] for d in at.dataframe
+                  if "Client minus server TTFT" in set(d.value.get("quantity", ())))
+    assert served["Peak KV-cache usage (server)"] == "1"
     get_runner.clear()  # as after a restart: from the run's folder
     assert "Server metrics (its /metrics)" in chart_titles(open_app(run.run_id))
 

@@ -5,18 +5,24 @@ drawn on the Run page's time axis; a server without them is one line and the run
 import numpy as np
 import pandas as pd
 import pytest
-from metrics_server import CACHED_TOKENS_PER_REQUEST, FIRST_TOKEN_S, PROMPT_TOKENS_PER_REQUEST, SLOTS, ServerState
+from metrics_server import (
+    CACHED_TOKENS_PER_REQUEST, FIRST_TOKEN_S, PROMPT_TOKENS_PER_REQUEST, SLOTS, SPEC_ACCEPTED_PER_REQUEST,
+    SPEC_DRAFTS_PER_REQUEST, ServerState,
+)
 from metrics_server import metrics_server  # noqa: F401 (fixture)
 
-from bench_core.cli import build_parser
+from bench_core.cli import build_parser, main
 from bench_core.cli.restful import config_for_rate
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.engines.openai_client import http_get
-from bench_core.engines.server_metrics import MetricsScraper, parse_page, raw_frame, unified_series
+from bench_core.engines.server_metrics import (
+    PEAK_KV_CACHE_USAGE, MetricsScraper, parse_page, raw_frame, run_summary, unified_series,
+)
 from bench_core.run.runner import Runner
 from bench_core.store.history import SERVER_METRICS_FILE, History
 from bench_core.run.observer import JobObserver
 from bench_core.views.figures import NO_DATA
+from bench_core.views.tables import quantity_table
 from bench_core.views.server_charts import (
     client_ttft_by_interval, ended_server_metrics, server_metrics_over_time,
 )
@@ -68,6 +74,25 @@ def test_an_interval_without_observations_or_after_a_counter_reset_has_no_value(
     series = by_metric(unified_series(raw_frame(first + later + reset)))
     assert "server_ttft_s" not in series  # no TTFT observed between any two reads
     assert series["cached_tokens_per_s"] == [0.0]  # 0 in the quiet second; the reset's interval has none
+
+
+def test_the_runs_figures_take_counters_and_histograms_over_the_whole_run_and_gauges_over_its_reads():
+    state = ServerState("vllm")
+    reads = read_of(state, 0.0)
+    for time_s, waiting, usage, ttfts in ((1.0, 4, 1.0, (0.1, 0.2, 0.6)), (2.0, 0, 0.5, ()), (3.0, 2, 0.0, (0.3,))):
+        state.waiting.set(waiting)
+        state.usage.set(usage)
+        for ttft in ttfts:
+            state.ttft.observe(ttft)
+            state.served()
+        reads += read_of(state, time_s)
+    summary = run_summary(raw_frame(reads))
+    assert summary["server_ttft_s"] == pytest.approx((0.1 + 0.2 + 0.6 + 0.3) / 4)  # not the mean of interval means
+    # The gauges over the reads after the first, which is taken before the clock starts.
+    assert summary["waiting"] == pytest.approx((4 + 0 + 2) / 3) and summary[PEAK_KV_CACHE_USAGE] == 1.0
+    assert summary["prefix_hit_rate"] == pytest.approx(CACHED_TOKENS_PER_REQUEST / PROMPT_TOKENS_PER_REQUEST)
+    assert "spec_accept_length" not in summary and "server_e2e_s" not in summary  # nothing drafted or ended
+    assert run_summary(raw_frame([])) == {}
 
 
 def test_a_page_that_is_not_prometheus_text_is_refused():
@@ -122,6 +147,15 @@ def test_a_server_run_keeps_the_servers_samples_and_they_show_its_queue(metrics_
     client_ttft = run.record.requests["ttft_s"].mean()
     assert FIRST_TOKEN_S <= min(series["server_ttft_s"]) and np.mean(series["server_ttft_s"]) <= client_ttft
 
+    # Summarised into catalog metrics, in the history row like any other, the gap beside them.
+    row = runner.history.load().iloc[0]
+    expected = (1.0, CACHED_TOKENS_PER_REQUEST / PROMPT_TOKENS_PER_REQUEST,
+                1 + SPEC_ACCEPTED_PER_REQUEST / SPEC_DRAFTS_PER_REQUEST)
+    assert (row["peak_kv_cache_usage"], row["server_prefix_hit_rate"], row["mean_spec_accept_length"]) == expected
+    assert row["mean_server_waiting"] > 0 and FIRST_TOKEN_S * 1000 <= row["mean_server_ttft_ms"] <= row["mean_ttft_ms"]
+    served = quantity_table(row.to_dict(), "served").set_index("quantity")["value"]
+    assert served["Client minus server TTFT"] == pytest.approx(row["mean_ttft_ms"] - row["mean_server_ttft_ms"])
+
     figure = ended_server_metrics(stored, run.record.requests, run.record.metrics["duration_s"])
     titles = [annotation.text for annotation in figure.layout.annotations]
     assert titles == ["KV cache and prefix hits (%)", "Requests on the server", "Latency, mean per interval (ms)",
@@ -169,6 +203,17 @@ def test_the_clients_ttft_is_averaged_over_the_requests_whose_first_token_came_b
 def test_the_figure_says_so_when_there_is_nothing_to_draw():
     figure = server_metrics_over_time(None)
     assert not figure.data and figure.layout.annotations[0].text == NO_DATA
+
+
+def test_restful_prints_the_servers_figures_below_its_box(metrics_server, tmp_path, capsys):
+    assert main(["restful", "--backend", "lmdeploy", "--base-url", f"{metrics_server}/lmdeploy", "--model", "tiny",
+                 "--tokenizer", "builtin:tiny-llama", "--dataset-path", "builtin:sample", "--num-prompts", "6",
+                 "--sharegpt-output-len", "8", "--max-concurrency", "4", "--server-metrics-interval", "0.2",
+                 "--output-file", "", "--results", str(tmp_path / "results")]) == 0
+    captured = capsys.readouterr()
+    (line,) = [line for line in captured.out.splitlines() if line.startswith("Server metrics: ")]
+    assert "Peak KV-cache usage (server) 1 fraction" in line and "Client minus server TTFT" in line
+    assert "warning" not in captured.err
 
 
 def test_restful_takes_the_off_switch_and_the_interval_from_the_catalog():

@@ -339,19 +339,20 @@ def report_unmeasured(run) -> int | None:
 
 
 def print_hardware_findings(run) -> None:
-    """After the tables: a random-weight model said as such, the run's telemetry (the catalog's sampled metrics it
-    has) and its roofline verdict with the numbers behind it."""
-    from ..measure.catalog import sampled_values
+    """After the tables: a random-weight model said as such, the run's telemetry and its server's own metrics (the
+    catalog's sampled and served metrics it has) and its roofline verdict with the numbers behind it."""
     from ..hardware.roofline import describe_roofline
+    from ..views.tables import quantity_table
 
     record = run.record
     if record is None:
         return
     if record.model is not None and record.model.random_weights:
         print(f"Random-weight run ({record.model.name}): the timings are real, the generated text is not.")
-    sampled = [f"{metric.label} {value:,.3g} {metric.unit}" for metric, value in sampled_values(record.metrics)]
-    if sampled:
-        print("Telemetry: " + "; ".join(sampled))
+    for title, formula in (("Telemetry", "sampled"), ("Server metrics", "served")):
+        found = quantity_table(record.metrics, formula)
+        if not found.empty:
+            print(f"{title}: " + "; ".join(f"{row.quantity} {row.value:,.3g} {row.unit}" for row in found.itertuples()))
     if record.roofline is not None:
         print("\n".join(describe_roofline(record.roofline)))
 

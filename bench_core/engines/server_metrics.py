@@ -31,6 +31,7 @@ from ..redact import redact_text
 
 RAW_COLUMNS = ("time_s", "name", "labels", "value")  # labels: the sample's labels as a JSON object, keys sorted
 SERIES_COLUMNS = ("time_s", "metric", "value")
+PEAK_KV_CACHE_USAGE = "peak_kv_cache_usage"  # run_summary's one key beyond the unified set's
 
 PARSER_MESSAGE_CHARS = 120  # the parser quotes the line it choked on: an HTML page's, perhaps
 Read = Mapping[str, list[float]]  # one read of the page: sample name -> its values, one per label set
@@ -221,6 +222,35 @@ def unified_series(raw: pd.DataFrame) -> pd.DataFrame:
         rows.extend(read_rows(float(time_s), now, before))
         before = (float(time_s), now)
     return series_frame(rows)
+
+
+def run_summary(raw: pd.DataFrame) -> dict[str, float]:
+    """The run's figures from its raw samples (`RAW_COLUMNS`), by unified key: a counter's or histogram's quantity
+    over the whole run (from the first read, taken before the clock started, to the last, after it ended), a
+    gauge's as the mean of the reads after that first one; and the peak KV-cache usage. A quantity the server did
+    not serve is left out."""
+    reads = [(float(time_s), {str(name): list(part["value"]) for name, part in read.groupby("name", sort=False)})
+             for time_s, read in raw.groupby("time_s", sort=True)]
+    if not reads:
+        return {}
+    (first_s, first), (last_s, last) = reads[0], reads[-1]
+    series = unified_series(raw)
+    if len(reads) > 1:
+        series = series[series["time_s"] > first_s]
+    summary: dict[str, float] = {}
+    for metric in SERVER_METRICS:
+        source = next((source for source in metric.sources if source.present(last) is not None), None)
+        if isinstance(source, Gauge):
+            values = series.loc[series["metric"] == metric.key, "value"]
+            value = float(values.mean()) if len(values) else None
+        else:
+            value = metric.value(last, first, last_s - first_s) if source is not None and len(reads) > 1 else None
+        if value is not None and np.isfinite(value):
+            summary[metric.key] = value
+    usage = series.loc[series["metric"] == "kv_cache_usage", "value"]
+    if len(usage):
+        summary[PEAK_KV_CACHE_USAGE] = float(usage.max())
+    return summary
 
 
 # ---- the scraper ------------------------------------------------------------------------------------------

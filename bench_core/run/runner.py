@@ -31,10 +31,11 @@ import pandas as pd
 from ..hardware import roofline
 from . import preflight
 from ..measure import metrics
-from ..measure.catalog import telemetry_columns
+from ..measure.catalog import server_columns, telemetry_columns
 from ..config import EngineConfig, GenerationSettings, LoadConfig, RunConfig
 from ..load.datasets import sample_requests
 from ..engines import Engine, EngineInfo, backend, check_run_config, engine_settings_key, load_engine, tokenizer_from_engine
+from ..engines import server_metrics
 from ..engines.base import NOT_SENT, RUN_ENDED
 from ..hardware.environment import collect_environment
 from ..errors import BenchError, ModelError
@@ -358,6 +359,8 @@ class Runner:
         if measured and measurement.telemetry is not None:
             summary.update(telemetry_columns(
                 telemetry_summary(measurement.telemetry, 0.0, profiler.elapsed_time, summary["total_output_tokens"])))
+        if measured and measurement.server_metrics is not None:
+            summary.update(server_columns(server_metrics.run_summary(measurement.server_metrics)))
         environment = measurement.environment
         if environment is None:
             environment = collect_environment(measurement.engine_info)
