@@ -7,7 +7,8 @@ answers with the exposition text those servers write: running and waiting reques
 over SLOTS), prefix-cache figures, and TTFT, queue and end-to-end histograms observed on the server's clock.
 
 Each flavour lives under its own prefix of the base URL (`{url}/lmdeploy`, `{url}/vllm`), as do servers that
-fail at metrics: `/no-metrics` (404), `/garbled` (not Prometheus text), `/unknown` (metrics of no server we know).
+fail at metrics: `/no-metrics` (404), `/garbled` (not Prometheus text), `/unknown` (metrics of no server we know),
+`/flaky` (LMDeploy's page at the first read, HTTP 500 at every later one: the run's only).
 """
 
 from __future__ import annotations
@@ -137,17 +138,26 @@ def _make_app() -> web.Application:
 
         app.router.add_get(f"/{flavour}/metrics", metrics)
     plain = ServerState("lmdeploy")
-    for prefix in ("no-metrics", "garbled", "unknown"):
+    for prefix in ("no-metrics", "garbled", "unknown", "flaky"):
         add_openai_routes(app, _answering(plain), prefix=f"/{prefix}")
     app.router.add_get("/garbled/metrics", _text_page("<html><body>Not here</body></html>\n{{{ 12 }\n"))
     app.router.add_get("/unknown/metrics", _text_page(
         "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 12.5\n"
         "# TYPE tgi_queue_size gauge\ntgi_queue_size 3\n"))
+    reads = {"flaky": 0}
+
+    async def flaky(request: web.Request) -> web.Response:  # answers the first read, then breaks
+        reads["flaky"] += 1
+        if reads["flaky"] == 1:
+            return web.Response(body=plain.page(), content_type="text/plain")
+        return web.Response(status=500, text="metrics exporter crashed")
+
+    app.router.add_get("/flaky/metrics", flaky)
     return app
 
 
 @pytest.fixture(scope="session")
 def metrics_server() -> str:
-    """Base URL of the server above: append /lmdeploy, /vllm, /no-metrics, /garbled or /unknown."""
+    """Base URL of the server above: append /lmdeploy, /vllm, /no-metrics, /garbled, /unknown or /flaky."""
     with serving(_make_app()) as url:
         yield url

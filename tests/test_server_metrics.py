@@ -2,6 +2,8 @@
 write them) read as one set, scraped during real runs against tests/metrics_server.py, kept in the run folder and
 drawn on the Run page's time axis; a server without them is one line and the run goes on."""
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -170,6 +172,28 @@ def test_a_server_without_metrics_gives_one_warning_and_the_run_goes_on(metrics_
     assert run.wait(60) and run.state == "finished", run.message
     assert len(run.measurement.warnings) == 1 and "answered HTTP 404" in run.measurement.warnings[0]
     assert run.record.server_metrics is None and runner.history.server_metrics(run.run_id) is None
+
+
+def test_reads_that_fail_mid_run_are_one_warning_with_the_last_reason_and_the_run_goes_on(metrics_server, runner):
+    run = runner.submit(server_run(f"{metrics_server}/flaky"))
+    assert run.wait(60) and run.state == "finished", run.message
+    (warning,) = run.measurement.warnings
+    assert re.fullmatch(r"\d+ reads of the server's /metrics failed, so the server metrics have gaps \(the last: "
+                        r"http://127\.0\.0\.1:\d+/flaky/metrics answered HTTP 500 Internal Server Error\.\)\.", warning)
+    assert len(unified_series(run.record.server_metrics)["time_s"].unique()) == 1  # the first read stands
+
+
+def test_credentials_in_the_url_are_sent_but_never_written(metrics_server, runner):
+    url = metrics_server.replace("http://", "http://user:hunter2-secret@")
+    run = runner.submit(server_run(f"{url}/no-metrics"))
+    assert run.wait(60) and run.state == "finished", run.message
+    (warning,) = run.measurement.warnings
+    assert "answered HTTP 404" in warning and "hunter2-secret" not in warning
+    run = runner.submit(server_run(f"{url}/lmdeploy"))
+    assert run.wait(60) and run.state == "finished", run.message
+    assert run.measurement.warnings == []
+    for path in runner.history.run_dir(run.run_id).iterdir():
+        assert b"hunter2-secret" not in path.read_bytes(), path
 
 
 def test_turned_off_the_server_is_not_asked(metrics_server, runner):
