@@ -1,12 +1,12 @@
-"""An OpenAI-compatible server on 127.0.0.1 that serves its own Prometheus metrics, as LMDeploy's and vLLM's do.
+"""An OpenAI-compatible server on 127.0.0.1 serving its own Prometheus metrics, as LMDeploy, vLLM and SGLang do.
 
 It runs at most SLOTS requests at once; the others wait for a slot. Each request streams its max_tokens
 chunks, the first FIRST_TOKEN_S after it got its slot, then one every CHUNK_GAP_S. Its metrics are kept
-by prometheus_client itself (the library both servers use) under LMDeploy's or vLLM's names, so GET /metrics
-answers with the exposition text those servers write: running and waiting requests, KV-cache usage (running
+by prometheus_client itself (the library these servers use) under LMDeploy's, vLLM's or SGLang's names, so GET
+/metrics answers with the exposition text those servers write: running and waiting requests, KV-cache usage (running
 over SLOTS), prefix-cache figures, and TTFT, queue and end-to-end histograms observed on the server's clock.
 
-Each flavour lives under its own prefix of the base URL (`{url}/lmdeploy`, `{url}/vllm`), as do servers that
+Each flavour lives under its own prefix of the base URL (`{url}/lmdeploy`, `/vllm`, `/sglang`), as do servers that
 fail at metrics: `/no-metrics` (404), `/garbled` (not Prometheus text), `/unknown` (metrics of no server we know),
 `/flaky` (LMDeploy's page at the first read, HTTP 500 at every later one: the run's only).
 """
@@ -28,52 +28,63 @@ CACHED_TOKENS_PER_REQUEST = 3
 PROMPT_TOKENS_PER_REQUEST = 12
 SPEC_DRAFTS_PER_REQUEST, SPEC_ACCEPTED_PER_REQUEST = 4, 6  # mean acceptance length 1 + 6/4 = 2.5
 
-prometheus_client.disable_created_metrics()  # as LMDeploy's and vLLM's servers do: no *_created samples
+prometheus_client.disable_created_metrics()  # as LMDeploy and vLLM do: no *_created samples
+
+
+# Each server's name for what the state below keeps (sglang: gauges where the others count).
+NAMES = {
+    "lmdeploy": dict(running="num_requests_running", waiting="num_requests_waiting", usage="gpu_cache_usage_perc",
+                     hit_rate="prefix_cache_hit_rate", cached="cached_tokens", queue="request_queue_time_seconds"),
+    "vllm": dict(running="num_requests_running", waiting="num_requests_waiting", usage="kv_cache_usage_perc",
+                 hits="prefix_cache_hits", queries="prefix_cache_queries", queue="request_queue_time_seconds"),
+    "sglang": dict(running="num_running_reqs", waiting="num_queue_reqs", usage="token_usage",
+                   hit_rate="cache_hit_rate", cached="cached_tokens", accept_length="spec_accept_length",
+                   queue="queue_time_seconds"),
+}
+BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
 class ServerState:
-    """One flavour's slots and metrics, named as that server names them."""
+    """One flavour's slots and metrics, named as that server names them (`NAMES`)."""
 
     def __init__(self, flavour: str):
         self.registry = prometheus_client.CollectorRegistry()
         self.slots = asyncio.Semaphore(SLOTS)
         self.busy = 0  # requests holding a slot
-        self.flavour = flavour
-        p = f"{flavour}:"
+        self.speculated = 0  # drafts made so far, for SGLang's gauge
         labels = {"model_name": "tiny", "engine": "0"} if flavour == "lmdeploy" else {"model_name": "tiny"}
-        names = list(labels)
-
-        def made(kind, name, doc, **options):
-            return kind(p + name, doc, names, registry=self.registry, **options).labels(**labels)
-
-        self.running = made(prometheus_client.Gauge, "num_requests_running", "Requests running.")
-        self.waiting = made(prometheus_client.Gauge, "num_requests_waiting", "Requests waiting.")
-        usage = "gpu_cache_usage_perc" if flavour == "lmdeploy" else "kv_cache_usage_perc"
-        self.usage = made(prometheus_client.Gauge, usage, "KV-cache usage. 1 means 100 percent usage.")
-        if flavour == "lmdeploy":
-            self.hit_rate = made(prometheus_client.Gauge, "prefix_cache_hit_rate", "Prefix-cache hit rate.")
-            self.cached = made(prometheus_client.Counter, "cached_tokens", "Prefix-cached input tokens served.")
-        else:
-            self.hits = made(prometheus_client.Counter, "prefix_cache_hits", "Prefix cache hits, in tokens.")
-            self.queries = made(prometheus_client.Counter, "prefix_cache_queries", "Prefix cache queries, in tokens.")
-        self.drafts = made(prometheus_client.Counter, "spec_decode_num_drafts", "Speculative drafts.")
-        self.accepted = made(prometheus_client.Counter, "spec_decode_num_accepted_tokens", "Accepted draft tokens.")
-        buckets = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-        self.ttft = made(prometheus_client.Histogram, "time_to_first_token_seconds", "TTFT.", buckets=buckets)
-        self.queue = made(prometheus_client.Histogram, "request_queue_time_seconds", "Queue time.", buckets=buckets)
-        self.e2e = made(prometheus_client.Histogram, "e2e_request_latency_seconds", "E2E latency.", buckets=buckets)
+        names = {**NAMES[flavour], "ttft": "time_to_first_token_seconds", "e2e": "e2e_request_latency_seconds"}
+        if flavour != "sglang":
+            names.update(drafts="spec_decode_num_drafts", accepted="spec_decode_num_accepted_tokens")
+        gauge, histogram = prometheus_client.Gauge, prometheus_client.Histogram
+        kinds = dict(running=gauge, waiting=gauge, usage=gauge, hit_rate=gauge, accept_length=gauge, ttft=histogram,
+                     queue=histogram, e2e=histogram)
+        for field, name in names.items():
+            kind = kinds.get(field, prometheus_client.Counter)
+            options = {"buckets": BUCKETS} if kind is histogram else {}
+            made = kind(f"{flavour}:{name}", f"{field} of the scripted server", list(labels), registry=self.registry,
+                        **options)
+            setattr(self, field, made.labels(**labels))
 
     def page(self) -> bytes:
         return prometheus_client.generate_latest(self.registry)
 
     def served(self) -> None:
         """A request got its prompt's prefix looked up: some tokens hit, as a prefix cache counts them."""
-        if self.flavour == "lmdeploy":
-            self.cached.inc(CACHED_TOKENS_PER_REQUEST)
-            self.hit_rate.set(CACHED_TOKENS_PER_REQUEST / PROMPT_TOKENS_PER_REQUEST)
-        else:
+        if hasattr(self, "hits"):
             self.hits.inc(CACHED_TOKENS_PER_REQUEST)
             self.queries.inc(PROMPT_TOKENS_PER_REQUEST)
+        else:
+            self.cached.inc(CACHED_TOKENS_PER_REQUEST)
+            self.hit_rate.set(CACHED_TOKENS_PER_REQUEST / PROMPT_TOKENS_PER_REQUEST)
+
+    def drafted(self, drafts: int, accepted: int) -> None:
+        """Speculative decoding verified `drafts` drafts and accepted `accepted` of their tokens."""
+        if hasattr(self, "accept_length"):  # SGLang serves the mean acceptance length itself
+            self.accept_length.set(1 + accepted / drafts)
+        else:
+            self.drafts.inc(drafts)
+            self.accepted.inc(accepted)
 
 
 def _chunk(endpoint: str, text: str, finish_reason: str | None = None, usage: dict | None = None) -> bytes:
@@ -106,8 +117,7 @@ def _answering(state: ServerState):
                     await response.write(_chunk(endpoint, " tok"))
                     if i == 0:
                         state.ttft.observe(loop.time() - arrived)
-                state.drafts.inc(SPEC_DRAFTS_PER_REQUEST)
-                state.accepted.inc(SPEC_ACCEPTED_PER_REQUEST)
+                state.drafted(SPEC_DRAFTS_PER_REQUEST, SPEC_ACCEPTED_PER_REQUEST)
                 usage = {"prompt_tokens": PROMPT_TOKENS_PER_REQUEST, "completion_tokens": n,
                          "total_tokens": n + PROMPT_TOKENS_PER_REQUEST}
                 await response.write(_chunk(endpoint, "", "length", usage))
@@ -129,7 +139,7 @@ def _text_page(text: str):
 
 def _make_app() -> web.Application:
     app = web.Application()
-    for flavour in ("lmdeploy", "vllm"):
+    for flavour in NAMES:
         state = ServerState(flavour)
         add_openai_routes(app, _answering(state), prefix=f"/{flavour}")
 
@@ -158,6 +168,6 @@ def _make_app() -> web.Application:
 
 @pytest.fixture(scope="session")
 def metrics_server() -> str:
-    """Base URL of the server above: append /lmdeploy, /vllm, /no-metrics, /garbled, /unknown or /flaky."""
+    """Base URL of the server above: append /lmdeploy, /vllm, /sglang, /no-metrics, /garbled, /unknown or /flaky."""
     with serving(_make_app()) as url:
         yield url

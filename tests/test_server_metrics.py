@@ -38,8 +38,8 @@ def by_metric(series) -> dict[str, list[float]]:
     return {key: part["value"].tolist() for key, part in series.groupby("metric")}
 
 
-@pytest.mark.parametrize("flavour", ["lmdeploy", "vllm"])
-def test_lmdeploys_and_vllms_names_read_as_one_set(flavour):
+@pytest.mark.parametrize("flavour", ["lmdeploy", "vllm", "sglang"])
+def test_lmdeploys_vllms_and_sglangs_names_read_as_one_set(flavour):
     state = ServerState(flavour)
     before = read_of(state, 10.0)
     state.running.set(2)
@@ -51,8 +51,7 @@ def test_lmdeploys_and_vllms_names_read_as_one_set(flavour):
         state.ttft.observe(ttft)
         state.queue.observe(queue)
     state.e2e.observe(1.5)
-    state.drafts.inc(4)
-    state.accepted.inc(6)
+    state.drafted(4, 6)
     series = unified_series(raw_frame(before + read_of(state, 12.0)))
 
     at_second = {key: values[-1] for key, values in by_metric(series[series["time_s"] == 12.0]).items()}
@@ -63,7 +62,7 @@ def test_lmdeploys_and_vllms_names_read_as_one_set(flavour):
         "spec_accept_length": 1 + 6 / 4, "server_ttft_s": 0.2, "server_queue_s": 0.2, "server_e2e_s": 1.5})
     # The first read has no interval before it: only what a gauge says on its own.
     assert set(series.loc[series["time_s"] == 10.0, "metric"]) <= {"running", "waiting", "kv_cache_usage",
-                                                                    "prefix_hit_rate"}
+                                                                    "prefix_hit_rate", "spec_accept_length"}
 
 
 def test_an_interval_without_observations_or_after_a_counter_reset_has_no_value():
