@@ -235,13 +235,14 @@ class OpenAIEngine(Engine):
     def metrics_scraper(self) -> MetricsScraper | None:
         """A reader of the server's Prometheus page at /metrics, unless the settings turned it off."""
         from .openai_client import api_root, http_get
-        from .server_metrics import MetricsScraper
+        from .server_metrics import METRICS_SWITCHES, MetricsScraper
 
         if self._metrics_interval_s is None:
             return None
         api_key = self.spec.api_key
         return MetricsScraper(api_root(self.spec.base_url) + "/metrics", self._metrics_interval_s,
-                              lambda url, timeout_s: http_get(url, api_key, timeout_s))
+                              lambda url, timeout_s: http_get(url, api_key, timeout_s),
+                              METRICS_SWITCHES.get(self.spec.server_kind, ""))
 
     def _extras(self, result: RequestResult, run: ClientRun) -> dict:
         """The request-table columns of one sent request (times in seconds; NaN: never happened)."""

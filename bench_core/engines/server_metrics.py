@@ -32,6 +32,11 @@ from ..redact import redact_text
 RAW_COLUMNS = ("time_s", "name", "labels", "value")  # labels: the sample's labels as a JSON object, keys sorted
 SERIES_COLUMNS = ("time_s", "metric", "value")
 PEAK_KV_CACHE_USAGE = "peak_kv_cache_usage"  # run_summary's one key beyond the unified set's
+# How each server kind turns its metrics on, for the line that says a page could not be read.
+METRICS_SWITCHES = {
+    "lmdeploy": "LMDeploy's api_server serves them unless started with --disable-metrics",
+    "sglang": "SGLang serves them only when started with --enable-metrics",
+}
 
 PARSER_MESSAGE_CHARS = 120  # the parser quotes the line it choked on: an HTML page's, perhaps
 Read = Mapping[str, list[float]]  # one read of the page: sample name -> its values, one per label set
@@ -260,10 +265,12 @@ class MetricsScraper:
     run's clock (`time.perf_counter`), each the middle of its request. A read that fails mid-run is skipped and
     counted (`failed_reads`, `last_failure`)."""
 
-    def __init__(self, url: str, interval_s: float, fetch: Callable[[str, float], bytes],
+    def __init__(self, url: str, interval_s: float, fetch: Callable[[str, float], bytes], switch: str = "",
                  clock: Callable[[], float] = time.perf_counter) -> None:
-        """`fetch(url, timeout_s)`: the page's bytes, BenchError when it cannot be read."""
+        """`fetch(url, timeout_s)`: the page's bytes, BenchError when it cannot be read; `switch`: how the server
+        turns its metrics on (`METRICS_SWITCHES`), said when the page cannot be read."""
         self.url = url
+        self._switch = switch
         self._interval_s = interval_s
         self._fetch = fetch
         self._clock = clock
@@ -283,7 +290,8 @@ class MetricsScraper:
         try:
             self._read()
         except BenchError as exc:
-            return f"No server metrics for this run: {redact_text(str(exc)).rstrip('.')}."
+            switch = f" ({self._switch})" if self._switch else ""
+            return f"No server metrics for this run: {redact_text(str(exc)).rstrip('.')}{switch}."
         except ValueError as exc:
             return f"No server metrics for this run: {shown} is {exc}."
         if not self._raw:
