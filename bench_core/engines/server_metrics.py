@@ -1,4 +1,4 @@
-"""The server's own Prometheus metrics during a run: read every few seconds, kept raw, and seen as one set.
+"""The server's own Prometheus metrics during a run: read at an interval, kept raw, and seen as one set.
 
 LMDeploy's api_server (`lmdeploy/metrics/loggers.py`), vLLM and SGLang serve Prometheus text at GET /metrics,
 each under its own names. `SERVER_METRICS` maps them onto one set: running and waiting requests, KV-cache
@@ -43,14 +43,20 @@ Read = Mapping[str, list[float]]  # one read of the page: sample name -> its val
 
 
 @dataclass(frozen=True)
-class Gauge:
-    """A gauge as it stands at the read; `mean` for a fraction (several engines' usage), else their sum."""
+class _Named:
+    """A source read from one sample name: the first of `names` (one per server) the page has."""
 
     names: tuple[str, ...]
-    mean: bool = False
 
     def present(self, read: Read) -> str | None:
         return next((name for name in self.names if name in read), None)
+
+
+@dataclass(frozen=True)
+class Gauge(_Named):
+    """A gauge as it stands at the read; `mean` for a fraction (several engines' usage), else their sum."""
+
+    mean: bool = False
 
     def value(self, now: Read, before: Read | None, seconds: float) -> float | None:
         values = now[self.present(now)]
@@ -58,13 +64,8 @@ class Gauge:
 
 
 @dataclass(frozen=True)
-class CounterRate:
+class CounterRate(_Named):
     """A counter's growth per second since the previous read."""
-
-    names: tuple[str, ...]
-
-    def present(self, read: Read) -> str | None:
-        return next((name for name in self.names if name in read), None)
 
     def value(self, now: Read, before: Read | None, seconds: float) -> float | None:
         grown = _growth(self.present(now), now, before)
@@ -131,16 +132,12 @@ def _growth(name: str, now: Read, before: Read | None) -> float | None:
 
 @dataclass(frozen=True)
 class ServerMetric:
-    """One quantity of the unified set: its key, its words and unit, and the servers' names it is read from."""
+    """One quantity of the unified set, in the unit its key or label says: its key, its words, and the servers' names
+    it is read from."""
 
     key: str
     label: str
-    unit: str
     sources: tuple[Source, ...]
-
-    @property
-    def title(self) -> str:
-        return f"{self.label} ({self.unit})"
 
     def value(self, now: Read, before: Read | None, seconds: float) -> float | None:
         """Its value at the read `now` (`seconds` after `before`); None where the page lacks it or it is undefined."""
@@ -153,29 +150,29 @@ def _histogram(stem: str, sglang_stem: str = "") -> HistogramMean:
 
 
 SERVER_METRICS = (
-    ServerMetric("running", "Running requests", "requests", (
+    ServerMetric("running", "Running requests", (
         Gauge(("lmdeploy:num_requests_running", "vllm:num_requests_running", "sglang:num_running_reqs")),)),
-    ServerMetric("waiting", "Waiting requests", "requests", (
+    ServerMetric("waiting", "Waiting requests", (
         Gauge(("lmdeploy:num_requests_waiting", "vllm:num_requests_waiting", "sglang:num_queue_reqs")),)),
     # vLLM renamed gpu_cache_usage_perc kv_cache_usage_perc; SGLang's token_usage is the share of its KV pool in use.
-    ServerMetric("kv_cache_usage", "KV-cache usage", "fraction", (
+    ServerMetric("kv_cache_usage", "KV-cache usage", (
         Gauge(("lmdeploy:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
                "sglang:token_usage"), mean=True),)),
     # vLLM counts prefix-cache queries and hits in tokens; LMDeploy and SGLang serve the rate itself.
-    ServerMetric("prefix_hit_rate", "Prefix-cache hit rate", "fraction", (
+    ServerMetric("prefix_hit_rate", "Prefix-cache hit rate", (
         CounterRatio((("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),)),
         Gauge(("lmdeploy:prefix_cache_hit_rate", "sglang:cache_hit_rate"), mean=True))),
-    ServerMetric("cached_tokens_per_s", "Cached prompt tokens", "tok/s", (
+    ServerMetric("cached_tokens_per_s", "Cached prompt tokens per second", (
         CounterRate(("lmdeploy:cached_tokens_total", "sglang:cached_tokens_total", "vllm:prefix_cache_hits_total")),)),
     # Tokens a verification step yields: the accepted draft tokens per draft, plus the target model's own token.
-    ServerMetric("spec_accept_length", "Speculative acceptance length", "tokens/step", (
+    ServerMetric("spec_accept_length", "Speculative acceptance length", (
         CounterRatio((("lmdeploy:spec_decode_num_accepted_tokens_total", "lmdeploy:spec_decode_num_drafts_total"),
                       ("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_drafts_total")), plus=1.0),
         Gauge(("sglang:spec_accept_length",), mean=True))),
-    ServerMetric("server_ttft_s", "Server TTFT", "s", (_histogram("time_to_first_token_seconds"),)),
-    ServerMetric("server_queue_s", "Server queue time", "s", (
+    ServerMetric("server_ttft_s", "Server TTFT", (_histogram("time_to_first_token_seconds"),)),
+    ServerMetric("server_queue_s", "Server queue time", (
         _histogram("request_queue_time_seconds", "queue_time_seconds"),)),
-    ServerMetric("server_e2e_s", "Server end-to-end latency", "s", (_histogram("e2e_request_latency_seconds"),)),
+    ServerMetric("server_e2e_s", "Server end-to-end latency", (_histogram("e2e_request_latency_seconds"),)),
 )
 BY_KEY = {metric.key: metric for metric in SERVER_METRICS}
 KNOWN_NAMES = frozenset(name for metric in SERVER_METRICS for source in metric.sources for name in source.names)
@@ -222,11 +219,16 @@ def unified_series(raw: pd.DataFrame) -> pd.DataFrame:
     """The unified quantities over a run from its raw samples (`RAW_COLUMNS`): one row per quantity and read."""
     rows: list[tuple[float, str, float]] = []
     before: tuple[float, Read] | None = None
-    for time_s, read in raw.groupby("time_s", sort=True):
-        now = {str(name): list(part["value"]) for name, part in read.groupby("name", sort=False)}
-        rows.extend(read_rows(float(time_s), now, before))
-        before = (float(time_s), now)
+    for time_s, now in _reads(raw):
+        rows.extend(read_rows(time_s, now, before))
+        before = (time_s, now)
     return series_frame(rows)
+
+
+def _reads(raw: pd.DataFrame) -> list[tuple[float, Read]]:
+    """The raw samples as the reads they came from, in time order."""
+    return [(float(time_s), {str(name): list(part["value"]) for name, part in read.groupby("name", sort=False)})
+            for time_s, read in raw.groupby("time_s", sort=True)]
 
 
 def run_summary(raw: pd.DataFrame) -> dict[str, float]:
@@ -234,8 +236,7 @@ def run_summary(raw: pd.DataFrame) -> dict[str, float]:
     over the whole run (from the first read, taken before the clock started, to the last, after it ended), a
     gauge's as the mean of the reads after that first one; and the peak KV-cache usage. A quantity the server did
     not serve is left out."""
-    reads = [(float(time_s), {str(name): list(part["value"]) for name, part in read.groupby("name", sort=False)})
-             for time_s, read in raw.groupby("time_s", sort=True)]
+    reads = _reads(raw)
     if not reads:
         return {}
     (first_s, first), (last_s, last) = reads[0], reads[-1]
