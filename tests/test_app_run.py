@@ -173,7 +173,7 @@ def metrics_server_run(url: str, num_prompts: int) -> RunConfig:
 
 
 def test_a_server_run_shows_the_servers_own_metrics_live(metrics_server):
-    run = get_runner().submit(metrics_server_run(metrics_server, num_prompts=40))  # about 6 s on 2 server slots
+    run = get_runner().submit(metrics_server_run(metrics_server, num_prompts=120))  # ~14 s on 2 slots; cancelled
     try:
         deadline = time.monotonic() + 30
         while not ((snap := run.snapshot()) is not None and snap.server_metrics is not None
