@@ -14,8 +14,8 @@ import streamlit as st
 
 from bench_core import csvstore
 from bench_core.measure import metrics
-from bench_core.views import run_charts, tables
-from bench_core.measure.catalog import METRICS, find_column, lower_first, sampled_values
+from bench_core.views import run_charts, server_charts, tables
+from bench_core.measure.catalog import METRICS, find_column, lower_first
 from bench_core.config import SLO, Part, RunConfig, format_value, of_part
 from bench_core.config.catalog import MULTI_TURN
 from bench_core.engines import backend
@@ -147,6 +147,9 @@ def _live_charts(config: RunConfig, snap: LiveSnapshot) -> None:
         right.plotly_chart(run_charts.binned_latency_histogram(snap.itl, "itl"), key="live_itl_histogram")
     st.plotly_chart(run_charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s, snap.in_flight_over_time),
                     key="live_throughput")
+    if snap.server_metrics is not None:
+        st.plotly_chart(server_charts.server_metrics_over_time(snap.server_metrics, end_s=snap.elapsed_s),
+                        key="live_server_metrics")
     if snap.telemetry is not None:
         st.plotly_chart(run_charts.telemetry_over_time(snap.telemetry), key="live_telemetry")
 
@@ -205,12 +208,33 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
         throughput = run_charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s, snap.in_flight_over_time)
         st.plotly_chart(throughput, key="ended_throughput")
     workload_view.render_ended(result.requests, summary)
+    _server_metrics_section(result)
     _hardware_section(result)
 
     st.markdown("**Requests**")
     requests = tables.requests_for_display(result.requests)
     show_table(requests, key="requests_table", max_rows=LONG_TABLE_ROWS, keep_numbers=True, hide_index=True)
     _downloads(result, requests)
+
+
+def _server_metrics_section(result: RunResult) -> None:
+    """The server's own metrics, where it served them: from the run this server holds, else from its folder."""
+    run = get_runner().get(result.run_id) if result.history_row is None else None
+    try:
+        if run is not None and run.record is not None:
+            raw, values = run.record.server_metrics, run.record.metrics
+        else:
+            raw, values = get_history().server_metrics(result.run_id), result.history_row or {}
+    except BenchError as exc:
+        st.warning(str(exc))
+        return
+    if raw is None:
+        return
+    st.markdown("**Server**, from its own metrics")
+    if not (served := tables.quantity_table(values, "served")).empty:
+        show_table(served, key="summary_server_metrics")
+    st.plotly_chart(server_charts.ended_server_metrics(raw, result.requests, result.duration_s),
+                    key="ended_server_metrics")
 
 
 def _hardware_section(result: RunResult) -> None:
@@ -223,10 +247,8 @@ def _hardware_section(result: RunResult) -> None:
     st.markdown("**Hardware**")
     if random_weights:
         st.caption("Random-weight run: the model's weights are random, so the timings are real and the text is not.")
-    if sampled := sampled_values(values):
-        show_table(pd.DataFrame({"quantity": [metric.label for metric, _ in sampled],
-                                 "value": [value for _, value in sampled],
-                                 "unit": [metric.unit for metric, _ in sampled]}), key="summary_telemetry")
+    if not (sampled := tables.quantity_table(values, "sampled")).empty:
+        show_table(sampled, key="summary_telemetry")
     if samples is not None:
         st.plotly_chart(run_charts.telemetry_over_time(samples), key="ended_telemetry")
     if verdict is not None:

@@ -144,13 +144,13 @@ async def _stream(request: web.Request, endpoint: str) -> web.StreamResponse:
     return response
 
 
-def add_openai_routes(app: web.Application, answer) -> web.Application:
-    """/v1/completions and /v1/chat/completions, each answered by `answer(request, endpoint)`."""
+def add_openai_routes(app: web.Application, answer, prefix: str = "") -> web.Application:
+    """{prefix}/v1/completions and {prefix}/v1/chat/completions, each answered by `answer(request, endpoint)`."""
     for endpoint, path in (("completions", "completions"), ("chat", "chat/completions")):
         async def handle(request: web.Request, endpoint: str = endpoint) -> web.StreamResponse:
             return await answer(request, endpoint)
 
-        app.router.add_post(f"/v1/{path}", handle)
+        app.router.add_post(f"{prefix}/v1/{path}", handle)
     return app
 
 

@@ -2,6 +2,7 @@
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from bench_core.config import SLO, DatasetConfig, EngineConfig, GenerationSettin
 from bench_core.engines import availability
 from bench_core.store.history import RESULTS_ENV, History
 import engine_faults
+from metrics_server import metrics_server  # noqa: F401 (fixture)
 from bench_core.run import engine_process
 from bench_core.run.runner import Runner
 from app_under_test import APP, shown
@@ -157,6 +159,47 @@ def test_start_runs_to_finished_with_summary_downloads_and_run_id_in_url():
 
     second_tab = open_app(run_id)  # a reload or another tab shows the same run
     assert second_tab.success[0].value == at.success[0].value
+
+
+def chart_titles(at: AppTest) -> list[str]:
+    return [json.loads(chart.proto.spec)["layout"]["title"]["text"] for chart in at.get("plotly_chart")]
+
+
+def metrics_server_run(url: str, num_prompts: int) -> RunConfig:
+    return RunConfig(
+        engine=EngineConfig(backend="openai", model="tiny", base_url=f"{url}/lmdeploy", server_kind="lmdeploy",
+                            tokenizer=TINY, server_metrics_interval_s=0.2),
+        dataset=DatasetConfig(dataset="builtin:sample", num_prompts=num_prompts, sharegpt_output_len=10),
+        load=LoadConfig(load_pattern="request_rate", max_concurrency=4, stream_output=True))
+
+
+def test_a_server_run_shows_the_servers_own_metrics_live(metrics_server):
+    run = get_runner().submit(metrics_server_run(metrics_server, num_prompts=120))  # ~14 s on 2 slots; cancelled
+    try:
+        deadline = time.monotonic() + 30
+        while not ((snap := run.snapshot()) is not None and snap.server_metrics is not None
+                   and (snap.server_metrics["time_s"] > 0.5).any()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        at = open_app(run.run_id)
+        assert not at.exception and run.active
+        assert "Server metrics (its /metrics)" in chart_titles(at)
+    finally:
+        run.cancel()
+        run.wait(30)
+
+
+def test_a_server_run_shows_the_servers_own_metrics_under_the_throughput_and_after_a_restart(metrics_server):
+    run = get_runner().submit(metrics_server_run(metrics_server, num_prompts=6))  # the samples cross the pipe
+    assert run.wait(60) and run.state == "finished", run.message
+    at = open_app(run.run_id)
+    assert not at.exception and not at.error and not at.warning, [w.value for w in at.warning]
+    titles = chart_titles(at)
+    assert titles.index("Server metrics (its /metrics)") == titles.index("Throughput over time") + 1
+    served = next(d.value.set_index("quantity")["value"] for d in at.dataframe
+                  if "Client minus server TTFT" in set(d.value.get("quantity", ())))
+    assert served["Peak KV-cache usage (server)"] == "1"
+    get_runner.clear()  # as after a restart: from the run's folder
+    assert "Server metrics (its /metrics)" in chart_titles(open_app(run.run_id))
 
 
 def test_deep_link_shows_a_run_that_ended_before_the_server_started(stored_run_id):
@@ -387,7 +430,8 @@ def _random_dataset_from_a_path(tiny_model_path: str) -> RunConfig:
 def _a_server_at_a_rate(_) -> RunConfig:
     return RunConfig(
         engine=EngineConfig(backend="openai", model="served", base_url="http://127.0.0.1:9", endpoint="chat",
-                            server_kind="vllm", tokenizer=TINY, read_timeout_s=5.0),
+                            server_kind="vllm", tokenizer=TINY, read_timeout_s=5.0, server_metrics=False,
+                            server_metrics_interval_s=2.5),
         dataset=DatasetConfig(dataset="builtin:sample", num_prompts=4, sharegpt_output_len=None),
         load=LoadConfig(load_pattern="request_rate", request_rate=5.0, burstiness=0.5, exact_rate_arrivals=True,
                         max_concurrency=3, warmup_requests=0, duration_s=30.0, stream_output=True),

@@ -81,11 +81,13 @@ def test_the_new_metrics_reach_the_history_the_compare_table_and_the_sweep_picke
 
 
 def test_derived_metrics_are_computed_from_the_columns_they_need():
-    runs = pd.DataFrame({"mean_tpot_ms": [20.0, 0.0], "good_requests": [9, np.nan], "total_requests": [10, 10]})
+    runs = pd.DataFrame({"mean_tpot_ms": [20.0, 0.0], "good_requests": [9, np.nan], "total_requests": [10, 10],
+                         "mean_ttft_ms": [120.0, 80.0], "mean_server_ttft_ms": [95.0, np.nan]})
     frame = catalog.with_derived(runs)
     per_user = frame["output_throughput_per_user"]
     assert per_user.tolist()[0] == 50.0 and math.isnan(per_user[1])
     assert frame["slo_attainment"].tolist()[0] == 0.9 and math.isnan(frame["slo_attainment"][1])
+    assert frame["ttft_gap_ms"].tolist()[0] == 25.0 and math.isnan(frame["ttft_gap_ms"][1])  # a run without /metrics
     assert {name for metric in CATALOG for name in metric.needs} <= set(runs.columns)
 
 

@@ -30,7 +30,7 @@ def test_every_metric_has_a_unit_and_a_direction():
 
 def test_every_metric_has_exactly_one_formula():
     for metric in CATALOG:
-        formulas = [metric.per_request, metric.aggregate, metric.derived, metric.sampled]
+        formulas = [metric.per_request, metric.aggregate, metric.derived, metric.sampled, metric.served]
         assert sum(formula is not None for formula in formulas) == 1, metric.key
         assert bool(metric.needs) == (metric.derived is not None), metric.key
 

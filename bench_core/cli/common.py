@@ -428,10 +428,11 @@ def print_workload_findings(run) -> None:
 
 def print_hardware_findings(run) -> None:
     """After the tables: the warm-up, speculative decoding's acceptance where it was asked for ("not reported"
-    where the engine reported none), a random-weight model said as such, the run's telemetry (the catalog's sampled
-    metrics it has) and its roofline verdict with the numbers behind it."""
-    from ..measure.catalog import METRICS, NOT_REPORTED, SPECULATIVE_COLUMNS, sampled_values
+    where the engine reported none), a random-weight model said as such, the run's telemetry and its server's own
+    metrics (the catalog's sampled and served metrics it has) and its roofline verdict with the numbers behind it."""
+    from ..measure.catalog import METRICS, NOT_REPORTED, SPECULATIVE_COLUMNS
     from ..hardware.roofline import describe_roofline
+    from ..views.tables import quantity_table
 
     record = run.record
     if record is None:
@@ -448,9 +449,10 @@ def print_hardware_findings(run) -> None:
               f"tokens per step): {'; '.join(figures)}.")
     if record.model is not None and record.model.random_weights:
         print(f"Random-weight run ({record.model.name}): the timings are real, the generated text is not.")
-    sampled = [f"{metric.label} {value:,.3g} {metric.unit}" for metric, value in sampled_values(record.metrics)]
-    if sampled:
-        print("Telemetry: " + "; ".join(sampled))
+    for title, formula in (("Telemetry", "sampled"), ("Server metrics", "served")):
+        found = quantity_table(record.metrics, formula)
+        if not found.empty:
+            print(f"{title}: " + "; ".join(f"{row.quantity} {row.value:,.3g} {row.unit}" for row in found.itertuples()))
     if record.roofline is not None:
         print("\n".join(describe_roofline(record.roofline)))
 

@@ -60,7 +60,9 @@ SWITCHES = (
     Flag("ignore_eos", names=("--disable-ignore-eos",), negated=True, help="let requests stop at EOS"),
 )
 BODY_FLAGS = (
-    Flag("extra_request_body", help='JSON object merged into every request, e.g. \'{"temperature": 0}\''),
+    Flag("extra_request_body", help='JSON object merged into every request, e.g. \'{"temperature": 0}\'; '
+                                    "profile_restful_api.py sends temperature 0.0 and best_of 1, we send no "
+                                    "sampling field unless it is given here"),
     Flag("trust_remote_code", help="trust remote code when loading the tokenizer"),
 )
 # Ours: vLLM's load shape and limits, and the dataset's settings LMDeploy's script lacks.
@@ -74,6 +76,7 @@ OUR_FLAGS = (*unlisted_flags(Part.DATASET, DATASET_FLAGS, SAMPLING_FLAGS),
          help="seconds a request may wait for its next token (the first included) before it fails; keep-alive "
               f"comments do not count. A request also fails after {REQUEST_DEADLINE_S / 3600:g} hours in all, "
               "as in profile_restful_api.py"),
+    Flag("server_metrics", negated=True), "server_metrics_interval_s",
 )
 DEFAULT_PORTS = {"lmdeploy": 23333, "sglang": 30000, "vllm": 8000, "transformers": 8000}
 BOX_WIDTH = 50

@@ -218,11 +218,25 @@ ENGINE = (
           "The field of a chat request that limits its output tokens (the completions endpoint has only max_tokens).",
           choices=CHAT_LIMIT_FIELDS, rule="max_tokens, max_completion_tokens or both"),
     _knob("tokenizer", SERVER_GROUP, SERVER, str, "", "Tokenizer for sampling prompts and retokenizing answers; empty: the model's."),
-    _knob("extra_request_body", SERVER_GROUP, SERVER, str, "", "JSON object merged into every request body.",
+    _knob("extra_request_body", SERVER_GROUP, SERVER, str, "",
+          "JSON object merged into every request body. None of the sampling fields is sent otherwise, so the "
+          "server's defaults apply; LMDeploy's profile_restful_api.py sends temperature 0.0 (and best_of 1).",
           rule='a JSON object, e.g. {"temperature": 0}'),
     _knob("read_timeout_s", SERVER_GROUP, SERVER, float, 300.0,
           "Seconds a request may wait for its next token (the first included) before it fails with a read timeout; "
           "keep-alive comments do not count.", rule="> 0"),
+    # How a server run is watched, not what it measures: its own Prometheus metrics, read beside ours.
+    Setting("server_metrics", Part.ENGINE, bool, True, group=SERVER_GROUP, backends=SERVER, compared=False,
+            help="Read the server's Prometheus metrics (GET /metrics) during the run: running and waiting requests, "
+                 "KV-cache usage, prefix hits, server-side latencies.", flags=("--no-server-metrics",),
+            widget_label="Read the server's /metrics",
+            cli_help="do not read the server's Prometheus /metrics during the run"),
+    Setting("server_metrics_interval_s", Part.ENGINE, float, 1.0, group=SERVER_GROUP, backends=SERVER,
+            compared=False, label="Server metrics interval", unit="s", rule="> 0",
+            bounds=Bounds("{flag} must be above 0 seconds; got {value}.", low=0.0, low_open=True),
+            help="Seconds between two reads of the server's /metrics.", flags=("--server-metrics-interval",),
+            widget=Widget(step=0.5, min_value=0.1), widget_label="Server metrics every (s)",
+            cli_help="seconds between two reads of the server's Prometheus /metrics"),
 )
 
 DATASET = (

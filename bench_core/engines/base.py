@@ -15,12 +15,15 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from ..config import DatasetConfig, EngineConfig, GenerationSettings, LoadConfig
 from ..config.catalog import IMAGE
 from ..errors import BenchError, ConfigError
 from ..load.datasets import SampledRequest
+
+if TYPE_CHECKING:
+    from .server_metrics import MetricsScraper
 from ..load.playground import Conversation, PlaygroundResult
 from ..load.schedule import SendSchedule
 from ..states import SERVED_REASONS, LoadPattern
@@ -150,6 +153,11 @@ class Engine(ABC):
         are decoded without special tokens. On `cancel` the prompts still running end with "abort".
         """
         raise ConfigError(f"The {self.info.backend} engine cannot run playground prompts.")
+
+    def metrics_scraper(self) -> MetricsScraper | None:
+        """What reads the engine's own metrics during a run (a server's /metrics), not yet started; None by
+        default."""
+        return None
 
     def close(self) -> None:
         """Release the model and any threads or devices it holds."""

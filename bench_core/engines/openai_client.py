@@ -118,24 +118,31 @@ class ServerSpec:
         return api_root(self.base_url) + ENDPOINTS[self.endpoint]
 
 
-def discover_model(base_url: str, api_key: str | None = None, timeout_s: float = 10.0) -> str:
-    """The first model the server lists at GET /v1/models (what it serves when no model is named)."""
-    url = api_root(base_url) + "/v1/models"
+def http_get(url: str, api_key: str | None = None, timeout_s: float = 10.0) -> bytes:
+    """The body of GET `url`, with the API key as a Bearer header (else the URL's user-info as Basic auth, as aiohttp
+    sends it); ServerError when the server cannot be reached or answers with an HTTP error."""
     headers = _auth_headers(api_key)
     address = yarl.URL(url)
     basic = aiohttp.BasicAuth.from_url(address)
-    if basic is not None and not headers:  # user-info in the URL: sent as Basic auth, as aiohttp sends it
+    if basic is not None and not headers:
         headers = {"Authorization": basic.encode()}
     request = urllib.request.Request(str(address.with_user(None)), headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            listing = json.load(response)
+            return response.read()
     except urllib.error.HTTPError as exc:
         hint = " Check the API key." if exc.code in (401, 403) else ""
         raise ServerError(f"{url} answered HTTP {exc.code} {exc.reason}.{hint}") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise ServerError(f"Cannot reach {url} ({reason}). Is the server running, and is the URL right?") from None
+
+
+def discover_model(base_url: str, api_key: str | None = None, timeout_s: float = 10.0) -> str:
+    """The first model the server lists at GET /v1/models (what it serves when no model is named)."""
+    url = api_root(base_url) + "/v1/models"
+    try:
+        listing = json.loads(http_get(url, api_key, timeout_s))
     except ValueError:
         raise ServerError(f"{url} did not answer with JSON: is this an OpenAI-compatible server?") from None
     models = listing.get("data") if isinstance(listing, dict) else None

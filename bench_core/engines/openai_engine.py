@@ -56,6 +56,7 @@ from .base import NOT_SENT, Backend, Engine, EngineEvent, EngineInfo
 
 if TYPE_CHECKING:  # the client imports aiohttp, so it is imported where it is used: the registry imports this module
     from .openai_client import ClientRun, RequestResult, ServerSpec
+    from .server_metrics import MetricsScraper
 
 def extra_body(engine: EngineConfig) -> dict | None:
     """The extra request body as a dict (None when empty); ConfigError when it is not a JSON object."""
@@ -162,6 +163,7 @@ class OpenAIEngine(Engine):
         from .openai_client import api_root, discover_model
 
         self.spec = server_spec(engine)
+        self._metrics_interval_s = engine.server_metrics_interval_s if engine.server_metrics else None
         root = api_root(self.spec.base_url)
         self.model = engine.model.strip() or discover_model(root, self.spec.api_key)
         tokenizer_name = engine.tokenizer.strip() or self.model
@@ -262,6 +264,18 @@ class OpenAIEngine(Engine):
                                           length_status=length_status)
             else:
                 yield event
+
+    def metrics_scraper(self) -> MetricsScraper | None:
+        """A reader of the server's Prometheus page at /metrics, unless the settings turned it off."""
+        from .openai_client import api_root, http_get
+        from .server_metrics import METRICS_SWITCHES, MetricsScraper
+
+        if self._metrics_interval_s is None:
+            return None
+        api_key = self.spec.api_key
+        return MetricsScraper(api_root(self.spec.base_url) + "/metrics", self._metrics_interval_s,
+                              lambda url, timeout_s: http_get(url, api_key, timeout_s),
+                              METRICS_SWITCHES.get(self.spec.server_kind, ""))
 
     def _extras(self, result: RequestResult, run: ClientRun) -> dict:
         """The request-table columns of one sent request (times in seconds; NaN: never happened)."""

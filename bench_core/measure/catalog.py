@@ -68,7 +68,9 @@ class Metric:
     - `derived(column)`: a history column computed from the columns named in `needs` (`column(name)` reads
       one as numbers), for runs compared or swept;
     - `sampled(telemetry)`: one value for the run from its hardware samples' summary over the measured window
-      (telemetry.telemetry_summary), None when not measured (GPU values on a CPU run).
+      (telemetry.telemetry_summary), None when not measured (GPU values on a CPU run);
+    - `served(server)`: one value for the run from the summary of the server's own metrics
+      (server_metrics.run_summary), None when the server did not serve it.
     """
 
     key: str
@@ -88,6 +90,7 @@ class Metric:
     derived: Callable[[Callable[[str], pd.Series]], pd.Series] | None = None
     needs: tuple[str, ...] = ()
     sampled: Callable[[Mapping[str, Any]], Any] | None = None
+    served: Callable[[Mapping[str, Any]], Any] | None = None
     statistics: tuple[str, ...] = VALUE
     value_column: str = ""  # a single-valued metric's column when it is not its key ("duration_s")
     lmdeploy: str = ""  # LMDeploy's save_csv column (of the mean, for a distribution)
@@ -296,8 +299,13 @@ def _in_gib(key: str) -> Callable[[Mapping[str, Any]], Any]:
     return lambda telemetry: None if telemetry.get(key) is None else telemetry[key] / _GIB
 
 
-def _sampled(key: str) -> Callable[[Mapping[str, Any]], Any]:
-    return lambda telemetry: telemetry.get(key)
+def _sampled(key: str, scale: float = 1.0) -> Callable[[Mapping[str, Any]], Any]:
+    """The summary's `key` (a telemetry or server summary), times `scale`; None when absent."""
+    return lambda summary: None if summary.get(key) is None else summary[key] * scale
+
+
+def _ttft_gap(column: Callable[[str], pd.Series]) -> pd.Series:
+    return column("mean_ttft_ms") - column("mean_server_ttft_ms")
 
 
 # ---- the catalog -----------------------------------------------------------------------------
@@ -477,6 +485,27 @@ CATALOG: tuple[Metric, ...] = (
     Metric("peak_process_rss_gib", "Peak engine process memory (RSS)", "GiB", None,
            "The largest resident memory of the engine's process in a sample during the run.",
            sampled=_in_gib("peak_process_rss_bytes")),
+    # The server's own Prometheus metrics (server_metrics.py), read during server runs.
+    Metric("peak_kv_cache_usage", "Peak KV-cache usage (server)", "fraction", None,
+           "The highest KV-cache usage the server reported at a read of its /metrics during the run.",
+           served=_sampled("peak_kv_cache_usage"), compared=VALUE, swept=VALUE),
+    Metric("mean_server_waiting", "Mean waiting requests (server)", "requests", False,
+           "The mean over the run's reads of /metrics of the requests the server had waiting for a slot.",
+           served=_sampled("waiting"), compared=VALUE, swept=VALUE),
+    Metric("server_prefix_hit_rate", "Prefix-cache hit rate (server)", "fraction", True,
+           "vLLM: prefix-cache hit tokens / queried tokens over the run; LMDeploy and SGLang: the mean over the "
+           "reads of the rate they serve.", served=_sampled("prefix_hit_rate"), swept=VALUE),
+    Metric("mean_spec_accept_length", "Mean acceptance length (server)", "tokens/step", True,
+           "Speculative decoding: 1 + accepted draft tokens / drafts over the run (LMDeploy, vLLM); SGLang: the mean "
+           "of its accept length over the reads.", served=_sampled("spec_accept_length"), compared=VALUE,
+           swept=VALUE),
+    Metric("mean_server_ttft_ms", "Mean server TTFT", "ms", False,
+           "The server's time-to-first-token histogram over the run: the change of its sum / of its count.",
+           served=_sampled("server_ttft_s", 1000.0), swept=VALUE),
+    Metric("ttft_gap_ms", "Client minus server TTFT", "ms", False,
+           "Mean client TTFT - mean server TTFT: the network and the client (and requests the server counts "
+           "apart, such as failed ones).", derived=_ttft_gap, needs=("mean_ttft_ms", "mean_server_ttft_ms"),
+           compared=VALUE, swept=VALUE),
 )
 METRICS: dict[str, Metric] = {metric.key: metric for metric in CATALOG}
 LMDEPLOY_METRICS = tuple(metric for metric in CATALOG if metric.lmdeploy)
@@ -557,15 +586,26 @@ def lmdeploy_row(summary: Mapping[str, Any]) -> dict[str, Any]:
 
 def telemetry_columns(telemetry: Mapping[str, Any]) -> dict[str, Any]:
     """The sampled metrics' history columns from a run's telemetry summary; those not measured are left out."""
-    columns = {metric.column(): metric.sampled(telemetry) for metric in CATALOG if metric.sampled is not None}
+    return _summary_columns(telemetry, "sampled")
+
+
+def server_columns(server: Mapping[str, Any]) -> dict[str, Any]:
+    """The served metrics' history columns from the summary of a server's own metrics; those not served are left out."""
+    return _summary_columns(server, "served")
+
+
+def _summary_columns(summary: Mapping[str, Any], formula: str) -> dict[str, Any]:
+    columns = {metric.column(): getattr(metric, formula)(summary) for metric in CATALOG
+               if getattr(metric, formula) is not None}
     return {key: value for key, value in columns.items() if value is not None}
 
 
-def sampled_values(summary: Mapping[str, Any]) -> list[tuple[Metric, float]]:
-    """The sampled metrics a summary or history row holds a number for, in catalog order."""
+def sampled_values(summary: Mapping[str, Any], formula: str = "sampled") -> list[tuple[Metric, float]]:
+    """The metrics of a formula kind ("sampled": hardware telemetry; "served": the server's own metrics) a summary
+    or history row holds a number for, in catalog order."""
     found = []
     for metric in CATALOG:
-        value = summary.get(metric.column()) if metric.sampled is not None else None
+        value = summary.get(metric.column()) if getattr(metric, formula) is not None else None
         try:
             number = float(value)
         except (TypeError, ValueError):

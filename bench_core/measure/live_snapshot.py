@@ -59,6 +59,9 @@ class LiveSnapshot:
     # The hardware samples of the last TELEMETRY_WINDOW_S (telemetry.py's long table, time_s since the profiler
     # started): bounded, like the latency bins, however long the run. None where nothing samples the run.
     telemetry: pd.DataFrame | None = None
+    # The server's own metrics over the whole run, one row per quantity and read (server_metrics.py's unified
+    # series, time_s since the profiler started): at one read a second, a few rows a second. None: not read.
+    server_metrics: pd.DataFrame | None = None
 
 
 class _GrowingArray:
@@ -296,6 +299,12 @@ def with_telemetry(snap: LiveSnapshot, recent_samples: pd.DataFrame, origin: flo
     The frame is the caller's fresh one (TelemetrySampler.samples), shifted in place: this runs at every publish."""
     recent_samples["time_s"] -= origin
     return dataclasses.replace(snap, telemetry=recent_samples)
+
+
+def with_server_metrics(snap: LiveSnapshot, series: pd.DataFrame, origin: float) -> LiveSnapshot:
+    """The snapshot with the server's unified series so far (a fresh frame, shifted in place like the telemetry)."""
+    series["time_s"] -= origin
+    return dataclasses.replace(snap, server_metrics=series)
 
 
 # The pace of the first few percent of a run (prefill, a cold cache) says little about the rest.

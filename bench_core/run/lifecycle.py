@@ -29,12 +29,13 @@ from ..config import EngineConfig, GenerationSettings, RunConfig
 from ..engines import EngineInfo
 from ..load.datasets import Sample
 from ..load.playground import Conversation, PlaygroundResult
-from ..measure.live_snapshot import TELEMETRY_WINDOW_S, LiveSnapshot, with_telemetry
+from ..measure.live_snapshot import TELEMETRY_WINDOW_S, LiveSnapshot, with_server_metrics, with_telemetry
 from ..measure.profiler import Profiler, Session
 from ..states import RunState
 from .observer import JobObserver, StateChange
 
 if TYPE_CHECKING:
+    from ..engines.server_metrics import MetricsScraper
     from ..hardware.telemetry import TelemetrySampler
     from ..store.history import RunRecord
 
@@ -161,6 +162,8 @@ class Measurement:
     profiler: Profiler | None = None
     sampler: TelemetrySampler | None = field(default=None, repr=False)  # where the engine runs, from the measurement
     telemetry: pd.DataFrame | None = None  # every hardware sample of the measurement, time_s since its start
+    scraper: MetricsScraper | None = field(default=None, repr=False)  # a server's /metrics, where it has one
+    server_metrics: pd.DataFrame | None = None  # the server's raw samples (server_metrics.py), time_s since the start
     live: LiveSnapshot | None = None  # the last snapshot the process that measures the run published
     record: RunRecord | None = None
     save_error: str = ""  # why the run is not in its history, and where it was kept instead
@@ -202,6 +205,8 @@ class Run(Job):
         if sampler is not None and profiler.t_start is not None:
             recent = sampler.samples(since_s=profiler.t_start + snap.elapsed_s - TELEMETRY_WINDOW_S)
             snap = with_telemetry(snap, recent, profiler.t_start)
+        if measurement.scraper is not None and profiler.t_start is not None:
+            snap = with_server_metrics(snap, measurement.scraper.series(), profiler.t_start)
         return snap
 
     def publish(self) -> None:

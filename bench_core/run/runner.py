@@ -33,12 +33,13 @@ import pandas as pd
 from ..hardware import roofline
 from . import preflight
 from ..measure import metrics
-from ..measure.catalog import telemetry_columns
+from ..measure.catalog import server_columns, telemetry_columns
 from ..config import EngineConfig, GenerationSettings, LoadConfig, RunConfig
 from ..load.cancellation import cancel_points
 from ..load.datasets import Sample, SampledRequest, sample_requests
 from ..load.workload import with_workload_columns
 from ..engines import Engine, EngineInfo, backend, check_run_config, engine_settings_key, load_engine, tokenizer_from_engine
+from ..engines import server_metrics
 from ..engines.base import CANCELLED_BY_LOAD, NOT_SENT, RUN_ENDED
 from ..hardware.environment import collect_environment
 from ..errors import BenchError, ModelError
@@ -295,6 +296,11 @@ class Runner:
         if sampler.gpu_note and backend(config.engine.backend).in_process and \
                 not self._engine.info.device.startswith("cpu"):
             measurement.warnings.append(sampler.gpu_note)
+        scraper = self._engine.metrics_scraper()
+        if scraper is not None and (why_not := scraper.start()) is not None:
+            measurement.warnings.append(why_not)  # one line, and the run goes on without them
+            scraper = None
+        measurement.scraper = scraper
         profiler.start()
         ticks_at_admission = [tick_at_admission or r.follows is not None for r in requests]
         for session, at_admission in zip(sessions, ticks_at_admission):
@@ -307,6 +313,8 @@ class Runner:
             events = self._engine.stream(requests, config.generation, config.load, run.cancel_event, **arrivals)
         except BaseException:
             sampler.stop()  # its thread would sample on, and NVML stay open, for nothing
+            if scraper is not None:
+                scraper.stop()
             raise
         publishing = _Publishing(run) if run.observers else None
         try:
@@ -338,6 +346,13 @@ class Runner:
             profiler.finish()
             samples = sampler.stop()
             measurement.telemetry = samples.assign(time_s=samples["time_s"] - profiler.t_start)
+            if scraper is not None:
+                raw = scraper.stop()
+                measurement.server_metrics = raw.assign(time_s=raw["time_s"] - profiler.t_start)
+                if scraper.failed_reads:
+                    measurement.warnings.append(
+                        f"{scraper.failed_reads} reads of the server's /metrics failed, so the server metrics have "
+                        f"gaps (the last: {redact_text(scraper.last_failure)}).")
             if publishing is not None:
                 publishing.end()
 
@@ -369,6 +384,8 @@ class Runner:
         if measured and measurement.telemetry is not None:
             summary.update(telemetry_columns(
                 telemetry_summary(measurement.telemetry, 0.0, profiler.elapsed_time, summary["total_output_tokens"])))
+        if measured and measurement.server_metrics is not None:
+            summary.update(server_columns(server_metrics.run_summary(measurement.server_metrics)))
         environment = measurement.environment
         if environment is None:
             environment = collect_environment(measurement.engine_info)
@@ -384,6 +401,7 @@ class Runner:
             requests=requests,
             model=describe_model(config.engine.model),
             telemetry=measurement.telemetry if measured else None,
+            server_metrics=measurement.server_metrics if measured else None,
             roofline=run_roofline(config, measurement.engine_info, environment, summary, requests)
             if measured and run.state in MEASURED else None,
             error=run.message,

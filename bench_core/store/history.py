@@ -60,6 +60,7 @@ _TEXT_PREFIXES = ("env_", "engine_")
 _MISSING_CELLS = {"", "-"}
 REQUESTS_FILE = "requests.parquet"
 TELEMETRY_FILE = "telemetry.parquet"
+SERVER_METRICS_FILE = "server_metrics.parquet"
 ROOFLINE_FILE = "roofline.json"
 CONFIG_FILE = "config.json"
 ENVIRONMENT_FILE = "environment.json"
@@ -93,6 +94,7 @@ class RunRecord:
     sweep_repeat: int | None = None  # the run's 0-based repeat index within its sweep point
     model: ModelRecord | None = None  # where the model came from; random weights are labelled on the pages
     telemetry: pd.DataFrame | None = None  # hardware samples (telemetry.py's table), time_s since the start
+    server_metrics: pd.DataFrame | None = None  # the server's raw /metrics samples (server_metrics.py), time_s too
     roofline: dict | None = None  # roofline.roofline_record, or {"unavailable": why}
 
 
@@ -180,6 +182,8 @@ class History:
             _write_parquet(folder / REQUESTS_FILE, _redacted_texts(record.requests))
         if record.telemetry is not None:
             _write_parquet(folder / TELEMETRY_FILE, record.telemetry)
+        if record.server_metrics is not None:
+            _write_parquet(folder / SERVER_METRICS_FILE, record.server_metrics)
         if record.roofline is not None:
             _write_json(folder / ROOFLINE_FILE, record.roofline)
         csvstore.append_row(self.csv_path, history_row(record))
@@ -207,13 +211,20 @@ class History:
 
     def telemetry(self, run_id: str) -> pd.DataFrame | None:
         """The run's hardware samples (telemetry.py's table); None for runs recorded without them."""
-        path = self.run_dir(run_id) / TELEMETRY_FILE
+        return self._samples(run_id, TELEMETRY_FILE, "telemetry")
+
+    def server_metrics(self, run_id: str) -> pd.DataFrame | None:
+        """The server's raw metrics samples of the run (server_metrics.py's table); None for runs without them."""
+        return self._samples(run_id, SERVER_METRICS_FILE, "server metrics")
+
+    def _samples(self, run_id: str, file_name: str, what: str) -> pd.DataFrame | None:
+        path = self.run_dir(run_id) / file_name
         if not path.exists():
             return None
         try:
             return pd.read_parquet(path)
         except (OSError, pa.ArrowException) as exc:
-            raise HistoryError(f"The telemetry of run {run_id} is unreadable ({exc}).") from exc
+            raise HistoryError(f"The {what} of run {run_id} is unreadable ({exc}).") from exc
 
     def roofline(self, run_id: str) -> dict | None:
         """The run's roofline record (roofline.roofline_record); None for runs recorded without one."""

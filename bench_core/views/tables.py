@@ -10,8 +10,9 @@ table shows is written by `format_number`, so all tables read alike.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -19,7 +20,7 @@ import pandas as pd
 from ..config import SETTINGS
 from ..measure.catalog import (
     CATALOG, COMPARED_COLUMNS, NOT_MEASURED, NOT_REPORTED, PERCENTILES, SPECULATIVE_COLUMNS, VALUE, WORKLOAD_METRICS,
-    column_direction, column_label, find_column, percentile_key,
+    column_direction, column_label, find_column, percentile_key, sampled_values, with_derived,
 )
 from ..measure.stats import compare
 
@@ -187,6 +188,21 @@ def _value_table(rows: dict[str, tuple[object, str]]) -> pd.DataFrame:
 
 _BASE_REQUEST_COLUMNS = {"index", "status", "reason", "input_len", "req_output_len", "output_len", "ttft_s", "tpot_s",
                          "e2e_s", "itl_s", "tokens_per_tick", "n_ticks", "start_s", "finish_s"}
+
+
+def quantity_table(summary: Mapping[str, Any], formula: str) -> pd.DataFrame:
+    """The run's metrics of one formula kind ("sampled": hardware; "served": the server's own metrics) with a
+    number in `summary` (a summary or a history row), and the derived ones they feed, as quantity/value/unit rows."""
+    found = sampled_values(summary, formula)
+    kind = {metric.key for metric, _ in found}
+    fed = [metric for metric in CATALOG if metric.derived is not None
+           and any((described := find_column(need)) is not None and described[0].key in kind for need in metric.needs)]
+    if fed:
+        derived = with_derived(pd.DataFrame([dict(summary)]))
+        found += [(metric, float(value)) for metric in fed
+                  if np.isfinite(value := _number(derived[metric.column()].iloc[0]))]
+    return pd.DataFrame({"quantity": [metric.label for metric, _ in found], "value": [value for _, value in found],
+                         "unit": [metric.unit for metric, _ in found]})
 
 
 def requests_for_display(table: pd.DataFrame) -> pd.DataFrame:

@@ -1,0 +1,173 @@
+"""An OpenAI-compatible server on 127.0.0.1 serving its own Prometheus metrics, as LMDeploy, vLLM and SGLang do.
+
+It runs at most SLOTS requests at once; the others wait for a slot. Each request streams its max_tokens
+chunks, the first FIRST_TOKEN_S after it got its slot, then one every CHUNK_GAP_S. Its metrics are kept
+by prometheus_client itself (the library these servers use) under LMDeploy's, vLLM's or SGLang's names, so GET
+/metrics answers with the exposition text those servers write: running and waiting requests, KV-cache usage (running
+over SLOTS), prefix-cache figures, and TTFT, queue and end-to-end histograms observed on the server's clock.
+
+Each flavour lives under its own prefix of the base URL (`{url}/lmdeploy`, `/vllm`, `/sglang`), as do servers that
+fail at metrics: `/no-metrics` (404), `/garbled` (not Prometheus text), `/unknown` (metrics of no server we know),
+`/flaky` (LMDeploy's page at the first read, HTTP 500 at every later one: the run's only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import prometheus_client
+import pytest
+from aiohttp import web
+from openai_server import add_openai_routes, serving
+
+SLOTS = 2
+FIRST_TOKEN_S = 0.05
+CHUNK_GAP_S = 0.02
+CACHED_TOKENS_PER_REQUEST = 3
+PROMPT_TOKENS_PER_REQUEST = 12
+SPEC_DRAFTS_PER_REQUEST, SPEC_ACCEPTED_PER_REQUEST = 4, 6  # mean acceptance length 1 + 6/4 = 2.5
+
+prometheus_client.disable_created_metrics()  # as LMDeploy and vLLM do: no *_created samples
+
+
+# Each server's name for what the state below keeps (sglang: gauges where the others count).
+NAMES = {
+    "lmdeploy": dict(running="num_requests_running", waiting="num_requests_waiting", usage="gpu_cache_usage_perc",
+                     hit_rate="prefix_cache_hit_rate", cached="cached_tokens", queue="request_queue_time_seconds"),
+    "vllm": dict(running="num_requests_running", waiting="num_requests_waiting", usage="kv_cache_usage_perc",
+                 hits="prefix_cache_hits", queries="prefix_cache_queries", queue="request_queue_time_seconds"),
+    "sglang": dict(running="num_running_reqs", waiting="num_queue_reqs", usage="token_usage",
+                   hit_rate="cache_hit_rate", cached="cached_tokens", accept_length="spec_accept_length",
+                   queue="queue_time_seconds"),
+}
+BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class ServerState:
+    """One flavour's slots and metrics, named as that server names them (`NAMES`)."""
+
+    def __init__(self, flavour: str):
+        self.registry = prometheus_client.CollectorRegistry()
+        self.slots = asyncio.Semaphore(SLOTS)
+        self.busy = 0  # requests holding a slot
+        self.speculated = 0  # drafts made so far, for SGLang's gauge
+        labels = {"model_name": "tiny", "engine": "0"} if flavour == "lmdeploy" else {"model_name": "tiny"}
+        names = {**NAMES[flavour], "ttft": "time_to_first_token_seconds", "e2e": "e2e_request_latency_seconds"}
+        if flavour != "sglang":
+            names.update(drafts="spec_decode_num_drafts", accepted="spec_decode_num_accepted_tokens")
+        gauge, histogram = prometheus_client.Gauge, prometheus_client.Histogram
+        kinds = dict(running=gauge, waiting=gauge, usage=gauge, hit_rate=gauge, accept_length=gauge, ttft=histogram,
+                     queue=histogram, e2e=histogram)
+        for field, name in names.items():
+            kind = kinds.get(field, prometheus_client.Counter)
+            options = {"buckets": BUCKETS} if kind is histogram else {}
+            made = kind(f"{flavour}:{name}", f"{field} of the scripted server", list(labels), registry=self.registry,
+                        **options)
+            setattr(self, field, made.labels(**labels))
+
+    def page(self) -> bytes:
+        return prometheus_client.generate_latest(self.registry)
+
+    def served(self) -> None:
+        """A request got its prompt's prefix looked up: some tokens hit, as a prefix cache counts them."""
+        if hasattr(self, "hits"):
+            self.hits.inc(CACHED_TOKENS_PER_REQUEST)
+            self.queries.inc(PROMPT_TOKENS_PER_REQUEST)
+        else:
+            self.cached.inc(CACHED_TOKENS_PER_REQUEST)
+            self.hit_rate.set(CACHED_TOKENS_PER_REQUEST / PROMPT_TOKENS_PER_REQUEST)
+
+    def drafted(self, drafts: int, accepted: int) -> None:
+        """Speculative decoding verified `drafts` drafts and accepted `accepted` of their tokens."""
+        if hasattr(self, "accept_length"):  # SGLang serves the mean acceptance length itself
+            self.accept_length.set(1 + accepted / drafts)
+        else:
+            self.drafts.inc(drafts)
+            self.accepted.inc(accepted)
+
+
+def _chunk(endpoint: str, text: str, finish_reason: str | None = None, usage: dict | None = None) -> bytes:
+    choice = ({"index": 0, "delta": {"content": text} if text else {}, "finish_reason": finish_reason}
+              if endpoint == "chat" else {"index": 0, "text": text, "finish_reason": finish_reason})
+    return b"data: " + json.dumps({"choices": [choice]} | ({"usage": usage} if usage else {})).encode() + b"\n\n"
+
+
+def _answering(state: ServerState):
+    async def answer(request: web.Request, endpoint: str) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        arrived = loop.time()
+        body = await request.json()
+        n = body.get("max_tokens") or body.get("max_completion_tokens") or 4
+        state.waiting.inc()
+        async with state.slots:
+            state.waiting.dec()
+            state.busy += 1
+            state.running.set(state.busy)
+            state.usage.set(state.busy / SLOTS)
+            state.queue.observe(loop.time() - arrived)
+            state.served()
+            try:
+                response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+                await response.prepare(request)
+                await asyncio.sleep(FIRST_TOKEN_S)
+                for i in range(n):
+                    if i:
+                        await asyncio.sleep(CHUNK_GAP_S)
+                    await response.write(_chunk(endpoint, " tok"))
+                    if i == 0:
+                        state.ttft.observe(loop.time() - arrived)
+                state.drafted(SPEC_DRAFTS_PER_REQUEST, SPEC_ACCEPTED_PER_REQUEST)
+                usage = {"prompt_tokens": PROMPT_TOKENS_PER_REQUEST, "completion_tokens": n,
+                         "total_tokens": n + PROMPT_TOKENS_PER_REQUEST}
+                await response.write(_chunk(endpoint, "", "length", usage))
+                await response.write(b"data: [DONE]\n\n")
+                state.e2e.observe(loop.time() - arrived)
+                return response
+            finally:
+                state.busy -= 1
+                state.running.set(state.busy)
+                state.usage.set(state.busy / SLOTS)
+    return answer
+
+
+def _text_page(text: str):
+    async def page(request: web.Request) -> web.Response:
+        return web.Response(text=text, content_type="text/plain")
+    return page
+
+
+def _make_app() -> web.Application:
+    app = web.Application()
+    for flavour in NAMES:
+        state = ServerState(flavour)
+        add_openai_routes(app, _answering(state), prefix=f"/{flavour}")
+
+        async def metrics(request: web.Request, state: ServerState = state) -> web.Response:
+            return web.Response(body=state.page(), content_type="text/plain")
+
+        app.router.add_get(f"/{flavour}/metrics", metrics)
+    plain = ServerState("lmdeploy")
+    for prefix in ("no-metrics", "garbled", "unknown", "flaky"):
+        add_openai_routes(app, _answering(plain), prefix=f"/{prefix}")
+    app.router.add_get("/garbled/metrics", _text_page("<html><body>Not here</body></html>\n{{{ 12 }\n"))
+    app.router.add_get("/unknown/metrics", _text_page(
+        "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 12.5\n"
+        "# TYPE tgi_queue_size gauge\ntgi_queue_size 3\n"))
+    reads = {"flaky": 0}
+
+    async def flaky(request: web.Request) -> web.Response:  # answers the first read, then breaks
+        reads["flaky"] += 1
+        if reads["flaky"] == 1:
+            return web.Response(body=plain.page(), content_type="text/plain")
+        return web.Response(status=500, text="metrics exporter crashed")
+
+    app.router.add_get("/flaky/metrics", flaky)
+    return app
+
+
+@pytest.fixture(scope="session")
+def metrics_server() -> str:
+    """Base URL of the server above: append /lmdeploy, /vllm, /sglang, /no-metrics, /garbled, /unknown or /flaky."""
+    with serving(_make_app()) as url:
+        yield url

@@ -1,0 +1,250 @@
+"""The server's own Prometheus metrics: LMDeploy's and vLLM's pages (written by prometheus_client, as those servers
+write them) read as one set, scraped during real runs against tests/metrics_server.py, kept in the run folder and
+drawn on the Run page's time axis; a server without them is one line and the run goes on."""
+
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from metrics_server import (
+    CACHED_TOKENS_PER_REQUEST, FIRST_TOKEN_S, PROMPT_TOKENS_PER_REQUEST, SLOTS, SPEC_ACCEPTED_PER_REQUEST,
+    SPEC_DRAFTS_PER_REQUEST, ServerState,
+)
+from metrics_server import metrics_server  # noqa: F401 (fixture)
+
+from bench_core.cli import build_parser, main
+from bench_core.cli.restful import config_for_rate
+from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
+from bench_core.engines.openai_client import http_get
+from bench_core.engines.server_metrics import (
+    PEAK_KV_CACHE_USAGE, MetricsScraper, parse_page, raw_frame, run_summary, unified_series,
+)
+from bench_core.run.runner import Runner
+from bench_core.store.history import SERVER_METRICS_FILE, History
+from bench_core.run.observer import JobObserver
+from bench_core.views.figures import NO_DATA
+from bench_core.views.tables import quantity_table
+from bench_core.views.server_charts import (
+    client_ttft_by_interval, ended_server_metrics, server_metrics_over_time,
+)
+
+
+def read_of(state: ServerState, time_s: float) -> list[tuple]:
+    return [(time_s, *sample) for sample in parse_page(state.page().decode())]
+
+
+def by_metric(series) -> dict[str, list[float]]:
+    return {key: part["value"].tolist() for key, part in series.groupby("metric")}
+
+
+@pytest.mark.parametrize("flavour", ["lmdeploy", "vllm", "sglang"])
+def test_lmdeploys_vllms_and_sglangs_names_read_as_one_set(flavour):
+    state = ServerState(flavour)
+    before = read_of(state, 10.0)
+    state.running.set(2)
+    state.waiting.set(3)
+    state.usage.set(0.5)
+    for _ in range(2):
+        state.served()
+    for ttft, queue in ((0.1, 0.0), (0.3, 0.4)):
+        state.ttft.observe(ttft)
+        state.queue.observe(queue)
+    state.e2e.observe(1.5)
+    state.drafted(4, 6)
+    series = unified_series(raw_frame(before + read_of(state, 12.0)))
+
+    at_second = {key: values[-1] for key, values in by_metric(series[series["time_s"] == 12.0]).items()}
+    assert at_second == pytest.approx({
+        "running": 2, "waiting": 3, "kv_cache_usage": 0.5,
+        "prefix_hit_rate": CACHED_TOKENS_PER_REQUEST / PROMPT_TOKENS_PER_REQUEST,
+        "cached_tokens_per_s": 2 * CACHED_TOKENS_PER_REQUEST / 2.0,  # over the 2 s between the reads
+        "spec_accept_length": 1 + 6 / 4, "server_ttft_s": 0.2, "server_queue_s": 0.2, "server_e2e_s": 1.5})
+    # The first read has no interval before it: only what a gauge says on its own.
+    assert set(series.loc[series["time_s"] == 10.0, "metric"]) <= {"running", "waiting", "kv_cache_usage",
+                                                                    "prefix_hit_rate", "spec_accept_length"}
+
+
+def test_an_interval_without_observations_or_after_a_counter_reset_has_no_value():
+    state = ServerState("lmdeploy")
+    state.served()
+    state.ttft.observe(0.2)
+    first = read_of(state, 0.0)
+    later = [row for row in read_of(state, 1.0)]  # nothing observed in between
+    reset = [(2.0, name, labels, 0.0 if name.endswith("_total") else value) for _, name, labels, value in later]
+    series = by_metric(unified_series(raw_frame(first + later + reset)))
+    assert "server_ttft_s" not in series  # no TTFT observed between any two reads
+    assert series["cached_tokens_per_s"] == [0.0]  # 0 in the quiet second; the reset's interval has none
+
+
+def test_the_runs_figures_take_counters_and_histograms_over_the_whole_run_and_gauges_over_its_reads():
+    state = ServerState("vllm")
+    reads = read_of(state, 0.0)
+    for time_s, waiting, usage, ttfts in ((1.0, 4, 1.0, (0.1, 0.2, 0.6)), (2.0, 0, 0.5, ()), (3.0, 2, 0.0, (0.3,))):
+        state.waiting.set(waiting)
+        state.usage.set(usage)
+        for ttft in ttfts:
+            state.ttft.observe(ttft)
+            state.served()
+        reads += read_of(state, time_s)
+    summary = run_summary(raw_frame(reads))
+    assert summary["server_ttft_s"] == pytest.approx((0.1 + 0.2 + 0.6 + 0.3) / 4)  # not the mean of interval means
+    # The gauges over the reads after the first, which is taken before the clock starts.
+    assert summary["waiting"] == pytest.approx((4 + 0 + 2) / 3) and summary[PEAK_KV_CACHE_USAGE] == 1.0
+    assert summary["prefix_hit_rate"] == pytest.approx(CACHED_TOKENS_PER_REQUEST / PROMPT_TOKENS_PER_REQUEST)
+    assert "spec_accept_length" not in summary and "server_e2e_s" not in summary  # nothing drafted or ended
+    assert run_summary(raw_frame([])) == {}
+
+
+def test_a_page_that_is_not_prometheus_text_is_refused():
+    with pytest.raises(ValueError, match="not Prometheus text"):
+        parse_page("<html>\n<body>{{{ 1 2 3</body>\n")
+
+
+@pytest.mark.parametrize("flavour, reason", [
+    ("no-metrics", "answered HTTP 404 Not Found"),
+    ("garbled", "is not Prometheus text"),
+    ("unknown", "has none of the LMDeploy, vLLM or SGLang metrics"),
+])
+def test_a_server_without_metrics_we_read_is_one_sentence_and_nothing_is_scraped(metrics_server, flavour, reason):
+    scraper = MetricsScraper(f"{metrics_server}/{flavour}/metrics", 0.1, http_get)
+    why_not = scraper.start()
+    assert why_not.startswith("No server metrics for this run: ") and reason in why_not
+    assert "\n" not in why_not and len(why_not) < 300
+    assert scraper.stop().empty
+
+
+# ---- through the runner, the history and the Run page's figure --------------------------------------------------
+
+def server_run(url: str, **engine) -> RunConfig:
+    return RunConfig(
+        engine=EngineConfig(backend="openai", model="tiny", base_url=url, server_kind="lmdeploy",
+                            tokenizer="builtin:tiny-llama", server_metrics_interval_s=0.1, **engine),
+        dataset=DatasetConfig(dataset="builtin:sample", num_prompts=8, sharegpt_output_len=12),
+        load=LoadConfig(load_pattern="request_rate", stream_output=True, max_concurrency=6),
+    )
+
+
+@pytest.fixture
+def runner(tmp_path):
+    runner = Runner(History(tmp_path / "results"))
+    yield runner
+    runner.shutdown()
+
+
+def test_a_server_run_keeps_the_servers_samples_and_they_show_its_queue(metrics_server, runner):
+    run = runner.submit(server_run(f"{metrics_server}/lmdeploy"))
+    assert run.wait(60) and run.state == "finished", run.message
+    assert run.measurement.warnings == []
+
+    stored = runner.history.server_metrics(run.run_id)
+    assert (runner.history.run_dir(run.run_id) / SERVER_METRICS_FILE).exists()
+    assert stored.equals(run.record.server_metrics)
+    assert stored["time_s"].min() < 0 < stored["time_s"].max()  # a read before the clock started, one after it ended
+    series = by_metric(unified_series(stored))
+    # 6 requests in flight, 2 slots: the server ran at most 2 and had others waiting, and its KV usage followed.
+    assert max(series["running"]) == SLOTS and max(series["waiting"]) >= 1 and max(series["kv_cache_usage"]) == 1.0
+    assert max(series["server_queue_s"]) > 0
+    client_ttft = run.record.requests["ttft_s"].mean()
+    assert FIRST_TOKEN_S <= min(series["server_ttft_s"]) and np.mean(series["server_ttft_s"]) <= client_ttft
+
+    # Summarised into catalog metrics, in the history row like any other, the gap beside them.
+    row = runner.history.load().iloc[0]
+    expected = (1.0, CACHED_TOKENS_PER_REQUEST / PROMPT_TOKENS_PER_REQUEST,
+                1 + SPEC_ACCEPTED_PER_REQUEST / SPEC_DRAFTS_PER_REQUEST)
+    assert (row["peak_kv_cache_usage"], row["server_prefix_hit_rate"], row["mean_spec_accept_length"]) == expected
+    assert row["mean_server_waiting"] > 0 and FIRST_TOKEN_S * 1000 <= row["mean_server_ttft_ms"] <= row["mean_ttft_ms"]
+    served = quantity_table(row.to_dict(), "served").set_index("quantity")["value"]
+    assert served["Client minus server TTFT"] == pytest.approx(row["mean_ttft_ms"] - row["mean_server_ttft_ms"])
+
+    figure = ended_server_metrics(stored, run.record.requests, run.record.metrics["duration_s"])
+    titles = [annotation.text for annotation in figure.layout.annotations]
+    assert titles == ["KV cache and prefix hits (%)", "Requests on the server", "Latency, mean per interval (ms)",
+                      "Cached prompt tokens (tok/s)", "Speculative acceptance length (tokens/step)"]
+    names = {trace.name for trace in figure.data}
+    assert {"Server TTFT", "Client TTFT", "Waiting requests", "KV-cache usage"} <= names
+    assert tuple(figure.layout.xaxis.range) == (0, run.record.metrics["duration_s"])
+
+
+def test_a_server_without_metrics_gives_one_warning_and_the_run_goes_on(metrics_server, runner):
+    run = runner.submit(server_run(f"{metrics_server}/no-metrics"))
+    assert run.wait(60) and run.state == "finished", run.message
+    (warning,) = run.measurement.warnings
+    assert warning.endswith("answered HTTP 404 Not Found (LMDeploy's api_server serves them unless started with "
+                            "--disable-metrics).")
+    assert run.record.server_metrics is None and runner.history.server_metrics(run.run_id) is None
+
+
+def test_reads_that_fail_mid_run_are_one_warning_with_the_last_reason_and_the_run_goes_on(metrics_server, runner):
+    run = runner.submit(server_run(f"{metrics_server}/flaky"))
+    assert run.wait(60) and run.state == "finished", run.message
+    (warning,) = run.measurement.warnings
+    assert re.fullmatch(r"\d+ reads of the server's /metrics failed, so the server metrics have gaps \(the last: "
+                        r"http://127\.0\.0\.1:\d+/flaky/metrics answered HTTP 500 Internal Server Error\.\)\.", warning)
+    assert len(unified_series(run.record.server_metrics)["time_s"].unique()) == 1  # the first read stands
+
+
+def test_credentials_in_the_url_are_sent_but_never_written(metrics_server, runner):
+    url = metrics_server.replace("http://", "http://user:hunter2-secret@")
+    run = runner.submit(server_run(f"{url}/no-metrics"))
+    assert run.wait(60) and run.state == "finished", run.message
+    (warning,) = run.measurement.warnings
+    assert "answered HTTP 404" in warning and "hunter2-secret" not in warning
+    run = runner.submit(server_run(f"{url}/lmdeploy"))
+    assert run.wait(60) and run.state == "finished", run.message
+    assert run.measurement.warnings == []
+    for path in runner.history.run_dir(run.run_id).iterdir():
+        assert b"hunter2-secret" not in path.read_bytes(), path
+
+
+def test_turned_off_the_server_is_not_asked(metrics_server, runner):
+    run = runner.submit(server_run(f"{metrics_server}/no-metrics", server_metrics=False))
+    assert run.wait(60) and run.state == "finished", run.message
+    assert run.measurement.warnings == [] and run.record.server_metrics is None
+
+
+def test_the_live_snapshot_carries_the_series_so_far(metrics_server, runner):
+    seen = []
+
+    class Watching(JobObserver):
+        def on_snapshot(self, run, snap):
+            if snap is not None and snap.server_metrics is not None:
+                seen.append(snap.server_metrics)
+
+    run = runner.submit(server_run(f"{metrics_server}/vllm"), observers=[Watching()])
+    assert run.wait(60) and run.state == "finished", run.message
+    assert seen and {"running", "waiting", "kv_cache_usage"} <= set(seen[-1]["metric"])
+    assert seen[-1]["time_s"].max() < run.record.metrics["duration_s"] + 1.0  # on the run's clock
+
+
+def test_the_clients_ttft_is_averaged_over_the_requests_whose_first_token_came_between_two_reads():
+    requests = pd.DataFrame({"status": ["success", "success", "success", "failed", "success"],
+                             "start_s": [0.1, 0.5, 1.2, 0.2, 2.5], "ttft_s": [0.2, 0.4, 0.6, np.nan, 0.1]})
+    # First tokens at 0.3, 0.9, 1.8 and 2.6 s; reads at 0, 1 and 2 s: the last came after the last read.
+    client = client_ttft_by_interval(requests, np.array([0.0, 1.0, 2.0]))
+    assert client["time_s"].tolist() == [1.0, 2.0] and client["value"].tolist() == pytest.approx([0.3, 0.6])
+
+
+def test_the_figure_says_so_when_there_is_nothing_to_draw():
+    figure = server_metrics_over_time(None)
+    assert not figure.data and figure.layout.annotations[0].text == NO_DATA
+
+
+def test_restful_prints_the_servers_figures_below_its_box(metrics_server, tmp_path, capsys):
+    assert main(["restful", "--backend", "lmdeploy", "--base-url", f"{metrics_server}/lmdeploy", "--model", "tiny",
+                 "--tokenizer", "builtin:tiny-llama", "--dataset-path", "builtin:sample", "--num-prompts", "6",
+                 "--sharegpt-output-len", "8", "--max-concurrency", "4", "--server-metrics-interval", "0.2",
+                 "--output-file", "", "--results", str(tmp_path / "results")]) == 0
+    captured = capsys.readouterr()
+    (line,) = [line for line in captured.out.splitlines() if line.startswith("Server metrics: ")]
+    assert "Peak KV-cache usage (server) 1 fraction" in line and "Client minus server TTFT" in line
+    assert "warning" not in captured.err
+
+
+def test_restful_takes_the_off_switch_and_the_interval_from_the_catalog():
+    parser = build_parser()
+    on = config_for_rate(parser.parse_args(["restful"]), "http://h:1", "m", 1.0)
+    off = config_for_rate(parser.parse_args(["restful", "--no-server-metrics", "--server-metrics-interval", "0.5"]),
+                          "http://h:1", "m", 1.0)
+    assert (on.engine.server_metrics, on.engine.server_metrics_interval_s) == (True, 1.0)
+    assert (off.engine.server_metrics, off.engine.server_metrics_interval_s) == (False, 0.5)
