@@ -22,6 +22,7 @@ import streamlit as st
 
 from bench_core.config import SLO, Part, RunConfig, Setting, config_from_values, knobs_for, of_part, setting, settings_of
 from bench_core.config.catalog import BY_NAME
+from bench_core.csvstore import replace_bytes
 from bench_core.config.settings import widget_label
 from bench_core.load.datasets import BUILTIN_SAMPLE, BUILTIN_SHAREGPT
 from bench_core.engines import availability, backend as backend_of, backends
@@ -164,13 +165,16 @@ def config_from_choice(values: Mapping[str, Any], uploads_dir: Path) -> RunConfi
 
 
 def save_upload(data: bytes, name: str, folder: Path) -> str:
-    """Keep an uploaded dataset as a file the runner can read; named by content, so saving twice is free."""
+    """Keep an uploaded dataset as a file the runner can read, once per content: the same bytes uploaded again,
+    under any name, are the file kept the first time (uploads are kept for the runs that name them)."""
     digest = hashlib.sha256(data).hexdigest()[:16]
-    path = Path(folder) / f"{digest}-{Path(name).name}"
+    folder = Path(folder)
+    kept = sorted(folder.glob(f"{digest}-*")) if folder.is_dir() else []
+    if kept:
+        return str(kept[0])
+    path = folder / f"{digest}-{Path(name).name}"
     try:
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
+        replace_bytes(path, data)  # whole or not at all: a full disk leaves no half dataset to be run later
     except OSError as exc:
         raise DatasetError(f"Cannot save the uploaded dataset to {path}: {exc.strerror or exc}.") from exc
     return str(path)
@@ -384,7 +388,11 @@ def _dataset_widgets(backend: str, family: str) -> dict[str, Any]:
         values["dataset"] = persisted(bar.selectbox, "Built-in dataset", options=BUILTIN_DATASETS, key="dataset_builtin",
                                       format_func=BUILTIN_DATASETS.get)
     elif source_kind == SOURCE_UPLOAD:
-        values["upload"] = bar.file_uploader("Dataset file", type=["json", "jsonl"], key="dataset_upload")
+        values["upload"] = bar.file_uploader(
+            "Dataset file", type=["json", "jsonl"], key="dataset_upload",
+            help="Saved once per content in the history's uploads folder (results/uploads, or under "
+                 "$BENCH_STUDIO_RESULTS): the same file uploaded again is not stored twice. Delete files there to "
+                 "free the space; the runs that used one name it.")
         values["dataset"] = ""
     else:
         values["dataset"] = persisted(bar.text_input, "Dataset file path", value="", key="dataset_path",

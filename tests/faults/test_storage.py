@@ -466,3 +466,17 @@ def test_a_sweep_whose_runs_find_the_disk_full_says_they_are_not_in_the_history(
     assert "2/2 runs finished" in last and "except 2 that could not be saved there" in last, proc.stderr
     assert len(History(results).load()) == 1
     assert len(list((cache / "unsaved-results" / "runs").iterdir())) == 2
+
+
+# ---- 15. uploads are kept once per content ----
+
+def test_the_same_upload_under_two_names_is_kept_once(tmp_path):
+    from dashboard.sidebar import save_upload
+
+    data = b'[{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}]}]'
+    first = save_upload(data, "sharegpt.json", tmp_path / "uploads")
+    again = save_upload(data, "copy of sharegpt.json", tmp_path / "uploads")
+    other = save_upload(data + b"\n", "sharegpt.json", tmp_path / "uploads")
+    assert again == first != other and Path(first).read_bytes() == data
+    assert sorted(path.name for path in (tmp_path / "uploads").iterdir()) == sorted(
+        [Path(first).name, Path(other).name])
