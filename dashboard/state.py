@@ -7,6 +7,8 @@ by all sessions; tests clear them with `get_runner.clear()`, `get_history.clear(
 
 from __future__ import annotations
 
+import atexit
+
 import streamlit as st
 
 from bench_core.store.history import History
@@ -24,7 +26,12 @@ def get_history() -> History:
 def get_runner() -> ProcessRunner:
     """The process-wide runner; releasing it (cache clear, server stop) cancels its runs and ends its
     engine process."""
-    return ProcessRunner(history=get_history())
+    runner = ProcessRunner(history=get_history())
+    # Streamlit ends on SIGTERM or Ctrl-C without releasing its cached resources: at exit the runner cancels what
+    # runs, so a run under way is recorded as cancelled with what it measured. Registered after multiprocessing's
+    # own exit handler, it runs before that one ends the engine process (the last registered runs first).
+    atexit.register(runner.shutdown)
+    return runner
 
 
 @st.cache_resource(on_release=lambda sweeps: [sweep.cancel() for sweep in sweeps.values()])

@@ -516,5 +516,7 @@ def _write_json(path: Path, payload: dict[str, Any]) -> None:
 
 
 def _write_parquet(path: Path, frame: pd.DataFrame) -> None:
-    table = pa.Table.from_pandas(frame, preserve_index=False)
+    # One thread: pyarrow's column threads come from a pool that refuses work once the interpreter is shutting
+    # down, which is when the dashboard records a run that its stop (SIGTERM, Ctrl-C) cancelled.
+    table = pa.Table.from_pandas(frame, preserve_index=False, nthreads=1)
     csvstore.replace_file(path, lambda tmp: pq.write_table(table, tmp))
