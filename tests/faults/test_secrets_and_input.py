@@ -282,7 +282,7 @@ MORE_SECRETS = {"sessionid": CANARY + "session", "auth_header": CANARY + "auth-h
 
 
 def test_a_body_key_that_names_a_session_or_an_auth_header_is_masked_everywhere(tmp_path):
-    body = json.dumps({**MORE_SECRETS, "session_len": 4096, "max_tokens": 8, "temperature": 0})
+    body = json.dumps({**MORE_SECRETS, "session_len": 4096, "max_tokens": 4, "temperature": 0})
     with serving(recording_app([])) as url:
         proc = run_cli("restful", "--backend", "vllm", "--base-url", url, "--tokenizer", "builtin:tiny-llama",
                        "--dataset-path", "builtin:sample", "--num-prompts", "2", "--sharegpt-output-len", "4",
@@ -291,7 +291,7 @@ def test_a_body_key_that_names_a_session_or_an_auth_header_is_masked_everywhere(
     assert CANARY not in everything_written(tmp_path) + proc.stdout + proc.stderr
     (config_file,) = (tmp_path / "results" / "runs").glob("*/config.json")
     recorded = json.loads(json.loads(config_file.read_text())["flat"]["extra_request_body"])
-    assert recorded == {**dict.fromkeys(MORE_SECRETS, "***"), "session_len": 4096, "max_tokens": 8, "temperature": 0}
+    assert recorded == {**dict.fromkeys(MORE_SECRETS, "***"), "session_len": 4096, "max_tokens": 4, "temperature": 0}
 
 
 def test_a_sweep_plan_keeps_no_credential_and_a_resume_asks_for_them_again(tmp_path):
