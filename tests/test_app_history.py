@@ -238,10 +238,14 @@ def test_downloads_offer_the_whole_history_and_the_selection(history_root, prepa
     assert labels == ["Download the whole history (CSV)", "Download the 2 selected run(s) (CSV)"]
 
 
-def test_a_run_that_failed_before_measuring_is_listed_as_failed_with_its_reason(history_root, prepared_history):
+def test_a_run_that_failed_before_measuring_is_listed_as_failed_with_its_reason(history_root, prepared_history,
+                                                                                tmp_path):
     _, run_ids, _ = prepared_history
     runner = Runner(History(history_root))
-    failed = runner.submit(RunConfig(engine=EngineConfig(backend="transformers", model="/no/such/model"),
+    broken = tmp_path / "broken-model"  # a model folder that fails to load: a run that failed, not a typo refused
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")
+    failed = runner.submit(RunConfig(engine=EngineConfig(backend="transformers", model=str(broken)),
                                      dataset=DatasetConfig(dataset="builtin:sample", num_prompts=2)))
     assert failed.wait(60) and failed.state == "failed"
     runner.shutdown()
@@ -249,7 +253,7 @@ def test_a_run_that_failed_before_measuring_is_listed_as_failed_with_its_reason(
     assert not at.exception
     table = at.dataframe[0].value.set_index("run_id")
     assert table.loc[failed.run_id, "status"] == "failed"
-    assert table.loc[failed.run_id, "error"].startswith("No model folder at /no/such/model")
+    assert table.loc[failed.run_id, "error"].startswith("Could not load the tokenizer of")
     at = select_rows(at, [failed.run_id, run_ids[0]])  # compared with a measured run: charts and table, no error
     assert not at.exception and not at.error
     compared = at.dataframe[1].value  # the comparison table: both runs side by side, no verdict on one value

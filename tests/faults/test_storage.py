@@ -41,8 +41,8 @@ def cache(tmp_path, tiny_model_path) -> Path:
     """A cache folder of our own (where unsaved runs go), holding the built models by link."""
     folder = tmp_path / "cache"
     folder.mkdir()
-    for entry in cache_dir().iterdir():
-        if not entry.name.endswith(".lock"):
+    for entry in cache_dir().iterdir():  # the built models; not the machine's own unsaved runs
+        if not entry.name.endswith(".lock") and entry.name != "unsaved-results":
             (folder / entry.name).symlink_to(entry)
     return folder
 
