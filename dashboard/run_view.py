@@ -53,9 +53,10 @@ def render_run(run_id: str, slo: SLO) -> None:
         st.error(plain(exc))
         return
     st.subheader(f"Run {run_id}")
-    if result is None:  # cancelled before anything was measured: nothing was recorded
+    if result is None:  # cancelled before anything was measured, or refused for its input: nothing was recorded
         st.caption(plain(describe_config(run.config)))
-        st.warning(plain(f"{run.state}: {run.message}" if run.message else run.state))
+        said = plain(f"{run.state}: {run.message}" if run.message else run.state)
+        (st.error if run.state == RunState.FAILED else st.warning)(said)
         return
     st.caption(plain(describe_config(result.config)))
     if result.requests is None:  # it failed before measuring: a bad model, dataset or engine
@@ -207,8 +208,8 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
         snap = result.snapshot
         throughput = run_charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s, snap.in_flight_over_time)
         st.plotly_chart(throughput, key="ended_throughput")
+    _server_metrics_section(result)  # under the throughput, on its time axis
     workload_view.render_ended(result.requests, summary)
-    _server_metrics_section(result)
     _hardware_section(result)
 
     st.markdown("**Requests**")

@@ -503,17 +503,20 @@ def test_a_run_where_no_request_succeeded_is_red_and_one_with_failures_amber_wit
     assert table.loc[failed.run_id, "error"].startswith("No request succeeded")
 
 
-def test_a_run_that_failed_before_measuring_is_shown_from_the_history_after_a_restart(results_root):
+def test_a_run_that_failed_before_measuring_is_shown_from_the_history_after_a_restart(results_root, tmp_path):
     runner = Runner(History(results_root))
-    run = runner.submit(RunConfig(engine=sidebar.build_run_config({**TINY_VALUES, "model": "/no/such/model"}).engine,
+    broken = tmp_path / "broken-model"  # a model folder that fails to load (a missing one is refused, not recorded)
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")
+    run = runner.submit(RunConfig(engine=sidebar.build_run_config({**TINY_VALUES, "model": str(broken)}).engine,
                                   dataset=tiny_config().dataset))
     assert run.wait(60) and run.state == "failed"
     runner.shutdown()
     at = open_app(run.run_id)  # this server's runner never saw it
     assert not at.exception
     (error,) = at.error
-    assert error.value.startswith("failed: No model folder at /no/such/model")
-    assert "/no/such/model" in at.caption[0].value
+    assert shown(error.value).startswith("failed: Could not load the tokenizer of")
+    assert str(broken) in shown(at.caption[0].value)
     assert not at.dataframe and not at.download_button  # no per-request table for a run that measured nothing
 
 
