@@ -565,7 +565,8 @@ def test_an_output_length_beyond_the_models_context_window_is_refused_at_start()
 
 def test_the_engine_api_is_offered_beside_the_pipeline_patterns_and_warm_up_is_on_with_its_count():
     at = open_app()
-    assert at.sidebar.selectbox(key="load_pattern").options == ["pipeline batch", "pipeline concurrency", "engine API"]
+    assert at.sidebar.selectbox(key="load_pattern").options == ["pipeline batch", "pipeline concurrency", "engine API",
+                                                                   "trace replay"]
     assert at.sidebar.checkbox(key="warmup_requests_on").value is True  # on by default, the count beside it
     assert at.sidebar.number_input(key="warmup_requests").value == setting("warmup_requests").widget.start
     assert not {"skip_tokenize", "cancel_rate"} & {getattr(w, "key", "") for w in at.sidebar}
