@@ -341,9 +341,11 @@ class Profiler:
             table.row(METRICS["goodput"].title, self.goodput)
         table.rule("=")
 
-    def lmdeploy_csv_row(self, hyperparams: Iterable[tuple[str, Any]] | dict | None = None) -> dict[str, Any]:
-        """The row LMDeploy's save_csv writes, in its column order and formats; '-' where not measured."""
-        return {**dict(_pairs(hyperparams)), **lmdeploy_row(self.summary())}
+    def lmdeploy_csv_row(self, hyperparams: Iterable[tuple[str, Any]] | dict | None = None,
+                         summary: dict | None = None) -> dict[str, Any]:
+        """The row LMDeploy's save_csv writes, in its column order and formats; '-' where not measured. `summary`:
+        this profiler's, where the caller has it already (a run's record), so it is aggregated once."""
+        return {**dict(_pairs(hyperparams)), **lmdeploy_row(self.summary() if summary is None else summary)}
 
     def save_csv(self, csv_file: str, hyperparams: Iterable[tuple[str, Any]] | dict | None = None) -> None:
         """Append LMDeploy's CSV row; a file with other columns is rewritten with the union header."""

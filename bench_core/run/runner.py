@@ -394,7 +394,7 @@ class Runner:
             started_at=run.created_at,
             status=run.state if run.ended else RunState.FAILED,
             config=config,
-            lmdeploy_columns=profiler.lmdeploy_csv_row(lmdeploy_hyperparams(config)) if measured else {},
+            lmdeploy_columns=profiler.lmdeploy_csv_row(lmdeploy_hyperparams(config), summary) if measured else {},
             metrics=summary,
             engine_info=measurement.engine_info,
             environment=environment,
