@@ -45,7 +45,7 @@ from ..load.playground import Conversation, PlaygroundResult, prompt_preview
 from ..models.resolve import last_line
 from ..states import LoadPattern
 from .base import Engine, EngineEvent, EngineInfo, finish_in_schedule
-from .event_pump import ABORT_EVERY_S, pump_events
+from .event_pump import ABORT_EVERY_S, POLL_S, pump_events
 from .lmdeploy_configs import (build_chat_generation_config, build_engine_config, build_generation_configs,
                                build_speculative_config)
 
