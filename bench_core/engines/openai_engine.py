@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..config import LOAD_PATTERNS, DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, sampling_problems
+from ..config import DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, sampling_problems
 from ..config.catalog import IMAGE
 from ..load.datasets import SampledRequest
 from ..load.schedule import SendSchedule
