@@ -67,6 +67,8 @@ SERVER_KINDS = ("lmdeploy", "vllm", "sglang", "transformers", "openai")
 API_KEY_ENV = "OPENAI_API_KEY"
 _IGNORE_EOS_FIELD_KINDS = ("lmdeploy", "vllm", "sglang")  # "openai" (any other server): not sent
 REQUEST_DEADLINE_S = 6 * 60 * 60  # profile_restful_api.py's and vLLM's aiohttp total timeout
+# What the client waits, after [DONE], for the body to end (its connection is reused only then).
+DONE_GRACE_S = 0.5
 
 
 class ServerError(BenchError):
@@ -426,10 +428,22 @@ async def _read_stream(
         if result.n_tokens > _stop_reading_after(result.requested_tokens):
             reader.error = (f"the server streamed {result.n_tokens} tokens for the {result.requested_tokens} asked "
                             "and went on: stopped reading")
-        if reader.error or reader.done:  # after [DONE] nothing counts, nor need the client wait for the stream's end
+        if reader.error:
+            return
+        if reader.done:  # after [DONE] nothing counts
+            await _discard_the_rest(response)
             return
     if messages := parser.close():
         _read_events(messages, reader, result, emit)
+
+
+async def _discard_the_rest(response: aiohttp.ClientResponse) -> None:
+    """Read a body to its end after [DONE], unread, so that its connection is reused; a server that goes on
+    sending is waited for only DONE_GRACE_S, and loses its connection instead."""
+    with contextlib.suppress(TimeoutError, aiohttp.ClientError):
+        async with asyncio.timeout(DONE_GRACE_S):
+            while await response.content.readany():
+                pass
 
 
 def _stop_reading_after(requested_tokens: int) -> int:
