@@ -118,17 +118,20 @@ def test_a_complete_sweep_resumes_to_nothing(runner):
     assert again.runs == [] and again.progress().state == "finished"
 
 
-def test_an_engine_that_cannot_start_fails_once_and_its_other_runs_are_skipped(runner):
+def test_an_engine_that_cannot_start_fails_once_and_its_other_runs_are_skipped(runner, tmp_path):
+    broken = tmp_path / "broken-model"  # a model folder that fails to load (a missing one is refused, not recorded)
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")
     base = tiny_base()
-    base.engine.model = "/no/such/model"
+    base.engine.model = str(broken)
     sweep = run_to_the_end(runner, plan_of("concurrency=1,2", repeats=2, base=base))
     progress = sweep.progress()
     assert (progress.state, progress.failed, progress.skipped, progress.finished) == ("failed", 1, 3, 0)
-    assert len(progress.errors) == 1 and "/no/such/model" in progress.errors[0]
+    assert len(progress.errors) == 1 and str(broken) in progress.errors[0]
     assert progress.message.startswith(f"1 run(s) failed: {progress.errors[0]} 3 run(s) skipped")
     # The run that tried is recorded as failed, with its reason; the skipped ones never ran.
     rows = runner.history.load()
-    assert rows["status"].tolist() == ["failed"] and "/no/such/model" in rows["error"].iloc[0]
+    assert rows["status"].tolist() == ["failed"] and str(broken) in rows["error"].iloc[0]
 
 
 def test_an_impossible_point_is_refused_before_anything_is_saved(runner):
