@@ -110,7 +110,8 @@ class OpenAIBackend(Backend):
     in_process = False
     tokenizer_from_engine = True
     needs_model = False
-    load_patterns = (LoadPattern.BATCH, LoadPattern.CONCURRENCY, LoadPattern.REQUEST_RATE)  # no engine API over HTTP
+    load_patterns = (LoadPattern.BATCH, LoadPattern.CONCURRENCY, LoadPattern.REQUEST_RATE,
+                     LoadPattern.TRACE)  # no engine API over HTTP
     load_pattern = LoadPattern.REQUEST_RATE
     takes_images = True  # in chat messages, to a vision model's server
 
