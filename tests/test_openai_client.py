@@ -113,6 +113,13 @@ def test_cr_only_lines_give_the_events_lf_lines_give_wherever_the_stream_is_cut(
         assert feed_split([cr[:cut], cr[cut:]]) == whole, f"cut at byte {cut}"
 
 
+def test_a_cr_only_event_is_given_when_its_blank_line_arrives_not_a_chunk_later():
+    parser = SSEParser()
+    assert parser.feed(b"data: a\r\r") == [SSEMessage(b"a")]
+    assert parser.feed(b"\ndata: b\r\n\r") == [SSEMessage(b"b")]  # that LF ended the CR line before it
+    assert parser.feed(b"\n") == [] and parser.close() == []
+
+
 def test_a_long_event_in_many_chunks_is_scanned_about_twice_and_one_too_long_is_refused(monkeypatch):
     scanned = []
     line_ends = openai_stream._lines_as_lf  # every byte the parser looks at for line ends goes through it

@@ -51,22 +51,26 @@ class SSEParser:
     """
 
     def __init__(self) -> None:
-        self._pending: list[bytes] = []
+        self._pending: list[bytes] = []  # line ends already LF
         self._pending_bytes = 0
+        self._after_cr = False  # the last chunk ended in CR: an LF starting this one ends the same line
 
     def feed(self, chunk: bytes) -> list[SSEMessage]:
         """The events completed by `chunk`; an unfinished event waits for the next one."""
-        seam = self._pending[-1][-3:] if self._pending else b""  # a blank line may start in the last chunk
-        if b"\n\n" not in _lines_as_lf(seam + chunk):
-            self._pending.append(chunk)
-            self._pending_bytes += len(chunk)
+        if self._after_cr and chunk[:1] == b"\n":
+            chunk = chunk[1:]
+        self._after_cr = chunk.endswith(b"\r")
+        chunk = _lines_as_lf(chunk)  # once per chunk: what waits in _pending is never scanned for CR again
+        if b"\n\n" not in chunk and not (chunk[:1] == b"\n" and self._pending and self._pending[-1][-1:] == b"\n"):
+            if chunk:
+                self._pending.append(chunk)
+                self._pending_bytes += len(chunk)
             if self._pending_bytes > MAX_EVENT_BYTES:
                 raise EventTooLarge(f"the server sent an event longer than {MAX_EVENT_BYTES // 2**20} MiB")
             return []
         buffer = b"".join([*self._pending, chunk]) if self._pending else chunk
-        held = buffer.endswith(b"\r")  # a CR whose LF may be the next chunk's first byte: one line end, not two
-        blocks = _lines_as_lf(buffer[:-1] if held else buffer).split(b"\n\n")
-        tail = blocks.pop() + (b"\r" if held else b"")
+        blocks = buffer.split(b"\n\n")
+        tail = blocks.pop()
         self._pending, self._pending_bytes = ([tail], len(tail)) if tail else ([], 0)
         messages = []
         for block in blocks:
@@ -78,7 +82,7 @@ class SSEParser:
 
     def close(self) -> list[SSEMessage]:
         """The last event of a stream that ended without its blank line."""
-        block = _lines_as_lf(b"".join(self._pending)).rstrip(b"\n")
+        block = b"".join(self._pending).rstrip(b"\n")
         self._pending, self._pending_bytes = [], 0
         message = _read_event(block)
         return [] if message is None else [message]
