@@ -149,10 +149,7 @@ def throughput_table(summary: dict) -> pd.DataFrame:
                 key in SPECULATIVE_COLUMNS:
             continue
         rows[metric.label] = (_number(summary[key]), metric.unit)
-    table = pd.DataFrame.from_dict(rows, orient="index", columns=["value", "unit"])
-    table["value"] = table["value"].astype(float)
-    table.index.name = "quantity"
-    return table
+    return _value_table(rows, value_type=float)
 
 
 def speculative_table(summary: dict) -> pd.DataFrame:
@@ -179,9 +176,10 @@ def workload_metrics_table(summary: dict) -> pd.DataFrame:
     return _value_table(rows)
 
 
-def _value_table(rows: dict[str, tuple[object, str]]) -> pd.DataFrame:
-    """label -> (value, unit) as a table indexed by quantity."""
+def _value_table(rows: dict[str, tuple[object, str]], value_type: type = object) -> pd.DataFrame:
+    """label -> (value, unit) as a table indexed by quantity; values that may read "not reported" stay objects."""
     table = pd.DataFrame.from_dict(rows, orient="index", columns=["value", "unit"], dtype=object)
+    table["value"] = table["value"].astype(value_type)
     table.index.name = "quantity"
     return table
 
