@@ -166,7 +166,7 @@ class History:
         if claims:  # a writer may have recorded its run between the read and the claim
             recorded = {row["run_id"] for row in self._read()[1]}
             for folder in [folder for folder in claims if folder.name in recorded]:
-                claims.pop(folder).release(remove=False)
+                claims.pop(folder).release()
         found = history_leftovers.Recovered()
         try:  # the rows go in before the locks go: another start that takes one finds its row
             for folder, lock in claims.items():
@@ -190,6 +190,8 @@ class History:
             self._claims[folder.name] = lock
             try:
                 self.record(record)
+            except (OSError, HistoryError):  # a folder or history that takes no write now: left for a later start
+                return
             finally:
                 self._claims.pop(folder.name, None)
             found.journaled.append(folder.name)
@@ -212,7 +214,7 @@ class History:
         """Stop the journal of a run that `record` did not take (it was kept elsewhere, or not at all): the file
         stays, for the next start, where its folder does."""
         if (journal := self._journals.pop(run_id, None)) is not None:
-            journal.end(remove=False).release()
+            journal.end().release()
 
     def run_dir(self, run_id: str) -> Path:
         if not _RUN_ID.match(run_id or ""):
@@ -232,7 +234,7 @@ class History:
         self._read()
         journal = self._journals.pop(record.run_id, None)
         claim = self._claims.get(record.run_id)  # held by the tidy that recovers the run, which releases it
-        lock = journal.end(remove=False) if journal is not None else claim or FolderLock.hold(folder)
+        lock = journal.end() if journal is not None else claim or FolderLock.hold(folder)
         try:
             self._write_run(folder, record)
         finally:

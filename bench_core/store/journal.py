@@ -17,6 +17,7 @@ by several machines, flock needs its server's lock support (NFSv4 has it).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -70,12 +71,11 @@ class FolderLock:
         os.close(fd)
         return None
 
-    def release(self, remove: bool = True) -> None:
-        """Unlock; `remove`: take the lock file away first (the folder is done with)."""
+    def release(self) -> None:
+        """Take the lock file away (whoever locks the folder next makes a new one), then unlock."""
         if self.fd < 0:
             return
-        if remove:
-            self.path.unlink(missing_ok=True)
+        self.path.unlink(missing_ok=True)
         os.close(self.fd)
         self.fd = -1
 
@@ -101,11 +101,10 @@ class RunJournal:
         self._file.write(json.dumps(line, default=str) + "\n")
         self._file.flush()
 
-    def end(self, remove: bool) -> FolderLock:
-        """Stop writing; `remove`: the run is recorded, the journal goes. The lock is still held: the caller's."""
-        self._file.close()
-        if remove:
-            (self.folder / JOURNAL_FILE).unlink(missing_ok=True)
+    def end(self) -> FolderLock:
+        """Stop writing; the file stays until the run's row is in. The lock is still held: the caller's."""
+        with contextlib.suppress(OSError):  # a full disk refusing the last flush: the record says what it measured
+            self._file.close()
         return self.lock
 
 
