@@ -29,8 +29,8 @@ import pandas as pd
 from .. import csvstore
 from . import metrics
 from .catalog import BEYOND_LMDEPLOY, CATALOG, METRICS, NOT_MEASURED, lmdeploy_row
-from ..config import SLO
-from ..states import RequestStatus
+from ..config import SLO, RunConfig
+from ..states import LoadPattern, RequestStatus
 from .live_snapshot import LiveSnapshot, LiveTracker
 
 _LMDEPLOY_ROWS = tuple(metric for metric in CATALOG if metric.lmdeploy_label)  # LMDeploy's console table
@@ -350,6 +350,14 @@ class Profiler:
     def save_csv(self, csv_file: str, hyperparams: Iterable[tuple[str, Any]] | dict | None = None) -> None:
         """Append LMDeploy's CSV row; a file with other columns is rewritten with the union header."""
         csvstore.append_row(csv_file, self.lmdeploy_csv_row(hyperparams))
+
+
+def new_profiler(config: RunConfig) -> Profiler:
+    """The profiler a run of `config` measures with (and rebuilds, where its sessions come from
+    elsewhere: another process, a run's journal)."""
+    by_rate = config.load.load_pattern == LoadPattern.REQUEST_RATE
+    return Profiler(config.load.stream_output, list(config.percentiles), slo=config.slo, records_admissions=True,
+                    max_in_flight=config.load.max_concurrency if by_rate else config.load.concurrency)
 
 
 def _gather_ticks(sessions: Sequence[Session]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -165,6 +165,8 @@ class Measurement:
     scraper: MetricsScraper | None = field(default=None, repr=False)  # a server's /metrics, where it has one
     server_metrics: pd.DataFrame | None = None  # the server's raw samples (server_metrics.py), time_s since the start
     live: LiveSnapshot | None = None  # the last snapshot the process that measures the run published
+    # The remote profiler's start and finish (perf_counter, system-wide on Linux), as that process told (remote.Mirror).
+    clock: tuple[float | None, float | None] = (None, None)
     record: RunRecord | None = None
     save_error: str = ""  # why the run is not in its history, and where it was kept instead
 
@@ -208,6 +210,12 @@ class Run(Job):
         if measurement.scraper is not None and profiler.t_start is not None:
             snap = with_server_metrics(snap, measurement.scraper.series(), profiler.t_start)
         return snap
+
+    @property
+    def clock_start(self) -> float | None:
+        """When the measurement started (perf_counter): its profiler's start, here or in the process that measures."""
+        profiler = self.measurement.profiler
+        return profiler.t_start if profiler is not None else self.measurement.clock[0]
 
     def publish(self) -> None:
         """Tell the observers the live snapshot, and the requests that finished since the last publish."""

@@ -26,11 +26,10 @@ from time import perf_counter
 from typing import Any, Protocol
 
 from ..measure.live_snapshot import LiveSnapshot
-from ..measure.profiler import Session
+from ..measure.profiler import Session, new_profiler
 from ..states import RunState
 from .lifecycle import Job, PlaygroundJob, Run
 from .observer import JobObserver, StateChange
-from .runner import new_profiler
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +179,6 @@ class Mirror:
     def __init__(self, job: Job):
         self.job = job
         self.sessions: list[Session] = []  # a run's requests: as published once finished, else as sampled
-        self.clock: tuple[float | None, float | None] = (None, None)  # the remote profiler's start and finish
         self.last_heard: float | None = None
 
     def apply(self, message: Message) -> None:
@@ -223,7 +221,7 @@ class Mirror:
             measurement.sample = learned["sample"]
             self.sessions = [Session(r.input_len, r.output_len) for r in measurement.sample.requests]
         if "clock" in learned:
-            self.clock = learned["clock"]
+            measurement.clock = learned["clock"]
 
     def lose(self, reason: str) -> None:
         """The remote side is gone: the job fails with `reason` (unless it had ended), and a run that started
@@ -238,7 +236,7 @@ class Mirror:
         measurement = job.measurement
         if measurement.environment is None:
             measurement.environment = {}  # unknown: the process that would have said is gone
-        t_start, t_finish = self.clock
+        t_start, t_finish = measurement.clock
         if t_start is None:
             return
         profiler = new_profiler(job.config)

@@ -33,24 +33,23 @@ import pandas as pd
 from ..hardware import roofline
 from . import preflight
 from ..measure import metrics
-from ..measure.catalog import server_columns, telemetry_columns
 from ..config import EngineConfig, GenerationSettings, LoadConfig, RunConfig
 from ..load.cancellation import cancel_points
 from ..load.datasets import Sample, SampledRequest, sample_requests
 from ..load.workload import with_workload_columns
 from ..engines import Engine, EngineInfo, backend, check_run_config, engine_settings_key, load_engine, tokenizer_from_engine
-from ..engines import server_metrics
 from ..engines.base import CANCELLED_BY_LOAD, NOT_SENT, RUN_ENDED
 from ..hardware.environment import collect_environment
 from ..errors import BenchError, ModelError
-from ..store.history import History, RunRecord, local_now_iso, new_run_id
+from ..store.history import History, RunRecord, local_now_iso, new_run_id, run_metrics
+from ..store.journal import RunJournal
 from ..store.history_import import lmdeploy_hyperparams
 from ..models.resolve import cache_dir, describe_model, first_use_phase, load_tokenizer, resolve_model
 from ..load.playground import Conversation, check_request
-from ..measure.profiler import Profiler, Session
+from ..measure.profiler import Profiler, Session, new_profiler
 from ..redact import redact_text, remember_secrets
 from ..states import MEASURED, SERVED_REASONS, LoadPattern, RequestStatus, RunState, measured_state
-from ..hardware.telemetry import TelemetrySampler, telemetry_summary
+from ..hardware.telemetry import TelemetrySampler
 from .lifecycle import Job, PlaygroundJob, Run
 from .observer import JobObserver
 
@@ -171,6 +170,8 @@ class Runner:
                 continue
             try:
                 if isinstance(job, Run):
+                    if self.history is not None:
+                        job.observers.append(_Journaling(self.history))
                     self._guarded(job, self._benchmark, f"run {job.run_id}")
                     self.keep(job)
                 else:
@@ -377,15 +378,8 @@ class Runner:
         if measured:  # the dataset's facts of each request (its session, turn, prefix group) beside what was measured
             sampled = measurement.sample.requests if measurement.sample is not None else []
             requests = with_workload_columns(profiler.request_table(), sampled)
-        summary = {}
-        if measured:
-            summary = metrics.run_summary(requests, profiler.elapsed_time, config.percentiles, config.load.stream_output,
-                                          config.slo)
-        if measured and measurement.telemetry is not None:
-            summary.update(telemetry_columns(
-                telemetry_summary(measurement.telemetry, 0.0, profiler.elapsed_time, summary["total_output_tokens"])))
-        if measured and measurement.server_metrics is not None:
-            summary.update(server_columns(server_metrics.run_summary(measurement.server_metrics)))
+        summary = run_metrics(config, requests, profiler.elapsed_time, measurement.telemetry,
+                              measurement.server_metrics) if measured else {}
         environment = measurement.environment
         if environment is None:
             environment = collect_environment(measurement.engine_info)
@@ -453,6 +447,43 @@ class _Publishing:
         self.run.publish()
 
 
+class _Journaling(JobObserver):
+    """Keeps a measuring run's journal in its history (store.journal) from the requests published as finished, so
+    that a kill of this process (SIGKILL, where no cleanup runs) leaves them for the next start to record. It hears
+    them where they reach the process that records the run: from the profiler here, on the publishing thread, or
+    from the worker process's pipe (remote.Mirror); the run's own loop never waits for it."""
+
+    def __init__(self, history: History):
+        self.history = history
+        self.journal: RunJournal | None = None
+        self.broken = False
+
+    def on_requests(self, run: Run, finished: dict[int, Session]) -> None:
+        if self.broken:
+            return
+        try:
+            if self.journal is None:
+                lengths = [(r.input_len, r.output_len) for r in run.measurement.sample.requests]
+                self.journal = self.history.journal(_started_record(run), run.clock_start, lengths)
+            self.journal.add(finished)
+        except OSError as exc:  # the run goes on; only a kill would lose it now
+            self.broken = True
+            run.measurement.warnings.append(f"The run's journal could not be written ({_reason(exc)}): had this "
+                                            "process been killed, what it measured would have been lost.")
+
+    def on_record(self, run: Run, record: RunRecord | None) -> None:
+        self.history.close_journal(run.run_id)
+
+
+def _started_record(run: Run) -> RunRecord:
+    """What the record of a run that measures now holds before its requests (the journal's first line)."""
+    measurement = run.measurement
+    return RunRecord(run_id=run.run_id, started_at=run.created_at, status=RunState.RUNNING, config=run.config,
+                     engine_info=measurement.engine_info, environment=measurement.environment or {},
+                     load_seconds=measurement.load_seconds, warmup_seconds=measurement.warmup_seconds,
+                     sweep_id=run.sweep_id, sweep_repeat=run.sweep_repeat)
+
+
 def unsaved_results_folders() -> Iterator[Path]:
     """Where a run that its history would not take is kept, in order of preference: our cache's folder, else a
     new private one in the temporary folder (mkdtemp: a name no other user can take first, readable by us alone)."""
@@ -467,13 +498,6 @@ def _reason(exc: Exception) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
     return str(exc) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}"
-
-
-def new_profiler(config: RunConfig) -> Profiler:
-    """The profiler a run of `config` measures with (and rebuilds, where its sessions come from elsewhere)."""
-    by_rate = config.load.load_pattern == LoadPattern.REQUEST_RATE
-    return Profiler(config.load.stream_output, list(config.percentiles), slo=config.slo, records_admissions=True,
-                    max_in_flight=config.load.max_concurrency if by_rate else config.load.concurrency)
 
 
 def run_roofline(config: RunConfig, info: EngineInfo | None, environment: dict[str, str], summary: dict,

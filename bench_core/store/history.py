@@ -6,11 +6,14 @@ formats are only in its own export, `lmdeploy_row`); then run identity, every se
 other metrics, the engine (`engine_*`) and the machine (`env_*`). Files written when the history kept
 LMDeploy's spellings beside ours read as if they had one (history_import.single_spelling).
 Every write goes through `csvstore`: atomic, locked, union header.
-`<root>/runs/<run_id>/` holds `config.json`, `environment.json` and `requests.parquet`, written
-before the CSV row so that a row never points at a folder that is not there.
+`<root>/runs/<run_id>/` holds `config.json`, `environment.json`, `requests.parquet` and `row.json` (the row, cell
+for cell), written before the CSV row so that a row never points at a folder that is not there, and so that a
+folder whose row is missing (a crash in between, or a folder moved back from `unsaved-results`) gets exactly its
+row back. While a run measures, its folder holds its journal (store.journal): the requests finished so far.
 Every read goes through one check (`_read`): a history without its key columns is refused, and rows that do
 not parse are moved, as written, to `<root>/history.quarantine.csv`. `tidy` also puts back the runs a crash
-left out of the CSV and removes half-written leftovers (see history_leftovers); what it did is in `notices`.
+left out of the CSV, records the runs a killed process left in their journal, and removes half-written leftovers
+(see history_leftovers); what it did is in `notices`.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import os
 import re
 import secrets
 import shutil
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -34,10 +38,14 @@ import pyarrow.parquet as pq
 from .. import csvstore
 from ..measure import metrics
 from . import leftovers as history_leftovers
-from ..measure.catalog import lmdeploy_row
+from .journal import JOURNAL_FILE, FolderLock, RunJournal, read_journal
+from ..measure.catalog import lmdeploy_row, server_columns, telemetry_columns
+from ..measure.profiler import Session, new_profiler
 from ..config import SETTINGS, RunConfig, applied_engine_settings
+from ..engines import server_metrics as server_samples
 from ..engines.base import EngineInfo
-from ..models.resolve import ModelRecord
+from ..hardware.telemetry import telemetry_summary
+from ..models.resolve import ModelRecord, describe_model
 from ..errors import HistoryError
 from .history_import import (
     HISTORY_LEAD_COLUMNS, HISTORY_SOURCE, NUMBER_COLUMNS, SAVE_CSV_HYPERPARAMS, check_numbers, is_number,
@@ -64,6 +72,7 @@ SERVER_METRICS_FILE = "server_metrics.parquet"
 ROOFLINE_FILE = "roofline.json"
 CONFIG_FILE = "config.json"
 ENVIRONMENT_FILE = "environment.json"
+ROW_FILE = "row.json"
 # The columns without which rows cannot be told apart: every row from every path (runs, LMDeploy imports,
 # imported histories) has them, and delete, compare and the run folders are keyed by them.
 KEY_COLUMNS = ("run_id",)
@@ -96,6 +105,7 @@ class RunRecord:
     telemetry: pd.DataFrame | None = None  # hardware samples (telemetry.py's table), time_s since the start
     server_metrics: pd.DataFrame | None = None  # the server's raw /metrics samples (server_metrics.py), time_s too
     roofline: dict | None = None  # roofline.roofline_record, or {"unavailable": why}
+    recovered_at: str = ""  # when a start rebuilt the run from what its folder held (History.tidy)
 
 
 def new_run_id() -> str:
@@ -118,6 +128,8 @@ class History:
         self.runs_dir = self.root / "runs"
         self.notices: list[str] = []  # what reading or tidying did to the files, for the user to hear once
         self._tidied = False
+        self._journals: dict[str, RunJournal] = {}  # of the runs measuring now, by run id, until `record` ends them
+        self._claims: dict[str, FolderLock] = {}  # folders `tidy` holds, to record what their dead writer left
 
     def take_notices(self) -> list[str]:
         """The notices not yet taken, one line each; taking them empties the list."""
@@ -139,23 +151,70 @@ class History:
         return header, rows
 
     def tidy(self) -> None:
-        """On start, once per History: quarantine damaged rows, put back the runs a crash left out of the CSV (a
-        folder with a readable config.json and requests.parquet gets its row rebuilt from them) and remove the
-        leftovers of interrupted writes; each kind of change is one line in `notices`. Files younger than
-        history_leftovers.STALE_AFTER_S are left alone: a run in progress may be writing them. Once is enough:
-        a crash leaves its leftovers for the next start, and every read quarantines damaged rows anyway."""
+        """On start, once per History: quarantine damaged rows, put back the runs a crash (or a move) left out of the
+        CSV, record as cancelled the runs whose process was killed while they measured, and remove the leftovers of
+        interrupted writes; each kind of change is one line in `notices`. A folder whose writer still holds its lock
+        (store.journal) is a run in progress, however old: left alone. Once is enough: a crash leaves its leftovers
+        for the next start, and every read quarantines damaged rows anyway."""
         if self._tidied:
             return
         self._tidied = True
         _, rows = self._read()
         leftovers = history_leftovers.find(self.root, self.runs_dir, {row["run_id"] for row in rows})
-        folders = [folder for folder in leftovers.folders if _RUN_ID.match(folder.name)]  # others are not ours
-        recovered = {folder.name: row for folder in folders if (row := _recovered_row(folder)) is not None}
-        if recovered:
-            csvstore.append_rows(self.csv_path, recovered.values())
-        removed = [*leftovers.tmp_files, *(folder for folder in folders if folder.name not in recovered)]
-        if notice := history_leftovers.describe(self.runs_dir, list(recovered), history_leftovers.remove(removed)):
+        claims = {folder: lock for folder in leftovers.folders if _RUN_ID.match(folder.name)  # others are not ours
+                  and (lock := FolderLock.claim(folder)) is not None}
+        if claims:  # a writer may have recorded its run between the read and the claim
+            recorded = {row["run_id"] for row in self._read()[1]}
+            for folder in [folder for folder in claims if folder.name in recorded]:
+                claims.pop(folder).release()
+        found = history_leftovers.Recovered()
+        try:  # the rows go in before the locks go: another start that takes one finds its row
+            for folder, lock in claims.items():
+                self._recover(folder, lock, found)
+            if found.rows:
+                csvstore.append_rows(self.csv_path, found.rows)
+            removed = history_leftovers.remove([*leftovers.tmp_files, *found.unusable])
+        finally:
+            for lock in claims.values():
+                lock.release()
+        if notice := history_leftovers.describe(self.runs_dir, found, removed):
             self.notices.append(notice)
+
+    def _recover(self, folder: Path, lock: FolderLock, found: history_leftovers.Recovered) -> None:
+        """Note in `found` what the folder of a run without a row gives back, its writer gone (`lock` held here)."""
+        if (row := _row_of(folder)) is not None:
+            found.rows.append(row)
+            found.put_back.append(folder.name)
+            (folder / JOURNAL_FILE).unlink(missing_ok=True)
+        elif (record := _journaled_record(folder)) is not None:
+            self._claims[folder.name] = lock
+            try:
+                self.record(record)
+            except (OSError, HistoryError):  # a folder or history that takes no write now: left for a later start
+                return
+            finally:
+                self._claims.pop(folder.name, None)
+            found.journaled.append(folder.name)
+        elif (row := _recovered_row(folder)) is not None:
+            found.rows.append(row)
+            found.rebuilt.append(folder.name)
+        else:
+            found.unusable.append(folder)
+
+    def journal(self, record: RunRecord, t_start: float, lengths: list[tuple[int, int]]) -> RunJournal:
+        """Start the journal of a run that measures now (store.journal): `record` holds what is known before its
+        requests (settings, engine, machine, load time), `t_start` is its clock's start (perf_counter), `lengths`
+        each request's sampled input and output length. `record` ends it; so does `close_journal`."""
+        header = {"record": _record_state(record), "t_start": t_start,
+                  "wall_start": time.time() - (time.perf_counter() - t_start), "lengths": lengths}
+        journal = self._journals[record.run_id] = RunJournal(self.run_dir(record.run_id), header)
+        return journal
+
+    def close_journal(self, run_id: str) -> None:
+        """Stop the journal of a run that `record` did not take (it was kept elsewhere, or not at all): the file
+        stays, for the next start, where its folder does."""
+        if (journal := self._journals.pop(run_id, None)) is not None:
+            journal.end().release()
 
     def run_dir(self, run_id: str) -> Path:
         if not _RUN_ID.match(run_id or ""):
@@ -169,10 +228,20 @@ class History:
         csvstore.check_csv_writable(self.csv_path)
 
     def record(self, record: RunRecord) -> None:
-        """Write the run's folder, then its CSV row; a history refused by `_read` gets neither."""
+        """Write the run's folder, then its CSV row, its writer's lock held; a history refused by `_read` gets
+        neither. The run's journal, if it has one, is removed once the row is in."""
         folder = self.run_dir(record.run_id)
         self._read()
-        folder.mkdir(parents=True, exist_ok=True)
+        journal = self._journals.pop(record.run_id, None)
+        claim = self._claims.get(record.run_id)  # held by the tidy that recovers the run, which releases it
+        lock = journal.end() if journal is not None else claim or FolderLock.hold(folder)
+        try:
+            self._write_run(folder, record)
+        finally:
+            if lock is not claim:
+                lock.release()
+
+    def _write_run(self, folder: Path, record: RunRecord) -> None:
         flat_config = redact(record.config.to_flat_dict())
         nested_config = redact({**dataclasses.asdict(record.config),
                                 "engine": applied_engine_settings(record.config.engine)})
@@ -186,7 +255,10 @@ class History:
             _write_parquet(folder / SERVER_METRICS_FILE, record.server_metrics)
         if record.roofline is not None:
             _write_json(folder / ROOFLINE_FILE, record.roofline)
-        csvstore.append_row(self.csv_path, history_row(record))
+        row = history_row(record)
+        _write_json(folder / ROW_FILE, {key: "" if value is None else str(value) for key, value in row.items()})
+        csvstore.append_row(self.csv_path, row)
+        (folder / JOURNAL_FILE).unlink(missing_ok=True)
 
     def load(self) -> pd.DataFrame:
         """All rows; numbers as numbers, '-' and empty cells as NaN, names and versions as text."""
@@ -340,29 +412,113 @@ def history_row(record: RunRecord) -> dict[str, Any]:
         for key, value in group.items():
             if row.get(key) in (None, ""):
                 row[key] = value
+    if record.recovered_at:
+        row["recovered_at"] = record.recovered_at
     return {key: _cell_value(value) for key, value in redact(row).items()}
+
+
+def run_metrics(config: RunConfig, requests: pd.DataFrame, duration_s: float, telemetry: pd.DataFrame | None = None,
+                server_metrics: pd.DataFrame | None = None) -> dict[str, Any]:
+    """A run's summary for its row: the metrics of its request table over `duration_s`, with its telemetry and its
+    server's metrics where it has them; aggregated where the run is recorded (Runner.record) or rebuilt."""
+    summary = metrics.run_summary(requests, duration_s, config.percentiles, config.load.stream_output, config.slo)
+    if telemetry is not None:
+        summary.update(telemetry_columns(telemetry_summary(telemetry, 0.0, duration_s, summary["total_output_tokens"])))
+    if server_metrics is not None:
+        summary.update(server_columns(server_samples.run_summary(server_metrics)))
+    return summary
 
 
 def _has_run_id(row: dict[str, str]) -> bool:
     return bool(_RUN_ID.match(row.get("run_id", "")))
 
 
+def _row_of(folder: Path) -> dict[str, str] | None:
+    """The row a run's folder holds as it was written to the history (row.json); None without a readable one, or
+    with one of another run (a folder copied under another name)."""
+    try:
+        row = json.loads((folder / ROW_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(row, dict) or row.get("run_id") != folder.name:
+        return None
+    return row
+
+
+def _record_state(record: RunRecord) -> dict[str, Any]:
+    """What a journal keeps of a run before its requests (History.journal), as JSON values, credentials masked."""
+    return redact({"started_at": record.started_at, "config": record.config.to_flat_dict(),
+                   "engine_info": dataclasses.asdict(record.engine_info) if record.engine_info is not None else None,
+                   "environment": record.environment, "load_seconds": record.load_seconds,
+                   "warmup_seconds": record.warmup_seconds, "sweep_id": record.sweep_id,
+                   "sweep_repeat": record.sweep_repeat})
+
+
+# The reason a recovered run gives its requests that its journal does not have as finished.
+UNHEARD = "not finished when last heard of: the process that recorded the run stopped"
+
+
+def _journaled_record(folder: Path) -> RunRecord | None:
+    """The record of a run whose process was killed while it measured, from its journal: cancelled, with the
+    requests the journal has as finished, the others unfinished; its duration from the clock's start to the last of
+    them (what came after was never heard of). None without a readable journal or a finished request in it. What
+    the journal does not hold stays empty: telemetry, server metrics, roofline, the dataset's workload columns."""
+    journal = read_journal(folder)
+    if journal is None:
+        return None
+    header, finished = journal
+    try:
+        state, lengths = header["record"], header["lengths"]
+        config = RunConfig.from_flat_dict(state["config"])
+        t_start, wall_start = float(header["t_start"]), float(header["wall_start"])
+        info = EngineInfo(**state["engine_info"]) if state["engine_info"] else None
+    except (KeyError, TypeError, ValueError):
+        return None
+    sessions = [finished.get(index) or Session(*pair) for index, pair in enumerate(lengths)]
+    heard = [session for session in sessions if session.finished]
+    if not heard:
+        return None
+    last = max(session.finish_time for session in heard)
+    for session in sessions:
+        if not session.finished:
+            session.reason = UNHEARD
+    profiler = new_profiler(config)
+    profiler.sessions = sessions
+    profiler.start(t_start)
+    profiler.finish(last)
+    requests = profiler.request_table()
+    summary = run_metrics(config, requests, profiler.elapsed_time)
+    return RunRecord(
+        run_id=folder.name, started_at=state["started_at"], status=RunState.CANCELLED, config=config,
+        metrics=summary, engine_info=info, environment=state["environment"], requests=requests,
+        model=describe_model(config.engine.model),
+        error=(f"Recovered from its journal: the process that recorded it stopped while it measured, with "
+               f"{len(heard)} of {len(sessions)} requests finished; its duration runs to the last of them."),
+        finished_at=datetime.fromtimestamp(wall_start + last - t_start).astimezone().isoformat(timespec="seconds"),
+        load_seconds=state["load_seconds"], warmup_seconds=state["warmup_seconds"], sweep_id=state["sweep_id"],
+        sweep_repeat=state["sweep_repeat"], recovered_at=local_now_iso())
+
+
 def _recovered_row(folder: Path) -> dict[str, Any] | None:
-    """The history row of a run whose folder was written but whose row was not (a crash in between), rebuilt
-    from its config.json, environment.json and requests.parquet; None when they are not all readable.
-    What the folder does not hold stays empty: LMDeploy's own formatting of its columns, the engine, the
-    sweep. The duration is the last request's finish, the run's own end not being stored."""
+    """The history row of a run whose folder has no row.json (written before runs had one), rebuilt from its
+    config.json, environment.json, requests.parquet and, where it has them, its telemetry, server metrics and
+    roofline; None when the first three are not all readable. Its duration is the last request's finish, the run's
+    own end not being stored (history_leftovers.NOT_REBUILT says what else it lacks)."""
     try:
         config = RunConfig.from_flat_dict(json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))["flat"])
         environment = json.loads((folder / ENVIRONMENT_FILE).read_text(encoding="utf-8"))
         requests = pd.read_parquet(folder / REQUESTS_FILE)
-        duration_s = float(requests["finish_s"].max())
-        summary = metrics.run_summary(requests, duration_s, config.percentiles, config.load.stream_output, config.slo)
+        samples = {name: pd.read_parquet(folder / file) if (folder / file).exists() else None
+                   for name, file in (("telemetry", TELEMETRY_FILE), ("server_metrics", SERVER_METRICS_FILE))}
+        roofline = json.loads((folder / ROOFLINE_FILE).read_text(encoding="utf-8")) \
+            if (folder / ROOFLINE_FILE).exists() else None
+        summary = run_metrics(config, requests, float(requests["finish_s"].max()), **samples)
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
         return None
     record = RunRecord(run_id=folder.name, started_at=_started_at(folder.name), status=_recovered_status(summary),
-                       config=config, metrics=summary, environment=environment)
-    return {**history_row(record), "recovered_at": local_now_iso()}
+                       config=config, metrics=summary, environment=environment, model=describe_model(config.engine.model),
+                       roofline=roofline, recovered_at=local_now_iso())
+    return history_row(record)
 
 
 def _started_at(run_id: str) -> str:

@@ -1,11 +1,12 @@
 """What a crash leaves in a results folder: temporary files of interrupted atomic writes, and run folders
-that never got their history row. History.tidy recovers the folders it can and removes the rest.
+without their history row (a crash before the row, a process killed while its run measured, a folder moved back
+from `unsaved-results`). History.tidy recovers the folders it can and removes the rest.
 
-A run in progress writes the same things (its folder, then temporary files renamed into place, then its row),
-so only what has not changed for STALE_AFTER_S counts as left over. A save takes seconds, and waits at
-most a minute for the history's lock; a run's folder is written only when the run has ended, so a long
-benchmark still running elsewhere has no folder yet. Ten minutes leaves a wide margin and still cleans up
-at the next start after a crash.
+A run in progress has such a folder too, from its first finished request to its row, for as long as it measures:
+it holds the folder's lock (store.journal), so whatever its age, a folder is left over exactly when nobody holds
+its lock, and the next start deals with it at once. Temporary files have no lock: one in progress is renamed into
+place within seconds (a save waits at most a minute for the history's lock), so only those untouched for
+STALE_AFTER_S count as left over.
 """
 
 from __future__ import annotations
@@ -25,6 +26,22 @@ class Leftovers:
     folders: list[Path] = field(default_factory=list)  # run folders without a history row
 
 
+@dataclass
+class Recovered:
+    """What History.tidy made of the run folders without a row whose writer was gone."""
+
+    rows: list[dict] = field(default_factory=list)  # to append to the history
+    put_back: list[str] = field(default_factory=list)  # run ids whose row.json went back as it was
+    journaled: list[str] = field(default_factory=list)  # recorded as cancelled from their journal
+    rebuilt: list[str] = field(default_factory=list)  # rebuilt from a folder without row.json
+    unusable: list[Path] = field(default_factory=list)  # folders that give nothing back, to remove
+
+
+# What a row rebuilt from a folder without row.json (written before runs kept one) cannot have.
+NOT_REBUILT = ("its duration is the last request's finish, not the measured one, so its throughputs read high; "
+               "finished_at, load_seconds, warmup_seconds, the engine_* columns, sweep_id and sweep_repeat stay empty")
+
+
 def _last_change(path: Path) -> float:
     """The newest modification time of a file, or of a folder and what is directly in it."""
     times = [path.stat().st_mtime]
@@ -34,8 +51,8 @@ def _last_change(path: Path) -> float:
 
 
 def find(root: Path, runs_dir: Path, recorded: set[str], now: float | None = None) -> Leftovers:
-    """The temporary files under `root` and its run folders, and the run folders whose name is not in `recorded`,
-    that have not changed for STALE_AFTER_S."""
+    """The temporary files under `root` and its run folders that have not changed for STALE_AFTER_S, and the run
+    folders whose name is not in `recorded` (whether their writer is gone is for FolderLock.claim to say)."""
     cutoff = (time.time() if now is None else now) - STALE_AFTER_S
     run_folders = sorted(runs_dir.iterdir()) if runs_dir.is_dir() else []
     tmp_files = [*root.glob(TMP_PATTERN), *(tmp for folder in run_folders if folder.is_dir()
@@ -43,8 +60,7 @@ def find(root: Path, runs_dir: Path, recorded: set[str], now: float | None = Non
     leftovers = Leftovers()
     try:
         leftovers.tmp_files = [path for path in tmp_files if path.is_file() and _last_change(path) < cutoff]
-        leftovers.folders = [folder for folder in run_folders if folder.is_dir() and folder.name not in recorded
-                             and _last_change(folder) < cutoff]
+        leftovers.folders = [folder for folder in run_folders if folder.is_dir() and folder.name not in recorded]
     except FileNotFoundError:  # another process tidied or wrote in between: the next start looks again
         return Leftovers()
     return leftovers
@@ -65,12 +81,19 @@ def remove(paths: list[Path]) -> list[Path]:
     return removed
 
 
-def describe(runs_dir: Path, recovered: list[str], removed: list[Path]) -> str:
+def describe(runs_dir: Path, found: Recovered, removed: list[Path]) -> str:
     """One line saying what tidying did; empty when it did nothing."""
     parts = []
-    if recovered:
-        parts.append(f"put back {len(recovered)} run(s) a crash had left out of the history, rebuilt from "
-                     f"{runs_dir}: {', '.join(recovered)}")
+    if found.put_back:
+        parts.append(f"put back {len(found.put_back)} run(s) missing from the history, as recorded (their "
+                     f"row.json in {runs_dir}): {', '.join(found.put_back)}")
+    if found.journaled:
+        parts.append(f"recorded {len(found.journaled)} run(s) whose process was killed while they measured, as "
+                     f"cancelled with the requests their journal in {runs_dir} holds (their duration runs to the last "
+                     f"recorded request): {', '.join(found.journaled)}")
+    if found.rebuilt:
+        parts.append(f"put back {len(found.rebuilt)} run(s) missing from the history, rebuilt from older folders "
+                     f"in {runs_dir} without row.json ({NOT_REBUILT}): {', '.join(found.rebuilt)}")
     if removed:
         parts.append(f"removed {len(removed)} leftover(s) of interrupted writes: {', '.join(map(str, removed))}")
-    return ("After a crash: " + "; ".join(parts) + ".") if parts else ""
+    return ("Tidying the results: " + "; ".join(parts) + ".") if parts else ""
