@@ -170,35 +170,23 @@ def press_start(plan: SweepPlan, inputs: Mapping[str, Any]) -> SweepRun | None:
     return _start(plan, inputs)
 
 
+SWEEP_QUESTION = active_runs.StartQuestion(
+    PENDING_SWEEP, SWEEP_START_ERROR, ("sweep_confirm_start", "sweep_discard_start"),
+    "Already running: {running}. A second sweep's runs would take turns with these, one at a time.",
+    "What was running has ended: a new sweep starts at once.", ("Start my sweep too", "Start my sweep"))
+
+
 def render_confirmation() -> None:
     """Ask before starting the pending sweep beside what is running; confirming starts it and shows it."""
-    if SWEEP_START_ERROR in st.session_state:
-        st.error(plain(st.session_state.pop(SWEEP_START_ERROR)))
-    if st.session_state.get(PENDING_SWEEP) is None:
-        return
-    running = _running_now()
-    if running:
-        st.warning(plain(f"Already running: {'; '.join(running)}. A second sweep's runs would take turns with "
-                         "these, one at a time."))
-    else:
-        st.info("What was running has ended: a new sweep starts at once.")
-    left, right = st.columns(2)
-    left.button("Start my sweep too" if running else "Start my sweep", key="sweep_confirm_start", type="primary",
-                width="stretch", on_click=_confirm_start)
-    right.button("Do not start", key="sweep_discard_start", width="stretch", on_click=st.session_state.pop,
-                 args=(PENDING_SWEEP, None))
+    SWEEP_QUESTION.render(_running_now(), _confirm_start)
 
 
 def _confirm_start() -> None:
-    pending = st.session_state.pop(PENDING_SWEEP, None)
-    if pending is None:  # a second click on the same button: already started
-        return
-    try:
-        sweep = _start(*pending)
-    except BenchError as exc:
-        st.session_state[SWEEP_START_ERROR] = str(exc)
-    else:
-        st.query_params["sweep"] = st.session_state["sweep_id"] = sweep.sweep_id
+    SWEEP_QUESTION.answer(lambda pending: _start(*pending), _show_sweep)
+
+
+def _show_sweep(sweep: SweepRun) -> None:
+    st.query_params["sweep"] = st.session_state["sweep_id"] = sweep.sweep_id
 
 
 def _active_sweeps() -> list[SweepRun]:
