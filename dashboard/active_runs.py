@@ -8,6 +8,10 @@ active queues nothing, and starting while another run is active first asks, nami
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
 import streamlit as st
 
 from bench_core.config import RunConfig
@@ -93,36 +97,65 @@ def press_start(config: RunConfig) -> Run | None:
     return _submit(runner, config)
 
 
+@dataclass(frozen=True)
+class StartQuestion:
+    """What a Start button asks before it starts something beside what is already running (the Run page's Start,
+    the Sweep page's), and the session keys that hold what waits for the answer."""
+
+    pending: str  # session key: what waits for the answer
+    error: str  # session key: why a confirmed start failed, shown once
+    keys: tuple[str, str]  # the confirm and discard buttons'
+    busy: str  # the question, naming what is {running}
+    free: str  # said instead when that has ended meanwhile
+    labels: tuple[str, str]  # the confirm button's: while something runs, once nothing does
+
+    def render(self, running: Sequence[str], on_confirm: Callable[[], None]) -> None:
+        """The question while something waits: `running` named, then start it or not; a failed start, once."""
+        if self.error in st.session_state:
+            st.error(plain(st.session_state.pop(self.error)))
+        if st.session_state.get(self.pending) is None:
+            return
+        if running:
+            st.warning(plain(self.busy.format(running="; ".join(running))))
+        else:
+            st.info(self.free)
+        left, right = st.columns(2)
+        left.button(self.labels[0] if running else self.labels[1], key=self.keys[0], type="primary", width="stretch",
+                    on_click=on_confirm)
+        right.button("Do not start", key=self.keys[1], width="stretch", on_click=st.session_state.pop,
+                     args=(self.pending, None))
+
+    def answer(self, start: Callable[[Any], Any], show: Callable[[Any], None]) -> None:
+        """Confirmed: `start` what waits and `show` it, or keep why it could not start."""
+        waiting = st.session_state.pop(self.pending, None)
+        if waiting is None:  # a second click on the same button: already started
+            return
+        try:
+            started = start(waiting)
+        except BenchError as exc:
+            st.session_state[self.error] = str(exc)
+        else:
+            show(started)
+
+
+RUN_QUESTION = StartQuestion(
+    PENDING, START_ERROR, ("confirm_start", "discard_start"),
+    "Another run holds the engine: {running}. A new run waits in the queue behind it.",
+    "The run that held the engine has ended: a new run starts at once.", ("Queue my run", "Start my run"))
+
+
 def render_confirmation() -> None:
     """Ask before queueing the pending start behind the active runs; confirming queues it and shows it."""
-    if START_ERROR in st.session_state:
-        st.error(plain(st.session_state.pop(START_ERROR)))
-    if st.session_state.get(PENDING) is None:
-        return
     runner = get_runner()
-    active = active_runs(runner)
-    if active:
-        ahead = "; ".join(plain(describe(run, runner)) for run in active)
-        st.warning(f"Another run holds the engine: {ahead}. A new run waits in the queue behind it.")
-    else:
-        st.info("The run that held the engine has ended: a new run starts at once.")
-    left, right = st.columns(2)
-    left.button("Queue my run" if active else "Start my run", key="confirm_start", type="primary", width="stretch",
-                on_click=_confirm)
-    right.button("Do not start", key="discard_start", width="stretch", on_click=st.session_state.pop,
-                 args=(PENDING, None))
+    RUN_QUESTION.render([describe(run, runner) for run in active_runs(runner)], _confirm)
 
 
 def _confirm() -> None:
-    config = st.session_state.pop(PENDING, None)
-    if config is None:  # a second click on the same button: already queued
-        return
-    try:
-        run = _submit(get_runner(), config)
-    except BenchError as exc:
-        st.session_state[START_ERROR] = str(exc)
-    else:
-        st.query_params["run"] = st.session_state["run_id"] = run.run_id
+    RUN_QUESTION.answer(lambda config: _submit(get_runner(), config), _show_run)
+
+
+def _show_run(run: Run) -> None:
+    st.query_params["run"] = st.session_state["run_id"] = run.run_id
 
 
 def _submit(runner: Runner, config: RunConfig) -> Run:

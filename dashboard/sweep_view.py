@@ -13,6 +13,7 @@ below grow run by run; nothing polls once it has ended.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ from bench_core.sweep.plan import (
 )
 from bench_core.sweep.store import CREDENTIAL_SETTINGS, load_plan, past_sweeps, remaining
 from bench_core.views.tables import describe_column
-from dashboard import sidebar
+from dashboard import active_runs, sidebar
 from dashboard.state import get_history, get_runner, get_sweeps
 from dashboard.table_view import show_table
 from dashboard.text import plain
@@ -59,6 +60,9 @@ PARETO_VIEWS = {
 GOODPUT_METRICS = ("slo_attainment", "goodput_rps")
 # An ended sweep this server did not run: the history tells finished runs, not why the others are missing.
 STOPPED = "stopped"
+STARTED_SWEEPS = "started_sweep_ids"  # session key: the sweeps this session started
+PENDING_SWEEP = "pending_sweep"  # session key: (plan, inputs) waiting for the user to confirm a second sweep
+SWEEP_START_ERROR = "sweep_start_error"  # session key: why a confirmed start failed, shown once
 
 
 # ---- starting --------------------------------------------------------------------------------
@@ -150,9 +154,63 @@ def show_estimate(inputs: Mapping[str, Any], values: Mapping[str, Any], uploads_
         st.caption(plain(f"{describe_plan(plan)}; takes {describe_seconds(guess.seconds)}, {guess.basis}."))
 
 
-def start(plan: SweepPlan, inputs: Mapping[str, Any]) -> SweepRun:
+def press_start(plan: SweepPlan, inputs: Mapping[str, Any]) -> SweepRun | None:
+    """Start sweep pressed, as Start on the Run page: the sweep on show afterwards, or None while the user is asked
+    to confirm. The same plan as a sweep this session started that is still running starts nothing; a sweep or
+    run already running is named first, since a second sweep's runs would take turns with its own."""
+    started = set(st.session_state.get(STARTED_SWEEPS, ()))
+    same = next((sweep for sweep in _active_sweeps() if sweep.sweep_id in started
+                 and dataclasses.replace(sweep.plan, sweep_id=plan.sweep_id) == plan), None)
+    if same is not None:
+        st.info(plain(f"Already started: {_describe_sweep(same)}. Pressing Start sweep again starts nothing."))
+        return same
+    if _running_now():
+        st.session_state[PENDING_SWEEP] = (plan, inputs)
+        return None
+    return _start(plan, inputs)
+
+
+SWEEP_QUESTION = active_runs.StartQuestion(
+    PENDING_SWEEP, SWEEP_START_ERROR, ("sweep_confirm_start", "sweep_discard_start"),
+    "Already running: {running}. A second sweep's runs would take turns with these, one at a time.",
+    "What was running has ended: a new sweep starts at once.", ("Start my sweep too", "Start my sweep"))
+
+
+def render_confirmation() -> None:
+    """Ask before starting the pending sweep beside what is running; confirming starts it and shows it."""
+    SWEEP_QUESTION.render(_running_now(), _confirm_start)
+
+
+def _confirm_start() -> None:
+    SWEEP_QUESTION.answer(lambda pending: _start(*pending), _show_sweep)
+
+
+def _show_sweep(sweep: SweepRun) -> None:
+    st.query_params["sweep"] = st.session_state["sweep_id"] = sweep.sweep_id
+
+
+def _active_sweeps() -> list[SweepRun]:
+    return [sweep for sweep in get_sweeps().values() if sweep.active]
+
+
+def _describe_sweep(sweep: SweepRun) -> str:
+    progress = sweep.progress()
+    return f"sweep {sweep.sweep_id} is running, {progress.ended}/{progress.total} runs done"
+
+
+def _running_now() -> list[str]:
+    """A line for each sweep running in this server, then each active run that is none of theirs."""
+    sweeps = _active_sweeps()
+    ids = {sweep.sweep_id for sweep in sweeps}
+    runner = get_runner()
+    return [*map(_describe_sweep, sweeps),
+            *(active_runs.describe(run, runner) for run in active_runs.active_runs(runner) if run.sweep_id not in ids)]
+
+
+def _start(plan: SweepPlan, inputs: Mapping[str, Any]) -> SweepRun:
     sweep = start_sweep(get_runner(), plan, launch_for(inputs))
     get_sweeps()[sweep.sweep_id] = sweep
+    st.session_state[STARTED_SWEEPS] = [*st.session_state.get(STARTED_SWEEPS, ()), sweep.sweep_id]
     return sweep
 
 

@@ -42,12 +42,14 @@ cancel_col.button("Cancel sweep", key="sweep_cancel", disabled=cancel is None, o
 if start:
     try:
         plan = sweep_view.plan_from_inputs(inputs, choice.values, get_history().root / UPLOADS_FOLDER)
-        sweep = sweep_view.start(plan, inputs)
+        sweep = sweep_view.press_start(plan, inputs)
     except BenchError as exc:
         st.error(plain(exc))
     else:
-        st.query_params["sweep"] = st.session_state["sweep_id"] = sweep.sweep_id
-        st.rerun()  # redraw with Cancel enabled for the new sweep
+        if sweep is not None and sweep.sweep_id != sweep_id:
+            st.query_params["sweep"] = st.session_state["sweep_id"] = sweep.sweep_id
+            st.rerun()  # redraw with Cancel enabled for the new sweep
+sweep_view.render_confirmation()
 if sweep_id:
     # Keep the sweep in the URL (switching pages drops query parameters) and in the session.
     st.query_params["sweep"] = st.session_state["sweep_id"] = sweep_id

@@ -5,7 +5,8 @@
 - `misbehaving_server`: a small aiohttp.web server in a thread that answers the OpenAI routes
   the way the prompt says, so one run can mix good and bad requests:
   "ok" streams one chunk per token (10 ms apart) and finishes properly,
-  "reasoning" streams reasoning_content first, then the answer,
+  "reasoning" streams reasoning_content for the first half of the tokens asked, then the answer,
+  "thinking" streams reasoning_content only (a reasoning model stopped at its limit before answering),
   "short" stops with finish_reason "stop" after half the tokens asked (as if it ignored ignore_eos),
   "status500" answers HTTP 500, "slow" says nothing for 30 s, "keepalive" sends SSE comments (": ping")
   every 0.1 s but never a token,
@@ -13,7 +14,8 @@
   "auth" answers 401 unless the Bearer key is `API_KEY`; any other prompt is answered as "ok",
   and the client ports of "reuse" requests are kept in `REUSE_PORTS` (one per connection). A model
   named "keepalive" behaves so whatever the prompt (a CLI run sends its dataset's prompts).
-`serving(app)` serves any aiohttp app the same way (a test may wrap `_make_app()` to watch what arrives).
+`serving(app)` serves any aiohttp app the same way (a test may wrap `_make_app()` to watch what arrives);
+`recording_app(bodies)` is that server keeping every request body it gets in `bodies`.
 Import the fixtures into a test module to use them.
 """
 
@@ -124,7 +126,7 @@ async def _stream(request: web.Request, endpoint: str) -> web.StreamResponse:
         await response.write(_chunk(endpoint, text=" tok"))
         await asyncio.sleep(CHUNK_GAP_S / 10)
     for i in range(n):
-        if behaviour == "reasoning" and i < n // 2:
+        if behaviour == "thinking" or (behaviour == "reasoning" and i < n // 2):
             await response.write(_chunk(endpoint, reasoning="hmm"))
         else:
             await response.write(_chunk(endpoint, text=" tok"))
@@ -156,6 +158,14 @@ def add_openai_routes(app: web.Application, answer, prefix: str = "") -> web.App
 
 def _make_app() -> web.Application:
     return add_openai_routes(web.Application(), _stream)
+
+
+def recording_app(bodies: list[dict]) -> web.Application:
+    async def answer(request: web.Request, endpoint: str) -> web.StreamResponse:
+        bodies.append(await request.json())
+        return await _stream(request, endpoint)
+
+    return add_openai_routes(web.Application(), answer)
 
 
 @contextlib.contextmanager

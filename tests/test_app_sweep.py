@@ -167,6 +167,33 @@ def test_cancel_stops_the_sweep_and_resume_runs_the_rest():
     assert at.get("progress")[0].proto.text.startswith("running: 0/2 runs done")
 
 
+def test_start_sweep_while_a_sweep_runs_starts_nothing_twice_and_asks_before_a_second_sweep():
+    at = open_sweep_page()
+    set_up_tiny_sweep(at, "1,2", repeats=1, num_prompts=200, output_len=64)  # minutes: it is cancelled
+    first = start_sweep(at)
+    start_sweep(at)  # pressed again with the same settings while it runs, as the Run page's Start
+    assert list(get_sweeps()) == [first] and at.query_params["sweep"] == first
+    assert any(info.value.startswith(f"Already started: sweep {first} is running, 0/2 runs done") for info in at.info)
+    assert not at.warning
+
+    at.text_input(key="sweep_values").set_value("2,4")
+    at.button(key="sweep_start").click().run()
+    assert list(get_sweeps()) == [first]  # asked, not started
+    (warning,) = at.warning
+    assert warning.value.startswith(f"Already running: sweep {first} is running") and "take turns" in warning.value
+    at.button(key="sweep_discard_start").click().run()
+    assert not at.warning and list(get_sweeps()) == [first]
+
+    at.button(key="sweep_start").click().run()
+    at.button(key="sweep_confirm_start").click().run()
+    assert not at.exception and not at.error
+    (first_sweep, second) = get_sweeps().values()
+    assert second.sweep_id == at.query_params["sweep"] != first and second.active
+    assert [axis.values for axis in second.plan.axes] == [(2, 4)]
+    first_sweep.cancel(), second.cancel()
+    assert first_sweep.wait(SWEEP_TIMEOUT_S) and second.wait(SWEEP_TIMEOUT_S)
+
+
 def test_bad_sweep_values_are_one_error_and_start_nothing():
     at = open_sweep_page()
     set_up_tiny_sweep(at, "1,x")

@@ -3,7 +3,7 @@
 import csv
 
 import pytest
-from openai_server import free_port, transformers_server  # noqa: F401 (fixture)
+from openai_server import free_port, recording_app, serving, transformers_server  # noqa: F401 (fixture)
 
 from bench_core.measure.catalog import BEYOND_LMDEPLOY
 from bench_core.cli import build_parser, main
@@ -102,6 +102,53 @@ def test_a_server_that_is_down_is_one_line_exit_2_and_nothing_written(tmp_path, 
     err = capsys.readouterr().err
     assert "Cannot reach" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out.csv").exists() and not (tmp_path / "results").exists()
+
+
+def lmdeploy_body(endpoint: str, prompt: str, output_len: int) -> dict:
+    """What profile_restful_api.py's request functions post with their default flags (reference 4.2)."""
+    if endpoint == "chat":
+        return {"model": "m", "messages": [{"role": "user", "content": prompt}], "temperature": 0.0,
+                "max_completion_tokens": output_len, "stream": True, "ignore_eos": True}
+    return {"model": "m", "prompt": prompt, "temperature": 0.0, "best_of": 1, "max_tokens": output_len,
+            "stream": True, "ignore_eos": True}
+
+
+def sent_bodies(tmp_path, backend: str, *flags: str) -> list[dict]:
+    """The bodies a two-request restful run against the lmdeploy-like test server posts."""
+    bodies: list[dict] = []
+    with serving(recording_app(bodies)) as url:
+        assert main(["restful", "--backend", backend, "--base-url", url, "--model", "m", "--tokenizer",
+                     "builtin:tiny-llama", "--dataset-path", "builtin:sample", "--num-prompts", "2",
+                     "--sharegpt-output-len", "4", "--disable-warmup", "--output-file", "",
+                     "--results", str(tmp_path / "results"), *flags]) == 0
+    assert len(bodies) == 2
+    return bodies
+
+
+@pytest.mark.parametrize("backend, endpoint", [("lmdeploy", "completions"), ("lmdeploy-chat", "chat")])
+def test_by_default_each_request_is_the_body_lmdeploy_sends_with_the_usage_asked_for(tmp_path, backend, endpoint):
+    for body in sent_bodies(tmp_path, backend):
+        prompt = body["messages"][0]["content"] if endpoint == "chat" else body["prompt"]
+        assert body == {**lmdeploy_body(endpoint, prompt, 4), "stream_options": {"include_usage": True}}
+    assert History(tmp_path / "results").load()["do_sample"].tolist() == [False]
+
+
+def test_the_sampling_flags_send_their_fields_and_are_recorded(tmp_path):
+    bodies = sent_bodies(tmp_path, "lmdeploy", "--temperature", "0.7", "--top-p", "0.9", "--top-k", "20")
+    for body in bodies:
+        assert {key: body[key] for key in ("temperature", "top_p", "top_k", "best_of")} == {
+            "temperature": 0.7, "top_p": 0.9, "top_k": 20, "best_of": 1}
+    row = History(tmp_path / "results").load().iloc[0]
+    assert (row["do_sample"], row["temperature"], row["top_p"], row["top_k"]) == (True, 0.7, 0.9, 20)
+    top_p_alone = sent_bodies(tmp_path, "lmdeploy-chat", "--top-p", "0.5")[0]  # at temperature 0: greedy
+    assert (top_p_alone["temperature"], "top_p" in top_p_alone, "top_k" in top_p_alone) == (0.0, False, False)
+
+
+def test_the_extra_request_body_overrides_every_field_we_send(tmp_path):
+    extra = '{"temperature": 0.3, "best_of": 2, "top_k": -1, "ignore_eos": false}'
+    for body in sent_bodies(tmp_path, "vllm", "--temperature", "0.7", "--extra-request-body", extra):
+        assert {key: body[key] for key in ("temperature", "top_p", "top_k", "best_of", "ignore_eos")} == {
+            "temperature": 0.3, "top_p": 1.0, "top_k": -1, "best_of": 2, "ignore_eos": False}
 
 
 def test_a_sweep_over_request_rate_runs_each_rate_against_the_server(transformers_server, tmp_path, capsys):

@@ -10,7 +10,7 @@ import time
 from collections import Counter
 
 import pytest
-from openai_server import API_KEY, REUSE_PORTS, TOKENS_BEFORE_CUT, free_port, misbehaving_server, transformers_server  # noqa: F401 (fixtures)
+from openai_server import API_KEY, CHUNK_GAP_S, REUSE_PORTS, TOKENS_BEFORE_CUT, free_port, misbehaving_server, transformers_server  # noqa: F401 (fixtures)
 
 from bench_core.load.arrivals import achieved_rate
 from bench_core.load.datasets import SampledRequest
@@ -27,7 +27,9 @@ from bench_core.engines.openai_client import (
     overrun_advice,
     retokenize,
     run_requests,
+    sampling_fields,
 )
+from bench_core.config import GenerationSettings
 from bench_core.engines import openai_stream
 from bench_core.engines.openai_stream import SSEMessage, SSEParser, StreamReader
 from bench_core.states import RequestStatus
@@ -301,6 +303,31 @@ def test_the_extra_body_overrides_the_payload():
     assert (payload["ignore_eos"], payload["temperature"]) == (False, 0.0)
 
 
+@pytest.mark.parametrize("kind, sent", [("lmdeploy", {"temperature": 0.7, "top_p": 0.9, "top_k": 20}),
+                                        ("vllm", {"temperature": 0.7, "top_p": 0.9, "top_k": 20}),
+                                        ("sglang", {"temperature": 0.7, "top_p": 0.9, "top_k": 20}),
+                                        ("transformers", {"temperature": 0.7, "top_p": 0.9}),
+                                        ("openai", {"temperature": 0.7, "top_p": 0.9})])
+def test_a_sampling_run_sends_its_sampling_fields_and_a_greedy_one_temperature_0(kind, sent):
+    sampling = GenerationSettings(do_sample=True, temperature=0.7, top_p=0.9, top_k=20)
+    assert sampling_fields(sampling, kind) == sent
+    assert sampling_fields(GenerationSettings(temperature=0.7, top_p=0.9, top_k=20), kind) is None
+    chat = build_payload(ServerSpec("http://h:1", server_kind=kind, endpoint="chat", sampling=sent), "m", "hi", 16, False)
+    assert ({key: chat[key] for key in ("temperature", "top_p", "top_k") if key in chat}, "best_of" in chat) == (
+        sent, False)
+    greedy = build_payload(ServerSpec("http://h:1", server_kind=kind), "m", "hi", 16, False)
+    assert ({key: greedy[key] for key in ("temperature", "top_p", "top_k") if key in greedy}, greedy["best_of"]) == (
+        {"temperature": 0.0}, 1)
+
+
+def test_transformers_serve_samples_under_the_generation_config_that_ignores_eos():
+    sampling = {"temperature": 0.7, "top_p": 0.9}
+    sampled = build_payload(ServerSpec("http://h:1", server_kind="transformers", sampling=sampling), "m", "hi", 16, True)
+    assert json.loads(sampled["generation_config"]) == {"eos_token_id": -1, "max_new_tokens": 16, "do_sample": True}
+    greedy = build_payload(ServerSpec("http://h:1", server_kind="transformers"), "m", "hi", 16, True)
+    assert json.loads(greedy["generation_config"]) == {"eos_token_id": -1, "max_new_tokens": 16}
+
+
 @pytest.mark.parametrize("url", ["http://h:1", "http://h:1/", "http://h:1/v1", "http://h:1/v1/"])
 def test_the_base_url_may_be_written_with_or_without_v1(url):
     assert ServerSpec(url).url == "http://h:1/v1/completions"
@@ -338,7 +365,7 @@ def test_eight_requests_with_ignore_eos_come_back_exactly_as_long_as_asked(trans
         assert [e.n_tokens for e in ticks] == sorted({e.n_tokens for e in ticks})  # cumulative, growing
         assert ticks[-1].n_tokens == n  # one chunk per token: the count matches the server's usage
         assert finishes(events)[index].n_tokens == n
-        assert results[index].sent_ts < results[index].first_token_ts <= results[index].end_ts
+        assert results[index].sent_ts < results[index].first_answer_ts <= results[index].end_ts
     retokenize(results, tiny_tokenizer)
     assert all(r.retokenized_tokens > 0 for r in results)
 
@@ -399,14 +426,33 @@ def test_each_bad_answer_is_its_own_error_and_the_rest_of_the_run_goes_on(misbeh
     assert Counter(e.index for e in events if e.kind == "finish") == Counter(range(len(prompts)))
 
 
-def test_reasoning_tokens_count_and_the_answer_starts_later(misbehaving_server):
+def test_reasoning_counts_as_output_but_the_first_tick_is_the_first_answer_text(misbehaving_server):
     spec = ServerSpec(misbehaving_server, endpoint="chat")
-    _, results, _ = finished(spec, "m", requests_for(["reasoning"], output_len=8))
+    events, results, _ = finished(spec, "m", requests_for(["reasoning"], output_len=8))
     result = results[0]
     assert (result.n_tokens, result.usage_completion_tokens) == (8, 8)
     assert result.reasoning_text == "hmm" * 4
     assert result.text == " tok" * 4
-    assert result.first_token_ts < result.first_answer_ts
+    # profile_restful_api.py's TTFT: the four reasoning chunks tick nothing, their tokens come with the answer's first
+    ticks = [e for e in events if e.kind == "tokens"]
+    assert [e.n_tokens for e in ticks] == [5, 6, 7, 8]
+    assert ticks[0].ts == result.first_answer_ts
+    assert result.sent_ts < result.first_reasoning_ts < result.first_answer_ts
+    assert result.first_answer_ts - result.first_reasoning_ts >= 3 * CHUNK_GAP_S
+    assert result.reasoning_ticks == []  # held for an answer that came
+
+
+def test_a_request_that_only_reasoned_keeps_its_reasoning_chunks_for_the_engine_to_tick(misbehaving_server):
+    _, results, _ = finished(ServerSpec(misbehaving_server, endpoint="chat"), "m", requests_for(["thinking"], output_len=4))
+    result = results[0]
+    assert (result.finish_reason, result.text, result.first_answer_ts) == ("length", "", None)
+    assert [tokens for _, tokens in result.reasoning_ticks] == [1, 2, 3, 4]
+    assert result.reasoning_ticks[0][0] == result.first_reasoning_ts
+
+
+def test_an_answer_without_reasoning_has_no_reasoning_time(misbehaving_server):
+    _, results, _ = finished(ServerSpec(misbehaving_server, endpoint="chat"), "m", requests_for(["ok"], output_len=4))
+    assert (results[0].first_reasoning_ts, results[0].reasoning_ticks) == (None, [])
 
 
 def test_the_api_key_is_sent_as_a_bearer_header_and_kept_out_of_messages(misbehaving_server, monkeypatch):

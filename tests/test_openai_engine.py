@@ -6,7 +6,7 @@ import logging
 import math
 
 import pytest
-from openai_server import free_port, misbehaving_server, transformers_server  # noqa: F401 (fixtures)
+from openai_server import CHUNK_GAP_S, free_port, misbehaving_server, transformers_server  # noqa: F401 (fixtures)
 
 from bench_core.run import runner as runner_module
 from bench_core.load.arrivals import achieved_rate
@@ -101,6 +101,42 @@ def test_every_bad_answer_is_a_counted_failure_and_the_run_goes_on(misbehaving_s
     assert bool(table.loc["short", "length_mismatch"])
     summary = run.record.metrics
     assert (summary["completed"], summary["failed"], summary["incomplete"], summary["length_mismatches"]) == (2, 4, 1, 1)
+
+
+def run_prompts(runner, monkeypatch, url: str, prompts: list[str], output_len: int = 8):
+    """A chat run of these prompts against the misbehaving server, which acts on each one's exact text."""
+    requests = [SampledRequest(prompt, 4, output_len) for prompt in prompts]
+    monkeypatch.setattr(runner_module, "sample_requests", lambda dataset, tokenizer: Sample(requests, 28, 42))
+    config = server_config(url, num_prompts=len(prompts), output_len=output_len)
+    config.engine.model, config.engine.server_kind, config.engine.endpoint = "m", "vllm", "chat"
+    run = run_to_end(runner, config)
+    assert run.state == "finished", run.message
+    return run.record.requests.set_index(run.record.requests.index.map(dict(enumerate(prompts)))), run.record.metrics
+
+
+def test_ttft_is_the_first_answer_text_and_the_first_reasoning_chunk_is_a_metric_of_its_own(
+        misbehaving_server, runner, monkeypatch):
+    table, summary = run_prompts(runner, monkeypatch, misbehaving_server, ["reasoning", "reasoning", "thinking"])
+    answered = table.loc["reasoning"]
+    # Four reasoning chunks 10 ms apart, then four of answer: TTFT at the answer, ITL between its chunks only.
+    assert (answered["ttft_s"] == answered["first_answer_s"]).all()
+    assert (answered["ttft_s"] - answered["first_reasoning_s"] >= 3 * CHUNK_GAP_S).all()
+    assert answered["itl_s"].map(len).tolist() == [3, 3]
+    assert (answered["output_len"] == 8).all()
+    # A request that never answered is timed by its reasoning, the only output it has; first_answer_s says so.
+    thought = table.loc["thinking"]
+    assert math.isnan(thought["first_answer_s"]) and thought["ttft_s"] == thought["first_reasoning_s"]
+    assert (len(thought["itl_s"]), thought["output_len"], thought["status"]) == (7, 8, "success")
+    assert summary["mean_ttft_reasoning_ms"] == pytest.approx(table["first_reasoning_s"].mean() * 1000)
+    assert summary["p99_ttft_reasoning_ms"] == pytest.approx(table["first_reasoning_s"].quantile(0.99) * 1000)
+    assert summary["mean_ttft_ms"] == pytest.approx(table["ttft_s"].mean() * 1000)
+
+
+def test_a_run_without_reasoning_reports_no_reasoning_time(misbehaving_server, runner, history, monkeypatch):
+    table, summary = run_prompts(runner, monkeypatch, misbehaving_server, ["ok", "ok"])
+    assert table["first_reasoning_s"].isna().all()
+    assert math.isnan(summary["mean_ttft_reasoning_ms"]) and summary["mean_ttft_ms"] > 0
+    assert history.load()["mean_ttft_reasoning_ms"].isna().all()  # an empty cell: not reported, never 0
 
 
 def test_a_server_that_is_down_fails_each_request_so_the_run_fails_with_the_reason(runner):

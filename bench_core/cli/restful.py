@@ -21,7 +21,7 @@ from datetime import datetime
 
 from .. import csvstore
 from ..measure import metrics
-from ..measure.catalog import BEYOND_LMDEPLOY
+from ..measure.catalog import BEYOND_LMDEPLOY, METRICS
 from ..config import Part, RunConfig
 from ..config.catalog import BY_NAME, IMAGE, TRACE_DATASET, setting
 from ..states import LoadPattern
@@ -60,10 +60,18 @@ SWITCHES = (
     Flag("ignore_eos", names=("--disable-ignore-eos",), negated=True, help="let requests stop at EOS"),
 )
 BODY_FLAGS = (
-    Flag("extra_request_body", help='JSON object merged into every request, e.g. \'{"temperature": 0}\'; '
-                                    "profile_restful_api.py sends temperature 0.0 and best_of 1, we send no "
-                                    "sampling field unless it is given here"),
+    Flag("extra_request_body", help='JSON object merged into every request, last, so it overrides any field we send, '
+                                    'e.g. \'{"temperature": 0.6}\''),
     Flag("trust_remote_code", help="trust remote code when loading the tokenizer"),
+)
+# benchmark_chat_completion.py's sampling flags, with its defaults. At temperature 0 a request is greedy and carries
+# profile_restful_api.py's temperature 0.0 only; above it, it samples with all three.
+SAMPLING_BODY_FLAGS = (
+    Flag("temperature", default=0.0, help="sampling temperature sent with every request; above 0 top-p and top-k "
+                                          "are sent too (benchmark_chat_completion.py's fields)"),
+    Flag("top_p", default=1.0, help="top-p sent with every request when --temperature is above 0"),
+    Flag("top_k", default=40, help="top-k sent with every request when --temperature is above 0 (to lmdeploy, vllm "
+                                   "and sglang servers: OpenAI's API has no top_k)"),
 )
 # Ours: vLLM's load shape and limits, and the dataset's settings LMDeploy's script lacks.
 OUR_FLAGS = (*unlisted_flags(Part.DATASET, DATASET_FLAGS, SAMPLING_FLAGS),
@@ -121,6 +129,7 @@ class RestfulCommand(EngineCommand):
         add_flags(parser, SWITCHES)
         parser.add_argument("--disable-warmup", action="store_true", help="send no warm-up request")
         add_flags(parser, BODY_FLAGS)
+        add_flags(parser, SAMPLING_BODY_FLAGS)
 
         ours = parser.add_argument_group("LLM Bench Studio")
         add_flags(ours, OUR_FLAGS)
@@ -217,7 +226,9 @@ def config_for_rate(args: argparse.Namespace, url: str, model: str, rate: float)
     """The run at `rate`; a trace's run instead sends each request at its trace time, at most --max-concurrency at
     once (default: no limit)."""
     kind, endpoint = SERVER_BACKENDS[args.backend]
-    values = flag_values(args, (*DATASET_FLAGS, *SAMPLING_FLAGS, *SWITCHES, *BODY_FLAGS, *OUR_FLAGS))
+    values = flag_values(args, (*DATASET_FLAGS, *SAMPLING_FLAGS, *SWITCHES, *BODY_FLAGS, *SAMPLING_BODY_FLAGS,
+                                *OUR_FLAGS))
+    values["do_sample"] = values["temperature"] > 0
     if args.disable_warmup:
         values["warmup_requests"] = 0
     values.update(backend="openai", model=model, base_url=url, endpoint=endpoint, server_kind=kind,
@@ -321,6 +332,9 @@ def _extra_rows(config: RunConfig, summary: dict) -> None:
             _line(f"{key.upper()} {name} (ms):", summary[f"{key}_{metric}_ms"])
     for metric in BEYOND_LMDEPLOY:
         _line(f"Mean {metric.row_title}:", summary.get(metric.mean_column, math.nan))
+    reasoning = METRICS["ttft_reasoning"]  # "-" for a run that streamed no reasoning
+    for statistic, name in (("mean", "Mean"), ("p50", "Median"), ("p99", "P99")):
+        _line(f"{name} {reasoning.row_title}:", summary.get(reasoning.column(statistic), math.nan))
     _line("Failed requests:", summary["failed"])
     _line("Incomplete requests:", summary["incomplete"])
     _line("Overrun requests:", summary.get("overrun", "-"))

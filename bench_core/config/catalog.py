@@ -219,8 +219,8 @@ ENGINE = (
           choices=CHAT_LIMIT_FIELDS, rule="max_tokens, max_completion_tokens or both"),
     _knob("tokenizer", SERVER_GROUP, SERVER, str, "", "Tokenizer for sampling prompts and retokenizing answers; empty: the model's."),
     _knob("extra_request_body", SERVER_GROUP, SERVER, str, "",
-          "JSON object merged into every request body. None of the sampling fields is sent otherwise, so the "
-          "server's defaults apply; LMDeploy's profile_restful_api.py sends temperature 0.0 (and best_of 1).",
+          "JSON object merged into every request body, last: it overrides any field sent (README, \"The request "
+          "body\"), such as the temperature 0.0 sent when not sampling.",
           rule='a JSON object, e.g. {"temperature": 0}'),
     _knob("read_timeout_s", SERVER_GROUP, SERVER, float, 300.0,
           "Seconds a request may wait for its next token (the first included) before it fails with a read timeout; "

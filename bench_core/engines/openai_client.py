@@ -6,7 +6,8 @@ to each request comes out as `base.EngineEvent`s on a thread-safe queue, so a sy
 `Engine.stream()` can drain them from another thread:
 
 - "admit" when the request is sent (its clock starts here, as in `profile_restful_api.py` and vLLM);
-- "tokens" each time an SSE event brings new output, timestamped when that event is read (one
+- "tokens" each time an SSE event brings new output once the answer has begun (below), timestamped when
+  that event is read (one
   timestamp per event, as profile_restful_api.py takes one per line: two events that arrive in one
   network read are two ticks a few microseconds apart). `n_tokens` is cumulative: the server's
   per-chunk `usage.completion_tokens` where it sends one, else one per chunk with text (vLLM's
@@ -20,14 +21,17 @@ A request fails when no new token came for the read timeout, or when it ran past
 (`ServerSpec`); bytes without tokens, such as SSE keep-alive comments, do not keep it alive.
 
 Reading the answers (SSE, chunks, usage, errors mid-stream) is `openai_stream`'s pure code.
-Timing follows LMDeploy's and vLLM's client: TTFT from sending to the first chunk with text,
-ITL per tick gap, E2E to the last output (vLLM's end). Each request also keeps the first byte of the
-stream and its last SSE line (the usage chunk or [DONE]), where profile_restful_api.py stops its
-E2E and TPOT. `reasoning_content` counts as output (servers count it
-in usage); the first answer token's time is kept apart (`RequestResult.first_answer_ts`), which is
-what `profile_restful_api.py` calls TTFT for reasoning models. Per request, a `RequestResult`
-keeps the texts, the server's usage and (after `retokenize`) the retokenized count, LMDeploy's
-second output figure, so lengths can be checked against what was asked.
+Timing follows profile_restful_api.py: TTFT from sending to the first chunk with answer text, ITL per
+tick gap, E2E to the last output (vLLM's end). Reasoning (`reasoning_content` / `reasoning` deltas, as
+vLLM's, SGLang's and LMDeploy's reasoning parsers stream it) counts as output, as servers count it in
+usage, but ticks no TTFT: its chunks before the answer are held back (`RequestResult.reasoning_ticks`)
+and their tokens come with the answer's first tick; the first one's time is a metric of its own
+(`RequestResult.first_reasoning_ts`). A request that streamed reasoning and no answer at all has
+only its reasoning to time, and the engine ticks that instead. Each request also keeps the first byte
+of the stream and its last SSE line (the usage chunk or [DONE]), where profile_restful_api.py stops
+its E2E and TPOT. Per request, a `RequestResult` keeps the texts, the server's usage and (after
+`retokenize`) the retokenized count, LMDeploy's second output figure, so lengths can be checked
+against what was asked.
 
 The API key is sent as a Bearer header and is never logged, stored, or shown (`repr` hides it).
 """
@@ -52,7 +56,7 @@ import aiohttp
 import numpy as np
 import yarl
 
-from ..config import check_values, setting
+from ..config import GenerationSettings, check_values, setting
 from ..load.arrivals import ArrivalReport, arrival_report, send_offsets
 from ..load.datasets import SampledRequest
 from ..load.schedule import SendSchedule
@@ -65,7 +69,9 @@ from .openai_stream import (CHUNKS, ERROR_BODY_CHARS, RETOKENIZED, EventTooLarge
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 SERVER_KINDS = ("lmdeploy", "vllm", "sglang", "transformers", "openai")
 API_KEY_ENV = "OPENAI_API_KEY"
-_IGNORE_EOS_FIELD_KINDS = ("lmdeploy", "vllm", "sglang")  # "openai" (any other server): not sent
+# The servers that take fields beyond OpenAI's (ignore_eos, top_k); "openai" (any other server) gets OpenAI's only.
+_EXTENSION_FIELD_KINDS = ("lmdeploy", "vllm", "sglang")
+GREEDY = {"temperature": 0.0}  # what profile_restful_api.py's request functions send, whatever its flags say
 REQUEST_DEADLINE_S = 6 * 60 * 60  # profile_restful_api.py's and vLLM's aiohttp total timeout
 # What the client waits, after [DONE], for the body to end (its connection is reused only then).
 DONE_GRACE_S = 0.5
@@ -99,6 +105,7 @@ class ServerSpec:
     server_kind: str = "openai"
     stream: bool = True
     extra_body: dict | None = None
+    sampling: dict | None = None  # temperature, top_p, top_k to send; None: GREEDY (`sampling_fields`)
     chat_limit_field: str = setting("chat_limit_field").default  # max_tokens, max_completion_tokens or both
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 300.0
@@ -174,10 +181,24 @@ def overrun_advice(spec: ServerSpec) -> str:
     return f"more tokens than asked: the server seems to ignore {sent[0]}: send {other} with {flag} {other} (or both)"
 
 
+def sampling_fields(generation: GenerationSettings, server_kind: str) -> dict | None:
+    """A request's sampling fields: None (GREEDY, profile_restful_api.py's temperature 0.0) unless the run samples;
+    then benchmark_chat_completion.py's temperature, top_p and top_k, top_k only to the servers that take it
+    (OpenAI's API has none, and `transformers serve` answers 422 to it)."""
+    if not generation.do_sample:
+        return None
+    fields = {"temperature": generation.temperature, "top_p": generation.top_p}
+    if server_kind in _EXTENSION_FIELD_KINDS:
+        fields["top_k"] = generation.top_k
+    return fields
+
+
 def build_payload(spec: ServerSpec, model: str, prompt: str, max_tokens: int, ignore_eos: bool,
                   messages: Sequence[Mapping] | None = None, images: Sequence[str] = ()) -> dict:
-    """The JSON body of one request, as `profile_restful_api.py` and vLLM send it; a chat request's token limit
-    goes in the field(s) `spec.chat_limit_field` names (theirs: max_completion_tokens).
+    """The JSON body of one request, as `profile_restful_api.py` sends it: its fields, with `spec.sampling` for
+    its temperature 0.0 (`spec.sampling` where the run samples), best_of 1 on the completions endpoint, and the usage asked for
+    (README, "The request body"). A chat request's token limit goes in the field(s) `spec.chat_limit_field` names
+    (theirs: max_completion_tokens).
 
     The chat endpoint gets `messages` where the request has them (custom records, multi-turn turns), else the
     prompt as one user message; `images` (data URIs) go before its text, as profile_restful_api.py puts them.
@@ -200,12 +221,18 @@ def build_payload(spec: ServerSpec, model: str, prompt: str, max_tokens: int, ig
     else:
         payload["prompt"] = prompt
         payload["max_tokens"] = max_tokens
+    payload.update(spec.sampling or GREEDY)
+    if spec.endpoint == "completions":
+        payload["best_of"] = 1
     if spec.stream:
         payload["stream_options"] = {"include_usage": True}  # LMDeploy sends usage only when asked
-    if ignore_eos and spec.server_kind in _IGNORE_EOS_FIELD_KINDS:
+    if ignore_eos and spec.server_kind in _EXTENSION_FIELD_KINDS:
         payload["ignore_eos"] = True
     elif ignore_eos and spec.server_kind == "transformers":
-        payload["generation_config"] = json.dumps({"eos_token_id": -1, "max_new_tokens": max_tokens})
+        config = {"eos_token_id": -1, "max_new_tokens": max_tokens}
+        if spec.sampling:  # this config replaces the model's: without do_sample the temperature would not sample
+            config["do_sample"] = True
+        payload["generation_config"] = json.dumps(config)
     payload.update(spec.extra_body or {})
     return payload
 
@@ -218,12 +245,14 @@ class RequestResult:
     requested_tokens: int
     scheduled_s: float  # from t0, by the arrival process
     sent_ts: float | None = None
-    first_token_ts: float | None = None  # first chunk with any output text
-    first_answer_ts: float | None = None  # first chunk with answer text (not reasoning_content)
+    first_answer_ts: float | None = None  # first chunk with answer text: TTFT (profile_restful_api.py's)
+    first_reasoning_ts: float | None = None  # first chunk with reasoning text
+    # (time, tokens so far) of the chunks of reasoning before any answer: ticked only if no answer comes
+    reasoning_ticks: list[tuple[float, int]] = field(default_factory=list)
     first_byte_ts: float | None = None  # first bytes of the response body
     last_line_ts: float | None = None  # the body's last SSE event: profile_restful_api.py's end of E2E
     end_ts: float | None = None
-    n_tokens: int = 0  # as ticked: per-chunk usage, else one per chunk with text
+    n_tokens: int = 0  # as read: per-chunk usage, else one per chunk with text (reasoning included)
     usage_completion_tokens: int | None = None
     usage_source: str | None = None  # USAGE or CHUNK_USAGE (openai_stream); None: the server sent no usage
     usage_prompt_tokens: int | None = None
@@ -464,14 +493,20 @@ def _read_events(messages: list[SSEMessage], reader: StreamReader, result: Reque
 
 
 def _tick(reader: StreamReader, result: RequestResult, ts: float, emit: Emit, tokens: int) -> None:
-    """Report output that grew since the last tick, and note when output and answer text first came."""
+    """Report output that grew since the last tick, once the answer has begun (its first chunk is the TTFT, as in
+    profile_restful_api.py; the reasoning before it is held back, its tokens counted in that tick), and note when
+    answer and reasoning text first came."""
     if tokens > result.n_tokens:
         result.n_tokens = tokens
-        if result.first_token_ts is None:
-            result.first_token_ts = ts
-        emit(EngineEvent(result.index, "tokens", ts, tokens))
-    if reader.text_parts and result.first_answer_ts is None:
-        result.first_answer_ts = ts
+        if reader.text_parts:
+            if result.first_answer_ts is None:
+                result.first_answer_ts = ts
+                result.reasoning_ticks = []
+            emit(EngineEvent(result.index, "tokens", ts, tokens))
+        else:
+            result.reasoning_ticks.append((ts, tokens))
+    if reader.reasoning_parts and result.first_reasoning_ts is None:
+        result.first_reasoning_ts = ts
 
 
 _END = object()

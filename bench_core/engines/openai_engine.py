@@ -9,6 +9,8 @@ reloaded whenever a setting changes, load settings included. `stream()` drives
   (`RequestResult.output_tokens`: the server's usage, else our retokenized count of the text): the
   last tick is corrected to that count, not followed by another (servers may put several tokens in
   one chunk, so chunks undercount; llama.cpp's put the tokens of one UTF-8 character in one);
+- a request that streamed reasoning and never an answer ticks its reasoning chunks, held back by the client
+  for an answer that did not come: its TTFT is then its first reasoning chunk (`first_answer_s` says so: NaN);
 - a request whose output the server reported only in its usage (no chunk had text) ticks 0 at the
   stream's first byte (its TTFT) and its usage count at the stream's last line (its E2E, and its one
   ITL gap), and is flagged `usage_only`: its tokens count, with the only timing there is;
@@ -16,7 +18,7 @@ reloaded whenever a setting changes, load settings included. `stream()` drives
   (`RequestResult.length_status`): complete when the server, reporting no usage, said it stopped
   for length; overrun, with the limit field it seems to ignore, when it produced more than asked;
 - the "finish" event carries the request's extras: usage and retokenized counts, where its count came
-  from, whether the length differs from the one asked, when the first answer (not reasoning) text came, the E2E to the
+  from, whether the length differs from the one asked, when the first answer and reasoning texts came, the E2E to the
   stream's last line (profile_restful_api.py's end; the ticks end at the last output, vLLM's), and
   when it was scheduled, sent and ended on the client's clock (the load actually delivered);
 - a request a duration kept from being sent ends NOT_SENT: it stays unfinished rather than failed; one
@@ -197,7 +199,7 @@ class OpenAIEngine(Engine):
         count = load.warmup_requests
         if not count or not requests:
             return
-        spec = self.spec
+        spec = self._spec_for(generation, load)
         if load.duration_s is not None:  # waiting longer for a token than the whole run may last: a failed warm-up
             spec = dataclasses.replace(spec, read_timeout_s=min(spec.read_timeout_s, load.duration_s))
         run = run_requests(spec, self.model, [requests[0]] * count, max_concurrency=load.max_concurrency,
@@ -223,7 +225,7 @@ class OpenAIEngine(Engine):
         by_rate = load.load_pattern == LoadPattern.REQUEST_RATE
         trace = load.load_pattern == LoadPattern.TRACE
         run = run_requests(
-            dataclasses.replace(self.spec, stream=load.stream_output),
+            self._spec_for(generation, load),
             self.model,
             requests,
             request_rate=load.request_rate if by_rate else math.inf,
@@ -256,6 +258,10 @@ class OpenAIEngine(Engine):
                 if last is not None:
                     last_event, ticked_before = last
                     yield dataclasses.replace(last_event, n_tokens=max(count, ticked_before))
+                elif result.reasoning_ticks:  # no answer came: its reasoning is all the output there is to time
+                    *before, (last_ts, _) = result.reasoning_ticks
+                    yield from (EngineEvent(event.index, "tokens", ts, tokens) for ts, tokens in before)
+                    yield EngineEvent(event.index, "tokens", last_ts, max(count, before[-1][1] if before else 0))
                 elif result.usage_only:
                     yield EngineEvent(event.index, "tokens", result.first_byte_ts, 0)
                     yield EngineEvent(event.index, "tokens", result.last_line_ts, count)
@@ -265,6 +271,13 @@ class OpenAIEngine(Engine):
                                           length_status=length_status)
             else:
                 yield event
+
+    def _spec_for(self, generation: GenerationSettings, load: LoadConfig) -> ServerSpec:
+        """The server, asked as this run asks it: streamed or not, greedy or sampling."""
+        from .openai_client import sampling_fields
+
+        return dataclasses.replace(self.spec, stream=load.stream_output,
+                                   sampling=sampling_fields(generation, self.spec.server_kind))
 
     def metrics_scraper(self) -> MetricsScraper | None:
         """A reader of the server's Prometheus page at /metrics, unless the settings turned it off."""
@@ -290,6 +303,7 @@ class OpenAIEngine(Engine):
             "output_len_source": result.output_source,
             "length_mismatch": result.length_mismatch,
             "first_answer_s": _since(result.sent_ts, result.first_answer_ts),
+            "first_reasoning_s": _since(result.sent_ts, result.first_reasoning_ts),
             "e2e_last_line_s": _since(result.sent_ts, result.last_line_ts),
             "usage_only": result.usage_only,
             "scheduled_s": result.scheduled_s,

@@ -354,7 +354,9 @@ CATALOG: tuple[Metric, ...] = (
            lmdeploy="mean_e2e_latency_ms", lmdeploy_digits=3, lmdeploy_label="End-to-end Latency",
            compared=MEAN_AND_P99, swept=("mean",)),
     Metric("ttft", "Time to first token", **_MS, larger_is_better=False, short_label="TTFT", needs_streaming=True,
-           definition="ts[1] - ts[0]: from the start tick to the first response chunk (streaming only).",
+           definition="ts[1] - ts[0]: from the start tick to the first response chunk (streaming only). For a "
+                      "server, its first chunk of answer text, as profile_restful_api.py has it: reasoning before it "
+                      "is timed apart (TTFT (reasoning)), unless no answer came.",
            per_request=lambda table, streamed: _floats(table, "ttft_s"), statistics=DISTRIBUTION,
            lmdeploy="mean_ttft_ms", lmdeploy_digits=3, lmdeploy_label="Time to First Token (TTFT)",
            compared=MEAN_AND_P99, swept=MEAN_AND_P99),
@@ -460,12 +462,13 @@ CATALOG: tuple[Metric, ...] = (
              "shows what reusing the conversation's prefix saves.", needs_streaming=True, aggregate=_turn_ttft(turn),
              value_column=f"mean_ttft_turn{turn}_ms", workload=True, swept=VALUE if turn <= 2 else ())
       for turn in range(1, MAX_TURNS + 1)),
-    Metric("first_answer", "Time to first answer token", **_MS, larger_is_better=False, short_label="TTFT (answer)",
-           needs_streaming=True, server_only=True,
-           definition="From sending a request to the first chunk of answer text, reasoning chunks left out: "
-                      "profile_restful_api.py's TTFT for reasoning models (HTTP servers only).",
-           per_request=lambda table, streamed: _floats(table, "first_answer_s") if "first_answer_s" in table
-           else None, statistics=DISTRIBUTION),
+    # A reasoning model's thinking, timed apart from its TTFT, which is its answer's (profile_restful_api.py's).
+    Metric("ttft_reasoning", "Time to first reasoning token", **_MS, larger_is_better=False,
+           short_label="TTFT (reasoning)", needs_streaming=True, server_only=True,
+           definition="From sending a request to the first chunk of reasoning text (reasoning_content or reasoning, "
+                      "as reasoning parsers stream it); not reported for a run without reasoning (HTTP servers only).",
+           per_request=lambda table, streamed: _floats(table, "first_reasoning_s") if "first_reasoning_s" in table
+           else None, statistics=DISTRIBUTION, swept=MEAN_AND_P99),
     # Hardware telemetry (telemetry.py), sampled at 10 Hz in the engine's process, over the measured window.
     Metric("mean_gpu_util_percent", "Mean GPU utilisation", "%", True,
            "Time-weighted mean over the run of NVML's utilisation (share of time a kernel ran), averaged over the "
