@@ -5,6 +5,7 @@ leaves no server behind, and the search for the highest concurrency within an SL
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bench_core.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
@@ -125,12 +127,21 @@ def _alive(pid: int) -> bool:
     return status != "Z"
 
 
-def test_find_max_finds_the_known_knee_of_a_server_whose_latency_rises_with_load(tmp_path, tiny_model_path):
-    # The first token comes after 200 ms per request in flight: up to 3 at once meet a 700 ms TTFT, 4 do not.
-    proc = bench(tmp_path, *SMALL_RUN, "--num-prompts", "8", "--random-output-len", "4",
+KNEE = 3  # the server's first token comes after 200 ms per request in flight: 3 at once meet a 700 ms TTFT, 4 miss
+
+
+@pytest.fixture(scope="module")
+def knee_sweep(tmp_path_factory, tiny_model_path):
+    work = tmp_path_factory.mktemp("find-max")
+    proc = bench(work, *SMALL_RUN, "--num-prompts", "8", "--random-output-len", "4",
                  "--server-cmd", f"{SERVER} --ttft-step-ms {{step}}", "--sweep", "step=200",
                  "--find-max", "max_concurrency", "--slo-ttft-ms", "700", "--goodput-target", "0.9")
     assert proc.returncode == EXIT_OK, proc.stderr
+    return work, proc
+
+
+def test_find_max_finds_the_known_knee_of_a_server_whose_latency_rises_with_load(knee_sweep):
+    tmp_path, proc = knee_sweep
     rows = rows_of(tmp_path)
     sweep_id = rows["sweep_id"].iloc[0]
     probes = probes_of(History(tmp_path / "results"), sweep_id)
@@ -138,10 +149,10 @@ def test_find_max_finds_the_known_knee_of_a_server_whose_latency_rises_with_load
     assert probes["met"].tolist() == [True, True, False, True]
     assert probes["stopped_early"].iloc[2]  # 4 at once: stopped once one request missed (the target allows none)
     at_knee = probes["run_id"].iloc[3]
-    assert (f"Highest max_concurrency at step=200 meeting 90% of requests within the SLO: 3, shown by {at_knee}; "
+    assert (f"Highest max_concurrency at step=200 meeting 90% of requests within the SLO: {KNEE}, shown by {at_knee}; "
             f"4 missed it ({probes['run_id'].iloc[2]})") in proc.stdout
     assert set(rows["sweep_id"]) == {sweep_id} and len(rows) == 4
-    assert rows.set_index("run_id").loc[at_knee, "max_concurrency"] == 3
+    assert rows.set_index("run_id").loc[at_knee, "max_concurrency"] == KNEE
 
     # A resume replays the journal: nothing runs again, the answer is the same.
     again = bench(tmp_path, "sweep", "--resume", sweep_id, "--results", "results")
@@ -187,3 +198,35 @@ def test_a_server_sweep_that_cannot_work_is_one_line_exit_2_and_nothing_written(
     proc = bench(tmp_path, *SMALL_RUN, *args, timeout=60)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert proc.stderr.count("\n") == 1 and list(tmp_path.iterdir()) == []
+
+
+def test_the_sweep_page_charts_the_probes_and_the_highest_load_that_met_the_target(knee_sweep, monkeypatch,
+                                                                                    fresh_dashboard):
+    from streamlit.testing.v1 import AppTest
+
+    from app_under_test import APP
+    from bench_core.store.history import RESULTS_ENV
+
+    work, _ = knee_sweep
+    monkeypatch.setenv(RESULTS_ENV, str(work / "results"))
+    sweep_id = rows_of(work)["sweep_id"].iloc[0]
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["sweep"] = sweep_id
+    at.run()
+    at = at.switch_page("pages/sweep.py").run()
+    assert not at.error and not at.exception, [e.value for e in at.error]
+    assert any(f"**Highest max_concurrency at step=200** meeting the target: {KNEE}" == m.value for m in at.markdown)
+    (chart,) = [json.loads(element.proto.spec) for element in at.get("plotly_chart")]
+    assert [trace["name"] for trace in chart["data"]] == ["Met the target", "Missed it",
+                                                         f"Highest load meeting it: {KNEE}"]
+    met, missed, star = chart["data"]
+    assert _numbers(met["x"]) == [1, 2, 3] and met["text"] == ["1", "2", "4"]  # numbered in the order they ran
+    assert _numbers(missed["x"]) == [4] and missed["marker"]["symbol"] == ["circle-open"]  # stopped early
+    assert _numbers(star["x"]) == [KNEE]
+
+
+def _numbers(values) -> list:
+    """A figure's values as plotly's JSON writes them: a list, or a typed array in base64."""
+    if isinstance(values, dict):
+        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]).tolist()
+    return list(values)

@@ -19,7 +19,6 @@ with the end of its log. A find-max plan (FindMaxRun) searches each point for th
 from __future__ import annotations
 
 import copy
-import json
 import math
 import shutil
 import threading
@@ -36,7 +35,7 @@ from ..run.runner import Run, Runner
 from . import find_max
 from .plan import PlannedRun, SweepPlan, describe_point, server_settings_of
 from .server import SERVER_LOG, ServerFailed, ServerProcess, command_line, free_port
-from .store import append_probe, load_plan, probes_of, remaining, save_plan, with_credentials
+from .store import append_probe, load_plan, point_text, probes_of, remaining, save_plan, with_credentials
 
 
 @dataclass(frozen=True)
@@ -327,7 +326,7 @@ class FindMaxRun(SweepRun):
     def _replayed(self, point: dict, load: float) -> dict | None:
         """The journal's probe at this point and load, from an earlier pass of this sweep."""
         journal = self._journal
-        same = journal[(journal["point"] == _point_text(point)) & (journal["load"] == load)]
+        same = journal[(journal["point"] == point_text(point)) & (journal["load"] == load)]
         if same.empty:
             return None
         row = same.iloc[-1]
@@ -349,7 +348,7 @@ class FindMaxRun(SweepRun):
         attainment = (record.metrics.get("good_requests") or 0) / total if total else math.nan
         probe = {"load": load, "met": bool(not watch.stopped and attainment >= self.plan.find_max.target),
                  "attainment": attainment, "run_id": run.run_id, "stopped_early": watch.stopped}
-        append_probe(_history_of(self.runner), self.sweep_id, {**probe, "point": _point_text(point)})
+        append_probe(_history_of(self.runner), self.sweep_id, {**probe, "point": point_text(point)})
         return probe
 
 
@@ -371,10 +370,6 @@ class TargetWatch(JobObserver):
             self.stopped = (f"{self._outside} of {total} requests missed the SLO, more than the target allows "
                             f"({allowed})")
             run.cancel()
-
-
-def _point_text(point: dict) -> str:
-    return json.dumps(point, sort_keys=True)
 
 
 def engine_key_of(planned: PlannedRun) -> tuple:

@@ -103,6 +103,11 @@ def append_probe(history: History, sweep_id: str, probe: Mapping[str, Any]) -> N
                            f"{exc.strerror or exc}.") from exc
 
 
+def point_text(point: Mapping[str, Any]) -> str:
+    """A find-max point (its server settings) as the journal's point column spells it."""
+    return json.dumps(dict(point), sort_keys=True)
+
+
 def probes_of(history: History, sweep_id: str) -> pd.DataFrame:
     """The sweep's probes in the order they ran, typed (load and attainment numbers, met a bool)."""
     _, rows = csvstore.read_table(probe_journal_path(history, sweep_id))
@@ -155,11 +160,17 @@ def past_sweeps(history: History, runs: pd.DataFrame) -> pd.DataFrame:
             plan = load_plan(history, sweep_id)
         except HistoryError:  # a broken plan file must not hide the other sweeps
             continue
-        total = len(plan.points())
-        rows.append({"sweep_id": sweep_id, "varies": " × ".join(axis.name for axis in plan.axes),
+        if plan.find_max:  # the search decides how many probes there are: those that ended
+            total = len(probes_of(history, sweep_id))
+            finished = total
+        else:
+            total = len(plan.points())
+            finished = total - len(remaining(plan, runs))
+        searched = [f"highest {plan.find_max.setting}"] if plan.find_max else []
+        rows.append({"sweep_id": sweep_id, "varies": " × ".join([*(axis.name for axis in plan.axes), *searched]),
                      "values": "; ".join(", ".join(map(str, axis.values)) for axis in plan.axes),
                      "repeats": plan.repeats, "model": plan.base.engine.model, "backend": plan.base.engine.backend,
-                     "finished": total - len(remaining(plan, runs)), "runs": total})
+                     "finished": finished, "runs": total})
     return pd.DataFrame(rows, columns=["sweep_id", "varies", "values", "repeats", "model", "backend", "finished",
                                        "runs"])
 
