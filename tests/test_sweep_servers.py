@@ -32,9 +32,9 @@ SMALL_RUN = ("sweep", "restful", "--tokenizer", "builtin:tiny-llama", "--num-pro
              "--results", "results", "--no-server-metrics")
 
 
-def bench(work: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bench_core", *args], cwd=work, env=_env(), capture_output=True,
-                          text=True, timeout=timeout)
+def bench(work: Path, *args: str, timeout: float = 240, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bench_core", *args], cwd=work, env={**_env(), **env},
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def _env() -> dict[str, str]:
@@ -59,6 +59,24 @@ def test_each_run_starts_its_own_server_with_its_setting_and_the_setting_changes
         log = (tmp_path / "results" / "runs" / run_id / SERVER_LOG).read_text()
         assert f"mode ok port {ports[delay]}" in log  # the server at the run's own port wrote it
     assert "delay" in proc.stdout.splitlines()[1].split()  # the point table names the server setting
+
+
+@pytest.mark.slow  # two `transformers serve` starts: about 90 s on this machine's 2 busy cores
+def test_transformers_serve_started_per_run_batches_or_not_as_its_setting_says(tmp_path, tiny_model_path):
+    # Without continuous batching the server answers one request at a time: of 4 sent at once, the last waits for
+    # the other three before its first token. (Throughput, on 2 cores other work shares, is too noisy to compare.)
+    serve = (f"{sys.executable} -m transformers.cli.transformers serve {tiny_model_path} --host 127.0.0.1 --port {{port}} "
+             "--device cpu {batching} --cb-num-blocks 64 --cb-block-size 64 --cb-max-batch-tokens 512")
+    proc = bench(tmp_path, *SMALL_RUN, "--backend", "transformers", "--model", tiny_model_path,
+                 "--random-input-len", "16", "--random-output-len", "16", "--max-concurrency", "4",
+                 "--server-cmd", serve, "--sweep", "batching=--continuous-batching,--no-continuous-batching",
+                 timeout=400, OMP_NUM_THREADS="1")  # as the transformers_server fixture runs it
+    assert proc.returncode == EXIT_OK, proc.stderr
+    rows = rows_of(tmp_path)
+    assert [json.loads(cell)["batching"] for cell in rows["server_settings"]] == ["--continuous-batching",
+                                                                                  "--no-continuous-batching"]
+    batched, one_at_a_time = rows.itertuples()
+    assert one_at_a_time.p99_ttft_ms > 2 * batched.p99_ttft_ms
 
 
 def test_a_server_that_never_answers_exits_or_dies_fails_only_its_point_and_resume_retries_those(tmp_path,
