@@ -183,7 +183,8 @@ def render_sweep(sweep_id: str, slo: SLO, live: bool, runs: pd.DataFrame | None,
         st.error(plain(exc))
         return
     st.subheader(f"Sweep {sweep_id}")
-    st.caption(plain(f"{describe_plan(plan)} · {plan.base.engine.model} on {plan.base.engine.backend}"))
+    model = plan.base.engine.model or "the model each server serves"  # a sweep's servers name theirs when up
+    st.caption(plain(f"{describe_plan(plan)} · {model} on {plan.base.engine.backend}"))
     if live:
         _live_progress(sweep_id, runs)
     else:

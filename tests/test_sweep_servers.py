@@ -45,10 +45,16 @@ def rows_of(work: Path):
     return History(work / "results").load()
 
 
-def test_each_run_starts_its_own_server_with_its_setting_and_the_setting_changes_the_speed(tmp_path, tiny_model_path):
-    proc = bench(tmp_path, *SMALL_RUN, "--server-cmd", f"{SERVER} --token-delay-ms {{delay}}",
-                 "--sweep", "delay=5,60")
+@pytest.fixture(scope="module")
+def delay_sweep(tmp_path_factory, tiny_model_path):
+    work = tmp_path_factory.mktemp("server-sweep")
+    proc = bench(work, *SMALL_RUN, "--server-cmd", f"{SERVER} --token-delay-ms {{delay}}", "--sweep", "delay=5,60")
     assert proc.returncode == EXIT_OK, proc.stderr
+    return work, proc
+
+
+def test_each_run_starts_its_own_server_with_its_setting_and_the_setting_changes_the_speed(delay_sweep):
+    tmp_path, proc = delay_sweep
     rows = rows_of(tmp_path)
     assert [json.loads(cell) for cell in rows["server_settings"]] == [{"delay": 5}, {"delay": 60}]
     assert set(rows["status"]) == {"finished"} and set(rows["model"]) == {"load-test"}
@@ -59,6 +65,29 @@ def test_each_run_starts_its_own_server_with_its_setting_and_the_setting_changes
         log = (tmp_path / "results" / "runs" / run_id / SERVER_LOG).read_text()
         assert f"mode ok port {ports[delay]}" in log  # the server at the run's own port wrote it
     assert "delay" in proc.stdout.splitlines()[1].split()  # the point table names the server setting
+
+
+def test_the_sweep_page_shows_a_server_sweep_over_its_server_setting(delay_sweep, monkeypatch, fresh_dashboard):
+    at = open_sweep_page(delay_sweep[0], monkeypatch)
+    assert "delay = 5, 60; 2 points × 1 repeats = 2 runs · a server started per run · the model each server serves on openai" in [
+        caption.value for caption in at.caption]
+    band = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert band["layout"]["xaxis"]["title"]["text"] == "Delay" and _numbers(band["data"][1]["x"]) == [5, 60]
+
+
+def open_sweep_page(work: Path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from app_under_test import APP
+    from bench_core.store.history import RESULTS_ENV
+
+    monkeypatch.setenv(RESULTS_ENV, str(work / "results"))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["sweep"] = rows_of(work)["sweep_id"].iloc[0]
+    at.run()
+    at = at.switch_page("pages/sweep.py").run()
+    assert not at.error and not at.exception, [e.value for e in at.error]
+    return at
 
 
 @pytest.mark.slow  # two `transformers serve` starts: about 90 s on this machine's 2 busy cores
@@ -101,7 +130,9 @@ def test_a_server_that_never_answers_exits_or_dies_fails_only_its_point_and_resu
     sweep_id = rows["sweep_id"].iloc[0]
     again = bench(tmp_path, "sweep", "--resume", sweep_id, "--results", "results")
     assert "4 runs (4 points x 1 repeats), 3 to run" in again.stderr  # the finished point is not run again
-    assert len(rows_of(tmp_path)) == 7
+    rows = rows_of(tmp_path)
+    assert len(rows) == 7
+    assert rows["model"].iloc[-1] == "load-test"  # asked of the resumed run's server, as the first pass did
 
 
 def test_ctrl_c_stops_the_sweep_and_leaves_no_server_behind(tmp_path, tiny_model_path):
@@ -220,19 +251,7 @@ def test_a_server_sweep_that_cannot_work_is_one_line_exit_2_and_nothing_written(
 
 def test_the_sweep_page_charts_the_probes_and_the_highest_load_that_met_the_target(knee_sweep, monkeypatch,
                                                                                     fresh_dashboard):
-    from streamlit.testing.v1 import AppTest
-
-    from app_under_test import APP
-    from bench_core.store.history import RESULTS_ENV
-
-    work, _ = knee_sweep
-    monkeypatch.setenv(RESULTS_ENV, str(work / "results"))
-    sweep_id = rows_of(work)["sweep_id"].iloc[0]
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.query_params["sweep"] = sweep_id
-    at.run()
-    at = at.switch_page("pages/sweep.py").run()
-    assert not at.error and not at.exception, [e.value for e in at.error]
+    at = open_sweep_page(knee_sweep[0], monkeypatch)
     assert any(f"**Highest max_concurrency at step=200** meeting the target: {KNEE}" == m.value for m in at.markdown)
     (chart,) = [json.loads(element.proto.spec) for element in at.get("plotly_chart")]
     assert [trace["name"] for trace in chart["data"]] == ["Met the target", "Missed it",

@@ -231,7 +231,10 @@ class SweepPlan:
         axes = tuple(SweepAxis(axis["name"], tuple(axis["values"]), bool(axis.get("server")))
                      for axis in data["axes"])
         find_max = FindMax.from_dict(data["find_max"]) if data.get("find_max") else None
-        return cls(data["sweep_id"], RunConfig.from_flat_dict(data["base"]), axes, int(data["repeats"]),
+        base = RunConfig.from_flat_dict(data["base"])
+        if data.get("server_cmd") and not data["base"].get("model"):
+            base.engine.model = ""  # each run asks its server (an empty cell would read back as the default model)
+        return cls(data["sweep_id"], base, axes, int(data["repeats"]),
                    data.get("server_cmd", ""), float(data.get("server_start_timeout_s", DEFAULT_START_TIMEOUT_S)),
                    find_max)
 
