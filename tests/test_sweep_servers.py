@@ -267,3 +267,17 @@ def _numbers(values) -> list:
     if isinstance(values, dict):
         return np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]).tolist()
     return list(values)
+
+
+def test_a_credential_on_the_server_command_is_not_saved_and_its_sweep_cannot_restart_its_server(tmp_path,
+                                                                                                 tiny_model_path):
+    # --api-keys and --hf-token stand for the server's own credentials; load_server.py takes neither, so it exits.
+    proc = bench(tmp_path, *SMALL_RUN, "--server-cmd", f"{SERVER} --api-keys sk-not-saved-1 --hf-token=hf_not_saved",
+                 "--sweep", "num_prompts=2")
+    assert proc.returncode == EXIT_FAILED, proc.stderr
+    (plan_file,) = (tmp_path / "results" / "sweeps").glob("*.json")
+    saved = plan_file.read_text()
+    assert "--api-keys *** --hf-token=***" in saved and "not-saved" not in saved
+    assert "not-saved" not in (tmp_path / "results" / "history.csv").read_text() + proc.stderr
+    again = bench(tmp_path, "sweep", "--resume", plan_file.stem, "--results", "results")
+    assert again.returncode == 2 and "error: The sweep's saved server command masks a credential" in again.stderr

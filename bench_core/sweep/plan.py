@@ -21,9 +21,10 @@ from typing import Any, NamedTuple
 from ..config import SWEEPABLE, RunConfig, format_value, setting
 from ..engines import availability, engine_settings_key, run_config_problems
 from ..errors import ConfigError
+from ..redact import MASK
 from ..run.preflight import length_problems
 from .find_max import FindMax
-from .server import DEFAULT_START_TIMEOUT_S, PORT, template_fields
+from .server import DEFAULT_START_TIMEOUT_S, PORT, remember_command_secrets, template_fields
 
 MAX_AXES = 2
 
@@ -117,6 +118,7 @@ class SweepPlan:
 
     def _check_server_fields(self) -> None:
         """Every field of the server command has a value, and every server setting given is one of its fields."""
+        remember_command_secrets(self.server_cmd)
         fields = [name for name in template_fields(self.server_cmd) if name != PORT]
         given = [*self.fixed_server_settings(), *(axis.name for axis in self.axes if axis.server)]
         missing = [name for name in fields if name not in given]
@@ -182,6 +184,10 @@ class SweepPlan:
         """Raise one ConfigError naming every impossible point and why, or the missing backend. Whether this
         machine can run the backend matters only when the runs are here (`runs_here`): a driver without a GPU
         may send a turbomind sweep to a cluster's GPU nodes, whose workers then say what they lack."""
+        if MASK in self.server_cmd:
+            raise ConfigError("The sweep's saved server command masks a credential, so its server cannot be started "
+                              "again from it: start a new sweep, with the credential in an environment variable the "
+                              "server reads.")
         backend = self.base.engine.backend
         unused = [setting(axis.name) for axis in self.axes
                   if not axis.server and setting(axis.name).is_knob and not setting(axis.name).applies(backend=backend)]

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..config import format_value
 from ..errors import ConfigError
-from ..redact import redact_text
+from ..redact import is_secret_key, redact_text, remember_secrets
 
 PORT = "port"
 SERVER_LOG = "server.log"
@@ -60,6 +60,18 @@ def template_fields(template: str) -> list[str]:
         raise ConfigError("The server command has no {port} field: the sweep chooses a free port for each run and "
                           "reaches the server there.")
     return list(dict.fromkeys(names))
+
+
+def remember_command_secrets(template: str) -> None:
+    """Note the values of the template's secret-looking flags (`--api-keys K`, `--hf-token=T`): they are masked in
+    the saved plan and every message, as the run's own credentials are. Better, pass them in the environment, which
+    the server inherits: a plan that masked one cannot start its server again."""
+    words = shlex.split(template)
+    for word, following in zip(words, [*words[1:], ""]):
+        flag, equals, value = word.partition("=")
+        name = flag.lstrip("-").rstrip("s")
+        if flag.startswith("-") and is_secret_key(name):
+            remember_secrets(api_key=value if equals else following)
 
 
 def command_line(template: str, port: int, settings: Mapping[str, Any]) -> list[str]:
