@@ -37,7 +37,8 @@ from bench_core.sweep.plan import (
     CPU_SWEEP_OUTPUT_LEN, CPU_SWEEP_PROMPTS, DEFAULT_AXIS, DEFAULT_REPEATS, SWEEPABLE, SweepPlan, describe_point,
     new_sweep_id, parse_sweep_arg, with_run_size,
 )
-from bench_core.sweep.store import CREDENTIAL_SETTINGS, load_plan, past_sweeps, remaining
+from bench_core.sweep import find_max
+from bench_core.sweep.store import CREDENTIAL_SETTINGS, load_plan, past_sweeps, point_text, probes_of, remaining
 from bench_core.views.tables import describe_column
 from dashboard import active_runs, sidebar
 from dashboard.state import get_history, get_runner, get_sweeps
@@ -240,7 +241,8 @@ def render_sweep(sweep_id: str, slo: SLO, live: bool, runs: pd.DataFrame | None,
         st.error(plain(exc))
         return
     st.subheader(f"Sweep {sweep_id}")
-    st.caption(plain(f"{describe_plan(plan)} · {plan.base.engine.model} on {plan.base.engine.backend}"))
+    model = plan.base.engine.model or "the model each server serves"  # a sweep's servers name theirs when up
+    st.caption(plain(f"{describe_plan(plan)} · {model} on {plan.base.engine.backend}"))
     if live:
         _live_progress(sweep_id, runs)
     else:
@@ -250,7 +252,12 @@ def render_sweep(sweep_id: str, slo: SLO, live: bool, runs: pd.DataFrame | None,
 
 def describe_plan(plan: SweepPlan) -> str:
     axes = " × ".join(f"{axis.name} = {', '.join(_tick(value) for value in axis.values)}" for axis in plan.axes)
-    return f"{axes}; {len(plan.grid())} points × {plan.repeats} repeats = {len(plan.points())} runs"
+    server = " · a server started per run" if plan.server_cmd else ""
+    if plan.find_max:
+        search = plan.find_max
+        return (f"{axes + '; ' if axes else ''}highest {search.setting} at which {search.target:.0%} of requests "
+                f"meet the SLO, within {search.precision:.0%}{server}")
+    return f"{axes}; {len(plan.grid())} points × {plan.repeats} repeats = {len(plan.points())} runs{server}"
 
 
 @st.fragment(run_every=LIVE_REFRESH_S)
@@ -310,6 +317,11 @@ def _ended_status(sweep: SweepRun | None, plan: SweepPlan, runs: pd.DataFrame, i
     if sweep is not None:
         progress = sweep.progress()
         state, finished, total, message = progress.state, progress.finished, progress.total, progress.message
+    elif plan.find_max:  # how many probes are left is the search's to say: a resume replays those that ended
+        st.info(f"{len(probes_of(get_history(), plan.sweep_id))} probes ended.")
+        if st.button("Resume the search (what ended is not run again)", key="sweep_resume"):
+            _resume_and_rerun(plan, inputs)
+        return
     else:
         total = len(plan.points())
         finished = total - len(remaining(plan, runs))
@@ -323,17 +335,24 @@ def _ended_status(sweep: SweepRun | None, plan: SweepPlan, runs: pd.DataFrame, i
         st.error(plain(f"{state}: {message}"))
     _where_runs_are(sweep)
     if finished < total and st.button(f"Resume: run the other {total - finished}", key="sweep_resume", type="primary"):
-        try:
-            resume(plan.sweep_id, inputs)
-        except BenchError as exc:
-            st.error(plain(exc))
-        else:
-            st.rerun()
+        _resume_and_rerun(plan, inputs)
+
+
+def _resume_and_rerun(plan: SweepPlan, inputs: Mapping[str, Any]) -> None:
+    try:
+        resume(plan.sweep_id, inputs)
+    except BenchError as exc:
+        st.error(plain(exc))
+    else:
+        st.rerun()
 
 
 # ---- results ---------------------------------------------------------------------------------
 
 def results(history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO) -> None:
+    if plan.find_max:
+        _find_max_view(history, plan)
+        return
     runs = sweep_results.sweep_runs(runs, plan)
     if runs.empty:
         st.info("No run of this sweep has finished yet.")
@@ -398,6 +417,21 @@ def _goodput_view(runs: pd.DataFrame, plan: SweepPlan) -> None:
             value = st.selectbox(f"At {axis.name}", axis.values, key="sweep_goodput_at", format_func=_tick)
             shown = runs[runs[axis.name] == value]
     st.plotly_chart(sweep_charts.goodput_vs_load(shown, load, goodput, target), key="sweep_chart_goodput")
+
+
+def _find_max_view(history: History, plan: SweepPlan) -> None:
+    """Per point: the probes charted in the order they ran, the highest load that met the target, the probe table."""
+    probes = probes_of(history, plan.sweep_id)
+    search = plan.find_max
+    for point in plan.grid():
+        mine = probes[probes["point"] == point_text(point)].reset_index(drop=True)
+        best = find_max.found([find_max.Probe(load, met) for load, met in zip(mine["load"], mine["met"])])
+        where = f" at {describe_point(point)}" if point else ""
+        found = f"{best:g}" if best is not None else "none"
+        st.markdown(f"**Highest {search.setting}{where}** meeting the target: {found}")
+        st.plotly_chart(sweep_charts.find_max_probes(mine, search.setting, search.target, best),
+                        key=f"sweep_chart_find_max_{point_text(point)}")
+        show_table(mine.drop(columns="point"), key=f"sweep_probes_{point_text(point)}")
 
 
 def _comparison(runs: pd.DataFrame, plan: SweepPlan) -> None:

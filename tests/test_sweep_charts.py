@@ -138,3 +138,14 @@ def test_heatmap_of_a_throughput_keeps_the_colour_scale():
 ])
 def test_sweep_charts_of_nothing_say_no_data(build):
     assert _says_no_data(build())
+
+
+def test_find_max_probes_number_the_probes_and_say_when_no_load_met_the_target():
+    probes = pd.DataFrame({"load": [1.0, 0.5, 0.25], "met": [False, False, False], "attainment": [0.2, 0.5, 0.8],
+                           "run_id": ["a", "b", "c"], "stopped_early": ["3 of 8 requests missed the SLO", "", ""]})
+    fig = sweep_charts.find_max_probes(probes, "request_rate", 0.9, None)
+    (missed,) = fig.data
+    assert missed.name == "Missed it" and list(missed.text) == ["1", "2", "3"]
+    assert list(missed.marker.symbol) == ["circle-open", "circle", "circle"]
+    assert [a.text for a in fig.layout.annotations if a.text.startswith("No load")] == ["No load met the target"]
+    assert _says_no_data(sweep_charts.find_max_probes(probes.iloc[0:0], "request_rate", 0.9, None))

@@ -86,6 +86,8 @@ class EngineCommand(Command):
     """A command that benchmarks an engine; `sweep` takes its flags for the settings every point starts from."""
 
     sweep_help: typing.ClassVar[str]  # its line in `sweep --help`
+    # Whether it benchmarks a server, so a sweep may start one per run (--server-cmd) and search for its capacity.
+    serves: typing.ClassVar[bool] = False
 
     @abc.abstractmethod
     def build_config(self, args: argparse.Namespace) -> RunConfig:

@@ -136,9 +136,14 @@ class RestfulCommand(EngineCommand):
         add_record_flags(ours, label_help="a label for the run(s) in the history",
                          percentiles_help="latency percentiles, comma-separated")
 
+    serves = True
+
     def build_config(self, args: argparse.Namespace) -> RunConfig:
-        """At --request-rate, with the server's model."""
+        """At --request-rate, with the server's model; a sweep that starts its own servers (--server-cmd) reaches each
+        at its own port and asks it for its model then."""
         hub_offline_by_default()
+        if getattr(args, "server_cmd", ""):
+            return config_for_rate(args, "http://127.0.0.1", args.model or "", args.request_rate)
         url = base_url(args)
         return config_for_rate(args, url, check_server(url, args.model), args.request_rate)
 

@@ -9,11 +9,18 @@ the runs go to a Ray cluster instead (sweep_cluster: one actor per engine settin
 recorded here); the end then lists where each ran. At the end a compact table gives every point's mean
 and 95% interval over its repeats. Exit codes (SWEEP_EXIT_CODES_HELP):
 0 all runs finished, 1 some failed or were partial, 2 bad input (nothing run), 130 interrupted (resumable).
+
+`sweep restful --server-cmd TEMPLATE` starts a server for every run (sweep.server): {port} is a free port, every
+other {name} a server setting from --sweep name=V1,V2 or --server-setting name=VALUE. `--find-max request_rate|
+max_concurrency` searches each point for the highest load at which --goodput-target of the requests meet the
+--slo-* thresholds (sweep.find_max) and prints it, with the runs that show it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import sys
 
 import pandas as pd
@@ -24,7 +31,10 @@ from ..measure.catalog import NOT_REPORTED, SPECULATIVE_COLUMNS
 from ..states import RunState
 from ..config import setting
 from ..sweep.store import CREDENTIAL_SETTINGS
-from ..sweep.plan import SWEEPABLE, SweepPlan, describe_point, new_sweep_id, parse_sweep_arg
+from ..measure.metrics import slo_is_set
+from ..sweep import find_max
+from ..sweep.plan import SWEEPABLE, SweepPlan, describe_point, new_sweep_id, parse_server_value, parse_sweep_arg
+from ..sweep.server import DEFAULT_START_TIMEOUT_S, template_fields
 from ..sweep.results import mean_with_interval, point_statistics, sweep_runs
 from ..views.tables import describe_column
 from .common import (
@@ -71,10 +81,14 @@ class SweepCommand(Command):
                                          epilog=self.epilog)
             engine.add_arguments(command)
             swept = command.add_argument_group("sweep")
-            swept.add_argument("--sweep", action="append", required=True, metavar="NAME=V1,V2",
+            swept.add_argument("--sweep", action="append", default=[], metavar="NAME=V1,V2",
                                help=f"a setting and its values; give --sweep twice for a grid. Sweepable: "
-                                    f"{', '.join(SWEEPABLE)}")
+                                    f"{', '.join(SWEEPABLE)}" + (", and the fields of --server-cmd" if engine.serves
+                                                                 else ""))
             swept.add_argument("--repeats", type=int, default=1, help="runs per point (2 or more give a spread)")
+            if engine.serves:
+                add_server_flags(command.add_argument_group("a server per run"))
+                add_find_max_flags(command.add_argument_group("the highest load within the SLO"))
             # SUPPRESS: unset here, the values given before the engine command (or their defaults) stand.
             add_cluster_flags(command.add_argument_group("on a Ray cluster"), default=argparse.SUPPRESS)
 
@@ -92,8 +106,7 @@ class SweepCommand(Command):
             csv_path = ""
         elif args.engine_command:
             engine = self.engine_commands[args.engine_command]
-            axes = tuple(parse_sweep_arg(text) for text in args.sweep)
-            plan = SweepPlan(new_sweep_id(), engine.build_config(args), axes, args.repeats)
+            plan = build_plan(args, engine)
             csv_path = engine.sweep_csv_path(args)
             runner = Runner(open_history(args.results))
             check_writable(runner.history, csv_path)
@@ -102,6 +115,67 @@ class SweepCommand(Command):
             raise ConfigError("Choose an engine command (pipeline DATASET MODEL ... --sweep NAME=V1,V2) "
                               "or --resume SWEEP_ID.")
         return report_sweep(sweep, runner, csv_path)
+
+
+def add_server_flags(group) -> None:
+    group.add_argument("--server-cmd", metavar="TEMPLATE", default="",
+                       help="start this server for every run and stop it after: {port} is a free port (the base URL "
+                            "follows it), every other {name} a server setting from --sweep name=V1,V2 or "
+                            "--server-setting name=VALUE; its output goes to runs/<id>/server.log")
+    group.add_argument("--server-setting", action="append", default=[], metavar="NAME=VALUE",
+                       help="a fixed value of a field of --server-cmd")
+    group.add_argument("--server-start-timeout", type=float, default=DEFAULT_START_TIMEOUT_S, metavar="S",
+                       help="seconds a started server has to answer GET /v1/models before its run fails")
+
+
+def add_find_max_flags(group) -> None:
+    group.add_argument("--find-max", choices=find_max.SEARCHABLE, default=None,
+                       help="search for the highest value of this load setting at which --goodput-target of the "
+                            "requests meet the --slo-* thresholds: double from --find-max-start until a run misses "
+                            "the target, then bisect")
+    group.add_argument("--goodput-target", type=float, default=find_max.DEFAULT_TARGET, metavar="FRACTION",
+                       help="with --find-max: the fraction of requests that must meet every --slo-* threshold")
+    group.add_argument("--find-max-start", type=float, default=None, metavar="LOAD",
+                       help="with --find-max: the first load probed; default 1 (req/s or requests in flight)")
+    group.add_argument("--find-max-precision", type=float, default=find_max.DEFAULT_PRECISION, metavar="FRACTION",
+                       help="with --find-max: stop once the highest load meeting the target and the lowest missing "
+                            "it are this close, relative to the first (0.1: within 10%%); a concurrency also stops "
+                            "at neighbouring whole numbers")
+    group.add_argument("--find-max-limit", type=float, default=None, metavar="LOAD",
+                       help="with --find-max: the highest load probed; default --num-prompts for max_concurrency, "
+                            f"{find_max.LIMIT_FACTOR} x the start for request_rate")
+
+
+def build_plan(args: argparse.Namespace, engine: EngineCommand) -> SweepPlan:
+    """The plan the command line describes; ConfigError for a server or search setting that cannot work."""
+    server_cmd = getattr(args, "server_cmd", "")
+    fields = tuple(template_fields(server_cmd)) if server_cmd else ()
+    if getattr(args, "server_setting", []) and not server_cmd:
+        raise ConfigError("--server-setting fills a field of --server-cmd: give --server-cmd too.")
+    axes = tuple(parse_sweep_arg(text, fields) for text in args.sweep)
+    base = engine.build_config(args)
+    fixed = {}
+    for text in getattr(args, "server_setting", []):
+        name, equals, value = text.partition("=")
+        if not equals or not name.strip():
+            raise ConfigError(f"'{text}' is not a server setting: write NAME=VALUE (e.g. max_batch_size=128).")
+        fixed[name.strip()] = parse_server_value(value)
+    if fixed:
+        base.engine.server_settings = json.dumps(fixed)
+    search = None
+    if getattr(args, "find_max", None):
+        if not slo_is_set(base.slo):
+            raise ConfigError("--find-max looks for the highest load within an SLO: give --slo-ttft-ms, "
+                              "--slo-tpot-ms or --slo-e2e-ms.")
+        start = args.find_max_start if args.find_max_start is not None else find_max.DEFAULT_START[args.find_max]
+        limit = args.find_max_limit if args.find_max_limit is not None else (
+            base.dataset.num_prompts if args.find_max == "max_concurrency" else start * find_max.LIMIT_FACTOR)
+        search = find_max.FindMax(args.find_max, int(start) if args.find_max == "max_concurrency" else start,
+                                  args.find_max_precision, args.goodput_target, limit)
+    elif args.sweep == []:
+        raise ConfigError("Give --sweep NAME=V1,V2 (or, for a server, --find-max).")
+    return SweepPlan(new_sweep_id(), base, axes, args.repeats, server_cmd,
+                     getattr(args, "server_start_timeout", DEFAULT_START_TIMEOUT_S), search)
 
 
 def add_cluster_flags(group, default=None) -> None:
@@ -134,8 +208,12 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
     """Wait for the sweep with a progress line, append each finished run's row to the CSV at `csv_path` (if any),
     print the per-point table and how the sweep ended; its exit code."""
     plan, history = sweep.plan, runner.history
-    print(f"sweep {plan.sweep_id}: {sweep.total} runs ({len(plan.grid())} points x {plan.repeats} repeats), "
-          f"{sweep.total - sweep.finished_before} to run", file=sys.stderr)
+    if plan.find_max:
+        print(f"sweep {plan.sweep_id}: searching {plan.find_max.setting} at {len(plan.grid())} point(s)",
+              file=sys.stderr)
+    else:
+        print(f"sweep {plan.sweep_id}: {sweep.total} runs ({len(plan.grid())} points x {plan.repeats} repeats), "
+              f"{sweep.total - sweep.finished_before} to run", file=sys.stderr)
     completed = wait_with_progress(sweep, lambda: _sweep_progress_line(sweep))
     runner.shutdown()
     saved = True
@@ -160,7 +238,9 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
 
         print(states_table(states).drop(columns="progress").to_string(index=False), file=sys.stderr)
     runs = sweep_runs(history.load(), plan)
-    if not runs.empty:
+    if plan.find_max:
+        print_capacities(sweep.capacities, plan)
+    elif not runs.empty:
         print(f"Sweep {plan.sweep_id}: mean ± 95% CI half-width over each point's finished runs")
         print(point_table(runs, plan).to_string(index=False))
     unsaved = sum(1 for _, run in sweep.runs if run.measurement.save_error)
@@ -174,6 +254,34 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
         print(f"resume with: python -m bench_core sweep --resume {plan.sweep_id} --results {history.root}",
               file=sys.stderr)
     return sweep_outcome(completed, progress.state, saved)
+
+
+def print_capacities(capacities, plan: SweepPlan) -> None:
+    """Each point's probes, then the highest load that met the target and the runs at it and just above it."""
+    search = plan.find_max
+    goal = f"{search.target:.0%} of requests within the SLO"
+    for capacity in capacities:
+        where = f" at {describe_point(capacity.point)}" if capacity.point else ""
+        if capacity.probes:
+            print(f"Probes of {search.setting}{where} ({goal}):")
+            print(probe_table(capacity.probes).to_string(index=False))
+        best = capacity.found
+        above = [p["load"] for p in capacity.probes if not p["met"] and (best is None or p["load"] > best)]
+        missed = f"; {min(above):g} missed it ({', '.join(capacity.runs_at(min(above)))})" if above else ""
+        if best is None:
+            print(f"No {search.setting}{where} met the target ({goal}){missed}.")
+        else:
+            limit = "" if above else f" (the highest probed, --find-max-limit {search.limit:g})"
+            print(f"Highest {search.setting}{where} meeting {goal}: {best:g}{limit}, "
+                  f"shown by {', '.join(capacity.runs_at(best))}{missed}.")
+        if capacity.error:
+            print(f"error: the search{where} stopped: {capacity.error}", file=sys.stderr)
+
+
+def probe_table(probes: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame([{"load": p["load"], "met": "yes" if p["met"] else "no",
+                          "SLO attainment": "-" if math.isnan(p["attainment"]) else f"{p['attainment']:.2f}",
+                          "run": p["run_id"], "stopped early": p["stopped_early"] or "-"} for p in probes])
 
 
 def point_table(runs: pd.DataFrame, plan: SweepPlan) -> pd.DataFrame:

@@ -222,6 +222,12 @@ ENGINE = (
           "JSON object merged into every request body, last: it overrides any field sent (README, \"The request "
           "body\"), such as the temperature 0.0 sent when not sampling.",
           rule='a JSON object, e.g. {"temperature": 0}'),
+    # Not ours to set: the values `sweep restful --server-cmd` put into the server's command line, recorded so that a
+    # run says which server it measured (run_diff, the compare table and a sweep's points read it).
+    Setting("server_settings", Part.ENGINE, str, "", backends=SERVER, group=SERVER_GROUP, widget=None,
+            label="Server settings",
+            help="The settings of the server's command line that `sweep restful --server-cmd` started it with, as a "
+                 "JSON object; empty for a server started elsewhere."),
     _knob("read_timeout_s", SERVER_GROUP, SERVER, float, 300.0,
           "Seconds a request may wait for its next token (the first included) before it fails with a read timeout; "
           "keep-alive comments do not count.", rule="> 0"),

@@ -360,6 +360,17 @@ def new_profiler(config: RunConfig) -> Profiler:
                     max_in_flight=config.load.max_concurrency if by_rate else config.load.concurrency)
 
 
+def certainly_outside_slo(sessions: Sequence[Session], slo: SLO) -> int:
+    """How many of these ended requests miss the SLO whatever happens next: failed, or served outside a threshold
+    (cancelled ones, and the requests the run's end may still count as short, are not counted)."""
+    per_request = metrics.request_metrics(*_gather_ticks(sessions))
+    served = np.array([s.status == Session.SUCCESS for s in sessions], dtype=bool)
+    status = np.where(served, RequestStatus.SUCCESS, RequestStatus.FAILED).astype(object)
+    good = metrics.good_requests(status, per_request.ttft_s, per_request.tpot_s, per_request.e2e_s, slo)
+    failed = np.array([s.status == Session.FAIL for s in sessions], dtype=bool)
+    return int((failed | (served & ~good)).sum())
+
+
 def _gather_ticks(sessions: Sequence[Session]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """All sessions' ticks back to back, and each session's tick count.
 

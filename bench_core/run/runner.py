@@ -81,12 +81,13 @@ class Runner:
     # ---- public API -------------------------------------------------------------------------
 
     def submit(self, config: RunConfig, sweep_id: str = "", sweep_repeat: int | None = None,
-               observers: Sequence[JobObserver] = ()) -> Run:
+               observers: Sequence[JobObserver] = (), run_id: str = "") -> Run:
         """Validate `config` (raises ConfigError with every problem) and queue the run, heard by `observers`
-        from its first move; a sweep's runs carry its id and their repeat index into the history."""
+        from its first move; a sweep's runs carry its id and their repeat index into the history. `run_id`: one
+        chosen before (a sweep's server writes its log into the run's folder before the run is submitted)."""
         check_run_config(config)
         preflight.check_settings(config)
-        run = Run(run_id=new_run_id(), config=config, sweep_id=sweep_id, sweep_repeat=sweep_repeat,
+        run = Run(run_id=run_id or new_run_id(), config=config, sweep_id=sweep_id, sweep_repeat=sweep_repeat,
                   observers=list(observers))
         self.enqueue(run)
         return run

@@ -9,21 +9,33 @@ setting change reloads it.
 The plan is saved (sweep_store) before the first run, and every run lands in the history with the sweep's
 id and its repeat index; `resume_sweep` rebuilds the plan and runs only what has not finished yet
 (`sweep_store.remaining`), in this process or after a restart.
+
+A plan with a server command starts each run's server first (sweep.server), its log in the run's folder, and stops
+it once the run has ended, whatever ended it: a server that exits or never answers fails that run only, recorded
+with the end of its log. A find-max plan (FindMaxRun) searches each point for the highest load meeting the SLO
+(sweep.find_max), noting each probe in the sweep's journal, which a resume replays.
 """
 
 from __future__ import annotations
 
+import copy
+import math
+import shutil
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..engines import engine_settings_key
-from ..errors import BenchError
-from ..store.history import History
+from ..errors import BenchError, ConfigError
+from ..measure.profiler import certainly_outside_slo
+from ..run.observer import JobObserver
+from ..store.history import History, new_run_id
 from ..states import RunState
 from ..run.runner import Run, Runner
-from .plan import PlannedRun, SweepPlan, describe_point
-from .store import load_plan, remaining, save_plan, with_credentials
+from . import find_max
+from .plan import PlannedRun, SweepPlan, describe_point, server_settings_of
+from .server import SERVER_LOG, ServerFailed, ServerProcess, command_line, free_port
+from .store import append_probe, load_plan, point_text, probes_of, remaining, save_plan, with_credentials
 
 
 @dataclass(frozen=True)
@@ -135,25 +147,92 @@ class SweepRun:
 
     def _drive(self) -> None:
         try:
-            for planned in self._todo:
-                if self._skip(planned):
-                    continue
-                with self._lock:
-                    if self._cancel.is_set():
-                        return
-                    run = self.runner.submit(planned.config, sweep_id=self.sweep_id, sweep_repeat=planned.repeat)
-                    self._current = (planned, run)
-                    self.runs.append(self._current)
-                run.wait()
-                if run.state == RunState.CANCELLED:  # by the user, on this page or elsewhere, or by a shutdown
-                    return
-                if run.state in (RunState.FAILED, RunState.PARTIAL):
-                    # Failed before measuring: the same engine settings (or dataset) would fail again.
-                    self._note_failure(run.message, None if run.measurement.measured else engine_key_of(planned))
+            self._run_all()
         except BenchError as exc:  # the runner refused a run: the plan was checked, so the machine changed
             self._note_failure(str(exc), None)
         finally:
             self._done.set()
+
+    def _run_all(self) -> None:
+        for planned in self._todo:
+            if self._skip(planned):
+                continue
+            run = self._run(planned)
+            if run is None or run.state == RunState.CANCELLED:  # by the user, here or elsewhere, or by a shutdown
+                return
+
+    def _run(self, planned: PlannedRun, observers: tuple[JobObserver, ...] = ()) -> Run | None:
+        """Run one planned run to its end (with its own server where the plan has a server command) and note its
+        failure; None when the sweep was cancelled before it was submitted."""
+        if self.plan.server_cmd:
+            return self._run_with_server(planned, observers)
+        with self._lock:
+            if self._cancel.is_set():
+                return None
+            run = self._submit(planned, planned.config, observers)
+        run.wait()
+        self._note_end(planned, run)
+        return run
+
+    def _submit(self, planned: PlannedRun, config, observers, run_id: str = "") -> Run:
+        """Queue the run (under the lock: a cancel in between would leave it queued)."""
+        run = self.runner.submit(config, sweep_id=self.sweep_id, sweep_repeat=planned.repeat, observers=observers,
+                                 run_id=run_id)
+        self._current = (planned, run)
+        self.runs.append(self._current)
+        return run
+
+    def _note_end(self, planned: PlannedRun, run: Run, server_said: str = "") -> None:
+        if run.state in (RunState.FAILED, RunState.PARTIAL):
+            # Failed before measuring: the same engine settings (or dataset) would fail again.
+            self._note_failure(f"{run.message}{server_said}",
+                               None if run.measurement.measured else engine_key_of(planned))
+
+    def _run_with_server(self, planned: PlannedRun, observers: tuple[JobObserver, ...]) -> Run | None:
+        """Start the run's server on a free port, wait until it answers, run, stop the server. A server that exits
+        or never answers is the run's failure, recorded with its log's last lines; a cancel while it starts
+        records nothing."""
+        history = _history_of(self.runner)
+        run_id = new_run_id()
+        port = free_port()
+        config = copy.deepcopy(planned.config)
+        config.engine.base_url = f"http://127.0.0.1:{port}"
+        server = ServerProcess(command_line(self.plan.server_cmd, port, server_settings_of(config)),
+                               history.run_dir(run_id) / SERVER_LOG)
+        try:
+            try:
+                server.start()
+                up = server.wait_ready(config.engine.base_url, self.plan.server_start_timeout_s, self._cancel)
+                if up and not config.engine.model:  # the history names the model the server serves
+                    from ..engines.openai_client import discover_model
+
+                    config.engine.model = discover_model(config.engine.base_url, config.engine.api_key)
+            except (ServerFailed, BenchError) as exc:
+                return self._server_failed(planned, config, run_id, str(exc))
+            with self._lock:
+                if not up or self._cancel.is_set():
+                    server.stop()
+                    shutil.rmtree(history.run_dir(run_id), ignore_errors=True)  # no run: the folder would be a leftover
+                    return None
+                run = self._submit(planned, config, observers, run_id)
+            run.wait()
+            code = server.exit_code()
+            self._note_end(planned, run, "" if code is None else
+                           f" The server exited with code {code} during the run.{server.log_tail()}")
+            return run
+        finally:
+            server.stop()
+
+    def _server_failed(self, planned: PlannedRun, config, run_id: str, message: str) -> Run:
+        """Record the run a server that did not come up made impossible, as failed with `message`."""
+        run = Run(run_id=run_id, config=config, sweep_id=self.sweep_id, sweep_repeat=planned.repeat)
+        run.move(RunState.FAILED, message)
+        self.runner.keep(run)
+        run.close()
+        with self._lock:
+            self.runs.append((planned, run))
+        self._note_failure(message, None)
+        return run
 
     def _skip(self, planned: PlannedRun) -> bool:
         """True (and counted) for a run whose engine settings already failed to start in this sweep: a
@@ -173,6 +252,126 @@ class SweepRun:
                 self._errors.append(message)
 
 
+@dataclass
+class Capacity:
+    """What a find-max search found at one point (its server settings): the probes in order (load, met, SLO
+    attainment, run id, why it stopped early) and the highest load that met the target."""
+
+    point: dict
+    probes: list[dict] = field(default_factory=list)
+    error: str = ""  # why the search stopped before its end (a probe that could not run)
+
+    @property
+    def found(self) -> float | None:
+        return find_max.found([find_max.Probe(p["load"], p["met"]) for p in self.probes])
+
+    def runs_at(self, load: float | None) -> list[str]:
+        return [p["run_id"] for p in self.probes if p["load"] == load]
+
+
+class FindMaxRun(SweepRun):
+    """A find-max sweep: for each point of its axes (server settings; one point without any), probes loads as
+    `find_max.next_load` says until the search ends. A probe stops early once so many of its requests missed the
+    SLO that the target cannot be met any more (TargetWatch); it counts as not meeting it."""
+
+    def __init__(self, plan: SweepPlan, runner: Runner, todo: list[PlannedRun]):
+        self.capacities: list[Capacity] = []
+        self._interrupted = False
+        self._journal = probes_of(_history_of(runner), plan.sweep_id)
+        super().__init__(plan, runner, [])
+        self.finished_before = 0
+
+    @property
+    def total(self) -> int:
+        """The probes so far, and the one under way or left undone: the search decides how many there are."""
+        probes = sum(len(capacity.probes) for capacity in self.capacities)
+        pending = not hasattr(self, "_done") or self.active or self._interrupted or self._cancel.is_set()
+        return probes + (1 if pending else 0)
+
+    @total.setter
+    def total(self, value: int) -> None:  # SweepRun's count of planned runs: none are planned here
+        pass
+
+    def progress(self) -> SweepProgress:
+        """Probes count as runs; a probe stopped early is one that ended, not a cancel."""
+        with self._lock:
+            finished = sum(len(capacity.probes) for capacity in self.capacities)
+            errors = tuple(dict.fromkeys(capacity.error for capacity in self.capacities if capacity.error))
+            label, run_id = self._now(self._current)
+        if self.active:
+            state = RunState.RUNNING
+        elif self._cancel.is_set() or self._interrupted:
+            state = RunState.CANCELLED
+        else:
+            state = RunState.FAILED if errors else RunState.FINISHED
+        return SweepProgress(state, self.total, finished, len(errors), 0, label, run_id, errors)
+
+    def _run_all(self) -> None:
+        search = self.plan.find_max
+        for point in self.plan.grid():
+            capacity = Capacity(point)
+            with self._lock:
+                self.capacities.append(capacity)
+            while (load := find_max.next_load(search, [find_max.Probe(p["load"], p["met"])
+                                                        for p in capacity.probes])) is not None:
+                probe = self._replayed(point, load) or self._probe(point, load)
+                if probe is None:
+                    self._interrupted = True
+                    return
+                if isinstance(probe, str):
+                    capacity.error = probe
+                    break
+                capacity.probes.append(probe)
+
+    def _replayed(self, point: dict, load: float) -> dict | None:
+        """The journal's probe at this point and load, from an earlier pass of this sweep."""
+        journal = self._journal
+        same = journal[(journal["point"] == point_text(point)) & (journal["load"] == load)]
+        if same.empty:
+            return None
+        row = same.iloc[-1]
+        return {"load": load, "met": bool(row["met"]), "attainment": float(row["attainment"]),
+                "run_id": row["run_id"], "stopped_early": row["stopped_early"], "replayed": True}
+
+    def _probe(self, point: dict, load: float) -> dict | str | None:
+        """One probe run: its journal entry; a string saying why it could not measure; None when cancelled."""
+        values = {**point, self.plan.find_max.setting: load}
+        planned = PlannedRun(values, 0, self.plan.config_at(values, 0))
+        watch = TargetWatch(self.plan.find_max.target)
+        run = self._run(planned, (watch,))
+        if run is None or (run.state == RunState.CANCELLED and not watch.stopped):
+            return None
+        record = run.measurement.record
+        if not run.measurement.measured or record is None:
+            return run.message or "the probe measured nothing"
+        total = record.metrics.get("total_requests") or 0
+        attainment = (record.metrics.get("good_requests") or 0) / total if total else math.nan
+        probe = {"load": load, "met": bool(not watch.stopped and attainment >= self.plan.find_max.target),
+                 "attainment": attainment, "run_id": run.run_id, "stopped_early": watch.stopped}
+        append_probe(_history_of(self.runner), self.sweep_id, {**probe, "point": point_text(point)})
+        return probe
+
+
+class TargetWatch(JobObserver):
+    """Stops a probe once more of its requests missed the SLO than the target allows: it can no longer meet it."""
+
+    def __init__(self, target: float):
+        self.target = target
+        self.stopped = ""
+        self._outside = 0
+
+    def on_requests(self, run, finished) -> None:
+        if self.stopped:
+            return
+        self._outside += certainly_outside_slo(list(finished.values()), run.config.slo)
+        total = len(run.measurement.profiler.sessions)
+        allowed = math.floor((1 - self.target) * total + 1e-9)
+        if self._outside > allowed:
+            self.stopped = (f"{self._outside} of {total} requests missed the SLO, more than the target allows "
+                            f"({allowed})")
+            run.cancel()
+
+
 def engine_key_of(planned: PlannedRun) -> tuple:
     """The engine settings a planned run loads: runs with equal keys share one engine load."""
     return engine_settings_key(planned.config.engine, planned.config.load)
@@ -186,7 +385,8 @@ Launch = Callable[[SweepPlan, Runner, list[PlannedRun]], SweepRun]
 def start_sweep(runner: Runner, plan: SweepPlan, launch: Launch = SweepRun) -> SweepRun:
     """Check every point (one ConfigError naming each impossible one), save the plan, start the runs."""
     history = _history_of(runner)
-    plan.check(runs_here=launch is SweepRun)
+    launch = _launch_for(plan, launch)
+    plan.check(runs_here=launch in (SweepRun, FindMaxRun))
     save_plan(history, plan)
     return launch(plan, runner, remaining(plan, history.load()))
 
@@ -197,8 +397,16 @@ def resume_sweep(runner: Runner, sweep_id: str, launch: Launch = SweepRun,
     values of the settings whose credentials the saved plan masked (store.with_credentials)."""
     history = _history_of(runner)
     plan = with_credentials(load_plan(history, sweep_id), credentials or {})
-    plan.check(runs_here=launch is SweepRun)
+    launch = _launch_for(plan, launch)
+    plan.check(runs_here=launch in (SweepRun, FindMaxRun))
     return launch(plan, runner, remaining(plan, history.load()))
+
+
+def _launch_for(plan: SweepPlan, launch: Launch) -> Launch:
+    """FindMaxRun for a find-max plan; a server command or a search runs here only (it starts its servers here)."""
+    if (plan.find_max or plan.server_cmd) and launch is not SweepRun:
+        raise ConfigError("A sweep with --server-cmd or --find-max runs here: drop --ray-address.")
+    return FindMaxRun if plan.find_max else launch
 
 
 def _history_of(runner: Runner) -> History:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,21 +21,26 @@ from typing import Any, NamedTuple
 from ..config import SWEEPABLE, RunConfig, format_value, setting
 from ..engines import availability, engine_settings_key, run_config_problems
 from ..errors import ConfigError
+from ..redact import MASK
 from ..run.preflight import length_problems
+from .find_max import FindMax
+from .server import DEFAULT_START_TIMEOUT_S, PORT, remember_command_secrets, template_fields
 
 MAX_AXES = 2
 
 
 @dataclass(frozen=True)
 class SweepAxis:
-    """One swept setting (a flat config key, e.g. "cache_max_entry_count") and its values, in order."""
+    """One swept setting (a flat config key, e.g. "cache_max_entry_count") and its values, in order; a server
+    setting (`server`) is instead a field of the plan's server command, recorded in the run's server_settings."""
 
     name: str
     values: tuple[Any, ...]
+    server: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "values", tuple(self.values))
-        if self.name not in SWEEPABLE:
+        if not self.server and self.name not in SWEEPABLE:
             raise ConfigError(f"Cannot sweep '{self.name}'. Sweepable settings: {', '.join(SWEEPABLE)}.")
         if not self.values:
             raise ConfigError(f"The sweep over {self.name} lists no values.")
@@ -75,7 +81,10 @@ class PlannedRun(NamedTuple):
 
 @dataclass(frozen=True)
 class SweepPlan:
-    """A sweep: its id, the settings it starts from, one or two axes and the repeats per point.
+    """A sweep: its id, the settings it starts from, one or two axes and the repeats per point. With `server_cmd`
+    each run starts its own server from that template (sweep.server; the fixed server settings are in the base's
+    server_settings); with `find_max` each point (of the server settings' axes, or the one point without) searches
+    for the highest load that meets the SLO instead of running once per listed value (sweep.find_max).
 
     Construction checks the shape only; `check()` validates every point's settings before any run.
     """
@@ -84,6 +93,9 @@ class SweepPlan:
     base: RunConfig
     axes: tuple[SweepAxis, ...]
     repeats: int = 1
+    server_cmd: str = ""
+    server_start_timeout_s: float = DEFAULT_START_TIMEOUT_S
+    find_max: FindMax | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "axes", tuple(self.axes))
@@ -91,10 +103,37 @@ class SweepPlan:
         twice = sorted({name for name in names if names.count(name) > 1})
         if twice:
             raise ConfigError(f"A sweep varies {twice[0]} twice; give each setting once with all its values.")
-        if not 1 <= len(names) <= MAX_AXES:
+        if not (0 if self.find_max else 1) <= len(names) <= MAX_AXES:
             raise ConfigError(f"A sweep varies one setting or two (a grid); got {len(names)}.")
         if self.repeats < 1:
             raise ConfigError("A sweep needs at least 1 repeat per point.")
+        if self.find_max and self.repeats != 1:
+            raise ConfigError("--find-max probes each load once: drop --repeats.")
+        if self.find_max and any(axis.name == self.find_max.setting for axis in self.axes):
+            raise ConfigError(f"--find-max {self.find_max.setting} searches that setting: do not --sweep it too.")
+        if any(axis.server for axis in self.axes) and not self.server_cmd:
+            raise ConfigError("Server settings are swept only with --server-cmd.")
+        if self.server_cmd:
+            self._check_server_fields()
+
+    def _check_server_fields(self) -> None:
+        """Every field of the server command has a value, and every server setting given is one of its fields."""
+        remember_command_secrets(self.server_cmd)
+        fields = [name for name in template_fields(self.server_cmd) if name != PORT]
+        given = [*self.fixed_server_settings(), *(axis.name for axis in self.axes if axis.server)]
+        missing = [name for name in fields if name not in given]
+        if missing:
+            raise ConfigError(f"The server command's {', '.join('{' + name + '}' for name in missing)} has no value: "
+                              f"give --sweep {missing[0]}=V1,V2 or --server-setting {missing[0]}=VALUE.")
+        unused = [name for name in given if name not in fields]
+        if unused:
+            raise ConfigError(f"The server command has no {{{unused[0]}}} field for the server setting {unused[0]}.")
+        twice = [name for name in given if given.count(name) > 1]
+        if twice:
+            raise ConfigError(f"The server setting {twice[0]} is both swept and fixed: give it once.")
+
+    def fixed_server_settings(self) -> dict[str, Any]:
+        return server_settings_of(self.base)
 
     def grid(self) -> list[dict[str, Any]]:
         """Every point, the first axis varying slowest."""
@@ -115,8 +154,14 @@ class SweepPlan:
     def config_at(self, values: dict[str, Any], repeat: int | None = None) -> RunConfig:
         """The base config with `values` set; with a repeat index, labelled with the point and repeat."""
         config = copy.deepcopy(self.base)  # runs share no part objects: changing one changes no other
+        server = self.fixed_server_settings()
         for name, value in values.items():
-            setattr(config.part(setting(name).part), name, value)
+            if self._is_server_setting(name):
+                server[name] = value
+            else:
+                setattr(config.part(setting(name).part), name, value)
+        if server:
+            config.engine.server_settings = json.dumps(server)
         if repeat is not None:
             tag = describe_point(values) + (f" · repeat {repeat + 1}/{self.repeats}" if self.repeats > 1 else "")
             config.label = f"{self.base.label} · {tag}" if self.base.label else tag
@@ -124,7 +169,11 @@ class SweepPlan:
 
     def values_of(self, config: RunConfig) -> dict[str, Any]:
         """The values `config` has for the swept settings: the point it is at."""
-        return {axis.name: config.value(axis.name) for axis in self.axes}
+        server = server_settings_of(config)
+        return {axis.name: server.get(axis.name) if axis.server else config.value(axis.name) for axis in self.axes}
+
+    def _is_server_setting(self, name: str) -> bool:
+        return any(axis.server and axis.name == name for axis in self.axes)
 
     @property
     def speculative(self) -> bool:
@@ -135,9 +184,13 @@ class SweepPlan:
         """Raise one ConfigError naming every impossible point and why, or the missing backend. Whether this
         machine can run the backend matters only when the runs are here (`runs_here`): a driver without a GPU
         may send a turbomind sweep to a cluster's GPU nodes, whose workers then say what they lack."""
+        if MASK in self.server_cmd:
+            raise ConfigError("The sweep's saved server command masks a credential, so its server cannot be started "
+                              "again from it: start a new sweep, with the credential in an environment variable the "
+                              "server reads.")
         backend = self.base.engine.backend
         unused = [setting(axis.name) for axis in self.axes
-                  if setting(axis.name).is_knob and not setting(axis.name).applies(backend=backend)]
+                  if not axis.server and setting(axis.name).is_knob and not setting(axis.name).applies(backend=backend)]
         if unused:
             raise ConfigError(" ".join(f"Cannot sweep {knob.name}: {knob.not_applicable(backend)}" for knob in unused))
         grid = self.grid()
@@ -171,14 +224,25 @@ class SweepPlan:
         return {
             "sweep_id": self.sweep_id,
             "base": self.base.to_flat_dict(),
-            "axes": [{"name": axis.name, "values": list(axis.values)} for axis in self.axes],
+            "axes": [{"name": axis.name, "values": list(axis.values), **({"server": True} if axis.server else {})}
+                     for axis in self.axes],
             "repeats": self.repeats,
+            **({"server_cmd": self.server_cmd, "server_start_timeout_s": self.server_start_timeout_s}
+               if self.server_cmd else {}),
+            **({"find_max": self.find_max.to_dict()} if self.find_max else {}),
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SweepPlan:
-        axes = tuple(SweepAxis(axis["name"], tuple(axis["values"])) for axis in data["axes"])
-        return cls(data["sweep_id"], RunConfig.from_flat_dict(data["base"]), axes, int(data["repeats"]))
+        axes = tuple(SweepAxis(axis["name"], tuple(axis["values"]), bool(axis.get("server")))
+                     for axis in data["axes"])
+        find_max = FindMax.from_dict(data["find_max"]) if data.get("find_max") else None
+        base = RunConfig.from_flat_dict(data["base"])
+        if data.get("server_cmd") and not data["base"].get("model"):
+            base.engine.model = ""  # each run asks its server (an empty cell would read back as the default model)
+        return cls(data["sweep_id"], base, axes, int(data["repeats"]),
+                   data.get("server_cmd", ""), float(data.get("server_start_timeout_s", DEFAULT_START_TIMEOUT_S)),
+                   find_max)
 
 
 def new_sweep_id() -> str:
@@ -186,17 +250,40 @@ def new_sweep_id() -> str:
     return f"sweep-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
-def parse_sweep_arg(text: str) -> SweepAxis:
+def parse_sweep_arg(text: str, server_fields: tuple[str, ...] = ()) -> SweepAxis:
     """"concurrency=1,2,4" -> SweepAxis("concurrency", (1, 2, 4)), values typed as the setting's field.
 
     Names are flat config keys with '-' or '_' (cache-max-entry-count, async); "none" or an empty
-    value unsets an optional setting; quant_policy takes LMDeploy's names (int8) too.
+    value unsets an optional setting; quant_policy takes LMDeploy's names (int8) too. A name among
+    `server_fields` (the server command's fields) is a server setting, whatever else it names: its values are
+    numbers where they read as numbers, else text (`parse_server_value`).
     """
     name_text, equals, values_text = text.partition("=")
     if not equals:
         raise ConfigError(f"'{text}' is not a sweep: write NAME=V1,V2 (e.g. concurrency=1,2,4).")
+    if name_text.strip() in server_fields:
+        return SweepAxis(name_text.strip(), tuple(parse_server_value(value) for value in values_text.split(",")),
+                         server=True)
     name = canonical_name(name_text)
     return SweepAxis(name, tuple(_parse_value(name, value) for value in values_text.split(",")))
+
+
+def parse_server_value(text: str) -> int | float | str:
+    """A server setting's value: an int or a float where the text reads as one (so it charts as a number), else the
+    text itself; it goes back into the command as written (format_value: 4, not 4.0)."""
+    text = text.strip()
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
+
+
+def server_settings_of(config: RunConfig) -> dict[str, Any]:
+    """The server settings a run's config records (empty: not a server the sweep started)."""
+    text = config.engine.server_settings
+    return dict(json.loads(text)) if text else {}
 
 
 def canonical_name(text: str) -> str:

@@ -32,6 +32,7 @@ from .plan import PlannedRun, SweepPlan
 SWEEP_ID = "sweep_id"
 SWEEP_REPEAT = "sweep_repeat"
 SWEEPS_FOLDER = "sweeps"
+SERVER_SETTINGS = "server_settings"
 _SWEEP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")  # a file name: 100 characters at most
 # The settings that may carry a credential: their saved form is masked.
 CREDENTIAL_SETTINGS = ("base_url", "extra_request_body")
@@ -84,13 +85,57 @@ def load_plan(history: History, sweep_id: str) -> SweepPlan:
         raise HistoryError(f"The plan of sweep {sweep_id} ({path}) is unreadable ({exc}).") from exc
 
 
+# A find-max sweep's probes, one row each as it ends: the point (its server settings as JSON), the load, whether it
+# met the target, its SLO attainment, its run and why it stopped early ("" where it ran to its end). A resume replays
+# them instead of running them again; the Sweep page charts them.
+PROBE_COLUMNS = ("point", "load", "met", "attainment", "run_id", "stopped_early")
+
+
+def probe_journal_path(history: History, sweep_id: str) -> Path:
+    return plan_path(history, sweep_id).with_suffix(".probes.csv")
+
+
+def append_probe(history: History, sweep_id: str, probe: Mapping[str, Any]) -> None:
+    try:
+        csvstore.append_row(probe_journal_path(history, sweep_id), {column: probe[column] for column in PROBE_COLUMNS})
+    except OSError as exc:
+        raise HistoryError(f"Cannot note the probe in {probe_journal_path(history, sweep_id)}: "
+                           f"{exc.strerror or exc}.") from exc
+
+
+def point_text(point: Mapping[str, Any]) -> str:
+    """A find-max point (its server settings) as the journal's point column spells it."""
+    return json.dumps(dict(point), sort_keys=True)
+
+
+def probes_of(history: History, sweep_id: str) -> pd.DataFrame:
+    """The sweep's probes in the order they ran, typed (load and attainment numbers, met a bool)."""
+    _, rows = csvstore.read_table(probe_journal_path(history, sweep_id))
+    frame = pd.DataFrame(rows, columns=list(PROBE_COLUMNS))
+    frame["load"] = pd.to_numeric(frame["load"], errors="coerce")
+    frame["attainment"] = pd.to_numeric(frame["attainment"], errors="coerce")
+    frame["met"] = frame["met"].astype(str).str.lower() == "true"
+    return frame.fillna({"stopped_early": ""})
+
+
 def finished_runs(history_runs: pd.DataFrame, plan: SweepPlan) -> pd.DataFrame:
     """The history rows (`History.load()`) of the plan's finished runs, numbered from 0."""
     # An empty or older history lacks some of these columns: they come back empty, never as a KeyError.
-    columns = [SWEEP_ID, SWEEP_REPEAT, "status", *(axis.name for axis in plan.axes)]
+    return sweep_rows(history_runs, plan, (RunState.FINISHED,))
+
+
+def sweep_rows(history_runs: pd.DataFrame, plan: SweepPlan, states: tuple[str, ...]) -> pd.DataFrame:
+    """The history rows of the plan's runs that ended in one of `states`, numbered from 0; a swept server setting
+    becomes a column of its own, read from the row's server_settings."""
+    columns = [SWEEP_ID, SWEEP_REPEAT, "status", SERVER_SETTINGS, *(axis.name for axis in plan.axes)]
     frame = history_runs.reindex(columns=list(dict.fromkeys([*history_runs.columns, *columns])))
-    mine = (frame[SWEEP_ID].astype(str) == plan.sweep_id) & (frame["status"].astype(str) == RunState.FINISHED)
-    return frame[mine].reset_index(drop=True)
+    mine = (frame[SWEEP_ID].astype(str) == plan.sweep_id) & frame["status"].astype(str).isin(states)
+    frame = frame[mine].reset_index(drop=True)
+    for axis in plan.axes:
+        if axis.server:
+            frame[axis.name] = pd.Series([_server_settings(cell).get(axis.name) for cell in frame[SERVER_SETTINGS]],
+                                         index=frame.index, dtype=object)
+    return frame
 
 
 def remaining(plan: SweepPlan, history_runs: pd.DataFrame) -> list[PlannedRun]:
@@ -115,19 +160,34 @@ def past_sweeps(history: History, runs: pd.DataFrame) -> pd.DataFrame:
             plan = load_plan(history, sweep_id)
         except HistoryError:  # a broken plan file must not hide the other sweeps
             continue
-        total = len(plan.points())
-        rows.append({"sweep_id": sweep_id, "varies": " × ".join(axis.name for axis in plan.axes),
+        if plan.find_max:  # the search decides how many probes there are: those that ended
+            total = len(probes_of(history, sweep_id))
+            finished = total
+        else:
+            total = len(plan.points())
+            finished = total - len(remaining(plan, runs))
+        searched = [f"highest {plan.find_max.setting}"] if plan.find_max else []
+        rows.append({"sweep_id": sweep_id, "varies": " × ".join([*(axis.name for axis in plan.axes), *searched]),
                      "values": "; ".join(", ".join(map(str, axis.values)) for axis in plan.axes),
                      "repeats": plan.repeats, "model": plan.base.engine.model, "backend": plan.base.engine.backend,
-                     "finished": total - len(remaining(plan, runs)), "runs": total})
+                     "finished": finished, "runs": total})
     return pd.DataFrame(rows, columns=["sweep_id", "varies", "values", "repeats", "model", "backend", "finished",
                                        "runs"])
 
 
 def _point_of_row(plan: SweepPlan, row: pd.Series) -> dict[str, Any]:
-    """A history row's values of the swept settings, typed back as RunConfig types them."""
-    flat = {axis.name: (None if pd.isna(row[axis.name]) else row[axis.name]) for axis in plan.axes}
-    return plan.values_of(RunConfig.from_flat_dict(flat))
+    """A history row's values of the swept settings, typed back as RunConfig types them (server settings as their
+    JSON has them)."""
+    flat = {axis.name: (None if pd.isna(row[axis.name]) else row[axis.name]) for axis in plan.axes if not axis.server}
+    typed = plan.values_of(RunConfig.from_flat_dict(flat))
+    return {axis.name: row[axis.name] if axis.server else typed[axis.name] for axis in plan.axes}
+
+
+def _server_settings(cell: Any) -> dict[str, Any]:
+    try:
+        return dict(json.loads(cell)) if isinstance(cell, str) and cell else {}
+    except (ValueError, TypeError):  # a hand-edited history: no settings rather than no history
+        return {}
 
 
 def _point_key(values: dict[str, Any]) -> tuple:

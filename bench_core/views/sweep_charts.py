@@ -142,3 +142,43 @@ def knob_heatmap(points: pd.DataFrame, knob_x: str, knob_y: str, metric: str) ->
 def _translucent(hex_colour: str, alpha: float) -> str:
     red, green, blue = plotly.colors.hex_to_rgb(hex_colour)
     return f"rgba({red}, {green}, {blue}, {alpha})"
+
+
+def find_max_probes(probes: pd.DataFrame, load: str, target: float, found: float | None) -> go.Figure:
+    """A find-max search's probes (sweep_store.probes_of: load, met, attainment, run_id, stopped_early), numbered in
+    the order they ran, SLO attainment against the load: those that met the target and those that missed it (a
+    hollow marker where the probe stopped early), the target as a dashed line and the highest load that met it as
+    a star."""
+    load_spec = describe_column(load)
+    fig = titled_figure(f"SLO attainment of the probes vs {lower_first(load_spec.label)}", load_spec.title,
+                        describe_column("slo_attainment").title)
+    if probes.empty:
+        return no_data(fig)
+    numbered = probes.assign(order=range(1, len(probes) + 1))
+    for met, name, colour in ((True, "Met the target", PALETTE[2]), (False, "Missed it", "crimson")):
+        part = numbered[numbered["met"] == met]
+        if part.empty:
+            continue
+        early = part["stopped_early"].astype(str) != ""
+        fig.add_trace(go.Scatter(
+            x=part["load"], y=part["attainment"], mode="markers+text", name=name, text=part["order"].astype(str),
+            textposition="top center", cliponaxis=False,
+            marker=dict(size=11, color=colour, symbol=["circle-open" if e else "circle" for e in early],
+                        line=dict(width=2, color=colour)),
+            customdata=np.column_stack([part["run_id"].astype(str), part["stopped_early"].astype(str)]),
+            hovertemplate=(f"probe %{{text}}: {load_spec.label} %{{x:.4g}} {load_spec.unit}<br>SLO attainment "
+                           "%{y:.3f}<br>run %{customdata[0]}<br>%{customdata[1]}<extra>%{fullData.name}</extra>"),
+        ))
+    fig.add_hline(y=target, line=dict(dash="dash", color="gray"), annotation_position="bottom left",
+                  annotation_text=f"Target {target:.4g}")
+    if found is None:
+        fig.add_annotation(text="No load met the target", x=0.5, y=1.0, xref="paper", yref="paper",
+                           showarrow=False, yanchor="bottom")
+    else:
+        at = numbered[numbered["load"] == found]["attainment"].max()
+        fig.add_trace(go.Scatter(x=[found], y=[at], mode="markers", name=f"Highest load meeting it: {found:g}",
+                                 marker=dict(symbol="star", size=18, color="gold", line=dict(width=1, color="black")),
+                                 hovertemplate=f"Highest load meeting the target: %{{x:.4g}} {load_spec.unit}"
+                                               "<extra></extra>"))
+    pad_axis(fig, "x", probes["load"])
+    return fig

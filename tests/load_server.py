@@ -1,0 +1,78 @@
+"""A small OpenAI-compatible server for `sweep restful --server-cmd` tests, run as its own process:
+
+    python tests/load_server.py --port PORT [--token-delay-ms D] [--ttft-step-ms S] [--mode MODE]
+
+GET /v1/models lists the model "load-test"; POST /v1/completions streams max_tokens chunks of " tok", the first
+after S ms times the requests in flight when it arrived (itself included: latency rises with load, so a
+concurrency of K answers within (K + 0.5) * S ms and K + 1 does not), then one every D ms, then the usage and
+[DONE]. Its first line on stdout says its pid. --mode changes how it behaves: "ok" serves; "exit" says why and
+exits with code 3 before listening; "hang" never listens (it seems to load forever); "die" serves, but exits
+(code 1, no goodbye) when its second completion request arrives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+
+from aiohttp import web
+
+MODEL = "load-test"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--token-delay-ms", type=float, default=10.0)
+    parser.add_argument("--ttft-step-ms", type=float, default=0.0)
+    parser.add_argument("--mode", choices=("ok", "exit", "hang", "die"), default="ok")
+    args = parser.parse_args()
+    print(f"load_server pid {os.getpid()} mode {args.mode} port {args.port}", flush=True)
+    if args.mode == "exit":
+        print("boom: the model does not fit", flush=True)
+        sys.exit(3)
+    if args.mode == "hang":
+        print("loading the model forever", flush=True)
+        while True:
+            time.sleep(1)
+    state = {"in_flight": 0, "arrived": 0}
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        state["arrived"] += 1
+        if args.mode == "die" and state["arrived"] == 2:
+            print("dying mid-run", flush=True)
+            os._exit(1)
+        state["in_flight"] += 1
+        try:
+            await asyncio.sleep(args.ttft_step_ms / 1000 * state["in_flight"])
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            n = body.get("max_tokens") or 4
+            for i in range(n):
+                if i:
+                    await asyncio.sleep(args.token_delay_ms / 1000)
+                chunk = {"choices": [{"index": 0, "text": " tok", "finish_reason": None}]}
+                await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            last = {"choices": [{"index": 0, "text": "", "finish_reason": "length"}],
+                    "usage": {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": n + 5}}
+            await response.write(b"data: " + json.dumps(last).encode() + b"\n\ndata: [DONE]\n\n")
+            return response
+        finally:
+            state["in_flight"] -= 1
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/completions", completions)
+    web.run_app(app, host="127.0.0.1", port=args.port, print=None)
+
+
+if __name__ == "__main__":
+    main()
