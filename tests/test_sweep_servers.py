@@ -135,7 +135,8 @@ def test_a_server_that_never_answers_exits_or_dies_fails_only_its_point_and_resu
     assert rows["model"].iloc[-1] == "load-test"  # asked of the resumed run's server, as the first pass did
 
 
-def test_ctrl_c_stops_the_sweep_and_leaves_no_server_behind(tmp_path, tiny_model_path):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_stops_the_sweep_and_leaves_no_server_behind(stop, tmp_path, tiny_model_path):
     args = ["sweep", "restful", *SMALL_RUN[2:], "--server-cmd", f"{SERVER} --token-delay-ms 200",
             "--sweep", "random_output_len=64,128"]
     cli = subprocess.Popen([sys.executable, "-m", "bench_core", *args], cwd=tmp_path, env=_env(),
@@ -143,7 +144,7 @@ def test_ctrl_c_stops_the_sweep_and_leaves_no_server_behind(tmp_path, tiny_model
     try:
         pid = _server_pid_once_measuring(tmp_path)
         assert _alive(pid)
-        cli.send_signal(signal.SIGINT)
+        cli.send_signal(stop)
         _, err = cli.communicate(timeout=60)
     finally:
         cli.kill()

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 
 from .. import __version__
 from ..errors import BenchError
@@ -52,6 +54,12 @@ def _quiet_libraries() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     _quiet_libraries()
+    # SIGTERM (`timeout`, `kill`, a scheduler ending a job) stops a command as Ctrl-C does: the run recorded as
+    # cancelled with what it measured, a sweep's server stopped, exit 130. Its default would end the process at
+    # once, with none of that.
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    if on_main_thread:
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         chosen = commands()
         args = build_parser(chosen).parse_args(argv)
@@ -61,3 +69,6 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:  # outside a run's wait: importing, checking the server, printing, writing
         return interrupted()
+    finally:
+        if on_main_thread:
+            signal.signal(signal.SIGTERM, previous)

@@ -82,10 +82,10 @@ class Cli:
             self._grew.wait_for(lambda: words.encode() in self._stderr or self._closed, timeout)
             assert words.encode() in self._stderr, f"never saw {words!r}; stderr: {self.lines()}"
 
-    def interrupt(self) -> float:
-        """Send SIGINT; the seconds the process took to exit."""
+    def interrupt(self, signum: int = signal.SIGINT) -> float:
+        """Send SIGINT (or `signum`); the seconds the process took to exit."""
         sent = time.monotonic()
-        self.process.send_signal(signal.SIGINT)
+        self.process.send_signal(signum)
         self.process.wait(timeout=HANG_S)
         return time.monotonic() - sent
 
@@ -135,8 +135,8 @@ def requests_of_last_run(folder: Path) -> pd.DataFrame:
     return history(folder).requests(stored["run_id"].iloc[-1])
 
 
-def assert_interrupted_quickly(process: Cli) -> list[str]:
-    seconds = process.interrupt()
+def assert_interrupted_quickly(process: Cli, signum: int = signal.SIGINT) -> list[str]:
+    seconds = process.interrupt(signum)
     lines = process.lines()
     assert process.process.returncode == 130, lines
     assert seconds < EXIT_WITHIN_S, f"exited {seconds:.2f} s after SIGINT"
@@ -165,10 +165,11 @@ def test_ctrl_c_before_the_run_starts_exits_130_with_one_line(cli):
             assert assert_interrupted_quickly(process) == ["interrupted"]
 
 
-def test_ctrl_c_while_measuring_keeps_what_was_measured(cli, tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_while_measuring_keeps_what_was_measured(signum, cli, tmp_path):
     process = cli([*PIPELINE, "-n", "8", "--sharegpt-output-len", "2000"])
     process.wait_for("running:")
-    (line,) = assert_interrupted_quickly(process)
+    (line,) = assert_interrupted_quickly(process, signum)
     assert line.endswith("cancelled in results/history.csv")
     assert history(tmp_path).load()["status"].tolist() == ["cancelled"]
 
