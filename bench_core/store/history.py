@@ -9,18 +9,21 @@ Every write goes through `csvstore`: atomic, locked, union header.
 `<root>/runs/<run_id>/` holds `config.json`, `environment.json` and `requests.parquet`, written
 before the CSV row so that a row never points at a folder that is not there.
 Every read goes through one check (`_read`): a history without its key columns is refused, and rows that do
-not parse are moved, as written, to `<root>/history.quarantine.csv`. `tidy` also puts back the runs a crash
+not parse are moved, as written, to `<root>/history.quarantine.csv`. What it read is kept, indexed by run id,
+until the file changes (history_index). `tidy` also puts back the runs a crash
 left out of the CSV and removes half-written leftovers (see history_leftovers); what it did is in `notices`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import re
 import secrets
 import shutil
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -34,6 +37,7 @@ import pyarrow.parquet as pq
 from .. import csvstore
 from ..measure import metrics
 from . import leftovers as history_leftovers
+from .history_index import SIDECAR_FILE, Snapshot, file_key, read_sidecar, write_sidecar
 from ..measure.catalog import lmdeploy_row
 from ..config import SETTINGS, RunConfig, applied_engine_settings
 from ..engines.base import EngineInfo
@@ -118,25 +122,63 @@ class History:
         self.runs_dir = self.root / "runs"
         self.notices: list[str] = []  # what reading or tidying did to the files, for the user to hear once
         self._tidied = False
+        self._snapshot: Snapshot | None = None  # the file as last read, while its key is `_snapshot_key`
+        self._snapshot_key: tuple | None = None
+        self._sidecar_digest: str | None = None  # what the sidecar holds, as far as this History knows
+        self._reading = threading.Lock()
 
     def take_notices(self) -> list[str]:
         """The notices not yet taken, one line each; taking them empties the list."""
         notices, self.notices = self.notices, []
         return notices
 
-    def _read(self) -> tuple[list[str], list[dict[str, str]]]:
-        """Header and rows of history.csv in the single spelling of each metric, after moving the rows that do
-        not parse to the quarantine file. A header without KEY_COLUMNS raises HistoryColumnsError and leaves the
-        file alone."""
-        table = csvstore.read_clean_table(self.csv_path, self.quarantine_path, KEY_COLUMNS, keep=_has_run_id)
-        header, rows = single_spelling(table.header, table.rows)
-        if table.moved:
-            lines = ", ".join(str(number) for number in table.moved)
+    def _read(self, rows: bool = True) -> Snapshot:
+        """history.csv in the single spelling of each metric, after moving the rows that do not parse to the
+        quarantine file; without `rows`, its rows may be left unparsed (known clean, their run ids known). A header
+        without KEY_COLUMNS raises HistoryColumnsError and leaves the file alone. Unchanged since the last read,
+        the file is not read again; grown by appended rows, only they are parsed (history_index)."""
+        with self._reading:  # the dashboard's one History serves every session's script thread, and its downloads
+            return self._read_once(rows)
+
+    def _read_once(self, rows: bool) -> Snapshot:
+        key = file_key(self.csv_path)
+        known = self._snapshot
+        if known is not None and known.rows is None and rows:
+            known = None
+        if known is not None and key is not None and key == self._snapshot_key:
+            return known
+        if known is None and not rows and key is not None:
+            known = read_sidecar(self.root / SIDECAR_FILE)
+            self._sidecar_digest = known and known.digest
+        snapshot = None
+        if known is not None:
+            with contextlib.suppress(OSError):  # the full read below says what is wrong
+                snapshot = known.grown(self.csv_path.read_bytes(), _has_run_id)
+        if snapshot is None:
+            table = csvstore.read_clean_table(self.csv_path, self.quarantine_path, KEY_COLUMNS, keep=_has_run_id)
+            self._notice_moved(table.moved)
+            snapshot = Snapshot.parsed(table)
+        # The key was taken before the bytes were read: a write in between leaves a key that differs next time.
+        self._snapshot = snapshot
+        self._snapshot_key = key if key is not None and key[2] == snapshot.size else None
+        return snapshot
+
+    def _save_index(self) -> None:
+        """After a write: the sidecar describes the file as it now is, for the next process to start from. Only
+        writes update it: reading a history changes no file. A cache: what goes wrong here is no failure of the write."""
+        with contextlib.suppress(HistoryError, OSError):
+            snapshot = self._read(rows=False)
+            if snapshot.size and snapshot.digest != self._sidecar_digest:
+                write_sidecar(self.root / SIDECAR_FILE, snapshot)
+                self._sidecar_digest = snapshot.digest
+
+    def _notice_moved(self, moved: list[int]) -> None:
+        if moved:
+            lines = ", ".join(str(number) for number in moved)
             self.notices.append(
-                f"{len(table.moved)} damaged row(s) of {self.csv_path} (line(s) {lines}: cut short, garbled, "
+                f"{len(moved)} damaged row(s) of {self.csv_path} (line(s) {lines}: cut short, garbled, "
                 f"not UTF-8 or without a run id) were moved, as they were, to {self.quarantine_path}; "
                 "the other rows are untouched.")
-        return header, rows
 
     def tidy(self) -> None:
         """On start, once per History: quarantine damaged rows, put back the runs a crash left out of the CSV (a
@@ -147,8 +189,7 @@ class History:
         if self._tidied:
             return
         self._tidied = True
-        _, rows = self._read()
-        leftovers = history_leftovers.find(self.root, self.runs_dir, {row["run_id"] for row in rows})
+        leftovers = history_leftovers.find(self.root, self.runs_dir, set(self._read(rows=False).run_ids))
         folders = [folder for folder in leftovers.folders if _RUN_ID.match(folder.name)]  # others are not ours
         recovered = {folder.name: row for folder in folders if (row := _recovered_row(folder)) is not None}
         if recovered:
@@ -171,7 +212,7 @@ class History:
     def record(self, record: RunRecord) -> None:
         """Write the run's folder, then its CSV row; a history refused by `_read` gets neither."""
         folder = self.run_dir(record.run_id)
-        self._read()
+        self._read(rows=False)
         folder.mkdir(parents=True, exist_ok=True)
         flat_config = redact(record.config.to_flat_dict())
         nested_config = redact({**dataclasses.asdict(record.config),
@@ -187,14 +228,17 @@ class History:
         if record.roofline is not None:
             _write_json(folder / ROOFLINE_FILE, record.roofline)
         csvstore.append_row(self.csv_path, history_row(record))
+        self._save_index()
 
     def load(self) -> pd.DataFrame:
         """All rows; numbers as numbers, '-' and empty cells as NaN, names and versions as text."""
-        header, rows = self._read()
-        if not header:
+        snapshot = self._read()
+        if not snapshot.header:
             return pd.DataFrame(columns=[*HISTORY_LEAD_COLUMNS, "run_id", "started_at", "status", "label", "model"])
-        frame = pd.DataFrame([[row.get(col, "") for col in header] for row in rows], columns=header, dtype=object)
-        return pd.DataFrame({col: _typed_column(col, frame[col]) for col in header})
+        if snapshot.frame is None:
+            frame = pd.DataFrame(snapshot.rows, columns=snapshot.header, dtype=object)  # every row has every column
+            snapshot.frame = pd.DataFrame({col: _typed_column(col, frame[col]) for col in snapshot.header})
+        return snapshot.frame.copy()  # the caller's to change; the snapshot's stays as read
 
     def measured(self, run_id: str) -> bool:
         """Whether the run has a per-request table (runs that failed before measuring and imports have none)."""
@@ -253,8 +297,8 @@ class History:
 
     def row(self, run_id: str) -> dict[str, str] | None:
         """The run's row, every cell as written; None when the history has no such run."""
-        _, rows = self._read()
-        return next((row for row in rows if row.get("run_id") == run_id), None)
+        row = self._read().row(run_id)
+        return None if row is None else dict(row)
 
     def delete(self, run_ids: Iterable[str]) -> int:
         """Remove these runs' rows and folders; returns how many rows were removed."""
@@ -262,8 +306,9 @@ class History:
         folders = [self.run_dir(run_id) for run_id in doomed]
         removed = 0
         if self.csv_path.exists():
-            self._read()
+            self._read(rows=False)
             removed = csvstore.rewrite(self.csv_path, lambda row: row.get("run_id") not in doomed)
+            self._save_index()
         for folder in folders:
             shutil.rmtree(folder, ignore_errors=True)
         return removed
@@ -283,7 +328,7 @@ class History:
             except OSError as exc:
                 raise HistoryError(f"Cannot read {source}: {exc.strerror or exc}.") from exc
         parsed = parse_import(data, name)
-        _, existing_rows = self._read()
+        existing_rows = self._read().rows
         taken = {row.get("run_id", "") for row in existing_rows}
         if parsed.source == HISTORY_SOURCE:
             both = [*existing_rows, *parsed.rows]
@@ -298,6 +343,7 @@ class History:
                 new_rows.append(_imported_row(original, run_id, parsed.source, parsed.load_pattern, name, imported_at))
         if new_rows:
             csvstore.append_rows(self.csv_path, new_rows)
+            self._save_index()
         return [row["run_id"] for row in new_rows]
 
     def lmdeploy_row(self, run_id: str) -> dict[str, Any]:
@@ -309,11 +355,12 @@ class History:
 
     def to_csv_bytes(self, run_ids: Iterable[str] | None = None) -> bytes:
         """The history file, or only the rows of `run_ids`, as CSV bytes for a download."""
-        header, rows = self._read()
+        snapshot = self._read()
+        rows = snapshot.rows
         if run_ids is not None:
             wanted = set(run_ids)
             rows = [row for row in rows if row.get("run_id") in wanted]
-        return csvstore.table_bytes(header, rows) if header else b""
+        return csvstore.table_bytes(snapshot.header, rows) if snapshot.header else b""
 
 
 def history_row(record: RunRecord) -> dict[str, Any]:
@@ -502,11 +549,12 @@ def _typed_column(name: str, cells: pd.Series) -> pd.Series:
     refuse them) reads as missing, so it cannot turn the whole column into text; the file keeps it."""
     if _is_text_column(name):
         return cells.astype(str)
-    present = [cell for cell in cells if cell not in _MISSING_CELLS]
-    if present and set(present) <= {"True", "False"}:
-        return pd.Series([None if cell in _MISSING_CELLS else cell == "True" for cell in cells], dtype="boolean")
-    if not present or _is_number_column(name, present):
-        return pd.to_numeric(cells.where(~cells.isin(_MISSING_CELLS), None), errors="coerce")
+    missing = cells.isin(_MISSING_CELLS)
+    present = cells[~missing].unique()  # a column holds few distinct values: test those
+    if len(present) and set(present) <= {"True", "False"}:
+        return pd.Series(cells == "True", dtype="boolean").mask(missing)
+    if not len(present) or _is_number_column(name, present):
+        return pd.to_numeric(cells.where(~missing, None), errors="coerce")
     return cells.astype(str)
 
 
