@@ -30,6 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -62,6 +63,7 @@ _TEXT_COLUMNS = {
 }
 _TEXT_PREFIXES = ("env_", "engine_")
 _MISSING_CELLS = {"", "-"}
+_NUMBER_TYPES = {np.dtype("int64"), np.dtype("float64")}  # what pd.to_numeric makes of a column
 REQUESTS_FILE = "requests.parquet"
 TELEMETRY_FILE = "telemetry.parquet"
 SERVER_METRICS_FILE = "server_metrics.parquet"
@@ -236,8 +238,7 @@ class History:
         if not snapshot.header:
             return pd.DataFrame(columns=[*HISTORY_LEAD_COLUMNS, "run_id", "started_at", "status", "label", "model"])
         if snapshot.frame is None:
-            frame = pd.DataFrame(snapshot.rows, columns=snapshot.header, dtype=object)  # every row has every column
-            snapshot.frame = pd.DataFrame({col: _typed_column(col, frame[col]) for col in snapshot.header})
+            snapshot.frame = _typed_frame(snapshot.header, snapshot.rows, snapshot.earlier_frame)
         return snapshot.frame.copy()  # the caller's to change; the snapshot's stays as read
 
     def measured(self, run_id: str) -> bool:
@@ -542,6 +543,19 @@ def _is_number_column(name: str, cells: Iterable[str]) -> bool:
     if _is_text_column(name):
         return False
     return name in NUMBER_COLUMNS or any(is_number(cell) for cell in cells)
+
+
+def _typed_frame(header: list[str], rows: list[dict[str, str]], earlier: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The rows as `load` gives them. `earlier`, the typed first rows (before rows were appended), is kept when the
+    rows after it type alike, column by column (the same type, or whole and real numbers, which make real numbers
+    together): then typing all of them again would give the same table."""
+    if earlier is not None:
+        added = _typed_frame(header, rows[len(earlier):])
+        if list(earlier.columns) == header and all(
+                old == new or {old, new} <= _NUMBER_TYPES for old, new in zip(earlier.dtypes, added.dtypes)):
+            return pd.concat([earlier, added], ignore_index=True)
+    frame = pd.DataFrame(rows, columns=header, dtype=object)  # every row has every column
+    return pd.DataFrame({col: _typed_column(col, frame[col]) for col in header})
 
 
 def _typed_column(name: str, cells: pd.Series) -> pd.Series:

@@ -56,6 +56,7 @@ class Snapshot:
     run_ids: list[str]
     rows: list[dict[str, str]] | None  # None: known from the sidecar, not parsed by this process
     frame: pd.DataFrame | None = None  # History.load's typed table of these rows, once asked for
+    earlier_frame: pd.DataFrame | None = None  # that of the first rows, before rows were appended
     _positions: dict[str, int] | None = field(default=None, repr=False)
 
     @classmethod
@@ -85,7 +86,8 @@ class Snapshot:
         _, added = single_spelling(self.file_header, added)
         return Snapshot(self.file_header, self.header, len(data), digest(data),
                         [*self.run_ids, *(row["run_id"] for row in added)],
-                        None if self.rows is None else [*self.rows, *added])
+                        None if self.rows is None else [*self.rows, *added],
+                        earlier_frame=self.frame if self.frame is not None else self.earlier_frame)
 
 
 def read_sidecar(path: Path) -> Snapshot | None:
