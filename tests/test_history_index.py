@@ -189,3 +189,17 @@ def test_the_one_pass_read_gives_the_rows_of_the_line_by_line_read(data):
 def test_the_one_pass_read_leaves_any_damaged_file_to_the_line_by_line_read(data):
     assert csvstore._whole_table(data) is None
     assert csvstore.split_table(data).damaged
+
+
+def test_the_table_after_appended_rows_is_the_table_of_the_whole_file(long_history):
+    """Each kind of row (a run of ours, a server run, an LMDeploy import), appended after the table was read, leaves
+    the table as a fresh read of the whole file types it: columns left empty by one kind keep their type."""
+    history = History(long_history)
+    history.load()
+    _, rows = csvstore.read_table(ROUND2 / "history.csv")
+    for number, row in enumerate(rows):
+        csvstore.append_row(long_history / "history.csv", {**row, "run_id": f"20261202-0000{number:02d}-feed"})
+        pd.testing.assert_frame_equal(history.load(), History(long_history).load())
+    # A cell that is not a number, in a column of numbers (an edit by hand): the whole table is typed again.
+    csvstore.append_row(long_history / "history.csv", {**rows[0], "run_id": "20261202-000100-feed", "seed": "x"})
+    pd.testing.assert_frame_equal(history.load(), History(long_history).load())

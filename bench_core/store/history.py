@@ -546,16 +546,26 @@ def _is_number_column(name: str, cells: Iterable[str]) -> bool:
 
 
 def _typed_frame(header: list[str], rows: list[dict[str, str]], earlier: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The rows as `load` gives them. `earlier`, the typed first rows (before rows were appended), is kept when the
-    rows after it type alike, column by column (the same type, or whole and real numbers, which make real numbers
-    together): then typing all of them again would give the same table."""
-    if earlier is not None:
-        added = _typed_frame(header, rows[len(earlier):])
-        if list(earlier.columns) == header and all(
-                old == new or {old, new} <= _NUMBER_TYPES for old, new in zip(earlier.dtypes, added.dtypes)):
-            return pd.concat([earlier, added], ignore_index=True)
+    """The rows as `load` gives them. `earlier`, the typed first rows (before rows were appended), is kept when each
+    column of the rows after it types as the whole column would: then typing all of them again gives the same table."""
+    if earlier is not None and list(earlier.columns) == header:
+        added = pd.DataFrame(rows[len(earlier):], columns=header, dtype=object)
+        typed = {col: _typed_like(col, added[col], earlier[col].dtype) for col in header}
+        if all(column is not None for column in typed.values()):
+            return pd.concat([earlier, pd.DataFrame(typed)], ignore_index=True)
     frame = pd.DataFrame(rows, columns=header, dtype=object)  # every row has every column
     return pd.DataFrame({col: _typed_column(col, frame[col]) for col in header})
+
+
+def _typed_like(name: str, cells: pd.Series, dtype) -> pd.Series | None:
+    """Cells appended to a column typed `dtype`, typed as the whole column would be; None where they could change
+    its type. Missing cells change nothing; whole and real numbers together are real numbers."""
+    if not _is_text_column(name) and cells.isin(_MISSING_CELLS).all():
+        if dtype == "boolean":
+            return pd.Series(pd.NA, index=cells.index, dtype="boolean")
+        return pd.Series(np.nan, index=cells.index) if dtype in _NUMBER_TYPES else cells.astype(str)
+    typed = _typed_column(name, cells)
+    return typed if typed.dtype == dtype or {typed.dtype, dtype} <= _NUMBER_TYPES else None
 
 
 def _typed_column(name: str, cells: pd.Series) -> pd.Series:
