@@ -32,11 +32,11 @@ FileKey = tuple[int, int, int, int, int]
 
 
 def file_key(path: Path) -> FileKey | None:
-    """What changes whenever the file's content does (None for a missing file): an atomic rewrite is a new
-    inode, an append a new size, an edit in place new times."""
+    """What changes whenever the file's content does (None where there is no file to read): an atomic rewrite is a
+    new inode, an append a new size, an edit in place new times."""
     try:
         st = os.stat(path)
-    except FileNotFoundError:
+    except OSError:  # missing, or under a file: the read (or the write check) says so
         return None
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
