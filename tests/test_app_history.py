@@ -238,6 +238,13 @@ def test_downloads_offer_the_whole_history_and_the_selection(history_root, prepa
     assert labels == ["Download the whole history (CSV)", "Download the 2 selected run(s) (CSV)"]
 
 
+def test_the_whole_history_is_written_out_only_when_its_download_is_clicked(history_root):
+    """Not at every rerun of the page: at 10,000 rows writing the file out takes a second (bench_history_scale)."""
+    whole = open_history().download_button[0]
+    assert whole.label == "Download the whole history (CSV)"
+    assert whole.proto.deferred_file_id and not whole.proto.url
+
+
 def test_a_run_that_failed_before_measuring_is_listed_as_failed_with_its_reason(history_root, prepared_history,
                                                                                 tmp_path):
     _, run_ids, _ = prepared_history

@@ -132,3 +132,15 @@ def test_runs_with_the_same_settings_are_repeats(tmp_path):
 @pytest.mark.parametrize("cell, text", [(4, "4"), (0.8, "0.8"), (True, "yes"), (None, "default"), ("auto", "auto")])
 def test_cells_read_as_a_person_writes_them(cell, text):
     assert run_diff.show(cell) == text
+
+
+def test_a_long_history_of_repeats_differs_where_its_few_setups_do(tmp_path):
+    """A year of runs repeats a few setups: each distinct row counts once, and a setting differing in one row of
+    thousands is found."""
+    runs = history_of(tmp_path, [cpu_run(2, "a"), cpu_run(4, "b", dtype="float32")])
+    many = pd.concat([runs] * 2000, ignore_index=True)
+    assert run_diff.differing_settings(many) == run_diff.differing_settings(runs) == ["concurrency", "dtype"]
+    assert run_diff.differing_settings(many.iloc[::2]) == []
+    odd = many.copy()
+    odd.loc[3001, "seed"] = 7
+    assert run_diff.differing_settings(odd) == ["seed", "concurrency", "dtype"]

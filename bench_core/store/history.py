@@ -11,19 +11,22 @@ for cell), written before the CSV row so that a row never points at a folder tha
 folder whose row is missing (a crash in between, or a folder moved back from `unsaved-results`) gets exactly its
 row back. While a run measures, its folder holds its journal (store.journal): the requests finished so far.
 Every read goes through one check (`_read`): a history without its key columns is refused, and rows that do
-not parse are moved, as written, to `<root>/history.quarantine.csv`. `tidy` also puts back the runs a crash
-left out of the CSV, records the runs a killed process left in their journal, and removes half-written leftovers
-(see history_leftovers); what it did is in `notices`.
+not parse are moved, as written, to `<root>/history.quarantine.csv`. What it read is kept, indexed by run id,
+until the file changes (history_index). `tidy` also puts back the runs a crash left out of the CSV, records the
+runs a killed process left in their journal, and removes half-written leftovers (see history_leftovers); what it
+did is in `notices`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import re
 import secrets
 import shutil
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -31,6 +34,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -41,6 +45,7 @@ from . import leftovers as history_leftovers
 from .journal import JOURNAL_FILE, FolderLock, RunJournal, read_journal
 from ..measure.catalog import lmdeploy_row, server_columns, telemetry_columns
 from ..measure.profiler import Session, new_profiler
+from .history_index import SIDECAR_FILE, Snapshot, file_key, read_sidecar, write_sidecar
 from ..config import SETTINGS, RunConfig, applied_engine_settings
 from ..engines import server_metrics as server_samples
 from ..engines.base import EngineInfo
@@ -49,7 +54,7 @@ from ..models.resolve import ModelRecord, describe_model
 from ..errors import HistoryError
 from .history_import import (
     HISTORY_LEAD_COLUMNS, HISTORY_SOURCE, NUMBER_COLUMNS, SAVE_CSV_HYPERPARAMS, check_numbers, is_number,
-    lmdeploy_hyperparams, parse_import, single_spelling,
+    lmdeploy_hyperparams, parse_import,
 )
 from ..redact import redact
 from ..states import IMPORTED, RunState, measured_state
@@ -66,6 +71,7 @@ _TEXT_COLUMNS = {
 }
 _TEXT_PREFIXES = ("env_", "engine_")
 _MISSING_CELLS = {"", "-"}
+_NUMBER_TYPES = {np.dtype("int64"), np.dtype("float64")}  # what pd.to_numeric makes of a column
 REQUESTS_FILE = "requests.parquet"
 TELEMETRY_FILE = "telemetry.parquet"
 SERVER_METRICS_FILE = "server_metrics.parquet"
@@ -130,25 +136,63 @@ class History:
         self._tidied = False
         self._journals: dict[str, RunJournal] = {}  # of the runs measuring now, by run id, until `record` ends them
         self._claims: dict[str, FolderLock] = {}  # folders `tidy` holds, to record what their dead writer left
+        self._snapshot: Snapshot | None = None  # the file as last read, while its key is `_snapshot_key`
+        self._snapshot_key: tuple | None = None
+        self._sidecar_digest: str | None = None  # what the sidecar holds, as far as this History knows
+        self._reading = threading.Lock()
 
     def take_notices(self) -> list[str]:
         """The notices not yet taken, one line each; taking them empties the list."""
         notices, self.notices = self.notices, []
         return notices
 
-    def _read(self) -> tuple[list[str], list[dict[str, str]]]:
-        """Header and rows of history.csv in the single spelling of each metric, after moving the rows that do
-        not parse to the quarantine file. A header without KEY_COLUMNS raises HistoryColumnsError and leaves the
-        file alone."""
-        table = csvstore.read_clean_table(self.csv_path, self.quarantine_path, KEY_COLUMNS, keep=_has_run_id)
-        header, rows = single_spelling(table.header, table.rows)
-        if table.moved:
-            lines = ", ".join(str(number) for number in table.moved)
+    def _read(self, rows: bool = True) -> Snapshot:
+        """history.csv in the single spelling of each metric, after moving the rows that do not parse to the
+        quarantine file; without `rows`, its rows may be left unparsed (known clean, their run ids known). A header
+        without KEY_COLUMNS raises HistoryColumnsError and leaves the file alone. Unchanged since the last read,
+        the file is not read again; grown by appended rows, only they are parsed (history_index)."""
+        with self._reading:  # the dashboard's one History serves every session's script thread, and its downloads
+            return self._read_once(rows)
+
+    def _read_once(self, rows: bool) -> Snapshot:
+        key = file_key(self.csv_path)
+        known = self._snapshot
+        if known is not None and known.rows is None and rows:
+            known = None
+        if known is not None and key is not None and key == self._snapshot_key:
+            return known
+        if known is None and not rows and key is not None:
+            known = read_sidecar(self.root / SIDECAR_FILE)
+            self._sidecar_digest = known and known.digest
+        snapshot = None
+        if known is not None:
+            with contextlib.suppress(OSError):  # the full read below says what is wrong
+                snapshot = known.grown(self.csv_path.read_bytes(), _has_run_id)
+        if snapshot is None:
+            table = csvstore.read_clean_table(self.csv_path, self.quarantine_path, KEY_COLUMNS, keep=_has_run_id)
+            self._notice_moved(table.moved)
+            snapshot = Snapshot.parsed(table)
+        # The key was taken before the bytes were read: a write in between leaves a key that differs next time.
+        self._snapshot = snapshot
+        self._snapshot_key = key if key is not None and key[2] == snapshot.size else None
+        return snapshot
+
+    def _save_index(self) -> None:
+        """After a write: the sidecar describes the file as it now is, for the next process to start from. Only
+        writes update it: reading a history changes no file. A cache: what goes wrong here is no failure of the write."""
+        with contextlib.suppress(HistoryError, OSError):
+            snapshot = self._read(rows=False)
+            if snapshot.size and snapshot.digest != self._sidecar_digest:
+                write_sidecar(self.root / SIDECAR_FILE, snapshot)
+                self._sidecar_digest = snapshot.digest
+
+    def _notice_moved(self, moved: list[int]) -> None:
+        if moved:
+            lines = ", ".join(str(number) for number in moved)
             self.notices.append(
-                f"{len(table.moved)} damaged row(s) of {self.csv_path} (line(s) {lines}: cut short, garbled, "
+                f"{len(moved)} damaged row(s) of {self.csv_path} (line(s) {lines}: cut short, garbled, "
                 f"not UTF-8 or without a run id) were moved, as they were, to {self.quarantine_path}; "
                 "the other rows are untouched.")
-        return header, rows
 
     def tidy(self) -> None:
         """On start, once per History: quarantine damaged rows, put back the runs a crash (or a move) left out of the
@@ -159,12 +203,11 @@ class History:
         if self._tidied:
             return
         self._tidied = True
-        _, rows = self._read()
-        leftovers = history_leftovers.find(self.root, self.runs_dir, {row["run_id"] for row in rows})
+        leftovers = history_leftovers.find(self.root, self.runs_dir, set(self._read(rows=False).run_ids))
         claims = {folder: lock for folder in leftovers.folders if _RUN_ID.match(folder.name)  # others are not ours
                   and (lock := FolderLock.claim(folder)) is not None}
         if claims:  # a writer may have recorded its run between the read and the claim
-            recorded = {row["run_id"] for row in self._read()[1]}
+            recorded = set(self._read(rows=False).run_ids)
             for folder in [folder for folder in claims if folder.name in recorded]:
                 claims.pop(folder).release()
         found = history_leftovers.Recovered()
@@ -231,7 +274,7 @@ class History:
         """Write the run's folder, then its CSV row, its writer's lock held; a history refused by `_read` gets
         neither. The run's journal, if it has one, is removed once the row is in."""
         folder = self.run_dir(record.run_id)
-        self._read()
+        self._read(rows=False)
         journal = self._journals.pop(record.run_id, None)
         claim = self._claims.get(record.run_id)  # held by the tidy that recovers the run, which releases it
         lock = journal.end() if journal is not None else claim or FolderLock.hold(folder)
@@ -259,14 +302,16 @@ class History:
         _write_json(folder / ROW_FILE, {key: "" if value is None else str(value) for key, value in row.items()})
         csvstore.append_row(self.csv_path, row)
         (folder / JOURNAL_FILE).unlink(missing_ok=True)
+        self._save_index()
 
     def load(self) -> pd.DataFrame:
         """All rows; numbers as numbers, '-' and empty cells as NaN, names and versions as text."""
-        header, rows = self._read()
-        if not header:
+        snapshot = self._read()
+        if not snapshot.header:
             return pd.DataFrame(columns=[*HISTORY_LEAD_COLUMNS, "run_id", "started_at", "status", "label", "model"])
-        frame = pd.DataFrame([[row.get(col, "") for col in header] for row in rows], columns=header, dtype=object)
-        return pd.DataFrame({col: _typed_column(col, frame[col]) for col in header})
+        if snapshot.frame is None:
+            snapshot.frame = _typed_frame(snapshot.header, snapshot.rows, snapshot.earlier_frame)
+        return snapshot.frame.copy()  # the caller's to change; the snapshot's stays as read
 
     def measured(self, run_id: str) -> bool:
         """Whether the run has a per-request table (runs that failed before measuring and imports have none)."""
@@ -325,8 +370,8 @@ class History:
 
     def row(self, run_id: str) -> dict[str, str] | None:
         """The run's row, every cell as written; None when the history has no such run."""
-        _, rows = self._read()
-        return next((row for row in rows if row.get("run_id") == run_id), None)
+        row = self._read().row(run_id)
+        return None if row is None else dict(row)
 
     def delete(self, run_ids: Iterable[str]) -> int:
         """Remove these runs' rows and folders; returns how many rows were removed."""
@@ -334,8 +379,9 @@ class History:
         folders = [self.run_dir(run_id) for run_id in doomed]
         removed = 0
         if self.csv_path.exists():
-            self._read()
+            self._read(rows=False)
             removed = csvstore.rewrite(self.csv_path, lambda row: row.get("run_id") not in doomed)
+            self._save_index()
         for folder in folders:
             shutil.rmtree(folder, ignore_errors=True)
         return removed
@@ -355,7 +401,7 @@ class History:
             except OSError as exc:
                 raise HistoryError(f"Cannot read {source}: {exc.strerror or exc}.") from exc
         parsed = parse_import(data, name)
-        _, existing_rows = self._read()
+        existing_rows = self._read().rows
         taken = {row.get("run_id", "") for row in existing_rows}
         if parsed.source == HISTORY_SOURCE:
             both = [*existing_rows, *parsed.rows]
@@ -370,6 +416,7 @@ class History:
                 new_rows.append(_imported_row(original, run_id, parsed.source, parsed.load_pattern, name, imported_at))
         if new_rows:
             csvstore.append_rows(self.csv_path, new_rows)
+            self._save_index()
         return [row["run_id"] for row in new_rows]
 
     def lmdeploy_row(self, run_id: str) -> dict[str, Any]:
@@ -381,11 +428,12 @@ class History:
 
     def to_csv_bytes(self, run_ids: Iterable[str] | None = None) -> bytes:
         """The history file, or only the rows of `run_ids`, as CSV bytes for a download."""
-        header, rows = self._read()
+        snapshot = self._read()
+        rows = snapshot.rows
         if run_ids is not None:
             wanted = set(run_ids)
             rows = [row for row in rows if row.get("run_id") in wanted]
-        return csvstore.table_bytes(header, rows) if header else b""
+        return csvstore.table_bytes(snapshot.header, rows) if snapshot.header else b""
 
 
 def history_row(record: RunRecord) -> dict[str, Any]:
@@ -653,16 +701,40 @@ def _is_number_column(name: str, cells: Iterable[str]) -> bool:
     return name in NUMBER_COLUMNS or any(is_number(cell) for cell in cells)
 
 
+def _typed_frame(header: list[str], rows: list[dict[str, str]], earlier: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The rows as `load` gives them. `earlier`, the typed first rows (before rows were appended), is kept when each
+    column of the rows after it types as the whole column would: then typing all of them again gives the same table."""
+    if earlier is not None and list(earlier.columns) == header:
+        added = pd.DataFrame(rows[len(earlier):], columns=header, dtype=object)
+        typed = {col: _typed_like(col, added[col], earlier[col].dtype) for col in header}
+        if all(column is not None for column in typed.values()):
+            return pd.concat([earlier, pd.DataFrame(typed)], ignore_index=True)
+    frame = pd.DataFrame(rows, columns=header, dtype=object)  # every row has every column
+    return pd.DataFrame({col: _typed_column(col, frame[col]) for col in header})
+
+
+def _typed_like(name: str, cells: pd.Series, dtype) -> pd.Series | None:
+    """Cells appended to a column typed `dtype`, typed as the whole column would be; None where they could change
+    its type. Missing cells change nothing; whole and real numbers together are real numbers."""
+    if not _is_text_column(name) and cells.isin(_MISSING_CELLS).all():
+        if dtype == "boolean":
+            return pd.Series(pd.NA, index=cells.index, dtype="boolean")
+        return pd.Series(np.nan, index=cells.index) if dtype in _NUMBER_TYPES else cells.astype(str)
+    typed = _typed_column(name, cells)
+    return typed if typed.dtype == dtype or {typed.dtype, dtype} <= _NUMBER_TYPES else None
+
+
 def _typed_column(name: str, cells: pd.Series) -> pd.Series:
     """A column as loaded. In a number column, a cell that is not a number (left by an edit by hand; imports
     refuse them) reads as missing, so it cannot turn the whole column into text; the file keeps it."""
     if _is_text_column(name):
         return cells.astype(str)
-    present = [cell for cell in cells if cell not in _MISSING_CELLS]
-    if present and set(present) <= {"True", "False"}:
-        return pd.Series([None if cell in _MISSING_CELLS else cell == "True" for cell in cells], dtype="boolean")
-    if not present or _is_number_column(name, present):
-        return pd.to_numeric(cells.where(~cells.isin(_MISSING_CELLS), None), errors="coerce")
+    missing = cells.isin(_MISSING_CELLS)
+    present = cells[~missing].unique()  # a column holds few distinct values: test those
+    if len(present) and set(present) <= {"True", "False"}:
+        return pd.Series(cells == "True", dtype="boolean").mask(missing)
+    if not len(present) or _is_number_column(name, present):
+        return pd.to_numeric(cells.where(~missing, None), errors="coerce")
     return cells.astype(str)
 
 

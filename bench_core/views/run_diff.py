@@ -105,8 +105,7 @@ _BY_NAME = {setting.name: setting for setting in SETTINGS}
 def setting_cells(runs: pd.DataFrame, names: Sequence[str] = SETTING_NAMES) -> dict[str, list[Any]]:
     """Per setting, one cell per run: its value (ints for whole numbers, None for our own run's default),
     or NOT_APPLICABLE / NOT_RECORDED."""
-    context = ["status", "backend", "dataset_name", "load_pattern", *_OUTPUT_LENGTH_COLUMNS.values()]
-    rows = runs[list(dict.fromkeys(name for name in (*context, *names) if name in runs))].to_dict("records")
+    rows = runs[_columns_read(runs, names)].to_dict("records")
     cells: dict[str, list[Any]] = {}
     for name in names:
         applies, column = _BY_NAME[name].applies, cells.setdefault(name, [])
@@ -121,10 +120,20 @@ def setting_cells(runs: pd.DataFrame, names: Sequence[str] = SETTING_NAMES) -> d
     return cells
 
 
+def _columns_read(runs: pd.DataFrame, names: Sequence[str]) -> list[str]:
+    """The columns of `runs` that the cells of settings `names` depend on: theirs and those saying where they apply."""
+    context = ["status", "backend", "dataset_name", "load_pattern", *_OUTPUT_LENGTH_COLUMNS.values()]
+    return list(dict.fromkeys(name for name in (*context, *names) if name in runs))
+
+
 def differing_settings(runs: pd.DataFrame) -> list[str]:
     """The settings that differ between `runs`, in `SETTINGS` order: those with more than one value among
-    the runs they apply to and that recorded them. Empty for a single run or repeats of one configuration."""
-    return [name for name, column in setting_cells(runs).items() if len({_key(cell) for cell in _known(column)}) > 1]
+    the runs they apply to and that recorded them. Empty for a single run or repeats of one configuration.
+    A cell depends on its own row only, so each distinct row counts once: a year of runs repeats a few setups."""
+    columns = _columns_read(runs, SETTING_NAMES)
+    distinct = runs.drop_duplicates(subset=columns) if columns else runs.iloc[:1]
+    return [name for name, column in setting_cells(distinct).items()
+            if len({_key(cell) for cell in _known(column)}) > 1]
 
 
 def differences(runs: pd.DataFrame, names: Sequence[str]) -> pd.DataFrame:
