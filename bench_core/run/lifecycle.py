@@ -30,7 +30,7 @@ from ..engines import EngineInfo
 from ..load.datasets import Sample
 from ..load.playground import Conversation, PlaygroundResult
 from ..measure.live_snapshot import TELEMETRY_WINDOW_S, LiveSnapshot, with_server_metrics, with_telemetry
-from ..measure.profiler import Profiler, Session
+from ..measure.profiler import Profiler
 from ..states import RunState
 from .observer import JobObserver, StateChange
 
