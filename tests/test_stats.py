@@ -160,9 +160,18 @@ def test_pareto_front_with_both_axes_larger_is_better():
     assert mask.tolist() == [True, True, True, True, False]  # (150, 35) loses to (200, 40)
 
 
-def test_highest_load_meeting_interpolates_between_the_last_pass_and_the_first_miss():
+def test_highest_load_meeting_interpolates_between_the_last_pass_and_the_next_miss():
     # Attainment 0.95 at 4 and 0.85 at 8: the 0.9 target is crossed halfway, at 6.
-    assert stats.highest_load_meeting([1, 2, 4, 8, 16], [1.0, 0.99, 0.95, 0.85, 0.95], 0.9) == pytest.approx(6.0)
+    assert stats.highest_load_meeting([1, 2, 4, 8, 16], [1.0, 0.99, 0.95, 0.85, 0.8], 0.9) == pytest.approx(6.0)
+
+
+def test_a_load_that_meets_the_target_above_one_that_misses_is_the_limit_and_the_miss_is_named():
+    # Batched: TTFT includes the queue, so concurrency 1 and 2 miss and 4 meets (the chart said no load did).
+    load, attainment = [1, 2, 4], [0.5, 0.8, 1.0]
+    assert stats.highest_load_meeting(load, attainment, 0.9) == 4.0
+    assert stats.loads_missing_below(load, attainment, 0.9, 4.0) == [1.0, 2.0]
+    assert stats.highest_load_meeting([1, 2, 4, 8, 16], [1.0, 0.99, 0.95, 0.85, 0.95], 0.9) == 16.0
+    assert stats.loads_missing_below([1, 2, 4, 8], [1.0, 0.99, 0.95, 0.85], 0.9, 6.0) == []
 
 
 def test_highest_load_meeting_averages_repeats_and_ignores_order():

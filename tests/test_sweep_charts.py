@@ -102,6 +102,18 @@ def test_goodput_chart_marks_the_interpolated_highest_load_meeting_the_target():
     assert fig.layout.xaxis.title.text == "Concurrency (requests)"
     assert fig.layout.yaxis.title.text == "Goodput (req/s)"
     assert "req/s" in points.hovertemplate and "requests" in limit.hovertemplate
+    assert stats.LOAD_LIMIT_RULE in [a.text for a in fig.layout.annotations]  # monotonic: the rule alone
+
+
+def test_goodput_chart_marks_a_load_meeting_the_target_above_one_that_misses_and_says_the_rule():
+    # The chart: attainment 1.0 at concurrency 4, above the 0.9 line, captioned "No load meets the target".
+    runs = pd.DataFrame({"concurrency": [1, 1, 2, 2, 4, 4], "slo_attainment": [0.5, 0.5, 0.75, 0.75, 1.0, 1.0]})
+    fig = sweep_charts.goodput_vs_load(runs, "concurrency", "slo_attainment", target=0.9)
+    limit = fig.data[-1]
+    assert limit.name == "Highest load meeting the target" and limit.x[0] == 4.0
+    (note,) = [a.text for a in fig.layout.annotations if a.text.startswith("Marked:")]
+    assert note == stats.LOAD_LIMIT_RULE + "<br>Not monotonic: concurrency 1, 2 below it misses the target"
+    assert not [a for a in fig.layout.annotations if "No load" in a.text]
 
 
 def test_goodput_chart_says_so_when_no_load_meets_the_target():

@@ -147,31 +147,50 @@ def pareto_front(x: Sequence[float] | np.ndarray | pd.Series, y: Sequence[float]
     return valid & ~dominated
 
 
+# How the goodput chart marks its limit, said on the chart: with batched requests TTFT includes the queue, so
+# attainment can rise with load, and stopping at the first load that misses would deny loads that meet the target.
+LOAD_LIMIT_RULE = ("Marked: the highest load whose mean meets the target, interpolated towards the next load, "
+                   "which misses")
+
+
 def highest_load_meeting(load: Sequence[float] | np.ndarray | pd.Series,
                          value: Sequence[float] | np.ndarray | pd.Series, target: float) -> float | None:
-    """The highest load at which `value` (goodput or SLO attainment: larger is better) still reaches `target`.
+    """The highest load at which `value` (goodput or SLO attainment: larger is better) reaches `target`
+    (`LOAD_LIMIT_RULE`).
 
-    Repeats at the same load are averaged first. Walking up the loads, the limit lies between the
-    last load that meets the target and the first that does not, where the straight line between
-    the two crosses it; later loads that meet it again are noise past the limit. None when even the
-    lowest load misses; the highest load measured when none misses.
+    Repeats at the same load are averaged first. The highest load whose mean meets the target is the limit,
+    moved on to where the straight line to the next load (which misses) crosses the target; lower loads that
+    miss do not hide it (`loads_missing_below` names them). None when no load meets the target.
     """
+    levels, means = _means_per_load(load, value)
+    meets = np.flatnonzero(means >= target)
+    if meets.size == 0:
+        return None
+    lo = meets[-1]
+    if lo == levels.size - 1:
+        return float(levels[lo])
+    hi = lo + 1
+    fraction = (means[lo] - target) / (means[lo] - means[hi])
+    return float(levels[lo] + fraction * (levels[hi] - levels[lo]))
+
+
+def loads_missing_below(load: Sequence[float] | np.ndarray | pd.Series,
+                        value: Sequence[float] | np.ndarray | pd.Series, target: float, limit: float) -> list[float]:
+    """The loads under `limit` whose mean misses the target: where there are any, the value does not fall
+    steadily with load, and the limit is not a load below which everything meets it."""
+    levels, means = _means_per_load(load, value)
+    return [float(level) for level, mean in zip(levels, means) if level < limit and mean < target]
+
+
+def _means_per_load(load, value) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct finite loads, ascending, and the mean value at each."""
     loads = np.asarray(load, dtype=np.float64)
     values = np.asarray(value, dtype=np.float64)
     keep = np.isfinite(loads) & np.isfinite(values)
     if not keep.any():
-        return None
+        return np.array([]), np.array([])
     levels, where = np.unique(loads[keep], return_inverse=True)
-    means = np.bincount(where, weights=values[keep]) / np.bincount(where)
-    misses = np.flatnonzero(means < target)
-    if misses.size == 0:
-        return float(levels[-1])
-    first_miss = misses[0]
-    if first_miss == 0:
-        return None
-    lo, hi = first_miss - 1, first_miss
-    fraction = (means[lo] - target) / (means[lo] - means[hi])
-    return float(levels[lo] + fraction * (levels[hi] - levels[lo]))
+    return levels, np.bincount(where, weights=values[keep]) / np.bincount(where)
 
 
 # ---- Student t distribution ------------------------------------------------------------------

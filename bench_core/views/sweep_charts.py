@@ -13,7 +13,7 @@ import plotly.colors
 import plotly.graph_objects as go
 
 from ..measure.catalog import lower_first
-from ..measure.stats import highest_load_meeting, pareto_front
+from ..measure.stats import LOAD_LIMIT_RULE, highest_load_meeting, loads_missing_below, pareto_front
 from .figures import (PALETTE, colour_groups, cycled_palette, inward_label_positions, is_categorical, no_data,
                       pad_axis, rows_with, run_identity, setting_labels, tick_label, titled_figure)
 from .tables import describe_column
@@ -91,7 +91,8 @@ def pareto_chart(runs: pd.DataFrame, x: str, y: str) -> go.Figure:
 
 def goodput_vs_load(runs: pd.DataFrame, load: str, goodput: str, target: float) -> go.Figure:
     """Goodput (or SLO attainment) of every run against the load, the mean per load as a line, the
-    target as a dashed line, and the highest load that meets it (interpolated) as a marked point."""
+    target as a dashed line, and the highest load that meets it (interpolated) as a marked point, with the
+    rule that chose it written on the chart (and the lower loads that miss, where there are any)."""
     load_spec, goodput_spec = describe_column(load), describe_column(goodput)
     fig = titled_figure(f"{goodput_spec.label} vs {lower_first(load_spec.label)}", load_spec.title, goodput_spec.title)
     rows = rows_with(runs, [load, goodput])
@@ -112,8 +113,7 @@ def goodput_vs_load(runs: pd.DataFrame, load: str, goodput: str, target: float) 
                   annotation_text=f"Target {target:.4g} {goodput_spec.unit}".rstrip())
     limit = highest_load_meeting(rows[load], rows[goodput], target)
     if limit is None:
-        fig.add_annotation(text="No load meets the target", x=0.5, y=1.0, xref="paper", yref="paper",
-                           showarrow=False, yanchor="bottom")
+        note = "No load meets the target"
     else:
         fig.add_trace(go.Scatter(
             x=[limit], y=[target], mode="markers", name="Highest load meeting the target",
@@ -121,6 +121,14 @@ def goodput_vs_load(runs: pd.DataFrame, load: str, goodput: str, target: float) 
             hovertemplate=f"Highest load meeting the target: %{{x:.4g}} {load_spec.unit}<extra></extra>",
         ))
         fig.add_vline(x=limit, line=dict(dash="dot", color="crimson"))
+        note = LOAD_LIMIT_RULE
+        missing = loads_missing_below(rows[load], rows[goodput], target, limit)
+        if missing:
+            note += (f"<br>Not monotonic: {lower_first(load_spec.label)} {', '.join(map(tick_label, missing))} "
+                     "below it misses the target")
+            fig.update_layout(margin_t=90)  # room for the second line under the title
+    fig.add_annotation(text=note, x=0.5, y=1.0, xref="paper", yref="paper", showarrow=False, yanchor="bottom",
+                       font=dict(size=11))
     return fig
 
 
