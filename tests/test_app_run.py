@@ -16,7 +16,7 @@ from metrics_server import metrics_server  # noqa: F401 (fixture)
 from bench_core.run import engine_process
 from bench_core.run.runner import Runner
 from app_under_test import APP, shown
-from dashboard import sidebar, table_view
+from dashboard import run_view, sidebar, table_view
 from dashboard.state import get_runner
 
 TINY = "builtin:tiny-llama"
@@ -367,6 +367,20 @@ def test_a_reload_restores_the_settings_in_the_url_and_ignores_impossible_ones()
     assert at.sidebar.radio(key="dataset_name").value == "random"
     assert at.sidebar.number_input(key="random_input_len").value == setting("random_input_len").widget.start  # below its minimum
     assert at.sidebar.selectbox(key="knob_dtype").value == "auto"  # not one of its choices
+
+
+def test_random_lengths_say_the_span_drawn_and_the_rule_not_only_the_ratio():
+    # "input 64, output 16, range ratio 0.0" read as fixed lengths to a vLLM user; LMDeploy draws 1..64 and 1..16.
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params.update(dataset_name="random", random_input_len="64", random_output_len="16")
+    at.run()
+    assert not at.exception
+    drawn = [caption.value for caption in at.sidebar.caption if caption.value.startswith("Lengths drawn")]
+    assert drawn == ["Lengths drawn: input 1..64 tokens, output 1..16 tokens (range ratio 0: uniform in "
+                     "[max(1, int(len x ratio)), len])"]
+    assert "0.0 gives 1..len, not fixed lengths" in at.sidebar.slider(key="random_range_ratio").help
+    config = _random_dataset_from_a_path("model")  # 16 in, 4 out, ratio 0.5
+    assert "(random, input 8..16 tokens, output 2..4 tokens (range ratio 0.5: " in run_view.describe_config(config)
 
 
 def test_the_api_key_never_reaches_the_url():
