@@ -21,7 +21,7 @@ from ..measure.latency_bins import BinnedLatencies
 from ..measure.metrics import measured_values
 from ..states import RequestStatus
 from .figures import MAX_POINTS, no_data, titled_figure
-from .tables import format_number
+from .tables import count_of, format_number
 
 HISTOGRAM_BINS = 60
 
@@ -120,8 +120,10 @@ def _histogram_figure(bars: _Bars | None, metric: str, title: str | None) -> go.
     ))
     notes, right = [], edges[-1]
     if shape.near_equal:
-        notes.append(f"All {int(counts.sum()):,} {counted} within {format_number(shape.high - shape.low)} {unit} "
-                     f"({format_number(shape.low)} to {format_number(shape.high)} {unit})")
+        total = int(counts.sum())
+        span = f"({format_number(shape.low)} to {format_number(shape.high)} {unit})"
+        notes.append(f"{count_of(total, counted)} {span}" if total == 1 else
+                     f"All {total:,} {counted} within {format_number(shape.high - shape.low)} {unit} {span}")
     if shape.overflow:
         label, right = _overflow_bar(fig, bars, unit, counted)
         notes.append(label)
@@ -131,6 +133,8 @@ def _histogram_figure(bars: _Bars | None, metric: str, title: str | None) -> go.
     if notes:  # under the title, where no bar reaches
         fig.update_layout(title=dict(subtitle=dict(text="<br>".join(notes))),
                           margin=dict(t=_TITLE_MARGIN_PX + _NOTE_PX * len(notes)))
+    # Whole requests (gaps): no tick at 0.5 of one on a small run.
+    fig.update_yaxes(tickmode="linear", tick0=0, dtick=_whole_step(float(max(counts.max(), bars.overflow_count))))
     fig.update_layout(bargap=0.05, showlegend=False)
     return fig
 
@@ -153,7 +157,7 @@ def _overflow_bar(fig: go.Figure, bars: _Bars, unit: str, counted: str) -> tuple
     ))
     fig.add_annotation(x=x, y=bars.overflow_count, text=f"> {format_number(shape.high)}", showarrow=False,
                        yanchor="bottom")
-    note = (f"{bars.overflow_count:,} {counted} above {format_number(shape.high)} {unit} (outliers), "
+    note = (f"{count_of(bars.overflow_count, counted)} above {format_number(shape.high)} {unit} (outliers), "
             f"up to {format_number(shape.maximum)} {unit}")
     return note, x + width / 2
 

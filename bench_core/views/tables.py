@@ -78,6 +78,11 @@ def describe_column(name: str) -> ColumnSpec:
     return ColumnSpec(name, name.replace("_", " ").capitalize(), "", None)
 
 
+def count_of(n: int, plural: str) -> str:
+    """"1 request", "2 requests", "1,200 gaps": a count with its noun in the number it takes."""
+    return f"{n:,} {plural.removesuffix('s') if n == 1 else plural}"
+
+
 def format_number(value) -> str:
     """A number as every table shows it: thousands separators, whole numbers without decimals, others with
     3 decimals (more below 0.1, to keep 3 significant digits: 0.000123); missing values are a dash."""
