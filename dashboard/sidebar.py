@@ -372,8 +372,8 @@ def _knob_widgets(backend: str, family: str) -> dict[str, Any]:
         with st.sidebar.expander(group):
             for knob in knobs:
                 chosen.update(_widgets((knob,), backend, family))
-                if knob.rule:
-                    st.caption(f"Constraint: {knob.rule}")
+                if rule := knob.rule_for(backend):
+                    st.caption(f"Constraint: {rule}")
     return chosen
 
 

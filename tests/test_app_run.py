@@ -383,6 +383,19 @@ def test_random_lengths_say_the_span_drawn_and_the_rule_not_only_the_ratio():
     assert "(random, input 8..16 tokens, output 2..4 tokens (range ratio 0.5: " in run_view.describe_config(config)
 
 
+def test_a_knob_shows_only_the_constraints_of_the_chosen_backend():
+    # The block length on transformers showed "TurboMind: a multiple of 32 ...; PyTorch: a power of 2".
+    at = open_app()
+    assert at.sidebar.selectbox(key="backend").value == "transformers"
+    constraints = [caption.value for caption in at.sidebar.caption if caption.value.startswith("Constraint:")]
+    assert constraints and not [text for text in constraints if "TurboMind" in text or "PyTorch" in text]
+    assert any(text.startswith("Constraint: transformers: whole KV cache blocks") for text in constraints)
+    block = setting("cache_block_seq_len")
+    assert [block.rule_for(name) for name in ("turbomind", "pytorch", "transformers")] == [
+        "TurboMind: a multiple of 32 (compute capability >= 8.0) or 64", "PyTorch: a power of 2, >= 16", ""]
+    assert setting("dp").rule_for("turbomind") == ">= 1"  # a part that names no backend holds everywhere
+
+
 def test_the_api_key_never_reaches_the_url():
     at = open_app()
     at.sidebar.selectbox(key="backend").select("openai").run()
