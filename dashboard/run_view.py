@@ -139,8 +139,9 @@ def _live_progress(run: Run, snap: LiveSnapshot) -> None:
     columns[0].metric("Completed (requests)", snap.completed)
     columns[1].metric("Failed (requests)", snap.failed)
     columns[2].metric("In flight (requests)", snap.in_flight)
-    recent = snap.output_tokens_per_s[-1] if snap.output_tokens_per_s.size else 0.0
-    columns[3].metric("Output (tok/s, last bin)", f"{recent:.1f}")
+    recent, seconds = run_charts.recent_output_rate(snap.output_tokens_per_s, snap.bin_s)
+    columns[3].metric(f"Output (tok/s, last {seconds:g} s)", f"{recent:.1f}",
+                      help="Over the latest complete bins, as many as a point of the throughput chart averages.")
 
 
 def _live_charts(config: RunConfig, snap: LiveSnapshot) -> None:

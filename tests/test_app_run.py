@@ -571,6 +571,8 @@ def test_the_live_view_estimates_the_time_left_and_a_cancel_counts_no_failure():
     (progress,) = at.get("progress")
     assert progress.proto.text.endswith(("estimating…", " s left")), progress.proto.text
     assert 1 <= int(metric_value(at, "In flight (requests)")) <= 4
+    (rate,) = [m.label for m in at.metric if m.label.startswith("Output (tok/s, ")]
+    assert re.fullmatch(r"Output \(tok/s, last [\d.]+ s\)", rate)  # a complete window, not the bin being filled
     at.sidebar.button(key="cancel").click().run()
     assert run.wait(30) and run.state == "cancelled"
     at.run()

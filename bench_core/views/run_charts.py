@@ -169,17 +169,33 @@ COMB_FILLED = 0.9
 MIN_TREND_POINTS = 20
 
 
+def recent_output_rate(output_tokens_per_s: np.ndarray, bin_s: float) -> tuple[float, float]:
+    """The output tok/s of a live run's latest complete window, and the window's seconds: as many of the last
+    bins as a point of the throughput line averages (`throughput_window`), so a gap between two decode steps
+    does not read as 0 tok/s while tokens flow. (0.0, bin_s) before the first complete bin."""
+    rate = np.asarray(output_tokens_per_s, dtype=np.float64)
+    if rate.size == 0:
+        return 0.0, bin_s
+    window = min(_steps_window(rate), rate.size)
+    return float(rate[-window:].mean()), window * bin_s
+
+
 def throughput_window(output_tokens_per_s: np.ndarray) -> int:
     """How many of the series' bins each point of the line averages: 1 when nearly every bin between the first
-    token and the last holds tokens, else enough bins for `STEPS_PER_POINT` filled ones on average."""
+    token and the last holds tokens, else enough bins for `STEPS_PER_POINT` filled ones on average (fewer
+    where the line would keep under `MIN_TREND_POINTS` points)."""
+    return int(max(1, min(_steps_window(output_tokens_per_s), len(output_tokens_per_s) // MIN_TREND_POINTS)))
+
+
+def _steps_window(output_tokens_per_s: np.ndarray) -> int:
+    """Bins holding `STEPS_PER_POINT` filled ones on average; 1 when nearly every bin is filled or none is."""
     filled = np.flatnonzero(np.asarray(output_tokens_per_s) > 0)
     if filled.size == 0:
         return 1
     span = filled[-1] - filled[0] + 1
     if filled.size >= COMB_FILLED * span:
         return 1
-    window = math.ceil(STEPS_PER_POINT * span / filled.size)
-    return int(max(1, min(window, len(output_tokens_per_s) // MIN_TREND_POINTS)))
+    return math.ceil(STEPS_PER_POINT * span / filled.size)
 
 
 def throughput_over_time(time_s: np.ndarray, output_tokens_per_s: np.ndarray, in_flight: np.ndarray) -> go.Figure:
