@@ -34,6 +34,8 @@ MEAN_AND_P99 = ("mean", "p99")
 NOT_MEASURED = "-"  # LMDeploy's own marker in its CSV for a value that was not measured
 COUNT_SOURCE = "output_len_source"  # the request-table column an HTTP client fills: where output_len came from
 _STATISTIC_LABELS = {"mean": "Mean", "std": "Std of", "min": "Min", "max": "Max"}
+# Below this mean prompt length TTFT is mostly fixed cost, and scaling it to 1,000 tokens says nothing of prefill.
+PER_1K_MIN_PROMPT = 100
 # A metric's physical range (`Metric.bounds`): no interval around its mean may reach past it.
 NON_NEGATIVE = (0.0, math.inf)
 FRACTION = (0.0, 1.0)
@@ -435,7 +437,8 @@ CATALOG: tuple[Metric, ...] = (
            "Accepted draft tokens / drafted tokens, over every request the engine reported on; only where the "
            "engine reports it.", aggregate=_only_with("spec_drafts", _acceptance_rate), swept=VALUE, bounds=FRACTION),
     Metric("ttft_per_1k_input", "TTFT per 1,000 input tokens", **_MS, larger_is_better=False, needs_streaming=True,
-           definition="ttft_s / input_len * 1000: time to first token per thousand prompt tokens.",
+           definition="ttft_s / input_len * 1000: time to first token per thousand prompt tokens; meaningless for "
+                      f"prompts under {PER_1K_MIN_PROMPT} tokens, whose TTFT is mostly fixed cost, not prefill.",
            per_request=_ttft_per_1k_input, statistics=DISTRIBUTION, compared=MEAN_AND_P99, swept=MEAN_AND_P99),
     Metric("decode_tokens_per_s", "Decode tokens/s per request", "tok/s", True, needs_streaming=True,
            definition="(output tokens - 1) / (E2E - TTFT): the tokens after the first over the time after it.",
