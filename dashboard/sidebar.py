@@ -363,10 +363,12 @@ def _server_widgets(backend: str, family: str) -> dict[str, Any]:
 
 
 def _knob_widgets(backend: str, family: str) -> dict[str, Any]:
-    """Every knob of `backend`, in LMDeploy's CLI groups, starting at LMDeploy's defaults."""
+    """Every knob of `backend` that has a widget (not server_settings: only a server sweep sets it), in LMDeploy's
+    CLI groups, starting at LMDeploy's defaults."""
     groups: dict[str, list[Setting]] = {}
     for knob in knobs_for(backend):
-        groups.setdefault(knob.group, []).append(knob)
+        if knob.widget is not None:
+            groups.setdefault(knob.group, []).append(knob)
     chosen: dict[str, Any] = {}
     for group, knobs in groups.items():
         with st.sidebar.expander(group):

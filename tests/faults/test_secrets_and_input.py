@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -307,8 +308,10 @@ def test_a_sweep_plan_keeps_no_credential_and_a_resume_asks_for_them_again(tmp_p
         (plan_file,) = (tmp_path / "results" / "sweeps").glob("*.json")
         assert plan_file.stat().st_mode & 0o777 == 0o666 & ~_umask()
         sweep_id = plan_file.stem
+        # As if nothing had finished: no rows, and no run folders (a folder holds its row, which a start puts back).
         (history_file := tmp_path / "results" / "history.csv").write_text(history_file.read_text().splitlines()[0]
-                                                                          + "\n")  # as if nothing had finished
+                                                                          + "\n")
+        shutil.rmtree(tmp_path / "results" / "runs")
         refused = run_cli("sweep", "--resume", sweep_id, "--results", "results", cwd=tmp_path)
         assert refused.returncode == 2
         assert refused.stderr.strip() == (
