@@ -1,5 +1,6 @@
 """The embedded transformers engine, generating real tokens with the built-in tiny Llama on CPU."""
 
+import gc
 import json
 import logging
 import shutil
@@ -47,7 +48,11 @@ def _by_request(events) -> dict[int, list]:
 @pytest.fixture(scope="module")
 def batching_engine(tiny_model_path):
     engine = transformers_engine.TransformersBackend.load(EngineConfig(model=tiny_model_path), LoadConfig())
+    # As the Runner holds a loaded engine (Runner._engine_for): frozen for the cyclic collector, which transformers
+    # runs at the end of every batch and which would walk the model each time.
+    gc.freeze()
     yield engine
+    gc.unfreeze()
     engine.close()
 
 
