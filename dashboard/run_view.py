@@ -19,6 +19,7 @@ from bench_core.measure.catalog import METRICS, find_column, lower_first
 from bench_core.config import SLO, Part, RunConfig, format_value, of_part
 from bench_core.config.catalog import MULTI_TURN
 from bench_core.engines import backend
+from bench_core.load.lengths import RANDOM_LENGTHS, describe_random_lengths
 from bench_core.errors import BenchError
 from bench_core.measure.latency_bins import BinnedLatencies
 from bench_core.measure.live_snapshot import LiveSnapshot, describe_time_left
@@ -70,8 +71,12 @@ def describe_config(config: RunConfig) -> str:
     data, load = config.dataset, config.load
     chosen = [declared for declared in of_part(Part.DATASET) if declared.datasets
               and declared.applies(dataset_name=data.dataset_name) and config.value(declared.name) is not None]
-    lengths = ", ".join(f"{lower_first(declared.shown_label)} {format_value(config.value(declared.name))}"
-                        + (f" {declared.unit}" if declared.unit else "") for declared in chosen) or "conversation lengths"
+    drawn = [name for name in RANDOM_LENGTHS if name in {declared.name for declared in chosen}]
+    random = [describe_random_lengths(data.random_input_len, data.random_output_len, data.random_range_ratio)
+              ] if len(drawn) == len(RANDOM_LENGTHS) else []  # the span drawn, not the ratio to decode
+    lengths = ", ".join(random + [f"{lower_first(declared.shown_label)} {format_value(config.value(declared.name))}"
+                                  + (f" {declared.unit}" if declared.unit else "") for declared in chosen
+                                  if not random or declared.name not in RANDOM_LENGTHS]) or "conversation lengths"
     engine = config.engine
     server = redact_text(engine.base_url)
     served = (f"{engine.model or 'the served model'} on the {engine.server_kind} server at {server}"
@@ -134,8 +139,9 @@ def _live_progress(run: Run, snap: LiveSnapshot) -> None:
     columns[0].metric("Completed (requests)", snap.completed)
     columns[1].metric("Failed (requests)", snap.failed)
     columns[2].metric("In flight (requests)", snap.in_flight)
-    recent = snap.output_tokens_per_s[-1] if snap.output_tokens_per_s.size else 0.0
-    columns[3].metric("Output (tok/s, last bin)", f"{recent:.1f}")
+    recent, seconds = run_charts.recent_output_rate(snap.output_tokens_per_s, snap.bin_s)
+    columns[3].metric(f"Output (tok/s, last {seconds:g} s)", f"{recent:.1f}",
+                      help="Over the latest complete bins, as many as a point of the throughput chart averages.")
 
 
 def _live_charts(config: RunConfig, snap: LiveSnapshot) -> None:
@@ -185,6 +191,8 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
 
     st.markdown("**Latency (ms)**, successful requests, as LMDeploy reports it")
     show_table(tables.percentile_table(summary, result.config.percentiles, stream), key="summary_percentiles")
+    if stream and (caveat := tables.per_1k_input_caveat(summary)):
+        st.caption(caveat)
     left, right = st.columns([2, 1])
     with left:
         st.markdown("**Throughput**")

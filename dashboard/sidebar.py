@@ -25,6 +25,7 @@ from bench_core.config.catalog import BY_NAME
 from bench_core.csvstore import replace_bytes
 from bench_core.config.settings import widget_label
 from bench_core.load.datasets import BUILTIN_SAMPLE, BUILTIN_SHAREGPT
+from bench_core.load.lengths import RANDOM_LENGTHS, describe_random_lengths
 from bench_core.engines import availability, backend as backend_of, backends
 from bench_core.errors import BenchError, ConfigError, DatasetError
 from bench_core.store.history import History
@@ -373,8 +374,8 @@ def _knob_widgets(backend: str, family: str) -> dict[str, Any]:
         with st.sidebar.expander(group):
             for knob in knobs:
                 chosen.update(_widgets((knob,), backend, family))
-                if knob.rule:
-                    st.caption(f"Constraint: {knob.rule}")
+                if rule := knob.rule_for(backend):
+                    st.caption(f"Constraint: {rule}")
     return chosen
 
 
@@ -406,6 +407,8 @@ def _dataset_widgets(backend: str, family: str) -> dict[str, Any]:
         # The sizes last: what the prompts are first, then how many.
         sizes = ("num_prompts", "seed")
         values.update(_widgets(tuple(s for s in shown if s.name not in sizes), backend, family))
+        if all(values.get(name) is not None for name in RANDOM_LENGTHS):
+            st.caption(f"Lengths drawn: {describe_random_lengths(*(values[name] for name in RANDOM_LENGTHS))}")
         values.update(_widgets(tuple(s for s in shown if s.name in sizes), backend, family))
     return values
 

@@ -382,19 +382,22 @@ def results(history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO) -> 
         right.plotly_chart(sweep_charts.knob_heatmap(points, axes[0], axes[1], metric), key="sweep_chart_heatmap")
     else:
         st.plotly_chart(band, key="sweep_chart_band")
-    _pareto_view(runs)
+    st.caption(sweep_results.interval_note(statistics))
+    _pareto_view(runs, plan)
     _goodput_view(runs, plan)
-    st.markdown("**Per point**: n runs, mean, sample std and the 95% confidence interval of the mean")
+    st.markdown("**Per point**: n runs, mean, sample std, the range of the runs and the 95% confidence interval "
+                "of the mean")
     show_table(sweep_results.statistics_for_display(statistics), key="sweep_points_table")
     _comparison(runs, plan)
     st.download_button("This sweep's history rows (CSV)", history.to_csv_bytes(runs["run_id"].astype(str)),
                        file_name=f"{plan.sweep_id}.csv", mime="text/csv", key="sweep_download", on_click="ignore")
 
 
-def _pareto_view(runs: pd.DataFrame) -> None:
+def _pareto_view(runs: pd.DataFrame, plan: SweepPlan) -> None:
     view = st.selectbox("Throughput against latency", list(PARETO_VIEWS), key="sweep_pareto")
     x, y = PARETO_VIEWS[view]
-    st.plotly_chart(sweep_charts.pareto_chart(runs, x, y), key="sweep_chart_pareto")
+    points = sweep_results.point_means(runs, plan, (x, y))  # a point's repeats are one measurement
+    st.plotly_chart(sweep_charts.pareto_chart(points, x, y), key="sweep_chart_pareto")
 
 
 def _goodput_view(runs: pd.DataFrame, plan: SweepPlan) -> None:

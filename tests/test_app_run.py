@@ -16,7 +16,7 @@ from metrics_server import metrics_server  # noqa: F401 (fixture)
 from bench_core.run import engine_process
 from bench_core.run.runner import Runner
 from app_under_test import APP, shown
-from dashboard import sidebar, table_view
+from dashboard import run_view, sidebar, table_view
 from dashboard.state import get_runner
 
 TINY = "builtin:tiny-llama"
@@ -369,6 +369,33 @@ def test_a_reload_restores_the_settings_in_the_url_and_ignores_impossible_ones()
     assert at.sidebar.selectbox(key="knob_dtype").value == "auto"  # not one of its choices
 
 
+def test_random_lengths_say_the_span_drawn_and_the_rule_not_only_the_ratio():
+    # "input 64, output 16, range ratio 0.0" read as fixed lengths to a vLLM user; LMDeploy draws 1..64 and 1..16.
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params.update(dataset_name="random", random_input_len="64", random_output_len="16")
+    at.run()
+    assert not at.exception
+    drawn = [caption.value for caption in at.sidebar.caption if caption.value.startswith("Lengths drawn")]
+    assert drawn == ["Lengths drawn: input 1..64 tokens, output 1..16 tokens (range ratio 0: uniform in "
+                     "[max(1, int(len x ratio)), len])"]
+    assert "0.0 gives 1..len, not fixed lengths" in at.sidebar.slider(key="random_range_ratio").help
+    config = _random_dataset_from_a_path("model")  # 16 in, 4 out, ratio 0.5
+    assert "(random, input 8..16 tokens, output 2..4 tokens (range ratio 0.5: " in run_view.describe_config(config)
+
+
+def test_a_knob_shows_only_the_constraints_of_the_chosen_backend():
+    # The block length on transformers showed "TurboMind: a multiple of 32 ...; PyTorch: a power of 2".
+    at = open_app()
+    assert at.sidebar.selectbox(key="backend").value == "transformers"
+    constraints = [caption.value for caption in at.sidebar.caption if caption.value.startswith("Constraint:")]
+    assert constraints and not [text for text in constraints if "TurboMind" in text or "PyTorch" in text]
+    assert any(text.startswith("Constraint: transformers: whole KV cache blocks") for text in constraints)
+    block = setting("cache_block_seq_len")
+    assert [block.rule_for(name) for name in ("turbomind", "pytorch", "transformers")] == [
+        "TurboMind: a multiple of 32 (compute capability >= 8.0) or 64", "PyTorch: a power of 2, >= 16", ""]
+    assert setting("dp").rule_for("turbomind") == ">= 1"  # a part that names no backend holds everywhere
+
+
 def test_the_api_key_never_reaches_the_url():
     at = open_app()
     at.sidebar.selectbox(key="backend").select("openai").run()
@@ -544,6 +571,8 @@ def test_the_live_view_estimates_the_time_left_and_a_cancel_counts_no_failure():
     (progress,) = at.get("progress")
     assert progress.proto.text.endswith(("estimating…", " s left")), progress.proto.text
     assert 1 <= int(metric_value(at, "In flight (requests)")) <= 4
+    (rate,) = [m.label for m in at.metric if m.label.startswith("Output (tok/s, ")]
+    assert re.fullmatch(r"Output \(tok/s, last [\d.]+ s\)", rate)  # a complete window, not the bin being filled
     at.sidebar.button(key="cancel").click().run()
     assert run.wait(30) and run.state == "cancelled"
     at.run()

@@ -113,11 +113,17 @@ def test_a_grid_sweep_shows_progress_then_every_view_of_its_results():
     goodput_traces = [trace["name"] for trace in charts["sweep_chart_goodput"]["data"]]
     assert "Highest load meeting the target" in goodput_traces  # every request met the 10 s TTFT
 
-    points = table_with_column(at, "std", ("concurrency", "max_batch_tokens", "n", "95% CI low", "mean", "95% CI high"))
+    assert sum(len(trace["x"]) for trace in charts["sweep_chart_pareto"]["data"]) == 4  # a marker per point
+    points = table_with_column(at, "std", ("concurrency", "max_batch_tokens", "n", "95% CI low", "mean", "95% CI high",
+                                           "lowest run", "highest run"))
     output = points[points["metric"] == "Output throughput (tok/s)"]
     assert output[["concurrency", "max_batch_tokens", "n"]].values.tolist() == [
         [1, 256, 2], [1, 512, 2], [2, 256, 2], [2, 512, 2]]
-    assert (output["95% CI low"] <= output["mean"]).all() and (output["mean"] <= output["95% CI high"]).all()
+    # Two repeats are too few for a 95% interval (it reached below 0 tok/s): the table gives their range and says so.
+    assert output["95% CI low"].isna().all() and output["95% CI high"].isna().all()
+    assert (output["lowest run"] <= output["mean"]).all() and (output["mean"] <= output["highest run"]).all()
+    (note,) = [caption.value for caption in at.caption if "physical bounds" in caption.value]
+    assert "concurrency=1, max_batch_tokens=256" in note and "too few runs for a 95% interval" in note
     compared = table_with_column(at, "verdict")
     assert at.selectbox(key="sweep_point_a").value == "concurrency=1, max_batch_tokens=256"
     assert at.selectbox(key="sweep_point_b").value == "concurrency=2, max_batch_tokens=512"

@@ -263,6 +263,31 @@ def test_nearly_equal_values_are_one_bar_that_says_how_close_they_are(build):
     assert note.startswith("All 16 requests within 0.04") and "4,582.43" in note
 
 
+def test_the_live_output_rate_is_the_last_complete_window_not_a_gap_between_decode_steps():
+    # CPU decoding: one step of 8 tokens every 4 bins of 0.5 s; the last bin alone read 0.0 tok/s while tokens flowed.
+    rate = np.tile([16.0, 0.0, 0.0, 0.0], 10)[:-1]
+    recent, seconds = run_charts.recent_output_rate(rate, 0.5)
+    assert rate[-1] == 0.0 and recent > 0
+    # A window of 4 steps on average (15 bins: 37 bins hold 10 steps), here holding 4 of them: 4 x 16 / 15 tok/s.
+    assert recent == pytest.approx(4 * 16 / 15) and seconds == 7.5
+    assert run_charts.recent_output_rate(np.full(6, 30.0), 0.5) == (30.0, 0.5)  # every bin filled: the last one
+    assert run_charts.recent_output_rate(np.array([]), 0.5) == (0.0, 0.5)
+
+
+def test_one_request_is_one_request_and_counts_tick_at_whole_requests():
+    # "All 1 requests" and ticks at 0.5 and 1.5 requests on a small run.
+    fig = run_charts.latency_histogram(np.array([0.25]), "ttft")
+    (note,) = _notes(fig)
+    assert note.startswith("1 request (") and "All" not in note
+    assert (fig.layout.yaxis.tickmode, fig.layout.yaxis.tick0, fig.layout.yaxis.dtick) == ("linear", 0, 1)
+    few = run_charts.latency_histogram(np.array([0.1, 0.2, 0.2, 0.9]), "ttft")
+    assert few.layout.yaxis.dtick == 1
+    many = run_charts.latency_histogram(_itl_with_stalls(), "itl")
+    assert many.layout.yaxis.dtick >= 100 and float(many.layout.yaxis.dtick).is_integer()
+    one_stall = run_charts.latency_histogram(np.concatenate([np.linspace(0.09, 0.11, 20), [12.0]]), "itl")
+    assert _notes(one_stall)[0].startswith("1 gap above")
+
+
 def _itl_with_stalls() -> np.ndarray:
     """10,000 gaps around 100 ms and eight 10-13 s stalls."""
     rng = np.random.default_rng(0)

@@ -43,14 +43,15 @@ def sweep_id_of(work: Path) -> str:
 def test_a_grid_prints_one_line_per_point_with_mean_and_interval(grid_sweep):
     work, proc = grid_sweep
     lines = proc.stdout.strip().splitlines()
-    assert lines[0] == f"Sweep {sweep_id_of(work)}: mean ± 95% CI half-width over each point's finished runs"
+    assert lines[0] == (f"Sweep {sweep_id_of(work)}: mean [95% CI, within the metric's bounds] over each point's "
+                        "finished runs; (range lowest..highest run) with fewer than 3 runs, too few for an interval")
     header = lines[1].split()
     assert header[:3] == ["concurrency", "max_batch_tokens", "runs"]
     assert "Output throughput (tok/s)" in lines[1] and "P99 time to first token (ms)" in lines[1]
     assert "Mean time per output token (ms)" in lines[1]
     points = [line.split()[:3] for line in lines[2:]]
     assert points == [["1", "256", "2"], ["1", "512", "2"], ["2", "256", "2"], ["2", "512", "2"]]
-    assert all(line.count("±") == 3 for line in lines[2:])
+    assert all(line.count("(range ") == 3 and "±" not in line for line in lines[2:])  # 2 repeats: no t-interval
     assert f"sweep {sweep_id_of(work)}: finished, 8/8 runs finished" in proc.stderr
 
 

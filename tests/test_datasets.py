@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench_core.load import datasets
+from bench_core.load import datasets, lengths
 from bench_core.load.builtin_sample import generate_sample_records
 from bench_core.config import DatasetConfig
 from bench_core.load.datasets import (
@@ -269,6 +269,21 @@ def test_random_lengths_equal_numpy_global_seeding_as_lmdeploy_does(tiny_tokeniz
     expected_out = np.random.randint(20, 81, size=50).tolist()
     assert [r.input_len for r in sample.requests] == expected_in
     assert [r.output_len for r in sample.requests] == expected_out
+
+
+def test_ratio_zero_draws_1_to_len_exactly_as_lmdeploy_and_the_caption_says_so(tiny_tokenizer):
+    # The run: input 64, output 16, ratio 0.0 gave inputs down to 1. That is LMDeploy's own draw:
+    # profile_restful_api.py's np.random.randint(max(int(input_len * range_ratio), 1), input_len + 1).
+    sample = sample_requests(random_config(num_prompts=400, random_input_len=64, random_output_len=16,
+                                           random_range_ratio=0.0, seed=1), tiny_tokenizer)
+    np.random.seed(1)
+    assert [r.input_len for r in sample.requests] == np.random.randint(1, 65, size=400).tolist()
+    inputs = [r.input_len for r in sample.requests]
+    assert (min(inputs), max(inputs)) == (1, 64)
+    assert lengths.random_length_bounds(64, 0.0) == (1, 64) and lengths.random_length_bounds(64, 0.5) == (32, 64)
+    assert lengths.describe_random_lengths(64, 16, 0.0) == (
+        "input 1..64 tokens, output 1..16 tokens (range ratio 0: uniform in [max(1, int(len x ratio)), len])")
+    assert lengths.describe_random_lengths(64, 16, 1.0).startswith("input 64 tokens, output 16 tokens (")
 
 
 def test_random_range_ratio_one_gives_fixed_lengths(tiny_tokenizer):

@@ -112,13 +112,32 @@ def test_group_repeats_summarises_each_point_and_skips_failed_runs():
         "output_throughput": [10.0, 12.0, 14.0, 40.0, np.nan, np.nan],
     })
     points = stats.group_repeats(runs, ["concurrency", "backend"], "output_throughput")
-    assert list(points.columns) == ["concurrency", "backend", "n", "mean", "std", "ci_low", "ci_high"]
+    assert list(points.columns) == ["concurrency", "backend", "n", "mean", "std", "min", "max", "ci_low", "ci_high"]
     assert points["concurrency"].tolist() == [1, 4]  # concurrency 8 has no successful run
     first, second = points.iloc[0], points.iloc[1]
     assert (first["n"], first["mean"], first["std"]) == (3, pytest.approx(12.0), pytest.approx(2.0))
     half_width = 4.303 * 2.0 / math.sqrt(3)
     assert (first["ci_low"], first["ci_high"]) == pytest.approx((12 - half_width, 12 + half_width), abs=1e-3)
     assert second["n"] == 1 and math.isnan(second["ci_low"])
+
+
+def test_an_interval_stops_at_the_quantitys_bounds():
+    # Three throughputs far apart: the t-interval of their mean reaches below 0 unless it is cut at 0.
+    unbounded = stats.describe([1.0, 2.0, 30.0])
+    assert unbounded.ci_low < 0
+    bounded = stats.describe([1.0, 2.0, 30.0], bounds=(0.0, math.inf))
+    assert bounded.ci_low == 0.0 and bounded.ci_high == pytest.approx(unbounded.ci_high)
+    attainment = stats.describe([0.5, 1.0, 1.0], bounds=(0.0, 1.0))
+    assert attainment.ci_high == 1.0 and 0 <= attainment.ci_low < attainment.mean
+
+
+def test_two_runs_give_their_range_and_no_interval():
+    # t(0.975, 1) = 12.7: the interval of two runs is nine standard deviations wide, no use to anyone.
+    pair = stats.describe([100.0, 120.0], bounds=(0.0, math.inf))
+    assert (pair.n, pair.mean, pair.minimum, pair.maximum) == (2, 110.0, 100.0, 120.0)
+    assert math.isnan(pair.ci_low) and math.isnan(pair.ci_high)
+    assert pair.std == pytest.approx(math.sqrt(200.0))
+    assert stats.compare([100.0, 120.0], [200.0, 220.0]).significant is True  # Welch still judges two runs
 
 
 def test_group_repeats_of_a_missing_metric_is_an_empty_table():
@@ -141,9 +160,18 @@ def test_pareto_front_with_both_axes_larger_is_better():
     assert mask.tolist() == [True, True, True, True, False]  # (150, 35) loses to (200, 40)
 
 
-def test_highest_load_meeting_interpolates_between_the_last_pass_and_the_first_miss():
+def test_highest_load_meeting_interpolates_between_the_last_pass_and_the_next_miss():
     # Attainment 0.95 at 4 and 0.85 at 8: the 0.9 target is crossed halfway, at 6.
-    assert stats.highest_load_meeting([1, 2, 4, 8, 16], [1.0, 0.99, 0.95, 0.85, 0.95], 0.9) == pytest.approx(6.0)
+    assert stats.highest_load_meeting([1, 2, 4, 8, 16], [1.0, 0.99, 0.95, 0.85, 0.8], 0.9) == pytest.approx(6.0)
+
+
+def test_a_load_that_meets_the_target_above_one_that_misses_is_the_limit_and_the_miss_is_named():
+    # Batched: TTFT includes the queue, so concurrency 1 and 2 miss and 4 meets (the chart said no load did).
+    load, attainment = [1, 2, 4], [0.5, 0.8, 1.0]
+    assert stats.highest_load_meeting(load, attainment, 0.9) == 4.0
+    assert stats.loads_missing_below(load, attainment, 0.9, 4.0) == [1.0, 2.0]
+    assert stats.highest_load_meeting([1, 2, 4, 8, 16], [1.0, 0.99, 0.95, 0.85, 0.95], 0.9) == 16.0
+    assert stats.loads_missing_below([1, 2, 4, 8], [1.0, 0.99, 0.95, 0.85], 0.9, 6.0) == []
 
 
 def test_highest_load_meeting_averages_repeats_and_ignores_order():

@@ -16,7 +16,9 @@ from bench_core.engines import engine_settings_key
 from bench_core.errors import ConfigError
 from bench_core.store.history import History, RunRecord, history_row
 from bench_core.sweep.plan import SWEEPABLE, SweepAxis, SweepPlan, new_sweep_id, parse_sweep_arg
+from bench_core.sweep import results as sweep_results
 from bench_core.sweep.store import SWEEP_REPEAT, remaining
+from bench_core.views import sweep_charts
 
 OUTPUT_THROUGHPUT_PER_USER = METRICS["output_throughput_per_user"].column()
 SLO_ATTAINMENT = METRICS["slo_attainment"].column()
@@ -251,3 +253,53 @@ def test_sweep_metrics_of_rows_without_those_columns_are_missing():
     frame = with_derived(pd.DataFrame({"run_id": ["a"]}))
     assert frame[[OUTPUT_THROUGHPUT_PER_USER, SLO_ATTAINMENT]].isna().all().all()
 
+
+
+# ---- point statistics ------------------------------------------------------------------------
+
+def _throughput_sweep(throughputs: dict[int, list[float]]) -> tuple[SweepPlan, pd.DataFrame]:
+    """Finished runs of a concurrency sweep with these output throughputs (and as many E2E means) per point."""
+    repeats = max(len(values) for values in throughputs.values())
+    plan = SweepPlan("s1", _base(), (parse_sweep_arg("concurrency=" + ",".join(map(str, throughputs))),),
+                     repeats=repeats)
+    rows = [{"run_id": f"c{concurrency}-{k}", "sweep_id": "s1", SWEEP_REPEAT: float(k), "status": "finished",
+             "concurrency": float(concurrency), "output_throughput": value, "mean_e2e_ms": value * 100,
+             "p99_ttft_ms": 1000.0 / value}
+            for concurrency, values in throughputs.items() for k, value in enumerate(values)]
+    return plan, sweep_results.sweep_runs(pd.DataFrame(rows), plan)
+
+
+def test_point_intervals_never_go_below_zero_and_two_runs_show_their_range():
+    # The issue's case: two repeats far apart gave a throughput interval down to -5 tok/s and E2E to -2,322 ms.
+    plan, runs = _throughput_sweep({1: [2.0, 30.0], 2: [3.0, 4.0, 60.0]})
+    statistics = sweep_results.point_statistics(runs, plan, ("output_throughput", "mean_e2e_ms"))
+    assert (statistics[["ci_low", "ci_high"]].dropna() >= 0).all().all()
+    two = statistics[(statistics["concurrency"] == 1) & (statistics["metric"] == "output_throughput")].iloc[0]
+    assert np.isnan(two["ci_low"]) and (two["min"], two["max"]) == (2.0, 30.0)
+    three = statistics[(statistics["concurrency"] == 2) & (statistics["metric"] == "output_throughput")].iloc[0]
+    assert three["ci_low"] == 0.0 and three["ci_high"] > three["mean"]
+    assert sweep_results.mean_with_interval(two) == "16.00 (range 2.00..30.00)"
+    assert sweep_results.mean_with_interval(three) == f"22.33 [0.00, {three['ci_high']:.2f}]"
+    note = sweep_results.interval_note(statistics)
+    assert "concurrency=1: too few runs for a 95% interval" in note and "concurrency=2" not in note
+    shown = sweep_results.statistics_for_display(statistics)
+    assert {"lowest run", "highest run", "95% CI low"} <= set(shown.columns)
+
+
+def test_an_attainment_interval_stays_within_zero_and_one():
+    plan = SweepPlan("s1", _base(), (parse_sweep_arg("concurrency=1"),), repeats=3)
+    rows = pd.DataFrame({"run_id": ["a", "b", "c"], "sweep_id": "s1", SWEEP_REPEAT: [0.0, 1.0, 2.0],
+                         "status": "finished", "concurrency": 1.0, "good_requests": [5, 10, 10],
+                         "total_requests": [10, 10, 10]})
+    statistics = sweep_results.point_statistics(sweep_results.sweep_runs(rows, plan), plan, ("slo_attainment",))
+    assert statistics["ci_high"].item() == 1.0 and statistics["ci_low"].item() >= 0.0
+
+
+def test_the_pareto_points_of_a_sweep_are_its_point_means_not_its_repeats():
+    plan, runs = _throughput_sweep({1: [10.0, 20.0], 2: [30.0, 50.0]})
+    points = sweep_results.point_means(runs, plan, ("p99_ttft_ms", "output_throughput"))
+    assert points["concurrency"].tolist() == [1, 2] and points["n"].tolist() == [2, 2]
+    assert points["output_throughput"].tolist() == pytest.approx([15.0, 40.0])
+    fig = sweep_charts.pareto_chart(points, "p99_ttft_ms", "output_throughput")
+    assert sum(len(trace.x) for trace in fig.data) == 2  # one marker per point, not four per run
+    assert "mean of %{customdata[0]} runs" in fig.data[1].hovertemplate

@@ -44,8 +44,18 @@ def test_metric_band_draws_a_mean_line_inside_its_confidence_band_per_series():
     assert transformers_band.y[2] == transformers_band.y[3] == 40.0  # one run at concurrency 4: no width
     assert fig.layout.xaxis.title.text == "Concurrency (requests)"
     assert fig.layout.yaxis.title.text == "Output throughput (tok/s)"
-    assert "95% CI" in pytorch_line.hovertemplate and "runs" in pytorch_line.hovertemplate
+    assert "runs" in pytorch_line.hovertemplate and [row[4] for row in pytorch_line.customdata] == ["95% CI"] * 3
     assert pytorch_band.legendgroup == pytorch_line.legendgroup
+
+
+def test_a_point_with_two_runs_spans_their_range_and_says_so_never_a_negative_band():
+    # Two throughputs far apart: their t-interval (12.7 standard errors) went below 0 tok/s; the band shows the runs.
+    runs = pd.DataFrame({"concurrency": [1, 1, 2, 2, 2], "output_throughput": [2.0, 30.0, 40.0, 41.0, 42.0]})
+    points = stats.group_repeats(runs, ["concurrency"], "output_throughput", bounds=(0.0, np.inf))
+    band, line = sweep_charts.metric_vs_knob_band(points, "concurrency", "output_throughput").data
+    assert min(band.y) == 2.0 and max(band.y) == pytest.approx(41.0 + 4.303 / np.sqrt(3), abs=1e-3)
+    assert [row[4] for row in line.customdata] == ["range of the runs", "95% CI"]
+    assert float(line.customdata[0][2]) == 2.0  # numbers stay numbers for the hover's format
 
 
 def test_choice_knobs_are_categories_on_the_band_chart():
@@ -92,6 +102,18 @@ def test_goodput_chart_marks_the_interpolated_highest_load_meeting_the_target():
     assert fig.layout.xaxis.title.text == "Concurrency (requests)"
     assert fig.layout.yaxis.title.text == "Goodput (req/s)"
     assert "req/s" in points.hovertemplate and "requests" in limit.hovertemplate
+    assert stats.LOAD_LIMIT_RULE in [a.text for a in fig.layout.annotations]  # monotonic: the rule alone
+
+
+def test_goodput_chart_marks_a_load_meeting_the_target_above_one_that_misses_and_says_the_rule():
+    # The chart: attainment 1.0 at concurrency 4, above the 0.9 line, captioned "No load meets the target".
+    runs = pd.DataFrame({"concurrency": [1, 1, 2, 2, 4, 4], "slo_attainment": [0.5, 0.5, 0.75, 0.75, 1.0, 1.0]})
+    fig = sweep_charts.goodput_vs_load(runs, "concurrency", "slo_attainment", target=0.9)
+    limit = fig.data[-1]
+    assert limit.name == "Highest load meeting the target" and limit.x[0] == 4.0
+    (note,) = [a.text for a in fig.layout.annotations if a.text.startswith("Marked:")]
+    assert note == stats.LOAD_LIMIT_RULE + "<br>Not monotonic: concurrency 1, 2 below it misses the target"
+    assert not [a for a in fig.layout.annotations if "No load" in a.text]
 
 
 def test_goodput_chart_says_so_when_no_load_meets_the_target():

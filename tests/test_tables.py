@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from bench_core.views import tables
+from bench_core.measure.catalog import METRICS
 from bench_core.config import SLO
 from profiled_runs import OUTPUT_LEN, profiled_run, recorded_history
 
@@ -215,3 +216,13 @@ def test_the_workload_table_says_not_reported_where_no_engine_told_what_it_cache
         "Mean TTFT of turn 1": {"value": 40.0, "unit": "ms"}, "Mean TTFT of turn 2": {"value": 12.5, "unit": "ms"}}
     assert tables.workload_metrics_table({"completed": 3}).empty  # a run without them: no table
     assert tables.throughput_table(summary).index.intersection(table.index).empty  # shown once, in their own table
+
+
+def test_ttft_per_1000_input_tokens_says_where_it_means_nothing():
+    # A 1-token prompt turned a 1.57 s TTFT into 1,574,352 ms per 1,000 input tokens.
+    summary = {"mean_ttft_per_1k_input_ms": 1_574_352.0, "completed": 4, "total_input_tokens": 4}
+    caveat = tables.per_1k_input_caveat(summary)
+    assert caveat.startswith("TTFT per 1,000 input tokens means little here: the prompts average 1 token (under 100)")
+    assert tables.per_1k_input_caveat({**summary, "total_input_tokens": 4 * 512}) == ""
+    assert tables.per_1k_input_caveat({"completed": 4, "total_input_tokens": 4}) == ""  # not streamed: no such row
+    assert "meaningless for prompts under 100 tokens" in METRICS["ttft_per_1k_input"].definition

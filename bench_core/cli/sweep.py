@@ -35,6 +35,7 @@ from ..measure.metrics import slo_is_set
 from ..sweep import find_max
 from ..sweep.plan import SWEEPABLE, SweepPlan, describe_point, new_sweep_id, parse_server_value, parse_sweep_arg
 from ..sweep.server import DEFAULT_START_TIMEOUT_S, template_fields
+from ..measure.stats import MIN_INTERVAL_RUNS
 from ..sweep.results import mean_with_interval, point_statistics, sweep_runs
 from ..views.tables import describe_column
 from .common import (
@@ -241,7 +242,8 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
     if plan.find_max:
         print_capacities(sweep.capacities, plan)
     elif not runs.empty:
-        print(f"Sweep {plan.sweep_id}: mean ± 95% CI half-width over each point's finished runs")
+        print(f"Sweep {plan.sweep_id}: mean [95% CI, within the metric's bounds] over each point's finished runs; "
+              f"(range lowest..highest run) with fewer than {MIN_INTERVAL_RUNS} runs, too few for an interval")
         print(point_table(runs, plan).to_string(index=False))
     unsaved = sum(1 for _, run in sweep.runs if run.measurement.save_error)
     where = f"in {history.csv_path}" + (f", except {unsaved} that could not be saved there (said above)"
@@ -286,8 +288,9 @@ def probe_table(probes: list[dict]) -> pd.DataFrame:
 
 def point_table(runs: pd.DataFrame, plan: SweepPlan) -> pd.DataFrame:
     """One row per point that has a finished run: its settings, its run count, and each table metric as
-    "mean ± half-width" ("-" where the runs have no value, e.g. TTFT without --stream-output); a sweep that decodes
-    speculatively adds the acceptance, "not reported" where the engine reported none."""
+    "mean [95% CI]" or "mean (range)" (mean_with_interval; "-" where the runs have no value, e.g. TTFT without
+    --stream-output); a sweep that decodes speculatively adds the acceptance, "not reported" where the engine
+    reported none."""
     speculative = SPECULATIVE_COLUMNS if plan.speculative else ()
     metrics = (*TABLE_METRICS, *speculative)
     statistics = point_statistics(runs, plan, metrics)

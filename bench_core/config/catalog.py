@@ -20,6 +20,10 @@ WARMUP_START = 2  # the dashboard's warm-up, on by default (README, "Warm-up"); 
 # LMDeploy's datasets (its image dataset is profile_restful_api.py's), then the workloads that show what the cache
 # and the scheduler do: prompts sharing prefixes, multi-turn conversations, a replayed trace, a user's own prompts.
 DATASET_NAMES = ("sharegpt", "random", "shared-prefix", "multi-turn", "trace", "custom", "image")
+# LMDeploy's rule for random lengths (load.datasets.random_length_bounds), which vLLM's users read otherwise.
+RANGE_RATIO_RULE = ("Each request's input and output lengths are drawn uniformly from [max(1, int(len x ratio)), len], "
+                    "as LMDeploy draws them: 0.0 gives 1..len, not fixed lengths (vLLM's reading); 1.0 gives fixed "
+                    "lengths.")
 SHARED_PREFIX, MULTI_TURN, TRACE_DATASET, CUSTOM, IMAGE = DATASET_NAMES[2:]
 IMAGE_RESOLUTIONS = {"4k": (3840, 2160), "1080p": (1920, 1080), "720p": (1280, 720), "360p": (640, 360)}
 MAX_TURNS = 8  # turns per multi-turn session; each turn's TTFT is a history column
@@ -294,9 +298,8 @@ DATASET = (
             cli_help="output tokens per request (random and image datasets)"),
     Setting("random_range_ratio", Part.DATASET, float, 0.0, datasets=("random", IMAGE),
             bounds=Bounds("The random range ratio must be between 0 and 1.", low=0.0, high=1.0),
-            help="Lengths are drawn from [len x ratio, len].", widget=Widget(style="slider", step=0.05),
-            widget_label="Range ratio",
-            cli_help="lengths are drawn from [len*ratio, len]; 1.0 gives fixed lengths (random and image datasets)"),
+            help=RANGE_RATIO_RULE, widget=Widget(style="slider", step=0.05), widget_label="Range ratio",
+            cli_help=f"{RANGE_RATIO_RULE} Random and image datasets."),
     # profile_restful_api.py's image dataset.
     Setting("image_count", Part.DATASET, int, 1, datasets=(IMAGE,), label="Images per request", unit="images",
             bounds=Bounds("The number of images per request must be at least 1.", low=1), widget=Widget(step=1),

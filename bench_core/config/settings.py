@@ -206,6 +206,19 @@ class Setting:
             return [self.bounds.message.format(flag=self.cli_flag, value=value, label=self.title)]
         return []
 
+    def rule_for(self, backend: str) -> str:
+        """The parts of `rule` that hold on `backend`: a part headed by backends' names ("TurboMind: a multiple of
+        32", "turbomind and pytorch: ...") is left out on any other backend; a part headed by none always holds."""
+        known = {name.lower() for name in self.backends or ()}
+        kept = []
+        for part in self.rule.split("; ") if self.rule else ():
+            head, colon, _ = part.partition(": ")
+            named = {name.strip().lower() for name in head.replace(" and ", ",").split(",")} if colon else set()
+            if named and named <= known and backend.lower() not in named:
+                continue
+            kept.append(part)
+        return "; ".join(kept)
+
     @property
     def text_rule(self) -> str:
         """What its text form takes, for a message: "a whole number", "true or false"..."""

@@ -26,6 +26,7 @@ import numpy as np
 
 from . import custom, image, multi_turn, shared_prefix, trace
 from .builtin_sample import generate_sample_records
+from .lengths import random_lengths
 from .requests import Sample, SampledRequest, cycled_token_ids, sample_of
 from ..config import DatasetConfig
 from ..config.catalog import CUSTOM, IMAGE, MULTI_TURN, SHARED_PREFIX, TRACE_DATASET
@@ -215,8 +216,8 @@ def sample_random_requests(
     The recorded input_len is the target, as in LMDeploy; re-encoding the decoded prompt can differ.
     """
     lengths = np.random.RandomState(seed)
-    input_lens = lengths.randint(max(int(input_len * range_ratio), 1), input_len + 1, size=num_prompts)
-    output_lens = lengths.randint(max(int(output_len * range_ratio), 1), output_len + 1, size=num_prompts)
+    input_lens = random_lengths(lengths, input_len, range_ratio, num_prompts)
+    output_lens = random_lengths(lengths, output_len, range_ratio, num_prompts)
     # LMDeploy shuffles (prompt, completion) pairs; a shuffle's permutation depends only on the length.
     texts = _prompt_texts(pairs)
     rng = random.Random(seed)

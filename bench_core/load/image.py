@@ -26,6 +26,7 @@ import numpy as np
 from ..config import DatasetConfig
 from ..config.catalog import image_size
 from ..models.resolve import load_processor
+from .lengths import random_lengths
 from .requests import Sample, SampledRequest, sample_of
 
 JPEG_QUALITY = 85
@@ -36,10 +37,8 @@ def sample_image_requests(tokenizer: Any, cfg: DatasetConfig) -> Sample:
     width, height = image_size(cfg.image_resolution)
     n = cfg.num_prompts
     lengths = np.random.RandomState(cfg.seed)
-    input_lens = lengths.randint(max(int(cfg.random_input_len * cfg.random_range_ratio), 1), cfg.random_input_len + 1,
-                                 size=n)
-    output_lens = lengths.randint(max(int(cfg.random_output_len * cfg.random_range_ratio), 1),
-                                  cfg.random_output_len + 1, size=n)
+    input_lens = random_lengths(lengths, cfg.random_input_len, cfg.random_range_ratio, n)
+    output_lens = random_lengths(lengths, cfg.random_output_len, cfg.random_range_ratio, n)
     processor = load_processor(getattr(tokenizer, "name_or_path", ""))
     pad = getattr(processor, "image_token_id", None)
     # By id: LMDeploy takes get_vocab()'s order, which a Rust-backed tokenizer does not keep from one call to the next.

@@ -34,6 +34,13 @@ MEAN_AND_P99 = ("mean", "p99")
 NOT_MEASURED = "-"  # LMDeploy's own marker in its CSV for a value that was not measured
 COUNT_SOURCE = "output_len_source"  # the request-table column an HTTP client fills: where output_len came from
 _STATISTIC_LABELS = {"mean": "Mean", "std": "Std of", "min": "Min", "max": "Max"}
+# Below this mean prompt length TTFT is mostly fixed cost, and scaling it to 1,000 tokens says nothing of prefill.
+PER_1K_MIN_PROMPT = 100
+# A metric's physical range (`Metric.bounds`): no interval around its mean may reach past it.
+NON_NEGATIVE = (0.0, math.inf)
+FRACTION = (0.0, 1.0)
+PERCENT = (0.0, 100.0)
+UNBOUNDED = (-math.inf, math.inf)
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,7 @@ class Metric:
     swept: tuple[str, ...] = ()  # statistics the sweep metric picker offers
     # What the workload did with the cache and the turns: the run's workload table, not LMDeploy's or the throughput's.
     workload: bool = False
+    bounds: tuple[float, float] = NON_NEGATIVE  # counts, rates, times and sizes are never negative
 
     @property
     def shown_unit(self) -> str:
@@ -429,9 +437,10 @@ CATALOG: tuple[Metric, ...] = (
            aggregate=_only_with("spec_drafts", _acceptance_length), swept=VALUE),
     Metric("spec_acceptance_rate", "Draft acceptance rate", "fraction", True,
            "Accepted draft tokens / drafted tokens, over every request the engine reported on; only where the "
-           "engine reports it.", aggregate=_only_with("spec_drafts", _acceptance_rate), swept=VALUE),
+           "engine reports it.", aggregate=_only_with("spec_drafts", _acceptance_rate), swept=VALUE, bounds=FRACTION),
     Metric("ttft_per_1k_input", "TTFT per 1,000 input tokens", **_MS, larger_is_better=False, needs_streaming=True,
-           definition="ttft_s / input_len * 1000: time to first token per thousand prompt tokens.",
+           definition="ttft_s / input_len * 1000: time to first token per thousand prompt tokens; meaningless for "
+                      f"prompts under {PER_1K_MIN_PROMPT} tokens, whose TTFT is mostly fixed cost, not prefill.",
            per_request=_ttft_per_1k_input, statistics=DISTRIBUTION, compared=MEAN_AND_P99, swept=MEAN_AND_P99),
     Metric("decode_tokens_per_s", "Decode tokens/s per request", "tok/s", True, needs_streaming=True,
            definition="(output tokens - 1) / (E2E - TTFT): the tokens after the first over the time after it.",
@@ -442,7 +451,7 @@ CATALOG: tuple[Metric, ...] = (
            needs=("mean_tpot_ms",), swept=VALUE),
     Metric("slo_attainment", "SLO attainment", "fraction", True,
            "Good requests / all requests; NaN for runs without an SLO.", derived=_attainment,
-           needs=("good_requests", "total_requests"), swept=VALUE),
+           needs=("good_requests", "total_requests"), swept=VALUE, bounds=FRACTION),
     # What the prefix cache served (the engine's count, or a server's usage.prompt_tokens_details.cached_tokens)
     # and how TTFT goes turn by turn: "not reported" (NaN, an empty cell) where nothing told, never a made-up 0.
     Metric("total_cached_tokens", "Cached prompt tokens", "tokens", True,
@@ -452,7 +461,7 @@ CATALOG: tuple[Metric, ...] = (
     Metric("prefix_cache_hit_rate", "Prefix cache hit rate", "fraction", True,
            "Cached prompt tokens / prompt tokens of the completed requests that reported it (LMDeploy's "
            "benchmark_chat_completion.py cache_hit_rate); not reported where the engine does not say.",
-           aggregate=_hit_rate, workload=True, compared=VALUE, swept=VALUE),
+           aggregate=_hit_rate, workload=True, compared=VALUE, swept=VALUE, bounds=FRACTION),
     Metric("cached_tokens", "Cached prompt tokens per request", "tokens", True,
            "Per completed request, the prompt tokens served from the prefix cache, where the engine reports them.",
            per_request=lambda table, streamed: _floats(table, "cached_tokens") if "cached_tokens" in table else None,
@@ -472,7 +481,7 @@ CATALOG: tuple[Metric, ...] = (
     # Hardware telemetry (telemetry.py), sampled at 10 Hz in the engine's process, over the measured window.
     Metric("mean_gpu_util_percent", "Mean GPU utilisation", "%", True,
            "Time-weighted mean over the run of NVML's utilisation (share of time a kernel ran), averaged over the "
-           "visible GPUs.", sampled=_sampled("mean_gpu_util_percent"), compared=VALUE, swept=VALUE),
+           "visible GPUs.", sampled=_sampled("mean_gpu_util_percent"), compared=VALUE, swept=VALUE, bounds=PERCENT),
     Metric("peak_gpu_memory_gib", "Peak GPU memory", "GiB", None,
            "The most memory used on any visible GPU in a sample during the run (NVML, the whole device).",
            sampled=_in_gib("peak_gpu_memory_bytes")),
@@ -491,13 +500,13 @@ CATALOG: tuple[Metric, ...] = (
     # The server's own Prometheus metrics (server_metrics.py), read during server runs.
     Metric("peak_kv_cache_usage", "Peak KV-cache usage (server)", "fraction", None,
            "The highest KV-cache usage the server reported at a read of its /metrics during the run.",
-           served=_sampled("peak_kv_cache_usage"), compared=VALUE, swept=VALUE),
+           served=_sampled("peak_kv_cache_usage"), compared=VALUE, swept=VALUE, bounds=FRACTION),
     Metric("mean_server_waiting", "Mean waiting requests (server)", "requests", False,
            "The mean over the run's reads of /metrics of the requests the server had waiting for a slot.",
            served=_sampled("waiting"), compared=VALUE, swept=VALUE),
     Metric("server_prefix_hit_rate", "Prefix-cache hit rate (server)", "fraction", True,
            "vLLM: prefix-cache hit tokens / queried tokens over the run; LMDeploy and SGLang: the mean over the "
-           "reads of the rate they serve.", served=_sampled("prefix_hit_rate"), swept=VALUE),
+           "reads of the rate they serve.", served=_sampled("prefix_hit_rate"), swept=VALUE, bounds=FRACTION),
     Metric("mean_spec_accept_length", "Mean acceptance length (server)", "tokens/step", True,
            "Speculative decoding: 1 + accepted draft tokens / drafts over the run (LMDeploy, vLLM); SGLang: the mean "
            "of its accept length over the reads.", served=_sampled("spec_accept_length"), compared=VALUE,
@@ -508,7 +517,7 @@ CATALOG: tuple[Metric, ...] = (
     Metric("ttft_gap_ms", "Client minus server TTFT", "ms", False,
            "Mean client TTFT - mean server TTFT: the network and the client (and requests the server counts "
            "apart, such as failed ones).", derived=_ttft_gap, needs=("mean_ttft_ms", "mean_server_ttft_ms"),
-           compared=VALUE, swept=VALUE),
+           compared=VALUE, swept=VALUE, bounds=UNBOUNDED),
 )
 METRICS: dict[str, Metric] = {metric.key: metric for metric in CATALOG}
 LMDEPLOY_METRICS = tuple(metric for metric in CATALOG if metric.lmdeploy)
@@ -572,6 +581,12 @@ def column_label(metric: Metric, statistic: str) -> str:
 def column_direction(metric: Metric, statistic: str) -> bool | None:
     """Which way is better for one statistic: the metric's own, but a smaller spread is always better."""
     return False if statistic == "std" else metric.larger_is_better
+
+
+def column_bounds(name: str) -> tuple[float, float]:
+    """The physical range of a history column's values: its metric's bounds, unbounded for any other column."""
+    found = find_column(name)
+    return found[0].bounds if found else UNBOUNDED
 
 
 def lmdeploy_row(summary: Mapping[str, Any]) -> dict[str, Any]:

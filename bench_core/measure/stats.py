@@ -23,13 +23,18 @@ CONFIDENCE = 0.95
 SIGNIFICANCE = 0.05
 WELCH = "Welch's t-test"
 TOO_FEW_RUNS = "too few runs (a spread needs at least 2 on each side)"
-GROUP_COLUMNS = ("n", "mean", "std", "ci_low", "ci_high")
+GROUP_COLUMNS = ("n", "mean", "std", "min", "max", "ci_low", "ci_high")
+# Below this many runs a 95% t-interval is no use: with 2, t(0.975, 1) = 12.7 makes it 9 standard deviations wide.
+MIN_INTERVAL_RUNS = 3
+TOO_FEW_FOR_INTERVAL = f"too few runs for a 95% interval (it needs {MIN_INTERVAL_RUNS}): the range of the runs"
+UNBOUNDED = (-math.inf, math.inf)
 
 
 @dataclass(frozen=True)
 class Summary:
-    """Repeats of one metric: `std` is the sample standard deviation (ddof=1); the confidence
-    interval and the coefficient of variation (std / mean) are NaN below two values."""
+    """Repeats of one metric: `std` is the sample standard deviation (ddof=1) and the coefficient of
+    variation (std / mean) are NaN below two values, the confidence interval below `MIN_INTERVAL_RUNS`
+    (then `minimum` and `maximum`, the range of the runs, are what is known of the spread)."""
 
     n: int
     mean: float
@@ -37,6 +42,8 @@ class Summary:
     ci_low: float
     ci_high: float
     cv: float
+    minimum: float = math.nan
+    maximum: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -60,19 +67,24 @@ class Comparison:
     df: float
 
 
-def describe(values: Sequence[float] | np.ndarray | pd.Series, confidence: float = CONFIDENCE) -> Summary:
-    """Mean, sample std and the Student-t confidence interval of the mean; non-finite values are ignored."""
+def describe(values: Sequence[float] | np.ndarray | pd.Series, confidence: float = CONFIDENCE,
+             bounds: tuple[float, float] = UNBOUNDED) -> Summary:
+    """Mean, sample std, range and the Student-t confidence interval of the mean, cut at `bounds` (the
+    quantity's physical range: a throughput's interval never goes below 0); non-finite values are ignored."""
     x = _finite(values)
     n = int(x.size)
     if n == 0:
         return Summary(0, math.nan, math.nan, math.nan, math.nan, math.nan)
-    mean = float(x.mean())
+    mean, minimum, maximum = float(x.mean()), float(x.min()), float(x.max())
     if n == 1:
-        return Summary(1, mean, math.nan, math.nan, math.nan, math.nan)
+        return Summary(1, mean, math.nan, math.nan, math.nan, math.nan, minimum, maximum)
     std = float(x.std(ddof=1))
-    half_width = t_quantile(0.5 + confidence / 2, n - 1) * std / math.sqrt(n)
     cv = std / abs(mean) if mean != 0 else math.nan
-    return Summary(n, mean, std, mean - half_width, mean + half_width, cv)
+    if n < MIN_INTERVAL_RUNS:
+        return Summary(n, mean, std, math.nan, math.nan, cv, minimum, maximum)
+    half_width = t_quantile(0.5 + confidence / 2, n - 1) * std / math.sqrt(n)
+    low, high = bounds
+    return Summary(n, mean, std, max(mean - half_width, low), min(mean + half_width, high), cv, minimum, maximum)
 
 
 def compare(a_values: Sequence[float] | np.ndarray | pd.Series, b_values: Sequence[float] | np.ndarray | pd.Series,
@@ -97,10 +109,11 @@ def compare(a_values: Sequence[float] | np.ndarray | pd.Series, b_values: Sequen
                       difference - half_width, difference + half_width, df)
 
 
-def group_repeats(runs: pd.DataFrame, keys: Sequence[str], metric: str, confidence: float = CONFIDENCE) -> pd.DataFrame:
+def group_repeats(runs: pd.DataFrame, keys: Sequence[str], metric: str, confidence: float = CONFIDENCE,
+                  bounds: tuple[float, float] = UNBOUNDED) -> pd.DataFrame:
     """One row per distinct combination of `keys` (a sweep point): the key values, then n, mean, std,
-    ci_low and ci_high of `metric`, sorted by the keys. Runs without a value for `metric` (failed
-    ones) do not count; a point with none left is dropped."""
+    min, max, ci_low and ci_high of `metric` (`describe`), sorted by the keys. Runs without a value for
+    `metric` (failed ones) do not count; a point with none left is dropped."""
     keys = list(keys)
     columns = [*keys, *GROUP_COLUMNS]
     if runs.empty or metric not in runs or any(key not in runs for key in keys):
@@ -108,10 +121,15 @@ def group_repeats(runs: pd.DataFrame, keys: Sequence[str], metric: str, confiden
     values = pd.to_numeric(runs[metric], errors="coerce")
     rows = []
     for key_values, part in values.groupby([runs[key] for key in keys], sort=True, dropna=False):
-        summary = describe(part, confidence)
+        summary = describe(part, confidence, bounds)
         if summary.n:
-            rows.append([*key_values, summary.n, summary.mean, summary.std, summary.ci_low, summary.ci_high])
+            rows.append([*key_values, *group_values(summary)])
     return pd.DataFrame(rows, columns=columns)
+
+
+def group_values(summary: Summary) -> list[float]:
+    """A summary's values in `GROUP_COLUMNS` order."""
+    return [summary.n, summary.mean, summary.std, summary.minimum, summary.maximum, summary.ci_low, summary.ci_high]
 
 
 def pareto_front(x: Sequence[float] | np.ndarray | pd.Series, y: Sequence[float] | np.ndarray | pd.Series,
@@ -129,31 +147,50 @@ def pareto_front(x: Sequence[float] | np.ndarray | pd.Series, y: Sequence[float]
     return valid & ~dominated
 
 
+# How the goodput chart marks its limit, said on the chart: with batched requests TTFT includes the queue, so
+# attainment can rise with load, and stopping at the first load that misses would deny loads that meet the target.
+LOAD_LIMIT_RULE = ("Marked: the highest load whose mean meets the target, interpolated towards the next load, "
+                   "which misses")
+
+
 def highest_load_meeting(load: Sequence[float] | np.ndarray | pd.Series,
                          value: Sequence[float] | np.ndarray | pd.Series, target: float) -> float | None:
-    """The highest load at which `value` (goodput or SLO attainment: larger is better) still reaches `target`.
+    """The highest load at which `value` (goodput or SLO attainment: larger is better) reaches `target`
+    (`LOAD_LIMIT_RULE`).
 
-    Repeats at the same load are averaged first. Walking up the loads, the limit lies between the
-    last load that meets the target and the first that does not, where the straight line between
-    the two crosses it; later loads that meet it again are noise past the limit. None when even the
-    lowest load misses; the highest load measured when none misses.
+    Repeats at the same load are averaged first. The highest load whose mean meets the target is the limit,
+    moved on to where the straight line to the next load (which misses) crosses the target; lower loads that
+    miss do not hide it (`loads_missing_below` names them). None when no load meets the target.
     """
+    levels, means = _means_per_load(load, value)
+    meets = np.flatnonzero(means >= target)
+    if meets.size == 0:
+        return None
+    lo = meets[-1]
+    if lo == levels.size - 1:
+        return float(levels[lo])
+    hi = lo + 1
+    fraction = (means[lo] - target) / (means[lo] - means[hi])
+    return float(levels[lo] + fraction * (levels[hi] - levels[lo]))
+
+
+def loads_missing_below(load: Sequence[float] | np.ndarray | pd.Series,
+                        value: Sequence[float] | np.ndarray | pd.Series, target: float, limit: float) -> list[float]:
+    """The loads under `limit` whose mean misses the target: where there are any, the value does not fall
+    steadily with load, and the limit is not a load below which everything meets it."""
+    levels, means = _means_per_load(load, value)
+    return [float(level) for level, mean in zip(levels, means) if level < limit and mean < target]
+
+
+def _means_per_load(load, value) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct finite loads, ascending, and the mean value at each."""
     loads = np.asarray(load, dtype=np.float64)
     values = np.asarray(value, dtype=np.float64)
     keep = np.isfinite(loads) & np.isfinite(values)
     if not keep.any():
-        return None
+        return np.array([]), np.array([])
     levels, where = np.unique(loads[keep], return_inverse=True)
-    means = np.bincount(where, weights=values[keep]) / np.bincount(where)
-    misses = np.flatnonzero(means < target)
-    if misses.size == 0:
-        return float(levels[-1])
-    first_miss = misses[0]
-    if first_miss == 0:
-        return None
-    lo, hi = first_miss - 1, first_miss
-    fraction = (means[lo] - target) / (means[lo] - means[hi])
-    return float(levels[lo] + fraction * (levels[hi] - levels[lo]))
+    return levels, np.bincount(where, weights=values[keep]) / np.bincount(where)
 
 
 # ---- Student t distribution ------------------------------------------------------------------

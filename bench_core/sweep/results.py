@@ -1,5 +1,6 @@
 """A sweep's results from the history: its finished runs, each point's statistics over its repeats
-(n, mean, std and 95% confidence interval per metric), and whether two points really differ.
+(n, mean, std, range and 95% confidence interval per metric, the interval cut at the metric's physical
+bounds and left out below `MIN_INTERVAL_RUNS` runs), and whether two points really differ.
 
 Pure pandas on history rows (`History.load()`), with the plan for the swept settings; no I/O, no
 streamlit. Only finished runs count: a cancelled or failed run measured too little to average.
@@ -13,10 +14,11 @@ from typing import Any
 
 import pandas as pd
 
-from ..measure.catalog import SWEPT_COLUMNS, with_derived
+from ..measure.catalog import SWEPT_COLUMNS, column_bounds, with_derived
 from ..config import SLO
 from ..measure.metrics import good_requests, rate
-from ..measure.stats import GROUP_COLUMNS, TOO_FEW_RUNS, compare, describe
+from ..measure.stats import (GROUP_COLUMNS, MIN_INTERVAL_RUNS, TOO_FEW_FOR_INTERVAL, TOO_FEW_RUNS, compare, describe,
+                             group_values)
 from .plan import SweepPlan, describe_point
 from .store import finished_runs
 from ..views.tables import describe_column
@@ -57,7 +59,8 @@ def with_slo(runs: pd.DataFrame, request_tables: Mapping[str, pd.DataFrame], slo
 
 def point_statistics(runs: pd.DataFrame, plan: SweepPlan, metrics=SWEEP_METRICS) -> pd.DataFrame:
     """One row per point (in the plan's grid order) and metric with a value: the swept settings, `point`,
-    `metric`, then n, mean, std, ci_low and ci_high (95%) over the point's finished runs."""
+    `metric`, then n, mean, std, min, max, ci_low and ci_high (95%, within the metric's bounds; NaN below
+    `MIN_INTERVAL_RUNS` runs) over the point's finished runs."""
     names = _axis_names(plan)
     rows = []
     for values in plan.grid():
@@ -66,11 +69,34 @@ def point_statistics(runs: pd.DataFrame, plan: SweepPlan, metrics=SWEEP_METRICS)
         for metric in metrics:
             if metric not in part:
                 continue
-            summary = describe(pd.to_numeric(part[metric], errors="coerce"))
+            summary = describe(pd.to_numeric(part[metric], errors="coerce"), bounds=column_bounds(metric))
             if summary.n:
-                rows.append([*values.values(), label, metric, summary.n, summary.mean, summary.std,
-                             summary.ci_low, summary.ci_high])
+                rows.append([*values.values(), label, metric, *group_values(summary)])
     return pd.DataFrame(rows, columns=[*names, POINT, METRIC, *GROUP_COLUMNS])
+
+
+def point_means(runs: pd.DataFrame, plan: SweepPlan, metrics: tuple[str, ...]) -> pd.DataFrame:
+    """One row per point with a finished run: its swept settings, `point`, `n` (its runs) and the mean of
+    each of `metrics` over them, for charts that place a point once rather than each repeat."""
+    names = _axis_names(plan)
+    statistics = point_statistics(runs, plan, metrics)
+    if statistics.empty:
+        return pd.DataFrame(columns=[*names, POINT, "n", *metrics])
+    means = statistics.pivot_table(index=POINT, columns=METRIC, values="mean", sort=False)
+    counts = statistics.groupby(POINT, sort=False)["n"].max()
+    settings = statistics.drop_duplicates(POINT).set_index(POINT)[names]
+    return settings.join(counts).join(means).reset_index()[[*names, POINT, "n", *means.columns]]
+
+
+def interval_note(statistics: pd.DataFrame) -> str:
+    """What a reader must know of the intervals shown: always that they stop at the quantity's bounds, and
+    which points ran too few times for one, so their band and table show the range of their runs."""
+    note = "95% intervals stop at a quantity's physical bounds (a throughput or a latency is never below 0)."
+    few = statistics[(statistics["n"] > 1) & (statistics["n"] < MIN_INTERVAL_RUNS)]
+    if few.empty:
+        return note
+    points = ", ".join(dict.fromkeys(few[POINT]))
+    return f"{note} {points}: {TOO_FEW_FOR_INTERVAL} is shown instead."
 
 
 def metric_points(statistics: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -79,10 +105,12 @@ def metric_points(statistics: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def statistics_for_display(statistics: pd.DataFrame) -> pd.DataFrame:
-    """The point table as a reader wants it: metric titles with units, the interval as two columns."""
+    """The point table as a reader wants it: metric titles with units, the runs' range and the interval
+    as two columns each."""
     table = statistics.drop(columns=[POINT]).copy()
     table[METRIC] = [describe_column(name).title for name in table[METRIC]]
-    return table.rename(columns={"ci_low": "95% CI low", "ci_high": "95% CI high"})
+    return table.rename(columns={"min": "lowest run", "max": "highest run", "ci_low": "95% CI low",
+                                 "ci_high": "95% CI high"})
 
 
 def compare_points(runs: pd.DataFrame, point_a: str, point_b: str, metrics=SWEEP_METRICS) -> pd.DataFrame:
@@ -108,10 +136,14 @@ def compare_points(runs: pd.DataFrame, point_a: str, point_b: str, metrics=SWEEP
 
 
 def mean_with_interval(summary_row: pd.Series) -> str:
-    """"123.40 ± 5.60" (the 95% half-width), or just the mean for a point that ran once."""
-    half = (summary_row["ci_high"] - summary_row["ci_low"]) / 2
+    """"123.40 [118.00, 128.80]" (the 95% interval, within the metric's bounds), "123.40 (range 118.00..128.80)"
+    for a point with too few runs for an interval, or just the mean for a point that ran once."""
     mean = f"{summary_row['mean']:.2f}"
-    return mean if math.isnan(half) else f"{mean} ± {half:.2f}"
+    if not math.isnan(summary_row["ci_low"]):
+        return f"{mean} [{summary_row['ci_low']:.2f}, {summary_row['ci_high']:.2f}]"
+    if summary_row["n"] > 1:
+        return f"{mean} (range {summary_row['min']:.2f}..{summary_row['max']:.2f})"
+    return mean
 
 
 def _axis_names(plan: SweepPlan) -> list[str]:

@@ -21,7 +21,7 @@ from ..measure.latency_bins import BinnedLatencies
 from ..measure.metrics import measured_values
 from ..states import RequestStatus
 from .figures import MAX_POINTS, no_data, titled_figure
-from .tables import format_number
+from .tables import count_of, format_number
 
 HISTOGRAM_BINS = 60
 
@@ -120,8 +120,10 @@ def _histogram_figure(bars: _Bars | None, metric: str, title: str | None) -> go.
     ))
     notes, right = [], edges[-1]
     if shape.near_equal:
-        notes.append(f"All {int(counts.sum()):,} {counted} within {format_number(shape.high - shape.low)} {unit} "
-                     f"({format_number(shape.low)} to {format_number(shape.high)} {unit})")
+        total = int(counts.sum())
+        span = f"({format_number(shape.low)} to {format_number(shape.high)} {unit})"
+        notes.append(f"{count_of(total, counted)} {span}" if total == 1 else
+                     f"All {total:,} {counted} within {format_number(shape.high - shape.low)} {unit} {span}")
     if shape.overflow:
         label, right = _overflow_bar(fig, bars, unit, counted)
         notes.append(label)
@@ -131,6 +133,8 @@ def _histogram_figure(bars: _Bars | None, metric: str, title: str | None) -> go.
     if notes:  # under the title, where no bar reaches
         fig.update_layout(title=dict(subtitle=dict(text="<br>".join(notes))),
                           margin=dict(t=_TITLE_MARGIN_PX + _NOTE_PX * len(notes)))
+    # Whole requests (gaps): no tick at 0.5 of one on a small run.
+    fig.update_yaxes(tickmode="linear", tick0=0, dtick=_whole_step(float(max(counts.max(), bars.overflow_count))))
     fig.update_layout(bargap=0.05, showlegend=False)
     return fig
 
@@ -153,7 +157,7 @@ def _overflow_bar(fig: go.Figure, bars: _Bars, unit: str, counted: str) -> tuple
     ))
     fig.add_annotation(x=x, y=bars.overflow_count, text=f"> {format_number(shape.high)}", showarrow=False,
                        yanchor="bottom")
-    note = (f"{bars.overflow_count:,} {counted} above {format_number(shape.high)} {unit} (outliers), "
+    note = (f"{count_of(bars.overflow_count, counted)} above {format_number(shape.high)} {unit} (outliers), "
             f"up to {format_number(shape.maximum)} {unit}")
     return note, x + width / 2
 
@@ -165,17 +169,33 @@ COMB_FILLED = 0.9
 MIN_TREND_POINTS = 20
 
 
+def recent_output_rate(output_tokens_per_s: np.ndarray, bin_s: float) -> tuple[float, float]:
+    """The output tok/s of a live run's latest complete window, and the window's seconds: as many of the last
+    bins as a point of the throughput line averages (`throughput_window`), so a gap between two decode steps
+    does not read as 0 tok/s while tokens flow. (0.0, bin_s) before the first complete bin."""
+    rate = np.asarray(output_tokens_per_s, dtype=np.float64)
+    if rate.size == 0:
+        return 0.0, bin_s
+    window = min(_steps_window(rate), rate.size)
+    return float(rate[-window:].mean()), window * bin_s
+
+
 def throughput_window(output_tokens_per_s: np.ndarray) -> int:
     """How many of the series' bins each point of the line averages: 1 when nearly every bin between the first
-    token and the last holds tokens, else enough bins for `STEPS_PER_POINT` filled ones on average."""
+    token and the last holds tokens, else enough bins for `STEPS_PER_POINT` filled ones on average (fewer
+    where the line would keep under `MIN_TREND_POINTS` points)."""
+    return int(max(1, min(_steps_window(output_tokens_per_s), len(output_tokens_per_s) // MIN_TREND_POINTS)))
+
+
+def _steps_window(output_tokens_per_s: np.ndarray) -> int:
+    """Bins holding `STEPS_PER_POINT` filled ones on average; 1 when nearly every bin is filled or none is."""
     filled = np.flatnonzero(np.asarray(output_tokens_per_s) > 0)
     if filled.size == 0:
         return 1
     span = filled[-1] - filled[0] + 1
     if filled.size >= COMB_FILLED * span:
         return 1
-    window = math.ceil(STEPS_PER_POINT * span / filled.size)
-    return int(max(1, min(window, len(output_tokens_per_s) // MIN_TREND_POINTS)))
+    return math.ceil(STEPS_PER_POINT * span / filled.size)
 
 
 def throughput_over_time(time_s: np.ndarray, output_tokens_per_s: np.ndarray, in_flight: np.ndarray) -> go.Figure:

@@ -13,7 +13,7 @@ import plotly.colors
 import plotly.graph_objects as go
 
 from ..measure.catalog import lower_first
-from ..measure.stats import highest_load_meeting, pareto_front
+from ..measure.stats import LOAD_LIMIT_RULE, highest_load_meeting, loads_missing_below, pareto_front
 from .figures import (PALETTE, colour_groups, cycled_palette, inward_label_positions, is_categorical, no_data,
                       pad_axis, rows_with, run_identity, setting_labels, tick_label, titled_figure)
 from .tables import describe_column
@@ -21,7 +21,8 @@ from .tables import describe_column
 
 def metric_vs_knob_band(points: pd.DataFrame, knob: str, metric: str, series: str | None = None) -> go.Figure:
     """Mean of `metric` against the swept `knob`, one line per value of `series`, each inside a shaded
-    95% confidence band over its repeats (the band closes on the line where a point ran once)."""
+    95% confidence band over its repeats (the range of the runs where they are too few for an interval,
+    closed on the line where a point ran once; the hover says which)."""
     knob_spec, metric_spec = describe_column(knob), describe_column(metric)
     fig = titled_figure(f"{metric_spec.label} vs {lower_first(knob_spec.label)}", knob_spec.title, metric_spec.title)
     rows = rows_with(points, [knob, "mean"])
@@ -31,17 +32,20 @@ def metric_vs_knob_band(points: pd.DataFrame, knob: str, metric: str, series: st
     for colour, (group, part) in zip(cycled_palette(), colour_groups(rows, series)):
         part = part.sort_values(knob, kind="stable")
         x = [tick_label(v) for v in part[knob]] if categorical else part[knob].tolist()
-        low = part["ci_low"].fillna(part["mean"]).tolist()
-        high = part["ci_high"].fillna(part["mean"]).tolist()
+        # Too few runs for an interval: the band spans their range; one run: it closes on the line.
+        low = part["ci_low"].fillna(part.get("min", part["mean"])).fillna(part["mean"]).tolist()
+        high = part["ci_high"].fillna(part.get("max", part["mean"])).fillna(part["mean"]).tolist()
+        spread = ["95% CI" if np.isfinite(ci) else ("range of the runs" if n > 1 else "one run")
+                  for ci, n in zip(part["ci_low"], part["n"])]
         fig.add_trace(go.Scatter(
             x=x + x[::-1], y=high + low[::-1], mode="lines", fill="toself", fillcolor=_translucent(colour, 0.2),
             line=dict(width=0), hoverinfo="skip", showlegend=False, legendgroup=group, name=f"{group} 95% CI",
         ))
         fig.add_trace(go.Scatter(
             x=x, y=part["mean"], mode="lines+markers", name=group, legendgroup=group, line=dict(color=colour),
-            customdata=np.column_stack([part["n"], part["std"], low, high]),
+            customdata=np.array(list(zip(part["n"], part["std"], low, high, spread)), dtype=object),
             hovertemplate=(f"{knob_spec.label}: %{{x}}<br>{metric_spec.label}: %{{y:.4g}} {metric_spec.unit}"
-                           f"<br>95% CI %{{customdata[2]:.4g}} to %{{customdata[3]:.4g}} {metric_spec.unit}"
+                           f"<br>%{{customdata[4]}} %{{customdata[2]:.4g}} to %{{customdata[3]:.4g}} {metric_spec.unit}"
                            "<br>std %{customdata[1]:.3g} over %{customdata[0]} runs"
                            "<extra>%{fullData.name}</extra>"),
         ))
@@ -52,9 +56,10 @@ def metric_vs_knob_band(points: pd.DataFrame, knob: str, metric: str, series: st
 
 
 def pareto_chart(runs: pd.DataFrame, x: str, y: str) -> go.Figure:
-    """One point per run; the runs no other run beats on both metrics are joined as the Pareto frontier and
-    labelled with their values of the settings that differ between the runs (every point hovers them).
-    Both columns need a better direction (describe_column), e.g. output tok/s against P99 TTFT."""
+    """One point per row: a run, or a sweep point's means with its run count in `n` (results.point_means); the
+    rows no other row beats on both metrics are joined as the Pareto frontier and labelled with their values
+    of the settings that differ between them (every point hovers them). Both columns need a better direction
+    (describe_column), e.g. output tok/s against P99 TTFT."""
     x_spec, y_spec = describe_column(x), describe_column(y)
     if x_spec.larger_is_better is None or y_spec.larger_is_better is None:
         raise ValueError(f"A Pareto front needs metrics with a better direction; {x} or {y} has none.")
@@ -64,16 +69,20 @@ def pareto_chart(runs: pd.DataFrame, x: str, y: str) -> go.Figure:
         return no_data(fig)
     on_front = pareto_front(rows[x], rows[y], x_spec.larger_is_better, y_spec.larger_is_better)
     labels = pd.Series(setting_labels(rows), index=rows.index)
+    means = "n" in rows  # sweep points: each the mean of its runs
+    who = "mean of %{customdata[0]} runs" if means else "run %{customdata[0]} %{customdata[1]}"
     hover = (f"{x_spec.label}: %{{x:.4g}} {x_spec.unit}<br>{y_spec.label}: %{{y:.4g}} {y_spec.unit}"
-             "<br>%{text}<br>run %{customdata[0]} %{customdata[1]}<extra>%{fullData.name}</extra>")
+             f"<br>%{{text}}<br>{who}<extra>%{{fullData.name}}</extra>")
+    identity = (lambda part: part[["n"]].to_numpy()) if means else run_identity
     others, front = rows[~on_front], rows[on_front].sort_values(x, kind="stable")
-    fig.add_trace(go.Scatter(x=others[x], y=others[y], mode="markers", name="Dominated runs", cliponaxis=False,
-                             marker=dict(size=8, color="lightgray"), customdata=run_identity(others),
+    dominated = "Dominated points" if means else "Dominated runs"
+    fig.add_trace(go.Scatter(x=others[x], y=others[y], mode="markers", name=dominated,
+                             cliponaxis=False, marker=dict(size=8, color="lightgray"), customdata=identity(others),
                              text=labels[others.index], hovertemplate=hover))
     fig.add_trace(go.Scatter(x=front[x], y=front[y], mode="lines+markers+text", name="Pareto frontier",
                              cliponaxis=False, marker=dict(size=10, color=PALETTE[0]), line=dict(color=PALETTE[0]),
                              text=labels[front.index], textposition=inward_label_positions(front[x], rows[x]),
-                             customdata=run_identity(front),
+                             customdata=identity(front),
                              hovertemplate=hover))
     pad_axis(fig, "x", rows[x])
     pad_axis(fig, "y", rows[y])
@@ -82,7 +91,8 @@ def pareto_chart(runs: pd.DataFrame, x: str, y: str) -> go.Figure:
 
 def goodput_vs_load(runs: pd.DataFrame, load: str, goodput: str, target: float) -> go.Figure:
     """Goodput (or SLO attainment) of every run against the load, the mean per load as a line, the
-    target as a dashed line, and the highest load that meets it (interpolated) as a marked point."""
+    target as a dashed line, and the highest load that meets it (interpolated) as a marked point, with the
+    rule that chose it written on the chart (and the lower loads that miss, where there are any)."""
     load_spec, goodput_spec = describe_column(load), describe_column(goodput)
     fig = titled_figure(f"{goodput_spec.label} vs {lower_first(load_spec.label)}", load_spec.title, goodput_spec.title)
     rows = rows_with(runs, [load, goodput])
@@ -103,8 +113,7 @@ def goodput_vs_load(runs: pd.DataFrame, load: str, goodput: str, target: float) 
                   annotation_text=f"Target {target:.4g} {goodput_spec.unit}".rstrip())
     limit = highest_load_meeting(rows[load], rows[goodput], target)
     if limit is None:
-        fig.add_annotation(text="No load meets the target", x=0.5, y=1.0, xref="paper", yref="paper",
-                           showarrow=False, yanchor="bottom")
+        note = "No load meets the target"
     else:
         fig.add_trace(go.Scatter(
             x=[limit], y=[target], mode="markers", name="Highest load meeting the target",
@@ -112,6 +121,14 @@ def goodput_vs_load(runs: pd.DataFrame, load: str, goodput: str, target: float) 
             hovertemplate=f"Highest load meeting the target: %{{x:.4g}} {load_spec.unit}<extra></extra>",
         ))
         fig.add_vline(x=limit, line=dict(dash="dot", color="crimson"))
+        note = LOAD_LIMIT_RULE
+        missing = loads_missing_below(rows[load], rows[goodput], target, limit)
+        if missing:
+            note += (f"<br>Not monotonic: {lower_first(load_spec.label)} {', '.join(map(tick_label, missing))} "
+                     "below it misses the target")
+            fig.update_layout(margin_t=90)  # room for the second line under the title
+    fig.add_annotation(text=note, x=0.5, y=1.0, xref="paper", yref="paper", showarrow=False, yanchor="bottom",
+                       font=dict(size=11))
     return fig
 
 

@@ -19,8 +19,8 @@ import pandas as pd
 
 from ..config import SETTINGS
 from ..measure.catalog import (
-    CATALOG, COMPARED_COLUMNS, NOT_MEASURED, NOT_REPORTED, PERCENTILES, SPECULATIVE_COLUMNS, VALUE, WORKLOAD_METRICS,
-    column_direction, column_label, find_column, percentile_key, sampled_values, with_derived,
+    CATALOG, COMPARED_COLUMNS, METRICS, NOT_MEASURED, NOT_REPORTED, PER_1K_MIN_PROMPT, PERCENTILES, SPECULATIVE_COLUMNS,
+    VALUE, WORKLOAD_METRICS, column_direction, column_label, find_column, percentile_key, sampled_values, with_derived,
 )
 from ..measure.stats import compare
 
@@ -76,6 +76,11 @@ def describe_column(name: str) -> ColumnSpec:
         setting = _SETTINGS[name]
         return ColumnSpec(name, setting.shown_label, setting.unit, None)
     return ColumnSpec(name, name.replace("_", " ").capitalize(), "", None)
+
+
+def count_of(n: int, plural: str) -> str:
+    """"1 request", "2 requests", "1,200 gaps": a count with its noun in the number it takes."""
+    return f"{n:,} {plural.removesuffix('s') if n == 1 else plural}"
 
 
 def format_number(value) -> str:
@@ -137,6 +142,21 @@ def percentile_table(summary: dict, percentiles: Sequence[float], stream_output:
     table = pd.DataFrame.from_dict(rows, orient="index", columns=columns, dtype=float)
     table.index.name = "metric"
     return table
+
+
+def per_1k_input_caveat(summary: Mapping[str, Any]) -> str:
+    """Why the table's TTFT per 1,000 input tokens means nothing for this run, or "": its prompts are short
+    (a 1-token prompt multiplies a fixed 1.5 s TTFT into 1,500,000 ms per 1,000 tokens)."""
+    metric = METRICS["ttft_per_1k_input"]
+    completed = _number(summary.get("completed"))
+    if metric.mean_column not in summary or not completed > 0:
+        return ""
+    mean_prompt = _number(summary.get("total_input_tokens")) / completed
+    if not mean_prompt < PER_1K_MIN_PROMPT:
+        return ""
+    tokens = "token" if mean_prompt == 1 else "tokens"
+    return (f"{metric.label} means little here: the prompts average {format_number(mean_prompt)} {tokens} (under "
+            f"{PER_1K_MIN_PROMPT}), so TTFT is mostly fixed cost, and scaling it to 1,000 tokens multiplies that.")
 
 
 def throughput_table(summary: dict) -> pd.DataFrame:
