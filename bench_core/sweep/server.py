@@ -20,8 +20,6 @@ import string
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -161,11 +159,13 @@ class ServerProcess:
 
 
 def _answers(url: str) -> bool:
+    from ..engines.openai_client import ServerError, http_get  # aiohttp is imported only once a server starts
+
     try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status == 200
-    except (OSError, urllib.error.HTTPError, ValueError):
+        http_get(url, timeout_s=2)
+    except ServerError:
         return False
+    return True
 
 
 def _signal_group(pid: int, signum: int) -> None:
