@@ -282,7 +282,11 @@ def parse_server_value(text: str) -> int | float | str:
 
 def server_settings_of(config: RunConfig) -> dict[str, Any]:
     """The server settings a run's config records (empty: not a server the sweep started)."""
-    text = config.engine.server_settings
+    return parse_server_settings(config.engine.server_settings)
+
+
+def parse_server_settings(text: str) -> dict[str, Any]:
+    """A server_settings value (a JSON object, or "") as the settings it records."""
     return dict(json.loads(text)) if text else {}
 
 

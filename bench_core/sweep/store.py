@@ -27,7 +27,7 @@ from ..errors import ConfigError, HistoryError
 from ..redact import MASK, redact, redact_text
 from ..store.history import History
 from ..states import RunState
-from .plan import PlannedRun, SweepPlan
+from .plan import PlannedRun, SweepPlan, parse_server_settings
 
 SWEEP_ID = "sweep_id"
 SWEEP_REPEAT = "sweep_repeat"
@@ -185,7 +185,7 @@ def _point_of_row(plan: SweepPlan, row: pd.Series) -> dict[str, Any]:
 
 def _server_settings(cell: Any) -> dict[str, Any]:
     try:
-        return dict(json.loads(cell)) if isinstance(cell, str) and cell else {}
+        return parse_server_settings(cell) if isinstance(cell, str) else {}
     except (ValueError, TypeError):  # a hand-edited history: no settings rather than no history
         return {}
 
