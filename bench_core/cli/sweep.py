@@ -267,13 +267,13 @@ def print_capacities(capacities, plan: SweepPlan) -> None:
         if capacity.probes:
             print(f"Probes of {search.setting}{where} ({goal}):")
             print(probe_table(capacity.probes).to_string(index=False))
-        best = capacity.found
-        above = [p["load"] for p in capacity.probes if not p["met"] and (best is None or p["load"] > best)]
-        missed = f"; {min(above):g} missed it ({', '.join(capacity.runs_at(min(above)))})" if above else ""
+        best, lowest_missed = capacity.found, capacity.lowest_missed
+        missed = "" if lowest_missed is None else (
+            f"; {lowest_missed:g} missed it ({', '.join(capacity.runs_at(lowest_missed))})")
         if best is None:
             print(f"No {search.setting}{where} met the target ({goal}){missed}.")
         else:
-            limit = "" if above else f" (the highest probed, --find-max-limit {search.limit:g})"
+            limit = "" if lowest_missed is not None else f" (the highest probed, --find-max-limit {search.limit:g})"
             print(f"Highest {search.setting}{where} meeting {goal}: {best:g}{limit}, "
                   f"shown by {', '.join(capacity.runs_at(best))}{missed}.")
         if capacity.error:

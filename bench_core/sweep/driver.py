@@ -262,8 +262,17 @@ class Capacity:
     error: str = ""  # why the search stopped before its end (a probe that could not run)
 
     @property
+    def search_probes(self) -> list[find_max.Probe]:
+        return [find_max.Probe(p["load"], p["met"]) for p in self.probes]
+
+    @property
     def found(self) -> float | None:
-        return find_max.found([find_max.Probe(p["load"], p["met"]) for p in self.probes])
+        return find_max.found(self.search_probes)
+
+    @property
+    def lowest_missed(self) -> float | None:
+        """The lowest load that missed the target (None: none did); every load above `found` that missed is above it."""
+        return find_max.bounds(self.search_probes)[1]
 
     def runs_at(self, load: float | None) -> list[str]:
         return [p["run_id"] for p in self.probes if p["load"] == load]
@@ -312,8 +321,7 @@ class FindMaxRun(SweepRun):
             capacity = Capacity(point)
             with self._lock:
                 self.capacities.append(capacity)
-            while (load := find_max.next_load(search, [find_max.Probe(p["load"], p["met"])
-                                                        for p in capacity.probes])) is not None:
+            while (load := find_max.next_load(search, capacity.search_probes)) is not None:
                 probe = self._replayed(point, load) or self._probe(point, load)
                 if probe is None:
                     self._interrupted = True
@@ -331,7 +339,7 @@ class FindMaxRun(SweepRun):
             return None
         row = same.iloc[-1]
         return {"load": load, "met": bool(row["met"]), "attainment": float(row["attainment"]),
-                "run_id": row["run_id"], "stopped_early": row["stopped_early"], "replayed": True}
+                "run_id": row["run_id"], "stopped_early": row["stopped_early"]}
 
     def _probe(self, point: dict, load: float) -> dict | str | None:
         """One probe run: its journal entry; a string saying why it could not measure; None when cancelled."""
