@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,17 +37,12 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from bench_core.sweep.server import free_port
+
 TOKENS_BEFORE_CUT = 3
 API_KEY = "sk-test-not-a-secret"
 REUSE_PORTS: set[int] = set()
 CHUNK_GAP_S = 0.01
-
-
-def free_port() -> int:
-    """A port nothing listens on right now (connections to it are refused)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _wait_healthy(url: str, process: subprocess.Popen, log: Path, timeout_s: float) -> None:
