@@ -96,10 +96,6 @@ class ServerProcess:
         self.command, self.log_path = command, log_path
         self._process: subprocess.Popen | None = None
 
-    @property
-    def pid(self) -> int | None:
-        return None if self._process is None else self._process.pid
-
     def start(self) -> None:
         """Launch the command in a new session (its own process group), its output into the log; ServerFailed
         when it cannot be launched at all (no such program)."""
