@@ -119,17 +119,12 @@ def probes_of(history: History, sweep_id: str) -> pd.DataFrame:
 
 
 def finished_runs(history_runs: pd.DataFrame, plan: SweepPlan) -> pd.DataFrame:
-    """The history rows (`History.load()`) of the plan's finished runs, numbered from 0."""
-    # An empty or older history lacks some of these columns: they come back empty, never as a KeyError.
-    return sweep_rows(history_runs, plan, (RunState.FINISHED,))
-
-
-def sweep_rows(history_runs: pd.DataFrame, plan: SweepPlan, states: tuple[str, ...]) -> pd.DataFrame:
-    """The history rows of the plan's runs that ended in one of `states`, numbered from 0; a swept server setting
+    """The history rows (`History.load()`) of the plan's finished runs, numbered from 0; a swept server setting
     becomes a column of its own, read from the row's server_settings."""
+    # An empty or older history lacks some of these columns: they come back empty, never as a KeyError.
     columns = [SWEEP_ID, SWEEP_REPEAT, "status", SERVER_SETTINGS, *(axis.name for axis in plan.axes)]
     frame = history_runs.reindex(columns=list(dict.fromkeys([*history_runs.columns, *columns])))
-    mine = (frame[SWEEP_ID].astype(str) == plan.sweep_id) & frame["status"].astype(str).isin(states)
+    mine = (frame[SWEEP_ID].astype(str) == plan.sweep_id) & (frame["status"].astype(str) == RunState.FINISHED)
     frame = frame[mine].reset_index(drop=True)
     for axis in plan.axes:
         if axis.server:
