@@ -5,7 +5,8 @@
 GET /v1/models lists the model "load-test"; POST /v1/completions streams max_tokens chunks of " tok", the first
 after S ms times the requests in flight when it arrived (itself included: latency rises with load, so a
 concurrency of K answers within (K + 0.5) * S ms and K + 1 does not), then one every D ms, then the usage and
-[DONE]. Its first line on stdout says its pid. --mode changes how it behaves: "ok" serves; "exit" says why and
+[DONE]; with --api-key-from-env VAR, a request without `Authorization: Bearer $VAR` gets 401. Its first line on
+stdout says its pid. --mode changes how it behaves: "ok" serves; "exit" says why and
 exits with code 3 before listening; "hang" never listens (it seems to load forever); "die" serves, but exits
 (code 1, no goodbye) when its second completion request arrives.
 """
@@ -30,6 +31,7 @@ def main() -> None:
     parser.add_argument("--token-delay-ms", type=float, default=10.0)
     parser.add_argument("--ttft-step-ms", type=float, default=0.0)
     parser.add_argument("--mode", choices=("ok", "exit", "hang", "die"), default="ok")
+    parser.add_argument("--api-key-from-env", metavar="VAR", help="answer 401 to requests without Bearer $VAR")
     args = parser.parse_args()
     print(f"load_server pid {os.getpid()} mode {args.mode} port {args.port}", flush=True)
     if args.mode == "exit":
@@ -68,7 +70,14 @@ def main() -> None:
         finally:
             state["in_flight"] -= 1
 
-    app = web.Application()
+    @web.middleware
+    async def key_check(request: web.Request, handler):
+        expected = f"Bearer {os.environ[args.api_key_from_env]}" if args.api_key_from_env else None
+        if expected is not None and request.headers.get("Authorization") != expected:
+            return web.json_response({"error": "invalid api key"}, status=401)
+        return await handler(request)
+
+    app = web.Application(middlewares=[key_check])
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/completions", completions)
     web.run_app(app, host="127.0.0.1", port=args.port, print=None)

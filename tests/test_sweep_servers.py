@@ -243,6 +243,12 @@ def test_a_search_that_meets_the_target_up_to_its_limit_stops_there():
     (["--server-cmd", SERVER, "--find-max", "request_rate"], "error: --find-max looks for the highest load within an SLO"),
     (["--server-cmd", SERVER, "--find-max", "request_rate", "--slo-ttft-ms", "100", "--goodput-target", "1.5"],
      "error: --goodput-target is the fraction of requests within the SLO"),
+    (["--server-cmd", SERVER, "--find-max", "max_concurrency", "--slo-ttft-ms", "100", "--find-max-limit", "0"],
+     "error: --find-max-limit must be at least --find-max-start (1); got 0."),
+    (["--server-cmd", SERVER, "--server-start-timeout", "0", "--sweep", "num_prompts=2,4"],
+     "error: --server-start-timeout is the seconds a server has to answer: above 0, not 0."),
+    (["--server-cmd", "lmdeploy-serve-typo --port {port}", "--sweep", "num_prompts=2,4"],
+     "error: The server command's program 'lmdeploy-serve-typo' is not on this machine"),
 ])
 def test_a_server_sweep_that_cannot_work_is_one_line_exit_2_and_nothing_written(args, message, tmp_path):
     proc = bench(tmp_path, *SMALL_RUN, *args, timeout=60)
@@ -268,6 +274,14 @@ def _numbers(values) -> list:
     if isinstance(values, dict):
         return np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]).tolist()
     return list(values)
+
+
+def test_a_server_that_asks_for_the_api_key_is_asked_with_it_until_it_answers(tmp_path, tiny_model_path):
+    # The server reads its key where the run's key comes from, $OPENAI_API_KEY: unasked, it answers 401 only.
+    proc = bench(tmp_path, *SMALL_RUN, "--server-cmd", f"{SERVER} --api-key-from-env OPENAI_API_KEY",
+                 "--sweep", "num_prompts=2", "--server-start-timeout", "60", OPENAI_API_KEY="sk-sweep-key")
+    assert proc.returncode == 0, proc.stderr
+    assert rows_of(tmp_path)["status"].tolist() == ["finished"]
 
 
 def test_a_credential_on_the_server_command_is_not_saved_and_its_sweep_cannot_restart_its_server(tmp_path,

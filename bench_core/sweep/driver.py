@@ -202,7 +202,8 @@ class SweepRun:
         try:
             try:
                 server.start()
-                up = server.wait_ready(config.engine.base_url, self.plan.server_start_timeout_s, self._cancel)
+                up = server.wait_ready(config.engine.base_url, config.engine.api_key, self.plan.server_start_timeout_s,
+                                       self._cancel)
                 if up and not config.engine.model:  # the history names the model the server serves
                     from ..engines.openai_client import discover_model
 

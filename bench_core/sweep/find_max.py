@@ -48,9 +48,12 @@ class FindMax:
                               f"not {self.target:g}.")
         if not self.precision > 0:
             raise ConfigError(f"--find-max-precision must be above 0 (0.1: within 10%), not {self.precision:g}.")
-        if not 0 < self.start <= self.limit or (self.integer and self.start != int(self.start)):
+        if not self.start > 0 or (self.integer and self.start != int(self.start)):
             kind = "a whole number from 1" if self.integer else "above 0"
             raise ConfigError(f"--find-max-start must be {kind}, at most --find-max-limit; got {self.start:g}.")
+        if self.limit < self.start:
+            raise ConfigError(f"--find-max-limit must be at least --find-max-start ({self.start:g}); got "
+                              f"{self.limit:g}.")
 
     @property
     def integer(self) -> bool:

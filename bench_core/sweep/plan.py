@@ -24,7 +24,7 @@ from ..errors import ConfigError
 from ..redact import MASK
 from ..run.preflight import length_problems
 from .find_max import FindMax
-from .server import DEFAULT_START_TIMEOUT_S, PORT, remember_command_secrets, template_fields
+from .server import DEFAULT_START_TIMEOUT_S, PORT, missing_program, remember_command_secrets, template_fields
 
 MAX_AXES = 2
 
@@ -115,6 +115,9 @@ class SweepPlan:
             raise ConfigError("Server settings are swept only with --server-cmd.")
         if self.server_cmd:
             self._check_server_fields()
+            if not self.server_start_timeout_s > 0:
+                raise ConfigError(f"--server-start-timeout is the seconds a server has to answer: above 0, not "
+                                  f"{self.server_start_timeout_s:g}.")
 
     def _check_server_fields(self) -> None:
         """Every field of the server command has a value, and every server setting given is one of its fields."""
@@ -188,6 +191,9 @@ class SweepPlan:
             raise ConfigError("The sweep's saved server command masks a credential, so its server cannot be started "
                               "again from it: start a new sweep, with the credential in an environment variable the "
                               "server reads.")
+        if self.server_cmd and runs_here and (missing := missing_program(self.server_cmd)):
+            raise ConfigError(f"The server command's program '{missing}' is not on this machine (not on PATH, nor a "
+                              "file that can be run): check its spelling, or give its full path.")
         backend = self.base.engine.backend
         unused = [setting(axis.name) for axis in self.axes
                   if not axis.server and setting(axis.name).is_knob and not setting(axis.name).applies(backend=backend)]

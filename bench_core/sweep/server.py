@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import os
 import shlex
+import shutil
 import signal
 import socket
 import string
@@ -58,6 +59,12 @@ def template_fields(template: str) -> list[str]:
         raise ConfigError("The server command has no {port} field: the sweep chooses a free port for each run and "
                           "reaches the server there.")
     return list(dict.fromkeys(names))
+
+
+def missing_program(template: str) -> str | None:
+    """The template's program when this machine has no such program to run (a field in its name is not judged)."""
+    program = shlex.split(template)[0]
+    return None if "{" in program or shutil.which(program) is not None else program
 
 
 def remember_command_secrets(template: str) -> None:
@@ -113,15 +120,16 @@ class ServerProcess:
         """None while the server runs."""
         return None if self._process is None else self._process.poll()
 
-    def wait_ready(self, base_url: str, timeout_s: float, cancel: threading.Event) -> bool:
-        """Wait until GET {base_url}/v1/models answers 200: True; False when `cancel` was set first. ServerFailed when
-        the server exits first or `timeout_s` passes."""
+    def wait_ready(self, base_url: str, api_key: str | None, timeout_s: float, cancel: threading.Event) -> bool:
+        """Wait until GET {base_url}/v1/models answers 200 (asked with the run's API key, as a server started with
+        one requires): True; False when `cancel` was set first. ServerFailed when the server exits first or
+        `timeout_s` passes."""
         deadline = time.monotonic() + timeout_s
         while not cancel.is_set():
             code = self.exit_code()
             if code is not None:
                 raise ServerFailed(f"The server exited with code {code} before it answered.{self.log_tail()}")
-            if _answers(base_url + "/v1/models"):
+            if _answers(base_url + "/v1/models", api_key):
                 return True
             if time.monotonic() > deadline:
                 raise ServerFailed(f"The server did not answer GET /v1/models within {timeout_s:g} s "
@@ -154,11 +162,11 @@ class ServerProcess:
         return f" Its log ({self.log_path}) ends: {' | '.join(redact_text(line) for line in last)}." if last else ""
 
 
-def _answers(url: str) -> bool:
+def _answers(url: str, api_key: str | None) -> bool:
     from ..engines.openai_client import ServerError, http_get  # aiohttp is imported only once a server starts
 
     try:
-        http_get(url, timeout_s=2)
+        http_get(url, api_key, timeout_s=2)
     except ServerError:
         return False
     return True
