@@ -136,9 +136,7 @@ class History:
         self._tidied = False
         self._journals: dict[str, RunJournal] = {}  # of the runs measuring now, by run id, until `record` ends them
         self._claims: dict[str, FolderLock] = {}  # folders `tidy` holds, to record what their dead writer left
-        self._snapshot: Snapshot | None = None  # the file as last read, while its key is `_snapshot_key`
-        self._snapshot_key: tuple | None = None
-        self._sidecar_digest: str | None = None  # what the sidecar holds, as far as this History knows
+        self._snapshot: Snapshot | None = None  # the file as last read
         self._reading = threading.Lock()
 
     def take_notices(self) -> list[str]:
@@ -159,11 +157,10 @@ class History:
         known = self._snapshot
         if known is not None and known.rows is None and rows:
             known = None
-        if known is not None and key is not None and key == self._snapshot_key:
+        if known is not None and key is not None and key == known.key:
             return known
         if known is None and not rows and key is not None:
             known = read_sidecar(self.root / SIDECAR_FILE)
-            self._sidecar_digest = known and known.digest
         snapshot = None
         if known is not None:
             with contextlib.suppress(OSError):  # the full read below says what is wrong
@@ -173,18 +170,18 @@ class History:
             self._notice_moved(table.moved)
             snapshot = Snapshot.parsed(table)
         # The key was taken before the bytes were read: a write in between leaves a key that differs next time.
+        snapshot.key = key if key is not None and key[2] == snapshot.size else None
         self._snapshot = snapshot
-        self._snapshot_key = key if key is not None and key[2] == snapshot.size else None
         return snapshot
 
     def _save_index(self) -> None:
-        """After a write: the sidecar describes the file as it now is, for the next process to start from. Only
-        writes update it: reading a history changes no file. A cache: what goes wrong here is no failure of the write."""
+        """After a write that changed the file: the sidecar describes the file as it now is, for the next process to
+        start from. Only writes update it: reading a history changes no file. A cache: what goes wrong here is no
+        failure of the write."""
         with contextlib.suppress(HistoryError, OSError):
             snapshot = self._read(rows=False)
-            if snapshot.size and snapshot.digest != self._sidecar_digest:
+            if snapshot.size:
                 write_sidecar(self.root / SIDECAR_FILE, snapshot)
-                self._sidecar_digest = snapshot.digest
 
     def _notice_moved(self, moved: list[int]) -> None:
         if moved:
@@ -381,7 +378,8 @@ class History:
         if self.csv_path.exists():
             self._read(rows=False)
             removed = csvstore.rewrite(self.csv_path, lambda row: row.get("run_id") not in doomed)
-            self._save_index()
+            if removed:
+                self._save_index()
         for folder in folders:
             shutil.rmtree(folder, ignore_errors=True)
         return removed

@@ -57,6 +57,7 @@ class Snapshot:
     rows: list[dict[str, str]] | None  # None: known from the sidecar, not parsed by this process
     frame: pd.DataFrame | None = None  # History.load's typed table of these rows, once asked for
     earlier_frame: pd.DataFrame | None = None  # that of the first rows, before rows were appended
+    key: FileKey | None = None  # the file's (file_key) when it held exactly these bytes; None: not known
     _positions: dict[str, int] | None = field(default=None, repr=False)
 
     @classmethod
