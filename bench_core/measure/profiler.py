@@ -77,12 +77,16 @@ class Session:
         self.reason = reason
         self.extra = extra
         self.length_status = length_status
+        self.pack_ticks()
+        # The status is written last: a reader that sees it set also sees the time, reason and ticks.
+        self.status = status
+
+    def pack_ticks(self) -> None:
+        """Keep the ticks of a finished request as compact arrays."""
         try:
             self.ts, self.ns = array("d", self.ts), array("q", self.ns)
         except (TypeError, OverflowError):  # token counts that are not integers stay as given
             pass
-        # The status is written last: a reader that sees it set also sees the time, reason and ticks.
-        self.status = status
 
     @property
     def finished(self) -> bool:
