@@ -44,7 +44,7 @@ from ..measure import metrics
 from . import leftovers as history_leftovers
 from .journal import JOURNAL_FILE, FolderLock, RunJournal, read_journal
 from ..measure.catalog import lmdeploy_row, server_columns, telemetry_columns
-from ..measure.profiler import Session, new_profiler
+from ..measure.profiler import Session, rebuilt_profiler
 from .history_index import SIDECAR_FILE, Snapshot, file_key, read_sidecar, write_sidecar
 from ..config import SETTINGS, RunConfig, applied_engine_settings
 from ..engines import server_metrics as server_samples
@@ -528,10 +528,7 @@ def _journaled_record(folder: Path) -> RunRecord | None:
     for session in sessions:
         if not session.finished:
             session.reason = UNHEARD
-    profiler = new_profiler(config)
-    profiler.sessions = sessions
-    profiler.start(t_start)
-    profiler.finish(last)
+    profiler = rebuilt_profiler(config, sessions, t_start, last)
     requests = profiler.request_table()
     summary = run_metrics(config, requests, profiler.elapsed_time)
     return RunRecord(
