@@ -296,7 +296,7 @@ class History:
         if record.roofline is not None:
             _write_json(folder / ROOFLINE_FILE, record.roofline)
         row = history_row(record)
-        _write_json(folder / ROW_FILE, {key: "" if value is None else str(value) for key, value in row.items()})
+        _write_json(folder / ROW_FILE, {key: csvstore.cell_text(value) for key, value in row.items()})
         csvstore.append_row(self.csv_path, row)
         (folder / JOURNAL_FILE).unlink(missing_ok=True)
         self._save_index()
