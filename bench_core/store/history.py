@@ -135,7 +135,6 @@ class History:
         self.notices: list[str] = []  # what reading or tidying did to the files, for the user to hear once
         self._tidied = False
         self._journals: dict[str, RunJournal] = {}  # of the runs measuring now, by run id, until `record` ends them
-        self._claims: dict[str, FolderLock] = {}  # folders `tidy` holds, to record what their dead writer left
         self._snapshot: Snapshot | None = None  # the file as last read
         self._reading = threading.Lock()
 
@@ -209,8 +208,8 @@ class History:
                 claims.pop(folder).release()
         found = history_leftovers.Recovered()
         try:  # the rows go in before the locks go: another start that takes one finds its row
-            for folder, lock in claims.items():
-                self._recover(folder, lock, found)
+            for folder in claims:
+                self._recover(folder, found)
             if found.rows:
                 csvstore.append_rows(self.csv_path, found.rows)
             removed = history_leftovers.remove([*leftovers.tmp_files, *found.unusable])
@@ -220,20 +219,18 @@ class History:
         if notice := history_leftovers.describe(self.runs_dir, found, removed):
             self.notices.append(notice)
 
-    def _recover(self, folder: Path, lock: FolderLock, found: history_leftovers.Recovered) -> None:
-        """Note in `found` what the folder of a run without a row gives back, its writer gone (`lock` held here)."""
+    def _recover(self, folder: Path, found: history_leftovers.Recovered) -> None:
+        """Note in `found` what the folder of a run without a row gives back, its writer gone (the caller holds its
+        lock)."""
         if (row := _row_of(folder)) is not None:
             found.rows.append(row)
             found.put_back.append(folder.name)
             (folder / JOURNAL_FILE).unlink(missing_ok=True)
         elif (record := _journaled_record(folder)) is not None:
-            self._claims[folder.name] = lock
-            try:
-                self.record(record)
+            try:  # as `record` writes a run, under the lock that `tidy` holds
+                self._write_run(folder, record)
             except (OSError, HistoryError):  # a folder or history that takes no write now: left for a later start
                 return
-            finally:
-                self._claims.pop(folder.name, None)
             found.journaled.append(folder.name)
         elif (row := _recovered_row(folder)) is not None:
             found.rows.append(row)
@@ -273,13 +270,11 @@ class History:
         folder = self.run_dir(record.run_id)
         self._read(rows=False)
         journal = self._journals.pop(record.run_id, None)
-        claim = self._claims.get(record.run_id)  # held by the tidy that recovers the run, which releases it
-        lock = journal.end() if journal is not None else claim or FolderLock.hold(folder)
+        lock = journal.end() if journal is not None else FolderLock.hold(folder)
         try:
             self._write_run(folder, record)
         finally:
-            if lock is not claim:
-                lock.release()
+            lock.release()
 
     def _write_run(self, folder: Path, record: RunRecord) -> None:
         flat_config = redact(record.config.to_flat_dict())
