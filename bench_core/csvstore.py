@@ -282,8 +282,13 @@ def _read_header(path: Path) -> list[str]:
     return header
 
 
+def cell_text(value: object) -> str:
+    """The text a value is written as (before `spreadsheet_safe`): None as an empty cell."""
+    return "" if value is None else str(value)
+
+
 def _cell(value: object) -> str:
-    return spreadsheet_safe("" if value is None else str(value))
+    return spreadsheet_safe(cell_text(value))
 
 
 def spreadsheet_safe(text: str) -> str:

@@ -109,12 +109,14 @@ class StartQuestion:
     free: str  # said instead when that has ended meanwhile
     labels: tuple[str, str]  # the confirm button's: while something runs, once nothing does
 
-    def render(self, running: Sequence[str], on_confirm: Callable[[], None]) -> None:
-        """The question while something waits: `running` named, then start it or not; a failed start, once."""
+    def render(self, running_now: Callable[[], Sequence[str]], on_confirm: Callable[[], None]) -> None:
+        """The question while something waits: what is running named (`running_now`, asked only then: every
+        rerun of the page comes here), then start it or not; a failed start, once."""
         if self.error in st.session_state:
             st.error(plain(st.session_state.pop(self.error)))
         if st.session_state.get(self.pending) is None:
             return
+        running = running_now()
         if running:
             st.warning(plain(self.busy.format(running="; ".join(running))))
         else:
@@ -146,8 +148,12 @@ RUN_QUESTION = StartQuestion(
 
 def render_confirmation() -> None:
     """Ask before queueing the pending start behind the active runs; confirming queues it and shows it."""
+    RUN_QUESTION.render(_running_now, _confirm)
+
+
+def _running_now() -> list[str]:
     runner = get_runner()
-    RUN_QUESTION.render([describe(run, runner) for run in active_runs(runner)], _confirm)
+    return [describe(run, runner) for run in active_runs(runner)]
 
 
 def _confirm() -> None:

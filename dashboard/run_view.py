@@ -71,9 +71,9 @@ def describe_config(config: RunConfig) -> str:
     data, load = config.dataset, config.load
     chosen = [declared for declared in of_part(Part.DATASET) if declared.datasets
               and declared.applies(dataset_name=data.dataset_name) and config.value(declared.name) is not None]
-    drawn = [name for name in RANDOM_LENGTHS if name in {declared.name for declared in chosen}]
+    # The span drawn, not the ratio to decode.
     random = [describe_random_lengths(data.random_input_len, data.random_output_len, data.random_range_ratio)
-              ] if len(drawn) == len(RANDOM_LENGTHS) else []  # the span drawn, not the ratio to decode
+              ] if {declared.name for declared in chosen} >= set(RANDOM_LENGTHS) else []
     lengths = ", ".join(random + [f"{lower_first(declared.shown_label)} {format_value(config.value(declared.name))}"
                                   + (f" {declared.unit}" if declared.unit else "") for declared in chosen
                                   if not random or declared.name not in RANDOM_LENGTHS]) or "conversation lengths"

@@ -179,7 +179,7 @@ SWEEP_QUESTION = active_runs.StartQuestion(
 
 def render_confirmation() -> None:
     """Ask before starting the pending sweep beside what is running; confirming starts it and shows it."""
-    SWEEP_QUESTION.render(_running_now(), _confirm_start)
+    SWEEP_QUESTION.render(_running_now, _confirm_start)
 
 
 def _confirm_start() -> None:

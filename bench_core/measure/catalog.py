@@ -26,6 +26,7 @@ import pandas as pd
 from ..config.catalog import MAX_TURNS
 from ..load.arrivals import achieved_rate, in_flight_over_time
 from ..states import RequestStatus
+from .stats import UNBOUNDED
 
 PERCENTILES = "percentiles"  # stands for every configured percentile, p50 ... p99.9
 DISTRIBUTION = ("mean", "std", "min", "max", PERCENTILES)
@@ -40,7 +41,6 @@ PER_1K_MIN_PROMPT = 100
 NON_NEGATIVE = (0.0, math.inf)
 FRACTION = (0.0, 1.0)
 PERCENT = (0.0, 100.0)
-UNBOUNDED = (-math.inf, math.inf)
 
 
 @dataclass(frozen=True)

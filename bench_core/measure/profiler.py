@@ -77,12 +77,16 @@ class Session:
         self.reason = reason
         self.extra = extra
         self.length_status = length_status
+        self.pack_ticks()
+        # The status is written last: a reader that sees it set also sees the time, reason and ticks.
+        self.status = status
+
+    def pack_ticks(self) -> None:
+        """Keep the ticks of a finished request as compact arrays."""
         try:
             self.ts, self.ns = array("d", self.ts), array("q", self.ns)
         except (TypeError, OverflowError):  # token counts that are not integers stay as given
             pass
-        # The status is written last: a reader that sees it set also sees the time, reason and ticks.
-        self.status = status
 
     @property
     def finished(self) -> bool:
@@ -353,11 +357,20 @@ class Profiler:
 
 
 def new_profiler(config: RunConfig) -> Profiler:
-    """The profiler a run of `config` measures with (and rebuilds, where its sessions come from
-    elsewhere: another process, a run's journal)."""
+    """The profiler a run of `config` measures with."""
     by_rate = config.load.load_pattern == LoadPattern.REQUEST_RATE
     return Profiler(config.load.stream_output, list(config.percentiles), slo=config.slo, records_admissions=True,
                     max_in_flight=config.load.max_concurrency if by_rate else config.load.concurrency)
+
+
+def rebuilt_profiler(config: RunConfig, sessions: list[Session], t_start: float, t_finish: float) -> Profiler:
+    """The profiler of a run of `config` whose sessions and clock come from elsewhere (another process, a run's
+    journal), measured from `t_start` to `t_finish` (perf_counter)."""
+    profiler = new_profiler(config)
+    profiler.sessions = sessions
+    profiler.start(t_start)
+    profiler.finish(t_finish)
+    return profiler
 
 
 def certainly_outside_slo(sessions: Sequence[Session], slo: SLO) -> int:

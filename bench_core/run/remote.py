@@ -26,7 +26,7 @@ from time import perf_counter
 from typing import Any, Protocol
 
 from ..measure.live_snapshot import LiveSnapshot
-from ..measure.profiler import Session, new_profiler
+from ..measure.profiler import Session, rebuilt_profiler
 from ..states import RunState
 from .lifecycle import Job, PlaygroundJob, Run
 from .observer import JobObserver, StateChange
@@ -239,11 +239,8 @@ class Mirror:
         t_start, t_finish = measurement.clock
         if t_start is None:
             return
-        profiler = new_profiler(job.config)
-        profiler.sessions = self.sessions
-        profiler.start(t_start)
         for session in self.sessions:
             if not session.finished:
                 session.finish(Session.FAIL, reason, self.last_heard)
-        profiler.finish(t_finish if t_finish is not None else self.last_heard)
-        measurement.profiler = profiler
+        measurement.profiler = rebuilt_profiler(job.config, self.sessions, t_start,
+                                                t_finish if t_finish is not None else self.last_heard)

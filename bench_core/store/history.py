@@ -44,7 +44,7 @@ from ..measure import metrics
 from . import leftovers as history_leftovers
 from .journal import JOURNAL_FILE, FolderLock, RunJournal, read_journal
 from ..measure.catalog import lmdeploy_row, server_columns, telemetry_columns
-from ..measure.profiler import Session, new_profiler
+from ..measure.profiler import Session, rebuilt_profiler
 from .history_index import SIDECAR_FILE, Snapshot, file_key, read_sidecar, write_sidecar
 from ..config import SETTINGS, RunConfig, applied_engine_settings
 from ..engines import server_metrics as server_samples
@@ -135,10 +135,7 @@ class History:
         self.notices: list[str] = []  # what reading or tidying did to the files, for the user to hear once
         self._tidied = False
         self._journals: dict[str, RunJournal] = {}  # of the runs measuring now, by run id, until `record` ends them
-        self._claims: dict[str, FolderLock] = {}  # folders `tidy` holds, to record what their dead writer left
-        self._snapshot: Snapshot | None = None  # the file as last read, while its key is `_snapshot_key`
-        self._snapshot_key: tuple | None = None
-        self._sidecar_digest: str | None = None  # what the sidecar holds, as far as this History knows
+        self._snapshot: Snapshot | None = None  # the file as last read
         self._reading = threading.Lock()
 
     def take_notices(self) -> list[str]:
@@ -159,11 +156,10 @@ class History:
         known = self._snapshot
         if known is not None and known.rows is None and rows:
             known = None
-        if known is not None and key is not None and key == self._snapshot_key:
+        if known is not None and key is not None and key == known.key:
             return known
         if known is None and not rows and key is not None:
             known = read_sidecar(self.root / SIDECAR_FILE)
-            self._sidecar_digest = known and known.digest
         snapshot = None
         if known is not None:
             with contextlib.suppress(OSError):  # the full read below says what is wrong
@@ -173,18 +169,18 @@ class History:
             self._notice_moved(table.moved)
             snapshot = Snapshot.parsed(table)
         # The key was taken before the bytes were read: a write in between leaves a key that differs next time.
+        snapshot.key = key if key is not None and key[2] == snapshot.size else None
         self._snapshot = snapshot
-        self._snapshot_key = key if key is not None and key[2] == snapshot.size else None
         return snapshot
 
     def _save_index(self) -> None:
-        """After a write: the sidecar describes the file as it now is, for the next process to start from. Only
-        writes update it: reading a history changes no file. A cache: what goes wrong here is no failure of the write."""
+        """After a write that changed the file: the sidecar describes the file as it now is, for the next process to
+        start from. Only writes update it: reading a history changes no file. A cache: what goes wrong here is no
+        failure of the write."""
         with contextlib.suppress(HistoryError, OSError):
             snapshot = self._read(rows=False)
-            if snapshot.size and snapshot.digest != self._sidecar_digest:
+            if snapshot.size:
                 write_sidecar(self.root / SIDECAR_FILE, snapshot)
-                self._sidecar_digest = snapshot.digest
 
     def _notice_moved(self, moved: list[int]) -> None:
         if moved:
@@ -212,8 +208,8 @@ class History:
                 claims.pop(folder).release()
         found = history_leftovers.Recovered()
         try:  # the rows go in before the locks go: another start that takes one finds its row
-            for folder, lock in claims.items():
-                self._recover(folder, lock, found)
+            for folder in claims:
+                self._recover(folder, found)
             if found.rows:
                 csvstore.append_rows(self.csv_path, found.rows)
             removed = history_leftovers.remove([*leftovers.tmp_files, *found.unusable])
@@ -223,20 +219,18 @@ class History:
         if notice := history_leftovers.describe(self.runs_dir, found, removed):
             self.notices.append(notice)
 
-    def _recover(self, folder: Path, lock: FolderLock, found: history_leftovers.Recovered) -> None:
-        """Note in `found` what the folder of a run without a row gives back, its writer gone (`lock` held here)."""
+    def _recover(self, folder: Path, found: history_leftovers.Recovered) -> None:
+        """Note in `found` what the folder of a run without a row gives back, its writer gone (the caller holds its
+        lock)."""
         if (row := _row_of(folder)) is not None:
             found.rows.append(row)
             found.put_back.append(folder.name)
             (folder / JOURNAL_FILE).unlink(missing_ok=True)
         elif (record := _journaled_record(folder)) is not None:
-            self._claims[folder.name] = lock
-            try:
-                self.record(record)
+            try:  # as `record` writes a run, under the lock that `tidy` holds
+                self._write_run(folder, record)
             except (OSError, HistoryError):  # a folder or history that takes no write now: left for a later start
                 return
-            finally:
-                self._claims.pop(folder.name, None)
             found.journaled.append(folder.name)
         elif (row := _recovered_row(folder)) is not None:
             found.rows.append(row)
@@ -276,13 +270,11 @@ class History:
         folder = self.run_dir(record.run_id)
         self._read(rows=False)
         journal = self._journals.pop(record.run_id, None)
-        claim = self._claims.get(record.run_id)  # held by the tidy that recovers the run, which releases it
-        lock = journal.end() if journal is not None else claim or FolderLock.hold(folder)
+        lock = journal.end() if journal is not None else FolderLock.hold(folder)
         try:
             self._write_run(folder, record)
         finally:
-            if lock is not claim:
-                lock.release()
+            lock.release()
 
     def _write_run(self, folder: Path, record: RunRecord) -> None:
         flat_config = redact(record.config.to_flat_dict())
@@ -299,7 +291,7 @@ class History:
         if record.roofline is not None:
             _write_json(folder / ROOFLINE_FILE, record.roofline)
         row = history_row(record)
-        _write_json(folder / ROW_FILE, {key: "" if value is None else str(value) for key, value in row.items()})
+        _write_json(folder / ROW_FILE, {key: csvstore.cell_text(value) for key, value in row.items()})
         csvstore.append_row(self.csv_path, row)
         (folder / JOURNAL_FILE).unlink(missing_ok=True)
         self._save_index()
@@ -381,7 +373,8 @@ class History:
         if self.csv_path.exists():
             self._read(rows=False)
             removed = csvstore.rewrite(self.csv_path, lambda row: row.get("run_id") not in doomed)
-            self._save_index()
+            if removed:
+                self._save_index()
         for folder in folders:
             shutil.rmtree(folder, ignore_errors=True)
         return removed
@@ -530,10 +523,7 @@ def _journaled_record(folder: Path) -> RunRecord | None:
     for session in sessions:
         if not session.finished:
             session.reason = UNHEARD
-    profiler = new_profiler(config)
-    profiler.sessions = sessions
-    profiler.start(t_start)
-    profiler.finish(last)
+    profiler = rebuilt_profiler(config, sessions, t_start, last)
     requests = profiler.request_table()
     summary = run_metrics(config, requests, profiler.elapsed_time)
     return RunRecord(

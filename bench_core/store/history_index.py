@@ -41,8 +41,8 @@ def file_key(path: Path) -> FileKey | None:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
-def digest(data: bytes) -> str:
-    return hashlib.sha1(data, usedforsecurity=False).hexdigest()
+def _sha1(data: bytes | memoryview):
+    return hashlib.sha1(data, usedforsecurity=False)
 
 
 @dataclass
@@ -57,12 +57,14 @@ class Snapshot:
     rows: list[dict[str, str]] | None  # None: known from the sidecar, not parsed by this process
     frame: pd.DataFrame | None = None  # History.load's typed table of these rows, once asked for
     earlier_frame: pd.DataFrame | None = None  # that of the first rows, before rows were appended
+    key: FileKey | None = None  # the file's (file_key) when it held exactly these bytes; None: not known
     _positions: dict[str, int] | None = field(default=None, repr=False)
 
     @classmethod
     def parsed(cls, table: csvstore.CleanTable) -> Snapshot:
         header, rows = single_spelling(table.header, table.rows)
-        return cls(table.header, header, len(table.data), digest(table.data), [row["run_id"] for row in rows], rows)
+        return cls(table.header, header, len(table.data), _sha1(table.data).hexdigest(),
+                   [row["run_id"] for row in rows], rows)
 
     def row(self, run_id: str) -> dict[str, str] | None:
         """The first row of `run_id` (as a scan would find it); None when there is none."""
@@ -76,7 +78,10 @@ class Snapshot:
     def grown(self, data: bytes, keep: Callable[[dict[str, str]], bool]) -> Snapshot | None:
         """This snapshot with the rows `data` holds after the bytes it was read from; None unless `data` begins
         with those bytes, which hold a header, and every line after them is a row that `keep` keeps."""
-        if not self.file_header or len(data) < self.size or digest(data[:self.size]) != self.digest:
+        if not self.file_header or len(data) < self.size:
+            return None
+        hashed = _sha1(memoryview(data)[:self.size])
+        if hashed.hexdigest() != self.digest:
             return None
         added = csvstore.rows_after(self.file_header, data[self.size:])
         if added is None or not all(map(keep, added)):
@@ -84,7 +89,8 @@ class Snapshot:
         if not added:
             return self
         _, added = single_spelling(self.file_header, added)
-        return Snapshot(self.file_header, self.header, len(data), digest(data),
+        hashed.update(memoryview(data)[self.size:])  # the digest of all of `data`, its first bytes hashed once
+        return Snapshot(self.file_header, self.header, len(data), hashed.hexdigest(),
                         [*self.run_ids, *(row["run_id"] for row in added)],
                         None if self.rows is None else [*self.rows, *added],
                         earlier_frame=self.frame if self.frame is not None else self.earlier_frame)

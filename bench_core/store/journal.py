@@ -21,7 +21,6 @@ import contextlib
 import fcntl
 import json
 import os
-from array import array
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +28,7 @@ from ..measure.profiler import Session
 
 JOURNAL_FILE = "journal.jsonl"
 LOCK_FILE = ".writing"
-_SESSION_FIELDS = ("input_len", "req_output_len", "status", "reason", "finish_time", "extra", "admit_time",
-                   "length_status")
+_SESSION_FIELDS = tuple(name for name in Session.__slots__ if name not in ("ts", "ns"))  # kept as JSON lists
 
 
 class FolderLock:
@@ -135,8 +133,6 @@ def session_from_state(state: dict[str, Any]) -> Session:
     session = Session(state["input_len"], state["req_output_len"])
     for name in _SESSION_FIELDS:
         setattr(session, name, state[name])
-    try:
-        session.ts, session.ns = array("d", state["ts"]), array("q", state["ns"])
-    except (TypeError, OverflowError):  # token counts that are not integers, as Session.finish keeps them
-        session.ts, session.ns = state["ts"], state["ns"]
+    session.ts, session.ns = state["ts"], state["ns"]
+    session.pack_ticks()
     return session

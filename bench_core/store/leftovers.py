@@ -44,14 +44,6 @@ NOT_REBUILT = ("its duration is the last request's finish, not the measured one,
                "finished_at, load_seconds, warmup_seconds, the engine_* columns, sweep_id and sweep_repeat stay empty")
 
 
-def _last_change(path: Path) -> float:
-    """The newest modification time of a file, or of a folder and what is directly in it."""
-    times = [path.stat().st_mtime]
-    if path.is_dir():
-        times += [child.stat().st_mtime for child in path.iterdir()]
-    return max(times)
-
-
 def _entries(folder: str | Path) -> list[os.DirEntry]:
     """What is in `folder`: os.scandir, where pathlib's glob and stat took a second over a year of run folders."""
     with os.scandir(folder) as entries:
@@ -69,7 +61,7 @@ def find(root: Path, runs_dir: Path, recorded: set[str], now: float | None = Non
         tmp_files = [*root.glob(TMP_PATTERN), *(Path(entry.path) for folder in run_folders
                                                for entry in _entries(folder.path)
                                                if fnmatch.fnmatchcase(entry.name, TMP_PATTERN))]
-        leftovers.tmp_files = [path for path in tmp_files if path.is_file() and _last_change(path) < cutoff]
+        leftovers.tmp_files = [path for path in tmp_files if path.is_file() and path.stat().st_mtime < cutoff]
         leftovers.folders = [Path(folder.path) for folder in run_folders if folder.name not in recorded]
     except FileNotFoundError:  # another process tidied or wrote in between: the next start looks again
         return Leftovers()

@@ -127,8 +127,7 @@ def goodput_vs_load(runs: pd.DataFrame, load: str, goodput: str, target: float) 
             note += (f"<br>Not monotonic: {lower_first(load_spec.label)} {', '.join(map(tick_label, missing))} "
                      "below it misses the target")
             fig.update_layout(margin_t=90)  # room for the second line under the title
-    fig.add_annotation(text=note, x=0.5, y=1.0, xref="paper", yref="paper", showarrow=False, yanchor="bottom",
-                       font=dict(size=11))
+    _note_above(fig, note, font=dict(size=11))
     return fig
 
 
@@ -154,6 +153,12 @@ def knob_heatmap(points: pd.DataFrame, knob_x: str, knob_y: str, metric: str) ->
     fig.update_xaxes(type="category")
     fig.update_yaxes(type="category")
     return fig
+
+
+def _note_above(fig: go.Figure, text: str, font: dict | None = None) -> None:
+    """`text` centred between the title and the plot."""
+    fig.add_annotation(text=text, x=0.5, y=1.0, xref="paper", yref="paper", showarrow=False, yanchor="bottom",
+                       font=font)
 
 
 def _translucent(hex_colour: str, alpha: float) -> str:
@@ -189,8 +194,7 @@ def find_max_probes(probes: pd.DataFrame, load: str, target: float, found: float
     fig.add_hline(y=target, line=dict(dash="dash", color="gray"), annotation_position="bottom left",
                   annotation_text=f"Target {target:.4g}")
     if found is None:
-        fig.add_annotation(text="No load met the target", x=0.5, y=1.0, xref="paper", yref="paper",
-                           showarrow=False, yanchor="bottom")
+        _note_above(fig, "No load met the target")
     else:
         at = numbered[numbered["load"] == found]["attainment"].max()
         fig.add_trace(go.Scatter(x=[found], y=[at], mode="markers", name=f"Highest load meeting it: {found:g}",

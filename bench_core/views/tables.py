@@ -78,9 +78,10 @@ def describe_column(name: str) -> ColumnSpec:
     return ColumnSpec(name, name.replace("_", " ").capitalize(), "", None)
 
 
-def count_of(n: int, plural: str) -> str:
-    """"1 request", "2 requests", "1,200 gaps": a count with its noun in the number it takes."""
-    return f"{n:,} {plural.removesuffix('s') if n == 1 else plural}"
+def count_of(n: float, plural: str) -> str:
+    """"1 request", "2 requests", "1,200 gaps", "2.500 tokens": a number (`format_number`) with its noun in the
+    number it takes."""
+    return f"{format_number(n)} {plural.removesuffix('s') if n == 1 else plural}"
 
 
 def format_number(value) -> str:
@@ -154,8 +155,7 @@ def per_1k_input_caveat(summary: Mapping[str, Any]) -> str:
     mean_prompt = _number(summary.get("total_input_tokens")) / completed
     if not mean_prompt < PER_1K_MIN_PROMPT:
         return ""
-    tokens = "token" if mean_prompt == 1 else "tokens"
-    return (f"{metric.label} means little here: the prompts average {format_number(mean_prompt)} {tokens} (under "
+    return (f"{metric.label} means little here: the prompts average {count_of(mean_prompt, 'tokens')} (under "
             f"{PER_1K_MIN_PROMPT}), so TTFT is mostly fixed cost, and scaling it to 1,000 tokens multiplies that.")
 
 

@@ -139,7 +139,7 @@ def test_a_folder_moved_back_gets_its_row_back_at_once_byte_for_byte(unsaved):
     history.tidy()
 
     (notice,) = history.take_notices()
-    assert f"put back 1 run(s) missing from the history, as recorded" in notice and run_id in notice
+    assert "put back 1 run(s) missing from the history, as recorded" in notice and run_id in notice
     assert (root / "history.csv").read_bytes() == original  # every column, every digit
     (row,) = rows_of(root / "history.csv")
     assert row["finished_at"] and row["load_seconds"] and row["engine_backend"] and row["model_kind"]
