@@ -51,7 +51,9 @@ def test_a_double_click_queues_one_run_that_a_second_tab_and_every_page_show(pag
     banner.get_by_role("link", name="Open it").click()
     expect(second.get_by_role("heading", name=f"Run {run_id}")).to_be_visible()
 
-    # The first tab's settings: in its URL, kept on another page, back after a reload.
+    # The first tab's settings: in its URL, kept on another page, back after a reload. The user switches back to
+    # it first: chromium pauses animation frames in a hidden tab, and a click waits for one to scroll into view.
+    page.bring_to_front()
     expect(page).to_have_url(re.compile(rf"num_prompts_cpu={LIVE_RUN['Number of prompts']}"))
     page.get_by_test_id("stSidebarNav").get_by_role("link", name="Sweep").click()
     expect(page.get_by_role("heading", name="Knob sweep")).to_be_visible()
