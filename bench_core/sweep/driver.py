@@ -25,8 +25,11 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+import pandas as pd
+
 from ..engines import engine_settings_key
 from ..errors import BenchError, ConfigError
+from ..measure.catalog import with_derived
 from ..measure.profiler import certainly_outside_slo
 from ..run.observer import JobObserver
 from ..store.history import History, new_run_id
@@ -79,8 +82,8 @@ class SweepRun:
     def __init__(self, plan: SweepPlan, runner: Runner, todo: list[PlannedRun]):
         self.plan = plan
         self.runner = runner
-        self.total = len(plan.points())
-        self.finished_before = self.total - len(todo)
+        self._planned = len(plan.points())
+        self.finished_before = self._planned - len(todo)
         self.runs: list[tuple[PlannedRun, Run]] = []
         self._todo = todo
         self._skipped: list[PlannedRun] = []
@@ -95,6 +98,11 @@ class SweepRun:
     @property
     def sweep_id(self) -> str:
         return self.plan.sweep_id
+
+    @property
+    def total(self) -> int:
+        """The runs the plan holds, those finished before this process included."""
+        return self._planned
 
     @property
     def active(self) -> bool:
@@ -298,10 +306,6 @@ class FindMaxRun(SweepRun):
         pending = not hasattr(self, "_done") or self.active or self._interrupted or self._cancel.is_set()
         return probes + (1 if pending else 0)
 
-    @total.setter
-    def total(self, value: int) -> None:  # SweepRun's count of planned runs: none are planned here
-        pass
-
     def progress(self) -> SweepProgress:
         """Probes count as runs; a probe stopped early is one that ended, not a cancel."""
         with self._lock:
@@ -353,8 +357,7 @@ class FindMaxRun(SweepRun):
         record = run.measurement.record
         if not run.measurement.measured or record is None:
             return run.message or "the probe measured nothing"
-        total = record.metrics.get("total_requests") or 0
-        attainment = (record.metrics.get("good_requests") or 0) / total if total else math.nan
+        attainment = float(with_derived(pd.DataFrame([record.metrics]))["slo_attainment"].iloc[0])
         probe = {"load": load, "met": bool(not watch.stopped and attainment >= self.plan.find_max.target),
                  "attainment": attainment, "run_id": run.run_id, "stopped_early": watch.stopped}
         append_probe(_history_of(self.runner), self.sweep_id, {**probe, "point": point_text(point)})
