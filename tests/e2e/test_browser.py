@@ -73,6 +73,8 @@ def test_a_shared_prefix_workload_is_sampled_and_drawn_before_start(page: Page):
     fill_number(page, "Prefix length (tokens)", 64)
     fill_number(page, "Number of prompts", 8)
     page.get_by_text("Workload to be sent").click()
+    expect(page).to_have_url(re.compile(r"num_prompts\w*=8"))  # the last number reached the script
+    wait_for_script_run(page)
     page.get_by_role("button", name="Sample the workload").click()
     for n in (0, 1):  # the token lengths, then the prefix share
         expect(page.locator(f".st-key-preview_workload_{n} .main-svg").first).to_be_visible(
@@ -203,6 +205,12 @@ def compare_in_history(page: Page, labels: dict[str, str]) -> None:
 def open_run_page(page: Page) -> None:
     page.goto("/")
     expect(page.get_by_role("heading", name="Run a benchmark")).to_be_visible(timeout=FIRST_CHART_TIMEOUT_MS)
+
+
+def wait_for_script_run(page: Page) -> None:
+    """Until the script run under way ends. A button press that lands while reruns of earlier edits follow each
+    other can be superseded by one of them before the script reaches the button, and is then lost."""
+    expect(page.get_by_test_id("stStatusWidgetRunningIcon")).to_have_count(0, timeout=FIRST_CHART_TIMEOUT_MS)
 
 
 def sidebar(page: Page) -> Locator:
