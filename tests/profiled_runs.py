@@ -67,12 +67,12 @@ def recorded_history(root, runs: list[tuple[str, str, int, Profiler]]) -> tuple[
 _ENDED_AS = {RequestStatus.FAILED: Session.FAIL, RequestStatus.CANCELLED: Session.CANCELLED}
 
 
-def replayed_until(requests: pd.DataFrame, until_s: float) -> Profiler:
+def replayed_until(requests: pd.DataFrame, until_s: float, concurrency: int | None = None) -> Profiler:
     """A running profiler holding what a recorded run's request table (`requests.parquet`) had measured `until_s`
     seconds in: each request's ticks rebuilt from its start, TTFT, inter-token gaps and tokens per tick, those up
     to then, and its end if it came by then. The profiler started `until_s` ago, so its live snapshot reads as the
-    run did then."""
-    prof = Profiler(True, [50])
+    run did then, `concurrency` capping its requests in flight as the run's engine did."""
+    prof = Profiler(True, [50], max_in_flight=concurrency)
     t0 = perf_counter() - until_s
     prof.start(t0)
     for row in requests.itertuples():

@@ -51,19 +51,19 @@ def recorded_runs(tmp_path_factory, tiny_model_path) -> dict[str, pd.DataFrame]:
     return {name: history.requests(run.run_id) for name, run in runs.items()}
 
 
-def _ratios(requests: pd.DataFrame) -> list[float | None]:
+def _ratios(requests: pd.DataFrame, concurrency: int) -> list[float | None]:
     """The estimate over the time really left at each CHECKED_AT share of the run (None: "estimating")."""
     end = float(requests["finish_s"].max())
     ratios = []
     for share in CHECKED_AT:
-        left = time_left_s(replayed_until(requests, share * end).live_snapshot())
+        left = time_left_s(replayed_until(requests, share * end, concurrency).live_snapshot())
         ratios.append(None if left is None else left / ((1 - share) * end))
     return ratios
 
 
 @pytest.mark.parametrize("name", list(RECORDED))
 def test_recorded_runs_replayed_are_estimated_within_twice_the_time_left_after_a_fifth_of_the_run(recorded_runs, name):
-    ratios = _ratios(recorded_runs[name])
+    ratios = _ratios(recorded_runs[name], RECORDED[name].load.concurrency)
     print(name, "estimate / time left at", CHECKED_AT, ":", ratios)
     assert all(ratio is not None and 1 / WITHIN <= ratio <= WITHIN for ratio in ratios), ratios
 
@@ -71,16 +71,17 @@ def test_recorded_runs_replayed_are_estimated_within_twice_the_time_left_after_a
 def test_a_run_recorded_in_the_repo_replays_within_twice_the_time_left():
     # Batch mode, 4 requests 2 at a time (154 to 568 tokens): the 568-token one decodes alone at the end.
     requests = pd.read_parquet(DATA / "history_round2" / "runs" / "20261201-104433-ef6e" / "requests.parquet")
-    ratios = _ratios(requests)
+    ratios = _ratios(requests, 2)
     assert all(ratio is not None and 1 / WITHIN <= ratio <= WITHIN for ratio in ratios), ratios
 
 
-def _batched_prefill(seconds_in: float, requests: int = 8, output_len: int = 100) -> tuple[Profiler, list[Session], float]:
-    """A batch run `seconds_in` seconds along, every request taken at its start and none with a token yet."""
+def _batched_prefill(seconds_in: float) -> tuple[Profiler, list[Session], float]:
+    """A batch run of 8 requests of 100 tokens `seconds_in` seconds along, every request taken at its start and
+    none with a token yet."""
     prof = Profiler(True, [50])
     t0 = perf_counter() - seconds_in
     prof.start(t0)
-    sessions = [prof.new_session(512, output_len) for _ in range(requests)]
+    sessions = [prof.new_session(512, 100) for _ in range(8)]
     for sess in sessions:
         sess.tick(0, t0)
     return prof, sessions, t0
@@ -96,6 +97,14 @@ def test_a_batched_prefill_is_estimating_without_a_past_run_and_told_from_one_wi
     assert describe_time_left(snap, pace) == "about 10 s left"
     # A prefill already longer than the past runs' whole time proves them wrong for this one.
     assert time_left_s(_batched_prefill(25.0)[0].live_snapshot(), pace) is None
+    # Two requests decode between the others' prefill chunks, at a rate that says nothing of the decode to come.
+    prof, sessions, t0 = _batched_prefill(10.0)
+    for step in range(1, 20):
+        for sess in sessions[:2]:
+            sess.tick(step, t0 + 8.0 + 0.1 * step)
+    snap = prof.live_snapshot()
+    assert (snap.in_flight, snap.decoding) == (8, 2)
+    assert time_left_s(snap) is None and time_left_s(snap, pace) == pytest.approx(10.0, abs=0.1)
 
 
 def test_after_a_batched_prefill_the_time_left_is_the_decode_rate_not_the_whole_runs_pace():

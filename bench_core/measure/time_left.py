@@ -6,8 +6,9 @@ old estimate said 35 min with a minute left). What is known instead:
 - before the first output token, nothing about this run's pace: only past runs of the same model and backend
   (`PastPace`, from the history) can give a figure, their output throughput over this run's tokens; else
   "estimating";
-- once output flows, its rate since the first token (the prefill before it excluded), or over the later half of
-  that time when that is faster (the prefills of a batch overlap its first decode steps);
+- once output flows and the prefill is done (until a request ends: no more of the requests in flight waiting for
+  their first token than decoding), its rate since the first token (the prefill before it excluded), or over
+  the later half of that time when that is faster (the prefills of a batch overlap its first decode steps);
 - the tail: the longest request still decoding needs that many more steps, at the time a step takes now (the
   requests decoding over the output rate), however few tokens the others have left.
 Pure: snapshot and history rows in, seconds out.
@@ -74,7 +75,10 @@ def time_left_s(snap: LiveSnapshot, pace: PastPace | None = None) -> float | Non
         return None
     left_tokens = max(snap.tokens_requested - snap.tokens_done, 0)
     rate = output_rate(snap)
-    if rate is not None:
+    # Until a request has ended, more of those in flight still waiting for their first token than decoding is a
+    # batched prefill under way: the rate between its chunks is no decode rate.
+    prefill_done = snap.completed + snap.failed + snap.cancelled > 0 or snap.decoding >= snap.in_flight - snap.decoding
+    if rate is not None and prefill_done:
         return max(left_tokens / rate, snap.longest_left * snap.decoding / rate)
     if pace is None:
         return None
