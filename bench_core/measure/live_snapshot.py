@@ -50,10 +50,11 @@ class LiveSnapshot:
     # Work done and asked for, in output tokens: an ended request counts as all its tokens done.
     tokens_done: int
     tokens_requested: int
-    # What says how far the run is (measure.time_left): when its first output token came (seconds since the start;
-    # None: none yet, as in a batched prefill), how many requests in flight have begun to produce, and the most
-    # tokens one of those still has to produce.
+    # What says how far the run is (measure.time_left): when its first output token came and when the latest
+    # request to produce began to (seconds since the start; None: none yet, as in a batched prefill), how many
+    # requests in flight have begun to produce, and the most tokens one of those still has to produce.
     first_output_s: float | None
+    latest_first_token_s: float | None
     decoding: int
     longest_left: int
     bin_s: float
@@ -114,7 +115,9 @@ class LiveTracker:
         self._scanning: list[int] = []  # sessions that may still tick or finish
         self._origin: float | None = None
         self._latest_tick = -math.inf
+        self._producing: list[bool] = []  # per session: its first output token was read
         self._first_output = math.inf
+        self._latest_first_token = -math.inf
         self._decoding = 0
         self._longest_left = 0
         self._started = 0
@@ -141,6 +144,7 @@ class LiveTracker:
             self._scanning.extend(range(known, total))
             self._cursor.extend([0] * (total - known))
             self._admitted.extend([False] * (total - known))
+            self._producing.extend([False] * (total - known))
             self._tokens_requested += sum(sessions[i].req_output_len for i in range(known, total))
             if self._origin is None:
                 self._origin = t_start
@@ -156,7 +160,8 @@ class LiveTracker:
         first_index, lengths, admitted_at = [], [], []
         still_scanning, done = [], []
         decoding, longest_left = 0, 0
-        cursor, admitted, by_admission = self._cursor, self._admitted, self.records_admissions
+        cursor, admitted, producing = self._cursor, self._admitted, self._producing
+        by_admission = self.records_admissions
         for i in self._scanning:
             sess = sessions[i]
             # Read the finish mark before the ticks and the admission: both precede it.
@@ -180,6 +185,11 @@ class LiveTracker:
                 first_index.append(lo if read else -1)  # -1: this part starts at the session's tick 0
                 lengths.append(n - lo)
                 cursor[i] = n
+                if not producing[i] and ns[n - 1] > 0:
+                    producing[i] = True
+                    first = next(ts[k] for k in range(read, n) if ns[k] > 0)
+                    self._first_output = min(self._first_output, first)
+                    self._latest_first_token = max(self._latest_first_token, first)
             if finished:
                 done.append(i)
             else:
@@ -222,9 +232,6 @@ class LiveTracker:
         added[part_start] = 0.0
         added[fresh] = ns[fresh]
         self._tokens_per_bin.add_at(self._bin(ts), added)
-        produced = ts[added > 0]
-        if produced.size:
-            self._first_output = min(self._first_output, float(produced.min()))
         self._output_tokens += int(added.sum())
         # Tick 1 of a session sits right after its tick 0 in a part that starts there (new, or re-read: 0).
         second = part_start[(first_index <= 0) & (lengths >= 2)] + 1
@@ -298,6 +305,7 @@ class LiveTracker:
             tokens_done=self._output_tokens - self._ended_tokens_output + self._ended_tokens_requested,
             tokens_requested=self._tokens_requested,
             first_output_s=None if self._first_output == math.inf else self._first_output - self._origin,
+            latest_first_token_s=None if self._first_output == math.inf else self._latest_first_token - self._origin,
             decoding=0 if finished else self._decoding,
             longest_left=0 if finished else self._longest_left,
             bin_s=self.bin_s,

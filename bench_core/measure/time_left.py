@@ -1,16 +1,17 @@
 """How long a run has left: from what its live snapshot shows once output flows, and before that from past runs.
 
 A run's time is not spread evenly over its tokens. A batched prefill produces nothing for a long while and then
-every request decodes at once, so the pace "tokens done over time elapsed" reads far too slow until the end (the
-old estimate said 35 min with a minute left). What is known instead:
+every request decodes at once, so the pace "tokens done over time elapsed" reads far too slow until the end (35 min
+told with a minute left). What is known instead:
 - before the first output token, nothing about this run's pace: only past runs of the same model and backend
   (`PastPace`, from the history) can give a figure, their output throughput over this run's tokens; else
-  "estimating";
-- once output flows and the prefill is done (until a request ends: no more of the requests in flight waiting for
-  their first token than decoding), its rate since the first token (the prefill before it excluded), or over
-  the later half of that time when that is faster (the prefills of a batch overlap its first decode steps);
-- the tail: the longest request still decoding needs that many more steps, at the time a step takes now (the
-  requests decoding over the output rate), however few tokens the others have left.
+  "estimating". So too while, before any request has ended, one in flight still waits for its first token: a
+  batched prefill is under way, and the rate between its chunks is no decode rate;
+- once every request left has its first token, only decoding is left: its rate since the latest first token;
+- before that, with requests still to prefill between decode steps, the rate since the first token (the prefill
+  before it left out);
+- the tail: the longest request still decoding needs that many more steps at the time a step takes (the median
+  inter-token latency), however few tokens the others have left.
 Pure: snapshot and history rows in, seconds out.
 """
 
@@ -28,7 +29,7 @@ from .live_snapshot import LiveSnapshot
 
 # Output must have flowed this long before its rate counts: a few steps' rate is noise.
 MIN_OUTPUT_S = 0.5
-# The later part of the time since the first token that the recent rate is read over needs this many whole bins.
+# The decode-only rate, read from the whole bins since the latest first token, needs this many of them.
 MIN_RECENT_BINS = 2
 # Dataset settings that draw more or other requests but not longer ones: past runs that differ in them still count.
 LENGTH_NEUTRAL = ("num_prompts", "seed")
@@ -73,13 +74,13 @@ def time_left_s(snap: LiveSnapshot, pace: PastPace | None = None) -> float | Non
     run's output nor `pace` can tell, or when nothing is asked for."""
     if snap.tokens_requested <= 0:
         return None
-    left_tokens = max(snap.tokens_requested - snap.tokens_done, 0)
     rate = output_rate(snap)
-    # Until a request has ended, more of those in flight still waiting for their first token than decoding is a
-    # batched prefill under way: the rate between its chunks is no decode rate.
-    prefill_done = snap.completed + snap.failed + snap.cancelled > 0 or snap.decoding >= snap.in_flight - snap.decoding
-    if rate is not None and prefill_done:
-        return max(left_tokens / rate, snap.longest_left * snap.decoding / rate)
+    ended = snap.completed + snap.failed + snap.cancelled
+    # Before any request ends, one in flight without its first token is a batched prefill under way: the rate
+    # between its chunks is no decode rate.
+    if rate is not None and (ended or snap.decoding == snap.in_flight):
+        left_tokens = max(snap.tokens_requested - snap.tokens_done, 0)
+        return max(left_tokens / rate, snap.longest_left * step_s(snap))
     if pace is None:
         return None
     # A run slower than the past ones so far has proved the history wrong for it: nothing to go on until output.
@@ -88,18 +89,32 @@ def time_left_s(snap: LiveSnapshot, pace: PastPace | None = None) -> float | Non
 
 
 def output_rate(snap: LiveSnapshot) -> float | None:
-    """Output tok/s since the first output token, or over the later half of that time when faster; None until
-    output has flowed MIN_OUTPUT_S."""
+    """Output tok/s over the time that tells the pace of what is left: once every request has its first token
+    (only decoding is left), since the latest came; before, or with too few whole bins since then, since the first
+    came. None until output has flowed MIN_OUTPUT_S."""
     if snap.first_output_s is None or snap.output_tokens <= 0:
         return None
+    ended = snap.completed + snap.failed + snap.cancelled
+    if snap.total_requests - ended == snap.decoding and snap.elapsed_s - snap.latest_first_token_s >= MIN_OUTPUT_S:
+        decode_only = _mean_rate(snap, snap.latest_first_token_s)
+        if decode_only:
+            return decode_only
     since = snap.elapsed_s - snap.first_output_s
     if since < MIN_OUTPUT_S:
         return None
-    rate = snap.output_tokens / since
-    recent = snap.time_s >= snap.first_output_s + since / 2
-    if recent.sum() >= MIN_RECENT_BINS:
-        rate = max(rate, float(np.mean(snap.output_tokens_per_s[recent])))
-    return rate
+    return snap.output_tokens / since
+
+
+def step_s(snap: LiveSnapshot) -> float:
+    """The time a decode step takes: the median inter-token latency so far (0 without one: unstreamed). A batch
+    that shrinks at its end steps faster than that, so the tail's time reads somewhat long rather than short."""
+    return snap.itl.distribution((50,)).percentiles[0] if snap.itl.count else 0.0
+
+
+def _mean_rate(snap: LiveSnapshot, from_s: float) -> float | None:
+    """Mean output tok/s of the whole bins from `from_s` on; None: fewer than MIN_RECENT_BINS."""
+    recent = snap.time_s >= from_s
+    return float(np.mean(snap.output_tokens_per_s[recent])) if recent.sum() >= MIN_RECENT_BINS else None
 
 
 def describe_time_left(snap: LiveSnapshot, pace: PastPace | None = None) -> str:
