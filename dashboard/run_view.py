@@ -22,7 +22,8 @@ from bench_core.engines import backend
 from bench_core.load.lengths import RANDOM_LENGTHS, describe_random_lengths
 from bench_core.errors import BenchError
 from bench_core.measure.latency_bins import BinnedLatencies
-from bench_core.measure.live_snapshot import LiveSnapshot, describe_time_left
+from bench_core.measure.live_snapshot import LiveSnapshot
+from bench_core.measure.time_left import describe_time_left
 from bench_core.redact import redact_text
 from bench_core.hardware.roofline import describe_roofline
 from bench_core.states import LoadPattern, RunState
@@ -134,7 +135,7 @@ def _live_progress(run: Run, snap: LiveSnapshot) -> None:
     total_tokens = snap.tokens_requested
     st.progress(min(snap.tokens_done / total_tokens, 1.0) if total_tokens else 0.0,
                 text=f"{run.state}: {done}/{snap.total_requests} requests, {snap.output_tokens:,}/{total_tokens:,} "
-                     f"output tokens, {snap.elapsed_s:.0f} s, {describe_time_left(snap)}")
+                     f"output tokens, {snap.elapsed_s:.0f} s, {describe_time_left(snap, run.measurement.pace)}")
     columns = st.columns(4)
     columns[0].metric("Completed (requests)", snap.completed)
     columns[1].metric("Failed (requests)", snap.failed)

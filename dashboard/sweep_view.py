@@ -28,7 +28,7 @@ from bench_core.views import sweep_charts
 from bench_core.config import SLO, EngineConfig, knobs_for
 from bench_core.errors import BenchError
 from bench_core.store.history import History
-from bench_core.measure.live_snapshot import time_left_s
+from bench_core.measure.time_left import time_left_s
 from bench_core.states import RunState
 from bench_core.sweep.cluster import launch_for as launch_for_address, states_table
 from bench_core.sweep.driver import Launch, SweepProgress, SweepRun, resume_sweep, start_sweep
@@ -298,7 +298,7 @@ def _time_left(sweep: SweepRun, progress: SweepProgress, runs: pd.DataFrame) -> 
     current_guess, rest = st.session_state[key]
     run = get_runner().get(progress.current_run_id) if progress.current_run_id else None
     snapshot = run.snapshot() if run is not None else None
-    current = time_left_s(snapshot) if snapshot is not None else None
+    current = time_left_s(snapshot, run.measurement.pace) if snapshot is not None else None
     current = current_guess if current is None else current
     if current is None or rest is None:
         return ""

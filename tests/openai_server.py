@@ -96,7 +96,7 @@ def _chunk(endpoint: str, text: str = "", reasoning: str = "", finish_reason: st
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
-async def _stream(request: web.Request, endpoint: str) -> web.StreamResponse:
+async def answer_as_prompted(request: web.Request, endpoint: str) -> web.StreamResponse:
     body = await request.json()
     behaviour = body["messages"][-1]["content"] if endpoint == "chat" else body["prompt"]
     if body.get("model") == "keepalive":
@@ -151,13 +151,13 @@ def add_openai_routes(app: web.Application, answer, prefix: str = "") -> web.App
 
 
 def _make_app() -> web.Application:
-    return add_openai_routes(web.Application(), _stream)
+    return add_openai_routes(web.Application(), answer_as_prompted)
 
 
 def recording_app(bodies: list[dict]) -> web.Application:
     async def answer(request: web.Request, endpoint: str) -> web.StreamResponse:
         bodies.append(await request.json())
-        return await _stream(request, endpoint)
+        return await answer_as_prompted(request, endpoint)
 
     return add_openai_routes(web.Application(), answer)
 

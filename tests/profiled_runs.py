@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import math
+from time import perf_counter
+
+import numpy as np
 import pandas as pd
 
 from bench_core.config import EngineConfig, LoadConfig, RunConfig, SLO
 from bench_core.store.history_import import lmdeploy_hyperparams
 from bench_core.store.history import History, RunRecord
 from bench_core.measure.profiler import Profiler, Session
+from bench_core.states import RequestStatus
 
 OUTPUT_LEN = 4
 INCOMPLETE_TTFT_FACTOR = 10  # times the largest successful TTFT: leaking it into a chart would show
@@ -57,3 +62,31 @@ def recorded_history(root, runs: list[tuple[str, str, int, Profiler]]) -> tuple[
             metrics=prof.summary(), requests=prof.request_table(),
         ))
     return history, history.load()
+
+
+_ENDED_AS = {RequestStatus.FAILED: Session.FAIL, RequestStatus.CANCELLED: Session.CANCELLED}
+
+
+def replayed_until(requests: pd.DataFrame, until_s: float, concurrency: int | None = None) -> Profiler:
+    """A running profiler holding what a recorded run's request table (`requests.parquet`) had measured `until_s`
+    seconds in: each request's ticks rebuilt from its start, TTFT, inter-token gaps and tokens per tick, those up
+    to then, and its end if it came by then. The profiler started `until_s` ago, so its live snapshot reads as the
+    run did then, `concurrency` capping its requests in flight as the run's engine did."""
+    prof = Profiler(True, [50], max_in_flight=concurrency)
+    t0 = perf_counter() - until_s
+    prof.start(t0)
+    for row in requests.itertuples():
+        sess = prof.new_session(row.input_len, row.req_output_len)
+        if not row.start_s <= until_s:
+            continue
+        sess.tick(0, timestamp=t0 + row.start_s)
+        if not math.isnan(row.ttft_s):
+            times = row.start_s + row.ttft_s + np.concatenate([[0.0], np.cumsum(row.itl_s)])
+            counts = np.cumsum(row.tokens_per_tick)
+            for t, n in zip(times, counts):
+                if t > until_s:
+                    break
+                sess.tick(int(n), timestamp=t0 + t)
+        if row.finish_s <= until_s:  # never, for an unfinished one (NaN)
+            sess.finish(_ENDED_AS.get(row.status, Session.SUCCESS), row.reason, timestamp=t0 + row.finish_s)
+    return prof

@@ -1,17 +1,21 @@
 """The app shell and the Run page, driven through AppTest with the real runner and the tiny model."""
 
+import asyncio
 import json
 import re
 import time
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 from streamlit.testing.v1 import AppTest
 
 from bench_core.config import SLO, DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, RunConfig, knobs_for, setting
 from bench_core.engines import availability
+from bench_core.measure.time_left import time_left_s
 from bench_core.store.history import RESULTS_ENV, History
 import engine_faults
+from openai_server import add_openai_routes, answer_as_prompted, serving
 from metrics_server import metrics_server  # noqa: F401 (fixture)
 from bench_core.run import engine_process
 from bench_core.run.runner import Runner
@@ -580,6 +584,55 @@ def test_the_live_view_estimates_the_time_left_and_a_cancel_counts_no_failure():
     said = at.warning[0].value
     assert said.startswith("cancelled: ") and " 0 failed," in said and "abort" not in said
     assert f"{200 - run.record.metrics['completed']} cancelled" in said
+
+
+# A server that sits on every request as a batched prefill does, then streams its tokens 10 ms apart.
+PREFILL_S = 3.0
+
+
+@pytest.fixture
+def prefilling_server():
+    async def answer(request, endpoint):
+        await asyncio.sleep(PREFILL_S)
+        return await answer_as_prompted(request, endpoint)
+
+    with serving(add_openai_routes(web.Application(), answer)) as url:
+        yield url
+
+
+def prefilling_run(url: str) -> RunConfig:
+    """2 requests of 400 tokens at once: 3 s without a token, then about 4 s of decoding."""
+    return RunConfig(
+        engine=EngineConfig(backend="openai", model="prefill-test", base_url=url, tokenizer=TINY, server_metrics=False),
+        dataset=DatasetConfig(dataset="builtin:sample", dataset_name="random", num_prompts=2, random_input_len=8,
+                              random_output_len=400, random_range_ratio=1.0),
+        load=LoadConfig(load_pattern="request_rate", warmup_requests=0, stream_output=True))
+
+
+def live_progress_text(run) -> str:
+    (progress,) = open_app(run.run_id).get("progress")
+    return progress.proto.text
+
+
+def test_the_live_view_says_estimating_in_a_batched_prefill_then_a_time_from_its_decode_or_from_past_runs(
+        prefilling_server):
+    first = get_runner().submit(prefilling_run(prefilling_server))
+    while first.snapshot() is None:
+        assert not first.wait(0.01), first.message
+    assert live_progress_text(first).endswith("estimating…")  # no token yet, nothing like it in the history
+    while time_left_s(first.snapshot()) is None:
+        assert not first.wait(0.01), first.message
+    # Decoding, with under 4 s left: the pace of the run so far (an eighth of the tokens in 3.5 s) would say 24 s.
+    seconds = int(re.search(r"about (\d+) s left$", live_progress_text(first)).group(1))
+    assert seconds <= 6
+    assert first.wait(60) and first.state == "finished", first.message
+
+    again = get_runner().submit(prefilling_run(prefilling_server))
+    while again.snapshot() is None:
+        assert not again.wait(0.01), again.message
+    assert again.snapshot().first_output_s is None  # still in its prefill: the finished run tells the time
+    assert re.search(r", about \d+ s left$", live_progress_text(again))
+    assert again.wait(60) and again.state == "finished", again.message
 
 
 def test_an_output_length_beyond_the_models_context_window_is_refused_at_start():

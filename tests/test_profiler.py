@@ -16,7 +16,6 @@ import pytest
 
 from bench_core.config import SLO
 from bench_core.measure.latency_bins import BinnedLatencies
-from bench_core.measure.live_snapshot import describe_time_left, time_left_s
 from bench_core.measure.profiler import Profiler, Session
 from lmdeploy_reference import ENV_VAR, load_lmdeploy_profiler, locate_lmdeploy_profiler, why_missing
 
@@ -653,21 +652,3 @@ def test_cancelled_requests_are_counted_apart_from_failures():
     prof.compute_metrics()
     assert (prof.success, prof.failed, prof.cancelled, prof.failure_reasons) == (1, 0, 2, {})
     assert prof.summary()["cancelled"] == 2
-
-
-def test_time_left_waits_for_enough_of_the_run_then_extrapolates_its_pace():
-    prof = Profiler(True, [50])
-    prof.start(0.0)
-    sessions = [prof.new_session(1, 100) for _ in range(2)]
-    for sess in sessions:
-        sess.tick(0, timestamp=0.0)
-    sessions[0].tick(4, timestamp=2.5)
-    assert describe_time_left(prof.live_snapshot()) == "estimating…"  # 2% of the tokens
-    sessions[0].tick(50, timestamp=5.0)
-    snap = prof.live_snapshot()
-    assert snap.tokens_done == 50 and snap.tokens_requested == 200
-    assert time_left_s(snap) == pytest.approx(snap.elapsed_s * 3)  # a quarter done
-    sessions[1].finish(Session.FAIL, "error: boom", timestamp=5.0)  # a failed request has no tokens left
-    snap = prof.live_snapshot()
-    assert snap.tokens_done == 150 and time_left_s(snap) == pytest.approx(snap.elapsed_s / 3)
-    assert describe_time_left(snap).startswith("about ") and describe_time_left(snap).endswith(" s left")

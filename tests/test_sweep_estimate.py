@@ -47,3 +47,20 @@ def test_runs_of_another_model_or_a_failed_run_do_not_count_and_a_server_without
 def test_durations_read_in_minutes_and_seconds():
     assert describe_seconds(125.4) == "about 2 min 05 s"
     assert describe_seconds(40.2) == "about 40 s"
+
+
+def test_a_sweep_is_told_from_past_runs_of_its_dataset_their_pace_and_the_lengths_its_answers_had():
+    # ShareGPT's own output lengths: past runs of the same dataset answered 50 tokens a request, at 20 tok/s at
+    # concurrency 1 and 40 at 4; a run of short random prompts (200 tok/s) says nothing of these.
+    base = RunConfig(engine=EngineConfig(backend="transformers", model="builtin:smollm2-135m"),
+                     dataset=DatasetConfig(num_prompts=8), load=LoadConfig(concurrency=1))
+    plan = SweepPlan("sweep-test", base, (SweepAxis("concurrency", (1, 4)),), 1)
+    same = {"dataset": "builtin:sharegpt", "dataset_name": "sharegpt", "sharegpt_output_len": None,
+            "load_pattern": "batch", "completed": 8, "total_output_tokens": 400}
+    history = pd.concat([
+        _history((1, 20.0, 5.0), (4, 40.0, 5.0)).assign(**same),
+        _history((1, 200.0, 5.0)).assign(**{**same, "dataset_name": "random", "random_output_len": 16}),
+    ])
+    guess = estimate(plan.points(), history)
+    assert guess.seconds == pytest.approx(8 * 50 / 20.0 + 8 * 50 / 40.0 + 5.0)
+    assert "3 finished run(s) of builtin:smollm2-135m on transformers" in guess.basis

@@ -299,31 +299,33 @@ def recorded_config(args: argparse.Namespace, values: Mapping[str, typing.Any]) 
     return config_from_values({**values, **slo}, label=args.label, percentiles=tuple(args.percentiles))
 
 
-def progress_line(state: RunState, phase: str, snap) -> str:
-    """Where a run stands, in one line: its state and phase, then how far its measurement got (`snap`)."""
-    from ..measure.live_snapshot import describe_time_left
+def progress_line(state: RunState, phase: str, snap, pace=None) -> str:
+    """Where a run stands, in one line: its state and phase, then how far its measurement got (`snap`), its time
+    left told from past runs (`pace`) until its own output tells."""
+    from ..measure.time_left import describe_time_left
 
     if state != RunState.RUNNING or snap is None:
         return f"{state}: {phase}..." if phase else f"{state}..."
     done = snap.completed + snap.failed + snap.cancelled
     return (f"running: {done}/{snap.total_requests} requests done, {snap.in_flight} in flight, "
-            f"{snap.output_tokens:,} tokens, {describe_time_left(snap)}")
+            f"{snap.output_tokens:,} tokens, {describe_time_left(snap, pace)}")
 
 
 class ProgressLine(JobObserver):
     """A run's progress line, from what the run tells its observers: its moves, then its live snapshots."""
 
     def __init__(self) -> None:
-        self.state, self.phase, self.snapshot = RunState.QUEUED, "", None
+        self.state, self.phase, self.snapshot, self.pace = RunState.QUEUED, "", None, None
 
     def on_state(self, job, change) -> None:
         self.state, self.phase = change.state, change.phase
 
     def on_snapshot(self, run, snapshot) -> None:
         self.snapshot = snapshot
+        self.pace = run.measurement.pace if run is not None else None
 
     def text(self) -> str:
-        return progress_line(self.state, self.phase, self.snapshot)
+        return progress_line(self.state, self.phase, self.snapshot, self.pace)
 
 
 def wait_with_progress(job, describe: Callable[[], str] | None) -> bool:

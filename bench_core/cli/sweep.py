@@ -312,5 +312,6 @@ def _sweep_progress_line(sweep) -> str:
     run = sweep.runner.get(progress.current_run_id) if progress.current_run_id else None
     line = f"sweep: {progress.ended}/{progress.total} runs done"
     if run is not None:
-        return line + f"; {progress.current}: {progress_line(run.state, run.phase, run.snapshot())}"
+        where = progress_line(run.state, run.phase, run.snapshot(), run.measurement.pace)
+        return line + f"; {progress.current}: {where}"
     return line + (f"; {progress.current}" if progress.current else "")

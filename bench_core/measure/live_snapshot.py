@@ -50,6 +50,13 @@ class LiveSnapshot:
     # Work done and asked for, in output tokens: an ended request counts as all its tokens done.
     tokens_done: int
     tokens_requested: int
+    # What says how far the run is (measure.time_left): when its first output token came and when the latest
+    # request to produce began to (seconds since the start; None: none yet, as in a batched prefill), how many
+    # requests in flight have begun to produce, and the most tokens one of those still has to produce.
+    first_output_s: float | None
+    latest_first_token_s: float | None
+    decoding: int
+    longest_left: int
     bin_s: float
     time_s: np.ndarray
     output_tokens_per_s: np.ndarray
@@ -108,6 +115,11 @@ class LiveTracker:
         self._scanning: list[int] = []  # sessions that may still tick or finish
         self._origin: float | None = None
         self._latest_tick = -math.inf
+        self._producing: list[bool] = []  # per session: its first output token was read
+        self._first_output = math.inf
+        self._latest_first_token = -math.inf
+        self._decoding = 0
+        self._longest_left = 0
         self._started = 0
         self._finished_started = 0
         self._run_end_counted = False
@@ -132,6 +144,7 @@ class LiveTracker:
             self._scanning.extend(range(known, total))
             self._cursor.extend([0] * (total - known))
             self._admitted.extend([False] * (total - known))
+            self._producing.extend([False] * (total - known))
             self._tokens_requested += sum(sessions[i].req_output_len for i in range(known, total))
             if self._origin is None:
                 self._origin = t_start
@@ -146,7 +159,9 @@ class LiveTracker:
         flat_ns: list[int] = []
         first_index, lengths, admitted_at = [], [], []
         still_scanning, done = [], []
-        cursor, admitted, by_admission = self._cursor, self._admitted, self.records_admissions
+        decoding, longest_left = 0, 0
+        cursor, admitted, producing = self._cursor, self._admitted, self._producing
+        by_admission = self.records_admissions
         for i in self._scanning:
             sess = sessions[i]
             # Read the finish mark before the ticks and the admission: both precede it.
@@ -170,11 +185,20 @@ class LiveTracker:
                 first_index.append(lo if read else -1)  # -1: this part starts at the session's tick 0
                 lengths.append(n - lo)
                 cursor[i] = n
+                if not producing[i] and ns[n - 1] > 0:
+                    producing[i] = True
+                    first = next(ts[k] for k in range(read, n) if ns[k] > 0)
+                    self._first_output = min(self._first_output, first)
+                    self._latest_first_token = max(self._latest_first_token, first)
             if finished:
                 done.append(i)
             else:
                 still_scanning.append(i)
+                if n and ns[n - 1] > 0:
+                    decoding += 1
+                    longest_left = max(longest_left, sess.req_output_len - ns[n - 1])
         self._scanning = still_scanning
+        self._decoding, self._longest_left = decoding, longest_left
         if admitted_at:
             self._change_in_flight(np.array(admitted_at), +1)
         if lengths:
@@ -280,6 +304,10 @@ class LiveTracker:
             output_tokens=self._output_tokens,
             tokens_done=self._output_tokens - self._ended_tokens_output + self._ended_tokens_requested,
             tokens_requested=self._tokens_requested,
+            first_output_s=None if self._first_output == math.inf else self._first_output - self._origin,
+            latest_first_token_s=None if self._first_output == math.inf else self._latest_first_token - self._origin,
+            decoding=0 if finished else self._decoding,
+            longest_left=0 if finished else self._longest_left,
             bin_s=self.bin_s,
             time_s=time_s,
             output_tokens_per_s=self._tokens_per_bin.padded(n_bins) / bin_seconds,
@@ -305,30 +333,3 @@ def with_server_metrics(snap: LiveSnapshot, series: pd.DataFrame, origin: float)
     """The snapshot with the server's unified series so far (a fresh frame, shifted in place like the telemetry)."""
     series["time_s"] -= origin
     return dataclasses.replace(snap, server_metrics=series)
-
-
-# The pace of the first few percent of a run (prefill, a cold cache) says little about the rest.
-ESTIMATE_AFTER_FRACTION = 0.05
-ESTIMATE_AFTER_S = 2.0
-
-
-def time_left_s(snap: LiveSnapshot) -> float | None:
-    """Seconds until every requested token is produced at the pace so far; None until there is enough
-    of the run behind to tell (see ESTIMATE_AFTER_*), or when nothing is asked for."""
-    if snap.tokens_requested <= 0 or snap.tokens_done <= 0:
-        return None
-    done = min(snap.tokens_done / snap.tokens_requested, 1.0)
-    if done < ESTIMATE_AFTER_FRACTION or snap.elapsed_s < ESTIMATE_AFTER_S:
-        return None
-    return snap.elapsed_s * (1.0 - done) / done
-
-
-def describe_time_left(snap: LiveSnapshot) -> str:
-    """'about 1 min 05 s left', or 'estimating…' while `time_left_s` cannot tell yet."""
-    left = time_left_s(snap)
-    if left is None:
-        return "estimating…"
-    seconds = round(left)
-    if seconds >= 60:
-        return f"about {seconds // 60} min {seconds % 60:02d} s left"
-    return f"about {seconds} s left"

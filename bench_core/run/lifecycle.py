@@ -30,6 +30,7 @@ from ..engines import EngineInfo
 from ..load.datasets import Sample
 from ..load.playground import Conversation, PlaygroundResult
 from ..measure.live_snapshot import TELEMETRY_WINDOW_S, LiveSnapshot, with_server_metrics, with_telemetry
+from ..measure.time_left import PastPace
 from ..measure.profiler import Profiler
 from ..states import RunState
 from .observer import JobObserver, StateChange
@@ -165,6 +166,7 @@ class Measurement:
     scraper: MetricsScraper | None = field(default=None, repr=False)  # a server's /metrics, where it has one
     server_metrics: pd.DataFrame | None = None  # the server's raw samples (server_metrics.py), time_s since the start
     live: LiveSnapshot | None = None  # the last snapshot the process that measures the run published
+    pace: PastPace | None = None  # what past runs like it say, for its time left before its own output does
     # The remote profiler's start and finish (perf_counter, system-wide on Linux), as that process told (remote.Mirror).
     clock: tuple[float | None, float | None] = (None, None)
     record: RunRecord | None = None

@@ -47,6 +47,7 @@ from ..store.history_import import lmdeploy_hyperparams
 from ..models.resolve import cache_dir, describe_model, first_use_phase, load_tokenizer, resolve_model
 from ..load.playground import Conversation, check_request
 from ..measure.profiler import Profiler, Session, new_profiler
+from ..measure.time_left import PastPace, past_pace
 from ..redact import redact_text, remember_secrets
 from ..states import MEASURED, SERVED_REASONS, LoadPattern, RequestStatus, RunState, measured_state
 from ..hardware.telemetry import TelemetrySampler
@@ -89,6 +90,7 @@ class Runner:
         preflight.check_settings(config)
         run = Run(run_id=run_id or new_run_id(), config=config, sweep_id=sweep_id, sweep_repeat=sweep_repeat,
                   observers=list(observers))
+        run.measurement.pace = self._past_pace(config)
         self.enqueue(run)
         return run
 
@@ -143,6 +145,17 @@ class Runner:
         if self._thread is not None:
             self._thread.join(timeout)
         self._release_engine()
+
+    def _past_pace(self, config: RunConfig) -> PastPace | None:
+        """What this runner's history says of runs like `config`'s; None without a history, or with one that
+        cannot be read now (the run goes on: its time left waits for its own output then)."""
+        if self.history is None:
+            return None
+        try:
+            return past_pace(self.history.load(), config)
+        except (BenchError, OSError) as exc:
+            log.warning("No past pace for the time left: %s", exc)
+            return None
 
     def _job(self, job_id: str) -> Run | PlaygroundJob | None:
         with self._lock:
