@@ -154,8 +154,8 @@ def test_start_runs_to_finished_with_summary_downloads_and_run_id_in_url():
     requests = next(d.value for d in at.dataframe if "request" in d.value.columns)
     assert len(requests) == 8
     titles = [json.loads(chart.proto.spec)["layout"]["title"]["text"] for chart in at.get("plotly_chart")]
-    assert titles == ["Time to first token", "Inter-token latency", "Throughput over time", "Token lengths",
-                      "Hardware telemetry"]
+    assert titles == ["Time to first token", "Inter-token latency", "Request timeline", "Throughput over time",
+                      "Token lengths", "Hardware telemetry"]
 
     second_tab = open_app(run_id)  # a reload or another tab shows the same run
     assert second_tab.success[0].value == at.success[0].value
@@ -208,6 +208,19 @@ def test_deep_link_shows_a_run_that_ended_before_the_server_started(stored_run_i
     assert "stored" in at.caption[0].value
     assert list(at.dataframe[0].value["metric"]) == LATENCY_ROWS
     assert len(at.download_button) == 3
+
+
+def test_a_run_opened_from_the_history_shows_each_request_on_the_timeline(stored_run_id, results_root):
+    at = open_app(stored_run_id)
+    assert not at.exception and not at.error
+    (chart,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart")
+                if json.loads(c.proto.spec)["layout"]["title"]["text"] == "Request timeline"]
+    assert [trace["name"] for trace in chart["data"]] == ["completed: waiting for first token", "completed: decoding"]
+    # Each of the 6 requests is one bar of each segment, starting where its table says it started.
+    starts = History(results_root).requests(stored_run_id).set_index("index")["start_s"]
+    for trace in chart["data"]:
+        assert sorted(row[0] for row in trace["customdata"]) == list(range(6))
+        assert [row[5] for row in trace["customdata"]] == pytest.approx([starts[row[0]] for row in trace["customdata"]])
 
 
 def test_an_ended_run_shows_its_telemetry_chart_roofline_verdict_and_random_weights(stored_run_id):
