@@ -608,7 +608,7 @@ def test_an_output_length_beyond_the_models_context_window_is_refused_at_start()
 def test_the_engine_api_is_offered_beside_the_pipeline_patterns_and_warm_up_is_on_with_its_count():
     at = open_app()
     assert at.sidebar.selectbox(key="load_pattern").options == ["pipeline batch", "pipeline concurrency", "engine API",
-                                                                   "trace replay"]
+                                                                   "request rate", "trace replay"]
     assert at.sidebar.checkbox(key="warmup_requests_on").value is True  # on by default, the count beside it
     assert at.sidebar.number_input(key="warmup_requests").value == setting("warmup_requests").widget.start
     assert not {"skip_tokenize", "cancel_rate"} & {getattr(w, "key", "") for w in at.sidebar}
@@ -630,6 +630,24 @@ def test_the_engine_api_is_offered_beside_the_pipeline_patterns_and_warm_up_is_o
     cancelled = run.record.metrics["cancelled"]
     assert cancelled > 0 and run.record.metrics["failed"] == 0
     assert f"{cancelled} cancelled" in at.success[0].value
+
+
+def test_a_request_rate_is_offered_on_the_embedded_engine_with_its_arrivals_and_limit_but_no_duration():
+    at = open_app()
+    at.sidebar.selectbox(key="load_pattern").select("request_rate").run()
+    keys = {getattr(w, "key", "") for w in at.sidebar}
+    assert {"request_rate", "burstiness", "exact_rate_arrivals", "max_concurrency"} <= keys
+    assert not {"duration_s", "concurrency_cpu"} & keys  # a time limit is a server client's; slots are the limit's
+    at.sidebar.selectbox(key="model_choice").select(TINY)
+    at.sidebar.selectbox(key="dataset_builtin").select("builtin:sample")
+    at.sidebar.number_input(key="sharegpt_output_len_cpu").set_value(4)
+    at.sidebar.number_input(key="num_prompts_cpu").set_value(4)
+    at.sidebar.number_input(key="request_rate").set_value(8.0)
+    start(at)
+    assert not at.exception and not at.error
+    run = get_runner().get(at.query_params["run"])
+    assert run.wait(60) and run.state == "finished", run.message
+    assert (run.config.load.load_pattern, run.config.load.request_rate) == ("request_rate", 8.0)
 
 
 def test_warm_up_can_be_turned_off_and_a_run_then_sends_none():
