@@ -31,7 +31,7 @@ def rate_config(**load) -> RunConfig:
         engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
         dataset=DatasetConfig(dataset="builtin:sample", dataset_name="random", num_prompts=6, random_input_len=16,
                               random_output_len=4, random_range_ratio=1.0),
-        load=LoadConfig(load_pattern="request_rate", request_rate=RATE, stream_output=True, **load))
+        load=LoadConfig(**{"load_pattern": "request_rate", "request_rate": RATE, "stream_output": True, **load}))
 
 
 def test_requests_are_admitted_at_the_drawn_arrivals(tmp_path, tiny_model_path):
