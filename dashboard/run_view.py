@@ -14,7 +14,7 @@ import streamlit as st
 
 from bench_core import csvstore
 from bench_core.measure import metrics
-from bench_core.views import run_charts, server_charts, tables
+from bench_core.views import run_charts, server_charts, tables, timeline
 from bench_core.measure.catalog import METRICS, find_column, lower_first
 from bench_core.config import SLO, Part, RunConfig, format_value, of_part
 from bench_core.config.catalog import MULTI_TURN
@@ -213,6 +213,7 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
                       key="ended_first")
     right.plotly_chart(run_charts.latency_histogram(run_charts.successful_values(result.requests, second), second),
                        key="ended_second")
+    st.plotly_chart(timeline.request_timeline(result.requests, end_s=result.duration_s), key="ended_timeline")
     if result.snapshot is not None:
         snap = result.snapshot
         throughput = run_charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s, snap.in_flight_over_time)

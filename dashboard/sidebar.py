@@ -297,7 +297,8 @@ def _shown(declared: Setting, config: RunConfig) -> bool:
     """Whether the sidebar shows a widget for this setting of `config`."""
     if declared.is_knob:
         return declared.applies(backend=config.engine.backend)
-    return declared.applies(load_pattern=config.load.load_pattern, dataset_name=config.dataset.dataset_name)
+    return declared.applies(backend=config.engine.backend, load_pattern=config.load.load_pattern,
+                            dataset_name=config.dataset.dataset_name)
 
 
 # ---- widget groups ---------------------------------------------------------------------------
@@ -421,5 +422,6 @@ def _load_widgets(backend: str, family: str) -> dict[str, Any]:
                         key=_load_pattern_key(backend), format_func=declared.choice_label,
                         help="\n\n".join(f"**{declared.choice_label(p)}**: {declared.choice_help[p]}" for p in patterns))
     with bar:
-        shown = tuple(s for s in of_part(Part.LOAD) if s.widget is not None and s.applies(load_pattern=pattern))
+        shown = tuple(s for s in of_part(Part.LOAD)
+                      if s.widget is not None and s.applies(backend=backend, load_pattern=pattern))
         return {"load_pattern": pattern, **_widgets(shown, backend, family)}

@@ -158,8 +158,8 @@ def test_start_runs_to_finished_with_summary_downloads_and_run_id_in_url():
     requests = next(d.value for d in at.dataframe if "request" in d.value.columns)
     assert len(requests) == 8
     titles = [json.loads(chart.proto.spec)["layout"]["title"]["text"] for chart in at.get("plotly_chart")]
-    assert titles == ["Time to first token", "Inter-token latency", "Throughput over time", "Token lengths",
-                      "Hardware telemetry"]
+    assert titles == ["Time to first token", "Inter-token latency", "Request timeline", "Throughput over time",
+                      "Token lengths", "Hardware telemetry"]
 
     second_tab = open_app(run_id)  # a reload or another tab shows the same run
     assert second_tab.success[0].value == at.success[0].value
@@ -212,6 +212,19 @@ def test_deep_link_shows_a_run_that_ended_before_the_server_started(stored_run_i
     assert "stored" in at.caption[0].value
     assert list(at.dataframe[0].value["metric"]) == LATENCY_ROWS
     assert len(at.download_button) == 3
+
+
+def test_a_run_opened_from_the_history_shows_each_request_on_the_timeline(stored_run_id, results_root):
+    at = open_app(stored_run_id)
+    assert not at.exception and not at.error
+    (chart,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart")
+                if json.loads(c.proto.spec)["layout"]["title"]["text"] == "Request timeline"]
+    assert [trace["name"] for trace in chart["data"]] == ["completed: waiting for first token", "completed: decoding"]
+    # Each of the 6 requests is one bar of each segment, starting where its table says it started.
+    starts = History(results_root).requests(stored_run_id).set_index("index")["start_s"]
+    for trace in chart["data"]:
+        assert sorted(row[0] for row in trace["customdata"]) == list(range(6))
+        assert [row[5] for row in trace["customdata"]] == pytest.approx([starts[row[0]] for row in trace["customdata"]])
 
 
 def test_an_ended_run_shows_its_telemetry_chart_roofline_verdict_and_random_weights(stored_run_id):
@@ -648,7 +661,7 @@ def test_an_output_length_beyond_the_models_context_window_is_refused_at_start()
 def test_the_engine_api_is_offered_beside_the_pipeline_patterns_and_warm_up_is_on_with_its_count():
     at = open_app()
     assert at.sidebar.selectbox(key="load_pattern").options == ["pipeline batch", "pipeline concurrency", "engine API",
-                                                                   "trace replay"]
+                                                                   "request rate", "trace replay"]
     assert at.sidebar.checkbox(key="warmup_requests_on").value is True  # on by default, the count beside it
     assert at.sidebar.number_input(key="warmup_requests").value == setting("warmup_requests").widget.start
     assert not {"skip_tokenize", "cancel_rate"} & {getattr(w, "key", "") for w in at.sidebar}
@@ -670,6 +683,24 @@ def test_the_engine_api_is_offered_beside_the_pipeline_patterns_and_warm_up_is_o
     cancelled = run.record.metrics["cancelled"]
     assert cancelled > 0 and run.record.metrics["failed"] == 0
     assert f"{cancelled} cancelled" in at.success[0].value
+
+
+def test_a_request_rate_is_offered_on_the_embedded_engine_with_its_arrivals_and_limit_but_no_duration():
+    at = open_app()
+    at.sidebar.selectbox(key="load_pattern").select("request_rate").run()
+    keys = {getattr(w, "key", "") for w in at.sidebar}
+    assert {"request_rate", "burstiness", "exact_rate_arrivals", "max_concurrency"} <= keys
+    assert not {"duration_s", "concurrency_cpu"} & keys  # a time limit is a server client's; slots are the limit's
+    at.sidebar.selectbox(key="model_choice").select(TINY)
+    at.sidebar.selectbox(key="dataset_builtin").select("builtin:sample")
+    at.sidebar.number_input(key="sharegpt_output_len_cpu").set_value(4)
+    at.sidebar.number_input(key="num_prompts_cpu").set_value(4)
+    at.sidebar.number_input(key="request_rate").set_value(8.0)
+    start(at)
+    assert not at.exception and not at.error
+    run = get_runner().get(at.query_params["run"])
+    assert run.wait(60) and run.state == "finished", run.message
+    assert (run.config.load.load_pattern, run.config.load.request_rate) == ("request_rate", 8.0)
 
 
 def test_warm_up_can_be_turned_off_and_a_run_then_sends_none():

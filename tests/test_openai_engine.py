@@ -194,11 +194,13 @@ def test_impossible_server_or_load_settings_are_refused_before_the_run(engine, l
         check_run_config(config)
 
 
-def test_the_request_rate_pattern_needs_a_server():
-    config = RunConfig(engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
+def test_the_request_rate_pattern_needs_a_server_or_the_embedded_engine():
+    config = RunConfig(engine=EngineConfig(backend="pytorch", model="builtin:tiny-llama"),
                        load=LoadConfig(load_pattern="request_rate"))
-    with pytest.raises(ConfigError, match="choose the openai backend"):
+    with pytest.raises(ConfigError, match="The request_rate load pattern is not offered by the pytorch backend"):
         check_run_config(config)
+    config.engine.backend = "transformers"
+    check_run_config(config)
 
 
 def test_the_api_key_is_left_out_of_the_flat_config_and_an_empty_model_is_allowed():

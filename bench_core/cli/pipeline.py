@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 import typing
 
-from ..config import Part, RunConfig
+from ..config import Part, RunConfig, setting
 from ..engines import in_process_backends
 from ..states import LoadPattern
+from ..sweep.plan import parse_sweep_arg
 from .common import (
     LENGTH_FLAGS, Flag, ScriptCommand, add_flags, add_knob_flags, add_record_flags, in_process_knobs, unlisted_flags,
 )
@@ -29,10 +30,11 @@ POSITIONAL = (
 )
 SCRIPT_FLAGS = ("seed", "stream_output", "dataset_name", *LENGTH_FLAGS, "top_p", "top_k", "temperature", "log_level",
                 Flag("backend", default="turbomind", choices=in_process_backends()), "trust_remote_code")
-# Ours: the load pattern (a rate is the restful command's, the engine API the throughput command's), the warm-up,
-# and the dataset's settings LMDeploy's script lacks.
-OUR_FLAGS = (Flag("load_pattern", choices=(LoadPattern.BATCH, LoadPattern.CONCURRENCY, LoadPattern.TRACE)),
-             "warmup_requests",
+# Ours: the load pattern (the engine API is the throughput command's) with a request rate's arrivals and limit (on
+# the embedded engine), the warm-up, and the dataset's settings LMDeploy's script lacks.
+LOAD_FLAG = Flag("load_pattern", default=None,
+                 choices=(LoadPattern.BATCH, LoadPattern.CONCURRENCY, LoadPattern.REQUEST_RATE, LoadPattern.TRACE))
+OUR_FLAGS = (LOAD_FLAG, "request_rate", "burstiness", "exact_rate_arrivals", "max_concurrency", "warmup_requests",
              *unlisted_flags(Part.DATASET, POSITIONAL, SCRIPT_FLAGS))
 
 
@@ -66,5 +68,19 @@ class PipelineCommand(ScriptCommand):
                          percentiles_help="latency percentiles to report, comma-separated")
         add_knob_flags(parser, in_process_knobs())
 
+    def build_config(self, args: argparse.Namespace) -> RunConfig:
+        """The run of the flags; without --load, a rate given (--request-rate, or a sweep over it) picks the
+        request_rate pattern, else LMDeploy's batch."""
+        pattern = getattr(args, LOAD_FLAG.destination)
+        if pattern is None:
+            swept = {parse_sweep_arg(text).name for text in getattr(args, "sweep", ())}
+            by_rate = args.request_rate != setting("request_rate").default or "request_rate" in swept
+            pattern = LoadPattern.REQUEST_RATE if by_rate else setting("load_pattern").default
+        return super().build_config(argparse.Namespace(**{**vars(args), LOAD_FLAG.destination: pattern}))
+
     def summary_rows(self, config: RunConfig) -> list[tuple[str, typing.Any]]:
-        return [("Concurrency", config.load.concurrency), ("Stream output", config.load.stream_output)]
+        load = config.load
+        if load.load_pattern == LoadPattern.REQUEST_RATE:
+            limit = [("Max concurrency", load.max_concurrency)] if load.max_concurrency else []
+            return [("Request rate (req/s)", load.request_rate), *limit, ("Stream output", load.stream_output)]
+        return [("Concurrency", load.concurrency), ("Stream output", load.stream_output)]

@@ -396,8 +396,9 @@ LOAD = (
                            LoadPattern.TRACE: "trace replay"},
             choice_message="Unknown load pattern '{value}'; choose {choices}.", widget=None, flags=("--load",),
             cli_help="batch: every request starts at t0 and waits for a slot (LMDeploy's pipeline); concurrency: a "
-                     "request starts when a worker picks it up (profile_throughput.py); trace: each request starts at "
-                     "its trace timestamp (--dataset-name trace)"),
+                     "request starts when a worker picks it up (profile_throughput.py); request_rate: requests arrive "
+                     "at --request-rate, open loop; trace: each request starts at its trace timestamp (--dataset-name "
+                     "trace); None: request_rate where --request-rate is given, else batch"),
     Setting("concurrency", Part.LOAD, int, 256, load_patterns=CAPPED, label="Concurrency", unit="requests",
             sweepable=True, bounds=Bounds("Concurrency must be at least 1.", low=1),
             help="Requests in flight at once; LMDeploy's engines take it as max_batch_size.", widget=Widget(step=1),
@@ -406,7 +407,7 @@ LOAD = (
             cli_help="requests in flight at once; LMDeploy's engines also take it as max_batch_size"),
     Setting("stream_output", Part.LOAD, bool, False, help="Needed for TTFT, ITL and tokens per tick.",
             widget_label="Stream output", cli_help="stream tokens (needed for TTFT, ITL and tokens-per-tick statistics)"),
-    # The request_rate pattern (OpenAI-compatible servers): vLLM's arrival process and limits.
+    # The request_rate pattern (servers and the embedded engine): vLLM's arrival process and limits.
     Setting("request_rate", Part.LOAD, float, math.inf, load_patterns=BY_RATE, label="Request rate", unit="req/s",
             sweepable=True, allow_inf=True,  # inf sends every request at once
             bounds=Bounds("The request rate must be above 0 requests/s (inf sends every request at once).",
@@ -446,7 +447,8 @@ LOAD = (
             cli_help="divide the trace's timestamps by this (2: twice as fast); 1 keeps the trace's schedule"),
     # A time limit: it ends the run (requests in flight are cancelled); None sends every request. Not compared:
     # the history's duration_s column holds the benchmark's measured duration.
-    Setting("duration_s", Part.LOAD, float, None, optional=True, load_patterns=BY_RATE, compared=False,
+    Setting("duration_s", Part.LOAD, float, None, optional=True, load_patterns=BY_RATE, backends=("openai",),
+            compared=False,
             bounds=Bounds("The duration must be above 0 seconds (or unset).", low=0.0, low_open=True),
             help="End the run after this long: requests not sent stay unfinished, those in flight are cancelled.",
             widget=Widget(step=10.0, min_value=0.1, placeholder="empty: send every prompt"), widget_label="Duration (s)",

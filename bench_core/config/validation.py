@@ -70,6 +70,8 @@ def validate_run_config(config: RunConfig, backend: BackendRules | None = None) 
     problems.extend(_dataset_problems(config))
     for part in (Part.DATASET, Part.LOAD, Part.SLO):  # the engine's: with its backend's rules (engines)
         problems.extend(setting_problems(config.part(part), part, eng.backend, data.dataset_name))
+    problems.extend(declared.not_applicable(eng.backend) for declared in of_part(Part.LOAD)
+                    if not declared.applies(backend=eng.backend) and getattr(load, declared.name) != declared.default)
     if backend is not None and backend.load_patterns and load.load_pattern not in backend.load_patterns:
         problems.append(_pattern_refused(load.load_pattern, eng.backend, backend.load_patterns))
     problems.extend(generation_problems(config.generation))
@@ -112,8 +114,6 @@ def _names(names: tuple[str, ...]) -> str:
 
 
 def _pattern_refused(pattern: str, backend: str, patterns: tuple[str, ...]) -> str:
-    if pattern == LoadPattern.REQUEST_RATE:
-        return "The request_rate load pattern sends requests over HTTP: choose the openai backend."
     return f"The {pattern} load pattern is not offered by the {backend} backend; choose {' or '.join(patterns)}."
 
 

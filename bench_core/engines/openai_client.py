@@ -57,7 +57,7 @@ import numpy as np
 import yarl
 
 from ..config import GenerationSettings, check_values, setting
-from ..load.arrivals import ArrivalReport, arrival_report, send_offsets
+from ..load.arrivals import ArrivalReport, arrival_report
 from ..load.datasets import SampledRequest
 from ..load.schedule import SendSchedule
 from ..errors import BenchError, ConfigError
@@ -720,10 +720,8 @@ def run_requests(
     the rest "abort" with a "not sent" message. Setting `cancel` aborts everything within 0.1 s.
     """
     check_values(max_concurrency=max_concurrency, warmup_requests=warmup, duration_s=duration_s)
-    if schedule is None:  # the rate's arrivals, for the requests that follow no other (every one, but for turns)
-        starters = sum(request.follows is None for request in requests)
-        schedule = SendSchedule(requests, offsets=send_offsets(starters, request_rate, burstiness, arrival_seed,
-                                                               exact_rate_arrivals))
+    if schedule is None:
+        schedule = SendSchedule.at_rate(requests, request_rate, burstiness, arrival_seed, exact_rate_arrivals)
     run = ClientRun(spec, model, requests, schedule, request_rate, max_concurrency, warmup, duration_s, ignore_eos,
                     cancel or threading.Event())
     return run.start()

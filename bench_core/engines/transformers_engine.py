@@ -18,6 +18,8 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
+import numpy as np
+
 from ..config import EngineConfig, GenerationSettings, LoadConfig
 from ..load.datasets import SampledRequest
 from ..errors import ConfigError, ModelError
@@ -41,6 +43,9 @@ class TransformersBackend(Backend):
 
     names = ("transformers",)
     order = 1
+    # A request rate too (open loop): the embedded engine takes each request when the arrival process says it comes.
+    load_patterns = (LoadPattern.BATCH, LoadPattern.CONCURRENCY, LoadPattern.ENGINE_API, LoadPattern.REQUEST_RATE,
+                     LoadPattern.TRACE)
 
     @classmethod
     def gpus(cls, engine: EngineConfig) -> int:
@@ -193,25 +198,32 @@ class TransformersEngine(Engine):
         generation: GenerationSettings,
         load: LoadConfig,
         cancel: threading.Event,
+        arrival_seed: int | np.random.RandomState = 0,
     ) -> Iterator[EngineEvent]:
         """`load.concurrency` requests run at once, each once it is due (load.schedule); the pattern otherwise
-        only decides when a request's clock starts, which is the runner's business. Prompts are encoded before
-        the run, but those built on an answer, when they are sent. The engine API drives the model as LMDeploy's
-        engines are driven (engine_api.py)."""
+        only decides when a request's clock starts, which is the runner's business. Under a request rate, requests
+        are due at the arrivals drawn from `arrival_seed` (as a server's client sends them), at most
+        `load.max_concurrency` at once. Prompts are encoded before the run, but those built on an answer, when they
+        are sent. The engine API drives the model as LMDeploy's engines are driven (engine_api.py)."""
         if load.load_pattern == LoadPattern.ENGINE_API:
             if not self.continuous_batching:
                 raise ConfigError("The engine API load pattern needs transformers' continuous batching, which this "
                                   "transformers version lacks; choose the batch or concurrency pattern.")
             return self._engine_api_events(requests, generation, load, cancel)
         prompts = [None if r.builds_on_answer else self._tokenizer.encode(r.prompt) for r in requests]
-        schedule = SendSchedule(requests, load)
+        if load.load_pattern == LoadPattern.REQUEST_RATE:
+            schedule = SendSchedule.at_rate(requests, load.request_rate, load.burstiness, arrival_seed,
+                                            load.exact_rate_arrivals)
+            max_in_flight = load.max_concurrency or len(requests)
+        else:
+            schedule, max_in_flight = SendSchedule(requests, load), load.concurrency
         if not self.continuous_batching:
             return generate_one_by_one(
                 self._model, self._tokenizer, self._eos_ids, requests, prompts, generation, load.stream_output, cancel,
                 schedule,
             )
         run = ContinuousBatchRun(
-            self._model, self._engine, self._eos_ids, requests, prompts, generation, load.concurrency,
+            self._model, self._engine, self._eos_ids, requests, prompts, generation, max_in_flight,
             load.stream_output, schedule, encode=self._tokenizer.encode, decode=self._answer_text,
         )
         return run.events(cancel)

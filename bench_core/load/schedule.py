@@ -22,8 +22,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..config import LoadConfig
 from ..states import LoadPattern
+from .arrivals import send_offsets
 from .requests import Message, SampledRequest, render_transcript
 
 
@@ -66,6 +69,14 @@ class SendSchedule:
         self._taken: set[int] = set()
         self._dropped: set[int] = set()
         self._t0 = 0.0
+
+    @classmethod
+    def at_rate(cls, requests: Sequence[SampledRequest], request_rate: float, burstiness: float = 1.0,
+                seed: int | np.random.RandomState = 0, exact_rate: bool = False) -> SendSchedule:
+        """The schedule of an arrival process (`arrivals.send_offsets`) for the requests that follow none: every
+        one but a session's later turns, which go once the turn before them has ended."""
+        starters = sum(request.follows is None for request in requests)
+        return cls(requests, offsets=send_offsets(starters, request_rate, burstiness, seed, exact_rate))
 
     @property
     def plain(self) -> bool:

@@ -321,7 +321,7 @@ class Runner:
         for session, at_admission in zip(sessions, ticks_at_admission):
             if not at_admission:  # LMDeploy's pipeline semantics: every request starts at t0
                 session.tick(0)
-        # A request rate draws its arrivals as profile_restful_api.py does, after sampling (only servers take one).
+        # A request rate draws its arrivals as profile_restful_api.py does, after sampling.
         by_rate = config.load.load_pattern == LoadPattern.REQUEST_RATE
         arrivals = {"arrival_seed": measurement.sample.arrival_rng} if by_rate else {}
         try:
