@@ -60,7 +60,9 @@ def no_data(fig: go.Figure) -> go.Figure:
 def notes_under_title(fig: go.Figure, notes: Sequence[str]) -> None:
     """`notes` under the title, where no bar or point reaches, each broken into lines that fit the chart; the
     top margin grows to hold them."""
-    lines = [line for note in notes for line in textwrap.wrap(note, NOTE_LINE_CHARS)]
+    # Breaking at spaces only: a run id (20261201-101500-ab12) stays on one line, findable as written.
+    lines = [line for note in notes
+             for line in textwrap.wrap(note, NOTE_LINE_CHARS, break_long_words=False, break_on_hyphens=False)]
     if lines:
         fig.update_layout(title=dict(subtitle=dict(text="<br>".join(lines))),
                           margin=dict(t=_TITLE_MARGIN_PX + _NOTE_PX * len(lines)))
