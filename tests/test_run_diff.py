@@ -42,7 +42,7 @@ def test_two_cpu_runs_differing_in_concurrency_differ_in_that_alone(tmp_path):
     # GPU-only knobs are empty on both, the measured duration is no setting: concurrency is all.
     assert run_diff.differing_settings(runs) == ["concurrency"]
     table = run_diff.differences(runs, ["concurrency"])
-    assert table.to_dict("index") == {"Concurrency (requests)": {"x2": "2", "x4": "4"}}
+    assert table.to_dict("index") == {"Concurrency (requests)": {"Concurrency 2 (x2)": "2", "Concurrency 4 (x4)": "4"}}
     assert run_diff.default_setting(runs, ["concurrency"]) == "concurrency"
 
 

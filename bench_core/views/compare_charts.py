@@ -134,8 +134,8 @@ def cdf_overlay(request_tables: Mapping[str, pd.DataFrame], metric: str,
 
 
 def not_streamed(runs: pd.DataFrame) -> list[str]:
-    """The names (RUN column, else `tables.run_names`) of the runs that were not streamed: they have no TTFT or ITL."""
-    names = runs[RUN].astype(str).tolist() if RUN in runs else run_names(runs)
+    """The names (`_names`) of the runs that were not streamed: they have no TTFT or ITL."""
+    names = _names(runs)
     streamed = setting_cells(runs, [_STREAM_OUTPUT])[_STREAM_OUTPUT]
     return [name for name, stream in zip(names, streamed) if stream is False]
 
@@ -143,11 +143,11 @@ def not_streamed(runs: pd.DataFrame) -> list[str]:
 def left_out_notes(runs: pd.DataFrame, rows: pd.DataFrame, columns: list[str]) -> list[str]:
     """Which of `runs` have no point among `rows` (those with a value in each of `columns`), and why: a latency
     that needs streamed output (TTFT, ITL) is not measured on a run that was not streamed; anything else that
-    run did not record. Runs are named by their RUN column (else `tables.run_names`)."""
+    run did not record. Runs are named as `_names` names them; rows without a run id go unnamed."""
     left_out = runs.drop(index=rows.index)
-    if left_out.empty:
+    if left_out.empty or (RUN not in left_out and "run_id" not in left_out):
         return []
-    names = left_out[RUN].astype(str).tolist() if RUN in left_out else run_names(left_out)
+    names = _names(left_out)
     unstreamed = set(not_streamed(left_out))
     kept = {column: rows_with(left_out, [column]).index for column in columns}
     absent = []
@@ -156,6 +156,11 @@ def left_out_notes(runs: pd.DataFrame, rows: pd.DataFrame, columns: list[str]) -
         what = " or ".join(lower_first(describe_column(column).label) for column in missing)
         absent.append((name, what, name in unstreamed and all(map(_needs_streaming, missing))))
     return _absence_notes(absent)
+
+
+def _names(runs: pd.DataFrame) -> list[str]:
+    """The runs' names: their RUN column, else `tables.run_names`."""
+    return runs[RUN].astype(str).tolist() if RUN in runs else run_names(runs)
 
 
 def _absence_notes(absent: list[tuple[str, str, bool]]) -> list[str]:
