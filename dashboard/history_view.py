@@ -31,7 +31,7 @@ RESULT_COLUMNS = ("completed", "output_throughput", "request_throughput", "mean_
                   "mean_itl_ms", "mean_e2e_ms", "error", "source_file")
 FILTERS = (("backend", "Backend"), ("model", "Model"), ("status", "Status"), ("dataset", "Dataset"))
 NOT_RECORDED = "(not recorded)"
-RUN = "run"  # the compared runs' names (tables.run_names), a column to colour by
+RUN = compare_charts.RUN
 NOISE_COLUMN = "vs run-to-run noise"
 
 
@@ -87,7 +87,9 @@ def runs_table(shown: pd.DataFrame) -> list[str]:
     """The table of runs on show, with a link to each on the Run page; returns the selected run ids."""
     view = table_view(shown)
     view.insert(1, "open", RUN_PAGE_URL + "?run=" + view["run_id"].astype(str))
-    config = {"open": st.column_config.LinkColumn("Run page", display_text="open")}
+    # The id stays in view while the many setting and result columns scroll past it.
+    config = {"run_id": st.column_config.Column(pinned=True),
+              "open": st.column_config.LinkColumn("Run page", display_text="open")}
     for name in view.columns[2:]:
         config[name] = _title(name)
     digest = zlib.crc32("\n".join(view["run_id"].astype(str)).encode())
@@ -155,15 +157,20 @@ def comparison(history: History, chosen: pd.DataFrame) -> None:
     """What differs between the chosen runs first, then the charts across it, the distributions and the
     side-by-side table with which differences are beyond noise."""
     st.subheader(f"Compare {len(chosen)} runs")
-    chosen = run_diff.with_output_length(chosen).assign(**{RUN: tables.run_names(chosen)})
+    chosen = run_diff.with_output_length(chosen)
     varied = run_diff.differing_settings(chosen)
+    # One name per run on every part of the comparison: what tells it apart, then who it is.
+    chosen = chosen.assign(**{RUN: run_diff.compared_names(chosen, varied)})
     what_differs(chosen, varied)
     comparison_charts(chosen, varied)
     distributions(history, chosen)
     compared = [name for name in catalog.COMPARED_COLUMNS if name in chosen]
-    table = tables.compare_runs(chosen, compared)
+    table = tables.compare_runs(chosen, compared, chosen[RUN])
     table[NOISE_COLUMN] = tables.noise_verdicts(chosen, compared, run_diff.repeat_groups(chosen, varied))
-    show_table(tables.style_comparison(table, tables.compare_marks(chosen, compared)), key="compare_table")
+    # The verdicts beside the metric names, the runs' columns after them: however many runs, neither scrolls away.
+    show_table(tables.style_comparison(table, tables.compare_marks(chosen, compared, chosen[RUN])),
+               key="compare_table",
+               column_config={NOISE_COLUMN: st.column_config.Column(help=tables.NOISE_VERDICT_HELP, pinned=True)})
     st.caption("Green: the best of these runs on that metric; red: the worst. Runs with the same settings are "
                "repeats: where both ends have two or more, Welch's t-test says whether the lowest and highest "
                f"configuration differ beyond their run-to-run noise (p < 0.05); \"{tables.SINGLE_RUN}\" where "
@@ -211,7 +218,7 @@ def comparison_charts(chosen: pd.DataFrame, varied: list[str]) -> None:
 def distributions(history: History, chosen: pd.DataFrame) -> None:
     """TTFT and ITL CDFs of the runs that kept their per-request table (imported LMDeploy rows did not)."""
     request_tables, missing = {}, []
-    for name, run_id in zip(tables.run_names(chosen), chosen["run_id"].astype(str)):
+    for name, run_id in zip(chosen[RUN], chosen["run_id"].astype(str)):
         try:
             request_tables[name] = history.requests(run_id)
         except HistoryError:
@@ -221,5 +228,6 @@ def distributions(history: History, chosen: pd.DataFrame) -> None:
                    "summary; a run that failed before measuring has none), so they are not in the distributions.")
     if request_tables:
         left, right = st.columns(2)
-        left.plotly_chart(compare_charts.cdf_overlay(request_tables, "ttft"), key="chart_cdf_ttft")
-        right.plotly_chart(compare_charts.cdf_overlay(request_tables, "itl"), key="chart_cdf_itl")
+        unstreamed = compare_charts.not_streamed(chosen)
+        left.plotly_chart(compare_charts.cdf_overlay(request_tables, "ttft", unstreamed), key="chart_cdf_ttft")
+        right.plotly_chart(compare_charts.cdf_overlay(request_tables, "itl", unstreamed), key="chart_cdf_itl")

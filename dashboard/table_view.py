@@ -25,6 +25,9 @@ BORDER_PX = 3
 CHAR_PX = 8
 PADDING_PX = 32
 MAX_COLUMN_PX = 640
+# The grid sizes a number column to its widest cell or header, up to this width: a longer header (a compared run's
+# name, "Dataset name sharegpt, Concurrency 8 (run 20261201-101500-ab12)") would be cut short.
+GRID_AUTO_WIDTH_PX = 500
 # Tables of runs or requests may hold thousands of rows: past this many they scroll.
 LONG_TABLE_ROWS = 25
 
@@ -33,8 +36,9 @@ def show_table(data: pd.DataFrame | Styler, *, key: str, max_rows: int | None = 
                column_config: Mapping[str, Any] | None = None, keep_numbers: bool = False, **options):
     """Draw `data` (a frame, or a Styler whose colours are kept) with `st.dataframe`; returns what it returns.
 
-    `column_config` entries win over the ones made here; a plain string is a column's label. `options`
-    go to st.dataframe as they are (selection, hide_index)."""
+    `column_config` entries win over the ones made here: a plain string is a column's label, a plain
+    `st.column_config.Column` sets its fields on the column made here (pinned, help), an entry of a type of its
+    own (a link) replaces it. `options` go to st.dataframe as they are (selection, hide_index)."""
     frame = data.data if isinstance(data, Styler) else data
     if isinstance(data, Styler):
         shown = data.format(tables.format_number)
@@ -46,7 +50,7 @@ def show_table(data: pd.DataFrame | Styler, *, key: str, max_rows: int | None = 
     shown_frame = shown.data if isinstance(shown, Styler) else shown
     config = _column_config(shown_frame, keep_numbers or isinstance(data, Styler))
     for name, entry in (column_config or {}).items():
-        config[name] = _with_label(config.get(name), entry)
+        config[name] = _laid_over(config.get(name), entry)
     return st.dataframe(shown, key=key, height=table_height(len(frame), max_rows), column_config=config,
                         placeholder=tables.MISSING, **options)
 
@@ -62,11 +66,13 @@ def _column_config(frame: pd.DataFrame, numbers_kept: bool) -> dict[str, Any]:
     config: dict[str, Any] = {}
     for name in frame.columns:
         column = frame[name]
+        header_px = len(str(name)) * CHAR_PX + PADDING_PX
+        header = {"width": min(header_px, MAX_COLUMN_PX)} if header_px > GRID_AUTO_WIDTH_PX else {}
         if numbers_kept and pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column):
-            config[name] = st.column_config.NumberColumn(format="localized")
+            config[name] = st.column_config.NumberColumn(format="localized", **header)
             continue
         if not numbers_kept and _holds_numbers(column):  # the grid sizes number columns to their widest cell
-            config[name] = st.column_config.Column(alignment="right")
+            config[name] = st.column_config.Column(alignment="right", **header)
             continue
         width = min(max([len(str(name)), *(len(str(cell)) for cell in column)]) * CHAR_PX + PADDING_PX, MAX_COLUMN_PX)
         config[name] = st.column_config.Column(width=width)
@@ -90,10 +96,13 @@ def _is_formatted_number(cell: str) -> bool:
     return True
 
 
-def _with_label(made: Any, given: Any) -> Any:
-    """A caller's entry: a label string is set on the column made here; anything else replaces it."""
-    if not isinstance(given, str):
-        return given
+def _laid_over(made: Any, given: Any) -> Any:
+    """A caller's entry on the column made here: a label string, or the fields a plain Column sets; an entry with
+    a type of its own (LinkColumn's type_config) replaces it."""
     if made is None:
         return given
-    return {**made, "label": given}
+    if isinstance(given, str):
+        return {**made, "label": given}
+    if given.get("type_config") is not None:
+        return given
+    return {**made, **{field: value for field, value in given.items() if value is not None}}

@@ -13,6 +13,7 @@ from bench_core.run.runner import Runner
 from bench_core.views.tables import BEYOND_NOISE, SINGLE_RUN, WITHIN_NOISE, describe_column
 from dashboard.history_view import NOISE_COLUMN
 from app_under_test import APP, ROOT
+from compared_runs import FIVE, NOT_STREAMED, record_five_runs
 
 LMDEPLOY_CSV = ROOT / "tests" / "data" / "lmdeploy_csv" / "profile_throughput.csv"
 
@@ -69,6 +70,16 @@ def chart_specs(at: AppTest) -> dict[str, dict]:
     return {chart.key: json.loads(chart.proto.spec) for chart in at.get("plotly_chart")}
 
 
+def subtitle(spec: dict) -> str:
+    """A figure's notes under its title, its line breaks read as the spaces they replaced."""
+    return spec["layout"]["title"].get("subtitle", {}).get("text", "").replace("<br>", " ")
+
+
+def column_config(table) -> dict[str, dict]:
+    """An st.dataframe's column configuration as the page sent it."""
+    return json.loads(table.proto.columns)
+
+
 def test_the_table_lists_every_run_with_a_link_to_the_run_page(history_root, prepared_history):
     _, run_ids, imported = prepared_history
     at = open_history()
@@ -98,17 +109,20 @@ def test_comparing_two_runs_draws_the_charts_and_marks_better_and_worse(history_
     specs = chart_specs(at)
     # Concurrency takes three values here (2, 4, 256), the number of prompts two.
     assert specs["chart_metric_vs_knob"]["layout"]["xaxis"]["title"]["text"] == describe_column("concurrency").title
+    # Each run is named by what tells it apart (its concurrency: 2, 4, 256), then its label or id.
+    ours, theirs = ["Concurrency 2 (tiny x2)", "Concurrency 4 (tiny x4)"], f"Concurrency 256 (run {imported[0]})"
     # p99 TTFT: our runs only; LMDeploy's CSV has mean latencies, which bring the imported run in.
-    assert [trace["name"] for trace in specs["chart_latency_vs_throughput"]["data"]] == ["tiny x2", "tiny x4"]
+    assert [trace["name"] for trace in specs["chart_latency_vs_throughput"]["data"]] == ours
+    assert subtitle(specs["chart_latency_vs_throughput"]) == f"No P99 time to first token recorded: {theirs}"
     at.selectbox(key="compare_latency").select("mean_ttft_ms").run()
     names = [trace["name"] for trace in chart_specs(at)["chart_latency_vs_throughput"]["data"]]
-    assert sorted(names) == sorted(["tiny x2", "tiny x4", imported[0]])
+    assert sorted(names) == sorted([*ours, theirs])
     # CDFs: one curve per run with per-request data; the imported row is named as lacking it.
     for key in ("chart_cdf_ttft", "chart_cdf_itl"):
-        assert [trace["name"] for trace in specs[key]["data"]] == ["tiny x2", "tiny x4"]
+        assert [trace["name"] for trace in specs[key]["data"]] == ours
     assert any("No per-request data" in caption.value for caption in at.caption)
     compared = at.dataframe[1].value
-    assert list(compared.columns) == ["tiny x2", "tiny x4", imported[0], NOISE_COLUMN]
+    assert list(compared.columns) == [*ours, theirs, NOISE_COLUMN]
     assert describe_column("output_throughput").title in compared.index
     # better/worse marks reach the page as cell styles
     styled = at.dataframe[1].proto.arrow_data.styler.styles
@@ -120,7 +134,8 @@ def test_two_runs_differing_in_concurrency_say_so_first_and_nothing_else(history
     at = select_rows(open_history(), run_ids)
     assert not at.exception
     (differences,) = at.table
-    assert differences.value.to_dict("index") == {"Concurrency (requests)": {"tiny x2": "2", "tiny x4": "4"}}
+    assert differences.value.to_dict("index") == {
+        "Concurrency (requests)": {"Concurrency 2 (tiny x2)": "2", "Concurrency 4 (tiny x4)": "4"}}
     order = [element.type for element in at.main if element.type in ("table", "plotly_chart")]
     assert order[0] == "table"  # before every chart
     across = at.selectbox(key="compare_knob")
@@ -133,7 +148,7 @@ def test_compare_charts_colour_each_run_apart_and_label_its_setting(history_root
     specs = chart_specs(select_rows(open_history(), run_ids))
     for key in ("chart_metric_vs_knob", "chart_latency_vs_throughput"):
         traces = specs[key]["data"]
-        assert [trace["name"] for trace in traces] == ["tiny x2", "tiny x4"]
+        assert [trace["name"] for trace in traces] == ["Concurrency 2 (tiny x2)", "Concurrency 4 (tiny x4)"]
         colours = {trace["marker"]["color"] for trace in traces}
         assert len(colours) == 2 and colours <= set(plotly.colors.qualitative.Plotly)
         assert all(trace["cliponaxis"] is False for trace in traces)
@@ -267,3 +282,52 @@ def test_a_run_that_failed_before_measuring_is_listed_as_failed_with_its_reason(
     assert len(compared.columns) == 3
     assert compared.loc[describe_column("output_throughput").title, NOISE_COLUMN] == ""
     assert any("failed before measuring" in caption.value for caption in at.caption)
+
+
+@pytest.fixture(scope="module")
+def five_runs(tmp_path_factory, tiny_model_path) -> tuple:
+    """The five runs of compared_runs, alone in a history of their own (read only)."""
+    root = tmp_path_factory.mktemp("five") / "results"
+    return root, record_five_runs(root)
+
+
+@pytest.fixture
+def five_run_history(five_runs, monkeypatch, fresh_dashboard) -> list[str]:
+    root, run_ids = five_runs
+    monkeypatch.setenv(RESULTS_ENV, str(root))
+    return run_ids
+
+
+def test_five_runs_are_named_by_what_tells_each_apart_on_every_part_of_the_comparison(five_run_history):
+    at = select_rows(open_history(), five_run_history)
+    assert not at.exception
+    names = [f"Dataset name {dataset}, Concurrency {concurrency}, Stream output {'yes' if streamed else 'no'} "
+             f"(run {run_id})" for (dataset, concurrency, streamed), run_id in zip(FIVE, five_run_history)]
+    assert list(at.table[0].value.columns) == names
+    compared = at.dataframe[1].value
+    assert list(compared.columns) == [*names, NOISE_COLUMN]  # not the bare run ids
+    specs = chart_specs(at)
+    streamed = [name for index, name in enumerate(names) if index != NOT_STREAMED]
+    latency = specs["chart_latency_vs_throughput"]
+    assert sorted(trace["name"] for trace in latency["data"]) == sorted(streamed)
+    labels = [text for trace in latency["data"] for text in trace["text"]]
+    assert len(set(labels)) == len(streamed)  # the two ShareGPT runs no longer read alike
+    # The run without a point is named, and why.
+    assert subtitle(latency) == f"Not streamed, so no P99 time to first token: {names[NOT_STREAMED]}"
+    for key, metric in (("chart_cdf_ttft", "time to first token"), ("chart_cdf_itl", "inter-token latency")):
+        assert [trace["name"] for trace in specs[key]["data"]] == streamed
+        assert subtitle(specs[key]).endswith(f"Not streamed, so no {metric}: {names[NOT_STREAMED]}")
+
+
+def test_the_run_id_is_pinned_and_the_noise_verdicts_are_short_pinned_and_explained(five_run_history):
+    at = select_rows(open_history(), five_run_history)
+    assert column_config(at.dataframe[0])["run_id"]["pinned"] is True
+    verdicts = column_config(at.dataframe[1])[NOISE_COLUMN]
+    assert verdicts["pinned"] is True and "Welch" in verdicts["help"]
+    assert verdicts["width"] >= max(len(verdict) for verdict in at.dataframe[1].value[NOISE_COLUMN]) * 8
+    assert all(len(verdict) <= 40 for verdict in at.dataframe[1].value[NOISE_COLUMN])
+    # A run's column is as wide as its name (about 7 px a character of the header font): the grid's own sizing
+    # stops at 500 px and cuts the run id off.
+    compared = column_config(at.dataframe[1])
+    for name in at.dataframe[1].value.columns[:-1]:
+        assert compared[name].get("width", 500) >= len(name) * 7

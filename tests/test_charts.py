@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bench_core.store.history import History
 from bench_core.views import compare_charts, figures, run_charts, sweep_charts
 from bench_core.measure.latency_bins import BinnedLatencies
 from bench_core.measure.stats import pareto_front
@@ -357,3 +358,59 @@ def test_a_steady_throughput_series_is_drawn_bin_by_bin():
     assert run_charts.throughput_window(rate) == 1
     _, y = _xy(run_charts.throughput_over_time(np.arange(300) * 0.5, rate, np.full(300, 4)).data[0])
     assert y == pytest.approx(rate)
+
+
+def test_the_legend_of_many_runs_is_below_the_plot_one_run_a_line_clear_of_the_title(history_runs):
+    runs = history_runs.assign(run=history_runs["label"])
+    tables = {name: profiled_run(TTFTS).request_table() for name in runs["run"]}
+    for fig in (compare_charts.latency_vs_throughput(runs, color="run"),
+                compare_charts.metric_vs_knob(runs, "concurrency", "output_throughput", color="run"),
+                compare_charts.cdf_overlay(tables, "ttft")):
+        legend = fig.layout.legend
+        # At the foot of the figure, not in the top margin where the title and its notes are.
+        assert (legend.yref, legend.y, legend.yanchor) == ("container", 0, "bottom")
+        assert (legend.orientation, legend.entrywidth, legend.entrywidthmode) == ("h", 1, "fraction")
+        # The margin under the plot holds the axis title and a line per run and the legend's title.
+        lines = len(runs) + 1
+        assert fig.layout.margin.b >= 50 + lines * 20
+        assert fig.layout.height == compare_charts.FIGURE_PX + fig.layout.margin.b - 50
+
+
+def test_a_run_that_was_not_streamed_is_named_as_having_no_ttft_point(tmp_path):
+    _, runs = recorded_history(tmp_path, [("s2", "turbomind", 2, profiled_run(TTFTS)),
+                                          ("s4", "turbomind", 4, profiled_run(TTFTS)),
+                                          ("n8", "turbomind", 8, profiled_run(TTFTS, stream=False))])
+    runs = runs.assign(run=runs["label"])
+    for fig in (compare_charts.latency_vs_throughput(runs, color="run"),
+                compare_charts.metric_vs_knob(runs, "concurrency", "p99_ttft_ms", color="run")):
+        assert sorted(t.name for t in fig.data) == ["turbomind x2", "turbomind x4"]
+        assert _notes(fig) == ["Not streamed, so no P99 time to first token: turbomind x8"]
+    assert not _notes(compare_charts.latency_vs_throughput(runs, latency="mean_e2e_ms", color="run"))
+    history = History(tmp_path)
+    requests = {name: history.requests(run_id) for name, run_id in zip(runs["run"], runs["run_id"])}
+    cdf = compare_charts.cdf_overlay(requests, "itl", compare_charts.not_streamed(runs))
+    assert [t.name for t in cdf.data] == ["turbomind x2", "turbomind x4"]
+    assert _notes(cdf) == ["Not streamed, so no inter-token latency: turbomind x8"]
+
+
+def _gaps(rng, requests: int = 8, per_request: int = 63) -> pd.DataFrame:
+    """Successful requests with ITL gaps of 10 to 30 ms."""
+    return pd.DataFrame({"status": ["success"] * requests,
+                         "itl_s": [rng.uniform(0.01, 0.03, per_request) for _ in range(requests)]})
+
+
+def test_one_far_itl_outlier_is_cut_off_the_cdf_axis_as_the_histograms_cut_it_and_said():
+    rng = np.random.default_rng(3)
+    steady, stalled = _gaps(rng), _gaps(rng)
+    stalled.at[2, "itl_s"][10] = 70.0  # one 70 s stall among 1,008 gaps
+    fig = compare_charts.cdf_overlay({"steady": steady, "stalled": stalled}, "itl")
+    low, high = fig.layout.xaxis.range
+    assert low < 10 and 30 <= high < 40  # ms: the gaps' own spread fills the axis
+    (note,) = _notes(fig)
+    assert note.startswith("Axis cut: ") and note.endswith("(outliers), up to 70,000 ms")
+    # The same cut as the run's ITL histogram.
+    pooled = np.concatenate([*steady["itl_s"], *stalled["itl_s"]])
+    assert _notes(run_charts.latency_histogram(pooled, "itl")) == [note.removeprefix("Axis cut: ")]
+    assert _xy(fig.data[1])[0].max() == pytest.approx(70_000)  # the curve itself still goes there
+    plain = compare_charts.cdf_overlay({"steady": steady}, "itl")
+    assert plain.layout.xaxis.range is None and not _notes(plain)

@@ -6,10 +6,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from bench_core.views import run_diff
+from bench_core.views import figures, run_diff
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.store.history_import import lmdeploy_hyperparams
 from bench_core.store.history import History, RunRecord
+from compared_runs import FIVE, compared_config
 from profiled_runs import profiled_run
 from app_under_test import ROOT
 
@@ -41,7 +42,7 @@ def test_two_cpu_runs_differing_in_concurrency_differ_in_that_alone(tmp_path):
     # GPU-only knobs are empty on both, the measured duration is no setting: concurrency is all.
     assert run_diff.differing_settings(runs) == ["concurrency"]
     table = run_diff.differences(runs, ["concurrency"])
-    assert table.to_dict("index") == {"Concurrency (requests)": {"x2": "2", "x4": "4"}}
+    assert table.to_dict("index") == {"Concurrency (requests)": {"Concurrency 2 (x2)": "2", "Concurrency 4 (x4)": "4"}}
     assert run_diff.default_setting(runs, ["concurrency"]) == "concurrency"
 
 
@@ -144,3 +145,27 @@ def test_a_long_history_of_repeats_differs_where_its_few_setups_do(tmp_path):
     odd = many.copy()
     odd.loc[3001, "seed"] = 7
     assert run_diff.differing_settings(odd) == ["seed", "concurrency", "dtype"]
+
+
+def test_labels_name_the_settings_that_tell_runs_apart_not_the_first_ones_that_differ(tmp_path):
+    """Five runs: random at 8 tokens and ShareGPT fixed at 16, concurrency 2, 4 and 8, one not streamed. The two
+    ShareGPT runs share their dataset and output length (the first two settings that differ): their concurrency
+    tells them apart."""
+    runs = history_of(tmp_path, [compared_config(*run) for run in FIVE])
+    varied = run_diff.differing_settings(runs)
+    assert varied == ["dataset_name", "output_length", "concurrency", "stream_output"]
+    assert run_diff.telling_settings(runs, varied) == ["dataset_name", "concurrency", "stream_output"]
+    labels = figures.setting_labels(runs)
+    assert labels[1:3] == ["Dataset name sharegpt, Concurrency 2, Stream output yes",
+                           "Dataset name sharegpt, Concurrency 8, Stream output yes"]
+    assert len(set(labels)) == len(FIVE)
+    names = run_diff.compared_names(runs, varied)
+    assert names == [f"{label} (run run-{index})" for index, label in enumerate(labels)]
+    assert list(run_diff.differences(runs, varied).columns) == names
+
+
+def test_runs_differing_in_one_setting_are_named_by_it_and_repeats_by_who_they_are(tmp_path):
+    runs = history_of(tmp_path, [cpu_run(2, "a"), cpu_run(4, "b"), cpu_run(2, "c")])
+    varied = run_diff.differing_settings(runs)
+    assert run_diff.compared_names(runs, varied) == ["Concurrency 2 (a)", "Concurrency 4 (b)", "Concurrency 2 (c)"]
+    assert run_diff.compared_names(runs.iloc[[0, 2]], []) == ["a", "c"]

@@ -1,22 +1,36 @@
 """Figures that compare runs of the history: a metric against a knob, latency against throughput (each run a
-point labelled with the settings that differ), and a latency's cumulative distribution per run overlaid.
+point labelled with the settings that tell it apart), and a latency's cumulative distribution per run overlaid.
+
+A run the chart has no point for is named in a note under the title with the reason (a latency measured on
+streamed output only, from a run that was not streamed), and a CDF stretched by far outliers is cut as the run's
+histograms are, saying so. The legend stands under the plot, one run a line, clear of the title and its notes
+however many runs it lists.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..measure.catalog import METRICS
+from ..measure.catalog import METRICS, find_column, lower_first
 from .figures import (MAX_POINTS, colour_groups, cycled_palette, inward_label_positions, is_categorical, no_data,
-                      pad_axis, rows_with, run_identity, setting_labels, tick_label, titled_figure)
-from .run_charts import successful_values
-from .tables import describe_column
+                      notes_under_title, pad_axis, rows_with, run_identity, setting_labels, tick_label, titled_figure)
+from .run_charts import overflow_note, range_of, successful_values
+from .run_diff import setting_cells
+from .tables import describe_column, run_names
 
 _MAX_TICKS = 12
+RUN = "run"  # the column naming each compared run (run_diff.compared_names); colouring by it tells every run apart
+_STREAM_OUTPUT = "stream_output"
+# The figure's height without a legend (plotly's default), the room under the plot for the x axis's ticks and
+# title, and a legend line's height (at plotly's 12 px font) with its padding.
+FIGURE_PX = 450
+_AXIS_TITLE_PX = 50
+_LEGEND_LINE_PX = 22
+_LEGEND_PAD_PX = 10
 
 
 def metric_vs_knob(runs: pd.DataFrame, knob: str, metric: str, color: str | None = "backend") -> go.Figure:
@@ -25,6 +39,7 @@ def metric_vs_knob(runs: pd.DataFrame, knob: str, metric: str, color: str | None
     knob_spec, metric_spec = describe_column(knob), describe_column(metric)
     fig = titled_figure(f"{metric_spec.label} vs {knob_spec.label.lower()}", knob_spec.title, metric_spec.title)
     rows = rows_with(runs, [knob, metric])
+    notes_under_title(fig, left_out_notes(runs, rows, [knob, metric]))
     if rows.empty:
         return no_data(fig)
     for colour, (group, part) in zip(cycled_palette(), colour_groups(rows, color)):
@@ -55,6 +70,7 @@ def latency_vs_throughput(runs: pd.DataFrame, latency: str = "p99_ttft_ms", thro
     fig = titled_figure(f"{latency_spec.label} vs {throughput_spec.label.lower()}", throughput_spec.title,
                         latency_spec.title)
     rows = rows_with(runs, [latency, throughput])
+    notes_under_title(fig, left_out_notes(runs, rows, [latency, throughput]))
     if rows.empty:
         return no_data(fig)
     labels = pd.Series(setting_labels(rows), index=rows.index)
@@ -73,17 +89,26 @@ def latency_vs_throughput(runs: pd.DataFrame, latency: str = "p99_ttft_ms", thro
     return fig
 
 
-def cdf_overlay(request_tables: Mapping[str, pd.DataFrame], metric: str) -> go.Figure:
-    """Cumulative distribution of a latency metric per run, successful requests only (as LMDeploy counts)."""
+def cdf_overlay(request_tables: Mapping[str, pd.DataFrame], metric: str,
+                not_streamed: Collection[str] = ()) -> go.Figure:
+    """Cumulative distribution of a latency metric per run, successful requests only (as LMDeploy counts). Far
+    outliers among all the runs' values end the axis where the run's histograms cut them (`run_charts.range_of`),
+    and a note says how many lie beyond and how far. The runs `not_streamed` have no curve of a metric that needs
+    streamed output; they and any run without a value are named in a note."""
     spec = METRICS[metric]
     fig = titled_figure(f"{spec.label}: cumulative distribution", f"{spec.label} ({spec.shown_unit})",
                   "Fraction of requests" if metric != "itl" else "Fraction of gaps")
     fig.update_yaxes(range=[0, 1.02])
     colours = dict(zip(sorted(request_tables), cycled_palette()))  # each run in its colour on the compare charts
+    drawn, absent = [], []
     for name, table in request_tables.items():
-        values = np.sort(successful_values(table, metric)) * spec.display_scale
+        # Without streaming the tokens arrive at once: as in LMDeploy's results, such a run has no TTFT or ITL.
+        unstreamed = spec.needs_streaming and name in not_streamed
+        values = np.array([]) if unstreamed else np.sort(successful_values(table, metric)) * spec.display_scale
         if values.size == 0:
+            absent.append((name, lower_first(spec.label), unstreamed))
             continue
+        drawn.append(values)
         keep = _cdf_points(values.size)
         # The curve rises from 0 at the smallest value, then steps up to 1 at the largest.
         x = np.concatenate([values[:1], values[keep]])
@@ -92,9 +117,65 @@ def cdf_overlay(request_tables: Mapping[str, pd.DataFrame], metric: str) -> go.F
             x=x, y=y, mode="lines", name=name, line=dict(shape="hv", color=colours[name]),
             hovertemplate=f"%{{x:.3f}} {spec.display_unit}<br>%{{y:.1%}} at or below<extra>%{{fullData.name}}</extra>",
         ))
+    notes = _absence_notes(absent)
     if not fig.data:
+        notes_under_title(fig, notes)
         return no_data(fig)
+    _legend(fig, RUN)
+    every = np.concatenate(drawn)
+    shape = range_of(every)
+    if shape.overflow:
+        pad_axis(fig, "x", pd.Series([shape.low, shape.high]))
+        above = int((every > shape.high).sum())
+        counted = "gaps" if metric == "itl" else "requests"
+        notes.insert(0, f"Axis cut: {overflow_note(shape, above, spec.shown_unit, counted)}")
+    notes_under_title(fig, notes)
     return fig
+
+
+def not_streamed(runs: pd.DataFrame) -> list[str]:
+    """The names (`_names`) of the runs that were not streamed: they have no TTFT or ITL."""
+    names = _names(runs)
+    streamed = setting_cells(runs, [_STREAM_OUTPUT])[_STREAM_OUTPUT]
+    return [name for name, stream in zip(names, streamed) if stream is False]
+
+
+def left_out_notes(runs: pd.DataFrame, rows: pd.DataFrame, columns: list[str]) -> list[str]:
+    """Which of `runs` have no point among `rows` (those with a value in each of `columns`), and why: a latency
+    that needs streamed output (TTFT, ITL) is not measured on a run that was not streamed; anything else that
+    run did not record. Runs are named as `_names` names them; rows without a run id go unnamed."""
+    left_out = runs.drop(index=rows.index)
+    if left_out.empty or (RUN not in left_out and "run_id" not in left_out):
+        return []
+    names = _names(left_out)
+    unstreamed = set(not_streamed(left_out))
+    kept = {column: rows_with(left_out, [column]).index for column in columns}
+    absent = []
+    for name, index in zip(names, left_out.index):
+        missing = [column for column in columns if index not in kept[column]] or columns
+        what = " or ".join(lower_first(describe_column(column).label) for column in missing)
+        absent.append((name, what, name in unstreamed and all(map(_needs_streaming, missing))))
+    return _absence_notes(absent)
+
+
+def _names(runs: pd.DataFrame) -> list[str]:
+    """The runs' names: their RUN column, else `tables.run_names`."""
+    return runs[RUN].astype(str).tolist() if RUN in runs else run_names(runs)
+
+
+def _absence_notes(absent: list[tuple[str, str, bool]]) -> list[str]:
+    """Notes naming the runs without a value, from (run name, what it lacks, whether because it was not streamed)."""
+    unstreamed: dict[str, list[str]] = {}
+    lacking: dict[str, list[str]] = {}
+    for name, what, because_not_streamed in absent:
+        (unstreamed if because_not_streamed else lacking).setdefault(what, []).append(name)
+    return ([f"Not streamed, so no {what}: {', '.join(names)}" for what, names in unstreamed.items()]
+            + [f"No {what} recorded: {', '.join(names)}" for what, names in lacking.items()])
+
+
+def _needs_streaming(column: str) -> bool:
+    found = find_column(column)
+    return found is not None and found[0].needs_streaming
 
 
 def _cdf_points(n: int) -> np.ndarray:
@@ -105,7 +186,13 @@ def _cdf_points(n: int) -> np.ndarray:
 
 
 def _legend(fig: go.Figure, color: str | None) -> None:
-    """Above the plot, in a row: the plot keeps the full width for its points and their labels."""
+    """Below the plot, one entry a line across the whole width, the figure taller by as much: however many runs it
+    lists, it stays clear of the title and the notes above the plot (a row above the plot wraps into them from
+    three runs on) and leaves the plot its width."""
     title = describe_column(color).label if color else ""
-    fig.update_layout(showlegend=color is not None,
-                      legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0, title=dict(text=title, side="left")))
+    shown = color is not None and bool(fig.data)
+    lines = len(fig.data) + 1 if shown else 0  # an entry per trace and the legend's title
+    legend_px = lines * _LEGEND_LINE_PX + _LEGEND_PAD_PX if shown else 0
+    fig.update_layout(showlegend=shown, height=FIGURE_PX + legend_px, margin=dict(b=_AXIS_TITLE_PX + legend_px),
+                      legend=dict(orientation="h", entrywidth=1, entrywidthmode="fraction", x=0, xanchor="left",
+                                  y=0, yref="container", yanchor="bottom", title=dict(text=title, side="top")))

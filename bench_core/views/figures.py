@@ -10,6 +10,8 @@ their payload is bounded whatever the run's size: a series is reduced to at most
 from __future__ import annotations
 
 import itertools
+import textwrap
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -17,7 +19,7 @@ import plotly.colors
 import plotly.graph_objects as go
 
 from ..config import KNOBS
-from .run_diff import differing_settings, point_labels
+from .run_diff import differing_settings, point_labels, telling_settings
 
 MAX_POINTS = 2000
 NO_DATA = "No data yet"
@@ -25,7 +27,11 @@ PALETTE = plotly.colors.qualitative.Plotly
 _NO_GROUP = "(none)"
 _CHOICE_KNOBS = {knob.name for knob in KNOBS if knob.choices}
 _PAD_FRACTION = 0.1
-_LABELLED_SETTINGS = 2  # a point's label names at most this many differing settings
+_TITLE_MARGIN_PX = 60
+_NOTE_PX = 18
+# A note's lines break at about this many characters: a subtitle does not wrap, and a chart in half the page's
+# width cuts a longer line at its edge.
+NOTE_LINE_CHARS = 70
 
 
 def titled_figure(title: str, x_title: str, y_title: str) -> go.Figure:
@@ -49,6 +55,17 @@ def no_data(fig: go.Figure) -> go.Figure:
     fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False)
     fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False)
     return fig
+
+
+def notes_under_title(fig: go.Figure, notes: Sequence[str]) -> None:
+    """`notes` under the title, where no bar or point reaches, each broken into lines that fit the chart; the
+    top margin grows to hold them."""
+    # Breaking at spaces only: a run id (20261201-101500-ab12) stays on one line, findable as written.
+    lines = [line for note in notes
+             for line in textwrap.wrap(note, NOTE_LINE_CHARS, break_long_words=False, break_on_hyphens=False)]
+    if lines:
+        fig.update_layout(title=dict(subtitle=dict(text="<br>".join(lines))),
+                          margin=dict(t=_TITLE_MARGIN_PX + _NOTE_PX * len(lines)))
 
 
 def rows_with(runs: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
@@ -99,8 +116,9 @@ def pad_axis(fig: go.Figure, axis: str, values: pd.Series) -> None:
 
 
 def setting_labels(rows: pd.DataFrame) -> list[str]:
-    """Per run, its values of the (first two) settings that differ between the rows: "Concurrency 4"."""
-    return point_labels(rows, differing_settings(rows)[:_LABELLED_SETTINGS])
+    """Per run, its values of the settings that tell the rows apart: "Concurrency 4" (see
+    `run_diff.telling_settings`), so two runs that differ never share a label."""
+    return point_labels(rows, telling_settings(rows, differing_settings(rows)))
 
 
 def run_identity(rows: pd.DataFrame) -> np.ndarray:

@@ -20,7 +20,7 @@ from ..measure.catalog import METRICS
 from ..measure.latency_bins import BinnedLatencies
 from ..measure.metrics import measured_values
 from ..states import RequestStatus
-from .figures import MAX_POINTS, no_data, titled_figure
+from .figures import MAX_POINTS, no_data, notes_under_title, titled_figure
 from .tables import count_of, format_number
 
 HISTOGRAM_BINS = 60
@@ -32,8 +32,7 @@ def latency_histogram(values_s: np.ndarray, metric: str, title: str | None = Non
     values = _finite(np.asarray(values_s, dtype=np.float64)) * METRICS[metric].display_scale
     if values.size == 0:
         return _histogram_figure(None, metric, title)
-    shape = histogram_range(float(values.min()), float(values.max()), *np.percentile(values, _RANGE_PERCENTILES))
-    return _histogram_figure(_bars(shape, values, np.ones(values.size)), metric, title)
+    return _histogram_figure(_bars(range_of(values), values, np.ones(values.size)), metric, title)
 
 
 def binned_latency_histogram(binned: BinnedLatencies, metric: str, title: str | None = None) -> go.Figure:
@@ -71,6 +70,11 @@ OVERFLOW_STRETCH = 3.0
 # 63 gaps each is over 1% of the gaps, so the P99 is itself a stall.
 TUKEY_FAR_OUT = 3.0
 _RANGE_PERCENTILES = (25, 75, 99)
+
+
+def range_of(values: np.ndarray) -> HistogramRange:
+    """`histogram_range` of some (finite, at least one) values."""
+    return histogram_range(float(values.min()), float(values.max()), *np.percentile(values, _RANGE_PERCENTILES))
 
 
 def histogram_range(minimum: float, maximum: float, q25: float, q75: float, p99: float) -> HistogramRange:
@@ -130,17 +134,11 @@ def _histogram_figure(bars: _Bars | None, metric: str, title: str | None) -> go.
     if shape.near_equal:  # the one bar a fifth of the axis wide, not a wall across the whole plot
         bar = edges[-1] - edges[0]
         fig.update_xaxes(range=[edges[0] - 2 * bar, max(edges[-1] + 2 * bar, right)])
-    if notes:  # under the title, where no bar reaches
-        fig.update_layout(title=dict(subtitle=dict(text="<br>".join(notes))),
-                          margin=dict(t=_TITLE_MARGIN_PX + _NOTE_PX * len(notes)))
+    notes_under_title(fig, notes)
     # Whole requests (gaps): no tick at 0.5 of one on a small run.
     fig.update_yaxes(tickmode="linear", tick0=0, dtick=_whole_step(float(max(counts.max(), bars.overflow_count))))
     fig.update_layout(bargap=0.05, showlegend=False)
     return fig
-
-
-_TITLE_MARGIN_PX = 60
-_NOTE_PX = 18
 
 
 def _overflow_bar(fig: go.Figure, bars: _Bars, unit: str, counted: str) -> tuple[str, float]:
@@ -157,9 +155,13 @@ def _overflow_bar(fig: go.Figure, bars: _Bars, unit: str, counted: str) -> tuple
     ))
     fig.add_annotation(x=x, y=bars.overflow_count, text=f"> {format_number(shape.high)}", showarrow=False,
                        yanchor="bottom")
-    note = (f"{count_of(bars.overflow_count, counted)} above {format_number(shape.high)} {unit} (outliers), "
+    return overflow_note(shape, bars.overflow_count, unit, counted), x + width / 2
+
+
+def overflow_note(shape: HistogramRange, count: int, unit: str, counted: str) -> str:
+    """What lies beyond a cut range: "3 gaps above 250 ms (outliers), up to 70,000 ms"."""
+    return (f"{count_of(count, counted)} above {format_number(shape.high)} {unit} (outliers), "
             f"up to {format_number(shape.maximum)} {unit}")
-    return note, x + width / 2
 
 
 # Throughput bins with no token beside bins with a whole decode step of them draw a comb; the line averages

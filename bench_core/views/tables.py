@@ -34,6 +34,9 @@ BEYOND_NOISE = "beyond noise"
 WITHIN_NOISE = "within noise"
 SINGLE_RUN = "single run, spread unknown"
 ONE_CONFIGURATION = "repeats of one configuration"
+# What a verdict says, kept out of its cells so the column stays narrow beside the runs.
+NOISE_VERDICT_HELP = ("Welch's t-test between the configurations with the lowest and the highest mean (runs with the "
+                      "same settings are repeats of one): beyond noise where p < 0.05. It needs two runs of each.")
 _MARK_COLOURS = {BETTER: "background-color: rgba(46, 160, 67, 0.25)",
                  WORSE: "background-color: rgba(218, 54, 51, 0.25)"}
 
@@ -259,21 +262,23 @@ def run_names(runs: pd.DataFrame) -> list[str]:
             for label, run_id in zip(labels, ids)]
 
 
-def compare_runs(runs: pd.DataFrame, metrics: Sequence[str] = COMPARED_COLUMNS) -> pd.DataFrame:
-    """Runs side by side: one column per run (see `run_names`), one row per metric, titled with its unit;
-    by default the catalog's compared metrics."""
-    values = _metric_matrix(runs, metrics)
+def compare_runs(runs: pd.DataFrame, metrics: Sequence[str] = COMPARED_COLUMNS,
+                 names: Sequence[str] | None = None) -> pd.DataFrame:
+    """Runs side by side: one column per run (named `names`, by default `run_names`), one row per metric, titled
+    with its unit; by default the catalog's compared metrics."""
+    values = _metric_matrix(runs, metrics, names)
     values.index = [describe_column(name).title for name in metrics]
     values.index.name = "metric"
     return values
 
 
-def compare_marks(runs: pd.DataFrame, metrics: Sequence[str] = COMPARED_COLUMNS) -> pd.DataFrame:
+def compare_marks(runs: pd.DataFrame, metrics: Sequence[str] = COMPARED_COLUMNS,
+                  names: Sequence[str] | None = None) -> pd.DataFrame:
     """Same shape as `compare_runs`: "better" on each row's best run(s), "worse" on its worst, else "".
 
     Rows whose metric has no better direction, or fewer than two different values, stay unmarked.
     """
-    values = _metric_matrix(runs, metrics)
+    values = _metric_matrix(runs, metrics, names)
     marks = pd.DataFrame("", index=values.index, columns=values.columns, dtype=object)
     for name in metrics:
         row = values.loc[name]
@@ -307,8 +312,7 @@ def noise_verdicts(runs: pd.DataFrame, metrics: Sequence[str], groups: Sequence[
             verdicts.append(SINGLE_RUN)
             continue
         verdict = BEYOND_NOISE if result.significant else WITHIN_NOISE
-        extremes = "lowest vs highest: " if len(samples) > 2 else ""
-        verdicts.append(f"{extremes}{verdict} (p = {result.p_value:.2g}; {result.a.n} vs {result.b.n} runs)")
+        verdicts.append(f"{verdict} (p = {result.p_value:.2g}; {result.a.n} vs {result.b.n} runs)")
     return verdicts
 
 
@@ -317,9 +321,10 @@ def style_comparison(table: pd.DataFrame, marks: pd.DataFrame):
     return table.style.apply(lambda _: marks.map(lambda mark: _MARK_COLOURS.get(mark, "")), axis=None)
 
 
-def _metric_matrix(runs: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
-    """Numbers only, indexed by metric column name; a column the history lacks is all NaN."""
-    names = run_names(runs)
+def _metric_matrix(runs: pd.DataFrame, metrics: Sequence[str], names: Sequence[str] | None = None) -> pd.DataFrame:
+    """Numbers only, indexed by metric column name, a column per run (`names`, by default `run_names`); a column
+    the history lacks is all NaN."""
+    names = run_names(runs) if names is None else list(names)
     columns = {name: pd.to_numeric(runs[name], errors="coerce").to_numpy(dtype=np.float64)
                if name in runs else np.full(len(runs), math.nan) for name in metrics}
     return pd.DataFrame.from_dict(columns, orient="index", columns=names, dtype=float)

@@ -188,8 +188,9 @@ def compare_in_history(page: Page, labels: dict[str, str]) -> None:
     for key in ("chart_metric_vs_knob", "chart_latency_vs_throughput", "chart_cdf_ttft", "chart_cdf_itl"):
         expect(page.locator(f".st-key-{key} .main-svg").first).to_be_visible(timeout=FIRST_CHART_TIMEOUT_MS)
     table = dataframe_with_cell(page, "Output throughput (tok/s)")
-    for label in labels.values():
-        expect(table.get_by_role("columnheader", name=label, exact=True, include_hidden=True)).to_have_count(1)
+    for label in labels.values():  # a run's column: what tells it apart, then its label
+        header = re.compile(rf".+ \({re.escape(label)}\)$")
+        expect(table.get_by_role("columnheader", name=header, include_hidden=True)).to_have_count(1)
     expect(page.get_by_text("Green: the best of these runs on that metric")).to_be_visible()
     table.scroll_into_view_if_needed()
     green, red = tinted_pixels(table.screenshot())

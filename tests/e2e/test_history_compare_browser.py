@@ -1,9 +1,11 @@
 """History in a real browser: two real runs of the tiny model that differ only in concurrency, selected in
 the runs table, are compared starting with what differs between them: concurrency with both values, nothing
-else. The test's folder keeps a screenshot of the comparison for a reader.
+else. The test's folder keeps a screenshot of the comparison for a reader. Five runs at a 1,500 px window:
+legends clear of every title, the run id pinned in the runs table when it scrolls and the noise verdicts whole
+in the side-by-side one; screenshots of that comparison go to artifacts/e2e/.
 
 What AppTest cannot show is checked here: the rows ticked in the grid by a click, the summary as the browser
-lays it out above the charts, and the charts drawn.
+lays it out above the charts, the charts drawn, and what a scrolled grid keeps in view.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from test_browser import FIRST_CHART_TIMEOUT_MS, dataframe_with_cell, select_gri
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.store.history import History
 from bench_core.run.runner import Runner
+from compared_runs import NOT_STREAMED, record_five_runs
+from dashboard.history_view import NOISE_COLUMN
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -61,7 +65,7 @@ def test_comparing_two_runs_names_the_one_setting_that_differs(page: Page, two_r
     cells = [text.strip() for text in rows.first.locator("th, td").all_inner_texts()]
     assert cells == ["Concurrency (requests)", *(str(c) for c in CONCURRENCIES)]
     headers = [text.strip() for text in summary.locator("thead th").all_inner_texts()]
-    assert headers[1:] == [f"compare c{c}" for c in CONCURRENCIES]
+    assert headers[1:] == [f"Concurrency {c} (compare c{c})" for c in CONCURRENCIES]
     # The summary comes first: above the charts of the comparison.
     chart = page.locator(".st-key-chart_metric_vs_knob .main-svg").first
     expect(chart).to_be_visible(timeout=FIRST_CHART_TIMEOUT_MS)
@@ -73,3 +77,93 @@ def test_comparing_two_runs_names_the_one_setting_that_differs(page: Page, two_r
     heading.evaluate("e => e.scrollIntoView()")
     page.mouse.move(0, 0)
     page.screenshot(path=tmp_path / "history_compare.png")
+
+
+# The narrowest window the verdict column was cut at (issue 25).
+NARROW_VIEWPORT = {"width": 1500, "height": 1600}
+COMPARE_CHARTS = ("chart_metric_vs_knob", "chart_latency_vs_throughput", "chart_cdf_ttft", "chart_cdf_itl")
+# The grid's accessible table lists the columns in view: it changes when the grid has scrolled and redrawn.
+HEADERS_JS = "grid => Array.from(grid.querySelectorAll('thead th')).map(th => th.textContent.trim())"
+# The left of the runs table that its pinned column covers: the row markers and the run id, short of its right
+# edge, where the grid draws a shadow once scrolled.
+RUN_ID_STRIP_PX = 180
+SCROLLBAR_PX = 20
+SCROLL_RIGHT_JS = "box => { box.scrollLeft = box.scrollWidth; return box.scrollLeft; }"
+
+
+@pytest.fixture
+def five_runs(app_server) -> list[str]:
+    """compared_runs' five runs in the served history: ShareGPT and random prompts, three concurrencies, one run
+    not streamed."""
+    return record_five_runs(app_server.results)
+
+
+def _overlaps(a: dict, b: dict) -> bool:
+    return a["x"] < b["x"] + b["width"] and b["x"] < a["x"] + a["width"] and \
+        a["y"] < b["y"] + b["height"] and b["y"] < a["y"] + a["height"]
+
+
+def _left_strip(grid, width_px: int) -> bytes:
+    """A screenshot of the grid's left `width_px`, above where a scrollbar shows."""
+    box = grid.bounding_box()
+    return grid.page.screenshot(clip={"x": box["x"], "y": box["y"], "width": width_px,
+                                      "height": box["height"] - SCROLLBAR_PX})
+
+
+def _scroll_right(grid) -> None:
+    """Scroll a grid to its last column and wait until it has redrawn its accessible table."""
+    before = grid.evaluate(HEADERS_JS)
+    assert grid.locator(".dvn-scroller").first.evaluate(SCROLL_RIGHT_JS) > 0, "the grid has nothing to scroll"
+    grid.page.wait_for_function(f"([grid, before]) => ({HEADERS_JS})(grid).join() !== before.join()",
+                                arg=[grid.element_handle(), before])
+
+
+@pytest.mark.timeout(600)
+def test_comparing_five_runs_keeps_legends_clear_of_titles_and_ids_and_verdicts_in_view(page: Page, five_runs,
+                                                                                        artifacts):
+    page.set_viewport_size(NARROW_VIEWPORT)
+    page.goto("/history")
+    expect(page.get_by_role("heading", name="History", exact=True)).to_be_visible(timeout=FIRST_CHART_TIMEOUT_MS)
+    runs = dataframe_with_cell(page, five_runs[0])
+
+    # The runs table scrolled to its last column still shows which row is which: its left, the ids, is unmoved.
+    page.mouse.move(0, 0)
+    ids = _left_strip(runs, RUN_ID_STRIP_PX)
+    _scroll_right(runs)
+    assert _left_strip(runs, RUN_ID_STRIP_PX) == ids
+    for run_id in five_runs:
+        select_grid_row(runs, run_id)
+    heading = page.get_by_role("heading", name="Compare 5 runs")
+    expect(heading).to_be_visible()
+    # Each tick reran the page: what the run with four drew goes once the rerun with five has drawn.
+    expect(page.locator("[data-stale='true']")).to_have_count(0, timeout=FIRST_CHART_TIMEOUT_MS)
+
+    for key in COMPARE_CHARTS:
+        chart = page.locator(f".st-key-{key}")
+        chart.scroll_into_view_if_needed()
+        legend = chart.locator("g.legend").first
+        expect(legend).to_be_visible(timeout=FIRST_CHART_TIMEOUT_MS)
+        box = legend.bounding_box()
+        for above in (".gtitle", ".gtitle-subtitle", ".xtitle"):  # the title, its notes, the axis title
+            for element in chart.locator(above).all():
+                assert not _overlaps(box, element.bounding_box()), (key, above)
+        assert box["y"] > chart.locator(".xtitle").first.bounding_box()["y"], key  # under the plot
+    notes = page.locator(".st-key-chart_latency_vs_throughput .gtitle-subtitle")
+    expect(notes).to_contain_text("Not streamed, so no P99 time to first token")
+    expect(notes).to_contain_text(five_runs[NOT_STREAMED])
+
+    # The side-by-side table at this width: the verdicts right after the metric names, whole, the first run's
+    # column after them (in view, so the verdicts end before the grid does), each headed by what tells it apart.
+    # (Streamlit pins them while the runs scroll only where they take less of the grid than here.)
+    dataframe_with_cell(page, "Output throughput (tok/s)")
+    compare = page.get_by_test_id("stDataFrame").nth(1)  # after the runs table: a locator that outlives a redraw
+    compare.scroll_into_view_if_needed()
+    headers = compare.evaluate(HEADERS_JS)
+    assert headers[:3] == ["metric", NOISE_COLUMN,
+                           f"Dataset name random, Concurrency 2, Stream output yes (run {five_runs[0]})"]
+    page.mouse.move(0, 0)
+    heading.evaluate("e => e.scrollIntoView()")
+    page.screenshot(path=artifacts / "history_compare_5_runs_charts.png")
+    compare.evaluate("e => e.scrollIntoView()")
+    page.screenshot(path=artifacts / "history_compare_5_runs_table.png")
+    expect(page.get_by_test_id("stException")).to_have_count(0)
