@@ -23,8 +23,8 @@ GUIDE = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
 EXAMPLES = re.findall(r"```python\n(.*?)```", GUIDE, flags=re.S)
 METRIC_FORMULA, METRIC, SETTING, DATASET_SAMPLER, BACKEND_MODULE = EXAMPLES
 BACKEND_EXAMPLE = "bench_core/engines/instant_engine.py"  # the file the guide has you create
-INSTALLED_ONLY = ("bench_studio/root/",)
-PACKAGES = [ROOT / name for name in ("bench_core", "dashboard", "bench_studio")]  # exists in an installed package only (pyproject.toml)
+INSTALLED_ONLY = ("bench_studio/root/",)  # exists in an installed package only (pyproject.toml)
+PACKAGES = [ROOT / name for name in ("bench_core", "dashboard", "bench_studio")]
 QUOTED = re.findall(r"`([^`\s]+)`", GUIDE)
 REFERENCES = sorted({(path, name) for path, name in (ref.split("::") for ref in QUOTED if "::" in ref)})
 PATHS = sorted({ref for ref in QUOTED if "::" not in ref and "<" not in ref

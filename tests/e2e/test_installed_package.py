@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -20,12 +19,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from dashboard_server import ROOT, VIEWPORT, AppServer, free_port, serve
-from playwright.sync_api import Browser, expect
-from test_browser import fill_number, open_run_page, sidebar
-from test_user_install import MODEL, OUTPUT_LEN, PROMPTS, RUN_ENDED, RUN_TIMEOUT_S
+from dashboard_server import ROOT, AppServer, free_port, serve
+from playwright.sync_api import Browser
+from test_user_install import MODEL, PROMPTS, RUN_TIMEOUT_S, start_with_the_defaults
 
 from bench_core.store.history import History
+from tests.faults.test_secrets_and_input import _websocket_handshake
 
 # Not part of the build, and heavy: environments, outputs, caches, the tests.
 NOT_BUILT = shutil.ignore_patterns(".git", ".venv*", "build", "*.egg-info", "results", "artifacts", ".cache",
@@ -143,25 +142,16 @@ def installed_app(installed, elsewhere, chromium, tmp_path) -> AppServer:
 def test_bench_studio_app_serves_the_packaged_dashboard_with_the_projects_config(installed_app, installed,
                                                                                 browser: Browser, artifacts):
     # The launcher handed over to Streamlit (exec): its command line carries the packaged config and the user's port.
-    command = Path(f"/proc/{installed_app.process.pid}/cmdline").read_bytes().decode().split("\0")
+    command = Path(f"/proc/{installed_app.process.pid}/cmdline").read_bytes().decode().rstrip("\0").split("\0")
     (app,) = installed.glob("lib/python*/site-packages/bench_studio/root/app.py")
     assert command[4] == str(app.resolve())
     assert {"--server.address=127.0.0.1", "--runner.postScriptGC=false", "--server.fileWatcherType=none",
             "--server.allowedHosts=localhost"} <= set(command)
-    assert command[-1] == f"--server.port={installed_app.url.rsplit(':', 1)[1]}"
-    context = browser.new_context(base_url=installed_app.url, viewport=VIEWPORT)
-    try:
-        page = context.new_page()
-        open_run_page(page)
-        expect(sidebar(page).get_by_role("combobox", name="Model")).to_have_value(MODEL)
-        fill_number(page, "Number of prompts", PROMPTS)
-        fill_number(page, "Fixed output length (tokens)", OUTPUT_LEN)
-        sidebar(page).get_by_role("button", name="Start").click()
-        ended = page.get_by_text(RUN_ENDED)
-        expect(ended).to_be_visible(timeout=RUN_TIMEOUT_S * 1000)
-        page.screenshot(path=artifacts / "installed-package-run.png")
-        expect(ended).to_have_text(re.compile(rf"^finished: {PROMPTS}/{PROMPTS} requests succeeded"))
-    finally:
-        context.close()
+    port = int(installed_app.url.rsplit(":", 1)[1])
+    assert command[-1] == f"--server.port={port}"
+    # The config's allowedHosts, a list, arrived whole: this machine's names connect, a rebound name does not.
+    assert _websocket_handshake(port, f"127.0.0.1:{port}", f"http://127.0.0.1:{port}") == 101
+    assert _websocket_handshake(port, f"evil.example:{port}", f"http://evil.example:{port}") != 101
+    start_with_the_defaults(browser, installed_app.url, artifacts / "installed-package-run.png")
     (row,) = History(installed_app.results).load().to_dict("records")
     assert (row["status"], row["model"], row["completed"]) == ("finished", MODEL, PROMPTS)
