@@ -23,6 +23,15 @@ FILES_OF = {
     "cluster": ("requirements-cluster.txt",),
     "dev": ("requirements-dev.txt",),
 }
+# The parts each requirement file installs (requirements-dev.txt includes requirements.txt, hence the
+# distribution's own): everything it pins must be a requirement of one of them.
+PARTS_OF = {
+    "requirements.txt": (None, "server"),
+    "requirements-nodeps.txt": (None,),
+    "requirements-gpu.txt": (None, "gpu"),
+    "requirements-cluster.txt": ("cluster",),
+    "requirements-dev.txt": (None, "dev"),
+}
 # Pinned, but not the package's: installed with --no-deps for a reason pyproject.toml cannot express.
 NOT_DEPENDENCIES = {
     # Declares llama-cpp-python (no wheel) and the `llm` CLI; the README's install step adds it with --no-deps.
@@ -66,8 +75,9 @@ def specifiers() -> dict[str, Requirement]:
 
 def test_every_part_of_the_package_has_its_requirement_files():
     assert set(FILES_OF) == {None, *PROJECT["optional-dependencies"]}
-    listed = {name for files in FILES_OF.values() for name in files} | set(TEST_ONLY_FILES)
-    assert listed == {path.name for path in ROOT.glob("requirements*.txt")}
+    files = {path.name for path in ROOT.glob("requirements*.txt")}
+    assert {name for names in FILES_OF.values() for name in names} | set(TEST_ONLY_FILES) == files
+    assert set(PARTS_OF) | set(TEST_ONLY_FILES) == files
 
 
 @pytest.mark.parametrize("part", FILES_OF, ids=lambda part: part or "dependencies")
@@ -88,11 +98,11 @@ def test_every_pin_is_inside_the_range_pyproject_gives_its_package(name):
     assert not outside
 
 
-@pytest.mark.parametrize("name", sorted(path.name for path in ROOT.glob("requirements*.txt")
-                                        if path.name not in TEST_ONLY_FILES))
-def test_every_pinned_package_is_a_requirement_of_the_package(name):
-    missing = sorted(set(pins(name)) - set(specifiers()) - NOT_DEPENDENCIES)
-    assert not missing, f"pinned in {name} but not in pyproject.toml: {missing}"
+@pytest.mark.parametrize("name", PARTS_OF)
+def test_every_pinned_package_is_a_requirement_of_the_parts_its_file_installs(name):
+    required = {canonicalize_name(requirement.name) for part in PARTS_OF[name] for requirement in requirements_of(part)}
+    missing = sorted(set(pins(name)) - required - NOT_DEPENDENCIES)
+    assert not missing, f"pinned in {name} but not required by {PARTS_OF[name]} in pyproject.toml: {missing}"
     assert not NOT_DEPENDENCIES & set(specifiers())
 
 
