@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import tomllib
+import typing
 from pathlib import Path
 
 from bench_core.cli import main_and_exit
@@ -48,7 +49,7 @@ def app_command(args: list[str]) -> list[str]:
     return [sys.executable, "-m", "streamlit", "run", str(APP_DIR / "app.py"), *flags, *args]
 
 
-def main() -> None:
+def main() -> typing.NoReturn:
     args = sys.argv[1:]
     if args[:1] == ["app"]:
         command = app_command(args[1:])
