@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from dashboard_server import ROOT, VIEWPORT, AppServer, free_port, serve
 from playwright.sync_api import Browser, expect
-from test_browser import fill_number, open_run_page, sidebar
+from test_browser import FIRST_CHART_TIMEOUT_MS, fill_number, open_run_page, sidebar
 
 from bench_core.store.history import History
 
@@ -88,7 +88,8 @@ def start_with_the_defaults(browser: Browser, url: str, screenshot: Path) -> Non
     try:
         page = context.new_page()
         open_run_page(page)
-        expect(sidebar(page).get_by_role("combobox", name="Model")).to_have_value(MODEL)
+        # A fresh server's first view waits on the backend checks' child process: on a loaded machine, seconds.
+        expect(sidebar(page).get_by_role("combobox", name="Model")).to_have_value(MODEL, timeout=FIRST_CHART_TIMEOUT_MS)
         fill_number(page, "Number of prompts", PROMPTS)
         fill_number(page, "Fixed output length (tokens)", OUTPUT_LEN)
         sidebar(page).get_by_role("button", name="Start").click()
