@@ -18,7 +18,6 @@ NAME = canonicalize_name(PROJECT["name"])
 # Which requirement files install each part: None is the distribution's own dependencies.
 FILES_OF = {
     None: ("requirements.txt", "requirements-nodeps.txt"),
-    "server": ("requirements.txt",),
     "gpu": ("requirements-gpu.txt",),
     "cluster": ("requirements-cluster.txt",),
     "dev": ("requirements-dev.txt",),
@@ -26,7 +25,7 @@ FILES_OF = {
 # The parts each requirement file installs (requirements-dev.txt includes requirements.txt, hence the
 # distribution's own): everything it pins must be a requirement of one of them.
 PARTS_OF = {
-    "requirements.txt": (None, "server"),
+    "requirements.txt": (None,),
     "requirements-nodeps.txt": (None,),
     "requirements-gpu.txt": (None, "gpu"),
     "requirements-cluster.txt": ("cluster",),
