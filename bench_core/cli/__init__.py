@@ -15,10 +15,13 @@ import os
 import signal
 import sys
 import threading
+import typing
 
 from .. import __version__
 from ..errors import BenchError
 from .common import EXIT_BAD_INPUT, Command, Parser, interrupted
+
+PROG = "python -m bench_core"  # the name usage lines give the CLI; the installed command passes its own
 
 
 def commands() -> tuple[Command, ...]:
@@ -36,8 +39,9 @@ def commands() -> tuple[Command, ...]:
             ModelPathCommand())
 
 
-def build_parser(chosen: tuple[Command, ...] | None = None) -> argparse.ArgumentParser:
-    parser = Parser(prog="python -m bench_core", description="LLM Bench Studio, headless.")
+def build_parser(chosen: tuple[Command, ...] | None = None, prog: str = PROG,
+                 epilog: str | None = None) -> argparse.ArgumentParser:
+    parser = Parser(prog=prog, description="LLM Bench Studio, headless.", epilog=epilog)
     parser.add_argument("--version", action="version", version=f"LLM Bench Studio {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for command in chosen or commands():
@@ -52,7 +56,8 @@ def _quiet_libraries() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = PROG, epilog: str | None = None) -> int:
+    """Run the command `argv` names (default: this process's arguments); its exit code."""
     _quiet_libraries()
     # SIGTERM (`timeout`, `kill`, a scheduler ending a job) stops a command as Ctrl-C does: the run recorded as
     # cancelled with what it measured, a sweep's server stopped, exit 130. Its default would end the process at
@@ -62,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         chosen = commands()
-        args = build_parser(chosen).parse_args(argv)
+        args = build_parser(chosen, prog, epilog).parse_args(argv)
         return {command.name: command for command in chosen}[args.command].run(args)
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -72,3 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if on_main_thread:
             signal.signal(signal.SIGTERM, previous)
+
+
+def main_and_exit(argv: list[str] | None = None, prog: str = PROG, epilog: str | None = None) -> typing.NoReturn:
+    """`python -m bench_core` and the installed `bench-studio`: main(), then leave without the interpreter's
+    teardown. Everything is written and said by then; the teardown takes seconds once torch is imported, would
+    wait on a model load that Ctrl-C left behind, and a second Ctrl-C during it prints a traceback."""
+    code = main(argv, prog, epilog)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -51,6 +51,7 @@ from ..config.catalog import IMAGE
 from ..load.datasets import SampledRequest
 from ..load.schedule import SendSchedule
 from ..errors import ConfigError, ModelError
+from ..models.packages import install_command
 from ..models.resolve import load_tokenizer
 from ..redact import redact_text
 from ..states import SERVED_REASONS, LoadPattern, RequestStatus
@@ -135,7 +136,7 @@ class OpenAIBackend(Backend):
     def availability(cls, backend: str) -> str | None:
         """None when the HTTP client's library is installed."""
         if importlib.util.find_spec("aiohttp") is None:
-            return "The OpenAI-compatible client needs aiohttp: pip install -r requirements.txt"
+            return f"The OpenAI-compatible client needs aiohttp: {install_command(['aiohttp', 'prometheus_client'])}"
         return None
 
     @classmethod

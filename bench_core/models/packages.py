@@ -15,9 +15,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-REQUIREMENTS = ROOT / "requirements.txt"
+# The requirement files are at the root of a checkout; an installed package carries them in bench_studio/root
+# (pyproject.toml), so that its messages name the same pins and the same --no-deps.
+PINS_DIR = ROOT if (ROOT / "requirements.txt").is_file() else ROOT / "bench_studio" / "root"
+REQUIREMENTS = PINS_DIR / "requirements.txt"
 # Packages whose declared dependencies are not needed and not wanted: installed with --no-deps.
-NO_DEPS_REQUIREMENTS = ROOT / "requirements-nodeps.txt"
+NO_DEPS_REQUIREMENTS = PINS_DIR / "requirements-nodeps.txt"
 _PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s#;]+)")
 
 

@@ -37,16 +37,19 @@ class AppServer:
 
 
 @contextmanager
-def serve(command: list, env: dict[str, str], port: int, folder: Path) -> Iterator[AppServer]:
-    """Run the dashboard server `command` (listening on `port`, history in env's BENCH_STUDIO_RESULTS) from
-    the repository root, its log in `folder`; yield it once it answers, stop its whole process group after."""
+def serve(command: list, env: dict[str, str], port: int, folder: Path, cwd: Path = ROOT) -> Iterator[AppServer]:
+    """Run the dashboard server `command` (listening on `port`, history in env's BENCH_STUDIO_RESULTS, else
+    ./results in `cwd`) from `cwd`, its log in `folder`; yield it once it answers, stop its whole process group
+    after."""
     log_path = folder / "streamlit.log"
     with open(log_path, "wb") as log:
-        # cwd=ROOT: streamlit reads .streamlit/config.toml from there. A new session makes the server the
+        # Streamlit reads .streamlit/config.toml from the working directory (the repository root by default; the
+        # installed `bench-studio app` passes it as flags). A new session makes the server the
         # leader of its own process group, so teardown reaches every child it started.
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
-    server = AppServer(url=f"http://127.0.0.1:{port}", results=Path(env["BENCH_STUDIO_RESULTS"]),
+    results = Path(env.get("BENCH_STUDIO_RESULTS", cwd / "results"))
+    server = AppServer(url=f"http://127.0.0.1:{port}", results=results,
                        log_path=log_path, process=process)
     try:
         _wait_until_healthy(server)
