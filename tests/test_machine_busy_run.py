@@ -38,7 +38,7 @@ def cpu_hogs():
 def test_a_run_beside_cpu_hogs_is_flagged_in_the_cli_and_its_history_row(cpu_hogs, tmp_path, tiny_model_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     done = subprocess.run([sys.executable, "-m", "bench_core", "pipeline", "builtin:sample", "builtin:tiny-llama",
-                           "--backend", "transformers", "-n", "8", "-c", "4", "--sharegpt-output-len", "16",
+                           "--backend", "transformers", "-n", "4", "-c", "4", "--sharegpt-output-len", "8",
                            "--stream-output", "--csv", "", "--results", str(tmp_path / "results")],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
     assert all(hog.poll() is None for hog in cpu_hogs)  # they ran the whole time
