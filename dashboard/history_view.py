@@ -17,6 +17,7 @@ import streamlit as st
 from bench_core.measure import catalog
 from bench_core.views import compare_charts, run_diff, tables
 from bench_core.errors import HistoryError
+from bench_core.hardware.contention import busy_notes
 from bench_core.store.history import History
 from dashboard.table_view import LONG_TABLE_ROWS, show_table
 from dashboard.text import plain
@@ -27,6 +28,7 @@ RUN_PAGE_URL = "run"
 # somewhere in the rows on show), then the results.
 IDENTITY_COLUMNS = ("run_id", "started_at", "status", "label", "backend", "model", "model_random_weights")
 VARIED_COLUMNS = ("dataset_name", run_diff.OUTPUT_LENGTH, "load_pattern", "concurrency", "num_prompts")
+BUSY_COLUMN = "machine_busy"  # the flag's sentence, shown right after the status where a run on show has one
 RESULT_COLUMNS = ("completed", "output_throughput", "request_throughput", "mean_ttft_ms", "p99_ttft_ms",
                   "mean_itl_ms", "mean_e2e_ms", "error", "source_file")
 FILTERS = (("backend", "Backend"), ("model", "Model"), ("status", "Status"), ("dataset", "Dataset"))
@@ -80,7 +82,12 @@ def table_view(shown: pd.DataFrame) -> pd.DataFrame:
     varied = [name for name in (*VARIED_COLUMNS, *run_diff.differing_settings(shown)) if name not in IDENTITY_COLUMNS]
     frame = run_diff.with_output_length(shown)
     columns = dict.fromkeys(name for name in (*IDENTITY_COLUMNS, *varied, *RESULT_COLUMNS) if name in frame)
-    return frame[list(columns)].reset_index(drop=True)
+    view = frame[list(columns)].reset_index(drop=True)
+    notes = busy_notes(shown).reset_index(drop=True)
+    if notes.astype(bool).any():
+        at = view.columns.get_loc("status") + 1 if "status" in view else len(view.columns)
+        view.insert(at, BUSY_COLUMN, notes)
+    return view
 
 
 def runs_table(shown: pd.DataFrame) -> list[str]:

@@ -25,6 +25,7 @@ from bench_core.measure.latency_bins import BinnedLatencies
 from bench_core.measure.live_snapshot import LiveSnapshot
 from bench_core.measure.time_left import describe_time_left
 from bench_core.redact import redact_text
+from bench_core.hardware.contention import live_busy_note
 from bench_core.hardware.roofline import describe_roofline
 from bench_core.states import LoadPattern, RunState
 from bench_core.run.runner import Run
@@ -136,6 +137,8 @@ def _live_progress(run: Run, snap: LiveSnapshot) -> None:
     st.progress(min(snap.tokens_done / total_tokens, 1.0) if total_tokens else 0.0,
                 text=f"{run.state}: {done}/{snap.total_requests} requests, {snap.output_tokens:,}/{total_tokens:,} "
                      f"output tokens, {snap.elapsed_s:.0f} s, {describe_time_left(snap, run.measurement.pace)}")
+    if backend(run.config.engine.backend).in_process and (busy := live_busy_note(snap.telemetry)):
+        st.warning(plain(_sentence(busy)))
     columns = st.columns(4)
     columns[0].metric("Completed (requests)", snap.completed)
     columns[1].metric("Failed (requests)", snap.failed)
@@ -284,9 +287,9 @@ def _hardware_findings(result: RunResult) -> tuple[bool, dict, pd.DataFrame | No
 
 
 def _ended_status(result: RunResult, summary: dict) -> None:
-    """Red when no request succeeded or the run broke, green when every request succeeded, amber otherwise
-    (partial, cancelled); the runner's message quotes the first failure reasons. Runs recorded before
-    the partial and failed outcomes existed are judged by their counts the same way."""
+    """Red when no request succeeded or the run broke, green when every request succeeded on a machine the engine
+    had to itself, amber otherwise (partial, cancelled, machine busy); the runner's message quotes the first failure
+    reasons. Runs recorded before the partial and failed outcomes existed are judged by their counts the same way."""
     counts = (f"{summary['completed']}/{summary['total_requests']} requests succeeded in "
               f"{summary['duration_s']:.1f} s; {summary['failed']} failed, {summary['incomplete']} incomplete, "
               f"{summary['unfinished']} unfinished, {summary['cancelled']} cancelled")
@@ -295,13 +298,19 @@ def _ended_status(result: RunResult, summary: dict) -> None:
     if summary.get("failure_reasons") and not result.message:
         counts += f" ({summary['failure_reasons']})"
     said = f"{result.status}: {result.message}. {counts}." if result.message else f"{result.status}: {counts}."
+    if result.machine_busy:  # the timings are not the engine's alone: never plain green
+        said += f" {_sentence(result.machine_busy)}"
     served_all = summary["failed"] + summary["incomplete"] + summary.get("overrun", 0) == 0
     if result.status == RunState.FAILED or (result.status == RunState.FINISHED and summary["completed"] == 0):
         st.error(plain(said))
-    elif result.status == RunState.FINISHED and served_all:
+    elif result.status == RunState.FINISHED and served_all and not result.machine_busy:
         st.success(plain(said))
     else:
         st.warning(plain(said))
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 def _server_load(config: RunConfig, summary: dict) -> None:

@@ -12,3 +12,18 @@ def shown(markdown: str) -> str:
     """What the browser shows for an element's Markdown source (AppTest gives the source): without the escapes and
     word joiners that dashboard.text.plain puts into text from outside the app."""
     return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown).replace("\u2060", "")
+
+
+def ended_status(at, record) -> str:
+    """The Run page's status line of an ended run: green, or amber with the flag's sentence where its record was
+    flagged "machine busy" (hardware/contention.py), as a run on a shared machine may be; never either at random."""
+    from bench_core.hardware.contention import busy_note
+
+    note = busy_note(record.metrics, record.environment.get("cpu_count"))
+    if note is None:
+        assert not [w.value for w in at.warning if "Machine busy" in shown(w.value)]
+        return at.success[0].value
+    assert not at.success
+    status = next(w.value for w in at.warning if shown(w.value).startswith(f"{record.status}:"))
+    assert shown(status).endswith(note[:1].upper() + note[1:])
+    return status

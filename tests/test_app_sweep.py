@@ -11,7 +11,9 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from bench_core.hardware.contention import busy_runs
 from bench_core.store.history import RESULTS_ENV
+from bench_core.views import sweep_charts
 from app_under_test import APP, shown
 from bench_core.sweep.plan import CPU_SWEEP_OUTPUT_LEN, CPU_SWEEP_PROMPTS
 from dashboard.state import get_history, get_runner, get_sweeps
@@ -106,14 +108,17 @@ def test_a_grid_sweep_shows_progress_then_every_view_of_its_results():
     charts = {chart.key: json.loads(chart.proto.spec) for chart in at.get("plotly_chart")}
     assert set(charts) == {"sweep_chart_band", "sweep_chart_heatmap", "sweep_chart_pareto", "sweep_chart_goodput"}
     assert charts["sweep_chart_band"]["layout"]["title"]["text"] == "Output throughput vs concurrency"
+    # One line per value of the second setting, and a cross for the points this shared machine ran busy, if any.
+    busy = busy_runs(get_history().load()).any()
     assert [trace["name"] for trace in charts["sweep_chart_band"]["data"] if trace.get("showlegend") is not False] \
-        == ["256", "512"]  # one line per value of the second setting
+        == ["256", "512", *([sweep_charts.BUSY_LEGEND] if busy else [])]
     assert charts["sweep_chart_heatmap"]["data"][0]["type"] == "heatmap"
     assert "Pareto frontier" in [trace["name"] for trace in charts["sweep_chart_pareto"]["data"]]
     goodput_traces = [trace["name"] for trace in charts["sweep_chart_goodput"]["data"]]
     assert "Highest load meeting the target" in goodput_traces  # every request met the 10 s TTFT
 
-    assert sum(len(trace["x"]) for trace in charts["sweep_chart_pareto"]["data"]) == 4  # a marker per point
+    assert sum(len(trace["x"]) for trace in charts["sweep_chart_pareto"]["data"]
+               if trace["name"] != sweep_charts.BUSY_LEGEND) == 4  # a marker per point (and a cross on a busy one)
     points = table_with_column(at, "std", ("concurrency", "max_batch_tokens", "n", "95% CI low", "mean", "95% CI high",
                                            "lowest run", "highest run"))
     output = points[points["metric"] == "Output throughput (tok/s)"]

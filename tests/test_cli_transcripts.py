@@ -8,8 +8,8 @@ a better message) rewrites the file, and the diff of that file is the change in 
 
 What differs between two honest runs of one command is masked before comparing: the working folder, the
 model cache, run and sweep ids, the server's port and today's date; in a real run's output every number too
-(timings), with runs of spaces made one (the table's padding follows the numbers' widths), and the CPU's name
-and the roofline's verdict on it (CI runs on other machines).
+(timings), with runs of spaces made one (the table's padding follows the numbers' widths), the CPU's name
+and the roofline's verdict on it (CI runs on other machines), and the "machine busy" warning (what else ran).
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 from scripted_server import scripted_server  # noqa: F401  (a fixture)
+
+from bench_core.hardware.contention import BUSY_PREFIX
 
 ROOT = Path(__file__).resolve().parent.parent
 TRANSCRIPTS = ROOT / "tests" / "data" / "cli_transcripts.json"
@@ -124,7 +126,8 @@ def normalised(text: str, work: Path, server: str, masked: bool) -> str:
     text = re.sub(r"sweep-\d{8}-\d{6}-[0-9a-f]{4}", "<sweep_id>", text)
     text = re.sub(r"\b\d{8}-\d{6}-[0-9a-f]{4}\b", "<run_id>", text)
     text = text.replace(f"_{datetime.now():%m%d}_", "_<MMDD>_")
-    if masked:  # what depends on the machine too: its CPU's name, and so the roofline's verdict
+    if masked:  # what depends on the machine too: its CPU's name, and so the roofline's verdict; whether it was busy
+        text = re.sub(rf"^warning: (<run_id>: )?{BUSY_PREFIX}: .*\n", "", text, flags=re.MULTILINE)
         text = re.sub(r"CPU \([^)]*\)", "CPU (<cpu>)", text)
         text = re.sub(r"Roofline verdict: [^.]*\.", "Roofline verdict: <verdict>.", text)
         text = re.sub(r"^- the hardware .*$", "- <reason>", text, flags=re.MULTILINE)

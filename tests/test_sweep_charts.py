@@ -171,3 +171,31 @@ def test_find_max_probes_number_the_probes_and_say_when_no_load_met_the_target()
     assert list(missed.marker.symbol) == ["circle-open", "circle", "circle"]
     assert [a.text for a in fig.layout.annotations if a.text.startswith("No load")] == ["No load met the target"]
     assert _says_no_data(sweep_charts.find_max_probes(probes.iloc[0:0], "request_rate", 0.9, None))
+
+
+def test_a_point_measured_on_a_busy_machine_is_crossed_and_named_in_the_legend():
+    from bench_core.hardware.contention import BUSY_RUNS, BUSY_SHARE_COLUMN
+
+    points = stats.group_repeats(_repeats(), ["backend", "concurrency"], "output_throughput")
+    points[BUSY_RUNS] = [0, 1, 0, 0, 0, 2]  # pytorch at 2, transformers at 4
+    fig = sweep_charts.metric_vs_knob_band(points, "concurrency", "output_throughput", series="backend")
+    crosses = fig.data[-1]
+    assert crosses.name == sweep_charts.BUSY_LEGEND and crosses.marker.symbol == "x-thin-open"
+    assert list(crosses.x) == [2, 4] and np.asarray(crosses.y, dtype=float) == pytest.approx([41.0, 40.0])
+    assert fig.layout.showlegend
+    alone = sweep_charts.metric_vs_knob_band(points[points["backend"] == "transformers"], "concurrency",
+                                             "output_throughput")
+    assert alone.layout.showlegend and alone.data[-1].name == sweep_charts.BUSY_LEGEND  # the legend is its note
+
+    calm = points.assign(**{BUSY_RUNS: 0})
+    assert sweep_charts.BUSY_LEGEND not in [t.name for t in sweep_charts.metric_vs_knob_band(
+        calm, "concurrency", "output_throughput", series="backend").data]
+
+    runs = pd.DataFrame({"run_id": list("abc"), "output_throughput": [300, 100, 200], "p99_ttft_ms": [80, 10, 30],
+                         BUSY_SHARE_COLUMN: [0.9, 0.0, float("nan")]})
+    pareto = sweep_charts.pareto_chart(runs, "output_throughput", "p99_ttft_ms")
+    assert pareto.data[-1].name == sweep_charts.BUSY_LEGEND and list(pareto.data[-1].x) == [300]
+    goodput = sweep_charts.goodput_vs_load(pd.DataFrame({"concurrency": [1, 2, 4], "goodput_rps": [3.0, 2.8, 1.0],
+                                                         BUSY_SHARE_COLUMN: [0.0, 0.5, 0.1]}),
+                                           "concurrency", "goodput_rps", target=2.4)
+    assert goodput.data[-1].name == sweep_charts.BUSY_LEGEND and list(goodput.data[-1].x) == [2]

@@ -475,6 +475,16 @@ def report_saved(run, history) -> None:
         print(f"run {run.run_id}: {run.state} in {history.csv_path}", file=sys.stderr)
 
 
+def warn_if_machine_busy(run, prefix: str = "") -> None:
+    """One warning line on stderr for a run whose engine shared the machine's CPU with other processes
+    (hardware/contention.py), with the numbers: its timings are not the engine's alone."""
+    from ..hardware.contention import busy_note
+
+    record = run.record
+    if record is not None and (note := busy_note(record.metrics, record.environment.get("cpu_count"))):
+        print(f"warning: {prefix}{note}", file=sys.stderr)
+
+
 def report_outcome(run, completed: bool, csv_saved: bool = True) -> int:
     """Say on stderr why a measured run failed or is partial; its exit code (see EXIT_CODES_HELP).
     A run that was not saved, in its history or in the CSV (`csv_saved`), has failed."""
@@ -520,6 +530,7 @@ def run_each(history, configs: Iterable[RunConfig], csv_path: str,
             append_row = show(run)
             print_workload_findings(run)
             print_hardware_findings(run)
+            warn_if_machine_busy(run)
             csv_saved = True
             if run.state in MEASURED and csv_path:
                 csv_saved = append_csv_row(csv_path, append_row)

@@ -1,11 +1,12 @@
 """Hardware telemetry during a run: a sampler thread, the samples as a long table, and their summaries.
 
 `TelemetrySampler` records, at a fixed rate (10 Hz by default), the engine process's CPU use and resident
-memory, the machine's CPU utilisation and, where NVML answers (the `nvidia-ml-py` package of the GPU
-install), each visible GPU's utilisation, memory used, power and SM clock. Samples are rows
-(time_s, source, metric, value) with time on the `time.perf_counter` clock of the engine's ticks, so a
-run's measured window selects them directly; `samples_frame` is the table stored next to the per-request
-one. The summaries (time-weighted means, peaks, energy by the trapezoid rule) are pure functions of it.
+memory, the CPU use of the process that follows the run from another one where there is one (the dashboard
+beside its engine worker), the machine's CPU utilisation (and, once, its core count) and, where NVML answers
+(the `nvidia-ml-py` package of the GPU install), each visible GPU's utilisation, memory used, power and SM
+clock. Samples are rows (time_s, source, metric, value) with time on the `time.perf_counter` clock of the
+engine's ticks, so a run's measured window selects them directly; `samples_frame` is the table stored next to
+the per-request one. The summaries (time-weighted means, peaks, energy by the trapezoid rule) are pure functions of it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ TELEMETRY_FILE = "telemetry.parquet"  # the per-run folder's sibling of requests
 DEFAULT_INTERVAL_S = 0.1
 
 PROCESS = "process"  # the engine's process
+CALLER = "caller"  # the process that started the engine's worker and follows its runs (the dashboard): ours too
 MACHINE = "machine"
 GPU_SOURCE = "gpu{}"  # gpu0, gpu1, ...: CUDA's numbering of the visible GPUs
 
@@ -34,6 +36,7 @@ GPU_SOURCE = "gpu{}"  # gpu0, gpu1, ...: CUDA's numbering of the visible GPUs
 CPU_CORES = "cpu_cores"  # CPU time per second of the process: 1.0 is one core busy all the time
 RSS_BYTES = "rss_bytes"
 CPU_PERCENT = "cpu_percent"  # the machine's CPUs busy, 0-100 over all cores
+CPU_COUNT = "cpu_count"  # the machine's logical cores, the ones CPU_PERCENT is over: sampled once, at the start
 GPU_UTIL_PERCENT = "gpu_util_percent"  # share of the last sample period in which a kernel ran (NVML's definition)
 GPU_MEMORY_BYTES = "memory_used_bytes"
 POWER_W = "power_w"
@@ -168,16 +171,19 @@ def _visible_devices(count: int) -> list[str]:
 
 
 class TelemetrySampler:
-    """Samples `pid` (default: this process), the machine and the visible GPUs every `interval_s` seconds in a
-    daemon thread, from `start()` to `stop()`; a sample is taken at both ends so the run's window is covered.
+    """Samples `pid` (default: this process), the `caller_pid` process where one is given, the machine and the
+    visible GPUs every `interval_s` seconds in a daemon thread, from `start()` to `stop()`; a sample is taken at
+    both ends so the run's window is covered.
 
     A process that exits stops being sampled (the rest goes on); GPU telemetry is skipped, with the reason in
     `gpu_note`, where NVML cannot be read.
     """
 
     def __init__(self, pid: int | None = None, interval_s: float = DEFAULT_INTERVAL_S, gpus: bool = True,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
-        self._process: psutil.Process | None = psutil.Process(pid)
+                 clock: Callable[[], float] = time.perf_counter, caller_pid: int | None = None) -> None:
+        self._processes = [_Watched(PROCESS, pid, memory=True)]
+        if caller_pid is not None:
+            self._processes.append(_Watched(CALLER, caller_pid, memory=False))
         self._interval_s = interval_s
         self._clock = clock
         self._samples: list[Sample] = []
@@ -185,10 +191,11 @@ class TelemetrySampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._gpus, self.gpu_note = open_gpus() if gpus else (None, "GPU telemetry not asked for.")
-        self._last_process: tuple[float, float] | None = None  # (time, CPU seconds the process had used)
         self._last_machine = psutil.cpu_times()
 
     def start(self) -> TelemetrySampler:
+        with self._lock:
+            self._samples.append(Sample(self._clock(), MACHINE, CPU_COUNT, float(psutil.cpu_count() or 0)))
         self._sample()
         self._thread = threading.Thread(target=self._loop, name="telemetry-sampler", daemon=True)
         self._thread.start()
@@ -208,10 +215,11 @@ class TelemetrySampler:
 
     def samples(self, since_s: float | None = None) -> pd.DataFrame:
         """The samples so far, or those taken at `since_s` or later (safe to call while sampling: a live chart
-        asks for the last minute, which costs that minute's rows however long the run)."""
+        asks for the last minute, which costs that minute's rows however long the run); the core count, sampled
+        first, comes with every window, which would not know what the machine's percentages are of without it."""
         with self._lock:
             first = 0 if since_s is None else bisect.bisect_left(self._samples, since_s, key=lambda s: s.time_s)
-            taken = self._samples[first:]
+            taken = self._samples[first:] if first == 0 else [self._samples[0], *self._samples[first:]]
         return samples_frame(taken)
 
     def __enter__(self) -> TelemetrySampler:
@@ -226,32 +234,11 @@ class TelemetrySampler:
 
     def _sample(self) -> None:
         now = self._clock()
-        rows = self._process_rows(now) + self._machine_rows(now)
+        rows = [row for watched in self._processes for row in watched.read(now)] + self._machine_rows(now)
         if self._gpus is not None:
             rows += self._gpus.read(now)
         with self._lock:
             self._samples.extend(rows)
-
-    def _process_rows(self, now: float) -> list[Sample]:
-        if self._process is None:
-            return []
-        try:
-            with self._process.oneshot():
-                ended = self._process.status() == psutil.STATUS_ZOMBIE  # exited, not yet reaped by its parent
-                times = self._process.cpu_times()
-                rss = self._process.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-            ended = True
-        if ended:
-            self._process = None  # the engine's process ended: its last samples stand
-            return []
-        cpu_s = times.user + times.system
-        rows = [Sample(now, PROCESS, RSS_BYTES, float(rss))]
-        if self._last_process is not None and now > self._last_process[0]:
-            then, cpu_then = self._last_process
-            rows.append(Sample(now, PROCESS, CPU_CORES, (cpu_s - cpu_then) / (now - then)))
-        self._last_process = (now, cpu_s)
-        return rows
 
     def _machine_rows(self, now: float) -> list[Sample]:
         # From our own previous reading: psutil.cpu_percent's baseline is shared by every caller in the process.
@@ -262,6 +249,39 @@ class TelemetrySampler:
         if total <= 0:
             return []
         return [Sample(now, MACHINE, CPU_PERCENT, 100.0 * max(0.0, min(1.0, 1.0 - idle / total)))]
+
+
+class _Watched:
+    """One sampled process: its CPU cores over each interval between samples (and its resident memory)."""
+
+    def __init__(self, source: str, pid: int | None, memory: bool) -> None:
+        self.source, self.memory = source, memory
+        try:
+            self.process: psutil.Process | None = psutil.Process(pid)
+        except psutil.NoSuchProcess:  # a caller already gone: nothing of it to sample
+            self.process = None
+        self.last: tuple[float, float] | None = None  # (time, CPU seconds the process had used)
+
+    def read(self, now: float) -> list[Sample]:
+        if self.process is None:
+            return []
+        try:
+            with self.process.oneshot():
+                ended = self.process.status() == psutil.STATUS_ZOMBIE  # exited, not yet reaped by its parent
+                times = self.process.cpu_times()
+                rss = self.process.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            ended = True
+        if ended:
+            self.process = None  # the process ended: its last samples stand
+            return []
+        cpu_s = times.user + times.system
+        rows = [Sample(now, self.source, RSS_BYTES, float(rss))] if self.memory else []
+        if self.last is not None and now > self.last[0]:
+            then, cpu_then = self.last
+            rows.append(Sample(now, self.source, CPU_CORES, (cpu_s - cpu_then) / (now - then)))
+        self.last = (now, cpu_s)
+        return rows
 
 
 def _all_cpu_time(times) -> float:

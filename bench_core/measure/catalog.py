@@ -497,6 +497,15 @@ CATALOG: tuple[Metric, ...] = (
     Metric("peak_process_rss_gib", "Peak engine process memory (RSS)", "GiB", None,
            "The largest resident memory of the engine's process in a sample during the run.",
            sampled=_in_gib("peak_process_rss_bytes")),
+    # Whether the engine had the machine to itself (hardware/contention.py's rule): in-process engines only.
+    Metric("other_cpu_cores", "Other processes' CPU", "cores", False,
+           "Mean over the run of the machine's busy cores minus ours (the engine's process and the app following it "
+           "from another process): what other processes took while the engine ran. Not judged for server runs, "
+           "whose engine is a process we do not sample.", sampled=_sampled("mean_other_cpu_cores")),
+    Metric("machine_busy_share", "Run time saturated by other processes", "fraction", False,
+           "Share of the run during which the machine's CPU was saturated while other processes held a large part "
+           "of it (hardware/contention.py); past its threshold the run is flagged \"machine busy\".",
+           sampled=_sampled("machine_busy_share"), bounds=FRACTION),
     # The server's own Prometheus metrics (server_metrics.py), read during server runs.
     Metric("peak_kv_cache_usage", "Peak KV-cache usage (server)", "fraction", None,
            "The highest KV-cache usage the server reported at a read of its /metrics during the run.",

@@ -67,7 +67,7 @@ def serve(conn: Connection) -> None:
 
 
 def _serve(conn: Connection) -> None:
-    runner = Runner()
+    runner = Runner(caller_pid=os.getppid())  # the process that started this worker follows its runs
     send_lock = threading.Lock()
     while True:
         try:

@@ -69,8 +69,11 @@ PUBLISH_EVERY_S = 0.25  # how often a measuring run with observers tells them it
 class Runner:
     """Executes submitted runs in order on one background thread and keeps the loaded engine."""
 
-    def __init__(self, history: History | None = None):
+    def __init__(self, history: History | None = None, caller_pid: int | None = None):
         self.history = history
+        # The process following this runner's runs from outside (the dashboard beside its engine worker): its CPU is
+        # ours, not another process's, when judging whether the machine was busy (hardware/contention.py).
+        self.caller_pid = caller_pid
         self._jobs: dict[str, Run | PlaygroundJob] = {}  # insertion order is queue order
         self._queue: queue.Queue[Run | PlaygroundJob | None] = queue.Queue()
         self._lock = threading.Lock()
@@ -306,7 +309,8 @@ class Runner:
         sessions = [profiler.new_session(r.input_len, r.output_len) for r in requests]
         measurement.profiler = profiler
         tick_at_admission = config.load.load_pattern in TICK_AT_ADMISSION
-        sampler = measurement.sampler = TelemetrySampler().start()  # this process runs the engine (or its client)
+        # This process runs the engine (or its client).
+        sampler = measurement.sampler = TelemetrySampler(caller_pid=self.caller_pid).start()
         # A server's GPUs are its own business (it may be elsewhere); an engine here on a GPU should be seen.
         if sampler.gpu_note and backend(config.engine.backend).in_process and \
                 not self._engine.info.device.startswith("cpu"):

@@ -47,8 +47,9 @@ from ..measure.catalog import lmdeploy_row, server_columns, telemetry_columns
 from ..measure.profiler import Session, rebuilt_profiler
 from .history_index import SIDECAR_FILE, Snapshot, file_key, read_sidecar, write_sidecar
 from ..config import SETTINGS, RunConfig, applied_engine_settings
-from ..engines import server_metrics as server_samples
+from ..engines import backend, server_metrics as server_samples
 from ..engines.base import EngineInfo
+from ..hardware.contention import contention_summary
 from ..hardware.telemetry import telemetry_summary
 from ..models.resolve import ModelRecord, describe_model
 from ..errors import HistoryError
@@ -464,7 +465,11 @@ def run_metrics(config: RunConfig, requests: pd.DataFrame, duration_s: float, te
     server's metrics where it has them; aggregated where the run is recorded (Runner.record) or rebuilt."""
     summary = metrics.run_summary(requests, duration_s, config.percentiles, config.load.stream_output, config.slo)
     if telemetry is not None:
-        summary.update(telemetry_columns(telemetry_summary(telemetry, 0.0, duration_s, summary["total_output_tokens"])))
+        sampled = telemetry_summary(telemetry, 0.0, duration_s, summary["total_output_tokens"])
+        # A server's engine is a process we do not sample: its own CPU would read as other processes' (contention.py).
+        if backend(config.engine.backend).in_process:
+            sampled.update(contention_summary(telemetry, 0.0, duration_s))
+        summary.update(telemetry_columns(sampled))
     if server_metrics is not None:
         summary.update(server_columns(server_samples.run_summary(server_metrics)))
     return summary

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..hardware.contention import BUSY_RUNS, busy_runs
 from ..measure.catalog import SWEPT_COLUMNS, column_bounds, with_derived
 from ..config import SLO
 from ..measure.metrics import good_requests, rate
@@ -60,32 +61,34 @@ def with_slo(runs: pd.DataFrame, request_tables: Mapping[str, pd.DataFrame], slo
 def point_statistics(runs: pd.DataFrame, plan: SweepPlan, metrics=SWEEP_METRICS) -> pd.DataFrame:
     """One row per point (in the plan's grid order) and metric with a value: the swept settings, `point`,
     `metric`, then n, mean, std, min, max, ci_low and ci_high (95%, within the metric's bounds; NaN below
-    `MIN_INTERVAL_RUNS` runs) over the point's finished runs."""
+    `MIN_INTERVAL_RUNS` runs) over the point's finished runs, and how many of them ran on a busy machine."""
     names = _axis_names(plan)
     rows = []
     for values in plan.grid():
         label = describe_point(values)
         part = runs[runs[POINT] == label] if POINT in runs else runs.iloc[0:0]
+        busy = int(busy_runs(part).sum())
         for metric in metrics:
             if metric not in part:
                 continue
             summary = describe(pd.to_numeric(part[metric], errors="coerce"), bounds=column_bounds(metric))
             if summary.n:
-                rows.append([*values.values(), label, metric, *group_values(summary)])
-    return pd.DataFrame(rows, columns=[*names, POINT, METRIC, *GROUP_COLUMNS])
+                rows.append([*values.values(), label, metric, *group_values(summary), busy])
+    return pd.DataFrame(rows, columns=[*names, POINT, METRIC, *GROUP_COLUMNS, BUSY_RUNS])
 
 
 def point_means(runs: pd.DataFrame, plan: SweepPlan, metrics: tuple[str, ...]) -> pd.DataFrame:
-    """One row per point with a finished run: its swept settings, `point`, `n` (its runs) and the mean of
-    each of `metrics` over them, for charts that place a point once rather than each repeat."""
+    """One row per point with a finished run: its swept settings, `point`, `n` (its runs), how many of them ran on a
+    busy machine and the mean of each of `metrics` over them, for charts that place a point once rather than each
+    repeat."""
     names = _axis_names(plan)
     statistics = point_statistics(runs, plan, metrics)
     if statistics.empty:
-        return pd.DataFrame(columns=[*names, POINT, "n", *metrics])
+        return pd.DataFrame(columns=[*names, POINT, "n", BUSY_RUNS, *metrics])
     means = statistics.pivot_table(index=POINT, columns=METRIC, values="mean", sort=False)
-    counts = statistics.groupby(POINT, sort=False)["n"].max()
+    counts = statistics.groupby(POINT, sort=False)[["n", BUSY_RUNS]].max()
     settings = statistics.drop_duplicates(POINT).set_index(POINT)[names]
-    return settings.join(counts).join(means).reset_index()[[*names, POINT, "n", *means.columns]]
+    return settings.join(counts).join(means).reset_index()[[*names, POINT, "n", BUSY_RUNS, *means.columns]]
 
 
 def interval_note(statistics: pd.DataFrame) -> str:
@@ -110,7 +113,7 @@ def statistics_for_display(statistics: pd.DataFrame) -> pd.DataFrame:
     table = statistics.drop(columns=[POINT]).copy()
     table[METRIC] = [describe_column(name).title for name in table[METRIC]]
     return table.rename(columns={"min": "lowest run", "max": "highest run", "ci_low": "95% CI low",
-                                 "ci_high": "95% CI high"})
+                                 "ci_high": "95% CI high", BUSY_RUNS: "runs on a busy machine"})
 
 
 def compare_points(runs: pd.DataFrame, point_a: str, point_b: str, metrics=SWEEP_METRICS) -> pd.DataFrame:

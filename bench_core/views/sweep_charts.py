@@ -2,7 +2,8 @@
 metrics, goodput against the load with the highest load that meets a target, and a two-knob heatmap.
 
 Sweep points come from `stats.group_repeats` (key columns, then n, mean, std, ci_low, ci_high, with a 95%
-interval); runs are history rows.
+interval; `busy_runs` where results.point_statistics counted runs on a busy machine); runs are history rows. A
+point or run measured on a busy machine (hardware/contention.py) gets a crimson cross over it and a legend entry.
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ import pandas as pd
 import plotly.colors
 import plotly.graph_objects as go
 
+from ..hardware.contention import BUSY_RUNS, busy_runs
 from ..measure.catalog import lower_first
 from ..measure.stats import LOAD_LIMIT_RULE, highest_load_meeting, loads_missing_below, pareto_front
 from .figures import (PALETTE, colour_groups, cycled_palette, inward_label_positions, is_categorical, no_data,
                       pad_axis, rows_with, run_identity, setting_labels, tick_label, titled_figure)
 from .tables import describe_column
+
+BUSY_LEGEND = "machine busy (other processes held the CPU)"
 
 
 def metric_vs_knob_band(points: pd.DataFrame, knob: str, metric: str, series: str | None = None) -> go.Figure:
@@ -50,6 +54,9 @@ def metric_vs_knob_band(points: pd.DataFrame, knob: str, metric: str, series: st
                            "<extra>%{fullData.name}</extra>"),
         ))
     fig.update_layout(showlegend=series is not None, legend_title_text=series or "")
+    if BUSY_RUNS in rows:
+        x = [tick_label(v) for v in rows[knob]] if categorical else rows[knob].tolist()
+        _mark_busy(fig, x, rows["mean"], rows[BUSY_RUNS] > 0)
     if categorical:
         fig.update_xaxes(type="category")
     return fig
@@ -84,6 +91,7 @@ def pareto_chart(runs: pd.DataFrame, x: str, y: str) -> go.Figure:
                              text=labels[front.index], textposition=inward_label_positions(front[x], rows[x]),
                              customdata=identity(front),
                              hovertemplate=hover))
+    _mark_busy(fig, rows[x], rows[y], rows[BUSY_RUNS] > 0 if BUSY_RUNS in rows else busy_runs(rows))
     pad_axis(fig, "x", rows[x])
     pad_axis(fig, "y", rows[y])
     return fig
@@ -128,6 +136,7 @@ def goodput_vs_load(runs: pd.DataFrame, load: str, goodput: str, target: float) 
                      "below it misses the target")
             fig.update_layout(margin_t=90)  # room for the second line under the title
     _note_above(fig, note, font=dict(size=11))
+    _mark_busy(fig, rows[load], rows[goodput], busy_runs(rows))
     return fig
 
 
@@ -153,6 +162,20 @@ def knob_heatmap(points: pd.DataFrame, knob_x: str, knob_y: str, metric: str) ->
     fig.update_xaxes(type="category")
     fig.update_yaxes(type="category")
     return fig
+
+
+def _mark_busy(fig: go.Figure, x, y, busy) -> None:
+    """A crimson cross over each point (x, y) whose runs, or one of them, ran on a busy machine, named in the legend:
+    its numbers are not the engine's alone."""
+    busy = np.asarray(busy, dtype=bool)
+    if not busy.any():
+        return
+    fig.add_trace(go.Scatter(
+        x=np.asarray(list(x), dtype=object)[busy], y=np.asarray(list(y), dtype=float)[busy], mode="markers",
+        name=BUSY_LEGEND, cliponaxis=False,
+        marker=dict(symbol="x-thin-open", size=16, line=dict(width=2, color="crimson")),
+        hovertemplate="machine busy: other processes held the CPU during this point's runs<extra></extra>"))
+    fig.update_layout(showlegend=True)
 
 
 def _note_above(fig: go.Figure, text: str, font: dict | None = None) -> None:

@@ -1,0 +1,54 @@
+"""A real run of the tiny model on the embedded engine beside processes that keep every core busy: the CLI's last
+lines and the history row say the machine was busy, with the numbers (hardware/contention.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench_core.hardware.contention import BUSY_SHARE_COLUMN, FLAGGED_SHARE, OTHER_CORES_COLUMN, OTHERS_SHARE, \
+    busy_note
+from bench_core.store.history import History
+
+ROOT = Path(__file__).resolve().parent.parent
+HOGS_PER_CORE = 2  # beside an engine that uses every core, each hog takes its share: two per core leave it a third
+
+
+@pytest.fixture
+def cpu_hogs():
+    """`yes` into /dev/null, HOGS_PER_CORE per core, for the test's length; always killed at its end."""
+    hogs = []
+    try:
+        for _ in range(HOGS_PER_CORE * (os.cpu_count() or 1)):
+            hogs.append(subprocess.Popen(["yes"], stdout=subprocess.DEVNULL))
+        time.sleep(0.5)  # running before the CLI starts
+        yield hogs
+    finally:
+        for hog in hogs:
+            hog.kill()
+        for hog in hogs:
+            hog.wait()
+
+
+def test_a_run_beside_cpu_hogs_is_flagged_in_the_cli_and_its_history_row(cpu_hogs, tmp_path, tiny_model_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "bench_core", "pipeline", "builtin:sample", "builtin:tiny-llama",
+                           "--backend", "transformers", "-n", "4", "-c", "4", "--sharegpt-output-len", "8",
+                           "--stream-output", "--csv", "", "--results", str(tmp_path / "results")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    assert all(hog.poll() is None for hog in cpu_hogs)  # they ran the whole time
+    assert done.returncode == 0, done.stderr
+    row = History(tmp_path / "results").load().iloc[0]
+    cores = float(row["env_cpu_count"])
+    other, share = float(row[OTHER_CORES_COLUMN]), float(row[BUSY_SHARE_COLUMN])
+    print(f"\nbeside {len(cpu_hogs)} hogs on {cores:g} cores: other processes {other:.2f} cores, engine "
+          f"{float(row['mean_process_cpu_cores']):.2f} cores, the machine saturated by others {share:.0%} of the run")
+    assert other >= OTHERS_SHARE * cores and share >= FLAGGED_SHARE
+    note = busy_note(row, row["env_cpu_count"])
+    assert f"warning: {note}" in done.stderr.splitlines()
+    assert note.startswith(f"machine busy: other processes used {other:.1f} of {cores:g} CPU cores")
