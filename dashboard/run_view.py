@@ -14,7 +14,8 @@ import streamlit as st
 
 from bench_core import csvstore
 from bench_core.measure import metrics
-from bench_core.views import run_charts, server_charts, tables
+from bench_core.store import run_parts
+from bench_core.views import report, run_charts, server_charts, tables
 from bench_core.measure.catalog import METRICS, find_column, lower_first
 from bench_core.config import SLO, Part, RunConfig, format_value, of_part
 from bench_core.config.catalog import MULTI_TURN
@@ -206,12 +207,10 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
     if "achieved_rate" in summary:
         _server_load(result.config, summary)
 
-    first, second = ("ttft", "itl") if stream else ("e2e", "tpot")
+    first, second = report.ended_latency_histograms(result.requests, stream)
     left, right = st.columns(2)
-    left.plotly_chart(run_charts.latency_histogram(run_charts.successful_values(result.requests, first), first),
-                      key="ended_first")
-    right.plotly_chart(run_charts.latency_histogram(run_charts.successful_values(result.requests, second), second),
-                       key="ended_second")
+    left.plotly_chart(first, key="ended_first")
+    right.plotly_chart(second, key="ended_second")
     if result.snapshot is not None:
         snap = result.snapshot
         throughput = run_charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s, snap.in_flight_over_time)
@@ -223,7 +222,7 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
     st.markdown("**Requests**")
     requests = tables.requests_for_display(result.requests)
     show_table(requests, key="requests_table", max_rows=LONG_TABLE_ROWS, keep_numbers=True, hide_index=True)
-    _downloads(result, requests)
+    _downloads(result, requests, slo)
 
 
 def _server_metrics_section(result: RunResult) -> None:
@@ -285,14 +284,7 @@ def _ended_status(result: RunResult, summary: dict) -> None:
     """Red when no request succeeded or the run broke, green when every request succeeded, amber otherwise
     (partial, cancelled); the runner's message quotes the first failure reasons. Runs recorded before
     the partial and failed outcomes existed are judged by their counts the same way."""
-    counts = (f"{summary['completed']}/{summary['total_requests']} requests succeeded in "
-              f"{summary['duration_s']:.1f} s; {summary['failed']} failed, {summary['incomplete']} incomplete, "
-              f"{summary['unfinished']} unfinished, {summary['cancelled']} cancelled")
-    if summary.get("overrun"):
-        counts += f", {summary['overrun']} past their token limit"
-    if summary.get("failure_reasons") and not result.message:
-        counts += f" ({summary['failure_reasons']})"
-    said = f"{result.status}: {result.message}. {counts}." if result.message else f"{result.status}: {counts}."
+    said = report.describe_outcome(result.status, result.message, summary)
     served_all = summary["failed"] + summary["incomplete"] + summary.get("overrun", 0) == 0
     if result.status == RunState.FAILED or (result.status == RunState.FINISHED and summary["completed"] == 0):
         st.error(plain(said))
@@ -329,8 +321,8 @@ def _goodput(summary: dict, slo: SLO) -> None:
     st.caption(f"For {thresholds}.")
 
 
-def _downloads(result: RunResult, requests: pd.DataFrame) -> None:
-    columns = st.columns(3)
+def _downloads(result: RunResult, requests: pd.DataFrame, slo: SLO) -> None:
+    columns = st.columns(4)
     history_row = get_history().to_csv_bytes([result.run_id])
     if history_row:
         columns[0].download_button("History row (CSV)", history_row, file_name=f"{result.run_id}-history.csv",
@@ -341,3 +333,12 @@ def _downloads(result: RunResult, requests: pd.DataFrame) -> None:
     columns[2].download_button("LMDeploy CSV", result.lmdeploy_csv_bytes(), file_name=f"{result.run_id}-lmdeploy.csv",
                                mime="text/csv", key="download_lmdeploy", on_click="ignore",
                                help="One row in the format of LMDeploy's profile_pipeline_api.py --csv.")
+    history = get_history()
+    run = get_runner().get(result.run_id) if result.history_row is None else None
+    record = run.record if run is not None else None
+    # Written only when clicked: the file inlines plotly's JavaScript (about 5 MB) so it opens offline.
+    columns[3].download_button(
+        "Report (HTML)", lambda: report.run_report(run_parts.run_parts(
+            history, result.run_id, record, slo, result.warnings, result.notes, result.snapshot)).encode(),
+        file_name=f"run-{result.run_id}.html", mime="text/html", key="download_report", on_click="ignore",
+        help="One file with this run's charts, tables, settings and environment; it opens offline.")
