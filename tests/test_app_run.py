@@ -15,7 +15,7 @@ import engine_faults
 from metrics_server import metrics_server  # noqa: F401 (fixture)
 from bench_core.run import engine_process
 from bench_core.run.runner import Runner
-from app_under_test import APP, shown
+from app_under_test import APP, download_data, shown
 from dashboard import run_view, sidebar, table_view
 from dashboard.state import get_runner
 
@@ -150,9 +150,14 @@ def test_start_runs_to_finished_with_summary_downloads_and_run_id_in_url():
     summary = at.dataframe[0].value
     assert list(summary["metric"]) == LATENCY_ROWS
     assert list(summary.columns[:6]) == ["metric", "mean", "P50", "P75", "P95", "P99"]
-    assert [d.label for d in at.download_button] == ["History row (CSV)", "Per-request table (CSV)", "LMDeploy CSV"]
+    assert [d.label for d in at.download_button] == ["History row (CSV)", "Per-request table (CSV)", "LMDeploy CSV",
+                                                     "Report (HTML)"]
     requests = next(d.value for d in at.dataframe if "request" in d.value.columns)
     assert len(requests) == 8
+    report = download_data(at.download_button[3]).decode()
+    assert report.startswith("<!DOCTYPE html>") and f"<h1>Run {run_id}</h1>" in report
+    assert "Throughput over time" in report  # from the run this server still holds
+    assert at.download_button[3].proto.deferred_file_id  # written when clicked, not on every rerun
     titles = [json.loads(chart.proto.spec)["layout"]["title"]["text"] for chart in at.get("plotly_chart")]
     assert titles == ["Time to first token", "Inter-token latency", "Throughput over time", "Token lengths",
                       "Hardware telemetry"]
@@ -207,7 +212,9 @@ def test_deep_link_shows_a_run_that_ended_before_the_server_started(stored_run_i
     assert not at.exception and not at.error
     assert "stored" in at.caption[0].value
     assert list(at.dataframe[0].value["metric"]) == LATENCY_ROWS
-    assert len(at.download_button) == 3
+    assert len(at.download_button) == 4
+    report = download_data(at.download_button[3]).decode()
+    assert f"<h1>Run {stored_run_id}</h1>" in report and "stored · builtin:tiny-llama" in report
 
 
 def test_an_ended_run_shows_its_telemetry_chart_roofline_verdict_and_random_weights(stored_run_id):

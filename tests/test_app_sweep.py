@@ -12,7 +12,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from bench_core.store.history import RESULTS_ENV
-from app_under_test import APP, shown
+from app_under_test import APP, download_data, shown
+from bench_core.views.report import chart_count as report_charts
 from bench_core.sweep.plan import CPU_SWEEP_OUTPUT_LEN, CPU_SWEEP_PROMPTS
 from dashboard.state import get_history, get_runner, get_sweeps
 
@@ -131,6 +132,13 @@ def test_a_grid_sweep_shows_progress_then_every_view_of_its_results():
     assert (compared["runs (A, B)"] == "2, 2").all()
     past = table_with_column(at, "sweep_id", ("finished", "runs"))
     assert past[["sweep_id", "finished", "runs"]].values.tolist() == [[sweep_id, 8, 8]]
+    assert [button.label for button in at.download_button] == ["This sweep's history rows (CSV)",
+                                                               "Report of this sweep (HTML)"]
+    report = download_data(at.download_button[1]).decode()
+    assert report.startswith("<!DOCTYPE html>") and f"<h1>Sweep {sweep_id}</h1>" in report
+    # Every view at the page's first choices: the band and the heatmap, three Pareto views, goodput and SLO
+    # attainment at each max_batch_tokens (the sidebar's 10 s TTFT SLO recomputed them).
+    assert report_charts(report) == 9 and "Goodput vs concurrency, at max_batch_tokens 512" in report
     (estimate,) = [shown(caption.value) for caption in at.caption if "takes about" in caption.value]
     assert "from the output throughput of 8 finished run(s) of builtin:tiny-llama" in estimate
 
