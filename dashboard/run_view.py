@@ -16,17 +16,14 @@ from bench_core import csvstore
 from bench_core.measure import metrics
 from bench_core.store import run_parts
 from bench_core.views import report, run_charts, server_charts, tables
-from bench_core.measure.catalog import METRICS, find_column, lower_first
-from bench_core.config import SLO, Part, RunConfig, format_value, of_part
-from bench_core.config.catalog import MULTI_TURN
-from bench_core.engines import backend
-from bench_core.load.lengths import RANDOM_LENGTHS, describe_random_lengths
+from bench_core.views.report import describe_config
+from bench_core.measure.catalog import METRICS, find_column
+from bench_core.config import SLO, RunConfig
 from bench_core.errors import BenchError
 from bench_core.measure.latency_bins import BinnedLatencies
 from bench_core.measure.live_snapshot import LiveSnapshot, describe_time_left
-from bench_core.redact import redact_text
 from bench_core.hardware.roofline import describe_roofline
-from bench_core.states import LoadPattern, RunState
+from bench_core.states import RunState
 from bench_core.run.runner import Run
 from dashboard.run_result import RunResult, result_from_history, result_from_run
 from dashboard.state import get_history, get_runner
@@ -65,39 +62,6 @@ def render_run(run_id: str, slo: SLO) -> None:
         st.error(plain(f"{result.status}: {result.message}"))
         return
     _ended_view(result, slo)
-
-
-def describe_config(config: RunConfig) -> str:
-    """One line: label, model and backend, dataset and load, so a screenshot says what was measured."""
-    data, load = config.dataset, config.load
-    chosen = [declared for declared in of_part(Part.DATASET) if declared.datasets
-              and declared.applies(dataset_name=data.dataset_name) and config.value(declared.name) is not None]
-    # The span drawn, not the ratio to decode.
-    random = [describe_random_lengths(data.random_input_len, data.random_output_len, data.random_range_ratio)
-              ] if {declared.name for declared in chosen} >= set(RANDOM_LENGTHS) else []
-    lengths = ", ".join(random + [f"{lower_first(declared.shown_label)} {format_value(config.value(declared.name))}"
-                                  + (f" {declared.unit}" if declared.unit else "") for declared in chosen
-                                  if not random or declared.name not in RANDOM_LENGTHS]) or "conversation lengths"
-    engine = config.engine
-    server = redact_text(engine.base_url)
-    served = (f"{engine.model or 'the served model'} on the {engine.server_kind} server at {server}"
-              if not backend(engine.backend).in_process else f"{engine.model} on {engine.backend}")
-    if load.load_pattern == LoadPattern.REQUEST_RATE:
-        cap = "no concurrency limit" if load.max_concurrency is None else f"max concurrency {load.max_concurrency}"
-        limit = f", for at most {load.duration_s:g} s" if load.duration_s else ""
-        shape = f"{load.request_rate:g} req/s, burstiness {load.burstiness:g}, {cap}{limit}"
-    elif load.load_pattern == LoadPattern.TRACE:
-        shape = f"the trace's times at {load.trace_speedup:g}x, concurrency {load.concurrency}"
-    else:
-        shape = f"concurrency {load.concurrency}"
-    parts = [
-        config.label,
-        served,
-        f"{data.num_prompts} {'sessions' if data.dataset_name == MULTI_TURN else 'prompts'} from {data.dataset} "
-        f"({data.dataset_name}, {lengths})",
-        f"{load.load_pattern} load, {shape}, {'streamed' if load.stream_output else 'not streamed'}",
-    ]
-    return " · ".join(part for part in parts if part)
 
 
 # ---- live ------------------------------------------------------------------------------------

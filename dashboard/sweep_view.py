@@ -371,7 +371,7 @@ def results(history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO) -> 
     st.caption(sweep_results.interval_note(statistics))
     _pareto_view(runs, plan)
     _goodput_view(runs, plan)
-    st.markdown(f"**Per point**: {sweep_report.POINT_TABLE_HEADING.removeprefix('Per point: ')}")
+    st.markdown(f"**Per point**: {sweep_report.POINT_TABLE_COLUMNS}")
     show_table(sweep_results.statistics_for_display(statistics), key="sweep_points_table")
     _comparison(runs, plan)
     _downloads(history, plan, history_runs, runs)

@@ -32,8 +32,7 @@ PARETO_VIEWS = {
 GOODPUT_METRICS = ("slo_attainment", "goodput_rps")
 DEFAULT_METRIC = "output_throughput"
 RESULTS_HEADING = "means over each point's repeats, with 95% intervals"
-POINT_TABLE_HEADING = ("Per point: n runs, mean, sample std, the range of the runs and the 95% confidence interval of "
-                       "the mean")
+POINT_TABLE_COLUMNS = "n runs, mean, sample std, the range of the runs and the 95% confidence interval of the mean"
 
 
 def default_target(goodput: str) -> float:
@@ -129,7 +128,7 @@ def sweep_sections(history: History, plan: SweepPlan, runs: pd.DataFrame) -> tup
                 if where:
                     figure.update_layout(title_text=f"{figure.layout.title.text}, at {where}")
                 charts.append(figure)
-    table = report.Table(POINT_TABLE_HEADING, sweep_results.statistics_for_display(statistics))
+    table = report.Table(f"Per point: {POINT_TABLE_COLUMNS}", sweep_results.statistics_for_display(statistics))
     return [report.Section(f"Results of {len(runs)} finished runs: {RESULTS_HEADING}", charts),
             report.Section("Per point", (table,))], caveats
 

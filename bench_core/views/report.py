@@ -23,7 +23,12 @@ import plotly.graph_objects as go
 import plotly.offline
 
 from .. import __version__
-from ..config import RunConfig
+from ..config import Part, RunConfig, format_value, of_part
+from ..config.catalog import MULTI_TURN
+from ..engines import backend
+from ..load.lengths import RANDOM_LENGTHS, describe_random_lengths
+from ..measure.catalog import lower_first
+from ..states import LoadPattern
 from ..hardware.roofline import describe_roofline
 from ..redact import redact_text
 from ..store.history import ENVIRONMENT_PREFIX
@@ -50,7 +55,6 @@ class Table:
 
     title: str
     frame: pd.DataFrame
-    index: bool = False  # a named index is a table's row titles: formatted() makes it the first column
 
 
 @dataclass(frozen=True)
@@ -230,14 +234,41 @@ def run_report(parts: RunParts, created: datetime | None = None) -> str:
     """The report of one ended run (or what a run that failed before measuring left)."""
     row = pd.DataFrame([parts.row])
     return build_report(Report("Run", [parts.run_id], run_caveats(parts), run_sections(parts), settings_table(row),
-                               environment_table(row), summary=_config_line(parts.config, parts.started_at)), created)
+                               environment_table(row), f"{describe_config(parts.config)} · started {parts.started_at}"),
+                        created)
 
 
-def _config_line(config: RunConfig, started_at: str) -> str:
-    model = config.engine.model or "the served model"
-    label = f"{config.label} · " if config.label else ""
-    return redact_text(f"{label}{model} on {config.engine.backend} · {config.dataset.num_prompts} prompts from "
-                       f"{config.dataset.dataset} · {config.load.load_pattern} load · started {started_at}")
+def describe_config(config: RunConfig) -> str:
+    """One line: label, model and backend, dataset and load, so a screenshot says what was measured."""
+    data, load = config.dataset, config.load
+    chosen = [declared for declared in of_part(Part.DATASET) if declared.datasets
+              and declared.applies(dataset_name=data.dataset_name) and config.value(declared.name) is not None]
+    # The span drawn, not the ratio to decode.
+    random = [describe_random_lengths(data.random_input_len, data.random_output_len, data.random_range_ratio)
+              ] if {declared.name for declared in chosen} >= set(RANDOM_LENGTHS) else []
+    lengths = ", ".join(random + [f"{lower_first(declared.shown_label)} {format_value(config.value(declared.name))}"
+                                  + (f" {declared.unit}" if declared.unit else "") for declared in chosen
+                                  if not random or declared.name not in RANDOM_LENGTHS]) or "conversation lengths"
+    engine = config.engine
+    server = redact_text(engine.base_url)
+    served = (f"{engine.model or 'the served model'} on the {engine.server_kind} server at {server}"
+              if not backend(engine.backend).in_process else f"{engine.model} on {engine.backend}")
+    if load.load_pattern == LoadPattern.REQUEST_RATE:
+        cap = "no concurrency limit" if load.max_concurrency is None else f"max concurrency {load.max_concurrency}"
+        limit = f", for at most {load.duration_s:g} s" if load.duration_s else ""
+        shape = f"{load.request_rate:g} req/s, burstiness {load.burstiness:g}, {cap}{limit}"
+    elif load.load_pattern == LoadPattern.TRACE:
+        shape = f"the trace's times at {load.trace_speedup:g}x, concurrency {load.concurrency}"
+    else:
+        shape = f"concurrency {load.concurrency}"
+    parts = [
+        config.label,
+        served,
+        f"{data.num_prompts} {'sessions' if data.dataset_name == MULTI_TURN else 'prompts'} from {data.dataset} "
+        f"({data.dataset_name}, {lengths})",
+        f"{load.load_pattern} load, {shape}, {'streamed' if load.stream_output else 'not streamed'}",
+    ]
+    return " · ".join(part for part in parts if part)
 
 
 # ---- several runs ----------------------------------------------------------------------------
