@@ -12,7 +12,7 @@ from bench_core.store.history import RESULTS_ENV, History
 from bench_core.run.runner import Runner
 from bench_core.views.tables import BEYOND_NOISE, SINGLE_RUN, WITHIN_NOISE, describe_column
 from bench_core.views.report import NOISE_COLUMN
-from app_under_test import APP, ROOT, download_data
+from app_under_test import APP, ROOT
 
 LMDEPLOY_CSV = ROOT / "tests" / "data" / "lmdeploy_csv" / "profile_throughput.csv"
 
@@ -229,7 +229,7 @@ def test_an_lmdeploy_csv_upload_adds_its_rows(history_root):
     assert at.button(key="import_button").disabled  # the uploader starts empty: no second import by accident
 
 
-def test_downloads_offer_the_whole_history_and_the_selection(history_root, prepared_history):
+def test_downloads_offer_the_whole_history_and_the_selection(history_root, prepared_history, download_data):
     _, run_ids, _ = prepared_history
     at = open_history()
     assert [button.label for button in at.download_button] == ["Download the whole history (CSV)"]

@@ -15,7 +15,7 @@ import engine_faults
 from metrics_server import metrics_server  # noqa: F401 (fixture)
 from bench_core.run import engine_process
 from bench_core.run.runner import Runner
-from app_under_test import APP, download_data, shown
+from app_under_test import APP, shown
 from dashboard import run_view, sidebar, table_view
 from dashboard.state import get_runner
 
@@ -136,7 +136,7 @@ def test_impossible_knobs_show_one_error_and_start_nothing():
     assert "run" not in at.query_params
 
 
-def test_start_runs_to_finished_with_summary_downloads_and_run_id_in_url():
+def test_start_runs_to_finished_with_summary_downloads_and_run_id_in_url(download_data):
     at = open_app()
     choose_tiny_run(at)
     start(at)
@@ -207,7 +207,7 @@ def test_a_server_run_shows_the_servers_own_metrics_under_the_throughput_and_aft
     assert "Server metrics (its /metrics)" in chart_titles(open_app(run.run_id))
 
 
-def test_deep_link_shows_a_run_that_ended_before_the_server_started(stored_run_id):
+def test_deep_link_shows_a_run_that_ended_before_the_server_started(stored_run_id, download_data):
     at = open_app(stored_run_id)
     assert not at.exception and not at.error
     assert "stored" in at.caption[0].value

@@ -12,7 +12,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from bench_core.store.history import RESULTS_ENV
-from app_under_test import APP, download_data, shown
+from app_under_test import APP, shown
 from bench_core.views.report import chart_count as report_charts
 from bench_core.sweep.plan import CPU_SWEEP_OUTPUT_LEN, CPU_SWEEP_PROMPTS
 from dashboard.state import get_history, get_runner, get_sweeps
@@ -90,7 +90,7 @@ def test_the_default_sweep_is_small_on_a_cpu_and_says_how_long_it_takes_before_s
     assert "a rough CPU estimate" in estimate  # an empty history: nothing measured to go by
 
 
-def test_a_grid_sweep_shows_progress_then_every_view_of_its_results():
+def test_a_grid_sweep_shows_progress_then_every_view_of_its_results(download_data):
     at = open_sweep_page()
     set_up_tiny_sweep(at, "1,2", second=("max_batch_tokens", "256,512"))
     sweep_id = start_sweep(at)

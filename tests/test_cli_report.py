@@ -51,7 +51,7 @@ def test_a_run_that_failed_while_loading_still_writes_what_it_left(tmp_path):
     (broken / "config.json").write_text("{}")
     proc = run_cli("pipeline", "builtin:sample", str(broken), "--backend", "transformers", "-n", "2", "--csv", "",
                    "--results", "results", "--report", "failed.html", cwd=tmp_path)
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 2, proc.stderr  # found while loading: bad input, recorded as failed
     document = (tmp_path / "failed.html").read_text(encoding="utf-8")
     (run_id,) = History(tmp_path / "results").load()["run_id"].astype(str)
     assert f"<h1>Run {run_id}</h1>" in document and "failed: Could not load the tokenizer of" in document

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from ..config import DEFAULT_PERCENTILES, KNOBS, Part, RunConfig, Setting, config_from_values, of_part, setting
-from ..errors import ConfigError, HistoryError
+from ..errors import BenchError, ConfigError, HistoryError
 from ..run.observer import JobObserver
 from ..states import MEASURED, RunState
 
@@ -327,7 +327,7 @@ def write_report(path: str, build: Callable[[], str]) -> bool:
     try:
         data = build().encode()
         replace_bytes(Path(path), data)
-    except (OSError, HistoryError) as exc:
+    except (OSError, BenchError) as exc:  # a run that left nothing to report, a full disk, a folder gone
         print(f"error: the report was not written to {path}: {getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
         return False
     print(f"report: {path} ({len(data) / 1e6:.1f} MB)", file=sys.stderr)

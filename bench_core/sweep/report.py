@@ -115,7 +115,7 @@ def sweep_sections(history: History, plan: SweepPlan, runs: pd.DataFrame) -> tup
     measured = measured_metrics(statistics)
     caveats = [sweep_results.interval_note(statistics), *filter(None, [unreported_note(plan, measured)])]
     metric = DEFAULT_METRIC if DEFAULT_METRIC in measured else measured[0]
-    charts: list[report.Part] = [*metric_figures(statistics, plan, metric),
+    charts: list[report.Block] = [*metric_figures(statistics, plan, metric),
                                  *(pareto_figure(runs, plan, view) for view in PARETO_VIEWS)]
     load = load_axis(plan)
     if load is not None and has_goodput(runs):

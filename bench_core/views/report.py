@@ -65,13 +65,13 @@ class Note:
     caveat: bool = False
 
 
-Part = go.Figure | Table | Note
+Block = go.Figure | Table | Note
 
 
 @dataclass(frozen=True)
 class Section:
     title: str
-    parts: Sequence[Part] = field(default_factory=tuple)
+    blocks: Sequence[Block] = field(default_factory=tuple)
 
 
 @dataclass(frozen=True)
@@ -95,15 +95,15 @@ def build_report(report: Report, created: datetime | None = None) -> str:
     body, charts = [], 0
     for section in report.sections:
         body.append(f"<h2>{_text(section.title)}</h2>")
-        for part in section.parts:
-            if isinstance(part, go.Figure):
+        for block in section.blocks:
+            if isinstance(block, go.Figure):
                 charts += 1
-                body.append('<div class="chart">' + part.to_html(full_html=False, include_plotlyjs=False,
+                body.append('<div class="chart">' + block.to_html(full_html=False, include_plotlyjs=False,
                                                                   div_id=f"chart-{charts}") + "</div>")
-            elif isinstance(part, Table):
-                body.append(_table(part))
+            elif isinstance(block, Table):
+                body.append(_table(block))
             else:
-                body.append(f'<p class="{"caveat" if part.caveat else "note"}">{_text(part.text)}</p>')
+                body.append(f'<p class="{"caveat" if block.caveat else "note"}">{_text(block.text)}</p>')
     closing = [_table(Table("Settings", report.settings)), _table(Table("Environment", report.environment))]
     caveats = "".join(f'<p class="caveat">{_text(caveat)}</p>' for caveat in report.caveats)
     summary = f"<p>{_text(report.summary)}</p>" if report.summary else ""
@@ -206,7 +206,7 @@ def run_sections(parts: RunParts) -> list[Section]:
                Table("Throughput", tables.throughput_table(summary))]
     if config.engine.speculative_algorithm:
         results.append(Table("Speculative decoding", tables.speculative_table(summary)))
-    charts: list[Part] = [*ended_latency_histograms(parts.requests, stream)]
+    charts: list[Block] = [*ended_latency_histograms(parts.requests, stream)]
     if parts.throughput is not None:
         charts.append(run_charts.throughput_over_time(*parts.throughput))
     sections = [Section("Results", results), Section("Charts", charts)]
@@ -214,13 +214,13 @@ def run_sections(parts: RunParts) -> list[Section]:
         sections.append(Section("Server, from its own metrics", (
             Table("Served", tables.quantity_table(parts.values, "served")),
             server_charts.ended_server_metrics(parts.server_metrics, parts.requests, parts.duration_s))))
-    workload: list[Part] = list(workload_charts.workload_figures(parts.requests))
+    workload: list[Block] = list(workload_charts.workload_figures(parts.requests))
     if (turns := workload_charts.ttft_by_turn(parts.requests)) is not None:
         workload.append(turns)
     if not (cache := tables.workload_metrics_table(summary)).empty:
         workload.append(Table("Prefix cache and turns", cache))
     sections.append(Section("Workload sent", workload))
-    hardware: list[Part] = [Table("Sampled", tables.quantity_table(parts.values, "sampled"))]
+    hardware: list[Block] = [Table("Sampled", tables.quantity_table(parts.values, "sampled"))]
     if parts.telemetry is not None:
         hardware.append(run_charts.telemetry_over_time(parts.telemetry))
     if parts.roofline is not None:
@@ -307,9 +307,9 @@ def missing_distributions(missing: Sequence[str]) -> str:
 def comparison_sections(chosen: pd.DataFrame, varied: list[str], request_tables: Mapping[str, pd.DataFrame],
                         missing: Sequence[str]) -> list[Section]:
     """What the History page's comparison shows, with its charts at their default choices."""
-    differs: list[Part] = [Table("What differs between these runs", run_diff.differences(chosen, varied))] if varied \
+    differs: list[Block] = [Table("What differs between these runs", run_diff.differences(chosen, varied))] if varied \
         else [Note("These runs share every recorded setting: they are repeats of one configuration.")]
-    charts: list[Part] = []
+    charts: list[Block] = []
     metrics = compare_charts.chartable_metrics(chosen)
     if metrics:
         metric = compare_charts.default_of(metrics, compare_charts.DEFAULT_METRIC)
