@@ -14,10 +14,10 @@ import zlib
 import pandas as pd
 import streamlit as st
 
-from bench_core.measure import catalog
-from bench_core.views import compare_charts, run_diff, tables
+from bench_core.views import compare_charts, report, run_diff, tables
 from bench_core.errors import HistoryError
 from bench_core.hardware.contention import busy_notes
+from bench_core.store import run_parts
 from bench_core.store.history import History
 from dashboard.table_view import LONG_TABLE_ROWS, show_table
 from dashboard.text import plain
@@ -33,8 +33,7 @@ RESULT_COLUMNS = ("completed", "output_throughput", "request_throughput", "mean_
                   "mean_itl_ms", "mean_e2e_ms", "error", "source_file")
 FILTERS = (("backend", "Backend"), ("model", "Model"), ("status", "Status"), ("dataset", "Dataset"))
 NOT_RECORDED = "(not recorded)"
-RUN = compare_charts.RUN
-NOISE_COLUMN = "vs run-to-run noise"
+RUN = report.RUN
 
 
 def import_section(history: History) -> None:
@@ -147,41 +146,35 @@ def delete_section(history: History, picked: list[str]) -> None:
                   args=(picked,))
 
 
-def _with_values(runs: pd.DataFrame, names) -> list[str]:
-    """The columns among `names` that hold a value for at least one of `runs` (history cells may be NaN or "")."""
-    return [name for name in names if name in runs and (runs[name].notna() & (runs[name].astype(str) != "")).any()]
-
-
 def _title(name: str) -> str:
     return tables.describe_column(name).title
 
 
 def _index_of(options: list[str], preferred: str) -> int:
-    return options.index(preferred) if preferred in options else 0
+    return options.index(compare_charts.default_of(options, preferred))
 
 
 def comparison(history: History, chosen: pd.DataFrame) -> None:
     """What differs between the chosen runs first, then the charts across it, the distributions and the
     side-by-side table with which differences are beyond noise."""
     st.subheader(f"Compare {len(chosen)} runs")
-    chosen = run_diff.with_output_length(chosen)
-    varied = run_diff.differing_settings(chosen)
-    # One name per run on every part of the comparison: what tells it apart, then who it is.
-    chosen = chosen.assign(**{RUN: run_diff.compared_names(chosen, varied)})
+    rows = chosen
+    chosen, varied = report.compared_runs(rows)
     what_differs(chosen, varied)
     comparison_charts(chosen, varied)
-    distributions(history, chosen)
-    compared = [name for name in catalog.COMPARED_COLUMNS if name in chosen]
-    table = tables.compare_runs(chosen, compared, chosen[RUN])
-    table[NOISE_COLUMN] = tables.noise_verdicts(chosen, compared, run_diff.repeat_groups(chosen, varied))
+    request_tables, missing = run_parts.request_tables(history, chosen, chosen[RUN])
+    distributions(chosen, request_tables, missing)
+    table, marks = report.comparison_table(chosen, varied)
     # The verdicts beside the metric names, the runs' columns after them: however many runs, neither scrolls away.
-    show_table(tables.style_comparison(table, tables.compare_marks(chosen, compared, chosen[RUN])),
-               key="compare_table",
-               column_config={NOISE_COLUMN: st.column_config.Column(help=tables.NOISE_VERDICT_HELP, pinned=True)})
-    st.caption("Green: the best of these runs on that metric; red: the worst. Runs with the same settings are "
-               "repeats: where both ends have two or more, Welch's t-test says whether the lowest and highest "
-               f"configuration differ beyond their run-to-run noise (p < 0.05); \"{tables.SINGLE_RUN}\" where "
-               "one was run once.")
+    show_table(tables.style_comparison(table, marks), key="compare_table",
+               column_config={report.NOISE_COLUMN: st.column_config.Column(help=tables.NOISE_VERDICT_HELP,
+                                                                           pinned=True)})
+    st.caption(f"Green: the best of these runs on that metric; red: the worst. {report.COMPARE_NOTE}")
+    st.download_button("Report of this comparison (HTML)",
+                       lambda: report.comparison_report(rows, request_tables, missing).encode(),
+                       file_name=f"compare-{'-'.join(rows['run_id'].astype(str))[:120]}.html", mime="text/html",
+                       key="download_compare_report", on_click="ignore",
+                       help="One file with the charts, tables, settings and environment; it opens offline.")
 
 
 def what_differs(chosen: pd.DataFrame, varied: list[str]) -> None:
@@ -198,18 +191,16 @@ def what_differs(chosen: pd.DataFrame, varied: list[str]) -> None:
 
 def comparison_charts(chosen: pd.DataFrame, varied: list[str]) -> None:
     """A metric across a differing setting, and latency against throughput, each run in its own colour."""
-    metrics = [name for name in _with_values(chosen, chosen.columns)
-               if tables.describe_column(name).larger_is_better is not None]
+    metrics = compare_charts.chartable_metrics(chosen)
     if not metrics:
         st.info("These runs have no metric in common to chart.")
         return
     x_col, y_col, latency_col, colour_col = st.columns(4)
     metric = y_col.selectbox("Metric up", metrics, key="compare_metric", format_func=_title,
-                             index=_index_of(metrics, "output_throughput"))
-    # LMDeploy's CSVs carry means only: a mean latency puts imported runs on the chart too.
+                             index=_index_of(metrics, compare_charts.DEFAULT_METRIC))
     latencies = [name for name in metrics if name.endswith("_ms")]
     latency = latency_col.selectbox("Latency against throughput", latencies, key="compare_latency",
-                                    format_func=_title, index=_index_of(latencies, "p99_ttft_ms"))
+                                    format_func=_title, index=_index_of(latencies, compare_charts.DEFAULT_LATENCY))
     colour = colour_col.selectbox("Colour by", [RUN, *varied], key="compare_colour", format_func=_title)
     left, right = st.columns(2)
     if varied:
@@ -222,17 +213,11 @@ def comparison_charts(chosen: pd.DataFrame, varied: list[str]) -> None:
                        key="chart_latency_vs_throughput")
 
 
-def distributions(history: History, chosen: pd.DataFrame) -> None:
-    """TTFT and ITL CDFs of the runs that kept their per-request table (imported LMDeploy rows did not)."""
-    request_tables, missing = {}, []
-    for name, run_id in zip(chosen[RUN], chosen["run_id"].astype(str)):
-        try:
-            request_tables[name] = history.requests(run_id)
-        except HistoryError:
-            missing.append(name)
+def distributions(chosen: pd.DataFrame, request_tables: dict[str, pd.DataFrame], missing: list[str]) -> None:
+    """TTFT and ITL CDFs of the runs that kept their per-request table (imported LMDeploy rows did not); the runs
+    that were not streamed are named on them."""
     if missing:
-        st.caption(f"No per-request data for {', '.join(missing)} (imported LMDeploy rows keep only their "
-                   "summary; a run that failed before measuring has none), so they are not in the distributions.")
+        st.caption(plain(report.missing_distributions(missing)))
     if request_tables:
         left, right = st.columns(2)
         unstreamed = compare_charts.not_streamed(chosen)

@@ -14,20 +14,19 @@ import streamlit as st
 
 from bench_core import csvstore
 from bench_core.measure import metrics
-from bench_core.views import run_charts, server_charts, tables, timeline
-from bench_core.measure.catalog import METRICS, find_column, lower_first
-from bench_core.config import SLO, Part, RunConfig, format_value, of_part
-from bench_core.config.catalog import MULTI_TURN
+from bench_core.store import run_parts
+from bench_core.views import report, run_charts, server_charts, tables, timeline
+from bench_core.views.report import describe_config
+from bench_core.measure.catalog import METRICS, find_column
+from bench_core.config import SLO, RunConfig
 from bench_core.engines import backend
-from bench_core.load.lengths import RANDOM_LENGTHS, describe_random_lengths
 from bench_core.errors import BenchError
 from bench_core.measure.latency_bins import BinnedLatencies
 from bench_core.measure.live_snapshot import LiveSnapshot
 from bench_core.measure.time_left import describe_time_left
-from bench_core.redact import redact_text
 from bench_core.hardware.contention import live_busy_note
 from bench_core.hardware.roofline import describe_roofline
-from bench_core.states import LoadPattern, RunState
+from bench_core.states import RunState
 from bench_core.run.runner import Run
 from dashboard.run_result import RunResult, result_from_history, result_from_run
 from dashboard.state import get_history, get_runner
@@ -66,39 +65,6 @@ def render_run(run_id: str, slo: SLO) -> None:
         st.error(plain(f"{result.status}: {result.message}"))
         return
     _ended_view(result, slo)
-
-
-def describe_config(config: RunConfig) -> str:
-    """One line: label, model and backend, dataset and load, so a screenshot says what was measured."""
-    data, load = config.dataset, config.load
-    chosen = [declared for declared in of_part(Part.DATASET) if declared.datasets
-              and declared.applies(dataset_name=data.dataset_name) and config.value(declared.name) is not None]
-    # The span drawn, not the ratio to decode.
-    random = [describe_random_lengths(data.random_input_len, data.random_output_len, data.random_range_ratio)
-              ] if {declared.name for declared in chosen} >= set(RANDOM_LENGTHS) else []
-    lengths = ", ".join(random + [f"{lower_first(declared.shown_label)} {format_value(config.value(declared.name))}"
-                                  + (f" {declared.unit}" if declared.unit else "") for declared in chosen
-                                  if not random or declared.name not in RANDOM_LENGTHS]) or "conversation lengths"
-    engine = config.engine
-    server = redact_text(engine.base_url)
-    served = (f"{engine.model or 'the served model'} on the {engine.server_kind} server at {server}"
-              if not backend(engine.backend).in_process else f"{engine.model} on {engine.backend}")
-    if load.load_pattern == LoadPattern.REQUEST_RATE:
-        cap = "no concurrency limit" if load.max_concurrency is None else f"max concurrency {load.max_concurrency}"
-        limit = f", for at most {load.duration_s:g} s" if load.duration_s else ""
-        shape = f"{load.request_rate:g} req/s, burstiness {load.burstiness:g}, {cap}{limit}"
-    elif load.load_pattern == LoadPattern.TRACE:
-        shape = f"the trace's times at {load.trace_speedup:g}x, concurrency {load.concurrency}"
-    else:
-        shape = f"concurrency {load.concurrency}"
-    parts = [
-        config.label,
-        served,
-        f"{data.num_prompts} {'sessions' if data.dataset_name == MULTI_TURN else 'prompts'} from {data.dataset} "
-        f"({data.dataset_name}, {lengths})",
-        f"{load.load_pattern} load, {shape}, {'streamed' if load.stream_output else 'not streamed'}",
-    ]
-    return " · ".join(part for part in parts if part)
 
 
 # ---- live ------------------------------------------------------------------------------------
@@ -210,12 +176,10 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
     if "achieved_rate" in summary:
         _server_load(result.config, summary)
 
-    first, second = ("ttft", "itl") if stream else ("e2e", "tpot")
+    first, second = report.ended_latency_histograms(result.requests, stream)
     left, right = st.columns(2)
-    left.plotly_chart(run_charts.latency_histogram(run_charts.successful_values(result.requests, first), first),
-                      key="ended_first")
-    right.plotly_chart(run_charts.latency_histogram(run_charts.successful_values(result.requests, second), second),
-                       key="ended_second")
+    left.plotly_chart(first, key="ended_first")
+    right.plotly_chart(second, key="ended_second")
     st.plotly_chart(timeline.request_timeline(result.requests, end_s=result.duration_s), key="ended_timeline")
     if result.snapshot is not None:
         snap = result.snapshot
@@ -228,7 +192,7 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
     st.markdown("**Requests**")
     requests = tables.requests_for_display(result.requests)
     show_table(requests, key="requests_table", max_rows=LONG_TABLE_ROWS, keep_numbers=True, hide_index=True)
-    _downloads(result, requests)
+    _downloads(result, requests, slo)
 
 
 def _server_metrics_section(result: RunResult) -> None:
@@ -290,14 +254,7 @@ def _ended_status(result: RunResult, summary: dict) -> None:
     """Red when no request succeeded or the run broke, green when every request succeeded on a machine the engine
     had to itself, amber otherwise (partial, cancelled, machine busy); the runner's message quotes the first failure
     reasons. Runs recorded before the partial and failed outcomes existed are judged by their counts the same way."""
-    counts = (f"{summary['completed']}/{summary['total_requests']} requests succeeded in "
-              f"{summary['duration_s']:.1f} s; {summary['failed']} failed, {summary['incomplete']} incomplete, "
-              f"{summary['unfinished']} unfinished, {summary['cancelled']} cancelled")
-    if summary.get("overrun"):
-        counts += f", {summary['overrun']} past their token limit"
-    if summary.get("failure_reasons") and not result.message:
-        counts += f" ({summary['failure_reasons']})"
-    said = f"{result.status}: {result.message}. {counts}." if result.message else f"{result.status}: {counts}."
+    said = report.describe_outcome(result.status, result.message, summary)
     if result.machine_busy:  # the timings are not the engine's alone: never plain green
         said += f" {_sentence(result.machine_busy)}"
     served_all = summary["failed"] + summary["incomplete"] + summary.get("overrun", 0) == 0
@@ -340,8 +297,8 @@ def _goodput(summary: dict, slo: SLO) -> None:
     st.caption(f"For {thresholds}.")
 
 
-def _downloads(result: RunResult, requests: pd.DataFrame) -> None:
-    columns = st.columns(3)
+def _downloads(result: RunResult, requests: pd.DataFrame, slo: SLO) -> None:
+    columns = st.columns(4)
     history_row = get_history().to_csv_bytes([result.run_id])
     if history_row:
         columns[0].download_button("History row (CSV)", history_row, file_name=f"{result.run_id}-history.csv",
@@ -352,3 +309,12 @@ def _downloads(result: RunResult, requests: pd.DataFrame) -> None:
     columns[2].download_button("LMDeploy CSV", result.lmdeploy_csv_bytes(), file_name=f"{result.run_id}-lmdeploy.csv",
                                mime="text/csv", key="download_lmdeploy", on_click="ignore",
                                help="One row in the format of LMDeploy's profile_pipeline_api.py --csv.")
+    history = get_history()
+    run = get_runner().get(result.run_id) if result.history_row is None else None
+    record = run.record if run is not None else None
+    # Written only when clicked: the file inlines plotly's JavaScript (about 5 MB) so it opens offline.
+    columns[3].download_button(
+        "Report (HTML)", lambda: report.run_report(run_parts.run_parts(
+            history, result.run_id, record, slo, result.warnings, result.notes, result.snapshot)).encode(),
+        file_name=f"run-{result.run_id}.html", mime="text/html", key="download_report", on_click="ignore",
+        help="One file with this run's charts, tables, settings and environment; it opens offline.")

@@ -22,7 +22,6 @@ import pandas as pd
 import streamlit as st
 
 from bench_core.measure import metrics
-from bench_core.measure.catalog import NOT_REPORTED, SPECULATIVE_COLUMNS
 from bench_core.sweep import results as sweep_results
 from bench_core.views import sweep_charts
 from bench_core.config import SLO, EngineConfig, knobs_for
@@ -37,7 +36,7 @@ from bench_core.sweep.plan import (
     CPU_SWEEP_OUTPUT_LEN, CPU_SWEEP_PROMPTS, DEFAULT_AXIS, DEFAULT_REPEATS, SWEEPABLE, SweepPlan, describe_point,
     new_sweep_id, parse_sweep_arg, with_run_size,
 )
-from bench_core.sweep import find_max
+from bench_core.sweep import report as sweep_report
 from bench_core.sweep.store import CREDENTIAL_SETTINGS, load_plan, past_sweeps, point_text, probes_of, remaining
 from bench_core.views.tables import describe_column
 from dashboard import active_runs, sidebar
@@ -49,16 +48,8 @@ LIVE_REFRESH_S = 1.0
 NO_SECOND = "(none)"
 # Relative to this page's URL (pages/sweep.py -> /sweep) and to the Run page's.
 SWEEP_PAGE_URL = "sweep"
-LOAD_SETTINGS = ("concurrency", "request_rate")
 NON_ENGINE_SETTINGS = tuple(name for name in SWEEPABLE if name in (
     "concurrency", "request_rate", "num_prompts", "random_input_len", "random_output_len", "sharegpt_output_len"))
-# (title, x, y) of the throughput-against-latency views; both columns have a better direction.
-PARETO_VIEWS = {
-    "Output tok/s against P99 TTFT": ("p99_ttft_ms", "output_throughput"),
-    "Tok/s per user against tok/s in total": ("output_throughput", "output_throughput_per_user"),
-    "Output tok/s against mean E2E latency": ("mean_e2e_ms", "output_throughput"),
-}
-GOODPUT_METRICS = ("slo_attainment", "goodput_rps")
 # An ended sweep this server did not run: the history tells finished runs, not why the others are missing.
 STOPPED = "stopped"
 STARTED_SWEEPS = "started_sweep_ids"  # session key: the sweeps this session started
@@ -350,10 +341,11 @@ def _resume_and_rerun(plan: SweepPlan, inputs: Mapping[str, Any]) -> None:
 # ---- results ---------------------------------------------------------------------------------
 
 def results(history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO) -> None:
+    history_runs, runs = runs, sweep_results.sweep_runs(runs, plan)
     if plan.find_max:
         _find_max_view(history, plan)
+        _downloads(history, plan, history_runs, runs)
         return
-    runs = sweep_results.sweep_runs(runs, plan)
     if runs.empty:
         st.info("No run of this sweep has finished yet.")
         return
@@ -365,55 +357,58 @@ def results(history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO) -> 
         else:
             runs = sweep_results.with_slo(runs, tables, slo)
     statistics = sweep_results.point_statistics(runs, plan)
-    measured = [name for name in sweep_results.SWEEP_METRICS if name in set(statistics[sweep_results.METRIC])]
-    axes = [axis.name for axis in plan.axes]
-    st.markdown(f"**Results** of {len(runs)} finished runs: means over each point's repeats, with 95% intervals")
-    unreported = [_title(name) for name in SPECULATIVE_COLUMNS if plan.speculative and name not in measured]
-    if unreported:
-        st.caption(f"{' and '.join(unreported)}: {NOT_REPORTED} by the engine for these runs (LMDeploy's PyTorch "
-                   "engine reports them on the engine API load pattern).")
+    measured = sweep_report.measured_metrics(statistics)
+    st.markdown(f"**Results** of {len(runs)} finished runs: {sweep_report.RESULTS_HEADING}")
+    if unreported := sweep_report.unreported_note(plan, measured):
+        st.caption(unreported)
     metric = st.selectbox("Metric", measured, key="sweep_metric", format_func=_title,
-                          index=measured.index("output_throughput") if "output_throughput" in measured else 0)
-    points = sweep_results.metric_points(statistics, metric)
-    band = sweep_charts.metric_vs_knob_band(points, axes[0], metric, axes[1] if len(axes) > 1 else None)
-    if len(axes) > 1:
-        left, right = st.columns(2)
-        left.plotly_chart(band, key="sweep_chart_band")
-        right.plotly_chart(sweep_charts.knob_heatmap(points, axes[0], axes[1], metric), key="sweep_chart_heatmap")
-    else:
-        st.plotly_chart(band, key="sweep_chart_band")
+                          index=measured.index(sweep_report.DEFAULT_METRIC)
+                          if sweep_report.DEFAULT_METRIC in measured else 0)
+    figures = sweep_report.metric_figures(statistics, plan, metric)
+    for column, figure, key in zip(st.columns(len(figures)) if len(figures) > 1 else [st], figures,
+                                   ("sweep_chart_band", "sweep_chart_heatmap")):
+        column.plotly_chart(figure, key=key)
     st.caption(sweep_results.interval_note(statistics))
     _pareto_view(runs, plan)
     _goodput_view(runs, plan)
-    st.markdown("**Per point**: n runs, mean, sample std, the range of the runs and the 95% confidence interval "
-                "of the mean")
+    st.markdown(f"**Per point**: {sweep_report.POINT_TABLE_COLUMNS}")
     show_table(sweep_results.statistics_for_display(statistics), key="sweep_points_table")
     _comparison(runs, plan)
-    st.download_button("This sweep's history rows (CSV)", history.to_csv_bytes(runs["run_id"].astype(str)),
-                       file_name=f"{plan.sweep_id}.csv", mime="text/csv", key="sweep_download", on_click="ignore")
+    _downloads(history, plan, history_runs, runs)
+
+
+def _downloads(history: History, plan: SweepPlan, history_runs: pd.DataFrame, runs: pd.DataFrame) -> None:
+    """The sweep's history rows, and its report (written when clicked: it inlines plotly's JavaScript)."""
+    left, right = st.columns(2)
+    left.download_button("This sweep's history rows (CSV)", history.to_csv_bytes(runs["run_id"].astype(str)),
+                         file_name=f"{plan.sweep_id}.csv", mime="text/csv", key="sweep_download", on_click="ignore")
+    right.download_button("Report of this sweep (HTML)",
+                          lambda: sweep_report.sweep_report(history, plan, history_runs, runs).encode(),
+                          file_name=f"sweep-{plan.sweep_id}.html", mime="text/html", key="sweep_report_download",
+                          on_click="ignore",
+                          help="One file with every view of this sweep, its tables, settings and environment; it "
+                               "opens offline.")
 
 
 def _pareto_view(runs: pd.DataFrame, plan: SweepPlan) -> None:
-    view = st.selectbox("Throughput against latency", list(PARETO_VIEWS), key="sweep_pareto")
-    x, y = PARETO_VIEWS[view]
-    points = sweep_results.point_means(runs, plan, (x, y))  # a point's repeats are one measurement
-    st.plotly_chart(sweep_charts.pareto_chart(points, x, y), key="sweep_chart_pareto")
+    view = st.selectbox("Throughput against latency", list(sweep_report.PARETO_VIEWS), key="sweep_pareto")
+    st.plotly_chart(sweep_report.pareto_figure(runs, plan, view), key="sweep_chart_pareto")
 
 
 def _goodput_view(runs: pd.DataFrame, plan: SweepPlan) -> None:
-    loads = [axis for axis in plan.axes if axis.name in LOAD_SETTINGS]
-    if not loads:
+    load = sweep_report.load_axis(plan)
+    if load is None:
         st.caption("Sweep the concurrency to see goodput against load, with the highest load meeting the SLO.")
         return
-    if "good_requests" not in runs or runs["good_requests"].isna().all():
+    if not sweep_report.has_goodput(runs):
         st.caption("Set TTFT, TPOT or E2E thresholds under *Goodput SLO* in the sidebar to see goodput against "
                    "load: it is computed from the runs' stored requests, without running them again.")
         return
-    load = loads[0].name
     goodput_col, target_col = st.columns(2)
-    goodput = goodput_col.selectbox("Goodput as", GOODPUT_METRICS, key="sweep_goodput", format_func=_title)
-    target = target_col.number_input(f"Target ({describe_column(goodput).unit})", value=0.9 if goodput == "slo_attainment"
-                                     else 1.0, min_value=0.0, step=0.05, key=f"sweep_target_{goodput}")
+    goodput = goodput_col.selectbox("Goodput as", sweep_report.GOODPUT_METRICS, key="sweep_goodput", format_func=_title)
+    target = target_col.number_input(f"Target ({describe_column(goodput).unit})",
+                                     value=sweep_report.default_target(goodput), min_value=0.0, step=0.05,
+                                     key=f"sweep_target_{goodput}")
     shown = runs
     for axis in plan.axes:  # with a grid, one line of the other setting at a time
         if axis.name != load:
@@ -424,17 +419,10 @@ def _goodput_view(runs: pd.DataFrame, plan: SweepPlan) -> None:
 
 def _find_max_view(history: History, plan: SweepPlan) -> None:
     """Per point: the probes charted in the order they ran, the highest load that met the target, the probe table."""
-    probes = probes_of(history, plan.sweep_id)
-    search = plan.find_max
-    for point in plan.grid():
-        mine = probes[probes["point"] == point_text(point)].reset_index(drop=True)
-        best = find_max.found([find_max.Probe(load, met) for load, met in zip(mine["load"], mine["met"])])
-        where = f" at {describe_point(point)}" if point else ""
-        found = f"{best:g}" if best is not None else "none"
-        st.markdown(f"**Highest {search.setting}{where}** meeting the target: {found}")
-        st.plotly_chart(sweep_charts.find_max_probes(mine, search.setting, search.target, best),
-                        key=f"sweep_chart_find_max_{point_text(point)}")
-        show_table(mine.drop(columns="point"), key=f"sweep_probes_{point_text(point)}")
+    for point, shown in zip(plan.grid(), sweep_report.probed_points(history, plan)):
+        st.markdown(f"**{plain(shown.heading)}**")
+        st.plotly_chart(shown.figure, key=f"sweep_chart_find_max_{point_text(point)}")
+        show_table(shown.probes, key=f"sweep_probes_{point_text(point)}")
 
 
 def _comparison(runs: pd.DataFrame, plan: SweepPlan) -> None:

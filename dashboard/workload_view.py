@@ -70,8 +70,6 @@ def render_ended(requests: pd.DataFrame, summary: dict) -> None:
 
 
 def show_figures(table: pd.DataFrame, key: str) -> None:
-    figures = [workload_charts.length_histograms(table), workload_charts.reuse_figure(table),
-               workload_charts.send_times_figure(table)]
-    shown = [figure for figure in figures if figure is not None]
+    shown = workload_charts.workload_figures(table)
     for column, (n, figure) in zip(st.columns(len(shown)), enumerate(shown)):
         column.plotly_chart(figure, key=f"{key}_workload_{n}")

@@ -43,3 +43,26 @@ def fresh_dashboard():
     yield
     for cached in caches:
         cached.clear()
+
+
+@pytest.fixture
+def download_data(monkeypatch):
+    """What a download button whose file is written on click (a callable) hands the browser then. AppTest's media
+    manager lives for one script run, so the callables the page registers are kept here to be called after it."""
+    from streamlit.runtime.media_file_manager import MediaFileManager
+
+    kept = {}
+    register = MediaFileManager.add_deferred
+
+    def add_deferred(self, data_callable, *args, **kwargs):
+        file_id = register(self, data_callable, *args, **kwargs)
+        kept[file_id] = data_callable
+        return file_id
+
+    monkeypatch.setattr(MediaFileManager, "add_deferred", add_deferred)
+
+    def read(button) -> bytes:
+        data = kept[button.proto.deferred_file_id]()
+        return data.encode() if isinstance(data, str) else data
+
+    return read

@@ -11,7 +11,7 @@ from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.store.history import RESULTS_ENV, History
 from bench_core.run.runner import Runner
 from bench_core.views.tables import BEYOND_NOISE, SINGLE_RUN, WITHIN_NOISE, describe_column
-from dashboard.history_view import NOISE_COLUMN
+from bench_core.views.report import NOISE_COLUMN
 from app_under_test import APP, ROOT
 from compared_runs import FIVE, NOT_STREAMED, record_five_runs
 
@@ -244,13 +244,18 @@ def test_an_lmdeploy_csv_upload_adds_its_rows(history_root):
     assert at.button(key="import_button").disabled  # the uploader starts empty: no second import by accident
 
 
-def test_downloads_offer_the_whole_history_and_the_selection(history_root, prepared_history):
+def test_downloads_offer_the_whole_history_and_the_selection(history_root, prepared_history, download_data):
     _, run_ids, _ = prepared_history
     at = open_history()
     assert [button.label for button in at.download_button] == ["Download the whole history (CSV)"]
     at = select_rows(at, run_ids)
     labels = [button.label for button in at.download_button]
-    assert labels == ["Download the whole history (CSV)", "Download the 2 selected run(s) (CSV)"]
+    assert labels == ["Download the whole history (CSV)", "Download the 2 selected run(s) (CSV)",
+                      "Report of this comparison (HTML)"]
+    report = download_data(at.download_button[2]).decode()
+    heading = report[report.index("<h1>"):report.index("</h1>")]
+    assert report.startswith("<!DOCTYPE html>") and all(run_id in heading for run_id in run_ids)
+    assert "Output throughput vs concurrency" in report and NOISE_COLUMN in report
 
 
 def test_the_whole_history_is_written_out_only_when_its_download_is_clicked(history_root):

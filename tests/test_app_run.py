@@ -140,7 +140,7 @@ def test_impossible_knobs_show_one_error_and_start_nothing():
     assert "run" not in at.query_params
 
 
-def test_start_runs_to_finished_with_summary_downloads_and_run_id_in_url():
+def test_start_runs_to_finished_with_summary_downloads_and_run_id_in_url(download_data):
     at = open_app()
     choose_tiny_run(at)
     start(at)
@@ -154,9 +154,14 @@ def test_start_runs_to_finished_with_summary_downloads_and_run_id_in_url():
     summary = at.dataframe[0].value
     assert list(summary["metric"]) == LATENCY_ROWS
     assert list(summary.columns[:6]) == ["metric", "mean", "P50", "P75", "P95", "P99"]
-    assert [d.label for d in at.download_button] == ["History row (CSV)", "Per-request table (CSV)", "LMDeploy CSV"]
+    assert [d.label for d in at.download_button] == ["History row (CSV)", "Per-request table (CSV)", "LMDeploy CSV",
+                                                     "Report (HTML)"]
     requests = next(d.value for d in at.dataframe if "request" in d.value.columns)
     assert len(requests) == 8
+    report = download_data(at.download_button[3]).decode()
+    assert report.startswith("<!DOCTYPE html>") and f"<h1>Run {run_id}</h1>" in report
+    assert "Throughput over time" in report  # from the run this server still holds
+    assert at.download_button[3].proto.deferred_file_id  # written when clicked, not on every rerun
     titles = [json.loads(chart.proto.spec)["layout"]["title"]["text"] for chart in at.get("plotly_chart")]
     assert titles == ["Time to first token", "Inter-token latency", "Request timeline", "Throughput over time",
                       "Token lengths", "Hardware telemetry"]
@@ -206,12 +211,14 @@ def test_a_server_run_shows_the_servers_own_metrics_under_the_throughput_and_aft
     assert "Server metrics (its /metrics)" in chart_titles(open_app(run.run_id))
 
 
-def test_deep_link_shows_a_run_that_ended_before_the_server_started(stored_run_id):
+def test_deep_link_shows_a_run_that_ended_before_the_server_started(stored_run_id, download_data):
     at = open_app(stored_run_id)
     assert not at.exception and not at.error
     assert "stored" in at.caption[0].value
     assert list(at.dataframe[0].value["metric"]) == LATENCY_ROWS
-    assert len(at.download_button) == 3
+    assert len(at.download_button) == 4
+    report = download_data(at.download_button[3]).decode()
+    assert f"<h1>Run {stored_run_id}</h1>" in report and "stored · builtin:tiny-llama" in report
 
 
 def test_a_run_opened_from_the_history_shows_each_request_on_the_timeline(stored_run_id, results_root):

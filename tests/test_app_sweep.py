@@ -15,6 +15,7 @@ from bench_core.hardware.contention import busy_runs
 from bench_core.store.history import RESULTS_ENV
 from bench_core.views import sweep_charts
 from app_under_test import APP, shown
+from bench_core.views.report import chart_count as report_charts
 from bench_core.sweep.plan import CPU_SWEEP_OUTPUT_LEN, CPU_SWEEP_PROMPTS
 from dashboard.state import get_history, get_runner, get_sweeps
 
@@ -91,7 +92,7 @@ def test_the_default_sweep_is_small_on_a_cpu_and_says_how_long_it_takes_before_s
     assert "a rough CPU estimate" in estimate  # an empty history: nothing measured to go by
 
 
-def test_a_grid_sweep_shows_progress_then_every_view_of_its_results():
+def test_a_grid_sweep_shows_progress_then_every_view_of_its_results(download_data):
     at = open_sweep_page()
     set_up_tiny_sweep(at, "1,2", second=("max_batch_tokens", "256,512"))
     sweep_id = start_sweep(at)
@@ -136,6 +137,13 @@ def test_a_grid_sweep_shows_progress_then_every_view_of_its_results():
     assert (compared["runs (A, B)"] == "2, 2").all()
     past = table_with_column(at, "sweep_id", ("finished", "runs"))
     assert past[["sweep_id", "finished", "runs"]].values.tolist() == [[sweep_id, 8, 8]]
+    assert [button.label for button in at.download_button] == ["This sweep's history rows (CSV)",
+                                                               "Report of this sweep (HTML)"]
+    report = download_data(at.download_button[1]).decode()
+    assert report.startswith("<!DOCTYPE html>") and f"<h1>Sweep {sweep_id}</h1>" in report
+    # Every view at the page's first choices: the band and the heatmap, three Pareto views, goodput and SLO
+    # attainment at each max_batch_tokens (the sidebar's 10 s TTFT SLO recomputed them).
+    assert report_charts(report) == 9 and "Goodput vs concurrency, at max_batch_tokens 512" in report
     (estimate,) = [shown(caption.value) for caption in at.caption if "takes about" in caption.value]
     assert "from the output throughput of 8 finished run(s) of builtin:tiny-llama" in estimate
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from ..config import DEFAULT_PERCENTILES, KNOBS, Part, RunConfig, Setting, config_from_values, of_part, setting
-from ..errors import ConfigError, HistoryError
+from ..errors import BenchError, ConfigError, HistoryError
 from ..run.observer import JobObserver
 from ..states import MEASURED, RunState
 
@@ -119,6 +119,7 @@ class ScriptCommand(EngineCommand):
         return args.csv
 
     def run(self, args: argparse.Namespace) -> int:
+        check_report_path(args.report)
         config = self.build_config(args)
         history = open_history(args.results)
         check_writable(history, args.csv)
@@ -127,7 +128,7 @@ class ScriptCommand(EngineCommand):
             run.profiler.summarize(self.title, self.summary_rows(config))
             return lambda: save_lmdeploy_row(args.csv, run)
 
-        return run_each(history, [config], args.csv, show)
+        return run_each(history, [config], args.csv, show, args.report)
 
 
 def _percentiles(text: str) -> tuple[float, ...]:
@@ -291,6 +292,69 @@ def add_record_flags(group, *, label_help: str, percentiles_help: str) -> None:
     add_results_flag(group, "folder of the run history (history.csv and runs/)")
     group.add_argument("--percentiles", type=_percentiles, default=DEFAULT_PERCENTILES, help=percentiles_help)
     add_flags(group, (slo.name for slo in of_part(Part.SLO)))
+    add_report_flag(group, "once the run(s) end")
+
+
+def add_report_flag(group, when: str, **options) -> None:
+    group.add_argument("--report", metavar="FILE", default="", **options,
+                       help=f"write one self-contained HTML report (charts, tables, settings, environment; it opens "
+                            f"offline) to FILE {when}")
+
+
+def check_report_path(path: str) -> None:
+    """Before anything runs: ConfigError unless a report can be written at `path` (its folder must exist)."""
+    from pathlib import Path
+
+    from ..csvstore import check_folder_writable
+
+    if not path:
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise ConfigError(f"--report {path}: that is a folder; give a file name, e.g. {target / 'report.html'}.")
+    if not target.parent.is_dir():
+        raise ConfigError(f"--report {path}: the folder {target.parent} does not exist.")
+    check_folder_writable(target.parent, target)
+
+
+def write_report(path: str, build: Callable[[], str]) -> bool:
+    """Write the report `build()` returns to `path` (whole or not at all) and say where; False, having said why on
+    stderr, when it could not be written. The history is written already: nothing recorded is lost."""
+    from pathlib import Path
+
+    from ..csvstore import replace_bytes
+
+    try:
+        data = build().encode()
+        replace_bytes(Path(path), data)
+    except (OSError, BenchError) as exc:  # a run that left nothing to report, a full disk, a folder gone
+        print(f"error: the report was not written to {path}: {getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
+        return False
+    print(f"report: {path} ({len(data) / 1e6:.1f} MB)", file=sys.stderr)
+    return True
+
+
+def runs_report(history, runs: list) -> Callable[[], str]:
+    """What builds the report of the ended `runs`: one run's, or the comparison of several (restful's rates)."""
+    from ..store.run_parts import request_tables, run_parts
+    from ..views import report
+    from ..views.tables import run_names
+
+    def build() -> str:
+        if len(runs) == 1:
+            run = runs[0]
+            measurement = run.measurement
+            notes = measurement.sample.notes if measurement.sample is not None else ()
+            return report.run_report(run_parts(history, run.run_id, run.record, None, measurement.warnings, notes,
+                                               run.snapshot()))
+        rows = history.load()
+        rows = rows[rows["run_id"].astype(str).isin([run.run_id for run in runs])]
+        if rows.empty:
+            raise HistoryError("none of the runs was recorded")
+        found, missing = request_tables(history, rows, run_names(rows))
+        return report.comparison_report(rows, found, missing)
+
+    return build
 
 
 def recorded_config(args: argparse.Namespace, values: Mapping[str, typing.Any]) -> RunConfig:
@@ -509,11 +573,21 @@ def sweep_outcome(completed: bool, state: str, saved: bool) -> int:
 
 
 def run_each(history, configs: Iterable[RunConfig], csv_path: str,
-             show: Callable[[typing.Any], Callable[[], None]]) -> int:
+             show: Callable[[typing.Any], Callable[[], None]], report_path: str = "") -> int:
     """Run each config in turn, waiting with a progress line. A run that measured something is shown (`show(run)`
     prints its result and returns what appends its row to the CSV at `csv_path`, when it has one), recorded in
     the history and reported. The exit code: the first run that measured nothing or was interrupted ends the
-    command with its own; else the worst of the runs' codes, failed before partial."""
+    command with its own; else the worst of the runs' codes, failed before partial. With `report_path`, the report
+    of the runs that ended (what a failed one left) is written at the end; a report that cannot be written fails a
+    command that would have succeeded."""
+    status = _run_each(history, configs, csv_path, show, ended := [])
+    if report_path and ended and not write_report(report_path, runs_report(history, ended)) and status == EXIT_OK:
+        return EXIT_FAILED
+    return status
+
+
+def _run_each(history, configs: Iterable[RunConfig], csv_path: str, show: Callable[[typing.Any], Callable[[], None]],
+              ended: list) -> int:
     from ..run.runner import Runner
 
     runner = Runner(history)
@@ -525,6 +599,8 @@ def run_each(history, configs: Iterable[RunConfig], csv_path: str,
             # ConfigError before anything is written.
             run = runner.submit(config, observers=[line] if line else [])
             completed = wait_with_progress(run, line.text if line else None)
+            if not run.active and (run.record is not None or history.row(run.run_id) is not None):
+                ended.append(run)
             if (code := report_unmeasured(run)) is not None:
                 return code
             append_row = show(run)

@@ -30,8 +30,8 @@ from ..engines.openai_client import REQUEST_DEADLINE_S, ServerError, api_root, d
 from ..errors import ConfigError
 from ..store.history_import import RESTFUL_COLUMNS
 from .common import (
-    EXIT_CODES_HELP, LENGTH_FLAGS, EngineCommand, Flag, add_flags, add_record_flags, check_writable, flag_values,
-    open_history, recorded_config, run_each, unlisted_flags,
+    EXIT_CODES_HELP, LENGTH_FLAGS, EngineCommand, Flag, add_flags, add_record_flags, check_report_path, check_writable,
+    flag_values, open_history, recorded_config, run_each, unlisted_flags,
 )
 
 # Their backend names: (server kind, endpoint). -chat forms use /v1/chat/completions.
@@ -148,6 +148,7 @@ class RestfulCommand(EngineCommand):
         return config_for_rate(args, url, check_server(url, args.model), args.request_rate)
 
     def run(self, args: argparse.Namespace) -> int:
+        check_report_path(args.report)
         hub_offline_by_default()
         url = base_url(args)
         configs = [config_for_rate(args, url, args.model or "", rate) for rate in rates(args)]
@@ -168,7 +169,7 @@ class RestfulCommand(EngineCommand):
             print_result(args.backend, config, summary)
             return lambda: csvstore.append_row(output_file, restful_csv_row(args.backend, config, summary))
 
-        return run_each(history, configs, output_file, show)
+        return run_each(history, configs, output_file, show, args.report)
 
 
 def _port(text: str) -> int:

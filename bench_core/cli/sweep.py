@@ -36,12 +36,13 @@ from ..sweep import find_max
 from ..sweep.plan import SWEEPABLE, SweepPlan, describe_point, new_sweep_id, parse_server_value, parse_sweep_arg
 from ..sweep.server import DEFAULT_START_TIMEOUT_S, template_fields
 from ..measure.stats import MIN_INTERVAL_RUNS
+from ..sweep.report import sweep_report
 from ..sweep.results import mean_with_interval, point_statistics, sweep_runs
 from ..views.tables import describe_column
 from .common import (
-    EXIT_BAD_INPUT, SWEEP_EXIT_CODES_HELP, Command, EngineCommand, HelpFormatter, Parser, add_results_flag,
-    append_csv_row, check_writable, open_history, progress_line, sweep_outcome, wait_with_progress,
-    warn_if_machine_busy,
+    EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, SWEEP_EXIT_CODES_HELP, Command, EngineCommand, HelpFormatter, Parser,
+    add_report_flag, add_results_flag, append_csv_row, check_report_path, check_writable, open_history, progress_line,
+    sweep_outcome, wait_with_progress, warn_if_machine_busy, write_report,
 )
 
 # The per-point table printed at the end: throughput, the latency a user waits, decode speed.
@@ -76,6 +77,7 @@ class SweepCommand(Command):
             credentials.add_argument(setting(name).cli_flag, dest=f"resume_{name}", metavar="TEXT", default="",
                                      help=f"the sweep's {setting(name).cli_flag} again, where it held a credential")
         add_cluster_flags(parser.add_argument_group("on a Ray cluster (with --resume)"))
+        add_report_flag(parser, "once the resumed sweep ends", dest="resume_report")
         engines = parser.add_subparsers(dest="engine_command", parser_class=Parser,
                                         metavar="{" + ",".join(self.engine_commands) + "}")
         for name, engine in self.engine_commands.items():
@@ -100,6 +102,8 @@ class SweepCommand(Command):
 
         if args.resume and args.engine_command:
             raise ConfigError("Give --resume SWEEP_ID on its own: a resumed sweep keeps the settings it was started with.")
+        report_path = args.resume_report if args.resume else getattr(args, "report", "")
+        check_report_path(report_path)
         launch = cluster_launch(args)
         if args.resume:
             runner = Runner(open_history(args.resume_results))
@@ -116,7 +120,11 @@ class SweepCommand(Command):
         else:
             raise ConfigError("Choose an engine command (pipeline DATASET MODEL ... --sweep NAME=V1,V2) "
                               "or --resume SWEEP_ID.")
-        return report_sweep(sweep, runner, csv_path)
+        code = report_sweep(sweep, runner, csv_path)
+        if report_path and not write_report(report_path, lambda: sweep_report(
+                runner.history, sweep.plan, runner.history.load(), status=sweep.progress().state)) and code == EXIT_OK:
+            return EXIT_FAILED
+        return code
 
 
 def add_server_flags(group) -> None:

@@ -70,7 +70,8 @@ _TEXT_COLUMNS = {
     "error", "sweep_id", "percentiles", "failure_reasons", "output_len_sources",
     *(setting.key for setting in SETTINGS if setting.kind is str),
 }
-_TEXT_PREFIXES = ("env_", "engine_")
+ENVIRONMENT_PREFIX = "env_"  # a run's environment.json keys, as history columns
+_TEXT_PREFIXES = (ENVIRONMENT_PREFIX, "engine_")
 _MISSING_CELLS = {"", "-"}
 _NUMBER_TYPES = {np.dtype("int64"), np.dtype("float64")}  # what pd.to_numeric makes of a column
 REQUESTS_FILE = "requests.parquet"
@@ -449,7 +450,7 @@ def history_row(record: RunRecord) -> dict[str, Any]:
     }
     groups = [identity, _model_columns(record.model), record.config.to_flat_dict(), record.metrics,
               _roofline_columns(record.roofline), _engine_columns(record.engine_info)]
-    groups.append({f"env_{key}": value for key, value in record.environment.items()})
+    groups.append({f"{ENVIRONMENT_PREFIX}{key}": value for key, value in record.environment.items()})
     for group in groups:
         for key, value in group.items():
             if row.get(key) in (None, ""):

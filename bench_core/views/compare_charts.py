@@ -31,6 +31,21 @@ FIGURE_PX = 450
 _AXIS_TITLE_PX = 50
 _LEGEND_LINE_PX = 22
 _LEGEND_PAD_PX = 10
+# What the comparison charts show first: throughput, and LMDeploy's CSVs carry means only, so a mean latency puts
+# imported runs on the chart too, yet the P99 TTFT is what a user waits for where runs have it.
+DEFAULT_METRIC = "output_throughput"
+DEFAULT_LATENCY = "p99_ttft_ms"
+
+
+def chartable_metrics(runs: pd.DataFrame) -> list[str]:
+    """The columns of history rows `runs` with a better direction and a value for at least one run."""
+    return [name for name in runs.columns if describe_column(name).larger_is_better is not None
+            and (runs[name].notna() & (runs[name].astype(str) != "")).any()]
+
+
+def default_of(options: list[str], preferred: str) -> str:
+    """`preferred` where it is among `options`, else the first."""
+    return preferred if preferred in options else options[0]
 
 
 def metric_vs_knob(runs: pd.DataFrame, knob: str, metric: str, color: str | None = "backend") -> go.Figure:

@@ -58,6 +58,13 @@ def send_times_figure(table: pd.DataFrame) -> go.Figure | None:
     return fig
 
 
+def workload_figures(table: pd.DataFrame) -> list[go.Figure]:
+    """The figures of a workload (sampled before a run, or sent by one): lengths, and where they apply the prefix
+    reuse and the send times."""
+    figures = [length_histograms(table), reuse_figure(table), send_times_figure(table)]
+    return [figure for figure in figures if figure is not None]
+
+
 def ttft_by_turn(table: pd.DataFrame) -> go.Figure | None:
     """A multi-turn run's TTFT against the turn number (the chart that shows prefix reuse): each completed
     request's TTFT in ms as a box per turn, its mean marked. None without turns or TTFTs (a run not streamed)."""

@@ -1,0 +1,159 @@
+"""A sweep's results as the Sweep page draws them, and as one self-contained HTML file (views.report): the metric
+against the swept settings inside its confidence band, the Pareto views, goodput against load, the per-point table,
+or for a find-max search each point's probes. The page picks one view at a time; the report holds every view at
+the page's first choices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from ..measure.catalog import NOT_REPORTED, SPECULATIVE_COLUMNS
+from ..store.history import ENVIRONMENT_PREFIX, History
+from ..views.run_diff import SETTING_NAMES
+from ..views import report, sweep_charts
+from ..views.tables import describe_column
+from . import find_max
+from . import results as sweep_results
+from .plan import SweepPlan, describe_point
+from .store import point_text, probes_of
+
+LOAD_SETTINGS = ("concurrency", "request_rate")
+# (title, x, y) of the throughput-against-latency views; both columns have a better direction.
+PARETO_VIEWS = {
+    "Output tok/s against P99 TTFT": ("p99_ttft_ms", "output_throughput"),
+    "Tok/s per user against tok/s in total": ("output_throughput", "output_throughput_per_user"),
+    "Output tok/s against mean E2E latency": ("mean_e2e_ms", "output_throughput"),
+}
+GOODPUT_METRICS = ("slo_attainment", "goodput_rps")
+DEFAULT_METRIC = "output_throughput"
+RESULTS_HEADING = "means over each point's repeats, with 95% intervals"
+POINT_TABLE_COLUMNS = "n runs, mean, sample std, the range of the runs and the 95% confidence interval of the mean"
+
+
+def default_target(goodput: str) -> float:
+    """The goodput target first offered: 90% of requests within the SLO, or 1 good request a second."""
+    return 0.9 if goodput == "slo_attainment" else 1.0
+
+
+def measured_metrics(statistics: pd.DataFrame) -> list[str]:
+    """The sweep metrics the point statistics hold, in the catalog's order."""
+    return [name for name in sweep_results.SWEEP_METRICS if name in set(statistics[sweep_results.METRIC])]
+
+
+def unreported_note(plan: SweepPlan, measured: list[str]) -> str:
+    """Which speculative decoding figures the engine did not report for a speculative sweep, or ""."""
+    unreported = [describe_column(name).title for name in SPECULATIVE_COLUMNS if plan.speculative and name not in measured]
+    if not unreported:
+        return ""
+    return (f"{' and '.join(unreported)}: {NOT_REPORTED} by the engine for these runs (LMDeploy's PyTorch engine "
+            "reports them on the engine API load pattern).")
+
+
+def metric_figures(statistics: pd.DataFrame, plan: SweepPlan, metric: str) -> list[go.Figure]:
+    """`metric` against the first swept setting in its band, one line per value of the second; with a grid, the
+    heatmap over both too."""
+    axes = [axis.name for axis in plan.axes]
+    points = sweep_results.metric_points(statistics, metric)
+    band = sweep_charts.metric_vs_knob_band(points, axes[0], metric, axes[1] if len(axes) > 1 else None)
+    if len(axes) < 2:
+        return [band]
+    return [band, sweep_charts.knob_heatmap(points, axes[0], axes[1], metric)]
+
+
+def pareto_figure(runs: pd.DataFrame, plan: SweepPlan, view: str) -> go.Figure:
+    x, y = PARETO_VIEWS[view]
+    return sweep_charts.pareto_chart(sweep_results.point_means(runs, plan, (x, y)), x, y)  # a point's repeats: one
+
+
+def load_axis(plan: SweepPlan) -> str | None:
+    """The swept load setting goodput is charted against, or None."""
+    return next((axis.name for axis in plan.axes if axis.name in LOAD_SETTINGS), None)
+
+
+def has_goodput(runs: pd.DataFrame) -> bool:
+    return "good_requests" in runs and not runs["good_requests"].isna().all()
+
+
+@dataclass(frozen=True)
+class ProbedPoint:
+    """A find-max point: its heading (the highest load that met the target), its probes' chart and table."""
+
+    heading: str
+    figure: go.Figure
+    probes: pd.DataFrame
+
+
+def probed_points(history: History, plan: SweepPlan) -> list[ProbedPoint]:
+    probes = probes_of(history, plan.sweep_id)
+    search = plan.find_max
+    shown = []
+    for point in plan.grid():
+        mine = probes[probes["point"] == point_text(point)].reset_index(drop=True)
+        best = find_max.found([find_max.Probe(load, met) for load, met in zip(mine["load"], mine["met"])])
+        where = f" at {describe_point(point)}" if point else ""
+        found = f"{best:g}" if best is not None else "none"
+        shown.append(ProbedPoint(f"Highest {search.setting}{where} meeting the target: {found}",
+                                 sweep_charts.find_max_probes(mine, search.setting, search.target, best),
+                                 mine.drop(columns="point")))
+    return shown
+
+
+def sweep_sections(history: History, plan: SweepPlan, runs: pd.DataFrame) -> tuple[list[report.Section], list[str]]:
+    """The report's sections and caveats for the sweep's finished `runs` (sweep_results.sweep_runs, with the SLO's
+    goodput where one is set)."""
+    if plan.find_max:
+        return [report.Section(point.heading, (point.figure, report.Table("Probes", point.probes)))
+                for point in probed_points(history, plan)], []
+    if runs.empty:
+        return [report.Section("Results", (report.Note("No run of this sweep has finished yet."),))], []
+    statistics = sweep_results.point_statistics(runs, plan)
+    measured = measured_metrics(statistics)
+    caveats = [sweep_results.interval_note(statistics), *filter(None, [unreported_note(plan, measured)])]
+    metric = DEFAULT_METRIC if DEFAULT_METRIC in measured else measured[0]
+    charts: list[report.Block] = [*metric_figures(statistics, plan, metric),
+                                 *(pareto_figure(runs, plan, view) for view in PARETO_VIEWS)]
+    load = load_axis(plan)
+    if load is not None and has_goodput(runs):
+        others = [axis for axis in plan.axes if axis.name != load]
+        groups = [(f"{others[0].name} {value}", runs[runs[others[0].name] == value]) for value in others[0].values] \
+            if others else [("", runs)]
+        for goodput in GOODPUT_METRICS:
+            for where, shown in groups:
+                figure = sweep_charts.goodput_vs_load(shown, load, goodput, default_target(goodput))
+                if where:
+                    figure.update_layout(title_text=f"{figure.layout.title.text}, at {where}")
+                charts.append(figure)
+    table = report.Table(f"Per point: {POINT_TABLE_COLUMNS}", sweep_results.statistics_for_display(statistics))
+    return [report.Section(f"Results of {len(runs)} finished runs: {RESULTS_HEADING}", charts),
+            report.Section("Per point", (table,))], caveats
+
+
+def sweep_report(history: History, plan: SweepPlan, history_runs: pd.DataFrame, runs: pd.DataFrame | None = None,
+                 status: str = "", created: datetime | None = None) -> str:
+    """The report of a sweep: its finished `runs` as the page shows them (sweep_results.sweep_runs of the history's
+    rows `history_runs`, by default; with_slo where the page's SLO recomputed goodput)."""
+    runs = sweep_results.sweep_runs(history_runs, plan) if runs is None else runs
+    sections, caveats = sweep_sections(history, plan, runs)
+    model = plan.base.engine.model or "the model each server serves"
+    summary = " · ".join(filter(None, [status, f"{model} on {plan.base.engine.backend}", ", ".join(
+        f"{axis.name} = {', '.join(str(value) for value in axis.values)}" for axis in plan.axes),
+        f"{plan.repeats} repeat(s) per point"]))
+    recorded = history_runs[history_runs["run_id"].astype(str).isin(set(runs["run_id"].astype(str)))] \
+        if not runs.empty else history_runs.iloc[0:0]
+    if recorded.empty:
+        settings = environment = pd.DataFrame()
+    else:  # each point once, each machine once: repeats share their settings and, mostly, their environment
+        settings = report.settings_table(_distinct(recorded, [name for name in SETTING_NAMES if name in recorded]))
+        environment = report.environment_table(_distinct(
+            recorded, [name for name in recorded.columns if name.startswith(ENVIRONMENT_PREFIX)]))
+    return report.build_report(report.Report("Sweep", [plan.sweep_id], caveats, sections, settings, environment,
+                                             summary), created)
+
+
+def _distinct(rows: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    return rows.drop_duplicates(subset=columns) if columns else rows.iloc[:1]

@@ -1,0 +1,355 @@
+"""One self-contained HTML file for a run, a comparison or a sweep: what its page shows, to hand on.
+
+Plotly's own JavaScript is inlined once and every chart draws with it, so the file opens offline, years later: a
+report that loads its script from a CDN stops drawing when the CDN moves. Everything from outside (run names and
+labels, model paths, prompts, error messages) is escaped, since the file is HTML a browser runs: tables go through
+pandas' escaping, texts through html.escape, and plotly writes its figures' JSON with "<" escaped.
+
+`build_report` is pure: it takes the figures, tables and texts a page builds and returns the HTML. The kinds'
+sections (`run_sections`, `comparison_sections`, bench_core.sweep.report) use the pages' own chart and table builders.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+import plotly.offline
+
+from .. import __version__
+from ..config import Part, RunConfig, format_value, of_part
+from ..config.catalog import MULTI_TURN
+from ..engines import backend
+from ..load.lengths import RANDOM_LENGTHS, describe_random_lengths
+from ..measure.catalog import lower_first
+from ..states import LoadPattern
+from ..hardware.contention import busy_note
+from ..hardware.roofline import describe_roofline
+from ..redact import redact_text
+from ..store.history import ENVIRONMENT_PREFIX
+from ..store.run_parts import RunParts
+from . import compare_charts, run_charts, run_diff, server_charts, tables, timeline, workload_charts
+
+_STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1200px;
+       color: #1f2328; padding: 0 1rem; }
+h1 { font-size: 1.6rem; margin-bottom: 0.2rem; } h2 { font-size: 1.25rem; margin-top: 2rem;
+     border-bottom: 1px solid #d0d7de; padding-bottom: 0.2rem; } h3 { font-size: 1rem; }
+.meta { color: #59636e; } .caveat { background: #fff8c5; border-left: 4px solid #d4a72c; padding: 0.4rem 0.8rem;
+        margin: 0.4rem 0; } .note { color: #59636e; font-size: 0.9rem; }
+table { border-collapse: collapse; font-size: 0.85rem; margin: 0.5rem 0 1rem; }
+th, td { border: 1px solid #d0d7de; padding: 0.2rem 0.5rem; text-align: right; }
+th:first-child, td:first-child { text-align: left; } thead th { background: #f6f8fa; }
+.chart { margin: 0.5rem 0 1.5rem; }
+"""
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table with its heading; its cells are written as the pages write them (tables.formatted)."""
+
+    title: str
+    frame: pd.DataFrame
+
+
+@dataclass(frozen=True)
+class Note:
+    """A line of text; a caveat stands out, as a page's warning does."""
+
+    text: str
+    caveat: bool = False
+
+
+Block = go.Figure | Table | Note
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    blocks: Sequence[Block] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a report holds: its kind ("Run", "Comparison", "Sweep"), the runs (or sweep) it is about, the caveats a
+    reader must see first, the sections, then the settings and the environment the numbers were measured with."""
+
+    kind: str
+    subjects: Sequence[str]
+    caveats: Sequence[str]
+    sections: Sequence[Section]
+    settings: pd.DataFrame
+    environment: pd.DataFrame
+    summary: str = ""
+
+
+def build_report(report: Report, created: datetime | None = None) -> str:
+    """The report as one HTML document, with plotly's JavaScript in its one <script> and every chart drawn with it."""
+    created = created or datetime.now().astimezone()
+    title = f"{report.kind} {', '.join(report.subjects)}"
+    body, charts = [], 0
+    for section in report.sections:
+        body.append(f"<h2>{_text(section.title)}</h2>")
+        for block in section.blocks:
+            if isinstance(block, go.Figure):
+                charts += 1
+                body.append('<div class="chart">' + block.to_html(full_html=False, include_plotlyjs=False,
+                                                                  div_id=f"chart-{charts}") + "</div>")
+            elif isinstance(block, Table):
+                body.append(_table(block))
+            else:
+                body.append(f'<p class="{"caveat" if block.caveat else "note"}">{_text(block.text)}</p>')
+    closing = [_table(Table("Settings", report.settings)), _table(Table("Environment", report.environment))]
+    caveats = "".join(f'<p class="caveat">{_text(caveat)}</p>' for caveat in report.caveats)
+    summary = f"<p>{_text(report.summary)}</p>" if report.summary else ""
+    return "\n".join([
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{_text(title)} · LLM Bench Studio</title>",
+        f"<style>{_STYLE}</style>",
+        f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script>',
+        "</head><body>",
+        f"<h1>{_text(title)}</h1>",
+        f'<p class="meta">LLM Bench Studio {_text(__version__)} · report written {_text(created.isoformat("T", "seconds"))}'
+        f" · {charts} chart{'s' if charts != 1 else ''}</p>",
+        summary, caveats, *body, "<h2>Settings and environment</h2>", *closing,
+        "</body></html>",
+    ])
+
+
+def _text(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _table(table: Table) -> str:
+    frame = tables.formatted(table.frame) if not table.frame.empty else table.frame
+    shown = frame.to_html(index=False, escape=True, border=0, na_rep=tables.MISSING) if not frame.empty else \
+        '<p class="note">none recorded</p>'
+    return f"<h3>{_text(table.title)}</h3>{shown}"
+
+
+# ---- settings and environment ---------------------------------------------------------------
+
+def settings_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """The compared settings that apply to at least one of the history rows `runs`, one column per run
+    (tables.run_names), as the History page's "what differs" writes them; credentials in URLs masked."""
+    runs = run_diff.with_output_length(runs)
+    cells = run_diff.setting_cells(runs)
+    applying = [name for name in run_diff.SETTING_NAMES if any(cell != run_diff.NOT_APPLICABLE for cell in cells[name])]
+    table = run_diff.differences(runs, applying)
+    return table.map(lambda cell: redact_text(cell) if isinstance(cell, str) else cell)
+
+
+def environment_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """The machine and software of each run (its history row's env_ columns), one column per run."""
+    columns = [name for name in runs.columns if name.startswith(ENVIRONMENT_PREFIX)]
+    table = pd.DataFrame([[_cell(value) for value in runs[name]] for name in columns],
+                         index=[name.removeprefix(ENVIRONMENT_PREFIX) for name in columns],
+                         columns=tables.run_names(runs), dtype=object)
+    table.index.name = "environment"
+    return table.map(lambda cell: redact_text(cell) if isinstance(cell, str) else cell)
+
+
+def _cell(value: Any) -> Any:
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else value
+
+
+# ---- one run ---------------------------------------------------------------------------------
+
+def describe_outcome(status: str, message: str, summary: Mapping[str, Any]) -> str:
+    """One line: how the run ended and what its requests did (the Run page's status line)."""
+    counts = (f"{summary['completed']}/{summary['total_requests']} requests succeeded in "
+              f"{summary['duration_s']:.1f} s; {summary['failed']} failed, {summary['incomplete']} incomplete, "
+              f"{summary['unfinished']} unfinished, {summary['cancelled']} cancelled")
+    if summary.get("overrun"):
+        counts += f", {summary['overrun']} past their token limit"
+    if summary.get("failure_reasons") and not message:
+        counts += f" ({summary['failure_reasons']})"
+    return f"{status}: {message}. {counts}." if message else f"{status}: {counts}."
+
+
+def ended_latency_histograms(requests: pd.DataFrame, stream_output: bool) -> tuple[go.Figure, go.Figure]:
+    """The two histograms of an ended run: TTFT and ITL when it streamed, else E2E latency and TPOT."""
+    first, second = ("ttft", "itl") if stream_output else ("e2e", "tpot")
+    return tuple(run_charts.latency_histogram(run_charts.successful_values(requests, metric), metric)
+                 for metric in (first, second))
+
+
+def run_caveats(parts: RunParts) -> list[str]:
+    """What a reader must know before the numbers: a machine other processes kept busy, the run's warnings and
+    dataset notes, short prompts that make TTFT per 1,000 tokens meaningless, random weights."""
+    busy = busy_note(parts.values, parts.row.get(f"{ENVIRONMENT_PREFIX}cpu_count"))
+    caveats = [*([busy[:1].upper() + busy[1:]] if busy else []), *parts.warnings,
+               *(f"Dataset: {note}" for note in parts.notes)]
+    if parts.config.load.stream_output and (caveat := tables.per_1k_input_caveat(parts.summary)):
+        caveats.append(caveat)
+    if parts.random_weights:
+        caveats.append("Random-weight run: the model's weights are random, so the timings are real and the text "
+                       "is not.")
+    return caveats
+
+
+def run_sections(parts: RunParts) -> list[Section]:
+    """What the Run page shows of an ended run, in its order: latency and throughput tables, charts, the server's
+    and the hardware's figures, the workload sent and the per-request table."""
+    if parts.requests is None:
+        return [Section("Outcome", (Note(f"{parts.status}: {parts.message}", caveat=True),))]
+    config, summary = parts.config, parts.summary
+    stream = config.load.stream_output
+    results = [Note(describe_outcome(parts.status, parts.message, summary)),
+               Table("Latency (ms), successful requests, as LMDeploy reports it",
+                     tables.percentile_table(summary, config.percentiles, stream)),
+               Table("Throughput", tables.throughput_table(summary))]
+    if config.engine.speculative_algorithm:
+        results.append(Table("Speculative decoding", tables.speculative_table(summary)))
+    charts: list[Block] = [*ended_latency_histograms(parts.requests, stream),
+                           timeline.request_timeline(parts.requests, end_s=parts.duration_s)]
+    if parts.throughput is not None:
+        charts.append(run_charts.throughput_over_time(*parts.throughput))
+    sections = [Section("Results", results), Section("Charts", charts)]
+    if parts.server_metrics is not None:
+        sections.append(Section("Server, from its own metrics", (
+            Table("Served", tables.quantity_table(parts.values, "served")),
+            server_charts.ended_server_metrics(parts.server_metrics, parts.requests, parts.duration_s))))
+    workload: list[Block] = list(workload_charts.workload_figures(parts.requests))
+    if (turns := workload_charts.ttft_by_turn(parts.requests)) is not None:
+        workload.append(turns)
+    if not (cache := tables.workload_metrics_table(summary)).empty:
+        workload.append(Table("Prefix cache and turns", cache))
+    sections.append(Section("Workload sent", workload))
+    hardware: list[Block] = [Table("Sampled", tables.quantity_table(parts.values, "sampled"))]
+    if parts.telemetry is not None:
+        hardware.append(run_charts.telemetry_over_time(parts.telemetry))
+    if parts.roofline is not None:
+        hardware += [Note(line) for line in describe_roofline(parts.roofline)]
+    sections.append(Section("Hardware", hardware))
+    sections.append(Section("Requests", (Table("Per request", tables.requests_for_display(parts.requests)),)))
+    return sections
+
+
+def run_report(parts: RunParts, created: datetime | None = None) -> str:
+    """The report of one ended run (or what a run that failed before measuring left)."""
+    row = pd.DataFrame([parts.row])
+    return build_report(Report("Run", [parts.run_id], run_caveats(parts), run_sections(parts), settings_table(row),
+                               environment_table(row), f"{describe_config(parts.config)} · started {parts.started_at}"),
+                        created)
+
+
+def describe_config(config: RunConfig) -> str:
+    """One line: label, model and backend, dataset and load, so a screenshot says what was measured."""
+    data, load = config.dataset, config.load
+    chosen = [declared for declared in of_part(Part.DATASET) if declared.datasets
+              and declared.applies(dataset_name=data.dataset_name) and config.value(declared.name) is not None]
+    # The span drawn, not the ratio to decode.
+    random = [describe_random_lengths(data.random_input_len, data.random_output_len, data.random_range_ratio)
+              ] if {declared.name for declared in chosen} >= set(RANDOM_LENGTHS) else []
+    lengths = ", ".join(random + [f"{lower_first(declared.shown_label)} {format_value(config.value(declared.name))}"
+                                  + (f" {declared.unit}" if declared.unit else "") for declared in chosen
+                                  if not random or declared.name not in RANDOM_LENGTHS]) or "conversation lengths"
+    engine = config.engine
+    server = redact_text(engine.base_url)
+    served = (f"{engine.model or 'the served model'} on the {engine.server_kind} server at {server}"
+              if not backend(engine.backend).in_process else f"{engine.model} on {engine.backend}")
+    if load.load_pattern == LoadPattern.REQUEST_RATE:
+        cap = "no concurrency limit" if load.max_concurrency is None else f"max concurrency {load.max_concurrency}"
+        limit = f", for at most {load.duration_s:g} s" if load.duration_s else ""
+        shape = f"{load.request_rate:g} req/s, burstiness {load.burstiness:g}, {cap}{limit}"
+    elif load.load_pattern == LoadPattern.TRACE:
+        shape = f"the trace's times at {load.trace_speedup:g}x, concurrency {load.concurrency}"
+    else:
+        shape = f"concurrency {load.concurrency}"
+    parts = [
+        config.label,
+        served,
+        f"{data.num_prompts} {'sessions' if data.dataset_name == MULTI_TURN else 'prompts'} from {data.dataset} "
+        f"({data.dataset_name}, {lengths})",
+        f"{load.load_pattern} load, {shape}, {'streamed' if load.stream_output else 'not streamed'}",
+    ]
+    return " · ".join(part for part in parts if part)
+
+
+# ---- several runs ----------------------------------------------------------------------------
+
+RUN = compare_charts.RUN  # the compared runs' names (run_diff.compared_names), a column to colour by
+NOISE_COLUMN = "vs run-to-run noise"
+COMPARE_NOTE = ("Runs with the same settings are repeats: where both ends have two or more, Welch's t-test says "
+                "whether the lowest and highest configuration differ beyond their run-to-run noise (p < 0.05); "
+                f"\"{tables.SINGLE_RUN}\" where one was run once.")
+
+
+def compared_runs(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """History rows as the comparison reads them (with the output length and a `RUN` name column), and the settings
+    that differ between them."""
+    chosen = run_diff.with_output_length(runs)
+    varied = run_diff.differing_settings(chosen)
+    # One name per run on every part of the comparison: what tells it apart, then who it is.
+    return chosen.assign(**{RUN: run_diff.compared_names(chosen, varied)}), varied
+
+
+def comparison_table(chosen: pd.DataFrame, varied: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The side-by-side table of the compared metrics, with the noise verdict per metric, and its better/worse
+    marks (tables.compare_marks)."""
+    compared = [name for name in tables.COMPARED_COLUMNS if name in chosen]
+    table = tables.compare_runs(chosen, compared, chosen[RUN])
+    table[NOISE_COLUMN] = tables.noise_verdicts(chosen, compared, run_diff.repeat_groups(chosen, varied))
+    return table, tables.compare_marks(chosen, compared, chosen[RUN])
+
+
+def missing_distributions(missing: Sequence[str]) -> str:
+    """Why some runs are not in the distributions, or ""."""
+    if not missing:
+        return ""
+    return (f"No per-request data for {', '.join(missing)} (imported LMDeploy rows keep only their summary; a run "
+            "that failed before measuring has none), so they are not in the distributions.")
+
+
+def comparison_sections(chosen: pd.DataFrame, varied: list[str], request_tables: Mapping[str, pd.DataFrame],
+                        missing: Sequence[str]) -> list[Section]:
+    """What the History page's comparison shows, with its charts at their default choices."""
+    differs: list[Block] = [Table("What differs between these runs", run_diff.differences(chosen, varied))] if varied \
+        else [Note("These runs share every recorded setting: they are repeats of one configuration.")]
+    charts: list[Block] = []
+    metrics = compare_charts.chartable_metrics(chosen)
+    if metrics:
+        metric = compare_charts.default_of(metrics, compare_charts.DEFAULT_METRIC)
+        if varied:
+            knob = run_diff.default_setting(chosen, varied)
+            charts.append(compare_charts.metric_vs_knob(chosen, knob, metric, color=RUN))
+        latencies = [name for name in metrics if name.endswith("_ms")]
+        if latencies:
+            latency = compare_charts.default_of(latencies, compare_charts.DEFAULT_LATENCY)
+            charts.append(compare_charts.latency_vs_throughput(chosen, latency=latency, color=RUN))
+    else:
+        charts.append(Note("These runs have no metric in common to chart."))
+    if note := missing_distributions(missing):
+        charts.append(Note(note))
+    if request_tables:
+        unstreamed = compare_charts.not_streamed(chosen)
+        charts += [compare_charts.cdf_overlay(request_tables, metric, unstreamed) for metric in ("ttft", "itl")]
+    table, _ = comparison_table(chosen, varied)
+    return [Section("What differs", differs), Section("Charts", charts),
+            Section("Side by side", (Table("Metrics", table), Note(COMPARE_NOTE)))]
+
+
+def comparison_report(runs: pd.DataFrame, request_tables: Mapping[str, pd.DataFrame], missing: Sequence[str],
+                      created: datetime | None = None) -> str:
+    """The report comparing the history rows `runs` (request tables by run name, tables.run_names)."""
+    chosen, varied = compared_runs(runs)
+    started = pd.to_datetime(runs.get("started_at", pd.Series(dtype=object)), errors="coerce", utc=True).dropna()
+    span = f"started {started.min():%Y-%m-%d %H:%M} to {started.max():%Y-%m-%d %H:%M} UTC" if len(started) else ""
+    summary = f"{len(runs)} runs: {', '.join(chosen[RUN])}" + (f" · {span}" if span else "")
+    return build_report(Report("Comparison", list(runs["run_id"].astype(str)), [], comparison_sections(
+        chosen, varied, request_tables, missing), settings_table(runs), environment_table(runs), summary), created)
+
+
+def chart_count(document: str) -> int:
+    """How many charts a report holds (the meta line says it): for tests and the CLI's last line."""
+    return document.count('<div class="chart">')
+

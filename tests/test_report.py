@@ -1,0 +1,142 @@
+"""The HTML report of a run, a comparison and a sweep (views.report, sweep.report): every chart a div drawn by the
+one inlined copy of plotly's JavaScript, nothing fetched from a network, the tables, the settings and the environment,
+and text from outside escaped. Built from real profilers recorded into a real history."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+
+import pandas as pd
+import plotly.graph_objects as go
+import plotly.offline
+import pytest
+
+from bench_core.cli.common import write_report
+from bench_core.config import EngineConfig, LoadConfig, RunConfig
+from bench_core.store.history import History, RunRecord
+from bench_core.store.history_import import lmdeploy_hyperparams
+from bench_core.store.run_parts import request_tables, run_parts
+from bench_core.sweep.plan import SweepPlan, parse_sweep_arg
+from bench_core.sweep.report import sweep_report
+from bench_core.sweep.store import save_plan
+from bench_core.views import report, tables
+from profiled_runs import profiled_run
+
+HOSTILE_LABEL = '<script>alert("label")</script>'
+HOSTILE_MODEL = "/models/</table><img src=x onerror=alert(1)>"
+ENVIRONMENT = {"gpu_name": "none", "python": "3.12.1", "hostname": "<b>bench-host</b>", "app_version": "0.1.0"}
+PLOTLY_JS = plotly.offline.get_plotlyjs()
+
+
+def record(history: History, run_id: str, concurrency: int, ttfts: list[float], label: str = "", model: str = "",
+           sweep_id: str = "", repeat: int | None = None) -> None:
+    prof = profiled_run(ttfts)
+    config = RunConfig(engine=EngineConfig(backend="transformers", model=model or "builtin:tiny-llama"),
+                       load=LoadConfig(concurrency=concurrency, stream_output=True), label=label)
+    history.record(RunRecord(
+        run_id=run_id, started_at="2026-11-30T08:00:00+00:00", status="finished", config=config,
+        lmdeploy_columns=prof.lmdeploy_csv_row(lmdeploy_hyperparams(config)), metrics=prof.summary(),
+        requests=prof.request_table(), environment=ENVIRONMENT, sweep_id=sweep_id, sweep_repeat=repeat))
+
+
+@pytest.fixture
+def history(tmp_path) -> History:
+    history = History(tmp_path)
+    record(history, "run-a", 2, [0.1, 0.2, 0.3], label=HOSTILE_LABEL, model=HOSTILE_MODEL)
+    record(history, "run-b", 4, [0.2, 0.4])
+    return history
+
+
+def assert_self_contained(document: str, charts: int) -> None:
+    """Plotly's script once, one div per chart, no script or stylesheet from elsewhere."""
+    assert document.count(PLOTLY_JS[:500]) == 1
+    assert [int(n) for n in re.findall(r'<div id="chart-(\d+)"', document)] == list(range(1, charts + 1))
+    assert report.chart_count(document) == charts
+    assert not re.search(r"<(script|link|img|iframe)[^>]*\b(src|href)=", document, re.IGNORECASE)
+    assert document.count("<script") == 1 + charts  # plotly's, then one newPlot per chart
+
+
+def assert_escaped(document: str) -> None:
+    assert HOSTILE_LABEL not in document and "alert(&quot;label&quot;)" in document
+    assert "<img src=x" not in document and "&lt;img src=x onerror=alert(1)&gt;" in document
+    assert "<b>bench-host</b>" not in document and "&lt;b&gt;bench-host&lt;/b&gt;" in document
+
+
+def test_the_builder_inlines_plotly_once_and_escapes_every_text():
+    figures = [go.Figure(go.Scatter(x=[1, 2], y=[3, 4], name=HOSTILE_LABEL)).update_layout(title_text=HOSTILE_LABEL),
+               go.Figure(go.Bar(x=["a"], y=[1]))]
+    frame = pd.DataFrame({"run": [HOSTILE_LABEL], "tok/s": [1234.5678]})
+    document = report.build_report(report.Report(
+        "Run", [HOSTILE_LABEL], [f"caveat {HOSTILE_LABEL}"],
+        [report.Section(HOSTILE_LABEL, [*figures, report.Table(HOSTILE_LABEL, frame), report.Note(HOSTILE_LABEL)])],
+        pd.DataFrame({"setting": ["Model"], "run": [HOSTILE_MODEL]}),
+        pd.DataFrame({"environment": ["hostname"], "run": ["<b>bench-host</b>"]})),
+        created=datetime(2026, 12, 1, 22, 0, tzinfo=timezone.utc))
+    assert_self_contained(document, 2)
+    assert_escaped(document)
+    assert "1,234.568" in document  # numbers written as every table writes them
+    assert "LLM Bench Studio 0.1.0 · report written 2026-12-01T22:00:00+00:00 · 2 charts" in document
+    assert "\\u003cscript\\u003e" in document  # the figure's JSON carries the label with "<" escaped
+
+
+def test_a_run_report_holds_its_charts_tables_settings_environment_and_caveats(history):
+    parts = run_parts(history, "run-a")
+    document = report.run_report(parts)
+    assert_self_contained(document, 3)  # TTFT and ITL histograms, the token lengths
+    assert_escaped(document)
+    assert "<h1>Run run-a</h1>" in document
+    row = history.row("run-a")
+    for column in ("output_throughput", "mean_ttft_ms", "p99_ttft_ms"):
+        assert f"<td>{tables.format_number(float(row[column]))}</td>" in document
+    for heading in ("Latency (ms), successful requests, as LMDeploy reports it", "Throughput", "Per request",
+                    "Settings", "Environment"):
+        assert f"<h3>{heading}</h3>" in document
+    assert "<td>Concurrency (requests)</td>\n      <td>2</td>" in document
+    assert "<td>python</td>\n      <td>3.12.1</td>" in document
+    # The prompts average 10 tokens: the page's caveat about TTFT per 1,000 input tokens comes first.
+    assert document.index("means little here") < document.index("<h2>Results</h2>")
+
+
+def test_a_run_that_failed_before_measuring_reports_what_it_left(tmp_path):
+    history = History(tmp_path)
+    history.record(RunRecord(run_id="broken", started_at="2026-11-30T08:00:00+00:00", status="failed",
+                             config=RunConfig(), error=f"Could not load {HOSTILE_MODEL}"))
+    document = report.run_report(run_parts(history, "broken"))
+    assert_self_contained(document, 0)
+    assert "failed: Could not load /models/&lt;/table&gt;&lt;img src=x" in document
+    assert "<h3>Settings</h3>" in document
+
+
+def test_a_comparison_report_holds_the_charts_the_table_and_each_runs_settings(history):
+    rows = history.load()
+    found, missing = request_tables(history, rows, tables.run_names(rows))
+    document = report.comparison_report(rows, found, missing)
+    assert_self_contained(document, 4)  # across the differing setting, latency vs throughput, two CDFs
+    assert_escaped(document)
+    assert "<h3>What differs between these runs</h3>" in document and report.NOISE_COLUMN in document
+    assert "single run, spread unknown" in document
+
+
+def test_a_sweep_report_holds_every_view_and_the_interval_caveat(tmp_path):
+    history = History(tmp_path)
+    plan = SweepPlan("sweep-r", RunConfig(engine=EngineConfig(backend="transformers", model=HOSTILE_MODEL)),
+                     (parse_sweep_arg("concurrency=1,2"),), repeats=2)
+    save_plan(history, plan)
+    for index, point in enumerate(plan.points()):
+        record(history, f"s{index}", point.values["concurrency"], [0.1 * (index + 1), 0.2], model=HOSTILE_MODEL,
+               sweep_id=plan.sweep_id, repeat=point.repeat)
+    document = sweep_report(history, plan, history.load(), status="finished")
+    assert_self_contained(document, 4)  # the band, the three Pareto views; goodput needs an SLO
+    assert "<h1>Sweep sweep-r</h1>" in document and "too few runs for a 95% interval" in document
+    assert "&lt;img src=x" in document and "<img src=x" not in document
+    assert "<h3>Per point: n runs, mean" in document
+
+
+def test_a_report_that_cannot_be_written_says_why_in_one_line_and_keeps_the_history(history, tmp_path, capsys):
+    (tmp_path / "a-file").write_text("")
+    target = tmp_path / "a-file" / "report.html"  # its "folder" is a file
+    assert not write_report(str(target), lambda: report.run_report(run_parts(history, "run-a")))
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: the report was not written to {target}")
+    assert history.row("run-a") is not None and not target.exists()
