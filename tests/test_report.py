@@ -14,6 +14,7 @@ import pytest
 
 from bench_core.cli.common import write_report
 from bench_core.config import EngineConfig, LoadConfig, RunConfig
+from bench_core.hardware.contention import BUSY_SHARE_COLUMN, OTHER_CORES_COLUMN
 from bench_core.store.history import History, RunRecord
 from bench_core.store.history_import import lmdeploy_hyperparams
 from bench_core.store.run_parts import request_tables, run_parts
@@ -83,7 +84,7 @@ def test_the_builder_inlines_plotly_once_and_escapes_every_text():
 def test_a_run_report_holds_its_charts_tables_settings_environment_and_caveats(history):
     parts = run_parts(history, "run-a")
     document = report.run_report(parts)
-    assert_self_contained(document, 3)  # TTFT and ITL histograms, the token lengths
+    assert_self_contained(document, 4)  # TTFT and ITL histograms, the request timeline, the token lengths
     assert_escaped(document)
     assert "<h1>Run run-a</h1>" in document
     row = history.row("run-a")
@@ -140,3 +141,19 @@ def test_a_report_that_cannot_be_written_says_why_in_one_line_and_keeps_the_hist
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"error: the report was not written to {target}")
     assert history.row("run-a") is not None and not target.exists()
+
+
+def test_a_run_that_other_processes_kept_busy_says_so_before_its_numbers(tmp_path):
+    history = History(tmp_path)
+    prof = profiled_run([0.1, 0.2])
+    config = RunConfig(engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
+                       load=LoadConfig(concurrency=2, stream_output=True))
+    history.record(RunRecord(
+        run_id="busy", started_at="2026-11-30T08:00:00+00:00", status="finished", config=config,
+        lmdeploy_columns=prof.lmdeploy_csv_row(lmdeploy_hyperparams(config)),
+        metrics={**prof.summary(), OTHER_CORES_COLUMN: 1.8, BUSY_SHARE_COLUMN: 0.9}, requests=prof.request_table(),
+        environment={**ENVIRONMENT, "cpu_count": 2}))
+    document = report.run_report(run_parts(history, "busy"))
+    said = "other processes used 1.8 of 2 CPU cores during this run and saturated the machine 90% of the time"
+    assert said in document
+    assert document.index(said) < document.index("<h2>Results</h2>")
