@@ -34,6 +34,7 @@ RESULT_COLUMNS = ("completed", "output_throughput", "request_throughput", "mean_
 FILTERS = (("backend", "Backend"), ("model", "Model"), ("status", "Status"), ("dataset", "Dataset"))
 NOT_RECORDED = "(not recorded)"
 RUN = report.RUN
+NOISE_COLUMN = report.NOISE_COLUMN
 
 
 def import_section(history: History) -> None:
@@ -167,7 +168,7 @@ def comparison(history: History, chosen: pd.DataFrame) -> None:
     table, marks = report.comparison_table(chosen, varied)
     # The verdicts beside the metric names, the runs' columns after them: however many runs, neither scrolls away.
     show_table(tables.style_comparison(table, marks), key="compare_table",
-               column_config={report.NOISE_COLUMN: st.column_config.Column(help=tables.NOISE_VERDICT_HELP,
+               column_config={NOISE_COLUMN: st.column_config.Column(help=tables.NOISE_VERDICT_HELP,
                                                                            pinned=True)})
     st.caption(f"Green: the best of these runs on that metric; red: the worst. {report.COMPARE_NOTE}")
     st.download_button("Report of this comparison (HTML)",
