@@ -241,7 +241,9 @@ def test_an_ended_run_shows_its_telemetry_chart_roofline_verdict_and_random_weig
     telemetry = next(d.value.set_index("quantity")["value"] for d in at.dataframe
                      if "Engine process CPU" in set(d.value.get("quantity", ())))
     assert "Peak engine process memory (RSS)" in telemetry.index
-    assert (telemetry.str.replace(",", "").astype(float) > 0).all()
+    values = telemetry.str.replace(",", "").astype(float)
+    # The engine's own use is above 0; other processes' share may be 0 on a machine it had to itself.
+    assert (values[["Engine process CPU", "Peak engine process memory (RSS)"]] > 0).all() and (values >= 0).all()
     chart = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
                  if json.loads(c.proto.spec)["layout"]["title"]["text"] == "Hardware telemetry")
     panels = {annotation["text"] for annotation in chart["layout"]["annotations"]}
