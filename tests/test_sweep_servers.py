@@ -259,7 +259,8 @@ def test_a_server_sweep_that_cannot_work_is_one_line_exit_2_and_nothing_written(
 def test_the_sweep_page_charts_the_probes_and_the_highest_load_that_met_the_target(knee_sweep, monkeypatch,
                                                                                     fresh_dashboard):
     at = open_sweep_page(knee_sweep[0], monkeypatch)
-    assert any(f"**Highest max_concurrency at step=200** meeting the target: {KNEE}" == m.value for m in at.markdown)
+    # The heading is the report's, in bold, its text escaped for Markdown as outside text is.
+    assert any(f"**Highest max\\_concurrency at step=200 meeting the target: {KNEE}**" == m.value for m in at.markdown)
     (chart,) = [json.loads(element.proto.spec) for element in at.get("plotly_chart")]
     assert [trace["name"] for trace in chart["data"]] == ["Met the target", "Missed it",
                                                          f"Highest load meeting it: {KNEE}"]
