@@ -52,6 +52,26 @@ def test_requests_are_admitted_at_the_drawn_arrivals(tmp_path, tiny_model_path):
     assert (row["load_pattern"], float(row["request_rate"])) == ("request_rate", RATE)
 
 
+def test_the_run_records_how_its_schedule_was_kept(tmp_path, tiny_model_path):
+    runner = Runner(History(tmp_path / "results"))
+    try:
+        run = runner.submit(rate_config(exact_rate_arrivals=True))  # the schedule offers RATE exactly
+        assert run.wait(120) and run.state == "finished", run.message
+    finally:
+        runner.shutdown()
+    requests = run.record.requests
+    drawn = send_offsets(6, RATE, 1.0, run.measurement.sample.arrival_rng, exact_rate=True)
+    assert np.sort(requests["scheduled_s"].to_numpy()) == pytest.approx(drawn)
+    assert (requests["ended_s"] > requests["sent_s"]).all()
+    metrics = run.record.metrics
+    assert metrics["achieved_rate"] == pytest.approx(RATE, rel=0.2)
+    assert 0 <= metrics["mean_send_lag_ms"] <= metrics["max_send_lag_ms"] <= SEND_TOLERANCE_S * 1000
+    assert metrics["peak_in_flight"] >= 1
+    row = runner.history.load().iloc[0]  # kept in the history as the server's runs keep them
+    assert float(row["achieved_rate"]) == pytest.approx(metrics["achieved_rate"])
+    assert int(row["peak_in_flight"]) == metrics["peak_in_flight"]
+
+
 def test_max_concurrency_holds_arrivals_until_a_slot_is_free(tmp_path, tiny_model_path):
     runner = Runner(History(tmp_path / "results"))
     try:
@@ -79,6 +99,7 @@ def test_pipeline_with_a_request_rate_runs_open_loop(tmp_path, tiny_model_path):
     proc = bench(tmp_path, "pipeline", *RUN, "--request-rate", "5")
     assert proc.returncode == EXIT_OK, proc.stderr
     assert "Request rate (req/s)" in proc.stdout  # the summary's hyperparameters say what load it ran
+    assert "Achieved request rate (req/s)" in proc.stdout and "Peak requests in flight" in proc.stdout
     (row,) = History(tmp_path / "results").load().to_dict("records")
     assert (row["load_pattern"], float(row["request_rate"]), row["completed"]) == ("request_rate", 5.0, 4)
 
@@ -98,3 +119,12 @@ def test_sweeping_a_rate_under_a_pattern_it_does_not_apply_to_is_refused(tmp_pat
     assert ("Cannot sweep request_rate under the pipeline batch load pattern: it applies under request rate only."
             in proc.stderr)
     assert not (tmp_path / "results" / "history.csv").exists()
+
+
+def test_a_rate_given_under_a_pattern_that_ignores_it_is_refused(tmp_path):
+    proc = bench(tmp_path, "pipeline", *RUN, "--load", "batch", "--request-rate", "2", "--burstiness", "0.5")
+    assert proc.returncode == EXIT_BAD_INPUT
+    assert proc.stderr.strip().splitlines() == [
+        "error: --request-rate does nothing under the pipeline batch load pattern: it applies under request rate "
+        "only. --burstiness does nothing under the pipeline batch load pattern: it applies under request rate only."]
+    assert not (tmp_path / "results").exists()

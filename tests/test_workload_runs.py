@@ -156,14 +156,18 @@ def custom_file(path) -> str:
     return write_jsonl(path / "mine.jsonl", [{"prompt": f"Count to {n}.", "max_tokens": 4} for n in range(4)])
 
 
+AT_ONCE = ("--request-rate", "inf")  # a trace says when its requests go: a rate given with it is refused
+
+
 @pytest.mark.parametrize("flags", [
-    lambda path: ("--dataset-name", "shared-prefix", "--prefix-len", "48", "--suffix-len", "8", "--output-len", "4"),
+    lambda path: ("--dataset-name", "shared-prefix", "--prefix-len", "48", "--suffix-len", "8", "--output-len", "4",
+                  *AT_ONCE),
     lambda path: ("--dataset-name", "multi-turn", "--dataset-path", "builtin:sample", "--turns", "2",
-                  "--sharegpt-output-len", "4"),
+                  "--sharegpt-output-len", "4", *AT_ONCE),
     lambda path: ("--dataset-name", "trace", "--dataset-path", trace_file(path), "--trace-block-len", "16"),
-    lambda path: ("--dataset-name", "custom", "--dataset-path", custom_file(path)),
+    lambda path: ("--dataset-name", "custom", "--dataset-path", custom_file(path), *AT_ONCE),
 ], ids=["shared-prefix", "multi-turn", "trace", "custom"])
 def test_restful_runs_each_workload_against_transformers_serve(transformers_server, tmp_path, flags):
-    assert restful(transformers_server, tmp_path, "--num-prompts", "4", "--request-rate", "inf", *flags(tmp_path)) == 0
+    assert restful(transformers_server, tmp_path, "--num-prompts", "4", *flags(tmp_path)) == 0
     row, requests = only_run(tmp_path)
     assert requests["status"].eq("success").all() and row["completed"] == len(requests) >= 4

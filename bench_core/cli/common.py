@@ -17,7 +17,9 @@ import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from ..config import DEFAULT_PERCENTILES, KNOBS, Part, RunConfig, Setting, config_from_values, of_part, setting
+from ..config import (
+    DEFAULT_PERCENTILES, KNOBS, Part, RunConfig, Setting, config_from_values, ignored_load_settings, of_part, setting,
+)
 from ..errors import BenchError, ConfigError, HistoryError
 from ..run.observer import JobObserver
 from ..states import MEASURED, RunState
@@ -185,15 +187,15 @@ class Flag:
             group.add_argument(self.destination, **options)
             return
         default = declared.default if self.default is _DECLARED else self.default
-        if declared.kind is bool:
-            options["action"] = "store_true"
-        else:
+        options["action"] = _GivenTrue if declared.kind is bool else _Given
+        if declared.kind is not bool:
             options["type"] = flag_type(declared)
             choices = declared.choices if self.choices is None else self.choices
             if choices is not None and declared.text_parser is None:  # a text parser knows its choices
                 options["choices"] = [choice for choice in choices if choice is not None]
-        group.add_argument(*(self.names or declared.cli_flags), dest=self.destination,
-                           default=False if self.negated else default, **options)
+        action = group.add_argument(*(self.names or declared.cli_flags), dest=self.destination,
+                                    default=False if self.negated else default, **options)
+        action.setting_name = self.name
 
     def value(self, args: argparse.Namespace) -> typing.Any:
         """The setting's value the parsed `args` give (a typed value scaled as the setting stores it)."""
@@ -202,6 +204,32 @@ class Flag:
             return not value
         scale = self.setting.typed_scale
         return value * scale if scale != 1 and isinstance(value, (int, float)) else value
+
+
+GIVEN = "given_settings"  # the parsed arguments' set of the settings whose flags were typed, defaults aside
+
+
+class _NotesGiven(argparse.Action):
+    """A setting's flag that notes, where it was typed, that the setting was given (GIVEN)."""
+
+    setting_name = ""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        super().__call__(parser, namespace, values, option_string)
+        setattr(namespace, GIVEN, {*getattr(namespace, GIVEN, ()), self.setting_name})
+
+
+class _Given(_NotesGiven, argparse._StoreAction):
+    pass
+
+
+class _GivenTrue(_NotesGiven, argparse._StoreTrueAction):
+    pass
+
+
+def given_settings(args: argparse.Namespace) -> frozenset[str]:
+    """The settings whose flags were typed on the command line."""
+    return frozenset(getattr(args, GIVEN, ()))
 
 
 # The dataset's length settings, as both LMDeploy scripts list their flags, in their order; the other datasets'
@@ -360,7 +388,10 @@ def runs_report(history, runs: list) -> Callable[[], str]:
 def recorded_config(args: argparse.Namespace, values: Mapping[str, typing.Any]) -> RunConfig:
     """The run of these settings' values, recorded as the record flags say (goodput thresholds, label, percentiles)."""
     slo = flag_values(args, (slo.name for slo in of_part(Part.SLO)))
-    return config_from_values({**values, **slo}, label=args.label, percentiles=tuple(args.percentiles))
+    config = config_from_values({**values, **slo}, label=args.label, percentiles=tuple(args.percentiles))
+    if problems := ignored_load_settings(config.load, given_settings(args)):
+        raise ConfigError(" ".join(problems))
+    return config
 
 
 def progress_line(state: RunState, phase: str, snap, pace=None) -> str:

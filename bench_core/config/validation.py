@@ -40,6 +40,22 @@ def inapplicable_knob_problems(engine: EngineConfig) -> list[str]:
             if not knob.applies(backend=engine.backend) and getattr(engine, knob.name) != knob.default]
 
 
+def ignored_load_settings(load, given: frozenset[str]) -> list[str]:
+    """One sentence per load setting given (its flag typed, not a default) that the run's load pattern ignores."""
+    return [f"{declared.cli_flag} does nothing under the {pattern_label(load.load_pattern)} load pattern: "
+            f"{applies_under(declared)}" for declared in of_part(Part.LOAD)
+            if declared.name in given and not declared.applies(load_pattern=load.load_pattern)]
+
+
+def pattern_label(pattern: str) -> str:
+    return setting("load_pattern").choice_label(pattern)
+
+
+def applies_under(declared) -> str:
+    """Where a load setting means something: "it applies under request rate only." """
+    return f"it applies under {' or '.join(map(pattern_label, declared.load_patterns))} only."
+
+
 def check_values(**values: Any) -> None:
     """ConfigError naming each of these settings' values (by name) outside its declared bounds or choices: for code
     that takes a setting's value directly, not in a checked RunConfig."""

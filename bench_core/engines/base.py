@@ -74,7 +74,10 @@ NOT_SENT_AFTER_FAILURE = "not sent: the turn before it in its session failed"
 
 def finish_in_schedule(schedule: SendSchedule, finish: EngineEvent, answer: str | None = None) -> list[EngineEvent]:
     """A request's "finish" told to the run's schedule (its next turn is due after it, with `answer` where that turn
-    repeats it), then a NOT_SENT finish for each turn that will never be sent because this one failed."""
+    repeats it), with when it was due and sent as its columns where the schedule kept that, then a NOT_SENT finish
+    for each turn that will never be sent because this one failed."""
+    if columns := schedule.send_columns(finish.index, finish.ts):
+        finish.extra = {**(finish.extra or {}), **columns}
     dropped = schedule.finish(finish.index, finish.ts, finish.finish_reason in SERVED_REASONS, answer)
     return [finish, *(EngineEvent(index, "finish", finish.ts, 0, NOT_SENT, NOT_SENT_AFTER_FAILURE) for index in dropped)]
 

@@ -49,7 +49,7 @@ import numpy as np
 from ..config import DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, sampling_problems
 from ..config.catalog import IMAGE
 from ..load.datasets import SampledRequest
-from ..load.schedule import SendSchedule
+from ..load.schedule import SendSchedule, send_columns
 from ..errors import ConfigError, ModelError
 from ..models.packages import install_command
 from ..models.resolve import load_tokenizer
@@ -307,9 +307,7 @@ class OpenAIEngine(Engine):
             "first_reasoning_s": _since(result.sent_ts, result.first_reasoning_ts),
             "e2e_last_line_s": _since(result.sent_ts, result.last_line_ts),
             "usage_only": result.usage_only,
-            "scheduled_s": result.scheduled_s,
-            "sent_s": result.sent_ts - run.t0,
-            "ended_s": _since(run.t0, result.end_ts),
+            **send_columns(result.scheduled_s, result.sent_ts, result.end_ts, run.t0),
         }
 
 

@@ -263,7 +263,7 @@ class ContinuousBatchRun(_ManagedBatch):
                 yield from self._on_output(output, in_flight, hits)
 
     def _submit(self, manager, index: int, in_flight: dict[str, _InFlight]) -> Iterator[EngineEvent]:
-        outgoing = self._schedule.take(index)
+        outgoing = self._schedule.take(index, time.perf_counter())
         ids = self._encode(outgoing.prompt) if outgoing.built else self._prompts[index]
         output_len = self._requests[index].output_len
         yield EngineEvent(index, "admit", time.perf_counter(), input_len=len(ids) if outgoing.built else 0)

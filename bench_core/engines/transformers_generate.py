@@ -59,7 +59,7 @@ def generate_one_by_one(
                 return
             cancel.wait(min(POLL_S, wait))
             continue
-        outgoing = schedule.take(index)
+        outgoing = schedule.take(index, time.perf_counter())
         ids = tokenizer.encode(outgoing.prompt) if outgoing.built else prompts[index]
         yield EngineEvent(index, "admit", time.perf_counter(), input_len=len(ids) if outgoing.built else 0)
         if not ids:

@@ -69,6 +69,8 @@ class SendSchedule:
         self._taken: set[int] = set()
         self._dropped: set[int] = set()
         self._t0 = 0.0
+        # An arrival process's schedule keeps when each request went, so its sends can be compared with it.
+        self._sent_at: dict[int, float] | None = {} if offsets is not None else None
 
     @classmethod
     def at_rate(cls, requests: Sequence[SampledRequest], request_rate: float, burstiness: float = 1.0,
@@ -123,9 +125,11 @@ class SendSchedule:
         """Whether a later turn repeats this request's answer (so the engine must hand it to `finish`)."""
         return any(self.requests[f].builds_on_answer for f in self._followers.get(index, ()))
 
-    def take(self, index: int) -> Outgoing:
-        """Mark the request sent; what to send."""
+    def take(self, index: int, now: float | None = None) -> Outgoing:
+        """Mark the request sent (at `now`, where the driver knows it); what to send."""
         self._taken.add(index)
+        if self._sent_at is not None and now is not None:
+            self._sent_at[index] = now
         request = self.requests[index]
         messages, built = request.messages, False
         if request.builds_on_answer and request.follows in self._answers:
@@ -137,6 +141,13 @@ class SendSchedule:
             self._sent[index] = messages
         prompt = render_transcript(messages) if built else request.prompt
         return Outgoing(prompt, messages, built)
+
+    def send_columns(self, index: int, ended: float) -> dict[str, float]:
+        """The request's due, sent and end times as request-table columns (send_columns), where this schedule is
+        an arrival process's and the driver said when the request was sent; else none."""
+        if self._sent_at is None or index not in self._sent_at:
+            return {}
+        return send_columns(self._offset[index], self._sent_at[index], ended, self._t0)
 
     def finish(self, index: int, now: float, served: bool, answer: str | None = None) -> list[int]:
         """The request ended at `now`: its followers are due `think_s` later, with `answer` where they build on
@@ -156,3 +167,10 @@ class SendSchedule:
                 dropped.append(follower)
                 dropped.extend(self.finish(follower, now, served=False))
         return dropped
+
+
+def send_columns(scheduled_s: float, sent: float, ended: float | None, t0: float) -> dict[str, float]:
+    """When a request was due (`scheduled_s` after the start), sent and ended (perf_counter times; None: it never
+    ended) as seconds from the start `t0`: the request-table columns that the achieved rate, send lag and peak in
+    flight are measured from (measure/catalog.py), whichever engine sent the request."""
+    return {"scheduled_s": scheduled_s, "sent_s": sent - t0, "ended_s": math.nan if ended is None else ended - t0}

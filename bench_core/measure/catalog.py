@@ -89,7 +89,7 @@ class Metric:
     display_scale: float = 1.0
     short_label: str = ""  # a table row's name when the label is long ("TTFT")
     needs_streaming: bool = False
-    server_only: bool = False  # needs the columns an HTTP client adds to the per-request table
+    server_only: bool = False  # needs the columns an HTTP client (or an arrival schedule) adds to the request table
     per_request: PerRequest | None = None
     over_successes: bool = True
     integer_percentiles: bool = False  # truncated to integers, as LMDeploy prints tokens per tick
@@ -421,13 +421,16 @@ CATALOG: tuple[Metric, ...] = (
            "chunk, our retokenized count of the text, or the chunks counted (HTTP servers only).", server_only=True,
            aggregate=_only_with(COUNT_SOURCE, _count_sources)),
     Metric("achieved_rate", "Achieved request rate", "req/s", None,
-           "Requests sent per second, between the first and the last send (HTTP servers only).", server_only=True,
+           "Requests sent per second, between the first and the last send (HTTP servers; the embedded engine at a "
+           "request rate).", server_only=True,
            aggregate=_only_with("sent_s", lambda run: achieved_rate(_sent(run)))),
     Metric("send_lag", "Send lag", **_MS, larger_is_better=False, server_only=True,
-           definition="How late each request was sent against its schedule (HTTP servers only).",
+           definition="How late each request was sent against its schedule (HTTP servers; the embedded engine at a "
+           "request rate: how late it went into the batch).",
            per_request=_send_lag, over_successes=False, statistics=("mean", "max")),
     Metric("peak_in_flight", "Peak requests in flight", "requests", None,
-           "The most requests in flight at once (HTTP servers only).", server_only=True,
+           "The most requests in flight at once (HTTP servers; the embedded engine at a request rate).",
+           server_only=True,
            aggregate=_only_with("sent_s", _peak_in_flight)),
     # Speculative decoding, where the engine reports its accounting per request (engine_api.SPEC_COLUMNS: LMDeploy's
     # PyTorch engine with enable_metrics); absent, not 0, where it does not.

@@ -28,7 +28,7 @@ import pandas as pd
 
 from .. import csvstore
 from . import metrics
-from .catalog import BEYOND_LMDEPLOY, CATALOG, METRICS, NOT_MEASURED, lmdeploy_row
+from .catalog import BEYOND_LMDEPLOY, CATALOG, METRICS, NOT_MEASURED, column_label, lmdeploy_row
 from ..config import SLO, RunConfig
 from ..states import LoadPattern, RequestStatus
 from .live_snapshot import LiveSnapshot, LiveTracker
@@ -324,6 +324,11 @@ class Profiler:
             table.row(METRICS[key].label, summary[key])
         for reason, count in self.failure_reasons.items():
             table.row(f"  {reason}", count)
+        if "achieved_rate" in summary:  # requests sent on an arrival schedule: how it was kept
+            rate, lag = METRICS["achieved_rate"], METRICS["send_lag"]
+            table.row(f"{rate.label} ({rate.unit})", summary[rate.column()])
+            table.row(f"{column_label(lag, 'mean')} ({lag.display_unit})", summary[lag.column("mean")])
+            table.row(METRICS["peak_in_flight"].label, summary["peak_in_flight"])
         table.rule("-")
         table.row("", "std", "min", "max")
         self._latency_rows(table, lambda s: (s.std, s.min, s.max), with_tokens_per_tick=False)

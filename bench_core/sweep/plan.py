@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from ..config import SWEEPABLE, RunConfig, format_value, setting
+from ..config import SWEEPABLE, RunConfig, applies_under, format_value, pattern_label, setting
 from ..engines import availability, engine_settings_key, run_config_problems
 from ..errors import ConfigError
 from ..redact import MASK
@@ -199,13 +199,12 @@ class SweepPlan:
                   if not axis.server and setting(axis.name).is_knob and not setting(axis.name).applies(backend=backend)]
         if unused:
             raise ConfigError(" ".join(f"Cannot sweep {knob.name}: {knob.not_applicable(backend)}" for knob in unused))
-        pattern = setting("load_pattern")
         idle = [setting(axis.name) for axis in self.axes
                 if not axis.server and not setting(axis.name).applies(load_pattern=self.base.load.load_pattern)]
         if idle:  # every point would run alike
             raise ConfigError(" ".join(
-                f"Cannot sweep {declared.name} under the {pattern.choice_label(self.base.load.load_pattern)} load "
-                f"pattern: it applies under {' or '.join(map(pattern.choice_label, declared.load_patterns))} only."
+                f"Cannot sweep {declared.name} under the {pattern_label(self.base.load.load_pattern)} load "
+                f"pattern: {applies_under(declared)}"
                 for declared in idle))
         grid = self.grid()
         points_by_problem: dict[str, list[dict[str, Any]]] = {}
