@@ -11,7 +11,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import streamlit as st  # noqa: E402
 
+from dashboard import browser_history  # noqa: E402
+
 st.set_page_config(page_title="LLM Bench Studio", page_icon=":material/speed:", layout="wide")
+browser_history.one_entry_per_page()  # Back leaves a page in one press, whatever its URL kept meanwhile
 
 navigation = st.navigation([
     st.Page("pages/run.py", title="Run", icon=":material/play_arrow:", default=True),

@@ -54,10 +54,19 @@ def engine_choice() -> EngineConfig:
     return EngineConfig(backend=backend, model=model)
 
 
-def prompt_input() -> tuple[list, str | None]:
-    """The conversations to run (an uploaded file wins over typed lines) and the file's problem, if any."""
+def prompt_input(shown: PlaygroundJob | None) -> tuple[list, str | None]:
+    """The conversations to run (an uploaded file wins over typed lines) and the file's problem, if any.
+
+    A session opened on a job's link (a reload, a shared URL) starts with that job's prompts in the box, said
+    to be them, so that what looks like prompts there is what ran; the placeholder reads as an example.
+    """
+    ran = _typed_prompts(shown)
+    if ran is not None and "pg_prompts" not in st.session_state:
+        st.session_state["pg_prompts"] = ran
     typed = st.text_area("Prompts, one per line", key="pg_prompts", height=150,
-                         placeholder="What is the capital of France?\nWrite a haiku about GPUs.")
+                         placeholder="e.g. What is the capital of France?")
+    if ran is not None and typed == ran:
+        st.caption(plain(f"The prompts of job {shown.job_id}, as it ran them; its answers are below."))
     upload = st.file_uploader(
         "…or a prompt file", type=list(FILE_TYPES), key="pg_file",
         help="Text: one prompt per line. CSV: a 'prompt' column. JSONL: {\"prompt\": ...} or {\"messages\": [...]} "
@@ -70,6 +79,15 @@ def prompt_input() -> tuple[list, str | None]:
         return [], str(exc)
     st.caption(plain(f"{len(conversations)} conversation(s) from {upload.name} (the typed prompts are not used)."))
     return conversations, None
+
+
+def _typed_prompts(job: PlaygroundJob | None) -> str | None:
+    """The job's prompts as the box holds them, one per line; None without a job, or for conversations that a
+    line cannot hold (a file's system or assistant turns, a prompt of several lines)."""
+    if job is None or not all(len(turns) == 1 and turns[0]["role"] == "user" and "\n" not in turns[0]["content"]
+                              for turns in job.conversations):
+        return None
+    return "\n".join(turns[0]["content"] for turns in job.conversations)
 
 
 def generation_settings() -> tuple[GenerationSettings, int]:

@@ -31,6 +31,7 @@ from bench_core.run.runner import Run
 from dashboard.run_result import RunResult, result_from_history, result_from_run
 from dashboard.state import get_history, get_runner
 from dashboard import workload_view
+from dashboard.active_runs import active_runs
 from dashboard.table_view import LONG_TABLE_ROWS, show_table
 from dashboard.text import plain
 
@@ -38,6 +39,34 @@ LIVE_REFRESH_S = 1.0
 # Redrawing three Plotly charts costs the browser far more than the counters: on 2 CPU cores shared
 # with the engine, charts every second made a SmolLM2 run markedly slower, so they refresh less often.
 LIVE_CHARTS_REFRESH_S = 3.0
+
+
+def run_on_show() -> str | None:
+    """The run the Run page shows: the URL's, else this session's last, else the one that holds the engine.
+
+    A run the history no longer has (deleted in History, or by hand) is dropped from the URL and the session
+    with one line saying so, and the page is drawn without it: this server may still hold it in memory, but
+    what the user removed must not come back by its link.
+    """
+    run_id = st.query_params.get("run") or st.session_state.get("run_id")
+    if run_id and (gone := _gone(run_id)):
+        st.warning(gone)
+        st.session_state.pop("run_id", None)
+        st.query_params.pop("run", None)
+        run_id = None
+    return run_id or next((run.run_id for run in active_runs(get_runner())), None)
+
+
+def _gone(run_id: str) -> str | None:
+    """Why run `run_id` cannot be shown; None when it can: it is in the history, or only this server holds it
+    (active, never recorded, or kept in a fallback folder after its save failed)."""
+    run = get_runner().get(run_id)
+    if run is not None and (run.active or run.record is None or run.measurement.save_error):
+        return None
+    if get_history().row(run_id) is not None:
+        return None
+    said = "it was deleted" if run is not None else "deleted, or never recorded in these results"
+    return plain(f"Run {run_id} is not in the history ({said}): here is the Run page without it.")
 
 
 def render_run(run_id: str, slo: SLO) -> None:

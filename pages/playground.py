@@ -17,7 +17,8 @@ st.title("Playground")
 st.caption("Run a batch of chat prompts once, with the model's chat template, and read the answers. "
            "Prompts wait their turn behind any benchmark and are not recorded in the history.")
 engine = playground_view.engine_choice()
-conversations, file_problem = playground_view.prompt_input()
+shown_job = get_runner().get_playground(st.query_params.get("job", ""))  # the one in the URL, e.g. after a reload
+conversations, file_problem = playground_view.prompt_input(shown_job)
 generation, max_new_tokens = playground_view.generation_settings()
 if file_problem:
     st.error(plain(file_problem))

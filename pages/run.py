@@ -1,8 +1,8 @@
 """Run page: configure a benchmark in the sidebar, start it, watch it live, read and download its results.
 
 The run on show is the one named in the URL (?run=<id>), so a reload, a second tab or a bookmark finds
-it, including runs that ended before the server restarted (rebuilt from the history). Without one, the
-page shows the run that holds the engine, if any, whichever tab started it.
+it, including runs that ended before the server restarted (rebuilt from the history), but not one deleted
+since. Without one, the page shows the run that holds the engine, if any, whichever tab started it.
 """
 
 from functools import partial
@@ -12,15 +12,13 @@ import streamlit as st
 from bench_core.errors import BenchError
 from dashboard.text import plain
 from dashboard import active_runs, sidebar, workload_view
-from dashboard.run_view import render_run
+from dashboard.run_view import render_run, run_on_show
 from dashboard.state import get_history, get_runner
 
 UPLOADS_FOLDER = "uploads"
 
 runner = get_runner()
-run_id = st.query_params.get("run") or st.session_state.get("run_id")
-if not run_id:
-    run_id = next((run.run_id for run in active_runs.active_runs(runner)), None)
+run_id = run_on_show()
 shown = runner.get(run_id) if run_id else None
 active_runs.render_banner(run_id)
 st.title("Run a benchmark")

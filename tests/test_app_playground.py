@@ -53,6 +53,23 @@ def test_two_typed_prompts_give_two_answers_with_counts_reasons_and_downloads(tm
     assert not (tmp_path / "results" / "history.csv").exists()  # playground jobs are not benchmark runs
 
 
+def test_after_a_reload_the_prompt_box_holds_the_prompts_that_ran_and_its_placeholder_reads_as_an_example():
+    at = open_playground()
+    box = at.text_area(key="pg_prompts")
+    assert box.value == "" and box.placeholder.startswith("e.g. ") and "\n" not in box.placeholder
+    at = run_prompts(box.input("Hello there\n\nWhat is 2 + 2?").run())
+    job_id = at.query_params["job"]
+
+    reloaded = AppTest.from_file(APP, default_timeout=60).run().switch_page("pages/playground.py")
+    reloaded.query_params["job"] = job_id  # a new session opened on the job's link
+    reloaded.run()
+    assert not reloaded.exception
+    assert reloaded.text_area(key="pg_prompts").value == "Hello there\nWhat is 2 + 2?"
+    assert [shown(c.value) for c in reloaded.caption if job_id in c.value] == [
+        f"The prompts of job {job_id}, as it ran them; its answers are below."]
+    assert list(reloaded.dataframe[0].value["prompt"]) == ["Hello there", "What is 2 + 2?"]
+
+
 def test_an_uploaded_jsonl_file_is_used_instead_of_typed_prompts():
     at = open_playground()
     at.text_area(key="pg_prompts").input("ignored").run()

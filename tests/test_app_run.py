@@ -268,10 +268,38 @@ def test_tables_show_formatted_numbers_a_dash_for_missing_values_and_uncut_row_t
     assert widths["mean"]["alignment"] == "right"
 
 
-def test_deep_link_to_an_unknown_run_says_so():
+def test_deep_link_to_an_unknown_run_says_so_and_shows_the_page_without_it():
     at = open_app("20000101-000000-dead")
-    (error,) = at.error
-    assert "There is no run 20000101-000000-dead" in error.value
+    assert not at.exception and not at.error
+    (warning,) = at.warning
+    assert shown(warning.value).startswith("Run 20000101-000000-dead is not in the history")
+    assert "run" not in at.query_params and at.info  # the page's own start: choose settings, press Start
+
+
+def test_a_run_deleted_in_the_history_no_longer_opens_by_its_link(results_root):
+    """The runner still holds the ended run in memory: the history, where the user deleted it, decides."""
+    at = open_app()
+    choose_tiny_run(at, num_prompts=2, output_len=4)
+    start(at)
+    run_id = at.query_params["run"]
+    run = get_runner().get(run_id)
+    assert run.wait(60) and run.state == "finished", run.message
+    at.switch_page("pages/history.py").run()
+    table = at.dataframe[0]
+    at.session_state[table.key] = {"selection": {"rows": [list(table.value["run_id"]).index(run_id)],
+                                                 "columns": [], "cells": []}}
+    at.run().button(key="delete_ask").click().run()
+    at.button(key="delete_confirm").click().run()
+    assert History(results_root).row(run_id) is None and get_runner().get(run_id) is not None
+
+    for page in (open_app(run_id), at.switch_page("pages/run.py").run()):  # its link, and this session's last run
+        assert not page.exception and not page.error
+        assert [shown(w.value) for w in page.warning] == [
+            f"Run {run_id} is not in the history (it was deleted): here is the Run page without it."]
+        assert "run" not in page.query_params
+        assert not page.dataframe and not page.get("plotly_chart") and not page.download_button
+        assert "load_settings" not in [button.key for button in page.button]
+        assert not page.sidebar.button(key="start").disabled
 
 
 def test_slo_inputs_change_goodput_without_a_new_run(stored_run_id):

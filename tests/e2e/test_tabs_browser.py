@@ -1,9 +1,9 @@
 """One user, several clicks and tabs, in a real browser: two clicks on Start 0.25 s apart queue one run, a
-second tab on the base URL finds that run and every page names it, and the sidebar's settings survive a page
-switch and a reload.
+second tab on the base URL finds that run and every page names it, the sidebar's settings survive a page
+switch and a reload, and one press of Back leaves the Run page however often its URL changed.
 
 What AppTest cannot show is checked here: clicks that arrive while the script is still running, sessions of
-two tabs sharing one server, and the URL as the browser keeps it across page switches.
+two tabs sharing one server, the URL as the browser keeps it across page switches, and Back.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import Page, expect
 from test_browser import (
     FIRST_CHART_TIMEOUT_MS, LIVE_RUN, RUN_END_TIMEOUT_MS, TINY_MODEL, choose_model, choose_radio, fill_number,
-    open_run_page, run_id_in_url, sidebar,
+    open_run_page, run_id_in_url, sidebar, start_run,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -66,3 +66,25 @@ def test_a_double_click_queues_one_run_that_a_second_tab_and_every_page_show(pag
     expect(page.locator(".st-key-active_runs_banner")).to_have_count(0)  # the banner stops when the run ends
     expect(page.get_by_test_id("stException")).to_have_count(0)
     expect(second.get_by_test_id("stException")).to_have_count(0)
+
+
+def test_one_back_leaves_the_run_page_after_its_settings_changed_and_a_run_ran(page: Page):
+    """Each changed setting and the run's id go into the URL; none of them is a page to go back to."""
+    open_run_page(page)
+    navigation = page.get_by_test_id("stSidebarNav")
+    navigation.get_by_role("link", name="History").click()
+    expect(page.get_by_role("heading", name="History", exact=True)).to_be_visible()
+    navigation.get_by_role("link", name="Run").click()
+    expect(page.get_by_role("heading", name="Run a benchmark")).to_be_visible()
+    choose_model(page, TINY_MODEL)
+    run_id = start_run(page, "back", dataset="sharegpt",
+                       numbers={"Fixed output length (tokens)": 4, "Number of prompts": 2, "Concurrency": 2})
+    expect(page.get_by_text("finished: 2/2 requests succeeded")).to_be_visible(timeout=RUN_END_TIMEOUT_MS)
+    assert run_id_in_url(page.url) == run_id and "num_prompts_cpu=2" in page.url
+
+    page.go_back()
+    expect(page.get_by_role("heading", name="History", exact=True)).to_be_visible()
+    expect(page).to_have_url(re.compile(r"/history(\?|$)"))
+    page.go_forward()  # and Forward comes back to the run as it was left
+    expect(page.get_by_role("heading", name=f"Run {run_id}")).to_be_visible(timeout=FIRST_CHART_TIMEOUT_MS)
+    expect(page.get_by_test_id("stException")).to_have_count(0)
