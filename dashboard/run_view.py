@@ -226,12 +226,9 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
 
 def _server_metrics_section(result: RunResult) -> None:
     """The server's own metrics, where it served them: from the run this server holds, else from its folder."""
-    run = get_runner().get(result.run_id) if result.history_row is None else None
+    recorded = _recorded(result)
     try:
-        if run is not None and run.record is not None:
-            raw, values = run.record.server_metrics, run.record.metrics
-        else:
-            raw, values = get_history().server_metrics(result.run_id), result.history_row or {}
+        raw, values = recorded.server_metrics(), recorded.values()
     except BenchError as exc:
         st.warning(str(exc))
         return
@@ -246,8 +243,10 @@ def _server_metrics_section(result: RunResult) -> None:
 
 def _hardware_section(result: RunResult) -> None:
     """What the hardware did: telemetry summary and chart, the roofline verdict, the random-weight label."""
+    recorded = _recorded(result)
     try:
-        random_weights, values, samples, verdict = _hardware_findings(result)
+        random_weights, values, samples, verdict = (recorded.random_weights(), recorded.values(), recorded.telemetry(),
+                                                    recorded.roofline())
     except BenchError as exc:
         st.warning(plain(exc))
         return
@@ -265,18 +264,11 @@ def _hardware_section(result: RunResult) -> None:
             st.markdown("\n".join(plain(line) for line in rest))
 
 
-def _hardware_findings(result: RunResult) -> tuple[bool, dict, pd.DataFrame | None, dict | None]:
-    """Whether the weights are random, the summary or history row, the samples and the verdict of an ended run:
-    from its record while this server holds it, else from the history row the result was rebuilt from."""
-    if result.history_row is None:
-        run = get_runner().get(result.run_id)
-        record = run.record if run is not None else None
-        if record is not None:
-            return (record.model is not None and record.model.random_weights, record.metrics, record.telemetry,
-                    record.roofline)
-    row, history = result.history_row or {}, get_history()
-    return (row.get("model_random_weights") == "True", row, history.telemetry(result.run_id),
-            history.roofline(result.run_id))
+def _recorded(result: RunResult) -> run_parts.RecordedRun:
+    """Where an ended run's parts are read: its record while this server holds it (the result was not rebuilt from
+    the history), else its history row and folder."""
+    run = get_runner().get(result.run_id) if result.history_row is None else None
+    return run_parts.RecordedRun(get_history(), result.run_id, run.record if run is not None else None)
 
 
 def _ended_status(result: RunResult, summary: dict) -> None:
@@ -338,12 +330,11 @@ def _downloads(result: RunResult, requests: pd.DataFrame, slo: SLO) -> None:
     columns[2].download_button("LMDeploy CSV", result.lmdeploy_csv_bytes(), file_name=f"{result.run_id}-lmdeploy.csv",
                                mime="text/csv", key="download_lmdeploy", on_click="ignore",
                                help="One row in the format of LMDeploy's profile_pipeline_api.py --csv.")
-    history = get_history()
-    run = get_runner().get(result.run_id) if result.history_row is None else None
-    record = run.record if run is not None else None
+    recorded = _recorded(result)
     # Written only when clicked: the file inlines plotly's JavaScript (about 5 MB) so it opens offline.
     columns[3].download_button(
         "Report (HTML)", lambda: report.run_report(run_parts.run_parts(
-            history, result.run_id, record, slo, result.warnings, result.notes, result.snapshot)).encode(),
+            recorded.history, result.run_id, recorded.record, slo, result.warnings, result.notes,
+            result.snapshot)).encode(),
         file_name=f"run-{result.run_id}.html", mime="text/html", key="download_report", on_click="ignore",
         help="One file with this run's charts, tables, settings and environment; it opens offline.")

@@ -21,7 +21,7 @@ from datetime import datetime
 
 from .. import csvstore
 from ..measure import metrics
-from ..measure.catalog import BEYOND_LMDEPLOY, METRICS
+from ..measure.catalog import BEYOND_LMDEPLOY, METRICS, Metric
 from ..config import Part, RunConfig
 from ..config.catalog import BY_NAME, IMAGE, TRACE_DATASET, setting
 from ..states import LoadPattern
@@ -320,11 +320,15 @@ def print_result(backend: str, config: RunConfig, summary: dict) -> None:
                                 ("tpot_last_line", "Time per Output Token (excl. 1st token)", "TPOT"),
                                 ("itl", "Inter-token Latency", "ITL")):
         _section(title)
-        _line(f"Mean {name} (ms):", summary[f"mean_{metric}_ms"])
-        _line(f"Median {name} (ms):", summary[f"p50_{metric}_ms"])
-        _line(f"P99 {name} (ms):", summary[f"p99_{metric}_ms"])
+        _box_statistics(f"{name} (ms)", METRICS[metric], summary)
     _section("", "=")
     _extra_rows(config, summary)
+
+
+def _box_statistics(title: str, metric: Metric, summary: dict) -> None:
+    """The rows profile_restful_api.py prints of a latency in its box (mean, median, P99), as we print any of them."""
+    for statistic, said in (("mean", "Mean"), ("p50", "Median"), ("p99", "P99")):
+        _line(f"{said} {title}:", summary.get(metric.column(statistic), math.nan))
 
 
 def _extra_rows(config: RunConfig, summary: dict) -> None:
@@ -339,8 +343,7 @@ def _extra_rows(config: RunConfig, summary: dict) -> None:
     for metric in BEYOND_LMDEPLOY:
         _line(f"Mean {metric.row_title}:", summary.get(metric.mean_column, math.nan))
     reasoning = METRICS["ttft_reasoning"]  # "-" for a run that streamed no reasoning
-    for statistic, name in (("mean", "Mean"), ("p50", "Median"), ("p99", "P99")):
-        _line(f"{name} {reasoning.row_title}:", summary.get(reasoning.column(statistic), math.nan))
+    _box_statistics(reasoning.row_title, reasoning, summary)
     _line("Failed requests:", summary["failed"])
     _line("Incomplete requests:", summary["incomplete"])
     _line("Overrun requests:", summary.get("overrun", "-"))

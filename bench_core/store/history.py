@@ -725,12 +725,18 @@ def _typed_column(name: str, cells: pd.Series) -> pd.Series:
     refuse them) reads as missing, so it cannot turn the whole column into text; the file keeps it."""
     if _is_text_column(name):
         return cells.astype(str)
-    missing = cells.isin(_MISSING_CELLS)
-    present = cells[~missing].unique()  # a column holds few distinct values: test those
+    # A column holds few distinct values: test and parse those once, then spread them over the rows (parsing every
+    # cell was most of the first read of a long history).
+    positions: dict[Any, int] = {}
+    codes = np.fromiter((positions.setdefault(cell, len(positions)) for cell in cells), np.intp, len(cells))
+    distinct = pd.Index(list(positions), dtype=object)
+    missing = distinct.isin(_MISSING_CELLS)
+    present = distinct[~missing]
     if len(present) and set(present) <= {"True", "False"}:
-        return pd.Series(cells == "True", dtype="boolean").mask(missing)
+        return pd.Series(cells == "True", dtype="boolean").mask(missing[codes])
     if not len(present) or _is_number_column(name, present):
-        return pd.to_numeric(cells.where(~missing, None), errors="coerce")
+        numbers = pd.to_numeric(pd.Series(distinct, dtype=object).where(~missing, None), errors="coerce")
+        return pd.Series(numbers.to_numpy()[codes], index=cells.index, name=cells.name)
     return cells.astype(str)
 
 

@@ -40,33 +40,60 @@ class RunParts:
     throughput: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
 
+@dataclass(frozen=True)
+class RecordedRun:
+    """Where an ended run's recorded parts are read: its RunRecord while this process holds it, else its history
+    row and folder. Each part is read when asked for, so one that cannot be read (HistoryError) spoils only
+    itself."""
+
+    history: History
+    run_id: str
+    record: RunRecord | None = None
+
+    def values(self) -> Mapping[str, Any]:
+        """The recorded summary, else the history row ({} where the history has none)."""
+        return self.record.metrics if self.record is not None else self.history.row(self.run_id) or {}
+
+    def random_weights(self) -> bool:
+        if self.record is not None:
+            return self.record.model is not None and self.record.model.random_weights
+        return self.values().get("model_random_weights") == "True"
+
+    def telemetry(self) -> pd.DataFrame | None:
+        return self.record.telemetry if self.record is not None else self.history.telemetry(self.run_id)
+
+    def server_metrics(self) -> pd.DataFrame | None:
+        return self.record.server_metrics if self.record is not None else self.history.server_metrics(self.run_id)
+
+    def roofline(self) -> dict | None:
+        return self.record.roofline if self.record is not None else self.history.roofline(self.run_id)
+
+
 def run_parts(history: History, run_id: str, record: RunRecord | None = None, slo: SLO | None = None,
               warnings: Sequence[str] = (), notes: Sequence[str] = (), snapshot=None) -> RunParts:
     """The parts of run `run_id`: from `record` (its RunRecord, while this process holds it), else from `history`;
     goodput for `slo`, else for the SLO the run had. HistoryError when the history has no such run or cannot be
     read."""
+    recorded = RecordedRun(history, run_id, record)
     if record is None:
         row = history.row(run_id)
         if row is None:
             raise HistoryError(f"There is no run {run_id} in {history.csv_path}.")
         config = history.config(run_id)
         requests = history.requests(run_id) if history.measured(run_id) else None
-        telemetry, served, roofline = history.telemetry(run_id), history.server_metrics(run_id), history.roofline(run_id)
-        status, message, started_at, values = row.get("status", ""), row.get("error", ""), row.get("started_at", ""), row
-        random_weights = row.get("model_random_weights") == "True"
+        status, message, started_at = row.get("status", ""), row.get("error", ""), row.get("started_at", "")
     else:
-        config, requests, telemetry, served, roofline = (record.config, record.requests, record.telemetry,
-                                                         record.server_metrics, record.roofline)
-        status, message, started_at, values = record.status, record.error, record.started_at, record.metrics
-        random_weights = record.model is not None and record.model.random_weights
+        config, requests = record.config, record.requests
+        status, message, started_at = record.status, record.error, record.started_at
+    values = recorded.values()
     duration_s = _float(values.get("duration_s"))
     summary = {} if requests is None else metrics.run_summary(
         requests, duration_s, config.percentiles, config.load.stream_output, slo if metrics.slo_is_set(slo) else config.slo)
     throughput = None if snapshot is None else (snapshot.time_s, snapshot.output_tokens_per_s,
                                                 snapshot.in_flight_over_time)
     return RunParts(run_id, status, message, started_at, config, _typed_row(history, run_id, record), requests, summary,
-                    duration_s, values, telemetry, served, roofline, random_weights, tuple(warnings), tuple(notes),
-                    throughput)
+                    duration_s, values, recorded.telemetry(), recorded.server_metrics(), recorded.roofline(),
+                    recorded.random_weights(), tuple(warnings), tuple(notes), throughput)
 
 
 def _typed_row(history: History, run_id: str, record: RunRecord | None) -> dict[str, Any]:

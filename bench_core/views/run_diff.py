@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 
@@ -33,25 +33,38 @@ DEFAULT = "default"
 _Row = Mapping[str, Any]
 
 
+class Where(NamedTuple):
+    """What decides whether a setting means something for a row: its backend, load pattern and dataset (None:
+    unknown). A history holds few of them, so each setting is judged once per one of them, not once per row."""
+
+    backend: Any
+    load_pattern: Any
+    dataset_name: Any
+
+    @classmethod
+    def of_rows(cls, rows: Sequence[_Row]) -> list[Where]:
+        cells = [tuple(row.get(column) for column in cls._fields) for row in rows]
+        distinct = {key: cls(*map(_normalised, key)) for key in set(cells)}
+        return [distinct[key] for key in cells]
+
+
 @dataclass(frozen=True)
 class Setting:
     """A history column that is a run setting, and the rows it means something for."""
 
     name: str
-    applies: Callable[[_Row], bool]
+    applies: Callable[[Where], bool]
 
 
-def _always(row: _Row) -> bool:
+def _always(where: Where) -> bool:
     return True
 
 
-def _applies(declared: Declared) -> Callable[[_Row], bool]:
+def _applies(declared: Declared) -> Callable[[Where], bool]:
     """Where the declaration says the setting means something; a row whose backend, load pattern or dataset is
     unknown (an import) is not ruled out."""
-    def applies(row: _Row) -> bool:
-        return declared.applies(backend=_normalised(row.get("backend")),
-                                load_pattern=_normalised(row.get("load_pattern")),
-                                dataset_name=_normalised(row.get("dataset_name")))
+    def applies(where: Where) -> bool:
+        return declared.applies(**where._asdict())
     return applies
 
 
@@ -63,8 +76,8 @@ _OUTPUT_LENGTH_COLUMNS = {"random": "random_output_len", "sharegpt": "sharegpt_o
 _IN_PROCESS_ONLY = ("trust_remote_code",)
 
 
-def _in_process(row: _Row) -> bool:
-    name = _normalised(row.get("backend"))
+def _in_process(where: Where) -> bool:
+    name = where.backend
     return name is None or name in in_process_backends() or name not in backends()
 
 
@@ -106,12 +119,14 @@ def setting_cells(runs: pd.DataFrame, names: Sequence[str] = SETTING_NAMES) -> d
     """Per setting, one cell per run: its value (ints for whole numbers, None for our own run's default),
     or NOT_APPLICABLE / NOT_RECORDED."""
     rows = runs[_columns_read(runs, names)].to_dict("records")
+    wheres = Where.of_rows(rows)
     cells: dict[str, list[Any]] = {}
     for name in names:
         applies, column = _BY_NAME[name].applies, cells.setdefault(name, [])
-        for row in rows:
+        verdicts = {where: applies(where) for where in set(wheres)}
+        for row, where in zip(rows, wheres):
             value = _normalised(row.get(_column_of(name, row)))
-            if not applies(row):
+            if not verdicts[where]:
                 column.append(NOT_APPLICABLE)
             elif value is None and _is_imported(row):
                 column.append(NOT_RECORDED)
