@@ -9,8 +9,8 @@ to each request comes out as `base.EngineEvent`s on a thread-safe queue, so a sy
 - "tokens": a tick each time an SSE event brings new output once the answer has begun (below), timestamped
   when that event is read (one timestamp per event, as profile_restful_api.py takes one per line: two events
   that arrive in one network read are two ticks a few microseconds apart). The ticks of one network read go
-  out as one event (`EngineEvent.earlier_ts`/`earlier_ns`, then its own `ts`/`n_tokens`): one event per token
-  cost the client a tenth of its throughput. `n_tokens` is cumulative: the server's per-chunk
+  out as one event (`EngineEvent.earlier_ts`/`earlier_ns`, then its own `ts`/`n_tokens`), so a token costs
+  two list appends here and in the runner's session, not an event of its own. `n_tokens` is cumulative: the server's per-chunk
   `usage.completion_tokens` where it sends one, else one per chunk with text (vLLM's convention);
 - "finish" once, with "length", "stop", "error", "abort" (a cancel) or RUN_ENDED (the run's duration
   ended while it was in flight) and a message for the user. Its `n_tokens` is the best final count
