@@ -11,6 +11,7 @@ from collections import Counter
 
 import pytest
 from openai_server import API_KEY, CHUNK_GAP_S, REUSE_PORTS, TOKENS_BEFORE_CUT, free_port, misbehaving_server, transformers_server  # noqa: F401 (fixtures)
+from scripted_server import PAIRED, TEXT_EVENTS, scripted_server  # noqa: F401 (fixture)
 
 from bench_core.load.arrivals import achieved_rate
 from bench_core.load.datasets import SampledRequest
@@ -78,6 +79,11 @@ def finished(spec: ServerSpec, model: str, requests, **load):
 
 def finishes(events):
     return {e.index: e for e in events if e.kind == "finish"}
+
+
+def ticks(events, index: int | None = None) -> list[tuple[float, int]]:
+    """(ts, n_tokens) of every tick, in order: a "tokens" event carries those of one network read."""
+    return [tick for e in events if e.kind == "tokens" and index in (None, e.index) for tick in e.ticks()]
 
 
 # --- SSE parsing and stream reading: pure, no server --------------------------------------------
@@ -235,6 +241,18 @@ def test_a_stream_that_stops_without_finishing_is_an_error():
     assert "ended before the server finished" in message
 
 
+@pytest.mark.parametrize("body, text, tokens, error", [
+    ({"id": "c", "usage": {"completion_tokens": 5}, "choices": [{"text": "a"}]}, "a", 5, None),  # usage first
+    ({"id": "c", "meta": {"choices": []}, "choices": [{"text": "a"}]}, "a", 1, None),  # a nested "choices" first
+    ({"id": "c", "object": "error", "message": "boom", "choices": []}, "", 0, "boom"),
+    ({"id": "c", "choices": [{"text": "\"choices\": x"}], "usage": {"completion_tokens": 2}}, "\"choices\": x", 2, None),
+])
+def test_a_chunk_is_read_the_same_whatever_its_fields_before_choices(body, text, tokens, error):
+    reader = read_all([data(body)])
+    assert ("".join(reader.text_parts), reader.n_tokens) == (text, tokens)
+    assert (reader.error is None) if error is None else (error in reader.error)
+
+
 def test_an_unusual_finish_reason_is_served_with_a_note():
     assert read_all([data({"choices": [{"text": "a", "finish_reason": "content_filter"}]})]).finish() == (
         "stop",
@@ -361,13 +379,26 @@ def test_eight_requests_with_ignore_eos_come_back_exactly_as_long_as_asked(trans
     assert length_warning(results) is None
     assert Counter(e.kind for e in events if e.kind != "tokens") == {"admit": 8, "finish": 8}
     for index, n in enumerate(lengths):
-        ticks = [e for e in events if e.index == index and e.kind == "tokens"]
-        assert [e.n_tokens for e in ticks] == sorted({e.n_tokens for e in ticks})  # cumulative, growing
-        assert ticks[-1].n_tokens == n  # one chunk per token: the count matches the server's usage
+        counts = [tokens for _, tokens in ticks(events, index)]
+        assert counts == sorted(set(counts))  # cumulative, growing
+        assert counts[-1] == n  # one chunk per token: the count matches the server's usage
         assert finishes(events)[index].n_tokens == n
         assert results[index].sent_ts < results[index].first_answer_ts <= results[index].end_ts
     retokenize(results, tiny_tokenizer)
     assert all(r.retokenized_tokens > 0 for r in results)
+
+
+def test_the_events_of_one_network_read_reach_the_reader_as_one_hand_off_each_with_its_own_time(scripted_server):
+    # The scripted server writes chunk PAIRED late, in one write with the chunk after it; every other chunk alone.
+    events, (result,), _ = finished(ServerSpec(scripted_server), "scripted", requests_for(["a"], output_len=TEXT_EVENTS))
+    batches = [e for e in events if e.kind == "tokens"]
+    assert len(batches) == TEXT_EVENTS - 1  # one per write that brought text, not one per token
+    paired = [e for e in batches if e.earlier_ns]
+    assert [(list(e.earlier_ns), e.n_tokens) for e in paired] == [([PAIRED + 1], PAIRED + 2)]
+    assert paired[0].earlier_ts[0] < paired[0].ts  # one timestamp per event, in order, even within one read
+    times = [ts for ts, _ in ticks(events)]
+    assert [tokens for _, tokens in ticks(events)] == list(range(1, TEXT_EVENTS + 1))
+    assert times == sorted(set(times)) and times[0] == result.first_answer_ts
 
 
 def test_answers_shorter_than_asked_are_flagged(misbehaving_server):
@@ -434,9 +465,9 @@ def test_reasoning_counts_as_output_but_the_first_tick_is_the_first_answer_text(
     assert result.reasoning_text == "hmm" * 4
     assert result.text == " tok" * 4
     # profile_restful_api.py's TTFT: the four reasoning chunks tick nothing, their tokens come with the answer's first
-    ticks = [e for e in events if e.kind == "tokens"]
-    assert [e.n_tokens for e in ticks] == [5, 6, 7, 8]
-    assert ticks[0].ts == result.first_answer_ts
+    answer_ticks = ticks(events)
+    assert [tokens for _, tokens in answer_ticks] == [5, 6, 7, 8]
+    assert answer_ticks[0][0] == result.first_answer_ts
     assert result.sent_ts < result.first_reasoning_ts < result.first_answer_ts
     assert result.first_answer_ts - result.first_reasoning_ts >= 3 * CHUNK_GAP_S
     assert result.reasoning_ticks == []  # held for an answer that came

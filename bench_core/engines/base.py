@@ -37,7 +37,10 @@ class EngineEvent:
     """Something that happened to request `index` at `ts` (seconds, `time.perf_counter` clock).
 
     - "admit": the engine took the request into a batch slot (a worker picked it up).
-    - "tokens": `n_tokens` output tokens exist so far (cumulative).
+    - "tokens": `n_tokens` output tokens exist so far (cumulative). One event may carry the ticks that came
+      before its own in the same network read, oldest first (`earlier_ts`, `earlier_ns`): an HTTP client
+      reads many server-sent events at once, and one event per read rather than per tick is what keeps the
+      hand-off to the runner cheap. Whoever times ticks takes those first (`ticks()`).
     - "finish": the request ended; `finish_reason` is "length", "stop", "error" or "abort",
       and `message` says why for errors. `token_ids` are the generated ids where the engine has them
       (`complete()` decodes them); benchmarks ignore them. `extra` holds per-request facts the
@@ -64,6 +67,12 @@ class EngineEvent:
     extra: Mapping[str, Any] | None = None
     length_status: str = ""
     input_len: int = 0
+    earlier_ts: Sequence[float] = ()
+    earlier_ns: Sequence[int] = ()
+
+    def ticks(self) -> list[tuple[float, int]]:
+        """(ts, n_tokens) of every tick this "tokens" event carries, its own last."""
+        return [*zip(self.earlier_ts, self.earlier_ns), (self.ts, self.n_tokens)]
 
 
 NOT_SENT = "not_sent"

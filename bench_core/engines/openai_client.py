@@ -6,12 +6,12 @@ to each request comes out as `base.EngineEvent`s on a thread-safe queue, so a sy
 `Engine.stream()` can drain them from another thread:
 
 - "admit" when the request is sent (its clock starts here, as in `profile_restful_api.py` and vLLM);
-- "tokens" each time an SSE event brings new output once the answer has begun (below), timestamped when
-  that event is read (one
-  timestamp per event, as profile_restful_api.py takes one per line: two events that arrive in one
-  network read are two ticks a few microseconds apart). `n_tokens` is cumulative: the server's
-  per-chunk `usage.completion_tokens` where it sends one, else one per chunk with text (vLLM's
-  convention);
+- "tokens": a tick each time an SSE event brings new output once the answer has begun (below), timestamped
+  when that event is read (one timestamp per event, as profile_restful_api.py takes one per line: two events
+  that arrive in one network read are two ticks a few microseconds apart). The ticks of one network read go
+  out as one event (`EngineEvent.earlier_ts`/`earlier_ns`, then its own `ts`/`n_tokens`), so a token costs
+  two list appends here and in the runner's session, not an event of its own. `n_tokens` is cumulative: the server's per-chunk
+  `usage.completion_tokens` where it sends one, else one per chunk with text (vLLM's convention);
 - "finish" once, with "length", "stop", "error", "abort" (a cancel) or RUN_ENDED (the run's duration
   ended while it was in flight) and a message for the user. Its `n_tokens` is the best final count
   the client has: the server's usage where reported, else the chunk count (the engine, having
@@ -407,7 +407,9 @@ async def send_request(
                 reader.read_body(await response.json(content_type=None))
                 usage = reader.usage_completion_tokens
                 result.first_byte_ts = result.last_line_ts = time.perf_counter()
-                _tick(reader, result, result.last_line_ts, emit, reader.n_tokens if usage is None else usage)
+                ticks_ts, ticks_ns = [], []
+                _tick(reader, result, result.last_line_ts, reader.n_tokens if usage is None else usage, ticks_ts, ticks_ns)
+                _emit_ticks(result, emit, ticks_ts, ticks_ns)
         reason, message = reader.finish()
     except asyncio.CancelledError:
         if deadline.expired == _Deadline.SILENT:
@@ -482,18 +484,29 @@ def _stop_reading_after(requested_tokens: int) -> int:
 
 
 def _read_events(messages: list[SSEMessage], reader: StreamReader, result: RequestResult, emit: Emit) -> None:
-    """Read events in order, each timestamped as it is read: a tick per event that brought output."""
+    """Read one network read's events in order, each timestamped as it is read (a tick per event that brought
+    output), and hand the read's ticks on as one event."""
     read, clock = reader.read_message, time.perf_counter
+    ticks_ts: list[float] = []
+    ticks_ns: list[int] = []
     for message in messages:
         read(message)
         ts = clock()
         if reader.n_tokens > result.n_tokens:
-            _tick(reader, result, ts, emit, reader.n_tokens)
+            _tick(reader, result, ts, reader.n_tokens, ticks_ts, ticks_ns)
     result.last_line_ts = ts
+    _emit_ticks(result, emit, ticks_ts, ticks_ns)
 
 
-def _tick(reader: StreamReader, result: RequestResult, ts: float, emit: Emit, tokens: int) -> None:
-    """Report output that grew since the last tick, once the answer has begun (its first chunk is the TTFT, as in
+def _emit_ticks(result: RequestResult, emit: Emit, ticks_ts: list[float], ticks_ns: list[int]) -> None:
+    if ticks_ts:
+        ts, tokens = ticks_ts.pop(), ticks_ns.pop()
+        emit(EngineEvent(result.index, "tokens", ts, tokens, earlier_ts=ticks_ts, earlier_ns=ticks_ns))
+
+
+def _tick(reader: StreamReader, result: RequestResult, ts: float, tokens: int, ticks_ts: list[float],
+          ticks_ns: list[int]) -> None:
+    """Note output that grew since the last tick, once the answer has begun (its first chunk is the TTFT, as in
     profile_restful_api.py; the reasoning before it is held back, its tokens counted in that tick), and note when
     answer and reasoning text first came."""
     if tokens > result.n_tokens:
@@ -502,7 +515,8 @@ def _tick(reader: StreamReader, result: RequestResult, ts: float, emit: Emit, to
             if result.first_answer_ts is None:
                 result.first_answer_ts = ts
                 result.reasoning_ticks = []
-            emit(EngineEvent(result.index, "tokens", ts, tokens))
+            ticks_ts.append(ts)
+            ticks_ns.append(tokens)
         else:
             result.reasoning_ticks.append((ts, tokens))
     if reader.reasoning_parts and result.first_reasoning_ts is None:

@@ -5,8 +5,8 @@ tokenizer, which samples the prompts and recounts the answers; it costs seconds,
 reloaded whenever a setting changes, load settings included. `stream()` drives
 `openai_client.run_requests` and passes its events on, with these adjustments:
 
-- a request's last "tokens" event is held until its "finish", which carries the best final count
-  (`RequestResult.output_tokens`: the server's usage, else our retokenized count of the text): the
+- a request's last "tokens" event (the ticks of one network read) is held until its "finish", which carries the
+  best final count (`RequestResult.output_tokens`: the server's usage, else our retokenized count of the text): the
   last tick is corrected to that count, not followed by another (servers may put several tokens in
   one chunk, so chunks undercount; llama.cpp's put the tokens of one UTF-8 character in one);
 - a request that streamed reasoning and never an answer ticks its reasoning chunks, held back by the client
@@ -239,7 +239,8 @@ class OpenAIEngine(Engine):
             ignore_eos=generation.ignore_eos,
             schedule=SendSchedule(requests, load) if trace else None,
         )
-        held: dict[int, tuple[EngineEvent, int]] = {}  # index -> (last tokens event, count ticked before it)
+        # index -> (last tokens event, the count ticked before its own last tick)
+        held: dict[int, tuple[EngineEvent, int]] = {}
         for event in run.events():
             if event.kind == "admit" and run.results[event.index].built_prompt is not None:
                 yield dataclasses.replace(event, input_len=len(self._tokenizer.encode(run.results[event.index].built_prompt)))
@@ -247,7 +248,8 @@ class OpenAIEngine(Engine):
                 before = held.pop(event.index, None)
                 if before is not None:
                     yield before[0]
-                held[event.index] = (event, before[0].n_tokens if before else 0)
+                ticked_before = event.earlier_ns[-1] if event.earlier_ns else before[0].n_tokens if before else 0
+                held[event.index] = (event, ticked_before)
             elif event.kind == "finish":
                 result = run.results[event.index]
                 if result.sent_ts is None:

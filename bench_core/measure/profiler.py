@@ -68,6 +68,11 @@ class Session:
         self.ts.append(perf_counter() if timestamp is None else timestamp)
         self.ns.append(n_token)
 
+    def tick_many(self, timestamps: Sequence[float], n_tokens: Sequence[int]) -> None:
+        """Record several ticks at once, oldest first (what one network read of a server's stream brought)."""
+        self.ts.extend(timestamps)
+        self.ns.extend(n_tokens)
+
     def finish(self, status: int, reason: str = "", timestamp: float | None = None,
                extra: Mapping[str, Any] | None = None, length_status: str = "") -> None:
         """End the request with SUCCESS, FAIL or CANCELLED and why (e.g. "error: CUDA OOM", "abort", "cancelled");
@@ -392,13 +397,21 @@ def certainly_outside_slo(sessions: Sequence[Session], slo: SLO) -> int:
 def _gather_ticks(sessions: Sequence[Session]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """All sessions' ticks back to back, and each session's tick count.
 
-    Each session's ticks are sliced first: a slice is an atomic copy, whereas a numpy view of a live
-    array.array would stop a concurrent append from growing it. Lists (running sessions) become arrays.
+    A running session's ticks are sliced first: a slice is an atomic copy, whereas a numpy view of a live
+    array.array would stop a concurrent append from growing it. Lists (running sessions) become arrays. A
+    finished session's packed arrays no longer change (its status is set after they are), so they are joined
+    as they are: one copy of every tick instead of two.
     """
     ts_parts, ns_parts, counts = [], [], []
     for sess in sessions:
+        finished = sess.status != Session.UNKNOWN
         ts, ns = sess.ts, sess.ns
         n = min(len(ts), len(ns))  # another thread may be between the two appends of a tick
+        if finished and type(ts) is array and type(ns) is array and len(ts) == len(ns):
+            ts_parts.append(ts)
+            ns_parts.append(ns)
+            counts.append(n)
+            continue
         ts_head, ns_head = ts[:n], ns[:n]
         ts_parts.append(ts_head if isinstance(ts_head, array) else array("d", ts_head))
         ns_parts.append(ns_head if isinstance(ns_head, array) else np.array(ns_head, dtype=np.int64))

@@ -340,6 +340,8 @@ class Runner:
             for event in events:
                 session = sessions[event.index]
                 if event.kind == "tokens":
+                    if event.earlier_ts:
+                        session.tick_many(event.earlier_ts, event.earlier_ns)
                     session.tick(event.n_tokens, event.ts)
                 elif event.kind == "admit":
                     session.admit(event.ts)
