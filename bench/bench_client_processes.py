@@ -6,15 +6,16 @@ A flooding SSE server in a child process answers every request with `--tokens` c
 and written `--per-write` at a time, then a usage chunk and [DONE]: it spends little per event, so the clients set
 the pace. Each round drains one run's events in this process into one Profiler (a session per request: admit,
 a tick per event, finish), as the runner does, for N = 1 (`openai_client.run_requests`, today's one-process path)
-and N > 1 (`client_workers.run_in_processes`), alternating which goes first, best of `--rounds` after an unmeasured
+and N > 1 (`client_workers.ClientWorkers.run`), alternating which goes first, best of `--rounds` after an unmeasured
 round each. The rate is events (ticks) per wall second from the run's t0 to its last event. The worker processes
-start once per N, as the engine starts them when it loads (their start-up is printed apart), and serve every round. Ratios are against N=1. Exit status 1 when N=2 takes in
-less than `--want` (default 1.7) times N=1's rate.
+start once per N, as the engine starts them when it loads (their start-up is printed apart), and serve every
+round. Ratios are against N=1. Exit status 1 when N=2 takes in less than `--want` (default 1.7) times N=1's rate.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import multiprocessing
 import sys
 import time
@@ -27,10 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_http_client import MODEL, _chunk, _free_port, _wait_listening  # noqa: E402
 
-from bench_core.engines.base import EngineEvent  # noqa: E402
-from bench_core.engines.client_workers import ClientWorkers, run_in_processes  # noqa: E402
+from bench_core.engines.client_workers import ClientWorkers  # noqa: E402
 from bench_core.engines.openai_client import ServerSpec, run_requests  # noqa: E402
 from bench_core.load.datasets import SampledRequest  # noqa: E402
+from bench_core.load.schedule import SendSchedule  # noqa: E402
 from bench_core.measure.profiler import Profiler, Session  # noqa: E402
 
 
@@ -62,7 +63,7 @@ def measure(url: str, workers: ClientWorkers | None, args) -> tuple[float, float
     if workers is None:
         run = run_requests(spec, MODEL, requests, max_concurrency=args.concurrency)
     else:
-        run = run_in_processes(workers, spec, MODEL, requests, max_concurrency=args.concurrency)
+        run = workers.run(spec, MODEL, requests, SendSchedule.at_rate(requests, math.inf), args.concurrency)
     profiler = Profiler(stream_output=True, percentages=[50, 99])
     sessions = [profiler.new_session(8, args.tokens) for _ in requests]
     profiler.start()
@@ -122,7 +123,8 @@ def main() -> int:
             for n in counts if round_ % 2 == 0 else counts[::-1]:  # none always goes first
                 rate, to_t0 = measure(url, pools[n], args)
                 best[n] = max(best[n], (rate, to_t0))
-                print(f"  round {round_ + 1}  N={n}  {rate:>10,.0f} events/s  ({to_t0 * 1000:.0f} ms from the call to t0)")
+                print(f"  round {round_ + 1}  N={n}  {rate:>10,.0f} events/s  "
+                      f"({to_t0 * 1000:.0f} ms from the call to t0)")
     finally:
         for pool in pools.values():
             if pool is not None:

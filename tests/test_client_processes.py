@@ -5,6 +5,7 @@ child processes they are, and a server here that asks the operating system which
 """
 
 import json
+import math
 
 import psutil
 import pytest
@@ -15,9 +16,10 @@ from scripted_server import TEXT_EVENTS, scripted_server  # noqa: F401 (fixture)
 from bench_core.cli import main
 from bench_core.config import EngineConfig, LoadConfig, RunConfig
 from bench_core.engines import run_config_problems
-from bench_core.engines.client_workers import ClientWorkers, run_in_processes, split_sessions
+from bench_core.engines.client_workers import ClientWorkers, split_sessions
 from bench_core.engines.openai_client import ServerSpec
 from bench_core.load.datasets import SampledRequest
+from bench_core.load.schedule import SendSchedule
 from bench_core.store.history import History
 
 N_PROMPTS = 6
@@ -91,7 +93,8 @@ def test_each_worker_process_sends_its_share_on_connections_of_its_own(owners_se
         pids = {child.pid for child in psutil.Process().children()
                 if "bench_core.engines.client_workers" in " ".join(child.cmdline())}
         assert len(pids) == 2
-        run = run_in_processes(workers, ServerSpec(url, server_kind="vllm"), "m", requests, max_concurrency=4)
+        run = workers.run(ServerSpec(url, server_kind="vllm"), "m", requests,
+                          SendSchedule.at_rate(requests, math.inf), max_concurrency=4)
         finished = {event.index: event.n_tokens for event in run.events() if event.kind == "finish"}
         assert not workers.broken  # ready for the engine's next run
     finally:

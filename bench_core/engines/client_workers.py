@@ -1,12 +1,12 @@
 """One benchmark against a server sent from several client processes (the client_processes setting).
 
 One asyncio process reads some 80k SSE events a second on a core; past that the client, not the server, sets the
-pace. `run_in_processes` splits the requests over N worker processes, each running `openai_client.run_requests` with
+pace. `ClientWorkers.run` splits the requests over N worker processes, each running `openai_client.run_requests` with
 its own event loop and connection pool, and reads their events back as one `ClientRun` would, so the engine and its
 one profiler see a single run:
 
-- the schedule is drawn once, here, from the seed, as for one process; each request is sent by one worker at its
-  offset from one t0 shared by all (perf_counter is CLOCK_MONOTONIC on Linux: one clock for every process on the
+- the schedule is drawn once, by the caller, from the seed, as for one process; each request is sent by one worker at
+  its offset from one t0 shared by all (perf_counter is CLOCK_MONOTONIC on Linux: one clock for every process on the
   machine, so the workers' timestamps are comparable with each other and with the profiler's);
 - a session's turns stay in one worker (a turn waits for the answer before it); sessions are dealt round-robin;
 - a max concurrency is split between the workers (5 over 2: 3 and 2), so at most that many are in flight in all;
@@ -15,8 +15,9 @@ one profiler see a single run:
   its `RequestResult`, which the engine reads as it reads a one-process run's.
 
 Workers are plain child processes (subprocess, not multiprocessing): the dashboard's engine runs in a daemonic
-process, which multiprocessing does not let have children. Each talks over one socket pair; a worker whose parent
-goes away sees the socket close and cancels its requests.
+process, which multiprocessing does not let have children. `ClientWorkers` starts them with the engine and keeps
+them for its runs, so a run's time holds none of their start-up. Each talks over one socket pair; a worker whose
+parent goes away sees the socket close and cancels its requests.
 """
 
 from __future__ import annotations
@@ -33,8 +34,7 @@ from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection, Pipe, wait
 from pathlib import Path
 
-import numpy as np
-
+from ..config import setting
 from ..errors import BenchError, ConfigError
 from ..load.requests import SampledRequest
 from ..load.schedule import SendSchedule
@@ -49,9 +49,9 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 def concurrency_problems(processes: int, slots: int | None) -> list[str]:
     """Why `slots` (a concurrency limit, None: none) cannot be split over `processes` workers."""
     if processes > 1 and slots is not None and slots < processes:
-        return [f"--client-processes {processes} splits the {slots} requests allowed in flight between the "
-                f"processes, and each needs at least one: use at most {slots} client processes or allow "
-                f"{processes} requests in flight."]
+        flag = setting("client_processes").cli_flag
+        return [f"{flag} {processes} splits the {slots} requests allowed in flight between the processes, and each "
+                f"needs at least one: use at most {slots} client processes or allow {processes} requests in flight."]
     return []
 
 
@@ -67,9 +67,9 @@ def split_sessions(requests: Sequence[SampledRequest], processes: int) -> list[l
         else:
             session_of.append(session_of[request.follows])
     if len(starts) < processes:
-        raise ConfigError(f"--client-processes {processes} is more processes than the {len(starts)} "
-                          f"{'sessions' if len(starts) < len(requests) else 'requests'} to send: use at most "
-                          f"{len(starts)}.")
+        what = "sessions" if len(starts) < len(requests) else "requests"
+        raise ConfigError(f"{setting('client_processes').cli_flag} {processes} is more processes than the "
+                          f"{len(starts)} {what} to send: use at most {len(starts)}.")
     shares: list[list[int]] = [[] for _ in range(processes)]
     for index, session in enumerate(session_of):
         shares[session % processes].append(index)
@@ -123,10 +123,13 @@ class ClientWorkers:
         return any(process.poll() is not None for process, _ in self._workers)
 
     def run(self, spec: ServerSpec, model: str, requests: Sequence[SampledRequest], schedule: SendSchedule,
-            request_rate: float, max_concurrency: int | None, duration_s: float | None, ignore_eos: bool,
-            cancel: threading.Event) -> ProcessClientRun:
-        """Hand each worker its share of the run (`split_sessions`); it sends once `ProcessClientRun.events()` has
-        heard every worker ready."""
+            max_concurrency: int | None = None, duration_s: float | None = None, ignore_eos: bool = True,
+            cancel: threading.Event | None = None) -> ProcessClientRun:
+        """`openai_client.run_requests` on `schedule` (an arrival process's, drawn once by the caller), from the
+        workers: each gets its share (`split_sessions`) and sends once `ProcessClientRun.events()` has heard every
+        worker ready. Warm-ups are the engine's, before this."""
+        if problems := concurrency_problems(len(self._workers), max_concurrency):
+            raise ConfigError(problems[0])
         shares = split_sessions(requests, len(self._workers))
         for worker, ((_, conn), indices) in enumerate(zip(self._workers, shares)):
             local = {index: position for position, index in enumerate(indices)}
@@ -134,9 +137,9 @@ class ClientWorkers:
                     dataclasses.replace(requests[i], follows=local[requests[i].follows]) for i in indices]
             conn.send(("run", {"spec": spec, "model": model, "requests": mine, "indices": indices,
                                "offsets": [schedule.offset(i) for i in indices if requests[i].follows is None],
-                               "request_rate": request_rate, "duration_s": duration_s, "ignore_eos": ignore_eos,
+                               "duration_s": duration_s, "ignore_eos": ignore_eos,
                                "max_concurrency": _slots(max_concurrency, len(shares), worker)}))
-        return ProcessClientRun(self, spec, requests, schedule, cancel)
+        return ProcessClientRun(self, spec, requests, schedule, cancel or threading.Event())
 
     def send_all(self, message: tuple) -> None:
         for _, conn in self._workers:
@@ -236,32 +239,6 @@ def _drain(open_: dict[Connection, subprocess.Popen]) -> None:
         process.kill()
 
 
-def run_in_processes(
-    workers: ClientWorkers,
-    spec: ServerSpec,
-    model: str,
-    requests: Sequence[SampledRequest],
-    request_rate: float = math.inf,
-    burstiness: float = 1.0,
-    max_concurrency: int | None = None,
-    duration_s: float | None = None,
-    cancel: threading.Event | None = None,
-    ignore_eos: bool = True,
-    arrival_seed: int | np.random.RandomState = 0,
-    exact_rate_arrivals: bool = False,
-    schedule: SendSchedule | None = None,
-) -> ProcessClientRun:
-    """`openai_client.run_requests` from the `workers` (warm-ups are the engine's, before this): the same
-    schedule, drawn here once, split as the module says."""
-    problems = concurrency_problems(len(workers), max_concurrency)
-    if problems:
-        raise ConfigError(problems[0])
-    if schedule is None:
-        schedule = SendSchedule.at_rate(requests, request_rate, burstiness, arrival_seed, exact_rate_arrivals)
-    return workers.run(spec, model, requests, schedule, request_rate, max_concurrency, duration_s, ignore_eos,
-                       cancel or threading.Event())
-
-
 # ---- the worker's side ----------------------------------------------------------------------------
 
 def _worker(conn: Connection) -> None:
@@ -281,8 +258,8 @@ def _worker(conn: Connection) -> None:
 
 def _run(conn: Connection, task: dict, cancel: threading.Event, start_at: float) -> BenchError | None:
     requests, indices = task["requests"], task["indices"]
-    run = run_requests(task["spec"], task["model"], requests, request_rate=task["request_rate"],
-                       max_concurrency=task["max_concurrency"], duration_s=task["duration_s"], cancel=cancel,
+    run = run_requests(task["spec"], task["model"], requests, max_concurrency=task["max_concurrency"],
+                       duration_s=task["duration_s"], cancel=cancel,
                        ignore_eos=task["ignore_eos"], schedule=SendSchedule(requests, offsets=task["offsets"]),
                        start_at=start_at)
     try:

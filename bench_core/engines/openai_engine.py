@@ -34,7 +34,6 @@ usage.prompt_tokens_details.cached_tokens, where it sends one, is the request's 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib.metadata
 import importlib.util
 import os
@@ -253,27 +252,21 @@ class OpenAIEngine(Engine):
 
         by_rate = load.load_pattern == LoadPattern.REQUEST_RATE
         trace = load.load_pattern == LoadPattern.TRACE
-        if self._client_processes > 1:
-            from .client_workers import run_in_processes
-
+        spec = self._spec_for(generation, load)
+        rate = load.request_rate if by_rate else math.inf
+        limit = load.max_concurrency if by_rate else load.concurrency
+        schedule = SendSchedule(requests, load) if trace else None
+        if self._client_processes > 1:  # the schedule drawn here, once, as run_requests draws it
             self._start_workers()  # again, where a worker died in the last run
-            send = functools.partial(run_in_processes, self._workers)
+            schedule = schedule or SendSchedule.at_rate(requests, rate, load.burstiness, arrival_seed,
+                                                        load.exact_rate_arrivals)
+            run = self._workers.run(spec, self.model, requests, schedule, limit, load.duration_s,
+                                    generation.ignore_eos, cancel)
         else:
-            send = run_requests
-        run = send(
-            self._spec_for(generation, load),
-            self.model,
-            requests,
-            request_rate=load.request_rate if by_rate else math.inf,
-            burstiness=load.burstiness,
-            arrival_seed=arrival_seed,
-            exact_rate_arrivals=load.exact_rate_arrivals,
-            max_concurrency=load.max_concurrency if by_rate else load.concurrency,
-            duration_s=load.duration_s,
-            cancel=cancel,
-            ignore_eos=generation.ignore_eos,
-            schedule=SendSchedule(requests, load) if trace else None,
-        )
+            run = run_requests(spec, self.model, requests, request_rate=rate, burstiness=load.burstiness,
+                               arrival_seed=arrival_seed, exact_rate_arrivals=load.exact_rate_arrivals,
+                               max_concurrency=limit, duration_s=load.duration_s, cancel=cancel,
+                               ignore_eos=generation.ignore_eos, schedule=schedule)
         held: dict[int, tuple[EngineEvent, int]] = {}  # index -> (last tokens event, count ticked before it)
         for event in run.events():
             if event.kind == "admit" and run.results[event.index].built_prompt is not None:
