@@ -6,6 +6,7 @@ child processes they are, and a server here that asks the operating system which
 
 import json
 import math
+import threading
 
 import psutil
 import pytest
@@ -17,7 +18,7 @@ from bench_core.cli import main
 from bench_core.config import EngineConfig, LoadConfig, RunConfig
 from bench_core.engines import run_config_problems
 from bench_core.engines.client_workers import ClientWorkers, split_sessions
-from bench_core.engines.openai_client import ServerSpec
+from bench_core.engines.openai_client import ServerError, ServerSpec
 from bench_core.load.datasets import SampledRequest
 from bench_core.load.schedule import SendSchedule
 from bench_core.store.history import History
@@ -33,6 +34,11 @@ def restful(url: str, folder, *flags: str) -> int:
         "--sharegpt-output-len", str(TEXT_EVENTS), "--request-rate", "20", "--disable-warmup",
         "--output-file", str(folder / "out.csv"), "--results", str(folder / "results"), *flags,
     ])
+
+
+def worker_processes() -> list[psutil.Process]:
+    return [child for child in psutil.Process().children()
+            if "bench_core.engines.client_workers" in " ".join(child.cmdline())]
 
 
 def last_run(folder):
@@ -90,8 +96,7 @@ def test_each_worker_process_sends_its_share_on_connections_of_its_own(owners_se
     requests = [SampledRequest(f"prompt {i}", 2, 3) for i in range(8)]
     workers = ClientWorkers(2)
     try:
-        pids = {child.pid for child in psutil.Process().children()
-                if "bench_core.engines.client_workers" in " ".join(child.cmdline())}
+        pids = {child.pid for child in worker_processes()}
         assert len(pids) == 2
         run = workers.run(ServerSpec(url, server_kind="vllm"), "m", requests,
                           SendSchedule.at_rate(requests, math.inf), max_concurrency=4)
@@ -133,3 +138,41 @@ def test_client_processes_belong_to_server_runs_only():
     config = RunConfig(engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
                        load=LoadConfig(client_processes=2))
     assert "--client-processes applies to the openai backend only, not to transformers." in run_config_problems(config)
+
+
+def test_a_cancel_ends_every_workers_requests_and_leaves_the_workers_ready(scripted_server):
+    requests = [SampledRequest(f"p{i}", 2, TEXT_EVENTS) for i in range(6)]
+    schedule = SendSchedule.at_rate(requests, 2.0, seed=1)  # one request every 0.5 s: most not sent by the cancel
+    workers = ClientWorkers(2)
+    try:
+        cancel = threading.Event()
+        run = workers.run(ServerSpec(scripted_server, server_kind="transformers"), "m", requests, schedule,
+                          cancel=cancel)
+        finishes = {}
+        for event in run.events():
+            if event.kind == "tokens":
+                cancel.set()  # the first token of the first request
+            if event.kind == "finish":
+                finishes[event.index] = event.finish_reason
+        assert sorted(finishes) == list(range(6)) and set(finishes.values()) == {"abort"}
+        assert any(r.sent_ts is not None for r in run.results) and any(r.sent_ts is None for r in run.results)
+        assert not workers.broken
+    finally:
+        workers.close()
+
+
+def test_a_worker_that_dies_is_one_line_and_the_pool_says_it_is_broken(scripted_server):
+    requests = [SampledRequest(f"p{i}", 2, TEXT_EVENTS) for i in range(4)]
+    workers = ClientWorkers(2)
+    try:
+        run = workers.run(ServerSpec(scripted_server, server_kind="transformers"), "m", requests,
+                          SendSchedule.at_rate(requests, math.inf))
+        victim = worker_processes()[0]
+        with pytest.raises(ServerError, match=r"^A client worker process died \(signal 9\), so its requests have no "
+                                              r"results\.$"):
+            for event in run.events():
+                if event.kind == "admit" and victim.is_running():
+                    victim.kill()
+        assert workers.broken
+    finally:
+        workers.close()
