@@ -1,7 +1,8 @@
 """`restful --client-processes N`: one arrival schedule sent from N worker processes, merged into one run.
 
-Real parts: the scripted server (tests/scripted_server.py) on 127.0.0.1, the CLI in this process, the workers as the
-child processes they are, and a server here that asks the operating system which process owns each connection.
+Real parts: the scripted server (tests/scripted_server.py) on 127.0.0.1, the CLI in this process, the Run page through
+AppTest, the workers as the child processes they are, and a server here that asks the operating system which process
+owns each connection.
 """
 
 import json
@@ -11,8 +12,10 @@ import threading
 import psutil
 import pytest
 from aiohttp import web
+from app_under_test import APP
 from openai_server import serving
 from scripted_server import TEXT_EVENTS, scripted_server  # noqa: F401 (fixture)
+from streamlit.testing.v1 import AppTest
 
 from bench_core.cli import main
 from bench_core.config import EngineConfig, LoadConfig, RunConfig
@@ -21,7 +24,8 @@ from bench_core.engines.client_workers import ClientWorkers, split_sessions
 from bench_core.engines.openai_client import ServerError, ServerSpec
 from bench_core.load.datasets import SampledRequest
 from bench_core.load.schedule import SendSchedule
-from bench_core.store.history import History
+from bench_core.store.history import RESULTS_ENV, History
+from dashboard.state import get_runner
 
 N_PROMPTS = 6
 SEND_LAG_S = 0.25  # a worker's send after its due time, on a busy 2-core machine
@@ -68,25 +72,29 @@ def test_two_processes_send_the_one_process_schedule_and_merge_into_one_run(scri
 
 @pytest.fixture
 def owners_server():
-    """A server that streams three tokens and records, per prompt, the process that owns the client's end of the
-    connection (asked of the operating system, not of the client)."""
+    """A server that streams the tokens asked for and records, per prompt, the process that owns the client's end of
+    the connection (asked of the operating system, not of the client); it serves the model "m"."""
     owners: dict[str, int] = {}
 
     async def completions(request: web.Request) -> web.StreamResponse:
         body = await request.json()
         port = request.transport.get_extra_info("peername")[1]
-        for child in psutil.Process().children():
+        for child in psutil.Process().children(recursive=True):  # the dashboard's engine process has them
             if any(c.laddr and c.laddr.port == port for c in child.net_connections(kind="tcp")):
                 owners[body["prompt"]] = child.pid
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        for _ in range(3):
+        for _ in range(body["max_tokens"]):
             await response.write(b"data: " + json.dumps({"choices": [{"index": 0, "text": " t"}]}).encode() + b"\n\n")
         await response.write(b"data: [DONE]\n\n")
         return response
 
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "m"}]})
+
     app = web.Application()
     app.router.add_post("/v1/completions", completions)
+    app.router.add_get("/v1/models", models)
     with serving(app) as url:
         yield url, owners
 
@@ -176,3 +184,25 @@ def test_a_worker_that_dies_is_one_line_and_the_pool_says_it_is_broken(scripted_
         assert workers.broken
     finally:
         workers.close()
+
+
+def test_the_run_page_sends_from_the_client_processes_it_is_given(owners_server, tmp_path, monkeypatch,
+                                                                  fresh_dashboard):
+    url, owners = owners_server
+    monkeypatch.setenv(RESULTS_ENV, str(tmp_path / "results"))
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    at.sidebar.selectbox(key="backend").select("openai").run()
+    at.sidebar.text_input(key="knob_base_url").input(url)
+    at.sidebar.selectbox(key="knob_server_kind").select("transformers")
+    at.sidebar.text_input(key="knob_tokenizer").input("builtin:tiny-llama")
+    at.sidebar.selectbox(key="dataset_builtin").select("builtin:sample")
+    at.sidebar.number_input(key="sharegpt_output_len_cpu").set_value(4)
+    at.sidebar.number_input(key="num_prompts_cpu").set_value(N_PROMPTS)
+    at.sidebar.number_input(key="client_processes").set_value(2)
+    at.sidebar.button(key="start").click().run()
+    assert not at.exception and not at.error
+    run = get_runner().get(at.query_params["run"])
+    assert run.wait(120) and run.state == "finished", run.message
+    assert run.config.load.client_processes == 2
+    assert (run.record.requests["status"] == "success").all() and len(run.record.requests) == N_PROMPTS
+    assert len(set(owners.values())) == 2 and len(owners) == N_PROMPTS  # from two processes
