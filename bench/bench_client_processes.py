@@ -10,6 +10,10 @@ and N > 1 (`client_workers.ClientWorkers.run`), alternating which goes first, be
 round each. The rate is events (ticks) per wall second from the run's t0 to its last event. The worker processes
 start once per N, as the engine starts them when it loads (their start-up is printed apart), and serve every
 round. Ratios are against N=1. Exit status 1 when N=2 takes in less than `--want` (default 1.7) times N=1's rate.
+
+On a shared machine wall rates say how busy it was; so each round also prints the CPU time per event of this
+process (the merge into the profiler; at N=1 the whole client) and of the workers together, and the rate those costs
+allow where each process has a core of its own: min(1 / this process's cost, N / the workers' cost).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -54,11 +59,17 @@ def _serve(port: int, per_write: int) -> None:
     web.run_app(app, host="127.0.0.1", port=port, print=None, handle_signals=True)
 
 
-def measure(url: str, workers: ClientWorkers | None, args) -> tuple[float, float]:
-    """(ticks per wall second from t0, seconds from the call to t0) of one run drained into one profiler; `workers`
-    None: the one-process client."""
+def _worker_cpu_s() -> float:
+    return sum(sum(child.cpu_times()[:2]) for child in psutil.Process().children()
+               if "bench_core.engines.client_workers" in " ".join(child.cmdline()))
+
+
+def measure(url: str, workers: ClientWorkers | None, args) -> tuple[float, float, float, float]:
+    """(ticks per wall second from t0, seconds from the call to t0, CPU microseconds per tick of this process and of
+    the workers) of one run drained into one profiler; `workers` None: the one-process client."""
     requests = [SampledRequest("hello", 8, args.tokens)] * args.requests
     spec = ServerSpec(url, server_kind="vllm")
+    own_cpu, worker_cpu = time.process_time(), _worker_cpu_s()
     called = time.perf_counter()
     if workers is None:
         run = run_requests(spec, MODEL, requests, max_concurrency=args.concurrency)
@@ -79,8 +90,14 @@ def measure(url: str, workers: ClientWorkers | None, args) -> tuple[float, float
             session.finish(Session.SUCCESS, "", event.ts)
         last = event.ts
     profiler.finish()
+    own_cpu, worker_cpu = time.process_time() - own_cpu, _worker_cpu_s() - worker_cpu
     _check(sessions, run.results, args)
-    return ticks / (last - run.t0), run.t0 - called
+    return ticks / (last - run.t0), run.t0 - called, own_cpu / ticks * 1e6, worker_cpu / ticks * 1e6
+
+
+def allowed_rate(n: int, own_us: float, workers_us: float) -> float:
+    """Events per second the CPU costs allow with a core per process."""
+    return 1e6 / max(own_us, workers_us / n)
 
 
 def _check(sessions, results, args) -> None:
@@ -118,22 +135,26 @@ def main() -> int:
             pools[n] = ClientWorkers(n) if n > 1 else None
             print(f"  N={n}: workers started in {time.perf_counter() - started:.2f} s")
             measure(url, pools[n], args)  # unmeasured: imports, connections, caches
-        best = dict.fromkeys(counts, (0.0, 0.0))
+        best = dict.fromkeys(counts, (0.0, 0.0, 0.0, 0.0))
         for round_ in range(args.rounds):
             for n in counts if round_ % 2 == 0 else counts[::-1]:  # none always goes first
-                rate, to_t0 = measure(url, pools[n], args)
-                best[n] = max(best[n], (rate, to_t0))
-                print(f"  round {round_ + 1}  N={n}  {rate:>10,.0f} events/s  "
-                      f"({to_t0 * 1000:.0f} ms from the call to t0)")
+                rate, to_t0, own_us, workers_us = measure(url, pools[n], args)
+                best[n] = max(best[n], (rate, to_t0, own_us, workers_us))
+                print(f"  round {round_ + 1}  N={n}  {rate:>10,.0f} events/s  ({to_t0 * 1000:.0f} ms from the call "
+                      f"to t0)  CPU per event: this process {own_us:.1f} us, workers {workers_us:.1f} us: "
+                      f"{allowed_rate(n, own_us, workers_us):,.0f} events/s on free cores")
     finally:
         for pool in pools.values():
             if pool is not None:
                 pool.close()
         server.terminate()
         server.join(timeout=10)
-    one = best[counts[0]][0]
+    one, one_free = best[counts[0]][0], allowed_rate(counts[0], *best[counts[0]][2:])
+    print(f"load average now {psutil.getloadavg()[0]:.1f} on {psutil.cpu_count()} cores")
     for n in counts:
-        print(f"N={n}: {best[n][0]:>10,.0f} events/s  ratio to N={counts[0]}: {best[n][0] / one:.2f}")
+        free = allowed_rate(n, *best[n][2:])
+        print(f"N={n}: {best[n][0]:>10,.0f} events/s  ratio to N={counts[0]}: {best[n][0] / one:.2f}   "
+              f"on free cores (from CPU per event, best wall round): {free:,.0f} events/s, ratio {free / one_free:.2f}")
     if 2 in best and best[2][0] / one < args.want:
         print(f"BELOW TARGET: N=2 takes in {best[2][0] / one:.2f}x N=1's events per second (want {args.want})")
         return 1
