@@ -75,7 +75,7 @@ SAMPLING_BODY_FLAGS = (
 )
 # Ours: vLLM's load shape and limits, and the dataset's settings LMDeploy's script lacks.
 OUR_FLAGS = (*unlisted_flags(Part.DATASET, DATASET_FLAGS, SAMPLING_FLAGS),
-    "max_concurrency", "burstiness", "exact_rate_arrivals", "duration_s",
+    "max_concurrency", "burstiness", "exact_rate_arrivals", "duration_s", "client_processes",
     Flag("warmup_requests", default=1, help="unmeasured warm-up requests (0 with --disable-warmup)"),
     Flag("chat_limit_field", help="the field of a -chat backend's requests that limits their output tokens: "
                                   "profile_restful_api.py's max_completion_tokens, max_tokens (which llama.cpp's "

@@ -455,6 +455,16 @@ LOAD = (
             flags=("--duration",), cli_help="end the run after this many seconds: unsent requests stay unfinished, "
                                              "those in flight are cancelled; a warm-up request waits no longer than "
                                              "this for a token"),
+    # One asyncio process saturates near 80k events/s on one core; more processes split the requests of one
+    # schedule (engines/client_workers.py). 1 is the one-process client, unchanged.
+    Setting("client_processes", Part.LOAD, int, 1, backends=("openai",), label="Client processes", unit="processes",
+            bounds=Bounds("The client processes must be at least 1; got {value}.", low=1),
+            help="Send the requests from this many processes, each with its own event loop and connections, on one "
+                 "arrival schedule drawn from the seed; a max concurrency is split between them. For a server that "
+                 "answers faster than one client process can read.",
+            widget=Widget(step=1), widget_label="Client processes",
+            cli_help="send from this many worker processes, each with its own event loop and connection pool, on "
+                     "one arrival schedule from --seed (--max-concurrency is split between them)"),
     # What profile_throughput.py's workers do around each request, on the engine API.
     Setting("skip_tokenize", Part.LOAD, bool, False, load_patterns=BY_ENGINE_API,
             help="Encode the prompts before the clock starts, so token ids go in and tokenizing is not measured.",

@@ -546,10 +546,12 @@ class ClientRun:
         duration_s: float | None,
         ignore_eos: bool,
         cancel: threading.Event,
+        start_at: float | None = None,
     ) -> None:
         self.spec, self.model, self.requests = spec, model, requests
         self.request_rate, self.max_concurrency, self.warmup, self.duration_s = request_rate, max_concurrency, warmup, duration_s
         self.ignore_eos, self.cancel, self.schedule = ignore_eos, cancel, schedule
+        self.start_at = start_at  # a t0 shared with other clients (client_workers); None: when the warm-up ends
         # A turn that follows another is scheduled once that one ends (NaN until then).
         self.results = [RequestResult(i, r.output_len, math.nan if schedule.offset(i) is None else schedule.offset(i))
                         for i, r in enumerate(requests)]
@@ -570,8 +572,13 @@ class ClientRun:
 
     def events(self) -> Iterator[EngineEvent]:
         """Every event until the run ends; raises the run's error (a failed warm-up, say) at the end."""
-        while (batch := self._events.get()) is not _END:
+        for batch in self.batches():
             yield from batch
+
+    def batches(self) -> Iterator[list[EngineEvent]]:
+        """`events()` in the batches they cross threads in, for a reader that passes them on in batches too."""
+        while (batch := self._events.get()) is not _END:
+            yield batch
         self._thread.join()
         if self.error is not None:
             raise self.error
@@ -623,7 +630,7 @@ class ClientRun:
             flusher = asyncio.create_task(self._flush_periodically())
             try:
                 await self._warm_up(session, slots)
-                self.t0 = time.perf_counter()
+                self.t0 = time.perf_counter() if self.start_at is None else self.start_at
                 self.schedule.start(self.t0)
                 self._released = {i: asyncio.Event() for i, r in enumerate(self.requests) if r.follows is not None}
                 if self.cancel.is_set():  # during the warm-up; from here on the watcher cancels the tasks
@@ -723,6 +730,7 @@ def run_requests(
     arrival_seed: int | np.random.RandomState = 0,
     exact_rate_arrivals: bool = False,
     schedule: SendSchedule | None = None,
+    start_at: float | None = None,
 ) -> ClientRun:
     """Start sending `requests` to the server and return the run; read it with `ClientRun.events()`.
 
@@ -731,11 +739,12 @@ def run_requests(
     where it is given (a trace's times). A multi-turn turn goes once the one it follows has ended. A request due while
     `max_concurrency` are in flight waits for a slot, and its clock starts when it is sent (vLLM).
     `duration_s` ends the run once that long has passed since t0: requests in flight end RUN_ENDED,
-    the rest "abort" with a "not sent" message. Setting `cancel` aborts everything within 0.1 s.
+    the rest "abort" with a "not sent" message. Setting `cancel` aborts everything within 0.1 s. `start_at` (a
+    perf_counter time) is t0 where several clients share one start (client_workers).
     """
     check_values(max_concurrency=max_concurrency, warmup_requests=warmup, duration_s=duration_s)
     if schedule is None:
         schedule = SendSchedule.at_rate(requests, request_rate, burstiness, arrival_seed, exact_rate_arrivals)
     run = ClientRun(spec, model, requests, schedule, request_rate, max_concurrency, warmup, duration_s, ignore_eos,
-                    cancel or threading.Event())
+                    cancel or threading.Event(), start_at)
     return run.start()

@@ -58,6 +58,7 @@ from ..states import SERVED_REASONS, LoadPattern, RequestStatus
 from .base import NOT_SENT, Backend, Engine, EngineEvent, EngineInfo
 
 if TYPE_CHECKING:  # the client imports aiohttp, so it is imported where it is used: the registry imports this module
+    from .client_workers import ClientWorkers, ProcessClientRun
     from .openai_client import ClientRun, RequestResult, ServerSpec
     from .server_metrics import MetricsScraper
 
@@ -105,6 +106,14 @@ def _credential_problems(spec) -> list[str]:
     return []
 
 
+def _split_problems(load: LoadConfig) -> list[str]:
+    """A concurrency limit the client processes cannot share (client_workers)."""
+    from .client_workers import concurrency_problems
+
+    slots = load.max_concurrency if load.load_pattern == LoadPattern.REQUEST_RATE else load.concurrency
+    return concurrency_problems(load.client_processes, slots)
+
+
 class OpenAIBackend(Backend):
     """Any OpenAI-compatible server, reached over HTTP."""
 
@@ -147,7 +156,8 @@ class OpenAIBackend(Backend):
             return [str(exc)]
         # top_k is left to the server: vLLM and SGLang take -1 for "no limit", LMDeploy 0.
         body = {key: value for key, value in (spec.extra_body or {}).items() if key != "top_k"}
-        return sampling_problems(body, "In the extra request body, ") + _credential_problems(spec)
+        return (sampling_problems(body, "In the extra request body, ") + _credential_problems(spec)
+                + _split_problems(load))
 
     @classmethod
     def settings_key(cls, engine: EngineConfig, load: LoadConfig) -> tuple:
@@ -157,13 +167,13 @@ class OpenAIBackend(Backend):
 
     @classmethod
     def load(cls, engine: EngineConfig, load: LoadConfig) -> Engine:
-        return OpenAIEngine(engine)
+        return OpenAIEngine(engine, load.client_processes)
 
 
 class OpenAIEngine(Engine):
     """A server behind a base URL, measured with the semantics of profile_restful_api.py and vLLM."""
 
-    def __init__(self, engine: EngineConfig):
+    def __init__(self, engine: EngineConfig, client_processes: int = 1):
         from .openai_client import api_root, discover_model
 
         self.spec = server_spec(engine)
@@ -186,6 +196,23 @@ class OpenAIEngine(Engine):
             versions={"aiohttp": importlib.metadata.version("aiohttp")},
             notes=[f"tokenizer: {tokenizer_name}"],
         )
+        self._client_processes = client_processes
+        self._workers: ClientWorkers | None = None
+        self._start_workers()
+
+    def _start_workers(self) -> None:
+        """The client's worker processes, where the run sends from several (client_workers): started with the
+        engine, so that their start-up is not in a run's time."""
+        if self._client_processes > 1 and (self._workers is None or self._workers.broken):
+            from .client_workers import ClientWorkers
+
+            if self._workers is not None:
+                self._workers.close()
+            self._workers = ClientWorkers(self._client_processes)
+
+    def close(self) -> None:
+        if self._workers is not None:
+            self._workers.close()
 
     @property
     def tokenizer(self):
@@ -225,22 +252,22 @@ class OpenAIEngine(Engine):
 
         by_rate = load.load_pattern == LoadPattern.REQUEST_RATE
         trace = load.load_pattern == LoadPattern.TRACE
-        run = run_requests(
-            self._spec_for(generation, load),
-            self.model,
-            requests,
-            request_rate=load.request_rate if by_rate else math.inf,
-            burstiness=load.burstiness,
-            arrival_seed=arrival_seed,
-            exact_rate_arrivals=load.exact_rate_arrivals,
-            max_concurrency=load.max_concurrency if by_rate else load.concurrency,
-            duration_s=load.duration_s,
-            cancel=cancel,
-            ignore_eos=generation.ignore_eos,
-            schedule=SendSchedule(requests, load) if trace else None,
-        )
-        # index -> (last tokens event, the count ticked before its own last tick)
-        held: dict[int, tuple[EngineEvent, int]] = {}
+        spec = self._spec_for(generation, load)
+        rate = load.request_rate if by_rate else math.inf
+        limit = load.max_concurrency if by_rate else load.concurrency
+        schedule = SendSchedule(requests, load) if trace else None
+        if self._client_processes > 1:  # the schedule drawn here, once, as run_requests draws it
+            self._start_workers()  # again, where a worker died in the last run
+            schedule = schedule or SendSchedule.at_rate(requests, rate, load.burstiness, arrival_seed,
+                                                        load.exact_rate_arrivals)
+            run = self._workers.run(spec, self.model, requests, schedule, limit, load.duration_s,
+                                    generation.ignore_eos, cancel)
+        else:
+            run = run_requests(spec, self.model, requests, request_rate=rate, burstiness=load.burstiness,
+                               arrival_seed=arrival_seed, exact_rate_arrivals=load.exact_rate_arrivals,
+                               max_concurrency=limit, duration_s=load.duration_s, cancel=cancel,
+                               ignore_eos=generation.ignore_eos, schedule=schedule)
+        held: dict[int, tuple[EngineEvent, int]] = {}  # index -> (last tokens event, the count ticked before its own last tick)
         for event in run.events():
             if event.kind == "admit" and run.results[event.index].built_prompt is not None:
                 yield dataclasses.replace(event, input_len=len(self._tokenizer.encode(run.results[event.index].built_prompt)))
@@ -294,7 +321,7 @@ class OpenAIEngine(Engine):
                               lambda url, timeout_s: http_get(url, api_key, timeout_s),
                               METRICS_SWITCHES.get(self.spec.server_kind, ""))
 
-    def _extras(self, result: RequestResult, run: ClientRun) -> dict:
+    def _extras(self, result: RequestResult, run: ClientRun | ProcessClientRun) -> dict:
         """The request-table columns of one sent request (times in seconds; NaN: never happened)."""
         from .openai_client import retokenize
 
