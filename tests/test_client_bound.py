@@ -165,3 +165,13 @@ def test_a_modest_run_with_a_free_loop_is_measured_and_not_flagged(scripted_serv
     assert 0.0 <= float(row[LAG_COLUMN]) < LAG_LIMIT_MS and float(row[SATURATED_COLUMN]) < SATURATED_SHARE
     assert float(row[CLIENT_CORES_COLUMN]) > 0.0
     assert CLIENT_PREFIX not in err and client_note(row) is None
+
+
+def test_the_history_table_shows_the_flag_right_after_the_status():
+    from dashboard.history_view import FLAGS_COLUMN, table_view
+
+    rows = pd.DataFrame({"run_id": ["late", "calm"], "status": ["finished", "finished"], "backend": ["openai"] * 2,
+                         "env_cpu_count": ["2", "2"], LAG_COLUMN: [30.0, 1.0], SATURATED_COLUMN: [0.0, 0.0]})
+    view = table_view(rows).set_index("run_id")
+    assert list(view.columns).index(FLAGS_COLUMN) == list(view.columns).index("status") + 1
+    assert view.loc["late", FLAGS_COLUMN] == client_note(rows.iloc[0]) and view.loc["calm", FLAGS_COLUMN] == ""

@@ -299,8 +299,8 @@ def with_loop_lag(samples: pd.DataFrame, lags: list[tuple[float, float]]) -> pd.
     """The samples with the client loop's lateness samples (time, seconds late) among them, in time order."""
     if not lags:
         return samples
-    rows = [Sample(time_s, CLIENT_LOOP, LOOP_LAG_S, lag) for time_s, lag in lags]
-    return samples_frame([*samples.itertuples(index=False, name=None), *rows])
+    lagged = samples_frame([Sample(time_s, CLIENT_LOOP, LOOP_LAG_S, lag) for time_s, lag in lags])
+    return pd.concat([samples, lagged], ignore_index=True).sort_values("time_s", kind="stable").reset_index(drop=True)
 
 
 # Summaries: pure functions of a samples table and a window [start_s, end_s] on the same clock.
