@@ -28,7 +28,7 @@ RUN_PAGE_URL = "run"
 # somewhere in the rows on show), then the results.
 IDENTITY_COLUMNS = ("run_id", "started_at", "status", "label", "backend", "model", "model_random_weights")
 VARIED_COLUMNS = ("dataset_name", run_diff.OUTPUT_LENGTH, "load_pattern", "concurrency", "num_prompts")
-FLAGS_COLUMN = "flags"  # the run's flags (machine busy, client bound), right after the status where a run on show has one
+FLAGS_COLUMN = "flags"  # a run's flags (machine busy, client bound): right after the status where a run has one
 RESULT_COLUMNS = ("completed", "output_throughput", "request_throughput", "mean_ttft_ms", "p99_ttft_ms",
                   "mean_itl_ms", "mean_e2e_ms", "error", "source_file")
 FILTERS = (("backend", "Backend"), ("model", "Model"), ("status", "Status"), ("dataset", "Dataset"))

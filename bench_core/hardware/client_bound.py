@@ -53,10 +53,11 @@ def client_summary(samples: pd.DataFrame, start_s: float, end_s: float) -> dict[
 
 def client_bound(values: Mapping[str, Any]) -> bool:
     """Whether a summary or history row's loop lag or client CPU flags the run (NaN, None, absent: not flagged)."""
-    return as_number(values.get(LAG_COLUMN)) >= LAG_LIMIT_MS or as_number(values.get(SATURATED_COLUMN)) >= SATURATED_SHARE
+    lag, share = as_number(values.get(LAG_COLUMN)), as_number(values.get(SATURATED_COLUMN))
+    return lag >= LAG_LIMIT_MS or share >= SATURATED_SHARE
 
 
-def client_note(values: Mapping[str, Any], during: str = "this run") -> str | None:
+def client_note(values: Mapping[str, Any]) -> str | None:
     """The flag as one sentence with its numbers, from a summary or history row; None for a run not flagged."""
     if not client_bound(values):
         return None
@@ -65,6 +66,6 @@ def client_note(values: Mapping[str, Any], during: str = "this run") -> str | No
     if not math.isnan(lag):
         said.append(f"its event loop woke {lag:.1f} ms late on average (limit {LAG_LIMIT_MS:g} ms)")
     if not math.isnan(share):
-        said.append(f"its process used a full core {share:.0%} of the time")
-    return (f"{CLIENT_PREFIX}: the benchmark's client could not keep up during {during}: {' and '.join(said)}, so "
+        said.append(f"its process used {SATURATED_CORES:g} cores or more {share:.0%} of the time")
+    return (f"{CLIENT_PREFIX}: the benchmark's client could not keep up during this run: {' and '.join(said)}, so "
             f"the timings include the client's own delay and the server may have had more to give; {SPREAD_ADVICE}.")
