@@ -16,7 +16,7 @@ import streamlit as st
 
 from bench_core.views import compare_charts, report, run_diff, tables
 from bench_core.errors import HistoryError
-from bench_core.hardware.contention import busy_notes
+from bench_core.hardware.run_flags import flag_notes
 from bench_core.store import run_parts
 from bench_core.store.history import History
 from dashboard.table_view import LONG_TABLE_ROWS, show_table
@@ -28,7 +28,7 @@ RUN_PAGE_URL = "run"
 # somewhere in the rows on show), then the results.
 IDENTITY_COLUMNS = ("run_id", "started_at", "status", "label", "backend", "model", "model_random_weights")
 VARIED_COLUMNS = ("dataset_name", run_diff.OUTPUT_LENGTH, "load_pattern", "concurrency", "num_prompts")
-BUSY_COLUMN = "machine_busy"  # the flag's sentence, shown right after the status where a run on show has one
+FLAGS_COLUMN = "flags"  # a run's flags (machine busy, client bound): right after the status where a run has one
 RESULT_COLUMNS = ("completed", "output_throughput", "request_throughput", "mean_ttft_ms", "p99_ttft_ms",
                   "mean_itl_ms", "mean_e2e_ms", "error", "source_file")
 FILTERS = (("backend", "Backend"), ("model", "Model"), ("status", "Status"), ("dataset", "Dataset"))
@@ -83,10 +83,10 @@ def table_view(shown: pd.DataFrame) -> pd.DataFrame:
     frame = run_diff.with_output_length(shown)
     columns = dict.fromkeys(name for name in (*IDENTITY_COLUMNS, *varied, *RESULT_COLUMNS) if name in frame)
     view = frame[list(columns)].reset_index(drop=True)
-    notes = busy_notes(shown).reset_index(drop=True)
+    notes = flag_notes(shown).reset_index(drop=True)
     if notes.astype(bool).any():
         at = view.columns.get_loc("status") + 1 if "status" in view else len(view.columns)
-        view.insert(at, BUSY_COLUMN, notes)
+        view.insert(at, FLAGS_COLUMN, notes)
     return view
 
 

@@ -17,7 +17,7 @@ from bench_core import csvstore
 from bench_core.measure import metrics
 from bench_core.config import SLO, RunConfig
 from bench_core.errors import HistoryError
-from bench_core.hardware.contention import busy_note
+from bench_core.hardware.run_flags import run_flags
 from bench_core.store.history import History, lmdeploy_row_of
 from bench_core.measure.live_snapshot import LiveSnapshot
 from bench_core.states import RunState
@@ -41,8 +41,9 @@ class RunResult:
     snapshot: LiveSnapshot | None = None
     # Only when rebuilt from the history: its row, as History.row read it.
     history_row: dict | None = None
-    # Other processes held the machine's CPU while it ran (hardware/contention.py): the flag's sentence, else None.
-    machine_busy: str | None = None
+    # Why its numbers are not the engine's alone (hardware/run_flags.py: a busy machine, a client that could not keep
+    # up): each flag's sentence.
+    flags: list[str] = field(default_factory=list)
 
     def summary(self, slo: SLO | None) -> dict:
         """The run's summary recomputed from its per-request table, with goodput for `slo`."""
@@ -71,7 +72,7 @@ def result_from_run(run: Run) -> RunResult | None:
         warnings=[*measurement.warnings, *filter(None, [measurement.save_error])],
         notes=list(measurement.sample.notes) if measurement.sample is not None else [],
         snapshot=run.snapshot(),
-        machine_busy=busy_note(record.metrics, record.environment.get("cpu_count")),
+        flags=run_flags(record.metrics, record.environment.get("cpu_count")),
     )
 
 
@@ -90,7 +91,7 @@ def result_from_history(history: History, run_id: str) -> RunResult:
         lmdeploy_row=lmdeploy_row_of(row),
         message=row.get("error", ""),
         history_row=row,
-        machine_busy=busy_note(row, row.get("env_cpu_count")),
+        flags=run_flags(row, row.get("env_cpu_count")),
     )
 
 

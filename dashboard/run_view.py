@@ -273,15 +273,15 @@ def _recorded(result: RunResult) -> run_parts.RecordedRun:
 
 def _ended_status(result: RunResult, summary: dict) -> None:
     """Red when no request succeeded or the run broke, green when every request succeeded on a machine the engine
-    had to itself, amber otherwise (partial, cancelled, machine busy); the runner's message quotes the first failure
-    reasons. Runs recorded before the partial and failed outcomes existed are judged by their counts the same way."""
+    had to itself, amber otherwise (partial, cancelled, flagged: machine busy, client bound); the runner's message
+    quotes the first failure reasons. Runs recorded before the partial and failed outcomes existed are judged by their counts the same way."""
     said = report.describe_outcome(result.status, result.message, summary)
-    if result.machine_busy:  # the timings are not the engine's alone: never plain green
-        said += f" {_sentence(result.machine_busy)}"
+    for flag in result.flags:  # the timings are not the engine's alone: never plain green
+        said += f" {_sentence(flag)}"
     served_all = summary["failed"] + summary["incomplete"] + summary.get("overrun", 0) == 0
     if result.status == RunState.FAILED or (result.status == RunState.FINISHED and summary["completed"] == 0):
         st.error(plain(said))
-    elif result.status == RunState.FINISHED and served_all and not result.machine_busy:
+    elif result.status == RunState.FINISHED and served_all and not result.flags:
         st.success(plain(said))
     else:
         st.warning(plain(said))

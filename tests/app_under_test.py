@@ -15,15 +15,16 @@ def shown(markdown: str) -> str:
 
 
 def ended_status(at, record) -> str:
-    """The Run page's status line of an ended run: green, or amber with the flag's sentence where its record was
-    flagged "machine busy" (hardware/contention.py), as a run on a shared machine may be; never either at random."""
-    from bench_core.hardware.contention import busy_note
+    """The Run page's status line of an ended run: green, or amber with the flags' sentences where its record was
+    flagged (hardware/run_flags.py: "machine busy", as a run on a shared machine may be, or "client bound"); never
+    either at random."""
+    from bench_core.hardware.run_flags import run_flags
 
-    note = busy_note(record.metrics, record.environment.get("cpu_count"))
-    if note is None:
-        assert not [w.value for w in at.warning if "Machine busy" in shown(w.value)]
+    flags = run_flags(record.metrics, record.environment.get("cpu_count"))
+    if not flags:
+        assert not [w.value for w in at.warning if "Machine busy" in shown(w.value) or "Client bound" in shown(w.value)]
         return at.success[0].value
     assert not at.success
     status = next(w.value for w in at.warning if shown(w.value).startswith(f"{record.status}:"))
-    assert shown(status).endswith(note[:1].upper() + note[1:])
+    assert shown(status).endswith(" ".join(flag[:1].upper() + flag[1:] for flag in flags))
     return status

@@ -12,7 +12,7 @@ from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.hardware.telemetry import CPU_CORES, CPU_COUNT, CPU_PERCENT, MACHINE, PROCESS, Sample, samples_frame
 from bench_core.run.runner import Runner
 from bench_core.store.history import RESULTS_ENV, History, run_metrics
-from dashboard.history_view import BUSY_COLUMN
+from dashboard.history_view import FLAGS_COLUMN
 from app_under_test import APP, shown
 
 NOTE = ("Machine busy: other processes used 1.8 of 2 CPU cores during this run and saturated the machine 100% of the "
@@ -58,9 +58,9 @@ def test_a_busy_run_is_amber_with_its_numbers_on_the_run_page_and_in_history(bus
     at = AppTest.from_file(APP, default_timeout=60).run().switch_page("pages/history.py").run()
     assert not at.exception
     table = at.dataframe[0].value.set_index("run_id")
-    assert list(table.columns).index(BUSY_COLUMN) == list(table.columns).index("status") + 1
-    assert table.loc[busy, BUSY_COLUMN] == NOTE[:1].lower() + NOTE[1:]
-    assert table.loc[calm, BUSY_COLUMN] == ""
+    assert list(table.columns).index(FLAGS_COLUMN) == list(table.columns).index("status") + 1
+    assert table.loc[busy, FLAGS_COLUMN] == NOTE[:1].lower() + NOTE[1:]
+    assert table.loc[calm, FLAGS_COLUMN] == ""
 
     link = table.loc[busy, "open"]  # the Run page as the table's link opens it
     page = AppTest.from_file(APP, default_timeout=60)

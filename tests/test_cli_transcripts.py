@@ -9,7 +9,8 @@ a better message) rewrites the file, and the diff of that file is the change in 
 What differs between two honest runs of one command is masked before comparing: the working folder, the
 model cache, run and sweep ids, the server's port and today's date; in a real run's output every number too
 (timings), with runs of spaces made one (the table's padding follows the numbers' widths), the CPU's name
-and the roofline's verdict on it (CI runs on other machines), and the "machine busy" warning (what else ran).
+and the roofline's verdict on it (CI runs on other machines), and the "machine busy" and "client bound" warnings
+(what else ran).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 import pytest
 from scripted_server import scripted_server  # noqa: F401  (a fixture)
 
+from bench_core.hardware.client_bound import CLIENT_PREFIX
 from bench_core.hardware.contention import BUSY_PREFIX
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,7 +129,7 @@ def normalised(text: str, work: Path, server: str, masked: bool) -> str:
     text = re.sub(r"\b\d{8}-\d{6}-[0-9a-f]{4}\b", "<run_id>", text)
     text = text.replace(f"_{datetime.now():%m%d}_", "_<MMDD>_")
     if masked:  # what depends on the machine too: its CPU's name, and so the roofline's verdict; whether it was busy
-        text = re.sub(rf"^warning: (<run_id>: )?{BUSY_PREFIX}: .*\n", "", text, flags=re.MULTILINE)
+        text = re.sub(rf"^warning: (<run_id>: )?({BUSY_PREFIX}|{CLIENT_PREFIX}): .*\n", "", text, flags=re.MULTILINE)
         text = re.sub(r"CPU \([^)]*\)", "CPU (<cpu>)", text)
         text = re.sub(r"Roofline verdict: [^.]*\.", "Roofline verdict: <verdict>.", text)
         text = re.sub(r"^- the hardware .*$", "- <reason>", text, flags=re.MULTILINE)

@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
-from bench_core.hardware.contention import (BUSY_RUNS, BUSY_SHARE_COLUMN, OTHER_CORES_COLUMN, busy_note, busy_notes,
+from bench_core.hardware.contention import (BUSY_RUNS, BUSY_SHARE_COLUMN, OTHER_CORES_COLUMN, busy_note,
                                             busy_runs, contention_summary, machine_busy)
+from bench_core.hardware.run_flags import flag_notes
 from bench_core.hardware.telemetry import (CALLER, CPU_CORES, CPU_COUNT, CPU_PERCENT, MACHINE, PROCESS, Sample,
                                            samples_frame)
 from bench_core.measure.catalog import telemetry_columns
@@ -129,7 +130,7 @@ def test_history_rows_without_the_columns_read_as_not_flagged():
                          BUSY_SHARE_COLUMN: [math.nan, 0.9, 0.1], OTHER_CORES_COLUMN: [math.nan, 1.5, 0.2]})
     assert busy_runs(rows).tolist() == [False, True, False]
     assert busy_runs(rows.drop(columns=[BUSY_SHARE_COLUMN])).tolist() == [False, False, False]
-    notes = busy_notes(rows)
+    notes = flag_notes(rows)
     assert notes.tolist()[0] == notes.tolist()[2] == ""
     assert notes.tolist()[1].startswith("machine busy: other processes used 1.5 of 2 CPU cores")
 

@@ -570,13 +570,13 @@ def report_saved(run, history) -> None:
         print(f"run {run.run_id}: {run.state} in {history.csv_path}", file=sys.stderr)
 
 
-def warn_if_machine_busy(run, prefix: str = "") -> None:
-    """One warning line on stderr for a run whose engine shared the machine's CPU with other processes
-    (hardware/contention.py), with the numbers: its timings are not the engine's alone."""
-    from ..hardware.contention import busy_note
+def warn_flags(run, prefix: str = "") -> None:
+    """A warning line on stderr for each flag of the run (hardware/run_flags.py), with its numbers: an engine that
+    shared the machine's CPU with other processes, a client that could not keep up with the server."""
+    from ..hardware.run_flags import run_flags
 
     record = run.record
-    if record is not None and (note := busy_note(record.metrics, record.environment.get("cpu_count"))):
+    for note in run_flags(record.metrics, record.environment.get("cpu_count")) if record is not None else ():
         print(f"warning: {prefix}{note}", file=sys.stderr)
 
 
@@ -637,7 +637,7 @@ def _run_each(history, configs: Iterable[RunConfig], csv_path: str, show: Callab
             append_row = show(run)
             print_workload_findings(run)
             print_hardware_findings(run)
-            warn_if_machine_busy(run)
+            warn_flags(run)
             csv_saved = True
             if run.state in MEASURED and csv_path:
                 csv_saved = append_csv_row(csv_path, append_row)

@@ -42,7 +42,7 @@ from ..views.tables import describe_column
 from .common import (
     EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, SWEEP_EXIT_CODES_HELP, Command, EngineCommand, HelpFormatter, Parser,
     add_report_flag, add_results_flag, append_csv_row, check_report_path, check_writable, open_history, progress_line,
-    sweep_outcome, wait_with_progress, warn_if_machine_busy, write_report,
+    sweep_outcome, wait_with_progress, warn_flags, write_report,
 )
 
 # The per-point table printed at the end: throughput, the latency a user waits, decode speed.
@@ -230,7 +230,7 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
     for _, run in sweep.runs:
         for warning in run.measurement.warnings:
             print(f"warning: {run.run_id}: {warning}", file=sys.stderr)
-        warn_if_machine_busy(run, f"{run.run_id}: ")
+        warn_flags(run, f"{run.run_id}: ")
         if run.measurement.save_error:
             print(f"error: run {run.run_id}: {run.measurement.save_error}", file=sys.stderr)
             saved = False

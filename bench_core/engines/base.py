@@ -171,6 +171,11 @@ class Engine(ABC):
         default."""
         return None
 
+    def loop_lag(self) -> list[tuple[float, float]]:
+        """How late the client's event loop woke during the last `stream()` (loop_lag.py: perf_counter time, seconds
+        late), where this engine is a client with one; none by default."""
+        return []
+
     def close(self) -> None:
         """Release the model and any threads or devices it holds."""
 

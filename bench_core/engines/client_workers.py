@@ -39,6 +39,7 @@ from ..errors import BenchError, ConfigError
 from ..load.requests import SampledRequest
 from ..load.schedule import SendSchedule
 from .base import EngineEvent
+from .loop_lag import LoopLag
 from .openai_client import RequestResult, ServerError, ServerSpec, run_requests
 
 START_MARGIN_S = 0.02  # from "all workers ready" to t0: the start message reaches each worker before it
@@ -178,6 +179,7 @@ class ProcessClientRun:
         self.results = [RequestResult(i, r.output_len, math.nan if schedule.offset(i) is None else schedule.offset(i))
                         for i, r in enumerate(requests)]
         self.t0: float | None = None
+        self.loop_lag = LoopLag()  # not sampled here: the workers' loops' samples, gathered as each is done
 
     def events(self) -> Iterator[EngineEvent]:
         """Every worker's events, as they come; raises the first worker's error at the end. Closed early (a
@@ -206,6 +208,7 @@ class ProcessClientRun:
                     else:  # "done"
                         del open_[conn]
                         error = error or message[1]
+                        self.loop_lag.samples.extend(message[2])
         finally:
             if open_:
                 self._workers.send_all(("cancel",))
@@ -254,10 +257,12 @@ def _worker(conn: Connection) -> None:
         start = inbox.get()
         if start[0] != "start":
             return
-        conn.send(("done", _run(conn, task, cancel, start[1])))
+        conn.send(("done", *_run(conn, task, cancel, start[1])))
 
 
-def _run(conn: Connection, task: dict, cancel: threading.Event, start_at: float) -> BenchError | None:
+def _run(conn: Connection, task: dict, cancel: threading.Event, start_at: float
+         ) -> tuple[BenchError | None, list[tuple[float, float]]]:
+    """Send the task's requests; the run's error, if any, and how late this worker's loop ran."""
     requests, indices = task["requests"], task["indices"]
     run = run_requests(task["spec"], task["model"], requests, max_concurrency=task["max_concurrency"],
                        duration_s=task["duration_s"], cancel=cancel,
@@ -267,10 +272,10 @@ def _run(conn: Connection, task: dict, cancel: threading.Event, start_at: float)
         for batch in run.batches():
             conn.send(("events", [_outgoing(event, run.results[event.index], indices) for event in batch]))
     except BenchError as exc:
-        return exc
+        return exc, run.loop_lag.samples
     except Exception as exc:  # noqa: BLE001 - crosses to the parent as one line, not a traceback
-        return ServerError(f"A client worker process failed: {type(exc).__name__}: {exc}")
-    return None
+        return ServerError(f"A client worker process failed: {type(exc).__name__}: {exc}"), run.loop_lag.samples
+    return None, run.loop_lag.samples
 
 
 def _outgoing(event: EngineEvent, result: RequestResult, indices: list[int]) -> tuple:

@@ -63,6 +63,7 @@ from ..load.schedule import SendSchedule
 from ..errors import BenchError, ConfigError
 from ..states import SERVED_REASONS, RequestStatus
 from .base import NOT_SENT_AFTER_FAILURE, RUN_ENDED, EngineEvent
+from .loop_lag import LoopLag
 from .openai_stream import (CHUNKS, ERROR_BODY_CHARS, RETOKENIZED, EventTooLarge, SSEMessage, SSEParser, StreamReader,
                             error_text)
 
@@ -565,6 +566,7 @@ class ClientRun:
         self._pending: list[EngineEvent] = []  # touched by the event loop's thread only
         self._tasks: list[asyncio.Task] = []  # warm-ups and requests, for the cancel watcher
         self._thread = threading.Thread(target=self._main, name="openai-client", daemon=True)
+        self.loop_lag = LoopLag()  # how late the loop ran, so how good each event's timestamp is
 
     def start(self) -> ClientRun:
         self._thread.start()
@@ -595,7 +597,7 @@ class ClientRun:
 
     def _main(self) -> None:
         try:
-            asyncio.run(self._drive())
+            asyncio.run(self.loop_lag.around(self._drive()))
         except BaseException as exc:  # handed to the thread that reads events()
             self.error = exc
         finally:

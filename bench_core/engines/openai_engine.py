@@ -178,6 +178,7 @@ class OpenAIEngine(Engine):
 
         self.spec = server_spec(engine)
         self._metrics_interval_s = engine.server_metrics_interval_s if engine.server_metrics else None
+        self._loop_lag: list[tuple[float, float]] = []  # the last run's (ClientRun.loop_lag)
         root = api_root(self.spec.base_url)
         self.model = engine.model.strip() or discover_model(root, self.spec.api_key)
         tokenizer_name = engine.tokenizer.strip() or self.model
@@ -267,7 +268,8 @@ class OpenAIEngine(Engine):
                                arrival_seed=arrival_seed, exact_rate_arrivals=load.exact_rate_arrivals,
                                max_concurrency=limit, duration_s=load.duration_s, cancel=cancel,
                                ignore_eos=generation.ignore_eos, schedule=schedule)
-        held: dict[int, tuple[EngineEvent, int]] = {}  # index -> (last tokens event, the count ticked before its own last tick)
+        self._loop_lag = run.loop_lag.samples  # this run's, from now on, however it ends
+        held: dict[int, tuple[EngineEvent, int]] = {}  # index -> (last tokens event, count ticked before it)
         for event in run.events():
             if event.kind == "admit" and run.results[event.index].built_prompt is not None:
                 yield dataclasses.replace(event, input_len=len(self._tokenizer.encode(run.results[event.index].built_prompt)))
@@ -301,6 +303,9 @@ class OpenAIEngine(Engine):
                                           length_status=length_status)
             else:
                 yield event
+
+    def loop_lag(self) -> list[tuple[float, float]]:
+        return self._loop_lag
 
     def _spec_for(self, generation: GenerationSettings, load: LoadConfig) -> ServerSpec:
         """The server, asked as this run asks it: streamed or not, greedy or sampling."""

@@ -89,7 +89,7 @@ def live_busy_note(samples: pd.DataFrame | None) -> str | None:
 
 def machine_busy(busy_share: Any) -> bool:
     """Whether a run's share of time saturated by others (a number, a cell, NaN or None) flags it."""
-    number = _number(busy_share)
+    number = as_number(busy_share)
     return not math.isnan(number) and number >= FLAGGED_SHARE
 
 
@@ -101,29 +101,20 @@ def busy_runs(runs: pd.DataFrame) -> pd.Series:
     return pd.to_numeric(runs[BUSY_SHARE_COLUMN], errors="coerce").fillna(0.0) >= FLAGGED_SHARE
 
 
-def busy_notes(runs: pd.DataFrame) -> pd.Series:
-    """Per history row: its flag's sentence (`busy_note`, with the row's own core count), "" where not flagged."""
-    flagged = busy_runs(runs)
-    notes = pd.Series("", index=runs.index, dtype=object)
-    for index in flagged[flagged].index:
-        row = runs.loc[index]
-        notes[index] = busy_note(row, row.get("env_cpu_count")) or ""
-    return notes
-
-
 def busy_note(values: Mapping[str, Any], cpu_count: Any = None, during: str = "this run") -> str | None:
     """The flag as one sentence with its numbers, from a summary or history row and the machine's core count
     (its environment's `cpu_count`); None for a run that is not flagged or was not judged."""
     if not machine_busy(values.get(BUSY_SHARE_COLUMN)):
         return None
-    other, share, cores = _number(values.get(OTHER_CORES_COLUMN)), _number(values.get(BUSY_SHARE_COLUMN)), \
-        _number(cpu_count)
+    other, share, cores = as_number(values.get(OTHER_CORES_COLUMN)), as_number(values.get(BUSY_SHARE_COLUMN)), \
+        as_number(cpu_count)
     of_cores = f" of {cores:g}" if cores > 0 else ""
     return (f"{BUSY_PREFIX}: other processes used {other:.1f}{of_cores} CPU cores during {during} and saturated the "
             f"machine {share:.0%} of the time: its numbers are not the engine's alone.")
 
 
-def _number(value: Any) -> float:
+def as_number(value: Any) -> float:
+    """A summary value or history cell as a float; NaN where it is none (None, "", text)."""
     try:
         return float(value)
     except (TypeError, ValueError):

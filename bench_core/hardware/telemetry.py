@@ -30,6 +30,7 @@ DEFAULT_INTERVAL_S = 0.1
 PROCESS = "process"  # the engine's process
 CALLER = "caller"  # the process that started the engine's worker and follows its runs (the dashboard): ours too
 MACHINE = "machine"
+CLIENT_LOOP = "client_loop"  # the HTTP client's event loop: handed over by the client (engines/loop_lag.py), not polled
 GPU_SOURCE = "gpu{}"  # gpu0, gpu1, ...: CUDA's numbering of the visible GPUs
 
 # Metrics, each in the unit its name ends with.
@@ -41,6 +42,7 @@ GPU_UTIL_PERCENT = "gpu_util_percent"  # share of the last sample period in whic
 GPU_MEMORY_BYTES = "memory_used_bytes"
 POWER_W = "power_w"
 SM_CLOCK_MHZ = "sm_clock_mhz"
+LOOP_LAG_S = "loop_lag_s"  # how much later than asked the client's loop woke
 
 NVML_PACKAGE = "nvidia-ml-py"
 
@@ -293,6 +295,14 @@ def _idle_cpu_time(times) -> float:
     return times.idle + getattr(times, "iowait", 0.0)
 
 
+def with_loop_lag(samples: pd.DataFrame, lags: list[tuple[float, float]]) -> pd.DataFrame:
+    """The samples with the client loop's lateness samples (time, seconds late) among them, in time order."""
+    if not lags:
+        return samples
+    lagged = samples_frame([Sample(time_s, CLIENT_LOOP, LOOP_LAG_S, lag) for time_s, lag in lags])
+    return pd.concat([samples, lagged], ignore_index=True).sort_values("time_s", kind="stable").reset_index(drop=True)
+
+
 # Summaries: pure functions of a samples table and a window [start_s, end_s] on the same clock.
 
 def series(samples: pd.DataFrame, source: str, metric: str) -> tuple[np.ndarray, np.ndarray]:
@@ -379,4 +389,15 @@ def telemetry_summary(samples: pd.DataFrame, start_s: float, end_s: float, outpu
         "mean_process_cpu_cores": mean_across_sources(samples, CPU_CORES, start_s, end_s, [PROCESS]),
         "peak_process_rss_bytes": peak(samples, RSS_BYTES, start_s, end_s),
         "mean_machine_cpu_percent": mean_across_sources(samples, CPU_PERCENT, start_s, end_s, [MACHINE]),
+        **loop_lag_summary(samples, start_s, end_s),
     }
+
+
+def loop_lag_summary(samples: pd.DataFrame, start_s: float, end_s: float) -> dict[str, float | None]:
+    """The client loop's mean and largest lateness over the window, in seconds; None each without its samples (an
+    engine in this process has no client loop)."""
+    times, lags = series(samples, CLIENT_LOOP, LOOP_LAG_S)
+    inside = lags[(times >= start_s) & (times <= end_s)]
+    if not inside.size:
+        return {"mean_loop_lag_s": None, "max_loop_lag_s": None}
+    return {"mean_loop_lag_s": float(inside.mean()), "max_loop_lag_s": float(inside.max())}

@@ -509,6 +509,22 @@ CATALOG: tuple[Metric, ...] = (
            "Share of the run during which the machine's CPU was saturated while other processes held a large part "
            "of it (hardware/contention.py); past its threshold the run is flagged \"machine busy\".",
            sampled=_sampled("machine_busy_share"), bounds=FRACTION),
+    # Whether the client kept up with a server run (hardware/client_bound.py's rule): HTTP server runs only.
+    Metric("mean_loop_lag_ms", "Mean client event-loop lag", "ms", False,
+           "How late, on average, the HTTP client's event loop woke against a 10 ms timer (engines/loop_lag.py): "
+           "the delay between a chunk's arrival and its timestamp, which every ITL and TTFT carries; at 10 ms or more "
+           "the run is flagged \"client bound\" (a chosen limit).",
+           sampled=_sampled("mean_loop_lag_s", 1000.0)),
+    Metric("max_loop_lag_ms", "Max client event-loop lag", "ms", False,
+           "The longest the HTTP client's event loop was late during the run: its longest stall.",
+           sampled=_sampled("max_loop_lag_s", 1000.0)),
+    Metric("client_cpu_cores", "Client process CPU", "cores", None,
+           "CPU time the client's process (this one, in a server run) used per second of the run.",
+           sampled=_sampled("mean_client_cpu_cores")),
+    Metric("client_saturated_share", "Run time the client's CPU was saturated", "fraction", False,
+           "Share of the run during which the client's process used 0.9 cores or more, all the CPU its event loop "
+           "can have; at half the run or more it is flagged \"client bound\" (a chosen limit).",
+           sampled=_sampled("client_saturated_share"), bounds=FRACTION),
     # The server's own Prometheus metrics (server_metrics.py), read during server runs.
     Metric("peak_kv_cache_usage", "Peak KV-cache usage (server)", "fraction", None,
            "The highest KV-cache usage the server reported at a read of its /metrics during the run.",

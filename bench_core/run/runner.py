@@ -50,7 +50,7 @@ from ..measure.profiler import Profiler, Session, new_profiler
 from ..measure.time_left import PastPace, past_pace
 from ..redact import redact_text, remember_secrets
 from ..states import MEASURED, SERVED_REASONS, LoadPattern, RequestStatus, RunState, measured_state
-from ..hardware.telemetry import TelemetrySampler
+from ..hardware.telemetry import TelemetrySampler, with_loop_lag
 from .lifecycle import Job, PlaygroundJob, Run
 from .observer import JobObserver
 
@@ -365,7 +365,7 @@ class Runner:
                     if session.status == Session.UNKNOWN:
                         session.finish(Session.CANCELLED, session.reason or "cancelled")
             profiler.finish()
-            samples = sampler.stop()
+            samples = with_loop_lag(sampler.stop(), self._engine.loop_lag())
             measurement.telemetry = samples.assign(time_s=samples["time_s"] - profiler.t_start)
             if scraper is not None:
                 raw = scraper.stop()

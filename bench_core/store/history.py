@@ -49,6 +49,7 @@ from .history_index import SIDECAR_FILE, Snapshot, file_key, read_sidecar, write
 from ..config import SETTINGS, RunConfig, applied_engine_settings
 from ..engines import backend, server_metrics as server_samples
 from ..engines.base import EngineInfo
+from ..hardware.client_bound import client_summary
 from ..hardware.contention import contention_summary
 from ..hardware.telemetry import telemetry_summary
 from ..models.resolve import ModelRecord, describe_model
@@ -470,6 +471,10 @@ def run_metrics(config: RunConfig, requests: pd.DataFrame, duration_s: float, te
         # A server's engine is a process we do not sample: its own CPU would read as other processes' (contention.py).
         if backend(config.engine.backend).in_process:
             sampled.update(contention_summary(telemetry, 0.0, duration_s))
+        elif config.load.client_processes == 1:  # this process was the server's client: whether it kept up
+            sampled.update(client_summary(telemetry, 0.0, duration_s))
+        # With client worker processes this one only merges their events: its CPU is not theirs, so no claim on the
+        # client's CPU is made; the workers' loops' lateness still is in the telemetry and judged (client_bound.py).
         summary.update(telemetry_columns(sampled))
     if server_metrics is not None:
         summary.update(server_columns(server_samples.run_summary(server_metrics)))

@@ -29,7 +29,7 @@ from ..engines import backend
 from ..load.lengths import RANDOM_LENGTHS, describe_random_lengths
 from ..measure.catalog import lower_first
 from ..states import LoadPattern
-from ..hardware.contention import busy_note
+from ..hardware.run_flags import run_flags
 from ..hardware.roofline import describe_roofline
 from ..redact import redact_text
 from ..store.history import ENVIRONMENT_PREFIX
@@ -183,10 +183,11 @@ def ended_latency_histograms(requests: pd.DataFrame, stream_output: bool) -> tup
 
 
 def run_caveats(parts: RunParts) -> list[str]:
-    """What a reader must know before the numbers: a machine other processes kept busy, the run's warnings and
-    dataset notes, short prompts that make TTFT per 1,000 tokens meaningless, random weights."""
-    busy = busy_note(parts.values, parts.row.get(f"{ENVIRONMENT_PREFIX}cpu_count"))
-    caveats = [*([busy[:1].upper() + busy[1:]] if busy else []), *parts.warnings,
+    """What a reader must know before the numbers: its flags (a machine other processes kept busy, a client that
+    could not keep up), the run's warnings and dataset notes, short prompts that make TTFT per 1,000 tokens
+    meaningless, random weights."""
+    flags = run_flags(parts.values, parts.row.get(f"{ENVIRONMENT_PREFIX}cpu_count"))
+    caveats = [*(flag[:1].upper() + flag[1:] for flag in flags), *parts.warnings,
                *(f"Dataset: {note}" for note in parts.notes)]
     if parts.config.load.stream_output and (caveat := tables.per_1k_input_caveat(parts.summary)):
         caveats.append(caveat)

@@ -252,12 +252,14 @@ _TELEMETRY_PANELS = (  # (metric, panel title with its unit, scale from the stor
     (telemetry.CPU_CORES, "Engine process CPU (cores)", 1.0),
     (telemetry.RSS_BYTES, "Engine process memory, RSS (GiB)", 1 / 1024**3),
     (telemetry.CPU_PERCENT, "Machine CPU busy (%)", 1.0),
+    (telemetry.LOOP_LAG_S, "Client event-loop lag (ms)", 1000.0),
 )
 
 
 def telemetry_over_time(samples: pd.DataFrame | None) -> go.Figure:
     """The run's hardware samples against seconds since the start: a panel for each quantity sampled (GPU
-    utilisation, memory and power per GPU; the engine process's CPU and memory; the machine's CPU)."""
+    utilisation, memory and power per GPU; the engine process's CPU and memory; the machine's CPU; an HTTP client's
+    event-loop lag)."""
     from plotly.subplots import make_subplots
 
     present = [] if samples is None else [panel for panel in _TELEMETRY_PANELS

@@ -1,0 +1,71 @@
+"""Whether the benchmark's own client kept up with a server run, so that its numbers are the server's.
+
+Two things say it did not, each read from the run's telemetry (telemetry.py) over its measured window:
+- the client's event loop woke late (engines/loop_lag.py, source CLIENT_LOOP): a chunk that arrived meanwhile waited
+  as long before it was timestamped, so its ITL and TTFT carry the client's delay, and sends due then went late;
+  flagged when the mean lateness is at least LAG_LIMIT_MS;
+- the client's process (the `process` source: in a server run this process is the client) used at least
+  SATURATED_CORES, one Python thread's worth of CPU, which is all the event loop can have: flagged when it did for
+  at least SATURATED_SHARE of the window, weighing each sample by its interval as contention.py does.
+The limits are chosen, not derived: 10 ms late is as long as a fast server's whole ITL, and a client at one core for
+half the run had nothing left for the load it was asked to send. A run flagged "client bound" says how to spread the
+load (SPREAD_ADVICE). Engines in this process have no client loop and are not judged here (contention.py judges
+them). Pure functions of the samples table or of a summary / history row.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..measure.catalog import METRICS
+from .contention import as_number
+from .telemetry import CPU_CORES, PROCESS, series, time_weighted_mean
+
+LAG_LIMIT_MS = 10.0  # the client's loop at least this late on average ...
+SATURATED_CORES = 0.9  # ... or its process at this much CPU or more ...
+SATURATED_SHARE = 0.5  # ... for at least this share of the run: flagged
+CLIENT_PREFIX = "client bound"  # how the flag's sentence starts, wherever it is shown
+SPREAD_ADVICE = "spread the load over more client processes (restful --client-processes N)"
+LAG_COLUMN = METRICS["mean_loop_lag_ms"].column()
+CLIENT_CORES_COLUMN = METRICS["client_cpu_cores"].column()
+SATURATED_COLUMN = METRICS["client_saturated_share"].column()
+
+
+def client_summary(samples: pd.DataFrame, start_s: float, end_s: float) -> dict[str, float | None]:
+    """The client process's mean CPU cores over [start_s, end_s] and the share of the window it used at least
+    SATURATED_CORES; None each without its CPU samples in the window."""
+    times, cores = series(samples, PROCESS, CPU_CORES)
+    if len(times) < 2:
+        return {"mean_client_cpu_cores": None, "client_saturated_share": None}
+    # Sample i is the CPU over (t[i-1], t[i]]: its part inside the window is its weight.
+    weights = np.clip(np.minimum(times[1:], end_s) - np.maximum(times[:-1], start_s), 0.0, None)
+    covered = float(weights.sum())
+    if covered <= 0:
+        return {"mean_client_cpu_cores": None, "client_saturated_share": None}
+    return {"mean_client_cpu_cores": time_weighted_mean(times, cores, start_s, end_s),
+            "client_saturated_share": float(weights[cores[1:] >= SATURATED_CORES].sum() / covered)}
+
+
+def client_bound(values: Mapping[str, Any]) -> bool:
+    """Whether a summary or history row's loop lag or client CPU flags the run (NaN, None, absent: not flagged)."""
+    lag, share = as_number(values.get(LAG_COLUMN)), as_number(values.get(SATURATED_COLUMN))
+    return lag >= LAG_LIMIT_MS or share >= SATURATED_SHARE
+
+
+def client_note(values: Mapping[str, Any]) -> str | None:
+    """The flag as one sentence with its numbers, from a summary or history row; None for a run not flagged."""
+    if not client_bound(values):
+        return None
+    lag, share = as_number(values.get(LAG_COLUMN)), as_number(values.get(SATURATED_COLUMN))
+    said = []
+    if not math.isnan(lag):
+        said.append(f"its event loop woke {lag:.1f} ms late on average (limit {LAG_LIMIT_MS:g} ms)")
+    if not math.isnan(share):
+        said.append(f"its process used {SATURATED_CORES:g} cores or more {share:.0%} of the time")
+    return (f"{CLIENT_PREFIX}: the benchmark's client could not keep up during this run: {' and '.join(said)}, so "
+            f"the timings include the client's own delay and the server may have had more to give; {SPREAD_ADVICE}.")

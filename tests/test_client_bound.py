@@ -1,0 +1,178 @@
+"""Whether the client kept up (hardware/client_bound.py): the event-loop lag sampled on the HTTP client's loop
+(engines/loop_lag.py), the client process's CPU, and the "client bound" flag a run gets from them, in the CLI's
+warnings and the history, on constructed telemetry and on real `restful` runs against the scripted server on
+127.0.0.1, once with the client's loop blocked by a callback that sleeps on it."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+
+import pandas as pd
+import pytest
+from scripted_server import TEXT_EVENTS, scripted_server  # noqa: F401 (fixture)
+from test_contention import _config, _requests
+
+from bench_core.cli import main
+from bench_core.engines.loop_lag import LoopLag
+from bench_core.engines.openai_client import ClientRun
+from bench_core.hardware.client_bound import (CLIENT_CORES_COLUMN, CLIENT_PREFIX, LAG_COLUMN, LAG_LIMIT_MS,
+                                              SATURATED_COLUMN, SATURATED_SHARE, SPREAD_ADVICE, client_bound,
+                                              client_note, client_summary)
+from bench_core.hardware.run_flags import flag_notes, run_flags
+from bench_core.hardware.telemetry import (CLIENT_LOOP, CPU_CORES, CPU_COUNT, LOOP_LAG_S, MACHINE, PROCESS, Sample,
+                                           samples_frame, with_loop_lag)
+from bench_core.measure.catalog import METRICS, telemetry_columns
+from bench_core.store.history import History, run_metrics
+from bench_core.views.run_charts import telemetry_over_time
+
+STEP_S = 0.1
+BLOCK_S = 0.015  # what the blocking callback sleeps on the client's loop for every event it hands on
+
+
+def _telemetry(client_cores: list[float], lags_s: list[float] = ()) -> pd.DataFrame:
+    """The client's process at `client_cores[i]` over (i-1, i] * STEP_S, and its loop's lateness samples (one per
+    STEP_S) where given."""
+    rows = [Sample(0.0, MACHINE, CPU_COUNT, 2.0)]
+    rows += [Sample(i * STEP_S, PROCESS, CPU_CORES, cores) for i, cores in enumerate(client_cores)]
+    frame = samples_frame(rows)
+    return with_loop_lag(frame, [(i * STEP_S, lag) for i, lag in enumerate(lags_s)])
+
+
+# ---- the loop-lag sampler on a real event loop -------------------------------------------------
+
+def _lateness(blocking: bool) -> list[float]:
+    async def work():
+        for _ in range(10):
+            if blocking:
+                time.sleep(0.05)  # a callback that blocks the loop, as a slow parser or a stray sync call would
+            await asyncio.sleep(0.02)
+
+    lag = LoopLag()
+    asyncio.run(lag.around(work()))
+    return [late for _, late in lag.samples]
+
+
+def test_a_blocked_loop_is_seen_late_by_about_as_long_as_it_was_blocked():
+    blocked, free = _lateness(blocking=True), _lateness(blocking=False)
+    print(f"\nblocked: mean {1000 * sum(blocked) / len(blocked):.1f} ms, max {1000 * max(blocked):.1f} ms; "
+          f"free: mean {1000 * sum(free) / len(free):.1f} ms over {len(free)} samples")
+    assert len(blocked) >= 5 and max(blocked) >= 0.04  # each 50 ms block holds the timer back nearly that long
+    assert sum(blocked) / len(blocked) >= LAG_LIMIT_MS / 1000
+    assert len(free) >= 10 and sum(free) / len(free) < LAG_LIMIT_MS / 1000
+
+
+# ---- the rule on constructed telemetry ---------------------------------------------------------
+
+def test_a_late_loop_flags_a_server_run_with_its_numbers_and_the_way_to_spread_the_load():
+    summary = run_metrics(_config("openai"), _requests(), 5.0, _telemetry([0.3] * 51, [0.025] * 51))
+    assert summary[LAG_COLUMN] == pytest.approx(25.0)
+    assert summary[METRICS["max_loop_lag_ms"].column()] == pytest.approx(25.0)
+    assert summary[CLIENT_CORES_COLUMN] == pytest.approx(0.3) and summary[SATURATED_COLUMN] == 0.0
+    assert client_bound(summary)
+    note = client_note(summary)
+    assert note.startswith(f"{CLIENT_PREFIX}: the benchmark's client could not keep up during this run: its event "
+                           "loop woke 25.0 ms late on average (limit 10 ms)")
+    assert note.endswith(f"{SPREAD_ADVICE}.") and "--client-processes N" in note
+
+
+def test_a_client_at_a_full_core_for_most_of_the_run_is_flagged_however_punctual_its_loop():
+    summary = run_metrics(_config("openai"), _requests(), 5.0, _telemetry([0.2] * 11 + [1.0] * 40, [0.001] * 51))
+    assert summary[SATURATED_COLUMN] == pytest.approx(0.8) and summary[SATURATED_COLUMN] >= SATURATED_SHARE
+    assert client_bound(summary) and "its process used 0.9 cores or more 80% of the time" in client_note(summary)
+
+
+def test_a_client_that_kept_up_is_not_flagged():
+    summary = run_metrics(_config("openai"), _requests(), 5.0, _telemetry([0.4] * 51, [0.002] * 51))
+    assert summary[LAG_COLUMN] == pytest.approx(2.0) and not client_bound(summary) and client_note(summary) is None
+    assert run_flags(summary, "2") == []
+
+
+def test_an_engine_in_this_process_has_no_client_to_judge():
+    summary = run_metrics(_config("transformers"), _requests(), 5.0, _telemetry([1.0] * 51))
+    assert CLIENT_CORES_COLUMN not in summary and SATURATED_COLUMN not in summary and LAG_COLUMN not in summary
+
+
+def test_the_lag_outside_the_measured_window_does_not_count():
+    frame = _telemetry([0.3] * 51, [0.5] * 3)  # a stall at 0-0.2 s, before a window that starts at 1 s
+    assert client_summary(frame, 1.0, 5.0)["client_saturated_share"] == 0.0
+    assert telemetry_columns({"mean_loop_lag_s": None}) == {}
+    assert run_metrics(_config("openai"), _requests(), 5.0,
+                       frame.assign(time_s=frame["time_s"] - 1.0)).get(LAG_COLUMN) is None
+
+
+def test_history_rows_without_the_columns_read_as_not_flagged_and_flagged_rows_say_both_flags():
+    rows = pd.DataFrame({"run_id": ["old", "late", "both"], "env_cpu_count": ["2", "2", "2"],
+                         LAG_COLUMN: [math.nan, 30.0, 12.0], SATURATED_COLUMN: [math.nan, 0.1, 0.9],
+                         "machine_busy_share": [math.nan, 0.0, 0.9], "other_cpu_cores": [math.nan, 0.0, 1.2]})
+    notes = flag_notes(rows).tolist()
+    assert notes[0] == ""
+    assert notes[1].startswith(f"{CLIENT_PREFIX}: ") and "30.0 ms late" in notes[1]
+    assert notes[2].startswith("machine busy: other processes used 1.2 of 2 CPU cores")
+    assert f" {CLIENT_PREFIX}: " in notes[2]
+    assert flag_notes(rows[["run_id"]]).tolist() == ["", "", ""]
+
+
+def test_the_telemetry_chart_has_a_panel_for_the_loop_lag():
+    fig = telemetry_over_time(_telemetry([0.3] * 11, [0.004] * 11))
+    titles = [annotation.text for annotation in fig.layout.annotations]
+    assert "Client event-loop lag (ms)" in titles
+    lag_trace = next(trace for trace in fig.data if trace.name == f"{CLIENT_LOOP} {LOOP_LAG_S}")
+    assert max(lag_trace.y) == pytest.approx(4.0)
+
+
+# ---- real runs: restful against the scripted server --------------------------------------------
+
+def _restful(url: str, folder, capsys, *flags: str) -> tuple[int, pd.Series, str]:
+    """One `restful` run of 8 requests: its exit code, history row and stderr (its client's figures printed)."""
+    code = main(["restful", "--backend", "transformers", "--base-url", url, "--model", "scripted",
+                 "--tokenizer", "builtin:tiny-llama", "--dataset-path", "builtin:sample", "--num-prompts", "8",
+                 "--sharegpt-output-len", str(TEXT_EVENTS), "--disable-warmup", "--output-file",
+                 str(folder / "out.csv"), "--results", str(folder / "results"), *flags])
+    row, err = History(folder / "results").load().iloc[-1], capsys.readouterr().err
+    with capsys.disabled():
+        print(f"\nclient at {' '.join(flags)}: mean loop lag {float(row[LAG_COLUMN]):.2f} ms, max "
+              f"{float(row['max_loop_lag_ms']):.1f} ms, CPU {float(row[CLIENT_CORES_COLUMN]):.2f} cores, at a full "
+              f"core {float(row[SATURATED_COLUMN]):.0%} of the run")
+    return code, row, err
+
+
+@pytest.fixture
+def blocked_client_loop(monkeypatch):
+    """Every event the client hands on sleeps BLOCK_S on its event loop first: a client too slow for its load."""
+    handed_on = ClientRun._emit
+
+    def slow_emit(self, event):
+        time.sleep(BLOCK_S)
+        handed_on(self, event)
+
+    monkeypatch.setattr(ClientRun, "_emit", slow_emit)
+
+
+def test_a_run_whose_client_cannot_hold_its_rate_is_flagged_client_bound(scripted_server, tmp_path, capsys,
+                                                                         blocked_client_loop):
+    code, row, err = _restful(scripted_server, tmp_path, capsys, "--request-rate", "40")
+    assert code == 0, err
+    assert float(row[LAG_COLUMN]) >= LAG_LIMIT_MS and float(row["max_loop_lag_ms"]) >= 1000 * BLOCK_S
+    note = client_note(row)
+    assert note is not None and f"warning: {note}" in err.splitlines()
+    assert flag_notes(row.to_frame().T).iloc[0].startswith(f"{CLIENT_PREFIX}: ")
+
+
+def test_a_modest_run_with_a_free_loop_is_measured_and_not_flagged(scripted_server, tmp_path, capsys):
+    code, row, err = _restful(scripted_server, tmp_path, capsys, "--request-rate", "10")
+    assert code == 0, err
+    assert 0.0 <= float(row[LAG_COLUMN]) < LAG_LIMIT_MS and float(row[SATURATED_COLUMN]) < SATURATED_SHARE
+    assert float(row[CLIENT_CORES_COLUMN]) > 0.0
+    assert CLIENT_PREFIX not in err and client_note(row) is None
+
+
+def test_the_history_table_shows_the_flag_right_after_the_status():
+    from dashboard.history_view import FLAGS_COLUMN, table_view
+
+    rows = pd.DataFrame({"run_id": ["late", "calm"], "status": ["finished", "finished"], "backend": ["openai"] * 2,
+                         "env_cpu_count": ["2", "2"], LAG_COLUMN: [30.0, 1.0], SATURATED_COLUMN: [0.0, 0.0]})
+    view = table_view(rows).set_index("run_id")
+    assert list(view.columns).index(FLAGS_COLUMN) == list(view.columns).index("status") + 1
+    assert view.loc["late", FLAGS_COLUMN] == client_note(rows.iloc[0]) and view.loc["calm", FLAGS_COLUMN] == ""
