@@ -60,6 +60,7 @@ class _Capture:
         self.text = self._buffer.getvalue()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["builtin:tiny-llama", "synthetic:tiny"])
 def test_a_cli_run_prints_its_telemetry_and_roofline_verdict_after_the_tables(cli_runs, model):
     _, outputs, _ = cli_runs
