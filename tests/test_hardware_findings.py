@@ -73,6 +73,7 @@ def test_a_cli_run_prints_its_telemetry_and_roofline_verdict_after_the_tables(cl
     assert "per step x" in out and "steps/s" in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["builtin:tiny-llama", "synthetic:tiny"])
 def test_a_cli_run_keeps_its_samples_verdict_and_model_kind_in_the_history(cli_runs, model):
     work, _, _ = cli_runs
