@@ -9,6 +9,15 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# A browser drives a served dashboard through a real run, and the user install builds a venv: every such test takes
+# tens of seconds at least, so the fast suite (-m "not slow") leaves them out without each saying so.
+SLOW_BY_KIND = ("e2e", "user_install")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if any(item.get_closest_marker(kind) for kind in SLOW_BY_KIND):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,9 @@ from bench_core.views.report import NOISE_COLUMN
 from app_under_test import APP, ROOT
 from compared_runs import FIVE, NOT_STREAMED, record_five_runs
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 LMDEPLOY_CSV = ROOT / "tests" / "data" / "lmdeploy_csv" / "profile_throughput.csv"
 
 

@@ -15,6 +15,9 @@ from bench_core.store.history import RESULTS_ENV, History, run_metrics
 from dashboard.history_view import FLAGS_COLUMN
 from app_under_test import APP, shown
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 NOTE = ("Machine busy: other processes used 1.8 of 2 CPU cores during this run and saturated the machine 100% of the "
         "time: its numbers are not the engine's alone.")
 

@@ -10,6 +10,9 @@ from bench_core.store.history import RESULTS_ENV
 from app_under_test import APP, shown
 from dashboard.state import get_runner
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 SECRET = "sk-typed-in-the-page-0123456789"
 
 

@@ -23,6 +23,9 @@ from app_under_test import APP, ended_status, shown
 from dashboard import run_view, sidebar, table_view
 from dashboard.state import get_runner
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 TINY = "builtin:tiny-llama"
 DATA = Path(__file__).resolve().parent / "data"
 LATENCY_ROWS = ["End-to-end latency (ms)", "TTFT (ms)", "TPOT (ms)", "ITL (ms)", "Tokens per tick (tokens)",

@@ -19,6 +19,9 @@ from bench_core.views.report import chart_count as report_charts
 from bench_core.sweep.plan import CPU_SWEEP_OUTPUT_LEN, CPU_SWEEP_PROMPTS
 from dashboard.state import get_history, get_runner, get_sweeps
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 PAGE = "pages/sweep.py"
 TINY = "builtin:tiny-llama"
 SWEEP_TIMEOUT_S = 120

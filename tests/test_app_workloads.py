@@ -10,6 +10,9 @@ from app_under_test import APP
 from bench_core.store.history import RESULTS_ENV
 from dashboard.state import get_runner
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(autouse=True)
 def results_root(tmp_path, fresh_dashboard):

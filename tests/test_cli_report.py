@@ -9,6 +9,9 @@ from bench_core.store.history import History
 from bench_core.views import tables
 from test_cli import run_cli
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 FAST_RUN = ("pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "4", "-c", "2",
             "--sharegpt-output-len", "8", "--stream-output", "--csv", "", "--results", "results")
 

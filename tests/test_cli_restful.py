@@ -11,6 +11,9 @@ from bench_core.cli.restful import _rate_range, rates
 from bench_core.store.history import History
 from bench_core.store.history_import import RESTFUL_COLUMNS
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 SECRET = "sk-cli-secret-0123456789"
 
 

@@ -17,6 +17,9 @@ from bench_core.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from bench_core.store.history import History
 from bench_core.store.history_import import SAVE_CSV_COLUMNS
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 # A 2x2 grid, 2 repeats, 4 prompts x 8 tokens: 8 runs of about a second each.
 SWEEP_ARGS = ("sweep", "pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "4",

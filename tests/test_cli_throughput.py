@@ -19,6 +19,9 @@ from bench_core.store.history import History
 from bench_core.store.history_import import SAVE_CSV_COLUMNS
 from bench_core.sweep.plan import parse_sweep_arg
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 # profile_throughput.py's parse_args (lmdeploy snapshot 2026-08-21), in its order: each flag's default, as it parses
 # a command line that gives none (positionals: a value to give).
 PROFILE_THROUGHPUT_FLAGS = {

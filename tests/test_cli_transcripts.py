@@ -29,6 +29,9 @@ from scripted_server import scripted_server  # noqa: F401  (a fixture)
 from bench_core.hardware.client_bound import CLIENT_PREFIX
 from bench_core.hardware.contention import BUSY_PREFIX
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 TRANSCRIPTS = ROOT / "tests" / "data" / "cli_transcripts.json"
 UPDATE = os.environ.get("UPDATE_CLI_TRANSCRIPTS") == "1"

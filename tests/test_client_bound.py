@@ -150,6 +150,7 @@ def blocked_client_loop(monkeypatch):
     monkeypatch.setattr(ClientRun, "_emit", slow_emit)
 
 
+@pytest.mark.slow  # a CLI run against a real server
 def test_a_run_whose_client_cannot_hold_its_rate_is_flagged_client_bound(scripted_server, tmp_path, capsys,
                                                                          blocked_client_loop):
     code, row, err = _restful(scripted_server, tmp_path, capsys, "--request-rate", "40")
@@ -160,6 +161,7 @@ def test_a_run_whose_client_cannot_hold_its_rate_is_flagged_client_bound(scripte
     assert flag_notes(row.to_frame().T).iloc[0].startswith(f"{CLIENT_PREFIX}: ")
 
 
+@pytest.mark.slow  # a CLI run against a real server
 def test_a_modest_run_with_a_free_loop_is_measured_and_not_flagged(scripted_server, tmp_path, capsys):
     code, row, err = _restful(scripted_server, tmp_path, capsys, "--request-rate", "10")
     assert code == 0, err

@@ -29,6 +29,8 @@ from bench_core.load.schedule import SendSchedule
 from bench_core.store.history import RESULTS_ENV, History
 from dashboard.state import get_runner
 
+pytestmark = pytest.mark.slow  # worker processes started, CLI runs and the Run page through AppTest
+
 N_PROMPTS = 6
 SEND_LAG_S = 0.25  # a worker's send after its due time, on a busy 2-core machine
 

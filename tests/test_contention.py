@@ -177,6 +177,7 @@ def test_a_caller_process_is_sampled_and_counted_as_ours():
     assert as_stranger - with_caller > 0.5 * caller.mean()
 
 
+@pytest.mark.slow
 def test_the_engine_worker_samples_the_process_that_follows_it(tiny_model_path):
     from bench_core.run.engine_process import ProcessRunner
 

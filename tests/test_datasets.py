@@ -138,6 +138,7 @@ def test_builtin_sample_is_generated_identically_every_time():
     assert len({prompt for prompt, _ in conversations.pairs}) > 200  # varied, not a few templates repeated
 
 
+@pytest.mark.slow
 def test_builtin_sample_gives_every_length_filter_something_to_drop(tiny_tokenizer):
     pairs = load_conversations(BUILTIN_SAMPLE).pairs
     lengths = [(len(tiny_tokenizer.encode(p)), len(tiny_tokenizer.encode(c))) for p, c in pairs]
@@ -148,6 +149,7 @@ def test_builtin_sample_gives_every_length_filter_something_to_drop(tiny_tokeniz
     assert sum(4 <= p <= 1024 and c >= 4 and p + c <= 2048 for p, c in lengths) > 200
 
 
+@pytest.mark.slow
 def test_builtin_sharegpt_recovers_the_truncated_package_file_and_samples(tiny_tokenizer):
     conversations = load_conversations(BUILTIN_SHAREGPT)
     assert conversations.source.startswith(BUILTIN_SHAREGPT)

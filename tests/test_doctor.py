@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import platform
 
+import pytest
 import torch
 import transformers
 from test_cli import run_cli
 
 from bench_core.store.history import History
+
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
 
 
 def _lines(text: str) -> dict[str, str]:

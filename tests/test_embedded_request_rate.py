@@ -19,6 +19,9 @@ from bench_core.load.arrivals import send_offsets
 from bench_core.run.runner import Runner
 from bench_core.store.history import History
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 RATE = 4.0  # req/s: six requests span about 1.25 s, each served long before the next arrives
 SEND_TOLERANCE_S = 0.1  # a loaded 2-core machine's wake-up lateness, far under the 0.25 s mean gap

@@ -19,6 +19,9 @@ from bench_core.load.cancellation import cancel_points
 from bench_core.load.datasets import SampledRequest, load_conversations, sample_requests
 from bench_core.run.runner import Runner, engine_api_requests
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 
 class CountingTokenizer:
     """The engine's tokenizer, counting what is encoded and decoded."""

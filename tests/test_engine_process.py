@@ -17,6 +17,9 @@ from bench_core.run.engine_process import ProcessRunner
 from bench_core.store.history import History
 from bench_core.run.runner import Runner
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 TINY = "builtin:tiny-llama"
 

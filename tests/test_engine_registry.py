@@ -123,6 +123,7 @@ def test_a_new_backends_run_goes_through_the_runner_into_the_history(toy_backend
         runner.submit(toy_run("toy-gpu"))
 
 
+@pytest.mark.slow
 def test_a_new_backend_is_offered_by_the_cli_and_runs_there(tmp_path, tiny_model_path):
     """The CLI in another process, on a copy of bench_core with the one module added."""
     shutil.copytree(ROOT / "bench_core", tmp_path / "bench_core", ignore=shutil.ignore_patterns("__pycache__"))
@@ -157,6 +158,7 @@ print(json.dumps(seen))
 """
 
 
+@pytest.mark.slow
 def test_asking_about_one_backend_imports_no_other_backends_libraries(tmp_path):
     done = subprocess.run([sys.executable, "-c", _ASK_ABOUT_THE_SERVER_BACKEND.format(root=str(ROOT))],
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)

@@ -60,6 +60,7 @@ class _Capture:
         self.text = self._buffer.getvalue()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["builtin:tiny-llama", "synthetic:tiny"])
 def test_a_cli_run_prints_its_telemetry_and_roofline_verdict_after_the_tables(cli_runs, model):
     _, outputs, _ = cli_runs
@@ -72,6 +73,7 @@ def test_a_cli_run_prints_its_telemetry_and_roofline_verdict_after_the_tables(cl
     assert "per step x" in out and "steps/s" in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["builtin:tiny-llama", "synthetic:tiny"])
 def test_a_cli_run_keeps_its_samples_verdict_and_model_kind_in_the_history(cli_runs, model):
     work, _, _ = cli_runs
@@ -158,6 +160,7 @@ def test_telemetry_metrics_are_declared_once_and_compared_like_any_metric():
     assert catalog.telemetry_columns(summary) == {"peak_gpu_memory_gib": 2.0, "energy_per_output_token_j": 0.25}
 
 
+@pytest.mark.slow
 def test_lmdeploy_gets_the_cached_folder_of_a_synthetic_model(tmp_path, monkeypatch):
     from bench_core.engines import lmdeploy_pipeline
 
@@ -166,6 +169,7 @@ def test_lmdeploy_gets_the_cached_folder_of_a_synthetic_model(tmp_path, monkeypa
     assert folder.startswith(str(tmp_path)) and (tmp_path / folder / "config.json").exists()
 
 
+@pytest.mark.slow
 def test_loading_a_synthetic_model_for_the_first_time_says_it_is_building_it(tmp_path, monkeypatch):
     from bench_core.run import runner as runner_module
     from bench_core.config import DatasetConfig, LoadConfig, RunConfig
@@ -187,6 +191,7 @@ def test_loading_a_synthetic_model_for_the_first_time_says_it_is_building_it(tmp
     assert phases == ["building synthetic:tiny with random weights, once (0.34 M parameters, 0.7 MB in bfloat16)"]
 
 
+@pytest.mark.slow
 def test_telemetry_crosses_from_the_engine_process_live_and_into_the_record(tmp_path, tiny_model_path):
     from bench_core.run.engine_process import ProcessRunner
 

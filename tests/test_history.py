@@ -292,6 +292,7 @@ def test_an_exception_while_writing_leaves_the_previous_file_and_no_temp_file(hi
     assert [path.name for path in history.root.iterdir() if path.name.endswith(".tmp")] == []
 
 
+@pytest.mark.slow
 def test_a_process_killed_mid_write_leaves_the_previous_file_intact(history):
     history.record(_record())
     before = history.csv_path.read_bytes()
@@ -362,6 +363,7 @@ def test_offline_scripts_share_a_header_so_an_unhinted_name_says_either(history)
     assert set(frame["load_pattern"]) == {""}
 
 
+@pytest.mark.slow
 def test_a_csv_written_by_lmdeploys_own_profiler_imports(history, tmp_path):
     lmdeploy_row = _lmdeploy_row(tmp_path, _config(), stream_output=True)
     (run_id,) = history.import_csv(tmp_path / "lmdeploy-True.csv", "profile_throughput.csv")
@@ -451,6 +453,7 @@ def test_run_ids_are_readable_and_sortable_by_time():
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d", local_now_iso())
 
 
+@pytest.mark.slow
 def test_environment_reports_versions_without_importing_lmdeploy():
     probe = textwrap.dedent(
         f"""

@@ -42,6 +42,7 @@ def long_history(tmp_path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_a_row_read_by_id_is_the_row_of_the_full_table(long_history):
     history = History(long_history)
     everything = fresh_rows(long_history)
@@ -102,6 +103,7 @@ def _replace_by_editor(root: Path, old: bytes, new: bytes) -> None:
     os.replace(copy, path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("change", ["appended by another process", "edited in place", "replaced by an editor",
                                     "deleted by another History", "cut back to fewer rows"])
 def test_every_change_to_the_file_is_seen_at_the_next_read(long_history, change):
@@ -133,6 +135,7 @@ def test_every_change_to_the_file_is_seen_at_the_next_read(long_history, change)
     assert (history.row(last) is None) == (change in ("deleted by another History", "cut back to fewer rows"))
 
 
+@pytest.mark.slow
 def test_a_damaged_row_written_after_a_read_is_still_moved_aside(long_history):
     history = History(long_history)
     rows = len(history.load())
@@ -146,6 +149,7 @@ def test_a_damaged_row_written_after_a_read_is_still_moved_aside(long_history):
     assert "1 damaged row(s)" in notice and str(long_history / QUARANTINE_FILE) in notice
 
 
+@pytest.mark.slow
 def test_a_new_process_trusts_the_sidecar_only_for_the_bytes_it_describes(long_history):
     """Each CLI run starts where the last write left the sidecar: after rows appended since, it parses only those;
     after any other change, the file again."""
@@ -191,6 +195,7 @@ def test_the_one_pass_read_leaves_any_damaged_file_to_the_line_by_line_read(data
     assert csvstore.split_table(data).damaged
 
 
+@pytest.mark.slow
 def test_the_table_after_appended_rows_is_the_table_of_the_whole_file(long_history):
     """Each kind of row (a run of ours, a server run, an LMDeploy import), appended after the table was read, leaves
     the table as a fresh read of the whole file types it: columns left empty by one kind keep their type."""

@@ -103,6 +103,7 @@ def test_a_claimed_run_is_cancelled_by_its_flag_and_ends_where_it_runs():
     assert run.cancel_event.is_set() and run.state == RunState.LOADING and not run.wait(0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runner_class", [Runner, ProcessRunner], ids=["in this process", "in a worker process"])
 def test_one_observer_hears_a_real_runs_moves_snapshots_requests_and_record_in_order(
         runner_class, tmp_path, tiny_model_path):
@@ -141,6 +142,7 @@ def test_a_run_in_this_process_aggregates_its_metrics_once(monkeypatch, tmp_path
     assert aggregations == ["here compute_metrics", "here run_summary"]
 
 
+@pytest.mark.slow
 def test_a_dashboard_run_is_aggregated_once_in_its_worker_and_saved_as_sent(monkeypatch, tmp_path, tiny_model_path):
     counts = tmp_path / "worker-aggregations"
     monkeypatch.setenv(engine_faults.COUNTS_ENV, str(counts))

@@ -18,6 +18,9 @@ from llama_cpp_server import OWN_LENGTH, RECORDING, llama_cpp_server, pieces  # 
 from bench_core.cli import main
 from bench_core.store.history import History
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 N = 4
 ASKED = 16
 

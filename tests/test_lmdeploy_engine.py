@@ -358,6 +358,7 @@ def test_settings_key_changes_with_every_engine_input_but_not_with_other_backend
 # ---- availability and the silent TurboMind fallback -------------------------------------------
 
 
+@pytest.mark.slow
 def test_without_a_gpu_the_backends_say_so():
     import torch
 

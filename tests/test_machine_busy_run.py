@@ -15,6 +15,9 @@ from bench_core.hardware.contention import BUSY_SHARE_COLUMN, FLAGGED_SHARE, OTH
     busy_note
 from bench_core.store.history import History
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 HOGS_PER_CORE = 2  # beside an engine that uses every core, each hog takes its share: two per core leave it a third
 

@@ -19,6 +19,9 @@ import pytest
 
 from bench_core.models.packages import REQUIREMENTS, install_command, missing
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # What a dashboard process has done before a Start needs SmolLM2: imported transformers (whose

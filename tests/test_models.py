@@ -32,6 +32,7 @@ def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
     assert models.cache_dir() == Path.home() / ".cache" / "llm-bench-studio"
 
 
+@pytest.mark.slow
 def test_two_tiny_llama_builds_are_byte_identical(tmp_path):
     first, second = tmp_path / "a", tmp_path / "b"
     first.mkdir()

@@ -366,6 +366,7 @@ def test_the_api_key_never_shows_in_the_spec():
 # --- real runs against transformers serve -------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("endpoint", ["completions", "chat"])
 def test_eight_requests_with_ignore_eos_come_back_exactly_as_long_as_asked(transformers_server, tiny_tokenizer, endpoint):
     model = discover_model(transformers_server)
@@ -407,6 +408,7 @@ def test_answers_shorter_than_asked_are_flagged(misbehaving_server):
     assert length_warning(results).startswith("1 of 2 completed requests returned another length than asked (request 0: 3 tokens for 6")
 
 
+@pytest.mark.slow
 def test_a_wrong_model_name_is_the_servers_4xx_message_on_each_request(transformers_server):
     spec = ServerSpec(transformers_server, server_kind="transformers")
     _, results, _ = finished(spec, "no-such-model", requests_for(["a", "b"]))
@@ -415,6 +417,7 @@ def test_a_wrong_model_name_is_the_servers_4xx_message_on_each_request(transform
     assert "no-such-model" in results[0].message
 
 
+@pytest.mark.slow
 def test_a_wrong_url_is_a_404_on_each_request(transformers_server):
     spec = ServerSpec(transformers_server + "/not-here")
     events, results, _ = finished(spec, "m", requests_for(["a", "b"]))
@@ -422,6 +425,7 @@ def test_a_wrong_url_is_a_404_on_each_request(transformers_server):
     assert len(finishes(events)) == 2
 
 
+@pytest.mark.slow
 def test_the_model_is_discovered_from_v1_models(transformers_server, tiny_model_path):
     assert discover_model(transformers_server + "/v1/") == tiny_model_path
 

@@ -17,6 +17,9 @@ from bench_core.errors import ConfigError
 from bench_core.store.history import History
 from bench_core.run.runner import Runner
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 SECRET = "sk-never-write-me-0123456789"
 
 

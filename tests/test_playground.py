@@ -128,6 +128,7 @@ def complete(engine, conversations=CONVERSATIONS, max_new_tokens=5, generation=N
     return sorted(results, key=lambda r: r.index)
 
 
+@pytest.mark.slow
 def test_complete_applies_the_chat_template_and_counts_its_tokens(engine, tiny_tokenizer):
     results = complete(engine)
     templated = [tiny_tokenizer.apply_chat_template(c, add_generation_prompt=True, return_dict=False)
@@ -137,6 +138,7 @@ def test_complete_applies_the_chat_template_and_counts_its_tokens(engine, tiny_t
     assert [r.prompt for r in results] == ["Hello there", "2+2?"]
 
 
+@pytest.mark.slow
 def test_complete_stops_at_max_new_tokens_and_times_each_answer(engine):
     # The tiny model's greedy answers never reach its EOS (<|im_end|>) within a few tokens.
     for result in complete(engine, max_new_tokens=5):
@@ -144,6 +146,7 @@ def test_complete_stops_at_max_new_tokens_and_times_each_answer(engine):
         assert 0 < result.ttft_s <= result.total_s
 
 
+@pytest.mark.slow
 def test_complete_stops_at_eos_even_when_asked_to_ignore_it(tiny_model_path, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -170,6 +173,7 @@ def test_complete_stops_at_eos_even_when_asked_to_ignore_it(tiny_model_path, tmp
         assert result.text == tokenizer.decode([first], skip_special_tokens=True)
 
 
+@pytest.mark.slow
 def test_complete_samples_when_asked(engine):
     sampled = GenerationSettings(do_sample=True, temperature=1.5, top_p=1.0, top_k=0)
     results = complete(engine, [user("Once upon a time")] * 4, max_new_tokens=12, generation=sampled)
@@ -185,6 +189,7 @@ def runner(tmp_path, tiny_model_path):
     runner.shutdown()
 
 
+@pytest.mark.slow
 def test_a_playground_job_waits_behind_a_run_reuses_its_engine_and_is_not_recorded(runner):
     run = runner.submit(tiny_config(num_prompts=16, output_len=32))
     job = runner.submit_playground(run.config.engine, [user("hi"), user("there")], GenerationSettings(), 4)

@@ -190,6 +190,7 @@ def _everything_measured(theirs) -> bool:
     return theirs.success > 0 and all(math.isfinite(m) for m in means)
 
 
+@pytest.mark.slow
 def test_same_ticks_give_lmdeploys_numbers_bit_for_bit(reference, tmp_path):
     compared_reports = 0
     for seed in range(300):

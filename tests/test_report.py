@@ -109,6 +109,7 @@ def test_a_run_that_failed_before_measuring_reports_what_it_left(tmp_path):
     assert "<h3>Settings</h3>" in document
 
 
+@pytest.mark.slow
 def test_a_comparison_report_holds_the_charts_the_table_and_each_runs_settings(history):
     rows = history.load()
     found, missing = request_tables(history, rows, tables.run_names(rows))
@@ -119,6 +120,7 @@ def test_a_comparison_report_holds_the_charts_the_table_and_each_runs_settings(h
     assert "single run, spread unknown" in document
 
 
+@pytest.mark.slow
 def test_a_sweep_report_holds_every_view_and_the_interval_caveat(tmp_path):
     history = History(tmp_path)
     plan = SweepPlan("sweep-r", RunConfig(engine=EngineConfig(backend="transformers", model=HOSTILE_MODEL)),

@@ -112,6 +112,7 @@ def test_a_servers_model_is_named_by_its_whole_address():
     assert str(unavailable.value) == "the model is served from http://127.0.0.1:23333/v1, so its config.json is not here"
 
 
+@pytest.mark.slow
 def test_cpu_bandwidth_is_measured_once_per_machine_and_then_read_back(tmp_path, monkeypatch):
     measured = []
     real_measure = roofline.measure_copy_bandwidth

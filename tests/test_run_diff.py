@@ -81,6 +81,7 @@ def test_a_knob_left_at_its_empty_default_differs_from_a_set_one(tmp_path):
     assert table.loc["Session length (tokens)"].tolist() == [run_diff.DEFAULT, "4096"]
 
 
+@pytest.mark.slow
 def test_dataset_and_load_settings_count_only_where_they_apply(tmp_path):
     sharegpt = RunConfig(engine=CPU, dataset=DatasetConfig(dataset="builtin:sample", num_prompts=8,
                                                            sharegpt_output_len=8, random_range_ratio=0.5),
@@ -135,6 +136,7 @@ def test_cells_read_as_a_person_writes_them(cell, text):
     assert run_diff.show(cell) == text
 
 
+@pytest.mark.slow
 def test_a_long_history_of_repeats_differs_where_its_few_setups_do(tmp_path):
     """A year of runs repeats a few setups: each distinct row counts once, and a setting differing in one row of
     thousands is found."""

@@ -10,6 +10,9 @@ from bench_core.errors import ConfigError
 from bench_core.store.history import History
 from bench_core.run.runner import Runner
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 
 def tiny_config(num_prompts=8, output_len=16, concurrency=4, stream=True, **engine) -> RunConfig:
     return RunConfig(

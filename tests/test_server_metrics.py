@@ -132,6 +132,7 @@ def runner(tmp_path):
     runner.shutdown()
 
 
+@pytest.mark.slow
 def test_a_server_run_keeps_the_servers_samples_and_they_show_its_queue(metrics_server, runner):
     run = runner.submit(server_run(f"{metrics_server}/lmdeploy"))
     assert run.wait(60) and run.state == "finished", run.message
@@ -184,6 +185,7 @@ def test_reads_that_fail_mid_run_are_one_warning_with_the_last_reason_and_the_ru
     assert len(unified_series(run.record.server_metrics)["time_s"].unique()) == 1  # the first read stands
 
 
+@pytest.mark.slow
 def test_credentials_in_the_url_are_sent_but_never_written(metrics_server, runner):
     url = metrics_server.replace("http://", "http://user:hunter2-secret@")
     run = runner.submit(server_run(f"{url}/no-metrics"))

@@ -25,6 +25,9 @@ from bench_core.store.history import History
 from bench_core.engines.openai_client import ServerSpec, build_payload
 from bench_core.views.tables import percentile_table
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 N = 4
 CLOCK_S = 0.025  # sending to the server's clock start, plus scheduling on a busy 2-core machine
 JITTER_S = 0.010  # between two writes of one stream, both on the server's clock

@@ -158,6 +158,7 @@ print(json.dumps({{
 """
 
 
+@pytest.mark.slow
 def test_a_new_dataset_setting_is_one_declaration(tmp_path):
     """On a copy of bench_core with one Setting added to the catalog: both commands take its flag, and the config,
     the history, validation, sweeps and the column titles know it, with no other file touched."""

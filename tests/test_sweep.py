@@ -157,6 +157,7 @@ def test_check_names_every_impossible_point_in_one_error():
         "Sweep points with concurrency=0 or -1: Concurrency must be at least 1.")
 
 
+@pytest.mark.slow
 def test_check_applies_the_backend_rules_to_each_point():
     base = _base("pytorch")
     plan = SweepPlan("s", base, (parse_sweep_arg("cache_max_entry_count=0.5,1.0"),))

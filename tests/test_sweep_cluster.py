@@ -24,6 +24,9 @@ from dashboard.state import get_sweeps
 from test_app_sweep import open_sweep_page, set_up_tiny_sweep, start_sweep as start_on_page, table_with_column
 from test_sweep_driver import plan_of, tiny_base
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 GRID = ("concurrency=1,2", "max-batch-tokens=256,512")  # 2 engine settings x 2 loads: 2 actors, 2 runs each
 SWEEP_TIMEOUT_S = 120

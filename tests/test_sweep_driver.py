@@ -14,6 +14,9 @@ from bench_core.sweep.driver import resume_sweep, start_sweep
 from bench_core.sweep.plan import SweepPlan, new_sweep_id, parse_sweep_arg
 from bench_core.sweep.store import SWEEP_REPEAT, load_plan, past_sweeps, remaining
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 SWEEP_TIMEOUT_S = 120
 
 

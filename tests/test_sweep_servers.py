@@ -24,6 +24,9 @@ from bench_core.sweep.find_max import FindMax, Probe
 from bench_core.sweep.store import probes_of
 from bench_core.sweep.server import SERVER_LOG
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = f"{sys.executable} {ROOT / 'tests' / 'load_server.py'} --port {{port}}"
 # 4 requests of 8 input and 8 output tokens each; the tiny Llama's tokenizer samples them and counts the answers.

@@ -94,6 +94,7 @@ def test_the_first_use_is_announced_until_the_model_is_built(cache):
     assert models.known_context_window("some/hub-model") is None
 
 
+@pytest.mark.slow
 def test_two_builds_write_identical_weights(tmp_path, tiny_model_path):
     first, second = tmp_path / "a", tmp_path / "b"
     for out in (first, second):
@@ -139,6 +140,7 @@ def test_the_record_says_the_weights_are_random(cache):
     assert not models.describe_model(str(ROOT)).random_weights
 
 
+@pytest.mark.slow
 def test_a_tiny_synthetic_model_generates_tokens_through_the_transformers_engine(cache, tmp_path):
     results = tmp_path / "results"
     command = [sys.executable, "-m", "bench_core", "pipeline", "builtin:sample", TINY, "--backend", "transformers",
@@ -150,6 +152,7 @@ def test_a_tiny_synthetic_model_generates_tokens_through_the_transformers_engine
     assert models.synthetic_is_built(TINY)
 
 
+@pytest.mark.slow
 def test_a_bad_synthetic_name_is_refused_before_the_run_in_one_line(cache, tmp_path):
     """It used to start the run, which then broke recording its model: a traceback and nothing saved."""
     results = tmp_path / "results"

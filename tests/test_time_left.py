@@ -16,6 +16,9 @@ from bench_core.run.runner import Runner
 from bench_core.store.history import History
 from profiled_runs import replayed_until
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 DATA = Path(__file__).resolve().parent / "data"
 # The share of a run after which the estimate must be within WITHIN times the time really left (issue 25 item 3).
 CHECKED_AT = (0.2, 0.5, 0.8)

@@ -16,6 +16,9 @@ from bench_core.load.datasets import SampledRequest
 from bench_core.engines import engine_settings_key, transformers_engine, validate_engine_config
 from bench_core.errors import ModelError
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 OUTPUT_LENS = [1, 7, 30, 3, 18, 12, 25, 5]
 PROMPTS = [
     "def main():\n    return 0",

@@ -18,6 +18,9 @@ from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.run.runner import Runner
 from bench_core.store.history import History
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def runner(tmp_path, tiny_model_path):

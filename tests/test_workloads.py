@@ -30,6 +30,7 @@ def shared_prefix(tiny_tokenizer, **overrides):
 
 # ---- shared-prefix ---------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_shared_prefixes_are_byte_identical_after_tokenization_within_a_group_and_differ_across(tiny_tokenizer):
     sample = shared_prefix(tiny_tokenizer)
     encoded = [tiny_tokenizer.encode(r.prompt) for r in sample.requests]
@@ -112,6 +113,7 @@ def test_on_the_models_answers_later_turns_build_on_them_and_their_lengths_are_e
         assert estimate.input_len == request.input_len - dataset_tokens + 16 * len(previous_answers)
 
 
+@pytest.mark.slow
 def test_conversations_too_short_for_the_turns_asked_are_skipped_and_said(tiny_tokenizer):
     sample = multi_turn(tiny_tokenizer, num_prompts=500, turns=3)
     sessions = {r.session for r in sample.requests}
@@ -292,6 +294,7 @@ def test_a_trace_is_due_at_its_times_over_the_speedup_and_rates_give_the_starter
 
 # ---- the workload table and its figures ------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_the_workload_table_keeps_each_datasets_facts_and_the_figures_draw_them(tmp_path, tiny_tokenizer):
     sessions = workload_table(multi_turn(tiny_tokenizer).requests)
     assert list(sessions.columns) == ["input_len", "req_output_len", "session", "turn", "shared_prefix_tokens"]

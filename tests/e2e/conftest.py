@@ -8,11 +8,10 @@ cache with the rest of the suite, so the tiny model is built once per machine.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
-from dashboard_server import ROOT, VIEWPORT, AppServer, free_port, serve
+from dashboard_server import ROOT, VIEWPORT, AppServer, free_port, serve, streamlit_command
 from playwright.sync_api import expect
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -44,12 +43,7 @@ def app_server(chromium, tiny_model_path, tmp_path_factory) -> AppServer:
     port = free_port()
     env = {**os.environ, "BENCH_STUDIO_RESULTS": str(folder / "results"), "HF_HUB_OFFLINE": "1",
            "PYTHONUNBUFFERED": "1"}
-    command = [
-        sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
-        "--server.headless=true", f"--server.port={port}", "--server.address=127.0.0.1",
-        "--browser.gatherUsageStats=false", "--server.fileWatcherType=none", "--server.runOnSave=false",
-    ]
-    with serve(command, env, port, folder) as server:
+    with serve(streamlit_command(port), env, port, folder) as server:
         yield server
 
 

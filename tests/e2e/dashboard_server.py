@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -34,6 +35,15 @@ class AppServer:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+
+def streamlit_command(port: int) -> list[str]:
+    """`streamlit run app.py` from this checkout on 127.0.0.1:`port`, headless, with no file watcher."""
+    return [
+        sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
+        "--server.headless=true", f"--server.port={port}", "--server.address=127.0.0.1",
+        "--browser.gatherUsageStats=false", "--server.fileWatcherType=none", "--server.runOnSave=false",
+    ]
 
 
 @contextmanager

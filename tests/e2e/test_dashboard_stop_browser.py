@@ -6,10 +6,9 @@ from __future__ import annotations
 import os
 import re
 import signal
-import sys
 
 import pytest
-from dashboard_server import ROOT, free_port, serve
+from dashboard_server import free_port, serve, streamlit_command
 from playwright.sync_api import Page, expect
 
 from bench_core.store.history import History
@@ -25,10 +24,7 @@ def test_a_dashboard_stopped_mid_run_records_the_run_cancelled_with_what_it_meas
     port = free_port()
     env = {**os.environ, "BENCH_STUDIO_RESULTS": str(tmp_path / "results"), "HF_HUB_OFFLINE": "1",
            "PYTHONUNBUFFERED": "1"}
-    command = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.headless=true",
-               f"--server.port={port}", "--server.address=127.0.0.1", "--browser.gatherUsageStats=false",
-               "--server.fileWatcherType=none", "--server.runOnSave=false"]
-    with serve(command, env, port, tmp_path) as server:
+    with serve(streamlit_command(port), env, port, tmp_path) as server:
         page.goto(server.url + RUN)
         page.get_by_test_id("stSidebar").get_by_role("button", name="Start").click()
         main = page.get_by_test_id("stMain")

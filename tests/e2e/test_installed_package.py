@@ -26,6 +26,9 @@ from test_user_install import MODEL, PROMPTS, RUN_TIMEOUT_S, start_with_the_defa
 from bench_core.store.history import History
 from tests.faults.test_secrets_and_input import _websocket_handshake
 
+# Builds a wheel of the tree and installs it into a fresh venv: minutes, not in the fast suite.
+pytestmark = pytest.mark.slow
+
 # Not part of the build, and heavy: environments, outputs, caches, the tests.
 NOT_BUILT = shutil.ignore_patterns(".git", ".venv*", "build", "*.egg-info", "results", "artifacts", ".cache",
                                    "__pycache__", ".pytest_cache", "tests")

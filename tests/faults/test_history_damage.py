@@ -20,6 +20,9 @@ from bench_core.store.journal import FolderLock
 from bench_core.store.leftovers import STALE_AFTER_S
 from bench_core.run.runner import Runner
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 from app_under_test import APP, shown  # noqa: E402

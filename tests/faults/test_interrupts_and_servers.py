@@ -29,6 +29,9 @@ from bench_core.load.datasets import SampledRequest
 from bench_core.store.history import History, RunRecord, history_row
 from bench_core.engines.openai_client import ServerSpec, run_requests
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_WITHIN_S = 2.0  # from SIGINT to the process gone
 HANG_S = 60  # a run that should end in seconds and has not by then hangs

@@ -21,6 +21,9 @@ from bench_core import csvstore
 from bench_core.store.history import History
 from bench_core.store.journal import JOURNAL_FILE, FolderLock
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
 PIPELINE = [sys.executable, "-m", "bench_core", "pipeline", "builtin:sample", "builtin:tiny-llama", "--backend",

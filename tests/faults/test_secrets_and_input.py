@@ -25,6 +25,9 @@ from bench_core.load.playground import PlaygroundResult, results_to_csv_bytes
 from tests.app_under_test import APP
 from tests.openai_server import _make_app, free_port, serving
 
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 CANARY = "canary-5ec2e7-"  # every credential below contains it; no file or output may
 PASSWORD = CANARY + "password"
