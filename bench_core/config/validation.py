@@ -88,7 +88,8 @@ def validate_run_config(config: RunConfig, backend: BackendRules | None = None) 
         problems.extend(setting_problems(config.part(part), part, eng.backend, data.dataset_name))
     problems.extend(declared.not_applicable(eng.backend) for declared in of_part(Part.LOAD)
                     if not declared.applies(backend=eng.backend) and getattr(load, declared.name) != declared.default)
-    if load.client_processes > data.num_prompts:
+    # Checked only where more than the one client process was asked for: num_prompts has its own bounds.
+    if load.client_processes != setting('client_processes').default and load.client_processes > data.num_prompts:
         problems.append(f"{setting('client_processes').cli_flag} {load.client_processes} is more processes than the "
                         f"{data.num_prompts} prompts to send: use at most {data.num_prompts}.")
     if backend is not None and backend.load_patterns and load.load_pattern not in backend.load_patterns:

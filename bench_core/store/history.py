@@ -46,7 +46,7 @@ from .journal import JOURNAL_FILE, FolderLock, RunJournal, read_journal
 from ..measure.catalog import lmdeploy_row, server_columns, telemetry_columns
 from ..measure.profiler import Session, rebuilt_profiler
 from .history_index import SIDECAR_FILE, Snapshot, file_key, read_sidecar, write_sidecar
-from ..config import SETTINGS, RunConfig, applied_engine_settings
+from ..config import SETTINGS, RunConfig, applied_engine_settings, setting
 from ..engines import backend, server_metrics as server_samples
 from ..engines.base import EngineInfo
 from ..hardware.client_bound import client_summary
@@ -62,6 +62,7 @@ from ..redact import redact
 from ..states import IMPORTED, RunState, measured_state
 
 RESULTS_ENV = "BENCH_STUDIO_RESULTS"
+ONE_CLIENT_PROCESS = setting("client_processes").default  # the client in this process, no worker processes
 _RUN_ID_MAX = 100  # characters; a run id names a folder, and file names end at 255 bytes
 _RUN_ID = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.-]{{0,{_RUN_ID_MAX - 1}}}\Z")
 _RUN_ID_RULE = f"run ids are 1 to {_RUN_ID_MAX} letters, digits, '-', '_' and '.', starting with a letter or digit"
@@ -471,7 +472,7 @@ def run_metrics(config: RunConfig, requests: pd.DataFrame, duration_s: float, te
         # A server's engine is a process we do not sample: its own CPU would read as other processes' (contention.py).
         if backend(config.engine.backend).in_process:
             sampled.update(contention_summary(telemetry, 0.0, duration_s))
-        elif config.load.client_processes == 1:  # this process was the server's client: whether it kept up
+        elif config.load.client_processes == ONE_CLIENT_PROCESS:  # this process was the client: whether it kept up
             sampled.update(client_summary(telemetry, 0.0, duration_s))
         # With client worker processes this one only merges their events: its CPU is not theirs, so no claim on the
         # client's CPU is made; the workers' loops' lateness still is in the telemetry and judged (client_bound.py).
