@@ -48,6 +48,15 @@ def titled_figure(title: str, x_title: str, y_title: str) -> go.Figure:
     return fig
 
 
+def count_axis(fig: go.Figure, largest: float, axis: str = "yaxis") -> None:
+    """Ticks at whole counts on `axis` (0, 1, 2 ... or 0, 50, 100 ...: a 1-2-5 step giving about five ticks up to
+    `largest`): plotly's own steps put ticks at 0.5 and 1.5 requests on a count up to 4."""
+    rough = max(largest / 5, 1.0)
+    magnitude = 10 ** int(np.floor(np.log10(rough)))
+    step = int(next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= rough))
+    fig.update_layout({axis: dict(tickmode="linear", tick0=0, dtick=step)})
+
+
 def no_data(fig: go.Figure) -> go.Figure:
     """Titled axes without ticks (their default range means nothing) and the message in the middle."""
     fig.add_annotation(text=NO_DATA, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
