@@ -22,7 +22,7 @@ from bench_core.store.history import History
 from dashboard.table_view import LONG_TABLE_ROWS, show_table
 from dashboard.text import plain
 
-# Relative to the History page's URL: the Run page as app.py registers it (pages/run.py -> /run).
+# Relative to the History page's URL: the Run page as app.py registers it (app_pages/run.py -> /run).
 RUN_PAGE_URL = "run"
 # The runs table: who and what ran, the settings users vary (with every other setting that differs
 # somewhere in the rows on show), then the results.

@@ -54,7 +54,7 @@ def history_root(prepared_history, tmp_path, monkeypatch, fresh_dashboard):
 
 def open_history() -> AppTest:
     at = AppTest.from_file(APP, default_timeout=60).run()
-    return at.switch_page("pages/history.py").run()
+    return at.switch_page("app_pages/history.py").run()
 
 
 def select_rows(at: AppTest, run_ids: list[str]) -> AppTest:

@@ -19,7 +19,7 @@ from bench_core.views.report import chart_count as report_charts
 from bench_core.sweep.plan import CPU_SWEEP_OUTPUT_LEN, CPU_SWEEP_PROMPTS
 from dashboard.state import get_history, get_runner, get_sweeps
 
-PAGE = "pages/sweep.py"
+PAGE = "app_pages/sweep.py"
 TINY = "builtin:tiny-llama"
 SWEEP_TIMEOUT_S = 120
 

@@ -69,12 +69,16 @@ def no_data(fig: go.Figure) -> go.Figure:
 def notes_under_title(fig: go.Figure, notes: Sequence[str]) -> None:
     """`notes` under the title, where no bar or point reaches, each broken into lines that fit the chart; the
     top margin grows to hold them."""
-    # Breaking at spaces only: a run id (20261201-101500-ab12) stays on one line, findable as written.
-    lines = [line for note in notes
-             for line in textwrap.wrap(note, NOTE_LINE_CHARS, break_long_words=False, break_on_hyphens=False)]
+    lines = [line for note in notes for line in broken(note, NOTE_LINE_CHARS)]
     if lines:
         fig.update_layout(title=dict(subtitle=dict(text="<br>".join(lines))),
                           margin=dict(t=_TITLE_MARGIN_PX + _NOTE_PX * len(lines)))
+
+
+def broken(text: str, width: int) -> list[str]:
+    """`text` in lines of about `width` characters, broken at spaces only: a run id (20261201-101500-ab12) stays
+    on one line, findable as written."""
+    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) or [text]
 
 
 def rows_with(runs: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
