@@ -323,6 +323,15 @@ def test_every_count_axis_ticks_at_whole_requests():
     assert (inputs.xbins.start, inputs.xbins.size, outputs.xbins.start, outputs.xbins.size) == (9.5, 1, 3.5, 1)
 
 
+def test_a_swept_count_ticks_at_the_values_it_took():
+    # A sweep over concurrency 1, 2, 4 read ticks at 1.5, 2.5 and 3.5 requests.
+    points = pd.DataFrame({"concurrency": [1, 2, 4], "mean": [16.7, 27.6, 46.7], "ci_low": np.nan,
+                           "ci_high": np.nan, "min": [15.2, 21.8, 40.7], "max": [18.2, 33.5, 52.7], "n": 2,
+                           "std": [2.1, 8.3, 8.4]})
+    fig = sweep_charts.metric_vs_knob_band(points, "concurrency", "output_throughput")
+    assert fig.layout.xaxis.tickmode == "array" and list(fig.layout.xaxis.tickvals) == [1, 2, 4]
+
+
 def _itl_with_stalls() -> np.ndarray:
     """10,000 gaps around 100 ms and eight 10-13 s stalls."""
     rng = np.random.default_rng(0)

@@ -16,13 +16,13 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..measure.catalog import METRICS, find_column, lower_first
-from .figures import (MAX_POINTS, broken, colour_groups, cycled_palette, inward_label_positions, is_categorical, no_data,
-                      notes_under_title, pad_axis, rows_with, run_identity, setting_labels, tick_label, titled_figure)
+from .figures import (MAX_POINTS, broken, colour_groups, cycled_palette, inward_label_positions, is_categorical,
+                      no_data, notes_under_title, pad_axis, rows_with, run_identity, setting_labels, ticks_at_values,
+                      titled_figure)
 from .run_charts import overflow_note, range_of, successful_values
 from .run_diff import setting_cells
 from .tables import describe_column, run_names
 
-_MAX_TICKS = 12
 RUN = "run"  # the column naming each compared run (run_diff.compared_names); colouring by it tells every run apart
 _STREAM_OUTPUT = "stream_output"
 # The figure's height without a legend (plotly's default), the room under the plot for the x axis's ticks and
@@ -73,9 +73,7 @@ def metric_vs_knob(runs: pd.DataFrame, knob: str, metric: str, color: str | None
         fig.update_xaxes(type="category", categoryorder="category ascending")
     else:
         pad_axis(fig, "x", rows[knob])
-        values = np.unique(rows[knob].to_numpy(dtype=np.float64))
-        if values.size <= _MAX_TICKS:  # a tick at each value run, none at concurrency 2.5
-            fig.update_xaxes(tickmode="array", tickvals=values, ticktext=[tick_label(v) for v in values])
+        ticks_at_values(fig, rows[knob])
     pad_axis(fig, "y", rows[metric])
     return fig
 

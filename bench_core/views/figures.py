@@ -22,6 +22,7 @@ from ..config import KNOBS
 from .run_diff import differing_settings, point_labels, telling_settings
 
 MAX_POINTS = 2000
+MAX_VALUE_TICKS = 12
 NO_DATA = "No data yet"
 PALETTE = plotly.colors.qualitative.Plotly
 _NO_GROUP = "(none)"
@@ -55,6 +56,13 @@ def count_axis(fig: go.Figure, largest: float, axis: str = "yaxis") -> None:
     magnitude = 10 ** int(np.floor(np.log10(rough)))
     step = int(next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= rough))
     fig.update_layout({axis: dict(tickmode="linear", tick0=0, dtick=step)})
+
+
+def ticks_at_values(fig: go.Figure, values: pd.Series) -> None:
+    """A tick on the x axis at each value a setting took, where they are few: none at concurrency 2.5."""
+    values = np.unique(values.to_numpy(dtype=np.float64))
+    if values.size <= MAX_VALUE_TICKS:
+        fig.update_xaxes(tickmode="array", tickvals=values, ticktext=[tick_label(v) for v in values])
 
 
 def no_data(fig: go.Figure) -> go.Figure:
