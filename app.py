@@ -1,4 +1,4 @@
-"""LLM Bench Studio: page setup and navigation. The pages live in pages/; the logic in bench_core/."""
+"""LLM Bench Studio: page setup and navigation. The pages live in app_pages/; the logic in bench_core/."""
 
 import os
 
@@ -17,9 +17,9 @@ st.set_page_config(page_title="LLM Bench Studio", page_icon=":material/speed:", 
 browser_history.one_entry_per_page()  # Back leaves a page in one press, whatever its URL kept meanwhile
 
 navigation = st.navigation([
-    st.Page("pages/run.py", title="Run", icon=":material/play_arrow:", default=True),
-    st.Page("pages/history.py", title="History", icon=":material/table_chart:"),
-    st.Page("pages/sweep.py", title="Sweep", icon=":material/tune:"),
-    st.Page("pages/playground.py", title="Playground", icon=":material/chat:"),
+    st.Page("app_pages/run.py", title="Run", icon=":material/play_arrow:", default=True),
+    st.Page("app_pages/history.py", title="History", icon=":material/table_chart:"),
+    st.Page("app_pages/sweep.py", title="Sweep", icon=":material/tune:"),
+    st.Page("app_pages/playground.py", title="Playground", icon=":material/chat:"),
 ])
 navigation.run()

@@ -116,7 +116,7 @@ def measure(code: Path, results: Path) -> dict[str, float]:
         cached.clear()
     page = AppTest.from_file(str(code / "app.py"), default_timeout=600).run()
     start = time.perf_counter()
-    page.switch_page("pages/history.py").run()
+    page.switch_page("app_pages/history.py").run()
     figures["History page: first view"] = time.perf_counter() - start
     assert not page.exception, page.exception
     texts = iter(f"#{n}" for n in range(1, 100))

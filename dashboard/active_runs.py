@@ -25,7 +25,7 @@ from dashboard.text import plain
 # A cancelled run stops within a second; the Cancel click waits that long so that its own rerun draws the ended run.
 CANCEL_SETTLE_S = 2.0
 BANNER_REFRESH_S = 2.0  # a few counters only; the Run page's own live view refreshes faster
-RUN_PAGE = "pages/run.py"  # relative to app.py, as st.page_link takes it
+RUN_PAGE = "app_pages/run.py"  # relative to app.py, as st.page_link takes it
 STARTED = "started_run_ids"  # session key: the runs this session started
 PENDING = "pending_start"  # session key: the settings waiting for the user to confirm a queued start
 START_ERROR = "start_error"  # session key: why a confirmed start failed, shown once

@@ -22,8 +22,9 @@ from bench_core.store.history import History
 from dashboard.table_view import LONG_TABLE_ROWS, show_table
 from dashboard.text import plain
 
-# Relative to the History page's URL: the Run page as app.py registers it (pages/run.py -> /run).
-RUN_PAGE_URL = "run"
+# Relative to the History page's URL: the Run page, app.py's default page, is served at the app's root; "/run"
+# would open it too, under a "Page not found" dialog.
+RUN_PAGE_URL = "./"
 # The runs table: who and what ran, the settings users vary (with every other setting that differs
 # somewhere in the rows on show), then the results.
 IDENTITY_COLUMNS = ("run_id", "started_at", "status", "label", "backend", "model", "model_random_weights")

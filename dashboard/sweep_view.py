@@ -46,7 +46,7 @@ from dashboard.text import plain
 
 LIVE_REFRESH_S = 1.0
 NO_SECOND = "(none)"
-# Relative to this page's URL (pages/sweep.py -> /sweep) and to the Run page's.
+# Relative to this page's URL (app_pages/sweep.py -> /sweep) and to the Run page's.
 SWEEP_PAGE_URL = "sweep"
 NON_ENGINE_SETTINGS = tuple(name for name in SWEEPABLE if name in (
     "concurrency", "request_rate", "num_prompts", "random_input_len", "random_output_len", "sharegpt_output_len"))
@@ -265,7 +265,7 @@ def _live_progress(sweep_id: str, runs: pd.DataFrame) -> None:
                 text=f"running: {progress.ended}/{progress.total} runs done" +
                      (f", now {progress.current}" if progress.current else "") + _time_left(sweep, progress, runs))
     if progress.current_run_id:
-        st.page_link("pages/run.py", label=f"Watch run {progress.current_run_id} live", icon=":material/monitoring:",
+        st.page_link("app_pages/run.py", label=f"Watch run {progress.current_run_id} live", icon=":material/monitoring:",
                      query_params={"run": progress.current_run_id})
     if progress.errors:
         st.warning(plain(" ".join(progress.errors)))

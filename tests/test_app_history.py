@@ -57,7 +57,7 @@ def history_root(prepared_history, tmp_path, monkeypatch, fresh_dashboard):
 
 def open_history() -> AppTest:
     at = AppTest.from_file(APP, default_timeout=60).run()
-    return at.switch_page("pages/history.py").run()
+    return at.switch_page("app_pages/history.py").run()
 
 
 def select_rows(at: AppTest, run_ids: list[str]) -> AppTest:
@@ -90,7 +90,7 @@ def test_the_table_lists_every_run_with_a_link_to_the_run_page(history_root, pre
     table = at.dataframe[0].value
     assert sorted(table["run_id"]) == sorted(run_ids + imported)
     assert set(table["status"]) == {"finished", "imported"}
-    assert list(table["open"]) == [f"run?run={run_id}" for run_id in table["run_id"]]
+    assert list(table["open"]) == [f"./?run={run_id}" for run_id in table["run_id"]]  # the default page: the root
 
 
 def test_filters_narrow_the_table(history_root, prepared_history):

@@ -58,7 +58,7 @@ def busy_and_calm(tmp_path, monkeypatch, fresh_dashboard, tiny_model_path) -> tu
 
 def test_a_busy_run_is_amber_with_its_numbers_on_the_run_page_and_in_history(busy_and_calm):
     busy, calm = busy_and_calm
-    at = AppTest.from_file(APP, default_timeout=60).run().switch_page("pages/history.py").run()
+    at = AppTest.from_file(APP, default_timeout=60).run().switch_page("app_pages/history.py").run()
     assert not at.exception
     table = at.dataframe[0].value.set_index("run_id")
     assert list(table.columns).index(FLAGS_COLUMN) == list(table.columns).index("status") + 1

@@ -22,7 +22,7 @@ def fresh_state(tmp_path, monkeypatch, tiny_model_path, fresh_dashboard):
 
 def open_playground() -> AppTest:
     at = AppTest.from_file(APP, default_timeout=60).run()
-    at = at.switch_page("pages/playground.py").run()
+    at = at.switch_page("app_pages/playground.py").run()
     at.selectbox(key="pg_model_choice").select(TINY)
     at.number_input(key="pg_max_new").set_value(6)
     return at
@@ -63,7 +63,7 @@ def test_after_a_reload_the_prompt_box_holds_the_prompts_that_ran_and_its_placeh
     at = run_prompts(box.input("Hello there\n\nWhat is 2 + 2?").run())
     job_id = at.query_params["job"]
 
-    reloaded = AppTest.from_file(APP, default_timeout=60).run().switch_page("pages/playground.py")
+    reloaded = AppTest.from_file(APP, default_timeout=60).run().switch_page("app_pages/playground.py")
     reloaded.query_params["job"] = job_id  # a new session opened on the job's link
     reloaded.run()
     assert not reloaded.exception

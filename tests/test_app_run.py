@@ -112,10 +112,10 @@ def test_sidebar_opens_on_the_embedded_default_sized_for_a_cpu():
 
 def test_navigation_reaches_every_page_and_back_to_the_shown_run(stored_run_id):
     at = open_app(stored_run_id)
-    for page in ("pages/history.py", "pages/playground.py"):
+    for page in ("app_pages/history.py", "app_pages/playground.py"):
         at.switch_page(page).run()
         assert not at.exception
-    at.switch_page("pages/run.py").run()
+    at.switch_page("app_pages/run.py").run()
     assert at.query_params["run"] == stored_run_id  # the session remembers the run on show
 
 
@@ -287,7 +287,7 @@ def test_a_run_deleted_in_the_history_no_longer_opens_by_its_link(results_root):
     run_id = at.query_params["run"]
     run = get_runner().get(run_id)
     assert run.wait(60) and run.state == "finished", run.message
-    at.switch_page("pages/history.py").run()
+    at.switch_page("app_pages/history.py").run()
     table = at.dataframe[0]
     at.session_state[table.key] = {"selection": {"rows": [list(table.value["run_id"]).index(run_id)],
                                                  "columns": [], "cells": []}}
@@ -295,7 +295,7 @@ def test_a_run_deleted_in_the_history_no_longer_opens_by_its_link(results_root):
     at.button(key="delete_confirm").click().run()
     assert History(results_root).row(run_id) is None and get_runner().get(run_id) is not None
 
-    for page in (open_app(run_id), at.switch_page("pages/run.py").run()):  # its link, and this session's last run
+    for page in (open_app(run_id), at.switch_page("app_pages/run.py").run()):  # its link, and this session's last run
         assert not page.exception and not page.error
         assert [shown(w.value) for w in page.warning] == [
             f"Run {run_id} is not in the history (it was deleted): here is the Run page without it."]
@@ -379,19 +379,19 @@ def test_every_other_page_shows_the_active_and_queued_runs_with_links_to_them():
     runner = get_runner()
     running, queued = runner.submit(long_run(label="busy")), runner.submit(long_run(label="next"))
     at = open_app()
-    for page in ("pages/history.py", "pages/sweep.py", "pages/playground.py"):
+    for page in ("app_pages/history.py", "app_pages/sweep.py", "app_pages/playground.py"):
         at.switch_page(page).run()
         assert not at.exception
         first, second = banner_lines(at)
         assert first.startswith(f":material/pending: run {running.run_id} (busy) is ")
         assert first.endswith(f"-> run={running.run_id}")
         assert second == f":material/pending: run {queued.run_id} (next) is queued, 1 ahead of it -> run={queued.run_id}"
-    at.switch_page("pages/run.py").run()  # it shows the running one in full; the banner lists the other
+    at.switch_page("app_pages/run.py").run()  # it shows the running one in full; the banner lists the other
     assert [line.split(" is ")[0] for line in banner_lines(at)] == [f":material/pending: run {queued.run_id} (next)"]
     running.cancel()
     queued.cancel()
     assert running.wait(30) and queued.wait(30)
-    at.switch_page("pages/history.py").run()
+    at.switch_page("app_pages/history.py").run()
     assert banner_lines(at) == []
 
 
@@ -400,10 +400,10 @@ def test_sidebar_settings_follow_the_user_across_pages_and_into_the_url():
     at.sidebar.number_input(key="num_prompts_cpu").set_value(3)
     at.sidebar.number_input(key="concurrency_cpu").set_value(2)
     at.sidebar.selectbox(key="model_choice").select(TINY).run()
-    for page in ("pages/sweep.py", "pages/history.py", "pages/run.py"):
+    for page in ("app_pages/sweep.py", "app_pages/history.py", "app_pages/run.py"):
         at.switch_page(page).run()
         assert not at.exception
-        if page != "pages/history.py":  # no sidebar settings there
+        if page != "app_pages/history.py":  # no sidebar settings there
             assert at.sidebar.number_input(key="num_prompts_cpu").value == 3
             assert at.sidebar.number_input(key="concurrency_cpu").value == 2
             assert at.sidebar.selectbox(key="model_choice").value == TINY
@@ -470,9 +470,9 @@ def test_a_past_runs_settings_load_into_the_sidebar_and_run_again_as_they_were(s
     assert at.sidebar.selectbox(key="model_choice").value == TINY
     assert at.sidebar.number_input(key="num_prompts_cpu").value == 6
     assert at.sidebar.text_input(key="label").value == "stored"
-    at.switch_page("pages/sweep.py").run()  # loaded settings are the sidebar's on every page
+    at.switch_page("app_pages/sweep.py").run()  # loaded settings are the sidebar's on every page
     assert at.sidebar.selectbox(key="dataset_builtin").value == "builtin:sample"
-    at.switch_page("pages/run.py").run()
+    at.switch_page("app_pages/run.py").run()
     start(at)
     again = get_runner().get(at.query_params["run"])
     assert again.run_id != stored_run_id
@@ -582,7 +582,7 @@ def test_a_run_where_no_request_succeeded_is_red_and_one_with_failures_amber_wit
     assert at.warning[0].value.startswith("partial: 1 of 6 requests failed (error: The request needs 6 KV cache blocks")
     assert "5/6 requests succeeded" in at.warning[0].value
 
-    at.switch_page("pages/history.py").run()
+    at.switch_page("app_pages/history.py").run()
     table = at.dataframe[0].value.set_index("run_id")
     assert table.loc[failed.run_id, "status"] == "failed" and table.loc[partial.run_id, "status"] == "partial"
     assert table.loc[failed.run_id, "error"].startswith("No request succeeded")

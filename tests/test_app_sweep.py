@@ -22,7 +22,7 @@ from dashboard.state import get_history, get_runner, get_sweeps
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
 pytestmark = pytest.mark.slow
 
-PAGE = "pages/sweep.py"
+PAGE = "app_pages/sweep.py"
 TINY = "builtin:tiny-llama"
 SWEEP_TIMEOUT_S = 120
 

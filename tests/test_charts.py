@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from bench_core.store.history import History
-from bench_core.views import compare_charts, figures, run_charts, sweep_charts
+from bench_core.views import compare_charts, figures, run_charts, sweep_charts, workload_charts
 from bench_core.measure.latency_bins import BinnedLatencies
 from bench_core.measure.stats import pareto_front
 from profiled_runs import INCOMPLETE_TTFT_FACTOR, OUTPUT_LEN, profiled_run, recorded_history
@@ -287,6 +287,49 @@ def test_one_request_is_one_request_and_counts_tick_at_whole_requests():
     assert many.layout.yaxis.dtick >= 100 and float(many.layout.yaxis.dtick).is_integer()
     one_stall = run_charts.latency_histogram(np.concatenate([np.linspace(0.09, 0.11, 20), [12.0]]), "itl")
     assert _notes(one_stall)[0].startswith("1 gap above")
+
+
+def _whole_ticks(axis) -> bool:
+    """Plotly draws ticks at tick0 + k * dtick: whole counts only with a whole step from 0."""
+    return axis.tickmode == "linear" and axis.tick0 == 0 and axis.dtick is not None and \
+        float(axis.dtick).is_integer() and axis.dtick >= 1
+
+
+def test_every_count_axis_ticks_at_whole_requests():
+    # Issue 25: count axes ticked at 0.5 and 1.5 requests. A run of 5 requests, the workload of 2 and of 50: the run's
+    # histograms and in-flight axis, the workload's length, send-time and prefix-share histograms.
+    prof = profiled_run([0.05, 0.1])
+    table = prof.request_table()
+    snap = prof.live_snapshot()
+    workload = table.assign(send_at_s=np.linspace(0.0, 1.5, len(table)), shared_prefix_tokens=table["input_len"] // 2)
+    large = pd.concat([workload] * 10, ignore_index=True)
+    figures_with_counts = {
+        "latency histogram": (run_charts.latency_histogram(table["e2e_s"].dropna().to_numpy(), "e2e"), "yaxis"),
+        "live histogram": (run_charts.binned_latency_histogram(snap.ttft, "ttft"), "yaxis"),
+        "in flight": (run_charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s,
+                                                      snap.in_flight_over_time), "yaxis2"),
+        **{f"{name} of {len(rows)}": (figure, "yaxis") for rows in (workload.head(2), large)
+           for name, figure in (("lengths", workload_charts.length_histograms(rows)),
+                                ("send times", workload_charts.send_times_figure(rows)),
+                                ("prefix share", workload_charts.reuse_figure(rows)))},
+    }
+    crooked = [name for name, (fig, axis) in figures_with_counts.items() if not _whole_ticks(fig.layout[axis])]
+    assert not crooked, crooked
+    # The step fits the tallest bar: 50 requests of 4 output tokens stand in one bin.
+    assert figures_with_counts["lengths of 50"][0].layout.yaxis.dtick == 10
+    assert figures_with_counts["lengths of 2"][0].layout.yaxis.dtick == 1
+    # The length bins are whole tokens, each length in one: 10, 20 ... 40 input tokens, 4 output tokens.
+    inputs, outputs = figures_with_counts["lengths of 50"][0].data
+    assert (inputs.xbins.start, inputs.xbins.size, outputs.xbins.start, outputs.xbins.size) == (9.5, 1, 3.5, 1)
+
+
+def test_a_swept_count_ticks_at_the_values_it_took():
+    # A sweep over concurrency 1, 2, 4 read ticks at 1.5, 2.5 and 3.5 requests.
+    points = pd.DataFrame({"concurrency": [1, 2, 4], "mean": [16.7, 27.6, 46.7], "ci_low": np.nan,
+                           "ci_high": np.nan, "min": [15.2, 21.8, 40.7], "max": [18.2, 33.5, 52.7], "n": 2,
+                           "std": [2.1, 8.3, 8.4]})
+    fig = sweep_charts.metric_vs_knob_band(points, "concurrency", "output_throughput")
+    assert fig.layout.xaxis.tickmode == "array" and list(fig.layout.xaxis.tickvals) == [1, 2, 4]
 
 
 def _itl_with_stalls() -> np.ndarray:

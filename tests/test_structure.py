@@ -14,7 +14,7 @@ from bench_core import states
 from bench_core.states import RequestStatus, RunState
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = sorted((ROOT / "pages").glob("*.py"))
+PAGES = sorted((ROOT / "app_pages").glob("*.py"))
 DASHBOARD = sorted((ROOT / "dashboard").glob("*.py"))
 SWEEP_MODULES = ("plan", "driver", "results", "store")
 CORE = ROOT / "bench_core"
@@ -166,3 +166,10 @@ def test_the_check_finds_a_default_and_a_bound_written_by_hand():
 @pytest.mark.parametrize("path", SETTING_USERS, ids=lambda path: str(path.relative_to(ROOT)))
 def test_no_module_writes_its_own_default_or_bounds_for_a_catalogued_setting(path):
     assert own_defaults_and_bounds(path.read_text(encoding="utf-8"), path.name) == []
+
+
+def test_no_folder_named_pages_beside_app_py():
+    # Streamlit, finding pages/ beside its entry script, runs a first direct URL (/history on a fresh server) from
+    # that folder's script alone, without app.py: no navigation, no wide layout (the comparison's pinned verdicts
+    # and its legends were cut), until someone opens "/".
+    assert not (ROOT / "pages").exists() and PAGES

@@ -88,7 +88,7 @@ def open_sweep_page(work: Path, monkeypatch):
     at = AppTest.from_file(APP, default_timeout=60)
     at.query_params["sweep"] = rows_of(work)["sweep_id"].iloc[0]
     at.run()
-    at = at.switch_page("pages/sweep.py").run()
+    at = at.switch_page("app_pages/sweep.py").run()
     assert not at.error and not at.exception, [e.value for e in at.error]
     return at
 

@@ -16,13 +16,13 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..measure.catalog import METRICS, find_column, lower_first
-from .figures import (MAX_POINTS, colour_groups, cycled_palette, inward_label_positions, is_categorical, no_data,
-                      notes_under_title, pad_axis, rows_with, run_identity, setting_labels, tick_label, titled_figure)
+from .figures import (MAX_POINTS, broken, colour_groups, cycled_palette, inward_label_positions, is_categorical,
+                      no_data, notes_under_title, pad_axis, rows_with, run_identity, setting_labels, ticks_at_values,
+                      titled_figure)
 from .run_charts import overflow_note, range_of, successful_values
 from .run_diff import setting_cells
 from .tables import describe_column, run_names
 
-_MAX_TICKS = 12
 RUN = "run"  # the column naming each compared run (run_diff.compared_names); colouring by it tells every run apart
 _STREAM_OUTPUT = "stream_output"
 # The figure's height without a legend (plotly's default), the room under the plot for the x axis's ticks and
@@ -31,6 +31,9 @@ FIGURE_PX = 450
 _AXIS_TITLE_PX = 50
 _LEGEND_LINE_PX = 22
 _LEGEND_PAD_PX = 10
+# A legend entry breaks into lines of about this many characters: plotly never wraps one, and a chart in half the
+# centred page (344 px at any window) cut a run's name, its settings then its id, at its right edge.
+LEGEND_LINE_CHARS = 45
 # What the comparison charts show first: throughput, and LMDeploy's CSVs carry means only, so a mean latency puts
 # imported runs on the chart too, yet the P99 TTFT is what a user waits for where runs have it.
 DEFAULT_METRIC = "output_throughput"
@@ -70,9 +73,7 @@ def metric_vs_knob(runs: pd.DataFrame, knob: str, metric: str, color: str | None
         fig.update_xaxes(type="category", categoryorder="category ascending")
     else:
         pad_axis(fig, "x", rows[knob])
-        values = np.unique(rows[knob].to_numpy(dtype=np.float64))
-        if values.size <= _MAX_TICKS:  # a tick at each value run, none at concurrency 2.5
-            fig.update_xaxes(tickmode="array", tickvals=values, ticktext=[tick_label(v) for v in values])
+        ticks_at_values(fig, rows[knob])
     pad_axis(fig, "y", rows[metric])
     return fig
 
@@ -203,11 +204,17 @@ def _cdf_points(n: int) -> np.ndarray:
 def _legend(fig: go.Figure, color: str | None) -> None:
     """Below the plot, one entry a line across the whole width, the figure taller by as much: however many runs it
     lists, it stays clear of the title and the notes above the plot (a row above the plot wraps into them from
-    three runs on) and leaves the plot its width."""
+    three runs on) and leaves the plot its width. It starts at the figure's left edge, not the plot's, and a long
+    entry takes more lines, so a narrow chart shows each entry whole."""
     title = describe_column(color).label if color else ""
     shown = color is not None and bool(fig.data)
-    lines = len(fig.data) + 1 if shown else 0  # an entry per trace and the legend's title
+    lines = 1  # the legend's title
+    for trace in fig.data if shown else ():
+        name = broken(str(trace.name), LEGEND_LINE_CHARS)
+        trace.name = "<br>".join(name)
+        lines += len(name)
     legend_px = lines * _LEGEND_LINE_PX + _LEGEND_PAD_PX if shown else 0
     fig.update_layout(showlegend=shown, height=FIGURE_PX + legend_px, margin=dict(b=_AXIS_TITLE_PX + legend_px),
-                      legend=dict(orientation="h", entrywidth=1, entrywidthmode="fraction", x=0, xanchor="left",
-                                  y=0, yref="container", yanchor="bottom", title=dict(text=title, side="top")))
+                      legend=dict(orientation="h", entrywidth=1, entrywidthmode="fraction", x=0, xref="container",
+                                  xanchor="left", y=0, yref="container", yanchor="bottom",
+                                  title=dict(text=title, side="top")))

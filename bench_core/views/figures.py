@@ -22,6 +22,7 @@ from ..config import KNOBS
 from .run_diff import differing_settings, point_labels, telling_settings
 
 MAX_POINTS = 2000
+MAX_VALUE_TICKS = 12
 NO_DATA = "No data yet"
 PALETTE = plotly.colors.qualitative.Plotly
 _NO_GROUP = "(none)"
@@ -48,6 +49,22 @@ def titled_figure(title: str, x_title: str, y_title: str) -> go.Figure:
     return fig
 
 
+def count_axis(fig: go.Figure, largest: float, axis: str = "yaxis") -> None:
+    """Ticks at whole counts on `axis` (0, 1, 2 ... or 0, 50, 100 ...: a 1-2-5 step giving about five ticks up to
+    `largest`): plotly's own steps put ticks at 0.5 and 1.5 requests on a count up to 4."""
+    rough = max(largest / 5, 1.0)
+    magnitude = 10 ** int(np.floor(np.log10(rough)))
+    step = int(next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= rough))
+    fig.update_layout({axis: dict(tickmode="linear", tick0=0, dtick=step)})
+
+
+def ticks_at_values(fig: go.Figure, values: pd.Series) -> None:
+    """A tick on the x axis at each value a setting took, where they are few: none at concurrency 2.5."""
+    values = np.unique(values.to_numpy(dtype=np.float64))
+    if values.size <= MAX_VALUE_TICKS:
+        fig.update_xaxes(tickmode="array", tickvals=values, ticktext=[tick_label(v) for v in values])
+
+
 def no_data(fig: go.Figure) -> go.Figure:
     """Titled axes without ticks (their default range means nothing) and the message in the middle."""
     fig.add_annotation(text=NO_DATA, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
@@ -60,12 +77,16 @@ def no_data(fig: go.Figure) -> go.Figure:
 def notes_under_title(fig: go.Figure, notes: Sequence[str]) -> None:
     """`notes` under the title, where no bar or point reaches, each broken into lines that fit the chart; the
     top margin grows to hold them."""
-    # Breaking at spaces only: a run id (20261201-101500-ab12) stays on one line, findable as written.
-    lines = [line for note in notes
-             for line in textwrap.wrap(note, NOTE_LINE_CHARS, break_long_words=False, break_on_hyphens=False)]
+    lines = [line for note in notes for line in broken(note, NOTE_LINE_CHARS)]
     if lines:
         fig.update_layout(title=dict(subtitle=dict(text="<br>".join(lines))),
                           margin=dict(t=_TITLE_MARGIN_PX + _NOTE_PX * len(lines)))
+
+
+def broken(text: str, width: int) -> list[str]:
+    """`text` in lines of about `width` characters, broken at spaces only: a run id (20261201-101500-ab12) stays
+    on one line, findable as written."""
+    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) or [text]
 
 
 def rows_with(runs: pd.DataFrame, columns: list[str]) -> pd.DataFrame:

@@ -20,7 +20,7 @@ from ..measure.catalog import METRICS
 from ..measure.latency_bins import BinnedLatencies
 from ..measure.metrics import measured_values
 from ..states import RequestStatus
-from .figures import MAX_POINTS, no_data, notes_under_title, titled_figure
+from .figures import MAX_POINTS, count_axis, no_data, notes_under_title, titled_figure
 from .tables import count_of, format_number
 
 HISTOGRAM_BINS = 60
@@ -136,7 +136,7 @@ def _histogram_figure(bars: _Bars | None, metric: str, title: str | None) -> go.
         fig.update_xaxes(range=[edges[0] - 2 * bar, max(edges[-1] + 2 * bar, right)])
     notes_under_title(fig, notes)
     # Whole requests (gaps): no tick at 0.5 of one on a small run.
-    fig.update_yaxes(tickmode="linear", tick0=0, dtick=_whole_step(float(max(counts.max(), bars.overflow_count))))
+    count_axis(fig, float(max(counts.max(), bars.overflow_count)))
     fig.update_layout(bargap=0.05, showlegend=False)
     return fig
 
@@ -231,9 +231,8 @@ def throughput_over_time(time_s: np.ndarray, output_tokens_per_s: np.ndarray, in
                              customdata=np.column_stack([lowest, highest]), hovertemplate=hover))
     fig.add_trace(go.Scatter(x=t, y=at_end, mode="lines", name="In flight", yaxis="y2",
                              line=dict(dash="dot", shape="hv"), hovertemplate="%{y:.0f} requests<extra></extra>"))
-    # Whole requests: no tick at 0.5 of a request on a small run.
-    step = _whole_step(float(np.max(at_end, initial=0)))
-    fig.update_layout(yaxis=dict(rangemode="tozero"), yaxis2=dict(tickmode="linear", tick0=0, dtick=step))
+    fig.update_layout(yaxis=dict(rangemode="tozero"))
+    count_axis(fig, float(np.max(at_end, initial=0)), "yaxis2")
     return fig
 
 
@@ -281,13 +280,6 @@ def telemetry_over_time(samples: pd.DataFrame | None) -> go.Figure:
     fig.update_layout(title=dict(text="Hardware telemetry"), height=170 * len(present) + 90,
                       margin=dict(l=60, r=30, t=70, b=50), hovermode="x unified")
     return fig
-
-
-def _whole_step(largest: float) -> int:
-    """A 1-2-5 tick step giving about five ticks up to `largest`, never below 1."""
-    rough = max(largest / 5, 1.0)
-    magnitude = 10 ** int(np.floor(np.log10(rough)))
-    return int(next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= rough))
 
 
 def _finite(values: np.ndarray) -> np.ndarray:

@@ -17,7 +17,7 @@ from ..hardware.contention import BUSY_RUNS, busy_runs
 from ..measure.catalog import lower_first
 from ..measure.stats import LOAD_LIMIT_RULE, highest_load_meeting, loads_missing_below, pareto_front
 from .figures import (PALETTE, colour_groups, cycled_palette, inward_label_positions, is_categorical, no_data,
-                      pad_axis, rows_with, run_identity, setting_labels, tick_label, titled_figure)
+                      pad_axis, rows_with, run_identity, setting_labels, tick_label, ticks_at_values, titled_figure)
 from .tables import describe_column
 
 BUSY_LEGEND = "machine busy (other processes held the CPU)"
@@ -59,6 +59,8 @@ def metric_vs_knob_band(points: pd.DataFrame, knob: str, metric: str, series: st
         _mark_busy(fig, x, rows["mean"], rows[BUSY_RUNS] > 0)
     if categorical:
         fig.update_xaxes(type="category")
+    else:
+        ticks_at_values(fig, rows[knob])
     return fig
 
 

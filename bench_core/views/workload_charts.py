@@ -10,14 +10,17 @@ times). Pure plotly, no I/O.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
 from ..states import RequestStatus
-from .figures import no_data, titled_figure
+from .figures import count_axis, no_data, titled_figure
 
 LENGTH_BINS = 40
+PREFIX_SHARE_BIN = 0.05
 
 
 def length_histograms(table: pd.DataFrame) -> go.Figure:
@@ -25,12 +28,25 @@ def length_histograms(table: pd.DataFrame) -> go.Figure:
     fig = titled_figure("Token lengths", "Tokens", "Requests")
     if table.empty:
         return no_data(fig)
+    largest = 0
     for column, name in (("input_len", "Input"), ("req_output_len", "Output asked")):
         values = table[column].to_numpy(dtype=np.float64)
-        fig.add_trace(go.Histogram(x=values, name=f"{name} (mean {values.mean():,.0f})", nbinsx=LENGTH_BINS,
-                                   opacity=0.65, hovertemplate="%{x} tokens: %{y} requests<extra></extra>"))
+        edges = _whole_token_bins(values)
+        largest = max(largest, int(np.histogram(values, edges)[0].max()))
+        fig.add_trace(go.Histogram(x=values, name=f"{name} (mean {values.mean():,.0f})", opacity=0.65,
+                                   xbins=dict(start=edges[0], end=edges[-1], size=edges[1] - edges[0]),
+                                   hovertemplate="%{x} tokens: %{y} requests<extra></extra>"))
     fig.update_layout(barmode="overlay", legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0))
+    count_axis(fig, largest)
     return fig
+
+
+def _whole_token_bins(lengths: np.ndarray) -> np.ndarray:
+    """Edges of at most LENGTH_BINS bins of a whole number of tokens each, halfway between lengths: the bins are
+    drawn here rather than by plotly, so the count axis knows its tallest bar."""
+    low, high = float(np.min(lengths)), float(np.max(lengths))
+    size = max(1, math.ceil((high - low + 1) / LENGTH_BINS))
+    return low - 0.5 + size * np.arange(math.ceil((high - low + 1) / size) + 1)
 
 
 def reuse_figure(table: pd.DataFrame) -> go.Figure | None:
@@ -55,6 +71,7 @@ def send_times_figure(table: pd.DataFrame) -> go.Figure | None:
     counts, _ = np.histogram(times, bins=edges if edges.size > 1 else 1)
     fig.add_trace(go.Bar(x=edges[:-1] + 0.5 if edges.size > 1 else [0.5], y=counts, width=1.0, name="requests",
                          hovertemplate="%{x:.1f} s: %{y} requests<extra></extra>"))
+    count_axis(fig, float(counts.max(initial=0)))
     return fig
 
 
@@ -111,7 +128,10 @@ def _prefix_share(table: pd.DataFrame) -> go.Figure:
     overall = np.nansum(shared) / np.nansum(inputs) if np.nansum(inputs) else np.nan
     fig = titled_figure(f"Prefix share: {overall:.0%} of prompt tokens open other prompts too",
                         "Share of the prompt shared with other prompts", "Requests")
-    fig.add_trace(go.Histogram(x=share, xbins=dict(start=0.0, end=1.0001, size=0.05), name="requests",
+    # Plotly's bins: from 0 on, a prompt shared whole in a bin of its own past 100 %.
+    edges = PREFIX_SHARE_BIN * np.arange(round(1 / PREFIX_SHARE_BIN) + 2)
+    fig.add_trace(go.Histogram(x=share, xbins=dict(start=0.0, end=1.0001, size=PREFIX_SHARE_BIN), name="requests",
                                hovertemplate="%{x}: %{y} requests<extra></extra>"))
     fig.update_xaxes(range=[0, 1], tickformat=".0%")
+    count_axis(fig, float(np.histogram(share[np.isfinite(share)], edges)[0].max(initial=0)))
     return fig

@@ -1,8 +1,9 @@
 """History in a real browser: two real runs of the tiny model that differ only in concurrency, selected in
 the runs table, are compared starting with what differs between them: concurrency with both values, nothing
-else. The test's folder keeps a screenshot of the comparison for a reader. Five runs at a 1,500 px window:
-legends clear of every title, the run id pinned in the runs table when it scrolls and the noise verdicts whole
-in the side-by-side one; screenshots of that comparison go to artifacts/e2e/.
+else. The test's folder keeps a screenshot of the comparison for a reader. Five runs at a 1,500 px window, the
+History page opened by its URL: legends clear of every title with each entry whole, the run id pinned in the runs
+table when it scrolls and the metric names with their noise verdicts in the side-by-side one; screenshots of that
+comparison go to artifacts/e2e/.
 
 What AppTest cannot show is checked here: the rows ticked in the grid by a click, the summary as the browser
 lays it out above the charts, the charts drawn, and what a scrolled grid keeps in view.
@@ -148,19 +149,30 @@ def test_comparing_five_runs_keeps_legends_clear_of_titles_and_ids_and_verdicts_
             for element in chart.locator(above).all():
                 assert not _overlaps(box, element.bounding_box()), (key, above)
         assert box["y"] > chart.locator(".xtitle").first.bounding_box()["y"], key  # under the plot
+        # Each entry, a run's settings then its id, whole inside the figure (in a line or more).
+        figure = chart.locator(".main-svg").first.bounding_box()
+        for entry in chart.locator("g.legend .legendtext").all():
+            text = entry.bounding_box()
+            assert figure["x"] <= text["x"] and text["x"] + text["width"] <= figure["x"] + figure["width"], \
+                (key, entry.text_content())
     notes = page.locator(".st-key-chart_latency_vs_throughput .gtitle-subtitle")
     expect(notes).to_contain_text("Not streamed, so no P99 time to first token")
     expect(notes).to_contain_text(five_runs[NOT_STREAMED])
 
     # The side-by-side table at this width: the verdicts right after the metric names, whole, the first run's
-    # column after them (in view, so the verdicts end before the grid does), each headed by what tells it apart.
-    # (Streamlit pins them while the runs scroll only where they take less of the grid than here.)
+    # column after them (in view, so the verdicts end before the grid does), each headed by what tells it apart;
+    # scrolled to the last run, the metric names and verdicts stay (Streamlit pins them where they take under 60 %
+    # of the grid: the page's wide layout).
     dataframe_with_cell(page, "Output throughput (tok/s)")
     compare = page.get_by_test_id("stDataFrame").nth(1)  # after the runs table: a locator that outlives a redraw
     compare.scroll_into_view_if_needed()
     headers = compare.evaluate(HEADERS_JS)
     assert headers[:3] == ["metric", NOISE_COLUMN,
                            f"Dataset name random, Concurrency 2, Stream output yes (run {five_runs[0]})"]
+    _scroll_right(compare)
+    headers = compare.evaluate(HEADERS_JS)
+    assert headers[:2] == ["metric", NOISE_COLUMN] and five_runs[-1] in headers[-1], headers
+    compare.locator(".dvn-scroller").first.evaluate("box => { box.scrollLeft = 0; }")
     page.mouse.move(0, 0)
     heading.evaluate("e => e.scrollIntoView()")
     page.screenshot(path=artifacts / "history_compare_5_runs_charts.png")

@@ -90,7 +90,7 @@ def test_the_wheel_holds_the_core_the_dashboard_its_entry_files_and_the_command(
     sources = [path.relative_to(ROOT).as_posix() for folder in ("bench_core", "dashboard", "bench_studio")
                for path in (ROOT / folder).rglob("*.py")]
     entry_files = ["app.py", ".streamlit/config.toml", "requirements.txt", "requirements-nodeps.txt",
-                   *(path.relative_to(ROOT).as_posix() for path in (ROOT / "pages").glob("*.py"))]
+                   *(path.relative_to(ROOT).as_posix() for path in (ROOT / "app_pages").glob("*.py"))]
     expected = {*sources, *(f"bench_studio/root/{name}" for name in entry_files)}
     assert len(sources) > 100 and not expected - names
     assert "bench-studio = bench_studio.command:main" in scripts.splitlines()

@@ -84,7 +84,7 @@ def age(*paths: Path) -> None:
 
 def history_page() -> AppTest:
     at = AppTest.from_file(APP, default_timeout=60).run()
-    return at.switch_page("pages/history.py").run()
+    return at.switch_page("app_pages/history.py").run()
 
 
 # ---- item 5: rows that do not parse are quarantined, never rewritten -------------------------------------

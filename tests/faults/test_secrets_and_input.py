@@ -384,7 +384,7 @@ HOSTILE_URL_VALUES = ["9007199254740992", "-1" + "0" * 30, "1e400", "nan", "A" *
                       "../../../etc/passwd", "\x00", "☃" * 300, "{[(", ""]
 
 
-@pytest.mark.parametrize("page", [None, "pages/sweep.py", "pages/playground.py", "pages/history.py"])
+@pytest.mark.parametrize("page", [None, "app_pages/sweep.py", "app_pages/playground.py", "app_pages/history.py"])
 def test_no_value_in_the_url_breaks_a_page(fresh_dashboard, tmp_path, monkeypatch, page):
     from dashboard import url_settings
 
