@@ -162,7 +162,7 @@ class Engine(ABC):
         default."""
         return None
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a default: an engine that holds nothing need not override it)
         """Release the model and any threads or devices it holds."""
 
 
