@@ -9,9 +9,9 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import streamlit as st  # noqa: E402
+import streamlit as st
 
-from dashboard import browser_history  # noqa: E402
+from dashboard import browser_history
 
 st.set_page_config(page_title="LLM Bench Studio", page_icon=":material/speed:", layout="wide")
 browser_history.one_entry_per_page()  # Back leaves a page in one press, whatever its URL kept meanwhile

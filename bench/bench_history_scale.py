@@ -89,7 +89,7 @@ def measure(code: Path, results: Path) -> dict[str, float]:
     from dashboard.state import get_history, get_runner
 
     logging.disable(logging.WARNING)
-    header, rows = csvstore.read_table(results / "history.csv")
+    _, rows = csvstore.read_table(results / "history.csv")
     shown = next(row for row in reversed(rows) if (results / "runs" / row["run_id"]).is_dir())  # a run of ours
     run_id = shown["run_id"]
     template = TEMPLATE / "runs" / next(row["run_id"] for row in csvstore.read_table(TEMPLATE / "history.csv")[1]

@@ -36,8 +36,8 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_core.load.datasets import SampledRequest  # noqa: E402
-from bench_core.engines.openai_client import ServerSpec, run_requests  # noqa: E402
+from bench_core.load.datasets import SampledRequest
+from bench_core.engines.openai_client import ServerSpec, run_requests
 
 MODEL = "bench-model"
 

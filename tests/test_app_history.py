@@ -48,7 +48,7 @@ def prepared_history(tmp_path_factory, tiny_model_path):
 @pytest.fixture
 def history_root(prepared_history, tmp_path, monkeypatch, fresh_dashboard):
     """A private copy of the prepared history, behind fresh cached runner and history objects."""
-    source, run_ids, imported = prepared_history
+    source, _, _ = prepared_history
     root = tmp_path / "results"
     shutil.copytree(source, root)
     monkeypatch.setenv(RESULTS_ENV, str(root))

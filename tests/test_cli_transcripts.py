@@ -166,7 +166,7 @@ def test_the_command_list_is_the_recorded_one():
 
 
 @pytest.mark.parametrize(("name", "args", "masked"), COMMANDS, ids=[name for name, _, _ in COMMANDS])
-def test_the_cli_says_what_it_said(name, args, masked, tmp_path, scripted_server, tiny_model_path):  # noqa: F811
+def test_the_cli_says_what_it_said(name, args, masked, tmp_path, scripted_server, tiny_model_path):
     got = transcript(name, args, masked, tmp_path, scripted_server)
     if UPDATE:
         recorded = _recorded()

@@ -17,10 +17,10 @@ import pytest
 from bench_core import config, engines
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.run.runner import Runner
+from bench_core.errors import ConfigError, EngineUnavailable
 from bench_core.store.history import History
 
 BACKENDS = ("turbomind", "pytorch", "transformers", "openai")  # as the sidebar lists them
-from bench_core.errors import ConfigError, EngineUnavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 

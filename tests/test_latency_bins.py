@@ -56,7 +56,7 @@ def test_a_live_snapshot_has_the_same_size_at_any_number_of_requests():
         prof = Profiler(True, [50, 99])
         prof.start(0.0)
         rng = np.random.default_rng(n_requests)
-        for i in range(n_requests):
+        for _ in range(n_requests):
             sess = prof.new_session(8, 64)
             for n, t in enumerate(np.cumsum(rng.exponential(0.02, 65))):
                 sess.tick(n, timestamp=float(t) % 5.0 + n * 1e-6)

@@ -548,7 +548,7 @@ def test_stream_output_ticks_cumulative_tokens_and_finishes_each_request_once():
     assert len(pipe.calls) == 1  # one call holding every prompt, as the script
     admits = [e for e in events if e.kind == "admit"]
     assert len({e.ts for e in admits}) == 1  # all submitted at once
-    for request, (index, evs) in zip(REQUESTS, sorted(_by_request(events).items())):
+    for request, (_, evs) in zip(REQUESTS, sorted(_by_request(events).items())):
         kinds = [e.kind for e in evs]
         assert kinds[0] == "admit" and kinds[-1] == "finish" and kinds.count("finish") == 1
         counts = [e.n_tokens for e in evs if e.kind == "tokens"]

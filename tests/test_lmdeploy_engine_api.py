@@ -109,9 +109,9 @@ def _engine(tokenizer, **stand_in):
     return LMDeployInstanceEngine(built, tokenizer, EngineInfo("pytorch", "m", "/m", "auto", "stand-in")), built
 
 
-def _events(engine, requests, cancel=None, generation=GenerationSettings(), **load):
+def _events(engine, requests, cancel=None, generation=None, **load):
     load = LoadConfig(load_pattern="engine_api", **{"concurrency": 2, "stream_output": True, **load})
-    return list(engine.stream(requests, generation, load, cancel or threading.Event()))
+    return list(engine.stream(requests, generation or GenerationSettings(), load, cancel or threading.Event()))
 
 
 REQUESTS = [SampledRequest(f"prompt number {i}", 4, 3 + i) for i in range(5)]

@@ -10,6 +10,7 @@ import threading
 import time
 from contextlib import redirect_stdout
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import pytest
@@ -201,8 +202,8 @@ def test_same_ticks_give_lmdeploys_numbers_bit_for_bit(reference, tmp_path):
         assert_same_results(ours, theirs)
         if _everything_measured(theirs):
             title, hyper = "Profile Throughput", [("Concurrency", 64), ("Stream output", run.stream)]
-            their_table = _printed(lambda: theirs.summarize(title, hyper))
-            assert _printed(lambda: ours.summarize(title, hyper)).startswith(their_table), seed
+            their_table = _printed(partial(theirs.summarize, title, hyper))
+            assert _printed(partial(ours.summarize, title, hyper)).startswith(their_table), seed
             theirs.save_csv(str(tmp_path / f"theirs{seed}.csv"), PIPELINE_HYPERPARAMS)
             ours.save_csv(str(tmp_path / f"ours{seed}.csv"), PIPELINE_HYPERPARAMS)
             assert (tmp_path / f"ours{seed}.csv").read_bytes() == (tmp_path / f"theirs{seed}.csv").read_bytes()

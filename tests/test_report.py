@@ -5,7 +5,7 @@ and text from outside escaped. Built from real profilers recorded into a real hi
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -73,7 +73,7 @@ def test_the_builder_inlines_plotly_once_and_escapes_every_text():
         [report.Section(HOSTILE_LABEL, [*figures, report.Table(HOSTILE_LABEL, frame), report.Note(HOSTILE_LABEL)])],
         pd.DataFrame({"setting": ["Model"], "run": [HOSTILE_MODEL]}),
         pd.DataFrame({"environment": ["hostname"], "run": ["<b>bench-host</b>"]})),
-        created=datetime(2026, 12, 1, 22, 0, tzinfo=timezone.utc))
+        created=datetime(2026, 12, 1, 22, 0, tzinfo=UTC))
     assert_self_contained(document, 2)
     assert_escaped(document)
     assert "1,234.568" in document  # numbers written as every table writes them

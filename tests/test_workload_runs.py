@@ -81,7 +81,7 @@ def test_a_trace_on_the_embedded_engine_starts_each_request_at_its_time(runner, 
     records = [{"timestamp": t, "input_length": 40, "output_length": 4, "hash_ids": [1]} for t in times_ms]
     dataset = DatasetConfig(dataset=write_jsonl(tmp_path / "trace.jsonl", records), dataset_name="trace",
                             num_prompts=4, trace_block_len=32)
-    row, requests = run_on_cpu(runner, dataset, LoadConfig(load_pattern="trace", concurrency=4, trace_speedup=2.0))
+    _, requests = run_on_cpu(runner, dataset, LoadConfig(load_pattern="trace", concurrency=4, trace_speedup=2.0))
     assert requests["start_s"].to_numpy() - requests["start_s"].iloc[0] == pytest.approx(
         np.array(times_ms) / 2000, abs=0.05)
     assert requests["shared_prefix_tokens"].tolist() == [0, 32, 32, 32]

@@ -22,6 +22,7 @@ import argparse
 import json
 import math
 import sys
+from functools import partial
 
 import pandas as pd
 
@@ -236,7 +237,7 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
             saved = False
         # The record's LMDeploy row: a run on a cluster has no profiler here.
         if run.state == RunState.FINISHED and csv_path:
-            saved &= append_csv_row(csv_path, lambda: append_row(csv_path, run.record.lmdeploy_columns))
+            saved &= append_csv_row(csv_path, partial(append_row, csv_path, run.record.lmdeploy_columns))
 
     progress = sweep.progress()
     if completed and progress.finished == 0 and all(not run.measurement.measured and run.user_error

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .catalog import of_part, setting
 from .settings import Part
@@ -26,18 +26,44 @@ def _part_class(part: Part, name: str, doc: str) -> type:
     return cls
 
 
-EngineConfig = _part_class(Part.ENGINE, "EngineConfig", "Everything that needs the engine to be (re)loaded when it "
-                           "changes. The API key lives only in memory: it never reaches config.json or the history.")
-DatasetConfig = _part_class(Part.DATASET, "DatasetConfig", "Which prompts to send, sampled with LMDeploy's rules.")
-LoadConfig = _part_class(Part.LOAD, "LoadConfig", "How requests are offered to the engine (see README, \"What is "
-                         "measured\": timing semantics).")
-GenerationSettings = _part_class(Part.GENERATION, "GenerationSettings", "Sampling settings. LMDeploy's pipeline "
-                                 "script forces greedy decoding whatever these say.")
-SLO = _part_class(Part.SLO, "SLO", "Optional service-level thresholds in seconds; a request is good when it meets all "
-                  "that are set.")
-_PART_CLASSES = {Part.ENGINE: EngineConfig, Part.DATASET: DatasetConfig, Part.LOAD: LoadConfig,
-                 Part.GENERATION: GenerationSettings, Part.SLO: SLO}
+if TYPE_CHECKING:
+    class _CatalogPartClass(type):
+        def __getattr__(cls, name: str) -> Any: ...  # a field's default, read from the class
 
+    class _CatalogPart(metaclass=_CatalogPartClass):
+        """A part as a type checker sees it: its fields are the catalog's settings, made into a dataclass at import
+        below, so it cannot know them; they read as Any."""
+
+        __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
+        def __init__(self, **values: Any) -> None: ...
+
+        def __getattr__(self, name: str) -> Any: ...
+
+        def __setattr__(self, name: str, value: Any) -> None: ...
+
+    class EngineConfig(_CatalogPart): ...
+
+    class DatasetConfig(_CatalogPart): ...
+
+    class LoadConfig(_CatalogPart): ...
+
+    class GenerationSettings(_CatalogPart): ...
+
+    class SLO(_CatalogPart): ...
+else:
+    EngineConfig = _part_class(Part.ENGINE, "EngineConfig", "Everything that needs the engine to be (re)loaded "
+                               "when it changes. The API key lives only in memory: it never reaches config.json or "
+                               "the history.")
+    DatasetConfig = _part_class(Part.DATASET, "DatasetConfig", "Which prompts to send, sampled with LMDeploy's rules.")
+    LoadConfig = _part_class(Part.LOAD, "LoadConfig", "How requests are offered to the engine (see README, \"What is "
+                             "measured\": timing semantics).")
+    GenerationSettings = _part_class(Part.GENERATION, "GenerationSettings", "Sampling settings. LMDeploy's pipeline "
+                                     "script forces greedy decoding whatever these say.")
+    SLO = _part_class(Part.SLO, "SLO", "Optional service-level thresholds in seconds; a request is good when it meets "
+                      "all that are set.")
+_PART_CLASSES: dict[Part, type[Any]] = {Part.ENGINE: EngineConfig, Part.DATASET: DatasetConfig,
+                                       Part.LOAD: LoadConfig, Part.GENERATION: GenerationSettings, Part.SLO: SLO}
 
 @dataclass
 class RunConfig:
@@ -63,10 +89,10 @@ class RunConfig:
         flat: dict[str, Any] = {}
         for part in _PART_CLASSES:
             values = self.part(part)
-            for setting in of_part(part):
-                if not setting.secret:
-                    applies = not setting.is_knob or setting.applies(backend=self.engine.backend)
-                    flat[setting.key] = getattr(values, setting.name) if applies else None
+            for declared in of_part(part):
+                if not declared.secret:
+                    applies = not declared.is_knob or declared.applies(backend=self.engine.backend)
+                    flat[declared.key] = getattr(values, declared.name) if applies else None
         flat["label"] = self.label
         flat["percentiles"] = ",".join(_format_number(p) for p in self.percentiles)
         return flat

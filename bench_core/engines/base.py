@@ -176,7 +176,7 @@ class Engine(ABC):
         late), where this engine is a client with one; none by default."""
         return []
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a default: an engine that holds nothing need not override it)
         """Release the model and any threads or devices it holds."""
 
 

@@ -10,6 +10,7 @@ rendered as a transcript (requests.render_transcript). A record without a length
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ def sample_custom_requests(records: list[tuple[int, Any]], source: str, tokenize
                            cfg: DatasetConfig) -> Sample:
     requests = []
     for line, record in records[:cfg.num_prompts]:
-        prompt, messages, output_len = read_record(record, cfg.output_len, lambda why: record_refused(source, line, why, FORMAT))
+        prompt, messages, output_len = read_record(record, cfg.output_len, partial(record_refused, source, line, rule=FORMAT))
         requests.append(SampledRequest(prompt, len(tokenizer.encode(prompt)), output_len, messages=messages))
     if not requests:
         raise DatasetError(f"Dataset {source} holds no record: {FORMAT}.")

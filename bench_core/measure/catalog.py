@@ -318,7 +318,7 @@ def _ttft_gap(column: Callable[[str], pd.Series]) -> pd.Series:
 
 # ---- the catalog -----------------------------------------------------------------------------
 
-_MS = dict(unit="s", display_unit="ms", display_scale=1000.0)
+_MS: dict[str, Any] = dict(unit="s", display_unit="ms", display_scale=1000.0)
 CATALOG: tuple[Metric, ...] = (
     Metric("total_requests", "Total requests", "requests", None, "Every request of the run.",
            aggregate=lambda run: len(run.table)),

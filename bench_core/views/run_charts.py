@@ -95,8 +95,8 @@ class _Bars:
 def _bars(shape: HistogramRange, values: np.ndarray, weights: np.ndarray) -> _Bars:
     """Counts of `values` (each weighing its weight: 1, or a live bin's count) within the range, and above it."""
     inside = values <= shape.high
-    inside_count = int(round(weights[inside].sum()))
-    overflow = int(round(weights.sum())) - inside_count
+    inside_count = round(weights[inside].sum())
+    overflow = round(weights.sum()) - inside_count
     if shape.near_equal:
         half = max(shape.high - shape.low, NEAR_EQUAL_SPREAD * abs(shape.high), np.finfo(float).tiny) / 2
         middle = (shape.low + shape.high) / 2

@@ -176,7 +176,7 @@ def test_a_cell_holding_line_breaks_is_a_row_not_damage(results):
 # ---- item 6: a history without its run_id column is refused and left alone ------------------------------
 
 def test_a_renamed_run_id_header_is_refused_before_the_run_and_nothing_is_written(results):
-    root, run_ids = results
+    root, _ = results
     csv_path = root / "history.csv"
     renamed = csv_path.read_bytes().replace(b",run_id,", b",run,", 1)
     csv_path.write_bytes(renamed)
@@ -194,7 +194,7 @@ def test_a_renamed_run_id_header_is_refused_before_the_run_and_nothing_is_writte
 
 def test_a_renamed_run_id_header_refuses_a_save_and_the_history_page_says_why(results, monkeypatch,
                                                                                fresh_dashboard):
-    root, run_ids = results
+    root, _ = results
     csv_path = root / "history.csv"
     renamed = csv_path.read_bytes().replace(b",run_id,", b",id,", 1)
     csv_path.write_bytes(renamed)

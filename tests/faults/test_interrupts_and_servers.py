@@ -262,7 +262,7 @@ def test_restful_targets_this_machine_by_default():
 class _CountingHub(http.server.BaseHTTPRequestHandler):
     asked: list[str] = []
 
-    def do_GET(self):  # noqa: N802 (http.server's name)
+    def do_GET(self):
         _CountingHub.asked.append(self.path)
         self.send_error(404)
 

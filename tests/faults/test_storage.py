@@ -30,7 +30,7 @@ from bench_core.models.resolve import cache_dir
 pytestmark = pytest.mark.slow
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from openai_server import misbehaving_server  # noqa: E402,F401 (fixture)
+from openai_server import misbehaving_server  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 PIPELINE = ("pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "4", "-c", "2",
