@@ -31,13 +31,13 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_http_client import MODEL, _chunk, _free_port, _wait_listening  # noqa: E402
+from bench_http_client import MODEL, _chunk, _free_port, _wait_listening
 
-from bench_core.engines.client_workers import ClientWorkers  # noqa: E402
-from bench_core.engines.openai_client import ServerSpec, run_requests  # noqa: E402
-from bench_core.load.datasets import SampledRequest  # noqa: E402
-from bench_core.load.schedule import SendSchedule  # noqa: E402
-from bench_core.measure.profiler import Profiler, Session  # noqa: E402
+from bench_core.engines.client_workers import ClientWorkers
+from bench_core.engines.openai_client import ServerSpec, run_requests
+from bench_core.load.datasets import SampledRequest
+from bench_core.load.schedule import SendSchedule
+from bench_core.measure.profiler import Profiler, Session
 
 
 async def _flood(request: web.Request) -> web.StreamResponse:

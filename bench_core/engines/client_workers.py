@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+import typing
 from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection, Pipe, wait
 from pathlib import Path
@@ -134,8 +135,8 @@ class ClientWorkers:
         shares = split_sessions(requests, len(self._workers))
         for worker, ((_, conn), indices) in enumerate(zip(self._workers, shares)):
             local = {index: position for position, index in enumerate(indices)}
-            mine = [requests[i] if requests[i].follows is None else
-                    dataclasses.replace(requests[i], follows=local[requests[i].follows]) for i in indices]
+            mine = [requests[i] if (follows := requests[i].follows) is None else
+                    dataclasses.replace(requests[i], follows=local[follows]) for i in indices]
             conn.send(("run", {"spec": spec, "model": model, "requests": mine, "indices": indices,
                                "offsets": [schedule.offset(i) for i in indices if requests[i].follows is None],
                                "duration_s": duration_s, "ignore_eos": ignore_eos,
@@ -176,7 +177,7 @@ class ProcessClientRun:
     def __init__(self, workers: ClientWorkers, spec: ServerSpec, requests: Sequence[SampledRequest],
                  schedule: SendSchedule, cancel: threading.Event) -> None:
         self.spec, self.cancel, self._workers = spec, cancel, workers
-        self.results = [RequestResult(i, r.output_len, math.nan if schedule.offset(i) is None else schedule.offset(i))
+        self.results = [RequestResult(i, r.output_len, math.nan if (due := schedule.offset(i)) is None else due)
                         for i, r in enumerate(requests)]
         self.t0: float | None = None
         self.loop_lag = LoopLag()  # not sampled here: the workers' loops' samples, gathered as each is done
@@ -191,7 +192,7 @@ class ProcessClientRun:
                 if self.cancel.is_set() and not cancelled:
                     cancelled = True
                     self._workers.send_all(("cancel",))
-                for conn in wait(list(open_), timeout=0.05):
+                for conn in _ready(open_, 0.05):
                     try:
                         message = conn.recv()
                     except (EOFError, OSError):
@@ -228,12 +229,17 @@ class ProcessClientRun:
                 yield event
 
 
+def _ready(open_: dict[Connection, subprocess.Popen], timeout: float) -> list[Connection]:
+    """The workers' connections with a message waiting (or closed), within `timeout` seconds."""
+    return typing.cast("list[Connection]", wait(list(open_), timeout=timeout))
+
+
 def _drain(open_: dict[Connection, subprocess.Popen]) -> None:
     """Read the cancelled workers' last events until each is done; kill one that is not within STOP_WAIT_S (the
     pool is then `broken`)."""
     deadline = time.monotonic() + STOP_WAIT_S
     while open_ and (left := deadline - time.monotonic()) > 0:
-        for conn in wait(list(open_), timeout=left):
+        for conn in _ready(open_, left):
             try:
                 if conn.recv()[0] == "done":
                     del open_[conn]
@@ -273,7 +279,7 @@ def _run(conn: Connection, task: dict, cancel: threading.Event, start_at: float
             conn.send(("events", [_outgoing(event, run.results[event.index], indices) for event in batch]))
     except BenchError as exc:
         return exc, run.loop_lag.samples
-    except Exception as exc:  # noqa: BLE001 - crosses to the parent as one line, not a traceback
+    except Exception as exc:
         return ServerError(f"A client worker process failed: {type(exc).__name__}: {exc}"), run.loop_lag.samples
     return None, run.loop_lag.samples
 

@@ -26,11 +26,11 @@ from bench_core.errors import HistoryError
 from bench_core.store.history import History
 from bench_core.models.resolve import cache_dir
 
-# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
-pytestmark = pytest.mark.slow
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from openai_server import misbehaving_server  # noqa: F401 (fixture)
+
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 PIPELINE = ("pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "4", "-c", "2",
