@@ -16,10 +16,12 @@ from dashboard import browser_history
 st.set_page_config(page_title="LLM Bench Studio", page_icon=":material/speed:", layout="wide")
 browser_history.one_entry_per_page()  # Back leaves a page in one press, whatever its URL kept meanwhile
 
-navigation = st.navigation([
-    st.Page("app_pages/run.py", title="Run", icon=":material/play_arrow:", default=True),
-    st.Page("app_pages/history.py", title="History", icon=":material/table_chart:"),
-    st.Page("app_pages/sweep.py", title="Sweep", icon=":material/tune:"),
-    st.Page("app_pages/playground.py", title="Playground", icon=":material/chat:"),
-])
+navigation = st.navigation(
+    [
+        st.Page("app_pages/run.py", title="Run", icon=":material/play_arrow:", default=True),
+        st.Page("app_pages/history.py", title="History", icon=":material/table_chart:"),
+        st.Page("app_pages/sweep.py", title="Sweep", icon=":material/tune:"),
+        st.Page("app_pages/playground.py", title="Playground", icon=":material/chat:"),
+    ]
+)
 navigation.run()

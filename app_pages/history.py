@@ -5,9 +5,9 @@ download them or delete them; import CSVs written by this app or by LMDeploy's b
 import streamlit as st
 
 from bench_core.errors import BenchError
-from dashboard.text import plain
 from dashboard import active_runs, history_view
 from dashboard.state import get_history
+from dashboard.text import plain
 
 active_runs.render_banner(shown_run_id=None)
 st.title("History")

@@ -8,14 +8,16 @@ The job on show is named in the URL (?job=<id>), so a reload finds it while the 
 import streamlit as st
 
 from bench_core.errors import BenchError
-from dashboard.text import plain
 from dashboard import active_runs, playground_view
 from dashboard.state import get_runner
+from dashboard.text import plain
 
 active_runs.render_banner(shown_run_id=None)
 st.title("Playground")
-st.caption("Run a batch of chat prompts once, with the model's chat template, and read the answers. "
-           "Prompts wait their turn behind any benchmark and are not recorded in the history.")
+st.caption(
+    "Run a batch of chat prompts once, with the model's chat template, and read the answers. "
+    "Prompts wait their turn behind any benchmark and are not recorded in the history."
+)
 engine = playground_view.engine_choice()
 shown_job = get_runner().get_playground(st.query_params.get("job", ""))  # the one in the URL, e.g. after a reload
 conversations, file_problem = playground_view.prompt_input(shown_job)

@@ -10,10 +10,10 @@ from functools import partial
 import streamlit as st
 
 from bench_core.errors import BenchError
-from dashboard.text import plain
 from dashboard import active_runs, sidebar, workload_view
 from dashboard.run_view import render_run, run_on_show
 from dashboard.state import get_history, get_runner
+from dashboard.text import plain
 
 UPLOADS_FOLDER = "uploads"
 
@@ -23,7 +23,8 @@ shown = runner.get(run_id) if run_id else None
 active_runs.render_banner(run_id)
 st.title("Run a benchmark")
 choice = sidebar.render_sidebar(
-    cancel=partial(active_runs.cancel_and_settle, shown) if shown is not None and shown.active else None)
+    cancel=partial(active_runs.cancel_and_settle, shown) if shown is not None and shown.active else None
+)
 
 if choice.start:
     try:
@@ -42,7 +43,9 @@ if run_id:
         sidebar.offer_past_settings(run_id, shown, get_history())
     render_run(run_id, sidebar.chosen_slo(choice.values))
 else:
-    st.info("Choose a model, a backend and a dataset in the sidebar, then press **Start**. With nothing "
-            "changed, SmolLM2-135M runs on the embedded transformers engine: about a minute on a 2-core CPU, the first time included.")
+    st.info(
+        "Choose a model, a backend and a dataset in the sidebar, then press **Start**. With nothing "
+        "changed, SmolLM2-135M runs on the embedded transformers engine: about a minute on a 2-core CPU, the first time included."
+    )
 # The next run's workload, below the run shown: sampled only when asked.
 workload_view.render_preview(choice.values, get_history().root / UPLOADS_FOLDER)

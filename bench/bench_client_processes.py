@@ -60,8 +60,11 @@ def _serve(port: int, per_write: int) -> None:
 
 
 def _worker_cpu_s() -> float:
-    return sum(sum(child.cpu_times()[:2]) for child in psutil.Process().children()
-               if "bench_core.engines.client_workers" in " ".join(child.cmdline()))
+    return sum(
+        sum(child.cpu_times()[:2])
+        for child in psutil.Process().children()
+        if "bench_core.engines.client_workers" in " ".join(child.cmdline())
+    )
 
 
 def measure(url: str, workers: ClientWorkers | None, args) -> tuple[float, float, float, float]:
@@ -128,8 +131,10 @@ def main() -> int:
     try:
         _wait_listening(port)
         url = f"http://127.0.0.1:{port}"
-        print(f"{args.requests} requests x {args.tokens} events, {args.concurrency} in flight in all, "
-              f"{args.per_write} events per server write, best of {args.rounds} rounds")
+        print(
+            f"{args.requests} requests x {args.tokens} events, {args.concurrency} in flight in all, "
+            f"{args.per_write} events per server write, best of {args.rounds} rounds"
+        )
         for n in counts:
             started = time.perf_counter()
             pools[n] = ClientWorkers(n) if n > 1 else None
@@ -140,9 +145,11 @@ def main() -> int:
             for n in counts if round_ % 2 == 0 else counts[::-1]:  # none always goes first
                 rate, to_t0, own_us, workers_us = measure(url, pools[n], args)
                 best[n] = max(best[n], (rate, to_t0, own_us, workers_us))
-                print(f"  round {round_ + 1}  N={n}  {rate:>10,.0f} events/s  ({to_t0 * 1000:.0f} ms from the call "
-                      f"to t0)  CPU per event: this process {own_us:.1f} us, workers {workers_us:.1f} us: "
-                      f"{allowed_rate(n, own_us, workers_us):,.0f} events/s on free cores")
+                print(
+                    f"  round {round_ + 1}  N={n}  {rate:>10,.0f} events/s  ({to_t0 * 1000:.0f} ms from the call "
+                    f"to t0)  CPU per event: this process {own_us:.1f} us, workers {workers_us:.1f} us: "
+                    f"{allowed_rate(n, own_us, workers_us):,.0f} events/s on free cores"
+                )
     finally:
         for pool in pools.values():
             if pool is not None:
@@ -153,8 +160,10 @@ def main() -> int:
     print(f"load average now {psutil.getloadavg()[0]:.1f} on {psutil.cpu_count()} cores")
     for n in counts:
         free = allowed_rate(n, *best[n][2:])
-        print(f"N={n}: {best[n][0]:>10,.0f} events/s  ratio to N={counts[0]}: {best[n][0] / one:.2f}   "
-              f"on free cores (from CPU per event, best wall round): {free:,.0f} events/s, ratio {free / one_free:.2f}")
+        print(
+            f"N={n}: {best[n][0]:>10,.0f} events/s  ratio to N={counts[0]}: {best[n][0] / one:.2f}   "
+            f"on free cores (from CPU per event, best wall round): {free:,.0f} events/s, ratio {free / one_free:.2f}"
+        )
     if 2 in best and best[2][0] / one < args.want:
         print(f"BELOW TARGET: N=2 takes in {best[2][0] / one:.2f}x N=1's events per second (want {args.want})")
         return 1

@@ -32,8 +32,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig  # noqa: E402
 from bench_core.run.engine_process import ProcessRunner  # noqa: E402
-from bench_core.store.history import History  # noqa: E402
 from bench_core.run.runner import Runner  # noqa: E402
+from bench_core.store.history import History  # noqa: E402
 
 TARGET = 0.98
 SMOLLM2, TINY = "builtin:smollm2-135m", "builtin:tiny-llama"
@@ -58,18 +58,39 @@ def report(name: str, pairs: list[tuple[float, float]], labels: tuple[str, str])
         print(f"  pair {i}: {labels[0]} {a:9.1f}  {labels[1]} {b:9.1f}  ratio {b / a:.3f}")
     median = statistics.median(ratios)
     met = median >= TARGET
-    print(f"  ratio median {median:.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}), target >= {TARGET}: "
-          f"{'met' if met else 'MISSED'}")
+    print(
+        f"  ratio median {median:.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}), target >= {TARGET}: "
+        f"{'met' if met else 'MISSED'}"
+    )
     print(f"  load: {load_average()}")
     return met
 
 
 # ---- (1) the observer effect -------------------------------------------------------------------
 
+
 def headless_run(results: Path, tokens: int, prompts: int) -> str:
-    command = [sys.executable, "-m", "bench_core", "pipeline", "builtin:sharegpt", SMOLLM2, "--backend", "transformers",
-               "-n", str(prompts), "-c", "8", "--stream-output", "--sharegpt-output-len", str(tokens),
-               "--results", str(results), "--csv", str(results / "pipeline.csv")]
+    command = [
+        sys.executable,
+        "-m",
+        "bench_core",
+        "pipeline",
+        "builtin:sharegpt",
+        SMOLLM2,
+        "--backend",
+        "transformers",
+        "-n",
+        str(prompts),
+        "-c",
+        "8",
+        "--stream-output",
+        "--sharegpt-output-len",
+        str(tokens),
+        "--results",
+        str(results),
+        "--csv",
+        str(results / "pipeline.csv"),
+    ]
     subprocess.run(command, check=True, cwd=ROOT, capture_output=True)
     return History(results).load()["run_id"].iloc[-1]
 
@@ -90,8 +111,11 @@ def watched_run(page, url: str, results: Path, tokens: int, prompts: int, watch:
     cpu_before, started = _cpu_seconds(watchers), time.perf_counter()
     while history.load().empty or run_id not in set(history.load()["run_id"]):
         time.sleep(0.5)
-    print(f"  the dashboard's server and chromium used {(_cpu_seconds(watchers) - cpu_before) / (time.perf_counter() - started):.2f} "
-          "CPU cores meanwhile", flush=True)
+    print(
+        f"  the dashboard's server and chromium used {(_cpu_seconds(watchers) - cpu_before) / (time.perf_counter() - started):.2f} "
+        "CPU cores meanwhile",
+        flush=True,
+    )
     return run_id
 
 
@@ -126,15 +150,24 @@ def observer_effect(pairs: int, tokens: int, prompts: int, watch: bool) -> bool:
     headless_results, served_results = folder / "headless", folder / "served"
     port = free_port()
     env = {**os.environ, "BENCH_STUDIO_RESULTS": str(served_results), "HF_HUB_OFFLINE": "1"}
-    command = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.headless=true",
-               f"--server.port={port}", "--server.address=127.0.0.1", "--browser.gatherUsageStats=false"]
+    command = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(ROOT / "app.py"),
+        "--server.headless=true",
+        f"--server.port={port}",
+        "--server.address=127.0.0.1",
+        "--browser.gatherUsageStats=false",
+    ]
     measured: list[tuple[float, float]] = []
     with serve(command, env, port, folder) as server, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1600})
         for i in range(pairs):
             sides = {}
-            for side in (("headless", "watched") if i % 2 == 0 else ("watched", "headless")):
+            for side in ("headless", "watched") if i % 2 == 0 else ("watched", "headless"):
                 if side == "headless":
                     run_id = headless_run(headless_results, tokens, prompts)
                     sides[side] = throughput(History(headless_results), run_id)
@@ -146,22 +179,36 @@ def observer_effect(pairs: int, tokens: int, prompts: int, watch: bool) -> bool:
         browser.close()
     same = _same_settings(History(headless_results), History(served_results))
     print(f"  the two sides ran the same settings: {same}")
-    return report(f"Observer effect (SmolLM2, {prompts} prompts x {tokens} tokens, concurrency 8, streamed"
-                  f"{'' if watch else ', the dashboard run NOT watched'})", measured, ("headless", "watched")) and same
+    return (
+        report(
+            f"Observer effect (SmolLM2, {prompts} prompts x {tokens} tokens, concurrency 8, streamed"
+            f"{'' if watch else ', the dashboard run NOT watched'})",
+            measured,
+            ("headless", "watched"),
+        )
+        and same
+    )
 
 
 def _same_settings(a: History, b: History) -> bool:
     first, second = a.config(a.load()["run_id"].iloc[0]), b.config(b.load()["run_id"].iloc[0])
     return (first.engine, first.dataset, first.load, first.generation) == (
-        second.engine, second.dataset, second.load, second.generation)
+        second.engine,
+        second.dataset,
+        second.load,
+        second.generation,
+    )
 
 
 # ---- (2) the overhead of the split -------------------------------------------------------------
 
+
 def split_config(requests: int, tokens: int, dtype: str = "auto") -> RunConfig:
-    return RunConfig(engine=EngineConfig(model=TINY, dtype=dtype),
-                     dataset=DatasetConfig(dataset="builtin:sharegpt", num_prompts=requests, sharegpt_output_len=tokens),
-                     load=LoadConfig(concurrency=64, stream_output=True))
+    return RunConfig(
+        engine=EngineConfig(model=TINY, dtype=dtype),
+        dataset=DatasetConfig(dataset="builtin:sharegpt", num_prompts=requests, sharegpt_output_len=tokens),
+        load=LoadConfig(concurrency=64, stream_output=True),
+    )
 
 
 def measure(runner: Runner, config: RunConfig) -> float:
@@ -178,13 +225,16 @@ def split_overhead(pairs: int, requests: int, tokens: int) -> bool:
     measured: list[tuple[float, float]] = []
     for i in range(pairs):
         sides = {}
-        for side in (("in process", "worker") if i % 2 == 0 else ("worker", "in process")):
+        for side in ("in process", "worker") if i % 2 == 0 else ("worker", "in process"):
             sides[side] = measure(in_process if side == "in process" else worker, config)
             print(f"  {side}: {sides[side]:.1f} output tok/s", flush=True)
         measured.append((sides["in process"], sides["worker"]))
     in_process.shutdown()
-    met = report(f"Split overhead (tiny-llama, {requests} requests x {tokens} tokens, concurrency 64, streamed)",
-                 measured, ("in process", "worker"))
+    met = report(
+        f"Split overhead (tiny-llama, {requests} requests x {tokens} tokens, concurrency 64, streamed)",
+        measured,
+        ("in process", "worker"),
+    )
     memory_of_a_settings_change(worker, requests, tokens)
     worker.shutdown()
     return met
@@ -197,11 +247,13 @@ def memory_of_a_settings_change(worker: ProcessRunner, requests: int, tokens: in
     available = psutil.virtual_memory().available
     measure(worker, split_config(min(requests, 64), tokens, dtype="float32"))  # other engine settings
     new_pid = worker.worker_pid()
-    print(f"\nMemory: this process {psutil.Process().memory_info().rss / mib:.0f} MiB RSS; worker {old_pid} with "
-          f"tiny-llama loaded {old_rss / mib:.0f} MiB RSS; after a change of engine settings it is "
-          f"{'gone' if not psutil.pid_exists(old_pid) else 'STILL THERE'}, the new worker {new_pid} has "
-          f"{psutil.Process(new_pid).memory_info().rss / mib:.0f} MiB RSS; available memory "
-          f"{available / mib:.0f} -> {psutil.virtual_memory().available / mib:.0f} MiB")
+    print(
+        f"\nMemory: this process {psutil.Process().memory_info().rss / mib:.0f} MiB RSS; worker {old_pid} with "
+        f"tiny-llama loaded {old_rss / mib:.0f} MiB RSS; after a change of engine settings it is "
+        f"{'gone' if not psutil.pid_exists(old_pid) else 'STILL THERE'}, the new worker {new_pid} has "
+        f"{psutil.Process(new_pid).memory_info().rss / mib:.0f} MiB RSS; available memory "
+        f"{available / mib:.0f} -> {psutil.virtual_memory().available / mib:.0f} MiB"
+    )
 
 
 def main() -> int:
@@ -212,8 +264,11 @@ def main() -> int:
     parser.add_argument("--split-requests", type=int, default=5000)
     parser.add_argument("--split-tokens", type=int, default=8)
     parser.add_argument("--only", choices=("observer", "split"), default=None)
-    parser.add_argument("--unwatched", action="store_true",
-                        help="leave the Run page once the dashboard's run has started: what watching itself costs")
+    parser.add_argument(
+        "--unwatched",
+        action="store_true",
+        help="leave the Run page once the dashboard's run has started: what watching itself costs",
+    )
     args = parser.parse_args()
     print(f"start: {load_average()}", flush=True)
     met = True

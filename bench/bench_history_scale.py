@@ -92,8 +92,15 @@ def measure(code: Path, results: Path) -> dict[str, float]:
     _, rows = csvstore.read_table(results / "history.csv")
     shown = next(row for row in reversed(rows) if (results / "runs" / row["run_id"]).is_dir())  # a run of ours
     run_id = shown["run_id"]
-    template = TEMPLATE / "runs" / next(row["run_id"] for row in csvstore.read_table(TEMPLATE / "history.csv")[1]
-                                        if row["run_id"] in {path.name for path in (TEMPLATE / "runs").iterdir()})
+    template = (
+        TEMPLATE
+        / "runs"
+        / next(
+            row["run_id"]
+            for row in csvstore.read_table(TEMPLATE / "history.csv")[1]
+            if row["run_id"] in {path.name for path in (TEMPLATE / "runs").iterdir()}
+        )
+    )
 
     def append_from_elsewhere() -> None:  # a run ending in another process (the CLI): a row more
         csvstore.append_row(results / "history.csv", {**shown, "run_id": new_run_id()})
@@ -110,6 +117,7 @@ def measure(code: Path, results: Path) -> dict[str, float]:
     def load_after_append() -> None:
         append_from_elsewhere()
         warm.load()
+
     figures["load: after a row appended"] = best(load_after_append)
 
     for cached in (get_history, get_runner):
@@ -125,6 +133,7 @@ def measure(code: Path, results: Path) -> dict[str, float]:
     def view_after_append() -> None:
         append_from_elsewhere()
         page.run()
+
     figures["History page: after a row appended"] = best(view_after_append)
     run_page = AppTest.from_file(str(code / "app.py"), default_timeout=600)
     run_page.query_params["run"] = run_id
@@ -137,10 +146,18 @@ def measure(code: Path, results: Path) -> dict[str, float]:
     def cli_run() -> None:
         history = open_history(str(results))
         check_writable(history)
-        history.record(RunRecord(run_id=new_run_id(), started_at=local_now_iso(), status="finished",
-                                 config=RunConfig.from_flat_dict(flat), metrics=cells,
-                                 environment=json.loads((template / "environment.json").read_text()),
-                                 requests=pd.read_parquet(template / "requests.parquet")))
+        history.record(
+            RunRecord(
+                run_id=new_run_id(),
+                started_at=local_now_iso(),
+                status="finished",
+                config=RunConfig.from_flat_dict(flat),
+                metrics=cells,
+                environment=json.loads((template / "environment.json").read_text()),
+                requests=pd.read_parquet(template / "requests.parquet"),
+            )
+        )
+
     cli_run()  # as the run before it left the folder
     figures["CLI: history work of one run"] = best(cli_run)
     for cached in (get_history, get_runner):
@@ -157,8 +174,9 @@ def checkout(rev: str, folder: Path) -> Path:
 
 
 def timings(code: Path, results: Path) -> dict[str, float]:
-    done = subprocess.run([sys.executable, __file__, "--measure", str(code), str(results)], cwd=code,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, __file__, "--measure", str(code), str(results)], cwd=code, capture_output=True, text=True
+    )
     if done.returncode:
         raise SystemExit(f"measuring {code} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -177,8 +195,9 @@ def main() -> int:
     if args.measure:
         print(json.dumps(measure(Path(args.measure[0]), Path(args.measure[1]))))
         return 0
-    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
-          f"load average {load_average()}")
+    print(
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, load average {load_average()}"
+    )
     table: dict[int, dict[str, tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory() as folder:
         before = checkout(args.before, Path(folder) / "before")

@@ -36,8 +36,8 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_core.load.datasets import SampledRequest
 from bench_core.engines.openai_client import ServerSpec, run_requests
+from bench_core.load.datasets import SampledRequest
 
 MODEL = "bench-model"
 
@@ -123,8 +123,14 @@ class _MessageBuffer:
 
 
 async def _vllm_style_request(session: aiohttp.ClientSession, url: str, tokens: int) -> int:
-    payload = {"model": MODEL, "prompt": "hello", "max_tokens": tokens, "stream": True, "ignore_eos": True,
-               "stream_options": {"include_usage": True}}
+    payload = {
+        "model": MODEL,
+        "prompt": "hello",
+        "max_tokens": tokens,
+        "stream": True,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True},
+    }
     start = time.perf_counter()
     last, ttft, itl, text, output_tokens = start, 0.0, [], "", 0
     async with session.post(url, json=payload) as response:
@@ -194,7 +200,9 @@ def main() -> int:
     try:
         _wait_listening(port)
         url = f"http://127.0.0.1:{port}"
-        print(f"{args.requests} requests x {args.tokens} tokens, {args.concurrency} streams at once, best of {args.rounds} rounds")
+        print(
+            f"{args.requests} requests x {args.tokens} tokens, {args.concurrency} streams at once, best of {args.rounds} rounds"
+        )
         clients = [("ours", run_ours), ("vllm-style", run_vllm_style)]
         for _, client in clients:  # a first, unmeasured round each: imports, connections, caches
             _measure(client, url, args)
@@ -203,7 +211,9 @@ def main() -> int:
             for name, client in clients if round_ % 2 == 0 else clients[::-1]:  # neither always goes first
                 cpu_rate, wall_rate = _measure(client, url, args)
                 best[name] = max(best[name], (cpu_rate, wall_rate))
-                print(f"  round {round_ + 1}  {name:<11} {cpu_rate:>10,.0f} tokens/CPU-s  {wall_rate:>10,.0f} tokens/s wall")
+                print(
+                    f"  round {round_ + 1}  {name:<11} {cpu_rate:>10,.0f} tokens/CPU-s  {wall_rate:>10,.0f} tokens/s wall"
+                )
     finally:
         server.terminate()
         server.join(timeout=10)

@@ -31,8 +31,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from bench_core.measure.profiler import Profiler, Session  # noqa: E402
 from lmdeploy_reference import load_lmdeploy_profiler, why_missing  # noqa: E402
+
+from bench_core.measure.profiler import Profiler, Session  # noqa: E402
 
 PERCENTILES = [50, 75, 95, 99]
 
@@ -90,8 +91,13 @@ def compute_metrics_seconds(reference, n_sessions: int, n_ticks: int) -> tuple[f
         started = time.perf_counter()
         ours.compute_metrics()
         our_s = min(our_s, time.perf_counter() - started)
-    for mean, stat in (("e2e_mean", "e2e_stat"), ("tpot_mean", "tpot_stat"), ("ttft_mean", "ttft_stat"),
-                       ("itls_mean", "itls_stat"), ("tpts_mean", "tpts_stat")):
+    for mean, stat in (
+        ("e2e_mean", "e2e_stat"),
+        ("tpot_mean", "tpot_stat"),
+        ("ttft_mean", "ttft_stat"),
+        ("itls_mean", "itls_stat"),
+        ("tpts_mean", "tpts_stat"),
+    ):
         if getattr(ours, mean) != getattr(theirs, mean) or getattr(ours, stat) != getattr(theirs, stat):
             raise SystemExit(f"compute_metrics differs from LMDeploy's on {mean}/{stat}")
     return our_s, their_s
@@ -161,16 +167,46 @@ def main() -> int:
     nan = math.nan
 
     rows = [
-        ("Session.tick (ns/tick)", tick["ours"], tick["theirs"], tick["ours"] / tick["theirs"], "<= 1.5x",
-         tick["ours"] <= 1.5 * tick["theirs"]),
-        ("  + its share of finish() (ns/tick)", tick["ours"] + tick["ours_finish"], tick["theirs"],
-         (tick["ours"] + tick["ours_finish"]) / tick["theirs"], "(info)", True),
-        (f"compute_metrics {sessions}x{ticks} (s)", ours_cm, theirs_cm, theirs_cm / ours_cm, ">= 5x faster",
-         theirs_cm >= 5 * ours_cm),
-        ("memory, finished (bytes/tick)", ours_mem, theirs_mem, ours_mem / theirs_mem, "<= 0.5x",
-         ours_mem <= 0.5 * theirs_mem),
-        ("memory, still running (bytes/tick)", ours_mem_running, theirs_mem, ours_mem_running / theirs_mem, "(info)",
-         True),
+        (
+            "Session.tick (ns/tick)",
+            tick["ours"],
+            tick["theirs"],
+            tick["ours"] / tick["theirs"],
+            "<= 1.5x",
+            tick["ours"] <= 1.5 * tick["theirs"],
+        ),
+        (
+            "  + its share of finish() (ns/tick)",
+            tick["ours"] + tick["ours_finish"],
+            tick["theirs"],
+            (tick["ours"] + tick["ours_finish"]) / tick["theirs"],
+            "(info)",
+            True,
+        ),
+        (
+            f"compute_metrics {sessions}x{ticks} (s)",
+            ours_cm,
+            theirs_cm,
+            theirs_cm / ours_cm,
+            ">= 5x faster",
+            theirs_cm >= 5 * ours_cm,
+        ),
+        (
+            "memory, finished (bytes/tick)",
+            ours_mem,
+            theirs_mem,
+            ours_mem / theirs_mem,
+            "<= 0.5x",
+            ours_mem <= 0.5 * theirs_mem,
+        ),
+        (
+            "memory, still running (bytes/tick)",
+            ours_mem_running,
+            theirs_mem,
+            ours_mem_running / theirs_mem,
+            "(info)",
+            True,
+        ),
         (f"live snapshot, median of {len(snap_ms)} (ms)", snap_median, nan, nan, "< 50 ms", snap_median < 50),
         ("live snapshot, max (ms)", max(snap_ms, default=0.0), nan, nan, "(info)", True),
     ]
@@ -178,8 +214,9 @@ def main() -> int:
     for name, ours, theirs, ratio, target, ok in rows:
         print(f"{name:<38}{ours:>11.4g}{theirs:>11.4g}{ratio:>8.3g}  {target:<13}{'ok' if ok else 'MISSED'}")
     print("ratio: ours / lmdeploy, except compute_metrics: lmdeploy / ours.")
-    print(f"snapshots polled every 0.5 s while {sessions} sessions ticked once per 20 ms step "
-          f"({ticks_per_s:,} ticks/s).")
+    print(
+        f"snapshots polled every 0.5 s while {sessions} sessions ticked once per 20 ms step ({ticks_per_s:,} ticks/s)."
+    )
     return 0 if all(row[-1] for row in rows) else 1
 
 

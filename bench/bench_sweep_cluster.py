@@ -22,16 +22,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-for name, value in {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error",
-                    "TOKENIZERS_PARALLELISM": "false"}.items():  # quiet, in the Ray workers too (they inherit it)
+for name, value in {
+    "HF_HUB_OFFLINE": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+    "TOKENIZERS_PARALLELISM": "false",
+}.items():  # quiet, in the Ray workers too (they inherit it)
     os.environ.setdefault(name, value)
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # Ray on the loopback address (read when ray is imported)
 
-from bench_core.store.history import History  # noqa: E402
+from test_sweep_driver import plan_of, tiny_base  # noqa: E402
+
 from bench_core.run.runner import Runner  # noqa: E402
+from bench_core.store.history import History  # noqa: E402
 from bench_core.sweep.cluster import ClusterOptions, connect, launcher  # noqa: E402
 from bench_core.sweep.driver import start_sweep  # noqa: E402
-from test_sweep_driver import plan_of, tiny_base  # noqa: E402
 
 GRID = ("concurrency=1,2", "max-batch-tokens=256,512")
 
@@ -65,12 +70,17 @@ def main() -> None:
         started = time.perf_counter()
         connect("local", num_cpus=args.workers, include_dashboard=False)
         ray_start = time.perf_counter() - started
-        cluster = timed_sweep(Path(folder) / "cluster", launcher(ClusterOptions("local", cpus_per_point=1)),
-                              args.prompts, args.tokens)
-    print(f"4-point tiny-llama sweep, {args.prompts} prompts x {args.tokens} tokens per point; wall clock, and "
-          f"summed over the 4 runs: measured time, loading (sampling, engine load or reuse, warm-up)")
-    for name, (wall, measured, loading) in (("serial (this process)", serial),
-                                            (f"Ray, {args.workers} workers x 1 core", cluster)):
+        cluster = timed_sweep(
+            Path(folder) / "cluster", launcher(ClusterOptions("local", cpus_per_point=1)), args.prompts, args.tokens
+        )
+    print(
+        f"4-point tiny-llama sweep, {args.prompts} prompts x {args.tokens} tokens per point; wall clock, and "
+        f"summed over the 4 runs: measured time, loading (sampling, engine load or reuse, warm-up)"
+    )
+    for name, (wall, measured, loading) in (
+        ("serial (this process)", serial),
+        (f"Ray, {args.workers} workers x 1 core", cluster),
+    ):
         print(f"  {name:<26} {wall:6.1f} s   runs measured {measured:6.1f} s, loading {loading:5.1f} s")
     print(f"  starting Ray (not counted): {ray_start:.1f} s")
     print(f"  serial / Ray: {serial[0] / cluster[0]:.2f}x")

@@ -23,9 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from bench_core.run import runner as runner_module  # noqa: E402
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig  # noqa: E402
 from bench_core.hardware.telemetry import TelemetrySampler  # noqa: E402
+from bench_core.run import runner as runner_module  # noqa: E402
 
 TARGET = 0.98
 AT_THE_ENDS_ONLY = functools.partial(TelemetrySampler, interval_s=3600.0)
@@ -55,10 +55,11 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--tokens", type=int, default=128)
     args = parser.parse_args()
-    config = RunConfig(engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
-                       dataset=DatasetConfig(dataset="builtin:sample", num_prompts=args.prompts,
-                                             sharegpt_output_len=args.tokens),
-                       load=LoadConfig(concurrency=4, stream_output=True))
+    config = RunConfig(
+        engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
+        dataset=DatasetConfig(dataset="builtin:sample", num_prompts=args.prompts, sharegpt_output_len=args.tokens),
+        load=LoadConfig(concurrency=4, stream_output=True),
+    )
     runner = runner_module.Runner()  # no history: nothing recorded
     try:
         tokens_per_s(runner, config, sampled=False)  # load and warm the engine once
@@ -67,15 +68,19 @@ def main() -> int:
             order = (True, False) if pair % 2 == 0 else (False, True)
             rates = {sampled: tokens_per_s(runner, config, sampled) for sampled in order}
             ratios.append(rates[True] / rates[False])
-            print(f"pair {pair + 1}: 10 Hz {rates[True]:,.1f} tok/s, ends only {rates[False]:,.1f} tok/s, "
-                  f"ratio {ratios[-1]:.3f}")
+            print(
+                f"pair {pair + 1}: 10 Hz {rates[True]:,.1f} tok/s, ends only {rates[False]:,.1f} tok/s, "
+                f"ratio {ratios[-1]:.3f}"
+            )
     finally:
         runner.shutdown()
     share, taken = sampler_cpu_share()
     print(f"the sampler alone: {share:.2%} of one core ({taken} samples in 5 s)")
     median = statistics.median(ratios)
-    print(f"observer cost of the 10 Hz sampler: ratio {median:.3f} (median of {len(ratios)} pairs, spread "
-          f"{min(ratios):.3f}-{max(ratios):.3f}; load average {os.getloadavg()[0]:.2f}); target >= {TARGET}")
+    print(
+        f"observer cost of the 10 Hz sampler: ratio {median:.3f} (median of {len(ratios)} pairs, spread "
+        f"{min(ratios):.3f}-{max(ratios):.3f}; load average {os.getloadavg()[0]:.2f}); target >= {TARGET}"
+    )
     return 0 if median >= TARGET else 1
 
 

@@ -31,10 +31,34 @@ def load_average() -> str:
 def output_throughput(args: argparse.Namespace, warmup: int, results: Path) -> float:
     """One throughput run in a fresh process; its output tok/s from the history."""
     before = len(History(results).load()) if (results / "history.csv").exists() else 0
-    subprocess.run([sys.executable, "-m", "bench_core", "throughput", "builtin:sharegpt", args.model,
-                    "--backend", "transformers", "-n", str(args.n), "-c", str(args.c),
-                    "--sharegpt-output-len", str(args.output_len), "--warmup-requests", str(warmup), "--csv", "",
-                    "--results", str(results)], cwd=ROOT, check=True, capture_output=True, text=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench_core",
+            "throughput",
+            "builtin:sharegpt",
+            args.model,
+            "--backend",
+            "transformers",
+            "-n",
+            str(args.n),
+            "-c",
+            str(args.c),
+            "--sharegpt-output-len",
+            str(args.output_len),
+            "--warmup-requests",
+            str(warmup),
+            "--csv",
+            "",
+            "--results",
+            str(results),
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     rows = History(results).load()
     assert len(rows) == before + 1
     row = rows.iloc[-1]
@@ -59,11 +83,15 @@ def main() -> int:
             order = (0, args.warmup) if pair % 2 == 0 else (args.warmup, 0)
             measured = {warmup: output_throughput(args, warmup, results) for warmup in order}
             ratios.append(measured[0] / measured[args.warmup])
-            print(f"pair {pair + 1}: no warm-up {measured[0]:.1f} tok/s, {args.warmup} warm-up requests "
-                  f"{measured[args.warmup]:.1f} tok/s: {ratios[-1]:.3f}x")
-    print(f"{args.model}, {args.n} prompts x {args.output_len} tokens, concurrency {args.c}: a first run without "
-          f"warm-up gives median {statistics.median(ratios):.3f}x the output tok/s of one after {args.warmup} "
-          f"warm-up requests ({min(ratios):.3f}-{max(ratios):.3f})")
+            print(
+                f"pair {pair + 1}: no warm-up {measured[0]:.1f} tok/s, {args.warmup} warm-up requests "
+                f"{measured[args.warmup]:.1f} tok/s: {ratios[-1]:.3f}x"
+            )
+    print(
+        f"{args.model}, {args.n} prompts x {args.output_len} tokens, concurrency {args.c}: a first run without "
+        f"warm-up gives median {statistics.median(ratios):.3f}x the output tok/s of one after {args.warmup} "
+        f"warm-up requests ({min(ratios):.3f}-{max(ratios):.3f})"
+    )
     print(f"after: {load_average()}")
     return 0
 

@@ -53,8 +53,9 @@ def _locked(path: Path) -> Iterator[None]:
         with FileLock(str(lock_path), timeout=LOCK_WAIT_S):
             yield
     except Timeout:
-        raise HistoryError(f"Another process kept {path} locked for {LOCK_WAIT_S} s ({lock_path}); "
-                           "nothing was written.") from None
+        raise HistoryError(
+            f"Another process kept {path} locked for {LOCK_WAIT_S} s ({lock_path}); nothing was written."
+        ) from None
     except OSError as exc:
         raise HistoryError(f"Cannot write {path}: {exc.strerror or exc}.") from exc
 
@@ -180,8 +181,10 @@ def _whole_table(data: bytes) -> SplitTable | None:
     if any(len(cells) != len(header) for cells in records):
         return None
     quoted = "'" in text  # a cell written by spreadsheet_safe starts with a quote: most files have none
-    rows = [dict(zip(header, map(spreadsheet_text, cells) if quoted and "'" in "".join(cells) else cells))
-            for cells in records[1:]]
+    rows = [
+        dict(zip(header, map(spreadsheet_text, cells) if quoted and "'" in "".join(cells) else cells))
+        for cells in records[1:]
+    ]
     return SplitTable(header=header, rows=rows)
 
 
@@ -216,13 +219,17 @@ def read_table(path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]
     table = _read_split(path)
     if table.damaged:
         lines = ", ".join(str(number) for number, _ in table.damaged)
-        raise HistoryError(f"Line(s) {lines} of {path} are not rows of its {len(table.header)} columns "
-                           "(cut short, garbled or not UTF-8); nothing was written to it.")
+        raise HistoryError(
+            f"Line(s) {lines} of {path} are not rows of its {len(table.header)} columns "
+            "(cut short, garbled or not UTF-8); nothing was written to it."
+        )
     return table.header, table.rows
 
 
 def read_clean_table(
-    path: str | os.PathLike, side_path: str | os.PathLike, key_columns: Sequence[str] = (),
+    path: str | os.PathLike,
+    side_path: str | os.PathLike,
+    key_columns: Sequence[str] = (),
     keep: Callable[[dict[str, str]], bool] = lambda row: True,
 ) -> CleanTable:
     """Header and rows of a CSV file after moving its damaged lines, and the rows `keep` refuses, to the end of
@@ -238,15 +245,17 @@ def read_clean_table(
         raise HistoryColumnsError(
             f"{path} has no {', '.join(repr(col) for col in missing)} column (its header starts with "
             f"{', '.join(table.header[:4])}), so its rows cannot be told apart; it was left as it is and nothing "
-            "will be written to it until the column is back (or the file is moved away).")
+            "will be written to it until the column is back (or the file is moved away)."
+        )
     if not table.damaged and all(keep(row) for row in table.rows):
         return CleanTable(table.header, table.rows, [], table.data)
     with _locked(path):
         table = _read_split(path)  # again, under the lock: another process may have written since
         refused = [not keep(row) for row in table.rows]
         kept = [(row, raw) for row, raw, out in zip(table.rows, table.row_bytes, refused) if not out]
-        moved = sorted([*table.damaged, *((line, raw) for line, raw, out in
-                                          zip(table.row_lines, table.row_bytes, refused) if out)])
+        moved = sorted(
+            [*table.damaged, *((line, raw) for line, raw, out in zip(table.row_lines, table.row_bytes, refused) if out)]
+        )
         _quarantine(side_path, table.header_bytes, [raw for _, raw in moved])
         data = table.header_bytes + b"".join(raw for _, raw in kept)
         replace_bytes(path, data)
@@ -346,7 +355,7 @@ def _append_in_place(path: Path, header: list[str], rows: list[Mapping[str, obje
         data = memoryview(buffer.getvalue().encode("utf-8"))
         try:
             while data:  # unbuffered: what a full disk refused is not written again by a flush on the way out
-                data = data[os.write(fd, data):]
+                data = data[os.write(fd, data) :]
             os.fsync(fd)
         except BaseException:
             os.ftruncate(fd, size)  # the part that went in comes out: no half row for the next start to quarantine

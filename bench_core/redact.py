@@ -21,8 +21,22 @@ MASK = "***"
 # `cookies`); words that do at the end of a key (`access_token` and `key` are secrets, `stop_token_ids` and
 # `key_count` are not); and the session, which is one when it names an identity, not a length (`session_id`,
 # `session_token`, but `session_len`).
-_SECRET_STEMS = ("apikey", "secret", "password", "passwd", "pwd", "passphrase", "authoriz", "auth", "credential",
-                 "cookie", "bearer", "sessionid", "sessiontoken", "sessionkey")
+_SECRET_STEMS = (
+    "apikey",
+    "secret",
+    "password",
+    "passwd",
+    "pwd",
+    "passphrase",
+    "authoriz",
+    "auth",
+    "credential",
+    "cookie",
+    "bearer",
+    "sessionid",
+    "sessiontoken",
+    "sessionkey",
+)
 _SECRET_LAST_WORDS = frozenset({"key", "token", "signature", "session", "sid"})
 _SESSION_SECRETS = frozenset({"id", "key", "token", "cookie"})
 _PAIR_MARKS = frozenset("@=:")
@@ -66,9 +80,13 @@ def is_secret_key(name: Any) -> bool:
     """Whether a mapping key or field name looks like it holds a credential."""
     words = [word for word in _WORD_SEPARATORS.split(_CAMEL.sub(r"\1_\2", str(name)).lower()) if word]
     pairs = list(zip(words, words[1:]))
-    return (any(word.startswith(_SECRET_STEMS) and not _is_author(word) for word in words)
-            or ("api", "key") in pairs or any(first == "session" and second in _SESSION_SECRETS for first, second in pairs)
-            or bool(words) and words[-1] in _SECRET_LAST_WORDS)
+    return (
+        any(word.startswith(_SECRET_STEMS) and not _is_author(word) for word in words)
+        or ("api", "key") in pairs
+        or any(first == "session" and second in _SESSION_SECRETS for first, second in pairs)
+        or bool(words)
+        and words[-1] in _SECRET_LAST_WORDS
+    )
 
 
 def _is_author(word: str) -> bool:

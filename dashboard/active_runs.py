@@ -17,8 +17,8 @@ import streamlit as st
 from bench_core.config import RunConfig
 from bench_core.engines import check_run_config
 from bench_core.errors import BenchError
-from bench_core.states import RunState
 from bench_core.run.runner import Run, Runner
+from bench_core.states import RunState
 from dashboard.state import get_runner
 from dashboard.text import plain
 
@@ -43,8 +43,9 @@ def describe(run: Run, runner: Runner) -> str:
     if run.state == RunState.QUEUED:
         progress = f", {runner.queue_position(run)} ahead of it"
     elif snapshot is not None:
-        progress = (f": {snapshot.completed + snapshot.failed}/{snapshot.total_requests} requests, "
-                    f"{snapshot.elapsed_s:.0f} s")
+        progress = (
+            f": {snapshot.completed + snapshot.failed}/{snapshot.total_requests} requests, {snapshot.elapsed_s:.0f} s"
+        )
     else:
         progress = ""
     return f"run {run.run_id}{label} is {run.state}{progress}"
@@ -122,10 +123,16 @@ class StartQuestion:
         else:
             st.info(self.free)
         left, right = st.columns(2)
-        left.button(self.labels[0] if running else self.labels[1], key=self.keys[0], type="primary", width="stretch",
-                    on_click=on_confirm)
-        right.button("Do not start", key=self.keys[1], width="stretch", on_click=st.session_state.pop,
-                     args=(self.pending, None))
+        left.button(
+            self.labels[0] if running else self.labels[1],
+            key=self.keys[0],
+            type="primary",
+            width="stretch",
+            on_click=on_confirm,
+        )
+        right.button(
+            "Do not start", key=self.keys[1], width="stretch", on_click=st.session_state.pop, args=(self.pending, None)
+        )
 
     def answer(self, start: Callable[[Any], Any], show: Callable[[Any], None]) -> None:
         """Confirmed: `start` what waits and `show` it, or keep why it could not start."""
@@ -141,9 +148,13 @@ class StartQuestion:
 
 
 RUN_QUESTION = StartQuestion(
-    PENDING, START_ERROR, ("confirm_start", "discard_start"),
+    PENDING,
+    START_ERROR,
+    ("confirm_start", "discard_start"),
     "Another run holds the engine: {running}. A new run waits in the queue behind it.",
-    "The run that held the engine has ended: a new run starts at once.", ("Queue my run", "Start my run"))
+    "The run that held the engine has ended: a new run starts at once.",
+    ("Queue my run", "Start my run"),
+)
 
 
 def render_confirmation() -> None:

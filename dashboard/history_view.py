@@ -14,11 +14,11 @@ import zlib
 import pandas as pd
 import streamlit as st
 
-from bench_core.views import compare_charts, report, run_diff, tables
 from bench_core.errors import HistoryError
 from bench_core.hardware.run_flags import flag_notes
 from bench_core.store import run_parts
 from bench_core.store.history import History
+from bench_core.views import compare_charts, report, run_diff, tables
 from dashboard.table_view import LONG_TABLE_ROWS, show_table
 from dashboard.text import plain
 
@@ -30,8 +30,17 @@ RUN_PAGE_URL = "./"
 IDENTITY_COLUMNS = ("run_id", "started_at", "status", "label", "backend", "model", "model_random_weights")
 VARIED_COLUMNS = ("dataset_name", run_diff.OUTPUT_LENGTH, "load_pattern", "concurrency", "num_prompts")
 FLAGS_COLUMN = "flags"  # a run's flags (machine busy, client bound): right after the status where a run has one
-RESULT_COLUMNS = ("completed", "output_throughput", "request_throughput", "mean_ttft_ms", "p99_ttft_ms",
-                  "mean_itl_ms", "mean_e2e_ms", "error", "source_file")
+RESULT_COLUMNS = (
+    "completed",
+    "output_throughput",
+    "request_throughput",
+    "mean_ttft_ms",
+    "p99_ttft_ms",
+    "mean_itl_ms",
+    "mean_e2e_ms",
+    "error",
+    "source_file",
+)
 FILTERS = (("backend", "Backend"), ("model", "Model"), ("status", "Status"), ("dataset", "Dataset"))
 NOT_RECORDED = "(not recorded)"
 RUN = report.RUN
@@ -53,8 +62,10 @@ def import_section(history: History) -> None:
                 st.error(plain(exc))
             else:
                 st.session_state["import_notice"] = (
-                    f"Imported {len(new_ids)} run(s) from {upload.name}." if new_ids
-                    else f"Nothing new: every run in {upload.name} is already in the history.")
+                    f"Imported {len(new_ids)} run(s) from {upload.name}."
+                    if new_ids
+                    else f"Nothing new: every run in {upload.name} is already in the history."
+                )
                 st.session_state["import_uploads"] = uploads + 1
                 st.rerun()
 
@@ -67,8 +78,9 @@ def filtered(runs: pd.DataFrame) -> pd.DataFrame:
         if name not in runs:
             continue
         values = runs[name].fillna("").astype(str)
-        chosen = column.multiselect(label, sorted(values.unique()), key=f"filter_{name}",
-                                    format_func=lambda value: value or NOT_RECORDED)
+        chosen = column.multiselect(
+            label, sorted(values.unique()), key=f"filter_{name}", format_func=lambda value: value or NOT_RECORDED
+        )
         if chosen:
             keep &= values.isin(chosen)
     text = columns[-1].text_input("Label contains", key="filter_label")
@@ -96,13 +108,23 @@ def runs_table(shown: pd.DataFrame) -> list[str]:
     view = table_view(shown)
     view.insert(1, "open", RUN_PAGE_URL + "?run=" + view["run_id"].astype(str))
     # The id stays in view while the many setting and result columns scroll past it.
-    config = {"run_id": st.column_config.Column(pinned=True),
-              "open": st.column_config.LinkColumn("Run page", display_text="open")}
+    config = {
+        "run_id": st.column_config.Column(pinned=True),
+        "open": st.column_config.LinkColumn("Run page", display_text="open"),
+    }
     for name in view.columns[2:]:
         config[name] = _title(name)
     digest = zlib.crc32("\n".join(view["run_id"].astype(str)).encode())
-    event = show_table(view, key=f"history_table_{digest:08x}", max_rows=LONG_TABLE_ROWS, keep_numbers=True,
-                       on_select="rerun", selection_mode="multi-row", hide_index=True, column_config=config)
+    event = show_table(
+        view,
+        key=f"history_table_{digest:08x}",
+        max_rows=LONG_TABLE_ROWS,
+        keep_numbers=True,
+        on_select="rerun",
+        selection_mode="multi-row",
+        hide_index=True,
+        column_config=config,
+    )
     rows = [row for row in event.selection.rows if row < len(view)]
     return view["run_id"].iloc[rows].astype(str).tolist()
 
@@ -110,12 +132,23 @@ def runs_table(shown: pd.DataFrame) -> list[str]:
 def downloads(history: History, picked: list[str]) -> None:
     left, right = st.columns(2)
     # The whole file is written out only when the button is clicked: at 10,000 rows that takes a second.
-    left.download_button("Download the whole history (CSV)", history.to_csv_bytes, file_name="history.csv",
-                         mime="text/csv", key="download_history", on_click="ignore")
+    left.download_button(
+        "Download the whole history (CSV)",
+        history.to_csv_bytes,
+        file_name="history.csv",
+        mime="text/csv",
+        key="download_history",
+        on_click="ignore",
+    )
     if picked:
-        right.download_button(f"Download the {len(picked)} selected run(s) (CSV)", history.to_csv_bytes(picked),
-                              file_name="history-selection.csv", mime="text/csv", key="download_selection",
-                              on_click="ignore")
+        right.download_button(
+            f"Download the {len(picked)} selected run(s) (CSV)",
+            history.to_csv_bytes(picked),
+            file_name="history-selection.csv",
+            mime="text/csv",
+            key="download_selection",
+            on_click="ignore",
+        )
 
 
 def _ask_to_delete(run_ids: list[str]) -> None:
@@ -138,14 +171,17 @@ def delete_section(history: History, picked: list[str]) -> None:
         st.success(plain(st.session_state.pop("delete_notice")))
     pending = st.session_state.get("delete_pending")
     if pending:
-        st.warning(f"Delete {len(pending)} run(s) for good: {', '.join(pending)}? Their history rows and "
-                   "folders go; every other run stays.")
+        st.warning(
+            f"Delete {len(pending)} run(s) for good: {', '.join(pending)}? Their history rows and "
+            "folders go; every other run stays."
+        )
         yes, no = st.columns(2)
         yes.button("Yes, delete them", key="delete_confirm", type="primary", on_click=_delete_pending, args=(history,))
         no.button("No, keep them", key="delete_keep", on_click=_keep_pending)
     elif picked:
-        st.button(f"Delete the {len(picked)} selected run(s)…", key="delete_ask", on_click=_ask_to_delete,
-                  args=(picked,))
+        st.button(
+            f"Delete the {len(picked)} selected run(s)…", key="delete_ask", on_click=_ask_to_delete, args=(picked,)
+        )
 
 
 def _title(name: str) -> str:
@@ -168,15 +204,21 @@ def comparison(history: History, chosen: pd.DataFrame) -> None:
     distributions(chosen, request_tables, missing)
     table, marks = report.comparison_table(chosen, varied)
     # The verdicts beside the metric names, the runs' columns after them: however many runs, neither scrolls away.
-    show_table(tables.style_comparison(table, marks), key="compare_table",
-               column_config={NOISE_COLUMN: st.column_config.Column(help=tables.NOISE_VERDICT_HELP,
-                                                                           pinned=True)})
+    show_table(
+        tables.style_comparison(table, marks),
+        key="compare_table",
+        column_config={NOISE_COLUMN: st.column_config.Column(help=tables.NOISE_VERDICT_HELP, pinned=True)},
+    )
     st.caption(f"Green: the best of these runs on that metric; red: the worst. {report.COMPARE_NOTE}")
-    st.download_button("Report of this comparison (HTML)",
-                       lambda: report.comparison_report(rows, request_tables, missing).encode(),
-                       file_name=f"compare-{'-'.join(rows['run_id'].astype(str))[:120]}.html", mime="text/html",
-                       key="download_compare_report", on_click="ignore",
-                       help="One file with the charts, tables, settings and environment; it opens offline.")
+    st.download_button(
+        "Report of this comparison (HTML)",
+        lambda: report.comparison_report(rows, request_tables, missing).encode(),
+        file_name=f"compare-{'-'.join(rows['run_id'].astype(str))[:120]}.html",
+        mime="text/html",
+        key="download_compare_report",
+        on_click="ignore",
+        help="One file with the charts, tables, settings and environment; it opens offline.",
+    )
 
 
 def what_differs(chosen: pd.DataFrame, varied: list[str]) -> None:
@@ -186,9 +228,11 @@ def what_differs(chosen: pd.DataFrame, varied: list[str]) -> None:
             return
         st.markdown("**What differs between these runs**")
         st.table(run_diff.differences(chosen, varied))
-        st.caption(f"Settings the runs share are not shown. {run_diff.NOT_APPLICABLE}: the setting does not apply "
-                   f"to that run's backend, dataset or load pattern; {run_diff.NOT_RECORDED}: an imported LMDeploy "
-                   f"row lacks it; {run_diff.DEFAULT}: the run left it at its default.")
+        st.caption(
+            f"Settings the runs share are not shown. {run_diff.NOT_APPLICABLE}: the setting does not apply "
+            f"to that run's backend, dataset or load pattern; {run_diff.NOT_RECORDED}: an imported LMDeploy "
+            f"row lacks it; {run_diff.DEFAULT}: the run left it at its default."
+        )
 
 
 def comparison_charts(chosen: pd.DataFrame, varied: list[str]) -> None:
@@ -198,21 +242,37 @@ def comparison_charts(chosen: pd.DataFrame, varied: list[str]) -> None:
         st.info("These runs have no metric in common to chart.")
         return
     x_col, y_col, latency_col, colour_col = st.columns(4)
-    metric = y_col.selectbox("Metric up", metrics, key="compare_metric", format_func=_title,
-                             index=_index_of(metrics, compare_charts.DEFAULT_METRIC))
+    metric = y_col.selectbox(
+        "Metric up",
+        metrics,
+        key="compare_metric",
+        format_func=_title,
+        index=_index_of(metrics, compare_charts.DEFAULT_METRIC),
+    )
     latencies = [name for name in metrics if name.endswith("_ms")]
-    latency = latency_col.selectbox("Latency against throughput", latencies, key="compare_latency",
-                                    format_func=_title, index=_index_of(latencies, compare_charts.DEFAULT_LATENCY))
+    latency = latency_col.selectbox(
+        "Latency against throughput",
+        latencies,
+        key="compare_latency",
+        format_func=_title,
+        index=_index_of(latencies, compare_charts.DEFAULT_LATENCY),
+    )
     colour = colour_col.selectbox("Colour by", [RUN, *varied], key="compare_colour", format_func=_title)
     left, right = st.columns(2)
     if varied:
-        knob = x_col.selectbox("Setting across", varied, key="compare_knob", format_func=_title,
-                               index=varied.index(run_diff.default_setting(chosen, varied)))
+        knob = x_col.selectbox(
+            "Setting across",
+            varied,
+            key="compare_knob",
+            format_func=_title,
+            index=varied.index(run_diff.default_setting(chosen, varied)),
+        )
         left.plotly_chart(compare_charts.metric_vs_knob(chosen, knob, metric, color=colour), key="chart_metric_vs_knob")
     else:
         x_col.caption("No setting differs to chart across.")
-    right.plotly_chart(compare_charts.latency_vs_throughput(chosen, latency=latency, color=colour),
-                       key="chart_latency_vs_throughput")
+    right.plotly_chart(
+        compare_charts.latency_vs_throughput(chosen, latency=latency, color=colour), key="chart_latency_vs_throughput"
+    )
 
 
 def distributions(chosen: pd.DataFrame, request_tables: dict[str, pd.DataFrame], missing: list[str]) -> None:

@@ -10,10 +10,15 @@ from bench_core.config import EngineConfig, GenerationSettings
 from bench_core.engines import backends
 from bench_core.errors import BenchError
 from bench_core.load.playground import (
-    FILE_TYPES, parse_prompt_file, prompts_from_text, results_frame, results_to_csv_bytes, results_to_jsonl_bytes,
+    FILE_TYPES,
+    parse_prompt_file,
+    prompts_from_text,
+    results_frame,
+    results_to_csv_bytes,
+    results_to_jsonl_bytes,
 )
-from bench_core.states import RunState
 from bench_core.run.runner import PlaygroundJob
+from bench_core.states import RunState
 from dashboard import sidebar, url_settings
 from dashboard.sidebar import DEFAULT_BACKEND
 from dashboard.state import get_runner
@@ -28,15 +33,26 @@ RESULT_COLUMN_CONFIG = {
     "input_tokens": st.column_config.NumberColumn("Input (tokens)", help="The prompt after the chat template."),
     "output_tokens": st.column_config.NumberColumn("Output (tokens)"),
     "finish_reason": st.column_config.TextColumn(
-        "Finish", help="stop: the model ended its answer (EOS); length: it reached the max new tokens."),
-    "ttft_s": st.column_config.NumberColumn("TTFT (s)", format="%.3f",
-                                            help="From handing the batch to the engine to the first token."),
+        "Finish", help="stop: the model ended its answer (EOS); length: it reached the max new tokens."
+    ),
+    "ttft_s": st.column_config.NumberColumn(
+        "TTFT (s)", format="%.3f", help="From handing the batch to the engine to the first token."
+    ),
     "total_s": st.column_config.NumberColumn("Total (s)", format="%.3f"),
     "error": st.column_config.TextColumn("Error"),
 }
 # Timings first: a long answer in the grid would push them off-screen. Answers are shown whole below it.
-RESULT_COLUMN_ORDER = ("index", "ttft_s", "total_s", "output_tokens", "finish_reason", "input_tokens", "prompt",
-                       "text", "error")
+RESULT_COLUMN_ORDER = (
+    "index",
+    "ttft_s",
+    "total_s",
+    "output_tokens",
+    "finish_reason",
+    "input_tokens",
+    "prompt",
+    "text",
+    "error",
+)
 
 
 def engine_choice() -> EngineConfig:
@@ -63,14 +79,18 @@ def prompt_input(shown: PlaygroundJob | None) -> tuple[list, str | None]:
     ran = _typed_prompts(shown)
     if ran is not None and "pg_prompts" not in st.session_state:
         st.session_state["pg_prompts"] = ran
-    typed = st.text_area("Prompts, one per line", key="pg_prompts", height=150,
-                         placeholder="e.g. What is the capital of France?")
+    typed = st.text_area(
+        "Prompts, one per line", key="pg_prompts", height=150, placeholder="e.g. What is the capital of France?"
+    )
     if ran is not None and typed == ran:
         st.caption(plain(f"The prompts of job {shown.job_id}, as it ran them; its answers are below."))
     upload = st.file_uploader(
-        "…or a prompt file", type=list(FILE_TYPES), key="pg_file",
-        help="Text: one prompt per line. CSV: a 'prompt' column. JSONL: {\"prompt\": ...} or {\"messages\": [...]} "
-             "per line. JSON: a list of conversations, each a list of {\"role\", \"content\"} messages.")
+        "…or a prompt file",
+        type=list(FILE_TYPES),
+        key="pg_file",
+        help='Text: one prompt per line. CSV: a \'prompt\' column. JSONL: {"prompt": ...} or {"messages": [...]} '
+        'per line. JSON: a list of conversations, each a list of {"role", "content"} messages.',
+    )
     if upload is None:
         return prompts_from_text(typed), None
     try:
@@ -84,8 +104,10 @@ def prompt_input(shown: PlaygroundJob | None) -> tuple[list, str | None]:
 def _typed_prompts(job: PlaygroundJob | None) -> str | None:
     """The job's prompts as the box holds them, one per line; None without a job, or for conversations that a
     line cannot hold (a file's system or assistant turns, a prompt of several lines)."""
-    if job is None or not all(len(turns) == 1 and turns[0]["role"] == "user" and "\n" not in turns[0]["content"]
-                              for turns in job.conversations):
+    if job is None or not all(
+        len(turns) == 1 and turns[0]["role"] == "user" and "\n" not in turns[0]["content"]
+        for turns in job.conversations
+    ):
         return None
     return "\n".join(turns[0]["content"] for turns in job.conversations)
 
@@ -99,8 +121,15 @@ def generation_settings() -> tuple[GenerationSettings, int]:
         do_sample=do_sample,
         temperature=temperature.slider("Temperature", 0.01, 2.0, 0.7, key="pg_temperature", disabled=not do_sample),
         top_p=top_p.slider("top_p", 0.01, 1.0, 0.95, key="pg_top_p", disabled=not do_sample),
-        top_k=top_k.number_input("top_k", min_value=0, max_value=1000, value=50, key="pg_top_k",
-                                 disabled=not do_sample, help="0 turns it off."),
+        top_k=top_k.number_input(
+            "top_k",
+            min_value=0,
+            max_value=1000,
+            value=50,
+            key="pg_top_k",
+            disabled=not do_sample,
+            help="0 turns it off.",
+        ),
     )
     return generation, int(max_new_tokens)
 
@@ -119,27 +148,47 @@ def show_job(job: PlaygroundJob) -> None:
             st.info(plain(job.message))
         if job.results:
             results = results_frame(job.results)
-            show_table(results, key="pg_results", keep_numbers=True, hide_index=True,
-                       column_config=RESULT_COLUMN_CONFIG, column_order=RESULT_COLUMN_ORDER)
+            show_table(
+                results,
+                key="pg_results",
+                keep_numbers=True,
+                hide_index=True,
+                column_config=RESULT_COLUMN_CONFIG,
+                column_order=RESULT_COLUMN_ORDER,
+            )
             _answers(results)
         if was_active and not job.active:
             st.rerun()  # once more in full: the downloads appear and the polling stops
 
     was_active = job.active
     if job.engine_info is not None:
-        st.caption(plain(f"{job.engine_info.model} on {job.engine_info.backend} ({job.engine_info.device}, "
-                         f"{job.engine_info.dtype})"))
+        st.caption(
+            plain(
+                f"{job.engine_info.model} on {job.engine_info.backend} ({job.engine_info.device}, "
+                f"{job.engine_info.dtype})"
+            )
+        )
     live()
     if job.active:
         st.button("Cancel", key="pg_cancel", on_click=job.cancel)
     elif job.results:
         csv_col, jsonl_col = st.columns(2)
-        csv_col.download_button("Download results (CSV)", results_to_csv_bytes(job.results),
-                                file_name=f"playground-{job.job_id}.csv", mime="text/csv", key="pg_download_csv",
-                                on_click="ignore")
-        jsonl_col.download_button("Download results (JSONL)", results_to_jsonl_bytes(job.results),
-                                  file_name=f"playground-{job.job_id}.jsonl", mime="application/jsonl",
-                                  key="pg_download_jsonl", on_click="ignore")
+        csv_col.download_button(
+            "Download results (CSV)",
+            results_to_csv_bytes(job.results),
+            file_name=f"playground-{job.job_id}.csv",
+            mime="text/csv",
+            key="pg_download_csv",
+            on_click="ignore",
+        )
+        jsonl_col.download_button(
+            "Download results (JSONL)",
+            results_to_jsonl_bytes(job.results),
+            file_name=f"playground-{job.job_id}.jsonl",
+            mime="application/jsonl",
+            key="pg_download_jsonl",
+            on_click="ignore",
+        )
 
 
 def _answers(results) -> None:

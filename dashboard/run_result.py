@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from bench_core import csvstore
-from bench_core.measure import metrics
 from bench_core.config import SLO, RunConfig
 from bench_core.errors import HistoryError
 from bench_core.hardware.run_flags import run_flags
-from bench_core.store.history import History, lmdeploy_row_of
+from bench_core.measure import metrics
 from bench_core.measure.live_snapshot import LiveSnapshot
-from bench_core.states import RunState
 from bench_core.run.runner import Run
+from bench_core.states import RunState
+from bench_core.store.history import History, lmdeploy_row_of
 
 
 @dataclass

@@ -13,25 +13,25 @@ import pandas as pd
 import streamlit as st
 
 from bench_core import csvstore
-from bench_core.measure import metrics
-from bench_core.store import run_parts
-from bench_core.views import report, run_charts, server_charts, tables, timeline
-from bench_core.views.report import describe_config
-from bench_core.measure.catalog import METRICS, find_column
 from bench_core.config import SLO, RunConfig
 from bench_core.engines import backend
 from bench_core.errors import BenchError
+from bench_core.hardware.contention import live_busy_note
+from bench_core.hardware.roofline import describe_roofline
+from bench_core.measure import metrics
+from bench_core.measure.catalog import METRICS, find_column
 from bench_core.measure.latency_bins import BinnedLatencies
 from bench_core.measure.live_snapshot import LiveSnapshot
 from bench_core.measure.time_left import describe_time_left
-from bench_core.hardware.contention import live_busy_note
-from bench_core.hardware.roofline import describe_roofline
-from bench_core.states import RunState
 from bench_core.run.runner import Run
-from dashboard.run_result import RunResult, result_from_history, result_from_run
-from dashboard.state import get_history, get_runner
+from bench_core.states import RunState
+from bench_core.store import run_parts
+from bench_core.views import report, run_charts, server_charts, tables, timeline
+from bench_core.views.report import describe_config
 from dashboard import workload_view
 from dashboard.active_runs import active_runs
+from dashboard.run_result import RunResult, result_from_history, result_from_run
+from dashboard.state import get_history, get_runner
 from dashboard.table_view import LONG_TABLE_ROWS, show_table
 from dashboard.text import plain
 
@@ -98,6 +98,7 @@ def render_run(run_id: str, slo: SLO) -> None:
 
 # ---- live ------------------------------------------------------------------------------------
 
+
 @st.fragment(run_every=LIVE_REFRESH_S)
 def _live_panel(run_id: str) -> None:
     runner = get_runner()
@@ -129,9 +130,11 @@ def _live_charts_panel(run_id: str) -> None:
 def _live_progress(run: Run, snap: LiveSnapshot) -> None:
     done = snap.completed + snap.failed + snap.cancelled
     total_tokens = snap.tokens_requested
-    st.progress(min(snap.tokens_done / total_tokens, 1.0) if total_tokens else 0.0,
-                text=f"{run.state}: {done}/{snap.total_requests} requests, {snap.output_tokens:,}/{total_tokens:,} "
-                     f"output tokens, {snap.elapsed_s:.0f} s, {describe_time_left(snap, run.measurement.pace)}")
+    st.progress(
+        min(snap.tokens_done / total_tokens, 1.0) if total_tokens else 0.0,
+        text=f"{run.state}: {done}/{snap.total_requests} requests, {snap.output_tokens:,}/{total_tokens:,} "
+        f"output tokens, {snap.elapsed_s:.0f} s, {describe_time_left(snap, run.measurement.pace)}",
+    )
     if backend(run.config.engine.backend).in_process and (busy := live_busy_note(snap.telemetry)):
         st.warning(plain(_sentence(busy)))
     columns = st.columns(4)
@@ -139,8 +142,11 @@ def _live_progress(run: Run, snap: LiveSnapshot) -> None:
     columns[1].metric("Failed (requests)", snap.failed)
     columns[2].metric("In flight (requests)", snap.in_flight)
     recent, seconds = run_charts.recent_output_rate(snap.output_tokens_per_s, snap.bin_s)
-    columns[3].metric(f"Output (tok/s, last {seconds:g} s)", f"{recent:.1f}",
-                      help="Over the latest complete bins, as many as a point of the throughput chart averages.")
+    columns[3].metric(
+        f"Output (tok/s, last {seconds:g} s)",
+        f"{recent:.1f}",
+        help="Over the latest complete bins, as many as a point of the throughput chart averages.",
+    )
 
 
 def _live_charts(config: RunConfig, snap: LiveSnapshot) -> None:
@@ -151,11 +157,14 @@ def _live_charts(config: RunConfig, snap: LiveSnapshot) -> None:
     left.plotly_chart(run_charts.binned_latency_histogram(snap.ttft, first_metric), key="live_first_histogram")
     if stream:
         right.plotly_chart(run_charts.binned_latency_histogram(snap.itl, "itl"), key="live_itl_histogram")
-    st.plotly_chart(run_charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s, snap.in_flight_over_time),
-                    key="live_throughput")
+    st.plotly_chart(
+        run_charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s, snap.in_flight_over_time),
+        key="live_throughput",
+    )
     if snap.server_metrics is not None:
-        st.plotly_chart(server_charts.server_metrics_over_time(snap.server_metrics, end_s=snap.elapsed_s),
-                        key="live_server_metrics")
+        st.plotly_chart(
+            server_charts.server_metrics_over_time(snap.server_metrics, end_s=snap.elapsed_s), key="live_server_metrics"
+        )
     if snap.telemetry is not None:
         st.plotly_chart(run_charts.telemetry_over_time(snap.telemetry), key="live_telemetry")
 
@@ -163,8 +172,9 @@ def _live_charts(config: RunConfig, snap: LiveSnapshot) -> None:
 def _live_percentiles(config: RunConfig, snap: LiveSnapshot) -> None:
     stream = config.load.stream_output
     series = {"ttft": snap.ttft, "itl": snap.itl} if stream else {"e2e": snap.ttft}
-    st.caption("So far, over every request that has reached that point (finished or not); percentiles within 1% "
-               "while running:")
+    st.caption(
+        "So far, over every request that has reached that point (finished or not); percentiles within 1% while running:"
+    )
     show_table(live_percentile_table(series, config.percentiles, stream), key="live_percentiles")
 
 
@@ -177,6 +187,7 @@ def live_percentile_table(series: dict[str, BinnedLatencies], percentiles, strea
 
 
 # ---- ended -----------------------------------------------------------------------------------
+
 
 def _ended_view(result: RunResult, page_slo: SLO) -> None:
     slo = page_slo if metrics.slo_is_set(page_slo) else result.config.slo
@@ -199,8 +210,10 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
     with right:
         _goodput(summary, slo)
     if result.config.engine.speculative_algorithm:
-        st.markdown(f"**Speculative decoding** ({result.config.engine.speculative_algorithm}, "
-                    f"{result.config.engine.speculative_num_draft_tokens} draft tokens per step)")
+        st.markdown(
+            f"**Speculative decoding** ({result.config.engine.speculative_algorithm}, "
+            f"{result.config.engine.speculative_num_draft_tokens} draft tokens per step)"
+        )
         show_table(tables.speculative_table(summary), key="summary_speculative")
     if "achieved_rate" in summary:
         _server_load(result.config, summary)
@@ -237,16 +250,21 @@ def _server_metrics_section(result: RunResult) -> None:
     st.markdown("**Server**, from its own metrics")
     if not (served := tables.quantity_table(values, "served")).empty:
         show_table(served, key="summary_server_metrics")
-    st.plotly_chart(server_charts.ended_server_metrics(raw, result.requests, result.duration_s),
-                    key="ended_server_metrics")
+    st.plotly_chart(
+        server_charts.ended_server_metrics(raw, result.requests, result.duration_s), key="ended_server_metrics"
+    )
 
 
 def _hardware_section(result: RunResult) -> None:
     """What the hardware did: telemetry summary and chart, the roofline verdict, the random-weight label."""
     recorded = _recorded(result)
     try:
-        random_weights, values, samples, verdict = (recorded.random_weights(), recorded.values(), recorded.telemetry(),
-                                                    recorded.roofline())
+        random_weights, values, samples, verdict = (
+            recorded.random_weights(),
+            recorded.values(),
+            recorded.telemetry(),
+            recorded.roofline(),
+        )
     except BenchError as exc:
         st.warning(plain(exc))
         return
@@ -294,12 +312,15 @@ def _sentence(text: str) -> str:
 def _server_load(config: RunConfig, summary: dict) -> None:
     """The load asked for next to the load delivered, and answers whose length was not the one asked."""
     if (short := summary.get("length_mismatches", 0) - summary.get("overrun", 0)) > 0:
-        st.warning(f"{short} served request(s) returned fewer tokens than asked: the server may not honour "
-                   "ignore_eos; check the server kind or pass it in the extra request body.")
+        st.warning(
+            f"{short} served request(s) returned fewer tokens than asked: the server may not honour "
+            "ignore_eos; check the server kind or pass it in the extra request body."
+        )
     columns = st.columns(4)
     columns[0].metric("Requested rate (req/s)", f"{config.load.request_rate:g}")
-    for column, (name, digits) in zip(columns[1:], (("achieved_rate", ".2f"), ("mean_send_lag_ms", ".1f"),
-                                                      ("peak_in_flight", ""))):
+    for column, (name, digits) in zip(
+        columns[1:], (("achieved_rate", ".2f"), ("mean_send_lag_ms", ".1f"), ("peak_in_flight", ""))
+    ):
         metric, _ = find_column(name)
         column.metric(tables.describe_column(name).title, format(summary[name], digits), help=metric.definition)
 
@@ -312,9 +333,11 @@ def _goodput(summary: dict, slo: SLO) -> None:
     goodput, good = METRICS["goodput"], METRICS["good_requests"]
     st.metric(goodput.title, f"{summary[goodput.column()]:.3f}", help=goodput.definition)
     st.metric(good.label, f"{summary[good.column()]}/{summary['total_requests']}")
-    thresholds = ", ".join(f"{name.upper()} ≤ {value * 1000:g} ms"
-                           for name, value in (("ttft", slo.ttft), ("tpot", slo.tpot), ("e2e", slo.e2e))
-                           if value is not None)
+    thresholds = ", ".join(
+        f"{name.upper()} ≤ {value * 1000:g} ms"
+        for name, value in (("ttft", slo.ttft), ("tpot", slo.tpot), ("e2e", slo.e2e))
+        if value is not None
+    )
     st.caption(f"For {thresholds}.")
 
 
@@ -322,19 +345,43 @@ def _downloads(result: RunResult, requests: pd.DataFrame, slo: SLO) -> None:
     columns = st.columns(4)
     history_row = get_history().to_csv_bytes([result.run_id])
     if history_row:
-        columns[0].download_button("History row (CSV)", history_row, file_name=f"{result.run_id}-history.csv",
-                                   mime="text/csv", key="download_history_row", on_click="ignore")
-    columns[1].download_button("Per-request table (CSV)", csvstore.frame_bytes(requests),
-                               file_name=f"{result.run_id}-requests.csv", mime="text/csv",
-                               key="download_requests", on_click="ignore")
-    columns[2].download_button("LMDeploy CSV", result.lmdeploy_csv_bytes(), file_name=f"{result.run_id}-lmdeploy.csv",
-                               mime="text/csv", key="download_lmdeploy", on_click="ignore",
-                               help="One row in the format of LMDeploy's profile_pipeline_api.py --csv.")
+        columns[0].download_button(
+            "History row (CSV)",
+            history_row,
+            file_name=f"{result.run_id}-history.csv",
+            mime="text/csv",
+            key="download_history_row",
+            on_click="ignore",
+        )
+    columns[1].download_button(
+        "Per-request table (CSV)",
+        csvstore.frame_bytes(requests),
+        file_name=f"{result.run_id}-requests.csv",
+        mime="text/csv",
+        key="download_requests",
+        on_click="ignore",
+    )
+    columns[2].download_button(
+        "LMDeploy CSV",
+        result.lmdeploy_csv_bytes(),
+        file_name=f"{result.run_id}-lmdeploy.csv",
+        mime="text/csv",
+        key="download_lmdeploy",
+        on_click="ignore",
+        help="One row in the format of LMDeploy's profile_pipeline_api.py --csv.",
+    )
     recorded = _recorded(result)
     # Written only when clicked: the file inlines plotly's JavaScript (about 5 MB) so it opens offline.
     columns[3].download_button(
-        "Report (HTML)", lambda: report.run_report(run_parts.run_parts(
-            recorded.history, result.run_id, recorded.record, slo, result.warnings, result.notes,
-            result.snapshot)).encode(),
-        file_name=f"run-{result.run_id}.html", mime="text/html", key="download_report", on_click="ignore",
-        help="One file with this run's charts, tables, settings and environment; it opens offline.")
+        "Report (HTML)",
+        lambda: report.run_report(
+            run_parts.run_parts(
+                recorded.history, result.run_id, recorded.record, slo, result.warnings, result.notes, result.snapshot
+            )
+        ).encode(),
+        file_name=f"run-{result.run_id}.html",
+        mime="text/html",
+        key="download_report",
+        on_click="ignore",
+        help="One file with this run's charts, tables, settings and environment; it opens offline.",
+    )

@@ -20,20 +20,31 @@ from typing import Any
 
 import streamlit as st
 
-from bench_core.config import SLO, Part, RunConfig, Setting, config_from_values, knobs_for, of_part, setting, settings_of
+from bench_core.config import (
+    SLO,
+    Part,
+    RunConfig,
+    Setting,
+    config_from_values,
+    knobs_for,
+    of_part,
+    setting,
+    settings_of,
+)
 from bench_core.config.catalog import BY_NAME
-from bench_core.csvstore import replace_bytes
 from bench_core.config.settings import widget_label
+from bench_core.csvstore import replace_bytes
+from bench_core.engines import availability, backends
+from bench_core.engines import backend as backend_of
+from bench_core.errors import BenchError, ConfigError, DatasetError
 from bench_core.load.datasets import BUILTIN_SAMPLE, BUILTIN_SHAREGPT
 from bench_core.load.lengths import RANDOM_LENGTHS, describe_random_lengths
-from bench_core.engines import availability, backend as backend_of, backends
-from bench_core.errors import BenchError, ConfigError, DatasetError
-from bench_core.store.history import History
 from bench_core.models.resolve import PICKABLE_MODELS
 from bench_core.run.runner import Run
+from bench_core.store.history import History
 from dashboard import url_settings
-from dashboard.url_settings import persisted
 from dashboard.text import plain
+from dashboard.url_settings import persisted
 
 DEFAULT_MODEL = setting("model").default
 DEFAULT_BACKEND = setting("backend").default
@@ -63,13 +74,20 @@ def render_sidebar(cancel: Callable[[], None] | None, actions: bool = True) -> S
     `actions` there are no Start and Cancel buttons: a page that starts something else has its own."""
     bar = st.sidebar
     buttons = bar.container()  # filled last, shown first: Start needs the backend's availability
-    values: dict[str, Any] = {"label": persisted(bar.text_input, "Run label", value="", key="label",
-                                                 placeholder="optional")}
+    values: dict[str, Any] = {
+        "label": persisted(bar.text_input, "Run label", value="", key="label", placeholder="optional")
+    }
 
     bar.subheader("Model and engine")
     names = list(backends())
-    backend = persisted(bar.selectbox, "Backend", options=names, index=names.index(DEFAULT_BACKEND),
-                        key="backend", format_func=_backend_label)
+    backend = persisted(
+        bar.selectbox,
+        "Backend",
+        options=names,
+        index=names.index(DEFAULT_BACKEND),
+        key="backend",
+        format_func=_backend_label,
+    )
     values["backend"] = backend
     family = _family(backend)
     values.update((_model_widgets if backend_of(backend).in_process else _server_widgets)(backend, family))
@@ -86,8 +104,10 @@ def render_sidebar(cancel: Callable[[], None] | None, actions: bool = True) -> S
         st.caption("LMDeploy's pipeline script decodes greedily with ignore_eos, whatever the sampling settings say.")
         values.update(_widgets(of_part(Part.GENERATION), backend, family))
     with bar.expander("Goodput SLO (ms)", expanded=False):
-        st.caption("A request is good when it meets every threshold set. Changing them updates the goodput "
-                   "of the run shown, from its stored requests, without running it again.")
+        st.caption(
+            "A request is good when it meets every threshold set. Changing them updates the goodput "
+            "of the run shown, from its stored requests, without running it again."
+        )
         values.update(_widgets(SLO_SETTINGS, backend, family))
     url_settings.remember()
 
@@ -95,8 +115,7 @@ def render_sidebar(cancel: Callable[[], None] | None, actions: bool = True) -> S
     if actions:
         with buttons:
             left, right = st.columns(2)
-            start = left.button("Start", key="start", type="primary", disabled=reason is not None,
-                                width="stretch")
+            start = left.button("Start", key="start", type="primary", disabled=reason is not None, width="stretch")
             right.button("Cancel", key="cancel", disabled=cancel is None, on_click=cancel, width="stretch")
     return SidebarChoice(values=values, start=start, unavailable_reason=reason)
 
@@ -110,8 +129,11 @@ def build_run_config(values: Mapping[str, Any]) -> RunConfig:
     """The RunConfig for the sidebar's values (by setting name; a missing one takes its default); validation is
     left to `check_run_config` (at submit). The settings of the other datasets are left at their defaults."""
     chosen = {name: value for name, value in values.items() if name in BY_NAME}
-    chosen.update(model=str(chosen["model"]).strip(), dataset=str(chosen["dataset"]).strip(),
-                  api_key=chosen.get("api_key") or None)
+    chosen.update(
+        model=str(chosen["model"]).strip(),
+        dataset=str(chosen["dataset"]).strip(),
+        api_key=chosen.get("api_key") or None,
+    )
     for declared in of_part(Part.DATASET):
         if declared.datasets and not declared.applies(dataset_name=chosen["dataset_name"]):
             chosen[declared.name] = declared.default
@@ -149,9 +171,14 @@ def offer_past_settings(run_id: str, run: Run | None, history: History) -> None:
         config = run.config if run is not None else history.config(run_id)
     except BenchError:
         return
-    st.button("Load these settings into the sidebar", key="load_settings", icon=":material/settings_backup_restore:",
-              on_click=url_settings.load, args=(widget_values(config),),
-              help="Set every sidebar setting as this run had it, to run it again or change one thing.")
+    st.button(
+        "Load these settings into the sidebar",
+        key="load_settings",
+        icon=":material/settings_backup_restore:",
+        on_click=url_settings.load,
+        args=(widget_values(config),),
+        help="Set every sidebar setting as this run had it, to run it again or change one thing.",
+    )
 
 
 def config_from_choice(values: Mapping[str, Any], uploads_dir: Path) -> RunConfig:
@@ -182,6 +209,7 @@ def save_upload(data: bytes, name: str, folder: Path) -> str:
 
 
 # ---- one setting, one widget ---------------------------------------------------------------------
+
 
 def widget_key(declared: Setting, family: str) -> str:
     """The session and URL key of a setting's widget: its declared one, else knob_<name> for an engine knob,
@@ -231,24 +259,40 @@ def setting_widget(declared: Setting, key: str, start: Any, backend: str) -> Any
         start = start if start in choices else choices[0]
         if hints.style == "radio":
             return persisted(st.radio, label, options=choices, index=choices.index(start), horizontal=True, **options)
-        return from_widget(declared, persisted(st.selectbox, label, options=choices, index=choices.index(start),
-                                               format_func=declared.choice_label, **options))
+        return from_widget(
+            declared,
+            persisted(
+                st.selectbox,
+                label,
+                options=choices,
+                index=choices.index(start),
+                format_func=declared.choice_label,
+                **options,
+            ),
+        )
     if hints.style == "switch":
         return _switched_count(declared, key, start, label, options)
     if declared.kind is bool:
         return persisted(st.checkbox, label, value=start, **options)
     if declared.kind is str:
-        return from_widget(declared, persisted(st.text_input, label, value=start or "", placeholder=hints.placeholder,
-                                               **options))
+        return from_widget(
+            declared, persisted(st.text_input, label, value=start or "", placeholder=hints.placeholder, **options)
+        )
     bounds = declared.bounds
     low = hints.min_value if hints.min_value is not None else (bounds.widget_min if bounds else None)
     high = bounds.widget_max if bounds else None
     if declared.kind is int:
-        options.update(step=int(hints.step or 1), min_value=None if low is None else int(low),
-                       max_value=None if high is None else int(high))
+        options.update(
+            step=int(hints.step or 1),
+            min_value=None if low is None else int(low),
+            max_value=None if high is None else int(high),
+        )
     else:
-        options.update(step=hints.step, min_value=None if low is None else float(low),
-                       max_value=None if high is None else float(high))
+        options.update(
+            step=hints.step,
+            min_value=None if low is None else float(low),
+            max_value=None if high is None else float(high),
+        )
         if hints.style == "slider":
             return from_widget(declared, persisted(st.slider, label, value=float(start), **options))
         options["format"] = hints.format
@@ -266,8 +310,16 @@ def _switched_count(declared: Setting, key: str, start: Any, label: str, options
     """A checkbox, on when `start` is above 0, with the count it turns on beside it; off, the count is 0."""
     on = persisted(st.checkbox, label, value=bool(start), key=switch_key(key), help=options["help"])
     shown = start or declared.widget.start
-    count = persisted(st.number_input, declared.shown_label, value=int(shown), step=int(declared.widget.step or 1),
-                      min_value=1, key=key, disabled=not on, label_visibility="collapsed")
+    count = persisted(
+        st.number_input,
+        declared.shown_label,
+        value=int(shown),
+        step=int(declared.widget.step or 1),
+        min_value=1,
+        key=key,
+        disabled=not on,
+        label_visibility="collapsed",
+    )
     return int(count) if on else 0
 
 
@@ -280,8 +332,10 @@ def _widget_values(declared: Setting, key: str, value: Any) -> dict[str, Any]:
 
 def _widgets(settings: tuple[Setting, ...], backend: str, family: str) -> dict[str, Any]:
     """Each of `settings`' widgets in turn, by setting name."""
-    return {declared.name: setting_widget(declared, widget_key(declared, family), _start(declared, backend), backend)
-            for declared in settings}
+    return {
+        declared.name: setting_widget(declared, widget_key(declared, family), _start(declared, backend), backend)
+        for declared in settings
+    }
 
 
 def _start(declared: Setting, backend: str) -> Any:
@@ -297,11 +351,13 @@ def _shown(declared: Setting, config: RunConfig) -> bool:
     """Whether the sidebar shows a widget for this setting of `config`."""
     if declared.is_knob:
         return declared.applies(backend=config.engine.backend)
-    return declared.applies(backend=config.engine.backend, load_pattern=config.load.load_pattern,
-                            dataset_name=config.dataset.dataset_name)
+    return declared.applies(
+        backend=config.engine.backend, load_pattern=config.load.load_pattern, dataset_name=config.dataset.dataset_name
+    )
 
 
 # ---- widget groups ---------------------------------------------------------------------------
+
 
 def _family(backend: str) -> str:
     """Widgets of what a run size sets have keys per run size: switching to a backend of another size (LMDeploy's
@@ -333,16 +389,26 @@ def model_picker(where: Any, key_prefix: str = "", draw: Callable[..., Any] = pe
     with widget keys `key_prefix` + model_choice / model_path; `draw` is `persisted`, or `url_settings.drawn`
     on a page that does not keep its widgets across pages and reloads."""
     options = [*PICKABLE_MODELS, OTHER_MODEL]
-    choice = draw(where.selectbox, "Model", options=options, index=options.index(DEFAULT_MODEL),
-                  key=f"{key_prefix}model_choice",
-                  help="\n\n".join(f"**{name}**: {text}" for name, text in PICKABLE_MODELS.items()))
+    choice = draw(
+        where.selectbox,
+        "Model",
+        options=options,
+        index=options.index(DEFAULT_MODEL),
+        key=f"{key_prefix}model_choice",
+        help="\n\n".join(f"**{name}**: {text}" for name, text in PICKABLE_MODELS.items()),
+    )
     if choice != OTHER_MODEL:
         return choice
-    return draw(where.text_input, "Model path or hub id", value="", key=f"{key_prefix}model_path",
-                placeholder="/models/Qwen2.5-7B-Instruct, Qwen/Qwen2.5-7B-Instruct or synthetic:llama:layers=..",
-                help="A folder, a hub id, or a synthetic model of any shape: synthetic:llama (or qwen2):layers=2,"
-                     "hidden=64,intermediate=128,heads=4,kv_heads=2,vocab=4096, or a preset with sizes changed, "
-                     "e.g. synthetic:llama-3.2-1b:layers=4.")
+    return draw(
+        where.text_input,
+        "Model path or hub id",
+        value="",
+        key=f"{key_prefix}model_path",
+        placeholder="/models/Qwen2.5-7B-Instruct, Qwen/Qwen2.5-7B-Instruct or synthetic:llama:layers=..",
+        help="A folder, a hub id, or a synthetic model of any shape: synthetic:llama (or qwen2):layers=2,"
+        "hidden=64,intermediate=128,heads=4,kv_heads=2,vocab=4096, or a preset with sizes changed, "
+        "e.g. synthetic:llama-3.2-1b:layers=4.",
+    )
 
 
 def _model_widgets(backend: str, family: str) -> dict[str, Any]:
@@ -354,11 +420,21 @@ def _model_widgets(backend: str, family: str) -> dict[str, Any]:
 def _server_widgets(backend: str, family: str) -> dict[str, Any]:
     """The model a server is asked for, and its API key: typed here, kept in memory, never stored."""
     bar = st.sidebar
-    model = persisted(bar.text_input, "Model (optional)", value="", key="server_model",
-                      placeholder="empty: the first of GET /v1/models", help="The model name sent in each request.")
-    api_key = bar.text_input("API key (optional)", type="password", key="api_key",
-                             placeholder="empty: $OPENAI_API_KEY, if set",
-                             help="Sent as a Bearer header; never written to the history, config or logs.")
+    model = persisted(
+        bar.text_input,
+        "Model (optional)",
+        value="",
+        key="server_model",
+        placeholder="empty: the first of GET /v1/models",
+        help="The model name sent in each request.",
+    )
+    api_key = bar.text_input(
+        "API key (optional)",
+        type="password",
+        key="api_key",
+        placeholder="empty: $OPENAI_API_KEY, if set",
+        help="Sent as a Bearer header; never written to the history, config or logs.",
+    )
     with bar:
         return {"model": model, "api_key": api_key, **_widgets((setting("trust_remote_code"),), backend, family)}
 
@@ -382,29 +458,53 @@ def _knob_widgets(backend: str, family: str) -> dict[str, Any]:
 
 def _dataset_widgets(backend: str, family: str) -> dict[str, Any]:
     bar = st.sidebar
-    source_kind = persisted(bar.radio, "Prompts from", options=(SOURCE_BUILTIN, SOURCE_UPLOAD, SOURCE_PATH),
-                            horizontal=True, key="dataset_source", help="A ShareGPT JSON or JSONL file; the random "
-                            "and shared-prefix datasets also cut their text from it, as LMDeploy does. The trace and "
-                            "custom datasets read your own file: a Mooncake JSONL trace, or JSON/JSONL records with "
-                            "a prompt or messages.")
+    source_kind = persisted(
+        bar.radio,
+        "Prompts from",
+        options=(SOURCE_BUILTIN, SOURCE_UPLOAD, SOURCE_PATH),
+        horizontal=True,
+        key="dataset_source",
+        help="A ShareGPT JSON or JSONL file; the random "
+        "and shared-prefix datasets also cut their text from it, as LMDeploy does. The trace and "
+        "custom datasets read your own file: a Mooncake JSONL trace, or JSON/JSONL records with "
+        "a prompt or messages.",
+    )
     values: dict[str, Any] = {"upload": None}
     if source_kind == SOURCE_BUILTIN:
-        values["dataset"] = persisted(bar.selectbox, "Built-in dataset", options=BUILTIN_DATASETS, key="dataset_builtin",
-                                      format_func=BUILTIN_DATASETS.get)
+        values["dataset"] = persisted(
+            bar.selectbox,
+            "Built-in dataset",
+            options=BUILTIN_DATASETS,
+            key="dataset_builtin",
+            format_func=BUILTIN_DATASETS.get,
+        )
     elif source_kind == SOURCE_UPLOAD:
         values["upload"] = bar.file_uploader(
-            "Dataset file", type=["json", "jsonl"], key="dataset_upload",
+            "Dataset file",
+            type=["json", "jsonl"],
+            key="dataset_upload",
             help="Saved once per content in the history's uploads folder (results/uploads, or under "
-                 "$BENCH_STUDIO_RESULTS): the same file uploaded again is not stored twice. Delete files there to "
-                 "free the space; the runs that used one name it.")
+            "$BENCH_STUDIO_RESULTS): the same file uploaded again is not stored twice. Delete files there to "
+            "free the space; the runs that used one name it.",
+        )
         values["dataset"] = ""
     else:
-        values["dataset"] = persisted(bar.text_input, "Dataset file path", value="", key="dataset_path",
-                                      placeholder="/data/ShareGPT_V3_unfiltered_cleaned_split.json")
+        values["dataset"] = persisted(
+            bar.text_input,
+            "Dataset file path",
+            value="",
+            key="dataset_path",
+            placeholder="/data/ShareGPT_V3_unfiltered_cleaned_split.json",
+        )
     with bar:
         values.update(_widgets((setting("dataset_name"),), backend, family))
-        shown = [declared for declared in of_part(Part.DATASET) if declared.widget is not None
-                 and declared.name != "dataset_name" and declared.applies(dataset_name=values["dataset_name"])]
+        shown = [
+            declared
+            for declared in of_part(Part.DATASET)
+            if declared.widget is not None
+            and declared.name != "dataset_name"
+            and declared.applies(dataset_name=values["dataset_name"])
+        ]
         # The sizes last: what the prompts are first, then how many.
         sizes = ("num_prompts", "seed")
         values.update(_widgets(tuple(s for s in shown if s.name not in sizes), backend, family))
@@ -418,10 +518,17 @@ def _load_widgets(backend: str, family: str) -> dict[str, Any]:
     bar = st.sidebar
     declared, offered = setting("load_pattern"), backend_of(backend)
     patterns = offered.load_patterns
-    pattern = persisted(bar.selectbox, "Load pattern", options=patterns, index=patterns.index(offered.load_pattern),
-                        key=_load_pattern_key(backend), format_func=declared.choice_label,
-                        help="\n\n".join(f"**{declared.choice_label(p)}**: {declared.choice_help[p]}" for p in patterns))
+    pattern = persisted(
+        bar.selectbox,
+        "Load pattern",
+        options=patterns,
+        index=patterns.index(offered.load_pattern),
+        key=_load_pattern_key(backend),
+        format_func=declared.choice_label,
+        help="\n\n".join(f"**{declared.choice_label(p)}**: {declared.choice_help[p]}" for p in patterns),
+    )
     with bar:
-        shown = tuple(s for s in of_part(Part.LOAD)
-                      if s.widget is not None and s.applies(backend=backend, load_pattern=pattern))
+        shown = tuple(
+            s for s in of_part(Part.LOAD) if s.widget is not None and s.applies(backend=backend, load_pattern=pattern)
+        )
         return {"load_pattern": pattern, **_widgets(shown, backend, family)}

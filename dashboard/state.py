@@ -11,8 +11,8 @@ import atexit
 
 import streamlit as st
 
-from bench_core.store.history import History
 from bench_core.run.engine_process import ProcessRunner
+from bench_core.store.history import History
 from bench_core.sweep.driver import SweepRun
 
 

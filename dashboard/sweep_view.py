@@ -21,23 +21,32 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from bench_core.measure import metrics
-from bench_core.sweep import results as sweep_results
-from bench_core.views import sweep_charts
 from bench_core.config import SLO, EngineConfig, knobs_for
 from bench_core.errors import BenchError
-from bench_core.store.history import History
+from bench_core.measure import metrics
 from bench_core.measure.time_left import time_left_s
 from bench_core.states import RunState
-from bench_core.sweep.cluster import launch_for as launch_for_address, states_table
+from bench_core.store.history import History
+from bench_core.sweep import report as sweep_report
+from bench_core.sweep import results as sweep_results
+from bench_core.sweep.cluster import launch_for as launch_for_address
+from bench_core.sweep.cluster import states_table
 from bench_core.sweep.driver import Launch, SweepProgress, SweepRun, resume_sweep, start_sweep
 from bench_core.sweep.estimate import describe_seconds, estimate
 from bench_core.sweep.plan import (
-    CPU_SWEEP_OUTPUT_LEN, CPU_SWEEP_PROMPTS, DEFAULT_AXIS, DEFAULT_REPEATS, SWEEPABLE, SweepPlan, describe_point,
-    new_sweep_id, parse_sweep_arg, with_run_size,
+    CPU_SWEEP_OUTPUT_LEN,
+    CPU_SWEEP_PROMPTS,
+    DEFAULT_AXIS,
+    DEFAULT_REPEATS,
+    SWEEPABLE,
+    SweepPlan,
+    describe_point,
+    new_sweep_id,
+    parse_sweep_arg,
+    with_run_size,
 )
-from bench_core.sweep import report as sweep_report
 from bench_core.sweep.store import CREDENTIAL_SETTINGS, load_plan, past_sweeps, point_text, probes_of, remaining
+from bench_core.views import sweep_charts
 from bench_core.views.tables import describe_column
 from dashboard import active_runs, sidebar
 from dashboard.state import get_history, get_runner, get_sweeps
@@ -48,8 +57,12 @@ LIVE_REFRESH_S = 1.0
 NO_SECOND = "(none)"
 # Relative to this page's URL (app_pages/sweep.py -> /sweep) and to the Run page's.
 SWEEP_PAGE_URL = "sweep"
-NON_ENGINE_SETTINGS = tuple(name for name in SWEEPABLE if name in (
-    "concurrency", "request_rate", "num_prompts", "random_input_len", "random_output_len", "sharegpt_output_len"))
+NON_ENGINE_SETTINGS = tuple(
+    name
+    for name in SWEEPABLE
+    if name
+    in ("concurrency", "request_rate", "num_prompts", "random_input_len", "random_output_len", "sharegpt_output_len")
+)
 # An ended sweep this server did not run: the history tells finished runs, not why the others are missing.
 STOPPED = "stopped"
 STARTED_SWEEPS = "started_sweep_ids"  # session key: the sweeps this session started
@@ -59,28 +72,48 @@ SWEEP_START_ERROR = "sweep_start_error"  # session key: why a confirmed start fa
 
 # ---- starting --------------------------------------------------------------------------------
 
+
 def sweep_inputs(sidebar_values: Mapping[str, Any]) -> dict[str, Any]:
     """The settings to sweep, their values and the repeats; the base settings come from the sidebar, whose
     credentials (a server URL's password) also resume a sweep whose saved plan masked them."""
     backend = sidebar_values["backend"]
-    options = [name for name in SWEEPABLE
-               if name in NON_ENGINE_SETTINGS or name in {knob.name for knob in knobs_for(backend)}]
+    options = [
+        name for name in SWEEPABLE if name in NON_ENGINE_SETTINGS or name in {knob.name for knob in knobs_for(backend)}
+    ]
     first, second, repeats = st.columns([2, 2, 1])
-    name = first.selectbox("Sweep", options, index=options.index(DEFAULT_AXIS.name), key="sweep_name",
-                           format_func=_setting_label)
+    name = first.selectbox(
+        "Sweep", options, index=options.index(DEFAULT_AXIS.name), key="sweep_name", format_func=_setting_label
+    )
     default_values = ",".join(str(value) for value in DEFAULT_AXIS.values)
-    values = first.text_input("Values", value=default_values, key="sweep_values",
-                              help=f"Comma-separated, e.g. {default_values}.")
-    second_name = second.selectbox("Against (optional, a grid)", [NO_SECOND, *options], key="sweep_name_2",
-                                   format_func=lambda option: option if option == NO_SECOND else _setting_label(option))
-    second_values = second.text_input("Values", key="sweep_values_2", disabled=second_name == NO_SECOND,
-                                      placeholder="e.g. 256,512")
-    count = repeats.number_input("Repeats", value=DEFAULT_REPEATS, min_value=1, step=1, key="sweep_repeats",
-                                 help="Runs per point: two or more give a mean, a spread and a 95% interval.")
+    values = first.text_input(
+        "Values", value=default_values, key="sweep_values", help=f"Comma-separated, e.g. {default_values}."
+    )
+    second_name = second.selectbox(
+        "Against (optional, a grid)",
+        [NO_SECOND, *options],
+        key="sweep_name_2",
+        format_func=lambda option: option if option == NO_SECOND else _setting_label(option),
+    )
+    second_values = second.text_input(
+        "Values", key="sweep_values_2", disabled=second_name == NO_SECOND, placeholder="e.g. 256,512"
+    )
+    count = repeats.number_input(
+        "Repeats",
+        value=DEFAULT_REPEATS,
+        min_value=1,
+        step=1,
+        key="sweep_repeats",
+        help="Runs per point: two or more give a mean, a spread and a 95% interval.",
+    )
     axes = [(name, values)] + ([(second_name, second_values)] if second_name != NO_SECOND else [])
     credentials = {name: sidebar_values.get(name) or "" for name in CREDENTIAL_SETTINGS}
-    return {"axes": axes, "repeats": int(count), **_run_size_inputs(backend), **_cluster_inputs(),
-            "credentials": credentials}
+    return {
+        "axes": axes,
+        "repeats": int(count),
+        **_run_size_inputs(backend),
+        **_cluster_inputs(),
+        "credentials": credentials,
+    }
 
 
 def _run_size_inputs(backend: str) -> dict[str, int | None]:
@@ -89,14 +122,27 @@ def _run_size_inputs(backend: str) -> dict[str, int | None]:
     cpu = backend == EngineConfig.backend
     prompts, output = st.columns(2)
     num_prompts = prompts.number_input(
-        "Prompts per run", value=CPU_SWEEP_PROMPTS if cpu else None, min_value=1, step=1, key="sweep_num_prompts",
-        placeholder="the sidebar's", help="Each run of the sweep sends this many prompts; empty: the sidebar's.")
+        "Prompts per run",
+        value=CPU_SWEEP_PROMPTS if cpu else None,
+        min_value=1,
+        step=1,
+        key="sweep_num_prompts",
+        placeholder="the sidebar's",
+        help="Each run of the sweep sends this many prompts; empty: the sidebar's.",
+    )
     output_len = output.number_input(
-        "Output tokens per request", value=CPU_SWEEP_OUTPUT_LEN if cpu else None, min_value=1, step=1,
-        key="sweep_output_len", placeholder="the sidebar's",
-        help="The fixed output length of every request of the sweep; empty: the sidebar's.")
-    return {"num_prompts": None if num_prompts is None else int(num_prompts),
-            "output_len": None if output_len is None else int(output_len)}
+        "Output tokens per request",
+        value=CPU_SWEEP_OUTPUT_LEN if cpu else None,
+        min_value=1,
+        step=1,
+        key="sweep_output_len",
+        placeholder="the sidebar's",
+        help="The fixed output length of every request of the sweep; empty: the sidebar's.",
+    )
+    return {
+        "num_prompts": None if num_prompts is None else int(num_prompts),
+        "output_len": None if output_len is None else int(output_len),
+    }
 
 
 def _cluster_inputs() -> dict[str, Any]:
@@ -105,14 +151,26 @@ def _cluster_inputs() -> dict[str, Any]:
     address, cores, retries = st.columns([2, 1, 1])
     return {
         "ray_address": address.text_input(
-            "Ray cluster address", key="sweep_ray_address", placeholder="empty: this machine",
+            "Ray cluster address",
+            key="sweep_ray_address",
+            placeholder="empty: this machine",
             help="host:port, ray://host:port, auto (the cluster this machine belongs to) or local (a new Ray "
-                 "instance here). Each point then runs in its own worker with its own cores and GPUs; the "
-                 "history stays on this machine. Needs Ray: pip install -r requirements-cluster.txt").strip(),
-        "cpus_per_point": int(cores.number_input("CPU cores per point", value=1, min_value=1, step=1,
-                                                 key="sweep_cpus_per_point")),
-        "retries": int(retries.number_input("Retries", value=0, min_value=0, step=1, key="sweep_retries",
-                                            help="Runs of a point again after its worker died.")),
+            "instance here). Each point then runs in its own worker with its own cores and GPUs; the "
+            "history stays on this machine. Needs Ray: pip install -r requirements-cluster.txt",
+        ).strip(),
+        "cpus_per_point": int(
+            cores.number_input("CPU cores per point", value=1, min_value=1, step=1, key="sweep_cpus_per_point")
+        ),
+        "retries": int(
+            retries.number_input(
+                "Retries",
+                value=0,
+                min_value=0,
+                step=1,
+                key="sweep_retries",
+                help="Runs of a point again after its worker died.",
+            )
+        ),
     }
 
 
@@ -124,13 +182,15 @@ def launch_for(inputs: Mapping[str, Any]) -> Launch:
 def plan_from_inputs(inputs: Mapping[str, Any], values: Mapping[str, Any], uploads_dir: Path) -> SweepPlan:
     """The plan for the page's sweep inputs over the sidebar's settings; ConfigError says what is wrong."""
     axes = tuple(parse_sweep_arg(f"{name}={text}") for name, text in inputs["axes"])
-    base = with_run_size(sidebar.config_from_choice(values, uploads_dir), inputs.get("num_prompts"),
-                         inputs.get("output_len"))
+    base = with_run_size(
+        sidebar.config_from_choice(values, uploads_dir), inputs.get("num_prompts"), inputs.get("output_len")
+    )
     return SweepPlan(new_sweep_id(), base, axes, inputs["repeats"])
 
 
-def show_estimate(inputs: Mapping[str, Any], values: Mapping[str, Any], uploads_dir: Path,
-                  runs: pd.DataFrame | None) -> None:
+def show_estimate(
+    inputs: Mapping[str, Any], values: Mapping[str, Any], uploads_dir: Path, runs: pd.DataFrame | None
+) -> None:
     """How long the sweep on the inputs would take, before it is started, from the history's `runs`; nothing
     while the inputs are wrong (Start says what is wrong) or the history cannot be read."""
     try:
@@ -151,8 +211,14 @@ def press_start(plan: SweepPlan, inputs: Mapping[str, Any]) -> SweepRun | None:
     to confirm. The same plan as a sweep this session started that is still running starts nothing; a sweep or
     run already running is named first, since a second sweep's runs would take turns with its own."""
     started = set(st.session_state.get(STARTED_SWEEPS, ()))
-    same = next((sweep for sweep in _active_sweeps() if sweep.sweep_id in started
-                 and dataclasses.replace(sweep.plan, sweep_id=plan.sweep_id) == plan), None)
+    same = next(
+        (
+            sweep
+            for sweep in _active_sweeps()
+            if sweep.sweep_id in started and dataclasses.replace(sweep.plan, sweep_id=plan.sweep_id) == plan
+        ),
+        None,
+    )
     if same is not None:
         st.info(plain(f"Already started: {_describe_sweep(same)}. Pressing Start sweep again starts nothing."))
         return same
@@ -163,9 +229,13 @@ def press_start(plan: SweepPlan, inputs: Mapping[str, Any]) -> SweepRun | None:
 
 
 SWEEP_QUESTION = active_runs.StartQuestion(
-    PENDING_SWEEP, SWEEP_START_ERROR, ("sweep_confirm_start", "sweep_discard_start"),
+    PENDING_SWEEP,
+    SWEEP_START_ERROR,
+    ("sweep_confirm_start", "sweep_discard_start"),
     "Already running: {running}. A second sweep's runs would take turns with these, one at a time.",
-    "What was running has ended: a new sweep starts at once.", ("Start my sweep too", "Start my sweep"))
+    "What was running has ended: a new sweep starts at once.",
+    ("Start my sweep too", "Start my sweep"),
+)
 
 
 def render_confirmation() -> None:
@@ -195,8 +265,10 @@ def _running_now() -> list[str]:
     sweeps = _active_sweeps()
     ids = {sweep.sweep_id for sweep in sweeps}
     runner = get_runner()
-    return [*map(_describe_sweep, sweeps),
-            *(active_runs.describe(run, runner) for run in active_runs.active_runs(runner) if run.sweep_id not in ids)]
+    return [
+        *map(_describe_sweep, sweeps),
+        *(active_runs.describe(run, runner) for run in active_runs.active_runs(runner) if run.sweep_id not in ids),
+    ]
 
 
 def _start(plan: SweepPlan, inputs: Mapping[str, Any]) -> SweepRun:
@@ -214,6 +286,7 @@ def resume(sweep_id: str, inputs: Mapping[str, Any]) -> SweepRun:
 
 
 # ---- one sweep -------------------------------------------------------------------------------
+
 
 def render_sweep(sweep_id: str, slo: SLO, live: bool, runs: pd.DataFrame | None, inputs: Mapping[str, Any]) -> None:
     """Progress (polled while `live`), then the results of the sweep's finished runs so far, with goodput
@@ -246,8 +319,10 @@ def describe_plan(plan: SweepPlan) -> str:
     server = " · a server started per run" if plan.server_cmd else ""
     if plan.find_max:
         search = plan.find_max
-        return (f"{axes + '; ' if axes else ''}highest {search.setting} at which {search.target:.0%} of requests "
-                f"meet the SLO, within {search.precision:.0%}{server}")
+        return (
+            f"{axes + '; ' if axes else ''}highest {search.setting} at which {search.target:.0%} of requests "
+            f"meet the SLO, within {search.precision:.0%}{server}"
+        )
     return f"{axes}; {len(plan.grid())} points × {plan.repeats} repeats = {len(plan.points())} runs{server}"
 
 
@@ -261,12 +336,19 @@ def _live_progress(sweep_id: str, runs: pd.DataFrame) -> None:
     if st.session_state.setdefault(seen_key, progress.ended) != progress.ended:
         st.session_state[seen_key] = progress.ended
         st.rerun()  # a full rerun, once per ended run: the results below take it in
-    st.progress(progress.ended / progress.total,
-                text=f"running: {progress.ended}/{progress.total} runs done" +
-                     (f", now {progress.current}" if progress.current else "") + _time_left(sweep, progress, runs))
+    st.progress(
+        progress.ended / progress.total,
+        text=f"running: {progress.ended}/{progress.total} runs done"
+        + (f", now {progress.current}" if progress.current else "")
+        + _time_left(sweep, progress, runs),
+    )
     if progress.current_run_id:
-        st.page_link("app_pages/run.py", label=f"Watch run {progress.current_run_id} live", icon=":material/monitoring:",
-                     query_params={"run": progress.current_run_id})
+        st.page_link(
+            "app_pages/run.py",
+            label=f"Watch run {progress.current_run_id} live",
+            icon=":material/monitoring:",
+            query_params={"run": progress.current_run_id},
+        )
     if progress.errors:
         st.warning(plain(" ".join(progress.errors)))
     _where_runs_are(sweep)
@@ -299,8 +381,10 @@ def _time_left(sweep: SweepRun, progress: SweepProgress, runs: pd.DataFrame) -> 
 def _estimate_left(plan: SweepPlan, count: int, history_runs: pd.DataFrame) -> tuple[float | None, float | None]:
     """Seconds for the running run and for the others of the `count` runs not ended (the last in plan order)."""
     left = remaining(plan, history_runs)[-count:] if count else []
-    return (estimate(left[:1], history_runs, loaded=True).seconds,
-            estimate(left[1:], history_runs, loaded=True).seconds)
+    return (
+        estimate(left[:1], history_runs, loaded=True).seconds,
+        estimate(left[1:], history_runs, loaded=True).seconds,
+    )
 
 
 def _ended_status(sweep: SweepRun | None, plan: SweepPlan, runs: pd.DataFrame, inputs: Mapping[str, Any]) -> None:
@@ -340,6 +424,7 @@ def _resume_and_rerun(plan: SweepPlan, inputs: Mapping[str, Any]) -> None:
 
 # ---- results ---------------------------------------------------------------------------------
 
+
 def results(history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO) -> None:
     history_runs, runs = runs, sweep_results.sweep_runs(runs, plan)
     if plan.find_max:
@@ -361,12 +446,17 @@ def results(history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO) -> 
     st.markdown(f"**Results** of {len(runs)} finished runs: {sweep_report.RESULTS_HEADING}")
     if unreported := sweep_report.unreported_note(plan, measured):
         st.caption(unreported)
-    metric = st.selectbox("Metric", measured, key="sweep_metric", format_func=_title,
-                          index=measured.index(sweep_report.DEFAULT_METRIC)
-                          if sweep_report.DEFAULT_METRIC in measured else 0)
+    metric = st.selectbox(
+        "Metric",
+        measured,
+        key="sweep_metric",
+        format_func=_title,
+        index=measured.index(sweep_report.DEFAULT_METRIC) if sweep_report.DEFAULT_METRIC in measured else 0,
+    )
     figures = sweep_report.metric_figures(statistics, plan, metric)
-    for column, figure, key in zip(st.columns(len(figures)) if len(figures) > 1 else [st], figures,
-                                   ("sweep_chart_band", "sweep_chart_heatmap")):
+    for column, figure, key in zip(
+        st.columns(len(figures)) if len(figures) > 1 else [st], figures, ("sweep_chart_band", "sweep_chart_heatmap")
+    ):
         column.plotly_chart(figure, key=key)
     st.caption(sweep_results.interval_note(statistics))
     _pareto_view(runs, plan)
@@ -380,14 +470,23 @@ def results(history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO) -> 
 def _downloads(history: History, plan: SweepPlan, history_runs: pd.DataFrame, runs: pd.DataFrame) -> None:
     """The sweep's history rows, and its report (written when clicked: it inlines plotly's JavaScript)."""
     left, right = st.columns(2)
-    left.download_button("This sweep's history rows (CSV)", history.to_csv_bytes(runs["run_id"].astype(str)),
-                         file_name=f"{plan.sweep_id}.csv", mime="text/csv", key="sweep_download", on_click="ignore")
-    right.download_button("Report of this sweep (HTML)",
-                          lambda: sweep_report.sweep_report(history, plan, history_runs, runs).encode(),
-                          file_name=f"sweep-{plan.sweep_id}.html", mime="text/html", key="sweep_report_download",
-                          on_click="ignore",
-                          help="One file with every view of this sweep, its tables, settings and environment; it "
-                               "opens offline.")
+    left.download_button(
+        "This sweep's history rows (CSV)",
+        history.to_csv_bytes(runs["run_id"].astype(str)),
+        file_name=f"{plan.sweep_id}.csv",
+        mime="text/csv",
+        key="sweep_download",
+        on_click="ignore",
+    )
+    right.download_button(
+        "Report of this sweep (HTML)",
+        lambda: sweep_report.sweep_report(history, plan, history_runs, runs).encode(),
+        file_name=f"sweep-{plan.sweep_id}.html",
+        mime="text/html",
+        key="sweep_report_download",
+        on_click="ignore",
+        help="One file with every view of this sweep, its tables, settings and environment; it opens offline.",
+    )
 
 
 def _pareto_view(runs: pd.DataFrame, plan: SweepPlan) -> None:
@@ -401,14 +500,20 @@ def _goodput_view(runs: pd.DataFrame, plan: SweepPlan) -> None:
         st.caption("Sweep the concurrency to see goodput against load, with the highest load meeting the SLO.")
         return
     if not sweep_report.has_goodput(runs):
-        st.caption("Set TTFT, TPOT or E2E thresholds under *Goodput SLO* in the sidebar to see goodput against "
-                   "load: it is computed from the runs' stored requests, without running them again.")
+        st.caption(
+            "Set TTFT, TPOT or E2E thresholds under *Goodput SLO* in the sidebar to see goodput against "
+            "load: it is computed from the runs' stored requests, without running them again."
+        )
         return
     goodput_col, target_col = st.columns(2)
     goodput = goodput_col.selectbox("Goodput as", sweep_report.GOODPUT_METRICS, key="sweep_goodput", format_func=_title)
-    target = target_col.number_input(f"Target ({describe_column(goodput).unit})",
-                                     value=sweep_report.default_target(goodput), min_value=0.0, step=0.05,
-                                     key=f"sweep_target_{goodput}")
+    target = target_col.number_input(
+        f"Target ({describe_column(goodput).unit})",
+        value=sweep_report.default_target(goodput),
+        min_value=0.0,
+        step=0.05,
+        key=f"sweep_target_{goodput}",
+    )
     shown = runs
     for axis in plan.axes:  # with a grid, one line of the other setting at a time
         if axis.name != load:
@@ -436,8 +541,10 @@ def _comparison(runs: pd.DataFrame, plan: SweepPlan) -> None:
     point_b = right.selectbox("Point B", labels, index=len(labels) - 1, key="sweep_point_b")
     table = sweep_results.compare_points(runs, point_a, point_b)
     show_table(table, key="sweep_compare_table")
-    st.caption("B - A and its 95% interval; beyond the spread when Welch's p-value is under 0.05. A point that "
-               "ran once has no spread to judge against.")
+    st.caption(
+        "B - A and its 95% interval; beyond the spread when Welch's p-value is under 0.05. A point that "
+        "ran once has no spread to judge against."
+    )
 
 
 @st.cache_data(max_entries=1024, show_spinner=False)
@@ -447,6 +554,7 @@ def _request_table(root: str, run_id: str) -> pd.DataFrame:
 
 
 # ---- past sweeps -----------------------------------------------------------------------------
+
 
 def past_sweeps_section(history: History, runs: pd.DataFrame | None) -> None:
     if runs is None:  # the page said why
@@ -460,8 +568,9 @@ def past_sweeps_section(history: History, runs: pd.DataFrame | None) -> None:
         st.caption("No sweep yet.")
         return
     table.insert(1, "open", SWEEP_PAGE_URL + "?sweep=" + table["sweep_id"])
-    show_table(table, key="sweep_past_table",
-               column_config={"open": st.column_config.LinkColumn("Sweep", display_text="open")})
+    show_table(
+        table, key="sweep_past_table", column_config={"open": st.column_config.LinkColumn("Sweep", display_text="open")}
+    )
 
 
 def _setting_label(name: str) -> str:

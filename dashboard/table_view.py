@@ -32,8 +32,15 @@ GRID_AUTO_WIDTH_PX = 500
 LONG_TABLE_ROWS = 25
 
 
-def show_table(data: pd.DataFrame | Styler, *, key: str, max_rows: int | None = None,
-               column_config: Mapping[str, Any] | None = None, keep_numbers: bool = False, **options):
+def show_table(
+    data: pd.DataFrame | Styler,
+    *,
+    key: str,
+    max_rows: int | None = None,
+    column_config: Mapping[str, Any] | None = None,
+    keep_numbers: bool = False,
+    **options,
+):
     """Draw `data` (a frame, or a Styler whose colours are kept) with `st.dataframe`; returns what it returns.
 
     `column_config` entries win over the ones made here: a plain string is a column's label, a plain
@@ -51,8 +58,14 @@ def show_table(data: pd.DataFrame | Styler, *, key: str, max_rows: int | None = 
     config = _column_config(shown_frame, keep_numbers or isinstance(data, Styler))
     for name, entry in (column_config or {}).items():
         config[name] = _laid_over(config.get(name), entry)
-    return st.dataframe(shown, key=key, height=table_height(len(frame), max_rows), column_config=config,
-                        placeholder=tables.MISSING, **options)
+    return st.dataframe(
+        shown,
+        key=key,
+        height=table_height(len(frame), max_rows),
+        column_config=config,
+        placeholder=tables.MISSING,
+        **options,
+    )
 
 
 def table_height(rows: int, max_rows: int | None = None) -> int | str:

@@ -27,8 +27,9 @@ JS_SAFE_INTEGER = 2**53 - 1
 _DEFAULTS: dict[str, Any] = {}
 
 
-def persisted(make: Callable[..., Any], label: str, *, key: str, options: Sequence[Any] | None = None,
-              **kwargs: Any) -> Any:
+def persisted(
+    make: Callable[..., Any], label: str, *, key: str, options: Sequence[Any] | None = None, **kwargs: Any
+) -> Any:
     """Draw `make` (st.selectbox, st.radio, st.number_input, ...) with its starting value restored.
 
     A choice widget takes `options` and an `index`; the others a `value` (and a number's `min_value`,
@@ -45,8 +46,9 @@ def persisted(make: Callable[..., Any], label: str, *, key: str, options: Sequen
     return make(label, value=start, key=key, **kwargs)
 
 
-def drawn(make: Callable[..., Any], label: str, *, key: str, options: Sequence[Any] | None = None,
-          **kwargs: Any) -> Any:
+def drawn(
+    make: Callable[..., Any], label: str, *, key: str, options: Sequence[Any] | None = None, **kwargs: Any
+) -> Any:
     """Draw `make` as `persisted` would, but starting at its default: for a widget a page does not keep."""
     return make(label, key=key, **kwargs) if options is None else make(label, list(options), key=key, **kwargs)
 

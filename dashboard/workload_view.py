@@ -34,11 +34,20 @@ def render_preview(values: Mapping[str, Any], uploads_dir: Path) -> None:
         except BenchError as exc:
             st.caption(str(exc))
             return
-        key = repr(asdict(config.dataset)) + repr((config.engine.backend, config.engine.model, config.engine.tokenizer,
-                                                   config.engine.base_url, config.load.load_pattern))
+        key = repr(asdict(config.dataset)) + repr(
+            (
+                config.engine.backend,
+                config.engine.model,
+                config.engine.tokenizer,
+                config.engine.base_url,
+                config.load.load_pattern,
+            )
+        )
         if st.session_state.get("workload_preview_key") != key:
-            st.caption("The prompts are sampled with the run's seed and the model's tokenizer, as the run will "
-                       "sample them (a few seconds; the first use of a model loads it).")
+            st.caption(
+                "The prompts are sampled with the run's seed and the model's tokenizer, as the run will "
+                "sample them (a few seconds; the first use of a model loads it)."
+            )
             if not st.button("Sample the workload", key="sample_workload", icon=":material/bar_chart:"):
                 return
             st.session_state["workload_preview_key"] = key
@@ -50,8 +59,10 @@ def render_preview(values: Mapping[str, Any], uploads_dir: Path) -> None:
             return
         for warning in preview.warnings:
             st.warning(warning)
-        st.caption(f"{len(preview.table):,} requests, tokenized with {preview.tokenizer}. "
-                   + " ".join(f"{note[:1].upper()}{note[1:]}." for note in preview.notes[-2:]))
+        st.caption(
+            f"{len(preview.table):,} requests, tokenized with {preview.tokenizer}. "
+            + " ".join(f"{note[:1].upper()}{note[1:]}." for note in preview.notes[-2:])
+        )
         if config.dataset.dataset_name == "multi-turn" and config.dataset.multi_turn_answers == "model":
             st.caption("Later turns repeat the model's own answers, so their input lengths are estimates until sent.")
         show_figures(preview.table, "preview")

@@ -24,13 +24,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests" / "e2e"), str(ROOT / "tests"), str(ROOT)]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from PIL import Image  # noqa: E402
-from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
-
 from conftest import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
 from dashboard_server import free_port, serve, streamlit_command  # noqa: E402
+from PIL import Image  # noqa: E402
+from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
 from test_browser import (  # noqa: E402
-    TINY_MODEL, choose_model, compare_in_history, open_run_page, sidebar, start_run,
+    TINY_MODEL,
+    choose_model,
+    compare_in_history,
+    open_run_page,
+    sidebar,
+    start_run,
 )
 from test_history_compare_browser import tiny_run  # noqa: E402
 

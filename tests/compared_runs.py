@@ -14,14 +14,16 @@ from bench_core.store.history import History
 
 RUN_TIMEOUT_S = 120
 # (dataset name, concurrency, streamed), in the order they run.
-FIVE = (("random", 2, True), ("sharegpt", 2, True), ("sharegpt", 8, True), ("random", 4, True),
-        ("random", 4, False))
+FIVE = (("random", 2, True), ("sharegpt", 2, True), ("sharegpt", 8, True), ("random", 4, True), ("random", 4, False))
 NOT_STREAMED = 4  # the position of the run without TTFT or ITL
 
 
 def compared_config(dataset_name: str, concurrency: int, streamed: bool) -> RunConfig:
-    lengths = (dict(random_input_len=16, random_output_len=8, random_range_ratio=1.0) if dataset_name == "random"
-               else dict(sharegpt_output_len=16))
+    lengths = (
+        dict(random_input_len=16, random_output_len=8, random_range_ratio=1.0)
+        if dataset_name == "random"
+        else dict(sharegpt_output_len=16)
+    )
     return RunConfig(
         engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
         dataset=DatasetConfig(dataset="builtin:sample", dataset_name=dataset_name, num_prompts=8, **lengths),

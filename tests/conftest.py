@@ -41,8 +41,7 @@ def fresh_dashboard():
     restart; releasing them cancels whatever the test started."""
     import logging
 
-    from dashboard.state import get_history, get_runner
-    from dashboard.state import get_sweeps
+    from dashboard.state import get_history, get_runner, get_sweeps
 
     # AppTest's script and the test share a process; calling a cached resource from the test logs noise.
     logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").setLevel(logging.ERROR)

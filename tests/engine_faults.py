@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 from bench_core.measure import metrics
+from bench_core.measure.profiler import Profiler, Session
 from bench_core.run import runner as runner_module
 from bench_core.run.engine_process import serve
 from bench_core.run.runner import PUBLISH_EVERY_S
-from bench_core.measure.profiler import Profiler, Session
 
 FAULT_ENV, FAULT_AFTER_ENV, RELEASE_ENV = "BENCH_TEST_FAULT", "BENCH_TEST_FAULT_AFTER", "BENCH_TEST_RELEASE"
 COUNTS_ENV = "BENCH_TEST_AGGREGATION_COUNTS"  # the file each aggregation appends a line to
@@ -69,10 +69,12 @@ def serve_holding_the_tokenizer(conn) -> None:
 def count_aggregations(where: str, write, patch=setattr) -> None:
     """Make every Profiler.compute_metrics and metrics.run_summary call `write(f"{where} {name}")` first;
     `patch`: how the counting versions replace them (a test's monkeypatch.setattr undoes it afterwards)."""
+
     def counted(name, real):
         def call(*args, **kwargs):
             write(f"{where} {name}")
             return real(*args, **kwargs)
+
         return call
 
     patch(Profiler, "compute_metrics", counted("compute_metrics", Profiler.compute_metrics))

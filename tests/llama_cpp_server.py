@@ -45,7 +45,13 @@ def _event(endpoint: str, text: str | None, finish_reason: str | None = None, ro
     if endpoint == "chat":
         delta = {"role": "assistant"} if role else ({} if text is None else {"content": text})
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        body = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "smollm2", "choices": [choice]}
+        body = {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "smollm2",
+            "choices": [choice],
+        }
     else:
         choice = {"text": text or "", "index": 0, "logprobs": None, "finish_reason": finish_reason}
         body = {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "smollm2", "choices": [choice]}

@@ -63,8 +63,10 @@ def main() -> None:
                     await asyncio.sleep(args.token_delay_ms / 1000)
                 chunk = {"choices": [{"index": 0, "text": " tok", "finish_reason": None}]}
                 await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-            last = {"choices": [{"index": 0, "text": "", "finish_reason": "length"}],
-                    "usage": {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": n + 5}}
+            last = {
+                "choices": [{"index": 0, "text": "", "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": n + 5},
+            }
             await response.write(b"data: " + json.dumps(last).encode() + b"\n\ndata: [DONE]\n\n")
             return response
         finally:

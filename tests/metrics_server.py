@@ -33,13 +33,31 @@ prometheus_client.disable_created_metrics()  # as LMDeploy and vLLM do: no *_cre
 
 # Each server's name for what the state below keeps (sglang: gauges where the others count).
 NAMES = {
-    "lmdeploy": dict(running="num_requests_running", waiting="num_requests_waiting", usage="gpu_cache_usage_perc",
-                     hit_rate="prefix_cache_hit_rate", cached="cached_tokens", queue="request_queue_time_seconds"),
-    "vllm": dict(running="num_requests_running", waiting="num_requests_waiting", usage="kv_cache_usage_perc",
-                 hits="prefix_cache_hits", queries="prefix_cache_queries", queue="request_queue_time_seconds"),
-    "sglang": dict(running="num_running_reqs", waiting="num_queue_reqs", usage="token_usage",
-                   hit_rate="cache_hit_rate", cached="cached_tokens", accept_length="spec_accept_length",
-                   queue="queue_time_seconds"),
+    "lmdeploy": dict(
+        running="num_requests_running",
+        waiting="num_requests_waiting",
+        usage="gpu_cache_usage_perc",
+        hit_rate="prefix_cache_hit_rate",
+        cached="cached_tokens",
+        queue="request_queue_time_seconds",
+    ),
+    "vllm": dict(
+        running="num_requests_running",
+        waiting="num_requests_waiting",
+        usage="kv_cache_usage_perc",
+        hits="prefix_cache_hits",
+        queries="prefix_cache_queries",
+        queue="request_queue_time_seconds",
+    ),
+    "sglang": dict(
+        running="num_running_reqs",
+        waiting="num_queue_reqs",
+        usage="token_usage",
+        hit_rate="cache_hit_rate",
+        cached="cached_tokens",
+        accept_length="spec_accept_length",
+        queue="queue_time_seconds",
+    ),
 }
 BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -57,13 +75,22 @@ class ServerState:
         if flavour != "sglang":
             names.update(drafts="spec_decode_num_drafts", accepted="spec_decode_num_accepted_tokens")
         gauge, histogram = prometheus_client.Gauge, prometheus_client.Histogram
-        kinds = dict(running=gauge, waiting=gauge, usage=gauge, hit_rate=gauge, accept_length=gauge, ttft=histogram,
-                     queue=histogram, e2e=histogram)
+        kinds = dict(
+            running=gauge,
+            waiting=gauge,
+            usage=gauge,
+            hit_rate=gauge,
+            accept_length=gauge,
+            ttft=histogram,
+            queue=histogram,
+            e2e=histogram,
+        )
         for field, name in names.items():
             kind = kinds.get(field, prometheus_client.Counter)
             options = {"buckets": BUCKETS} if kind is histogram else {}
-            made = kind(f"{flavour}:{name}", f"{field} of the scripted server", list(labels), registry=self.registry,
-                        **options)
+            made = kind(
+                f"{flavour}:{name}", f"{field} of the scripted server", list(labels), registry=self.registry, **options
+            )
             setattr(self, field, made.labels(**labels))
 
     def page(self) -> bytes:
@@ -88,8 +115,11 @@ class ServerState:
 
 
 def _chunk(endpoint: str, text: str, finish_reason: str | None = None, usage: dict | None = None) -> bytes:
-    choice = ({"index": 0, "delta": {"content": text} if text else {}, "finish_reason": finish_reason}
-              if endpoint == "chat" else {"index": 0, "text": text, "finish_reason": finish_reason})
+    choice = (
+        {"index": 0, "delta": {"content": text} if text else {}, "finish_reason": finish_reason}
+        if endpoint == "chat"
+        else {"index": 0, "text": text, "finish_reason": finish_reason}
+    )
     return b"data: " + json.dumps({"choices": [choice]} | ({"usage": usage} if usage else {})).encode() + b"\n\n"
 
 
@@ -118,8 +148,11 @@ def _answering(state: ServerState):
                     if i == 0:
                         state.ttft.observe(loop.time() - arrived)
                 state.drafted(SPEC_DRAFTS_PER_REQUEST, SPEC_ACCEPTED_PER_REQUEST)
-                usage = {"prompt_tokens": PROMPT_TOKENS_PER_REQUEST, "completion_tokens": n,
-                         "total_tokens": n + PROMPT_TOKENS_PER_REQUEST}
+                usage = {
+                    "prompt_tokens": PROMPT_TOKENS_PER_REQUEST,
+                    "completion_tokens": n,
+                    "total_tokens": n + PROMPT_TOKENS_PER_REQUEST,
+                }
                 await response.write(_chunk(endpoint, "", "length", usage))
                 await response.write(b"data: [DONE]\n\n")
                 state.e2e.observe(loop.time() - arrived)
@@ -128,12 +161,14 @@ def _answering(state: ServerState):
                 state.busy -= 1
                 state.running.set(state.busy)
                 state.usage.set(state.busy / SLOTS)
+
     return answer
 
 
 def _text_page(text: str):
     async def page(request: web.Request) -> web.Response:
         return web.Response(text=text, content_type="text/plain")
+
     return page
 
 
@@ -151,9 +186,13 @@ def _make_app() -> web.Application:
     for prefix in ("no-metrics", "garbled", "unknown", "flaky"):
         add_openai_routes(app, _answering(plain), prefix=f"/{prefix}")
     app.router.add_get("/garbled/metrics", _text_page("<html><body>Not here</body></html>\n{{{ 12 }\n"))
-    app.router.add_get("/unknown/metrics", _text_page(
-        "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 12.5\n"
-        "# TYPE tgi_queue_size gauge\ntgi_queue_size 3\n"))
+    app.router.add_get(
+        "/unknown/metrics",
+        _text_page(
+            "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 12.5\n"
+            "# TYPE tgi_queue_size gauge\ntgi_queue_size 3\n"
+        ),
+    )
     reads = {"flaky": 0}
 
     async def flaky(request: web.Request) -> web.Response:  # answers the first read, then breaks

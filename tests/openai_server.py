@@ -64,11 +64,26 @@ def transformers_server(tiny_model_path) -> str:
     port = free_port()
     log = Path(tempfile.mkdtemp(prefix="transformers-serve-")) / "server.log"
     command = [
-        sys.executable, "-m", "transformers.cli.transformers", "serve", tiny_model_path,
-        "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
+        sys.executable,
+        "-m",
+        "transformers.cli.transformers",
+        "serve",
+        tiny_model_path,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--device",
+        "cpu",
         # Without continuous batching the server runs one request at a time; the sizes are the
         # ones measured to work on CPU (see the reference notes on transformers serve).
-        "--continuous-batching", "--cb-num-blocks", "64", "--cb-block-size", "64", "--cb-max-batch-tokens", "512",
+        "--continuous-batching",
+        "--cb-num-blocks",
+        "64",
+        "--cb-block-size",
+        "64",
+        "--cb-max-batch-tokens",
+        "512",
     ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     with log.open("w") as out:
@@ -86,7 +101,9 @@ def transformers_server(tiny_model_path) -> str:
             process.wait()
 
 
-def _chunk(endpoint: str, text: str = "", reasoning: str = "", finish_reason: str | None = None, usage: dict | None = None) -> bytes:
+def _chunk(
+    endpoint: str, text: str = "", reasoning: str = "", finish_reason: str | None = None, usage: dict | None = None
+) -> bytes:
     if endpoint == "chat":
         delta = {k: v for k, v in (("content", text), ("reasoning_content", reasoning)) if v}
         choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
@@ -143,6 +160,7 @@ async def answer_as_prompted(request: web.Request, endpoint: str) -> web.StreamR
 def add_openai_routes(app: web.Application, answer, prefix: str = "") -> web.Application:
     """{prefix}/v1/completions and {prefix}/v1/chat/completions, each answered by `answer(request, endpoint)`."""
     for endpoint, path in (("completions", "completions"), ("chat", "chat/completions")):
+
         async def handle(request: web.Request, endpoint: str = endpoint) -> web.StreamResponse:
             return await answer(request, endpoint)
 

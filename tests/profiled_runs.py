@@ -8,18 +8,19 @@ from time import perf_counter
 import numpy as np
 import pandas as pd
 
-from bench_core.config import EngineConfig, LoadConfig, RunConfig, SLO
-from bench_core.store.history_import import lmdeploy_hyperparams
-from bench_core.store.history import History, RunRecord
+from bench_core.config import SLO, EngineConfig, LoadConfig, RunConfig
 from bench_core.measure.profiler import Profiler, Session
 from bench_core.states import RequestStatus
+from bench_core.store.history import History, RunRecord
+from bench_core.store.history_import import lmdeploy_hyperparams
 
 OUTPUT_LEN = 4
 INCOMPLETE_TTFT_FACTOR = 10  # times the largest successful TTFT: leaking it into a chart would show
 
 
-def profiled_run(ttfts_s: list[float], itl_s: float = 0.01, stream: bool = True,
-                 percentiles=(50, 75, 95, 99), slo: SLO | None = None) -> Profiler:
+def profiled_run(
+    ttfts_s: list[float], itl_s: float = 0.01, stream: bool = True, percentiles=(50, 75, 95, 99), slo: SLO | None = None
+) -> Profiler:
     """A finished batch run: one successful request per TTFT (then OUTPUT_LEN - 1 gaps of `itl_s`,
     one token each), plus one incomplete, one failed and one unfinished request. The incomplete one
     comes last, so the run's duration grows with its TTFTs."""
@@ -53,14 +54,23 @@ def recorded_history(root, runs: list[tuple[str, str, int, Profiler]]) -> tuple[
     """Record (run_id, backend, concurrency, profiler) runs into a real History; return it and its rows."""
     history = History(root)
     for run_id, backend, concurrency, prof in runs:
-        config = RunConfig(engine=EngineConfig(backend=backend),
-                           load=LoadConfig(concurrency=concurrency, stream_output=prof.stream_output),
-                           label=f"{backend} x{concurrency}", percentiles=tuple(prof.percentages))
-        history.record(RunRecord(
-            run_id=run_id, started_at="2026-01-01T00:00:00+00:00", status="finished", config=config,
-            lmdeploy_columns=prof.lmdeploy_csv_row(lmdeploy_hyperparams(config)),
-            metrics=prof.summary(), requests=prof.request_table(),
-        ))
+        config = RunConfig(
+            engine=EngineConfig(backend=backend),
+            load=LoadConfig(concurrency=concurrency, stream_output=prof.stream_output),
+            label=f"{backend} x{concurrency}",
+            percentiles=tuple(prof.percentages),
+        )
+        history.record(
+            RunRecord(
+                run_id=run_id,
+                started_at="2026-01-01T00:00:00+00:00",
+                status="finished",
+                config=config,
+                lmdeploy_columns=prof.lmdeploy_csv_row(lmdeploy_hyperparams(config)),
+                metrics=prof.summary(),
+                requests=prof.request_table(),
+            )
+        )
     return history, history.load()
 
 

@@ -67,12 +67,14 @@ async def _completions(request: web.Request, text: str, cached: bool = False) ->
         ARRIVALS.append(time.perf_counter())
     body = await request.json()
     if "ignore_eos" in body:
-        return web.json_response({"detail": [{"loc": ["body", "ignore_eos"], "msg": "Extra inputs are not permitted"}]},
-                                 status=422)
+        return web.json_response(
+            {"detail": [{"loc": ["body", "ignore_eos"], "msg": "Extra inputs are not permitted"}]}, status=422
+        )
     if not body.get("stream"):  # the whole answer at once, when the stream would have ended
         await asyncio.sleep(max(0.0, arrived + LAST_LINE_S - loop.time()))
-        return web.json_response({"choices": [{"index": 0, "text": text * TEXT_EVENTS, "finish_reason": "length"}],
-                                  "usage": _usage()})
+        return web.json_response(
+            {"choices": [{"index": 0, "text": text * TEXT_EVENTS, "finish_reason": "length"}], "usage": _usage()}
+        )
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
     for due, data in script(text, cached):

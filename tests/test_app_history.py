@@ -5,15 +5,15 @@ import shutil
 
 import plotly.colors
 import pytest
+from app_under_test import APP, ROOT
+from compared_runs import FIVE, NOT_STREAMED, record_five_runs
 from streamlit.testing.v1 import AppTest
 
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
-from bench_core.store.history import RESULTS_ENV, History
 from bench_core.run.runner import Runner
-from bench_core.views.tables import BEYOND_NOISE, SINGLE_RUN, WITHIN_NOISE, describe_column
+from bench_core.store.history import RESULTS_ENV, History
 from bench_core.views.report import NOISE_COLUMN
-from app_under_test import APP, ROOT
-from compared_runs import FIVE, NOT_STREAMED, record_five_runs
+from bench_core.views.tables import BEYOND_NOISE, SINGLE_RUN, WITHIN_NOISE, describe_column
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
 pytestmark = pytest.mark.slow
@@ -21,12 +21,17 @@ pytestmark = pytest.mark.slow
 LMDEPLOY_CSV = ROOT / "tests" / "data" / "lmdeploy_csv" / "profile_throughput.csv"
 
 
-
 def tiny_config(concurrency: int, label: str) -> RunConfig:
     return RunConfig(
         engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
-        dataset=DatasetConfig(dataset="builtin:sample", dataset_name="random", num_prompts=8,
-                              random_input_len=16, random_output_len=8, random_range_ratio=1.0),
+        dataset=DatasetConfig(
+            dataset="builtin:sample",
+            dataset_name="random",
+            num_prompts=8,
+            random_input_len=16,
+            random_output_len=8,
+            random_range_ratio=1.0,
+        ),
         load=LoadConfig(concurrency=concurrency, stream_output=True),
         label=label,
     )
@@ -138,7 +143,8 @@ def test_two_runs_differing_in_concurrency_say_so_first_and_nothing_else(history
     assert not at.exception
     (differences,) = at.table
     assert differences.value.to_dict("index") == {
-        "Concurrency (requests)": {"Concurrency 2 (tiny x2)": "2", "Concurrency 4 (tiny x4)": "4"}}
+        "Concurrency (requests)": {"Concurrency 2 (tiny x2)": "2", "Concurrency 4 (tiny x4)": "4"}
+    }
     order = [element.type for element in at.main if element.type in ("table", "plotly_chart")]
     assert order[0] == "table"  # before every chart
     across = at.selectbox(key="compare_knob")
@@ -253,10 +259,13 @@ def test_downloads_offer_the_whole_history_and_the_selection(history_root, prepa
     assert [button.label for button in at.download_button] == ["Download the whole history (CSV)"]
     at = select_rows(at, run_ids)
     labels = [button.label for button in at.download_button]
-    assert labels == ["Download the whole history (CSV)", "Download the 2 selected run(s) (CSV)",
-                      "Report of this comparison (HTML)"]
+    assert labels == [
+        "Download the whole history (CSV)",
+        "Download the 2 selected run(s) (CSV)",
+        "Report of this comparison (HTML)",
+    ]
     report = download_data(at.download_button[2]).decode()
-    heading = report[report.index("<h1>"):report.index("</h1>")]
+    heading = report[report.index("<h1>") : report.index("</h1>")]
     assert report.startswith("<!DOCTYPE html>") and all(run_id in heading for run_id in run_ids)
     assert "Output throughput vs concurrency" in report and NOISE_COLUMN in report
 
@@ -268,15 +277,20 @@ def test_the_whole_history_is_written_out_only_when_its_download_is_clicked(hist
     assert whole.proto.deferred_file_id and not whole.proto.url
 
 
-def test_a_run_that_failed_before_measuring_is_listed_as_failed_with_its_reason(history_root, prepared_history,
-                                                                                tmp_path):
+def test_a_run_that_failed_before_measuring_is_listed_as_failed_with_its_reason(
+    history_root, prepared_history, tmp_path
+):
     _, run_ids, _ = prepared_history
     runner = Runner(History(history_root))
     broken = tmp_path / "broken-model"  # a model folder that fails to load: a run that failed, not a typo refused
     broken.mkdir()
     (broken / "config.json").write_text("{}")
-    failed = runner.submit(RunConfig(engine=EngineConfig(backend="transformers", model=str(broken)),
-                                     dataset=DatasetConfig(dataset="builtin:sample", num_prompts=2)))
+    failed = runner.submit(
+        RunConfig(
+            engine=EngineConfig(backend="transformers", model=str(broken)),
+            dataset=DatasetConfig(dataset="builtin:sample", num_prompts=2),
+        )
+    )
     assert failed.wait(60) and failed.state == "failed"
     runner.shutdown()
     at = open_history()
@@ -309,8 +323,10 @@ def five_run_history(five_runs, monkeypatch, fresh_dashboard) -> list[str]:
 def test_five_runs_are_named_by_what_tells_each_apart_on_every_part_of_the_comparison(five_run_history):
     at = select_rows(open_history(), five_run_history)
     assert not at.exception
-    names = [f"Dataset name {dataset}, Concurrency {concurrency}, Stream output {'yes' if streamed else 'no'} "
-             f"(run {run_id})" for (dataset, concurrency, streamed), run_id in zip(FIVE, five_run_history)]
+    names = [
+        f"Dataset name {dataset}, Concurrency {concurrency}, Stream output {'yes' if streamed else 'no'} (run {run_id})"
+        for (dataset, concurrency, streamed), run_id in zip(FIVE, five_run_history)
+    ]
     assert list(at.table[0].value.columns) == names
     compared = at.dataframe[1].value
     assert list(compared.columns) == [*names, NOISE_COLUMN]  # not the bare run ids

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from app_under_test import APP, shown
 from streamlit.testing.v1 import AppTest
 
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
@@ -13,13 +14,14 @@ from bench_core.hardware.telemetry import CPU_CORES, CPU_COUNT, CPU_PERCENT, MAC
 from bench_core.run.runner import Runner
 from bench_core.store.history import RESULTS_ENV, History, run_metrics
 from dashboard.history_view import FLAGS_COLUMN
-from app_under_test import APP, shown
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
 pytestmark = pytest.mark.slow
 
-NOTE = ("Machine busy: other processes used 1.8 of 2 CPU cores during this run and saturated the machine 100% of the "
-        "time: its numbers are not the engine's alone.")
+NOTE = (
+    "Machine busy: other processes used 1.8 of 2 CPU cores during this run and saturated the machine 100% of the "
+    "time: its numbers are not the engine's alone."
+)
 
 
 def _telemetry(duration_s: float, engine_cores: float):
@@ -37,18 +39,23 @@ def busy_and_calm(tmp_path, monkeypatch, fresh_dashboard, tiny_model_path) -> tu
     root = tmp_path / "results"
     history = History(root)
     runner = Runner()  # records here, by hand
-    config = RunConfig(engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
-                       dataset=DatasetConfig(dataset="builtin:sample", num_prompts=4, sharegpt_output_len=4),
-                       load=LoadConfig(concurrency=2, stream_output=True))
+    config = RunConfig(
+        engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
+        dataset=DatasetConfig(dataset="builtin:sample", num_prompts=4, sharegpt_output_len=4),
+        load=LoadConfig(concurrency=2, stream_output=True),
+    )
     ids = []
     for starved in (True, False):
         run = runner.submit(config)
         assert run.wait(60) and run.state == "finished", run.message
         duration = run.record.metrics["duration_s"]
         telemetry = _telemetry(duration, 0.24 if starved else 1.97)
-        record = dataclasses.replace(run.record, telemetry=telemetry,
-                                     environment={**run.record.environment, "cpu_count": "2"},
-                                     metrics=run_metrics(config, run.record.requests, duration, telemetry))
+        record = dataclasses.replace(
+            run.record,
+            telemetry=telemetry,
+            environment={**run.record.environment, "cpu_count": "2"},
+            metrics=run_metrics(config, run.record.requests, duration, telemetry),
+        )
         history.record(record)
         ids.append(run.run_id)
     runner.shutdown()
@@ -72,8 +79,9 @@ def test_a_busy_run_is_amber_with_its_numbers_on_the_run_page_and_in_history(bus
     assert not page.exception and not page.success
     status = shown(page.warning[0].value)
     assert status.startswith("finished: 4/4 requests succeeded") and status.endswith(NOTE)
-    telemetry = next(d.value for d in page.dataframe
-                     if "Engine process CPU" in set(d.value.get("quantity", ()))).set_index("quantity")
+    telemetry = next(
+        d.value for d in page.dataframe if "Engine process CPU" in set(d.value.get("quantity", ()))
+    ).set_index("quantity")
     assert telemetry.loc["Other processes' CPU", "value"] == "1.760"  # as the table formats it
 
     calm_page = AppTest.from_file(APP, default_timeout=60)

@@ -1,20 +1,18 @@
 """The Run page with the openai backend, through AppTest, against the real `transformers serve`."""
 
-
 import pytest
+from app_under_test import APP, shown
 from openai_server import free_port, transformers_server  # noqa: F401 (fixture)
 from streamlit.testing.v1 import AppTest
 
 from bench_core.load.arrivals import achieved_rate
 from bench_core.store.history import RESULTS_ENV
-from app_under_test import APP, shown
 from dashboard.state import get_runner
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
 pytestmark = pytest.mark.slow
 
 SECRET = "sk-typed-in-the-page-0123456789"
-
 
 
 @pytest.fixture(autouse=True)
@@ -38,7 +36,8 @@ def choose_server(base_url: str) -> AppTest:
 
 
 def test_a_server_run_shows_its_results_and_the_load_achieved_and_never_stores_the_key(
-        transformers_server, tmp_path, caplog):
+    transformers_server, tmp_path, caplog
+):
     at = choose_server(transformers_server)
     assert at.sidebar.selectbox(key="load_pattern_server").value == "request_rate"
     at.sidebar.button(key="start").click().run()

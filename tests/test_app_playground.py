@@ -1,18 +1,16 @@
 """The Playground page through AppTest, answering prompts with the real tiny model on the shared runner."""
 
-
 import pytest
+from app_under_test import APP, shown
 from streamlit.testing.v1 import AppTest
 
 from bench_core.store.history import RESULTS_ENV
-from app_under_test import APP, shown
 from dashboard.state import get_runner
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
 pytestmark = pytest.mark.slow
 
 TINY = "builtin:tiny-llama"
-
 
 
 @pytest.fixture(autouse=True)
@@ -48,8 +46,9 @@ def test_two_typed_prompts_give_two_answers_with_counts_reasons_and_downloads(tm
     assert (results["ttft_s"] <= results["total_s"]).all()
     # Timings before the long text columns, so they stay on screen; every answer in full, wrapped, below.
     assert list(at.dataframe[0].proto.column_order[:3]) == ["index", "ttft_s", "total_s"]
-    assert [shown(expander.label) for expander in at.expander] == [f"#{i} {prompt}" for i, prompt in
-                                                            zip(results["index"], results["prompt"])]
+    assert [shown(expander.label) for expander in at.expander] == [
+        f"#{i} {prompt}" for i, prompt in zip(results["index"], results["prompt"])
+    ]
     assert [block.value.strip() for block in at.code] == [text.strip() for text in results["text"]]
     assert [b.label for b in at.download_button] == ["Download results (CSV)", "Download results (JSONL)"]
     assert "finished: 2 of 2" in at.get("progress")[0].proto.text
@@ -69,7 +68,8 @@ def test_after_a_reload_the_prompt_box_holds_the_prompts_that_ran_and_its_placeh
     assert not reloaded.exception
     assert reloaded.text_area(key="pg_prompts").value == "Hello there\nWhat is 2 + 2?"
     assert [shown(c.value) for c in reloaded.caption if job_id in c.value] == [
-        f"The prompts of job {job_id}, as it ran them; its answers are below."]
+        f"The prompts of job {job_id}, as it ran them; its answers are below."
+    ]
     assert list(reloaded.dataframe[0].value["prompt"]) == ["Hello there", "What is 2 + 2?"]
 
 

@@ -6,20 +6,29 @@ import re
 import time
 from pathlib import Path
 
+import engine_faults
 import pytest
 from aiohttp import web
+from app_under_test import APP, ended_status, shown
+from metrics_server import metrics_server  # noqa: F401 (fixture)
+from openai_server import add_openai_routes, answer_as_prompted, serving
 from streamlit.testing.v1 import AppTest
 
-from bench_core.config import SLO, DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, RunConfig, knobs_for, setting
+from bench_core.config import (
+    SLO,
+    DatasetConfig,
+    EngineConfig,
+    GenerationSettings,
+    LoadConfig,
+    RunConfig,
+    knobs_for,
+    setting,
+)
 from bench_core.engines import availability
 from bench_core.measure.time_left import time_left_s
-from bench_core.store.history import RESULTS_ENV, History
-import engine_faults
-from openai_server import add_openai_routes, answer_as_prompted, serving
-from metrics_server import metrics_server  # noqa: F401 (fixture)
 from bench_core.run import engine_process
 from bench_core.run.runner import Runner
-from app_under_test import APP, ended_status, shown
+from bench_core.store.history import RESULTS_ENV, History
 from dashboard import run_view, sidebar, table_view
 from dashboard.state import get_runner
 
@@ -28,21 +37,36 @@ pytestmark = pytest.mark.slow
 
 TINY = "builtin:tiny-llama"
 DATA = Path(__file__).resolve().parent / "data"
-LATENCY_ROWS = ["End-to-end latency (ms)", "TTFT (ms)", "TPOT (ms)", "ITL (ms)", "Tokens per tick (tokens)",
-                "TTFT per 1,000 input tokens (ms)", "Decode tokens/s per request (tok/s)"]
-
+LATENCY_ROWS = [
+    "End-to-end latency (ms)",
+    "TTFT (ms)",
+    "TPOT (ms)",
+    "ITL (ms)",
+    "Tokens per tick (tokens)",
+    "TTFT per 1,000 input tokens (ms)",
+    "Decode tokens/s per request (tok/s)",
+]
 
 
 TINY_VALUES = {
-    "backend": "transformers", "model": TINY, "dataset": "builtin:sample", "dataset_name": "sharegpt",
-    "sharegpt_output_len": 8, "num_prompts": 8, "seed": 0, "load_pattern": "batch",
-    "concurrency": 4, "stream_output": True, "label": "",
+    "backend": "transformers",
+    "model": TINY,
+    "dataset": "builtin:sample",
+    "dataset_name": "sharegpt",
+    "sharegpt_output_len": 8,
+    "num_prompts": 8,
+    "seed": 0,
+    "load_pattern": "batch",
+    "concurrency": 4,
+    "stream_output": True,
+    "label": "",
 }
 
 
 def tiny_config(num_prompts: int = 8, output_len: int = 8, label: str = "") -> RunConfig:
-    return sidebar.build_run_config({**TINY_VALUES, "sharegpt_output_len": output_len, "num_prompts": num_prompts,
-                                     "label": label})
+    return sidebar.build_run_config(
+        {**TINY_VALUES, "sharegpt_output_len": output_len, "num_prompts": num_prompts, "label": label}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +121,8 @@ def test_sidebar_opens_on_the_embedded_default_sized_for_a_cpu():
     assert not at.exception
     assert at.sidebar.selectbox(key="model_choice").value == "builtin:smollm2-135m"
     assert {"synthetic:tiny", "synthetic:llama-3.2-1b", "synthetic:qwen2.5-7b"} <= set(
-        at.sidebar.selectbox(key="model_choice").options)
+        at.sidebar.selectbox(key="model_choice").options
+    )
     assert at.sidebar.selectbox(key="backend").value == "transformers"
     assert at.sidebar.number_input(key="num_prompts_cpu").value == 8
     assert at.sidebar.number_input(key="concurrency_cpu").value == 8
@@ -157,8 +182,12 @@ def test_start_runs_to_finished_with_summary_downloads_and_run_id_in_url(downloa
     summary = at.dataframe[0].value
     assert list(summary["metric"]) == LATENCY_ROWS
     assert list(summary.columns[:6]) == ["metric", "mean", "P50", "P75", "P95", "P99"]
-    assert [d.label for d in at.download_button] == ["History row (CSV)", "Per-request table (CSV)", "LMDeploy CSV",
-                                                     "Report (HTML)"]
+    assert [d.label for d in at.download_button] == [
+        "History row (CSV)",
+        "Per-request table (CSV)",
+        "LMDeploy CSV",
+        "Report (HTML)",
+    ]
     requests = next(d.value for d in at.dataframe if "request" in d.value.columns)
     assert len(requests) == 8
     report = download_data(at.download_button[3]).decode()
@@ -166,8 +195,14 @@ def test_start_runs_to_finished_with_summary_downloads_and_run_id_in_url(downloa
     assert "Throughput over time" in report  # from the run this server still holds
     assert at.download_button[3].proto.deferred_file_id  # written when clicked, not on every rerun
     titles = [json.loads(chart.proto.spec)["layout"]["title"]["text"] for chart in at.get("plotly_chart")]
-    assert titles == ["Time to first token", "Inter-token latency", "Request timeline", "Throughput over time",
-                      "Token lengths", "Hardware telemetry"]
+    assert titles == [
+        "Time to first token",
+        "Inter-token latency",
+        "Request timeline",
+        "Throughput over time",
+        "Token lengths",
+        "Hardware telemetry",
+    ]
 
     second_tab = open_app(run_id)  # a reload or another tab shows the same run
     assert ended_status(second_tab, run.record) == ended_status(at, run.record)
@@ -179,18 +214,31 @@ def chart_titles(at: AppTest) -> list[str]:
 
 def metrics_server_run(url: str, num_prompts: int) -> RunConfig:
     return RunConfig(
-        engine=EngineConfig(backend="openai", model="tiny", base_url=f"{url}/lmdeploy", server_kind="lmdeploy",
-                            tokenizer=TINY, server_metrics_interval_s=0.2),
+        engine=EngineConfig(
+            backend="openai",
+            model="tiny",
+            base_url=f"{url}/lmdeploy",
+            server_kind="lmdeploy",
+            tokenizer=TINY,
+            server_metrics_interval_s=0.2,
+        ),
         dataset=DatasetConfig(dataset="builtin:sample", num_prompts=num_prompts, sharegpt_output_len=10),
-        load=LoadConfig(load_pattern="request_rate", max_concurrency=4, stream_output=True))
+        load=LoadConfig(load_pattern="request_rate", max_concurrency=4, stream_output=True),
+    )
 
 
 def test_a_server_run_shows_the_servers_own_metrics_live(metrics_server):
     run = get_runner().submit(metrics_server_run(metrics_server, num_prompts=120))  # ~14 s on 2 slots; cancelled
     try:
         deadline = time.monotonic() + 30
-        while not ((snap := run.snapshot()) is not None and snap.server_metrics is not None
-                   and (snap.server_metrics["time_s"] > 0.5).any()) and time.monotonic() < deadline:
+        while (
+            not (
+                (snap := run.snapshot()) is not None
+                and snap.server_metrics is not None
+                and (snap.server_metrics["time_s"] > 0.5).any()
+            )
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.1)
         at = open_app(run.run_id)
         assert not at.exception and run.active
@@ -207,8 +255,11 @@ def test_a_server_run_shows_the_servers_own_metrics_under_the_throughput_and_aft
     assert not at.exception and not at.error and not at.warning, [w.value for w in at.warning]
     titles = chart_titles(at)
     assert titles.index("Server metrics (its /metrics)") == titles.index("Throughput over time") + 1
-    served = next(d.value.set_index("quantity")["value"] for d in at.dataframe
-                  if "Client minus server TTFT" in set(d.value.get("quantity", ())))
+    served = next(
+        d.value.set_index("quantity")["value"]
+        for d in at.dataframe
+        if "Client minus server TTFT" in set(d.value.get("quantity", ()))
+    )
     assert served["Peak KV-cache usage (server)"] == "1"
     get_runner.clear()  # as after a restart: from the run's folder
     assert "Server metrics (its /metrics)" in chart_titles(open_app(run.run_id))
@@ -227,8 +278,11 @@ def test_deep_link_shows_a_run_that_ended_before_the_server_started(stored_run_i
 def test_a_run_opened_from_the_history_shows_each_request_on_the_timeline(stored_run_id, results_root):
     at = open_app(stored_run_id)
     assert not at.exception and not at.error
-    (chart,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart")
-                if json.loads(c.proto.spec)["layout"]["title"]["text"] == "Request timeline"]
+    (chart,) = [
+        json.loads(c.proto.spec)
+        for c in at.get("plotly_chart")
+        if json.loads(c.proto.spec)["layout"]["title"]["text"] == "Request timeline"
+    ]
     assert [trace["name"] for trace in chart["data"]] == ["completed: waiting for first token", "completed: decoding"]
     # Each of the 6 requests is one bar of each segment, starting where its table says it started.
     starts = History(results_root).requests(stored_run_id).set_index("index")["start_s"]
@@ -241,14 +295,20 @@ def test_an_ended_run_shows_its_telemetry_chart_roofline_verdict_and_random_weig
     at = open_app(stored_run_id)
     assert not at.exception and not at.error
     assert any(caption.value.startswith("Random-weight run:") for caption in at.caption)
-    telemetry = next(d.value.set_index("quantity")["value"] for d in at.dataframe
-                     if "Engine process CPU" in set(d.value.get("quantity", ())))
+    telemetry = next(
+        d.value.set_index("quantity")["value"]
+        for d in at.dataframe
+        if "Engine process CPU" in set(d.value.get("quantity", ()))
+    )
     assert "Peak engine process memory (RSS)" in telemetry.index
     values = telemetry.str.replace(",", "").astype(float)
     # The engine's own use is above 0; other processes' share may be 0 on a machine it had to itself.
     assert (values[["Engine process CPU", "Peak engine process memory (RSS)"]] > 0).all() and (values >= 0).all()
-    chart = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
-                 if json.loads(c.proto.spec)["layout"]["title"]["text"] == "Hardware telemetry")
+    chart = next(
+        json.loads(c.proto.spec)
+        for c in at.get("plotly_chart")
+        if json.loads(c.proto.spec)["layout"]["title"]["text"] == "Hardware telemetry"
+    )
     panels = {annotation["text"] for annotation in chart["layout"]["annotations"]}
     assert {"Engine process CPU (cores)", "Engine process memory, RSS (GiB)"} <= panels
     assert [info.value for info in at.info] == ["Roofline verdict: host bound."]
@@ -289,8 +349,9 @@ def test_a_run_deleted_in_the_history_no_longer_opens_by_its_link(results_root):
     assert run.wait(60) and run.state == "finished", run.message
     at.switch_page("app_pages/history.py").run()
     table = at.dataframe[0]
-    at.session_state[table.key] = {"selection": {"rows": [list(table.value["run_id"]).index(run_id)],
-                                                 "columns": [], "cells": []}}
+    at.session_state[table.key] = {
+        "selection": {"rows": [list(table.value["run_id"]).index(run_id)], "columns": [], "cells": []}
+    }
     at.run().button(key="delete_ask").click().run()
     at.button(key="delete_confirm").click().run()
     assert History(results_root).row(run_id) is None and get_runner().get(run_id) is not None
@@ -298,7 +359,8 @@ def test_a_run_deleted_in_the_history_no_longer_opens_by_its_link(results_root):
     for page in (open_app(run_id), at.switch_page("app_pages/run.py").run()):  # its link, and this session's last run
         assert not page.exception and not page.error
         assert [shown(w.value) for w in page.warning] == [
-            f"Run {run_id} is not in the history (it was deleted): here is the Run page without it."]
+            f"Run {run_id} is not in the history (it was deleted): here is the Run page without it."
+        ]
         assert "run" not in page.query_params
         assert not page.dataframe and not page.get("plotly_chart") and not page.download_button
         assert "load_settings" not in [button.key for button in page.button]
@@ -385,7 +447,9 @@ def test_every_other_page_shows_the_active_and_queued_runs_with_links_to_them():
         first, second = banner_lines(at)
         assert first.startswith(f":material/pending: run {running.run_id} (busy) is ")
         assert first.endswith(f"-> run={running.run_id}")
-        assert second == f":material/pending: run {queued.run_id} (next) is queued, 1 ahead of it -> run={queued.run_id}"
+        assert (
+            second == f":material/pending: run {queued.run_id} (next) is queued, 1 ahead of it -> run={queued.run_id}"
+        )
     at.switch_page("app_pages/run.py").run()  # it shows the running one in full; the banner lists the other
     assert [line.split(" is ")[0] for line in banner_lines(at)] == [f":material/pending: run {queued.run_id} (next)"]
     running.cancel()
@@ -413,8 +477,15 @@ def test_sidebar_settings_follow_the_user_across_pages_and_into_the_url():
 
 def test_a_reload_restores_the_settings_in_the_url_and_ignores_impossible_ones():
     at = AppTest.from_file(APP, default_timeout=60)
-    at.query_params.update(num_prompts_cpu="3", concurrency_cpu="2", model_choice=TINY, stream_output_cpu="false",
-                           dataset_name="random", random_input_len="0", knob_dtype="float64")
+    at.query_params.update(
+        num_prompts_cpu="3",
+        concurrency_cpu="2",
+        model_choice=TINY,
+        stream_output_cpu="false",
+        dataset_name="random",
+        random_input_len="0",
+        knob_dtype="float64",
+    )
     at.run()
     assert not at.exception
     assert at.sidebar.number_input(key="num_prompts_cpu").value == 3
@@ -422,7 +493,9 @@ def test_a_reload_restores_the_settings_in_the_url_and_ignores_impossible_ones()
     assert at.sidebar.selectbox(key="model_choice").value == TINY
     assert at.sidebar.checkbox(key="stream_output_cpu").value is False
     assert at.sidebar.radio(key="dataset_name").value == "random"
-    assert at.sidebar.number_input(key="random_input_len").value == setting("random_input_len").widget.start  # below its minimum
+    assert (
+        at.sidebar.number_input(key="random_input_len").value == setting("random_input_len").widget.start
+    )  # below its minimum
     assert at.sidebar.selectbox(key="knob_dtype").value == "auto"  # not one of its choices
 
 
@@ -433,8 +506,10 @@ def test_random_lengths_say_the_span_drawn_and_the_rule_not_only_the_ratio():
     at.run()
     assert not at.exception
     drawn = [caption.value for caption in at.sidebar.caption if caption.value.startswith("Lengths drawn")]
-    assert drawn == ["Lengths drawn: input 1..64 tokens, output 1..16 tokens (range ratio 0: uniform in "
-                     "[max(1, int(len x ratio)), len])"]
+    assert drawn == [
+        "Lengths drawn: input 1..64 tokens, output 1..16 tokens (range ratio 0: uniform in "
+        "[max(1, int(len x ratio)), len])"
+    ]
     assert "0.0 gives 1..len, not fixed lengths" in at.sidebar.slider(key="random_range_ratio").help
     config = _random_dataset_from_a_path("model")  # 16 in, 4 out, ratio 0.5
     assert "(random, input 8..16 tokens, output 2..4 tokens (range ratio 0.5: " in run_view.describe_config(config)
@@ -449,7 +524,10 @@ def test_a_knob_shows_only_the_constraints_of_the_chosen_backend():
     assert any(text.startswith("Constraint: transformers: whole KV cache blocks") for text in constraints)
     block = setting("cache_block_seq_len")
     assert [block.rule_for(name) for name in ("turbomind", "pytorch", "transformers")] == [
-        "TurboMind: a multiple of 32 (compute capability >= 8.0) or 64", "PyTorch: a power of 2, >= 16", ""]
+        "TurboMind: a multiple of 32 (compute capability >= 8.0) or 64",
+        "PyTorch: a power of 2, >= 16",
+        "",
+    ]
     assert setting("dp").rule_for("turbomind") == ">= 1"  # a part that names no backend holds everywhere
 
 
@@ -504,8 +582,15 @@ def test_a_missing_model_path_is_one_error_and_the_app_keeps_working():
 def _random_dataset_from_a_path(tiny_model_path: str) -> RunConfig:
     config = tiny_config(num_prompts=4, label="again")
     config.engine = EngineConfig(backend="transformers", model=tiny_model_path, dtype="float32", max_batch_tokens=256)
-    config.dataset = DatasetConfig(dataset=str(DATA / "sharegpt_small.json"), dataset_name="random", num_prompts=4,
-                                   seed=3, random_input_len=16, random_output_len=4, random_range_ratio=0.5)
+    config.dataset = DatasetConfig(
+        dataset=str(DATA / "sharegpt_small.json"),
+        dataset_name="random",
+        num_prompts=4,
+        seed=3,
+        random_input_len=16,
+        random_output_len=4,
+        random_range_ratio=0.5,
+    )
     config.load = LoadConfig(load_pattern="concurrency", concurrency=2, stream_output=False)
     config.generation = GenerationSettings(top_k=5, temperature=0.5)
     config.slo = SLO(ttft=0.25)
@@ -514,13 +599,30 @@ def _random_dataset_from_a_path(tiny_model_path: str) -> RunConfig:
 
 def _a_server_at_a_rate(_) -> RunConfig:
     return RunConfig(
-        engine=EngineConfig(backend="openai", model="served", base_url="http://127.0.0.1:9", endpoint="chat",
-                            server_kind="vllm", tokenizer=TINY, read_timeout_s=5.0, server_metrics=False,
-                            server_metrics_interval_s=2.5),
+        engine=EngineConfig(
+            backend="openai",
+            model="served",
+            base_url="http://127.0.0.1:9",
+            endpoint="chat",
+            server_kind="vllm",
+            tokenizer=TINY,
+            read_timeout_s=5.0,
+            server_metrics=False,
+            server_metrics_interval_s=2.5,
+        ),
         dataset=DatasetConfig(dataset="builtin:sample", num_prompts=4, sharegpt_output_len=None),
-        load=LoadConfig(load_pattern="request_rate", request_rate=5.0, burstiness=0.5, exact_rate_arrivals=True,
-                        max_concurrency=3, warmup_requests=0, duration_s=30.0, stream_output=True),
-        label="server")
+        load=LoadConfig(
+            load_pattern="request_rate",
+            request_rate=5.0,
+            burstiness=0.5,
+            exact_rate_arrivals=True,
+            max_concurrency=3,
+            warmup_requests=0,
+            duration_s=30.0,
+            stream_output=True,
+        ),
+        label="server",
+    )
 
 
 @pytest.mark.parametrize("make_config", [_random_dataset_from_a_path, _a_server_at_a_rate])
@@ -536,10 +638,23 @@ def test_widget_values_are_the_way_back_from_a_config_to_the_sidebar(make_config
 
 def test_build_run_config_maps_widgets_to_the_run_settings():
     values = {
-        "backend": "transformers", "model": " builtin:tiny-llama ", "dataset": "builtin:sample",
-        "dataset_name": "random", "sharegpt_output_len": 128, "random_input_len": 32, "random_output_len": 16,
-        "random_range_ratio": 0.5, "num_prompts": 10, "seed": 3, "load_pattern": "concurrency", "concurrency": 2,
-        "stream_output": False, "label": " mine ", "max_batch_tokens": 256, "top_k": 5, "ttft": 0.25,
+        "backend": "transformers",
+        "model": " builtin:tiny-llama ",
+        "dataset": "builtin:sample",
+        "dataset_name": "random",
+        "sharegpt_output_len": 128,
+        "random_input_len": 32,
+        "random_output_len": 16,
+        "random_range_ratio": 0.5,
+        "num_prompts": 10,
+        "seed": 3,
+        "load_pattern": "concurrency",
+        "concurrency": 2,
+        "stream_output": False,
+        "label": " mine ",
+        "max_batch_tokens": 256,
+        "top_k": 5,
+        "ttft": 0.25,
     }
     config = sidebar.build_run_config(values)
     assert config.engine.model == TINY and config.engine.max_batch_tokens == 256
@@ -554,10 +669,21 @@ def cache_starved_config(num_blocks: int) -> RunConfig:
     """Six random requests through a KV cache of `num_blocks` 4-token blocks: with 1 none fits, with 5 all
     but the longest do."""
     values = {
-        "backend": "transformers", "model": TINY, "dataset": "builtin:sample", "dataset_name": "random",
-        "random_input_len": 16, "random_output_len": 8, "random_range_ratio": 0.1, "num_prompts": 6, "seed": 0,
-        "load_pattern": "batch", "concurrency": 1, "stream_output": True, "label": "",
-        "num_blocks": num_blocks, "cache_block_seq_len": 4,
+        "backend": "transformers",
+        "model": TINY,
+        "dataset": "builtin:sample",
+        "dataset_name": "random",
+        "random_input_len": 16,
+        "random_output_len": 8,
+        "random_range_ratio": 0.1,
+        "num_prompts": 6,
+        "seed": 0,
+        "load_pattern": "batch",
+        "concurrency": 1,
+        "stream_output": True,
+        "label": "",
+        "num_blocks": num_blocks,
+        "cache_block_seq_len": 4,
     }
     return sidebar.build_run_config(values)
 
@@ -593,8 +719,11 @@ def test_a_run_that_failed_before_measuring_is_shown_from_the_history_after_a_re
     broken = tmp_path / "broken-model"  # a model folder that fails to load (a missing one is refused, not recorded)
     broken.mkdir()
     (broken / "config.json").write_text("{}")
-    run = runner.submit(RunConfig(engine=sidebar.build_run_config({**TINY_VALUES, "model": str(broken)}).engine,
-                                  dataset=tiny_config().dataset))
+    run = runner.submit(
+        RunConfig(
+            engine=sidebar.build_run_config({**TINY_VALUES, "model": str(broken)}).engine, dataset=tiny_config().dataset
+        )
+    )
     assert run.wait(60) and run.state == "failed"
     runner.shutdown()
     at = open_app(run.run_id)  # this server's runner never saw it
@@ -658,9 +787,16 @@ def prefilling_run(url: str) -> RunConfig:
     """2 requests of 400 tokens at once: 3 s without a token, then about 4 s of decoding."""
     return RunConfig(
         engine=EngineConfig(backend="openai", model="prefill-test", base_url=url, tokenizer=TINY, server_metrics=False),
-        dataset=DatasetConfig(dataset="builtin:sample", dataset_name="random", num_prompts=2, random_input_len=8,
-                              random_output_len=400, random_range_ratio=1.0),
-        load=LoadConfig(load_pattern="request_rate", warmup_requests=0, stream_output=True))
+        dataset=DatasetConfig(
+            dataset="builtin:sample",
+            dataset_name="random",
+            num_prompts=2,
+            random_input_len=8,
+            random_output_len=400,
+            random_range_ratio=1.0,
+        ),
+        load=LoadConfig(load_pattern="request_rate", warmup_requests=0, stream_output=True),
+    )
 
 
 def live_progress_text(run) -> str:
@@ -669,7 +805,8 @@ def live_progress_text(run) -> str:
 
 
 def test_the_live_view_says_estimating_in_a_batched_prefill_then_a_time_from_its_decode_or_from_past_runs(
-        prefilling_server):
+    prefilling_server,
+):
     first = get_runner().submit(prefilling_run(prefilling_server))
     while first.snapshot() is None:
         assert not first.wait(0.01), first.message
@@ -701,13 +838,20 @@ def test_an_output_length_beyond_the_models_context_window_is_refused_at_start()
 
 def test_the_engine_api_is_offered_beside_the_pipeline_patterns_and_warm_up_is_on_with_its_count():
     at = open_app()
-    assert at.sidebar.selectbox(key="load_pattern").options == ["pipeline batch", "pipeline concurrency", "engine API",
-                                                                   "request rate", "trace replay"]
+    assert at.sidebar.selectbox(key="load_pattern").options == [
+        "pipeline batch",
+        "pipeline concurrency",
+        "engine API",
+        "request rate",
+        "trace replay",
+    ]
     assert at.sidebar.checkbox(key="warmup_requests_on").value is True  # on by default, the count beside it
     assert at.sidebar.number_input(key="warmup_requests").value == setting("warmup_requests").widget.start
     assert not {"skip_tokenize", "cancel_rate"} & {getattr(w, "key", "") for w in at.sidebar}
     at.sidebar.selectbox(key="load_pattern").select("engine_api").run()
-    assert {"skip_tokenize", "skip_detokenize", "cancel_rate", "use_uvloop"} <= {getattr(w, "key", "") for w in at.sidebar}
+    assert {"skip_tokenize", "skip_detokenize", "cancel_rate", "use_uvloop"} <= {
+        getattr(w, "key", "") for w in at.sidebar
+    }
     choose_tiny_run(at, num_prompts=12, output_len=12)
     at.sidebar.checkbox(key="skip_tokenize").check()
     at.sidebar.slider(key="cancel_rate").set_value(0.5)

@@ -9,14 +9,14 @@ import re
 
 import pandas as pd
 import pytest
+from app_under_test import APP, shown
 from streamlit.testing.v1 import AppTest
 
 from bench_core.hardware.contention import busy_runs
 from bench_core.store.history import RESULTS_ENV
-from bench_core.views import sweep_charts
-from app_under_test import APP, shown
-from bench_core.views.report import chart_count as report_charts
 from bench_core.sweep.plan import CPU_SWEEP_OUTPUT_LEN, CPU_SWEEP_PROMPTS
+from bench_core.views import sweep_charts
+from bench_core.views.report import chart_count as report_charts
 from dashboard.state import get_history, get_runner, get_sweeps
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
@@ -25,7 +25,6 @@ pytestmark = pytest.mark.slow
 PAGE = "app_pages/sweep.py"
 TINY = "builtin:tiny-llama"
 SWEEP_TIMEOUT_S = 120
-
 
 
 @pytest.fixture(autouse=True)
@@ -42,8 +41,14 @@ def open_sweep_page(sweep_id: str | None = None) -> AppTest:
     return at.switch_page(PAGE).run()
 
 
-def set_up_tiny_sweep(at: AppTest, values: str, second: tuple[str, str] | None = None, repeats: int = 2,
-                      num_prompts: int = 4, output_len: int = 8) -> None:
+def set_up_tiny_sweep(
+    at: AppTest,
+    values: str,
+    second: tuple[str, str] | None = None,
+    repeats: int = 2,
+    num_prompts: int = 4,
+    output_len: int = 8,
+) -> None:
     at.sidebar.selectbox(key="model_choice").select(TINY)
     at.sidebar.selectbox(key="dataset_builtin").select("builtin:sample")
     at.sidebar.number_input(key="sharegpt_output_len_cpu").set_value(output_len)
@@ -89,7 +94,9 @@ def test_the_page_is_in_the_navigation_with_concurrency_to_sweep_by_default():
 def test_the_default_sweep_is_small_on_a_cpu_and_says_how_long_it_takes_before_start():
     at = open_sweep_page()
     assert (at.number_input(key="sweep_num_prompts").value, at.number_input(key="sweep_output_len").value) == (
-        CPU_SWEEP_PROMPTS, CPU_SWEEP_OUTPUT_LEN)
+        CPU_SWEEP_PROMPTS,
+        CPU_SWEEP_OUTPUT_LEN,
+    )
     (estimate,) = [shown(caption.value) for caption in at.caption if "takes about" in caption.value]
     assert estimate.startswith("concurrency = 1, 2, 4; 3 points × 2 repeats = 6 runs; takes about")
     assert "a rough CPU estimate" in estimate  # an empty history: nothing measured to go by
@@ -114,20 +121,36 @@ def test_a_grid_sweep_shows_progress_then_every_view_of_its_results(download_dat
     assert charts["sweep_chart_band"]["layout"]["title"]["text"] == "Output throughput vs concurrency"
     # One line per value of the second setting, and a cross for the points this shared machine ran busy, if any.
     busy = busy_runs(get_history().load()).any()
-    assert [trace["name"] for trace in charts["sweep_chart_band"]["data"] if trace.get("showlegend") is not False] \
-        == ["256", "512", *([sweep_charts.BUSY_LEGEND] if busy else [])]
+    assert [trace["name"] for trace in charts["sweep_chart_band"]["data"] if trace.get("showlegend") is not False] == [
+        "256",
+        "512",
+        *([sweep_charts.BUSY_LEGEND] if busy else []),
+    ]
     assert charts["sweep_chart_heatmap"]["data"][0]["type"] == "heatmap"
     assert "Pareto frontier" in [trace["name"] for trace in charts["sweep_chart_pareto"]["data"]]
     goodput_traces = [trace["name"] for trace in charts["sweep_chart_goodput"]["data"]]
     assert "Highest load meeting the target" in goodput_traces  # every request met the 10 s TTFT
 
-    assert sum(len(trace["x"]) for trace in charts["sweep_chart_pareto"]["data"]
-               if trace["name"] != sweep_charts.BUSY_LEGEND) == 4  # a marker per point (and a cross on a busy one)
-    points = table_with_column(at, "std", ("concurrency", "max_batch_tokens", "n", "95% CI low", "mean", "95% CI high",
-                                           "lowest run", "highest run"))
+    assert (
+        sum(
+            len(trace["x"])
+            for trace in charts["sweep_chart_pareto"]["data"]
+            if trace["name"] != sweep_charts.BUSY_LEGEND
+        )
+        == 4
+    )  # a marker per point (and a cross on a busy one)
+    points = table_with_column(
+        at,
+        "std",
+        ("concurrency", "max_batch_tokens", "n", "95% CI low", "mean", "95% CI high", "lowest run", "highest run"),
+    )
     output = points[points["metric"] == "Output throughput (tok/s)"]
     assert output[["concurrency", "max_batch_tokens", "n"]].values.tolist() == [
-        [1, 256, 2], [1, 512, 2], [2, 256, 2], [2, 512, 2]]
+        [1, 256, 2],
+        [1, 512, 2],
+        [2, 256, 2],
+        [2, 512, 2],
+    ]
     # Two repeats are too few for a 95% interval (it reached below 0 tok/s): the table gives their range and says so.
     assert output["95% CI low"].isna().all() and output["95% CI high"].isna().all()
     assert (output["lowest run"] <= output["mean"]).all() and (output["mean"] <= output["highest run"]).all()
@@ -140,8 +163,10 @@ def test_a_grid_sweep_shows_progress_then_every_view_of_its_results(download_dat
     assert (compared["runs (A, B)"] == "2, 2").all()
     past = table_with_column(at, "sweep_id", ("finished", "runs"))
     assert past[["sweep_id", "finished", "runs"]].values.tolist() == [[sweep_id, 8, 8]]
-    assert [button.label for button in at.download_button] == ["This sweep's history rows (CSV)",
-                                                               "Report of this sweep (HTML)"]
+    assert [button.label for button in at.download_button] == [
+        "This sweep's history rows (CSV)",
+        "Report of this sweep (HTML)",
+    ]
     report = download_data(at.download_button[1]).decode()
     assert report.startswith("<!DOCTYPE html>") and f"<h1>Sweep {sweep_id}</h1>" in report
     # Every view at the page's first choices: the band and the heatmap, three Pareto views, goodput and SLO

@@ -4,9 +4,9 @@ own settings in the sidebar, the workload sampled before Start, and what the end
 import json
 
 import pytest
+from app_under_test import APP
 from streamlit.testing.v1 import AppTest
 
-from app_under_test import APP
 from bench_core.store.history import RESULTS_ENV
 from dashboard.state import get_runner
 
@@ -37,8 +37,15 @@ def choose(dataset_name: str, **numbers: int) -> AppTest:
 
 
 def choose_shared_prefix() -> AppTest:
-    return choose("shared-prefix", prefix_len=128, suffix_len=8, prefix_groups=2, output_len=4, num_prompts_cpu=8,
-                  concurrency_cpu=2)
+    return choose(
+        "shared-prefix",
+        prefix_len=128,
+        suffix_len=8,
+        prefix_groups=2,
+        output_len=4,
+        num_prompts_cpu=8,
+        concurrency_cpu=2,
+    )
 
 
 def run_to_its_end(at: AppTest) -> AppTest:
@@ -72,8 +79,11 @@ def test_an_ended_shared_prefix_run_shows_what_it_sent_and_what_the_cache_served
     at.sidebar.checkbox(key="knob_enable_prefix_caching").check()
     at = run_to_its_end(at)
     assert {"Token lengths"} <= set(titles(at)) and any(t.startswith("Prefix share: ") for t in titles(at))
-    table = next(frame.value for frame in at.dataframe if "quantity" in frame.value
-                 and "Prefix cache hit rate" in frame.value["quantity"].tolist()).set_index("quantity")
+    table = next(
+        frame.value
+        for frame in at.dataframe
+        if "quantity" in frame.value and "Prefix cache hit rate" in frame.value["quantity"].tolist()
+    ).set_index("quantity")
     assert 0 < float(table.loc["Prefix cache hit rate", "value"]) < 1
     assert float(table.loc["Cached prompt tokens", "value"].replace(",", "")) > 0
 

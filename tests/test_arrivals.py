@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from bench_core.load.arrivals import achieved_rate, arrival_report, in_flight_over_time, send_offsets
 from bench_core.errors import ConfigError
+from bench_core.load.arrivals import achieved_rate, arrival_report, in_flight_over_time, send_offsets
 
 MANY = 40_001  # 40,000 gaps: the sample CV^2 is then within a few percent of its expectation
 
@@ -54,7 +54,9 @@ def test_a_seed_gives_the_same_schedule_and_another_seed_another():
     assert not np.array_equal(send_offsets(50, 3.0, seed=7), send_offsets(50, 3.0, seed=8))
 
 
-@pytest.mark.parametrize("n, rate, burstiness", [(-1, 1.0, 1.0), (3, 0.0, 1.0), (3, -2.0, 1.0), (3, math.nan, 1.0), (3, 1.0, 0.0)])
+@pytest.mark.parametrize(
+    "n, rate, burstiness", [(-1, 1.0, 1.0), (3, 0.0, 1.0), (3, -2.0, 1.0), (3, math.nan, 1.0), (3, 1.0, 0.0)]
+)
 def test_impossible_arrival_settings_are_refused_with_a_clear_message(n, rate, burstiness):
     with pytest.raises(ConfigError, match="must be"):
         send_offsets(n, rate, burstiness)

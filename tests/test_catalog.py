@@ -7,13 +7,13 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from profiled_runs import OUTPUT_LEN, profiled_run, recorded_history
 
 from bench_core.measure import catalog
-from bench_core.sweep import results as sweep_results
-from bench_core.views import tables
 from bench_core.measure.catalog import CATALOG, METRICS
 from bench_core.store.history_import import HISTORY_LEAD_COLUMNS, SAVE_CSV_COLUMNS, SAVE_CSV_HYPERPARAMS
-from profiled_runs import OUTPUT_LEN, profiled_run, recorded_history
+from bench_core.sweep import results as sweep_results
+from bench_core.views import tables
 
 # The two metrics added to prove the catalog: one declaration each, nothing else.
 NEW_METRICS = ("ttft_per_1k_input", "decode_tokens_per_s")
@@ -21,11 +21,31 @@ NEW_METRICS = ("ttft_per_1k_input", "decode_tokens_per_s")
 
 def test_lmdeploys_csv_columns_come_from_the_catalog_in_its_order():
     assert SAVE_CSV_COLUMNS == SAVE_CSV_HYPERPARAMS + (
-        "completed", "total_input_tokens", "total_output_tokens", "duration", "request_throughput",
-        "input_throughput", "output_throughput", "mean_e2e_latency_ms", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms")
-    assert HISTORY_LEAD_COLUMNS[len(SAVE_CSV_HYPERPARAMS):] == (
-        "completed", "total_input_tokens", "total_output_tokens", "duration_s", "request_throughput",
-        "input_throughput", "output_throughput", "mean_e2e_ms", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms")
+        "completed",
+        "total_input_tokens",
+        "total_output_tokens",
+        "duration",
+        "request_throughput",
+        "input_throughput",
+        "output_throughput",
+        "mean_e2e_latency_ms",
+        "mean_ttft_ms",
+        "mean_tpot_ms",
+        "mean_itl_ms",
+    )
+    assert HISTORY_LEAD_COLUMNS[len(SAVE_CSV_HYPERPARAMS) :] == (
+        "completed",
+        "total_input_tokens",
+        "total_output_tokens",
+        "duration_s",
+        "request_throughput",
+        "input_throughput",
+        "output_throughput",
+        "mean_e2e_ms",
+        "mean_ttft_ms",
+        "mean_tpot_ms",
+        "mean_itl_ms",
+    )
     assert catalog.LEGACY_COLUMNS == {"duration": "duration_s", "mean_e2e_latency_ms": "mean_e2e_ms"}
 
 
@@ -37,11 +57,18 @@ def test_every_summary_key_is_a_catalog_column_described_from_it():
         assert tables.describe_column(key).unit == metric.shown_unit
 
 
-@pytest.mark.parametrize("name, found", [
-    ("p99.9_itl_ms", ("itl", "p99.9")), ("mean_e2e_last_line_ms", ("e2e_last_line", "mean")),
-    ("goodput_rps", ("goodput", "value")), ("p50_tokens_per_tick", ("tokens_per_tick", "p50")),
-    ("px_ttft_ms", None), ("mean_e2e_latency_ms", None), ("concurrency", None),
-])
+@pytest.mark.parametrize(
+    "name, found",
+    [
+        ("p99.9_itl_ms", ("itl", "p99.9")),
+        ("mean_e2e_last_line_ms", ("e2e_last_line", "mean")),
+        ("goodput_rps", ("goodput", "value")),
+        ("p50_tokens_per_tick", ("tokens_per_tick", "p50")),
+        ("px_ttft_ms", None),
+        ("mean_e2e_latency_ms", None),
+        ("concurrency", None),
+    ],
+)
 def test_columns_are_found_by_the_names_the_catalog_generates(name, found):
     result = catalog.find_column(name)
     assert (result[0].key, result[1]) == found if found else result is None
@@ -66,8 +93,13 @@ def test_the_new_metrics_are_summarised_with_every_statistic_and_need_streaming(
 
 
 def test_the_new_metrics_reach_the_history_the_compare_table_and_the_sweep_picker(tmp_path):
-    _, runs = recorded_history(tmp_path, [("slow", "pytorch", 1, profiled_run([0.4, 0.8], itl_s=0.02)),
-                                          ("fast", "turbomind", 8, profiled_run([0.05, 0.1], itl_s=0.01))])
+    _, runs = recorded_history(
+        tmp_path,
+        [
+            ("slow", "pytorch", 1, profiled_run([0.4, 0.8], itl_s=0.02)),
+            ("fast", "turbomind", 8, profiled_run([0.05, 0.1], itl_s=0.01)),
+        ],
+    )
     for key in NEW_METRICS:
         metric = METRICS[key]
         assert {metric.column("mean"), metric.column("p99")} <= set(runs.columns)  # history columns
@@ -81,8 +113,15 @@ def test_the_new_metrics_reach_the_history_the_compare_table_and_the_sweep_picke
 
 
 def test_derived_metrics_are_computed_from_the_columns_they_need():
-    runs = pd.DataFrame({"mean_tpot_ms": [20.0, 0.0], "good_requests": [9, np.nan], "total_requests": [10, 10],
-                         "mean_ttft_ms": [120.0, 80.0], "mean_server_ttft_ms": [95.0, np.nan]})
+    runs = pd.DataFrame(
+        {
+            "mean_tpot_ms": [20.0, 0.0],
+            "good_requests": [9, np.nan],
+            "total_requests": [10, 10],
+            "mean_ttft_ms": [120.0, 80.0],
+            "mean_server_ttft_ms": [95.0, np.nan],
+        }
+    )
     frame = catalog.with_derived(runs)
     per_user = frame["output_throughput_per_user"]
     assert per_user.tolist()[0] == 50.0 and math.isnan(per_user[1])
@@ -92,8 +131,9 @@ def test_derived_metrics_are_computed_from_the_columns_they_need():
 
 
 def test_lmdeploys_row_formats_like_lmdeploy_and_marks_what_was_not_measured():
-    row = catalog.lmdeploy_row({"completed": 3, "duration_s": 2.5, "request_throughput": 1.2, "mean_e2e_ms": 12.3456,
-                                "mean_ttft_ms": math.nan})
+    row = catalog.lmdeploy_row(
+        {"completed": 3, "duration_s": 2.5, "request_throughput": 1.2, "mean_e2e_ms": 12.3456, "mean_ttft_ms": math.nan}
+    )
     assert row["completed"] == 3 and row["duration"] == 2.5 and row["request_throughput"] == "1.200"
     assert row["mean_e2e_latency_ms"] == "12.346" and row["mean_ttft_ms"] == "-" and row["mean_itl_ms"] == "-"
 

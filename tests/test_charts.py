@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from profiled_runs import INCOMPLETE_TTFT_FACTOR, OUTPUT_LEN, profiled_run, recorded_history
 
-from bench_core.store.history import History
-from bench_core.views import compare_charts, figures, run_charts, sweep_charts, workload_charts
 from bench_core.measure.latency_bins import BinnedLatencies
 from bench_core.measure.stats import pareto_front
-from profiled_runs import INCOMPLETE_TTFT_FACTOR, OUTPUT_LEN, profiled_run, recorded_history
+from bench_core.store.history import History
+from bench_core.views import compare_charts, figures, run_charts, sweep_charts, workload_charts
 
 TTFTS = [0.05, 0.1, 0.2, 0.4, 0.8]
 
@@ -73,18 +73,33 @@ def test_undefined_latencies_are_left_out_of_the_histogram():
     assert counts.sum() == 2
 
 
-@pytest.mark.parametrize("build", [
-    lambda: run_charts.latency_histogram(np.array([]), "ttft"),
-    lambda: run_charts.latency_histogram(np.array([np.nan]), "e2e"),
-    lambda: run_charts.throughput_over_time(np.array([]), np.array([]), np.array([])),
-    lambda: compare_charts.metric_vs_knob(pd.DataFrame(), "concurrency", "output_throughput"),
-    lambda: compare_charts.metric_vs_knob(pd.DataFrame({"concurrency": [1], "output_throughput": [np.nan]}),
-                                  "concurrency", "output_throughput"),
-    lambda: compare_charts.latency_vs_throughput(pd.DataFrame(columns=["run_id", "p99_ttft_ms", "output_throughput"])),
-    lambda: compare_charts.cdf_overlay({}, "ttft"),
-    lambda: compare_charts.cdf_overlay({"run": profiled_run(TTFTS, stream=False).request_table().iloc[-3:]}, "e2e"),
-], ids=["histogram", "histogram-nan", "throughput", "knob-no-columns", "knob-no-values", "scatter", "cdf-no-runs",
-        "cdf-no-success"])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: run_charts.latency_histogram(np.array([]), "ttft"),
+        lambda: run_charts.latency_histogram(np.array([np.nan]), "e2e"),
+        lambda: run_charts.throughput_over_time(np.array([]), np.array([]), np.array([])),
+        lambda: compare_charts.metric_vs_knob(pd.DataFrame(), "concurrency", "output_throughput"),
+        lambda: compare_charts.metric_vs_knob(
+            pd.DataFrame({"concurrency": [1], "output_throughput": [np.nan]}), "concurrency", "output_throughput"
+        ),
+        lambda: compare_charts.latency_vs_throughput(
+            pd.DataFrame(columns=["run_id", "p99_ttft_ms", "output_throughput"])
+        ),
+        lambda: compare_charts.cdf_overlay({}, "ttft"),
+        lambda: compare_charts.cdf_overlay({"run": profiled_run(TTFTS, stream=False).request_table().iloc[-3:]}, "e2e"),
+    ],
+    ids=[
+        "histogram",
+        "histogram-nan",
+        "throughput",
+        "knob-no-columns",
+        "knob-no-values",
+        "scatter",
+        "cdf-no-runs",
+        "cdf-no-success",
+    ],
+)
 def test_empty_inputs_give_a_figure_that_says_no_data_yet(build):
     fig = build()
     assert _says_no_data(fig)
@@ -117,12 +132,15 @@ def test_a_long_live_series_is_reduced_to_a_few_thousand_points_at_the_same_leve
 
 @pytest.fixture
 def history_runs(tmp_path) -> pd.DataFrame:
-    _, runs = recorded_history(tmp_path, [
-        ("tm-8", "turbomind", 8, profiled_run([0.05, 0.06])),
-        ("pt-1", "pytorch", 1, profiled_run([0.3, 0.4])),
-        ("tm-1", "turbomind", 1, profiled_run([0.2, 0.3])),
-        ("tm-4", "turbomind", 4, profiled_run([0.1, 0.2])),
-    ])
+    _, runs = recorded_history(
+        tmp_path,
+        [
+            ("tm-8", "turbomind", 8, profiled_run([0.05, 0.06])),
+            ("pt-1", "pytorch", 1, profiled_run([0.3, 0.4])),
+            ("tm-1", "turbomind", 1, profiled_run([0.2, 0.3])),
+            ("tm-4", "turbomind", 4, profiled_run([0.1, 0.2])),
+        ],
+    )
     return runs
 
 
@@ -165,8 +183,10 @@ def test_latency_vs_throughput_has_one_point_per_run(history_runs):
 
 def test_runs_on_one_backend_get_their_own_distinct_colours_when_coloured_by_run(history_runs):
     turbomind = history_runs[history_runs["backend"] == "turbomind"].assign(run=lambda rows: rows["label"])
-    for fig in (compare_charts.latency_vs_throughput(turbomind, color="run"),
-                compare_charts.metric_vs_knob(turbomind, "concurrency", "output_throughput", color="run")):
+    for fig in (
+        compare_charts.latency_vs_throughput(turbomind, color="run"),
+        compare_charts.metric_vs_knob(turbomind, "concurrency", "output_throughput", color="run"),
+    ):
         assert sorted(t.name for t in fig.data) == sorted(turbomind["label"])
         colours = [t.marker.color for t in fig.data]
         assert len(set(colours)) == len(colours) == 3
@@ -175,8 +195,14 @@ def test_runs_on_one_backend_get_their_own_distinct_colours_when_coloured_by_run
 
 
 def test_colour_groups_of_a_numeric_setting_run_in_numeric_order():
-    runs = pd.DataFrame({"run_id": list("abc"), "concurrency": [16, 2, 4], "output_throughput": [3.0, 1.0, 2.0],
-                         "p99_ttft_ms": [30.0, 10.0, 20.0]})
+    runs = pd.DataFrame(
+        {
+            "run_id": list("abc"),
+            "concurrency": [16, 2, 4],
+            "output_throughput": [3.0, 1.0, 2.0],
+            "p99_ttft_ms": [30.0, 10.0, 20.0],
+        }
+    )
     fig = compare_charts.latency_vs_throughput(runs, color="concurrency")
     assert [t.name for t in fig.data] == ["2", "4", "16"]
 
@@ -194,8 +220,12 @@ def test_compare_markers_and_labels_are_not_clipped_at_the_plot_edge(history_run
 def test_latency_vs_throughput_labels_each_point_with_the_settings_that_differ(history_runs):
     fig = compare_charts.latency_vs_throughput(history_runs, color="run")
     labels = {row[0]: text for t in fig.data for row, text in zip(t.customdata, t.text)}
-    assert labels == {"tm-8": "Backend turbomind, Concurrency 8", "pt-1": "Backend pytorch, Concurrency 1",
-                      "tm-1": "Backend turbomind, Concurrency 1", "tm-4": "Backend turbomind, Concurrency 4"}
+    assert labels == {
+        "tm-8": "Backend turbomind, Concurrency 8",
+        "pt-1": "Backend pytorch, Concurrency 1",
+        "tm-1": "Backend turbomind, Concurrency 1",
+        "tm-4": "Backend turbomind, Concurrency 4",
+    }
     assert all("%{text}" in t.hovertemplate for t in fig.data)
 
 
@@ -221,8 +251,13 @@ def test_cdf_is_monotone_ends_at_one_and_counts_only_successful_requests():
 
 
 def test_itl_cdf_pools_the_gaps_of_every_successful_request_from_the_history(tmp_path):
-    history, _ = recorded_history(tmp_path, [("r1", "turbomind", 4, profiled_run(TTFTS, itl_s=0.02)),
-                                             ("r2", "pytorch", 4, profiled_run(TTFTS, itl_s=0.03))])
+    history, _ = recorded_history(
+        tmp_path,
+        [
+            ("r1", "turbomind", 4, profiled_run(TTFTS, itl_s=0.02)),
+            ("r2", "pytorch", 4, profiled_run(TTFTS, itl_s=0.03)),
+        ],
+    )
     fig = compare_charts.cdf_overlay({run_id: history.requests(run_id) for run_id in ("r1", "r2")}, "itl")
     assert [t.name for t in fig.data] == ["r1", "r2"]
     for trace, gap_ms in zip(fig.data, (20.0, 30.0)):
@@ -251,10 +286,14 @@ def _notes(fig) -> list[str]:
 NEAR_EQUAL_TTFT_S = 4.58243 + np.linspace(0, 0.00004, 16)  # 4,582.43 to 4,582.47 ms: batch TTFTs of one step
 
 
-@pytest.mark.parametrize("build", [
-    lambda: run_charts.latency_histogram(NEAR_EQUAL_TTFT_S, "ttft"),
-    lambda: run_charts.binned_latency_histogram(BinnedLatencies.of(NEAR_EQUAL_TTFT_S), "ttft"),
-], ids=["ended", "live"])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: run_charts.latency_histogram(NEAR_EQUAL_TTFT_S, "ttft"),
+        lambda: run_charts.binned_latency_histogram(BinnedLatencies.of(NEAR_EQUAL_TTFT_S), "ttft"),
+    ],
+    ids=["ended", "live"],
+)
 def test_nearly_equal_values_are_one_bar_that_says_how_close_they_are(build):
     fig = build()
     (bars,) = fig.data
@@ -291,8 +330,13 @@ def test_one_request_is_one_request_and_counts_tick_at_whole_requests():
 
 def _whole_ticks(axis) -> bool:
     """Plotly draws ticks at tick0 + k * dtick: whole counts only with a whole step from 0."""
-    return axis.tickmode == "linear" and axis.tick0 == 0 and axis.dtick is not None and \
-        float(axis.dtick).is_integer() and axis.dtick >= 1
+    return (
+        axis.tickmode == "linear"
+        and axis.tick0 == 0
+        and axis.dtick is not None
+        and float(axis.dtick).is_integer()
+        and axis.dtick >= 1
+    )
 
 
 def test_every_count_axis_ticks_at_whole_requests():
@@ -306,12 +350,19 @@ def test_every_count_axis_ticks_at_whole_requests():
     figures_with_counts = {
         "latency histogram": (run_charts.latency_histogram(table["e2e_s"].dropna().to_numpy(), "e2e"), "yaxis"),
         "live histogram": (run_charts.binned_latency_histogram(snap.ttft, "ttft"), "yaxis"),
-        "in flight": (run_charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s,
-                                                      snap.in_flight_over_time), "yaxis2"),
-        **{f"{name} of {len(rows)}": (figure, "yaxis") for rows in (workload.head(2), large)
-           for name, figure in (("lengths", workload_charts.length_histograms(rows)),
-                                ("send times", workload_charts.send_times_figure(rows)),
-                                ("prefix share", workload_charts.reuse_figure(rows)))},
+        "in flight": (
+            run_charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s, snap.in_flight_over_time),
+            "yaxis2",
+        ),
+        **{
+            f"{name} of {len(rows)}": (figure, "yaxis")
+            for rows in (workload.head(2), large)
+            for name, figure in (
+                ("lengths", workload_charts.length_histograms(rows)),
+                ("send times", workload_charts.send_times_figure(rows)),
+                ("prefix share", workload_charts.reuse_figure(rows)),
+            )
+        },
     }
     crooked = [name for name, (fig, axis) in figures_with_counts.items() if not _whole_ticks(fig.layout[axis])]
     assert not crooked, crooked
@@ -325,9 +376,18 @@ def test_every_count_axis_ticks_at_whole_requests():
 
 def test_a_swept_count_ticks_at_the_values_it_took():
     # A sweep over concurrency 1, 2, 4 read ticks at 1.5, 2.5 and 3.5 requests.
-    points = pd.DataFrame({"concurrency": [1, 2, 4], "mean": [16.7, 27.6, 46.7], "ci_low": np.nan,
-                           "ci_high": np.nan, "min": [15.2, 21.8, 40.7], "max": [18.2, 33.5, 52.7], "n": 2,
-                           "std": [2.1, 8.3, 8.4]})
+    points = pd.DataFrame(
+        {
+            "concurrency": [1, 2, 4],
+            "mean": [16.7, 27.6, 46.7],
+            "ci_low": np.nan,
+            "ci_high": np.nan,
+            "min": [15.2, 21.8, 40.7],
+            "max": [18.2, 33.5, 52.7],
+            "n": 2,
+            "std": [2.1, 8.3, 8.4],
+        }
+    )
     fig = sweep_charts.metric_vs_knob_band(points, "concurrency", "output_throughput")
     assert fig.layout.xaxis.tickmode == "array" and list(fig.layout.xaxis.tickvals) == [1, 2, 4]
 
@@ -338,10 +398,14 @@ def _itl_with_stalls() -> np.ndarray:
     return np.concatenate([rng.normal(0.1, 0.01, 10_000), np.linspace(10.0, 13.0, 8)])
 
 
-@pytest.mark.parametrize("build", [
-    lambda values: run_charts.latency_histogram(values, "itl"),
-    lambda values: run_charts.binned_latency_histogram(BinnedLatencies.of(values), "itl"),
-], ids=["ended", "live"])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda values: run_charts.latency_histogram(values, "itl"),
+        lambda values: run_charts.binned_latency_histogram(BinnedLatencies.of(values), "itl"),
+    ],
+    ids=["ended", "live"],
+)
 def test_a_few_far_outliers_go_into_a_labelled_bar_and_the_rest_keep_their_shape(build):
     values = _itl_with_stalls()
     fig = build(values)
@@ -358,10 +422,14 @@ def test_a_few_far_outliers_go_into_a_labelled_bar_and_the_rest_keep_their_shape
     assert label.startswith("> ")  # on the grey bar itself
 
 
-@pytest.mark.parametrize("build", [
-    lambda values: run_charts.latency_histogram(values, "itl"),
-    lambda values: run_charts.binned_latency_histogram(BinnedLatencies.of(values), "itl"),
-], ids=["ended", "live"])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda values: run_charts.latency_histogram(values, "itl"),
+        lambda values: run_charts.binned_latency_histogram(BinnedLatencies.of(values), "itl"),
+    ],
+    ids=["ended", "live"],
+)
 def test_stalls_above_one_percent_of_the_gaps_still_go_into_the_labelled_bar(build):
     """The default first run: 8 requests of 64 tokens, each with one 7-9 s stall while the others prefill, so
     the P99 is itself a stall."""
@@ -406,9 +474,11 @@ def test_a_steady_throughput_series_is_drawn_bin_by_bin():
 def test_the_legend_of_many_runs_is_below_the_plot_one_run_a_line_clear_of_the_title(history_runs):
     runs = history_runs.assign(run=history_runs["label"])
     tables = {name: profiled_run(TTFTS).request_table() for name in runs["run"]}
-    for fig in (compare_charts.latency_vs_throughput(runs, color="run"),
-                compare_charts.metric_vs_knob(runs, "concurrency", "output_throughput", color="run"),
-                compare_charts.cdf_overlay(tables, "ttft")):
+    for fig in (
+        compare_charts.latency_vs_throughput(runs, color="run"),
+        compare_charts.metric_vs_knob(runs, "concurrency", "output_throughput", color="run"),
+        compare_charts.cdf_overlay(tables, "ttft"),
+    ):
         legend = fig.layout.legend
         # At the foot of the figure, not in the top margin where the title and its notes are.
         assert (legend.yref, legend.y, legend.yanchor) == ("container", 0, "bottom")
@@ -420,12 +490,19 @@ def test_the_legend_of_many_runs_is_below_the_plot_one_run_a_line_clear_of_the_t
 
 
 def test_a_run_that_was_not_streamed_is_named_as_having_no_ttft_point(tmp_path):
-    _, runs = recorded_history(tmp_path, [("s2", "turbomind", 2, profiled_run(TTFTS)),
-                                          ("s4", "turbomind", 4, profiled_run(TTFTS)),
-                                          ("n8", "turbomind", 8, profiled_run(TTFTS, stream=False))])
+    _, runs = recorded_history(
+        tmp_path,
+        [
+            ("s2", "turbomind", 2, profiled_run(TTFTS)),
+            ("s4", "turbomind", 4, profiled_run(TTFTS)),
+            ("n8", "turbomind", 8, profiled_run(TTFTS, stream=False)),
+        ],
+    )
     runs = runs.assign(run=runs["label"])
-    for fig in (compare_charts.latency_vs_throughput(runs, color="run"),
-                compare_charts.metric_vs_knob(runs, "concurrency", "p99_ttft_ms", color="run")):
+    for fig in (
+        compare_charts.latency_vs_throughput(runs, color="run"),
+        compare_charts.metric_vs_knob(runs, "concurrency", "p99_ttft_ms", color="run"),
+    ):
         assert sorted(t.name for t in fig.data) == ["turbomind x2", "turbomind x4"]
         assert _notes(fig) == ["Not streamed, so no P99 time to first token: turbomind x8"]
     assert not _notes(compare_charts.latency_vs_throughput(runs, latency="mean_e2e_ms", color="run"))
@@ -438,8 +515,9 @@ def test_a_run_that_was_not_streamed_is_named_as_having_no_ttft_point(tmp_path):
 
 def _gaps(rng, requests: int = 8, per_request: int = 63) -> pd.DataFrame:
     """Successful requests with ITL gaps of 10 to 30 ms."""
-    return pd.DataFrame({"status": ["success"] * requests,
-                         "itl_s": [rng.uniform(0.01, 0.03, per_request) for _ in range(requests)]})
+    return pd.DataFrame(
+        {"status": ["success"] * requests, "itl_s": [rng.uniform(0.01, 0.03, per_request) for _ in range(requests)]}
+    )
 
 
 def test_one_far_itl_outlier_is_cut_off_the_cdf_axis_as_the_histograms_cut_it_and_said():

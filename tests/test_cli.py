@@ -11,10 +11,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench_core.measure.catalog import BEYOND_LMDEPLOY
 from bench_core.cli import main
 from bench_core.config import DatasetConfig
 from bench_core.load.datasets import sample_requests
+from bench_core.measure.catalog import BEYOND_LMDEPLOY
 from bench_core.store.history import History
 from bench_core.store.history_import import HISTORY_LEAD_COLUMNS, SAVE_CSV_COLUMNS
 from dashboard.run_result import result_from_history
@@ -27,8 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "bench_core", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "bench_core", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
@@ -41,9 +42,25 @@ def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
 def streamed_run(tmp_path_factory, tiny_model_path):
     """One real streamed benchmark through the CLI, shared by the assertions below."""
     work = tmp_path_factory.mktemp("cli")
-    proc = run_cli("pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers",
-                   "-n", "12", "-c", "4", "--seed", "3", "--stream-output", "--label", "cli-test",
-                   "--results", "results", cwd=work)
+    proc = run_cli(
+        "pipeline",
+        "builtin:sample",
+        "builtin:tiny-llama",
+        "--backend",
+        "transformers",
+        "-n",
+        "12",
+        "-c",
+        "4",
+        "--seed",
+        "3",
+        "--stream-output",
+        "--label",
+        "cli-test",
+        "--results",
+        "results",
+        cwd=work,
+    )
     return work, proc
 
 
@@ -52,8 +69,14 @@ def test_streamed_run_prints_lmdeploys_table_with_our_rows_below(streamed_run):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "Profile Pipeline API" in out
-    for row in ("Successful requests", "End-to-end Latency", "Time to First Token (TTFT)",
-                "Time per Output Token (TPOT)", "Inter-token Latency (ITL)", "Tokens per Tick"):
+    for row in (
+        "Successful requests",
+        "End-to-end Latency",
+        "Time to First Token (TTFT)",
+        "Time per Output Token (TPOT)",
+        "Inter-token Latency (ITL)",
+        "Tokens per Tick",
+    ):
         assert row in out
     assert out.index("Tokens per Tick") < out.index("Failed requests")
     assert "mean       P50       P75       P95       P99" in out
@@ -114,10 +137,31 @@ def test_streamed_run_lands_in_the_history_with_per_request_ticks(streamed_run):
 
 
 def test_second_run_appends_a_row_under_the_same_header(tmp_path, tiny_model_path):
-    args = ("pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "4", "-c", "2",
-            "--dataset-name", "random", "--random-input-len", "16", "--random-output-len", "8",
-            "--random-range-ratio", "1", "--load", "concurrency",
-            "--csv", str(tmp_path / "out.csv"), "--results", str(tmp_path / "res"))
+    args = (
+        "pipeline",
+        "builtin:sample",
+        "builtin:tiny-llama",
+        "--backend",
+        "transformers",
+        "-n",
+        "4",
+        "-c",
+        "2",
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        "16",
+        "--random-output-len",
+        "8",
+        "--random-range-ratio",
+        "1",
+        "--load",
+        "concurrency",
+        "--csv",
+        str(tmp_path / "out.csv"),
+        "--results",
+        str(tmp_path / "res"),
+    )
     assert main(list(args)) == 0
     assert main(list(args)) == 0
     header, rows = read_csv(tmp_path / "out.csv")
@@ -138,44 +182,97 @@ def test_help_documents_every_engine_knob(capsys):
         main(["pipeline", "--help"])
     assert exit_info.value.code == 0
     text = capsys.readouterr().out
-    for flag in ("--concurrency", "--num-prompts", "--stream-output", "--cache-max-entry-count", "--quant-policy",
-                 "--cache-block-seq-len", "--speculative-algorithm", "--load", "--slo-ttft-ms", "--max-batch-tokens"):
+    for flag in (
+        "--concurrency",
+        "--num-prompts",
+        "--stream-output",
+        "--cache-max-entry-count",
+        "--quant-policy",
+        "--cache-block-seq-len",
+        "--speculative-algorithm",
+        "--load",
+        "--slo-ttft-ms",
+        "--max-batch-tokens",
+    ):
         assert flag in text
 
 
-@pytest.mark.parametrize("args, message", [
-    (["builtin:nope", "builtin:tiny-llama", "--backend", "transformers"], "Unknown built-in dataset"),
-    (["/no/such/file.json", "builtin:tiny-llama", "--backend", "transformers"], "does not exist"),
-    (["builtin:sample", "/no/such/model", "--backend", "transformers"], "No model folder"),
-    (["builtin:sample", "builtin:tiny-llama"], "NVIDIA GPU"),
-    (["builtin:sample", "builtin:tiny-llama", "--backend", "pytorch", "--cache-max-entry-count", "1.5"],
-     "--cache-max-entry-count"),
-    (["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-c", "0"], "Concurrency"),
-    (["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--dataset-name", "random"],
-     "--random-input-len"),
-    (["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--sharegpt-output-len", "2"],
-     "at least 4"),
-    (["builtin:sample", "builtin:tiny-llama", "--quant-policy", "int3"], "invalid quant_policy"),
-    (["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--cache-max-entry-count", "2.0"],
-     "error: --cache-max-entry-count applies to the turbomind and pytorch backends only, not to transformers."),
-    (["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--cache-max-entry-count", "-1"],
-     "error: --cache-max-entry-count applies to the turbomind and pytorch backends only"),
-    # Given explicitly, even LMDeploy's default value is refused: the flag does nothing on this backend.
-    (["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--session-len", "0", "--eager-mode"],
-     "--session-len applies to the turbomind and pytorch backends only, not to transformers. "
-     "--eager-mode applies to the pytorch backend only, not to transformers."),
-    (["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--communicator", "nccl"],
-     "--communicator applies to the turbomind backend only"),
-    (["builtin:sample", "builtin:tiny-llama", "--bogus"], "unrecognized arguments"),
-    # 4,000 output tokens on a 2,048-token model, and an output length that would size a cache in terabytes.
-    (["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--dataset-name", "random",
-      "--random-input-len", "16", "--random-output-len", "4000"], "does not fit the 2,048-token context window"),
-    (["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--sharegpt-output-len", "100000000"],
-     "does not fit the 2,048-token context window"),
-    # Conversations bring their own prompt lengths: known once sampled.
-    (["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "8", "--sharegpt-output-len", "2040"],
-     "sampled requests do not fit"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["builtin:nope", "builtin:tiny-llama", "--backend", "transformers"], "Unknown built-in dataset"),
+        (["/no/such/file.json", "builtin:tiny-llama", "--backend", "transformers"], "does not exist"),
+        (["builtin:sample", "/no/such/model", "--backend", "transformers"], "No model folder"),
+        (["builtin:sample", "builtin:tiny-llama"], "NVIDIA GPU"),
+        (
+            ["builtin:sample", "builtin:tiny-llama", "--backend", "pytorch", "--cache-max-entry-count", "1.5"],
+            "--cache-max-entry-count",
+        ),
+        (["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-c", "0"], "Concurrency"),
+        (
+            ["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--dataset-name", "random"],
+            "--random-input-len",
+        ),
+        (
+            ["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--sharegpt-output-len", "2"],
+            "at least 4",
+        ),
+        (["builtin:sample", "builtin:tiny-llama", "--quant-policy", "int3"], "invalid quant_policy"),
+        (
+            ["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--cache-max-entry-count", "2.0"],
+            "error: --cache-max-entry-count applies to the turbomind and pytorch backends only, not to transformers.",
+        ),
+        (
+            ["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--cache-max-entry-count", "-1"],
+            "error: --cache-max-entry-count applies to the turbomind and pytorch backends only",
+        ),
+        # Given explicitly, even LMDeploy's default value is refused: the flag does nothing on this backend.
+        (
+            ["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--session-len", "0", "--eager-mode"],
+            "--session-len applies to the turbomind and pytorch backends only, not to transformers. "
+            "--eager-mode applies to the pytorch backend only, not to transformers.",
+        ),
+        (
+            ["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--communicator", "nccl"],
+            "--communicator applies to the turbomind backend only",
+        ),
+        (["builtin:sample", "builtin:tiny-llama", "--bogus"], "unrecognized arguments"),
+        # 4,000 output tokens on a 2,048-token model, and an output length that would size a cache in terabytes.
+        (
+            [
+                "builtin:sample",
+                "builtin:tiny-llama",
+                "--backend",
+                "transformers",
+                "--dataset-name",
+                "random",
+                "--random-input-len",
+                "16",
+                "--random-output-len",
+                "4000",
+            ],
+            "does not fit the 2,048-token context window",
+        ),
+        (
+            ["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--sharegpt-output-len", "100000000"],
+            "does not fit the 2,048-token context window",
+        ),
+        # Conversations bring their own prompt lengths: known once sampled.
+        (
+            [
+                "builtin:sample",
+                "builtin:tiny-llama",
+                "--backend",
+                "transformers",
+                "-n",
+                "8",
+                "--sharegpt-output-len",
+                "2040",
+            ],
+            "sampled requests do not fit",
+        ),
+    ],
+)
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, tiny_model_path, args, message):
     """Found in the flags or while loading, a typo is no run: no CSV row, no history row, no run folder."""
     csv_path, results = tmp_path / "out.csv", tmp_path / "results"
@@ -221,17 +318,41 @@ def test_the_terminal_progress_line_shows_what_the_run_tells_its_observers():
 
 
 # Every request needs more KV cache blocks than the cache has (1), or only the longest ones do (5 blocks).
-CACHE_STARVED = ("pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "6", "-c", "1",
-                 "--dataset-name", "random", "--random-input-len", "16", "--random-output-len", "8",
-                 "--random-range-ratio", "0.1", "--cache-block-seq-len", "4", "--csv", "")
+CACHE_STARVED = (
+    "pipeline",
+    "builtin:sample",
+    "builtin:tiny-llama",
+    "--backend",
+    "transformers",
+    "-n",
+    "6",
+    "-c",
+    "1",
+    "--dataset-name",
+    "random",
+    "--random-input-len",
+    "16",
+    "--random-output-len",
+    "8",
+    "--random-range-ratio",
+    "0.1",
+    "--cache-block-seq-len",
+    "4",
+    "--csv",
+    "",
+)
 
 
-@pytest.mark.parametrize("num_blocks, code, said, status, completed", [
-    ("1", 1, "error: No request succeeded (error: The request needs", "failed", 0),
-    ("5", 3, "warning: 1 of 6 requests failed (error: The request needs 6 KV cache blocks", "partial", 5),
-])
-def test_a_run_with_failed_requests_exits_non_zero_and_says_why(tmp_path, capsys, tiny_model_path, num_blocks,
-                                                                code, said, status, completed):
+@pytest.mark.parametrize(
+    "num_blocks, code, said, status, completed",
+    [
+        ("1", 1, "error: No request succeeded (error: The request needs", "failed", 0),
+        ("5", 3, "warning: 1 of 6 requests failed (error: The request needs 6 KV cache blocks", "partial", 5),
+    ],
+)
+def test_a_run_with_failed_requests_exits_non_zero_and_says_why(
+    tmp_path, capsys, tiny_model_path, num_blocks, code, said, status, completed
+):
     assert main([*CACHE_STARVED, "--num-blocks", num_blocks, "--results", str(tmp_path)]) == code
     assert said in capsys.readouterr().err
     (row,) = History(tmp_path).load().to_dict("records")

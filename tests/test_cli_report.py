@@ -4,16 +4,32 @@ holds; a sweep writes its own; a folder that is not there is refused before anyt
 from __future__ import annotations
 
 import pytest
+from test_cli import run_cli
 
 from bench_core.store.history import History
 from bench_core.views import tables
-from test_cli import run_cli
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
 pytestmark = pytest.mark.slow
 
-FAST_RUN = ("pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "4", "-c", "2",
-            "--sharegpt-output-len", "8", "--stream-output", "--csv", "", "--results", "results")
+FAST_RUN = (
+    "pipeline",
+    "builtin:sample",
+    "builtin:tiny-llama",
+    "--backend",
+    "transformers",
+    "-n",
+    "4",
+    "-c",
+    "2",
+    "--sharegpt-output-len",
+    "8",
+    "--stream-output",
+    "--csv",
+    "",
+    "--results",
+    "results",
+)
 
 
 def test_a_run_writes_its_report_with_the_numbers_the_history_holds(tmp_path, tiny_model_path):
@@ -43,8 +59,9 @@ def test_a_sweep_writes_its_report(tmp_path, tiny_model_path):
 def test_a_report_in_a_folder_that_is_not_there_is_refused_before_the_run(tmp_path, command):
     proc = run_cli(*command, "--report", "no/such/folder/out.html", cwd=tmp_path)
     assert proc.returncode == 2
-    assert proc.stderr.splitlines() == ["error: --report no/such/folder/out.html: the folder no/such/folder does not "
-                                        "exist."]
+    assert proc.stderr.splitlines() == [
+        "error: --report no/such/folder/out.html: the folder no/such/folder does not exist."
+    ]
     assert not (tmp_path / "results").exists()  # nothing ran, nothing was recorded
 
 
@@ -52,8 +69,22 @@ def test_a_run_that_failed_while_loading_still_writes_what_it_left(tmp_path):
     broken = tmp_path / "broken-model"  # a model folder that fails to load: a run that failed, not a typo refused
     broken.mkdir()
     (broken / "config.json").write_text("{}")
-    proc = run_cli("pipeline", "builtin:sample", str(broken), "--backend", "transformers", "-n", "2", "--csv", "",
-                   "--results", "results", "--report", "failed.html", cwd=tmp_path)
+    proc = run_cli(
+        "pipeline",
+        "builtin:sample",
+        str(broken),
+        "--backend",
+        "transformers",
+        "-n",
+        "2",
+        "--csv",
+        "",
+        "--results",
+        "results",
+        "--report",
+        "failed.html",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2, proc.stderr  # found while loading: bad input, recorded as failed
     document = (tmp_path / "failed.html").read_text(encoding="utf-8")
     (run_id,) = History(tmp_path / "results").load()["run_id"].astype(str)

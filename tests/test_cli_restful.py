@@ -5,9 +5,9 @@ import csv
 import pytest
 from openai_server import free_port, recording_app, serving, transformers_server  # noqa: F401 (fixture)
 
-from bench_core.measure.catalog import BEYOND_LMDEPLOY
 from bench_core.cli import build_parser, main
 from bench_core.cli.restful import _rate_range, rates
+from bench_core.measure.catalog import BEYOND_LMDEPLOY
 from bench_core.store.history import History
 from bench_core.store.history_import import RESTFUL_COLUMNS
 
@@ -18,11 +18,28 @@ SECRET = "sk-cli-secret-0123456789"
 
 
 def restful(url: str, tmp_path, *flags: str) -> int:
-    return main([
-        "restful", "--backend", "transformers", "--base-url", url, "--tokenizer", "builtin:tiny-llama",
-        "--dataset-path", "builtin:sample", "--num-prompts", "6", "--sharegpt-output-len", "8",
-        "--output-file", str(tmp_path / "out.csv"), "--results", str(tmp_path / "results"), *flags,
-    ])
+    return main(
+        [
+            "restful",
+            "--backend",
+            "transformers",
+            "--base-url",
+            url,
+            "--tokenizer",
+            "builtin:tiny-llama",
+            "--dataset-path",
+            "builtin:sample",
+            "--num-prompts",
+            "6",
+            "--sharegpt-output-len",
+            "8",
+            "--output-file",
+            str(tmp_path / "out.csv"),
+            "--results",
+            str(tmp_path / "results"),
+            *flags,
+        ]
+    )
 
 
 def csv_rows(path) -> tuple[list[str], list[dict]]:
@@ -32,27 +49,44 @@ def csv_rows(path) -> tuple[list[str], list[dict]]:
 
 
 def test_a_run_prints_their_box_appends_their_csv_row_and_lands_in_the_history(
-        transformers_server, tmp_path, capsys, monkeypatch):
+    transformers_server, tmp_path, capsys, monkeypatch
+):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    assert restful(transformers_server, tmp_path, "--request-rate", "50", "--max-concurrency", "4",
-                   "--percentiles", "90") == 0
+    assert (
+        restful(transformers_server, tmp_path, "--request-rate", "50", "--max-concurrency", "4", "--percentiles", "90")
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.splitlines()[0] == f"{' Serving Benchmark Result ':=^50}"
     assert "Successful requests:                     6" in out
     assert "Total generated tokens:                  48" in out
-    for row in ("Total generated tokens (retokenized):", "P99 TTFT (ms):", "Median ITL (ms):", "P90 TPOT (ms):",
-                "Std ITL (ms):", "Achieved rate (req/s):", "Length mismatches:                       0",
-                *(f"Mean {metric.row_title}:" for metric in BEYOND_LMDEPLOY)):  # every catalog metric LMDeploy lacks
+    for row in (
+        "Total generated tokens (retokenized):",
+        "P99 TTFT (ms):",
+        "Median ITL (ms):",
+        "P90 TPOT (ms):",
+        "Std ITL (ms):",
+        "Achieved rate (req/s):",
+        "Length mismatches:                       0",
+        *(f"Mean {metric.row_title}:" for metric in BEYOND_LMDEPLOY),
+    ):  # every catalog metric LMDeploy lacks
         assert row in out
 
     header, rows = csv_rows(tmp_path / "out.csv")
     assert header == list(RESTFUL_COLUMNS)
     assert (rows[0]["backend"], rows[0]["request_rate"], rows[0]["completed"], rows[0]["total_output_tokens"]) == (
-        "transformers", "50.0", "6", "48")
+        "transformers",
+        "50.0",
+        "6",
+        "48",
+    )
     history = History(tmp_path / "results")
     stored = history.load()
     assert (stored["backend"].tolist(), stored["server_kind"].tolist(), stored["completed"].tolist()) == (
-        ["openai"], ["transformers"], [6])
+        ["openai"],
+        ["transformers"],
+        [6],
+    )
     assert len(History(tmp_path / "imported").import_csv(tmp_path / "out.csv")) == 1  # their columns import
     run_dir = history.run_dir(stored["run_id"][0])
     for path in [history.csv_path, tmp_path / "out.csv", *run_dir.iterdir()]:
@@ -67,12 +101,15 @@ def test_multi_runs_once_per_listed_rate_and_appends_a_row_each(transformers_ser
     assert History(tmp_path / "results").load()["request_rate"].tolist() == [20.0, 40.0]
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("2,34,2", [float(r) for r in range(2, 34, 2)]),
-    ("0.5,2,0.5", [0.5, 1.0, 1.5]),
-    ("1,2,4,8", [1.0, 2.0, 4.0, 8.0]),
-    ("3", [3.0]),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("2,34,2", [float(r) for r in range(2, 34, 2)]),
+        ("0.5,2,0.5", [0.5, 1.0, 1.5]),
+        ("1,2,4,8", [1.0, 2.0, 4.0, 8.0]),
+        ("3", [3.0]),
+    ],
+)
 def test_a_rate_range_of_three_values_is_a_range_as_theirs_and_other_counts_a_list(text, expected):
     assert _rate_range(text) == expected
 
@@ -87,11 +124,14 @@ def test_an_explicit_rate_list_of_three_is_a_list_and_implies_multi():
     assert build_rates(["restful", "--multi", "--request-rate-range", "1,2,4"]) == [1.0]
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--extra-request-body", "{oops"], "not valid JSON"),
-    (["--max-concurrency", "0"], "Max concurrency must be at least 1"),
-    (["--request-rate", "0"], "request rate must be above 0"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--extra-request-body", "{oops"], "not valid JSON"),
+        (["--max-concurrency", "0"], "Max concurrency must be at least 1"),
+        (["--request-rate", "0"], "request rate must be above 0"),
+    ],
+)
 def test_bad_input_is_one_line_on_stderr_exit_2_and_nothing_written(tmp_path, capsys, flags, message):
     assert restful(f"http://127.0.0.1:{free_port()}", tmp_path, *flags) == 2
     err = capsys.readouterr().err
@@ -110,20 +150,57 @@ def test_a_server_that_is_down_is_one_line_exit_2_and_nothing_written(tmp_path, 
 def lmdeploy_body(endpoint: str, prompt: str, output_len: int) -> dict:
     """What profile_restful_api.py's request functions post with their default flags (reference 4.2)."""
     if endpoint == "chat":
-        return {"model": "m", "messages": [{"role": "user", "content": prompt}], "temperature": 0.0,
-                "max_completion_tokens": output_len, "stream": True, "ignore_eos": True}
-    return {"model": "m", "prompt": prompt, "temperature": 0.0, "best_of": 1, "max_tokens": output_len,
-            "stream": True, "ignore_eos": True}
+        return {
+            "model": "m",
+            "messages": [{"role": "user", "content": prompt}],
+            "temperature": 0.0,
+            "max_completion_tokens": output_len,
+            "stream": True,
+            "ignore_eos": True,
+        }
+    return {
+        "model": "m",
+        "prompt": prompt,
+        "temperature": 0.0,
+        "best_of": 1,
+        "max_tokens": output_len,
+        "stream": True,
+        "ignore_eos": True,
+    }
 
 
 def sent_bodies(tmp_path, backend: str, *flags: str) -> list[dict]:
     """The bodies a two-request restful run against the lmdeploy-like test server posts."""
     bodies: list[dict] = []
     with serving(recording_app(bodies)) as url:
-        assert main(["restful", "--backend", backend, "--base-url", url, "--model", "m", "--tokenizer",
-                     "builtin:tiny-llama", "--dataset-path", "builtin:sample", "--num-prompts", "2",
-                     "--sharegpt-output-len", "4", "--disable-warmup", "--output-file", "",
-                     "--results", str(tmp_path / "results"), *flags]) == 0
+        assert (
+            main(
+                [
+                    "restful",
+                    "--backend",
+                    backend,
+                    "--base-url",
+                    url,
+                    "--model",
+                    "m",
+                    "--tokenizer",
+                    "builtin:tiny-llama",
+                    "--dataset-path",
+                    "builtin:sample",
+                    "--num-prompts",
+                    "2",
+                    "--sharegpt-output-len",
+                    "4",
+                    "--disable-warmup",
+                    "--output-file",
+                    "",
+                    "--results",
+                    str(tmp_path / "results"),
+                    *flags,
+                ]
+            )
+            == 0
+        )
     assert len(bodies) == 2
     return bodies
 
@@ -140,7 +217,11 @@ def test_the_sampling_flags_send_their_fields_and_are_recorded(tmp_path):
     bodies = sent_bodies(tmp_path, "lmdeploy", "--temperature", "0.7", "--top-p", "0.9", "--top-k", "20")
     for body in bodies:
         assert {key: body[key] for key in ("temperature", "top_p", "top_k", "best_of")} == {
-            "temperature": 0.7, "top_p": 0.9, "top_k": 20, "best_of": 1}
+            "temperature": 0.7,
+            "top_p": 0.9,
+            "top_k": 20,
+            "best_of": 1,
+        }
     row = History(tmp_path / "results").load().iloc[0]
     assert (row["do_sample"], row["temperature"], row["top_p"], row["top_k"]) == (True, 0.7, 0.9, 20)
     top_p_alone = sent_bodies(tmp_path, "lmdeploy-chat", "--top-p", "0.5")[0]  # at temperature 0: greedy
@@ -151,16 +232,38 @@ def test_the_extra_request_body_overrides_every_field_we_send(tmp_path):
     extra = '{"temperature": 0.3, "best_of": 2, "top_k": -1, "ignore_eos": false}'
     for body in sent_bodies(tmp_path, "vllm", "--temperature", "0.7", "--extra-request-body", extra):
         assert {key: body[key] for key in ("temperature", "top_p", "top_k", "best_of", "ignore_eos")} == {
-            "temperature": 0.3, "top_p": 1.0, "top_k": -1, "best_of": 2, "ignore_eos": False}
+            "temperature": 0.3,
+            "top_p": 1.0,
+            "top_k": -1,
+            "best_of": 2,
+            "ignore_eos": False,
+        }
 
 
 def test_a_sweep_over_request_rate_runs_each_rate_against_the_server(transformers_server, tmp_path, capsys):
-    code = main([
-        "sweep", "restful", "--backend", "transformers", "--base-url", transformers_server,
-        "--tokenizer", "builtin:tiny-llama", "--dataset-path", "builtin:sample", "--num-prompts", "4",
-        "--sharegpt-output-len", "8", "--disable-warmup", "--results", str(tmp_path / "results"),
-        "--sweep", "request_rate=20,inf",
-    ])
+    code = main(
+        [
+            "sweep",
+            "restful",
+            "--backend",
+            "transformers",
+            "--base-url",
+            transformers_server,
+            "--tokenizer",
+            "builtin:tiny-llama",
+            "--dataset-path",
+            "builtin:sample",
+            "--num-prompts",
+            "4",
+            "--sharegpt-output-len",
+            "8",
+            "--disable-warmup",
+            "--results",
+            str(tmp_path / "results"),
+            "--sweep",
+            "request_rate=20,inf",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     runs = History(tmp_path / "results").load()
     assert sorted(runs["request_rate"].tolist()) == [20.0, float("inf")]

@@ -22,9 +22,29 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 # A 2x2 grid, 2 repeats, 4 prompts x 8 tokens: 8 runs of about a second each.
-SWEEP_ARGS = ("sweep", "pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "4",
-              "--sharegpt-output-len", "8", "--stream-output", "--label", "grid", "--results", "results",
-              "--sweep", "concurrency=1,2", "--sweep", "max-batch-tokens=256,512", "--repeats", "2")
+SWEEP_ARGS = (
+    "sweep",
+    "pipeline",
+    "builtin:sample",
+    "builtin:tiny-llama",
+    "--backend",
+    "transformers",
+    "-n",
+    "4",
+    "--sharegpt-output-len",
+    "8",
+    "--stream-output",
+    "--label",
+    "grid",
+    "--results",
+    "results",
+    "--sweep",
+    "concurrency=1,2",
+    "--sweep",
+    "max-batch-tokens=256,512",
+    "--repeats",
+    "2",
+)
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +52,14 @@ def grid_sweep(tmp_path_factory, tiny_model_path):
     """The grid through the real command line, shared by the assertions below."""
     work = tmp_path_factory.mktemp("cli-sweep")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "bench_core", *SWEEP_ARGS], cwd=work, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench_core", *SWEEP_ARGS],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == EXIT_OK, proc.stderr
     return work, proc
 
@@ -46,8 +72,10 @@ def sweep_id_of(work: Path) -> str:
 def test_a_grid_prints_one_line_per_point_with_mean_and_interval(grid_sweep):
     work, proc = grid_sweep
     lines = proc.stdout.strip().splitlines()
-    assert lines[0] == (f"Sweep {sweep_id_of(work)}: mean [95% CI, within the metric's bounds] over each point's "
-                        "finished runs; (range lowest..highest run) with fewer than 3 runs, too few for an interval")
+    assert lines[0] == (
+        f"Sweep {sweep_id_of(work)}: mean [95% CI, within the metric's bounds] over each point's "
+        "finished runs; (range lowest..highest run) with fewer than 3 runs, too few for an interval"
+    )
     header = lines[1].split()
     assert header[:3] == ["concurrency", "max_batch_tokens", "runs"]
     assert "Output throughput (tok/s)" in lines[1] and "P99 time to first token (ms)" in lines[1]
@@ -64,13 +92,17 @@ def test_every_run_is_in_the_history_and_in_lmdeploys_csv(grid_sweep):
     sweep_id = sweep_id_of(work)
     assert len(runs) == 8 and set(runs["sweep_id"]) == {sweep_id} and set(runs["status"]) == {"finished"}
     assert sorted(zip(runs["concurrency"], runs["max_batch_tokens"], runs["sweep_repeat"])) == [
-        (c, m, r) for c in (1, 2) for m in (256, 512) for r in (0, 1)]
+        (c, m, r) for c in (1, 2) for m in (256, 512) for r in (0, 1)
+    ]
     assert (runs["completed"] == 4).all()
     with open(work / "profile_pipeline_api.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == list(SAVE_CSV_COLUMNS) and len(rows) == 8
     plan = json.loads((work / "results" / "sweeps" / f"{sweep_id}.json").read_text())
-    assert plan["axes"] == [{"name": "concurrency", "values": [1, 2]}, {"name": "max_batch_tokens", "values": [256, 512]}]
+    assert plan["axes"] == [
+        {"name": "concurrency", "values": [1, 2]},
+        {"name": "max_batch_tokens", "values": [256, 512]},
+    ]
     assert plan["repeats"] == 2 and plan["base"]["label"] == "grid"
 
 
@@ -87,15 +119,20 @@ def test_resume_runs_only_the_missing_run(grid_sweep, capsys):
     assert len(runs) == 8 and lost not in set(runs["run_id"])
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--sweep", "concurency=1,2"], "error: Cannot sweep 'concurency'. Sweepable settings: tp,"),
-    (["--sweep", "concurrency=0,2"], "error: Sweep points with concurrency=0: Concurrency must be at least 1."),
-    (["--sweep", "concurrency=1,2", "--repeats", "0"], "error: A sweep needs at least 1 repeat per point."),
-    (["--sweep", "concurrency=1", "--sweep", "tp=1", "--sweep", "num_prompts=4"], "one setting or two"),
-    (["--sweep", "cache_max_entry_count=0.5,0.8"],
-     "error: Cannot sweep cache_max_entry_count: --cache-max-entry-count applies to the turbomind and pytorch "
-     "backends only, not to transformers."),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--sweep", "concurency=1,2"], "error: Cannot sweep 'concurency'. Sweepable settings: tp,"),
+        (["--sweep", "concurrency=0,2"], "error: Sweep points with concurrency=0: Concurrency must be at least 1."),
+        (["--sweep", "concurrency=1,2", "--repeats", "0"], "error: A sweep needs at least 1 repeat per point."),
+        (["--sweep", "concurrency=1", "--sweep", "tp=1", "--sweep", "num_prompts=4"], "one setting or two"),
+        (
+            ["--sweep", "cache_max_entry_count=0.5,0.8"],
+            "error: Cannot sweep cache_max_entry_count: --cache-max-entry-count applies to the turbomind and pytorch "
+            "backends only, not to transformers.",
+        ),
+    ],
+)
 def test_a_bad_sweep_is_one_line_exit_2_and_nothing_written(args, message, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     code = main(["sweep", "pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", *args])
@@ -116,8 +153,22 @@ def test_resume_of_an_unknown_sweep_and_resume_with_settings_are_refused(tmp_pat
 
 
 def test_a_missing_dataset_is_one_error_and_exit_2(tmp_path, capsys, tiny_model_path):
-    code = main(["sweep", "pipeline", str(tmp_path / "none.json"), "builtin:tiny-llama", "--backend", "transformers",
-                 "--results", str(tmp_path / "results"), "--csv", "", "--sweep", "concurrency=1,2"])
+    code = main(
+        [
+            "sweep",
+            "pipeline",
+            str(tmp_path / "none.json"),
+            "builtin:tiny-llama",
+            "--backend",
+            "transformers",
+            "--results",
+            str(tmp_path / "results"),
+            "--csv",
+            "",
+            "--sweep",
+            "concurrency=1,2",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == EXIT_BAD_INPUT
     assert f"error: Dataset {tmp_path / 'none.json'} does not exist" in err

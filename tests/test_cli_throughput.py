@@ -25,25 +25,54 @@ pytestmark = pytest.mark.slow
 # profile_throughput.py's parse_args (lmdeploy snapshot 2026-08-21), in its order: each flag's default, as it parses
 # a command line that gives none (positionals: a value to give).
 PROFILE_THROUGHPUT_FLAGS = {
-    "dataset": "data.json", "model_path": "model", "--concurrency": 256, "--num-prompts": 5000,
+    "dataset": "data.json",
+    "model_path": "model",
+    "--concurrency": 256,
+    "--num-prompts": 5000,
     "--no-stream-output": True,  # stream_output True: their dest is no_stream_output=False
-    "--skip-tokenize": False, "--skip-detokenize": False, "--cancel-rate": 0.0, "--use-uvloop": False,
-    "--csv": "./profile_throughput.csv", "--seed": 0, "--distributed-executor-backend": None,
-    "--dataset-name": "sharegpt", "--sharegpt-output-len": None, "--random-input-len": None,
-    "--random-output-len": None, "--random-range-ratio": 0.0, "--trust-remote-code": False, "--top-p": 0.8,
-    "--top-k": 1, "--temperature": 0.8, "--backend": "turbomind",
+    "--skip-tokenize": False,
+    "--skip-detokenize": False,
+    "--cancel-rate": 0.0,
+    "--use-uvloop": False,
+    "--csv": "./profile_throughput.csv",
+    "--seed": 0,
+    "--distributed-executor-backend": None,
+    "--dataset-name": "sharegpt",
+    "--sharegpt-output-len": None,
+    "--random-input-len": None,
+    "--random-output-len": None,
+    "--random-range-ratio": 0.0,
+    "--trust-remote-code": False,
+    "--top-p": 0.8,
+    "--top-k": 1,
+    "--temperature": 0.8,
+    "--backend": "turbomind",
     # PyTorch engine arguments
-    "--device": "cuda", "--eager-mode": False, "--dllm-block-length": None,
-    "--dllm-unmasking-strategy": "low_confidence_dynamic", "--dllm-denoising-steps": None,
+    "--device": "cuda",
+    "--eager-mode": False,
+    "--dllm-block-length": None,
+    "--dllm-unmasking-strategy": "low_confidence_dynamic",
+    "--dllm-denoising-steps": None,
     "--dllm-confidence-threshold": 0.85,
     # Speculative decoding
-    "--speculative-algorithm": None, "--speculative-draft-model": None, "--speculative-num-draft-tokens": 1,
+    "--speculative-algorithm": None,
+    "--speculative-draft-model": None,
+    "--speculative-num-draft-tokens": 1,
     # the knobs both engines take
-    "--tp": 1, "--cache-max-entry-count": 0.8, "--cache-block-seq-len": 64, "--enable-prefix-caching": False,
-    "--quant-policy": 0, "--dtype": "auto",
+    "--tp": 1,
+    "--cache-max-entry-count": 0.8,
+    "--cache-block-seq-len": 64,
+    "--enable-prefix-caching": False,
+    "--quant-policy": 0,
+    "--dtype": "auto",
     # TurboMind engine arguments
-    "--dp": 1, "--cp": 1, "--model-format": "hf", "--num-tokens-per-iter": 0, "--max-prefill-iters": 1,
-    "--async": 1, "--communicator": "nccl",
+    "--dp": 1,
+    "--cp": 1,
+    "--model-format": "hf",
+    "--num-tokens-per-iter": 0,
+    "--max-prefill-iters": 1,
+    "--async": 1,
+    "--communicator": "nccl",
 }
 
 
@@ -59,27 +88,61 @@ def test_each_of_profile_throughputs_44_flags_is_ours_with_its_default():
     assert ours[:10] == flags[:10]  # their plain flags, in their order
     args = parser.parse_args(["throughput", "data.json", "model"])
     values = ThroughputCommand().build_config(args).value
-    expected = {"--concurrency": "concurrency", "--num-prompts": "num_prompts", "--no-stream-output": "stream_output",
-                "--skip-tokenize": "skip_tokenize", "--skip-detokenize": "skip_detokenize",
-                "--cancel-rate": "cancel_rate", "--use-uvloop": "use_uvloop", "--seed": "seed",
-                "--dataset-name": "dataset_name", "--random-range-ratio": "random_range_ratio", "--top-p": "top_p",
-                "--top-k": "top_k", "--temperature": "temperature", "--backend": "backend"}
-    assert {flag: values(name) for flag, name in expected.items()} == \
-        {flag: PROFILE_THROUGHPUT_FLAGS[flag] for flag in expected}
+    expected = {
+        "--concurrency": "concurrency",
+        "--num-prompts": "num_prompts",
+        "--no-stream-output": "stream_output",
+        "--skip-tokenize": "skip_tokenize",
+        "--skip-detokenize": "skip_detokenize",
+        "--cancel-rate": "cancel_rate",
+        "--use-uvloop": "use_uvloop",
+        "--seed": "seed",
+        "--dataset-name": "dataset_name",
+        "--random-range-ratio": "random_range_ratio",
+        "--top-p": "top_p",
+        "--top-k": "top_k",
+        "--temperature": "temperature",
+        "--backend": "backend",
+    }
+    assert {flag: values(name) for flag, name in expected.items()} == {
+        flag: PROFILE_THROUGHPUT_FLAGS[flag] for flag in expected
+    }
     assert args.csv == "./profile_throughput.csv"
     knobs = [flag for flag in flags if flag not in expected and flag != "--csv"]  # absent until given
     declared = {flag: setting for setting in SETTINGS for flag in setting.cli_flags}
-    assert {flag: declared[flag].default for flag in knobs} == \
-        {flag: PROFILE_THROUGHPUT_FLAGS[flag] for flag in knobs}
+    assert {flag: declared[flag].default for flag in knobs} == {flag: PROFILE_THROUGHPUT_FLAGS[flag] for flag in knobs}
 
 
 @pytest.fixture(scope="module")
 def cancelled_run(tmp_path_factory, tiny_model_path):
     """profile_throughput.py's flags at once, on the embedded engine: ids in, no detokenize, a quarter cancelled."""
     work = tmp_path_factory.mktemp("throughput")
-    proc = run_cli("throughput", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "24",
-                   "-c", "4", "--seed", "0", "--sharegpt-output-len", "16", "--skip-tokenize", "--skip-detokenize",
-                   "--cancel-rate", "0.25", "--top-k", "1", "--warmup-requests", "2", "--results", "results", cwd=work)
+    proc = run_cli(
+        "throughput",
+        "builtin:sample",
+        "builtin:tiny-llama",
+        "--backend",
+        "transformers",
+        "-n",
+        "24",
+        "-c",
+        "4",
+        "--seed",
+        "0",
+        "--sharegpt-output-len",
+        "16",
+        "--skip-tokenize",
+        "--skip-detokenize",
+        "--cancel-rate",
+        "0.25",
+        "--top-k",
+        "1",
+        "--warmup-requests",
+        "2",
+        "--results",
+        "results",
+        cwd=work,
+    )
     return work, proc
 
 
@@ -99,8 +162,9 @@ def test_the_summary_is_profile_throughputs_with_its_extra_rows(cancelled_run):
 def test_the_cancel_rate_cancels_its_share_counted_cancelled_not_failed(cancelled_run, tiny_tokenizer):
     work, proc = cancelled_run
     assert proc.returncode == 0, proc.stderr
-    sample = sample_requests(DatasetConfig(dataset="builtin:sample", num_prompts=24, seed=0, sharegpt_output_len=16),
-                             tiny_tokenizer)
+    sample = sample_requests(
+        DatasetConfig(dataset="builtin:sample", num_prompts=24, seed=0, sharegpt_output_len=16), tiny_tokenizer
+    )
     planned = cancel_points([r.output_len for r in sample.requests], 0.25, sample.cancel_rng)
     cut_short = sum(point is not None and point <= 16 - 2 for point in planned)
     assert 2 <= cut_short <= 10  # near a quarter of 24
@@ -116,15 +180,36 @@ def test_the_lmdeploy_csv_row_goes_to_profile_throughput_csv(cancelled_run):
     header, rows = read_csv(work / "profile_throughput.csv")
     assert header == list(SAVE_CSV_COLUMNS)
     (row,) = rows
-    assert (row["backend"], row["bs"], row["num_prompts"], row["sharegpt_output_len"]) == ("transformers", "4", "24",
-                                                                                          "16")
+    assert (row["backend"], row["bs"], row["num_prompts"], row["sharegpt_output_len"]) == (
+        "transformers",
+        "4",
+        "24",
+        "16",
+    )
     assert int(row["completed"]) < 24 and float(row["mean_ttft_ms"]) > 0
 
 
 def test_without_stream_output_there_is_no_ttft(tmp_path, tiny_model_path, capsys):
-    code = main(["throughput", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "4", "-c",
-                 "2", "--sharegpt-output-len", "4", "--no-stream-output", "--csv", "", "--results",
-                 str(tmp_path / "results")])
+    code = main(
+        [
+            "throughput",
+            "builtin:sample",
+            "builtin:tiny-llama",
+            "--backend",
+            "transformers",
+            "-n",
+            "4",
+            "-c",
+            "2",
+            "--sharegpt-output-len",
+            "4",
+            "--no-stream-output",
+            "--csv",
+            "",
+            "--results",
+            str(tmp_path / "results"),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     row = History(tmp_path / "results").load().iloc[0]
     assert not row["stream_output"] and row["completed"] == 4
@@ -132,9 +217,29 @@ def test_without_stream_output_there_is_no_ttft(tmp_path, tiny_model_path, capsy
 
 
 def test_the_sampling_flags_reach_the_engine(tmp_path, tiny_model_path, capsys):
-    code = main(["throughput", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "2",
-                 "--sharegpt-output-len", "4", "--top-k", "5", "--top-p", "0.5", "--temperature", "0.7", "--csv", "",
-                 "--results", str(tmp_path / "results")])
+    code = main(
+        [
+            "throughput",
+            "builtin:sample",
+            "builtin:tiny-llama",
+            "--backend",
+            "transformers",
+            "-n",
+            "2",
+            "--sharegpt-output-len",
+            "4",
+            "--top-k",
+            "5",
+            "--top-p",
+            "0.5",
+            "--temperature",
+            "0.7",
+            "--csv",
+            "",
+            "--results",
+            str(tmp_path / "results"),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     row = History(tmp_path / "results").load().iloc[0]
     assert (row["do_sample"], row["top_k"], row["top_p"], row["temperature"]) == (True, 5, 0.5, 0.7)
@@ -142,34 +247,92 @@ def test_the_sampling_flags_reach_the_engine(tmp_path, tiny_model_path, capsys):
 
 @pytest.mark.skipif(importlib.util.find_spec("uvloop") is not None, reason="uvloop is installed here")
 def test_use_uvloop_without_uvloop_is_refused_in_one_line(tmp_path, capsys):
-    code = main(["throughput", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--use-uvloop",
-                 "--csv", "", "--results", str(tmp_path / "results")])
+    code = main(
+        [
+            "throughput",
+            "builtin:sample",
+            "builtin:tiny-llama",
+            "--backend",
+            "transformers",
+            "--use-uvloop",
+            "--csv",
+            "",
+            "--results",
+            str(tmp_path / "results"),
+        ]
+    )
     assert code == 2
-    assert capsys.readouterr().err == ("error: --use-uvloop needs the uvloop package, which is not installed here: "
-                                       "pip install uvloop.\n")
+    assert capsys.readouterr().err == (
+        "error: --use-uvloop needs the uvloop package, which is not installed here: pip install uvloop.\n"
+    )
     assert not (tmp_path / "results").exists()
 
 
 @pytest.mark.parametrize("workload", [["--dataset-name", "multi-turn", "--turns", "2"], ["--dataset-name", "trace"]])
 def test_workloads_that_wait_on_answers_or_timestamps_are_refused_on_the_engine_api(tmp_path, capsys, workload):
-    code = main(["throughput", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", *workload,
-                 "--csv", "", "--results", str(tmp_path / "results")])
+    code = main(
+        [
+            "throughput",
+            "builtin:sample",
+            "builtin:tiny-llama",
+            "--backend",
+            "transformers",
+            *workload,
+            "--csv",
+            "",
+            "--results",
+            str(tmp_path / "results"),
+        ]
+    )
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and "cannot wait for a turn's answer or a trace's timestamps" in line, line
 
 
 @pytest.mark.skipif(importlib.util.find_spec("uvloop") is None, reason="uvloop is not installed here")
 def test_use_uvloop_runs_the_workers_on_uvloop(tmp_path, tiny_model_path, capsys):
-    code = main(["throughput", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--use-uvloop",
-                 "-n", "3", "--sharegpt-output-len", "4", "--csv", "", "--results", str(tmp_path / "results")])
+    code = main(
+        [
+            "throughput",
+            "builtin:sample",
+            "builtin:tiny-llama",
+            "--backend",
+            "transformers",
+            "--use-uvloop",
+            "-n",
+            "3",
+            "--sharegpt-output-len",
+            "4",
+            "--csv",
+            "",
+            "--results",
+            str(tmp_path / "results"),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     assert History(tmp_path / "results").load().iloc[0]["completed"] == 3
 
 
 def test_a_sweep_takes_the_engine_api_and_its_lmdeploy_knobs(tmp_path, tiny_model_path, capsys):
-    code = main(["sweep", "throughput", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "2",
-                 "--sharegpt-output-len", "4", "--csv", "", "--results", str(tmp_path / "results"),
-                 "--sweep", "concurrency=1,2"])
+    code = main(
+        [
+            "sweep",
+            "throughput",
+            "builtin:sample",
+            "builtin:tiny-llama",
+            "--backend",
+            "transformers",
+            "-n",
+            "2",
+            "--sharegpt-output-len",
+            "4",
+            "--csv",
+            "",
+            "--results",
+            str(tmp_path / "results"),
+            "--sweep",
+            "concurrency=1,2",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     runs = History(tmp_path / "results").load()
     assert sorted(runs["concurrency"]) == [1, 2] and set(runs["load_pattern"]) == {"engine_api"}

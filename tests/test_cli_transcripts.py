@@ -60,8 +60,21 @@ COMMANDS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("pipeline-bad-backend", (*TINY[:3], "--backend", "vllm"), False),
     ("pipeline-knob-of-another-backend", (*RUN, "--tp", "2"), False),
     ("pipeline-two-foreign-knobs", (*RUN, "--quant-policy", "int8", "--eager-mode"), False),
-    ("pipeline-range-ratio", (*RUN, "--dataset-name", "random", "--random-input-len", "8",
-                              "--random-output-len", "8", "--random-range-ratio", "2"), False),
+    (
+        "pipeline-range-ratio",
+        (
+            *RUN,
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            "8",
+            "--random-output-len",
+            "8",
+            "--random-range-ratio",
+            "2",
+        ),
+        False,
+    ),
     ("pipeline-random-without-lengths", (*RUN, "--dataset-name", "random"), False),
     ("pipeline-random-length-on-sharegpt", (*RUN, "--random-input-len", "8"), False),
     ("pipeline-sharegpt-output-too-short", (*RUN, "--sharegpt-output-len", "2"), False),
@@ -80,13 +93,33 @@ COMMANDS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("throughput-bad-cancel-rate", (*THROUGHPUT, "--cancel-rate", "1.5"), False),
     ("throughput-dp-below-one", (*THROUGHPUT[:3], "--backend", "turbomind", "--csv", "", "--dp", "0"), False),
     ("restful-bad-port", ("restful", "--port", "0"), False),
-    ("restful-server-down", ("restful", "--base-url", CLOSED, "--model", "m", "--tokenizer", "builtin:tiny-llama",
-                             "--num-prompts", "2", "--output-file", "", "--results", "results"), False),
+    (
+        "restful-server-down",
+        (
+            "restful",
+            "--base-url",
+            CLOSED,
+            "--model",
+            "m",
+            "--tokenizer",
+            "builtin:tiny-llama",
+            "--num-prompts",
+            "2",
+            "--output-file",
+            "",
+            "--results",
+            "results",
+        ),
+        False,
+    ),
     ("restful-zero-rate", ("restful", "--base-url", CLOSED, "--request-rate", "0", "--results", "results"), False),
     ("restful-zero-burstiness", ("restful", "--base-url", CLOSED, "--burstiness", "0", "--results", "results"), False),
     ("restful-bad-rate-range", ("restful", "--base-url", CLOSED, "--multi", "--request-rate-range", "1,4,0"), False),
-    ("restful-bad-request-body", ("restful", "--base-url", CLOSED, "--extra-request-body", "{not json",
-                                  "--results", "results"), False),
+    (
+        "restful-bad-request-body",
+        ("restful", "--base-url", CLOSED, "--extra-request-body", "{not json", "--results", "results"),
+        False,
+    ),
     ("restful-bad-url", ("restful", "--base-url", "ftp://127.0.0.1:9", "--model", "m", "--results", "results"), False),
     ("sweep-nothing", ("sweep",), False),
     ("sweep-resume-unknown", ("sweep", "--resume", "sweep-20000101-000000-abcd", "--results", "results"), False),
@@ -95,26 +128,91 @@ COMMANDS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("sweep-repeated-value", ("sweep", *RUN, "--sweep", "concurrency=1,1"), False),
     ("sweep-bad-value", ("sweep", *RUN, "--sweep", "concurrency=1,x"), False),
     ("sweep-foreign-knob", ("sweep", *RUN, "--sweep", "tp=1,2"), False),
-    ("sweep-three-axes", ("sweep", *RUN, "--sweep", "concurrency=1,2", "--sweep", "num_prompts=1,2",
-                          "--sweep", "seed=1,2"), False),
+    (
+        "sweep-three-axes",
+        ("sweep", *RUN, "--sweep", "concurrency=1,2", "--sweep", "num_prompts=1,2", "--sweep", "seed=1,2"),
+        False,
+    ),
     ("sweep-no-repeats", ("sweep", *RUN, "--sweep", "concurrency=1,2", "--repeats", "0"), False),
-    ("sweep-cluster-flags-without-ray", ("sweep", *RUN, "--sweep", "concurrency=1,2",
-                                         "--cpus-per-point", "2"), False),
+    ("sweep-cluster-flags-without-ray", ("sweep", *RUN, "--sweep", "concurrency=1,2", "--cpus-per-point", "2"), False),
     ("sweep-impossible-point", ("sweep", *RUN, "--sweep", "num_prompts=2,0"), False),
     ("model-path-tiny", ("model-path", "builtin:tiny-llama"), False),
     ("model-path-unknown", ("model-path", "builtin:nothing"), False),
     ("run-streamed", (*RUN, "-n", "4", "-c", "2", "--seed", "3", "--stream-output", "--label", "transcript"), True),
-    ("run-random-batch", (*RUN, "-n", "3", "-c", "3", "--dataset-name", "random", "--random-input-len", "16",
-                          "--random-output-len", "6", "--random-range-ratio", "0.5"), True),
-    ("run-concurrency-lmdeploy-csv", (*TINY, "--results", "results", "-n", "3", "-c", "2", "--load", "concurrency",
-                                      "--sharegpt-output-len", "5", "--stream-output", "--slo-ttft-ms", "60000"), True),
-    ("run-throughput", (*THROUGHPUT, "-n", "4", "-c", "2", "--sharegpt-output-len", "5", "--warmup-requests", "1"),
-     True),
-    ("run-sweep", ("sweep", *RUN, "-n", "2", "--sharegpt-output-len", "4", "--stream-output",
-                   "--sweep", "concurrency=1,2"), True),
-    ("run-restful", ("restful", "--base-url", "{server}", "--model", "scripted", "--tokenizer", "builtin:tiny-llama",
-                     "--backend", "transformers", "--num-prompts", "3", "--sharegpt-output-len", "33", "--request-rate", "50", "--output-file", "",
-                     "--results", "results"), True),
+    (
+        "run-random-batch",
+        (
+            *RUN,
+            "-n",
+            "3",
+            "-c",
+            "3",
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            "16",
+            "--random-output-len",
+            "6",
+            "--random-range-ratio",
+            "0.5",
+        ),
+        True,
+    ),
+    (
+        "run-concurrency-lmdeploy-csv",
+        (
+            *TINY,
+            "--results",
+            "results",
+            "-n",
+            "3",
+            "-c",
+            "2",
+            "--load",
+            "concurrency",
+            "--sharegpt-output-len",
+            "5",
+            "--stream-output",
+            "--slo-ttft-ms",
+            "60000",
+        ),
+        True,
+    ),
+    (
+        "run-throughput",
+        (*THROUGHPUT, "-n", "4", "-c", "2", "--sharegpt-output-len", "5", "--warmup-requests", "1"),
+        True,
+    ),
+    (
+        "run-sweep",
+        ("sweep", *RUN, "-n", "2", "--sharegpt-output-len", "4", "--stream-output", "--sweep", "concurrency=1,2"),
+        True,
+    ),
+    (
+        "run-restful",
+        (
+            "restful",
+            "--base-url",
+            "{server}",
+            "--model",
+            "scripted",
+            "--tokenizer",
+            "builtin:tiny-llama",
+            "--backend",
+            "transformers",
+            "--num-prompts",
+            "3",
+            "--sharegpt-output-len",
+            "33",
+            "--request-rate",
+            "50",
+            "--output-file",
+            "",
+            "--results",
+            "results",
+        ),
+        True,
+    ),
 )
 
 
@@ -147,11 +245,15 @@ def transcript(name: str, args: tuple[str, ...], masked: bool, work: Path, serve
     argv = [arg.replace("{server}", server) for arg in args]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "COLUMNS": "120"}
     env.pop("BENCH_STUDIO_RESULTS", None)
-    proc = subprocess.run([sys.executable, "-m", "bench_core", *argv], cwd=folder, env=env, capture_output=True,
-                          text=True, timeout=300)
-    return {"args": list(args), "exit_code": proc.returncode,
-            "stdout": normalised(proc.stdout, folder, server, masked),
-            "stderr": normalised(proc.stderr, folder, server, masked)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench_core", *argv], cwd=folder, env=env, capture_output=True, text=True, timeout=300
+    )
+    return {
+        "args": list(args),
+        "exit_code": proc.returncode,
+        "stdout": normalised(proc.stdout, folder, server, masked),
+        "stderr": normalised(proc.stderr, folder, server, masked),
+    }
 
 
 def _recorded() -> dict:
@@ -171,10 +273,14 @@ def test_the_cli_says_what_it_said(name, args, masked, tmp_path, scripted_server
     if UPDATE:
         recorded = _recorded()
         recorded[name] = got
-        TRANSCRIPTS.write_text(json.dumps(dict(sorted(recorded.items())), indent=1, ensure_ascii=False) + "\n",
-                               encoding="utf-8")
+        TRANSCRIPTS.write_text(
+            json.dumps(dict(sorted(recorded.items())), indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
         return
     expected = _recorded().get(name)
     assert expected is not None, f"no transcript for {name}: rewrite them (see the module's docstring)"
-    assert (got["exit_code"], got["stdout"], got["stderr"]) == \
-        (expected["exit_code"], expected["stdout"], expected["stderr"])
+    assert (got["exit_code"], got["stdout"], got["stderr"]) == (
+        expected["exit_code"],
+        expected["stdout"],
+        expected["stderr"],
+    )

@@ -17,12 +17,30 @@ from test_contention import _config, _requests
 from bench_core.cli import main
 from bench_core.engines.loop_lag import LoopLag
 from bench_core.engines.openai_client import ClientRun
-from bench_core.hardware.client_bound import (CLIENT_CORES_COLUMN, CLIENT_PREFIX, LAG_COLUMN, LAG_LIMIT_MS,
-                                              SATURATED_COLUMN, SATURATED_SHARE, SPREAD_ADVICE, client_bound,
-                                              client_note, client_summary)
+from bench_core.hardware.client_bound import (
+    CLIENT_CORES_COLUMN,
+    CLIENT_PREFIX,
+    LAG_COLUMN,
+    LAG_LIMIT_MS,
+    SATURATED_COLUMN,
+    SATURATED_SHARE,
+    SPREAD_ADVICE,
+    client_bound,
+    client_note,
+    client_summary,
+)
 from bench_core.hardware.run_flags import flag_notes, run_flags
-from bench_core.hardware.telemetry import (CLIENT_LOOP, CPU_CORES, CPU_COUNT, LOOP_LAG_S, MACHINE, PROCESS, Sample,
-                                           samples_frame, with_loop_lag)
+from bench_core.hardware.telemetry import (
+    CLIENT_LOOP,
+    CPU_CORES,
+    CPU_COUNT,
+    LOOP_LAG_S,
+    MACHINE,
+    PROCESS,
+    Sample,
+    samples_frame,
+    with_loop_lag,
+)
 from bench_core.measure.catalog import METRICS, telemetry_columns
 from bench_core.store.history import History, run_metrics
 from bench_core.views.run_charts import telemetry_over_time
@@ -42,6 +60,7 @@ def _telemetry(client_cores: list[float], lags_s: list[float] = ()) -> pd.DataFr
 
 # ---- the loop-lag sampler on a real event loop -------------------------------------------------
 
+
 def _lateness(blocking: bool) -> list[float]:
     async def work():
         for _ in range(10):
@@ -56,14 +75,17 @@ def _lateness(blocking: bool) -> list[float]:
 
 def test_a_blocked_loop_is_seen_late_by_about_as_long_as_it_was_blocked():
     blocked, free = _lateness(blocking=True), _lateness(blocking=False)
-    print(f"\nblocked: mean {1000 * sum(blocked) / len(blocked):.1f} ms, max {1000 * max(blocked):.1f} ms; "
-          f"free: mean {1000 * sum(free) / len(free):.1f} ms over {len(free)} samples")
+    print(
+        f"\nblocked: mean {1000 * sum(blocked) / len(blocked):.1f} ms, max {1000 * max(blocked):.1f} ms; "
+        f"free: mean {1000 * sum(free) / len(free):.1f} ms over {len(free)} samples"
+    )
     assert len(blocked) >= 5 and max(blocked) >= 0.04  # each 50 ms block holds the timer back nearly that long
     assert sum(blocked) / len(blocked) >= LAG_LIMIT_MS / 1000
     assert len(free) >= 10 and sum(free) / len(free) < LAG_LIMIT_MS / 1000
 
 
 # ---- the rule on constructed telemetry ---------------------------------------------------------
+
 
 def test_a_late_loop_flags_a_server_run_with_its_numbers_and_the_way_to_spread_the_load():
     summary = run_metrics(_config("openai"), _requests(), 5.0, _telemetry([0.3] * 51, [0.025] * 51))
@@ -72,8 +94,10 @@ def test_a_late_loop_flags_a_server_run_with_its_numbers_and_the_way_to_spread_t
     assert summary[CLIENT_CORES_COLUMN] == pytest.approx(0.3) and summary[SATURATED_COLUMN] == 0.0
     assert client_bound(summary)
     note = client_note(summary)
-    assert note.startswith(f"{CLIENT_PREFIX}: the benchmark's client could not keep up during this run: its event "
-                           "loop woke 25.0 ms late on average (limit 10 ms)")
+    assert note.startswith(
+        f"{CLIENT_PREFIX}: the benchmark's client could not keep up during this run: its event "
+        "loop woke 25.0 ms late on average (limit 10 ms)"
+    )
     assert note.endswith(f"{SPREAD_ADVICE}.") and "--client-processes N" in note
 
 
@@ -98,14 +122,23 @@ def test_the_lag_outside_the_measured_window_does_not_count():
     frame = _telemetry([0.3] * 51, [0.5] * 3)  # a stall at 0-0.2 s, before a window that starts at 1 s
     assert client_summary(frame, 1.0, 5.0)["client_saturated_share"] == 0.0
     assert telemetry_columns({"mean_loop_lag_s": None}) == {}
-    assert run_metrics(_config("openai"), _requests(), 5.0,
-                       frame.assign(time_s=frame["time_s"] - 1.0)).get(LAG_COLUMN) is None
+    assert (
+        run_metrics(_config("openai"), _requests(), 5.0, frame.assign(time_s=frame["time_s"] - 1.0)).get(LAG_COLUMN)
+        is None
+    )
 
 
 def test_history_rows_without_the_columns_read_as_not_flagged_and_flagged_rows_say_both_flags():
-    rows = pd.DataFrame({"run_id": ["old", "late", "both"], "env_cpu_count": ["2", "2", "2"],
-                         LAG_COLUMN: [math.nan, 30.0, 12.0], SATURATED_COLUMN: [math.nan, 0.1, 0.9],
-                         "machine_busy_share": [math.nan, 0.0, 0.9], "other_cpu_cores": [math.nan, 0.0, 1.2]})
+    rows = pd.DataFrame(
+        {
+            "run_id": ["old", "late", "both"],
+            "env_cpu_count": ["2", "2", "2"],
+            LAG_COLUMN: [math.nan, 30.0, 12.0],
+            SATURATED_COLUMN: [math.nan, 0.1, 0.9],
+            "machine_busy_share": [math.nan, 0.0, 0.9],
+            "other_cpu_cores": [math.nan, 0.0, 1.2],
+        }
+    )
     notes = flag_notes(rows).tolist()
     assert notes[0] == ""
     assert notes[1].startswith(f"{CLIENT_PREFIX}: ") and "30.0 ms late" in notes[1]
@@ -124,17 +157,41 @@ def test_the_telemetry_chart_has_a_panel_for_the_loop_lag():
 
 # ---- real runs: restful against the scripted server --------------------------------------------
 
+
 def _restful(url: str, folder, capsys, *flags: str) -> tuple[int, pd.Series, str]:
     """One `restful` run of 8 requests: its exit code, history row and stderr (its client's figures printed)."""
-    code = main(["restful", "--backend", "transformers", "--base-url", url, "--model", "scripted",
-                 "--tokenizer", "builtin:tiny-llama", "--dataset-path", "builtin:sample", "--num-prompts", "8",
-                 "--sharegpt-output-len", str(TEXT_EVENTS), "--disable-warmup", "--output-file",
-                 str(folder / "out.csv"), "--results", str(folder / "results"), *flags])
+    code = main(
+        [
+            "restful",
+            "--backend",
+            "transformers",
+            "--base-url",
+            url,
+            "--model",
+            "scripted",
+            "--tokenizer",
+            "builtin:tiny-llama",
+            "--dataset-path",
+            "builtin:sample",
+            "--num-prompts",
+            "8",
+            "--sharegpt-output-len",
+            str(TEXT_EVENTS),
+            "--disable-warmup",
+            "--output-file",
+            str(folder / "out.csv"),
+            "--results",
+            str(folder / "results"),
+            *flags,
+        ]
+    )
     row, err = History(folder / "results").load().iloc[-1], capsys.readouterr().err
     with capsys.disabled():
-        print(f"\nclient at {' '.join(flags)}: mean loop lag {float(row[LAG_COLUMN]):.2f} ms, max "
-              f"{float(row['max_loop_lag_ms']):.1f} ms, CPU {float(row[CLIENT_CORES_COLUMN]):.2f} cores, at a full "
-              f"core {float(row[SATURATED_COLUMN]):.0%} of the run")
+        print(
+            f"\nclient at {' '.join(flags)}: mean loop lag {float(row[LAG_COLUMN]):.2f} ms, max "
+            f"{float(row['max_loop_lag_ms']):.1f} ms, CPU {float(row[CLIENT_CORES_COLUMN]):.2f} cores, at a full "
+            f"core {float(row[SATURATED_COLUMN]):.0%} of the run"
+        )
     return code, row, err
 
 
@@ -151,8 +208,9 @@ def blocked_client_loop(monkeypatch):
 
 
 @pytest.mark.slow  # a CLI run against a real server
-def test_a_run_whose_client_cannot_hold_its_rate_is_flagged_client_bound(scripted_server, tmp_path, capsys,
-                                                                         blocked_client_loop):
+def test_a_run_whose_client_cannot_hold_its_rate_is_flagged_client_bound(
+    scripted_server, tmp_path, capsys, blocked_client_loop
+):
     code, row, err = _restful(scripted_server, tmp_path, capsys, "--request-rate", "40")
     assert code == 0, err
     assert float(row[LAG_COLUMN]) >= LAG_LIMIT_MS and float(row["max_loop_lag_ms"]) >= 1000 * BLOCK_S
@@ -173,8 +231,16 @@ def test_a_modest_run_with_a_free_loop_is_measured_and_not_flagged(scripted_serv
 def test_the_history_table_shows_the_flag_right_after_the_status():
     from dashboard.history_view import FLAGS_COLUMN, table_view
 
-    rows = pd.DataFrame({"run_id": ["late", "calm"], "status": ["finished", "finished"], "backend": ["openai"] * 2,
-                         "env_cpu_count": ["2", "2"], LAG_COLUMN: [30.0, 1.0], SATURATED_COLUMN: [0.0, 0.0]})
+    rows = pd.DataFrame(
+        {
+            "run_id": ["late", "calm"],
+            "status": ["finished", "finished"],
+            "backend": ["openai"] * 2,
+            "env_cpu_count": ["2", "2"],
+            LAG_COLUMN: [30.0, 1.0],
+            SATURATED_COLUMN: [0.0, 0.0],
+        }
+    )
     view = table_view(rows).set_index("run_id")
     assert list(view.columns).index(FLAGS_COLUMN) == list(view.columns).index("status") + 1
     assert view.loc["late", FLAGS_COLUMN] == client_note(rows.iloc[0]) and view.loc["calm", FLAGS_COLUMN] == ""

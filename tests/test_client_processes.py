@@ -36,17 +36,41 @@ SEND_LAG_S = 0.25  # a worker's send after its due time, on a busy 2-core machin
 
 
 def restful(url: str, folder, *flags: str) -> int:
-    return main([
-        "restful", "--backend", "transformers", "--base-url", url, "--model", "scripted", "--tokenizer",
-        "builtin:tiny-llama", "--dataset-path", "builtin:sample", "--num-prompts", str(N_PROMPTS),
-        "--sharegpt-output-len", str(TEXT_EVENTS), "--request-rate", "20", "--disable-warmup",
-        "--output-file", str(folder / "out.csv"), "--results", str(folder / "results"), *flags,
-    ])
+    return main(
+        [
+            "restful",
+            "--backend",
+            "transformers",
+            "--base-url",
+            url,
+            "--model",
+            "scripted",
+            "--tokenizer",
+            "builtin:tiny-llama",
+            "--dataset-path",
+            "builtin:sample",
+            "--num-prompts",
+            str(N_PROMPTS),
+            "--sharegpt-output-len",
+            str(TEXT_EVENTS),
+            "--request-rate",
+            "20",
+            "--disable-warmup",
+            "--output-file",
+            str(folder / "out.csv"),
+            "--results",
+            str(folder / "results"),
+            *flags,
+        ]
+    )
 
 
 def worker_processes() -> list[psutil.Process]:
-    return [child for child in psutil.Process().children()
-            if "bench_core.engines.client_workers" in " ".join(child.cmdline())]
+    return [
+        child
+        for child in psutil.Process().children()
+        if "bench_core.engines.client_workers" in " ".join(child.cmdline())
+    ]
 
 
 def last_run(folder):
@@ -114,8 +138,13 @@ def test_each_worker_process_sends_its_share_on_connections_of_its_own(owners_se
     try:
         pids = {child.pid for child in worker_processes()}
         assert len(pids) == 2
-        run = workers.run(ServerSpec(url, server_kind="vllm"), "m", requests,
-                          SendSchedule.at_rate(requests, math.inf), max_concurrency=4)
+        run = workers.run(
+            ServerSpec(url, server_kind="vllm"),
+            "m",
+            requests,
+            SendSchedule.at_rate(requests, math.inf),
+            max_concurrency=4,
+        )
         finished = {event.index: event.n_tokens for event in run.events() if event.kind == "finish"}
         assert not workers.broken  # ready for the engine's next run
     finally:
@@ -129,8 +158,13 @@ def test_each_worker_process_sends_its_share_on_connections_of_its_own(owners_se
 
 
 def test_a_session_stays_in_one_worker():
-    requests = [SampledRequest("a", 1, 1), SampledRequest("b", 1, 1), SampledRequest("a2", 1, 1, follows=0),
-                SampledRequest("c", 1, 1), SampledRequest("a3", 1, 1, follows=2)]
+    requests = [
+        SampledRequest("a", 1, 1),
+        SampledRequest("b", 1, 1),
+        SampledRequest("a2", 1, 1, follows=0),
+        SampledRequest("c", 1, 1),
+        SampledRequest("a3", 1, 1, follows=2),
+    ]
     assert split_sessions(requests, 2) == [[0, 2, 3, 4], [1]]
 
 
@@ -140,19 +174,23 @@ def one_line_refusal(capsys, code: int) -> str:
     return err
 
 
-@pytest.mark.parametrize("flags, words", [
-    (("--client-processes", "0"), "The client processes must be at least 1; got 0."),
-    (("--client-processes", str(N_PROMPTS + 1)), f"more processes than the {N_PROMPTS} prompts"),
-    (("--client-processes", "4", "--max-concurrency", "3"), "splits the 3 requests allowed in flight"),
-])
+@pytest.mark.parametrize(
+    "flags, words",
+    [
+        (("--client-processes", "0"), "The client processes must be at least 1; got 0."),
+        (("--client-processes", str(N_PROMPTS + 1)), f"more processes than the {N_PROMPTS} prompts"),
+        (("--client-processes", "4", "--max-concurrency", "3"), "splits the 3 requests allowed in flight"),
+    ],
+)
 def test_impossible_splits_are_refused_in_one_line(scripted_server, tmp_path, capsys, flags, words):
     assert words in one_line_refusal(capsys, restful(scripted_server, tmp_path, *flags))
     assert not (tmp_path / "results" / "history.csv").exists()
 
 
 def test_client_processes_belong_to_server_runs_only():
-    config = RunConfig(engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
-                       load=LoadConfig(client_processes=2))
+    config = RunConfig(
+        engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"), load=LoadConfig(client_processes=2)
+    )
     assert "--client-processes applies to the openai backend only, not to transformers." in run_config_problems(config)
 
 
@@ -162,8 +200,9 @@ def test_a_cancel_ends_every_workers_requests_and_leaves_the_workers_ready(scrip
     workers = ClientWorkers(2)
     try:
         cancel = threading.Event()
-        run = workers.run(ServerSpec(scripted_server, server_kind="transformers"), "m", requests, schedule,
-                          cancel=cancel)
+        run = workers.run(
+            ServerSpec(scripted_server, server_kind="transformers"), "m", requests, schedule, cancel=cancel
+        )
         finishes = {}
         for event in run.events():
             if event.kind == "tokens":
@@ -181,11 +220,18 @@ def test_a_worker_that_dies_is_one_line_and_the_pool_says_it_is_broken(scripted_
     requests = [SampledRequest(f"p{i}", 2, TEXT_EVENTS) for i in range(4)]
     workers = ClientWorkers(2)
     try:
-        run = workers.run(ServerSpec(scripted_server, server_kind="transformers"), "m", requests,
-                          SendSchedule.at_rate(requests, math.inf))
+        run = workers.run(
+            ServerSpec(scripted_server, server_kind="transformers"),
+            "m",
+            requests,
+            SendSchedule.at_rate(requests, math.inf),
+        )
         victim = worker_processes()[0]
-        with pytest.raises(ServerError, match=r"^A client worker process died \(signal 9\), so its requests have no "
-                                              r"results\.$"):
+        with pytest.raises(
+            ServerError,
+            match=r"^A client worker process died \(signal 9\), so its requests have no "
+            r"results\.$",
+        ):
             for event in run.events():
                 if event.kind == "admit" and victim.is_running():
                     victim.kill()
@@ -194,8 +240,9 @@ def test_a_worker_that_dies_is_one_line_and_the_pool_says_it_is_broken(scripted_
         workers.close()
 
 
-def test_the_run_page_sends_from_the_client_processes_it_is_given(owners_server, tmp_path, monkeypatch,
-                                                                  fresh_dashboard):
+def test_the_run_page_sends_from_the_client_processes_it_is_given(
+    owners_server, tmp_path, monkeypatch, fresh_dashboard
+):
     url, owners = owners_server
     monkeypatch.setenv(RESULTS_ENV, str(tmp_path / "results"))
     at = AppTest.from_file(APP, default_timeout=60).run()

@@ -14,13 +14,16 @@ def transformers_config(**knobs) -> RunConfig:
 LMDEPLOY_ONLY = "applies to the turbomind and pytorch backends only, not to transformers."
 
 
-@pytest.mark.parametrize("knobs, message", [
-    ({"cache_max_entry_count": 2.0}, f"--cache-max-entry-count {LMDEPLOY_ONLY}"),
-    ({"cache_max_entry_count": -1.0}, f"--cache-max-entry-count {LMDEPLOY_ONLY}"),
-    ({"session_len": 0}, f"--session-len {LMDEPLOY_ONLY}"),
-    ({"device": "ascend"}, "--device applies to the pytorch backend only, not to transformers."),
-    ({"communicator": "native"}, "--communicator applies to the turbomind backend only, not to transformers."),
-])
+@pytest.mark.parametrize(
+    "knobs, message",
+    [
+        ({"cache_max_entry_count": 2.0}, f"--cache-max-entry-count {LMDEPLOY_ONLY}"),
+        ({"cache_max_entry_count": -1.0}, f"--cache-max-entry-count {LMDEPLOY_ONLY}"),
+        ({"session_len": 0}, f"--session-len {LMDEPLOY_ONLY}"),
+        ({"device": "ascend"}, "--device applies to the pytorch backend only, not to transformers."),
+        ({"communicator": "native"}, "--communicator applies to the turbomind backend only, not to transformers."),
+    ],
+)
 def test_an_lmdeploy_knob_given_to_the_transformers_backend_is_a_config_error(knobs, message):
     assert message in validate_run_config(transformers_config(**knobs))
     with pytest.raises(ConfigError, match=message.split()[0]):
@@ -40,8 +43,13 @@ def test_the_flat_record_of_a_cpu_run_leaves_other_backends_knobs_empty():
 
 
 def test_an_old_row_that_recorded_lmdeploy_knobs_for_a_cpu_run_reads_back_valid():
-    old_row = {**transformers_config().to_flat_dict(), "device": "cuda", "communicator": "nccl",
-               "cache_max_entry_count": "2.0", "session_len": "0"}
+    old_row = {
+        **transformers_config().to_flat_dict(),
+        "device": "cuda",
+        "communicator": "nccl",
+        "cache_max_entry_count": "2.0",
+        "session_len": "0",
+    }
     config = RunConfig.from_flat_dict(old_row)
     assert config == transformers_config()
     assert validate_run_config(config) == []

@@ -10,11 +10,26 @@ import pandas as pd
 import pytest
 
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
-from bench_core.hardware.contention import (BUSY_RUNS, BUSY_SHARE_COLUMN, OTHER_CORES_COLUMN, busy_note,
-                                            busy_runs, contention_summary, machine_busy)
+from bench_core.hardware.contention import (
+    BUSY_RUNS,
+    BUSY_SHARE_COLUMN,
+    OTHER_CORES_COLUMN,
+    busy_note,
+    busy_runs,
+    contention_summary,
+    machine_busy,
+)
 from bench_core.hardware.run_flags import flag_notes
-from bench_core.hardware.telemetry import (CALLER, CPU_CORES, CPU_COUNT, CPU_PERCENT, MACHINE, PROCESS, Sample,
-                                           samples_frame)
+from bench_core.hardware.telemetry import (
+    CALLER,
+    CPU_CORES,
+    CPU_COUNT,
+    CPU_PERCENT,
+    MACHINE,
+    PROCESS,
+    Sample,
+    samples_frame,
+)
 from bench_core.measure.catalog import telemetry_columns
 from bench_core.store.history import run_metrics
 from bench_core.views.tables import describe_column, quantity_table
@@ -44,9 +59,11 @@ def test_an_engine_starved_by_other_processes_is_flagged_with_their_numbers():
     assert summary["machine_busy_share"] == pytest.approx(1.0)
     columns = telemetry_columns(summary)
     assert machine_busy(columns[BUSY_SHARE_COLUMN])
-    assert busy_note(columns, "2") == ("machine busy: other processes used 1.8 of 2 CPU cores during this run and "
-                                       "saturated the machine 100% of the time: its numbers are not the engine's "
-                                       "alone.")
+    assert busy_note(columns, "2") == (
+        "machine busy: other processes used 1.8 of 2 CPU cores during this run and "
+        "saturated the machine 100% of the time: its numbers are not the engine's "
+        "alone."
+    )
 
 
 def test_an_engine_busy_on_its_own_machine_is_not_flagged():
@@ -84,12 +101,20 @@ def test_a_machine_not_saturated_is_not_flagged_however_much_others_use():
     assert contention_summary(frame, 0.0, 5.0)["machine_busy_share"] == 0.0
 
 
-@pytest.mark.parametrize("frame", [
-    samples_frame([]),
-    telemetry([100.0] * 51, [0.24] * 51, cores=0),  # telemetry recorded before the core count was sampled
-    samples_frame([Sample(0.0, MACHINE, CPU_COUNT, 2.0), *(Sample(i * STEP_S, MACHINE, CPU_PERCENT, 100.0)
-                                                             for i in range(51))]),  # no engine samples
-], ids=["no samples", "no core count", "no engine samples"])
+@pytest.mark.parametrize(
+    "frame",
+    [
+        samples_frame([]),
+        telemetry([100.0] * 51, [0.24] * 51, cores=0),  # telemetry recorded before the core count was sampled
+        samples_frame(
+            [
+                Sample(0.0, MACHINE, CPU_COUNT, 2.0),
+                *(Sample(i * STEP_S, MACHINE, CPU_PERCENT, 100.0) for i in range(51)),
+            ]
+        ),  # no engine samples
+    ],
+    ids=["no samples", "no core count", "no engine samples"],
+)
 def test_without_the_telemetry_to_tell_nothing_is_claimed(frame):
     summary = contention_summary(frame, 0.0, 5.0)
     assert summary == {"mean_other_cpu_cores": None, "machine_busy_share": None}
@@ -98,15 +123,30 @@ def test_without_the_telemetry_to_tell_nothing_is_claimed(frame):
 
 
 def _config(backend: str) -> RunConfig:
-    engine = EngineConfig(backend="transformers", model="builtin:tiny-llama") if backend == "transformers" else \
-        EngineConfig(backend=backend, model="m", base_url="http://127.0.0.1:9")
+    engine = (
+        EngineConfig(backend="transformers", model="builtin:tiny-llama")
+        if backend == "transformers"
+        else EngineConfig(backend=backend, model="m", base_url="http://127.0.0.1:9")
+    )
     return RunConfig(engine=engine, dataset=DatasetConfig(dataset="builtin:sample"), load=LoadConfig())
 
 
 def _requests() -> pd.DataFrame:
-    return pd.DataFrame({"index": [0], "status": ["success"], "reason": ["stop"], "input_len": [4], "output_len": [3],
-                         "req_output_len": [3], "ttft_s": [0.5], "tpot_s": [0.1], "e2e_s": [0.7],
-                         "itl_s": [[0.1, 0.1]], "tokens_per_tick": [[1, 1, 1]]})
+    return pd.DataFrame(
+        {
+            "index": [0],
+            "status": ["success"],
+            "reason": ["stop"],
+            "input_len": [4],
+            "output_len": [3],
+            "req_output_len": [3],
+            "ttft_s": [0.5],
+            "tpot_s": [0.1],
+            "e2e_s": [0.7],
+            "itl_s": [[0.1, 0.1]],
+            "tokens_per_tick": [[1, 1, 1]],
+        }
+    )
 
 
 def test_the_history_row_of_an_in_process_run_carries_the_flag_and_its_table_names_it():
@@ -126,8 +166,14 @@ def test_a_server_run_is_not_judged_its_engine_is_a_process_we_do_not_sample():
 
 
 def test_history_rows_without_the_columns_read_as_not_flagged():
-    rows = pd.DataFrame({"run_id": ["old", "busy", "calm"], "env_cpu_count": ["2", "2", "2"],
-                         BUSY_SHARE_COLUMN: [math.nan, 0.9, 0.1], OTHER_CORES_COLUMN: [math.nan, 1.5, 0.2]})
+    rows = pd.DataFrame(
+        {
+            "run_id": ["old", "busy", "calm"],
+            "env_cpu_count": ["2", "2", "2"],
+            BUSY_SHARE_COLUMN: [math.nan, 0.9, 0.1],
+            OTHER_CORES_COLUMN: [math.nan, 1.5, 0.2],
+        }
+    )
     assert busy_runs(rows).tolist() == [False, True, False]
     assert busy_runs(rows.drop(columns=[BUSY_SHARE_COLUMN])).tolist() == [False, False, False]
     notes = flag_notes(rows)
@@ -139,12 +185,23 @@ def test_a_sweep_point_counts_its_runs_on_a_busy_machine():
     from bench_core.sweep import results as sweep_results
     from bench_core.sweep.plan import SweepPlan, parse_sweep_arg
 
-    base = RunConfig(engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
-                     dataset=DatasetConfig(dataset="builtin:sample"), load=LoadConfig())
+    base = RunConfig(
+        engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
+        dataset=DatasetConfig(dataset="builtin:sample"),
+        load=LoadConfig(),
+    )
     plan = SweepPlan("s1", base, (parse_sweep_arg("concurrency=1,2"),), repeats=2)
-    rows = pd.DataFrame({"run_id": list("abcd"), "sweep_id": "s1", "sweep_repeat": [0.0, 1.0, 0.0, 1.0],
-                         "status": "finished", "concurrency": [1.0, 1.0, 2.0, 2.0],
-                         "output_throughput": [10.0, 11.0, 20.0, 9.0], BUSY_SHARE_COLUMN: [0.0, 0.1, 0.0, 0.8]})
+    rows = pd.DataFrame(
+        {
+            "run_id": list("abcd"),
+            "sweep_id": "s1",
+            "sweep_repeat": [0.0, 1.0, 0.0, 1.0],
+            "status": "finished",
+            "concurrency": [1.0, 1.0, 2.0, 2.0],
+            "output_throughput": [10.0, 11.0, 20.0, 9.0],
+            BUSY_SHARE_COLUMN: [0.0, 0.1, 0.0, 0.8],
+        }
+    )
     runs = sweep_results.sweep_runs(rows, plan)
     statistics = sweep_results.point_statistics(runs, plan, ("output_throughput",))
     assert statistics[BUSY_RUNS].tolist() == [0, 1]
@@ -183,10 +240,13 @@ def test_the_engine_worker_samples_the_process_that_follows_it(tiny_model_path):
 
     runner = ProcessRunner()
     try:
-        run = runner.submit(RunConfig(engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
-                                      dataset=DatasetConfig(dataset="builtin:sample", num_prompts=2,
-                                                            sharegpt_output_len=4),
-                                      load=LoadConfig(concurrency=2)))
+        run = runner.submit(
+            RunConfig(
+                engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
+                dataset=DatasetConfig(dataset="builtin:sample", num_prompts=2, sharegpt_output_len=4),
+                load=LoadConfig(concurrency=2),
+            )
+        )
         assert run.wait(120) and run.state == "finished", run.message
     finally:
         runner.shutdown()
@@ -208,5 +268,6 @@ def test_a_running_run_is_judged_on_its_last_minute_whose_window_keeps_the_core_
     assert window["time_s"].iloc[1] >= later and window.loc[window["metric"] == CPU_COUNT].shape[0] == 1
     assert live_busy_note(telemetry([100.0] * 51, [0.24] * 51)) == (
         "machine busy: other processes used 1.8 of 2 CPU cores during the last minute and saturated the machine 100% "
-        "of the time: its numbers are not the engine's alone.")
+        "of the time: its numbers are not the engine's alone."
+    )
     assert live_busy_note(telemetry([100.0] * 51, [1.97] * 51)) is None and live_busy_note(None) is None

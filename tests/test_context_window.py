@@ -5,13 +5,13 @@ from pathlib import Path
 
 import pytest
 
+from bench_core.config import DatasetConfig, EngineConfig, RunConfig
 from bench_core.engines import context_window
+from bench_core.errors import ConfigError, DatasetError
+from bench_core.load.datasets import SampledRequest
+from bench_core.models.resolve import BUILTIN_CONTEXT_WINDOWS, builtin_is_built, resolve_model
 from bench_core.models.window import window_of
 from bench_core.run import preflight
-from bench_core.config import DatasetConfig, EngineConfig, RunConfig
-from bench_core.load.datasets import SampledRequest
-from bench_core.errors import ConfigError, DatasetError
-from bench_core.models.resolve import BUILTIN_CONTEXT_WINDOWS, builtin_is_built, resolve_model
 
 
 def test_the_known_window_of_a_built_in_is_the_one_its_config_declares(tiny_model_path):
@@ -32,9 +32,16 @@ def test_a_folders_window_is_read_from_its_config_and_lmdeploys_session_len_wins
 
 
 def random_run(model: str, input_len: int, output_len: int, backend: str = "transformers") -> RunConfig:
-    return RunConfig(engine=EngineConfig(backend=backend, model=model),
-                     dataset=DatasetConfig(dataset="builtin:sample", dataset_name="random", num_prompts=2,
-                                           random_input_len=input_len, random_output_len=output_len))
+    return RunConfig(
+        engine=EngineConfig(backend=backend, model=model),
+        dataset=DatasetConfig(
+            dataset="builtin:sample",
+            dataset_name="random",
+            num_prompts=2,
+            random_input_len=input_len,
+            random_output_len=output_len,
+        ),
+    )
 
 
 def test_lengths_beyond_the_window_are_refused_and_absurd_ones_everywhere():
@@ -50,8 +57,9 @@ def test_sampled_requests_beyond_the_window_refuse_the_run_naming_the_longest_an
     engine = EngineConfig(backend="transformers", model="builtin:tiny-llama")
     preflight.check_requests([SampledRequest("p", 48, 2000)], engine)
     with pytest.raises(DatasetError) as refused:
-        preflight.check_requests([SampledRequest("p", 48, 2000), SampledRequest("q", 100, 2000),
-                                       SampledRequest("r", 60, 2000)], engine)
+        preflight.check_requests(
+            [SampledRequest("p", 48, 2000), SampledRequest("q", 100, 2000), SampledRequest("r", 60, 2000)], engine
+        )
     message = str(refused.value)
     assert message.startswith("2 of 3 sampled requests do not fit the 2,048-token context window")
     assert "100 input + 2,000 output tokens" in message and "at most 1,948 tokens" in message

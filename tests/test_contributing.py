@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from bench_core import engines
-from bench_core.config import DatasetConfig, EngineConfig, RunConfig, catalog as settings_catalog
+from bench_core.config import DatasetConfig, EngineConfig, RunConfig
+from bench_core.config import catalog as settings_catalog
 from bench_core.load import requests as load_requests
 from bench_core.measure import catalog as metric_catalog
 from bench_core.run.runner import Runner
@@ -27,8 +28,13 @@ INSTALLED_ONLY = ("bench_studio/root/",)  # exists in an installed package only 
 PACKAGES = [ROOT / name for name in ("bench_core", "dashboard", "bench_studio")]
 QUOTED = re.findall(r"`([^`\s]+)`", GUIDE)
 REFERENCES = sorted({(path, name) for path, name in (ref.split("::") for ref in QUOTED if "::" in ref)})
-PATHS = sorted({ref for ref in QUOTED if "::" not in ref and "<" not in ref
-                and re.fullmatch(r"[\w./-]+\.(py|md|toml|txt|ini|sh)|[\w./-]+/", ref)})
+PATHS = sorted(
+    {
+        ref
+        for ref in QUOTED
+        if "::" not in ref and "<" not in ref and re.fullmatch(r"[\w./-]+\.(py|md|toml|txt|ini|sh)|[\w./-]+/", ref)
+    }
+)
 
 
 def defined_names(path: Path) -> set[str]:
@@ -38,8 +44,11 @@ def defined_names(path: Path) -> set[str]:
         if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
             names.add(node.name)
             if isinstance(node, ast.ClassDef):
-                names |= {f"{node.name}.{member.name}" for member in node.body
-                          if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef))}
+                names |= {
+                    f"{node.name}.{member.name}"
+                    for member in node.body
+                    if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef))
+                }
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             names |= {target.id for target in targets if isinstance(target, ast.Name)}
@@ -75,16 +84,21 @@ def test_the_metric_example_computes_its_formula_per_request():
 
 def test_the_setting_example_is_a_knob_of_the_embedded_engine_with_its_flag_and_bounds():
     knob = eval(SETTING.strip().rstrip(","), dict(vars(settings_catalog)))
-    assert (knob.cli_flag, knob.default, knob.backends, knob.is_knob) == ("--max-batch-requests", 64,
-                                                                          ("transformers",), True)
+    assert (knob.cli_flag, knob.default, knob.backends, knob.is_knob) == (
+        "--max-batch-requests",
+        64,
+        ("transformers",),
+        True,
+    )
     assert knob.bounds.low == 1 and knob.name not in {declared.name for declared in settings_catalog.SETTINGS}
 
 
 def test_the_dataset_example_samples_its_requests(tiny_tokenizer):
     namespace = {**vars(load_requests), "DatasetConfig": DatasetConfig}
     exec(DATASET_SAMPLER, namespace)
-    sample = namespace["sample_repeated_requests"]("Say hello.", tiny_tokenizer,
-                                                   DatasetConfig(num_prompts=3, sharegpt_output_len=16))
+    sample = namespace["sample_repeated_requests"](
+        "Say hello.", tiny_tokenizer, DatasetConfig(num_prompts=3, sharegpt_output_len=16)
+    )
     assert [request.output_len for request in sample.requests] == [16, 16, 16]
     assert sample.total_input_tokens == 3 * sample.requests[0].input_len > 0
 
@@ -99,13 +113,17 @@ def backend_example(tmp_path, monkeypatch):
     engines._registry.cache_clear()
 
 
-def test_the_backend_example_is_found_by_the_registry_and_runs_into_the_history(backend_example, tmp_path,
-                                                                              tiny_model_path):
+def test_the_backend_example_is_found_by_the_registry_and_runs_into_the_history(
+    backend_example, tmp_path, tiny_model_path
+):
     assert "instant" in engines.backends()
     runner = Runner(History(tmp_path / "results"))
-    run = runner.submit(RunConfig(engine=EngineConfig(backend="instant", model="builtin:tiny-llama"),
-                                  dataset=DatasetConfig(dataset="builtin:sample", num_prompts=3,
-                                                        sharegpt_output_len=5)))
+    run = runner.submit(
+        RunConfig(
+            engine=EngineConfig(backend="instant", model="builtin:tiny-llama"),
+            dataset=DatasetConfig(dataset="builtin:sample", num_prompts=3, sharegpt_output_len=5),
+        )
+    )
     assert run.wait(60)
     runner.shutdown()
     assert (run.state, run.message) == ("finished", "")

@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench_core.config import DatasetConfig
+from bench_core.errors import DatasetError
 from bench_core.load import datasets, lengths
 from bench_core.load.builtin_sample import generate_sample_records
-from bench_core.config import DatasetConfig
 from bench_core.load.datasets import (
     BUILTIN_SAMPLE,
     BUILTIN_SHAREGPT,
@@ -22,7 +23,6 @@ from bench_core.load.datasets import (
     sample_requests,
     sample_sharegpt_requests,
 )
-from bench_core.errors import DatasetError
 
 DATA = Path(__file__).parent / "data"
 SMALL_JSON = DATA / "sharegpt_small.json"
@@ -96,8 +96,10 @@ def test_damaged_json_in_the_middle_is_an_error_with_its_line(tmp_path):
         ("id,prompt\n1,hello\n", "is not JSON"),
         ("", "is not JSON"),
         ('{\n  "conversations": []\n}\n', "line 1 is not a complete JSON value"),
-        ('[{"conversations": [{"from": "human", "value": "only one turn"}]}, {"text": "no turns"}]',
-         "holds no usable conversation"),
+        (
+            '[{"conversations": [{"from": "human", "value": "only one turn"}]}, {"text": "no turns"}]',
+            "holds no usable conversation",
+        ),
     ],
 )
 def test_unusable_files_raise_one_dataset_error(tmp_path, content, message):
@@ -251,8 +253,15 @@ def test_no_conversation_passing_the_filters_is_a_dataset_error(tmp_path, tiny_t
 
 
 def random_config(**overrides) -> DatasetConfig:
-    settings = {"dataset": BUILTIN_SAMPLE, "dataset_name": "random", "num_prompts": 6, "seed": 0,
-                "random_input_len": 10, "random_output_len": 4, "random_range_ratio": 0.5}
+    settings = {
+        "dataset": BUILTIN_SAMPLE,
+        "dataset_name": "random",
+        "num_prompts": 6,
+        "seed": 0,
+        "random_input_len": 10,
+        "random_output_len": 4,
+        "random_range_ratio": 0.5,
+    }
     return DatasetConfig(**{**settings, **overrides})
 
 
@@ -264,8 +273,10 @@ def test_random_lengths_are_lmdeploys_seeded_draws(tiny_tokenizer):
 
 
 def test_random_lengths_equal_numpy_global_seeding_as_lmdeploy_does(tiny_tokenizer):
-    sample = sample_requests(random_config(num_prompts=50, random_input_len=300, random_output_len=80,
-                                           random_range_ratio=0.25, seed=3), tiny_tokenizer)
+    sample = sample_requests(
+        random_config(num_prompts=50, random_input_len=300, random_output_len=80, random_range_ratio=0.25, seed=3),
+        tiny_tokenizer,
+    )
     np.random.seed(3)
     expected_in = np.random.randint(75, 301, size=50).tolist()
     expected_out = np.random.randint(20, 81, size=50).tolist()
@@ -276,15 +287,18 @@ def test_random_lengths_equal_numpy_global_seeding_as_lmdeploy_does(tiny_tokeniz
 def test_ratio_zero_draws_1_to_len_exactly_as_lmdeploy_and_the_caption_says_so(tiny_tokenizer):
     # The run: input 64, output 16, ratio 0.0 gave inputs down to 1. That is LMDeploy's own draw:
     # profile_restful_api.py's np.random.randint(max(int(input_len * range_ratio), 1), input_len + 1).
-    sample = sample_requests(random_config(num_prompts=400, random_input_len=64, random_output_len=16,
-                                           random_range_ratio=0.0, seed=1), tiny_tokenizer)
+    sample = sample_requests(
+        random_config(num_prompts=400, random_input_len=64, random_output_len=16, random_range_ratio=0.0, seed=1),
+        tiny_tokenizer,
+    )
     np.random.seed(1)
     assert [r.input_len for r in sample.requests] == np.random.randint(1, 65, size=400).tolist()
     inputs = [r.input_len for r in sample.requests]
     assert (min(inputs), max(inputs)) == (1, 64)
     assert lengths.random_length_bounds(64, 0.0) == (1, 64) and lengths.random_length_bounds(64, 0.5) == (32, 64)
     assert lengths.describe_random_lengths(64, 16, 0.0) == (
-        "input 1..64 tokens, output 1..16 tokens (range ratio 0: uniform in [max(1, int(len x ratio)), len])")
+        "input 1..64 tokens, output 1..16 tokens (range ratio 0: uniform in [max(1, int(len x ratio)), len])"
+    )
     assert lengths.describe_random_lengths(64, 16, 1.0).startswith("input 64 tokens, output 16 tokens (")
 
 
@@ -309,8 +323,10 @@ def test_random_prompts_are_dataset_text_cut_or_repeated_to_length(tiny_tokenize
 
 
 def test_random_reuses_prompt_texts_when_the_dataset_is_smaller_than_asked(tiny_tokenizer):
-    sample = sample_requests(random_config(dataset=str(SMALL_JSON), num_prompts=9, random_input_len=2000,
-                                           random_range_ratio=1.0), tiny_tokenizer)
+    sample = sample_requests(
+        random_config(dataset=str(SMALL_JSON), num_prompts=9, random_input_len=2000, random_range_ratio=1.0),
+        tiny_tokenizer,
+    )
     assert len(sample.requests) == 9
     assert sample.requests[0].prompt == sample.requests[6].prompt
     assert sample.notes[-1] == "Only 6 prompt texts for 9 random requests: texts are reused."

@@ -47,8 +47,12 @@ def test_doctor_smoke_benchmarks_each_available_backend_in_the_worker_process(tm
     assert "Smoke run on transformers (builtin:tiny-llama, worker process)" in out
     assert "turbomind" not in out.split("Smoke run", 1)[1]  # only what is available is smoked
     (row,) = History(tmp_path / "results").load().to_dict("records")
-    assert (row["backend"], row["label"], row["status"], row["stream_output"]) == ("transformers", "doctor --smoke",
-                                                                                   "finished", True)
+    assert (row["backend"], row["label"], row["status"], row["stream_output"]) == (
+        "transformers",
+        "doctor --smoke",
+        "finished",
+        True,
+    )
     assert f"{row['output_throughput']:,.1f} output tok/s, {row['completed']}/{row['total_requests']} requests" in out
     assert "Roofline verdict:" in out
     assert f"recorded as run {row['run_id']} in results/history.csv" in out

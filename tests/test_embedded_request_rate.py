@@ -25,16 +25,36 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 RATE = 4.0  # req/s: six requests span about 1.25 s, each served long before the next arrives
 SEND_TOLERANCE_S = 0.1  # a loaded 2-core machine's wake-up lateness, far under the 0.25 s mean gap
-RUN = ("builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "4", "--sharegpt-output-len", "4",
-       "--stream-output", "--results", "results", "--csv", "")
+RUN = (
+    "builtin:sample",
+    "builtin:tiny-llama",
+    "--backend",
+    "transformers",
+    "-n",
+    "4",
+    "--sharegpt-output-len",
+    "4",
+    "--stream-output",
+    "--results",
+    "results",
+    "--csv",
+    "",
+)
 
 
 def rate_config(**load) -> RunConfig:
     return RunConfig(
         engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
-        dataset=DatasetConfig(dataset="builtin:sample", dataset_name="random", num_prompts=6, random_input_len=16,
-                              random_output_len=4, random_range_ratio=1.0),
-        load=LoadConfig(**{"load_pattern": "request_rate", "request_rate": RATE, "stream_output": True, **load}))
+        dataset=DatasetConfig(
+            dataset="builtin:sample",
+            dataset_name="random",
+            num_prompts=6,
+            random_input_len=16,
+            random_output_len=4,
+            random_range_ratio=1.0,
+        ),
+        load=LoadConfig(**{"load_pattern": "request_rate", "request_rate": RATE, "stream_output": True, **load}),
+    )
 
 
 def test_requests_are_admitted_at_the_drawn_arrivals(tmp_path, tiny_model_path):
@@ -94,8 +114,9 @@ def test_a_duration_is_refused_on_the_embedded_engine():
 
 def bench(work: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "bench_core", *args], cwd=work, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "bench_core", *args], cwd=work, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_pipeline_with_a_request_rate_runs_open_loop(tmp_path, tiny_model_path):
@@ -119,8 +140,10 @@ def test_a_sweep_over_request_rate_runs_one_point_per_rate(tmp_path, tiny_model_
 def test_sweeping_a_rate_under_a_pattern_it_does_not_apply_to_is_refused(tmp_path, tiny_model_path):
     proc = bench(tmp_path, "sweep", "pipeline", *RUN, "--load", "batch", "--sweep", "request_rate=2,8")
     assert proc.returncode == EXIT_BAD_INPUT
-    assert ("Cannot sweep request_rate under the pipeline batch load pattern: it applies under request rate only."
-            in proc.stderr)
+    assert (
+        "Cannot sweep request_rate under the pipeline batch load pattern: it applies under request rate only."
+        in proc.stderr
+    )
     assert not (tmp_path / "results" / "history.csv").exists()
 
 
@@ -129,5 +152,6 @@ def test_a_rate_given_under_a_pattern_that_ignores_it_is_refused(tmp_path):
     assert proc.returncode == EXIT_BAD_INPUT
     assert proc.stderr.strip().splitlines() == [
         "error: --request-rate does nothing under the pipeline batch load pattern: it applies under request rate "
-        "only. --burstiness does nothing under the pipeline batch load pattern: it applies under request rate only."]
+        "only. --burstiness does nothing under the pipeline batch load pattern: it applies under request rate only."
+    ]
     assert not (tmp_path / "results").exists()

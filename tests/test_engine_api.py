@@ -69,8 +69,9 @@ def test_prompts_are_tokenized_in_the_measurement_and_outputs_detokenized(engine
     assert counting.calls["encode"] == len(REQUESTS)
     assert counting.calls["decode"] > 0
     finishes = {e.index: e for e in events if e.kind == "finish"}
-    assert {i: (e.n_tokens, e.finish_reason) for i, e in finishes.items()} == \
-        {i: (r.output_len, "length") for i, r in enumerate(REQUESTS)}
+    assert {i: (e.n_tokens, e.finish_reason) for i, e in finishes.items()} == {
+        i: (r.output_len, "length") for i, r in enumerate(REQUESTS)
+    }
 
 
 def test_ids_in_and_no_detokenize_leave_the_tokenizer_alone(engine, counting):
@@ -78,8 +79,9 @@ def test_ids_in_and_no_detokenize_leave_the_tokenizer_alone(engine, counting):
     counting.calls.clear()
     events = _stream(engine, requests, skip_detokenize=True)
     assert counting.calls == Counter()
-    assert sorted((e.index, e.n_tokens) for e in events if e.kind == "finish") == \
-        [(i, r.output_len) for i, r in enumerate(requests)]
+    assert sorted((e.index, e.n_tokens) for e in events if e.kind == "finish") == [
+        (i, r.output_len) for i, r in enumerate(requests)
+    ]
 
 
 def test_workers_are_min_of_concurrency_and_requests_each_taking_the_next_when_done(engine):
@@ -98,8 +100,11 @@ def test_streamed_ticks_count_up_and_unstreamed_arrive_once(engine):
 
 
 def test_a_request_is_cancelled_past_its_point_and_the_engine_serves_on(engine):
-    requests = [SampledRequest("x = 1", 0, 20, cancel_after=4), SampledRequest("import os", 0, 6, cancel_after=5),
-                SampledRequest("Hello", 0, 8)]
+    requests = [
+        SampledRequest("x = 1", 0, 20, cancel_after=4),
+        SampledRequest("import os", 0, 6, cancel_after=5),
+        SampledRequest("Hello", 0, 8),
+    ]
     finishes = {e.index: e for e in _stream(engine, requests) if e.kind == "finish"}
     assert finishes[0].finish_reason == CANCELLED_BY_LOAD and 5 <= finishes[0].n_tokens < 20
     assert (finishes[1].finish_reason, finishes[1].n_tokens) == ("length", 6)  # past 5 of 6 is the last: complete
@@ -139,8 +144,9 @@ def test_the_cancel_points_are_profile_throughputs_for_the_same_seed(tiny_tokeni
     pairs = len(load_conversations("builtin:sample").pairs)
     lens = [r.output_len for r in sample.requests]
     ours = cancel_points(lens, 0.25, sample.cancel_rng)
-    assert [n + 1 if point is None else point for point, n in zip(ours, lens)] == \
-        _their_cancel_draws(pairs, lens, 0.25, seed)
+    assert [n + 1 if point is None else point for point, n in zip(ours, lens)] == _their_cancel_draws(
+        pairs, lens, 0.25, seed
+    )
     assert cancel_points(lens, 0.0, random.Random(1)) == [None] * len(lens)
 
 
@@ -156,10 +162,18 @@ def test_the_run_prepares_ids_and_cancel_points_before_the_clock(engine, tiny_to
 
 def test_a_cancel_rate_run_counts_its_cancelled_requests_as_cancelled_not_failed(tiny_model_path, tiny_tokenizer):
     dataset = DatasetConfig(dataset="builtin:sample", num_prompts=24, seed=0, sharegpt_output_len=16)
-    config = RunConfig(engine=EngineConfig(backend="transformers", model=tiny_model_path, dtype="float32"),
-                       dataset=dataset,
-                       load=LoadConfig(load_pattern="engine_api", concurrency=4, stream_output=True, cancel_rate=0.25,
-                                       skip_tokenize=True, skip_detokenize=True))
+    config = RunConfig(
+        engine=EngineConfig(backend="transformers", model=tiny_model_path, dtype="float32"),
+        dataset=dataset,
+        load=LoadConfig(
+            load_pattern="engine_api",
+            concurrency=4,
+            stream_output=True,
+            cancel_rate=0.25,
+            skip_tokenize=True,
+            skip_detokenize=True,
+        ),
+    )
     runner = Runner()
     try:
         run = runner.submit(config)

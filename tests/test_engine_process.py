@@ -8,14 +8,14 @@ import sys
 import time
 from pathlib import Path
 
+import engine_faults
 import psutil
 import pytest
 
-import engine_faults
 from bench_core.config import DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, RunConfig
 from bench_core.run.engine_process import ProcessRunner
-from bench_core.store.history import History
 from bench_core.run.runner import Runner
+from bench_core.store.history import History
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
 pytestmark = pytest.mark.slow
@@ -25,9 +25,11 @@ TINY = "builtin:tiny-llama"
 
 
 def tiny_config(num_prompts: int = 8, output_len: int = 8, dtype: str = "auto") -> RunConfig:
-    return RunConfig(engine=EngineConfig(model=TINY, dtype=dtype),
-                     dataset=DatasetConfig(dataset="builtin:sample", num_prompts=num_prompts, sharegpt_output_len=output_len),
-                     load=LoadConfig(concurrency=4, stream_output=True))
+    return RunConfig(
+        engine=EngineConfig(model=TINY, dtype=dtype),
+        dataset=DatasetConfig(dataset="builtin:sample", num_prompts=num_prompts, sharegpt_output_len=output_len),
+        load=LoadConfig(concurrency=4, stream_output=True),
+    )
 
 
 @pytest.fixture
@@ -57,7 +59,9 @@ def test_a_run_in_the_worker_gives_the_numbers_of_a_run_in_process(runner, histo
     mine, theirs = run.record.requests, local.record.requests
     assert mine["output_len"].tolist() == theirs["output_len"].tolist() == [8] * 12
     assert mine["input_len"].tolist() == theirs["input_len"].tolist()
-    assert run.record.metrics["completed"] == 12 and run.record.environment["torch"] == local.record.environment["torch"]
+    assert (
+        run.record.metrics["completed"] == 12 and run.record.environment["torch"] == local.record.environment["torch"]
+    )
     assert history.load()["status"].tolist() == ["finished", "finished"]
     assert run.snapshot().finished and run.snapshot().completed == 12  # the worker's last snapshot
 
@@ -107,11 +111,14 @@ def test_a_worker_killed_mid_run_fails_the_run_keeps_its_requests_and_the_next_r
     assert runner.worker_pid() not in (None, killed)
 
 
-@pytest.mark.parametrize("fault, reason", [
-    ("exception", "engine process died: exit code 1"),
-    ("exit", "engine process died: exit code 3"),
-    ("segfault", "engine process died: signal 11"),
-])
+@pytest.mark.parametrize(
+    "fault, reason",
+    [
+        ("exception", "engine process died: exit code 1"),
+        ("exit", "engine process died: exit code 3"),
+        ("segfault", "engine process died: signal 11"),
+    ],
+)
 def test_a_worker_that_dies_by_itself_fails_the_run_and_keeps_its_requests(monkeypatch, history, fault, reason):
     monkeypatch.setenv(engine_faults.FAULT_ENV, fault)
     monkeypatch.setenv(engine_faults.FAULT_AFTER_ENV, "10")
@@ -136,7 +143,9 @@ def test_a_worker_that_stops_publishing_is_reported_hung_and_killed(history):
         when = time.perf_counter()
         assert run.wait(10)
         assert time.perf_counter() - when < 2.0 + 1.5
-        assert run.state == "failed" and run.message == "engine process hung: it published nothing for 2 s and was killed"
+        assert (
+            run.state == "failed" and run.message == "engine process hung: it published nothing for 2 s and was killed"
+        )
         assert run.record.metrics["completed"] >= 4
         assert not psutil.pid_exists(stopped)
     finally:
@@ -144,8 +153,9 @@ def test_a_worker_that_stops_publishing_is_reported_hung_and_killed(history):
 
 
 def test_a_playground_job_is_answered_in_the_worker(runner):
-    job = runner.submit_playground(EngineConfig(model=TINY), [[{"role": "user", "content": "Hello"}]],
-                                   GenerationSettings(), 4)
+    job = runner.submit_playground(
+        EngineConfig(model=TINY), [[{"role": "user", "content": "Hello"}]], GenerationSettings(), 4
+    )
     assert job.wait(120) and job.state == "finished", job.message
     (result,) = job.results
     assert result.output_tokens == 4 and job.engine_info.model == TINY
@@ -171,7 +181,13 @@ print(sorted(name for name in ("torch", "transformers", "lmdeploy") if name in s
 
 def test_serving_the_run_page_through_a_whole_run_never_imports_an_engine_library(tmp_path, tiny_model_path):
     script = SERVE_A_RUN_PAGE.format(paths=[str(ROOT), str(ROOT / "tests")])
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          env={**os.environ, "BENCH_STUDIO_RESULTS": str(tmp_path)})
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "BENCH_STUDIO_RESULTS": str(tmp_path)},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"

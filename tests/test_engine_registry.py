@@ -16,8 +16,8 @@ import pytest
 
 from bench_core import config, engines
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
-from bench_core.run.runner import Runner
 from bench_core.errors import ConfigError, EngineUnavailable
+from bench_core.run.runner import Runner
 from bench_core.store.history import History
 
 BACKENDS = ("turbomind", "pytorch", "transformers", "openai")  # as the sidebar lists them
@@ -90,7 +90,9 @@ def test_the_registry_lists_exactly_the_four_backends_with_their_availability():
 
 
 def test_an_unknown_backend_is_one_config_error_naming_the_choices():
-    with pytest.raises(ConfigError, match=r"^Unknown backend 'vllm'; choose one of turbomind, pytorch, transformers, openai\.$"):
+    with pytest.raises(
+        ConfigError, match=r"^Unknown backend 'vllm'; choose one of turbomind, pytorch, transformers, openai\.$"
+    ):
         engines.availability("vllm")
 
 
@@ -98,7 +100,9 @@ def test_a_new_backend_is_one_new_module_that_the_registry_finds(toy_backend_mod
     assert tuple(engines.backends()) == (*BACKENDS, "toy", "toy-gpu")  # one that says no order comes last
     toy = EngineConfig(backend="toy", model="toy-model")
     assert engines.validate_engine_config(toy, LoadConfig()) == []
-    assert engines.validate_engine_config(replace(toy, model="m"), LoadConfig()) == ["The toy backend serves toy-model only."]
+    assert engines.validate_engine_config(replace(toy, model="m"), LoadConfig()) == [
+        "The toy backend serves toy-model only."
+    ]
     assert engines.engine_settings_key(toy, LoadConfig()) == ("toy", "toy-model")
     assert engines.tokenizer_from_engine("toy") is True  # it has no model of its own to take one from
     assert type(engines.load_engine(toy, LoadConfig())).__name__ == "ToyEngine"
@@ -107,8 +111,10 @@ def test_a_new_backend_is_one_new_module_that_the_registry_finds(toy_backend_mod
 
 
 def toy_run(backend: str = "toy") -> RunConfig:
-    return RunConfig(engine=EngineConfig(backend=backend, model="toy-model"),
-                     dataset=DatasetConfig(dataset="builtin:sample", num_prompts=3, sharegpt_output_len=5))
+    return RunConfig(
+        engine=EngineConfig(backend=backend, model="toy-model"),
+        dataset=DatasetConfig(dataset="builtin:sample", num_prompts=3, sharegpt_output_len=5),
+    )
 
 
 def test_a_new_backends_run_goes_through_the_runner_into_the_history(toy_backend_module, tmp_path, tiny_model_path):
@@ -129,9 +135,31 @@ def test_a_new_backend_is_offered_by_the_cli_and_runs_there(tmp_path, tiny_model
     shutil.copytree(ROOT / "bench_core", tmp_path / "bench_core", ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "bench_core" / "engines" / "toy_engine.py").write_text(TOY_ENGINE_MODULE)
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-m", "bench_core", "pipeline", "builtin:sample", "toy-model", "--backend",
-                           "toy", "-n", "3", "--sharegpt-output-len", "5", "--csv", "", "--results", "results"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench_core",
+            "pipeline",
+            "builtin:sample",
+            "toy-model",
+            "--backend",
+            "toy",
+            "-n",
+            "3",
+            "--sharegpt-output-len",
+            "5",
+            "--csv",
+            "",
+            "--results",
+            "results",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert "Profile Pipeline API" in done.stdout and "finished in results/history.csv" in done.stderr
     assert History(tmp_path / "results").load()["backend"].tolist() == ["toy"]
@@ -160,8 +188,13 @@ print(json.dumps(seen))
 
 @pytest.mark.slow
 def test_asking_about_one_backend_imports_no_other_backends_libraries(tmp_path):
-    done = subprocess.run([sys.executable, "-c", _ASK_ABOUT_THE_SERVER_BACKEND.format(root=str(ROOT))],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", _ASK_ABOUT_THE_SERVER_BACKEND.format(root=str(ROOT))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen == {"listed": [], "openai validated": ["aiohttp"]}  # the server client's own library only

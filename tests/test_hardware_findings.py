@@ -6,16 +6,16 @@ import json
 import pandas as pd
 import pytest
 
-from bench_core.hardware import roofline
-from bench_core.measure import catalog
 from bench_core.cli import main
 from bench_core.config import EngineConfig
 from bench_core.engines import context_window
-from bench_core.store.history import History
+from bench_core.hardware import roofline
+from bench_core.hardware.telemetry import CPU_CORES, PROCESS, RSS_BYTES, SAMPLE_COLUMNS, TELEMETRY_FILE
+from bench_core.measure import catalog
 from bench_core.measure.live_snapshot import TELEMETRY_WINDOW_S
 from bench_core.models.resolve import PICKABLE_MODELS, synthetic_is_built
 from bench_core.run.runner import Runner
-from bench_core.hardware.telemetry import CPU_CORES, PROCESS, RSS_BYTES, SAMPLE_COLUMNS, TELEMETRY_FILE
+from bench_core.store.history import History
 
 SAMPLED_ON_CPU = ("mean_process_cpu_cores", "peak_process_rss_gib")
 
@@ -34,9 +34,26 @@ def cli_runs(tmp_path_factory):
         for model in ("builtin:tiny-llama", "synthetic:tiny"):
             capture = _Capture()
             with capture:
-                code = main(["pipeline", "builtin:sample", model, "--backend", "transformers", "-n", "3", "-c", "2",
-                             "--sharegpt-output-len", "16", "--stream-output", "--csv", "",
-                             "--results", str(work / "results")])
+                code = main(
+                    [
+                        "pipeline",
+                        "builtin:sample",
+                        model,
+                        "--backend",
+                        "transformers",
+                        "-n",
+                        "3",
+                        "-c",
+                        "2",
+                        "--sharegpt-output-len",
+                        "16",
+                        "--stream-output",
+                        "--csv",
+                        "",
+                        "--results",
+                        str(work / "results"),
+                    ]
+                )
             assert code == 0, capture.text
             outputs[model] = capture.text
     return work, outputs, measured
@@ -119,9 +136,11 @@ def test_a_model_without_a_config_gets_no_roofline_in_one_line():
 def _two_streamed_requests():
     from bench_core.config import DatasetConfig, LoadConfig, RunConfig
 
-    return RunConfig(engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
-                     dataset=DatasetConfig(dataset="builtin:sample", num_prompts=2, sharegpt_output_len=8),
-                     load=LoadConfig(concurrency=2, stream_output=True))
+    return RunConfig(
+        engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
+        dataset=DatasetConfig(dataset="builtin:sample", num_prompts=2, sharegpt_output_len=8),
+        load=LoadConfig(concurrency=2, stream_output=True),
+    )
 
 
 def test_the_live_snapshot_carries_the_last_minute_of_samples_on_the_runs_clock(tiny_model_path):
@@ -151,11 +170,18 @@ def test_the_model_picker_offers_every_synthetic_preset_with_its_size():
 
 def test_telemetry_metrics_are_declared_once_and_compared_like_any_metric():
     sampled = [metric for metric in catalog.CATALOG if metric.sampled is not None]
-    assert {metric.key for metric in sampled} >= {"mean_gpu_util_percent", "peak_gpu_memory_gib", "mean_gpu_power_w",
-                                                  "energy_per_output_token_j", *SAMPLED_ON_CPU}
+    assert {metric.key for metric in sampled} >= {
+        "mean_gpu_util_percent",
+        "peak_gpu_memory_gib",
+        "mean_gpu_power_w",
+        "energy_per_output_token_j",
+        *SAMPLED_ON_CPU,
+    }
     energy = catalog.METRICS["energy_per_output_token_j"]
     assert energy.unit == "J/token" and energy.larger_is_better is False
-    assert "energy_per_output_token_j" in catalog.COMPARED_COLUMNS and "energy_per_output_token_j" in catalog.SWEPT_COLUMNS
+    assert (
+        "energy_per_output_token_j" in catalog.COMPARED_COLUMNS and "energy_per_output_token_j" in catalog.SWEPT_COLUMNS
+    )
     summary = {"energy_per_output_token_j": 0.25, "peak_gpu_memory_bytes": 2 * 1024**3, "mean_gpu_util_percent": None}
     assert catalog.telemetry_columns(summary) == {"peak_gpu_memory_gib": 2.0, "energy_per_output_token_j": 0.25}
 
@@ -171,18 +197,21 @@ def test_lmdeploy_gets_the_cached_folder_of_a_synthetic_model(tmp_path, monkeypa
 
 @pytest.mark.slow
 def test_loading_a_synthetic_model_for_the_first_time_says_it_is_building_it(tmp_path, monkeypatch):
-    from bench_core.run import runner as runner_module
     from bench_core.config import DatasetConfig, LoadConfig, RunConfig
+    from bench_core.run import runner as runner_module
 
     monkeypatch.setenv("BENCH_STUDIO_CACHE", str(tmp_path))
     runner = Runner()
     phases = []
     real_resolve = runner_module.resolve_model
-    monkeypatch.setattr(runner_module, "resolve_model",
-                        lambda name: phases.append(runner.runs()[0].phase) or real_resolve(name))
-    config = RunConfig(engine=EngineConfig(backend="transformers", model="synthetic:tiny"),
-                       dataset=DatasetConfig(dataset="builtin:sample", num_prompts=1, sharegpt_output_len=4),
-                       load=LoadConfig(concurrency=1))
+    monkeypatch.setattr(
+        runner_module, "resolve_model", lambda name: phases.append(runner.runs()[0].phase) or real_resolve(name)
+    )
+    config = RunConfig(
+        engine=EngineConfig(backend="transformers", model="synthetic:tiny"),
+        dataset=DatasetConfig(dataset="builtin:sample", num_prompts=1, sharegpt_output_len=4),
+        load=LoadConfig(concurrency=1),
+    )
     run = runner.submit(config)
     try:
         assert run.wait(60) and run.state == "finished", run.message

@@ -17,17 +17,16 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from profiled_runs import profiled_run, recorded_history
 
 from bench_core import csvstore
-from bench_core.hardware import environment
 from bench_core.config import EngineConfig, LoadConfig, RunConfig
-from bench_core.store.history_import import lmdeploy_hyperparams
 from bench_core.engines.base import EngineInfo
 from bench_core.errors import HistoryError
-from bench_core.store.history import History, RunRecord, local_now_iso, new_run_id
+from bench_core.hardware import environment
 from bench_core.measure.catalog import LEGACY_COLUMNS
-from bench_core.store.history_import import HISTORY_LEAD_COLUMNS, SAVE_CSV_COLUMNS
-from profiled_runs import profiled_run, recorded_history
+from bench_core.store.history import History, RunRecord, local_now_iso, new_run_id
+from bench_core.store.history_import import HISTORY_LEAD_COLUMNS, SAVE_CSV_COLUMNS, lmdeploy_hyperparams
 
 ROOT = Path(__file__).resolve().parent.parent
 LMDEPLOY_CSV = Path(__file__).resolve().parent / "data" / "lmdeploy_csv"
@@ -50,7 +49,7 @@ def _lmdeploy_row(tmp_path: Path, config: RunConfig, stream_output: bool) -> dic
     profiler.start()
     for session in sessions:
         session.tick(0)
-    for n_tokens in (range(1, 5) if stream_output else (4,)):
+    for n_tokens in range(1, 5) if stream_output else (4,):
         time.sleep(0.002)  # LMDeploy's Profiler reads the clock itself; keep its ms columns above 0.000
         for session in sessions:
             session.tick(n_tokens)
@@ -91,10 +90,23 @@ def _record(config: RunConfig | None = None, lmdeploy_columns=None, **fields) ->
         status="finished",
         config=config,
         lmdeploy_columns=lmdeploy_columns or {},
-        metrics={"completed": 1, "failed": 0, "incomplete": 1, "p99_ttft_ms": 19.9, "goodput_rps": 1.5,
-                 "failure_reasons": {"stopped early": 1}},
-        engine_info=EngineInfo("transformers", "builtin:tiny-llama", "/models/tiny", "float32", "cpu",
-                               versions={"transformers": "5.24.0"}, notes=["paged attention"]),
+        metrics={
+            "completed": 1,
+            "failed": 0,
+            "incomplete": 1,
+            "p99_ttft_ms": 19.9,
+            "goodput_rps": 1.5,
+            "failure_reasons": {"stopped early": 1},
+        },
+        engine_info=EngineInfo(
+            "transformers",
+            "builtin:tiny-llama",
+            "/models/tiny",
+            "float32",
+            "cpu",
+            versions={"transformers": "5.24.0"},
+            notes=["paged attention"],
+        ),
         environment={"gpu_name": "none", "gpu_count": "0", "cuda": "12.10", "torch": "2.13.0"},
         requests=_requests_table(),
     )
@@ -132,15 +144,44 @@ def test_lmdeploys_row_is_rebuilt_from_the_history_byte_for_byte(tmp_path, strea
 def _old_format_history(path: Path) -> None:
     """A history.csv as the app wrote it while it kept LMDeploy's spellings beside ours: a run of ours (both
     spellings, LMDeploy's first with 3 decimals) and an imported LMDeploy row (LMDeploy's spelling only)."""
-    header = [*SAVE_CSV_COLUMNS, "run_id", "started_at", "status", "label", "model", "source", "duration_s",
-              "mean_e2e_ms", "p99_e2e_ms"]
-    ours = {"backend": "transformers", "bs": "4", "completed": "3", "duration": "2.5123456789",
-            "request_throughput": "1.194", "mean_e2e_latency_ms": "101.235", "mean_ttft_ms": "50.000",
-            "run_id": "20260101-000000-ab12", "status": "finished", "duration_s": "2.5123456789",
-            "mean_e2e_ms": "101.23456789", "p99_e2e_ms": "180.5"}
-    imported = {"backend": "turbomind", "bs": "256", "completed": "1000", "duration": "30.1",
-                "request_throughput": "33.223", "mean_e2e_latency_ms": "88.000", "mean_ttft_ms": "-",
-                "run_id": "20260101-000001-cd34", "status": "imported", "source": "profile_throughput.py"}
+    header = [
+        *SAVE_CSV_COLUMNS,
+        "run_id",
+        "started_at",
+        "status",
+        "label",
+        "model",
+        "source",
+        "duration_s",
+        "mean_e2e_ms",
+        "p99_e2e_ms",
+    ]
+    ours = {
+        "backend": "transformers",
+        "bs": "4",
+        "completed": "3",
+        "duration": "2.5123456789",
+        "request_throughput": "1.194",
+        "mean_e2e_latency_ms": "101.235",
+        "mean_ttft_ms": "50.000",
+        "run_id": "20260101-000000-ab12",
+        "status": "finished",
+        "duration_s": "2.5123456789",
+        "mean_e2e_ms": "101.23456789",
+        "p99_e2e_ms": "180.5",
+    }
+    imported = {
+        "backend": "turbomind",
+        "bs": "256",
+        "completed": "1000",
+        "duration": "30.1",
+        "request_throughput": "33.223",
+        "mean_e2e_latency_ms": "88.000",
+        "mean_ttft_ms": "-",
+        "run_id": "20260101-000001-cd34",
+        "status": "imported",
+        "source": "profile_throughput.py",
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(csvstore.table_bytes(header, [ours, imported]))
 
@@ -185,8 +226,18 @@ def test_row_holds_identity_settings_metrics_engine_and_environment(history):
 
 def test_load_turns_dashes_into_nan_and_numbers_into_numbers(history, tmp_path):
     config = _config()
-    history.record(_record(config, metrics={"completed": 3, "total_input_tokens": 33, "mean_ttft_ms": math.nan,
-                                            "mean_itl_ms": "-", "mean_tpot_ms": 2.5}))
+    history.record(
+        _record(
+            config,
+            metrics={
+                "completed": 3,
+                "total_input_tokens": 33,
+                "mean_ttft_ms": math.nan,
+                "mean_itl_ms": "-",
+                "mean_tpot_ms": 2.5,
+            },
+        )
+    )
 
     frame = history.load()
     assert math.isnan(frame.loc[0, "mean_ttft_ms"]) and math.isnan(frame.loc[0, "mean_itl_ms"])
@@ -196,8 +247,10 @@ def test_load_turns_dashes_into_nan_and_numbers_into_numbers(history, tmp_path):
 
 
 def test_api_keys_never_reach_any_file(history):
-    record = _record(environment={"gpu_name": "none", "openai_api_key": "sk-secret-1"},
-                     metrics={"completed": 1, "API_KEY_used": "sk-secret-2"})
+    record = _record(
+        environment={"gpu_name": "none", "openai_api_key": "sk-secret-1"},
+        metrics={"completed": 1, "API_KEY_used": "sk-secret-2"},
+    )
     history.record(record)
 
     written = b"".join(path.read_bytes() for path in history.root.rglob("*") if path.is_file())
@@ -261,8 +314,10 @@ def _append_runs_from_worker(root: str, worker: int, count: int) -> None:
 def test_processes_appending_at_once_lose_no_row(history):
     workers, per_worker = 4, 5
     context = multiprocessing.get_context("fork")
-    processes = [context.Process(target=_append_runs_from_worker, args=(str(history.root), w, per_worker))
-                 for w in range(workers)]
+    processes = [
+        context.Process(target=_append_runs_from_worker, args=(str(history.root), w, per_worker))
+        for w in range(workers)
+    ]
     for process in processes:
         process.start()
     for process in processes:
@@ -470,8 +525,12 @@ def test_environment_reports_versions_without_importing_lmdeploy():
     assert env["lmdeploy"] == importlib.metadata.version("lmdeploy")
     assert env["transformers"] == importlib.metadata.version("transformers")
     assert env["torch"] == importlib.metadata.version("torch")
-    expected_commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"],
-                                     capture_output=True, text=True).stdout.strip() or "unknown"
+    expected_commit = (
+        subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        or "unknown"
+    )
     assert env["app_commit"] == expected_commit
     assert {"gpu_name", "gpu_count", "gpu_driver", "cuda", "python", "platform", "cpu_count", "app_version"} <= set(env)
     assert all(isinstance(value, str) for value in env.values())

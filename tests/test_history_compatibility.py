@@ -44,24 +44,33 @@ def reading(root: Path) -> dict:
     table = history.load()
     runs = {}
     for run_id, status in zip(table["run_id"], table["status"]):
-        entry = {"row": {key: _plain(value) for key, value in history.row(run_id).items()},
-                 "lmdeploy_row": {key: _plain(value) for key, value in history.lmdeploy_row(run_id).items()}}
+        entry = {
+            "row": {key: _plain(value) for key, value in history.row(run_id).items()},
+            "lmdeploy_row": {key: _plain(value) for key, value in history.lmdeploy_row(run_id).items()},
+        }
         if status != "imported":
             entry["config"] = {key: _plain(value) for key, value in history.config(run_id).to_flat_dict().items()}
             requests = history.requests(run_id)
             entry["requests"] = {name: [_plain(v) for v in requests[name]] for name in requests.columns}
         runs[run_id] = entry
-    return {"columns": list(table.columns), "dtypes": {name: str(kind) for name, kind in table.dtypes.items()},
-            "cells": {name: [_plain(v) for v in table[name]] for name in table.columns}, "runs": runs}
+    return {
+        "columns": list(table.columns),
+        "dtypes": {name: str(kind) for name, kind in table.dtypes.items()},
+        "cells": {name: [_plain(v) for v in table[name]] for name in table.columns},
+        "runs": runs,
+    }
 
 
 def _new_settings(config: dict) -> dict:
     """What a run recorded before the settings declared since reads as: each one's default where it applies."""
-    from bench_core.config import RunConfig, SETTINGS
+    from bench_core.config import SETTINGS, RunConfig
 
     defaults = RunConfig.from_flat_dict({"backend": config["backend"]}).to_flat_dict()
-    return {setting.key: defaults[setting.key] for setting in SETTINGS if setting.key not in _RECORDED_BEFORE
-            and not setting.secret}
+    return {
+        setting.key: defaults[setting.key]
+        for setting in SETTINGS
+        if setting.key not in _RECORDED_BEFORE and not setting.secret
+    }
 
 
 # Knobs that apply to a backend since the history was written, and the value its runs then ran with: the

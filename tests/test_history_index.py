@@ -69,10 +69,12 @@ def test_what_a_caller_changes_in_a_row_or_the_table_is_not_read_back(long_histo
 
 
 def _append_in_another_process(root: Path, run_id: str) -> None:
-    script = ("import sys; from bench_core import csvstore; from pathlib import Path\n"
-              "path = Path(sys.argv[1]) / 'history.csv'\n"
-              "header, rows = csvstore.read_table(path)\n"
-              "csvstore.append_row(path, {**rows[0], 'run_id': sys.argv[2], 'label': 'from another process'})\n")
+    script = (
+        "import sys; from bench_core import csvstore; from pathlib import Path\n"
+        "path = Path(sys.argv[1]) / 'history.csv'\n"
+        "header, rows = csvstore.read_table(path)\n"
+        "csvstore.append_row(path, {**rows[0], 'run_id': sys.argv[2], 'label': 'from another process'})\n"
+    )
     subprocess.run([sys.executable, "-c", script, str(root), run_id], cwd=ROOT, check=True)
 
 
@@ -104,8 +106,16 @@ def _replace_by_editor(root: Path, old: bytes, new: bytes) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("change", ["appended by another process", "edited in place", "replaced by an editor",
-                                    "deleted by another History", "cut back to fewer rows"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        "appended by another process",
+        "edited in place",
+        "replaced by an editor",
+        "deleted by another History",
+        "cut back to fewer rows",
+    ],
+)
 def test_every_change_to_the_file_is_seen_at_the_next_read(long_history, change):
     history = History(long_history)
     ids = list(history.load()["run_id"])
@@ -122,7 +132,7 @@ def test_every_change_to_the_file_is_seen_at_the_next_read(long_history, change)
     else:
         path = long_history / "history.csv"
         data = path.read_bytes()
-        path.write_bytes(data[:data.rindex(b"\n", 0, len(data) - 1) + 1])
+        path.write_bytes(data[: data.rindex(b"\n", 0, len(data) - 1) + 1])
 
     now = fresh_rows(long_history)
     assert list(history.load()["run_id"]) == list(now)
@@ -174,22 +184,28 @@ def test_a_new_process_trusts_the_sidecar_only_for_the_bytes_it_describes(long_h
     assert len(History(long_history).load()) == len(fresh_rows(long_history))
 
 
-@pytest.mark.parametrize("data", [
-    b"a,b,c\r\n1,2,3\r\n4,5,6\r\n",
-    b"\xef\xbb\xbfa,b,c\n1,\"two\nlines\",3\n",  # a byte-order mark, a quoted line break
-    b"a,b,c\r1,'=SUM(A1),3\r",  # CR line ends, a formula made safe by a quote
-    "a,b,c\n\n1,\u00e9t\u00e9,\"x,y\"\n".encode(),  # a blank line, UTF-8, a quoted comma
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"a,b,c\r\n1,2,3\r\n4,5,6\r\n",
+        b'\xef\xbb\xbfa,b,c\n1,"two\nlines",3\n',  # a byte-order mark, a quoted line break
+        b"a,b,c\r1,'=SUM(A1),3\r",  # CR line ends, a formula made safe by a quote
+        'a,b,c\n\n1,\u00e9t\u00e9,"x,y"\n'.encode(),  # a blank line, UTF-8, a quoted comma
+    ],
+)
 def test_the_one_pass_read_gives_the_rows_of_the_line_by_line_read(data):
     assert csvstore._whole_table(data).rows == csvstore.split_table(data).rows
 
 
-@pytest.mark.parametrize("data", [
-    b"a,b,c\n1,2,3\n4,5",  # the last row cut short
-    b"a,b,c\n1,2\n4,5,6\n",  # a row with a cell missing
-    b"a,b,c\n1,\xff,3\n",  # not UTF-8
-    b"a,b,c\n1,\"2,3\n",  # an unterminated quote
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"a,b,c\n1,2,3\n4,5",  # the last row cut short
+        b"a,b,c\n1,2\n4,5,6\n",  # a row with a cell missing
+        b"a,b,c\n1,\xff,3\n",  # not UTF-8
+        b'a,b,c\n1,"2,3\n',  # an unterminated quote
+    ],
+)
 def test_the_one_pass_read_leaves_any_damaged_file_to_the_line_by_line_read(data):
     assert csvstore._whole_table(data) is None
     assert csvstore.split_table(data).damaged

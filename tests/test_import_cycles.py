@@ -4,7 +4,6 @@ function, relative ones resolved) is an arrow, and no group of modules may reach
 import ast
 from pathlib import Path
 
-
 BENCH_CORE = Path(__file__).resolve().parent.parent / "bench_core"
 
 
@@ -28,8 +27,9 @@ def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
             base = package.rsplit(".", node.level - 1)[0] if node.level else ""
             source = ".".join(filter(None, (base, node.module)))
             # `from package import module` imports the module; `from module import name`, the module
-            targets = [f"{source}.{alias.name}" if f"{source}.{alias.name}" in known else source
-                       for alias in node.names]
+            targets = [
+                f"{source}.{alias.name}" if f"{source}.{alias.name}" in known else source for alias in node.names
+            ]
         else:
             continue
         for target in targets:
@@ -74,8 +74,9 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def describe(groups: list[list[str]], graph: dict[str, set[str]]) -> str:
-    return "\n".join(" ; ".join(f"{a} -> {b}" for a in group for b in sorted(graph[a]) if b in group)
-                     for group in groups)
+    return "\n".join(
+        " ; ".join(f"{a} -> {b}" for a in group for b in sorted(graph[a]) if b in group) for group in groups
+    )
 
 
 def test_the_walker_follows_relative_and_late_imports_round_a_loop(tmp_path):
@@ -97,8 +98,13 @@ def test_the_cli_is_a_package_whose_modules_import_without_a_loop():
     graph = import_graph(BENCH_CORE)
     through_cli = [group for group in cycles(graph) if any(name.startswith("bench_core.cli") for name in group)]
     assert not through_cli, describe(through_cli, graph)
-    assert {"bench_core.cli", "bench_core.cli.common", "bench_core.cli.pipeline", "bench_core.cli.restful",
-            "bench_core.cli.sweep"} <= set(graph)
+    assert {
+        "bench_core.cli",
+        "bench_core.cli.common",
+        "bench_core.cli.pipeline",
+        "bench_core.cli.restful",
+        "bench_core.cli.sweep",
+    } <= set(graph)
 
 
 def test_a_subcommand_imports_only_the_shared_module_of_the_cli():
@@ -115,8 +121,23 @@ def test_bench_core_imports_without_a_loop():
 
 
 # bench_core's packages in the order the data flows, lowest first: a package imports only those before it.
-LAYERS = ("redact", "errors", "csvstore", "states", "models", "config", "load", "engines", "measure", "hardware",
-          "store", "views", "run", "sweep", "cli")
+LAYERS = (
+    "redact",
+    "errors",
+    "csvstore",
+    "states",
+    "models",
+    "config",
+    "load",
+    "engines",
+    "measure",
+    "hardware",
+    "store",
+    "views",
+    "run",
+    "sweep",
+    "cli",
+)
 TOP_LEVEL_MAX = 20
 
 
@@ -131,7 +152,8 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
         if name == "bench_core" or name == "bench_core.__main__":
             continue
         packages.setdefault(_package(name), set()).update(
-            _package(target) for target in targets if target != "bench_core" and _package(target) != _package(name))
+            _package(target) for target in targets if target != "bench_core" and _package(target) != _package(name)
+        )
     return packages
 
 
@@ -142,6 +164,10 @@ def test_bench_core_is_a_few_packages_by_role():
 
 
 def test_each_package_imports_only_the_packages_below_it_in_the_data_flow():
-    upward = sorted(f"{package} -> {target}" for package, targets in package_graph(import_graph(BENCH_CORE)).items()
-                    for target in targets if LAYERS.index(target) >= LAYERS.index(package))
+    upward = sorted(
+        f"{package} -> {target}"
+        for package, targets in package_graph(import_graph(BENCH_CORE)).items()
+        for target in targets
+        if LAYERS.index(target) >= LAYERS.index(package)
+    )
     assert upward == []

@@ -12,13 +12,17 @@ from bench_core.measure.profiler import Profiler
 PERCENTILES = [1, 25, 50, 75, 90, 95, 99, 99.9]
 
 
-@pytest.mark.parametrize("values", [
-    np.random.default_rng(0).lognormal(-4.0, 1.0, 50_000),  # ITL-like, milliseconds with a long tail
-    np.random.default_rng(1).exponential(2.0, 300),  # TTFT-like, seconds
-    np.array([0.25]),
-    np.array([0.1, 0.1, 0.1]),
-    np.array([3e-6, 0.5, 2e4]),  # below and above the log-spaced range
-], ids=["lognormal", "exponential", "one", "ties", "outside-the-range"])
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.random.default_rng(0).lognormal(-4.0, 1.0, 50_000),  # ITL-like, milliseconds with a long tail
+        np.random.default_rng(1).exponential(2.0, 300),  # TTFT-like, seconds
+        np.array([0.25]),
+        np.array([0.1, 0.1, 0.1]),
+        np.array([3e-6, 0.5, 2e4]),  # below and above the log-spaced range
+    ],
+    ids=["lognormal", "exponential", "one", "ties", "outside-the-range"],
+)
 def test_statistics_match_numpys_exact_ones(values):
     exact = metrics.distribution(values, PERCENTILES)
     binned = BinnedLatencies.of(values).distribution(PERCENTILES)

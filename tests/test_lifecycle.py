@@ -2,9 +2,9 @@
 hold, one observer hears a real run's moves, snapshots, finished requests and record in order, in this process
 and across the worker process's pipe, and a run's metrics are aggregated once, where it was measured."""
 
+import engine_faults
 import pytest
 
-import engine_faults
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.run.engine_process import ProcessRunner
 from bench_core.run.lifecycle import TRANSITIONS, IllegalTransition, Run
@@ -15,17 +15,20 @@ from bench_core.store.history import History
 
 ENDED = [state for state in RunState if not TRANSITIONS[state]]
 # A path from queued to each ended state.
-PATH_TO = {RunState.FINISHED: [RunState.LOADING, RunState.RUNNING, RunState.FINISHED],
-           RunState.PARTIAL: [RunState.LOADING, RunState.RUNNING, RunState.PARTIAL],
-           RunState.FAILED: [RunState.LOADING, RunState.FAILED],
-           RunState.CANCELLED: [RunState.CANCELLED]}
+PATH_TO = {
+    RunState.FINISHED: [RunState.LOADING, RunState.RUNNING, RunState.FINISHED],
+    RunState.PARTIAL: [RunState.LOADING, RunState.RUNNING, RunState.PARTIAL],
+    RunState.FAILED: [RunState.LOADING, RunState.FAILED],
+    RunState.CANCELLED: [RunState.CANCELLED],
+}
 
 
 def tiny_config(num_prompts: int = 8, output_len: int = 16) -> RunConfig:
-    return RunConfig(engine=EngineConfig(model="builtin:tiny-llama"),
-                     dataset=DatasetConfig(dataset="builtin:sample", num_prompts=num_prompts,
-                                           sharegpt_output_len=output_len),
-                     load=LoadConfig(concurrency=4, stream_output=True))
+    return RunConfig(
+        engine=EngineConfig(model="builtin:tiny-llama"),
+        dataset=DatasetConfig(dataset="builtin:sample", num_prompts=num_prompts, sharegpt_output_len=output_len),
+        load=LoadConfig(concurrency=4, stream_output=True),
+    )
 
 
 def handle() -> Run:
@@ -106,7 +109,8 @@ def test_a_claimed_run_is_cancelled_by_its_flag_and_ends_where_it_runs():
 @pytest.mark.slow
 @pytest.mark.parametrize("runner_class", [Runner, ProcessRunner], ids=["in this process", "in a worker process"])
 def test_one_observer_hears_a_real_runs_moves_snapshots_requests_and_record_in_order(
-        runner_class, tmp_path, tiny_model_path):
+    runner_class, tmp_path, tiny_model_path
+):
     runner, heard = runner_class(History(tmp_path)), Heard()
     run = runner.submit(tiny_config(), observers=[heard])
     try:
@@ -120,7 +124,7 @@ def test_one_observer_hears_a_real_runs_moves_snapshots_requests_and_record_in_o
     # Snapshots and finished requests come while the run measures, after the move to running and before its end.
     running = next(i for i, (kind, change) in enumerate(heard.calls) if kind == "state" and change.state == "running")
     ended = kinds.index("state", running + 1)
-    assert {kind for kind in kinds[running + 1:ended]} == {"snapshot", "requests"}
+    assert {kind for kind in kinds[running + 1 : ended]} == {"snapshot", "requests"}
     assert "snapshot" not in kinds[:running] and "snapshot" not in kinds[ended:]
     last_snapshot = [payload for kind, payload in heard.calls if kind == "snapshot"][-1]
     assert last_snapshot.finished and last_snapshot.completed == 8

@@ -26,11 +26,29 @@ ASKED = 16
 
 
 def restful(url: str, folder, capsys, *flags: str, asked: int = ASKED) -> SimpleNamespace:
-    code = main([
-        "restful", "--base-url", url, "--model", "smollm2", "--tokenizer", "builtin:tiny-llama",
-        "--dataset-path", "builtin:sample", "--num-prompts", str(N), "--sharegpt-output-len", str(asked),
-        "--disable-warmup", "--output-file", "", "--results", str(folder / "results"), *flags,
-    ])
+    code = main(
+        [
+            "restful",
+            "--base-url",
+            url,
+            "--model",
+            "smollm2",
+            "--tokenizer",
+            "builtin:tiny-llama",
+            "--dataset-path",
+            "builtin:sample",
+            "--num-prompts",
+            str(N),
+            "--sharegpt-output-len",
+            str(asked),
+            "--disable-warmup",
+            "--output-file",
+            "",
+            "--results",
+            str(folder / "results"),
+            *flags,
+        ]
+    )
     out = capsys.readouterr()
     history = History(folder / "results")
     row = history.load().iloc[-1]
@@ -44,7 +62,8 @@ def test_the_servers_chunks_are_fewer_than_its_tokens_and_its_text_recounts_to_t
 
 
 def test_a_stream_without_usage_that_stops_for_length_is_complete_with_its_recounted_length(
-        llama_cpp_server, tmp_path, capsys):
+    llama_cpp_server, tmp_path, capsys
+):
     run = restful(llama_cpp_server, tmp_path, capsys, "--backend", "lmdeploy")
     table = run.table
     assert run.code == 0
@@ -54,7 +73,12 @@ def test_a_stream_without_usage_that_stops_for_length_is_complete_with_its_recou
     assert (table["n_ticks"] - 1 < ASKED).all()  # as chunks, every request would have come back short
     assert table["usage_output_len"].isna().all()
     summary = run.summary
-    assert (summary["completed"], summary["incomplete"], summary["overrun"], summary["length_mismatches"]) == (N, 0, 0, 0)
+    assert (summary["completed"], summary["incomplete"], summary["overrun"], summary["length_mismatches"]) == (
+        N,
+        0,
+        0,
+        0,
+    )
     assert summary["total_output_tokens"] == N * ASKED
     assert summary["output_len_sources"] == f"retokenized: {N}"
     assert f"Output counts from:                      retokenized: {N}" in run.out
@@ -66,13 +90,17 @@ def test_a_chat_limit_the_server_ignores_is_named_with_the_flag_that_fixes_it(ll
     assert ignored.table["status"].tolist() == ["overrun"] * N
     assert ignored.table["output_len"].tolist() == [OWN_LENGTH] * N
     assert (ignored.summary["completed"], ignored.summary["overrun"]) == (0, N)
-    advice = ("stop: more tokens than asked: the server seems to ignore max_completion_tokens: send max_tokens with "
-              "--chat-limit-field max_tokens (or both)")
+    advice = (
+        "stop: more tokens than asked: the server seems to ignore max_completion_tokens: send max_tokens with "
+        "--chat-limit-field max_tokens (or both)"
+    )
     assert f"{advice}: {N}" in ignored.out  # the reasons under the counts
     assert advice in ignored.err  # and the run's message
 
     for field in ("max_tokens", "both"):
-        fixed = restful(llama_cpp_server, tmp_path / field, capsys, "--backend", "lmdeploy-chat", "--chat-limit-field", field)
+        fixed = restful(
+            llama_cpp_server, tmp_path / field, capsys, "--backend", "lmdeploy-chat", "--chat-limit-field", field
+        )
         assert fixed.code == 0, field
         assert fixed.table["status"].tolist() == ["success"] * N
         assert fixed.table["output_len"].tolist() == [ASKED] * N
@@ -82,8 +110,16 @@ def test_a_chat_limit_the_server_ignores_is_named_with_the_flag_that_fixes_it(ll
 def test_llama_cpp_pythons_stream_shape_reads_as_the_server_wrote_it(llama_cpp_server, tmp_path, capsys):
     recording = json.loads(RECORDING.read_text(encoding="utf-8"))
     asked = recording["request"]["max_tokens"]
-    run = restful(llama_cpp_server + "/replay", tmp_path, capsys, "--backend", "lmdeploy-chat",
-                  "--chat-limit-field", "max_tokens", asked=asked)
+    run = restful(
+        llama_cpp_server + "/replay",
+        tmp_path,
+        capsys,
+        "--backend",
+        "lmdeploy-chat",
+        "--chat-limit-field",
+        "max_tokens",
+        asked=asked,
+    )
     table = run.table
     assert run.code == 0
     assert table["status"].tolist() == ["success"] * N

@@ -18,14 +18,13 @@ import pytest
 
 from bench_core.config import EngineConfig, GenerationSettings, LoadConfig, RunConfig, engine_config_fields, knobs_for
 from bench_core.config.catalog import SPECULATIVE_GROUP
-from bench_core.engines import run_config_problems
-from bench_core.load.datasets import SampledRequest
-from bench_core.engines import lmdeploy_engine
+from bench_core.engines import lmdeploy_engine, run_config_problems
+from bench_core.engines.base import EngineInfo
 from bench_core.engines.lmdeploy_configs import build_engine_config, build_generation_configs, build_speculative_config
 from bench_core.engines.lmdeploy_engine import LMDeployBackend
 from bench_core.engines.lmdeploy_pipeline import LMDeployEngine, engine_info, turbomind_fallback_reason
-from bench_core.engines.base import EngineInfo
 from bench_core.errors import ConfigError
+from bench_core.load.datasets import SampledRequest
 
 needs_lmdeploy = pytest.mark.skipif(
     importlib.util.find_spec("lmdeploy") is None,
@@ -78,7 +77,10 @@ def test_default_knobs_are_valid_for_both_backends(no_gpu_facts):
         (pytorch(device="tpu"), "--device"),
         (pytorch(speculative_algorithm="medusa"), "--speculative-algorithm"),
         (pytorch(speculative_algorithm="eagle3"), "--speculative-draft-model"),
-        (pytorch(speculative_algorithm="deepseek_mtp", speculative_num_draft_tokens=0), "--speculative-num-draft-tokens"),
+        (
+            pytorch(speculative_algorithm="deepseek_mtp", speculative_num_draft_tokens=0),
+            "--speculative-num-draft-tokens",
+        ),
         (turbomind(session_len=0), "--session-len"),
         (turbomind(log_level="LOUD"), "--log-level"),
     ],
@@ -167,8 +169,18 @@ VALIDATION_CASES = [
     (pytorch(tp=4, dp=3), 256, False, True, "DistConfig asserts that dp divides the world size"),
     (pytorch(distributed_executor_backend="ray"), 256, True, True, ""),
     (pytorch(distributed_executor_backend="slurm"), 256, False, True, "argparse choices"),
-    (pytorch(dllm_block_length=32, dllm_denoising_steps=8, dllm_unmasking_strategy="sequential",
-             dllm_confidence_threshold=0.9), 256, True, True, ""),
+    (
+        pytorch(
+            dllm_block_length=32,
+            dllm_denoising_steps=8,
+            dllm_unmasking_strategy="sequential",
+            dllm_confidence_threshold=0.9,
+        ),
+        256,
+        True,
+        True,
+        "",
+    ),
     (pytorch(dllm_block_length=0), 256, False, True, "a block of no tokens"),
     (pytorch(dllm_denoising_steps=0), 256, False, True, "no denoising step"),
     (pytorch(dllm_unmasking_strategy="random"), 256, False, True, "argparse choices"),
@@ -196,9 +208,20 @@ def test_lmdeploy_accepts_whatever_validate_accepts(no_gpu_facts, engine, concur
 
 
 KNOBS = dict(
-    tp=2, cache_max_entry_count=0.5, session_len=4096, cache_block_seq_len=128, enable_prefix_caching=True,
-    model_format="awq", quant_policy=8, num_tokens_per_iter=2048, max_prefill_iters=4, communicator="cuda-ipc",
-    async_=0, device="ascend", eager_mode=True, enable_return_routed_experts=True,
+    tp=2,
+    cache_max_entry_count=0.5,
+    session_len=4096,
+    cache_block_seq_len=128,
+    enable_prefix_caching=True,
+    model_format="awq",
+    quant_policy=8,
+    num_tokens_per_iter=2048,
+    max_prefill_iters=4,
+    communicator="cuda-ipc",
+    async_=0,
+    device="ascend",
+    eager_mode=True,
+    enable_return_routed_experts=True,
 )
 
 
@@ -208,11 +231,19 @@ def test_turbomind_config_is_what_profile_pipeline_api_builds():
 
     args = SimpleNamespace(**KNOBS, concurrency=64)
     expected = TurbomindEngineConfig(  # profile_pipeline_api.py main(), backend turbomind
-        max_batch_size=args.concurrency, tp=args.tp, cache_max_entry_count=args.cache_max_entry_count,
-        session_len=args.session_len, cache_block_seq_len=args.cache_block_seq_len, model_format=args.model_format,
-        quant_policy=args.quant_policy, num_tokens_per_iter=args.num_tokens_per_iter,
-        max_prefill_iters=args.max_prefill_iters, enable_prefix_caching=args.enable_prefix_caching,
-        communicator=args.communicator, enable_metrics=False, async_=args.async_,
+        max_batch_size=args.concurrency,
+        tp=args.tp,
+        cache_max_entry_count=args.cache_max_entry_count,
+        session_len=args.session_len,
+        cache_block_seq_len=args.cache_block_seq_len,
+        model_format=args.model_format,
+        quant_policy=args.quant_policy,
+        num_tokens_per_iter=args.num_tokens_per_iter,
+        max_prefill_iters=args.max_prefill_iters,
+        enable_prefix_caching=args.enable_prefix_caching,
+        communicator=args.communicator,
+        enable_metrics=False,
+        async_=args.async_,
     )
     ours = build_engine_config(turbomind(**KNOBS), LoadConfig(concurrency=64))
     assert type(ours) is TurbomindEngineConfig
@@ -226,9 +257,15 @@ def test_pytorch_config_is_what_profile_pipeline_api_builds_at_the_default_quant
 
     args = SimpleNamespace(**{**KNOBS, "quant_policy": 0}, concurrency=64)
     expected = PytorchEngineConfig(  # profile_pipeline_api.py main(), backend pytorch
-        cache_max_entry_count=args.cache_max_entry_count, session_len=args.session_len,
-        block_size=args.cache_block_seq_len, max_batch_size=args.concurrency, tp=args.tp, device_type=args.device,
-        thread_safe=False, eager_mode=args.eager_mode, enable_prefix_caching=args.enable_prefix_caching,
+        cache_max_entry_count=args.cache_max_entry_count,
+        session_len=args.session_len,
+        block_size=args.cache_block_seq_len,
+        max_batch_size=args.concurrency,
+        tp=args.tp,
+        device_type=args.device,
+        thread_safe=False,
+        eager_mode=args.eager_mode,
+        enable_prefix_caching=args.enable_prefix_caching,
         enable_return_routed_experts=args.enable_return_routed_experts,
     )
     ours = build_engine_config(pytorch(**{**KNOBS, "quant_policy": 0}), LoadConfig(concurrency=64))
@@ -239,8 +276,17 @@ def test_pytorch_config_is_what_profile_pipeline_api_builds_at_the_default_quant
 
 # A value other than its default for every engine knob of LMDeploy's configs, all of them accepted at once.
 OTHER_VALUES = dict(
-    KNOBS, dp=2, ep=2, cp=2, dtype="bfloat16", max_prefill_token_num=4096, distributed_executor_backend="ray",
-    dllm_block_length=32, dllm_unmasking_strategy="sequential", dllm_denoising_steps=8, dllm_confidence_threshold=0.9,
+    KNOBS,
+    dp=2,
+    ep=2,
+    cp=2,
+    dtype="bfloat16",
+    max_prefill_token_num=4096,
+    distributed_executor_backend="ray",
+    dllm_block_length=32,
+    dllm_unmasking_strategy="sequential",
+    dllm_denoising_steps=8,
+    dllm_confidence_threshold=0.9,
 )
 
 
@@ -256,8 +302,10 @@ def test_each_knob_reaches_its_field_of_lmdeploys_own_config_class(backend):
     knobs = {knob.name: knob for knob in knobs_for(backend)}
     chosen = {name: OTHER_VALUES[name] for name in fields}
     assert all(chosen[name] != knobs[name].default for name in fields)  # each value shows which field it reached
-    assert all(knobs[name].default == declared[field] or name in ("model_format", "cache_block_seq_len")
-               for name, field in fields.items())  # the scripts' defaults: hf, and block 64 for PyTorch too
+    assert all(
+        knobs[name].default == declared[field] or name in ("model_format", "cache_block_seq_len")
+        for name, field in fields.items()
+    )  # the scripts' defaults: hf, and block 64 for PyTorch too
     built = build_engine_config(EngineConfig(backend=backend, **chosen), LoadConfig())
     assert {field: getattr(built, field) for field in fields.values()} == {fields[n]: v for n, v in chosen.items()}
 
@@ -268,33 +316,78 @@ def test_engine_api_configs_are_what_profile_throughput_builds():
 
     args = SimpleNamespace(**OTHER_VALUES, concurrency=64)
     expected = TurbomindEngineConfig(  # profile_throughput.py main(), backend turbomind
-        max_batch_size=args.concurrency // args.dp, tp=args.tp, dp=args.dp, cp=args.cp,
-        cache_max_entry_count=args.cache_max_entry_count, cache_block_seq_len=args.cache_block_seq_len,
-        model_format=args.model_format, quant_policy=args.quant_policy, num_tokens_per_iter=args.num_tokens_per_iter,
-        max_prefill_iters=args.max_prefill_iters, async_=args.async_, enable_prefix_caching=args.enable_prefix_caching,
-        dtype=args.dtype, communicator=args.communicator,
+        max_batch_size=args.concurrency // args.dp,
+        tp=args.tp,
+        dp=args.dp,
+        cp=args.cp,
+        cache_max_entry_count=args.cache_max_entry_count,
+        cache_block_seq_len=args.cache_block_seq_len,
+        model_format=args.model_format,
+        quant_policy=args.quant_policy,
+        num_tokens_per_iter=args.num_tokens_per_iter,
+        max_prefill_iters=args.max_prefill_iters,
+        async_=args.async_,
+        enable_prefix_caching=args.enable_prefix_caching,
+        dtype=args.dtype,
+        communicator=args.communicator,
     )
-    theirs = {name: OTHER_VALUES[name] for name in ("tp", "dp", "cp", "cache_max_entry_count", "cache_block_seq_len",
-                                                    "model_format", "quant_policy", "num_tokens_per_iter",
-                                                    "max_prefill_iters", "async_", "enable_prefix_caching", "dtype",
-                                                    "communicator")}
+    theirs = {
+        name: OTHER_VALUES[name]
+        for name in (
+            "tp",
+            "dp",
+            "cp",
+            "cache_max_entry_count",
+            "cache_block_seq_len",
+            "model_format",
+            "quant_policy",
+            "num_tokens_per_iter",
+            "max_prefill_iters",
+            "async_",
+            "enable_prefix_caching",
+            "dtype",
+            "communicator",
+        )
+    }
     engine_api = LoadConfig(load_pattern="engine_api", concurrency=64)
     ours = build_engine_config(turbomind(**theirs), engine_api)
     for f in dataclasses.fields(expected):
         assert getattr(ours, f.name) == getattr(expected, f.name), f.name
 
     expected = PytorchEngineConfig(  # profile_throughput.py main(), backend pytorch
-        cache_max_entry_count=args.cache_max_entry_count, block_size=args.cache_block_seq_len,
-        max_batch_size=args.concurrency, tp=args.tp, device_type=args.device, eager_mode=args.eager_mode,
-        enable_prefix_caching=args.enable_prefix_caching, quant_policy=args.quant_policy, dtype=args.dtype,
-        distributed_executor_backend=args.distributed_executor_backend, dllm_block_length=args.dllm_block_length,
-        dllm_unmasking_strategy=args.dllm_unmasking_strategy, dllm_denoising_steps=args.dllm_denoising_steps,
+        cache_max_entry_count=args.cache_max_entry_count,
+        block_size=args.cache_block_seq_len,
+        max_batch_size=args.concurrency,
+        tp=args.tp,
+        device_type=args.device,
+        eager_mode=args.eager_mode,
+        enable_prefix_caching=args.enable_prefix_caching,
+        quant_policy=args.quant_policy,
+        dtype=args.dtype,
+        distributed_executor_backend=args.distributed_executor_backend,
+        dllm_block_length=args.dllm_block_length,
+        dllm_unmasking_strategy=args.dllm_unmasking_strategy,
+        dllm_denoising_steps=args.dllm_denoising_steps,
         dllm_confidence_threshold=args.dllm_confidence_threshold,
     )
-    theirs = {name: OTHER_VALUES[name] for name in (
-        "cache_max_entry_count", "cache_block_seq_len", "tp", "device", "eager_mode", "enable_prefix_caching",
-        "quant_policy", "dtype", "distributed_executor_backend", "dllm_block_length", "dllm_unmasking_strategy",
-        "dllm_denoising_steps", "dllm_confidence_threshold")}
+    theirs = {
+        name: OTHER_VALUES[name]
+        for name in (
+            "cache_max_entry_count",
+            "cache_block_seq_len",
+            "tp",
+            "device",
+            "eager_mode",
+            "enable_prefix_caching",
+            "quant_policy",
+            "dtype",
+            "distributed_executor_backend",
+            "dllm_block_length",
+            "dllm_unmasking_strategy",
+            "dllm_denoising_steps",
+            "dllm_confidence_threshold",
+        )
+    }
     ours = build_engine_config(pytorch(**theirs), engine_api)
     for f in dataclasses.fields(expected):
         assert getattr(ours, f.name) == getattr(expected, f.name), f.name
@@ -330,8 +423,15 @@ def test_generation_is_greedy_ignores_eos_and_asks_for_each_requests_output_leng
     settings = GenerationSettings(ignore_eos=False, do_sample=True, temperature=0.5, top_p=0.9, top_k=3)
     configs = build_generation_configs(requests, settings, return_routed_experts=False)
     assert configs == [
-        GenerationConfig(temperature=0.5, top_p=0.9, top_k=3, ignore_eos=True, do_sample=False,
-                         return_routed_experts=False, max_new_tokens=n)
+        GenerationConfig(
+            temperature=0.5,
+            top_p=0.9,
+            top_k=3,
+            ignore_eos=True,
+            do_sample=False,
+            return_routed_experts=False,
+            max_new_tokens=n,
+        )
         for n in (7, 9)
     ]
 
@@ -459,8 +559,16 @@ class StandInPipelineForNoGPU:
         results = []
         for index, (session, config) in enumerate(zip(sessions, gen_config)):
             *_, last = self._generate(index, session, config)
-            results.append(Response(text="", generate_token_len=last.generate_token_len, input_token_len=4,
-                                    finish_reason=last.finish_reason, index=index, error_message=last.error_message))
+            results.append(
+                Response(
+                    text="",
+                    generate_token_len=last.generate_token_len,
+                    input_token_len=4,
+                    finish_reason=last.finish_reason,
+                    index=index,
+                    error_message=last.error_message,
+                )
+            )
         self.batch_returned_at = time.perf_counter()
         return results
 
@@ -468,9 +576,15 @@ class StandInPipelineForNoGPU:
         from lmdeploy.messages import Response
 
         if config.max_new_tokens < 1:  # what AsyncEngine.preprocess answers
-            yield Response(text="", generate_token_len=0, input_token_len=0, finish_reason="error", index=index,
-                           error_code="invalid_request",
-                           error_message=f"max_new_tokens must be at least 1, got {config.max_new_tokens}.")
+            yield Response(
+                text="",
+                generate_token_len=0,
+                input_token_len=0,
+                finish_reason="error",
+                index=index,
+                error_code="invalid_request",
+                error_message=f"max_new_tokens must be at least 1, got {config.max_new_tokens}.",
+            )
             return
         if session.epoch is not None and session.epoch != self.async_engine.epoch:  # stale: dropped unstarted
             yield Response(text="", generate_token_len=0, input_token_len=4, finish_reason="abort", index=index)
@@ -481,11 +595,23 @@ class StandInPipelineForNoGPU:
             while n < config.max_new_tokens and not session.aborted:
                 time.sleep(self.token_delay_s)
                 n += 1
-                yield Response(text="x", generate_token_len=n, input_token_len=4, token_ids=[n], index=index,
-                               cached_tokens=self.cached_tokens)
+                yield Response(
+                    text="x",
+                    generate_token_len=n,
+                    input_token_len=4,
+                    token_ids=[n],
+                    index=index,
+                    cached_tokens=self.cached_tokens,
+                )
             reason = "abort" if session.aborted else "length"
-            yield Response(text="", generate_token_len=n, input_token_len=4, finish_reason=reason, index=index,
-                           cached_tokens=self.cached_tokens)
+            yield Response(
+                text="",
+                generate_token_len=n,
+                input_token_len=4,
+                finish_reason=reason,
+                index=index,
+                cached_tokens=self.cached_tokens,
+            )
         finally:
             self._running.discard(session)
 
@@ -525,18 +651,31 @@ def test_a_turn_goes_after_the_one_it_follows_with_its_answer_and_the_responses_
     pipe.cached_tokens = 2
     question = {"role": "user", "content": "a"}
     first = SampledRequest("User: a\n\nAssistant:", 4, 3, messages=(question,), session=0)
-    second = SampledRequest("estimate", 9, 2, messages=(question, {"role": "assistant", "content": "dataset's"},
-                                                        {"role": "user", "content": "b"}),
-                            session=0, turn=1, follows=0, think_s=0.05, builds_on_answer=True)
+    second = SampledRequest(
+        "estimate",
+        9,
+        2,
+        messages=(question, {"role": "assistant", "content": "dataset's"}, {"role": "user", "content": "b"}),
+        session=0,
+        turn=1,
+        follows=0,
+        think_s=0.05,
+        builds_on_answer=True,
+    )
     events = _run(engine, [first, second], stream_output=True)
     # the second turn repeats the answer the (stand-in) engine gave, "xxx", not the dataset's
-    assert [call["prompts"] for call in pipe.calls] == [["User: a\n\nAssistant:"],
-                                                        ["User: a\n\nAssistant: xxx\n\nUser: b\n\nAssistant:"]]
+    assert [call["prompts"] for call in pipe.calls] == [
+        ["User: a\n\nAssistant:"],
+        ["User: a\n\nAssistant: xxx\n\nUser: b\n\nAssistant:"],
+    ]
     finishes = {e.index: e for e in events if e.kind == "finish"}
     admitted = {e.index: e for e in events if e.kind == "admit"}
     assert admitted[1].ts >= finishes[0].ts + 0.05  # after the answer and the think time
     # the built prompt measured when sent; the first turn keeps its sampled length
-    assert (admitted[0].input_len, admitted[1].input_len) == (0, len(tiny_tokenizer.encode(pipe.calls[1]["prompts"][0])))
+    assert (admitted[0].input_len, admitted[1].input_len) == (
+        0,
+        len(tiny_tokenizer.encode(pipe.calls[1]["prompts"][0])),
+    )
     assert [finishes[i].extra for i in (0, 1)] == [{"cached_tokens": 2.0}] * 2
 
 
@@ -560,8 +699,14 @@ def test_stream_output_ticks_cumulative_tokens_and_finishes_each_request_once():
 def test_without_stream_output_every_request_ticks_once_after_the_whole_batch_returned():
     engine, pipe = _engine()
     events = _run(engine, REQUESTS, stream_output=False)
-    assert pipe.calls == [dict(prompts=[r.prompt for r in REQUESTS], gen_config=pipe.calls[0]["gen_config"],
-                               do_preprocess=False, stream=False)]
+    assert pipe.calls == [
+        dict(
+            prompts=[r.prompt for r in REQUESTS],
+            gen_config=pipe.calls[0]["gen_config"],
+            do_preprocess=False,
+            stream=False,
+        )
+    ]
     for index, evs in _by_request(events).items():
         assert [e.kind for e in evs] == ["admit", "tokens", "finish"]
         assert evs[1].n_tokens == REQUESTS[index].output_len
@@ -627,8 +772,11 @@ def test_one_built_pipeline_runs_whichever_load_pattern_stream_is_given():
     batch = LoadConfig(load_pattern="batch", concurrency=2, stream_output=True)
     list(engine.stream(REQUESTS, GenerationSettings(), batch, threading.Event()))
     assert len(pipe.calls) == 1  # every prompt in one call
-    list(engine.stream(REQUESTS, GenerationSettings(), dataclasses.replace(batch, load_pattern="concurrency"),
-                       threading.Event()))
+    list(
+        engine.stream(
+            REQUESTS, GenerationSettings(), dataclasses.replace(batch, load_pattern="concurrency"), threading.Event()
+        )
+    )
     engine.close()
     assert [len(call["prompts"]) for call in pipe.calls[1:]] == [1] * len(REQUESTS)  # a worker's call per prompt
 

@@ -15,15 +15,17 @@ import importlib.util
 import threading
 
 import pytest
+from test_lmdeploy_engine import cancelled_after_three_tokens
 
 from bench_core.config import EngineConfig, GenerationSettings, LoadConfig
 from bench_core.engines.base import CANCELLED_BY_LOAD, EngineInfo
 from bench_core.engines.engine_api import SPEC_COLUMNS
 from bench_core.load.datasets import SampledRequest
-from test_lmdeploy_engine import cancelled_after_three_tokens
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("lmdeploy") is None,
-                                reason="lmdeploy is not installed here (requirements-lmdeploy-reference.txt)")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("lmdeploy") is None,
+    reason="lmdeploy is not installed here (requirements-lmdeploy-reference.txt)",
+)
 
 
 class StandInInstanceForNoGPU:
@@ -39,8 +41,9 @@ class StandInInstanceForNoGPU:
         from lmdeploy.messages import EngineOutput, RequestMetrics, ResponseType
 
         engine = self.engine
-        engine.calls.append(dict(session_id=session_id, input_ids=input_ids, gen_config=gen_config,
-                                 stream_output=stream_output))
+        engine.calls.append(
+            dict(session_id=session_id, input_ids=input_ids, gen_config=gen_config, stream_output=stream_output)
+        )
         engine.running += 1
         engine.peak = max(engine.peak, engine.running)
         finished = False
@@ -128,13 +131,15 @@ def test_each_request_goes_in_as_their_script_sends_it(tokenizer):
     by_prompt = {tuple(tokenizer(r.prompt).input_ids): r for r in REQUESTS}
     for call in built.calls:
         request = by_prompt[tuple(call["input_ids"])]  # encoded in the measurement, as tokenizer(prompt).input_ids
-        assert call["gen_config"] == GenerationConfig(max_new_tokens=request.output_len, temperature=0.5, top_p=0.9,
-                                                      top_k=3, ignore_eos=True)
+        assert call["gen_config"] == GenerationConfig(
+            max_new_tokens=request.output_len, temperature=0.5, top_p=0.9, top_k=3, ignore_eos=True
+        )
         assert call["stream_output"] is True
     assert tokenizer.detokenized == sum(r.output_len + 1 for r in REQUESTS)  # every output, the final one too
     finishes = {e.index: e for e in events if e.kind == "finish"}
-    assert {i: (e.finish_reason, e.n_tokens) for i, e in finishes.items()} == \
-        {i: ("length", r.output_len) for i, r in enumerate(REQUESTS)}
+    assert {i: (e.finish_reason, e.n_tokens) for i, e in finishes.items()} == {
+        i: ("length", r.output_len) for i, r in enumerate(REQUESTS)
+    }
     assert built.peak == 2 and built.closed_early == []
 
 
@@ -149,8 +154,10 @@ def test_ids_encoded_before_the_clock_go_in_as_they_are_and_nothing_is_detokeniz
     requests = [dataclasses.replace(r, input_ids=tuple(engine.encode(r.prompt))) for r in REQUESTS]
     _events(engine, requests, skip_detokenize=True)
     assert sorted(tuple(call["input_ids"]) for call in built.calls) == sorted(r.input_ids for r in requests)
-    assert all(call["input_ids"] == list(tokenizer.inner.encode(r.prompt)) for call, r in
-               zip(sorted(built.calls, key=lambda c: c["session_id"]), requests))
+    assert all(
+        call["input_ids"] == list(tokenizer.inner.encode(r.prompt))
+        for call, r in zip(sorted(built.calls, key=lambda c: c["session_id"]), requests)
+    )
     assert tokenizer.detokenized == 0
 
 
@@ -158,8 +165,14 @@ def test_every_output_ticks_its_cumulative_count_the_first_at_admission(tokenize
     engine, _ = _engine(tokenizer)
     events = _events(engine, REQUESTS[:2], concurrency=1)
     kinds = [(e.index, e.kind, e.n_tokens) for e in events]
-    assert kinds[:6] == [(0, "admit", 0), (0, "tokens", 1), (0, "tokens", 2), (0, "tokens", 3), (0, "tokens", 3),
-                         (0, "finish", 3)]
+    assert kinds[:6] == [
+        (0, "admit", 0),
+        (0, "tokens", 1),
+        (0, "tokens", 2),
+        (0, "tokens", 3),
+        (0, "tokens", 3),
+        (0, "finish", 3),
+    ]
     assert kinds[6] == (1, "admit", 0)  # a worker takes the next request when its last is done
 
 
@@ -173,8 +186,11 @@ def test_without_streaming_one_output_carries_every_token(tokenizer):
 
 def test_a_request_past_its_cancel_point_is_closed_and_counted_cancelled(tokenizer):
     engine, built = _engine(tokenizer)
-    requests = [SampledRequest("a", 4, 10, cancel_after=2), SampledRequest("b", 4, 10, cancel_after=9),
-                SampledRequest("c", 4, 10, cancel_after=0)]
+    requests = [
+        SampledRequest("a", 4, 10, cancel_after=2),
+        SampledRequest("b", 4, 10, cancel_after=9),
+        SampledRequest("c", 4, 10, cancel_after=0),
+    ]
     finishes = {e.index: e for e in _events(engine, requests, concurrency=3) if e.kind == "finish"}
     assert (finishes[0].finish_reason, finishes[0].n_tokens) == (CANCELLED_BY_LOAD, 3)  # read past 2 tokens: stop
     assert "3 of 10 tokens" in finishes[0].message
@@ -186,8 +202,11 @@ def test_a_request_past_its_cancel_point_is_closed_and_counted_cancelled(tokeniz
 
 def test_an_engine_error_fails_its_request_in_lmdeploys_words(tokenizer):
     engine, _ = _engine(tokenizer)
-    finishes = {e.index: e for e in _events(engine, [SampledRequest("a", 4, 0), SampledRequest("b", 4, 2)])
-                if e.kind == "finish"}
+    finishes = {
+        e.index: e
+        for e in _events(engine, [SampledRequest("a", 4, 0), SampledRequest("b", 4, 2)])
+        if e.kind == "finish"
+    }
     assert (finishes[0].finish_reason, finishes[0].message) == ("error", "LMDeploy answered INPUT_LENGTH_ERROR")
     assert finishes[1].finish_reason == "length"
 

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench_core.hardware.contention import BUSY_SHARE_COLUMN, FLAGGED_SHARE, OTHER_CORES_COLUMN, OTHERS_SHARE, \
-    busy_note
+from bench_core.hardware.contention import BUSY_SHARE_COLUMN, FLAGGED_SHARE, OTHER_CORES_COLUMN, OTHERS_SHARE, busy_note
 from bench_core.store.history import History
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
@@ -40,17 +39,43 @@ def cpu_hogs():
 
 def test_a_run_beside_cpu_hogs_is_flagged_in_the_cli_and_its_history_row(cpu_hogs, tmp_path, tiny_model_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-m", "bench_core", "pipeline", "builtin:sample", "builtin:tiny-llama",
-                           "--backend", "transformers", "-n", "4", "-c", "4", "--sharegpt-output-len", "8",
-                           "--stream-output", "--csv", "", "--results", str(tmp_path / "results")],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench_core",
+            "pipeline",
+            "builtin:sample",
+            "builtin:tiny-llama",
+            "--backend",
+            "transformers",
+            "-n",
+            "4",
+            "-c",
+            "4",
+            "--sharegpt-output-len",
+            "8",
+            "--stream-output",
+            "--csv",
+            "",
+            "--results",
+            str(tmp_path / "results"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert all(hog.poll() is None for hog in cpu_hogs)  # they ran the whole time
     assert done.returncode == 0, done.stderr
     row = History(tmp_path / "results").load().iloc[0]
     cores = float(row["env_cpu_count"])
     other, share = float(row[OTHER_CORES_COLUMN]), float(row[BUSY_SHARE_COLUMN])
-    print(f"\nbeside {len(cpu_hogs)} hogs on {cores:g} cores: other processes {other:.2f} cores, engine "
-          f"{float(row['mean_process_cpu_cores']):.2f} cores, the machine saturated by others {share:.0%} of the run")
+    print(
+        f"\nbeside {len(cpu_hogs)} hogs on {cores:g} cores: other processes {other:.2f} cores, engine "
+        f"{float(row['mean_process_cpu_cores']):.2f} cores, the machine saturated by others {share:.0%} of the run"
+    )
     assert other >= OTHERS_SHARE * cores and share >= FLAGGED_SHARE
     note = busy_note(row, row["env_cpu_count"])
     assert f"warning: {note}" in done.stderr.splitlines()

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bench_core.config import SLO
 from bench_core.measure import metrics
 from bench_core.measure.catalog import CATALOG, METRICS
-from bench_core.config import SLO
 
 
 def _ticks(*sessions: list[tuple[float, int]]):
@@ -36,10 +36,12 @@ def test_every_metric_has_exactly_one_formula():
 
 
 def test_request_metrics_follow_lmdeploys_definitions():
-    per_request = metrics.request_metrics(*_ticks(
-        [(0.0, 0), (0.5, 1), (0.75, 3), (1.5, 5)],  # stream: TPOT from the first chunk
-        [(2.0, 0), (4.0, 8)],  # non-stream: TPOT falls back to E2E / tokens
-    ))
+    per_request = metrics.request_metrics(
+        *_ticks(
+            [(0.0, 0), (0.5, 1), (0.75, 3), (1.5, 5)],  # stream: TPOT from the first chunk
+            [(2.0, 0), (4.0, 8)],  # non-stream: TPOT falls back to E2E / tokens
+        )
+    )
     assert per_request.ttft_s.tolist() == [0.5, 2.0]
     assert per_request.e2e_s.tolist() == [1.5, 2.0]
     assert per_request.tpot_s.tolist() == [(1.5 - 0.5) / (5 - 1), 2.0 / 8]
@@ -50,9 +52,14 @@ def test_request_metrics_follow_lmdeploys_definitions():
 
 
 def test_requests_without_ticks_do_not_join_their_neighbours_gaps():
-    per_request = metrics.request_metrics(*_ticks(
-        [(0.0, 0), (1.0, 1), (3.0, 2)], [], [(10.0, 0)], [(20.0, 0), (21.0, 4)],
-    ))
+    per_request = metrics.request_metrics(
+        *_ticks(
+            [(0.0, 0), (1.0, 1), (3.0, 2)],
+            [],
+            [(10.0, 0)],
+            [(20.0, 0), (21.0, 4)],
+        )
+    )
     assert per_request.itl_s.tolist() == [2.0]
     assert per_request.tokens_per_tick.tolist() == [1, 1, 4]
     assert per_request.itl_counts.tolist() == [1, 0, 0, 0]
@@ -123,30 +130,47 @@ def test_rate_over_no_time_is_nan():
 
 
 def _table() -> pd.DataFrame:
-    return pd.DataFrame({
-        "index": [0, 1, 2, 3, 4],
-        "input_len": [10, 20, 30, 40, 50],
-        "req_output_len": [4, 4, 4, 4, 4],
-        "output_len": [4, 4, 4, 2, 0],
-        "status": ["success", "success", "success", "incomplete", "failed"],
-        "reason": ["", "", "", "", "error: CUDA OOM"],
-        "ttft_s": [0.1, 0.2, 0.4, 0.1, math.nan],
-        "tpot_s": [0.01, 0.03, 0.02, 0.01, math.nan],
-        "e2e_s": [0.13, 0.29, 0.46, 0.11, math.nan],
-        "itl_s": [np.array([0.01, 0.01, 0.01]), np.array([0.03, 0.03, 0.03]), np.array([0.02, 0.02, 0.02]),
-                  np.array([0.01]), np.array([])],
-        "tokens_per_tick": [np.array([1, 1, 1, 1]), np.array([1, 1, 1, 1]), np.array([1, 1, 1, 1]),
-                            np.array([1, 1]), np.array([], dtype=np.int64)],
-        "n_ticks": [5, 5, 5, 3, 1],
-        "start_s": [0.0] * 5,
-        "finish_s": [0.13, 0.29, 0.46, 0.11, 0.05],
-    })
+    return pd.DataFrame(
+        {
+            "index": [0, 1, 2, 3, 4],
+            "input_len": [10, 20, 30, 40, 50],
+            "req_output_len": [4, 4, 4, 4, 4],
+            "output_len": [4, 4, 4, 2, 0],
+            "status": ["success", "success", "success", "incomplete", "failed"],
+            "reason": ["", "", "", "", "error: CUDA OOM"],
+            "ttft_s": [0.1, 0.2, 0.4, 0.1, math.nan],
+            "tpot_s": [0.01, 0.03, 0.02, 0.01, math.nan],
+            "e2e_s": [0.13, 0.29, 0.46, 0.11, math.nan],
+            "itl_s": [
+                np.array([0.01, 0.01, 0.01]),
+                np.array([0.03, 0.03, 0.03]),
+                np.array([0.02, 0.02, 0.02]),
+                np.array([0.01]),
+                np.array([]),
+            ],
+            "tokens_per_tick": [
+                np.array([1, 1, 1, 1]),
+                np.array([1, 1, 1, 1]),
+                np.array([1, 1, 1, 1]),
+                np.array([1, 1]),
+                np.array([], dtype=np.int64),
+            ],
+            "n_ticks": [5, 5, 5, 3, 1],
+            "start_s": [0.0] * 5,
+            "finish_s": [0.13, 0.29, 0.46, 0.11, 0.05],
+        }
+    )
 
 
 def test_run_summary_from_a_table_counts_only_successes():
     summary = metrics.run_summary(_table(), duration_s=2.0, percentiles=[50, 99.9], stream_output=True)
-    assert (summary["total_requests"], summary["completed"], summary["failed"], summary["incomplete"],
-            summary["unfinished"]) == (5, 3, 1, 1, 0)
+    assert (
+        summary["total_requests"],
+        summary["completed"],
+        summary["failed"],
+        summary["incomplete"],
+        summary["unfinished"],
+    ) == (5, 3, 1, 1, 0)
     assert summary["failure_reasons"] == "error: CUDA OOM: 1; incomplete: 1"
     assert (summary["total_input_tokens"], summary["total_output_tokens"]) == (60, 12)
     assert (summary["request_throughput"], summary["input_throughput"], summary["output_throughput"]) == (1.5, 30, 6)

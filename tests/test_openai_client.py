@@ -10,13 +10,20 @@ import time
 from collections import Counter
 
 import pytest
-from openai_server import API_KEY, CHUNK_GAP_S, REUSE_PORTS, TOKENS_BEFORE_CUT, free_port, misbehaving_server, transformers_server  # noqa: F401 (fixtures)
+from openai_server import (  # noqa: F401 (fixtures)
+    API_KEY,
+    CHUNK_GAP_S,
+    REUSE_PORTS,
+    TOKENS_BEFORE_CUT,
+    free_port,
+    misbehaving_server,
+    transformers_server,
+)
 from scripted_server import PAIRED, TEXT_EVENTS, scripted_server  # noqa: F401 (fixture)
 
-from bench_core.load.arrivals import achieved_rate
-from bench_core.load.datasets import SampledRequest
+from bench_core.config import GenerationSettings
+from bench_core.engines import openai_stream
 from bench_core.engines.base import RUN_ENDED
-from bench_core.errors import ConfigError
 from bench_core.engines.openai_client import (
     RequestResult,
     ServerError,
@@ -30,9 +37,10 @@ from bench_core.engines.openai_client import (
     run_requests,
     sampling_fields,
 )
-from bench_core.config import GenerationSettings
-from bench_core.engines import openai_stream
 from bench_core.engines.openai_stream import SSEMessage, SSEParser, StreamReader
+from bench_core.errors import ConfigError
+from bench_core.load.arrivals import achieved_rate
+from bench_core.load.datasets import SampledRequest
 from bench_core.states import RequestStatus
 
 OVERRUN, SUCCESS = RequestStatus.OVERRUN, RequestStatus.SUCCESS
@@ -44,7 +52,7 @@ STREAM = (
     b"id: 7\nretry: 100\n"
     b'data: {"choices":[{"index":0,"delta":{"content":"!"},"finish_reason":"length"}]}\n\n'
     b'data: {"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":2}}\n\n'
-    b"event: error\ndata: {\"message\": \"late\"}\n\n"
+    b'event: error\ndata: {"message": "late"}\n\n'
     b"data: [DONE]\n\n"
 )
 
@@ -139,7 +147,7 @@ def test_a_long_event_in_many_chunks_is_scanned_about_twice_and_one_too_long_is_
     monkeypatch.setattr(openai_stream, "_lines_as_lf", counted)
     parser = SSEParser()
     body = b'data: {"choices":[{"index":0,"delta":{"content":"' + b"x" * 1_000_000 + b'"}}]}'
-    chunks = [body[i:i + 1000] for i in range(0, len(body), 1000)]
+    chunks = [body[i : i + 1000] for i in range(0, len(body), 1000)]
     assert all(parser.feed(chunk) == [] for chunk in chunks)
     (message,) = parser.feed(b"\n\n")
     assert message.data == body[6:]
@@ -175,44 +183,71 @@ def test_per_chunk_usage_counts_tokens_when_the_server_sends_it():
 def test_usage_says_whether_it_came_at_the_end_or_with_each_chunk():
     final = read_all([data({"choices": [{"text": "a"}]}), data({"choices": [], "usage": {"completion_tokens": 2}})])
     per_chunk = read_all([data({"choices": [{"text": "ab"}], "usage": {"completion_tokens": 3}})])
-    on_the_last_text = read_all([data({"choices": [{"text": "a", "finish_reason": "length"}], "usage": {"completion_tokens": 4}})])
+    on_the_last_text = read_all(
+        [data({"choices": [{"text": "a", "finish_reason": "length"}], "usage": {"completion_tokens": 4}})]
+    )
     none = read_all([data({"choices": [{"text": "a", "finish_reason": "length"}]})])
-    assert [r.usage_source for r in (final, per_chunk, on_the_last_text, none)] == ["usage", "chunk usage", "usage", None]
+    assert [r.usage_source for r in (final, per_chunk, on_the_last_text, none)] == [
+        "usage",
+        "chunk usage",
+        "usage",
+        None,
+    ]
 
 
 def served(finish_reason="length", requested=8, chunks=6, usage=None, usage_source=None, retokenized=None):
-    return RequestResult(0, requested, 0.0, sent_ts=1.0, n_tokens=chunks, usage_completion_tokens=usage,
-                         usage_source=usage_source, retokenized_tokens=retokenized, finish_reason=finish_reason)
+    return RequestResult(
+        0,
+        requested,
+        0.0,
+        sent_ts=1.0,
+        n_tokens=chunks,
+        usage_completion_tokens=usage,
+        usage_source=usage_source,
+        retokenized_tokens=retokenized,
+        finish_reason=finish_reason,
+    )
 
 
-@pytest.mark.parametrize("result, count, source", [
-    (served(usage=8, usage_source="usage", retokenized=7), 8, "usage"),
-    (served(usage=8, usage_source="chunk usage", retokenized=7), 8, "chunk usage"),
-    (served(retokenized=8), 8, "retokenized"),
-    (served(), 6, "chunks"),
-])
+@pytest.mark.parametrize(
+    "result, count, source",
+    [
+        (served(usage=8, usage_source="usage", retokenized=7), 8, "usage"),
+        (served(usage=8, usage_source="chunk usage", retokenized=7), 8, "chunk usage"),
+        (served(retokenized=8), 8, "retokenized"),
+        (served(), 6, "chunks"),
+    ],
+)
 def test_the_output_count_is_the_best_there_is_and_says_where_it_came_from(result, count, source):
     assert (result.output_tokens, result.output_source) == (count, source)
 
 
-@pytest.mark.parametrize("result, status, mismatch", [
-    (served(retokenized=7), SUCCESS, False),  # stopped for length, nothing to say otherwise: as long as asked
-    (served(retokenized=9), SUCCESS, False),  # ...even where the text recounts to more
-    (served(chunks=9, retokenized=9), OVERRUN, True),  # more chunks than tokens asked: past the limit for sure
-    (served(usage=9, usage_source="usage"), OVERRUN, True),
-    (served("stop", chunks=30, retokenized=30), OVERRUN, True),  # ran on to its own EOS
-    (served("stop", retokenized=7), "", True),  # short of it, by EOS: left to the count (incomplete)
-    (served(usage=6, usage_source="usage"), "", True),  # the server's own count: short is short
-    (served(usage=8, usage_source="usage"), "", False),
-    (served(chunks=0, retokenized=0), "", True),  # nothing came
-    (served("error", retokenized=3), "", False),
-])
+@pytest.mark.parametrize(
+    "result, status, mismatch",
+    [
+        (served(retokenized=7), SUCCESS, False),  # stopped for length, nothing to say otherwise: as long as asked
+        (served(retokenized=9), SUCCESS, False),  # ...even where the text recounts to more
+        (served(chunks=9, retokenized=9), OVERRUN, True),  # more chunks than tokens asked: past the limit for sure
+        (served(usage=9, usage_source="usage"), OVERRUN, True),
+        (served("stop", chunks=30, retokenized=30), OVERRUN, True),  # ran on to its own EOS
+        (served("stop", retokenized=7), "", True),  # short of it, by EOS: left to the count (incomplete)
+        (served(usage=6, usage_source="usage"), "", True),  # the server's own count: short is short
+        (served(usage=8, usage_source="usage"), "", False),
+        (served(chunks=0, retokenized=0), "", True),  # nothing came
+        (served("error", retokenized=3), "", False),
+    ],
+)
 def test_a_served_requests_length_is_judged_by_what_the_server_said_and_counted(result, status, mismatch):
     assert (result.length_status, result.length_mismatch) == (status, mismatch)
 
 
 def test_reasoning_content_counts_as_output_but_not_as_answer_text():
-    reader = read_all([data({"choices": [{"delta": {"reasoning_content": "think"}}]}), data({"choices": [{"delta": {"content": "yes"}}]})])
+    reader = read_all(
+        [
+            data({"choices": [{"delta": {"reasoning_content": "think"}}]}),
+            data({"choices": [{"delta": {"content": "yes"}}]}),
+        ]
+    )
     assert reader.n_tokens == 2
     assert reader.text_parts == ["yes"]
     assert reader.reasoning_parts == ["think"]
@@ -241,12 +276,20 @@ def test_a_stream_that_stops_without_finishing_is_an_error():
     assert "ended before the server finished" in message
 
 
-@pytest.mark.parametrize("body, text, tokens, error", [
-    ({"id": "c", "usage": {"completion_tokens": 5}, "choices": [{"text": "a"}]}, "a", 5, None),  # usage first
-    ({"id": "c", "meta": {"choices": []}, "choices": [{"text": "a"}]}, "a", 1, None),  # a nested "choices" first
-    ({"id": "c", "object": "error", "message": "boom", "choices": []}, "", 0, "boom"),
-    ({"id": "c", "choices": [{"text": "\"choices\": x"}], "usage": {"completion_tokens": 2}}, "\"choices\": x", 2, None),
-])
+@pytest.mark.parametrize(
+    "body, text, tokens, error",
+    [
+        ({"id": "c", "usage": {"completion_tokens": 5}, "choices": [{"text": "a"}]}, "a", 5, None),  # usage first
+        ({"id": "c", "meta": {"choices": []}, "choices": [{"text": "a"}]}, "a", 1, None),  # a nested "choices" first
+        ({"id": "c", "object": "error", "message": "boom", "choices": []}, "", 0, "boom"),
+        (
+            {"id": "c", "choices": [{"text": '"choices": x'}], "usage": {"completion_tokens": 2}},
+            '"choices": x',
+            2,
+            None,
+        ),
+    ],
+)
 def test_a_chunk_is_read_the_same_whatever_its_fields_before_choices(body, text, tokens, error):
     reader = read_all([data(body)])
     assert ("".join(reader.text_parts), reader.n_tokens) == (text, tokens)
@@ -277,14 +320,19 @@ def test_ignore_eos_is_sent_the_way_each_server_takes_it(kind, expected):
     payload = build_payload(ServerSpec("http://h:1", server_kind=kind), "m", "hi", 16, ignore_eos=True)
     extra = {k: payload[k] for k in ("ignore_eos", "generation_config") if k in payload}
     assert extra == expected
-    assert "ignore_eos" not in build_payload(ServerSpec("http://h:1", server_kind=kind), "m", "hi", 16, ignore_eos=False)
+    assert "ignore_eos" not in build_payload(
+        ServerSpec("http://h:1", server_kind=kind), "m", "hi", 16, ignore_eos=False
+    )
 
 
-@pytest.mark.parametrize("field, sent", [
-    ("max_completion_tokens", {"max_completion_tokens": 16}),
-    ("max_tokens", {"max_tokens": 16}),
-    ("both", {"max_tokens": 16, "max_completion_tokens": 16}),
-])
+@pytest.mark.parametrize(
+    "field, sent",
+    [
+        ("max_completion_tokens", {"max_completion_tokens": 16}),
+        ("max_tokens", {"max_tokens": 16}),
+        ("both", {"max_tokens": 16, "max_completion_tokens": 16}),
+    ],
+)
 def test_a_chat_request_sends_its_limit_in_the_field_asked(field, sent):
     chat = build_payload(ServerSpec("http://h:1", endpoint="chat", chat_limit_field=field), "m", "hi", 16, False)
     assert {key: chat[key] for key in ("max_tokens", "max_completion_tokens") if key in chat} == sent
@@ -292,17 +340,29 @@ def test_a_chat_request_sends_its_limit_in_the_field_asked(field, sent):
     assert (plain["max_tokens"], "max_completion_tokens" in plain) == (16, False)  # completions have one field
 
 
-@pytest.mark.parametrize("endpoint, field, advice", [
-    ("chat", "max_completion_tokens", "the server seems to ignore max_completion_tokens: send max_tokens with "
-                                      "--chat-limit-field max_tokens (or both)"),
-    ("chat", "max_tokens", "the server seems to ignore max_tokens: send max_completion_tokens with "
-                           "--chat-limit-field max_completion_tokens (or both)"),
-    ("chat", "both", "the server seems to ignore both max_tokens and max_completion_tokens"),
-    ("completions", "both", "the server seems to ignore max_tokens, the completions endpoint's only limit"),
-])
+@pytest.mark.parametrize(
+    "endpoint, field, advice",
+    [
+        (
+            "chat",
+            "max_completion_tokens",
+            "the server seems to ignore max_completion_tokens: send max_tokens with "
+            "--chat-limit-field max_tokens (or both)",
+        ),
+        (
+            "chat",
+            "max_tokens",
+            "the server seems to ignore max_tokens: send max_completion_tokens with "
+            "--chat-limit-field max_completion_tokens (or both)",
+        ),
+        ("chat", "both", "the server seems to ignore both max_tokens and max_completion_tokens"),
+        ("completions", "both", "the server seems to ignore max_tokens, the completions endpoint's only limit"),
+    ],
+)
 def test_an_overrun_names_the_field_the_server_ignores_and_the_flag_that_sends_another(endpoint, field, advice):
     assert overrun_advice(ServerSpec("http://h:1", endpoint=endpoint, chat_limit_field=field)) == (
-        f"more tokens than asked: {advice}")
+        f"more tokens than asked: {advice}"
+    )
 
 
 def test_chat_and_completions_payloads_ask_for_the_length_and_usage():
@@ -321,26 +381,39 @@ def test_the_extra_body_overrides_the_payload():
     assert (payload["ignore_eos"], payload["temperature"]) == (False, 0.0)
 
 
-@pytest.mark.parametrize("kind, sent", [("lmdeploy", {"temperature": 0.7, "top_p": 0.9, "top_k": 20}),
-                                        ("vllm", {"temperature": 0.7, "top_p": 0.9, "top_k": 20}),
-                                        ("sglang", {"temperature": 0.7, "top_p": 0.9, "top_k": 20}),
-                                        ("transformers", {"temperature": 0.7, "top_p": 0.9}),
-                                        ("openai", {"temperature": 0.7, "top_p": 0.9})])
+@pytest.mark.parametrize(
+    "kind, sent",
+    [
+        ("lmdeploy", {"temperature": 0.7, "top_p": 0.9, "top_k": 20}),
+        ("vllm", {"temperature": 0.7, "top_p": 0.9, "top_k": 20}),
+        ("sglang", {"temperature": 0.7, "top_p": 0.9, "top_k": 20}),
+        ("transformers", {"temperature": 0.7, "top_p": 0.9}),
+        ("openai", {"temperature": 0.7, "top_p": 0.9}),
+    ],
+)
 def test_a_sampling_run_sends_its_sampling_fields_and_a_greedy_one_temperature_0(kind, sent):
     sampling = GenerationSettings(do_sample=True, temperature=0.7, top_p=0.9, top_k=20)
     assert sampling_fields(sampling, kind) == sent
     assert sampling_fields(GenerationSettings(temperature=0.7, top_p=0.9, top_k=20), kind) is None
-    chat = build_payload(ServerSpec("http://h:1", server_kind=kind, endpoint="chat", sampling=sent), "m", "hi", 16, False)
+    chat = build_payload(
+        ServerSpec("http://h:1", server_kind=kind, endpoint="chat", sampling=sent), "m", "hi", 16, False
+    )
     assert ({key: chat[key] for key in ("temperature", "top_p", "top_k") if key in chat}, "best_of" in chat) == (
-        sent, False)
+        sent,
+        False,
+    )
     greedy = build_payload(ServerSpec("http://h:1", server_kind=kind), "m", "hi", 16, False)
     assert ({key: greedy[key] for key in ("temperature", "top_p", "top_k") if key in greedy}, greedy["best_of"]) == (
-        {"temperature": 0.0}, 1)
+        {"temperature": 0.0},
+        1,
+    )
 
 
 def test_transformers_serve_samples_under_the_generation_config_that_ignores_eos():
     sampling = {"temperature": 0.7, "top_p": 0.9}
-    sampled = build_payload(ServerSpec("http://h:1", server_kind="transformers", sampling=sampling), "m", "hi", 16, True)
+    sampled = build_payload(
+        ServerSpec("http://h:1", server_kind="transformers", sampling=sampling), "m", "hi", 16, True
+    )
     assert json.loads(sampled["generation_config"]) == {"eos_token_id": -1, "max_new_tokens": 16, "do_sample": True}
     greedy = build_payload(ServerSpec("http://h:1", server_kind="transformers"), "m", "hi", 16, True)
     assert json.loads(greedy["generation_config"]) == {"eos_token_id": -1, "max_new_tokens": 16}
@@ -352,8 +425,16 @@ def test_the_base_url_may_be_written_with_or_without_v1(url):
     assert api_root(url) == "http://h:1"
 
 
-@pytest.mark.parametrize("fields", [{"base_url": "h:1"}, {"endpoint": "embeddings"}, {"server_kind": "tgi"}, {"read_timeout_s": 0},
-                                    {"chat_limit_field": "n_predict"}])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"base_url": "h:1"},
+        {"endpoint": "embeddings"},
+        {"server_kind": "tgi"},
+        {"read_timeout_s": 0},
+        {"chat_limit_field": "n_predict"},
+    ],
+)
 def test_impossible_server_settings_are_refused_with_a_clear_message(fields):
     with pytest.raises(ConfigError):
         ServerSpec(**{"base_url": "http://h:1", **fields})
@@ -368,7 +449,9 @@ def test_the_api_key_never_shows_in_the_spec():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("endpoint", ["completions", "chat"])
-def test_eight_requests_with_ignore_eos_come_back_exactly_as_long_as_asked(transformers_server, tiny_tokenizer, endpoint):
+def test_eight_requests_with_ignore_eos_come_back_exactly_as_long_as_asked(
+    transformers_server, tiny_tokenizer, endpoint
+):
     model = discover_model(transformers_server)
     spec = ServerSpec(transformers_server, endpoint=endpoint, server_kind="transformers")
     lengths = [4, 8, 12, 16, 4, 8, 12, 16]
@@ -391,7 +474,9 @@ def test_eight_requests_with_ignore_eos_come_back_exactly_as_long_as_asked(trans
 
 def test_the_events_of_one_network_read_reach_the_reader_as_one_hand_off_each_with_its_own_time(scripted_server):
     # The scripted server writes chunk PAIRED late, in one write with the chunk after it; every other chunk alone.
-    events, (result,), _ = finished(ServerSpec(scripted_server), "scripted", requests_for(["a"], output_len=TEXT_EVENTS))
+    events, (result,), _ = finished(
+        ServerSpec(scripted_server), "scripted", requests_for(["a"], output_len=TEXT_EVENTS)
+    )
     batches = [e for e in events if e.kind == "tokens"]
     assert len(batches) == TEXT_EVENTS - 1  # one per write that brought text, not one per token
     paired = [e for e in batches if e.earlier_ns]
@@ -405,7 +490,9 @@ def test_the_events_of_one_network_read_reach_the_reader_as_one_hand_off_each_wi
 def test_answers_shorter_than_asked_are_flagged(misbehaving_server):
     _, results, _ = finished(ServerSpec(misbehaving_server), "m", requests_for(["short", "ok"], output_len=6))
     assert [(r.finish_reason, r.output_tokens) for r in results] == [("stop", 3), ("length", 6)]
-    assert length_warning(results).startswith("1 of 2 completed requests returned another length than asked (request 0: 3 tokens for 6")
+    assert length_warning(results).startswith(
+        "1 of 2 completed requests returned another length than asked (request 0: 3 tokens for 6"
+    )
 
 
 @pytest.mark.slow
@@ -478,7 +565,9 @@ def test_reasoning_counts_as_output_but_the_first_tick_is_the_first_answer_text(
 
 
 def test_a_request_that_only_reasoned_keeps_its_reasoning_chunks_for_the_engine_to_tick(misbehaving_server):
-    _, results, _ = finished(ServerSpec(misbehaving_server, endpoint="chat"), "m", requests_for(["thinking"], output_len=4))
+    _, results, _ = finished(
+        ServerSpec(misbehaving_server, endpoint="chat"), "m", requests_for(["thinking"], output_len=4)
+    )
     result = results[0]
     assert (result.finish_reason, result.text, result.first_answer_ts) == ("length", "", None)
     assert [tokens for _, tokens in result.reasoning_ticks] == [1, 2, 3, 4]
@@ -514,19 +603,25 @@ def test_max_concurrency_is_never_exceeded(misbehaving_server):
 
 
 def test_connections_are_reused_across_requests(misbehaving_server):
-    _, results, _ = finished(ServerSpec(misbehaving_server), "m", requests_for(["reuse"] * 12, output_len=2), max_concurrency=2)
+    _, results, _ = finished(
+        ServerSpec(misbehaving_server), "m", requests_for(["reuse"] * 12, output_len=2), max_concurrency=2
+    )
     assert [r.finish_reason for r in results] == ["length"] * 12
     assert 1 <= len(REUSE_PORTS) <= 2  # one pooled connection per slot, not one per request
 
 
 def test_requests_go_out_on_schedule_never_early(misbehaving_server):
-    _, results, run = finished(ServerSpec(misbehaving_server), "m", requests_for(["ok"] * 6, output_len=2), request_rate=20.0, arrival_seed=1)
+    _, results, run = finished(
+        ServerSpec(misbehaving_server), "m", requests_for(["ok"] * 6, output_len=2), request_rate=20.0, arrival_seed=1
+    )
     assert [r.finish_reason for r in results] == ["length"] * 6
     assert all(r.sent_ts >= run.t0 + r.scheduled_s for r in results)
     report = run.arrivals()
     assert report.requested_rate == 20.0
     assert report.sent == 6
-    assert 0 < report.achieved_rate <= achieved_rate([r.scheduled_s for r in results]) * 1.01  # late sends only lower it
+    assert (
+        0 < report.achieved_rate <= achieved_rate([r.scheduled_s for r in results]) * 1.01
+    )  # late sends only lower it
 
 
 def test_a_duration_stops_sending_and_cancels_requests_still_in_flight(misbehaving_server):
@@ -557,7 +652,9 @@ def test_a_failed_warm_up_stops_the_run_with_one_message():
 
 def test_cancel_aborts_requests_in_flight_and_those_not_sent(misbehaving_server):
     cancel = threading.Event()
-    run = run_requests(ServerSpec(misbehaving_server), "m", requests_for(["ok"] * 5, output_len=200), request_rate=2.0, cancel=cancel)
+    run = run_requests(
+        ServerSpec(misbehaving_server), "m", requests_for(["ok"] * 5, output_len=200), request_rate=2.0, cancel=cancel
+    )
     events = []
     for event in run.events():
         events.append(event)
@@ -574,7 +671,9 @@ def test_cancel_aborts_requests_in_flight_and_those_not_sent(misbehaving_server)
 def test_a_server_streaming_past_the_limit_forever_is_read_up_to_a_bound_then_the_request_fails(misbehaving_server):
     _, (result,), _ = finished(ServerSpec(misbehaving_server), "m", requests_for(["forever"], output_len=8))
     assert result.finish_reason == "error" and 2 * 8 + 64 < result.n_tokens < 200  # chunks may bring several events
-    assert result.message == f"the server streamed {result.n_tokens} tokens for the 8 asked and went on: stopped reading"
+    assert (
+        result.message == f"the server streamed {result.n_tokens} tokens for the 8 asked and went on: stopped reading"
+    )
 
 
 def test_text_after_done_is_not_counted_and_not_waited_for(misbehaving_server):

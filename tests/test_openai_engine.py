@@ -8,14 +8,14 @@ import math
 import pytest
 from openai_server import CHUNK_GAP_S, free_port, misbehaving_server, transformers_server  # noqa: F401 (fixtures)
 
-from bench_core.run import runner as runner_module
-from bench_core.load.arrivals import achieved_rate
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.engines import check_run_config
-from bench_core.load.datasets import Sample, SampledRequest
 from bench_core.errors import ConfigError
-from bench_core.store.history import History
+from bench_core.load.arrivals import achieved_rate
+from bench_core.load.datasets import Sample, SampledRequest
+from bench_core.run import runner as runner_module
 from bench_core.run.runner import Runner
+from bench_core.store.history import History
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
 pytestmark = pytest.mark.slow
@@ -25,8 +25,14 @@ SECRET = "sk-never-write-me-0123456789"
 
 def server_config(base_url: str, num_prompts: int = 8, output_len: int = 8, **load) -> RunConfig:
     return RunConfig(
-        engine=EngineConfig(backend="openai", model="", base_url=base_url, server_kind="transformers",
-                            tokenizer="builtin:tiny-llama", api_key=SECRET),
+        engine=EngineConfig(
+            backend="openai",
+            model="",
+            base_url=base_url,
+            server_kind="transformers",
+            tokenizer="builtin:tiny-llama",
+            api_key=SECRET,
+        ),
         dataset=DatasetConfig(dataset="builtin:sample", num_prompts=num_prompts, sharegpt_output_len=output_len),
         load=LoadConfig(**{"load_pattern": "request_rate", "stream_output": True, **load}),
     )
@@ -51,7 +57,8 @@ def runner(history):
 
 
 def test_a_request_rate_run_records_exact_lengths_both_token_counts_and_the_load_achieved(
-        transformers_server, runner, history, tiny_model_path, caplog):
+    transformers_server, runner, history, tiny_model_path, caplog
+):
     caplog.set_level(logging.DEBUG)
     config = server_config(transformers_server, request_rate=40.0, burstiness=0.5, max_concurrency=4, warmup_requests=1)
     run = run_to_end(runner, config)
@@ -103,7 +110,12 @@ def test_every_bad_answer_is_a_counted_failure_and_the_run_goes_on(misbehaving_s
     assert (table.loc["short", "status"], table.loc["short", "output_len"]) == ("incomplete", 3)
     assert bool(table.loc["short", "length_mismatch"])
     summary = run.record.metrics
-    assert (summary["completed"], summary["failed"], summary["incomplete"], summary["length_mismatches"]) == (2, 4, 1, 1)
+    assert (summary["completed"], summary["failed"], summary["incomplete"], summary["length_mismatches"]) == (
+        2,
+        4,
+        1,
+        1,
+    )
 
 
 def run_prompts(runner, monkeypatch, url: str, prompts: list[str], output_len: int = 8):
@@ -118,7 +130,8 @@ def run_prompts(runner, monkeypatch, url: str, prompts: list[str], output_len: i
 
 
 def test_ttft_is_the_first_answer_text_and_the_first_reasoning_chunk_is_a_metric_of_its_own(
-        misbehaving_server, runner, monkeypatch):
+    misbehaving_server, runner, monkeypatch
+):
     table, summary = run_prompts(runner, monkeypatch, misbehaving_server, ["reasoning", "reasoning", "thinking"])
     answered = table.loc["reasoning"]
     # Four reasoning chunks 10 ms apart, then four of answer: TTFT at the answer, ITL between its chunks only.
@@ -178,17 +191,20 @@ def test_a_failed_warm_up_stops_the_run_before_anything_is_measured(runner, hist
     assert run.profiler is None and history.load()["status"].tolist() == ["failed"]
 
 
-@pytest.mark.parametrize("engine, load, expected", [
-    ({"base_url": ""}, {}, "No server URL"),
-    ({"base_url": "localhost:8000"}, {}, "must start with http://"),
-    ({"extra_request_body": "{not json"}, {}, "not valid JSON"),
-    ({"extra_request_body": "[1]"}, {}, "must be a JSON object"),
-    ({"endpoint": "embeddings"}, {}, "Unknown endpoint"),
-    ({}, {"request_rate": 0.0}, "request rate must be above 0"),
-    ({}, {"burstiness": -1.0}, "Burstiness must be above 0"),
-    ({}, {"max_concurrency": 0}, "Max concurrency must be at least 1"),
-    ({}, {"duration_s": 0.0}, "duration must be above 0"),
-])
+@pytest.mark.parametrize(
+    "engine, load, expected",
+    [
+        ({"base_url": ""}, {}, "No server URL"),
+        ({"base_url": "localhost:8000"}, {}, "must start with http://"),
+        ({"extra_request_body": "{not json"}, {}, "not valid JSON"),
+        ({"extra_request_body": "[1]"}, {}, "must be a JSON object"),
+        ({"endpoint": "embeddings"}, {}, "Unknown endpoint"),
+        ({}, {"request_rate": 0.0}, "request rate must be above 0"),
+        ({}, {"burstiness": -1.0}, "Burstiness must be above 0"),
+        ({}, {"max_concurrency": 0}, "Max concurrency must be at least 1"),
+        ({}, {"duration_s": 0.0}, "duration must be above 0"),
+    ],
+)
 def test_impossible_server_or_load_settings_are_refused_before_the_run(engine, load, expected):
     config = server_config("http://127.0.0.1:9", **load)
     for name, value in engine.items():
@@ -198,8 +214,9 @@ def test_impossible_server_or_load_settings_are_refused_before_the_run(engine, l
 
 
 def test_the_request_rate_pattern_needs_a_server_or_the_embedded_engine():
-    config = RunConfig(engine=EngineConfig(backend="pytorch", model="builtin:tiny-llama"),
-                       load=LoadConfig(load_pattern="request_rate"))
+    config = RunConfig(
+        engine=EngineConfig(backend="pytorch", model="builtin:tiny-llama"), load=LoadConfig(load_pattern="request_rate")
+    )
     with pytest.raises(ConfigError, match="The request_rate load pattern is not offered by the pytorch backend"):
         check_run_config(config)
     config.engine.backend = "transformers"

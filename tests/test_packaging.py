@@ -68,8 +68,9 @@ def requirements_of(part: str | None) -> list[Requirement]:
 
 
 def specifiers() -> dict[str, Requirement]:
-    return {canonicalize_name(requirement.name): requirement
-            for part in FILES_OF for requirement in requirements_of(part)}
+    return {
+        canonicalize_name(requirement.name): requirement for part in FILES_OF for requirement in requirements_of(part)
+    }
 
 
 def test_every_part_of_the_package_has_its_requirement_files():
@@ -84,16 +85,20 @@ def test_every_requirement_of_the_package_is_pinned_where_that_part_is_installed
     pinned = {}
     for name in FILES_OF[part]:
         pinned.update(pins(name))
-    unpinned = [str(requirement) for requirement in requirements_of(part)
-                if canonicalize_name(requirement.name) not in pinned]
+    unpinned = [
+        str(requirement) for requirement in requirements_of(part) if canonicalize_name(requirement.name) not in pinned
+    ]
     assert not unpinned, f"not pinned in {' or '.join(FILES_OF[part])}: {unpinned}"
 
 
 @pytest.mark.parametrize("name", sorted(path.name for path in ROOT.glob("requirements*.txt")))
 def test_every_pin_is_inside_the_range_pyproject_gives_its_package(name):
     ranges = specifiers()
-    outside = [f"{package}=={version} (pyproject: {ranges[package]})" for package, version in pins(name).items()
-               if package in ranges and not ranges[package].specifier.contains(version, prereleases=True)]
+    outside = [
+        f"{package}=={version} (pyproject: {ranges[package]})"
+        for package, version in pins(name).items()
+        if package in ranges and not ranges[package].specifier.contains(version, prereleases=True)
+    ]
     assert not outside
 
 
@@ -110,8 +115,11 @@ def test_the_torch_range_holds_the_gpu_environments_torch():
     hold the newest torch that the pinned lmdeploy accepts, as well as requirements.txt's CPU build."""
     lmdeploy = importlib.metadata.metadata("lmdeploy")
     assert lmdeploy["Version"] == pins("requirements-gpu.txt")["lmdeploy"]
-    (torch_of_lmdeploy,) = [Requirement(line) for line in importlib.metadata.requires("lmdeploy")
-                            if Requirement(line).name == "torch" and Requirement(line).marker is None]
+    (torch_of_lmdeploy,) = [
+        Requirement(line)
+        for line in importlib.metadata.requires("lmdeploy")
+        if Requirement(line).name == "torch" and Requirement(line).marker is None
+    ]
     (newest,) = [spec.version for spec in torch_of_lmdeploy.specifier if spec.operator == "<="]
     assert specifiers()["torch"].specifier.contains(newest)
     assert specifiers()["torch"].specifier.contains(pins("requirements.txt")["torch"])

@@ -8,17 +8,21 @@ import threading
 from types import SimpleNamespace
 
 import pytest
+from test_runner import tiny_config
 
 from bench_core.config import EngineConfig, GenerationSettings
 from bench_core.engines import transformers_engine
 from bench_core.errors import ConfigError, DatasetError
-from bench_core.store.history import History
 from bench_core.load.playground import (
-    PlaygroundResult, check_request, parse_prompt_file, prompts_from_text, results_to_csv_bytes,
+    PlaygroundResult,
+    check_request,
+    parse_prompt_file,
+    prompts_from_text,
+    results_to_csv_bytes,
     results_to_jsonl_bytes,
 )
 from bench_core.run.runner import Runner
-from test_runner import tiny_config
+from bench_core.store.history import History
 
 USER = "user"
 
@@ -28,6 +32,7 @@ def user(text):
 
 
 # ---- prompt files --------------------------------------------------------------------------------
+
 
 def test_typed_text_gives_one_user_message_per_non_blank_line():
     assert prompts_from_text("first\n\n  second  \n") == [user("first"), user("second")]
@@ -57,24 +62,29 @@ def test_jsonl_records_hold_a_prompt_or_messages():
 
 
 def test_a_json_file_is_a_list_of_openai_style_conversations():
-    conversations = [[{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
-                      {"role": "user", "content": "c"}], "bare prompt"]
+    conversations = [
+        [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}],
+        "bare prompt",
+    ]
     parsed = parse_prompt_file("chats.JSON", json.dumps(conversations).encode())
     assert parsed == [conversations[0], user("bare prompt")]
 
 
-@pytest.mark.parametrize("name, data, message", [
-    ("p.pdf", b"%PDF", "use .txt, .csv, .jsonl, .json"),
-    ("p.txt", b"\xff\xfe\x00", "not UTF-8"),
-    ("p.txt", b"\n \n", "holds no prompt"),
-    ("p.csv", b"question\nwhat?\n", "no 'prompt' column"),
-    ("p.jsonl", b'{"prompt": "ok"}\n{"prompt": \n', "Line 2 of p.jsonl is not valid JSON"),
-    ("p.jsonl", b'{"text": "no prompt key"}\n', "Line 1 of p.jsonl is neither a prompt nor a conversation"),
-    ("p.json", b'{"messages": []}', "must hold a JSON list"),
-    ("p.json", b'[[{"role": "robot", "content": "x"}]]', "role 'robot'"),
-    ("p.json", b'[[{"role": "user", "content": 5}]]', "no text content"),
-    ("p.json", b"[[]]", "Item 1 of p.json is neither"),
-])
+@pytest.mark.parametrize(
+    "name, data, message",
+    [
+        ("p.pdf", b"%PDF", "use .txt, .csv, .jsonl, .json"),
+        ("p.txt", b"\xff\xfe\x00", "not UTF-8"),
+        ("p.txt", b"\n \n", "holds no prompt"),
+        ("p.csv", b"question\nwhat?\n", "no 'prompt' column"),
+        ("p.jsonl", b'{"prompt": "ok"}\n{"prompt": \n', "Line 2 of p.jsonl is not valid JSON"),
+        ("p.jsonl", b'{"text": "no prompt key"}\n', "Line 1 of p.jsonl is neither a prompt nor a conversation"),
+        ("p.json", b'{"messages": []}', "must hold a JSON list"),
+        ("p.json", b'[[{"role": "robot", "content": "x"}]]', "role 'robot'"),
+        ("p.json", b'[[{"role": "user", "content": 5}]]', "no text content"),
+        ("p.json", b"[[]]", "Item 1 of p.json is neither"),
+    ],
+)
 def test_a_bad_prompt_file_is_one_sentence_naming_the_problem(name, data, message):
     with pytest.raises(DatasetError, match=message):
         parse_prompt_file(name, data)
@@ -93,7 +103,7 @@ def test_a_request_with_nothing_to_run_or_impossible_sampling_is_refused_with_ev
 
 RESULTS = [
     PlaygroundResult(1, "second", "ok", 12, 3, "stop", 0.01, 0.05),
-    PlaygroundResult(0, "first", "a, \"quoted\"\nanswer", 10, 8, "length", 0.02, 0.09),
+    PlaygroundResult(0, "first", 'a, "quoted"\nanswer', 10, 8, "length", 0.02, 0.09),
     PlaygroundResult(2, "third", "", 9, 0, "abort", None, 0.1, "cancelled"),
 ]
 
@@ -101,7 +111,7 @@ RESULTS = [
 def test_csv_export_is_in_prompt_order_and_round_trips_the_text():
     rows = list(csv.DictReader(io.StringIO(results_to_csv_bytes(RESULTS).decode())))
     assert [row["index"] for row in rows] == ["0", "1", "2"]
-    assert rows[0]["text"] == "a, \"quoted\"\nanswer"
+    assert rows[0]["text"] == 'a, "quoted"\nanswer'
     assert rows[2]["ttft_s"] == "" and rows[2]["error"] == "cancelled"
 
 
@@ -118,7 +128,9 @@ CONVERSATIONS = [user("Hello there"), [{"role": "system", "content": "Be brief"}
 
 @pytest.fixture(scope="module", params=[True, False], ids=["continuous-batching", "generate"])
 def engine(request, tiny_model_path):
-    engine = transformers_engine.TransformersEngine(EngineConfig(model=tiny_model_path), continuous_batching=request.param)
+    engine = transformers_engine.TransformersEngine(
+        EngineConfig(model=tiny_model_path), continuous_batching=request.param
+    )
     yield engine
     engine.close()
 
@@ -131,8 +143,9 @@ def complete(engine, conversations=CONVERSATIONS, max_new_tokens=5, generation=N
 @pytest.mark.slow
 def test_complete_applies_the_chat_template_and_counts_its_tokens(engine, tiny_tokenizer):
     results = complete(engine)
-    templated = [tiny_tokenizer.apply_chat_template(c, add_generation_prompt=True, return_dict=False)
-                 for c in CONVERSATIONS]
+    templated = [
+        tiny_tokenizer.apply_chat_template(c, add_generation_prompt=True, return_dict=False) for c in CONVERSATIONS
+    ]
     assert [r.input_tokens for r in results] == [len(ids) for ids in templated]
     assert [r.input_tokens for r in results] != [len(tiny_tokenizer.encode(c[-1]["content"])) for c in CONVERSATIONS]
     assert [r.prompt for r in results] == ["Hello there", "2+2?"]
@@ -165,10 +178,12 @@ def test_complete_stops_at_eos_even_when_asked_to_ignore_it(tiny_model_path, tmp
         (folder / name).write_text(json.dumps(config))
 
     for continuous_batching in (True, False):
-        eos_engine = transformers_engine.TransformersEngine(EngineConfig(model=str(folder), dtype="float32"),
-                                                            continuous_batching=continuous_batching)
-        (result,) = complete(eos_engine, [CONVERSATIONS[0]], max_new_tokens=10,
-                             generation=GenerationSettings(ignore_eos=True))
+        eos_engine = transformers_engine.TransformersEngine(
+            EngineConfig(model=str(folder), dtype="float32"), continuous_batching=continuous_batching
+        )
+        (result,) = complete(
+            eos_engine, [CONVERSATIONS[0]], max_new_tokens=10, generation=GenerationSettings(ignore_eos=True)
+        )
         assert (result.output_tokens, result.finish_reason) == (1, "stop")
         assert result.text == tokenizer.decode([first], skip_special_tokens=True)
 
@@ -181,6 +196,7 @@ def test_complete_samples_when_asked(engine):
 
 
 # ---- runner jobs ---------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def runner(tmp_path, tiny_model_path):
@@ -223,6 +239,7 @@ def test_a_cancelled_job_keeps_what_finished(runner):
 
 # ---- LMDeploy's chat path, with a stand-in for the pipeline (no GPU here) ------------------------
 
+
 class ChatPipelineStandIn:
     """Streams real lmdeploy Responses as the pipeline's stream_infer does: deltas, prompts interleaved."""
 
@@ -255,5 +272,7 @@ def test_lmdeploy_complete_asks_for_the_chat_template_and_eos_and_merges_the_str
     config = call["gen_config"]
     assert (config.ignore_eos, config.do_sample, config.max_new_tokens, config.top_k) == (False, True, 2, 20)
     assert [(r.index, r.text, r.input_tokens, r.output_tokens, r.finish_reason) for r in results] == [
-        (1, "Hello", 20, 2, "stop"), (0, "Paris", 11, 2, "length")]
+        (1, "Hello", 20, 2, "stop"),
+        (0, "Paris", 11, 2, "length"),
+    ]
     assert all(0 <= r.ttft_s <= r.total_s for r in results)

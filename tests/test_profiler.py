@@ -14,14 +14,19 @@ from functools import partial
 
 import numpy as np
 import pytest
+from lmdeploy_reference import ENV_VAR, load_lmdeploy_profiler, locate_lmdeploy_profiler, why_missing
 
 from bench_core.config import SLO
 from bench_core.measure.latency_bins import BinnedLatencies
 from bench_core.measure.profiler import Profiler, Session
-from lmdeploy_reference import ENV_VAR, load_lmdeploy_profiler, locate_lmdeploy_profiler, why_missing
 
-PIPELINE_HYPERPARAMS = [("backend", "turbomind"), ("bs", 256), ("dataset_name", "sharegpt"),
-                        ("sharegpt_output_len", None), ("num_prompts", 100)]
+PIPELINE_HYPERPARAMS = [
+    ("backend", "turbomind"),
+    ("bs", 256),
+    ("dataset_name", "sharegpt"),
+    ("sharegpt_output_len", None),
+    ("num_prompts", 100),
+]
 
 
 class _ScriptedClock:
@@ -55,6 +60,7 @@ def test_the_reference_locator_honours_its_environment_variable(monkeypatch, tmp
 
 # ---- random runs ------------------------------------------------------------------------
 
+
 @dataclass
 class PlannedSession:
     input_len: int
@@ -87,8 +93,9 @@ def _token_counts(rng: random.Random, total: int, stream: bool, shape: str) -> l
 
 def _plan_session(rng: random.Random, stream: bool, t_begin: float) -> PlannedSession:
     req = rng.choice([1, 2, 3, 5, 8, 16, 40])
-    kind = rng.choices(["ok", "ok_long", "single_chunk", "short", "failed", "unfinished", "no_ticks"],
-                       weights=[10, 2, 2, 2, 2, 2, 1])[0]
+    kind = rng.choices(
+        ["ok", "ok_long", "single_chunk", "short", "failed", "unfinished", "no_ticks"], weights=[10, 2, 2, 2, 2, 2, 1]
+    )[0]
     status = {"failed": Session.FAIL, "unfinished": Session.UNKNOWN}.get(kind, Session.SUCCESS)
     sess = PlannedSession(rng.randint(1, 2000), req, status)
     if kind == "no_ticks":
@@ -117,8 +124,7 @@ def plan_run(seed: int) -> PlannedRun:
     batch = rng.random() < 0.5  # batch: every session starts at t_start (LMDeploy's pipeline script)
     n_sessions = rng.choice([0, 1, 2, 3, 7, 20, 60])
     sessions = [
-        _plan_session(rng, stream, t_start if batch else t_start + rng.uniform(0.0, 3.0))
-        for _ in range(n_sessions)
+        _plan_session(rng, stream, t_start if batch else t_start + rng.uniform(0.0, 3.0)) for _ in range(n_sessions)
     ]
     last = max((s.ticks[-1][0] for s in sessions if s.ticks), default=t_start)
     return PlannedRun(stream, percentages, t_start, last + rng.uniform(0.0, 0.5), sessions)
@@ -129,8 +135,10 @@ def replay_on_both(run: PlannedRun, reference) -> tuple[Profiler, object]:
     clock = reference.time
     ours = Profiler(run.stream, run.percentages)
     theirs = reference.Profiler(run.stream, run.percentages)
-    pairs = [(ours.new_session(s.input_len, s.req_output_len), theirs.new_session(s.input_len, s.req_output_len))
-             for s in run.sessions]
+    pairs = [
+        (ours.new_session(s.input_len, s.req_output_len), theirs.new_session(s.input_len, s.req_output_len))
+        for s in run.sessions
+    ]
     ours.start(run.t_start)
     clock.now = run.t_start
     theirs.start()
@@ -157,8 +165,11 @@ def compute_reference(theirs) -> None:
 
 SCALARS = ("success", "total_input", "total_output", "elapsed_time", "output_throughput", "input_throughput", "rps")
 SERIES = (("e2e_mean", "e2e_stat", "e2es"), ("tpot_mean", "tpot_stat", "tpots"))
-STREAM_SERIES = (("ttft_mean", "ttft_stat", "ttfts"), ("itls_mean", "itls_stat", "itls"),
-                 ("tpts_mean", "tpts_stat", "tpts"))
+STREAM_SERIES = (
+    ("ttft_mean", "ttft_stat", "ttfts"),
+    ("itls_mean", "itls_stat", "itls"),
+    ("tpts_mean", "tpts_stat", "tpts"),
+)
 
 
 def assert_same_results(ours: Profiler, theirs) -> None:
@@ -233,10 +244,16 @@ def test_real_clock_ticks_give_lmdeploys_numbers(reference):
 
 
 def test_nothing_succeeded_shows_dashes_instead_of_inf(reference, tmp_path, capsys):
-    run = PlannedRun(True, [50, 99], 10.0, 12.0, [
-        PlannedSession(5, 4, Session.FAIL, [(10.0, 0), (10.5, 2)]),
-        PlannedSession(5, 4, Session.SUCCESS, [(10.0, 0), (10.5, 1), (11.0, 3)]),  # short
-    ])
+    run = PlannedRun(
+        True,
+        [50, 99],
+        10.0,
+        12.0,
+        [
+            PlannedSession(5, 4, Session.FAIL, [(10.0, 0), (10.5, 2)]),
+            PlannedSession(5, 4, Session.SUCCESS, [(10.0, 0), (10.5, 1), (11.0, 3)]),  # short
+        ],
+    )
     ours, theirs = replay_on_both(run, reference)
     compute_reference(theirs)
     assert theirs.e2e_mean == math.inf  # what LMDeploy reports
@@ -252,12 +269,14 @@ def test_nothing_succeeded_shows_dashes_instead_of_inf(reference, tmp_path, caps
 
 # ---- what LMDeploy's module crashes on ---------------------------------------------------
 
+
 def _count_min_max(binned) -> tuple[int, float, float]:
     return binned.count, binned.min_s, binned.max_s
 
 
-def _finished_profiler(sessions: list[tuple[int, int, list[tuple[float, int]], int]], stream=True,
-                       percentages=(50, 99), slo=None) -> Profiler:
+def _finished_profiler(
+    sessions: list[tuple[int, int, list[tuple[float, int]], int]], stream=True, percentages=(50, 99), slo=None
+) -> Profiler:
     prof = Profiler(stream, list(percentages), slo=slo)
     prof.start(100.0)
     end = 100.0
@@ -313,37 +332,46 @@ def test_summarize_and_save_csv_compute_the_metrics_themselves(tmp_path, capsys)
 def test_appending_with_other_hyperparameters_never_misaligns_a_row(tmp_path):
     path = str(tmp_path / "runs.csv")
     one = _finished_profiler([(3, 2, [(100.0, 0), (101.0, 2)], Session.SUCCESS)])
-    two = _finished_profiler([(3, 2, [(100.0, 0), (101.0, 2)], Session.SUCCESS),
-                              (4, 2, [(100.0, 0), (102.0, 2)], Session.SUCCESS)])
+    two = _finished_profiler(
+        [(3, 2, [(100.0, 0), (101.0, 2)], Session.SUCCESS), (4, 2, [(100.0, 0), (102.0, 2)], Session.SUCCESS)]
+    )
     one.save_csv(path, [("backend", "turbomind"), ("bs", 8)])
     two.save_csv(path, [("backend", "pytorch"), ("num_prompts", 2)])
     rows = list(csv.DictReader(open(path)))
     assert [(r["backend"], r["bs"], r["num_prompts"], r["completed"]) for r in rows] == [
-        ("turbomind", "8", "", "1"), ("pytorch", "", "2", "2")]
+        ("turbomind", "8", "", "1"),
+        ("pytorch", "", "2", "2"),
+    ]
     assert rows[1]["total_input_tokens"] == "7"
 
 
 # ---- what we add -------------------------------------------------------------------------
 
+
 def _mixed_run(slo=None) -> Profiler:
-    return _finished_profiler([
-        (10, 3, [(100.0, 0), (100.1, 1), (100.2, 2), (100.4, 3)], Session.SUCCESS),
-        (20, 3, [(100.0, 0), (100.5, 1), (100.6, 2), (100.7, 3)], Session.SUCCESS),
-        (30, 3, [(100.0, 0), (101.0, 3)], Session.SUCCESS),
-        (40, 3, [(100.0, 0), (100.3, 1)], Session.SUCCESS),  # incomplete
-        (50, 3, [(100.0, 0)], Session.FAIL),
-        (60, 3, [(100.0, 0), (100.2, 1)], Session.UNKNOWN),
-    ], slo=slo)
+    return _finished_profiler(
+        [
+            (10, 3, [(100.0, 0), (100.1, 1), (100.2, 2), (100.4, 3)], Session.SUCCESS),
+            (20, 3, [(100.0, 0), (100.5, 1), (100.6, 2), (100.7, 3)], Session.SUCCESS),
+            (30, 3, [(100.0, 0), (101.0, 3)], Session.SUCCESS),
+            (40, 3, [(100.0, 0), (100.3, 1)], Session.SUCCESS),  # incomplete
+            (50, 3, [(100.0, 0)], Session.FAIL),
+            (60, 3, [(100.0, 0), (100.2, 1)], Session.UNKNOWN),
+        ],
+        slo=slo,
+    )
 
 
 def test_failed_incomplete_and_unfinished_are_counted_with_reasons():
-    prof = _finished_profiler([
-        (1, 2, [(100.0, 0), (100.2, 2)], Session.SUCCESS),
-        (1, 2, [(100.0, 0)], Session.FAIL),
-        (1, 2, [(100.0, 0)], Session.FAIL),
-        (1, 2, [(100.0, 0), (100.2, 1)], Session.SUCCESS),
-        (1, 2, [(100.0, 0)], Session.UNKNOWN),
-    ])
+    prof = _finished_profiler(
+        [
+            (1, 2, [(100.0, 0), (100.2, 2)], Session.SUCCESS),
+            (1, 2, [(100.0, 0)], Session.FAIL),
+            (1, 2, [(100.0, 0)], Session.FAIL),
+            (1, 2, [(100.0, 0), (100.2, 1)], Session.SUCCESS),
+            (1, 2, [(100.0, 0)], Session.UNKNOWN),
+        ]
+    )
     prof.sessions[1].reason = prof.sessions[2].reason = "error: CUDA OOM"
     prof.compute_metrics()
     assert (prof.success, prof.failed, prof.incomplete, prof.unfinished) == (1, 2, 1, 1)
@@ -381,9 +409,22 @@ def test_token_counts_that_are_not_integers_survive_finish():
 
 def test_request_table_has_one_row_per_session_with_per_request_tpot():
     table = _mixed_run().request_table()
-    assert list(table.columns) == ["index", "input_len", "req_output_len", "output_len", "status", "reason",
-                                   "ttft_s", "tpot_s", "e2e_s", "itl_s", "tokens_per_tick", "n_ticks",
-                                     "start_s", "finish_s"]
+    assert list(table.columns) == [
+        "index",
+        "input_len",
+        "req_output_len",
+        "output_len",
+        "status",
+        "reason",
+        "ttft_s",
+        "tpot_s",
+        "e2e_s",
+        "itl_s",
+        "tokens_per_tick",
+        "n_ticks",
+        "start_s",
+        "finish_s",
+    ]
     assert table["status"].tolist() == ["success", "success", "success", "incomplete", "failed", "unfinished"]
     assert table["output_len"].tolist() == [3, 3, 3, 1, 0, 1]
     assert table.loc[0, "tpot_s"] == (100.4 - 100.1) / 2
@@ -394,8 +435,9 @@ def test_request_table_has_one_row_per_session_with_per_request_tpot():
 
 
 def test_summary_keys_are_flat_with_std_min_max_and_any_percentile():
-    prof = _finished_profiler([(10, 1, [(100.0, 0), (100.0 + d, 1)], Session.SUCCESS) for d in (0.1, 0.2, 0.6)],
-                              percentages=(50, 99.9))
+    prof = _finished_profiler(
+        [(10, 1, [(100.0, 0), (100.0 + d, 1)], Session.SUCCESS) for d in (0.1, 0.2, 0.6)], percentages=(50, 99.9)
+    )
     summary = prof.summary()
     assert summary["mean_e2e_ms"] == pytest.approx(300.0)
     assert summary["std_e2e_ms"] == pytest.approx(np.std([100.0, 200.0, 600.0]))
@@ -429,13 +471,14 @@ def test_summarize_prints_extra_rows_below_lmdeploys_table(capsys):
     _mixed_run(slo=SLO(ttft=0.6)).summarize("Profile Pipeline API", [("Concurrency", 6)])
     lines = capsys.readouterr().out.splitlines()
     rules = [i for i, line in enumerate(lines) if set(line) == {"="}]
-    extra = lines[rules[0] + 1:]
+    extra = lines[rules[0] + 1 :]
     assert [line.split()[0] for line in extra[:3]] == ["Failed", "Incomplete", "Unfinished"]
     assert any(line.startswith("Goodput (req/s)") for line in extra)
     assert any(line.split() == ["std", "min", "max"] for line in extra)
 
 
 # ---- live snapshot -----------------------------------------------------------------------
+
 
 def _tick_round_robin(sessions: list[Session], chunks: int) -> None:
     for sess in sessions:
@@ -463,7 +506,10 @@ def test_live_snapshot_while_ticking_from_another_thread_adds_up():
     assert final.output_tokens == 200 * 40
     assert (final.completed, final.failed, final.in_flight, final.not_started) == (160, 40, 0, 0)
     table = prof.request_table()
-    for live, values in ((final.ttft, table["ttft_s"].to_numpy()), (final.itl, np.concatenate(table["itl_s"].tolist()))):
+    for live, values in (
+        (final.ttft, table["ttft_s"].to_numpy()),
+        (final.itl, np.concatenate(table["itl_s"].tolist())),
+    ):
         every = BinnedLatencies.of(values)  # each value read once: the same bins and extremes as all of them
         assert np.array_equal(live.counts, every.counts) and (live.min_s, live.max_s) == (every.min_s, every.max_s)
     assert final.in_flight_over_time[-1] == 0

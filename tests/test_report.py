@@ -11,6 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.offline
 import pytest
+from profiled_runs import profiled_run
 
 from bench_core.cli.common import write_report
 from bench_core.config import EngineConfig, LoadConfig, RunConfig
@@ -22,7 +23,6 @@ from bench_core.sweep.plan import SweepPlan, parse_sweep_arg
 from bench_core.sweep.report import sweep_report
 from bench_core.sweep.store import save_plan
 from bench_core.views import report, tables
-from profiled_runs import profiled_run
 
 HOSTILE_LABEL = '<script>alert("label")</script>'
 HOSTILE_MODEL = "/models/</table><img src=x onerror=alert(1)>"
@@ -30,15 +30,36 @@ ENVIRONMENT = {"gpu_name": "none", "python": "3.12.1", "hostname": "<b>bench-hos
 PLOTLY_JS = plotly.offline.get_plotlyjs()
 
 
-def record(history: History, run_id: str, concurrency: int, ttfts: list[float], label: str = "", model: str = "",
-           sweep_id: str = "", repeat: int | None = None) -> None:
+def record(
+    history: History,
+    run_id: str,
+    concurrency: int,
+    ttfts: list[float],
+    label: str = "",
+    model: str = "",
+    sweep_id: str = "",
+    repeat: int | None = None,
+) -> None:
     prof = profiled_run(ttfts)
-    config = RunConfig(engine=EngineConfig(backend="transformers", model=model or "builtin:tiny-llama"),
-                       load=LoadConfig(concurrency=concurrency, stream_output=True), label=label)
-    history.record(RunRecord(
-        run_id=run_id, started_at="2026-11-30T08:00:00+00:00", status="finished", config=config,
-        lmdeploy_columns=prof.lmdeploy_csv_row(lmdeploy_hyperparams(config)), metrics=prof.summary(),
-        requests=prof.request_table(), environment=ENVIRONMENT, sweep_id=sweep_id, sweep_repeat=repeat))
+    config = RunConfig(
+        engine=EngineConfig(backend="transformers", model=model or "builtin:tiny-llama"),
+        load=LoadConfig(concurrency=concurrency, stream_output=True),
+        label=label,
+    )
+    history.record(
+        RunRecord(
+            run_id=run_id,
+            started_at="2026-11-30T08:00:00+00:00",
+            status="finished",
+            config=config,
+            lmdeploy_columns=prof.lmdeploy_csv_row(lmdeploy_hyperparams(config)),
+            metrics=prof.summary(),
+            requests=prof.request_table(),
+            environment=ENVIRONMENT,
+            sweep_id=sweep_id,
+            sweep_repeat=repeat,
+        )
+    )
 
 
 @pytest.fixture
@@ -65,15 +86,22 @@ def assert_escaped(document: str) -> None:
 
 
 def test_the_builder_inlines_plotly_once_and_escapes_every_text():
-    figures = [go.Figure(go.Scatter(x=[1, 2], y=[3, 4], name=HOSTILE_LABEL)).update_layout(title_text=HOSTILE_LABEL),
-               go.Figure(go.Bar(x=["a"], y=[1]))]
+    figures = [
+        go.Figure(go.Scatter(x=[1, 2], y=[3, 4], name=HOSTILE_LABEL)).update_layout(title_text=HOSTILE_LABEL),
+        go.Figure(go.Bar(x=["a"], y=[1])),
+    ]
     frame = pd.DataFrame({"run": [HOSTILE_LABEL], "tok/s": [1234.5678]})
-    document = report.build_report(report.Report(
-        "Run", [HOSTILE_LABEL], [f"caveat {HOSTILE_LABEL}"],
-        [report.Section(HOSTILE_LABEL, [*figures, report.Table(HOSTILE_LABEL, frame), report.Note(HOSTILE_LABEL)])],
-        pd.DataFrame({"setting": ["Model"], "run": [HOSTILE_MODEL]}),
-        pd.DataFrame({"environment": ["hostname"], "run": ["<b>bench-host</b>"]})),
-        created=datetime(2026, 12, 1, 22, 0, tzinfo=UTC))
+    document = report.build_report(
+        report.Report(
+            "Run",
+            [HOSTILE_LABEL],
+            [f"caveat {HOSTILE_LABEL}"],
+            [report.Section(HOSTILE_LABEL, [*figures, report.Table(HOSTILE_LABEL, frame), report.Note(HOSTILE_LABEL)])],
+            pd.DataFrame({"setting": ["Model"], "run": [HOSTILE_MODEL]}),
+            pd.DataFrame({"environment": ["hostname"], "run": ["<b>bench-host</b>"]}),
+        ),
+        created=datetime(2026, 12, 1, 22, 0, tzinfo=UTC),
+    )
     assert_self_contained(document, 2)
     assert_escaped(document)
     assert "1,234.568" in document  # numbers written as every table writes them
@@ -90,8 +118,13 @@ def test_a_run_report_holds_its_charts_tables_settings_environment_and_caveats(h
     row = history.row("run-a")
     for column in ("output_throughput", "mean_ttft_ms", "p99_ttft_ms"):
         assert f"<td>{tables.format_number(float(row[column]))}</td>" in document
-    for heading in ("Latency (ms), successful requests, as LMDeploy reports it", "Throughput", "Per request",
-                    "Settings", "Environment"):
+    for heading in (
+        "Latency (ms), successful requests, as LMDeploy reports it",
+        "Throughput",
+        "Per request",
+        "Settings",
+        "Environment",
+    ):
         assert f"<h3>{heading}</h3>" in document
     assert "<td>Concurrency (requests)</td>\n      <td>2</td>" in document
     assert "<td>python</td>\n      <td>3.12.1</td>" in document
@@ -101,8 +134,15 @@ def test_a_run_report_holds_its_charts_tables_settings_environment_and_caveats(h
 
 def test_a_run_that_failed_before_measuring_reports_what_it_left(tmp_path):
     history = History(tmp_path)
-    history.record(RunRecord(run_id="broken", started_at="2026-11-30T08:00:00+00:00", status="failed",
-                             config=RunConfig(), error=f"Could not load {HOSTILE_MODEL}"))
+    history.record(
+        RunRecord(
+            run_id="broken",
+            started_at="2026-11-30T08:00:00+00:00",
+            status="failed",
+            config=RunConfig(),
+            error=f"Could not load {HOSTILE_MODEL}",
+        )
+    )
     document = report.run_report(run_parts(history, "broken"))
     assert_self_contained(document, 0)
     assert "failed: Could not load /models/&lt;/table&gt;&lt;img src=x" in document
@@ -123,12 +163,23 @@ def test_a_comparison_report_holds_the_charts_the_table_and_each_runs_settings(h
 @pytest.mark.slow
 def test_a_sweep_report_holds_every_view_and_the_interval_caveat(tmp_path):
     history = History(tmp_path)
-    plan = SweepPlan("sweep-r", RunConfig(engine=EngineConfig(backend="transformers", model=HOSTILE_MODEL)),
-                     (parse_sweep_arg("concurrency=1,2"),), repeats=2)
+    plan = SweepPlan(
+        "sweep-r",
+        RunConfig(engine=EngineConfig(backend="transformers", model=HOSTILE_MODEL)),
+        (parse_sweep_arg("concurrency=1,2"),),
+        repeats=2,
+    )
     save_plan(history, plan)
     for index, point in enumerate(plan.points()):
-        record(history, f"s{index}", point.values["concurrency"], [0.1 * (index + 1), 0.2], model=HOSTILE_MODEL,
-               sweep_id=plan.sweep_id, repeat=point.repeat)
+        record(
+            history,
+            f"s{index}",
+            point.values["concurrency"],
+            [0.1 * (index + 1), 0.2],
+            model=HOSTILE_MODEL,
+            sweep_id=plan.sweep_id,
+            repeat=point.repeat,
+        )
     document = sweep_report(history, plan, history.load(), status="finished")
     assert_self_contained(document, 4)  # the band, the three Pareto views; goodput needs an SLO
     assert "<h1>Sweep sweep-r</h1>" in document and "too few runs for a 95% interval" in document
@@ -148,13 +199,22 @@ def test_a_report_that_cannot_be_written_says_why_in_one_line_and_keeps_the_hist
 def test_a_run_that_other_processes_kept_busy_says_so_before_its_numbers(tmp_path):
     history = History(tmp_path)
     prof = profiled_run([0.1, 0.2])
-    config = RunConfig(engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
-                       load=LoadConfig(concurrency=2, stream_output=True))
-    history.record(RunRecord(
-        run_id="busy", started_at="2026-11-30T08:00:00+00:00", status="finished", config=config,
-        lmdeploy_columns=prof.lmdeploy_csv_row(lmdeploy_hyperparams(config)),
-        metrics={**prof.summary(), OTHER_CORES_COLUMN: 1.8, BUSY_SHARE_COLUMN: 0.9}, requests=prof.request_table(),
-        environment={**ENVIRONMENT, "cpu_count": 2}))
+    config = RunConfig(
+        engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
+        load=LoadConfig(concurrency=2, stream_output=True),
+    )
+    history.record(
+        RunRecord(
+            run_id="busy",
+            started_at="2026-11-30T08:00:00+00:00",
+            status="finished",
+            config=config,
+            lmdeploy_columns=prof.lmdeploy_csv_row(lmdeploy_hyperparams(config)),
+            metrics={**prof.summary(), OTHER_CORES_COLUMN: 1.8, BUSY_SHARE_COLUMN: 0.9},
+            requests=prof.request_table(),
+            environment={**ENVIRONMENT, "cpu_count": 2},
+        )
+    )
     document = report.run_report(run_parts(history, "busy"))
     said = "other processes used 1.8 of 2 CPU cores during this run and saturated the machine 90% of the time"
     assert said in document

@@ -4,9 +4,17 @@ import json
 
 import pytest
 
-from bench_core.hardware import roofline
 from bench_core.errors import ModelError
-from bench_core.hardware.roofline import COMPUTE_BOUND, HOST_BOUND, MEMORY_BOUND, RunNumbers, gpu_peak, model_cost, verdict
+from bench_core.hardware import roofline
+from bench_core.hardware.roofline import (
+    COMPUTE_BOUND,
+    HOST_BOUND,
+    MEMORY_BOUND,
+    RunNumbers,
+    gpu_peak,
+    model_cost,
+    verdict,
+)
 from bench_core.models.synthetic import SYNTHETIC_PRESETS, parameter_count
 
 LLAMA_1B = SYNTHETIC_PRESETS["llama-3.2-1b"].hf_config()
@@ -29,7 +37,8 @@ def test_kv_bytes_follow_the_grouped_query_heads():
     assert cost.kv_bytes_per_token == 16 * 2048
     assert model_cost(LLAMA_1B, kv_dtype="int8").kv_bytes_per_token_per_layer == 2 * 8 * 64
     assert roofline.decode_step_bytes(cost, batch=4, mean_context_len=1000) == (
-        cost.weight_bytes_per_step + 4 * 1000 * 32768)
+        cost.weight_bytes_per_step + 4 * 1000 * 32768
+    )
 
 
 def test_the_mean_decode_context_weighs_every_output_token():
@@ -40,8 +49,14 @@ def test_the_mean_decode_context_weighs_every_output_token():
 
 def test_the_issues_1b_llama_on_an_h200_is_host_bound():
     # Measured on an H200: batch 128, about 8,000 output tok/s, 51 tokens per tick in a streamed run.
-    run = RunNumbers(output_tokens_per_s=8000, input_tokens_per_s=9000, batch=128, mean_context_len=450,
-                     streamed=True, mean_tokens_per_tick=51.0)
+    run = RunNumbers(
+        output_tokens_per_s=8000,
+        input_tokens_per_s=9000,
+        batch=128,
+        mean_context_len=450,
+        streamed=True,
+        mean_tokens_per_tick=51.0,
+    )
     result = verdict(model_cost(LLAMA_1B), run, gpu_peak("NVIDIA H200"))
     assert result.bound == HOST_BOUND
     numbers = result.numbers
@@ -55,8 +70,15 @@ def test_the_issues_1b_llama_on_an_h200_is_host_bound():
 
 
 def test_a_long_context_8b_decode_near_peak_bandwidth_is_memory_bound():
-    run = RunNumbers(output_tokens_per_s=4600, input_tokens_per_s=500, batch=64, mean_context_len=2000,
-                     streamed=True, mean_tokens_per_tick=1.0, gpu_util_percent=97)
+    run = RunNumbers(
+        output_tokens_per_s=4600,
+        input_tokens_per_s=500,
+        batch=64,
+        mean_context_len=2000,
+        streamed=True,
+        mean_tokens_per_tick=1.0,
+        gpu_util_percent=97,
+    )
     result = verdict(model_cost(LLAMA_8B), run, gpu_peak("NVIDIA H100 80GB HBM3"))
     assert result.bound == MEMORY_BOUND
     assert 0.6 < result.numbers["bandwidth_share"] < 0.75
@@ -64,29 +86,40 @@ def test_a_long_context_8b_decode_near_peak_bandwidth_is_memory_bound():
 
 
 def test_a_prefill_heavy_run_is_compute_bound():
-    run = RunNumbers(output_tokens_per_s=300, input_tokens_per_s=12000, batch=8, mean_context_len=3000,
-                     gpu_util_percent=99)
+    run = RunNumbers(
+        output_tokens_per_s=300, input_tokens_per_s=12000, batch=8, mean_context_len=3000, gpu_util_percent=99
+    )
     result = verdict(model_cost(LLAMA_8B), run, gpu_peak("NVIDIA A100-SXM4-80GB"))
     assert result.bound == COMPUTE_BOUND
     assert result.numbers["compute_share"] > roofline.COMPUTE_BOUND_SHARE > 0
     assert result.numbers["compute_share"] / roofline.COMPUTE_BOUND_SHARE > (
-        result.numbers["bandwidth_share"] / roofline.MEMORY_BOUND_SHARE)
+        result.numbers["bandwidth_share"] / roofline.MEMORY_BOUND_SHARE
+    )
 
 
 def test_a_gpu_idle_half_the_time_is_host_bound_whatever_the_bytes_say():
-    run = RunNumbers(output_tokens_per_s=4600, input_tokens_per_s=500, batch=64, mean_context_len=2000,
-                     gpu_util_percent=30)
+    run = RunNumbers(
+        output_tokens_per_s=4600, input_tokens_per_s=500, batch=64, mean_context_len=2000, gpu_util_percent=30
+    )
     result = verdict(model_cost(LLAMA_8B), run, gpu_peak("NVIDIA H100 80GB HBM3"))
     assert result.bound == HOST_BOUND
     assert result.reasons[0] == "the GPU ran kernels 30% of the time"
 
 
-@pytest.mark.parametrize("driver_name, known", [
-    ("NVIDIA H200", "H200"), ("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA H100 PCIe", "H100 PCIe"),
-    ("NVIDIA A100-SXM4-40GB", "A100 40GB"), ("NVIDIA A100-SXM4-80GB", "A100 80GB"),
-    ("NVIDIA A100 80GB PCIe", "A100 80GB PCIe"), ("NVIDIA L40S", "L40S"), ("NVIDIA A10", "A10"),
-    ("NVIDIA GeForce RTX 4090", "RTX 4090"),
-])
+@pytest.mark.parametrize(
+    "driver_name, known",
+    [
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA A100-SXM4-40GB", "A100 40GB"),
+        ("NVIDIA A100-SXM4-80GB", "A100 80GB"),
+        ("NVIDIA A100 80GB PCIe", "A100 80GB PCIe"),
+        ("NVIDIA L40S", "L40S"),
+        ("NVIDIA A10", "A10"),
+        ("NVIDIA GeForce RTX 4090", "RTX 4090"),
+    ],
+)
 def test_driver_names_find_their_datasheet_peaks(driver_name, known):
     assert gpu_peak(driver_name) == roofline.KNOWN_GPUS[known]
 
@@ -109,7 +142,9 @@ def test_configs_the_roofline_cannot_model_are_one_model_error():
 def test_a_servers_model_is_named_by_its_whole_address():
     with pytest.raises(ModelError) as unavailable:
         roofline.read_model_config("http://127.0.0.1:23333/v1")
-    assert str(unavailable.value) == "the model is served from http://127.0.0.1:23333/v1, so its config.json is not here"
+    assert (
+        str(unavailable.value) == "the model is served from http://127.0.0.1:23333/v1, so its config.json is not here"
+    )
 
 
 @pytest.mark.slow

@@ -5,19 +5,20 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-
-from bench_core.views import figures, run_diff
-from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
-from bench_core.store.history_import import lmdeploy_hyperparams
-from bench_core.store.history import History, RunRecord
+from app_under_test import ROOT
 from compared_runs import FIVE, compared_config
 from profiled_runs import profiled_run
-from app_under_test import ROOT
+
+from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
+from bench_core.store.history import History, RunRecord
+from bench_core.store.history_import import lmdeploy_hyperparams
+from bench_core.views import figures, run_diff
 
 LMDEPLOY_CSV = ROOT / "tests" / "data" / "lmdeploy_csv" / "profile_throughput.csv"
 CPU = EngineConfig(backend="transformers", model="builtin:tiny-llama")
-RANDOM = DatasetConfig(dataset="builtin:sample", dataset_name="random", num_prompts=8, random_input_len=16,
-                       random_output_len=8)
+RANDOM = DatasetConfig(
+    dataset="builtin:sample", dataset_name="random", num_prompts=8, random_input_len=16, random_output_len=8
+)
 
 
 def history_of(root, configs: list[RunConfig], run_ids: list[str] | None = None) -> pd.DataFrame:
@@ -26,15 +27,27 @@ def history_of(root, configs: list[RunConfig], run_ids: list[str] | None = None)
     run_ids = run_ids or [f"run-{index}" for index in range(len(configs))]
     for run_id, config, ttft in zip(run_ids, configs, (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)):
         prof = profiled_run([ttft, ttft * 2])
-        history.record(RunRecord(run_id=run_id, started_at="2026-01-01T00:00:00+00:00", status="finished",
-                                 config=config, lmdeploy_columns=prof.lmdeploy_csv_row(lmdeploy_hyperparams(config)),
-                                 metrics=prof.summary(), requests=prof.request_table()))
+        history.record(
+            RunRecord(
+                run_id=run_id,
+                started_at="2026-01-01T00:00:00+00:00",
+                status="finished",
+                config=config,
+                lmdeploy_columns=prof.lmdeploy_csv_row(lmdeploy_hyperparams(config)),
+                metrics=prof.summary(),
+                requests=prof.request_table(),
+            )
+        )
     return history.load().set_index("run_id", drop=False).loc[run_ids]
 
 
 def cpu_run(concurrency: int, label: str = "", **engine) -> RunConfig:
-    return RunConfig(engine=EngineConfig(**{**vars(CPU), **engine}), dataset=RANDOM,
-                     load=LoadConfig(concurrency=concurrency), label=label)
+    return RunConfig(
+        engine=EngineConfig(**{**vars(CPU), **engine}),
+        dataset=RANDOM,
+        load=LoadConfig(concurrency=concurrency),
+        label=label,
+    )
 
 
 def test_two_cpu_runs_differing_in_concurrency_differ_in_that_alone(tmp_path):
@@ -47,34 +60,55 @@ def test_two_cpu_runs_differing_in_concurrency_differ_in_that_alone(tmp_path):
 
 
 def test_every_kind_of_setting_is_compared(tmp_path):
-    changed = RunConfig(engine=EngineConfig(**{**vars(CPU), "dtype": "float32", "max_batch_tokens": 512}),
-                        dataset=DatasetConfig(**{**vars(RANDOM), "random_output_len": 16, "seed": 3}),
-                        load=LoadConfig(concurrency=2, stream_output=True))
+    changed = RunConfig(
+        engine=EngineConfig(**{**vars(CPU), "dtype": "float32", "max_batch_tokens": 512}),
+        dataset=DatasetConfig(**{**vars(RANDOM), "random_output_len": 16, "seed": 3}),
+        load=LoadConfig(concurrency=2, stream_output=True),
+    )
     changed.generation.temperature = 0.5
     changed.slo.ttft = 0.2
     runs = history_of(tmp_path, [cpu_run(2), changed])
     assert run_diff.differing_settings(runs) == [
-        "output_length", "seed", "stream_output", "dtype", "max_batch_tokens", "temperature", "slo_ttft_s"]
+        "output_length",
+        "seed",
+        "stream_output",
+        "dtype",
+        "max_batch_tokens",
+        "temperature",
+        "slo_ttft_s",
+    ]
     table = run_diff.differences(runs, run_diff.differing_settings(runs))
     assert table.loc["Stream output"].tolist() == ["no", "yes"]
     assert table.loc["SLO on TTFT (s)"].tolist() == ["default", "0.2"]
 
 
 def test_knobs_of_another_backend_are_not_applicable_and_never_a_difference(tmp_path):
-    turbomind = RunConfig(engine=EngineConfig(backend="turbomind", model="builtin:tiny-llama"), dataset=RANDOM,
-                          load=LoadConfig(concurrency=2))
+    turbomind = RunConfig(
+        engine=EngineConfig(backend="turbomind", model="builtin:tiny-llama"),
+        dataset=RANDOM,
+        load=LoadConfig(concurrency=2),
+    )
     runs = history_of(tmp_path, [cpu_run(2), turbomind])
     varied = run_diff.differing_settings(runs)
     assert varied == ["backend"]  # TurboMind's cache fraction, transformers' batch tokens: each on one side only
     cells = run_diff.setting_cells(runs, ["cache_max_entry_count", "max_batch_tokens", "dtype"])
-    assert cells == {"cache_max_entry_count": [run_diff.NOT_APPLICABLE, 0.8],
-                     "max_batch_tokens": [1024, run_diff.NOT_APPLICABLE], "dtype": ["auto", "auto"]}
+    assert cells == {
+        "cache_max_entry_count": [run_diff.NOT_APPLICABLE, 0.8],
+        "max_batch_tokens": [1024, run_diff.NOT_APPLICABLE],
+        "dtype": ["auto", "auto"],
+    }
 
 
 def test_a_knob_left_at_its_empty_default_differs_from_a_set_one(tmp_path):
-    gpu = [RunConfig(engine=EngineConfig(backend="pytorch", model="m", session_len=length, quant_policy=policy),
-                     dataset=RANDOM, load=LoadConfig(concurrency=4), label=f"q{policy}")
-           for length, policy in ((None, 0), (4096, 8))]
+    gpu = [
+        RunConfig(
+            engine=EngineConfig(backend="pytorch", model="m", session_len=length, quant_policy=policy),
+            dataset=RANDOM,
+            load=LoadConfig(concurrency=4),
+            label=f"q{policy}",
+        )
+        for length, policy in ((None, 0), (4096, 8))
+    ]
     runs = history_of(tmp_path, gpu)
     assert run_diff.differing_settings(runs) == ["session_len", "quant_policy"]
     table = run_diff.differences(runs, ["session_len", "quant_policy"])
@@ -83,9 +117,11 @@ def test_a_knob_left_at_its_empty_default_differs_from_a_set_one(tmp_path):
 
 @pytest.mark.slow
 def test_dataset_and_load_settings_count_only_where_they_apply(tmp_path):
-    sharegpt = RunConfig(engine=CPU, dataset=DatasetConfig(dataset="builtin:sample", num_prompts=8,
-                                                           sharegpt_output_len=8, random_range_ratio=0.5),
-                         load=LoadConfig(concurrency=2))
+    sharegpt = RunConfig(
+        engine=CPU,
+        dataset=DatasetConfig(dataset="builtin:sample", num_prompts=8, sharegpt_output_len=8, random_range_ratio=0.5),
+        load=LoadConfig(concurrency=2),
+    )
     runs = history_of(tmp_path, [cpu_run(2), sharegpt])
     # The random input length and range ratio mean nothing on ShareGPT prompts; both runs ask for 8 tokens out.
     assert run_diff.differing_settings(runs) == ["dataset_name"]
@@ -93,10 +129,12 @@ def test_dataset_and_load_settings_count_only_where_they_apply(tmp_path):
 
 
 def test_the_output_length_is_one_setting_whichever_dataset_holds_it(tmp_path):
-    sharegpt = RunConfig(engine=CPU, dataset=DatasetConfig(dataset="builtin:sample", num_prompts=8),
-                         load=LoadConfig(concurrency=2))
-    longer = RunConfig(engine=CPU, dataset=DatasetConfig(**{**vars(RANDOM), "random_output_len": 256}),
-                       load=LoadConfig(concurrency=2))
+    sharegpt = RunConfig(
+        engine=CPU, dataset=DatasetConfig(dataset="builtin:sample", num_prompts=8), load=LoadConfig(concurrency=2)
+    )
+    longer = RunConfig(
+        engine=CPU, dataset=DatasetConfig(**{**vars(RANDOM), "random_output_len": 256}), load=LoadConfig(concurrency=2)
+    )
     runs = history_of(tmp_path, [cpu_run(2), sharegpt, longer])
     assert run_diff.differing_settings(runs) == ["dataset_name", "output_length"]
     table = run_diff.differences(runs, ["output_length"])
@@ -114,8 +152,10 @@ def test_what_an_imported_lmdeploy_row_did_not_record_is_unknown_not_different(t
 
 
 def test_the_chart_goes_across_the_setting_taking_the_most_values_numbers_first(tmp_path):
-    configs = [cpu_run(c, dtype=dtype, max_batch_tokens=tokens) for c, dtype, tokens in
-               ((1, "auto", 256), (2, "float32", 512), (4, "bfloat16", 256))]
+    configs = [
+        cpu_run(c, dtype=dtype, max_batch_tokens=tokens)
+        for c, dtype, tokens in ((1, "auto", 256), (2, "float32", 512), (4, "bfloat16", 256))
+    ]
     runs = history_of(tmp_path, configs)
     varied = run_diff.differing_settings(runs)
     assert varied == ["concurrency", "dtype", "max_batch_tokens"]
@@ -158,8 +198,10 @@ def test_labels_name_the_settings_that_tell_runs_apart_not_the_first_ones_that_d
     assert varied == ["dataset_name", "output_length", "concurrency", "stream_output"]
     assert run_diff.telling_settings(runs, varied) == ["dataset_name", "concurrency", "stream_output"]
     labels = figures.setting_labels(runs)
-    assert labels[1:3] == ["Dataset name sharegpt, Concurrency 2, Stream output yes",
-                           "Dataset name sharegpt, Concurrency 8, Stream output yes"]
+    assert labels[1:3] == [
+        "Dataset name sharegpt, Concurrency 2, Stream output yes",
+        "Dataset name sharegpt, Concurrency 8, Stream output yes",
+    ]
     assert len(set(labels)) == len(FIVE)
     names = run_diff.compared_names(runs, varied)
     assert names == [f"{label} (run run-{index})" for index, label in enumerate(labels)]

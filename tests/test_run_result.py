@@ -7,8 +7,8 @@ import pytest
 
 from bench_core.config import RunConfig
 from bench_core.errors import HistoryError
-from bench_core.store.history import History, RunRecord
 from bench_core.states import RunState
+from bench_core.store.history import History, RunRecord
 from dashboard.run_result import result_from_history
 
 RUN_ID = "20261130-080000-ab12"
@@ -19,8 +19,17 @@ def _stored_run(root) -> History:
     config = RunConfig(label="stored")
     config.engine.model = "builtin:tiny-llama"
     requests = pd.DataFrame({"status": ["success"], "ttft_s": [0.1], "tpot_s": [0.01], "e2e_s": [0.5]})
-    history.record(RunRecord(run_id=RUN_ID, started_at="2026-11-30T08:00:00+00:00", status=RunState.FINISHED, config=config,
-                             metrics={"duration_s": 2.5}, requests=requests, error=""))
+    history.record(
+        RunRecord(
+            run_id=RUN_ID,
+            started_at="2026-11-30T08:00:00+00:00",
+            status=RunState.FINISHED,
+            config=config,
+            metrics={"duration_s": 2.5},
+            requests=requests,
+            error="",
+        )
+    )
     return history
 
 

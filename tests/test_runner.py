@@ -7,8 +7,8 @@ import pytest
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.engines.transformers_engine import TransformersEngine
 from bench_core.errors import ConfigError
-from bench_core.store.history import History
 from bench_core.run.runner import Runner
+from bench_core.store.history import History
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
 pytestmark = pytest.mark.slow
@@ -17,8 +17,14 @@ pytestmark = pytest.mark.slow
 def tiny_config(num_prompts=8, output_len=16, concurrency=4, stream=True, **engine) -> RunConfig:
     return RunConfig(
         engine=EngineConfig(backend="transformers", model="builtin:tiny-llama", **engine),
-        dataset=DatasetConfig(dataset="builtin:sample", dataset_name="random", num_prompts=num_prompts,
-                              random_input_len=16, random_output_len=output_len, random_range_ratio=1.0),
+        dataset=DatasetConfig(
+            dataset="builtin:sample",
+            dataset_name="random",
+            num_prompts=num_prompts,
+            random_input_len=16,
+            random_output_len=output_len,
+            random_range_ratio=1.0,
+        ),
         load=LoadConfig(concurrency=concurrency, stream_output=stream),
     )
 
@@ -124,8 +130,12 @@ def test_a_model_that_cannot_load_fails_with_one_sentence_and_is_recorded_as_tri
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "config.json").write_text("{}")  # a model folder, whose tokenizer and weights cannot load
-    run = runner.submit(RunConfig(engine=EngineConfig(backend="transformers", model=str(broken)),
-                                  dataset=DatasetConfig(dataset="builtin:sample", num_prompts=2)))
+    run = runner.submit(
+        RunConfig(
+            engine=EngineConfig(backend="transformers", model=str(broken)),
+            dataset=DatasetConfig(dataset="builtin:sample", num_prompts=2),
+        )
+    )
     assert run.wait(60)
     assert run.state == "failed" and run.user_error and not run.refused
     assert "Could not load the tokenizer" in run.message and "\n" not in run.message
@@ -137,8 +147,12 @@ def test_a_model_that_cannot_load_fails_with_one_sentence_and_is_recorded_as_tri
 
 
 def test_a_model_that_is_not_there_is_refused_and_not_recorded(runner, tmp_path):
-    run = runner.submit(RunConfig(engine=EngineConfig(backend="transformers", model=str(tmp_path / "missing")),
-                                  dataset=DatasetConfig(dataset="builtin:sample", num_prompts=2)))
+    run = runner.submit(
+        RunConfig(
+            engine=EngineConfig(backend="transformers", model=str(tmp_path / "missing")),
+            dataset=DatasetConfig(dataset="builtin:sample", num_prompts=2),
+        )
+    )
     assert run.wait(60)
     assert run.state == "failed" and run.refused and "No model folder" in run.message
     assert runner.history.load().empty and run.record is None
@@ -163,10 +177,13 @@ def test_a_run_cancelled_while_queued_never_starts(runner):
     assert list(runner.history.load()["run_id"]) == [first.run_id]
 
 
-@pytest.mark.parametrize("num_prompts, concurrency, load_pattern", [(4, 4, "batch"), (3, 4, "batch"),
-                                                                     (16, 4, "batch"), (6, 2, "concurrency")])
-def test_in_flight_never_exceeds_concurrency_or_prompts_and_ends_at_zero(runner, num_prompts, concurrency,
-                                                                         load_pattern):
+@pytest.mark.parametrize(
+    "num_prompts, concurrency, load_pattern",
+    [(4, 4, "batch"), (3, 4, "batch"), (16, 4, "batch"), (6, 2, "concurrency")],
+)
+def test_in_flight_never_exceeds_concurrency_or_prompts_and_ends_at_zero(
+    runner, num_prompts, concurrency, load_pattern
+):
     config = tiny_config(num_prompts=num_prompts, output_len=24, concurrency=concurrency)
     config.load.load_pattern = load_pattern
     run = runner.submit(config)
@@ -190,8 +207,10 @@ def test_the_first_use_of_a_built_in_model_says_it_is_being_built(tmp_path, monk
         if run.phase and (not phases or phases[-1] != run.phase):
             phases.append(run.phase)
     assert run.state == "finished", run.message
-    assert phases[:2] == ["building the tiny Llama, once (about a second)",
-                          "loading the tokenizer of builtin:tiny-llama"]
+    assert phases[:2] == [
+        "building the tiny Llama, once (about a second)",
+        "loading the tokenizer of builtin:tiny-llama",
+    ]
     assert phases[-1] == "measuring"
 
 
@@ -205,8 +224,11 @@ def test_warm_up_runs_after_the_engine_loads_and_before_the_clock_starts(runner,
 
     monkeypatch.setattr(TransformersEngine, "stream", stream)
     config = tiny_config(num_prompts=3, output_len=6)
-    config = RunConfig(engine=config.engine, dataset=config.dataset,
-                       load=LoadConfig(load_pattern=pattern, concurrency=4, stream_output=True, warmup_requests=5))
+    config = RunConfig(
+        engine=config.engine,
+        dataset=config.dataset,
+        load=LoadConfig(load_pattern=pattern, concurrency=4, stream_output=True, warmup_requests=5),
+    )
     run = runner.submit(config)
     assert run.wait(120) and run.state == "finished", run.message
     (warmed, warm_end), (measured, _) = served

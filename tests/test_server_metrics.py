@@ -8,26 +8,38 @@ import numpy as np
 import pandas as pd
 import pytest
 from metrics_server import (
-    CACHED_TOKENS_PER_REQUEST, FIRST_TOKEN_S, PROMPT_TOKENS_PER_REQUEST, SLOTS, SPEC_ACCEPTED_PER_REQUEST,
-    SPEC_DRAFTS_PER_REQUEST, ServerState,
+    CACHED_TOKENS_PER_REQUEST,
+    FIRST_TOKEN_S,
+    PROMPT_TOKENS_PER_REQUEST,
+    SLOTS,
+    SPEC_ACCEPTED_PER_REQUEST,
+    SPEC_DRAFTS_PER_REQUEST,
+    ServerState,
+    metrics_server,  # noqa: F401 (fixture)
 )
-from metrics_server import metrics_server  # noqa: F401 (fixture)
 
 from bench_core.cli import build_parser, main
 from bench_core.cli.restful import config_for_rate
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.engines.openai_client import http_get
 from bench_core.engines.server_metrics import (
-    PEAK_KV_CACHE_USAGE, MetricsScraper, parse_page, raw_frame, run_summary, unified_series,
+    PEAK_KV_CACHE_USAGE,
+    MetricsScraper,
+    parse_page,
+    raw_frame,
+    run_summary,
+    unified_series,
 )
+from bench_core.run.observer import JobObserver
 from bench_core.run.runner import Runner
 from bench_core.store.history import SERVER_METRICS_FILE, History
-from bench_core.run.observer import JobObserver
 from bench_core.views.figures import NO_DATA
-from bench_core.views.tables import quantity_table
 from bench_core.views.server_charts import (
-    client_ttft_by_interval, ended_server_metrics, server_metrics_over_time,
+    client_ttft_by_interval,
+    ended_server_metrics,
+    server_metrics_over_time,
 )
+from bench_core.views.tables import quantity_table
 
 
 def read_of(state: ServerState, time_s: float) -> list[tuple]:
@@ -55,14 +67,27 @@ def test_lmdeploys_vllms_and_sglangs_names_read_as_one_set(flavour):
     series = unified_series(raw_frame(before + read_of(state, 12.0)))
 
     at_second = {key: values[-1] for key, values in by_metric(series[series["time_s"] == 12.0]).items()}
-    assert at_second == pytest.approx({
-        "running": 2, "waiting": 3, "kv_cache_usage": 0.5,
-        "prefix_hit_rate": CACHED_TOKENS_PER_REQUEST / PROMPT_TOKENS_PER_REQUEST,
-        "cached_tokens_per_s": 2 * CACHED_TOKENS_PER_REQUEST / 2.0,  # over the 2 s between the reads
-        "spec_accept_length": 1 + 6 / 4, "server_ttft_s": 0.2, "server_queue_s": 0.2, "server_e2e_s": 1.5})
+    assert at_second == pytest.approx(
+        {
+            "running": 2,
+            "waiting": 3,
+            "kv_cache_usage": 0.5,
+            "prefix_hit_rate": CACHED_TOKENS_PER_REQUEST / PROMPT_TOKENS_PER_REQUEST,
+            "cached_tokens_per_s": 2 * CACHED_TOKENS_PER_REQUEST / 2.0,  # over the 2 s between the reads
+            "spec_accept_length": 1 + 6 / 4,
+            "server_ttft_s": 0.2,
+            "server_queue_s": 0.2,
+            "server_e2e_s": 1.5,
+        }
+    )
     # The first read has no interval before it: only what a gauge says on its own.
-    assert set(series.loc[series["time_s"] == 10.0, "metric"]) <= {"running", "waiting", "kv_cache_usage",
-                                                                    "prefix_hit_rate", "spec_accept_length"}
+    assert set(series.loc[series["time_s"] == 10.0, "metric"]) <= {
+        "running",
+        "waiting",
+        "kv_cache_usage",
+        "prefix_hit_rate",
+        "spec_accept_length",
+    }
 
 
 def test_an_interval_without_observations_or_after_a_counter_reset_has_no_value():
@@ -101,11 +126,14 @@ def test_a_page_that_is_not_prometheus_text_is_refused():
         parse_page("<html>\n<body>{{{ 1 2 3</body>\n")
 
 
-@pytest.mark.parametrize("flavour, reason", [
-    ("no-metrics", "answered HTTP 404 Not Found"),
-    ("garbled", "is not Prometheus text"),
-    ("unknown", "has none of the LMDeploy, vLLM or SGLang metrics"),
-])
+@pytest.mark.parametrize(
+    "flavour, reason",
+    [
+        ("no-metrics", "answered HTTP 404 Not Found"),
+        ("garbled", "is not Prometheus text"),
+        ("unknown", "has none of the LMDeploy, vLLM or SGLang metrics"),
+    ],
+)
 def test_a_server_without_metrics_we_read_is_one_sentence_and_nothing_is_scraped(metrics_server, flavour, reason):
     scraper = MetricsScraper(f"{metrics_server}/{flavour}/metrics", 0.1, http_get)
     why_not = scraper.start()
@@ -116,10 +144,18 @@ def test_a_server_without_metrics_we_read_is_one_sentence_and_nothing_is_scraped
 
 # ---- through the runner, the history and the Run page's figure --------------------------------------------------
 
+
 def server_run(url: str, **engine) -> RunConfig:
     return RunConfig(
-        engine=EngineConfig(backend="openai", model="tiny", base_url=url, server_kind="lmdeploy",
-                            tokenizer="builtin:tiny-llama", server_metrics_interval_s=0.1, **engine),
+        engine=EngineConfig(
+            backend="openai",
+            model="tiny",
+            base_url=url,
+            server_kind="lmdeploy",
+            tokenizer="builtin:tiny-llama",
+            server_metrics_interval_s=0.1,
+            **engine,
+        ),
         dataset=DatasetConfig(dataset="builtin:sample", num_prompts=8, sharegpt_output_len=12),
         load=LoadConfig(load_pattern="request_rate", stream_output=True, max_concurrency=6),
     )
@@ -151,8 +187,11 @@ def test_a_server_run_keeps_the_servers_samples_and_they_show_its_queue(metrics_
 
     # Summarised into catalog metrics, in the history row like any other, the gap beside them.
     row = runner.history.load().iloc[0]
-    expected = (1.0, CACHED_TOKENS_PER_REQUEST / PROMPT_TOKENS_PER_REQUEST,
-                1 + SPEC_ACCEPTED_PER_REQUEST / SPEC_DRAFTS_PER_REQUEST)
+    expected = (
+        1.0,
+        CACHED_TOKENS_PER_REQUEST / PROMPT_TOKENS_PER_REQUEST,
+        1 + SPEC_ACCEPTED_PER_REQUEST / SPEC_DRAFTS_PER_REQUEST,
+    )
     assert (row["peak_kv_cache_usage"], row["server_prefix_hit_rate"], row["mean_spec_accept_length"]) == expected
     assert row["mean_server_waiting"] > 0 and FIRST_TOKEN_S * 1000 <= row["mean_server_ttft_ms"] <= row["mean_ttft_ms"]
     served = quantity_table(row.to_dict(), "served").set_index("quantity")["value"]
@@ -160,8 +199,13 @@ def test_a_server_run_keeps_the_servers_samples_and_they_show_its_queue(metrics_
 
     figure = ended_server_metrics(stored, run.record.requests, run.record.metrics["duration_s"])
     titles = [annotation.text for annotation in figure.layout.annotations]
-    assert titles == ["KV cache and prefix hits (%)", "Requests on the server", "Latency, mean per interval (ms)",
-                      "Cached prompt tokens (tok/s)", "Speculative acceptance length (tokens/step)"]
+    assert titles == [
+        "KV cache and prefix hits (%)",
+        "Requests on the server",
+        "Latency, mean per interval (ms)",
+        "Cached prompt tokens (tok/s)",
+        "Speculative acceptance length (tokens/step)",
+    ]
     names = {trace.name for trace in figure.data}
     assert {"Server TTFT", "Client TTFT", "Waiting requests", "KV-cache usage"} <= names
     assert tuple(figure.layout.xaxis.range) == (0, run.record.metrics["duration_s"])
@@ -171,8 +215,9 @@ def test_a_server_without_metrics_gives_one_warning_and_the_run_goes_on(metrics_
     run = runner.submit(server_run(f"{metrics_server}/no-metrics"))
     assert run.wait(60) and run.state == "finished", run.message
     (warning,) = run.measurement.warnings
-    assert warning.endswith("answered HTTP 404 Not Found (LMDeploy's api_server serves them unless started with "
-                            "--disable-metrics).")
+    assert warning.endswith(
+        "answered HTTP 404 Not Found (LMDeploy's api_server serves them unless started with --disable-metrics)."
+    )
     assert run.record.server_metrics is None and runner.history.server_metrics(run.run_id) is None
 
 
@@ -180,8 +225,11 @@ def test_reads_that_fail_mid_run_are_one_warning_with_the_last_reason_and_the_ru
     run = runner.submit(server_run(f"{metrics_server}/flaky"))
     assert run.wait(60) and run.state == "finished", run.message
     (warning,) = run.measurement.warnings
-    assert re.fullmatch(r"\d+ reads of the server's /metrics failed, so the server metrics have gaps \(the last: "
-                        r"http://127\.0\.0\.1:\d+/flaky/metrics answered HTTP 500 Internal Server Error\.\)\.", warning)
+    assert re.fullmatch(
+        r"\d+ reads of the server's /metrics failed, so the server metrics have gaps \(the last: "
+        r"http://127\.0\.0\.1:\d+/flaky/metrics answered HTTP 500 Internal Server Error\.\)\.",
+        warning,
+    )
     assert len(unified_series(run.record.server_metrics)["time_s"].unique()) == 1  # the first read stands
 
 
@@ -220,8 +268,13 @@ def test_the_live_snapshot_carries_the_series_so_far(metrics_server, runner):
 
 
 def test_the_clients_ttft_is_averaged_over_the_requests_whose_first_token_came_between_two_reads():
-    requests = pd.DataFrame({"status": ["success", "success", "success", "failed", "success"],
-                             "start_s": [0.1, 0.5, 1.2, 0.2, 2.5], "ttft_s": [0.2, 0.4, 0.6, np.nan, 0.1]})
+    requests = pd.DataFrame(
+        {
+            "status": ["success", "success", "success", "failed", "success"],
+            "start_s": [0.1, 0.5, 1.2, 0.2, 2.5],
+            "ttft_s": [0.2, 0.4, 0.6, np.nan, 0.1],
+        }
+    )
     # First tokens at 0.3, 0.9, 1.8 and 2.6 s; reads at 0, 1 and 2 s: the last came after the last read.
     client = client_ttft_by_interval(requests, np.array([0.0, 1.0, 2.0]))
     assert client["time_s"].tolist() == [1.0, 2.0] and client["value"].tolist() == pytest.approx([0.3, 0.6])
@@ -233,10 +286,36 @@ def test_the_figure_says_so_when_there_is_nothing_to_draw():
 
 
 def test_restful_prints_the_servers_figures_below_its_box(metrics_server, tmp_path, capsys):
-    assert main(["restful", "--backend", "lmdeploy", "--base-url", f"{metrics_server}/lmdeploy", "--model", "tiny",
-                 "--tokenizer", "builtin:tiny-llama", "--dataset-path", "builtin:sample", "--num-prompts", "6",
-                 "--sharegpt-output-len", "8", "--max-concurrency", "4", "--server-metrics-interval", "0.2",
-                 "--output-file", "", "--results", str(tmp_path / "results")]) == 0
+    assert (
+        main(
+            [
+                "restful",
+                "--backend",
+                "lmdeploy",
+                "--base-url",
+                f"{metrics_server}/lmdeploy",
+                "--model",
+                "tiny",
+                "--tokenizer",
+                "builtin:tiny-llama",
+                "--dataset-path",
+                "builtin:sample",
+                "--num-prompts",
+                "6",
+                "--sharegpt-output-len",
+                "8",
+                "--max-concurrency",
+                "4",
+                "--server-metrics-interval",
+                "0.2",
+                "--output-file",
+                "",
+                "--results",
+                str(tmp_path / "results"),
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     (line,) = [line for line in captured.out.splitlines() if line.startswith("Server metrics: ")]
     assert "Peak KV-cache usage (server) 1 fraction" in line and "Client minus server TTFT" in line
@@ -246,7 +325,11 @@ def test_restful_prints_the_servers_figures_below_its_box(metrics_server, tmp_pa
 def test_restful_takes_the_off_switch_and_the_interval_from_the_catalog():
     parser = build_parser()
     on = config_for_rate(parser.parse_args(["restful"]), "http://h:1", "m", 1.0)
-    off = config_for_rate(parser.parse_args(["restful", "--no-server-metrics", "--server-metrics-interval", "0.5"]),
-                          "http://h:1", "m", 1.0)
+    off = config_for_rate(
+        parser.parse_args(["restful", "--no-server-metrics", "--server-metrics-interval", "0.5"]),
+        "http://h:1",
+        "m",
+        1.0,
+    )
     assert (on.engine.server_metrics, on.engine.server_metrics_interval_s) == (True, 1.0)
     assert (off.engine.server_metrics, off.engine.server_metrics_interval_s) == (False, 0.5)

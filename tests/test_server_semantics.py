@@ -14,15 +14,22 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from scripted_server import (CHUNK_GAP_S, FIRST_TOKEN_S, LAST_LINE_S, LAST_TEXT_S, TEXT_EVENTS,  # noqa: F401 (fixture)
-                             USAGE_AFTER_S, scripted_server)
+from scripted_server import (  # noqa: F401 (fixture)
+    CHUNK_GAP_S,
+    FIRST_TOKEN_S,
+    LAST_LINE_S,
+    LAST_TEXT_S,
+    TEXT_EVENTS,
+    USAGE_AFTER_S,
+    scripted_server,
+)
 
-from bench_core.load.arrivals import send_offsets
 from bench_core.cli import main
 from bench_core.config import DatasetConfig
+from bench_core.engines.openai_client import ServerSpec, build_payload
+from bench_core.load.arrivals import send_offsets
 from bench_core.load.datasets import sample_requests
 from bench_core.store.history import History
-from bench_core.engines.openai_client import ServerSpec, build_payload
 from bench_core.views.tables import percentile_table
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
@@ -37,11 +44,31 @@ TPOT_LAST_LINE_S = (LAST_LINE_S - FIRST_TOKEN_S) / (TEXT_EVENTS - 1)
 
 def restful(url: str, folder, *flags: str) -> SimpleNamespace:
     """One `restful` run of N requests; its per-request table, history row, CSV row and printed box."""
-    code = main([
-        "restful", "--backend", "transformers", "--base-url", url, "--model", "scripted", "--tokenizer", "builtin:tiny-llama",
-        "--dataset-path", "builtin:sample", "--num-prompts", str(N), "--sharegpt-output-len", str(TEXT_EVENTS),
-        "--disable-warmup", "--output-file", str(folder / "out.csv"), "--results", str(folder / "results"), *flags,
-    ])
+    code = main(
+        [
+            "restful",
+            "--backend",
+            "transformers",
+            "--base-url",
+            url,
+            "--model",
+            "scripted",
+            "--tokenizer",
+            "builtin:tiny-llama",
+            "--dataset-path",
+            "builtin:sample",
+            "--num-prompts",
+            str(N),
+            "--sharegpt-output-len",
+            str(TEXT_EVENTS),
+            "--disable-warmup",
+            "--output-file",
+            str(folder / "out.csv"),
+            "--results",
+            str(folder / "results"),
+            *flags,
+        ]
+    )
     history = History(folder / "results")
     row = history.load().iloc[-1]
     csv_row = None  # a run where no request succeeded writes no row
@@ -106,8 +133,12 @@ def test_the_box_prints_lmdeploys_e2e_and_our_rows_name_their_end(scripted_serve
 def test_the_run_pages_latency_table_shows_both_ends(timed_run):
     table = percentile_table(timed_run.summary.to_dict(), (50, 99), stream_output=True)
     assert table.loc["End-to-end latency (ms)", "mean"] == pytest.approx(LAST_TEXT_S * 1000, abs=CLOCK_S * 1000)
-    assert table.loc["E2E to last line (LMDeploy) (ms)", "mean"] == pytest.approx(LAST_LINE_S * 1000, abs=CLOCK_S * 1000)
-    assert table.loc["TPOT to last line (LMDeploy) (ms)", "P50"] == pytest.approx(TPOT_LAST_LINE_S * 1000, abs=GAP_S * 1000)
+    assert table.loc["E2E to last line (LMDeploy) (ms)", "mean"] == pytest.approx(
+        LAST_LINE_S * 1000, abs=CLOCK_S * 1000
+    )
+    assert table.loc["TPOT to last line (LMDeploy) (ms)", "P50"] == pytest.approx(
+        TPOT_LAST_LINE_S * 1000, abs=GAP_S * 1000
+    )
 
 
 def test_unstreamed_lmdeploys_tpot_divides_the_whole_latency(scripted_server, tmp_path):
@@ -135,9 +166,14 @@ def test_a_request_with_usage_but_no_text_counts_its_tokens_and_says_so(usage_on
 
 def test_a_server_that_refuses_ignore_eos_is_benchmarked_in_full(scripted_server, timed_run):
     # LMDeploy's script always sends ignore_eos; a server such as transformers serve answers 422 to it...
-    lmdeploy_payload = build_payload(ServerSpec(scripted_server, server_kind="lmdeploy"), "scripted", "hi", 8, ignore_eos=True)
-    request = urllib.request.Request(scripted_server + "/v1/completions", data=json.dumps(lmdeploy_payload).encode(),
-                                     headers={"Content-Type": "application/json"})
+    lmdeploy_payload = build_payload(
+        ServerSpec(scripted_server, server_kind="lmdeploy"), "scripted", "hi", 8, ignore_eos=True
+    )
+    request = urllib.request.Request(
+        scripted_server + "/v1/completions",
+        data=json.dumps(lmdeploy_payload).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=10)
     assert refused.value.code == 422
@@ -167,11 +203,23 @@ def test_the_reference_draw_took_lmdeploys_measured_time():
 @pytest.mark.parametrize("seed", [0, 1, 7, 2024])
 def test_the_default_schedule_is_lmdeploys_draw_for_the_same_seed(tiny_tokenizer, seed):
     sharegpt = sample_requests(DatasetConfig("builtin:sample", "sharegpt", num_prompts=64, seed=seed), tiny_tokenizer)
-    random_lengths = sample_requests(DatasetConfig("builtin:sample", "random", num_prompts=64, seed=seed, random_input_len=32,
-                                                   random_output_len=16, random_range_ratio=0.5), tiny_tokenizer)
+    random_lengths = sample_requests(
+        DatasetConfig(
+            "builtin:sample",
+            "random",
+            num_prompts=64,
+            seed=seed,
+            random_input_len=32,
+            random_output_len=16,
+            random_range_ratio=0.5,
+        ),
+        tiny_tokenizer,
+    )
     for sample, lens, rate in ((sharegpt, (), 1.0), (random_lengths, [(32, 0.5), (16, 0.5)], 8.0)):
         n = len(sample.requests)
-        np.testing.assert_array_equal(send_offsets(n, rate, 1.0, sample.arrival_rng), lmdeploy_send_times(seed, n, rate, lens))
+        np.testing.assert_array_equal(
+            send_offsets(n, rate, 1.0, sample.arrival_rng), lmdeploy_send_times(seed, n, rate, lens)
+        )
         assert send_offsets(n, rate, 1.0, sample.arrival_rng)[-1] == send_offsets(n, rate, 1.0, sample.arrival_rng)[-1]
 
 

@@ -8,13 +8,21 @@ import json
 
 import pandas as pd
 import pytest
+from app_under_test import APP
 from streamlit.testing.v1 import AppTest
 
-from app_under_test import APP
 from bench_core.cli import build_parser
 from bench_core.cli.pipeline import PipelineCommand
 from bench_core.config import (
-    KNOBS, SETTINGS, SWEEPABLE, EngineConfig, Part, RunConfig, format_value, parse_bool, setting,
+    KNOBS,
+    SETTINGS,
+    SWEEPABLE,
+    EngineConfig,
+    Part,
+    RunConfig,
+    format_value,
+    parse_bool,
+    setting,
 )
 from bench_core.engines import run_config_problems
 from bench_core.engines.lmdeploy_configs import engine_config_kwargs
@@ -72,8 +80,12 @@ def test_the_history_records_it_and_reads_it_back(name, backend, value, refused,
 
 @pytest.mark.parametrize("name, backend, value, refused, message", PROOF)
 def test_what_differs_names_it_where_it_applies_and_not_elsewhere(name, backend, value, refused, message):
-    rows = pd.DataFrame([RunConfig(engine=EngineConfig(backend=backend)).to_flat_dict(),
-                         RunConfig(engine=EngineConfig(backend=backend, **{name: value})).to_flat_dict()])
+    rows = pd.DataFrame(
+        [
+            RunConfig(engine=EngineConfig(backend=backend)).to_flat_dict(),
+            RunConfig(engine=EngineConfig(backend=backend, **{name: value})).to_flat_dict(),
+        ]
+    )
     assert differing_settings(rows) == [name]
     cpu_run = RunConfig(engine=EngineConfig(backend="openai")).to_flat_dict()
     assert setting_cells(pd.DataFrame([cpu_run]), [name])[name] == [NOT_APPLICABLE]
@@ -87,8 +99,9 @@ def test_a_sweep_varies_it(name, backend, value, refused, message):
     plan.check(runs_here=False)  # LMDeploy's engines need a GPU: the plan is for a cluster's
     assert [run.config.engine.__dict__[name] for run in plan.points()] == [setting(name).default, value]
     with pytest.raises(ConfigError, match="Sweep points with"):
-        SweepPlan("sweep-x", RunConfig(engine=EngineConfig(backend=backend)),
-                  (parse_sweep_arg(f"{name}={value},{refused}"),)).check(runs_here=False)
+        SweepPlan(
+            "sweep-x", RunConfig(engine=EngineConfig(backend=backend)), (parse_sweep_arg(f"{name}={value},{refused}"),)
+        ).check(runs_here=False)
 
 
 def test_the_sidebar_draws_both_for_lmdeploys_engines_from_their_declarations():
@@ -106,6 +119,7 @@ def test_the_sidebar_draws_both_for_lmdeploys_engines_from_their_declarations():
 
 # ---- the whole catalog ---------------------------------------------------------------------------------------
 
+
 def test_every_sweepable_setting_parses_its_own_default_back():
     for name in SWEEPABLE:
         declared = setting(name)
@@ -115,8 +129,9 @@ def test_every_sweepable_setting_parses_its_own_default_back():
 
 def test_every_setting_but_a_secret_is_a_history_column():
     flat = RunConfig().to_flat_dict()
-    assert [declared.key for declared in SETTINGS if not declared.secret] == [key for key in flat
-                                                                               if key not in ("label", "percentiles")]
+    assert [declared.key for declared in SETTINGS if not declared.secret] == [
+        key for key in flat if key not in ("label", "percentiles")
+    ]
     assert "api_key" not in flat
 
 
@@ -127,8 +142,19 @@ def test_every_knob_has_a_flag_and_a_widget_key_of_its_own():
     assert all(knob.part == Part.ENGINE and knob.backends for knob in KNOBS)
 
 
-@pytest.mark.parametrize("text, value", [("true", True), ("Yes", True), ("on", True), ("1", True),
-                                         ("false", False), ("NO", False), ("off", False), ("0", False)])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("true", True),
+        ("Yes", True),
+        ("on", True),
+        ("1", True),
+        ("false", False),
+        ("NO", False),
+        ("off", False),
+        ("0", False),
+    ],
+)
 def test_booleans_have_one_spelling_read_everywhere(text, value):
     assert parse_bool(text) is value
     assert setting("enable_prefix_caching").parse_text(text) is value
@@ -137,10 +163,10 @@ def test_booleans_have_one_spelling_read_everywhere(text, value):
 
 
 # A dataset setting added as someone adding one would write it: one declaration in config/catalog.py's DATASET.
-NEW_DATASET_SETTING = '''    Setting("system_prompt_len", Part.DATASET, int, 0, label="System prompt length", unit="tokens", sweepable=True,
+NEW_DATASET_SETTING = """    Setting("system_prompt_len", Part.DATASET, int, 0, label="System prompt length", unit="tokens", sweepable=True,
             bounds=Bounds("The system prompt length must be 0 or more.", low=0), help="Tokens of the system prompt every request opens with.",
             cli_help="tokens of the system prompt every request opens with"),
-'''
+"""
 
 PROBE = """
 import json, sys
@@ -177,7 +203,9 @@ def test_a_new_dataset_setting_is_one_declaration(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
 
     for command in ("pipeline", "restful"):
         helped = run("-m", "bench_core", command, "--help")
@@ -186,6 +214,10 @@ def test_a_new_dataset_setting_is_one_declaration(tmp_path):
         assert "tokens of the system prompt every request opens with (default: 0)" in helped.stdout
     probe = run("-c", PROBE.format(root=str(tmp_path)))
     assert probe.returncode == 0, probe.stderr
-    assert json.loads(probe.stdout) == {"column": 64, "read back": 64, "swept": [0, 64],
-                                        "title": "System prompt length (tokens)",
-                                        "refused": ["The system prompt length must be 0 or more."]}
+    assert json.loads(probe.stdout) == {
+        "column": 64,
+        "read back": 64,
+        "swept": [0, 64],
+        "title": "System prompt length (tokens)",
+        "refused": ["The system prompt length must be 0 or more."],
+    }

@@ -11,9 +11,38 @@ import pytest
 from bench_core.measure import stats
 
 # Two-sided 95% critical values t(0.975, df) for df = 1..30, as printed in every t table.
-T_975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-         2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-         2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+T_975 = [
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+]
 
 # Wikipedia, "Welch's t-test", examples 1 and 2.
 WELCH_EQUAL_SIZES = (
@@ -22,8 +51,28 @@ WELCH_EQUAL_SIZES = (
 )
 WELCH_UNEQUAL_SIZES = (
     [17.2, 20.9, 22.6, 18.1, 21.7, 21.4, 23.5, 24.2, 14.7, 21.8],
-    [21.5, 22.8, 21.0, 23.0, 21.6, 23.6, 22.5, 20.7, 23.4, 21.8,
-     20.7, 21.7, 21.5, 22.5, 23.6, 21.5, 22.5, 23.5, 21.5, 21.8],
+    [
+        21.5,
+        22.8,
+        21.0,
+        23.0,
+        21.6,
+        23.6,
+        22.5,
+        20.7,
+        23.4,
+        21.8,
+        20.7,
+        21.7,
+        21.5,
+        22.5,
+        23.6,
+        21.5,
+        22.5,
+        23.5,
+        21.5,
+        21.8,
+    ],
 )
 
 
@@ -32,11 +81,20 @@ def test_t_quantile_matches_the_printed_table(df):
     assert round(stats.t_quantile(0.975, df), 3) == T_975[df - 1]
 
 
-@pytest.mark.parametrize(("p", "df", "expected"), [
-    (0.95, 1, 6.314), (0.95, 5, 2.015), (0.95, 10, 1.812), (0.95, 30, 1.697),
-    (0.995, 1, 63.657), (0.995, 5, 4.032), (0.995, 10, 3.169), (0.995, 30, 2.750),
-    (0.025, 4, -2.776),
-])
+@pytest.mark.parametrize(
+    ("p", "df", "expected"),
+    [
+        (0.95, 1, 6.314),
+        (0.95, 5, 2.015),
+        (0.95, 10, 1.812),
+        (0.95, 30, 1.697),
+        (0.995, 1, 63.657),
+        (0.995, 5, 4.032),
+        (0.995, 10, 3.169),
+        (0.995, 30, 2.750),
+        (0.025, 4, -2.776),
+    ],
+)
 def test_t_quantile_at_other_levels(p, df, expected):
     assert stats.t_quantile(p, df) == pytest.approx(expected, abs=5e-4)
 
@@ -106,11 +164,13 @@ def test_identical_repeats_make_any_difference_significant():
 
 
 def test_group_repeats_summarises_each_point_and_skips_failed_runs():
-    runs = pd.DataFrame({
-        "concurrency": [1, 1, 1, 4, 4, 8],
-        "backend": ["transformers"] * 6,
-        "output_throughput": [10.0, 12.0, 14.0, 40.0, np.nan, np.nan],
-    })
+    runs = pd.DataFrame(
+        {
+            "concurrency": [1, 1, 1, 4, 4, 8],
+            "backend": ["transformers"] * 6,
+            "output_throughput": [10.0, 12.0, 14.0, 40.0, np.nan, np.nan],
+        }
+    )
     points = stats.group_repeats(runs, ["concurrency", "backend"], "output_throughput")
     assert list(points.columns) == ["concurrency", "backend", "n", "mean", "std", "min", "max", "ci_low", "ci_high"]
     assert points["concurrency"].tolist() == [1, 4]  # concurrency 8 has no successful run

@@ -37,7 +37,7 @@ def _imported_modules(path: Path) -> set[str]:
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             folders = path.relative_to(ROOT).parent.parts
-            base = folders[:len(folders) - node.level + 1] if node.level else ()
+            base = folders[: len(folders) - node.level + 1] if node.level else ()
             names.add(".".join(filter(None, (*base, node.module))))
     return names
 
@@ -46,8 +46,9 @@ def _state_literals(node: ast.AST) -> list[str]:
     """The run states and request statuses `node` spells out: a string constant, or a tuple, list or set of them
     ("failed" as a key of a summary, `summary["failed"]`, is a request count, not a state)."""
     parts = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
-    return [part.value for part in parts
-            if isinstance(part, ast.Constant) and part.value in (*RunState, *RequestStatus)]
+    return [
+        part.value for part in parts if isinstance(part, ast.Constant) and part.value in (*RunState, *RequestStatus)
+    ]
 
 
 def test_the_states_keep_the_strings_the_history_has_always_held():
@@ -70,10 +71,20 @@ def _only_states(node: ast.AST) -> bool:
 @pytest.mark.parametrize("path", STATE_USERS, ids=lambda path: str(path.relative_to(ROOT)))
 def test_run_states_are_named_not_spelled(path):
     """No module declares its own state constant, and no comparison spells a state out."""
-    declared = [target.id for node in _tree(path).body if isinstance(node, ast.Assign) and _only_states(node.value)
-                for target in ast.walk(node) if isinstance(target, ast.Name) and isinstance(target.ctx, ast.Store)]
-    compared = [literal for node in ast.walk(_tree(path)) if isinstance(node, ast.Compare)
-                for side in (node.left, *node.comparators) for literal in _state_literals(side)]
+    declared = [
+        target.id
+        for node in _tree(path).body
+        if isinstance(node, ast.Assign) and _only_states(node.value)
+        for target in ast.walk(node)
+        if isinstance(target, ast.Name) and isinstance(target.ctx, ast.Store)
+    ]
+    compared = [
+        literal
+        for node in ast.walk(_tree(path))
+        if isinstance(node, ast.Compare)
+        for side in (node.left, *node.comparators)
+        for literal in _state_literals(side)
+    ]
     assert (declared, compared) == ([], [])
 
 
@@ -85,8 +96,12 @@ def test_the_runner_and_the_sweep_driver_share_the_states_module():
 def test_each_sweep_duty_imports_only_what_it_needs():
     """The plan knows no history and no runner; the store and the results run nothing; only the driver runs."""
     imports = {name: _imported_modules(CORE / "sweep" / f"{name}.py") for name in SWEEP_MODULES}
-    assert not imports["plan"] & {"pandas", "bench_core.store.history", "bench_core.run.runner",
-                                  *(f"bench_core.sweep.{name}" for name in SWEEP_MODULES)}
+    assert not imports["plan"] & {
+        "pandas",
+        "bench_core.store.history",
+        "bench_core.run.runner",
+        *(f"bench_core.sweep.{name}" for name in SWEEP_MODULES),
+    }
     for name in ("store", "results"):
         assert not imports[name] & {"bench_core.run.runner", "bench_core.sweep.driver"}, name
     assert "bench_core.store.history" not in imports["results"]  # pure: rows in, statistics out
@@ -95,14 +110,21 @@ def test_each_sweep_duty_imports_only_what_it_needs():
 @pytest.mark.parametrize("path", PAGES, ids=lambda path: path.name)
 def test_a_page_is_a_short_script_over_dashboard_modules(path):
     assert len(path.read_text(encoding="utf-8").splitlines()) <= PAGE_MAX_LINES
-    foreign = {name for name in _imported_modules(path)
-               if not any(name == allowed or name.startswith(allowed + ".") for allowed in PAGE_IMPORTS)}
+    foreign = {
+        name
+        for name in _imported_modules(path)
+        if not any(name == allowed or name.startswith(allowed + ".") for allowed in PAGE_IMPORTS)
+    }
     assert foreign == set()
 
 
 def test_process_wide_objects_live_in_the_state_module_only():
-    holders = {path.name for path in [*DASHBOARD, *PAGES]
-               for node in ast.walk(_tree(path)) if isinstance(node, ast.Attribute) and node.attr == "cache_resource"}
+    holders = {
+        path.name
+        for path in [*DASHBOARD, *PAGES]
+        for node in ast.walk(_tree(path))
+        if isinstance(node, ast.Attribute) and node.attr == "cache_resource"
+    }
     assert holders == {"state.py"}
 
 
@@ -110,8 +132,11 @@ def test_the_playground_draws_the_sidebars_model_picker():
     """No second list of models or second 'other model' input: the Playground calls the sidebar's picker."""
     view = ROOT / "dashboard" / "playground_view.py"
     assert "bench_core.models.resolve" not in _imported_modules(view)
-    calls = [node.func.attr for node in ast.walk(_tree(view))
-             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)]
+    calls = [
+        node.func.attr
+        for node in ast.walk(_tree(view))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+    ]
     assert "model_picker" in calls
 
 
@@ -138,8 +163,11 @@ def own_defaults_and_bounds(source: str, name: str = "module.py") -> list[str]:
         if isinstance(node, ast.Call):
             literals = {arg.value for arg in node.args if isinstance(arg, ast.Constant) and isinstance(arg.value, str)}
             if getattr(node.func, "attr", "") == "add_argument":
-                found += [f"{name}:{node.lineno} adds {flag}" for flag in sorted(literals & flags)
-                          if (name, flag) not in OTHER_MEANINGS]
+                found += [
+                    f"{name}:{node.lineno} adds {flag}"
+                    for flag in sorted(literals & flags)
+                    if (name, flag) not in OTHER_MEANINGS
+                ]
             keywords = {keyword.arg: keyword.value for keyword in node.keywords}
             key = keywords.get("key")
             own = [word for word in ("value", "min_value", "max_value") if isinstance(keywords.get(word), ast.Constant)]
@@ -154,13 +182,17 @@ def own_defaults_and_bounds(source: str, name: str = "module.py") -> list[str]:
 
 
 def test_the_check_finds_a_default_and_a_bound_written_by_hand():
-    source = ('parser.add_argument("--random-range-ratio", type=float, default=0.0)\n'
-              'persisted(st.slider, "Range ratio", min_value=0.0, value=0.0, key="random_range_ratio")\n'
-              'if data.num_prompts < 1: pass\n'
-              'if num_prompts < 1: pass\n')
-    assert own_defaults_and_bounds(source) == ["module.py:1 adds --random-range-ratio",
-                                               "module.py:2 draws random_range_ratio with its own value, min_value",
-                                               "module.py:3 bounds num_prompts"]
+    source = (
+        'parser.add_argument("--random-range-ratio", type=float, default=0.0)\n'
+        'persisted(st.slider, "Range ratio", min_value=0.0, value=0.0, key="random_range_ratio")\n'
+        "if data.num_prompts < 1: pass\n"
+        "if num_prompts < 1: pass\n"
+    )
+    assert own_defaults_and_bounds(source) == [
+        "module.py:1 adds --random-range-ratio",
+        "module.py:2 draws random_range_ratio with its own value, min_value",
+        "module.py:3 bounds num_prompts",
+    ]
 
 
 @pytest.mark.parametrize("path", SETTING_USERS, ids=lambda path: str(path.relative_to(ROOT)))

@@ -10,13 +10,13 @@ import pandas as pd
 import pytest
 
 from bench_core import csvstore
-from bench_core.measure.catalog import METRICS, with_derived
 from bench_core.config import RunConfig
 from bench_core.engines import engine_settings_key
 from bench_core.errors import ConfigError
+from bench_core.measure.catalog import METRICS, with_derived
 from bench_core.store.history import History, RunRecord, history_row
-from bench_core.sweep.plan import SWEEPABLE, SweepAxis, SweepPlan, new_sweep_id, parse_sweep_arg
 from bench_core.sweep import results as sweep_results
+from bench_core.sweep.plan import SWEEPABLE, SweepAxis, SweepPlan, new_sweep_id, parse_sweep_arg
 from bench_core.sweep.store import SWEEP_REPEAT, remaining
 from bench_core.views import sweep_charts
 
@@ -40,36 +40,43 @@ def _reloads(plan: SweepPlan) -> int:
 
 # ---- parsing ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("text", "name", "values"), [
-    ("concurrency=1,2,4", "concurrency", (1, 2, 4)),
-    ("cache-max-entry-count=0.5, 0.8", "cache_max_entry_count", (0.5, 0.8)),
-    ("--num-prompts=100,200", "num_prompts", (100, 200)),
-    ("random_output_len=64,128", "random_output_len", (64, 128)),
-    ("async=0,1", "async_", (0, 1)),
-    ("session-len=none,4096", "session_len", (None, 4096)),
-    ("quant-policy=none,int8,4", "quant_policy", (0, 8, 4)),
-    ("enable-prefix-caching=true,false", "enable_prefix_caching", (True, False)),
-    ("dtype=float32,bfloat16", "dtype", ("float32", "bfloat16")),
-])
+
+@pytest.mark.parametrize(
+    ("text", "name", "values"),
+    [
+        ("concurrency=1,2,4", "concurrency", (1, 2, 4)),
+        ("cache-max-entry-count=0.5, 0.8", "cache_max_entry_count", (0.5, 0.8)),
+        ("--num-prompts=100,200", "num_prompts", (100, 200)),
+        ("random_output_len=64,128", "random_output_len", (64, 128)),
+        ("async=0,1", "async_", (0, 1)),
+        ("session-len=none,4096", "session_len", (None, 4096)),
+        ("quant-policy=none,int8,4", "quant_policy", (0, 8, 4)),
+        ("enable-prefix-caching=true,false", "enable_prefix_caching", (True, False)),
+        ("dtype=float32,bfloat16", "dtype", ("float32", "bfloat16")),
+    ],
+)
 def test_sweep_values_take_the_type_of_their_setting(text, name, values):
     axis = parse_sweep_arg(text)
     assert axis == SweepAxis(name, values)
     assert [type(v) for v in axis.values] == [type(v) for v in values]
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("concurency=1,2", "Cannot sweep 'concurency'. Sweepable settings: tp, cache_max_entry_count"),
-    ("model=a,b", "Cannot sweep 'model'"),
-    ("concurrency", "write NAME=V1,V2"),
-    ("concurrency=1,2.5", "Sweep value '2.5' for concurrency is not a whole number."),
-    ("cache_max_entry_count=half", "is not a number."),
-    ("session_len=lots", "is not a whole number or none."),
-    ("eager_mode=maybe", "is not true or false."),
-    ("concurrency=1,,2", "Sweep value '' for concurrency"),
-    ("model_format=hf,onnx", "is not one of its choices: hf, awq"),
-    ("quant_policy=int3", "Sweep value 'int3' for quant_policy"),
-    ("concurrency=4,1,4", "lists 4 more than once"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("concurency=1,2", "Cannot sweep 'concurency'. Sweepable settings: tp, cache_max_entry_count"),
+        ("model=a,b", "Cannot sweep 'model'"),
+        ("concurrency", "write NAME=V1,V2"),
+        ("concurrency=1,2.5", "Sweep value '2.5' for concurrency is not a whole number."),
+        ("cache_max_entry_count=half", "is not a number."),
+        ("session_len=lots", "is not a whole number or none."),
+        ("eager_mode=maybe", "is not true or false."),
+        ("concurrency=1,,2", "Sweep value '' for concurrency"),
+        ("model_format=hf,onnx", "is not one of its choices: hf, awq"),
+        ("quant_policy=int3", "Sweep value 'int3' for quant_policy"),
+        ("concurrency=4,1,4", "lists 4 more than once"),
+    ],
+)
 def test_a_bad_sweep_is_one_clear_message(text, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         parse_sweep_arg(text)
@@ -81,16 +88,27 @@ def test_request_rate_is_sweepable_as_floats():
 
 
 def test_an_unknown_setting_lists_the_sweepable_ones():
-    with pytest.raises(ConfigError, match="Sweepable settings: .*concurrency, request_rate, trace_speedup, num_prompts"):
+    with pytest.raises(
+        ConfigError, match="Sweepable settings: .*concurrency, request_rate, trace_speedup, num_prompts"
+    ):
         parse_sweep_arg("warp-speed=1,2")
 
 
 def test_every_engine_knob_and_the_load_and_length_settings_are_sweepable():
-    assert {"tp", "cache_max_entry_count", "max_batch_tokens", "concurrency", "num_prompts",
-            "random_input_len", "random_output_len", "sharegpt_output_len"} <= set(SWEEPABLE)
+    assert {
+        "tp",
+        "cache_max_entry_count",
+        "max_batch_tokens",
+        "concurrency",
+        "num_prompts",
+        "random_input_len",
+        "random_output_len",
+        "sharegpt_output_len",
+    } <= set(SWEEPABLE)
 
 
 # ---- plans -----------------------------------------------------------------------------------
+
 
 def test_a_plan_varies_one_or_two_settings_with_at_least_one_repeat():
     concurrency = parse_sweep_arg("concurrency=1,2")
@@ -103,19 +121,26 @@ def test_a_plan_varies_one_or_two_settings_with_at_least_one_repeat():
 
 
 def test_points_cover_the_grid_times_the_repeats_with_labelled_configs():
-    plan = SweepPlan("s", _base(label="baseline"), (parse_sweep_arg("concurrency=1,2"),
-                                                    parse_sweep_arg("num_prompts=4,8,16")), repeats=2)
+    plan = SweepPlan(
+        "s",
+        _base(label="baseline"),
+        (parse_sweep_arg("concurrency=1,2"), parse_sweep_arg("num_prompts=4,8,16")),
+        repeats=2,
+    )
     runs = plan.points()
     assert len(runs) == 12
     assert sorted((r.values["concurrency"], r.values["num_prompts"], r.repeat) for r in runs) == sorted(
-        (c, n, k) for c in (1, 2) for n in (4, 8, 16) for k in (0, 1))
+        (c, n, k) for c in (1, 2) for n in (4, 8, 16) for k in (0, 1)
+    )
     for run in runs:
         assert run.config.load.concurrency == run.values["concurrency"]
         assert run.config.dataset.num_prompts == run.values["num_prompts"]
         assert run.config.engine == plan.base.engine
     run = runs[0]
-    assert run.config.label == f"baseline · concurrency={run.values['concurrency']}, " \
-                               f"num_prompts={run.values['num_prompts']} · repeat {run.repeat + 1}/2"
+    assert (
+        run.config.label == f"baseline · concurrency={run.values['concurrency']}, "
+        f"num_prompts={run.values['num_prompts']} · repeat {run.repeat + 1}/2"
+    )
     assert plan.base.dataset.num_prompts == 8 and plan.base.label == "baseline"  # the base is not changed
     runs[0].config.generation.temperature = 0.1
     assert runs[1].config.generation.temperature == plan.base.generation.temperature == 0.8
@@ -129,16 +154,18 @@ def test_a_single_repeat_label_names_only_the_point():
 
 def test_runs_sharing_engine_settings_follow_each_other():
     # transformers reloads for a dtype change only; product order would flip dtype on every run.
-    plan = SweepPlan("s", _base(), (parse_sweep_arg("concurrency=1,2,4"), parse_sweep_arg("dtype=float32,bfloat16")),
-                     repeats=2)
+    plan = SweepPlan(
+        "s", _base(), (parse_sweep_arg("concurrency=1,2,4"), parse_sweep_arg("dtype=float32,bfloat16")), repeats=2
+    )
     assert _reloads(plan) == 2
     assert [run.config.engine.dtype for run in plan.points()] == ["float32"] * 6 + ["bfloat16"] * 6
 
 
 def test_lmdeploy_concurrency_changes_reload_the_engine_and_are_grouped():
     # max_batch_size (= concurrency) is part of an LMDeploy pipeline, the prompt count is not.
-    plan = SweepPlan("s", _base("turbomind"), (parse_sweep_arg("num_prompts=10,20,40"),
-                                               parse_sweep_arg("concurrency=1,2")))
+    plan = SweepPlan(
+        "s", _base("turbomind"), (parse_sweep_arg("num_prompts=10,20,40"), parse_sweep_arg("concurrency=1,2"))
+    )
     assert _reloads(plan) == 2
     assert [r.values["concurrency"] for r in plan.points()] == [1, 1, 1, 2, 2, 2]
 
@@ -154,7 +181,8 @@ def test_check_names_every_impossible_point_in_one_error():
         plan.check()
     assert str(caught.value) == (
         "Sweep points with num_prompts=0: The number of prompts must be at least 1. "
-        "Sweep points with concurrency=0 or -1: Concurrency must be at least 1.")
+        "Sweep points with concurrency=0 or -1: Concurrency must be at least 1."
+    )
 
 
 @pytest.mark.slow
@@ -167,8 +195,11 @@ def test_check_applies_the_backend_rules_to_each_point():
 
 def test_a_sweep_over_a_knob_the_backend_does_not_use_is_refused():
     plan = SweepPlan("s", _base(), (parse_sweep_arg("session_len=none,4096"),))  # transformers has no session_len
-    with pytest.raises(ConfigError, match=r"^Cannot sweep session_len: --session-len applies to the turbomind and "
-                                          r"pytorch backends only, not to transformers\.$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^Cannot sweep session_len: --session-len applies to the turbomind and "
+        r"pytorch backends only, not to transformers\.$",
+    ):
         plan.check()
 
 
@@ -193,8 +224,12 @@ def test_a_gpu_sweep_is_refused_here_without_a_gpu_but_may_go_to_a_cluster():
 
 
 def test_a_plan_survives_a_json_round_trip():
-    plan = SweepPlan(new_sweep_id(), _base("pytorch", label="x"), (parse_sweep_arg("session_len=none,4096"),
-                                                       parse_sweep_arg("cache_max_entry_count=0.5,0.8")), repeats=3)
+    plan = SweepPlan(
+        new_sweep_id(),
+        _base("pytorch", label="x"),
+        (parse_sweep_arg("session_len=none,4096"), parse_sweep_arg("cache_max_entry_count=0.5,0.8")),
+        repeats=3,
+    )
     again = SweepPlan.from_dict(json.loads(json.dumps(plan.to_dict())))
     assert again == plan
     assert again.points() == plan.points()
@@ -207,14 +242,17 @@ def test_sweep_ids_are_distinct_and_readable():
 
 # ---- resume ----------------------------------------------------------------------------------
 
+
 def test_remaining_skips_finished_runs_of_this_sweep_only():
     plan = SweepPlan("s1", _base(), (parse_sweep_arg("concurrency=1,2"),), repeats=2)
-    history = pd.DataFrame({
-        "sweep_id": ["s1", "s1", "s1", "other", "s1"],
-        SWEEP_REPEAT: [0.0, 0.0, 1.0, 1.0, np.nan],
-        "status": ["finished", "failed", "cancelled", "finished", "finished"],
-        "concurrency": [1.0, 2.0, 2.0, 1.0, 2.0],  # read back from CSV as floats
-    })
+    history = pd.DataFrame(
+        {
+            "sweep_id": ["s1", "s1", "s1", "other", "s1"],
+            SWEEP_REPEAT: [0.0, 0.0, 1.0, 1.0, np.nan],
+            "status": ["finished", "failed", "cancelled", "finished", "finished"],
+            "concurrency": [1.0, 2.0, 2.0, 1.0, 2.0],  # read back from CSV as floats
+        }
+    )
     assert [(r.values["concurrency"], r.repeat) for r in remaining(plan, history)] == [(2, 0), (1, 1), (2, 1)]
 
 
@@ -226,12 +264,21 @@ def test_nothing_is_done_in_an_empty_or_older_history():
 
 def test_resume_reads_the_points_back_from_a_real_history(tmp_path):
     history = History(tmp_path)
-    plan = SweepPlan("sweep-1", _base("pytorch"), (parse_sweep_arg("session_len=none,64"),
-                                          parse_sweep_arg("enable_prefix_caching=false,true")), repeats=2)
+    plan = SweepPlan(
+        "sweep-1",
+        _base("pytorch"),
+        (parse_sweep_arg("session_len=none,64"), parse_sweep_arg("enable_prefix_caching=false,true")),
+        repeats=2,
+    )
     first_half = plan.points()[:5]
     for index, run in enumerate(first_half):
-        record = RunRecord(run_id=f"run-{index}", started_at="2026-11-30T08:00:00+00:00", status="finished",
-                           config=run.config, sweep_id=plan.sweep_id)
+        record = RunRecord(
+            run_id=f"run-{index}",
+            started_at="2026-11-30T08:00:00+00:00",
+            status="finished",
+            config=run.config,
+            sweep_id=plan.sweep_id,
+        )
         csvstore.append_row(history.csv_path, {**history_row(record), SWEEP_REPEAT: run.repeat})
     left = remaining(plan, history.load())
     assert left == plan.points()[5:]
@@ -240,9 +287,11 @@ def test_resume_reads_the_points_back_from_a_real_history(tmp_path):
 
 # ---- derived metrics -------------------------------------------------------------------------
 
+
 def test_sweep_metrics_add_per_user_speed_and_slo_attainment():
-    runs = pd.DataFrame({"mean_tpot_ms": [20.0, 0.0, np.nan], "good_requests": [90, 5, np.nan],
-                         "total_requests": [100, 10, 10]})
+    runs = pd.DataFrame(
+        {"mean_tpot_ms": [20.0, 0.0, np.nan], "good_requests": [90, 5, np.nan], "total_requests": [100, 10, 10]}
+    )
     frame = with_derived(runs)
     assert frame[OUTPUT_THROUGHPUT_PER_USER].tolist()[0] == pytest.approx(50.0)
     assert np.isnan(frame[OUTPUT_THROUGHPUT_PER_USER].tolist()[1:]).all()
@@ -255,18 +304,29 @@ def test_sweep_metrics_of_rows_without_those_columns_are_missing():
     assert frame[[OUTPUT_THROUGHPUT_PER_USER, SLO_ATTAINMENT]].isna().all().all()
 
 
-
 # ---- point statistics ------------------------------------------------------------------------
+
 
 def _throughput_sweep(throughputs: dict[int, list[float]]) -> tuple[SweepPlan, pd.DataFrame]:
     """Finished runs of a concurrency sweep with these output throughputs (and as many E2E means) per point."""
     repeats = max(len(values) for values in throughputs.values())
-    plan = SweepPlan("s1", _base(), (parse_sweep_arg("concurrency=" + ",".join(map(str, throughputs))),),
-                     repeats=repeats)
-    rows = [{"run_id": f"c{concurrency}-{k}", "sweep_id": "s1", SWEEP_REPEAT: float(k), "status": "finished",
-             "concurrency": float(concurrency), "output_throughput": value, "mean_e2e_ms": value * 100,
-             "p99_ttft_ms": 1000.0 / value}
-            for concurrency, values in throughputs.items() for k, value in enumerate(values)]
+    plan = SweepPlan(
+        "s1", _base(), (parse_sweep_arg("concurrency=" + ",".join(map(str, throughputs))),), repeats=repeats
+    )
+    rows = [
+        {
+            "run_id": f"c{concurrency}-{k}",
+            "sweep_id": "s1",
+            SWEEP_REPEAT: float(k),
+            "status": "finished",
+            "concurrency": float(concurrency),
+            "output_throughput": value,
+            "mean_e2e_ms": value * 100,
+            "p99_ttft_ms": 1000.0 / value,
+        }
+        for concurrency, values in throughputs.items()
+        for k, value in enumerate(values)
+    ]
     return plan, sweep_results.sweep_runs(pd.DataFrame(rows), plan)
 
 
@@ -289,9 +349,17 @@ def test_point_intervals_never_go_below_zero_and_two_runs_show_their_range():
 
 def test_an_attainment_interval_stays_within_zero_and_one():
     plan = SweepPlan("s1", _base(), (parse_sweep_arg("concurrency=1"),), repeats=3)
-    rows = pd.DataFrame({"run_id": ["a", "b", "c"], "sweep_id": "s1", SWEEP_REPEAT: [0.0, 1.0, 2.0],
-                         "status": "finished", "concurrency": 1.0, "good_requests": [5, 10, 10],
-                         "total_requests": [10, 10, 10]})
+    rows = pd.DataFrame(
+        {
+            "run_id": ["a", "b", "c"],
+            "sweep_id": "s1",
+            SWEEP_REPEAT: [0.0, 1.0, 2.0],
+            "status": "finished",
+            "concurrency": 1.0,
+            "good_requests": [5, 10, 10],
+            "total_requests": [10, 10, 10],
+        }
+    )
     statistics = sweep_results.point_statistics(sweep_results.sweep_runs(rows, plan), plan, ("slo_attainment",))
     assert statistics["ci_high"].item() == 1.0 and statistics["ci_low"].item() >= 0.0
 

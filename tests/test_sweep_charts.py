@@ -21,8 +21,14 @@ def _repeats() -> pd.DataFrame:
         for concurrency in (1, 2, 4):
             repeats = 1 if (backend, concurrency) == ("transformers", 4) else 3
             for k in range(repeats):
-                rows.append({"backend": backend, "concurrency": concurrency, "run_id": f"{backend}-{concurrency}-{k}",
-                             "output_throughput": scale * concurrency * 10 + k})
+                rows.append(
+                    {
+                        "backend": backend,
+                        "concurrency": concurrency,
+                        "run_id": f"{backend}-{concurrency}-{k}",
+                        "output_throughput": scale * concurrency * 10 + k,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -59,16 +65,25 @@ def test_a_point_with_two_runs_spans_their_range_and_says_so_never_a_negative_ba
 
 
 def test_choice_knobs_are_categories_on_the_band_chart():
-    points = pd.DataFrame({"quant_policy": [0, 8], "n": [2, 2], "mean": [5.0, 6.0], "std": [0.1, 0.1],
-                           "ci_low": [4.9, 5.9], "ci_high": [5.1, 6.1]})
+    points = pd.DataFrame(
+        {
+            "quant_policy": [0, 8],
+            "n": [2, 2],
+            "mean": [5.0, 6.0],
+            "std": [0.1, 0.1],
+            "ci_low": [4.9, 5.9],
+            "ci_high": [5.1, 6.1],
+        }
+    )
     fig = sweep_charts.metric_vs_knob_band(points, "quant_policy", "output_throughput")
     assert fig.layout.xaxis.type == "category"
     assert list(fig.data[1].x) == ["0", "8"]
 
 
 def test_pareto_chart_joins_the_undominated_runs_in_order():
-    runs = pd.DataFrame({"run_id": list("abcde"), "output_throughput": [300, 100, 200, 150, 50],
-                         "p99_ttft_ms": [80, 10, 30, 40, 5]})
+    runs = pd.DataFrame(
+        {"run_id": list("abcde"), "output_throughput": [300, 100, 200, 150, 50], "p99_ttft_ms": [80, 10, 30, 40, 5]}
+    )
     fig = sweep_charts.pareto_chart(runs, "output_throughput", "p99_ttft_ms")
     dominated, front = fig.data
     assert front.name == "Pareto frontier" and front.mode == "lines+markers+text"
@@ -124,11 +139,13 @@ def test_goodput_chart_says_so_when_no_load_meets_the_target():
 
 
 def test_heatmap_puts_the_mean_of_each_grid_cell_with_its_run_count():
-    runs = pd.DataFrame({
-        "concurrency": [1, 1, 2, 2, 1, 2],
-        "cache_max_entry_count": [0.5, 0.5, 0.5, 0.5, 0.8, 0.8],
-        "p99_ttft_ms": [10.0, 12.0, 20.0, 22.0, 9.0, 18.0],
-    })
+    runs = pd.DataFrame(
+        {
+            "concurrency": [1, 1, 2, 2, 1, 2],
+            "cache_max_entry_count": [0.5, 0.5, 0.5, 0.5, 0.8, 0.8],
+            "p99_ttft_ms": [10.0, 12.0, 20.0, 22.0, 9.0, 18.0],
+        }
+    )
     points = stats.group_repeats(runs, ["concurrency", "cache_max_entry_count"], "p99_ttft_ms")
     fig = sweep_charts.knob_heatmap(points, "concurrency", "cache_max_entry_count", "p99_ttft_ms")
     (heatmap,) = fig.data
@@ -148,23 +165,38 @@ def test_heatmap_of_a_throughput_keeps_the_colour_scale():
     assert sweep_charts.knob_heatmap(points, "concurrency", "tp", "output_throughput").data[0].reversescale is False
 
 
-@pytest.mark.parametrize("build", [
-    lambda: sweep_charts.metric_vs_knob_band(pd.DataFrame(), "concurrency", "output_throughput"),
-    lambda: sweep_charts.metric_vs_knob_band(stats.group_repeats(pd.DataFrame(), ["concurrency"], "output_throughput"),
-                                       "concurrency", "output_throughput"),
-    lambda: sweep_charts.pareto_chart(pd.DataFrame(columns=["output_throughput", "p99_ttft_ms"]),
-                                "output_throughput", "p99_ttft_ms"),
-    lambda: sweep_charts.goodput_vs_load(pd.DataFrame({"concurrency": [1], "goodput_rps": [np.nan]}),
-                                   "concurrency", "goodput_rps", 1.0),
-    lambda: sweep_charts.knob_heatmap(pd.DataFrame(), "concurrency", "tp", "output_throughput"),
-])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: sweep_charts.metric_vs_knob_band(pd.DataFrame(), "concurrency", "output_throughput"),
+        lambda: sweep_charts.metric_vs_knob_band(
+            stats.group_repeats(pd.DataFrame(), ["concurrency"], "output_throughput"),
+            "concurrency",
+            "output_throughput",
+        ),
+        lambda: sweep_charts.pareto_chart(
+            pd.DataFrame(columns=["output_throughput", "p99_ttft_ms"]), "output_throughput", "p99_ttft_ms"
+        ),
+        lambda: sweep_charts.goodput_vs_load(
+            pd.DataFrame({"concurrency": [1], "goodput_rps": [np.nan]}), "concurrency", "goodput_rps", 1.0
+        ),
+        lambda: sweep_charts.knob_heatmap(pd.DataFrame(), "concurrency", "tp", "output_throughput"),
+    ],
+)
 def test_sweep_charts_of_nothing_say_no_data(build):
     assert _says_no_data(build())
 
 
 def test_find_max_probes_number_the_probes_and_say_when_no_load_met_the_target():
-    probes = pd.DataFrame({"load": [1.0, 0.5, 0.25], "met": [False, False, False], "attainment": [0.2, 0.5, 0.8],
-                           "run_id": ["a", "b", "c"], "stopped_early": ["3 of 8 requests missed the SLO", "", ""]})
+    probes = pd.DataFrame(
+        {
+            "load": [1.0, 0.5, 0.25],
+            "met": [False, False, False],
+            "attainment": [0.2, 0.5, 0.8],
+            "run_id": ["a", "b", "c"],
+            "stopped_early": ["3 of 8 requests missed the SLO", "", ""],
+        }
+    )
     fig = sweep_charts.find_max_probes(probes, "request_rate", 0.9, None)
     (missed,) = fig.data
     assert missed.name == "Missed it" and list(missed.text) == ["1", "2", "3"]
@@ -183,19 +215,31 @@ def test_a_point_measured_on_a_busy_machine_is_crossed_and_named_in_the_legend()
     assert crosses.name == sweep_charts.BUSY_LEGEND and crosses.marker.symbol == "x-thin-open"
     assert list(crosses.x) == [2, 4] and np.asarray(crosses.y, dtype=float) == pytest.approx([41.0, 40.0])
     assert fig.layout.showlegend
-    alone = sweep_charts.metric_vs_knob_band(points[points["backend"] == "transformers"], "concurrency",
-                                             "output_throughput")
+    alone = sweep_charts.metric_vs_knob_band(
+        points[points["backend"] == "transformers"], "concurrency", "output_throughput"
+    )
     assert alone.layout.showlegend and alone.data[-1].name == sweep_charts.BUSY_LEGEND  # the legend is its note
 
     calm = points.assign(**{BUSY_RUNS: 0})
-    assert sweep_charts.BUSY_LEGEND not in [t.name for t in sweep_charts.metric_vs_knob_band(
-        calm, "concurrency", "output_throughput", series="backend").data]
+    assert sweep_charts.BUSY_LEGEND not in [
+        t.name
+        for t in sweep_charts.metric_vs_knob_band(calm, "concurrency", "output_throughput", series="backend").data
+    ]
 
-    runs = pd.DataFrame({"run_id": list("abc"), "output_throughput": [300, 100, 200], "p99_ttft_ms": [80, 10, 30],
-                         BUSY_SHARE_COLUMN: [0.9, 0.0, float("nan")]})
+    runs = pd.DataFrame(
+        {
+            "run_id": list("abc"),
+            "output_throughput": [300, 100, 200],
+            "p99_ttft_ms": [80, 10, 30],
+            BUSY_SHARE_COLUMN: [0.9, 0.0, float("nan")],
+        }
+    )
     pareto = sweep_charts.pareto_chart(runs, "output_throughput", "p99_ttft_ms")
     assert pareto.data[-1].name == sweep_charts.BUSY_LEGEND and list(pareto.data[-1].x) == [300]
-    goodput = sweep_charts.goodput_vs_load(pd.DataFrame({"concurrency": [1, 2, 4], "goodput_rps": [3.0, 2.8, 1.0],
-                                                         BUSY_SHARE_COLUMN: [0.0, 0.5, 0.1]}),
-                                           "concurrency", "goodput_rps", target=2.4)
+    goodput = sweep_charts.goodput_vs_load(
+        pd.DataFrame({"concurrency": [1, 2, 4], "goodput_rps": [3.0, 2.8, 1.0], BUSY_SHARE_COLUMN: [0.0, 0.5, 0.1]}),
+        "concurrency",
+        "goodput_rps",
+        target=2.4,
+    )
     assert goodput.data[-1].name == sweep_charts.BUSY_LEGEND and list(goodput.data[-1].x) == [2]

@@ -13,16 +13,17 @@ import time
 from pathlib import Path
 
 import pytest
+from test_app_sweep import open_sweep_page, set_up_tiny_sweep, table_with_column
+from test_app_sweep import start_sweep as start_on_page
+from test_sweep_driver import plan_of, tiny_base
 
 from bench_core.cli.common import EXIT_BAD_INPUT
-from bench_core.store.history import RESULTS_ENV, History
 from bench_core.run.runner import Runner
+from bench_core.store.history import RESULTS_ENV, History
 from bench_core.sweep.cluster import PROJECT_ROOT, ClusterOptions, launcher, resources
 from bench_core.sweep.driver import resume_sweep, start_sweep
 from bench_core.sweep.store import SWEEP_REPEAT
 from dashboard.state import get_sweeps
-from test_app_sweep import open_sweep_page, set_up_tiny_sweep, start_sweep as start_on_page, table_with_column
-from test_sweep_driver import plan_of, tiny_base
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
 pytestmark = pytest.mark.slow
@@ -30,8 +31,18 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 GRID = ("concurrency=1,2", "max-batch-tokens=256,512")  # 2 engine settings x 2 loads: 2 actors, 2 runs each
 SWEEP_TIMEOUT_S = 120
-CONFIG_COLUMNS = ("backend", "model", "dataset", "num_prompts", "sharegpt_output_len", "concurrency",
-                  "max_batch_tokens", "stream_output", "label", SWEEP_REPEAT)
+CONFIG_COLUMNS = (
+    "backend",
+    "model",
+    "dataset",
+    "num_prompts",
+    "sharegpt_output_len",
+    "concurrency",
+    "max_batch_tokens",
+    "stream_output",
+    "label",
+    SWEEP_REPEAT,
+)
 
 
 @pytest.fixture(scope="module")
@@ -73,12 +84,14 @@ def configs(history: History) -> list[tuple]:
 
 def kill_a_running_worker(killed: list):
     """An `until` that kills, by pid, the worker of the first point seen measuring (once)."""
+
     def until(sweep) -> bool:
         running = [state for state in sweep.point_states() if state.state == "running" and state.worker_pid]
         if running and not killed:
             os.kill(running[0].worker_pid, signal.SIGKILL)
             killed.append(running[0])
         return bool(killed)
+
     return until
 
 
@@ -138,7 +151,9 @@ def test_a_worker_killed_mid_point_fails_that_point_the_others_finish_and_resume
     progress = sweep.progress()
     assert (progress.state, progress.finished, progress.failed) == ("failed", 3, 1)
     (failed,) = [state for state in sweep.point_states() if state.state == "failed"]
-    assert failed.point == victim.point and failed.message.startswith(f"Its Ray worker was lost on {socket.gethostname()}: ")
+    assert failed.point == victim.point and failed.message.startswith(
+        f"Its Ray worker was lost on {socket.gethostname()}: "
+    )
     rows = runner.history.load()
     assert sorted(rows["status"]) == ["failed", "finished", "finished", "finished"]
     failed_row = rows[rows["status"] == "failed"].iloc[0]
@@ -193,7 +208,8 @@ def test_cancel_stops_the_clusters_work(ray_cluster, runner):
 
 @pytest.mark.timeout(120)
 def test_the_sweep_page_sends_the_sweep_to_the_cluster_and_shows_each_runs_state_and_node(
-        ray_cluster, tmp_path, monkeypatch, fresh_dashboard):
+    ray_cluster, tmp_path, monkeypatch, fresh_dashboard
+):
     monkeypatch.setenv(RESULTS_ENV, str(tmp_path / "results"))
     at = open_sweep_page()
     set_up_tiny_sweep(at, "1,2", repeats=1)
@@ -209,9 +225,16 @@ def test_the_sweep_page_sends_the_sweep_to_the_cluster_and_shows_each_runs_state
     assert set(History(tmp_path / "results").load()["env_hostname"]) == {socket.gethostname()}
 
 
-@pytest.mark.parametrize("backend, settings, gpus", [
-    ("turbomind", {"tp": 2}, 2), ("pytorch", {"tp": 4}, 4), ("transformers", {"torch_device": "cuda"}, 1),
-    ("transformers", {"torch_device": "auto"}, 0), ("openai", {}, 0)])
+@pytest.mark.parametrize(
+    "backend, settings, gpus",
+    [
+        ("turbomind", {"tp": 2}, 2),
+        ("pytorch", {"tp": 4}, 4),
+        ("transformers", {"torch_device": "cuda"}, 1),
+        ("transformers", {"torch_device": "auto"}, 0),
+        ("openai", {}, 0),
+    ],
+)
 def test_a_point_holds_its_engines_gpus_or_none_and_its_stated_cores(backend, settings, gpus):
     config = tiny_base()
     config.engine.backend = backend
@@ -226,18 +249,41 @@ def test_a_point_holds_its_engines_gpus_or_none_and_its_stated_cores(backend, se
 
 def run_cli(tmp_path, *flags: str, code: str = "from bench_core.cli import main; sys.exit(main(sys.argv[1:]))"):
     """The sweep command in a fresh process (no Ray started in it), with `flags` after a small sweep."""
-    args = ["sweep", "pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers",
-            "--sweep", "concurrency=1,2", "--results", "results", *flags]
-    return subprocess.run([sys.executable, "-c", "import sys; " + code, *args], cwd=tmp_path, capture_output=True,
-                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    args = [
+        "sweep",
+        "pipeline",
+        "builtin:sample",
+        "builtin:tiny-llama",
+        "--backend",
+        "transformers",
+        "--sweep",
+        "concurrency=1,2",
+        "--results",
+        "results",
+        *flags,
+    ]
+    return subprocess.run(
+        [sys.executable, "-c", "import sys; " + code, *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
 
 
 def test_without_ray_the_option_is_one_line_naming_the_install_and_exit_2(tmp_path):
-    proc = run_cli(tmp_path, "--ray-address", "auto",
-                   code="sys.modules['ray'] = None; from bench_core.cli import main; sys.exit(main(sys.argv[1:]))")
+    proc = run_cli(
+        tmp_path,
+        "--ray-address",
+        "auto",
+        code="sys.modules['ray'] = None; from bench_core.cli import main; sys.exit(main(sys.argv[1:]))",
+    )
     assert proc.returncode == EXIT_BAD_INPUT
-    assert proc.stderr == ("error: Sweeps on a Ray cluster need Ray, which is not installed; install it with: "
-                           "pip install -r requirements-cluster.txt\n")
+    assert proc.stderr == (
+        "error: Sweeps on a Ray cluster need Ray, which is not installed; install it with: "
+        "pip install -r requirements-cluster.txt\n"
+    )
     assert not (tmp_path / "results").exists()
 
 

@@ -8,8 +8,8 @@ import pytest
 import bench_core.run.runner as runner_module
 from bench_core.config import RunConfig
 from bench_core.errors import ConfigError
-from bench_core.store.history import History
 from bench_core.run.runner import Runner
+from bench_core.store.history import History
 from bench_core.sweep.driver import resume_sweep, start_sweep
 from bench_core.sweep.plan import SweepPlan, new_sweep_id, parse_sweep_arg
 from bench_core.sweep.store import SWEEP_REPEAT, load_plan, past_sweeps, remaining
@@ -108,9 +108,18 @@ def test_resume_runs_only_what_the_history_does_not_have_finished(runner):
     progress = again.progress()
     assert (progress.state, progress.finished, progress.total) == ("finished", 4, 4)
     overview = past_sweeps(runner.history, runner.history.load())
-    assert overview.to_dict("records") == [{
-        "sweep_id": plan.sweep_id, "varies": "concurrency", "values": "1, 2", "repeats": 2,
-        "model": "builtin:tiny-llama", "backend": "transformers", "finished": 4, "runs": 4}]
+    assert overview.to_dict("records") == [
+        {
+            "sweep_id": plan.sweep_id,
+            "varies": "concurrency",
+            "values": "1, 2",
+            "repeats": 2,
+            "model": "builtin:tiny-llama",
+            "backend": "transformers",
+            "finished": 4,
+            "runs": 4,
+        }
+    ]
 
 
 def test_a_complete_sweep_resumes_to_nothing(runner):

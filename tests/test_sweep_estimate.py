@@ -11,14 +11,28 @@ from bench_core.sweep.plan import SweepAxis, SweepPlan
 
 
 def _plan(backend: str = "transformers", concurrencies=(1, 4), repeats: int = 1) -> SweepPlan:
-    base = RunConfig(engine=EngineConfig(backend=backend, model="builtin:smollm2-135m"),
-                     dataset=DatasetConfig(num_prompts=8, sharegpt_output_len=64), load=LoadConfig(concurrency=1))
+    base = RunConfig(
+        engine=EngineConfig(backend=backend, model="builtin:smollm2-135m"),
+        dataset=DatasetConfig(num_prompts=8, sharegpt_output_len=64),
+        load=LoadConfig(concurrency=1),
+    )
     return SweepPlan("sweep-test", base, (SweepAxis("concurrency", concurrencies),), repeats)
 
 
 def _history(*rows) -> pd.DataFrame:
-    return pd.DataFrame([{"model": "builtin:smollm2-135m", "backend": "transformers", "status": "finished",
-                          "concurrency": c, "output_throughput": rate, "load_seconds": load} for c, rate, load in rows])
+    return pd.DataFrame(
+        [
+            {
+                "model": "builtin:smollm2-135m",
+                "backend": "transformers",
+                "status": "finished",
+                "concurrency": c,
+                "output_throughput": rate,
+                "load_seconds": load,
+            }
+            for c, rate, load in rows
+        ]
+    )
 
 
 def test_the_estimate_uses_past_rates_of_the_model_at_the_nearest_concurrency_and_one_engine_load():
@@ -52,15 +66,26 @@ def test_durations_read_in_minutes_and_seconds():
 def test_a_sweep_is_told_from_past_runs_of_its_dataset_their_pace_and_the_lengths_its_answers_had():
     # ShareGPT's own output lengths: past runs of the same dataset answered 50 tokens a request, at 20 tok/s at
     # concurrency 1 and 40 at 4; a run of short random prompts (200 tok/s) says nothing of these.
-    base = RunConfig(engine=EngineConfig(backend="transformers", model="builtin:smollm2-135m"),
-                     dataset=DatasetConfig(num_prompts=8), load=LoadConfig(concurrency=1))
+    base = RunConfig(
+        engine=EngineConfig(backend="transformers", model="builtin:smollm2-135m"),
+        dataset=DatasetConfig(num_prompts=8),
+        load=LoadConfig(concurrency=1),
+    )
     plan = SweepPlan("sweep-test", base, (SweepAxis("concurrency", (1, 4)),), 1)
-    same = {"dataset": "builtin:sharegpt", "dataset_name": "sharegpt", "sharegpt_output_len": None,
-            "load_pattern": "batch", "completed": 8, "total_output_tokens": 400}
-    history = pd.concat([
-        _history((1, 20.0, 5.0), (4, 40.0, 5.0)).assign(**same),
-        _history((1, 200.0, 5.0)).assign(**{**same, "dataset_name": "random", "random_output_len": 16}),
-    ])
+    same = {
+        "dataset": "builtin:sharegpt",
+        "dataset_name": "sharegpt",
+        "sharegpt_output_len": None,
+        "load_pattern": "batch",
+        "completed": 8,
+        "total_output_tokens": 400,
+    }
+    history = pd.concat(
+        [
+            _history((1, 20.0, 5.0), (4, 40.0, 5.0)).assign(**same),
+            _history((1, 200.0, 5.0)).assign(**{**same, "dataset_name": "random", "random_output_len": 16}),
+        ]
+    )
     guess = estimate(plan.points(), history)
     assert guess.seconds == pytest.approx(8 * 50 / 20.0 + 8 * 50 / 40.0 + 5.0)
     assert "3 finished run(s) of builtin:smollm2-135m on transformers" in guess.basis

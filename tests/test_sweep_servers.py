@@ -21,8 +21,8 @@ from bench_core.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from bench_core.store.history import History
 from bench_core.sweep import find_max
 from bench_core.sweep.find_max import FindMax, Probe
-from bench_core.sweep.store import probes_of
 from bench_core.sweep.server import SERVER_LOG
+from bench_core.sweep.store import probes_of
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
 pytestmark = pytest.mark.slow
@@ -30,14 +30,37 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = f"{sys.executable} {ROOT / 'tests' / 'load_server.py'} --port {{port}}"
 # 4 requests of 8 input and 8 output tokens each; the tiny Llama's tokenizer samples them and counts the answers.
-SMALL_RUN = ("sweep", "restful", "--tokenizer", "builtin:tiny-llama", "--num-prompts", "4", "--dataset-name", "random",
-             "--random-input-len", "8", "--random-output-len", "8", "--disable-warmup", "--output-file", "",
-             "--results", "results", "--no-server-metrics")
+SMALL_RUN = (
+    "sweep",
+    "restful",
+    "--tokenizer",
+    "builtin:tiny-llama",
+    "--num-prompts",
+    "4",
+    "--dataset-name",
+    "random",
+    "--random-input-len",
+    "8",
+    "--random-output-len",
+    "8",
+    "--disable-warmup",
+    "--output-file",
+    "",
+    "--results",
+    "results",
+    "--no-server-metrics",
+)
 
 
 def bench(work: Path, *args: str, timeout: float = 240, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bench_core", *args], cwd=work, env={**_env(), **env},
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "bench_core", *args],
+        cwd=work,
+        env={**_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _env() -> dict[str, str]:
@@ -63,7 +86,9 @@ def test_each_run_starts_its_own_server_with_its_setting_and_the_setting_changes
     assert set(rows["status"]) == {"finished"} and set(rows["model"]) == {"load-test"}
     fast, slow = rows["mean_tpot_ms"]
     assert fast < 30 < 55 < slow  # 5 ms and 60 ms between tokens, measured through a server of each setting
-    ports = {json.loads(cell)["delay"]: url.rsplit(":", 1)[1] for cell, url in zip(rows["server_settings"], rows["base_url"])}
+    ports = {
+        json.loads(cell)["delay"]: url.rsplit(":", 1)[1] for cell, url in zip(rows["server_settings"], rows["base_url"])
+    }
     for run_id, delay in zip(rows["run_id"], (5, 60)):
         log = (tmp_path / "results" / "runs" / run_id / SERVER_LOG).read_text()
         assert f"mode ok port {ports[delay]}" in log  # the server at the run's own port wrote it
@@ -72,16 +97,18 @@ def test_each_run_starts_its_own_server_with_its_setting_and_the_setting_changes
 
 def test_the_sweep_page_shows_a_server_sweep_over_its_server_setting(delay_sweep, monkeypatch, fresh_dashboard):
     at = open_sweep_page(delay_sweep[0], monkeypatch)
-    assert "delay = 5, 60; 2 points × 1 repeats = 2 runs · a server started per run · the model each server serves on openai" in [
-        caption.value for caption in at.caption]
+    assert (
+        "delay = 5, 60; 2 points × 1 repeats = 2 runs · a server started per run · the model each server serves on openai"
+        in [caption.value for caption in at.caption]
+    )
     band = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert band["layout"]["xaxis"]["title"]["text"] == "Delay" and _numbers(band["data"][1]["x"]) == [5, 60]
 
 
 def open_sweep_page(work: Path, monkeypatch):
+    from app_under_test import APP
     from streamlit.testing.v1 import AppTest
 
-    from app_under_test import APP
     from bench_core.store.history import RESULTS_ENV
 
     monkeypatch.setenv(RESULTS_ENV, str(work / "results"))
@@ -97,24 +124,53 @@ def open_sweep_page(work: Path, monkeypatch):
 def test_transformers_serve_started_per_run_batches_or_not_as_its_setting_says(tmp_path, tiny_model_path):
     # Without continuous batching the server answers one request at a time: of 4 sent at once, the last waits for
     # the other three before its first token. (Throughput, on 2 cores other work shares, is too noisy to compare.)
-    serve = (f"{sys.executable} -m transformers.cli.transformers serve {tiny_model_path} --host 127.0.0.1 --port {{port}} "
-             "--device cpu {batching} --cb-num-blocks 64 --cb-block-size 64 --cb-max-batch-tokens 512")
-    proc = bench(tmp_path, *SMALL_RUN, "--backend", "transformers", "--model", tiny_model_path,
-                 "--random-input-len", "16", "--random-output-len", "16", "--max-concurrency", "4",
-                 "--server-cmd", serve, "--sweep", "batching=--continuous-batching,--no-continuous-batching",
-                 timeout=400, OMP_NUM_THREADS="1")  # as the transformers_server fixture runs it
+    serve = (
+        f"{sys.executable} -m transformers.cli.transformers serve {tiny_model_path} --host 127.0.0.1 --port {{port}} "
+        "--device cpu {batching} --cb-num-blocks 64 --cb-block-size 64 --cb-max-batch-tokens 512"
+    )
+    proc = bench(
+        tmp_path,
+        *SMALL_RUN,
+        "--backend",
+        "transformers",
+        "--model",
+        tiny_model_path,
+        "--random-input-len",
+        "16",
+        "--random-output-len",
+        "16",
+        "--max-concurrency",
+        "4",
+        "--server-cmd",
+        serve,
+        "--sweep",
+        "batching=--continuous-batching,--no-continuous-batching",
+        timeout=400,
+        OMP_NUM_THREADS="1",
+    )  # as the transformers_server fixture runs it
     assert proc.returncode == EXIT_OK, proc.stderr
     rows = rows_of(tmp_path)
-    assert [json.loads(cell)["batching"] for cell in rows["server_settings"]] == ["--continuous-batching",
-                                                                                  "--no-continuous-batching"]
+    assert [json.loads(cell)["batching"] for cell in rows["server_settings"]] == [
+        "--continuous-batching",
+        "--no-continuous-batching",
+    ]
     batched, one_at_a_time = rows.itertuples()
     assert one_at_a_time.p99_ttft_ms > 2 * batched.p99_ttft_ms
 
 
-def test_a_server_that_never_answers_exits_or_dies_fails_only_its_point_and_resume_retries_those(tmp_path,
-                                                                                                  tiny_model_path):
-    proc = bench(tmp_path, *SMALL_RUN, "--server-cmd", f"{SERVER} --mode {{mode}}", "--sweep", "mode=hang,exit,die,ok",
-                 "--server-start-timeout", "3")
+def test_a_server_that_never_answers_exits_or_dies_fails_only_its_point_and_resume_retries_those(
+    tmp_path, tiny_model_path
+):
+    proc = bench(
+        tmp_path,
+        *SMALL_RUN,
+        "--server-cmd",
+        f"{SERVER} --mode {{mode}}",
+        "--sweep",
+        "mode=hang,exit,die,ok",
+        "--server-start-timeout",
+        "3",
+    )
     assert proc.returncode == EXIT_FAILED, proc.stderr
     rows = rows_of(tmp_path).set_index(rows_of(tmp_path)["server_settings"].map(lambda cell: json.loads(cell)["mode"]))
     assert rows.loc["ok", "status"] == "finished" and rows.loc["ok", "completed"] == 4
@@ -140,10 +196,23 @@ def test_a_server_that_never_answers_exits_or_dies_fails_only_its_point_and_resu
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_ctrl_c_or_sigterm_stops_the_sweep_and_leaves_no_server_behind(stop, tmp_path, tiny_model_path):
-    args = ["sweep", "restful", *SMALL_RUN[2:], "--server-cmd", f"{SERVER} --token-delay-ms 200",
-            "--sweep", "random_output_len=64,128"]
-    cli = subprocess.Popen([sys.executable, "-m", "bench_core", *args], cwd=tmp_path, env=_env(),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = [
+        "sweep",
+        "restful",
+        *SMALL_RUN[2:],
+        "--server-cmd",
+        f"{SERVER} --token-delay-ms 200",
+        "--sweep",
+        "random_output_len=64,128",
+    ]
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "bench_core", *args],
+        cwd=tmp_path,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         pid = _server_pid_once_measuring(tmp_path)
         assert _alive(pid)
@@ -186,9 +255,24 @@ KNEE = 3  # the server's first token comes after 200 ms per request in flight: 3
 @pytest.fixture(scope="module")
 def knee_sweep(tmp_path_factory, tiny_model_path):
     work = tmp_path_factory.mktemp("find-max")
-    proc = bench(work, *SMALL_RUN, "--num-prompts", "8", "--random-output-len", "4",
-                 "--server-cmd", f"{SERVER} --ttft-step-ms {{step}}", "--sweep", "step=200",
-                 "--find-max", "max_concurrency", "--slo-ttft-ms", "700", "--goodput-target", "0.9")
+    proc = bench(
+        work,
+        *SMALL_RUN,
+        "--num-prompts",
+        "8",
+        "--random-output-len",
+        "4",
+        "--server-cmd",
+        f"{SERVER} --ttft-step-ms {{step}}",
+        "--sweep",
+        "step=200",
+        "--find-max",
+        "max_concurrency",
+        "--slo-ttft-ms",
+        "700",
+        "--goodput-target",
+        "0.9",
+    )
     assert proc.returncode == EXIT_OK, proc.stderr
     return work, proc
 
@@ -202,8 +286,10 @@ def test_find_max_finds_the_known_knee_of_a_server_whose_latency_rises_with_load
     assert probes["met"].tolist() == [True, True, False, True]
     assert probes["stopped_early"].iloc[2]  # 4 at once: stopped once one request missed (the target allows none)
     at_knee = probes["run_id"].iloc[3]
-    assert (f"Highest max_concurrency at step=200 meeting 90% of requests within the SLO: {KNEE}, shown by {at_knee}; "
-            f"4 missed it ({probes['run_id'].iloc[2]})") in proc.stdout
+    assert (
+        f"Highest max_concurrency at step=200 meeting 90% of requests within the SLO: {KNEE}, shown by {at_knee}; "
+        f"4 missed it ({probes['run_id'].iloc[2]})"
+    ) in proc.stdout
     assert set(rows["sweep_id"]) == {sweep_id} and len(rows) == 4
     assert rows.set_index("run_id").loc[at_knee, "max_concurrency"] == KNEE
 
@@ -214,16 +300,28 @@ def test_find_max_finds_the_known_knee_of_a_server_whose_latency_rises_with_load
     assert len(rows_of(tmp_path)) == 4
 
 
-@pytest.mark.parametrize(("probes", "expected"), [
-    ([], 1.0),
-    ([Probe(1.0, True)], 2.0),
-    ([Probe(1.0, True), Probe(2.0, True), Probe(4.0, False)], 3.0),
-    ([Probe(1.0, True), Probe(2.0, True), Probe(4.0, False), Probe(3.0, True), Probe(3.5, False)], 3.25),
-    ([Probe(1.0, True), Probe(2.0, True), Probe(4.0, False), Probe(3.0, True), Probe(3.5, False),
-      Probe(3.25, False)], None),  # 3 and 3.25 are within 10% of 3
-    ([Probe(1.0, False)], 0.5),  # a rate that misses at the start halves
-    ([Probe(1.0, False), Probe(0.5, False), Probe(0.25, False), Probe(0.125, False)], None),  # down to start / 8
-])
+@pytest.mark.parametrize(
+    ("probes", "expected"),
+    [
+        ([], 1.0),
+        ([Probe(1.0, True)], 2.0),
+        ([Probe(1.0, True), Probe(2.0, True), Probe(4.0, False)], 3.0),
+        ([Probe(1.0, True), Probe(2.0, True), Probe(4.0, False), Probe(3.0, True), Probe(3.5, False)], 3.25),
+        (
+            [
+                Probe(1.0, True),
+                Probe(2.0, True),
+                Probe(4.0, False),
+                Probe(3.0, True),
+                Probe(3.5, False),
+                Probe(3.25, False),
+            ],
+            None,
+        ),  # 3 and 3.25 are within 10% of 3
+        ([Probe(1.0, False)], 0.5),  # a rate that misses at the start halves
+        ([Probe(1.0, False), Probe(0.5, False), Probe(0.25, False), Probe(0.125, False)], None),  # down to start / 8
+    ],
+)
 def test_a_rate_search_doubles_then_bisects_to_its_relative_precision(probes, expected):
     assert find_max.next_load(FindMax("request_rate", 1.0, precision=0.1), probes) == expected
 
@@ -237,36 +335,58 @@ def test_a_search_that_meets_the_target_up_to_its_limit_stops_there():
     assert find_max.next_load(search, [Probe(1, False)]) is None and find_max.found([Probe(1, False)]) is None
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--server-cmd", f"{SERVER} --token-delay-ms {{delay}}", "--sweep", "num_prompts=2,4"],
-     "error: The server command's {delay} has no value: give --sweep delay=V1,V2 or --server-setting delay=VALUE."),
-    (["--server-cmd", "python server.py", "--sweep", "num_prompts=2,4"], "error: The server command has no {port}"),
-    (["--server-cmd", SERVER, "--server-setting", "delay=5", "--sweep", "num_prompts=2,4"],
-     "error: The server command has no {delay} field for the server setting delay."),
-    (["--server-cmd", SERVER, "--find-max", "request_rate"], "error: --find-max looks for the highest load within an SLO"),
-    (["--server-cmd", SERVER, "--find-max", "request_rate", "--slo-ttft-ms", "100", "--goodput-target", "1.5"],
-     "error: --goodput-target is the fraction of requests within the SLO"),
-    (["--server-cmd", SERVER, "--find-max", "max_concurrency", "--slo-ttft-ms", "100", "--find-max-limit", "0"],
-     "error: --find-max-limit must be at least --find-max-start (1); got 0."),
-    (["--server-cmd", SERVER, "--server-start-timeout", "0", "--sweep", "num_prompts=2,4"],
-     "error: --server-start-timeout is the seconds a server has to answer: above 0, not 0."),
-    (["--server-cmd", "lmdeploy-serve-typo --port {port}", "--sweep", "num_prompts=2,4"],
-     "error: The server command's program 'lmdeploy-serve-typo' is not on this machine"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--server-cmd", f"{SERVER} --token-delay-ms {{delay}}", "--sweep", "num_prompts=2,4"],
+            "error: The server command's {delay} has no value: give --sweep delay=V1,V2 or --server-setting delay=VALUE.",
+        ),
+        (["--server-cmd", "python server.py", "--sweep", "num_prompts=2,4"], "error: The server command has no {port}"),
+        (
+            ["--server-cmd", SERVER, "--server-setting", "delay=5", "--sweep", "num_prompts=2,4"],
+            "error: The server command has no {delay} field for the server setting delay.",
+        ),
+        (
+            ["--server-cmd", SERVER, "--find-max", "request_rate"],
+            "error: --find-max looks for the highest load within an SLO",
+        ),
+        (
+            ["--server-cmd", SERVER, "--find-max", "request_rate", "--slo-ttft-ms", "100", "--goodput-target", "1.5"],
+            "error: --goodput-target is the fraction of requests within the SLO",
+        ),
+        (
+            ["--server-cmd", SERVER, "--find-max", "max_concurrency", "--slo-ttft-ms", "100", "--find-max-limit", "0"],
+            "error: --find-max-limit must be at least --find-max-start (1); got 0.",
+        ),
+        (
+            ["--server-cmd", SERVER, "--server-start-timeout", "0", "--sweep", "num_prompts=2,4"],
+            "error: --server-start-timeout is the seconds a server has to answer: above 0, not 0.",
+        ),
+        (
+            ["--server-cmd", "lmdeploy-serve-typo --port {port}", "--sweep", "num_prompts=2,4"],
+            "error: The server command's program 'lmdeploy-serve-typo' is not on this machine",
+        ),
+    ],
+)
 def test_a_server_sweep_that_cannot_work_is_one_line_exit_2_and_nothing_written(args, message, tmp_path):
     proc = bench(tmp_path, *SMALL_RUN, *args, timeout=60)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert proc.stderr.count("\n") == 1 and list(tmp_path.iterdir()) == []
 
 
-def test_the_sweep_page_charts_the_probes_and_the_highest_load_that_met_the_target(knee_sweep, monkeypatch,
-                                                                                    fresh_dashboard):
+def test_the_sweep_page_charts_the_probes_and_the_highest_load_that_met_the_target(
+    knee_sweep, monkeypatch, fresh_dashboard
+):
     at = open_sweep_page(knee_sweep[0], monkeypatch)
     # The heading is the report's, in bold, its text escaped for Markdown as outside text is.
     assert any(f"**Highest max\\_concurrency at step=200 meeting the target: {KNEE}**" == m.value for m in at.markdown)
     (chart,) = [json.loads(element.proto.spec) for element in at.get("plotly_chart")]
-    assert [trace["name"] for trace in chart["data"]] == ["Met the target", "Missed it",
-                                                         f"Highest load meeting it: {KNEE}"]
+    assert [trace["name"] for trace in chart["data"]] == [
+        "Met the target",
+        "Missed it",
+        f"Highest load meeting it: {KNEE}",
+    ]
     met, missed, star = chart["data"]
     assert _numbers(met["x"]) == [1, 2, 3] and met["text"] == ["1", "2", "4"]  # numbered in the order they ran
     assert _numbers(missed["x"]) == [4] and missed["marker"]["symbol"] == ["circle-open"]  # stopped early
@@ -282,17 +402,33 @@ def _numbers(values) -> list:
 
 def test_a_server_that_asks_for_the_api_key_is_asked_with_it_until_it_answers(tmp_path, tiny_model_path):
     # The server reads its key where the run's key comes from, $OPENAI_API_KEY: unasked, it answers 401 only.
-    proc = bench(tmp_path, *SMALL_RUN, "--server-cmd", f"{SERVER} --api-key-from-env OPENAI_API_KEY",
-                 "--sweep", "num_prompts=2", "--server-start-timeout", "60", OPENAI_API_KEY="sk-sweep-key")
+    proc = bench(
+        tmp_path,
+        *SMALL_RUN,
+        "--server-cmd",
+        f"{SERVER} --api-key-from-env OPENAI_API_KEY",
+        "--sweep",
+        "num_prompts=2",
+        "--server-start-timeout",
+        "60",
+        OPENAI_API_KEY="sk-sweep-key",
+    )
     assert proc.returncode == 0, proc.stderr
     assert rows_of(tmp_path)["status"].tolist() == ["finished"]
 
 
-def test_a_credential_on_the_server_command_is_not_saved_and_its_sweep_cannot_restart_its_server(tmp_path,
-                                                                                                 tiny_model_path):
+def test_a_credential_on_the_server_command_is_not_saved_and_its_sweep_cannot_restart_its_server(
+    tmp_path, tiny_model_path
+):
     # --api-keys and --hf-token stand for the server's own credentials; load_server.py takes neither, so it exits.
-    proc = bench(tmp_path, *SMALL_RUN, "--server-cmd", f"{SERVER} --api-keys sk-not-saved-1 --hf-token=hf_not_saved",
-                 "--sweep", "num_prompts=2")
+    proc = bench(
+        tmp_path,
+        *SMALL_RUN,
+        "--server-cmd",
+        f"{SERVER} --api-keys sk-not-saved-1 --hf-token=hf_not_saved",
+        "--sweep",
+        "num_prompts=2",
+    )
     assert proc.returncode == EXIT_FAILED, proc.stderr
     (plan_file,) = (tmp_path / "results" / "sweeps").glob("*.json")
     saved = plan_file.read_text()

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bench_core.models import resolve as models, synthetic as synthetic_models
 from bench_core.errors import ModelError
+from bench_core.models import resolve as models
+from bench_core.models import synthetic as synthetic_models
 from bench_core.models.synthetic import SYNTHETIC_PRESETS, custom_model_name, parameter_count, parse_synthetic_name
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,29 +33,44 @@ def cache(monkeypatch, tmp_path, tiny_model_path):
 
 def test_the_public_shapes_have_their_published_sizes():
     # Parameter counts as the model cards give them.
-    published = {"llama-3.2-1b": 1.24, "llama-3.2-3b": 3.21, "llama-3.1-8b": 8.03, "qwen2.5-0.5b": 0.49,
-                 "qwen2.5-7b": 7.62}
+    published = {
+        "llama-3.2-1b": 1.24,
+        "llama-3.2-3b": 3.21,
+        "llama-3.1-8b": 8.03,
+        "qwen2.5-0.5b": 0.49,
+        "qwen2.5-7b": 7.62,
+    }
     assert {preset: round(parameter_count(SYNTHETIC_PRESETS[preset]) / 1e9, 2) for preset in published} == published
     assert {"synthetic:llama-3.2-1b", "synthetic:llama-3.1-8b", "synthetic:qwen2.5-7b", TINY} <= set(
-        synthetic_models.SYNTHETIC_MODELS)
+        synthetic_models.SYNTHETIC_MODELS
+    )
 
 
 def test_a_custom_name_parses_back_to_its_shape():
     shape = parse_synthetic_name("synthetic:qwen2:layers=3,hidden=96,intermediate=160,heads=6,kv_heads=2,vocab=5000")
     assert (shape.architecture, shape.layers, shape.hidden, shape.heads, shape.kv_heads, shape.vocab) == (
-        "qwen2", 3, 96, 6, 2, 5000)
+        "qwen2",
+        3,
+        96,
+        6,
+        2,
+        5000,
+    )
     assert parse_synthetic_name(custom_model_name(shape)) == shape
     overridden = parse_synthetic_name("synthetic:llama-3.1-8b:layers=2")
     assert overridden.layers == 2 and overridden.hidden == 4096
 
 
-@pytest.mark.parametrize("name, words", [
-    ("synthetic:gpt-9", "choose one of synthetic:tiny"),
-    ("synthetic:llama:layers=2,hidden=64", "lacks intermediate, heads, kv_heads, vocab"),
-    ("synthetic:tiny:depth=3", "'depth=3'"),
-    ("synthetic:tiny:heads=3", "hidden (64) must be a multiple of heads (3)"),
-    ("synthetic:tiny:kv_heads=0", "kv_heads must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("synthetic:gpt-9", "choose one of synthetic:tiny"),
+        ("synthetic:llama:layers=2,hidden=64", "lacks intermediate, heads, kv_heads, vocab"),
+        ("synthetic:tiny:depth=3", "'depth=3'"),
+        ("synthetic:tiny:heads=3", "hidden (64) must be a multiple of heads (3)"),
+        ("synthetic:tiny:kv_heads=0", "kv_heads must be at least 1"),
+    ],
+)
 def test_a_bad_synthetic_name_is_one_model_error(name, words, cache):
     with pytest.raises(ModelError) as caught:
         models.resolve_model(name)
@@ -83,7 +99,8 @@ def test_a_synthetic_model_is_built_once_and_then_reused_from_the_cache(cache):
 
 def test_the_first_use_is_announced_until_the_model_is_built(cache):
     assert models.first_use_phase("synthetic:llama-3.1-8b") == (
-        "building synthetic:llama-3.1-8b with random weights, once (8.03 B parameters, 16.1 GB in bfloat16)")
+        "building synthetic:llama-3.1-8b with random weights, once (8.03 B parameters, 16.1 GB in bfloat16)"
+    )
     assert models.first_use_phase(TINY).startswith("building synthetic:tiny with random weights")
     models.resolve_model(TINY)
     assert models.first_use_phase(TINY) is None
@@ -123,7 +140,8 @@ def test_a_sharded_build_loads_with_the_weights_of_an_unsharded_one(tmp_path, ti
     a = AutoModelForCausalLM.from_pretrained(whole, local_files_only=True)
     b = AutoModelForCausalLM.from_pretrained(sharded, local_files_only=True)
     assert a.dtype == torch.bfloat16 and sum(p.numel() for p in a.parameters()) == parameter_count(
-        parse_synthetic_name(name))
+        parse_synthetic_name(name)
+    )
     for (key, left), (_, right) in zip(a.state_dict().items(), b.state_dict().items()):
         assert torch.equal(left, right), key
     assert a.model.layers[0].self_attn.q_proj.bias is not None  # Qwen2's q/k/v biases are there
@@ -143,8 +161,24 @@ def test_the_record_says_the_weights_are_random(cache):
 @pytest.mark.slow
 def test_a_tiny_synthetic_model_generates_tokens_through_the_transformers_engine(cache, tmp_path):
     results = tmp_path / "results"
-    command = [sys.executable, "-m", "bench_core", "pipeline", "builtin:sample", TINY, "--backend", "transformers",
-               "--num-prompts", "2", "--sharegpt-output-len", "4", "--csv", "", "--results", str(results)]
+    command = [
+        sys.executable,
+        "-m",
+        "bench_core",
+        "pipeline",
+        "builtin:sample",
+        TINY,
+        "--backend",
+        "transformers",
+        "--num-prompts",
+        "2",
+        "--sharegpt-output-len",
+        "4",
+        "--csv",
+        "",
+        "--results",
+        str(results),
+    ]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Successful requests                              2" in done.stdout
@@ -156,11 +190,27 @@ def test_a_tiny_synthetic_model_generates_tokens_through_the_transformers_engine
 def test_a_bad_synthetic_name_is_refused_before_the_run_in_one_line(cache, tmp_path):
     """It used to start the run, which then broke recording its model: a traceback and nothing saved."""
     results = tmp_path / "results"
-    command = [sys.executable, "-m", "bench_core", "pipeline", "builtin:sample", "synthetic:llama:layers=abc",
-               "--backend", "transformers", "--num-prompts", "2", "--csv", "", "--results", str(results)]
+    command = [
+        sys.executable,
+        "-m",
+        "bench_core",
+        "pipeline",
+        "builtin:sample",
+        "synthetic:llama:layers=abc",
+        "--backend",
+        "transformers",
+        "--num-prompts",
+        "2",
+        "--csv",
+        "",
+        "--results",
+        str(results),
+    ]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
-    assert done.stderr.splitlines() == ["error: 'layers=abc' in synthetic model 'synthetic:llama:layers=abc' is not "
-                                        "a size: write key=number with a key among layers, hidden, intermediate, "
-                                        "heads, kv_heads, vocab."]
+    assert done.stderr.splitlines() == [
+        "error: 'layers=abc' in synthetic model 'synthetic:llama:layers=abc' is not "
+        "a size: write key=number with a key among layers, hidden, intermediate, "
+        "heads, kv_heads, vocab."
+    ]
     assert not (results / "history.csv").exists()

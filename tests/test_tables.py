@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-
-from bench_core.views import tables
-from bench_core.measure.catalog import METRICS
-from bench_core.config import SLO
 from profiled_runs import OUTPUT_LEN, profiled_run, recorded_history
+
+from bench_core.config import SLO
+from bench_core.measure.catalog import METRICS
+from bench_core.views import tables
 
 TTFTS = [0.05, 0.1, 0.2, 0.4, 0.8]
 
@@ -21,9 +21,15 @@ def test_percentile_table_values_equal_the_summary():
     summary = prof.summary()
     table = tables.percentile_table(summary, (50, 75, 95, 99), stream_output=True)
     assert list(table.columns) == ["mean", "P50", "P75", "P95", "P99", "std", "min", "max"]
-    assert list(table.index) == ["End-to-end latency (ms)", "TTFT (ms)", "TPOT (ms)", "ITL (ms)",
-                                 "Tokens per tick (tokens)", "TTFT per 1,000 input tokens (ms)",
-                                 "Decode tokens/s per request (tok/s)"]
+    assert list(table.index) == [
+        "End-to-end latency (ms)",
+        "TTFT (ms)",
+        "TPOT (ms)",
+        "ITL (ms)",
+        "Tokens per tick (tokens)",
+        "TTFT per 1,000 input tokens (ms)",
+        "Decode tokens/s per request (tok/s)",
+    ]
     for metric, row in zip(("e2e", "ttft", "tpot", "itl"), table.index):
         for column, key in zip(table.columns, ("mean", "p50", "p75", "p95", "p99", "std", "min", "max")):
             assert table.loc[row, column] == summary[f"{key}_{metric}_ms"]
@@ -92,11 +98,14 @@ def test_requests_for_display_reads_a_table_stored_in_the_history(tmp_path):
 
 @pytest.fixture
 def three_runs(tmp_path) -> pd.DataFrame:
-    _, runs = recorded_history(tmp_path, [
-        ("slow", "pytorch", 1, profiled_run([0.4, 0.5, 0.6])),
-        ("fast", "turbomind", 8, profiled_run([0.05, 0.06, 0.07])),
-        ("middle", "turbomind", 4, profiled_run([0.1, 0.2, 0.3])),
-    ])
+    _, runs = recorded_history(
+        tmp_path,
+        [
+            ("slow", "pytorch", 1, profiled_run([0.4, 0.5, 0.6])),
+            ("fast", "turbomind", 8, profiled_run([0.05, 0.06, 0.07])),
+            ("middle", "turbomind", 4, profiled_run([0.1, 0.2, 0.3])),
+        ],
+    )
     return runs
 
 
@@ -117,9 +126,15 @@ def test_compare_marks_pick_the_best_and_worst_run_in_both_directions(three_runs
 
 
 def test_equal_or_missing_values_are_not_marked():
-    runs = pd.DataFrame({"run_id": ["a", "b", "c"], "label": ["", "", ""],
-                         "failed": [0, 0, 0], "output_throughput": [5.0, np.nan, 7.0],
-                         "goodput_rps": [np.nan, np.nan, 1.0]})
+    runs = pd.DataFrame(
+        {
+            "run_id": ["a", "b", "c"],
+            "label": ["", "", ""],
+            "failed": [0, 0, 0],
+            "output_throughput": [5.0, np.nan, 7.0],
+            "goodput_rps": [np.nan, np.nan, 1.0],
+        }
+    )
     marks = tables.compare_marks(runs, ["failed", "output_throughput", "goodput_rps", "not_a_column"])
     assert marks.to_numpy().tolist() == [["", "", ""], ["worse", "", "better"], ["", "", ""], ["", "", ""]]
 
@@ -132,8 +147,13 @@ def test_style_comparison_colours_better_green_and_worse_red(three_runs):
 
 
 def test_noise_verdicts_judge_differences_against_the_spread_of_repeats():
-    runs = pd.DataFrame({"run_id": list("abcdef"), "output_throughput": [100.0, 101, 200, 201, 150, 151],
-                         "mean_ttft_ms": [10.0, 30, 11, 29, 12, 28]})
+    runs = pd.DataFrame(
+        {
+            "run_id": list("abcdef"),
+            "output_throughput": [100.0, 101, 200, 201, 150, 151],
+            "mean_ttft_ms": [10.0, 30, 11, 29, 12, 28],
+        }
+    )
     metrics = ["output_throughput", "mean_ttft_ms"]
     two_configurations = tables.noise_verdicts(runs.iloc[:4], metrics, [0, 0, 1, 1])
     assert two_configurations[0].startswith(tables.BEYOND_NOISE) and "2 vs 2 runs" in two_configurations[0]
@@ -158,35 +178,41 @@ def test_runs_sharing_a_label_or_without_one_are_told_apart_by_run_id():
     assert tables.run_names(runs) == ["base · a", "base · b", "c"]
 
 
-@pytest.mark.parametrize("column, title, larger_is_better", [
-    ("p99_ttft_ms", "P99 time to first token (ms)", False),
-    ("p99.9_itl_ms", "P99.9 inter-token latency (ms)", False),
-    ("mean_e2e_ms", "Mean end-to-end latency (ms)", False),
-    ("std_ttft_ms", "Std of time to first token (ms)", False),  # less spread is better
-    ("p50_tokens_per_tick", "P50 tokens per tick (tokens)", True),
-    ("p50_decode_tokens_per_s", "P50 decode tokens/s per request (tok/s)", True),
-    ("goodput_rps", "Goodput (req/s)", True),
-    ("completed", "Completed requests (requests)", True),
-    ("duration_s", "Benchmark duration (s)", False),
-    ("cache_max_entry_count", "KV cache share of free GPU memory (fraction)", None),
-])
+@pytest.mark.parametrize(
+    "column, title, larger_is_better",
+    [
+        ("p99_ttft_ms", "P99 time to first token (ms)", False),
+        ("p99.9_itl_ms", "P99.9 inter-token latency (ms)", False),
+        ("mean_e2e_ms", "Mean end-to-end latency (ms)", False),
+        ("std_ttft_ms", "Std of time to first token (ms)", False),  # less spread is better
+        ("p50_tokens_per_tick", "P50 tokens per tick (tokens)", True),
+        ("p50_decode_tokens_per_s", "P50 decode tokens/s per request (tok/s)", True),
+        ("goodput_rps", "Goodput (req/s)", True),
+        ("completed", "Completed requests (requests)", True),
+        ("duration_s", "Benchmark duration (s)", False),
+        ("cache_max_entry_count", "KV cache share of free GPU memory (fraction)", None),
+    ],
+)
 def test_history_columns_are_described_with_unit_and_direction(column, title, larger_is_better):
     spec = tables.describe_column(column)
     assert (spec.title, spec.larger_is_better) == (title, larger_is_better)
 
 
-@pytest.mark.parametrize("value, shown", [
-    (9.088, "9.088"),
-    (4582.4312, "4,582.431"),
-    (16.0, "16"),
-    (1234567, "1,234,567"),
-    (0.5, "0.500"),
-    (0.0001234, "0.000123"),
-    (-3.14159, "-3.142"),
-    (None, "-"),
-    (math.nan, "-"),
-    ("-", "-"),
-])
+@pytest.mark.parametrize(
+    "value, shown",
+    [
+        (9.088, "9.088"),
+        (4582.4312, "4,582.431"),
+        (16.0, "16"),
+        (1234567, "1,234,567"),
+        (0.5, "0.500"),
+        (0.0001234, "0.000123"),
+        (-3.14159, "-3.142"),
+        (None, "-"),
+        (math.nan, "-"),
+        ("-", "-"),
+    ],
+)
 def test_numbers_are_written_one_way_thousands_three_decimals_and_a_dash_for_missing(value, shown):
     assert tables.format_number(value) == shown
 
@@ -207,14 +233,21 @@ def test_a_formatted_table_writes_text_as_it_is_and_missing_text_as_a_dash():
 
 
 def test_the_workload_table_says_not_reported_where_no_engine_told_what_it_cached():
-    summary = {"total_cached_tokens": math.nan, "prefix_cache_hit_rate": math.nan, "mean_cached_tokens": math.nan,
-               "mean_ttft_turn1_ms": 40.0, "mean_ttft_turn2_ms": 12.5}
+    summary = {
+        "total_cached_tokens": math.nan,
+        "prefix_cache_hit_rate": math.nan,
+        "mean_cached_tokens": math.nan,
+        "mean_ttft_turn1_ms": 40.0,
+        "mean_ttft_turn2_ms": 12.5,
+    }
     table = tables.workload_metrics_table(summary)
     assert table.to_dict("index") == {
         "Cached prompt tokens": {"value": "not reported", "unit": "tokens"},
         "Prefix cache hit rate": {"value": "not reported", "unit": "fraction"},
         "Mean cached prompt tokens per request": {"value": "not reported", "unit": "tokens"},
-        "Mean TTFT of turn 1": {"value": 40.0, "unit": "ms"}, "Mean TTFT of turn 2": {"value": 12.5, "unit": "ms"}}
+        "Mean TTFT of turn 1": {"value": 40.0, "unit": "ms"},
+        "Mean TTFT of turn 2": {"value": 12.5, "unit": "ms"},
+    }
     assert tables.workload_metrics_table({"completed": 3}).empty  # a run without them: no table
     assert tables.throughput_table(summary).index.intersection(table.index).empty  # shown once, in their own table
 

@@ -11,8 +11,19 @@ import psutil
 import pytest
 
 from bench_core.hardware import telemetry
-from bench_core.hardware.telemetry import (CPU_CORES, CPU_PERCENT, GPU_MEMORY_BYTES, GPU_UTIL_PERCENT, MACHINE, POWER_W,
-                                  PROCESS, RSS_BYTES, Sample, TelemetrySampler, samples_frame)
+from bench_core.hardware.telemetry import (
+    CPU_CORES,
+    CPU_PERCENT,
+    GPU_MEMORY_BYTES,
+    GPU_UTIL_PERCENT,
+    MACHINE,
+    POWER_W,
+    PROCESS,
+    RSS_BYTES,
+    Sample,
+    TelemetrySampler,
+    samples_frame,
+)
 
 BUSY_WITH_300_MB = "data = b'x' * 300_000_000\nwhile True:\n    pass\n"
 IDLE = "import time\ntime.sleep(60)\n"
@@ -144,7 +155,9 @@ def test_peak_memory_is_the_fullest_gpu_inside_the_window():
 
 def test_utilisation_is_averaged_over_time_not_over_samples():
     # Sparse samples at 0 % for 5 s, then dense samples at 100 % for 5 s: half the time busy, not 99 %.
-    idle = [Sample(float(t), "gpu0", GPU_UTIL_PERCENT, 0.0) for t in range(5)] + [Sample(4.999, "gpu0", GPU_UTIL_PERCENT, 0.0)]
+    idle = [Sample(float(t), "gpu0", GPU_UTIL_PERCENT, 0.0) for t in range(5)] + [
+        Sample(4.999, "gpu0", GPU_UTIL_PERCENT, 0.0)
+    ]
     busy = [Sample(5.0 + i / 100, "gpu0", GPU_UTIL_PERCENT, 100.0) for i in range(501)]
     samples = samples_frame(idle + busy)
     assert samples["value"].mean() > 98

@@ -8,13 +8,13 @@ from time import perf_counter
 
 import pandas as pd
 import pytest
+from profiled_runs import replayed_until
 
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.measure.profiler import Profiler, Session
 from bench_core.measure.time_left import PastPace, describe_time_left, output_rate, past_pace, step_s, time_left_s
 from bench_core.run.runner import Runner
 from bench_core.store.history import History
-from profiled_runs import replayed_until
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
 pytestmark = pytest.mark.slow
@@ -28,8 +28,14 @@ WITHIN = 2.0
 def _tiny(load_pattern: str, num_prompts: int, concurrency: int, input_len: int, output_len: int) -> RunConfig:
     return RunConfig(
         engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
-        dataset=DatasetConfig(dataset="builtin:sample", dataset_name="random", num_prompts=num_prompts,
-                              random_input_len=input_len, random_output_len=output_len, random_range_ratio=0.5),
+        dataset=DatasetConfig(
+            dataset="builtin:sample",
+            dataset_name="random",
+            num_prompts=num_prompts,
+            random_input_len=input_len,
+            random_output_len=output_len,
+            random_range_ratio=0.5,
+        ),
         load=LoadConfig(load_pattern=load_pattern, concurrency=concurrency, stream_output=True),
     )
 
@@ -60,8 +66,10 @@ def recorded_runs(tmp_path_factory, tiny_model_path) -> dict[str, tuple[pd.DataF
     finally:
         runner.shutdown()
     rows = history.load()
-    return {name: (history.requests(run.run_id), past_pace(rows[rows["run_id"] != run.run_id], RECORDED[name]))
-            for name, run in runs.items()}
+    return {
+        name: (history.requests(run.run_id), past_pace(rows[rows["run_id"] != run.run_id], RECORDED[name]))
+        for name, run in runs.items()
+    }
 
 
 def _ratios(requests: pd.DataFrame, concurrency: int, pace: PastPace | None = None) -> list[float | None]:
@@ -155,23 +163,38 @@ def test_the_longest_request_still_decoding_lengthens_the_time_left_by_half_its_
 
 
 def _row(**cells) -> dict:
-    return {"model": "builtin:tiny-llama", "backend": "transformers", "status": "finished", "load_pattern": "batch",
-            "concurrency": 4, "dataset": "builtin:sample", "dataset_name": "random", "random_input_len": 64,
-            "random_output_len": 256, "random_range_ratio": 0.5, "output_throughput": 100.0,
-            "total_output_tokens": 1600, "completed": 8, "load_seconds": 3.0, **cells}
+    return {
+        "model": "builtin:tiny-llama",
+        "backend": "transformers",
+        "status": "finished",
+        "load_pattern": "batch",
+        "concurrency": 4,
+        "dataset": "builtin:sample",
+        "dataset_name": "random",
+        "random_input_len": 64,
+        "random_output_len": 256,
+        "random_range_ratio": 0.5,
+        "output_throughput": 100.0,
+        "total_output_tokens": 1600,
+        "completed": 8,
+        "load_seconds": 3.0,
+        **cells,
+    }
 
 
 def test_the_past_pace_is_that_of_the_runs_most_like_this_one():
     config = _tiny("batch", 16, 4, 64, 256)
-    history = pd.DataFrame([
-        _row(),
-        _row(output_throughput=300.0),  # the same: the median of 100 and 300
-        _row(output_throughput=1.0, random_output_len=16, total_output_tokens=80),  # other lengths
-        _row(output_throughput=2.0, load_pattern="concurrency"),  # another load pattern
-        _row(output_throughput=3.0, concurrency=8),  # a farther concurrency
-        _row(output_throughput=4.0, model="builtin:smollm2-135m"),
-        _row(output_throughput=5.0, status="failed"),
-    ])
+    history = pd.DataFrame(
+        [
+            _row(),
+            _row(output_throughput=300.0),  # the same: the median of 100 and 300
+            _row(output_throughput=1.0, random_output_len=16, total_output_tokens=80),  # other lengths
+            _row(output_throughput=2.0, load_pattern="concurrency"),  # another load pattern
+            _row(output_throughput=3.0, concurrency=8),  # a farther concurrency
+            _row(output_throughput=4.0, model="builtin:smollm2-135m"),
+            _row(output_throughput=5.0, status="failed"),
+        ]
+    )
     pace = past_pace(history, config)
     assert pace == PastPace(tokens_per_s=200.0, output_tokens_per_request=200.0, load_seconds=3.0, runs=5)
     # Without a run of its lengths, the nearest concurrency of its load pattern; without one of its model, none.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from profiled_runs import profiled_run
 
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.measure.profiler import Profiler, Session
@@ -12,7 +13,6 @@ from bench_core.run.runner import Runner
 from bench_core.states import RequestStatus
 from bench_core.store.history import History
 from bench_core.views import timeline
-from profiled_runs import profiled_run
 
 
 def _bars(fig, segment: str) -> dict[int, tuple[float, float, str]]:
@@ -34,9 +34,16 @@ def queued_run(tmp_path_factory, tiny_model_path):
     runner = Runner(History(tmp_path_factory.mktemp("results")))
     config = RunConfig(
         engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
-        dataset=DatasetConfig(dataset="builtin:sample", dataset_name="random", num_prompts=6, random_input_len=16,
-                              random_output_len=8, random_range_ratio=1.0),
-        load=LoadConfig(load_pattern="batch", concurrency=2, stream_output=True))
+        dataset=DatasetConfig(
+            dataset="builtin:sample",
+            dataset_name="random",
+            num_prompts=6,
+            random_input_len=16,
+            random_output_len=8,
+            random_range_ratio=1.0,
+        ),
+        load=LoadConfig(load_pattern="batch", concurrency=2, stream_output=True),
+    )
     run = runner.submit(config)
     assert run.wait(120) and run.state == "finished", run.message
     runner.shutdown()
@@ -86,8 +93,13 @@ def test_each_outcome_has_its_own_colour_and_a_request_without_a_first_token_onl
     for trace in fig.data:
         outcome = trace.name.split(": ")[0]
         colours.setdefault(outcome, set()).add(trace.marker.color)
-    expected = {RequestStatus.SUCCESS, RequestStatus.INCOMPLETE, RequestStatus.FAILED, RequestStatus.UNFINISHED,
-                RequestStatus.CANCELLED}
+    expected = {
+        RequestStatus.SUCCESS,
+        RequestStatus.INCOMPLETE,
+        RequestStatus.FAILED,
+        RequestStatus.UNFINISHED,
+        RequestStatus.CANCELLED,
+    }
     assert colours == {timeline.OUTCOMES[status][0]: {timeline.OUTCOMES[status][1]} for status in expected}
     assert len({colour for (colour,) in colours.values()}) == len(expected)
     waiting, decoding = _bars(fig, timeline.WAITING), _bars(fig, timeline.DECODING)

@@ -12,9 +12,9 @@ from dataclasses import replace
 import pytest
 
 from bench_core.config import EngineConfig, GenerationSettings, LoadConfig
-from bench_core.load.datasets import SampledRequest
 from bench_core.engines import engine_settings_key, transformers_engine, validate_engine_config
 from bench_core.errors import ModelError
+from bench_core.load.datasets import SampledRequest
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
 pytestmark = pytest.mark.slow
@@ -227,8 +227,12 @@ def test_concurrency_keeps_the_engine_and_cache_sizing_reloads_it():
     engine = EngineConfig(model="builtin:tiny-llama")
     key = engine_settings_key(engine, LoadConfig(concurrency=1))
     assert engine_settings_key(engine, LoadConfig(concurrency=64, stream_output=True)) == key
-    for cache_sizing in ({"num_blocks": 8}, {"max_batch_tokens": 64}, {"cache_block_seq_len": 32},
-                         {"enable_prefix_caching": True}):
+    for cache_sizing in (
+        {"num_blocks": 8},
+        {"max_batch_tokens": 64},
+        {"cache_block_seq_len": 32},
+        {"enable_prefix_caching": True},
+    ):
         assert engine_settings_key(replace(engine, **cache_sizing), LoadConfig()) != key
     assert engine_settings_key(replace(engine, dtype="float32"), LoadConfig()) != key
     assert engine_settings_key(replace(engine, model="builtin:smollm2-135m"), LoadConfig()) != key
@@ -304,8 +308,9 @@ def test_the_cache_holds_max_in_flight_of_the_longest_request_within_a_budget(ba
 def test_transformers_warning_of_a_manager_stopped_before_it_began_is_not_printed():
     # Ctrl-C in a run's first instant stops the manager before its thread built the batch processor; transformers
     # then warns on stderr, breaking the CLI's one-line promise. Its own logger says it, as transformers would.
-    import bench_core.engines.transformers_batching  # noqa: F401 (installs the filter)
     from transformers.generation.continuous_batching.utils import logger
+
+    import bench_core.engines.transformers_batching  # noqa: F401 (installs the filter)
 
     heard: list[str] = []
     handler = logging.Handler()

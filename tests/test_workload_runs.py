@@ -30,8 +30,11 @@ def runner(tmp_path, tiny_model_path):
 
 
 def run_on_cpu(runner: Runner, dataset: DatasetConfig, load: LoadConfig | None = None, **engine):
-    config = RunConfig(engine=EngineConfig(backend="transformers", model="builtin:tiny-llama", **engine),
-                       dataset=dataset, load=load or LoadConfig(concurrency=4, stream_output=True))
+    config = RunConfig(
+        engine=EngineConfig(backend="transformers", model="builtin:tiny-llama", **engine),
+        dataset=dataset,
+        load=load or LoadConfig(concurrency=4, stream_output=True),
+    )
     run = runner.submit(config)
     assert run.wait(300) and run.state == "finished", run.message
     row = runner.history.load().set_index("run_id").loc[run.run_id]
@@ -43,8 +46,15 @@ def write_jsonl(path, records) -> str:
     return str(path)
 
 
-SHARED_PREFIX = DatasetConfig(dataset="builtin:sharegpt", dataset_name="shared-prefix", num_prompts=16,
-                              prefix_len=256, suffix_len=16, prefix_groups=2, output_len=4)
+SHARED_PREFIX = DatasetConfig(
+    dataset="builtin:sharegpt",
+    dataset_name="shared-prefix",
+    num_prompts=16,
+    prefix_len=256,
+    suffix_len=16,
+    prefix_groups=2,
+    output_len=4,
+)
 
 
 def test_prefix_caching_on_the_embedded_engine_serves_the_shared_prefixes_from_its_cache(runner):
@@ -61,8 +71,14 @@ def test_prefix_caching_on_the_embedded_engine_serves_the_shared_prefixes_from_i
 
 
 def test_multi_turn_on_the_embedded_engine_resends_its_answers_and_reports_ttft_by_turn(runner):
-    dataset = DatasetConfig(dataset="builtin:sample", dataset_name="multi-turn", num_prompts=3, turns=3,
-                            sharegpt_output_len=6, think_time_s=0.1)
+    dataset = DatasetConfig(
+        dataset="builtin:sample",
+        dataset_name="multi-turn",
+        num_prompts=3,
+        turns=3,
+        sharegpt_output_len=6,
+        think_time_s=0.1,
+    )
     row, requests = run_on_cpu(runner, dataset, enable_prefix_caching=True)
     assert len(requests) == 9 and requests["status"].eq("success").all()
     by_session = requests.sort_values(["session", "turn"]).groupby("session")
@@ -79,28 +95,50 @@ def test_multi_turn_on_the_embedded_engine_resends_its_answers_and_reports_ttft_
 def test_a_trace_on_the_embedded_engine_starts_each_request_at_its_time(runner, tmp_path):
     times_ms = [0, 300, 600, 1500]
     records = [{"timestamp": t, "input_length": 40, "output_length": 4, "hash_ids": [1]} for t in times_ms]
-    dataset = DatasetConfig(dataset=write_jsonl(tmp_path / "trace.jsonl", records), dataset_name="trace",
-                            num_prompts=4, trace_block_len=32)
+    dataset = DatasetConfig(
+        dataset=write_jsonl(tmp_path / "trace.jsonl", records), dataset_name="trace", num_prompts=4, trace_block_len=32
+    )
     _, requests = run_on_cpu(runner, dataset, LoadConfig(load_pattern="trace", concurrency=4, trace_speedup=2.0))
     assert requests["start_s"].to_numpy() - requests["start_s"].iloc[0] == pytest.approx(
-        np.array(times_ms) / 2000, abs=0.05)
+        np.array(times_ms) / 2000, abs=0.05
+    )
     assert requests["shared_prefix_tokens"].tolist() == [0, 32, 32, 32]
 
 
 def test_custom_prompts_run_on_the_embedded_engine_with_their_own_lengths(runner, tmp_path):
-    records = [{"prompt": "Name three colours.", "output_len": 3},
-               {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 5}, {"prompt": "Count to ten."}]
-    dataset = DatasetConfig(dataset=write_jsonl(tmp_path / "mine.jsonl", records), dataset_name="custom",
-                            num_prompts=3, output_len=7)
+    records = [
+        {"prompt": "Name three colours.", "output_len": 3},
+        {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 5},
+        {"prompt": "Count to ten."},
+    ]
+    dataset = DatasetConfig(
+        dataset=write_jsonl(tmp_path / "mine.jsonl", records), dataset_name="custom", num_prompts=3, output_len=7
+    )
     row, requests = run_on_cpu(runner, dataset)
     assert requests["output_len"].tolist() == [3, 5, 7] and row["completed"] == 3
 
 
 # ---- restful ---------------------------------------------------------------------------------------------------
 
+
 def restful(url: str, tmp_path, *flags: str) -> int:
-    return main(["restful", "--backend", "transformers", "--base-url", url, "--tokenizer", "builtin:tiny-llama",
-                 "--output-file", "", "--results", str(tmp_path / "results"), "--disable-warmup", *flags])
+    return main(
+        [
+            "restful",
+            "--backend",
+            "transformers",
+            "--base-url",
+            url,
+            "--tokenizer",
+            "builtin:tiny-llama",
+            "--output-file",
+            "",
+            "--results",
+            str(tmp_path / "results"),
+            "--disable-warmup",
+            *flags,
+        ]
+    )
 
 
 def scripted_restful(url: str, tmp_path, *flags: str) -> int:
@@ -108,8 +146,16 @@ def scripted_restful(url: str, tmp_path, *flags: str) -> int:
 
 
 # The scripted server answers TEXT_EVENTS tokens, whatever is asked: asking that many, every request succeeds.
-SCRIPTED_SHARED_PREFIX = ("--prefix-len", "32", "--suffix-len", "8", "--output-len", str(scripted.TEXT_EVENTS),
-                          "--request-rate", "inf")
+SCRIPTED_SHARED_PREFIX = (
+    "--prefix-len",
+    "32",
+    "--suffix-len",
+    "8",
+    "--output-len",
+    str(scripted.TEXT_EVENTS),
+    "--request-rate",
+    "inf",
+)
 
 
 def only_run(tmp_path):
@@ -119,8 +165,18 @@ def only_run(tmp_path):
 
 
 def test_a_servers_cached_tokens_land_in_the_history(scripted_server, tmp_path, capsys):
-    assert scripted_restful(f"{scripted_server}/cached", tmp_path, "--dataset-name", "shared-prefix",
-                            "--num-prompts", "4", *SCRIPTED_SHARED_PREFIX) == 0
+    assert (
+        scripted_restful(
+            f"{scripted_server}/cached",
+            tmp_path,
+            "--dataset-name",
+            "shared-prefix",
+            "--num-prompts",
+            "4",
+            *SCRIPTED_SHARED_PREFIX,
+        )
+        == 0
+    )
     row, requests = only_run(tmp_path)
     assert requests["cached_tokens"].tolist() == [scripted.CACHED_TOKENS] * 4
     assert row["total_cached_tokens"] == 4 * scripted.CACHED_TOKENS
@@ -129,8 +185,12 @@ def test_a_servers_cached_tokens_land_in_the_history(scripted_server, tmp_path, 
 
 
 def test_a_server_that_says_nothing_of_its_cache_is_not_reported_never_zero(scripted_server, tmp_path, capsys):
-    assert scripted_restful(scripted_server, tmp_path, "--dataset-name", "shared-prefix", "--num-prompts", "2",
-                            *SCRIPTED_SHARED_PREFIX) == 0
+    assert (
+        scripted_restful(
+            scripted_server, tmp_path, "--dataset-name", "shared-prefix", "--num-prompts", "2", *SCRIPTED_SHARED_PREFIX
+        )
+        == 0
+    )
     row, requests = only_run(tmp_path)
     assert requests["cached_tokens"].isna().all() and math.isnan(row["prefix_cache_hit_rate"])
     assert "Prefix cache: not reported" in capsys.readouterr().out
@@ -138,11 +198,26 @@ def test_a_server_that_says_nothing_of_its_cache_is_not_reported_never_zero(scri
 
 def test_a_replayed_traces_send_times_measured_at_the_server_follow_the_trace(scripted_server, tmp_path):
     times_ms = [0, 120, 150, 400, 700, 710, 1000]
-    records = [{"timestamp": 5000 + t, "input_length": 16, "output_length": scripted.TEXT_EVENTS, "hash_ids": [n % 2]}
-               for n, t in enumerate(times_ms)]
+    records = [
+        {"timestamp": 5000 + t, "input_length": 16, "output_length": scripted.TEXT_EVENTS, "hash_ids": [n % 2]}
+        for n, t in enumerate(times_ms)
+    ]
     scripted.ARRIVALS.clear()
-    assert scripted_restful(f"{scripted_server}/cached", tmp_path, "--dataset-name", "trace", "--dataset-path",
-                   write_jsonl(tmp_path / "trace.jsonl", records), "--num-prompts", "7", "--trace-block-len", "8") == 0
+    assert (
+        scripted_restful(
+            f"{scripted_server}/cached",
+            tmp_path,
+            "--dataset-name",
+            "trace",
+            "--dataset-path",
+            write_jsonl(tmp_path / "trace.jsonl", records),
+            "--num-prompts",
+            "7",
+            "--trace-block-len",
+            "8",
+        )
+        == 0
+    )
     arrived = np.array(scripted.ARRIVALS)
     assert len(arrived) == 7
     assert (arrived - arrived[0]) * 1000 == pytest.approx(np.array(times_ms, dtype=float), abs=30)  # tens of ms
@@ -151,8 +226,10 @@ def test_a_replayed_traces_send_times_measured_at_the_server_follow_the_trace(sc
 
 
 def trace_file(path) -> str:
-    return write_jsonl(path / "trace.jsonl", [{"timestamp": 200 * n, "input_length": 40, "output_length": 4,
-                                                 "hash_ids": [0, n]} for n in range(4)])
+    return write_jsonl(
+        path / "trace.jsonl",
+        [{"timestamp": 200 * n, "input_length": 40, "output_length": 4, "hash_ids": [0, n]} for n in range(4)],
+    )
 
 
 def custom_file(path) -> str:
@@ -162,14 +239,36 @@ def custom_file(path) -> str:
 AT_ONCE = ("--request-rate", "inf")  # a trace says when its requests go: a rate given with it is refused
 
 
-@pytest.mark.parametrize("flags", [
-    lambda path: ("--dataset-name", "shared-prefix", "--prefix-len", "48", "--suffix-len", "8", "--output-len", "4",
-                  *AT_ONCE),
-    lambda path: ("--dataset-name", "multi-turn", "--dataset-path", "builtin:sample", "--turns", "2",
-                  "--sharegpt-output-len", "4", *AT_ONCE),
-    lambda path: ("--dataset-name", "trace", "--dataset-path", trace_file(path), "--trace-block-len", "16"),
-    lambda path: ("--dataset-name", "custom", "--dataset-path", custom_file(path), *AT_ONCE),
-], ids=["shared-prefix", "multi-turn", "trace", "custom"])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        lambda path: (
+            "--dataset-name",
+            "shared-prefix",
+            "--prefix-len",
+            "48",
+            "--suffix-len",
+            "8",
+            "--output-len",
+            "4",
+            *AT_ONCE,
+        ),
+        lambda path: (
+            "--dataset-name",
+            "multi-turn",
+            "--dataset-path",
+            "builtin:sample",
+            "--turns",
+            "2",
+            "--sharegpt-output-len",
+            "4",
+            *AT_ONCE,
+        ),
+        lambda path: ("--dataset-name", "trace", "--dataset-path", trace_file(path), "--trace-block-len", "16"),
+        lambda path: ("--dataset-name", "custom", "--dataset-path", custom_file(path), *AT_ONCE),
+    ],
+    ids=["shared-prefix", "multi-turn", "trace", "custom"],
+)
 def test_restful_runs_each_workload_against_transformers_serve(transformers_server, tmp_path, flags):
     assert restful(transformers_server, tmp_path, "--num-prompts", "4", *flags(tmp_path)) == 0
     row, requests = only_run(tmp_path)

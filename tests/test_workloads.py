@@ -23,12 +23,23 @@ from bench_core.views import workload_charts
 
 
 def shared_prefix(tiny_tokenizer, **overrides):
-    settings = dict(dataset_name="shared-prefix", num_prompts=12, prefix_len=64, suffix_len=16, prefix_groups=3,
-                    output_len=8, seed=0) | overrides
+    settings = (
+        dict(
+            dataset_name="shared-prefix",
+            num_prompts=12,
+            prefix_len=64,
+            suffix_len=16,
+            prefix_groups=3,
+            output_len=8,
+            seed=0,
+        )
+        | overrides
+    )
     return sample_requests(DatasetConfig(**settings), tiny_tokenizer)
 
 
 # ---- shared-prefix ---------------------------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_shared_prefixes_are_byte_identical_after_tokenization_within_a_group_and_differ_across(tiny_tokenizer):
@@ -43,8 +54,9 @@ def test_shared_prefixes_are_byte_identical_after_tokenization_within_a_group_an
         assert all(common_prefix_len(ids, members[0]) < 64 + 16 for ids in members[1:])  # suffixes differ
     assert common_prefix_len(encoded[0], encoded[1]) < 8  # another group's prefix
     assert all(r.facts["shared_prefix_tokens"] >= 64 for r in sample.requests)
-    assert all(r.input_len == len(ids) and 64 + 16 <= r.input_len <= 64 + 16 + 2 for r, ids in
-               zip(sample.requests, encoded))
+    assert all(
+        r.input_len == len(ids) and 64 + 16 <= r.input_len <= 64 + 16 + 2 for r, ids in zip(sample.requests, encoded)
+    )
     assert all(r.output_len == 8 for r in sample.requests) and not sample.warnings
 
 
@@ -53,7 +65,7 @@ def test_a_share_of_zero_sends_the_same_lengths_with_nothing_to_reuse(tiny_token
     assert [r.input_len for r in unique.requests] == pytest.approx([r.input_len for r in reused.requests], abs=2)
     assert all(r.facts["shared_prefix_tokens"] == 0 for r in unique.requests)
     prompts = [tiny_tokenizer.encode(r.prompt) for r in unique.requests]
-    assert max(common_prefix_len(a, b) for i, a in enumerate(prompts) for b in prompts[i + 1:]) < 8
+    assert max(common_prefix_len(a, b) for i, a in enumerate(prompts) for b in prompts[i + 1 :]) < 8
     half = shared_prefix(tiny_tokenizer, prefix_share=0.5)
     assert half.notes[-1] == "6 of 12 prompts reuse one of 3 prefixes of 64 tokens"
     # a prompt alone in reusing its group's prefix shares it with no other
@@ -61,10 +73,12 @@ def test_a_share_of_zero_sends_the_same_lengths_with_nothing_to_reuse(tiny_token
 
 
 def test_shared_prefix_draws_are_the_seeds_and_the_order_is_asked(tiny_tokenizer):
-    assert [r.prompt for r in shared_prefix(tiny_tokenizer).requests] == \
-        [r.prompt for r in shared_prefix(tiny_tokenizer).requests]
-    assert [r.prompt for r in shared_prefix(tiny_tokenizer, seed=1).requests] != \
-        [r.prompt for r in shared_prefix(tiny_tokenizer).requests]
+    assert [r.prompt for r in shared_prefix(tiny_tokenizer).requests] == [
+        r.prompt for r in shared_prefix(tiny_tokenizer).requests
+    ]
+    assert [r.prompt for r in shared_prefix(tiny_tokenizer, seed=1).requests] != [
+        r.prompt for r in shared_prefix(tiny_tokenizer).requests
+    ]
     grouped = shared_prefix(tiny_tokenizer, prefix_order="grouped")
     assert [r.facts["prefix_group"] for r in grouped.requests] == [0] * 4 + [1] * 4 + [2] * 4
     assert group_order(7, 3, "interleaved", random.Random(0)) == [0, 1, 2, 0, 1, 2, 0]
@@ -73,6 +87,7 @@ def test_shared_prefix_draws_are_the_seeds_and_the_order_is_asked(tiny_tokenizer
 
 
 # ---- multi-turn ------------------------------------------------------------------------------------------------
+
 
 def multi_turn(tiny_tokenizer, **overrides):
     settings = dict(dataset="builtin:sample", dataset_name="multi-turn", num_prompts=4, turns=3, seed=0) | overrides
@@ -85,8 +100,10 @@ def test_every_turn_resends_the_conversation_so_far_and_follows_the_turn_before(
     assert len(requests) == 12 and [r.session for r in requests] == [s for s in range(4) for _ in range(3)]
     for index, request in enumerate(requests):
         assert request.turn == index % 3 and request.facts == {
-            "session": request.session, "turn": request.turn,
-            "shared_prefix_tokens": requests[index - 1].input_len if request.turn else 0}
+            "session": request.session,
+            "turn": request.turn,
+            "shared_prefix_tokens": requests[index - 1].input_len if request.turn else 0,
+        }
         assert request.input_len == len(tiny_tokenizer.encode(request.prompt))
         assert request.prompt == render_transcript(request.messages)
         if request.turn == 0:
@@ -97,8 +114,10 @@ def test_every_turn_resends_the_conversation_so_far_and_follows_the_turn_before(
         # the previous turn's whole prompt, its answer, then this turn's own message
         assert request.messages[:-2] == before.messages and request.messages[-2]["role"] == "assistant"
         assert request.prompt.startswith(before.prompt) and request.input_len > before.input_len
-        assert tiny_tokenizer.encode(request.prompt)[:before.input_len - 1] == \
-            tiny_tokenizer.encode(before.prompt)[:before.input_len - 1]
+        assert (
+            tiny_tokenizer.encode(request.prompt)[: before.input_len - 1]
+            == tiny_tokenizer.encode(before.prompt)[: before.input_len - 1]
+        )
     assert sample.notes[-1] == "4 sessions of 3 turns (12 requests), repeating the dataset's answers"
 
 
@@ -124,10 +143,12 @@ def test_conversations_too_short_for_the_turns_asked_are_skipped_and_said(tiny_t
 
 # ---- trace -----------------------------------------------------------------------------------------------------
 
-TRACE = [{"timestamp": 27482, "input_length": 700, "output_length": 5, "hash_ids": [1, 2]},
-         {"timestamp": 27982, "input_length": 1100, "output_length": 6, "hash_ids": [1, 2, 3]},
-         {"timestamp": 29482, "input_length": 100, "output_length": 7, "hash_ids": [4]},
-         {"timestamp": 30482, "input_length": 600, "output_length": 8, "hash_ids": [4]}]
+TRACE = [
+    {"timestamp": 27482, "input_length": 700, "output_length": 5, "hash_ids": [1, 2]},
+    {"timestamp": 27982, "input_length": 1100, "output_length": 6, "hash_ids": [1, 2, 3]},
+    {"timestamp": 29482, "input_length": 100, "output_length": 7, "hash_ids": [4]},
+    {"timestamp": 30482, "input_length": 600, "output_length": 8, "hash_ids": [4]},
+]
 
 
 def write_jsonl(path, records) -> str:
@@ -154,19 +175,27 @@ def test_equal_hash_ids_give_byte_identical_blocks_and_each_request_keeps_its_ti
 def test_a_bad_trace_line_is_refused_with_its_number(tmp_path, tiny_tokenizer):
     records = [*TRACE[:2], {"timestamp": 3, "input_length": 0, "output_length": 4, "hash_ids": []}]
     config = DatasetConfig(dataset=write_jsonl(tmp_path / "bad.jsonl", records), dataset_name="trace")
-    with pytest.raises(DatasetError, match=r"bad.jsonl, line 3: the record is refused because its 'input_length' "
-                                           r"must be a whole number of at least 1, not 0"):
+    with pytest.raises(
+        DatasetError,
+        match=r"bad.jsonl, line 3: the record is refused because its 'input_length' "
+        r"must be a whole number of at least 1, not 0",
+    ):
         sample_requests(config, tiny_tokenizer)
 
 
 # ---- custom ----------------------------------------------------------------------------------------------------
 
+
 def test_custom_records_take_a_prompt_or_messages_and_their_own_output_length(tmp_path, tiny_tokenizer):
-    records = [{"prompt": "What is a hash map?", "output_len": 12},
-               {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}],
-                "max_tokens": 5},
-               {"prompt": [{"role": "user", "content": "a list prompt is messages"}]},
-               {"prompt": "no length: the setting's"}]
+    records = [
+        {"prompt": "What is a hash map?", "output_len": 12},
+        {
+            "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}],
+            "max_tokens": 5,
+        },
+        {"prompt": [{"role": "user", "content": "a list prompt is messages"}]},
+        {"prompt": "no length: the setting's"},
+    ]
     config = DatasetConfig(dataset=write_jsonl(tmp_path / "c.jsonl", records), dataset_name="custom", output_len=9)
     requests = sample_requests(config, tiny_tokenizer).requests
     assert [r.output_len for r in requests] == [12, 5, 9, 9]
@@ -177,13 +206,16 @@ def test_custom_records_take_a_prompt_or_messages_and_their_own_output_length(tm
     assert all(r.input_len == len(tiny_tokenizer.encode(r.prompt)) for r in requests)
 
 
-@pytest.mark.parametrize("record, why", [
-    ({"text": "hi"}, "it has no 'prompt' string and no 'messages' list"),
-    ({"prompt": ""}, "its 'prompt' is empty or not a string"),
-    ({"prompt": "hi", "max_tokens": 0}, "its 'max_tokens' must be a whole number of at least 1, not 0"),
-    ({"messages": [{"content": "no role"}]}, "its message 1 is not an object with a 'role'"),
-    (["not", "an", "object"], "it is a JSON list, not an object"),
-])
+@pytest.mark.parametrize(
+    "record, why",
+    [
+        ({"text": "hi"}, "it has no 'prompt' string and no 'messages' list"),
+        ({"prompt": ""}, "its 'prompt' is empty or not a string"),
+        ({"prompt": "hi", "max_tokens": 0}, "its 'max_tokens' must be a whole number of at least 1, not 0"),
+        ({"messages": [{"content": "no role"}]}, "its message 1 is not an object with a 'role'"),
+        (["not", "an", "object"], "it is a JSON list, not an object"),
+    ],
+)
 def test_a_bad_custom_record_is_refused_with_its_line(tmp_path, tiny_tokenizer, record, why):
     path = write_jsonl(tmp_path / "c.jsonl", [{"prompt": "fine"}, record])
     with pytest.raises(DatasetError, match=rf"c.jsonl, line 2: the record is refused because {why}"):
@@ -199,11 +231,20 @@ def test_a_json_array_names_the_line_its_bad_record_starts_on(tmp_path, tiny_tok
 
 # ---- image -----------------------------------------------------------------------------------------------------
 
+
 def test_image_lengths_are_the_random_rule_and_each_request_carries_its_images(tiny_tokenizer):
     from PIL import Image
 
-    config = DatasetConfig(dataset_name="image", num_prompts=6, random_input_len=20, random_output_len=10,
-                           random_range_ratio=0.5, image_count=2, image_resolution="48x64", seed=3)
+    config = DatasetConfig(
+        dataset_name="image",
+        num_prompts=6,
+        random_input_len=20,
+        random_output_len=10,
+        random_range_ratio=0.5,
+        image_count=2,
+        image_resolution="48x64",
+        seed=3,
+    )
     sample = sample_requests(config, tiny_tokenizer)
     np.random.seed(3)  # profile_restful_api.py's compute_random_lens from the seeded global generator
     inputs, outputs = np.random.randint(10, 21, size=6), np.random.randint(5, 11, size=6)
@@ -225,8 +266,15 @@ def test_image_lengths_are_the_random_rule_and_each_request_carries_its_images(t
 def test_blank_png_images(tiny_tokenizer):
     from PIL import Image
 
-    config = DatasetConfig(dataset_name="image", num_prompts=1, random_input_len=4, random_output_len=4,
-                           image_content="blank", image_format="png", image_resolution="360p")
+    config = DatasetConfig(
+        dataset_name="image",
+        num_prompts=1,
+        random_input_len=4,
+        random_output_len=4,
+        image_content="blank",
+        image_format="png",
+        image_resolution="360p",
+    )
     (request,) = sample_requests(config, tiny_tokenizer).requests
     picture = Image.open(io.BytesIO(base64.b64decode(request.images[0].split(",", 1)[1])))
     assert picture.size == (640, 360) and picture.getextrema() == ((255, 255),) * 3
@@ -234,15 +282,26 @@ def test_blank_png_images(tiny_tokenizer):
 
 # ---- the schedule ----------------------------------------------------------------------------------------------
 
+
 def turns(*think: float, builds: bool = True) -> list[SampledRequest]:
     """One session of len(think) + 1 turns with these think times."""
     first = SampledRequest("User: a\n\nAssistant:", 4, 2, messages=({"role": "user", "content": "a"},), session=0)
     requests = [first]
     for turn, seconds in enumerate(think, 1):
         user = {"role": "user", "content": f"q{turn}"}
-        requests.append(SampledRequest("estimate", 9, 2, messages=(*requests[-1].messages, {"role": "assistant",
-                                       "content": "dataset's"}, user), session=0, turn=turn, follows=turn - 1,
-                                       think_s=seconds, builds_on_answer=builds))
+        requests.append(
+            SampledRequest(
+                "estimate",
+                9,
+                2,
+                messages=(*requests[-1].messages, {"role": "assistant", "content": "dataset's"}, user),
+                session=0,
+                turn=turn,
+                follows=turn - 1,
+                think_s=seconds,
+                builds_on_answer=builds,
+            )
+        )
     return requests
 
 
@@ -259,8 +318,9 @@ def test_a_turn_is_due_its_think_time_after_the_answer_and_repeats_it():
     assert sent.built and sent.prompt == "User: a\n\nAssistant:  hello\n\nUser: q1\n\nAssistant:"
     assert sent.messages[-2:] == ({"role": "assistant", "content": " hello"}, {"role": "user", "content": "q1"})
     schedule.finish(1, 103.0, served=True, answer=" again")
-    assert schedule.take(2).prompt.endswith("Assistant:  hello\n\nUser: q1\n\nAssistant:  again\n\nUser: q2\n\n"
-                                            "Assistant:")
+    assert schedule.take(2).prompt.endswith(
+        "Assistant:  hello\n\nUser: q1\n\nAssistant:  again\n\nUser: q2\n\nAssistant:"
+    )
     assert schedule.pending() == 0
 
 
@@ -294,6 +354,7 @@ def test_a_trace_is_due_at_its_times_over_the_speedup_and_rates_give_the_starter
 
 # ---- the workload table and its figures ------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_the_workload_table_keeps_each_datasets_facts_and_the_figures_draw_them(tmp_path, tiny_tokenizer):
     sessions = workload_table(multi_turn(tiny_tokenizer).requests)
@@ -309,8 +370,9 @@ def test_the_workload_table_keeps_each_datasets_facts_and_the_figures_draw_them(
     traced = workload_table(sample_requests(config, tiny_tokenizer).requests)
     assert traced["send_at_s"].tolist() == [0.0, 0.5, 2.0, 3.0]
     assert sum(workload_charts.send_times_figure(traced).data[0].y) == 4
-    plain = workload_table(sample_requests(DatasetConfig(dataset="builtin:sample", num_prompts=4), tiny_tokenizer)
-                           .requests)
+    plain = workload_table(
+        sample_requests(DatasetConfig(dataset="builtin:sample", num_prompts=4), tiny_tokenizer).requests
+    )
     assert workload_charts.reuse_figure(plain) is None and workload_charts.send_times_figure(plain) is None
     measured = with_workload_columns(plain[["input_len"]].assign(index=range(4)), multi_turn(tiny_tokenizer).requests)
     assert "turn" not in measured  # not the same requests: left as it is
@@ -318,42 +380,69 @@ def test_the_workload_table_keeps_each_datasets_facts_and_the_figures_draw_them(
 
 # ---- what is sent ----------------------------------------------------------------------------------------------
 
+
 def test_a_chat_request_sends_its_messages_and_its_images_before_the_text(tiny_tokenizer):
     from bench_core.engines.openai_client import ServerSpec, build_payload
 
     chat = ServerSpec("http://h:1", endpoint="chat")
-    image = sample_requests(DatasetConfig(dataset_name="image", num_prompts=1, random_input_len=4, random_output_len=4,
-                                          image_count=2, image_resolution="360p"), tiny_tokenizer).requests[0]
+    image = sample_requests(
+        DatasetConfig(
+            dataset_name="image",
+            num_prompts=1,
+            random_input_len=4,
+            random_output_len=4,
+            image_count=2,
+            image_resolution="360p",
+        ),
+        tiny_tokenizer,
+    ).requests[0]
     (message,) = build_payload(chat, "m", image.prompt, 4, False, images=image.images)["messages"]
     assert message["role"] == "user" and [part["type"] for part in message["content"]] == [
-        "image_url", "image_url", "text"]
-    assert message["content"][0]["image_url"]["url"] == image.images[0] and message["content"][2]["text"] == image.prompt
+        "image_url",
+        "image_url",
+        "text",
+    ]
+    assert (
+        message["content"][0]["image_url"]["url"] == image.images[0] and message["content"][2]["text"] == image.prompt
+    )
     turn = multi_turn(tiny_tokenizer, multi_turn_answers="dataset").requests[1]
     assert build_payload(chat, "m", turn.prompt, 4, False, turn.messages)["messages"] == list(turn.messages)
     completions = build_payload(ServerSpec("http://h:1"), "m", turn.prompt, 4, False, turn.messages)
     assert completions["prompt"] == turn.prompt and "messages" not in completions  # the transcript
 
 
-@pytest.mark.parametrize("engine, refused", [
-    (dict(backend="transformers"), "The transformers engine takes text only, so it cannot run the image dataset"),
-    (dict(backend="openai", base_url="http://127.0.0.1:1", endpoint="completions"),
-     "The image dataset sends its images in chat messages: use the chat endpoint"),
-])
+@pytest.mark.parametrize(
+    "engine, refused",
+    [
+        (dict(backend="transformers"), "The transformers engine takes text only, so it cannot run the image dataset"),
+        (
+            dict(backend="openai", base_url="http://127.0.0.1:1", endpoint="completions"),
+            "The image dataset sends its images in chat messages: use the chat endpoint",
+        ),
+    ],
+)
 def test_the_image_dataset_is_refused_where_no_image_can_go(engine, refused):
     from bench_core.config import EngineConfig, RunConfig
     from bench_core.engines import run_config_problems
 
-    config = RunConfig(engine=EngineConfig(**engine), load=LoadConfig(
-        load_pattern="request_rate" if engine["backend"] == "openai" else "batch"),
-        dataset=DatasetConfig(dataset_name="image", random_input_len=8, random_output_len=8))
-    assert [problem[:len(refused)] for problem in run_config_problems(config)] == [refused]
+    config = RunConfig(
+        engine=EngineConfig(**engine),
+        load=LoadConfig(load_pattern="request_rate" if engine["backend"] == "openai" else "batch"),
+        dataset=DatasetConfig(dataset_name="image", random_input_len=8, random_output_len=8),
+    )
+    assert [problem[: len(refused)] for problem in run_config_problems(config)] == [refused]
 
 
 def test_ttft_by_turn_boxes_each_turns_completed_requests():
     import pandas as pd
 
-    table = pd.DataFrame({"turn": [0, 1, 0, 1, 1], "ttft_s": [0.3, 0.05, 0.35, 0.04, np.nan],
-                          "status": ["success", "success", "success", "success", "failed"]})
+    table = pd.DataFrame(
+        {
+            "turn": [0, 1, 0, 1, 1],
+            "ttft_s": [0.3, 0.05, 0.35, 0.04, np.nan],
+            "status": ["success", "success", "success", "success", "failed"],
+        }
+    )
     (box,) = workload_charts.ttft_by_turn(table).data
     assert box.x.tolist() == [1, 2, 1, 2] and box.y.tolist() == pytest.approx([300, 50, 350, 40])
     assert workload_charts.ttft_by_turn(table.drop(columns="turn")) is None  # not a multi-turn run

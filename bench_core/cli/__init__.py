@@ -35,12 +35,19 @@ def commands() -> tuple[Command, ...]:
     from .throughput import ThroughputCommand
 
     pipeline, throughput, restful = PipelineCommand(), ThroughputCommand(), RestfulCommand()
-    return (pipeline, throughput, SweepCommand((pipeline, throughput, restful)), restful, DoctorCommand(),
-            ModelPathCommand())
+    return (
+        pipeline,
+        throughput,
+        SweepCommand((pipeline, throughput, restful)),
+        restful,
+        DoctorCommand(),
+        ModelPathCommand(),
+    )
 
 
-def build_parser(chosen: tuple[Command, ...] | None = None, prog: str = PROG,
-                 epilog: str | None = None) -> argparse.ArgumentParser:
+def build_parser(
+    chosen: tuple[Command, ...] | None = None, prog: str = PROG, epilog: str | None = None
+) -> argparse.ArgumentParser:
     parser = Parser(prog=prog, description="LLM Bench Studio, headless.", epilog=epilog)
     parser.add_argument("--version", action="version", version=f"LLM Bench Studio {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=Parser)

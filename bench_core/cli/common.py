@@ -18,7 +18,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from ..config import (
-    DEFAULT_PERCENTILES, KNOBS, Part, RunConfig, Setting, config_from_values, ignored_load_settings, of_part, setting,
+    DEFAULT_PERCENTILES,
+    KNOBS,
+    Part,
+    RunConfig,
+    Setting,
+    config_from_values,
+    ignored_load_settings,
+    of_part,
+    setting,
 )
 from ..errors import BenchError, ConfigError, HistoryError
 from ..run.observer import JobObserver
@@ -71,8 +79,9 @@ class Command(abc.ABC):
 
     def add_parser(self, commands: argparse._SubParsersAction) -> None:
         """Add this command's parser, with its flags, to `commands`."""
-        parser = commands.add_parser(self.name, formatter_class=HelpFormatter, help=self.help,
-                                     description=self.description, epilog=self.epilog)
+        parser = commands.add_parser(
+            self.name, formatter_class=HelpFormatter, help=self.help, description=self.description, epilog=self.epilog
+        )
         self.add_arguments(parser)
 
     @abc.abstractmethod
@@ -147,8 +156,9 @@ def add_results_flag(group, help_text: str, **options) -> None:
     """--results: the history folder, by default $BENCH_STUDIO_RESULTS, else ./results."""
     from ..store.history import RESULTS_ENV
 
-    group.add_argument("--results", default=os.environ.get(RESULTS_ENV, "results"),
-                       help=f"{help_text}; env {RESULTS_ENV}", **options)
+    group.add_argument(
+        "--results", default=os.environ.get(RESULTS_ENV, "results"), help=f"{help_text}; env {RESULTS_ENV}", **options
+    )
 
 
 _DECLARED = object()  # a Flag's default: the setting's own
@@ -193,8 +203,12 @@ class Flag:
             choices = declared.choices if self.choices is None else self.choices
             if choices is not None and declared.text_parser is None:  # a text parser knows its choices
                 options["choices"] = [choice for choice in choices if choice is not None]
-        action = group.add_argument(*(self.names or declared.cli_flags), dest=self.destination,
-                                    default=False if self.negated else default, **options)
+        action = group.add_argument(
+            *(self.names or declared.cli_flags),
+            dest=self.destination,
+            default=False if self.negated else default,
+            **options,
+        )
         action.setting_name = self.name
 
     def value(self, args: argparse.Namespace) -> typing.Any:
@@ -241,12 +255,14 @@ def flag_type(declared: Setting) -> Callable[[str], typing.Any]:
     """How a flag's text becomes the setting's value: its own text form (quant_policy's names), else its kind; an
     empty string leaves an optional setting unset, like a missing flag."""
     if declared.text_parser is not None:
+
         def parse(text: str) -> typing.Any:
             try:
                 return declared.text_parser(text)
             except ValueError as exc:
                 raise argparse.ArgumentTypeError(str(exc)) from None
     elif declared.optional:
+
         def parse(text: str) -> typing.Any:
             return None if text.strip() == "" else declared.kind(text)
     else:
@@ -288,8 +304,9 @@ def knob_flag(knob: Setting) -> Flag:
     return Flag(knob.name, default=argparse.SUPPRESS, help=help_text)
 
 
-def add_knob_flags(parser: argparse.ArgumentParser, knobs: Iterable[Setting],
-                   layout: Iterable[tuple[str, Iterable[str]]] = ()) -> None:
+def add_knob_flags(
+    parser: argparse.ArgumentParser, knobs: Iterable[Setting], layout: Iterable[tuple[str, Iterable[str]]] = ()
+) -> None:
     """Each knob's flag: those a `layout` names (an LMDeploy script's argument groups, by title, in its order) in
     its groups, the others in their catalog group's ("<group> arguments", ours beside a script's layout)."""
     chosen = {knob.name: knob for knob in knobs}
@@ -324,9 +341,14 @@ def add_record_flags(group, *, label_help: str, percentiles_help: str) -> None:
 
 
 def add_report_flag(group, when: str, **options) -> None:
-    group.add_argument("--report", metavar="FILE", default="", **options,
-                       help=f"write one self-contained HTML report (charts, tables, settings, environment; it opens "
-                            f"offline) to FILE {when}")
+    group.add_argument(
+        "--report",
+        metavar="FILE",
+        default="",
+        **options,
+        help=f"write one self-contained HTML report (charts, tables, settings, environment; it opens "
+        f"offline) to FILE {when}",
+    )
 
 
 def check_report_path(path: str) -> None:
@@ -373,8 +395,9 @@ def runs_report(history, runs: list) -> Callable[[], str]:
             run = runs[0]
             measurement = run.measurement
             notes = measurement.sample.notes if measurement.sample is not None else ()
-            return report.run_report(run_parts(history, run.run_id, run.record, None, measurement.warnings, notes,
-                                               run.snapshot()))
+            return report.run_report(
+                run_parts(history, run.run_id, run.record, None, measurement.warnings, notes, run.snapshot())
+            )
         rows = history.load()
         rows = rows[rows["run_id"].astype(str).isin([run.run_id for run in runs])]
         if rows.empty:
@@ -402,8 +425,10 @@ def progress_line(state: RunState, phase: str, snap, pace=None) -> str:
     if state != RunState.RUNNING or snap is None:
         return f"{state}: {phase}..." if phase else f"{state}..."
     done = snap.completed + snap.failed + snap.cancelled
-    return (f"running: {done}/{snap.total_requests} requests done, {snap.in_flight} in flight, "
-            f"{snap.output_tokens:,} tokens, {describe_time_left(snap, pace)}")
+    return (
+        f"running: {done}/{snap.total_requests} requests done, {snap.in_flight} in flight, "
+        f"{snap.output_tokens:,} tokens, {describe_time_left(snap, pace)}"
+    )
 
 
 class ProgressLine(JobObserver):
@@ -515,12 +540,17 @@ def print_workload_findings(run) -> None:
     cached = summary.get(METRICS["total_cached_tokens"].column(), math.nan)
     config = record.config
     if config.dataset.dataset_name in DATASET_NAMES[2:] or config.engine.enable_prefix_caching or cached > 0:
-        said = (f"{cached:,.0f} of {summary['total_input_tokens']:,} prompt tokens cached, hit rate {hit_rate:.3f}"
-                if not math.isnan(hit_rate) else "not reported (the engine does not say which prompt tokens it had "
-                                                 "cached)")
+        said = (
+            f"{cached:,.0f} of {summary['total_input_tokens']:,} prompt tokens cached, hit rate {hit_rate:.3f}"
+            if not math.isnan(hit_rate)
+            else "not reported (the engine does not say which prompt tokens it had cached)"
+        )
         print(f"Prefix cache: {said}")
-    turns = [(turn, summary[column]) for turn in range(1, MAX_TURNS + 1)
-             if (column := METRICS[f"ttft_turn{turn}"].column()) in summary]
+    turns = [
+        (turn, summary[column])
+        for turn in range(1, MAX_TURNS + 1)
+        if (column := METRICS[f"ttft_turn{turn}"].column()) in summary
+    ]
     if turns:
         print("Mean TTFT by turn (ms): " + ", ".join(f"{turn}: {value:.1f}" for turn, value in turns))
 
@@ -529,23 +559,29 @@ def print_hardware_findings(run) -> None:
     """After the tables: the warm-up, speculative decoding's acceptance where it was asked for ("not reported"
     where the engine reported none), a random-weight model said as such, the run's telemetry and its server's own
     metrics (the catalog's sampled and served metrics it has) and its roofline verdict with the numbers behind it."""
-    from ..measure.catalog import METRICS, NOT_REPORTED, SPECULATIVE_COLUMNS
     from ..hardware.roofline import describe_roofline
+    from ..measure.catalog import METRICS, NOT_REPORTED, SPECULATIVE_COLUMNS
     from ..views.tables import quantity_table
 
     record = run.record
     if record is None:
         return
     if run.measurement.warmup_seconds is not None:
-        print(f"Warm-up: {record.config.load.warmup_requests} requests in {run.measurement.warmup_seconds:.2f} s, "
-              "before the clock started (not measured).")
+        print(
+            f"Warm-up: {record.config.load.warmup_requests} requests in {run.measurement.warmup_seconds:.2f} s, "
+            "before the clock started (not measured)."
+        )
     engine = record.config.engine
     if engine.speculative_algorithm:
-        figures = [f"{METRICS[key].label.lower()} " + (f"{record.metrics[key]:.3g} {METRICS[key].unit}"
-                                                       if key in record.metrics else NOT_REPORTED)
-                   for key in SPECULATIVE_COLUMNS]
-        print(f"Speculative decoding ({engine.speculative_algorithm}, {engine.speculative_num_draft_tokens} draft "
-              f"tokens per step): {'; '.join(figures)}.")
+        figures = [
+            f"{METRICS[key].label.lower()} "
+            + (f"{record.metrics[key]:.3g} {METRICS[key].unit}" if key in record.metrics else NOT_REPORTED)
+            for key in SPECULATIVE_COLUMNS
+        ]
+        print(
+            f"Speculative decoding ({engine.speculative_algorithm}, {engine.speculative_num_draft_tokens} draft "
+            f"tokens per step): {'; '.join(figures)}."
+        )
     if record.model is not None and record.model.random_weights:
         print(f"Random-weight run ({record.model.name}): the timings are real, the generated text is not.")
     for title, formula in (("Telemetry", "sampled"), ("Server metrics", "served")):
@@ -603,8 +639,13 @@ def sweep_outcome(completed: bool, state: str, saved: bool) -> int:
     return EXIT_OK if state == RunState.FINISHED and saved else EXIT_FAILED
 
 
-def run_each(history, configs: Iterable[RunConfig], csv_path: str,
-             show: Callable[[typing.Any], Callable[[], None]], report_path: str = "") -> int:
+def run_each(
+    history,
+    configs: Iterable[RunConfig],
+    csv_path: str,
+    show: Callable[[typing.Any], Callable[[], None]],
+    report_path: str = "",
+) -> int:
     """Run each config in turn, waiting with a progress line. A run that measured something is shown (`show(run)`
     prints its result and returns what appends its row to the CSV at `csv_path`, when it has one), recorded in
     the history and reported. The exit code: the first run that measured nothing or was interrupted ends the
@@ -617,8 +658,9 @@ def run_each(history, configs: Iterable[RunConfig], csv_path: str,
     return status
 
 
-def _run_each(history, configs: Iterable[RunConfig], csv_path: str, show: Callable[[typing.Any], Callable[[], None]],
-              ended: list) -> int:
+def _run_each(
+    history, configs: Iterable[RunConfig], csv_path: str, show: Callable[[typing.Any], Callable[[], None]], ended: list
+) -> int:
     from ..run.runner import Runner
 
     runner = Runner(history)

@@ -16,8 +16,18 @@ import sys
 from ..config import RunConfig, config_from_values
 from ..states import RunState
 from .common import (
-    DOCTOR_EXIT_CODES_HELP, EXIT_FAILED, EXIT_NOT_READY, EXIT_OK, Command, Flag, ProgressLine, add_flags,
-    add_results_flag, interrupted, open_history, wait_with_progress,
+    DOCTOR_EXIT_CODES_HELP,
+    EXIT_FAILED,
+    EXIT_NOT_READY,
+    EXIT_OK,
+    Command,
+    Flag,
+    ProgressLine,
+    add_flags,
+    add_results_flag,
+    interrupted,
+    open_history,
+    wait_with_progress,
 )
 
 # A smoke run's size: meant for 20-30 s on a quiet 2-core CPU (README, "doctor", says what was measured); on a
@@ -40,10 +50,20 @@ class DoctorCommand(Command):
     epilog = DOCTOR_EXIT_CODES_HELP
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--smoke", action="store_true",
-                            help="run a short benchmark on each available in-process backend (about 20-30 s each)")
-        add_flags(parser, [Flag("model", help="the model the smoke runs benchmark (the dashboard's: a real model that "
-                                              "needs no download)")])
+        parser.add_argument(
+            "--smoke",
+            action="store_true",
+            help="run a short benchmark on each available in-process backend (about 20-30 s each)",
+        )
+        add_flags(
+            parser,
+            [
+                Flag(
+                    "model",
+                    help="the model the smoke runs benchmark (the dashboard's: a real model that needs no download)",
+                )
+            ],
+        )
         add_results_flag(parser, "folder of the run history the smoke runs are recorded in")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -63,8 +83,14 @@ class DoctorCommand(Command):
         broken = [name for name, reason in reasons.items() if reason and backend(name).in_process and cuda]
         code = EXIT_OK if in_process and not broken else EXIT_NOT_READY
         if code == EXIT_NOT_READY:
-            print("Not ready: " + (f"a GPU is visible but {', '.join(broken)} cannot run on it." if broken
-                                   else "no in-process backend can run here."))
+            print(
+                "Not ready: "
+                + (
+                    f"a GPU is visible but {', '.join(broken)} cannot run on it."
+                    if broken
+                    else "no in-process backend can run here."
+                )
+            )
         if args.smoke and in_process:
             smoked = _smoke(in_process, args.model, args.results, cuda)
             code = smoked if smoked != EXIT_OK else code
@@ -79,9 +105,16 @@ def _print_software() -> None:
     cuda_build = environment["cuda"]
     print("Software")
     print(f"  {'Python':<13} {platform.python_version()} ({sys.executable})")
-    print(f"  {'torch':<13} {environment['torch']}"
-          + (f" (CUDA {cuda_build} build)" if cuda_build not in ("none", "unknown", "not installed")
-             else " (a CPU build)" if cuda_build == "none" else ""))
+    print(
+        f"  {'torch':<13} {environment['torch']}"
+        + (
+            f" (CUDA {cuda_build} build)"
+            if cuda_build not in ("none", "unknown", "not installed")
+            else " (a CPU build)"
+            if cuda_build == "none"
+            else ""
+        )
+    )
     print(f"  {'transformers':<13} {environment['transformers']}")
     print(f"  {'lmdeploy':<13} {environment['lmdeploy']}")
     facts = {}
@@ -113,9 +146,17 @@ def smoke_config(backend: str, model: str, on_gpu: bool) -> RunConfig:
     from ..engines import backend as backend_of
 
     size = GPU_SMOKE if on_gpu else CPU_SMOKE
-    return config_from_values({"backend": backend, "model": model, "dataset": "builtin:sharegpt",
-                               "load_pattern": backend_of(backend).load_pattern, "stream_output": True, **size},
-                              label="doctor --smoke")
+    return config_from_values(
+        {
+            "backend": backend,
+            "model": model,
+            "dataset": "builtin:sharegpt",
+            "load_pattern": backend_of(backend).load_pattern,
+            "stream_output": True,
+            **size,
+        },
+        label="doctor --smoke",
+    )
 
 
 def _smoke(names: list[str], model: str, results: str, cuda: bool) -> int:
@@ -141,8 +182,10 @@ def _smoke(names: list[str], model: str, results: str, cuda: bool) -> int:
                 code = EXIT_FAILED
                 continue
             metrics = record.metrics
-            print(f"  {metrics['output_throughput']:,.1f} output tok/s, {metrics['completed']}/"
-                  f"{metrics['total_requests']} requests in {metrics['duration_s']:.1f} s")
+            print(
+                f"  {metrics['output_throughput']:,.1f} output tok/s, {metrics['completed']}/"
+                f"{metrics['total_requests']} requests in {metrics['duration_s']:.1f} s"
+            )
             for verdict in describe_roofline(record.roofline) if record.roofline else ():
                 print(f"  {verdict}")
             print(f"  recorded as run {run.run_id} in {history.csv_path}")

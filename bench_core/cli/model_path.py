@@ -15,11 +15,14 @@ class ModelPathCommand(Command):
     epilog = None
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("name", help="builtin:smollm2-135m, builtin:tiny-llama, or synthetic:<preset> "
-                                         f"({', '.join(SYNTHETIC_MODELS)}), a preset with sizes changed "
-                                         "(synthetic:llama-3.2-1b:layers=4) or a custom shape "
-                                         "(synthetic:llama:layers=..,hidden=..,intermediate=..,heads=..,kv_heads=..,"
-                                         "vocab=..)")
+        parser.add_argument(
+            "name",
+            help="builtin:smollm2-135m, builtin:tiny-llama, or synthetic:<preset> "
+            f"({', '.join(SYNTHETIC_MODELS)}), a preset with sizes changed "
+            "(synthetic:llama-3.2-1b:layers=4) or a custom shape "
+            "(synthetic:llama:layers=..,hidden=..,intermediate=..,heads=..,kv_heads=..,"
+            "vocab=..)",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from ..models.resolve import resolve_model

@@ -16,26 +16,62 @@ from ..engines import in_process_backends
 from ..states import LoadPattern
 from ..sweep.plan import parse_sweep_arg
 from .common import (
-    LENGTH_FLAGS, Flag, ScriptCommand, add_flags, add_knob_flags, add_record_flags, in_process_knobs, unlisted_flags,
+    LENGTH_FLAGS,
+    Flag,
+    ScriptCommand,
+    add_flags,
+    add_knob_flags,
+    add_record_flags,
+    in_process_knobs,
+    unlisted_flags,
 )
 
 # profile_pipeline_api.py's flags, in its order (--csv, not a setting, comes after -n).
 POSITIONAL = (
-    Flag("dataset", positional=True, help="ShareGPT dataset: a JSON or JSONL path, builtin:sharegpt or builtin:sample; "
-                                          "for --dataset-name trace or custom, your trace or prompts file"),
-    Flag("model", positional=True, dest="model_path",
-         help="a local folder, a hub id, builtin:smollm2-135m / builtin:tiny-llama, or synthetic:<preset>[:key=value,...] "
-              "(see above)"),
-    "concurrency", "num_prompts",
+    Flag(
+        "dataset",
+        positional=True,
+        help="ShareGPT dataset: a JSON or JSONL path, builtin:sharegpt or builtin:sample; "
+        "for --dataset-name trace or custom, your trace or prompts file",
+    ),
+    Flag(
+        "model",
+        positional=True,
+        dest="model_path",
+        help="a local folder, a hub id, builtin:smollm2-135m / builtin:tiny-llama, or synthetic:<preset>[:key=value,...] "
+        "(see above)",
+    ),
+    "concurrency",
+    "num_prompts",
 )
-SCRIPT_FLAGS = ("seed", "stream_output", "dataset_name", *LENGTH_FLAGS, "top_p", "top_k", "temperature", "log_level",
-                Flag("backend", default="turbomind", choices=in_process_backends()), "trust_remote_code")
+SCRIPT_FLAGS = (
+    "seed",
+    "stream_output",
+    "dataset_name",
+    *LENGTH_FLAGS,
+    "top_p",
+    "top_k",
+    "temperature",
+    "log_level",
+    Flag("backend", default="turbomind", choices=in_process_backends()),
+    "trust_remote_code",
+)
 # Ours: the load pattern (the engine API is the throughput command's) with a request rate's arrivals and limit (on
 # the embedded engine), the warm-up, and the dataset's settings LMDeploy's script lacks.
-LOAD_FLAG = Flag("load_pattern", default=None,
-                 choices=(LoadPattern.BATCH, LoadPattern.CONCURRENCY, LoadPattern.REQUEST_RATE, LoadPattern.TRACE))
-OUR_FLAGS = (LOAD_FLAG, "request_rate", "burstiness", "exact_rate_arrivals", "max_concurrency", "warmup_requests",
-             *unlisted_flags(Part.DATASET, POSITIONAL, SCRIPT_FLAGS))
+LOAD_FLAG = Flag(
+    "load_pattern",
+    default=None,
+    choices=(LoadPattern.BATCH, LoadPattern.CONCURRENCY, LoadPattern.REQUEST_RATE, LoadPattern.TRACE),
+)
+OUR_FLAGS = (
+    LOAD_FLAG,
+    "request_rate",
+    "burstiness",
+    "exact_rate_arrivals",
+    "max_concurrency",
+    "warmup_requests",
+    *unlisted_flags(Part.DATASET, POSITIONAL, SCRIPT_FLAGS),
+)
 
 
 class PipelineCommand(ScriptCommand):
@@ -59,13 +95,19 @@ class PipelineCommand(ScriptCommand):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """profile_pipeline_api.py's arguments and flags, then ours."""
         add_flags(parser, POSITIONAL)
-        parser.add_argument("--csv", default="./profile_pipeline_api.csv",
-                            help="LMDeploy-format CSV to append the result to; an empty string disables it")
+        parser.add_argument(
+            "--csv",
+            default="./profile_pipeline_api.csv",
+            help="LMDeploy-format CSV to append the result to; an empty string disables it",
+        )
         add_flags(parser, SCRIPT_FLAGS)
         ours = parser.add_argument_group("LLM Bench Studio")
         add_flags(ours, OUR_FLAGS)
-        add_record_flags(ours, label_help="a label for this run in the history",
-                         percentiles_help="latency percentiles to report, comma-separated")
+        add_record_flags(
+            ours,
+            label_help="a label for this run in the history",
+            percentiles_help="latency percentiles to report, comma-separated",
+        )
         add_knob_flags(parser, in_process_knobs())
 
     def build_config(self, args: argparse.Namespace) -> RunConfig:

@@ -20,71 +20,121 @@ import urllib.parse
 from datetime import datetime
 
 from .. import csvstore
-from ..measure import metrics
-from ..measure.catalog import BEYOND_LMDEPLOY, METRICS, Metric
 from ..config import Part, RunConfig
 from ..config.catalog import BY_NAME, IMAGE, TRACE_DATASET, setting
-from ..states import LoadPattern
 from ..engines import check_run_config
 from ..engines.openai_client import REQUEST_DEADLINE_S, ServerError, api_root, discover_model
 from ..errors import ConfigError
+from ..measure import metrics
+from ..measure.catalog import BEYOND_LMDEPLOY, METRICS, Metric
+from ..states import LoadPattern
 from ..store.history_import import RESTFUL_COLUMNS
 from .common import (
-    EXIT_CODES_HELP, LENGTH_FLAGS, EngineCommand, Flag, add_flags, add_record_flags, check_report_path, check_writable,
-    flag_values, open_history, recorded_config, run_each, unlisted_flags,
+    EXIT_CODES_HELP,
+    LENGTH_FLAGS,
+    EngineCommand,
+    Flag,
+    add_flags,
+    add_record_flags,
+    check_report_path,
+    check_writable,
+    flag_values,
+    open_history,
+    recorded_config,
+    run_each,
+    unlisted_flags,
 )
 
 # Their backend names: (server kind, endpoint). -chat forms use /v1/chat/completions.
 SERVER_BACKENDS = {
-    "lmdeploy": ("lmdeploy", "completions"), "lmdeploy-chat": ("lmdeploy", "chat"),
-    "vllm": ("vllm", "completions"), "vllm-chat": ("vllm", "chat"),
-    "sglang-oai": ("sglang", "completions"), "sglang-oai-chat": ("sglang", "chat"),
-    "transformers": ("transformers", "completions"), "transformers-chat": ("transformers", "chat"),
+    "lmdeploy": ("lmdeploy", "completions"),
+    "lmdeploy-chat": ("lmdeploy", "chat"),
+    "vllm": ("vllm", "completions"),
+    "vllm-chat": ("vllm", "chat"),
+    "sglang-oai": ("sglang", "completions"),
+    "sglang-oai-chat": ("sglang", "chat"),
+    "transformers": ("transformers", "completions"),
+    "transformers-chat": ("transformers", "chat"),
 }
 OFFLINE_ENV = "HF_HUB_OFFLINE"  # 1 (our default, as in the app): tokenizers come from local files only
 # profile_restful_api.py's flags that are settings, in its order, with its defaults and words.
 DATASET_FLAGS = (
     Flag("dataset_name", help="name of the dataset"),
-    Flag("dataset", names=("--dataset-path",), help="ShareGPT JSON/JSONL file, builtin:sharegpt or builtin:sample; "
-                                                    "for --dataset-name trace or custom, your trace or prompts file"),
+    Flag(
+        "dataset",
+        names=("--dataset-path",),
+        help="ShareGPT JSON/JSONL file, builtin:sharegpt or builtin:sample; "
+        "for --dataset-name trace or custom, your trace or prompts file",
+    ),
     Flag("model", default=None, help="model name sent to the server; default: the first of GET /v1/models"),
-    Flag("tokenizer", default=None,
-         help="tokenizer to sample prompts and retokenize answers (folder, hub id or builtin:...); default: the model. "
-              f"Hub ids come from the local cache only, unless {OFFLINE_ENV}=0 allows downloads"),
+    Flag(
+        "tokenizer",
+        default=None,
+        help="tokenizer to sample prompts and retokenize answers (folder, hub id or builtin:...); default: the model. "
+        f"Hub ids come from the local cache only, unless {OFFLINE_ENV}=0 allows downloads",
+    ),
 )
 IMAGE_FLAGS = ("image_count", "image_resolution", "image_format", "image_content")
-SAMPLING_FLAGS = (Flag("num_prompts", names=("--num-prompts",), default=1000), *LENGTH_FLAGS, *IMAGE_FLAGS,
-                  "request_rate", Flag("seed", default=1))
+SAMPLING_FLAGS = (
+    Flag("num_prompts", names=("--num-prompts",), default=1000),
+    *LENGTH_FLAGS,
+    *IMAGE_FLAGS,
+    "request_rate",
+    Flag("seed", default=1),
+)
 SWITCHES = (
     Flag("stream_output", names=("--disable-stream",), negated=True, help="do not stream (no TTFT or ITL)"),
     Flag("ignore_eos", names=("--disable-ignore-eos",), negated=True, help="let requests stop at EOS"),
 )
 BODY_FLAGS = (
-    Flag("extra_request_body", help='JSON object merged into every request, last, so it overrides any field we send, '
-                                    'e.g. \'{"temperature": 0.6}\''),
+    Flag(
+        "extra_request_body",
+        help="JSON object merged into every request, last, so it overrides any field we send, "
+        "e.g. '{\"temperature\": 0.6}'",
+    ),
     Flag("trust_remote_code", help="trust remote code when loading the tokenizer"),
 )
 # benchmark_chat_completion.py's sampling flags, with its defaults. At temperature 0 a request is greedy and carries
 # profile_restful_api.py's temperature 0.0 only; above it, it samples with all three.
 SAMPLING_BODY_FLAGS = (
-    Flag("temperature", default=0.0, help="sampling temperature sent with every request; above 0 top-p and top-k "
-                                          "are sent too (benchmark_chat_completion.py's fields)"),
+    Flag(
+        "temperature",
+        default=0.0,
+        help="sampling temperature sent with every request; above 0 top-p and top-k "
+        "are sent too (benchmark_chat_completion.py's fields)",
+    ),
     Flag("top_p", default=1.0, help="top-p sent with every request when --temperature is above 0"),
-    Flag("top_k", default=40, help="top-k sent with every request when --temperature is above 0 (to lmdeploy, vllm "
-                                   "and sglang servers: OpenAI's API has no top_k)"),
+    Flag(
+        "top_k",
+        default=40,
+        help="top-k sent with every request when --temperature is above 0 (to lmdeploy, vllm "
+        "and sglang servers: OpenAI's API has no top_k)",
+    ),
 )
 # Ours: vLLM's load shape and limits, and the dataset's settings LMDeploy's script lacks.
-OUR_FLAGS = (*unlisted_flags(Part.DATASET, DATASET_FLAGS, SAMPLING_FLAGS),
-    "max_concurrency", "burstiness", "exact_rate_arrivals", "duration_s", "client_processes",
+OUR_FLAGS = (
+    *unlisted_flags(Part.DATASET, DATASET_FLAGS, SAMPLING_FLAGS),
+    "max_concurrency",
+    "burstiness",
+    "exact_rate_arrivals",
+    "duration_s",
+    "client_processes",
     Flag("warmup_requests", default=1, help="unmeasured warm-up requests (0 with --disable-warmup)"),
-    Flag("chat_limit_field", help="the field of a -chat backend's requests that limits their output tokens: "
-                                  "profile_restful_api.py's max_completion_tokens, max_tokens (which llama.cpp's "
-                                  "server heeds) or both"),
-    Flag("read_timeout_s", names=("--timeout",),
-         help="seconds a request may wait for its next token (the first included) before it fails; keep-alive "
-              f"comments do not count. A request also fails after {REQUEST_DEADLINE_S / 3600:g} hours in all, "
-              "as in profile_restful_api.py"),
-    Flag("server_metrics", negated=True), "server_metrics_interval_s",
+    Flag(
+        "chat_limit_field",
+        help="the field of a -chat backend's requests that limits their output tokens: "
+        "profile_restful_api.py's max_completion_tokens, max_tokens (which llama.cpp's "
+        "server heeds) or both",
+    ),
+    Flag(
+        "read_timeout_s",
+        names=("--timeout",),
+        help="seconds a request may wait for its next token (the first included) before it fails; keep-alive "
+        f"comments do not count. A request also fails after {REQUEST_DEADLINE_S / 3600:g} hours in all, "
+        "as in profile_restful_api.py",
+    ),
+    Flag("server_metrics", negated=True),
+    "server_metrics_interval_s",
 )
 DEFAULT_PORTS = {"lmdeploy": 23333, "sglang": 30000, "vllm": 8000, "transformers": 8000}
 BOX_WIDTH = 50
@@ -109,23 +159,42 @@ class RestfulCommand(EngineCommand):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """profile_restful_api.py's flags, then ours."""
-        parser.add_argument("--backend", default="lmdeploy", choices=list(SERVER_BACKENDS),
-                            help="the server, and with -chat the chat endpoint; sets the default port and how ignore_eos is sent")
+        parser.add_argument(
+            "--backend",
+            default="lmdeploy",
+            choices=list(SERVER_BACKENDS),
+            help="the server, and with -chat the chat endpoint; sets the default port and how ignore_eos is sent",
+        )
         add_flags(parser, (Flag("base_url", default=None, help="server address; overrides --host and --port"),))
         parser.add_argument("--host", default="127.0.0.1", help="server host")
-        parser.add_argument("--port", type=_port, default=None,
-                            help="server port; default per backend: lmdeploy 23333, sglang 30000, vllm 8000, transformers 8000")
+        parser.add_argument(
+            "--port",
+            type=_port,
+            default=None,
+            help="server port; default per backend: lmdeploy 23333, sglang 30000, vllm 8000, transformers 8000",
+        )
         add_flags(parser, DATASET_FLAGS)
         add_flags(parser, SAMPLING_FLAGS)
         parser.add_argument("--multi", action="store_true", help="run once per rate of --request-rate-range")
-        parser.add_argument("--request-rate-range", type=_rate_range, default="2,34,2",
-                            help="START,STOP,STEP: a range, STOP excluded (floats allowed); other counts: a list")
-        parser.add_argument("--request-rate-list", type=_rate_list, default=None,
-                            help="an explicit list of rates, e.g. 1,2,4; implies --multi")
-        parser.add_argument("--output-file", default=None,
-                            help="CSV to append profile_restful_api.py's row to; default {backend}_{MMDD}_{num_prompts}_sharegpt.csv, "
-                                 "{backend}_{MMDD}_{num_prompts}_{in}_{out}.csv for random, "
-                                 "{backend}_{MMDD}_{num_prompts}_{dataset}.csv for ours; an empty string disables it")
+        parser.add_argument(
+            "--request-rate-range",
+            type=_rate_range,
+            default="2,34,2",
+            help="START,STOP,STEP: a range, STOP excluded (floats allowed); other counts: a list",
+        )
+        parser.add_argument(
+            "--request-rate-list",
+            type=_rate_list,
+            default=None,
+            help="an explicit list of rates, e.g. 1,2,4; implies --multi",
+        )
+        parser.add_argument(
+            "--output-file",
+            default=None,
+            help="CSV to append profile_restful_api.py's row to; default {backend}_{MMDD}_{num_prompts}_sharegpt.csv, "
+            "{backend}_{MMDD}_{num_prompts}_{in}_{out}.csv for random, "
+            "{backend}_{MMDD}_{num_prompts}_{dataset}.csv for ours; an empty string disables it",
+        )
         add_flags(parser, SWITCHES)
         parser.add_argument("--disable-warmup", action="store_true", help="send no warm-up request")
         add_flags(parser, BODY_FLAGS)
@@ -133,8 +202,11 @@ class RestfulCommand(EngineCommand):
 
         ours = parser.add_argument_group("LLM Bench Studio")
         add_flags(ours, OUR_FLAGS)
-        add_record_flags(ours, label_help="a label for the run(s) in the history",
-                         percentiles_help="latency percentiles, comma-separated")
+        add_record_flags(
+            ours,
+            label_help="a label for the run(s) in the history",
+            percentiles_help="latency percentiles, comma-separated",
+        )
 
     serves = True
 
@@ -163,9 +235,13 @@ class RestfulCommand(EngineCommand):
 
         def show(run):
             config = run.config
-            summary = metrics.run_summary(run.record.requests, run.record.metrics["duration_s"],
-                                          sorted({*config.percentiles, *SUMMARY_PERCENTILES}),
-                                          config.load.stream_output, config.slo)
+            summary = metrics.run_summary(
+                run.record.requests,
+                run.record.metrics["duration_s"],
+                sorted({*config.percentiles, *SUMMARY_PERCENTILES}),
+                config.load.stream_output,
+                config.slo,
+            )
             print_result(args.backend, config, summary)
             return lambda: csvstore.append_row(output_file, restful_csv_row(args.backend, config, summary))
 
@@ -223,8 +299,10 @@ def rates(args: argparse.Namespace) -> list[float]:
     if not chosen:
         raise ConfigError("The request rates for --multi are empty: check --request-rate-range or --request-rate-list.")
     if args.dataset_name == TRACE_DATASET and len(chosen) > 1:
-        raise ConfigError("A trace is sent at its own times, not at a request rate: drop --multi and the rate lists, "
-                          "or change --trace-speedup (a sweep can vary it).")
+        raise ConfigError(
+            "A trace is sent at its own times, not at a request rate: drop --multi and the rate lists, "
+            "or change --trace-speedup (a sweep can vary it)."
+        )
     return chosen
 
 
@@ -232,16 +310,29 @@ def config_for_rate(args: argparse.Namespace, url: str, model: str, rate: float)
     """The run at `rate`; a trace's run instead sends each request at its trace time, at most --max-concurrency at
     once (default: no limit)."""
     kind, endpoint = SERVER_BACKENDS[args.backend]
-    values = flag_values(args, (*DATASET_FLAGS, *SAMPLING_FLAGS, *SWITCHES, *BODY_FLAGS, *SAMPLING_BODY_FLAGS,
-                                *OUR_FLAGS))
+    values = flag_values(
+        args, (*DATASET_FLAGS, *SAMPLING_FLAGS, *SWITCHES, *BODY_FLAGS, *SAMPLING_BODY_FLAGS, *OUR_FLAGS)
+    )
     values["do_sample"] = values["temperature"] > 0
     if args.disable_warmup:
         values["warmup_requests"] = 0
-    values.update(backend="openai", model=model, base_url=url, endpoint=endpoint, server_kind=kind,
-                  tokenizer=args.tokenizer or "", load_pattern=LoadPattern.REQUEST_RATE, request_rate=rate)
+    values.update(
+        backend="openai",
+        model=model,
+        base_url=url,
+        endpoint=endpoint,
+        server_kind=kind,
+        tokenizer=args.tokenizer or "",
+        load_pattern=LoadPattern.REQUEST_RATE,
+        request_rate=rate,
+    )
     if args.dataset_name == TRACE_DATASET:
-        values.update(load_pattern=LoadPattern.TRACE, concurrency=args.max_concurrency or args.num_prompts,
-                      max_concurrency=None, request_rate=setting("request_rate").default)
+        values.update(
+            load_pattern=LoadPattern.TRACE,
+            concurrency=args.max_concurrency or args.num_prompts,
+            max_concurrency=None,
+            request_rate=setting("request_rate").default,
+        )
     return recorded_config(args, values)
 
 
@@ -270,7 +361,9 @@ def check_server(url: str, model: str | None) -> str:
     try:
         socket.create_connection((address.hostname, port), timeout=10).close()
     except OSError as exc:
-        raise ServerError(f"Cannot reach {api_root(url)} ({exc.strerror or exc}). Is the server running, and is the URL right?") from None
+        raise ServerError(
+            f"Cannot reach {api_root(url)} ({exc.strerror or exc}). Is the server running, and is the URL right?"
+        ) from None
     return model
 
 
@@ -279,11 +372,18 @@ def restful_csv_row(backend: str, config: RunConfig, summary: dict) -> dict:
     names, then the metrics), raw numbers, its definitions (E2E and TPOT end at the stream's last line)."""
     settings = {column: config.value(column) for column in RESTFUL_COLUMNS[1:] if column in BY_NAME}
     values = {
-        "backend": backend, **settings, "completed": summary["completed"], "total_input_tokens": summary["total_input_tokens"],
-        "total_output_tokens": summary["total_output_tokens"], "duration": summary["duration_s"],
-        "request_throughput": summary["request_throughput"], "input_throughput": summary["input_throughput"],
-        "output_throughput": summary["output_throughput"], "mean_e2e_latency_ms": summary["mean_e2e_last_line_ms"],
-        "mean_ttft_ms": summary["mean_ttft_ms"], "mean_tpot_ms": summary["mean_tpot_last_line_ms"],
+        "backend": backend,
+        **settings,
+        "completed": summary["completed"],
+        "total_input_tokens": summary["total_input_tokens"],
+        "total_output_tokens": summary["total_output_tokens"],
+        "duration": summary["duration_s"],
+        "request_throughput": summary["request_throughput"],
+        "input_throughput": summary["input_throughput"],
+        "output_throughput": summary["output_throughput"],
+        "mean_e2e_latency_ms": summary["mean_e2e_last_line_ms"],
+        "mean_ttft_ms": summary["mean_ttft_ms"],
+        "mean_tpot_ms": summary["mean_tpot_last_line_ms"],
         "mean_itl_ms": summary["mean_itl_ms"],
     }
     return {column: values[column] for column in RESTFUL_COLUMNS}
@@ -316,9 +416,11 @@ def print_result(backend: str, config: RunConfig, summary: dict) -> None:
     _section("End-to-End Latency")
     _line("Mean E2E Latency (ms):", summary["mean_e2e_last_line_ms"])
     _line("Median E2E Latency (ms):", summary["p50_e2e_last_line_ms"])
-    for metric, title, name in (("ttft", "Time to First Token", "TTFT"),
-                                ("tpot_last_line", "Time per Output Token (excl. 1st token)", "TPOT"),
-                                ("itl", "Inter-token Latency", "ITL")):
+    for metric, title, name in (
+        ("ttft", "Time to First Token", "TTFT"),
+        ("tpot_last_line", "Time per Output Token (excl. 1st token)", "TPOT"),
+        ("itl", "Inter-token Latency", "ITL"),
+    ):
         _section(title)
         _box_statistics(f"{name} (ms)", METRICS[metric], summary)
     _section("", "=")

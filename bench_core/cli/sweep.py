@@ -26,24 +26,40 @@ from functools import partial
 
 import pandas as pd
 
+from ..config import setting
 from ..csvstore import append_row
 from ..errors import ConfigError
 from ..measure.catalog import NOT_REPORTED, SPECULATIVE_COLUMNS
-from ..states import RunState
-from ..config import setting
-from ..sweep.store import CREDENTIAL_SETTINGS
 from ..measure.metrics import slo_is_set
+from ..measure.stats import MIN_INTERVAL_RUNS
+from ..states import RunState
 from ..sweep import find_max
 from ..sweep.plan import SWEEPABLE, SweepPlan, describe_point, new_sweep_id, parse_server_value, parse_sweep_arg
-from ..sweep.server import DEFAULT_START_TIMEOUT_S, template_fields
-from ..measure.stats import MIN_INTERVAL_RUNS
 from ..sweep.report import sweep_report
 from ..sweep.results import mean_with_interval, point_statistics, sweep_runs
+from ..sweep.server import DEFAULT_START_TIMEOUT_S, template_fields
+from ..sweep.store import CREDENTIAL_SETTINGS
 from ..views.tables import describe_column
 from .common import (
-    EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, SWEEP_EXIT_CODES_HELP, Command, EngineCommand, HelpFormatter, Parser,
-    add_report_flag, add_results_flag, append_csv_row, check_report_path, check_writable, open_history, progress_line,
-    sweep_outcome, wait_with_progress, warn_flags, write_report,
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_OK,
+    SWEEP_EXIT_CODES_HELP,
+    Command,
+    EngineCommand,
+    HelpFormatter,
+    Parser,
+    add_report_flag,
+    add_results_flag,
+    append_csv_row,
+    check_report_path,
+    check_writable,
+    open_history,
+    progress_line,
+    sweep_outcome,
+    wait_with_progress,
+    warn_flags,
+    write_report,
 )
 
 # The per-point table printed at the end: throughput, the latency a user waits, decode speed.
@@ -69,27 +85,42 @@ class SweepCommand(Command):
         self.engine_commands = {command.name: command for command in engine_commands}
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--resume", metavar="SWEEP_ID",
-                            help="run what a stopped sweep has not finished yet, with its saved settings")
-        add_results_flag(parser, "with --resume: the history folder the sweep ran in", dest="resume_results",
-                         metavar="DIR")
+        parser.add_argument(
+            "--resume",
+            metavar="SWEEP_ID",
+            help="run what a stopped sweep has not finished yet, with its saved settings",
+        )
+        add_results_flag(
+            parser, "with --resume: the history folder the sweep ran in", dest="resume_results", metavar="DIR"
+        )
         credentials = parser.add_argument_group("credentials (with --resume)")
         for name in CREDENTIAL_SETTINGS:  # their saved plan masks them
-            credentials.add_argument(setting(name).cli_flag, dest=f"resume_{name}", metavar="TEXT", default="",
-                                     help=f"the sweep's {setting(name).cli_flag} again, where it held a credential")
+            credentials.add_argument(
+                setting(name).cli_flag,
+                dest=f"resume_{name}",
+                metavar="TEXT",
+                default="",
+                help=f"the sweep's {setting(name).cli_flag} again, where it held a credential",
+            )
         add_cluster_flags(parser.add_argument_group("on a Ray cluster (with --resume)"))
         add_report_flag(parser, "once the resumed sweep ends", dest="resume_report")
-        engines = parser.add_subparsers(dest="engine_command", parser_class=Parser,
-                                        metavar="{" + ",".join(self.engine_commands) + "}")
+        engines = parser.add_subparsers(
+            dest="engine_command", parser_class=Parser, metavar="{" + ",".join(self.engine_commands) + "}"
+        )
         for name, engine in self.engine_commands.items():
-            command = engines.add_parser(name, formatter_class=HelpFormatter, help=engine.sweep_help,
-                                         epilog=self.epilog)
+            command = engines.add_parser(
+                name, formatter_class=HelpFormatter, help=engine.sweep_help, epilog=self.epilog
+            )
             engine.add_arguments(command)
             swept = command.add_argument_group("sweep")
-            swept.add_argument("--sweep", action="append", default=[], metavar="NAME=V1,V2",
-                               help=f"a setting and its values; give --sweep twice for a grid. Sweepable: "
-                                    f"{', '.join(SWEEPABLE)}" + (", and the fields of --server-cmd" if engine.serves
-                                                                 else ""))
+            swept.add_argument(
+                "--sweep",
+                action="append",
+                default=[],
+                metavar="NAME=V1,V2",
+                help=f"a setting and its values; give --sweep twice for a grid. Sweepable: "
+                f"{', '.join(SWEEPABLE)}" + (", and the fields of --server-cmd" if engine.serves else ""),
+            )
             swept.add_argument("--repeats", type=int, default=1, help="runs per point (2 or more give a spread)")
             if engine.serves:
                 add_server_flags(command.add_argument_group("a server per run"))
@@ -102,7 +133,9 @@ class SweepCommand(Command):
         from ..sweep.driver import resume_sweep, start_sweep
 
         if args.resume and args.engine_command:
-            raise ConfigError("Give --resume SWEEP_ID on its own: a resumed sweep keeps the settings it was started with.")
+            raise ConfigError(
+                "Give --resume SWEEP_ID on its own: a resumed sweep keeps the settings it was started with."
+            )
         report_path = args.resume_report if args.resume else getattr(args, "report", "")
         check_report_path(report_path)
         launch = cluster_launch(args)
@@ -117,44 +150,91 @@ class SweepCommand(Command):
             csv_path = engine.sweep_csv_path(args)
             runner = Runner(open_history(args.results))
             check_writable(runner.history, csv_path)
-            sweep = start_sweep(runner, plan, launch)  # raises ConfigError naming every impossible point, before any run
+            sweep = start_sweep(
+                runner, plan, launch
+            )  # raises ConfigError naming every impossible point, before any run
         else:
-            raise ConfigError("Choose an engine command (pipeline DATASET MODEL ... --sweep NAME=V1,V2) "
-                              "or --resume SWEEP_ID.")
+            raise ConfigError(
+                "Choose an engine command (pipeline DATASET MODEL ... --sweep NAME=V1,V2) or --resume SWEEP_ID."
+            )
         code = report_sweep(sweep, runner, csv_path)
-        if report_path and not write_report(report_path, lambda: sweep_report(
-                runner.history, sweep.plan, runner.history.load(), status=sweep.progress().state)) and code == EXIT_OK:
+        if (
+            report_path
+            and not write_report(
+                report_path,
+                lambda: sweep_report(runner.history, sweep.plan, runner.history.load(), status=sweep.progress().state),
+            )
+            and code == EXIT_OK
+        ):
             return EXIT_FAILED
         return code
 
 
 def add_server_flags(group) -> None:
-    group.add_argument("--server-cmd", metavar="TEMPLATE", default="",
-                       help="start this server for every run and stop it after: {port} is a free port (the base URL "
-                            "follows it), every other {name} a server setting from --sweep name=V1,V2 or "
-                            "--server-setting name=VALUE; its output goes to runs/<id>/server.log")
-    group.add_argument("--server-setting", action="append", default=[], metavar="NAME=VALUE",
-                       help="a fixed value of a field of --server-cmd")
-    group.add_argument("--server-start-timeout", type=float, default=DEFAULT_START_TIMEOUT_S, metavar="S",
-                       help="seconds a started server has to answer GET /v1/models before its run fails")
+    group.add_argument(
+        "--server-cmd",
+        metavar="TEMPLATE",
+        default="",
+        help="start this server for every run and stop it after: {port} is a free port (the base URL "
+        "follows it), every other {name} a server setting from --sweep name=V1,V2 or "
+        "--server-setting name=VALUE; its output goes to runs/<id>/server.log",
+    )
+    group.add_argument(
+        "--server-setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a fixed value of a field of --server-cmd",
+    )
+    group.add_argument(
+        "--server-start-timeout",
+        type=float,
+        default=DEFAULT_START_TIMEOUT_S,
+        metavar="S",
+        help="seconds a started server has to answer GET /v1/models before its run fails",
+    )
 
 
 def add_find_max_flags(group) -> None:
-    group.add_argument("--find-max", choices=find_max.SEARCHABLE, default=None,
-                       help="search for the highest value of this load setting at which --goodput-target of the "
-                            "requests meet the --slo-* thresholds: double from --find-max-start until a run misses "
-                            "the target, then bisect")
-    group.add_argument("--goodput-target", type=float, default=find_max.DEFAULT_TARGET, metavar="FRACTION",
-                       help="with --find-max: the fraction of requests that must meet every --slo-* threshold")
-    group.add_argument("--find-max-start", type=float, default=None, metavar="LOAD",
-                       help="with --find-max: the first load probed; default 1 (req/s or requests in flight)")
-    group.add_argument("--find-max-precision", type=float, default=find_max.DEFAULT_PRECISION, metavar="FRACTION",
-                       help="with --find-max: stop once the highest load meeting the target and the lowest missing "
-                            "it are this close, relative to the first (0.1: within 10%%); a concurrency also stops "
-                            "at neighbouring whole numbers")
-    group.add_argument("--find-max-limit", type=float, default=None, metavar="LOAD",
-                       help="with --find-max: the highest load probed; default --num-prompts for max_concurrency, "
-                            f"{find_max.LIMIT_FACTOR} x the start for request_rate")
+    group.add_argument(
+        "--find-max",
+        choices=find_max.SEARCHABLE,
+        default=None,
+        help="search for the highest value of this load setting at which --goodput-target of the "
+        "requests meet the --slo-* thresholds: double from --find-max-start until a run misses "
+        "the target, then bisect",
+    )
+    group.add_argument(
+        "--goodput-target",
+        type=float,
+        default=find_max.DEFAULT_TARGET,
+        metavar="FRACTION",
+        help="with --find-max: the fraction of requests that must meet every --slo-* threshold",
+    )
+    group.add_argument(
+        "--find-max-start",
+        type=float,
+        default=None,
+        metavar="LOAD",
+        help="with --find-max: the first load probed; default 1 (req/s or requests in flight)",
+    )
+    group.add_argument(
+        "--find-max-precision",
+        type=float,
+        default=find_max.DEFAULT_PRECISION,
+        metavar="FRACTION",
+        help="with --find-max: stop once the highest load meeting the target and the lowest missing "
+        "it are this close, relative to the first (0.1: within 10%%); a concurrency also stops "
+        "at neighbouring whole numbers",
+    )
+    group.add_argument(
+        "--find-max-limit",
+        type=float,
+        default=None,
+        metavar="LOAD",
+        help="with --find-max: the highest load probed; default --num-prompts for max_concurrency, "
+        f"{find_max.LIMIT_FACTOR} x the start for request_rate",
+    )
 
 
 def build_plan(args: argparse.Namespace, engine: EngineCommand) -> SweepPlan:
@@ -176,33 +256,65 @@ def build_plan(args: argparse.Namespace, engine: EngineCommand) -> SweepPlan:
     search = None
     if getattr(args, "find_max", None):
         if not slo_is_set(base.slo):
-            raise ConfigError("--find-max looks for the highest load within an SLO: give --slo-ttft-ms, "
-                              "--slo-tpot-ms or --slo-e2e-ms.")
+            raise ConfigError(
+                "--find-max looks for the highest load within an SLO: give --slo-ttft-ms, "
+                "--slo-tpot-ms or --slo-e2e-ms."
+            )
         start = args.find_max_start if args.find_max_start is not None else find_max.DEFAULT_START[args.find_max]
-        limit = args.find_max_limit if args.find_max_limit is not None else (
-            base.dataset.num_prompts if args.find_max == "max_concurrency" else start * find_max.LIMIT_FACTOR)
-        search = find_max.FindMax(args.find_max, int(start) if args.find_max == "max_concurrency" else start,
-                                  args.find_max_precision, args.goodput_target, limit)
+        limit = (
+            args.find_max_limit
+            if args.find_max_limit is not None
+            else (base.dataset.num_prompts if args.find_max == "max_concurrency" else start * find_max.LIMIT_FACTOR)
+        )
+        search = find_max.FindMax(
+            args.find_max,
+            int(start) if args.find_max == "max_concurrency" else start,
+            args.find_max_precision,
+            args.goodput_target,
+            limit,
+        )
     elif args.sweep == []:
         raise ConfigError("Give --sweep NAME=V1,V2 (or, for a server, --find-max).")
-    return SweepPlan(new_sweep_id(), base, axes, args.repeats, server_cmd,
-                     getattr(args, "server_start_timeout", DEFAULT_START_TIMEOUT_S), search)
+    return SweepPlan(
+        new_sweep_id(),
+        base,
+        axes,
+        args.repeats,
+        server_cmd,
+        getattr(args, "server_start_timeout", DEFAULT_START_TIMEOUT_S),
+        search,
+    )
 
 
 def add_cluster_flags(group, default=None) -> None:
     """--ray-address, --cpus-per-point and --retries; `default` replaces each flag's own default."""
+
     def chosen(own):
         return own if default is None else default
 
-    group.add_argument("--ray-address", metavar="ADDRESS", default=chosen(""),
-                       help="run the points on the Ray cluster at ADDRESS (host:port, ray://host:port, auto: the "
-                            "cluster this machine belongs to, local: a new one here); needs Ray "
-                            "(pip install -r requirements-cluster.txt)")
-    group.add_argument("--cpus-per-point", type=int, metavar="N", default=chosen(1),
-                       help="with --ray-address: CPU cores each point holds alone (GPU points also hold their "
-                            "engine's GPUs, tp of them)")
-    group.add_argument("--retries", type=int, metavar="N", default=chosen(0),
-                       help="with --ray-address: run a point again, up to N times, when its worker died")
+    group.add_argument(
+        "--ray-address",
+        metavar="ADDRESS",
+        default=chosen(""),
+        help="run the points on the Ray cluster at ADDRESS (host:port, ray://host:port, auto: the "
+        "cluster this machine belongs to, local: a new one here); needs Ray "
+        "(pip install -r requirements-cluster.txt)",
+    )
+    group.add_argument(
+        "--cpus-per-point",
+        type=int,
+        metavar="N",
+        default=chosen(1),
+        help="with --ray-address: CPU cores each point holds alone (GPU points also hold their "
+        "engine's GPUs, tp of them)",
+    )
+    group.add_argument(
+        "--retries",
+        type=int,
+        metavar="N",
+        default=chosen(0),
+        help="with --ray-address: run a point again, up to N times, when its worker died",
+    )
 
 
 def cluster_launch(args: argparse.Namespace):
@@ -220,11 +332,15 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
     print the per-point table and how the sweep ended; its exit code."""
     plan, history = sweep.plan, runner.history
     if plan.find_max:
-        print(f"sweep {plan.sweep_id}: searching {plan.find_max.setting} at {len(plan.grid())} point(s)",
-              file=sys.stderr)
+        print(
+            f"sweep {plan.sweep_id}: searching {plan.find_max.setting} at {len(plan.grid())} point(s)", file=sys.stderr
+        )
     else:
-        print(f"sweep {plan.sweep_id}: {sweep.total} runs ({len(plan.grid())} points x {plan.repeats} repeats), "
-              f"{sweep.total - sweep.finished_before} to run", file=sys.stderr)
+        print(
+            f"sweep {plan.sweep_id}: {sweep.total} runs ({len(plan.grid())} points x {plan.repeats} repeats), "
+            f"{sweep.total - sweep.finished_before} to run",
+            file=sys.stderr,
+        )
     completed = wait_with_progress(sweep, lambda: _sweep_progress_line(sweep))
     runner.shutdown()
     saved = True
@@ -240,8 +356,11 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
             saved &= append_csv_row(csv_path, partial(append_row, csv_path, run.record.lmdeploy_columns))
 
     progress = sweep.progress()
-    if completed and progress.finished == 0 and all(not run.measurement.measured and run.user_error
-                                                    for _, run in sweep.runs):
+    if (
+        completed
+        and progress.finished == 0
+        and all(not run.measurement.measured and run.user_error for _, run in sweep.runs)
+    ):
         print(f"error: {' '.join(progress.errors)}", file=sys.stderr)  # e.g. a dataset that is not there
         return EXIT_BAD_INPUT
     states = sweep.point_states()  # a cluster sweep: where each run ran
@@ -253,19 +372,26 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
     if plan.find_max:
         print_capacities(sweep.capacities, plan)
     elif not runs.empty:
-        print(f"Sweep {plan.sweep_id}: mean [95% CI, within the metric's bounds] over each point's finished runs; "
-              f"(range lowest..highest run) with fewer than {MIN_INTERVAL_RUNS} runs, too few for an interval")
+        print(
+            f"Sweep {plan.sweep_id}: mean [95% CI, within the metric's bounds] over each point's finished runs; "
+            f"(range lowest..highest run) with fewer than {MIN_INTERVAL_RUNS} runs, too few for an interval"
+        )
         print(point_table(runs, plan).to_string(index=False))
     unsaved = sum(1 for _, run in sweep.runs if run.measurement.save_error)
-    where = f"in {history.csv_path}" + (f", except {unsaved} that could not be saved there (said above)"
-                                        if unsaved else "")
-    print(f"sweep {plan.sweep_id}: {progress.state}, {progress.finished}/{progress.total} runs finished, {where}",
-          file=sys.stderr)
+    where = f"in {history.csv_path}" + (
+        f", except {unsaved} that could not be saved there (said above)" if unsaved else ""
+    )
+    print(
+        f"sweep {plan.sweep_id}: {progress.state}, {progress.finished}/{progress.total} runs finished, {where}",
+        file=sys.stderr,
+    )
     if progress.message:
         print(progress.message, file=sys.stderr)
     if progress.finished < progress.total:
-        print(f"resume with: python -m bench_core sweep --resume {plan.sweep_id} --results {history.root}",
-              file=sys.stderr)
+        print(
+            f"resume with: python -m bench_core sweep --resume {plan.sweep_id} --results {history.root}",
+            file=sys.stderr,
+        )
     return sweep_outcome(completed, progress.state, saved)
 
 
@@ -279,22 +405,36 @@ def print_capacities(capacities, plan: SweepPlan) -> None:
             print(f"Probes of {search.setting}{where} ({goal}):")
             print(probe_table(capacity.probes).to_string(index=False))
         best, lowest_missed = capacity.found, capacity.lowest_missed
-        missed = "" if lowest_missed is None else (
-            f"; {lowest_missed:g} missed it ({', '.join(capacity.runs_at(lowest_missed))})")
+        missed = (
+            ""
+            if lowest_missed is None
+            else (f"; {lowest_missed:g} missed it ({', '.join(capacity.runs_at(lowest_missed))})")
+        )
         if best is None:
             print(f"No {search.setting}{where} met the target ({goal}){missed}.")
         else:
             limit = "" if lowest_missed is not None else f" (the highest probed, --find-max-limit {search.limit:g})"
-            print(f"Highest {search.setting}{where} meeting {goal}: {best:g}{limit}, "
-                  f"shown by {', '.join(capacity.runs_at(best))}{missed}.")
+            print(
+                f"Highest {search.setting}{where} meeting {goal}: {best:g}{limit}, "
+                f"shown by {', '.join(capacity.runs_at(best))}{missed}."
+            )
         if capacity.error:
             print(f"error: the search{where} stopped: {capacity.error}", file=sys.stderr)
 
 
 def probe_table(probes: list[dict]) -> pd.DataFrame:
-    return pd.DataFrame([{"load": p["load"], "met": "yes" if p["met"] else "no",
-                          "SLO attainment": "-" if math.isnan(p["attainment"]) else f"{p['attainment']:.2f}",
-                          "run": p["run_id"], "stopped early": p["stopped_early"] or "-"} for p in probes])
+    return pd.DataFrame(
+        [
+            {
+                "load": p["load"],
+                "met": "yes" if p["met"] else "no",
+                "SLO attainment": "-" if math.isnan(p["attainment"]) else f"{p['attainment']:.2f}",
+                "run": p["run_id"],
+                "stopped early": p["stopped_early"] or "-",
+            }
+            for p in probes
+        ]
+    )
 
 
 def point_table(runs: pd.DataFrame, plan: SweepPlan) -> pd.DataFrame:
@@ -311,10 +451,21 @@ def point_table(runs: pd.DataFrame, plan: SweepPlan) -> pd.DataFrame:
         of_point = statistics[statistics["point"] == label].set_index("metric")
         if of_point.empty:
             continue
-        cells = {metric: mean_with_interval(of_point.loc[metric]) if metric in of_point.index else
-                 NOT_REPORTED if metric in speculative else "-" for metric in metrics}
-        rows.append({**values, "runs": int(of_point["n"].max()),
-                     **{describe_column(metric).title: cell for metric, cell in cells.items()}})
+        cells = {
+            metric: mean_with_interval(of_point.loc[metric])
+            if metric in of_point.index
+            else NOT_REPORTED
+            if metric in speculative
+            else "-"
+            for metric in metrics
+        }
+        rows.append(
+            {
+                **values,
+                "runs": int(of_point["n"].max()),
+                **{describe_column(metric).title: cell for metric, cell in cells.items()},
+            }
+        )
     return pd.DataFrame(rows)
 
 

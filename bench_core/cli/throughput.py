@@ -17,43 +17,86 @@ from ..config import Part, RunConfig, setting
 from ..engines import in_process_backends
 from ..states import LoadPattern
 from .common import (
-    LENGTH_FLAGS, Flag, ScriptCommand, add_flags, add_knob_flags, add_record_flags, in_process_knobs, knob_flag,
+    LENGTH_FLAGS,
+    Flag,
+    ScriptCommand,
+    add_flags,
+    add_knob_flags,
+    add_record_flags,
+    in_process_knobs,
+    knob_flag,
     unlisted_flags,
 )
 
 # profile_throughput.py's flags, in its order: before --csv, then after it up to its argument groups.
 POSITIONAL = (
     Flag("dataset", positional=True, help="ShareGPT dataset: a JSON or JSONL path, builtin:sharegpt or builtin:sample"),
-    Flag("model", positional=True, dest="model_path",
-         help="a local folder, a hub id, builtin:smollm2-135m / builtin:tiny-llama, or synthetic:<preset>[:key=value,...]"),
-    Flag("concurrency", help="number of workers taking the prompts in turn, at most -n of them; LMDeploy's engines "
-                             "also take it as max_batch_size (TurboMind: divided by --dp)"),
+    Flag(
+        "model",
+        positional=True,
+        dest="model_path",
+        help="a local folder, a hub id, builtin:smollm2-135m / builtin:tiny-llama, or synthetic:<preset>[:key=value,...]",
+    ),
+    Flag(
+        "concurrency",
+        help="number of workers taking the prompts in turn, at most -n of them; LMDeploy's engines "
+        "also take it as max_batch_size (TurboMind: divided by --dp)",
+    ),
     "num_prompts",
     Flag("stream_output", names=("--no-stream-output",), negated=True, help="do not stream (no TTFT or ITL)"),
-    "skip_tokenize", "skip_detokenize", "cancel_rate", "use_uvloop",
+    "skip_tokenize",
+    "skip_detokenize",
+    "cancel_rate",
+    "use_uvloop",
 )
 SEED = ("seed",)
 DISTRIBUTED = "distributed_executor_backend"  # a knob, listed by the script among its plain flags, after --seed
-SCRIPT_FLAGS = ("dataset_name", *LENGTH_FLAGS, "trust_remote_code",
-                *(Flag(name, help=f"{setting(name).cli_help.split(' (')[0]}, handed to the engine as "
-                                  "profile_throughput.py hands it") for name in ("top_p", "temperature", "top_k")),
-                Flag("backend", default="turbomind", choices=in_process_backends()))
+SCRIPT_FLAGS = (
+    "dataset_name",
+    *LENGTH_FLAGS,
+    "trust_remote_code",
+    *(
+        Flag(
+            name,
+            help=f"{setting(name).cli_help.split(' (')[0]}, handed to the engine as profile_throughput.py hands it",
+        )
+        for name in ("top_p", "temperature", "top_k")
+    ),
+    Flag("backend", default="turbomind", choices=in_process_backends()),
+)
 # Its argument groups. It lists the knobs both engines take in its PyTorch group and again in its TurboMind one;
 # here they are listed once, in a group of their own.
 SCRIPT_KNOB_GROUPS = (
-    ("PyTorch engine arguments", ("device", "eager_mode", "dllm_block_length", "dllm_unmasking_strategy",
-                                  "dllm_denoising_steps", "dllm_confidence_threshold")),
-    ("Speculative decoding arguments", ("speculative_algorithm", "speculative_draft_model",
-                                        "speculative_num_draft_tokens")),
-    ("PyTorch and TurboMind engine arguments", ("tp", "cache_max_entry_count", "cache_block_seq_len",
-                                                "enable_prefix_caching", "quant_policy", "dtype")),
-    ("TurboMind engine argument", ("dp", "cp", "model_format", "num_tokens_per_iter", "max_prefill_iters", "async_",
-                                   "communicator")),
+    (
+        "PyTorch engine arguments",
+        (
+            "device",
+            "eager_mode",
+            "dllm_block_length",
+            "dllm_unmasking_strategy",
+            "dllm_denoising_steps",
+            "dllm_confidence_threshold",
+        ),
+    ),
+    (
+        "Speculative decoding arguments",
+        ("speculative_algorithm", "speculative_draft_model", "speculative_num_draft_tokens"),
+    ),
+    (
+        "PyTorch and TurboMind engine arguments",
+        ("tp", "cache_max_entry_count", "cache_block_seq_len", "enable_prefix_caching", "quant_policy", "dtype"),
+    ),
+    (
+        "TurboMind engine argument",
+        ("dp", "cp", "model_format", "num_tokens_per_iter", "max_prefill_iters", "async_", "communicator"),
+    ),
 )
 # Ours: the warm-up; the log level, which their script fixes at ERROR; the dataset's settings it lacks.
-OUR_FLAGS = ("warmup_requests", Flag("log_level", default="ERROR", help="LMDeploy's log level (profile_throughput.py "
-                                                                       "fixes it at ERROR)"),
-             *unlisted_flags(Part.DATASET, POSITIONAL, SEED, SCRIPT_FLAGS))
+OUR_FLAGS = (
+    "warmup_requests",
+    Flag("log_level", default="ERROR", help="LMDeploy's log level (profile_throughput.py fixes it at ERROR)"),
+    *unlisted_flags(Part.DATASET, POSITIONAL, SEED, SCRIPT_FLAGS),
+)
 
 
 class ThroughputCommand(ScriptCommand):
@@ -80,19 +123,29 @@ class ThroughputCommand(ScriptCommand):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """profile_throughput.py's arguments and flags, then ours."""
         add_flags(parser, POSITIONAL)
-        parser.add_argument("--csv", default="./profile_throughput.csv",
-                            help="LMDeploy-format CSV to append the result to; an empty string disables it")
+        parser.add_argument(
+            "--csv",
+            default="./profile_throughput.csv",
+            help="LMDeploy-format CSV to append the result to; an empty string disables it",
+        )
         add_flags(parser, SEED)
         knob_flag(setting(DISTRIBUTED)).add(parser)
         add_flags(parser, SCRIPT_FLAGS)
         add_knob_flags(parser, [knob for knob in in_process_knobs() if knob.name != DISTRIBUTED], SCRIPT_KNOB_GROUPS)
         ours = parser.add_argument_group("LLM Bench Studio")
         add_flags(ours, OUR_FLAGS)
-        add_record_flags(ours, label_help="a label for this run in the history",
-                         percentiles_help="latency percentiles to report, comma-separated")
+        add_record_flags(
+            ours,
+            label_help="a label for this run in the history",
+            percentiles_help="latency percentiles to report, comma-separated",
+        )
 
     def summary_rows(self, config: RunConfig) -> list[tuple[str, typing.Any]]:
         load = config.load
-        return [("Concurrency", load.concurrency), ("Cancel rate", load.cancel_rate),
-                ("Stream output", str(load.stream_output).lower()), ("Skip tokenize", str(load.skip_tokenize).lower()),
-                ("Skip detokenize", str(load.skip_detokenize).lower())]
+        return [
+            ("Concurrency", load.concurrency),
+            ("Cancel rate", load.cancel_rate),
+            ("Stream output", str(load.stream_output).lower()),
+            ("Skip tokenize", str(load.skip_tokenize).lower()),
+            ("Skip detokenize", str(load.skip_detokenize).lower()),
+        ]

@@ -27,6 +27,7 @@ def _part_class(part: Part, name: str, doc: str) -> type:
 
 
 if TYPE_CHECKING:
+
     class _CatalogPartClass(type):
         def __getattr__(cls, name: str) -> Any: ...  # a field's default, read from the class
 
@@ -52,18 +53,37 @@ if TYPE_CHECKING:
 
     class SLO(_CatalogPart): ...
 else:
-    EngineConfig = _part_class(Part.ENGINE, "EngineConfig", "Everything that needs the engine to be (re)loaded "
-                               "when it changes. The API key lives only in memory: it never reaches config.json or "
-                               "the history.")
+    EngineConfig = _part_class(
+        Part.ENGINE,
+        "EngineConfig",
+        "Everything that needs the engine to be (re)loaded "
+        "when it changes. The API key lives only in memory: it never reaches config.json or "
+        "the history.",
+    )
     DatasetConfig = _part_class(Part.DATASET, "DatasetConfig", "Which prompts to send, sampled with LMDeploy's rules.")
-    LoadConfig = _part_class(Part.LOAD, "LoadConfig", "How requests are offered to the engine (see README, \"What is "
-                             "measured\": timing semantics).")
-    GenerationSettings = _part_class(Part.GENERATION, "GenerationSettings", "Sampling settings. LMDeploy's pipeline "
-                                     "script forces greedy decoding whatever these say.")
-    SLO = _part_class(Part.SLO, "SLO", "Optional service-level thresholds in seconds; a request is good when it meets "
-                      "all that are set.")
-_PART_CLASSES: dict[Part, type[Any]] = {Part.ENGINE: EngineConfig, Part.DATASET: DatasetConfig,
-                                       Part.LOAD: LoadConfig, Part.GENERATION: GenerationSettings, Part.SLO: SLO}
+    LoadConfig = _part_class(
+        Part.LOAD,
+        "LoadConfig",
+        'How requests are offered to the engine (see README, "What is measured": timing semantics).',
+    )
+    GenerationSettings = _part_class(
+        Part.GENERATION,
+        "GenerationSettings",
+        "Sampling settings. LMDeploy's pipeline script forces greedy decoding whatever these say.",
+    )
+    SLO = _part_class(
+        Part.SLO,
+        "SLO",
+        "Optional service-level thresholds in seconds; a request is good when it meets all that are set.",
+    )
+_PART_CLASSES: dict[Part, type[Any]] = {
+    Part.ENGINE: EngineConfig,
+    Part.DATASET: DatasetConfig,
+    Part.LOAD: LoadConfig,
+    Part.GENERATION: GenerationSettings,
+    Part.SLO: SLO,
+}
+
 
 @dataclass
 class RunConfig:
@@ -104,25 +124,46 @@ class RunConfig:
         backend = str(flat.get("backend") or "")
 
         def part(part: Part) -> Any:
-            return _PART_CLASSES[part](**{
-                setting.name: setting.from_cell(flat[setting.key]) for setting in of_part(part)
-                if setting.key in flat and not (setting.is_knob and backend and not setting.applies(backend=backend))})
+            return _PART_CLASSES[part](
+                **{
+                    setting.name: setting.from_cell(flat[setting.key])
+                    for setting in of_part(part)
+                    if setting.key in flat
+                    and not (setting.is_knob and backend and not setting.applies(backend=backend))
+                }
+            )
 
         percentiles = flat.get("percentiles") or DEFAULT_PERCENTILES
         if isinstance(percentiles, str):
             percentiles = tuple(float(p) for p in percentiles.split(",") if p.strip())
-        return cls(engine=part(Part.ENGINE), dataset=part(Part.DATASET), load=part(Part.LOAD),
-                   generation=part(Part.GENERATION), slo=part(Part.SLO), label=str(flat.get("label") or ""),
-                   percentiles=tuple(percentiles))
+        return cls(
+            engine=part(Part.ENGINE),
+            dataset=part(Part.DATASET),
+            load=part(Part.LOAD),
+            generation=part(Part.GENERATION),
+            slo=part(Part.SLO),
+            label=str(flat.get("label") or ""),
+            percentiles=tuple(percentiles),
+        )
 
 
-def config_from_values(values: Mapping[str, Any], label: str = "",
-                       percentiles: tuple[float, ...] = DEFAULT_PERCENTILES) -> RunConfig:
+def config_from_values(
+    values: Mapping[str, Any], label: str = "", percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
+) -> RunConfig:
     """The RunConfig of these settings' values (by name; the others take their defaults)."""
-    parts = {part: cls(**{s.name: values[s.name] for s in of_part(part) if s.name in values})
-             for part, cls in _PART_CLASSES.items()}
-    return RunConfig(engine=parts[Part.ENGINE], dataset=parts[Part.DATASET], load=parts[Part.LOAD],
-                     generation=parts[Part.GENERATION], slo=parts[Part.SLO], label=label, percentiles=percentiles)
+    parts = {
+        part: cls(**{s.name: values[s.name] for s in of_part(part) if s.name in values})
+        for part, cls in _PART_CLASSES.items()
+    }
+    return RunConfig(
+        engine=parts[Part.ENGINE],
+        dataset=parts[Part.DATASET],
+        load=parts[Part.LOAD],
+        generation=parts[Part.GENERATION],
+        slo=parts[Part.SLO],
+        label=label,
+        percentiles=percentiles,
+    )
 
 
 def settings_of(config: RunConfig) -> dict[str, Any]:
@@ -137,5 +178,8 @@ def _format_number(x: float) -> str:
 def applied_engine_settings(engine: EngineConfig) -> dict[str, Any]:
     """The engine's settings as recorded (config.json's nested form): a knob that does not apply to its backend is
     None, and a secret is left out."""
-    return {setting.name: getattr(engine, setting.name) if setting.applies(backend=engine.backend) else None
-            for setting in of_part(Part.ENGINE) if not setting.secret}
+    return {
+        setting.name: getattr(engine, setting.name) if setting.applies(backend=engine.backend) else None
+        for setting in of_part(Part.ENGINE)
+        if not setting.secret
+    }

@@ -132,7 +132,9 @@ class Setting:
     widget_label: str = ""  # the sidebar's label; default: the flag for an engine knob, else the label
     history_key: str = ""  # its flat key when not its name (the SLO's slo_ttft_s)
     typed_scale: float = 1.0  # a value typed in a widget or a flag, times this, is the value (ms typed, s stored)
-    engine_fields: Mapping[str, str] = field(default_factory=dict, compare=False)  # backend -> the engine config's field for it
+    engine_fields: Mapping[str, str] = field(
+        default_factory=dict, compare=False
+    )  # backend -> the engine config's field for it
 
     # ---- names -----------------------------------------------------------------------------------
 
@@ -171,18 +173,26 @@ class Setting:
 
     # ---- where it applies ------------------------------------------------------------------------
 
-    def applies(self, backend: str | None = None, load_pattern: str | None = None,
-                dataset_name: str | None = None) -> bool:
+    def applies(
+        self, backend: str | None = None, load_pattern: str | None = None, dataset_name: str | None = None
+    ) -> bool:
         """Whether the setting means something for a run of these; an argument left None rules nothing out."""
-        return all(value is None or allowed is None or value in allowed for value, allowed in (
-            (backend, self.backends), (load_pattern, self.load_patterns), (dataset_name, self.datasets)))
+        return all(
+            value is None or allowed is None or value in allowed
+            for value, allowed in (
+                (backend, self.backends),
+                (load_pattern, self.load_patterns),
+                (dataset_name, self.datasets),
+            )
+        )
 
     def not_applicable(self, backend: str) -> str:
         """Why this setting cannot be given for `backend`, naming the flag and the backends that use it."""
         names = list(self.backends or ())
         backends = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
-        return (f"{self.cli_flag} applies to the {backends} backend{'s' if len(names) > 1 else ''} only, "
-                f"not to {backend}.")
+        return (
+            f"{self.cli_flag} applies to the {backends} backend{'s' if len(names) > 1 else ''} only, not to {backend}."
+        )
 
     # ---- values ----------------------------------------------------------------------------------
 

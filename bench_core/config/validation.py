@@ -13,13 +13,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..models.synthetic import synthetic_name_problems
 from ..errors import ConfigError
+from ..models.synthetic import synthetic_name_problems
 from ..states import LoadPattern
 from .catalog import CUSTOM, GENERATION, IMAGE, KNOBS, MULTI_TURN, TRACE_DATASET, image_size, of_part, setting
 from .run_config import EngineConfig, GenerationSettings, RunConfig
 from .settings import Bounds, Part
-
 
 # The datasets that read the user's own file, and what it holds.
 FILE_DATASETS = {TRACE_DATASET: "a Mooncake JSONL trace", CUSTOM: "JSON or JSONL records with a prompt or messages"}
@@ -36,15 +35,21 @@ class BackendRules:
 
 def inapplicable_knob_problems(engine: EngineConfig) -> list[str]:
     """One sentence per knob set away from its default although the backend does not use it."""
-    return [knob.not_applicable(engine.backend) for knob in KNOBS
-            if not knob.applies(backend=engine.backend) and getattr(engine, knob.name) != knob.default]
+    return [
+        knob.not_applicable(engine.backend)
+        for knob in KNOBS
+        if not knob.applies(backend=engine.backend) and getattr(engine, knob.name) != knob.default
+    ]
 
 
 def ignored_load_settings(load, given: frozenset[str]) -> list[str]:
     """One sentence per load setting given (its flag typed, not a default) that the run's load pattern ignores."""
-    return [f"{declared.cli_flag} does nothing under the {pattern_label(load.load_pattern)} load pattern: "
-            f"{applies_under(declared)}" for declared in of_part(Part.LOAD)
-            if declared.name in given and not declared.applies(load_pattern=load.load_pattern)]
+    return [
+        f"{declared.cli_flag} does nothing under the {pattern_label(load.load_pattern)} load pattern: "
+        f"{applies_under(declared)}"
+        for declared in of_part(Part.LOAD)
+        if declared.name in given and not declared.applies(load_pattern=load.load_pattern)
+    ]
 
 
 def pattern_label(pattern: str) -> str:
@@ -67,8 +72,12 @@ def check_values(**values: Any) -> None:
 def setting_problems(values: Any, part: Part, backend: str, dataset_name: str | None = None) -> list[str]:
     """The bounds and choices of the settings of `part` (its dataclass `values`) that apply to this backend and
     dataset, each as its declaration words it."""
-    return [problem for setting in of_part(part) if setting.applies(backend=backend, dataset_name=dataset_name)
-            for problem in setting.problems(getattr(values, setting.name), backend)]
+    return [
+        problem
+        for setting in of_part(part)
+        if setting.applies(backend=backend, dataset_name=dataset_name)
+        for problem in setting.problems(getattr(values, setting.name), backend)
+    ]
 
 
 def validate_run_config(config: RunConfig, backend: BackendRules | None = None) -> list[str]:
@@ -86,12 +95,17 @@ def validate_run_config(config: RunConfig, backend: BackendRules | None = None) 
     problems.extend(_dataset_problems(config))
     for part in (Part.DATASET, Part.LOAD, Part.SLO):  # the engine's: with its backend's rules (engines)
         problems.extend(setting_problems(config.part(part), part, eng.backend, data.dataset_name))
-    problems.extend(declared.not_applicable(eng.backend) for declared in of_part(Part.LOAD)
-                    if not declared.applies(backend=eng.backend) and getattr(load, declared.name) != declared.default)
+    problems.extend(
+        declared.not_applicable(eng.backend)
+        for declared in of_part(Part.LOAD)
+        if not declared.applies(backend=eng.backend) and getattr(load, declared.name) != declared.default
+    )
     # Checked only where more than the one client process was asked for: num_prompts has its own bounds.
-    if load.client_processes != setting('client_processes').default and load.client_processes > data.num_prompts:
-        problems.append(f"{setting('client_processes').cli_flag} {load.client_processes} is more processes than the "
-                        f"{data.num_prompts} prompts to send: use at most {data.num_prompts}.")
+    if load.client_processes != setting("client_processes").default and load.client_processes > data.num_prompts:
+        problems.append(
+            f"{setting('client_processes').cli_flag} {load.client_processes} is more processes than the "
+            f"{data.num_prompts} prompts to send: use at most {data.num_prompts}."
+        )
     if backend is not None and backend.load_patterns and load.load_pattern not in backend.load_patterns:
         problems.append(_pattern_refused(load.load_pattern, eng.backend, backend.load_patterns))
     problems.extend(generation_problems(config.generation))
@@ -104,28 +118,38 @@ def _dataset_problems(config: RunConfig) -> list[str]:
     """What the datasets ask of their settings: none set for another dataset, the lengths the random rule draws
     from, a file for the datasets that read one, a trace for the trace load pattern."""
     data, name = config.dataset, config.dataset.dataset_name
-    problems = [f"{declared.cli_flag} applies to the {_names(declared.datasets)} dataset"
-                f"{'s' if len(declared.datasets) > 1 else ''} only."
-                for declared in of_part(Part.DATASET) if declared.datasets and not declared.applies(dataset_name=name)
-                and getattr(data, declared.name) != declared.default]
+    problems = [
+        f"{declared.cli_flag} applies to the {_names(declared.datasets)} dataset"
+        f"{'s' if len(declared.datasets) > 1 else ''} only."
+        for declared in of_part(Part.DATASET)
+        if declared.datasets
+        and not declared.applies(dataset_name=name)
+        and getattr(data, declared.name) != declared.default
+    ]
     lengths = setting("random_input_len")
     if lengths.applies(dataset_name=name) and (data.random_input_len is None or data.random_output_len is None):
         problems.append(f"The {name} dataset needs both --random-input-len and --random-output-len.")
     if name in FILE_DATASETS and str(data.dataset).startswith("builtin:"):
-        problems.append(f"The {name} dataset reads your own file ({FILE_DATASETS[name]}): pass its path as the "
-                        f"dataset, not {data.dataset}.")
+        problems.append(
+            f"The {name} dataset reads your own file ({FILE_DATASETS[name]}): pass its path as the "
+            f"dataset, not {data.dataset}."
+        )
     if name == IMAGE:
         try:
             image_size(data.image_resolution)
         except ValueError as exc:
             problems.append(str(exc))
     if config.load.load_pattern == LoadPattern.TRACE and name != TRACE_DATASET:
-        problems.append("The trace load pattern sends each request at its trace timestamp: choose the trace dataset "
-                        "(--dataset-name trace).")
+        problems.append(
+            "The trace load pattern sends each request at its trace timestamp: choose the trace dataset "
+            "(--dataset-name trace)."
+        )
     if config.load.load_pattern == LoadPattern.ENGINE_API and name in (MULTI_TURN, TRACE_DATASET):
-        problems.append(f"The engine API load pattern (throughput) sends a request whenever a worker is free, as "
-                        f"profile_throughput.py does, so it cannot wait for a turn's answer or a trace's timestamps: "
-                        f"run the {name} dataset with pipeline or restful.")
+        problems.append(
+            f"The engine API load pattern (throughput) sends a request whenever a worker is free, as "
+            f"profile_throughput.py does, so it cannot wait for a turn's answer or a trace's timestamps: "
+            f"run the {name} dataset with pipeline or restful."
+        )
     return problems
 
 

@@ -50,11 +50,17 @@ def _registry() -> dict[str, type[Backend]]:
             continue
         module = importlib.import_module(f"{__name__}.{module_info.name}")
         for cls in vars(module).values():
-            if (isinstance(cls, type) and issubclass(cls, Backend) and cls.__module__ == module.__name__
-                    and not inspect.isabstract(cls)):
+            if (
+                isinstance(cls, type)
+                and issubclass(cls, Backend)
+                and cls.__module__ == module.__name__
+                and not inspect.isabstract(cls)
+            ):
                 for name in cls.names:
                     if name in found:
-                        raise RuntimeError(f"Backend '{name}' is declared twice: {found[name].__qualname__} and {cls.__qualname__}")
+                        raise RuntimeError(
+                            f"Backend '{name}' is declared twice: {found[name].__qualname__} and {cls.__qualname__}"
+                        )
                     found[name] = cls
     return dict(sorted(found.items(), key=lambda item: item[1].order))
 
@@ -107,8 +113,10 @@ def run_config_problems(config: RunConfig) -> list[str]:
     """Every problem of the run's settings, each a sentence for the user: the generic ones, and once those are
     fixed, the engine's (a backend's rules may assume sane generic settings)."""
     problems = validate_run_config(config, backend_rules(config.engine.backend))
-    return problems or (validate_engine_config(config.engine, config.load)
-                        + backend(config.engine.backend).dataset_problems(config.engine, config.dataset))
+    return problems or (
+        validate_engine_config(config.engine, config.load)
+        + backend(config.engine.backend).dataset_problems(config.engine, config.dataset)
+    )
 
 
 def engine_settings_key(engine: EngineConfig, load: LoadConfig) -> tuple:

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from .server_metrics import MetricsScraper
 from ..load.playground import Conversation, PlaygroundResult
 from ..load.schedule import SendSchedule
-from ..states import SERVED_REASONS, LoadPattern
 from ..models.window import model_context_window
+from ..states import SERVED_REASONS, LoadPattern
 
 EventKind = Literal["admit", "tokens", "finish"]
 
@@ -88,7 +88,10 @@ def finish_in_schedule(schedule: SendSchedule, finish: EngineEvent, answer: str 
     if columns := schedule.send_columns(finish.index, finish.ts):
         finish.extra = {**(finish.extra or {}), **columns}
     dropped = schedule.finish(finish.index, finish.ts, finish.finish_reason in SERVED_REASONS, answer)
-    return [finish, *(EngineEvent(index, "finish", finish.ts, 0, NOT_SENT, NOT_SENT_AFTER_FAILURE) for index in dropped)]
+    return [
+        finish,
+        *(EngineEvent(index, "finish", finish.ts, 0, NOT_SENT, NOT_SENT_AFTER_FAILURE) for index in dropped),
+    ]
 
 
 @dataclass
@@ -138,7 +141,11 @@ class Engine(ABC):
         """
 
     def warmup(
-        self, requests: Sequence[SampledRequest], generation: GenerationSettings, load: LoadConfig, cancel: threading.Event
+        self,
+        requests: Sequence[SampledRequest],
+        generation: GenerationSettings,
+        load: LoadConfig,
+        cancel: threading.Event,
     ) -> None:
         """Run `load.warmup_requests` unmeasured requests (the first prompts, again from the first when there are
         fewer) through `stream()` as the run will send its own; the runner calls this after loading the engine,
@@ -213,8 +220,12 @@ class Backend(ABC):
     # False when the engine names its own model (a server serves one); a run then needs none.
     needs_model: ClassVar[bool] = True
     # The load patterns it can offer requests in, and the one a run starts from (its LMDeploy script's).
-    load_patterns: ClassVar[tuple[str, ...]] = (LoadPattern.BATCH, LoadPattern.CONCURRENCY, LoadPattern.ENGINE_API,
-                                                LoadPattern.TRACE)
+    load_patterns: ClassVar[tuple[str, ...]] = (
+        LoadPattern.BATCH,
+        LoadPattern.CONCURRENCY,
+        LoadPattern.ENGINE_API,
+        LoadPattern.TRACE,
+    )
     load_pattern: ClassVar[str] = LoadPattern.BATCH
     run_size: ClassVar[RunSize] = CPU_RUN_SIZE
     # Whether its engine takes images with a prompt (a vision model's), for the image dataset.
@@ -249,8 +260,10 @@ class Backend(ABC):
     def dataset_problems(cls, engine: EngineConfig, dataset: DatasetConfig) -> list[str]:
         """Problems of running `dataset` on this backend, each a sentence: images where it takes none."""
         if dataset.dataset_name == IMAGE and not cls.takes_images:
-            return [f"The {engine.backend} engine takes text only, so it cannot run the image dataset: send it to a "
-                    "server of a vision model (restful, with a -chat backend) or an LMDeploy engine."]
+            return [
+                f"The {engine.backend} engine takes text only, so it cannot run the image dataset: send it to a "
+                "server of a vision model (restful, with a -chat backend) or an LMDeploy engine."
+            ]
         return []
 
     @classmethod

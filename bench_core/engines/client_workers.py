@@ -52,8 +52,10 @@ def concurrency_problems(processes: int, slots: int | None) -> list[str]:
     """Why `slots` (a concurrency limit, None: none) cannot be split over `processes` workers."""
     if processes > 1 and slots is not None and slots < processes:
         flag = setting("client_processes").cli_flag
-        return [f"{flag} {processes} splits the {slots} requests allowed in flight between the processes, and each "
-                f"needs at least one: use at most {slots} client processes or allow {processes} requests in flight."]
+        return [
+            f"{flag} {processes} splits the {slots} requests allowed in flight between the processes, and each "
+            f"needs at least one: use at most {slots} client processes or allow {processes} requests in flight."
+        ]
     return []
 
 
@@ -70,8 +72,10 @@ def split_sessions(requests: Sequence[SampledRequest], processes: int) -> list[l
             session_of.append(session_of[request.follows])
     if len(starts) < processes:
         what = "sessions" if len(starts) < len(requests) else "requests"
-        raise ConfigError(f"{setting('client_processes').cli_flag} {processes} is more processes than the "
-                          f"{len(starts)} {what} to send: use at most {len(starts)}.")
+        raise ConfigError(
+            f"{setting('client_processes').cli_flag} {processes} is more processes than the "
+            f"{len(starts)} {what} to send: use at most {len(starts)}."
+        )
     shares: list[list[int]] = [[] for _ in range(processes)]
     for index, session in enumerate(session_of):
         shares[session % processes].append(index)
@@ -105,8 +109,12 @@ class ClientWorkers:
     def _start_worker(self) -> None:
         ours, theirs = Pipe()
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (_PACKAGE_ROOT, os.environ.get("PYTHONPATH"))))}
-        process = subprocess.Popen([sys.executable, "-m", __name__, str(theirs.fileno())], pass_fds=(theirs.fileno(),),
-                                   env=env, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            [sys.executable, "-m", __name__, str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),),
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
         theirs.close()  # so that the worker's death reads as the end of the socket here
         self._workers.append((process, ours))
 
@@ -124,9 +132,17 @@ class ClientWorkers:
         """A worker has ended (it died, or a run left it in an unknown state): the pool cannot run again."""
         return any(process.poll() is not None for process, _ in self._workers)
 
-    def run(self, spec: ServerSpec, model: str, requests: Sequence[SampledRequest], schedule: SendSchedule,
-            max_concurrency: int | None = None, duration_s: float | None = None, ignore_eos: bool = True,
-            cancel: threading.Event | None = None) -> ProcessClientRun:
+    def run(
+        self,
+        spec: ServerSpec,
+        model: str,
+        requests: Sequence[SampledRequest],
+        schedule: SendSchedule,
+        max_concurrency: int | None = None,
+        duration_s: float | None = None,
+        ignore_eos: bool = True,
+        cancel: threading.Event | None = None,
+    ) -> ProcessClientRun:
         """`openai_client.run_requests` on `schedule` (an arrival process's, drawn once by the caller), from the
         workers: each gets its share (`split_sessions`) and sends once `ProcessClientRun.events()` has heard every
         worker ready. Warm-ups are the engine's, before this."""
@@ -135,12 +151,27 @@ class ClientWorkers:
         shares = split_sessions(requests, len(self._workers))
         for worker, ((_, conn), indices) in enumerate(zip(self._workers, shares)):
             local = {index: position for position, index in enumerate(indices)}
-            mine = [requests[i] if (follows := requests[i].follows) is None else
-                    dataclasses.replace(requests[i], follows=local[follows]) for i in indices]
-            conn.send(("run", {"spec": spec, "model": model, "requests": mine, "indices": indices,
-                               "offsets": [schedule.offset(i) for i in indices if requests[i].follows is None],
-                               "duration_s": duration_s, "ignore_eos": ignore_eos,
-                               "max_concurrency": _slots(max_concurrency, len(shares), worker)}))
+            mine = [
+                requests[i]
+                if (follows := requests[i].follows) is None
+                else dataclasses.replace(requests[i], follows=local[follows])
+                for i in indices
+            ]
+            conn.send(
+                (
+                    "run",
+                    {
+                        "spec": spec,
+                        "model": model,
+                        "requests": mine,
+                        "indices": indices,
+                        "offsets": [schedule.offset(i) for i in indices if requests[i].follows is None],
+                        "duration_s": duration_s,
+                        "ignore_eos": ignore_eos,
+                        "max_concurrency": _slots(max_concurrency, len(shares), worker),
+                    },
+                )
+            )
         return ProcessClientRun(self, spec, requests, schedule, cancel or threading.Event())
 
     def send_all(self, message: tuple) -> None:
@@ -174,11 +205,19 @@ def _died(process: subprocess.Popen) -> str:
 class ProcessClientRun:
     """A run split over the workers, read as `openai_client.ClientRun` is: `events()`, `results`, `t0`, `spec`."""
 
-    def __init__(self, workers: ClientWorkers, spec: ServerSpec, requests: Sequence[SampledRequest],
-                 schedule: SendSchedule, cancel: threading.Event) -> None:
+    def __init__(
+        self,
+        workers: ClientWorkers,
+        spec: ServerSpec,
+        requests: Sequence[SampledRequest],
+        schedule: SendSchedule,
+        cancel: threading.Event,
+    ) -> None:
         self.spec, self.cancel, self._workers = spec, cancel, workers
-        self.results = [RequestResult(i, r.output_len, math.nan if (due := schedule.offset(i)) is None else due)
-                        for i, r in enumerate(requests)]
+        self.results = [
+            RequestResult(i, r.output_len, math.nan if (due := schedule.offset(i)) is None else due)
+            for i, r in enumerate(requests)
+        ]
         self.t0: float | None = None
         self.loop_lag = LoopLag()  # not sampled here: the workers' loops' samples, gathered as each is done
 
@@ -251,6 +290,7 @@ def _drain(open_: dict[Connection, subprocess.Popen]) -> None:
 
 # ---- the worker's side ----------------------------------------------------------------------------
 
+
 def _worker(conn: Connection) -> None:
     """Run what the parent hands out, one run at a time, until it says close or goes away."""
     inbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -266,14 +306,22 @@ def _worker(conn: Connection) -> None:
         conn.send(("done", *_run(conn, task, cancel, start[1])))
 
 
-def _run(conn: Connection, task: dict, cancel: threading.Event, start_at: float
-         ) -> tuple[BenchError | None, list[tuple[float, float]]]:
+def _run(
+    conn: Connection, task: dict, cancel: threading.Event, start_at: float
+) -> tuple[BenchError | None, list[tuple[float, float]]]:
     """Send the task's requests; the run's error, if any, and how late this worker's loop ran."""
     requests, indices = task["requests"], task["indices"]
-    run = run_requests(task["spec"], task["model"], requests, max_concurrency=task["max_concurrency"],
-                       duration_s=task["duration_s"], cancel=cancel,
-                       ignore_eos=task["ignore_eos"], schedule=SendSchedule(requests, offsets=task["offsets"]),
-                       start_at=start_at)
+    run = run_requests(
+        task["spec"],
+        task["model"],
+        requests,
+        max_concurrency=task["max_concurrency"],
+        duration_s=task["duration_s"],
+        cancel=cancel,
+        ignore_eos=task["ignore_eos"],
+        schedule=SendSchedule(requests, offsets=task["offsets"]),
+        start_at=start_at,
+    )
     try:
         for batch in run.batches():
             conn.send(("events", [_outgoing(event, run.results[event.index], indices) for event in batch]))
@@ -291,8 +339,7 @@ def _outgoing(event: EngineEvent, result: RequestResult, indices: list[int]) -> 
     if event.kind == "tokens":
         return index, event.ts, event.n_tokens, event.earlier_ts, event.earlier_ns
     wanted = event.kind == "finish" or result.built_prompt is not None
-    return (dataclasses.replace(event, index=index),
-            dataclasses.replace(result, index=index) if wanted else None)
+    return (dataclasses.replace(event, index=index), dataclasses.replace(result, index=index) if wanted else None)
 
 
 def _read_messages(conn: Connection, inbox: queue.SimpleQueue, current: dict) -> None:

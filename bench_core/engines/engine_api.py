@@ -93,12 +93,12 @@ class IncrementalText:
     def __call__(self, new_ids: Sequence[int]) -> str:
         self._ids.extend(new_ids)
         decode = self._tokenizer.decode
-        before = decode(self._ids[self._context:self._shown], skip_special_tokens=True)
-        after = decode(self._ids[self._context:], skip_special_tokens=True)
+        before = decode(self._ids[self._context : self._shown], skip_special_tokens=True)
+        after = decode(self._ids[self._context :], skip_special_tokens=True)
         if after.endswith("\ufffd"):
             return ""
         self._context, self._shown = self._shown, len(self._ids)
-        return after[len(before):]
+        return after[len(before) :]
 
 
 @dataclass
@@ -166,8 +166,12 @@ class EngineAPIDrive:
         try:
             ids = list(request.input_ids) if request.input_ids is not None else self.api.encode(request.prompt)
             text = None if self.load.skip_detokenize else self.api.detokenizer(ids)
-            stream = instance.async_stream_infer(session_id, input_ids=ids, gen_config=self.api.gen_config(request),
-                                                 stream_output=self.load.stream_output)
+            stream = instance.async_stream_infer(
+                session_id,
+                input_ids=ids,
+                gen_config=self.api.gen_config(request),
+                stream_output=self.load.stream_output,
+            )
             try:
                 async for output in stream:
                     n_tokens += len(output.token_ids)
@@ -177,8 +181,10 @@ class EngineAPIDrive:
                     put(EngineEvent(index, "tokens", time.perf_counter(), n_tokens))
                     if request.cancel_after is not None and n_tokens > request.cancel_after:
                         if n_tokens < request.output_len:
-                            ended = (CANCELLED_BY_LOAD, f"cancelled after {n_tokens} of {request.output_len} tokens "
-                                                        "(cancel rate)")
+                            ended = (
+                                CANCELLED_BY_LOAD,
+                                f"cancelled after {n_tokens} of {request.output_len} tokens (cancel rate)",
+                            )
                         break
                     ended = self.api.outcome(output) or ended
             finally:

@@ -21,8 +21,9 @@ POLL_S = 0.05
 _NOTHING = object()  # what the queue gives when nothing arrived within POLL_S
 
 
-def pump_events(events: queue.Queue, producers: int, cancel: threading.Event, stop: Callable[[], None],
-                engine_name: str) -> Iterator[EngineEvent]:
+def pump_events(
+    events: queue.Queue, producers: int, cancel: threading.Event, stop: Callable[[], None], engine_name: str
+) -> Iterator[EngineEvent]:
     """Yield what `producers` threads put on `events` until each has put its None. While `cancel` is set, call
     `stop()` every ABORT_EVERY_S; past CANCEL_GRACE_S, end every admitted request still open with "abort", naming
     `engine_name` as the one that did not stop it. A reader that stops early (or an engine that hung) calls `stop()`
@@ -55,8 +56,13 @@ def pump_events(events: queue.Queue, producers: int, cancel: threading.Event, st
         now = time.perf_counter()
         for index in admitted:  # only after a cancel the engine did not honour in time
             if index not in ended:
-                yield EngineEvent(index, "finish", now, finish_reason="abort",
-                                  message=f"{engine_name} did not stop it within {CANCEL_GRACE_S:.0f} s of the cancel")
+                yield EngineEvent(
+                    index,
+                    "finish",
+                    now,
+                    finish_reason="abort",
+                    message=f"{engine_name} did not stop it within {CANCEL_GRACE_S:.0f} s of the cancel",
+                )
     finally:
         if live:
             stop()

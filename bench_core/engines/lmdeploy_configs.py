@@ -83,14 +83,18 @@ def build_engine_api_generation_config(request: SampledRequest, generation: Gene
     """profile_throughput.py's GenerationConfig for one request: EOS ignored, its output length, and the sampling
     settings for the engine itself (top_k 1 is greedy on both engines); without sampling, greedy."""
     top_k = generation.top_k if generation.do_sample else 1
-    return _generation_config(dataclasses.replace(generation, top_k=top_k), max_new_tokens=request.output_len,
-                              ignore_eos=True)
+    return _generation_config(
+        dataclasses.replace(generation, top_k=top_k), max_new_tokens=request.output_len, ignore_eos=True
+    )
 
 
 def build_chat_generation_config(generation: GenerationSettings, max_new_tokens: int):
     """The playground's GenerationConfig: stops at EOS, samples when asked, special tokens left out of the text."""
     return _generation_config(
-        generation, ignore_eos=False, do_sample=generation.do_sample, max_new_tokens=max_new_tokens,
+        generation,
+        ignore_eos=False,
+        do_sample=generation.do_sample,
+        max_new_tokens=max_new_tokens,
         skip_special_tokens=True,
     )
 

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 from ..config import DatasetConfig, EngineConfig, LoadConfig, knobs_for, setting
-from ..states import LoadPattern
 from ..models.resolve import last_line
+from ..states import LoadPattern
 from .base import Backend, Engine, RunSize
 from .gpu_probe import gpu_facts
 from .lmdeploy_instance import build_instance_engine
@@ -36,8 +36,13 @@ class LMDeployBackend(Backend):
     order = 0
     takes_images = True  # a vision-language model's pipeline (LMDeploy refuses images for a text-only one)
     # LMDeploy's scripts' own sizes: the run a GPU user compares with theirs.
-    run_size = RunSize("lmdeploy", num_prompts=DatasetConfig.num_prompts, concurrency=LoadConfig.concurrency,
-                       stream_output=LoadConfig.stream_output, sharegpt_output_len=DatasetConfig.sharegpt_output_len)
+    run_size = RunSize(
+        "lmdeploy",
+        num_prompts=DatasetConfig.num_prompts,
+        concurrency=LoadConfig.concurrency,
+        stream_output=LoadConfig.stream_output,
+        sharegpt_output_len=DatasetConfig.sharegpt_output_len,
+    )
 
     @classmethod
     def gpus(cls, engine: EngineConfig) -> int:
@@ -127,8 +132,9 @@ def turbomind_extension() -> str:
     if not found:
         return "not in this lmdeploy build (no turbomind/_turbomind*.so): the turbomind backend cannot run"
     try:
-        done = subprocess.run([sys.executable, "-c", _LOAD_EXTENSION, str(found[0])], capture_output=True, text=True,
-                              timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-c", _LOAD_EXTENSION, str(found[0])], capture_output=True, text=True, timeout=60
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         return f"{found[0].name}, not checked ({type(exc).__name__})"
     if done.returncode == 0:
@@ -147,6 +153,7 @@ def _gpu_facts() -> tuple[int, float] | None:
 
 # ---- validation ---------------------------------------------------------------------------------
 
+
 def _flag(name: str) -> str:
     return setting(name).cli_flag
 
@@ -157,9 +164,12 @@ def _shared_problems(engine: EngineConfig, turbomind: bool) -> list[str]:
     if tp < 1 or tp & (tp - 1):
         problems.append(f"{_flag('tp')} must be a power of 2 (1, 2, 4, 8, ...); got {tp}.")
     elif (facts := _gpu_facts()) is not None and (needed := LMDeployBackend.gpus(engine)) > facts[0]:
-        problems.append(f"{_flag('tp')} {tp} with {_flag('dp')} {engine.dp} and {_flag('ep')} {engine.ep} needs "
-                        f"{needed} GPUs but {facts[0]} are visible." if needed != tp else
-                        f"{_flag('tp')} {tp} needs {tp} GPUs but {facts[0]} are visible.")
+        problems.append(
+            f"{_flag('tp')} {tp} with {_flag('dp')} {engine.dp} and {_flag('ep')} {engine.ep} needs "
+            f"{needed} GPUs but {facts[0]} are visible."
+            if needed != tp
+            else f"{_flag('tp')} {tp} needs {tp} GPUs but {facts[0]} are visible."
+        )
     ratio = engine.cache_max_entry_count
     if turbomind and not ratio > 0:
         problems.append(f"{_flag('cache_max_entry_count')} must be greater than 0 for TurboMind; got {ratio}.")
@@ -176,13 +186,17 @@ def _turbomind_problems(engine: EngineConfig, load: LoadConfig) -> list[str]:
     if cp > 0 and tp % cp:  # cp 0: its own bound says so
         problems.append(f"{_flag('tp')} must be a multiple of {_flag('cp')} for TurboMind; got tp {tp}, cp {cp}.")
     if load.load_pattern == LoadPattern.ENGINE_API and load.concurrency < engine.dp:
-        problems.append(f"TurboMind's engine API takes max_batch_size = concurrency // {_flag('dp')} (as "
-                        f"profile_throughput.py), so -c must be at least {engine.dp}; got {load.concurrency}.")
+        problems.append(
+            f"TurboMind's engine API takes max_batch_size = concurrency // {_flag('dp')} (as "
+            f"profile_throughput.py), so -c must be at least {engine.dp}; got {load.concurrency}."
+        )
     block = engine.cache_block_seq_len
     facts = _gpu_facts()
     step = 32 if facts is not None and facts[1] >= 8.0 else 64
     if block < 1 or block % step:
-        where = "on this GPU" if facts is not None else "(64 unless a GPU of compute capability 8.0 or newer is visible)"
+        where = (
+            "on this GPU" if facts is not None else "(64 unless a GPU of compute capability 8.0 or newer is visible)"
+        )
         problems.append(
             f"{_flag('cache_block_seq_len')} must be a positive multiple of {step} for TurboMind {where}; got {block}."
         )
@@ -198,17 +212,23 @@ def _pytorch_problems(engine: EngineConfig, load: LoadConfig) -> list[str]:
     problems = []
     dp, world = engine.dp, LMDeployBackend.gpus(engine)
     if dp > 1 and world == 1:
-        problems.append(f"{_flag('dp')} {dp} needs {_flag('tp')} or {_flag('ep')} above 1 on the PyTorch engine "
-                        "(LMDeploy would run it with dp 1).")
+        problems.append(
+            f"{_flag('dp')} {dp} needs {_flag('tp')} or {_flag('ep')} above 1 on the PyTorch engine "
+            "(LMDeploy would run it with dp 1)."
+        )
     elif dp > 0 and world % dp:  # dp 0: its own bound says so
-        problems.append(f"{_flag('dp')} {dp} must divide the PyTorch engine's GPUs ({_flag('ep')} when above 1, "
-                        f"else {_flag('tp')}): {world}.")
+        problems.append(
+            f"{_flag('dp')} {dp} must divide the PyTorch engine's GPUs ({_flag('ep')} when above 1, "
+            f"else {_flag('tp')}): {world}."
+        )
     block = engine.dllm_block_length
     if block is not None and block * load.concurrency > engine.max_prefill_token_num:
-        problems.append(f"{_flag('dllm_block_length')} {block} x concurrency {load.concurrency} exceeds "
-                        f"{_flag('max_prefill_token_num')} {engine.max_prefill_token_num}: LMDeploy would shrink the "
-                        f"batch to {engine.max_prefill_token_num // block}; lower -c or raise "
-                        f"{_flag('max_prefill_token_num')}.")
+        problems.append(
+            f"{_flag('dllm_block_length')} {block} x concurrency {load.concurrency} exceeds "
+            f"{_flag('max_prefill_token_num')} {engine.max_prefill_token_num}: LMDeploy would shrink the "
+            f"batch to {engine.max_prefill_token_num // block}; lower -c or raise "
+            f"{_flag('max_prefill_token_num')}."
+        )
     block = engine.cache_block_seq_len
     if block < 16 or block & (block - 1):
         problems.append(

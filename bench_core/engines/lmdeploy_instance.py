@@ -40,17 +40,23 @@ def build_instance_engine(engine: EngineConfig, load: LoadConfig) -> LMDeployIns
         if engine.backend == "turbomind":
             from lmdeploy.turbomind import TurboMind
 
-            built = TurboMind.from_pretrained(model_path, engine_config=config,
-                                              trust_remote_code=engine.trust_remote_code)
+            built = TurboMind.from_pretrained(
+                model_path, engine_config=config, trust_remote_code=engine.trust_remote_code
+            )
         else:
             from lmdeploy.pytorch.engine import Engine as PytorchEngine
 
-            built = PytorchEngine.from_pretrained(model_path, engine_config=config,
-                                                  speculative_config=build_speculative_config(engine),
-                                                  trust_remote_code=engine.trust_remote_code)
+            built = PytorchEngine.from_pretrained(
+                model_path,
+                engine_config=config,
+                speculative_config=build_speculative_config(engine),
+                trust_remote_code=engine.trust_remote_code,
+            )
     except Exception as exc:
-        raise ModelError(f"LMDeploy could not build its {engine.backend} engine for '{engine.model}': "
-                         f"{type(exc).__name__}: {last_line(exc)}") from exc
+        raise ModelError(
+            f"LMDeploy could not build its {engine.backend} engine for '{engine.model}': "
+            f"{type(exc).__name__}: {last_line(exc)}"
+        ) from exc
     info = engine_info(engine, model_path, getattr(built, "engine_config", config), None)
     info.notes.append("engine API: create_instance() / async_stream_infer, as profile_throughput.py")
     return LMDeployInstanceEngine(built, tokenizer, info)
@@ -89,8 +95,13 @@ class LMDeployInstanceEngine(Engine):
         """As their script pre-encodes with --skip-tokenize."""
         return list(self._tokenizer.encode(prompt))
 
-    def stream(self, requests: Sequence[SampledRequest], generation: GenerationSettings, load: LoadConfig,
-               cancel: threading.Event) -> Iterator[EngineEvent]:
+    def stream(
+        self,
+        requests: Sequence[SampledRequest],
+        generation: GenerationSettings,
+        load: LoadConfig,
+        cancel: threading.Event,
+    ) -> Iterator[EngineEvent]:
         api = InstanceAPI(
             engine=self._built,
             encode=lambda prompt: list(self._tokenizer(prompt).input_ids),  # their script, inside the measurement

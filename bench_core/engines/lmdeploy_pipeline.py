@@ -40,16 +40,18 @@ from collections.abc import Callable, Iterator, Sequence
 from ..config import EngineConfig, GenerationSettings, LoadConfig
 from ..errors import ConfigError, ModelError
 from ..load.datasets import SampledRequest
-from ..load.schedule import SendSchedule
 from ..load.playground import Conversation, PlaygroundResult, prompt_preview
+from ..load.schedule import SendSchedule
 from ..models.resolve import last_line
 from ..states import LoadPattern
 from .base import Engine, EngineEvent, EngineInfo, finish_in_schedule
 from .event_pump import ABORT_EVERY_S, POLL_S, pump_events
-from .lmdeploy_configs import (build_chat_generation_config, build_engine_config, build_generation_configs,
-                               build_speculative_config)
-
-
+from .lmdeploy_configs import (
+    build_chat_generation_config,
+    build_engine_config,
+    build_generation_configs,
+    build_speculative_config,
+)
 
 # ---- loading ------------------------------------------------------------------------------------
 
@@ -81,7 +83,9 @@ def build_engine(engine: EngineConfig, load: LoadConfig) -> LMDeployEngine:
     except (AssertionError, ValueError) as exc:
         raise ConfigError(f"LMDeploy rejects these engine settings: {last_line(exc)}.") from exc
     try:
-        fallback = turbomind_fallback_reason(model_path, engine.trust_remote_code) if engine.backend == "turbomind" else None
+        fallback = (
+            turbomind_fallback_reason(model_path, engine.trust_remote_code) if engine.backend == "turbomind" else None
+        )
         pipe = pipeline(
             model_path,
             backend_config=backend_config,
@@ -199,7 +203,9 @@ class LMDeployEngine(Engine):
         cancel: threading.Event,
     ) -> Iterator[EngineEvent]:
         if load.concurrency > self.max_batch_size:
-            raise ValueError(f"concurrency {load.concurrency} exceeds the engine's max_batch_size {self.max_batch_size}")
+            raise ValueError(
+                f"concurrency {load.concurrency} exceeds the engine's max_batch_size {self.max_batch_size}"
+            )
         schedule = SendSchedule(requests, load)
         drive = _PipelineDrive(
             self._pipe,
@@ -230,7 +236,9 @@ class LMDeployEngine(Engine):
         outputs = self._pipe.stream_infer(list(conversations), gen_config=gen_config, do_preprocess=True)
         return self._chat_results(outputs, conversations, started, cancel)
 
-    def _chat_results(self, outputs, conversations, started: float, cancel: threading.Event) -> Iterator[PlaygroundResult]:
+    def _chat_results(
+        self, outputs, conversations, started: float, cancel: threading.Event
+    ) -> Iterator[PlaygroundResult]:
         """Merge each prompt's streamed deltas (Response.extend) and yield it when it has a finish reason.
         Cancel is looked at between chunks: LMDeploy then aborts every prompt, which ends the stream."""
         merged, first_token_at, stopped = {}, {}, False
@@ -270,8 +278,10 @@ def _pipeline_prompt(request: SampledRequest):
     """What the pipeline is given for a request: its text, or with images LMDeploy's GPT-4V-style messages."""
     if not request.images:
         return request.prompt
-    parts = [{"type": "text", "text": request.prompt},
-             *({"type": "image_url", "image_url": {"url": uri}} for uri in request.images)]
+    parts = [
+        {"type": "text", "text": request.prompt},
+        *({"type": "image_url", "image_url": {"url": uri}} for uri in request.images),
+    ]
     return [{"role": "user", "content": parts}]
 
 
@@ -280,8 +290,15 @@ class _PipelineDrive:
     thread reads their events from a queue and, on cancel, stops LMDeploy the way its api_server
     does (a new epoch drops every queued request, and running ones are aborted)."""
 
-    def __init__(self, pipe, prompts: list, gen_configs: list, stream_output: bool, schedule: SendSchedule,
-                 encode: Callable[[str], list[int]] | None = None):
+    def __init__(
+        self,
+        pipe,
+        prompts: list,
+        gen_configs: list,
+        stream_output: bool,
+        schedule: SendSchedule,
+        encode: Callable[[str], list[int]] | None = None,
+    ):
         """`encode` measures a prompt built when it is sent (a turn repeating the model's answer)."""
         self.pipe = pipe
         self.encode = encode
@@ -369,8 +386,9 @@ class _PipelineDrive:
         templated = any(isinstance(prompt, list) for prompt in prompts)  # messages with images: the chat template
         try:
             if self.stream_output:
-                outputs = self.pipe.stream_infer(prompts, sessions=sessions, gen_config=gen_configs,
-                                                 do_preprocess=templated)
+                outputs = self.pipe.stream_infer(
+                    prompts, sessions=sessions, gen_config=gen_configs, do_preprocess=templated
+                )
                 for out in outputs:
                     self._emit(indices[out.index], out, open_)
             else:
@@ -392,8 +410,9 @@ class _PipelineDrive:
         if out.finish_reason is not None:
             message = out.error_message or ""
             extra = {"cached_tokens": float(self.cached[index])} if index in self.cached else None
-            self._finish(EngineEvent(index, "finish", now, finish_reason=out.finish_reason, message=message,
-                                     extra=extra))
+            self._finish(
+                EngineEvent(index, "finish", now, finish_reason=out.finish_reason, message=message, extra=extra)
+            )
             open_.discard(index)
 
     def _finish(self, finish: EngineEvent) -> None:

@@ -57,15 +57,23 @@ import numpy as np
 import yarl
 
 from ..config import GenerationSettings, check_values, setting
+from ..errors import BenchError, ConfigError
 from ..load.arrivals import ArrivalReport, arrival_report
 from ..load.datasets import SampledRequest
 from ..load.schedule import SendSchedule
-from ..errors import BenchError, ConfigError
 from ..states import SERVED_REASONS, RequestStatus
 from .base import NOT_SENT_AFTER_FAILURE, RUN_ENDED, EngineEvent
 from .loop_lag import LoopLag
-from .openai_stream import (CHUNKS, ERROR_BODY_CHARS, RETOKENIZED, EventTooLarge, SSEMessage, SSEParser, StreamReader,
-                            error_text)
+from .openai_stream import (
+    CHUNKS,
+    ERROR_BODY_CHARS,
+    RETOKENIZED,
+    EventTooLarge,
+    SSEMessage,
+    SSEParser,
+    StreamReader,
+    error_text,
+)
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 SERVER_KINDS = ("lmdeploy", "vllm", "sglang", "transformers", "openai")
@@ -86,7 +94,9 @@ def api_root(base_url: str) -> str:
     """The server's address without a trailing slash or `/v1`, so either spelling of it works."""
     root = base_url.strip().rstrip("/")
     if not root.startswith(("http://", "https://")):
-        raise ConfigError(f"The server URL must start with http:// or https://, like http://127.0.0.1:23333 (got '{base_url}').")
+        raise ConfigError(
+            f"The server URL must start with http:// or https://, like http://127.0.0.1:23333 (got '{base_url}')."
+        )
     return root.removesuffix("/v1")
 
 
@@ -194,8 +204,15 @@ def sampling_fields(generation: GenerationSettings, server_kind: str) -> dict | 
     return fields
 
 
-def build_payload(spec: ServerSpec, model: str, prompt: str, max_tokens: int, ignore_eos: bool,
-                  messages: Sequence[Mapping] | None = None, images: Sequence[str] = ()) -> dict:
+def build_payload(
+    spec: ServerSpec,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    ignore_eos: bool,
+    messages: Sequence[Mapping] | None = None,
+    images: Sequence[str] = (),
+) -> dict:
     """The JSON body of one request, as `profile_restful_api.py` sends it: its fields, with `spec.sampling` for
     its temperature 0.0 (`spec.sampling` where the run samples), best_of 1 on the completions endpoint, and the usage asked for
     (README, "The request body"). A chat request's token limit goes in the field(s) `spec.chat_limit_field` names
@@ -213,8 +230,10 @@ def build_payload(spec: ServerSpec, model: str, prompt: str, max_tokens: int, ig
     payload: dict = {"model": model, "stream": spec.stream}
     if spec.endpoint == "chat":
         if images:
-            parts = [*({"type": "image_url", "image_url": {"url": uri}} for uri in images),
-                     {"type": "text", "text": prompt}]
+            parts = [
+                *({"type": "image_url", "image_url": {"url": uri}} for uri in images),
+                {"type": "text", "text": prompt},
+            ]
             payload["messages"] = [{"role": "user", "content": parts}]
         else:
             payload["messages"] = [dict(m) for m in messages] if messages else [{"role": "user", "content": prompt}]
@@ -302,14 +321,19 @@ class RequestResult:
         """Served, but not as long as asked: past the limit, or short of it without the server saying it got there."""
         status = self.length_status
         return self.finish_reason in SERVED_REASONS and (
-            status == RequestStatus.OVERRUN or (not status and self.output_tokens < self.requested_tokens))
+            status == RequestStatus.OVERRUN or (not status and self.output_tokens < self.requested_tokens)
+        )
 
     @property
     def stopped_at_limit(self) -> bool:
         """The server said it stopped for length, without a count of its own that could say otherwise: it ran
         to the requested limit, however many tokens the text recounts to."""
-        return (self.finish_reason == "length" and self.usage_completion_tokens is None and self.n_tokens > 0
-                and not self.overran)
+        return (
+            self.finish_reason == "length"
+            and self.usage_completion_tokens is None
+            and self.n_tokens > 0
+            and not self.overran
+        )
 
     @property
     def usage_only(self) -> bool:
@@ -385,7 +409,12 @@ class _Deadline:
 
 
 async def send_request(
-    session: aiohttp.ClientSession, spec: ServerSpec, payload: dict, result: RequestResult, emit: Emit, ends_at: float = math.inf
+    session: aiohttp.ClientSession,
+    spec: ServerSpec,
+    payload: dict,
+    result: RequestResult,
+    emit: Emit,
+    ends_at: float = math.inf,
 ) -> None:
     """Send one request and report it through `emit`: admit, tokens as they come, one finish.
 
@@ -409,14 +438,22 @@ async def send_request(
                 usage = reader.usage_completion_tokens
                 result.first_byte_ts = result.last_line_ts = time.perf_counter()
                 ticks_ts, ticks_ns = [], []
-                _tick(reader, result, result.last_line_ts, reader.n_tokens if usage is None else usage, ticks_ts, ticks_ns)
+                _tick(
+                    reader, result, result.last_line_ts, reader.n_tokens if usage is None else usage, ticks_ts, ticks_ns
+                )
                 _emit_ticks(result, emit, ticks_ts, ticks_ns)
         reason, message = reader.finish()
     except asyncio.CancelledError:
         if deadline.expired == _Deadline.SILENT:
-            reason, message = "error", f"the server sent no token for {spec.read_timeout_s:g} s (read timeout) after {reader.n_tokens} tokens"
+            reason, message = (
+                "error",
+                f"the server sent no token for {spec.read_timeout_s:g} s (read timeout) after {reader.n_tokens} tokens",
+            )
         elif deadline.expired == _Deadline.TOO_LONG:
-            reason, message = "error", f"the request ran past its {spec.total_timeout_s:g} s deadline after {reader.n_tokens} tokens"
+            reason, message = (
+                "error",
+                f"the request ran past its {spec.total_timeout_s:g} s deadline after {reader.n_tokens} tokens",
+            )
         elif deadline.expired == _Deadline.DURATION_OVER:
             reason, message = RUN_ENDED, f"cancelled when the run's duration ended, after {reader.n_tokens} tokens"
         else:
@@ -437,7 +474,10 @@ async def send_request(
     finally:
         deadline.stop()
     result.end_ts = time.perf_counter()
-    result.usage_completion_tokens, result.usage_prompt_tokens = reader.usage_completion_tokens, reader.usage_prompt_tokens
+    result.usage_completion_tokens, result.usage_prompt_tokens = (
+        reader.usage_completion_tokens,
+        reader.usage_prompt_tokens,
+    )
     result.usage_source = reader.usage_source
     result.usage_cached_tokens = reader.usage_cached_tokens
     result.text, result.reasoning_text = "".join(reader.text_parts), "".join(reader.reasoning_parts)
@@ -458,8 +498,10 @@ async def _read_stream(
             if result.n_tokens > tokens_before:
                 deadline.heard_token()
         if result.n_tokens > _stop_reading_after(result.requested_tokens):
-            reader.error = (f"the server streamed {result.n_tokens} tokens for the {result.requested_tokens} asked "
-                            "and went on: stopped reading")
+            reader.error = (
+                f"the server streamed {result.n_tokens} tokens for the {result.requested_tokens} asked "
+                "and went on: stopped reading"
+            )
         if reader.error:
             return
         if reader.done:  # after [DONE] nothing counts
@@ -505,8 +547,9 @@ def _emit_ticks(result: RequestResult, emit: Emit, ticks_ts: list[float], ticks_
         emit(EngineEvent(result.index, "tokens", ts, tokens, earlier_ts=ticks_ts, earlier_ns=ticks_ns))
 
 
-def _tick(reader: StreamReader, result: RequestResult, ts: float, tokens: int, ticks_ts: list[float],
-          ticks_ns: list[int]) -> None:
+def _tick(
+    reader: StreamReader, result: RequestResult, ts: float, tokens: int, ticks_ts: list[float], ticks_ns: list[int]
+) -> None:
     """Note output that grew since the last tick, once the answer has begun (its first chunk is the TTFT, as in
     profile_restful_api.py; the reasoning before it is held back, its tokens counted in that tick), and note when
     answer and reasoning text first came."""
@@ -550,12 +593,19 @@ class ClientRun:
         start_at: float | None = None,
     ) -> None:
         self.spec, self.model, self.requests = spec, model, requests
-        self.request_rate, self.max_concurrency, self.warmup, self.duration_s = request_rate, max_concurrency, warmup, duration_s
+        self.request_rate, self.max_concurrency, self.warmup, self.duration_s = (
+            request_rate,
+            max_concurrency,
+            warmup,
+            duration_s,
+        )
         self.ignore_eos, self.cancel, self.schedule = ignore_eos, cancel, schedule
         self.start_at = start_at  # a t0 shared with other clients (client_workers); None: when the warm-up ends
         # A turn that follows another is scheduled once that one ends (NaN until then).
-        self.results = [RequestResult(i, r.output_len, math.nan if schedule.offset(i) is None else schedule.offset(i))
-                        for i, r in enumerate(requests)]
+        self.results = [
+            RequestResult(i, r.output_len, math.nan if schedule.offset(i) is None else schedule.offset(i))
+            for i, r in enumerate(requests)
+        ]
         self._released: dict[int, asyncio.Event] = {}  # per follower: told when the request it follows ends
         self._dropped: set[int] = set()
         self.t0: float | None = None  # perf_counter when the first request was due, after warm-up
@@ -604,7 +654,6 @@ class ClientRun:
             self._flush()
             self._events.put(_END)
 
-
     def _emit(self, event: EngineEvent) -> None:
         self._pending.append(event)
 
@@ -626,7 +675,9 @@ class ClientRun:
         headers = _auth_headers(self.spec.api_key)
         # trust_env=False: no proxy between the client and the server it measures, and looking the proxy
         # settings up for every request cost a fifth of the client's throughput at hundreds of streams.
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers, trust_env=False) as session:
+        async with aiohttp.ClientSession(
+            connector=connector, timeout=timeout, headers=headers, trust_env=False
+        ) as session:
             slots = asyncio.Semaphore(self.max_concurrency) if self.max_concurrency else contextlib.nullcontext()
             watcher = asyncio.create_task(self._cancel_on_request())
             flusher = asyncio.create_task(self._flush_periodically())
@@ -663,7 +714,9 @@ class ClientRun:
         await asyncio.gather(*warm_ups, return_exceptions=True)  # a cancelled one has no result to check
         failed = [r for r in results if r.finish_reason not in SERVED_REASONS]
         if failed and not self.cancel.is_set():
-            raise ServerError(f"The warm-up request failed, so nothing was measured: {failed[0].message or failed[0].finish_reason}.")
+            raise ServerError(
+                f"The warm-up request failed, so nothing was measured: {failed[0].message or failed[0].finish_reason}."
+            )
 
     async def _send_when_due(self, session: aiohttp.ClientSession, slots, result: RequestResult) -> None:
         index = result.index
@@ -682,8 +735,15 @@ class ClientRun:
                 outgoing = self.schedule.take(index)
                 if outgoing.built:
                     result.built_prompt = outgoing.prompt
-                payload = build_payload(self.spec, self.model, outgoing.prompt, request.output_len, self.ignore_eos,
-                                        outgoing.messages, request.images)
+                payload = build_payload(
+                    self.spec,
+                    self.model,
+                    outgoing.prompt,
+                    request.output_len,
+                    self.ignore_eos,
+                    outgoing.messages,
+                    request.images,
+                )
                 await send_request(session, self.spec, payload, result, self._emit, ends_at=deadline)
             self._ended(result)
         except asyncio.CancelledError:  # cancelled before it was sent; send_request reports its own
@@ -715,7 +775,9 @@ def _raise_open_file_limit(connections: int) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = connections + 256  # files the rest of the process keeps open
     if soft != resource.RLIM_INFINITY and soft < wanted:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted if hard == resource.RLIM_INFINITY else min(wanted, hard), hard))
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (wanted if hard == resource.RLIM_INFINITY else min(wanted, hard), hard)
+        )
 
 
 def run_requests(
@@ -747,6 +809,17 @@ def run_requests(
     check_values(max_concurrency=max_concurrency, warmup_requests=warmup, duration_s=duration_s)
     if schedule is None:
         schedule = SendSchedule.at_rate(requests, request_rate, burstiness, arrival_seed, exact_rate_arrivals)
-    run = ClientRun(spec, model, requests, schedule, request_rate, max_concurrency, warmup, duration_s, ignore_eos,
-                    cancel or threading.Event(), start_at)
+    run = ClientRun(
+        spec,
+        model,
+        requests,
+        schedule,
+        request_rate,
+        max_concurrency,
+        warmup,
+        duration_s,
+        ignore_eos,
+        cancel or threading.Event(),
+        start_at,
+    )
     return run.start()

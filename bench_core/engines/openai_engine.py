@@ -36,11 +36,11 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import importlib.util
-import os
-import urllib.parse
 import json
 import math
+import os
 import threading
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -48,9 +48,9 @@ import numpy as np
 
 from ..config import DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, sampling_problems
 from ..config.catalog import IMAGE
+from ..errors import ConfigError, ModelError
 from ..load.datasets import SampledRequest
 from ..load.schedule import SendSchedule, send_columns
-from ..errors import ConfigError, ModelError
 from ..models.packages import install_command
 from ..models.resolve import load_tokenizer
 from ..redact import redact_text
@@ -62,6 +62,7 @@ if TYPE_CHECKING:  # the client imports aiohttp, so it is imported where it is u
     from .openai_client import ClientRun, RequestResult, ServerSpec
     from .server_metrics import MetricsScraper
 
+
 def extra_body(engine: EngineConfig) -> dict | None:
     """The extra request body as a dict (None when empty); ConfigError when it is not a JSON object."""
     text = engine.extra_request_body.strip()
@@ -70,9 +71,11 @@ def extra_body(engine: EngineConfig) -> dict | None:
     try:
         body = json.loads(text)
     except ValueError as exc:
-        raise ConfigError(f"The extra request body is not valid JSON ({exc}): write an object such as {{\"temperature\": 0}}.") from None
+        raise ConfigError(
+            f'The extra request body is not valid JSON ({exc}): write an object such as {{"temperature": 0}}.'
+        ) from None
     if not isinstance(body, dict):
-        raise ConfigError("The extra request body must be a JSON object, such as {\"temperature\": 0}.")
+        raise ConfigError('The extra request body must be a JSON object, such as {"temperature": 0}.')
     return body
 
 
@@ -101,8 +104,10 @@ def _credential_problems(spec) -> list[str]:
 
     user_info = urllib.parse.urlsplit(spec.base_url).username is not None
     if user_info and (spec.api_key or os.environ.get(API_KEY_ENV)):
-        return [f"The server URL carries a user name or password and an API key is set too (the API key field or "
-                f"${API_KEY_ENV}): a request sends only one credential. Remove one of them."]
+        return [
+            f"The server URL carries a user name or password and an API key is set too (the API key field or "
+            f"${API_KEY_ENV}): a request sends only one credential. Remove one of them."
+        ]
     return []
 
 
@@ -122,8 +127,12 @@ class OpenAIBackend(Backend):
     in_process = False
     tokenizer_from_engine = True
     needs_model = False
-    load_patterns = (LoadPattern.BATCH, LoadPattern.CONCURRENCY, LoadPattern.REQUEST_RATE,
-                     LoadPattern.TRACE)  # no engine API over HTTP
+    load_patterns = (
+        LoadPattern.BATCH,
+        LoadPattern.CONCURRENCY,
+        LoadPattern.REQUEST_RATE,
+        LoadPattern.TRACE,
+    )  # no engine API over HTTP
     load_pattern = LoadPattern.REQUEST_RATE
     takes_images = True  # in chat messages, to a vision model's server
 
@@ -132,8 +141,10 @@ class OpenAIBackend(Backend):
         """The image dataset's images go in chat messages only (profile_restful_api.py's completions backends drop
         them without a word)."""
         if dataset.dataset_name == IMAGE and engine.endpoint != "chat":
-            return ["The image dataset sends its images in chat messages: use the chat endpoint (--backend "
-                    "lmdeploy-chat, vllm-chat, sglang-oai-chat or transformers-chat)."]
+            return [
+                "The image dataset sends its images in chat messages: use the chat endpoint (--backend "
+                "lmdeploy-chat, vllm-chat, sglang-oai-chat or transformers-chat)."
+            ]
         return []
 
     @classmethod
@@ -156,8 +167,9 @@ class OpenAIBackend(Backend):
             return [str(exc)]
         # top_k is left to the server: vLLM and SGLang take -1 for "no limit", LMDeploy 0.
         body = {key: value for key, value in (spec.extra_body or {}).items() if key != "top_k"}
-        return (sampling_problems(body, "In the extra request body, ") + _credential_problems(spec)
-                + _split_problems(load))
+        return (
+            sampling_problems(body, "In the extra request body, ") + _credential_problems(spec) + _split_problems(load)
+        )
 
     @classmethod
     def settings_key(cls, engine: EngineConfig, load: LoadConfig) -> tuple:
@@ -185,8 +197,10 @@ class OpenAIEngine(Engine):
         try:
             self._tokenizer = load_tokenizer(tokenizer_name, engine.trust_remote_code)
         except ModelError as exc:
-            raise ModelError(f"{exc}. The server's model '{self.model}' must have a tokenizer here: name one "
-                             "(--tokenizer, or the Tokenizer field): a local folder, a built-in model or a hub id.") from None
+            raise ModelError(
+                f"{exc}. The server's model '{self.model}' must have a tokenizer here: name one "
+                "(--tokenizer, or the Tokenizer field): a local folder, a built-in model or a hub id."
+            ) from None
         shown_root = redact_text(root)  # the info is recorded and shown: no user-info from the URL
         self.info = EngineInfo(
             backend="openai",
@@ -220,7 +234,11 @@ class OpenAIEngine(Engine):
         return self._tokenizer
 
     def warmup(
-        self, requests: Sequence[SampledRequest], generation: GenerationSettings, load: LoadConfig, cancel: threading.Event
+        self,
+        requests: Sequence[SampledRequest],
+        generation: GenerationSettings,
+        load: LoadConfig,
+        cancel: threading.Event,
     ) -> None:
         """Send the first prompt `load.warmup_requests` times, unmeasured, as vLLM does; a failure stops the run."""
         from .openai_client import ServerError, run_requests
@@ -231,13 +249,21 @@ class OpenAIEngine(Engine):
         spec = self._spec_for(generation, load)
         if load.duration_s is not None:  # waiting longer for a token than the whole run may last: a failed warm-up
             spec = dataclasses.replace(spec, read_timeout_s=min(spec.read_timeout_s, load.duration_s))
-        run = run_requests(spec, self.model, [requests[0]] * count, max_concurrency=load.max_concurrency,
-                           cancel=cancel, ignore_eos=generation.ignore_eos)
+        run = run_requests(
+            spec,
+            self.model,
+            [requests[0]] * count,
+            max_concurrency=load.max_concurrency,
+            cancel=cancel,
+            ignore_eos=generation.ignore_eos,
+        )
         for _ in run.events():
             pass
         failed = [r for r in run.results if r.finish_reason not in SERVED_REASONS]
         if failed and not cancel.is_set():
-            raise ServerError(f"The warm-up request failed, so nothing was measured: {failed[0].message or failed[0].finish_reason}.")
+            raise ServerError(
+                f"The warm-up request failed, so nothing was measured: {failed[0].message or failed[0].finish_reason}."
+            )
 
     def stream(
         self,
@@ -259,20 +285,34 @@ class OpenAIEngine(Engine):
         schedule = SendSchedule(requests, load) if trace else None
         if self._client_processes > 1:  # the schedule drawn here, once, as run_requests draws it
             self._start_workers()  # again, where a worker died in the last run
-            schedule = schedule or SendSchedule.at_rate(requests, rate, load.burstiness, arrival_seed,
-                                                        load.exact_rate_arrivals)
-            run = self._workers.run(spec, self.model, requests, schedule, limit, load.duration_s,
-                                    generation.ignore_eos, cancel)
+            schedule = schedule or SendSchedule.at_rate(
+                requests, rate, load.burstiness, arrival_seed, load.exact_rate_arrivals
+            )
+            run = self._workers.run(
+                spec, self.model, requests, schedule, limit, load.duration_s, generation.ignore_eos, cancel
+            )
         else:
-            run = run_requests(spec, self.model, requests, request_rate=rate, burstiness=load.burstiness,
-                               arrival_seed=arrival_seed, exact_rate_arrivals=load.exact_rate_arrivals,
-                               max_concurrency=limit, duration_s=load.duration_s, cancel=cancel,
-                               ignore_eos=generation.ignore_eos, schedule=schedule)
+            run = run_requests(
+                spec,
+                self.model,
+                requests,
+                request_rate=rate,
+                burstiness=load.burstiness,
+                arrival_seed=arrival_seed,
+                exact_rate_arrivals=load.exact_rate_arrivals,
+                max_concurrency=limit,
+                duration_s=load.duration_s,
+                cancel=cancel,
+                ignore_eos=generation.ignore_eos,
+                schedule=schedule,
+            )
         self._loop_lag = run.loop_lag.samples  # this run's, from now on, however it ends
         held: dict[int, tuple[EngineEvent, int]] = {}  # index -> (last tokens event, count ticked before it)
         for event in run.events():
             if event.kind == "admit" and run.results[event.index].built_prompt is not None:
-                yield dataclasses.replace(event, input_len=len(self._tokenizer.encode(run.results[event.index].built_prompt)))
+                yield dataclasses.replace(
+                    event, input_len=len(self._tokenizer.encode(run.results[event.index].built_prompt))
+                )
             elif event.kind == "tokens":
                 before = held.pop(event.index, None)
                 if before is not None:
@@ -299,8 +339,9 @@ class OpenAIEngine(Engine):
                     yield EngineEvent(event.index, "tokens", result.last_line_ts, count)
                 length_status = result.length_status
                 message = overrun_advice(run.spec) if length_status == RequestStatus.OVERRUN else event.message
-                yield dataclasses.replace(event, n_tokens=count, message=message, extra=extra,
-                                          length_status=length_status)
+                yield dataclasses.replace(
+                    event, n_tokens=count, message=message, extra=extra, length_status=length_status
+                )
             else:
                 yield event
 
@@ -311,8 +352,9 @@ class OpenAIEngine(Engine):
         """The server, asked as this run asks it: streamed or not, greedy or sampling."""
         from .openai_client import sampling_fields
 
-        return dataclasses.replace(self.spec, stream=load.stream_output,
-                                   sampling=sampling_fields(generation, self.spec.server_kind))
+        return dataclasses.replace(
+            self.spec, stream=load.stream_output, sampling=sampling_fields(generation, self.spec.server_kind)
+        )
 
     def metrics_scraper(self) -> MetricsScraper | None:
         """A reader of the server's Prometheus page at /metrics, unless the settings turned it off."""
@@ -322,9 +364,12 @@ class OpenAIEngine(Engine):
         if self._metrics_interval_s is None:
             return None
         api_key = self.spec.api_key
-        return MetricsScraper(api_root(self.spec.base_url) + "/metrics", self._metrics_interval_s,
-                              lambda url, timeout_s: http_get(url, api_key, timeout_s),
-                              METRICS_SWITCHES.get(self.spec.server_kind, ""))
+        return MetricsScraper(
+            api_root(self.spec.base_url) + "/metrics",
+            self._metrics_interval_s,
+            lambda url, timeout_s: http_get(url, api_key, timeout_s),
+            METRICS_SWITCHES.get(self.spec.server_kind, ""),
+        )
 
     def _extras(self, result: RequestResult, run: ClientRun | ProcessClientRun) -> dict:
         """The request-table columns of one sent request (times in seconds; NaN: never happened)."""
@@ -332,7 +377,9 @@ class OpenAIEngine(Engine):
 
         retokenize([result], self._tokenizer)
         return {
-            "usage_output_len": math.nan if result.usage_completion_tokens is None else float(result.usage_completion_tokens),
+            "usage_output_len": math.nan
+            if result.usage_completion_tokens is None
+            else float(result.usage_completion_tokens),
             "cached_tokens": math.nan if result.usage_cached_tokens is None else float(result.usage_cached_tokens),
             "retokenized_output_len": result.retokenized_tokens,
             "output_len_source": result.output_source,

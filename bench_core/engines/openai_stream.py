@@ -172,8 +172,10 @@ class StreamReader:
         try:
             text = message.data.decode()  # a str skips json's encoding sniffing
         except UnicodeDecodeError as exc:
-            self.error = f"the server sent an event that is not UTF-8 ({exc.reason} at byte {exc.start}): " \
-                         f"{message.data[:ERROR_BODY_CHARS]!r}"
+            self.error = (
+                f"the server sent an event that is not UTF-8 ({exc.reason} at byte {exc.start}): "
+                f"{message.data[:ERROR_BODY_CHARS]!r}"
+            )
             return
         try:
             body = _decode_json(text)
@@ -250,7 +252,11 @@ def error_text(body: object) -> str:
             return text.strip()[:ERROR_BODY_CHARS]
     if isinstance(body, dict):
         inner = body.get("error")
-        for candidate in (inner.get("message") if isinstance(inner, dict) else inner, body.get("message"), body.get("detail")):
+        for candidate in (
+            inner.get("message") if isinstance(inner, dict) else inner,
+            body.get("message"),
+            body.get("detail"),
+        ):
             if candidate:
                 return str(candidate)[:ERROR_BODY_CHARS]
     return str(body)[:ERROR_BODY_CHARS]

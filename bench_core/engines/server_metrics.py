@@ -107,8 +107,7 @@ class HistogramMean:
         return tuple(f"{family}_{part}" for family in self.families for part in ("sum", "count"))
 
     def present(self, read: Read) -> str | None:
-        return next((family for family in self.families if f"{family}_sum" in read and f"{family}_count" in read),
-                    None)
+        return next((family for family in self.families if f"{family}_sum" in read and f"{family}_count" in read), None)
 
     def value(self, now: Read, before: Read | None, seconds: float) -> float | None:
         family = self.present(now)
@@ -150,28 +149,65 @@ def _histogram(stem: str, sglang_stem: str = "") -> HistogramMean:
 
 
 SERVER_METRICS = (
-    ServerMetric("running", "Running requests", (
-        Gauge(("lmdeploy:num_requests_running", "vllm:num_requests_running", "sglang:num_running_reqs")),)),
-    ServerMetric("waiting", "Waiting requests", (
-        Gauge(("lmdeploy:num_requests_waiting", "vllm:num_requests_waiting", "sglang:num_queue_reqs")),)),
+    ServerMetric(
+        "running",
+        "Running requests",
+        (Gauge(("lmdeploy:num_requests_running", "vllm:num_requests_running", "sglang:num_running_reqs")),),
+    ),
+    ServerMetric(
+        "waiting",
+        "Waiting requests",
+        (Gauge(("lmdeploy:num_requests_waiting", "vllm:num_requests_waiting", "sglang:num_queue_reqs")),),
+    ),
     # vLLM renamed gpu_cache_usage_perc kv_cache_usage_perc; SGLang's token_usage is the share of its KV pool in use.
-    ServerMetric("kv_cache_usage", "KV-cache usage", (
-        Gauge(("lmdeploy:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
-               "sglang:token_usage"), mean=True),)),
+    ServerMetric(
+        "kv_cache_usage",
+        "KV-cache usage",
+        (
+            Gauge(
+                (
+                    "lmdeploy:gpu_cache_usage_perc",
+                    "vllm:kv_cache_usage_perc",
+                    "vllm:gpu_cache_usage_perc",
+                    "sglang:token_usage",
+                ),
+                mean=True,
+            ),
+        ),
+    ),
     # vLLM counts prefix-cache queries and hits in tokens; LMDeploy and SGLang serve the rate itself.
-    ServerMetric("prefix_hit_rate", "Prefix-cache hit rate", (
-        CounterRatio((("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),)),
-        Gauge(("lmdeploy:prefix_cache_hit_rate", "sglang:cache_hit_rate"), mean=True))),
-    ServerMetric("cached_tokens_per_s", "Cached prompt tokens per second", (
-        CounterRate(("lmdeploy:cached_tokens_total", "sglang:cached_tokens_total", "vllm:prefix_cache_hits_total")),)),
+    ServerMetric(
+        "prefix_hit_rate",
+        "Prefix-cache hit rate",
+        (
+            CounterRatio((("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),)),
+            Gauge(("lmdeploy:prefix_cache_hit_rate", "sglang:cache_hit_rate"), mean=True),
+        ),
+    ),
+    ServerMetric(
+        "cached_tokens_per_s",
+        "Cached prompt tokens per second",
+        (CounterRate(("lmdeploy:cached_tokens_total", "sglang:cached_tokens_total", "vllm:prefix_cache_hits_total")),),
+    ),
     # Tokens a verification step yields: the accepted draft tokens per draft, plus the target model's own token.
-    ServerMetric("spec_accept_length", "Speculative acceptance length", (
-        CounterRatio((("lmdeploy:spec_decode_num_accepted_tokens_total", "lmdeploy:spec_decode_num_drafts_total"),
-                      ("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_drafts_total")), plus=1.0),
-        Gauge(("sglang:spec_accept_length",), mean=True))),
+    ServerMetric(
+        "spec_accept_length",
+        "Speculative acceptance length",
+        (
+            CounterRatio(
+                (
+                    ("lmdeploy:spec_decode_num_accepted_tokens_total", "lmdeploy:spec_decode_num_drafts_total"),
+                    ("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_drafts_total"),
+                ),
+                plus=1.0,
+            ),
+            Gauge(("sglang:spec_accept_length",), mean=True),
+        ),
+    ),
     ServerMetric("server_ttft_s", "Server TTFT", (_histogram("time_to_first_token_seconds"),)),
-    ServerMetric("server_queue_s", "Server queue time", (
-        _histogram("request_queue_time_seconds", "queue_time_seconds"),)),
+    ServerMetric(
+        "server_queue_s", "Server queue time", (_histogram("request_queue_time_seconds", "queue_time_seconds"),)
+    ),
     ServerMetric("server_e2e_s", "Server end-to-end latency", (_histogram("e2e_request_latency_seconds"),)),
 )
 BY_KEY = {metric.key: metric for metric in SERVER_METRICS}
@@ -180,14 +216,18 @@ KNOWN_NAMES = frozenset(name for metric in SERVER_METRICS for source in metric.s
 
 # ---- pure: a page's text, the raw table, the unified series -------------------------------------------------
 
+
 def parse_page(text: str) -> list[tuple[str, str, float]]:
     """(sample name, labels as JSON, value) of every sample on a Prometheus text page; ValueError when the text
     is not one."""
     from prometheus_client.parser import text_string_to_metric_families
 
     try:
-        return [(sample.name, json.dumps(sample.labels, sort_keys=True), float(sample.value))
-                for family in text_string_to_metric_families(text) for sample in family.samples]
+        return [
+            (sample.name, json.dumps(sample.labels, sort_keys=True), float(sample.value))
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        ]
     except Exception as exc:  # the parser raises ValueError, TypeError or IndexError on a malformed line
         raise ValueError(f"not Prometheus text ({str(exc)[:PARSER_MESSAGE_CHARS]})") from None
 
@@ -227,8 +267,10 @@ def unified_series(raw: pd.DataFrame) -> pd.DataFrame:
 
 def _reads(raw: pd.DataFrame) -> list[tuple[float, Read]]:
     """The raw samples as the reads they came from, in time order."""
-    return [(float(time_s), {str(name): list(part["value"]) for name, part in read.groupby("name", sort=False)})
-            for time_s, read in raw.groupby("time_s", sort=True)]
+    return [
+        (float(time_s), {str(name): list(part["value"]) for name, part in read.groupby("name", sort=False)})
+        for time_s, read in raw.groupby("time_s", sort=True)
+    ]
 
 
 def run_summary(raw: pd.DataFrame) -> dict[str, float]:
@@ -261,13 +303,20 @@ def run_summary(raw: pd.DataFrame) -> dict[str, float]:
 
 # ---- the scraper ------------------------------------------------------------------------------------------
 
+
 class MetricsScraper:
     """Reads `url` every `interval_s` seconds in a daemon thread, from `start()` to `stop()`; times are on the
     run's clock (`time.perf_counter`), each the middle of its request. A read that fails mid-run is skipped and
     counted (`failed_reads`, `last_failure`)."""
 
-    def __init__(self, url: str, interval_s: float, fetch: Callable[[str, float], bytes], switch: str = "",
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        url: str,
+        interval_s: float,
+        fetch: Callable[[str, float], bytes],
+        switch: str = "",
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         """`fetch(url, timeout_s)`: the page's bytes, BenchError when it cannot be read; `switch`: how the server
         turns its metrics on (`METRICS_SWITCHES`), said when the page cannot be read."""
         self.url = url
@@ -296,8 +345,10 @@ class MetricsScraper:
         except ValueError as exc:
             return f"No server metrics for this run: {shown} is {exc}."
         if not self._raw:
-            return (f"No server metrics for this run: {shown} has none of the LMDeploy, vLLM or SGLang metrics "
-                    "read here (running and waiting requests, KV-cache usage, ...).")
+            return (
+                f"No server metrics for this run: {shown} has none of the LMDeploy, vLLM or SGLang metrics "
+                "read here (running and waiting requests, KV-cache usage, ...)."
+            )
         self._thread = threading.Thread(target=self._loop, name="server-metrics", daemon=True)
         self._thread.start()
         return None

@@ -39,6 +39,7 @@ STOP_TIMEOUT_S = 5.0
 # How long a new manager may take to set up its cache before requests go in without cache-hit counts.
 SETUP_TIMEOUT_S = 30.0
 
+
 def _not_an_early_stop(record: logging.LogRecord) -> bool:
     # transformers warns when a manager stops before its thread built the batch processor, as a run cancelled
     # (Ctrl-C) in its first instant does: an ordinary end here, and the CLI's promise is one line on stderr.
@@ -168,8 +169,10 @@ class _ManagedBatch:
             return "The prompt encodes to no tokens."
         needed = math.ceil((len(ids) + output_len) / self._engine.cache_block_seq_len)
         if needed > self.num_blocks:
-            return (f"The request needs {needed} KV cache blocks but the cache has {self.num_blocks}; "
-                    "raise num_blocks or leave it empty.")
+            return (
+                f"The request needs {needed} KV cache blocks but the cache has {self.num_blocks}; "
+                "raise num_blocks or leave it empty."
+            )
         return None
 
     def _eos(self) -> int | list[int]:
@@ -272,11 +275,25 @@ class ContinuousBatchRun(_ManagedBatch):
             return
         request_id = f"r{index}"
         in_flight[request_id] = _InFlight(index, output_len)
-        manager.add_request(ids, request_id=request_id, max_new_tokens=output_len, streaming=self._stream_output,
-                            record_timestamps=True, eos_token_id=self._eos())
+        manager.add_request(
+            ids,
+            request_id=request_id,
+            max_new_tokens=output_len,
+            streaming=self._stream_output,
+            record_timestamps=True,
+            eos_token_id=self._eos(),
+        )
 
-    def _ended(self, index: int, reason: str, message: str, ts: float | None = None, n_tokens: int = 0,
-               token_ids: Sequence[int] = (), extra: dict | None = None) -> list[EngineEvent]:
+    def _ended(
+        self,
+        index: int,
+        reason: str,
+        message: str,
+        ts: float | None = None,
+        n_tokens: int = 0,
+        token_ids: Sequence[int] = (),
+        extra: dict | None = None,
+    ) -> list[EngineEvent]:
         ts = time.perf_counter() if ts is None else ts
         answer = self._decode(token_ids) if self._decode and self._schedule.wants_answer(index) else None
         finish = EngineEvent(index, "finish", ts, n_tokens, reason, message, token_ids=token_ids, extra=extra)
@@ -302,8 +319,9 @@ class ContinuousBatchRun(_ManagedBatch):
             yield from self._ended(request.index, "error", last_line(output.error), end, count)
         else:
             reason = "length" if count >= request.output_len else "stop"
-            yield from self._ended(request.index, reason, "", end, count, output.generated_tokens,
-                                   hits.extra(output.request_id))
+            yield from self._ended(
+                request.index, reason, "", end, count, output.generated_tokens, hits.extra(output.request_id)
+            )
 
     def _fail_all(self, manager, in_flight: dict[str, _InFlight]) -> Iterator[EngineEvent]:
         """The manager's thread died: every request left ends with its error, those not sent yet included."""
@@ -321,12 +339,21 @@ class ContinuousBatchingInstances(_ManagedBatch):
     event loop that sent it (`register_result_handler`), where `async_stream_infer` yields the new ids. The drive
     bounds what is in flight to its worker count; `start()` and `stop()` bracket the run."""
 
-    def __init__(self, model, engine: EngineConfig, eos_ids: set[int], requests: Sequence[SampledRequest],
-                 generation: GenerationSettings, max_in_flight: int, stream_output: bool) -> None:
+    def __init__(
+        self,
+        model,
+        engine: EngineConfig,
+        eos_ids: set[int],
+        requests: Sequence[SampledRequest],
+        generation: GenerationSettings,
+        max_in_flight: int,
+        stream_output: bool,
+    ) -> None:
         # Sized before the prompts are encoded (that is measured): a prompt re-encoded from the random dataset's
         # text may come out a little longer than its target, so a block is kept for it.
-        lens = [len(r.input_ids) if r.input_ids is not None else r.input_len + engine.cache_block_seq_len
-                for r in requests]
+        lens = [
+            len(r.input_ids) if r.input_ids is not None else r.input_len + engine.cache_block_seq_len for r in requests
+        ]
         super().__init__(model, engine, eos_ids, requests, lens, generation, max_in_flight, stream_output)
         self._manager = None
 
@@ -340,8 +367,9 @@ class ContinuousBatchingInstances(_ManagedBatch):
     def create_instance(self) -> ContinuousBatchingInstances:
         return self  # session ids keep the streams apart: every worker's are its own
 
-    async def async_stream_infer(self, session_id: int, input_ids: list[int], gen_config: int,
-                                 stream_output: bool) -> AsyncIterator[InstanceOutput]:
+    async def async_stream_infer(
+        self, session_id: int, input_ids: list[int], gen_config: int, stream_output: bool
+    ) -> AsyncIterator[InstanceOutput]:
         """Stream one request of `gen_config` (its output length) new tokens: InstanceOutputs of the new ids, the
         last one saying how it ended. Closed before its end, the request is cancelled in the manager."""
         manager = self._manager
@@ -351,8 +379,13 @@ class ContinuousBatchingInstances(_ManagedBatch):
         results: asyncio.Queue = asyncio.Queue()
         request_id = f"s{session_id}"
         manager.register_result_handler(request_id, results.put_nowait)
-        manager.add_request(list(input_ids), request_id=request_id, max_new_tokens=gen_config,
-                            streaming=stream_output, eos_token_id=self._eos())
+        manager.add_request(
+            list(input_ids),
+            request_id=request_id,
+            max_new_tokens=gen_config,
+            streaming=stream_output,
+            eos_token_id=self._eos(),
+        )
         sent, finished = 0, False
         try:
             while not finished:

@@ -11,8 +11,8 @@ for real: token ids in, outputs detokenized or not, requests cancelled part way.
 
 from __future__ import annotations
 
-import importlib.util
 import dataclasses
+import importlib.util
 import os
 import threading
 import time
@@ -21,15 +21,15 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 
 from ..config import EngineConfig, GenerationSettings, LoadConfig
-from ..load.datasets import SampledRequest
 from ..errors import ConfigError, ModelError
-from ..load.schedule import SendSchedule
-from ..states import LoadPattern
-from ..models.resolve import last_line, resolve_model
+from ..load.datasets import SampledRequest
 from ..load.playground import Conversation, PlaygroundResult, prompt_preview
+from ..load.schedule import SendSchedule
+from ..models.resolve import last_line, resolve_model
+from ..states import LoadPattern
 from .base import Backend, Engine, EngineEvent, EngineInfo
-from .gpu_probe import gpu_facts
 from .engine_api import EngineAPIDrive, IncrementalText, InstanceAPI, instance_outcome
+from .gpu_probe import gpu_facts
 from .transformers_batching import ContinuousBatchingInstances, ContinuousBatchRun
 from .transformers_generate import generate_one_by_one
 
@@ -44,8 +44,13 @@ class TransformersBackend(Backend):
     names = ("transformers",)
     order = 1
     # A request rate too (open loop): the embedded engine takes each request when the arrival process says it comes.
-    load_patterns = (LoadPattern.BATCH, LoadPattern.CONCURRENCY, LoadPattern.ENGINE_API, LoadPattern.REQUEST_RATE,
-                     LoadPattern.TRACE)
+    load_patterns = (
+        LoadPattern.BATCH,
+        LoadPattern.CONCURRENCY,
+        LoadPattern.ENGINE_API,
+        LoadPattern.REQUEST_RATE,
+        LoadPattern.TRACE,
+    )
 
     @classmethod
     def gpus(cls, engine: EngineConfig) -> int:
@@ -76,8 +81,16 @@ class TransformersBackend(Backend):
     def settings_key(cls, engine: EngineConfig, load: LoadConfig) -> tuple:
         """The weights and the KV cache sizing and sharing the engine was loaded with (a run's cache knobs must be
         the ones it ran with); the load settings apply per `stream()` call."""
-        return (engine.model, engine.dtype, engine.torch_device, engine.trust_remote_code,
-                engine.num_blocks, engine.cache_block_seq_len, engine.max_batch_tokens, engine.enable_prefix_caching)
+        return (
+            engine.model,
+            engine.dtype,
+            engine.torch_device,
+            engine.trust_remote_code,
+            engine.num_blocks,
+            engine.cache_block_seq_len,
+            engine.max_batch_tokens,
+            engine.enable_prefix_caching,
+        )
 
     @classmethod
     def load(cls, engine: EngineConfig, load: LoadConfig) -> Engine:
@@ -207,35 +220,64 @@ class TransformersEngine(Engine):
         are sent. The engine API drives the model as LMDeploy's engines are driven (engine_api.py)."""
         if load.load_pattern == LoadPattern.ENGINE_API:
             if not self.continuous_batching:
-                raise ConfigError("The engine API load pattern needs transformers' continuous batching, which this "
-                                  "transformers version lacks; choose the batch or concurrency pattern.")
+                raise ConfigError(
+                    "The engine API load pattern needs transformers' continuous batching, which this "
+                    "transformers version lacks; choose the batch or concurrency pattern."
+                )
             return self._engine_api_events(requests, generation, load, cancel)
         prompts = [None if r.builds_on_answer else self._tokenizer.encode(r.prompt) for r in requests]
         if load.load_pattern == LoadPattern.REQUEST_RATE:
-            schedule = SendSchedule.at_rate(requests, load.request_rate, load.burstiness, arrival_seed,
-                                            load.exact_rate_arrivals)
+            schedule = SendSchedule.at_rate(
+                requests, load.request_rate, load.burstiness, arrival_seed, load.exact_rate_arrivals
+            )
             max_in_flight = load.max_concurrency or len(requests)
         else:
             schedule, max_in_flight = SendSchedule(requests, load), load.concurrency
         if not self.continuous_batching:
             return generate_one_by_one(
-                self._model, self._tokenizer, self._eos_ids, requests, prompts, generation, load.stream_output, cancel,
+                self._model,
+                self._tokenizer,
+                self._eos_ids,
+                requests,
+                prompts,
+                generation,
+                load.stream_output,
+                cancel,
                 schedule,
             )
         run = ContinuousBatchRun(
-            self._model, self._engine, self._eos_ids, requests, prompts, generation, max_in_flight,
-            load.stream_output, schedule, encode=self._tokenizer.encode, decode=self._answer_text,
+            self._model,
+            self._engine,
+            self._eos_ids,
+            requests,
+            prompts,
+            generation,
+            max_in_flight,
+            load.stream_output,
+            schedule,
+            encode=self._tokenizer.encode,
+            decode=self._answer_text,
         )
         return run.events(cancel)
 
-    def _engine_api_events(self, requests: Sequence[SampledRequest], generation: GenerationSettings, load: LoadConfig,
-                           cancel: threading.Event) -> Iterator[EngineEvent]:
-        batch = ContinuousBatchingInstances(self._model, self._engine, self._eos_ids, requests, generation,
-                                            load.concurrency, load.stream_output)
-        api = InstanceAPI(engine=batch, encode=self.encode,
-                          detokenizer=lambda prompt_ids: IncrementalText(self._tokenizer, prompt_ids),
-                          gen_config=lambda request: request.output_len, outcome=instance_outcome,
-                          name="The transformers engine")
+    def _engine_api_events(
+        self,
+        requests: Sequence[SampledRequest],
+        generation: GenerationSettings,
+        load: LoadConfig,
+        cancel: threading.Event,
+    ) -> Iterator[EngineEvent]:
+        batch = ContinuousBatchingInstances(
+            self._model, self._engine, self._eos_ids, requests, generation, load.concurrency, load.stream_output
+        )
+        api = InstanceAPI(
+            engine=batch,
+            encode=self.encode,
+            detokenizer=lambda prompt_ids: IncrementalText(self._tokenizer, prompt_ids),
+            gen_config=lambda request: request.output_len,
+            outcome=instance_outcome,
+            name="The transformers engine",
+        )
         batch.start()
         try:
             yield from EngineAPIDrive(api, requests, load).events(cancel)
@@ -269,7 +311,9 @@ class TransformersEngine(Engine):
 
     def _chat_ids(self, conversation: Conversation) -> list[int]:
         try:
-            return list(self._tokenizer.apply_chat_template(conversation, add_generation_prompt=True, return_dict=False))
+            return list(
+                self._tokenizer.apply_chat_template(conversation, add_generation_prompt=True, return_dict=False)
+            )
         except Exception as exc:  # no template, or one that rejects these roles
             raise ModelError(
                 f"The chat template of '{self._engine.model}' cannot render these prompts: {last_line(exc)}"

@@ -71,8 +71,9 @@ def generate_one_by_one(
             if event.kind != "finish":
                 yield event
                 continue
-            answer = tokenizer.decode(event.token_ids, skip_special_tokens=True) \
-                if schedule.wants_answer(index) else None
+            answer = (
+                tokenizer.decode(event.token_ids, skip_special_tokens=True) if schedule.wants_answer(index) else None
+            )
             yield from finish_in_schedule(schedule, event, answer)
 
 

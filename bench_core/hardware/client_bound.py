@@ -47,8 +47,10 @@ def client_summary(samples: pd.DataFrame, start_s: float, end_s: float) -> dict[
     covered = float(weights.sum())
     if covered <= 0:
         return {"mean_client_cpu_cores": None, "client_saturated_share": None}
-    return {"mean_client_cpu_cores": time_weighted_mean(times, cores, start_s, end_s),
-            "client_saturated_share": float(weights[cores[1:] >= SATURATED_CORES].sum() / covered)}
+    return {
+        "mean_client_cpu_cores": time_weighted_mean(times, cores, start_s, end_s),
+        "client_saturated_share": float(weights[cores[1:] >= SATURATED_CORES].sum() / covered),
+    }
 
 
 def client_bound(values: Mapping[str, Any]) -> bool:
@@ -67,5 +69,7 @@ def client_note(values: Mapping[str, Any]) -> str | None:
         said.append(f"its event loop woke {lag:.1f} ms late on average (limit {LAG_LIMIT_MS:g} ms)")
     if not math.isnan(share):
         said.append(f"its process used {SATURATED_CORES:g} cores or more {share:.0%} of the time")
-    return (f"{CLIENT_PREFIX}: the benchmark's client could not keep up during this run: {' and '.join(said)}, so "
-            f"the timings include the client's own delay and the server may have had more to give; {SPREAD_ADVICE}.")
+    return (
+        f"{CLIENT_PREFIX}: the benchmark's client could not keep up during this run: {' and '.join(said)}, so "
+        f"the timings include the client's own delay and the server may have had more to give; {SPREAD_ADVICE}."
+    )

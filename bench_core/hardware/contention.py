@@ -73,8 +73,10 @@ def contention_summary(samples: pd.DataFrame, start_s: float, end_s: float) -> d
         return dict(NOT_JUDGED)
     others = np.nan_to_num(others[1:])
     saturated = (np.nan_to_num(machine[1:]) >= SATURATED_PERCENT) & (others >= OTHERS_SHARE * cores)
-    return {"mean_other_cpu_cores": float(np.sum(others * weights) / covered),
-            "machine_busy_share": float(np.sum(weights[saturated]) / covered)}
+    return {
+        "mean_other_cpu_cores": float(np.sum(others * weights) / covered),
+        "machine_busy_share": float(np.sum(weights[saturated]) / covered),
+    }
 
 
 def live_busy_note(samples: pd.DataFrame | None) -> str | None:
@@ -106,11 +108,16 @@ def busy_note(values: Mapping[str, Any], cpu_count: Any = None, during: str = "t
     (its environment's `cpu_count`); None for a run that is not flagged or was not judged."""
     if not machine_busy(values.get(BUSY_SHARE_COLUMN)):
         return None
-    other, share, cores = as_number(values.get(OTHER_CORES_COLUMN)), as_number(values.get(BUSY_SHARE_COLUMN)), \
-        as_number(cpu_count)
+    other, share, cores = (
+        as_number(values.get(OTHER_CORES_COLUMN)),
+        as_number(values.get(BUSY_SHARE_COLUMN)),
+        as_number(cpu_count),
+    )
     of_cores = f" of {cores:g}" if cores > 0 else ""
-    return (f"{BUSY_PREFIX}: other processes used {other:.1f}{of_cores} CPU cores during {during} and saturated the "
-            f"machine {share:.0%} of the time: its numbers are not the engine's alone.")
+    return (
+        f"{BUSY_PREFIX}: other processes used {other:.1f}{of_cores} CPU cores during {during} and saturated the "
+        f"machine {share:.0%} of the time: its numbers are not the engine's alone."
+    )
 
 
 def as_number(value: Any) -> float:

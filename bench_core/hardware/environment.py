@@ -12,8 +12,8 @@ import importlib.metadata
 import importlib.util
 import os
 import platform
-import socket
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 

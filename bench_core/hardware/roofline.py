@@ -141,13 +141,27 @@ def model_cost(config: dict, dtype: str = "auto", kv_dtype: str | None = None) -
         raise ModelError(f"The model's config lacks {exc} for the roofline.") from exc
     kv_heads = int(text.get("num_key_value_heads") or heads)
     head_dim = int(text.get("head_dim") or hidden // heads)
-    sizes = DecoderSizes(layers=layers, hidden=hidden, intermediate=intermediate, heads=heads, kv_heads=kv_heads,
-                         head_dim=head_dim, vocab=vocab,
-                         qkv_bias=has_qkv_bias(text.get("model_type"), bool(text.get("attention_bias"))))
+    sizes = DecoderSizes(
+        layers=layers,
+        hidden=hidden,
+        intermediate=intermediate,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        vocab=vocab,
+        qkv_bias=has_qkv_bias(text.get("model_type"), bool(text.get("attention_bias"))),
+    )
     weights = _dtype_bytes(dtype, text)
-    return ModelCost(layers=layers, kv_heads=kv_heads, head_dim=head_dim, heads=heads,
-                     layer_params=stack_parameters(sizes), lm_head_params=vocabulary_table_parameters(sizes),
-                     dtype_bytes=weights, kv_dtype_bytes=weights if kv_dtype is None else _dtype_bytes(kv_dtype, text))
+    return ModelCost(
+        layers=layers,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        heads=heads,
+        layer_params=stack_parameters(sizes),
+        lm_head_params=vocabulary_table_parameters(sizes),
+        dtype_bytes=weights,
+        kv_dtype_bytes=weights if kv_dtype is None else _dtype_bytes(kv_dtype, text),
+    )
 
 
 def _dtype_bytes(dtype: str, config: dict) -> float:
@@ -183,8 +197,9 @@ def share_of_peak(achieved: float, peak: float | None) -> float | None:
     return None if not peak else achieved / peak
 
 
-def achieved_flops(cost: ModelCost, input_tokens_per_s: float, output_tokens_per_s: float,
-                   mean_context_len: float) -> float:
+def achieved_flops(
+    cost: ModelCost, input_tokens_per_s: float, output_tokens_per_s: float, mean_context_len: float
+) -> float:
     """FLOP/s of the run: 2 per weight per token (logits for output tokens only) plus attention's 4 per
     head dimension per context position per layer."""
     attention = 4 * cost.layers * cost.heads * cost.head_dim * mean_context_len
@@ -237,18 +252,26 @@ def verdict(cost: ModelCost, run: RunNumbers, device: DevicePeak) -> Verdict:
         "mean_tokens_per_tick": run.mean_tokens_per_tick,
         "gpu_util_percent": run.gpu_util_percent,
     }
-    bandwidth_text = f"memory traffic {_bytes(bandwidth)}/s is {bandwidth_share:.0%} of {device.name}'s " \
-                     f"{device.bandwidth_bytes_per_s / 1e9:,.0f} GB/s ({_bytes(step_bytes)} per step x " \
-                     f"{steps_per_s:,.1f} steps/s)"
-    compute_text = (f"compute {flops / 1e12:,.1f} TFLOP/s is {compute_share:.0%} of the {device.bf16_flops / 1e12:,.0f} "
-                    f"TFLOP/s bf16 peak" if compute_share is not None else "the device's peak FLOP/s is unknown")
+    bandwidth_text = (
+        f"memory traffic {_bytes(bandwidth)}/s is {bandwidth_share:.0%} of {device.name}'s "
+        f"{device.bandwidth_bytes_per_s / 1e9:,.0f} GB/s ({_bytes(step_bytes)} per step x "
+        f"{steps_per_s:,.1f} steps/s)"
+    )
+    compute_text = (
+        f"compute {flops / 1e12:,.1f} TFLOP/s is {compute_share:.0%} of the {device.bf16_flops / 1e12:,.0f} "
+        f"TFLOP/s bf16 peak"
+        if compute_share is not None
+        else "the device's peak FLOP/s is unknown"
+    )
     host_signs = []
     gpu_waits = run.gpu_util_percent is not None and run.gpu_util_percent < HOST_BOUND_GPU_UTIL_PERCENT
     if gpu_waits:
         host_signs.append(f"the GPU ran kernels {run.gpu_util_percent:.0f}% of the time")
     if run.streamed and run.mean_tokens_per_tick is not None and run.mean_tokens_per_tick > COALESCED_TOKENS_PER_TICK:
-        host_signs.append(f"{run.mean_tokens_per_tick:,.1f} tokens reached the caller per tick (one per engine step "
-                          "expected): outputs coalesce on the host")
+        host_signs.append(
+            f"{run.mean_tokens_per_tick:,.1f} tokens reached the caller per tick (one per engine step "
+            "expected): outputs coalesce on the host"
+        )
 
     if gpu_waits:
         return Verdict(HOST_BOUND, host_signs + [bandwidth_text, compute_text], numbers)
@@ -258,8 +281,10 @@ def verdict(cost: ModelCost, run: RunNumbers, device: DevicePeak) -> Verdict:
         if memory_pressure >= compute_pressure:
             return Verdict(MEMORY_BOUND, [bandwidth_text, compute_text] + host_signs, numbers)
         return Verdict(COMPUTE_BOUND, [compute_text, bandwidth_text] + host_signs, numbers)
-    idle_hardware = (f"the hardware is not the limit: {bandwidth_text}, under the {MEMORY_BOUND_SHARE:.0%} a "
-                     f"bandwidth-bound decode reaches; {compute_text}")
+    idle_hardware = (
+        f"the hardware is not the limit: {bandwidth_text}, under the {MEMORY_BOUND_SHARE:.0%} a "
+        f"bandwidth-bound decode reaches; {compute_text}"
+    )
     return Verdict(HOST_BOUND, host_signs + [idle_hardware], numbers)
 
 
@@ -318,8 +343,12 @@ def cpu_memory_bandwidth(cache_dir: Path, key: str | None = None) -> DevicePeak:
             known = {}
         entry = known.get(key) if isinstance(known, dict) else None
         if not isinstance(entry, dict) or not isinstance(entry.get("copy_bytes_per_s"), (int, float)):
-            entry = {"copy_bytes_per_s": measure_copy_bandwidth(), "array_bytes": COPY_BYTES, "threads": 1,
-                     "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            entry = {
+                "copy_bytes_per_s": measure_copy_bandwidth(),
+                "array_bytes": COPY_BYTES,
+                "threads": 1,
+                "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
             known = {**(known if isinstance(known, dict) else {}), key: entry}
             replace_bytes(path, (json.dumps(known, indent=2) + "\n").encode())
     return DevicePeak(f"CPU ({key})", float(entry["copy_bytes_per_s"]), None)
@@ -335,14 +364,20 @@ def device_peak(device: str, gpu_name: str, cache_dir: Path) -> tuple[DevicePeak
     environment records it), with a line saying where they come from; ModelError when unknown."""
     if device.startswith("cpu"):
         peak_found = cpu_memory_bandwidth(cache_dir)
-        return peak_found, (f"CPU copy bandwidth {peak_found.bandwidth_bytes_per_s / 1e9:,.1f} GB/s, measured once "
-                            f"per machine and cached in {Path(cache_dir) / BANDWIDTH_CACHE_FILE}")
+        return peak_found, (
+            f"CPU copy bandwidth {peak_found.bandwidth_bytes_per_s / 1e9:,.1f} GB/s, measured once "
+            f"per machine and cached in {Path(cache_dir) / BANDWIDTH_CACHE_FILE}"
+        )
     peak_found = gpu_peak(gpu_name or "")
     if peak_found is None:
-        raise ModelError(f"the peak bandwidth of the device ({device or 'unknown'}, GPU '{gpu_name or 'none'}') is "
-                         f"not known; known GPUs: {', '.join(KNOWN_GPUS)}")
-    return peak_found, (f"{peak_found.name} datasheet: {peak_found.bandwidth_bytes_per_s / 1e12:,.2f} TB/s, "
-                        f"{(peak_found.bf16_flops or 0) / 1e12:,.0f} TFLOP/s dense bf16")
+        raise ModelError(
+            f"the peak bandwidth of the device ({device or 'unknown'}, GPU '{gpu_name or 'none'}') is "
+            f"not known; known GPUs: {', '.join(KNOWN_GPUS)}"
+        )
+    return peak_found, (
+        f"{peak_found.name} datasheet: {peak_found.bandwidth_bytes_per_s / 1e12:,.2f} TB/s, "
+        f"{(peak_found.bf16_flops or 0) / 1e12:,.0f} TFLOP/s dense bf16"
+    )
 
 
 def read_model_config(model_folder: str | Path) -> dict:
@@ -359,13 +394,21 @@ def read_model_config(model_folder: str | Path) -> dict:
 def roofline_record(config: dict, dtype: str, device: DevicePeak, device_note: str, run: RunNumbers) -> dict:
     """The verdict of a run as the run folder keeps it (roofline.json): bound, reasons, numbers, device."""
     found = verdict(model_cost(config, dtype), run, device)
-    return {"bound": found.bound, "reasons": found.reasons, "numbers": found.numbers, "device": device.name,
-            "device_note": device_note}
+    return {
+        "bound": found.bound,
+        "reasons": found.reasons,
+        "numbers": found.numbers,
+        "device": device.name,
+        "device_note": device_note,
+    }
 
 
 def describe_roofline(record: dict) -> list[str]:
     """The verdict in a few plain lines: the bound, then the reasons and where the peak came from."""
     if "unavailable" in record:
         return [f"{NO_ROOFLINE}: {record['unavailable']}."]
-    return [f"Roofline verdict: {record['bound']}.", *(f"- {reason}" for reason in record["reasons"]),
-            f"- peak: {record['device_note']}"]
+    return [
+        f"Roofline verdict: {record['bound']}.",
+        *(f"- {reason}" for reason in record["reasons"]),
+        f"- peak: {record['device_note']}",
+    ]

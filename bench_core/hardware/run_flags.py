@@ -20,5 +20,8 @@ def run_flags(values: Mapping[str, Any], cpu_count: Any = None) -> list[str]:
 
 def flag_notes(runs: pd.DataFrame) -> pd.Series:
     """Per history row: its flags' sentences (`run_flags`, with the row's own core count), "" where not flagged."""
-    return pd.Series([" ".join(run_flags(row, row.get("env_cpu_count"))) for _, row in runs.iterrows()],
-                     index=runs.index, dtype=object)
+    return pd.Series(
+        [" ".join(run_flags(row, row.get("env_cpu_count"))) for _, row in runs.iterrows()],
+        index=runs.index,
+        dtype=object,
+    )

@@ -72,7 +72,10 @@ def gpu_telemetry_unavailable() -> str | None:
 def open_gpus() -> tuple[NvmlReader | None, str | None]:
     """A reader of the visible GPUs, or None and why not (no package, no driver, no GPU)."""
     if importlib.util.find_spec("pynvml") is None:
-        return None, f"No GPU telemetry: the {NVML_PACKAGE} package is not installed (it comes with requirements-gpu.txt)."
+        return (
+            None,
+            f"No GPU telemetry: the {NVML_PACKAGE} package is not installed (it comes with requirements-gpu.txt).",
+        )
     try:
         reader = NvmlReader()
     except Exception as exc:  # NVMLError_LibraryNotFound, _DriverNotLoaded, ...: no usable driver
@@ -181,8 +184,14 @@ class TelemetrySampler:
     `gpu_note`, where NVML cannot be read.
     """
 
-    def __init__(self, pid: int | None = None, interval_s: float = DEFAULT_INTERVAL_S, gpus: bool = True,
-                 clock: Callable[[], float] = time.perf_counter, caller_pid: int | None = None) -> None:
+    def __init__(
+        self,
+        pid: int | None = None,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        gpus: bool = True,
+        clock: Callable[[], float] = time.perf_counter,
+        caller_pid: int | None = None,
+    ) -> None:
         self._processes = [_Watched(PROCESS, pid, memory=True)]
         if caller_pid is not None:
             self._processes.append(_Watched(CALLER, caller_pid, memory=False))
@@ -305,6 +314,7 @@ def with_loop_lag(samples: pd.DataFrame, lags: list[tuple[float, float]]) -> pd.
 
 # Summaries: pure functions of a samples table and a window [start_s, end_s] on the same clock.
 
+
 def series(samples: pd.DataFrame, source: str, metric: str) -> tuple[np.ndarray, np.ndarray]:
     """Times and values of one source's metric, in time order."""
     chosen = samples[(samples["source"] == source) & (samples["metric"] == metric)].sort_values("time_s")
@@ -339,11 +349,14 @@ def time_weighted_mean(times: np.ndarray, values: np.ndarray, start_s: float, en
     return area / (min(end_s, times[-1]) - max(start_s, times[0]))
 
 
-def mean_across_sources(samples: pd.DataFrame, metric: str, start_s: float, end_s: float,
-                        sources: list[str] | None = None) -> float | None:
+def mean_across_sources(
+    samples: pd.DataFrame, metric: str, start_s: float, end_s: float, sources: list[str] | None = None
+) -> float | None:
     """The time-weighted mean of `metric` per source, averaged over the sources (e.g. mean GPU utilisation)."""
-    means = [time_weighted_mean(*series(samples, source, metric), start_s, end_s)
-             for source in (sources or sources_of(samples, metric))]
+    means = [
+        time_weighted_mean(*series(samples, source, metric), start_s, end_s)
+        for source in (sources or sources_of(samples, metric))
+    ]
     means = [m for m in means if m is not None]
     return float(np.mean(means)) if means else None
 

@@ -31,7 +31,11 @@ from ..errors import ConfigError
 
 
 def send_offsets(
-    n: int, request_rate: float, burstiness: float = 1.0, seed: int | np.random.RandomState = 0, exact_rate: bool = False,
+    n: int,
+    request_rate: float,
+    burstiness: float = 1.0,
+    seed: int | np.random.RandomState = 0,
+    exact_rate: bool = False,
 ) -> np.ndarray:
     """Seconds after t0 at which each of `n` requests is sent (non-decreasing, the first at 0).
 
@@ -68,7 +72,9 @@ def achieved_rate(send_times: Sequence[float] | np.ndarray) -> float:
     return math.inf if span == 0 else (times.size - 1) / span
 
 
-def in_flight_over_time(starts: Sequence[float] | np.ndarray, ends: Sequence[float] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def in_flight_over_time(
+    starts: Sequence[float] | np.ndarray, ends: Sequence[float] | np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """The number of requests in flight as a step function: `(times, counts)`.
 
     `counts[i]` holds from `times[i]` until `times[i + 1]`. A request is in flight over [start, end);

@@ -16,50 +16,128 @@ SAMPLE_SIZE = 300
 _SEED = 20240607
 
 _TOPICS = (
-    "a hash map", "compound interest", "photosynthesis", "the water cycle", "a sourdough starter",
-    "public key encryption", "a vegetable garden", "the French Revolution", "a job interview",
-    "garbage collection", "a marathon training plan", "climate models", "a small bakery business",
-    "the immune system", "database indexes", "learning a second language", "a home budget",
-    "the solar system", "unit testing", "a neighbourhood book club", "electric cars",
-    "a wedding speech", "supply and demand", "remote team meetings", "a caching layer",
+    "a hash map",
+    "compound interest",
+    "photosynthesis",
+    "the water cycle",
+    "a sourdough starter",
+    "public key encryption",
+    "a vegetable garden",
+    "the French Revolution",
+    "a job interview",
+    "garbage collection",
+    "a marathon training plan",
+    "climate models",
+    "a small bakery business",
+    "the immune system",
+    "database indexes",
+    "learning a second language",
+    "a home budget",
+    "the solar system",
+    "unit testing",
+    "a neighbourhood book club",
+    "electric cars",
+    "a wedding speech",
+    "supply and demand",
+    "remote team meetings",
+    "a caching layer",
 )
 _FORMS = ("poem", "story", "product description", "cover letter", "blog post", "limerick", "speech")
 _ACTIVITIES = (
-    "staying focused while working from home", "writing clean code", "saving money on groceries",
-    "sleeping better", "preparing for an exam", "running a workshop", "learning to draw",
+    "staying focused while working from home",
+    "writing clean code",
+    "saving money on groceries",
+    "sleeping better",
+    "preparing for an exam",
+    "running a workshop",
+    "learning to draw",
 )
 _SITUATIONS = (
-    "a student in my final year", "starting a new job next week", "moving to a new city",
-    "running a team of five engineers", "planning a trip with my parents", "writing my first novel",
+    "a student in my final year",
+    "starting a new job next week",
+    "moving to a new city",
+    "running a team of five engineers",
+    "planning a trip with my parents",
+    "writing my first novel",
 )
 _SUBJECTS = (
-    "The first step", "A careful reader", "A beginner", "The main idea", "A good example",
-    "This approach", "The whole team", "Every reliable system", "Your plan", "The final result",
-    "A simple checklist", "The hardest part",
+    "The first step",
+    "A careful reader",
+    "A beginner",
+    "The main idea",
+    "A good example",
+    "This approach",
+    "The whole team",
+    "Every reliable system",
+    "Your plan",
+    "The final result",
+    "A simple checklist",
+    "The hardest part",
 )
 _VERBS = (
-    "depends on", "improves", "requires", "explains", "changes", "reduces the need for",
-    "builds on", "makes room for", "highlights", "protects", "rewards", "comes down to",
+    "depends on",
+    "improves",
+    "requires",
+    "explains",
+    "changes",
+    "reduces the need for",
+    "builds on",
+    "makes room for",
+    "highlights",
+    "protects",
+    "rewards",
+    "comes down to",
 )
 _ADJECTIVES = (
-    "clear", "steady", "simple", "careful", "regular", "useful", "small", "honest", "practical",
-    "shared", "early", "consistent",
+    "clear",
+    "steady",
+    "simple",
+    "careful",
+    "regular",
+    "useful",
+    "small",
+    "honest",
+    "practical",
+    "shared",
+    "early",
+    "consistent",
 )
 _NOUNS = (
-    "habits", "feedback", "structure", "practice", "planning", "trade-offs", "evidence", "routines",
-    "details", "goals", "measurements", "conversations",
+    "habits",
+    "feedback",
+    "structure",
+    "practice",
+    "planning",
+    "trade-offs",
+    "evidence",
+    "routines",
+    "details",
+    "goals",
+    "measurements",
+    "conversations",
 )
 _TAILS = (
-    "over time", "in most cases", "when the stakes are high", "for everyone involved",
-    "without much extra effort", "as the project grows", "in practice", "from the very beginning",
-    "more than people expect", "even on a busy day", "",
+    "over time",
+    "in most cases",
+    "when the stakes are high",
+    "for everyone involved",
+    "without much extra effort",
+    "as the project grows",
+    "in practice",
+    "from the very beginning",
+    "more than people expect",
+    "even on a busy day",
+    "",
 )
 _GREETINGS = ("hi", "Thanks!", "ok", "continue", "Hello there", "great, thank you")
 _SHORT_REPLIES = ("Sure.", "Yes.", "You're welcome!", "Okay.")
 _FOLLOW_UPS = (
-    "Can you expand on the second point?", "Make it shorter, please.",
-    "Can you give me a concrete example?", "What would you do differently?",
-    "Rewrite that in a friendlier tone.", "Summarize your answer in three bullet points.",
+    "Can you expand on the second point?",
+    "Make it shorter, please.",
+    "Can you give me a concrete example?",
+    "What would you do differently?",
+    "Rewrite that in a friendlier tone.",
+    "Summarize your answer in three bullet points.",
 )
 
 
@@ -84,25 +162,27 @@ def _conversation(rng: random.Random, index: int) -> dict[str, Any]:
 
 
 def _opening_prompt(rng: random.Random, topic: str) -> str:
-    kind = rng.choices(
-        ("greeting", "question", "instruction", "notes", "long_paste"), weights=(6, 50, 30, 9, 5)
-    )[0]
+    kind = rng.choices(("greeting", "question", "instruction", "notes", "long_paste"), weights=(6, 50, 30, 9, 5))[0]
     if kind == "greeting":
         return rng.choice(_GREETINGS)
     if kind == "question":
         other = rng.choice(_TOPICS)
-        return rng.choice((
-            f"Explain how {topic} works, in simple terms.",
-            f"What are the main differences between {topic} and {other}?",
-            f"I am {rng.choice(_SITUATIONS)}. {_sentence(rng, topic)} How should I think about {topic}?",
-            f"Why do people say that {topic} is hard to get right?",
-        ))
+        return rng.choice(
+            (
+                f"Explain how {topic} works, in simple terms.",
+                f"What are the main differences between {topic} and {other}?",
+                f"I am {rng.choice(_SITUATIONS)}. {_sentence(rng, topic)} How should I think about {topic}?",
+                f"Why do people say that {topic} is hard to get right?",
+            )
+        )
     if kind == "instruction":
-        return rng.choice((
-            f"Write a short {rng.choice(_FORMS)} about {topic}.",
-            f"Give me {rng.randint(3, 10)} tips for {rng.choice(_ACTIVITIES)}.",
-            f"Draft an email to my manager about {topic}. {_paragraph(rng, topic, rng.randint(1, 3))}",
-        ))
+        return rng.choice(
+            (
+                f"Write a short {rng.choice(_FORMS)} about {topic}.",
+                f"Give me {rng.randint(3, 10)} tips for {rng.choice(_ACTIVITIES)}.",
+                f"Draft an email to my manager about {topic}. {_paragraph(rng, topic, rng.randint(1, 3))}",
+            )
+        )
     sentences = rng.randint(5, 40) if kind == "notes" else rng.randint(110, 170)
     return f"Can you summarize the following notes about {topic}?\n\n{_paragraphs(rng, topic, sentences)}"
 
@@ -139,9 +219,8 @@ def _paragraph(rng: random.Random, topic: str, sentences: int) -> str:
 
 def _sentence(rng: random.Random, topic: str) -> str:
     tail = rng.choice(_TAILS)
-    body = (
-        f"{rng.choice(_SUBJECTS)} {rng.choice(_VERBS)} {rng.choice(_ADJECTIVES)} {rng.choice(_NOUNS)}"
-        + (f" {tail}" if tail else "")
+    body = f"{rng.choice(_SUBJECTS)} {rng.choice(_VERBS)} {rng.choice(_ADJECTIVES)} {rng.choice(_NOUNS)}" + (
+        f" {tail}" if tail else ""
     )
     if rng.random() < 0.25:
         body = f"When it comes to {topic}, {body[0].lower()}{body[1:]}"

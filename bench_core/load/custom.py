@@ -23,18 +23,21 @@ LENGTH_KEYS = ("output_len", "max_tokens")
 FORMAT = "each record needs a 'prompt' string or a 'messages' list of {'role', 'content'} objects"
 
 
-def sample_custom_requests(records: list[tuple[int, Any]], source: str, tokenizer: Any,
-                           cfg: DatasetConfig) -> Sample:
+def sample_custom_requests(records: list[tuple[int, Any]], source: str, tokenizer: Any, cfg: DatasetConfig) -> Sample:
     requests = []
-    for line, record in records[:cfg.num_prompts]:
-        prompt, messages, output_len = read_record(record, cfg.output_len, partial(record_refused, source, line, rule=FORMAT))
+    for line, record in records[: cfg.num_prompts]:
+        prompt, messages, output_len = read_record(
+            record, cfg.output_len, partial(record_refused, source, line, rule=FORMAT)
+        )
         requests.append(SampledRequest(prompt, len(tokenizer.encode(prompt)), output_len, messages=messages))
     if not requests:
         raise DatasetError(f"Dataset {source} holds no record: {FORMAT}.")
     warnings = []
     if len(requests) < cfg.num_prompts:
-        warnings.append(f"Only {len(requests):,} of the {cfg.num_prompts:,} requested prompts are in {source}; "
-                        f"the run goes on with {len(requests):,}.")
+        warnings.append(
+            f"Only {len(requests):,} of the {cfg.num_prompts:,} requested prompts are in {source}; "
+            f"the run goes on with {len(requests):,}."
+        )
     sample = sample_of(requests, warnings=warnings)
     sample.arrival_rng = np.random.RandomState(cfg.seed)
     return sample
@@ -54,8 +57,11 @@ def read_record(record: Any, default_output_len: int, refuse) -> tuple[str, tupl
     elif isinstance(prompt, str) and prompt.strip():
         text = prompt
     else:
-        refuse("it has no 'prompt' string and no 'messages' list" if prompt is None
-               else "its 'prompt' is empty or not a string")
+        refuse(
+            "it has no 'prompt' string and no 'messages' list"
+            if prompt is None
+            else "its 'prompt' is empty or not a string"
+        )
     output_len = default_output_len
     for key in LENGTH_KEYS:
         if key in record:

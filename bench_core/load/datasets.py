@@ -24,13 +24,13 @@ from typing import Any
 
 import numpy as np
 
+from ..config import DatasetConfig
+from ..config.catalog import CUSTOM, IMAGE, MULTI_TURN, SHARED_PREFIX, TRACE_DATASET
+from ..errors import DatasetError
 from . import custom, image, multi_turn, shared_prefix, trace
 from .builtin_sample import generate_sample_records
 from .lengths import random_lengths
 from .requests import Sample, SampledRequest, cycled_token_ids, sample_of
-from ..config import DatasetConfig
-from ..config.catalog import CUSTOM, IMAGE, MULTI_TURN, SHARED_PREFIX, TRACE_DATASET
-from ..errors import DatasetError
 
 __all__ = ["Sample", "SampledRequest"]  # the request types, at home in requests.py, as their users import them
 
@@ -122,8 +122,9 @@ def sample_requests(dataset_config: DatasetConfig, tokenizer: Any) -> Sample:
             sample = custom.sample_custom_requests(records.records, records.source, tokenizer, cfg)
         else:
             texts = load_conversations(TEXT_SOURCE)
-            sample = trace.sample_trace_requests(records.records, records.source, _prompt_texts(texts.pairs),
-                                                 tokenizer, cfg)
+            sample = trace.sample_trace_requests(
+                records.records, records.source, _prompt_texts(texts.pairs), tokenizer, cfg
+            )
         sample.notes[:0] = records.notes
         return sample
     if cfg.dataset_name == IMAGE:
@@ -145,8 +146,13 @@ def sample_requests(dataset_config: DatasetConfig, tokenizer: Any) -> Sample:
         if cfg.random_input_len is None or cfg.random_output_len is None:
             raise DatasetError("The random dataset needs both --random-input-len and --random-output-len.")
         sample = sample_random_requests(
-            conversations.pairs, cfg.random_input_len, cfg.random_output_len, cfg.num_prompts,
-            cfg.random_range_ratio, tokenizer, cfg.seed,
+            conversations.pairs,
+            cfg.random_input_len,
+            cfg.random_output_len,
+            cfg.num_prompts,
+            cfg.random_range_ratio,
+            tokenizer,
+            cfg.seed,
         )
     elif cfg.dataset_name == SHARED_PREFIX:
         sample = shared_prefix.sample_shared_prefix_requests(_prompt_texts(conversations.pairs), tokenizer, cfg)
@@ -326,7 +332,7 @@ def _json_array_records(text: str, source: str) -> Iterator[tuple[int, Any]]:
         if pos == len(text):
             raise _Truncated
         if text[pos] == "]":
-            if text[pos + 1:].strip():
+            if text[pos + 1 :].strip():
                 raise DatasetError(f"Dataset {source} is not valid JSON: there is text after the closing ']'.")
             return
         line, counted = line + text.count("\n", counted, pos), pos

@@ -51,16 +51,28 @@ def sample_image_requests(tokenizer: Any, cfg: DatasetConfig) -> Sample:
         uris = tuple(_data_uri(picture, cfg.image_format) for picture in pictures)
         image_bytes += sum(len(uri) for uri in uris)
         total, vision = count_tokens(processor, tokenizer, text, pictures)
-        requests.append(SampledRequest(text, total, output_len, images=uris,
-                                       facts={"vision_tokens": vision, "images": cfg.image_count}))
-    warnings, notes = [], [f"{n * cfg.image_count:,} {cfg.image_content} {cfg.image_format} images of "
-                           f"{width}x{height}, {image_bytes // max(n, 1):,} bytes per request"]
+        requests.append(
+            SampledRequest(
+                text, total, output_len, images=uris, facts={"vision_tokens": vision, "images": cfg.image_count}
+            )
+        )
+    warnings, notes = (
+        [],
+        [
+            f"{n * cfg.image_count:,} {cfg.image_content} {cfg.image_format} images of "
+            f"{width}x{height}, {image_bytes // max(n, 1):,} bytes per request"
+        ],
+    )
     if width * height >= 1920 * 1080 and n * cfg.image_count >= MANY_LARGE_IMAGES:
-        warnings.append(f"High resolution ({width}x{height}) with {n * cfg.image_count:,} images in all may take a "
-                        "long time to make and send; consider a lower resolution or fewer images.")
+        warnings.append(
+            f"High resolution ({width}x{height}) with {n * cfg.image_count:,} images in all may take a "
+            "long time to make and send; consider a lower resolution or fewer images."
+        )
     if processor is None:
-        notes.append("the model has no image processor (a text-only model): input lengths count the text only, "
-                     "not the images' tokens")
+        notes.append(
+            "the model has no image processor (a text-only model): input lengths count the text only, "
+            "not the images' tokens"
+        )
     sample = sample_of(requests, warnings=warnings, notes=notes)
     sample.arrival_rng = lengths
     return sample
@@ -73,14 +85,16 @@ def count_tokens(processor: Any, tokenizer: Any, text: str, pictures: list) -> t
         return len(tokenizer.encode(text)), float("nan")
     content = [{"type": "image"} for _ in pictures] + [{"type": "text", "text": text}]
     try:
-        templated = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True,
-                                                  tokenize=False)
+        templated = processor.apply_chat_template(
+            [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
+        )
     except Exception:  # a template that takes no content list (InternVL's): LMDeploy's <image> tag instead
         templated = f"<image>{text}"
     total = int(processor(text=[templated], images=pictures, padding=False, return_tensors="np")["input_ids"].size)
     try:
-        text_only = processor.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                                  tokenize=False)
+        text_only = processor.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+        )
         text_tokens = int(processor(text=[text_only], padding=False, return_tensors="np")["input_ids"].size)
     except Exception:
         text_tokens = len(tokenizer.encode(text))

@@ -26,7 +26,7 @@ def random_lengths(generator: np.random.RandomState, length: int, range_ratio: f
 
 
 def describe_random_lengths(input_len: int, output_len: int, range_ratio: float) -> str:
-    """"input 1..64 tokens, output 1..16 tokens (range ratio 0)": the lengths a random run actually draws."""
+    """ "input 1..64 tokens, output 1..16 tokens (range ratio 0)": the lengths a random run actually draws."""
     spans = []
     for name, length in (("input", input_len), ("output", output_len)):
         low, high = random_length_bounds(length, range_ratio)

@@ -28,8 +28,9 @@ MIN_ANSWER_TOKENS = 4  # LMDeploy's ShareGPT filter on a completion
 MAX_CONVERSATION_TOKENS = 2048  # LMDeploy's ShareGPT total: the last turn's prompt and answer together
 
 
-def sample_multi_turn_requests(dialogues: list[list[tuple[str, str]]], source: str, tokenizer: Any,
-                               cfg: DatasetConfig) -> Sample:
+def sample_multi_turn_requests(
+    dialogues: list[list[tuple[str, str]]], source: str, tokenizer: Any, cfg: DatasetConfig
+) -> Sample:
     shuffled = [exchanges for exchanges in dialogues if len(exchanges) >= cfg.turns]
     random.Random(cfg.seed).shuffle(shuffled)
     live = cfg.multi_turn_answers == "model"
@@ -38,27 +39,43 @@ def sample_multi_turn_requests(dialogues: list[list[tuple[str, str]]], source: s
     for exchanges in shuffled:
         if sessions == cfg.num_prompts:
             break
-        turns = _session(exchanges[:cfg.turns], tokenizer, cfg.sharegpt_output_len, live)
+        turns = _session(exchanges[: cfg.turns], tokenizer, cfg.sharegpt_output_len, live)
         if turns is None:
             continue
         first = len(requests)
         for turn, (messages, input_len, output_len) in enumerate(turns):
             later = turn > 0
-            requests.append(SampledRequest(
-                render_transcript(messages), input_len, output_len, messages=messages, session=sessions, turn=turn,
-                follows=first + turn - 1 if later else None, think_s=cfg.think_time_s if later else 0.0,
-                builds_on_answer=live and later,
-                facts={"session": sessions, "turn": turn,
-                       "shared_prefix_tokens": turns[turn - 1][1] if later else 0}))
+            requests.append(
+                SampledRequest(
+                    render_transcript(messages),
+                    input_len,
+                    output_len,
+                    messages=messages,
+                    session=sessions,
+                    turn=turn,
+                    follows=first + turn - 1 if later else None,
+                    think_s=cfg.think_time_s if later else 0.0,
+                    builds_on_answer=live and later,
+                    facts={
+                        "session": sessions,
+                        "turn": turn,
+                        "shared_prefix_tokens": turns[turn - 1][1] if later else 0,
+                    },
+                )
+            )
         sessions += 1
     if not requests:
-        raise DatasetError(f"No conversation in {source} has {cfg.turns} turns that pass the length filters "
-                           f"(answers of {MIN_ANSWER_TOKENS} tokens or more, the whole conversation at most "
-                           f"{MAX_CONVERSATION_TOKENS}): ask for fewer turns.")
+        raise DatasetError(
+            f"No conversation in {source} has {cfg.turns} turns that pass the length filters "
+            f"(answers of {MIN_ANSWER_TOKENS} tokens or more, the whole conversation at most "
+            f"{MAX_CONVERSATION_TOKENS}): ask for fewer turns."
+        )
     warnings = []
     if sessions < cfg.num_prompts:
-        warnings.append(f"Only {sessions:,} of the {cfg.num_prompts:,} sessions asked for have {cfg.turns} turns "
-                        f"that pass the length filters; the run goes on with {sessions:,}.")
+        warnings.append(
+            f"Only {sessions:,} of the {cfg.num_prompts:,} sessions asked for have {cfg.turns} turns "
+            f"that pass the length filters; the run goes on with {sessions:,}."
+        )
     answers = "the model's own answers" if live else "the dataset's answers"
     notes = [f"{sessions:,} sessions of {cfg.turns} turns ({len(requests):,} requests), repeating {answers}"]
     sample = sample_of(requests, warnings=warnings, notes=notes)

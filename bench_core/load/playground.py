@@ -131,8 +131,8 @@ def _conversation(record: Any, where: str) -> Conversation:
     if isinstance(record, list) and record:
         return [_message(message, where) for message in record]
     raise DatasetError(
-        f"{where.capitalize()} is neither a prompt nor a conversation: give a non-empty \"prompt\" string "
-        "or \"messages\", a list of {\"role\", \"content\"} objects."
+        f'{where.capitalize()} is neither a prompt nor a conversation: give a non-empty "prompt" string '
+        'or "messages", a list of {"role", "content"} objects.'
     )
 
 

@@ -86,8 +86,10 @@ def render_transcript(messages: Sequence[Message]) -> str:
     turns, ending with the cue for the next answer. The transcript of a conversation's first n messages is a
     prefix of the transcript of all of them (the cue is the start of the next assistant turn), so a later turn's
     prompt opens with the earlier one's, byte for byte."""
-    parts = [f"{ROLE_NAMES.get(str(message.get('role')), str(message.get('role')).capitalize())}: "
-             f"{message_text(message)}" for message in messages]
+    parts = [
+        f"{ROLE_NAMES.get(str(message.get('role')), str(message.get('role')).capitalize())}: {message_text(message)}"
+        for message in messages
+    ]
     return "\n\n".join([*parts, "Assistant:"])
 
 

@@ -43,8 +43,9 @@ class Outgoing:
 class SendSchedule:
     """The send times of a run's requests and the prompts of the turns that build on the model's answers."""
 
-    def __init__(self, requests: Sequence[SampledRequest], load: LoadConfig | None = None,
-                 offsets: Sequence[float] | None = None) -> None:
+    def __init__(
+        self, requests: Sequence[SampledRequest], load: LoadConfig | None = None, offsets: Sequence[float] | None = None
+    ) -> None:
         """`offsets`: seconds after the start at which each request that follows none is due (an arrival
         process's, in order), default at once; under the trace pattern each request's trace time instead."""
         self.requests = requests
@@ -73,8 +74,14 @@ class SendSchedule:
         self._sent_at: dict[int, float] | None = {} if offsets is not None else None
 
     @classmethod
-    def at_rate(cls, requests: Sequence[SampledRequest], request_rate: float, burstiness: float = 1.0,
-                seed: int | np.random.RandomState = 0, exact_rate: bool = False) -> SendSchedule:
+    def at_rate(
+        cls,
+        requests: Sequence[SampledRequest],
+        request_rate: float,
+        burstiness: float = 1.0,
+        seed: int | np.random.RandomState = 0,
+        exact_rate: bool = False,
+    ) -> SendSchedule:
         """The schedule of an arrival process (`arrivals.send_offsets`) for the requests that follow none: every
         one but a session's later turns, which go once the turn before them has ended."""
         starters = sum(request.follows is None for request in requests)
@@ -134,8 +141,11 @@ class SendSchedule:
         messages, built = request.messages, False
         if request.builds_on_answer and request.follows in self._answers:
             before = self._sent[request.follows]
-            messages = (*before, {"role": "assistant", "content": self._answers.pop(request.follows)},
-                        request.user_message)
+            messages = (
+                *before,
+                {"role": "assistant", "content": self._answers.pop(request.follows)},
+                request.user_message,
+            )
             built = True
         if messages is not None and index in self._followers:
             self._sent[index] = messages

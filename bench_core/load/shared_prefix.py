@@ -50,18 +50,22 @@ def sample_shared_prefix_requests(texts: list[str], tokenizer: Any, cfg: Dataset
     encoded = [tokenizer.encode(prompt) for prompt in prompts]
     shared = _shared_tokens(encoded, order, owned)
     requests = [
-        SampledRequest(prompt, len(ids), cfg.output_len,
-                       facts={"prefix_group": group, "shared_prefix_tokens": tokens or 0})
+        SampledRequest(
+            prompt, len(ids), cfg.output_len, facts={"prefix_group": group, "shared_prefix_tokens": tokens or 0}
+        )
         for prompt, ids, group, tokens in zip(prompts, encoded, order, shared)
     ]
-    notes = [f"{len(reusing):,} of {cfg.num_prompts:,} prompts reuse one of {groups} prefixes of "
-             f"{cfg.prefix_len:,} tokens"]
+    notes = [
+        f"{len(reusing):,} of {cfg.num_prompts:,} prompts reuse one of {groups} prefixes of {cfg.prefix_len:,} tokens"
+    ]
     warnings = []
     short = [tokens for tokens in shared if tokens is not None and tokens < cfg.prefix_len]
     if short:
-        warnings.append(f"{len(short)} prompts share fewer tokens with their group than the prefix length "
-                        f"(as few as {min(short)} of {cfg.prefix_len}): this tokenizer merges tokens across the "
-                        "prefix's end.")
+        warnings.append(
+            f"{len(short)} prompts share fewer tokens with their group than the prefix length "
+            f"(as few as {min(short)} of {cfg.prefix_len}): this tokenizer merges tokens across the "
+            "prefix's end."
+        )
     sample = sample_of(requests, warnings=warnings, notes=notes)
     sample.arrival_rng = np.random.RandomState(cfg.seed)
     return sample

@@ -44,10 +44,11 @@ def read_record(record: Any, refuse) -> tuple[float, int, int, list[int]]:
     return float(timestamp), record["input_length"], record["output_length"], list(hash_ids)
 
 
-def sample_trace_requests(records: list[tuple[int, Any]], source: str, texts: list[str], tokenizer: Any,
-                          cfg: DatasetConfig) -> Sample:
+def sample_trace_requests(
+    records: list[tuple[int, Any]], source: str, texts: list[str], tokenizer: Any, cfg: DatasetConfig
+) -> Sample:
     rows = []
-    for line, record in records[:cfg.num_prompts]:
+    for line, record in records[: cfg.num_prompts]:
         rows.append(read_record(record, lambda why, line=line: record_refused(source, line, why, FORMAT)))
     if not rows:
         raise DatasetError(f"Dataset {source} holds no trace record: {FORMAT}.")
@@ -72,9 +73,15 @@ def sample_trace_requests(records: list[tuple[int, Any]], source: str, texts: li
         if covered < input_length:
             parts.append(supply.text(input_length - covered))
         prompt = "".join(parts)
-        requests.append(SampledRequest(
-            prompt, len(tokenizer.encode(prompt)), output_length, send_at_s=(timestamp - start) / 1000.0,
-            facts={"trace_input_len": input_length, "shared_prefix_tokens": shared}))
+        requests.append(
+            SampledRequest(
+                prompt,
+                len(tokenizer.encode(prompt)),
+                output_length,
+                send_at_s=(timestamp - start) / 1000.0,
+                facts={"trace_input_len": input_length, "shared_prefix_tokens": shared},
+            )
+        )
     span = max(r.send_at_s for r in requests)
     notes = [f"{len(requests):,} trace records over {span:,.1f} s, {len(blocks):,} distinct blocks of {block} tokens"]
     sample = sample_of(requests, notes=notes)

@@ -21,8 +21,9 @@ FACT_COLUMNS = ("session", "turn", "prefix_group", "shared_prefix_tokens", "visi
 def workload_table(requests: Sequence[SampledRequest]) -> pd.DataFrame:
     """One row per request: input_len, req_output_len (the output asked for), send_at_s where a trace says when,
     and the facts its dataset gives (NaN where a request lacks one)."""
-    table = pd.DataFrame({"input_len": [r.input_len for r in requests],
-                          "req_output_len": [r.output_len for r in requests]})
+    table = pd.DataFrame(
+        {"input_len": [r.input_len for r in requests], "req_output_len": [r.output_len for r in requests]}
+    )
     if any(r.send_at_s is not None for r in requests):
         table["send_at_s"] = [np.nan if r.send_at_s is None else r.send_at_s for r in requests]
     for name, values in _facts(requests).items():

@@ -168,6 +168,7 @@ def rate(count: float, duration_s: float) -> float:
 
 # ---- per-request formulas over the per-request table ------------------------------------------
 
+
 def _floats(table: pd.DataFrame, column: str) -> np.ndarray:
     return table[column].to_numpy(dtype=np.float64)
 
@@ -211,6 +212,7 @@ def _send_lag(table: pd.DataFrame, streamed: bool) -> np.ndarray | None:
 
 # ---- aggregate formulas over the run ---------------------------------------------------------
 
+
 def _sent(run: RunFacts) -> np.ndarray:
     sent = _floats(run.table, "sent_s")
     return sent[~np.isnan(sent)]
@@ -232,7 +234,7 @@ def _total_output(run: RunFacts) -> int:
 
 
 def _count_sources(run: RunFacts) -> str:
-    """"retokenized: 30; usage: 2": each source of the requests' output counts, most frequent first."""
+    """ "retokenized: 30; usage: 2": each source of the requests' output counts, most frequent first."""
     counts = run.table[COUNT_SOURCE].dropna().value_counts().items()
     return "; ".join(f"{source}: {count}" for source, count in sorted(counts, key=lambda item: (-item[1], item[0])))
 
@@ -277,16 +279,19 @@ def _hit_rate(run: RunFacts) -> float:
 
 def _turn_ttft(turn: int) -> Callable[[RunFacts], Any]:
     """The mean TTFT (ms) of the completed requests of turn `turn` (1 the first); None without turns."""
+
     def mean_ms(run: RunFacts) -> Any:
         if not run.has("turn") or not run.has("ttft_s"):
             return None
         ttft = _floats(run.table, "ttft_s")[run.ok & (_floats(run.table, "turn") == turn - 1)]
         ttft = ttft[~np.isnan(ttft)]
         return float(ttft.mean() * 1000) if ttft.size else None
+
     return mean_ms
 
 
 # ---- derived formulas over history columns ---------------------------------------------------
+
 
 def _per_user(column: Callable[[str], pd.Series]) -> pd.Series:
     tpot_ms = column("mean_tpot_ms")
@@ -320,232 +325,646 @@ def _ttft_gap(column: Callable[[str], pd.Series]) -> pd.Series:
 
 _MS: dict[str, Any] = dict(unit="s", display_unit="ms", display_scale=1000.0)
 CATALOG: tuple[Metric, ...] = (
-    Metric("total_requests", "Total requests", "requests", None, "Every request of the run.",
-           aggregate=lambda run: len(run.table)),
-    Metric("completed", "Completed requests", "requests", True,
-           "Requests that finished successfully with at least the requested tokens.",
-           aggregate=lambda run: run.count(RequestStatus.SUCCESS), lmdeploy="completed", compared=VALUE),
-    Metric("failed", "Failed requests", "requests", False, "Requests the engine failed.",
-           aggregate=lambda run: run.count(RequestStatus.FAILED), compared=VALUE),
-    Metric("incomplete", "Incomplete requests", "requests", False,
-           "Requests that finished with fewer tokens than requested.",
-           aggregate=lambda run: run.count(RequestStatus.INCOMPLETE), compared=VALUE),
-    Metric("unfinished", "Unfinished requests", "requests", False,
-           "Requests still running or never sent when the run ended.",
-           aggregate=lambda run: run.count(RequestStatus.UNFINISHED)),
-    Metric("cancelled", "Cancelled requests", "requests", None, "Requests stopped by the user's cancel.",
-           aggregate=lambda run: run.count(RequestStatus.CANCELLED)),
-    Metric("failure_reasons", "Failure reasons", "", None,
-           "Reason: count over the requests that did not succeed (cancelled ones left out).",
-           aggregate=lambda run: run.failure_reasons),
-    Metric("total_input_tokens", "Total input tokens", "tokens", None, "Prompt tokens of completed requests.",
-           aggregate=_total_input, lmdeploy="total_input_tokens"),
-    Metric("total_output_tokens", "Total output tokens", "tokens", None, "Output tokens of completed requests.",
-           aggregate=_total_output, lmdeploy="total_output_tokens"),
-    Metric("duration", "Benchmark duration", "s", False, "From Profiler.start() to Profiler.finish().",
-           aggregate=lambda run: run.duration_s, value_column="duration_s", lmdeploy="duration", compared=VALUE),
-    Metric("request_throughput", "Request throughput", "req/s", True, "Completed requests / benchmark duration.",
-           aggregate=lambda run: rate(run.count(RequestStatus.SUCCESS), run.duration_s),
-           lmdeploy="request_throughput", lmdeploy_digits=3, compared=VALUE, swept=VALUE),
-    Metric("input_throughput", "Input throughput", "tok/s", True,
-           "Prompt tokens of completed requests / benchmark duration.",
-           aggregate=lambda run: rate(_total_input(run), run.duration_s),
-           lmdeploy="input_throughput", lmdeploy_digits=3, compared=VALUE),
-    Metric("output_throughput", "Output throughput", "tok/s", True,
-           "Output tokens of completed requests / benchmark duration.",
-           aggregate=lambda run: rate(_total_output(run), run.duration_s),
-           lmdeploy="output_throughput", lmdeploy_digits=3, compared=VALUE, swept=VALUE),
-    Metric("e2e", "End-to-end latency", **_MS, larger_is_better=False,
-           definition="ts[-1] - ts[0]: from the request's start tick to its last tick; for a server, to the last "
-                      "chunk with output (vLLM's convention).",
-           per_request=lambda table, streamed: _floats(table, "e2e_s"), statistics=DISTRIBUTION,
-           lmdeploy="mean_e2e_latency_ms", lmdeploy_digits=3, lmdeploy_label="End-to-end Latency",
-           compared=MEAN_AND_P99, swept=("mean",)),
-    Metric("ttft", "Time to first token", **_MS, larger_is_better=False, short_label="TTFT", needs_streaming=True,
-           definition="ts[1] - ts[0]: from the start tick to the first response chunk (streaming only). For a "
-                      "server, its first chunk of answer text, as profile_restful_api.py has it: reasoning before it "
-                      "is timed apart (TTFT (reasoning)), unless no answer came.",
-           per_request=lambda table, streamed: _floats(table, "ttft_s"), statistics=DISTRIBUTION,
-           lmdeploy="mean_ttft_ms", lmdeploy_digits=3, lmdeploy_label="Time to First Token (TTFT)",
-           compared=MEAN_AND_P99, swept=MEAN_AND_P99),
-    Metric("tpot", "Time per output token", **_MS, larger_is_better=False, short_label="TPOT",
-           definition="(ts[-1] - ts[1]) / (ns[-1] - ns[1]); when the first chunk carried every token, "
-                      "(ts[-1] - ts[0]) / (ns[-1] - ns[0]), which includes the prefill. For a server, to the last "
-                      "chunk with output (vLLM's convention).",
-           per_request=lambda table, streamed: _floats(table, "tpot_s"), statistics=DISTRIBUTION,
-           lmdeploy="mean_tpot_ms", lmdeploy_digits=3, lmdeploy_label="Time per Output Token (TPOT)",
-           compared=MEAN_AND_P99, swept=MEAN_AND_P99),
-    Metric("itl", "Inter-token latency", **_MS, larger_is_better=False, short_label="ITL", needs_streaming=True,
-           definition="Every gap between ticks after the first chunk (streaming only); a server's ticks are "
-                      "its SSE events.",
-           per_request=lambda table, streamed: _lists(table, "itl_s", np.float64), statistics=DISTRIBUTION,
-           lmdeploy="mean_itl_ms", lmdeploy_digits=3, lmdeploy_label="Inter-token Latency (ITL)",
-           compared=MEAN_AND_P99, swept=("mean",)),
-    Metric("e2e_last_line", "End-to-end latency to the last line", **_MS, larger_is_better=False,
-           short_label="E2E to last line (LMDeploy)", server_only=True,
-           definition="From sending a request to the last line of its stream (the usage chunk or [DONE]): "
-                      "profile_restful_api.py's E2E (HTTP servers only).",
-           per_request=lambda table, streamed: _floats(table, "e2e_last_line_s") if "e2e_last_line_s" in table
-           else None, statistics=DISTRIBUTION),
-    Metric("tpot_last_line", "Time per output token to the last line", **_MS, larger_is_better=False,
-           short_label="TPOT to last line (LMDeploy)", server_only=True,
-           definition="(E2E to the last line - TTFT) / (output tokens - 1), for requests of 2 tokens or more: "
-                      "profile_restful_api.py's TPOT (HTTP servers only).",
-           per_request=_tpot_last_line, statistics=DISTRIBUTION),
+    Metric(
+        "total_requests",
+        "Total requests",
+        "requests",
+        None,
+        "Every request of the run.",
+        aggregate=lambda run: len(run.table),
+    ),
+    Metric(
+        "completed",
+        "Completed requests",
+        "requests",
+        True,
+        "Requests that finished successfully with at least the requested tokens.",
+        aggregate=lambda run: run.count(RequestStatus.SUCCESS),
+        lmdeploy="completed",
+        compared=VALUE,
+    ),
+    Metric(
+        "failed",
+        "Failed requests",
+        "requests",
+        False,
+        "Requests the engine failed.",
+        aggregate=lambda run: run.count(RequestStatus.FAILED),
+        compared=VALUE,
+    ),
+    Metric(
+        "incomplete",
+        "Incomplete requests",
+        "requests",
+        False,
+        "Requests that finished with fewer tokens than requested.",
+        aggregate=lambda run: run.count(RequestStatus.INCOMPLETE),
+        compared=VALUE,
+    ),
+    Metric(
+        "unfinished",
+        "Unfinished requests",
+        "requests",
+        False,
+        "Requests still running or never sent when the run ended.",
+        aggregate=lambda run: run.count(RequestStatus.UNFINISHED),
+    ),
+    Metric(
+        "cancelled",
+        "Cancelled requests",
+        "requests",
+        None,
+        "Requests stopped by the user's cancel.",
+        aggregate=lambda run: run.count(RequestStatus.CANCELLED),
+    ),
+    Metric(
+        "failure_reasons",
+        "Failure reasons",
+        "",
+        None,
+        "Reason: count over the requests that did not succeed (cancelled ones left out).",
+        aggregate=lambda run: run.failure_reasons,
+    ),
+    Metric(
+        "total_input_tokens",
+        "Total input tokens",
+        "tokens",
+        None,
+        "Prompt tokens of completed requests.",
+        aggregate=_total_input,
+        lmdeploy="total_input_tokens",
+    ),
+    Metric(
+        "total_output_tokens",
+        "Total output tokens",
+        "tokens",
+        None,
+        "Output tokens of completed requests.",
+        aggregate=_total_output,
+        lmdeploy="total_output_tokens",
+    ),
+    Metric(
+        "duration",
+        "Benchmark duration",
+        "s",
+        False,
+        "From Profiler.start() to Profiler.finish().",
+        aggregate=lambda run: run.duration_s,
+        value_column="duration_s",
+        lmdeploy="duration",
+        compared=VALUE,
+    ),
+    Metric(
+        "request_throughput",
+        "Request throughput",
+        "req/s",
+        True,
+        "Completed requests / benchmark duration.",
+        aggregate=lambda run: rate(run.count(RequestStatus.SUCCESS), run.duration_s),
+        lmdeploy="request_throughput",
+        lmdeploy_digits=3,
+        compared=VALUE,
+        swept=VALUE,
+    ),
+    Metric(
+        "input_throughput",
+        "Input throughput",
+        "tok/s",
+        True,
+        "Prompt tokens of completed requests / benchmark duration.",
+        aggregate=lambda run: rate(_total_input(run), run.duration_s),
+        lmdeploy="input_throughput",
+        lmdeploy_digits=3,
+        compared=VALUE,
+    ),
+    Metric(
+        "output_throughput",
+        "Output throughput",
+        "tok/s",
+        True,
+        "Output tokens of completed requests / benchmark duration.",
+        aggregate=lambda run: rate(_total_output(run), run.duration_s),
+        lmdeploy="output_throughput",
+        lmdeploy_digits=3,
+        compared=VALUE,
+        swept=VALUE,
+    ),
+    Metric(
+        "e2e",
+        "End-to-end latency",
+        **_MS,
+        larger_is_better=False,
+        definition="ts[-1] - ts[0]: from the request's start tick to its last tick; for a server, to the last "
+        "chunk with output (vLLM's convention).",
+        per_request=lambda table, streamed: _floats(table, "e2e_s"),
+        statistics=DISTRIBUTION,
+        lmdeploy="mean_e2e_latency_ms",
+        lmdeploy_digits=3,
+        lmdeploy_label="End-to-end Latency",
+        compared=MEAN_AND_P99,
+        swept=("mean",),
+    ),
+    Metric(
+        "ttft",
+        "Time to first token",
+        **_MS,
+        larger_is_better=False,
+        short_label="TTFT",
+        needs_streaming=True,
+        definition="ts[1] - ts[0]: from the start tick to the first response chunk (streaming only). For a "
+        "server, its first chunk of answer text, as profile_restful_api.py has it: reasoning before it "
+        "is timed apart (TTFT (reasoning)), unless no answer came.",
+        per_request=lambda table, streamed: _floats(table, "ttft_s"),
+        statistics=DISTRIBUTION,
+        lmdeploy="mean_ttft_ms",
+        lmdeploy_digits=3,
+        lmdeploy_label="Time to First Token (TTFT)",
+        compared=MEAN_AND_P99,
+        swept=MEAN_AND_P99,
+    ),
+    Metric(
+        "tpot",
+        "Time per output token",
+        **_MS,
+        larger_is_better=False,
+        short_label="TPOT",
+        definition="(ts[-1] - ts[1]) / (ns[-1] - ns[1]); when the first chunk carried every token, "
+        "(ts[-1] - ts[0]) / (ns[-1] - ns[0]), which includes the prefill. For a server, to the last "
+        "chunk with output (vLLM's convention).",
+        per_request=lambda table, streamed: _floats(table, "tpot_s"),
+        statistics=DISTRIBUTION,
+        lmdeploy="mean_tpot_ms",
+        lmdeploy_digits=3,
+        lmdeploy_label="Time per Output Token (TPOT)",
+        compared=MEAN_AND_P99,
+        swept=MEAN_AND_P99,
+    ),
+    Metric(
+        "itl",
+        "Inter-token latency",
+        **_MS,
+        larger_is_better=False,
+        short_label="ITL",
+        needs_streaming=True,
+        definition="Every gap between ticks after the first chunk (streaming only); a server's ticks are "
+        "its SSE events.",
+        per_request=lambda table, streamed: _lists(table, "itl_s", np.float64),
+        statistics=DISTRIBUTION,
+        lmdeploy="mean_itl_ms",
+        lmdeploy_digits=3,
+        lmdeploy_label="Inter-token Latency (ITL)",
+        compared=MEAN_AND_P99,
+        swept=("mean",),
+    ),
+    Metric(
+        "e2e_last_line",
+        "End-to-end latency to the last line",
+        **_MS,
+        larger_is_better=False,
+        short_label="E2E to last line (LMDeploy)",
+        server_only=True,
+        definition="From sending a request to the last line of its stream (the usage chunk or [DONE]): "
+        "profile_restful_api.py's E2E (HTTP servers only).",
+        per_request=lambda table, streamed: _floats(table, "e2e_last_line_s") if "e2e_last_line_s" in table else None,
+        statistics=DISTRIBUTION,
+    ),
+    Metric(
+        "tpot_last_line",
+        "Time per output token to the last line",
+        **_MS,
+        larger_is_better=False,
+        short_label="TPOT to last line (LMDeploy)",
+        server_only=True,
+        definition="(E2E to the last line - TTFT) / (output tokens - 1), for requests of 2 tokens or more: "
+        "profile_restful_api.py's TPOT (HTTP servers only).",
+        per_request=_tpot_last_line,
+        statistics=DISTRIBUTION,
+    ),
     # Absent from tables stored before the column existed: then not measured.
-    Metric("tokens_per_tick", "Tokens per tick", "tokens", True, "Output tokens per response chunk (streaming only).",
-           needs_streaming=True, statistics=("mean", PERCENTILES), integer_percentiles=True,
-           per_request=lambda table, streamed: _lists(table, "tokens_per_tick", np.int64)
-           if "tokens_per_tick" in table else [], lmdeploy_label="Tokens per Tick"),
-    Metric("good_requests", "Good requests", "requests", True, "Completed requests meeting every set SLO threshold.",
-           aggregate=lambda run: None if run.good is None else int(run.good.sum())),
-    Metric("goodput", "Goodput", "req/s", True,
-           "Completed requests meeting every set SLO threshold / benchmark duration.",
-           aggregate=lambda run: None if run.good is None else rate(int(run.good.sum()), run.duration_s),
-           value_column="goodput_rps", compared=VALUE, swept=VALUE),
-    Metric("total_output_tokens_retokenized", "Total output tokens (retokenized)", "tokens", None,
-           "LMDeploy's retokenized count of the completed requests' output (HTTP servers only).", server_only=True,
-           aggregate=_only_with("retokenized_output_len", lambda run: int(np.nansum(
-               _floats(run.table, "retokenized_output_len")[run.ok])))),
-    Metric("length_mismatches", "Length mismatches", "requests", False,
-           "Served requests that came back shorter or longer than asked (HTTP servers only); one the server said "
-           "it stopped at the limit is as long as asked.", server_only=True,
-           aggregate=_only_with("length_mismatch", lambda run: int(
-               run.table["length_mismatch"].fillna(False).astype(bool).sum()))),
-    Metric("overrun", "Overrun requests", "requests", False,
-           "Served requests that produced more tokens than asked, so the server ignored the token limit; not counted "
-           "with the completed (HTTP servers only).", server_only=True,
-           aggregate=_only_with(COUNT_SOURCE, lambda run: run.count(RequestStatus.OVERRUN))),
-    Metric("output_len_sources", "Output count sources", "", None,
-           "Where the requests' output token counts came from, with how many each: the server's usage, its usage per "
-           "chunk, our retokenized count of the text, or the chunks counted (HTTP servers only).", server_only=True,
-           aggregate=_only_with(COUNT_SOURCE, _count_sources)),
-    Metric("achieved_rate", "Achieved request rate", "req/s", None,
-           "Requests sent per second, between the first and the last send (HTTP servers; the embedded engine at a "
-           "request rate).", server_only=True,
-           aggregate=_only_with("sent_s", lambda run: achieved_rate(_sent(run)))),
-    Metric("send_lag", "Send lag", **_MS, larger_is_better=False, server_only=True,
-           definition="How late each request was sent against its schedule (HTTP servers; the embedded engine at a "
-           "request rate: how late it went into the batch).",
-           per_request=_send_lag, over_successes=False, statistics=("mean", "max")),
-    Metric("peak_in_flight", "Peak requests in flight", "requests", None,
-           "The most requests in flight at once (HTTP servers; the embedded engine at a request rate).",
-           server_only=True,
-           aggregate=_only_with("sent_s", _peak_in_flight)),
+    Metric(
+        "tokens_per_tick",
+        "Tokens per tick",
+        "tokens",
+        True,
+        "Output tokens per response chunk (streaming only).",
+        needs_streaming=True,
+        statistics=("mean", PERCENTILES),
+        integer_percentiles=True,
+        per_request=lambda table, streamed: (
+            _lists(table, "tokens_per_tick", np.int64) if "tokens_per_tick" in table else []
+        ),
+        lmdeploy_label="Tokens per Tick",
+    ),
+    Metric(
+        "good_requests",
+        "Good requests",
+        "requests",
+        True,
+        "Completed requests meeting every set SLO threshold.",
+        aggregate=lambda run: None if run.good is None else int(run.good.sum()),
+    ),
+    Metric(
+        "goodput",
+        "Goodput",
+        "req/s",
+        True,
+        "Completed requests meeting every set SLO threshold / benchmark duration.",
+        aggregate=lambda run: None if run.good is None else rate(int(run.good.sum()), run.duration_s),
+        value_column="goodput_rps",
+        compared=VALUE,
+        swept=VALUE,
+    ),
+    Metric(
+        "total_output_tokens_retokenized",
+        "Total output tokens (retokenized)",
+        "tokens",
+        None,
+        "LMDeploy's retokenized count of the completed requests' output (HTTP servers only).",
+        server_only=True,
+        aggregate=_only_with(
+            "retokenized_output_len", lambda run: int(np.nansum(_floats(run.table, "retokenized_output_len")[run.ok]))
+        ),
+    ),
+    Metric(
+        "length_mismatches",
+        "Length mismatches",
+        "requests",
+        False,
+        "Served requests that came back shorter or longer than asked (HTTP servers only); one the server said "
+        "it stopped at the limit is as long as asked.",
+        server_only=True,
+        aggregate=_only_with(
+            "length_mismatch", lambda run: int(run.table["length_mismatch"].fillna(False).astype(bool).sum())
+        ),
+    ),
+    Metric(
+        "overrun",
+        "Overrun requests",
+        "requests",
+        False,
+        "Served requests that produced more tokens than asked, so the server ignored the token limit; not counted "
+        "with the completed (HTTP servers only).",
+        server_only=True,
+        aggregate=_only_with(COUNT_SOURCE, lambda run: run.count(RequestStatus.OVERRUN)),
+    ),
+    Metric(
+        "output_len_sources",
+        "Output count sources",
+        "",
+        None,
+        "Where the requests' output token counts came from, with how many each: the server's usage, its usage per "
+        "chunk, our retokenized count of the text, or the chunks counted (HTTP servers only).",
+        server_only=True,
+        aggregate=_only_with(COUNT_SOURCE, _count_sources),
+    ),
+    Metric(
+        "achieved_rate",
+        "Achieved request rate",
+        "req/s",
+        None,
+        "Requests sent per second, between the first and the last send (HTTP servers; the embedded engine at a "
+        "request rate).",
+        server_only=True,
+        aggregate=_only_with("sent_s", lambda run: achieved_rate(_sent(run))),
+    ),
+    Metric(
+        "send_lag",
+        "Send lag",
+        **_MS,
+        larger_is_better=False,
+        server_only=True,
+        definition="How late each request was sent against its schedule (HTTP servers; the embedded engine at a "
+        "request rate: how late it went into the batch).",
+        per_request=_send_lag,
+        over_successes=False,
+        statistics=("mean", "max"),
+    ),
+    Metric(
+        "peak_in_flight",
+        "Peak requests in flight",
+        "requests",
+        None,
+        "The most requests in flight at once (HTTP servers; the embedded engine at a request rate).",
+        server_only=True,
+        aggregate=_only_with("sent_s", _peak_in_flight),
+    ),
     # Speculative decoding, where the engine reports its accounting per request (engine_api.SPEC_COLUMNS: LMDeploy's
     # PyTorch engine with enable_metrics); absent, not 0, where it does not.
-    Metric("spec_acceptance_length", "Mean acceptance length", "tokens", True,
-           "1 + accepted draft tokens / drafting steps, the bonus token included (LMDeploy's and vLLM's "
-           "SpecDecoding figure), over every request the engine reported on; only where the engine reports it.",
-           aggregate=_only_with("spec_drafts", _acceptance_length), swept=VALUE),
-    Metric("spec_acceptance_rate", "Draft acceptance rate", "fraction", True,
-           "Accepted draft tokens / drafted tokens, over every request the engine reported on; only where the "
-           "engine reports it.", aggregate=_only_with("spec_drafts", _acceptance_rate), swept=VALUE, bounds=FRACTION),
-    Metric("ttft_per_1k_input", "TTFT per 1,000 input tokens", **_MS, larger_is_better=False, needs_streaming=True,
-           definition="ttft_s / input_len * 1000: time to first token per thousand prompt tokens; meaningless for "
-                      f"prompts under {PER_1K_MIN_PROMPT} tokens, whose TTFT is mostly fixed cost, not prefill.",
-           per_request=_ttft_per_1k_input, statistics=DISTRIBUTION, compared=MEAN_AND_P99, swept=MEAN_AND_P99),
-    Metric("decode_tokens_per_s", "Decode tokens/s per request", "tok/s", True, needs_streaming=True,
-           definition="(output tokens - 1) / (E2E - TTFT): the tokens after the first over the time after it.",
-           per_request=_decode_tokens_per_s, statistics=DISTRIBUTION, compared=("mean", "p50"),
-           swept=("mean", "p50")),
-    Metric("output_throughput_per_user", "Output throughput per user", "tok/s", True,
-           "1000 / mean TPOT in ms: the decode speed one request sees.", derived=_per_user,
-           needs=("mean_tpot_ms",), swept=VALUE),
-    Metric("slo_attainment", "SLO attainment", "fraction", True,
-           "Good requests / all requests; NaN for runs without an SLO.", derived=_attainment,
-           needs=("good_requests", "total_requests"), swept=VALUE, bounds=FRACTION),
+    Metric(
+        "spec_acceptance_length",
+        "Mean acceptance length",
+        "tokens",
+        True,
+        "1 + accepted draft tokens / drafting steps, the bonus token included (LMDeploy's and vLLM's "
+        "SpecDecoding figure), over every request the engine reported on; only where the engine reports it.",
+        aggregate=_only_with("spec_drafts", _acceptance_length),
+        swept=VALUE,
+    ),
+    Metric(
+        "spec_acceptance_rate",
+        "Draft acceptance rate",
+        "fraction",
+        True,
+        "Accepted draft tokens / drafted tokens, over every request the engine reported on; only where the "
+        "engine reports it.",
+        aggregate=_only_with("spec_drafts", _acceptance_rate),
+        swept=VALUE,
+        bounds=FRACTION,
+    ),
+    Metric(
+        "ttft_per_1k_input",
+        "TTFT per 1,000 input tokens",
+        **_MS,
+        larger_is_better=False,
+        needs_streaming=True,
+        definition="ttft_s / input_len * 1000: time to first token per thousand prompt tokens; meaningless for "
+        f"prompts under {PER_1K_MIN_PROMPT} tokens, whose TTFT is mostly fixed cost, not prefill.",
+        per_request=_ttft_per_1k_input,
+        statistics=DISTRIBUTION,
+        compared=MEAN_AND_P99,
+        swept=MEAN_AND_P99,
+    ),
+    Metric(
+        "decode_tokens_per_s",
+        "Decode tokens/s per request",
+        "tok/s",
+        True,
+        needs_streaming=True,
+        definition="(output tokens - 1) / (E2E - TTFT): the tokens after the first over the time after it.",
+        per_request=_decode_tokens_per_s,
+        statistics=DISTRIBUTION,
+        compared=("mean", "p50"),
+        swept=("mean", "p50"),
+    ),
+    Metric(
+        "output_throughput_per_user",
+        "Output throughput per user",
+        "tok/s",
+        True,
+        "1000 / mean TPOT in ms: the decode speed one request sees.",
+        derived=_per_user,
+        needs=("mean_tpot_ms",),
+        swept=VALUE,
+    ),
+    Metric(
+        "slo_attainment",
+        "SLO attainment",
+        "fraction",
+        True,
+        "Good requests / all requests; NaN for runs without an SLO.",
+        derived=_attainment,
+        needs=("good_requests", "total_requests"),
+        swept=VALUE,
+        bounds=FRACTION,
+    ),
     # What the prefix cache served (the engine's count, or a server's usage.prompt_tokens_details.cached_tokens)
     # and how TTFT goes turn by turn: "not reported" (NaN, an empty cell) where nothing told, never a made-up 0.
-    Metric("total_cached_tokens", "Cached prompt tokens", "tokens", True,
-           "Prompt tokens of completed requests the engine served from its prefix cache (LMDeploy's Response."
-           "cached_tokens, a server's usage.prompt_tokens_details.cached_tokens, transformers' shared blocks); not "
-           "reported where the engine does not say.", aggregate=_total_cached, workload=True),
-    Metric("prefix_cache_hit_rate", "Prefix cache hit rate", "fraction", True,
-           "Cached prompt tokens / prompt tokens of the completed requests that reported it (LMDeploy's "
-           "benchmark_chat_completion.py cache_hit_rate); not reported where the engine does not say.",
-           aggregate=_hit_rate, workload=True, compared=VALUE, swept=VALUE, bounds=FRACTION),
-    Metric("cached_tokens", "Cached prompt tokens per request", "tokens", True,
-           "Per completed request, the prompt tokens served from the prefix cache, where the engine reports them.",
-           per_request=lambda table, streamed: _floats(table, "cached_tokens") if "cached_tokens" in table else None,
-           statistics=("mean", "max"), workload=True),
-    *(Metric(f"ttft_turn{turn}", f"Mean TTFT of turn {turn}", "ms", False,
-             f"Mean TTFT of the completed turn-{turn} requests of multi-turn sessions: against the turn number, it "
-             "shows what reusing the conversation's prefix saves.", needs_streaming=True, aggregate=_turn_ttft(turn),
-             value_column=f"mean_ttft_turn{turn}_ms", workload=True, swept=VALUE if turn <= 2 else ())
-      for turn in range(1, MAX_TURNS + 1)),
+    Metric(
+        "total_cached_tokens",
+        "Cached prompt tokens",
+        "tokens",
+        True,
+        "Prompt tokens of completed requests the engine served from its prefix cache (LMDeploy's Response."
+        "cached_tokens, a server's usage.prompt_tokens_details.cached_tokens, transformers' shared blocks); not "
+        "reported where the engine does not say.",
+        aggregate=_total_cached,
+        workload=True,
+    ),
+    Metric(
+        "prefix_cache_hit_rate",
+        "Prefix cache hit rate",
+        "fraction",
+        True,
+        "Cached prompt tokens / prompt tokens of the completed requests that reported it (LMDeploy's "
+        "benchmark_chat_completion.py cache_hit_rate); not reported where the engine does not say.",
+        aggregate=_hit_rate,
+        workload=True,
+        compared=VALUE,
+        swept=VALUE,
+        bounds=FRACTION,
+    ),
+    Metric(
+        "cached_tokens",
+        "Cached prompt tokens per request",
+        "tokens",
+        True,
+        "Per completed request, the prompt tokens served from the prefix cache, where the engine reports them.",
+        per_request=lambda table, streamed: _floats(table, "cached_tokens") if "cached_tokens" in table else None,
+        statistics=("mean", "max"),
+        workload=True,
+    ),
+    *(
+        Metric(
+            f"ttft_turn{turn}",
+            f"Mean TTFT of turn {turn}",
+            "ms",
+            False,
+            f"Mean TTFT of the completed turn-{turn} requests of multi-turn sessions: against the turn number, it "
+            "shows what reusing the conversation's prefix saves.",
+            needs_streaming=True,
+            aggregate=_turn_ttft(turn),
+            value_column=f"mean_ttft_turn{turn}_ms",
+            workload=True,
+            swept=VALUE if turn <= 2 else (),
+        )
+        for turn in range(1, MAX_TURNS + 1)
+    ),
     # A reasoning model's thinking, timed apart from its TTFT, which is its answer's (profile_restful_api.py's).
-    Metric("ttft_reasoning", "Time to first reasoning token", **_MS, larger_is_better=False,
-           short_label="TTFT (reasoning)", needs_streaming=True, server_only=True,
-           definition="From sending a request to the first chunk of reasoning text (reasoning_content or reasoning, "
-                      "as reasoning parsers stream it); not reported for a run without reasoning (HTTP servers only).",
-           per_request=lambda table, streamed: _floats(table, "first_reasoning_s") if "first_reasoning_s" in table
-           else None, statistics=DISTRIBUTION, swept=MEAN_AND_P99),
+    Metric(
+        "ttft_reasoning",
+        "Time to first reasoning token",
+        **_MS,
+        larger_is_better=False,
+        short_label="TTFT (reasoning)",
+        needs_streaming=True,
+        server_only=True,
+        definition="From sending a request to the first chunk of reasoning text (reasoning_content or reasoning, "
+        "as reasoning parsers stream it); not reported for a run without reasoning (HTTP servers only).",
+        per_request=lambda table, streamed: (
+            _floats(table, "first_reasoning_s") if "first_reasoning_s" in table else None
+        ),
+        statistics=DISTRIBUTION,
+        swept=MEAN_AND_P99,
+    ),
     # Hardware telemetry (telemetry.py), sampled at 10 Hz in the engine's process, over the measured window.
-    Metric("mean_gpu_util_percent", "Mean GPU utilisation", "%", True,
-           "Time-weighted mean over the run of NVML's utilisation (share of time a kernel ran), averaged over the "
-           "visible GPUs.", sampled=_sampled("mean_gpu_util_percent"), compared=VALUE, swept=VALUE, bounds=PERCENT),
-    Metric("peak_gpu_memory_gib", "Peak GPU memory", "GiB", None,
-           "The most memory used on any visible GPU in a sample during the run (NVML, the whole device).",
-           sampled=_in_gib("peak_gpu_memory_bytes")),
-    Metric("mean_gpu_power_w", "Mean GPU power", "W", None,
-           "Time-weighted mean of the visible GPUs' power draw together over the run (NVML).",
-           sampled=_sampled("mean_gpu_power_w")),
-    Metric("energy_per_output_token_j", "Energy per output token", "J/token", False,
-           "The GPUs' power integrated over the run (trapezoid rule) / output tokens of completed requests.",
-           sampled=_sampled("energy_per_output_token_j"), compared=VALUE, swept=VALUE),
-    Metric("mean_process_cpu_cores", "Engine process CPU", "cores", None,
-           "CPU time the engine's process used per second of the run: 1.0 is one core busy all the time.",
-           sampled=_sampled("mean_process_cpu_cores")),
-    Metric("peak_process_rss_gib", "Peak engine process memory (RSS)", "GiB", None,
-           "The largest resident memory of the engine's process in a sample during the run.",
-           sampled=_in_gib("peak_process_rss_bytes")),
+    Metric(
+        "mean_gpu_util_percent",
+        "Mean GPU utilisation",
+        "%",
+        True,
+        "Time-weighted mean over the run of NVML's utilisation (share of time a kernel ran), averaged over the "
+        "visible GPUs.",
+        sampled=_sampled("mean_gpu_util_percent"),
+        compared=VALUE,
+        swept=VALUE,
+        bounds=PERCENT,
+    ),
+    Metric(
+        "peak_gpu_memory_gib",
+        "Peak GPU memory",
+        "GiB",
+        None,
+        "The most memory used on any visible GPU in a sample during the run (NVML, the whole device).",
+        sampled=_in_gib("peak_gpu_memory_bytes"),
+    ),
+    Metric(
+        "mean_gpu_power_w",
+        "Mean GPU power",
+        "W",
+        None,
+        "Time-weighted mean of the visible GPUs' power draw together over the run (NVML).",
+        sampled=_sampled("mean_gpu_power_w"),
+    ),
+    Metric(
+        "energy_per_output_token_j",
+        "Energy per output token",
+        "J/token",
+        False,
+        "The GPUs' power integrated over the run (trapezoid rule) / output tokens of completed requests.",
+        sampled=_sampled("energy_per_output_token_j"),
+        compared=VALUE,
+        swept=VALUE,
+    ),
+    Metric(
+        "mean_process_cpu_cores",
+        "Engine process CPU",
+        "cores",
+        None,
+        "CPU time the engine's process used per second of the run: 1.0 is one core busy all the time.",
+        sampled=_sampled("mean_process_cpu_cores"),
+    ),
+    Metric(
+        "peak_process_rss_gib",
+        "Peak engine process memory (RSS)",
+        "GiB",
+        None,
+        "The largest resident memory of the engine's process in a sample during the run.",
+        sampled=_in_gib("peak_process_rss_bytes"),
+    ),
     # Whether the engine had the machine to itself (hardware/contention.py's rule): in-process engines only.
-    Metric("other_cpu_cores", "Other processes' CPU", "cores", False,
-           "Mean over the run of the machine's busy cores minus ours (the engine's process and the app following it "
-           "from another process): what other processes took while the engine ran. Not judged for server runs, "
-           "whose engine is a process we do not sample.", sampled=_sampled("mean_other_cpu_cores")),
-    Metric("machine_busy_share", "Run time saturated by other processes", "fraction", False,
-           "Share of the run during which the machine's CPU was saturated while other processes held a large part "
-           "of it (hardware/contention.py); past its threshold the run is flagged \"machine busy\".",
-           sampled=_sampled("machine_busy_share"), bounds=FRACTION),
+    Metric(
+        "other_cpu_cores",
+        "Other processes' CPU",
+        "cores",
+        False,
+        "Mean over the run of the machine's busy cores minus ours (the engine's process and the app following it "
+        "from another process): what other processes took while the engine ran. Not judged for server runs, "
+        "whose engine is a process we do not sample.",
+        sampled=_sampled("mean_other_cpu_cores"),
+    ),
+    Metric(
+        "machine_busy_share",
+        "Run time saturated by other processes",
+        "fraction",
+        False,
+        "Share of the run during which the machine's CPU was saturated while other processes held a large part "
+        'of it (hardware/contention.py); past its threshold the run is flagged "machine busy".',
+        sampled=_sampled("machine_busy_share"),
+        bounds=FRACTION,
+    ),
     # Whether the client kept up with a server run (hardware/client_bound.py's rule): HTTP server runs only.
-    Metric("mean_loop_lag_ms", "Mean client event-loop lag", "ms", False,
-           "How late, on average, the HTTP client's event loop woke against a 10 ms timer (engines/loop_lag.py): "
-           "the delay between a chunk's arrival and its timestamp, which every ITL and TTFT carries; at 10 ms or more "
-           "the run is flagged \"client bound\" (a chosen limit).",
-           sampled=_sampled("mean_loop_lag_s", 1000.0)),
-    Metric("max_loop_lag_ms", "Max client event-loop lag", "ms", False,
-           "The longest the HTTP client's event loop was late during the run: its longest stall.",
-           sampled=_sampled("max_loop_lag_s", 1000.0)),
-    Metric("client_cpu_cores", "Client process CPU", "cores", None,
-           "CPU time the client's process (this one, in a server run) used per second of the run.",
-           sampled=_sampled("mean_client_cpu_cores")),
-    Metric("client_saturated_share", "Run time the client's CPU was saturated", "fraction", False,
-           "Share of the run during which the client's process used 0.9 cores or more, all the CPU its event loop "
-           "can have; at half the run or more it is flagged \"client bound\" (a chosen limit).",
-           sampled=_sampled("client_saturated_share"), bounds=FRACTION),
+    Metric(
+        "mean_loop_lag_ms",
+        "Mean client event-loop lag",
+        "ms",
+        False,
+        "How late, on average, the HTTP client's event loop woke against a 10 ms timer (engines/loop_lag.py): "
+        "the delay between a chunk's arrival and its timestamp, which every ITL and TTFT carries; at 10 ms or more "
+        'the run is flagged "client bound" (a chosen limit).',
+        sampled=_sampled("mean_loop_lag_s", 1000.0),
+    ),
+    Metric(
+        "max_loop_lag_ms",
+        "Max client event-loop lag",
+        "ms",
+        False,
+        "The longest the HTTP client's event loop was late during the run: its longest stall.",
+        sampled=_sampled("max_loop_lag_s", 1000.0),
+    ),
+    Metric(
+        "client_cpu_cores",
+        "Client process CPU",
+        "cores",
+        None,
+        "CPU time the client's process (this one, in a server run) used per second of the run.",
+        sampled=_sampled("mean_client_cpu_cores"),
+    ),
+    Metric(
+        "client_saturated_share",
+        "Run time the client's CPU was saturated",
+        "fraction",
+        False,
+        "Share of the run during which the client's process used 0.9 cores or more, all the CPU its event loop "
+        'can have; at half the run or more it is flagged "client bound" (a chosen limit).',
+        sampled=_sampled("client_saturated_share"),
+        bounds=FRACTION,
+    ),
     # The server's own Prometheus metrics (server_metrics.py), read during server runs.
-    Metric("peak_kv_cache_usage", "Peak KV-cache usage (server)", "fraction", None,
-           "The highest KV-cache usage the server reported at a read of its /metrics during the run.",
-           served=_sampled("peak_kv_cache_usage"), compared=VALUE, swept=VALUE, bounds=FRACTION),
-    Metric("mean_server_waiting", "Mean waiting requests (server)", "requests", False,
-           "The mean over the run's reads of /metrics of the requests the server had waiting for a slot.",
-           served=_sampled("waiting"), compared=VALUE, swept=VALUE),
-    Metric("server_prefix_hit_rate", "Prefix-cache hit rate (server)", "fraction", True,
-           "vLLM: prefix-cache hit tokens / queried tokens over the run; LMDeploy and SGLang: the mean over the "
-           "reads of the rate they serve.", served=_sampled("prefix_hit_rate"), swept=VALUE, bounds=FRACTION),
-    Metric("mean_spec_accept_length", "Mean acceptance length (server)", "tokens/step", True,
-           "Speculative decoding: 1 + accepted draft tokens / drafts over the run (LMDeploy, vLLM); SGLang: the mean "
-           "of its accept length over the reads.", served=_sampled("spec_accept_length"), compared=VALUE,
-           swept=VALUE),
-    Metric("mean_server_ttft_ms", "Mean server TTFT", "ms", False,
-           "The server's time-to-first-token histogram over the run: the change of its sum / of its count.",
-           served=_sampled("server_ttft_s", 1000.0), swept=VALUE),
-    Metric("ttft_gap_ms", "Client minus server TTFT", "ms", False,
-           "Mean client TTFT - mean server TTFT: the network and the client (and requests the server counts "
-           "apart, such as failed ones).", derived=_ttft_gap, needs=("mean_ttft_ms", "mean_server_ttft_ms"),
-           compared=VALUE, swept=VALUE, bounds=UNBOUNDED),
+    Metric(
+        "peak_kv_cache_usage",
+        "Peak KV-cache usage (server)",
+        "fraction",
+        None,
+        "The highest KV-cache usage the server reported at a read of its /metrics during the run.",
+        served=_sampled("peak_kv_cache_usage"),
+        compared=VALUE,
+        swept=VALUE,
+        bounds=FRACTION,
+    ),
+    Metric(
+        "mean_server_waiting",
+        "Mean waiting requests (server)",
+        "requests",
+        False,
+        "The mean over the run's reads of /metrics of the requests the server had waiting for a slot.",
+        served=_sampled("waiting"),
+        compared=VALUE,
+        swept=VALUE,
+    ),
+    Metric(
+        "server_prefix_hit_rate",
+        "Prefix-cache hit rate (server)",
+        "fraction",
+        True,
+        "vLLM: prefix-cache hit tokens / queried tokens over the run; LMDeploy and SGLang: the mean over the "
+        "reads of the rate they serve.",
+        served=_sampled("prefix_hit_rate"),
+        swept=VALUE,
+        bounds=FRACTION,
+    ),
+    Metric(
+        "mean_spec_accept_length",
+        "Mean acceptance length (server)",
+        "tokens/step",
+        True,
+        "Speculative decoding: 1 + accepted draft tokens / drafts over the run (LMDeploy, vLLM); SGLang: the mean "
+        "of its accept length over the reads.",
+        served=_sampled("spec_accept_length"),
+        compared=VALUE,
+        swept=VALUE,
+    ),
+    Metric(
+        "mean_server_ttft_ms",
+        "Mean server TTFT",
+        "ms",
+        False,
+        "The server's time-to-first-token histogram over the run: the change of its sum / of its count.",
+        served=_sampled("server_ttft_s", 1000.0),
+        swept=VALUE,
+    ),
+    Metric(
+        "ttft_gap_ms",
+        "Client minus server TTFT",
+        "ms",
+        False,
+        "Mean client TTFT - mean server TTFT: the network and the client (and requests the server counts "
+        "apart, such as failed ones).",
+        derived=_ttft_gap,
+        needs=("mean_ttft_ms", "mean_server_ttft_ms"),
+        compared=VALUE,
+        swept=VALUE,
+        bounds=UNBOUNDED,
+    ),
 )
 METRICS: dict[str, Metric] = {metric.key: metric for metric in CATALOG}
 LMDEPLOY_METRICS = tuple(metric for metric in CATALOG if metric.lmdeploy)
@@ -554,8 +973,11 @@ LMDEPLOY_COLUMNS = tuple(metric.lmdeploy for metric in LMDEPLOY_METRICS)
 # The same columns in the history's single spelling.
 HISTORY_METRIC_COLUMNS = tuple(metric.mean_column for metric in LMDEPLOY_METRICS)
 # Per-request metrics every engine measures that LMDeploy's console table leaves out: the rows printed below it.
-BEYOND_LMDEPLOY = tuple(metric for metric in CATALOG if metric.per_request is not None and not metric.lmdeploy_label
-                        and not metric.server_only and not metric.workload)
+BEYOND_LMDEPLOY = tuple(
+    metric
+    for metric in CATALOG
+    if metric.per_request is not None and not metric.lmdeploy_label and not metric.server_only and not metric.workload
+)
 WORKLOAD_METRICS = tuple(metric for metric in CATALOG if metric.workload)
 # LMDeploy's names that the history spelled beside ours before it kept one spelling: read as ours.
 LEGACY_COLUMNS = {old: new for old, new in zip(LMDEPLOY_COLUMNS, HISTORY_METRIC_COLUMNS) if old != new}
@@ -571,10 +993,12 @@ SWEPT_COLUMNS = _default_columns("swept")
 SPECULATIVE_COLUMNS = ("spec_acceptance_length", "spec_acceptance_rate")
 NOT_REPORTED = "not reported"
 
-_FIXED_COLUMNS = {metric.column(stat): (metric, stat) for metric in CATALOG
-                  for stat in metric.statistics if stat != PERCENTILES}
-_PERCENTILE_SUFFIXES = {metric.column("").removeprefix("_"): metric for metric in CATALOG
-                        if PERCENTILES in metric.statistics}
+_FIXED_COLUMNS = {
+    metric.column(stat): (metric, stat) for metric in CATALOG for stat in metric.statistics if stat != PERCENTILES
+}
+_PERCENTILE_SUFFIXES = {
+    metric.column("").removeprefix("_"): metric for metric in CATALOG if PERCENTILES in metric.statistics
+}
 
 
 def find_column(name: str) -> tuple[Metric, str] | None:
@@ -641,8 +1065,9 @@ def server_columns(server: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _summary_columns(summary: Mapping[str, Any], formula: str) -> dict[str, Any]:
-    columns = {metric.column(): getattr(metric, formula)(summary) for metric in CATALOG
-               if getattr(metric, formula) is not None}
+    columns = {
+        metric.column(): getattr(metric, formula)(summary) for metric in CATALOG if getattr(metric, formula) is not None
+    }
     return {key: value for key, value in columns.items() if value is not None}
 
 

@@ -61,8 +61,9 @@ class BinnedLatencies:
             return Distribution(0, nan, nan, nan, nan, tuple(nan for _ in percentiles))
         mean = self.total_s / self.count
         std = math.sqrt(max(self.total_squares / self.count - mean * mean, 0.0))
-        return Distribution(self.count, mean, std, self.min_s, self.max_s,
-                            tuple(self._percentile(q) for q in percentiles))
+        return Distribution(
+            self.count, mean, std, self.min_s, self.max_s, tuple(self._percentile(q) for q in percentiles)
+        )
 
     def _percentile(self, q: float) -> float:
         # As numpy's linear method: percentile q lies at rank (n - 1) q / 100 of the sorted values, between

@@ -166,7 +166,9 @@ class LiveTracker:
             sess = sessions[i]
             # Read the finish mark before the ticks and the admission: both precede it.
             finished = sess.finished
-            if not finished and sess.admit_time is None and not sess.ts:  # not started: the common case early in a long run
+            if (
+                not finished and sess.admit_time is None and not sess.ts
+            ):  # not started: the common case early in a long run
                 still_scanning.append(i)
                 continue
             if by_admission and not admitted[i] and sess.admit_time is not None:
@@ -202,9 +204,12 @@ class LiveTracker:
         if admitted_at:
             self._change_in_flight(np.array(admitted_at), +1)
         if lengths:
-            self._add_ticks(np.fromiter(flat_ts, dtype=np.float64, count=len(flat_ts)),
-                            np.fromiter(flat_ns, dtype=np.int64, count=len(flat_ns)),
-                            np.array(first_index, dtype=np.int64), np.array(lengths, dtype=np.int64))
+            self._add_ticks(
+                np.fromiter(flat_ts, dtype=np.float64, count=len(flat_ts)),
+                np.fromiter(flat_ns, dtype=np.int64, count=len(flat_ns)),
+                np.array(first_index, dtype=np.int64),
+                np.array(lengths, dtype=np.int64),
+            )
         return [(sessions[i], admitted[i]) for i in done]
 
     def _change_in_flight(self, times: np.ndarray, step: int) -> None:
@@ -282,8 +287,11 @@ class LiveTracker:
             # Replayed ticks may lie on another clock than now; never end before the latest tick.
             elapsed = max(perf_counter(), self._latest_tick) - self._origin
         whole_bins = max(int(elapsed // self.bin_s), 0)
-        n_bins = (max(math.ceil(elapsed / self.bin_s), self._tokens_per_bin.size, self._in_flight_change_per_bin.size)
-                  if finished else whole_bins)
+        n_bins = (
+            max(math.ceil(elapsed / self.bin_s), self._tokens_per_bin.size, self._in_flight_change_per_bin.size)
+            if finished
+            else whole_bins
+        )
         time_s = np.arange(n_bins) * self.bin_s
         bin_seconds = np.full(n_bins, self.bin_s)
         if finished and n_bins and elapsed - time_s[-1] > 0:

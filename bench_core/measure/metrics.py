@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .catalog import CATALOG, Metric, RunFacts, expand, percentile_key, rate
 from ..config import SLO
 from ..states import RequestStatus
+from .catalog import CATALOG, Metric, RunFacts, expand, percentile_key, rate
 
 __all__ = ["percentile_key", "rate"]
 
@@ -142,8 +142,12 @@ def request_metrics(ts: np.ndarray, ns: np.ndarray, n_ticks: np.ndarray) -> Requ
 
 
 def request_status(
-    finished: np.ndarray, succeeded: np.ndarray, output_len: np.ndarray, req_output_len: np.ndarray,
-    cancelled: np.ndarray | None = None, length_status: np.ndarray | None = None,
+    finished: np.ndarray,
+    succeeded: np.ndarray,
+    output_len: np.ndarray,
+    req_output_len: np.ndarray,
+    cancelled: np.ndarray | None = None,
+    length_status: np.ndarray | None = None,
 ) -> np.ndarray:
     """One RequestStatus per request. Only successful requests count in LMDeploy's metrics.
 
@@ -183,8 +187,9 @@ def slo_is_set(slo: SLO | None) -> bool:
     return slo is not None and any(getattr(slo, name) is not None for name in ("ttft", "tpot", "e2e"))
 
 
-def good_requests(status: np.ndarray, ttft_s: np.ndarray, tpot_s: np.ndarray, e2e_s: np.ndarray,
-                  slo: SLO) -> np.ndarray:
+def good_requests(
+    status: np.ndarray, ttft_s: np.ndarray, tpot_s: np.ndarray, e2e_s: np.ndarray, slo: SLO
+) -> np.ndarray:
     """Successful requests meeting every threshold the SLO sets, as in vLLM; undefined values fail."""
     good = np.asarray(status, dtype=object) == RequestStatus.SUCCESS
     for threshold, values in ((slo.ttft, ttft_s), (slo.tpot, tpot_s), (slo.e2e, e2e_s)):
@@ -195,8 +200,13 @@ def good_requests(status: np.ndarray, ttft_s: np.ndarray, tpot_s: np.ndarray, e2
 
 def summary_columns(metric: Metric, stats: Distribution, percentiles: Sequence[float]) -> dict[str, float]:
     """A distribution metric's summary keys from its statistics, in its display unit."""
-    by_name = {"mean": stats.mean, "std": stats.std, "min": stats.min, "max": stats.max,
-               **{percentile_key(q): value for q, value in zip(percentiles, stats.percentiles)}}
+    by_name = {
+        "mean": stats.mean,
+        "std": stats.std,
+        "min": stats.min,
+        "max": stats.max,
+        **{percentile_key(q): value for q, value in zip(percentiles, stats.percentiles)},
+    }
     columns = {}
     for stat in expand(metric.statistics, percentiles):
         value = by_name[stat]
@@ -222,7 +232,10 @@ def run_summary(
     status = table["status"].to_numpy(dtype=object)
     ok = status == RequestStatus.SUCCESS
     facts = RunFacts(
-        table=table, status=status, ok=ok, duration_s=duration_s,
+        table=table,
+        status=status,
+        ok=ok,
+        duration_s=duration_s,
         failure_reasons=format_reasons(failure_reasons(status, table["reason"].to_numpy(dtype=object))),
         good=good_requests(status, table["ttft_s"], table["tpot_s"], table["e2e_s"], slo) if slo_is_set(slo) else None,
     )

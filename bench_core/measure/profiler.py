@@ -27,10 +27,10 @@ import numpy as np
 import pandas as pd
 
 from .. import csvstore
-from . import metrics
-from .catalog import BEYOND_LMDEPLOY, CATALOG, METRICS, NOT_MEASURED, column_label, lmdeploy_row
 from ..config import SLO, RunConfig
 from ..states import LoadPattern, RequestStatus
+from . import metrics
+from .catalog import BEYOND_LMDEPLOY, CATALOG, METRICS, NOT_MEASURED, column_label, lmdeploy_row
 from .live_snapshot import LiveSnapshot, LiveTracker
 
 _LMDEPLOY_ROWS = tuple(metric for metric in CATALOG if metric.lmdeploy_label)  # LMDeploy's console table
@@ -44,8 +44,18 @@ class Session:
     FAIL = 2
     CANCELLED = 3  # ours: stopped by the user's cancel, which says nothing about the engine
 
-    __slots__ = ("ts", "ns", "input_len", "req_output_len", "status", "reason", "finish_time", "extra", "admit_time",
-                 "length_status")
+    __slots__ = (
+        "ts",
+        "ns",
+        "input_len",
+        "req_output_len",
+        "status",
+        "reason",
+        "finish_time",
+        "extra",
+        "admit_time",
+        "length_status",
+    )
 
     def __init__(self, input_len: int, req_output_len: int):
         self.ts: list[float] | array = []
@@ -73,8 +83,14 @@ class Session:
         self.ts.extend(timestamps)
         self.ns.extend(n_tokens)
 
-    def finish(self, status: int, reason: str = "", timestamp: float | None = None,
-               extra: Mapping[str, Any] | None = None, length_status: str = "") -> None:
+    def finish(
+        self,
+        status: int,
+        reason: str = "",
+        timestamp: float | None = None,
+        extra: Mapping[str, Any] | None = None,
+        length_status: str = "",
+    ) -> None:
         """End the request with SUCCESS, FAIL or CANCELLED and why (e.g. "error: CUDA OOM", "abort", "cancelled");
         `extra` values become columns of `Profiler.request_table`. `length_status` is where the engine knows better
         than the token count whether a served request came out as long as asked (see metrics.request_status)."""
@@ -134,8 +150,15 @@ class _Computed:
 class Profiler:
     """Collects sessions and computes LMDeploy's metrics (and ours) from their ticks."""
 
-    def __init__(self, stream_output: bool, percentages: Sequence[float], slo: SLO | None = None,
-                 live_bin_s: float = 0.5, records_admissions: bool = False, max_in_flight: int | None = None):
+    def __init__(
+        self,
+        stream_output: bool,
+        percentages: Sequence[float],
+        slo: SLO | None = None,
+        live_bin_s: float = 0.5,
+        records_admissions: bool = False,
+        max_in_flight: int | None = None,
+    ):
         """`records_admissions`: the caller marks each session's admission (Session.admit), which then
         starts its time in flight; `max_in_flight`: the most requests the engine runs at once (see
         live_snapshot)."""
@@ -164,8 +187,7 @@ class Profiler:
 
     @property
     def progress(self) -> Progress:
-        return Progress(total=len(self.sessions),
-                        finished=sum(1 for s in list(self.sessions) if s.finished))
+        return Progress(total=len(self.sessions), finished=sum(1 for s in list(self.sessions) if s.finished))
 
     def _origin(self, sessions: Sequence[Session]) -> float:
         """start() time; without one, the first tick (replays); NaN when there is neither."""
@@ -194,8 +216,9 @@ class Profiler:
         self._computed = _Computed(sessions, per_request, status, origin)
         self._set_result_attributes(sessions, per_request, status)
 
-    def _set_result_attributes(self, sessions: list[Session], per_request: metrics.RequestMetrics,
-                               status: np.ndarray) -> None:
+    def _set_result_attributes(
+        self, sessions: list[Session], per_request: metrics.RequestMetrics, status: np.ndarray
+    ) -> None:
         counted = status == RequestStatus.SUCCESS
         self.success = int(counted.sum())
         self.total_output = sum(per_request.output_len[counted].tolist())
@@ -249,24 +272,27 @@ class Profiler:
         computed = self._ensure_computed()
         sessions, per_request = computed.sessions, computed.per_request
         first_tick = np.array([s.ts[0] if len(s.ts) else math.nan for s in sessions], dtype=np.float64)
-        finish_time = np.array([math.nan if s.finish_time is None else s.finish_time for s in sessions],
-                               dtype=np.float64)
-        table = pd.DataFrame({
-            "index": np.arange(len(sessions)),
-            "input_len": [s.input_len for s in sessions],
-            "req_output_len": [s.req_output_len for s in sessions],
-            "output_len": per_request.output_len,
-            "status": pd.Series(computed.status, dtype=object),
-            "reason": pd.Series([s.reason for s in sessions], dtype=object),
-            "ttft_s": per_request.ttft_s,
-            "tpot_s": per_request.tpot_s,
-            "e2e_s": per_request.e2e_s,
-            "itl_s": pd.Series(per_request.itl_per_request(), dtype=object),
-            "tokens_per_tick": pd.Series(per_request.tokens_per_tick_per_request(), dtype=object),
-            "n_ticks": per_request.n_ticks,
-            "start_s": first_tick - computed.origin,
-            "finish_s": finish_time - computed.origin,
-        })
+        finish_time = np.array(
+            [math.nan if s.finish_time is None else s.finish_time for s in sessions], dtype=np.float64
+        )
+        table = pd.DataFrame(
+            {
+                "index": np.arange(len(sessions)),
+                "input_len": [s.input_len for s in sessions],
+                "req_output_len": [s.req_output_len for s in sessions],
+                "output_len": per_request.output_len,
+                "status": pd.Series(computed.status, dtype=object),
+                "reason": pd.Series([s.reason for s in sessions], dtype=object),
+                "ttft_s": per_request.ttft_s,
+                "tpot_s": per_request.tpot_s,
+                "e2e_s": per_request.e2e_s,
+                "itl_s": pd.Series(per_request.itl_per_request(), dtype=object),
+                "tokens_per_tick": pd.Series(per_request.tokens_per_tick_per_request(), dtype=object),
+                "n_ticks": per_request.n_ticks,
+                "start_s": first_tick - computed.origin,
+                "finish_s": finish_time - computed.origin,
+            }
+        )
         extra_keys = dict.fromkeys(key for s in sessions if s.extra for key in s.extra)  # first-seen order
         for key in extra_keys:
             table[key] = pd.Series([s.extra.get(key) if s.extra else None for s in sessions])
@@ -276,11 +302,13 @@ class Profiler:
         """Flat summary for the history (latencies in ms); `slo` defaults to the profiler's."""
         computed = self._ensure_computed()
         if slo is not None and slo != self.slo:
-            return metrics.run_summary(self.request_table(), self.elapsed_time, self.percentages, self.stream_output,
-                                       slo)
+            return metrics.run_summary(
+                self.request_table(), self.elapsed_time, self.percentages, self.stream_output, slo
+            )
         if computed.summary is None:
-            computed.summary = metrics.run_summary(self.request_table(), self.elapsed_time, self.percentages,
-                                                   self.stream_output, self.slo)
+            computed.summary = metrics.run_summary(
+                self.request_table(), self.elapsed_time, self.percentages, self.stream_output, self.slo
+            )
         return dict(computed.summary)
 
     def live_snapshot(self) -> LiveSnapshot:
@@ -289,8 +317,13 @@ class Profiler:
 
     # ---- reports -------------------------------------------------------------------------
 
-    def summarize(self, title: str, hyperparams: Iterable[tuple[str, Any]] | dict | None = None,
-                  header: int = 40, digits: int = 10) -> None:
+    def summarize(
+        self,
+        title: str,
+        hyperparams: Iterable[tuple[str, Any]] | dict | None = None,
+        header: int = 40,
+        digits: int = 10,
+    ) -> None:
         """Print LMDeploy's table (console in seconds), then our rows below it."""
         self._ensure_computed()
         table = _ConsoleTable(header, digits, len(self.percentages))
@@ -355,8 +388,9 @@ class Profiler:
             table.row(METRICS["goodput"].title, self.goodput)
         table.rule("=")
 
-    def lmdeploy_csv_row(self, hyperparams: Iterable[tuple[str, Any]] | dict | None = None,
-                         summary: dict | None = None) -> dict[str, Any]:
+    def lmdeploy_csv_row(
+        self, hyperparams: Iterable[tuple[str, Any]] | dict | None = None, summary: dict | None = None
+    ) -> dict[str, Any]:
         """The row LMDeploy's save_csv writes, in its column order and formats; '-' where not measured. `summary`:
         this profiler's, where the caller has it already (a run's record), so it is aggregated once."""
         return {**dict(_pairs(hyperparams)), **lmdeploy_row(self.summary() if summary is None else summary)}
@@ -369,8 +403,13 @@ class Profiler:
 def new_profiler(config: RunConfig) -> Profiler:
     """The profiler a run of `config` measures with."""
     by_rate = config.load.load_pattern == LoadPattern.REQUEST_RATE
-    return Profiler(config.load.stream_output, list(config.percentiles), slo=config.slo, records_admissions=True,
-                    max_in_flight=config.load.max_concurrency if by_rate else config.load.concurrency)
+    return Profiler(
+        config.load.stream_output,
+        list(config.percentiles),
+        slo=config.slo,
+        records_admissions=True,
+        max_in_flight=config.load.max_concurrency if by_rate else config.load.concurrency,
+    )
 
 
 def rebuilt_profiler(config: RunConfig, sessions: list[Session], t_start: float, t_finish: float) -> Profiler:

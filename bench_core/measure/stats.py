@@ -67,8 +67,11 @@ class Comparison:
     df: float
 
 
-def describe(values: Sequence[float] | np.ndarray | pd.Series, confidence: float = CONFIDENCE,
-             bounds: tuple[float, float] = UNBOUNDED) -> Summary:
+def describe(
+    values: Sequence[float] | np.ndarray | pd.Series,
+    confidence: float = CONFIDENCE,
+    bounds: tuple[float, float] = UNBOUNDED,
+) -> Summary:
     """Mean, sample std, range and the Student-t confidence interval of the mean, cut at `bounds` (the
     quantity's physical range: a throughput's interval never goes below 0); non-finite values are ignored."""
     x = _finite(values)
@@ -87,8 +90,11 @@ def describe(values: Sequence[float] | np.ndarray | pd.Series, confidence: float
     return Summary(n, mean, std, max(mean - half_width, low), min(mean + half_width, high), cv, minimum, maximum)
 
 
-def compare(a_values: Sequence[float] | np.ndarray | pd.Series, b_values: Sequence[float] | np.ndarray | pd.Series,
-            confidence: float = CONFIDENCE) -> Comparison:
+def compare(
+    a_values: Sequence[float] | np.ndarray | pd.Series,
+    b_values: Sequence[float] | np.ndarray | pd.Series,
+    confidence: float = CONFIDENCE,
+) -> Comparison:
     """Whether B's mean differs from A's by more than their run-to-run spread (Welch's t-test)."""
     a, b = describe(a_values, confidence), describe(b_values, confidence)
     difference = b.mean - a.mean
@@ -105,12 +111,27 @@ def compare(a_values: Sequence[float] | np.ndarray | pd.Series, b_values: Sequen
     df = (va + vb) ** 2 / (va**2 / (a.n - 1) + vb**2 / (b.n - 1))  # Welch-Satterthwaite
     p_value = 2 * t_sf(abs(difference) / se, df)
     half_width = t_quantile(0.5 + confidence / 2, df) * se
-    return Comparison(a, b, difference, relative, p_value < 1 - confidence, WELCH, p_value,
-                      difference - half_width, difference + half_width, df)
+    return Comparison(
+        a,
+        b,
+        difference,
+        relative,
+        p_value < 1 - confidence,
+        WELCH,
+        p_value,
+        difference - half_width,
+        difference + half_width,
+        df,
+    )
 
 
-def group_repeats(runs: pd.DataFrame, keys: Sequence[str], metric: str, confidence: float = CONFIDENCE,
-                  bounds: tuple[float, float] = UNBOUNDED) -> pd.DataFrame:
+def group_repeats(
+    runs: pd.DataFrame,
+    keys: Sequence[str],
+    metric: str,
+    confidence: float = CONFIDENCE,
+    bounds: tuple[float, float] = UNBOUNDED,
+) -> pd.DataFrame:
     """One row per distinct combination of `keys` (a sweep point): the key values, then n, mean, std,
     min, max, ci_low and ci_high of `metric` (`describe`), sorted by the keys. Runs without a value for
     `metric` (failed ones) do not count; a point with none left is dropped."""
@@ -132,8 +153,12 @@ def group_values(summary: Summary) -> list[float]:
     return [summary.n, summary.mean, summary.std, summary.minimum, summary.maximum, summary.ci_low, summary.ci_high]
 
 
-def pareto_front(x: Sequence[float] | np.ndarray | pd.Series, y: Sequence[float] | np.ndarray | pd.Series,
-                 x_larger_better: bool, y_larger_better: bool) -> np.ndarray:
+def pareto_front(
+    x: Sequence[float] | np.ndarray | pd.Series,
+    y: Sequence[float] | np.ndarray | pd.Series,
+    x_larger_better: bool,
+    y_larger_better: bool,
+) -> np.ndarray:
     """True for each point that no other point dominates (at least as good on both axes, better on one).
 
     Equal points do not dominate each other, so both stay on the front; NaN points are never on it.
@@ -149,12 +174,14 @@ def pareto_front(x: Sequence[float] | np.ndarray | pd.Series, y: Sequence[float]
 
 # How the goodput chart marks its limit, said on the chart: with batched requests TTFT includes the queue, so
 # attainment can rise with load, and stopping at the first load that misses would deny loads that meet the target.
-LOAD_LIMIT_RULE = ("Marked: the highest load whose mean meets the target, interpolated towards the next load, "
-                   "which misses")
+LOAD_LIMIT_RULE = (
+    "Marked: the highest load whose mean meets the target, interpolated towards the next load, which misses"
+)
 
 
-def highest_load_meeting(load: Sequence[float] | np.ndarray | pd.Series,
-                         value: Sequence[float] | np.ndarray | pd.Series, target: float) -> float | None:
+def highest_load_meeting(
+    load: Sequence[float] | np.ndarray | pd.Series, value: Sequence[float] | np.ndarray | pd.Series, target: float
+) -> float | None:
     """The highest load at which `value` (goodput or SLO attainment: larger is better) reaches `target`
     (`LOAD_LIMIT_RULE`).
 
@@ -174,8 +201,12 @@ def highest_load_meeting(load: Sequence[float] | np.ndarray | pd.Series,
     return float(levels[lo] + fraction * (levels[hi] - levels[lo]))
 
 
-def loads_missing_below(load: Sequence[float] | np.ndarray | pd.Series,
-                        value: Sequence[float] | np.ndarray | pd.Series, target: float, limit: float) -> list[float]:
+def loads_missing_below(
+    load: Sequence[float] | np.ndarray | pd.Series,
+    value: Sequence[float] | np.ndarray | pd.Series,
+    target: float,
+    limit: float,
+) -> list[float]:
     """The loads under `limit` whose mean misses the target: where there are any, the value does not fall
     steadily with load, and the limit is not a load below which everything meets it."""
     levels, means = _means_per_load(load, value)
@@ -194,6 +225,7 @@ def _means_per_load(load, value) -> tuple[np.ndarray, np.ndarray]:
 
 
 # ---- Student t distribution ------------------------------------------------------------------
+
 
 def t_cdf(t: float, df: float) -> float:
     """P(T <= t) for Student's t with `df` degrees of freedom (df > 0, fractional allowed)."""
@@ -246,8 +278,10 @@ def _beta_continued_fraction(a: float, b: float, x: float) -> float:
     d = 1 / (d if abs(d) > tiny else tiny)
     result = d
     for m in range(1, 500):
-        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
             d = 1 + numerator * d
             d = 1 / (d if abs(d) > tiny else tiny)
             c = 1 + numerator / c

@@ -142,8 +142,11 @@ def _finished_runs(history_runs: pd.DataFrame, model: str, backend: str) -> pd.D
     needed = ("model", "backend", "status", "output_throughput")
     if history_runs.empty or any(column not in history_runs for column in needed):
         return pd.DataFrame(columns=[*needed, "concurrency", "load_seconds"])
-    rows = history_runs[(history_runs["model"].astype(str) == model) & (history_runs["backend"].astype(str) == backend)
-                        & (history_runs["status"].astype(str) == RunState.FINISHED)].copy()
+    rows = history_runs[
+        (history_runs["model"].astype(str) == model)
+        & (history_runs["backend"].astype(str) == backend)
+        & (history_runs["status"].astype(str) == RunState.FINISHED)
+    ].copy()
     for column in ("output_throughput", "concurrency", "load_seconds", "total_output_tokens", "completed"):
         rows[column] = pd.to_numeric(rows[column], errors="coerce") if column in rows else math.nan
     return rows[rows["output_throughput"] > 0]
@@ -153,8 +156,11 @@ def _dataset_facts(config: RunConfig) -> dict[str, object]:
     """The history columns that decide the lengths of a run's requests, with this run's values: its dataset's
     settings but how many prompts are drawn and with which seed."""
     data = config.dataset
-    return {s.key: getattr(data, s.name) for s in of_part(Part.DATASET)
-            if s.name not in LENGTH_NEUTRAL and s.applies(dataset_name=data.dataset_name)}
+    return {
+        s.key: getattr(data, s.name)
+        for s in of_part(Part.DATASET)
+        if s.name not in LENGTH_NEUTRAL and s.applies(dataset_name=data.dataset_name)
+    }
 
 
 def _matching(rows: pd.DataFrame, column: str, value) -> pd.DataFrame:

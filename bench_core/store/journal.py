@@ -125,8 +125,11 @@ def read_journal(folder: Path) -> tuple[dict[str, Any], dict[int, Session]] | No
 
 def session_state(session: Session) -> dict[str, Any]:
     """A finished session as plain JSON values."""
-    return {"ts": list(session.ts), "ns": list(session.ns),
-            **{name: getattr(session, name) for name in _SESSION_FIELDS}}
+    return {
+        "ts": list(session.ts),
+        "ns": list(session.ns),
+        **{name: getattr(session, name) for name in _SESSION_FIELDS},
+    }
 
 
 def session_from_state(state: dict[str, Any]) -> Session:

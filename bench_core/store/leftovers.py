@@ -40,8 +40,10 @@ class Recovered:
 
 
 # What a row rebuilt from a folder without row.json (written before runs kept one) cannot have.
-NOT_REBUILT = ("its duration is the last request's finish, not the measured one, so its throughputs read high; "
-               "finished_at, load_seconds, warmup_seconds, the engine_* columns, sweep_id and sweep_repeat stay empty")
+NOT_REBUILT = (
+    "its duration is the last request's finish, not the measured one, so its throughputs read high; "
+    "finished_at, load_seconds, warmup_seconds, the engine_* columns, sweep_id and sweep_repeat stay empty"
+)
 
 
 def _entries(folder: str | Path) -> list[os.DirEntry]:
@@ -56,11 +58,19 @@ def find(root: Path, runs_dir: Path, recorded: set[str], now: float | None = Non
     cutoff = (time.time() if now is None else now) - STALE_AFTER_S
     leftovers = Leftovers()
     try:
-        run_folders = sorted((entry for entry in (_entries(runs_dir) if runs_dir.is_dir() else []) if entry.is_dir()),
-                             key=lambda entry: entry.name)
-        tmp_files = [*root.glob(TMP_PATTERN), *(Path(entry.path) for folder in run_folders
-                                               for entry in _entries(folder.path)
-                                               if fnmatch.fnmatchcase(entry.name, TMP_PATTERN))]
+        run_folders = sorted(
+            (entry for entry in (_entries(runs_dir) if runs_dir.is_dir() else []) if entry.is_dir()),
+            key=lambda entry: entry.name,
+        )
+        tmp_files = [
+            *root.glob(TMP_PATTERN),
+            *(
+                Path(entry.path)
+                for folder in run_folders
+                for entry in _entries(folder.path)
+                if fnmatch.fnmatchcase(entry.name, TMP_PATTERN)
+            ),
+        ]
         leftovers.tmp_files = [path for path in tmp_files if path.is_file() and path.stat().st_mtime < cutoff]
         leftovers.folders = [Path(folder.path) for folder in run_folders if folder.name not in recorded]
     except FileNotFoundError:  # another process tidied or wrote in between: the next start looks again
@@ -87,15 +97,21 @@ def describe(runs_dir: Path, found: Recovered, removed: list[Path]) -> str:
     """One line saying what tidying did; empty when it did nothing."""
     parts = []
     if found.put_back:
-        parts.append(f"put back {len(found.put_back)} run(s) missing from the history, as recorded (their "
-                     f"row.json in {runs_dir}): {', '.join(found.put_back)}")
+        parts.append(
+            f"put back {len(found.put_back)} run(s) missing from the history, as recorded (their "
+            f"row.json in {runs_dir}): {', '.join(found.put_back)}"
+        )
     if found.journaled:
-        parts.append(f"recorded {len(found.journaled)} run(s) whose process was killed while they measured, as "
-                     f"cancelled with the requests their journal in {runs_dir} holds (their duration runs to the last "
-                     f"recorded request): {', '.join(found.journaled)}")
+        parts.append(
+            f"recorded {len(found.journaled)} run(s) whose process was killed while they measured, as "
+            f"cancelled with the requests their journal in {runs_dir} holds (their duration runs to the last "
+            f"recorded request): {', '.join(found.journaled)}"
+        )
     if found.rebuilt:
-        parts.append(f"put back {len(found.rebuilt)} run(s) missing from the history, rebuilt from older folders "
-                     f"in {runs_dir} without row.json ({NOT_REBUILT}): {', '.join(found.rebuilt)}")
+        parts.append(
+            f"put back {len(found.rebuilt)} run(s) missing from the history, rebuilt from older folders "
+            f"in {runs_dir} without row.json ({NOT_REBUILT}): {', '.join(found.rebuilt)}"
+        )
     if removed:
         parts.append(f"removed {len(removed)} leftover(s) of interrupted writes: {', '.join(map(str, removed))}")
     return ("Tidying the results: " + "; ".join(parts) + ".") if parts else ""

@@ -69,8 +69,15 @@ class RecordedRun:
         return self.record.roofline if self.record is not None else self.history.roofline(self.run_id)
 
 
-def run_parts(history: History, run_id: str, record: RunRecord | None = None, slo: SLO | None = None,
-              warnings: Sequence[str] = (), notes: Sequence[str] = (), snapshot=None) -> RunParts:
+def run_parts(
+    history: History,
+    run_id: str,
+    record: RunRecord | None = None,
+    slo: SLO | None = None,
+    warnings: Sequence[str] = (),
+    notes: Sequence[str] = (),
+    snapshot=None,
+) -> RunParts:
     """The parts of run `run_id`: from `record` (its RunRecord, while this process holds it), else from `history`;
     goodput for `slo`, else for the SLO the run had. HistoryError when the history has no such run or cannot be
     read."""
@@ -87,13 +94,39 @@ def run_parts(history: History, run_id: str, record: RunRecord | None = None, sl
         status, message, started_at = record.status, record.error, record.started_at
     values = recorded.values()
     duration_s = _float(values.get("duration_s"))
-    summary = {} if requests is None else metrics.run_summary(
-        requests, duration_s, config.percentiles, config.load.stream_output, slo if metrics.slo_is_set(slo) else config.slo)
-    throughput = None if snapshot is None else (snapshot.time_s, snapshot.output_tokens_per_s,
-                                                snapshot.in_flight_over_time)
-    return RunParts(run_id, status, message, started_at, config, _typed_row(history, run_id, record), requests, summary,
-                    duration_s, values, recorded.telemetry(), recorded.server_metrics(), recorded.roofline(),
-                    recorded.random_weights(), tuple(warnings), tuple(notes), throughput)
+    summary = (
+        {}
+        if requests is None
+        else metrics.run_summary(
+            requests,
+            duration_s,
+            config.percentiles,
+            config.load.stream_output,
+            slo if metrics.slo_is_set(slo) else config.slo,
+        )
+    )
+    throughput = (
+        None if snapshot is None else (snapshot.time_s, snapshot.output_tokens_per_s, snapshot.in_flight_over_time)
+    )
+    return RunParts(
+        run_id,
+        status,
+        message,
+        started_at,
+        config,
+        _typed_row(history, run_id, record),
+        requests,
+        summary,
+        duration_s,
+        values,
+        recorded.telemetry(),
+        recorded.server_metrics(),
+        recorded.roofline(),
+        recorded.random_weights(),
+        tuple(warnings),
+        tuple(notes),
+        throughput,
+    )
 
 
 def _typed_row(history: History, run_id: str, record: RunRecord | None) -> dict[str, Any]:
@@ -107,8 +140,9 @@ def _typed_row(history: History, run_id: str, record: RunRecord | None) -> dict[
     return history_row(record)
 
 
-def request_tables(history: History, runs: pd.DataFrame, names: Sequence[str]) -> tuple[dict[str, pd.DataFrame],
-                                                                                           list[str]]:
+def request_tables(
+    history: History, runs: pd.DataFrame, names: Sequence[str]
+) -> tuple[dict[str, pd.DataFrame], list[str]]:
     """The per-request tables of the history rows `runs`, by their `names`, and the names of those without one
     (imported LMDeploy rows, runs that failed before measuring)."""
     found, missing = {}, []

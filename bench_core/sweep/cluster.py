@@ -37,21 +37,30 @@ import pandas as pd
 from ..config import RunConfig
 from ..engines import backend
 from ..errors import ConfigError
-from ..store.history import new_run_id
 from ..measure.live_snapshot import LiveSnapshot
-from ..states import RunState
 from ..run.lifecycle import Run
 from ..run.observer import JobObserver, StateChange
 from ..run.remote import Forwarder, LinkLost, Message, Mirror, Outbox, follow
 from ..run.runner import Runner
+from ..states import RunState
+from ..store.history import new_run_id
 from .driver import Launch, SweepRun, engine_key_of
 from .plan import PlannedRun, SweepPlan
 
 RAY_INSTALL = "pip install -r requirements-cluster.txt"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Left out of the working directory shipped to the workers: environments, outputs, caches.
-WORKING_DIR_EXCLUDES = [".venv", ".venv-user", ".git", "results", "artifacts", "__pycache__", ".pytest_cache",
-                        ".cache", "*.pyc"]
+WORKING_DIR_EXCLUDES = [
+    ".venv",
+    ".venv-user",
+    ".git",
+    "results",
+    "artifacts",
+    "__pycache__",
+    ".pytest_cache",
+    ".cache",
+    "*.pyc",
+]
 POLL_S = 0.25  # the longest an actor holds a poll open while its run has nothing to say
 CANCEL_GRACE_S = 10.0
 CONNECT_TIMEOUT_S = 5.0
@@ -106,8 +115,9 @@ def import_ray():
     try:
         import ray
     except ImportError:
-        raise ConfigError(f"Sweeps on a Ray cluster need Ray, which is not installed; install it with: {RAY_INSTALL}") \
-            from None
+        raise ConfigError(
+            f"Sweeps on a Ray cluster need Ray, which is not installed; install it with: {RAY_INSTALL}"
+        ) from None
     return ray
 
 
@@ -124,8 +134,13 @@ def connect(address: str, **init_options: Any) -> None:
         return
     _check_reachable(address)
     try:
-        ray.init(address=address, runtime_env=runtime_env(), log_to_driver=False, logging_level=logging.WARNING,
-                 **init_options)
+        ray.init(
+            address=address,
+            runtime_env=runtime_env(),
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+            **init_options,
+        )
     except (ConnectionError, ValueError, RuntimeError) as exc:
         raise ConfigError(f"Cannot use the Ray cluster at {address}: {str(exc).splitlines()[0]}") from None
 
@@ -196,14 +211,25 @@ def node_facts() -> dict[str, str]:
 
 def states_table(states: list[PointState]) -> pd.DataFrame:
     """One row per run of a cluster sweep: its point, repeat (from 1), state, node, progress, attempts, message."""
-    return pd.DataFrame([{"point": state.point, "repeat": state.repeat + 1, "state": state.state, "node": state.node,
-                          "progress": state.progress, "attempts": state.attempts, "message": state.message}
-                         for state in states],
-                        columns=["point", "repeat", "state", "node", "progress", "attempts", "message"])
+    return pd.DataFrame(
+        [
+            {
+                "point": state.point,
+                "repeat": state.repeat + 1,
+                "state": state.state,
+                "node": state.node,
+                "progress": state.progress,
+                "attempts": state.attempts,
+                "message": state.message,
+            }
+            for state in states
+        ],
+        columns=["point", "repeat", "state", "node", "progress", "attempts", "message"],
+    )
 
 
 def describe_node(facts: dict[str, str]) -> str:
-    """"host-a" or "host-a (GPU 0,1)"."""
+    """ "host-a" or "host-a (GPU 0,1)"."""
     gpus = facts.get("gpu_ids", "")
     return facts.get("hostname", "") + (f" (GPU {gpus})" if gpus else "")
 
@@ -219,8 +245,16 @@ class _Point:
         self.pid: int | None = None
 
     def view(self) -> PointState:
-        return PointState(self.label, self.planned.repeat, self.state, describe_node(self.facts), self.progress,
-                          self.attempts, self.message, self.pid)
+        return PointState(
+            self.label,
+            self.planned.repeat,
+            self.state,
+            describe_node(self.facts),
+            self.progress,
+            self.attempts,
+            self.message,
+            self.pid,
+        )
 
 
 class _PointProgress(JobObserver):
@@ -300,8 +334,9 @@ class ClusterSweepRun(SweepRun):
         """Runs under way across the cluster, e.g. "2 running, 1 loading"; no single run id to watch."""
         with self._lock:
             states = [point.state for point in self._points]
-        under_way = [f"{states.count(state)} {state}" for state in (RunState.RUNNING, RunState.LOADING)
-                     if state in states]
+        under_way = [
+            f"{states.count(state)} {state}" for state in (RunState.RUNNING, RunState.LOADING) if state in states
+        ]
         return ", ".join(under_way), ""
 
     def _drive(self) -> None:
@@ -310,8 +345,10 @@ class ClusterSweepRun(SweepRun):
         groups: dict[tuple, list[_Point]] = {}
         for point in self._points:
             groups.setdefault(engine_key_of(point.planned), []).append(point)
-        threads = [threading.Thread(target=self._run_group, args=(group,), name=f"{self.sweep_id}-group-{index}",
-                                    daemon=True) for index, group in enumerate(groups.values())]
+        threads = [
+            threading.Thread(target=self._run_group, args=(group,), name=f"{self.sweep_id}-group-{index}", daemon=True)
+            for index, group in enumerate(groups.values())
+        ]
         try:
             for thread in threads:
                 thread.start()
@@ -351,17 +388,34 @@ class ClusterSweepRun(SweepRun):
         """Run the point once on `worker` and record it here: the Run as it ended, and whether the worker
         was lost (died, or was stopped by a cancel)."""
         planned = point.planned
-        run = Run(run_id=new_run_id(), config=planned.config, sweep_id=self.sweep_id, sweep_repeat=planned.repeat,
-                  observers=[_PointProgress(point, self._lock)])
+        run = Run(
+            run_id=new_run_id(),
+            config=planned.config,
+            sweep_id=self.sweep_id,
+            sweep_repeat=planned.repeat,
+            observers=[_PointProgress(point, self._lock)],
+        )
         with self._lock:
             point.attempts += 1
             point.state, point.progress = RunState.QUEUED, ""
             self.runs = [entry for entry in self.runs if entry[0] is not planned] + [(planned, run)]
-        worker.start.remote(dict(run_id=run.run_id, config=run.config, created_at=run.created_at,
-                                 sweep_id=run.sweep_id, sweep_repeat=run.sweep_repeat))
+        worker.start.remote(
+            dict(
+                run_id=run.run_id,
+                config=run.config,
+                created_at=run.created_at,
+                sweep_id=run.sweep_id,
+                sweep_repeat=run.sweep_repeat,
+            )
+        )
         mirror = Mirror(run)
-        lost = follow(run, _ActorLink(self._ray, worker, run, point, self._lock), mirror,
-                      cancel_grace_s=CANCEL_GRACE_S, cancel=self._cancel)
+        lost = follow(
+            run,
+            _ActorLink(self._ray, worker, run, point, self._lock),
+            mirror,
+            cancel_grace_s=CANCEL_GRACE_S,
+            cancel=self._cancel,
+        )
         with self._lock:
             node = dict(point.facts)
         measurement = run.measurement

@@ -32,9 +32,9 @@ from ..errors import BenchError, ConfigError
 from ..measure.catalog import with_derived
 from ..measure.profiler import certainly_outside_slo
 from ..run.observer import JobObserver
-from ..store.history import History, new_run_id
-from ..states import RunState
 from ..run.runner import Run, Runner
+from ..states import RunState
+from ..store.history import History, new_run_id
 from . import find_max
 from .plan import PlannedRun, SweepPlan, describe_point, server_settings_of
 from .server import SERVER_LOG, ServerFailed, ServerProcess, command_line, free_port
@@ -71,8 +71,10 @@ class SweepProgress:
         if self.skipped:
             parts.append(f"{self.skipped} run(s) skipped after a run with the same engine settings failed to start.")
         if self.finished < self.total:
-            parts.append(f"{self.finished} of {self.total} runs finished; resume the sweep to run the other "
-                         f"{self.total - self.finished}.")
+            parts.append(
+                f"{self.finished} of {self.total} runs finished; resume the sweep to run the other "
+                f"{self.total - self.finished}."
+            )
         return " ".join(parts)
 
 
@@ -130,7 +132,9 @@ class SweepRun:
             runs, current, skipped, errors = list(self.runs), self._current, len(self._skipped), list(self._errors)
         states = [run.state for _, run in runs]
         finished = self.finished_before + states.count(RunState.FINISHED)
-        failed = states.count(RunState.FAILED) + states.count(RunState.PARTIAL)  # a point with failed requests is not done
+        failed = states.count(RunState.FAILED) + states.count(
+            RunState.PARTIAL
+        )  # a point with failed requests is not done
         if self.active:
             state = RunState.RUNNING
         elif self._cancel.is_set() or RunState.CANCELLED in states:
@@ -149,7 +153,7 @@ class SweepRun:
         return self.describe(current[0]), current[1].run_id
 
     def describe(self, planned: PlannedRun) -> str:
-        """"concurrency=2 · repeat 1/3" (the repeat only when the plan repeats its points)."""
+        """ "concurrency=2 · repeat 1/3" (the repeat only when the plan repeats its points)."""
         repeat = f" · repeat {planned.repeat + 1}/{self.plan.repeats}" if self.plan.repeats > 1 else ""
         return describe_point(planned.values) + repeat
 
@@ -184,8 +188,9 @@ class SweepRun:
 
     def _submit(self, planned: PlannedRun, config, observers, run_id: str = "") -> Run:
         """Queue the run (under the lock: a cancel in between would leave it queued)."""
-        run = self.runner.submit(config, sweep_id=self.sweep_id, sweep_repeat=planned.repeat, observers=observers,
-                                 run_id=run_id)
+        run = self.runner.submit(
+            config, sweep_id=self.sweep_id, sweep_repeat=planned.repeat, observers=observers, run_id=run_id
+        )
         self._current = (planned, run)
         self.runs.append(self._current)
         return run
@@ -193,8 +198,9 @@ class SweepRun:
     def _note_end(self, planned: PlannedRun, run: Run, server_said: str = "") -> None:
         if run.state in (RunState.FAILED, RunState.PARTIAL):
             # Failed before measuring: the same engine settings (or dataset) would fail again.
-            self._note_failure(f"{run.message}{server_said}",
-                               None if run.measurement.measured else engine_key_of(planned))
+            self._note_failure(
+                f"{run.message}{server_said}", None if run.measurement.measured else engine_key_of(planned)
+            )
 
     def _run_with_server(self, planned: PlannedRun, observers: tuple[JobObserver, ...]) -> Run | None:
         """Start the run's server on a free port, wait until it answers, run, stop the server. A server that exits
@@ -205,13 +211,15 @@ class SweepRun:
         port = free_port()
         config = copy.deepcopy(planned.config)
         config.engine.base_url = f"http://127.0.0.1:{port}"
-        server = ServerProcess(command_line(self.plan.server_cmd, port, server_settings_of(config)),
-                               history.run_dir(run_id) / SERVER_LOG)
+        server = ServerProcess(
+            command_line(self.plan.server_cmd, port, server_settings_of(config)), history.run_dir(run_id) / SERVER_LOG
+        )
         try:
             try:
                 server.start()
-                up = server.wait_ready(config.engine.base_url, config.engine.api_key, self.plan.server_start_timeout_s,
-                                       self._cancel)
+                up = server.wait_ready(
+                    config.engine.base_url, config.engine.api_key, self.plan.server_start_timeout_s, self._cancel
+                )
                 if up and not config.engine.model:  # the history names the model the server serves
                     from ..engines.openai_client import discover_model
 
@@ -226,8 +234,11 @@ class SweepRun:
                 run = self._submit(planned, config, observers, run_id)
             run.wait()
             code = server.exit_code()
-            self._note_end(planned, run, "" if code is None else
-                           f" The server exited with code {code} during the run.{server.log_tail()}")
+            self._note_end(
+                planned,
+                run,
+                "" if code is None else f" The server exited with code {code} during the run.{server.log_tail()}",
+            )
             return run
         finally:
             server.stop()
@@ -343,8 +354,13 @@ class FindMaxRun(SweepRun):
         if same.empty:
             return None
         row = same.iloc[-1]
-        return {"load": load, "met": bool(row["met"]), "attainment": float(row["attainment"]),
-                "run_id": row["run_id"], "stopped_early": row["stopped_early"]}
+        return {
+            "load": load,
+            "met": bool(row["met"]),
+            "attainment": float(row["attainment"]),
+            "run_id": row["run_id"],
+            "stopped_early": row["stopped_early"],
+        }
 
     def _probe(self, point: dict, load: float) -> dict | str | None:
         """One probe run: its journal entry; a string saying why it could not measure; None when cancelled."""
@@ -358,8 +374,13 @@ class FindMaxRun(SweepRun):
         if not run.measurement.measured or record is None:
             return run.message or "the probe measured nothing"
         attainment = float(with_derived(pd.DataFrame([record.metrics]))["slo_attainment"].iloc[0])
-        probe = {"load": load, "met": bool(not watch.stopped and attainment >= self.plan.find_max.target),
-                 "attainment": attainment, "run_id": run.run_id, "stopped_early": watch.stopped}
+        probe = {
+            "load": load,
+            "met": bool(not watch.stopped and attainment >= self.plan.find_max.target),
+            "attainment": attainment,
+            "run_id": run.run_id,
+            "stopped_early": watch.stopped,
+        }
         append_probe(_history_of(self.runner), self.sweep_id, {**probe, "point": point_text(point)})
         return probe
 
@@ -379,8 +400,9 @@ class TargetWatch(JobObserver):
         total = len(run.measurement.profiler.sessions)
         allowed = math.floor((1 - self.target) * total + 1e-9)
         if self._outside > allowed:
-            self.stopped = (f"{self._outside} of {total} requests missed the SLO, more than the target allows "
-                            f"({allowed})")
+            self.stopped = (
+                f"{self._outside} of {total} requests missed the SLO, more than the target allows ({allowed})"
+            )
             run.cancel()
 
 
@@ -403,8 +425,9 @@ def start_sweep(runner: Runner, plan: SweepPlan, launch: Launch = SweepRun) -> S
     return launch(plan, runner, remaining(plan, history.load()))
 
 
-def resume_sweep(runner: Runner, sweep_id: str, launch: Launch = SweepRun,
-                 credentials: Mapping[str, str] | None = None) -> SweepRun:
+def resume_sweep(
+    runner: Runner, sweep_id: str, launch: Launch = SweepRun, credentials: Mapping[str, str] | None = None
+) -> SweepRun:
     """Run what a saved sweep has not finished yet; a complete sweep ends at once as finished. `credentials`: the
     values of the settings whose credentials the saved plan masked (store.with_credentials)."""
     history = _history_of(runner)

@@ -58,8 +58,10 @@ def estimate(runs: Sequence[PlannedRun], history_runs: pd.DataFrame, loaded: boo
         rate = _rough_rate(planned.config.load.concurrency) if pace is None else pace.tokens_per_s
         seconds += _output_tokens(planned.config, pace) / rate
     if paces[0] is None:
-        basis = (f"a rough CPU estimate ({_rough_rate(1):g} tok/s at concurrency 1): no finished run of "
-                 f"{base.model} on {base.backend} in the history yet")
+        basis = (
+            f"a rough CPU estimate ({_rough_rate(1):g} tok/s at concurrency 1): no finished run of "
+            f"{base.model} on {base.backend} in the history yet"
+        )
     else:
         basis = f"from the output throughput of {paces[0].runs} finished run(s) of {base.model} on {base.backend}"
     return SweepEstimate(seconds, basis)

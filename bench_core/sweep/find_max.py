@@ -44,30 +44,39 @@ class FindMax:
         if self.setting not in SEARCHABLE:
             raise ConfigError(f"--find-max searches {' or '.join(SEARCHABLE)}, not '{self.setting}'.")
         if not 0 < self.target <= 1:
-            raise ConfigError(f"--goodput-target is the fraction of requests within the SLO: above 0 and at most 1, "
-                              f"not {self.target:g}.")
+            raise ConfigError(
+                f"--goodput-target is the fraction of requests within the SLO: above 0 and at most 1, "
+                f"not {self.target:g}."
+            )
         if not self.precision > 0:
             raise ConfigError(f"--find-max-precision must be above 0 (0.1: within 10%), not {self.precision:g}.")
         if not self.start > 0 or (self.integer and self.start != int(self.start)):
             kind = "a whole number from 1" if self.integer else "above 0"
             raise ConfigError(f"--find-max-start must be {kind}, at most --find-max-limit; got {self.start:g}.")
         if self.limit < self.start:
-            raise ConfigError(f"--find-max-limit must be at least --find-max-start ({self.start:g}); got "
-                              f"{self.limit:g}.")
+            raise ConfigError(
+                f"--find-max-limit must be at least --find-max-start ({self.start:g}); got {self.limit:g}."
+            )
 
     @property
     def integer(self) -> bool:
         return self.setting == "max_concurrency"
 
     def to_dict(self) -> dict:
-        return {"setting": self.setting, "start": self.start, "precision": self.precision, "target": self.target,
-                "limit": None if math.isinf(self.limit) else self.limit}
+        return {
+            "setting": self.setting,
+            "start": self.start,
+            "precision": self.precision,
+            "target": self.target,
+            "limit": None if math.isinf(self.limit) else self.limit,
+        }
 
     @classmethod
     def from_dict(cls, data: dict) -> FindMax:
         limit = data.get("limit")
-        return cls(data["setting"], data["start"], data["precision"], data["target"],
-                   math.inf if limit is None else limit)
+        return cls(
+            data["setting"], data["start"], data["precision"], data["target"], math.inf if limit is None else limit
+        )
 
 
 class Probe(NamedTuple):

@@ -116,8 +116,10 @@ class SweepPlan:
         if self.server_cmd:
             self._check_server_fields()
             if not self.server_start_timeout_s > 0:
-                raise ConfigError(f"--server-start-timeout is the seconds a server has to answer: above 0, not "
-                                  f"{self.server_start_timeout_s:g}.")
+                raise ConfigError(
+                    f"--server-start-timeout is the seconds a server has to answer: above 0, not "
+                    f"{self.server_start_timeout_s:g}."
+                )
 
     def _check_server_fields(self) -> None:
         """Every field of the server command has a value, and every server setting given is one of its fields."""
@@ -126,8 +128,10 @@ class SweepPlan:
         given = [*self.fixed_server_settings(), *(axis.name for axis in self.axes if axis.server)]
         missing = [name for name in fields if name not in given]
         if missing:
-            raise ConfigError(f"The server command's {', '.join('{' + name + '}' for name in missing)} has no value: "
-                              f"give --sweep {missing[0]}=V1,V2 or --server-setting {missing[0]}=VALUE.")
+            raise ConfigError(
+                f"The server command's {', '.join('{' + name + '}' for name in missing)} has no value: "
+                f"give --sweep {missing[0]}=V1,V2 or --server-setting {missing[0]}=VALUE."
+            )
         unused = [name for name in given if name not in fields]
         if unused:
             raise ConfigError(f"The server command has no {{{unused[0]}}} field for the server setting {unused[0]}.")
@@ -151,8 +155,12 @@ class SweepPlan:
         for values in self.grid():
             config = self.config_at(values)
             groups.setdefault(engine_settings_key(config.engine, config.load), []).append(values)
-        return [PlannedRun(values, repeat, self.config_at(values, repeat))
-                for group in groups.values() for repeat in range(self.repeats) for values in group]
+        return [
+            PlannedRun(values, repeat, self.config_at(values, repeat))
+            for group in groups.values()
+            for repeat in range(self.repeats)
+            for values in group
+        ]
 
     def config_at(self, values: dict[str, Any], repeat: int | None = None) -> RunConfig:
         """The base config with `values` set; with a repeat index, labelled with the point and repeat."""
@@ -188,24 +196,37 @@ class SweepPlan:
         machine can run the backend matters only when the runs are here (`runs_here`): a driver without a GPU
         may send a turbomind sweep to a cluster's GPU nodes, whose workers then say what they lack."""
         if MASK in self.server_cmd:
-            raise ConfigError("The sweep's saved server command masks a credential, so its server cannot be started "
-                              "again from it: start a new sweep, with the credential in an environment variable the "
-                              "server reads.")
+            raise ConfigError(
+                "The sweep's saved server command masks a credential, so its server cannot be started "
+                "again from it: start a new sweep, with the credential in an environment variable the "
+                "server reads."
+            )
         if self.server_cmd and runs_here and (missing := missing_program(self.server_cmd)):
-            raise ConfigError(f"The server command's program '{missing}' is not on this machine (not on PATH, nor a "
-                              "file that can be run): check its spelling, or give its full path.")
+            raise ConfigError(
+                f"The server command's program '{missing}' is not on this machine (not on PATH, nor a "
+                "file that can be run): check its spelling, or give its full path."
+            )
         backend = self.base.engine.backend
-        unused = [setting(axis.name) for axis in self.axes
-                  if not axis.server and setting(axis.name).is_knob and not setting(axis.name).applies(backend=backend)]
+        unused = [
+            setting(axis.name)
+            for axis in self.axes
+            if not axis.server and setting(axis.name).is_knob and not setting(axis.name).applies(backend=backend)
+        ]
         if unused:
             raise ConfigError(" ".join(f"Cannot sweep {knob.name}: {knob.not_applicable(backend)}" for knob in unused))
-        idle = [setting(axis.name) for axis in self.axes
-                if not axis.server and not setting(axis.name).applies(load_pattern=self.base.load.load_pattern)]
+        idle = [
+            setting(axis.name)
+            for axis in self.axes
+            if not axis.server and not setting(axis.name).applies(load_pattern=self.base.load.load_pattern)
+        ]
         if idle:  # every point would run alike
-            raise ConfigError(" ".join(
-                f"Cannot sweep {declared.name} under the {pattern_label(self.base.load.load_pattern)} load "
-                f"pattern: {applies_under(declared)}"
-                for declared in idle))
+            raise ConfigError(
+                " ".join(
+                    f"Cannot sweep {declared.name} under the {pattern_label(self.base.load.load_pattern)} load "
+                    f"pattern: {applies_under(declared)}"
+                    for declared in idle
+                )
+            )
         grid = self.grid()
         points_by_problem: dict[str, list[dict[str, Any]]] = {}
         for values in grid:
@@ -237,25 +258,35 @@ class SweepPlan:
         return {
             "sweep_id": self.sweep_id,
             "base": self.base.to_flat_dict(),
-            "axes": [{"name": axis.name, "values": list(axis.values), **({"server": True} if axis.server else {})}
-                     for axis in self.axes],
+            "axes": [
+                {"name": axis.name, "values": list(axis.values), **({"server": True} if axis.server else {})}
+                for axis in self.axes
+            ],
             "repeats": self.repeats,
-            **({"server_cmd": self.server_cmd, "server_start_timeout_s": self.server_start_timeout_s}
-               if self.server_cmd else {}),
+            **(
+                {"server_cmd": self.server_cmd, "server_start_timeout_s": self.server_start_timeout_s}
+                if self.server_cmd
+                else {}
+            ),
             **({"find_max": self.find_max.to_dict()} if self.find_max else {}),
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SweepPlan:
-        axes = tuple(SweepAxis(axis["name"], tuple(axis["values"]), bool(axis.get("server")))
-                     for axis in data["axes"])
+        axes = tuple(SweepAxis(axis["name"], tuple(axis["values"]), bool(axis.get("server"))) for axis in data["axes"])
         find_max = FindMax.from_dict(data["find_max"]) if data.get("find_max") else None
         base = RunConfig.from_flat_dict(data["base"])
         if data.get("server_cmd") and not data["base"].get("model"):
             base.engine.model = ""  # each run asks its server (an empty cell would read back as the default model)
-        return cls(data["sweep_id"], base, axes, int(data["repeats"]),
-                   data.get("server_cmd", ""), float(data.get("server_start_timeout_s", DEFAULT_START_TIMEOUT_S)),
-                   find_max)
+        return cls(
+            data["sweep_id"],
+            base,
+            axes,
+            int(data["repeats"]),
+            data.get("server_cmd", ""),
+            float(data.get("server_start_timeout_s", DEFAULT_START_TIMEOUT_S)),
+            find_max,
+        )
 
 
 def new_sweep_id() -> str:
@@ -264,7 +295,7 @@ def new_sweep_id() -> str:
 
 
 def parse_sweep_arg(text: str, server_fields: tuple[str, ...] = ()) -> SweepAxis:
-    """"concurrency=1,2,4" -> SweepAxis("concurrency", (1, 2, 4)), values typed as the setting's field.
+    """ "concurrency=1,2,4" -> SweepAxis("concurrency", (1, 2, 4)), values typed as the setting's field.
 
     Names are flat config keys with '-' or '_' (cache-max-entry-count, async); "none" or an empty
     value unsets an optional setting; quant_policy takes LMDeploy's names (int8) too. A name among
@@ -275,8 +306,9 @@ def parse_sweep_arg(text: str, server_fields: tuple[str, ...] = ()) -> SweepAxis
     if not equals:
         raise ConfigError(f"'{text}' is not a sweep: write NAME=V1,V2 (e.g. concurrency=1,2,4).")
     if name_text.strip() in server_fields:
-        return SweepAxis(name_text.strip(), tuple(parse_server_value(value) for value in values_text.split(",")),
-                         server=True)
+        return SweepAxis(
+            name_text.strip(), tuple(parse_server_value(value) for value in values_text.split(",")), server=True
+        )
     name = canonical_name(name_text)
     return SweepAxis(name, tuple(_parse_value(name, value) for value in values_text.split(",")))
 

@@ -14,8 +14,8 @@ import plotly.graph_objects as go
 
 from ..measure.catalog import NOT_REPORTED, SPECULATIVE_COLUMNS
 from ..store.history import ENVIRONMENT_PREFIX, History
-from ..views.run_diff import SETTING_NAMES
 from ..views import report, sweep_charts
+from ..views.run_diff import SETTING_NAMES
 from ..views.tables import describe_column
 from . import find_max
 from . import results as sweep_results
@@ -47,11 +47,15 @@ def measured_metrics(statistics: pd.DataFrame) -> list[str]:
 
 def unreported_note(plan: SweepPlan, measured: list[str]) -> str:
     """Which speculative decoding figures the engine did not report for a speculative sweep, or ""."""
-    unreported = [describe_column(name).title for name in SPECULATIVE_COLUMNS if plan.speculative and name not in measured]
+    unreported = [
+        describe_column(name).title for name in SPECULATIVE_COLUMNS if plan.speculative and name not in measured
+    ]
     if not unreported:
         return ""
-    return (f"{' and '.join(unreported)}: {NOT_REPORTED} by the engine for these runs (LMDeploy's PyTorch engine "
-            "reports them on the engine API load pattern).")
+    return (
+        f"{' and '.join(unreported)}: {NOT_REPORTED} by the engine for these runs (LMDeploy's PyTorch engine "
+        "reports them on the engine API load pattern)."
+    )
 
 
 def metric_figures(statistics: pd.DataFrame, plan: SweepPlan, metric: str) -> list[go.Figure]:
@@ -97,9 +101,13 @@ def probed_points(history: History, plan: SweepPlan) -> list[ProbedPoint]:
         best = find_max.found([find_max.Probe(load, met) for load, met in zip(mine["load"], mine["met"])])
         where = f" at {describe_point(point)}" if point else ""
         found = f"{best:g}" if best is not None else "none"
-        shown.append(ProbedPoint(f"Highest {search.setting}{where} meeting the target: {found}",
-                                 sweep_charts.find_max_probes(mine, search.setting, search.target, best),
-                                 mine.drop(columns="point")))
+        shown.append(
+            ProbedPoint(
+                f"Highest {search.setting}{where} meeting the target: {found}",
+                sweep_charts.find_max_probes(mine, search.setting, search.target, best),
+                mine.drop(columns="point"),
+            )
+        )
     return shown
 
 
@@ -107,21 +115,28 @@ def sweep_sections(history: History, plan: SweepPlan, runs: pd.DataFrame) -> tup
     """The report's sections and caveats for the sweep's finished `runs` (sweep_results.sweep_runs, with the SLO's
     goodput where one is set)."""
     if plan.find_max:
-        return [report.Section(point.heading, (point.figure, report.Table("Probes", point.probes)))
-                for point in probed_points(history, plan)], []
+        return [
+            report.Section(point.heading, (point.figure, report.Table("Probes", point.probes)))
+            for point in probed_points(history, plan)
+        ], []
     if runs.empty:
         return [report.Section("Results", (report.Note("No run of this sweep has finished yet."),))], []
     statistics = sweep_results.point_statistics(runs, plan)
     measured = measured_metrics(statistics)
     caveats = [sweep_results.interval_note(statistics), *filter(None, [unreported_note(plan, measured)])]
     metric = DEFAULT_METRIC if DEFAULT_METRIC in measured else measured[0]
-    charts: list[report.Block] = [*metric_figures(statistics, plan, metric),
-                                 *(pareto_figure(runs, plan, view) for view in PARETO_VIEWS)]
+    charts: list[report.Block] = [
+        *metric_figures(statistics, plan, metric),
+        *(pareto_figure(runs, plan, view) for view in PARETO_VIEWS),
+    ]
     load = load_axis(plan)
     if load is not None and has_goodput(runs):
         others = [axis for axis in plan.axes if axis.name != load]
-        groups = [(f"{others[0].name} {value}", runs[runs[others[0].name] == value]) for value in others[0].values] \
-            if others else [("", runs)]
+        groups = (
+            [(f"{others[0].name} {value}", runs[runs[others[0].name] == value]) for value in others[0].values]
+            if others
+            else [("", runs)]
+        )
         for goodput in GOODPUT_METRICS:
             for where, shown in groups:
                 figure = sweep_charts.goodput_vs_load(shown, load, goodput, default_target(goodput))
@@ -129,30 +144,51 @@ def sweep_sections(history: History, plan: SweepPlan, runs: pd.DataFrame) -> tup
                     figure.update_layout(title_text=f"{figure.layout.title.text}, at {where}")
                 charts.append(figure)
     table = report.Table(f"Per point: {POINT_TABLE_COLUMNS}", sweep_results.statistics_for_display(statistics))
-    return [report.Section(f"Results of {len(runs)} finished runs: {RESULTS_HEADING}", charts),
-            report.Section("Per point", (table,))], caveats
+    return [
+        report.Section(f"Results of {len(runs)} finished runs: {RESULTS_HEADING}", charts),
+        report.Section("Per point", (table,)),
+    ], caveats
 
 
-def sweep_report(history: History, plan: SweepPlan, history_runs: pd.DataFrame, runs: pd.DataFrame | None = None,
-                 status: str = "", created: datetime | None = None) -> str:
+def sweep_report(
+    history: History,
+    plan: SweepPlan,
+    history_runs: pd.DataFrame,
+    runs: pd.DataFrame | None = None,
+    status: str = "",
+    created: datetime | None = None,
+) -> str:
     """The report of a sweep: its finished `runs` as the page shows them (sweep_results.sweep_runs of the history's
     rows `history_runs`, by default; with_slo where the page's SLO recomputed goodput)."""
     runs = sweep_results.sweep_runs(history_runs, plan) if runs is None else runs
     sections, caveats = sweep_sections(history, plan, runs)
     model = plan.base.engine.model or "the model each server serves"
-    summary = " · ".join(filter(None, [status, f"{model} on {plan.base.engine.backend}", ", ".join(
-        f"{axis.name} = {', '.join(str(value) for value in axis.values)}" for axis in plan.axes),
-        f"{plan.repeats} repeat(s) per point"]))
-    recorded = history_runs[history_runs["run_id"].astype(str).isin(set(runs["run_id"].astype(str)))] \
-        if not runs.empty else history_runs.iloc[0:0]
+    summary = " · ".join(
+        filter(
+            None,
+            [
+                status,
+                f"{model} on {plan.base.engine.backend}",
+                ", ".join(f"{axis.name} = {', '.join(str(value) for value in axis.values)}" for axis in plan.axes),
+                f"{plan.repeats} repeat(s) per point",
+            ],
+        )
+    )
+    recorded = (
+        history_runs[history_runs["run_id"].astype(str).isin(set(runs["run_id"].astype(str)))]
+        if not runs.empty
+        else history_runs.iloc[0:0]
+    )
     if recorded.empty:
         settings = environment = pd.DataFrame()
     else:  # each point once, each machine once: repeats share their settings and, mostly, their environment
         settings = report.settings_table(_distinct(recorded, [name for name in SETTING_NAMES if name in recorded]))
-        environment = report.environment_table(_distinct(
-            recorded, [name for name in recorded.columns if name.startswith(ENVIRONMENT_PREFIX)]))
-    return report.build_report(report.Report("Sweep", [plan.sweep_id], caveats, sections, settings, environment,
-                                             summary), created)
+        environment = report.environment_table(
+            _distinct(recorded, [name for name in recorded.columns if name.startswith(ENVIRONMENT_PREFIX)])
+        )
+    return report.build_report(
+        report.Report("Sweep", [plan.sweep_id], caveats, sections, settings, environment, summary), created
+    )
 
 
 def _distinct(rows: pd.DataFrame, columns: list[str]) -> pd.DataFrame:

@@ -14,15 +14,22 @@ from typing import Any
 
 import pandas as pd
 
+from ..config import SLO
 from ..hardware.contention import BUSY_RUNS, busy_runs
 from ..measure.catalog import SWEPT_COLUMNS, column_bounds, with_derived
-from ..config import SLO
 from ..measure.metrics import good_requests, rate
-from ..measure.stats import (GROUP_COLUMNS, MIN_INTERVAL_RUNS, TOO_FEW_FOR_INTERVAL, TOO_FEW_RUNS, compare, describe,
-                             group_values)
+from ..measure.stats import (
+    GROUP_COLUMNS,
+    MIN_INTERVAL_RUNS,
+    TOO_FEW_FOR_INTERVAL,
+    TOO_FEW_RUNS,
+    compare,
+    describe,
+    group_values,
+)
+from ..views.tables import describe_column
 from .plan import SweepPlan, describe_point
 from .store import finished_runs
-from ..views.tables import describe_column
 
 POINT = "point"
 METRIC = "metric"
@@ -39,8 +46,9 @@ def sweep_runs(history_runs: pd.DataFrame, plan: SweepPlan) -> pd.DataFrame:
     names = _axis_names(plan)
     frame = with_derived(finished_runs(history_runs, plan))
     for axis in plan.axes:
-        frame[axis.name] = pd.Series([_plan_value(axis.values, cell) for cell in frame[axis.name]],
-                                     index=frame.index, dtype=object)
+        frame[axis.name] = pd.Series(
+            [_plan_value(axis.values, cell) for cell in frame[axis.name]], index=frame.index, dtype=object
+        )
     frame[POINT] = [describe_point({name: row[name] for name in names}) for _, row in frame.iterrows()]
     return frame
 
@@ -112,8 +120,15 @@ def statistics_for_display(statistics: pd.DataFrame) -> pd.DataFrame:
     as two columns each."""
     table = statistics.drop(columns=[POINT]).copy()
     table[METRIC] = [describe_column(name).title for name in table[METRIC]]
-    return table.rename(columns={"min": "lowest run", "max": "highest run", "ci_low": "95% CI low",
-                                 "ci_high": "95% CI high", BUSY_RUNS: "runs on a busy machine"})
+    return table.rename(
+        columns={
+            "min": "lowest run",
+            "max": "highest run",
+            "ci_low": "95% CI low",
+            "ci_high": "95% CI high",
+            BUSY_RUNS: "runs on a busy machine",
+        }
+    )
 
 
 def compare_points(runs: pd.DataFrame, point_a: str, point_b: str, metrics=SWEEP_METRICS) -> pd.DataFrame:
@@ -127,19 +142,42 @@ def compare_points(runs: pd.DataFrame, point_a: str, point_b: str, metrics=SWEEP
         result = compare(pd.to_numeric(a_runs[metric], errors="coerce"), pd.to_numeric(b_runs[metric], errors="coerce"))
         if not (result.a.n and result.b.n):
             continue
-        verdict = TOO_FEW_RUNS if result.significant is None else (BEYOND_SPREAD if result.significant else WITHIN_SPREAD)
-        rows.append({
-            METRIC: describe_column(metric).title,
-            "A mean": result.a.mean, "B mean": result.b.mean, "B - A": result.difference,
-            "B - A (%)": result.relative * 100, "95% CI low": result.ci_low, "95% CI high": result.ci_high,
-            "p-value": result.p_value, "runs (A, B)": f"{result.a.n}, {result.b.n}", "verdict": verdict,
-        })
-    return pd.DataFrame(rows, columns=[METRIC, "A mean", "B mean", "B - A", "B - A (%)", "95% CI low", "95% CI high",
-                                       "p-value", "runs (A, B)", "verdict"])
+        verdict = (
+            TOO_FEW_RUNS if result.significant is None else (BEYOND_SPREAD if result.significant else WITHIN_SPREAD)
+        )
+        rows.append(
+            {
+                METRIC: describe_column(metric).title,
+                "A mean": result.a.mean,
+                "B mean": result.b.mean,
+                "B - A": result.difference,
+                "B - A (%)": result.relative * 100,
+                "95% CI low": result.ci_low,
+                "95% CI high": result.ci_high,
+                "p-value": result.p_value,
+                "runs (A, B)": f"{result.a.n}, {result.b.n}",
+                "verdict": verdict,
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            METRIC,
+            "A mean",
+            "B mean",
+            "B - A",
+            "B - A (%)",
+            "95% CI low",
+            "95% CI high",
+            "p-value",
+            "runs (A, B)",
+            "verdict",
+        ],
+    )
 
 
 def mean_with_interval(summary_row: pd.Series) -> str:
-    """"123.40 [118.00, 128.80]" (the 95% interval, within the metric's bounds), "123.40 (range 118.00..128.80)"
+    """ "123.40 [118.00, 128.80]" (the 95% interval, within the metric's bounds), "123.40 (range 118.00..128.80)"
     for a point with too few runs for an interval, or just the mean for a point that ran once."""
     mean = f"{summary_row['mean']:.2f}"
     if not math.isnan(summary_row["ci_low"]):

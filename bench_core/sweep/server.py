@@ -47,17 +47,23 @@ def template_fields(template: str) -> list[str]:
         words = shlex.split(template)
         names = [name for word in words for _, name, _, _ in string.Formatter().parse(word) if name is not None]
     except ValueError as exc:
-        raise ConfigError(f"The server command cannot be read ({exc}): write it as you would in a shell, with "
-                          "{name} fields such as {port}.") from None
+        raise ConfigError(
+            f"The server command cannot be read ({exc}): write it as you would in a shell, with "
+            "{name} fields such as {port}."
+        ) from None
     if not words:
         raise ConfigError("The server command is empty.")
     bad = [name for name in names if not name.isidentifier()]
     if bad:
-        raise ConfigError(f"The server command's field {{{bad[0]}}} is not a name: write fields as {{port}} or "
-                          "{max_batch_size}, and a literal brace as {{ or }}.")
+        raise ConfigError(
+            f"The server command's field {{{bad[0]}}} is not a name: write fields as {{port}} or "
+            "{max_batch_size}, and a literal brace as {{ or }}."
+        )
     if PORT not in names:
-        raise ConfigError("The server command has no {port} field: the sweep chooses a free port for each run and "
-                          "reaches the server there.")
+        raise ConfigError(
+            "The server command has no {port} field: the sweep chooses a free port for each run and "
+            "reaches the server there."
+        )
     return list(dict.fromkeys(names))
 
 
@@ -109,8 +115,9 @@ class ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("wb") as log:
             try:
-                self._process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
-                                                 stdin=subprocess.DEVNULL, start_new_session=True)
+                self._process = subprocess.Popen(
+                    self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+                )
             except OSError as exc:
                 raise ServerFailed(f"The server command could not be started ({exc.strerror or exc}).") from None
         with _running_lock:
@@ -132,8 +139,10 @@ class ServerProcess:
             if _answers(base_url + "/v1/models", api_key):
                 return True
             if time.monotonic() > deadline:
-                raise ServerFailed(f"The server did not answer GET /v1/models within {timeout_s:g} s "
-                                   f"(--server-start-timeout).{self.log_tail()}")
+                raise ServerFailed(
+                    f"The server did not answer GET /v1/models within {timeout_s:g} s "
+                    f"(--server-start-timeout).{self.log_tail()}"
+                )
             cancel.wait(POLL_S)
         return False
 
@@ -153,7 +162,7 @@ class ServerProcess:
         process.wait()
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
-        """" Its log ends: ..." with its last lines (credentials masked), or "" for an empty log."""
+        """ " Its log ends: ..." with its last lines (credentials masked), or "" for an empty log."""
         try:
             text = self.log_path.read_text(encoding="utf-8", errors="replace")
         except OSError:

@@ -25,8 +25,8 @@ from .. import csvstore
 from ..config import RunConfig, setting
 from ..errors import ConfigError, HistoryError
 from ..redact import MASK, redact, redact_text
-from ..store.history import History
 from ..states import RunState
+from ..store.history import History
 from .plan import PlannedRun, SweepPlan, parse_server_settings
 
 SWEEP_ID = "sweep_id"
@@ -40,8 +40,10 @@ CREDENTIAL_SETTINGS = ("base_url", "extra_request_body")
 
 def plan_path(history: History, sweep_id: str) -> Path:
     if not _SWEEP_ID.match(sweep_id or ""):
-        raise HistoryError(f"'{redact_text(str(sweep_id))[:40]}' is not a sweep id; sweep ids hold up to 100 letters, "
-                           "digits, '-', '_' and '.'.")
+        raise HistoryError(
+            f"'{redact_text(str(sweep_id))[:40]}' is not a sweep id; sweep ids hold up to 100 letters, "
+            "digits, '-', '_' and '.'."
+        )
     return history.root / SWEEPS_FOLDER / f"{sweep_id}.json"
 
 
@@ -70,8 +72,10 @@ def with_credentials(plan: SweepPlan, given: Mapping[str, str]) -> SweepPlan:
         else:
             missing.append(setting(name).cli_flag)
     if missing:
-        raise ConfigError(f"Sweep {plan.sweep_id} was started with credentials in {' and '.join(missing)}, which its "
-                          f"saved plan does not keep: resume it with {' and '.join(missing)} given again.")
+        raise ConfigError(
+            f"Sweep {plan.sweep_id} was started with credentials in {' and '.join(missing)}, which its "
+            f"saved plan does not keep: resume it with {' and '.join(missing)} given again."
+        )
     return dataclasses.replace(plan, base=restored)
 
 
@@ -99,8 +103,9 @@ def append_probe(history: History, sweep_id: str, probe: Mapping[str, Any]) -> N
     try:
         csvstore.append_row(probe_journal_path(history, sweep_id), {column: probe[column] for column in PROBE_COLUMNS})
     except OSError as exc:
-        raise HistoryError(f"Cannot note the probe in {probe_journal_path(history, sweep_id)}: "
-                           f"{exc.strerror or exc}.") from exc
+        raise HistoryError(
+            f"Cannot note the probe in {probe_journal_path(history, sweep_id)}: {exc.strerror or exc}."
+        ) from exc
 
 
 def point_text(point: Mapping[str, Any]) -> str:
@@ -128,8 +133,11 @@ def finished_runs(history_runs: pd.DataFrame, plan: SweepPlan) -> pd.DataFrame:
     frame = frame[mine].reset_index(drop=True)
     for axis in plan.axes:
         if axis.server:
-            frame[axis.name] = pd.Series([_server_settings(cell).get(axis.name) for cell in frame[SERVER_SETTINGS]],
-                                         index=frame.index, dtype=object)
+            frame[axis.name] = pd.Series(
+                [_server_settings(cell).get(axis.name) for cell in frame[SERVER_SETTINGS]],
+                index=frame.index,
+                dtype=object,
+            )
     return frame
 
 
@@ -162,12 +170,21 @@ def past_sweeps(history: History, runs: pd.DataFrame) -> pd.DataFrame:
             total = len(plan.points())
             finished = total - len(remaining(plan, runs))
         searched = [f"highest {plan.find_max.setting}"] if plan.find_max else []
-        rows.append({"sweep_id": sweep_id, "varies": " × ".join([*(axis.name for axis in plan.axes), *searched]),
-                     "values": "; ".join(", ".join(map(str, axis.values)) for axis in plan.axes),
-                     "repeats": plan.repeats, "model": plan.base.engine.model, "backend": plan.base.engine.backend,
-                     "finished": finished, "runs": total})
-    return pd.DataFrame(rows, columns=["sweep_id", "varies", "values", "repeats", "model", "backend", "finished",
-                                       "runs"])
+        rows.append(
+            {
+                "sweep_id": sweep_id,
+                "varies": " × ".join([*(axis.name for axis in plan.axes), *searched]),
+                "values": "; ".join(", ".join(map(str, axis.values)) for axis in plan.axes),
+                "repeats": plan.repeats,
+                "model": plan.base.engine.model,
+                "backend": plan.base.engine.backend,
+                "finished": finished,
+                "runs": total,
+            }
+        )
+    return pd.DataFrame(
+        rows, columns=["sweep_id", "varies", "values", "repeats", "model", "backend", "finished", "runs"]
+    )
 
 
 def _point_of_row(plan: SweepPlan, row: pd.Series) -> dict[str, Any]:

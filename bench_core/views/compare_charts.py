@@ -16,9 +16,22 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..measure.catalog import METRICS, find_column, lower_first
-from .figures import (MAX_POINTS, broken, colour_groups, cycled_palette, inward_label_positions, is_categorical,
-                      no_data, notes_under_title, pad_axis, rows_with, run_identity, setting_labels, ticks_at_values,
-                      titled_figure)
+from .figures import (
+    MAX_POINTS,
+    broken,
+    colour_groups,
+    cycled_palette,
+    inward_label_positions,
+    is_categorical,
+    no_data,
+    notes_under_title,
+    pad_axis,
+    rows_with,
+    run_identity,
+    setting_labels,
+    ticks_at_values,
+    titled_figure,
+)
 from .run_charts import overflow_note, range_of, successful_values
 from .run_diff import setting_cells
 from .tables import describe_column, run_names
@@ -42,8 +55,12 @@ DEFAULT_LATENCY = "p99_ttft_ms"
 
 def chartable_metrics(runs: pd.DataFrame) -> list[str]:
     """The columns of history rows `runs` with a better direction and a value for at least one run."""
-    return [name for name in runs.columns if describe_column(name).larger_is_better is not None
-            and (runs[name].notna() & (runs[name].astype(str) != "")).any()]
+    return [
+        name
+        for name in runs.columns
+        if describe_column(name).larger_is_better is not None
+        and (runs[name].notna() & (runs[name].astype(str) != "")).any()
+    ]
 
 
 def default_of(options: list[str], preferred: str) -> str:
@@ -62,12 +79,22 @@ def metric_vs_knob(runs: pd.DataFrame, knob: str, metric: str, color: str | None
         return no_data(fig)
     for colour, (group, part) in zip(cycled_palette(), colour_groups(rows, color)):
         part = part.sort_values(knob, kind="stable")
-        fig.add_trace(go.Scatter(
-            x=part[knob], y=part[metric], mode="lines+markers", name=group, cliponaxis=False,
-            marker=dict(size=10, color=colour), line=dict(color=colour), customdata=run_identity(part),
-            hovertemplate=(f"{knob_spec.label}: %{{x}}<br>{metric_spec.label}: %{{y:.4g}} {metric_spec.unit}"
-                           "<br>run %{customdata[0]} %{customdata[1]}<extra>%{fullData.name}</extra>"),
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=part[knob],
+                y=part[metric],
+                mode="lines+markers",
+                name=group,
+                cliponaxis=False,
+                marker=dict(size=10, color=colour),
+                line=dict(color=colour),
+                customdata=run_identity(part),
+                hovertemplate=(
+                    f"{knob_spec.label}: %{{x}}<br>{metric_spec.label}: %{{y:.4g}} {metric_spec.unit}"
+                    "<br>run %{customdata[0]} %{customdata[1]}<extra>%{fullData.name}</extra>"
+                ),
+            )
+        )
     _legend(fig, color)
     if is_categorical(rows, knob):  # quant_policy 0/4/8/42 are codes, not a scale; text knobs are names
         fig.update_xaxes(type="category", categoryorder="category ascending")
@@ -78,42 +105,61 @@ def metric_vs_knob(runs: pd.DataFrame, knob: str, metric: str, color: str | None
     return fig
 
 
-def latency_vs_throughput(runs: pd.DataFrame, latency: str = "p99_ttft_ms", throughput: str = "output_throughput",
-                          color: str | None = "backend") -> go.Figure:
+def latency_vs_throughput(
+    runs: pd.DataFrame,
+    latency: str = "p99_ttft_ms",
+    throughput: str = "output_throughput",
+    color: str | None = "backend",
+) -> go.Figure:
     """History rows: one point per run, throughput across and latency up (better is right and low); each
     point is labelled with its values of the settings that differ between the runs."""
     latency_spec, throughput_spec = describe_column(latency), describe_column(throughput)
-    fig = titled_figure(f"{latency_spec.label} vs {throughput_spec.label.lower()}", throughput_spec.title,
-                        latency_spec.title)
+    fig = titled_figure(
+        f"{latency_spec.label} vs {throughput_spec.label.lower()}", throughput_spec.title, latency_spec.title
+    )
     rows = rows_with(runs, [latency, throughput])
     notes_under_title(fig, left_out_notes(runs, rows, [latency, throughput]))
     if rows.empty:
         return no_data(fig)
     labels = pd.Series(setting_labels(rows), index=rows.index)
     for colour, (group, part) in zip(cycled_palette(), colour_groups(rows, color)):
-        fig.add_trace(go.Scatter(
-            x=part[throughput], y=part[latency], mode="markers+text", name=group, cliponaxis=False,
-            marker=dict(size=10, color=colour), text=labels[part.index],
-            textposition=inward_label_positions(part[throughput], rows[throughput]), customdata=run_identity(part),
-            hovertemplate=(f"{throughput_spec.label}: %{{x:.4g}} {throughput_spec.unit}"
-                           f"<br>{latency_spec.label}: %{{y:.4g}} {latency_spec.unit}"
-                           "<br>%{text}<br>run %{customdata[0]} %{customdata[1]}<extra>%{fullData.name}</extra>"),
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=part[throughput],
+                y=part[latency],
+                mode="markers+text",
+                name=group,
+                cliponaxis=False,
+                marker=dict(size=10, color=colour),
+                text=labels[part.index],
+                textposition=inward_label_positions(part[throughput], rows[throughput]),
+                customdata=run_identity(part),
+                hovertemplate=(
+                    f"{throughput_spec.label}: %{{x:.4g}} {throughput_spec.unit}"
+                    f"<br>{latency_spec.label}: %{{y:.4g}} {latency_spec.unit}"
+                    "<br>%{text}<br>run %{customdata[0]} %{customdata[1]}<extra>%{fullData.name}</extra>"
+                ),
+            )
+        )
     _legend(fig, color)
     pad_axis(fig, "x", rows[throughput])
     pad_axis(fig, "y", rows[latency])
     return fig
 
 
-def cdf_overlay(request_tables: Mapping[str, pd.DataFrame], metric: str,
-                not_streamed: Collection[str] = ()) -> go.Figure:
+def cdf_overlay(
+    request_tables: Mapping[str, pd.DataFrame], metric: str, not_streamed: Collection[str] = ()
+) -> go.Figure:
     """Cumulative distribution of a latency metric per run, successful requests only (as LMDeploy counts). Far
     outliers among all the runs' values end the axis where the run's histograms cut them (`run_charts.range_of`),
     and a note says how many lie beyond and how far. The runs `not_streamed` have no curve of a metric that needs
     streamed output; they and any run without a value are named in a note."""
     spec = METRICS[metric]
-    fig = titled_figure(f"{spec.label}: cumulative distribution", f"{spec.label} ({spec.shown_unit})",
-                  "Fraction of requests" if metric != "itl" else "Fraction of gaps")
+    fig = titled_figure(
+        f"{spec.label}: cumulative distribution",
+        f"{spec.label} ({spec.shown_unit})",
+        "Fraction of requests" if metric != "itl" else "Fraction of gaps",
+    )
     fig.update_yaxes(range=[0, 1.02])
     colours = dict(zip(sorted(request_tables), cycled_palette()))  # each run in its colour on the compare charts
     drawn, absent = [], []
@@ -129,10 +175,16 @@ def cdf_overlay(request_tables: Mapping[str, pd.DataFrame], metric: str,
         # The curve rises from 0 at the smallest value, then steps up to 1 at the largest.
         x = np.concatenate([values[:1], values[keep]])
         y = np.concatenate([[0.0], (keep + 1) / values.size])
-        fig.add_trace(go.Scatter(
-            x=x, y=y, mode="lines", name=name, line=dict(shape="hv", color=colours[name]),
-            hovertemplate=f"%{{x:.3f}} {spec.display_unit}<br>%{{y:.1%}} at or below<extra>%{{fullData.name}}</extra>",
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=y,
+                mode="lines",
+                name=name,
+                line=dict(shape="hv", color=colours[name]),
+                hovertemplate=f"%{{x:.3f}} {spec.display_unit}<br>%{{y:.1%}} at or below<extra>%{{fullData.name}}</extra>",
+            )
+        )
     notes = _absence_notes(absent)
     if not fig.data:
         notes_under_title(fig, notes)
@@ -185,8 +237,9 @@ def _absence_notes(absent: list[tuple[str, str, bool]]) -> list[str]:
     lacking: dict[str, list[str]] = {}
     for name, what, because_not_streamed in absent:
         (unstreamed if because_not_streamed else lacking).setdefault(what, []).append(name)
-    return ([f"Not streamed, so no {what}: {', '.join(names)}" for what, names in unstreamed.items()]
-            + [f"No {what} recorded: {', '.join(names)}" for what, names in lacking.items()])
+    return [f"Not streamed, so no {what}: {', '.join(names)}" for what, names in unstreamed.items()] + [
+        f"No {what} recorded: {', '.join(names)}" for what, names in lacking.items()
+    ]
 
 
 def _needs_streaming(column: str) -> bool:
@@ -214,7 +267,20 @@ def _legend(fig: go.Figure, color: str | None) -> None:
         trace.name = "<br>".join(name)
         lines += len(name)
     legend_px = lines * _LEGEND_LINE_PX + _LEGEND_PAD_PX if shown else 0
-    fig.update_layout(showlegend=shown, height=FIGURE_PX + legend_px, margin=dict(b=_AXIS_TITLE_PX + legend_px),
-                      legend=dict(orientation="h", entrywidth=1, entrywidthmode="fraction", x=0, xref="container",
-                                  xanchor="left", y=0, yref="container", yanchor="bottom",
-                                  title=dict(text=title, side="top")))
+    fig.update_layout(
+        showlegend=shown,
+        height=FIGURE_PX + legend_px,
+        margin=dict(b=_AXIS_TITLE_PX + legend_px),
+        legend=dict(
+            orientation="h",
+            entrywidth=1,
+            entrywidthmode="fraction",
+            x=0,
+            xref="container",
+            xanchor="left",
+            y=0,
+            yref="container",
+            yanchor="bottom",
+            title=dict(text=title, side="top"),
+        ),
+    )

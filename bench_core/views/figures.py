@@ -67,8 +67,9 @@ def ticks_at_values(fig: go.Figure, values: pd.Series) -> None:
 
 def no_data(fig: go.Figure) -> go.Figure:
     """Titled axes without ticks (their default range means nothing) and the message in the middle."""
-    fig.add_annotation(text=NO_DATA, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
-                       font=dict(size=16, color="gray"))
+    fig.add_annotation(
+        text=NO_DATA, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False, font=dict(size=16, color="gray")
+    )
     fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False)
     fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False)
     return fig
@@ -79,8 +80,9 @@ def notes_under_title(fig: go.Figure, notes: Sequence[str]) -> None:
     top margin grows to hold them."""
     lines = [line for note in notes for line in broken(note, NOTE_LINE_CHARS)]
     if lines:
-        fig.update_layout(title=dict(subtitle=dict(text="<br>".join(lines))),
-                          margin=dict(t=_TITLE_MARGIN_PX + _NOTE_PX * len(lines)))
+        fig.update_layout(
+            title=dict(subtitle=dict(text="<br>".join(lines))), margin=dict(t=_TITLE_MARGIN_PX + _NOTE_PX * len(lines))
+        )
 
 
 def broken(text: str, width: int) -> list[str]:

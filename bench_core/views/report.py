@@ -26,12 +26,12 @@ from .. import __version__
 from ..config import Part, RunConfig, format_value, of_part
 from ..config.catalog import MULTI_TURN
 from ..engines import backend
+from ..hardware.roofline import describe_roofline
+from ..hardware.run_flags import run_flags
 from ..load.lengths import RANDOM_LENGTHS, describe_random_lengths
 from ..measure.catalog import lower_first
-from ..states import LoadPattern
-from ..hardware.run_flags import run_flags
-from ..hardware.roofline import describe_roofline
 from ..redact import redact_text
+from ..states import LoadPattern
 from ..store.history import ENVIRONMENT_PREFIX
 from ..store.run_parts import RunParts
 from . import compare_charts, run_charts, run_diff, server_charts, tables, timeline, workload_charts
@@ -99,8 +99,11 @@ def build_report(report: Report, created: datetime | None = None) -> str:
         for block in section.blocks:
             if isinstance(block, go.Figure):
                 charts += 1
-                body.append('<div class="chart">' + block.to_html(full_html=False, include_plotlyjs=False,
-                                                                  div_id=f"chart-{charts}") + "</div>")
+                body.append(
+                    '<div class="chart">'
+                    + block.to_html(full_html=False, include_plotlyjs=False, div_id=f"chart-{charts}")
+                    + "</div>"
+                )
             elif isinstance(block, Table):
                 body.append(_table(block))
             else:
@@ -108,20 +111,26 @@ def build_report(report: Report, created: datetime | None = None) -> str:
     closing = [_table(Table("Settings", report.settings)), _table(Table("Environment", report.environment))]
     caveats = "".join(f'<p class="caveat">{_text(caveat)}</p>' for caveat in report.caveats)
     summary = f"<p>{_text(report.summary)}</p>" if report.summary else ""
-    return "\n".join([
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{_text(title)} · LLM Bench Studio</title>",
-        f"<style>{_STYLE}</style>",
-        f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script>',
-        "</head><body>",
-        f"<h1>{_text(title)}</h1>",
-        f'<p class="meta">LLM Bench Studio {_text(__version__)} · report written {_text(created.isoformat("T", "seconds"))}'
-        f" · {charts} chart{'s' if charts != 1 else ''}</p>",
-        summary, caveats, *body, "<h2>Settings and environment</h2>", *closing,
-        "</body></html>",
-    ])
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f"<title>{_text(title)} · LLM Bench Studio</title>",
+            f"<style>{_STYLE}</style>",
+            f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script>',
+            "</head><body>",
+            f"<h1>{_text(title)}</h1>",
+            f'<p class="meta">LLM Bench Studio {_text(__version__)} · report written {_text(created.isoformat("T", "seconds"))}'
+            f" · {charts} chart{'s' if charts != 1 else ''}</p>",
+            summary,
+            caveats,
+            *body,
+            "<h2>Settings and environment</h2>",
+            *closing,
+            "</body></html>",
+        ]
+    )
 
 
 def _text(text: object) -> str:
@@ -130,12 +139,16 @@ def _text(text: object) -> str:
 
 def _table(table: Table) -> str:
     frame = tables.formatted(table.frame) if not table.frame.empty else table.frame
-    shown = frame.to_html(index=False, escape=True, border=0, na_rep=tables.MISSING) if not frame.empty else \
-        '<p class="note">none recorded</p>'
+    shown = (
+        frame.to_html(index=False, escape=True, border=0, na_rep=tables.MISSING)
+        if not frame.empty
+        else '<p class="note">none recorded</p>'
+    )
     return f"<h3>{_text(table.title)}</h3>{shown}"
 
 
 # ---- settings and environment ---------------------------------------------------------------
+
 
 def settings_table(runs: pd.DataFrame) -> pd.DataFrame:
     """The compared settings that apply to at least one of the history rows `runs`, one column per run
@@ -150,9 +163,12 @@ def settings_table(runs: pd.DataFrame) -> pd.DataFrame:
 def environment_table(runs: pd.DataFrame) -> pd.DataFrame:
     """The machine and software of each run (its history row's env_ columns), one column per run."""
     columns = [name for name in runs.columns if name.startswith(ENVIRONMENT_PREFIX)]
-    table = pd.DataFrame([[_cell(value) for value in runs[name]] for name in columns],
-                         index=[name.removeprefix(ENVIRONMENT_PREFIX) for name in columns],
-                         columns=tables.run_names(runs), dtype=object)
+    table = pd.DataFrame(
+        [[_cell(value) for value in runs[name]] for name in columns],
+        index=[name.removeprefix(ENVIRONMENT_PREFIX) for name in columns],
+        columns=tables.run_names(runs),
+        dtype=object,
+    )
     table.index.name = "environment"
     return table.map(lambda cell: redact_text(cell) if isinstance(cell, str) else cell)
 
@@ -163,11 +179,14 @@ def _cell(value: Any) -> Any:
 
 # ---- one run ---------------------------------------------------------------------------------
 
+
 def describe_outcome(status: str, message: str, summary: Mapping[str, Any]) -> str:
     """One line: how the run ended and what its requests did (the Run page's status line)."""
-    counts = (f"{summary['completed']}/{summary['total_requests']} requests succeeded in "
-              f"{summary['duration_s']:.1f} s; {summary['failed']} failed, {summary['incomplete']} incomplete, "
-              f"{summary['unfinished']} unfinished, {summary['cancelled']} cancelled")
+    counts = (
+        f"{summary['completed']}/{summary['total_requests']} requests succeeded in "
+        f"{summary['duration_s']:.1f} s; {summary['failed']} failed, {summary['incomplete']} incomplete, "
+        f"{summary['unfinished']} unfinished, {summary['cancelled']} cancelled"
+    )
     if summary.get("overrun"):
         counts += f", {summary['overrun']} past their token limit"
     if summary.get("failure_reasons") and not message:
@@ -178,8 +197,10 @@ def describe_outcome(status: str, message: str, summary: Mapping[str, Any]) -> s
 def ended_latency_histograms(requests: pd.DataFrame, stream_output: bool) -> tuple[go.Figure, go.Figure]:
     """The two histograms of an ended run: TTFT and ITL when it streamed, else E2E latency and TPOT."""
     first, second = ("ttft", "itl") if stream_output else ("e2e", "tpot")
-    return tuple(run_charts.latency_histogram(run_charts.successful_values(requests, metric), metric)
-                 for metric in (first, second))
+    return tuple(
+        run_charts.latency_histogram(run_charts.successful_values(requests, metric), metric)
+        for metric in (first, second)
+    )
 
 
 def run_caveats(parts: RunParts) -> list[str]:
@@ -187,13 +208,17 @@ def run_caveats(parts: RunParts) -> list[str]:
     could not keep up), the run's warnings and dataset notes, short prompts that make TTFT per 1,000 tokens
     meaningless, random weights."""
     flags = run_flags(parts.values, parts.row.get(f"{ENVIRONMENT_PREFIX}cpu_count"))
-    caveats = [*(flag[:1].upper() + flag[1:] for flag in flags), *parts.warnings,
-               *(f"Dataset: {note}" for note in parts.notes)]
+    caveats = [
+        *(flag[:1].upper() + flag[1:] for flag in flags),
+        *parts.warnings,
+        *(f"Dataset: {note}" for note in parts.notes),
+    ]
     if parts.config.load.stream_output and (caveat := tables.per_1k_input_caveat(parts.summary)):
         caveats.append(caveat)
     if parts.random_weights:
-        caveats.append("Random-weight run: the model's weights are random, so the timings are real and the text "
-                       "is not.")
+        caveats.append(
+            "Random-weight run: the model's weights are random, so the timings are real and the text is not."
+        )
     return caveats
 
 
@@ -204,21 +229,33 @@ def run_sections(parts: RunParts) -> list[Section]:
         return [Section("Outcome", (Note(f"{parts.status}: {parts.message}", caveat=True),))]
     config, summary = parts.config, parts.summary
     stream = config.load.stream_output
-    results = [Note(describe_outcome(parts.status, parts.message, summary)),
-               Table("Latency (ms), successful requests, as LMDeploy reports it",
-                     tables.percentile_table(summary, config.percentiles, stream)),
-               Table("Throughput", tables.throughput_table(summary))]
+    results = [
+        Note(describe_outcome(parts.status, parts.message, summary)),
+        Table(
+            "Latency (ms), successful requests, as LMDeploy reports it",
+            tables.percentile_table(summary, config.percentiles, stream),
+        ),
+        Table("Throughput", tables.throughput_table(summary)),
+    ]
     if config.engine.speculative_algorithm:
         results.append(Table("Speculative decoding", tables.speculative_table(summary)))
-    charts: list[Block] = [*ended_latency_histograms(parts.requests, stream),
-                           timeline.request_timeline(parts.requests, end_s=parts.duration_s)]
+    charts: list[Block] = [
+        *ended_latency_histograms(parts.requests, stream),
+        timeline.request_timeline(parts.requests, end_s=parts.duration_s),
+    ]
     if parts.throughput is not None:
         charts.append(run_charts.throughput_over_time(*parts.throughput))
     sections = [Section("Results", results), Section("Charts", charts)]
     if parts.server_metrics is not None:
-        sections.append(Section("Server, from its own metrics", (
-            Table("Served", tables.quantity_table(parts.values, "served")),
-            server_charts.ended_server_metrics(parts.server_metrics, parts.requests, parts.duration_s))))
+        sections.append(
+            Section(
+                "Server, from its own metrics",
+                (
+                    Table("Served", tables.quantity_table(parts.values, "served")),
+                    server_charts.ended_server_metrics(parts.server_metrics, parts.requests, parts.duration_s),
+                ),
+            )
+        )
     workload: list[Block] = list(workload_charts.workload_figures(parts.requests))
     if (turns := workload_charts.ttft_by_turn(parts.requests)) is not None:
         workload.append(turns)
@@ -238,26 +275,55 @@ def run_sections(parts: RunParts) -> list[Section]:
 def run_report(parts: RunParts, created: datetime | None = None) -> str:
     """The report of one ended run (or what a run that failed before measuring left)."""
     row = pd.DataFrame([parts.row])
-    return build_report(Report("Run", [parts.run_id], run_caveats(parts), run_sections(parts), settings_table(row),
-                               environment_table(row), f"{describe_config(parts.config)} · started {parts.started_at}"),
-                        created)
+    return build_report(
+        Report(
+            "Run",
+            [parts.run_id],
+            run_caveats(parts),
+            run_sections(parts),
+            settings_table(row),
+            environment_table(row),
+            f"{describe_config(parts.config)} · started {parts.started_at}",
+        ),
+        created,
+    )
 
 
 def describe_config(config: RunConfig) -> str:
     """One line: label, model and backend, dataset and load, so a screenshot says what was measured."""
     data, load = config.dataset, config.load
-    chosen = [declared for declared in of_part(Part.DATASET) if declared.datasets
-              and declared.applies(dataset_name=data.dataset_name) and config.value(declared.name) is not None]
+    chosen = [
+        declared
+        for declared in of_part(Part.DATASET)
+        if declared.datasets
+        and declared.applies(dataset_name=data.dataset_name)
+        and config.value(declared.name) is not None
+    ]
     # The span drawn, not the ratio to decode.
-    random = [describe_random_lengths(data.random_input_len, data.random_output_len, data.random_range_ratio)
-              ] if {declared.name for declared in chosen} >= set(RANDOM_LENGTHS) else []
-    lengths = ", ".join(random + [f"{lower_first(declared.shown_label)} {format_value(config.value(declared.name))}"
-                                  + (f" {declared.unit}" if declared.unit else "") for declared in chosen
-                                  if not random or declared.name not in RANDOM_LENGTHS]) or "conversation lengths"
+    random = (
+        [describe_random_lengths(data.random_input_len, data.random_output_len, data.random_range_ratio)]
+        if {declared.name for declared in chosen} >= set(RANDOM_LENGTHS)
+        else []
+    )
+    lengths = (
+        ", ".join(
+            random
+            + [
+                f"{lower_first(declared.shown_label)} {format_value(config.value(declared.name))}"
+                + (f" {declared.unit}" if declared.unit else "")
+                for declared in chosen
+                if not random or declared.name not in RANDOM_LENGTHS
+            ]
+        )
+        or "conversation lengths"
+    )
     engine = config.engine
     server = redact_text(engine.base_url)
-    served = (f"{engine.model or 'the served model'} on the {engine.server_kind} server at {server}"
-              if not backend(engine.backend).in_process else f"{engine.model} on {engine.backend}")
+    served = (
+        f"{engine.model or 'the served model'} on the {engine.server_kind} server at {server}"
+        if not backend(engine.backend).in_process
+        else f"{engine.model} on {engine.backend}"
+    )
     if load.load_pattern == LoadPattern.REQUEST_RATE:
         cap = "no concurrency limit" if load.max_concurrency is None else f"max concurrency {load.max_concurrency}"
         limit = f", for at most {load.duration_s:g} s" if load.duration_s else ""
@@ -280,9 +346,11 @@ def describe_config(config: RunConfig) -> str:
 
 RUN = compare_charts.RUN  # the compared runs' names (run_diff.compared_names), a column to colour by
 NOISE_COLUMN = "vs run-to-run noise"
-COMPARE_NOTE = ("Runs with the same settings are repeats: where both ends have two or more, Welch's t-test says "
-                "whether the lowest and highest configuration differ beyond their run-to-run noise (p < 0.05); "
-                f"\"{tables.SINGLE_RUN}\" where one was run once.")
+COMPARE_NOTE = (
+    "Runs with the same settings are repeats: where both ends have two or more, Welch's t-test says "
+    "whether the lowest and highest configuration differ beyond their run-to-run noise (p < 0.05); "
+    f'"{tables.SINGLE_RUN}" where one was run once.'
+)
 
 
 def compared_runs(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
@@ -307,15 +375,21 @@ def missing_distributions(missing: Sequence[str]) -> str:
     """Why some runs are not in the distributions, or ""."""
     if not missing:
         return ""
-    return (f"No per-request data for {', '.join(missing)} (imported LMDeploy rows keep only their summary; a run "
-            "that failed before measuring has none), so they are not in the distributions.")
+    return (
+        f"No per-request data for {', '.join(missing)} (imported LMDeploy rows keep only their summary; a run "
+        "that failed before measuring has none), so they are not in the distributions."
+    )
 
 
-def comparison_sections(chosen: pd.DataFrame, varied: list[str], request_tables: Mapping[str, pd.DataFrame],
-                        missing: Sequence[str]) -> list[Section]:
+def comparison_sections(
+    chosen: pd.DataFrame, varied: list[str], request_tables: Mapping[str, pd.DataFrame], missing: Sequence[str]
+) -> list[Section]:
     """What the History page's comparison shows, with its charts at their default choices."""
-    differs: list[Block] = [Table("What differs between these runs", run_diff.differences(chosen, varied))] if varied \
+    differs: list[Block] = (
+        [Table("What differs between these runs", run_diff.differences(chosen, varied))]
+        if varied
         else [Note("These runs share every recorded setting: they are repeats of one configuration.")]
+    )
     charts: list[Block] = []
     metrics = compare_charts.chartable_metrics(chosen)
     if metrics:
@@ -335,22 +409,38 @@ def comparison_sections(chosen: pd.DataFrame, varied: list[str], request_tables:
         unstreamed = compare_charts.not_streamed(chosen)
         charts += [compare_charts.cdf_overlay(request_tables, metric, unstreamed) for metric in ("ttft", "itl")]
     table, _ = comparison_table(chosen, varied)
-    return [Section("What differs", differs), Section("Charts", charts),
-            Section("Side by side", (Table("Metrics", table), Note(COMPARE_NOTE)))]
+    return [
+        Section("What differs", differs),
+        Section("Charts", charts),
+        Section("Side by side", (Table("Metrics", table), Note(COMPARE_NOTE))),
+    ]
 
 
-def comparison_report(runs: pd.DataFrame, request_tables: Mapping[str, pd.DataFrame], missing: Sequence[str],
-                      created: datetime | None = None) -> str:
+def comparison_report(
+    runs: pd.DataFrame,
+    request_tables: Mapping[str, pd.DataFrame],
+    missing: Sequence[str],
+    created: datetime | None = None,
+) -> str:
     """The report comparing the history rows `runs` (request tables by run name, tables.run_names)."""
     chosen, varied = compared_runs(runs)
     started = pd.to_datetime(runs.get("started_at", pd.Series(dtype=object)), errors="coerce", utc=True).dropna()
     span = f"started {started.min():%Y-%m-%d %H:%M} to {started.max():%Y-%m-%d %H:%M} UTC" if len(started) else ""
     summary = f"{len(runs)} runs: {', '.join(chosen[RUN])}" + (f" · {span}" if span else "")
-    return build_report(Report("Comparison", list(runs["run_id"].astype(str)), [], comparison_sections(
-        chosen, varied, request_tables, missing), settings_table(runs), environment_table(runs), summary), created)
+    return build_report(
+        Report(
+            "Comparison",
+            list(runs["run_id"].astype(str)),
+            [],
+            comparison_sections(chosen, varied, request_tables, missing),
+            settings_table(runs),
+            environment_table(runs),
+            summary,
+        ),
+        created,
+    )
 
 
 def chart_count(document: str) -> int:
     """How many charts a report holds (the meta line says it): for tests and the CLI's last line."""
     return document.count('<div class="chart">')
-

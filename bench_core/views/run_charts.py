@@ -101,8 +101,12 @@ def _bars(shape: HistogramRange, values: np.ndarray, weights: np.ndarray) -> _Ba
         half = max(shape.high - shape.low, NEAR_EQUAL_SPREAD * abs(shape.high), np.finfo(float).tiny) / 2
         middle = (shape.low + shape.high) / 2
         return _Bars(shape, np.array([inside_count]), np.array([middle - half, middle + half]), overflow)
-    counts, edges = np.histogram(values[inside], bins=min(HISTOGRAM_BINS, max(1, inside_count)),
-                                 range=(shape.low, shape.high), weights=weights[inside])
+    counts, edges = np.histogram(
+        values[inside],
+        bins=min(HISTOGRAM_BINS, max(1, inside_count)),
+        range=(shape.low, shape.high),
+        weights=weights[inside],
+    )
     return _Bars(shape, counts.round().astype(np.int64), edges, overflow)
 
 
@@ -115,19 +119,28 @@ def _histogram_figure(bars: _Bars | None, metric: str, title: str | None) -> go.
         return no_data(fig)
     counts, edges, shape = bars.counts, bars.edges, bars.shape
     width = edges[1] - edges[0]
-    fig.add_trace(go.Histogram(
-        x=(edges[:-1] + edges[1:]) / 2, y=counts, histfunc="sum",
-        xbins=dict(start=edges[0], end=edges[-1], size=width),
-        name=spec.label, customdata=np.column_stack([edges[:-1], edges[1:]]),
-        hovertemplate=(f"%{{customdata[0]:.4g}} to %{{customdata[1]:.4g}} {unit}"
-                       f"<br>%{{y}} {counted}<extra></extra>"),
-    ))
+    fig.add_trace(
+        go.Histogram(
+            x=(edges[:-1] + edges[1:]) / 2,
+            y=counts,
+            histfunc="sum",
+            xbins=dict(start=edges[0], end=edges[-1], size=width),
+            name=spec.label,
+            customdata=np.column_stack([edges[:-1], edges[1:]]),
+            hovertemplate=(
+                f"%{{customdata[0]:.4g}} to %{{customdata[1]:.4g}} {unit}<br>%{{y}} {counted}<extra></extra>"
+            ),
+        )
+    )
     notes, right = [], edges[-1]
     if shape.near_equal:
         total = int(counts.sum())
         span = f"({format_number(shape.low)} to {format_number(shape.high)} {unit})"
-        notes.append(f"{count_of(total, counted)} {span}" if total == 1 else
-                     f"All {total:,} {counted} within {format_number(shape.high - shape.low)} {unit} {span}")
+        notes.append(
+            f"{count_of(total, counted)} {span}"
+            if total == 1
+            else f"All {total:,} {counted} within {format_number(shape.high - shape.low)} {unit} {span}"
+        )
     if shape.overflow:
         label, right = _overflow_bar(fig, bars, unit, counted)
         notes.append(label)
@@ -147,21 +160,32 @@ def _overflow_bar(fig: go.Figure, bars: _Bars, unit: str, counted: str) -> tuple
     edges, shape = bars.edges, bars.shape
     width = 2 * (edges[-1] - edges[0] if shape.near_equal else edges[1] - edges[0])
     x = edges[-1] + 1.5 * width
-    fig.add_trace(go.Bar(
-        x=[x], y=[bars.overflow_count], width=[width], name="Outliers", marker=dict(color="gray"),
-        customdata=[[shape.high, shape.maximum]],
-        hovertemplate=(f"%{{y}} {counted} above %{{customdata[0]:.4g}} {unit}, "
-                       f"up to %{{customdata[1]:.4g}} {unit}<extra></extra>"),
-    ))
-    fig.add_annotation(x=x, y=bars.overflow_count, text=f"> {format_number(shape.high)}", showarrow=False,
-                       yanchor="bottom")
+    fig.add_trace(
+        go.Bar(
+            x=[x],
+            y=[bars.overflow_count],
+            width=[width],
+            name="Outliers",
+            marker=dict(color="gray"),
+            customdata=[[shape.high, shape.maximum]],
+            hovertemplate=(
+                f"%{{y}} {counted} above %{{customdata[0]:.4g}} {unit}, "
+                f"up to %{{customdata[1]:.4g}} {unit}<extra></extra>"
+            ),
+        )
+    )
+    fig.add_annotation(
+        x=x, y=bars.overflow_count, text=f"> {format_number(shape.high)}", showarrow=False, yanchor="bottom"
+    )
     return overflow_note(shape, bars.overflow_count, unit, counted), x + width / 2
 
 
 def overflow_note(shape: HistogramRange, count: int, unit: str, counted: str) -> str:
     """What lies beyond a cut range: "3 gaps above 250 ms (outliers), up to 70,000 ms"."""
-    return (f"{count_of(count, counted)} above {format_number(shape.high)} {unit} (outliers), "
-            f"up to {format_number(shape.maximum)} {unit}")
+    return (
+        f"{count_of(count, counted)} above {format_number(shape.high)} {unit} (outliers), "
+        f"up to {format_number(shape.maximum)} {unit}"
+    )
 
 
 # Throughput bins with no token beside bins with a whole decode step of them draw a comb; the line averages
@@ -205,8 +229,9 @@ def throughput_over_time(time_s: np.ndarray, output_tokens_per_s: np.ndarray, in
     sparse bins is averaged over `throughput_window` bins; the hover keeps the raw per-bin rates."""
     fig = titled_figure("Throughput over time", "Time since start (s)", "Output throughput (tok/s)")
     fig.update_layout(
-        yaxis2=dict(title=dict(text="In flight (requests)"), overlaying="y", side="right", rangemode="tozero",
-                    showgrid=False),
+        yaxis2=dict(
+            title=dict(text="In flight (requests)"), overlaying="y", side="right", rangemode="tozero", showgrid=False
+        ),
         hovermode="x unified",
         legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
     )
@@ -223,14 +248,34 @@ def throughput_over_time(time_s: np.ndarray, output_tokens_per_s: np.ndarray, in
     t = time_s[starts]
     bin_s = time_s[1] - time_s[0] if time_s.size > 1 else 0.0
     if window > 1:
-        hover = (f"%{{y:.1f}} tok/s, mean over {window * bin_s:g} s"
-                 f"<br>per {bin_s:g} s: %{{customdata[0]:.1f}} to %{{customdata[1]:.1f}} tok/s<extra></extra>")
+        hover = (
+            f"%{{y:.1f}} tok/s, mean over {window * bin_s:g} s"
+            f"<br>per {bin_s:g} s: %{{customdata[0]:.1f}} to %{{customdata[1]:.1f}} tok/s<extra></extra>"
+        )
     else:
         hover = "%{y:.1f} tok/s<extra></extra>"
-    fig.add_trace(go.Scatter(x=t, y=averaged, mode="lines", name="Output tok/s", yaxis="y",
-                             customdata=np.column_stack([lowest, highest]), hovertemplate=hover))
-    fig.add_trace(go.Scatter(x=t, y=at_end, mode="lines", name="In flight", yaxis="y2",
-                             line=dict(dash="dot", shape="hv"), hovertemplate="%{y:.0f} requests<extra></extra>"))
+    fig.add_trace(
+        go.Scatter(
+            x=t,
+            y=averaged,
+            mode="lines",
+            name="Output tok/s",
+            yaxis="y",
+            customdata=np.column_stack([lowest, highest]),
+            hovertemplate=hover,
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=t,
+            y=at_end,
+            mode="lines",
+            name="In flight",
+            yaxis="y2",
+            line=dict(dash="dot", shape="hv"),
+            hovertemplate="%{y:.0f} requests<extra></extra>",
+        )
+    )
     fig.update_layout(yaxis=dict(rangemode="tozero"))
     count_axis(fig, float(np.max(at_end, initial=0)), "yaxis2")
     return fig
@@ -261,24 +306,43 @@ def telemetry_over_time(samples: pd.DataFrame | None) -> go.Figure:
     event-loop lag)."""
     from plotly.subplots import make_subplots
 
-    present = [] if samples is None else [panel for panel in _TELEMETRY_PANELS
-                                          if (samples["metric"] == panel[0]).any()]
+    present = [] if samples is None else [panel for panel in _TELEMETRY_PANELS if (samples["metric"] == panel[0]).any()]
     if not present:
         return no_data(titled_figure("Hardware telemetry", "Time since start (s)", ""))
-    fig = make_subplots(rows=len(present), cols=1, shared_xaxes=True, vertical_spacing=0.06,
-                        subplot_titles=[title for _, title, _ in present])
+    fig = make_subplots(
+        rows=len(present),
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.06,
+        subplot_titles=[title for _, title, _ in present],
+    )
     for row, (metric, title, scale) in enumerate(present, start=1):
         chosen = samples[samples["metric"] == metric]
         for source, part in chosen.groupby("source", sort=True):
             part = part.sort_values("time_s")
-            t, values = _downsample(part["time_s"].to_numpy(dtype=np.float64),
-                                    part["value"].to_numpy(dtype=np.float64) * scale)
-            fig.add_trace(go.Scatter(x=t, y=values, mode="lines", name=f"{source} {metric}", showlegend=False,
-                                     hovertemplate=f"{source}: %{{y:.3g}}<extra>{title}</extra>"), row=row, col=1)
+            t, values = _downsample(
+                part["time_s"].to_numpy(dtype=np.float64), part["value"].to_numpy(dtype=np.float64) * scale
+            )
+            fig.add_trace(
+                go.Scatter(
+                    x=t,
+                    y=values,
+                    mode="lines",
+                    name=f"{source} {metric}",
+                    showlegend=False,
+                    hovertemplate=f"{source}: %{{y:.3g}}<extra>{title}</extra>",
+                ),
+                row=row,
+                col=1,
+            )
         fig.update_yaxes(rangemode="tozero", row=row, col=1)
     fig.update_xaxes(title_text="Time since start (s)", row=len(present), col=1)
-    fig.update_layout(title=dict(text="Hardware telemetry"), height=170 * len(present) + 90,
-                      margin=dict(l=60, r=30, t=70, b=50), hovermode="x unified")
+    fig.update_layout(
+        title=dict(text="Hardware telemetry"),
+        height=170 * len(present) + 90,
+        margin=dict(l=60, r=30, t=70, b=50),
+        hovermode="x unified",
+    )
     return fig
 
 

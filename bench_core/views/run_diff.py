@@ -63,8 +63,10 @@ def _always(where: Where) -> bool:
 def _applies(declared: Declared) -> Callable[[Where], bool]:
     """Where the declaration says the setting means something; a row whose backend, load pattern or dataset is
     unknown (an import) is not ruled out."""
+
     def applies(where: Where) -> bool:
         return declared.applies(**where._asdict())
+
     return applies
 
 
@@ -147,16 +149,21 @@ def differing_settings(runs: pd.DataFrame) -> list[str]:
     A cell depends on its own row only, so each distinct row counts once: a year of runs repeats a few setups."""
     columns = _columns_read(runs, SETTING_NAMES)
     distinct = runs.drop_duplicates(subset=columns) if columns else runs.iloc[:1]
-    return [name for name, column in setting_cells(distinct).items()
-            if len({_key(cell) for cell in _known(column)}) > 1]
+    return [
+        name for name, column in setting_cells(distinct).items() if len({_key(cell) for cell in _known(column)}) > 1
+    ]
 
 
 def differences(runs: pd.DataFrame, names: Sequence[str]) -> pd.DataFrame:
     """The settings `names` (titled with their unit) against the runs (one text column per run, named by
     `compared_names`): what a reader compares first."""
     cells = setting_cells(runs, names)
-    table = pd.DataFrame([[show(cell) for cell in cells[name]] for name in names],
-                         index=[_title(name) for name in names], columns=compared_names(runs, names), dtype=object)
+    table = pd.DataFrame(
+        [[show(cell) for cell in cells[name]] for name in names],
+        index=[_title(name) for name in names],
+        columns=compared_names(runs, names),
+        dtype=object,
+    )
     table.index.name = "setting"
     return table
 

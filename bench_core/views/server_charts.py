@@ -45,8 +45,9 @@ def client_ttft_by_interval(requests: pd.DataFrame, read_times_s: np.ndarray) ->
     return pd.DataFrame({"time_s": reads[means.index.to_numpy()], "metric": CLIENT_TTFT, "value": means.to_numpy()})
 
 
-def server_metrics_over_time(series: pd.DataFrame | None, client_ttft: pd.DataFrame | None = None,
-                             end_s: float | None = None) -> go.Figure:
+def server_metrics_over_time(
+    series: pd.DataFrame | None, client_ttft: pd.DataFrame | None = None, end_s: float | None = None
+) -> go.Figure:
     """The unified series against seconds since the start, a panel for each kind the server served; `client_ttft`
     (`client_ttft_by_interval`) joins the latency panel; `end_s` ends the time axis where the client charts' ends."""
     from plotly.subplots import make_subplots
@@ -57,8 +58,13 @@ def server_metrics_over_time(series: pd.DataFrame | None, client_ttft: pd.DataFr
     present = [panel for panel in PANELS if served.intersection(panel[1]) - {CLIENT_TTFT}]
     if not present:
         return no_data(titled_figure(TITLE, TIME_AXIS, ""))
-    fig = make_subplots(rows=len(present), cols=1, shared_xaxes=True, vertical_spacing=0.07,
-                        subplot_titles=[title for title, _, _ in present])
+    fig = make_subplots(
+        rows=len(present),
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.07,
+        subplot_titles=[title for title, _, _ in present],
+    )
     for row, (title, keys, scale) in enumerate(present, start=1):
         for key in keys:
             part = series[series["metric"] == key].sort_values("time_s")
@@ -66,15 +72,30 @@ def server_metrics_over_time(series: pd.DataFrame | None, client_ttft: pd.DataFr
                 continue
             dash = "dot" if key == CLIENT_TTFT else None
             values = part["value"].to_numpy(dtype=float) * scale
-            fig.add_trace(go.Scatter(x=part["time_s"].to_numpy(dtype=float), y=values, mode="lines+markers",
-                                     marker=dict(size=4), line=dict(dash=dash), name=LABELS[key], legendgroup=str(row),
-                                     hovertemplate=f"{LABELS[key]}: %{{y:.3g}}<extra>{title}</extra>"), row=row, col=1)
+            fig.add_trace(
+                go.Scatter(
+                    x=part["time_s"].to_numpy(dtype=float),
+                    y=values,
+                    mode="lines+markers",
+                    marker=dict(size=4),
+                    line=dict(dash=dash),
+                    name=LABELS[key],
+                    legendgroup=str(row),
+                    hovertemplate=f"{LABELS[key]}: %{{y:.3g}}<extra>{title}</extra>",
+                ),
+                row=row,
+                col=1,
+            )
         fig.update_yaxes(rangemode="tozero", row=row, col=1)
     if end_s is not None:
         fig.update_xaxes(range=[0, end_s])
     fig.update_xaxes(title_text=TIME_AXIS, row=len(present), col=1)
-    fig.update_layout(title=dict(text=TITLE), height=190 * len(present) + 110, margin=dict(l=60, r=30, t=70, b=50),
-                      hovermode="x unified")
+    fig.update_layout(
+        title=dict(text=TITLE),
+        height=190 * len(present) + 110,
+        margin=dict(l=60, r=30, t=70, b=50),
+        hovermode="x unified",
+    )
     return fig
 
 

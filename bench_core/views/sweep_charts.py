@@ -16,8 +16,21 @@ import plotly.graph_objects as go
 from ..hardware.contention import BUSY_RUNS, busy_runs
 from ..measure.catalog import lower_first
 from ..measure.stats import LOAD_LIMIT_RULE, highest_load_meeting, loads_missing_below, pareto_front
-from .figures import (PALETTE, colour_groups, cycled_palette, inward_label_positions, is_categorical, no_data,
-                      pad_axis, rows_with, run_identity, setting_labels, tick_label, ticks_at_values, titled_figure)
+from .figures import (
+    PALETTE,
+    colour_groups,
+    cycled_palette,
+    inward_label_positions,
+    is_categorical,
+    no_data,
+    pad_axis,
+    rows_with,
+    run_identity,
+    setting_labels,
+    tick_label,
+    ticks_at_values,
+    titled_figure,
+)
 from .tables import describe_column
 
 BUSY_LEGEND = "machine busy (other processes held the CPU)"
@@ -39,20 +52,41 @@ def metric_vs_knob_band(points: pd.DataFrame, knob: str, metric: str, series: st
         # Too few runs for an interval: the band spans their range; one run: it closes on the line.
         low = part["ci_low"].fillna(part.get("min", part["mean"])).fillna(part["mean"]).tolist()
         high = part["ci_high"].fillna(part.get("max", part["mean"])).fillna(part["mean"]).tolist()
-        spread = ["95% CI" if np.isfinite(ci) else ("range of the runs" if n > 1 else "one run")
-                  for ci, n in zip(part["ci_low"], part["n"])]
-        fig.add_trace(go.Scatter(
-            x=x + x[::-1], y=high + low[::-1], mode="lines", fill="toself", fillcolor=_translucent(colour, 0.2),
-            line=dict(width=0), hoverinfo="skip", showlegend=False, legendgroup=group, name=f"{group} 95% CI",
-        ))
-        fig.add_trace(go.Scatter(
-            x=x, y=part["mean"], mode="lines+markers", name=group, legendgroup=group, line=dict(color=colour),
-            customdata=np.array(list(zip(part["n"], part["std"], low, high, spread)), dtype=object),
-            hovertemplate=(f"{knob_spec.label}: %{{x}}<br>{metric_spec.label}: %{{y:.4g}} {metric_spec.unit}"
-                           f"<br>%{{customdata[4]}} %{{customdata[2]:.4g}} to %{{customdata[3]:.4g}} {metric_spec.unit}"
-                           "<br>std %{customdata[1]:.3g} over %{customdata[0]} runs"
-                           "<extra>%{fullData.name}</extra>"),
-        ))
+        spread = [
+            "95% CI" if np.isfinite(ci) else ("range of the runs" if n > 1 else "one run")
+            for ci, n in zip(part["ci_low"], part["n"])
+        ]
+        fig.add_trace(
+            go.Scatter(
+                x=x + x[::-1],
+                y=high + low[::-1],
+                mode="lines",
+                fill="toself",
+                fillcolor=_translucent(colour, 0.2),
+                line=dict(width=0),
+                hoverinfo="skip",
+                showlegend=False,
+                legendgroup=group,
+                name=f"{group} 95% CI",
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=part["mean"],
+                mode="lines+markers",
+                name=group,
+                legendgroup=group,
+                line=dict(color=colour),
+                customdata=np.array(list(zip(part["n"], part["std"], low, high, spread)), dtype=object),
+                hovertemplate=(
+                    f"{knob_spec.label}: %{{x}}<br>{metric_spec.label}: %{{y:.4g}} {metric_spec.unit}"
+                    f"<br>%{{customdata[4]}} %{{customdata[2]:.4g}} to %{{customdata[3]:.4g}} {metric_spec.unit}"
+                    "<br>std %{customdata[1]:.3g} over %{customdata[0]} runs"
+                    "<extra>%{fullData.name}</extra>"
+                ),
+            )
+        )
     fig.update_layout(showlegend=series is not None, legend_title_text=series or "")
     if BUSY_RUNS in rows:
         x = [tick_label(v) for v in rows[knob]] if categorical else rows[knob].tolist()
@@ -80,19 +114,41 @@ def pareto_chart(runs: pd.DataFrame, x: str, y: str) -> go.Figure:
     labels = pd.Series(setting_labels(rows), index=rows.index)
     means = "n" in rows  # sweep points: each the mean of its runs
     who = "mean of %{customdata[0]} runs" if means else "run %{customdata[0]} %{customdata[1]}"
-    hover = (f"{x_spec.label}: %{{x:.4g}} {x_spec.unit}<br>{y_spec.label}: %{{y:.4g}} {y_spec.unit}"
-             f"<br>%{{text}}<br>{who}<extra>%{{fullData.name}}</extra>")
+    hover = (
+        f"{x_spec.label}: %{{x:.4g}} {x_spec.unit}<br>{y_spec.label}: %{{y:.4g}} {y_spec.unit}"
+        f"<br>%{{text}}<br>{who}<extra>%{{fullData.name}}</extra>"
+    )
     identity = (lambda part: part[["n"]].to_numpy()) if means else run_identity
     others, front = rows[~on_front], rows[on_front].sort_values(x, kind="stable")
     dominated = "Dominated points" if means else "Dominated runs"
-    fig.add_trace(go.Scatter(x=others[x], y=others[y], mode="markers", name=dominated,
-                             cliponaxis=False, marker=dict(size=8, color="lightgray"), customdata=identity(others),
-                             text=labels[others.index], hovertemplate=hover))
-    fig.add_trace(go.Scatter(x=front[x], y=front[y], mode="lines+markers+text", name="Pareto frontier",
-                             cliponaxis=False, marker=dict(size=10, color=PALETTE[0]), line=dict(color=PALETTE[0]),
-                             text=labels[front.index], textposition=inward_label_positions(front[x], rows[x]),
-                             customdata=identity(front),
-                             hovertemplate=hover))
+    fig.add_trace(
+        go.Scatter(
+            x=others[x],
+            y=others[y],
+            mode="markers",
+            name=dominated,
+            cliponaxis=False,
+            marker=dict(size=8, color="lightgray"),
+            customdata=identity(others),
+            text=labels[others.index],
+            hovertemplate=hover,
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=front[x],
+            y=front[y],
+            mode="lines+markers+text",
+            name="Pareto frontier",
+            cliponaxis=False,
+            marker=dict(size=10, color=PALETTE[0]),
+            line=dict(color=PALETTE[0]),
+            text=labels[front.index],
+            textposition=inward_label_positions(front[x], rows[x]),
+            customdata=identity(front),
+            hovertemplate=hover,
+        )
+    )
     _mark_busy(fig, rows[x], rows[y], rows[BUSY_RUNS] > 0 if BUSY_RUNS in rows else busy_runs(rows))
     pad_axis(fig, "x", rows[x])
     pad_axis(fig, "y", rows[y])
@@ -108,34 +164,58 @@ def goodput_vs_load(runs: pd.DataFrame, load: str, goodput: str, target: float) 
     rows = rows_with(runs, [load, goodput])
     if rows.empty:
         return no_data(fig)
-    fig.add_trace(go.Scatter(
-        x=rows[load], y=rows[goodput], mode="markers", name="Runs", marker=dict(size=7, opacity=0.5),
-        customdata=run_identity(rows),
-        hovertemplate=(f"{load_spec.label}: %{{x:.4g}} {load_spec.unit}<br>{goodput_spec.label}: %{{y:.4g}} "
-                       f"{goodput_spec.unit}<br>run %{{customdata[0]}} %{{customdata[1]}}<extra></extra>"),
-    ))
+    fig.add_trace(
+        go.Scatter(
+            x=rows[load],
+            y=rows[goodput],
+            mode="markers",
+            name="Runs",
+            marker=dict(size=7, opacity=0.5),
+            customdata=run_identity(rows),
+            hovertemplate=(
+                f"{load_spec.label}: %{{x:.4g}} {load_spec.unit}<br>{goodput_spec.label}: %{{y:.4g}} "
+                f"{goodput_spec.unit}<br>run %{{customdata[0]}} %{{customdata[1]}}<extra></extra>"
+            ),
+        )
+    )
     means = rows.groupby(load, sort=True)[goodput].mean()
-    fig.add_trace(go.Scatter(
-        x=means.index, y=means.to_numpy(), mode="lines", name="Mean per load",
-        hovertemplate=f"%{{x:.4g}} {load_spec.unit}: mean %{{y:.4g}} {goodput_spec.unit}<extra></extra>",
-    ))
-    fig.add_hline(y=target, line=dict(dash="dash", color="gray"), annotation_position="top left",
-                  annotation_text=f"Target {target:.4g} {goodput_spec.unit}".rstrip())
+    fig.add_trace(
+        go.Scatter(
+            x=means.index,
+            y=means.to_numpy(),
+            mode="lines",
+            name="Mean per load",
+            hovertemplate=f"%{{x:.4g}} {load_spec.unit}: mean %{{y:.4g}} {goodput_spec.unit}<extra></extra>",
+        )
+    )
+    fig.add_hline(
+        y=target,
+        line=dict(dash="dash", color="gray"),
+        annotation_position="top left",
+        annotation_text=f"Target {target:.4g} {goodput_spec.unit}".rstrip(),
+    )
     limit = highest_load_meeting(rows[load], rows[goodput], target)
     if limit is None:
         note = "No load meets the target"
     else:
-        fig.add_trace(go.Scatter(
-            x=[limit], y=[target], mode="markers", name="Highest load meeting the target",
-            marker=dict(symbol="star", size=16, color="crimson"),
-            hovertemplate=f"Highest load meeting the target: %{{x:.4g}} {load_spec.unit}<extra></extra>",
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=[limit],
+                y=[target],
+                mode="markers",
+                name="Highest load meeting the target",
+                marker=dict(symbol="star", size=16, color="crimson"),
+                hovertemplate=f"Highest load meeting the target: %{{x:.4g}} {load_spec.unit}<extra></extra>",
+            )
+        )
         fig.add_vline(x=limit, line=dict(dash="dot", color="crimson"))
         note = LOAD_LIMIT_RULE
         missing = loads_missing_below(rows[load], rows[goodput], target, limit)
         if missing:
-            note += (f"<br>Not monotonic: {lower_first(load_spec.label)} {', '.join(map(tick_label, missing))} "
-                     "below it misses the target")
+            note += (
+                f"<br>Not monotonic: {lower_first(load_spec.label)} {', '.join(map(tick_label, missing))} "
+                "below it misses the target"
+            )
             fig.update_layout(margin_t=90)  # room for the second line under the title
     _note_above(fig, note, font=dict(size=11))
     _mark_busy(fig, rows[load], rows[goodput], busy_runs(rows))
@@ -146,21 +226,33 @@ def knob_heatmap(points: pd.DataFrame, knob_x: str, knob_y: str, metric: str) ->
     """Mean of `metric` over a two-knob grid, each cell labelled with its value; colours run the same
     way for every metric: the brightest cell is the best one."""
     x_spec, y_spec, metric_spec = describe_column(knob_x), describe_column(knob_y), describe_column(metric)
-    fig = titled_figure(f"{metric_spec.label} by {lower_first(x_spec.label)} and {lower_first(y_spec.label)}",
-                  x_spec.title, y_spec.title)
+    fig = titled_figure(
+        f"{metric_spec.label} by {lower_first(x_spec.label)} and {lower_first(y_spec.label)}",
+        x_spec.title,
+        y_spec.title,
+    )
     rows = rows_with(points, [knob_x, knob_y, "mean"])
     if rows.empty:
         return no_data(fig)
     means = rows.pivot_table(index=knob_y, columns=knob_x, values="mean", aggfunc="mean", sort=True)
     counts = rows.pivot_table(index=knob_y, columns=knob_x, values="n", aggfunc="sum", sort=True)
     counts = counts.reindex(index=means.index, columns=means.columns).fillna(0).astype(int)
-    fig.add_trace(go.Heatmap(
-        x=[tick_label(v) for v in means.columns], y=[tick_label(v) for v in means.index], z=means.to_numpy(),
-        customdata=counts.to_numpy(), colorscale="Viridis", reversescale=metric_spec.larger_is_better is False,
-        colorbar=dict(title=dict(text=metric_spec.title)), texttemplate="%{z:.3g}",
-        hovertemplate=(f"{x_spec.label}: %{{x}}<br>{y_spec.label}: %{{y}}<br>{metric_spec.label}: %{{z:.4g}} "
-                       f"{metric_spec.unit}<br>mean of %{{customdata}} runs<extra></extra>"),
-    ))
+    fig.add_trace(
+        go.Heatmap(
+            x=[tick_label(v) for v in means.columns],
+            y=[tick_label(v) for v in means.index],
+            z=means.to_numpy(),
+            customdata=counts.to_numpy(),
+            colorscale="Viridis",
+            reversescale=metric_spec.larger_is_better is False,
+            colorbar=dict(title=dict(text=metric_spec.title)),
+            texttemplate="%{z:.3g}",
+            hovertemplate=(
+                f"{x_spec.label}: %{{x}}<br>{y_spec.label}: %{{y}}<br>{metric_spec.label}: %{{z:.4g}} "
+                f"{metric_spec.unit}<br>mean of %{{customdata}} runs<extra></extra>"
+            ),
+        )
+    )
     fig.update_xaxes(type="category")
     fig.update_yaxes(type="category")
     return fig
@@ -172,18 +264,25 @@ def _mark_busy(fig: go.Figure, x, y, busy) -> None:
     busy = np.asarray(busy, dtype=bool)
     if not busy.any():
         return
-    fig.add_trace(go.Scatter(
-        x=np.asarray(list(x), dtype=object)[busy], y=np.asarray(list(y), dtype=float)[busy], mode="markers",
-        name=BUSY_LEGEND, cliponaxis=False,
-        marker=dict(symbol="x-thin-open", size=16, line=dict(width=2, color="crimson")),
-        hovertemplate="machine busy: other processes held the CPU during this point's runs<extra></extra>"))
+    fig.add_trace(
+        go.Scatter(
+            x=np.asarray(list(x), dtype=object)[busy],
+            y=np.asarray(list(y), dtype=float)[busy],
+            mode="markers",
+            name=BUSY_LEGEND,
+            cliponaxis=False,
+            marker=dict(symbol="x-thin-open", size=16, line=dict(width=2, color="crimson")),
+            hovertemplate="machine busy: other processes held the CPU during this point's runs<extra></extra>",
+        )
+    )
     fig.update_layout(showlegend=True)
 
 
 def _note_above(fig: go.Figure, text: str, font: dict | None = None) -> None:
     """`text` centred between the title and the plot."""
-    fig.add_annotation(text=text, x=0.5, y=1.0, xref="paper", yref="paper", showarrow=False, yanchor="bottom",
-                       font=font)
+    fig.add_annotation(
+        text=text, x=0.5, y=1.0, xref="paper", yref="paper", showarrow=False, yanchor="bottom", font=font
+    )
 
 
 def _translucent(hex_colour: str, alpha: float) -> str:
@@ -197,8 +296,11 @@ def find_max_probes(probes: pd.DataFrame, load: str, target: float, found: float
     hollow marker where the probe stopped early), the target as a dashed line and the highest load that met it as
     a star."""
     load_spec = describe_column(load)
-    fig = titled_figure(f"SLO attainment of the probes vs {lower_first(load_spec.label)}", load_spec.title,
-                        describe_column("slo_attainment").title)
+    fig = titled_figure(
+        f"SLO attainment of the probes vs {lower_first(load_spec.label)}",
+        load_spec.title,
+        describe_column("slo_attainment").title,
+    )
     if probes.empty:
         return no_data(fig)
     numbered = probes.assign(order=range(1, len(probes) + 1))
@@ -207,24 +309,47 @@ def find_max_probes(probes: pd.DataFrame, load: str, target: float, found: float
         if part.empty:
             continue
         early = part["stopped_early"].astype(str) != ""
-        fig.add_trace(go.Scatter(
-            x=part["load"], y=part["attainment"], mode="markers+text", name=name, text=part["order"].astype(str),
-            textposition="top center", cliponaxis=False,
-            marker=dict(size=11, color=colour, symbol=["circle-open" if e else "circle" for e in early],
-                        line=dict(width=2, color=colour)),
-            customdata=np.column_stack([part["run_id"].astype(str), part["stopped_early"].astype(str)]),
-            hovertemplate=(f"probe %{{text}}: {load_spec.label} %{{x:.4g}} {load_spec.unit}<br>SLO attainment "
-                           "%{y:.3f}<br>run %{customdata[0]}<br>%{customdata[1]}<extra>%{fullData.name}</extra>"),
-        ))
-    fig.add_hline(y=target, line=dict(dash="dash", color="gray"), annotation_position="bottom left",
-                  annotation_text=f"Target {target:.4g}")
+        fig.add_trace(
+            go.Scatter(
+                x=part["load"],
+                y=part["attainment"],
+                mode="markers+text",
+                name=name,
+                text=part["order"].astype(str),
+                textposition="top center",
+                cliponaxis=False,
+                marker=dict(
+                    size=11,
+                    color=colour,
+                    symbol=["circle-open" if e else "circle" for e in early],
+                    line=dict(width=2, color=colour),
+                ),
+                customdata=np.column_stack([part["run_id"].astype(str), part["stopped_early"].astype(str)]),
+                hovertemplate=(
+                    f"probe %{{text}}: {load_spec.label} %{{x:.4g}} {load_spec.unit}<br>SLO attainment "
+                    "%{y:.3f}<br>run %{customdata[0]}<br>%{customdata[1]}<extra>%{fullData.name}</extra>"
+                ),
+            )
+        )
+    fig.add_hline(
+        y=target,
+        line=dict(dash="dash", color="gray"),
+        annotation_position="bottom left",
+        annotation_text=f"Target {target:.4g}",
+    )
     if found is None:
         _note_above(fig, "No load met the target")
     else:
         at = numbered[numbered["load"] == found]["attainment"].max()
-        fig.add_trace(go.Scatter(x=[found], y=[at], mode="markers", name=f"Highest load meeting it: {found:g}",
-                                 marker=dict(symbol="star", size=18, color="gold", line=dict(width=1, color="black")),
-                                 hovertemplate=f"Highest load meeting the target: %{{x:.4g}} {load_spec.unit}"
-                                               "<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=[found],
+                y=[at],
+                mode="markers",
+                name=f"Highest load meeting it: {found:g}",
+                marker=dict(symbol="star", size=18, color="gold", line=dict(width=1, color="black")),
+                hovertemplate=f"Highest load meeting the target: %{{x:.4g}} {load_spec.unit}<extra></extra>",
+            )
+        )
     pad_axis(fig, "x", probes["load"])
     return fig

@@ -19,8 +19,22 @@ import pandas as pd
 
 from ..config import SETTINGS
 from ..measure.catalog import (
-    CATALOG, COMPARED_COLUMNS, METRICS, NOT_MEASURED, NOT_REPORTED, PER_1K_MIN_PROMPT, PERCENTILES, SPECULATIVE_COLUMNS,
-    VALUE, WORKLOAD_METRICS, column_direction, column_label, find_column, percentile_key, sampled_values, with_derived,
+    CATALOG,
+    COMPARED_COLUMNS,
+    METRICS,
+    NOT_MEASURED,
+    NOT_REPORTED,
+    PER_1K_MIN_PROMPT,
+    PERCENTILES,
+    SPECULATIVE_COLUMNS,
+    VALUE,
+    WORKLOAD_METRICS,
+    column_direction,
+    column_label,
+    find_column,
+    percentile_key,
+    sampled_values,
+    with_derived,
 )
 from ..measure.stats import compare
 
@@ -35,10 +49,14 @@ WITHIN_NOISE = "within noise"
 SINGLE_RUN = "single run, spread unknown"
 ONE_CONFIGURATION = "repeats of one configuration"
 # What a verdict says, kept out of its cells so the column stays narrow beside the runs.
-NOISE_VERDICT_HELP = ("Welch's t-test between the configurations with the lowest and the highest mean (runs with the "
-                      "same settings are repeats of one): beyond noise where p < 0.05. It needs two runs of each.")
-_MARK_COLOURS = {BETTER: "background-color: rgba(46, 160, 67, 0.25)",
-                 WORSE: "background-color: rgba(218, 54, 51, 0.25)"}
+NOISE_VERDICT_HELP = (
+    "Welch's t-test between the configurations with the lowest and the highest mean (runs with the "
+    "same settings are repeats of one): beyond noise where p < 0.05. It needs two runs of each."
+)
+_MARK_COLOURS = {
+    BETTER: "background-color: rgba(46, 160, 67, 0.25)",
+    WORSE: "background-color: rgba(218, 54, 51, 0.25)",
+}
 
 
 @dataclass(frozen=True)
@@ -58,12 +76,15 @@ class ColumnSpec:
 
 # History columns that are neither metrics nor settings: the engine's load time, LMDeploy's batch size, and the output
 # length a run asked for whichever dataset holds it (run_diff's).
-_COLUMNS = {spec.name: spec for spec in (
-    ColumnSpec("load_seconds", "Engine load time", "s", False),
-    ColumnSpec("warmup_seconds", "Warm-up time", "s", None),
-    ColumnSpec("bs", "Batch size", "requests", None),
-    ColumnSpec("output_length", "Output length", "tokens", None),
-)}
+_COLUMNS = {
+    spec.name: spec
+    for spec in (
+        ColumnSpec("load_seconds", "Engine load time", "s", False),
+        ColumnSpec("warmup_seconds", "Warm-up time", "s", None),
+        ColumnSpec("bs", "Batch size", "requests", None),
+        ColumnSpec("output_length", "Output length", "tokens", None),
+    )
+}
 _SETTINGS = {setting.key: setting for setting in SETTINGS}
 
 
@@ -82,7 +103,7 @@ def describe_column(name: str) -> ColumnSpec:
 
 
 def count_of(n: float, plural: str) -> str:
-    """"1 request", "2 requests", "1,200 gaps", "2.500 tokens": a number (`format_number`) with its noun in the
+    """ "1 request", "2 requests", "1,200 gaps", "2.500 tokens": a number (`format_number`) with its noun in the
     number it takes."""
     return f"{format_number(n)} {plural.removesuffix('s') if n == 1 else plural}"
 
@@ -113,8 +134,9 @@ def formatted(table: pd.DataFrame) -> pd.DataFrame:
     (a table's row titles) becomes the first column, so a page can size and show it like any other."""
     if table.index.name is not None:
         table = table.reset_index()
-    return pd.DataFrame({name: [_display_cell(cell) for cell in table[name]] for name in table.columns},
-                        index=table.index, dtype=object)
+    return pd.DataFrame(
+        {name: [_display_cell(cell) for cell in table[name]] for name in table.columns}, index=table.index, dtype=object
+    )
 
 
 def _display_cell(cell) -> str:
@@ -126,6 +148,7 @@ def _display_cell(cell) -> str:
 
 
 # ---- one run ---------------------------------------------------------------------------------
+
 
 def percentile_table(summary: dict, percentiles: Sequence[float], stream_output: bool) -> pd.DataFrame:
     """LMDeploy's latency table in ms: mean, the configured percentiles, then std/min/max; one row per catalog
@@ -158,8 +181,10 @@ def per_1k_input_caveat(summary: Mapping[str, Any]) -> str:
     mean_prompt = _number(summary.get("total_input_tokens")) / completed
     if not mean_prompt < PER_1K_MIN_PROMPT:
         return ""
-    return (f"{metric.label} means little here: the prompts average {count_of(mean_prompt, 'tokens')} (under "
-            f"{PER_1K_MIN_PROMPT}), so TTFT is mostly fixed cost, and scaling it to 1,000 tokens multiplies that.")
+    return (
+        f"{metric.label} means little here: the prompts average {count_of(mean_prompt, 'tokens')} (under "
+        f"{PER_1K_MIN_PROMPT}), so TTFT is mostly fixed cost, and scaling it to 1,000 tokens multiplies that."
+    )
 
 
 def throughput_table(summary: dict) -> pd.DataFrame:
@@ -168,8 +193,14 @@ def throughput_table(summary: dict) -> pd.DataFrame:
     rows = {}
     for metric in CATALOG:
         key = metric.column()
-        if metric.is_distribution or metric.server_only or metric.workload or not metric.unit or key not in summary or \
-                key in SPECULATIVE_COLUMNS:
+        if (
+            metric.is_distribution
+            or metric.server_only
+            or metric.workload
+            or not metric.unit
+            or key not in summary
+            or key in SPECULATIVE_COLUMNS
+        ):
             continue
         rows[metric.label] = (_number(summary[key]), metric.unit)
     return _value_table(rows, value_type=float)
@@ -195,7 +226,9 @@ def workload_metrics_table(summary: dict) -> pd.DataFrame:
         if key in summary:
             value = _number(summary[key])
             rows[metric.label if metric.statistics == VALUE else column_label(metric, "mean")] = (
-                NOT_REPORTED if math.isnan(value) else value, metric.unit)
+                NOT_REPORTED if math.isnan(value) else value,
+                metric.unit,
+            )
     return _value_table(rows)
 
 
@@ -207,8 +240,22 @@ def _value_table(rows: dict[str, tuple[object, str]], value_type: type = object)
     return table
 
 
-_BASE_REQUEST_COLUMNS = {"index", "status", "reason", "input_len", "req_output_len", "output_len", "ttft_s", "tpot_s",
-                         "e2e_s", "itl_s", "tokens_per_tick", "n_ticks", "start_s", "finish_s"}
+_BASE_REQUEST_COLUMNS = {
+    "index",
+    "status",
+    "reason",
+    "input_len",
+    "req_output_len",
+    "output_len",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "itl_s",
+    "tokens_per_tick",
+    "n_ticks",
+    "start_s",
+    "finish_s",
+}
 
 
 def quantity_table(summary: Mapping[str, Any], formula: str) -> pd.DataFrame:
@@ -216,14 +263,24 @@ def quantity_table(summary: Mapping[str, Any], formula: str) -> pd.DataFrame:
     number in `summary` (a summary or a history row), and the derived ones they feed, as quantity/value/unit rows."""
     found = sampled_values(summary, formula)
     kind = {metric.key for metric, _ in found}
-    fed = [metric for metric in CATALOG if metric.derived is not None
-           and any((described := find_column(need)) is not None and described[0].key in kind for need in metric.needs)]
+    fed = [
+        metric
+        for metric in CATALOG
+        if metric.derived is not None
+        and any((described := find_column(need)) is not None and described[0].key in kind for need in metric.needs)
+    ]
     if fed:
         derived = with_derived(pd.DataFrame([dict(summary)]))
-        found += [(metric, float(value)) for metric in fed
-                  if np.isfinite(value := _number(derived[metric.column()].iloc[0]))]
-    return pd.DataFrame({"quantity": [metric.label for metric, _ in found], "value": [value for _, value in found],
-                         "unit": [metric.unit for metric, _ in found]})
+        found += [
+            (metric, float(value)) for metric in fed if np.isfinite(value := _number(derived[metric.column()].iloc[0]))
+        ]
+    return pd.DataFrame(
+        {
+            "quantity": [metric.label for metric, _ in found],
+            "value": [value for _, value in found],
+            "unit": [metric.unit for metric, _ in found],
+        }
+    )
 
 
 def requests_for_display(table: pd.DataFrame) -> pd.DataFrame:
@@ -231,39 +288,45 @@ def requests_for_display(table: pd.DataFrame) -> pd.DataFrame:
     itl = [_values(v) for v in table["itl_s"]] if "itl_s" in table else [np.array([])] * len(table)
     with np.errstate(invalid="ignore"):
         itl_mean_ms = [v.mean() * 1000 if v.size else math.nan for v in itl]
-    return pd.DataFrame({
-        "request": table["index"].to_numpy(),
-        "status": table["status"].to_numpy(dtype=object),
-        "reason": table["reason"].to_numpy(dtype=object),
-        "input_len": table["input_len"].to_numpy(),
-        "req_output_len": table["req_output_len"].to_numpy(),
-        "output_len": table["output_len"].to_numpy(),
-        "ttft_ms": table["ttft_s"].to_numpy(dtype=np.float64) * 1000,
-        "tpot_ms": table["tpot_s"].to_numpy(dtype=np.float64) * 1000,
-        "e2e_ms": table["e2e_s"].to_numpy(dtype=np.float64) * 1000,
-        "itl_count": np.array([v.size for v in itl], dtype=np.int64),
-        "itl_mean_ms": np.array(itl_mean_ms, dtype=np.float64),
-        "n_ticks": table["n_ticks"].to_numpy(),
-        "start_s": table["start_s"].to_numpy(dtype=np.float64),
-        "finish_s": table["finish_s"].to_numpy(dtype=np.float64),
-        # An engine's own per-request columns (an HTTP server's usage and retokenized counts) as they are.
-        **{name: table[name].to_numpy() for name in table.columns if name not in _BASE_REQUEST_COLUMNS},
-    })
+    return pd.DataFrame(
+        {
+            "request": table["index"].to_numpy(),
+            "status": table["status"].to_numpy(dtype=object),
+            "reason": table["reason"].to_numpy(dtype=object),
+            "input_len": table["input_len"].to_numpy(),
+            "req_output_len": table["req_output_len"].to_numpy(),
+            "output_len": table["output_len"].to_numpy(),
+            "ttft_ms": table["ttft_s"].to_numpy(dtype=np.float64) * 1000,
+            "tpot_ms": table["tpot_s"].to_numpy(dtype=np.float64) * 1000,
+            "e2e_ms": table["e2e_s"].to_numpy(dtype=np.float64) * 1000,
+            "itl_count": np.array([v.size for v in itl], dtype=np.int64),
+            "itl_mean_ms": np.array(itl_mean_ms, dtype=np.float64),
+            "n_ticks": table["n_ticks"].to_numpy(),
+            "start_s": table["start_s"].to_numpy(dtype=np.float64),
+            "finish_s": table["finish_s"].to_numpy(dtype=np.float64),
+            # An engine's own per-request columns (an HTTP server's usage and retokenized counts) as they are.
+            **{name: table[name].to_numpy() for name in table.columns if name not in _BASE_REQUEST_COLUMNS},
+        }
+    )
 
 
 # ---- several runs ----------------------------------------------------------------------------
+
 
 def run_names(runs: pd.DataFrame) -> list[str]:
     """A unique column name per run: its label, or its run id when it has none or shares it."""
     ids = runs["run_id"].astype(str).tolist()
     labels = [_text(v) for v in runs["label"]] if "label" in runs else [""] * len(ids)
     counts = pd.Series(labels).value_counts()
-    return [label if label and counts[label] == 1 else (f"{label} · {run_id}" if label else run_id)
-            for label, run_id in zip(labels, ids)]
+    return [
+        label if label and counts[label] == 1 else (f"{label} · {run_id}" if label else run_id)
+        for label, run_id in zip(labels, ids)
+    ]
 
 
-def compare_runs(runs: pd.DataFrame, metrics: Sequence[str] = COMPARED_COLUMNS,
-                 names: Sequence[str] | None = None) -> pd.DataFrame:
+def compare_runs(
+    runs: pd.DataFrame, metrics: Sequence[str] = COMPARED_COLUMNS, names: Sequence[str] | None = None
+) -> pd.DataFrame:
     """Runs side by side: one column per run (named `names`, by default `run_names`), one row per metric, titled
     with its unit; by default the catalog's compared metrics."""
     values = _metric_matrix(runs, metrics, names)
@@ -272,8 +335,9 @@ def compare_runs(runs: pd.DataFrame, metrics: Sequence[str] = COMPARED_COLUMNS,
     return values
 
 
-def compare_marks(runs: pd.DataFrame, metrics: Sequence[str] = COMPARED_COLUMNS,
-                  names: Sequence[str] | None = None) -> pd.DataFrame:
+def compare_marks(
+    runs: pd.DataFrame, metrics: Sequence[str] = COMPARED_COLUMNS, names: Sequence[str] | None = None
+) -> pd.DataFrame:
     """Same shape as `compare_runs`: "better" on each row's best run(s), "worse" on its worst, else "".
 
     Rows whose metric has no better direction, or fewer than two different values, stay unmarked.
@@ -325,8 +389,12 @@ def _metric_matrix(runs: pd.DataFrame, metrics: Sequence[str], names: Sequence[s
     """Numbers only, indexed by metric column name, a column per run (`names`, by default `run_names`); a column
     the history lacks is all NaN."""
     names = run_names(runs) if names is None else list(names)
-    columns = {name: pd.to_numeric(runs[name], errors="coerce").to_numpy(dtype=np.float64)
-               if name in runs else np.full(len(runs), math.nan) for name in metrics}
+    columns = {
+        name: pd.to_numeric(runs[name], errors="coerce").to_numpy(dtype=np.float64)
+        if name in runs
+        else np.full(len(runs), math.nan)
+        for name in metrics
+    }
     return pd.DataFrame.from_dict(columns, orient="index", columns=names, dtype=float)
 
 

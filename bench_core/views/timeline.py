@@ -64,21 +64,36 @@ def request_timeline(table: pd.DataFrame, end_s: float | None = None) -> go.Figu
         chosen = bars.status == status
         if not chosen.any():
             continue
-        for segment, left, right, opacity in ((WAITING, bars.start, bars.first_token, _WAITING_OPACITY),
-                                              (DECODING, bars.first_token, bars.end, 1.0)):
-            fig.add_trace(go.Bar(
-                orientation="h", y=position[chosen], base=left[chosen], x=(right - left)[chosen],
-                name=f"{outcome}: {segment}", legendgroup=outcome, marker=dict(color=colour, line=dict(width=0)),
-                opacity=opacity, customdata=bars.hover[chosen],
-                hovertemplate=(f"request %{{customdata[0]}}, {outcome}, {segment}"
-                               "<br>start %{customdata[5]:.3f} s · first token %{customdata[6]:.3f} s"
-                               " · end %{customdata[7]:.3f} s<br>TTFT %{customdata[1]} · E2E %{customdata[2]}"
-                               "<br>%{customdata[3]} input · %{customdata[4]} output tokens<extra></extra>"),
-            ))
+        for segment, left, right, opacity in (
+            (WAITING, bars.start, bars.first_token, _WAITING_OPACITY),
+            (DECODING, bars.first_token, bars.end, 1.0),
+        ):
+            fig.add_trace(
+                go.Bar(
+                    orientation="h",
+                    y=position[chosen],
+                    base=left[chosen],
+                    x=(right - left)[chosen],
+                    name=f"{outcome}: {segment}",
+                    legendgroup=outcome,
+                    marker=dict(color=colour, line=dict(width=0)),
+                    opacity=opacity,
+                    customdata=bars.hover[chosen],
+                    hovertemplate=(
+                        f"request %{{customdata[0]}}, {outcome}, {segment}"
+                        "<br>start %{customdata[5]:.3f} s · first token %{customdata[6]:.3f} s"
+                        " · end %{customdata[7]:.3f} s<br>TTFT %{customdata[1]} · E2E %{customdata[2]}"
+                        "<br>%{customdata[3]} input · %{customdata[4]} output tokens<extra></extra>"
+                    ),
+                )
+            )
     fig.update_yaxes(autorange="reversed", showticklabels=False, showgrid=False)  # the first request at the top
     fig.update_xaxes(rangemode="tozero")
-    fig.update_layout(barmode="overlay", bargap=0.1 if len(rows) < 50 else 0,
-                      legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
+    fig.update_layout(
+        barmode="overlay",
+        bargap=0.1 if len(rows) < 50 else 0,
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
+    )
     if notes:
         fig.update_layout(title=dict(subtitle=dict(text="<br>".join(notes))))
     return fig
@@ -98,11 +113,18 @@ class _Bars:
         # No first token (failed or cancelled while waiting): the whole bar is waiting.
         self.first_token = np.where(np.isfinite(ttft), np.minimum(self.start + ttft, self.end), self.end)
         e2e = rows["e2e_s"].to_numpy(dtype=np.float64)
-        self.hover = np.column_stack([
-            rows["index"].to_numpy(dtype=object), _ms(ttft), _ms(e2e),
-            rows["input_len"].to_numpy(dtype=object), rows["output_len"].to_numpy(dtype=object),
-            self.start, self.first_token, self.end,
-        ])
+        self.hover = np.column_stack(
+            [
+                rows["index"].to_numpy(dtype=object),
+                _ms(ttft),
+                _ms(e2e),
+                rows["input_len"].to_numpy(dtype=object),
+                rows["output_len"].to_numpy(dtype=object),
+                self.start,
+                self.first_token,
+                self.end,
+            ]
+        )
 
 
 def _ms(seconds: np.ndarray) -> np.ndarray:

@@ -33,9 +33,15 @@ def length_histograms(table: pd.DataFrame) -> go.Figure:
         values = table[column].to_numpy(dtype=np.float64)
         edges = _whole_token_bins(values)
         largest = max(largest, int(np.histogram(values, edges)[0].max()))
-        fig.add_trace(go.Histogram(x=values, name=f"{name} (mean {values.mean():,.0f})", opacity=0.65,
-                                   xbins=dict(start=edges[0], end=edges[-1], size=edges[1] - edges[0]),
-                                   hovertemplate="%{x} tokens: %{y} requests<extra></extra>"))
+        fig.add_trace(
+            go.Histogram(
+                x=values,
+                name=f"{name} (mean {values.mean():,.0f})",
+                opacity=0.65,
+                xbins=dict(start=edges[0], end=edges[-1], size=edges[1] - edges[0]),
+                hovertemplate="%{x} tokens: %{y} requests<extra></extra>",
+            )
+        )
     fig.update_layout(barmode="overlay", legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0))
     count_axis(fig, largest)
     return fig
@@ -69,8 +75,15 @@ def send_times_figure(table: pd.DataFrame) -> go.Figure | None:
     span = float(np.nanmax(times)) if times.size else 0.0
     edges = np.arange(0.0, max(span, 0.0) + 1.0, 1.0)
     counts, _ = np.histogram(times, bins=edges if edges.size > 1 else 1)
-    fig.add_trace(go.Bar(x=edges[:-1] + 0.5 if edges.size > 1 else [0.5], y=counts, width=1.0, name="requests",
-                         hovertemplate="%{x:.1f} s: %{y} requests<extra></extra>"))
+    fig.add_trace(
+        go.Bar(
+            x=edges[:-1] + 0.5 if edges.size > 1 else [0.5],
+            y=counts,
+            width=1.0,
+            name="requests",
+            hovertemplate="%{x:.1f} s: %{y} requests<extra></extra>",
+        )
+    )
     count_axis(fig, float(counts.max(initial=0)))
     return fig
 
@@ -93,8 +106,9 @@ def ttft_by_turn(table: pd.DataFrame) -> go.Figure | None:
         return None
     fig = titled_figure("TTFT by turn", "Turn", "TTFT (ms)")
     turn, ttft_ms = done["turn"].to_numpy(dtype=np.int64) + 1, done["ttft_s"].to_numpy(dtype=np.float64) * 1000
-    fig.add_trace(go.Box(x=turn, y=ttft_ms, boxmean=True, name="TTFT",
-                         hovertemplate="turn %{x}: %{y:,.1f} ms<extra></extra>"))
+    fig.add_trace(
+        go.Box(x=turn, y=ttft_ms, boxmean=True, name="TTFT", hovertemplate="turn %{x}: %{y:,.1f} ms<extra></extra>")
+    )
     fig.update_xaxes(dtick=1)
     return fig
 
@@ -102,16 +116,29 @@ def ttft_by_turn(table: pd.DataFrame) -> go.Figure | None:
 def _turns(table: pd.DataFrame) -> go.Figure:
     turns = table["turn"].to_numpy(dtype=np.float64) + 1
     sessions = table["session"].nunique() if "session" in table else 0
-    fig = titled_figure(f"Turns: {sessions} sessions, up to {int(np.nanmax(turns))} turns each", "Turn",
-                        "Mean input length (tokens)")
+    fig = titled_figure(
+        f"Turns: {sessions} sessions, up to {int(np.nanmax(turns))} turns each", "Turn", "Mean input length (tokens)"
+    )
     means = table.assign(turn_number=turns).groupby("turn_number")
     repeated = means["shared_prefix_tokens"].mean() if "shared_prefix_tokens" in table else None
     total = means["input_len"].mean()
     if repeated is not None:
-        fig.add_trace(go.Bar(x=total.index, y=repeated.to_numpy(), name="repeated from earlier turns",
-                             hovertemplate="turn %{x}: %{y:,.0f} tokens repeated<extra></extra>"))
-        fig.add_trace(go.Bar(x=total.index, y=(total - repeated).to_numpy(), name="new in this turn",
-                             hovertemplate="turn %{x}: %{y:,.0f} new tokens<extra></extra>"))
+        fig.add_trace(
+            go.Bar(
+                x=total.index,
+                y=repeated.to_numpy(),
+                name="repeated from earlier turns",
+                hovertemplate="turn %{x}: %{y:,.0f} tokens repeated<extra></extra>",
+            )
+        )
+        fig.add_trace(
+            go.Bar(
+                x=total.index,
+                y=(total - repeated).to_numpy(),
+                name="new in this turn",
+                hovertemplate="turn %{x}: %{y:,.0f} new tokens<extra></extra>",
+            )
+        )
         fig.update_layout(barmode="stack")
     else:
         fig.add_trace(go.Bar(x=total.index, y=total.to_numpy(), name="input"))
@@ -126,12 +153,21 @@ def _prefix_share(table: pd.DataFrame) -> go.Figure:
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(inputs > 0, shared / inputs, np.nan)
     overall = np.nansum(shared) / np.nansum(inputs) if np.nansum(inputs) else np.nan
-    fig = titled_figure(f"Prefix share: {overall:.0%} of prompt tokens open other prompts too",
-                        "Share of the prompt shared with other prompts", "Requests")
+    fig = titled_figure(
+        f"Prefix share: {overall:.0%} of prompt tokens open other prompts too",
+        "Share of the prompt shared with other prompts",
+        "Requests",
+    )
     # Plotly's bins: from 0 on, a prompt shared whole in a bin of its own past 100 %.
     edges = PREFIX_SHARE_BIN * np.arange(round(1 / PREFIX_SHARE_BIN) + 2)
-    fig.add_trace(go.Histogram(x=share, xbins=dict(start=0.0, end=1.0001, size=PREFIX_SHARE_BIN), name="requests",
-                               hovertemplate="%{x}: %{y} requests<extra></extra>"))
+    fig.add_trace(
+        go.Histogram(
+            x=share,
+            xbins=dict(start=0.0, end=1.0001, size=PREFIX_SHARE_BIN),
+            name="requests",
+            hovertemplate="%{x}: %{y} requests<extra></extra>",
+        )
+    )
     fig.update_xaxes(range=[0, 1], tickformat=".0%")
     count_axis(fig, float(np.histogram(share[np.isfinite(share)], edges)[0].max(initial=0)))
     return fig

@@ -17,8 +17,14 @@ from playwright.sync_api import expect
 CHROMIUM = Path("/usr/bin/chromium")
 # Headless chromium as root in a container, with nothing that phones home or updates itself.
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 ARTIFACTS = ROOT / "artifacts" / "e2e"
 DEFAULT_TIMEOUT_MS = 20_000
@@ -41,8 +47,12 @@ def app_server(chromium, tiny_model_path, tmp_path_factory) -> AppServer:
     """
     folder = tmp_path_factory.mktemp("e2e-server")
     port = free_port()
-    env = {**os.environ, "BENCH_STUDIO_RESULTS": str(folder / "results"), "HF_HUB_OFFLINE": "1",
-           "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "BENCH_STUDIO_RESULTS": str(folder / "results"),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
     with serve(streamlit_command(port), env, port, folder) as server:
         yield server
 

@@ -40,9 +40,17 @@ class AppServer:
 def streamlit_command(port: int) -> list[str]:
     """`streamlit run app.py` from this checkout on 127.0.0.1:`port`, headless, with no file watcher."""
     return [
-        sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
-        "--server.headless=true", f"--server.port={port}", "--server.address=127.0.0.1",
-        "--browser.gatherUsageStats=false", "--server.fileWatcherType=none", "--server.runOnSave=false",
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(ROOT / "app.py"),
+        "--server.headless=true",
+        f"--server.port={port}",
+        "--server.address=127.0.0.1",
+        "--browser.gatherUsageStats=false",
+        "--server.fileWatcherType=none",
+        "--server.runOnSave=false",
     ]
 
 
@@ -56,11 +64,11 @@ def serve(command: list, env: dict[str, str], port: int, folder: Path, cwd: Path
         # Streamlit reads .streamlit/config.toml from the working directory (the repository root by default; the
         # installed `bench-studio app` passes it as flags). A new session makes the server the
         # leader of its own process group, so teardown reaches every child it started.
-        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     results = Path(env.get("BENCH_STUDIO_RESULTS", cwd / "results"))
-    server = AppServer(url=f"http://127.0.0.1:{port}", results=results,
-                       log_path=log_path, process=process)
+    server = AppServer(url=f"http://127.0.0.1:{port}", results=results, log_path=log_path, process=process)
     try:
         _wait_until_healthy(server)
         yield server
@@ -87,8 +95,9 @@ def _wait_until_healthy(server: AppServer) -> None:
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             pass
         time.sleep(0.2)
-    pytest.fail(f"streamlit did not answer {server.url}/_stcore/health within {SERVER_START_TIMEOUT_S} s:\n"
-                f"{server.log()}")
+    pytest.fail(
+        f"streamlit did not answer {server.url}/_stcore/health within {SERVER_START_TIMEOUT_S} s:\n{server.log()}"
+    )
 
 
 def _stop(process: subprocess.Popen) -> None:

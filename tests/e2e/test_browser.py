@@ -78,7 +78,8 @@ def test_a_shared_prefix_workload_is_sampled_and_drawn_before_start(page: Page):
     page.get_by_role("button", name="Sample the workload").click()
     for n in (0, 1):  # the token lengths, then the prefix share
         expect(page.locator(f".st-key-preview_workload_{n} .main-svg").first).to_be_visible(
-            timeout=FIRST_CHART_TIMEOUT_MS)
+            timeout=FIRST_CHART_TIMEOUT_MS
+        )
     expect(page.get_by_text(re.compile(r"^8 requests, tokenized with builtin:tiny-llama"))).to_be_visible()
     expect(page.get_by_test_id("stException")).to_have_count(0)
 
@@ -95,7 +96,8 @@ def test_live_run_then_finished_run_then_history_comparison(page: Page, app_serv
 
     short_id = start_run(page, "short", dataset="sharegpt", numbers=SHORT_RUN)
     expect(page.get_by_text(f"finished: {SHORT_PROMPTS}/{SHORT_PROMPTS} requests succeeded")).to_be_visible(
-        timeout=RUN_END_TIMEOUT_MS)
+        timeout=RUN_END_TIMEOUT_MS
+    )
     check_finished_view(page)
     page.screenshot(path=artifacts / "run-finished.png")
     check_lmdeploy_csv(page, History(app_server.results), short_id, artifacts)
@@ -111,6 +113,7 @@ def test_live_run_then_finished_run_then_history_comparison(page: Page, app_serv
 
 
 # ---- steps ---------------------------------------------------------------------------------------
+
 
 def start_run(page: Page, label: str, dataset: str, numbers: dict[str, int]) -> str:
     """Fill the sidebar, press Start and return the new run's id from the URL once its page shows it."""
@@ -141,8 +144,9 @@ def watch_live_updates(page: Page) -> None:
     assert first_text.startswith("running: ")
     expect(progress).not_to_have_text(first_text)
     counted = page.evaluate(HISTOGRAM_COUNT_JS, "live_first_histogram")
-    page.wait_for_function(f"([key, before]) => ({HISTOGRAM_COUNT_JS})(key) > before",
-                           arg=["live_first_histogram", counted])
+    page.wait_for_function(
+        f"([key, before]) => ({HISTOGRAM_COUNT_JS})(key) > before", arg=["live_first_histogram", counted]
+    )
 
 
 def check_finished_view(page: Page) -> None:
@@ -202,6 +206,7 @@ def compare_in_history(page: Page, labels: dict[str, str]) -> None:
 
 
 # ---- widgets -------------------------------------------------------------------------------------
+
 
 def open_run_page(page: Page) -> None:
     page.goto("/")

@@ -15,15 +15,22 @@ from bench_core.store.history import History
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-RUN = "/?model_choice=builtin:tiny-llama&dataset_builtin=builtin:sample&num_prompts_cpu=48" \
-      "&sharegpt_output_len_cpu=512&concurrency_cpu=2&label=stopped"
+RUN = (
+    "/?model_choice=builtin:tiny-llama&dataset_builtin=builtin:sample&num_prompts_cpu=48"
+    "&sharegpt_output_len_cpu=512&concurrency_cpu=2&label=stopped"
+)
 
 
-def test_a_dashboard_stopped_mid_run_records_the_run_cancelled_with_what_it_measured(page: Page, tiny_model_path,
-                                                                                     tmp_path):
+def test_a_dashboard_stopped_mid_run_records_the_run_cancelled_with_what_it_measured(
+    page: Page, tiny_model_path, tmp_path
+):
     port = free_port()
-    env = {**os.environ, "BENCH_STUDIO_RESULTS": str(tmp_path / "results"), "HF_HUB_OFFLINE": "1",
-           "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "BENCH_STUDIO_RESULTS": str(tmp_path / "results"),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
     with serve(streamlit_command(port), env, port, tmp_path) as server:
         page.goto(server.url + RUN)
         page.get_by_test_id("stSidebar").get_by_role("button", name="Start").click()

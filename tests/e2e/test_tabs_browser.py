@@ -13,8 +13,17 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 from test_browser import (
-    FIRST_CHART_TIMEOUT_MS, LIVE_RUN, RUN_END_TIMEOUT_MS, TINY_MODEL, choose_model, choose_radio, fill_number,
-    open_run_page, run_id_in_url, sidebar, start_run,
+    FIRST_CHART_TIMEOUT_MS,
+    LIVE_RUN,
+    RUN_END_TIMEOUT_MS,
+    TINY_MODEL,
+    choose_model,
+    choose_radio,
+    fill_number,
+    open_run_page,
+    run_id_in_url,
+    sidebar,
+    start_run,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -44,8 +53,12 @@ def test_a_double_click_queues_one_run_that_a_second_tab_and_every_page_show(pag
     for title in ("History", "Sweep", "Playground"):
         second.get_by_test_id("stSidebarNav").get_by_role("link", name=title).click()
         banner = second.locator(".st-key-active_runs_banner")
-        expect(banner).to_contain_text(re.compile(rf"run {run_id} is running: \d+/{LIVE_RUN['Number of prompts']} "
-                                                  r"requests"))
+        expect(banner).to_contain_text(
+            re.compile(
+                rf"run {run_id} is running: \d+/{LIVE_RUN['Number of prompts']} "
+                r"requests"
+            )
+        )
         expect(banner.get_by_role("link", name="Open it")).to_have_count(1)  # one run active: nothing queued twice
     second.screenshot(path=artifacts / "second-tab-banner-on-playground.png")
     banner.get_by_role("link", name="Open it").click()
@@ -77,8 +90,12 @@ def test_one_back_leaves_the_run_page_after_its_settings_changed_and_a_run_ran(p
     navigation.get_by_role("link", name="Run").click()
     expect(page.get_by_role("heading", name="Run a benchmark")).to_be_visible()
     choose_model(page, TINY_MODEL)
-    run_id = start_run(page, "back", dataset="sharegpt",
-                       numbers={"Fixed output length (tokens)": 4, "Number of prompts": 2, "Concurrency": 2})
+    run_id = start_run(
+        page,
+        "back",
+        dataset="sharegpt",
+        numbers={"Fixed output length (tokens)": 4, "Number of prompts": 2, "Concurrency": 2},
+    )
     expect(page.get_by_text("finished: 2/2 requests succeeded")).to_be_visible(timeout=RUN_END_TIMEOUT_MS)
     assert run_id_in_url(page.url) == run_id and "num_prompts_cpu=2" in page.url
 

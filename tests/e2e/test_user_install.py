@@ -33,15 +33,26 @@ PROMPTS, OUTPUT_LEN = 4, 16
 RUN_ENDED = re.compile(r"^(finished|partial|failed|cancelled): ")
 RUN_TIMEOUT_S = 300  # the conversion and the run on a busy 2-core machine, with a wide margin
 # Our settings that a new user does not have; HF_HUB_OFFLINE included, so a hub access would show.
-DEVELOPER_ONLY = ("BENCH_STUDIO_CACHE", "BENCH_STUDIO_RESULTS", "BENCH_STUDIO_TORCH_THREADS", "HF_HUB_OFFLINE",
-                  "VIRTUAL_ENV", "PYTHONPATH")
+DEVELOPER_ONLY = (
+    "BENCH_STUDIO_CACHE",
+    "BENCH_STUDIO_RESULTS",
+    "BENCH_STUDIO_TORCH_THREADS",
+    "HF_HUB_OFFLINE",
+    "VIRTUAL_ENV",
+    "PYTHONPATH",
+)
 
 
 @pytest.fixture(scope="module")
 def user_python() -> Path:
     """.venv-user set up by scripts/setup.sh as ./scripts/app.sh runs it; it has none of the test tools."""
-    subprocess.run([ROOT / "scripts" / "setup.sh"], cwd=ROOT, env={**os.environ, "BENCH_STUDIO_VENV": USER_VENV},
-                   check=True, timeout=SETUP_TIMEOUT_S)
+    subprocess.run(
+        [ROOT / "scripts" / "setup.sh"],
+        cwd=ROOT,
+        env={**os.environ, "BENCH_STUDIO_VENV": USER_VENV},
+        check=True,
+        timeout=SETUP_TIMEOUT_S,
+    )
     python = ROOT / USER_VENV / "bin" / "python"
     probe = "import importlib.util as u; print([u.find_spec(name) for name in ('pytest', 'playwright')])"
     assert subprocess.run([python, "-c", probe], capture_output=True, text=True).stdout == "[None, None]\n"
@@ -52,18 +63,40 @@ def new_user(home: Path, **settings: str) -> dict[str, str]:
     """The environment of a user with an empty home (so no model cache) who runs the user install."""
     home.mkdir()
     env = {name: value for name, value in os.environ.items() if name not in DEVELOPER_ONLY}
-    return {**env, "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"), "BENCH_STUDIO_VENV": USER_VENV,
-            **settings}
+    return {
+        **env,
+        "HOME": str(home),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "BENCH_STUDIO_VENV": USER_VENV,
+        **settings,
+    }
 
 
 @pytest.mark.timeout(SETUP_TIMEOUT_S + RUN_TIMEOUT_S)
 def test_the_cli_converts_the_default_model_and_benchmarks_it(user_python, tmp_path):
     home, results = tmp_path / "home", tmp_path / "results"
-    command = [user_python, "-m", "bench_core", "pipeline", "builtin:sharegpt", MODEL, "--backend", "transformers",
-               "-n", str(PROMPTS), "--sharegpt-output-len", str(OUTPUT_LEN), "-c", str(PROMPTS),
-               "--stream-output", "--csv", "", "--results", str(results)]
-    cli = subprocess.run(command, cwd=ROOT, env=new_user(home), capture_output=True, text=True,
-                         timeout=RUN_TIMEOUT_S)
+    command = [
+        user_python,
+        "-m",
+        "bench_core",
+        "pipeline",
+        "builtin:sharegpt",
+        MODEL,
+        "--backend",
+        "transformers",
+        "-n",
+        str(PROMPTS),
+        "--sharegpt-output-len",
+        str(OUTPUT_LEN),
+        "-c",
+        str(PROMPTS),
+        "--stream-output",
+        "--csv",
+        "",
+        "--results",
+        str(results),
+    ]
+    cli = subprocess.run(command, cwd=ROOT, env=new_user(home), capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     assert cli.returncode == 0, cli.stderr[-3000:]
     assert (home / CONVERTED).is_file()
     (row,) = History(results).load().to_dict("records")
@@ -102,7 +135,6 @@ def start_with_the_defaults(browser: Browser, url: str, screenshot: Path) -> Non
 
 
 @pytest.mark.timeout(SETUP_TIMEOUT_S + RUN_TIMEOUT_S)
-def test_start_with_the_defaults_on_the_app_that_scripts_app_sh_serves(user_app, browser: Browser, artifacts,
-                                                                       tmp_path):
+def test_start_with_the_defaults_on_the_app_that_scripts_app_sh_serves(user_app, browser: Browser, artifacts, tmp_path):
     start_with_the_defaults(browser, user_app.url, artifacts / "user-install-run.png")
     assert (tmp_path / "home" / CONVERTED).is_file()

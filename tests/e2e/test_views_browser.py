@@ -12,10 +12,10 @@ import re
 import pytest
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Locator, Page, expect
+from profiled_runs import recorded_history
 from test_browser import FIRST_CHART_TIMEOUT_MS, TINY_MODEL, choose_model, dataframe_with_cell
 
 from bench_core.measure.profiler import Profiler, Session
-from profiled_runs import recorded_history
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -65,15 +65,18 @@ def all_rows_in_view(grid: Locator) -> bool:
     return grid.locator(".dvn-scroller").first.evaluate("box => box.scrollHeight <= box.clientHeight + 2")
 
 
-def test_histograms_say_when_values_are_nearly_equal_or_stalled_and_tables_show_every_row(page: Page, app_server,
-                                                                                            artifacts):
+def test_histograms_say_when_values_are_nearly_equal_or_stalled_and_tables_show_every_row(
+    page: Page, app_server, artifacts
+):
     recorded_history(app_server.results, [(STALLED_RUN_ID, "transformers", REQUESTS, stalled_run())])
     page.goto(f"/run?run={STALLED_RUN_ID}")
     first = page.locator(".st-key-ended_first")
     second = page.locator(".st-key-ended_second")
     expect(first.locator(".main-svg").first).to_be_visible(timeout=FIRST_CHART_TIMEOUT_MS)
     expect(first).to_contain_text(re.compile(r"All 16 requests within 0\.0\d+ ms \(4,582\.43\d to 4,582\.46\d ms\)"))
-    expect(second).to_contain_text(re.compile(r"\d+ gaps above 1\d\d(\.\d+)? ms \(outliers\), up to 1\d,\d{3}(\.\d+)? ms"))
+    expect(second).to_contain_text(
+        re.compile(r"\d+ gaps above 1\d\d(\.\d+)? ms \(outliers\), up to 1\d,\d{3}(\.\d+)? ms")
+    )
     expect(second).to_contain_text(re.compile(r"> 1\d\d"))  # the overflow bar's own label
     first.screenshot(path=artifacts / "histogram-near-equal.png")
     second.screenshot(path=artifacts / "histogram-stalls.png")

@@ -15,10 +15,10 @@ from streamlit.testing.v1 import AppTest
 
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.errors import HistoryColumnsError
+from bench_core.run.runner import Runner
 from bench_core.store.history import RESULTS_ENV, History, RunRecord
 from bench_core.store.journal import FolderLock
 from bench_core.store.leftovers import STALE_AFTER_S
-from bench_core.run.runner import Runner
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
 pytestmark = pytest.mark.slow
@@ -33,8 +33,14 @@ QUARANTINE = "history.quarantine.csv"
 def tiny_config(label: str) -> RunConfig:
     return RunConfig(
         engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
-        dataset=DatasetConfig(dataset="builtin:sample", dataset_name="random", num_prompts=4,
-                              random_input_len=16, random_output_len=8, random_range_ratio=1.0),
+        dataset=DatasetConfig(
+            dataset="builtin:sample",
+            dataset_name="random",
+            num_prompts=4,
+            random_input_len=16,
+            random_output_len=8,
+            random_range_ratio=1.0,
+        ),
         load=LoadConfig(concurrency=2, stream_output=True),
         label=label,
     )
@@ -65,9 +71,31 @@ def run_cli(root: Path) -> subprocess.CompletedProcess:
     """One short real benchmark through the CLI into `root`, as a user would run the next one."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "bench_core", "pipeline", "builtin:sample", "builtin:tiny-llama", "--backend",
-         "transformers", "-n", "4", "-c", "2", "--stream-output", "--csv", "", "--results", str(root)],
-        cwd=root.parent, env=env, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "bench_core",
+            "pipeline",
+            "builtin:sample",
+            "builtin:tiny-llama",
+            "--backend",
+            "transformers",
+            "-n",
+            "4",
+            "-c",
+            "2",
+            "--stream-output",
+            "--csv",
+            "",
+            "--results",
+            str(root),
+        ],
+        cwd=root.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def warnings_of(proc: subprocess.CompletedProcess) -> list[str]:
@@ -89,12 +117,13 @@ def history_page() -> AppTest:
 
 # ---- item 5: rows that do not parse are quarantined, never rewritten -------------------------------------
 
+
 def test_a_row_cut_short_is_moved_aside_and_the_next_run_keeps_every_good_byte(results):
     root, run_ids = results
     csv_path = root / "history.csv"
     good = csv_path.read_bytes()
     header, first_row = good.splitlines(keepends=True)[:2]
-    cut = first_row[:len(first_row) // 3]  # a crash in the middle of a row: its tail cells never written
+    cut = first_row[: len(first_row) // 3]  # a crash in the middle of a row: its tail cells never written
     csv_path.write_bytes(good + cut)
 
     proc = run_cli(root)
@@ -105,7 +134,7 @@ def test_a_row_cut_short_is_moved_aside_and_the_next_run_keeps_every_good_byte(r
     assert str(root / QUARANTINE) in warning
     after = csv_path.read_bytes()
     assert after.startswith(good)  # the good rows byte for byte, their full precision included
-    assert cut not in after[len(good):]
+    assert cut not in after[len(good) :]
     assert (root / QUARANTINE).read_bytes() == header + cut + b"\n"
     runs = History(root).load()
     assert len(runs) == 3 and set(run_ids) < set(runs["run_id"])
@@ -113,7 +142,8 @@ def test_a_row_cut_short_is_moved_aside_and_the_next_run_keeps_every_good_byte(r
 
 
 def test_garbage_an_unterminated_quote_and_an_empty_run_id_are_named_on_the_history_page(
-        results, monkeypatch, fresh_dashboard):
+    results, monkeypatch, fresh_dashboard
+):
     root, run_ids = results
     csv_path = root / "history.csv"
     lines = csv_path.read_bytes().splitlines(keepends=True)
@@ -160,8 +190,15 @@ def test_a_cell_holding_line_breaks_is_a_row_not_damage(results):
     root, run_ids = results
     history = History(root)
     message = 'engine said:\n  "out of memory"\r\n  at step 3'
-    history.record(RunRecord(run_id="20261130-120000-abcd", started_at="", status="failed",
-                             config=tiny_config("two\nlines"), error=message))
+    history.record(
+        RunRecord(
+            run_id="20261130-120000-abcd",
+            started_at="",
+            status="failed",
+            config=tiny_config("two\nlines"),
+            error=message,
+        )
+    )
     before = (root / "history.csv").read_bytes()
 
     history.tidy()
@@ -174,6 +211,7 @@ def test_a_cell_holding_line_breaks_is_a_row_not_damage(results):
 
 
 # ---- item 6: a history without its run_id column is refused and left alone ------------------------------
+
 
 def test_a_renamed_run_id_header_is_refused_before_the_run_and_nothing_is_written(results):
     root, _ = results
@@ -192,8 +230,7 @@ def test_a_renamed_run_id_header_is_refused_before_the_run_and_nothing_is_writte
     assert not (root / QUARANTINE).exists()
 
 
-def test_a_renamed_run_id_header_refuses_a_save_and_the_history_page_says_why(results, monkeypatch,
-                                                                               fresh_dashboard):
+def test_a_renamed_run_id_header_refuses_a_save_and_the_history_page_says_why(results, monkeypatch, fresh_dashboard):
     root, _ = results
     csv_path = root / "history.csv"
     renamed = csv_path.read_bytes().replace(b",run_id,", b",id,", 1)
@@ -213,6 +250,7 @@ def test_a_renamed_run_id_header_refuses_a_save_and_the_history_page_says_why(re
 
 
 # ---- item 7: what a crash left is recovered or removed; what a run in progress writes is not -------------
+
 
 def test_leftovers_of_a_crash_are_recovered_or_removed_on_start_and_a_run_in_progress_is_spared(results):
     root, (kept_id, lost_id) = results

@@ -25,9 +25,9 @@ from bench_core import csvstore
 from bench_core.cli import build_parser, main
 from bench_core.cli.restful import base_url
 from bench_core.config import RunConfig
+from bench_core.engines.openai_client import ServerSpec, run_requests
 from bench_core.load.datasets import SampledRequest
 from bench_core.store.history import History, RunRecord, history_row
-from bench_core.engines.openai_client import ServerSpec, run_requests
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
 pytestmark = pytest.mark.slow
@@ -35,8 +35,18 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_WITHIN_S = 2.0  # from SIGINT to the process gone
 HANG_S = 60  # a run that should end in seconds and has not by then hangs
-PIPELINE = ["pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--stream-output",
-            "--results", "results", "--csv", ""]
+PIPELINE = [
+    "pipeline",
+    "builtin:sample",
+    "builtin:tiny-llama",
+    "--backend",
+    "transformers",
+    "--stream-output",
+    "--results",
+    "results",
+    "--csv",
+    "",
+]
 
 
 def _as_from_a_terminal() -> None:
@@ -57,9 +67,14 @@ class Cli:
         controller, terminal = pty.openpty()
         with open(folder / "stdout.txt", "wb") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "bench_core", *args], cwd=folder, stdin=subprocess.DEVNULL, stdout=out,
-                stderr=terminal, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-                preexec_fn=_as_from_a_terminal)
+                [sys.executable, "-m", "bench_core", *args],
+                cwd=folder,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=terminal,
+                env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+                preexec_fn=_as_from_a_terminal,
+            )
         os.close(terminal)
         self._controller, self._stderr, self._closed = controller, b"", False
         self._grew = threading.Condition()
@@ -125,8 +140,24 @@ def cli(tmp_path):
 
 
 def restful_args(url: str, model: str, *flags: str) -> list[str]:
-    return ["restful", "--backend", "vllm", "--base-url", url, "--model", model, "--tokenizer", "builtin:tiny-llama",
-            "--dataset-path", "builtin:sample", "--output-file", "", "--results", "results", *flags]
+    return [
+        "restful",
+        "--backend",
+        "vllm",
+        "--base-url",
+        url,
+        "--model",
+        model,
+        "--tokenizer",
+        "builtin:tiny-llama",
+        "--dataset-path",
+        "builtin:sample",
+        "--output-file",
+        "",
+        "--results",
+        "results",
+        *flags,
+    ]
 
 
 def history(folder: Path) -> History:
@@ -179,7 +210,9 @@ def test_ctrl_c_or_sigterm_while_measuring_keeps_what_was_measured(signum, cli, 
 
 def test_ctrl_c_while_saving_lets_the_save_finish(cli, tmp_path):
     # A long history makes the save take a while (it rewrites the file), long enough to interrupt it.
-    earlier = history_row(RunRecord(run_id="x", started_at="2026-01-01T00:00:00+00:00", status="failed", config=RunConfig()))
+    earlier = history_row(
+        RunRecord(run_id="x", started_at="2026-01-01T00:00:00+00:00", status="failed", config=RunConfig())
+    )
     csvstore.append_rows(history(tmp_path).csv_path, [{**earlier, "run_id": f"earlier-{i}"} for i in range(4000)])
     process = cli([*PIPELINE, "-n", "2", "--sharegpt-output-len", "8"])
     deadline = time.monotonic() + HANG_S
@@ -200,8 +233,18 @@ def test_ctrl_c_during_a_restful_warm_up_exits_130_with_one_line(cli, misbehavin
 
 def test_ctrl_c_while_a_restful_run_measures_counts_requests_in_flight_as_cancelled(cli, misbehaving_server, tmp_path):
     # --no-server-metrics: that server serves no /metrics, whose warning line would come before the one asserted.
-    process = cli(restful_args(misbehaving_server, "m", "--num-prompts", "3", "--sharegpt-output-len", "2000",
-                               "--disable-warmup", "--no-server-metrics"))
+    process = cli(
+        restful_args(
+            misbehaving_server,
+            "m",
+            "--num-prompts",
+            "3",
+            "--sharegpt-output-len",
+            "2000",
+            "--disable-warmup",
+            "--no-server-metrics",
+        )
+    )
     process.wait_for("running:")
     (line,) = assert_interrupted_quickly(process)
     assert line.endswith("cancelled in results/history.csv")
@@ -214,9 +257,22 @@ def test_ctrl_c_while_a_restful_run_measures_counts_requests_in_flight_as_cancel
 # --- servers that send keep-alives but no tokens ------------------------------------------------
 
 
-def test_a_request_without_tokens_fails_after_the_timeout_whatever_else_the_server_sends(cli, misbehaving_server, tmp_path):
-    process = cli(restful_args(misbehaving_server, "keepalive", "--num-prompts", "2", "--sharegpt-output-len", "8",
-                               "--timeout", "2", "--disable-warmup"))
+def test_a_request_without_tokens_fails_after_the_timeout_whatever_else_the_server_sends(
+    cli, misbehaving_server, tmp_path
+):
+    process = cli(
+        restful_args(
+            misbehaving_server,
+            "keepalive",
+            "--num-prompts",
+            "2",
+            "--sharegpt-output-len",
+            "8",
+            "--timeout",
+            "2",
+            "--disable-warmup",
+        )
+    )
     assert process.finish() == 1  # no request succeeded
     table = requests_of_last_run(tmp_path)
     assert table["status"].tolist() == ["failed"] * 2
@@ -224,8 +280,19 @@ def test_a_request_without_tokens_fails_after_the_timeout_whatever_else_the_serv
 
 
 def test_a_duration_ends_the_run_and_cancels_the_requests_in_flight(cli, misbehaving_server, tmp_path):
-    process = cli(restful_args(misbehaving_server, "keepalive", "--num-prompts", "2", "--sharegpt-output-len", "8",
-                               "--duration", "2", "--disable-warmup"))
+    process = cli(
+        restful_args(
+            misbehaving_server,
+            "keepalive",
+            "--num-prompts",
+            "2",
+            "--sharegpt-output-len",
+            "8",
+            "--duration",
+            "2",
+            "--disable-warmup",
+        )
+    )
     assert process.finish() == 1  # no request succeeded: nothing to measure
     assert process.lines()[-1] == "error: No request succeeded (2 cancelled in flight when the duration ended)"
     stored = history(tmp_path).load()
@@ -235,8 +302,11 @@ def test_a_duration_ends_the_run_and_cancels_the_requests_in_flight(cli, misbeha
 
 
 def test_a_warm_up_without_tokens_fails_within_the_duration(cli, misbehaving_server):
-    process = cli(restful_args(misbehaving_server, "keepalive", "--num-prompts", "2", "--sharegpt-output-len", "8",
-                               "--duration", "2"))
+    process = cli(
+        restful_args(
+            misbehaving_server, "keepalive", "--num-prompts", "2", "--sharegpt-output-len", "8", "--duration", "2"
+        )
+    )
     assert process.finish() == 2
     (line,) = process.lines()
     assert line.startswith("error: The warm-up request failed") and "no token for 2 s" in line
@@ -249,7 +319,9 @@ def test_a_request_past_its_deadline_fails_with_the_reason(misbehaving_server):
     list(run.events())
     (result,) = run.results
     assert time.monotonic() - started < 3
-    assert result.finish_reason == "error" and result.message.startswith("the request ran past its 0.5 s deadline after ")
+    assert result.finish_reason == "error" and result.message.startswith(
+        "the request ran past its 0.5 s deadline after "
+    )
 
 
 # --- the server's address, the model hub, flags --------------------------------------------------
@@ -273,12 +345,13 @@ class _CountingHub(http.server.BaseHTTPRequestHandler):
 
 
 def test_restful_without_a_tokenizer_stays_off_the_model_hub_and_says_how_to_allow_it(
-        cli, misbehaving_server, tmp_path, monkeypatch):
+    cli, misbehaving_server, tmp_path, monkeypatch
+):
     hub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _CountingHub)  # the hub, as far as the CLI knows
     threading.Thread(target=hub.serve_forever, daemon=True).start()
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # the user's shell: nothing set
     args = restful_args(misbehaving_server, "some-org/served-model")
-    del args[args.index("--tokenizer"):args.index("--tokenizer") + 2]
+    del args[args.index("--tokenizer") : args.index("--tokenizer") + 2]
     try:
         process = cli(args, env={"HF_ENDPOINT": f"http://127.0.0.1:{hub.server_port}", "HF_HOME": str(tmp_path / "hf")})
         assert process.finish() == 2
@@ -297,11 +370,29 @@ def test_a_port_out_of_range_is_one_line_and_exit_2(capsys):
     assert err.count("\n") == 1 and "the port must be a whole number from 1 to 65535, not '99999'" in err
 
 
-@pytest.mark.parametrize("dataset", [["--dataset-name", "random", "--random-input-len", "8", "--random-output-len", "8"], []])
+@pytest.mark.parametrize(
+    "dataset", [["--dataset-name", "random", "--random-input-len", "8", "--random-output-len", "8"], []]
+)
 def test_a_negative_seed_is_refused_with_one_line_for_every_dataset(tmp_path, capsys, dataset):
     results = tmp_path / "results"
-    code = main(["pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "2", "--seed", "-1",
-                 "--results", str(results), "--csv", "", *dataset])
+    code = main(
+        [
+            "pipeline",
+            "builtin:sample",
+            "builtin:tiny-llama",
+            "--backend",
+            "transformers",
+            "-n",
+            "2",
+            "--seed",
+            "-1",
+            "--results",
+            str(results),
+            "--csv",
+            "",
+            *dataset,
+        ]
+    )
     assert code == 2
     err = capsys.readouterr().err
     assert err == "error: The seed must be a whole number from 0 to 4294967295, not -1.\n"

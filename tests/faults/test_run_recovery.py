@@ -26,8 +26,19 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-PIPELINE = [sys.executable, "-m", "bench_core", "pipeline", "builtin:sample", "builtin:tiny-llama", "--backend",
-            "transformers", "--stream-output", "--csv", ""]
+PIPELINE = [
+    sys.executable,
+    "-m",
+    "bench_core",
+    "pipeline",
+    "builtin:sample",
+    "builtin:tiny-llama",
+    "--backend",
+    "transformers",
+    "--stream-output",
+    "--csv",
+    "",
+]
 # The dashboard's runner (engine_process.ProcessRunner) in a process of its own, as the Streamlit server holds it.
 DASHBOARD_RUNNER = textwrap.dedent("""
     import sys
@@ -55,8 +66,9 @@ def journal_of(root: Path) -> tuple[dict, dict[int, dict]]:
 def kill_when_journaled(command: list[str], cwd: Path, root: Path) -> None:
     """Start `command`, SIGKILL it (and its whole process group: the engine's worker too) once the run's journal
     holds JOURNALED_BATCHES batches of finished requests."""
-    process = subprocess.Popen(command, cwd=cwd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        command, cwd=cwd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
     deadline = time.monotonic() + 240
     try:
         while time.monotonic() < deadline and process.poll() is None:
@@ -65,8 +77,10 @@ def kill_when_journaled(command: list[str], cwd: Path, root: Path) -> None:
                 break
             time.sleep(0.1)
         else:
-            pytest.fail(f"no journal of {JOURNALED_BATCHES} batches in {root}/runs: "
-                        f"{process.stderr.read().decode() if process.poll() is not None else 'still running'}")
+            pytest.fail(
+                f"no journal of {JOURNALED_BATCHES} batches in {root}/runs: "
+                f"{process.stderr.read().decode() if process.poll() is not None else 'still running'}"
+            )
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
@@ -111,8 +125,14 @@ def test_a_process_killed_mid_run_leaves_a_cancelled_run_with_what_it_had_measur
 def recorded_run(tmp_path_factory, tiny_model_path):
     """A results folder with one real CLI run in it (as the issue's reproduction makes it)."""
     root = tmp_path_factory.mktemp("recorded") / "results"
-    subprocess.run([*PIPELINE, "-n", "3", "-c", "3", "--results", str(root)], cwd=root.parent, env=ENV,
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [*PIPELINE, "-n", "3", "-c", "3", "--results", str(root)],
+        cwd=root.parent,
+        env=ENV,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return root
 
 
@@ -164,7 +184,7 @@ def test_a_folder_without_row_json_is_rebuilt_and_names_what_it_could_not_rebuil
     lost = [column for column, cell in before.items() if cell and not after.get(column)]
     assert "finished_at" in lost and "engine_backend" in lost  # what such a folder never held
     for column in lost:
-        assert (column[:len("engine_")] + "*" if column.startswith("engine_") else column) in notice, column
+        assert (column[: len("engine_")] + "*" if column.startswith("engine_") else column) in notice, column
     assert after["model_kind"] == before["model_kind"] and after["roofline_bound"] == before["roofline_bound"]
 
 
@@ -178,14 +198,23 @@ def test_a_folder_whose_writer_is_alive_is_left_alone_however_old_and_recovered_
     old = time.time() - 24 * 3600
     for path in [folder, *folder.iterdir()]:
         os.utime(path, (old, old))
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
         from bench_core.store.journal import FolderLock
         FolderLock.hold(Path({str(folder)!r}))
         print("held", flush=True)
         time.sleep(600)
-    """)], env=ENV, stdout=subprocess.PIPE, text=True)
+    """),
+        ],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         busy = History(root)

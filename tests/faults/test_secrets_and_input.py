@@ -20,8 +20,8 @@ from streamlit.testing.v1 import AppTest
 
 from bench_core import csvstore
 from bench_core.errors import HistoryError
-from bench_core.store.history import History
 from bench_core.load.playground import PlaygroundResult, results_to_csv_bytes
+from bench_core.store.history import History
 from tests.app_under_test import APP
 from tests.openai_server import _make_app, free_port, serving
 
@@ -41,8 +41,9 @@ FORMULAS = ('=HYPERLINK("http://evil.example","click")', "=cmd|' /C calc'!A0", "
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     env.pop("OPENAI_API_KEY", None)  # the credentials under test are the URL's
-    return subprocess.run([sys.executable, "-m", "bench_core", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "bench_core", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def recording_app(seen: list[tuple[str, str]], quote_credentials: bool = False) -> web.Application:
@@ -57,8 +58,10 @@ def recording_app(seen: list[tuple[str, str]], quote_credentials: bool = False) 
         seen.append((authorization, body))
         if quote_credentials and request.path.endswith("completions"):
             user_info = base64.b64decode(authorization.removeprefix("Basic ")).decode()
-            message = (f"user-info {user_info} for http://{user_info}@{request.host}{request.path} refused, "
-                       f"Authorization: {authorization}, password {PASSWORD}, request {body}")
+            message = (
+                f"user-info {user_info} for http://{user_info}@{request.host}{request.path} refused, "
+                f"Authorization: {authorization}, password {PASSWORD}, request {body}"
+            )
             return web.json_response({"error": {"message": message}}, status=401)
         return await handler(request)
 
@@ -76,10 +79,29 @@ def with_credentials(url: str) -> str:
 
 
 def restful(url: str, work: Path, *flags: str) -> subprocess.CompletedProcess:
-    return run_cli("restful", "--backend", "vllm", "--base-url", url, "--tokenizer", "builtin:tiny-llama",
-                   "--dataset-path", "builtin:sample", "--num-prompts", "4", "--sharegpt-output-len", "4",
-                   "--extra-request-body", EXTRA_BODY, "--results", "results", "--output-file", "out.csv",
-                   *flags, cwd=work)
+    return run_cli(
+        "restful",
+        "--backend",
+        "vllm",
+        "--base-url",
+        url,
+        "--tokenizer",
+        "builtin:tiny-llama",
+        "--dataset-path",
+        "builtin:sample",
+        "--num-prompts",
+        "4",
+        "--sharegpt-output-len",
+        "4",
+        "--extra-request-body",
+        EXTRA_BODY,
+        "--results",
+        "results",
+        "--output-file",
+        "out.csv",
+        *flags,
+        cwd=work,
+    )
 
 
 def everything_written(folder: Path) -> str:
@@ -106,8 +128,9 @@ def test_credentials_reach_the_server_but_no_file_and_no_output(tmp_path):
     expected = "Basic " + base64.b64encode(f"{CANARY}user:{PASSWORD}".encode()).decode()
     assert seen and {authorization for authorization, _ in seen} == {expected}
     completions = [json.loads(body) for _, body in seen if body]
-    assert completions and all(body["api_key"] == BODY_KEY and body["auth"] == {"token": NESTED_TOKEN}
-                               for body in completions)
+    assert completions and all(
+        body["api_key"] == BODY_KEY and body["auth"] == {"token": NESTED_TOKEN} for body in completions
+    )
     (config_file,) = (tmp_path / "results" / "runs").glob("*/config.json")
     flat = json.loads(config_file.read_text())["flat"]
     assert flat["base_url"] == url.replace("http://", "http://***@")
@@ -133,11 +156,19 @@ def test_the_dashboards_engine_process_masks_credentials_a_server_quotes_in_what
     with serving(recording_app(seen, quote_credentials=True)) as url:
         runner = ProcessRunner(History(tmp_path / "results"))
         try:
-            run = runner.submit(RunConfig(
-                engine=EngineConfig(backend="openai", model=SERVED_MODEL, base_url=with_credentials(url),
-                                    tokenizer="builtin:tiny-llama", extra_request_body=EXTRA_BODY),
-                dataset=DatasetConfig(dataset="builtin:sample", num_prompts=4, sharegpt_output_len=4),
-                load=LoadConfig(load_pattern="request_rate", stream_output=True)))
+            run = runner.submit(
+                RunConfig(
+                    engine=EngineConfig(
+                        backend="openai",
+                        model=SERVED_MODEL,
+                        base_url=with_credentials(url),
+                        tokenizer="builtin:tiny-llama",
+                        extra_request_body=EXTRA_BODY,
+                    ),
+                    dataset=DatasetConfig(dataset="builtin:sample", num_prompts=4, sharegpt_output_len=4),
+                    load=LoadConfig(load_pattern="request_rate", stream_output=True),
+                )
+            )
             assert run.wait(120)
         finally:
             runner.shutdown()
@@ -177,8 +208,24 @@ def read_cells(data: bytes) -> list[list[str]]:
 def labelled_run(tmp_path_factory, tiny_model_path) -> Path:
     """A real run of the tiny model labelled with a formula; returns its working folder."""
     work = tmp_path_factory.mktemp("formula")
-    proc = run_cli("pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "4",
-                   "-c", "4", "--sharegpt-output-len", "4", "--label", FORMULAS[0], "--results", "results", cwd=work)
+    proc = run_cli(
+        "pipeline",
+        "builtin:sample",
+        "builtin:tiny-llama",
+        "--backend",
+        "transformers",
+        "-n",
+        "4",
+        "-c",
+        "4",
+        "--sharegpt-output-len",
+        "4",
+        "--label",
+        FORMULAS[0],
+        "--results",
+        "results",
+        cwd=work,
+    )
     assert proc.returncode == 0, proc.stderr
     return work
 
@@ -196,9 +243,17 @@ def test_imported_formulas_are_quoted_in_downloads_and_negative_numbers_stay_num
     history = History(tmp_path / "results")
     header, row = read_cells(History(labelled_run / "results").to_csv_bytes())
     cells = dict(zip(header, row))
-    cells.update(run_id="imported-1", label=FORMULAS[1], backend=FORMULAS[2], model=FORMULAS[3],
-                 dataset=FORMULAS[4], error=FORMULAS[5], load_seconds="-1.5", random_range_ratio="-0.0",
-                 mean_ttft_ms="-")  # LMDeploy's mark for "not measured"
+    cells.update(
+        run_id="imported-1",
+        label=FORMULAS[1],
+        backend=FORMULAS[2],
+        model=FORMULAS[3],
+        dataset=FORMULAS[4],
+        error=FORMULAS[5],
+        load_seconds="-1.5",
+        random_range_ratio="-0.0",
+        mean_ttft_ms="-",
+    )  # LMDeploy's mark for "not measured"
     history.import_csv(csvstore.table_bytes(header, [cells]), "shared.csv")
     header, row = read_cells(history.to_csv_bytes())
     got = dict(zip(header, row))
@@ -214,8 +269,7 @@ def test_imported_formulas_are_quoted_in_downloads_and_negative_numbers_stay_num
 
 
 @pytest.mark.parametrize("column", ["mean_ttft_ms", "p99_ttft_ms"])
-def test_an_imported_text_cell_in_a_number_column_is_refused_naming_its_line_and_column(labelled_run, tmp_path,
-                                                                                        column):
+def test_an_imported_text_cell_in_a_number_column_is_refused_naming_its_line_and_column(labelled_run, tmp_path, column):
     history = History(tmp_path / "results")
     history.import_csv(History(labelled_run / "results").csv_path)  # a good history first
     before = history.csv_path.read_bytes()
@@ -240,15 +294,31 @@ def test_a_stray_text_cell_in_a_number_column_reads_as_missing_not_as_a_text_col
     assert b"oops" in history.csv_path.read_bytes()  # kept in the file
 
 
-@pytest.mark.parametrize("flags, named", [
-    (("--temperature", "-1"), "temperature must be between 0 and 2"),
-    (("--temperature", "2.5"), "temperature must be between 0 and 2"),
-    (("--top-p", "2"), "top_p must be between 0 and 1"),
-    (("--top-k", "-1"), "top_k must be 0 (no limit) or more"),
-])
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (("--temperature", "-1"), "temperature must be between 0 and 2"),
+        (("--temperature", "2.5"), "temperature must be between 0 and 2"),
+        (("--top-p", "2"), "top_p must be between 0 and 1"),
+        (("--top-k", "-1"), "top_k must be 0 (no limit) or more"),
+    ],
+)
 def test_sampling_settings_lmdeploy_refuses_are_one_line_and_exit_2(tmp_path, flags, named):
-    proc = run_cli("pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "4",
-                   "--results", "results", "--csv", "out.csv", *flags, cwd=tmp_path)
+    proc = run_cli(
+        "pipeline",
+        "builtin:sample",
+        "builtin:tiny-llama",
+        "--backend",
+        "transformers",
+        "-n",
+        "4",
+        "--results",
+        "results",
+        "--csv",
+        "out.csv",
+        *flags,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1 and named in proc.stderr
     assert list(tmp_path.iterdir()) == []
@@ -257,12 +327,29 @@ def test_sampling_settings_lmdeploy_refuses_are_one_line_and_exit_2(tmp_path, fl
 def test_a_request_body_with_an_impossible_penalty_or_token_budget_is_refused_before_anything_is_sent(tmp_path):
     seen = []
     with serving(recording_app(seen)) as url:
-        proc = run_cli("restful", "--base-url", url, "--model", SERVED_MODEL, "--tokenizer", "builtin:tiny-llama",
-                       "--num-prompts", "4", "--extra-request-body", '{"repetition_penalty": -1, "max_tokens": 0}',
-                       "--results", "results", "--output-file", "out.csv", cwd=tmp_path)
+        proc = run_cli(
+            "restful",
+            "--base-url",
+            url,
+            "--model",
+            SERVED_MODEL,
+            "--tokenizer",
+            "builtin:tiny-llama",
+            "--num-prompts",
+            "4",
+            "--extra-request-body",
+            '{"repetition_penalty": -1, "max_tokens": 0}',
+            "--results",
+            "results",
+            "--output-file",
+            "out.csv",
+            cwd=tmp_path,
+        )
     assert proc.returncode == 2
-    assert proc.stderr == ("error: In the extra request body, repetition_penalty must be above 0 (got -1). "
-                           "In the extra request body, max_tokens must be at least 1 (got 0).\n")
+    assert proc.stderr == (
+        "error: In the extra request body, repetition_penalty must be above 0 (got -1). "
+        "In the extra request body, max_tokens must be at least 1 (got 0).\n"
+    )
     assert seen == [] and list(tmp_path.iterdir()) == []
 
 
@@ -288,9 +375,28 @@ MORE_SECRETS = {"sessionid": CANARY + "session", "auth_header": CANARY + "auth-h
 def test_a_body_key_that_names_a_session_or_an_auth_header_is_masked_everywhere(tmp_path):
     body = json.dumps({**MORE_SECRETS, "session_len": 4096, "max_tokens": 4, "temperature": 0})
     with serving(recording_app([])) as url:
-        proc = run_cli("restful", "--backend", "vllm", "--base-url", url, "--tokenizer", "builtin:tiny-llama",
-                       "--dataset-path", "builtin:sample", "--num-prompts", "2", "--sharegpt-output-len", "4",
-                       "--extra-request-body", body, "--results", "results", "--output-file", "out.csv", cwd=tmp_path)
+        proc = run_cli(
+            "restful",
+            "--backend",
+            "vllm",
+            "--base-url",
+            url,
+            "--tokenizer",
+            "builtin:tiny-llama",
+            "--dataset-path",
+            "builtin:sample",
+            "--num-prompts",
+            "2",
+            "--sharegpt-output-len",
+            "4",
+            "--extra-request-body",
+            body,
+            "--results",
+            "results",
+            "--output-file",
+            "out.csv",
+            cwd=tmp_path,
+        )
     assert proc.returncode == 0, proc.stderr
     assert CANARY not in everything_written(tmp_path) + proc.stdout + proc.stderr
     (config_file,) = (tmp_path / "results" / "runs").glob("*/config.json")
@@ -302,27 +408,63 @@ def test_a_sweep_plan_keeps_no_credential_and_a_resume_asks_for_them_again(tmp_p
     seen = []
     with serving(recording_app(seen)) as url:
         secret_url = with_credentials(url)
-        started = run_cli("sweep", "restful", "--backend", "vllm", "--base-url", secret_url, "--model", SERVED_MODEL,
-                          "--tokenizer", "builtin:tiny-llama", "--dataset-path", "builtin:sample", "--num-prompts", "2",
-                          "--sharegpt-output-len", "4", "--disable-warmup", "--extra-request-body", EXTRA_BODY,
-                          "--results", "results", "--output-file", "", "--sweep", "request_rate=10,20", cwd=tmp_path)
+        started = run_cli(
+            "sweep",
+            "restful",
+            "--backend",
+            "vllm",
+            "--base-url",
+            secret_url,
+            "--model",
+            SERVED_MODEL,
+            "--tokenizer",
+            "builtin:tiny-llama",
+            "--dataset-path",
+            "builtin:sample",
+            "--num-prompts",
+            "2",
+            "--sharegpt-output-len",
+            "4",
+            "--disable-warmup",
+            "--extra-request-body",
+            EXTRA_BODY,
+            "--results",
+            "results",
+            "--output-file",
+            "",
+            "--sweep",
+            "request_rate=10,20",
+            cwd=tmp_path,
+        )
         assert started.returncode == 0, started.stderr
         assert CANARY not in everything_written(tmp_path)
         (plan_file,) = (tmp_path / "results" / "sweeps").glob("*.json")
         assert plan_file.stat().st_mode & 0o777 == 0o666 & ~_umask()
         sweep_id = plan_file.stem
         # As if nothing had finished: no rows, and no run folders (a folder holds its row, which a start puts back).
-        (history_file := tmp_path / "results" / "history.csv").write_text(history_file.read_text().splitlines()[0]
-                                                                          + "\n")
+        (history_file := tmp_path / "results" / "history.csv").write_text(
+            history_file.read_text().splitlines()[0] + "\n"
+        )
         shutil.rmtree(tmp_path / "results" / "runs")
         refused = run_cli("sweep", "--resume", sweep_id, "--results", "results", cwd=tmp_path)
         assert refused.returncode == 2
         assert refused.stderr.strip() == (
             f"error: Sweep {sweep_id} was started with credentials in --base-url and --extra-request-body, which its "
-            "saved plan does not keep: resume it with --base-url and --extra-request-body given again.")
+            "saved plan does not keep: resume it with --base-url and --extra-request-body given again."
+        )
         seen.clear()
-        resumed = run_cli("sweep", "--resume", sweep_id, "--results", "results", "--base-url", secret_url,
-                          "--extra-request-body", EXTRA_BODY, cwd=tmp_path)
+        resumed = run_cli(
+            "sweep",
+            "--resume",
+            sweep_id,
+            "--results",
+            "results",
+            "--base-url",
+            secret_url,
+            "--extra-request-body",
+            EXTRA_BODY,
+            cwd=tmp_path,
+        )
     assert resumed.returncode == 0, resumed.stderr
     expected = "Basic " + base64.b64encode(f"{CANARY}user:{PASSWORD}".encode()).decode()
     assert seen and {authorization for authorization, _ in seen} == {expected}  # the resumed runs sent them
@@ -340,11 +482,34 @@ def test_an_api_key_beside_a_url_with_user_info_is_refused_before_anything_is_se
     env_key = {**os.environ, "OPENAI_API_KEY": CANARY + "env-key"}
     with serving(recording_app(seen)) as url:
         proc = subprocess.run(
-            [sys.executable, "-m", "bench_core", "restful", "--backend", "vllm", "--base-url", with_credentials(url),
-             "--model", SERVED_MODEL, "--tokenizer", "builtin:tiny-llama", "--dataset-path", "builtin:sample",
-             "--num-prompts", "2", "--results", "results", "--output-file", ""],
-            cwd=tmp_path, env={**env_key, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}, capture_output=True,
-            text=True, timeout=300)
+            [
+                sys.executable,
+                "-m",
+                "bench_core",
+                "restful",
+                "--backend",
+                "vllm",
+                "--base-url",
+                with_credentials(url),
+                "--model",
+                SERVED_MODEL,
+                "--tokenizer",
+                "builtin:tiny-llama",
+                "--dataset-path",
+                "builtin:sample",
+                "--num-prompts",
+                "2",
+                "--results",
+                "results",
+                "--output-file",
+                "",
+            ],
+            cwd=tmp_path,
+            env={**env_key, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("error: The server URL carries a user name or password and an API key")
     assert seen == [] and not (tmp_path / "results" / "history.csv").exists()
@@ -354,10 +519,19 @@ def _websocket_handshake(port: int, host: str, origin: str) -> int:
     import http.client
 
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    connection.request("GET", "/_stcore/stream", headers={
-        "Host": host, "Origin": origin, "Connection": "Upgrade", "Upgrade": "websocket",
-        "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
-        "Sec-WebSocket-Protocol": "streamlit"})
+    connection.request(
+        "GET",
+        "/_stcore/stream",
+        headers={
+            "Host": host,
+            "Origin": origin,
+            "Connection": "Upgrade",
+            "Upgrade": "websocket",
+            "Sec-WebSocket-Version": "13",
+            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+            "Sec-WebSocket-Protocol": "streamlit",
+        },
+    )
     status = connection.getresponse().status
     connection.close()
     return status
@@ -380,8 +554,19 @@ def test_the_dashboard_refuses_a_websocket_whose_host_is_not_this_machine(tmp_pa
 
 # ---- 7. every value a page reads from the URL, hostile ----
 
-HOSTILE_URL_VALUES = ["9007199254740992", "-1" + "0" * 30, "1e400", "nan", "A" * 10_000, "a" * 300,
-                      "../../../etc/passwd", "\x00", "☃" * 300, "{[(", ""]
+HOSTILE_URL_VALUES = [
+    "9007199254740992",
+    "-1" + "0" * 30,
+    "1e400",
+    "nan",
+    "A" * 10_000,
+    "a" * 300,
+    "../../../etc/passwd",
+    "\x00",
+    "☃" * 300,
+    "{[(",
+    "",
+]
 
 
 @pytest.mark.parametrize("page", [None, "app_pages/sweep.py", "app_pages/playground.py", "app_pages/history.py"])
@@ -408,14 +593,27 @@ def test_no_value_in_the_url_breaks_a_page(fresh_dashboard, tmp_path, monkeypatc
 DEEP = 100_000  # far past any recursion limit
 
 
-@pytest.mark.parametrize("name, text", [
-    ("deep.json", '[{"conversations": ' + "[" * DEEP + "]" * DEEP + "}]"),
-    ("deep.jsonl", '{"conversations": []}\n' + "[" * DEEP + "]" * DEEP + "\n"),
-])
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        ("deep.json", '[{"conversations": ' + "[" * DEEP + "]" * DEEP + "}]"),
+        ("deep.jsonl", '{"conversations": []}\n' + "[" * DEEP + "]" * DEEP + "\n"),
+    ],
+)
 def test_a_dataset_nested_too_deeply_is_one_line_and_exit_2(tmp_path, name, text):
     (tmp_path / name).write_text(text)
-    proc = run_cli("pipeline", name, "builtin:tiny-llama", "--backend", "transformers", "-n", "2",
-                   "--results", "results", cwd=tmp_path)
+    proc = run_cli(
+        "pipeline",
+        name,
+        "builtin:tiny-llama",
+        "--backend",
+        "transformers",
+        "-n",
+        "2",
+        "--results",
+        "results",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("error: ") and "nested deeper than the reader follows" in line
@@ -433,20 +631,49 @@ def test_prompts_nested_too_deeply_are_refused_with_one_message(name):
 
 # ---- 16. a refused run is no run; a run that fails once under way is recorded ----
 
+
 def test_a_run_refused_for_its_input_writes_no_row_and_no_folder(tmp_path):
     (tmp_path / "empty.json").write_text("")
     (tmp_path / "broken-model").mkdir()
     (tmp_path / "broken-model" / "config.json").write_text("{}")
-    refused = [("missing.json", "builtin:tiny-llama"), ("empty.json", "builtin:tiny-llama"),
-               ("builtin:sample", "./no-such-model"), ("builtin:sample", "synthetic:no-such-shape")]
+    refused = [
+        ("missing.json", "builtin:tiny-llama"),
+        ("empty.json", "builtin:tiny-llama"),
+        ("builtin:sample", "./no-such-model"),
+        ("builtin:sample", "synthetic:no-such-shape"),
+    ]
     for dataset, model in refused:
-        proc = run_cli("pipeline", dataset, model, "--backend", "transformers", "-n", "2", "--csv", "",
-                       "--results", "results", cwd=tmp_path)
+        proc = run_cli(
+            "pipeline",
+            dataset,
+            model,
+            "--backend",
+            "transformers",
+            "-n",
+            "2",
+            "--csv",
+            "",
+            "--results",
+            "results",
+            cwd=tmp_path,
+        )
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert History(tmp_path / "results").load().empty
     assert not list((tmp_path / "results").glob("runs/*"))
-    proc = run_cli("pipeline", "builtin:sample", "./broken-model", "--backend", "transformers", "-n", "2",
-                   "--csv", "", "--results", "results", cwd=tmp_path)
+    proc = run_cli(
+        "pipeline",
+        "builtin:sample",
+        "./broken-model",
+        "--backend",
+        "transformers",
+        "-n",
+        "2",
+        "--csv",
+        "",
+        "--results",
+        "results",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2, proc.stderr
     (row,) = History(tmp_path / "results").load().to_dict("records")
     assert row["status"] == "failed" and "Could not load the tokenizer of './broken-model'" in row["error"]

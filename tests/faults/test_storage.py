@@ -11,10 +11,10 @@ import re
 import select
 import shutil
 import socket
-import tempfile
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,8 +23,8 @@ import pytest
 
 from bench_core import csvstore
 from bench_core.errors import HistoryError
-from bench_core.store.history import History
 from bench_core.models.resolve import cache_dir
+from bench_core.store.history import History
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from openai_server import misbehaving_server  # noqa: F401 (fixture)
@@ -33,8 +33,19 @@ from openai_server import misbehaving_server  # noqa: F401 (fixture)
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-PIPELINE = ("pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "4", "-c", "2",
-            "--sharegpt-output-len", "16")
+PIPELINE = (
+    "pipeline",
+    "builtin:sample",
+    "builtin:tiny-llama",
+    "--backend",
+    "transformers",
+    "-n",
+    "4",
+    "-c",
+    "2",
+    "--sharegpt-output-len",
+    "16",
+)
 UNWRITABLE_RESULTS = ("/proc/benchtest", "/sys/benchtest", "a-file", "a-file/below")
 CHECKED_BEFORE_S = 30  # a check before anything runs answers long before a run and a 60 s lock wait would
 
@@ -58,8 +69,14 @@ def cli_env(cache: Path | None = None) -> dict[str, str]:
 
 
 def run_cli(*args: str, cwd: Path, cache: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bench_core", *args], cwd=cwd, env=cli_env(cache),
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "bench_core", *args],
+        cwd=cwd,
+        env=cli_env(cache),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def run_cli_breaking(args: tuple[str, ...], cwd: Path, cache: Path, sabotage: Callable[[], None]) -> tuple[int, str]:
@@ -67,8 +84,14 @@ def run_cli_breaking(args: tuple[str, ...], cwd: Path, cache: Path, sabotage: Ca
     under way (past every check made before the run); the exit code and stderr."""
     controller, terminal = pty.openpty()
     with open(cwd / "stdout.txt", "wb") as stdout:
-        process = subprocess.Popen([sys.executable, "-m", "bench_core", *args], cwd=cwd, env=cli_env(cache),
-                                   stdout=stdout, stderr=terminal, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bench_core", *args],
+            cwd=cwd,
+            env=cli_env(cache),
+            stdout=stdout,
+            stderr=terminal,
+            stdin=subprocess.DEVNULL,
+        )
     os.close(terminal)
     seen, sabotaged, deadline = b"", False, time.monotonic() + 300
     try:
@@ -142,9 +165,22 @@ def test_pipeline_refuses_an_unwritable_results_folder_before_running(tmp_path, 
 @pytest.mark.parametrize("results", UNWRITABLE_RESULTS[:2])
 def test_restful_refuses_an_unwritable_results_folder_before_sending(tmp_path, tiny_model_path, results):
     server = quiet_socket()
-    proc = run_cli("restful", "--base-url", f"http://127.0.0.1:{server.getsockname()[1]}", "--model", "m",
-                   "--tokenizer", "builtin:tiny-llama", "--num-prompts", "2", "--timeout", "5",
-                   "--results", results, cwd=tmp_path)
+    proc = run_cli(
+        "restful",
+        "--base-url",
+        f"http://127.0.0.1:{server.getsockname()[1]}",
+        "--model",
+        "m",
+        "--tokenizer",
+        "builtin:tiny-llama",
+        "--num-prompts",
+        "2",
+        "--timeout",
+        "5",
+        "--results",
+        results,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith(f"error: Cannot write {results}: ")
@@ -171,7 +207,8 @@ def test_a_pipeline_run_whose_results_folder_breaks_is_kept_in_the_cache_and_exi
 
 
 def test_a_restful_run_whose_results_folder_breaks_is_kept_in_the_cache_and_exits_1(
-        tmp_path, cache, misbehaving_server):
+    tmp_path, cache, misbehaving_server
+):
     results = tmp_path / "results"
     results.mkdir()
 
@@ -179,9 +216,27 @@ def test_a_restful_run_whose_results_folder_breaks_is_kept_in_the_cache_and_exit
         shutil.rmtree(results)
         results.write_text("the results folder is gone")
 
-    args = ("restful", "--base-url", misbehaving_server, "--model", "m", "--tokenizer", "builtin:tiny-llama",
-            "--dataset-path", "builtin:sample", "--num-prompts", "4", "--sharegpt-output-len", "100",
-            "--max-concurrency", "2", "--output-file", "out.csv", "--results", str(results))
+    args = (
+        "restful",
+        "--base-url",
+        misbehaving_server,
+        "--model",
+        "m",
+        "--tokenizer",
+        "builtin:tiny-llama",
+        "--dataset-path",
+        "builtin:sample",
+        "--num-prompts",
+        "4",
+        "--sharegpt-output-len",
+        "100",
+        "--max-concurrency",
+        "2",
+        "--output-file",
+        "out.csv",
+        "--results",
+        str(results),
+    )
     code, stderr = run_cli_breaking(args, tmp_path, cache, replace_results_by_a_file)
     assert code == 1, stderr
     assert "finished in" not in stderr and "Traceback" not in stderr
@@ -239,13 +294,15 @@ def test_a_history_whose_header_cannot_be_read_is_refused_before_the_run(work, c
 
 
 def test_a_history_whose_header_breaks_during_the_run_keeps_the_run_in_the_cache_exit_1_and_no_orphan_folder(
-        work, cache):
+    work, cache
+):
     history_csv = work / "results" / "history.csv"
     damaged = history_csv.read_bytes().replace(b"run_id", b"run_\xffid", 1)
     runs_before = sorted(p.name for p in (work / "results" / "runs").iterdir())
 
-    code, stderr = run_cli_breaking((*PIPELINE, "--results", "results"), work, cache,
-                                    lambda: history_csv.write_bytes(damaged))
+    code, stderr = run_cli_breaking(
+        (*PIPELINE, "--results", "results"), work, cache, lambda: history_csv.write_bytes(damaged)
+    )
 
     assert code == 1, stderr
     assert "finished in" not in stderr and "Traceback" not in stderr
@@ -276,13 +333,29 @@ def test_pipeline_refuses_an_unwritable_csv_before_running(tmp_path, tiny_model_
 def test_restful_refuses_an_unwritable_output_file_before_sending(tmp_path, tiny_model_path):
     server = quiet_socket()
     started = time.monotonic()
-    proc = run_cli("restful", "--base-url", f"http://127.0.0.1:{server.getsockname()[1]}", "--model", "m",
-                   "--tokenizer", "builtin:tiny-llama", "--num-prompts", "2", "--timeout", "5",
-                   "--output-file", "/proc/x.csv", "--results", "results", cwd=tmp_path)
+    proc = run_cli(
+        "restful",
+        "--base-url",
+        f"http://127.0.0.1:{server.getsockname()[1]}",
+        "--model",
+        "m",
+        "--tokenizer",
+        "builtin:tiny-llama",
+        "--num-prompts",
+        "2",
+        "--timeout",
+        "5",
+        "--output-file",
+        "/proc/x.csv",
+        "--results",
+        "results",
+        cwd=tmp_path,
+    )
     assert time.monotonic() - started < CHECKED_BEFORE_S
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        "error: Cannot write /proc/x.csv: /proc does not take new files (No such file or directory)."]
+        "error: Cannot write /proc/x.csv: /proc does not take new files (No such file or directory)."
+    ]
     assert not was_contacted(server)
     server.close()
 
@@ -374,14 +447,21 @@ def test_a_history_holding_a_bad_run_id_answers_with_a_message_not_an_os_error(t
 
 @pytest.mark.parametrize("umask", [0o022, 0o077])
 def test_every_file_a_run_writes_takes_the_users_umask(tmp_path, tiny_model_path, umask):
-    process = subprocess.run([sys.executable, "-m", "bench_core", *PIPELINE, "--results", "results", "--csv", "out.csv"],
-                             cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=300,
-                             preexec_fn=lambda: os.umask(umask))
+    process = subprocess.run(
+        [sys.executable, "-m", "bench_core", *PIPELINE, "--results", "results", "--csv", "out.csv"],
+        cwd=tmp_path,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=lambda: os.umask(umask),
+    )
     assert process.returncode == 0, process.stderr
     files = [path for path in tmp_path.rglob("*") if path.is_file() and path.name != "stdout.txt"]
     assert {"history.csv", "out.csv", "config.json", "requests.parquet", "telemetry.parquet"} <= {p.name for p in files}
-    assert {str(path.relative_to(tmp_path)): oct(path.stat().st_mode & 0o777) for path in files} == \
-        {str(path.relative_to(tmp_path)): oct(0o666 & ~umask) for path in files}
+    assert {str(path.relative_to(tmp_path)): oct(path.stat().st_mode & 0o777) for path in files} == {
+        str(path.relative_to(tmp_path)): oct(0o666 & ~umask) for path in files
+    }
 
 
 def test_a_run_neither_the_history_nor_the_cache_takes_goes_to_a_private_folder_of_its_own(tmp_path, cache):
@@ -414,13 +494,19 @@ def test_a_run_neither_the_history_nor_the_cache_takes_goes_to_a_private_folder_
 
 # ---- a real full file system (a small tmpfs; root only) ----
 
+
 @pytest.fixture
 def full_disk(tmp_path) -> Path:
     """A 1 MB tmpfs mounted for the test; `fill(full_disk)` takes what room is left."""
     folder = tmp_path / "tmpfs"
     folder.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)],
-                                           capture_output=True).returncode != 0:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True
+        ).returncode
+        != 0
+    ):
         pytest.skip("mounting a tmpfs needs root")
     try:
         yield folder
@@ -463,8 +549,18 @@ def test_a_sweep_whose_runs_find_the_disk_full_says_they_are_not_in_the_history(
     (full_disk / "filler").unlink()
     with open(full_disk / "filler", "wb") as f:  # room for the small plan file, none for a run's folder
         f.write(b"\0" * (shutil.disk_usage(full_disk).free - 3 * 4096))
-    proc = run_cli("sweep", *PIPELINE, "--sweep", "concurrency=1,2", "--csv", "", "--results", str(results),
-                   cwd=full_disk, cache=cache)
+    proc = run_cli(
+        "sweep",
+        *PIPELINE,
+        "--sweep",
+        "concurrency=1,2",
+        "--csv",
+        "",
+        "--results",
+        str(results),
+        cwd=full_disk,
+        cache=cache,
+    )
     last = proc.stderr.strip().splitlines()[-1]
     assert "2/2 runs finished" in last and "except 2 that could not be saved there" in last, proc.stderr
     assert len(History(results).load()) == 1
@@ -472,6 +568,7 @@ def test_a_sweep_whose_runs_find_the_disk_full_says_they_are_not_in_the_history(
 
 
 # ---- 15. uploads are kept once per content ----
+
 
 def test_the_same_upload_under_two_names_is_kept_once(tmp_path):
     from dashboard.sidebar import save_upload
@@ -482,4 +579,5 @@ def test_the_same_upload_under_two_names_is_kept_once(tmp_path):
     other = save_upload(data + b"\n", "sharegpt.json", tmp_path / "uploads")
     assert again == first != other and Path(first).read_bytes() == data
     assert sorted(path.name for path in (tmp_path / "uploads").iterdir()) == sorted(
-        [Path(first).name, Path(other).name])
+        [Path(first).name, Path(other).name]
+    )
