@@ -1,18 +1,16 @@
-"""Sweep page: vary one setting, or two as a grid, over the sidebar's settings; watch the sweep's progress;
-read its results as a metric against the setting (with 95% bands over repeats), throughput against
-latency with the Pareto frontier, goodput against load, a heat map, a per-point table and a two-point
-comparison; open or resume past sweeps. With a Ray cluster's address, the runs go to the cluster and a
-table shows each one's state and node.
-
-The sweep on show is named in the URL (?sweep=<id>), so a reload or a second tab finds it.
+"""Sweep page: vary one setting, or two as a grid, over the sidebar's settings; watch the sweep's progress; read its
+results as a metric against the setting (with 95% bands over repeats), throughput against latency with the Pareto
+frontier, goodput against load, a heat map, a per-point table and a two-point comparison; open or resume past sweeps.
+With a Ray cluster's address, the runs go to the cluster and a table shows each one's state and node. The sweep on
+show is named in the URL (?sweep=<id>), so a reload or a second tab finds it.
 """
 
 import streamlit as st
 
 from bench_core.errors import BenchError
-from dashboard.text import plain
 from dashboard import active_runs, sidebar, sweep_view
 from dashboard.state import get_history, get_sweeps
+from dashboard.text import plain
 
 UPLOADS_FOLDER = "uploads"
 
@@ -25,8 +23,10 @@ live = shown is not None and shown.active  # decided once: the sweep may end whi
 cancel = shown.cancel if live else None
 choice = sidebar.render_sidebar(cancel=None, actions=False)  # the sweep has its own buttons below
 
-st.caption("Every point starts from the settings in the sidebar; the sweep varies the settings chosen here, "
-           "with the run size set here.")
+st.caption(
+    "Every point starts from the settings in the sidebar; the sweep varies the settings chosen here, "
+    "with the run size set here."
+)
 inputs = sweep_view.sweep_inputs(choice.values)
 try:
     runs = get_history().load()  # once per script run: the estimate, the sweep and the past sweeps read it
@@ -35,8 +35,9 @@ except BenchError as exc:
     runs = None  # said once; the views below leave out what needs the history
 sweep_view.show_estimate(inputs, choice.values, get_history().root / UPLOADS_FOLDER, runs)
 start_col, cancel_col = st.columns([1, 1])
-start = start_col.button("Start sweep", key="sweep_start", type="primary", width="stretch",
-                         disabled=choice.unavailable_reason is not None)
+start = start_col.button(
+    "Start sweep", key="sweep_start", type="primary", width="stretch", disabled=choice.unavailable_reason is not None
+)
 cancel_col.button("Cancel sweep", key="sweep_cancel", disabled=cancel is None, on_click=cancel, width="stretch")
 
 if start:
