@@ -10,7 +10,7 @@ from profiled_runs import INCOMPLETE_TTFT_FACTOR, OUTPUT_LEN, profiled_run, reco
 from bench_core.measure.latency_bins import BinnedLatencies
 from bench_core.measure.stats import pareto_front
 from bench_core.store.history import History
-from bench_core.views import compare_charts, figures, run_charts, sweep_charts, workload_charts
+from bench_core.views import compare_charts, figures, run_charts, sweep_charts, timeline, workload_charts
 
 TTFTS = [0.05, 0.1, 0.2, 0.4, 0.8]
 
@@ -372,6 +372,24 @@ def test_every_count_axis_ticks_at_whole_requests():
     # The length bins are whole tokens, each length in one: 10, 20 ... 40 input tokens, 4 output tokens.
     inputs, outputs = figures_with_counts["lengths of 50"][0].data
     assert (inputs.xbins.start, inputs.xbins.size, outputs.xbins.start, outputs.xbins.size) == (9.5, 1, 3.5, 1)
+
+
+def test_the_run_and_workload_legends_are_below_the_plot_clear_of_the_title():
+    # Issue 25: a legend in a row above the plot lay over the chart's title (the request timeline's over "Request
+    # timeline"); below the plot, one entry a line, the figure grows by as much as the legend takes.
+    prof = profiled_run([0.05, 0.1])
+    table = prof.request_table()
+    snap = prof.live_snapshot()
+    workload = table.assign(send_at_s=np.linspace(0.0, 1.5, len(table)), shared_prefix_tokens=table["input_len"] // 2)
+    for fig in (
+        run_charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s, snap.in_flight_over_time),
+        timeline.request_timeline(table, end_s=prof.elapsed_time),
+        workload_charts.length_histograms(workload),
+    ):
+        legend = fig.layout.legend
+        assert (legend.yref, legend.y, legend.yanchor) == ("container", 0, "bottom"), fig.layout.title.text
+        assert fig.layout.margin.b >= 50 + len(fig.data) * 20
+        assert fig.layout.height == figures.FIGURE_PX + fig.layout.margin.b - 50
 
 
 def test_a_swept_count_ticks_at_the_values_it_took():

@@ -17,12 +17,14 @@ import plotly.graph_objects as go
 
 from ..measure.catalog import METRICS, find_column, lower_first
 from .figures import (
+    AXIS_TITLE_PX,
+    FIGURE_PX,
     MAX_POINTS,
-    broken,
     colour_groups,
     cycled_palette,
     inward_label_positions,
     is_categorical,
+    legend_below,
     no_data,
     notes_under_title,
     pad_axis,
@@ -38,15 +40,6 @@ from .tables import describe_column, run_names
 
 RUN = "run"  # the column naming each compared run (run_diff.compared_names); colouring by it tells every run apart
 _STREAM_OUTPUT = "stream_output"
-# The figure's height without a legend (plotly's default), the room under the plot for the x axis's ticks and
-# title, and a legend line's height (at plotly's 12 px font) with its padding.
-FIGURE_PX = 450
-_AXIS_TITLE_PX = 50
-_LEGEND_LINE_PX = 22
-_LEGEND_PAD_PX = 10
-# A legend entry breaks into lines of about this many characters: plotly never wraps one, and a chart in half the
-# centred page (344 px at any window) cut a run's name, its settings then its id, at its right edge.
-LEGEND_LINE_CHARS = 45
 # What the comparison charts show first: throughput, and LMDeploy's CSVs carry means only, so a mean latency puts
 # imported runs on the chart too, yet the P99 TTFT is what a user waits for where runs have it.
 DEFAULT_METRIC = "output_throughput"
@@ -255,32 +248,8 @@ def _cdf_points(n: int) -> np.ndarray:
 
 
 def _legend(fig: go.Figure, color: str | None) -> None:
-    """Below the plot, one entry a line across the whole width, the figure taller by as much: however many runs it
-    lists, it stays clear of the title and the notes above the plot (a row above the plot wraps into them from
-    three runs on) and leaves the plot its width. It starts at the figure's left edge, not the plot's, and a long
-    entry takes more lines, so a narrow chart shows each entry whole."""
-    title = describe_column(color).label if color else ""
-    shown = color is not None and bool(fig.data)
-    lines = 1  # the legend's title
-    for trace in fig.data if shown else ():
-        name = broken(str(trace.name), LEGEND_LINE_CHARS)
-        trace.name = "<br>".join(name)
-        lines += len(name)
-    legend_px = lines * _LEGEND_LINE_PX + _LEGEND_PAD_PX if shown else 0
-    fig.update_layout(
-        showlegend=shown,
-        height=FIGURE_PX + legend_px,
-        margin=dict(b=_AXIS_TITLE_PX + legend_px),
-        legend=dict(
-            orientation="h",
-            entrywidth=1,
-            entrywidthmode="fraction",
-            x=0,
-            xref="container",
-            xanchor="left",
-            y=0,
-            yref="container",
-            yanchor="bottom",
-            title=dict(text=title, side="top"),
-        ),
-    )
+    """The runs' legend below the plot, titled by what colours them (figures.legend_below); none without runs."""
+    if color is not None and fig.data:
+        legend_below(fig, describe_column(color).label)
+    else:
+        fig.update_layout(showlegend=False, height=FIGURE_PX, margin=dict(b=AXIS_TITLE_PX))

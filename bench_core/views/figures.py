@@ -33,6 +33,15 @@ _NOTE_PX = 18
 # A note's lines break at about this many characters: a subtitle does not wrap, and a chart in half the page's
 # width cuts a longer line at its edge.
 NOTE_LINE_CHARS = 70
+# The figure's height without a legend (plotly's default), the room under the plot for the x axis's ticks and
+# title, and a legend line's height (at plotly's 12 px font) with its padding.
+FIGURE_PX = 450
+AXIS_TITLE_PX = 50
+_LEGEND_LINE_PX = 22
+_LEGEND_PAD_PX = 10
+# A legend entry breaks into lines of about this many characters: plotly never wraps one, and a chart in half the
+# centred page (344 px at any window) cut a run's name, its settings then its id, at its right edge.
+LEGEND_LINE_CHARS = 45
 
 
 def titled_figure(title: str, x_title: str, y_title: str) -> go.Figure:
@@ -83,6 +92,35 @@ def notes_under_title(fig: go.Figure, notes: Sequence[str]) -> None:
         fig.update_layout(
             title=dict(subtitle=dict(text="<br>".join(lines))), margin=dict(t=_TITLE_MARGIN_PX + _NOTE_PX * len(lines))
         )
+
+
+def legend_below(fig: go.Figure, title: str = "") -> None:
+    """The legend below the plot, one entry a line across the whole width, the figure taller by as much: however
+    many entries it lists, it stays clear of the title and the notes above the plot (a row above the plot wraps into
+    them once its entries pass the chart's width) and leaves the plot its height. It starts at the figure's left
+    edge, not the plot's, and a long entry takes more lines, so a narrow chart shows each entry whole."""
+    lines = 1 if title else 0
+    for trace in fig.data:
+        name = broken(str(trace.name), LEGEND_LINE_CHARS)
+        trace.name = "<br>".join(name)
+        lines += len(name)
+    legend_px = lines * _LEGEND_LINE_PX + _LEGEND_PAD_PX
+    fig.update_layout(
+        height=FIGURE_PX + legend_px,
+        margin=dict(b=AXIS_TITLE_PX + legend_px),
+        legend=dict(
+            orientation="h",
+            entrywidth=1,
+            entrywidthmode="fraction",
+            x=0,
+            xref="container",
+            xanchor="left",
+            y=0,
+            yref="container",
+            yanchor="bottom",
+            title=dict(text=title, side="top"),
+        ),
+    )
 
 
 def broken(text: str, width: int) -> list[str]:

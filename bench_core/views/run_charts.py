@@ -20,7 +20,7 @@ from ..measure.catalog import METRICS
 from ..measure.latency_bins import BinnedLatencies
 from ..measure.metrics import measured_values
 from ..states import RequestStatus
-from .figures import MAX_POINTS, count_axis, no_data, notes_under_title, titled_figure
+from .figures import MAX_POINTS, count_axis, legend_below, no_data, notes_under_title, titled_figure
 from .tables import count_of, format_number
 
 HISTOGRAM_BINS = 60
@@ -233,7 +233,6 @@ def throughput_over_time(time_s: np.ndarray, output_tokens_per_s: np.ndarray, in
             title=dict(text="In flight (requests)"), overlaying="y", side="right", rangemode="tozero", showgrid=False
         ),
         hovermode="x unified",
-        legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
     )
     time_s = np.asarray(time_s, dtype=np.float64)
     if time_s.size == 0:
@@ -278,6 +277,7 @@ def throughput_over_time(time_s: np.ndarray, output_tokens_per_s: np.ndarray, in
     )
     fig.update_layout(yaxis=dict(rangemode="tozero"))
     count_axis(fig, float(np.max(at_end, initial=0)), "yaxis2")
+    legend_below(fig)
     return fig
 
 

@@ -21,7 +21,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..states import RequestStatus
-from .figures import no_data, titled_figure
+from .figures import legend_below, no_data, titled_figure
 from .tables import count_of
 
 MAX_TIMELINE_REQUESTS = 2000
@@ -92,10 +92,10 @@ def request_timeline(table: pd.DataFrame, end_s: float | None = None) -> go.Figu
     fig.update_layout(
         barmode="overlay",
         bargap=0.1 if len(rows) < 50 else 0,
-        legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
     )
     if notes:
         fig.update_layout(title=dict(subtitle=dict(text="<br>".join(notes))))
+    legend_below(fig)
     return fig
 
 

@@ -17,7 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..states import RequestStatus
-from .figures import count_axis, no_data, titled_figure
+from .figures import count_axis, legend_below, no_data, titled_figure
 
 LENGTH_BINS = 40
 PREFIX_SHARE_BIN = 0.05
@@ -42,7 +42,8 @@ def length_histograms(table: pd.DataFrame) -> go.Figure:
                 hovertemplate="%{x} tokens: %{y} requests<extra></extra>",
             )
         )
-    fig.update_layout(barmode="overlay", legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0))
+    fig.update_layout(barmode="overlay")
+    legend_below(fig)
     count_axis(fig, largest)
     return fig
 
@@ -143,7 +144,7 @@ def _turns(table: pd.DataFrame) -> go.Figure:
     else:
         fig.add_trace(go.Bar(x=total.index, y=total.to_numpy(), name="input"))
     fig.update_xaxes(dtick=1)
-    fig.update_layout(legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0))
+    legend_below(fig)
     return fig
 
 
