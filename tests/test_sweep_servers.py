@@ -212,6 +212,9 @@ def test_ctrl_c_or_sigterm_stops_the_sweep_and_leaves_no_server_behind(stop, tmp
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # As a terminal's Ctrl-C finds it: a suite started in the background (`cmd &` in a script) hands its
+        # children SIGINT ignored, and Python then leaves it ignored.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         pid = _server_pid_once_measuring(tmp_path)
