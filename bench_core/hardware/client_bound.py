@@ -19,12 +19,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from ..measure.catalog import METRICS
 from .contention import as_number
-from .telemetry import CPU_CORES, PROCESS, series, time_weighted_mean
+from .telemetry import CPU_CORES, PROCESS, interval_weights, series, time_weighted_mean
 
 LAG_LIMIT_MS = 10.0  # the client's loop at least this late on average ...
 SATURATED_CORES = 0.9  # ... or its process at this much CPU or more ...
@@ -42,8 +41,7 @@ def client_summary(samples: pd.DataFrame, start_s: float, end_s: float) -> dict[
     times, cores = series(samples, PROCESS, CPU_CORES)
     if len(times) < 2:
         return {"mean_client_cpu_cores": None, "client_saturated_share": None}
-    # Sample i is the CPU over (t[i-1], t[i]]: its part inside the window is its weight.
-    weights = np.clip(np.minimum(times[1:], end_s) - np.maximum(times[:-1], start_s), 0.0, None)
+    weights = interval_weights(times, start_s, end_s)
     covered = float(weights.sum())
     if covered <= 0:
         return {"mean_client_cpu_cores": None, "client_saturated_share": None}

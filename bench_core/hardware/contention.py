@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from ..measure.catalog import METRICS, telemetry_columns
-from .telemetry import CALLER, CPU_CORES, CPU_COUNT, CPU_PERCENT, MACHINE, PROCESS
+from .telemetry import CALLER, CPU_CORES, CPU_COUNT, CPU_PERCENT, MACHINE, PROCESS, interval_weights
 
 SATURATED_PERCENT = 90.0  # the machine's CPU at least this busy ...
 OTHERS_SHARE = 0.5  # ... with other processes holding at least this share of its cores ...
@@ -65,7 +65,7 @@ def contention_summary(samples: pd.DataFrame, start_s: float, end_s: float) -> d
     # Sample i covers (t[i-1], t[i]]: its part inside the window is its weight; an instant without both the
     # machine's and the engine's CPU (the engine's first sample has no interval behind it) says nothing.
     times = by_time.index.to_numpy(dtype=float)
-    weights = np.clip(np.minimum(times[1:], end_s) - np.maximum(times[:-1], start_s), 0.0, None)
+    weights = interval_weights(times, start_s, end_s)
     known = ~np.isnan(others[1:])
     weights = np.where(known, weights, 0.0)
     covered = float(weights.sum())

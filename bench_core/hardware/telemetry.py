@@ -340,6 +340,12 @@ def integral(times: np.ndarray, values: np.ndarray, start_s: float, end_s: float
     return float(np.sum((v[1:] + v[:-1]) * np.diff(t)) / 2.0)
 
 
+def interval_weights(times: np.ndarray, start_s: float, end_s: float) -> np.ndarray:
+    """How much of [start_s, end_s] each sample after the first covers: sample i holds what happened over
+    (times[i-1], times[i]], so its weight is that interval's part inside the window (0 outside it)."""
+    return np.clip(np.minimum(times[1:], end_s) - np.maximum(times[:-1], start_s), 0.0, None)
+
+
 def time_weighted_mean(times: np.ndarray, values: np.ndarray, start_s: float, end_s: float) -> float | None:
     """The series' mean over the part of [start_s, end_s] its samples cover, each instant weighing the same
     (an uneven sampling rate does not tilt it)."""
