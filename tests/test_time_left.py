@@ -82,18 +82,7 @@ def _ratios(requests: pd.DataFrame, concurrency: int, pace: PastPace | None = No
     return ratios
 
 
-# The long-prompt batch's tail can still read long once its last requests speed up: 2.23x at 80 % in the full suite
-# on a quiet machine, 2026-12-02 (0.97x and 0.95x at 20 and 50 %; 1.10-1.82x at 80 % in three other recordings).
-# Open (issue 25 item 3): the tail takes the run's median step, not the steps as they are at the end.
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(name, marks=pytest.mark.xfail(strict=False, reason="tail of a batch whose last steps speed up"))
-        if name == PAST_RUN
-        else name
-        for name in RECORDED
-    ],
-)
+@pytest.mark.parametrize("name", list(RECORDED))
 def test_recorded_runs_replayed_are_estimated_within_twice_the_time_left_after_a_fifth_of_the_run(recorded_runs, name):
     requests, pace = recorded_runs[name]
     ratios = _ratios(requests, RECORDED[name].load.concurrency, pace)
@@ -153,6 +142,33 @@ def test_after_a_batched_prefill_the_time_left_is_the_decode_rate_not_the_whole_
     assert snap.first_output_s == pytest.approx(10.0) and snap.decoding == 8 and snap.longest_left == 75
     assert time_left_s(snap) == pytest.approx(6.0, rel=0.1)
     assert time_left_s(snap, PastPace(1.0, None, None, 1)) == pytest.approx(6.0, rel=0.1)  # its own output rules
+
+
+def test_right_after_the_last_prefill_the_rate_is_the_requests_decoding_over_their_step():
+    # Four requests of 100 tokens at once: two have their first token at 1 s and wait through the other two's
+    # prefill (two 1 s stalls), which ends at 3 s; then all four decode a token per 10 ms step. 0.4 s later fewer
+    # than two whole bins lie after the prefill, and output since the first token (2.4 s, 168 tokens: 70 tok/s)
+    # would tell 3.3 s for the 232 tokens left. Four a step of 10 ms is 400 tok/s: 0.58 s, the tail (59 steps,
+    # 0.59 s) about as long.
+    prof = Profiler(True, [50])
+    t0 = perf_counter() - 3.4
+    prof.start(t0)
+    sessions = [prof.new_session(1024, 100) for _ in range(4)]
+    for sess in sessions:
+        sess.tick(0, t0)
+    for sess in sessions[:2]:
+        sess.tick(1, t0 + 1.0)
+        sess.tick(2, t0 + 2.0)
+        sess.tick(3, t0 + 3.0)
+    for sess in sessions[2:]:
+        sess.tick(1, t0 + 3.0)
+    for step in range(1, 41):
+        for sess in sessions:
+            sess.tick(sess.ns[-1] + 1, t0 + 3.0 + 0.01 * step)
+    snap = prof.live_snapshot()
+    assert snap.decoding == 4 and snap.latest_first_token_s == pytest.approx(3.0) and snap.longest_left == 59
+    assert output_rate(snap) == pytest.approx(168 / 2.4, rel=0.01) and step_s(snap) == pytest.approx(0.01, rel=0.02)
+    assert time_left_s(snap) == pytest.approx(0.5 * 59 * 0.01 + 0.5 * 232 / 400, rel=0.03)
 
 
 def test_the_longest_request_still_decoding_lengthens_the_time_left_by_half_its_steps_beyond_the_rate():

@@ -69,7 +69,7 @@ def test_histograms_say_when_values_are_nearly_equal_or_stalled_and_tables_show_
     page: Page, app_server, artifacts
 ):
     recorded_history(app_server.results, [(STALLED_RUN_ID, "transformers", REQUESTS, stalled_run())])
-    page.goto(f"/run?run={STALLED_RUN_ID}")
+    page.goto(f"/?run={STALLED_RUN_ID}")  # the Run page is the default one, at the root
     first = page.locator(".st-key-ended_first")
     second = page.locator(".st-key-ended_second")
     expect(first.locator(".main-svg").first).to_be_visible(timeout=FIRST_CHART_TIMEOUT_MS)
