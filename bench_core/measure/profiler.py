@@ -433,31 +433,30 @@ def certainly_outside_slo(sessions: Sequence[Session], slo: SLO) -> int:
     return int((failed | (served & ~good)).sum())
 
 
-def _gather_ticks(sessions: Sequence[Session]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """All sessions' ticks back to back, and each session's tick count.
+def _gather_ticks(sessions: Sequence[Session]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Each session's ticks as a float64 and an int64 array (metrics.request_metrics' input).
 
     A running session's ticks are sliced first: a slice is an atomic copy, whereas a numpy view of a live
-    array.array would stop a concurrent append from growing it. Lists (running sessions) become arrays. A
-    finished session's packed arrays no longer change (its status is set after they are), so they are joined
-    as they are: one copy of every tick instead of two.
+    array.array would stop a concurrent append from growing it. A finished session's packed arrays no
+    longer change (its status is set after they are), so they are read in place, copying nothing.
     """
-    ts_parts, ns_parts, counts = [], [], []
+    ts_per_session, ns_per_session = [], []
     for sess in sessions:
         finished = sess.status != Session.UNKNOWN
         ts, ns = sess.ts, sess.ns
         n = min(len(ts), len(ns))  # another thread may be between the two appends of a tick
-        if finished and type(ts) is array and type(ns) is array and len(ts) == len(ns):
-            ts_parts.append(ts)
-            ns_parts.append(ns)
-            counts.append(n)
-            continue
-        ts_head, ns_head = ts[:n], ns[:n]
-        ts_parts.append(ts_head if isinstance(ts_head, array) else array("d", ts_head))
-        ns_parts.append(ns_head if isinstance(ns_head, array) else np.array(ns_head, dtype=np.int64))
-        counts.append(n)
-    ts_all = np.frombuffer(b"".join(ts_parts), dtype=np.float64)
-    ns_all = np.frombuffer(b"".join(ns_parts), dtype=np.int64)
-    return ts_all, ns_all, np.array(counts, dtype=np.int64)
+        if not (finished and len(ts) == len(ns)):
+            ts, ns = ts[:n], ns[:n]
+        ts_per_session.append(_as_array(ts, "d", np.float64))
+        ns_per_session.append(_as_array(ns, "q", np.int64))
+    return ts_per_session, ns_per_session
+
+
+def _as_array(values: Sequence, typecode: str, dtype: type) -> np.ndarray:
+    """`values` as a numpy array of `dtype`: a view of an array.array of the matching `typecode`."""
+    if type(values) is array and values.typecode == typecode:
+        return np.frombuffer(values, dtype)  # positionally: numpy 2.4 parses the keyword ~1 µs slower
+    return np.array(values, dtype=dtype)
 
 
 def _defined(values: np.ndarray) -> np.ndarray:
