@@ -407,6 +407,29 @@ def test_token_counts_that_are_not_integers_survive_finish():
     assert list(sess.ns) == [0, 2.5]
 
 
+def test_ticks_of_every_kind_of_session_are_read_alike():
+    """Packed arrays, lists (a running session, or one restored from a run's journal), a session caught
+    between the two appends of a tick, and sessions with no or one tick: each is read as its own ticks."""
+    ticks = [(100.0, 0), (100.5, 2), (100.75, 3), (101.5, 5)]
+    prof = _finished_profiler([(1, 5, ticks, Session.SUCCESS)] * 2 + [(1, 5, ticks, Session.UNKNOWN)])
+    restored = prof.sessions[1]
+    restored.ts, restored.ns = list(restored.ts), list(restored.ns)
+    prof.sessions[2].ts.append(102.0)  # its token count not appended yet
+    prof.new_session(1, 5).finish(Session.FAIL, "no ticks", timestamp=101.0)
+    one_tick = prof.new_session(1, 5)
+    one_tick.tick(0, timestamp=100.2)
+    table = prof.request_table()
+    assert table["n_ticks"].tolist() == [4, 4, 4, 0, 1]
+    assert table["output_len"].tolist() == [5, 5, 5, 0, 0]
+    assert table["ttft_s"].tolist()[:3] == [0.5] * 3 and table["ttft_s"][3:].isna().all()
+    assert table["tpot_s"].tolist()[:3] == [(101.5 - 100.5) / 3] * 3
+    assert [list(itl) for itl in table["itl_s"]] == [[0.25, 0.75]] * 3 + [[], []]
+    assert [list(steps) for steps in table["tokens_per_tick"]] == [[2, 1, 2]] * 3 + [[], []]
+    assert prof.success == 2 and prof.itls.tolist() == [0.25, 0.75] * 2
+    assert prof.sessions[0].ts.typecode == "d"  # read in place, and still free to grow
+    prof.sessions[0].tick(6, timestamp=102.0)
+
+
 def test_request_table_has_one_row_per_session_with_per_request_tpot():
     table = _mixed_run().request_table()
     assert list(table.columns) == [

@@ -135,13 +135,17 @@ def values_of(flat: np.ndarray, counts: np.ndarray, selected: np.ndarray) -> np.
     return flat[np.repeat(selected, counts)]
 
 
-def request_metrics(ts_per_request: Sequence[np.ndarray], ns_per_request: Sequence[np.ndarray]) -> RequestMetrics:
+def request_metrics(
+    ts_per_request: Sequence[Sequence[float]], ns_per_request: Sequence[Sequence[int]]
+) -> RequestMetrics:
     """Per-request TTFT, TPOT, E2E, ITL and tokens per tick, with LMDeploy's float operations.
 
-    Request i's ticks are `ts_per_request[i]` (float64 seconds) and `ns_per_request[i]` (int64 cumulative
-    tokens), of equal length. Undefined values, which crash LMDeploy, are NaN here: TTFT and E2E need two
-    ticks, TPOT also needs a token generated. Each request's gaps are written straight into the flat
-    series, so no array of every tick is ever built.
+    Request i's ticks are `ts_per_request[i]` (seconds) and `ns_per_request[i]` (cumulative tokens), of equal
+    length: arrays, array.array or lists, read as float64 and int64. Undefined values, which crash LMDeploy,
+    are NaN here: TTFT and E2E need two ticks, TPOT also needs a token generated. Each request's gaps are
+    written straight into the flat series, so no array of every tick is ever built; each request's ticks are
+    read through a numpy view made when it is reached, so at most one view (two objects for the garbage
+    collector, where the buffer is an array.array) is alive at a time.
     """
     size = len(ts_per_request)
     n_ticks = np.fromiter(map(len, ts_per_request), dtype=np.int64, count=size)
@@ -149,27 +153,25 @@ def request_metrics(ts_per_request: Sequence[np.ndarray], ns_per_request: Sequen
     steps_counts = np.maximum(n_ticks - 1, 0)
     itl = np.empty(int(itl_counts.sum()), dtype=np.float64)
     token_steps = np.empty(int(steps_counts.sum()), dtype=np.int64)
-    # The first, second (the first again for a one-tick request) and last tick of each: 0 without ticks.
-    head_ts: list[tuple[float, float, float]] = []
-    head_ns: list[tuple[int, int, int]] = []
+    # The first, second (the first again for a one-tick request) and last tick of each, 0 without ticks;
+    # written item by item, as tuples of them would be 10,000 objects more for the garbage collector.
+    first_ts, second_ts, last_ts = np.zeros((3, size), dtype=np.float64)
+    first_ns, second_ns, last_ns = np.zeros((3, size), dtype=np.int64)
     itl_at = steps_at = 0
-    for ts, ns in zip(ts_per_request, ns_per_request):
-        n = len(ts)
+    for i, (ts_seq, ns_seq) in enumerate(zip(ts_per_request, ns_per_request)):
+        n = len(ts_seq)
         if n == 0:
-            head_ts.append((0.0, 0.0, 0.0))
-            head_ns.append((0, 0, 0))
             continue
+        ts, ns = np.asarray(ts_seq, np.float64), np.asarray(ns_seq, np.int64)  # dtype by position: faster
         second = 1 if n > 1 else 0
-        head_ts.append((ts[0], ts[second], ts[-1]))
-        head_ns.append((ns[0], ns[second], ns[-1]))
+        first_ts[i], second_ts[i], last_ts[i] = ts[0], ts[second], ts[-1]
+        first_ns[i], second_ns[i], last_ns[i] = ns[0], ns[second], ns[-1]
         if n > 1:
             np.subtract(ns[1:], ns[:-1], out=token_steps[steps_at : steps_at + n - 1])
             steps_at += n - 1
         if n > 2:  # the first gap of a request is its TTFT, not an ITL
             np.subtract(ts[2:], ts[1:-1], out=itl[itl_at : itl_at + n - 2])
             itl_at += n - 2
-    first_ts, second_ts, last_ts = np.array(head_ts, dtype=np.float64).reshape(size, 3).T
-    first_ns, second_ns, last_ns = np.array(head_ns, dtype=np.int64).reshape(size, 3).T
     has_two = n_ticks >= 2
 
     e2e = np.where(has_two, last_ts - first_ts, np.nan)

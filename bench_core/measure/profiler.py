@@ -433,30 +433,23 @@ def certainly_outside_slo(sessions: Sequence[Session], slo: SLO) -> int:
     return int((failed | (served & ~good)).sum())
 
 
-def _gather_ticks(sessions: Sequence[Session]) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Each session's ticks as a float64 and an int64 array (metrics.request_metrics' input).
+def _gather_ticks(sessions: Sequence[Session]) -> tuple[list[Sequence[float]], list[Sequence[int]]]:
+    """Each session's ticks (metrics.request_metrics' input), as they are where that is safe.
 
     A running session's ticks are sliced first: a slice is an atomic copy, whereas a numpy view of a live
     array.array would stop a concurrent append from growing it. A finished session's packed arrays no
-    longer change (its status is set after they are), so they are read in place, copying nothing.
+    longer change (its status is set after they are), so they are passed as they are, copying nothing.
     """
-    ts_per_session, ns_per_session = [], []
+    ts_per_session: list[Sequence[float]] = []
+    ns_per_session: list[Sequence[int]] = []
     for sess in sessions:
-        finished = sess.status != Session.UNKNOWN
         ts, ns = sess.ts, sess.ns
-        n = min(len(ts), len(ns))  # another thread may be between the two appends of a tick
-        if not (finished and len(ts) == len(ns)):
+        if sess.status == Session.UNKNOWN or len(ts) != len(ns):
+            n = min(len(ts), len(ns))  # another thread may be between the two appends of a tick
             ts, ns = ts[:n], ns[:n]
-        ts_per_session.append(_as_array(ts, "d", np.float64))
-        ns_per_session.append(_as_array(ns, "q", np.int64))
+        ts_per_session.append(ts)
+        ns_per_session.append(ns)
     return ts_per_session, ns_per_session
-
-
-def _as_array(values: Sequence, typecode: str, dtype: type) -> np.ndarray:
-    """`values` as a numpy array of `dtype`: a view of an array.array of the matching `typecode`."""
-    if type(values) is array and values.typecode == typecode:
-        return np.frombuffer(values, dtype)  # positionally: numpy 2.4 parses the keyword ~1 µs slower
-    return np.array(values, dtype=dtype)
 
 
 def _defined(values: np.ndarray) -> np.ndarray:
