@@ -144,8 +144,8 @@ def test_a_session_the_engine_vouched_for_is_completed_and_an_overrun_is_not():
     verdicts = ("success", "overrun", "")
     for verdict in verdicts:
         sess = profiler.new_session(5, 4)
-        sess.tick(0, 1.0)
-        sess.tick(3 if verdict != "overrun" else 9, 2.0)
+        sess.tick_at(0, 1.0)
+        sess.tick_at(3 if verdict != "overrun" else 9, 2.0)
         sess.finish(Session.SUCCESS, "length", 2.0, length_status=verdict)
     profiler.start(1.0)
     profiler.finish(3.0)
