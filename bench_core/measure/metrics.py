@@ -38,7 +38,8 @@ class Distribution:
 
 
 def distribution(values: np.ndarray | Sequence[float], percentiles: Sequence[float]) -> Distribution:
-    """Mean and percentiles exactly as LMDeploy computes them (np.mean, np.percentile), plus std/min/max."""
+    """Mean and percentiles exactly as LMDeploy computes them (np.mean, and np.percentile's values through
+    linear_percentiles), plus std/min/max."""
     values = np.asarray(values)
     if values.size == 0:
         nan = math.nan
@@ -54,7 +55,8 @@ def distribution(values: np.ndarray | Sequence[float], percentiles: Sequence[flo
 
 
 def linear_percentiles(values: np.ndarray, percentiles: Sequence[float]) -> tuple[np.float64, ...]:
-    """np.percentile(values, percentiles) to the bit (its default 'linear' method), for 1-d values, faster.
+    """np.percentile(values, percentiles) to the bit (its default 'linear' method), for non-empty 1-d values,
+    faster.
 
     np.percentile partitions for all the ranks it needs in one call, which over 5M ITLs costs six times as
     much as partitioning for one rank; here each rank is found by a partition of what lies above the rank
