@@ -85,7 +85,7 @@ def measure(url: str, workers: ClientWorkers | None, args) -> tuple[float, float
     for event in run.events():
         session: Session = sessions[event.index]
         if event.kind == "tokens":
-            session.tick(event.n_tokens, event.ts)
+            session.tick_at(event.n_tokens, event.ts)
             ticks += 1
         elif event.kind == "admit":
             session.admit(event.ts)

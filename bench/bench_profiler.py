@@ -3,9 +3,11 @@
     .venv/bin/python bench/bench_profiler.py [--quick]
 
 Targets (exit status 1 when one is missed):
-  - Session.tick costs at most 1.5x LMDeploy's Session.tick;
-  - compute_metrics over 5,000 sessions x 1,000 ticks is at least 5x faster than LMDeploy's
-    (and gives the same numbers, checked here too);
+  - Session.tick costs no more than LMDeploy's Session.tick (CPU time of the best of many short
+    sessions, each side going first in turn);
+  - compute_metrics over 5,000 sessions x 1,000 ticks is at least 12x faster than LMDeploy's (best of
+    3 each; 5x with --quick) and gives the same numbers, checked here too. Issue 27 aims at 20x: 15-23x
+    were measured at load 2-4 on 2 cores (docs/performance.md says where the rest of the time goes);
   - a live snapshot taken while another thread ticks 5,000 sessions takes under 50 ms (median of
     polls twice a second; the maximum is printed too). The thread ticks every session once per 20 ms
     decode step, about 250k tokens/s, more than one GPU sustains at that batch;
@@ -39,25 +41,30 @@ PERCENTILES = [50, 75, 95, 99]
 
 
 def tick_cost_ns(session_cls, n_ticks: int) -> tuple[float, float]:
-    """Per-tick time of `n_ticks` ticks on a fresh session, and of its finish() spread over them."""
+    """Per-tick CPU time of this thread for `n_ticks` ticks on a fresh session, and of its finish() spread
+    over them. CPU time, not wall time: the time other processes hold the core is not counted."""
     sess = session_cls(1, n_ticks)
     tick = sess.tick
-    started = time.perf_counter()
+    started = time.thread_time_ns()
     for n in range(n_ticks):
         tick(n)
-    ticked = time.perf_counter()
+    ticked = time.thread_time_ns()
     sess.finish(session_cls.SUCCESS)
-    finished = time.perf_counter()
-    return (ticked - started) / n_ticks * 1e9, (finished - ticked) / n_ticks * 1e9
+    finished = time.thread_time_ns()
+    return (ticked - started) / n_ticks, (finished - ticked) / n_ticks
 
 
 def interleaved_tick_costs(reference, n_ticks: int, repeats: int) -> dict[str, float]:
-    """Best of `repeats`, alternating ours and theirs so that load from other processes hits both alike."""
+    """Best of `repeats` short sessions each, ours and theirs taking turns to go first, so that load from
+    other processes and the state one leaves the allocator in fall on both alike."""
     best = {"ours": math.inf, "ours_finish": math.inf, "theirs": math.inf}
-    for _ in range(repeats):
-        tick_ns, finish_ns = tick_cost_ns(Session, n_ticks)
-        best["ours"], best["ours_finish"] = min(best["ours"], tick_ns), min(best["ours_finish"], finish_ns)
-        best["theirs"] = min(best["theirs"], tick_cost_ns(reference.Session, n_ticks)[0])
+    sides = [("ours", Session), ("theirs", reference.Session)]
+    for repeat in range(repeats):
+        for side, session_cls in sides if repeat % 2 else sides[::-1]:
+            tick_ns, finish_ns = tick_cost_ns(session_cls, n_ticks)
+            best[side] = min(best[side], tick_ns)
+            if side == "ours":
+                best["ours_finish"] = min(best["ours_finish"], finish_ns)
     return best
 
 
@@ -82,12 +89,14 @@ def filled_profilers(reference, n_sessions: int, n_ticks: int) -> tuple[Profiler
 
 
 def compute_metrics_seconds(reference, n_sessions: int, n_ticks: int) -> tuple[float, float]:
+    """Best of 3 for each, taking turns: either side's time swings by half from one call to the next under
+    load (allocations of 40 MB arrays, collections over a heap that holds the other's 5M ticks)."""
     ours, theirs = filled_profilers(reference, n_sessions, n_ticks)
-    started = time.perf_counter()
-    theirs.compute_metrics()
-    their_s = time.perf_counter() - started
-    our_s = float("inf")
+    our_s = their_s = math.inf
     for _ in range(3):
+        started = time.perf_counter()
+        theirs.compute_metrics()
+        their_s = min(their_s, time.perf_counter() - started)
         started = time.perf_counter()
         ours.compute_metrics()
         our_s = min(our_s, time.perf_counter() - started)
@@ -157,8 +166,9 @@ def main() -> int:
         print(f"Cannot compare: {why_missing()}.", file=sys.stderr)
         return 2
     sessions, ticks = (1000, 200) if args.quick else (5000, 1000)
-    tick = interleaved_tick_costs(reference, 100_000 if args.quick else 300_000, 7)
+    tick = interleaved_tick_costs(reference, 30_000, 15 if args.quick else 51)
     ours_cm, theirs_cm = compute_metrics_seconds(reference, sessions, ticks)
+    min_speedup = 5 if args.quick else 12  # at 1,000 x 200 our fixed costs weigh more: 8-19x measured
     snap_ms, ticks_per_s = snapshot_ms_while_ticking(sessions, ticks, step_s=0.02, poll_s=0.5)
     ours_mem = bytes_per_tick(Session, 200, 1000, finish=True)
     ours_mem_running = bytes_per_tick(Session, 200, 1000, finish=False)
@@ -172,8 +182,8 @@ def main() -> int:
             tick["ours"],
             tick["theirs"],
             tick["ours"] / tick["theirs"],
-            "<= 1.5x",
-            tick["ours"] <= 1.5 * tick["theirs"],
+            "<= 1.0x",
+            tick["ours"] <= tick["theirs"],
         ),
         (
             "  + its share of finish() (ns/tick)",
@@ -188,8 +198,8 @@ def main() -> int:
             ours_cm,
             theirs_cm,
             theirs_cm / ours_cm,
-            ">= 5x faster",
-            theirs_cm >= 5 * ours_cm,
+            f">= {min_speedup}x faster",
+            theirs_cm >= min_speedup * ours_cm,
         ),
         (
             "memory, finished (bytes/tick)",
@@ -210,9 +220,9 @@ def main() -> int:
         (f"live snapshot, median of {len(snap_ms)} (ms)", snap_median, nan, nan, "< 50 ms", snap_median < 50),
         ("live snapshot, max (ms)", max(snap_ms, default=0.0), nan, nan, "(info)", True),
     ]
-    print(f"{'measure':<38}{'ours':>11}{'lmdeploy':>11}{'ratio':>8}  {'target':<13}result")
+    print(f"{'measure':<38}{'ours':>11}{'lmdeploy':>11}{'ratio':>8}  {'target':<15}result")
     for name, ours, theirs, ratio, target, ok in rows:
-        print(f"{name:<38}{ours:>11.4g}{theirs:>11.4g}{ratio:>8.3g}  {target:<13}{'ok' if ok else 'MISSED'}")
+        print(f"{name:<38}{ours:>11.4g}{theirs:>11.4g}{ratio:>8.3g}  {target:<15}{'ok' if ok else 'MISSED'}")
     print("ratio: ours / lmdeploy, except compute_metrics: lmdeploy / ours.")
     print(
         f"snapshots polled every 0.5 s while {sessions} sessions ticked once per 20 ms step ({ticks_per_s:,} ticks/s)."

@@ -29,23 +29,23 @@ def profiled_run(
     end = 0.0
     for ttft in ttfts_s:
         sess = prof.new_session(10, OUTPUT_LEN)
-        sess.tick(0, timestamp=0.0)
+        sess.tick_at(0, 0.0)
         times = [ttft + k * itl_s for k in range(OUTPUT_LEN)]
         for n, t in enumerate(times, start=1):
-            sess.tick(n, timestamp=t)
+            sess.tick_at(n, t)
         sess.finish(Session.SUCCESS, timestamp=times[-1])
         end = max(end, times[-1])
     late = INCOMPLETE_TTFT_FACTOR * max(ttfts_s)
     incomplete = prof.new_session(20, OUTPUT_LEN)
-    incomplete.tick(0, timestamp=0.0)
-    incomplete.tick(1, timestamp=late)
+    incomplete.tick_at(0, 0.0)
+    incomplete.tick_at(1, late)
     incomplete.finish(Session.SUCCESS, reason="stop", timestamp=late)
     failed = prof.new_session(30, OUTPUT_LEN)
-    failed.tick(0, timestamp=0.0)
+    failed.tick_at(0, 0.0)
     failed.finish(Session.FAIL, reason="error: out of memory", timestamp=0.5)
     unfinished = prof.new_session(40, OUTPUT_LEN)
-    unfinished.tick(0, timestamp=0.0)
-    unfinished.tick(1, timestamp=0.2)
+    unfinished.tick_at(0, 0.0)
+    unfinished.tick_at(1, 0.2)
     prof.finish(max(end, late) + 0.5)
     return prof
 
@@ -89,14 +89,14 @@ def replayed_until(requests: pd.DataFrame, until_s: float, concurrency: int | No
         sess = prof.new_session(row.input_len, row.req_output_len)
         if not row.start_s <= until_s:
             continue
-        sess.tick(0, timestamp=t0 + row.start_s)
+        sess.tick_at(0, t0 + row.start_s)
         if not math.isnan(row.ttft_s):
             times = row.start_s + row.ttft_s + np.concatenate([[0.0], np.cumsum(row.itl_s)])
             counts = np.cumsum(row.tokens_per_tick)
             for t, n in zip(times, counts):
                 if t > until_s:
                     break
-                sess.tick(int(n), timestamp=t0 + t)
+                sess.tick_at(int(n), t0 + t)
         if row.finish_s <= until_s:  # never, for an unfinished one (NaN)
             sess.finish(_ENDED_AS.get(row.status, Session.SUCCESS), row.reason, timestamp=t0 + row.finish_s)
     return prof

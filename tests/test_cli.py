@@ -308,8 +308,8 @@ def test_the_terminal_progress_line_shows_what_the_run_tells_its_observers():
     t0 = time.perf_counter() - 10.0  # ten seconds in, a third of the tokens done: twenty seconds left
     profiler.start(t0)
     for session in sessions:
-        session.tick(0, t0)
-    sessions[0].tick(2, t0 + 0.1)
+        session.tick_at(0, t0)
+    sessions[0].tick_at(2, t0 + 0.1)
     sessions[0].finish(1, "length", t0 + 0.1)
     line.on_state(None, StateChange(RunState.RUNNING, "measuring"))
     assert line.text() == "running: measuring..."  # no snapshot yet

@@ -63,7 +63,7 @@ def test_a_live_snapshot_has_the_same_size_at_any_number_of_requests():
         for _ in range(n_requests):
             sess = prof.new_session(8, 64)
             for n, t in enumerate(np.cumsum(rng.exponential(0.02, 65))):
-                sess.tick(n, timestamp=float(t) % 5.0 + n * 1e-6)
+                sess.tick_at(n, float(t) % 5.0 + n * 1e-6)
             sess.finish(sess.SUCCESS, timestamp=5.0)
         prof.finish(5.0)
         snap = prof.live_snapshot()

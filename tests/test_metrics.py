@@ -14,9 +14,9 @@ from bench_core.measure.catalog import CATALOG, METRICS
 
 
 def _ticks(*sessions: list[tuple[float, int]]):
-    ts = np.array([t for sess in sessions for t, _ in sess], dtype=np.float64)
-    ns = np.array([n for sess in sessions for _, n in sess], dtype=np.int64)
-    return ts, ns, np.array([len(sess) for sess in sessions])
+    ts = [np.array([t for t, _ in sess], dtype=np.float64) for sess in sessions]
+    ns = [np.array([n for _, n in sess], dtype=np.int64) for sess in sessions]
+    return ts, ns
 
 
 def test_every_metric_has_a_unit_and_a_direction():
@@ -86,6 +86,36 @@ def test_distribution_of_nothing_is_nan_and_of_values_matches_numpy():
     assert stats.percentiles == tuple(np.percentile(values, [50, 90]))
 
 
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.random.default_rng(0).exponential(0.02, 10_001),  # ITL-like, every value distinct
+        np.random.default_rng(1).integers(0, 4, 5_000),  # tokens per tick: integers, mostly ties
+        np.round(np.random.default_rng(2).normal(size=999), 1),  # negative values, ties between floats
+        np.array([0.661, 0.931, 0.207]),  # at P81.5, a + (b - a) * g is one ulp off numpy's b - (b - a) * (1 - g)
+        np.array([7.5]),
+        np.array([2, 1]),
+        np.array([1.0, np.inf]),
+        np.array([0.5, np.nan, 0.1]),
+    ],
+    ids=["distinct", "integer-ties", "float-ties", "upper-weight", "one", "two", "infinite", "nan"],
+)
+def test_linear_percentiles_are_numpys_to_the_bit(values):
+    copy = values.copy()
+    with np.errstate(invalid="ignore"):  # inf - inf, as in numpy
+        for qs in ([50, 75, 95, 99], [0, 100], [99.9, 1, 50], [33.3, 66.6], [50, 50.000001], [81.5]):
+            expected = tuple(np.percentile(values, qs))
+            ours = metrics.linear_percentiles(values, qs)
+            np.testing.assert_array_equal(ours, expected)  # exact equality; NaN where numpy has NaN
+            assert all(type(a) is type(b) for a, b in zip(ours, expected))
+    np.testing.assert_array_equal(values, copy)  # the caller's values stay in their order
+
+
+def test_linear_percentiles_refuse_what_numpy_refuses():
+    with pytest.raises(ValueError, match="range"):
+        metrics.linear_percentiles(np.array([1.0, 2.0]), [101])
+
+
 def test_request_status_separates_failed_incomplete_and_unfinished():
     status = metrics.request_status(
         finished=np.array([True, True, True, False]),
@@ -114,8 +144,8 @@ def test_a_session_the_engine_vouched_for_is_completed_and_an_overrun_is_not():
     verdicts = ("success", "overrun", "")
     for verdict in verdicts:
         sess = profiler.new_session(5, 4)
-        sess.tick(0, 1.0)
-        sess.tick(3 if verdict != "overrun" else 9, 2.0)
+        sess.tick_at(0, 1.0)
+        sess.tick_at(3 if verdict != "overrun" else 9, 2.0)
         sess.finish(Session.SUCCESS, "length", 2.0, length_status=verdict)
     profiler.start(1.0)
     profiler.finish(3.0)

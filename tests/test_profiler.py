@@ -145,7 +145,7 @@ def replay_on_both(run: PlannedRun, reference) -> tuple[Profiler, object]:
     events = sorted((t, i, j) for i, s in enumerate(run.sessions) for j, (t, _) in enumerate(s.ticks))
     for t, i, j in events:
         n = run.sessions[i].ticks[j][1]
-        pairs[i][0].tick(n, timestamp=t)
+        pairs[i][0].tick_at(n, t)
         clock.now = t
         pairs[i][1].tick(n)
     for planned, (mine, ref) in zip(run.sessions, pairs):
@@ -283,7 +283,7 @@ def _finished_profiler(
     for input_len, req, ticks, status in sessions:
         sess = prof.new_session(input_len, req)
         for t, n in ticks:
-            sess.tick(n, timestamp=t)
+            sess.tick_at(n, t)
             end = max(end, t)
         if status != Session.UNKNOWN:
             sess.finish(status, timestamp=end)
@@ -381,7 +381,7 @@ def test_failed_incomplete_and_unfinished_are_counted_with_reasons():
 
 def test_finish_records_reason_and_time():
     sess = Session(5, 5)
-    sess.tick(0, timestamp=1.5)
+    sess.tick_at(0, 1.5)
     sess.finish(Session.FAIL, reason="abort", timestamp=2.25)
     assert (sess.status, sess.reason, sess.finish_time) == (Session.FAIL, "abort", 2.25)
     assert sess.ts[-1] == 1.5 and sess.ns[-1] == 0 and len(sess.ts) == 1
@@ -405,6 +405,29 @@ def test_token_counts_that_are_not_integers_survive_finish():
     sess.tick(2.5)
     sess.finish(Session.SUCCESS)
     assert list(sess.ns) == [0, 2.5]
+
+
+def test_ticks_of_every_kind_of_session_are_read_alike():
+    """Packed arrays, lists (a running session, or one restored from a run's journal), a session caught
+    between the two appends of a tick, and sessions with no or one tick: each is read as its own ticks."""
+    ticks = [(100.0, 0), (100.5, 2), (100.75, 3), (101.5, 5)]
+    prof = _finished_profiler([(1, 5, ticks, Session.SUCCESS)] * 2 + [(1, 5, ticks, Session.UNKNOWN)])
+    restored = prof.sessions[1]
+    restored.ts, restored.ns = list(restored.ts), list(restored.ns)
+    prof.sessions[2].ts.append(102.0)  # its token count not appended yet
+    prof.new_session(1, 5).finish(Session.FAIL, "no ticks", timestamp=101.0)
+    one_tick = prof.new_session(1, 5)
+    one_tick.tick_at(0, 100.2)
+    table = prof.request_table()
+    assert table["n_ticks"].tolist() == [4, 4, 4, 0, 1]
+    assert table["output_len"].tolist() == [5, 5, 5, 0, 0]
+    assert table["ttft_s"].tolist()[:3] == [0.5] * 3 and table["ttft_s"][3:].isna().all()
+    assert table["tpot_s"].tolist()[:3] == [(101.5 - 100.5) / 3] * 3
+    assert [list(itl) for itl in table["itl_s"]] == [[0.25, 0.75]] * 3 + [[], []]
+    assert [list(steps) for steps in table["tokens_per_tick"]] == [[2, 1, 2]] * 3 + [[], []]
+    assert prof.success == 2 and prof.itls.tolist() == [0.25, 0.75] * 2
+    assert prof.sessions[0].ts.typecode == "d"  # read in place, and still free to grow
+    prof.sessions[0].tick_at(6, 102.0)
 
 
 def test_request_table_has_one_row_per_session_with_per_request_tpot():
@@ -520,13 +543,13 @@ def test_live_series_bin_tokens_and_in_flight_requests_over_time():
     prof.start(10.0)
     early, late = prof.new_session(1, 4), prof.new_session(1, 2)
     for t, n in ((10.0, 0), (10.2, 2), (10.7, 4)):
-        early.tick(n, timestamp=t)
+        early.tick_at(n, t)
     early.finish(Session.SUCCESS, timestamp=10.7)
     for t, n in ((10.6, 0), (11.1, 1)):
-        late.tick(n, timestamp=t)
+        late.tick_at(n, t)
     running = prof.live_snapshot()
     assert (running.completed, running.in_flight, running.output_tokens) == (1, 1, 5)
-    late.tick(2, timestamp=11.3)
+    late.tick_at(2, 11.3)
     late.finish(Session.SUCCESS, timestamp=11.3)
     prof.finish(11.4)
     final = prof.live_snapshot()
@@ -568,10 +591,10 @@ def test_snapshot_values_do_not_change_after_they_are_returned():
     prof.start(0.0)
     sess = prof.new_session(1, 5)
     for t, n in ((0.0, 0), (0.1, 1), (0.2, 2)):
-        sess.tick(n, timestamp=t)
+        sess.tick_at(n, t)
     first = prof.live_snapshot()
     for k in range(3, 3000):
-        sess.tick(k, timestamp=0.1 * k)
+        sess.tick_at(k, 0.1 * k)
     prof.live_snapshot()
     assert _count_min_max(first.itl) == (1, pytest.approx(0.1), pytest.approx(0.1))
     assert not first.itl.counts.flags.writeable
@@ -587,7 +610,7 @@ def test_summary_tokens_per_tick_match_lmdeploys_statistics():
     for chunks in ([0, 2, 3, 7], [0, 1, 5], [0, 4, 4, 9, 10]):
         session = profiler.new_session(8, chunks[-1])
         for step, n in enumerate(chunks):
-            session.tick(n, 100.0 + step)
+            session.tick_at(n, 100.0 + step)
         session.finish(Session.SUCCESS)
     profiler.start(99.0)
     profiler.finish(110.0)
@@ -601,12 +624,12 @@ def test_a_session_read_at_its_first_tick_is_not_counted_in_flight_twice():
     prof = Profiler(True, [50], live_bin_s=0.5)
     prof.start(0.0)
     sess = prof.new_session(1, 3)
-    sess.tick(0, timestamp=0.0)
+    sess.tick_at(0, 0.0)
     assert prof.live_snapshot().in_flight == 1
-    sess.tick(1, timestamp=0.1)  # the next poll re-reads tick 0 to difference against it
+    sess.tick_at(1, 0.1)  # the next poll re-reads tick 0 to difference against it
     assert prof.live_snapshot().in_flight == 1
     for n, t in ((2, 0.2), (3, 0.3)):
-        sess.tick(n, timestamp=t)
+        sess.tick_at(n, t)
     sess.finish(Session.SUCCESS, timestamp=0.3)
     prof.finish(0.6)
     final = prof.live_snapshot()
@@ -621,22 +644,22 @@ def test_in_flight_counts_admitted_requests_not_sessions_that_ticked_at_t0():
     prof.start(0.0)
     sessions = [prof.new_session(1, 2) for _ in range(4)]
     for sess in sessions:
-        sess.tick(0, timestamp=0.0)
+        sess.tick_at(0, 0.0)
     sessions[0].admit(0.0)
     sessions[1].admit(0.0)
     snap = prof.live_snapshot()
     assert (snap.in_flight, snap.not_started) == (2, 2)
 
     def serve(sess, start):
-        sess.tick(1, timestamp=start + 0.2)
-        sess.tick(2, timestamp=start + 0.4)
+        sess.tick_at(1, start + 0.2)
+        sess.tick_at(2, start + 0.4)
         sess.finish(Session.SUCCESS, timestamp=start + 0.4)
 
     for sess in sessions[:2]:
-        sess.tick(1, timestamp=0.2)
+        sess.tick_at(1, 0.2)
     assert prof.live_snapshot().in_flight == 2
     for sess in sessions[:2]:
-        sess.tick(2, timestamp=0.4)
+        sess.tick_at(2, 0.4)
         sess.finish(Session.SUCCESS, timestamp=0.4)
     sessions[2].admit(0.4)
     snap = prof.live_snapshot()
@@ -658,11 +681,11 @@ def test_in_flight_is_capped_where_the_engine_admits_behind_its_own_batch_size()
     prof.start(0.0)
     sessions = [prof.new_session(1, 1) for _ in range(16)]
     for sess in sessions:
-        sess.tick(0, timestamp=0.0)
+        sess.tick_at(0, 0.0)
         sess.admit(0.0)
     assert prof.live_snapshot().in_flight == 4
     for k, sess in enumerate(sessions):
-        sess.tick(1, timestamp=0.1 * (k + 1))
+        sess.tick_at(1, 0.1 * (k + 1))
         sess.finish(Session.SUCCESS, timestamp=0.1 * (k + 1))
     prof.finish(1.6)
     final = prof.live_snapshot()
@@ -674,7 +697,7 @@ def test_requests_left_running_when_the_run_ends_leave_the_in_flight_count():
     prof.start(0.0)
     sess = prof.new_session(1, 8)
     sess.admit(0.0)
-    sess.tick(0, timestamp=0.0)
+    sess.tick_at(0, 0.0)
     assert prof.live_snapshot().in_flight == 1
     prof.finish(0.7)  # the engine broke: the session never finished
     final = prof.live_snapshot()
@@ -689,8 +712,8 @@ def test_cancelled_requests_are_counted_apart_from_failures():
     done, running, waiting = (prof.new_session(1, 1) for _ in range(3))
     for sess in (done, running):
         sess.admit(0.0)
-        sess.tick(0, timestamp=0.0)
-    done.tick(1, timestamp=0.1)
+        sess.tick_at(0, 0.0)
+    done.tick_at(1, 0.1)
     done.finish(Session.SUCCESS, timestamp=0.1)
     running.finish(Session.CANCELLED, "cancelled", timestamp=0.2)
     waiting.finish(Session.CANCELLED, "cancelled", timestamp=0.2)

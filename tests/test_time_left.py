@@ -107,7 +107,7 @@ def _batched_prefill(seconds_in: float) -> tuple[Profiler, list[Session], float]
     prof.start(t0)
     sessions = [prof.new_session(512, 100) for _ in range(8)]
     for sess in sessions:
-        sess.tick(0, t0)
+        sess.tick_at(0, t0)
     return prof, sessions, t0
 
 
@@ -125,7 +125,7 @@ def test_a_batched_prefill_is_estimating_without_a_past_run_and_told_from_one_wi
     prof, sessions, t0 = _batched_prefill(10.0)
     for step in range(1, 20):
         for sess in sessions[:2]:
-            sess.tick(step, t0 + 8.0 + 0.1 * step)
+            sess.tick_at(step, t0 + 8.0 + 0.1 * step)
     snap = prof.live_snapshot()
     assert (snap.in_flight, snap.decoding) == (8, 2)
     assert time_left_s(snap) is None and time_left_s(snap, pace) == pytest.approx(10.0, abs=0.1)
@@ -137,7 +137,7 @@ def test_after_a_batched_prefill_the_time_left_is_the_decode_rate_not_the_whole_
     prof, sessions, t0 = _batched_prefill(12.0)
     for step in range(25):
         for sess in sessions:
-            sess.tick(step + 1, t0 + 10.0 + 0.08 * step)
+            sess.tick_at(step + 1, t0 + 10.0 + 0.08 * step)
     snap = prof.live_snapshot()
     assert snap.first_output_s == pytest.approx(10.0) and snap.decoding == 8 and snap.longest_left == 75
     assert time_left_s(snap) == pytest.approx(6.0, rel=0.1)
@@ -180,9 +180,9 @@ def test_the_longest_request_still_decoding_lengthens_the_time_left_by_half_its_
     prof.start(t0)
     sessions = [prof.new_session(8, output_len) for output_len in (35, 35, 80)]
     for sess in sessions:
-        sess.tick(0, t0)
+        sess.tick_at(0, t0)
         for step in range(1, 31):
-            sess.tick(step, t0 + 0.1 * step - 0.05)
+            sess.tick_at(step, t0 + 0.1 * step - 0.05)
     snap = prof.live_snapshot()
     assert snap.decoding == 3 and snap.longest_left == 50
     assert output_rate(snap) == pytest.approx(30.0) and step_s(snap) == pytest.approx(0.1, rel=0.02)

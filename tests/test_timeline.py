@@ -71,8 +71,8 @@ def test_rows_follow_the_start_order_with_the_first_request_on_top():
     prof.start(0.0)
     for start in (0.3, 0.1, 0.2):  # sent out of index order
         sess = prof.new_session(5, 2)
-        sess.tick(0, timestamp=start)
-        sess.tick(2, timestamp=start + 0.05)
+        sess.tick_at(0, start)
+        sess.tick_at(2, start + 0.05)
         sess.finish(Session.SUCCESS, "length", timestamp=start + 0.05)
     prof.finish(1.0)
     fig = timeline.request_timeline(prof.request_table())
@@ -85,7 +85,7 @@ def test_rows_follow_the_start_order_with_the_first_request_on_top():
 def test_each_outcome_has_its_own_colour_and_a_request_without_a_first_token_only_waits():
     prof = profiled_run([0.1, 0.2])  # two completed, one truncated, one failed before a token, one unfinished
     cancelled = prof.new_session(10, 4)
-    cancelled.tick(0, timestamp=0.0)
+    cancelled.tick_at(0, 0.0)
     cancelled.finish(Session.CANCELLED, "cancelled", timestamp=0.7)
     table = prof.request_table()
     fig = timeline.request_timeline(table, end_s=prof.elapsed_time)
@@ -118,8 +118,8 @@ def test_ten_thousand_requests_are_a_few_traces_and_a_bounded_subset_that_says_s
     for i in range(10_000):
         sess = prof.new_session(8, 4)
         start = i * 0.001
-        sess.tick(0, timestamp=start)
-        sess.tick(4, timestamp=start + 0.02)
+        sess.tick_at(0, start)
+        sess.tick_at(4, start + 0.02)
         sess.finish(statuses[i % 3], timestamp=start + 0.03)
     prof.finish(11.0)
     fig = timeline.request_timeline(prof.request_table())

@@ -365,13 +365,13 @@ class Runner:
                 if event.kind == "tokens":
                     if event.earlier_ts:
                         session.tick_many(event.earlier_ts, event.earlier_ns)
-                    session.tick(event.n_tokens, event.ts)
+                    session.tick_at(event.n_tokens, event.ts)
                 elif event.kind == "admit":
                     session.admit(event.ts)
                     if event.input_len:  # a prompt built when it was sent: its own length
                         session.input_len = event.input_len
                     if ticks_at_admission[event.index]:
-                        session.tick(0, event.ts)
+                        session.tick_at(0, event.ts)
                 elif event.kind == "finish" and event.finish_reason == NOT_SENT:
                     session.reason = event.message  # never sent: it stays unfinished
                 elif event.kind == "finish" and event.finish_reason in (RUN_ENDED, CANCELLED_BY_LOAD):

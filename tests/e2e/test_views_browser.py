@@ -34,13 +34,13 @@ def stalled_run() -> Profiler:
     end = 0.0
     for index in range(REQUESTS):
         session = prof.new_session(10, OUTPUT_LEN)
-        session.tick(0, timestamp=0.0)
+        session.tick_at(0, 0.0)
         time = 4.58243 + index * 0.000002
-        session.tick(1, timestamp=time)
+        session.tick_at(1, time)
         for n in range(2, OUTPUT_LEN + 1):
             stalled = index < STALLS and n == OUTPUT_LEN // 2
             time += 10.0 + index if stalled else 0.1 + 0.002 * ((7 * n + index) % 10)
-            session.tick(n, timestamp=time)
+            session.tick_at(n, time)
         session.finish(Session.SUCCESS, timestamp=time)
         end = max(end, time)
     prof.finish(end + 0.1)
