@@ -155,16 +155,16 @@ def test_right_after_the_last_prefill_the_rate_is_the_requests_decoding_over_the
     prof.start(t0)
     sessions = [prof.new_session(1024, 100) for _ in range(4)]
     for sess in sessions:
-        sess.tick(0, t0)
+        sess.tick_at(0, t0)
     for sess in sessions[:2]:
-        sess.tick(1, t0 + 1.0)
-        sess.tick(2, t0 + 2.0)
-        sess.tick(3, t0 + 3.0)
+        sess.tick_at(1, t0 + 1.0)
+        sess.tick_at(2, t0 + 2.0)
+        sess.tick_at(3, t0 + 3.0)
     for sess in sessions[2:]:
-        sess.tick(1, t0 + 3.0)
+        sess.tick_at(1, t0 + 3.0)
     for step in range(1, 41):
         for sess in sessions:
-            sess.tick(sess.ns[-1] + 1, t0 + 3.0 + 0.01 * step)
+            sess.tick_at(sess.ns[-1] + 1, t0 + 3.0 + 0.01 * step)
     snap = prof.live_snapshot()
     assert snap.decoding == 4 and snap.latest_first_token_s == pytest.approx(3.0) and snap.longest_left == 59
     assert output_rate(snap) == pytest.approx(168 / 2.4, rel=0.01) and step_s(snap) == pytest.approx(0.01, rel=0.02)
