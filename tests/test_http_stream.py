@@ -231,6 +231,7 @@ def test_a_server_that_closes_before_answering_is_said_so():
     [
         (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", "not HTTP/1.1"),
         (HEAD + b"zz\r\n", "bad chunk size"),
+        (HEAD + b"-5\r\nabc\r\n", "bad chunk size"),
         (HEAD + b"3\r\nabcdef\r\n", "longer than its size says"),
     ],
 )

@@ -250,7 +250,24 @@ class Connection(asyncio.Protocol):
         """The payload of a chunked body's bytes as they come, cut anywhere; sets body_done at its last chunk."""
         if self._chunk_tail:
             data, self._chunk_tail = self._chunk_tail + data, b""
-        parts, pos, size_of_data = [], 0, len(data)
+        parts: list[bytes] = []
+        pos, size_of_data, find = 0, len(data), data.find
+        # The usual read, between chunks: whole chunks, each sliced at once. Anything else (a chunk cut by the
+        # read, an extension, the last chunk, a bad size) is left to the loop after this one.
+        while not (self._remaining or self._after_data or self._in_trailer):
+            line_end = find(b"\r\n", pos)
+            if line_end < 0:
+                break
+            try:
+                size = int(data[pos:line_end], 16)
+            except ValueError:
+                break
+            start = line_end + 2
+            end = start + size
+            if size <= 0 or data[end : end + 2] != b"\r\n":
+                break
+            parts.append(data[start:end])
+            pos = end + 2
         while pos < size_of_data:
             if self._remaining:  # inside a chunk's data
                 take = min(self._remaining, size_of_data - pos)
@@ -282,6 +299,8 @@ class Connection(asyncio.Protocol):
                 continue
             try:
                 size = int(data[pos:line_end].split(b";", 1)[0], 16)
+                if size < 0:
+                    raise ValueError(size)
             except ValueError:
                 self._fail(BadResponse(f"the server sent a bad chunk size: {data[pos:line_end][:40]!r}"))
                 break
