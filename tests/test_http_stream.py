@@ -114,10 +114,11 @@ def raw_server(respond: Respond, tls: ssl.SSLContext | None = None) -> Iterator[
 
 def writing(*pieces: bytes, close: bool = False) -> Respond:
     async def respond(reader, writer, nth) -> None:
-        for piece in pieces:
+        for i, piece in enumerate(pieces):
+            if i:
+                await asyncio.sleep(0.005)  # each piece its own network read; the close follows the last at once
             writer.write(piece)
             await writer.drain()
-            await asyncio.sleep(0.005)  # each piece its own network read
         if close:
             writer.close()
 

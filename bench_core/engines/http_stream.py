@@ -96,7 +96,9 @@ class Connection(asyncio.Protocol):
         self._sink: object = None
 
     async def wait_for(self, ready: Callable[[], bool]) -> None:
-        """Until `ready()` holds; raises the exchange's failure (connection lost, bad framing, the sink's error)."""
+        """Until `ready()` holds; raises the exchange's failure (connection lost, bad framing, the sink's error)
+        if it came first. A failure after it is left for the next wait: the body bytes read before a connection
+        was cut are still read (and their tokens counted) before the cut is raised."""
         while not ready():
             if self.failure is not None:
                 raise self.failure
@@ -105,8 +107,6 @@ class Connection(asyncio.Protocol):
                 await self._waiter
             finally:
                 self._waiter = None
-        if self.failure is not None and not self.body_done:
-            raise self.failure
 
     async def body(self, limit: int | None = None) -> bytes:
         """The body read whole, or its first `limit` bytes (the rest left unread: the connection then closes)."""
