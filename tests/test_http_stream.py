@@ -133,8 +133,8 @@ def run(url: str, n: int = 1, concurrency: int | None = 1):
     return client.results, events
 
 
-def post_through_pool(url: str, n: int) -> list[tuple[int, bytes]]:
-    """(status, body) of `n` POSTs in turn over one pool, bodies read whole."""
+def post_through_pool(url: str, n: int, pause_s: float = 0.0) -> list[tuple[int, bytes]]:
+    """(status, body) of `n` POSTs in turn over one pool, bodies read whole, `pause_s` between them."""
 
     async def main() -> list[tuple[int, bytes]]:
         pool = ConnectionPool(Origin(url), 5, {})
@@ -146,6 +146,7 @@ def post_through_pool(url: str, n: int) -> list[tuple[int, bytes]]:
                     answers.append((connection.status, await connection.body()))
                 finally:
                     pool.release(connection)
+                await asyncio.sleep(pause_s)
         finally:
             pool.close()
         return answers
@@ -210,6 +211,19 @@ def test_a_body_until_the_connection_closes_and_a_content_length_body_are_read_w
     with raw_server(writing(error[:30], error[30:])) as (url, connections):
         assert post_through_pool(url, 2) == [(500, body)] * 2
     assert len(connections) == 1
+
+
+def test_bytes_on_an_idle_connection_make_the_pool_drop_it():
+    body = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+    async def answer_then_babble(reader, writer, nth) -> None:
+        writer.write(body)
+        await asyncio.sleep(0.02)
+        writer.write(b"HTTP/1.1 200 OK\r\n")  # no request asked for it
+
+    with raw_server(answer_then_babble) as (url, connections):
+        assert post_through_pool(url, 2, pause_s=0.1) == [(200, b"ok")] * 2
+    assert len(connections) == 2
 
 
 def test_a_server_that_closes_mid_chunk_cuts_the_response_after_the_tokens_it_sent():

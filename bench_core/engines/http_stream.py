@@ -149,8 +149,11 @@ class Connection(asyncio.Protocol):
         self._wake()
 
     def data_received(self, data: bytes) -> None:
-        if not self.in_exchange or self.body_done or self.failure is not None:
-            self.keep_alive = False  # bytes no request asked for: this connection cannot be trusted again
+        if not self.in_exchange:  # bytes no request asked for, on an idle connection: it cannot be trusted again
+            self.close()
+            return
+        if self.body_done or self.failure is not None:
+            self.keep_alive = False  # the same, after this exchange's body: not to be reused
             return
         if not self.head_done:
             data = self._read_head(data)
