@@ -197,7 +197,7 @@ def test_asking_about_one_backend_imports_no_other_backends_libraries(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.strip().splitlines()[-1])
-    assert seen == {"listed": [], "openai validated": ["aiohttp"]}  # the server client's own library only
+    assert seen == {"listed": [], "openai validated": []}  # the server client is the standard library's asyncio
 
 
 def test_the_run_config_imports_nothing_of_the_engines(tmp_path):

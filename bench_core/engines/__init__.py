@@ -3,7 +3,7 @@
 A backend registers by being defined in a module of this package whose name ends in `_engine`: the
 registry imports those modules (and only those) the first time a backend is asked for, and indexes
 their `Backend` classes by the names they declare. Backend modules import their heavy libraries only
-where they load or run, so asking about one backend never imports another's torch, lmdeploy or aiohttp.
+where they load or run, so asking about one backend never imports another's torch, lmdeploy or transformers.
 """
 
 from __future__ import annotations

@@ -208,7 +208,7 @@ CPU_RUN_SIZE = RunSize("cpu", num_prompts=8, concurrency=8, stream_output=True, 
 class Backend(ABC):
     """A kind of engine, registered under `names` by defining it in a module of this package named
     `*_engine` (the registry in `engines/__init__.py`). It answers for its own facts, before anything loads: so
-    the module imports its heavy libraries (torch, lmdeploy, aiohttp...) only where it loads or runs. Its settings
+    the module imports its heavy libraries (torch, lmdeploy, transformers...) only where it loads or runs. Its settings
     are the catalog's that name it among their backends (config/catalog.py: config imports no engine)."""
 
     names: ClassVar[tuple[str, ...]]

@@ -1,8 +1,8 @@
 """A benchmark client for OpenAI-compatible servers (LMDeploy api_server, vLLM, SGLang, transformers serve).
 
 Requests go out on the schedule of `arrivals.send_offsets` (optionally capped by a max concurrency)
-from one asyncio event loop in its own thread, over one pooled `aiohttp.ClientSession`. What happens
-to each request comes out as `base.EngineEvent`s on a thread-safe queue, so a synchronous
+from one asyncio event loop in its own thread, over one pool of keep-alive connections (`http_stream`, whose
+protocol reads each network read's SSE events in its own callback). What happens to each request comes out as `base.EngineEvent`s on a thread-safe queue, so a synchronous
 `Engine.stream()` can drain them from another thread:
 
 - "admit" when the request is sent (its clock starts here, as in `profile_restful_api.py` and vLLM);
@@ -48,13 +48,12 @@ import resource
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import aiohttp
 import numpy as np
-import yarl
 
 from ..config import GenerationSettings, check_values, setting
 from ..errors import BenchError, ConfigError
@@ -63,6 +62,18 @@ from ..load.datasets import SampledRequest
 from ..load.schedule import SendSchedule
 from ..states import SERVED_REASONS, RequestStatus
 from .base import NOT_SENT_AFTER_FAILURE, RUN_ENDED, EngineEvent
+from .http_stream import (
+    BodySink,
+    ConnectFailed,
+    Connection,
+    ConnectionPool,
+    ConnectTimeout,
+    HTTPStreamError,
+    Origin,
+    ResponseCut,
+    ServerClosed,
+    basic_auth,
+)
 from .loop_lag import LoopLag
 from .openai_stream import (
     CHUNKS,
@@ -100,9 +111,13 @@ def api_root(base_url: str) -> str:
     return root.removesuffix("/v1")
 
 
-def _auth_headers(api_key: str | None) -> dict[str, str]:
+def _auth_headers(api_key: str | None, url: str) -> dict[str, str]:
+    """The API key as a Bearer header, else the URL's user-info as Basic auth, else none."""
     key = api_key or os.environ.get(API_KEY_ENV)
-    return {"Authorization": f"Bearer {key}"} if key else {}
+    if key:
+        return {"Authorization": f"Bearer {key}"}
+    origin = Origin(url)
+    return {"Authorization": basic_auth(origin.user, origin.password)} if origin.user is not None else {}
 
 
 @dataclass(frozen=True)
@@ -139,14 +154,11 @@ class ServerSpec:
 
 
 def http_get(url: str, api_key: str | None = None, timeout_s: float = 10.0) -> bytes:
-    """The body of GET `url`, with the API key as a Bearer header (else the URL's user-info as Basic auth, as aiohttp
-    sends it); ServerError when the server cannot be reached or answers with an HTTP error."""
-    headers = _auth_headers(api_key)
-    address = yarl.URL(url)
-    basic = aiohttp.BasicAuth.from_url(address)
-    if basic is not None and not headers:
-        headers = {"Authorization": basic.encode()}
-    request = urllib.request.Request(str(address.with_user(None)), headers=headers)
+    """The body of GET `url`, with the API key as a Bearer header (else the URL's user-info as Basic auth, as the
+    run's requests send it); ServerError when the server cannot be reached or answers with an HTTP error."""
+    headers = _auth_headers(api_key, url)
+    parts = urllib.parse.urlsplit(url)
+    request = urllib.request.Request(parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl(), headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             return response.read()
@@ -373,7 +385,7 @@ class _Deadline:
     says which. Only tokens count: a server that sends keep-alive comments (": ping") but no tokens
     would otherwise hold a request, and the run, forever.
 
-    aiohttp's own `sock_read` timeout re-arms a timer on every packet, about 2 us each: a fifth of
+    A read timeout that re-arms a timer on every packet (aiohttp's `sock_read`) costs about 2 us each: a fifth of
     the client's time per token at hundreds of streams. Here new tokens only note the time
     (`heard_token`), and the one timer re-arms itself when it comes due.
     """
@@ -409,7 +421,7 @@ class _Deadline:
 
 
 async def send_request(
-    session: aiohttp.ClientSession,
+    pool: ConnectionPool,
     spec: ServerSpec,
     payload: dict,
     result: RequestResult,
@@ -426,22 +438,21 @@ async def send_request(
     result.sent_ts = time.perf_counter()
     emit(EngineEvent(result.index, "admit", result.sent_ts))
     deadline = _Deadline(spec.read_timeout_s, spec.total_timeout_s, ends_at - result.sent_ts)
+    connection = None
     try:
-        async with session.post(spec.url, json=payload) as response:
-            if response.status != 200:
-                body = await response.content.read(4 * ERROR_BODY_CHARS)
-                reader.error = f"HTTP {response.status} {response.reason} from {spec.url}: {error_text(body)}"
-            elif spec.stream:
-                await _read_stream(response, reader, result, emit, deadline)
-            else:
-                reader.read_body(await response.json(content_type=None))
-                usage = reader.usage_completion_tokens
-                result.first_byte_ts = result.last_line_ts = time.perf_counter()
-                ticks_ts, ticks_ns = [], []
-                _tick(
-                    reader, result, result.last_line_ts, reader.n_tokens if usage is None else usage, ticks_ts, ticks_ns
-                )
-                _emit_ticks(result, emit, ticks_ts, ticks_ns)
+        connection = await pool.post(_target(spec.url), json.dumps(payload).encode())
+        if connection.status != 200:
+            body = await connection.body(4 * ERROR_BODY_CHARS)
+            reader.error = f"HTTP {connection.status} {connection.reason} from {spec.url}: {error_text(body)}"
+        elif spec.stream:
+            await _read_stream(connection, reader, result, emit, deadline)
+        else:
+            reader.read_body(json.loads(await connection.body()))
+            usage = reader.usage_completion_tokens
+            result.first_byte_ts = result.last_line_ts = time.perf_counter()
+            ticks_ts, ticks_ns = [], []
+            _tick(reader, result, result.last_line_ts, reader.n_tokens if usage is None else usage, ticks_ts, ticks_ns)
+            _emit_ticks(result, emit, ticks_ts, ticks_ns)
         reason, message = reader.finish()
     except asyncio.CancelledError:
         if deadline.expired == _Deadline.SILENT:
@@ -458,21 +469,23 @@ async def send_request(
             reason, message = RUN_ENDED, f"cancelled when the run's duration ended, after {reader.n_tokens} tokens"
         else:
             reason, message = "abort", "cancelled"
-    except aiohttp.ClientConnectorError as exc:
+    except ConnectFailed as exc:
         cause = exc.os_error.strerror or exc.os_error
         reason, message = "error", f"cannot connect to {spec.url} ({cause}): is the server running?"
-    except aiohttp.ConnectionTimeoutError:
+    except ConnectTimeout:
         reason, message = "error", f"no connection to {spec.url} within {spec.connect_timeout_s:g} s"
-    except aiohttp.ClientPayloadError as exc:
+    except ResponseCut as exc:
         reason, message = "error", f"the response was cut after {reader.n_tokens} tokens: {exc}"
-    except aiohttp.ServerDisconnectedError:
+    except ServerClosed:
         reason, message = "error", f"the server closed the connection after {reader.n_tokens} tokens"
     except EventTooLarge as exc:
         reason, message = "error", f"{exc} after {reader.n_tokens} tokens"
-    except (aiohttp.ClientError, ValueError) as exc:
+    except (HTTPStreamError, ValueError) as exc:
         reason, message = "error", f"{type(exc).__name__}: {exc}"
     finally:
         deadline.stop()
+        if connection is not None:
+            pool.release(connection)
     result.end_ts = time.perf_counter()
     result.usage_completion_tokens, result.usage_prompt_tokens = (
         reader.usage_completion_tokens,
@@ -485,39 +498,54 @@ async def send_request(
     emit(EngineEvent(result.index, "finish", result.end_ts, result.output_tokens, reason, message))
 
 
+def _target(url: str) -> str:
+    """The request line's target of a URL: its path and query."""
+    parts = urllib.parse.urlsplit(url)
+    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+
 async def _read_stream(
-    response: aiohttp.ClientResponse, reader: StreamReader, result: RequestResult, emit: Emit, deadline: _Deadline
+    connection: Connection, reader: StreamReader, result: RequestResult, emit: Emit, deadline: _Deadline
 ) -> None:
+    """Read the SSE body in the connection's callback, each network read as it comes (`_stream_sink`); this task
+    wakes only when the body ends or the sink stops it."""
     parser = SSEParser()
-    async for chunk in response.content.iter_any():
+    connection.stream_to(_stream_sink(parser, reader, result, emit, deadline))
+    await connection.wait_for(lambda: connection.body_done or connection.stopped)
+    if reader.error:
+        connection.close()  # the rest of the body is not read: the connection cannot serve another request
+    elif reader.done:  # after [DONE] nothing counts; the body's end is waited for, so that its connection is reused
+        with contextlib.suppress(TimeoutError, HTTPStreamError):
+            async with asyncio.timeout(DONE_GRACE_S):
+                await connection.wait_for(lambda: connection.body_done)
+    elif messages := parser.close():
+        _read_events(messages, reader, result, emit)
+
+
+def _stream_sink(
+    parser: SSEParser, reader: StreamReader, result: RequestResult, emit: Emit, deadline: _Deadline
+) -> BodySink:
+    """What the connection calls with each network read's body bytes: SSE events read and ticked at once. True
+    (stop reading) on [DONE], on an error, or once a server that ignores the limit has streamed far past it."""
+    stop_after = _stop_reading_after(result.requested_tokens)
+    clock = time.perf_counter
+
+    def on_body(chunk: bytes) -> bool:
         if result.first_byte_ts is None:
-            result.first_byte_ts = time.perf_counter()
+            result.first_byte_ts = clock()
         if messages := parser.feed(chunk):
             tokens_before = result.n_tokens
             _read_events(messages, reader, result, emit)
             if result.n_tokens > tokens_before:
                 deadline.heard_token()
-        if result.n_tokens > _stop_reading_after(result.requested_tokens):
+        if result.n_tokens > stop_after:
             reader.error = (
                 f"the server streamed {result.n_tokens} tokens for the {result.requested_tokens} asked "
                 "and went on: stopped reading"
             )
-        if reader.error:
-            return
-        if reader.done:  # after [DONE] nothing counts
-            await _discard_the_rest(response)
-            return
-    if messages := parser.close():
-        _read_events(messages, reader, result, emit)
+        return reader.done or reader.error is not None
 
-
-async def _discard_the_rest(response: aiohttp.ClientResponse) -> None:
-    """Read a body to its end after [DONE], unread, so that its connection is reused; a server that goes on
-    sending is waited for only DONE_GRACE_S, and loses its connection instead."""
-    with contextlib.suppress(TimeoutError, aiohttp.ClientError):
-        async with asyncio.timeout(DONE_GRACE_S):
-            while await response.content.readany():
-                pass
+    return on_body
 
 
 def _stop_reading_after(requested_tokens: int) -> int:
@@ -668,36 +696,36 @@ class ClientRun:
             self._flush()
 
     async def _drive(self) -> None:
-        limit = self.max_concurrency or 0  # 0: aiohttp's "no limit"
         _raise_open_file_limit(self.max_concurrency or len(self.requests) + self.warmup)
-        connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit, keepalive_timeout=60)
-        timeout = aiohttp.ClientTimeout(total=None, connect=self.spec.connect_timeout_s)  # the rest: _Deadline
-        headers = _auth_headers(self.spec.api_key)
-        # trust_env=False: no proxy between the client and the server it measures, and looking the proxy
-        # settings up for every request cost a fifth of the client's throughput at hundreds of streams.
-        async with aiohttp.ClientSession(
-            connector=connector, timeout=timeout, headers=headers, trust_env=False
-        ) as session:
-            slots = asyncio.Semaphore(self.max_concurrency) if self.max_concurrency else contextlib.nullcontext()
-            watcher = asyncio.create_task(self._cancel_on_request())
-            flusher = asyncio.create_task(self._flush_periodically())
-            try:
-                await self._warm_up(session, slots)
-                self.t0 = time.perf_counter() if self.start_at is None else self.start_at
-                self.schedule.start(self.t0)
-                self._released = {i: asyncio.Event() for i, r in enumerate(self.requests) if r.follows is not None}
-                if self.cancel.is_set():  # during the warm-up; from here on the watcher cancels the tasks
-                    for result in self.results:
-                        self._not_sent(result, "not sent: cancelled")
-                    return
-                requests = [asyncio.create_task(self._send_when_due(session, slots, result)) for result in self.results]
-                self._tasks += requests
-                await asyncio.gather(*requests)
-            finally:
-                watcher.cancel()
-                flusher.cancel()
+        # One connection per request in flight, so `slots` (max_concurrency) caps the connections too. No proxy
+        # between the client and the server it measures (the pool reads no proxy settings).
+        try:
+            pool = ConnectionPool(
+                Origin(self.spec.url), self.spec.connect_timeout_s, _auth_headers(self.spec.api_key, self.spec.url)
+            )
+        except ValueError as exc:
+            raise ConfigError(f"Cannot send requests with these settings: {exc}.") from None
+        slots = asyncio.Semaphore(self.max_concurrency) if self.max_concurrency else contextlib.nullcontext()
+        watcher = asyncio.create_task(self._cancel_on_request())
+        flusher = asyncio.create_task(self._flush_periodically())
+        try:
+            await self._warm_up(pool, slots)
+            self.t0 = time.perf_counter() if self.start_at is None else self.start_at
+            self.schedule.start(self.t0)
+            self._released = {i: asyncio.Event() for i, r in enumerate(self.requests) if r.follows is not None}
+            if self.cancel.is_set():  # during the warm-up; from here on the watcher cancels the tasks
+                for result in self.results:
+                    self._not_sent(result, "not sent: cancelled")
+                return
+            requests = [asyncio.create_task(self._send_when_due(pool, slots, result)) for result in self.results]
+            self._tasks += requests
+            await asyncio.gather(*requests)
+        finally:
+            watcher.cancel()
+            flusher.cancel()
+            pool.close()
 
-    async def _warm_up(self, session: aiohttp.ClientSession, slots) -> None:
+    async def _warm_up(self, pool: ConnectionPool, slots) -> None:
         """Send the first prompt `warmup` times, unmeasured, as vLLM does; a failure stops the run."""
         if not self.warmup or not self.requests:
             return
@@ -706,7 +734,7 @@ class ClientRun:
 
         async def warm_once(result: RequestResult) -> None:
             async with slots:
-                await send_request(session, self.spec, payload, result, lambda event: None)
+                await send_request(pool, self.spec, payload, result, lambda event: None)
 
         results = [RequestResult(-1, first.output_len, 0.0) for _ in range(self.warmup)]
         warm_ups = [asyncio.create_task(warm_once(result)) for result in results]
@@ -718,7 +746,7 @@ class ClientRun:
                 f"The warm-up request failed, so nothing was measured: {failed[0].message or failed[0].finish_reason}."
             )
 
-    async def _send_when_due(self, session: aiohttp.ClientSession, slots, result: RequestResult) -> None:
+    async def _send_when_due(self, pool: ConnectionPool, slots, result: RequestResult) -> None:
         index = result.index
         request = self.requests[index]
         deadline = math.inf if self.duration_s is None else self.t0 + self.duration_s
@@ -744,7 +772,7 @@ class ClientRun:
                     outgoing.messages,
                     request.images,
                 )
-                await send_request(session, self.spec, payload, result, self._emit, ends_at=deadline)
+                await send_request(pool, self.spec, payload, result, self._emit, ends_at=deadline)
             self._ended(result)
         except asyncio.CancelledError:  # cancelled before it was sent; send_request reports its own
             if result.sent_ts is None:

@@ -57,7 +57,7 @@ from ..redact import redact_text
 from ..states import SERVED_REASONS, LoadPattern, RequestStatus
 from .base import NOT_SENT, Backend, Engine, EngineEvent, EngineInfo
 
-if TYPE_CHECKING:  # the client imports aiohttp, so it is imported where it is used: the registry imports this module
+if TYPE_CHECKING:  # the client is imported where it is used: the registry imports this module
     from .client_workers import ClientWorkers, ProcessClientRun
     from .openai_client import ClientRun, RequestResult, ServerSpec
     from .server_metrics import MetricsScraper
@@ -154,9 +154,9 @@ class OpenAIBackend(Backend):
 
     @classmethod
     def availability(cls, backend: str) -> str | None:
-        """None when the HTTP client's library is installed."""
-        if importlib.util.find_spec("aiohttp") is None:
-            return f"The OpenAI-compatible client needs aiohttp: {install_command(['aiohttp', 'prometheus_client'])}"
+        """None when the server metrics' parser is installed (the HTTP client is this project's own, http_stream)."""
+        if importlib.util.find_spec("prometheus_client") is None:
+            return f"The OpenAI-compatible client needs prometheus_client: {install_command(['prometheus_client'])}"
         return None
 
     @classmethod
@@ -208,7 +208,6 @@ class OpenAIEngine(Engine):
             model_path=shown_root,
             dtype="server's",
             device=f"{engine.server_kind} server at {shown_root} ({self.spec.endpoint} endpoint)",
-            versions={"aiohttp": importlib.metadata.version("aiohttp")},
             notes=[f"tokenizer: {tokenizer_name}"],
         )
         self._client_processes = client_processes

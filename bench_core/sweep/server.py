@@ -172,7 +172,7 @@ class ServerProcess:
 
 
 def _answers(url: str, api_key: str | None) -> bool:
-    from ..engines.openai_client import ServerError, http_get  # aiohttp is imported only once a server starts
+    from ..engines.openai_client import ServerError, http_get  # the client is imported only once a server starts
 
     try:
         http_get(url, api_key, timeout_s=2)
