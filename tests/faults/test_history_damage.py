@@ -15,8 +15,6 @@ from streamlit.testing.v1 import AppTest
 
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.errors import HistoryColumnsError
-from bench_core.hardware.client_bound import CLIENT_PREFIX
-from bench_core.hardware.contention import BUSY_PREFIX
 from bench_core.run.runner import Runner
 from bench_core.store.history import RESULTS_ENV, History, RunRecord
 from bench_core.store.journal import FolderLock
@@ -28,6 +26,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 from app_under_test import APP, shown  # noqa: E402
+from cli_output import without_run_flags  # noqa: E402
 
 QUARANTINE = "history.quarantine.csv"
 
@@ -101,9 +100,7 @@ def run_cli(root: Path) -> subprocess.CompletedProcess:
 
 
 def history_warnings_of(proc: subprocess.CompletedProcess) -> list[str]:
-    """The CLI's warnings but the run's own flags: a run on a loaded machine is flagged busy, as it should be."""
-    flags = tuple(f"warning: {prefix}" for prefix in (BUSY_PREFIX, CLIENT_PREFIX))
-    return [line for line in proc.stderr.splitlines() if line.startswith("warning:") and not line.startswith(flags)]
+    return [line for line in without_run_flags(proc.stderr.splitlines()) if line.startswith("warning:")]
 
 
 def age(*paths: Path) -> None:

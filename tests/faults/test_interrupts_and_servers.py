@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from cli_output import without_run_flags
 from openai_server import misbehaving_server  # noqa: F401 (fixture)
 
 from bench_core import csvstore
@@ -171,7 +172,7 @@ def requests_of_last_run(folder: Path) -> pd.DataFrame:
 
 def assert_interrupted_quickly(process: Cli, signum: int = signal.SIGINT) -> list[str]:
     seconds = process.interrupt(signum)
-    lines = process.lines()
+    lines = without_run_flags(process.lines())
     assert process.process.returncode == 130, lines
     assert seconds < EXIT_WITHIN_S, f"exited {seconds:.2f} s after SIGINT"
     assert len(lines) == 1 and "Traceback" not in lines[0], lines
