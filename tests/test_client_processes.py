@@ -9,7 +9,6 @@ import json
 import math
 import threading
 
-import pandas as pd
 import psutil
 import pytest
 from aiohttp import web
@@ -24,6 +23,7 @@ from bench_core.engines import run_config_problems
 from bench_core.engines.client_workers import ClientWorkers, split_sessions
 from bench_core.engines.openai_client import ServerError, ServerSpec
 from bench_core.hardware.client_bound import CLIENT_CORES_COLUMN, LAG_COLUMN
+from bench_core.hardware.telemetry import CLIENT_WORKER, CPU_CORES
 from bench_core.load.datasets import SampledRequest
 from bench_core.load.schedule import SendSchedule
 from bench_core.store.history import RESULTS_ENV, History
@@ -96,10 +96,13 @@ def test_two_processes_send_the_one_process_schedule_and_merge_into_one_run(scri
     assert [len(itl) for itl in table_2["itl_s"]] == [TEXT_EVENTS - 1] * N_PROMPTS  # every tick came back
     for key in ("completed", "total_output_tokens", "total_input_tokens"):
         assert row_2[key] == row_1[key]
-    # The workers' loops' lateness comes back with their events; this process only merged them, so its CPU is
-    # not claimed as the client's.
+    # The workers' loops' lateness comes back with their events, and their CPU is sampled: the client's CPU is
+    # theirs and this process's together, more than this process's alone (client_bound.py).
     assert row_1[LAG_COLUMN] >= 0 and row_2[LAG_COLUMN] >= 0
-    assert row_1[CLIENT_CORES_COLUMN] > 0 and pd.isna(row_2.get(CLIENT_CORES_COLUMN))
+    telemetry = History(two / "results").telemetry(row_2["run_id"])
+    workers = telemetry.loc[(telemetry["metric"] == CPU_CORES) & telemetry["source"].str.startswith("client_worker")]
+    assert set(workers["source"]) == {CLIENT_WORKER.format(0), CLIENT_WORKER.format(1)} and workers["value"].max() > 0
+    assert row_1[CLIENT_CORES_COLUMN] > 0 and row_2[CLIENT_CORES_COLUMN] > 0
 
 
 @pytest.fixture
