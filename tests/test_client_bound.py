@@ -374,3 +374,15 @@ def test_a_rate_one_client_process_cannot_hold_is_flagged_and_two_processes_hold
     assert float(two[LAG_COLUMN]) < float(one[LAG_COLUMN])
     if client_bound(two):  # by its loop's lag alone, which a busy machine raises: said with its numbers
         assert float(two[LAG_COLUMN]) >= LAG_LIMIT_MS and f"warning: {client_note(two)}" in two_err.splitlines()
+
+
+def test_a_running_server_run_is_judged_for_its_client_on_its_last_minute_and_an_engine_here_is_not():
+    from bench_core.hardware.run_flags import live_run_flags
+
+    late = _telemetry([1.0] * 51, [0.02] * 51)
+    (note,) = live_run_flags(late, in_process=False, in_workers=False)
+    assert note.startswith(f"{CLIENT_PREFIX}: the benchmark's client could not keep up during the last minute: its ")
+    assert "woke 20.0 ms late" in note and "used 0.9 cores or more 100% of the time" in note
+    assert live_run_flags(late, in_process=True, in_workers=False) == []  # no machine CPU: not judged busy either
+    assert live_run_flags(_telemetry([0.3] * 51, [0.001] * 51), in_process=False, in_workers=False) == []
+    assert live_run_flags(None, in_process=False, in_workers=True) == []

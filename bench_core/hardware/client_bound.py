@@ -24,15 +24,16 @@ from typing import Any
 
 import pandas as pd
 
-from ..measure.catalog import METRICS
+from ..measure.catalog import METRICS, telemetry_columns
 from .contention import as_number
-from .telemetry import CLIENT_WORKER, CPU_CORES, PROCESS, interval_weights, time_weighted_mean
+from .telemetry import CLIENT_WORKER, CPU_CORES, PROCESS, interval_weights, loop_lag_summary, time_weighted_mean
 
 LAG_LIMIT_MS = 10.0  # the client's loop at least this late on average ...
 SATURATED_CORES = 0.9  # ... or its process at this much CPU or more ...
 SATURATED_SHARE = 0.5  # ... for at least this share of the run: flagged
 CLIENT_PREFIX = "client bound"  # how the flag's sentence starts, wherever it is shown
 SPREAD_ADVICE = "spread the load over more client processes (restful --client-processes N)"
+CLIENT_BOUND_RUNS = "client_bound_runs"  # a sweep point's runs flagged so (sweep/results.py): its charts mark it
 LAG_COLUMN = METRICS["mean_loop_lag_ms"].column()
 CLIENT_CORES_COLUMN = METRICS["client_cpu_cores"].column()
 SATURATED_COLUMN = METRICS["client_saturated_share"].column()
@@ -77,7 +78,28 @@ def client_bound(values: Mapping[str, Any]) -> bool:
     return lag >= LAG_LIMIT_MS or share >= SATURATED_SHARE
 
 
-def client_note(values: Mapping[str, Any]) -> str | None:
+def live_client_note(samples: pd.DataFrame | None, in_workers: bool) -> str | None:
+    """The flag's sentence for a running run, from the samples of its last minute (LiveSnapshot.telemetry): its
+    client processes' CPU and, where the loop is in the engine's process, its lateness (worker processes hand theirs
+    over at the run's end); None where they do not flag it."""
+    if samples is None or samples.empty:
+        return None
+    start_s, end_s = float(samples["time_s"].min()), float(samples["time_s"].max())
+    summary = {**client_summary(samples, start_s, end_s, in_workers), **loop_lag_summary(samples, start_s, end_s)}
+    return client_note(telemetry_columns(summary), "the last minute")
+
+
+def client_bound_runs(runs: pd.DataFrame) -> pd.Series:
+    """Per history row: flagged "client bound" (False for rows without the columns: runs recorded before them,
+    engines in this process, imported rows)."""
+
+    def numbers(column: str) -> pd.Series:
+        return pd.to_numeric(runs[column], errors="coerce") if column in runs else pd.Series(math.nan, index=runs.index)
+
+    return (numbers(LAG_COLUMN) >= LAG_LIMIT_MS) | (numbers(SATURATED_COLUMN) >= SATURATED_SHARE)
+
+
+def client_note(values: Mapping[str, Any], during: str = "this run") -> str | None:
     """The flag as one sentence with its numbers, from a summary or history row; None for a run not flagged."""
     if not client_bound(values):
         return None
@@ -88,6 +110,6 @@ def client_note(values: Mapping[str, Any]) -> str | None:
     if not math.isnan(share):
         said.append(f"its busiest process used {SATURATED_CORES:g} cores or more {share:.0%} of the time")
     return (
-        f"{CLIENT_PREFIX}: the benchmark's client could not keep up during this run: {' and '.join(said)}, so "
+        f"{CLIENT_PREFIX}: the benchmark's client could not keep up during {during}: {' and '.join(said)}, so "
         f"the timings include the client's own delay and the server may have had more to give; {SPREAD_ADVICE}."
     )

@@ -333,6 +333,7 @@ class Runner:
         sampler = measurement.sampler = TelemetrySampler(
             caller_pid=self.caller_pid, client_pids=self._engine.client_pids()
         ).start()
+        measurement.loop_lag = self._engine.loop_lag
         # A server's GPUs are its own business (it may be elsewhere); an engine here on a GPU should be seen.
         if (
             sampler.gpu_note
