@@ -370,7 +370,7 @@ def test_a_rate_one_client_process_cannot_hold_is_flagged_and_two_processes_hold
     workers = [CLIENT_WORKER.format(0), CLIENT_WORKER.format(1)]
     assert all(0.0 < two_cpu[worker] < SATURATED_CORES / 2 for worker in workers), two_cpu
     assert float(two[CLIENT_CORES_COLUMN]) == pytest.approx(two_cpu[[PROCESS, *workers]].sum(), rel=0.25)
-    # Measured on this 2-core machine at load 2: one process's loop 51-76 ms late, two processes' 5.5-11.5 ms.
+    # Measured on this 2-core machine at load 2 (docs/performance.md): one process late 25-76 ms, two 5.5-11.5 ms.
     assert float(two[LAG_COLUMN]) < float(one[LAG_COLUMN])
     if client_bound(two):  # by its loop's lag alone, which a busy machine raises: said with its numbers
         assert float(two[LAG_COLUMN]) >= LAG_LIMIT_MS and f"warning: {client_note(two)}" in two_err.splitlines()
