@@ -15,7 +15,7 @@ import time
 import pandas as pd
 import pytest
 from flood_server import flooding_server
-from scripted_server import TEXT_EVENTS, scripted_server  # noqa: F401 (fixture)
+from scripted_server import restful_argv, scripted_server  # noqa: F401 (fixture)
 from test_contention import _config, _requests
 
 from bench_core.cli import main
@@ -216,31 +216,7 @@ def test_the_telemetry_chart_has_a_panel_for_the_loop_lag():
 
 def _restful(url: str, folder, capsys, *flags: str) -> tuple[int, pd.Series, str]:
     """One `restful` run of 8 requests: its exit code, history row and stderr (its client's figures printed)."""
-    code = main(
-        [
-            "restful",
-            "--backend",
-            "transformers",
-            "--base-url",
-            url,
-            "--model",
-            "scripted",
-            "--tokenizer",
-            "builtin:tiny-llama",
-            "--dataset-path",
-            "builtin:sample",
-            "--num-prompts",
-            "8",
-            "--sharegpt-output-len",
-            str(TEXT_EVENTS),
-            "--disable-warmup",
-            "--output-file",
-            str(folder / "out.csv"),
-            "--results",
-            str(folder / "results"),
-            *flags,
-        ]
-    )
+    code = main(restful_argv(url, folder, 8, *flags))
     row, err = History(folder / "results").load().iloc[-1], capsys.readouterr().err
     with capsys.disabled():
         print(
@@ -312,34 +288,8 @@ FLOOD_PROMPTS = 200  # 4 s of sending
 def _flooded(url: str, folder, capsys, processes: int) -> tuple[pd.Series, pd.Series, str]:
     """One `restful` run against the flooding server from `processes` client processes: its history row, the CPU
     its processes used (mean cores by telemetry source) and its stderr."""
-    flags = ["--client-processes", str(processes)]
-    code = main(
-        [
-            "restful",
-            "--backend",
-            "vllm",
-            "--base-url",
-            url,
-            "--model",
-            "flood",
-            "--tokenizer",
-            "builtin:tiny-llama",
-            "--dataset-path",
-            "builtin:sample",
-            "--num-prompts",
-            str(FLOOD_PROMPTS),
-            "--sharegpt-output-len",
-            str(FLOOD_TOKENS),
-            "--request-rate",
-            str(FLOOD_RATE),
-            "--disable-warmup",
-            "--output-file",
-            str(folder / "out.csv"),
-            "--results",
-            str(folder / "results"),
-            *flags,
-        ]
-    )
+    flags = ["--request-rate", str(FLOOD_RATE), "--client-processes", str(processes)]
+    code = main(restful_argv(url, folder, FLOOD_PROMPTS, *flags, output_len=FLOOD_TOKENS))
     history = History(folder / "results")
     row, err = history.load().iloc[-1], capsys.readouterr().err
     assert code == 0, err

@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 from app_under_test import APP
 from openai_server import serving
-from scripted_server import TEXT_EVENTS, scripted_server  # noqa: F401 (fixture)
+from scripted_server import TEXT_EVENTS, restful_argv, scripted_server  # noqa: F401 (fixture)
 from streamlit.testing.v1 import AppTest
 
 from bench_core.cli import main
@@ -36,33 +36,7 @@ SEND_LAG_S = 0.25  # a worker's send after its due time, on a busy 2-core machin
 
 
 def restful(url: str, folder, *flags: str) -> int:
-    return main(
-        [
-            "restful",
-            "--backend",
-            "transformers",
-            "--base-url",
-            url,
-            "--model",
-            "scripted",
-            "--tokenizer",
-            "builtin:tiny-llama",
-            "--dataset-path",
-            "builtin:sample",
-            "--num-prompts",
-            str(N_PROMPTS),
-            "--sharegpt-output-len",
-            str(TEXT_EVENTS),
-            "--request-rate",
-            "20",
-            "--disable-warmup",
-            "--output-file",
-            str(folder / "out.csv"),
-            "--results",
-            str(folder / "results"),
-            *flags,
-        ]
-    )
+    return main(restful_argv(url, folder, N_PROMPTS, "--request-rate", "20", *flags))
 
 
 def worker_processes() -> list[psutil.Process]:
