@@ -2,36 +2,38 @@
 
     .venv/bin/python bench/bench_client_processes.py [--quick] [--processes 1,2,4] [--requests 1024] [--tokens 256]
 
-A flooding SSE server in a child process answers every request with `--tokens` completion chunks pre-encoded
-and written `--per-write` at a time, then a usage chunk and [DONE]: it spends little per event, so the clients set
-the pace. Each round drains one run's events in this process into one Profiler (a session per request: admit,
-a tick per event, finish), as the runner does, for N = 1 (`openai_client.run_requests`, today's one-process path)
-and N > 1 (`client_workers.ClientWorkers.run`), alternating which goes first, best of `--rounds` after an unmeasured
-round each. The rate is events (ticks) per wall second from the run's t0 to its last event. The worker processes
-start once per N, as the engine starts them when it loads (their start-up is printed apart), and serve every
-round. Ratios are against N=1. Exit status 1 when N=2 takes in less than `--want` (default 1.7) times N=1's rate.
+A flooding SSE server (tests/flood_server.py; `--server-processes` of them on one port) answers every request with
+`--tokens` completion chunks pre-encoded and written `--per-write` at a time, then a usage chunk and [DONE]: it spends
+little per event, so the clients set the pace. Each round drains one run's events in this process into one Profiler (a
+session per request: admit, the ticks of each read, finish), as the runner does, for N = 1
+(`openai_client.run_requests`, the one-process path) and N > 1 (`client_workers.ClientWorkers.run`), alternating
+which goes first, best of `--rounds` after an unmeasured round each. The rate is events (ticks) per wall second from
+the run's t0 to its last event. The worker processes start once per N, as the engine starts them when it loads (their
+start-up is printed apart), and serve every round. Ratios are against N=1; the last line is N=2 / N=1 of the wall
+rates, PASS at `--want` (default 1.7) or more, FAIL (exit status 1) below.
 
 On a shared machine wall rates say how busy it was; so each round also prints the CPU time per event of this
-process (the merge into the profiler; at N=1 the whole client) and of the workers together, and the rate those costs
-allow where each process has a core of its own: min(1 / this process's cost, N / the workers' cost).
+process (the merge into the profiler; at N=1 the whole client), of the workers together and of the server, the events
+per CPU second of the whole client, the rate the client's costs allow where each of its processes has a core of its
+own (min(1 / this process's cost, N / the workers' cost)) and the rate the machine's cores allow the client and the
+server together (cores / the sum of their costs): on a machine they share, the wall rate cannot pass that.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import multiprocessing
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
-from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from bench_http_client import MODEL, _chunk, _free_port, _wait_listening
+from flood_server import MODEL, flooding_server
 
 from bench_core.engines.client_workers import ClientWorkers
 from bench_core.engines.openai_client import ServerSpec, run_requests
@@ -40,39 +42,47 @@ from bench_core.load.schedule import SendSchedule
 from bench_core.measure.profiler import Profiler, Session
 
 
-async def _flood(request: web.Request) -> web.StreamResponse:
-    n = (await request.json())["max_tokens"]
-    block, per_write = request.app["block"], request.app["per_write"]
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await response.prepare(request)
-    for _ in range(n // per_write):
-        await response.write(block)
-    usage = {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": n + 8}
-    await response.write(_chunk(" token") * (n % per_write) + _chunk("", "length", usage) + b"data: [DONE]\n\n")
-    return response
+def _cpu_s(processes: list[psutil.Process]) -> float:
+    return sum(sum(process.cpu_times()[:2]) for process in processes)
 
 
-def _serve(port: int, per_write: int) -> None:
-    app = web.Application()
-    app["block"], app["per_write"] = _chunk(" token") * per_write, per_write
-    app.router.add_post("/v1/completions", _flood)
-    web.run_app(app, host="127.0.0.1", port=port, print=None, handle_signals=True)
-
-
-def _worker_cpu_s() -> float:
-    return sum(
-        sum(child.cpu_times()[:2])
+def _worker_processes() -> list[psutil.Process]:
+    return [
+        child
         for child in psutil.Process().children()
         if "bench_core.engines.client_workers" in " ".join(child.cmdline())
-    )
+    ]
 
 
-def measure(url: str, workers: ClientWorkers | None, args) -> tuple[float, float, float, float]:
-    """(ticks per wall second from t0, seconds from the call to t0, CPU microseconds per tick of this process and of
-    the workers) of one run drained into one profiler; `workers` None: the one-process client."""
+class Round(NamedTuple):
+    """One run drained into one profiler: ticks per wall second from t0, seconds from the call to t0, and CPU
+    microseconds per tick of this process, of the workers together and of the server's processes together."""
+
+    rate: float
+    to_t0_s: float
+    own_us: float
+    workers_us: float
+    server_us: float
+
+    @property
+    def per_client_cpu_s(self) -> float:
+        """Ticks per CPU second of the whole client (this process and its workers)."""
+        return 1e6 / (self.own_us + self.workers_us)
+
+    def allowed_rate(self, n: int) -> float:
+        """Events per second the client's CPU costs allow with a core per client process."""
+        return 1e6 / max(self.own_us, self.workers_us / n)
+
+    def cores_allow(self, cores: int) -> float:
+        """Events per second `cores` cores allow the client and the server together, at this round's costs."""
+        return cores * 1e6 / (self.own_us + self.workers_us + self.server_us)
+
+
+def measure(url: str, workers: ClientWorkers | None, servers: list[psutil.Process], args) -> Round:
+    """One run drained into one profiler; `workers` None: the one-process client."""
     requests = [SampledRequest("hello", 8, args.tokens)] * args.requests
     spec = ServerSpec(url, server_kind="vllm")
-    own_cpu, worker_cpu = time.process_time(), _worker_cpu_s()
+    own_cpu, worker_cpu, server_cpu = time.process_time(), _cpu_s(_worker_processes()), _cpu_s(servers)
     called = time.perf_counter()
     if workers is None:
         run = run_requests(spec, MODEL, requests, max_concurrency=args.concurrency)
@@ -84,26 +94,30 @@ def measure(url: str, workers: ClientWorkers | None, args) -> tuple[float, float
     ticks, last = 0, called
     for event in run.events():
         session: Session = sessions[event.index]
-        if event.kind == "tokens":
+        if event.kind == "tokens":  # the ticks of one network read come as one event, as the runner reads them
+            if event.earlier_ts:
+                session.tick_many(event.earlier_ts, event.earlier_ns)
             session.tick_at(event.n_tokens, event.ts)
-            ticks += 1
+            ticks += 1 + len(event.earlier_ts)
         elif event.kind == "admit":
             session.admit(event.ts)
         else:
             session.finish(Session.SUCCESS, "", event.ts)
         last = event.ts
     profiler.finish()
-    own_cpu, worker_cpu = time.process_time() - own_cpu, _worker_cpu_s() - worker_cpu
-    _check(sessions, run.results, args)
-    return ticks / (last - run.t0), run.t0 - called, own_cpu / ticks * 1e6, worker_cpu / ticks * 1e6
+    own_cpu, worker_cpu = time.process_time() - own_cpu, _cpu_s(_worker_processes()) - worker_cpu
+    server_cpu = _cpu_s(servers) - server_cpu
+    _check(run.results, args)
+    return Round(
+        ticks / (last - run.t0),
+        run.t0 - called,
+        own_cpu / ticks * 1e6,
+        worker_cpu / ticks * 1e6,
+        server_cpu / ticks * 1e6,
+    )
 
 
-def allowed_rate(n: int, own_us: float, workers_us: float) -> float:
-    """Events per second the CPU costs allow with a core per process."""
-    return 1e6 / max(own_us, workers_us / n)
-
-
-def _check(sessions, results, args) -> None:
+def _check(results, args) -> None:
     done = sum(r.finish_reason == "length" and r.output_tokens == args.tokens for r in results)
     if done != args.requests:
         raise SystemExit(f"{done} of {args.requests} requests came back whole")
@@ -117,57 +131,58 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=1024)
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--per-write", type=int, default=16, help="SSE events the server writes at once")
+    parser.add_argument("--server-processes", type=int, default=1, help="server processes on the one port")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--want", type=float, default=1.7, help="the least N=2 / N=1 ratio that passes")
     args = parser.parse_args()
     if args.quick:
         args.requests, args.tokens, args.rounds = 256, 128, 2
     counts = [int(n) for n in args.processes.split(",")]
+    cores = psutil.cpu_count() or 1
 
-    port = _free_port()
-    server = multiprocessing.get_context("spawn").Process(target=_serve, args=(port, args.per_write), daemon=True)
-    server.start()
     pools: dict[int, ClientWorkers | None] = {}
-    try:
-        _wait_listening(port)
-        url = f"http://127.0.0.1:{port}"
+    best: dict[int, Round] = {}
+    with flooding_server(args.server_processes, args.per_write) as (url, server_pids):
+        servers = [psutil.Process(pid) for pid in server_pids]
         print(
             f"{args.requests} requests x {args.tokens} events, {args.concurrency} in flight in all, "
-            f"{args.per_write} events per server write, best of {args.rounds} rounds"
+            f"{args.per_write} events per server write, {args.server_processes} server process(es), "
+            f"best of {args.rounds} rounds, load average {psutil.getloadavg()[0]:.1f} on {cores} cores"
         )
-        for n in counts:
-            started = time.perf_counter()
-            pools[n] = ClientWorkers(n) if n > 1 else None
-            print(f"  N={n}: workers started in {time.perf_counter() - started:.2f} s")
-            measure(url, pools[n], args)  # unmeasured: imports, connections, caches
-        best = dict.fromkeys(counts, (0.0, 0.0, 0.0, 0.0))
-        for round_ in range(args.rounds):
-            for n in counts if round_ % 2 == 0 else counts[::-1]:  # none always goes first
-                rate, to_t0, own_us, workers_us = measure(url, pools[n], args)
-                best[n] = max(best[n], (rate, to_t0, own_us, workers_us))
-                print(
-                    f"  round {round_ + 1}  N={n}  {rate:>10,.0f} events/s  ({to_t0 * 1000:.0f} ms from the call "
-                    f"to t0)  CPU per event: this process {own_us:.1f} us, workers {workers_us:.1f} us: "
-                    f"{allowed_rate(n, own_us, workers_us):,.0f} events/s on free cores"
-                )
-    finally:
-        for pool in pools.values():
-            if pool is not None:
-                pool.close()
-        server.terminate()
-        server.join(timeout=10)
-    one, one_free = best[counts[0]][0], allowed_rate(counts[0], *best[counts[0]][2:])
-    print(f"load average now {psutil.getloadavg()[0]:.1f} on {psutil.cpu_count()} cores")
+        try:
+            for n in counts:
+                started = time.perf_counter()
+                pools[n] = ClientWorkers(n) if n > 1 else None
+                print(f"  N={n}: workers started in {time.perf_counter() - started:.2f} s")
+                measure(url, pools[n], servers, args)  # unmeasured: imports, connections, caches
+            for round_ in range(args.rounds):
+                for n in counts if round_ % 2 == 0 else counts[::-1]:  # none always goes first
+                    got = measure(url, pools[n], servers, args)
+                    if n not in best or got.rate > best[n].rate:
+                        best[n] = got
+                    print(
+                        f"  round {round_ + 1}  N={n}  {got.rate:>9,.0f} events/s  {got.per_client_cpu_s:>9,.0f} per "
+                        f"client CPU-s  ({got.to_t0_s * 1000:.0f} ms to t0)  CPU per event: this process "
+                        f"{got.own_us:.1f} us, workers {got.workers_us:.1f} us, server {got.server_us:.1f} us"
+                    )
+        finally:
+            for pool in pools.values():
+                if pool is not None:
+                    pool.close()
+    one = best[counts[0]]
+    print(f"load average now {psutil.getloadavg()[0]:.1f} on {cores} cores; best round of each N:")
     for n in counts:
-        free = allowed_rate(n, *best[n][2:])
+        got = best[n]
         print(
-            f"N={n}: {best[n][0]:>10,.0f} events/s  ratio to N={counts[0]}: {best[n][0] / one:.2f}   "
-            f"on free cores (from CPU per event, best wall round): {free:,.0f} events/s, ratio {free / one_free:.2f}"
+            f"N={n}: {got.rate:>9,.0f} events/s wall (x{got.rate / one.rate:.2f})  {got.per_client_cpu_s:>9,.0f} per "
+            f"client CPU-s  on free cores: {got.allowed_rate(n):>9,.0f}/s (x{got.allowed_rate(n) / one.allowed_rate(1):.2f})"
+            f"  client + server on {cores} cores allow {got.cores_allow(cores):>9,.0f}/s"
         )
-    if 2 in best and best[2][0] / one < args.want:
-        print(f"BELOW TARGET: N=2 takes in {best[2][0] / one:.2f}x N=1's events per second (want {args.want})")
-        return 1
-    return 0
+    if 2 not in best:
+        return 0
+    ratio = best[2].rate / one.rate
+    print(f"N=2 / N=1 wall events/s: {ratio:.2f}: {'PASS' if ratio >= args.want else 'FAIL'} (want {args.want})")
+    return 0 if ratio >= args.want else 1
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_http_client.py [--quick] [--concurrency 256] [--requests 512] [--tokens 256]
 
-A minimal SSE server in a child process streams `--tokens` completion chunks per request as fast
+A minimal SSE server in a child process (tests/flood_server.py) streams `--tokens` completion chunks per request as fast
 as it can (pre-encoded, vLLM-shaped chunks ending with a usage chunk and [DONE]), so the clients,
 not the server, set the pace. Two clients read the same load, alternating which goes first, best of `--rounds` after one
 unmeasured round each:
@@ -25,72 +25,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing
-import socket
 import sys
 import time
 from pathlib import Path
 
 import aiohttp
-from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from flood_server import MODEL, flooding_server
 
 from bench_core.engines.openai_client import ServerSpec, run_requests
 from bench_core.load.datasets import SampledRequest
-
-MODEL = "bench-model"
-
-
-# --- the server: as fast as it can stream --------------------------------------------------------
-
-
-def _chunk(text: str, finish_reason: str | None = None, usage: dict | None = None) -> bytes:
-    body = {
-        "id": "cmpl-0123456789abcdef",
-        "object": "text_completion",
-        "created": 1700000000,
-        "model": MODEL,
-        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "stop_reason": None}],
-    } | ({"usage": usage} if usage else {"usage": None})
-    return b"data: " + json.dumps(body).encode() + b"\n\n"
-
-
-async def _completions(request: web.Request) -> web.StreamResponse:
-    n = (await request.json())["max_tokens"]
-    token = request.app["token"]
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await response.prepare(request)
-    for _ in range(n):
-        await response.write(token)
-    usage = {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": n + 8}
-    await response.write(_chunk("", "length", usage) + b"data: [DONE]\n\n")
-    return response
-
-
-def _serve(port: int) -> None:
-    app = web.Application()
-    app["token"] = _chunk(" token")
-    app.router.add_post("/v1/completions", _completions)
-    web.run_app(app, host="127.0.0.1", port=port, print=None, handle_signals=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _wait_listening(port: int) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit("the benchmark server did not start")
-
 
 # --- the two clients ------------------------------------------------------------------------------
 
@@ -194,12 +141,7 @@ def main() -> int:
     if args.quick:
         args.concurrency, args.requests, args.tokens, args.rounds = 64, 128, 128, 2
 
-    port = _free_port()
-    server = multiprocessing.get_context("spawn").Process(target=_serve, args=(port,), daemon=True)
-    server.start()
-    try:
-        _wait_listening(port)
-        url = f"http://127.0.0.1:{port}"
+    with flooding_server(per_write=1) as (url, _):  # an event to a write, as a server streams token by token
         print(
             f"{args.requests} requests x {args.tokens} tokens, {args.concurrency} streams at once, best of {args.rounds} rounds"
         )
@@ -214,9 +156,6 @@ def main() -> int:
                 print(
                     f"  round {round_ + 1}  {name:<11} {cpu_rate:>10,.0f} tokens/CPU-s  {wall_rate:>10,.0f} tokens/s wall"
                 )
-    finally:
-        server.terminate()
-        server.join(timeout=10)
     (ours, ours_wall), (theirs, theirs_wall) = best["ours"], best["vllm-style"]
     ratio = ours / theirs
     print(f"ours {ours:,.0f} tokens/CPU-s ({ours_wall:,.0f} wall), vLLM-style {theirs:,.0f} ({theirs_wall:,.0f} wall)")

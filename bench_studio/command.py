@@ -18,6 +18,7 @@ from pathlib import Path
 from bench_core.cli import main_and_exit
 
 PROG = "bench-studio"
+APP_HELP = "serve the dashboard (streamlit flags after it)"
 USAGE = f"{PROG} app [streamlit flags]: serve the dashboard on http://127.0.0.1:8501 (--server.port=N for another port)"
 HERE = Path(__file__).resolve().parent
 # Installed: the root files pyproject.toml copies into the package. In a checkout: the repository root.
@@ -55,4 +56,4 @@ def main() -> typing.NoReturn:
         command = app_command(args[1:])
         # Streamlit in this process's place: Ctrl-C and SIGTERM reach it as they would `streamlit run`.
         os.execv(command[0], command)
-    main_and_exit(args, PROG, USAGE)
+    main_and_exit(args, PROG, USAGE, run_before={"app": APP_HELP})

@@ -13,11 +13,11 @@ import pandas as pd
 import streamlit as st
 
 from bench_core import csvstore
-from bench_core.config import SLO, RunConfig
+from bench_core.config import SLO, RunConfig, client_in_workers
 from bench_core.engines import backend
 from bench_core.errors import BenchError
-from bench_core.hardware.contention import live_busy_note
 from bench_core.hardware.roofline import describe_roofline
+from bench_core.hardware.run_flags import live_run_flags
 from bench_core.measure import metrics
 from bench_core.measure.catalog import METRICS, find_column
 from bench_core.measure.latency_bins import BinnedLatencies
@@ -135,8 +135,9 @@ def _live_progress(run: Run, snap: LiveSnapshot) -> None:
         text=f"{run.state}: {done}/{snap.total_requests} requests, {snap.output_tokens:,}/{total_tokens:,} "
         f"output tokens, {snap.elapsed_s:.0f} s, {describe_time_left(snap, run.measurement.pace)}",
     )
-    if backend(run.config.engine.backend).in_process and (busy := live_busy_note(snap.telemetry)):
-        st.warning(plain(_sentence(busy)))
+    in_workers = client_in_workers(run.config.load.client_processes)
+    for flag in live_run_flags(snap.telemetry, backend(run.config.engine.backend).in_process, in_workers):
+        st.warning(plain(_sentence(flag)))
     columns = st.columns(4)
     columns[0].metric("Completed (requests)", snap.completed)
     columns[1].metric("Failed (requests)", snap.failed)

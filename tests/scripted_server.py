@@ -106,3 +106,32 @@ def scripted_server() -> str:
     """Base URL of the server above (append /usage-only for its usage-only streams, /cached for cache hits)."""
     with serving(_make_app()) as url:
         yield url
+
+
+def restful_argv(url: str, folder, prompts: int, *flags: str, output_len: int = TEXT_EVENTS) -> list[str]:
+    """`restful` against a test server at `url`: `prompts` requests of `output_len` tokens from the built-in sample,
+    no warm-up, its CSV and history in `folder`, then `flags`. The server kind is transformers', which sends no
+    ignore_eos: the scripted server refuses a body with one, as `transformers serve` does."""
+    return [
+        "restful",
+        "--backend",
+        "transformers",
+        "--base-url",
+        url,
+        "--model",
+        "scripted",
+        "--tokenizer",
+        "builtin:tiny-llama",
+        "--dataset-path",
+        "builtin:sample",
+        "--num-prompts",
+        str(prompts),
+        "--sharegpt-output-len",
+        str(output_len),
+        "--disable-warmup",
+        "--output-file",
+        str(folder / "out.csv"),
+        "--results",
+        str(folder / "results"),
+        *flags,
+    ]

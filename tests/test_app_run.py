@@ -769,6 +769,48 @@ def test_the_live_view_estimates_the_time_left_and_a_cancel_counts_no_failure():
     assert f"{200 - run.record.metrics['completed']} cancelled" in said
 
 
+def test_a_server_run_whose_client_cannot_keep_up_says_so_live_once_its_telemetry_does():
+    """The engine process is the client: at 125k events/s asked of a flooding server its loop runs late (its lateness
+    comes to the page live) and it reads at a full core, and the page says "client bound", with the way to spread
+    the load, while the run goes on."""
+    from flood_server import flooding_server
+
+    from bench_core.hardware.client_bound import SPREAD_ADVICE
+    from bench_core.hardware.run_flags import live_run_flags
+
+    with flooding_server() as (url, _):
+        config = RunConfig(
+            engine=EngineConfig(backend="openai", model="flood", base_url=url, tokenizer=TINY, server_metrics=False),
+            dataset=DatasetConfig(
+                dataset="builtin:sample",
+                dataset_name="random",
+                num_prompts=1500,  # 30 s of sending: cancelled once the page has said it
+                random_input_len=8,
+                random_output_len=2500,
+                random_range_ratio=1.0,
+            ),
+            load=LoadConfig(load_pattern="request_rate", request_rate=50, warmup_requests=0, stream_output=True),
+        )
+        run = get_runner().submit(config)
+        deadline = time.monotonic() + 60
+        while not ((snap := run.snapshot()) is not None and live_run_flags(snap.telemetry, False, False)):
+            assert not run.wait(0.2) and time.monotonic() < deadline, run.message
+        at = open_app(run.run_id)
+        assert run.active and not at.exception
+        print(
+            [shown(w.value) for w in at.warning],
+            [shown(i.value) for i in at.info],
+            live_run_flags(run.snapshot().telemetry, False, False),
+        )
+        (said,) = [shown(w.value) for w in at.warning if shown(w.value).startswith("Client bound: ")]
+        assert said.startswith(
+            "Client bound: the benchmark's client could not keep up during the last minute: its event loop woke "
+        )
+        assert SPREAD_ADVICE in said
+        run.cancel()
+        assert run.wait(30)
+
+
 # A server that sits on every request as a batched prefill does, then streams its tokens 10 ms apart.
 PREFILL_S = 3.0
 

@@ -9,13 +9,12 @@ import json
 import math
 import threading
 
-import pandas as pd
 import psutil
 import pytest
 from aiohttp import web
 from app_under_test import APP
 from openai_server import serving
-from scripted_server import TEXT_EVENTS, scripted_server  # noqa: F401 (fixture)
+from scripted_server import TEXT_EVENTS, restful_argv, scripted_server  # noqa: F401 (fixture)
 from streamlit.testing.v1 import AppTest
 
 from bench_core.cli import main
@@ -24,6 +23,7 @@ from bench_core.engines import run_config_problems
 from bench_core.engines.client_workers import ClientWorkers, split_sessions
 from bench_core.engines.openai_client import ServerError, ServerSpec
 from bench_core.hardware.client_bound import CLIENT_CORES_COLUMN, LAG_COLUMN
+from bench_core.hardware.telemetry import CLIENT_WORKER, CPU_CORES
 from bench_core.load.datasets import SampledRequest
 from bench_core.load.schedule import SendSchedule
 from bench_core.store.history import RESULTS_ENV, History
@@ -36,33 +36,7 @@ SEND_LAG_S = 0.25  # a worker's send after its due time, on a busy 2-core machin
 
 
 def restful(url: str, folder, *flags: str) -> int:
-    return main(
-        [
-            "restful",
-            "--backend",
-            "transformers",
-            "--base-url",
-            url,
-            "--model",
-            "scripted",
-            "--tokenizer",
-            "builtin:tiny-llama",
-            "--dataset-path",
-            "builtin:sample",
-            "--num-prompts",
-            str(N_PROMPTS),
-            "--sharegpt-output-len",
-            str(TEXT_EVENTS),
-            "--request-rate",
-            "20",
-            "--disable-warmup",
-            "--output-file",
-            str(folder / "out.csv"),
-            "--results",
-            str(folder / "results"),
-            *flags,
-        ]
-    )
+    return main(restful_argv(url, folder, N_PROMPTS, "--request-rate", "20", *flags))
 
 
 def worker_processes() -> list[psutil.Process]:
@@ -96,10 +70,13 @@ def test_two_processes_send_the_one_process_schedule_and_merge_into_one_run(scri
     assert [len(itl) for itl in table_2["itl_s"]] == [TEXT_EVENTS - 1] * N_PROMPTS  # every tick came back
     for key in ("completed", "total_output_tokens", "total_input_tokens"):
         assert row_2[key] == row_1[key]
-    # The workers' loops' lateness comes back with their events; this process only merged them, so its CPU is
-    # not claimed as the client's.
+    # The workers' loops' lateness comes back with their events, and their CPU is sampled: the client's CPU is
+    # theirs and this process's together, more than this process's alone (client_bound.py).
     assert row_1[LAG_COLUMN] >= 0 and row_2[LAG_COLUMN] >= 0
-    assert row_1[CLIENT_CORES_COLUMN] > 0 and pd.isna(row_2.get(CLIENT_CORES_COLUMN))
+    telemetry = History(two / "results").telemetry(row_2["run_id"])
+    workers = telemetry.loc[(telemetry["metric"] == CPU_CORES) & telemetry["source"].str.startswith("client_worker")]
+    assert set(workers["source"]) == {CLIENT_WORKER.format(0), CLIENT_WORKER.format(1)} and workers["value"].max() > 0
+    assert row_1[CLIENT_CORES_COLUMN] > 0 and row_2[CLIENT_CORES_COLUMN] > 0
 
 
 @pytest.fixture

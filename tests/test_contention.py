@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
+from bench_core.hardware.client_bound import CLIENT_BOUND_RUNS, LAG_COLUMN
 from bench_core.hardware.contention import (
     BUSY_RUNS,
     BUSY_SHARE_COLUMN,
@@ -208,6 +209,12 @@ def test_a_sweep_point_counts_its_runs_on_a_busy_machine():
     means = sweep_results.point_means(runs, plan, ("output_throughput",))
     assert means[BUSY_RUNS].tolist() == [0, 1]
     assert "runs on a busy machine" in sweep_results.statistics_for_display(statistics).columns
+    # Each flag counted apart: none of these four rows says anything of its client.
+    assert statistics[CLIENT_BOUND_RUNS].tolist() == [0, 0] and means[CLIENT_BOUND_RUNS].tolist() == [0, 0]
+    flooded = sweep_results.sweep_runs(rows.assign(**{LAG_COLUMN: [30.0, 1.0, 1.0, 12.0]}), plan)
+    assert sweep_results.point_means(flooded, plan, ("output_throughput",))[CLIENT_BOUND_RUNS].tolist() == [1, 1]
+    shown = sweep_results.statistics_for_display(statistics).columns
+    assert "runs whose client could not keep up" in shown
 
 
 def test_a_caller_process_is_sampled_and_counted_as_ours():

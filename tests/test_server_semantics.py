@@ -21,6 +21,7 @@ from scripted_server import (  # noqa: F401 (fixture)
     LAST_TEXT_S,
     TEXT_EVENTS,
     USAGE_AFTER_S,
+    restful_argv,
     scripted_server,
 )
 
@@ -44,31 +45,7 @@ TPOT_LAST_LINE_S = (LAST_LINE_S - FIRST_TOKEN_S) / (TEXT_EVENTS - 1)
 
 def restful(url: str, folder, *flags: str) -> SimpleNamespace:
     """One `restful` run of N requests; its per-request table, history row, CSV row and printed box."""
-    code = main(
-        [
-            "restful",
-            "--backend",
-            "transformers",
-            "--base-url",
-            url,
-            "--model",
-            "scripted",
-            "--tokenizer",
-            "builtin:tiny-llama",
-            "--dataset-path",
-            "builtin:sample",
-            "--num-prompts",
-            str(N),
-            "--sharegpt-output-len",
-            str(TEXT_EVENTS),
-            "--disable-warmup",
-            "--output-file",
-            str(folder / "out.csv"),
-            "--results",
-            str(folder / "results"),
-            *flags,
-        ]
-    )
+    code = main(restful_argv(url, folder, N, *flags))
     history = History(folder / "results")
     row = history.load().iloc[-1]
     csv_row = None  # a run where no request succeeded writes no row

@@ -243,3 +243,41 @@ def test_a_point_measured_on_a_busy_machine_is_crossed_and_named_in_the_legend()
         target=2.4,
     )
     assert goodput.data[-1].name == sweep_charts.BUSY_LEGEND and list(goodput.data[-1].x) == [2]
+
+
+def test_a_point_whose_client_could_not_keep_up_is_marked_apart_from_a_busy_one():
+    from bench_core.hardware.client_bound import CLIENT_BOUND_RUNS, LAG_COLUMN, SATURATED_COLUMN
+    from bench_core.hardware.contention import BUSY_RUNS, BUSY_SHARE_COLUMN
+
+    points = stats.group_repeats(_repeats(), ["backend", "concurrency"], "output_throughput")
+    points[BUSY_RUNS] = [0, 1, 0, 0, 0, 0]  # pytorch at 2
+    points[CLIENT_BOUND_RUNS] = [0, 0, 0, 1, 0, 2]  # transformers at 1 and 4
+    fig = sweep_charts.metric_vs_knob_band(points, "concurrency", "output_throughput", series="backend")
+    busy, client = fig.data[-2:]
+    assert busy.name == sweep_charts.BUSY_LEGEND and list(busy.x) == [2]
+    assert client.name == sweep_charts.CLIENT_BOUND_LEGEND and client.marker.symbol == "diamond-open"
+    assert list(client.x) == [1, 4] and "client bound" in client.hovertemplate
+    calm = points.assign(**{CLIENT_BOUND_RUNS: 0, BUSY_RUNS: 0})
+    names = [t.name for t in sweep_charts.metric_vs_knob_band(calm, "concurrency", "output_throughput").data]
+    assert sweep_charts.CLIENT_BOUND_LEGEND not in names
+
+    runs = pd.DataFrame(
+        {
+            "run_id": list("abcd"),
+            "output_throughput": [300, 100, 200, 250],
+            "p99_ttft_ms": [80, 10, 30, 50],
+            BUSY_SHARE_COLUMN: [float("nan")] * 4,
+            LAG_COLUMN: [2.0, 25.0, float("nan"), 1.0],  # b: its loop late
+            SATURATED_COLUMN: [0.0, 0.0, float("nan"), 0.7],  # d: at a full core most of the run
+        }
+    )
+    pareto = sweep_charts.pareto_chart(runs, "output_throughput", "p99_ttft_ms")
+    assert pareto.data[-1].name == sweep_charts.CLIENT_BOUND_LEGEND and sorted(pareto.data[-1].x) == [100, 250]
+    assert sweep_charts.BUSY_LEGEND not in [t.name for t in pareto.data]
+    goodput = sweep_charts.goodput_vs_load(
+        pd.DataFrame({"request_rate": [1, 2, 4], "goodput_rps": [1.0, 1.9, 2.0], LAG_COLUMN: [1.0, 3.0, 40.0]}),
+        "request_rate",
+        "goodput_rps",
+        target=1.5,
+    )
+    assert goodput.data[-1].name == sweep_charts.CLIENT_BOUND_LEGEND and list(goodput.data[-1].x) == [4]

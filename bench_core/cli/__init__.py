@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 import typing
+from collections.abc import Mapping
 
 from .. import __version__
 from ..errors import BenchError
@@ -46,11 +47,18 @@ def commands() -> tuple[Command, ...]:
 
 
 def build_parser(
-    chosen: tuple[Command, ...] | None = None, prog: str = PROG, epilog: str | None = None
+    chosen: tuple[Command, ...] | None = None,
+    prog: str = PROG,
+    epilog: str | None = None,
+    run_before: Mapping[str, str] | None = None,
 ) -> argparse.ArgumentParser:
+    """The CLI's parser; `run_before`: subcommands (name: help line) that the caller runs itself before any
+    parsing (bench-studio's `app`), listed among the choices and in --help all the same."""
     parser = Parser(prog=prog, description="LLM Bench Studio, headless.", epilog=epilog)
     parser.add_argument("--version", action="version", version=f"LLM Bench Studio {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for name, help_line in (run_before or {}).items():
+        subparsers.add_parser(name, help=help_line)
     for command in chosen or commands():
         command.add_parser(subparsers)
     return parser
@@ -63,8 +71,14 @@ def _quiet_libraries() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def main(argv: list[str] | None = None, prog: str = PROG, epilog: str | None = None) -> int:
-    """Run the command `argv` names (default: this process's arguments); its exit code."""
+def main(
+    argv: list[str] | None = None,
+    prog: str = PROG,
+    epilog: str | None = None,
+    run_before: Mapping[str, str] | None = None,
+) -> int:
+    """Run the command `argv` names (default: this process's arguments); its exit code. `run_before`: as
+    build_parser's."""
     _quiet_libraries()
     # SIGTERM (`timeout`, `kill`, a scheduler ending a job) stops a command as Ctrl-C does: the run recorded as
     # cancelled with what it measured, a sweep's server stopped, exit 130. Its default would end the process at
@@ -74,7 +88,7 @@ def main(argv: list[str] | None = None, prog: str = PROG, epilog: str | None = N
         previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         chosen = commands()
-        args = build_parser(chosen, prog, epilog).parse_args(argv)
+        args = build_parser(chosen, prog, epilog, run_before).parse_args(argv)
         return {command.name: command for command in chosen}[args.command].run(args)
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -86,11 +100,16 @@ def main(argv: list[str] | None = None, prog: str = PROG, epilog: str | None = N
             signal.signal(signal.SIGTERM, previous)
 
 
-def main_and_exit(argv: list[str] | None = None, prog: str = PROG, epilog: str | None = None) -> typing.NoReturn:
+def main_and_exit(
+    argv: list[str] | None = None,
+    prog: str = PROG,
+    epilog: str | None = None,
+    run_before: Mapping[str, str] | None = None,
+) -> typing.NoReturn:
     """`python -m bench_core` and the installed `bench-studio`: main(), then leave without the interpreter's
     teardown. Everything is written and said by then; the teardown takes seconds once torch is imported, would
     wait on a model load that Ctrl-C left behind, and a second Ctrl-C during it prints a traceback."""
-    code = main(argv, prog, epilog)
+    code = main(argv, prog, epilog, run_before)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

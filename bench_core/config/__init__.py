@@ -23,6 +23,7 @@ from .run_config import (
     LoadConfig,
     RunConfig,
     applied_engine_settings,
+    client_in_workers,
     config_from_values,
     settings_of,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "RunConfig",
     "Setting",
     "applied_engine_settings",
+    "client_in_workers",
     "applies_under",
     "check_values",
     "config_from_values",

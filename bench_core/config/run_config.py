@@ -85,6 +85,12 @@ _PART_CLASSES: dict[Part, type[Any]] = {
 }
 
 
+def client_in_workers(client_processes: int) -> bool:
+    """Whether a run's HTTP client sends from worker processes (engines/client_workers.py) rather than from the
+    engine's own process: more client processes than the one the setting defaults to."""
+    return client_processes > setting("client_processes").default
+
+
 @dataclass
 class RunConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)

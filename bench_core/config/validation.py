@@ -17,7 +17,7 @@ from ..errors import ConfigError
 from ..models.synthetic import synthetic_name_problems
 from ..states import LoadPattern
 from .catalog import CUSTOM, GENERATION, IMAGE, KNOBS, MULTI_TURN, TRACE_DATASET, image_size, of_part, setting
-from .run_config import EngineConfig, GenerationSettings, RunConfig
+from .run_config import EngineConfig, GenerationSettings, RunConfig, client_in_workers
 from .settings import Bounds, Part
 
 # The datasets that read the user's own file, and what it holds.
@@ -100,8 +100,8 @@ def validate_run_config(config: RunConfig, backend: BackendRules | None = None) 
         for declared in of_part(Part.LOAD)
         if not declared.applies(backend=eng.backend) and getattr(load, declared.name) != declared.default
     )
-    # Checked only where more than the one client process was asked for: num_prompts has its own bounds.
-    if load.client_processes != setting("client_processes").default and load.client_processes > data.num_prompts:
+    # Checked only where the client sends from worker processes: num_prompts has its own bounds.
+    if client_in_workers(load.client_processes) and load.client_processes > data.num_prompts:
         problems.append(
             f"{setting('client_processes').cli_flag} {load.client_processes} is more processes than the "
             f"{data.num_prompts} prompts to send: use at most {data.num_prompts}."

@@ -178,6 +178,11 @@ class Engine(ABC):
         default."""
         return None
 
+    def client_pids(self) -> list[int]:
+        """The processes this engine's client sends from besides this one (engines/client_workers.py), for the
+        telemetry to sample; none by default."""
+        return []
+
     def loop_lag(self) -> list[tuple[float, float]]:
         """How late the client's event loop woke during the last `stream()` (loop_lag.py: perf_counter time, seconds
         late), where this engine is a client with one; none by default."""

@@ -35,7 +35,7 @@ from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection, Pipe, wait
 from pathlib import Path
 
-from ..config import setting
+from ..config import client_in_workers, setting
 from ..errors import BenchError, ConfigError
 from ..load.requests import SampledRequest
 from ..load.schedule import SendSchedule
@@ -50,7 +50,7 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 def concurrency_problems(processes: int, slots: int | None) -> list[str]:
     """Why `slots` (a concurrency limit, None: none) cannot be split over `processes` workers."""
-    if processes > 1 and slots is not None and slots < processes:
+    if client_in_workers(processes) and slots is not None and slots < processes:
         flag = setting("client_processes").cli_flag
         return [
             f"{flag} {processes} splits the {slots} requests allowed in flight between the processes, and each "
@@ -105,6 +105,10 @@ class ClientWorkers:
 
     def __len__(self) -> int:
         return len(self._workers)
+
+    @property
+    def pids(self) -> list[int]:
+        return [process.pid for process, _ in self._workers]
 
     def _start_worker(self) -> None:
         ours, theirs = Pipe()

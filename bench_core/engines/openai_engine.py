@@ -46,7 +46,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..config import DatasetConfig, EngineConfig, GenerationSettings, LoadConfig, sampling_problems
+from ..config import (
+    DatasetConfig,
+    EngineConfig,
+    GenerationSettings,
+    LoadConfig,
+    client_in_workers,
+    sampling_problems,
+)
 from ..config.catalog import IMAGE
 from ..errors import ConfigError, ModelError
 from ..load.datasets import SampledRequest
@@ -217,7 +224,7 @@ class OpenAIEngine(Engine):
     def _start_workers(self) -> None:
         """The client's worker processes, where the run sends from several (client_workers): started with the
         engine, so that their start-up is not in a run's time."""
-        if self._client_processes > 1 and (self._workers is None or self._workers.broken):
+        if client_in_workers(self._client_processes) and (self._workers is None or self._workers.broken):
             from .client_workers import ClientWorkers
 
             if self._workers is not None:
@@ -282,7 +289,7 @@ class OpenAIEngine(Engine):
         rate = load.request_rate if by_rate else math.inf
         limit = load.max_concurrency if by_rate else load.concurrency
         schedule = SendSchedule(requests, load) if trace else None
-        if self._client_processes > 1:  # the schedule drawn here, once, as run_requests draws it
+        if client_in_workers(self._client_processes):  # the schedule drawn here, once, as run_requests draws it
             self._start_workers()  # again, where a worker died in the last run
             schedule = schedule or SendSchedule.at_rate(
                 requests, rate, load.burstiness, arrival_seed, load.exact_rate_arrivals
@@ -343,6 +350,9 @@ class OpenAIEngine(Engine):
                 )
             else:
                 yield event
+
+    def client_pids(self) -> list[int]:
+        return self._workers.pids if self._workers is not None else []
 
     def loop_lag(self) -> list[tuple[float, float]]:
         return self._loop_lag

@@ -9,13 +9,24 @@ from typing import Any
 
 import pandas as pd
 
-from .client_bound import client_note
-from .contention import busy_note
+from .client_bound import CLIENT_BOUND_RUNS, client_bound_runs, client_note, live_client_note
+from .contention import BUSY_RUNS, busy_note, busy_runs, live_busy_note
+
+# Per flag, the column of a sweep point's count of runs it flagged, and the rule that flags each history row.
+FLAGGED_RUNS = {BUSY_RUNS: busy_runs, CLIENT_BOUND_RUNS: client_bound_runs}
 
 
 def run_flags(values: Mapping[str, Any], cpu_count: Any = None) -> list[str]:
     """The flags of a run from its summary or history row and the machine's core count; [] for a run not flagged."""
     return [note for note in (busy_note(values, cpu_count), client_note(values)) if note]
+
+
+def live_run_flags(samples: pd.DataFrame | None, in_process: bool, in_workers: bool) -> list[str]:
+    """The flags of a running run from its last minute of telemetry: an engine in this process is judged for a busy
+    machine, a server run's client for keeping up (`in_workers`: config.client_in_workers), as the run's end judges
+    them (store/history.run_metrics)."""
+    note = live_busy_note(samples) if in_process else live_client_note(samples, in_workers)
+    return [note] if note else []
 
 
 def flag_notes(runs: pd.DataFrame) -> pd.Series:

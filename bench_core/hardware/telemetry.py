@@ -2,7 +2,7 @@
 
 `TelemetrySampler` records, at a fixed rate (10 Hz by default), the engine process's CPU use and resident
 memory, the CPU use of the process that follows the run from another one where there is one (the dashboard
-beside its engine worker), the machine's CPU utilisation (and, once, its core count) and, where NVML answers
+beside its engine worker) and of each worker process an HTTP client sends from (engines/client_workers.py), the machine's CPU utilisation (and, once, its core count) and, where NVML answers
 (the `nvidia-ml-py` package of the GPU install), each visible GPU's utilisation, memory used, power and SM
 clock. Samples are rows (time_s, source, metric, value) with time on the `time.perf_counter` clock of the
 engine's ticks, so a run's measured window selects them directly; `samples_frame` is the table stored next to
@@ -16,7 +16,7 @@ import importlib.util
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -30,6 +30,7 @@ DEFAULT_INTERVAL_S = 0.1
 PROCESS = "process"  # the engine's process
 CALLER = "caller"  # the process that started the engine's worker and follows its runs (the dashboard): ours too
 MACHINE = "machine"
+CLIENT_WORKER = "client_worker{}"  # client_worker0, ...: the HTTP client's worker processes, where it sends from some
 CLIENT_LOOP = "client_loop"  # the HTTP client's event loop: handed over by the client (engines/loop_lag.py), not polled
 GPU_SOURCE = "gpu{}"  # gpu0, gpu1, ...: CUDA's numbering of the visible GPUs
 
@@ -176,8 +177,8 @@ def _visible_devices(count: int) -> list[str]:
 
 
 class TelemetrySampler:
-    """Samples `pid` (default: this process), the `caller_pid` process where one is given, the machine and the
-    visible GPUs every `interval_s` seconds in a daemon thread, from `start()` to `stop()`; a sample is taken at
+    """Samples `pid` (default: this process), the `caller_pid` process where one is given, the client's worker
+    processes `client_pids` (CPU only), the machine and the visible GPUs every `interval_s` seconds in a daemon thread, from `start()` to `stop()`; a sample is taken at
     both ends so the run's window is covered.
 
     A process that exits stops being sampled (the rest goes on); GPU telemetry is skipped, with the reason in
@@ -191,10 +192,12 @@ class TelemetrySampler:
         gpus: bool = True,
         clock: Callable[[], float] = time.perf_counter,
         caller_pid: int | None = None,
+        client_pids: Sequence[int] = (),
     ) -> None:
         self._processes = [_Watched(PROCESS, pid, memory=True)]
         if caller_pid is not None:
             self._processes.append(_Watched(CALLER, caller_pid, memory=False))
+        self._processes += [_Watched(CLIENT_WORKER.format(i), pid, memory=False) for i, pid in enumerate(client_pids)]
         self._interval_s = interval_s
         self._clock = clock
         self._samples: list[Sample] = []

@@ -886,7 +886,8 @@ CATALOG: tuple[Metric, ...] = (
         "Client process CPU",
         "cores",
         None,
-        "CPU time the client's process (this one, in a server run) used per second of the run.",
+        "CPU time the client used per second of the run: this process in a server run, or its worker processes "
+        "together where it sends from several (--client-processes).",
         sampled=_sampled("mean_client_cpu_cores"),
     ),
     Metric(
@@ -894,8 +895,8 @@ CATALOG: tuple[Metric, ...] = (
         "Run time the client's CPU was saturated",
         "fraction",
         False,
-        "Share of the run during which the client's process used 0.9 cores or more, all the CPU its event loop "
-        'can have; at half the run or more it is flagged "client bound" (a chosen limit).',
+        "Share of the run during which the client's busiest process used 0.9 cores or more, all the CPU its event "
+        'loop can have; at half the run or more it is flagged "client bound" (a chosen limit).',
         sampled=_sampled("client_saturated_share"),
         bounds=FRACTION,
     ),

@@ -18,7 +18,9 @@ observers (observer.JobObserver), in one order.
 
 from __future__ import annotations
 
+import bisect
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -27,6 +29,7 @@ import pandas as pd
 
 from ..config import EngineConfig, GenerationSettings, RunConfig
 from ..engines import EngineInfo
+from ..hardware.telemetry import with_loop_lag
 from ..load.datasets import Sample
 from ..load.playground import Conversation, PlaygroundResult
 from ..measure.live_snapshot import TELEMETRY_WINDOW_S, LiveSnapshot, with_server_metrics, with_telemetry
@@ -169,6 +172,8 @@ class Measurement:
     warmup_seconds: float | None = None  # of which the warm-up requests took this long (None: none were sent)
     profiler: Profiler | None = None
     sampler: TelemetrySampler | None = field(default=None, repr=False)  # where the engine runs, from the measurement
+    # The client loop's lateness so far (Engine.loop_lag, appended as it samples where the loop is in this process).
+    loop_lag: Callable[[], list[tuple[float, float]]] | None = field(default=None, repr=False)
     telemetry: pd.DataFrame | None = None  # every hardware sample of the measurement, time_s since its start
     scraper: MetricsScraper | None = field(default=None, repr=False)  # a server's /metrics, where it has one
     server_metrics: pd.DataFrame | None = None  # the server's raw samples (server_metrics.py), time_s since the start
@@ -214,7 +219,13 @@ class Run(Job):
             return measurement.live
         snap = profiler.live_snapshot()
         if sampler is not None and profiler.t_start is not None:
-            recent = sampler.samples(since_s=profiler.t_start + snap.elapsed_s - TELEMETRY_WINDOW_S)
+            since_s = profiler.t_start + snap.elapsed_s - TELEMETRY_WINDOW_S
+            recent = sampler.samples(since_s=since_s)
+            if measurement.loop_lag is not None:
+                lags = measurement.loop_lag()[:]  # a copy: the client's loop appends to it meanwhile
+                # From this run's start: until its stream begins, the engine's list is still the last run's.
+                first = bisect.bisect_left(lags, (max(since_s, profiler.t_start),))
+                recent = with_loop_lag(recent, lags[first:])
             snap = with_telemetry(snap, recent, profiler.t_start)
         if measurement.scraper is not None and profiler.t_start is not None:
             snap = with_server_metrics(snap, measurement.scraper.series(), profiler.t_start)

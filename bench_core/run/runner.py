@@ -330,7 +330,10 @@ class Runner:
         measurement.profiler = profiler
         tick_at_admission = config.load.load_pattern in TICK_AT_ADMISSION
         # This process runs the engine (or its client).
-        sampler = measurement.sampler = TelemetrySampler(caller_pid=self.caller_pid).start()
+        sampler = measurement.sampler = TelemetrySampler(
+            caller_pid=self.caller_pid, client_pids=self._engine.client_pids()
+        ).start()
+        measurement.loop_lag = self._engine.loop_lag
         # A server's GPUs are its own business (it may be elsewhere); an engine here on a GPU should be seen.
         if (
             sampler.gpu_note

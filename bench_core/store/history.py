@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import csvstore
-from ..config import SETTINGS, RunConfig, applied_engine_settings, setting
+from ..config import SETTINGS, RunConfig, applied_engine_settings, client_in_workers
 from ..engines import backend
 from ..engines import server_metrics as server_samples
 from ..engines.base import EngineInfo
@@ -69,7 +69,6 @@ from .history_index import SIDECAR_FILE, Snapshot, file_key, read_sidecar, write
 from .journal import JOURNAL_FILE, FolderLock, RunJournal, read_journal
 
 RESULTS_ENV = "BENCH_STUDIO_RESULTS"
-ONE_CLIENT_PROCESS = setting("client_processes").default  # the client in this process, no worker processes
 _RUN_ID_MAX = 100  # characters; a run id names a folder, and file names end at 255 bytes
 _RUN_ID = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.-]{{0,{_RUN_ID_MAX - 1}}}\Z")
 _RUN_ID_RULE = f"run ids are 1 to {_RUN_ID_MAX} letters, digits, '-', '_' and '.', starting with a letter or digit"
@@ -515,10 +514,8 @@ def run_metrics(
         # A server's engine is a process we do not sample: its own CPU would read as other processes' (contention.py).
         if backend(config.engine.backend).in_process:
             sampled.update(contention_summary(telemetry, 0.0, duration_s))
-        elif config.load.client_processes == ONE_CLIENT_PROCESS:  # this process was the client: whether it kept up
-            sampled.update(client_summary(telemetry, 0.0, duration_s))
-        # With client worker processes this one only merges their events: its CPU is not theirs, so no claim on the
-        # client's CPU is made; the workers' loops' lateness still is in the telemetry and judged (client_bound.py).
+        else:  # whether the client kept up: this process, or the worker processes it sent from (client_bound.py)
+            sampled.update(client_summary(telemetry, 0.0, duration_s, client_in_workers(config.load.client_processes)))
         summary.update(telemetry_columns(sampled))
     if server_metrics is not None:
         summary.update(server_columns(server_samples.run_summary(server_metrics)))

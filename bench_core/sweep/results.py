@@ -15,7 +15,9 @@ from typing import Any
 import pandas as pd
 
 from ..config import SLO
-from ..hardware.contention import BUSY_RUNS, busy_runs
+from ..hardware.client_bound import CLIENT_BOUND_RUNS
+from ..hardware.contention import BUSY_RUNS
+from ..hardware.run_flags import FLAGGED_RUNS
 from ..measure.catalog import SWEPT_COLUMNS, column_bounds, with_derived
 from ..measure.metrics import good_requests, rate
 from ..measure.stats import (
@@ -69,34 +71,35 @@ def with_slo(runs: pd.DataFrame, request_tables: Mapping[str, pd.DataFrame], slo
 def point_statistics(runs: pd.DataFrame, plan: SweepPlan, metrics=SWEEP_METRICS) -> pd.DataFrame:
     """One row per point (in the plan's grid order) and metric with a value: the swept settings, `point`,
     `metric`, then n, mean, std, min, max, ci_low and ci_high (95%, within the metric's bounds; NaN below
-    `MIN_INTERVAL_RUNS` runs) over the point's finished runs, and how many of them ran on a busy machine."""
+    `MIN_INTERVAL_RUNS` runs) over the point's finished runs, and how many of them each flag marks
+    (run_flags.FLAGGED_RUNS: on a busy machine, with a client that could not keep up)."""
     names = _axis_names(plan)
     rows = []
     for values in plan.grid():
         label = describe_point(values)
         part = runs[runs[POINT] == label] if POINT in runs else runs.iloc[0:0]
-        busy = int(busy_runs(part).sum())
+        flagged = [int(flags(part).sum()) for flags in FLAGGED_RUNS.values()]
         for metric in metrics:
             if metric not in part:
                 continue
             summary = describe(pd.to_numeric(part[metric], errors="coerce"), bounds=column_bounds(metric))
             if summary.n:
-                rows.append([*values.values(), label, metric, *group_values(summary), busy])
-    return pd.DataFrame(rows, columns=[*names, POINT, METRIC, *GROUP_COLUMNS, BUSY_RUNS])
+                rows.append([*values.values(), label, metric, *group_values(summary), *flagged])
+    return pd.DataFrame(rows, columns=[*names, POINT, METRIC, *GROUP_COLUMNS, *FLAGGED_RUNS])
 
 
 def point_means(runs: pd.DataFrame, plan: SweepPlan, metrics: tuple[str, ...]) -> pd.DataFrame:
-    """One row per point with a finished run: its swept settings, `point`, `n` (its runs), how many of them ran on a
-    busy machine and the mean of each of `metrics` over them, for charts that place a point once rather than each
+    """One row per point with a finished run: its swept settings, `point`, `n` (its runs), how many of them each
+    flag marks and the mean of each of `metrics` over them, for charts that place a point once rather than each
     repeat."""
     names = _axis_names(plan)
     statistics = point_statistics(runs, plan, metrics)
     if statistics.empty:
-        return pd.DataFrame(columns=[*names, POINT, "n", BUSY_RUNS, *metrics])
+        return pd.DataFrame(columns=[*names, POINT, "n", *FLAGGED_RUNS, *metrics])
     means = statistics.pivot_table(index=POINT, columns=METRIC, values="mean", sort=False)
-    counts = statistics.groupby(POINT, sort=False)[["n", BUSY_RUNS]].max()
+    counts = statistics.groupby(POINT, sort=False)[["n", *FLAGGED_RUNS]].max()
     settings = statistics.drop_duplicates(POINT).set_index(POINT)[names]
-    return settings.join(counts).join(means).reset_index()[[*names, POINT, "n", BUSY_RUNS, *means.columns]]
+    return settings.join(counts).join(means).reset_index()[[*names, POINT, "n", *FLAGGED_RUNS, *means.columns]]
 
 
 def interval_note(statistics: pd.DataFrame) -> str:
@@ -127,6 +130,7 @@ def statistics_for_display(statistics: pd.DataFrame) -> pd.DataFrame:
             "ci_low": "95% CI low",
             "ci_high": "95% CI high",
             BUSY_RUNS: "runs on a busy machine",
+            CLIENT_BOUND_RUNS: "runs whose client could not keep up",
         }
     )
 

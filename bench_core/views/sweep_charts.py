@@ -2,8 +2,9 @@
 metrics, goodput against the load with the highest load that meets a target, and a two-knob heatmap.
 
 Sweep points come from `stats.group_repeats` (key columns, then n, mean, std, ci_low, ci_high, with a 95%
-interval; `busy_runs` where results.point_statistics counted runs on a busy machine); runs are history rows. A
-point or run measured on a busy machine (hardware/contention.py) gets a crimson cross over it and a legend entry.
+interval; `busy_runs` and `client_bound_runs` where results.point_statistics counted the runs each flag marks);
+runs are history rows. A point or run measured on a busy machine (hardware/contention.py) gets a crimson cross over
+it, one whose client could not keep up (hardware/client_bound.py) an orange diamond, each with a legend entry.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import pandas as pd
 import plotly.colors
 import plotly.graph_objects as go
 
-from ..hardware.contention import BUSY_RUNS, busy_runs
+from ..hardware.client_bound import CLIENT_BOUND_RUNS
+from ..hardware.contention import BUSY_RUNS
+from ..hardware.run_flags import FLAGGED_RUNS
 from ..measure.catalog import lower_first
 from ..measure.stats import LOAD_LIMIT_RULE, highest_load_meeting, loads_missing_below, pareto_front
 from .figures import (
@@ -34,6 +37,17 @@ from .figures import (
 from .tables import describe_column
 
 BUSY_LEGEND = "machine busy (other processes held the CPU)"
+CLIENT_BOUND_LEGEND = "client bound (the benchmark's client could not keep up)"
+# Per flag (run_flags.FLAGGED_RUNS): its legend entry, hover text, marker symbol and colour.
+_FLAG_MARKS = {
+    BUSY_RUNS: (BUSY_LEGEND, "machine busy: other processes held the CPU", "x-thin-open", "crimson"),
+    CLIENT_BOUND_RUNS: (
+        CLIENT_BOUND_LEGEND,
+        "client bound: the benchmark's client could not keep up",
+        "diamond-open",
+        "darkorange",
+    ),
+}
 
 
 def metric_vs_knob_band(points: pd.DataFrame, knob: str, metric: str, series: str | None = None) -> go.Figure:
@@ -88,9 +102,8 @@ def metric_vs_knob_band(points: pd.DataFrame, knob: str, metric: str, series: st
             )
         )
     fig.update_layout(showlegend=series is not None, legend_title_text=series or "")
-    if BUSY_RUNS in rows:
-        x = [tick_label(v) for v in rows[knob]] if categorical else rows[knob].tolist()
-        _mark_busy(fig, x, rows["mean"], rows[BUSY_RUNS] > 0)
+    x = [tick_label(v) for v in rows[knob]] if categorical else rows[knob].tolist()
+    _mark_flagged(fig, x, rows["mean"], rows)
     if categorical:
         fig.update_xaxes(type="category")
     else:
@@ -149,7 +162,7 @@ def pareto_chart(runs: pd.DataFrame, x: str, y: str) -> go.Figure:
             hovertemplate=hover,
         )
     )
-    _mark_busy(fig, rows[x], rows[y], rows[BUSY_RUNS] > 0 if BUSY_RUNS in rows else busy_runs(rows))
+    _mark_flagged(fig, rows[x], rows[y], rows)
     pad_axis(fig, "x", rows[x])
     pad_axis(fig, "y", rows[y])
     return fig
@@ -218,7 +231,7 @@ def goodput_vs_load(runs: pd.DataFrame, load: str, goodput: str, target: float) 
             )
             fig.update_layout(margin_t=90)  # room for the second line under the title
     _note_above(fig, note, font=dict(size=11))
-    _mark_busy(fig, rows[load], rows[goodput], busy_runs(rows))
+    _mark_flagged(fig, rows[load], rows[goodput], rows)
     return fig
 
 
@@ -258,24 +271,27 @@ def knob_heatmap(points: pd.DataFrame, knob_x: str, knob_y: str, metric: str) ->
     return fig
 
 
-def _mark_busy(fig: go.Figure, x, y, busy) -> None:
-    """A crimson cross over each point (x, y) whose runs, or one of them, ran on a busy machine, named in the legend:
-    its numbers are not the engine's alone."""
-    busy = np.asarray(busy, dtype=bool)
-    if not busy.any():
-        return
-    fig.add_trace(
-        go.Scatter(
-            x=np.asarray(list(x), dtype=object)[busy],
-            y=np.asarray(list(y), dtype=float)[busy],
-            mode="markers",
-            name=BUSY_LEGEND,
-            cliponaxis=False,
-            marker=dict(symbol="x-thin-open", size=16, line=dict(width=2, color="crimson")),
-            hovertemplate="machine busy: other processes held the CPU during this point's runs<extra></extra>",
+def _mark_flagged(fig: go.Figure, x, y, rows: pd.DataFrame) -> None:
+    """A mark over each point (x, y) that a flag marks (its runs, or one of them; or the run the row is), one trace
+    per flag, named in the legend: its numbers are not the engine's alone. `rows` are sweep points with their flags'
+    counts, or history rows, judged here."""
+    for column, flagged_runs in FLAGGED_RUNS.items():
+        marked = np.asarray(rows[column] > 0 if column in rows else flagged_runs(rows), dtype=bool)
+        if not marked.any():
+            continue
+        legend, hover, symbol, colour = _FLAG_MARKS[column]
+        fig.add_trace(
+            go.Scatter(
+                x=np.asarray(list(x), dtype=object)[marked],
+                y=np.asarray(list(y), dtype=float)[marked],
+                mode="markers",
+                name=legend,
+                cliponaxis=False,
+                marker=dict(symbol=symbol, size=16, line=dict(width=2, color=colour)),
+                hovertemplate=f"{hover} during this point's runs<extra></extra>",
+            )
         )
-    )
-    fig.update_layout(showlegend=True)
+        fig.update_layout(showlegend=True)
 
 
 def _note_above(fig: go.Figure, text: str, font: dict | None = None) -> None:
