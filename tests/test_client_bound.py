@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-import threading
 import time
 
 import pandas as pd
 import pytest
 from flood_server import flooding_server
+from own_loop import run_on_own_loop
 from scripted_server import restful_argv, scripted_server  # noqa: F401 (fixture)
 from test_contention import _config, _requests
 
@@ -79,11 +79,7 @@ def _lateness(blocking: bool) -> list[float]:
             await asyncio.sleep(0.02)
 
     lag = LoopLag()
-    # A loop of its own on a thread of its own, as the client's is: a test before may leave one running on this
-    # thread (playwright's sync API does), and asyncio.run refuses to start a second there.
-    thread = threading.Thread(target=asyncio.run, args=(lag.around(work()),))
-    thread.start()
-    thread.join()
+    run_on_own_loop(lag.around(work()))  # as the client's loop is
     return [late for _, late in lag.samples]
 
 

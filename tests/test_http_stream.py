@@ -17,6 +17,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
+from own_loop import run_on_own_loop
 
 from bench_core.engines.http_stream import (
     BadResponse,
@@ -151,7 +152,7 @@ def post_through_pool(url: str, n: int, pause_s: float = 0.0) -> list[tuple[int,
             pool.close()
         return answers
 
-    return asyncio.run(main())
+    return run_on_own_loop(main())
 
 
 # --- framing ---------------------------------------------------------------------------------------
