@@ -230,6 +230,15 @@ def test_the_past_pace_is_that_of_the_runs_most_like_this_one():
     assert past_pace(history, _tiny("batch", 16, 8, 64, 512)).tokens_per_s == pytest.approx(3.0)
     assert past_pace(history[history["model"] == "builtin:smollm2-135m"], config) is None
     assert past_pace(pd.DataFrame(), config) is None
+    # Its lengths count before its load pattern: a batch of other lengths says less of its pace than its own lengths
+    # under another load pattern.
+    lengths_or_pattern = pd.DataFrame(
+        [
+            _row(output_throughput=10.0, random_output_len=16, total_output_tokens=80),
+            _row(output_throughput=50.0, load_pattern="concurrency"),
+        ]
+    )
+    assert past_pace(lengths_or_pattern, config).tokens_per_s == pytest.approx(50.0)
 
 
 def test_a_run_submitted_to_a_runner_with_a_history_carries_the_pace_of_its_past_runs(tmp_path, tiny_model_path):

@@ -59,16 +59,17 @@ class PastPace:
 
 def past_pace(history_runs: pd.DataFrame, config: RunConfig) -> PastPace | None:
     """The pace of the finished runs of `config`'s model on its backend with an output throughput, those most like
-    it first: the same load pattern, then the same dataset and lengths, then the nearest concurrency. None: none."""
+    it first: the same dataset and lengths (they set the tokens a step makes: a batch of long prompts made a third of
+    the output tok/s of short ones), then the same load pattern, then the nearest concurrency. None: none."""
     pool = _finished_runs(history_runs, config.engine.model, config.engine.backend)
     if pool.empty:
         return None
-    similar = _preferring(pool, "load_pattern", str(config.load.load_pattern))
-    same_dataset = similar
+    same_dataset = pool
     for column, value in _dataset_facts(config).items():
         same_dataset = _matching(same_dataset, column, value)
-    if not same_dataset.empty:
-        similar = same_dataset
+    similar = _preferring(
+        same_dataset if not same_dataset.empty else pool, "load_pattern", str(config.load.load_pattern)
+    )
     rate = float(_nearest(similar, "concurrency", config.load.concurrency)["output_throughput"].median())
     per_request = None
     if not same_dataset.empty and {"total_output_tokens", "completed"} <= set(same_dataset.columns):
