@@ -255,23 +255,21 @@ class Connection(asyncio.Protocol):
             data, self._chunk_tail = self._chunk_tail + data, b""
         parts: list[bytes] = []
         pos, size_of_data, find = 0, len(data), data.find
-        # The usual read, between chunks: whole chunks, each sliced at once. Anything else (a chunk cut by the
-        # read, an extension, the last chunk, a bad size) is left to the loop after this one.
-        while not (self._remaining or self._after_data or self._in_trailer):
-            line_end = find(b"\r\n", pos)
-            if line_end < 0:
-                break
-            try:
-                size = int(data[pos:line_end], 16)
-            except ValueError:
-                break
-            start = line_end + 2
-            end = start + size
-            if size <= 0 or data[end : end + 2] != b"\r\n":
-                break
-            parts.append(data[start:end])
-            pos = end + 2
         while pos < size_of_data:
+            if not (self._remaining or self._after_data or self._in_trailer):
+                # The usual read, between chunks: a whole chunk, sliced at once. Anything else (a chunk cut by the
+                # read, an extension, the last chunk, a bad size) is left to the steps below.
+                line_end = find(b"\r\n", pos)
+                if line_end >= 0:
+                    try:
+                        size = int(data[pos:line_end], 16)
+                    except ValueError:
+                        size = 0
+                    end = line_end + 2 + size
+                    if size > 0 and data[end : end + 2] == b"\r\n":
+                        parts.append(data[line_end + 2 : end])
+                        pos = end + 2
+                        continue
             if self._remaining:  # inside a chunk's data
                 take = min(self._remaining, size_of_data - pos)
                 parts.append(data[pos : pos + take])
@@ -279,7 +277,7 @@ class Connection(asyncio.Protocol):
                 self._remaining -= take
                 self._after_data = self._remaining == 0
                 continue
-            line_end = data.find(b"\r\n", pos)
+            line_end = find(b"\r\n", pos)
             if line_end < 0:
                 self._chunk_tail = data[pos:]
                 if len(self._chunk_tail) > MAX_CHUNK_LINE_BYTES:
@@ -309,13 +307,7 @@ class Connection(asyncio.Protocol):
                 break
             pos = line_end + 2
             if size:
-                # The usual chunk, whole in this read: sliced at once.
-                end = pos + size
-                if end + 2 <= size_of_data and data[end : end + 2] == b"\r\n":
-                    parts.append(data[pos:end])
-                    pos = end + 2
-                else:
-                    self._remaining = size
+                self._remaining = size
             else:
                 self._in_trailer = True
         return parts[0] if len(parts) == 1 else b"".join(parts)

@@ -90,13 +90,9 @@ def live_client_note(samples: pd.DataFrame | None, in_workers: bool) -> str | No
 
 
 def client_bound_runs(runs: pd.DataFrame) -> pd.Series:
-    """Per history row: flagged "client bound" (False for rows without the columns: runs recorded before them,
-    engines in this process, imported rows)."""
-
-    def numbers(column: str) -> pd.Series:
-        return pd.to_numeric(runs[column], errors="coerce") if column in runs else pd.Series(math.nan, index=runs.index)
-
-    return (numbers(LAG_COLUMN) >= LAG_LIMIT_MS) | (numbers(SATURATED_COLUMN) >= SATURATED_SHARE)
+    """Per history row: flagged "client bound" by `client_bound` (False for rows without the columns: runs recorded
+    before them, engines in this process, imported rows)."""
+    return pd.Series([client_bound(row) for _, row in runs.iterrows()], index=runs.index, dtype=bool)
 
 
 def client_note(values: Mapping[str, Any], during: str = "this run") -> str | None:

@@ -222,8 +222,9 @@ class Run(Job):
             since_s = profiler.t_start + snap.elapsed_s - TELEMETRY_WINDOW_S
             recent = sampler.samples(since_s=since_s)
             if measurement.loop_lag is not None:
-                lags = measurement.loop_lag()[:]  # a copy: the client's loop appends to it meanwhile
-                # From this run's start: until its stream begins, the engine's list is still the last run's.
+                lags = measurement.loop_lag()  # the client's loop appends to it meanwhile: what is there stays
+                # From this run's start: until its stream begins, the engine's list is still the last run's. Only the
+                # window is copied (a slice is atomic), not the run's whole list at every poll.
                 first = bisect.bisect_left(lags, (max(since_s, profiler.t_start),))
                 recent = with_loop_lag(recent, lags[first:])
             snap = with_telemetry(snap, recent, profiler.t_start)
