@@ -196,6 +196,9 @@ def test_a_failed_warm_up_stops_the_run_before_anything_is_measured(runner, hist
     [
         ({"base_url": ""}, {}, "No server URL"),
         ({"base_url": "localhost:8000"}, {}, "must start with http://"),
+        ({"base_url": "http://[::1"}, {}, r"cannot be read \(Invalid IPv6 URL\)"),
+        ({"base_url": "http://127.0.0.1:99999"}, {}, "cannot be read .Port out of range"),
+        ({"base_url": "http://:8000"}, {}, "names no host"),
         ({"extra_request_body": "{not json"}, {}, "not valid JSON"),
         ({"extra_request_body": "[1]"}, {}, "must be a JSON object"),
         ({"endpoint": "embeddings"}, {}, "Unknown endpoint"),

@@ -108,6 +108,13 @@ def api_root(base_url: str) -> str:
         raise ConfigError(
             f"The server URL must start with http:// or https://, like http://127.0.0.1:23333 (got '{base_url}')."
         )
+    try:
+        parts = urllib.parse.urlsplit(root)
+        parts.port  # noqa: B018 (a port that is no number, or out of range, raises only when read)
+    except ValueError as exc:
+        raise ConfigError(f"The server URL '{base_url}' cannot be read ({exc}): like http://127.0.0.1:23333.") from None
+    if not parts.hostname:
+        raise ConfigError(f"The server URL '{base_url}' names no host: like http://127.0.0.1:23333.")
     return root.removesuffix("/v1")
 
 
