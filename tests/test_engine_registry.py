@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # A backend as someone adding one would write it: one module, named *_engine, in bench_core/engines/.
 TOY_ENGINE_MODULE = '''
+import time
+
 from bench_core.engines.base import Backend, Engine, EngineEvent, EngineInfo
 from bench_core.models.resolve import load_tokenizer
 
@@ -41,8 +43,10 @@ class ToyEngine(Engine):
 
     def stream(self, requests, generation, load, cancel):
         for index, request in enumerate(requests):
-            yield EngineEvent(index, "tokens", 0.0, n_tokens=request.output_len)
-            yield EngineEvent(index, "finish", 0.0, n_tokens=request.output_len, finish_reason="length")
+            yield EngineEvent(index, "tokens", time.perf_counter(), n_tokens=request.output_len)
+            yield EngineEvent(
+                index, "finish", time.perf_counter(), n_tokens=request.output_len, finish_reason="length"
+            )
 
 
 class ToyBackend(Backend):
@@ -125,6 +129,7 @@ def test_a_new_backends_run_goes_through_the_runner_into_the_history(toy_backend
     assert (run.state, run.message) == ("finished", "")
     row = History(tmp_path / "results").load().iloc[0]
     assert (row["backend"], row["completed"], row["total_output_tokens"]) == ("toy", 3, 15)
+    assert run.snapshot().ttft.min_s >= 0  # its events carry perf_counter times, as the contract asks
     with pytest.raises(ConfigError, match="needs a toy GPU"):
         runner.submit(toy_run("toy-gpu"))
 
