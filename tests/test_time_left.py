@@ -1,8 +1,19 @@
 """A run's time left: replayed from real recorded runs, a batched prefill with and without a past run, the tail, and
-which past runs count."""
+which past runs count.
+
+The recorded runs are real runs of the tiny Llama on the embedded engine, kept in tests/data/time_left/ (a history the
+runner wrote) so that their replays say the same on any machine: recorded live, a past run's pace depended on what
+else the machine ran meanwhile (a busy spell between two runs made the same one read 2-8x). Record them again, on a
+quiet machine, after a change to what a run records:
+
+    RECORD_TIME_LEFT_RUNS=1 .venv/bin/python -m pytest tests/test_time_left.py
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 from pathlib import Path
 from time import perf_counter
 
@@ -16,10 +27,9 @@ from bench_core.measure.time_left import PastPace, describe_time_left, output_ra
 from bench_core.run.runner import Runner
 from bench_core.store.history import History
 
-# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
-pytestmark = pytest.mark.slow
-
 DATA = Path(__file__).resolve().parent / "data"
+RECORDINGS = DATA / "time_left"
+RECORD = os.environ.get("RECORD_TIME_LEFT_RUNS") == "1"
 # The share of a run after which the estimate must be within WITHIN times the time really left (issue 25 item 3).
 CHECKED_AT = (0.2, 0.5, 0.8)
 WITHIN = 2.0
@@ -52,11 +62,10 @@ RECORDED = {
 PAST_RUN = "batch, long prompts at once"
 
 
-@pytest.fixture(scope="module")
-def recorded_runs(tmp_path_factory, tiny_model_path) -> dict[str, tuple[pd.DataFrame, PastPace | None]]:
-    """Per recorded run: its request table, and the pace its history (the other runs) gave it."""
-    history = History(tmp_path_factory.mktemp("recorded") / "results")
-    runner = Runner(history)
+def _record() -> None:
+    """Run RECORDED (the past run first) into a fresh RECORDINGS, with which run is which in recorded.json."""
+    shutil.rmtree(RECORDINGS, ignore_errors=True)
+    runner = Runner(History(RECORDINGS))
     try:
         past = runner.submit(RECORDED[PAST_RUN])
         assert past.wait(300) and past.state == "finished", past.message
@@ -65,10 +74,21 @@ def recorded_runs(tmp_path_factory, tiny_model_path) -> dict[str, tuple[pd.DataF
             assert run.wait(300) and run.state == "finished", run.message
     finally:
         runner.shutdown()
+    (RECORDINGS / "recorded.json").write_text(json.dumps({name: run.run_id for name, run in runs.items()}, indent=1))
+
+
+@pytest.fixture(scope="module")
+def recorded_runs() -> dict[str, tuple[pd.DataFrame, PastPace | None]]:
+    """Per recorded run: its request table, and the pace its history (the other runs) gave it."""
+    if RECORD:
+        _record()
+    history = History(RECORDINGS)
     rows = history.load()
+    run_ids = json.loads((RECORDINGS / "recorded.json").read_text())
+    assert set(run_ids) == set(RECORDED) and len(rows) == len(RECORDED) + 1
     return {
-        name: (history.requests(run.run_id), past_pace(rows[rows["run_id"] != run.run_id], RECORDED[name]))
-        for name, run in runs.items()
+        name: (history.requests(run_id), past_pace(rows[rows["run_id"] != run_id], RECORDED[name]))
+        for name, run_id in run_ids.items()
     }
 
 
@@ -241,6 +261,7 @@ def test_the_past_pace_is_that_of_the_runs_most_like_this_one():
     assert past_pace(lengths_or_pattern, config).tokens_per_s == pytest.approx(50.0)
 
 
+@pytest.mark.slow  # it runs the embedded engine twice
 def test_a_run_submitted_to_a_runner_with_a_history_carries_the_pace_of_its_past_runs(tmp_path, tiny_model_path):
     history = History(tmp_path / "results")
     runner = Runner(history)
