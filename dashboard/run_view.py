@@ -130,10 +130,12 @@ def _live_charts_panel(run_id: str) -> None:
 def _live_progress(run: Run, snap: LiveSnapshot) -> None:
     done = snap.completed + snap.failed + snap.cancelled
     total_tokens = snap.tokens_requested
+    # The run's state turns ended a moment before its results are recorded and the page shows them: no time left then.
+    left = "" if run.ended else f", {describe_time_left(snap, run.measurement.pace)}"
     st.progress(
         min(snap.tokens_done / total_tokens, 1.0) if total_tokens else 0.0,
         text=f"{run.state}: {done}/{snap.total_requests} requests, {snap.output_tokens:,}/{total_tokens:,} "
-        f"output tokens, {snap.elapsed_s:.0f} s, {describe_time_left(snap, run.measurement.pace)}",
+        f"output tokens, {snap.elapsed_s:.0f} s{left}",
     )
     in_workers = client_in_workers(run.config.load.client_processes)
     for flag in live_run_flags(snap.telemetry, backend(run.config.engine.backend).in_process, in_workers):

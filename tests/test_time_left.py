@@ -189,6 +189,7 @@ def test_right_after_the_last_prefill_the_rate_is_the_requests_decoding_over_the
     assert snap.decoding == 4 and snap.latest_first_token_s == pytest.approx(3.0) and snap.longest_left == 59
     assert output_rate(snap) == pytest.approx(168 / 2.4, rel=0.01) and step_s(snap) == pytest.approx(0.01, rel=0.02)
     assert time_left_s(snap) == pytest.approx(0.5 * 59 * 0.01 + 0.5 * 232 / 400, rel=0.03)
+    assert describe_time_left(snap) == "under 1 s left"  # not "about 0 s left"
 
 
 def test_the_longest_request_still_decoding_lengthens_the_time_left_by_half_its_steps_beyond_the_rate():

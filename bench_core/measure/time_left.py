@@ -142,10 +142,12 @@ def _mean_rate(snap: LiveSnapshot, from_s: float) -> float | None:
 
 
 def describe_time_left(snap: LiveSnapshot, pace: PastPace | None = None) -> str:
-    """'about 1 min 05 s left', or 'estimating…' while `time_left_s` cannot tell yet."""
+    """'about 1 min 05 s left', 'under 1 s left', or 'estimating…' while `time_left_s` cannot tell yet."""
     left = time_left_s(snap, pace)
     if left is None:
         return "estimating…"
+    if left < 1:
+        return "under 1 s left"
     seconds = round(left)
     if seconds >= 60:
         return f"about {seconds // 60} min {seconds % 60:02d} s left"
