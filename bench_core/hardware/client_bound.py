@@ -74,8 +74,12 @@ def client_summary(
 
 def client_bound(values: Mapping[str, Any]) -> bool:
     """Whether a summary or history row's loop lag or client CPU flags the run (NaN, None, absent: not flagged)."""
-    lag, share = as_number(values.get(LAG_COLUMN)), as_number(values.get(SATURATED_COLUMN))
-    return lag >= LAG_LIMIT_MS or share >= SATURATED_SHARE
+    return bool(_flagged(as_number(values.get(LAG_COLUMN)), as_number(values.get(SATURATED_COLUMN))))
+
+
+def _flagged(lag_ms, saturated_share):
+    """The rule, on numbers or on columns of them alike (NaN: not flagged)."""
+    return (lag_ms >= LAG_LIMIT_MS) | (saturated_share >= SATURATED_SHARE)
 
 
 def live_client_note(samples: pd.DataFrame | None, in_workers: bool) -> str | None:
@@ -90,9 +94,13 @@ def live_client_note(samples: pd.DataFrame | None, in_workers: bool) -> str | No
 
 
 def client_bound_runs(runs: pd.DataFrame) -> pd.Series:
-    """Per history row: flagged "client bound" by `client_bound` (False for rows without the columns: runs recorded
+    """Per history row: flagged "client bound" by `client_bound`'s rule, for all rows at once (False for rows without the columns: runs recorded
     before them, engines in this process, imported rows)."""
-    return pd.Series([client_bound(row) for _, row in runs.iterrows()], index=runs.index, dtype=bool)
+
+    def numbers(column: str) -> pd.Series:
+        return pd.to_numeric(runs[column], errors="coerce") if column in runs else pd.Series(math.nan, index=runs.index)
+
+    return _flagged(numbers(LAG_COLUMN), numbers(SATURATED_COLUMN))
 
 
 def client_note(values: Mapping[str, Any], during: str = "this run") -> str | None:
