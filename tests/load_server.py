@@ -1,14 +1,20 @@
 """A small OpenAI-compatible server for `sweep restful --server-cmd` tests, run as its own process:
 
-    python tests/load_server.py --port PORT [--token-delay-ms D] [--ttft-step-ms S] [--mode MODE]
+    python tests/load_server.py --port PORT [--token-delay-ms D] [--ttft-step-ms S] [--knee K --beyond-knee-ms B]
+                                [--mode MODE]
 
-GET /v1/models lists the model "load-test"; POST /v1/completions streams max_tokens chunks of " tok", the first
-after S ms times the requests in flight when it arrived (itself included: latency rises with load, so a
-concurrency of K answers within (K + 0.5) * S ms and K + 1 does not), then one every D ms, then the usage and
-[DONE]; with --api-key-from-env VAR, a request without `Authorization: Bearer $VAR` gets 401. Its first line on
-stdout says its pid. --mode changes how it behaves: "ok" serves; "exit" says why and
-exits with code 3 before listening; "hang" never listens (it seems to load forever); "die" serves, but exits
-(code 1, no goodbye) when its second completion request arrives.
+GET /v1/models lists the model "load-test"; POST /v1/completions streams max_tokens chunks of " tok", the first after
+a delay set by the server's load, then one every D ms, then the usage and [DONE]. The load is the requests in flight
+when the request arrived, itself included; a request leaves that count before its last chunk (the usage and [DONE])
+is written, so a client that sends its next request once one has ended is never counted twice. Without --knee the
+first token comes after S ms times that count: latency rises with load. With --knee K it comes after S ms while the
+count is at most K and after B ms (default 5000) beyond: a concurrency of K has every first token after S ms and K + 1
+has one after B ms, so a TTFT SLO far from both is met up to K and missed above it on a machine however busy (what
+the machine adds only makes the fast answers later, and nothing makes a slow one come before B ms). With
+--api-key-from-env VAR, a request without `Authorization: Bearer $VAR` gets 401. Its first line on stdout says its
+pid. --mode changes how it behaves: "ok" serves; "exit" says why and exits with code 3 before listening; "hang" never
+listens (it seems to load forever); "die" serves, but exits (code 1, no goodbye) when its second completion request
+arrives.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--token-delay-ms", type=float, default=10.0)
     parser.add_argument("--ttft-step-ms", type=float, default=0.0)
+    parser.add_argument("--knee", type=int, help="the most requests in flight that get their first token in S ms")
+    parser.add_argument("--beyond-knee-ms", type=float, default=5000.0, help="the first token's delay beyond --knee")
     parser.add_argument("--mode", choices=("ok", "exit", "hang", "die"), default="ok")
     parser.add_argument("--api-key-from-env", metavar="VAR", help="answer 401 to requests without Bearer $VAR")
     args = parser.parse_args()
@@ -53,8 +61,13 @@ def main() -> None:
             print("dying mid-run", flush=True)
             os._exit(1)
         state["in_flight"] += 1
+        in_flight, counted = state["in_flight"], True
         try:
-            await asyncio.sleep(args.ttft_step_ms / 1000 * state["in_flight"])
+            if args.knee is None:
+                first_token_ms = args.ttft_step_ms * in_flight
+            else:
+                first_token_ms = args.ttft_step_ms if in_flight <= args.knee else args.beyond_knee_ms
+            await asyncio.sleep(first_token_ms / 1000)
             response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await response.prepare(request)
             n = body.get("max_tokens") or 4
@@ -67,10 +80,14 @@ def main() -> None:
                 "choices": [{"index": 0, "text": "", "finish_reason": "length"}],
                 "usage": {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": n + 5},
             }
+            # Out of the count before the client can read its end and send its next request.
+            state["in_flight"] -= 1
+            counted = False
             await response.write(b"data: " + json.dumps(last).encode() + b"\n\ndata: [DONE]\n\n")
             return response
         finally:
-            state["in_flight"] -= 1
+            if counted:  # ended early: the client went away
+                state["in_flight"] -= 1
 
     @web.middleware
     async def key_check(request: web.Request, handler):
