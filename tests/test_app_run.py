@@ -855,9 +855,12 @@ def test_the_live_view_says_estimating_in_a_batched_prefill_then_a_time_from_its
     assert live_progress_text(first).endswith("estimating…")  # no token yet, nothing like it in the history
     while time_left_s(first.snapshot()) is None:
         assert not first.wait(0.01), first.message
-    # Decoding, with under 4 s left: the pace of the run so far (an eighth of the tokens in 3.5 s) would say 24 s.
+    # Decoding: the time told is the decode's. The pace of the run so far, the prefill's 3 s without a token included,
+    # says several times more (24 s for 4 s left on a quiet machine; a busy one slows the decode in both alike).
+    snap = first.snapshot()
+    whole_run_pace = (snap.tokens_requested - snap.tokens_done) * snap.elapsed_s / snap.tokens_done
     seconds = int(re.search(r"about (\d+) s left$", live_progress_text(first)).group(1))
-    assert seconds <= 6
+    assert seconds <= whole_run_pace / 2, whole_run_pace
     assert first.wait(60) and first.state == "finished", first.message
 
     again = get_runner().submit(prefilling_run(prefilling_server))

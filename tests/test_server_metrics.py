@@ -182,8 +182,10 @@ def test_a_server_run_keeps_the_servers_samples_and_they_show_its_queue(metrics_
     # 6 requests in flight, 2 slots: the server ran at most 2 and had others waiting, and its KV usage followed.
     assert max(series["running"]) == SLOTS and max(series["waiting"]) >= 1 and max(series["kv_cache_usage"]) == 1.0
     assert max(series["server_queue_s"]) > 0
-    client_ttft = run.record.requests["ttft_s"].mean()
-    assert FIRST_TOKEN_S <= min(series["server_ttft_s"]) and np.mean(series["server_ttft_s"]) <= client_ttft
+    # On the server's clock, each request's TTFT lies between the server's own sleep and what the client saw of it (the
+    # interval means, not their mean: it weighs a lone request as much as an interval's crowd, unlike the client's).
+    client_ttft = run.record.requests["ttft_s"]
+    assert FIRST_TOKEN_S <= min(series["server_ttft_s"]) and max(series["server_ttft_s"]) <= client_ttft.max()
 
     # Summarised into catalog metrics, in the history row like any other, the gap beside them.
     row = runner.history.load().iloc[0]

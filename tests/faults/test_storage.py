@@ -47,7 +47,6 @@ PIPELINE = (
     "16",
 )
 UNWRITABLE_RESULTS = ("/proc/benchtest", "/sys/benchtest", "a-file", "a-file/below")
-CHECKED_BEFORE_S = 30  # a check before anything runs answers long before a run and a 60 s lock wait would
 
 
 @pytest.fixture
@@ -58,6 +57,16 @@ def cache(tmp_path, tiny_model_path) -> Path:
     for entry in cache_dir().iterdir():  # the built models; not the machine's own unsaved runs
         if not entry.name.endswith(".lock") and entry.name != "unsaved-results":
             (folder / entry.name).symlink_to(entry)
+    return folder
+
+
+@pytest.fixture
+def empty_cache(tmp_path) -> Path:
+    """A cache folder with nothing in it: resolving builtin:tiny-llama (as a model or a tokenizer) builds it here,
+    and a run whose results folder fails keeps itself here, so a refusal before anything loads or runs leaves it
+    empty."""
+    folder = tmp_path / "empty-cache"
+    folder.mkdir()
     return folder
 
 
@@ -150,11 +159,10 @@ def assert_kept_whole(run_id: str, folder: Path) -> None:
 
 
 @pytest.mark.parametrize("results", UNWRITABLE_RESULTS)
-def test_pipeline_refuses_an_unwritable_results_folder_before_running(tmp_path, results):
+def test_pipeline_refuses_an_unwritable_results_folder_before_running(tmp_path, empty_cache, results):
     (tmp_path / "a-file").write_text("not a folder")
-    started = time.monotonic()
-    proc = run_cli(*PIPELINE, "--results", results, cwd=tmp_path)
-    assert time.monotonic() - started < CHECKED_BEFORE_S
+    proc = run_cli(*PIPELINE, "--results", results, cwd=tmp_path, cache=empty_cache)
+    assert list(empty_cache.iterdir()) == []  # the model was never built or loaded, no run kept
     assert proc.returncode == 2, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith(f"error: Cannot write {results}: ")
@@ -318,21 +326,19 @@ def test_a_history_whose_header_breaks_during_the_run_keeps_the_run_in_the_cache
 
 
 @pytest.mark.parametrize("csv_path", ["/proc/x.csv", "a-file/x.csv", "a-folder"])
-def test_pipeline_refuses_an_unwritable_csv_before_running(tmp_path, tiny_model_path, csv_path):
+def test_pipeline_refuses_an_unwritable_csv_before_running(tmp_path, empty_cache, csv_path):
     (tmp_path / "a-file").write_text("not a folder")
     (tmp_path / "a-folder").mkdir()
-    started = time.monotonic()
-    proc = run_cli(*PIPELINE, "--results", "results", "--csv", csv_path, cwd=tmp_path)
-    assert time.monotonic() - started < CHECKED_BEFORE_S
+    proc = run_cli(*PIPELINE, "--results", "results", "--csv", csv_path, cwd=tmp_path, cache=empty_cache)
+    assert list(empty_cache.iterdir()) == []  # the model was never built or loaded
     assert proc.returncode == 2, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith(f"error: Cannot write {csv_path}: ")
     assert proc.stdout == "" and not (tmp_path / "results").exists()
 
 
-def test_restful_refuses_an_unwritable_output_file_before_sending(tmp_path, tiny_model_path):
+def test_restful_refuses_an_unwritable_output_file_before_sending(tmp_path, empty_cache):
     server = quiet_socket()
-    started = time.monotonic()
     proc = run_cli(
         "restful",
         "--base-url",
@@ -350,13 +356,14 @@ def test_restful_refuses_an_unwritable_output_file_before_sending(tmp_path, tiny
         "--results",
         "results",
         cwd=tmp_path,
+        cache=empty_cache,
     )
-    assert time.monotonic() - started < CHECKED_BEFORE_S
+    assert not was_contacted(server)  # not even asked for its model
+    assert list(empty_cache.iterdir()) == []  # nor the tokenizer built or loaded
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "error: Cannot write /proc/x.csv: /proc does not take new files (No such file or directory)."
     ]
-    assert not was_contacted(server)
     server.close()
 
 
@@ -364,10 +371,13 @@ def test_restful_refuses_an_unwritable_output_file_before_sending(tmp_path, tiny
 def test_a_lock_file_that_cannot_be_created_fails_at_once(tmp_path, monkeypatch, where):
     monkeypatch.chdir(tmp_path)
     Path("a-file").write_text("not a folder")
-    started = time.monotonic()
+    # Every lock the store takes, taken without waiting: one that could not be made would time out at once.
+    taken = []
+    real_lock = csvstore.FileLock
+    monkeypatch.setattr(csvstore, "FileLock", lambda path, timeout: taken.append(path) or real_lock(path, timeout=0))
     with pytest.raises(HistoryError, match=f"Cannot write {where}"):
         csvstore.append_row(where, {"backend": "transformers"})
-    assert time.monotonic() - started < 2
+    assert taken == []  # refused before any lock was waited for
 
 
 # ---- 4. appending to a user's CSV keeps the file: inode, mode, symlink, hard links ----
