@@ -2,8 +2,10 @@
 (engines/loop_lag.py), the client processes' CPU, and the "client bound" flag a run gets from them, in the CLI's
 warnings and the history, on constructed telemetry and on real `restful` runs against the scripted server on
 127.0.0.1, once with the client's loop blocked by a callback that sleeps on it, and against a flooding server in
-processes of its own (tests/flood_server.py) at a rate one client process cannot hold, sent from one process and
-from two."""
+processes of its own (tests/flood_server.py) from two client processes. What the real runs assert is behaviour: the
+figures reach the history row from the samples they are made of, a loop the test blocks is flagged, and the CLI
+warns exactly when a row is flagged; never that this machine is fast enough for a rate (whether one client process
+can hold 125k events/s and two can is a performance target: bench/bench_client_processes.py measures it)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from scripted_server import restful_argv, scripted_server  # noqa: F401 (fixture
 from test_contention import _config, _requests
 
 from bench_core.cli import main
-from bench_core.engines.loop_lag import LoopLag
+from bench_core.engines.loop_lag import INTERVAL_S, LoopLag
 from bench_core.engines.openai_client import ClientRun
 from bench_core.hardware.client_bound import (
     CLIENT_CORES_COLUMN,
@@ -27,7 +29,6 @@ from bench_core.hardware.client_bound import (
     LAG_COLUMN,
     LAG_LIMIT_MS,
     SATURATED_COLUMN,
-    SATURATED_CORES,
     SATURATED_SHARE,
     SPREAD_ADVICE,
     client_bound,
@@ -45,6 +46,8 @@ from bench_core.hardware.telemetry import (
     PROCESS,
     Sample,
     samples_frame,
+    series,
+    time_weighted_mean,
     with_loop_lag,
 )
 from bench_core.measure.catalog import METRICS, telemetry_columns
@@ -71,27 +74,49 @@ def _telemetry(
 # ---- the loop-lag sampler on a real event loop -------------------------------------------------
 
 
-def _lateness(blocking: bool) -> list[float]:
+LOOP_BLOCKS = 10
+LOOP_BLOCK_S = 0.05  # what each blocking callback holds the loop for
+
+
+def _lateness(blocking: bool) -> list[tuple[float, float]]:
     async def work():
-        for _ in range(10):
+        await asyncio.sleep(0)  # the sampler's task starts, and sets its first timer, before the first block
+        for _ in range(LOOP_BLOCKS):
             if blocking:
-                time.sleep(0.05)  # a callback that blocks the loop, as a slow parser or a stray sync call would
+                time.sleep(LOOP_BLOCK_S)  # a callback that blocks the loop, as a slow parser or a stray sync call would
             await asyncio.sleep(0.02)
 
     lag = LoopLag()
     run_on_own_loop(lag.around(work()))  # as the client's loop is
-    return [late for _, late in lag.samples]
+    return lag.samples
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
 
 
 def test_a_blocked_loop_is_seen_late_by_about_as_long_as_it_was_blocked():
     blocked, free = _lateness(blocking=True), _lateness(blocking=False)
+    late_blocked, late_free = [late for _, late in blocked], [late for _, late in free]
     print(
-        f"\nblocked: mean {1000 * sum(blocked) / len(blocked):.1f} ms, max {1000 * max(blocked):.1f} ms; "
-        f"free: mean {1000 * sum(free) / len(free):.1f} ms over {len(free)} samples"
+        f"\nblocked: mean {1000 * _mean(late_blocked):.1f} ms, max {1000 * max(late_blocked):.1f} ms over "
+        f"{len(blocked)} samples; free: mean {1000 * _mean(late_free):.1f} ms, max {1000 * max(late_free):.1f} ms over "
+        f"{len(free)} samples"
     )
-    assert len(blocked) >= 5 and max(blocked) >= 0.04  # each 50 ms block holds the timer back nearly that long
-    assert sum(blocked) / len(blocked) >= LAG_LIMIT_MS / 1000
-    assert len(free) >= 10 and sum(free) / len(free) < LAG_LIMIT_MS / 1000
+    # Each block holds back the sampler's timer, due at most one interval after the block began: every block shows as
+    # a sample at least the block less one interval late. A busy machine only makes the samples later.
+    assert sum(late >= LOOP_BLOCK_S - INTERVAL_S for late in late_blocked) >= LOOP_BLOCKS
+    # With at most three samples to a 70 ms round (one after the block, two in the 20 ms between), such a loop is
+    # late on average by more than the flag's limit: what the injected blocks make it, however fast the machine.
+    assert _mean(late_blocked) >= LAG_LIMIT_MS / 1000
+    # The same work without the blocks, measured beside it: the blocks' samples stand at least half a block above the
+    # free loop's mean.
+    assert _mean(sorted(late_blocked)[-LOOP_BLOCKS:]) - _mean(late_free) >= LOOP_BLOCK_S / 2
+    # A sample is how much later than asked the timer woke: never more than the time since the previous sample less
+    # the interval asked (a lateness that counted the interval itself would read a free loop as 10 ms late).
+    for samples in (blocked, free):
+        for (before, _), (woke, late) in zip(samples, samples[1:]):
+            assert 0.0 <= late <= max(0.0, woke - before - INTERVAL_S) + 1e-9, (before, woke, late)
 
 
 # ---- the rule on constructed telemetry ---------------------------------------------------------
@@ -210,15 +235,20 @@ def test_the_telemetry_chart_has_a_panel_for_the_loop_lag():
 # ---- real runs: restful against the scripted server --------------------------------------------
 
 
+def _number(row: pd.Series, column: str) -> float:
+    """The row's figure, NaN where it has none (the assertions say what is missing)."""
+    return float(row.get(column, math.nan))
+
+
 def _restful(url: str, folder, capsys, *flags: str) -> tuple[int, pd.Series, str]:
     """One `restful` run of 8 requests: its exit code, history row and stderr (its client's figures printed)."""
     code = main(restful_argv(url, folder, 8, *flags))
     row, err = History(folder / "results").load().iloc[-1], capsys.readouterr().err
     with capsys.disabled():
         print(
-            f"\nclient at {' '.join(flags)}: mean loop lag {float(row[LAG_COLUMN]):.2f} ms, max "
-            f"{float(row['max_loop_lag_ms']):.1f} ms, CPU {float(row[CLIENT_CORES_COLUMN]):.2f} cores, at a full "
-            f"core {float(row[SATURATED_COLUMN]):.0%} of the run"
+            f"\nclient at {' '.join(flags)}: mean loop lag {_number(row, LAG_COLUMN):.2f} ms, max "
+            f"{_number(row, 'max_loop_lag_ms'):.1f} ms, CPU {_number(row, CLIENT_CORES_COLUMN):.2f} cores, at a full "
+            f"core {_number(row, SATURATED_COLUMN):.0%} of the run"
         )
     return code, row, err
 
@@ -247,13 +277,36 @@ def test_a_run_whose_client_cannot_hold_its_rate_is_flagged_client_bound(
     assert flag_notes(row.to_frame().T).iloc[0].startswith(f"{CLIENT_PREFIX}: ")
 
 
+def _warned_exactly_when_flagged(row: pd.Series, err: str) -> None:
+    """The CLI's warning says the row's flag, with its numbers, when the row is flagged, and nothing of it when not."""
+    note = client_note(row)
+    if client_bound(row):
+        assert note is not None and f"warning: {note}" in err.splitlines()
+    else:
+        assert note is None and CLIENT_PREFIX not in err
+
+
+def _loop_lag_ms(telemetry: pd.DataFrame, duration_s: float) -> list[float]:
+    """The client loops' lateness samples inside the run's window, in ms."""
+    times, lags = series(telemetry, CLIENT_LOOP, LOOP_LAG_S)
+    return [1000 * lag for time_s, lag in zip(times, lags) if 0.0 <= time_s <= duration_s]
+
+
 @pytest.mark.slow  # a CLI run against a real server
-def test_a_modest_run_with_a_free_loop_is_measured_and_not_flagged(scripted_server, tmp_path, capsys):
+def test_a_modest_run_is_measured_from_its_samples_and_warned_of_exactly_when_its_numbers_flag_it(
+    scripted_server, tmp_path, capsys
+):
+    # Whether it is flagged is this machine's business (a loaded one makes any loop late): not asserted.
     code, row, err = _restful(scripted_server, tmp_path, capsys, "--request-rate", "10")
     assert code == 0, err
-    assert 0.0 <= float(row[LAG_COLUMN]) < LAG_LIMIT_MS and float(row[SATURATED_COLUMN]) < SATURATED_SHARE
-    assert float(row[CLIENT_CORES_COLUMN]) > 0.0
-    assert CLIENT_PREFIX not in err and client_note(row) is None
+    telemetry, duration = History(tmp_path / "results").telemetry(row["run_id"]), float(row["duration_s"])
+    lags = _loop_lag_ms(telemetry, duration)
+    assert lags and _number(row, LAG_COLUMN) == pytest.approx(sum(lags) / len(lags))
+    assert _number(row, "max_loop_lag_ms") == pytest.approx(max(lags))
+    client_cores = time_weighted_mean(*series(telemetry, PROCESS, CPU_CORES), 0.0, duration)
+    assert _number(row, CLIENT_CORES_COLUMN) == pytest.approx(client_cores) and client_cores > 0.0
+    assert 0.0 <= _number(row, SATURATED_COLUMN) <= 1.0
+    _warned_exactly_when_flagged(row, err)
 
 
 def test_the_history_table_shows_the_flag_right_after_the_status():
@@ -274,52 +327,44 @@ def test_the_history_table_shows_the_flag_right_after_the_status():
     assert view.loc["late", FLAGS_COLUMN] == client_note(rows.iloc[0]) and view.loc["calm", FLAGS_COLUMN] == ""
 
 
-# ---- real runs: a flooding server at a rate one client process cannot hold -------------------
+# ---- real runs: a flooding server, read from two client processes ---------------------------
 
 FLOOD_RATE = 50  # requests per second ...
-FLOOD_TOKENS = 2500  # ... each this many one-token events: 125k events/s, more than one client process reads on
-FLOOD_PROMPTS = 200  # 4 s of sending
+FLOOD_TOKENS = 2500  # ... each this many one-token events: 125k events/s asked
+FLOOD_PROMPTS = 100  # 2 s of sending
+WORKERS = [CLIENT_WORKER.format(0), CLIENT_WORKER.format(1)]
 
 
-def _flooded(url: str, folder, capsys, processes: int) -> tuple[pd.Series, pd.Series, str]:
-    """One `restful` run against the flooding server from `processes` client processes: its history row, the CPU
-    its processes used (mean cores by telemetry source) and its stderr."""
-    flags = ["--request-rate", str(FLOOD_RATE), "--client-processes", str(processes)]
-    code = main(restful_argv(url, folder, FLOOD_PROMPTS, *flags, output_len=FLOOD_TOKENS))
-    history = History(folder / "results")
+@pytest.mark.slow  # a CLI run of seconds against a server in processes of its own
+def test_a_run_from_two_client_processes_records_each_ones_cpu_and_judges_them_together(tmp_path, capsys):
+    """Each worker process reads its share of the streams: its CPU is sampled through the run, the client's CPU is
+    this process's (it merges) and the workers' together, their loops' lateness comes back with their events, and
+    the CLI warns of the client exactly when those numbers flag the run. Whether they flag it is this machine's speed
+    and load (docs/performance.md): bench/bench_client_processes.py measures one process against two side by side."""
+    flags = ["--request-rate", str(FLOOD_RATE), "--client-processes", "2"]
+    with flooding_server() as (url, _):
+        code = main(restful_argv(url, tmp_path, FLOOD_PROMPTS, *flags, output_len=FLOOD_TOKENS))
+    history = History(tmp_path / "results")
     row, err = history.load().iloc[-1], capsys.readouterr().err
     assert code == 0, err
-    telemetry = history.telemetry(row["run_id"])
-    cpu = telemetry[(telemetry["metric"] == CPU_CORES) & (telemetry["time_s"] > 0)].groupby("source")["value"].mean()
+    telemetry, duration = history.telemetry(row["run_id"]), float(row["duration_s"])
+    cores = {
+        source: time_weighted_mean(*series(telemetry, source, CPU_CORES), 0.0, duration)
+        for source in [PROCESS, *WORKERS]
+    }
     with capsys.disabled():
         print(
-            f"\n{processes} client process(es) at {FLOOD_RATE * FLOOD_TOKENS:,} events/s asked: "
-            f"{float(row['output_throughput']):,.0f} tokens/s, mean loop lag {float(row[LAG_COLUMN]):.1f} ms, "
-            f"busiest process at a full core {float(row[SATURATED_COLUMN]):.0%} of the run, CPU cores by process "
-            + ", ".join(f"{source} {cores:.2f}" for source, cores in cpu.items())
+            f"\n2 client processes at {FLOOD_RATE * FLOOD_TOKENS:,} events/s asked: "
+            f"{float(row['output_throughput']):,.0f} tokens/s, mean loop lag {_number(row, LAG_COLUMN):.1f} ms, "
+            f"busiest process at a full core {_number(row, SATURATED_COLUMN):.0%} of the run, CPU cores by process "
+            + ", ".join(f"{source} {value or math.nan:.2f}" for source, value in cores.items())
         )
-    return row, cpu, err
-
-
-@pytest.mark.slow  # two CLI runs of 4 s against a server in processes of its own
-def test_a_rate_one_client_process_cannot_hold_is_flagged_and_two_processes_hold_it_with_cpu_to_spare(tmp_path, capsys):
-    """What happens on 2 cores shared with the server: one process reads at a full core for much of the run, or
-    its loop is late (it has only the one core and the server has the other); spread over two, no client process
-    is near a full core (each worker reads half the events at some 0.2-0.3 cores), so the CPU part of the flag
-    falls away. The loop lag of both counts every wait for a core, the server's and other processes' too, so on a
-    busy machine it flags the two-process run as well: the test asks that only of the one-process run."""
-    with flooding_server() as (url, _):
-        one, _, one_err = _flooded(url, tmp_path / "one", capsys, 1)
-        two, two_cpu, two_err = _flooded(url, tmp_path / "two", capsys, 2)
-    assert client_bound(one) and f"warning: {client_note(one)}" in one_err.splitlines()
-    assert float(two[SATURATED_COLUMN]) < SATURATED_SHARE
-    workers = [CLIENT_WORKER.format(0), CLIENT_WORKER.format(1)]
-    assert all(0.0 < two_cpu[worker] < SATURATED_CORES / 2 for worker in workers), two_cpu
-    assert float(two[CLIENT_CORES_COLUMN]) == pytest.approx(two_cpu[[PROCESS, *workers]].sum(), rel=0.25)
-    # Measured on this 2-core machine at load 2 (docs/performance.md): one process late 25-76 ms, two 5.5-11.5 ms.
-    assert float(two[LAG_COLUMN]) < float(one[LAG_COLUMN])
-    if client_bound(two):  # by its loop's lag alone, which a busy machine raises: said with its numbers
-        assert float(two[LAG_COLUMN]) >= LAG_LIMIT_MS and f"warning: {client_note(two)}" in two_err.splitlines()
+    assert all(cores[worker] is not None and cores[worker] > 0.0 for worker in WORKERS), cores
+    assert _number(row, CLIENT_CORES_COLUMN) == pytest.approx(sum(cores.values()))
+    lags = _loop_lag_ms(telemetry, duration)
+    assert lags and _number(row, LAG_COLUMN) == pytest.approx(sum(lags) / len(lags))
+    assert 0.0 <= _number(row, SATURATED_COLUMN) <= 1.0
+    _warned_exactly_when_flagged(row, err)
 
 
 def test_a_running_server_run_is_judged_for_its_client_on_its_last_minute_and_an_engine_here_is_not():

@@ -2,6 +2,7 @@
 models named anywhere a model is, on the real tiny models and the embedded engine (CPU)."""
 
 import json
+import time
 
 import pandas as pd
 import pytest
@@ -110,10 +111,9 @@ def test_a_cli_run_keeps_its_samples_verdict_and_model_kind_in_the_history(cli_r
     assert list(samples.columns) == list(SAMPLE_COLUMNS)
     duration = row["duration_s"]
     rss = samples[(samples["source"] == PROCESS) & (samples["metric"] == RSS_BYTES)]
-    # From just before the start to just after the end, on the run's own clock, and in between (10 Hz asked;
-    # a machine this busy may give the sampler's thread fewer turns).
-    assert rss["time_s"].min() <= 0 and rss["time_s"].max() >= duration - 0.15
-    assert len(rss) >= 3
+    # On the run's own clock, from the sample the sampler takes as it starts, before the run's start, to the one it
+    # takes as it stops, after the run's end; how many come in between is the sampler thread's turns on this machine.
+    assert len(rss) >= 2 and rss["time_s"].min() <= 0 and rss["time_s"].max() >= duration
     assert (samples["metric"] == CPU_CORES).any()
     verdict = history.roofline(run_id)
     assert verdict["bound"] == roofline.HOST_BOUND and verdict["numbers"]["decode_steps_per_s"] > 0
@@ -151,10 +151,16 @@ def test_the_live_snapshot_carries_the_last_minute_of_samples_on_the_runs_clock(
     finally:
         runner.shutdown()
     snap = run.snapshot()
+    now = time.perf_counter() - run.profiler.t_start  # on the run's clock: no sample can be later
     assert snap.telemetry is not None and set(snap.telemetry["source"]) >= {PROCESS}
-    assert snap.telemetry["time_s"].max() <= snap.elapsed_s + 0.2
-    assert snap.telemetry["time_s"].min() >= snap.elapsed_s - TELEMETRY_WINDOW_S - 0.2
-    assert len(run.measurement.telemetry) == len(run.measurement.sampler.samples())  # the record keeps every sample
+    times, recorded = snap.telemetry["time_s"], run.measurement.telemetry
+    # From the sampler's start, before the run's, to its stop, after the run's end, on the run's clock.
+    assert times.min() <= 0 <= snap.elapsed_s <= times.max() <= now
+    # The record's samples of the last TELEMETRY_WINDOW_S, and the core count, sampled first, that every window has.
+    inside = (recorded["time_s"] >= snap.elapsed_s - TELEMETRY_WINDOW_S).to_numpy(copy=True)
+    inside[0] = True
+    pd.testing.assert_frame_equal(snap.telemetry.reset_index(drop=True), recorded[inside].reset_index(drop=True))
+    assert len(recorded) == len(run.measurement.sampler.samples())  # the record keeps every sample
 
 
 def test_synthetic_models_have_their_shapes_context_window_without_being_built():

@@ -9,9 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
-from bench_core.hardware.contention import BUSY_SHARE_COLUMN, FLAGGED_SHARE, OTHER_CORES_COLUMN, OTHERS_SHARE, busy_note
+from bench_core.hardware.contention import BUSY_SHARE_COLUMN, OTHER_CORES_COLUMN, busy_note
 from bench_core.store.history import History
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
@@ -19,6 +20,10 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 HOGS_PER_CORE = 2  # beside an engine that uses every core, each hog takes its share: two per core leave it a third
+
+
+def _cpu_seconds(processes: list[psutil.Process]) -> float:
+    return sum(sum(process.cpu_times()[:2]) for process in processes)
 
 
 @pytest.fixture
@@ -39,6 +44,8 @@ def cpu_hogs():
 
 def test_a_run_beside_cpu_hogs_is_flagged_in_the_cli_and_its_history_row(cpu_hogs, tmp_path, tiny_model_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    hogs = [psutil.Process(hog.pid) for hog in cpu_hogs]
+    hogs_cpu_s, began = _cpu_seconds(hogs), time.perf_counter()
     done = subprocess.run(
         [
             sys.executable,
@@ -67,16 +74,23 @@ def test_a_run_beside_cpu_hogs_is_flagged_in_the_cli_and_its_history_row(cpu_hog
         text=True,
         timeout=400,
     )
+    # What the hogs used, per psutil, in mean cores over the CLI's whole life (loading the model, measuring, writing).
+    hogs_cores = (_cpu_seconds(hogs) - hogs_cpu_s) / (time.perf_counter() - began)
     assert all(hog.poll() is None for hog in cpu_hogs)  # they ran the whole time
     assert done.returncode == 0, done.stderr
     row = History(tmp_path / "results").load().iloc[0]
     cores = float(row["env_cpu_count"])
     other, share = float(row[OTHER_CORES_COLUMN]), float(row[BUSY_SHARE_COLUMN])
     print(
-        f"\nbeside {len(cpu_hogs)} hogs on {cores:g} cores: other processes {other:.2f} cores, engine "
-        f"{float(row['mean_process_cpu_cores']):.2f} cores, the machine saturated by others {share:.0%} of the run"
+        f"\nbeside {len(cpu_hogs)} hogs on {cores:g} cores: other processes {other:.2f} cores (the hogs "
+        f"{hogs_cores:.2f} over the CLI's life), engine {float(row['mean_process_cpu_cores']):.2f} cores, the "
+        f"machine saturated by others {share:.0%} of the run"
     )
-    assert other >= OTHERS_SHARE * cores and share >= FLAGGED_SHARE
+    # The hogs' CPU is counted as other processes': at least three quarters of what they used over the CLI's life
+    # (they used the cores the engine left them, in its measured window as in its loading), and more where other
+    # work ran beside them.
+    assert other >= 0.75 * hogs_cores
+    # And it flags the run, with the numbers, in the CLI's last lines.
     note = busy_note(row, row["env_cpu_count"])
-    assert f"warning: {note}" in done.stderr.splitlines()
+    assert note is not None and f"warning: {note}" in done.stderr.splitlines()
     assert note.startswith(f"machine busy: other processes used {other:.1f} of {cores:g} CPU cores")
