@@ -11,9 +11,14 @@ import atexit
 
 import streamlit as st
 
-from bench_core.run.engine_process import ProcessRunner
+from bench_core.run.engine_process import ProcessRunner, WorkerPool
 from bench_core.store.history import History
 from bench_core.sweep.driver import SweepRun
+
+# Where the runner takes its engine worker from and leaves it when released (engine_process.WorkerPool): none in the
+# app, whose runner lives as long as its server; the AppTest tests set one per module, so that each test's new runner
+# takes the worker the last test's runner left instead of starting one (tests/conftest.py::fresh_dashboard).
+WORKERS: WorkerPool | None = None
 
 
 @st.cache_resource
@@ -25,8 +30,8 @@ def get_history() -> History:
 @st.cache_resource(on_release=lambda runner: runner.shutdown())
 def get_runner() -> ProcessRunner:
     """The process-wide runner; releasing it (cache clear, server stop) cancels its runs and ends its
-    engine process."""
-    runner = ProcessRunner(history=get_history())
+    engine process (or leaves it, idle, in WORKERS)."""
+    runner = ProcessRunner(history=get_history(), workers=WORKERS)
     # Streamlit ends on SIGTERM or Ctrl-C without releasing its cached resources: at exit the runner cancels what
     # runs, so a run under way is recorded as cancelled with what it measured. Registered after multiprocessing's
     # own exit handler, it runs before that one ends the engine process (the last registered runs first).

@@ -35,16 +35,32 @@ def tiny_tokenizer(tiny_model_path):
     return load_tokenizer("builtin:tiny-llama")
 
 
+@pytest.fixture(scope="module")
+def engine_workers():
+    """The engine worker process a module's AppTest tests share (engine_process.WorkerPool): each test's new runner
+    takes the one the last test's runner left idle instead of starting a process that imports torch, and ending it
+    after. A test with a worker entry point of its own, or an environment the worker reads, gets a worker of its own;
+    a worker that died, hung or was killed is never kept."""
+    from bench_core.run.engine_process import WorkerPool
+
+    pool = WorkerPool(unread_env=("PYTEST_CURRENT_TEST",))  # set anew for each test
+    yield pool
+    pool.close()
+
+
 @pytest.fixture
-def fresh_dashboard():
+def fresh_dashboard(engine_workers, monkeypatch):
     """New process-wide runner, history and sweep registry around an AppTest test, as after a server
-    restart; releasing them cancels whatever the test started."""
+    restart; releasing them cancels whatever the test started. The runner's engine worker is the module's
+    (engine_workers), idle and with no run of another test in it."""
     import logging
 
+    from dashboard import state
     from dashboard.state import get_history, get_runner, get_sweeps
 
     # AppTest's script and the test share a process; calling a cached resource from the test logs noise.
     logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").setLevel(logging.ERROR)
+    monkeypatch.setattr(state, "WORKERS", engine_workers)
     caches = (get_sweeps, get_runner, get_history)
     for cached in caches:
         cached.clear()

@@ -16,6 +16,11 @@ as hung. The next job starts a fresh worker.
 
 The worker keeps its engine between jobs with the same engine settings; a job with other settings ends
 that worker (freeing all its memory) and starts a new one.
+
+A runner given a `WorkerPool` leaves its worker there when it shuts down idle, and the next runner takes it instead
+of starting a process that imports torch again; a pooled worker replaces its engine in place when the settings
+change. The dashboard keeps one runner per server process and no pool; the tests make a runner per test and share a
+pool per module (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -25,13 +30,13 @@ import multiprocessing
 import os
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
 from ..config import EngineConfig, LoadConfig
 from ..engines import engine_settings_key
-from ..store.history import History
+from ..store.history import RESULTS_ENV, History
 from .lifecycle import Job, PlaygroundJob, Run
 from .remote import Forwarder, LinkLost, Message, Mirror, Outbox, follow
 from .runner import PUBLISH_EVERY_S, Runner
@@ -42,6 +47,9 @@ log = logging.getLogger(__name__)
 # another thread), so only a process that is stopped or stuck holding the GIL goes quiet this long.
 HUNG_AFTER_S = 60.0
 STOP_WAIT_S = 5.0
+# The environment variables only the calling process reads: the worker records nothing itself (its Runner has no
+# history), so a pooled worker started under another results folder is the same worker.
+CALLER_ONLY_ENV = frozenset({RESULTS_ENV})
 
 
 # ---- the worker process -----------------------------------------------------------------------
@@ -96,14 +104,15 @@ def _serve(conn: Connection) -> None:
 class _Worker:
     """A started worker process and the caller's end of its pipe."""
 
-    def __init__(self, target: Callable[[Connection], None], key: tuple, settings: tuple[EngineConfig, LoadConfig]):
+    def __init__(self, target: Callable[[Connection], None]):
         context = multiprocessing.get_context("spawn")
         self.conn, child_end = context.Pipe()
+        self.target, self.environment = target, dict(os.environ)
         # Daemonic: it must not outlive the dashboard, whatever stops the dashboard.
         self.process = context.Process(target=target, args=(child_end,), name="bench-engine", daemon=True)
         self.process.start()
         child_end.close()  # so that the worker's death reads as the end of the pipe here
-        self.key, self.settings = key, settings
+        self.key: tuple | None = None  # the engine settings of its last job
         self.send_lock = threading.Lock()
 
     @property
@@ -132,6 +141,60 @@ class _Worker:
             self.process.kill()
             self.process.join(STOP_WAIT_S)
         self.conn.close()
+
+
+class WorkerPool:
+    """An idle engine worker kept between runners: a runner that shuts down with nothing in flight leaves its worker
+    here, and the next runner takes it instead of starting a process.
+
+    The worker is taken only by a runner that would start the same one: the same entry point, and the same
+    environment but for CALLER_ONLY_ENV and `unread_env`, variables the pool's owner knows the worker never reads
+    (pytest's PYTEST_CURRENT_TEST, say): a worker inherits the environment it was started in. It keeps the engine
+    it last loaded: a job with the same engine settings reuses it, one with others has the worker's Runner replace it
+    in place, as the CLI's Runner does, instead of ending the process; so a pool suits many short-lived runners, one
+    at a time, on one machine (the tests), not a server that must give all of an engine's memory back. It holds one
+    worker per entry point: keeping another ends the one it held, and `close` ends them all."""
+
+    def __init__(self, unread_env: Collection[str] = ()) -> None:
+        self.unread_env = frozenset(unread_env)
+        self._idle: dict[Callable[[Connection], None], _Worker] = {}  # by entry point
+        self._lock = threading.Lock()
+
+    def take(self, target: Callable[[Connection], None]) -> _Worker | None:
+        """The idle worker if it is alive and was started with `target` in this environment, now the caller's."""
+        with self._lock:
+            worker = self._idle.get(target)
+            if worker is None or not self._same_environment(worker):
+                return None
+            del self._idle[target]
+        if not worker.process.is_alive():
+            worker.stop()
+            return None
+        return worker
+
+    def _same_environment(self, worker: _Worker) -> bool:
+        """Whether a worker started now would read the environment `worker` was started in."""
+        unread = CALLER_ONLY_ENV | self.unread_env
+
+        def read(environment: Mapping[str, str]) -> dict[str, str]:
+            return {name: value for name, value in environment.items() if name not in unread}
+
+        return read(worker.environment) == read(os.environ)
+
+    def keep(self, worker: _Worker) -> None:
+        """Hold an idle worker for the next runner."""
+        with self._lock:
+            ended = self._idle.get(worker.target)
+            self._idle[worker.target] = worker
+        if ended is not None:
+            ended.stop()
+
+    def close(self) -> None:
+        """End the workers held."""
+        with self._lock:
+            ended, self._idle = list(self._idle.values()), {}
+        for worker in ended:
+            worker.stop()
 
 
 class _PipeLink:
@@ -173,11 +236,14 @@ class ProcessRunner(Runner):
         history: History | None = None,
         hung_after_s: float = HUNG_AFTER_S,
         worker_main: Callable[[Connection], None] | None = None,
+        workers: WorkerPool | None = None,
     ):
-        """`worker_main`: the worker's entry point, `serve` unless given; the spawned process imports it."""
+        """`worker_main`: the worker's entry point, `serve` unless given; the spawned process imports it. `workers`:
+        where the worker is taken from and left at shutdown instead of being started and ended (WorkerPool)."""
         super().__init__(history)
         self.hung_after_s = hung_after_s
         self.worker_main = worker_main or serve
+        self.workers = workers
         self._worker: _Worker | None = None
 
     def worker_pid(self) -> int | None:
@@ -223,13 +289,24 @@ class ProcessRunner(Runner):
 
     def _worker_for(self, engine: EngineConfig, load: LoadConfig) -> _Worker:
         key = engine_settings_key(engine, load)
-        if self._worker is None or self._worker.key != key or not self._worker.process.is_alive():
+        worker = self._worker
+        # Other settings end the worker, unless it is a pool's: that one replaces its engine in place.
+        if worker is None or not worker.process.is_alive() or (worker.key != key and self.workers is None):
             self._release_engine()
-            self._worker = _Worker(self.worker_main, key, (engine, load))
-            self._engine_settings = (engine, load)
-        return self._worker
+            taken = self.workers.take(self.worker_main) if self.workers is not None else None
+            worker = self._worker = taken or _Worker(self.worker_main)
+        if worker.key != key or self._engine_settings is None:
+            worker.key, self._engine_settings = key, (engine, load)
+        return worker
 
     def _release_engine(self) -> None:
+        """Let the worker go: to the pool when the runner's thread has ended (shutdown, nothing in flight), else it
+        ends (a lost or hung worker, an error in a job, other engine settings)."""
         worker, self._worker, self._engine_settings = self._worker, None, None
-        if worker is not None:
+        if worker is None:
+            return
+        idle = self._thread is None or not self._thread.is_alive()
+        if self.workers is not None and idle and worker.process.is_alive():
+            self.workers.keep(worker)
+        else:
             worker.stop()
