@@ -6,6 +6,7 @@ These read the source (imports, module-level names, comparisons), so a regressio
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,156 @@ def test_no_folder_named_pages_beside_app_py():
     # that folder's script alone, without app.py: no navigation, no wide layout (the comparison's pinned verdicts
     # and its legends were cut), until someone opens "/".
     assert not (ROOT / "pages").exists() and PAGES
+
+
+# ---- tests judge behaviour, not this machine's speed ------------------------------------------------------------
+
+TEST_FILES = sorted(path for path in (ROOT / "tests").rglob("*.py") if path.name.startswith("test_"))
+CLOCKS = {"perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns", "process_time"}
+CLOCKS |= {"thread_time", "cpu_percent", "cpu_times"}
+# A local named so holds a measured time, lag or CPU figure, whatever computed it (`seconds = proc.interrupt()`);
+# an attribute or a column named so is one too (`prof.elapsed_time`, `row[LAG_COLUMN]`, `row["load_seconds"]`).
+MEASURED_NAME = re.compile(r"^(elapsed|seconds|took|duration|wall|lag|lateness|cpu|cores)(_s|_ms)?$|_(elapsed|took)$")
+# A bound that is no speed says why on its line: the quantity's own (a share's 100 %), or a fraction of a delay the
+# test's own server sets (a tenth of the 60 s it holds a stream).
+TIMING_SAFE = "# timing-safe:"
+MEASURED_FIELD = re.compile(r"elapsed|seconds|loop_lag|lag_column|cpu|cores|saturated", re.IGNORECASE)
+
+
+def _without_comparisons(node: ast.AST):
+    """`node` and what it holds, but not inside a comparison: `sum(ts > cancelled_at for ts in stamps)` counts."""
+    yield node
+    for child in ast.iter_child_nodes(node):
+        if not isinstance(child, ast.Compare):
+            yield from _without_comparisons(child)
+
+
+def _reads_a_clock(node: ast.AST, measured: set[str]) -> bool:
+    called = {id(part.func) for part in ast.walk(node) if isinstance(part, ast.Call)}
+    for part in _without_comparisons(node):
+        if isinstance(part, ast.Call) and getattr(part.func, "attr", getattr(part.func, "id", "")) in CLOCKS:
+            return True
+        if isinstance(part, ast.Name) and (part.id in measured or MEASURED_NAME.search(part.id)):
+            return True
+        if isinstance(part, ast.Attribute) and id(part) not in called and MEASURED_FIELD.search(part.attr):
+            return True
+        if (
+            isinstance(part, ast.Subscript)
+            and _field_name(part.slice)
+            and MEASURED_FIELD.search(_field_name(part.slice))
+        ):
+            return True
+    return False
+
+
+def _field_name(key: ast.AST) -> str:
+    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+        return key.value
+    return key.id if isinstance(key, ast.Name) else key.attr if isinstance(key, ast.Attribute) else ""
+
+
+def _fixed(node: ast.AST) -> bool:
+    """A number the test wrote down: a literal, a CONSTANT (module.CONSTANT too), or arithmetic of them."""
+    if isinstance(node, ast.Constant):
+        return type(node.value) in (int, float)
+    if isinstance(node, (ast.Name, ast.Attribute)):
+        name = node.id if isinstance(node, ast.Name) else node.attr
+        return name.isupper()
+    if isinstance(node, ast.BinOp):
+        return _fixed(node.left) and _fixed(node.right)
+    if isinstance(node, ast.UnaryOp):
+        return _fixed(node.operand)
+    return False
+
+
+def speed_assertions(source: str, name: str = "test_module.py") -> list[str]:
+    """Assertions that bound a clock reading (or a local measured from one) from above by a fixed number:
+    `assert time.perf_counter() - started < 1.0`, `elapsed = ...; assert elapsed <= LIMIT_S`. Such a test judges
+    the machine's speed and fails on a busy one (CONTRIBUTING.md, "Timing-safe tests"). A quantity's own bound
+    (a percentage's 100) or a fraction of a delay the test's own server sets is no speed: its line says so with
+    TIMING_SAFE and why."""
+    found = []
+    lines = source.splitlines()
+    for function in ast.walk(ast.parse(source)):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        measured: set[str] = set()
+        assignments = [node for node in ast.walk(function) if isinstance(node, (ast.Assign, ast.AnnAssign))]
+        for _ in range(3):  # names measured from names measured from a clock
+            for node in assignments:
+                if node.value is not None and _reads_a_clock(node.value, measured):
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    measured |= {
+                        part.id for target in targets for part in ast.walk(target) if isinstance(part, ast.Name)
+                    }
+        for node in ast.walk(function):
+            if not isinstance(node, ast.Assert) or TIMING_SAFE in lines[node.lineno - 1]:
+                continue
+            for compare in (part for part in ast.walk(node.test) if isinstance(part, ast.Compare)):
+                sides = [compare.left, *compare.comparators]
+                for left, op, right in zip(sides, compare.ops, sides[1:]):
+                    small, large = (left, right) if isinstance(op, (ast.Lt, ast.LtE)) else (right, left)
+                    if isinstance(op, (ast.Lt, ast.LtE, ast.Gt, ast.GtE)) and _fixed(large):
+                        if not _fixed(small) and _reads_a_clock(small, measured):
+                            found.append(f"{name}:{node.lineno} bounds {ast.unparse(small)} by {ast.unparse(large)}")
+    return found
+
+
+def test_the_check_finds_a_clock_bounded_by_a_fixed_number():
+    source = (
+        "def test_a():\n"
+        "    started = time.monotonic()\n"
+        "    assert time.monotonic() - started < 1.0\n"
+        "    took = time.perf_counter() - started\n"
+        "    assert 0 < took <= LIMIT_S * 2\n"
+        "    seconds = process.interrupt()\n"
+        "    assert EXIT_WITHIN_S > seconds\n"
+        "def test_fine():\n"
+        "    started = time.monotonic()\n"
+        "    reference = time.monotonic() - started\n"
+        "    assert time.monotonic() - started >= 0.5\n"  # a lower bound the test's own sleep gives
+        "    assert time.monotonic() - started < 10 * reference\n"  # relative to a reference measured beside it
+        "    assert len(events) < 5 and run.wait(120)\n"
+        "    assert summary['mean_machine_cpu_percent'] <= 100  # timing-safe: a share of the machine\n"
+        "    late = [sum(ts > started for ts in stamps) for stamps in sessions]\n"
+        "    assert max(late) <= 2\n"  # a count of stamps, not a time
+        "    assert 1e8 < roofline.cpu_memory_bandwidth(path) and not pool.cpu_count() > 64\n"  # no figure measured
+    )
+    assert speed_assertions(source) == [
+        "test_module.py:3 bounds time.monotonic() - started by 1.0",
+        "test_module.py:5 bounds took by LIMIT_S * 2",
+        "test_module.py:7 bounds seconds by EXIT_WITHIN_S",
+    ]
+
+
+@pytest.mark.parametrize("path", TEST_FILES, ids=lambda path: str(path.relative_to(ROOT)))
+def test_no_test_bounds_a_clock_reading_by_a_fixed_number(path):
+    assert speed_assertions(path.read_text(encoding="utf-8"), path.name) == []
+
+
+# ---- the fast tier (-m "not slow", scripts/test.sh --fast) reaches every package ---------------------------------
+
+PACKAGES = sorted(
+    [f"bench_core.{path.parent.name}" for path in CORE.glob("*/__init__.py")] + ["dashboard", "bench_studio"]
+)
+
+
+def _slow_marks(nodes: list[ast.stmt]) -> bool:
+    return any("slow" in ast.unparse(node) for node in nodes)
+
+
+def fast_tier_reach(path: Path) -> set[str]:
+    """The packages a test file imports, where it has a test outside the slow tier, and app_pages where such a
+    file opens a page."""
+    tree = _tree(path)
+    marks = [node for node in tree.body if isinstance(node, ast.Assign) and "pytestmark" in ast.unparse(node.targets)]
+    tests = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")]
+    if "e2e" in path.parts or _slow_marks(marks) or all(_slow_marks(test.decorator_list) for test in tests):
+        return set()
+    reached = {package for package in PACKAGES for name in _imported_modules(path) if name.startswith(package)}
+    return reached | ({"app_pages"} if "app_pages/" in path.read_text(encoding="utf-8") else set())
+
+
+def test_the_fast_tier_reaches_every_package():
+    reached = set().union(*(fast_tier_reach(path) for path in TEST_FILES))
+    assert sorted({*PACKAGES, "app_pages"} - reached) == []

@@ -99,7 +99,7 @@ def test_a_busy_process_shows_its_core_in_use_and_its_memory(child):
     # The machine is at least as busy as the child keeps it (most of it: the two are read at slightly different
     # instants), and never more than all of it.
     child_percent = 100 * summary["mean_process_cpu_cores"] / psutil.cpu_count()
-    assert 0.9 * child_percent <= summary["mean_machine_cpu_percent"] <= 100
+    assert 0.9 * child_percent <= summary["mean_machine_cpu_percent"] <= 100  # timing-safe: all of the machine
     assert summary["energy_j"] is None and summary["mean_gpu_util_percent"] is None
     assert frame["time_s"].is_monotonic_increasing and frame["time_s"].between(begin, end).all()
 
@@ -120,7 +120,7 @@ def test_an_idle_process_uses_almost_no_cpu(child):
     # Less than a tenth of what a spinning child sampled over the same second uses, however much of a core a shared
     # machine gave that one.
     assert spinning_cores > 0.0 and idle_cores < spinning_cores / 10
-    assert telemetry.peak(idle_frame, RSS_BYTES, begin, end) < 100_000_000
+    assert telemetry.peak(idle_frame, RSS_BYTES, begin, end) < 100_000_000  # timing-safe: a memory figure
 
 
 def test_a_process_that_exits_stops_being_sampled_while_the_machine_still_is(child):
