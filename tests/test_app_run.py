@@ -254,7 +254,10 @@ def test_a_server_run_shows_the_servers_own_metrics_under_the_throughput_and_aft
     run = get_runner().submit(metrics_server_run(metrics_server, num_prompts=6))  # the samples cross the pipe
     assert run.wait(60) and run.state == "finished", run.message
     at = open_app(run.run_id)
-    assert not at.exception and not at.error and not at.warning, [w.value for w in at.warning]
+    assert not at.exception and not at.error
+    # Green, or amber only with its record's own flags (a busy machine's): no other warning.
+    assert ended_status(at, run.record).startswith("finished: 6/6 requests succeeded")
+    assert len(at.warning) == (0 if at.success else 1), [w.value for w in at.warning]
     titles = chart_titles(at)
     assert titles.index("Server metrics (its /metrics)") == titles.index("Throughput over time") + 1
     served = next(
