@@ -2,8 +2,10 @@
 worker process once it has finished some requests (the spawned worker imports this module by name), one
 that holds the tokenizer's loading until the test lets it go, and one that counts its aggregations.
 
-The fault and its moment come from the environment, which the spawned process inherits:
-FAULT_ENV = "exception" | "exit" | "segfault", after FAULT_AFTER_ENV finished requests.
+The fault and its moment come from a file the test writes, named by FAULT_FILE_ENV (which the spawned process
+inherits): "<fault> <after>", fault = "exception" | "exit" | "segfault", after that many requests finished while the
+file exists; without the file the worker is healthy. So a healthy worker left in a WorkerPool can be told to fault
+by the next test (the pool hands a worker only to a runner with the environment it was started in).
 """
 
 import faulthandler
@@ -19,7 +21,7 @@ from bench_core.run import runner as runner_module
 from bench_core.run.engine_process import serve
 from bench_core.run.runner import PUBLISH_EVERY_S
 
-FAULT_ENV, FAULT_AFTER_ENV, RELEASE_ENV = "BENCH_TEST_FAULT", "BENCH_TEST_FAULT_AFTER", "BENCH_TEST_RELEASE"
+FAULT_FILE_ENV, RELEASE_ENV = "BENCH_TEST_FAULT_FILE", "BENCH_TEST_RELEASE"
 COUNTS_ENV = "BENCH_TEST_AGGREGATION_COUNTS"  # the file each aggregation appends a line to
 
 
@@ -32,14 +34,20 @@ def _raise_engine_bug(signum, frame):
 
 
 def serve_with_fault(conn) -> None:
-    fault, after = os.environ[FAULT_ENV], int(os.environ[FAULT_AFTER_ENV])
-    finished = itertools.count(1)
+    told = Path(os.environ[FAULT_FILE_ENV])
+    finished = itertools.count(1)  # requests finished since the file was written
     real_finish = Session.finish
     signal.signal(signal.SIGUSR1, _raise_engine_bug)  # raised in the main thread, where nothing catches it
 
     def finish(self, *args, **kwargs):
+        nonlocal finished
         real_finish(self, *args, **kwargs)
-        if next(finished) == after:
+        try:
+            fault, after = told.read_text().split()
+        except FileNotFoundError:
+            finished = itertools.count(1)
+            return
+        if next(finished) == int(after):
             time.sleep(3 * PUBLISH_EVERY_S)  # the finished requests are published before the fault
             if fault == "exit":
                 os._exit(3)

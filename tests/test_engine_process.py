@@ -38,8 +38,29 @@ def history(tmp_path, tiny_model_path) -> History:
     return History(tmp_path)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def fault_file(tmp_path_factory):
+    """Where a test tells the fault-injecting worker (engine_faults.serve_with_fault) to fault, named in the
+    environment for the whole module: every worker here is started in the same one, so the module's pool
+    (engine_workers) can hand the last test's worker to the next."""
+    path = tmp_path_factory.mktemp("fault") / "fault"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(engine_faults.FAULT_FILE_ENV, str(path))
+        yield path
+
+
 @pytest.fixture
-def runner(history):
+def runner(history, engine_workers):
+    """A runner that takes the module's idle worker (engine_workers) if there is one, else starts one, and leaves it
+    idle there after: for the tests of what a worker does, not of how one starts or ends."""
+    runner = ProcessRunner(history, workers=engine_workers)
+    yield runner
+    runner.shutdown()
+
+
+@pytest.fixture
+def own_runner(history):
+    """A runner with no pool, as the dashboard's: its worker starts with it and ends on other settings and with it."""
     runner = ProcessRunner(history)
     yield runner
     runner.shutdown()
@@ -51,12 +72,14 @@ def wait_for_completed(run, at_least: int) -> None:
 
 
 def test_a_run_in_the_worker_gives_the_numbers_of_a_run_in_process(runner, history):
-    run = runner.submit(tiny_config(num_prompts=12))
-    assert run.wait(120) and run.state == "finished", run.message
+    # The run in this process first: torch, loaded here, sets an environment variable (TORCHINDUCTOR_CACHE_DIR) the
+    # worker inherits, and the pool hands the next test only a worker started in the environment it will run in.
     in_process = Runner(history)
     local = in_process.submit(tiny_config(num_prompts=12))
     assert local.wait(120) and local.state == "finished"
     in_process.shutdown()
+    run = runner.submit(tiny_config(num_prompts=12))
+    assert run.wait(120) and run.state == "finished", run.message
     mine, theirs = run.record.requests, local.record.requests
     assert mine["output_len"].tolist() == theirs["output_len"].tolist() == [8] * 12
     assert mine["input_len"].tolist() == theirs["input_len"].tolist()
@@ -65,19 +88,6 @@ def test_a_run_in_the_worker_gives_the_numbers_of_a_run_in_process(runner, histo
     )
     assert history.load()["status"].tolist() == ["finished", "finished"]
     assert run.snapshot().finished and run.snapshot().completed == 12  # the worker's last snapshot
-
-
-def test_the_engine_stays_loaded_for_the_same_settings_and_other_settings_end_the_worker(runner):
-    first = runner.submit(tiny_config())
-    assert first.wait(120) and first.state == "finished", first.message
-    pid = runner.worker_pid()
-    second = runner.submit(tiny_config())
-    assert second.wait(120) and second.state == "finished"
-    assert runner.worker_pid() == pid and second.measurement.load_seconds < first.measurement.load_seconds / 2
-    other = runner.submit(tiny_config(dtype="float32"))
-    assert other.wait(120) and other.state == "finished", other.message
-    assert runner.worker_pid() != pid and not psutil.pid_exists(pid)
-    assert runner.loaded_engine() == other.config.engine
 
 
 def test_a_cancel_ends_the_run_at_once_and_keeps_what_it_measured(runner):
@@ -94,6 +104,15 @@ def test_a_cancel_ends_the_run_at_once_and_keeps_what_it_measured(runner):
     served = table.loc[table["status"] == "success", "finish_s"] + run.clock_start  # as the worker stamped them
     left = 200 - (served <= asked).sum()
     assert (served > asked).sum() < left / 10
+
+
+def test_a_playground_job_is_answered_in_the_worker(runner):
+    job = runner.submit_playground(
+        EngineConfig(model=TINY), [[{"role": "user", "content": "Hello"}]], GenerationSettings(), 4
+    )
+    assert job.wait(120) and job.state == "finished", job.message
+    (result,) = job.results
+    assert result.output_tokens == 4 and job.engine_info.model == TINY
 
 
 def assert_died_keeping(run, history, reason: str, at_least: int) -> None:
@@ -117,28 +136,6 @@ def test_a_worker_killed_mid_run_fails_the_run_keeps_its_requests_and_the_next_r
     assert runner.worker_pid() not in (None, killed)
 
 
-@pytest.mark.parametrize(
-    "fault, reason",
-    [
-        ("exception", "engine process died: exit code 1"),
-        ("exit", "engine process died: exit code 3"),
-        ("segfault", "engine process died: signal 11"),
-    ],
-)
-def test_a_worker_that_dies_by_itself_fails_the_run_and_keeps_its_requests(monkeypatch, history, fault, reason):
-    monkeypatch.setenv(engine_faults.FAULT_ENV, fault)
-    monkeypatch.setenv(engine_faults.FAULT_AFTER_ENV, "10")
-    runner = ProcessRunner(history, worker_main=engine_faults.serve_with_fault)
-    try:
-        run = runner.submit(tiny_config(num_prompts=200, output_len=16))
-        assert_died_keeping(run, history, reason, 10)
-        monkeypatch.setenv(engine_faults.FAULT_AFTER_ENV, "1000")  # the next worker stays healthy
-        after = runner.submit(tiny_config())
-        assert after.wait(120) and after.state == "finished", after.message
-    finally:
-        runner.shutdown()
-
-
 class FollowerClock:
     """The clock the caller's follower (remote.follow) measures a worker's silence with, moved only by the test;
     `reads` counts the follower's looks at it, one per turn of its loop."""
@@ -157,10 +154,12 @@ class FollowerClock:
             assert time.monotonic() < hung_at, "the follower stopped looking at its clock"
 
 
-def test_a_worker_that_stops_publishing_is_reported_hung_after_that_silence_and_killed(history, monkeypatch):
+def test_a_worker_that_stops_publishing_is_reported_hung_after_that_silence_and_killed(
+    history, engine_workers, monkeypatch
+):
     clock = FollowerClock()
     monkeypatch.setattr(remote, "time", clock)  # the silence is the test's: the machine's pace never counts
-    runner = ProcessRunner(history, hung_after_s=2.0)
+    runner = ProcessRunner(history, hung_after_s=2.0, workers=engine_workers)  # the worker the last test left
     try:
         run = runner.submit(tiny_config(num_prompts=200, output_len=16))
         wait_for_completed(run, 4)
@@ -181,13 +180,44 @@ def test_a_worker_that_stops_publishing_is_reported_hung_after_that_silence_and_
         runner.shutdown()
 
 
-def test_a_playground_job_is_answered_in_the_worker(runner):
-    job = runner.submit_playground(
-        EngineConfig(model=TINY), [[{"role": "user", "content": "Hello"}]], GenerationSettings(), 4
-    )
-    assert job.wait(120) and job.state == "finished", job.message
-    (result,) = job.results
-    assert result.output_tokens == 4 and job.engine_info.model == TINY
+def test_the_engine_stays_loaded_for_the_same_settings_and_other_settings_end_the_worker(own_runner):
+    runner = own_runner
+    first = runner.submit(tiny_config())
+    assert first.wait(120) and first.state == "finished", first.message
+    pid = runner.worker_pid()
+    second = runner.submit(tiny_config())
+    assert second.wait(120) and second.state == "finished"
+    assert runner.worker_pid() == pid and second.measurement.load_seconds < first.measurement.load_seconds / 2
+    other = runner.submit(tiny_config(dtype="float32"))
+    assert other.wait(120) and other.state == "finished", other.message
+    assert runner.worker_pid() != pid and not psutil.pid_exists(pid)
+    assert runner.loaded_engine() == other.config.engine
+
+
+@pytest.mark.parametrize(
+    "fault, reason",
+    [
+        ("exception", "engine process died: exit code 1"),
+        ("exit", "engine process died: exit code 3"),
+        ("segfault", "engine process died: signal 11"),
+    ],
+)
+def test_a_worker_that_dies_by_itself_fails_the_run_and_keeps_its_requests(
+    history, engine_workers, fault_file, fault, reason
+):
+    # The faulting worker is the healthy one the last of these tests left in the pool (or a new one, the first time):
+    # told now, it faults after 10 finished requests; the fresh worker the next run starts is left for the next test.
+    runner = ProcessRunner(history, worker_main=engine_faults.serve_with_fault, workers=engine_workers)
+    fault_file.write_text(f"{fault} 10")
+    try:
+        run = runner.submit(tiny_config(num_prompts=200, output_len=16))
+        assert_died_keeping(run, history, reason, 10)
+        fault_file.unlink()  # the next worker stays healthy
+        after = runner.submit(tiny_config())
+        assert after.wait(120) and after.state == "finished", after.message
+    finally:
+        fault_file.unlink(missing_ok=True)
+        runner.shutdown()
 
 
 SERVE_A_RUN_PAGE = """

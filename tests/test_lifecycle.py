@@ -31,6 +31,22 @@ def tiny_config(num_prompts: int = 8, output_len: int = 16) -> RunConfig:
     )
 
 
+@pytest.fixture(scope="module", autouse=True)
+def worker_counts(tmp_path_factory):
+    """The file the module's worker (engine_faults.serve_counting_aggregations) appends each aggregation to, named in
+    the environment for the whole module: every worker here is started in the same one, so the module's pool
+    (engine_workers) hands the worker one test started to the next instead of starting another."""
+    path = tmp_path_factory.mktemp("counts") / "worker-aggregations"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(engine_faults.COUNTS_ENV, str(path))
+        yield path
+
+
+def in_a_worker_process(history: History, engine_workers) -> ProcessRunner:
+    """A ProcessRunner on the module's worker: `serve`, counting its aggregations in a file and nothing else."""
+    return ProcessRunner(history, worker_main=engine_faults.serve_counting_aggregations, workers=engine_workers)
+
+
 def handle() -> Run:
     return Run(run_id="r", config=RunConfig())
 
@@ -107,11 +123,15 @@ def test_a_claimed_run_is_cancelled_by_its_flag_and_ends_where_it_runs():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("runner_class", [Runner, ProcessRunner], ids=["in this process", "in a worker process"])
+@pytest.mark.parametrize(
+    "make_runner",
+    [lambda history, workers: Runner(history), in_a_worker_process],
+    ids=["in this process", "in a worker process"],
+)
 def test_one_observer_hears_a_real_runs_moves_snapshots_requests_and_record_in_order(
-    runner_class, tmp_path, tiny_model_path
+    make_runner, tmp_path, tiny_model_path, engine_workers
 ):
-    runner, heard = runner_class(History(tmp_path)), Heard()
+    runner, heard = make_runner(History(tmp_path), engine_workers), Heard()
     run = runner.submit(tiny_config(), observers=[heard])
     try:
         assert run.wait(120) and run.state == RunState.FINISHED, run.message
@@ -147,19 +167,20 @@ def test_a_run_in_this_process_aggregates_its_metrics_once(monkeypatch, tmp_path
 
 
 @pytest.mark.slow
-def test_a_dashboard_run_is_aggregated_once_in_its_worker_and_saved_as_sent(monkeypatch, tmp_path, tiny_model_path):
-    counts = tmp_path / "worker-aggregations"
-    monkeypatch.setenv(engine_faults.COUNTS_ENV, str(counts))
+def test_a_dashboard_run_is_aggregated_once_in_its_worker_and_saved_as_sent(
+    monkeypatch, tmp_path, tiny_model_path, engine_workers, worker_counts
+):
+    worker_counts.unlink(missing_ok=True)  # what a run of an earlier test on the same worker counted
     here = []
     engine_faults.count_aggregations("caller", here.append, monkeypatch.setattr)
     history = History(tmp_path / "results")
-    runner = ProcessRunner(history, worker_main=engine_faults.serve_counting_aggregations)
+    runner = in_a_worker_process(history, engine_workers)
     run = runner.submit(tiny_config())
     try:
         assert run.wait(120) and run.state == RunState.FINISHED, run.message
     finally:
         runner.shutdown()
-    assert counts.read_text().splitlines() == ["worker compute_metrics", "worker run_summary"]
+    assert worker_counts.read_text().splitlines() == ["worker compute_metrics", "worker run_summary"]
     assert here == []  # the caller saved the record the worker built
     (row,) = history.load().to_dict("records")
     assert row["completed"] == run.record.metrics["completed"] == 8
