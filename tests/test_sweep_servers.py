@@ -1,4 +1,5 @@
-"""`sweep restful --server-cmd` and `--find-max` through the real command line: a real server process per run
+"""`sweep restful --server-cmd` and `--find-max` through the command line, run in this process (the Ctrl-C tests
+start it as a process of its own): a real server process per run
 (tests/load_server.py, whose speed and latency under load are command-line settings, and `transformers serve`),
 its log in the run's folder, its settings in the history, faults that fail only their point, resume, Ctrl-C that
 leaves no server behind, and the search for the highest concurrency within an SLO against a known knee."""
@@ -6,6 +7,8 @@ leaves no server behind, and the search for the highest concurrency within an SL
 from __future__ import annotations
 
 import base64
+import contextlib
+import io
 import json
 import os
 import signal
@@ -15,10 +18,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
+from bench_core.cli import main
 from bench_core.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from bench_core.store.history import History
+from bench_core.store.journal import JOURNAL_FILE
 from bench_core.sweep import find_max
 from bench_core.sweep.find_max import FindMax, Probe
 from bench_core.sweep.server import SERVER_LOG
@@ -52,15 +58,25 @@ SMALL_RUN = (
 )
 
 
-def bench(work: Path, *args: str, timeout: float = 240, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "bench_core", *args],
-        cwd=work,
-        env={**_env(), **env},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+def bench(work: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """The command line run in this process, in `work` with `env` added, its output and exit code as a process's: a
+    fresh interpreter would add seconds of imports and nothing these tests check (the Ctrl-C tests start one)."""
+    out, err = io.StringIO(), io.StringIO()
+    env = {"HF_HUB_OFFLINE": "1", **env}
+    saved, cwd = {name: os.environ.get(name) for name in env}, os.getcwd()
+    os.environ.update(env)
+    os.chdir(work)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(list(args))
+    finally:
+        os.chdir(cwd)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    return subprocess.CompletedProcess(["python", "-m", "bench_core", *args], code, out.getvalue(), err.getvalue())
 
 
 def _env() -> dict[str, str]:
@@ -125,6 +141,7 @@ def open_sweep_page(work: Path, monkeypatch):
 
 
 @pytest.mark.slow  # two `transformers serve` starts: about 90 s on this machine's 2 busy cores
+@pytest.mark.timeout(400)
 def test_transformers_serve_started_per_run_batches_or_not_as_its_setting_says(tmp_path, tiny_model_path):
     # Without continuous batching the server answers one request at a time: of 4 sent at once, the last has its
     # first token only after another has ended. With it, all four are in the first steps, long before any ends.
@@ -151,7 +168,6 @@ def test_transformers_serve_started_per_run_batches_or_not_as_its_setting_says(t
         serve,
         "--sweep",
         "batching=--continuous-batching,--no-continuous-batching",
-        timeout=400,
         OMP_NUM_THREADS="1",
     )  # as the transformers_server fixture runs it
     assert proc.returncode == EXIT_OK, proc.stderr
@@ -245,11 +261,22 @@ def _server_pid_once_measuring(work: Path) -> int:
     while time.monotonic() < deadline:
         logs = list((work / "results" / "runs").glob(f"*/{SERVER_LOG}")) if (work / "results").exists() else []
         text = logs[0].read_text() if logs else ""
-        if "pid" in text:
-            time.sleep(8)  # the tokenizer loads, the requests go out; the output at 200 ms a token takes 13 s
+        if "pid" in text and _serving(int(text.split()[2]), int(text.split()[6]), logs[0].parent):
             return int(text.split()[2])
         time.sleep(0.2)
-    pytest.fail("the sweep's first server never started")
+    pytest.fail("the sweep's first server never started serving its run")
+
+
+def _serving(pid: int, port: int, run_folder: Path) -> bool:
+    """The run measures (its journal is started) and a request is in flight: the client holds a connection to the
+    server's port (each request's output, at 200 ms a token, takes 13 s)."""
+    if not (run_folder / JOURNAL_FILE).exists():
+        return False
+    try:
+        connections = psutil.Process(pid).net_connections(kind="tcp")
+    except psutil.Error:
+        return False
+    return any(c.status == psutil.CONN_ESTABLISHED and c.laddr.port == port for c in connections)
 
 
 def _alive(pid: int) -> bool:
@@ -386,7 +413,7 @@ def test_a_search_that_meets_the_target_up_to_its_limit_stops_there():
     ],
 )
 def test_a_server_sweep_that_cannot_work_is_one_line_exit_2_and_nothing_written(args, message, tmp_path):
-    proc = bench(tmp_path, *SMALL_RUN, *args, timeout=60)
+    proc = bench(tmp_path, *SMALL_RUN, *args)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert proc.stderr.count("\n") == 1 and list(tmp_path.iterdir()) == []
 
