@@ -3,14 +3,20 @@ holds; a sweep writes its own; a folder that is not there is refused before anyt
 
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
+
 import pytest
-from test_cli import run_cli
+from cli_forks import CliForks
 
 from bench_core.store.history import History
 from bench_core.views import tables
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
 pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
 
 FAST_RUN = (
     "pipeline",
@@ -32,8 +38,20 @@ FAST_RUN = (
 )
 
 
-def test_a_run_writes_its_report_with_the_numbers_the_history_holds(tmp_path, tiny_model_path):
-    proc = run_cli(*FAST_RUN, "--label", "<i>cli</i>", "--report", "out.html", cwd=tmp_path)
+@pytest.fixture(scope="module")
+def cli():
+    """`python -m bench_core` for this module's commands: forks of one interpreter that imported the CLI's libraries
+    once (tests/cli_forks.py), each its own process from `main_and_exit` on."""
+    with CliForks({**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}) as forks:
+        yield forks
+
+
+def run_cli(cli: CliForks, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return cli.run(list(args), cwd=cwd)
+
+
+def test_a_run_writes_its_report_with_the_numbers_the_history_holds(tmp_path, tiny_model_path, cli):
+    proc = run_cli(cli, *FAST_RUN, "--label", "<i>cli</i>", "--report", "out.html", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     history = History(tmp_path / "results")
     (run_id,) = history.load()["run_id"].astype(str)
@@ -47,8 +65,8 @@ def test_a_run_writes_its_report_with_the_numbers_the_history_holds(tmp_path, ti
     assert f"report: out.html ({(tmp_path / 'out.html').stat().st_size / 1e6:.1f} MB)" in proc.stderr
 
 
-def test_a_sweep_writes_its_report(tmp_path, tiny_model_path):
-    proc = run_cli("sweep", *FAST_RUN, "--sweep", "concurrency=1,2", "--report", "sweep.html", cwd=tmp_path)
+def test_a_sweep_writes_its_report(tmp_path, tiny_model_path, cli):
+    proc = run_cli(cli, "sweep", *FAST_RUN, "--sweep", "concurrency=1,2", "--report", "sweep.html", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     document = (tmp_path / "sweep.html").read_text(encoding="utf-8")
     (sweep_id,) = set(History(tmp_path / "results").load()["sweep_id"].astype(str))
@@ -56,8 +74,8 @@ def test_a_sweep_writes_its_report(tmp_path, tiny_model_path):
 
 
 @pytest.mark.parametrize("command", [FAST_RUN, ("sweep", *FAST_RUN, "--sweep", "concurrency=1,2")])
-def test_a_report_in_a_folder_that_is_not_there_is_refused_before_the_run(tmp_path, command):
-    proc = run_cli(*command, "--report", "no/such/folder/out.html", cwd=tmp_path)
+def test_a_report_in_a_folder_that_is_not_there_is_refused_before_the_run(tmp_path, command, cli):
+    proc = run_cli(cli, *command, "--report", "no/such/folder/out.html", cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
         "error: --report no/such/folder/out.html: the folder no/such/folder does not exist."
@@ -65,11 +83,12 @@ def test_a_report_in_a_folder_that_is_not_there_is_refused_before_the_run(tmp_pa
     assert not (tmp_path / "results").exists()  # nothing ran, nothing was recorded
 
 
-def test_a_run_that_failed_while_loading_still_writes_what_it_left(tmp_path):
+def test_a_run_that_failed_while_loading_still_writes_what_it_left(tmp_path, cli):
     broken = tmp_path / "broken-model"  # a model folder that fails to load: a run that failed, not a typo refused
     broken.mkdir()
     (broken / "config.json").write_text("{}")
     proc = run_cli(
+        cli,
         "pipeline",
         "builtin:sample",
         str(broken),

@@ -24,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from cli_forks import CliForks
 from scripted_server import scripted_server  # noqa: F401  (a fixture)
 
 from bench_core.hardware.client_bound import CLIENT_PREFIX
@@ -239,15 +240,38 @@ def normalised(text: str, work: Path, server: str, masked: bool) -> str:
     return text
 
 
-def transcript(name: str, args: tuple[str, ...], masked: bool, work: Path, server: str) -> dict:
+def _env() -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "COLUMNS": "120"}
+    env.pop("BENCH_STUDIO_RESULTS", None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def cli_forks():
+    """One interpreter that imports the CLI's libraries once and forks for each command (tests/cli_forks.py)."""
+    with CliForks(_env()) as forks:
+        yield forks
+
+
+def transcript(name: str, args: tuple[str, ...], masked: bool, work: Path, server: str, forks: CliForks | None) -> dict:
+    """What `python -m bench_core ARGS` says. A command that measures (`masked`) starts an interpreter of its own,
+    as a user's would (a fork's libraries were imported before the CLI quieted their loading bars, see
+    tests/cli_forks.py); one that refuses or prints help is a fork of one that has imported the libraries already:
+    the same process from `main_and_exit` on, without seconds of imports each."""
     folder = work / name
     folder.mkdir()
     argv = [arg.replace("{server}", server) for arg in args]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "COLUMNS": "120"}
-    env.pop("BENCH_STUDIO_RESULTS", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench_core", *argv], cwd=folder, env=env, capture_output=True, text=True, timeout=300
-    )
+    if masked:
+        proc = subprocess.run(
+            [sys.executable, "-m", "bench_core", *argv],
+            cwd=folder,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    else:
+        proc = forks.run(argv, cwd=folder)
     return {
         "args": list(args),
         "exit_code": proc.returncode,
@@ -268,8 +292,9 @@ def test_the_command_list_is_the_recorded_one():
 
 
 @pytest.mark.parametrize(("name", "args", "masked"), COMMANDS, ids=[name for name, _, _ in COMMANDS])
-def test_the_cli_says_what_it_said(name, args, masked, tmp_path, scripted_server, tiny_model_path):
-    got = transcript(name, args, masked, tmp_path, scripted_server)
+def test_the_cli_says_what_it_said(name, args, masked, tmp_path, scripted_server, tiny_model_path, request):
+    forks = None if masked else request.getfixturevalue("cli_forks")  # started for the first command that forks
+    got = transcript(name, args, masked, tmp_path, scripted_server, forks)
     if UPDATE:
         recorded = _recorded()
         recorded[name] = got

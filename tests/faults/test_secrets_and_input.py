@@ -23,6 +23,7 @@ from bench_core.errors import HistoryError
 from bench_core.load.playground import PlaygroundResult, results_to_csv_bytes
 from bench_core.store.history import History
 from tests.app_under_test import APP
+from tests.cli_forks import CliForks
 from tests.openai_server import _make_app, free_port, serving
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
@@ -38,12 +39,19 @@ SERVED_MODEL = "tiny"
 FORMULAS = ('=HYPERLINK("http://evil.example","click")', "=cmd|' /C calc'!A0", "@SUM(1+1)", "+x", "-x", "\tx")
 
 
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+@pytest.fixture(scope="module")
+def cli():
+    """`python -m bench_core` for this module's commands: forks of one interpreter that imported the CLI's libraries
+    once (tests/cli_forks.py), each its own process from `main_and_exit` on. The test of $OPENAI_API_KEY starts a
+    real interpreter of its own."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     env.pop("OPENAI_API_KEY", None)  # the credentials under test are the URL's
-    return subprocess.run(
-        [sys.executable, "-m", "bench_core", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
+    with CliForks(env) as forks:
+        yield forks
+
+
+def run_cli(cli: CliForks, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return cli.run(list(args), cwd=cwd)
 
 
 def recording_app(seen: list[tuple[str, str]], quote_credentials: bool = False) -> web.Application:
@@ -78,8 +86,9 @@ def with_credentials(url: str) -> str:
     return url.replace("http://", f"http://{CANARY}user:{PASSWORD}@")
 
 
-def restful(url: str, work: Path, *flags: str) -> subprocess.CompletedProcess:
+def restful(cli: CliForks, url: str, work: Path, *flags: str) -> subprocess.CompletedProcess:
     return run_cli(
+        cli,
         "restful",
         "--backend",
         "vllm",
@@ -116,10 +125,10 @@ def everything_written(folder: Path) -> str:
     return "\n".join(texts)
 
 
-def test_credentials_reach_the_server_but_no_file_and_no_output(tmp_path):
+def test_credentials_reach_the_server_but_no_file_and_no_output(tmp_path, cli):
     seen = []
     with serving(recording_app(seen)) as url:
-        proc = restful(with_credentials(url), tmp_path)  # no --model: the model is looked up with them too
+        proc = restful(cli, with_credentials(url), tmp_path)  # no --model: the model is looked up with them too
     assert proc.returncode == 0, proc.stderr
     written = everything_written(tmp_path)
     assert "history.csv" in written and "config.json" in written and "requests.parquet" in written
@@ -137,10 +146,10 @@ def test_credentials_reach_the_server_but_no_file_and_no_output(tmp_path):
     assert json.loads(flat["extra_request_body"]) == {"api_key": "***", "auth": "***", "temperature": 0}
 
 
-def test_a_server_quoting_the_credentials_in_its_errors_gets_them_recorded_nowhere(tmp_path):
+def test_a_server_quoting_the_credentials_in_its_errors_gets_them_recorded_nowhere(tmp_path, cli):
     seen = []
     with serving(recording_app(seen, quote_credentials=True)) as url:
-        proc = restful(with_credentials(url), tmp_path, "--model", SERVED_MODEL, "--disable-warmup")
+        proc = restful(cli, with_credentials(url), tmp_path, "--model", SERVED_MODEL, "--disable-warmup")
     assert proc.returncode == 1, proc.stderr  # no request succeeded
     assert "HTTP 401" in proc.stderr
     history = History(tmp_path / "results").load()
@@ -177,8 +186,8 @@ def test_the_dashboards_engine_process_masks_credentials_a_server_quotes_in_what
     assert CANARY not in shown + everything_written(tmp_path)
 
 
-def test_an_unreachable_server_with_credentials_is_one_line_without_them(tmp_path):
-    proc = restful(with_credentials(f"http://127.0.0.1:{free_port()}"), tmp_path)
+def test_an_unreachable_server_with_credentials_is_one_line_without_them(tmp_path, cli):
+    proc = restful(cli, with_credentials(f"http://127.0.0.1:{free_port()}"), tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Cannot reach http://***@127.0.0.1:" in proc.stderr
     assert CANARY not in proc.stderr + proc.stdout
@@ -205,10 +214,11 @@ def read_cells(data: bytes) -> list[list[str]]:
 
 
 @pytest.fixture(scope="module")
-def labelled_run(tmp_path_factory, tiny_model_path) -> Path:
+def labelled_run(tmp_path_factory, tiny_model_path, cli) -> Path:
     """A real run of the tiny model labelled with a formula; returns its working folder."""
     work = tmp_path_factory.mktemp("formula")
     proc = run_cli(
+        cli,
         "pipeline",
         "builtin:sample",
         "builtin:tiny-llama",
@@ -303,8 +313,9 @@ def test_a_stray_text_cell_in_a_number_column_reads_as_missing_not_as_a_text_col
         (("--top-k", "-1"), "top_k must be 0 (no limit) or more"),
     ],
 )
-def test_sampling_settings_lmdeploy_refuses_are_one_line_and_exit_2(tmp_path, flags, named):
+def test_sampling_settings_lmdeploy_refuses_are_one_line_and_exit_2(tmp_path, flags, named, cli):
     proc = run_cli(
+        cli,
         "pipeline",
         "builtin:sample",
         "builtin:tiny-llama",
@@ -324,10 +335,11 @@ def test_sampling_settings_lmdeploy_refuses_are_one_line_and_exit_2(tmp_path, fl
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_request_body_with_an_impossible_penalty_or_token_budget_is_refused_before_anything_is_sent(tmp_path):
+def test_a_request_body_with_an_impossible_penalty_or_token_budget_is_refused_before_anything_is_sent(tmp_path, cli):
     seen = []
     with serving(recording_app(seen)) as url:
         proc = run_cli(
+            cli,
             "restful",
             "--base-url",
             url,
@@ -372,10 +384,11 @@ def test_the_sidebar_refuses_to_sample_at_temperature_0_with_one_message(fresh_d
 MORE_SECRETS = {"sessionid": CANARY + "session", "auth_header": CANARY + "auth-header", "session_id": CANARY + "sid"}
 
 
-def test_a_body_key_that_names_a_session_or_an_auth_header_is_masked_everywhere(tmp_path):
+def test_a_body_key_that_names_a_session_or_an_auth_header_is_masked_everywhere(tmp_path, cli):
     body = json.dumps({**MORE_SECRETS, "session_len": 4096, "max_tokens": 4, "temperature": 0})
     with serving(recording_app([])) as url:
         proc = run_cli(
+            cli,
             "restful",
             "--backend",
             "vllm",
@@ -404,11 +417,12 @@ def test_a_body_key_that_names_a_session_or_an_auth_header_is_masked_everywhere(
     assert recorded == {**dict.fromkeys(MORE_SECRETS, "***"), "session_len": 4096, "max_tokens": 4, "temperature": 0}
 
 
-def test_a_sweep_plan_keeps_no_credential_and_a_resume_asks_for_them_again(tmp_path):
+def test_a_sweep_plan_keeps_no_credential_and_a_resume_asks_for_them_again(tmp_path, cli):
     seen = []
     with serving(recording_app(seen)) as url:
         secret_url = with_credentials(url)
         started = run_cli(
+            cli,
             "sweep",
             "restful",
             "--backend",
@@ -446,7 +460,7 @@ def test_a_sweep_plan_keeps_no_credential_and_a_resume_asks_for_them_again(tmp_p
             history_file.read_text().splitlines()[0] + "\n"
         )
         shutil.rmtree(tmp_path / "results" / "runs")
-        refused = run_cli("sweep", "--resume", sweep_id, "--results", "results", cwd=tmp_path)
+        refused = run_cli(cli, "sweep", "--resume", sweep_id, "--results", "results", cwd=tmp_path)
         assert refused.returncode == 2
         assert refused.stderr.strip() == (
             f"error: Sweep {sweep_id} was started with credentials in --base-url and --extra-request-body, which its "
@@ -454,6 +468,7 @@ def test_a_sweep_plan_keeps_no_credential_and_a_resume_asks_for_them_again(tmp_p
         )
         seen.clear()
         resumed = run_cli(
+            cli,
             "sweep",
             "--resume",
             sweep_id,
@@ -600,9 +615,10 @@ DEEP = 100_000  # far past any recursion limit
         ("deep.jsonl", '{"conversations": []}\n' + "[" * DEEP + "]" * DEEP + "\n"),
     ],
 )
-def test_a_dataset_nested_too_deeply_is_one_line_and_exit_2(tmp_path, name, text):
+def test_a_dataset_nested_too_deeply_is_one_line_and_exit_2(tmp_path, name, text, cli):
     (tmp_path / name).write_text(text)
     proc = run_cli(
+        cli,
         "pipeline",
         name,
         "builtin:tiny-llama",
@@ -632,7 +648,7 @@ def test_prompts_nested_too_deeply_are_refused_with_one_message(name):
 # ---- 16. a refused run is no run; a run that fails once under way is recorded ----
 
 
-def test_a_run_refused_for_its_input_writes_no_row_and_no_folder(tmp_path):
+def test_a_run_refused_for_its_input_writes_no_row_and_no_folder(tmp_path, cli):
     (tmp_path / "empty.json").write_text("")
     (tmp_path / "broken-model").mkdir()
     (tmp_path / "broken-model" / "config.json").write_text("{}")
@@ -644,6 +660,7 @@ def test_a_run_refused_for_its_input_writes_no_row_and_no_folder(tmp_path):
     ]
     for dataset, model in refused:
         proc = run_cli(
+            cli,
             "pipeline",
             dataset,
             model,
@@ -661,6 +678,7 @@ def test_a_run_refused_for_its_input_writes_no_row_and_no_folder(tmp_path):
     assert History(tmp_path / "results").load().empty
     assert not list((tmp_path / "results").glob("runs/*"))
     proc = run_cli(
+        cli,
         "pipeline",
         "builtin:sample",
         "./broken-model",
