@@ -138,6 +138,22 @@ def test_a_process_that_exits_stops_being_sampled_while_the_machine_still_is(chi
     assert last_process < gone < last_machine
 
 
+def test_a_run_shorter_than_the_interval_still_has_the_process_cpu_over_its_window():
+    # The sampler's thread never wakes (an hour's interval): only the samples at start and stop are taken, as when a
+    # short run on a busy machine gives that thread no turn. The first interval's mean stands at both its ends.
+    sampler = TelemetrySampler(interval_s=3600, gpus=False).start()
+    begin = time.perf_counter()
+    spun = time.process_time()
+    while time.process_time() - spun < 0.05:
+        pass
+    end = time.perf_counter()
+    frame = sampler.stop()
+    times, cores = telemetry.series(frame, PROCESS, CPU_CORES)
+    assert len(times) == 2 and cores[0] == cores[1] > 0 and times[0] <= begin and end <= times[1]
+    assert telemetry.mean_across_sources(frame, CPU_CORES, begin, end, [PROCESS]) == pytest.approx(cores[0])
+    assert frame["time_s"].is_monotonic_increasing
+
+
 def test_the_samples_can_be_read_while_sampling():
     with TelemetrySampler(interval_s=0.02, gpus=False) as sampler:
         time.sleep(0.3)

@@ -251,6 +251,7 @@ class TelemetrySampler:
         rows = [row for watched in self._processes for row in watched.read(now)] + self._machine_rows(now)
         if self._gpus is not None:
             rows += self._gpus.read(now)
+        rows.sort(key=lambda row: row.time_s)  # a process's first CPU row stands at the previous sample's time
         with self._lock:
             self._samples.extend(rows)
 
@@ -275,6 +276,7 @@ class _Watched:
         except psutil.NoSuchProcess:  # a caller already gone: nothing of it to sample
             self.process = None
         self.last: tuple[float, float] | None = None  # (time, CPU seconds the process had used)
+        self.cpu_read = False  # whether a CPU row was written
 
     def read(self, now: float) -> list[Sample]:
         if self.process is None:
@@ -293,7 +295,13 @@ class _Watched:
         rows = [Sample(now, self.source, RSS_BYTES, float(rss))] if self.memory else []
         if self.last is not None and now > self.last[0]:
             then, cpu_then = self.last
-            rows.append(Sample(now, self.source, CPU_CORES, (cpu_s - cpu_then) / (now - then)))
+            cores = (cpu_s - cpu_then) / (now - then)
+            if not self.cpu_read:
+                # The first interval's mean stands at its start too: a run shorter than the sampler's interval (or
+                # one whose sampler thread a busy machine gave no turn) still has its CPU over the whole window.
+                rows.append(Sample(then, self.source, CPU_CORES, cores))
+                self.cpu_read = True
+            rows.append(Sample(now, self.source, CPU_CORES, cores))
         self.last = (now, cpu_s)
         return rows
 
