@@ -138,7 +138,7 @@ def test_a_process_that_exits_stops_being_sampled_while_the_machine_still_is(chi
     assert last_process < gone < last_machine
 
 
-def test_a_run_shorter_than_the_interval_still_has_the_process_cpu_over_its_window():
+def test_a_run_shorter_than_the_interval_still_has_the_process_cpu_and_memory_over_its_window():
     # The sampler's thread never wakes (an hour's interval): only the samples at start and stop are taken, as when a
     # short run on a busy machine gives that thread no turn. The first interval's mean stands at both its ends.
     sampler = TelemetrySampler(interval_s=3600, gpus=False).start()
@@ -151,6 +151,7 @@ def test_a_run_shorter_than_the_interval_still_has_the_process_cpu_over_its_wind
     times, cores = telemetry.series(frame, PROCESS, CPU_CORES)
     assert len(times) == 2 and cores[0] == cores[1] > 0 and times[0] <= begin and end <= times[1]
     assert telemetry.mean_across_sources(frame, CPU_CORES, begin, end, [PROCESS]) == pytest.approx(cores[0])
+    assert telemetry.peak(frame, RSS_BYTES, begin, end) > 0  # its memory too, from the samples around the window
     assert frame["time_s"].is_monotonic_increasing
 
 
@@ -209,6 +210,9 @@ def test_peak_memory_is_the_fullest_gpu_inside_the_window():
     samples = _constructed()
     assert telemetry.peak(samples, GPU_MEMORY_BYTES, 0.0, 10.0) == 40e9
     assert telemetry.peak(samples, GPU_MEMORY_BYTES, 2.0, 10.0) == 30e9
+    # A window between two samples reads the series where it cuts it: gpu0 falls from 40 to 20 GB over 0.9-1.0 s.
+    assert telemetry.peak(samples, GPU_MEMORY_BYTES, 0.91, 0.92) == pytest.approx(38e9)
+    assert telemetry.peak(samples, GPU_MEMORY_BYTES, 20.0, 30.0) is None
 
 
 def test_utilisation_is_averaged_over_time_not_over_samples():

@@ -379,9 +379,18 @@ def mean_across_sources(
 
 
 def peak(samples: pd.DataFrame, metric: str, start_s: float, end_s: float) -> float | None:
-    """The largest value of `metric` sampled in [start_s, end_s] by any source (the fullest GPU's memory)."""
-    chosen = samples[(samples["metric"] == metric) & samples["time_s"].between(start_s, end_s)]
-    return float(chosen["value"].max()) if len(chosen) else None
+    """The largest value of `metric` over [start_s, end_s] by any source (the fullest GPU's memory): the samples
+    inside it and, as the integrals read the series, the values interpolated where it cuts between two samples (a
+    run shorter than the sampler's interval lies between its samples at start and stop)."""
+    peaks = []
+    for source in sources_of(samples, metric):
+        times, values = series(samples, source, metric)
+        low, high = max(start_s, times[0]), min(end_s, times[-1])
+        if high < low:
+            continue
+        inside = values[(times >= low) & (times <= high)]
+        peaks.append(max(inside.max(initial=-np.inf), *np.interp([low, high], times, values)))
+    return float(max(peaks)) if peaks else None
 
 
 def energy_joules(samples: pd.DataFrame, start_s: float, end_s: float) -> float | None:
