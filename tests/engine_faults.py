@@ -1,6 +1,7 @@
 """Worker entry points for the tests of bench_core.run.engine_process: `serve`, with a real fault injected in the
-worker process once it has finished some requests (the spawned worker imports this module by name), one
-that holds the tokenizer's loading until the test lets it go, and one that counts its aggregations.
+worker process once it has finished some requests (the spawned worker imports this module by name), one whose
+OpenAI client is too slow for its load, one that holds the tokenizer's loading until the test lets it go, and one
+that counts its aggregations.
 
 The fault and its moment come from a file the test writes, named by FAULT_FILE_ENV (which the spawned process
 inherits): "<fault> <after>", fault = "exception" | "exit" | "segfault", after that many requests finished while the
@@ -58,6 +59,24 @@ def serve_with_fault(conn) -> None:
                 os.kill(os.getpid(), signal.SIGUSR1)
 
     Session.finish = finish
+    serve(conn)
+
+
+SLOW_CLIENT_BLOCK_S = 0.015  # what the slow client sleeps on its event loop for every event it hands on
+
+
+def serve_with_a_slow_client(conn) -> None:
+    """`serve`, with an OpenAI client too slow for any load: every event it hands on first sleeps on its event loop,
+    as a slow parser or a stray blocking call would, so its loop runs late on any machine, however fast."""
+    from bench_core.engines.openai_client import ClientRun
+
+    handed_on = ClientRun._emit
+
+    def slow_emit(self, event):
+        time.sleep(SLOW_CLIENT_BLOCK_S)
+        handed_on(self, event)
+
+    ClientRun._emit = slow_emit
     serve(conn)
 
 

@@ -781,22 +781,23 @@ def test_the_live_view_estimates_the_time_left_and_a_cancel_counts_no_failure():
     assert f"{200 - run.record.metrics['completed']} cancelled" in said
 
 
-def test_a_server_run_whose_client_cannot_keep_up_says_so_live_once_its_telemetry_does():
-    """The engine process is the client: at 125k events/s asked of a flooding server its loop runs late (its lateness
-    comes to the page live) and it reads at a full core, and the page says "client bound", with the way to spread
-    the load, while the run goes on."""
+def test_a_server_run_whose_client_cannot_keep_up_says_so_live_once_its_telemetry_does(monkeypatch):
+    """The engine process is the client, and a slow one (engine_faults.serve_with_a_slow_client: every event it hands
+    on sleeps on its loop first, so its loop runs late on any machine): its lateness comes to the page live, and the
+    page says "client bound", with the way to spread the load, while the run goes on."""
     from flood_server import flooding_server
 
     from bench_core.hardware.client_bound import SPREAD_ADVICE
     from bench_core.hardware.run_flags import live_run_flags
 
+    monkeypatch.setattr(engine_process, "serve", engine_faults.serve_with_a_slow_client)
     with flooding_server() as (url, _):
         config = RunConfig(
             engine=EngineConfig(backend="openai", model="flood", base_url=url, tokenizer=TINY, server_metrics=False),
             dataset=DatasetConfig(
                 dataset="builtin:sample",
                 dataset_name="random",
-                num_prompts=1500,  # 30 s of sending: cancelled once the page has said it
+                num_prompts=1500,  # far more than the slow client reads in a minute: cancelled once the page said it
                 random_input_len=8,
                 random_output_len=2500,
                 random_range_ratio=1.0,
