@@ -7,6 +7,7 @@ import pytest
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.engines.transformers_engine import TransformersEngine
 from bench_core.errors import ConfigError
+from bench_core.run.observer import JobObserver
 from bench_core.run.runner import Runner
 from bench_core.store.history import History
 
@@ -201,11 +202,15 @@ def test_in_flight_never_exceeds_concurrency_or_prompts_and_ends_at_zero(
 
 def test_the_first_use_of_a_built_in_model_says_it_is_being_built(tmp_path, monkeypatch, runner):
     monkeypatch.setenv("BENCH_STUDIO_CACHE", str(tmp_path / "empty-cache"))
-    run = runner.submit(tiny_config(num_prompts=2, output_len=4))
     phases = []
-    while not run.wait(0.005):
-        if run.phase and (not phases or phases[-1] != run.phase):
-            phases.append(run.phase)
+
+    class Phases(JobObserver):  # every phase as the run tells it, however briefly it lasts on a busy machine
+        def on_state(self, job, change):
+            if change.phase and (not phases or phases[-1] != change.phase):
+                phases.append(change.phase)
+
+    run = runner.submit(tiny_config(num_prompts=2, output_len=4), observers=[Phases()])
+    assert run.wait(120)  # a hung test's bound
     assert run.state == "finished", run.message
     assert phases[:2] == [
         "building the tiny Llama, once (about a second)",
