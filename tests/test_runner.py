@@ -38,11 +38,15 @@ def runner(tmp_path, tiny_model_path):
 
 
 def test_a_run_goes_through_its_states_and_is_recorded(runner):
-    run = runner.submit(tiny_config())
-    seen, phases = set(), set()
-    while not run.wait(0.005):
-        seen.add(run.state)
-        phases.add(run.phase)
+    seen, phases = [], []
+
+    class States(JobObserver):  # every move as the run tells it, however briefly a state lasts on a busy machine
+        def on_state(self, job, change):
+            seen.append(change.state)
+            phases.append(change.phase)
+
+    run = runner.submit(tiny_config(), observers=[States()])
+    assert run.wait(120)  # a hung test's bound
     assert run.state == "finished", run.message
     assert "running" in seen
     rows = runner.history.load()
