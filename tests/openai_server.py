@@ -14,8 +14,12 @@
   "auth" answers 401 unless the Bearer key is `API_KEY`; any other prompt is answered as "ok",
   and the client ports of "reuse" requests are kept in `REUSE_PORTS` (one per connection). A model
   named "keepalive" behaves so whatever the prompt (a CLI run sends its dataset's prompts).
+  Odd values a real server could send: "infinite-usage" ends with usage.completion_tokens Infinity
+  (Python's json writes and reads it; JSON has no such number), "number-text" streams the number 7
+  as its text, "deep-500" answers HTTP 500 with a body of DEEP_BODY_BRACKETS "[" characters.
 `serving(app)` serves any aiohttp app the same way (a test may wrap `_make_app()` to watch what arrives);
-`recording_app(bodies)` is that server keeping every request body it gets in `bodies`.
+`recording_app(bodies)` is that server keeping every request body it gets in `bodies`;
+`answering_in_turn(behaviours)` gives the n-th request to arrive the n-th behaviour, whatever its prompt.
 Import the fixtures into a test module to use them.
 """
 
@@ -24,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -43,6 +48,7 @@ TOKENS_BEFORE_CUT = 3
 API_KEY = "sk-test-not-a-secret"
 REUSE_PORTS: set[int] = set()
 CHUNK_GAP_S = 0.01
+DEEP_BODY_BRACKETS = 5000  # deeper than Python's recursion limit
 
 
 def _wait_healthy(url: str, process: subprocess.Popen, log: Path, timeout_s: float) -> None:
@@ -102,7 +108,7 @@ def transformers_server(tiny_model_path) -> str:
 
 
 def _chunk(
-    endpoint: str, text: str = "", reasoning: str = "", finish_reason: str | None = None, usage: dict | None = None
+    endpoint: str, text: object = "", reasoning: str = "", finish_reason: str | None = None, usage: dict | None = None
 ) -> bytes:
     if endpoint == "chat":
         delta = {k: v for k, v in (("content", text), ("reasoning_content", reasoning)) if v}
@@ -113,9 +119,10 @@ def _chunk(
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
-async def answer_as_prompted(request: web.Request, endpoint: str) -> web.StreamResponse:
+async def answer_as_prompted(request: web.Request, endpoint: str, behaviour: str = "") -> web.StreamResponse:
+    """The answer the prompt asks for, or `behaviour` where one is given."""
     body = await request.json()
-    behaviour = body["messages"][-1]["content"] if endpoint == "chat" else body["prompt"]
+    behaviour = behaviour or (body["messages"][-1]["content"] if endpoint == "chat" else body["prompt"])
     if body.get("model") == "keepalive":
         behaviour = "keepalive"
     n = body.get("max_tokens") or body.get("max_completion_tokens") or 4
@@ -126,6 +133,8 @@ async def answer_as_prompted(request: web.Request, endpoint: str) -> web.StreamR
         return web.json_response({"error": {"message": "Incorrect API key provided"}}, status=401)
     if behaviour == "status500":
         return web.json_response({"object": "error", "message": "the engine crashed"}, status=500)
+    if behaviour == "deep-500":
+        return web.Response(body=b"[" * DEEP_BODY_BRACKETS, status=500, content_type="application/json")
     if behaviour == "slow":
         await asyncio.sleep(30)
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -140,7 +149,7 @@ async def answer_as_prompted(request: web.Request, endpoint: str) -> web.StreamR
         if behaviour == "thinking" or (behaviour == "reasoning" and i < n // 2):
             await response.write(_chunk(endpoint, reasoning="hmm"))
         else:
-            await response.write(_chunk(endpoint, text=" tok"))
+            await response.write(_chunk(endpoint, text=7 if behaviour == "number-text" else " tok"))
         await asyncio.sleep(CHUNK_GAP_S)
         if behaviour == "cut" and i + 1 == TOKENS_BEFORE_CUT:
             request.transport.close()  # no end of the chunked body: the client sees a broken payload
@@ -148,7 +157,8 @@ async def answer_as_prompted(request: web.Request, endpoint: str) -> web.StreamR
         if behaviour == "error-event" and i + 1 == TOKENS_BEFORE_CUT:
             await response.write(b'data: {"error": {"message": "out of memory", "code": 500}}\n\n')
             return response
-    usage = {"prompt_tokens": 3, "completion_tokens": n, "total_tokens": n + 3}
+    completion_tokens = math.inf if behaviour == "infinite-usage" else n
+    usage = {"prompt_tokens": 3, "completion_tokens": completion_tokens, "total_tokens": completion_tokens + 3}
     await response.write(_chunk(endpoint, finish_reason=finish_reason, usage=usage))
     await response.write(b"data: [DONE]\n\n")
     while behaviour == "after-done":  # text after the end, the connection held open, until the client gives up
@@ -176,6 +186,16 @@ def recording_app(bodies: list[dict]) -> web.Application:
     async def answer(request: web.Request, endpoint: str) -> web.StreamResponse:
         bodies.append(await request.json())
         return await answer_as_prompted(request, endpoint)
+
+    return add_openai_routes(web.Application(), answer)
+
+
+def answering_in_turn(behaviours: list[str]) -> web.Application:
+    """The server above, the n-th request to arrive answered as `behaviours[n]` (and "ok" past the list)."""
+    arrived = iter(behaviours)
+
+    async def answer(request: web.Request, endpoint: str) -> web.StreamResponse:
+        return await answer_as_prompted(request, endpoint, next(arrived, "ok"))
 
     return add_openai_routes(web.Application(), answer)
 

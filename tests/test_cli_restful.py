@@ -1,12 +1,24 @@
 """`python -m bench_core restful` end to end against `transformers serve` on the tiny Llama."""
 
 import csv
+import math
 
+import numpy as np
+import pandas as pd
 import pytest
-from openai_server import free_port, recording_app, serving, transformers_server  # noqa: F401 (fixture)
+from openai_server import (  # noqa: F401 (fixture)
+    answering_in_turn,
+    free_port,
+    recording_app,
+    serving,
+    transformers_server,
+)
 
 from bench_core.cli import build_parser, main
-from bench_core.cli.restful import _rate_range, rates
+from bench_core.cli.common import EXIT_FAILED, EXIT_PARTIAL
+from bench_core.cli.restful import _rate_range, print_result, rates, restful_csv_row
+from bench_core.config import RunConfig
+from bench_core.measure import metrics
 from bench_core.measure.catalog import BEYOND_LMDEPLOY
 from bench_core.store.history import History
 from bench_core.store.history_import import RESTFUL_COLUMNS
@@ -169,40 +181,96 @@ def lmdeploy_body(endpoint: str, prompt: str, output_len: int) -> dict:
     }
 
 
+def restful_at(url: str, tmp_path, backend: str, num_prompts: int, *flags: str) -> int:
+    """A restful run of `num_prompts` four-token requests against the test server at `url`, model "m"."""
+    return main(
+        [
+            "restful",
+            "--backend",
+            backend,
+            "--base-url",
+            url,
+            "--model",
+            "m",
+            "--tokenizer",
+            "builtin:tiny-llama",
+            "--dataset-path",
+            "builtin:sample",
+            "--num-prompts",
+            str(num_prompts),
+            "--sharegpt-output-len",
+            "4",
+            "--disable-warmup",
+            "--results",
+            str(tmp_path / "results"),
+            *flags,
+        ]
+    )
+
+
 def sent_bodies(tmp_path, backend: str, *flags: str) -> list[dict]:
     """The bodies a two-request restful run against the lmdeploy-like test server posts."""
     bodies: list[dict] = []
     with serving(recording_app(bodies)) as url:
-        assert (
-            main(
-                [
-                    "restful",
-                    "--backend",
-                    backend,
-                    "--base-url",
-                    url,
-                    "--model",
-                    "m",
-                    "--tokenizer",
-                    "builtin:tiny-llama",
-                    "--dataset-path",
-                    "builtin:sample",
-                    "--num-prompts",
-                    "2",
-                    "--sharegpt-output-len",
-                    "4",
-                    "--disable-warmup",
-                    "--output-file",
-                    "",
-                    "--results",
-                    str(tmp_path / "results"),
-                    *flags,
-                ]
-            )
-            == 0
-        )
+        assert restful_at(url, tmp_path, backend, 2, "--output-file", "", *flags) == 0
     assert len(bodies) == 2
     return bodies
+
+
+def test_odd_answers_fail_their_requests_and_the_run_is_shown_and_recorded(tmp_path, capsys):
+    answers = ["ok", "infinite-usage", "ok", "number-text", "deep-500", "ok"]
+    with serving(answering_in_turn(answers)) as url:
+        code = restful_at(url, tmp_path, "vllm", len(answers), "--output-file", str(tmp_path / "out.csv"))
+    out, err = capsys.readouterr()
+    assert code == EXIT_PARTIAL, err
+    assert "Successful requests:                     3" in out
+    assert "Failed requests:                         3" in out
+    for said in ("not JSON", "a choices[0].text that is not a string: 7", "HTTP 500 Internal Server Error"):
+        assert said in out
+    stored = History(tmp_path / "results").load()
+    assert (stored["completed"].tolist(), stored["failed"].tolist()) == ([3], [3])
+    assert csv_rows(tmp_path / "out.csv")[1][0]["completed"] == "3"
+
+
+def test_a_run_whose_every_answer_was_odd_says_so_and_fails(tmp_path, capsys):
+    with serving(answering_in_turn(["deep-500", "number-text", "infinite-usage"])) as url:
+        code = restful_at(url, tmp_path, "vllm", 3, "--output-file", str(tmp_path / "out.csv"))
+    out, err = capsys.readouterr()
+    assert code == EXIT_FAILED, err
+    assert "Successful requests:                     0" in out
+    assert "\nerror: No request succeeded (error: HTTP 500 Internal Server Error from " in err
+    assert "Traceback" not in out + err
+
+
+def test_a_run_the_engine_failed_before_any_request_ended_is_shown_without_its_http_timings(capsys):
+    # The server's timings (to the stream's last line) come with each request's end: where the engine failed before
+    # any ended, the request table has none of them, and the box and the CSV row say "not measured".
+    one_unfinished = pd.DataFrame(
+        {
+            "index": [0],
+            "input_len": [10],
+            "req_output_len": [4],
+            "output_len": [0],
+            "status": ["unfinished"],
+            "reason": ["unfinished"],
+            "ttft_s": [math.nan],
+            "tpot_s": [math.nan],
+            "e2e_s": [math.nan],
+            "itl_s": [np.array([])],
+            "tokens_per_tick": [np.array([], dtype=np.int64)],
+            "n_ticks": [0],
+            "start_s": [0.0],
+            "finish_s": [math.nan],
+        }
+    )
+    config = RunConfig()
+    summary = metrics.run_summary(one_unfinished, 1.0, [50, 75, 95, 99], stream_output=True)
+    assert "mean_e2e_last_line_ms" not in summary
+    print_result("vllm", config, summary)
+    out = capsys.readouterr().out
+    assert "Mean E2E Latency (ms):                   -" in out and "P99 TPOT (ms):                           -" in out
+    row = restful_csv_row("vllm", config, summary)
+    assert math.isnan(row["mean_e2e_latency_ms"]) and math.isnan(row["mean_tpot_ms"])
 
 
 @pytest.mark.parametrize("backend, endpoint", [("lmdeploy", "completions"), ("lmdeploy-chat", "chat")])

@@ -246,9 +246,9 @@ def test_a_server_that_closes_before_answering_is_said_so():
     "response, words",
     [
         (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", "not HTTP/1.1"),
-        (HEAD + b"zz\r\n", "bad chunk size"),
-        (HEAD + b"-5\r\nabc\r\n", "bad chunk size"),
-        (HEAD + b"3\r\nabcdef\r\n", "longer than its size says"),
+        (HEAD + b"zz\r\n", "Invalid character in chunk size"),
+        (HEAD + b"-5\r\nabc\r\n", "Invalid character in chunk size"),
+        (HEAD + b"3\r\nabcdef\r\n", "Expected LF after chunk data"),
     ],
 )
 def test_an_answer_that_is_not_http_is_one_error_naming_what_is_wrong(response, words):
@@ -285,6 +285,6 @@ def test_https_is_read_the_same_and_an_untrusted_certificate_is_refused(tmp_path
         (refused,), _ = run(url)
         monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the client's default context trusts it from here on
         results, _ = run(url, n=2)
-    assert "cannot connect" in refused.message and "CERTIFICATE_VERIFY_FAILED" in refused.message
+    assert "TLS handshake" in refused.message and "CERTIFICATE_VERIFY_FAILED" in refused.message
     assert [(r.finish_reason, r.text) for r in results] == [("length", "t0t1t2t3t4")] * 2
     assert len(connections) == 1  # one kept alive for both (the refused handshake never reached the server's handler)

@@ -307,6 +307,100 @@ def test_an_unusual_finish_reason_is_served_with_a_note():
     )
 
 
+def deep(levels: int) -> list:
+    """A list `levels` deep: past Python's recursion limit, repr() and json.loads raise RecursionError."""
+    nested: list = []
+    for _ in range(levels):
+        nested = [nested]
+    return nested
+
+
+@pytest.mark.parametrize(
+    "body, said",
+    [
+        (b'{"choices":[{"text":"a"}],"usage":{"completion_tokens":Infinity}}', "not JSON (unexpected character"),
+        (
+            b'{"choices":[{"text":"a"}],"usage":{"completion_tokens":-1}}',
+            "usage.completion_tokens this client cannot count: -1",
+        ),
+        (
+            b'{"choices":[{"text":"a"}],"usage":{"completion_tokens":1e30}}',
+            "usage.completion_tokens this client cannot count: 1e+30",
+        ),
+        (
+            b'{"choices":[{"text":"a"}],"usage":{"completion_tokens":"12"}}',
+            "usage.completion_tokens this client cannot count: '12'",
+        ),
+        (
+            b'{"choices":[{"text":"a"}],"usage":{"completion_tokens":true}}',
+            "usage.completion_tokens this client cannot count: True",
+        ),
+        (b'{"choices":[{"text":"a"}],"usage":{"completion_tokens":2147483648}}', "cannot count: 2147483648"),
+        (
+            b'{"choices":[],"usage":{"prompt_tokens":-5,"completion_tokens":3}}',
+            "usage.prompt_tokens this client cannot count: -5",
+        ),
+        (
+            b'{"choices":[],"usage":{"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":1.5}}}',
+            "usage.prompt_tokens_details.cached_tokens this client cannot count: 1.5",
+        ),
+        (b'{"choices":[],"usage":[3]}', "a usage that is not an object: [3]"),
+        (b'{"choices":[{"text":7}]}', "a choices[0].text that is not a string: 7"),
+        (b'{"choices":[{"delta":{"content":["a"]}}]}', "a choices[0].delta.content that is not a string: ['a']"),
+        (
+            b'{"choices":[{"delta":{"reasoning_content":5}}]}',
+            "a choices[0].delta.reasoning_content that is not a string: 5",
+        ),
+        (b'{"choices":[{"message":"hi"}]}', "a choices[0].message that is not an object: 'hi'"),
+        (b'{"choices":[["a"]]}', "choices that are not a list of objects: [['a']]"),
+        (b'{"choices":{"text":"a"}}', "choices that are not a list of objects: {'text': 'a'}"),
+        (b'{"choices":[{"text":"a","finish_reason":1}]}', "a choices[0].finish_reason that is not a string: 1"),
+        (b"[1, 2]", "the server sent JSON that is not an object: [1, 2]"),
+        (b"[" * 5000, "not JSON (depth limit exceeded"),
+        (b'{"a":' * 100_000 + b"1" + b"}" * 100_000, "not JSON (depth limit exceeded"),
+        (b'{"choices":[{"text":"\xff"}]}', "not UTF-8 (invalid start byte at byte 21)"),
+    ],
+)
+@pytest.mark.parametrize("streamed", [True, False])
+def test_a_value_this_client_cannot_read_fails_the_request_saying_what_it_was(body, said, streamed):
+    reader = StreamReader()
+    if streamed:
+        reader.read_message(SSEMessage(body))
+    else:
+        reader.read_json(body)
+    reason, message = reader.finish()
+    assert reason == "error"
+    assert said in message
+    assert len(message) < 500
+
+
+def test_a_count_sent_as_a_whole_float_is_read_as_that_count():
+    reader = read_all(
+        [data({"choices": [{"text": "a", "finish_reason": "length"}], "usage": {"completion_tokens": 5.0}})]
+    )
+    assert (reader.finish(), reader.n_tokens, reader.usage_completion_tokens) == (("length", ""), 5, 5)
+
+
+@pytest.mark.parametrize(
+    "body, shown",
+    [
+        (b"[" * 5000, "[" * openai_stream.ERROR_BODY_CHARS),
+        ("[" * 5000, "[" * openai_stream.ERROR_BODY_CHARS),
+        (b'{"error":' * 100_000 + b"1" + b"}" * 100_000, '{"error":' * 33 + '{"e'),
+        (b"\xff\xfe overloaded", "\ufffd\ufffd overloaded"),
+        (b'{"message": "' + b"x" * 20_000_000 + b'"}', "x" * openai_stream.ERROR_BODY_CHARS),
+        ({"error": {"message": deep(100_000)}}, "[[[[[[[...]]]]]]]"),
+        (
+            {"detail": [{"loc": ["body", "ignore_eos"], "msg": "Extra"}]},
+            "[{'loc': ['body', 'ignore_eos'], 'msg': 'Extra'}]",
+        ),
+        ({"code": deep(100_000)}, "{'code': [[[[[[...]]]]]]}"),
+    ],
+)
+def test_an_error_body_is_shown_short_whatever_it_holds(body, shown):
+    assert openai_stream.error_text(body) == shown
+
+
 # --- payloads and addresses ---------------------------------------------------------------------
 
 
@@ -549,6 +643,20 @@ def test_each_bad_answer_is_its_own_error_and_the_rest_of_the_run_goes_on(misbeh
         assert result.finish_reason == "error"
         assert result.n_tokens == TOKENS_BEFORE_CUT
         assert finishes(events)[result.index].n_tokens == TOKENS_BEFORE_CUT
+    assert Counter(e.index for e in events if e.kind == "finish") == Counter(range(len(prompts)))
+
+
+def test_an_odd_value_in_an_answer_fails_that_request_and_the_others_are_served(misbehaving_server):
+    prompts = ["ok", "infinite-usage", "ok", "number-text", "deep-500", "ok"]
+    events, results, _ = finished(ServerSpec(misbehaving_server), "m", requests_for(prompts))
+    by_prompt = dict(zip(prompts, results))
+    assert [r.finish_reason for r in results] == ["length", "error", "length", "error", "error", "length"]
+    assert all(r.output_tokens == 8 and r.text == " tok" * 8 for r in results if r.finish_reason == "length")
+    infinite, number = by_prompt["infinite-usage"].message, by_prompt["number-text"].message
+    assert "not JSON" in infinite and '"completion_tokens": Infinity' in infinite
+    assert number.startswith("the server sent a choices[0].text that is not a string: 7")
+    deep_500 = by_prompt["deep-500"].message
+    assert deep_500.startswith("HTTP 500 Internal Server Error from ") and deep_500.endswith("[" * 100)
     assert Counter(e.index for e in events if e.kind == "finish") == Counter(range(len(prompts)))
 
 

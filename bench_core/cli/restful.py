@@ -15,15 +15,14 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import socket
-import urllib.parse
 from datetime import datetime
 
 from .. import csvstore
-from ..config import Part, RunConfig
+from ..config import EngineConfig, Part, RunConfig
 from ..config.catalog import BY_NAME, IMAGE, TRACE_DATASET, setting
 from ..engines import check_run_config
-from ..engines.openai_client import REQUEST_DEADLINE_S, ServerError, api_root, discover_model
+from ..engines.openai_client import REQUEST_DEADLINE_S, check_reachable, discover_model
+from ..engines.openai_engine import network_policy
 from ..errors import ConfigError
 from ..measure import metrics
 from ..measure.catalog import BEYOND_LMDEPLOY, METRICS, Metric
@@ -135,6 +134,9 @@ OUR_FLAGS = (
     ),
     Flag("server_metrics", negated=True),
     "server_metrics_interval_s",
+    Flag("proxy_env", negated=True),
+    "ca_bundle",
+    "insecure",
 )
 DEFAULT_PORTS = {"lmdeploy": 23333, "sglang": 30000, "vllm": 8000, "transformers": 8000}
 BOX_WIDTH = 50
@@ -216,8 +218,9 @@ class RestfulCommand(EngineCommand):
         hub_offline_by_default()
         if getattr(args, "server_cmd", ""):
             return config_for_rate(args, "http://127.0.0.1", args.model or "", args.request_rate)
-        url = base_url(args)
-        return config_for_rate(args, url, check_server(url, args.model), args.request_rate)
+        config = config_for_rate(args, base_url(args), args.model or "", args.request_rate)
+        config.engine.model = check_server(config.engine)
+        return config
 
     def run(self, args: argparse.Namespace) -> int:
         check_report_path(args.report)
@@ -229,7 +232,7 @@ class RestfulCommand(EngineCommand):
         output_file = default_output_file(args) if args.output_file is None else args.output_file
         history = open_history(args.results)
         check_writable(history, output_file)
-        model = check_server(url, args.model)
+        model = check_server(configs[0].engine)
         for config in configs:
             config.engine.model = model
 
@@ -352,19 +355,14 @@ def hub_offline_by_default() -> None:
     os.environ.setdefault(OFFLINE_ENV, "1")
 
 
-def check_server(url: str, model: str | None) -> str:
-    """The model to benchmark: `model`, or the server's first; ServerError when the server cannot be reached."""
-    if not model:
-        return discover_model(url)
-    address = urllib.parse.urlsplit(api_root(url))
-    port = address.port or (443 if address.scheme == "https" else 80)
-    try:
-        socket.create_connection((address.hostname, port), timeout=10).close()
-    except OSError as exc:
-        raise ServerError(
-            f"Cannot reach {api_root(url)} ({exc.strerror or exc}). Is the server running, and is the URL right?"
-        ) from None
-    return model
+def check_server(engine: EngineConfig) -> str:
+    """The model to benchmark: the engine's, or the server's first; ServerError when the server cannot be reached
+    (by the route the run takes: its proxy, its TLS)."""
+    network = network_policy(engine)
+    if not engine.model:
+        return discover_model(engine.base_url, engine.api_key, network=network)
+    check_reachable(engine.base_url, engine.api_key, network=network)
+    return engine.model
 
 
 def restful_csv_row(backend: str, config: RunConfig, summary: dict) -> dict:
@@ -381,9 +379,10 @@ def restful_csv_row(backend: str, config: RunConfig, summary: dict) -> dict:
         "request_throughput": summary["request_throughput"],
         "input_throughput": summary["input_throughput"],
         "output_throughput": summary["output_throughput"],
-        "mean_e2e_latency_ms": summary["mean_e2e_last_line_ms"],
+        # The timings to the stream's last line come with each request's end: none where the engine failed first.
+        "mean_e2e_latency_ms": summary.get("mean_e2e_last_line_ms", math.nan),
         "mean_ttft_ms": summary["mean_ttft_ms"],
-        "mean_tpot_ms": summary["mean_tpot_last_line_ms"],
+        "mean_tpot_ms": summary.get("mean_tpot_last_line_ms", math.nan),
         "mean_itl_ms": summary["mean_itl_ms"],
     }
     return {column: values[column] for column in RESTFUL_COLUMNS}
@@ -414,8 +413,8 @@ def print_result(backend: str, config: RunConfig, summary: dict) -> None:
     _line("Input token throughput (tok/s):", summary["input_throughput"])
     _line("Output token throughput (tok/s):", summary["output_throughput"])
     _section("End-to-End Latency")
-    _line("Mean E2E Latency (ms):", summary["mean_e2e_last_line_ms"])
-    _line("Median E2E Latency (ms):", summary["p50_e2e_last_line_ms"])
+    _line("Mean E2E Latency (ms):", summary.get("mean_e2e_last_line_ms", math.nan))  # see restful_csv_row
+    _line("Median E2E Latency (ms):", summary.get("p50_e2e_last_line_ms", math.nan))
     for metric, title, name in (
         ("ttft", "Time to First Token", "TTFT"),
         ("tpot_last_line", "Time per Output Token (excl. 1st token)", "TPOT"),
@@ -438,10 +437,10 @@ def _extra_rows(config: RunConfig, summary: dict) -> None:
     for metric in ("e2e", "tpot"):  # the box's end at the last line; vLLM's, and ours, at the last text
         _line(f"Mean {metric.upper()} to last text (ms):", summary[f"mean_{metric}_ms"])
     for metric, name in (("e2e_last_line", "E2E"), ("ttft", "TTFT"), ("tpot_last_line", "TPOT"), ("itl", "ITL")):
-        _line(f"Std {name} (ms):", summary[f"std_{metric}_ms"])
+        _line(f"Std {name} (ms):", summary.get(f"std_{metric}_ms", math.nan))
         for q in config.percentiles:
             key = metrics.percentile_key(q)
-            _line(f"{key.upper()} {name} (ms):", summary[f"{key}_{metric}_ms"])
+            _line(f"{key.upper()} {name} (ms):", summary.get(f"{key}_{metric}_ms", math.nan))
     for metric in BEYOND_LMDEPLOY:
         _line(f"Mean {metric.row_title}:", summary.get(metric.mean_column, math.nan))
     reasoning = METRICS["ttft_reasoning"]  # "-" for a run that streamed no reasoning
@@ -461,6 +460,8 @@ def _extra_rows(config: RunConfig, summary: dict) -> None:
     if summary.get("length_mismatches", 0) > summary.get("overrun", 0):
         print("  served requests returned fewer tokens than asked: does the server honour ignore_eos?")
     _line("Output counts from:", summary.get("output_len_sources") or "-")
+    if summary.get("resent_requests"):  # a server that closes kept-alive connections; absent from most runs
+        _line("Resent on a new connection:", summary["resent_requests"])
     if "goodput_rps" in summary:
         _line("Good requests:", summary["good_requests"])
         _line("Goodput (req/s):", summary["goodput_rps"])

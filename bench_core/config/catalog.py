@@ -614,6 +614,53 @@ ENGINE = (
         widget_label="Server metrics every (s)",
         cli_help="seconds between two reads of the server's Prometheus /metrics",
     ),
+    # How the client reaches the server (bench_core/engines/http_stream.py's NetworkPolicy), for every request alike.
+    Setting(
+        "proxy_env",
+        Part.ENGINE,
+        bool,
+        True,
+        group=SERVER_GROUP,
+        backends=SERVER,
+        compared=False,
+        label="Proxies from the environment",
+        help="Reach the server through the proxy that http_proxy / https_proxy name (no_proxy excepted), as curl "
+        "does; a server on this machine is always reached directly.",
+        flags=("--no-proxy-env",),
+        widget_label="Use the environment's proxy",
+        cli_help="ignore http_proxy, https_proxy and no_proxy: connect to the server directly",
+    ),
+    Setting(
+        "ca_bundle",
+        Part.ENGINE,
+        str,
+        "",
+        group=SERVER_GROUP,
+        backends=SERVER,
+        compared=False,
+        label="CA bundle",
+        help="A PEM file of the certificate authorities an https:// server is checked against, instead of the "
+        "system's.",
+        flags=("--ca-bundle",),
+        widget_label="CA bundle (PEM file)",
+        cli_help="a PEM file of the certificate authorities to check an https:// server against (default: the "
+        "system's)",
+    ),
+    Setting(
+        "insecure",
+        Part.ENGINE,
+        bool,
+        False,
+        group=SERVER_GROUP,
+        backends=SERVER,
+        compared=False,
+        label="Skip TLS verification",
+        help="Accept any certificate from an https:// server (a self-signed one): the connection is encrypted "
+        "but not authenticated.",
+        flags=("--insecure",),
+        widget_label="Skip TLS certificate checks",
+        cli_help="accept any certificate from an https:// server",
+    ),
 )
 
 DATASET = (

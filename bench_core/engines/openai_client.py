@@ -47,9 +47,7 @@ import queue
 import resource
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -63,16 +61,24 @@ from ..load.schedule import SendSchedule
 from ..states import SERVED_REASONS, RequestStatus
 from .base import NOT_SENT_AFTER_FAILURE, RUN_ENDED, EngineEvent
 from .http_stream import (
+    DEFAULT_POLICY,
+    MAX_GET_BYTES,
     BodySink,
+    BodyTooLarge,
     ConnectFailed,
     Connection,
     ConnectionPool,
     ConnectTimeout,
     HTTPStreamError,
+    NetworkPolicy,
     Origin,
+    ProxyFailed,
     ResponseCut,
     ServerClosed,
+    TLSFailed,
     basic_auth,
+    fetch,
+    target_of,
 )
 from .loop_lag import LoopLag
 from .openai_stream import (
@@ -143,6 +149,7 @@ class ServerSpec:
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 300.0
     total_timeout_s: float = REQUEST_DEADLINE_S
+    network: NetworkPolicy = DEFAULT_POLICY  # proxies and TLS, for the streams and every GET alike
 
     def __post_init__(self) -> None:
         api_root(self.base_url)
@@ -160,28 +167,73 @@ class ServerSpec:
         return api_root(self.base_url) + ENDPOINTS[self.endpoint]
 
 
-def http_get(url: str, api_key: str | None = None, timeout_s: float = 10.0) -> bytes:
-    """The body of GET `url`, with the API key as a Bearer header (else the URL's user-info as Basic auth, as the
-    run's requests send it); ServerError when the server cannot be reached or answers with an HTTP error."""
-    headers = _auth_headers(api_key, url)
-    parts = urllib.parse.urlsplit(url)
-    request = urllib.request.Request(parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl(), headers=headers)
+def http_get(
+    url: str,
+    api_key: str | None = None,
+    timeout_s: float = 10.0,
+    network: NetworkPolicy = DEFAULT_POLICY,
+    max_bytes: int = MAX_GET_BYTES,
+) -> bytes:
+    """The body of GET `url`, whole within `timeout_s`, with the API key as a Bearer header (else the URL's
+    user-info as Basic auth, as the run's requests send it), on the run's transport and policy (`http_stream`);
+    ServerError when the server cannot be reached, answers with an HTTP error or redirects elsewhere."""
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            return response.read()
-    except urllib.error.HTTPError as exc:
-        hint = " Check the API key." if exc.code in (401, 403) else ""
-        raise ServerError(f"{url} answered HTTP {exc.code} {exc.reason}.{hint}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise ServerError(f"Cannot reach {url} ({reason}). Is the server running, and is the URL right?") from None
+        response = fetch(url, _auth_headers(api_key, url), network, timeout_s, max_bytes)
+    except HTTPStreamError as exc:
+        raise _unreadable(url, exc) from None
+    if response.status != 200:
+        hint = " Check the API key." if response.status in (401, 403) else ""
+        raise ServerError(f"{_without_user_info(url)} answered HTTP {response.status} {response.reason}.{hint}")
+    return response.body
 
 
-def discover_model(base_url: str, api_key: str | None = None, timeout_s: float = 10.0) -> str:
+def check_reachable(
+    base_url: str,
+    api_key: str | None = None,
+    timeout_s: float = 10.0,
+    network: NetworkPolicy = DEFAULT_POLICY,
+) -> None:
+    """ServerError unless the server answers GET /v1/models with some HTTP response, by the run's own route (its
+    proxy, its TLS): a benchmark that names its model needs no list, only a server that is there."""
+    url = api_root(base_url) + "/v1/models"
+    try:
+        fetch(url, _auth_headers(api_key, url), network, timeout_s, max_bytes=ERROR_BODY_CHARS)
+    except BodyTooLarge:
+        return  # it answered
+    except HTTPStreamError as exc:
+        raise _unreadable(api_root(base_url), exc) from None
+
+
+def _unreadable(url: str, exc: HTTPStreamError) -> ServerError:
+    """One message for a GET that failed, naming what failed: the host name, the server, the proxy, TLS."""
+    shown = _without_user_info(url)
+    if isinstance(exc, ConnectFailed):
+        if exc.proxy:
+            return ServerError(
+                f"Cannot reach {shown} through the proxy {exc.proxy} ({exc.cause}). Is the proxy running?"
+            )
+        if exc.unresolved:
+            return ServerError(f"Cannot reach {shown}: its host name does not resolve ({exc.cause}).")
+        return ServerError(f"Cannot reach {shown} ({exc.cause}). Is the server running, and is the URL right?")
+    verb = "reach" if isinstance(exc, (ConnectTimeout, TLSFailed, ProxyFailed)) else "read"
+    return ServerError(f"Cannot {verb} {shown}: {exc}.")
+
+
+def _without_user_info(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+
+
+def discover_model(
+    base_url: str,
+    api_key: str | None = None,
+    timeout_s: float = 10.0,
+    network: NetworkPolicy = DEFAULT_POLICY,
+) -> str:
     """The first model the server lists at GET /v1/models (what it serves when no model is named)."""
     url = api_root(base_url) + "/v1/models"
     try:
-        listing = json.loads(http_get(url, api_key, timeout_s))
+        listing = json.loads(http_get(url, api_key, timeout_s, network))
     except ValueError:
         raise ServerError(f"{url} did not answer with JSON: is this an OpenAI-compatible server?") from None
     models = listing.get("data") if isinstance(listing, dict) else None
@@ -297,6 +349,7 @@ class RequestResult:
     usage_prompt_tokens: int | None = None
     usage_cached_tokens: int | None = None
     built_prompt: str | None = None  # the prompt made when it was sent (a turn repeating the model's answer)
+    resent: bool = False  # sent again on a fresh connection: a reused one closed before any byte of the answer
     retokenized_tokens: int | None = None  # filled by `retokenize`
     finish_reason: str = ""
     message: str = ""
@@ -447,14 +500,16 @@ async def send_request(
     deadline = _Deadline(spec.read_timeout_s, spec.total_timeout_s, ends_at - result.sent_ts)
     connection = None
     try:
-        connection = await pool.post(_target(spec.url), json.dumps(payload).encode())
+        connection = await pool.post(target_of(spec.url), json.dumps(payload).encode())
+        result.resent = connection.resent
         if connection.status != 200:
             body = await connection.body(4 * ERROR_BODY_CHARS)
-            reader.error = f"HTTP {connection.status} {connection.reason} from {spec.url}: {error_text(body)}"
+            via = f" through the proxy {pool.proxy.shown}" if pool.proxy else ""
+            reader.error = f"HTTP {connection.status} {connection.reason} from {spec.url}{via}: {error_text(body)}"
         elif spec.stream:
             await _read_stream(connection, reader, result, emit, deadline)
         else:
-            reader.read_body(json.loads(await connection.body()))
+            reader.read_json(await connection.body())
             usage = reader.usage_completion_tokens
             result.first_byte_ts = result.last_line_ts = time.perf_counter()
             ticks_ts, ticks_ns = [], []
@@ -477,8 +532,17 @@ async def send_request(
         else:
             reason, message = "abort", "cancelled"
     except ConnectFailed as exc:
-        cause = exc.os_error.strerror or exc.os_error
-        reason, message = "error", f"cannot connect to {spec.url} ({cause}): is the server running?"
+        to = f"the proxy {exc.proxy} (for {spec.url})" if exc.proxy else spec.url
+        hint = (
+            "is the proxy running?"
+            if exc.proxy
+            else "is the host name right?"
+            if exc.unresolved
+            else "is the server running?"
+        )
+        reason, message = "error", f"cannot connect to {to} ({exc.cause}): {hint}"
+    except (TLSFailed, ProxyFailed) as exc:
+        reason, message = "error", str(exc)
     except ConnectTimeout:
         reason, message = "error", f"no connection to {spec.url} within {spec.connect_timeout_s:g} s"
     except ResponseCut as exc:
@@ -487,7 +551,7 @@ async def send_request(
         reason, message = "error", f"the server closed the connection after {reader.n_tokens} tokens"
     except EventTooLarge as exc:
         reason, message = "error", f"{exc} after {reader.n_tokens} tokens"
-    except (HTTPStreamError, ValueError) as exc:
+    except Exception as exc:  # anything else fails this request alone: the rest of the run goes on
         reason, message = "error", f"{type(exc).__name__}: {exc}"
     finally:
         deadline.stop()
@@ -503,12 +567,6 @@ async def send_request(
     result.text, result.reasoning_text = "".join(reader.text_parts), "".join(reader.reasoning_parts)
     result.finish_reason, result.message = reason, message
     emit(EngineEvent(result.index, "finish", result.end_ts, result.output_tokens, reason, message))
-
-
-def _target(url: str) -> str:
-    """The request line's target of a URL: its path and query."""
-    parts = urllib.parse.urlsplit(url)
-    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
 
 async def _read_stream(
@@ -704,11 +762,13 @@ class ClientRun:
 
     async def _drive(self) -> None:
         _raise_open_file_limit(self.max_concurrency or len(self.requests) + self.warmup)
-        # One connection per request in flight, so `slots` (max_concurrency) caps the connections too. No proxy
-        # between the client and the server it measures (the pool reads no proxy settings).
+        # One connection per request in flight, so `slots` (max_concurrency) caps the connections too.
         try:
             pool = ConnectionPool(
-                Origin(self.spec.url), self.spec.connect_timeout_s, _auth_headers(self.spec.api_key, self.spec.url)
+                Origin(self.spec.url),
+                self.spec.connect_timeout_s,
+                _auth_headers(self.spec.api_key, self.spec.url),
+                self.spec.network,
             )
         except ValueError as exc:
             raise ConfigError(f"Cannot send requests with these settings: {exc}.") from None

@@ -66,6 +66,7 @@ from .base import NOT_SENT, Backend, Engine, EngineEvent, EngineInfo
 
 if TYPE_CHECKING:  # the client is imported where it is used: the registry imports this module
     from .client_workers import ClientWorkers, ProcessClientRun
+    from .http_stream import NetworkPolicy
     from .openai_client import ClientRun, RequestResult, ServerSpec
     from .server_metrics import MetricsScraper
 
@@ -101,7 +102,15 @@ def server_spec(engine: EngineConfig, stream: bool = True) -> ServerSpec:
         extra_body=extra_body(engine),
         chat_limit_field=engine.chat_limit_field,
         read_timeout_s=engine.read_timeout_s,
+        network=network_policy(engine),
     )
+
+
+def network_policy(engine: EngineConfig) -> NetworkPolicy:
+    """How every request to the server travels: proxies and TLS, from the engine's settings."""
+    from .http_stream import NetworkPolicy
+
+    return NetworkPolicy(engine.proxy_env, engine.ca_bundle.strip(), engine.insecure)
 
 
 def _credential_problems(spec) -> list[str]:
@@ -199,7 +208,7 @@ class OpenAIEngine(Engine):
         self._metrics_interval_s = engine.server_metrics_interval_s if engine.server_metrics else None
         self._loop_lag: list[tuple[float, float]] = []  # the last run's (ClientRun.loop_lag)
         root = api_root(self.spec.base_url)
-        self.model = engine.model.strip() or discover_model(root, self.spec.api_key)
+        self.model = engine.model.strip() or discover_model(root, self.spec.api_key, network=self.spec.network)
         tokenizer_name = engine.tokenizer.strip() or self.model
         try:
             self._tokenizer = load_tokenizer(tokenizer_name, engine.trust_remote_code)
@@ -367,16 +376,17 @@ class OpenAIEngine(Engine):
 
     def metrics_scraper(self) -> MetricsScraper | None:
         """A reader of the server's Prometheus page at /metrics, unless the settings turned it off."""
-        from .openai_client import api_root, http_get
+        from .openai_client import _auth_headers, api_root
         from .server_metrics import METRICS_SWITCHES, MetricsScraper
 
         if self._metrics_interval_s is None:
             return None
-        api_key = self.spec.api_key
+        url = api_root(self.spec.base_url) + "/metrics"
         return MetricsScraper(
-            api_root(self.spec.base_url) + "/metrics",
+            url,
             self._metrics_interval_s,
-            lambda url, timeout_s: http_get(url, api_key, timeout_s),
+            _auth_headers(self.spec.api_key, url),
+            self.spec.network,
             METRICS_SWITCHES.get(self.spec.server_kind, ""),
         )
 
@@ -397,6 +407,7 @@ class OpenAIEngine(Engine):
             "first_reasoning_s": _since(result.sent_ts, result.first_reasoning_ts),
             "e2e_last_line_s": _since(result.sent_ts, result.last_line_ts),
             "usage_only": result.usage_only,
+            "resent": result.resent,
             **send_columns(result.scheduled_s, result.sent_ts, result.end_ts, run.t0),
         }
 

@@ -6,44 +6,54 @@ ended, so every edge case is testable without a server. `openai_client` does the
 
 Both run once per streamed token, hundreds of streams at a time, so the common case (one
 `data:` line holding a chunk with text) takes the shortest path; bench/bench_http_client.py
-measures it against a vLLM-style client.
+measures it against a vLLM-style client. Whatever a server sends, an answer this client cannot read
+fails its own request with a message saying what was wrong, and never raises: a run's other requests
+go on.
 """
 
 from __future__ import annotations
 
-import json
+import reprlib
 from typing import NamedTuple
 
+import orjson
+
 ERROR_BODY_CHARS = 300  # of a server's error text, kept in a request's message
-_JSON = json.JSONDecoder()
-_scan_json = _JSON.scan_once  # the C scanner: JSONDecoder.decode wraps it in two Python calls and two regex matches
+MAX_COUNT = 2**31  # a token count at or past this is no count a server meant: far past any context window
+
+# Chunks are decoded with orjson: several times faster than json (docs/performance.md), and it refuses what JSON
+# does not allow (Infinity, NaN, invalid UTF-8) and nesting past 1,024 levels, where json gives inf or raises
+# RecursionError.
+_loads = orjson.loads
+
+# How a value a server sent is shown in a message: bounded in depth and length, where str() of a value nested
+# past Python's recursion limit raises RecursionError and that of a huge one costs its size.
+_shown = reprlib.Repr()
+_shown.maxlevel, _shown.maxstring, _shown.maxother = 6, ERROR_BODY_CHARS, ERROR_BODY_CHARS
 
 
-def _decode_json(text: str) -> object:
-    """json.loads of one chunk, less the fields before its "choices" that nothing here reads.
+def _short(value: object) -> str:
+    return _shown.repr(value)[:ERROR_BODY_CHARS]
 
-    A chunk opens with id, object, created and model, a third of its bytes and of its decoding time. Where
-    none of them can be what `read_body` looks for (no "usage" or "error" before "choices"), only the rest is
-    decoded, as an object of its own; it must end where the text ends, which also proves that "choices" was
-    the outer object's key and not a nested one. Anything else is decoded whole.
-    """
-    start = text.find('"choices":')
-    if start > 0 and text.find('"usage"', 0, start) < 0 and text.find('"error"', 0, start) < 0:
-        rest = "{" + text[start:]
-        try:
-            value, end = _scan_json(rest, 0)
-        except (StopIteration, ValueError):
-            pass
-        else:
-            if end == len(rest):
-                return value
-    try:
-        value, end = _scan_json(text, 0)
-    except StopIteration:  # leading whitespace, or no JSON: decode() skips the one and words the other
-        return _JSON.decode(text)
-    if end != len(text) and not text[end:].isspace():
-        return _JSON.decode(text)  # what follows the value: its error
-    return value
+
+class _Unreadable(ValueError):
+    """A value in an answer this client cannot read: the message names it, for the request's error."""
+
+
+def _count(value: object, name: str) -> int:
+    """A token count as an int: a whole number from 0 to MAX_COUNT (5.0 is 5; True is no count)."""
+    if type(value) is int and 0 <= value < MAX_COUNT:
+        return value
+    if type(value) is float and value.is_integer() and 0 <= value < MAX_COUNT:
+        return int(value)
+    raise _Unreadable(f"the server sent a {name} this client cannot count: {_short(value)}")
+
+
+def _text(value: object, name: str) -> str | None:
+    """A text field: a str, or None where the server left it out."""
+    if value is None or isinstance(value, str):
+        return value
+    raise _Unreadable(f"the server sent a {name} that is not a string: {_short(value)}")
 
 
 class SSEMessage(NamedTuple):
@@ -170,39 +180,46 @@ class StreamReader:
             self.error = f"the server sent an error event: {error_text(message.data)}"
             return
         try:
-            text = message.data.decode()  # a str skips json's encoding sniffing
-        except UnicodeDecodeError as exc:
-            self.error = (
-                f"the server sent an event that is not UTF-8 ({exc.reason} at byte {exc.start}): "
-                f"{message.data[:ERROR_BODY_CHARS]!r}"
-            )
-            return
-        try:
-            body = _decode_json(text)
-        except ValueError:
+            body = _loads(message.data)
+        except ValueError as exc:
             if message.data.strip() == b"[DONE]":
                 self.done = True
             else:
-                self.error = f"the server sent an event that is not JSON: {message.data[:ERROR_BODY_CHARS]!r}"
+                self.error = _not_json("an event", message.data, exc)
+            return
+        self.read_body(body)
+
+    def read_json(self, data: bytes) -> None:
+        """A whole non-streamed answer's body."""
+        try:
+            body = _loads(data)
+        except ValueError as exc:
+            self.error = _not_json("an answer", data, exc)
             return
         self.read_body(body)
 
     def read_body(self, body: object) -> None:
-        """One chunk (`delta`) or a whole response (`message`/`text`), completions or chat alike.
+        """One chunk (`delta`) or a whole response (`message`/`text`), completions or chat alike; a value it
+        cannot read is the request's error, naming the field.
 
         The common case, a chunk with text, comes first and costs the fewest lookups.
         """
         try:
+            if type(body) is not dict:
+                raise _Unreadable(f"the server sent JSON that is not an object: {_short(body)}")
             completion_tokens = None
             if usage := body.get("usage"):
+                if type(usage) is not dict:
+                    raise _Unreadable(f"the server sent a usage that is not an object: {_short(usage)}")
                 completion_tokens = usage.get("completion_tokens")
                 if completion_tokens is not None:
-                    self.usage_completion_tokens = completion_tokens = int(completion_tokens)
-                if usage.get("prompt_tokens") is not None:
-                    self.usage_prompt_tokens = int(usage["prompt_tokens"])
+                    completion_tokens = _count(completion_tokens, "usage.completion_tokens")
+                    self.usage_completion_tokens = completion_tokens
+                if (prompt_tokens := usage.get("prompt_tokens")) is not None:
+                    self.usage_prompt_tokens = _count(prompt_tokens, "usage.prompt_tokens")
                 details = usage.get("prompt_tokens_details")
-                if isinstance(details, dict) and details.get("cached_tokens") is not None:
-                    self.usage_cached_tokens = int(details["cached_tokens"])
+                if isinstance(details, dict) and (cached := details.get("cached_tokens")) is not None:
+                    self.usage_cached_tokens = _count(cached, "usage.prompt_tokens_details.cached_tokens")
             choices = body.get("choices")
             if not choices:  # the usage-only last chunk, or an error
                 if completion_tokens is not None:
@@ -210,25 +227,32 @@ class StreamReader:
                 if "error" in body or body.get("object") == "error":
                     self.error = f"the server reported an error: {error_text(body)}"
                 return
-            choice = choices[0]
-            answer, reasoning = choice.get("text"), None  # completions
+            if type(choices) is not list or type(choice := choices[0]) is not dict:
+                raise _Unreadable(f"the server sent choices that are not a list of objects: {_short(choices)}")
+            answer, reasoning = _text(choice.get("text"), "choices[0].text"), None  # completions
             if answer is None:  # chat: a streamed delta or a whole message
-                part = choice.get("delta") or choice.get("message") or {}
-                answer, reasoning = part.get("content"), part.get("reasoning_content") or part.get("reasoning")
+                name = "delta" if choice.get("delta") else "message"
+                part = choice.get(name) or {}
+                if type(part) is not dict:
+                    raise _Unreadable(f"the server sent a choices[0].{name} that is not an object: {_short(part)}")
+                answer = _text(part.get("content"), f"choices[0].{name}.content")
+                reasoning = _text(part.get("reasoning_content"), f"choices[0].{name}.reasoning_content") or _text(
+                    part.get("reasoning"), f"choices[0].{name}.reasoning"
+                )
             if answer:
                 self.text_parts.append(answer)
             if reasoning:
                 self.reasoning_parts.append(reasoning)
             if answer or reasoning:
                 self.n_tokens = self.n_tokens + 1 if completion_tokens is None else completion_tokens
-            if choice.get("finish_reason"):
-                self.server_finish_reason = str(choice["finish_reason"])
+            if finish_reason := choice.get("finish_reason"):
+                self.server_finish_reason = _text(finish_reason, "choices[0].finish_reason")
                 if completion_tokens is not None:
                     self.usage_source = USAGE
             elif completion_tokens is not None:
                 self.usage_source = CHUNK_USAGE if answer or reasoning else USAGE
-        except (AttributeError, TypeError, IndexError, ValueError):
-            self.error = f"the server sent a body this client cannot read: {str(body)[:ERROR_BODY_CHARS]}"
+        except _Unreadable as exc:
+            self.error = str(exc)
 
     def finish(self) -> tuple[str, str]:
         """(finish_reason, message) for a response whose body has been read to its end."""
@@ -242,14 +266,31 @@ class StreamReader:
         return "stop", f"the server's finish_reason was '{reason}'"
 
 
+def _not_json(what: str, data: bytes, exc: ValueError) -> str:
+    """Why `data` did not decode: orjson refuses invalid UTF-8 as it refuses bad JSON, and the message tells them
+    apart (where the bytes are both, it names the UTF-8)."""
+    try:
+        data.decode()
+    except UnicodeDecodeError as bad:
+        return (
+            f"the server sent {what} that is not UTF-8 ({bad.reason} at byte {bad.start}): {data[:ERROR_BODY_CHARS]!r}"
+        )
+    return f"the server sent {what} that is not JSON ({exc}): {data[:ERROR_BODY_CHARS]!r}"
+
+
 def error_text(body: object) -> str:
-    """The human part of an error body: OpenAI's {"error": {"message"}}, vLLM's {"message"}, FastAPI's {"detail"}."""
+    """The human part of an error body: OpenAI's {"error": {"message"}}, vLLM's {"message"}, FastAPI's {"detail"};
+    else the body's start. At most ERROR_BODY_CHARS, whatever the body holds (never raises)."""
     if isinstance(body, (bytes, str)):
         try:
-            body = json.loads(body)
-        except ValueError:
-            text = body.decode(errors="replace") if isinstance(body, bytes) else body
+            decoded = _loads(body)
+        except ValueError:  # not JSON, too deep, or not UTF-8
+            decoded = None
+        if not isinstance(decoded, dict):
+            text = body[: 4 * ERROR_BODY_CHARS]
+            text = text.decode(errors="replace") if isinstance(text, bytes) else text
             return text.strip()[:ERROR_BODY_CHARS]
+        body = decoded
     if isinstance(body, dict):
         inner = body.get("error")
         for candidate in (
@@ -258,5 +299,5 @@ def error_text(body: object) -> str:
             body.get("detail"),
         ):
             if candidate:
-                return str(candidate)[:ERROR_BODY_CHARS]
-    return str(body)[:ERROR_BODY_CHARS]
+                return candidate[:ERROR_BODY_CHARS] if isinstance(candidate, str) else _short(candidate)
+    return _short(body)

@@ -598,6 +598,17 @@ CATALOG: tuple[Metric, ...] = (
         ),
     ),
     Metric(
+        "resent_requests",
+        "Resent requests",
+        "requests",
+        False,
+        "Requests sent again, once, on a new connection because the kept-alive one they went out on closed before "
+        "any byte of the answer (a server that closes after each response while it advertises keep-alive); each "
+        "is timed from its first send (HTTP servers only).",
+        server_only=True,
+        aggregate=_only_with("resent", lambda run: int(run.table["resent"].fillna(False).astype(bool).sum())),
+    ),
+    Metric(
         "overrun",
         "Overrun requests",
         "requests",

@@ -41,8 +41,9 @@ def tokenizer_name(config: RunConfig) -> str:
     if engine.tokenizer.strip() or engine.model.strip():
         return engine.tokenizer.strip() or engine.model.strip()
     from ..engines.openai_client import discover_model
+    from ..engines.openai_engine import network_policy
 
-    return discover_model(engine.base_url, engine.api_key)
+    return discover_model(engine.base_url, engine.api_key, network=network_policy(engine))
 
 
 def preview_workload(config: RunConfig, timeout_s: float = PREVIEW_TIMEOUT_S) -> WorkloadPreview:

@@ -222,8 +222,10 @@ class SweepRun:
                 )
                 if up and not config.engine.model:  # the history names the model the server serves
                     from ..engines.openai_client import discover_model
+                    from ..engines.openai_engine import network_policy
 
-                    config.engine.model = discover_model(config.engine.base_url, config.engine.api_key)
+                    engine = config.engine
+                    engine.model = discover_model(engine.base_url, engine.api_key, network=network_policy(engine))
             except (ServerFailed, BenchError) as exc:
                 return self._server_failed(planned, config, run_id, str(exc))
             with self._lock:
