@@ -201,6 +201,21 @@ def test_connection_close_makes_the_next_request_open_a_new_connection():
     assert len(connections) == 3
 
 
+@pytest.mark.parametrize(
+    "keep_alive, connections_for_three",
+    [(b"timeout=5, max=1", 3), (b"timeout=1", 3), (b"timeout=5, max=100", 1)],
+)
+def test_a_keep_alive_header_that_announces_the_close_makes_the_pool_open_a_new_connection(
+    keep_alive, connections_for_three
+):
+    # max=1: this answer is the connection's last; timeout=1: idle for longer than the pause below
+    announcing = RESPONSE.replace(b"Transfer-Encoding", b"Keep-Alive: " + keep_alive + b"\r\nTransfer-Encoding")
+    with raw_server(writing(announcing)) as (url, connections):
+        answers = post_through_pool(url, 3, pause_s=0.01)
+    assert [status for status, _ in answers] == [200] * 3
+    assert len(connections) == connections_for_three
+
+
 def test_a_body_until_the_connection_closes_and_a_content_length_body_are_read_whole():
     until_close = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
     with raw_server(writing(until_close, STREAM[:50], STREAM[50:], close=True)) as (url, connections):

@@ -23,6 +23,7 @@ from llama_server import MODEL, NEVER, llama_handler, send_all
 from raw_http_server import Handler, RawServer, respond, respond_json
 from restful_cli import RestfulRun, restful
 
+from bench_core.engines.http_stream import NetworkPolicy, Origin, ProxyFailed
 from bench_core.engines.openai_client import ServerError, discover_model
 
 SECRET = "sk-network-secret-0123456789"
@@ -314,3 +315,37 @@ def test_the_policy_trusts_a_self_signed_server_for_discovery_and_streams_alike(
     assert discover_model(self_signed.url, network=policy) == MODEL
     results = run_all(self_signed.url, network=policy)
     assert [(r.finish_reason, r.output_tokens) for r in results] == [("length", TOKENS)] * N
+
+
+# ---- the policy's rules, pure ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "no_proxy, host, bypassed",
+    [
+        ("*", "api.example.com", True),
+        ("example.com", "api.example.com", True),
+        (".example.com", "api.example.com", True),
+        ("*.example.com", "api.example.com", True),
+        ("example.com", "example.com", True),
+        ("ample.com", "api.example.com", False),  # a domain matches at a dot, not inside a label
+        ("other.org, example.com", "api.example.com", True),
+        ("example.com:8000", "example.com", True),
+        ("example.com:9000", "example.com", False),  # a port given must match too
+        ("", "example.com", False),
+    ],
+)
+def test_no_proxy_is_read_as_curl_reads_it(monkeypatch, no_proxy, host, bypassed):
+    monkeypatch.setenv("http_proxy", "http://proxy.local:3128")
+    monkeypatch.setenv("no_proxy", no_proxy)
+    route = NetworkPolicy().proxy_for(Origin(f"http://{host}:8000/v1"))
+    assert (route is None) == bypassed
+    assert NetworkPolicy(proxy_env=False).proxy_for(Origin(f"http://{host}:8000/v1")) is None
+
+
+def test_a_proxy_this_client_cannot_use_is_one_clear_failure(monkeypatch):
+    monkeypatch.setenv("https_proxy", "socks5://127.0.0.1:1080")
+    with pytest.raises(ProxyFailed, match="not an http:// proxy"):
+        NetworkPolicy().proxy_for(Origin("https://api.example.com/v1"))
+    monkeypatch.setenv("https_proxy", "127.0.0.1:3128")  # no scheme: http, as curl takes it
+    assert NetworkPolicy().proxy_for(Origin("https://api.example.com/v1")).shown == "http://127.0.0.1:3128"
