@@ -51,7 +51,8 @@ from scripted_server import restful_argv
 
 from bench_core.cli import main as cli_main
 from bench_core.engines.client_workers import ClientWorkers
-from bench_core.engines.openai_client import ServerSpec, run_requests
+from bench_core.engines.openai_client import run_requests
+from bench_core.engines.openai_request import ServerSpec
 from bench_core.hardware.client_bound import LAG_COLUMN, SATURATED_COLUMN, client_bound
 from bench_core.hardware.telemetry import CPU_CORES, series, time_weighted_mean
 from bench_core.load.datasets import SampledRequest

@@ -36,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from flood_server import MODEL, flooding_server
 
-from bench_core.engines.openai_client import ServerSpec, run_requests
+from bench_core.engines.openai_client import run_requests
+from bench_core.engines.openai_request import ServerSpec
 from bench_core.load.datasets import SampledRequest
 
 # --- the two clients ------------------------------------------------------------------------------

@@ -32,7 +32,8 @@ import json
 
 from raw_http_server import LAST_CHUNK, Handler, Request, chunk, head, respond, respond_json
 
-from bench_core.engines.openai_client import RequestResult, ServerSpec, run_requests
+from bench_core.engines.openai_client import run_requests
+from bench_core.engines.openai_request import RequestResult, ServerSpec
 from bench_core.load.datasets import SampledRequest
 
 MODEL = "llama"

@@ -21,7 +21,8 @@ from bench_core.cli import main
 from bench_core.config import EngineConfig, LoadConfig, RunConfig
 from bench_core.engines import run_config_problems
 from bench_core.engines.client_workers import ClientWorkers, split_sessions
-from bench_core.engines.openai_client import ServerError, ServerSpec
+from bench_core.engines.openai_client import ServerError
+from bench_core.engines.openai_request import ServerSpec
 from bench_core.hardware.client_bound import CLIENT_CORES_COLUMN, LAG_COLUMN
 from bench_core.hardware.telemetry import CLIENT_WORKER, CPU_CORES
 from bench_core.load.datasets import SampledRequest

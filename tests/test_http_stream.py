@@ -27,7 +27,8 @@ from bench_core.engines.http_stream import (
     ResponseCut,
     ServerClosed,
 )
-from bench_core.engines.openai_client import ServerSpec, run_requests
+from bench_core.engines.openai_client import run_requests
+from bench_core.engines.openai_request import ServerSpec
 from bench_core.engines.openai_stream import SSEParser
 from bench_core.load.datasets import SampledRequest
 

@@ -23,7 +23,7 @@ from llama_server import MODEL, NEVER, llama_handler, send_all
 from raw_http_server import Handler, RawServer, respond, respond_json
 from restful_cli import RestfulRun, restful
 
-from bench_core.engines.http_stream import NetworkPolicy, Origin, ProxyFailed
+from bench_core.engines.http_route import NetworkPolicy, Origin
 from bench_core.engines.openai_client import ServerError, discover_model
 
 SECRET = "sk-network-secret-0123456789"
@@ -174,7 +174,7 @@ def test_https_goes_through_a_connect_tunnel_and_trusts_the_ca_bundle_given(cert
 
 
 def test_https_through_the_proxy_is_a_connect_tunnel_for_discovery_and_streams_alike(certificate, monkeypatch):
-    from bench_core.engines.http_stream import NetworkPolicy
+    from bench_core.engines.http_route import NetworkPolicy
 
     policy = NetworkPolicy(ca_bundle=str(certificate[0]))
     with (
@@ -309,7 +309,7 @@ def test_a_self_signed_server_is_benchmarked_with_the_ca_bundle_or_insecure(
 
 @pytest.mark.parametrize("trust", ["ca_bundle", "insecure"])
 def test_the_policy_trusts_a_self_signed_server_for_discovery_and_streams_alike(self_signed, certificate, trust):
-    from bench_core.engines.http_stream import NetworkPolicy
+    from bench_core.engines.http_route import NetworkPolicy
 
     policy = NetworkPolicy(ca_bundle=str(certificate[0])) if trust == "ca_bundle" else NetworkPolicy(insecure=True)
     assert discover_model(self_signed.url, network=policy) == MODEL
@@ -345,7 +345,7 @@ def test_no_proxy_is_read_as_curl_reads_it(monkeypatch, no_proxy, host, bypassed
 
 def test_a_proxy_this_client_cannot_use_is_one_clear_failure(monkeypatch):
     monkeypatch.setenv("https_proxy", "socks5://127.0.0.1:1080")
-    with pytest.raises(ProxyFailed, match="not an http:// proxy"):
+    with pytest.raises(ValueError, match="not an http:// proxy"):
         NetworkPolicy().proxy_for(Origin("https://api.example.com/v1"))
     monkeypatch.setenv("https_proxy", "127.0.0.1:3128")  # no scheme: http, as curl takes it
     assert NetworkPolicy().proxy_for(Origin("https://api.example.com/v1")).shown == "http://127.0.0.1:3128"

@@ -27,7 +27,7 @@ from scripted_server import (  # noqa: F401 (fixture)
 
 from bench_core.cli import main
 from bench_core.config import DatasetConfig
-from bench_core.engines.openai_client import ServerSpec, build_payload
+from bench_core.engines.openai_request import ServerSpec, build_payload
 from bench_core.load.arrivals import send_offsets
 from bench_core.load.datasets import sample_requests
 from bench_core.store.history import History

@@ -382,7 +382,7 @@ def test_the_workload_table_keeps_each_datasets_facts_and_the_figures_draw_them(
 
 
 def test_a_chat_request_sends_its_messages_and_its_images_before_the_text(tiny_tokenizer):
-    from bench_core.engines.openai_client import ServerSpec, build_payload
+    from bench_core.engines.openai_request import ServerSpec, build_payload
 
     chat = ServerSpec("http://h:1", endpoint="chat")
     image = sample_requests(

@@ -21,8 +21,9 @@ from .. import csvstore
 from ..config import EngineConfig, Part, RunConfig
 from ..config.catalog import BY_NAME, IMAGE, TRACE_DATASET, setting
 from ..engines import check_run_config
-from ..engines.openai_client import REQUEST_DEADLINE_S, check_reachable, discover_model
+from ..engines.openai_client import check_reachable, discover_model
 from ..engines.openai_engine import network_policy
+from ..engines.openai_request import REQUEST_DEADLINE_S
 from ..errors import ConfigError
 from ..measure import metrics
 from ..measure.catalog import BEYOND_LMDEPLOY, METRICS, Metric

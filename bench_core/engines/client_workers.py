@@ -41,7 +41,8 @@ from ..load.requests import SampledRequest
 from ..load.schedule import SendSchedule
 from .base import EngineEvent
 from .loop_lag import LoopLag
-from .openai_client import RequestResult, ServerError, ServerSpec, run_requests
+from .openai_client import ServerError, run_requests
+from .openai_request import RequestResult, ServerSpec
 
 START_MARGIN_S = 0.02  # from "all workers ready" to t0: the start message reaches each worker before it
 STOP_WAIT_S = 10.0

@@ -48,20 +48,19 @@ import resource
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..config import GenerationSettings, check_values, setting
+from ..config import check_values
 from ..errors import BenchError, ConfigError
 from ..load.arrivals import ArrivalReport, arrival_report
 from ..load.datasets import SampledRequest
 from ..load.schedule import SendSchedule
-from ..states import SERVED_REASONS, RequestStatus
+from ..states import SERVED_REASONS
 from .base import NOT_SENT_AFTER_FAILURE, RUN_ENDED, EngineEvent
+from .http_route import DEFAULT_POLICY, NetworkPolicy, Origin, basic_auth, target_of
 from .http_stream import (
-    DEFAULT_POLICY,
     MAX_GET_BYTES,
     BodySink,
     BodyTooLarge,
@@ -70,21 +69,16 @@ from .http_stream import (
     ConnectionPool,
     ConnectTimeout,
     HTTPStreamError,
-    NetworkPolicy,
-    Origin,
     ProxyFailed,
     ResponseCut,
     ServerClosed,
     TLSFailed,
-    basic_auth,
     fetch,
-    target_of,
 )
 from .loop_lag import LoopLag
+from .openai_request import API_KEY_ENV, RequestResult, ServerSpec, api_root, build_payload
 from .openai_stream import (
-    CHUNKS,
     ERROR_BODY_CHARS,
-    RETOKENIZED,
     EventTooLarge,
     SSEMessage,
     SSEParser,
@@ -92,36 +86,12 @@ from .openai_stream import (
     error_text,
 )
 
-ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
-SERVER_KINDS = ("lmdeploy", "vllm", "sglang", "transformers", "openai")
-API_KEY_ENV = "OPENAI_API_KEY"
-# The servers that take fields beyond OpenAI's (ignore_eos, top_k); "openai" (any other server) gets OpenAI's only.
-_EXTENSION_FIELD_KINDS = ("lmdeploy", "vllm", "sglang")
-GREEDY = {"temperature": 0.0}  # what profile_restful_api.py's request functions send, whatever its flags say
-REQUEST_DEADLINE_S = 6 * 60 * 60  # profile_restful_api.py's and vLLM's aiohttp total timeout
 # What the client waits, after [DONE], for the body to end (its connection is reused only then).
 DONE_GRACE_S = 0.5
 
 
 class ServerError(BenchError):
     """A server that cannot be reached, or that answers in a way a benchmark cannot use."""
-
-
-def api_root(base_url: str) -> str:
-    """The server's address without a trailing slash or `/v1`, so either spelling of it works."""
-    root = base_url.strip().rstrip("/")
-    if not root.startswith(("http://", "https://")):
-        raise ConfigError(
-            f"The server URL must start with http:// or https://, like http://127.0.0.1:23333 (got '{base_url}')."
-        )
-    try:
-        parts = urllib.parse.urlsplit(root)
-        parts.port  # noqa: B018 (a port that is no number, or out of range, raises only when read)
-    except ValueError as exc:
-        raise ConfigError(f"The server URL '{base_url}' cannot be read ({exc}): like http://127.0.0.1:23333.") from None
-    if not parts.hostname:
-        raise ConfigError(f"The server URL '{base_url}' names no host: like http://127.0.0.1:23333.")
-    return root.removesuffix("/v1")
 
 
 def _auth_headers(api_key: str | None, url: str) -> dict[str, str]:
@@ -131,40 +101,6 @@ def _auth_headers(api_key: str | None, url: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {key}"}
     origin = Origin(url)
     return {"Authorization": basic_auth(origin.user, origin.password)} if origin.user is not None else {}
-
-
-@dataclass(frozen=True)
-class ServerSpec:
-    """Where the server is and how to talk to it. Timeouts: connecting, the longest wait for a request's
-    next token (its first included), and a request's whole life."""
-
-    base_url: str
-    api_key: str | None = field(default=None, repr=False)  # None: $OPENAI_API_KEY, if set
-    endpoint: str = "completions"
-    server_kind: str = "openai"
-    stream: bool = True
-    extra_body: dict | None = None
-    sampling: dict | None = None  # temperature, top_p, top_k to send; None: GREEDY (`sampling_fields`)
-    chat_limit_field: str = setting("chat_limit_field").default  # max_tokens, max_completion_tokens or both
-    connect_timeout_s: float = 10.0
-    read_timeout_s: float = 300.0
-    total_timeout_s: float = REQUEST_DEADLINE_S
-    network: NetworkPolicy = DEFAULT_POLICY  # proxies and TLS, for the streams and every GET alike
-
-    def __post_init__(self) -> None:
-        api_root(self.base_url)
-        if self.endpoint not in ENDPOINTS:
-            raise ConfigError(f"Unknown endpoint '{self.endpoint}'; choose one of {', '.join(ENDPOINTS)}.")
-        if self.server_kind not in SERVER_KINDS:
-            raise ConfigError(f"Unknown server kind '{self.server_kind}'; choose one of {', '.join(SERVER_KINDS)}.")
-        if self.chat_limit_field not in (fields := setting("chat_limit_field").choices):
-            raise ConfigError(f"Unknown chat limit field '{self.chat_limit_field}'; choose one of {', '.join(fields)}.")
-        if not (self.connect_timeout_s > 0 and self.read_timeout_s > 0 and self.total_timeout_s > 0):
-            raise ConfigError("Server timeouts must be above 0 seconds.")
-
-    @property
-    def url(self) -> str:
-        return api_root(self.base_url) + ENDPOINTS[self.endpoint]
 
 
 def http_get(
@@ -240,200 +176,6 @@ def discover_model(
     if not models or not isinstance(models[0], dict) or "id" not in models[0]:
         raise ServerError(f"{url} lists no model; name the model to benchmark.")
     return str(models[0]["id"])
-
-
-def limit_fields(spec: ServerSpec) -> tuple[str, ...]:
-    """The fields of a request that say how many tokens it may produce."""
-    if spec.endpoint != "chat":
-        return ("max_tokens",)
-    return ("max_tokens", "max_completion_tokens") if spec.chat_limit_field == "both" else (spec.chat_limit_field,)
-
-
-def overrun_advice(spec: ServerSpec) -> str:
-    """Why requests came back longer than asked: the limit field the server seems to ignore, and the setting that
-    sends another."""
-    sent = limit_fields(spec)
-    if spec.endpoint != "chat":
-        return "more tokens than asked: the server seems to ignore max_tokens, the completions endpoint's only limit"
-    if len(sent) == 2:
-        return "more tokens than asked: the server seems to ignore both max_tokens and max_completion_tokens"
-    other = "max_completion_tokens" if sent == ("max_tokens",) else "max_tokens"
-    flag = setting("chat_limit_field").cli_flags[0]
-    # No "; " here: it separates the reasons in a run's summary.
-    return f"more tokens than asked: the server seems to ignore {sent[0]}: send {other} with {flag} {other} (or both)"
-
-
-def sampling_fields(generation: GenerationSettings, server_kind: str) -> dict | None:
-    """A request's sampling fields: None (GREEDY, profile_restful_api.py's temperature 0.0) unless the run samples;
-    then benchmark_chat_completion.py's temperature, top_p and top_k, top_k only to the servers that take it
-    (OpenAI's API has none, and `transformers serve` answers 422 to it)."""
-    if not generation.do_sample:
-        return None
-    fields = {"temperature": generation.temperature, "top_p": generation.top_p}
-    if server_kind in _EXTENSION_FIELD_KINDS:
-        fields["top_k"] = generation.top_k
-    return fields
-
-
-def build_payload(
-    spec: ServerSpec,
-    model: str,
-    prompt: str,
-    max_tokens: int,
-    ignore_eos: bool,
-    messages: Sequence[Mapping] | None = None,
-    images: Sequence[str] = (),
-) -> dict:
-    """The JSON body of one request, as `profile_restful_api.py` sends it: its fields, with `spec.sampling` for
-    its temperature 0.0 (`spec.sampling` where the run samples), best_of 1 on the completions endpoint, and the usage asked for
-    (README, "The request body"). A chat request's token limit goes in the field(s) `spec.chat_limit_field` names
-    (theirs: max_completion_tokens).
-
-    The chat endpoint gets `messages` where the request has them (custom records, multi-turn turns), else the
-    prompt as one user message; `images` (data URIs) go before its text, as profile_restful_api.py puts them.
-    The completions endpoint gets the prompt text (a conversation's transcript).
-
-    ignore_eos goes the way each server takes it: an `ignore_eos` field for LMDeploy, vLLM and
-    SGLang; a `generation_config` string for `transformers serve`, which answers 422 to the field
-    (its generation_config replaces the model's, hence max_new_tokens too); nothing for others.
-    `extra_body` is merged last, so it can override any of this.
-    """
-    payload: dict = {"model": model, "stream": spec.stream}
-    if spec.endpoint == "chat":
-        if images:
-            parts = [
-                *({"type": "image_url", "image_url": {"url": uri}} for uri in images),
-                {"type": "text", "text": prompt},
-            ]
-            payload["messages"] = [{"role": "user", "content": parts}]
-        else:
-            payload["messages"] = [dict(m) for m in messages] if messages else [{"role": "user", "content": prompt}]
-        payload.update(dict.fromkeys(limit_fields(spec), max_tokens))
-    else:
-        payload["prompt"] = prompt
-        payload["max_tokens"] = max_tokens
-    payload.update(spec.sampling or GREEDY)
-    if spec.endpoint == "completions":
-        payload["best_of"] = 1
-    if spec.stream:
-        payload["stream_options"] = {"include_usage": True}  # LMDeploy sends usage only when asked
-    if ignore_eos and spec.server_kind in _EXTENSION_FIELD_KINDS:
-        payload["ignore_eos"] = True
-    elif ignore_eos and spec.server_kind == "transformers":
-        config = {"eos_token_id": -1, "max_new_tokens": max_tokens}
-        if spec.sampling:  # this config replaces the model's: without do_sample the temperature would not sample
-            config["do_sample"] = True
-        payload["generation_config"] = json.dumps(config)
-    payload.update(spec.extra_body or {})
-    return payload
-
-
-@dataclass
-class RequestResult:
-    """One request as the client saw it. Times are `time.perf_counter()` seconds; None: never happened."""
-
-    index: int
-    requested_tokens: int
-    scheduled_s: float  # from t0, by the arrival process
-    sent_ts: float | None = None
-    first_answer_ts: float | None = None  # first chunk with answer text: TTFT (profile_restful_api.py's)
-    first_reasoning_ts: float | None = None  # first chunk with reasoning text
-    # (time, tokens so far) of the chunks of reasoning before any answer: ticked only if no answer comes
-    reasoning_ticks: list[tuple[float, int]] = field(default_factory=list)
-    first_byte_ts: float | None = None  # first bytes of the response body
-    last_line_ts: float | None = None  # the body's last SSE event: profile_restful_api.py's end of E2E
-    end_ts: float | None = None
-    n_tokens: int = 0  # as read: per-chunk usage, else one per chunk with text (reasoning included)
-    usage_completion_tokens: int | None = None
-    usage_source: str | None = None  # USAGE or CHUNK_USAGE (openai_stream); None: the server sent no usage
-    usage_prompt_tokens: int | None = None
-    usage_cached_tokens: int | None = None
-    built_prompt: str | None = None  # the prompt made when it was sent (a turn repeating the model's answer)
-    resent: bool = False  # sent again on a fresh connection: a reused one closed before any byte of the answer
-    retokenized_tokens: int | None = None  # filled by `retokenize`
-    finish_reason: str = ""
-    message: str = ""
-    text: str = ""
-    reasoning_text: str = ""
-
-    @property
-    def output_tokens(self) -> int:
-        """The best count there is (`output_source` says which): the server's usage, in its last chunks or in
-        each; else our retokenized count of the text (chunks undercount: llama.cpp folds the tokens of one
-        UTF-8 character into one chunk); else the chunks with text."""
-        if self.usage_completion_tokens is not None:
-            return self.usage_completion_tokens
-        return self.retokenized_tokens if self.retokenized_tokens is not None else self.n_tokens
-
-    @property
-    def output_source(self) -> str:
-        if self.usage_source is not None:
-            return self.usage_source
-        return RETOKENIZED if self.retokenized_tokens is not None else CHUNKS
-
-    @property
-    def overran(self) -> bool:
-        """More tokens than asked, for certain: the server's count says so, or without one the chunks with text
-        do (each holds a token at least), whatever a retokenized count makes of them."""
-        floor = self.usage_completion_tokens if self.usage_completion_tokens is not None else self.n_tokens
-        return floor > self.requested_tokens
-
-    @property
-    def length_status(self) -> str:
-        """A served request's status where its count cannot give it (metrics.request_status): OVERRUN, or
-        SUCCESS when the server stopped at the limit; "" leaves it to the count."""
-        if self.finish_reason not in SERVED_REASONS:
-            return ""
-        if self.overran:
-            return RequestStatus.OVERRUN
-        return RequestStatus.SUCCESS if self.stopped_at_limit else ""
-
-    @property
-    def length_mismatch(self) -> bool:
-        """Served, but not as long as asked: past the limit, or short of it without the server saying it got there."""
-        status = self.length_status
-        return self.finish_reason in SERVED_REASONS and (
-            status == RequestStatus.OVERRUN or (not status and self.output_tokens < self.requested_tokens)
-        )
-
-    @property
-    def stopped_at_limit(self) -> bool:
-        """The server said it stopped for length, without a count of its own that could say otherwise: it ran
-        to the requested limit, however many tokens the text recounts to."""
-        return (
-            self.finish_reason == "length"
-            and self.usage_completion_tokens is None
-            and self.n_tokens > 0
-            and not self.overran
-        )
-
-    @property
-    def usage_only(self) -> bool:
-        """Output known from the server's usage alone: no chunk had text (tokens that decode to part of a
-        UTF-8 character, say). It still counts; its TTFT is then the stream's first byte."""
-        return self.n_tokens == 0 and bool(self.usage_completion_tokens)
-
-
-def retokenize(results: Sequence[RequestResult], tokenizer) -> None:
-    """Count each output again with the model's tokenizer (LMDeploy's "retokenized" total)."""
-    for result in results:
-        if result.sent_ts is not None:
-            texts = [t for t in (result.reasoning_text, result.text) if t]
-            result.retokenized_tokens = sum(len(tokenizer.encode(t, add_special_tokens=False)) for t in texts)
-
-
-def length_warning(results: Sequence[RequestResult]) -> str | None:
-    """A warning when served requests returned another number of tokens than asked, else None."""
-    served = [r for r in results if r.finish_reason in SERVED_REASONS]
-    off = [r for r in served if r.length_mismatch]
-    if not off:
-        return None
-    first = off[0]
-    return (
-        f"{len(off)} of {len(served)} completed requests returned another length than asked "
-        f"(request {first.index}: {first.output_tokens} tokens for {first.requested_tokens} asked). "
-        "The server may not honour ignore_eos: check the server kind, or pass it in the extra body."
-    )
 
 
 Emit = Callable[[EngineEvent], None]

@@ -66,8 +66,9 @@ from .base import NOT_SENT, Backend, Engine, EngineEvent, EngineInfo
 
 if TYPE_CHECKING:  # the client is imported where it is used: the registry imports this module
     from .client_workers import ClientWorkers, ProcessClientRun
-    from .http_stream import NetworkPolicy
-    from .openai_client import ClientRun, RequestResult, ServerSpec
+    from .http_route import NetworkPolicy
+    from .openai_client import ClientRun
+    from .openai_request import RequestResult, ServerSpec
     from .server_metrics import MetricsScraper
 
 
@@ -89,7 +90,7 @@ def extra_body(engine: EngineConfig) -> dict | None:
 
 def server_spec(engine: EngineConfig, stream: bool = True) -> ServerSpec:
     """How to reach the server; ConfigError for an impossible URL, endpoint, kind or extra body."""
-    from .openai_client import ServerSpec
+    from .openai_request import ServerSpec
 
     if not engine.base_url.strip():
         raise ConfigError("No server URL given: enter the base URL of the server, like http://127.0.0.1:23333.")
@@ -108,7 +109,7 @@ def server_spec(engine: EngineConfig, stream: bool = True) -> ServerSpec:
 
 def network_policy(engine: EngineConfig) -> NetworkPolicy:
     """How every request to the server travels: proxies and TLS, from the engine's settings."""
-    from .http_stream import NetworkPolicy
+    from .http_route import NetworkPolicy
 
     return NetworkPolicy(engine.proxy_env, engine.ca_bundle.strip(), engine.insecure)
 
@@ -116,7 +117,7 @@ def network_policy(engine: EngineConfig) -> NetworkPolicy:
 def _credential_problems(spec) -> list[str]:
     """A request carries one credential: a URL's user:password (basic auth) and an API key (a bearer header) both
     set would make every request fail, so the run is refused before anything is sent."""
-    from .openai_client import API_KEY_ENV
+    from .openai_request import API_KEY_ENV
 
     user_info = urllib.parse.urlsplit(spec.base_url).username is not None
     if user_info and (spec.api_key or os.environ.get(API_KEY_ENV)):
@@ -202,7 +203,8 @@ class OpenAIEngine(Engine):
     """A server behind a base URL, measured with the semantics of profile_restful_api.py and vLLM."""
 
     def __init__(self, engine: EngineConfig, client_processes: int = 1):
-        from .openai_client import api_root, discover_model
+        from .openai_client import discover_model
+        from .openai_request import api_root
 
         self.spec = server_spec(engine)
         self._metrics_interval_s = engine.server_metrics_interval_s if engine.server_metrics else None
@@ -290,7 +292,8 @@ class OpenAIEngine(Engine):
     ) -> Iterator[EngineEvent]:
         """`Engine.stream`; under a request rate, arrivals draw from `arrival_seed` (`arrivals.send_offsets`); a trace
         sends each request at its time, at most `load.concurrency` at once."""
-        from .openai_client import overrun_advice, run_requests
+        from .openai_client import run_requests
+        from .openai_request import overrun_advice
 
         by_rate = load.load_pattern == LoadPattern.REQUEST_RATE
         trace = load.load_pattern == LoadPattern.TRACE
@@ -368,7 +371,7 @@ class OpenAIEngine(Engine):
 
     def _spec_for(self, generation: GenerationSettings, load: LoadConfig) -> ServerSpec:
         """The server, asked as this run asks it: streamed or not, greedy or sampling."""
-        from .openai_client import sampling_fields
+        from .openai_request import sampling_fields
 
         return dataclasses.replace(
             self.spec, stream=load.stream_output, sampling=sampling_fields(generation, self.spec.server_kind)
@@ -376,7 +379,8 @@ class OpenAIEngine(Engine):
 
     def metrics_scraper(self) -> MetricsScraper | None:
         """A reader of the server's Prometheus page at /metrics, unless the settings turned it off."""
-        from .openai_client import _auth_headers, api_root
+        from .openai_client import _auth_headers
+        from .openai_request import api_root
         from .server_metrics import METRICS_SWITCHES, MetricsScraper
 
         if self._metrics_interval_s is None:
@@ -392,7 +396,7 @@ class OpenAIEngine(Engine):
 
     def _extras(self, result: RequestResult, run: ClientRun | ProcessClientRun) -> dict:
         """The request-table columns of one sent request (times in seconds; NaN: never happened)."""
-        from .openai_client import retokenize
+        from .openai_request import retokenize
 
         retokenize([result], self._tokenizer)
         return {
