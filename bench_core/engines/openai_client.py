@@ -47,7 +47,6 @@ import queue
 import resource
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
@@ -119,7 +118,7 @@ def http_get(
         raise _unreadable(url, exc) from None
     if response.status != 200:
         hint = " Check the API key." if response.status in (401, 403) else ""
-        raise ServerError(f"{_without_user_info(url)} answered HTTP {response.status} {response.reason}.{hint}")
+        raise ServerError(f"{url} answered HTTP {response.status} {response.reason}.{hint}")
     return response.body
 
 
@@ -142,7 +141,7 @@ def check_reachable(
 
 def _unreadable(url: str, exc: HTTPStreamError) -> ServerError:
     """One message for a GET that failed, naming what failed: the host name, the server, the proxy, TLS."""
-    shown = _without_user_info(url)
+    shown = url  # as given: a user-info in it is masked wherever the message is shown (redact.py)
     if isinstance(exc, ConnectFailed):
         if exc.proxy:
             return ServerError(
@@ -153,11 +152,6 @@ def _unreadable(url: str, exc: HTTPStreamError) -> ServerError:
         return ServerError(f"Cannot reach {shown} ({exc.cause}). Is the server running, and is the URL right?")
     verb = "reach" if isinstance(exc, (ConnectTimeout, TLSFailed, ProxyFailed)) else "read"
     return ServerError(f"Cannot {verb} {shown}: {exc}.")
-
-
-def _without_user_info(url: str) -> str:
-    parts = urllib.parse.urlsplit(url)
-    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
 
 
 def discover_model(
