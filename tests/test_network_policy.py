@@ -11,6 +11,7 @@ is: a request for that name that does not go through the proxy cannot reach the 
 
 from __future__ import annotations
 
+import asyncio
 import re
 import shutil
 import ssl
@@ -349,3 +350,12 @@ def test_a_proxy_this_client_cannot_use_is_one_clear_failure(monkeypatch):
         NetworkPolicy().proxy_for(Origin("https://api.example.com/v1"))
     monkeypatch.setenv("https_proxy", "127.0.0.1:3128")  # no scheme: http, as curl takes it
     assert NetworkPolicy().proxy_for(Origin("https://api.example.com/v1")).shown == "http://127.0.0.1:3128"
+
+
+def test_a_get_made_under_a_running_event_loop_still_reads_the_server():
+    # A notebook's loop, or the browser tests' playwright driver, runs in the calling thread: asyncio.run would refuse.
+    async def discover_under_a_loop() -> str:
+        return discover_model(server.url)
+
+    with RawServer(llama_handler(NEVER)) as server:
+        assert asyncio.run(discover_under_a_loop()) == MODEL

@@ -28,6 +28,7 @@ for identity), HTTP/2, https:// proxies, CIDR ranges in no_proxy, request bodies
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import socket
 import ssl
@@ -563,4 +564,14 @@ def fetch(
     max_bytes: int = MAX_GET_BYTES,
 ) -> Response:
     """`fetch_async` from synchronous code, on a loop of its own (Ctrl-C ends it at once)."""
-    return asyncio.run(fetch_async(url, headers, policy, timeout_s, max_bytes))
+
+    def get() -> Response:
+        return asyncio.run(fetch_async(url, headers, policy, timeout_s, max_bytes))
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # the usual case: no loop in this thread
+        return get()
+    # Called under a running loop (a notebook's, a browser driver's): asyncio.run refuses to nest, so a thread runs it.
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="fetch") as worker:
+        return worker.submit(get).result()
