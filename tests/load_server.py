@@ -1,7 +1,7 @@
 """A small OpenAI-compatible server for `sweep restful --server-cmd` tests, run as its own process:
 
     python tests/load_server.py --port PORT [--token-delay-ms D] [--ttft-step-ms S] [--knee K --beyond-knee-ms B]
-                                [--mode MODE]
+                                [--mode MODE] [--metrics-series N]
 
 GET /v1/models lists the model "load-test"; POST /v1/completions streams max_tokens chunks of " tok", the first after
 a delay set by the server's load, then one every D ms, then the usage and [DONE]. The load is the requests in flight
@@ -14,7 +14,9 @@ the machine adds only makes the fast answers later, and nothing makes a slow one
 --api-key-from-env VAR, a request without `Authorization: Bearer $VAR` gets 401. Its first line on stdout says its
 pid. --mode changes how it behaves: "ok" serves; "exit" says why and exits with code 3 before listening; "hang" never
 listens (it seems to load forever); "die" serves, but exits (code 1, no goodbye) when its second completion request
-arrives.
+arrives. With --metrics-series N, GET /metrics answers LMDeploy's running and waiting requests (the requests in
+flight, none waiting) and its KV-cache usage in N label sets (1: one engine; 300,000 make a page of some 20 MB, as a
+label per request or adapter does); without, there is no /metrics (404).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import time
 from aiohttp import web
 
 MODEL = "load-test"
+PAGE_PIECE_BYTES = 256 * 1024  # of /metrics, written at a time
 
 
 def main() -> None:
@@ -40,6 +43,7 @@ def main() -> None:
     parser.add_argument("--beyond-knee-ms", type=float, default=5000.0, help="the first token's delay beyond --knee")
     parser.add_argument("--mode", choices=("ok", "exit", "hang", "die"), default="ok")
     parser.add_argument("--api-key-from-env", metavar="VAR", help="answer 401 to requests without Bearer $VAR")
+    parser.add_argument("--metrics-series", type=int, help="serve /metrics, with this many KV-cache usage label sets")
     args = parser.parse_args()
     print(f"load_server pid {os.getpid()} mode {args.mode} port {args.port}", flush=True)
     if args.mode == "exit":
@@ -89,6 +93,30 @@ def main() -> None:
             if counted:  # ended early: the client went away
                 state["in_flight"] -= 1
 
+    # The label sets are the same at every read: made once, in pieces of PAGE_PIECE_BYTES, the page costs the server
+    # writes of its bytes, each awaited, so that its tokens go out between them as a real exporter's would.
+    usage = b"".join(
+        f'lmdeploy:gpu_cache_usage_perc{{engine="{engine}",model_name="{MODEL}"}} 0.5\n'.encode()
+        for engine in range(args.metrics_series or 0)
+    )
+    usage_pieces = [usage[start : start + PAGE_PIECE_BYTES] for start in range(0, len(usage), PAGE_PIECE_BYTES)]
+
+    async def metrics(request: web.Request) -> web.StreamResponse:
+        gauges = (
+            "# TYPE lmdeploy:num_requests_running gauge\n"
+            f'lmdeploy:num_requests_running{{model_name="{MODEL}"}} {state["in_flight"]}\n'
+            "# TYPE lmdeploy:num_requests_waiting gauge\n"
+            f'lmdeploy:num_requests_waiting{{model_name="{MODEL}"}} 0\n'
+            "# TYPE lmdeploy:gpu_cache_usage_perc gauge\n"
+        ).encode()
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/plain", "Content-Length": str(len(gauges) + len(usage))}
+        )
+        await response.prepare(request)
+        for piece in (gauges, *usage_pieces):
+            await response.write(piece)
+        return response
+
     @web.middleware
     async def key_check(request: web.Request, handler):
         expected = f"Bearer {os.environ[args.api_key_from_env]}" if args.api_key_from_env else None
@@ -99,6 +127,8 @@ def main() -> None:
     app = web.Application(middlewares=[key_check])
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/completions", completions)
+    if args.metrics_series is not None:
+        app.router.add_get("/metrics", metrics)
     web.run_app(app, host="127.0.0.1", port=args.port, print=None)
 
 

@@ -9,14 +9,19 @@ over SLOTS), prefix-cache figures, and TTFT, queue and end-to-end histograms obs
 Each flavour lives under its own prefix of the base URL (`{url}/lmdeploy`, `/vllm`, `/sglang`), as do servers that
 fail at metrics: `/no-metrics` (404), `/garbled` (not Prometheus text), `/unknown` (metrics of no server we know),
 `/flaky` (LMDeploy's page at the first read, HTTP 500 at every later one: the run's only).
+
+`slow_metrics_server` is a server of its own, fresh for each test, whose /metrics is slow (a byte every 0.4 s) or
+huge (300,000 label sets of one name), and which tells which process asked (`SlowMetricsServer`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import threading
 
 import prometheus_client
+import psutil
 import pytest
 from aiohttp import web
 from openai_server import add_openai_routes, serving
@@ -210,3 +215,89 @@ def metrics_server() -> str:
     """Base URL of the server above: append /lmdeploy, /vllm, /sglang, /no-metrics, /garbled, /unknown or /flaky."""
     with serving(_make_app()) as url:
         yield url
+
+
+# ---- a slow page and a huge one -----------------------------------------------------------------------------
+
+DRIBBLE_GAP_S = 0.4  # between two bytes of the dribbling page
+# One sample of a name we read, so that the page would do once it were whole (after some 20 s).
+DRIBBLED_PAGE = b'lmdeploy:num_requests_running{model_name="tiny"} 0\n'
+HUGE_NAME = "lmdeploy:gpu_cache_usage_perc"
+HUGE_LABEL_SETS = 300_000
+
+
+class SlowMetricsServer:
+    """An OpenAI server as above (LMDeploy's names) under two prefixes whose /metrics misbehave:
+
+    - `{url}/dribble/metrics` answers 200 and its Content-Length, then sends DRIBBLED_PAGE a byte every
+      DRIBBLE_GAP_S: `dribbling` is set once a dribble has begun, `dribbled_whole` once one has sent its last byte
+      (a client that leaves cuts it short: the handler is cancelled);
+    - `{url}/huge/metrics` is LMDeploy's page with HUGE_LABEL_SETS label sets of HUGE_NAME (some 20 MB), in its
+      group as Prometheus text has it.
+
+    Who asked is kept as the pid of the process holding the client's end of the connection: `metrics_pids` for
+    each GET of /huge/metrics, `completion_pids` for each completion request (`parent_pids` maps each to its
+    parent's, read while it lived)."""
+
+    def __init__(self) -> None:
+        self.dribbling = threading.Event()
+        self.dribbled_whole = threading.Event()
+        self.metrics_pids: list[int] = []
+        self.completion_pids: list[int] = []
+        self.parent_pids: dict[int, int] = {}
+        self.url = ""  # once served
+        self.state = ServerState("lmdeploy")
+        self.app = web.Application()
+        answer = _answering(self.state)
+
+        async def answer_and_note(request: web.Request, endpoint: str) -> web.StreamResponse:
+            self.completion_pids.append(await self._client_pid(request))
+            return await answer(request, endpoint)
+
+        for prefix in ("dribble", "huge"):
+            add_openai_routes(self.app, answer_and_note, prefix=f"/{prefix}")
+        self.app.router.add_get("/dribble/metrics", self._dribble)
+        self.app.router.add_get("/huge/metrics", self._huge)
+        self._extra_label_sets = b"".join(
+            f'{HUGE_NAME}{{engine="{engine}",model_name="tiny"}} 0.5\n'.encode() for engine in range(1, HUGE_LABEL_SETS)
+        )
+
+    async def _dribble(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/plain", "Content-Length": str(len(DRIBBLED_PAGE))})
+        await response.prepare(request)
+        self.dribbling.set()
+        for byte in DRIBBLED_PAGE:
+            await response.write(bytes([byte]))
+            await asyncio.sleep(DRIBBLE_GAP_S)
+        self.dribbled_whole.set()
+        return response
+
+    async def _huge(self, request: web.Request) -> web.Response:
+        self.metrics_pids.append(await self._client_pid(request))
+        page = self.state.page()
+        first = page.index(f"{HUGE_NAME}{{".encode())
+        after = page.index(b"\n", first) + 1
+        return web.Response(body=page[:after] + self._extra_label_sets + page[after:], content_type="text/plain")
+
+    async def _client_pid(self, request: web.Request) -> int:
+        """The pid of the process at the other end of the request's connection (it is open while we ask)."""
+        peer = request.transport.get_extra_info("peername")
+        ours = request.transport.get_extra_info("sockname")
+
+        def find() -> int:
+            for connection in psutil.net_connections(kind="tcp4"):
+                if tuple(connection.laddr) == tuple(peer) and tuple(connection.raddr) == tuple(ours):
+                    self.parent_pids[connection.pid] = psutil.Process(connection.pid).ppid()
+                    return connection.pid
+            raise AssertionError(f"no process holds the client's end of {peer}")
+
+        return await asyncio.to_thread(find)
+
+
+@pytest.fixture
+def slow_metrics_server() -> SlowMetricsServer:
+    """A fresh `SlowMetricsServer`, its base URL in `.url`."""
+    server = SlowMetricsServer()
+    with serving(server.app) as url:
+        server.url = url
+        yield server

@@ -2,30 +2,39 @@
 write them) read as one set, scraped during real runs against tests/metrics_server.py, kept in the run folder and
 drawn on the Run page's time axis; a server without them is one line and the run goes on."""
 
+import json
+import os
 import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import psutil
 import pytest
 from metrics_server import (
     CACHED_TOKENS_PER_REQUEST,
     FIRST_TOKEN_S,
+    HUGE_NAME,
     PROMPT_TOKENS_PER_REQUEST,
     SLOTS,
     SPEC_ACCEPTED_PER_REQUEST,
     SPEC_DRAFTS_PER_REQUEST,
     ServerState,
     metrics_server,  # noqa: F401 (fixture)
+    slow_metrics_server,  # noqa: F401 (fixture)
 )
 
 from bench_core.cli import build_parser, main
 from bench_core.cli.restful import config_for_rate
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
-from bench_core.engines.openai_client import http_get
+from bench_core.engines.metrics_reader import ReaderConfig, read_page, reader_command
 from bench_core.engines.server_metrics import (
+    KNOWN_NAMES,
     PEAK_KV_CACHE_USAGE,
     MetricsScraper,
-    parse_page,
     raw_frame,
     run_summary,
     unified_series,
@@ -41,9 +50,11 @@ from bench_core.views.server_charts import (
 )
 from bench_core.views.tables import quantity_table
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 def read_of(state: ServerState, time_s: float) -> list[tuple]:
-    return [(time_s, *sample) for sample in parse_page(state.page().decode())]
+    return [(time_s, *sample) for sample in read_page(state.page(), KNOWN_NAMES).samples]
 
 
 def by_metric(series) -> dict[str, list[float]]:
@@ -123,7 +134,7 @@ def test_the_runs_figures_take_counters_and_histograms_over_the_whole_run_and_ga
 
 def test_a_page_that_is_not_prometheus_text_is_refused():
     with pytest.raises(ValueError, match="not Prometheus text"):
-        parse_page("<html>\n<body>{{{ 1 2 3</body>\n")
+        read_page(b"<html>\n<body>{{{ 1 2 3</body>\n", KNOWN_NAMES)
 
 
 @pytest.mark.parametrize(
@@ -135,11 +146,95 @@ def test_a_page_that_is_not_prometheus_text_is_refused():
     ],
 )
 def test_a_server_without_metrics_we_read_is_one_sentence_and_nothing_is_scraped(metrics_server, flavour, reason):
-    scraper = MetricsScraper(f"{metrics_server}/{flavour}/metrics", 0.1, http_get)
-    why_not = scraper.start()
+    scraper = MetricsScraper(f"{metrics_server}/{flavour}/metrics", 0.1)
+    scraper.start()
+    assert scraper.stop() is None
+    (why_not,) = scraper.warnings
     assert why_not.startswith("No server metrics for this run: ") and reason in why_not
     assert "\n" not in why_not and len(why_not) < 300
-    assert scraper.stop().empty
+
+
+def test_the_reader_parses_the_lines_of_our_names_as_prometheus_client_does():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    state = ServerState("vllm")
+    state.served()
+    state.ttft.observe(0.3)
+    state.usage.set(float("nan"))
+    page = state.page() + b'vllm:num_requests_waiting{model_name="a \\"quoted\\" \\\\ {brace} \\n",x=""} +Inf\n'
+    expected = [
+        (sample.name, json.dumps(sample.labels, sort_keys=True), sample.value)
+        for family in text_string_to_metric_families(page.decode())
+        for sample in family.samples
+        if sample.name in KNOWN_NAMES
+    ]
+    read = read_page(page, KNOWN_NAMES)
+    assert read.crowded == [] and sorted(map(str, read.samples)) == sorted(map(str, expected))
+    assert ("vllm:num_requests_waiting", json.dumps({"model_name": 'a "quoted" \\ {brace} \n', "x": ""}), np.inf) in (
+        read.samples
+    )
+
+
+def test_a_name_with_more_label_sets_than_a_read_keeps_is_left_out_and_the_rest_is_read():
+    def page(label_sets: int) -> bytes:
+        crowd = "".join(f'vllm:num_requests_running{{id="{i}"}} 1\n' for i in range(label_sets))
+        return (
+            '# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{model_name="m"} 0.5\n'
+            f"# TYPE vllm:num_requests_running gauge\n{crowd}"
+            'vllm:num_requests_waiting{model_name="m"} 3\nvllm:other{model_name="m"} 9\n'
+        ).encode()
+
+    left_out = read_page(page(11), KNOWN_NAMES, max_label_sets=10)
+    assert left_out.crowded == ["vllm:num_requests_running"]
+    assert [name for name, _, _ in left_out.samples] == ["vllm:kv_cache_usage_perc", "vllm:num_requests_waiting"]
+    kept = read_page(page(10), KNOWN_NAMES, max_label_sets=10)
+    assert kept.crowded == [] and len(kept.samples) == 12
+
+
+def test_a_line_of_our_names_that_is_no_sample_fails_the_read():
+    with pytest.raises(ValueError, match="not Prometheus text"):
+        read_page(b'vllm:num_requests_running{model_name="m"} many\n', KNOWN_NAMES)
+    assert read_page(b"process_cpu_seconds_total 12.5\n", KNOWN_NAMES).samples == []  # no name of ours: no fault
+
+
+def test_the_reader_process_imports_neither_numpy_nor_pandas():
+    python, *rest = reader_command()
+    done = subprocess.run([python, "-X", "importtime", *rest], input="", capture_output=True, text=True, timeout=60)
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert done.returncode == 0 and "bench_core.engines.metrics_reader" in imported, done.stderr
+    assert not {"numpy", "pandas", "torch", "bench_core.config"} & imported
+
+
+def test_the_api_key_reaches_the_reader_on_its_stdin_never_its_command_line(metrics_server):
+    secret = "sk-metrics-0123456789"
+    scraper = MetricsScraper(f"{metrics_server}/vllm/metrics", 0.1, {"Authorization": f"Bearer {secret}"})
+    scraper.start()
+    try:
+        (reader,) = [child for child in psutil.Process().children() if "metrics_reader" in " ".join(child.cmdline())]
+        assert secret not in " ".join(reader.cmdline()) and secret not in str(reader.environ())
+    finally:
+        scraper.stop()
+    assert not scraper.raw().empty
+
+
+def start_reader(url: str, interval_s: float) -> subprocess.Popen:
+    reader = subprocess.Popen(reader_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    config = ReaderConfig(url, {}, interval_s, 5.0, 2**20, sorted(KNOWN_NAMES))
+    reader.stdin.write(config.to_line())
+    reader.stdin.flush()
+    return reader
+
+
+@pytest.mark.parametrize("end", ["parent gone", "ctrl-c"])
+def test_the_reader_leaves_at_once_and_quietly_when_its_parent_is_gone_or_at_ctrl_c(metrics_server, end):
+    reader = start_reader(f"{metrics_server}/vllm/metrics", 600.0)  # its next read would be in 10 minutes
+    assert json.loads(reader.stdout.readline())["samples"]
+    if end == "ctrl-c":
+        reader.send_signal(signal.SIGINT)
+    else:
+        reader.stdin.close()  # what the parent's death does to it
+    assert reader.wait(timeout=60) == (-signal.SIGINT if end == "ctrl-c" else 0)  # 60 s: a hang, not a speed
+    assert reader.stderr.read() == b""  # no traceback
 
 
 # ---- through the runner, the history and the Run page's figure --------------------------------------------------
@@ -335,3 +430,55 @@ def test_restful_takes_the_off_switch_and_the_interval_from_the_catalog():
     )
     assert (on.engine.server_metrics, on.engine.server_metrics_interval_s) == (True, 1.0)
     assert (off.engine.server_metrics, off.engine.server_metrics_interval_s) == (False, 0.5)
+
+
+# ---- a slow or huge page costs its samples, never the run ----------------------------------------------------------
+
+
+def restful_cli(url: str, tmp_path: Path, *flags: str) -> subprocess.CompletedProcess:
+    """`python -m bench_core restful` against `url`: 6 requests of 8 tokens, recorded under tmp_path/results."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    command = [
+        *(sys.executable, "-m", "bench_core", "restful", "--backend", "lmdeploy", "--base-url", url, "--model", "tiny"),
+        *("--tokenizer", "builtin:tiny-llama", "--dataset-path", "builtin:sample", "--num-prompts", "6"),
+        *("--sharegpt-output-len", "8", "--max-concurrency", "4", "--output-file", "", "--results", "results"),
+        *flags,
+    ]
+    return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
+def the_run(tmp_path: Path) -> tuple[History, str]:
+    history = History(tmp_path / "results")
+    (run_id,) = history.load()["run_id"]
+    return history, run_id
+
+
+@pytest.mark.slow
+def test_a_metrics_page_that_dribbles_costs_its_samples_not_the_run(slow_metrics_server, tmp_path):
+    done = restful_cli(f"{slow_metrics_server.url}/dribble", tmp_path)
+    assert done.returncode == 0, done.stderr
+    history, run_id = the_run(tmp_path)
+    assert history.requests(run_id)["status"].tolist() == ["success"] * 6
+    assert history.server_metrics(run_id) is None
+    (warning,) = [line for line in done.stderr.splitlines() if "/metrics" in line]
+    assert warning.startswith("warning: No server metrics for this run: Cannot read http://127.0.0.1:")
+    assert "/dribble/metrics" in warning
+    assert not slow_metrics_server.dribbled_whole.is_set()  # the command ended without waiting for the page
+
+
+@pytest.mark.slow
+def test_a_huge_metrics_page_is_read_in_another_process_without_its_crowded_name(slow_metrics_server, tmp_path):
+    # 5 s for a read (the interval's): reading 20 MB takes a fraction of it, on a busy machine too.
+    done = restful_cli(f"{slow_metrics_server.url}/huge", tmp_path, "--server-metrics-interval", "5")
+    assert done.returncode == 0, done.stderr
+    history, run_id = the_run(tmp_path)
+    assert history.requests(run_id)["status"].tolist() == ["success"] * 6
+    read = set(unified_series(history.server_metrics(run_id))["metric"])
+    assert {"running", "waiting"} <= read and "kv_cache_usage" not in read
+    (warning,) = [line for line in done.stderr.splitlines() if HUGE_NAME in line]
+    assert "more than 1,000 label sets" in warning and "KV-cache usage" in warning
+    # The page was read by a child of the command's process, not by the process whose client sent the requests.
+    (client,) = set(slow_metrics_server.completion_pids)
+    readers = slow_metrics_server.metrics_pids
+    assert readers and client not in readers
+    assert {slow_metrics_server.parent_pids[reader] for reader in readers} == {client}

@@ -35,7 +35,7 @@ import ssl
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httptools
 
@@ -507,7 +507,7 @@ class Response:
     status: int
     reason: str
     headers: dict[str, str]  # names in lower case
-    body: bytes
+    body: bytes = field(repr=False)  # asyncio.run formats its result's repr: a 20 MB page cost 0.25 s of it
 
 
 async def _whole_body(connection: Connection, max_bytes: int) -> None:

@@ -9,25 +9,39 @@ ratio of two counters' changes, a histogram as the mean of what it observed sinc
 (the change of its `_sum` over the change of its `_count`). So every derived value belongs to the interval
 that ends at its read, on the same clock as the run's ticks.
 
-`MetricsScraper` reads the page in a daemon thread (`prometheus_client`'s text parser reads it). The raw
-samples it keeps are those of the names the mapping reads (not the histograms' buckets), one row per name and
-label set per read (`RAW_COLUMNS`): what the run folder stores. A server without /metrics, or whose page
-has none of these names, is told in one sentence (`MetricsScraper.start`) and nothing is scraped.
+`MetricsScraper` reads the page off the run's critical path: in a process of its own (`metrics_reader`), which
+fetches each read whole within a timeout and a size bound, and parses only the lines of the names the mapping
+reads (`KNOWN_NAMES`, not the histograms' buckets), at most `MAX_LABEL_SETS` label sets of a name per read. A
+slow or huge page so costs its samples, never the run, nor the client's timestamps (the client's process only
+files what the reader sends). The raw samples are kept one row per name and label set per read (`RAW_COLUMNS`):
+what the run folder stores. The first read is the baseline of the server's counters, so the runner starts the
+clock once it has come, or once its timeout has passed: a page slower than that is a failed read, and nothing
+waits on it again. A server without /metrics, or whose page has none of these names, is told in one sentence
+with the run's other warnings (`MetricsScraper.warnings`), and the run has no server metrics.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
+import dataclasses
+import signal
+import subprocess
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+import typing
+import urllib.parse
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
+import orjson
 import pandas as pd
 
-from ..errors import BenchError
 from ..redact import redact_text
+from .http_route import NetworkPolicy
+from .http_stream import MAX_GET_BYTES
+from .metrics_reader import MAX_LABEL_SETS, STOP, ReaderConfig, reader_command
 
 RAW_COLUMNS = ("time_s", "name", "labels", "value")  # labels: the sample's labels as a JSON object, keys sorted
 SERIES_COLUMNS = ("time_s", "metric", "value")
@@ -38,7 +52,9 @@ METRICS_SWITCHES = {
     "sglang": "SGLang serves them only when started with --enable-metrics",
 }
 
-PARSER_MESSAGE_CHARS = 120  # the parser quotes the line it choked on: an HTML page's, perhaps
+MAX_PAGE_BYTES = MAX_GET_BYTES  # a read of a longer page fails
+READER_START_S = 5.0  # for the reader's interpreter to start, on a busy machine: part of each wait for a read
+CANCEL_POLL_S = 0.05  # how often the wait for the first read looks at the run's cancel
 Read = Mapping[str, list[float]]  # one read of the page: sample name -> its values, one per label set
 
 
@@ -217,21 +233,6 @@ KNOWN_NAMES = frozenset(name for metric in SERVER_METRICS for source in metric.s
 # ---- pure: a page's text, the raw table, the unified series -------------------------------------------------
 
 
-def parse_page(text: str) -> list[tuple[str, str, float]]:
-    """(sample name, labels as JSON, value) of every sample on a Prometheus text page; ValueError when the text
-    is not one."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    try:
-        return [
-            (sample.name, json.dumps(sample.labels, sort_keys=True), float(sample.value))
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-        ]
-    except Exception as exc:  # the parser raises ValueError, TypeError or IndexError on a malformed line
-        raise ValueError(f"not Prometheus text ({str(exc)[:PARSER_MESSAGE_CHARS]})") from None
-
-
 def raw_frame(rows: Iterable[tuple[float, str, str, float]]) -> pd.DataFrame:
     """Raw samples as a table with fixed column types (the parquet file's schema)."""
     frame = pd.DataFrame.from_records(list(rows), columns=list(RAW_COLUMNS))
@@ -305,62 +306,119 @@ def run_summary(raw: pd.DataFrame) -> dict[str, float]:
 
 
 class MetricsScraper:
-    """Reads `url` every `interval_s` seconds in a daemon thread, from `start()` to `stop()`; times are on the
-    run's clock (`time.perf_counter`), each the middle of its request. A read that fails mid-run is skipped and
-    counted (`failed_reads`, `last_failure`)."""
+    """Reads `url` every `interval_s` seconds from `start()` to `stop()` in a reader process (`metrics_reader`), each
+    read within `read_timeout_s(interval_s)` and `MAX_PAGE_BYTES`; times are on the run's clock
+    (`time.perf_counter`), each the middle of its GET. A read that fails mid-run is skipped and counted
+    (`failed_reads`, `last_failure`); a name with more label sets than a read keeps is left out of that read
+    and counted (`crowded`). `warnings` says all of it once the scraper has stopped."""
 
     def __init__(
         self,
         url: str,
         interval_s: float,
-        fetch: Callable[[str, float], bytes],
+        headers: Mapping[str, str] | None = None,
+        network: NetworkPolicy = NetworkPolicy(),  # noqa: B008 (frozen)
         switch: str = "",
-        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        """`fetch(url, timeout_s)`: the page's bytes, BenchError when it cannot be read; `switch`: how the server
-        turns its metrics on (`METRICS_SWITCHES`), said when the page cannot be read."""
+        """`headers`: sent with every GET (the API key's; they reach the reader on its stdin); `switch`: how the
+        server turns its metrics on (`METRICS_SWITCHES`), said when the page cannot be read."""
         self.url = url
+        self._shown = redact_text(url)
         self._switch = switch
-        self._interval_s = interval_s
-        self._fetch = fetch
-        self._clock = clock
+        self._timeout_s = read_timeout_s(interval_s)
+        self._stop_wait_s = 2 * self._timeout_s + READER_START_S  # a read in progress, then the last one
+        self._config = ReaderConfig(
+            url=_without_user_info(url),
+            headers=dict(headers or {}),
+            interval_s=interval_s,
+            timeout_s=self._timeout_s,
+            max_bytes=MAX_PAGE_BYTES,
+            names=sorted(KNOWN_NAMES),
+            network=dataclasses.asdict(network),
+        )
         self._raw: list[tuple[float, str, str, float]] = []
         self._series: list[tuple[float, str, float]] = []
         self._before: tuple[float, Read] | None = None
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._process: subprocess.Popen | None = None
+        self._listener: threading.Thread | None = None
+        self._errors: typing.IO[bytes] | None = None  # the reader's stderr
+        self._reads = 0  # outcomes heard from the reader, failures included
+        self._first_heard = threading.Event()  # the first read's outcome has come, or the reader has ended
         self.failed_reads = 0
         self.last_failure = ""
+        self.crowded: dict[str, int] = {}  # name -> the reads it was left out of
+        # Why the run has no server metrics: its first read could not be made or found none of our names.
+        self.unavailable: str | None = None
 
-    def start(self) -> str | None:
-        """Read the page once, then go on reading in the background; or, when the page cannot be read or has no
-        name the mapping knows, the sentence that says so (and nothing is scraped)."""
-        shown = redact_text(self.url)
+    def start(self) -> None:
+        """Start the reader process, which reads the page at once and then every interval; returns at once (what
+        the first read found is told by `warnings` after `stop()`)."""
+        # Its stderr goes to a file, read only if it fails: a pipe nobody drains could fill and stall it.
+        self._errors = tempfile.TemporaryFile()
         try:
-            self._read()
-        except BenchError as exc:
-            switch = f" ({self._switch})" if self._switch else ""
-            return f"No server metrics for this run: {redact_text(str(exc)).rstrip('.')}{switch}."
-        except ValueError as exc:
-            return f"No server metrics for this run: {shown} is {exc}."
-        if not self._raw:
-            return (
-                f"No server metrics for this run: {shown} has none of the LMDeploy, vLLM or SGLang metrics "
-                "read here (running and waiting requests, KV-cache usage, ...)."
+            self._process = subprocess.Popen(
+                reader_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._errors
             )
-        self._thread = threading.Thread(target=self._loop, name="server-metrics", daemon=True)
-        self._thread.start()
-        return None
+        except OSError as exc:  # out of processes or file descriptors: the run goes on without its server's metrics
+            self.unavailable = (
+                f"No server metrics for this run: the process to read {self._shown} did not start ({exc})."
+            )
+            self._errors.close()
+            self._first_heard.set()
+            return
+        self._process.stdin.write(self._config.to_line())
+        self._process.stdin.flush()
+        self._listener = threading.Thread(target=self._listen, name="server-metrics", daemon=True)
+        self._listener.start()
 
-    def stop(self) -> pd.DataFrame:
-        """Stop reading (after one last read) and return the raw samples."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-            self._read_or_count()
-        return self.raw()
+    def wait_for_first_read(self, cancel: threading.Event) -> None:
+        """Until the first read's outcome has come, at most the reader's start-up and one read timeout (a page
+        that comes slower is a failed read: its metrics are lost, the wait ends), or until `cancel` is set."""
+        deadline = time.monotonic() + READER_START_S + self._timeout_s
+        while not self._first_heard.wait(CANCEL_POLL_S):
+            if cancel.is_set() or time.monotonic() > deadline:
+                return
+
+    def stop(self) -> pd.DataFrame | None:
+        """Stop reading, after the reader's last read, and return the raw samples; None when the run has none
+        (`unavailable` says why, unless Ctrl-C came before the first read). A read in progress and the last one
+        each end within the read timeout: a reader that has not ended by then (and its start-up) is killed."""
+        process, listener = self._process, self._listener
+        if process is not None and listener is not None:
+            self._process = self._listener = None
+            # It may have ended already (its first read found nothing, or Ctrl-C reached it): then the pipe is broken.
+            with contextlib.suppress(BrokenPipeError):
+                process.stdin.write(f"{STOP}\n".encode())
+                process.stdin.flush()
+            listener.join(self._stop_wait_s)
+            if listener.is_alive():
+                process.kill()
+                listener.join()
+            with contextlib.suppress(BrokenPipeError):  # what the broken pipe kept buffered is dropped
+                process.stdin.close()
+            self._ended(process.wait())
+            self._errors.close()
+        return None if self.unavailable or not self._raw else self.raw()
+
+    @property
+    def warnings(self) -> list[str]:
+        """What the run should say about its server metrics, each a sentence (after `stop()`)."""
+        if self.unavailable:
+            return [self.unavailable]
+        said = []
+        if self.failed_reads:
+            said.append(
+                f"{self.failed_reads} reads of the server's /metrics failed, so the server metrics have gaps (the "
+                f"last: {redact_text(self.last_failure)})."
+            )
+        for name, reads in self.crowded.items():
+            lost = " or ".join(metric.label for metric in SERVER_METRICS if _reads_name(metric, name))
+            said.append(
+                f"The server's /metrics has more than {MAX_LABEL_SETS:,} label sets of {name} (more than are read of "
+                f"one name), so it was left out of {reads} of {self._reads} reads: no {lost} from it."
+            )
+        return said
 
     def raw(self) -> pd.DataFrame:
         with self._lock:
@@ -371,24 +429,38 @@ class MetricsScraper:
         with self._lock:
             return series_frame(self._series)
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            self._read_or_count()
-
-    def _read_or_count(self) -> None:
+    def _listen(self) -> None:
         try:
-            self._read()
-        except (BenchError, ValueError) as exc:
-            self.failed_reads += 1
-            self.last_failure = str(exc)
+            for line in self._process.stdout:
+                self._take(orjson.loads(line))
+                self._first_heard.set()
+        finally:
+            self._first_heard.set()
 
-    def _read(self) -> None:
-        sent = self._clock()
-        page = self._fetch(self.url, max(1.0, min(self._interval_s, 5.0)))
-        now_s = (sent + self._clock()) / 2
-        samples = [row for row in parse_page(page.decode("utf-8", errors="replace")) if row[0] in KNOWN_NAMES]
+    def _take(self, outcome: dict) -> None:
+        """One read as the reader told it (`metrics_reader`'s docstring lists the lines)."""
+        first = self._reads == 0
+        self._reads += 1
+        failure = outcome.get("unreachable") or outcome.get("unreadable")
+        if failure is not None:
+            if first:
+                switch = f" ({self._switch})" if self._switch and "unreachable" in outcome else ""
+                self.unavailable = f"No server metrics for this run: {redact_text(failure).rstrip('.')}{switch}."
+            else:
+                self.failed_reads += 1
+                self.last_failure = failure
+            return
+        for name in outcome["crowded"]:
+            self.crowded[name] = self.crowded.get(name, 0) + 1
+        samples = [(name, labels, float(value)) for name, labels, value in outcome["samples"]]
+        if first and not samples and not self.crowded:
+            self.unavailable = (
+                f"No server metrics for this run: {self._shown} has none of the LMDeploy, vLLM or SGLang metrics "
+                "read here (running and waiting requests, KV-cache usage, ...)."
+            )
         if not samples:
             return
+        now_s = outcome["time_s"]
         read: dict[str, list[float]] = {}
         for name, _, value in samples:
             read.setdefault(name, []).append(value)
@@ -397,3 +469,36 @@ class MetricsScraper:
             self._raw.extend((now_s, name, labels, value) for name, labels, value in samples)
             self._series.extend(rows)
             self._before = (now_s, read)
+
+    def _ended(self, code: int) -> None:
+        """The reader has ended with exit status `code`: a failure unless it left as asked, or was interrupted with
+        the rest of its process group (Ctrl-C: the run is being interrupted, nothing to say about its metrics)."""
+        if code == -signal.SIGINT or (code == 0 and self._reads):
+            return
+        if code == -signal.SIGKILL:
+            failure = f"a read of {self._shown} did not end within {self._stop_wait_s:g} s"
+        else:
+            self._errors.seek(0)
+            said = self._errors.read().decode(errors="replace").strip().splitlines()
+            failure = (
+                f"the process reading {self._shown} ended with exit status {code}{': ' + said[-1] if said else ''}"
+            )
+        if self._reads == 0:
+            self.unavailable = f"No server metrics for this run: {redact_text(failure)}."
+        else:
+            self.failed_reads += 1
+            self.last_failure = failure
+
+
+def read_timeout_s(interval_s: float) -> float:
+    """How long one read of the page may take, whole: the interval, within 1 to 5 s."""
+    return max(1.0, min(interval_s, 5.0))
+
+
+def _reads_name(metric: ServerMetric, name: str) -> bool:
+    return any(name in source.names for source in metric.sources)
+
+
+def _without_user_info(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()

@@ -229,7 +229,9 @@ class Run(Job):
                 recent = with_loop_lag(recent, lags[first:])
             snap = with_telemetry(snap, recent, profiler.t_start)
         if measurement.scraper is not None and profiler.t_start is not None:
-            snap = with_server_metrics(snap, measurement.scraper.series(), profiler.t_start)
+            series = measurement.scraper.series()
+            if len(series):  # not before the first read has come, nor where the server has no metrics
+                snap = with_server_metrics(snap, series, profiler.t_start)
         return snap
 
     @property

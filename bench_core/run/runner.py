@@ -341,11 +341,13 @@ class Runner:
             and not self._engine.info.device.startswith("cpu")
         ):
             measurement.warnings.append(sampler.gpu_note)
-        scraper = self._engine.metrics_scraper()
-        if scraper is not None and (why_not := scraper.start()) is not None:
-            measurement.warnings.append(why_not)  # one line, and the run goes on without them
-            scraper = None
-        measurement.scraper = scraper
+        scraper = measurement.scraper = self._engine.metrics_scraper()
+        if scraper is not None:
+            scraper.start()
+            # Its first read is the baseline of the server's counters over the run, so the clock starts after it: a
+            # page that does not come whole within the read's timeout is a failed read, and the run starts without it.
+            # What the read found is told with the run's other warnings, at its end.
+            scraper.wait_for_first_read(run.cancel_event)
         profiler.start()
         ticks_at_admission = [tick_at_admission or r.follows is not None for r in requests]
         for session, at_admission in zip(sessions, ticks_at_admission):
@@ -395,12 +397,9 @@ class Runner:
             measurement.telemetry = samples.assign(time_s=samples["time_s"] - profiler.t_start)
             if scraper is not None:
                 raw = scraper.stop()
-                measurement.server_metrics = raw.assign(time_s=raw["time_s"] - profiler.t_start)
-                if scraper.failed_reads:
-                    measurement.warnings.append(
-                        f"{scraper.failed_reads} reads of the server's /metrics failed, so the server metrics have "
-                        f"gaps (the last: {redact_text(scraper.last_failure)})."
-                    )
+                measurement.warnings.extend(scraper.warnings)  # one line each, and the run is kept without them
+                if raw is not None:
+                    measurement.server_metrics = raw.assign(time_s=raw["time_s"] - profiler.t_start)
             if publishing is not None:
                 publishing.end()
 

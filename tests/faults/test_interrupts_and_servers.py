@@ -24,13 +24,15 @@ import pandas as pd
 import pytest
 from aiohttp import web
 from cli_output import without_run_flags
+from metrics_server import slow_metrics_server  # noqa: F401 (fixture)
 from openai_server import add_openai_routes, misbehaving_server, serving  # noqa: F401 (fixture)
 
 from bench_core import csvstore
 from bench_core.cli import build_parser, main
 from bench_core.cli.restful import base_url
 from bench_core.config import RunConfig
-from bench_core.engines.openai_client import ServerSpec, run_requests
+from bench_core.engines.openai_client import run_requests
+from bench_core.engines.openai_request import ServerSpec
 from bench_core.load.datasets import SampledRequest
 from bench_core.store.history import History, RunRecord, history_row
 
@@ -60,8 +62,10 @@ PIPELINE = [
 
 def _as_from_a_terminal() -> None:
     # A shell without job control starts background jobs (a suite run with `&`) with SIGINT ignored, and children
-    # inherit that; the CLI must get Ctrl-C as a user's terminal sends it.
+    # inherit that; the CLI must get Ctrl-C as a user's terminal sends it. An interactive shell runs it in a process
+    # group of its own, the one a terminal's Ctrl-C signals whole (`Cli.interrupt(whole_group=True)`).
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.setpgid(0, 0)
 
 
 class Cli:
@@ -113,9 +117,13 @@ class Cli:
             self._grew.wait_for(lambda: words.encode() in self._stderr or self._closed, timeout)
             assert words.encode() in self._stderr, f"never saw {words!r}; stderr: {self.lines()}"
 
-    def interrupt(self, signum: int = signal.SIGINT) -> None:
-        """Send SIGINT (or `signum`) and wait for the process to end (HANG_S bounds a hung test, not a speed)."""
-        self.process.send_signal(signum)
+    def interrupt(self, signum: int = signal.SIGINT, whole_group: bool = False) -> None:
+        """Send SIGINT (or `signum`), to the process or to its whole process group as a terminal's Ctrl-C does, and
+        wait for the process to end (HANG_S bounds a hung test, not a speed)."""
+        if whole_group:
+            os.killpg(self.process.pid, signum)
+        else:
+            self.process.send_signal(signum)
         self.process.wait(timeout=HANG_S)
 
     def tore_down(self) -> bool:
@@ -184,8 +192,8 @@ def requests_of_last_run(folder: Path) -> pd.DataFrame:
     return history(folder).requests(stored["run_id"].iloc[-1])
 
 
-def assert_interrupted_at_once(process: Cli, signum: int = signal.SIGINT) -> list[str]:
-    process.interrupt(signum)
+def assert_interrupted_at_once(process: Cli, signum: int = signal.SIGINT, whole_group: bool = False) -> list[str]:
+    process.interrupt(signum, whole_group)
     lines = without_run_flags(process.lines())
     assert process.process.returncode == 130, lines
     # It left once its line was said, without the interpreter's teardown (the probe's atexit hook never ran): that
@@ -270,6 +278,26 @@ def test_ctrl_c_while_a_restful_run_measures_counts_requests_in_flight_as_cancel
     assert table["status"].tolist() == ["cancelled"] * 3
     assert f"{'Cancelled requests:':<40} 3" in process.stdout()
     assert f"{'Failed requests:':<40} 0" in process.stdout()
+
+
+def test_ctrl_c_while_the_servers_metrics_page_dribbles_ends_the_run_at_once(cli, slow_metrics_server, tmp_path):
+    # A read may take 5 s (the interval's): the page's first byte has come when Ctrl-C does, its last would in 20 s.
+    flags = (
+        "--num-prompts",
+        "3",
+        "--sharegpt-output-len",
+        "2000",
+        "--disable-warmup",
+        "--server-metrics-interval",
+        "5",
+    )
+    process = cli(restful_args(f"{slow_metrics_server.url}/dribble", "tiny", *flags))
+    process.wait_for("running:")
+    assert slow_metrics_server.dribbling.wait(HANG_S)
+    (line,) = assert_interrupted_at_once(process, whole_group=True)  # the reader gets it too, and says nothing
+    assert line.endswith("cancelled in results/history.csv")
+    assert not slow_metrics_server.dribbled_whole.is_set()  # the command left while the page was still coming
+    assert requests_of_last_run(tmp_path)["status"].tolist() == ["cancelled"] * 3
 
 
 # --- servers that send keep-alives but no tokens ------------------------------------------------
