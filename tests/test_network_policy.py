@@ -16,6 +16,7 @@ import re
 import shutil
 import ssl
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -354,8 +355,9 @@ def test_a_proxy_this_client_cannot_use_is_one_clear_failure(monkeypatch):
 
 def test_a_get_made_under_a_running_event_loop_still_reads_the_server():
     # A notebook's loop, or the browser tests' playwright driver, runs in the calling thread: asyncio.run would refuse.
+    # The test's own loop runs in a thread of its own, since the suite's main thread may already have one running.
     async def discover_under_a_loop() -> str:
         return discover_model(server.url)
 
-    with RawServer(llama_handler(NEVER)) as server:
-        assert asyncio.run(discover_under_a_loop()) == MODEL
+    with RawServer(llama_handler(NEVER)) as server, ThreadPoolExecutor(1) as own_thread:
+        assert own_thread.submit(asyncio.run, discover_under_a_loop()).result() == MODEL

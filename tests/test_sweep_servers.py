@@ -146,7 +146,8 @@ def test_transformers_serve_started_per_run_batches_or_not_as_its_setting_says(t
     # Without continuous batching the server answers one request at a time: of 4 sent at once, the last has its
     # first token only after another has ended. With it, all four are in the first steps, long before any ends.
     # (Speeds, on 2 cores other work shares, are too noisy to compare: the last's TTFT read 1.7-4.6x the batched
-    # run's.)
+    # run's.) Each answer is 256 tokens, so "long before" is steps, not this machine's pace: at 16, a request
+    # parsed late beside a CPU hog joined after the first had ended (a CI try).
     serve = (
         f"{sys.executable} -m transformers.cli.transformers serve {tiny_model_path} --host 127.0.0.1 --port {{port}} "
         "--device cpu {batching} --cb-num-blocks 64 --cb-block-size 64 --cb-max-batch-tokens 512"
@@ -161,7 +162,7 @@ def test_transformers_serve_started_per_run_batches_or_not_as_its_setting_says(t
         "--random-input-len",
         "16",
         "--random-output-len",
-        "16",
+        "256",
         "--max-concurrency",
         "4",
         "--server-cmd",
