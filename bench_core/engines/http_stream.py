@@ -510,6 +510,25 @@ class Response:
     body: bytes = field(repr=False)  # asyncio.run formats its result's repr: a 20 MB page cost 0.25 s of it
 
 
+def failure_sentence(url: str, exc: HTTPStreamError) -> str:
+    """One sentence for a GET of `url` that failed, naming what failed: the host name, the proxy, the server, TLS.
+    `url` as given: a user-info in it is masked wherever the sentence is shown (bench_core/redact.py)."""
+    if isinstance(exc, ConnectFailed):
+        if exc.proxy:
+            return f"Cannot reach {url} through the proxy {exc.proxy} ({exc.cause}). Is the proxy running?"
+        if exc.unresolved:
+            return f"Cannot reach {url}: its host name does not resolve ({exc.cause})."
+        return f"Cannot reach {url} ({exc.cause}). Is the server running, and is the URL right?"
+    verb = "reach" if isinstance(exc, (ConnectTimeout, TLSFailed, ProxyFailed)) else "read"
+    return f"Cannot {verb} {url}: {exc}."
+
+
+def status_sentence(url: str, response: Response) -> str:
+    """One sentence for a GET of `url` answered with an HTTP error."""
+    hint = " Check the API key." if response.status in (401, 403) else ""
+    return f"{url} answered HTTP {response.status} {response.reason}.{hint}"
+
+
 async def _whole_body(connection: Connection, max_bytes: int) -> None:
     await connection.wait_for(lambda: connection.body_done or connection.held_bytes > max_bytes)
 

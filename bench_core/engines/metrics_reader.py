@@ -42,7 +42,7 @@ from pathlib import Path
 import orjson
 
 from .http_route import NetworkPolicy
-from .http_stream import ConnectFailed, HTTPStreamError, fetch
+from .http_stream import HTTPStreamError, failure_sentence, fetch, status_sentence
 
 MAX_LABEL_SETS = 1000  # of one name in one read: past that the name is left out of the read
 PARSER_MESSAGE_CHARS = 120  # of the line quoted when a page is not Prometheus text: an HTML page's, perhaps
@@ -176,17 +176,10 @@ def read_once(config: ReaderConfig, names: frozenset[str], policy: NetworkPolicy
     try:
         response = fetch(config.url, config.headers, policy, config.timeout_s, config.max_bytes)
     except HTTPStreamError as exc:
-        hint = (
-            " Is the server running, and is the URL right?" if isinstance(exc, ConnectFailed) and not exc.proxy else ""
-        )
-        return {"time_s": (sent + time.perf_counter()) / 2, "unreachable": f"Cannot read {config.url}: {exc}.{hint}"}
+        return {"time_s": (sent + time.perf_counter()) / 2, "unreachable": failure_sentence(config.url, exc)}
     time_s = (sent + time.perf_counter()) / 2
     if response.status != 200:
-        hint = " Check the API key." if response.status in (401, 403) else ""
-        return {
-            "time_s": time_s,
-            "unreachable": f"{config.url} answered HTTP {response.status} {response.reason}.{hint}",
-        }
+        return {"time_s": time_s, "unreachable": status_sentence(config.url, response)}
     try:
         read = read_page(response.body, names, config.max_label_sets)
     except ValueError as exc:

@@ -72,7 +72,9 @@ from .http_stream import (
     ResponseCut,
     ServerClosed,
     TLSFailed,
+    failure_sentence,
     fetch,
+    status_sentence,
 )
 from .loop_lag import LoopLag
 from .openai_request import API_KEY_ENV, RequestResult, ServerSpec, api_root, build_payload
@@ -93,7 +95,7 @@ class ServerError(BenchError):
     """A server that cannot be reached, or that answers in a way a benchmark cannot use."""
 
 
-def _auth_headers(api_key: str | None, url: str) -> dict[str, str]:
+def auth_headers(api_key: str | None, url: str) -> dict[str, str]:
     """The API key as a Bearer header, else the URL's user-info as Basic auth, else none."""
     key = api_key or os.environ.get(API_KEY_ENV)
     if key:
@@ -113,12 +115,11 @@ def http_get(
     user-info as Basic auth, as the run's requests send it), on the run's transport and policy (`http_stream`);
     ServerError when the server cannot be reached, answers with an HTTP error or redirects elsewhere."""
     try:
-        response = fetch(url, _auth_headers(api_key, url), network, timeout_s, max_bytes)
+        response = fetch(url, auth_headers(api_key, url), network, timeout_s, max_bytes)
     except HTTPStreamError as exc:
-        raise _unreadable(url, exc) from None
+        raise ServerError(failure_sentence(url, exc)) from None
     if response.status != 200:
-        hint = " Check the API key." if response.status in (401, 403) else ""
-        raise ServerError(f"{url} answered HTTP {response.status} {response.reason}.{hint}")
+        raise ServerError(status_sentence(url, response))
     return response.body
 
 
@@ -132,26 +133,11 @@ def check_reachable(
     proxy, its TLS): a benchmark that names its model needs no list, only a server that is there."""
     url = api_root(base_url) + "/v1/models"
     try:
-        fetch(url, _auth_headers(api_key, url), network, timeout_s, max_bytes=ERROR_BODY_CHARS)
+        fetch(url, auth_headers(api_key, url), network, timeout_s, max_bytes=ERROR_BODY_CHARS)
     except BodyTooLarge:
         return  # it answered
     except HTTPStreamError as exc:
-        raise _unreadable(api_root(base_url), exc) from None
-
-
-def _unreadable(url: str, exc: HTTPStreamError) -> ServerError:
-    """One message for a GET that failed, naming what failed: the host name, the server, the proxy, TLS."""
-    shown = url  # as given: a user-info in it is masked wherever the message is shown (redact.py)
-    if isinstance(exc, ConnectFailed):
-        if exc.proxy:
-            return ServerError(
-                f"Cannot reach {shown} through the proxy {exc.proxy} ({exc.cause}). Is the proxy running?"
-            )
-        if exc.unresolved:
-            return ServerError(f"Cannot reach {shown}: its host name does not resolve ({exc.cause}).")
-        return ServerError(f"Cannot reach {shown} ({exc.cause}). Is the server running, and is the URL right?")
-    verb = "reach" if isinstance(exc, (ConnectTimeout, TLSFailed, ProxyFailed)) else "read"
-    return ServerError(f"Cannot {verb} {shown}: {exc}.")
+        raise ServerError(failure_sentence(api_root(base_url), exc)) from None
 
 
 def discover_model(
@@ -503,7 +489,7 @@ class ClientRun:
             pool = ConnectionPool(
                 Origin(self.spec.url),
                 self.spec.connect_timeout_s,
-                _auth_headers(self.spec.api_key, self.spec.url),
+                auth_headers(self.spec.api_key, self.spec.url),
                 self.spec.network,
             )
         except ValueError as exc:

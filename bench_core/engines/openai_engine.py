@@ -379,7 +379,7 @@ class OpenAIEngine(Engine):
 
     def metrics_scraper(self) -> MetricsScraper | None:
         """A reader of the server's Prometheus page at /metrics, unless the settings turned it off."""
-        from .openai_client import _auth_headers
+        from .openai_client import auth_headers
         from .openai_request import api_root
         from .server_metrics import METRICS_SWITCHES, MetricsScraper
 
@@ -389,7 +389,7 @@ class OpenAIEngine(Engine):
         return MetricsScraper(
             url,
             self._metrics_interval_s,
-            _auth_headers(self.spec.api_key, url),
+            auth_headers(self.spec.api_key, url),
             self.spec.network,
             METRICS_SWITCHES.get(self.spec.server_kind, ""),
         )
