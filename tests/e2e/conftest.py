@@ -29,6 +29,8 @@ CHROMIUM_ARGS = [
 ARTIFACTS = ROOT / "artifacts" / "e2e"
 DEFAULT_TIMEOUT_MS = 20_000
 LOG_TAIL_CHARS = 12_000
+MAX_RUNS_CANCELLED_AFTER_A_FAILURE = 5
+FAILED = pytest.StashKey[bool]()  # set on a test item whose setup, call or teardown failed
 
 
 @pytest.fixture(scope="session")
@@ -94,6 +96,34 @@ def pytest_runtest_makereport(item, call):
     report = yield
     servers = [value for value in getattr(item, "funcargs", {}).values() if isinstance(value, AppServer)]
     if report.failed:
+        item.stash[FAILED] = True
         for server in servers:
             report.sections.append(("streamlit server log (tail)", server.log()[-LOG_TAIL_CHARS:]))
     return report
+
+
+@pytest.fixture(autouse=True)
+def no_run_outlives_a_failed_test(request):
+    """A browser test that fails mid-run leaves no run holding the shared server's engine: the next test's Start
+    would queue behind it and fail too (a CI run once saw one failure become two this way)."""
+    yield
+    if request.node.stash.get(FAILED, False) and "page" in request.fixturenames:
+        cancel_active_runs(request.getfixturevalue("browser"), request.getfixturevalue("base_url"))
+
+
+def cancel_active_runs(browser, base_url: str) -> None:
+    """Cancel, from a tab of its own, the run the Run page shows while the Cancel button is enabled: each active
+    run in turn, the queued ones after the running one."""
+    context = browser.new_context(base_url=base_url, viewport=VIEWPORT)
+    try:
+        page = context.new_page()
+        for _ in range(MAX_RUNS_CANCELLED_AFTER_A_FAILURE):
+            page.goto("/")
+            cancel = page.get_by_test_id("stSidebar").get_by_role("button", name="Cancel")
+            expect(cancel).to_be_visible()
+            if not cancel.is_enabled():
+                return
+            cancel.click()
+            expect(cancel).to_be_disabled()
+    finally:
+        context.close()

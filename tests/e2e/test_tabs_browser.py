@@ -70,6 +70,9 @@ def test_a_double_click_queues_one_run_that_a_second_tab_and_every_page_show(pag
     expect(page).to_have_url(re.compile(rf"num_prompts_cpu={LIVE_RUN['Number of prompts']}"))
     page.get_by_test_id("stSidebarNav").get_by_role("link", name="Sweep").click()
     expect(page.get_by_role("heading", name="Knob sweep")).to_be_visible()
+    # The switch leaves the query string behind and the Sweep page's sidebar writes it back: that URL is what a
+    # reload reads (a reload before the page's first run ends reloads the bare /sweep; seen once beside a CPU hog).
+    expect(page).to_have_url(re.compile(rf"/sweep\?.*num_prompts_cpu={LIVE_RUN['Number of prompts']}"))
     page.reload()
     for name in ("Number of prompts", "Concurrency", "Input length", "Output length"):
         expect(sidebar(page).get_by_role("spinbutton", name=name, exact=True)).to_have_value(str(LIVE_RUN[name]))
