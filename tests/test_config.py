@@ -1,8 +1,9 @@
-"""RunConfig: knobs that do not apply to the chosen backend are refused and never recorded."""
+"""RunConfig: knobs that do not apply to the chosen backend are refused and never recorded, and whole numbers beyond
+what a history column holds are refused naming their flag and range."""
 
 import pytest
 
-from bench_core.config import EngineConfig, RunConfig, validate_run_config
+from bench_core.config import SETTINGS, DatasetConfig, EngineConfig, RunConfig, sampling_problems, validate_run_config
 from bench_core.engines import check_run_config
 from bench_core.errors import ConfigError
 
@@ -53,3 +54,41 @@ def test_an_old_row_that_recorded_lmdeploy_knobs_for_a_cpu_run_reads_back_valid(
     config = RunConfig.from_flat_dict(old_row)
     assert config == transformers_config()
     assert validate_run_config(config) == []
+
+
+WHOLE_NUMBER_SETTINGS = [declared for declared in SETTINGS if declared.kind is int and declared.choices is None]
+
+
+@pytest.mark.parametrize("declared", WHOLE_NUMBER_SETTINGS, ids=lambda declared: declared.name)
+def test_every_whole_number_setting_refuses_one_beyond_what_a_history_column_holds(declared):
+    (problem,) = declared.problems(10**30)
+    highest = declared.whole_number_range[1]
+    assert str(highest) in problem.replace(",", "") and "\n" not in problem
+    assert declared.problems(highest) == []
+
+
+@pytest.mark.parametrize(
+    "dataset, message",
+    [
+        (
+            DatasetConfig(num_prompts=10**30),
+            f"--num-prompts must be a whole number from 1 to 2,147,483,647; got {10**30:,}.",
+        ),
+        (
+            DatasetConfig(dataset_name="random", random_input_len=8, random_output_len=2**31),
+            f"--random-output-len must be a whole number from 1 to 2,147,483,647; got {2**31:,}.",
+        ),
+    ],
+    ids=["--num-prompts", "--random-output-len"],
+)
+def test_a_count_beyond_what_a_history_column_holds_is_refused_naming_its_flag_and_range(dataset, message):
+    config = RunConfig(engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"), dataset=dataset)
+    assert validate_run_config(config) == [message]
+
+
+def test_a_token_budget_beyond_what_a_history_column_holds_is_refused_in_the_sampling_settings_and_the_body():
+    assert sampling_problems({"top_k": 10**30, "max_tokens": 2**31}, "In the extra request body, ") == [
+        f"In the extra request body, top_k must be at most 2,147,483,647 (got {10**30}).",
+        f"In the extra request body, max_tokens must be at most 2,147,483,647 (got {2**31}).",
+    ]
+    assert sampling_problems({"max_tokens": 2**31 - 1}) == []

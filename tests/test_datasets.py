@@ -118,6 +118,25 @@ def test_missing_file_folder_and_unknown_builtin_are_dataset_errors(tmp_path):
         load_conversations("builtin:nope")
 
 
+@pytest.mark.parametrize(
+    "name",
+    ["d" * 300, "d" * 10_000, "/tmp/" + "d" * 300 + ".json", "data\0.json", "~no-such-user-7f3a/data.json"],
+    ids=["300 characters", "10,000 characters", "long under /tmp", "NUL byte", "unknown user"],
+)
+def test_a_dataset_name_that_cannot_be_a_path_does_not_exist(name):
+    with pytest.raises(DatasetError, match="does not exist: pass a ShareGPT JSON or JSONL file"):
+        load_conversations(name)
+
+
+@pytest.mark.parametrize("text", ['[{"id": 1},\n {"id": %s}]', '{"id": 1}\n{"id": %s}\n'], ids=["JSON", "JSON Lines"])
+def test_a_number_longer_than_python_reads_is_refused_with_its_line(tmp_path, text):
+    path = tmp_path / "data.json"
+    path.write_text(text % ("1" + "0" * 5_000))
+    with pytest.raises(DatasetError, match=r"data.json, line 2: .* a number of more than [\d,]+ digits") as caught:
+        load_conversations(str(path))
+    assert "\n" not in str(caught.value)
+
+
 def test_callers_cannot_disturb_the_parse_cache():
     first = load_conversations(str(SMALL_JSON))
     first.pairs.reverse()

@@ -12,6 +12,7 @@ import pytest
 
 from bench_core.errors import ModelError
 from bench_core.models import resolve as models
+from bench_core.models.window import model_context_window
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -77,6 +78,31 @@ def test_a_model_neither_local_nor_cached_is_one_model_error():
     message = str(caught.value)
     assert "no-such-model-7f3a" in message and "offline" in message
     assert "\n" not in message
+
+
+# Names a server or a user may give that no file system takes as a path: one component longer than a file name may be
+# (ENAMETOOLONG, relative or under a folder that exists), a NUL byte, a home folder of no user.
+NAMES_THAT_CANNOT_BE_PATHS = {
+    "300 characters": "m" * 300,
+    "10,000 characters": "m" * 10_000,
+    "long under /tmp": "/tmp/" + "m" * 300,
+    "NUL byte": "org/model\0name",
+    "unknown user": "~no-such-user-7f3a/model",
+}
+
+
+@pytest.mark.parametrize("name", NAMES_THAT_CANNOT_BE_PATHS.values(), ids=NAMES_THAT_CANNOT_BE_PATHS)
+def test_a_name_that_cannot_be_a_path_is_recorded_as_a_hub_or_server_model(name):
+    assert models.describe_model(name) == models.ModelRecord(name, "hub", False)
+    assert model_context_window(name) is None
+    assert models.local_path(name) is None and models.local_folder(name) is None
+
+
+@pytest.mark.parametrize("name", NAMES_THAT_CANNOT_BE_PATHS.values(), ids=NAMES_THAT_CANNOT_BE_PATHS)
+def test_a_name_that_cannot_be_a_path_resolves_to_one_model_error(name):
+    with pytest.raises(ModelError) as caught:
+        models.resolve_model(name)
+    assert "\n" not in str(caught.value)
 
 
 def test_smollm2_without_its_package_says_how_to_install_it(monkeypatch, tmp_path):

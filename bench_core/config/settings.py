@@ -18,6 +18,10 @@ from typing import Any
 TRUE_WORDS = ("true", "1", "yes", "on")
 FALSE_WORDS = ("false", "0", "no", "off")
 NONE_WORDS = ("", "none")  # how an optional setting is left unset in text
+# The largest whole number a setting or a dataset record's length takes where its declaration names no maximum:
+# engines hold token counts and sizes in 32-bit integers, and a sum of such numbers over as many requests still
+# fits a history column (a 64-bit integer), where 10**30 output tokens would fail the run's save.
+MAX_WHOLE_NUMBER = 2**31 - 1
 
 
 class Part(enum.StrEnum):
@@ -168,6 +172,16 @@ class Setting:
         return self.part == Part.ENGINE and bool(self.group)
 
     @property
+    def whole_number_range(self) -> tuple[int, int]:
+        """The least and the largest value of a whole-number setting: its bounds', and -/+MAX_WHOLE_NUMBER where
+        they name none."""
+        low, high = (self.bounds.low, self.bounds.high) if self.bounds else (-math.inf, math.inf)
+        return (
+            int(low) if math.isfinite(low) else -MAX_WHOLE_NUMBER,
+            int(high) if math.isfinite(high) else MAX_WHOLE_NUMBER,
+        )
+
+    @property
     def field_type(self) -> Any:
         return self.kind | None if self.optional else self.kind
 
@@ -214,6 +228,10 @@ class Setting:
             return [self.choice_message.format(flag=self.cli_flag, choices=choices, value=value)]
         if self.bounds is not None and isinstance(value, (int, float)) and not self.bounds.hold(value):
             return [self.bounds.message.format(flag=self.cli_flag, value=value, label=self.title)]
+        if self.kind is int and isinstance(value, int):
+            low, high = self.whole_number_range
+            if not low <= value <= high:
+                return [f"{self.cli_flag} must be a whole number from {low:,} to {high:,}; got {value:,}."]
         return []
 
     def rule_for(self, backend: str) -> str:

@@ -18,7 +18,7 @@ from ..models.synthetic import synthetic_name_problems
 from ..states import LoadPattern
 from .catalog import CUSTOM, GENERATION, IMAGE, KNOBS, MULTI_TURN, TRACE_DATASET, image_size, of_part, setting
 from .run_config import EngineConfig, GenerationSettings, RunConfig, client_in_workers
-from .settings import Bounds, Part
+from .settings import MAX_WHOLE_NUMBER, Bounds, Part
 
 # The datasets that read the user's own file, and what it holds.
 FILE_DATASETS = {TRACE_DATASET: "a Mooncake JSONL trace", CUSTOM: "JSON or JSONL records with a prompt or messages"}
@@ -183,6 +183,8 @@ def sampling_problems(values: dict[str, Any], where: str = "") -> list[str]:
         number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
         if math.isnan(number) or not bounds.hold(number):
             problems.append(f"{where}{name} must be {bounds.message} (got {value!r}).")
+        elif isinstance(value, int) and math.isinf(bounds.high) and value > MAX_WHOLE_NUMBER:
+            problems.append(f"{where}{name} must be at most {MAX_WHOLE_NUMBER:,} (got {value!r}).")
     return problems
 
 

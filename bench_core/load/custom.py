@@ -17,7 +17,7 @@ import numpy as np
 
 from ..config import DatasetConfig
 from ..errors import DatasetError
-from .requests import Sample, SampledRequest, record_refused, render_transcript, sample_of
+from .requests import LENGTH_RULE, Sample, SampledRequest, is_length, record_refused, render_transcript, sample_of
 
 LENGTH_KEYS = ("output_len", "max_tokens")
 FORMAT = "each record needs a 'prompt' string or a 'messages' list of {'role', 'content'} objects"
@@ -66,8 +66,8 @@ def read_record(record: Any, default_output_len: int, refuse) -> tuple[str, tupl
     for key in LENGTH_KEYS:
         if key in record:
             value = record[key]
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                refuse(f"its '{key}' must be a whole number of at least 1, not {value!r}")
+            if not is_length(value):
+                refuse(f"its '{key}' must be {LENGTH_RULE}, not {value!r}")
             output_len = value
             break
     return text, messages, output_len

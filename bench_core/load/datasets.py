@@ -27,6 +27,7 @@ import numpy as np
 from ..config import DatasetConfig
 from ..config.catalog import CUSTOM, IMAGE, MULTI_TURN, SHARED_PREFIX, TRACE_DATASET
 from ..errors import DatasetError
+from ..models.resolve import local_path
 from . import custom, image, multi_turn, shared_prefix, trace
 from .builtin_sample import generate_sample_records
 from .lengths import random_lengths
@@ -249,9 +250,9 @@ def sample_random_requests(
 def _user_file_path(source: str) -> Path:
     if source.startswith("builtin:"):
         raise DatasetError(f"Unknown built-in dataset '{source}'; choose one of {', '.join(BUILTIN_SOURCES)}.")
-    path = Path(source).expanduser()
-    if not path.is_file():
-        what = "is a folder, not a file" if path.is_dir() else "does not exist"
+    path = local_path(source)
+    if path is None or not path.is_file():
+        what = "is a folder, not a file" if path is not None and path.is_dir() else "does not exist"
         raise DatasetError(
             f"Dataset {source} {what}: pass a ShareGPT JSON or JSONL file, {BUILTIN_SHAREGPT} or {BUILTIN_SAMPLE}."
         )
@@ -344,6 +345,8 @@ def _json_array_records(text: str, source: str) -> Iterator[tuple[int, Any]]:
             raise _not_valid_json(source, err) from None
         except RecursionError:
             raise nested_too_deeply(f"Dataset {source}") from None
+        except ValueError:
+            raise _number_too_long(source, line) from None
         yield line, record
 
 
@@ -364,12 +367,22 @@ def _json_lines_records(text: str, source: str) -> Iterator[tuple[int, Any]]:
                 f"Dataset {source} is neither a JSON array nor JSON Lines: line {n + 1} is not "
                 f"a complete JSON value ({err.msg})."
             ) from None
+        except ValueError:
+            raise _number_too_long(source, n + 1) from None
         yield n + 1, record
 
 
 def nested_too_deeply(what: str) -> DatasetError:
     # Python's JSON reader recurses once per level of nesting; past the interpreter's limit it raises RecursionError.
     return DatasetError(f"{what} is JSON nested deeper than the reader follows ({sys.getrecursionlimit():,} levels).")
+
+
+def _number_too_long(source: str, line: int) -> DatasetError:
+    # Python's JSON reader refuses an integer of more digits than int() converts (ValueError, not a decoding error).
+    return DatasetError(
+        f"Dataset {source}, line {line}: the record is refused because it holds a number of more than "
+        f"{sys.get_int_max_str_digits():,} digits, far beyond any length or count a record may give."
+    )
 
 
 def _not_valid_json(source: str, err: json.JSONDecodeError) -> DatasetError:

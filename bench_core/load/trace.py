@@ -21,7 +21,7 @@ import numpy as np
 
 from ..config import DatasetConfig
 from ..errors import DatasetError
-from .requests import Sample, SampledRequest, TokenSupply, record_refused, sample_of
+from .requests import LENGTH_RULE, Sample, SampledRequest, TokenSupply, is_length, record_refused, sample_of
 
 FORMAT = "each line needs 'timestamp' (ms), 'input_length', 'output_length' and 'hash_ids' (a list of integers)"
 
@@ -37,8 +37,8 @@ def read_record(record: Any, refuse) -> tuple[float, int, int, list[int]]:
     if not _number(timestamp) or timestamp < 0:
         refuse(f"its 'timestamp' must be a number of milliseconds, 0 or more, not {timestamp!r}")
     for key in ("input_length", "output_length"):
-        if not _whole(record[key]) or record[key] < 1:
-            refuse(f"its '{key}' must be a whole number of at least 1, not {record[key]!r}")
+        if not is_length(record[key]):
+            refuse(f"its '{key}' must be {LENGTH_RULE}, not {record[key]!r}")
     if not isinstance(hash_ids, list) or not all(_whole(h) for h in hash_ids):
         refuse("its 'hash_ids' must be a list of whole numbers")
     return float(timestamp), record["input_length"], record["output_length"], list(hash_ids)

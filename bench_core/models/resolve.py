@@ -121,6 +121,24 @@ class ModelRecord:
     parameters: int | None = None  # known without loading for synthetic models
 
 
+def local_path(name: str) -> Path | None:
+    """What `name` (a model, tokenizer or dataset name) names on this machine, a folder or a file; None where it
+    names nothing here: a hub id, a server's model id, or a name that cannot be a path at all (a component longer
+    than the file system takes, a NUL byte, an unknown ~user). Such names come from servers and users, so they read
+    as "not a local path" rather than failing the run that records them."""
+    try:
+        path = Path(name).expanduser()
+        return path if path.exists() else None
+    except (OSError, ValueError, RuntimeError):  # ENAMETOOLONG, NUL, expanduser's unknown user
+        return None
+
+
+def local_folder(name: str) -> Path | None:
+    """The folder `name` names on this machine; None where it names none (see `local_path`)."""
+    path = local_path(name)
+    return path if path is not None and path.is_dir() else None
+
+
 def describe_model(name: str) -> ModelRecord:
     """The record of model `name`, read without building or loading it; a folder with a synthetic marker
     (a synthetic model given by its path) is recorded as synthetic."""
@@ -129,8 +147,8 @@ def describe_model(name: str) -> ModelRecord:
         return ModelRecord(name, "synthetic", True, parameter_count(parse_synthetic_name(name)))
     if name.startswith(BUILTIN_PREFIX):
         return ModelRecord(name, "builtin", name in RANDOM_WEIGHT_BUILTINS)
-    folder = Path(name).expanduser()
-    if folder.is_dir():
+    folder = local_folder(name)
+    if folder is not None:
         marker = read_marker(folder)
         if marker and marker.get("random_weights"):
             return ModelRecord(name, "synthetic", True, marker.get("parameters"))
@@ -146,10 +164,10 @@ def resolve_model(name: str) -> str:
         return str(_resolve_builtin(name))
     if name.startswith(SYNTHETIC_PREFIX):
         return str(_resolve_synthetic(name))
-    folder = Path(name).expanduser()
-    if folder.is_dir():
-        return str(folder.resolve())
-    if name.startswith(("/", "./", "../", "~", "\\")) or folder.exists():
+    found = local_path(name)
+    if found is not None and found.is_dir():
+        return str(found.resolve())
+    if found is not None or name.startswith(("/", "./", "../", "~", "\\")):
         raise UnknownModel(f"No model folder at {name}: give a folder, a hub id or one of {', '.join(BUILTIN_MODELS)}.")
     return _resolve_hub_id(name)
 

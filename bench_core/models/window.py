@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .resolve import CACHED_MODEL_PREFIXES, known_context_window
+from .resolve import CACHED_MODEL_PREFIXES, known_context_window, local_folder
 
 WINDOW_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_sequence_length")
 
@@ -37,8 +37,8 @@ def window_of(config: dict) -> int | None:
 
 
 def _config_path(name: str) -> Path | None:
-    folder = Path(name).expanduser()
-    if folder.is_dir():
+    folder = local_folder(name)
+    if folder is not None:
         path = folder / "config.json"
         return path if path.is_file() else None
     try:
