@@ -1,10 +1,11 @@
 """What a long history costs the pages and the CLI, before and after a change, side by side in one run:
 
-    .venv/bin/python bench/bench_history_scale.py [--rows 100 10000] [--before 52a146e]
+    .venv/bin/python bench/bench_history_scale.py [--rows 100 10000] [--before REV|none]
 
 It builds histories of each size from the real rows of tests/data/history_round2 (runs of the tiny model, a server
 run, LMDeploy imports; each with its run folder), new run ids and values varied, in a temporary folder. Then, in a
-fresh process per version of the code (this checkout, and `git archive` of --before), on its own copy, it times:
+fresh process per version of the code (this checkout, and `git archive` of --before), on its own copy, it times
+(after building the index once, untimed but reported, where the code has one):
 - History.row(one id) and History.load(): the first read in a process, the next one (file unchanged), and the next
   one after another process appended a row (what the pages pay after a run ends);
 - the History page through Streamlit's AppTest: the first view, an interaction (typing in a filter), the view
@@ -19,7 +20,9 @@ before/after, per size; the machine's load average, as the figures depend on it.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -58,6 +61,11 @@ def build_history(root: Path, rows: int) -> None:
             for path in folder.iterdir():
                 os.link(path, root / "runs" / run_id / path.name)
     (root / "history.csv").write_bytes(csvstore.table_bytes(header, made))
+
+
+def resident_bytes() -> int:
+    """This process's resident memory now."""
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def best(action, tries: int = 3) -> float:
@@ -102,10 +110,36 @@ def measure(code: Path, results: Path) -> dict[str, float]:
         )
     )
 
+    flat = json.loads((template / "config.json").read_text())["flat"]
+    cells = {key: float(value) for key, value in rows[0].items() if value and value.replace(".", "", 1).isdigit()}
+
+    def template_run() -> RunRecord:
+        return RunRecord(
+            run_id=new_run_id(),
+            started_at=local_now_iso(),
+            status="finished",
+            config=RunConfig.from_flat_dict(flat),
+            metrics=cells,
+            environment=json.loads((template / "environment.json").read_text()),
+            requests=pd.read_parquet(template / "requests.parquet"),
+        )
+
     def append_from_elsewhere() -> None:  # a run ending in another process (the CLI): a row more
-        csvstore.append_row(results / "history.csv", {**shown, "run_id": new_run_id()})
+        History(results).record(template_run())
 
     figures = {}
+    if hasattr(History, "reindex"):  # the index a history written before it gets once, at its first read
+        start = time.perf_counter()
+        History(results).reindex()
+        figures["index: built once from the folders"] = time.perf_counter() - start
+    data_bytes = (results / "history.csv").stat().st_size
+    gc.collect()
+    rss_before = resident_bytes()
+    kept = History(results)
+    first = kept.load()  # what a page holds: the History's table and the caller's
+    gc.collect()
+    figures["load: resident memory it adds / history.csv size"] = (resident_bytes() - rss_before) / data_bytes
+    del first, kept
     figures["row: first read"] = best(lambda: History(results).row(run_id))
     warm = History(results)
     warm.row(run_id)
@@ -140,23 +174,10 @@ def measure(code: Path, results: Path) -> dict[str, float]:
     figures["Run page of one run"] = best(lambda: run_page.run())
     assert not run_page.exception, run_page.exception
 
-    flat = json.loads((template / "config.json").read_text())["flat"]
-    cells = {key: float(value) for key, value in rows[0].items() if value and value.replace(".", "", 1).isdigit()}
-
     def cli_run() -> None:
         history = open_history(str(results))
         check_writable(history)
-        history.record(
-            RunRecord(
-                run_id=new_run_id(),
-                started_at=local_now_iso(),
-                status="finished",
-                config=RunConfig.from_flat_dict(flat),
-                metrics=cells,
-                environment=json.loads((template / "environment.json").read_text()),
-                requests=pd.read_parquet(template / "requests.parquet"),
-            )
-        )
+        history.record(template_run())
 
     cli_run()  # as the run before it left the folder
     figures["CLI: history work of one run"] = best(cli_run)
@@ -189,7 +210,12 @@ def load_average() -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, nargs="+", default=[100, 10_000])
-    parser.add_argument("--before", default="52a146e", help="the revision to compare with (default: %(default)s)")
+    parser.add_argument(
+        "--before",
+        default="40be792",
+        help="the revision to compare with, 'none' for this checkout alone (default: %(default)s, the last whose "
+        "history was a CSV file read as a database)",
+    )
     parser.add_argument("--measure", nargs=2, metavar=("CODE", "RESULTS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
@@ -200,13 +226,18 @@ def main() -> int:
     )
     table: dict[int, dict[str, tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory() as folder:
-        before = checkout(args.before, Path(folder) / "before")
+        codes = {"after": ROOT}
+        if args.before != "none":
+            codes["before"] = checkout(args.before, Path(folder) / "before")
         for rows in args.rows:
-            histories = {name: Path(folder) / f"{name}-{rows}" for name in ("before", "after")}
+            histories = {name: Path(folder) / f"{name}-{rows}" for name in codes}
             for path in histories.values():
                 build_history(path, rows)
-            measured = {name: timings(code, histories[name]) for name, code in (("before", before), ("after", ROOT))}
-            table[rows] = {key: (measured["before"][key], measured["after"][key]) for key in measured["after"]}
+            measured = {name: timings(code, histories[name]) for name, code in codes.items()}
+            measured.setdefault("before", {})
+            table[rows] = {
+                key: (measured["before"].get(key, math.nan), measured["after"][key]) for key in measured["after"]
+            }
             for path in histories.values():
                 shutil.rmtree(path)
     print(f"load average after: {load_average()}")

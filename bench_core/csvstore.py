@@ -1,16 +1,15 @@
-"""Append rows to a CSV file without ever misaligning, losing or half-writing one.
+"""CSV files we write and read: LMDeploy-format CSVs appended to without ever misaligning, losing or half-writing a
+row, the history's export (history.csv, written by store.history from its index), and the tables a page downloads.
 
-Used for the run history and for LMDeploy-format CSVs alike, under an exclusive lock on a sidecar
-file, so two processes appending at once both land. A row whose columns the file already has is
-appended in place, in one write (undone if it fails), so the file keeps its identity: a user's CSV
-stays the same inode, with its mode, hard links and symlink. When the rows bring columns the file
-lacks, the file gets the union header (existing columns first in their order, new ones after;
-missing cells empty) by a rewrite into a temporary sibling renamed over the original, so a crash
-leaves the previous good file in place; the rewrite keeps the file's mode and replaces a symlink's
-target, not the link.
-Reading never pads or cuts a row: a line that does not parse as a row of the header's columns (a row cut
-short by a crash, garbage, an unterminated quote, bytes that are not UTF-8) is damaged. `read_table` refuses
-a file holding one; `read_clean_table` moves such lines, verbatim, to a side file and keeps the rest byte for byte.
+An append (`append_rows`) holds an exclusive lock on a sidecar file, so two processes appending at once both land. A
+row whose columns the file already has is appended in place, in one write (undone if it fails), so the file keeps its
+identity: a user's CSV stays the same inode, with its mode, hard links and symlink. When the rows bring columns the
+file lacks, the file gets the union header (existing columns first in their order, new ones after; missing cells
+empty) by a rewrite into a temporary sibling renamed over the original, so a crash leaves the previous good file in
+place; the rewrite keeps the file's mode and replaces a symlink's target, not the link.
+Reading never pads or cuts a row: a record that is not a row of the header's columns (cut short by a crash, garbage,
+an unterminated quote, bytes that are not UTF-8) is left out and counted (`read_rows`), and `read_table` refuses a
+file holding one.
 Every CSV written here, the history included, is safe to open in a spreadsheet: a text cell that would
 run as a formula is stored with a leading quote (`spreadsheet_safe`), which reading takes off again.
 """
@@ -25,15 +24,14 @@ import re
 import secrets
 import stat
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TextIO
 
 import pandas as pd
 from filelock import FileLock, Timeout
 
-from .errors import HistoryColumnsError, HistoryError
+from .errors import HistoryError
 
 LOCK_WAIT_S = 60  # how long a writer waits for another one to finish
 # What a spreadsheet takes for the start of a formula; and a number as Python and LMDeploy write one.
@@ -94,184 +92,60 @@ def check_csv_writable(path: str | os.PathLike) -> None:
             raise HistoryError(f"Cannot write {path}: {exc.strerror or exc}.") from None
 
 
-@dataclass
-class SplitTable:
-    """A CSV file's lines sorted into the header, the rows that parse and the damaged lines, each kept verbatim."""
-
-    header: list[str] = field(default_factory=list)
-    header_bytes: bytes = b""
-    rows: list[dict[str, str]] = field(default_factory=list)
-    row_bytes: list[bytes] = field(default_factory=list)  # rows[i] as written (several lines for a quoted newline)
-    row_lines: list[int] = field(default_factory=list)  # the 1-based line number rows[i] starts at
-    damaged: list[tuple[int, bytes]] = field(default_factory=list)  # (1-based line number, the line as written)
-    data: bytes = b""  # the file's bytes, when read from a file
+# A cell may quote a server's log (a failed run's error; one line of 200,000 characters was seen): the csv module's
+# default limit of 131,072 characters per field would make such a row unreadable.
+csv.field_size_limit(2**31 - 1)
 
 
-@dataclass
-class CleanTable:
-    """The rows of a file that parse, and the line numbers of those `read_clean_table` moved out of it."""
-
-    header: list[str]
-    rows: list[dict[str, str]]
-    moved: list[int]
-    data: bytes = b""  # the file's bytes that these rows are, after the move (for a reader to know it unchanged)
-
-
-def _record(lines: list[bytes], start: int) -> tuple[list[str] | None, int]:
-    """The cells of the CSV record starting at line `start` (None when it does not parse) and the line after it."""
-    end = start
-
-    def decoded() -> Iterator[str]:
-        nonlocal end
-        while end < len(lines):
-            text = lines[end].decode("utf-8-sig" if end == 0 else "utf-8")
-            end += 1
-            yield text
-
+def read_rows(path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]], int]:
+    """Header and rows of a CSV file, every cell as the string written, and how many of its records are not rows
+    of the header's columns (cut short, garbled, not UTF-8): those are left out, never padded or cut to fit. After
+    an unterminated quote, the rest of the file is one record that is not a row. Missing file: empty."""
+    path = Path(path)
     try:
-        cells = next(csv.reader(decoded(), strict=True))
-    except (csv.Error, UnicodeDecodeError, StopIteration):
-        return None, end
-    if not lines[end - 1].endswith((b"\n", b"\r")):  # every writer ends a row with a line break: this one was cut
-        return None, end
-    return cells, end
-
-
-def split_table(data: bytes) -> SplitTable:
-    """Sort a CSV file's lines: the first record is the header; a later one with the header's cell count is a
-    row; any other line is damaged. A record that fails to parse or has the wrong cell count condemns only its
-    first line, and reading goes on from the next, so an unterminated quote does not swallow the rows after it.
-    A first line that is not a header leaves the table without one and the rest unsorted."""
-    lines = data.splitlines(keepends=True)
-    table, position = SplitTable(), 0
-    while position < len(lines):
-        cells, end = _record(lines, position)
-        if cells == []:  # a blank line
-            position = end
-        elif cells is None or (table.header_bytes and len(cells) != len(table.header)):
-            table.damaged.append((position + 1, lines[position]))
-            if not table.header_bytes:
-                return table
-            position += 1
-        elif not table.header_bytes:
-            table.header = [spreadsheet_text(col) for col in cells]
-            table.header_bytes, position = b"".join(lines[position:end]), end
-        else:
-            table.rows.append(dict(zip(table.header, map(spreadsheet_text, cells))))
-            table.row_bytes.append(b"".join(lines[position:end]))
-            table.row_lines.append(position + 1)
-            position = end
-    return table
-
-
-def _whole_table(data: bytes) -> SplitTable | None:
-    """`split_table`'s header and rows of a file in which every record parses with the header's cell count
-    and the last ends with a line break, in one pass of the csv module (4x faster on a long history);
-    None for any other file, which `split_table` then sorts line by line. The same rows: a record parses alike
-    fed line by line or whole, and UTF-8 decodes alike by line or whole (no character's bytes hold a line
-    break). Without row_bytes and row_lines, which only a move of damaged lines needs."""
-    try:
-        text = data.decode("utf-8-sig")
-        records = [cells for cells in csv.reader(io.StringIO(text, newline=""), strict=True) if cells]
-    except (UnicodeDecodeError, csv.Error):
-        return None
-    if not records or not text.endswith(("\n", "\r")):
-        return None
-    header = [spreadsheet_text(col) for col in records[0]]
-    if any(len(cells) != len(header) for cells in records):
-        return None
-    quoted = "'" in text  # a cell written by spreadsheet_safe starts with a quote: most files have none
-    rows = [
-        dict(zip(header, map(spreadsheet_text, cells) if quoted and "'" in "".join(cells) else cells))
-        for cells in records[1:]
-    ]
-    return SplitTable(header=header, rows=rows)
-
-
-def rows_after(header: list[str], data: bytes) -> list[dict[str, str]] | None:
-    """The rows of `data`, lines that follow a header `header` in a file (rows appended to it); None when a
-    line of it is not a whole row of those columns."""
-    if not data:
-        return []
-    table = _whole_table(table_bytes(header, []) + data)
-    return None if table is None else table.rows
-
-
-def _read_split(path: Path, whole: bool = False) -> SplitTable:
-    """The file's table; with `whole`, one that `_whole_table` could read has no row_bytes or row_lines."""
-    try:
-        data = path.read_bytes()
-        table = (whole and _whole_table(data)) or split_table(data)
+        text = path.read_bytes().decode("utf-8-sig", errors="surrogateescape")
+    except FileNotFoundError:
+        return [], [], 0
     except OSError as exc:
         raise HistoryError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
-    table.data = data
-    if table.damaged and not table.header_bytes:
-        raise HistoryError(f"Cannot read {path}: its first line is not a CSV header (garbled or not UTF-8).")
-    return table
+    header: list[str] | None = None
+    rows, unreadable = [], 0
+    try:
+        for cells in csv.reader(io.StringIO(text, newline=""), strict=True):
+            if not cells:
+                continue
+            if header is None:
+                header = [spreadsheet_text(col) for col in cells]
+            elif len(cells) != len(header) or not _is_utf8(cells):
+                unreadable += 1
+            else:
+                rows.append(dict(zip(header, map(spreadsheet_text, cells))))
+    except csv.Error:
+        unreadable += 1
+    if header is not None and not _is_utf8(header):
+        return [], [], unreadable + len(rows) + 1
+    return header or [], rows, unreadable
+
+
+def _is_utf8(cells: list[str]) -> bool:
+    """Whether the cells were UTF-8 in the file (read_rows decodes other bytes as lone surrogates)."""
+    try:
+        "".join(cells).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def read_table(path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]]:
     """Header and rows of a CSV file, every cell as the string written. Missing file: empty.
-    A damaged line is refused, never padded or cut to fit: rewriting it would make the damage permanent."""
-    path = Path(path)
-    if not path.exists():
-        return [], []
-    table = _read_split(path)
-    if table.damaged:
-        lines = ", ".join(str(number) for number, _ in table.damaged)
+    A file with a record that is not a row is refused: rewriting it would make the damage permanent."""
+    header, rows, unreadable = read_rows(path)
+    if unreadable:
         raise HistoryError(
-            f"Line(s) {lines} of {path} are not rows of its {len(table.header)} columns "
+            f"{unreadable} line(s) of {path} are not rows of its {len(header)} columns "
             "(cut short, garbled or not UTF-8); nothing was written to it."
         )
-    return table.header, table.rows
-
-
-def read_clean_table(
-    path: str | os.PathLike,
-    side_path: str | os.PathLike,
-    key_columns: Sequence[str] = (),
-    keep: Callable[[dict[str, str]], bool] = lambda row: True,
-) -> CleanTable:
-    """Header and rows of a CSV file after moving its damaged lines, and the rows `keep` refuses, to the end of
-    `side_path` as they were written; every other line stays byte for byte. A header without one of
-    `key_columns` is refused (HistoryColumnsError) and nothing is moved. Cheap when nothing is damaged:
-    one unlocked read."""
-    path, side_path = Path(path), Path(side_path)
-    if not path.exists():
-        return CleanTable([], [], [])
-    table = _read_split(path, whole=True)
-    missing = [col for col in key_columns if table.header and col not in table.header]
-    if missing:
-        raise HistoryColumnsError(
-            f"{path} has no {', '.join(repr(col) for col in missing)} column (its header starts with "
-            f"{', '.join(table.header[:4])}), so its rows cannot be told apart; it was left as it is and nothing "
-            "will be written to it until the column is back (or the file is moved away)."
-        )
-    if not table.damaged and all(keep(row) for row in table.rows):
-        return CleanTable(table.header, table.rows, [], table.data)
-    with _locked(path):
-        table = _read_split(path)  # again, under the lock: another process may have written since
-        refused = [not keep(row) for row in table.rows]
-        kept = [(row, raw) for row, raw, out in zip(table.rows, table.row_bytes, refused) if not out]
-        moved = sorted(
-            [*table.damaged, *((line, raw) for line, raw, out in zip(table.row_lines, table.row_bytes, refused) if out)]
-        )
-        _quarantine(side_path, table.header_bytes, [raw for _, raw in moved])
-        data = table.header_bytes + b"".join(raw for _, raw in kept)
-        replace_bytes(path, data)
-    return CleanTable(table.header, [row for row, _ in kept], [number for number, _ in moved], data)
-
-
-def _quarantine(side_path: Path, header_bytes: bytes, lines: list[bytes]) -> None:
-    """Append `lines` to the side file (its first line the header), each ending in a line break, on disk before
-    they leave the original."""
-    new = not side_path.exists()
-    with open(side_path, "ab") as f:
-        if new:
-            f.write(header_bytes)
-        f.writelines(line if line.endswith((b"\n", b"\r")) else line + b"\n" for line in lines)
-        f.flush()
-        os.fsync(f.fileno())
+    return header, rows
 
 
 def _read_header(path: Path) -> list[str]:
@@ -342,7 +216,7 @@ def frame_bytes(frame: pd.DataFrame) -> bytes:
     return safe.to_csv(index=False).encode("utf-8")
 
 
-def _append_in_place(path: Path, header: list[str], rows: list[Mapping[str, object]]) -> None:
+def append_in_place(path: Path, header: list[str], rows: list[Mapping[str, object]]) -> None:
     """Append `rows` to the file (with `header` first when it is empty) in one write; a write that
     fails is undone by cutting the file back to its former length."""
     fd = os.open(path, os.O_RDWR | os.O_APPEND)
@@ -358,7 +232,7 @@ def _append_in_place(path: Path, header: list[str], rows: list[Mapping[str, obje
                 data = data[os.write(fd, data) :]
             os.fsync(fd)
         except BaseException:
-            os.ftruncate(fd, size)  # the part that went in comes out: no half row for the next start to quarantine
+            os.ftruncate(fd, size)  # the part that went in comes out: no half row for the next reader
             raise
     finally:
         os.close(fd)
@@ -407,7 +281,7 @@ def append_rows(path: str | os.PathLike, new_rows: Iterable[Mapping[str, object]
         header = _read_header(path)
         columns = list(dict.fromkeys([*header, *(col for row in new_rows for col in row)]))
         if path.exists() and (columns == header or path.stat().st_size == 0):
-            _append_in_place(path, columns, new_rows)
+            append_in_place(path, columns, new_rows)
         else:
             _, rows = read_table(path)
             _write_atomically(path, columns, [*rows, *new_rows])

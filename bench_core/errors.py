@@ -48,7 +48,3 @@ class EngineUnavailable(BenchError):
 
 class HistoryError(BenchError):
     """A history or CSV file that cannot be read or imported."""
-
-
-class HistoryColumnsError(HistoryError):
-    """A history whose header lacks a column its rows are keyed by (a renamed run_id): refused, never written over."""

@@ -311,15 +311,20 @@ def _append_runs_from_worker(root: str, worker: int, count: int) -> None:
         history.record(_record(metrics=metrics, requests=None, run_id=f"w{worker}-{i}"))
 
 
-def test_processes_appending_at_once_lose_no_row(history):
-    workers, per_worker = 4, 5
+def _start_writers(root: Path, writers: int, per_writer: int) -> list[multiprocessing.Process]:
+    """Processes recording `per_writer` runs each into the history at `root`, started."""
     context = multiprocessing.get_context("fork")
     processes = [
-        context.Process(target=_append_runs_from_worker, args=(str(history.root), w, per_worker))
-        for w in range(workers)
+        context.Process(target=_append_runs_from_worker, args=(str(root), w, per_writer)) for w in range(writers)
     ]
     for process in processes:
         process.start()
+    return processes
+
+
+def test_processes_appending_at_once_lose_no_row(history):
+    workers, per_worker = 4, 5
+    processes = _start_writers(history.root, workers, per_worker)
     for process in processes:
         process.join(timeout=60)
     assert [process.exitcode for process in processes] == [0] * workers
@@ -331,6 +336,50 @@ def test_processes_appending_at_once_lose_no_row(history):
         assert row["worker"] == worker and row[f"only_from_worker_{worker}"] == i
         others = [f"only_from_worker_{w}" for w in range(workers) if w != worker]
         assert row[others].isna().all()
+
+
+def test_two_writers_of_twenty_runs_and_a_reader_on_the_history_page_lose_nothing(
+    history, monkeypatch, fresh_dashboard
+):
+    """Two processes record 20 runs each while the History page is drawn again and again: every run is in the index,
+    in history.csv and on the page; the page never fails and never loses a run it showed; and the index, deleted,
+    rebuilds from the folders to the same table."""
+    from app_under_test import APP
+    from streamlit.testing.v1 import AppTest
+
+    from bench_core.store.history import RESULTS_ENV
+
+    writers, per_writer = 2, 20
+    processes = _start_writers(history.root, writers, per_writer)
+    monkeypatch.setenv(RESULTS_ENV, str(history.root))
+    page = AppTest.from_file(APP, default_timeout=60).run().switch_page("app_pages/history.py")
+    shown: set[str] = set()
+    draws = 0
+    while any(process.is_alive() for process in processes) or draws == 0:
+        page.run()
+        draws += 1
+        assert not page.exception, page.exception
+        now = set(page.dataframe[0].value["run_id"]) if page.dataframe else set()
+        assert shown <= now
+        shown = now
+    for process in processes:
+        process.join(timeout=60)
+    assert [process.exitcode for process in processes] == [0] * writers
+
+    expected = sorted(f"w{w}-{i}" for w in range(writers) for i in range(per_writer))
+    frame = History(history.root).load()
+    assert sorted(frame["run_id"]) == expected
+    _, rows = csvstore.read_table(history.csv_path)
+    assert sorted(row["run_id"] for row in rows) == expected
+    assert sorted(page.run().dataframe[0].value["run_id"]) == expected
+    assert not list(history.root.glob("history.edited-*"))  # history.csv was only ever written by the index
+
+    for path in history.root.glob("history.sqlite*"):
+        path.unlink()
+    rebuilt = History(history.root)
+    pd.testing.assert_frame_equal(rebuilt.load(), frame)
+    (notice,) = rebuilt.take_notices()
+    assert f"from {writers * per_writer} run folder(s)" in notice
 
 
 def test_an_exception_while_writing_leaves_the_previous_file_and_no_temp_file(history):

@@ -113,8 +113,18 @@ def test_a_history_written_before_reads_as_it_did(old_history):
             assert {key: config[key] for key in config.keys() - entry["config"].keys()} == _new_settings(config), run_id
 
 
-def test_reading_it_changes_no_file(old_history):
-    before = {path.relative_to(old_history): path.read_bytes() for path in old_history.rglob("*") if path.is_file()}
+def test_reading_it_changes_no_file_and_adds_only_the_index_and_each_runs_row_once(old_history):
+    def files():
+        return {path.relative_to(old_history): path.read_bytes() for path in old_history.rglob("*") if path.is_file()}
+
+    before = files()
     reading(old_history)
-    after = {path.relative_to(old_history): path.read_bytes() for path in old_history.rglob("*") if path.is_file()}
-    assert after == before
+    after = files()
+    assert {path: after[path] for path in before} == before
+    added = sorted(map(str, after.keys() - before.keys()))
+    row_files = sorted(f"runs/{run_id}/row.json" for run_id in History(old_history).load()["run_id"])
+    assert [name for name in added if not name.startswith("history.sqlite")] == row_files
+    assert "history.sqlite" in added
+
+    reading(old_history)
+    assert files().keys() == after.keys()

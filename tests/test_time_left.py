@@ -78,11 +78,14 @@ def _record() -> None:
 
 
 @pytest.fixture(scope="module")
-def recorded_runs() -> dict[str, tuple[pd.DataFrame, PastPace | None]]:
-    """Per recorded run: its request table, and the pace its history (the other runs) gave it."""
+def recorded_runs(tmp_path_factory) -> dict[str, tuple[pd.DataFrame, PastPace | None]]:
+    """Per recorded run: its request table, and the pace its history (the other runs) gave it. Read from a copy: a
+    first read builds the history's index, which is no file of the repository's."""
     if RECORD:
         _record()
-    history = History(RECORDINGS)
+    copy = tmp_path_factory.mktemp("time_left") / "results"
+    shutil.copytree(RECORDINGS, copy)
+    history = History(copy)
     rows = history.load()
     run_ids = json.loads((RECORDINGS / "recorded.json").read_text())
     assert set(run_ids) == set(RECORDED) and len(rows) == len(RECORDED) + 1

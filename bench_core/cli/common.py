@@ -54,6 +54,12 @@ DOCTOR_EXIT_CODES_HELP = """exit codes:
   4    not ready: no in-process backend can run here, or a GPU is visible and an LMDeploy
        backend still cannot run (the reason and the fix are printed)
   130  interrupted (Ctrl-C)"""
+HISTORY_EXIT_CODES_HELP = """exit codes:
+  0    done (a list or export that matches no run, a delete declined at its question)
+  2    bad input: a flag, a date, a run id or column the history does not have, a file that cannot be
+       read or imported (nothing is imported), an output file that cannot be written, a results folder
+       that is not there, a delete not confirmed (--yes) where stdin is not a terminal
+  130  interrupted (Ctrl-C)"""
 PROGRESS_WIDTH = 120  # characters of the progress line redrawn on a terminal
 CANCEL_GRACE_S = 0.5  # how long Ctrl-C waits for a loading run to notice before leaving it behind
 
@@ -475,9 +481,14 @@ def open_history(root: str):
 
     history = History(root)
     history.tidy()
+    print_notices(history)
+    return history
+
+
+def print_notices(history) -> None:
+    """What reading or tidying `history` did to its files, one warning line each on stderr."""
     for notice in history.take_notices():
         print(f"warning: {notice}", file=sys.stderr)
-    return history
 
 
 def check_writable(history, *csv_paths: str) -> None:
@@ -599,7 +610,9 @@ def interrupted(detail: str = "") -> int:
 
 
 def report_saved(run, history) -> None:
-    """The run's last line: the history it is in, or why it is not and where it was kept instead."""
+    """The run's last line: the history it is in, or why it is not and where it was kept instead; before it, what
+    saving did to the history's files (a history.csv edited by hand, kept under another name)."""
+    print_notices(history)
     if run.measurement.save_error:
         print(f"error: run {run.run_id} ({run.state}): {run.measurement.save_error}", file=sys.stderr)
     else:

@@ -57,6 +57,22 @@ class PastPace:
     runs: int
 
 
+def past_pace_columns(config: RunConfig) -> tuple[str, ...]:
+    """The history columns `past_pace` reads for runs like `config`'s: a CLI run reads only these before it starts."""
+    return (
+        "model",
+        "backend",
+        "status",
+        "output_throughput",
+        "concurrency",
+        "load_pattern",
+        "load_seconds",
+        "total_output_tokens",
+        "completed",
+        *_dataset_facts(config),
+    )
+
+
 def past_pace(history_runs: pd.DataFrame, config: RunConfig) -> PastPace | None:
     """The pace of the finished runs of `config`'s model on its backend with an output throughput, those most like
     it first: the same dataset and lengths (they set the tokens a step makes: a batch of long prompts made a third of

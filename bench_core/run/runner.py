@@ -51,7 +51,7 @@ from ..load.playground import Conversation, check_request
 from ..load.workload import with_workload_columns
 from ..measure import metrics
 from ..measure.profiler import Profiler, Session, new_profiler
-from ..measure.time_left import PastPace, past_pace
+from ..measure.time_left import PastPace, past_pace, past_pace_columns
 from ..models.resolve import cache_dir, describe_model, first_use_phase, load_tokenizer, resolve_model
 from ..redact import redact_text, remember_secrets
 from ..states import MEASURED, SERVED_REASONS, LoadPattern, RequestStatus, RunState, measured_state
@@ -174,7 +174,7 @@ class Runner:
         if self.history is None:
             return None
         try:
-            return past_pace(self.history.load(), config)
+            return past_pace(self.history.load(columns=past_pace_columns(config)), config)
         except (BenchError, OSError) as exc:
             log.warning("No past pace for the time left: %s", exc)
             return None

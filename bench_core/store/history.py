@@ -1,40 +1,36 @@
-"""The run history: one CSV row per run, a folder per run, and import of LMDeploy's own CSVs.
+"""The run history: a folder per run (the truth), an SQLite index of their rows, and history.csv as the file users open.
 
-`<root>/history.csv` starts with the columns LMDeploy's `Profiler.save_csv` writes, in its order, each
-metric under the catalog's single spelling (`duration_s`, `mean_e2e_ms`: full floats; LMDeploy's names and
-formats are only in its own export, `lmdeploy_row`); then run identity, every setting, the profiler's
-other metrics, the engine (`engine_*`) and the machine (`env_*`). Files written when the history kept
-LMDeploy's spellings beside ours read as if they had one (history_import.single_spelling).
-Every write goes through `csvstore`: atomic, locked, union header.
-`<root>/runs/<run_id>/` holds `config.json`, `environment.json`, `requests.parquet` and `row.json` (the row, cell
-for cell), written before the CSV row so that a row never points at a folder that is not there, and so that a
-folder whose row is missing (a crash in between, or a folder moved back from `unsaved-results`) gets exactly its
-row back. While a run measures, its folder holds its journal (store.journal): the requests finished so far.
-Every read goes through one check (`_read`): a history without its key columns is refused, and rows that do
-not parse are moved, as written, to `<root>/history.quarantine.csv`. What it read is kept, indexed by run id,
-until the file changes (history_index). `tidy` also puts back the runs a crash left out of the CSV, records the
-runs a killed process left in their journal, and removes half-written leftovers (see history_leftovers); what it
-did is in `notices`.
+`<root>/runs/<run_id>/` holds `config.json`, `environment.json`, `requests.parquet` and `row.json` (the run's row,
+cell for cell), each written whole, row.json last; then the row goes into the index (`<root>/history.sqlite`,
+store.index), and history.csv is written from the index in the same transaction. While a run measures, its folder
+holds its journal (store.journal): the requests finished so far. A folder without its row in the index (a crash in
+between, a folder moved back from `unsaved-results`) gets exactly its row back at the next start (`tidy`), and a
+missing index is rebuilt from the folders (`reindex`).
+history.csv starts with the columns LMDeploy's `Profiler.save_csv` writes, in its order, each metric under the
+catalog's single spelling (`duration_s`, `mean_e2e_ms`: full floats; LMDeploy's names and formats are only in its own
+export, `lmdeploy_row`); then run identity, every setting, the profiler's other metrics, the engine (`engine_*`) and
+the machine (`env_*`). It is an export: the history never reads it back, but for the rows of a history.csv written
+before the index, which get their folder's row.json when the index is first built. Files written when the history
+kept LMDeploy's spellings beside ours read as if they had one (history_import.single_spelling).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import os
 import re
 import secrets
-import shutil
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -61,11 +57,11 @@ from .history_import import (
     NUMBER_COLUMNS,
     SAVE_CSV_HYPERPARAMS,
     check_numbers,
-    is_number,
     lmdeploy_hyperparams,
     parse_import,
+    single_spelling,
 )
-from .history_index import SIDECAR_FILE, Snapshot, file_key, read_sidecar, write_sidecar
+from .index import INDEX_FILE, ColumnType, IndexWriter, RunIndex, number_cell
 from .journal import JOURNAL_FILE, FolderLock, RunJournal, read_journal
 
 RESULTS_ENV = "BENCH_STUDIO_RESULTS"
@@ -92,8 +88,6 @@ _TEXT_COLUMNS = {
 }
 ENVIRONMENT_PREFIX = "env_"  # a run's environment.json keys, as history columns
 _TEXT_PREFIXES = (ENVIRONMENT_PREFIX, "engine_")
-_MISSING_CELLS = {"", "-"}
-_NUMBER_TYPES = {np.dtype("int64"), np.dtype("float64")}  # what pd.to_numeric makes of a column
 REQUESTS_FILE = "requests.parquet"
 TELEMETRY_FILE = "telemetry.parquet"
 SERVER_METRICS_FILE = "server_metrics.parquet"
@@ -101,10 +95,7 @@ ROOFLINE_FILE = "roofline.json"
 CONFIG_FILE = "config.json"
 ENVIRONMENT_FILE = "environment.json"
 ROW_FILE = "row.json"
-# The columns without which rows cannot be told apart: every row from every path (runs, LMDeploy imports,
-# imported histories) has them, and delete, compare and the run folders are keyed by them.
-KEY_COLUMNS = ("run_id",)
-QUARANTINE_FILE = "history.quarantine.csv"
+EXPORT_META = "csv_export"  # index meta: history.csv's size and modification time as last written, and its columns
 
 
 @dataclass
@@ -152,77 +143,127 @@ class History:
     def __init__(self, root: str | os.PathLike | None = None):
         self.root = Path(root or os.environ.get(RESULTS_ENV) or "results")
         self.csv_path = self.root / "history.csv"
-        self.quarantine_path = self.root / QUARANTINE_FILE
         self.runs_dir = self.root / "runs"
+        self.index = RunIndex(self.root / INDEX_FILE, _is_text_column)
         self.notices: list[str] = []  # what reading or tidying did to the files, for the user to hear once
         self._tidied = False
+        self._indexed = False  # the index was found, or built, by this History
         self._journals: dict[str, RunJournal] = {}  # of the runs measuring now, by run id, until `record` ends them
-        self._snapshot: Snapshot | None = None  # the file as last read
-        self._reading = threading.Lock()
+        self._loaded: tuple[int, pd.DataFrame] | None = None  # the typed table, and the index generation it is of
+        self._reading = threading.Lock()  # the dashboard's one History serves every session's script thread
+        self._csv_changes: list[_CsvChange] = []  # what the write under way did to history.csv (`_writing`)
 
     def take_notices(self) -> list[str]:
         """The notices not yet taken, one line each; taking them empties the list."""
         notices, self.notices = self.notices, []
         return notices
 
-    def _read(self, rows: bool = True) -> Snapshot:
-        """history.csv in the single spelling of each metric, after moving the rows that do not parse to the
-        quarantine file; without `rows`, its rows may be left unparsed (known clean, their run ids known). A header
-        without KEY_COLUMNS raises HistoryColumnsError and leaves the file alone. Unchanged since the last read,
-        the file is not read again; grown by appended rows, only they are parsed (history_index)."""
-        with self._reading:  # the dashboard's one History serves every session's script thread, and its downloads
-            return self._read_once(rows)
+    def _ready(self) -> None:
+        """Build the index from the run folders when it is missing (a new results folder, a deleted index, or one
+        written before the history had an index: then its history.csv's rows without a folder get one first)."""
+        if self._indexed:
+            return
+        if not self.index.exists():
+            if not self.root.is_dir():  # nothing recorded yet; the first write makes the folder and the index
+                return
+            self.reindex(only_if_missing=True)
+        self._indexed = True
 
-    def _read_once(self, rows: bool) -> Snapshot:
-        key = file_key(self.csv_path)
-        known = self._snapshot
-        if known is not None and known.rows is None and rows:
-            known = None
-        if known is not None and key is not None and key == known.key:
-            return known
-        if known is None and not rows and key is not None:
-            known = read_sidecar(self.root / SIDECAR_FILE)
-        snapshot = None
-        if known is not None:
-            with contextlib.suppress(OSError):  # the full read below says what is wrong
-                snapshot = known.grown(self.csv_path.read_bytes(), _has_run_id)
-        if snapshot is None:
-            table = csvstore.read_clean_table(self.csv_path, self.quarantine_path, KEY_COLUMNS, keep=_has_run_id)
-            self._notice_moved(table.moved)
-            snapshot = Snapshot.parsed(table)
-        # The key was taken before the bytes were read: a write in between leaves a key that differs next time.
-        snapshot.key = key if key is not None and key[2] == snapshot.size else None
-        self._snapshot = snapshot
-        return snapshot
+    def reindex(self, only_if_missing: bool = False) -> int:
+        """Rebuild the index from the run folders (each one's row.json); returns how many runs it holds. Rows of
+        history.csv whose folder has no row.json (LMDeploy imports and runs recorded before the index, hand-added
+        rows) get one first, so that they are in the folders from now on. With `only_if_missing`, an index that
+        another process built meanwhile is left as it is."""
+        with self._writing() as index:  # the folders read inside it: a run recorded meanwhile is not left out
+            if only_if_missing and index.meta("built") is not None:
+                return len(index.run_ids())
+            adopted, unreadable = _adopt_csv_rows(self.csv_path, self.runs_dir)
+            rows = _folder_rows(self.runs_dir)
+            order = {row["run_id"]: position for position, row in enumerate(adopted.rows)}
+            rows.sort(key=lambda row: (order.get(row["run_id"], len(order)), row.get("started_at", ""), row["run_id"]))
+            index.clear()
+            index.put(rows)
+            index.set_meta("built", local_now_iso())
+            if adopted.header and not unreadable:  # the file is as good as written by the index: the next write
+                index.set_meta(EXPORT_META, _export_state(self.csv_path, adopted.header))  # appends or rewrites it
+        self._indexed = True
+        if rows or adopted.written:
+            notice = f"Built the history's index ({self.index.path}) from {len(rows)} run folder(s) in {self.runs_dir}"
+            if adopted.written:
+                notice += (
+                    f"; {len(adopted.written)} row(s) of {self.csv_path} without a folder (LMDeploy imports, older "
+                    "runs) got one, with their row.json"
+                )
+            if unreadable:
+                notice += f"; {unreadable} line(s) of {self.csv_path} could not be read as rows"
+            self.notices.append(notice + ".")
+        return len(rows)
 
-    def _save_index(self) -> None:
-        """After a write that changed the file: the sidecar describes the file as it now is, for the next process to
-        start from. Only writes update it: reading a history changes no file. A cache: what goes wrong here is no
-        failure of the write."""
-        with contextlib.suppress(HistoryError, OSError):
-            snapshot = self._read(rows=False)
-            if snapshot.size:
-                write_sidecar(self.root / SIDECAR_FILE, snapshot)
+    @contextlib.contextmanager
+    def _writing(self):
+        """One write to the index, history.csv's export included (RunIndex.writing). A write that fails, its
+        commit included, leaves history.csv as it was, down to its modification time (`_CsvChange`): else the next
+        write would take the file for one edited by hand. The typed table is read again after it."""
+        changes: list[_CsvChange] = []
+        self._csv_changes = changes
+        try:
+            with self.index.writing() as index:
+                yield index
+        except BaseException:
+            for change in reversed(changes):
+                change.undo()
+            raise
+        finally:
+            self._loaded = None
+        for change in changes:
+            change.done()
 
-    def _notice_moved(self, moved: list[int]) -> None:
-        if moved:
-            lines = ", ".join(str(number) for number in moved)
-            self.notices.append(
-                f"{len(moved)} damaged row(s) of {self.csv_path} (line(s) {lines}: cut short, garbled, "
-                f"not UTF-8 or without a run id) were moved, as they were, to {self.quarantine_path}; "
-                "the other rows are untouched."
+    def _put_rows(self, rows: list[dict[str, str]]) -> None:
+        """Add rows to the index, and to history.csv."""
+        with self._writing() as index:
+            replaced = index.put(rows)
+            self._export(index, [] if replaced else rows)
+
+    def _export(self, index: IndexWriter, added: list[dict[str, str]]) -> None:
+        """Write history.csv from the index, inside its write transaction (one writer at a time): `added`, rows new
+        to the index, are appended to the file as the index last wrote it, when its columns are the same; any other
+        change rewrites it whole, atomically. A file changed since the index wrote it (an edit by hand, a file put in
+        its place) is kept, as it was, under a new name, and said so: history.csv is the index's export, and edits to
+        it are not read back."""
+        header = index.header()
+        written = index.meta(EXPORT_META)
+        path = Path(os.path.realpath(self.csv_path))
+        if path.exists() and (written is None or json.loads(written)[:2] != _file_state(path)):
+            kept = self.root / f"history.edited-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}.csv"
+            notice = (
+                f"{self.csv_path} was changed outside the app since it was last written: it was kept as {kept}, "
+                "and history.csv was written again from the history's index (edits to it are not read back; "
+                "docs/history.md says how to bring rows in)."
             )
+            self._csv_changes.append(_CsvChange.kept_aside(path, kept, self.notices, notice))
+            written = None
+        if added and written is not None and json.loads(written)[2] == _header_digest(header):
+            self._csv_changes.append(_CsvChange.appended(path))
+            csvstore.append_in_place(path, header, added)
+        else:
+            self._csv_changes.append(_CsvChange.replaced(path))
+            header, rows = index.rows()
+            csvstore.replace_bytes(path, csvstore.table_bytes(header, rows))
+        index.set_meta(EXPORT_META, _export_state(path, header))
 
     def tidy(self) -> None:
-        """On start, once per History: quarantine damaged rows, put back the runs a crash (or a move) left out of the
-        CSV, record as cancelled the runs whose process was killed while they measured, and remove the leftovers of
-        interrupted writes; each kind of change is one line in `notices`. A folder whose writer still holds its lock
+        """On start, once per History: build the index if it is missing, put back the runs whose folder it does not
+        have (a crash between the folder and the index, a folder moved back from `unsaved-results`), record as
+        cancelled the runs whose process was killed while they measured, and remove the leftovers of interrupted
+        writes; each kind of change is one line in `notices`. A folder whose writer still holds its lock
         (store.journal) is a run in progress, however old: left alone. Once is enough: a crash leaves its leftovers
-        for the next start, and every read quarantines damaged rows anyway."""
+        for the next start."""
         if self._tidied:
             return
         self._tidied = True
-        leftovers = history_leftovers.find(self.root, self.runs_dir, set(self._read(rows=False).run_ids))
+        self._ready()
+        recorded = self.index.run_ids() if self._indexed else set()
+        leftovers = history_leftovers.find(self.root, self.runs_dir, recorded)
         claims = {
             folder: lock
             for folder in leftovers.folders
@@ -230,7 +271,7 @@ class History:
             and (lock := FolderLock.claim(folder)) is not None
         }
         if claims:  # a writer may have recorded its run between the read and the claim
-            recorded = set(self._read(rows=False).run_ids)
+            recorded = self.index.run_ids()
             for folder in [folder for folder in claims if folder.name in recorded]:
                 claims.pop(folder).release()
         found = history_leftovers.Recovered()
@@ -238,8 +279,8 @@ class History:
             for folder in claims:
                 self._recover(folder, found)
             if found.rows:
-                csvstore.append_rows(self.csv_path, found.rows)
-            removed = history_leftovers.remove([*leftovers.tmp_files, *found.unusable])
+                self._put_rows(found.rows)
+            removed = history_leftovers.remove([*leftovers.tmp_files, *leftovers.deleted, *found.unusable])
         finally:
             for lock in claims.values():
                 lock.release()
@@ -260,6 +301,10 @@ class History:
                 return
             found.journaled.append(folder.name)
         elif (row := _recovered_row(folder)) is not None:
+            try:
+                _write_json(folder / ROW_FILE, row)
+            except OSError:
+                return
             found.rows.append(row)
             found.rebuilt.append(folder.name)
         else:
@@ -290,52 +335,77 @@ class History:
         return self.runs_dir / run_id
 
     def check_writable(self) -> None:
-        """HistoryError unless runs can be recorded here: the folders made, the history appended to."""
+        """HistoryError unless runs can be recorded here: the folders made, the index and history.csv written."""
         csvstore.check_folder_writable(self.root)
         csvstore.check_folder_writable(self.runs_dir)
         csvstore.check_csv_writable(self.csv_path)
+        csvstore.check_csv_writable(self.index.path)
 
     def record(self, record: RunRecord) -> None:
-        """Write the run's folder, then its CSV row, its writer's lock held; a history refused by `_read` gets
-        neither. The run's journal, if it has one, is removed once the row is in."""
+        """Write the run's folder, then its row in the index and history.csv, its writer's lock held. The run's
+        journal, if it has one, is removed once the row is in."""
         folder = self.run_dir(record.run_id)
-        self._read(rows=False)
+        self._ready()
         journal = self._journals.pop(record.run_id, None)
         lock = journal.end() if journal is not None else FolderLock.hold(folder)
         try:
             self._write_run(folder, record)
         finally:
             lock.release()
+            with contextlib.suppress(OSError):  # a folder left empty by a write that failed: not a run's
+                folder.rmdir()
 
     def _write_run(self, folder: Path, record: RunRecord) -> None:
+        """The run's files, each written whole (a write that fails takes back the files it wrote), row.json last;
+        then its row."""
         flat_config = redact(record.config.to_flat_dict())
         nested_config = redact(
             {**dataclasses.asdict(record.config), "engine": applied_engine_settings(record.config.engine)}
         )
-        _write_json(folder / CONFIG_FILE, {"flat": flat_config, "nested": nested_config})
-        _write_json(folder / ENVIRONMENT_FILE, redact(record.environment))
-        if record.requests is not None:
-            _write_parquet(folder / REQUESTS_FILE, _redacted_texts(record.requests))
-        if record.telemetry is not None:
-            _write_parquet(folder / TELEMETRY_FILE, record.telemetry)
-        if record.server_metrics is not None:
-            _write_parquet(folder / SERVER_METRICS_FILE, record.server_metrics)
-        if record.roofline is not None:
-            _write_json(folder / ROOFLINE_FILE, record.roofline)
-        row = history_row(record)
-        _write_json(folder / ROW_FILE, {key: csvstore.cell_text(value) for key, value in row.items()})
-        csvstore.append_row(self.csv_path, row)
+        row = row_cells(record)
+        files: list[tuple[str, Any]] = [
+            (CONFIG_FILE, {"flat": flat_config, "nested": nested_config}),
+            (ENVIRONMENT_FILE, redact(record.environment)),
+            (REQUESTS_FILE, None if record.requests is None else _redacted_texts(record.requests)),
+            (TELEMETRY_FILE, record.telemetry),
+            (SERVER_METRICS_FILE, record.server_metrics),
+            (ROOFLINE_FILE, record.roofline),
+            (ROW_FILE, row),
+        ]
+        written = []
+        try:
+            for name, content in files:
+                if content is None:
+                    continue
+                path = folder / name
+                (_write_parquet if isinstance(content, pd.DataFrame) else _write_json)(path, content)
+                written.append(path)
+            self._put_rows([row])
+        except BaseException:
+            for path in written:
+                path.unlink(missing_ok=True)
+            raise
         (folder / JOURNAL_FILE).unlink(missing_ok=True)
-        self._save_index()
 
-    def load(self) -> pd.DataFrame:
-        """All rows; numbers as numbers, '-' and empty cells as NaN, names and versions as text."""
-        snapshot = self._read()
-        if not snapshot.header:
-            return pd.DataFrame(columns=[*HISTORY_LEAD_COLUMNS, "run_id", "started_at", "status", "label", "model"])
-        if snapshot.frame is None:
-            snapshot.frame = _typed_frame(snapshot.header, snapshot.rows, snapshot.earlier_frame)
-        return snapshot.frame.copy()  # the caller's to change; the snapshot's stays as read
+    def load(self, columns: Iterable[str] | None = None) -> pd.DataFrame:
+        """All rows; numbers as numbers, '-' and empty cells as NaN, names and versions as text (RunIndex.frame).
+        With `columns`, only those the history has, and run_id: read alone, where the whole table is not at hand."""
+        with self._reading:
+            self._ready()
+            if not self._indexed or not self.index.header():
+                return pd.DataFrame(columns=[*HISTORY_LEAD_COLUMNS, "run_id", "started_at", "status", "label", "model"])
+            generation = self.index.generation()
+            current = self._loaded is not None and self._loaded[0] == generation
+            if columns is not None and not current:
+                return self.index.frame(columns)
+            if not current:
+                self._loaded = (generation, self.index.frame())
+            frame = self._loaded[1]
+        if columns is not None:
+            wanted = {"run_id", *columns}
+            frame = frame[[name for name in frame.columns if name in wanted]]
+        # The caller's to change, the one kept staying as read: pandas copies on write, so no copy until then.
+        return frame.copy(deep=False)
 
     def measured(self, run_id: str) -> bool:
         """Whether the run has a per-request table (runs that failed before measuring and imports have none)."""
@@ -387,35 +457,45 @@ class History:
                 raise HistoryError(f"The saved configuration of run {run_id} is unreadable ({exc}).") from exc
         row = self.row(run_id)
         if row is None:
-            raise HistoryError(f"There is no run {run_id} in {self.csv_path}.")
+            raise HistoryError(f"There is no run {run_id} in the history at {self.root}.")
         if not row.get("model"):
             raise HistoryError(f"Run {run_id} was imported from {row.get('source') or 'a CSV'} without its settings.")
         return RunConfig.from_flat_dict(row)
 
     def row(self, run_id: str) -> dict[str, str] | None:
         """The run's row, every cell as written; None when the history has no such run."""
-        row = self._read().row(run_id)
-        return None if row is None else dict(row)
+        self._ready()
+        return self.index.row(run_id) if self._indexed else None
 
     def delete(self, run_ids: Iterable[str]) -> int:
-        """Remove these runs' rows and folders; returns how many rows were removed."""
+        """Remove these runs' rows and folders; returns how many rows were removed. The folders go out of the way
+        first (renamed, then removed): a row whose folder is still there would be put back by the next start."""
         doomed = set(run_ids)
         folders = [self.run_dir(run_id) for run_id in doomed]
-        removed = 0
-        if self.csv_path.exists():
-            self._read(rows=False)
-            removed = csvstore.rewrite(self.csv_path, lambda row: row.get("run_id") not in doomed)
-            if removed:
-                self._save_index()
+        self._ready()
+        moved = []
         for folder in folders:
-            shutil.rmtree(folder, ignore_errors=True)
+            trash = folder.with_name(f"{history_leftovers.DELETED_PREFIX}{folder.name}-{secrets.token_hex(2)}")
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(folder, trash)
+                moved.append((folder, trash))
+        try:
+            with self._writing() as index:
+                removed = index.delete(doomed)
+                if removed:
+                    self._export(index, [])
+        except BaseException:
+            for folder, trash in moved:
+                os.replace(trash, folder)
+            raise
+        history_leftovers.remove([trash for _, trash in moved])
         return removed
 
     def import_csv(self, source: str | os.PathLike | bytes, name: str = "") -> list[str]:
         """Add the rows of a CSV from LMDeploy's scripts or of another history; returns the new run ids.
 
         Rows from another history whose run id is already here are skipped. Nothing is written unless
-        the whole file is valid.
+        the whole file is valid. Each new row gets its folder, with its row.json, as a run of ours does.
         """
         if isinstance(source, bytes):
             data, name = source, name or "the uploaded file"
@@ -426,14 +506,14 @@ class History:
             except OSError as exc:
                 raise HistoryError(f"Cannot read {source}: {exc.strerror or exc}.") from exc
         parsed = parse_import(data, name)
-        existing_rows = self._read().rows
-        taken = {row.get("run_id", "") for row in existing_rows}
+        self._ready()
+        taken = self.index.run_ids() if self._indexed else set()
         if parsed.source == HISTORY_SOURCE:
-            both = [*existing_rows, *parsed.rows]
+            types = self.index.column_types() if self._indexed else {}
             check_numbers(
                 parsed,
                 name,
-                [col for col in parsed.header if _is_number_column(col, (row.get(col, "") for row in both))],
+                [col for col in parsed.header if _is_number_column(col, types, (row[col] for row in parsed.rows))],
             )
             new_rows = _new_history_rows(parsed.rows, taken, name)
         else:
@@ -442,26 +522,80 @@ class History:
             for original in parsed.rows:
                 run_id = _unused_run_id(taken)
                 new_rows.append(_imported_row(original, run_id, parsed.source, parsed.load_pattern, name, imported_at))
+        for row in new_rows:
+            _write_json(self.run_dir(row["run_id"]) / ROW_FILE, row)
         if new_rows:
-            csvstore.append_rows(self.csv_path, new_rows)
-            self._save_index()
+            self._put_rows(new_rows)
         return [row["run_id"] for row in new_rows]
 
     def lmdeploy_row(self, run_id: str) -> dict[str, Any]:
         """The run's row as LMDeploy's save_csv writes it (its names, order and formats), from the history row."""
         row = self.row(run_id)
         if row is None:
-            raise HistoryError(f"There is no run {run_id} in {self.csv_path}.")
+            raise HistoryError(f"There is no run {run_id} in the history at {self.root}.")
         return lmdeploy_row_of(row)
 
     def to_csv_bytes(self, run_ids: Iterable[str] | None = None) -> bytes:
-        """The history file, or only the rows of `run_ids`, as CSV bytes for a download."""
-        snapshot = self._read()
-        rows = snapshot.rows
-        if run_ids is not None:
-            wanted = set(run_ids)
-            rows = [row for row in rows if row.get("run_id") in wanted]
-        return csvstore.table_bytes(snapshot.header, rows) if snapshot.header else b""
+        """history.csv, or only the rows of `run_ids`, as CSV bytes for a download."""
+        self._ready()
+        if not self._indexed:
+            return b""
+        header, rows = self.index.rows(run_ids)
+        return csvstore.table_bytes(header, rows) if header else b""
+
+
+class _CsvChange:
+    """One change to history.csv inside an index write, and how to take it back should the write fail."""
+
+    def __init__(self, undo: Callable[[], None], done: Callable[[], None] = lambda: None):
+        self._undo, self._done = undo, done
+
+    def undo(self) -> None:
+        with contextlib.suppress(OSError):  # what cannot be taken back stays: the next write keeps it aside
+            self._undo()
+
+    def done(self) -> None:
+        with contextlib.suppress(OSError):
+            self._done()
+
+    @classmethod
+    def appended(cls, path: Path) -> _CsvChange:
+        """Rows to append: undone by cutting the file back, and giving it back its modification time."""
+        before = os.stat(path)
+
+        def undo() -> None:
+            os.truncate(path, before.st_size)
+            os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+        return cls(undo)
+
+    @classmethod
+    def replaced(cls, path: Path) -> _CsvChange:
+        """A whole new file: the old one kept under a second name (a hard link: no copy) until the write is in."""
+        if not path.exists():
+            return cls(lambda: path.unlink(missing_ok=True))
+        old = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")  # what tidy removes, should a crash leave it
+        os.link(path, old)
+
+        def undo() -> None:
+            if path.exists() and os.path.samefile(old, path):  # the new file never took its place
+                old.unlink()  # (a rename between two links of one file does nothing: POSIX)
+            else:
+                os.replace(old, path)
+
+        return cls(undo, old.unlink)
+
+    @classmethod
+    def kept_aside(cls, path: Path, kept: Path, notices: list[str], notice: str) -> _CsvChange:
+        """The file moved to `kept`, and said in `notices`."""
+        os.replace(path, kept)
+        notices.append(notice)
+
+        def undo() -> None:
+            notices.remove(notice)
+            os.replace(kept, path)
+
+        return cls(undo)
 
 
 def history_row(record: RunRecord) -> dict[str, Any]:
@@ -499,6 +633,11 @@ def history_row(record: RunRecord) -> dict[str, Any]:
     return {key: _cell_value(value) for key, value in redact(row).items()}
 
 
+def row_cells(record: RunRecord) -> dict[str, str]:
+    """The run's row as history.csv, row.json and the index hold it: every cell as text."""
+    return {key: csvstore.cell_text(value) for key, value in history_row(record).items()}
+
+
 def run_metrics(
     config: RunConfig,
     requests: pd.DataFrame,
@@ -520,10 +659,6 @@ def run_metrics(
     if server_metrics is not None:
         summary.update(server_columns(server_samples.run_summary(server_metrics)))
     return summary
-
-
-def _has_run_id(row: dict[str, str]) -> bool:
-    return bool(_RUN_ID.match(row.get("run_id", "")))
 
 
 def _row_of(folder: Path) -> dict[str, str] | None:
@@ -640,7 +775,7 @@ def _recovered_row(folder: Path) -> dict[str, Any] | None:
         roofline=roofline,
         recovered_at=local_now_iso(),
     )
-    return history_row(record)
+    return row_cells(record)
 
 
 def _started_at(run_id: str) -> str:
@@ -774,63 +909,83 @@ def _cell_value(value: Any) -> Any:
 
 def _number_or_nan(cell: str) -> int | float:
     """A history cell as the number it was written from: an int stays an int; missing cells are NaN."""
-    if cell in _MISSING_CELLS or not is_number(cell):
+    value = number_cell(cell)
+    if value is None:
         return float("nan")
-    return int(cell) if cell.lstrip("-").isdigit() else float(cell)
+    return int(cell) if cell.lstrip("-").isdigit() else value
 
 
 def _is_text_column(name: str) -> bool:
     return name in _TEXT_COLUMNS or name.startswith(_TEXT_PREFIXES)
 
 
-def _is_number_column(name: str, cells: Iterable[str]) -> bool:
-    """A column of numbers: LMDeploy's, or any other that is not a text column and holds a number in `cells`."""
-    if _is_text_column(name):
+def _is_number_column(name: str, types: dict[str, ColumnType], cells: Iterable[str]) -> bool:
+    """A column of numbers: LMDeploy's, one the index types as numbers, or any other that is not a text column and
+    holds a number in `cells`."""
+    if _is_text_column(name) or types.get(name) in (ColumnType.TEXT, ColumnType.BOOL):
         return False
-    return name in NUMBER_COLUMNS or any(is_number(cell) for cell in cells)
+    return name in NUMBER_COLUMNS or name in types or any(number_cell(cell) is not None for cell in cells)
 
 
-def _typed_frame(header: list[str], rows: list[dict[str, str]], earlier: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The rows as `load` gives them. `earlier`, the typed first rows (before rows were appended), is kept when each
-    column of the rows after it types as the whole column would: then typing all of them again gives the same table."""
-    if earlier is not None and list(earlier.columns) == header:
-        added = pd.DataFrame(rows[len(earlier) :], columns=header, dtype=object)
-        typed = {col: _typed_like(col, added[col], earlier[col].dtype) for col in header}
-        if all(column is not None for column in typed.values()):
-            return pd.concat([earlier, pd.DataFrame(typed)], ignore_index=True)
-    frame = pd.DataFrame(rows, columns=header, dtype=object)  # every row has every column
-    return pd.DataFrame({col: _typed_column(col, frame[col]) for col in header})
+@dataclass
+class _Adopted:
+    header: list[str] = field(default_factory=list)  # history.csv's, as the file spells it
+    rows: list[dict[str, str]] = field(default_factory=list)  # history.csv's rows, in its order
+    written: list[str] = field(default_factory=list)  # the run ids whose folder got a row.json from it
 
 
-def _typed_like(name: str, cells: pd.Series, dtype) -> pd.Series | None:
-    """Cells appended to a column typed `dtype`, typed as the whole column would be; None where they could change
-    its type. Missing cells change nothing; whole and real numbers together are real numbers."""
-    if not _is_text_column(name) and cells.isin(_MISSING_CELLS).all():
-        if dtype == "boolean":
-            return pd.Series(pd.NA, index=cells.index, dtype="boolean")
-        return pd.Series(np.nan, index=cells.index) if dtype in _NUMBER_TYPES else cells.astype(str)
-    typed = _typed_column(name, cells)
-    return typed if typed.dtype == dtype or {typed.dtype, dtype} <= _NUMBER_TYPES else None
+def _adopt_csv_rows(csv_path: Path, runs_dir: Path) -> tuple[_Adopted, int]:
+    """Give each row of history.csv whose folder has no row.json one (the folders are the truth the index is built
+    from); the rows it read, and how many lines it could not read as rows (cut short, garbled, not UTF-8, without
+    a run id). The file itself is left as it is."""
+    adopted = _Adopted()
+    try:
+        header, rows, unreadable = csvstore.read_rows(csv_path)
+    except OSError:
+        return adopted, 0
+    if "run_id" not in header:
+        return adopted, len(rows) + unreadable
+    adopted.header = header
+    header, rows = single_spelling(header, rows)
+    for row in rows:
+        if not _RUN_ID.match(row["run_id"]):
+            unreadable += 1
+            continue
+        adopted.rows.append(row)
+        folder = runs_dir / row["run_id"]
+        if _row_of(folder) is None:
+            _write_json(folder / ROW_FILE, row)
+            adopted.written.append(row["run_id"])
+    return adopted, unreadable
 
 
-def _typed_column(name: str, cells: pd.Series) -> pd.Series:
-    """A column as loaded. In a number column, a cell that is not a number (left by an edit by hand; imports
-    refuse them) reads as missing, so it cannot turn the whole column into text; the file keeps it."""
-    if _is_text_column(name):
-        return cells.astype(str)
-    # A column holds few distinct values: test and parse those once, then spread them over the rows (parsing every
-    # cell was most of the first read of a long history).
-    positions: dict[Any, int] = {}
-    codes = np.fromiter((positions.setdefault(cell, len(positions)) for cell in cells), np.intp, len(cells))
-    distinct = pd.Index(list(positions), dtype=object)
-    missing = distinct.isin(_MISSING_CELLS)
-    present = distinct[~missing]
-    if len(present) and set(present) <= {"True", "False"}:
-        return pd.Series(cells == "True", dtype="boolean").mask(missing[codes])
-    if not len(present) or _is_number_column(name, present):
-        numbers = pd.to_numeric(pd.Series(distinct, dtype=object).where(~missing, None), errors="coerce")
-        return pd.Series(numbers.to_numpy()[codes], index=cells.index, name=cells.name)
-    return cells.astype(str)
+def _folder_rows(runs_dir: Path) -> list[dict[str, str]]:
+    """The row.json of every run folder that has a readable one."""
+    if not runs_dir.is_dir():
+        return []
+    return [
+        row
+        for entry in history_leftovers.entries(runs_dir)
+        if _RUN_ID.match(entry.name) and (row := _row_of(Path(entry.path))) is not None
+    ]
+
+
+def _file_state(path: Path) -> list[int] | None:
+    """What changes when a file is written (its size and modification time); None when there is no file."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return [st.st_size, st.st_mtime_ns]
+
+
+def _header_digest(header: list[str]) -> str:
+    return hashlib.sha1("\n".join(header).encode("utf-8", "surrogateescape"), usedforsecurity=False).hexdigest()
+
+
+def _export_state(path: Path, header: list[str]) -> str:
+    """What the index keeps of history.csv as it last wrote it: its file state and its columns."""
+    return json.dumps([*(_file_state(path) or [None, None]), _header_digest(header)])
 
 
 def _write_json(path: Path, payload: dict[str, Any]) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -20,12 +21,15 @@ from pathlib import Path
 
 STALE_AFTER_S = 600.0
 TMP_PATTERN = ".*.tmp"  # the names csvstore and history give their temporary files: .<file name>.<random>.tmp
+DELETED_PREFIX = ".deleted-"  # a run folder History.delete moved out of the way, to remove
+_RUN_FOLDER = re.compile(r"^[A-Za-z0-9]")  # a run's folder; the others (.deleted-*, a user's .git) are not runs
 
 
 @dataclass
 class Leftovers:
     tmp_files: list[Path] = field(default_factory=list)
     folders: list[Path] = field(default_factory=list)  # run folders without a history row
+    deleted: list[Path] = field(default_factory=list)  # folders of deleted runs that a crash left
 
 
 @dataclass
@@ -46,33 +50,45 @@ NOT_REBUILT = (
 )
 
 
-def _entries(folder: str | Path) -> list[os.DirEntry]:
+def entries(folder: str | Path) -> list[os.DirEntry]:
     """What is in `folder`: os.scandir, where pathlib's glob and stat took a second over a year of run folders."""
     with os.scandir(folder) as entries:
         return list(entries)
 
 
 def find(root: Path, runs_dir: Path, recorded: set[str], now: float | None = None) -> Leftovers:
-    """The temporary files under `root` and its run folders that have not changed for STALE_AFTER_S, and the run
-    folders whose name is not in `recorded` (whether their writer is gone is for FolderLock.claim to say)."""
+    """The temporary files under `root` and in the run folders without a history row that have not changed for
+    STALE_AFTER_S, the run folders whose name is not in `recorded` (whether their writer is gone is for
+    FolderLock.claim to say), and the folders of deleted runs. A recorded folder holds none: its files are all written
+    before its row."""
     cutoff = (time.time() if now is None else now) - STALE_AFTER_S
     leftovers = Leftovers()
     try:
         run_folders = sorted(
-            (entry for entry in (_entries(runs_dir) if runs_dir.is_dir() else []) if entry.is_dir()),
+            (entry for entry in (entries(runs_dir) if runs_dir.is_dir() else []) if entry.is_dir()),
             key=lambda entry: entry.name,
         )
+        leftovers.folders = [
+            Path(folder.path)
+            for folder in run_folders
+            if _RUN_FOLDER.match(folder.name) and folder.name not in recorded
+        ]
         tmp_files = [
             *root.glob(TMP_PATTERN),
             *(
                 Path(entry.path)
-                for folder in run_folders
-                for entry in _entries(folder.path)
+                for folder in leftovers.folders
+                for entry in entries(folder)
                 if fnmatch.fnmatchcase(entry.name, TMP_PATTERN)
             ),
         ]
         leftovers.tmp_files = [path for path in tmp_files if path.is_file() and path.stat().st_mtime < cutoff]
-        leftovers.folders = [Path(folder.path) for folder in run_folders if folder.name not in recorded]
+        # A delete renames a folder, then removes it; one whose delete is under way may still be renamed back.
+        leftovers.deleted = [
+            Path(folder.path)
+            for folder in run_folders
+            if folder.name.startswith(DELETED_PREFIX) and folder.stat().st_ctime < cutoff
+        ]
     except FileNotFoundError:  # another process tidied or wrote in between: the next start looks again
         return Leftovers()
     return leftovers

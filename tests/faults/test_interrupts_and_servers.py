@@ -235,11 +235,13 @@ def test_ctrl_c_or_sigterm_while_measuring_keeps_what_was_measured(signum, cli, 
 
 
 def test_ctrl_c_while_saving_lets_the_save_finish(cli, tmp_path):
-    # A long history makes the save take a while (it rewrites the file), long enough to interrupt it.
+    # A long history makes the save take a while (its row brings the env_* columns: history.csv is written again
+    # whole), long enough to interrupt it. Its index is built before the run, as its first start would.
     earlier = history_row(
         RunRecord(run_id="x", started_at="2026-01-01T00:00:00+00:00", status="failed", config=RunConfig())
     )
     csvstore.append_rows(history(tmp_path).csv_path, [{**earlier, "run_id": f"earlier-{i}"} for i in range(4000)])
+    history(tmp_path).reindex()
     process = cli([*PIPELINE, "-n", "2", "--sharegpt-output-len", "8"])
     deadline = time.monotonic() + HANG_S
     while not list(history(tmp_path).runs_dir.glob("*/requests.parquet")) and time.monotonic() < deadline:

@@ -1,8 +1,9 @@
 """A run's folder holds what its history row needs (issue 24, items 1 and 3): a process killed by SIGKILL while its
 run measures (the CLI, or the dashboard's runner with its engine in a worker process) leaves a journal that the next
-start records as a cancelled run with the requests finished before the kill; a folder whose row is missing (a crash
-before the row, a folder moved back from unsaved-results) gets exactly its row back at once, and one written before
-folders kept their row says which columns it could not rebuild. Real processes, real files, the tiny model."""
+start records as a cancelled run with the requests finished before the kill; a folder whose row is not in the
+history's index (a crash between the folder and the index, a folder moved back from unsaved-results) gets exactly
+its row back at once, history.csv's line included, and one written before folders kept their row says which columns
+it could not rebuild. Real processes, real files, the tiny model."""
 
 import csv
 import json
@@ -17,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from bench_core import csvstore
 from bench_core.store.history import History
 from bench_core.store.journal import JOURNAL_FILE, FolderLock
 
@@ -138,15 +138,17 @@ def recorded_run(tmp_path_factory, tiny_model_path):
 
 @pytest.fixture
 def unsaved(recorded_run, tmp_path):
-    """A copy of the recorded results, the run's row gone and its folder moved back a moment ago, as after a
-    save that went to unsaved-results (or a crash between the folder and the row); the original history's bytes."""
+    """A copy of the recorded results whose run folder has no row in the index, as after a crash between the folder
+    and the index, or a save that went to unsaved-results and a folder moved back a moment ago; the original
+    history.csv's bytes. The row is deleted (from the index and history.csv) while the folder is out of the way."""
     root = tmp_path / "results"
     shutil.copytree(recorded_run, root)
     original = (root / "history.csv").read_bytes()
     (run_id,) = [path.name for path in (root / "runs").iterdir()]
     shutil.move(root / "runs" / run_id, tmp_path / run_id)
-    csvstore.rewrite(root / "history.csv", lambda row: False)
+    assert History(root).delete([run_id]) == 1
     shutil.move(tmp_path / run_id, root / "runs" / run_id)
+    assert History(root).row(run_id) is None and rows_of(root / "history.csv") == []
     return root, run_id, original
 
 
@@ -164,6 +166,8 @@ def test_a_folder_moved_back_gets_its_row_back_at_once_byte_for_byte(unsaved):
     (notice,) = history.take_notices()
     assert "put back 1 run(s) missing from the history, as recorded" in notice and run_id in notice
     assert (root / "history.csv").read_bytes() == original  # every column, every digit
+    assert history.row(run_id) == json.loads((root / "runs" / run_id / "row.json").read_text(encoding="utf-8"))
+    assert list(history.load()["run_id"]) == [run_id]
     (row,) = rows_of(root / "history.csv")
     assert row["finished_at"] and row["load_seconds"] and row["engine_backend"] and row["model_kind"]
 
@@ -220,6 +224,7 @@ def test_a_folder_whose_writer_is_alive_is_left_alone_however_old_and_recovered_
         busy = History(root)
         busy.tidy()
         assert busy.take_notices() == [] and rows_of(root / "history.csv") == []
+        assert busy.row(run_id) is None
         assert folder.is_dir()
     finally:
         holder.kill()
