@@ -139,6 +139,10 @@ COMMANDS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("sweep-impossible-point", ("sweep", *RUN, "--sweep", "num_prompts=2,0"), False),
     ("model-path-tiny", ("model-path", "builtin:tiny-llama"), False),
     ("model-path-unknown", ("model-path", "builtin:nothing"), False),
+    ("history-help", ("history", "--help"), False),
+    ("history-list-help", ("history", "list", "--help"), False),
+    ("history-missing-folder", ("history", "list", "--results", "results"), False),
+    ("history-bad-date", ("history", "list", "--since", "2026-13-01"), False),
     ("run-streamed", (*RUN, "-n", "4", "-c", "2", "--seed", "3", "--stream-output", "--label", "transcript"), True),
     (
         "run-random-batch",

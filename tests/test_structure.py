@@ -146,8 +146,9 @@ def test_the_playground_draws_the_sidebars_model_picker():
 CATALOG_FILES = sorted((CORE / "config").glob("*.py"))
 SETTING_USERS = sorted(path for path in [*CORE.rglob("*.py"), *DASHBOARD, *PAGES] if path not in CATALOG_FILES)
 # A flag spelled like a setting's that means something else: profile_restful_api.py's --backend names the server
-# (and so the endpoint and ignore_eos's spelling), not our backend setting.
-OTHER_MEANINGS = {("restful.py", "--backend")}
+# (and so the endpoint and ignore_eos's spelling), not our backend setting; `history`'s --model and --backend
+# choose recorded runs by theirs.
+OTHER_MEANINGS = {("restful.py", "--backend"), ("history.py", "--model"), ("history.py", "--backend")}
 
 
 def own_defaults_and_bounds(source: str, name: str = "module.py") -> list[str]:
