@@ -195,8 +195,16 @@ def repeat_groups(runs: pd.DataFrame, differing: list[str] | None = None) -> lis
 
 def with_output_length(runs: pd.DataFrame) -> pd.DataFrame:
     """The rows with an OUTPUT_LENGTH column, as text ("256", DEFAULT for ShareGPT's own lengths), to show
-    in a table or chart across (numbers as a scale when every run has one)."""
-    return runs.assign(**{OUTPUT_LENGTH: [show(cell) for cell in setting_cells(runs, [OUTPUT_LENGTH])[OUTPUT_LENGTH]]})
+    in a table or chart across (numbers as a scale when every run has one). Worked out once per distinct row of the
+    columns it depends on, as `differing_settings` is."""
+    columns = _columns_read(runs, [OUTPUT_LENGTH])
+    if columns:
+        groups = runs.groupby(columns, dropna=False, sort=False).ngroup()  # numbered in order of first appearance
+    else:  # none of them recorded: one cell for every row
+        groups = pd.Series(0, index=runs.index)
+    firsts = runs.loc[~groups.duplicated()]
+    shown = [show(cell) for cell in setting_cells(firsts, [OUTPUT_LENGTH])[OUTPUT_LENGTH]]
+    return runs.assign(**{OUTPUT_LENGTH: [shown[group] for group in groups]})
 
 
 def telling_settings(runs: pd.DataFrame, names: Sequence[str]) -> list[str]:
