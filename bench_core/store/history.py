@@ -392,15 +392,18 @@ class History:
         With `columns`, only those the history has, and run_id: read alone, where the whole table is not at hand."""
         with self._reading:
             self._ready()
-            if not self._indexed or not self.index.header():
-                return pd.DataFrame(columns=[*HISTORY_LEAD_COLUMNS, "run_id", "started_at", "status", "label", "model"])
-            generation = self.index.generation()
+            if not self._indexed:
+                return _empty_history()
+            generation = self.index.generation()  # a page's rerun asks only this, while nothing was written
             current = self._loaded is not None and self._loaded[0] == generation
             if columns is not None and not current:
-                return self.index.frame(columns)
+                frame = self.index.frame(columns)
+                return frame if len(frame.columns) else _empty_history()
             if not current:
                 self._loaded = (generation, self.index.frame())
             frame = self._loaded[1]
+        if not len(frame.columns):  # an index without a run yet
+            return _empty_history()
         if columns is not None:
             wanted = {"run_id", *columns}
             frame = frame[[name for name in frame.columns if name in wanted]]
@@ -968,6 +971,11 @@ def _folder_rows(runs_dir: Path) -> list[dict[str, str]]:
         for entry in history_leftovers.entries(runs_dir)
         if _RUN_ID.match(entry.name) and (row := _row_of(Path(entry.path))) is not None
     ]
+
+
+def _empty_history() -> pd.DataFrame:
+    """What `load` gives before any run: no rows, and the columns every history has."""
+    return pd.DataFrame(columns=[*HISTORY_LEAD_COLUMNS, "run_id", "started_at", "status", "label", "model"])
 
 
 def _file_state(path: Path) -> list[int] | None:

@@ -237,11 +237,14 @@ class IndexWriter:
                 column_type = self._column(name, cell)
                 if column_type is not None:
                     values[f"c:{name}"] = _stored(cell, column_type)
-            names = ["run_id", *values]
+            # A row put again keeps its place (its seq): the order of the rows stays the order in which their
+            # columns came, which a rebuild from history.csv's order gives back.
+            found = self._db.execute("SELECT seq FROM runs WHERE run_id = ?", (row["run_id"],)).fetchone()
             replaced += self._delete(row["run_id"])
+            names = ["seq", "run_id", *values]
             self._db.execute(
                 f"INSERT INTO runs ({', '.join(map(_quoted, names))}) VALUES ({', '.join('?' * len(names))})",
-                (row["run_id"], *values.values()),
+                (found[0] if found else None, row["run_id"], *values.values()),
             )
             self._db.execute(
                 "INSERT INTO cells (run_id, cells) VALUES (?, ?)", (row["run_id"], orjson.dumps(dict(row)))
