@@ -26,7 +26,7 @@ if runs.empty:
     st.stop()
 
 shown = history_view.filtered(runs)
-st.caption(f"{len(shown)} of {len(runs)} runs. Select rows to compare, download or delete them.")
+st.caption(f"{len(shown):,} of {len(runs):,} runs, the newest first. Select rows to compare, download or delete them.")
 picked = history_view.runs_table(history_view.table_page(shown))
 history_view.downloads(history, picked)
 history_view.delete_section(history, picked)

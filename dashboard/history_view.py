@@ -45,7 +45,7 @@ FILTERS = (("backend", "Backend"), ("model", "Model"), ("status", "Status"), ("d
 NOT_RECORDED = "(not recorded)"
 RUN = report.RUN
 NOISE_COLUMN = report.NOISE_COLUMN
-# The table holds one page of the runs that pass the filters, the newest page first: a table of 100,000 rows takes
+# The table holds one page of the runs that pass the filters, the newest run first: a table of 100,000 rows takes
 # seconds to size, build and send to the browser, and nobody scrolls that far; the page picker and the filters reach
 # the older runs.
 TABLE_PAGE_ROWS = 1_000
@@ -94,25 +94,19 @@ def filtered(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def table_page(shown: pd.DataFrame) -> pd.DataFrame:
-    """The page of `shown` that the page picker names (the newest TABLE_PAGE_ROWS runs at first), in recorded order;
+    """The newest run first, and of them the page that the page picker names (the first TABLE_PAGE_ROWS at first);
     the picker is drawn only when there is more than one page."""
-    pages = page_bounds(len(shown), TABLE_PAGE_ROWS)
-    if len(pages) == 1:
-        return shown
-    start, stop = st.selectbox(
-        f"Runs on show ({TABLE_PAGE_ROWS:,} at a time, the newest first; the filters narrow them)",
-        pages,
-        key="history_page",
-        format_func=lambda bounds: f"{bounds[0] + 1:,} to {bounds[1]:,} of {len(shown):,}",
-    )
-    return shown.iloc[start:stop]
-
-
-def page_bounds(rows: int, page_rows: int) -> list[tuple[int, int]]:
-    """The [start, stop) row positions of each page of `rows` rows, the last rows' page first; the first page is
-    the short one, so that the newest runs fill a whole page."""
-    stops = range(rows, 0, -page_rows)
-    return [(max(stop - page_rows, 0), stop) for stop in stops] or [(0, 0)]
+    start = 0
+    if len(shown) > TABLE_PAGE_ROWS:
+        start = st.selectbox(
+            f"Runs on show, {TABLE_PAGE_ROWS:,} at a time (the filters narrow them)",
+            range(0, len(shown), TABLE_PAGE_ROWS),
+            key="history_page",
+            format_func=lambda start: f"{start + 1:,} to {min(start + TABLE_PAGE_ROWS, len(shown)):,} of {len(shown):,}",
+        )
+    # The page is cut from the rows as recorded, then turned: turning all 100,000 rows would copy every column.
+    stop = len(shown) - start
+    return shown.iloc[max(stop - TABLE_PAGE_ROWS, 0) : stop].iloc[::-1]
 
 
 def table_view(shown: pd.DataFrame) -> pd.DataFrame:

@@ -117,24 +117,16 @@ def test_a_long_history_is_shown_a_page_at_a_time_the_newest_first(history_root,
     assert not at.exception
     assert "4 of 4 runs" in at.caption[0].value
     picker = at.selectbox(key="history_page")
-    assert picker.options == ["2 to 4 of 4", "1 to 1 of 4"]
-    assert list(at.dataframe[0].value["run_id"]) == [run_ids[1], *imported]  # the newest three, as recorded
+    assert picker.options == ["1 to 3 of 4", "4 to 4 of 4"]
+    assert list(at.dataframe[0].value["run_id"]) == [*imported[::-1], run_ids[1]]
     picker.select_index(1).run()
     assert list(at.dataframe[0].value["run_id"]) == [run_ids[0]]
     at = select_rows(at, [run_ids[0]])
     assert "Select two or more runs" in at.info[0].value
-    # Filters that leave one page's worth: no picker, every run that passes.
+    # Filters that leave one page's worth: no picker, every run that passes, the newest first.
     at.multiselect(key="filter_status").select("finished").run()
     assert all(box.key != "history_page" for box in at.selectbox)
-    assert sorted(at.dataframe[0].value["run_id"]) == sorted(run_ids)
-
-
-def test_page_bounds_fill_the_newest_page():
-    from dashboard.history_view import page_bounds
-
-    assert page_bounds(0, 3) == [(0, 0)]
-    assert page_bounds(3, 3) == [(0, 3)]
-    assert page_bounds(7, 3) == [(4, 7), (1, 4), (0, 1)]
+    assert list(at.dataframe[0].value["run_id"]) == run_ids[::-1]
 
 
 def test_comparing_two_runs_draws_the_charts_and_marks_better_and_worse(history_root, prepared_history):

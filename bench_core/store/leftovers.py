@@ -64,15 +64,13 @@ def find(root: Path, runs_dir: Path, recorded: set[str], now: float | None = Non
     cutoff = (time.time() if now is None else now) - STALE_AFTER_S
     leftovers = Leftovers()
     try:
-        run_folders = sorted(
-            (entry for entry in (entries(runs_dir) if runs_dir.is_dir() else []) if entry.is_dir()),
+        # Set arithmetic first: of a long history's folders, nearly all are recorded.
+        unrecorded = sorted(
+            (entry for entry in (entries(runs_dir) if runs_dir.is_dir() else []) if entry.name not in recorded),
             key=lambda entry: entry.name,
         )
-        leftovers.folders = [
-            Path(folder.path)
-            for folder in run_folders
-            if _RUN_FOLDER.match(folder.name) and folder.name not in recorded
-        ]
+        run_folders = [entry for entry in unrecorded if entry.is_dir()]
+        leftovers.folders = [Path(folder.path) for folder in run_folders if _RUN_FOLDER.match(folder.name)]
         tmp_files = [
             *root.glob(TMP_PATTERN),
             *(

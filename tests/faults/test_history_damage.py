@@ -221,7 +221,7 @@ def test_garbage_an_unterminated_quote_and_an_empty_run_id_are_kept_aside_and_na
 
     # The page reads the index: the file is not read back, and nothing is written until the next run.
     assert not at.exception and not at.error and not at.warning
-    assert list(at.dataframe[0].value["run_id"]) == run_ids
+    assert list(at.dataframe[0].value["run_id"]) == run_ids[::-1]
     assert csv_path.read_bytes() == damaged
 
     run = get_runner().submit(tiny_config("run 3"))  # the dashboard records its next run
@@ -233,7 +233,7 @@ def test_garbage_an_unterminated_quote_and_an_empty_run_id_are_kept_aside_and_na
     (warning,) = at.warning
     assert str(kept) in shown(warning.value)
     assert kept.read_bytes() == damaged
-    assert list(at.dataframe[0].value["run_id"]) == [*run_ids, run.run_id]
+    assert list(at.dataframe[0].value["run_id"]) == [run.run_id, *run_ids[::-1]]
     after = csv_path.read_bytes()
     assert after.startswith(header + row1 + row2) and b"garbage" not in after and b'"4,random' not in after
     assert [row["run_id"] for row in csv_rows(csv_path)] == [*run_ids, run.run_id]
@@ -343,7 +343,7 @@ def test_a_renamed_run_id_header_does_not_refuse_the_dashboards_save_and_the_his
     (warning,) = at.warning
     assert str(kept) in shown(warning.value) and str(csv_path) in shown(warning.value)
     assert kept.read_bytes() == renamed
-    assert list(at.dataframe[0].value["run_id"]) == [*run_ids, "20261130-120000-abcd"]
+    assert list(at.dataframe[0].value["run_id"]) == ["20261130-120000-abcd", *run_ids[::-1]]
     assert [row["run_id"] for row in csv_rows(csv_path)] == [*run_ids, "20261130-120000-abcd"]
     assert (root / "runs" / "20261130-120000-abcd" / "row.json").is_file()
     assert not history_page().warning
