@@ -121,7 +121,7 @@ class StartQuestion:
         if running:
             st.warning(plain(self.busy.format(running="; ".join(running))))
         else:
-            st.info(self.free)
+            st.info(plain(self.free))
         left, right = st.columns(2)
         left.button(
             self.labels[0] if running else self.labels[1],

@@ -192,7 +192,7 @@ def delete_section(history: History, picked: list[str]) -> None:
     pending = st.session_state.get("delete_pending")
     if pending:
         st.warning(
-            f"Delete {len(pending)} run(s) for good: {', '.join(pending)}? Their history rows and "
+            f"Delete {len(pending)} run(s) for good: {plain(', '.join(pending))}? Their history rows and "
             "folders go; every other run stays."
         )
         yes, no = st.columns(2)

@@ -141,7 +141,7 @@ def show_job(job: PlaygroundJob) -> None:
         status = f"{job.state}: {done} of {total} prompt(s) answered"
         if job.state == RunState.QUEUED:
             status += f", {get_runner().queue_position(job)} job(s) ahead"
-        st.progress(done / total, text=status)
+        st.progress(done / total, text=plain(status))
         if job.state == RunState.FAILED:
             st.error(plain(job.message))
         elif job.message:

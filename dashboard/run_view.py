@@ -50,7 +50,7 @@ def run_on_show() -> str | None:
     """
     run_id = st.query_params.get("run") or st.session_state.get("run_id")
     if run_id and (gone := _gone(run_id)):
-        st.warning(gone)
+        st.warning(plain(gone))
         st.session_state.pop("run_id", None)
         st.query_params.pop("run", None)
         run_id = None
@@ -66,14 +66,14 @@ def _gone(run_id: str) -> str | None:
     if get_history().row(run_id) is not None:
         return None
     said = "it was deleted" if run is not None else "deleted, or never recorded in these results"
-    return plain(f"Run {run_id} is not in the history ({said}): here is the Run page without it.")
+    return f"Run {run_id} is not in the history ({said}): here is the Run page without it."
 
 
 def render_run(run_id: str, slo: SLO) -> None:
     """Show run `run_id`: live from this server's runner, else rebuilt from the history."""
     run = get_runner().get(run_id)
     if run is not None and run.active:
-        st.subheader(f"Run {run_id}")
+        st.subheader(f"Run {plain(run_id)}")
         st.caption(plain(describe_config(run.config)))
         _live_panel(run_id)
         _live_charts_panel(run_id)
@@ -83,11 +83,11 @@ def render_run(run_id: str, slo: SLO) -> None:
     except BenchError as exc:
         st.error(plain(exc))
         return
-    st.subheader(f"Run {run_id}")
+    st.subheader(f"Run {plain(run_id)}")
     if result is None:  # cancelled before anything was measured, or refused for its input: nothing was recorded
         st.caption(plain(describe_config(run.config)))
-        said = plain(f"{run.state}: {run.message}" if run.message else run.state)
-        (st.error if run.state == RunState.FAILED else st.warning)(said)
+        said = f"{run.state}: {run.message}" if run.message else run.state
+        (st.error if run.state == RunState.FAILED else st.warning)(plain(said))
         return
     st.caption(plain(describe_config(result.config)))
     if result.requests is None:  # it failed before measuring: a bad model, dataset or engine
@@ -106,10 +106,10 @@ def _live_panel(run_id: str) -> None:
     if run is None or not run.active:
         st.rerun()  # one full rerun: the page then shows the ended run and this fragment is gone
     if run.cancel_event.is_set():
-        st.warning(f"{run.state}: cancel requested; the run stops within a second and keeps what it measured.")
+        st.warning(f"{plain(run.state)}: cancel requested; the run stops within a second and keeps what it measured.")
     if run.state == RunState.QUEUED:
         ahead = runner.queue_position(run)
-        st.info(f"queued: waiting: {ahead} run(s) ahead. It starts when the engine is free.")
+        st.info(f"queued: waiting: {ahead:,} run(s) ahead. It starts when the engine is free.")
         return
     snapshot = run.snapshot()
     if run.state == RunState.LOADING or snapshot is None:  # a snapshot comes once it measures
@@ -134,8 +134,8 @@ def _live_progress(run: Run, snap: LiveSnapshot) -> None:
     left = "" if run.ended else f", {describe_time_left(snap, run.measurement.pace)}"
     st.progress(
         min(snap.tokens_done / total_tokens, 1.0) if total_tokens else 0.0,
-        text=f"{run.state}: {done}/{snap.total_requests} requests, {snap.output_tokens:,}/{total_tokens:,} "
-        f"output tokens, {snap.elapsed_s:.0f} s{left}",
+        text=f"{plain(run.state)}: {done:,}/{snap.total_requests:,} requests, {snap.output_tokens:,}/{total_tokens:,} "
+        f"output tokens, {snap.elapsed_s:.0f} s{plain(left)}",
     )
     in_workers = client_in_workers(run.config.load.client_processes)
     for flag in live_run_flags(snap.telemetry, backend(run.config.engine.backend).in_process, in_workers):
@@ -205,7 +205,7 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
     st.markdown("**Latency (ms)**, successful requests, as LMDeploy reports it")
     show_table(tables.percentile_table(summary, result.config.percentiles, stream), key="summary_percentiles")
     if stream and (caveat := tables.per_1k_input_caveat(summary)):
-        st.caption(caveat)
+        st.caption(plain(caveat))
     left, right = st.columns([2, 1])
     with left:
         st.markdown("**Throughput**")
@@ -214,8 +214,8 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
         _goodput(summary, slo)
     if result.config.engine.speculative_algorithm:
         st.markdown(
-            f"**Speculative decoding** ({result.config.engine.speculative_algorithm}, "
-            f"{result.config.engine.speculative_num_draft_tokens} draft tokens per step)"
+            f"**Speculative decoding** ({plain(result.config.engine.speculative_algorithm)}, "
+            f"{plain(result.config.engine.speculative_num_draft_tokens)} draft tokens per step)"
         )
         show_table(tables.speculative_table(summary), key="summary_speculative")
     if "achieved_rate" in summary:
@@ -246,7 +246,7 @@ def _server_metrics_section(result: RunResult) -> None:
     try:
         raw, values = recorded.server_metrics(), recorded.values()
     except BenchError as exc:
-        st.warning(str(exc))
+        st.warning(plain(exc))
         return
     if raw is None:
         return
@@ -316,7 +316,7 @@ def _server_load(config: RunConfig, summary: dict) -> None:
     """The load asked for next to the load delivered, and answers whose length was not the one asked."""
     if (short := summary.get("length_mismatches", 0) - summary.get("overrun", 0)) > 0:
         st.warning(
-            f"{short} served request(s) returned fewer tokens than asked: the server may not honour "
+            f"{short:,} served request(s) returned fewer tokens than asked: the server may not honour "
             "ignore_eos; check the server kind or pass it in the extra request body."
         )
     columns = st.columns(4)
@@ -341,7 +341,7 @@ def _goodput(summary: dict, slo: SLO) -> None:
         for name, value in (("ttft", slo.ttft), ("tpot", slo.tpot), ("e2e", slo.e2e))
         if value is not None
     )
-    st.caption(f"For {thresholds}.")
+    st.caption(plain(f"For {thresholds}."))
 
 
 def _downloads(result: RunResult, requests: pd.DataFrame, slo: SLO) -> None:

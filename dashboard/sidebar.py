@@ -381,7 +381,7 @@ def _show_unavailable_backends() -> None:
         if reason:
             reasons.setdefault(reason, []).append(backend)
     for reason, names in reasons.items():
-        st.sidebar.caption(f"**{', '.join(names)} unavailable:** {plain(reason)}")
+        st.sidebar.caption(f"**{plain(', '.join(names))} unavailable:** {plain(reason)}")
 
 
 def model_picker(where: Any, key_prefix: str = "", draw: Callable[..., Any] = persisted) -> str:
@@ -448,11 +448,11 @@ def _knob_widgets(backend: str, family: str) -> dict[str, Any]:
             groups.setdefault(knob.group, []).append(knob)
     chosen: dict[str, Any] = {}
     for group, knobs in groups.items():
-        with st.sidebar.expander(group):
+        with st.sidebar.expander(plain(group)):
             for knob in knobs:
                 chosen.update(_widgets((knob,), backend, family))
                 if rule := knob.rule_for(backend):
-                    st.caption(f"Constraint: {rule}")
+                    st.caption(f"Constraint: {plain(rule)}")
     return chosen
 
 
@@ -509,7 +509,7 @@ def _dataset_widgets(backend: str, family: str) -> dict[str, Any]:
         sizes = ("num_prompts", "seed")
         values.update(_widgets(tuple(s for s in shown if s.name not in sizes), backend, family))
         if all(values.get(name) is not None for name in RANDOM_LENGTHS):
-            st.caption(f"Lengths drawn: {describe_random_lengths(*(values[name] for name in RANDOM_LENGTHS))}")
+            st.caption(f"Lengths drawn: {plain(describe_random_lengths(*(values[name] for name in RANDOM_LENGTHS)))}")
         values.update(_widgets(tuple(s for s in shown if s.name in sizes), backend, family))
     return values
 

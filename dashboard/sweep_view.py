@@ -304,7 +304,7 @@ def render_sweep(sweep_id: str, slo: SLO, live: bool, runs: pd.DataFrame | None,
     except BenchError as exc:
         st.error(plain(exc))
         return
-    st.subheader(f"Sweep {sweep_id}")
+    st.subheader(f"Sweep {plain(sweep_id)}")
     model = plan.base.engine.model or "the model each server serves"  # a sweep's servers name theirs when up
     st.caption(plain(f"{describe_plan(plan)} · {model} on {plan.base.engine.backend}"))
     if live:
@@ -338,14 +338,14 @@ def _live_progress(sweep_id: str, runs: pd.DataFrame) -> None:
         st.rerun()  # a full rerun, once per ended run: the results below take it in
     st.progress(
         progress.ended / progress.total,
-        text=f"running: {progress.ended}/{progress.total} runs done"
-        + (f", now {progress.current}" if progress.current else "")
-        + _time_left(sweep, progress, runs),
+        text=f"running: {progress.ended:,}/{progress.total:,} runs done"
+        + (f", now {plain(progress.current)}" if progress.current else "")
+        + plain(_time_left(sweep, progress, runs)),
     )
     if progress.current_run_id:
         st.page_link(
             "app_pages/run.py",
-            label=f"Watch run {progress.current_run_id} live",
+            label=f"Watch run {plain(progress.current_run_id)} live",
             icon=":material/monitoring:",
             query_params={"run": progress.current_run_id},
         )
@@ -403,7 +403,7 @@ def _ended_status(sweep: SweepRun | None, plan: SweepPlan, runs: pd.DataFrame, i
         state = RunState.FINISHED if finished == total else STOPPED
         message = f"{finished} of {total} runs finished; resume the sweep to run the other {total - finished}."
     if state == RunState.FINISHED:
-        st.success(f"finished: all {total} runs.")
+        st.success(f"finished: all {total:,} runs.")
     elif state == RunState.CANCELLED or state == STOPPED:
         st.warning(plain(f"{state}: {message}"))
     else:
@@ -445,7 +445,7 @@ def results(history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO) -> 
     measured = sweep_report.measured_metrics(statistics)
     st.markdown(f"**Results** of {len(runs)} finished runs: {sweep_report.RESULTS_HEADING}")
     if unreported := sweep_report.unreported_note(plan, measured):
-        st.caption(unreported)
+        st.caption(plain(unreported))
     metric = st.selectbox(
         "Metric",
         measured,
@@ -458,7 +458,7 @@ def results(history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO) -> 
         st.columns(len(figures)) if len(figures) > 1 else [st], figures, ("sweep_chart_band", "sweep_chart_heatmap")
     ):
         column.plotly_chart(figure, key=key)
-    st.caption(sweep_results.interval_note(statistics))
+    st.caption(plain(sweep_results.interval_note(statistics)))
     _pareto_view(runs, plan)
     _goodput_view(runs, plan)
     st.markdown(f"**Per point**: {sweep_report.POINT_TABLE_COLUMNS}")

@@ -4,7 +4,9 @@ Streamlit renders every message element (captions, alerts, expander labels) as M
 looks like a URL, an address or a www. name, so such text could make the browser fetch an image from any URL it
 names, or show a link to one. `plain` escapes what Markdown reads and puts an invisible word joiner (U+2060) where
 a link would start ("http:" + "//", "www" + ".", "@"), so the text shows as it was written and nothing is fetched or
-linked.
+linked. It is the one way the pages show such text: tests/faults/test_outside_text_on_page.py reads app.py,
+app_pages/ and dashboard/ and fails where any text but a literal, a constant or a number reaches a Streamlit text
+element without it.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from bench_core.run.preview import WorkloadPreview, preview_workload
 from bench_core.views import tables, workload_charts
 from dashboard.sidebar import config_from_choice
 from dashboard.table_view import show_table
+from dashboard.text import plain
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -32,7 +33,7 @@ def render_preview(values: Mapping[str, Any], uploads_dir: Path) -> None:
         try:
             config = config_from_choice(values, uploads_dir)
         except BenchError as exc:
-            st.caption(str(exc))
+            st.caption(plain(exc))
             return
         key = repr(asdict(config.dataset)) + repr(
             (
@@ -55,13 +56,13 @@ def render_preview(values: Mapping[str, Any], uploads_dir: Path) -> None:
             with st.spinner("Sampling the prompts with the model's tokenizer..."):
                 preview = _sampled(key, config)
         except BenchError as exc:
-            st.error(str(exc))
+            st.error(plain(exc))
             return
         for warning in preview.warnings:
-            st.warning(warning)
+            st.warning(plain(warning))
         st.caption(
-            f"{len(preview.table):,} requests, tokenized with {preview.tokenizer}. "
-            + " ".join(f"{note[:1].upper()}{note[1:]}." for note in preview.notes[-2:])
+            f"{len(preview.table):,} requests, tokenized with {plain(preview.tokenizer)}. "
+            + " ".join(plain(f"{note[:1].upper()}{note[1:]}.") for note in preview.notes[-2:])
         )
         if config.dataset.dataset_name == "multi-turn" and config.dataset.multi_turn_answers == "model":
             st.caption("Later turns repeat the model's own answers, so their input lengths are estimates until sent.")

@@ -517,7 +517,7 @@ def test_random_lengths_say_the_span_drawn_and_the_rule_not_only_the_ratio():
     at.query_params.update(dataset_name="random", random_input_len="64", random_output_len="16")
     at.run()
     assert not at.exception
-    drawn = [caption.value for caption in at.sidebar.caption if caption.value.startswith("Lengths drawn")]
+    drawn = [shown(caption.value) for caption in at.sidebar.caption if caption.value.startswith("Lengths drawn")]
     assert drawn == [
         "Lengths drawn: input 1..64 tokens, output 1..16 tokens (range ratio 0: uniform in "
         "[max(1, int(len x ratio)), len])"

@@ -154,7 +154,7 @@ def test_a_grid_sweep_shows_progress_then_every_view_of_its_results(download_dat
     # Two repeats are too few for a 95% interval (it reached below 0 tok/s): the table gives their range and says so.
     assert output["95% CI low"].isna().all() and output["95% CI high"].isna().all()
     assert (output["lowest run"] <= output["mean"]).all() and (output["mean"] <= output["highest run"]).all()
-    (note,) = [caption.value for caption in at.caption if "physical bounds" in caption.value]
+    (note,) = [shown(caption.value) for caption in at.caption if "physical bounds" in caption.value]
     assert "concurrency=1, max_batch_tokens=256" in note and "too few runs for a 95% interval" in note
     compared = table_with_column(at, "verdict")
     assert at.selectbox(key="sweep_point_a").value == "concurrency=1, max_batch_tokens=256"
