@@ -49,6 +49,9 @@ _QUERY_PAIR = re.compile(r"(?<=[?&;])([^=&#\s'\"]+)=([^&#\s'\"]*)")
 # "name": value in JSON or 'name': value in a Python repr, when the text is not JSON as a whole
 _QUOTED_PAIR = re.compile(r"""(["'])([^"'\s]+)\1(\s*:\s*)("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|[^,}\]\s]+)""")
 _HEADER_PAIR = re.compile(r"(?i)\b(authorization|x-api-key|api-key|cookie)(\s*[:=]\s*)(bearer\s+|basic\s+)?[^\s,;'\"]+")
+# A bearer token quoted without its header's name ("Invalid header value b'Bearer sk-...'"): a word of 8 or more
+# characters, a digit or a token's punctuation among them, so "a bearer of news" is left alone.
+_BEARER = re.compile(r"(?i)\b(bearer\s+)(?=[\w.~+/=-]*[\d_.~+/=-])[\w.~+/=-]{8,}")
 
 
 # Credentials this process was given (`remember_secrets`): masked wherever they appear, in whatever words
@@ -72,7 +75,18 @@ def remember_secrets(url: str = "", request_body: str = "", api_key: str | None 
         found += _secret_values(json.loads(request_body))
     except ValueError:
         pass
-    _KNOWN.update(value for value in found if len(value) >= MIN_KNOWN_CHARS)
+    _KNOWN.update(form for value in found for form in _quoted_forms(value) if len(form) >= MIN_KNOWN_CHARS)
+
+
+def _quoted_forms(secret: str) -> set[str]:
+    """`secret` as a message may quote it: as it is, escaped as Python's repr and JSON write it, and each of its
+    lines (a key pasted with a line break is split there by whatever reads it as a header)."""
+    return {
+        secret,
+        secret.encode("unicode_escape").decode("ascii"),
+        json.dumps(secret)[1:-1],
+        *(line.strip() for line in secret.splitlines()),
+    }
 
 
 @functools.lru_cache(maxsize=4096)  # the same few hundred column names, row after row
@@ -108,10 +122,12 @@ def redact(value: Any) -> Any:
 
 def redact_text(text: str) -> str:
     """Text as it may be shown: JSON text keeps its shape with secret values masked; in any other text,
-    URL user-info, `name=value` / `"name": value` pairs with secret names and auth headers are masked."""
+    URL user-info, `name=value` / `"name": value` pairs with secret names, auth headers and bearer tokens are
+    masked."""
     for secret in sorted(_KNOWN, key=len, reverse=True):
         if secret in text:
             text = text.replace(secret, MASK)
+    text = _BEARER.sub(lambda m: f"{m.group(1)}{MASK}", text)
     if not _PAIR_MARKS.intersection(text):  # no URL user-info, no name=value, no name: value
         return text
     stripped = text.strip()

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 from .. import __version__
 from ..errors import BenchError
+from ..terminal import shown_streams
 from .common import EXIT_BAD_INPUT, Command, Parser, interrupted
 
 PROG = "python -m bench_core"  # the name usage lines give the CLI; the installed command passes its own
@@ -82,6 +83,11 @@ def main(
     """Run the command `argv` names (default: this process's arguments); its exit code. `run_before`: as
     build_parser's."""
     _quiet_libraries()
+    with shown_streams():  # every message: outside text in it shown, its credentials masked
+        return _run(argv, prog, epilog, run_before)
+
+
+def _run(argv: list[str] | None, prog: str, epilog: str | None, run_before: Mapping[str, str] | None) -> int:
     # SIGTERM (`timeout`, `kill`, a scheduler ending a job) stops a command as Ctrl-C does: the run recorded as
     # cancelled with what it measured, a sweep's server stopped, exit 130. Its default would end the process at
     # once, with none of that.

@@ -31,6 +31,7 @@ from ..config import (
 from ..errors import BenchError, ConfigError, HistoryError
 from ..run.observer import JobObserver
 from ..states import MEASURED, RunState
+from ..terminal import redraw
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_NOT_READY = 4  # doctor: a backend that should run here cannot
@@ -462,7 +463,7 @@ def wait_with_progress(job, describe: Callable[[], str] | None) -> bool:
     try:
         while not job.wait(0.5):
             if show:
-                print(f"\r{describe()[:PROGRESS_WIDTH]:<{PROGRESS_WIDTH}}", end="", file=sys.stderr, flush=True)
+                redraw(describe(), PROGRESS_WIDTH)
     except KeyboardInterrupt:
         job.cancel()
         if not job.wait(CANCEL_GRACE_S) and getattr(job, "state", None) != RunState.LOADING:
@@ -470,7 +471,7 @@ def wait_with_progress(job, describe: Callable[[], str] | None) -> bool:
         return False
     finally:
         if show:
-            print("\r" + " " * PROGRESS_WIDTH + "\r", end="", file=sys.stderr, flush=True)
+            redraw("", PROGRESS_WIDTH)
     return True
 
 

@@ -56,6 +56,7 @@ from ..errors import BenchError, ConfigError
 from ..load.arrivals import ArrivalReport, arrival_report
 from ..load.datasets import SampledRequest
 from ..load.schedule import SendSchedule
+from ..redact import remember_secrets
 from ..states import SERVED_REASONS
 from .base import NOT_SENT_AFTER_FAILURE, RUN_ENDED, EngineEvent
 from .http_route import DEFAULT_POLICY, NetworkPolicy, Origin, basic_auth, target_of
@@ -77,7 +78,7 @@ from .http_stream import (
     status_sentence,
 )
 from .loop_lag import LoopLag
-from .openai_request import API_KEY_ENV, RequestResult, ServerSpec, api_root, build_payload
+from .openai_request import API_KEY_ENV, RequestResult, ServerSpec, api_key_problem, api_root, build_payload
 from .openai_stream import (
     ERROR_BODY_CHARS,
     EventTooLarge,
@@ -96,9 +97,13 @@ class ServerError(BenchError):
 
 
 def auth_headers(api_key: str | None, url: str) -> dict[str, str]:
-    """The API key as a Bearer header, else the URL's user-info as Basic auth, else none."""
+    """The API key as a Bearer header, else the URL's user-info as Basic auth, else none; ConfigError for a key no
+    header can carry. A key sent is remembered as a secret: no message shows it, whatever words quote it."""
     key = api_key or os.environ.get(API_KEY_ENV)
     if key:
+        if problem := api_key_problem(api_key):
+            raise ConfigError(problem)
+        remember_secrets(api_key=key)
         return {"Authorization": f"Bearer {key}"}
     origin = Origin(url)
     return {"Authorization": basic_auth(origin.user, origin.password)} if origin.user is not None else {}

@@ -115,11 +115,14 @@ def network_policy(engine: EngineConfig) -> NetworkPolicy:
 
 
 def _credential_problems(spec) -> list[str]:
-    """A request carries one credential: a URL's user:password (basic auth) and an API key (a bearer header) both
-    set would make every request fail, so the run is refused before anything is sent."""
-    from .openai_request import API_KEY_ENV
+    """A request carries one credential, in a header: an API key no header can carry (a line break pasted with it),
+    or a URL's user:password (basic auth) and an API key (a bearer header) both set, would make every request
+    fail, so the run is refused before anything is sent."""
+    from .openai_request import API_KEY_ENV, api_key_problem
 
     user_info = urllib.parse.urlsplit(spec.base_url).username is not None
+    if problem := api_key_problem(spec.api_key):
+        return [problem]
     if user_info and (spec.api_key or os.environ.get(API_KEY_ENV)):
         return [
             f"The server URL carries a user name or password and an API key is set too (the API key field or "

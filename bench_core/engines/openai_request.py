@@ -6,6 +6,8 @@ our retokenized count, and what those say of its length). Pure: `openai_client` 
 from __future__ import annotations
 
 import json
+import os
+import unicodedata
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +42,29 @@ def api_root(base_url: str) -> str:
     if not parts.hostname:
         raise ConfigError(f"The server URL '{base_url}' names no host: like http://127.0.0.1:23333.")
     return root.removesuffix("/v1")
+
+
+def api_key_problem(api_key: str | None) -> str:
+    """Why the API key (`api_key`, else $OPENAI_API_KEY) cannot be sent in a request's Authorization header, or
+    "": a line break pasted with it would end the header early and start another, and a character beyond Latin-1
+    cannot be written in one. The key is a secret: the sentence says where it came from and where the character
+    is, never the key."""
+    key = api_key or os.environ.get(API_KEY_ENV) or ""
+    for position, char in enumerate(key, start=1):
+        if char in "\r\n":
+            what = "a line break"
+        elif unicodedata.category(char) == "Cc" and char != "\t":
+            what = "a control character"
+        elif ord(char) > 0xFF:
+            what = f"the character U+{ord(char):04X}"
+        else:
+            continue
+        source = "the API key field" if api_key else f"${API_KEY_ENV}"
+        return (
+            f"The API key ({source}) holds {what} at character {position}, which an HTTP header cannot carry: "
+            "set it again without it (the key is not shown here)."
+        )
+    return ""
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
 """The history's runs as text, for a terminal, a file or a script (`python -m bench_core history`): a fixed-width
 table or a markdown one with numbers as every table shows them (tables.format_number), and CSV or JSON with each
-value as loaded. Pure functions of a loaded table (History.load) or of one run's cells.
+value as loaded. Pure functions of a loaded table (History.load) or of one run's cells. The tables and a run's
+cells are for reading: a control character in a cell (an imported label's escape sequence) is written as its
+escape, so a terminal shows it and the columns line up; CSV and JSON hold each value exactly.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..terminal import escaped
 from .tables import formatted
 
 COLUMN_GAP = "  "  # between the columns of the fixed-width table
@@ -27,7 +30,7 @@ def runs_text(table: pd.DataFrame, format_name: str) -> str:
 
 def fixed_width_table(table: pd.DataFrame) -> str:
     """A table for a terminal: a header of column names, numbers right-aligned, text left-aligned."""
-    lines = [[str(name) for name in table.columns], *formatted(table).to_numpy().tolist()]
+    lines = [[escaped(str(cell)) for cell in line] for line in [table.columns, *formatted(table).to_numpy().tolist()]]
     widths = [max(len(line[index]) for line in lines) for index in range(len(table.columns))]
     numbers = [_holds_numbers(table[name]) for name in table.columns]
     return "".join(
@@ -94,8 +97,8 @@ def plain_value(value: Any) -> Any:
 
 def cells_text(cells: Mapping[str, Any]) -> str:
     """One run's cells as `name  value` lines, the values in a column of their own."""
-    width = max((len(name) for name in cells), default=0)
-    return "".join(f"{name:<{width}}{COLUMN_GAP}{value}\n" for name, value in cells.items())
+    width = max((len(escaped(name)) for name in cells), default=0)
+    return "".join(f"{escaped(name):<{width}}{COLUMN_GAP}{escaped(str(value))}\n" for name, value in cells.items())
 
 
 _WRITERS = {
@@ -112,4 +115,4 @@ def _holds_numbers(column: pd.Series) -> bool:
 
 
 def _markdown_cell(cell: str) -> str:
-    return cell.replace("|", "\\|").replace("\n", " ")
+    return escaped(cell.replace("|", "\\|").replace("\n", " "))
