@@ -7,24 +7,19 @@ leaves no server behind, and the search for the highest concurrency within an SL
 from __future__ import annotations
 
 import base64
-import contextlib
-import io
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
+from sweep_cli import SERVER, SMALL_RUN, alive, bench, cli_env, rows_of, server_pid_once_measuring
 
-from bench_core.cli import main
 from bench_core.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from bench_core.store.history import History
-from bench_core.store.journal import JOURNAL_FILE
 from bench_core.sweep import find_max
 from bench_core.sweep.find_max import FindMax, Probe
 from bench_core.sweep.server import SERVER_LOG
@@ -32,59 +27,6 @@ from bench_core.sweep.store import probes_of
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
 pytestmark = pytest.mark.slow
-
-ROOT = Path(__file__).resolve().parent.parent
-SERVER = f"{sys.executable} {ROOT / 'tests' / 'load_server.py'} --port {{port}}"
-# 4 requests of 8 input and 8 output tokens each; the tiny Llama's tokenizer samples them and counts the answers.
-SMALL_RUN = (
-    "sweep",
-    "restful",
-    "--tokenizer",
-    "builtin:tiny-llama",
-    "--num-prompts",
-    "4",
-    "--dataset-name",
-    "random",
-    "--random-input-len",
-    "8",
-    "--random-output-len",
-    "8",
-    "--disable-warmup",
-    "--output-file",
-    "",
-    "--results",
-    "results",
-    "--no-server-metrics",
-)
-
-
-def bench(work: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    """The command line run in this process, in `work` with `env` added, its output and exit code as a process's: a
-    fresh interpreter would add seconds of imports and nothing these tests check (the Ctrl-C tests start one)."""
-    out, err = io.StringIO(), io.StringIO()
-    env = {"HF_HUB_OFFLINE": "1", **env}
-    saved, cwd = {name: os.environ.get(name) for name in env}, os.getcwd()
-    os.environ.update(env)
-    os.chdir(work)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main(list(args))
-    finally:
-        os.chdir(cwd)
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-    return subprocess.CompletedProcess(["python", "-m", "bench_core", *args], code, out.getvalue(), err.getvalue())
-
-
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-
-
-def rows_of(work: Path):
-    return History(work / "results").load()
 
 
 @pytest.fixture(scope="module")
@@ -235,7 +177,7 @@ def test_ctrl_c_or_sigterm_stops_the_sweep_and_leaves_no_server_behind(stop, tmp
     cli = subprocess.Popen(
         [sys.executable, "-m", "bench_core", *args],
         cwd=tmp_path,
-        env=_env(),
+        env=cli_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -244,50 +186,16 @@ def test_ctrl_c_or_sigterm_stops_the_sweep_and_leaves_no_server_behind(stop, tmp
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
-        pid = _server_pid_once_measuring(tmp_path)
-        assert _alive(pid)
+        pid = server_pid_once_measuring(tmp_path)
+        assert alive(pid)
         cli.send_signal(stop)
         _, err = cli.communicate(timeout=60)
     finally:
         cli.kill()
     assert cli.returncode == EXIT_INTERRUPTED, err
-    assert not _alive(pid)
+    assert not alive(pid)
     with pytest.raises(ProcessLookupError):
         os.killpg(pid, 0)  # nor anything else of its process group
-
-
-def _server_pid_once_measuring(work: Path) -> int:
-    """The pid the first run's server logged, once the run has sent its requests (its server is serving)."""
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        logs = list((work / "results" / "runs").glob(f"*/{SERVER_LOG}")) if (work / "results").exists() else []
-        text = logs[0].read_text() if logs else ""
-        if "pid" in text and _serving(int(text.split()[2]), int(text.split()[6]), logs[0].parent):
-            return int(text.split()[2])
-        time.sleep(0.2)
-    pytest.fail("the sweep's first server never started serving its run")
-
-
-def _serving(pid: int, port: int, run_folder: Path) -> bool:
-    """The run measures (its journal is started) and a request is in flight: the client holds a connection to the
-    server's port (each request's output, at 200 ms a token, takes 13 s)."""
-    if not (run_folder / JOURNAL_FILE).exists():
-        return False
-    try:
-        connections = psutil.Process(pid).net_connections(kind="tcp")
-    except psutil.Error:
-        return False
-    return any(c.status == psutil.CONN_ESTABLISHED and c.laddr.port == port for c in connections)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie has exited; only its parent's wait is missing (the parent is gone once the CLI has exited).
-    status = Path(f"/proc/{pid}/stat").read_text().split()[2] if Path(f"/proc/{pid}/stat").exists() else "X"
-    return status != "Z"
 
 
 # The server's first token comes after FAST_MS while at most KNEE requests are in flight, after SLOW_MS beyond: the SLO

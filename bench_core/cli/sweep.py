@@ -341,6 +341,8 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
             f"{sweep.total - sweep.finished_before} to run",
             file=sys.stderr,
         )
+    for leftover in sweep.leftover_servers:
+        print(f"warning: {leftover}", file=sys.stderr)
     completed = wait_with_progress(sweep, lambda: _sweep_progress_line(sweep))
     runner.shutdown()
     saved = True

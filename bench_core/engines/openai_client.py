@@ -154,13 +154,22 @@ def discover_model(
     """The first model the server lists at GET /v1/models (what it serves when no model is named)."""
     url = api_root(base_url) + "/v1/models"
     try:
-        listing = json.loads(http_get(url, api_key, timeout_s, network))
+        models = listed_models(http_get(url, api_key, timeout_s, network))
     except ValueError:
         raise ServerError(f"{url} did not answer with JSON: is this an OpenAI-compatible server?") from None
-    models = listing.get("data") if isinstance(listing, dict) else None
-    if not models or not isinstance(models[0], dict) or "id" not in models[0]:
+    if not models:
         raise ServerError(f"{url} lists no model; name the model to benchmark.")
-    return str(models[0]["id"])
+    return models[0]
+
+
+def listed_models(body: bytes) -> list[str]:
+    """The model ids of a GET /v1/models answer, in its order (none when it lists none); ValueError when it is not
+    JSON."""
+    listing = json.loads(body)
+    models = listing.get("data") if isinstance(listing, dict) else None
+    if not isinstance(models, list):
+        return []
+    return [str(model["id"]) for model in models if isinstance(model, dict) and "id" in model]
 
 
 Emit = Callable[[EngineEvent], None]

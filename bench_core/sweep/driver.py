@@ -37,8 +37,17 @@ from ..states import RunState
 from ..store.history import History, new_run_id
 from . import find_max
 from .plan import PlannedRun, SweepPlan, describe_point, server_settings_of
-from .server import SERVER_LOG, ServerFailed, ServerProcess, command_line, free_port
-from .store import append_probe, load_plan, point_text, probes_of, remaining, save_plan, with_credentials
+from .server import SERVER_LOG, ServerFailed, ServerProcess, command_line, free_port, leftover_servers
+from .store import (
+    append_probe,
+    load_plan,
+    point_text,
+    probes_of,
+    remaining,
+    save_plan,
+    server_records,
+    with_credentials,
+)
 
 
 @dataclass(frozen=True)
@@ -95,6 +104,8 @@ class SweepRun:
         self._cancel = threading.Event()
         self._done = threading.Event()
         self._lock = threading.Lock()
+        # Servers an earlier sweep here started that outlived it, named before this one starts its own.
+        self.leftover_servers = leftover_servers(server_records(_history_of(runner))) if plan.server_cmd else []
         threading.Thread(target=self._drive, name=f"sweep-{plan.sweep_id}", daemon=True).start()
 
     @property
@@ -212,19 +223,23 @@ class SweepRun:
         config = copy.deepcopy(planned.config)
         config.engine.base_url = f"http://127.0.0.1:{port}"
         server = ServerProcess(
-            command_line(self.plan.server_cmd, port, server_settings_of(config)), history.run_dir(run_id) / SERVER_LOG
+            command_line(self.plan.server_cmd, port, server_settings_of(config)),
+            history.run_dir(run_id) / SERVER_LOG,
+            port,
+            server_records(history),
+            self.sweep_id,
         )
         try:
             try:
                 server.start()
+                engine = config.engine
                 up = server.wait_ready(
-                    config.engine.base_url, config.engine.api_key, self.plan.server_start_timeout_s, self._cancel
+                    engine.base_url, engine.api_key, self.plan.server_start_timeout_s, self._cancel, engine.model
                 )
-                if up and not config.engine.model:  # the history names the model the server serves
+                if up and not engine.model:  # the history names the model the server serves
                     from ..engines.openai_client import discover_model
                     from ..engines.openai_engine import network_policy
 
-                    engine = config.engine
                     engine.model = discover_model(engine.base_url, engine.api_key, network=network_policy(engine))
             except (ServerFailed, BenchError) as exc:
                 return self._server_failed(planned, config, run_id, str(exc))

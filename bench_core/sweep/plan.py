@@ -24,7 +24,15 @@ from ..errors import ConfigError
 from ..redact import MASK
 from ..run.preflight import length_problems
 from .find_max import FindMax
-from .server import DEFAULT_START_TIMEOUT_S, PORT, missing_program, remember_command_secrets, template_fields
+from .server import (
+    DEFAULT_START_TIMEOUT_S,
+    PORT,
+    WIDEST_PORT,
+    command_line,
+    missing_program,
+    remember_command_secrets,
+    template_fields,
+)
 
 MAX_AXES = 2
 
@@ -206,6 +214,8 @@ class SweepPlan:
                 f"The server command's program '{missing}' is not on this machine (not on PATH, nor a "
                 "file that can be run): check its spelling, or give its full path."
             )
+        for values in self.grid() if self.server_cmd else ():  # a field that cannot be filled is refused now
+            command_line(self.server_cmd, WIDEST_PORT, server_settings_of(self.config_at(values)))
         backend = self.base.engine.backend
         unused = [
             setting(axis.name)

@@ -32,6 +32,7 @@ from .plan import PlannedRun, SweepPlan, parse_server_settings
 SWEEP_ID = "sweep_id"
 SWEEP_REPEAT = "sweep_repeat"
 SWEEPS_FOLDER = "sweeps"
+SERVERS_FOLDER = "servers"  # under SWEEPS_FOLDER: a record of each server a sweep runs (sweep.server)
 SERVER_SETTINGS = "server_settings"
 _SWEEP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")  # a file name: 100 characters at most
 # The settings that may carry a credential: their saved form is masked.
@@ -45,6 +46,11 @@ def plan_path(history: History, sweep_id: str) -> Path:
             "digits, '-', '_' and '.'."
         )
     return history.root / SWEEPS_FOLDER / f"{sweep_id}.json"
+
+
+def server_records(history: History) -> Path:
+    """The folder where a sweep notes each server it runs, for a later sweep to find one that outlived it."""
+    return history.root / SWEEPS_FOLDER / SERVERS_FOLDER
 
 
 def save_plan(history: History, plan: SweepPlan) -> None:
@@ -85,7 +91,7 @@ def load_plan(history: History, sweep_id: str) -> SweepPlan:
         raise HistoryError(f"There is no sweep {sweep_id} in {path.parent} (its plan file {path.name} is missing).")
     try:
         return SweepPlan.from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, ConfigError) as exc:  # ConfigError: a value now refused
         raise HistoryError(f"The plan of sweep {sweep_id} ({path}) is unreadable ({exc}).") from exc
 
 
