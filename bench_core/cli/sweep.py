@@ -235,6 +235,22 @@ def add_find_max_flags(group) -> None:
         help="with --find-max: the highest load probed; default --num-prompts for max_concurrency, "
         f"{find_max.LIMIT_FACTOR} x the start for request_rate",
     )
+    group.add_argument(
+        "--find-max-probes",
+        type=int,
+        default=find_max.DEFAULT_MAX_PROBES,
+        metavar="N",
+        help="with --find-max: the most probes a point's search runs before it stops where it is "
+        f"(1 to {find_max.MOST_PROBES})",
+    )
+    group.add_argument(
+        "--find-max-time",
+        type=float,
+        default=find_max.DEFAULT_MAX_TIME_S,
+        metavar="S",
+        help="with --find-max: the seconds a point's search may take; the probe under way then is stopped "
+        f"(at most {find_max.LONGEST_TIME_S:g}: a week)",
+    )
 
 
 def build_plan(args: argparse.Namespace, engine: EngineCommand) -> SweepPlan:
@@ -272,6 +288,8 @@ def build_plan(args: argparse.Namespace, engine: EngineCommand) -> SweepPlan:
             args.find_max_precision,
             args.goodput_target,
             limit,
+            args.find_max_probes,
+            args.find_max_time,
         )
     elif args.sweep == []:
         raise ConfigError("Give --sweep NAME=V1,V2 (or, for a server, --find-max).")
@@ -412,16 +430,23 @@ def print_capacities(capacities, plan: SweepPlan) -> None:
             if lowest_missed is None
             else (f"; {lowest_missed:g} missed it ({', '.join(capacity.runs_at(lowest_missed))})")
         )
+        before = " before the search stopped" if capacity.error else ""
         if best is None:
-            print(f"No {search.setting}{where} met the target ({goal}){missed}.")
+            print(f"No {search.setting}{where} met the target ({goal}){missed}{before}.")
         else:
-            limit = "" if lowest_missed is not None else f" (the highest probed, --find-max-limit {search.limit:g})"
+            limit = (
+                " (so far: the search stopped before its end)"
+                if capacity.error
+                else ""
+                if lowest_missed is not None
+                else f" (the highest probed, --find-max-limit {search.limit:g})"
+            )
             print(
                 f"Highest {search.setting}{where} meeting {goal}: {best:g}{limit}, "
                 f"shown by {', '.join(capacity.runs_at(best))}{missed}."
             )
         if capacity.error:
-            print(f"error: the search{where} stopped: {capacity.error}", file=sys.stderr)
+            print(f"error: {capacity.error}", file=sys.stderr)
 
 
 def probe_table(probes: list[dict]) -> pd.DataFrame:

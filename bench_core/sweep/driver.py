@@ -22,6 +22,7 @@ import copy
 import math
 import shutil
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -30,7 +31,7 @@ import pandas as pd
 from ..engines import engine_settings_key
 from ..errors import BenchError, ConfigError
 from ..measure.catalog import with_derived
-from ..measure.profiler import certainly_outside_slo
+from ..measure.profiler import Session, certainly_outside_slo
 from ..run.observer import JobObserver
 from ..run.runner import Run, Runner
 from ..states import RunState
@@ -48,6 +49,8 @@ from .store import (
     server_records,
     with_credentials,
 )
+
+FAILURES_SHOWN = 3  # the distinct reasons a failed probe's message quotes
 
 
 @dataclass(frozen=True)
@@ -193,9 +196,12 @@ class SweepRun:
             if self._cancel.is_set():
                 return None
             run = self._submit(planned, planned.config, observers)
-        run.wait()
+        self._wait(run)
         self._note_end(planned, run)
         return run
+
+    def _wait(self, run: Run) -> None:
+        run.wait()
 
     def _submit(self, planned: PlannedRun, config, observers, run_id: str = "") -> Run:
         """Queue the run (under the lock: a cancel in between would leave it queued)."""
@@ -249,7 +255,7 @@ class SweepRun:
                     shutil.rmtree(history.run_dir(run_id), ignore_errors=True)  # no run: the folder would be a leftover
                     return None
                 run = self._submit(planned, config, observers, run_id)
-            run.wait()
+            self._wait(run)
             code = server.exit_code()
             self._note_end(
                 planned,
@@ -296,7 +302,9 @@ class Capacity:
 
     point: dict
     probes: list[dict] = field(default_factory=list)
-    error: str = ""  # why the search stopped before its end (a probe that could not run)
+    # why the search stopped before its end: a probe that could not run, a server that failed its requests, the
+    # search's budget spent
+    error: str = ""
 
     @property
     def search_probes(self) -> list[find_max.Probe]:
@@ -323,6 +331,8 @@ class FindMaxRun(SweepRun):
     def __init__(self, plan: SweepPlan, runner: Runner, todo: list[PlannedRun]):
         self.capacities: list[Capacity] = []
         self._interrupted = False
+        self._deadline = math.inf  # the search's time budget ends then (time.monotonic)
+        self._out_of_time = False
         self._journal = probes_of(_history_of(runner), plan.sweep_id)
         super().__init__(plan, runner, [])
         self.finished_before = 0
@@ -331,7 +341,8 @@ class FindMaxRun(SweepRun):
     def total(self) -> int:
         """The probes so far, and the one under way or left undone: the search decides how many there are."""
         probes = sum(len(capacity.probes) for capacity in self.capacities)
-        pending = not hasattr(self, "_done") or self.active or self._interrupted or self._cancel.is_set()
+        stopped = any(capacity.error for capacity in self.capacities)  # a resume goes on from there
+        pending = not hasattr(self, "_done") or self.active or self._interrupted or self._cancel.is_set() or stopped
         return probes + (1 if pending else 0)
 
     def progress(self) -> SweepProgress:
@@ -354,15 +365,41 @@ class FindMaxRun(SweepRun):
             capacity = Capacity(point)
             with self._lock:
                 self.capacities.append(capacity)
+            self._deadline, self._out_of_time, probed = time.monotonic() + search.max_time_s, False, 0
             while (load := find_max.next_load(search, capacity.search_probes)) is not None:
-                probe = self._replayed(point, load) or self._probe(point, load)
+                probe: dict | str | None = self._replayed(point, load)
+                if probe is None:
+                    probe = self._budget_spent(probed) or self._probe(point, load)
+                    probed += 1
                 if probe is None:
                     self._interrupted = True
                     return
                 if isinstance(probe, str):
-                    capacity.error = probe
+                    where = f" at {describe_point(point)}" if point else ""
+                    capacity.error = f"The search{where} stopped: {probe.rstrip('.')}."
                     break
                 capacity.probes.append(probe)
+
+    def _budget_spent(self, probed: int) -> str:
+        """Why the search may not go on ("" when it may): its time is up, or it has run `probed` probes, its most."""
+        search = self.plan.find_max
+        if time.monotonic() >= self._deadline:
+            spent = f"{search.max_time_s:g} s (--find-max-time)"
+        elif probed >= search.max_probes:
+            spent = f"{search.max_probes} probes (--find-max-probes)"
+        else:
+            return ""
+        return (
+            f"it spent its budget of {spent} before it narrowed the highest load to within "
+            f"{search.precision:.0%}; resuming the sweep goes on with as much again"
+        )
+
+    def _wait(self, run: Run) -> None:
+        """Wait for a probe until the search's time budget ends, then stop it."""
+        if not run.wait(max(0.0, self._deadline - time.monotonic())):
+            self._out_of_time = True
+            run.cancel()
+            run.wait()
 
     def _replayed(self, point: dict, load: float) -> dict | None:
         """The journal's probe at this point and load, from an earlier pass of this sweep."""
@@ -385,7 +422,19 @@ class FindMaxRun(SweepRun):
         planned = PlannedRun(values, 0, self.plan.config_at(values, 0))
         watch = TargetWatch(self.plan.find_max.target)
         run = self._run(planned, (watch,))
-        if run is None or (run.state == RunState.CANCELLED and not watch.stopped):
+        if run is None:
+            return None
+        if watch.failures:
+            reasons = list(dict.fromkeys(watch.failures))
+            return (
+                f"the probe at {self.plan.find_max.setting} {load:g} ({run.run_id}) stopped when {len(watch.failures)} "
+                f"of its {len(run.measurement.profiler.sessions)} requests failed, for the server's reasons rather "
+                f"than the SLO's: {'; '.join(reasons[:FAILURES_SHOWN])}"
+                + (f" (and {len(reasons) - FAILURES_SHOWN} other reasons)" if len(reasons) > FAILURES_SHOWN else "")
+            )
+        if self._out_of_time:
+            return self._budget_spent(probed=0)
+        if run.state == RunState.CANCELLED and not watch.stopped:
             return None
         record = run.measurement.record
         if not run.measurement.measured or record is None:
@@ -403,15 +452,23 @@ class FindMaxRun(SweepRun):
 
 
 class TargetWatch(JobObserver):
-    """Stops a probe once more of its requests missed the SLO than the target allows: it can no longer meet it."""
+    """Stops a probe once more of its requests missed the SLO than the target allows: it can no longer meet it. A
+    request that failed (an HTTP error, a refused connection, a stream cut short) says nothing of the load the server
+    bears within the SLO, only that something is wrong with it: the probe stops at the first, noting why
+    (`failures`)."""
 
     def __init__(self, target: float):
         self.target = target
         self.stopped = ""
+        self.failures: list[str] = []
         self._outside = 0
 
     def on_requests(self, run, finished) -> None:
-        if self.stopped:
+        if self.stopped or self.failures or run.cancel_event.is_set():  # what ends once it is cancelled says nothing
+            return
+        self.failures = [session.reason for session in finished.values() if session.status == Session.FAIL]
+        if self.failures:
+            run.cancel()
             return
         self._outside += certainly_outside_slo(list(finished.values()), run.config.slo)
         total = len(run.measurement.profiler.sessions)

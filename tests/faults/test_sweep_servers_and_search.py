@@ -1,7 +1,9 @@
-"""Faults of sweeps that start a server per run (reliability round 4: n06, n14 b, n16). A sweep killed by SIGKILL or
-a hang-up leaves no server behind, and the next sweep names a server that outlived its sweep anyway; a sweep never
-measures another process that took its server's port; a server command whose fields cannot be filled is one line
-and exit 2 before anything starts. Real sweep processes, real servers (tests/load_server.py) on 127.0.0.1."""
+"""Faults of sweeps that start a server per run and of the search for the highest load (reliability round 4: n05, n06,
+n07, n14 b, n16). A sweep killed by SIGKILL or a hang-up leaves no server behind, and the next sweep names a server
+that outlived its sweep anyway; a search ends on its budget of probes and of time, and at once, with the server's
+words and exit 1, when its requests fail for the server's reasons; a sweep never measures another process that took
+its server's port; a server command whose fields cannot be filled is one line and exit 2 before anything starts.
+Real sweep processes, real servers (tests/load_server.py, the OpenAI-compatible test server) on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -19,7 +21,9 @@ from openai_server import answering_in_turn, misbehaving_server, serving  # noqa
 from sweep_cli import ROOT, SERVER, SMALL_RUN, alive, bench, cli_env, rows_of, server_pid_once_measuring
 
 from bench_core.cli.common import EXIT_BAD_INPUT, EXIT_FAILED
+from bench_core.store.history import History
 from bench_core.sweep.server import leftover_servers
+from bench_core.sweep.store import probes_of
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
 pytestmark = pytest.mark.slow
@@ -128,6 +132,67 @@ def test_the_next_sweep_names_a_server_that_outlived_its_sweep(tmp_path, tiny_mo
     assert gone_in_time(server)
     records = tmp_path / "results" / "sweeps" / "servers"
     assert leftover_servers(records) == [] and list(records.iterdir()) == []  # a server gone is forgotten
+
+
+# ---- class 2: a search ends, on its budget or on the server's failure --------------------------------------------
+
+
+def test_a_search_whose_requests_fail_for_the_servers_reasons_ends_with_them_and_exit_1(tmp_path, tiny_model_path):
+    with serving(answering_in_turn(["status500"] * 100)) as url:
+        proc = bench(tmp_path, *SEARCH, "--base-url", url, "--slo-ttft-ms", "500")
+    assert proc.returncode == EXIT_FAILED, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    assert "for the server's reasons rather than the SLO's" in errors[0]
+    assert "HTTP 500" in errors[0] and "the engine crashed" in errors[0]  # the server's own words
+    assert "Traceback" not in proc.stderr
+    # Nothing is known of the load the server bears: no probe is noted, and a resume tries it again.
+    sweep_id = rows_of(tmp_path)["sweep_id"].iloc[0]
+    assert probes_of(History(tmp_path / "results"), sweep_id).empty
+    assert f"resume with: python -m bench_core sweep --resume {sweep_id}" in proc.stderr
+
+
+def test_a_search_stops_on_its_budget_of_probes_and_a_resume_goes_on_with_as_many(
+    tmp_path, misbehaving_server, tiny_model_path
+):
+    # Every load meets the SLO: the search alone would double up to 1,024 req/s.
+    proc = bench(tmp_path, *SEARCH, "--base-url", misbehaving_server, "--slo-e2e-ms", "60000", "--find-max-probes", "3")
+    assert proc.returncode == EXIT_FAILED, proc.stderr
+    assert "spent its budget of 3 probes (--find-max-probes)" in proc.stderr
+    sweep_id = rows_of(tmp_path)["sweep_id"].iloc[0]
+    history = History(tmp_path / "results")
+    assert probes_of(history, sweep_id)["load"].tolist() == [1, 2, 4]
+    assert "Highest request_rate meeting 90% of requests within the SLO: 4 (so far" in proc.stdout
+
+    again = bench(tmp_path, "sweep", "--resume", sweep_id, "--results", "results")
+    assert again.returncode == EXIT_FAILED, again.stderr
+    assert probes_of(history, sweep_id)["load"].tolist() == [1, 2, 4, 8, 16, 32]
+
+
+def test_a_search_stops_on_its_time_budget_and_stops_the_probe_under_way(tmp_path, tiny_model_path):
+    # Each request is answered after 30 s: the first probe would outlast the budget many times.
+    with serving(answering_in_turn(["slow"] * 100)) as url:
+        proc = bench(tmp_path, *SEARCH, "--base-url", url, "--slo-e2e-ms", "600000", "--find-max-time", "2")
+    assert proc.returncode == EXIT_FAILED, proc.stderr
+    assert "spent its budget of 2 s (--find-max-time)" in proc.stderr, proc.stderr
+    # The probe under way was stopped, loading or measuring (as this machine's speed has it), and noted as no probe.
+    (plan,) = (tmp_path / "results" / "sweeps").glob("*.json")
+    assert probes_of(History(tmp_path / "results"), plan.stem).empty
+    assert set(rows_of(tmp_path)["status"]) <= {"cancelled"}
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--find-max-probes", "0"], "--find-max-probes must be a whole number from 1 to 1000; got 0."),
+        (["--find-max-time", "nan"], "--find-max-time must be above 0 and at most 604800 s (a week); got nan."),
+        (["--find-max-time", "inf"], "--find-max-time must be above 0 and at most 604800 s (a week); got inf."),
+    ],
+)
+def test_a_search_budget_out_of_its_range_is_one_line_and_exit_2(flags, message, tmp_path, misbehaving_server):
+    proc = bench(tmp_path, *SEARCH, "--base-url", misbehaving_server, "--slo-e2e-ms", "100", *flags)
+    assert proc.returncode == EXIT_BAD_INPUT and proc.stderr == f"error: {message}\n"
+    assert list(tmp_path.iterdir()) == []
 
 
 # ---- class 6: a sweep measures its own server only -------------------------------------------------------------
