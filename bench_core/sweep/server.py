@@ -49,8 +49,9 @@ STOP_GRACE_S = 10.0
 LOG_TAIL_LINES = 10
 POLL_S = 0.25
 GUARD = Path(__file__).with_name("server_guard.py")
-# The longest single argument Linux passes to a program (MAX_ARG_STRLEN): a field asking for more cannot run.
-LONGEST_ARGUMENT = 131072
+# The longest single argument Linux passes to a program (MAX_ARG_STRLEN, 131072 bytes with its terminating NUL): a
+# field asking for more cannot run.
+LONGEST_ARGUMENT = 131071
 # How far apart two readings of one process's start (or the machine's boot) may be: Linux derives both from its
 # boot time, which it reports to the second and which drifts with the clock.
 SAME_TIME_S = 2.0
