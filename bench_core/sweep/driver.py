@@ -421,7 +421,10 @@ class FindMaxRun(SweepRun):
         values = {**point, self.plan.find_max.setting: load}
         planned = PlannedRun(values, 0, self.plan.config_at(values, 0))
         watch = TargetWatch(self.plan.find_max.target)
-        run = self._run(planned, (watch,))
+        try:
+            run = self._run(planned, (watch,))
+        except BenchError as exc:  # the runner refused the probe's settings: the search can go no further
+            return str(exc)
         if run is None:
             return None
         if watch.failures:
