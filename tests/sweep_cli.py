@@ -106,3 +106,17 @@ def alive(pid: int) -> bool:
     # A zombie has exited; only its parent's wait is missing (the parent is gone once the CLI has exited).
     status = Path(f"/proc/{pid}/stat").read_text().split()[2] if Path(f"/proc/{pid}/stat").exists() else "X"
     return status != "Z"
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live processes of process group `pgid` (zombies, whose reaping is their new parent's, are not)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # After the command's closing parenthesis: state, ppid, pgrp.
+            state, _, group = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, IndexError):  # ended while read
+            continue
+        if int(group) == pgid and state != "Z":
+            members.append(int(stat.parent.name))
+    return members
