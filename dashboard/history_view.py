@@ -102,7 +102,9 @@ def table_page(shown: pd.DataFrame) -> pd.DataFrame:
             f"Runs on show, {TABLE_PAGE_ROWS:,} at a time (the filters narrow them)",
             range(0, len(shown), TABLE_PAGE_ROWS),
             key="history_page",
-            format_func=lambda start: f"{start + 1:,} to {min(start + TABLE_PAGE_ROWS, len(shown)):,} of {len(shown):,}",
+            format_func=lambda start: (
+                f"{start + 1:,} to {min(start + TABLE_PAGE_ROWS, len(shown)):,} of {len(shown):,}"
+            ),
         )
     # The page is cut from the rows as recorded, then turned: turning all 100,000 rows would copy every column.
     stop = len(shown) - start
