@@ -5,7 +5,9 @@ overrides parts of it, and `synthetic:<architecture>:layers=..,hidden=..,interme
 vocab=..` gives a custom shape (`custom_model_name` writes one). `write_synthetic_model` writes the Hugging
 Face folder in bfloat16: every tensor drawn from its own seed (its name and the model's seed), so a build is
 reproducible and independent of the order tensors are written in, and weights go to disk shard by shard so
-that building never holds more than one shard and one tensor in memory (an 8B model is 16 GB in bf16).
+that building never holds more than one shard and one tensor in memory (an 8B model is 16 GB in bf16). The
+draws are made on the CPU unless a torch device is named (a GPU draws an 8B model in moments where one CPU
+core takes minutes; its numbers differ from the CPU's, so the marker records the device).
 resolve.py resolves the names into the cache; this module imports nothing of ours but errors and shapes (the
 parameter count).
 """
@@ -262,9 +264,9 @@ def _check_shape(name: str, shape: SyntheticShape) -> None:
         raise UnknownModel(f"Synthetic model '{name}': {'; '.join(problems)}.")
 
 
-def write_synthetic_model(name: str, out: Path, tokenizer_dir: Path) -> None:
+def write_synthetic_model(name: str, out: Path, tokenizer_dir: Path, device: str = "cpu") -> None:
     """Write synthetic model `name` to folder `out`: config, the tokenizer of `tokenizer_dir`, sharded bf16
-    safetensors and the marker that says the weights are random."""
+    safetensors drawn on torch `device` and the marker that says the weights are random."""
     from transformers import AutoTokenizer, GenerationConfig
 
     shape = parse_synthetic_name(name)
@@ -286,13 +288,14 @@ def write_synthetic_model(name: str, out: Path, tokenizer_dir: Path) -> None:
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     # As the tiny Llama: random weights decode greedily into one repeated token; sampling gives varied text.
     GenerationConfig(do_sample=True, temperature=1.0, top_k=0, **special).save_pretrained(out)
-    _write_weights(out)
+    _write_weights(out, device)
     marker = {
         "random_weights": True,
         "shape": dataclasses.asdict(shape),
         "parameters": parameter_count(shape),
         "seed": SEED,
         "recipe_version": RECIPE_VERSION,
+        "device": device,
     }
     (out / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
 
@@ -305,9 +308,9 @@ def read_marker(folder: str | Path) -> dict | None:
         return None
 
 
-def _write_weights(out: Path) -> None:
-    """Draw every tensor the architecture in `out`/config.json holds and write them in shards with an index,
-    one shard in memory."""
+def _write_weights(out: Path, device: str) -> None:
+    """Draw every tensor the architecture in `out`/config.json holds on `device` and write them in shards with an
+    index, one shard in memory."""
     from safetensors.torch import save_file
 
     tensors = _tensor_shapes(out)
@@ -324,7 +327,7 @@ def _write_weights(out: Path) -> None:
     total = 0
     for number, shard in enumerate(shards, start=1):
         file_name = f"model-{number:05d}-of-{len(shards):05d}.safetensors" if len(shards) > 1 else "model.safetensors"
-        data = {tensor_name: _draw(tensor_name, size) for tensor_name, size in shard}
+        data = {tensor_name: _draw(tensor_name, size, device).cpu() for tensor_name, size in shard}
         save_file(data, str(out / file_name), metadata={"format": "pt"})
         (out / file_name).chmod(0o644)  # safetensors writes it private; the cache is shared like the rest
         total += sum(t.numel() * BYTES_PER_BF16 for t in data.values())
@@ -355,19 +358,20 @@ def _elements(size: tuple[int, ...]) -> int:
     return count
 
 
-def _draw(tensor_name: str, size: tuple[int, ...]):
-    """One tensor in bf16: norms ones and biases zeros (as Hugging Face initialises them), matrices drawn from
-    N(0, INIT_STD) with a generator seeded by the tensor's name, in chunks so float32 never holds it whole."""
+def _draw(tensor_name: str, size: tuple[int, ...], device: str = "cpu"):
+    """One tensor in bf16 on `device`: norms ones and biases zeros (as Hugging Face initialises them), matrices
+    drawn from N(0, INIT_STD) with a generator seeded by the tensor's name, in chunks so float32 never holds it
+    whole."""
     import torch
 
     if tensor_name.endswith("norm.weight"):
-        return torch.ones(size, dtype=torch.bfloat16)
+        return torch.ones(size, dtype=torch.bfloat16, device=device)
     if tensor_name.endswith(".bias"):
-        return torch.zeros(size, dtype=torch.bfloat16)
-    flat = torch.empty(_elements(size), dtype=torch.bfloat16)
+        return torch.zeros(size, dtype=torch.bfloat16, device=device)
+    flat = torch.empty(_elements(size), dtype=torch.bfloat16, device=device)
     seed = int.from_bytes(hashlib.sha256(f"{SEED}:{tensor_name}".encode()).digest()[:8], "little")
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device=device).manual_seed(seed)
     for start in range(0, flat.numel(), DRAW_CHUNK_ELEMENTS):
         chunk = flat[start : start + DRAW_CHUNK_ELEMENTS]
-        chunk.copy_(torch.randn(chunk.numel(), generator=generator) * INIT_STD)
+        chunk.copy_(torch.randn(chunk.numel(), generator=generator, device=device) * INIT_STD)
     return flat.view(size)
