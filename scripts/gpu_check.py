@@ -29,9 +29,11 @@ import json
 import math
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -234,9 +236,6 @@ def build_carry(recipe: Path, lmdeploy_repo: Path, python: str, carry: Path = CA
     """Build `carry`: make-carry.sh's part (LMDeploy without TurboMind, its imports' wheels), then this project's
     wheels, LMDeploy's benchmark scripts from `lmdeploy_repo` (a checkout or a bare clone) and the ShareGPT export;
     the problems check_carry finds in the result."""
-    import shutil
-    import tempfile
-
     lmdeploy = requirement_pins(ROOT / "requirements-gpu.txt")["lmdeploy"]
     with tempfile.TemporaryDirectory() as staging:
         # make-carry.sh runs in a project root and records .gpu/ in .git/info/exclude, which a git worktree (.git is a
@@ -255,12 +254,13 @@ def build_carry(recipe: Path, lmdeploy_repo: Path, python: str, carry: Path = CA
     subprocess.run([*pip, *wanted], check=True)
     scripts = carry / "lmdeploy-benchmark"
     scripts.mkdir()
+    checkout = (lmdeploy_repo / "benchmark").is_dir()
+    git = ["git", "-C" if checkout else "--git-dir", str(lmdeploy_repo)]
     for name in LMDEPLOY_SCRIPTS:
-        if (lmdeploy_repo / "benchmark" / name).is_file():
-            shutil.copy(lmdeploy_repo / "benchmark" / name, scripts / name)
-        else:
-            shown = ["git", "--git-dir", str(lmdeploy_repo), "show", f"HEAD:benchmark/{name}"]
-            (scripts / name).write_bytes(subprocess.run(shown, capture_output=True, check=True).stdout)
+        shown = [*git, "show", f"HEAD:benchmark/{name}"]
+        (scripts / name).write_bytes(subprocess.run(shown, capture_output=True, check=True).stdout)
+    commit = subprocess.run([*git, "log", "-1", "--format=%H %cs %s"], capture_output=True, text=True, check=True)
+    (scripts / "SOURCE").write_text(f"InternLM/lmdeploy {commit.stdout}", encoding="utf-8")
     export = [python, str(TASKS), "export-sharegpt", str(carry / "data" / "sharegpt.json"), str(SHAREGPT_RECORDS)]
     subprocess.run(export, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     return check_carry(carry, tree_bytes(ROOT))
