@@ -53,6 +53,18 @@ def test_lengths_beyond_the_window_are_refused_and_absurd_ones_everywhere():
         preflight.check_settings(random_run("", 16, 100_000_000, backend="openai"))
 
 
+@pytest.mark.parametrize(
+    ("dataset_name", "field"), [("shared-prefix", "output_len"), ("multi-turn", "sharegpt_output_len")]
+)
+def test_every_datasets_own_output_length_is_held_to_the_window(dataset_name, field):
+    config = RunConfig(
+        engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
+        dataset=DatasetConfig(dataset_name=dataset_name, **{field: 4000}),
+    )
+    with pytest.raises(ConfigError, match="an output of 4,000 tokens plus its prompt does not fit the 2,048-token"):
+        preflight.check_settings(config)
+
+
 def test_sampled_requests_beyond_the_window_refuse_the_run_naming_the_longest_and_what_fits():
     engine = EngineConfig(backend="transformers", model="builtin:tiny-llama")
     preflight.check_requests([SampledRequest("p", 48, 2000)], engine)

@@ -10,13 +10,14 @@ import pandas as pd
 import pytest
 
 from bench_core import csvstore
-from bench_core.config import RunConfig
+from bench_core.config import DATASET_NAMES, RunConfig, output_length, setting
+from bench_core.config.catalog import OUTPUT_LENGTHS
 from bench_core.engines import engine_settings_key
 from bench_core.errors import ConfigError
 from bench_core.measure.catalog import METRICS, with_derived
 from bench_core.store.history import History, RunRecord, history_row
 from bench_core.sweep import results as sweep_results
-from bench_core.sweep.plan import SWEEPABLE, SweepAxis, SweepPlan, new_sweep_id, parse_sweep_arg
+from bench_core.sweep.plan import SWEEPABLE, SweepAxis, SweepPlan, new_sweep_id, parse_sweep_arg, with_run_size
 from bench_core.sweep.store import SWEEP_REPEAT, remaining
 from bench_core.views import sweep_charts
 
@@ -212,6 +213,36 @@ def test_check_says_once_what_every_point_lacks():
 
 def test_a_possible_plan_passes_its_check():
     SweepPlan("s", _base(), (parse_sweep_arg("concurrency=1,2"), parse_sweep_arg("max_batch_tokens=256,512"))).check()
+
+
+def test_each_dataset_takes_one_output_length_setting_at_most_and_a_trace_none():
+    for name in DATASET_NAMES:
+        assert sum(setting(length).applies(dataset_name=name) for length in OUTPUT_LENGTHS) <= 1, name
+    assert output_length("trace") is None
+    assert output_length("multi-turn").name == "sharegpt_output_len"
+    assert output_length("shared-prefix").name == "output_len"
+
+
+@pytest.mark.parametrize("dataset_name", DATASET_NAMES)
+def test_a_run_size_sets_the_output_length_the_dataset_takes_and_no_other(dataset_name):
+    base = _base()
+    base.dataset.dataset_name = dataset_name
+    sized = with_run_size(base, 3, 24)
+    declared = output_length(dataset_name)
+    assert [name for name in OUTPUT_LENGTHS if getattr(sized.dataset, name) == 24] == (
+        [declared.name] if declared else []
+    )
+    assert sized.dataset.num_prompts == 3
+    assert with_run_size(base, None, None).dataset == base.dataset  # empty fields: the sidebar's
+
+
+@pytest.mark.parametrize("dataset_name", ["sharegpt", "random", "shared-prefix", "multi-turn"])
+def test_a_sized_sweep_of_each_text_workload_passes_its_check(dataset_name):
+    base = _base()
+    base.dataset.dataset_name = dataset_name
+    if setting("random_input_len").applies(dataset_name=dataset_name):
+        base.dataset.random_input_len = 16  # the random dataset's other length: no default
+    SweepPlan("s", with_run_size(base, 3, 24), (parse_sweep_arg("concurrency=1,2"),)).check()
 
 
 def test_a_gpu_sweep_is_refused_here_without_a_gpu_but_may_go_to_a_cluster():

@@ -11,6 +11,7 @@ from .catalog import (
     engine_config_fields,
     knobs_for,
     of_part,
+    output_length,
     parse_quant_policy,
     setting,
 )
@@ -67,6 +68,7 @@ __all__ = [
     "ignored_load_settings",
     "knobs_for",
     "of_part",
+    "output_length",
     "parse_bool",
     "parse_quant_policy",
     "pattern_label",

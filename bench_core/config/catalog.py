@@ -1296,6 +1296,9 @@ BY_KEY = {setting.key: setting for setting in SETTINGS}
 KNOBS: tuple[Setting, ...] = tuple(setting for setting in ENGINE if setting.is_knob)
 # The settings a sweep may vary, as a user reaches for them: the engine's knobs, the load, the dataset's sizes.
 SWEEPABLE: tuple[str, ...] = tuple(setting.name for setting in (*KNOBS, *LOAD, *DATASET) if setting.sweepable)
+# The settings that fix how many tokens a request generates, each for the datasets it declares: a dataset has one
+# of them at most (a trace's records carry their own lengths).
+OUTPUT_LENGTHS = ("sharegpt_output_len", "random_output_len", "output_len")
 
 
 def setting(name: str) -> Setting:
@@ -1305,6 +1308,11 @@ def setting(name: str) -> Setting:
 
 def of_part(part: Part) -> tuple[Setting, ...]:
     return part_settings(SETTINGS, part)
+
+
+def output_length(dataset_name: str) -> Setting | None:
+    """The setting that fixes the output tokens of `dataset_name`'s requests; None where its records say."""
+    return next((BY_NAME[name] for name in OUTPUT_LENGTHS if BY_NAME[name].applies(dataset_name=dataset_name)), None)
 
 
 def knobs_for(backend: str) -> tuple[Setting, ...]:

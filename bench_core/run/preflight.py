@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..config import EngineConfig, RunConfig
+from ..config import EngineConfig, RunConfig, output_length, setting
 from ..engines import context_window
 from ..errors import ConfigError, DatasetError
 from ..load.datasets import SampledRequest
@@ -25,10 +25,11 @@ MAX_OUTPUT_TOKENS = 1_048_576
 def length_problems(config: RunConfig) -> list[str]:
     """The output (and random input) lengths asked for that cannot fit the model's window, as sentences."""
     data = config.dataset
-    random = data.dataset_name == "random"
-    output = data.random_output_len if random else data.sharegpt_output_len
+    random = setting("random_input_len").applies(dataset_name=data.dataset_name)
+    declared = output_length(data.dataset_name)
+    output = getattr(data, declared.name) if declared is not None else None
     if output is None:
-        return []  # lengths come from the conversations: checked once they are sampled
+        return []  # lengths come from the conversations or the records: checked once they are sampled
     longest = output + ((data.random_input_len or 1) if random else 1)  # a ShareGPT prompt has a token at least
     window = context_window(config.engine)
     if window is None:

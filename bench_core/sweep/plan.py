@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from ..config import SWEEPABLE, RunConfig, applies_under, format_value, pattern_label, setting
+from ..config import SWEEPABLE, RunConfig, applies_under, format_value, output_length, pattern_label, setting
 from ..engines import availability, engine_settings_key, run_config_problems
 from ..errors import ConfigError
 from ..redact import MASK
@@ -68,14 +68,15 @@ CPU_SWEEP_OUTPUT_LEN = 32
 
 
 def with_run_size(config: RunConfig, num_prompts: int | None, output_len: int | None) -> RunConfig:
-    """`config` with this many prompts and output tokens per request (the dataset's fixed output length:
-    ShareGPT's or the random one's); None keeps the config's own."""
+    """`config` with this many prompts and output tokens per request, set on the output length its dataset takes
+    (ShareGPT's fixed length, the random one, the shared prefixes'...: the catalog's `output_length`); a dataset
+    whose records say their own (a trace) keeps them. None keeps the config's own."""
     sized = copy.deepcopy(config)
     if num_prompts is not None:
         sized.dataset.num_prompts = num_prompts
-    if output_len is not None:
-        field = "sharegpt_output_len" if sized.dataset.dataset_name == "sharegpt" else "random_output_len"
-        setattr(sized.dataset, field, output_len)
+    declared = output_length(sized.dataset.dataset_name)
+    if output_len is not None and declared is not None:
+        setattr(sized.dataset, declared.name, output_len)
     return sized
 
 
