@@ -42,7 +42,7 @@ from bench_core.load.lengths import RANDOM_LENGTHS, describe_random_lengths
 from bench_core.models.resolve import PICKABLE_MODELS
 from bench_core.run.runner import Run
 from bench_core.store.history import History
-from dashboard import url_settings
+from dashboard import start_estimate, url_settings
 from dashboard.text import plain
 from dashboard.url_settings import persisted
 
@@ -62,11 +62,13 @@ SIZED = ("num_prompts", "concurrency", "stream_output", "sharegpt_output_len")  
 
 @dataclass
 class SidebarChoice:
-    """What the user set and pressed this rerun."""
+    """What the user set and pressed this rerun; `problems`: what the settings' declarations refuse in `values`, said
+    under their widgets (a page's Start stays disabled while there are any)."""
 
     values: dict[str, Any]
     start: bool
     unavailable_reason: str | None
+    problems: list[str]
 
 
 def render_sidebar(cancel: Callable[[], None] | None, actions: bool = True) -> SidebarChoice:
@@ -110,14 +112,31 @@ def render_sidebar(cancel: Callable[[], None] | None, actions: bool = True) -> S
         )
         values.update(_widgets(SLO_SETTINGS, backend, family))
     url_settings.remember()
+    problems = input_problems(values, backend)
 
     start = False
     if actions:
         with buttons:
             left, right = st.columns(2)
-            start = left.button("Start", key="start", type="primary", disabled=reason is not None, width="stretch")
+            go = start_estimate.run_confirmed(None if problems else _config_or_none(values))
+            start = left.button(
+                "Start",
+                key="start",
+                type="primary",
+                disabled=reason is not None or bool(problems) or not go,
+                help="Correct the settings marked in red below first." if problems else None,
+                width="stretch",
+            )
             right.button("Cancel", key="cancel", disabled=cancel is None, on_click=cancel, width="stretch")
-    return SidebarChoice(values=values, start=start, unavailable_reason=reason)
+    return SidebarChoice(values=values, start=start, unavailable_reason=reason, problems=problems)
+
+
+def _config_or_none(values: Mapping[str, Any]) -> RunConfig | None:
+    """The run the sidebar's values make, for its estimate; None while they make none (Start then says why)."""
+    try:
+        return build_run_config(values)
+    except BenchError:
+        return None
 
 
 def chosen_slo(values: Mapping[str, Any]) -> SLO:
@@ -251,7 +270,26 @@ def from_widget(declared: Setting, shown: Any) -> Any:
 
 def setting_widget(declared: Setting, key: str, start: Any, backend: str) -> Any:
     """Draw the setting's widget in the current container (the sidebar, an expander), starting at `start` (in the
-    widget's unit), with the choices `backend` takes; return the setting's value."""
+    widget's unit), with the choices `backend` takes; return the setting's value. A value its declaration refuses is
+    said under the widget, and Start is disabled while it shows (`input_problems`)."""
+    value = _draw_widget(declared, key, start, backend)
+    for problem in declared.problems(value, backend):
+        st.error(plain(problem))
+    return value
+
+
+def input_problems(values: Mapping[str, Any], backend: str) -> list[str]:
+    """What the declarations of the sidebar's settings refuse in `values` (by setting name), as `setting_widget`
+    says it under each widget."""
+    return [
+        problem
+        for name, value in values.items()
+        if name in BY_NAME
+        for problem in setting(name).problems(value, backend)
+    ]
+
+
+def _draw_widget(declared: Setting, key: str, start: Any, backend: str) -> Any:
     hints, label = declared.widget, widget_label(declared)
     options: dict[str, Any] = {"key": key, "help": declared.help or None}
     if declared.choices is not None:
@@ -278,27 +316,33 @@ def setting_widget(declared: Setting, key: str, start: Any, backend: str) -> Any
         return from_widget(
             declared, persisted(st.text_input, label, value=start or "", placeholder=hints.placeholder, **options)
         )
-    bounds = declared.bounds
-    low = hints.min_value if hints.min_value is not None else (bounds.widget_min if bounds else None)
-    high = bounds.widget_max if bounds else None
     if declared.kind is int:
-        options.update(
-            step=int(hints.step or 1),
-            min_value=None if low is None else int(low),
-            max_value=None if high is None else int(high),
-        )
+        options["step"] = int(hints.step or 1)
     else:
-        options.update(
-            step=hints.step,
-            min_value=None if low is None else float(low),
-            max_value=None if high is None else float(high),
-        )
-        if hints.style == "slider":
-            return from_widget(declared, persisted(st.slider, label, value=float(start), **options))
+        options["step"] = hints.step
+        if hints.style == "slider":  # its ends hold what it takes: nothing else can be chosen
+            bounds = declared.bounds
+            low, high = (bounds.widget_min, bounds.widget_max) if bounds else (None, None)
+            return from_widget(
+                declared,
+                persisted(st.slider, label, value=float(start), min_value=low, max_value=high, **options),
+            )
         options["format"] = hints.format
         start = None if start is None else float(start)
+    # No min_value or max_value: a number input refuses a value beyond them in the browser (a red "!") and keeps its
+    # last one, which Start would then run unseen. The setting's bounds are checked here instead (`setting_widget`).
     placeholder = hints.placeholder if start is None or hints.placeholder else None
-    return from_widget(declared, persisted(st.number_input, label, value=start, placeholder=placeholder, **options))
+    return from_widget(
+        declared,
+        persisted(
+            st.number_input,
+            label,
+            value=start,
+            placeholder=placeholder,
+            accepts=lambda shown: not declared.problems(from_widget(declared, shown), backend),
+            **options,
+        ),
+    )
 
 
 def switch_key(key: str) -> str:
@@ -315,7 +359,7 @@ def _switched_count(declared: Setting, key: str, start: Any, label: str, options
         declared.shown_label,
         value=int(shown),
         step=int(declared.widget.step or 1),
-        min_value=1,
+        accepts=lambda typed: not declared.problems(typed),
         key=key,
         disabled=not on,
         label_visibility="collapsed",

@@ -28,12 +28,19 @@ _DEFAULTS: dict[str, Any] = {}
 
 
 def persisted(
-    make: Callable[..., Any], label: str, *, key: str, options: Sequence[Any] | None = None, **kwargs: Any
+    make: Callable[..., Any],
+    label: str,
+    *,
+    key: str,
+    options: Sequence[Any] | None = None,
+    accepts: Callable[[Any], bool] | None = None,
+    **kwargs: Any,
 ) -> Any:
     """Draw `make` (st.selectbox, st.radio, st.number_input, ...) with its starting value restored.
 
     A choice widget takes `options` and an `index`; the others a `value` (and a number's `min_value`,
-    `max_value`, `step`, which also say how to read a number back from the URL).
+    `max_value`, `step`, which also say how to read a number back from the URL). A value the URL gives that
+    `accepts` refuses (a hand-edited link's 0 prompts) starts the widget at its default instead.
     """
     if options is not None:
         options = list(options)
@@ -42,7 +49,14 @@ def persisted(
         return make(label, options, index=options.index(start), key=key, **kwargs)
     default = kwargs.pop("value")
     number = _number_type(default, kwargs)
-    start = _restored(key, default, lambda text: _number(text, number, kwargs) if number else _scalar(text, default))
+
+    def parse(text: str) -> Any:
+        value = _number(text, number, kwargs) if number else _scalar(text, default)
+        if accepts is not None and not accepts(value):
+            raise ValueError(text)
+        return value
+
+    start = _restored(key, default, parse)
     return make(label, value=start, key=key, **kwargs)
 
 

@@ -6,7 +6,15 @@ import pandas as pd
 import pytest
 
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
-from bench_core.sweep.estimate import ROUGH_CPU_LOAD_S, ROUGH_CPU_TOK_S, describe_seconds, estimate
+from bench_core.sweep.estimate import (
+    CONFIRM_ABOVE_REQUESTS,
+    ROUGH_CPU_LOAD_S,
+    ROUGH_CPU_TOK_S,
+    describe_seconds,
+    estimate,
+    estimate_run,
+    out_of_proportion,
+)
 from bench_core.sweep.plan import SweepAxis, SweepPlan
 
 
@@ -58,34 +66,40 @@ def test_runs_of_another_model_or_a_failed_run_do_not_count_and_a_server_without
     assert guess.seconds is None and "no finished run of builtin:smollm2-135m on openai" in guess.basis
 
 
-def test_durations_read_in_minutes_and_seconds():
+def test_durations_read_in_minutes_and_seconds_then_hours_then_days():
     assert describe_seconds(125.4) == "about 2 min 05 s"
     assert describe_seconds(40.2) == "about 40 s"
+    assert describe_seconds(37_520) == "about 10 h 25 min"
+    assert describe_seconds(6.4e9) == "about 74,074 days"
 
 
-def test_a_sweep_is_told_from_past_runs_of_its_dataset_their_pace_and_the_lengths_its_answers_had():
-    # ShareGPT's own output lengths: past runs of the same dataset answered 50 tokens a request, at 20 tok/s at
-    # concurrency 1 and 40 at 4; a run of short random prompts (200 tok/s) says nothing of these.
-    base = RunConfig(
-        engine=EngineConfig(backend="transformers", model="builtin:smollm2-135m"),
-        dataset=DatasetConfig(num_prompts=8),
+def _run(dataset_name: str, backend: str = "transformers", num_prompts: int = 4, **lengths) -> RunConfig:
+    return RunConfig(
+        engine=EngineConfig(backend=backend, model="builtin:smollm2-135m"),
+        dataset=DatasetConfig(dataset_name=dataset_name, num_prompts=num_prompts, **lengths),
         load=LoadConfig(concurrency=1),
     )
-    plan = SweepPlan("sweep-test", base, (SweepAxis("concurrency", (1, 4)),), 1)
-    same = {
-        "dataset": "builtin:sharegpt",
-        "dataset_name": "sharegpt",
-        "sharegpt_output_len": None,
-        "load_pattern": "batch",
-        "completed": 8,
-        "total_output_tokens": 400,
-    }
-    history = pd.concat(
-        [
-            _history((1, 20.0, 5.0), (4, 40.0, 5.0)).assign(**same),
-            _history((1, 200.0, 5.0)).assign(**{**same, "dataset_name": "random", "random_output_len": 16}),
-        ]
-    )
-    guess = estimate(plan.points(), history)
-    assert guess.seconds == pytest.approx(8 * 50 / 20.0 + 8 * 50 / 40.0 + 5.0)
-    assert "3 finished run(s) of builtin:smollm2-135m on transformers" in guess.basis
+
+
+def test_a_run_asks_for_its_datasets_own_output_length_and_a_multi_turn_session_for_every_turn():
+    shared = estimate_run(_run("shared-prefix", output_len=100), pd.DataFrame())
+    assert (shared.requests, shared.output_tokens) == (4, 400)
+    turns = estimate_run(_run("multi-turn", sharegpt_output_len=10, turns=3), pd.DataFrame())
+    assert (turns.requests, turns.output_tokens) == (12, 120)
+    assert turns.seconds == pytest.approx(120 / ROUGH_CPU_TOK_S[1] + ROUGH_CPU_LOAD_S)
+
+
+def test_what_takes_over_an_hour_at_past_pace_or_sends_untimed_a_flood_of_requests_asks_first():
+    paced = _history((1, 8.0, 12.0)).assign(status="finished")
+    assert out_of_proportion(estimate_run(_run("shared-prefix", output_len=100), paced)) == ""
+    hours = estimate_run(_run("shared-prefix", num_prompts=1_000, output_len=100), paced)
+    assert out_of_proportion(hours) == "it would take about 3 h 29 min"  # 100,000 tokens at 8 tok/s, and the load
+    rough = estimate_run(_run("shared-prefix", num_prompts=1_000, output_len=100), pd.DataFrame())
+    assert rough.seconds == pytest.approx(hours.seconds) and rough.rough
+    assert out_of_proportion(rough) == ""  # SmolLM2's pace: another model may run it in a minute
+    flood = estimate_run(_run("shared-prefix", num_prompts=CONFIRM_ABOVE_REQUESTS + 1), pd.DataFrame())
+    assert out_of_proportion(flood) == f"it would send up to {CONFIRM_ABOVE_REQUESTS + 1:,} requests"
+    untimed = estimate_run(_run("shared-prefix", "openai", CONFIRM_ABOVE_REQUESTS + 1), pd.DataFrame())
+    assert untimed.seconds is None
+    assert out_of_proportion(untimed) == f"it would send up to {CONFIRM_ABOVE_REQUESTS + 1:,} requests"
+    assert out_of_proportion(estimate_run(_run("shared-prefix", "openai", 5_000), pd.DataFrame())) == ""

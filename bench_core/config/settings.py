@@ -88,13 +88,13 @@ class Bounds:
 @dataclass(frozen=True)
 class Widget:
     """How the sidebar draws a setting where the kind alone does not say: a slider or radio instead of the
-    default widget, a number's step, lowest value and format, the text of an empty input, and where it starts."""
+    default widget, a number's step and format, the text of an empty input, and where it starts. A number input has
+    no lowest or highest value: the browser would refuse one beyond them unseen (dashboard.sidebar)."""
 
     # "slider", "radio", "switch" (a checkbox that turns a count on at `start`, or off at 0, with the count beside
     # it); "" the kind's own (number input, checkbox, select box, text input)
     style: str = ""
     step: float | None = None
-    min_value: float | None = None  # when the bounds are open (a rate above 0: 0.01)
     format: str | None = None
     placeholder: str | None = None
     start: float | None = None  # the value the widget starts at, where the setting's default is not one to offer

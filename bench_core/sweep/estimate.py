@@ -1,11 +1,13 @@
-"""How long a sweep's runs will take: before it starts, and for what is left while it runs.
+"""How long a sweep's runs, or a single run, will take: before they start, and for what is left while they run.
 
+A run's requests are its prompts (a multi-turn session's every turn), and its output tokens those requests ask for.
 A run's time is its output tokens over the output throughput that past runs of the same model on the same
 backend measured, those most like it first (measure.time_left.past_pace: the same load pattern, dataset and
 lengths, the nearest concurrency), as a running run's time left is told before its first token; a length the
 dataset decides (ShareGPT's own) is what requests of that dataset produced there. The first run of each engine
 setting adds the engine's load time. Without such runs, the embedded engine gets a rough CPU figure (stated
-as such) and other backends no estimate. Pure: history rows in, seconds and the basis out.
+as such) and other backends no estimate. Where the estimate is out of proportion (`out_of_proportion`), Start
+asks to confirm first. Pure: history rows in, seconds and the basis out.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..config import EngineConfig, RunConfig
+from ..config import EngineConfig, RunConfig, output_length, setting
 from ..engines import engine_settings_key
 from ..measure.time_left import PastPace, past_pace
 from .plan import PlannedRun
@@ -30,14 +32,23 @@ ROUGH_BACKEND = EngineConfig.backend
 # ShareGPT conversations' own output lengths are known only once sampled: where no past run of the same dataset
 # says how long its answers were, assumed this long each.
 ASSUMED_OUTPUT_TOKENS = 256
+# Start asks to confirm what takes longer than this at past runs' pace, or, with no such pace, sends more requests
+# than this (LMDeploy's scripts default to 5,000 prompts on a GPU).
+CONFIRM_ABOVE_S = 3600.0
+CONFIRM_ABOVE_REQUESTS = 100_000
 
 
 @dataclass(frozen=True)
 class SweepEstimate:
-    """Seconds the runs take (None: nothing to estimate from) and what the figure rests on."""
+    """Seconds the runs take (None: nothing to estimate from) and what the figure rests on (`rough`: some run has no
+    past pace, only the rough CPU figure); the requests they send (at most: a dataset may hold fewer) and the output
+    tokens those ask for."""
 
     seconds: float | None
     basis: str
+    requests: int = 0
+    output_tokens: float = 0.0
+    rough: bool = False
 
 
 def estimate(runs: Sequence[PlannedRun], history_runs: pd.DataFrame, loaded: bool = False) -> SweepEstimate:
@@ -46,17 +57,20 @@ def estimate(runs: Sequence[PlannedRun], history_runs: pd.DataFrame, loaded: boo
         return SweepEstimate(0.0, "nothing left to run")
     base = runs[0].config.engine
     paces = [past_pace(history_runs, planned.config) for planned in runs]
+    requests = sum(requests_asked(planned.config) for planned in runs)
+    tokens = [_output_tokens(planned.config, pace) for planned, pace in zip(runs, paces)]
     if any(pace is None for pace in paces) and base.backend != ROUGH_BACKEND:
-        return SweepEstimate(None, f"no finished run of {base.model} on {base.backend} to estimate from")
+        basis = f"no finished run of {base.model} on {base.backend} to estimate from"
+        return SweepEstimate(None, basis, requests, sum(tokens))
     seconds = 0.0
     engines = set()
-    for planned, pace in zip(runs, paces):
+    for planned, pace, run_tokens in zip(runs, paces, tokens):
         key = engine_settings_key(planned.config.engine, planned.config.load)
         if key not in engines and not (loaded and not engines):
             seconds += ROUGH_CPU_LOAD_S if pace is None or pace.load_seconds is None else pace.load_seconds
         engines.add(key)
         rate = _rough_rate(planned.config.load.concurrency) if pace is None else pace.tokens_per_s
-        seconds += _output_tokens(planned.config, pace) / rate
+        seconds += run_tokens / rate
     if paces[0] is None:
         basis = (
             f"a rough CPU estimate ({_rough_rate(1):g} tok/s at concurrency 1): no finished run of "
@@ -64,13 +78,43 @@ def estimate(runs: Sequence[PlannedRun], history_runs: pd.DataFrame, loaded: boo
         )
     else:
         basis = f"from the output throughput of {paces[0].runs} finished run(s) of {base.model} on {base.backend}"
-    return SweepEstimate(seconds, basis)
+    return SweepEstimate(seconds, basis, requests, sum(tokens), rough=any(pace is None for pace in paces))
+
+
+def estimate_run(config: RunConfig, history_runs: pd.DataFrame) -> SweepEstimate:
+    """One run's estimate, before Start: a sweep of that run alone."""
+    return estimate([PlannedRun({}, 0, config)], history_runs)
+
+
+def requests_asked(config: RunConfig) -> int:
+    """The requests a run asks for: its prompts, or each session's every turn where the dataset counts sessions."""
+    data = config.dataset
+    return data.num_prompts * (data.turns if setting("turns").applies(dataset_name=data.dataset_name) else 1)
+
+
+def out_of_proportion(guess: SweepEstimate) -> str:
+    """Why Start should ask before it runs this ("" where it need not): over an hour at past runs' pace, or, with no
+    such pace to time it by, more requests than CONFIRM_ABOVE_REQUESTS. The rough CPU figure alone asks nothing: it is
+    SmolLM2's, and another model runs at its own pace (the tiny test model a hundred times faster)."""
+    timed = guess.seconds is not None and not guess.rough
+    if timed and guess.seconds > CONFIRM_ABOVE_S:
+        return f"it would take {describe_seconds(guess.seconds)}"
+    if not timed and guess.requests > CONFIRM_ABOVE_REQUESTS:
+        return f"it would send up to {guess.requests:,} requests"
+    return ""
 
 
 def describe_seconds(seconds: float) -> str:
-    """'about 2 min 05 s', 'about 40 s'."""
+    """'about 40 s', 'about 2 min 05 s', 'about 3 h 20 min', 'about 12 days'."""
     whole = max(round(seconds), 1)
-    return f"about {whole // 60} min {whole % 60:02d} s" if whole >= 60 else f"about {whole} s"
+    if whole < 60:
+        return f"about {whole} s"
+    if whole < 3600:
+        return f"about {whole // 60} min {whole % 60:02d} s"
+    minutes = round(whole / 60)
+    if minutes < 48 * 60:
+        return f"about {minutes // 60} h {minutes % 60:02d} min"
+    return f"about {round(minutes / (24 * 60)):,} days"
 
 
 def _rough_rate(concurrency: int) -> float:
@@ -79,9 +123,11 @@ def _rough_rate(concurrency: int) -> float:
 
 
 def _output_tokens(config: RunConfig, pace: PastPace | None) -> float:
-    data = config.dataset
-    per_request = data.sharegpt_output_len if data.dataset_name == "sharegpt" else data.random_output_len
+    """The output tokens the run's requests ask for: its dataset's fixed output length where set, else what requests
+    of that dataset produced in past runs, else ASSUMED_OUTPUT_TOKENS each."""
+    declared = output_length(config.dataset.dataset_name)
+    per_request = getattr(config.dataset, declared.name) if declared is not None else None
     if not per_request:
         known = pace.output_tokens_per_request if pace is not None else None
         per_request = known or ASSUMED_OUTPUT_TOKENS
-    return data.num_prompts * per_request
+    return requests_asked(config) * per_request
