@@ -33,16 +33,14 @@ try:
 except BenchError as exc:
     st.error(plain(exc))
     runs = None  # said once; the views below leave out what needs the history
-sweep_view.show_estimate(inputs, choice.values, get_history().root / UPLOADS_FOLDER, runs)
+plan = sweep_view.startable_plan(inputs, choice.values, get_history().root / UPLOADS_FOLDER, runs)
 start_col, cancel_col = st.columns([1, 1])
-start = start_col.button(
-    "Start sweep", key="sweep_start", type="primary", width="stretch", disabled=choice.unavailable_reason is not None
-)
+blocked = choice.unavailable_reason is not None or bool(choice.problems) or plan is None
+start = start_col.button("Start sweep", key="sweep_start", type="primary", width="stretch", disabled=blocked)
 cancel_col.button("Cancel sweep", key="sweep_cancel", disabled=cancel is None, on_click=cancel, width="stretch")
 
-if start:
+if start and plan is not None:
     try:
-        plan = sweep_view.plan_from_inputs(inputs, choice.values, get_history().root / UPLOADS_FOLDER)
         sweep = sweep_view.press_start(plan, inputs)
     except BenchError as exc:
         st.error(plain(exc))

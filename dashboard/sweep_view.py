@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from bench_core.config import SLO, EngineConfig, knobs_for
+from bench_core.config import SLO, EngineConfig, format_value, output_length, setting
 from bench_core.errors import BenchError
 from bench_core.measure import metrics
 from bench_core.measure.time_left import time_left_s
@@ -29,8 +29,8 @@ from bench_core.states import RunState
 from bench_core.store.history import History
 from bench_core.sweep import report as sweep_report
 from bench_core.sweep import results as sweep_results
+from bench_core.sweep.cluster import ClusterOptions, states_table
 from bench_core.sweep.cluster import launch_for as launch_for_address
-from bench_core.sweep.cluster import states_table
 from bench_core.sweep.driver import Launch, SweepProgress, SweepRun, resume_sweep, start_sweep
 from bench_core.sweep.estimate import describe_seconds, estimate
 from bench_core.sweep.plan import (
@@ -48,7 +48,7 @@ from bench_core.sweep.plan import (
 from bench_core.sweep.store import CREDENTIAL_SETTINGS, load_plan, past_sweeps, point_text, probes_of, remaining
 from bench_core.views import sweep_charts
 from bench_core.views.tables import describe_column
-from dashboard import active_runs, sidebar
+from dashboard import active_runs, sidebar, start_estimate
 from dashboard.state import get_history, get_runner, get_sweeps
 from dashboard.table_view import show_table
 from dashboard.text import plain
@@ -57,12 +57,6 @@ LIVE_REFRESH_S = 1.0
 NO_SECOND = "(none)"
 # Relative to this page's URL (app_pages/sweep.py -> /sweep) and to the Run page's.
 SWEEP_PAGE_URL = "sweep"
-NON_ENGINE_SETTINGS = tuple(
-    name
-    for name in SWEEPABLE
-    if name
-    in ("concurrency", "request_rate", "num_prompts", "random_input_len", "random_output_len", "sharegpt_output_len")
-)
 # An ended sweep this server did not run: the history tells finished runs, not why the others are missing.
 STOPPED = "stopped"
 STARTED_SWEEPS = "started_sweep_ids"  # session key: the sweeps this session started
@@ -75,32 +69,37 @@ SWEEP_START_ERROR = "sweep_start_error"  # session key: why a confirmed start fa
 
 def sweep_inputs(sidebar_values: Mapping[str, Any]) -> dict[str, Any]:
     """The settings to sweep, their values and the repeats; the base settings come from the sidebar, whose
-    credentials (a server URL's password) also resume a sweep whose saved plan masked them."""
+    credentials (a server URL's password) also resume a sweep whose saved plan masked them. The settings offered are
+    those the sidebar's backend, load pattern and dataset use."""
     backend = sidebar_values["backend"]
     options = [
-        name for name in SWEEPABLE if name in NON_ENGINE_SETTINGS or name in {knob.name for knob in knobs_for(backend)}
+        name
+        for name in SWEEPABLE
+        if setting(name).applies(
+            backend=backend,
+            load_pattern=sidebar_values["load_pattern"],
+            dataset_name=sidebar_values["dataset_name"],
+        )
     ]
     first, second, repeats = st.columns([2, 2, 1])
     name = first.selectbox(
-        "Sweep", options, index=options.index(DEFAULT_AXIS.name), key="sweep_name", format_func=_setting_label
+        "Sweep",
+        options,
+        index=options.index(DEFAULT_AXIS.name) if DEFAULT_AXIS.name in options else 0,
+        key="sweep_name",
+        format_func=_setting_label,
     )
-    default_values = ",".join(str(value) for value in DEFAULT_AXIS.values)
-    values = first.text_input(
-        "Values", value=default_values, key="sweep_values", help=f"Comma-separated, e.g. {default_values}."
-    )
+    values = _values_field(first, name, "sweep_values", backend)
     second_name = second.selectbox(
         "Against (optional, a grid)",
         [NO_SECOND, *options],
         key="sweep_name_2",
         format_func=lambda option: option if option == NO_SECOND else _setting_label(option),
     )
-    second_values = second.text_input(
-        "Values", key="sweep_values_2", disabled=second_name == NO_SECOND, placeholder="e.g. 256,512"
-    )
+    second_values = _values_field(second, second_name, "sweep_values_2", backend)
     count = repeats.number_input(
         "Repeats",
         value=DEFAULT_REPEATS,
-        min_value=1,
         step=1,
         key="sweep_repeats",
         help="Runs per point: two or more give a mean, a spread and a 95% interval.",
@@ -110,64 +109,118 @@ def sweep_inputs(sidebar_values: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "axes": axes,
         "repeats": int(count),
-        **_run_size_inputs(backend),
+        **_run_size_inputs(backend, sidebar_values["dataset_name"]),
         **_cluster_inputs(),
         "credentials": credentials,
     }
 
 
-def _run_size_inputs(backend: str) -> dict[str, int | None]:
+def example_values(name: str, backend: str) -> str:
+    """What the Values field of the swept setting `name` starts at: every choice it has on `backend` (false and true
+    for a switch), the default sweep's values for its setting, else nothing (the field says what it takes)."""
+    declared = setting(name)
+    choices = (False, True) if declared.kind is bool else declared.choices_for(backend)
+    if choices is not None:
+        return ",".join(format_value(choice) for choice in choices)
+    return ",".join(map(str, DEFAULT_AXIS.values)) if name == DEFAULT_AXIS.name else ""
+
+
+def _values_field(where: Any, name: str, key: str, backend: str) -> str:
+    """The Values text field of the swept setting `name` (NO_SECOND: disabled), set to the setting's examples
+    whenever another setting is chosen: values typed for one (1,2,4) are rarely another's (true/false)."""
+    chosen_for = f"{key}_setting"
+    if st.session_state.get(chosen_for) != name or key not in st.session_state:
+        st.session_state[key] = "" if name == NO_SECOND else example_values(name, backend)
+        st.session_state[chosen_for] = name
+    if name == NO_SECOND:
+        return where.text_input("Values", key=key, disabled=True, placeholder="e.g. 256,512")
+    return where.text_input(
+        "Values",
+        key=key,
+        placeholder=f"comma-separated, each {setting(name).text_rule}",
+        help=f"Comma-separated values of {name}, each {setting(name).text_rule}.",
+    )
+
+
+def _run_size_inputs(backend: str, dataset_name: str) -> dict[str, int | None]:
     """Prompts and output tokens per run: small on the embedded engine, where a CPU runs every point; empty
-    keeps the sidebar's."""
+    keeps the sidebar's. The output length goes to the one the dataset takes; a dataset whose records say their
+    own (a trace) has none to set."""
     cpu = backend == EngineConfig.backend
+    output_setting = output_length(dataset_name)
     prompts, output = st.columns(2)
-    num_prompts = prompts.number_input(
+    num_prompts = _number_or_empty(
+        prompts,
         "Prompts per run",
-        value=CPU_SWEEP_PROMPTS if cpu else None,
-        min_value=1,
-        step=1,
-        key="sweep_num_prompts",
+        "sweep_num_prompts",
+        CPU_SWEEP_PROMPTS if cpu else None,
         placeholder="the sidebar's",
         help="Each run of the sweep sends this many prompts; empty: the sidebar's.",
     )
-    output_len = output.number_input(
-        "Output tokens per request",
-        value=CPU_SWEEP_OUTPUT_LEN if cpu else None,
-        min_value=1,
-        step=1,
-        key="sweep_output_len",
-        placeholder="the sidebar's",
-        help="The fixed output length of every request of the sweep; empty: the sidebar's.",
-    )
+    if output_setting is None:
+        output.text_input(
+            "Output tokens per request",
+            value="",
+            disabled=True,
+            key="sweep_no_output_len",
+            placeholder=f"the {dataset_name} dataset's own",
+            help=f"The {dataset_name} dataset's records say how many tokens each request generates.",
+        )
+        output_len = None
+    else:
+        output_len = _number_or_empty(
+            output,
+            "Output tokens per request",
+            "sweep_output_len",
+            CPU_SWEEP_OUTPUT_LEN if cpu else None,
+            placeholder="the sidebar's",
+            help=f"Sets {output_setting.cli_flag} ({output_setting.shown_label}) for every run of the sweep; empty: "
+            "the sidebar's.",
+        )
     return {
         "num_prompts": None if num_prompts is None else int(num_prompts),
         "output_len": None if output_len is None else int(output_len),
     }
 
 
+def _number_or_empty(where: Any, label: str, key: str, start: int | None, **options: Any) -> int | None:
+    """A whole-number input starting at `start` (again whenever `start` changes: another backend's run size) that
+    can still be emptied: Streamlit lets a number input be emptied only when it has no default value of its own.
+    It takes any number: its bounds are checked with the sweep's other settings."""
+    started_at = f"{key}_start"
+    if key not in st.session_state or st.session_state.get(started_at) != start:
+        st.session_state[key] = start
+        st.session_state[started_at] = start
+    return where.number_input(label, value=None, step=1, key=key, **options)
+
+
 def _cluster_inputs() -> dict[str, Any]:
     """Where the runs go: this machine (no address) or a Ray cluster, with the cores each point holds and
     the retries of a point whose worker died."""
     address, cores, retries = st.columns([2, 1, 1])
+    ray_address = address.text_input(
+        "Ray cluster address",
+        key="sweep_ray_address",
+        placeholder="empty: this machine",
+        help="host:port, ray://host:port, auto (the cluster this machine belongs to) or local (a new Ray "
+        "instance here). Each point then runs in its own worker with its own cores and GPUs; the "
+        "history stays on this machine. Needs Ray: pip install -r requirements-cluster.txt",
+    ).strip()
+    # Their bounds are ClusterOptions', checked with the sweep (`startable_plan`); without a cluster they mean nothing.
     return {
-        "ray_address": address.text_input(
-            "Ray cluster address",
-            key="sweep_ray_address",
-            placeholder="empty: this machine",
-            help="host:port, ray://host:port, auto (the cluster this machine belongs to) or local (a new Ray "
-            "instance here). Each point then runs in its own worker with its own cores and GPUs; the "
-            "history stays on this machine. Needs Ray: pip install -r requirements-cluster.txt",
-        ).strip(),
+        "ray_address": ray_address,
         "cpus_per_point": int(
-            cores.number_input("CPU cores per point", value=1, min_value=1, step=1, key="sweep_cpus_per_point")
+            cores.number_input(
+                "CPU cores per point", value=1, step=1, key="sweep_cpus_per_point", disabled=not ray_address
+            )
         ),
         "retries": int(
             retries.number_input(
                 "Retries",
                 value=0,
-                min_value=0,
                 step=1,
                 key="sweep_retries",
+                disabled=not ray_address,
                 help="Runs of a point again after its worker died.",
             )
         ),
@@ -188,22 +241,25 @@ def plan_from_inputs(inputs: Mapping[str, Any], values: Mapping[str, Any], uploa
     return SweepPlan(new_sweep_id(), base, axes, inputs["repeats"])
 
 
-def show_estimate(
+def startable_plan(
     inputs: Mapping[str, Any], values: Mapping[str, Any], uploads_dir: Path, runs: pd.DataFrame | None
-) -> None:
-    """How long the sweep on the inputs would take, before it is started, from the history's `runs`; nothing
-    while the inputs are wrong (Start says what is wrong) or the history cannot be read."""
+) -> SweepPlan | None:
+    """The sweep the page's inputs make over the sidebar's settings, checked as Start checks it, with what it would
+    send and how long that takes (from the history's `runs`; None: the page said why there is none). None, with the
+    reason said here beside the inputs, while Start cannot run it, or until a sweep out of proportion is confirmed."""
     try:
+        if inputs["ray_address"]:
+            ClusterOptions(inputs["ray_address"], inputs["cpus_per_point"], inputs["retries"])
         plan = plan_from_inputs(inputs, values, uploads_dir)
-    except BenchError:
-        return
+        plan.check(runs_here=not inputs["ray_address"])
+    except BenchError as exc:
+        st.error(plain(exc))
+        return None
     if runs is None:
-        return
+        return plan
     guess = estimate(plan.points(), runs)
-    if guess.seconds is None:
-        st.caption(plain(f"{describe_plan(plan)}; no duration estimate: {guess.basis}."))
-    else:
-        st.caption(plain(f"{describe_plan(plan)}; takes {describe_seconds(guess.seconds)}, {guess.basis}."))
+    st.caption(plain(f"{describe_plan(plan)}; {start_estimate.describe(guess)}."))
+    return plan if start_estimate.confirmed(guess, "confirm_sweep") else None
 
 
 def press_start(plan: SweepPlan, inputs: Mapping[str, Any]) -> SweepRun | None:

@@ -61,7 +61,7 @@ def set_up_tiny_sweep(
     at.number_input(key="sweep_output_len").set_value(output_len)
     if second:
         at.selectbox(key="sweep_name_2").select(second[0]).run()
-        at.text_input(key="sweep_values_2").set_value(second[1])
+        at.text_input(key="sweep_values_2").set_value(second[1]).run()  # typed: Start is enabled once they parse
 
 
 def start_sweep(at: AppTest) -> str:
@@ -98,7 +98,9 @@ def test_the_default_sweep_is_small_on_a_cpu_and_says_how_long_it_takes_before_s
         CPU_SWEEP_OUTPUT_LEN,
     )
     (estimate,) = [shown(caption.value) for caption in at.caption if "takes about" in caption.value]
-    assert estimate.startswith("concurrency = 1, 2, 4; 3 points × 2 repeats = 6 runs; takes about")
+    assert estimate.startswith(
+        "concurrency = 1, 2, 4; 3 points × 2 repeats = 6 runs; 24 requests, about 768 output tokens; takes about"
+    )
     assert "a rough CPU estimate" in estimate  # an empty history: nothing measured to go by
 
 
@@ -256,3 +258,16 @@ def test_an_unknown_sweep_in_the_url_is_one_error():
     assert not at.exception
     (error,) = at.error
     assert error.value.startswith("There is no sweep sweep-19990101-000000-dead")
+
+
+def test_the_settings_offered_are_those_the_sidebars_dataset_and_load_pattern_use():
+    at = open_sweep_page()
+
+    def offered() -> set[str]:
+        return {option.split(" (")[0] for option in at.selectbox(key="sweep_name").options}
+
+    assert {"concurrency", "sharegpt_output_len"} <= offered()
+    assert not {"random_output_len", "output_len", "request_rate"} & offered()  # they would change nothing
+    at.sidebar.radio(key="dataset_name").set_value("shared-prefix").run()
+    assert {"output_len", "prefix_len", "prefix_share"} <= offered() and "sharegpt_output_len" not in offered()
+    assert not at.error and not at.button(key="sweep_start").disabled
