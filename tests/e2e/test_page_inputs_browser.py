@@ -92,7 +92,7 @@ def test_the_sweeps_output_length_can_be_emptied_to_keep_the_sidebars(page: Page
     expect(output).to_have_value("")
 
 
-def test_a_run_or_sweep_out_of_proportion_is_estimated_before_start_and_waits_for_a_tick(page: Page):
+def test_a_run_or_sweep_out_of_proportion_is_estimated_before_start_and_waits_for_a_tick(page: Page, artifacts):
     open_run_page(page)
     start = sidebar(page).get_by_role("button", name="Start", exact=True)
     expect(
@@ -109,6 +109,7 @@ def test_a_run_or_sweep_out_of_proportion_is_estimated_before_start_and_waits_fo
     anyway = sidebar(page).get_by_text(out_of_proportion(1_000_000_000))
     expect(anyway).to_be_visible()
     expect(start).to_be_disabled()
+    page.screenshot(path=artifacts / "estimate-before-start-run.png")
     anyway.click()
     expect(start).to_be_enabled()
     fill_number(page, "Number of prompts", 2_000_000_000)  # another size: the tick was for the first one
@@ -121,6 +122,7 @@ def test_a_run_or_sweep_out_of_proportion_is_estimated_before_start_and_waits_fo
     prompts.press("Enter")
     expect(main.get_by_text(out_of_proportion(6 * 1_000_000))).to_be_visible()
     expect(main.get_by_role("button", name="Start sweep")).to_be_disabled()
+    page.screenshot(path=artifacts / "estimate-before-start-sweep.png")
     expect(page.get_by_test_id("stException")).to_have_count(0)
 
 
