@@ -15,7 +15,9 @@ class BenchError(Exception):
     refuses_input = False
 
     def __str__(self) -> str:
-        return redact_text(super().__str__())
+        text = super().__str__()
+        # What the user reads of the error: one raised without a message still says what kind it is.
+        return redact_text(text) if text.strip() else f"{type(self).__name__} (raised without a message)"
 
 
 class ConfigError(BenchError):

@@ -140,8 +140,8 @@ def test_an_explicit_rate_list_of_three_is_a_list_and_implies_multi():
     "flags, message",
     [
         (["--extra-request-body", "{oops"], "not valid JSON"),
-        (["--max-concurrency", "0"], "Max concurrency must be at least 1"),
-        (["--request-rate", "0"], "request rate must be above 0"),
+        (["--max-concurrency", "0"], "--max-concurrency must be a whole number from 1 to 1,000,000; got 0."),
+        (["--request-rate", "0"], "--request-rate must be a number above 0 and at most 1,000,000, or inf; got 0."),
     ],
 )
 def test_bad_input_is_one_line_on_stderr_exit_2_and_nothing_written(tmp_path, capsys, flags, message):

@@ -123,8 +123,14 @@ def test_resume_runs_only_the_missing_run(grid_sweep, capsys):
     ("args", "message"),
     [
         (["--sweep", "concurency=1,2"], "error: Cannot sweep 'concurency'. Sweepable settings: tp,"),
-        (["--sweep", "concurrency=0,2"], "error: Sweep points with concurrency=0: Concurrency must be at least 1."),
-        (["--sweep", "concurrency=1,2", "--repeats", "0"], "error: A sweep needs at least 1 repeat per point."),
+        (
+            ["--sweep", "concurrency=0,2"],
+            "error: Sweep points with concurrency=0: --concurrency must be a whole number from 1 to 1,000,000; got 0.",
+        ),
+        (
+            ["--sweep", "concurrency=1,2", "--repeats", "0"],
+            "error: --repeats must be a whole number from 1 to 1,000; got 0.",
+        ),
         (["--sweep", "concurrency=1", "--sweep", "tp=1", "--sweep", "num_prompts=4"], "one setting or two"),
         (
             ["--sweep", "cache_max_entry_count=0.5,0.8"],

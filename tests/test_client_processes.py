@@ -155,7 +155,7 @@ def one_line_refusal(capsys, code: int) -> str:
 @pytest.mark.parametrize(
     "flags, words",
     [
-        (("--client-processes", "0"), "The client processes must be at least 1; got 0."),
+        (("--client-processes", "0"), "--client-processes must be a whole number from 1 to 1,024; got 0."),
         (("--client-processes", str(N_PROMPTS + 1)), f"more processes than the {N_PROMPTS} prompts"),
         (("--client-processes", "4", "--max-concurrency", "3"), "splits the 3 requests allowed in flight"),
     ],

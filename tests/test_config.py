@@ -62,7 +62,7 @@ WHOLE_NUMBER_SETTINGS = [declared for declared in SETTINGS if declared.kind is i
 @pytest.mark.parametrize("declared", WHOLE_NUMBER_SETTINGS, ids=lambda declared: declared.name)
 def test_every_whole_number_setting_refuses_one_beyond_what_a_history_column_holds(declared):
     (problem,) = declared.problems(10**30)
-    highest = declared.whole_number_range[1]
+    highest = int(declared.limits.high)
     assert str(highest) in problem.replace(",", "") and "\n" not in problem
     assert declared.problems(highest) == []
 
@@ -72,11 +72,11 @@ def test_every_whole_number_setting_refuses_one_beyond_what_a_history_column_hol
     [
         (
             DatasetConfig(num_prompts=10**30),
-            f"--num-prompts must be a whole number from 1 to 2,147,483,647; got {10**30:,}.",
+            f"--num-prompts must be a whole number from 1 to 1,000,000; got {10**30:,}.",
         ),
         (
             DatasetConfig(dataset_name="random", random_input_len=8, random_output_len=2**31),
-            f"--random-output-len must be a whole number from 1 to 2,147,483,647; got {2**31:,}.",
+            f"--random-output-len must be a whole number from 1 to 16,777,216; got {2**31:,}.",
         ),
     ],
     ids=["--num-prompts", "--random-output-len"],
@@ -88,7 +88,7 @@ def test_a_count_beyond_what_a_history_column_holds_is_refused_naming_its_flag_a
 
 def test_a_token_budget_beyond_what_a_history_column_holds_is_refused_in_the_sampling_settings_and_the_body():
     assert sampling_problems({"top_k": 10**30, "max_tokens": 2**31}, "In the extra request body, ") == [
-        f"In the extra request body, top_k must be at most 2,147,483,647 (got {10**30}).",
-        f"In the extra request body, max_tokens must be at most 2,147,483,647 (got {2**31}).",
+        f"In the extra request body, top_k must be a whole number from 0 to 2,147,483,647 (got {10**30}).",
+        f"In the extra request body, max_tokens must be a whole number from 1 to 2,147,483,647 (got {2**31}).",
     ]
     assert sampling_problems({"max_tokens": 2**31 - 1}) == []

@@ -92,7 +92,9 @@ def test_each_problem_is_one_sentence_naming_its_flag(no_gpu_facts, engine, flag
 
 
 def test_zero_concurrency_is_rejected(no_gpu_facts):
-    assert problems_of(turbomind(), LoadConfig(concurrency=0)) == ["Concurrency must be at least 1."]
+    assert problems_of(turbomind(), LoadConfig(concurrency=0)) == [
+        "--concurrency must be a whole number from 1 to 1,000,000; got 0."
+    ]
 
 
 def test_mtp_methods_need_no_draft_model_but_eagle_does(no_gpu_facts):

@@ -201,11 +201,11 @@ def test_a_failed_warm_up_stops_the_run_before_anything_is_measured(runner, hist
         ({"base_url": "http://:8000"}, {}, "names no host"),
         ({"extra_request_body": "{not json"}, {}, "not valid JSON"),
         ({"extra_request_body": "[1]"}, {}, "must be a JSON object"),
-        ({"endpoint": "embeddings"}, {}, "Unknown endpoint"),
-        ({}, {"request_rate": 0.0}, "request rate must be above 0"),
-        ({}, {"burstiness": -1.0}, "Burstiness must be above 0"),
-        ({}, {"max_concurrency": 0}, "Max concurrency must be at least 1"),
-        ({}, {"duration_s": 0.0}, "duration must be above 0"),
+        ({"endpoint": "embeddings"}, {}, "--endpoint must be one of completions, chat; got 'embeddings'"),
+        ({}, {"request_rate": 0.0}, "--request-rate must be a number above 0 and at most 1,000,000, or inf; got 0"),
+        ({}, {"burstiness": -1.0}, "--burstiness must be a number above 0 and at most 1,000; got -1"),
+        ({}, {"max_concurrency": 0}, "--max-concurrency must be a whole number from 1 to 1,000,000; got 0"),
+        ({}, {"duration_s": 0.0}, "--duration must be a number above 0 and at most 2,592,000; got 0"),
     ],
 )
 def test_impossible_server_or_load_settings_are_refused_before_the_run(engine, load, expected):

@@ -34,7 +34,13 @@ from dashboard.sidebar import widget_key
 
 # (setting, a backend it applies to, a value other than its default, a value it refuses there and the refusal)
 PROOF = [
-    ("max_prefill_token_num", "pytorch", 2048, -1, "--max-prefill-token-num must be 0 or more; got -1."),
+    (
+        "max_prefill_token_num",
+        "pytorch",
+        2048,
+        -1,
+        "--max-prefill-token-num must be a whole number from 0 to 16,777,216; got -1.",
+    ),
     ("dtype", "turbomind", "float16", "float32", "Unknown dtype 'float32'; choose one of auto, float16, bfloat16."),
 ]
 
@@ -167,7 +173,7 @@ def test_booleans_have_one_spelling_read_everywhere(text, value):
 
 # A dataset setting added as someone adding one would write it: one declaration in config/catalog.py's DATASET.
 NEW_DATASET_SETTING = """    Setting("system_prompt_len", Part.DATASET, int, 0, label="System prompt length", unit="tokens", sweepable=True,
-            bounds=Bounds("The system prompt length must be 0 or more.", low=0), help="Tokens of the system prompt every request opens with.",
+            bounds=Bounds(low=0, high=4096), help="Tokens of the system prompt every request opens with.",
             cli_help="tokens of the system prompt every request opens with"),
 """
 
@@ -222,5 +228,5 @@ def test_a_new_dataset_setting_is_one_declaration(tmp_path):
         "read back": 64,
         "swept": [0, 64],
         "title": "System prompt length (tokens)",
-        "refused": ["The system prompt length must be 0 or more."],
+        "refused": ["--system-prompt-len must be a whole number from 0 to 4,096; got -1."],
     }

@@ -117,7 +117,7 @@ def test_a_plan_varies_one_or_two_settings_with_at_least_one_repeat():
         SweepPlan("s", _base(), (concurrency, parse_sweep_arg("tp=1,2"), parse_sweep_arg("num_prompts=1,2")))
     with pytest.raises(ConfigError, match="varies concurrency twice"):
         SweepPlan("s", _base(), (parse_sweep_arg("tp=1,2"), concurrency, parse_sweep_arg("concurrency=4")))
-    with pytest.raises(ConfigError, match="at least 1 repeat"):
+    with pytest.raises(ConfigError, match="--repeats must be a whole number from 1 to 1,000; got 0"):
         SweepPlan("s", _base(), (concurrency,), repeats=0)
 
 
@@ -181,8 +181,9 @@ def test_check_names_every_impossible_point_in_one_error():
     with pytest.raises(ConfigError) as caught:
         plan.check()
     assert str(caught.value) == (
-        "Sweep points with num_prompts=0: The number of prompts must be at least 1. "
-        "Sweep points with concurrency=0 or -1: Concurrency must be at least 1."
+        "Sweep points with num_prompts=0: --num-prompts must be a whole number from 1 to 1,000,000; got 0. "
+        "Sweep points with concurrency=0: --concurrency must be a whole number from 1 to 1,000,000; got 0. "
+        "Sweep points with concurrency=-1: --concurrency must be a whole number from 1 to 1,000,000; got -1."
     )
 
 

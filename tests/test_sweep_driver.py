@@ -147,7 +147,10 @@ def test_an_engine_that_cannot_start_fails_once_and_its_other_runs_are_skipped(r
 
 
 def test_an_impossible_point_is_refused_before_anything_is_saved(runner):
-    with pytest.raises(ConfigError, match="Sweep points with concurrency=0: Concurrency must be at least 1"):
+    with pytest.raises(
+        ConfigError,
+        match="Sweep points with concurrency=0: --concurrency must be a whole number from 1 to 1,000,000; got 0",
+    ):
         start_sweep(runner, plan_of("concurrency=0,1"))
     with pytest.raises(ConfigError, match="sharegpt_output_len=4000: .* does not fit the 2,048-token context window"):
         start_sweep(runner, plan_of("sharegpt_output_len=8,4000"))

@@ -305,15 +305,24 @@ def test_a_search_that_meets_the_target_up_to_its_limit_stops_there():
         ),
         (
             ["--server-cmd", SERVER, "--find-max", "request_rate", "--slo-ttft-ms", "100", "--goodput-target", "1.5"],
-            "error: --goodput-target is the fraction of requests within the SLO",
+            "error: --goodput-target must be a number above 0 and at most 1; got 1.5.",
         ),
         (
-            ["--server-cmd", SERVER, "--find-max", "max_concurrency", "--slo-ttft-ms", "100", "--find-max-limit", "0"],
-            "error: --find-max-limit must be at least --find-max-start (1); got 0.",
+            [
+                "--server-cmd",
+                SERVER,
+                "--find-max",
+                "max_concurrency",
+                "--slo-ttft-ms",
+                "100",
+                "--find-max-limit",
+                "0.5",
+            ],
+            "error: --find-max-limit must be at least --find-max-start (1); got 0.5.",
         ),
         (
             ["--server-cmd", SERVER, "--server-start-timeout", "0", "--sweep", "num_prompts=2,4"],
-            "error: --server-start-timeout is the seconds a server has to answer: above 0, not 0.",
+            "error: --server-start-timeout must be a number above 0 and at most 86,400; got 0.",
         ),
         (
             ["--server-cmd", "lmdeploy-serve-typo --port {port}", "--sweep", "num_prompts=2,4"],

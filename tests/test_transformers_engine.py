@@ -246,8 +246,8 @@ def test_concurrency_keeps_the_engine_and_cache_sizing_reloads_it():
     [
         ({"dtype": "int3"}, "Unknown dtype 'int3'"),
         ({"torch_device": "tpu"}, "Unknown torch device 'tpu'"),
-        ({"num_blocks": 0}, "KV cache blocks must be at least 1"),
-        ({"max_batch_tokens": 0}, "tokens per batch must be at least 1"),
+        ({"num_blocks": 0}, "--num-blocks must be a whole number from 1 to 2,147,483,647; got 0"),
+        ({"max_batch_tokens": 0}, "--max-batch-tokens must be a whole number from 1 to 16,777,216; got 0"),
         ({"cache_block_seq_len": 2}, "between 4 and 8192"),
     ],
 )

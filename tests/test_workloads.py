@@ -178,7 +178,7 @@ def test_a_bad_trace_line_is_refused_with_its_number(tmp_path, tiny_tokenizer):
     with pytest.raises(
         DatasetError,
         match=r"bad.jsonl, line 3: the record is refused because its 'input_length' "
-        r"must be a whole number from 1 to 2,147,483,647, not 0",
+        r"must be a whole number from 1 to 16,777,216, not 0",
     ):
         sample_requests(config, tiny_tokenizer)
 
@@ -192,7 +192,7 @@ def test_a_trace_length_beyond_what_a_history_column_holds_is_refused_with_its_l
         sample_requests(config, tiny_tokenizer)
     assert str(caught.value).startswith(
         f"Dataset {config.dataset}, line 2: the record is refused because its '{key}' must be a whole number "
-        f"from 1 to 2,147,483,647, not {10**30}; "
+        f"from 1 to 16,777,216, not {10**30}; "
     )
     assert "\n" not in str(caught.value)
 
@@ -225,14 +225,14 @@ def test_custom_records_take_a_prompt_or_messages_and_their_own_output_length(tm
     [
         ({"text": "hi"}, "it has no 'prompt' string and no 'messages' list"),
         ({"prompt": ""}, "its 'prompt' is empty or not a string"),
-        ({"prompt": "hi", "max_tokens": 0}, "its 'max_tokens' must be a whole number from 1 to 2,147,483,647, not 0"),
+        ({"prompt": "hi", "max_tokens": 0}, "its 'max_tokens' must be a whole number from 1 to 16,777,216, not 0"),
         (
             {"prompt": "hi", "output_len": 10**30},
-            f"its 'output_len' must be a whole number from 1 to 2,147,483,647, not {10**30}",
+            f"its 'output_len' must be a whole number from 1 to 16,777,216, not {10**30}",
         ),
         (
             {"prompt": "hi", "max_tokens": 2**31},
-            f"its 'max_tokens' must be a whole number from 1 to 2,147,483,647, not {2**31}",
+            f"its 'max_tokens' must be a whole number from 1 to 16,777,216, not {2**31}",
         ),
         ({"messages": [{"content": "no role"}]}, "its message 1 is not an object with a 'role'"),
         (["not", "an", "object"], "it is a JSON list, not an object"),

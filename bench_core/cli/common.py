@@ -137,8 +137,11 @@ class ScriptCommand(EngineCommand):
         return args.csv
 
     def run(self, args: argparse.Namespace) -> int:
+        from ..engines import check_run_config
+
         check_report_path(args.report)
         config = self.build_config(args)
+        check_run_config(config)  # before the history is opened: a refused run writes nothing
         history = open_history(args.results)
         check_writable(history, args.csv)
 
@@ -184,6 +187,7 @@ class Flag:
     negated: bool = False  # a --disable-... switch: given, the setting is False
     positional: bool = False
     choices: tuple[typing.Any, ...] | None = None  # default: the declaration's
+    metavar: str | None = None  # default: argparse's, from the flag
 
     @property
     def setting(self) -> Setting:
@@ -205,6 +209,8 @@ class Flag:
             return
         default = declared.default if self.default is _DECLARED else self.default
         options["action"] = _GivenTrue if declared.kind is bool else _Given
+        if self.metavar is not None:
+            options["metavar"] = self.metavar
         if declared.kind is not bool:
             options["type"] = flag_type(declared)
             choices = declared.choices if self.choices is None else self.choices
@@ -260,22 +266,29 @@ LENGTH_FLAGS = ("sharegpt_output_len", "random_input_len", "random_output_len", 
 
 def flag_type(declared: Setting) -> Callable[[str], typing.Any]:
     """How a flag's text becomes the setting's value: its own text form (quant_policy's names), else its kind; an
-    empty string leaves an optional setting unset, like a missing flag."""
-    if declared.text_parser is not None:
+    empty string leaves an optional setting unset, like a missing flag. Text that is no value of a number setting
+    is refused with its range (its bounds are checked with the run's other settings)."""
 
-        def parse(text: str) -> typing.Any:
-            try:
-                return declared.text_parser(text)
-            except ValueError as exc:
-                raise argparse.ArgumentTypeError(str(exc)) from None
-    elif declared.optional:
+    def parse(text: str) -> typing.Any:
+        if declared.optional and text.strip() == "":
+            return None
+        try:
+            return (declared.text_parser or declared.kind)(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(not_a_value(declared, text) if declared.numeric else str(exc)) from None
 
-        def parse(text: str) -> typing.Any:
-            return None if text.strip() == "" else declared.kind(text)
-    else:
-        return declared.kind
     parse.__name__ = declared.kind.__name__  # argparse names it in "invalid int value"
     return parse
+
+
+def not_a_value(declared: Setting, text: str) -> str:
+    """Why `text`, typed for a number setting, is not one of its values: its range's sentence where it is a number of
+    another kind (nan, 1e30 or 2.5 for a whole number), else that it is no number at all."""
+    try:
+        number = float(text)
+    except ValueError:
+        return f"'{text}' is not {declared.limits.words(declared.kind is int, declared.typed_scale)}."
+    return declared.out_of_range(number * declared.typed_scale)
 
 
 def unlisted_flags(part: Part, *layouts: Iterable[Flag | str]) -> tuple[Flag, ...]:

@@ -70,6 +70,7 @@ OUR_FLAGS = (
     "exact_rate_arrivals",
     "max_concurrency",
     "warmup_requests",
+    "allow_long_schedule",
     *unlisted_flags(Part.DATASET, POSITIONAL, SCRIPT_FLAGS),
 )
 

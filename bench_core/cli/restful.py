@@ -118,6 +118,7 @@ OUR_FLAGS = (
     "burstiness",
     "exact_rate_arrivals",
     "duration_s",
+    "allow_long_schedule",
     "client_processes",
     Flag("warmup_requests", default=1, help="unmeasured warm-up requests (0 with --disable-warmup)"),
     Flag(
@@ -128,7 +129,6 @@ OUR_FLAGS = (
     ),
     Flag(
         "read_timeout_s",
-        names=("--timeout",),
         help="seconds a request may wait for its next token (the first included) before it fails; keep-alive "
         f"comments do not count. A request also fails after {REQUEST_DEADLINE_S / 3600:g} hours in all, "
         "as in profile_restful_api.py",

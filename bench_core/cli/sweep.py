@@ -26,7 +26,7 @@ from functools import partial
 
 import pandas as pd
 
-from ..config import setting
+from ..config import Part, check_values, of_part, setting
 from ..csvstore import append_row
 from ..errors import ConfigError
 from ..measure.catalog import NOT_REPORTED, SPECULATIVE_COLUMNS
@@ -37,7 +37,7 @@ from ..sweep import find_max
 from ..sweep.plan import SWEEPABLE, SweepPlan, describe_point, new_sweep_id, parse_server_value, parse_sweep_arg
 from ..sweep.report import sweep_report
 from ..sweep.results import mean_with_interval, point_statistics, sweep_runs
-from ..sweep.server import DEFAULT_START_TIMEOUT_S, template_fields
+from ..sweep.server import template_fields
 from ..sweep.store import CREDENTIAL_SETTINGS
 from ..views.tables import describe_column
 from .common import (
@@ -47,8 +47,10 @@ from .common import (
     SWEEP_EXIT_CODES_HELP,
     Command,
     EngineCommand,
+    Flag,
     HelpFormatter,
     Parser,
+    add_flags,
     add_report_flag,
     add_results_flag,
     append_csv_row,
@@ -62,6 +64,7 @@ from .common import (
     write_report,
 )
 
+CLUSTER_SETTINGS = ("cpus_per_point", "retries")
 # The per-point table printed at the end: throughput, the latency a user waits, decode speed.
 TABLE_METRICS = ("output_throughput", "p99_ttft_ms", "mean_tpot_ms")
 
@@ -121,7 +124,7 @@ class SweepCommand(Command):
                 help=f"a setting and its values; give --sweep twice for a grid. Sweepable: "
                 f"{', '.join(SWEEPABLE)}" + (", and the fields of --server-cmd" if engine.serves else ""),
             )
-            swept.add_argument("--repeats", type=int, default=1, help="runs per point (2 or more give a spread)")
+            add_flags(swept, (Flag("repeats", metavar="K"),))
             if engine.serves:
                 add_server_flags(command.add_argument_group("a server per run"))
                 add_find_max_flags(command.add_argument_group("the highest load within the SLO"))
@@ -137,6 +140,7 @@ class SweepCommand(Command):
                 "Give --resume SWEEP_ID on its own: a resumed sweep keeps the settings it was started with."
             )
         report_path = args.resume_report if args.resume else getattr(args, "report", "")
+        check_values(**sweep_setting_values(args))
         check_report_path(report_path)
         launch = cluster_launch(args)
         if args.resume:
@@ -170,6 +174,12 @@ class SweepCommand(Command):
         return code
 
 
+def sweep_setting_values(args: argparse.Namespace) -> dict[str, object]:
+    """The sweep's own settings the parsed `args` hold, by name (an engine command's flags are its runs')."""
+    flags = (Flag(declared.name) for declared in of_part(Part.SWEEP))
+    return {flag.name: getattr(args, flag.destination) for flag in flags if hasattr(args, flag.destination)}
+
+
 def add_server_flags(group) -> None:
     group.add_argument(
         "--server-cmd",
@@ -186,13 +196,7 @@ def add_server_flags(group) -> None:
         metavar="NAME=VALUE",
         help="a fixed value of a field of --server-cmd",
     )
-    group.add_argument(
-        "--server-start-timeout",
-        type=float,
-        default=DEFAULT_START_TIMEOUT_S,
-        metavar="S",
-        help="seconds a started server has to answer GET /v1/models before its run fails",
-    )
+    add_flags(group, (Flag("server_start_timeout_s", metavar="S"),))
 
 
 def add_find_max_flags(group) -> None:
@@ -204,52 +208,21 @@ def add_find_max_flags(group) -> None:
         "requests meet the --slo-* thresholds: double from --find-max-start until a run misses "
         "the target, then bisect",
     )
-    group.add_argument(
-        "--goodput-target",
-        type=float,
-        default=find_max.DEFAULT_TARGET,
-        metavar="FRACTION",
-        help="with --find-max: the fraction of requests that must meet every --slo-* threshold",
-    )
-    group.add_argument(
-        "--find-max-start",
-        type=float,
-        default=None,
-        metavar="LOAD",
-        help="with --find-max: the first load probed; default 1 (req/s or requests in flight)",
-    )
-    group.add_argument(
-        "--find-max-precision",
-        type=float,
-        default=find_max.DEFAULT_PRECISION,
-        metavar="FRACTION",
-        help="with --find-max: stop once the highest load meeting the target and the lowest missing "
-        "it are this close, relative to the first (0.1: within 10%%); a concurrency also stops "
-        "at neighbouring whole numbers",
-    )
-    group.add_argument(
-        "--find-max-limit",
-        type=float,
-        default=None,
-        metavar="LOAD",
-        help="with --find-max: the highest load probed; default --num-prompts for max_concurrency, "
-        f"{find_max.LIMIT_FACTOR} x the start for request_rate",
-    )
-    group.add_argument(
-        "--find-max-probes",
-        type=int,
-        default=find_max.DEFAULT_MAX_PROBES,
-        metavar="N",
-        help="with --find-max: the most probes a point's search runs before it stops where it is "
-        f"(1 to {find_max.MOST_PROBES})",
-    )
-    group.add_argument(
-        "--find-max-time",
-        type=float,
-        default=find_max.DEFAULT_MAX_TIME_S,
-        metavar="S",
-        help="with --find-max: the seconds a point's search may take; the probe under way then is stopped "
-        f"(at most {find_max.LONGEST_TIME_S:g}: a week)",
+    add_flags(
+        group,
+        (
+            Flag("goodput_target", metavar="FRACTION"),
+            Flag("find_max_start", metavar="LOAD"),
+            Flag("find_max_precision", metavar="FRACTION"),
+            Flag(
+                "find_max_limit",
+                metavar="LOAD",
+                help="with --find-max: the highest load probed; default --num-prompts for max_concurrency, "
+                f"{find_max.LIMIT_FACTOR} x the start for request_rate",
+            ),
+            Flag("find_max_probes", metavar="N"),
+            Flag("find_max_time_s", metavar="S"),
+        ),
     )
 
 
@@ -277,14 +250,19 @@ def build_plan(args: argparse.Namespace, engine: EngineCommand) -> SweepPlan:
                 "--slo-tpot-ms or --slo-e2e-ms."
             )
         start = args.find_max_start if args.find_max_start is not None else find_max.DEFAULT_START[args.find_max]
+        highest = setting("find_max_limit").limits.high
         limit = (
             args.find_max_limit
             if args.find_max_limit is not None
-            else (base.dataset.num_prompts if args.find_max == "max_concurrency" else start * find_max.LIMIT_FACTOR)
+            else (
+                base.dataset.num_prompts
+                if args.find_max == "max_concurrency"
+                else min(start * find_max.LIMIT_FACTOR, highest)
+            )
         )
         search = find_max.FindMax(
             args.find_max,
-            int(start) if args.find_max == "max_concurrency" else start,
+            int(start) if args.find_max == "max_concurrency" and float(start).is_integer() else start,
             args.find_max_precision,
             args.goodput_target,
             limit,
@@ -299,7 +277,7 @@ def build_plan(args: argparse.Namespace, engine: EngineCommand) -> SweepPlan:
         axes,
         args.repeats,
         server_cmd,
-        getattr(args, "server_start_timeout", DEFAULT_START_TIMEOUT_S),
+        getattr(args, "server_start_timeout", setting("server_start_timeout_s").default),
         search,
     )
 
@@ -318,21 +296,7 @@ def add_cluster_flags(group, default=None) -> None:
         "cluster this machine belongs to, local: a new one here); needs Ray "
         "(pip install -r requirements-cluster.txt)",
     )
-    group.add_argument(
-        "--cpus-per-point",
-        type=int,
-        metavar="N",
-        default=chosen(1),
-        help="with --ray-address: CPU cores each point holds alone (GPU points also hold their "
-        "engine's GPUs, tp of them)",
-    )
-    group.add_argument(
-        "--retries",
-        type=int,
-        metavar="N",
-        default=chosen(0),
-        help="with --ray-address: run a point again, up to N times, when its worker died",
-    )
+    add_flags(group, (Flag(name, metavar="N", default=chosen(setting(name).default)) for name in CLUSTER_SETTINGS))
 
 
 def cluster_launch(args: argparse.Namespace):
@@ -381,7 +345,9 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
         and progress.finished == 0
         and all(not run.measurement.measured and run.user_error for _, run in sweep.runs)
     ):
-        print(f"error: {' '.join(progress.errors)}", file=sys.stderr)  # e.g. a dataset that is not there
+        # e.g. a dataset that is not there; never an empty line, whatever stopped the sweep
+        reason = " ".join(progress.errors) or "the sweep stopped before any of its runs started, and gave no reason."
+        print(f"error: {reason}", file=sys.stderr)
         return EXIT_BAD_INPUT
     states = sweep.point_states()  # a cluster sweep: where each run ran
     if states:

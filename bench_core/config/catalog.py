@@ -13,9 +13,22 @@ import logging
 import math
 
 from ..states import LoadPattern
-from .settings import Bounds, Part, Setting, Widget, by_name, part_settings
+from .settings import MAX_WHOLE_NUMBER, Bounds, Part, Setting, Widget, by_name, part_settings
 
 MAX_SEED = 2**32 - 1  # the largest seed NumPy takes
+# The ranges of what a user types, beyond which no run could be meant (and a sample would not fit in memory):
+MAX_TOKENS = 2**24  # a length, a context or a block in tokens: above any model's context window
+MAX_PROMPTS = 1_000_000  # prompts in one run, requests in flight at once
+MAX_REQUEST_RATE = 1_000_000.0  # requests per second, and a load a capacity search probes
+MAX_CLIENT_PROCESSES = 1024
+MAX_IMAGES = 64  # images in one request
+MAX_IMAGE_SIDE = 8192  # pixels on either side of an image: 64 Mpixels, 192 MiB of RGB before encoding
+DAY_S = 86_400.0
+MAX_THINK_S = 3600.0  # between two turns of a conversation
+# A schedule (a trace's, or the arrivals at a request rate) that sends its last request later than a day after
+# the start asks to be confirmed (allow_long_schedule); none may be longer than MAX_SCHEDULE_S.
+LONG_SCHEDULE_S = DAY_S
+MAX_SCHEDULE_S = 30 * DAY_S
 WARMUP_START = 2  # the dashboard's warm-up, on by default (README, "Warm-up"); LMDeploy's scripts warm up none
 # LMDeploy's datasets (its image dataset is profile_restful_api.py's), then the workloads that show what the cache
 # and the scheduler do: prompts sharing prefixes, multi-turn conversations, a replayed trace, a user's own prompts.
@@ -67,8 +80,13 @@ def image_size(text: str) -> tuple[int, int]:
     if preset is not None:
         return preset
     height, _, width = str(text).strip().lower().partition("x")
-    if height.isdigit() and width.isdigit() and int(height) > 0 and int(width) > 0:
-        return int(width), int(height)
+    if height.isdigit() and width.isdigit():
+        if 1 <= int(height) <= MAX_IMAGE_SIDE and 1 <= int(width) <= MAX_IMAGE_SIDE:
+            return int(width), int(height)
+        raise ValueError(
+            f"The image resolution {text} is too large to make: each side must be from 1 to {MAX_IMAGE_SIDE:,} "
+            f"pixels (4k is 2160x3840)."
+        )
     raise ValueError(
         f"Unsupported image resolution '{text}': choose 4k, 1080p, 720p, 360p or HEIGHTxWIDTH (e.g. 1080x1920)."
     )
@@ -85,13 +103,11 @@ def _count(
     default: int,
     label: str,
     unit: str,
-    what: str,
     step: int,
     widget_label: str,
     **options,
 ) -> Setting:
     """A workload's sweepable whole number of at least 1 (a length in tokens, a number of groups)."""
-    least = "1 token" if unit == "tokens" else "1"
     return Setting(
         name,
         Part.DATASET,
@@ -101,7 +117,7 @@ def _count(
         label=label,
         unit=unit,
         sweepable=True,
-        bounds=Bounds(f"{what[:1].upper()}{what[1:]} must be at least {least}.", low=1),
+        bounds=Bounds(low=1, high=MAX_TOKENS if unit == "tokens" else MAX_PROMPTS),
         widget=Widget(step=step),
         widget_label=widget_label,
         **options,
@@ -119,8 +135,6 @@ def _both(field: str) -> dict[str, str]:
     """A knob both of LMDeploy's engine configs take under one name."""
     return {"turbomind": field, "pytorch": field}
 
-
-AT_LEAST_1 = "{flag} must be at least 1; got {value}."
 
 ENGINE = (
     Setting(
@@ -149,6 +163,7 @@ ENGINE = (
         1,
         "GPU number used in tensor parallelism.",
         rule="a power of 2, at most the GPUs present",
+        bounds=Bounds(low=1),
         label="Tensor parallelism",
         unit="GPUs",
         engine_fields=_both("tp"),
@@ -161,6 +176,7 @@ ENGINE = (
         0.8,
         "Fraction of free GPU memory used for the KV cache.",
         rule="TurboMind: > 0; PyTorch: between 0 and 1, exclusive",
+        bounds=Bounds(low=0.0, low_open=True, high=MAX_WHOLE_NUMBER),
         label="KV cache share of free GPU memory",
         unit="fraction",
         engine_fields=_both("cache_max_entry_count"),
@@ -174,7 +190,7 @@ ENGINE = (
         "Maximum session length in tokens; empty means the model's own limit.",
         optional=True,
         rule="> 0 when set",
-        bounds=Bounds("{flag} must be a positive number of tokens, or empty; got {value}.", low=1),
+        bounds=Bounds(low=1, high=MAX_TOKENS),
         label="Session length",
         unit="tokens",
         engine_fields=_both("session_len"),
@@ -187,6 +203,7 @@ ENGINE = (
         64,
         "Tokens per KV cache block (PyTorch: block_size; transformers: page size).",
         rule="TurboMind: a multiple of 32 (compute capability >= 8.0) or 64; PyTorch: a power of 2, >= 16",
+        bounds=Bounds(low=1, high=MAX_TOKENS),
         label="KV cache block length",
         unit="tokens",
         engine_fields={"turbomind": "cache_block_seq_len", "pytorch": "block_size"},
@@ -210,7 +227,7 @@ ENGINE = (
         1,
         "Data parallelism: engine replicas, each taking its share of the batch.",
         rule=">= 1; PyTorch: only with --tp or --ep above 1 (LMDeploy resets it to 1 otherwise)",
-        bounds=Bounds(AT_LEAST_1, low=1),
+        bounds=Bounds(low=1),
         label="Data parallelism",
         unit="replicas",
         engine_fields=_both("dp"),
@@ -223,7 +240,7 @@ ENGINE = (
         1,
         "Expert parallelism: GPUs the experts of a mixture-of-experts model are spread over.",
         rule=">= 1",
-        bounds=Bounds(AT_LEAST_1, low=1),
+        bounds=Bounds(low=1),
         label="Expert parallelism",
         unit="GPUs",
         engine_fields=_both("ep"),
@@ -236,7 +253,7 @@ ENGINE = (
         8192,
         "Prompt tokens one prefill step takes at most; a longer prompt is prefilled in chunks.",
         rule=">= 0",
-        bounds=Bounds("{flag} must be 0 or more; got {value}.", low=0),
+        bounds=Bounds(low=0, high=MAX_TOKENS),
         label="Max prefill tokens per step",
         unit="tokens",
         engine_fields=_both("max_prefill_token_num"),
@@ -249,7 +266,7 @@ ENGINE = (
         1,
         "Context parallelism of attention: GPUs a sequence's attention is split over.",
         rule=">= 1; --tp must be a multiple of it",
-        bounds=Bounds(AT_LEAST_1, low=1),
+        bounds=Bounds(low=1),
         label="Context parallelism",
         unit="GPUs",
         engine_fields={"turbomind": "cp"},
@@ -286,7 +303,7 @@ ENGINE = (
         0,
         "Tokens processed per forward pass (0: engine default).",
         rule=">= 0",
-        bounds=Bounds("{flag} must be 0 or more; got {value}.", low=0),
+        bounds=Bounds(low=0, high=MAX_TOKENS),
         label="Tokens per forward pass",
         unit="tokens",
         engine_fields={"turbomind": "num_tokens_per_iter"},
@@ -299,7 +316,7 @@ ENGINE = (
         1,
         "Forward passes a long prefill may be split into.",
         rule=">= 1",
-        bounds=Bounds(AT_LEAST_1, low=1),
+        bounds=Bounds(low=1),
         label="Max prefill passes",
         unit="passes",
         engine_fields={"turbomind": "max_prefill_iters"},
@@ -373,7 +390,7 @@ ENGINE = (
         "Block length of a diffusion LLM; empty: the model's.",
         optional=True,
         rule="> 0 when set; with -c, at most --max-prefill-token-num tokens",
-        bounds=Bounds("{flag} must be a positive number of tokens, or empty; got {value}.", low=1),
+        bounds=Bounds(low=1, high=MAX_TOKENS),
         label="Diffusion block length",
         unit="tokens",
         engine_fields={"pytorch": "dllm_block_length"},
@@ -397,7 +414,7 @@ ENGINE = (
         "Denoising steps per block of a diffusion LLM; empty: the model's.",
         optional=True,
         rule="> 0 when set",
-        bounds=Bounds("{flag} must be a positive number of steps, or empty; got {value}.", low=1),
+        bounds=Bounds(low=1),
         label="Diffusion denoising steps",
         unit="steps",
         engine_fields={"pytorch": "dllm_denoising_steps"},
@@ -410,7 +427,7 @@ ENGINE = (
         0.85,
         "Confidence above which a diffusion LLM unmasks a token (low_confidence_dynamic).",
         rule="between 0 and 1",
-        bounds=Bounds("{flag} must be between 0 and 1; got {value}.", low=0.0, high=1.0),
+        bounds=Bounds(low=0.0, high=1.0),
         label="Diffusion confidence threshold",
         engine_fields={"pytorch": "dllm_confidence_threshold"},
     ),
@@ -434,7 +451,7 @@ ENGINE = (
         1,
         "Tokens the draft model proposes per step.",
         rule=">= 1",
-        bounds=Bounds(AT_LEAST_1, low=1),
+        bounds=Bounds(low=1),
         label="Draft tokens per step",
         unit="tokens",
     ),
@@ -484,7 +501,7 @@ ENGINE = (
         rule="> 0 when set",
         label="KV cache blocks",
         unit="blocks",
-        bounds=Bounds("The number of KV cache blocks must be at least 1 (or empty to size it for the batch).", low=1),
+        bounds=Bounds(low=1, note="Leave it empty to size the cache for the batch."),
         widget=Widget(placeholder="empty: automatic"),
     ),
     _knob(
@@ -495,7 +512,7 @@ ENGINE = (
         1024,
         "Tokens per continuous-batching step.",
         rule="> 0",
-        bounds=Bounds("The maximum tokens per batch must be at least 1.", low=1),
+        bounds=Bounds(low=1, high=MAX_TOKENS),
         label="Tokens per batching step",
         unit="tokens",
     ),
@@ -580,6 +597,8 @@ ENGINE = (
         "Seconds a request may wait for its next token (the first included) before it fails with a read timeout; "
         "keep-alive comments do not count.",
         rule="> 0",
+        bounds=Bounds(low=0.0, low_open=True, high=DAY_S),
+        flags=("--timeout",),  # profile_restful_api.py's
     ),
     # How a server run is watched, not what it measures: its own Prometheus metrics, read beside ours.
     Setting(
@@ -607,7 +626,7 @@ ENGINE = (
         label="Server metrics interval",
         unit="s",
         rule="> 0",
-        bounds=Bounds("{flag} must be above 0 seconds; got {value}.", low=0.0, low_open=True),
+        bounds=Bounds(low=0.0, low_open=True, high=3600.0),
         help="Seconds between two reads of the server's /metrics.",
         flags=("--server-metrics-interval",),
         widget=Widget(step=0.5),
@@ -703,7 +722,7 @@ DATASET = (
         label="Number of prompts",
         unit="prompts",
         sweepable=True,
-        bounds=Bounds("The number of prompts must be at least 1.", low=1),
+        bounds=Bounds(low=1, high=MAX_PROMPTS),
         widget=Widget(step=1),
         widget_label="Number of prompts",
         flags=("-n", "--num-prompts"),
@@ -714,7 +733,7 @@ DATASET = (
         Part.DATASET,
         int,
         0,
-        bounds=Bounds(f"The seed must be a whole number from 0 to {MAX_SEED}, not {{value}}.", low=0, high=MAX_SEED),
+        bounds=Bounds(low=0, high=MAX_SEED),
         widget=Widget(step=1),
         widget_label="Seed",
         cli_help="seed used in sampling prompts from the dataset",
@@ -729,7 +748,7 @@ DATASET = (
         sweepable=True,
         label="ShareGPT output length",
         unit="tokens",
-        bounds=Bounds("The fixed ShareGPT output length must be at least 4 tokens (as in LMDeploy).", low=4),
+        bounds=Bounds(low=4, high=MAX_TOKENS, note="LMDeploy's least is 4."),
         help="--sharegpt-output-len: every request (every turn) generates this many tokens.",
         widget=Widget(step=1, placeholder="empty: each conversation's own"),
         widget_label="Fixed output length (tokens)",
@@ -745,7 +764,7 @@ DATASET = (
         sweepable=True,
         label="Random input length",
         unit="tokens",
-        bounds=Bounds("The random input length must be at least 1 token.", low=1),
+        bounds=Bounds(low=1, high=MAX_TOKENS),
         widget=Widget(step=1, start=128),
         widget_label="Input length",
         cli_help="input tokens per request (random and image datasets)",
@@ -760,7 +779,7 @@ DATASET = (
         sweepable=True,
         label="Random output length",
         unit="tokens",
-        bounds=Bounds("The random output length must be at least 1 token.", low=1),
+        bounds=Bounds(low=1, high=MAX_TOKENS),
         widget=Widget(step=1, start=128),
         widget_label="Output length",
         cli_help="output tokens per request (random and image datasets)",
@@ -771,7 +790,7 @@ DATASET = (
         float,
         0.0,
         datasets=("random", IMAGE),
-        bounds=Bounds("The random range ratio must be between 0 and 1.", low=0.0, high=1.0),
+        bounds=Bounds(low=0.0, high=1.0),
         help=RANGE_RATIO_RULE,
         widget=Widget(style="slider", step=0.05),
         widget_label="Range ratio",
@@ -786,7 +805,7 @@ DATASET = (
         datasets=(IMAGE,),
         label="Images per request",
         unit="images",
-        bounds=Bounds("The number of images per request must be at least 1.", low=1),
+        bounds=Bounds(low=1, high=MAX_IMAGES),
         widget=Widget(step=1),
         widget_label="Images per request",
         cli_help="number of images per request (only available with the image dataset)",
@@ -835,7 +854,6 @@ DATASET = (
         256,
         "Shared prefix length",
         "tokens",
-        "the shared prefix length",
         16,
         "Prefix length (tokens)",
         help="Tokens of ShareGPT text every prompt of a group opens with.",
@@ -847,7 +865,6 @@ DATASET = (
         4,
         "Prefix groups",
         "prefixes",
-        "the number of prefix groups",
         1,
         "Prefix groups",
         help="How many different prefixes the prompts share.",
@@ -859,7 +876,6 @@ DATASET = (
         32,
         "Suffix length",
         "tokens",
-        "the suffix length",
         8,
         "Suffix length (tokens)",
         help="Tokens of each prompt's own text after its prefix.",
@@ -874,7 +890,7 @@ DATASET = (
         label="Prefix reuse share",
         unit="fraction",
         sweepable=True,
-        bounds=Bounds("The prefix reuse share must be between 0 and 1.", low=0.0, high=1.0),
+        bounds=Bounds(low=0.0, high=1.0),
         widget=Widget(style="slider", step=0.05),
         widget_label="Share of prompts reusing a prefix",
         help="The share of prompts that open with their group's prefix; the others open with a prefix of their "
@@ -902,7 +918,6 @@ DATASET = (
         128,
         "Output length",
         "tokens",
-        "the output length",
         8,
         "Output length (tokens)",
         help="Tokens each request generates (custom: those of records without output_len or max_tokens).",
@@ -918,7 +933,7 @@ DATASET = (
         label="Turns per session",
         unit="turns",
         sweepable=True,
-        bounds=Bounds(f"The turns per session must be between 2 and {MAX_TURNS}.", low=2, high=MAX_TURNS),
+        bounds=Bounds(low=2, high=MAX_TURNS),
         widget=Widget(step=1),
         widget_label="Turns per session",
         help="User turns of each conversation sent; conversations with fewer are skipped. The number of prompts "
@@ -949,7 +964,7 @@ DATASET = (
         label="Think time",
         unit="s",
         sweepable=True,
-        bounds=Bounds("The think time must be 0 seconds or more.", low=0.0),
+        bounds=Bounds(low=0.0, high=MAX_THINK_S),
         widget=Widget(step=0.5, format="%.2f"),
         widget_label="Think time between turns (s)",
         help="How long a user waits after an answer before sending the next turn.",
@@ -965,7 +980,7 @@ DATASET = (
         datasets=(TRACE_DATASET,),
         label="Trace block length",
         unit="tokens",
-        bounds=Bounds("The trace block length must be at least 1 token.", low=1),
+        bounds=Bounds(low=1, high=MAX_TOKENS),
         widget=Widget(step=64),
         widget_label="Tokens per hash id",
         help="Tokens one hash id of the trace stands for (Mooncake's traces: 512).",
@@ -1024,7 +1039,7 @@ LOAD = (
         label="Concurrency",
         unit="requests",
         sweepable=True,
-        bounds=Bounds("Concurrency must be at least 1.", low=1),
+        bounds=Bounds(low=1, high=MAX_PROMPTS),
         help="Requests in flight at once; LMDeploy's engines take it as max_batch_size.",
         widget=Widget(step=1),
         widget_label="Concurrency",
@@ -1051,9 +1066,7 @@ LOAD = (
         unit="req/s",
         sweepable=True,
         allow_inf=True,  # inf sends every request at once
-        bounds=Bounds(
-            "The request rate must be above 0 requests/s (inf sends every request at once).", low=0.0, low_open=True
-        ),
+        bounds=Bounds(low=0.0, low_open=True, high=MAX_REQUEST_RATE, note="inf sends every request at once."),
         widget=Widget(step=1.0, placeholder="empty: inf, every request at once"),
         widget_label="Request rate (req/s)",
         cli_help="requests per second; inf sends every request at once, otherwise Poisson (see --burstiness)",
@@ -1066,7 +1079,7 @@ LOAD = (
         load_patterns=BY_RATE,
         label="Burstiness",
         unit="gamma shape",
-        bounds=Bounds("Burstiness must be above 0 (1 is a Poisson process).", low=0.0, low_open=True),
+        bounds=Bounds(low=0.0, low_open=True, high=1000.0, note="1 is a Poisson process."),
         help="Gamma shape of the gaps between requests: 1 is Poisson, below 1 burstier, above 1 more regular.",
         widget=Widget(step=0.1),
         widget_label="Burstiness",
@@ -1095,7 +1108,7 @@ LOAD = (
         load_patterns=BY_RATE,
         label="Max concurrency",
         unit="requests",
-        bounds=Bounds("Max concurrency must be at least 1 (or unset).", low=1),
+        bounds=Bounds(low=1, high=MAX_PROMPTS),
         widget=Widget(step=1, placeholder="empty: no limit"),
         widget_label="Max concurrency (requests)",
         cli_help="most requests in flight at once (vLLM); default: no limit",
@@ -1109,7 +1122,7 @@ LOAD = (
         label="Warm-up requests",
         unit="requests",
         widget_label="Warm up before measuring",
-        bounds=Bounds("Warm-up requests must be 0 or more.", low=0),
+        bounds=Bounds(low=0, high=MAX_PROMPTS),
         help="Requests sent after the engine loads and before the clock starts, not measured: the first N prompts "
         "(a server: the first prompt N times, as vLLM).",
         widget=Widget(style="switch", step=1, start=WARMUP_START),
@@ -1125,7 +1138,7 @@ LOAD = (
         label="Trace speed-up",
         unit="x",
         sweepable=True,
-        bounds=Bounds("The trace speed-up must be above 0.", low=0.0, low_open=True),
+        bounds=Bounds(low=0.0, low_open=True, high=1e6),
         widget=Widget(step=0.5, format="%.2f"),
         widget_label="Trace speed-up (x)",
         help="The trace's timestamps are divided by this: 2 replays it twice as fast; 1 keeps its schedule.",
@@ -1142,7 +1155,7 @@ LOAD = (
         load_patterns=BY_RATE,
         backends=("openai",),
         compared=False,
-        bounds=Bounds("The duration must be above 0 seconds (or unset).", low=0.0, low_open=True),
+        bounds=Bounds(low=0.0, low_open=True, high=MAX_SCHEDULE_S),
         help="End the run after this long: requests not sent stay unfinished, those in flight are cancelled.",
         widget=Widget(step=10.0, placeholder="empty: send every prompt"),
         widget_label="Duration (s)",
@@ -1150,6 +1163,21 @@ LOAD = (
         cli_help="end the run after this many seconds: unsent requests stay unfinished, "
         "those in flight are cancelled; a warm-up request waits no longer than "
         "this for a token",
+    ),
+    # A schedule that sends its last request more than a day after the start is refused unless confirmed: a rate or
+    # a trace typed in the wrong unit would otherwise hold the run (and a sweep) for days without a word.
+    Setting(
+        "allow_long_schedule",
+        Part.LOAD,
+        bool,
+        False,
+        load_patterns=(LoadPattern.REQUEST_RATE, LoadPattern.TRACE),
+        compared=False,
+        help=f"Run a schedule that sends its last request more than a day after the start (at most "
+        f"{MAX_SCHEDULE_S / DAY_S:.0f} days): a low request rate over many prompts, or a long trace.",
+        widget_label="Allow a schedule longer than a day",
+        cli_help="run a schedule that sends its last request more than a day after the start (a low request rate "
+        f"over many prompts, a long trace); at most {MAX_SCHEDULE_S / DAY_S:.0f} days",
     ),
     # One asyncio process saturates near 80k events/s on one core; more processes split the requests of one
     # schedule (engines/client_workers.py). 1 is the one-process client, unchanged.
@@ -1161,7 +1189,7 @@ LOAD = (
         backends=("openai",),
         label="Client processes",
         unit="processes",
-        bounds=Bounds("The client processes must be at least 1; got {value}.", low=1),
+        bounds=Bounds(low=1, high=MAX_CLIENT_PROCESSES),
         help="Send the requests from this many processes, each with its own event loop and connections, on one "
         "arrival schedule drawn from the seed; a max concurrency is split between them. For a server that "
         "answers faster than one client process can read.",
@@ -1199,7 +1227,7 @@ LOAD = (
         load_patterns=BY_ENGINE_API,
         label="Cancel rate",
         unit="fraction",
-        bounds=Bounds("The cancel rate must be between 0 and 1; got {value}.", low=0.0, high=1.0),
+        bounds=Bounds(low=0.0, high=1.0),
         help="The share of requests, drawn from the seed as profile_throughput.py draws it, cancelled part way "
         "through; counted as cancelled, not failed.",
         widget=Widget(style="slider", step=0.05),
@@ -1237,7 +1265,7 @@ GENERATION = (
         float,
         0.8,
         rule="between 0 and 2",
-        bounds=Bounds("between 0 and 2", low=0, high=2),
+        bounds=Bounds(low=0, high=2),
         widget=Widget(step=0.1),
         widget_label="Temperature",
         flags=("-temp", "--temperature"),
@@ -1249,7 +1277,7 @@ GENERATION = (
         float,
         0.8,
         rule="between 0 and 1",
-        bounds=Bounds("between 0 and 1", low=0, high=1),
+        bounds=Bounds(low=0, high=1),
         widget=Widget(step=0.05),
         widget_label="Top p",
         cli_help="top-p sampling (LMDeploy's engines decode greedily)",
@@ -1260,7 +1288,7 @@ GENERATION = (
         int,
         1,
         rule="0 (no limit) or more",
-        bounds=Bounds("0 (no limit) or more", low=0),
+        bounds=Bounds(low=0, note="0 is no limit."),
         widget=Widget(step=1),
         widget_label="Top k",
         cli_help="top-k sampling (LMDeploy's engines decode greedily)",
@@ -1281,7 +1309,7 @@ def _slo(name: str, label: str) -> Setting:
         typed_scale=0.001,
         flags=(f"--slo-{name}-ms",),
         cli_help=f"goodput threshold on {name.upper()} in ms; a request is good when it meets all set",
-        bounds=Bounds(f"The {name.upper()} threshold must be a positive number of seconds.", low=0.0, low_open=True),
+        bounds=Bounds(low=0.0, low_open=True, high=DAY_S),
         widget=Widget(step=10.0, placeholder="not set", key=f"slo_{name}_ms"),
         widget_label=f"{name.upper()} at most (ms)",
     )
@@ -1290,8 +1318,92 @@ def _slo(name: str, label: str) -> Setting:
 # Optional service-level thresholds in seconds (typed in ms); a request is good when it meets all that are set.
 SLO_SETTINGS = (_slo("ttft", "TTFT"), _slo("tpot", "TPOT"), _slo("e2e", "end-to-end latency"))
 
+
+def _sweep(name: str, kind: type, default, bounds: Bounds, cli_help: str, **options) -> Setting:
+    return Setting(name, Part.SWEEP, kind, default, bounds=bounds, cli_help=cli_help, widget=None, **options)
+
+
+# How a sweep runs its points and searches for a capacity (`sweep`'s own flags): not a part of a run.
+SWEEP_SETTINGS = (
+    _sweep("repeats", int, 1, Bounds(low=1, high=1000), "runs per point (2 or more give a spread)"),
+    _sweep(
+        "server_start_timeout_s",
+        float,
+        600.0,  # a large model's first load (weights from disk, kernels compiled) takes minutes
+        Bounds(low=0.0, low_open=True, high=DAY_S),
+        "seconds a started server has to answer GET /v1/models before its run fails",
+        flags=("--server-start-timeout",),
+    ),
+    _sweep(
+        "goodput_target",
+        float,
+        0.9,
+        Bounds(low=0.0, low_open=True, high=1.0),
+        "with --find-max: the fraction of requests that must meet every --slo-* threshold",
+    ),
+    # A load the search probes: a request rate or a concurrency.
+    _sweep(
+        "find_max_start",
+        float,
+        None,
+        Bounds(low=0.001, high=MAX_REQUEST_RATE),
+        "with --find-max: the first load probed; default 1 (req/s or requests in flight)",
+        optional=True,
+    ),
+    _sweep(
+        "find_max_precision",
+        float,
+        0.1,
+        Bounds(low=0.001, high=1.0),
+        "with --find-max: stop once the highest load meeting the target and the lowest missing it are this close, "
+        "relative to the first (0.1: within 10%); a concurrency also stops at neighbouring whole numbers",
+    ),
+    _sweep(
+        "find_max_limit",
+        float,
+        None,
+        Bounds(low=0.001, high=MAX_REQUEST_RATE),
+        "with --find-max: the highest load probed; default --num-prompts for max_concurrency, 1024 x the start "
+        "for request_rate",
+        optional=True,
+    ),
+    # A budget that ends a search nothing else would. 40 probes: from the default start to its default limit a search
+    # doubles 11 times and bisects 4 times to within 10%, which leaves room for a finer precision or a longer range.
+    _sweep(
+        "find_max_probes",
+        int,
+        40,
+        Bounds(low=1, high=1000),
+        "with --find-max: the most probes a point's search runs before it stops where it is",
+    ),
+    # A backstop, not a pace: one probe of 1,000 requests at 1 req/s takes 17 minutes, a whole search hours.
+    _sweep(
+        "find_max_time_s",
+        float,
+        DAY_S,
+        Bounds(low=0.0, low_open=True, high=7 * DAY_S),
+        "with --find-max: the seconds a point's search may take; the probe under way then is stopped",
+        flags=("--find-max-time",),
+    ),
+    _sweep(
+        "cpus_per_point",
+        int,
+        1,
+        Bounds(low=1, high=1024),
+        "with --ray-address: CPU cores each point holds alone (GPU points also hold their engine's GPUs, tp of them)",
+    ),
+    _sweep(
+        "retries",
+        int,
+        0,
+        Bounds(low=0, high=100),
+        "with --ray-address: run a point again, up to N times, when its worker died",
+    ),
+)
+
 SETTINGS: tuple[Setting, ...] = (*ENGINE, *DATASET, *LOAD, *GENERATION, *SLO_SETTINGS)
 BY_NAME = by_name(SETTINGS)
+SWEEP_BY_NAME = by_name(SWEEP_SETTINGS)
 BY_KEY = {setting.key: setting for setting in SETTINGS}
 KNOBS: tuple[Setting, ...] = tuple(setting for setting in ENGINE if setting.is_knob)
 # The settings a sweep may vary, as a user reaches for them: the engine's knobs, the load, the dataset's sizes.
@@ -1302,12 +1414,12 @@ OUTPUT_LENGTHS = ("sharegpt_output_len", "random_output_len", "output_len")
 
 
 def setting(name: str) -> Setting:
-    """The setting called `name`; KeyError for a name no declaration has."""
-    return BY_NAME[name]
+    """The setting called `name` (a run's, else a sweep's); KeyError for a name no declaration has."""
+    return BY_NAME[name] if name in BY_NAME else SWEEP_BY_NAME[name]
 
 
 def of_part(part: Part) -> tuple[Setting, ...]:
-    return part_settings(SETTINGS, part)
+    return part_settings((*SETTINGS, *SWEEP_SETTINGS), part)
 
 
 def output_length(dataset_name: str) -> Setting | None:

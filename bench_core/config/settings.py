@@ -9,6 +9,7 @@ A setting's text form (a sweep value, a URL parameter, a CSV cell) goes through 
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from collections.abc import Callable, Mapping
@@ -32,6 +33,7 @@ class Part(enum.StrEnum):
     LOAD = "load"
     GENERATION = "generation"
     SLO = "slo"
+    SWEEP = "sweep"  # how a sweep runs its points and searches: not a part of a RunConfig, not in the history
 
 
 def parse_bool(text: str) -> bool:
@@ -62,19 +64,37 @@ def is_missing(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class Bounds:
-    """The values a number may take: `low` and `high`, each included unless open. `message` is the sentence when
-    they are broken; it may name {flag}, {value} and {label}."""
+    """The values a number may take: from `low` to `high`, each included unless open. The sentence when they are
+    broken is made from them (`words`), so it always names the bound; `note` adds why, where the numbers alone do
+    not say it (what 1 means, whose rule it is)."""
 
-    message: str
     low: float = -math.inf
     high: float = math.inf
     low_open: bool = False
     high_open: bool = False
+    note: str = ""
 
     def hold(self, value: float) -> bool:
         above = value > self.low if self.low_open else value >= self.low
         below = value < self.high if self.high_open else value <= self.high
         return above and below
+
+    @property
+    def finite(self) -> bool:
+        return math.isfinite(self.low) and math.isfinite(self.high)
+
+    def words(self, whole: bool = False, scale: float = 1.0) -> str:
+        """The range in words, for a number typed `scale` times smaller than stored (an SLO's ms):
+        "a whole number from 1 to 1,000,000", "a number above 0 and at most 86,400", "a number above 0"."""
+        low, high = number_text(self.low / scale), number_text(self.high / scale)
+        kind = "a whole number" if whole else "a number"
+        if not self.low_open and not self.high_open and self.finite:
+            return f"{kind} from {low} to {high}"
+        ends = [
+            *([f"above {low}" if self.low_open else f"at least {low}"] if math.isfinite(self.low) else []),
+            *([f"below {high}" if self.high_open else f"at most {high}"] if math.isfinite(self.high) else []),
+        ]
+        return f"{kind} {' and '.join(ends)}".strip()
 
     @property
     def widget_min(self) -> float | None:
@@ -83,6 +103,13 @@ class Bounds:
     @property
     def widget_max(self) -> float | None:
         return None if self.high_open or math.isinf(self.high) else self.high
+
+
+def number_text(value: float) -> str:
+    """A number as a message names it: whole ones with thousands separators (10**30 in full), others as %g."""
+    if isinstance(value, int) or (math.isfinite(value) and float(value).is_integer() and abs(value) < 1e16):
+        return f"{int(value):,}"
+    return f"{value:g}"
 
 
 @dataclass(frozen=True)
@@ -172,14 +199,26 @@ class Setting:
         return self.part == Part.ENGINE and bool(self.group)
 
     @property
-    def whole_number_range(self) -> tuple[int, int]:
-        """The least and the largest value of a whole-number setting: its bounds', and -/+MAX_WHOLE_NUMBER where
-        they name none."""
-        low, high = (self.bounds.low, self.bounds.high) if self.bounds else (-math.inf, math.inf)
-        return (
-            int(low) if math.isfinite(low) else -MAX_WHOLE_NUMBER,
-            int(high) if math.isfinite(high) else MAX_WHOLE_NUMBER,
+    def numeric(self) -> bool:
+        """A number the user types (not one of a few choices): it has a finite range (`limits`)."""
+        return self.kind in (int, float) and self.choices is None
+
+    @property
+    def limits(self) -> Bounds:
+        """The range of a number setting: its bounds, a whole number's ends at -/+MAX_WHOLE_NUMBER where they name
+        none (a float setting declares both ends: see __post_init__)."""
+        bounds = self.bounds or Bounds()
+        if self.kind is not int:
+            return bounds
+        return dataclasses.replace(
+            bounds,
+            low=bounds.low if math.isfinite(bounds.low) else -MAX_WHOLE_NUMBER,
+            high=bounds.high if math.isfinite(bounds.high) else MAX_WHOLE_NUMBER,
         )
+
+    def __post_init__(self) -> None:
+        if self.numeric and not self.limits.finite:
+            raise TypeError(f"The number setting {self.name} declares no finite range: give it bounds with both ends.")
 
     @property
     def field_type(self) -> Any:
@@ -226,13 +265,19 @@ class Setting:
         if allowed is not None and value not in allowed:
             choices = ", ".join(format_value(choice) for choice in allowed if choice is not None)
             return [self.choice_message.format(flag=self.cli_flag, choices=choices, value=value)]
-        if self.bounds is not None and isinstance(value, (int, float)) and not self.bounds.hold(value):
-            return [self.bounds.message.format(flag=self.cli_flag, value=value, label=self.title)]
-        if self.kind is int and isinstance(value, int):
-            low, high = self.whole_number_range
-            if not low <= value <= high:
-                return [f"{self.cli_flag} must be a whole number from {low:,} to {high:,}; got {value:,}."]
+        if self.numeric and isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not self.limits.hold(value) and not (self.allow_inf and value == math.inf):
+                return [self.out_of_range(value)]
         return []
+
+    def out_of_range(self, value: float) -> str:
+        """The sentence for a value outside its range: the flag, the range in the unit typed, the value."""
+        limits = self.limits
+        shown = value / self.typed_scale if self.typed_scale != 1 else value
+        words = limits.words(whole=self.kind is int, scale=self.typed_scale)
+        inf = ", or inf" if self.allow_inf else ""
+        note = f" {limits.note}" if limits.note else ""
+        return f"{self.cli_flag} must be {words}{inf}; got {number_text(shown)}.{note}"
 
     def rule_for(self, backend: str) -> str:
         """The parts of `rule` that hold on `backend`: a part headed by backends' names ("TurboMind: a multiple of

@@ -16,7 +16,20 @@ from typing import Any
 from ..errors import ConfigError
 from ..models.synthetic import synthetic_name_problems
 from ..states import LoadPattern
-from .catalog import CUSTOM, GENERATION, IMAGE, KNOBS, MULTI_TURN, TRACE_DATASET, image_size, of_part, setting
+from .catalog import (
+    CUSTOM,
+    DAY_S,
+    GENERATION,
+    IMAGE,
+    KNOBS,
+    LONG_SCHEDULE_S,
+    MAX_SCHEDULE_S,
+    MULTI_TURN,
+    TRACE_DATASET,
+    image_size,
+    of_part,
+    setting,
+)
 from .run_config import EngineConfig, GenerationSettings, RunConfig, client_in_workers
 from .settings import MAX_WHOLE_NUMBER, Bounds, Part
 
@@ -108,6 +121,7 @@ def validate_run_config(config: RunConfig, backend: BackendRules | None = None) 
         )
     if backend is not None and backend.load_patterns and load.load_pattern not in backend.load_patterns:
         problems.append(_pattern_refused(load.load_pattern, eng.backend, backend.load_patterns))
+    problems.extend(rate_schedule_problems(config))
     problems.extend(generation_problems(config.generation))
     if not config.percentiles or any(not 0 <= p <= 100 for p in config.percentiles):
         problems.append("Percentiles must be numbers between 0 and 100.")
@@ -153,6 +167,43 @@ def _dataset_problems(config: RunConfig) -> list[str]:
     return problems
 
 
+def rate_schedule_problems(config: RunConfig) -> list[str]:
+    """Arrivals at a request rate over many prompts that would take longer than a day to send (see
+    schedule_problems): (N - 1) / rate on average, cut short by a duration."""
+    load, prompts = config.load, config.dataset.num_prompts
+    if load.load_pattern != LoadPattern.REQUEST_RATE or not 0 < load.request_rate < math.inf or prompts < 2:
+        return []
+    span_s = (prompts - 1) / load.request_rate
+    if load.duration_s is not None and load.duration_s < span_s:
+        return []
+    return schedule_problems(span_s, load.allow_long_schedule, f"{prompts:,} prompts at {load.request_rate:g} req/s")
+
+
+def schedule_problems(span_s: float, allowed: bool, what: str) -> list[str]:
+    """A schedule that sends its last request `span_s` after the start: refused beyond MAX_SCHEDULE_S, and beyond
+    LONG_SCHEDULE_S unless confirmed (`allowed`). `what` names the schedule."""
+    declared = setting("allow_long_schedule")
+    if not span_s <= MAX_SCHEDULE_S:
+        return [
+            f"{what} would send the last request {span_words(span_s)} after the start: no run may take longer than "
+            f"{span_words(MAX_SCHEDULE_S)}."
+        ]
+    if span_s > LONG_SCHEDULE_S and not allowed:
+        return [
+            f"{what} would send the last request {span_words(span_s)} after the start, more than a day: confirm it "
+            f"with {declared.cli_flag} (on the dashboard: '{declared.widget_label}')."
+        ]
+    return []
+
+
+def span_words(seconds: float) -> str:
+    """A long time in words: "3.5 hours", "11.6 days", "50.7 years"."""
+    for unit, size in (("years", 365.25 * DAY_S), ("days", DAY_S), ("hours", 3600.0)):
+        if seconds >= size:
+            return f"{seconds / size:,.1f} {unit}".replace(".0 ", " ")
+    return f"{seconds:,.0f} s"
+
+
 def _names(names: tuple[str, ...]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
@@ -162,29 +213,30 @@ def _pattern_refused(pattern: str, backend: str, patterns: tuple[str, ...]) -> s
 
 
 # Request-body fields no engine can generate with, beyond the run's own sampling settings (GENERATION), with
-# the ranges LMDeploy's GenerationConfig asserts and OpenAI's API documents: name, bounds (their message: the rule).
+# the ranges LMDeploy's GenerationConfig asserts and OpenAI's API documents.
 _BODY_LIMITS = (
-    ("min_p", Bounds("between 0 and 1", low=0, high=1)),
-    ("repetition_penalty", Bounds("above 0", low=0, low_open=True)),
-    ("max_tokens", Bounds("at least 1", low=1)),
-    ("max_completion_tokens", Bounds("at least 1", low=1)),
-    ("max_new_tokens", Bounds("at least 1", low=1)),
+    ("min_p", Bounds(low=0, high=1), False),
+    ("repetition_penalty", Bounds(low=0, low_open=True), False),
+    ("max_tokens", Bounds(low=1, high=MAX_WHOLE_NUMBER), True),
+    ("max_completion_tokens", Bounds(low=1, high=MAX_WHOLE_NUMBER), True),
+    ("max_new_tokens", Bounds(low=1, high=MAX_WHOLE_NUMBER), True),
 )
-_SAMPLING_LIMITS = (*((setting.name, setting.bounds) for setting in GENERATION if setting.bounds), *_BODY_LIMITS)
+_SAMPLING_LIMITS = (
+    *((setting.name, setting.limits, setting.kind is int) for setting in GENERATION if setting.numeric),
+    *_BODY_LIMITS,
+)
 
 
 def sampling_problems(values: dict[str, Any], where: str = "") -> list[str]:
     """One sentence per sampling setting among `values` (by name) outside the range any engine accepts."""
     problems = []
-    for name, bounds in _SAMPLING_LIMITS:
+    for name, bounds, whole in _SAMPLING_LIMITS:
         if name not in values:
             continue
         value = values[name]
         number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
         if math.isnan(number) or not bounds.hold(number):
-            problems.append(f"{where}{name} must be {bounds.message} (got {value!r}).")
-        elif isinstance(value, int) and math.isinf(bounds.high) and value > MAX_WHOLE_NUMBER:
-            problems.append(f"{where}{name} must be at most {MAX_WHOLE_NUMBER:,} (got {value!r}).")
+            problems.append(f"{where}{name} must be {bounds.words(whole)} (got {value!r}).")
     return problems
 
 

@@ -95,8 +95,9 @@ def availability(name: str) -> str | None:
 
 def validate_engine_config(engine: EngineConfig, load: LoadConfig) -> list[str]:
     """Problems with the engine's settings, each a sentence for the user: each one's own bounds and choices
-    (its declaration's), then the backend's rules (LMDeploy's, the server's)."""
-    problems = setting_problems(engine, Part.ENGINE, engine.backend) + backend(engine.backend).validate(engine, load)
+    (its declaration's), then, once those hold, the backend's rules (LMDeploy's, the server's), which may assume
+    them (and would say a value out of its range again, in other words)."""
+    problems = setting_problems(engine, Part.ENGINE, engine.backend) or backend(engine.backend).validate(engine, load)
     uvloop = uvloop_problem(load) if load.load_pattern == LoadPattern.ENGINE_API else None
     return problems + ([uvloop] if uvloop else [])
 

@@ -12,7 +12,7 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..config import GenerationSettings, setting
+from ..config import GenerationSettings, check_values, setting
 from ..errors import ConfigError
 from ..states import SERVED_REASONS, RequestStatus
 from .http_route import DEFAULT_POLICY, NetworkPolicy
@@ -93,7 +93,8 @@ class ServerSpec:
             raise ConfigError(f"Unknown server kind '{self.server_kind}'; choose one of {', '.join(SERVER_KINDS)}.")
         if self.chat_limit_field not in (fields := setting("chat_limit_field").choices or ()):
             raise ConfigError(f"Unknown chat limit field '{self.chat_limit_field}'; choose one of {', '.join(fields)}.")
-        if not (self.connect_timeout_s > 0 and self.read_timeout_s > 0 and self.total_timeout_s > 0):
+        check_values(read_timeout_s=self.read_timeout_s)
+        if not (self.connect_timeout_s > 0 and self.total_timeout_s > 0):
             raise ConfigError("Server timeouts must be above 0 seconds.")
 
     @property

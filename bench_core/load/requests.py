@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from ..config.settings import MAX_WHOLE_NUMBER
+from ..config.catalog import MAX_TOKENS
 from ..errors import DatasetError
 
 Message = Mapping[str, Any]  # an OpenAI-style chat message: {"role": ..., "content": ...}
@@ -173,15 +173,15 @@ def common_prefix_len(first: Sequence[int], second: Sequence[int]) -> int:
     return n
 
 
-# What a length in a user's record (an output length, a trace's input length) must be: a token count any engine and
-# the history's columns hold, as a setting's.
-LENGTH_RULE = f"a whole number from 1 to {MAX_WHOLE_NUMBER:,}"
+# What a length in a user's record (an output length, a trace's input length) must be: a token count within a
+# length setting's range (a trace's input length is made into that much text before anything is sent).
+LENGTH_RULE = f"a whole number from 1 to {MAX_TOKENS:,}"
 
 
 def is_length(value: Any) -> bool:
     """Whether `value`, read from a user's record, is a length a request may ask for (LENGTH_RULE; JSON's true is
     not 1)."""
-    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_WHOLE_NUMBER
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_TOKENS
 
 
 def record_refused(source: str, line: int, why: str, rule: str) -> NoReturn:

@@ -13,6 +13,7 @@ its line number.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping
 from typing import Any
@@ -20,6 +21,8 @@ from typing import Any
 import numpy as np
 
 from ..config import DatasetConfig
+from ..config.catalog import MAX_SCHEDULE_S
+from ..config.validation import span_words
 from ..errors import DatasetError
 from .requests import LENGTH_RULE, Sample, SampledRequest, TokenSupply, is_length, record_refused, sample_of
 
@@ -34,8 +37,8 @@ def read_record(record: Any, refuse) -> tuple[float, int, int, list[int]]:
     if missing:
         refuse(f"it has no {', '.join(repr(key) for key in missing)}")
     timestamp, hash_ids = record["timestamp"], record["hash_ids"]
-    if not _number(timestamp) or timestamp < 0:
-        refuse(f"its 'timestamp' must be a number of milliseconds, 0 or more, not {timestamp!r}")
+    if not _number(timestamp) or not 0 <= timestamp < math.inf:  # JSON's 1e400 and Infinity read as inf
+        refuse(f"its 'timestamp' must be a finite number of milliseconds, 0 or more, not {timestamp!r}")
     for key in ("input_length", "output_length"):
         if not is_length(record[key]):
             refuse(f"its '{key}' must be {LENGTH_RULE}, not {record[key]!r}")
@@ -47,11 +50,13 @@ def read_record(record: Any, refuse) -> tuple[float, int, int, list[int]]:
 def sample_trace_requests(
     records: list[tuple[int, Any]], source: str, texts: list[str], tokenizer: Any, cfg: DatasetConfig
 ) -> Sample:
-    rows = []
+    rows, lines = [], []
     for line, record in records[: cfg.num_prompts]:
         rows.append(read_record(record, lambda why, line=line: record_refused(source, line, why, FORMAT)))
+        lines.append(line)
     if not rows:
         raise DatasetError(f"Dataset {source} holds no trace record: {FORMAT}.")
+    _check_span(rows, lines, source)
     supply = TokenSupply(texts, tokenizer, random.Random(cfg.seed))
     block = cfg.trace_block_len
     blocks: dict[int, str] = {}
@@ -87,6 +92,22 @@ def sample_trace_requests(
     sample = sample_of(requests, notes=notes)
     sample.arrival_rng = np.random.RandomState(cfg.seed)
     return sample
+
+
+def _check_span(rows: list[tuple], lines: list[int], source: str) -> None:
+    """Refuse the first record more than MAX_SCHEDULE_S after the trace's earliest (an epoch-millisecond
+    timestamp among relative ones is decades ahead), naming both."""
+    earliest = min(range(len(rows)), key=lambda index: rows[index][0])
+    start = rows[earliest][0]
+    for (timestamp, *_), line in zip(rows, lines):
+        if (timestamp - start) / 1000.0 > MAX_SCHEDULE_S:
+            record_refused(
+                source,
+                line,
+                f"its 'timestamp' {timestamp:,.0f} ms is {span_words((timestamp - start) / 1000.0)} after the trace's "
+                f"earliest ({start:,.0f} ms, line {lines[earliest]}): a trace spans at most {span_words(MAX_SCHEDULE_S)}",
+                FORMAT,
+            )
 
 
 def _shared_tokens(hash_ids: list[int], input_length: int, block: int, sent: dict[int, int]) -> int:

@@ -1,4 +1,5 @@
-"""The checks a run passes before it starts, beyond its settings' own: that its requests fit the model's context.
+"""The checks a run passes before it starts, beyond its settings' own: that its requests fit the model's context,
+and that a trace's replay ends within a schedule's bounds (`check_schedule`).
 
 A request holds its prompt and its output in the model's context, so input + output tokens must fit in the
 window the backend gives a request (`engines.context_window`: the model's, LMDeploy's session_len when set, none
@@ -12,10 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..config import EngineConfig, RunConfig, output_length, setting
+from ..config import EngineConfig, LoadConfig, RunConfig, output_length, setting
+from ..config.validation import schedule_problems
 from ..engines import context_window
 from ..errors import ConfigError, DatasetError
 from ..load.datasets import SampledRequest
+from ..states import LoadPattern
 
 # Where no window is known: no model holds a million output tokens, and sizing a KV cache for one would
 # try to allocate terabytes.
@@ -57,6 +60,17 @@ def check_settings(config: RunConfig) -> None:
     problems = length_problems(config)
     if problems:
         raise ConfigError(" ".join(problems))
+
+
+def check_schedule(requests: Sequence[SampledRequest], load: LoadConfig) -> None:
+    """Refuse a trace whose replay sends its last request later than a schedule may (schedule_problems): its
+    timestamps are known once it is read."""
+    if load.load_pattern != LoadPattern.TRACE:
+        return
+    span_s = max((request.send_at_s or 0.0 for request in requests), default=0.0) / load.trace_speedup
+    problems = schedule_problems(span_s, load.allow_long_schedule, f"The trace at speed-up {load.trace_speedup:g}")
+    if problems:
+        raise DatasetError(" ".join(problems))
 
 
 def check_requests(requests: Sequence[SampledRequest], engine: EngineConfig) -> None:

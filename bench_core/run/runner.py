@@ -295,6 +295,7 @@ class Runner:
         if not measurement.sample.requests:
             raise BenchError("The dataset gave no request to send.")
         preflight.check_requests(measurement.sample.requests, config.engine)
+        preflight.check_schedule(measurement.sample.requests, config.load)
         measurement.engine_info = self._engine_for(config.engine, config.load, run).info
 
     def _engine_for(self, engine: EngineConfig, load: LoadConfig, run: Run | None = None) -> Engine:

@@ -350,6 +350,7 @@ class FindMaxRun(SweepRun):
         with self._lock:
             finished = sum(len(capacity.probes) for capacity in self.capacities)
             errors = tuple(dict.fromkeys(capacity.error for capacity in self.capacities if capacity.error))
+            errors = errors or tuple(self._errors)  # a probe the runner refused (_drive) has no capacity error
             label, run_id = self._now(self._current)
         if self.active:
             state = RunState.RUNNING

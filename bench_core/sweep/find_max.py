@@ -19,26 +19,22 @@ Pure: `next_load` says what to probe given the probes so far, so a resumed searc
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from ..config import check_values, setting
 from ..errors import ConfigError
 
 SEARCHABLE = ("request_rate", "max_concurrency")
-DEFAULT_TARGET = 0.9
-DEFAULT_PRECISION = 0.1
+DEFAULT_TARGET = setting("goodput_target").default
+DEFAULT_PRECISION = setting("find_max_precision").default
 DEFAULT_START = {"request_rate": 1.0, "max_concurrency": 1}
-LIMIT_FACTOR = 1024  # the default highest load: start x this
+LIMIT_FACTOR = 1024  # the default highest load: start x this, at most HIGHEST_LOAD
+HIGHEST_LOAD = setting("find_max_limit").limits.high
 LOWEST_FRACTION = 1 / 8  # a failing start: rates down to start x this are tried
-# A search from the default start to its default limit doubles 11 times and bisects 4 times to within 10%: 40 probes
-# leave room for a finer precision or a longer range, and end a search that nothing else would.
-DEFAULT_MAX_PROBES = 40
-MOST_PROBES = 1000
-# A backstop, not a pace: one probe of 1,000 requests at 1 req/s takes 17 minutes, a whole search hours.
-DEFAULT_MAX_TIME_S = 24 * 3600.0
-LONGEST_TIME_S = 7 * 24 * 3600.0
+DEFAULT_MAX_PROBES = setting("find_max_probes").default
+DEFAULT_MAX_TIME_S = setting("find_max_time_s").default
 
 
 @dataclass(frozen=True)
@@ -49,34 +45,28 @@ class FindMax:
     start: float
     precision: float = DEFAULT_PRECISION
     target: float = DEFAULT_TARGET
-    limit: float = math.inf
+    limit: float = HIGHEST_LOAD
     max_probes: int = DEFAULT_MAX_PROBES
     max_time_s: float = DEFAULT_MAX_TIME_S
 
     def __post_init__(self):
         if self.setting not in SEARCHABLE:
             raise ConfigError(f"--find-max searches {' or '.join(SEARCHABLE)}, not '{self.setting}'.")
-        if not 0 < self.target <= 1:
+        check_values(
+            goodput_target=self.target,
+            find_max_precision=self.precision,
+            find_max_start=self.start,
+            find_max_limit=self.limit,
+            find_max_probes=self.max_probes,
+            find_max_time_s=self.max_time_s,
+        )
+        if self.integer and (self.start < 1 or self.start != int(self.start)):
             raise ConfigError(
-                f"--goodput-target is the fraction of requests within the SLO: above 0 and at most 1, "
-                f"not {self.target:g}."
+                f"--find-max-start must be a whole number from 1 for max_concurrency; got {self.start:g}."
             )
-        if not self.precision > 0:
-            raise ConfigError(f"--find-max-precision must be above 0 (0.1: within 10%), not {self.precision:g}.")
-        if not self.start > 0 or (self.integer and self.start != int(self.start)):
-            kind = "a whole number from 1" if self.integer else "above 0"
-            raise ConfigError(f"--find-max-start must be {kind}, at most --find-max-limit; got {self.start:g}.")
         if self.limit < self.start:
             raise ConfigError(
                 f"--find-max-limit must be at least --find-max-start ({self.start:g}); got {self.limit:g}."
-            )
-        if not 1 <= self.max_probes <= MOST_PROBES or self.max_probes != int(self.max_probes):
-            raise ConfigError(
-                f"--find-max-probes must be a whole number from 1 to {MOST_PROBES}; got {self.max_probes:g}."
-            )
-        if not 0 < self.max_time_s <= LONGEST_TIME_S:
-            raise ConfigError(
-                f"--find-max-time must be above 0 and at most {LONGEST_TIME_S:g} s (a week); got {self.max_time_s:g}."
             )
 
     @property
@@ -89,7 +79,7 @@ class FindMax:
             "start": self.start,
             "precision": self.precision,
             "target": self.target,
-            "limit": None if math.isinf(self.limit) else self.limit,
+            "limit": self.limit,
             "max_probes": self.max_probes,
             "max_time_s": self.max_time_s,
         }
@@ -102,7 +92,7 @@ class FindMax:
             data["start"],
             data["precision"],
             data["target"],
-            math.inf if limit is None else limit,
+            HIGHEST_LOAD if limit is None else limit,  # a plan saved when the limit could be left infinite
             data.get("max_probes", DEFAULT_MAX_PROBES),  # a plan saved before searches had a budget
             data.get("max_time_s", DEFAULT_MAX_TIME_S),
         )

@@ -18,7 +18,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from ..config import SWEEPABLE, RunConfig, applies_under, format_value, output_length, pattern_label, setting
+from ..config import (
+    SWEEPABLE,
+    RunConfig,
+    applies_under,
+    check_values,
+    format_value,
+    output_length,
+    pattern_label,
+    setting,
+)
 from ..engines import availability, engine_settings_key, run_config_problems
 from ..errors import ConfigError
 from ..redact import MASK
@@ -114,8 +123,7 @@ class SweepPlan:
             raise ConfigError(f"A sweep varies {twice[0]} twice; give each setting once with all its values.")
         if not (0 if self.find_max else 1) <= len(names) <= MAX_AXES:
             raise ConfigError(f"A sweep varies one setting or two (a grid); got {len(names)}.")
-        if self.repeats < 1:
-            raise ConfigError("A sweep needs at least 1 repeat per point.")
+        check_values(repeats=self.repeats, server_start_timeout_s=self.server_start_timeout_s)
         if self.find_max and self.repeats != 1:
             raise ConfigError("--find-max probes each load once: drop --repeats.")
         if self.find_max and any(axis.name == self.find_max.setting for axis in self.axes):
@@ -124,11 +132,6 @@ class SweepPlan:
             raise ConfigError("Server settings are swept only with --server-cmd.")
         if self.server_cmd:
             self._check_server_fields()
-            if not self.server_start_timeout_s > 0:
-                raise ConfigError(
-                    f"--server-start-timeout is the seconds a server has to answer: above 0, not "
-                    f"{self.server_start_timeout_s:g}."
-                )
 
     def _check_server_fields(self) -> None:
         """Every field of the server command has a value, and every server setting given is one of its fields."""

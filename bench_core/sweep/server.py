@@ -37,14 +37,14 @@ from typing import IO, Any, cast
 
 import psutil
 
-from ..config import format_value
+from ..config import format_value, setting
 from ..errors import ConfigError
 from ..redact import is_secret_key, redact_text, remember_secrets
 
 PORT = "port"
 WIDEST_PORT = 65535  # a template is checked with it: no port fills a field with more characters
 SERVER_LOG = "server.log"
-DEFAULT_START_TIMEOUT_S = 600.0  # a large model's first load (weights from disk, kernels compiled) takes minutes
+DEFAULT_START_TIMEOUT_S = setting("server_start_timeout_s").default
 STOP_GRACE_S = 10.0
 LOG_TAIL_LINES = 10
 POLL_S = 0.25

@@ -474,5 +474,5 @@ def test_a_negative_seed_is_refused_with_one_line_for_every_dataset(tmp_path, ca
     )
     assert code == 2
     err = capsys.readouterr().err
-    assert err == "error: The seed must be a whole number from 0 to 4294967295, not -1.\n"
+    assert err == "error: --seed must be a whole number from 0 to 4,294,967,295; got -1.\n"
     assert not results.exists()

@@ -22,7 +22,7 @@ from bench_core.store.history import RESULTS_ENV, History
 pytestmark = pytest.mark.slow
 
 BEYOND_ANY_COLUMN = 10**30
-RANGE = "must be a whole number from 1 to 2,147,483,647"
+RANGE = "must be a whole number from 1 to 16,777,216"  # a length in tokens
 
 
 @pytest.mark.parametrize("length", [300, 10_000])
@@ -50,11 +50,14 @@ def custom_dataset(folder) -> list[str]:
 BIG = str(BEYOND_ANY_COLUMN)
 REFUSED = {
     "custom record": (custom_dataset, f"line 2: the record is refused because its 'output_len' {RANGE}, not {BIG}"),
-    "--num-prompts": (lambda _: ["--num-prompts", BIG], f"--num-prompts {RANGE}; got {BEYOND_ANY_COLUMN:,}."),
-    "--top-k": (lambda _: ["--top-k", BIG], f"top_k must be at most 2,147,483,647 (got {BIG})."),
+    "--num-prompts": (
+        lambda _: ["--num-prompts", BIG],
+        f"--num-prompts must be a whole number from 1 to 1,000,000; got {BEYOND_ANY_COLUMN:,}.",
+    ),
+    "--top-k": (lambda _: ["--top-k", BIG], f"top_k must be a whole number from 0 to 2,147,483,647 (got {BIG})."),
     "body max_tokens": (
         lambda _: ["--extra-request-body", json.dumps({"max_tokens": BEYOND_ANY_COLUMN})],
-        f"In the extra request body, max_tokens must be at most 2,147,483,647 (got {BIG}).",
+        f"In the extra request body, max_tokens must be a whole number from 1 to 2,147,483,647 (got {BIG}).",
     ),
 }
 

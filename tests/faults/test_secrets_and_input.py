@@ -310,10 +310,10 @@ def test_a_stray_text_cell_in_a_number_column_reads_as_missing_not_as_a_text_col
 @pytest.mark.parametrize(
     "flags, named",
     [
-        (("--temperature", "-1"), "temperature must be between 0 and 2"),
-        (("--temperature", "2.5"), "temperature must be between 0 and 2"),
-        (("--top-p", "2"), "top_p must be between 0 and 1"),
-        (("--top-k", "-1"), "top_k must be 0 (no limit) or more"),
+        (("--temperature", "-1"), "temperature must be a number from 0 to 2 (got -1.0)"),
+        (("--temperature", "2.5"), "temperature must be a number from 0 to 2 (got 2.5)"),
+        (("--top-p", "2"), "top_p must be a number from 0 to 1 (got 2.0)"),
+        (("--top-k", "-1"), "top_k must be a whole number from 0 to 2,147,483,647 (got -1)"),
     ],
 )
 def test_sampling_settings_lmdeploy_refuses_are_one_line_and_exit_2(tmp_path, flags, named, cli):
@@ -362,8 +362,8 @@ def test_a_request_body_with_an_impossible_penalty_or_token_budget_is_refused_be
         )
     assert proc.returncode == 2
     assert proc.stderr == (
-        "error: In the extra request body, repetition_penalty must be above 0 (got -1). "
-        "In the extra request body, max_tokens must be at least 1 (got 0).\n"
+        "error: In the extra request body, repetition_penalty must be a number above 0 (got -1). "
+        "In the extra request body, max_tokens must be a whole number from 1 to 2,147,483,647 (got 0).\n"
     )
     assert seen == [] and list(tmp_path.iterdir()) == []
 
