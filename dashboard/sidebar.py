@@ -113,6 +113,11 @@ def render_sidebar(cancel: Callable[[], None] | None, actions: bool = True) -> S
         values.update(_widgets(SLO_SETTINGS, backend, family))
     url_settings.remember()
     problems = input_problems(values, backend)
+    if refused := url_settings.refused():
+        st.error(
+            "Settings in this page's link were not used; the sidebar shows its own instead. "
+            + " ".join(plain(why) for why in refused)
+        )
 
     start = False
     if actions:
@@ -128,6 +133,8 @@ def render_sidebar(cancel: Callable[[], None] | None, actions: bool = True) -> S
                 width="stretch",
             )
             right.button("Cancel", key="cancel", disabled=cancel is None, on_click=cancel, width="stretch")
+    if start:
+        url_settings.forget_refused()  # said once the user starts a run with the sidebar's values
     return SidebarChoice(values=values, start=start, unavailable_reason=reason, problems=problems)
 
 
@@ -325,7 +332,15 @@ def _draw_widget(declared: Setting, key: str, start: Any, backend: str) -> Any:
             low, high = (bounds.widget_min, bounds.widget_max) if bounds else (None, None)
             return from_widget(
                 declared,
-                persisted(st.slider, label, value=float(start), min_value=low, max_value=high, **options),
+                persisted(
+                    st.slider,
+                    label,
+                    value=float(start),
+                    min_value=low,
+                    max_value=high,
+                    refuse=_refusal(declared, backend),
+                    **options,
+                ),
             )
         options["format"] = hints.format
         start = None if start is None else float(start)
@@ -339,10 +354,20 @@ def _draw_widget(declared: Setting, key: str, start: Any, backend: str) -> Any:
             label,
             value=start,
             placeholder=placeholder,
-            accepts=lambda shown: not declared.problems(from_widget(declared, shown), backend),
+            refuse=_refusal(declared, backend),
             **options,
         ),
     )
+
+
+def _refusal(declared: Setting, backend: str | None = None) -> Callable[[Any], str | None]:
+    """Why a value for the setting's widget (read from a link) cannot be the setting's: its declaration's sentence."""
+
+    def refuse(shown: float) -> str | None:
+        problems = declared.problems(from_widget(declared, shown), backend)
+        return problems[0] if problems else None
+
+    return refuse
 
 
 def switch_key(key: str) -> str:
@@ -359,10 +384,10 @@ def _switched_count(declared: Setting, key: str, start: Any, label: str, options
         declared.shown_label,
         value=int(shown),
         step=int(declared.widget.step or 1),
-        accepts=lambda typed: not declared.problems(typed),
         key=key,
         disabled=not on,
         label_visibility="collapsed",
+        refuse=_refusal(declared),
     )
     return int(count) if on else 0
 

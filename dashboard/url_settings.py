@@ -6,6 +6,10 @@ widget is drawn through `persisted`, which starts it at this session's last valu
 default; `remember` then records the values the sidebar shows, and puts in the URL's query parameters only
 those that differ from the defaults, so a link stays short and carries the settings. Never for secrets: the
 API key widget is not drawn through here, and a server URL's password or a request body's key is masked.
+
+A link's value that a widget cannot take (not a number, outside the setting's range: `refuse` says why, as the
+setting's declaration words it) is not used: the widget starts at its default, and `refused` gives one sentence
+per such value for the page to show.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from bench_core.config import format_value, parse_bool
 from bench_core.redact import redact_text
 
 STORE = "sidebar_settings"  # session key: widget key -> last value shown, for every page of the session
+REFUSED = "sidebar_refused"  # session key: widget key -> why the link's value for it was not used
+SHOWN_TEXT = 40  # characters of a refused value quoted
 NONE = format_value(None)  # how an empty optional value is written in the URL
 # Streamlit number widgets hold what a browser number holds exactly; a larger integer breaks the page.
 JS_SAFE_INTEGER = 2**53 - 1
@@ -33,15 +39,15 @@ def persisted(
     *,
     key: str,
     options: Sequence[Any] | None = None,
-    accepts: Callable[[Any], bool] | None = None,
     **kwargs: Any,
 ) -> Any:
     """Draw `make` (st.selectbox, st.radio, st.number_input, ...) with its starting value restored.
 
     A choice widget takes `options` and an `index`; the others a `value` (and a number's `min_value`,
-    `max_value`, `step`, which also say how to read a number back from the URL). A value the URL gives that
-    `accepts` refuses (a hand-edited link's 0 prompts) starts the widget at its default instead.
+    `max_value`, `step`, which also say how to read a number back from the URL). `refuse`: the sentence why a value
+    read from the URL cannot be the setting's (None: it can).
     """
+    refuse: Callable[[Any], str | None] = kwargs.pop("refuse", None) or (lambda value: None)
     if options is not None:
         options = list(options)
         default = options[kwargs.pop("index", 0)]
@@ -49,14 +55,9 @@ def persisted(
         return make(label, options, index=options.index(start), key=key, **kwargs)
     default = kwargs.pop("value")
     number = _number_type(default, kwargs)
-
-    def parse(text: str) -> Any:
-        value = _number(text, number, kwargs) if number else _scalar(text, default)
-        if accepts is not None and not accepts(value):
-            raise ValueError(text)
-        return value
-
-    start = _restored(key, default, parse)
+    start = _restored(
+        key, default, lambda text: _number(text, number, kwargs, refuse) if number else _scalar(text, default)
+    )
     return make(label, value=start, key=key, **kwargs)
 
 
@@ -88,6 +89,15 @@ def load(values: Mapping[str, Any]) -> None:
     _store().update(values)
 
 
+def refused() -> list[str]:
+    """Why each of this session's link values that a widget could not take was not used, one sentence each."""
+    return list(st.session_state.get(REFUSED, {}).values())
+
+
+def forget_refused() -> None:
+    st.session_state.pop(REFUSED, None)
+
+
 def _store() -> dict[str, Any]:
     return st.session_state.setdefault(STORE, {})
 
@@ -103,7 +113,10 @@ def _restored(key: str, default: Any, parse: Callable[[str], Any]) -> Any:
         return default
     try:
         return parse(text)
-    except ValueError:  # a hand-edited or outdated link: the default, not an error
+    except ValueError as exc:  # a hand-edited or outdated link: the default, and the page says why
+        shown = text if len(text) <= SHOWN_TEXT else text[:SHOWN_TEXT] + "..."
+        why = str(exc) if str(exc) != text else "it is not a value this setting takes."
+        st.session_state.setdefault(REFUSED, {})[key] = redact_text(f"{key}={shown!r}: {why}")
         return default
 
 
@@ -111,7 +124,7 @@ def _choice(text: str, options: list[Any]) -> Any:
     for option in options:
         if format_value(option) == text:
             return option
-    raise ValueError(text)
+    raise ValueError(f"it is none of {', '.join(format_value(option) for option in options)}.")
 
 
 def _number_type(default: Any, kwargs: Mapping[str, Any]) -> type | None:
@@ -123,17 +136,31 @@ def _number_type(default: Any, kwargs: Mapping[str, Any]) -> type | None:
     return None
 
 
-def _number(text: str, number: type, kwargs: Mapping[str, Any]) -> int | float | None:
+def _number(
+    text: str, number: type, kwargs: Mapping[str, Any], refuse: Callable[[Any], str | None]
+) -> int | float | None:
+    """The number `text` spells, if the widget can show it; ValueError saying why not (the setting's own sentence,
+    from `refuse`, where it has one)."""
     if text == NONE:
         return None
-    value = number(text)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(text)
-    if isinstance(value, int) and abs(value) > JS_SAFE_INTEGER:
-        raise ValueError(text)
+    try:
+        value = number(text)
+    except ValueError:
+        try:
+            other = float(text)  # nan, 1e30 or 2.5 for a whole number: the setting's sentence says what it takes
+        except ValueError:
+            raise ValueError("it is not a number.") from None
+        raise ValueError(refuse(other) or "it is not a whole number.") from None
+    if (problem := refuse(value)) is not None:
+        raise ValueError(problem)
     low, high = kwargs.get("min_value"), kwargs.get("max_value")
-    if (low is not None and value < low) or (high is not None and value > high):
-        raise ValueError(text)
+    if (
+        (isinstance(value, float) and not math.isfinite(value))
+        or (isinstance(value, int) and abs(value) > JS_SAFE_INTEGER)
+        or (low is not None and value < low)
+        or (high is not None and value > high)
+    ):
+        raise ValueError(f"{text} is beyond what the widget shows.")
     return value
 
 
