@@ -66,6 +66,7 @@ LOAD_FLAG = Flag(
 OUR_FLAGS = (
     LOAD_FLAG,
     "request_rate",
+    "trace_speedup",
     "burstiness",
     "exact_rate_arrivals",
     "max_concurrency",

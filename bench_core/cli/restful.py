@@ -118,6 +118,7 @@ OUR_FLAGS = (
     "burstiness",
     "exact_rate_arrivals",
     "duration_s",
+    "trace_speedup",
     "allow_long_schedule",
     "client_processes",
     Flag("warmup_requests", default=1, help="unmeasured warm-up requests (0 with --disable-warmup)"),
