@@ -372,3 +372,32 @@ def test_the_dashboard_asks_to_confirm_arrivals_over_more_than_a_day_and_starts_
     )
     assert at.sidebar.checkbox(key="allow_long_schedule").label == "Allow a schedule longer than a day"
     assert get_runner().runs() == []
+
+
+# ---- an error that says nothing ----
+
+
+def test_an_error_raised_without_a_message_still_says_what_it_is():
+    from bench_core.errors import ConfigError, DatasetError
+
+    assert str(ConfigError("")) == "ConfigError (raised without a message)"
+    assert str(DatasetError("  ")) == "DatasetError (raised without a message)"
+
+
+@pytest.mark.timeout(120)  # a guard: the old code ran the probe, 1,000 requests at 0.01 req/s
+def test_a_capacity_search_whose_probe_is_refused_says_why_in_one_line(tmp_path, capsys):
+    with RawServer(llama_handler(NEVER)) as server:
+        code = main(
+            ["sweep", "restful", "--backend", "vllm", "--base-url", server.url, "--model", MODEL, "--tokenizer",
+             "builtin:tiny-llama", "--dataset-path", "builtin:sample", "--num-prompts", "1000", "--disable-warmup",
+             "--no-server-metrics", "--results", str(tmp_path / "results"), "--output-file", "",
+             "--find-max", "request_rate", "--slo-e2e-ms", "5000", "--find-max-start", "0.01"]
+        )  # fmt: skip
+        assert server.requests("POST") == []
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.splitlines()[-1] == (
+        "error: 1,000 prompts at 0.01 req/s would send the last request 1.2 days after the start, more than a day: "
+        "confirm it with --allow-long-schedule (on the dashboard: 'Allow a schedule longer than a day')."
+    )
+    assert History(tmp_path / "results").load().empty
