@@ -142,6 +142,7 @@ OUR_FLAGS = (
 )
 DEFAULT_PORTS = {"lmdeploy": 23333, "sglang": 30000, "vllm": 8000, "transformers": 8000}
 BOX_WIDTH = 50
+MAX_RATES = 1000  # runs of one --multi: each is a whole benchmark
 SUMMARY_PERCENTILES = (50, 99)  # the box's median and P99, whatever --percentiles says
 
 
@@ -278,7 +279,11 @@ def _rate_range(text: str) -> list[float]:
     start, stop, step = values
     if not step > 0:
         raise argparse.ArgumentTypeError(f"the step of '{text}' must be above 0")
+    if not math.isfinite(start + stop + step):
+        raise argparse.ArgumentTypeError(f"'{text}' is not a range of finite numbers")
     count = max(0, math.ceil((stop - start) / step - 1e-9))
+    if count > MAX_RATES:
+        raise argparse.ArgumentTypeError(f"'{text}' is {count:,} rates; a range gives at most {MAX_RATES:,}")
     return [round(start + i * step, 10) for i in range(count)]
 
 

@@ -401,3 +401,21 @@ def test_a_capacity_search_whose_probe_is_refused_says_why_in_one_line(tmp_path,
         "confirm it with --allow-long-schedule (on the dashboard: 'Allow a schedule longer than a day')."
     )
     assert History(tmp_path / "results").load().empty
+
+
+@pytest.mark.parametrize(
+    "rates, said",
+    [
+        ("1,inf,1", "'1,inf,1' is not a range of finite numbers"),
+        ("nan,5,1", "'nan,5,1' is not a range of finite numbers"),
+        ("0.001,1000000,0.001", "'0.001,1000000,0.001' is 999,999,999 rates; a range gives at most 1,000"),
+    ],
+)
+def test_a_range_of_rates_that_never_ends_is_one_line_and_exit_2(tmp_path, capsys, rates, said):
+    argv = ["restful", "--backend", "vllm", "--base-url", CLOSED, "--model", "m", *RESTFUL, "--output-file", "",
+            "--results", str(tmp_path / "results"), "--multi", "--request-rate-range", rates]  # fmt: skip
+    with pytest.raises(SystemExit) as refused:
+        main(argv)
+    assert refused.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith(f"error: argument --request-rate-range: {said} (see --help)")
