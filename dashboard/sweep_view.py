@@ -211,13 +211,17 @@ def _cluster_inputs() -> dict[str, Any]:
         "ray_address": ray_address,
         "cpus_per_point": int(
             cores.number_input(
-                "CPU cores per point", value=1, step=1, key="sweep_cpus_per_point", disabled=not ray_address
+                "CPU cores per point",
+                value=setting("cpus_per_point").default,
+                step=1,
+                key="sweep_cpus_per_point",
+                disabled=not ray_address,
             )
         ),
         "retries": int(
             retries.number_input(
                 "Retries",
-                value=0,
+                value=setting("retries").default,
                 step=1,
                 key="sweep_retries",
                 disabled=not ray_address,

@@ -208,14 +208,14 @@ def test_help_documents_every_engine_knob(capsys):
             ["builtin:sample", "builtin:tiny-llama", "--backend", "pytorch", "--cache-max-entry-count", "1.5"],
             "--cache-max-entry-count",
         ),
-        (["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-c", "0"], "Concurrency"),
+        (["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-c", "0"], "--concurrency must be a whole number from 1"),
         (
             ["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--dataset-name", "random"],
             "--random-input-len",
         ),
         (
             ["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--sharegpt-output-len", "2"],
-            "at least 4",
+            "--sharegpt-output-len must be a whole number from 4 to 16,777,216; got 2. LMDeploy's least is 4.",
         ),
         (["builtin:sample", "builtin:tiny-llama", "--quant-policy", "int3"], "invalid quant_policy"),
         (
@@ -255,7 +255,7 @@ def test_help_documents_every_engine_knob(capsys):
         ),
         (
             ["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--sharegpt-output-len", "100000000"],
-            "does not fit the 2,048-token context window",
+            "--sharegpt-output-len must be a whole number from 4 to 16,777,216; got 100,000,000.",
         ),
         # Conversations bring their own prompt lengths: known once sampled.
         (

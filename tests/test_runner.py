@@ -166,7 +166,7 @@ def test_a_model_that_is_not_there_is_refused_and_not_recorded(runner, tmp_path)
 def test_impossible_settings_are_refused_before_anything_is_queued(runner):
     config = tiny_config()
     config.load.concurrency = 0
-    with pytest.raises(ConfigError, match="Concurrency"):
+    with pytest.raises(ConfigError, match="--concurrency must be a whole number from 1"):
         runner.submit(config)
     assert runner.runs() == []
 
