@@ -247,7 +247,7 @@ def test_bad_sweep_values_are_one_error_and_start_nothing():
     at = open_sweep_page()
     set_up_tiny_sweep(at, "1,x")
     at.button(key="sweep_start").click().run()
-    assert [e.value for e in at.error] == ["Sweep value 'x' for concurrency is not a whole number."]
+    assert [e.value for e in at.error] == ["Sweep value 'x' for concurrency is not a whole number from 1 to 1,000,000."]
     assert not at.exception
     assert get_sweeps() == {} and get_runner().runs() == []
     assert "sweep" not in at.query_params

@@ -208,7 +208,10 @@ def test_help_documents_every_engine_knob(capsys):
             ["builtin:sample", "builtin:tiny-llama", "--backend", "pytorch", "--cache-max-entry-count", "1.5"],
             "--cache-max-entry-count",
         ),
-        (["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-c", "0"], "--concurrency must be a whole number from 1"),
+        (
+            ["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-c", "0"],
+            "--concurrency must be a whole number from 1",
+        ),
         (
             ["builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "--dataset-name", "random"],
             "--random-input-len",

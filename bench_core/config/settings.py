@@ -294,8 +294,11 @@ class Setting:
 
     @property
     def text_rule(self) -> str:
-        """What its text form takes, for a message: "a whole number", "true or false"..."""
-        wanted = {bool: "true or false", int: "a whole number", float: "a number"}.get(self.kind, "a value")
+        """What its text form takes, for a message: "a whole number from 1 to 1,000,000", "true or false"..."""
+        if self.numeric:
+            wanted = self.limits.words(whole=self.kind is int) + (", or inf" if self.allow_inf else "")
+        else:
+            wanted = {bool: "true or false", int: "a whole number", float: "a number"}.get(self.kind, "a value")
         return wanted + (" or none" if self.optional else "")
 
     def parse_text(self, text: str) -> Any:
