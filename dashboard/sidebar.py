@@ -364,7 +364,11 @@ def _refusal(declared: Setting, backend: str | None = None) -> Callable[[Any], s
     """Why a value for the setting's widget (read from a link) cannot be the setting's: its declaration's sentence."""
 
     def refuse(shown: float) -> str | None:
-        problems = declared.problems(from_widget(declared, shown), backend)
+        try:
+            value = from_widget(declared, shown)
+        except (ValueError, OverflowError):  # nan or inf for a whole number: the declaration's sentence says why
+            value = shown
+        problems = declared.problems(value, backend)
         return problems[0] if problems else None
 
     return refuse

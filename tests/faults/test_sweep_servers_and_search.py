@@ -196,9 +196,9 @@ def test_a_search_stops_on_its_time_budget_and_stops_the_probe_under_way(tmp_pat
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--find-max-probes", "0"], "--find-max-probes must be a whole number from 1 to 1000; got 0."),
-        (["--find-max-time", "nan"], "--find-max-time must be above 0 and at most 604800 s (a week); got nan."),
-        (["--find-max-time", "inf"], "--find-max-time must be above 0 and at most 604800 s (a week); got inf."),
+        (["--find-max-probes", "0"], "--find-max-probes must be a whole number from 1 to 1,000; got 0."),
+        (["--find-max-time", "nan"], "--find-max-time must be a number above 0 and at most 604,800; got nan."),
+        (["--find-max-time", "inf"], "--find-max-time must be a number above 0 and at most 604,800; got inf."),
     ],
 )
 def test_a_search_budget_out_of_its_range_is_one_line_and_exit_2(flags, message, tmp_path, misbehaving_server):
