@@ -44,7 +44,8 @@ RESULT_COLUMNS = (
 FILTERS = (("backend", "Backend"), ("model", "Model"), ("status", "Status"), ("dataset", "Dataset"))
 NOT_RECORDED = "(not recorded)"
 RUN = report.RUN
-NOISE_COLUMN = report.NOISE_COLUMN
+BASELINE_KEY = "compare_baseline"
+PICKED_BASELINE = "compare_baseline_picked"  # the baseline the user picked, kept while the selection changes
 # The table holds one page of the runs that pass the filters, the newest run first: a table of 100,000 rows takes
 # seconds to size, build and send to the browser, and nobody scrolls that far; the page picker and the filters reach
 # the older runs.
@@ -224,22 +225,39 @@ def comparison(history: History, chosen: pd.DataFrame) -> None:
     comparison_charts(chosen, varied)
     request_tables, missing = run_parts.request_tables(history, chosen, chosen[RUN])
     distributions(chosen, request_tables, missing)
-    table, marks = report.comparison_table(chosen, varied)
-    # The verdicts beside the metric names, the runs' columns after them: however many runs, neither scrolls away.
-    show_table(
-        tables.style_comparison(table, marks),
-        key="compare_table",
-        column_config={NOISE_COLUMN: st.column_config.Column(help=tables.NOISE_VERDICT_HELP, pinned=True)},
-    )
-    st.caption(f"Green: the best of these runs on that metric; red: the worst. {report.COMPARE_NOTE}")
+    baseline = baseline_picker(chosen)
+    table, marks, judged = report.comparison_table(chosen, varied, baseline)
+    # Compact: five runs' columns in view beside the metric names at 1,600 px.
+    show_table(tables.style_comparison(table, marks), key="compare_table", compact=True)
+    st.caption(report.COMPARE_NOTE if judged else f"{report.COMPARE_NOTE} {report.UNJUDGED_NOTE}")
     st.download_button(
         "Report of this comparison (HTML)",
-        lambda: report.comparison_report(rows, request_tables, missing).encode(),
+        lambda: report.comparison_report(rows, request_tables, missing, baseline=baseline).encode(),
         file_name=f"compare-{'-'.join(rows['run_id'].astype(str))[:120]}.html",
         mime="text/html",
         key="download_compare_report",
         on_click="ignore",
         help="One file with the charts, tables, settings and environment; it opens offline.",
+    )
+
+
+def _remember_baseline() -> None:
+    st.session_state[PICKED_BASELINE] = st.session_state[BASELINE_KEY]
+
+
+def baseline_picker(chosen: pd.DataFrame) -> str:
+    """The run the others are compared against: the one the user picked while it is among the chosen runs, else the
+    oldest of them (a default follows the selection; a pick stays through it)."""
+    run_ids = chosen["run_id"].astype(str).tolist()
+    picked = st.session_state.get(PICKED_BASELINE)
+    st.session_state[BASELINE_KEY] = picked if picked in run_ids else report.oldest_run(chosen)
+    names = dict(zip(run_ids, chosen[RUN]))
+    return st.selectbox(
+        "Baseline: the others' changes are against it",
+        run_ids,
+        key=BASELINE_KEY,
+        format_func=names.get,
+        on_change=_remember_baseline,
     )
 
 

@@ -12,8 +12,9 @@ from streamlit.testing.v1 import AppTest
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.run.runner import Runner
 from bench_core.store.history import RESULTS_ENV, History
-from bench_core.views.report import NOISE_COLUMN
-from bench_core.views.tables import BEYOND_NOISE, SINGLE_RUN, WITHIN_NOISE, describe_column
+from bench_core.views import report
+from bench_core.views.tables import BEYOND_NOISE_MARK, describe_column
+from dashboard.table_view import drawn_px
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
 pytestmark = pytest.mark.slow
@@ -150,12 +151,14 @@ def test_comparing_two_runs_draws_the_charts_and_marks_better_and_worse(history_
     for key in ("chart_cdf_ttft", "chart_cdf_itl"):
         assert [trace["name"] for trace in specs[key]["data"]] == ours
     assert any("No per-request data" in caption.value for caption in at.caption)
+    # The runs against the oldest, each by its label or id: the imported rows came last, our first run is the oldest.
     compared = at.dataframe[1].value
-    assert list(compared.columns) == [*ours, theirs, NOISE_COLUMN]
-    assert describe_column("output_throughput").title in compared.index
-    # better/worse marks reach the page as cell styles
-    styled = at.dataframe[1].proto.arrow_data.styler.styles
-    assert "rgba(46, 160, 67" in styled and "rgba(218, 54, 51" in styled
+    assert list(compared.columns) == ["tiny x2 (baseline)", "tiny x4", imported[0]]
+    throughput = compared.loc[describe_column("output_throughput").title].tolist()
+    assert "(" not in throughput[0] and all(cell.endswith(" %)") for cell in throughput[1:])
+    # Single runs: no spread, so no change is coloured, and the caption says why.
+    assert not at.dataframe[1].proto.arrow_data.styler.styles.strip()
+    assert report.UNJUDGED_NOTE in at.caption[-1].value
 
 
 def test_two_runs_differing_in_concurrency_say_so_first_and_nothing_else(history_root, prepared_history):
@@ -186,11 +189,26 @@ def test_compare_charts_colour_each_run_apart_and_label_its_setting(history_root
     assert labels == [["Concurrency 2"], ["Concurrency 4"]]
 
 
-def test_single_runs_are_compared_without_a_claim_about_noise(history_root, prepared_history):
-    _, run_ids, _ = prepared_history
-    at = select_rows(open_history(), run_ids)
-    verdicts = at.dataframe[1].value[NOISE_COLUMN]
-    assert set(verdicts) == {SINGLE_RUN}
+def test_the_baseline_is_the_oldest_run_until_one_is_picked_and_a_pick_stays_while_the_selection_grows(
+    history_root, prepared_history
+):
+    _, run_ids, imported = prepared_history
+    at = select_rows(open_history(), run_ids[::-1])
+    baseline = at.selectbox(key="compare_baseline")
+    assert baseline.value == run_ids[0]  # the oldest
+    assert at.dataframe[1].value.columns[0] == "tiny x2 (baseline)"
+    baseline.select(run_ids[1]).run()
+    compared = at.dataframe[1].value
+    assert list(compared.columns[:2]) == ["tiny x4 (baseline)", "tiny x2"]
+    assert compared.loc[describe_column("concurrency").title].tolist() == ["4", "2"]
+    at = select_rows(at, [*run_ids, imported[0]])
+    assert at.selectbox(key="compare_baseline").value == run_ids[1]  # the pick, not the oldest
+    assert at.dataframe[1].value.columns[0] == "tiny x4 (baseline)"
+    # A picked run that leaves the selection leaves the baseline to the oldest again.
+    at = select_rows(at, [run_ids[0], imported[0]])
+    assert at.dataframe[1].value.columns[0] == "tiny x2 (baseline)"
+    report_html = at.download_button[-1]
+    assert report_html.label == "Report of this comparison (HTML)"
 
 
 @pytest.fixture
@@ -206,15 +224,22 @@ def repeated_history(tmp_path, monkeypatch, fresh_dashboard, tiny_model_path) ->
     return [run.run_id for run in runs]
 
 
-def test_repeats_say_which_differences_are_beyond_their_noise(repeated_history):
+def test_repeats_say_which_changes_are_beyond_their_noise(repeated_history):
     at = select_rows(open_history(), repeated_history)
     assert not at.exception
     assert list(at.table[0].value.index) == ["Concurrency (requests)"]
-    verdicts = at.dataframe[1].value[NOISE_COLUMN]
-    assert SINGLE_RUN not in set(verdicts)
-    judged = [verdict for verdict in verdicts if verdict.startswith((BEYOND_NOISE, WITHIN_NOISE))]
-    assert judged and all("2 vs 2 runs" in verdict for verdict in judged)
-    assert verdicts[describe_column("completed").title].startswith(WITHIN_NOISE)  # every request done in each run
+    compared = at.dataframe[1].value
+    # Recorded c2, c4, c2, c4: the oldest is the baseline, the others follow in the order they ran.
+    assert compared.loc[describe_column("concurrency").title].tolist() == ["2", "4", "2", "4"]
+    assert compared.loc[report.REPEATS].tolist() == ["2"] * 4
+    completed = compared.loc[describe_column("completed").title].tolist()
+    assert completed[1:] == ["8 (+0.0 %)"] * 3  # every request done in each run: no change, nothing marked
+    marked = [cell for row in compared.to_numpy() for cell in row if cell.endswith(BEYOND_NOISE_MARK)]
+    # Only the c4 runs' cells can be judged (against the two c2 runs), never those of the baseline's repeat.
+    assert all(not cell.endswith(BEYOND_NOISE_MARK) for cell in compared.iloc[:, 2])
+    styles = at.dataframe[1].proto.arrow_data.styler.styles
+    assert bool(marked) == ("rgba(46, 160, 67" in styles or "rgba(218, 54, 51" in styles)
+    assert report.UNJUDGED_NOTE not in at.caption[-1].value
 
 
 def test_the_table_shows_output_length_load_and_the_settings_that_differ_in_it(history_root, prepared_history):
@@ -288,7 +313,7 @@ def test_downloads_offer_the_whole_history_and_the_selection(history_root, prepa
     report = download_data(at.download_button[2]).decode()
     heading = report[report.index("<h1>") : report.index("</h1>")]
     assert report.startswith("<!DOCTYPE html>") and all(run_id in heading for run_id in run_ids)
-    assert "Output throughput vs concurrency" in report and NOISE_COLUMN in report
+    assert "Output throughput vs concurrency" in report and "<h3>Against the baseline</h3>" in report
 
 
 def test_the_whole_history_is_written_out_only_when_its_download_is_clicked(history_root):
@@ -321,9 +346,9 @@ def test_a_run_that_failed_before_measuring_is_listed_as_failed_with_its_reason(
     assert table.loc[failed.run_id, "error"].startswith("Could not load the tokenizer of")
     at = select_rows(at, [failed.run_id, run_ids[0]])  # compared with a measured run: charts and table, no error
     assert not at.exception and not at.error
-    compared = at.dataframe[1].value  # the comparison table: both runs side by side, no verdict on one value
-    assert len(compared.columns) == 3
-    assert compared.loc[describe_column("output_throughput").title, NOISE_COLUMN] == ""
+    compared = at.dataframe[1].value  # the comparison table: both runs side by side, no change against nothing
+    assert len(compared.columns) == 2
+    assert compared.loc[describe_column("output_throughput").title].tolist()[1] == "-"  # the failed run, the newest
     assert any("failed before measuring" in caption.value for caption in at.caption)
 
 
@@ -349,8 +374,6 @@ def test_five_runs_are_named_by_what_tells_each_apart_on_every_part_of_the_compa
         for (dataset, concurrency, streamed), run_id in zip(FIVE, five_run_history)
     ]
     assert list(at.table[0].value.columns) == names
-    compared = at.dataframe[1].value
-    assert list(compared.columns) == [*names, NOISE_COLUMN]  # not the bare run ids
     specs = chart_specs(at)
     streamed = [name for index, name in enumerate(names) if index != NOT_STREAMED]
     latency = specs["chart_latency_vs_throughput"]
@@ -365,15 +388,26 @@ def test_five_runs_are_named_by_what_tells_each_apart_on_every_part_of_the_compa
         assert subtitle(specs[key]).endswith(f"Not streamed, so no {metric}: {names[NOT_STREAMED]}")
 
 
-def test_the_run_id_is_pinned_and_the_noise_verdicts_are_short_pinned_and_explained(five_run_history):
+# The width of the page's main column at a 1,600 px window (its sidebar open): where the grids are drawn.
+MAIN_PX_AT_1600 = 1140
+
+
+def test_the_run_id_is_pinned_and_five_compared_runs_fit_beside_the_metric_names(five_run_history):
     at = select_rows(open_history(), five_run_history)
     assert column_config(at.dataframe[0])["run_id"]["pinned"] is True
-    verdicts = column_config(at.dataframe[1])[NOISE_COLUMN]
-    assert verdicts["pinned"] is True and "Welch" in verdicts["help"]
-    assert verdicts["width"] >= max(len(verdict) for verdict in at.dataframe[1].value[NOISE_COLUMN]) * 8
-    assert all(len(verdict) <= 40 for verdict in at.dataframe[1].value[NOISE_COLUMN])
-    # A run's column is as wide as its name (about 7 px a character of the header font): the grid's own sizing
-    # stops at 500 px and cuts the run id off.
-    compared = column_config(at.dataframe[1])
-    for name in at.dataframe[1].value.columns[:-1]:
-        assert compared[name].get("width", 500) >= len(name) * 7
+    compared = at.dataframe[1].value
+    assert list(compared.columns) == [f"{five_run_history[0]} ({report.BASELINE})", *five_run_history[1:]]
+    # The settings that differ first, then the key metrics.
+    assert list(compared.index[:4]) == [
+        "Dataset name",
+        "Output length (tokens)",
+        "Concurrency (requests)",
+        "Stream output",
+    ]
+    assert compared.index[4] == describe_column("output_throughput").title
+    # Every column as wide as its text as the grid draws it, and all of them within the page at 1,600 px.
+    config = column_config(at.dataframe[1])
+    widths = [config["_index"]["width"], *(config[name]["width"] for name in compared.columns)]
+    assert sum(widths) <= MAIN_PX_AT_1600
+    texts = [[compared.index.name, *compared.index], *([name, *compared[name]] for name in compared.columns)]
+    assert all(width >= max(drawn_px(text) for text in column) + 16 for width, column in zip(widths, texts))

@@ -10,7 +10,7 @@ import pytest
 from profiled_runs import OUTPUT_LEN, profiled_run, recorded_history
 
 from bench_core.measure import catalog
-from bench_core.measure.catalog import CATALOG, METRICS
+from bench_core.measure.catalog import CATALOG, COMPARED_COLUMNS, METRICS
 from bench_core.store.history_import import HISTORY_LEAD_COLUMNS, SAVE_CSV_COLUMNS, SAVE_CSV_HYPERPARAMS
 from bench_core.sweep import results as sweep_results
 from bench_core.views import tables
@@ -104,12 +104,17 @@ def test_the_new_metrics_reach_the_history_the_compare_table_and_the_sweep_picke
         metric = METRICS[key]
         assert {metric.column("mean"), metric.column("p99")} <= set(runs.columns)  # history columns
         assert metric.column("mean") in sweep_results.SWEEP_METRICS  # the sweep metric picker's list
-    compared = tables.compare_runs(runs)  # the default metrics
-    marks = tables.compare_marks(runs)
-    assert compared.loc["Mean TTFT per 1,000 input tokens (ms)"].tolist() == pytest.approx([60000.0, 7500.0])
-    assert marks.loc["Mean TTFT per 1,000 input tokens (ms)"].tolist() == ["worse", "better"]
-    assert compared.loc["Mean decode tokens/s per request (tok/s)"].tolist() == pytest.approx([50.0, 100.0])
-    assert marks.loc["Mean decode tokens/s per request (tok/s)"].tolist() == ["worse", "better"]  # larger is better
+    compared, _ = tables.against_baseline(runs, COMPARED_COLUMNS, tables.run_names(runs), [0, 1], 0)
+    for title, values, change in (
+        ("Mean TTFT per 1,000 input tokens (ms)", [60000.0, 7500.0], "(-87.5 %)"),
+        ("Mean decode tokens/s per request (tok/s)", [50.0, 100.0], "(+100 %)"),
+    ):
+        cells = compared.loc[title].tolist()
+        assert [float(cell.split(" (")[0].replace(",", "")) for cell in cells] == pytest.approx(values)
+        assert cells[1].endswith(change)
+    for key in NEW_METRICS:  # better when lower, and when higher
+        metric = METRICS[key]
+        assert tables.describe_column(metric.column("mean")).larger_is_better is metric.larger_is_better
 
 
 def test_derived_metrics_are_computed_from_the_columns_they_need():

@@ -156,8 +156,49 @@ def test_a_comparison_report_holds_the_charts_the_table_and_each_runs_settings(h
     document = report.comparison_report(rows, found, missing)
     assert_self_contained(document, 4)  # across the differing setting, latency vs throughput, two CDFs
     assert_escaped(document)
-    assert "<h3>What differs between these runs</h3>" in document and report.NOISE_COLUMN in document
-    assert "single run, spread unknown" in document
+    assert "<h3>What differs between these runs</h3>" in document and "<h3>Against the baseline</h3>" in document
+    assert report.UNJUDGED_NOTE in document  # each setup ran once
+    # The oldest run (the first recorded, on a tie) is the baseline, unless another is named.
+    escaped_label = "&lt;/script&gt;"  # the end of run-a's name, its label
+    side_by_side = document[document.index("<h3>Against the baseline</h3>") :]
+    assert side_by_side.index(f"{escaped_label} (baseline)") < side_by_side.index("run-b")
+    other = report.comparison_report(rows, found, missing, baseline="run-b")
+    side_by_side = other[other.index("<h3>Against the baseline</h3>") :]
+    assert side_by_side.index("run-b (baseline)") < side_by_side.index(escaped_label)
+
+
+def test_the_comparison_table_marks_and_colours_only_the_changes_beyond_the_noise_of_repeats(tmp_path):
+    history = History(tmp_path)
+    for run_id, concurrency, ttfts in (
+        ("c2-1", 2, [0.1, 0.2]),
+        ("c2-2", 2, [0.1, 0.2]),
+        ("c4-1", 4, [0.3, 0.4]),
+        ("c4-2", 4, [0.3, 0.4]),
+        ("c8", 8, [0.5, 0.6]),
+    ):
+        record(history, run_id, concurrency, ttfts)
+    chosen, varied = report.compared_runs(history.load())
+    table, marks, judged = report.comparison_table(chosen, varied)
+    assert judged and list(table.columns) == ["c2-1 (baseline)", "c2-2", "c4-1", "c4-2", "c8"]
+    # The settings that differ first, then how many runs each setup has, then the metrics, the key ones first.
+    assert list(table.index[:3]) == ["Concurrency (requests)", report.REPEATS, "Output throughput (tok/s)"]
+    assert table.loc[report.REPEATS].tolist() == ["2", "2", "2", "2", "1"]
+    ttft = table.loc["Mean time to first token (ms)"].tolist()
+    assert ttft[0] == "150.000" and ttft[2] == ttft[3] == f"350 (+133 %) {tables.BEYOND_NOISE_MARK}"
+    assert ttft[1] == "150.000 (+0.0 %)" and ttft[4] == "550 (+267 %)"  # a repeat of the baseline; a setup run once
+    assert marks.loc["Mean time to first token (ms)"].tolist() == ["", "", tables.WORSE, tables.WORSE, ""]
+    assert "Goodput (req/s)" not in table.index  # no run measured it
+    document = report.build_report(
+        report.Report(
+            "Comparison",
+            ["x"],
+            [],
+            [report.Section("Side by side", [report.Table("t", table, marks)])],
+            pd.DataFrame(),
+            pd.DataFrame(),
+        )
+    )
+    assert "rgba(218, 54, 51" in document and "350 (+133 %) *" in document
 
 
 @pytest.mark.slow

@@ -109,68 +109,74 @@ def three_runs(tmp_path) -> pd.DataFrame:
     return runs
 
 
-def test_compare_runs_puts_one_run_per_column_and_one_metric_per_row(three_runs):
-    table = tables.compare_runs(three_runs, ["output_throughput", "p99_ttft_ms"])
-    assert list(table.columns) == ["pytorch x1", "turbomind x8", "turbomind x4"]
-    assert list(table.index) == ["Output throughput (tok/s)", "P99 time to first token (ms)"]
-    assert table.loc["Output throughput (tok/s)"].tolist() == three_runs["output_throughput"].tolist()
+def test_against_baseline_puts_the_baseline_first_and_each_other_run_with_its_change_in_percent(three_runs):
+    names = tables.run_names(three_runs)
+    cells, marks = tables.against_baseline(three_runs, ["output_throughput", "p99_ttft_ms"], names, [0, 1, 2], 2)
+    assert list(cells.columns) == ["turbomind x4", "pytorch x1", "turbomind x8"]  # the baseline first
+    assert list(cells.index) == ["Output throughput (tok/s)", "P99 time to first token (ms)"]
+    throughput = three_runs["output_throughput"].tolist()
+    change = tables.format_change(throughput[0], throughput[2])
+    assert cells.iloc[0].tolist()[:2] == [
+        tables.format_number(throughput[2]),
+        f"{tables.format_number(throughput[0])} ({change})",
+    ]
+    assert change.startswith("-") and change.endswith(" %")  # the slow run made fewer tokens a second
+    # Three setups run once each: no spread, so no change is judged, however large.
+    assert (marks == "").all().all() and tables.BEYOND_NOISE_MARK not in "".join(cells.to_numpy().ravel())
 
 
-def test_compare_marks_pick_the_best_and_worst_run_in_both_directions(three_runs):
-    metrics = ["mean_ttft_ms", "request_throughput", "concurrency"]
-    marks = tables.compare_marks(three_runs, metrics)
-    ttft, throughput, concurrency = marks.index
-    assert marks.loc[ttft].tolist() == ["worse", "better", ""]  # lower latency is better
-    assert marks.loc[throughput].tolist() == ["worse", "better", ""]  # the fast run finished first
-    assert marks.loc[concurrency].tolist() == ["", "", ""]  # a setting is neither better nor worse
+def test_format_change_writes_the_change_in_percent_with_its_sign():
+    assert tables.format_change(120.0, 100.0) == "+20.0 %"
+    assert tables.format_change(96.5, 100.0) == "-3.5 %"
+    assert tables.format_change(1350.0, 100.0) == "+1,250 %"
+    assert tables.format_change(5.0, -10.0) == "+150 %"  # against the size of a negative base
+    assert tables.format_change(100.0, 100.0) == "+0.0 %"
+    for value, base in ((1.0, 0.0), (np.nan, 1.0), (1.0, np.nan)):
+        assert tables.format_change(value, base) == ""  # nothing to divide by, or nothing measured
 
 
-def test_equal_or_missing_values_are_not_marked():
-    runs = pd.DataFrame(
-        {
-            "run_id": ["a", "b", "c"],
-            "label": ["", "", ""],
-            "failed": [0, 0, 0],
-            "output_throughput": [5.0, np.nan, 7.0],
-            "goodput_rps": [np.nan, np.nan, 1.0],
-        }
+REPEATED = pd.DataFrame(
+    {
+        "run_id": list("abcdef"),
+        "output_throughput": [100.0, 101, 200, 201, 100.5, 250],
+        "mean_ttft_ms": [10.0, 30, 11, 29, 20, 5],
+        "peak_kv_cache_usage": [0.2, 0.21, 0.5, 0.51, 0.2, 0.9],
+    }
+)
+REPEATED_METRICS = ["output_throughput", "mean_ttft_ms", "peak_kv_cache_usage"]
+
+
+def test_a_change_beyond_the_noise_of_repeats_is_marked_and_coloured_and_one_within_it_is_not():
+    # Setups: a and b (the baseline's), c and d, e alone, f alone.
+    cells, marks = tables.against_baseline(REPEATED, REPEATED_METRICS, list("abcdef"), [0, 0, 1, 1, 2, 3], 0)
+    throughput, ttft, kv_cache = cells.index
+    assert marks.loc[throughput].tolist() == ["", "", tables.BETTER, tables.BETTER, "", ""]
+    assert cells.loc[throughput, "c"] == f"200 (+100 %) {tables.BEYOND_NOISE_MARK}"
+    assert cells.loc[throughput, "b"] == "101 (+1.0 %)"  # a repeat of the baseline: its noise, not judged
+    assert cells.loc[throughput, "f"] == "250 (+150 %)"  # run once: no spread to judge by
+    assert marks.loc[ttft].tolist() == [""] * 6  # 10 and 30 against 11 and 29: within noise
+    assert marks.loc[kv_cache].tolist() == ["", "", tables.CHANGED, tables.CHANGED, "", ""]  # neither way is better
+    lower = REPEATED.assign(output_throughput=[200.0, 201, 100, 101, 0, 0])
+    _, marks = tables.against_baseline(lower, ["output_throughput"], list("abcdef"), [0, 0, 1, 1, 2, 3], 0)
+    assert marks.iloc[0].tolist() == ["", "", tables.WORSE, tables.WORSE, "", ""]
+
+
+def test_a_run_without_a_value_is_neither_marked_nor_given_a_change():
+    runs = REPEATED.assign(output_throughput=[100.0, 101, 200, np.nan, 100, 100])
+    cells, marks = tables.against_baseline(
+        runs, ["output_throughput", "goodput_rps"], list("abcdef"), [0, 0, 1, 1, 2, 3], 0
     )
-    marks = tables.compare_marks(runs, ["failed", "output_throughput", "goodput_rps", "not_a_column"])
-    assert marks.to_numpy().tolist() == [["", "", ""], ["worse", "", "better"], ["", "", ""], ["", "", ""]]
+    assert cells.loc["Output throughput (tok/s)", "d"] == tables.MISSING and marks.iloc[0, 3] == ""
+    assert cells.loc["Goodput (req/s)"].tolist() == [tables.MISSING] * 6  # a column the history lacks
 
 
-def test_style_comparison_colours_better_green_and_worse_red(three_runs):
-    metrics = ["mean_e2e_ms"]
-    table, marks = tables.compare_runs(three_runs, metrics), tables.compare_marks(three_runs, metrics)
-    html = tables.style_comparison(table, marks).to_html()
-    assert "rgba(46, 160, 67" in html and "rgba(218, 54, 51" in html
-
-
-def test_noise_verdicts_judge_differences_against_the_spread_of_repeats():
-    runs = pd.DataFrame(
-        {
-            "run_id": list("abcdef"),
-            "output_throughput": [100.0, 101, 200, 201, 150, 151],
-            "mean_ttft_ms": [10.0, 30, 11, 29, 12, 28],
-        }
-    )
-    metrics = ["output_throughput", "mean_ttft_ms"]
-    two_configurations = tables.noise_verdicts(runs.iloc[:4], metrics, [0, 0, 1, 1])
-    assert two_configurations[0].startswith(tables.BEYOND_NOISE) and "2 vs 2 runs" in two_configurations[0]
-    assert two_configurations[1].startswith(tables.WITHIN_NOISE)
-    three = tables.noise_verdicts(runs, metrics, [0, 0, 1, 1, 2, 2])
-    # Lowest against highest, as the column's help says: the cell stays short enough to read beside the runs.
-    assert three[0].startswith(tables.BEYOND_NOISE) and max(len(verdict) for verdict in three) <= 40
-
-
-def test_noise_verdicts_say_when_there_is_no_spread_to_judge_by():
-    runs = pd.DataFrame({"run_id": list("abc"), "output_throughput": [100.0, 200, 300], "goodput_rps": [np.nan] * 3})
-    metrics = ["output_throughput", "goodput_rps"]
-    assert tables.noise_verdicts(runs.iloc[:2], metrics, [0, 1]) == [tables.SINGLE_RUN, ""]
-    assert tables.noise_verdicts(runs, metrics, [0, 0, 1]) == [tables.SINGLE_RUN, ""]  # one side ran once
-    assert tables.noise_verdicts(runs, metrics, [0, 0, 0]) == [tables.ONE_CONFIGURATION, ""]
-    runs.loc[1:, "output_throughput"] = np.nan  # a run that failed before measuring: one value, nothing to judge
-    assert tables.noise_verdicts(runs, metrics, [0, 1, 2]) == ["", ""]
+def test_style_comparison_colours_better_green_worse_red_and_other_changes_blue():
+    cells, marks = tables.against_baseline(REPEATED, REPEATED_METRICS, list("abcdef"), [0, 0, 1, 1, 2, 3], 0)
+    html = tables.style_comparison(cells, marks).to_html()
+    assert "rgba(46, 160, 67" in html and "rgba(9, 105, 218" in html
+    lower = REPEATED.assign(output_throughput=[200.0, 201, 100, 101, 0, 0])
+    cells, marks = tables.against_baseline(lower, ["output_throughput"], list("abcdef"), [0, 0, 1, 1, 2, 3], 0)
+    assert "rgba(218, 54, 51" in tables.style_comparison(cells, marks).to_html()
 
 
 def test_runs_sharing_a_label_or_without_one_are_told_apart_by_run_id():

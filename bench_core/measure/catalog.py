@@ -999,7 +999,10 @@ def _default_columns(field: str) -> tuple[str, ...]:
     return tuple(metric.column(stat) for metric in CATALOG for stat in getattr(metric, field))
 
 
-COMPARED_COLUMNS = _default_columns("compared")
+# The results a reader looks at first, in this order: the History table's and the head of its comparison.
+KEY_COLUMNS = ("output_throughput", "request_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_itl_ms", "mean_e2e_ms")
+# The comparison's metrics: the key ones first, then the rest in the catalog's order.
+COMPARED_COLUMNS = tuple(dict.fromkeys((*KEY_COLUMNS, *_default_columns("compared"))))
 SWEPT_COLUMNS = _default_columns("swept")
 # What a run with speculative decoding shows of it; each "not reported" where the engine reported nothing.
 SPECULATIVE_COLUMNS = ("spec_acceptance_length", "spec_acceptance_rate")

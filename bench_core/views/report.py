@@ -29,7 +29,7 @@ from ..engines import backend
 from ..hardware.roofline import describe_roofline
 from ..hardware.run_flags import run_flags
 from ..load.lengths import RANDOM_LENGTHS, describe_random_lengths
-from ..measure.catalog import lower_first
+from ..measure.catalog import COMPARED_COLUMNS, lower_first
 from ..redact import redact_text
 from ..states import LoadPattern
 from ..store.history import ENVIRONMENT_PREFIX
@@ -52,10 +52,12 @@ th:first-child, td:first-child { text-align: left; } thead th { background: #f6f
 
 @dataclass(frozen=True)
 class Table:
-    """A table with its heading; its cells are written as the pages write them (tables.formatted)."""
+    """A table with its heading; its cells are written as the pages write them (tables.formatted), and coloured as
+    they colour them where `marks` (tables.style_comparison's, the frame's shape) says."""
 
     title: str
     frame: pd.DataFrame
+    marks: pd.DataFrame | None = None
 
 
 @dataclass(frozen=True)
@@ -138,12 +140,16 @@ def _text(text: object) -> str:
 
 
 def _table(table: Table) -> str:
-    frame = tables.formatted(table.frame) if not table.frame.empty else table.frame
-    shown = (
-        frame.to_html(index=False, escape=True, border=0, na_rep=tables.MISSING)
-        if not frame.empty
-        else '<p class="note">none recorded</p>'
-    )
+    if table.frame.empty:
+        return f'<h3>{_text(table.title)}</h3><p class="note">none recorded</p>'
+    frame = tables.formatted(table.frame)
+    if table.marks is None:
+        shown = frame.to_html(index=False, escape=True, border=0, na_rep=tables.MISSING)
+    else:  # the row titles, a column of their own in `frame`, take no colour
+        marks = tables.formatted(table.marks.rename_axis(table.frame.index.name)).set_axis(frame.columns, axis=1)
+        marks.iloc[:, 0] = ""
+        styled = tables.style_comparison(frame, marks).hide(axis="index")
+        shown = styled.format(escape="html").format_index(escape="html", axis=1).to_html()
     return f"<h3>{_text(table.title)}</h3>{shown}"
 
 
@@ -345,11 +351,16 @@ def describe_config(config: RunConfig) -> str:
 # ---- several runs ----------------------------------------------------------------------------
 
 RUN = compare_charts.RUN  # the compared runs' names (run_diff.compared_names), a column to colour by
-NOISE_COLUMN = "vs run-to-run noise"
+BASELINE = "baseline"
+REPEATS = "Runs of its setup"
 COMPARE_NOTE = (
-    "Runs with the same settings are repeats: where both ends have two or more, Welch's t-test says "
-    "whether the lowest and highest configuration differ beyond their run-to-run noise (p < 0.05); "
-    f'"{tables.SINGLE_RUN}" where one was run once.'
+    "Each run's value, and beside it its change against the baseline's in %. Coloured and marked "
+    f"{tables.BEYOND_NOISE_MARK}: a change beyond the run-to-run noise of the two setups (runs with the same "
+    "settings are repeats of one; Welch's t-test, p < 0.05): green better, red worse, blue neither."
+)
+UNJUDGED_NOTE = (
+    "No change here is judged against noise: that needs two setups each run twice or more, and a setup run once has "
+    "no spread to judge by. Repeat the runs to have their changes judged."
 )
 
 
@@ -362,13 +373,43 @@ def compared_runs(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     return chosen.assign(**{RUN: run_diff.compared_names(chosen, varied)}), varied
 
 
-def comparison_table(chosen: pd.DataFrame, varied: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The side-by-side table of the compared metrics, with the noise verdict per metric, and its better/worse
-    marks (tables.compare_marks)."""
-    compared = [name for name in tables.COMPARED_COLUMNS if name in chosen]
-    table = tables.compare_runs(chosen, compared, chosen[RUN])
-    table[NOISE_COLUMN] = tables.noise_verdicts(chosen, compared, run_diff.repeat_groups(chosen, varied))
-    return table, tables.compare_marks(chosen, compared, chosen[RUN])
+def oldest_run(runs: pd.DataFrame) -> str:
+    """The run id of the run that started first (the comparison's default baseline); the first row's where no start
+    time was recorded."""
+    started = pd.to_datetime(runs.get("started_at", pd.Series(index=runs.index)), errors="coerce", utc=True)
+    return str(runs["run_id"].loc[started.idxmin()] if started.notna().any() else runs["run_id"].iloc[0])
+
+
+def comparison_table(
+    chosen: pd.DataFrame, varied: list[str], baseline: str | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame, bool]:
+    """The runs against the baseline (its run id; by default the oldest run), one column each (`tables.run_names`),
+    the baseline's first: the settings that differ between them and how many runs each setup has where some has more
+    than one, then the compared metrics that any of them measured, the key ones first,
+    with each run's change against the baseline (`tables.against_baseline`). Returns the table, its marks and whether
+    any change could be judged against noise (two setups each run twice or more)."""
+    baseline = baseline or oldest_run(chosen)
+    position = chosen["run_id"].astype(str).tolist().index(baseline)
+    groups = run_diff.repeat_groups(chosen, varied)
+    names = tables.run_names(chosen)
+    names[position] = f"{names[position]} ({BASELINE})"
+    measured = [name for name in COMPARED_COLUMNS if name in chosen and _has_numbers(chosen[name])]
+    metrics, marks = tables.against_baseline(chosen, measured, names, groups, position)
+    settings = run_diff.differences(chosen, varied).set_axis(names, axis=1)
+    runs_per_setup = pd.Series(groups).map(pd.Series(groups).value_counts())
+    if runs_per_setup.max() > 1:
+        settings.loc[REPEATS] = [str(count) for count in runs_per_setup]
+    settings = settings[metrics.columns]
+    table = pd.concat([settings, metrics])
+    table.index.name = "run"
+    marks = pd.concat([pd.DataFrame("", index=settings.index, columns=marks.columns, dtype=object), marks])
+    marks.index.name = "run"
+    judged = (pd.Series(groups).value_counts() > 1).sum() >= 2
+    return table, marks, bool(judged)
+
+
+def _has_numbers(column: pd.Series) -> bool:
+    return bool(pd.to_numeric(column, errors="coerce").notna().any())
 
 
 def missing_distributions(missing: Sequence[str]) -> str:
@@ -382,9 +423,14 @@ def missing_distributions(missing: Sequence[str]) -> str:
 
 
 def comparison_sections(
-    chosen: pd.DataFrame, varied: list[str], request_tables: Mapping[str, pd.DataFrame], missing: Sequence[str]
+    chosen: pd.DataFrame,
+    varied: list[str],
+    request_tables: Mapping[str, pd.DataFrame],
+    missing: Sequence[str],
+    baseline: str | None = None,
 ) -> list[Section]:
-    """What the History page's comparison shows, with its charts at their default choices."""
+    """What the History page's comparison shows, with its charts at their default choices and its table against
+    `baseline` (a run id; by default the oldest run)."""
     differs: list[Block] = (
         [Table("What differs between these runs", run_diff.differences(chosen, varied))]
         if varied
@@ -408,12 +454,11 @@ def comparison_sections(
     if request_tables:
         unstreamed = compare_charts.not_streamed(chosen)
         charts += [compare_charts.cdf_overlay(request_tables, metric, unstreamed) for metric in ("ttft", "itl")]
-    table, _ = comparison_table(chosen, varied)
-    return [
-        Section("What differs", differs),
-        Section("Charts", charts),
-        Section("Side by side", (Table("Metrics", table), Note(COMPARE_NOTE))),
-    ]
+    table, marks, judged = comparison_table(chosen, varied, baseline)
+    side_by_side = [Table("Against the baseline", table, marks), Note(COMPARE_NOTE)]
+    if not judged:
+        side_by_side.append(Note(UNJUDGED_NOTE))
+    return [Section("What differs", differs), Section("Charts", charts), Section("Side by side", side_by_side)]
 
 
 def comparison_report(
@@ -421,8 +466,10 @@ def comparison_report(
     request_tables: Mapping[str, pd.DataFrame],
     missing: Sequence[str],
     created: datetime | None = None,
+    baseline: str | None = None,
 ) -> str:
-    """The report comparing the history rows `runs` (request tables by run name, tables.run_names)."""
+    """The report comparing the history rows `runs` (request tables by run name, tables.run_names), against the run
+    `baseline` (by default the oldest)."""
     chosen, varied = compared_runs(runs)
     started = pd.to_datetime(runs.get("started_at", pd.Series(dtype=object)), errors="coerce", utc=True).dropna()
     span = f"started {started.min():%Y-%m-%d %H:%M} to {started.max():%Y-%m-%d %H:%M} UTC" if len(started) else ""
@@ -432,7 +479,7 @@ def comparison_report(
             "Comparison",
             list(runs["run_id"].astype(str)),
             [],
-            comparison_sections(chosen, varied, request_tables, missing),
+            comparison_sections(chosen, varied, request_tables, missing, baseline),
             settings_table(runs),
             environment_table(runs),
             summary,

@@ -20,7 +20,6 @@ import pandas as pd
 from ..config import SETTINGS
 from ..measure.catalog import (
     CATALOG,
-    COMPARED_COLUMNS,
     METRICS,
     NOT_MEASURED,
     NOT_REPORTED,
@@ -44,18 +43,13 @@ MIN_DECIMALS = 3
 MAX_DECIMALS = 9
 BETTER = "better"
 WORSE = "worse"
-BEYOND_NOISE = "beyond noise"
-WITHIN_NOISE = "within noise"
-SINGLE_RUN = "single run, spread unknown"
-ONE_CONFIGURATION = "repeats of one configuration"
-# What a verdict says, kept out of its cells so the column stays narrow beside the runs.
-NOISE_VERDICT_HELP = (
-    "Welch's t-test between the configurations with the lowest and the highest mean (runs with the "
-    "same settings are repeats of one): beyond noise where p < 0.05. It needs two runs of each."
-)
+CHANGED = "changed"  # beyond noise, on a metric of which neither direction is better
+# Beside a change beyond run-to-run noise: the cell says so in words a screen reader and a copy keep, not by colour only.
+BEYOND_NOISE_MARK = "*"
 _MARK_COLOURS = {
     BETTER: "background-color: rgba(46, 160, 67, 0.25)",
     WORSE: "background-color: rgba(218, 54, 51, 0.25)",
+    CHANGED: "background-color: rgba(9, 105, 218, 0.2)",
 }
 
 
@@ -324,64 +318,62 @@ def run_names(runs: pd.DataFrame) -> list[str]:
     ]
 
 
-def compare_runs(
-    runs: pd.DataFrame, metrics: Sequence[str] = COMPARED_COLUMNS, names: Sequence[str] | None = None
-) -> pd.DataFrame:
-    """Runs side by side: one column per run (named `names`, by default `run_names`), one row per metric, titled
-    with its unit; by default the catalog's compared metrics."""
-    values = _metric_matrix(runs, metrics, names)
-    values.index = [describe_column(name).title for name in metrics]
-    values.index.name = "metric"
-    return values
+def against_baseline(
+    runs: pd.DataFrame, metrics: Sequence[str], names: Sequence[str], groups: Sequence[int], baseline: int
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The runs against a baseline: one row per metric (titled with its unit), one column per run (named `names`),
+    the baseline's (the run at position `baseline`) first, then the others in their order. Each other run's cell is
+    its value and its change against the baseline's in % (`format_change`), marked BEYOND_NOISE_MARK where Welch's
+    t-test between the two runs' setups says the change is beyond their run-to-run noise (p < 0.05).
 
-
-def compare_marks(
-    runs: pd.DataFrame, metrics: Sequence[str] = COMPARED_COLUMNS, names: Sequence[str] | None = None
-) -> pd.DataFrame:
-    """Same shape as `compare_runs`: "better" on each row's best run(s), "worse" on its worst, else "".
-
-    Rows whose metric has no better direction, or fewer than two different values, stay unmarked.
-    """
-    values = _metric_matrix(runs, metrics, names)
-    marks = pd.DataFrame("", index=values.index, columns=values.columns, dtype=object)
-    for name in metrics:
-        row = values.loc[name]
-        direction = describe_column(name).larger_is_better
-        present = row.dropna()
-        if direction is None or present.nunique() < 2:
-            continue
-        best, worst = (present.max(), present.min()) if direction else (present.min(), present.max())
-        marks.loc[name, row == best] = BETTER
-        marks.loc[name, row == worst] = WORSE
-    marks.index = [describe_column(name).title for name in metrics]
-    marks.index.name = "metric"
-    return marks
-
-
-def noise_verdicts(runs: pd.DataFrame, metrics: Sequence[str], groups: Sequence[int]) -> list[str]:
-    """Per metric, whether the runs differ by more than their run-to-run noise. Runs sharing a group number
-    are repeats of one configuration; the configurations with the lowest and the highest mean are compared
-    by Welch's t-test (stats.compare), which needs two runs of each to measure a spread."""
-    values = _metric_matrix(runs, metrics).to_numpy()
+    `groups` numbers the runs' setups: runs sharing a number are repeats of one (run_diff.repeat_groups). A setup run
+    once has no spread to judge by, and a repeat of the baseline's setup differs from it by noise alone: their
+    changes are not judged. Returns the cells and their marks: BETTER / WORSE (CHANGED on a metric of which neither
+    direction is better) on the changes beyond noise, "" elsewhere."""
     groups = np.asarray(groups)
-    verdicts = []
-    for row in values:
-        samples = [row[(groups == group) & np.isfinite(row)] for group in np.unique(groups)]
-        samples = sorted((sample for sample in samples if sample.size), key=np.mean)
-        if len(samples) < 2:  # nothing to compare, unless every run is a repeat of one configuration
-            verdicts.append(ONE_CONFIGURATION if samples and np.unique(groups).size == 1 else "")
-            continue
-        result = compare(samples[0], samples[-1])
-        if result.significant is None:
-            verdicts.append(SINGLE_RUN)
-            continue
-        verdict = BEYOND_NOISE if result.significant else WITHIN_NOISE
-        verdicts.append(f"{verdict} (p = {result.p_value:.2g}; {result.a.n} vs {result.b.n} runs)")
-    return verdicts
+    values = _metric_matrix(runs, metrics, names)
+    cells = pd.DataFrame(MISSING, index=values.index, columns=values.columns, dtype=object)
+    marks = pd.DataFrame("", index=values.index, columns=values.columns, dtype=object)
+    for at, (name, samples) in enumerate(zip(metrics, values.to_numpy())):
+        for position, value in enumerate(samples):
+            change = format_change(value, samples[baseline]) if position != baseline else ""
+            mark = _beyond_noise(samples, groups, baseline, position, name)
+            parts = (format_number(value), change and f"({change})", mark and BEYOND_NOISE_MARK)
+            cells.iat[at, position] = " ".join(part for part in parts if part)
+            marks.iat[at, position] = mark
+    order = [baseline, *(position for position in range(len(runs)) if position != baseline)]
+    titles = [describe_column(name).title for name in metrics]
+    cells, marks = cells.iloc[:, order], marks.iloc[:, order]
+    cells.index, marks.index = titles, titles
+    return cells, marks
+
+
+def _beyond_noise(values: np.ndarray, groups: np.ndarray, baseline: int, position: int, metric: str) -> str:
+    """BETTER, WORSE or CHANGED where the setups of the runs at `baseline` and `position` differ on `metric` by more
+    than their run-to-run noise (Welch's t-test over their repeats, `values` in the runs' order); "" otherwise."""
+    if groups[position] == groups[baseline] or not np.isfinite(values[position]):  # the baseline or a repeat of it
+        return ""
+    base, other = (values[(groups == groups[at]) & np.isfinite(values)] for at in (baseline, position))
+    result = compare(base, other)
+    if not result.significant:
+        return ""
+    direction = describe_column(metric).larger_is_better
+    if direction is None:
+        return CHANGED
+    return BETTER if (result.difference > 0) == direction else WORSE
+
+
+def format_change(value: float, base: float) -> str:
+    """`value` against `base` in %: "+20.1 %", "-3.5 %", "+1,250 %"; "" where there is no base to divide by."""
+    value, base = _number(value), _number(base)
+    if not (math.isfinite(value) and math.isfinite(base)) or base == 0:
+        return ""
+    percent = (value - base) / abs(base) * 100
+    return f"{percent:+,.0f} %" if abs(percent) >= 100 else f"{percent:+.1f} %"
 
 
 def style_comparison(table: pd.DataFrame, marks: pd.DataFrame):
-    """A Styler for st.dataframe: better cells green, worse red."""
+    """A Styler for st.dataframe and the reports: better cells green, worse red, other changes beyond noise blue."""
     return table.style.apply(lambda _: marks.map(lambda mark: _MARK_COLOURS.get(mark, "")), axis=None)
 
 

@@ -1,9 +1,9 @@
 """History in a real browser: two real runs of the tiny model that differ only in concurrency, selected in
 the runs table, are compared starting with what differs between them: concurrency with both values, nothing
-else. The test's folder keeps a screenshot of the comparison for a reader. Five runs at a 1,500 px window, the
+else. The test's folder keeps a screenshot of the comparison for a reader. Five runs at a 1,600 px window, the
 History page opened by its URL: legends clear of every title with each entry whole, the run id pinned in the runs
-table when it scrolls and the metric names with their noise verdicts in the side-by-side one; screenshots of that
-comparison go to artifacts/e2e/.
+table when it scrolls, and the table against the baseline whole in view, its values and changes in % read from the
+grid's accessible table; screenshots of that comparison go to artifacts/e2e/.
 
 What AppTest cannot show is checked here: the rows ticked in the grid by a click, the summary as the browser
 lays it out above the charts, the charts drawn, and what a scrolled grid keeps in view.
@@ -11,15 +11,18 @@ lays it out above the charts, the charts drawn, and what a scrolled grid keeps i
 
 from __future__ import annotations
 
+import math
+
 import pytest
-from compared_runs import NOT_STREAMED, record_five_runs
+from compared_runs import FIVE, NOT_STREAMED, record_five_runs
 from playwright.sync_api import Page, expect
 from test_browser import FIRST_CHART_TIMEOUT_MS, dataframe_with_cell, select_grid_row
 
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.run.runner import Runner
 from bench_core.store.history import History
-from dashboard.history_view import NOISE_COLUMN
+from bench_core.views.report import BASELINE
+from bench_core.views.tables import describe_column, format_change, format_number
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -86,11 +89,15 @@ def test_comparing_two_runs_names_the_one_setting_that_differs(page: Page, two_r
     page.screenshot(path=tmp_path / "history_compare.png")
 
 
-# The narrowest window the verdict column was cut at (issue 25).
-NARROW_VIEWPORT = {"width": 1500, "height": 1600}
+# The window five compared runs were unreadable at (issue 39): only the colours of cells cut off showed.
+WINDOW_1600 = {"width": 1600, "height": 1600}
 COMPARE_CHARTS = ("chart_metric_vs_knob", "chart_latency_vs_throughput", "chart_cdf_ttft", "chart_cdf_itl")
 # The grid's accessible table lists the columns in view: it changes when the grid has scrolled and redrawn.
 HEADERS_JS = "grid => Array.from(grid.querySelectorAll('thead th')).map(th => th.textContent.trim())"
+ROWS_JS = """grid => Array.from(grid.querySelectorAll('tbody tr')).map(
+    tr => Array.from(tr.querySelectorAll('th, td')).map(cell => cell.textContent.trim()))"""
+# How far a grid scrolls sideways: 0 when every column is in view.
+SIDEWAYS_JS = "grid => { const box = grid.querySelector('.dvn-scroller'); return box.scrollWidth - box.clientWidth; }"
 # The left of the runs table that its pinned column covers: the row markers and the run id, short of its right
 # edge, where the grid draws a shadow once scrolled.
 RUN_ID_STRIP_PX = 180
@@ -132,10 +139,10 @@ def _scroll_right(grid) -> None:
 
 
 @pytest.mark.timeout(600)
-def test_comparing_five_runs_keeps_legends_clear_of_titles_and_ids_and_verdicts_in_view(
-    page: Page, five_runs, artifacts
+def test_comparing_five_runs_keeps_legends_clear_of_titles_and_every_value_and_change_in_view(
+    page: Page, five_runs, app_server, artifacts
 ):
-    page.set_viewport_size(NARROW_VIEWPORT)
+    page.set_viewport_size(WINDOW_1600)
     page.goto("/history")
     expect(page.get_by_role("heading", name="History", exact=True)).to_be_visible(timeout=FIRST_CHART_TIMEOUT_MS)
     runs = dataframe_with_cell(page, five_runs[0])
@@ -174,23 +181,24 @@ def test_comparing_five_runs_keeps_legends_clear_of_titles_and_ids_and_verdicts_
     expect(notes).to_contain_text("Not streamed, so no P99 time to first token")
     expect(notes).to_contain_text(five_runs[NOT_STREAMED])
 
-    # The side-by-side table at this width: the verdicts right after the metric names, whole, the first run's
-    # column after them (in view, so the verdicts end before the grid does), each headed by what tells it apart;
-    # scrolled to the last run, the metric names and verdicts stay (Streamlit pins them where they take under 60 %
-    # of the grid: the page's wide layout).
-    dataframe_with_cell(page, "Output throughput (tok/s)")
+    # The table against the baseline (the oldest run) at this width: every run's column in view, nothing to scroll,
+    # and in its cells, as a screen reader reads them, each run's value and its change in % against the baseline's.
+    dataframe_with_cell(page, describe_column("output_throughput").title)
     compare = page.get_by_test_id("stDataFrame").nth(1)  # after the runs table: a locator that outlives a redraw
     compare.scroll_into_view_if_needed()
-    headers = compare.evaluate(HEADERS_JS)
-    assert headers[:3] == [
-        "metric",
-        NOISE_COLUMN,
-        f"Dataset name random, Concurrency 2, Stream output yes (run {five_runs[0]})",
-    ]
-    _scroll_right(compare)
-    headers = compare.evaluate(HEADERS_JS)
-    assert headers[:2] == ["metric", NOISE_COLUMN] and five_runs[-1] in headers[-1], headers
-    compare.locator(".dvn-scroller").first.evaluate("box => { box.scrollLeft = 0; }")
+    assert compare.evaluate(HEADERS_JS) == ["run", f"{five_runs[0]} ({BASELINE})", *five_runs[1:]]
+    assert compare.evaluate(SIDEWAYS_JS) <= 0
+    rows = {cells[0]: cells[1:] for cells in compare.evaluate(ROWS_JS)}
+    assert rows["Concurrency (requests)"] == [str(concurrency) for _, concurrency, _ in FIVE]
+    recorded = History(app_server.results).load().set_index("run_id").loc[five_runs]
+    for metric in ("output_throughput", "mean_e2e_ms", "mean_ttft_ms"):
+        values = recorded[metric].astype(float).tolist()
+        expected = [format_number(values[0])] + [
+            format_number(value) if math.isnan(value) else f"{format_number(value)} ({format_change(value, values[0])})"
+            for value in values[1:]
+        ]
+        assert rows[describe_column(metric).title] == expected, metric
+    assert rows[describe_column("mean_ttft_ms").title][NOT_STREAMED] == "-"
     page.mouse.move(0, 0)
     heading.evaluate("e => e.scrollIntoView()")
     page.screenshot(path=artifacts / "history_compare_5_runs_charts.png")
