@@ -3,8 +3,9 @@ confirmation and the comparison of the selected runs (what differs, charts, dist
 table).
 
 A table selection is a list of row positions, valid only for the exact rows on show; the table's key
-carries a digest of those rows, so filtering, importing or deleting starts a fresh selection instead
-of silently pointing at other runs.
+carries a digest of those rows, so filtering, importing or deleting starts a fresh table instead of one whose
+selection silently points at other runs. The runs ticked are kept by run id (PICKED_RUNS), and a fresh table starts
+with the rows of those still on show ticked.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import pandas as pd
 import streamlit as st
 
 from bench_core.errors import HistoryError
-from bench_core.hardware.run_flags import flag_notes
+from bench_core.hardware.run_flags import FLAG_TAGS_HELP, flag_tags
+from bench_core.measure.catalog import KEY_COLUMNS
 from bench_core.store import run_parts
 from bench_core.store.history import History
 from bench_core.views import compare_charts, report, run_diff, tables
@@ -25,23 +27,30 @@ from dashboard.text import plain
 # Relative to the History page's URL: the Run page, app.py's default page, is served at the app's root; "/run"
 # would open it too, under a "Page not found" dialog.
 RUN_PAGE_URL = "./"
-# The runs table: who and what ran, the settings users vary (with every other setting that differs
-# somewhere in the rows on show), then the results.
-IDENTITY_COLUMNS = ("run_id", "started_at", "status", "label", "backend", "model", "model_random_weights")
-VARIED_COLUMNS = ("dataset_name", run_diff.OUTPUT_LENGTH, "load_pattern", "concurrency", "num_prompts")
-FLAGS_COLUMN = "flags"  # a run's flags (machine busy, client bound): right after the status where a run has one
-RESULT_COLUMNS = (
-    "completed",
-    "output_throughput",
-    "request_throughput",
-    "mean_ttft_ms",
-    "p99_ttft_ms",
-    "mean_itl_ms",
-    "mean_e2e_ms",
-    "error",
-    "source_file",
+# The runs table, laid out so that at 1,600 px the first view shows which run, its flags, its workload and load and
+# the key results: the id (pinned), the status and flags, the dataset and the load settings that apply to it, the key
+# metrics, then the rest of what ran, every other setting that differs somewhere in the rows on show, and the counts.
+LEAD_COLUMNS = ("run_id", "status")
+FLAGS_COLUMN = "flags"  # a run's flags' tags (machine busy, client bound): right after the status where a run has one
+WORKLOAD_COLUMNS = ("dataset_name", "concurrency")
+RATE_COLUMN = "request_rate"  # where a run on show was sent at a rate: its rate, its concurrency n/a
+LATER_COLUMNS = (
+    "load_pattern",
+    run_diff.OUTPUT_LENGTH,
+    "num_prompts",
+    "started_at",
+    "label",
+    "backend",
+    "model",
+    "model_random_weights",
 )
-FILTERS = (("backend", "Backend"), ("model", "Model"), ("status", "Status"), ("dataset", "Dataset"))
+COUNT_COLUMNS = ("completed", "error", "source_file")
+# Multiselect filters over a column's values, by its header in the table; the workload is the dataset's kind (its name),
+# not its file.
+FILTERS = tuple((name, tables.describe_column(name).header) for name in ("dataset_name", "backend", "model", "status"))
+STARTED_FORMAT = "YYYY-MM-DD HH:mm"
+# The run ids ticked in the table, kept while the filters, the page or the history change what is on show.
+PICKED_RUNS = "history_picked"
 NOT_RECORDED = "(not recorded)"
 RUN = report.RUN
 BASELINE_KEY = "compare_baseline"
@@ -76,9 +85,10 @@ def import_section(history: History) -> None:
 
 
 def filtered(runs: pd.DataFrame) -> pd.DataFrame:
-    """The rows that pass the filter widgets (an empty filter lets everything through)."""
+    """The rows that pass the filter widgets (an empty filter lets everything through): workload, backend, model and
+    status, the concurrency (n/a: the runs it does not apply to), the days they started and a text in the label."""
     keep = pd.Series(True, index=runs.index)
-    columns = st.columns(len(FILTERS) + 1)
+    columns = st.columns([1, 1, 1, 1, 1, 1.8, 1])
     for column, (name, label) in zip(columns, FILTERS):
         if name not in runs:
             continue
@@ -88,10 +98,38 @@ def filtered(runs: pd.DataFrame) -> pd.DataFrame:
         )
         if chosen:
             keep &= values.isin(chosen)
-    text = columns[-1].text_input("Label contains", key="filter_label")
+    concurrency = _concurrency_cells(runs)
+    chosen = columns[4].multiselect(
+        "Concurrency", sorted(concurrency.unique(), key=_concurrency_order), key="filter_concurrency"
+    )
+    if chosen:
+        keep &= concurrency.isin(chosen)
+    days = columns[5].date_input("Started between", value=(), key="filter_started", format="YYYY-MM-DD")
+    if days:  # a range being picked has its first day only
+        started = runs.get("started_at", pd.Series(index=runs.index)).astype(str).str[:10]  # the day on its clock
+        keep &= (started >= days[0].isoformat()) & (started <= days[-1].isoformat())
+    text = columns[6].text_input("Label contains", key="filter_label")
     if text and "label" in runs:
         keep &= runs["label"].fillna("").astype(str).str.contains(text, case=False, regex=False)
     return runs[keep]
+
+
+def _concurrency_cells(runs: pd.DataFrame) -> pd.Series:
+    """Each run's concurrency as the filter offers it: the number, or n/a where its load pattern takes none (a
+    request rate), or NOT_RECORDED."""
+    if "concurrency" not in runs:
+        return pd.Series(NOT_RECORDED, index=runs.index)
+    numbers = pd.to_numeric(runs["concurrency"], errors="coerce")
+    texts = {number: f"{number:g}" for number in numbers.dropna().unique()}  # a history holds few values
+    cells = numbers.map(texts).fillna(NOT_RECORDED)
+    return cells.where(run_diff.applying(runs, ["concurrency"])["concurrency"], run_diff.NOT_APPLICABLE)
+
+
+def _concurrency_order(cell: str) -> tuple[bool, float, str]:
+    try:
+        return False, float(cell), cell
+    except ValueError:
+        return True, 0.0, cell
 
 
 def table_page(shown: pd.DataFrame) -> pd.DataFrame:
@@ -113,43 +151,78 @@ def table_page(shown: pd.DataFrame) -> pd.DataFrame:
 
 
 def table_view(shown: pd.DataFrame) -> pd.DataFrame:
-    """The runs on show as the table lists them: identity, the settings users vary and those that differ
-    between these rows, results."""
-    varied = [name for name in (*VARIED_COLUMNS, *run_diff.differing_settings(shown)) if name not in IDENTITY_COLUMNS]
+    """The runs on show as the table lists them (see LEAD_COLUMNS): a setting's cell is blank where it does not apply
+    to that run (a request-rate run's concurrency), its flags are their tags, its start a time."""
     frame = run_diff.with_output_length(shown)
-    columns = dict.fromkeys(name for name in (*IDENTITY_COLUMNS, *varied, *RESULT_COLUMNS) if name in frame)
-    view = frame[list(columns)].reset_index(drop=True)
-    notes = flag_notes(shown).reset_index(drop=True)
-    if notes.astype(bool).any():
-        at = view.columns.get_loc("status") + 1 if "status" in view else len(view.columns)
-        view.insert(at, FLAGS_COLUMN, notes)
+    differing = run_diff.differing_settings(shown)
+    settings = [name for name in (RATE_COLUMN, *WORKLOAD_COLUMNS, *LATER_COLUMNS, *differing) if name in frame]
+    # The output length is text already, "n/a" where the dataset has none.
+    judged = [name for name in settings if name in run_diff.SETTING_NAMES and name != run_diff.OUTPUT_LENGTH]
+    applying = run_diff.applying(frame, judged)
+    rate = [RATE_COLUMN] if RATE_COLUMN in applying and applying[RATE_COLUMN].any() else []
+    order = (*LEAD_COLUMNS, *WORKLOAD_COLUMNS, *rate, *KEY_COLUMNS, *LATER_COLUMNS, *differing, *COUNT_COLUMNS)
+    view = frame[[name for name in dict.fromkeys(order) if name in frame]].reset_index(drop=True)
+    for name in view.columns.intersection(applying.columns):
+        view[name] = view[name].where(applying[name].to_numpy())
+    if "started_at" in view:  # the time as recorded, on the run's own clock
+        view["started_at"] = pd.to_datetime(view["started_at"].astype(str).str[:19], errors="coerce")
+    tags = flag_tags(shown).reset_index(drop=True)
+    if tags.astype(bool).any():
+        view.insert(view.columns.get_loc("status") + 1 if "status" in view else len(view.columns), FLAGS_COLUMN, tags)
     return view
 
 
+def _picked_rows(view: pd.DataFrame) -> list[int]:
+    """The rows on show of the runs ticked before (PICKED_RUNS)."""
+    picked = set(st.session_state.get(PICKED_RUNS, ()))
+    return [row for row, run_id in enumerate(view["run_id"].astype(str)) if run_id in picked]
+
+
+def _remember_picked(on_show: list[str], selected: list[str]) -> None:
+    """The ticked runs: those ticked now among the rows on show, and those ticked before that are not on show."""
+    shown = set(on_show)
+    kept = [run_id for run_id in st.session_state.get(PICKED_RUNS, ()) if run_id not in shown]
+    st.session_state[PICKED_RUNS] = [*kept, *selected]
+
+
 def runs_table(shown: pd.DataFrame) -> list[str]:
-    """The table of runs on show, with a link to each on the Run page; returns the selected run ids."""
+    """The table of runs on show, with a link to each on the Run page; returns the selected run ids. The runs ticked
+    before stay ticked where they are still on show when the filters or the page change (PICKED_RUNS)."""
     view = table_view(shown)
     view.insert(1, "open", RUN_PAGE_URL + "?run=" + view["run_id"].astype(str))
     # The id stays in view while the many setting and result columns scroll past it.
     config = {
         "run_id": st.column_config.Column(pinned=True),
         "open": st.column_config.LinkColumn("Run page", display_text="open"),
+        "started_at": st.column_config.DatetimeColumn(
+            tables.describe_column("started_at").title, format=STARTED_FORMAT
+        ),
     }
     for name in view.columns[2:]:
-        config[name] = _title(name)
-    digest = zlib.crc32("\n".join(view["run_id"].astype(str)).encode())
+        spec = tables.describe_column(name)
+        config.setdefault(
+            name, st.column_config.Column(spec.header, help=spec.title if spec.header != spec.title else None)
+        )
+    if FLAGS_COLUMN in view:
+        config[FLAGS_COLUMN] = st.column_config.Column("Flags", help=FLAG_TAGS_HELP)
+    on_show = view["run_id"].astype(str).tolist()
+    digest = zlib.crc32("\n".join(on_show).encode())
     event = show_table(
         view,
         key=f"history_table_{digest:08x}",
         max_rows=LONG_TABLE_ROWS,
         keep_numbers=True,
+        compact=True,
         on_select="rerun",
         selection_mode="multi-row",
+        selection_default={"selection": {"rows": _picked_rows(view)}},
         hide_index=True,
         column_config=config,
     )
     rows = [row for row in event.selection.rows if row < len(view)]
-    return view["run_id"].iloc[rows].astype(str).tolist()
+    selected = [on_show[row] for row in rows]
+    _remember_picked(on_show, selected)
+    return selected
 
 
 def downloads(history: History, picked: list[str]) -> None:

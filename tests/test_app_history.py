@@ -1,20 +1,27 @@
 """The History page through AppTest, on a history made by real runs of the tiny model plus an imported LMDeploy CSV."""
 
 import json
+import math
 import shutil
+from datetime import date
 
 import plotly.colors
 import pytest
 from app_under_test import APP, ROOT
 from compared_runs import FIVE, NOT_STREAMED, record_five_runs
+from profiled_runs import profiled_run
 from streamlit.testing.v1 import AppTest
 
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
+from bench_core.hardware.run_flags import FLAG_TAGS_HELP
+from bench_core.measure.catalog import KEY_COLUMNS
 from bench_core.run.runner import Runner
-from bench_core.store.history import RESULTS_ENV, History
+from bench_core.store.history import RESULTS_ENV, History, RunRecord
+from bench_core.store.history_import import lmdeploy_hyperparams
 from bench_core.views import report
 from bench_core.views.tables import BEYOND_NOISE_MARK, describe_column
-from dashboard.table_view import drawn_px
+from dashboard.history_view import FLAGS_COLUMN
+from dashboard.table_view import COMPACT_PADDING_PX, drawn_px
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
 pytestmark = pytest.mark.slow
@@ -411,3 +418,114 @@ def test_the_run_id_is_pinned_and_five_compared_runs_fit_beside_the_metric_names
     assert sum(widths) <= MAIN_PX_AT_1600
     texts = [[compared.index.name, *compared.index], *([name, *compared[name]] for name in compared.columns)]
     assert all(width >= max(drawn_px(text) for text in column) + 16 for width, column in zip(widths, texts))
+
+
+# ---- the first view: which run, its flags, its workload and load, the key results -------------------------------
+
+BOTH_FLAGS = "machine busy, client bound"
+# A run's numbers that flag it on both counts: other processes saturated the machine, the client's loop woke late.
+FLAGGING = {"machine_busy_share": 0.9, "other_cpu_cores": 1.5, "mean_loop_lag_ms": 30.0, "client_saturated_share": 0.9}
+
+
+def record_run(history: History, run_id: str, day: int, dataset: DatasetConfig, load: LoadConfig, **extra) -> None:
+    """A finished run of `dataset` under `load`, started on the `day`th of March 2026, its numbers measured by a real
+    profiler (and `extra` numbers)."""
+    prof = profiled_run([0.1, 0.2])
+    config = RunConfig(
+        engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"), dataset=dataset, load=load
+    )
+    history.record(
+        RunRecord(
+            run_id=run_id,
+            started_at=f"2026-03-{day:02d}T10:00:00+00:00",
+            status="finished",
+            config=config,
+            lmdeploy_columns=prof.lmdeploy_csv_row(lmdeploy_hyperparams(config)),
+            metrics={**prof.summary(), **extra},
+            requests=prof.request_table(),
+        )
+    )
+
+
+@pytest.fixture
+def varied_history(tmp_path, monkeypatch, fresh_dashboard) -> History:
+    """Three runs, oldest first: random prompts sent at 4 req/s; shared-prefix prompts at their default output length
+    (128) in a batch of 8; random prompts in a batch of 4 on a machine too busy, from a client too slow."""
+    history = History(tmp_path / "results")
+    random = DatasetConfig(dataset="builtin:sample", dataset_name="random", random_input_len=16, random_output_len=8)
+    record_run(history, "rate", 1, random, LoadConfig(load_pattern="request_rate", request_rate=4.0))
+    prefix = DatasetConfig(dataset="builtin:sample", dataset_name="shared-prefix")
+    record_run(history, "prefix", 2, prefix, LoadConfig(concurrency=8))
+    record_run(history, "busy", 3, random, LoadConfig(concurrency=4), **FLAGGING)
+    monkeypatch.setenv(RESULTS_ENV, str(history.root))
+    return history
+
+
+def test_each_run_shows_the_load_and_output_length_that_apply_to_it(varied_history):
+    """A request-rate run read as concurrency 256 and a shared-prefix run's 128 tokens as "default"."""
+    table = open_history().dataframe[0].value.set_index("run_id")
+    assert math.isnan(table.loc["rate", "concurrency"]) and table.loc["rate", "request_rate"] == 4
+    assert table.loc["prefix", "concurrency"] == 8 and math.isnan(table.loc["prefix", "request_rate"])
+    assert table.loc["prefix", "output_length"] == "128" and table.loc["rate", "output_length"] == "8"
+
+
+def test_flags_are_short_tags_explained_in_their_column_help_and_the_key_columns_come_first(varied_history):
+    at = open_history()
+    table = at.dataframe[0].value
+    assert list(table.columns[:7]) == [
+        "run_id",
+        "open",
+        "status",
+        FLAGS_COLUMN,
+        "dataset_name",
+        "concurrency",
+        "request_rate",
+    ]
+    assert list(table.columns[7 : 7 + len(KEY_COLUMNS)]) == list(KEY_COLUMNS)
+    assert table.set_index("run_id")[FLAGS_COLUMN].to_dict() == {"busy": BOTH_FLAGS, "prefix": "", "rate": ""}
+    config = column_config(at.dataframe[0])
+    assert config[FLAGS_COLUMN]["help"] == FLAG_TAGS_HELP
+    # As wide as its tags, not a sentence's width.
+    assert config[FLAGS_COLUMN]["width"] == max(drawn_px(BOTH_FLAGS), drawn_px(FLAGS_COLUMN)) + COMPACT_PADDING_PX
+    # Short headers, their titles in their help.
+    assert (
+        config["mean_ttft_ms"]["label"] == "Mean TTFT (ms)"
+        and config["mean_ttft_ms"]["help"] == describe_column("mean_ttft_ms").title
+    )
+
+
+def test_filters_pick_workloads_concurrencies_and_the_days_runs_started(varied_history):
+    at = open_history()
+    assert at.multiselect(key="filter_dataset_name").options == ["random", "shared-prefix"]  # not the files
+    concurrency = at.multiselect(key="filter_concurrency")
+    assert concurrency.options == ["4", "8", "n/a"]
+    concurrency.select("n/a").run()
+    assert list(at.dataframe[0].value["run_id"]) == ["rate"]
+    at.multiselect(key="filter_concurrency").unselect("n/a").run()
+    at.multiselect(key="filter_dataset_name").select("random").run()
+    assert list(at.dataframe[0].value["run_id"]) == ["busy", "rate"]
+    at.multiselect(key="filter_dataset_name").unselect("random").run()
+    at.date_input(key="filter_started").set_value((date(2026, 3, 2), date(2026, 3, 3))).run()
+    assert list(at.dataframe[0].value["run_id"]) == ["busy", "prefix"]
+    at.date_input(key="filter_started").set_value((date(2026, 3, 3),)).run()  # a range being picked: its first day
+    assert list(at.dataframe[0].value["run_id"]) == ["busy"]
+
+
+def subheaders(at: AppTest) -> list[str]:
+    return [element.value for element in at.subheader]
+
+
+def test_the_runs_ticked_stay_ticked_while_the_filters_change_what_is_on_show(varied_history):
+    at = select_rows(open_history(), ["busy", "prefix", "rate"])
+    assert subheaders(at) == ["Compare 3 runs"]
+    at.multiselect(key="filter_dataset_name").select("random").run()
+    assert not at.exception and subheaders(at) == ["Compare 2 runs"]  # the two random runs still on show
+    assert at.download_button[1].label == "Download the 2 selected run(s) (CSV)"
+    at.multiselect(key="filter_dataset_name").unselect("random").run()
+    assert subheaders(at) == ["Compare 3 runs"]  # the one filtered out is ticked again when back
+    # Unticked while on show, it stays unticked after.
+    at = select_rows(at, ["busy", "prefix"])
+    at.multiselect(key="filter_status").select("finished").run()
+    assert subheaders(at) == ["Compare 2 runs"]
+    selected = at.session_state[at.dataframe[0].key]["selection"]["rows"]
+    assert sorted(at.dataframe[0].value["run_id"].iloc[selected]) == ["busy", "prefix"]

@@ -1,5 +1,5 @@
 """A run recorded on a busy machine (hardware/contention.py) is amber with its numbers on the Run page, whether opened
-from the History page's link or directly, and the History table says so in its row; a calm run beside it is not."""
+from the History page's link or directly, and the History table tags it in its row; a calm run beside it is not."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from app_under_test import APP, shown
 from streamlit.testing.v1 import AppTest
 
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
+from bench_core.hardware.contention import BUSY_PREFIX
 from bench_core.hardware.telemetry import CPU_CORES, CPU_COUNT, CPU_PERCENT, MACHINE, PROCESS, Sample, samples_frame
 from bench_core.run.runner import Runner
 from bench_core.store.history import RESULTS_ENV, History, run_metrics
@@ -69,7 +70,7 @@ def test_a_busy_run_is_amber_with_its_numbers_on_the_run_page_and_in_history(bus
     assert not at.exception
     table = at.dataframe[0].value.set_index("run_id")
     assert list(table.columns).index(FLAGS_COLUMN) == list(table.columns).index("status") + 1
-    assert table.loc[busy, FLAGS_COLUMN] == NOTE[:1].lower() + NOTE[1:]
+    assert table.loc[busy, FLAGS_COLUMN] == BUSY_PREFIX  # its tag; the sentence, with its numbers, on its page
     assert table.loc[calm, FLAGS_COLUMN] == ""
 
     link = table.loc[busy, "open"]  # the Run page as the table's link opens it

@@ -35,7 +35,7 @@ from bench_core.hardware.client_bound import (
     client_note,
     client_summary,
 )
-from bench_core.hardware.run_flags import flag_notes, run_flags
+from bench_core.hardware.run_flags import flag_tags, run_flags
 from bench_core.hardware.telemetry import (
     CLIENT_LOOP,
     CLIENT_WORKER,
@@ -216,12 +216,13 @@ def test_history_rows_without_the_columns_read_as_not_flagged_and_flagged_rows_s
             "other_cpu_cores": [math.nan, 0.0, 1.2],
         }
     )
-    notes = flag_notes(rows).tolist()
-    assert notes[0] == ""
-    assert notes[1].startswith(f"{CLIENT_PREFIX}: ") and "30.0 ms late" in notes[1]
-    assert notes[2].startswith("machine busy: other processes used 1.2 of 2 CPU cores")
-    assert f" {CLIENT_PREFIX}: " in notes[2]
-    assert flag_notes(rows[["run_id"]]).tolist() == ["", "", ""]
+    assert flag_tags(rows).tolist() == ["", CLIENT_PREFIX, f"machine busy, {CLIENT_PREFIX}"]
+    notes = [run_flags(row, row["env_cpu_count"]) for _, row in rows.iterrows()]
+    assert notes[0] == []
+    assert notes[1][0].startswith(f"{CLIENT_PREFIX}: ") and "30.0 ms late" in notes[1][0]
+    assert notes[2][0].startswith("machine busy: other processes used 1.2 of 2 CPU cores")
+    assert notes[2][1].startswith(f"{CLIENT_PREFIX}: ")
+    assert flag_tags(rows[["run_id"]]).tolist() == ["", "", ""]
 
 
 def test_the_telemetry_chart_has_a_panel_for_the_loop_lag():
@@ -274,7 +275,7 @@ def test_a_run_whose_client_cannot_hold_its_rate_is_flagged_client_bound(
     assert float(row[LAG_COLUMN]) >= LAG_LIMIT_MS and float(row["max_loop_lag_ms"]) >= 1000 * BLOCK_S
     note = client_note(row)
     assert note is not None and f"warning: {note}" in err.splitlines()
-    assert flag_notes(row.to_frame().T).iloc[0].startswith(f"{CLIENT_PREFIX}: ")
+    assert flag_tags(row.to_frame().T).iloc[0] == CLIENT_PREFIX
 
 
 def _warned_exactly_when_flagged(row: pd.Series, err: str) -> None:
@@ -324,7 +325,7 @@ def test_the_history_table_shows_the_flag_right_after_the_status():
     )
     view = table_view(rows).set_index("run_id")
     assert list(view.columns).index(FLAGS_COLUMN) == list(view.columns).index("status") + 1
-    assert view.loc["late", FLAGS_COLUMN] == client_note(rows.iloc[0]) and view.loc["calm", FLAGS_COLUMN] == ""
+    assert view.loc["late", FLAGS_COLUMN] == CLIENT_PREFIX and view.loc["calm", FLAGS_COLUMN] == ""
 
 
 # ---- real runs: a flooding server, read from two client processes ---------------------------

@@ -12,6 +12,7 @@ import pytest
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.hardware.client_bound import CLIENT_BOUND_RUNS, LAG_COLUMN
 from bench_core.hardware.contention import (
+    BUSY_PREFIX,
     BUSY_RUNS,
     BUSY_SHARE_COLUMN,
     OTHER_CORES_COLUMN,
@@ -20,7 +21,7 @@ from bench_core.hardware.contention import (
     contention_summary,
     machine_busy,
 )
-from bench_core.hardware.run_flags import flag_notes
+from bench_core.hardware.run_flags import flag_tags
 from bench_core.hardware.telemetry import (
     CALLER,
     CPU_CORES,
@@ -177,9 +178,10 @@ def test_history_rows_without_the_columns_read_as_not_flagged():
     )
     assert busy_runs(rows).tolist() == [False, True, False]
     assert busy_runs(rows.drop(columns=[BUSY_SHARE_COLUMN])).tolist() == [False, False, False]
-    notes = flag_notes(rows)
-    assert notes.tolist()[0] == notes.tolist()[2] == ""
-    assert notes.tolist()[1].startswith("machine busy: other processes used 1.5 of 2 CPU cores")
+    assert flag_tags(rows).tolist() == ["", BUSY_PREFIX, ""]
+    assert busy_note(rows.iloc[1], rows.iloc[1]["env_cpu_count"]).startswith(
+        "machine busy: other processes used 1.5 of 2 CPU cores"
+    )
 
 
 def test_a_sweep_point_counts_its_runs_on_a_busy_machine():

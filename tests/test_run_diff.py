@@ -141,6 +141,26 @@ def test_the_output_length_is_one_setting_whichever_dataset_holds_it(tmp_path):
     assert table.loc["Output length (tokens)"].tolist() == ["8", run_diff.DEFAULT, "256"]
 
 
+def test_every_dataset_shows_the_output_length_its_own_setting_holds(tmp_path):
+    """Shared-prefix runs asked for 128 tokens by default and read "default" (only random and ShareGPT were mapped)."""
+
+    def run(dataset_name: str, **lengths) -> RunConfig:
+        data = DatasetConfig(dataset="builtin:sample", dataset_name=dataset_name, num_prompts=8, **lengths)
+        return RunConfig(engine=CPU, dataset=data, load=LoadConfig(concurrency=2))
+
+    configs = [
+        run("shared-prefix"),
+        run("shared-prefix", output_len=32),
+        run("multi-turn", sharegpt_output_len=24),
+        run("image", random_input_len=16, random_output_len=40),
+        run("custom", output_len=12),
+        run("trace"),
+    ]
+    runs = history_of(tmp_path, configs)
+    shown = run_diff.with_output_length(runs)[run_diff.OUTPUT_LENGTH].tolist()
+    assert shown == ["128", "32", "24", "40", "12", run_diff.NOT_APPLICABLE]  # a trace's records carry their own
+
+
 def test_what_an_imported_lmdeploy_row_did_not_record_is_unknown_not_different(tmp_path):
     history = History(tmp_path)
     imported = history.import_csv(LMDEPLOY_CSV)

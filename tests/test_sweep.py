@@ -218,7 +218,7 @@ def test_a_possible_plan_passes_its_check():
 
 def test_each_dataset_takes_one_output_length_setting_at_most_and_a_trace_none():
     for name in DATASET_NAMES:
-        assert sum(setting(length).applies(dataset_name=name) for length in OUTPUT_LENGTHS) <= 1, name
+        assert sum(length.applies(dataset_name=name) for length in OUTPUT_LENGTHS) <= 1, name
     assert output_length("trace") is None
     assert output_length("multi-turn").name == "sharegpt_output_len"
     assert output_length("shared-prefix").name == "output_len"
@@ -230,7 +230,7 @@ def test_a_run_size_sets_the_output_length_the_dataset_takes_and_no_other(datase
     base.dataset.dataset_name = dataset_name
     sized = with_run_size(base, 3, 24)
     declared = output_length(dataset_name)
-    assert [name for name in OUTPUT_LENGTHS if getattr(sized.dataset, name) == 24] == (
+    assert [length.key for length in OUTPUT_LENGTHS if getattr(sized.dataset, length.key) == 24] == (
         [declared.name] if declared else []
     )
     assert sized.dataset.num_prompts == 3

@@ -750,6 +750,7 @@ DATASET = (
         unit="tokens",
         bounds=Bounds(low=4, high=MAX_TOKENS, note="LMDeploy's least is 4."),
         help="--sharegpt-output-len: every request (every turn) generates this many tokens.",
+        output_length=True,
         widget=Widget(step=1, placeholder="empty: each conversation's own"),
         widget_label="Fixed output length (tokens)",
         cli_help="fixed output length for every request, instead of the dataset's",
@@ -779,6 +780,7 @@ DATASET = (
         sweepable=True,
         label="Random output length",
         unit="tokens",
+        output_length=True,
         bounds=Bounds(low=1, high=MAX_TOKENS),
         widget=Widget(step=1, start=128),
         widget_label="Output length",
@@ -922,6 +924,7 @@ DATASET = (
         "Output length (tokens)",
         help="Tokens each request generates (custom: those of records without output_len or max_tokens).",
         cli_help="output tokens per request (shared-prefix; custom: for records without output_len or max_tokens)",
+        output_length=True,
     ),
     # Multi-turn sessions (vLLM's benchmarks/multi_turn, GuideLLM's turns).
     Setting(
@@ -1410,7 +1413,6 @@ KNOBS: tuple[Setting, ...] = tuple(setting for setting in ENGINE if setting.is_k
 SWEEPABLE: tuple[str, ...] = tuple(setting.name for setting in (*KNOBS, *LOAD, *DATASET) if setting.sweepable)
 # The settings that fix how many tokens a request generates, each for the datasets it declares: a dataset has one
 # of them at most (a trace's records carry their own lengths).
-OUTPUT_LENGTHS = ("sharegpt_output_len", "random_output_len", "output_len")
 
 
 def setting(name: str) -> Setting:
@@ -1418,13 +1420,18 @@ def setting(name: str) -> Setting:
     return BY_NAME[name] if name in BY_NAME else SWEEP_BY_NAME[name]
 
 
+OUTPUT_LENGTHS: tuple[Setting, ...] = tuple(setting for setting in DATASET if setting.output_length)
+
+
 def of_part(part: Part) -> tuple[Setting, ...]:
     return part_settings((*SETTINGS, *SWEEP_SETTINGS), part)
 
 
 def output_length(dataset_name: str) -> Setting | None:
-    """The setting that fixes the output tokens of `dataset_name`'s requests; None where its records say."""
-    return next((BY_NAME[name] for name in OUTPUT_LENGTHS if BY_NAME[name].applies(dataset_name=dataset_name)), None)
+    """The setting holding the output length a run of this dataset asks for (sharegpt and multi-turn: the fixed
+    ShareGPT length; random and image: the random length; shared-prefix and custom: output_len); None for a dataset
+    whose records carry their own (a trace)."""
+    return next((declared for declared in OUTPUT_LENGTHS if declared.applies(dataset_name=dataset_name)), None)
 
 
 def knobs_for(backend: str) -> tuple[Setting, ...]:

@@ -159,6 +159,9 @@ class Setting:
     text_parser: Callable[[str], Any] | None = None  # a text form beyond the kind's (quant_policy's names)
     secret: bool = False  # never recorded, compared or shown in a URL
     compared: bool = True  # a difference between runs (run_diff)
+    # The output length of the datasets it applies to: the tokens each request asks for (one per dataset; run_diff
+    # compares them as one "Output length", whichever dataset a run used).
+    output_length: bool = False
     widget: Widget | None = field(default_factory=Widget)  # None: not drawn in the sidebar
     widget_label: str = ""  # the sidebar's label; default: the flag for an engine knob, else the label
     history_key: str = ""  # its flat key when not its name (the SLO's slo_ttft_s)

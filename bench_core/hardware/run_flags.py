@@ -1,6 +1,6 @@
-"""Every flag a run's numbers carry, as the sentences the Run page, the History table, the CLI and reports show:
-the machine was busy (contention.py), the client could not keep up (client_bound.py). One list, so that each place
-that shows one shows them all."""
+"""Every flag a run's numbers carry, as the sentences the Run page, the CLI and reports show and the tags the History
+table shows: the machine was busy (contention.py), the client could not keep up (client_bound.py). One list, so that
+each place that shows one shows them all."""
 
 from __future__ import annotations
 
@@ -9,11 +9,18 @@ from typing import Any
 
 import pandas as pd
 
-from .client_bound import CLIENT_BOUND_RUNS, client_bound_runs, client_note, live_client_note
-from .contention import BUSY_RUNS, busy_note, busy_runs, live_busy_note
+from .client_bound import CLIENT_BOUND_RUNS, CLIENT_PREFIX, client_bound_runs, client_note, live_client_note
+from .contention import BUSY_PREFIX, BUSY_RUNS, busy_note, busy_runs, live_busy_note
 
 # Per flag, the column of a sweep point's count of runs it flagged, and the rule that flags each history row.
 FLAGGED_RUNS = {BUSY_RUNS: busy_runs, CLIENT_BOUND_RUNS: client_bound_runs}
+# Per flag, its tag: how its sentence starts.
+FLAG_TAGS = {BUSY_RUNS: BUSY_PREFIX, CLIENT_BOUND_RUNS: CLIENT_PREFIX}
+FLAG_TAGS_HELP = (
+    f"{BUSY_PREFIX}: other processes kept the machine busy during the run, so its numbers are not the engine's alone. "
+    f"{CLIENT_PREFIX}: the benchmark's client could not keep up, so the timings include its own delay. The run's page "
+    "gives the numbers."
+)
 
 
 def run_flags(values: Mapping[str, Any], cpu_count: Any = None) -> list[str]:
@@ -29,13 +36,12 @@ def live_run_flags(samples: pd.DataFrame | None, in_process: bool, in_workers: b
     return [note] if note else []
 
 
-def flag_notes(runs: pd.DataFrame) -> pd.Series:
-    """Per history row: its flags' sentences (`run_flags`, with the row's own core count), "" where not flagged. The
-    rows are found by the flags' rules on the whole table first: a sentence per row of a long history took a second."""
-    notes = pd.Series("", index=runs.index, dtype=object)
-    flagged = pd.Series(False, index=runs.index)
-    for rule in FLAGGED_RUNS.values():
-        flagged |= rule(runs)
-    for index, row in runs[flagged].iterrows():
-        notes[index] = " ".join(run_flags(row, row.get("env_cpu_count")))
-    return notes
+def flag_tags(runs: pd.DataFrame) -> pd.Series:
+    """Per history row: the tags of its flags (how their sentences start: "machine busy, client bound"), "" where not
+    flagged; each flag's rule runs on the whole table at once. A table of runs shows these, and FLAG_TAGS_HELP says
+    what they mean: a sentence per row filled the History table's width."""
+    tags = pd.Series("", index=runs.index, dtype=object)
+    for column, rule in FLAGGED_RUNS.items():
+        flagged = rule(runs)
+        tags[flagged] = tags[flagged].where(tags[flagged] == "", tags[flagged] + ", ") + FLAG_TAGS[column]
+    return tags

@@ -87,7 +87,7 @@ class Metric:
     definition: str
     display_unit: str = ""
     display_scale: float = 1.0
-    short_label: str = ""  # a table row's name when the label is long ("TTFT")
+    short_label: str = ""  # a table row's or column's name when the label is long ("TTFT")
     needs_streaming: bool = False
     server_only: bool = False  # needs the columns an HTTP client (or an arrival schedule) adds to the request table
     per_request: PerRequest | None = None
@@ -420,6 +420,7 @@ CATALOG: tuple[Metric, ...] = (
         "req/s",
         True,
         "Completed requests / benchmark duration.",
+        short_label="Requests",
         aggregate=lambda run: rate(run.count(RequestStatus.SUCCESS), run.duration_s),
         lmdeploy="request_throughput",
         lmdeploy_digits=3,
@@ -443,6 +444,7 @@ CATALOG: tuple[Metric, ...] = (
         "tok/s",
         True,
         "Output tokens of completed requests / benchmark duration.",
+        short_label="Output",
         aggregate=lambda run: rate(_total_output(run), run.duration_s),
         lmdeploy="output_throughput",
         lmdeploy_digits=3,
@@ -1038,11 +1040,14 @@ def lower_first(label: str) -> str:
     return label if any(c.isupper() or c.isdigit() for c in word[1:]) else label[:1].lower() + label[1:]
 
 
-def column_label(metric: Metric, statistic: str) -> str:
+def column_label(metric: Metric, statistic: str, short: bool = False) -> str:
+    """ "Mean time to first token", "P99 inter-token latency"; with `short`, by the metric's short label where it has
+    one ("Mean TTFT")."""
+    label = metric.short_label if short and metric.short_label else metric.label
     if statistic == "value":
-        return metric.label
+        return label
     prefix = _STATISTIC_LABELS.get(statistic, statistic.upper())
-    return f"{prefix} {lower_first(metric.label)}"
+    return f"{prefix} {lower_first(label)}"
 
 
 def column_direction(metric: Metric, statistic: str) -> bool | None:

@@ -18,11 +18,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import numpy as np
 import pandas as pd
 
 from ..config import SETTINGS as CATALOG
-from ..config import Part
+from ..config import Part, output_length
 from ..config import Setting as Declared
+from ..config.catalog import OUTPUT_LENGTHS
 from ..engines import backends, in_process_backends
 from ..states import IMPORTED
 from .tables import describe_column, run_names
@@ -70,12 +72,17 @@ def _applies(declared: Declared) -> Callable[[Where], bool]:
     return applies
 
 
-# One setting for the output length a run asked for, whichever dataset it used: a random run of 256 tokens
-# and a ShareGPT run fixed at 32 differ in it.
+# One setting for the output length a run asked for, whichever dataset it used (the catalog's declaration of each
+# dataset's output length): a random run of 256 tokens and a ShareGPT run fixed at 32 differ in it.
 OUTPUT_LENGTH = "output_length"
-_OUTPUT_LENGTH_COLUMNS = {"random": "random_output_len", "sharegpt": "sharegpt_output_len"}
+_OUTPUT_LENGTH_COLUMNS = tuple(declared.key for declared in OUTPUT_LENGTHS)
 # A model's own code runs in process only: a server's tokenizer code is not the run's.
 _IN_PROCESS_ONLY = ("trust_remote_code",)
+
+
+def _has_output_length(where: Where) -> bool:
+    """A dataset with an output length setting; a trace's records carry their own."""
+    return output_length(where.dataset_name) is not None
 
 
 def _in_process(where: Where) -> bool:
@@ -94,11 +101,11 @@ def _of(part: Part) -> list[Setting]:
     for declared in CATALOG:
         if declared.part != part or not declared.compared or declared.secret:
             continue
-        if declared.key in _OUTPUT_LENGTH_COLUMNS.values():
+        if declared.output_length:
             continue
         settings.append(_setting(declared))
-        if declared.name == "dataset_name":  # the two output lengths, as one, after the dataset's name
-            settings.append(Setting(OUTPUT_LENGTH, _always))
+        if declared.name == "dataset_name":  # the datasets' output lengths, as one, after the dataset's name
+            settings.append(Setting(OUTPUT_LENGTH, _has_output_length))
     return settings
 
 
@@ -137,9 +144,23 @@ def setting_cells(runs: pd.DataFrame, names: Sequence[str] = SETTING_NAMES) -> d
     return cells
 
 
+def applying(runs: pd.DataFrame, names: Sequence[str]) -> pd.DataFrame:
+    """Per row and setting of `names`: whether the setting means something for that row (its backend, load pattern
+    and dataset). Judged once per distinct one of those: a history holds few."""
+    context = [column for column in Where._fields if column in runs]
+    if context:
+        groups = runs.groupby(context, dropna=False, sort=False).ngroup().to_numpy()
+    else:
+        groups = np.zeros(len(runs), dtype=int)
+    firsts = runs.iloc[np.unique(groups, return_index=True)[1]][context].to_dict("records")
+    wheres = Where.of_rows(firsts)  # in group order: np.unique sorts the group numbers
+    verdicts = {name: np.array([_BY_NAME[name].applies(where) for where in wheres], dtype=bool) for name in names}
+    return pd.DataFrame({name: verdict[groups] for name, verdict in verdicts.items()}, index=runs.index)
+
+
 def _columns_read(runs: pd.DataFrame, names: Sequence[str]) -> list[str]:
     """The columns of `runs` that the cells of settings `names` depend on: theirs and those saying where they apply."""
-    context = ["status", "backend", "dataset_name", "load_pattern", *_OUTPUT_LENGTH_COLUMNS.values()]
+    context = ["status", "backend", "dataset_name", "load_pattern", *_OUTPUT_LENGTH_COLUMNS]
     return list(dict.fromkeys(name for name in (*context, *names) if name in runs))
 
 
@@ -194,9 +215,9 @@ def repeat_groups(runs: pd.DataFrame, differing: list[str] | None = None) -> lis
 
 
 def with_output_length(runs: pd.DataFrame) -> pd.DataFrame:
-    """The rows with an OUTPUT_LENGTH column, as text ("256", DEFAULT for ShareGPT's own lengths), to show
-    in a table or chart across (numbers as a scale when every run has one). Worked out once per distinct row of the
-    columns it depends on, as `differing_settings` is."""
+    """The rows with an OUTPUT_LENGTH column, as text ("256", DEFAULT for ShareGPT's own lengths, NOT_APPLICABLE for a
+    trace's), to show in a table or chart across (numbers as a scale when every run has one). Worked out once per
+    distinct row of the columns it depends on, as `differing_settings` is."""
     columns = _columns_read(runs, [OUTPUT_LENGTH])
     if columns:
         groups = runs.groupby(columns, dropna=False, sort=False).ngroup()  # numbered in order of first appearance
@@ -260,7 +281,8 @@ def _column_of(name: str, row: _Row) -> str:
     """The history column holding a setting for this row: OUTPUT_LENGTH reads the dataset's own length column."""
     if name != OUTPUT_LENGTH:
         return name
-    return _OUTPUT_LENGTH_COLUMNS.get(_normalised(row.get("dataset_name")), "sharegpt_output_len")
+    declared = output_length(_normalised(row.get("dataset_name")))
+    return declared.key if declared is not None else name
 
 
 def _known(column: list[Any]) -> list[Any]:

@@ -61,11 +61,18 @@ class ColumnSpec:
     label: str
     unit: str
     larger_is_better: bool | None
+    # Its header in a table of many columns (History's runs), whose help gives the title: a metric by its short label
+    # ("Mean TTFT (ms)"), a setting by its label alone ("Concurrency"); the title where it has none.
+    short_title: str = ""
 
     @property
     def title(self) -> str:
         """Label with its unit, for an axis or a table row."""
         return f"{self.label} ({self.unit})" if self.unit else self.label
+
+    @property
+    def header(self) -> str:
+        return self.short_title or self.title
 
 
 # History columns that are neither metrics nor settings: the engine's load time, LMDeploy's batch size, and the output
@@ -76,7 +83,7 @@ _COLUMNS = {
         ColumnSpec("load_seconds", "Engine load time", "s", False),
         ColumnSpec("warmup_seconds", "Warm-up time", "s", None),
         ColumnSpec("bs", "Batch size", "requests", None),
-        ColumnSpec("output_length", "Output length", "tokens", None),
+        ColumnSpec("output_length", "Output length", "tokens", None, "Output length"),
     )
 }
 _SETTINGS = {setting.key: setting for setting in SETTINGS}
@@ -89,10 +96,12 @@ def describe_column(name: str) -> ColumnSpec:
     found = find_column(name)  # before the settings: duration_s is the measured duration, not the time limit
     if found:
         metric, statistic = found
-        return ColumnSpec(name, column_label(metric, statistic), metric.shown_unit, column_direction(metric, statistic))
+        unit, direction = metric.shown_unit, column_direction(metric, statistic)
+        short = f"{column_label(metric, statistic, short=True)} ({unit})" if metric.short_label and unit else ""
+        return ColumnSpec(name, column_label(metric, statistic), unit, direction, short)
     if name in _SETTINGS:
         setting = _SETTINGS[name]
-        return ColumnSpec(name, setting.shown_label, setting.unit, None)
+        return ColumnSpec(name, setting.shown_label, setting.unit, None, setting.shown_label)
     return ColumnSpec(name, name.replace("_", " ").capitalize(), "", None)
 
 

@@ -1,9 +1,10 @@
 """History in a real browser: two real runs of the tiny model that differ only in concurrency, selected in
 the runs table, are compared starting with what differs between them: concurrency with both values, nothing
 else. The test's folder keeps a screenshot of the comparison for a reader. Five runs at a 1,600 px window, the
-History page opened by its URL: legends clear of every title with each entry whole, the run id pinned in the runs
-table when it scrolls, and the table against the baseline whole in view, its values and changes in % read from the
-grid's accessible table; screenshots of that comparison go to artifacts/e2e/.
+History page opened by its URL: the runs table's first view showing each run's workload, load and key results,
+legends clear of every title with each entry whole, the run id pinned in the runs table when it scrolls, and the
+table against the baseline whole in view, its values and changes in % read from the grid's accessible table;
+screenshots of that comparison go to artifacts/e2e/.
 
 What AppTest cannot show is checked here: the rows ticked in the grid by a click, the summary as the browser
 lays it out above the charts, the charts drawn, and what a scrolled grid keeps in view.
@@ -19,6 +20,7 @@ from playwright.sync_api import Page, expect
 from test_browser import FIRST_CHART_TIMEOUT_MS, dataframe_with_cell, select_grid_row
 
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
+from bench_core.measure.catalog import KEY_COLUMNS
 from bench_core.run.runner import Runner
 from bench_core.store.history import History
 from bench_core.views.report import BASELINE
@@ -146,6 +148,12 @@ def test_comparing_five_runs_keeps_legends_clear_of_titles_and_every_value_and_c
     page.goto("/history")
     expect(page.get_by_role("heading", name="History", exact=True)).to_be_visible(timeout=FIRST_CHART_TIMEOUT_MS)
     runs = dataframe_with_cell(page, five_runs[0])
+    # The first view at this width: which run, its workload and load, and the key results (the last of them whole, the
+    # column after it in view too), none scrolled to; at first the dataset file, the labels and the flags' sentences
+    # filled it.
+    headers = runs.evaluate(HEADERS_JS)
+    wanted = [describe_column(name).header for name in ("dataset_name", "concurrency", *KEY_COLUMNS[:5])]
+    assert [header for header in headers if header in wanted] == wanted, headers
 
     # The runs table scrolled to its last column still shows which row is which: its left, the ids, is unmoved.
     page.mouse.move(0, 0)
