@@ -157,7 +157,7 @@ class RunIndex:
                 loaded[name] = _loaded(arrays[name], ColumnType(types[name]), rows)
             else:  # no value yet: a text column of empty cells, else a number column of NaN
                 loaded[name] = pd.Series([""] * rows, dtype=str) if self._text_column(name) else np.full(rows, np.nan)
-        return pd.DataFrame(loaded, index=pd.RangeIndex(rows))
+        return _joined(loaded, rows)
 
     # Writing
 
@@ -323,13 +323,27 @@ def _loaded(values: pa.ChunkedArray, column_type: ColumnType, rows: int) -> pd.S
         if not pa.types.is_string(values.type):
             return pd.Series([""] * rows, dtype=str)
         return values.fill_null("").to_pandas().astype(str)
-    numbers = values.to_numpy(zero_copy_only=False).astype(float)
+    numbers = values.to_numpy(zero_copy_only=False).astype(float, copy=False)
+    if column_type == ColumnType.NUMBER:
+        return numbers
     present = ~np.isnan(numbers)
     if column_type == ColumnType.BOOL:
         return pd.Series(numbers == 1.0, dtype="boolean").mask(~present)
     if column_type == ColumnType.INTEGER and present.all() and (np.abs(numbers) <= _EXACT_FLOAT_INT).all():
         return numbers.astype(np.int64)
     return numbers
+
+
+def _joined(loaded: dict[str, pd.Series | np.ndarray], rows: int) -> pd.DataFrame:
+    """The columns as one frame, in `loaded`'s order, each number column a block of its own: pandas would otherwise
+    copy the 100 or so number columns into one block (at 100,000 rows, a second of a first read spent allocating and
+    copying), and a block per column makes the page's row cuts cheaper too."""
+    numbers = {name: column for name, column in loaded.items() if isinstance(column, np.ndarray)}
+    others = {name: column for name, column in loaded.items() if name not in numbers}
+    parts = [pd.DataFrame(others, index=pd.RangeIndex(rows))]
+    if numbers:
+        parts.append(pa.table(numbers).to_pandas(split_blocks=True))
+    return pd.concat(parts, axis=1)[list(loaded)]
 
 
 _CELLS_IN_ORDER = "SELECT runs.run_id, cells.cells FROM runs JOIN cells USING (run_id) ORDER BY runs.seq"
