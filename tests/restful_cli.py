@@ -37,10 +37,11 @@ class RestfulRun:
 
 
 def restful(
-    url: str, folder: Path, capsys, *flags: str, prompts: int = 8, output_len: int = 8, warmup: bool = False
+    url: str, folder: Path, capsys, *flags: str, prompts: int = 8, output_len: int | None = 8, warmup: bool = False
 ) -> RestfulRun:
-    """A run of `prompts` requests from builtin:sample asking `output_len` tokens each; `flags` go last (--backend,
-    --model, ...: without --model the model is discovered at /v1/models)."""
+    """A run of `prompts` requests from builtin:sample asking `output_len` tokens each (None: the dataset's own
+    lengths, for a dataset that refuses --sharegpt-output-len); `flags` go last (--backend, --model, ...: without
+    --model the model is discovered at /v1/models)."""
     capsys.readouterr()  # what came before is not this run's
     argv = [
         "restful",
@@ -52,8 +53,7 @@ def restful(
         "builtin:sample",
         "--num-prompts",
         str(prompts),
-        "--sharegpt-output-len",
-        str(output_len),
+        *([] if output_len is None else ["--sharegpt-output-len", str(output_len)]),
         "--output-file",
         "",
         "--results",

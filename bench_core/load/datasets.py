@@ -52,6 +52,9 @@ _TURN_TEXT_KEYS = ("value", "content")
 _USER_ROLES = ("human", "user")
 _ASSISTANT_ROLES = ("gpt", "assistant", "chatgpt", "bard", "bing")
 _BETWEEN_ARRAY_ITEMS = re.compile(r"[\s,]*")
+# Not strict: a string holding a raw control character (a tab, a form feed) that a lax writer left unescaped is
+# read as it is rather than refusing the whole file.
+LENIENT_JSON = json.JSONDecoder(strict=False)
 
 
 @dataclass
@@ -286,7 +289,8 @@ def _parse_file(path: str, mtime_ns: int, size: int, source: str, kind: str = "p
     """Parse a file once per (path, modification time, size) and kind of reading (`_from_records`): a dashboard
     re-run reuses it."""
     try:
-        text = Path(path).read_text(encoding="utf-8-sig")
+        # Bytes decoded, not read_text's universal newlines, which would also end a line at a lone "\r".
+        text = Path(path).read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError:
         raise DatasetError(f"Dataset {source} is not a UTF-8 text file; expected JSON or JSON Lines.") from None
     except OSError as exc:
@@ -324,7 +328,6 @@ class _Truncated(Exception):
 def _json_array_records(text: str, source: str) -> Iterator[tuple[int, Any]]:
     """Decode a JSON array one element at a time, so that a truncated file still yields its complete records;
     each with the line it starts on."""
-    decoder = json.JSONDecoder()
     ends_properly = text.rstrip().endswith("]")
     pos = text.index("[") + 1
     line, counted = 1 + text.count("\n", 0, pos), pos
@@ -338,7 +341,7 @@ def _json_array_records(text: str, source: str) -> Iterator[tuple[int, Any]]:
             return
         line, counted = line + text.count("\n", counted, pos), pos
         try:
-            record, pos = decoder.raw_decode(text, pos)
+            record, pos = LENIENT_JSON.raw_decode(text, pos)
         except json.JSONDecodeError as err:
             if not ends_properly:
                 raise _Truncated from None
@@ -350,26 +353,33 @@ def _json_array_records(text: str, source: str) -> Iterator[tuple[int, Any]]:
         yield line, record
 
 
+def json_lines(text: str) -> Iterator[tuple[int, str]]:
+    """The non-blank lines of a JSON Lines text, each with its number from 1. A line ends at "\n" alone (a "\r"
+    before it is JSON whitespace): str.splitlines() also ends one at characters a JSON string holds unescaped
+    (U+2028, U+2029, U+0085, a form feed...), cutting a valid record in two."""
+    for n, line in enumerate(text.split("\n"), start=1):
+        if line.strip():
+            yield n, line
+
+
 def _json_lines_records(text: str, source: str) -> Iterator[tuple[int, Any]]:
-    lines = text.splitlines()
-    last = max((n for n, line in enumerate(lines) if line.strip()), default=-1)
-    for n, line in enumerate(lines):
-        if not line.strip():
-            continue
+    lines = list(json_lines(text))
+    last = lines[-1][0] if lines else 0
+    for n, line in lines:
         try:
-            record = json.loads(line)
+            record = LENIENT_JSON.decode(line)
         except RecursionError:
-            raise nested_too_deeply(f"Line {n + 1} of dataset {source}") from None
+            raise nested_too_deeply(f"Line {n} of dataset {source}") from None
         except json.JSONDecodeError as err:
-            if n == last and n > 0:
+            if n == last and n > 1:
                 raise _Truncated from None
             raise DatasetError(
-                f"Dataset {source} is neither a JSON array nor JSON Lines: line {n + 1} is not "
+                f"Dataset {source} is neither a JSON array nor JSON Lines: line {n} is not "
                 f"a complete JSON value ({err.msg})."
             ) from None
         except ValueError:
-            raise _number_too_long(source, n + 1) from None
-        yield n + 1, record
+            raise _number_too_long(source, n) from None
+        yield n, record
 
 
 def nested_too_deeply(what: str) -> DatasetError:

@@ -22,7 +22,7 @@ import pandas as pd
 from ..config import GenerationSettings, generation_problems
 from ..csvstore import table_bytes
 from ..errors import ConfigError, DatasetError
-from .datasets import nested_too_deeply
+from .datasets import LENIENT_JSON, json_lines, nested_too_deeply
 
 Conversation = list[dict[str, str]]
 
@@ -94,12 +94,10 @@ def _csv_prompts(text: str, name: str) -> list[Conversation]:
 
 def _jsonl_prompts(text: str, name: str) -> list[Conversation]:
     conversations = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, line in json_lines(text):
         where = f"line {number} of {name}"
         try:
-            record = json.loads(line)
+            record = LENIENT_JSON.decode(line)
         except RecursionError:
             raise nested_too_deeply(where.capitalize()) from None
         except json.JSONDecodeError as exc:
@@ -110,7 +108,7 @@ def _jsonl_prompts(text: str, name: str) -> list[Conversation]:
 
 def _json_prompts(text: str, name: str) -> list[Conversation]:
     try:
-        records = json.loads(text)
+        records = LENIENT_JSON.decode(text)
     except RecursionError:
         raise nested_too_deeply(name) from None
     except json.JSONDecodeError as exc:
