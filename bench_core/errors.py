@@ -48,5 +48,12 @@ class EngineUnavailable(BenchError):
     refuses_input = True
 
 
+class CacheNotWritable(BenchError):
+    """A model to build into our cache where this user cannot write (a read-only HOME or mount, a service account
+    without a home): the machine's setup, found before anything is measured."""
+
+    refuses_input = True
+
+
 class HistoryError(BenchError):
     """A history or CSV file that cannot be read or imported."""

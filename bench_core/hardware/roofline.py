@@ -331,27 +331,46 @@ def _cpu_model() -> str:
 
 def cpu_memory_bandwidth(cache_dir: Path, key: str | None = None) -> DevicePeak:
     """This machine's CPU as a device: its copy bandwidth, measured on first use and kept in `cache_dir`
-    (one JSON file, an entry per machine key); no FLOP/s peak."""
+    (one JSON file, an entry per machine key); no FLOP/s peak. A cache that cannot be written (a read-only mount)
+    serves what it holds, and where it holds nothing for this machine the bandwidth is measured for this run alone."""
     key = key or machine_key()
     path = Path(cache_dir) / BANDWIDTH_CACHE_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Two processes starting at once (a dashboard run and a CLI run) measure once, not side by side.
-    with FileLock(str(path) + ".lock"):
+    entry = kept_bandwidth(path, key)  # no lock to read: the file is only ever replaced whole
+    if entry is None:
         try:
-            known = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            known = {}
-        entry = known.get(key) if isinstance(known, dict) else None
-        if not isinstance(entry, dict) or not isinstance(entry.get("copy_bytes_per_s"), (int, float)):
-            entry = {
-                "copy_bytes_per_s": measure_copy_bandwidth(),
-                "array_bytes": COPY_BYTES,
-                "threads": 1,
-                "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            }
-            known = {**(known if isinstance(known, dict) else {}), key: entry}
-            replace_bytes(path, (json.dumps(known, indent=2) + "\n").encode())
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # Two processes starting at once (a dashboard run and a CLI run) measure once, not side by side.
+            with FileLock(str(path) + ".lock"):
+                entry = kept_bandwidth(path, key)
+                if entry is None:
+                    entry = _measured_bandwidth()
+                    replace_bytes(path, (json.dumps({**_kept_entries(path), key: entry}, indent=2) + "\n").encode())
+        except OSError:
+            entry = entry or _measured_bandwidth()
     return DevicePeak(f"CPU ({key})", float(entry["copy_bytes_per_s"]), None)
+
+
+def kept_bandwidth(path: Path, key: str) -> dict | None:
+    """The bandwidth entry the cache file at `path` holds for machine `key`; None where it holds none."""
+    entry = _kept_entries(path).get(key)
+    return entry if isinstance(entry, dict) and isinstance(entry.get("copy_bytes_per_s"), (int, float)) else None
+
+
+def _kept_entries(path: Path) -> dict:
+    try:
+        known = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return known if isinstance(known, dict) else {}
+
+
+def _measured_bandwidth() -> dict:
+    return {
+        "copy_bytes_per_s": measure_copy_bandwidth(),
+        "array_bytes": COPY_BYTES,
+        "threads": 1,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
 
 
 # A run's verdict, as the runner records it and the pages and the CLI show it.
@@ -364,9 +383,15 @@ def device_peak(device: str, gpu_name: str, cache_dir: Path) -> tuple[DevicePeak
     environment records it), with a line saying where they come from; ModelError when unknown."""
     if device.startswith("cpu"):
         peak_found = cpu_memory_bandwidth(cache_dir)
+        path = Path(cache_dir) / BANDWIDTH_CACHE_FILE
+        kept = kept_bandwidth(path, machine_key()) is not None
         return peak_found, (
-            f"CPU copy bandwidth {peak_found.bandwidth_bytes_per_s / 1e9:,.1f} GB/s, measured once "
-            f"per machine and cached in {Path(cache_dir) / BANDWIDTH_CACHE_FILE}"
+            f"CPU copy bandwidth {peak_found.bandwidth_bytes_per_s / 1e9:,.1f} GB/s, "
+            + (
+                f"measured once per machine and cached in {path}"
+                if kept
+                else f"measured now ({path} cannot be written)"
+            )
         )
     peak_found = gpu_peak(gpu_name or "")
     if peak_found is None:

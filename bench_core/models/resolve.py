@@ -11,6 +11,7 @@ model and never build it twice.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import os
@@ -19,12 +20,12 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from filelock import FileLock
 
-from ..errors import ModelError, UnknownModel
+from ..errors import CacheNotWritable, ModelError, UnknownModel
 from .packages import ROOT, install_command, missing
 from .synthetic import (
     SYNTHETIC_MODELS,
@@ -256,10 +257,9 @@ def _resolve_synthetic(name: str) -> Path:
 
 def build_once(target: Path, build: Callable[[Path], None]) -> Path:
     """Make `target` with `build` unless it exists; the folder only ever appears complete (renamed into place)."""
-    if target.is_dir():
+    if target.is_dir():  # built: read as it is, so a read-only cache serves what it holds
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target) + ".lock"):
+    with _cache_writes(target), FileLock(str(target) + ".lock"):
         if target.is_dir():  # another process finished it while we waited for the lock
             return target
         for stale in target.parent.glob(target.name + ".*.partial"):  # left by a builder that was killed
@@ -276,6 +276,21 @@ def build_once(target: Path, build: Callable[[Path], None]) -> Path:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     return target
+
+
+@contextlib.contextmanager
+def _cache_writes(target: Path) -> Iterator[None]:
+    """Around the first writes of a build into the cache (its folder, the lock, the scratch folder): a cache this
+    user cannot write is one line saying where it is and how to choose another, not the OSError of whichever
+    write came first."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        yield
+    except OSError as exc:  # read-only, not ours, full, or a file where the folder should be
+        raise CacheNotWritable(
+            f"The model cache {target.parent} cannot be written ({exc.strerror or exc}), so {target.name} cannot "
+            "be built there on first use: set BENCH_STUDIO_CACHE to a folder this user can write."
+        ) from None
 
 
 def _resolve_hub_id(name: str) -> str:
