@@ -18,6 +18,13 @@ Workers are plain child processes (subprocess, not multiprocessing): the dashboa
 process, which multiprocessing does not let have children. `ClientWorkers` starts them with the engine and keeps
 them for its runs, so a run's time holds none of their start-up. Each talks over one socket pair; a worker whose
 parent goes away sees the socket close and cancels its requests.
+
+Every wait on a worker has a deadline. A worker that dies is seen at once (its socket closes). One that stops
+answering (SIGSTOP, a paused container, a deadlock) is not, so a running worker's loop sends at least one batch of
+events every openai_client.HEARTBEAT_S, empty where nothing happened, and a worker the parent hears nothing from for
+WORKER_SILENCE_S (or that runs past its run's duration by as much) is killed: the run ends with one line naming it
+and what the parent was waiting for, and keeps what it had measured. No send to or read from a worker's socket
+blocks longer than that either, and its start has START_WAIT_S.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ import dataclasses
 import math
 import os
 import queue
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -46,6 +55,9 @@ from .openai_request import RequestResult, ServerSpec
 
 START_MARGIN_S = 0.02  # from "all workers ready" to t0: the start message reaches each worker before it
 STOP_WAIT_S = 10.0
+START_WAIT_S = 120.0  # an interpreter's imports, on a machine that may be busy
+# Many heartbeats (openai_client.HEARTBEAT_S) long: a loop that a busy machine runs late is not taken for a stopped one.
+WORKER_SILENCE_S = 30.0
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
@@ -95,10 +107,13 @@ class ClientWorkers:
 
     def __init__(self, processes: int) -> None:
         self._workers: list[tuple[subprocess.Popen, Connection]] = []
+        self.silence_s = WORKER_SILENCE_S
         try:
             for _ in range(processes):
                 self._start_worker()
             for process, conn in self._workers:
+                if not conn.poll(START_WAIT_S):
+                    raise ServerError(self.kill_worker(conn, _silent(START_WAIT_S, "it to start")) + ".")
                 self._expect(process, conn, "up")
         except BaseException:
             self.close()
@@ -121,6 +136,7 @@ class ClientWorkers:
             stdin=subprocess.DEVNULL,
         )
         theirs.close()  # so that the worker's death reads as the end of the socket here
+        _limit_blocking(ours, self.silence_s)
         self._workers.append((process, ours))
 
     @staticmethod
@@ -131,6 +147,14 @@ class ClientWorkers:
             raise ServerError(_died(process)) from None
         if message[0] != kind:
             raise ServerError(f"A client worker process answered {message[0]!r} where {kind!r} was due.")
+
+    def kill_worker(self, conn: Connection, why: str) -> str:
+        """Kill the worker on `conn` for `why` (what it did not do); the sentence that says so, naming it (the pool
+        is `broken` from now on)."""
+        number, process = next((n, p) for n, (p, c) in enumerate(self._workers, 1) if c is conn)
+        process.kill()  # a stopped process too: SIGKILL needs no SIGCONT
+        process.wait()
+        return f"Client worker process {number} of {len(self._workers)} (pid {process.pid}) {why}, so it was killed"
 
     @property
     def broken(self) -> bool:
@@ -154,7 +178,7 @@ class ClientWorkers:
         if problems := concurrency_problems(len(self._workers), max_concurrency):
             raise ConfigError(problems[0])
         shares = split_sessions(requests, len(self._workers))
-        for worker, ((_, conn), indices) in enumerate(zip(self._workers, shares)):
+        for worker, ((process, conn), indices) in enumerate(zip(self._workers, shares)):
             local = {index: position for position, index in enumerate(indices)}
             mine = [
                 requests[i]
@@ -162,22 +186,24 @@ class ClientWorkers:
                 else dataclasses.replace(requests[i], follows=local[follows])
                 for i in indices
             ]
-            conn.send(
-                (
-                    "run",
-                    {
-                        "spec": spec,
-                        "model": model,
-                        "requests": mine,
-                        "indices": indices,
-                        "offsets": [schedule.offset(i) for i in indices if requests[i].follows is None],
-                        "duration_s": duration_s,
-                        "ignore_eos": ignore_eos,
-                        "max_concurrency": _slots(max_concurrency, len(shares), worker),
-                    },
-                )
-            )
-        return ProcessClientRun(self, spec, requests, schedule, cancel or threading.Event())
+            task = {
+                "spec": spec,
+                "model": model,
+                "requests": mine,
+                "indices": indices,
+                "offsets": [schedule.offset(i) for i in indices if requests[i].follows is None],
+                "duration_s": duration_s,
+                "ignore_eos": ignore_eos,
+                "max_concurrency": _slots(max_concurrency, len(shares), worker),
+            }
+            try:
+                conn.send(("run", task))
+            except BlockingIOError:  # its socket's buffer full for `silence_s`: the worker reads nothing
+                why = _silent(self.silence_s, "it to take its share of the run")
+                raise ServerError(self.kill_worker(conn, why) + ".") from None
+            except OSError:
+                raise ServerError(_died(process)) from None
+        return ProcessClientRun(self, spec, requests, schedule, cancel or threading.Event(), duration_s)
 
     def send_all(self, message: tuple) -> None:
         for _, conn in self._workers:
@@ -201,8 +227,17 @@ class ClientWorkers:
         self._workers = []
 
 
+def _silent(seconds: float, waiting_for: str) -> str:
+    """Why a worker is killed that sent nothing for `seconds`."""
+    return f"stopped answering: nothing from it for {seconds:g} s while waiting for {waiting_for}"
+
+
 def _died(process: subprocess.Popen) -> str:
-    code = process.wait()
+    try:
+        code = process.wait(STOP_WAIT_S)  # its socket closed: it is exiting
+    except subprocess.TimeoutExpired:  # or closed it and lives on
+        process.kill()
+        code = process.wait()
     how = f"signal {-code}" if code < 0 else f"exit code {code}"
     return f"A client worker process died ({how}), so its requests have no results."
 
@@ -217,8 +252,9 @@ class ProcessClientRun:
         requests: Sequence[SampledRequest],
         schedule: SendSchedule,
         cancel: threading.Event,
+        duration_s: float | None = None,
     ) -> None:
-        self.spec, self.cancel, self._workers = spec, cancel, workers
+        self.spec, self.cancel, self._workers, self._duration_s = spec, cancel, workers, duration_s
         self.results = [
             RequestResult(i, r.output_len, math.nan if (due := schedule.offset(i)) is None else due)
             for i, r in enumerate(requests)
@@ -227,39 +263,86 @@ class ProcessClientRun:
         self.loop_lag = LoopLag()  # not sampled here: the workers' loops' samples, gathered as each is done
 
     def events(self) -> Iterator[EngineEvent]:
-        """Every worker's events, as they come; raises the first worker's error at the end. Closed early (a
-        failure in the reader), it cancels the workers and waits for their end, so they can run again."""
-        open_ = {conn: process for process, conn in self._workers._workers}
-        ready, error, cancelled = 0, None, False
+        """Every worker's events, as they come; raises the first worker's error at the end. A worker that dies or
+        stops answering (see the module's docstring) cancels the others' requests. Closed early (a failure in the
+        reader), it cancels the workers and waits for their end, so they can run again."""
+        workers, silence_s = self._workers, self._workers.silence_s
+        open_ = {conn: process for process, conn in workers._workers}
+        heard = dict.fromkeys(open_, time.monotonic())  # when each last said something, or was told to start
+        ready: set[Connection] = set()
+        error, cancelled = None, False
         try:
             while open_:
                 if self.cancel.is_set() and not cancelled:
                     cancelled = True
-                    self._workers.send_all(("cancel",))
+                    workers.send_all(("cancel",))
                 for conn in _ready(open_, 0.05):
+                    heard[conn] = time.monotonic()
                     try:
                         message = conn.recv()
+                    except BlockingIOError:  # a message begun, and the rest not sent for `silence_s`
+                        del open_[conn]
+                        error = error or ServerError(self._lost(conn, _silent(silence_s, "the rest of a message")))
+                        continue
                     except (EOFError, OSError):
                         error = error or ServerError(_died(open_.pop(conn)))
                         self.cancel.set()
                         continue
-                    if message[0] == "events":
+                    if message[0] == "events":  # an empty batch: the worker's heartbeat
                         yield from self._merge(message[1])
                     elif message[0] == "ready":
-                        ready += 1
-                        if ready == len(self._workers):
-                            self.t0 = time.perf_counter() + START_MARGIN_S
-                            self._workers.send_all(("start", self.t0))
+                        ready.add(conn)
                     else:  # "done"
                         del open_[conn]
                         error = error or message[1]
                         self.loop_lag.samples.extend(message[2])
+                for conn, why in self._overdue(open_, heard, ready, cancelled):
+                    del open_[conn]
+                    error = error or ServerError(self._lost(conn, why))
+                # Every worker left is ready (all of them, or the rest of a run that lost one: they end it cancelled).
+                if self.t0 is None and open_ and ready.issuperset(open_):
+                    self.t0 = time.perf_counter() + START_MARGIN_S
+                    workers.send_all(("start", self.t0))
+                    heard = dict.fromkeys(heard, time.monotonic())  # a ready worker waited on the others
         finally:
             if open_:
-                self._workers.send_all(("cancel",))
+                workers.send_all(("cancel",))
                 _drain(open_)
         if error is not None:
             raise error
+
+    def _overdue(
+        self, open_: dict[Connection, subprocess.Popen], heard: dict[Connection, float], ready: set, cancelled: bool
+    ) -> list[tuple[Connection, str]]:
+        """The workers not heard from for `silence_s`, or still running that long past the run's duration; each with
+        what it did not do."""
+        silence_s, now = self._workers.silence_s, time.monotonic()
+        overdue = []
+        for conn in open_:
+            if conn in ready and self.t0 is None:  # told to wait for the others to be ready
+                continue
+            if conn not in ready:
+                waiting_for = "it to say it was ready to send"
+            elif cancelled:
+                waiting_for = "its cancelled requests to end"
+            else:
+                waiting_for = "the events of its requests"
+            if now - heard[conn] > silence_s:
+                overdue.append((conn, _silent(silence_s, waiting_for)))
+            elif (
+                self._duration_s is not None
+                and self.t0 is not None
+                and time.perf_counter() > self.t0 + self._duration_s + silence_s
+            ):
+                overdue.append(
+                    (conn, f"was still running {silence_s:g} s after the run's {self._duration_s:g} s duration ended")
+                )
+        return overdue
+
+    def _lost(self, conn: Connection, why: str) -> str:
+        """A worker that stopped answering: killed, the others' requests cancelled; what the run's error says."""
+        self.cancel.set()
+        return self._workers.kill_worker(conn, why) + "; the requests measured before are kept."
 
     def _merge(self, items: list) -> Iterator[EngineEvent]:
         for item in items:
@@ -271,6 +354,15 @@ class ProcessClientRun:
                 if result is not None:
                     self.results[event.index] = result
                 yield event
+
+
+def _limit_blocking(conn: Connection, seconds: float) -> None:
+    """Let no send to or read from `conn`'s socket wait more than `seconds` for the other end (SO_SNDTIMEO and
+    SO_RCVTIMEO: one that would raises BlockingIOError). Set on a duplicate of the socket: options are the socket's."""
+    with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+        timeval = struct.pack("ll", int(seconds), int(seconds % 1 * 1e6))
+        for option in (socket.SO_SNDTIMEO, socket.SO_RCVTIMEO):
+            sock.setsockopt(socket.SOL_SOCKET, option, timeval)
 
 
 def _ready(open_: dict[Connection, subprocess.Popen], timeout: float) -> list[Connection]:
@@ -287,6 +379,8 @@ def _drain(open_: dict[Connection, subprocess.Popen]) -> None:
             try:
                 if conn.recv()[0] == "done":
                     del open_[conn]
+            except BlockingIOError:  # a message begun and not finished: killed below
+                pass
             except (EOFError, OSError):
                 del open_[conn]
     for process in open_.values():

@@ -398,6 +398,9 @@ def _tick(
 
 _END = object()
 FLUSH_S = 0.01  # how often events are handed to the reading thread
+# The longest the reading thread goes without a batch while the loop runs (an empty one where nothing happened): a
+# reader in another process (client_workers) tells a running loop from a stopped or hung one by it.
+HEARTBEAT_S = 1.0
 
 
 class ClientRun:
@@ -443,6 +446,7 @@ class ClientRun:
         # would wake that thread for every token and cost the client a good part of its throughput.
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._pending: list[EngineEvent] = []  # touched by the event loop's thread only
+        self._handed_at = time.monotonic()  # when the reading thread last got a batch
         self._tasks: list[asyncio.Task] = []  # warm-ups and requests, for the cancel watcher
         self._thread = threading.Thread(target=self._main, name="openai-client", daemon=True)
         self.loop_lag = LoopLag()  # how late the loop ran, so how good each event's timestamp is
@@ -457,7 +461,8 @@ class ClientRun:
             yield from batch
 
     def batches(self) -> Iterator[list[EngineEvent]]:
-        """`events()` in the batches they cross threads in, for a reader that passes them on in batches too."""
+        """`events()` in the batches they cross threads in, for a reader that passes them on in batches too; one at
+        least every HEARTBEAT_S while the loop runs, empty where nothing happened."""
         while (batch := self._events.get()) is not _END:
             yield batch
         self._thread.join()
@@ -486,15 +491,16 @@ class ClientRun:
     def _emit(self, event: EngineEvent) -> None:
         self._pending.append(event)
 
-    def _flush(self) -> None:
-        if self._pending:
+    def _flush(self, beat: bool = False) -> None:
+        if self._pending or beat:
             batch, self._pending = self._pending, []
             self._events.put(batch)
+            self._handed_at = time.monotonic()
 
     async def _flush_periodically(self) -> None:
         while True:
             await asyncio.sleep(FLUSH_S)
-            self._flush()
+            self._flush(beat=time.monotonic() - self._handed_at >= HEARTBEAT_S)
 
     async def _drive(self) -> None:
         _raise_open_file_limit(self.max_concurrency or len(self.requests) + self.warmup)
