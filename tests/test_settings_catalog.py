@@ -118,7 +118,9 @@ def test_the_sidebar_draws_both_for_lmdeploys_engines_from_their_declarations():
     prefill = at.sidebar.number_input(key="knob_max_prefill_token_num")
     assert (prefill.value, prefill.label) == (8192, "--max-prefill-token-num")
     prefill.set_value(-1).run()  # its bounds are said under it, from its declaration
-    assert [error.value for error in at.sidebar.error] == ["--max-prefill-token-num must be a whole number from 0 to 16,777,216; got -1."]
+    assert [error.value for error in at.sidebar.error] == [
+        "--max-prefill-token-num must be a whole number from 0 to 16,777,216; got -1."
+    ]
     at.sidebar.number_input(key="knob_max_prefill_token_num").set_value(8192).run()
     assert at.sidebar.selectbox(key="knob_dtype").options == ["auto", "float16", "bfloat16"]  # no float32 here
     at.sidebar.selectbox(key="backend").select("transformers").run()
