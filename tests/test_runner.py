@@ -131,6 +131,26 @@ def test_an_engine_exception_fails_the_run_with_its_message_and_the_next_run_wor
     assert healthy.wait(120) and healthy.state == "finished"
 
 
+def test_a_run_whose_record_cannot_be_made_says_so_and_the_next_run_works(runner, monkeypatch):
+    import bench_core.run.runner as runner_module
+
+    real_roofline = runner_module.run_roofline
+
+    def broken_roofline(*args, **kwargs):
+        raise RuntimeError("roofline bug")  # injected fault: a defect in summing up a run that did finish
+
+    monkeypatch.setattr(runner_module, "run_roofline", broken_roofline)
+    broken = runner.submit(tiny_config())
+    assert broken.wait(120) and broken.state == "finished"
+    assert "could not be made (RuntimeError: roofline bug)" in broken.measurement.save_error
+    assert runner.history.load().empty  # not said to be saved, and nothing half-written
+
+    monkeypatch.setattr(runner_module, "run_roofline", real_roofline)
+    healthy = runner.submit(tiny_config())  # the worker lives on
+    assert healthy.wait(120) and healthy.state == "finished" and not healthy.measurement.save_error
+    assert list(runner.history.load()["run_id"]) == [healthy.run_id]
+
+
 def test_a_model_that_cannot_load_fails_with_one_sentence_and_is_recorded_as_tried(runner, tmp_path):
     broken = tmp_path / "broken"
     broken.mkdir()

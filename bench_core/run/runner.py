@@ -412,7 +412,14 @@ class Runner:
         if run.refused and not measurement.measured:
             return
         if measurement.record is None and (measurement.profiler is not None or run.state == RunState.FAILED):
-            measurement.record = self.record(run)
+            try:
+                measurement.record = self.record(run)
+            except Exception as exc:  # a bug in summing up must neither end the worker nor pass for a saved run
+                log.exception("run %s could not be recorded", run.run_id)
+                measurement.save_error = redact_text(
+                    f"The run's record could not be made ({type(exc).__name__}: {exc}); nothing of it is saved."
+                )
+                return
         if measurement.record is not None and self.history is not None:
             self.save(run)
 
