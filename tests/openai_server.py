@@ -201,8 +201,9 @@ def answering_in_turn(behaviours: list[str]) -> web.Application:
 
 
 @contextlib.contextmanager
-def serving(app: web.Application) -> Iterator[str]:
-    """Serve `app` on a free port of 127.0.0.1 from a thread of its own; yields its base URL."""
+def serving(app: web.Application, runners: list[web.AppRunner] | None = None) -> Iterator[str]:
+    """Serve `app` on a free port of 127.0.0.1 from a thread of its own; yields its base URL. Its runner goes into
+    `runners`, where given: a handler can then shut the server down (`runner.cleanup()`, as on SIGTERM)."""
     # The loop lives in its own thread from the start: the test thread may already run one (Playwright's
     # sync API keeps a loop running in it for the whole session once the browser tests have started).
     loop = asyncio.new_event_loop()
@@ -210,6 +211,8 @@ def serving(app: web.Application) -> Iterator[str]:
     thread.start()
     # handler_cancellation: a "slow" handler stops when the client gives up, so cleanup is quick
     runner = web.AppRunner(app, handle_signals=False, handler_cancellation=True)
+    if runners is not None:
+        runners.append(runner)
     port = free_port()
     asyncio.run_coroutine_threadsafe(runner.setup(), loop).result(timeout=10)
     asyncio.run_coroutine_threadsafe(web.TCPSite(runner, "127.0.0.1", port).start(), loop).result(timeout=10)

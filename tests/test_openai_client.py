@@ -5,6 +5,7 @@ server of our own (tests/openai_server.py) answers 500s, stalls, cuts streams an
 """
 
 import asyncio
+import dataclasses
 import json
 import threading
 import time
@@ -232,6 +233,9 @@ def test_the_output_count_is_the_best_there_is_and_says_where_it_came_from(resul
         (served(usage=9, usage_source="usage"), OVERRUN, True),
         (served("stop", chunks=30, retokenized=30), OVERRUN, True),  # ran on to its own EOS
         (served("stop", retokenized=7), "", True),  # short of it, by EOS: left to the count (incomplete)
+        # ...unless the server was not asked to ignore EOS: where it stopped is where the answer ends
+        (dataclasses.replace(served("stop", retokenized=7), eos_ends_answer=True), SUCCESS, False),
+        (dataclasses.replace(served("stop", chunks=30), eos_ends_answer=True), OVERRUN, True),
         (served(usage=6, usage_source="usage"), "", True),  # the server's own count: short is short
         (served(usage=8, usage_source="usage"), "", False),
         (served(chunks=0, retokenized=0), "", True),  # nothing came

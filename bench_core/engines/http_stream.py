@@ -385,6 +385,7 @@ class ConnectionPool:
         self._prefix = f"http://{origin.host_header}" if self.proxy is not None and not origin.https else ""
         self._idle: list[Connection] = []
         self._open: set[Connection] = set()
+        self.answered = False  # a response's head has come: a refusal from here on is a server that went away
 
     async def _connection(self, fresh: bool = False) -> Connection:
         """An idle connection fit for reuse, or (none, or `fresh`) a new one."""
@@ -457,6 +458,7 @@ class ConnectionPool:
             connection = await self._connection(fresh=True)  # the other idle ones may have closed alike
             await self._send(connection, head)
             connection.resent = True
+        self.answered = True
         return connection
 
     async def post(self, target: str, body: bytes) -> Connection:

@@ -90,6 +90,9 @@ from .openai_stream import (
 
 # What the client waits, after [DONE], for the body to end (its connection is reused only then).
 DONE_GRACE_S = 0.5
+# The start of every request's message once a server that answered this run refuses, closes unanswered or says
+# 503: one reason in the run's summary, however many requests it ended.
+WENT_AWAY = "the server went away"
 
 
 class ServerError(BenchError):
@@ -241,7 +244,9 @@ async def send_request(
         if connection.status != 200:
             body = await connection.body(4 * ERROR_BODY_CHARS)
             via = f" through the proxy {pool.proxy.shown}" if pool.proxy else ""
-            reader.error = f"HTTP {connection.status} {connection.reason} from {spec.url}{via}: {error_text(body)}"
+            said = f"HTTP {connection.status} {connection.reason} from {spec.url}{via}: {error_text(body)}"
+            # A server shutting down answers 503 to what it no longer takes (vLLM, SGLang, uvicorn's apps).
+            reader.error = f"{WENT_AWAY} or is overloaded ({said})" if connection.status == 503 else said
         elif spec.stream:
             await _read_stream(connection, reader, result, emit, deadline)
         else:
@@ -276,15 +281,21 @@ async def send_request(
             if exc.unresolved
             else "is the server running?"
         )
-        reason, message = "error", f"cannot connect to {to} ({exc.cause}): {hint}"
+        if pool.answered and not exc.proxy:  # it answered this run before: shut down or restarted since
+            reason, message = "error", f"{WENT_AWAY} (cannot connect to {spec.url} any more: {exc.cause})"
+        else:
+            reason, message = "error", f"cannot connect to {to} ({exc.cause}): {hint}"
     except (TLSFailed, ProxyFailed) as exc:
         reason, message = "error", str(exc)
     except ConnectTimeout:
         reason, message = "error", f"no connection to {spec.url} within {spec.connect_timeout_s:g} s"
     except ResponseCut as exc:
         reason, message = "error", f"the response was cut after {reader.n_tokens} tokens: {exc}"
-    except ServerClosed:
-        reason, message = "error", f"the server closed the connection after {reader.n_tokens} tokens"
+    except ServerClosed as exc:
+        if exc.nothing_received and pool.answered:  # closed unanswered, even on a fresh connection
+            reason, message = "error", f"{WENT_AWAY} (it closed the connection without answering)"
+        else:
+            reason, message = "error", f"the server closed the connection after {reader.n_tokens} tokens"
     except EventTooLarge as exc:
         reason, message = "error", f"{exc} after {reader.n_tokens} tokens"
     except Exception as exc:  # anything else fails this request alone: the rest of the run goes on

@@ -16,7 +16,9 @@ reloaded whenever a setting changes, load settings included. `stream()` drives
   ITL gap), and is flagged `usage_only`: its tokens count, with the only timing there is;
 - the "finish" event says where the request's length stands where the count cannot
   (`RequestResult.length_status`): complete when the server, reporting no usage, said it stopped
-  for length; overrun, with the limit field it seems to ignore, when it produced more than asked;
+  for length, or stopped at EOS without being asked to ignore it (the default kind, llama.cpp, any server that
+  takes no ignore_eos); short, named so, when it stopped at EOS although asked to ignore it; overrun, with the
+  limit field it seems to ignore, when it produced more than asked;
 - the "finish" event carries the request's extras: usage and retokenized counts, where its count came
   from, whether the length differs from the one asked, when the first answer and reasoning texts came, the E2E to the
   stream's last line (profile_restful_api.py's end; the ticks end at the last output, vLLM's), and
@@ -296,7 +298,7 @@ class OpenAIEngine(Engine):
         """`Engine.stream`; under a request rate, arrivals draw from `arrival_seed` (`arrivals.send_offsets`); a trace
         sends each request at its time, at most `load.concurrency` at once."""
         from .openai_client import run_requests
-        from .openai_request import overrun_advice
+        from .openai_request import ignore_eos_sent, overrun_advice
 
         by_rate = load.load_pattern == LoadPattern.REQUEST_RATE
         trace = load.load_pattern == LoadPattern.TRACE
@@ -328,6 +330,7 @@ class OpenAIEngine(Engine):
                 schedule=schedule,
             )
         self._loop_lag = run.loop_lag.samples  # this run's, from now on, however it ends
+        eos_ends_answer = not ignore_eos_sent(spec.server_kind, generation.ignore_eos)
         held: dict[int, tuple[EngineEvent, int]] = {}  # index -> (last tokens event, count ticked before it)
         for event in run.events():
             if event.kind == "admit" and run.results[event.index].built_prompt is not None:
@@ -345,6 +348,7 @@ class OpenAIEngine(Engine):
                 if result.sent_ts is None:
                     yield dataclasses.replace(event, finish_reason=NOT_SENT)
                     continue
+                result.eos_ends_answer = eos_ends_answer
                 extra = self._extras(result, run)  # retokenizes: output_tokens is the best count from here
                 count = result.output_tokens
                 last = held.pop(event.index, None)
@@ -359,7 +363,10 @@ class OpenAIEngine(Engine):
                     yield EngineEvent(event.index, "tokens", result.first_byte_ts, 0)
                     yield EngineEvent(event.index, "tokens", result.last_line_ts, count)
                 length_status = result.length_status
-                message = overrun_advice(run.spec) if length_status == RequestStatus.OVERRUN else event.message
+                if length_status == RequestStatus.OVERRUN:
+                    message = overrun_advice(run.spec)
+                else:
+                    message = event.message or result.short_reason
                 yield dataclasses.replace(
                     event, n_tokens=count, message=message, extra=extra, length_status=length_status
                 )

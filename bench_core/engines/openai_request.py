@@ -23,7 +23,10 @@ SERVER_KINDS = ("lmdeploy", "vllm", "sglang", "transformers", "openai")
 API_KEY_ENV = "OPENAI_API_KEY"
 # The servers that take fields beyond OpenAI's (ignore_eos, top_k); "openai" (any other server) gets OpenAI's only.
 _EXTENSION_FIELD_KINDS = ("lmdeploy", "vllm", "sglang")
+_IGNORE_EOS_KINDS = (*_EXTENSION_FIELD_KINDS, "transformers")  # the kinds a request can ask to ignore EOS
 GREEDY = {"temperature": 0.0}  # what profile_restful_api.py's request functions send, whatever its flags say
+# One sentence for every such request, so that a run's reasons count them together.
+EOS_DESPITE_IGNORE = "the server stopped at EOS before max_tokens although ignore_eos was sent"
 REQUEST_DEADLINE_S = 6 * 60 * 60  # profile_restful_api.py's and vLLM's aiohttp total timeout
 
 
@@ -135,6 +138,11 @@ def sampling_fields(generation: GenerationSettings, server_kind: str) -> dict | 
     return fields
 
 
+def ignore_eos_sent(server_kind: str, ignore_eos: bool) -> bool:
+    """Whether a run's requests ask the server to ignore EOS: the run asks it and this kind of server takes it."""
+    return ignore_eos and server_kind in _IGNORE_EOS_KINDS
+
+
 def build_payload(
     spec: ServerSpec,
     model: str,
@@ -177,9 +185,9 @@ def build_payload(
         payload["best_of"] = 1
     if spec.stream:
         payload["stream_options"] = {"include_usage": True}  # LMDeploy sends usage only when asked
-    if ignore_eos and spec.server_kind in _EXTENSION_FIELD_KINDS:
+    if ignore_eos_sent(spec.server_kind, ignore_eos) and spec.server_kind in _EXTENSION_FIELD_KINDS:
         payload["ignore_eos"] = True
-    elif ignore_eos and spec.server_kind == "transformers":
+    elif ignore_eos_sent(spec.server_kind, ignore_eos):  # transformers serve
         config = {"eos_token_id": -1, "max_new_tokens": max_tokens}
         if spec.sampling:  # this config replaces the model's: without do_sample the temperature would not sample
             config["do_sample"] = True
@@ -212,6 +220,9 @@ class RequestResult:
     resent: bool = False  # sent again on a fresh connection: a reused one closed before any byte of the answer
     retokenized_tokens: int | None = None  # filled by `retokenize`
     finish_reason: str = ""
+    # ignore_eos was not sent (the run did not ask it, or the server takes no such field): a "stop" before the
+    # limit is where the answer ends, not an answer cut short
+    eos_ends_answer: bool = False
     message: str = ""
     text: str = ""
     reasoning_text: str = ""
@@ -246,7 +257,18 @@ class RequestResult:
             return ""
         if self.overran:
             return RequestStatus.OVERRUN
-        return RequestStatus.SUCCESS if self.stopped_at_limit else ""
+        return RequestStatus.SUCCESS if self.stopped_at_limit or self.stopped_at_eos_as_allowed else ""
+
+    @property
+    def stopped_at_eos_as_allowed(self) -> bool:
+        return self.finish_reason == "stop" and self.eos_ends_answer
+
+    @property
+    def short_reason(self) -> str:
+        """Why a served request came back shorter than asked, where the server said why ("" otherwise)."""
+        if self.finish_reason != "stop" or self.eos_ends_answer or self.output_tokens >= self.requested_tokens:
+            return ""
+        return EOS_DESPITE_IGNORE
 
     @property
     def length_mismatch(self) -> bool:

@@ -630,9 +630,11 @@ def measured_outcome(profiler: Profiler, load: LoadConfig) -> tuple[str, str]:
     if state == RunState.FAILED:
         return state, f"No request succeeded{because}"
     if state == RunState.PARTIAL:
-        failed = profiler.failed + profiler.incomplete
-        what = " or ".join(
-            words for count, words in ((failed, "failed"), (profiler.overrun, "ran past their token limit")) if count
+        counts = (
+            (profiler.failed, "failed"),
+            (profiler.incomplete, "came back short of their token limit"),
+            (profiler.overrun, "ran past their token limit"),
         )
-        return state, f"{failed + profiler.overrun} of {len(profiler.sessions)} requests {what}{because}"
+        what = " or ".join(words for count, words in counts if count)
+        return state, f"{sum(count for count, _ in counts)} of {len(profiler.sessions)} requests {what}{because}"
     return state, ""
