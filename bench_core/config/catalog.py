@@ -44,6 +44,7 @@ IMAGE_RESOLUTIONS = {"4k": (3840, 2160), "1080p": (1920, 1080), "720p": (1280, 7
 MAX_TURNS = 8  # turns per multi-turn session; each turn's TTFT is a history column
 LOAD_PATTERNS = tuple(LoadPattern)
 CHAT_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "both")
+AUTO_SERVER_KIND = "auto"  # server_kind: detected from what the server says (engines/server_identity.py)
 LMDEPLOY = ("turbomind", "pytorch")
 TURBOMIND, PYTORCH, TRANSFORMERS, SERVER = ("turbomind",), ("pytorch",), ("transformers",), ("openai",)
 # LMDeploy's --log-level choices: the logging levels' names, with the REQUEST level (15, between DEBUG and INFO:
@@ -541,9 +542,10 @@ ENGINE = (
         SERVER_GROUP,
         SERVER,
         str,
-        "openai",
-        "Which server it is, so ignore_eos is sent the way it accepts (openai: any other, not sent).",
-        choices=("lmdeploy", "vllm", "sglang", "transformers", "openai"),
+        AUTO_SERVER_KIND,
+        "Which server it is, so ignore_eos is sent the way it accepts. auto: detected from its /v1/models answer "
+        "and Server header (the run's notes say what was found); openai: any other, ignore_eos not sent.",
+        choices=(AUTO_SERVER_KIND, "lmdeploy", "vllm", "sglang", "transformers", "openai"),
     ),
     # profile_restful_api.py asks a chat server for max_completion_tokens; some (llama.cpp's) heed only max_tokens.
     _knob(

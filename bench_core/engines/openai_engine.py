@@ -56,7 +56,7 @@ from ..config import (
     client_in_workers,
     sampling_problems,
 )
-from ..config.catalog import IMAGE
+from ..config.catalog import AUTO_SERVER_KIND, IMAGE
 from ..errors import ConfigError, ModelError
 from ..load.datasets import SampledRequest
 from ..load.schedule import SendSchedule, send_columns
@@ -91,8 +91,9 @@ def extra_body(engine: EngineConfig) -> dict | None:
 
 
 def server_spec(engine: EngineConfig, stream: bool = True) -> ServerSpec:
-    """How to reach the server; ConfigError for an impossible URL, endpoint, kind or extra body."""
-    from .openai_request import ServerSpec
+    """How to reach the server; ConfigError for an impossible URL, endpoint, kind or extra body. A kind left to
+    AUTO_SERVER_KIND is the generic one here: the engine replaces it with the kind it detects when it loads."""
+    from .openai_request import GENERIC_KIND, ServerSpec
 
     if not engine.base_url.strip():
         raise ConfigError("No server URL given: enter the base URL of the server, like http://127.0.0.1:23333.")
@@ -100,7 +101,7 @@ def server_spec(engine: EngineConfig, stream: bool = True) -> ServerSpec:
         base_url=engine.base_url.strip(),
         api_key=engine.api_key or None,
         endpoint=engine.endpoint,
-        server_kind=engine.server_kind,
+        server_kind=GENERIC_KIND if engine.server_kind == AUTO_SERVER_KIND else engine.server_kind,
         stream=stream,
         extra_body=extra_body(engine),
         chat_limit_field=engine.chat_limit_field,
@@ -208,14 +209,29 @@ class OpenAIEngine(Engine):
     """A server behind a base URL, measured with the semantics of profile_restful_api.py and vLLM."""
 
     def __init__(self, engine: EngineConfig, client_processes: int = 1):
-        from .openai_client import discover_model
-        from .openai_request import api_root
+        from .openai_client import ServerError, discover_model
+        from .openai_request import api_root, ignore_eos_sent
+        from .server_identity import identify_server
 
         self.spec = server_spec(engine)
         self._metrics_interval_s = engine.server_metrics_interval_s if engine.server_metrics else None
         self._loop_lag: list[tuple[float, float]] = []  # the last run's (ClientRun.loop_lag)
         root = api_root(self.spec.base_url)
-        self.model = engine.model.strip() or discover_model(root, self.spec.api_key, network=self.spec.network)
+        notes = []
+        if engine.server_kind == AUTO_SERVER_KIND:
+            identity = identify_server(root, self.spec.api_key, self.spec.network)
+            self.spec = dataclasses.replace(self.spec, server_kind=identity.kind)
+            notes.append(identity.note)
+            if not (engine.model.strip() or identity.models):
+                raise ServerError(f"{root}/v1/models lists no model; name the model to benchmark.")
+            self.model = engine.model.strip() or identity.models[0]
+        else:
+            self.model = engine.model.strip() or discover_model(root, self.spec.api_key, network=self.spec.network)
+        if not ignore_eos_sent(self.spec.server_kind, True):
+            notes.append(
+                f"ignore_eos: a server of kind {self.spec.server_kind} is not sent it, so an answer that stops at "
+                "EOS before its token limit is whole (served), not short"
+            )
         tokenizer_name = engine.tokenizer.strip() or self.model
         try:
             self._tokenizer = load_tokenizer(tokenizer_name, engine.trust_remote_code)
@@ -230,8 +246,8 @@ class OpenAIEngine(Engine):
             model=self.model,
             model_path=shown_root,
             dtype="server's",
-            device=f"{engine.server_kind} server at {shown_root} ({self.spec.endpoint} endpoint)",
-            notes=[f"tokenizer: {tokenizer_name}"],
+            device=f"{self.spec.server_kind} server at {shown_root} ({self.spec.endpoint} endpoint)",
+            notes=[*notes, f"tokenizer: {tokenizer_name}"],
         )
         self._client_processes = client_processes
         self._workers: ClientWorkers | None = None

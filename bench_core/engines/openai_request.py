@@ -20,6 +20,7 @@ from .openai_stream import CHUNKS, RETOKENIZED
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 SERVER_KINDS = ("lmdeploy", "vllm", "sglang", "transformers", "openai")
+GENERIC_KIND = "openai"  # any other server: OpenAI's fields only
 API_KEY_ENV = "OPENAI_API_KEY"
 # The servers that take fields beyond OpenAI's (ignore_eos, top_k); "openai" (any other server) gets OpenAI's only.
 _EXTENSION_FIELD_KINDS = ("lmdeploy", "vllm", "sglang")

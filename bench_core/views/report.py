@@ -24,7 +24,7 @@ import plotly.offline
 
 from .. import __version__
 from ..config import Part, RunConfig, format_value, of_part
-from ..config.catalog import MULTI_TURN
+from ..config.catalog import AUTO_SERVER_KIND, MULTI_TURN
 from ..engines import backend
 from ..hardware.roofline import describe_roofline
 from ..hardware.run_flags import run_flags
@@ -325,8 +325,9 @@ def describe_config(config: RunConfig) -> str:
     )
     engine = config.engine
     server = redact_text(engine.base_url)
+    kind = "auto-detected" if engine.server_kind == AUTO_SERVER_KIND else engine.server_kind
     served = (
-        f"{engine.model or 'the served model'} on the {engine.server_kind} server at {server}"
+        f"{engine.model or 'the served model'} on the {kind} server at {server}"
         if not backend(engine.backend).in_process
         else f"{engine.model} on {engine.backend}"
     )
