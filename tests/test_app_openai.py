@@ -53,7 +53,7 @@ def test_a_server_run_shows_its_results_and_the_load_achieved_and_never_stores_t
     assert labels["Requested rate (req/s)"] == "50"
     # The schedule is drawn as profile_restful_api.py draws it (its rate is near 50, not exactly); late sends only lower it.
     drawn_rate = achieved_rate(run.record.requests["scheduled_s"])
-    assert 0 < float(labels["Achieved request rate (req/s)"]) <= round(drawn_rate, 2) * 1.01
+    assert 0 < float(labels["Achieved send rate (req/s)"]) <= round(drawn_rate, 2) * 1.01
     requests = next(d.value for d in at.dataframe if "request" in d.value.columns)
     assert requests["usage_output_len"].tolist() == [8.0] * 6
     assert (requests["retokenized_output_len"] > 0).all()

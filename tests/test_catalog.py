@@ -168,3 +168,12 @@ def test_an_engine_that_reports_no_acceptance_says_not_reported_never_zero():
     assert not set(catalog.SPECULATIVE_COLUMNS) & set(summary)  # no column, so no 0 in the history either
     assert tables.speculative_table(summary)["value"].tolist() == [catalog.NOT_REPORTED] * 2
     assert "Mean acceptance length" not in tables.throughput_table(summary).index
+
+
+def test_the_achieved_rate_is_named_the_send_rate_beside_the_request_throughput():
+    """At request rate inf every request goes out at once: an "Achieved request rate" of thousands beside a request
+    throughput below one read as a contradiction. It is the rate the load was sent at, and says so."""
+    sent = METRICS["achieved_rate"]
+    assert sent.label == "Achieved send rate"
+    assert "not the pace answers came back (that is Request throughput)" in sent.definition
+    assert METRICS["request_throughput"].label == "Request throughput"

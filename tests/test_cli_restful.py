@@ -78,7 +78,7 @@ def test_a_run_prints_their_box_appends_their_csv_row_and_lands_in_the_history(
         "Median ITL (ms):",
         "P90 TPOT (ms):",
         "Std ITL (ms):",
-        "Achieved rate (req/s):",
+        "Achieved send rate (req/s):",
         "Length mismatches:                       0",
         *(f"Mean {metric.row_title}:" for metric in BEYOND_LMDEPLOY),
     ):  # every catalog metric LMDeploy lacks

@@ -123,7 +123,7 @@ def test_pipeline_with_a_request_rate_runs_open_loop(tmp_path, tiny_model_path):
     proc = bench(tmp_path, "pipeline", *RUN, "--request-rate", "5")
     assert proc.returncode == EXIT_OK, proc.stderr
     assert "Request rate (req/s)" in proc.stdout  # the summary's hyperparameters say what load it ran
-    assert "Achieved request rate (req/s)" in proc.stdout and "Peak requests in flight" in proc.stdout
+    assert "Achieved send rate (req/s)" in proc.stdout and "Peak requests in flight" in proc.stdout
     (row,) = History(tmp_path / "results").load().to_dict("records")
     assert (row["load_pattern"], float(row["request_rate"]), row["completed"]) == ("request_rate", 5.0, 4)
 

@@ -460,7 +460,7 @@ def _extra_rows(config: RunConfig, summary: dict) -> None:
     for reason in filter(None, str(summary["failure_reasons"]).split("; ")):
         print(f"  {reason}")
     _line("Requested rate (req/s):", config.load.request_rate)
-    _line("Achieved rate (req/s):", summary.get("achieved_rate", math.nan))
+    _line(f"{METRICS['achieved_rate'].label} (req/s):", summary.get("achieved_rate", math.nan))
     _line("Mean send lag (ms):", summary.get("mean_send_lag_ms", math.nan))
     _line("Peak requests in flight:", summary.get("peak_in_flight", "-"))
     _line("Length mismatches:", summary.get("length_mismatches", "-"))

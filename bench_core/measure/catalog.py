@@ -632,11 +632,12 @@ CATALOG: tuple[Metric, ...] = (
     ),
     Metric(
         "achieved_rate",
-        "Achieved request rate",
+        "Achieved send rate",
         "req/s",
         None,
-        "Requests sent per second, between the first and the last send (HTTP servers; the embedded engine at a "
-        "request rate).",
+        "Requests sent per second, between the first and the last send: the pace the load went out at, not the pace "
+        "answers came back (that is Request throughput). At request rate inf every request goes out at once, so it is "
+        "as fast as the client sends (HTTP servers; the embedded engine at a request rate).",
         server_only=True,
         aggregate=_only_with("sent_s", lambda run: achieved_rate(_sent(run))),
     ),
