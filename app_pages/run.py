@@ -10,7 +10,7 @@ from functools import partial
 import streamlit as st
 
 from bench_core.errors import BenchError
-from dashboard import active_runs, sidebar, workload_view
+from dashboard import active_runs, server_check_view, sidebar, workload_view
 from dashboard.run_view import render_run, run_on_show
 from dashboard.state import get_history, get_runner
 from dashboard.text import plain
@@ -36,6 +36,7 @@ if choice.start:
             st.query_params["run"] = st.session_state["run_id"] = run.run_id
             st.rerun()  # redraw the sidebar with Cancel enabled for the new run
 active_runs.render_confirmation()
+server_check_view.render(choice.values)
 if run_id:
     # Keep the run in the URL (switching pages drops query parameters) and in the session.
     st.query_params["run"] = st.session_state["run_id"] = run_id
