@@ -19,7 +19,8 @@
   as its text, "deep-500" answers HTTP 500 with a body of DEEP_BODY_BRACKETS "[" characters.
 `serving(app)` serves any aiohttp app the same way (a test may wrap `_make_app()` to watch what arrives);
 `recording_app(bodies)` is that server keeping every request body it gets in `bodies`;
-`answering_in_turn(behaviours)` gives the n-th request to arrive the n-th behaviour, whatever its prompt.
+`answering_in_turn(behaviours)` gives the n-th request to arrive the n-th behaviour, whatever its prompt;
+`vllm_like(model, metrics, answer_as)` says it is vLLM in GET /v1/models, with or without a /metrics page.
 Import the fixtures into a test module to use them.
 """
 
@@ -230,3 +231,22 @@ def misbehaving_server() -> str:
     """Base URL of the server above."""
     with serving(_make_app()) as url:
         yield url
+
+
+def vllm_like(model: str, metrics: bool, answer_as: str) -> web.Application:
+    """A server that says it is vLLM (`model` its one model), with or without a /metrics page, answering every
+    completion `answer_as`."""
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": model, "object": "model", "owned_by": "vllm"}]})
+
+    async def page(request: web.Request) -> web.Response:
+        return web.Response(text="vllm:num_requests_running 1.0\nvllm:num_requests_waiting 0.0\n")
+
+    app = add_openai_routes(
+        web.Application(), lambda request, endpoint: answer_as_prompted(request, endpoint, answer_as)
+    )
+    app.router.add_get("/v1/models", models)
+    if metrics:
+        app.router.add_get("/metrics", page)
+    return app

@@ -5,9 +5,8 @@ honours ignore_eos; the server's own words shown as text, never as Markdown."""
 from __future__ import annotations
 
 import pytest
-from aiohttp import web
 from app_under_test import APP
-from openai_server import add_openai_routes, answer_as_prompted, free_port, serving
+from openai_server import free_port, serving, vllm_like
 from streamlit.testing.v1 import AppTest
 
 from bench_core.store.history import RESULTS_ENV
@@ -22,24 +21,6 @@ def fresh_state(tmp_path, monkeypatch, fresh_dashboard):
     monkeypatch.setenv(RESULTS_ENV, str(tmp_path / "results"))
 
 
-def vllm_like(metrics: bool, answer_as: str) -> web.Application:
-    """A server that says it is vLLM, with or without a /metrics page, answering every completion `answer_as`."""
-
-    async def models(request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "vllm"}]})
-
-    async def page(request: web.Request) -> web.Response:
-        return web.Response(text="vllm:num_requests_running 1.0\nvllm:num_requests_waiting 0.0\n")
-
-    app = add_openai_routes(
-        web.Application(), lambda request, endpoint: answer_as_prompted(request, endpoint, answer_as)
-    )
-    app.router.add_get("/v1/models", models)
-    if metrics:
-        app.router.add_get("/metrics", page)
-    return app
-
-
 def press_test_connection(base_url: str) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=60).run()
     at.sidebar.selectbox(key="backend").select("openai").run()
@@ -50,7 +31,7 @@ def press_test_connection(base_url: str) -> AppTest:
 
 
 def test_the_check_says_what_the_server_serves_its_kind_metrics_and_ignore_eos():
-    with serving(vllm_like(metrics=True, answer_as="ok")) as url:
+    with serving(vllm_like(MODEL, metrics=True, answer_as="ok")) as url:
         at = press_test_connection(url)
 
     (box,) = at.success
@@ -62,7 +43,7 @@ def test_the_check_says_what_the_server_serves_its_kind_metrics_and_ignore_eos()
 
 
 def test_a_server_without_metrics_that_stops_at_eos_is_said_so():
-    with serving(vllm_like(metrics=False, answer_as="short")) as url:
+    with serving(vllm_like(MODEL, metrics=False, answer_as="short")) as url:
         at = press_test_connection(url)
 
     (box,) = at.success

@@ -9,6 +9,7 @@ import platform
 import pytest
 import torch
 import transformers
+from openai_server import free_port, serving, vllm_like
 from test_cli import run_cli
 
 from bench_core.store.history import History
@@ -62,3 +63,22 @@ def test_doctor_help_documents_its_exit_codes(tmp_path):
     proc = run_cli("doctor", "--help", cwd=tmp_path)
     assert proc.returncode == 0
     assert "exit codes:" in proc.stdout and "4    not ready" in proc.stdout and "130" in proc.stdout
+
+
+def test_doctor_checks_a_server_as_the_run_page_does(tmp_path):
+    """--server URL: the Run page's Test connection in the terminal; a server that is not there is "not ready"."""
+    with serving(vllm_like("served-model", metrics=True, answer_as="short")) as url:
+        proc = run_cli("doctor", "--server", url, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    server = proc.stdout.split(f"Server {url}\n", 1)[1]
+    assert "  Models served       served-model\n" in server
+    assert '  Server kind         vllm, detected from /v1/models (owned_by "vllm")\n' in server
+    assert "  Metrics (/metrics)  available (Running requests, Waiting requests)\n" in server
+    assert (
+        "  ignore_eos          not honoured: asked for 4 tokens with ignore_eos, the server stopped at EOS after 2"
+        in server
+    )
+
+    proc = run_cli("doctor", "--server", f"http://127.0.0.1:{free_port()}", "--server-kind", "vllm", cwd=tmp_path)
+    assert proc.returncode == 4
+    assert "  Server              Cannot reach http://127.0.0.1:" in proc.stdout

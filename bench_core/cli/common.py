@@ -53,7 +53,7 @@ DOCTOR_EXIT_CODES_HELP = """exit codes:
   1    --smoke: a smoke run failed or some of its requests did (the reason is printed)
   2    bad input: a flag, or a results folder that cannot be written
   4    not ready: no in-process backend can run here, or a GPU is visible and an LMDeploy
-       backend still cannot run (the reason and the fix are printed)
+       backend still cannot run (the reason and the fix are printed), or the --server does not answer
   130  interrupted (Ctrl-C)"""
 HISTORY_EXIT_CODES_HELP = """exit codes:
   0    done (a list or export that matches no run, a delete declined at its question)

@@ -13,7 +13,8 @@ import argparse
 import platform
 import sys
 
-from ..config import RunConfig, config_from_values
+from ..config import EngineConfig, RunConfig, config_from_values
+from ..redact import redact_text
 from ..states import RunState
 from .common import (
     DOCTOR_EXIT_CODES_HELP,
@@ -44,7 +45,8 @@ class DoctorCommand(Command):
         "Check in one screen what this machine can benchmark with: the versions of Python, torch, transformers,\n"
         "lmdeploy and its TurboMind extension; CUDA, the driver and each GPU with its free memory (NVML); and\n"
         "each backend, available or not (with the reason and the fix). --smoke runs a short benchmark on each\n"
-        "available in-process backend through the dashboard's worker process and records it in the history.\n\n"
+        "available in-process backend through the dashboard's worker process and records it in the history.\n"
+        "--server URL also checks a server as the Run page's Test connection does.\n\n"
         "example: python -m bench_core doctor --smoke"
     )
     epilog = DOCTOR_EXIT_CODES_HELP
@@ -65,6 +67,13 @@ class DoctorCommand(Command):
             ],
         )
         add_results_flag(parser, "folder of the run history the smoke runs are recorded in")
+        parser.add_argument(
+            "--server",
+            metavar="URL",
+            help="also check an OpenAI-compatible server: its models, its kind, its /metrics and whether it honours "
+            "ignore_eos (the API key: $OPENAI_API_KEY)",
+        )
+        add_flags(parser, [Flag("server_kind")])
 
     def run(self, args: argparse.Namespace) -> int:
         from ..engines import availability, backend, backends
@@ -91,10 +100,24 @@ class DoctorCommand(Command):
                     else "no in-process backend can run here."
                 )
             )
+        if args.server is not None and not _server_answers(args.server, args.server_kind):
+            code = EXIT_NOT_READY
         if args.smoke and in_process:
             smoked = _smoke(in_process, args.model, args.results, cuda)
             code = smoked if smoked != EXIT_OK else code
         return code
+
+
+def _server_answers(url: str, server_kind: str) -> bool:
+    """Print the Run page's connection check of the server at `url`; whether it answered (ConfigError for a URL
+    that cannot be asked: bad input)."""
+    from ..engines.server_check import check_connection
+
+    check = check_connection(EngineConfig(backend="openai", base_url=url, server_kind=server_kind))
+    print(f"Server {redact_text(url)}")
+    for what, found in check.findings:
+        print(f"  {what:<19} {redact_text(found)}")
+    return check.reachable
 
 
 def _print_software() -> None:
