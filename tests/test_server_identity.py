@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from aiohttp import web
-from openai_server import recording_app, serving
+from openai_server import recording_app, serving, transformers_server  # noqa: F401 (fixture)
 
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig, setting
 from bench_core.engines.server_identity import identify_server, identity_from_answer
@@ -112,3 +112,16 @@ def test_the_server_header_names_the_kind_where_owned_by_does_not():
         identity = identify_server(url)
     assert (identity.kind, identity.models) == ("sglang", ["m"])
     assert identity.note == 'server kind: sglang, detected from the Server header ("sglang-router/0.2")'
+
+
+@pytest.mark.slow
+def test_transformers_serve_left_to_auto_is_detected_and_its_run_finishes(transformers_server, tmp_path):
+    """The run issue 39 saw: `transformers serve` with the default kind ended "partial: 5 of 16 requests failed". Its
+    kind is now read from its models' load status, so ignore_eos goes in its generation_config and every answer is
+    as long as asked."""
+    run = run_against(tmp_path, transformers_server)
+
+    assert run.state == "finished", run.message
+    notes = run.measurement.engine_info.notes
+    assert "server kind: transformers, detected from /v1/models (transformers serve's model load status)" in notes
+    assert (run.record.requests["output_len"] == 4).all()
