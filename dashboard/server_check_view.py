@@ -35,5 +35,6 @@ def render(values: Mapping[str, Any]) -> None:
     except BenchError as exc:
         st.error(plain(exc))
         return
-    lines = "  \n".join(f"**{plain(what)}**: {plain(found)}" for what, found in check.findings)
-    (st.success if check.reachable else st.error)(lines)
+    (st.success if check.reachable else st.error)(
+        "  \n".join(f"**{plain(what)}**: {plain(found)}" for what, found in check.findings)
+    )

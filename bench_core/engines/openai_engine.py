@@ -210,7 +210,7 @@ class OpenAIEngine(Engine):
 
     def __init__(self, engine: EngineConfig, client_processes: int = 1):
         from .openai_client import ServerError, discover_model
-        from .openai_request import api_root, ignore_eos_sent
+        from .openai_request import GENERIC_KIND, api_root, ignore_eos_sent
         from .server_identity import identify_server
 
         self.spec = server_spec(engine)
@@ -219,11 +219,20 @@ class OpenAIEngine(Engine):
         root = api_root(self.spec.base_url)
         notes = []
         if engine.server_kind == AUTO_SERVER_KIND:
-            identity = identify_server(root, self.spec.api_key, self.spec.network)
-            self.spec = dataclasses.replace(self.spec, server_kind=identity.kind)
-            notes.append(identity.note)
-            if not (engine.model.strip() or identity.models):
-                raise ServerError(f"{root}/v1/models lists no model; name the model to benchmark.")
+            try:
+                identity = identify_server(root, self.spec.api_key, self.spec.network)
+            except ServerError as exc:
+                if not engine.model.strip():  # the model was to come from that answer
+                    raise
+                # A named model needs no listing (a proxy may have none): the kind is then the plain OpenAI one.
+                identity = None
+                self.spec = dataclasses.replace(self.spec, server_kind=GENERIC_KIND)
+                notes.append(f"server kind: {GENERIC_KIND}, as the server could not say ({exc})")
+            if identity is not None:
+                self.spec = dataclasses.replace(self.spec, server_kind=identity.kind)
+                notes.append(identity.note)
+                if not (engine.model.strip() or identity.models):
+                    raise ServerError(f"{root}/v1/models lists no model; name the model to benchmark.")
             self.model = engine.model.strip() or identity.models[0]
         else:
             self.model = engine.model.strip() or discover_model(root, self.spec.api_key, network=self.spec.network)
