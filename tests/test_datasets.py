@@ -19,6 +19,8 @@ from bench_core.load.datasets import (
     BUILTIN_SAMPLE,
     BUILTIN_SHAREGPT,
     load_conversations,
+    load_dialogues,
+    load_records,
     sample_random_requests,
     sample_requests,
     sample_sharegpt_requests,
@@ -171,15 +173,33 @@ def test_builtin_sample_gives_every_length_filter_something_to_drop(tiny_tokeniz
 
 
 @pytest.mark.slow
-def test_builtin_sharegpt_recovers_the_truncated_package_file_and_samples(tiny_tokenizer):
+def test_builtin_sharegpt_reads_the_package_excerpt_and_samples(tiny_tokenizer):
     conversations = load_conversations(BUILTIN_SHAREGPT)
     assert conversations.source.startswith(BUILTIN_SHAREGPT)
-    assert conversations.notes[0] == "file is truncated: recovered 17,671 complete records"
+    assert conversations.notes[0] == "built-in ShareGPT excerpt: 17,671 conversations"
     assert 15_000 <= len(conversations.pairs) <= 17_671
     sample = sample_requests(DatasetConfig(dataset=BUILTIN_SHAREGPT, num_prompts=32), tiny_tokenizer)
     assert len(sample.requests) == 32 and not sample.warnings
-    assert sample.notes[0] == "file is truncated: recovered 17,671 complete records"
+    assert sample.notes[0] == "built-in ShareGPT excerpt: 17,671 conversations"
     assert all(4 <= r.input_len <= 1024 and r.input_len + r.output_len <= 2048 for r in sample.requests)
+
+
+def test_builtin_sharegpt_excerpt_is_named_as_such_not_as_a_truncated_file(tmp_path, monkeypatch):
+    # The package's file ends inside a record by construction; its note must not read as a damaged install, while
+    # the very same cut in a user's file still says the file is truncated.
+    text = SMALL_JSON.read_text()
+    cut = tmp_path / "excerpt.json"
+    cut.write_text(text[: text.index('"id": "r4"') + 40])
+    monkeypatch.setattr(datasets, "_sharegpt_package_path", lambda: cut)
+    for notes in (
+        load_conversations(BUILTIN_SHAREGPT).notes,
+        load_dialogues(BUILTIN_SHAREGPT).notes,
+        load_records(BUILTIN_SHAREGPT).notes,
+    ):
+        assert notes[0] == "built-in ShareGPT excerpt: 4 conversations"
+        assert not any("truncated" in note for note in notes)
+    assert load_records(str(cut)).notes == ["file is truncated: recovered 4 complete records"]
+    assert load_dialogues(str(cut)).notes[0] == "file is truncated: recovered 4 complete records"
 
 
 def test_builtin_sharegpt_is_parsed_once_per_process():

