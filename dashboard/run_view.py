@@ -204,7 +204,7 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
 
     st.markdown("**Latency (ms)**, successful requests, as LMDeploy reports it")
     show_table(tables.percentile_table(summary, result.config.percentiles, stream), key="summary_percentiles")
-    if stream and (caveat := tables.per_1k_input_caveat(summary)):
+    for caveat in tables.per_1k_input_caveats(summary, result.config.load):
         st.caption(plain(caveat))
     left, right = st.columns([2, 1])
     with left:

@@ -128,8 +128,10 @@ def test_a_run_report_holds_its_charts_tables_settings_environment_and_caveats(h
         assert f"<h3>{heading}</h3>" in document
     assert "<td>Concurrency (requests)</td>\n      <td>2</td>" in document
     assert "<td>python</td>\n      <td>3.12.1</td>" in document
-    # The prompts average 10 tokens: the page's caveat about TTFT per 1,000 input tokens comes first.
+    # The prompts average 10 tokens, and a batch sends them all at once: both of the page's caveats about TTFT per
+    # 1,000 input tokens come first.
     assert document.index("means little here") < document.index("<h2>Results</h2>")
+    assert document.index("is not prefill speed here: every request arrived at once") < document.index("<h2>Results")
 
 
 def test_a_run_that_failed_before_measuring_reports_what_it_left(tmp_path):

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from profiled_runs import OUTPUT_LEN, profiled_run, recorded_history
 
-from bench_core.config import SLO
+from bench_core.config import SLO, LoadConfig
 from bench_core.measure.catalog import METRICS
 from bench_core.views import tables
 
@@ -261,8 +261,28 @@ def test_the_workload_table_says_not_reported_where_no_engine_told_what_it_cache
 def test_ttft_per_1000_input_tokens_says_where_it_means_nothing():
     # A 1-token prompt turned a 1.57 s TTFT into 1,574,352 ms per 1,000 input tokens.
     summary = {"mean_ttft_per_1k_input_ms": 1_574_352.0, "completed": 4, "total_input_tokens": 4}
-    caveat = tables.per_1k_input_caveat(summary)
+    workers = LoadConfig(load_pattern="concurrency", stream_output=True)
+    (caveat,) = tables.per_1k_input_caveats(summary, workers)
     assert caveat.startswith("TTFT per 1,000 input tokens means little here: the prompts average 1 token (under 100)")
-    assert tables.per_1k_input_caveat({**summary, "total_input_tokens": 4 * 512}) == ""
-    assert tables.per_1k_input_caveat({"completed": 4, "total_input_tokens": 4}) == ""  # not streamed: no such row
+    assert tables.per_1k_input_caveats({**summary, "total_input_tokens": 4 * 512}, workers) == []
+    no_row = {"completed": 4, "total_input_tokens": 4}  # not streamed: no such row
+    assert tables.per_1k_input_caveats(no_row, LoadConfig(load_pattern="batch", stream_output=True)) == []
     assert "meaningless for prompts under 100 tokens" in METRICS["ttft_per_1k_input"].definition
+
+
+@pytest.mark.parametrize(
+    ("load", "at_once"),
+    [
+        (LoadConfig(load_pattern="batch", stream_output=True), True),
+        (LoadConfig(load_pattern="request_rate", request_rate=math.inf, stream_output=True), True),
+        (LoadConfig(load_pattern="request_rate", request_rate=4.0, stream_output=True), False),
+        (LoadConfig(load_pattern="concurrency", stream_output=True), False),
+        (LoadConfig(load_pattern="batch", stream_output=False), False),  # no TTFT without streaming
+    ],
+)
+def test_ttft_per_1000_input_tokens_of_requests_sent_at_once_says_it_holds_their_wait(load, at_once):
+    # A batch of long prompts gave 31,836 ms per 1k: the last prompt's TTFT is every other prompt's prefill.
+    summary = {"mean_ttft_per_1k_input_ms": 31_836.0, "completed": 8, "total_input_tokens": 8 * 512}
+    caveats = tables.per_1k_input_caveats(summary, load)
+    assert bool(caveats) == at_once
+    assert all(caveat.startswith("TTFT per 1,000 input tokens is not prefill speed here") for caveat in caveats)

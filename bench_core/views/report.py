@@ -211,16 +211,15 @@ def ended_latency_histograms(requests: pd.DataFrame, stream_output: bool) -> tup
 
 def run_caveats(parts: RunParts) -> list[str]:
     """What a reader must know before the numbers: its flags (a machine other processes kept busy, a client that
-    could not keep up), the run's warnings and dataset notes, short prompts that make TTFT per 1,000 tokens
-    meaningless, random weights."""
+    could not keep up), the run's warnings and dataset notes, short prompts or requests all sent at once that make
+    TTFT per 1,000 tokens meaningless, random weights."""
     flags = run_flags(parts.values, parts.row.get(f"{ENVIRONMENT_PREFIX}cpu_count"))
     caveats = [
         *(flag[:1].upper() + flag[1:] for flag in flags),
         *parts.warnings,
         *(f"Dataset: {note}" for note in parts.notes),
     ]
-    if parts.config.load.stream_output and (caveat := tables.per_1k_input_caveat(parts.summary)):
-        caveats.append(caveat)
+    caveats.extend(tables.per_1k_input_caveats(parts.summary, parts.config.load))
     if parts.random_weights:
         caveats.append(
             "Random-weight run: the model's weights are random, so the timings are real and the text is not."

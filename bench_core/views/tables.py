@@ -36,6 +36,7 @@ from ..measure.catalog import (
     with_derived,
 )
 from ..measure.stats import compare
+from ..states import LoadPattern
 
 MISSING = NOT_MEASURED  # a table cell without a value reads as LMDeploy prints it
 # Decimals shown: enough for three significant digits, and at least this many.
@@ -174,20 +175,29 @@ def percentile_table(summary: dict, percentiles: Sequence[float], stream_output:
     return table
 
 
-def per_1k_input_caveat(summary: Mapping[str, Any]) -> str:
-    """Why the table's TTFT per 1,000 input tokens means nothing for this run, or "": its prompts are short
-    (a 1-token prompt multiplies a fixed 1.5 s TTFT into 1,500,000 ms per 1,000 tokens)."""
+def per_1k_input_caveats(summary: Mapping[str, Any], load: Any) -> list[str]:
+    """Why the table's TTFT per 1,000 input tokens means little for this run (its `load`: a LoadConfig), if it does:
+    its prompts are short (a 1-token prompt multiplies a fixed 1.5 s TTFT into 1,500,000 ms per 1,000 tokens), or
+    every request arrived at once, so a TTFT holds the wait behind the other prompts, not its own prompt's prefill."""
     metric = METRICS["ttft_per_1k_input"]
+    if not load.stream_output or metric.mean_column not in summary:
+        return []
+    caveats = []
     completed = _number(summary.get("completed"))
-    if metric.mean_column not in summary or not completed > 0:
-        return ""
-    mean_prompt = _number(summary.get("total_input_tokens")) / completed
-    if not mean_prompt < PER_1K_MIN_PROMPT:
-        return ""
-    return (
-        f"{metric.label} means little here: the prompts average {count_of(mean_prompt, 'tokens')} (under "
-        f"{PER_1K_MIN_PROMPT}), so TTFT is mostly fixed cost, and scaling it to 1,000 tokens multiplies that."
-    )
+    mean_prompt = _number(summary.get("total_input_tokens")) / completed if completed > 0 else math.nan
+    if mean_prompt < PER_1K_MIN_PROMPT:
+        caveats.append(
+            f"{metric.label} means little here: the prompts average {count_of(mean_prompt, 'tokens')} (under "
+            f"{PER_1K_MIN_PROMPT}), so TTFT is mostly fixed cost, and scaling it to 1,000 tokens multiplies that."
+        )
+    if load.load_pattern == LoadPattern.BATCH or (
+        load.load_pattern == LoadPattern.REQUEST_RATE and load.request_rate == math.inf
+    ):
+        caveats.append(
+            f"{metric.label} is not prefill speed here: every request arrived at once, so a request's TTFT holds "
+            "its wait behind the other prompts (queue and their prefill), not its own prompt's prefill alone."
+        )
+    return caveats
 
 
 def throughput_table(summary: dict) -> pd.DataFrame:
