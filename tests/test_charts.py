@@ -7,6 +7,16 @@ import pandas as pd
 import pytest
 from profiled_runs import INCOMPLETE_TTFT_FACTOR, OUTPUT_LEN, profiled_run, recorded_history
 
+from bench_core.hardware.telemetry import (
+    CALLER,
+    CPU_CORES,
+    CPU_PERCENT,
+    MACHINE,
+    PROCESS,
+    RSS_BYTES,
+    Sample,
+    samples_frame,
+)
 from bench_core.measure.latency_bins import BinnedLatencies
 from bench_core.measure.stats import pareto_front
 from bench_core.store.history import History
@@ -553,3 +563,27 @@ def test_one_far_itl_outlier_is_cut_off_the_cdf_axis_as_the_histograms_cut_it_an
     assert _xy(fig.data[1])[0].max() == pytest.approx(70_000)  # the curve itself still goes there
     plain = compare_charts.cdf_overlay({"steady": steady}, "itl")
     assert plain.layout.xaxis.range is None and not _notes(plain)
+
+
+def test_the_telemetry_chart_names_its_sources_in_a_legend_and_keeps_each_ones_colour():
+    # The engine CPU panel drew the engine process and the process that started it as two bare lines, and a source
+    # took another colour in the next panel: which line was which could not be told.
+    rows = [Sample(t, PROCESS, CPU_CORES, 1.5) for t in (0.0, 1.0, 2.0)]
+    rows += [Sample(t, CALLER, CPU_CORES, 0.2) for t in (0.0, 1.0, 2.0)]
+    rows += [Sample(t, PROCESS, RSS_BYTES, 2.0 * 1024**3) for t in (0.0, 1.0, 2.0)]
+    rows += [Sample(t, MACHINE, CPU_PERCENT, 60.0) for t in (0.0, 1.0, 2.0)]
+    fig = run_charts.telemetry_over_time(samples_frame(rows))
+    assert fig.layout.showlegend
+    named = [trace.name for trace in fig.data if trace.showlegend is not False]
+    assert sorted(named) == ["engine process", "process that started the engine", "whole machine"]
+    colour_of = {}
+    for trace in fig.data:
+        colour_of.setdefault(trace.legendgroup, set()).add(trace.line.color)
+    assert all(len(colours) == 1 for colours in colour_of.values())  # one colour per source, in every panel
+    assert len({colours.pop() for colours in colour_of.values()}) == 3  # and a different one for each
+
+
+def test_a_telemetry_chart_of_one_source_needs_no_legend():
+    fig = run_charts.telemetry_over_time(samples_frame([Sample(t, PROCESS, CPU_CORES, 1.0) for t in (0.0, 1.0)]))
+    assert not fig.layout.showlegend
+    assert run_charts.source_label("gpu1") == "GPU 1" and run_charts.source_label("client_worker0") == "client worker 0"

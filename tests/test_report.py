@@ -9,9 +9,11 @@ from datetime import UTC, datetime
 
 import pandas as pd
 import plotly.graph_objects as go
+import plotly.io as pio
 import plotly.offline
 import pytest
 from profiled_runs import profiled_run
+from streamlit.elements.lib.streamlit_plotly_theme import configure_streamlit_plotly_theme
 
 from bench_core.cli.common import write_report
 from bench_core.config import EngineConfig, LoadConfig, RunConfig
@@ -23,6 +25,7 @@ from bench_core.sweep.plan import SweepPlan, parse_sweep_arg
 from bench_core.sweep.report import sweep_report
 from bench_core.sweep.store import save_plan
 from bench_core.views import report, tables
+from bench_core.views.figures import PALETTE
 
 HOSTILE_LABEL = '<script>alert("label")</script>'
 HOSTILE_MODEL = "/models/</table><img src=x onerror=alert(1)>"
@@ -262,3 +265,19 @@ def test_a_run_that_other_processes_kept_busy_says_so_before_its_numbers(tmp_pat
     said = "other processes used 1.8 of 2 CPU cores during this run and saturated the machine 90% of the time"
     assert said in document
     assert document.index(said) < document.index("<h2>Results</h2>")
+
+
+def test_a_report_saved_from_the_dashboard_keeps_the_pages_colours(history, monkeypatch):
+    # The dashboard's process runs with Streamlit's plotly template as the default: its colours are placeholders
+    # (#000001, #000002 ...) that only Streamlit's page replaces, so a report saved there drew every series black.
+    configure_streamlit_plotly_theme()
+    monkeypatch.setattr(pio.templates, "default", "streamlit")
+    parts = run_parts(history, "run-a")
+    document = report.run_report(parts)
+    charts = document[document.index("</head>") :]
+    assert "#000001" not in charts and "#000002" not in charts
+    # Every chart names its series colours itself, so the page (Streamlit's theme) and the report draw them alike.
+    figures = [
+        block for section in report.run_sections(parts) for block in section.blocks if isinstance(block, go.Figure)
+    ]
+    assert figures and all(list(fig.layout.colorway) == list(PALETTE) for fig in figures)

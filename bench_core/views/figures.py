@@ -24,6 +24,9 @@ from .run_diff import differing_settings, point_labels, telling_settings
 MAX_POINTS = 2000
 MAX_VALUE_TICKS = 12
 NO_DATA = "No data yet"
+# Every figure's series colours, set on the figure itself: Streamlit's theme drops plotly's template and colours
+# series in its own palette, whose first two are shades of one blue, so paired series looked alike on the page and
+# a report (plotly's template) coloured them otherwise. A colorway of the figure's own is kept by both.
 PALETTE = plotly.colors.qualitative.Plotly
 _NO_GROUP = "(none)"
 _CHOICE_KNOBS = {knob.name for knob in KNOBS if knob.choices}
@@ -50,6 +53,7 @@ def titled_figure(title: str, x_title: str, y_title: str) -> go.Figure:
     # template costs about 12 ms a figure, on every live refresh.
     fig = go.Figure()
     fig.update_layout(
+        colorway=PALETTE,
         title=dict(text=title),
         xaxis=dict(title=dict(text=x_title)),
         yaxis=dict(title=dict(text=y_title)),

@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
+import plotly.io
 import plotly.offline
 
 from .. import __version__
@@ -101,9 +102,14 @@ def build_report(report: Report, created: datetime | None = None) -> str:
         for block in section.blocks:
             if isinstance(block, go.Figure):
                 charts += 1
+                # Plotly's own template, whatever the process's default: in the dashboard's process Streamlit
+                # makes its own the default, whose colours are placeholders its page swaps for the theme's
+                # (#000001, #000002 ...), so a report saved there drew every series black.
+                figure = go.Figure(block)
+                figure.layout.template = plotly.io.templates["plotly"]
                 body.append(
                     '<div class="chart">'
-                    + block.to_html(full_html=False, include_plotlyjs=False, div_id=f"chart-{charts}")
+                    + figure.to_html(full_html=False, include_plotlyjs=False, div_id=f"chart-{charts}")
                     + "</div>"
                 )
             elif isinstance(block, Table):

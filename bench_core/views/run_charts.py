@@ -20,7 +20,16 @@ from ..measure.catalog import METRICS
 from ..measure.latency_bins import BinnedLatencies
 from ..measure.metrics import measured_values
 from ..states import RequestStatus
-from .figures import MAX_POINTS, count_axis, legend_below, no_data, notes_under_title, titled_figure
+from .figures import (
+    MAX_POINTS,
+    PALETTE,
+    count_axis,
+    cycled_palette,
+    legend_below,
+    no_data,
+    notes_under_title,
+    titled_figure,
+)
 from .tables import count_of, format_number
 
 HISTOGRAM_BINS = 60
@@ -298,12 +307,34 @@ _TELEMETRY_PANELS = (  # (metric, panel title with its unit, scale from the stor
     (telemetry.CPU_PERCENT, "Machine CPU busy (%)", 1.0),
     (telemetry.LOOP_LAG_S, "Client event-loop lag (ms)", 1000.0),
 )
+_SOURCE_LABELS = {
+    telemetry.PROCESS: "engine process",
+    telemetry.CALLER: "process that started the engine",
+    telemetry.MACHINE: "whole machine",
+    telemetry.CLIENT_LOOP: "HTTP client's event loop",
+}
+_NUMBERED_SOURCES = (
+    (telemetry.GPU_SOURCE.format(""), "GPU {}"),
+    (telemetry.CLIENT_WORKER.format(""), "client worker {}"),
+)
+_LEGEND_PX = 40
+
+
+def source_label(source: str) -> str:
+    """What a telemetry source is, in words: "engine process", "GPU 0", "client worker 1"."""
+    if source in _SOURCE_LABELS:
+        return _SOURCE_LABELS[source]
+    for prefix, label in _NUMBERED_SOURCES:
+        if source.startswith(prefix) and source[len(prefix) :].isdigit():
+            return label.format(source[len(prefix) :])
+    return source
 
 
 def telemetry_over_time(samples: pd.DataFrame | None) -> go.Figure:
     """The run's hardware samples against seconds since the start: a panel for each quantity sampled (GPU
     utilisation, memory and power per GPU; the engine process's CPU and memory; the machine's CPU; an HTTP client's
-    event-loop lag)."""
+    event-loop lag). A source keeps its colour in every panel, and the legend below names the sources where there
+    are several (the engine process's and its starter's CPU share a panel)."""
     from plotly.subplots import make_subplots
 
     present = [] if samples is None else [panel for panel in _TELEMETRY_PANELS if (samples["metric"] == panel[0]).any()]
@@ -316,6 +347,10 @@ def telemetry_over_time(samples: pd.DataFrame | None) -> go.Figure:
         vertical_spacing=0.06,
         subplot_titles=[title for _, title, _ in present],
     )
+    shown = samples[samples["metric"].isin([metric for metric, _, _ in present])]
+    sources = sorted(shown["source"].unique())
+    colours = dict(zip(sources, cycled_palette()))
+    named = set()
     for row, (metric, title, scale) in enumerate(present, start=1):
         chosen = samples[samples["metric"] == metric]
         for source, part in chosen.groupby("source", sort=True):
@@ -328,20 +363,27 @@ def telemetry_over_time(samples: pd.DataFrame | None) -> go.Figure:
                     x=t,
                     y=values,
                     mode="lines",
-                    name=f"{source} {metric}",
-                    showlegend=False,
-                    hovertemplate=f"{source}: %{{y:.3g}}<extra>{title}</extra>",
+                    name=source_label(source),
+                    legendgroup=source,
+                    showlegend=source not in named,
+                    line=dict(color=colours[source]),
+                    hovertemplate=f"{source_label(source)}: %{{y:.3g}}<extra>{title}</extra>",
                 ),
                 row=row,
                 col=1,
             )
+            named.add(source)
         fig.update_yaxes(rangemode="tozero", row=row, col=1)
     fig.update_xaxes(title_text="Time since start (s)", row=len(present), col=1)
+    legend_px = _LEGEND_PX if len(sources) > 1 else 0
     fig.update_layout(
         title=dict(text="Hardware telemetry"),
-        height=170 * len(present) + 90,
-        margin=dict(l=60, r=30, t=70, b=50),
+        height=170 * len(present) + 90 + legend_px,
+        margin=dict(l=60, r=30, t=70, b=50 + legend_px),
         hovermode="x unified",
+        colorway=PALETTE,
+        showlegend=len(sources) > 1,
+        legend=dict(orientation="h", x=0, xref="container", y=0, yref="container", yanchor="bottom"),
     )
     return fig
 

@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 
 from ..engines.server_metrics import BY_KEY, unified_series
 from ..states import RequestStatus
-from .figures import no_data, titled_figure
+from .figures import PALETTE, no_data, titled_figure
 
 TITLE = "Server metrics (its /metrics)"
 TIME_AXIS = "Time since start (s)"
@@ -95,6 +95,7 @@ def server_metrics_over_time(
         height=190 * len(present) + 110,
         margin=dict(l=60, r=30, t=70, b=50),
         hovermode="x unified",
+        colorway=PALETTE,
     )
     return fig
 
