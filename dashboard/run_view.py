@@ -336,12 +336,7 @@ def _goodput(summary: dict, slo: SLO) -> None:
     goodput, good = METRICS["goodput"], METRICS["good_requests"]
     st.metric(goodput.title, f"{summary[goodput.column()]:.3f}", help=goodput.definition)
     st.metric(good.label, f"{summary[good.column()]}/{summary['total_requests']}")
-    thresholds = ", ".join(
-        f"{name.upper()} ≤ {value * 1000:g} ms"
-        for name, value in (("ttft", slo.ttft), ("tpot", slo.tpot), ("e2e", slo.e2e))
-        if value is not None
-    )
-    st.caption(plain(f"For {thresholds}."))
+    st.caption(plain(f"For {tables.describe_slo(slo)}."))
 
 
 def _downloads(result: RunResult, requests: pd.DataFrame, slo: SLO) -> None:

@@ -47,7 +47,7 @@ from bench_core.sweep.plan import (
 )
 from bench_core.sweep.store import CREDENTIAL_SETTINGS, load_plan, past_sweeps, point_text, probes_of, remaining
 from bench_core.views import sweep_charts
-from bench_core.views.tables import describe_column
+from bench_core.views.tables import describe_column, describe_slo
 from dashboard import active_runs, sidebar, start_estimate
 from dashboard.state import get_history, get_runner, get_sweeps
 from dashboard.table_view import show_table
@@ -489,7 +489,7 @@ def results(history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO) -> 
     history_runs, runs = runs, sweep_results.sweep_runs(runs, plan)
     if plan.find_max:
         _find_max_view(history, plan)
-        _downloads(history, plan, history_runs, runs)
+        _downloads(history, plan, history_runs, runs, slo)
         return
     if runs.empty:
         st.info("No run of this sweep has finished yet.")
@@ -520,15 +520,17 @@ def results(history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO) -> 
         column.plotly_chart(figure, key=key)
     st.caption(plain(sweep_results.interval_note(statistics)))
     _pareto_view(runs, plan)
-    _goodput_view(runs, plan)
+    _goodput_view(runs, plan, slo)
     st.markdown(f"**Per point**: {sweep_report.POINT_TABLE_COLUMNS}")
     show_table(sweep_results.statistics_for_display(statistics), key="sweep_points_table")
     _comparison(runs, plan)
-    _downloads(history, plan, history_runs, runs)
+    _downloads(history, plan, history_runs, runs, slo)
 
 
-def _downloads(history: History, plan: SweepPlan, history_runs: pd.DataFrame, runs: pd.DataFrame) -> None:
-    """The sweep's history rows, and its report (written when clicked: it inlines plotly's JavaScript)."""
+def _downloads(history: History, plan: SweepPlan, history_runs: pd.DataFrame, runs: pd.DataFrame, slo: SLO) -> None:
+    """The sweep's history rows, and its report (written when clicked: it inlines plotly's JavaScript), for the SLO
+    and the goodput targets the page shows."""
+    targets = {goodput: st.session_state.get(_target_key(goodput)) for goodput in sweep_report.GOODPUT_METRICS}
     left, right = st.columns(2)
     left.download_button(
         "This sweep's history rows (CSV)",
@@ -540,7 +542,7 @@ def _downloads(history: History, plan: SweepPlan, history_runs: pd.DataFrame, ru
     )
     right.download_button(
         "Report of this sweep (HTML)",
-        lambda: sweep_report.sweep_report(history, plan, history_runs, runs).encode(),
+        lambda: sweep_report.sweep_report(history, plan, history_runs, runs, slo=slo, targets=targets).encode(),
         file_name=f"sweep-{plan.sweep_id}.html",
         mime="text/html",
         key="sweep_report_download",
@@ -554,7 +556,7 @@ def _pareto_view(runs: pd.DataFrame, plan: SweepPlan) -> None:
     st.plotly_chart(sweep_report.pareto_figure(runs, plan, view), key="sweep_chart_pareto")
 
 
-def _goodput_view(runs: pd.DataFrame, plan: SweepPlan) -> None:
+def _goodput_view(runs: pd.DataFrame, plan: SweepPlan, slo: SLO) -> None:
     load = sweep_report.load_axis(plan)
     if load is None:
         st.caption("Sweep the concurrency to see goodput against load, with the highest load meeting the SLO.")
@@ -569,17 +571,24 @@ def _goodput_view(runs: pd.DataFrame, plan: SweepPlan) -> None:
     goodput = goodput_col.selectbox("Goodput as", sweep_report.GOODPUT_METRICS, key="sweep_goodput", format_func=_title)
     target = target_col.number_input(
         f"Target ({describe_column(goodput).unit})",
-        value=sweep_report.default_target(goodput),
+        value=None,
         min_value=0.0,
         step=0.05,
-        key=f"sweep_target_{goodput}",
+        key=_target_key(goodput),
+        placeholder="none: no target line",
+        help="The goodput a load must reach: the chart then marks the highest load that meets it.",
     )
     shown = runs
     for axis in plan.axes:  # with a grid, one line of the other setting at a time
         if axis.name != load:
             value = st.selectbox(f"At {axis.name}", axis.values, key="sweep_goodput_at", format_func=_tick)
             shown = runs[runs[axis.name] == value]
-    st.plotly_chart(sweep_charts.goodput_vs_load(shown, load, goodput, target), key="sweep_chart_goodput")
+    slo_text = describe_slo(sweep_report.goodput_slo(plan, slo))
+    st.plotly_chart(sweep_charts.goodput_vs_load(shown, load, goodput, target, slo_text), key="sweep_chart_goodput")
+
+
+def _target_key(goodput: str) -> str:
+    return f"sweep_target_{goodput}"
 
 
 def _find_max_view(history: History, plan: SweepPlan) -> None:

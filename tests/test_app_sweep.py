@@ -130,8 +130,15 @@ def test_a_grid_sweep_shows_progress_then_every_view_of_its_results(download_dat
     ]
     assert charts["sweep_chart_heatmap"]["data"][0]["type"] == "heatmap"
     assert "Pareto frontier" in [trace["name"] for trace in charts["sweep_chart_pareto"]["data"]]
-    goodput_traces = [trace["name"] for trace in charts["sweep_chart_goodput"]["data"]]
-    assert "Highest load meeting the target" in goodput_traces  # every request met the 10 s TTFT
+    # The goodput chart says which SLO counted, and draws no target until one is set.
+    goodput = charts["sweep_chart_goodput"]
+    assert goodput["layout"]["title"]["subtitle"]["text"] == "Good requests: TTFT ≤ 10,000 ms; no target set"
+    assert "Highest load meeting the target" not in [trace["name"] for trace in goodput["data"]]
+    at.number_input(key="sweep_target_slo_attainment").set_value(0.9).run()
+    goodput = next(
+        json.loads(chart.proto.spec) for chart in at.get("plotly_chart") if chart.key == "sweep_chart_goodput"
+    )
+    assert "Highest load meeting the target" in [trace["name"] for trace in goodput["data"]]  # every request met it
 
     assert (
         sum(
@@ -174,6 +181,7 @@ def test_a_grid_sweep_shows_progress_then_every_view_of_its_results(download_dat
     # Every view at the page's first choices: the band and the heatmap, three Pareto views, goodput and SLO
     # attainment at each max_batch_tokens (the sidebar's 10 s TTFT SLO recomputed them).
     assert report_charts(report) == 9 and "Goodput vs concurrency, at max_batch_tokens 512" in report
+    assert "good requests: TTFT ≤ 10,000 ms; target: SLO attainment (fraction) ≥ 0.9" in report  # the page's target, no other
     (estimate,) = [shown(caption.value) for caption in at.caption if "takes about" in caption.value]
     assert "from the output throughput of 8 finished run(s) of builtin:tiny-llama" in estimate
 

@@ -16,11 +16,12 @@ from profiled_runs import profiled_run
 from streamlit.elements.lib.streamlit_plotly_theme import configure_streamlit_plotly_theme
 
 from bench_core.cli.common import write_report
-from bench_core.config import EngineConfig, LoadConfig, RunConfig
+from bench_core.config import SLO, EngineConfig, LoadConfig, RunConfig
 from bench_core.hardware.contention import BUSY_SHARE_COLUMN, OTHER_CORES_COLUMN
 from bench_core.store.history import History, RunRecord
 from bench_core.store.history_import import lmdeploy_hyperparams
 from bench_core.store.run_parts import request_tables, run_parts
+from bench_core.sweep import results as sweep_results
 from bench_core.sweep.plan import SweepPlan, parse_sweep_arg
 from bench_core.sweep.report import sweep_report
 from bench_core.sweep.store import save_plan
@@ -231,6 +232,33 @@ def test_a_sweep_report_holds_every_view_and_the_interval_caveat(tmp_path):
     assert "<h1>Sweep sweep-r</h1>" in document and "too few runs for a 95% interval" in document
     assert "&lt;img src=x" in document and "<img src=x" not in document
     assert "<h3>Per point: n runs, mean" in document
+
+
+def test_a_sweep_report_states_the_slo_its_goodput_is_for_and_no_target_nobody_set(tmp_path):
+    # TTFT <= 5000 ms set on the page after the sweep: the report's goodput views did not say which SLO they used,
+    # its settings table said "SLO on TTFT (s) default", and a 1 req/s target nobody chose was drawn and judged.
+    history = History(tmp_path)
+    plan = SweepPlan("sweep-g", RunConfig(), (parse_sweep_arg("concurrency=1,2"),), repeats=1)
+    save_plan(history, plan)
+    for index, point in enumerate(plan.points()):
+        record(
+            history, f"g{index}", point.values["concurrency"], [0.1, 0.2], sweep_id=plan.sweep_id, repeat=point.repeat
+        )
+    history_runs = history.load()
+    runs = sweep_results.sweep_runs(history_runs, plan)
+    found, _ = request_tables(history, runs, list(runs["run_id"].astype(str)))
+    page_slo = SLO(ttft=5.0)
+    runs = sweep_results.with_slo(runs, found, page_slo)
+    document = sweep_report(history, plan, history_runs, runs, slo=page_slo)
+    assert_self_contained(document, 6)  # and goodput and SLO attainment against the concurrency
+    body = document[document.index("</head>") :]
+    assert "good requests: TTFT ≤ 5,000 ms; target: none set" in body
+    assert body.count("Good requests: TTFT ≤ 5,000 ms; no target set") == 2  # each goodput chart says it
+    assert "meets the target" not in body and "Target 1" not in body
+    assert re.search(r"<td>SLO on TTFT \(s\)</td>\s*<td>5</td>", body)
+    assert re.search(r"<td>SLO on TPOT \(s\)</td>\s*<td>not set</td>", body)
+    chosen = sweep_report(history, plan, history_runs, runs, slo=page_slo, targets={"goodput_rps": 2.5})
+    assert "good requests: TTFT ≤ 5,000 ms; target: Goodput (req/s) ≥ 2.5" in chosen
 
 
 def test_a_report_that_cannot_be_written_says_why_in_one_line_and_keeps_the_history(history, tmp_path, capsys):

@@ -79,7 +79,8 @@ def test_every_kind_of_setting_is_compared(tmp_path):
     ]
     table = run_diff.differences(runs, run_diff.differing_settings(runs))
     assert table.loc["Stream output"].tolist() == ["no", "yes"]
-    assert table.loc["SLO on TTFT (s)"].tolist() == ["default", "0.2"]
+    # An SLO left empty sets no threshold: "not set", not "default".
+    assert table.loc["SLO on TTFT (s)"].tolist() == ["not set", "0.2"]
 
 
 def test_knobs_of_another_backend_are_not_applicable_and_never_a_difference(tmp_path):

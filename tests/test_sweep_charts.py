@@ -6,8 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bench_core.config import SLO
 from bench_core.measure import stats
-from bench_core.views import figures, sweep_charts
+from bench_core.views import figures, sweep_charts, tables
+
+SLO_TEXT = "TTFT ≤ 5,000 ms"
 
 
 def _says_no_data(fig) -> bool:
@@ -103,7 +106,7 @@ def test_pareto_chart_needs_metrics_with_a_direction():
 
 def test_goodput_chart_marks_the_interpolated_highest_load_meeting_the_target():
     runs = pd.DataFrame({"concurrency": [1, 2, 4, 4, 8], "goodput_rps": [3.0, 2.8, 2.7, 2.3, 1.6]})
-    fig = sweep_charts.goodput_vs_load(runs, "concurrency", "goodput_rps", target=2.4)
+    fig = sweep_charts.goodput_vs_load(runs, "concurrency", "goodput_rps", target=2.4, slo=SLO_TEXT)
     assert [trace.name for trace in fig.data] == ["Runs", "Mean per load", "Highest load meeting the target"]
     points, mean_line, limit = fig.data
     assert len(points.x) == 5
@@ -123,7 +126,7 @@ def test_goodput_chart_marks_the_interpolated_highest_load_meeting_the_target():
 def test_goodput_chart_marks_a_load_meeting_the_target_above_one_that_misses_and_says_the_rule():
     # The chart: attainment 1.0 at concurrency 4, above the 0.9 line, captioned "No load meets the target".
     runs = pd.DataFrame({"concurrency": [1, 1, 2, 2, 4, 4], "slo_attainment": [0.5, 0.5, 0.75, 0.75, 1.0, 1.0]})
-    fig = sweep_charts.goodput_vs_load(runs, "concurrency", "slo_attainment", target=0.9)
+    fig = sweep_charts.goodput_vs_load(runs, "concurrency", "slo_attainment", target=0.9, slo=SLO_TEXT)
     limit = fig.data[-1]
     assert limit.name == "Highest load meeting the target" and limit.x[0] == 4.0
     (note,) = [a.text for a in fig.layout.annotations if a.text.startswith("Marked:")]
@@ -131,9 +134,29 @@ def test_goodput_chart_marks_a_load_meeting_the_target_above_one_that_misses_and
     assert not [a for a in fig.layout.annotations if "No load" in a.text]
 
 
+def test_goodput_chart_states_its_slo_and_draws_no_target_nobody_set():
+    # The report drew a 1 req/s target nobody chose ("No load meets the target") and never said which SLO counted.
+    runs = pd.DataFrame({"concurrency": [1, 2], "goodput_rps": [0.5, 0.4]})
+    fig = sweep_charts.goodput_vs_load(runs, "concurrency", "goodput_rps", target=None, slo=SLO_TEXT)
+    assert fig.layout.title.subtitle.text == "Good requests: TTFT ≤ 5,000 ms; no target set"
+    assert [trace.name for trace in fig.data] == ["Runs", "Mean per load"]
+    assert not fig.layout.shapes and not [a for a in fig.layout.annotations if "target" in a.text.lower()]
+    chosen = sweep_charts.goodput_vs_load(runs, "concurrency", "goodput_rps", target=0.45, slo=SLO_TEXT)
+    assert chosen.layout.title.subtitle.text == "Good requests: TTFT ≤ 5,000 ms; target 0.45"
+    probes = pd.DataFrame({"load": [1.0], "met": [True], "attainment": [0.95], "run_id": ["a"], "stopped_early": [""]})
+    found = sweep_charts.find_max_probes(probes, "request_rate", 0.9, 1.0, SLO_TEXT)
+    assert found.layout.title.subtitle.text == "Good requests: TTFT ≤ 5,000 ms; target attainment 0.9"
+
+
+def test_an_slo_is_described_by_the_thresholds_it_sets():
+    assert tables.describe_slo(SLO(ttft=5.0, e2e=20.0)) == "TTFT ≤ 5,000 ms, E2E ≤ 20,000 ms"
+    assert tables.describe_slo(SLO(tpot=0.05)) == "TPOT ≤ 50 ms"
+    assert tables.describe_slo(SLO()) == tables.describe_slo(None) == "no threshold set"
+
+
 def test_goodput_chart_says_so_when_no_load_meets_the_target():
     runs = pd.DataFrame({"concurrency": [1, 2], "goodput_rps": [0.5, 0.4]})
-    fig = sweep_charts.goodput_vs_load(runs, "concurrency", "goodput_rps", target=2.0)
+    fig = sweep_charts.goodput_vs_load(runs, "concurrency", "goodput_rps", target=2.0, slo=SLO_TEXT)
     assert [trace.name for trace in fig.data] == ["Runs", "Mean per load"]
     assert "No load meets the target" in [a.text for a in fig.layout.annotations]
 
@@ -178,7 +201,7 @@ def test_heatmap_of_a_throughput_keeps_the_colour_scale():
             pd.DataFrame(columns=["output_throughput", "p99_ttft_ms"]), "output_throughput", "p99_ttft_ms"
         ),
         lambda: sweep_charts.goodput_vs_load(
-            pd.DataFrame({"concurrency": [1], "goodput_rps": [np.nan]}), "concurrency", "goodput_rps", 1.0
+            pd.DataFrame({"concurrency": [1], "goodput_rps": [np.nan]}), "concurrency", "goodput_rps", 1.0, SLO_TEXT
         ),
         lambda: sweep_charts.knob_heatmap(pd.DataFrame(), "concurrency", "tp", "output_throughput"),
     ],
@@ -197,12 +220,12 @@ def test_find_max_probes_number_the_probes_and_say_when_no_load_met_the_target()
             "stopped_early": ["3 of 8 requests missed the SLO", "", ""],
         }
     )
-    fig = sweep_charts.find_max_probes(probes, "request_rate", 0.9, None)
+    fig = sweep_charts.find_max_probes(probes, "request_rate", 0.9, None, SLO_TEXT)
     (missed,) = fig.data
     assert missed.name == "Missed it" and list(missed.text) == ["1", "2", "3"]
     assert list(missed.marker.symbol) == ["circle-open", "circle", "circle"]
     assert [a.text for a in fig.layout.annotations if a.text.startswith("No load")] == ["No load met the target"]
-    assert _says_no_data(sweep_charts.find_max_probes(probes.iloc[0:0], "request_rate", 0.9, None))
+    assert _says_no_data(sweep_charts.find_max_probes(probes.iloc[0:0], "request_rate", 0.9, None, SLO_TEXT))
 
 
 def test_a_point_measured_on_a_busy_machine_is_crossed_and_named_in_the_legend():
@@ -241,6 +264,7 @@ def test_a_point_measured_on_a_busy_machine_is_crossed_and_named_in_the_legend()
         "concurrency",
         "goodput_rps",
         target=2.4,
+        slo=SLO_TEXT,
     )
     assert goodput.data[-1].name == sweep_charts.BUSY_LEGEND and list(goodput.data[-1].x) == [2]
 
@@ -279,5 +303,6 @@ def test_a_point_whose_client_could_not_keep_up_is_marked_apart_from_a_busy_one(
         "request_rate",
         "goodput_rps",
         target=1.5,
+        slo=SLO_TEXT,
     )
     assert goodput.data[-1].name == sweep_charts.CLIENT_BOUND_LEGEND and list(goodput.data[-1].x) == [4]

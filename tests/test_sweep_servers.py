@@ -354,6 +354,8 @@ def test_the_sweep_page_charts_the_probes_and_the_highest_load_that_met_the_targ
     assert _numbers(met["x"]) == [1, 2, 3] and met["text"] == ["1", "2", "4"]  # numbered in the order they ran
     assert _numbers(missed["x"]) == [4] and missed["marker"]["symbol"] == ["circle-open"]  # stopped early
     assert _numbers(star["x"]) == [KNEE]
+    # The SLO a probe's requests met to count, and the target, under the title.
+    assert chart["layout"]["title"]["subtitle"]["text"] == f"Good requests: TTFT ≤ {SLO_MS:,} ms; target attainment 0.9"
 
 
 def _numbers(values) -> list:

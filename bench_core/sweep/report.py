@@ -6,17 +6,20 @@ the page's first choices.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
 import pandas as pd
 import plotly.graph_objects as go
 
+from ..config import SLO, Part, of_part
 from ..measure.catalog import NOT_REPORTED, SPECULATIVE_COLUMNS
+from ..measure.metrics import slo_is_set
 from ..store.history import ENVIRONMENT_PREFIX, History
 from ..views import report, sweep_charts
 from ..views.run_diff import SETTING_NAMES
-from ..views.tables import describe_column
+from ..views.tables import describe_column, describe_slo
 from . import find_max
 from . import results as sweep_results
 from .plan import SweepPlan, describe_point
@@ -35,9 +38,10 @@ RESULTS_HEADING = "means over each point's repeats, with 95% intervals"
 POINT_TABLE_COLUMNS = "n runs, mean, sample std, the range of the runs and the 95% confidence interval of the mean"
 
 
-def default_target(goodput: str) -> float:
-    """The goodput target first offered: 90% of requests within the SLO, or 1 good request a second."""
-    return 0.9 if goodput == "slo_attainment" else 1.0
+def goodput_slo(plan: SweepPlan, slo: SLO | None) -> SLO:
+    """The SLO a sweep's goodput is for: a find-max search's own (its probes met it or not); else `slo` (the
+    page's) where it sets a threshold, else the one its runs had."""
+    return slo if slo_is_set(slo) and not plan.find_max else plan.base.slo
 
 
 def measured_metrics(statistics: pd.DataFrame) -> list[str]:
@@ -104,16 +108,18 @@ def probed_points(history: History, plan: SweepPlan) -> list[ProbedPoint]:
         shown.append(
             ProbedPoint(
                 f"Highest {search.setting}{where} meeting the target: {found}",
-                sweep_charts.find_max_probes(mine, search.setting, search.target, best),
+                sweep_charts.find_max_probes(mine, search.setting, search.target, best, describe_slo(plan.base.slo)),
                 mine.drop(columns="point"),
             )
         )
     return shown
 
 
-def sweep_sections(history: History, plan: SweepPlan, runs: pd.DataFrame) -> tuple[list[report.Section], list[str]]:
-    """The report's sections and caveats for the sweep's finished `runs` (sweep_results.sweep_runs, with the SLO's
-    goodput where one is set)."""
+def sweep_sections(
+    history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO, targets: Mapping[str, float | None]
+) -> tuple[list[report.Section], list[str]]:
+    """The report's sections and caveats for the sweep's finished `runs` (sweep_results.sweep_runs, with the goodput
+    of `slo` where one is set); a goodput chart draws the target of `targets` the user set for it, if any."""
     if plan.find_max:
         return [
             report.Section(point.heading, (point.figure, report.Table("Probes", point.probes)))
@@ -139,7 +145,7 @@ def sweep_sections(history: History, plan: SweepPlan, runs: pd.DataFrame) -> tup
         )
         for goodput in GOODPUT_METRICS:
             for where, shown in groups:
-                figure = sweep_charts.goodput_vs_load(shown, load, goodput, default_target(goodput))
+                figure = sweep_charts.goodput_vs_load(shown, load, goodput, targets.get(goodput), describe_slo(slo))
                 if where:
                     figure.update_layout(title_text=f"{figure.layout.title.text}, at {where}")
                 charts.append(figure)
@@ -157,11 +163,15 @@ def sweep_report(
     runs: pd.DataFrame | None = None,
     status: str = "",
     created: datetime | None = None,
+    slo: SLO | None = None,
+    targets: Mapping[str, float | None] | None = None,
 ) -> str:
     """The report of a sweep: its finished `runs` as the page shows them (sweep_results.sweep_runs of the history's
-    rows `history_runs`, by default; with_slo where the page's SLO recomputed goodput)."""
+    rows `history_runs`, by default; with_slo where the page's SLO, `slo`, recomputed goodput), with the goodput
+    targets the page set (`targets`, by goodput metric; none by default)."""
     runs = sweep_results.sweep_runs(history_runs, plan) if runs is None else runs
-    sections, caveats = sweep_sections(history, plan, runs)
+    used = goodput_slo(plan, slo)
+    sections, caveats = sweep_sections(history, plan, runs, used, targets or {})
     model = plan.base.engine.model or "the model each server serves"
     summary = " · ".join(
         filter(
@@ -171,6 +181,7 @@ def sweep_report(
                 f"{model} on {plan.base.engine.backend}",
                 ", ".join(f"{axis.name} = {', '.join(str(value) for value in axis.values)}" for axis in plan.axes),
                 f"{plan.repeats} repeat(s) per point",
+                _goodput_summary(plan, runs, used, targets or {}),
             ],
         )
     )
@@ -182,6 +193,8 @@ def sweep_report(
     if recorded.empty:
         settings = environment = pd.DataFrame()
     else:  # each point once, each machine once: repeats share their settings and, mostly, their environment
+        # The SLO the report's goodput is for, which the page may have set after the runs.
+        recorded = recorded.assign(**{setting.key: getattr(used, setting.name) for setting in of_part(Part.SLO)})
         settings = report.settings_table(_distinct(recorded, [name for name in SETTING_NAMES if name in recorded]))
         environment = report.environment_table(
             _distinct(recorded, [name for name in recorded.columns if name.startswith(ENVIRONMENT_PREFIX)])
@@ -193,3 +206,15 @@ def sweep_report(
 
 def _distinct(rows: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     return rows.drop_duplicates(subset=columns) if columns else rows.iloc[:1]
+
+
+def _goodput_summary(plan: SweepPlan, runs: pd.DataFrame, slo: SLO, targets: Mapping[str, float | None]) -> str:
+    """The SLO and target the report's goodput views use, or "" where it has none."""
+    if plan.find_max:
+        return f"good requests: {describe_slo(slo)}; target attainment {plan.find_max.target:g}"
+    if load_axis(plan) is None or not has_goodput(runs):
+        return ""
+    set_targets = [
+        f"{describe_column(goodput).title} ≥ {target:g}" for goodput, target in targets.items() if target is not None
+    ]
+    return f"good requests: {describe_slo(slo)}; target: {', '.join(set_targets) or 'none set'}"

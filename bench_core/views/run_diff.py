@@ -32,6 +32,7 @@ from .tables import describe_column, run_names
 NOT_APPLICABLE = "n/a"
 NOT_RECORDED = "not recorded"
 DEFAULT = "default"
+NOT_SET = "not set"
 _Row = Mapping[str, Any]
 
 
@@ -56,6 +57,7 @@ class Setting:
 
     name: str
     applies: Callable[[Where], bool]
+    unset: str = DEFAULT  # a cell left empty: the setting's default, or for an SLO threshold, none
 
 
 def _always(where: Where) -> bool:
@@ -93,7 +95,8 @@ def _in_process(where: Where) -> bool:
 def _setting(declared: Declared) -> Setting:
     if declared.name in _IN_PROCESS_ONLY:
         return Setting(declared.name, _in_process)
-    return Setting(declared.key, _applies(declared))
+    # An SLO left empty sets no threshold: "default" read as if one had been applied.
+    return Setting(declared.key, _applies(declared), NOT_SET if declared.part == Part.SLO else DEFAULT)
 
 
 def _of(part: Part) -> list[Setting]:
@@ -180,7 +183,7 @@ def differences(runs: pd.DataFrame, names: Sequence[str]) -> pd.DataFrame:
     `compared_names`): what a reader compares first."""
     cells = setting_cells(runs, names)
     table = pd.DataFrame(
-        [[show(cell) for cell in cells[name]] for name in names],
+        [[show(cell, _BY_NAME[name].unset) for cell in cells[name]] for name in names],
         index=[_title(name) for name in names],
         columns=compared_names(runs, names),
         dtype=object,
@@ -258,14 +261,16 @@ def compared_names(runs: pd.DataFrame, names: Sequence[str]) -> list[str]:
 def point_labels(runs: pd.DataFrame, names: Sequence[str]) -> list[str]:
     """Per run, its values of the settings `names` as "Concurrency 4, Dtype bfloat16": a point's label."""
     cells = setting_cells(runs, names)
-    parts = [[f"{describe_column(name).label} {show(cell)}" for cell in cells[name]] for name in names]
+    parts = [
+        [f"{describe_column(name).label} {show(cell, _BY_NAME[name].unset)}" for cell in cells[name]] for name in names
+    ]
     return [", ".join(values) for values in zip(*parts)] if parts else [""] * len(runs)
 
 
-def show(cell: Any) -> str:
-    """A setting's cell as text: 4 rather than 4.0, yes/no for flags, DEFAULT for an empty one."""
+def show(cell: Any, unset: str = DEFAULT) -> str:
+    """A setting's cell as text: 4 rather than 4.0, yes/no for flags, `unset` for an empty one."""
     if cell is None:
-        return DEFAULT
+        return unset
     if isinstance(cell, bool):
         return "yes" if cell else "no"
     if isinstance(cell, float):

@@ -26,6 +26,7 @@ from .figures import (
     inward_label_positions,
     is_categorical,
     no_data,
+    notes_under_title,
     pad_axis,
     rows_with,
     run_identity,
@@ -168,12 +169,15 @@ def pareto_chart(runs: pd.DataFrame, x: str, y: str) -> go.Figure:
     return fig
 
 
-def goodput_vs_load(runs: pd.DataFrame, load: str, goodput: str, target: float) -> go.Figure:
-    """Goodput (or SLO attainment) of every run against the load, the mean per load as a line, the
-    target as a dashed line, and the highest load that meets it (interpolated) as a marked point, with the
-    rule that chose it written on the chart (and the lower loads that miss, where there are any)."""
+def goodput_vs_load(runs: pd.DataFrame, load: str, goodput: str, target: float | None, slo: str) -> go.Figure:
+    """Goodput (or SLO attainment) of every run against the load, the mean per load as a line, and under the title
+    the SLO a request met to count (`slo`, tables.describe_slo) and the target. Where the user set a target: the
+    target as a dashed line, and the highest load that meets it (interpolated) as a marked point, with the rule that
+    chose it written on the chart (and the lower loads that miss, where there are any); none is made up."""
     load_spec, goodput_spec = describe_column(load), describe_column(goodput)
     fig = titled_figure(f"{goodput_spec.label} vs {lower_first(load_spec.label)}", load_spec.title, goodput_spec.title)
+    wanted = f"target {target:.4g}" if target is not None else "no target set"  # in the y axis's unit
+    notes_under_title(fig, [f"Good requests: {slo}; {wanted}"])
     rows = rows_with(runs, [load, goodput])
     if rows.empty:
         return no_data(fig)
@@ -201,6 +205,15 @@ def goodput_vs_load(runs: pd.DataFrame, load: str, goodput: str, target: float) 
             hovertemplate=f"%{{x:.4g}} {load_spec.unit}: mean %{{y:.4g}} {goodput_spec.unit}<extra></extra>",
         )
     )
+    if target is not None:
+        _target_and_limit(fig, rows, load, goodput, target)
+    _mark_flagged(fig, rows[load], rows[goodput], rows)
+    return fig
+
+
+def _target_and_limit(fig: go.Figure, rows: pd.DataFrame, load: str, goodput: str, target: float) -> None:
+    """The target's line on a goodput chart, and the highest load that meets it, or a note that none does."""
+    load_spec, goodput_spec = describe_column(load), describe_column(goodput)
     fig.add_hline(
         y=target,
         line=dict(dash="dash", color="gray"),
@@ -229,10 +242,9 @@ def goodput_vs_load(runs: pd.DataFrame, load: str, goodput: str, target: float) 
                 f"<br>Not monotonic: {lower_first(load_spec.label)} {', '.join(map(tick_label, missing))} "
                 "below it misses the target"
             )
-            fig.update_layout(margin_t=90)  # room for the second line under the title
+    # Room for the note's lines between the subtitle (the SLO) and the plot.
+    fig.update_layout(margin_t=fig.layout.margin.t + 18 * (note.count("<br>") + 1))
     _note_above(fig, note, font=dict(size=11))
-    _mark_flagged(fig, rows[load], rows[goodput], rows)
-    return fig
 
 
 def knob_heatmap(points: pd.DataFrame, knob_x: str, knob_y: str, metric: str) -> go.Figure:
@@ -306,17 +318,18 @@ def _translucent(hex_colour: str, alpha: float) -> str:
     return f"rgba({red}, {green}, {blue}, {alpha})"
 
 
-def find_max_probes(probes: pd.DataFrame, load: str, target: float, found: float | None) -> go.Figure:
+def find_max_probes(probes: pd.DataFrame, load: str, target: float, found: float | None, slo: str) -> go.Figure:
     """A find-max search's probes (sweep_store.probes_of: load, met, attainment, run_id, stopped_early), numbered in
     the order they ran, SLO attainment against the load: those that met the target and those that missed it (a
     hollow marker where the probe stopped early), the target as a dashed line and the highest load that met it as
-    a star."""
+    a star; under the title, the SLO a request met to count (`slo`, tables.describe_slo) and the target."""
     load_spec = describe_column(load)
     fig = titled_figure(
         f"SLO attainment of the probes vs {lower_first(load_spec.label)}",
         load_spec.title,
         describe_column("slo_attainment").title,
     )
+    notes_under_title(fig, [f"Good requests: {slo}; target attainment {target:.4g}"])
     if probes.empty:
         return no_data(fig)
     numbered = probes.assign(order=range(1, len(probes) + 1))

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..config import SETTINGS
+from ..config import SETTINGS, SLO
 from ..measure.catalog import (
     CATALOG,
     METRICS,
@@ -173,6 +173,14 @@ def percentile_table(summary: dict, percentiles: Sequence[float], stream_output:
     table = pd.DataFrame.from_dict(rows, orient="index", columns=columns, dtype=float)
     table.index.name = "metric"
     return table
+
+
+def describe_slo(slo: SLO | None) -> str:
+    """The thresholds an SLO sets, as a request must meet them all: "TTFT ≤ 5,000 ms, E2E ≤ 20,000 ms"; "no
+    threshold set" for an SLO (or None) that sets none."""
+    values = ((name, None if slo is None else getattr(slo, name)) for name in ("ttft", "tpot", "e2e"))
+    thresholds = [f"{name.upper()} ≤ {value * 1000:,g} ms" for name, value in values if value is not None]
+    return ", ".join(thresholds) or "no threshold set"
 
 
 def per_1k_input_caveats(summary: Mapping[str, Any], load: Any) -> list[str]:
