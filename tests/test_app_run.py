@@ -31,6 +31,7 @@ from bench_core.measure.time_left import time_left_s
 from bench_core.run import engine_process
 from bench_core.run.runner import Runner
 from bench_core.store.history import RESULTS_ENV, History
+from bench_core.views.figures import PALETTE
 from dashboard import run_view, sidebar, table_view
 from dashboard.state import get_runner
 
@@ -316,6 +317,12 @@ def test_an_ended_run_shows_its_telemetry_chart_roofline_verdict_and_random_weig
     )
     panels = {annotation["text"] for annotation in chart["layout"]["annotations"]}
     assert {"Engine process CPU (cores)", "Engine process memory, RSS (GiB)"} <= panels
+    # Several sources (the engine process, the whole machine): the legend names each one's lines.
+    named = {trace["name"] for trace in chart["data"] if trace.get("showlegend") is not False}
+    assert chart["layout"]["showlegend"] and {"engine process", "whole machine"} <= named
+    assert chart["layout"]["colorway"] == list(PALETTE)  # the figure's own colours, which a report keeps too
+    # A pipeline batch sends every prompt at once: its TTFT per 1,000 input tokens holds the wait, and says so.
+    assert any("is not prefill speed here: every request arrived at once" in c.value for c in at.caption)
     assert [info.value for info in at.info] == ["Roofline verdict: host bound."]
     (reasons,) = [m.value for m in at.markdown if "steps/s" in m.value]
     assert "is not the limit" in reasons and "measured once per machine and cached in" in reasons
