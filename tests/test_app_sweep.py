@@ -181,7 +181,9 @@ def test_a_grid_sweep_shows_progress_then_every_view_of_its_results(download_dat
     # Every view at the page's first choices: the band and the heatmap, three Pareto views, goodput and SLO
     # attainment at each max_batch_tokens (the sidebar's 10 s TTFT SLO recomputed them).
     assert report_charts(report) == 9 and "Goodput vs concurrency, at max_batch_tokens 512" in report
-    assert "good requests: TTFT ≤ 10,000 ms; target: SLO attainment (fraction) ≥ 0.9" in report  # the page's target, no other
+    assert (
+        "good requests: TTFT ≤ 10,000 ms; target: SLO attainment (fraction) ≥ 0.9" in report
+    )  # the page's target, no other
     (estimate,) = [shown(caption.value) for caption in at.caption if "takes about" in caption.value]
     assert "from the output throughput of 8 finished run(s) of builtin:tiny-llama" in estimate
 
