@@ -397,7 +397,8 @@ def test_a_capacity_search_whose_probe_is_refused_says_why_in_one_line(tmp_path,
     err = capsys.readouterr().err
     assert code == 2, err
     assert err.splitlines()[-1] == (
-        "error: 1,000 prompts at 0.01 req/s would send the last request 1.2 days after the start, more than a day: "
+        "error: The search stopped: 1,000 prompts at 0.01 req/s would send the last request 1.2 days after the start, "
+        "more than a day: "
         "confirm it with --allow-long-schedule (on the dashboard: 'Allow a schedule longer than a day')."
     )
     assert History(tmp_path / "results").load().empty
