@@ -1084,6 +1084,7 @@ LOAD = (
         load_patterns=BY_RATE,
         label="Burstiness",
         unit="gamma shape",
+        allow_inf=True,  # inf: every gap the same, a constant rate
         bounds=Bounds(low=0.0, low_open=True, high=1000.0, note="1 is a Poisson process."),
         help="Gamma shape of the gaps between requests: 1 is Poisson, below 1 burstier, above 1 more regular.",
         widget=Widget(step=0.1),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from app_under_test import APP
+from app_under_test import APP, shown
 from llama_server import MODEL, NEVER, llama_handler
 from raw_http_server import RawServer, respond_json
 from restful_cli import restful
@@ -107,5 +107,7 @@ def test_the_sidebar_refuses_a_custom_record_beyond_what_a_history_column_holds_
     at.button(key="sample_workload").click().run()
     assert not at.exception
     (error,) = at.error
-    assert error.value.startswith(f"Dataset {path}, line 2: the record is refused because its 'output_len' {RANGE}")
+    assert shown(error.value).startswith(
+        f"Dataset {path}, line 2: the record is refused because its 'output_len' {RANGE}"
+    )
     assert "\n" not in error.value
