@@ -205,7 +205,7 @@ def test_a_failed_warm_up_stops_the_run_before_anything_is_measured(runner, hist
         ({"extra_request_body": "[1]"}, {}, "must be a JSON object"),
         ({"endpoint": "embeddings"}, {}, "--endpoint must be one of completions, chat; got 'embeddings'"),
         ({}, {"request_rate": 0.0}, "--request-rate must be a number above 0 and at most 1,000,000, or inf; got 0"),
-        ({}, {"burstiness": -1.0}, "--burstiness must be a number above 0 and at most 1,000; got -1"),
+        ({}, {"burstiness": -1.0}, "--burstiness must be a number above 0 and at most 1,000, or inf; got -1"),
         ({}, {"max_concurrency": 0}, "--max-concurrency must be a whole number from 1 to 1,000,000; got 0"),
         ({}, {"duration_s": 0.0}, "--duration must be a number above 0 and at most 2,592,000; got 0"),
     ],

@@ -80,10 +80,12 @@ def test_a_server_that_shuts_down_mid_run_reads_as_a_server_that_went_away(tmp_p
     with serving(shutting_down_after(2, runners), runners) as url:
         run = server_run(tmp_path, url, num_prompts=6)
 
+    # The server stops once it has answered two; those sent while it was stopping may still be answered.
     assert run.state == "partial"
-    assert run.message.startswith(f"4 of 6 requests failed (error: {WENT_AWAY} "), run.message
-    reasons = run.record.requests["reason"].tolist()
-    assert all(reason.startswith(f"error: {WENT_AWAY} ") for reason in reasons[2:]), reasons
+    failed = [reason for reason in run.record.requests["reason"] if reason.startswith("error: ")]
+    assert 1 <= len(failed) <= 4, run.message
+    assert run.message.startswith(f"{len(failed)} of 6 requests failed (error: {WENT_AWAY} "), run.message
+    assert all(reason.startswith(f"error: {WENT_AWAY} ") for reason in failed), failed
     assert "is the server running?" not in run.message
 
 
