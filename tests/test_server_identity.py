@@ -7,11 +7,10 @@ from __future__ import annotations
 import pytest
 from aiohttp import web
 from openai_server import recording_app, serving, transformers_server  # noqa: F401 (fixture)
+from server_runs import server_run
 
-from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig, setting
+from bench_core.config import setting
 from bench_core.engines.server_identity import identify_server, identity_from_answer
-from bench_core.run.runner import Runner
-from bench_core.store.history import History
 
 
 def listing(*entries: dict) -> dict:
@@ -66,20 +65,8 @@ def models_app(bodies: list[dict], owned_by: str, server_header: str = "") -> we
 
 
 def run_against(tmp_path, url: str, **engine):
-    config = RunConfig(
-        engine=EngineConfig(
-            **{"backend": "openai", "model": "", "base_url": url, "tokenizer": "builtin:tiny-llama", **engine}
-        ),
-        dataset=DatasetConfig(dataset="builtin:sample", num_prompts=2, sharegpt_output_len=4),
-        load=LoadConfig(load_pattern="concurrency", concurrency=1, stream_output=True, warmup_requests=0),
-    )
-    runner = Runner(History(tmp_path / "results"))
-    try:
-        run = runner.submit(config)
-        assert run.wait(60)
-        return run
-    finally:
-        runner.shutdown()
+    """Two prompts of 4 tokens, the model left to the server's listing unless given."""
+    return server_run(tmp_path, url, num_prompts=2, output_len=4, **{"model": "", **engine})
 
 
 @pytest.mark.slow

@@ -11,31 +11,12 @@ import itertools
 import pytest
 from aiohttp import web
 from openai_server import add_openai_routes, answer_as_prompted, answering_in_turn, serving
+from server_runs import server_run
 
-from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.engines.openai_client import WENT_AWAY
 from bench_core.engines.openai_request import EOS_DESPITE_IGNORE
-from bench_core.run.runner import Runner
-from bench_core.store.history import History
 
 pytestmark = pytest.mark.slow  # real runs: seconds each
-
-
-def server_run(tmp_path, base_url: str, num_prompts: int = 4, **engine) -> object:
-    config = RunConfig(
-        engine=EngineConfig(
-            **{"backend": "openai", "model": "m", "base_url": base_url, "tokenizer": "builtin:tiny-llama", **engine}
-        ),
-        dataset=DatasetConfig(dataset="builtin:sample", num_prompts=num_prompts, sharegpt_output_len=8),
-        load=LoadConfig(load_pattern="concurrency", concurrency=1, stream_output=True, warmup_requests=0),
-    )
-    runner = Runner(History(tmp_path / "results"))
-    try:
-        run = runner.submit(config)
-        assert run.wait(60)
-        return run
-    finally:
-        runner.shutdown()
 
 
 def test_answers_that_stop_at_eos_on_a_server_not_asked_to_ignore_it_are_served(tmp_path):
