@@ -18,7 +18,8 @@ from dashboard.text import plain
 def describe(guess: SweepEstimate) -> str:
     """'24 requests, about 768 output tokens; takes about 1 min 30 s, a rough CPU estimate (...)'."""
     requests = f"{guess.requests:,} request{'' if guess.requests == 1 else 's'}"
-    size = f"{requests}, about {guess.output_tokens:,.0f} output tokens"
+    tokens = f"{guess.output_tokens:,.0f} output tokens"
+    size = f"at most {requests} and {tokens}" if guess.most else f"{requests}, about {tokens}"
     if guess.seconds is None:
         return f"{size}; no duration estimate: {guess.basis}"
     return f"{size}; takes {describe_seconds(guess.seconds)}, {guess.basis}"

@@ -21,18 +21,21 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from bench_core.config import SLO, EngineConfig, format_value, output_length, setting
+from bench_core.config import SLO, EngineConfig, Setting, format_value, output_length, setting
+from bench_core.config.settings import widget_label
+from bench_core.engines import backend as backend_of
 from bench_core.errors import BenchError
 from bench_core.measure import metrics
 from bench_core.measure.time_left import time_left_s
 from bench_core.states import RunState
 from bench_core.store.history import History
+from bench_core.sweep import find_max
 from bench_core.sweep import report as sweep_report
 from bench_core.sweep import results as sweep_results
 from bench_core.sweep.cluster import ClusterOptions, states_table
 from bench_core.sweep.cluster import launch_for as launch_for_address
 from bench_core.sweep.driver import Launch, SweepProgress, SweepRun, resume_sweep, start_sweep
-from bench_core.sweep.estimate import describe_seconds, estimate
+from bench_core.sweep.estimate import describe_seconds, estimate, plan_estimate
 from bench_core.sweep.plan import (
     CPU_SWEEP_OUTPUT_LEN,
     CPU_SWEEP_PROMPTS,
@@ -40,13 +43,13 @@ from bench_core.sweep.plan import (
     DEFAULT_REPEATS,
     SWEEPABLE,
     SweepPlan,
+    capacity_search,
     describe_point,
-    new_sweep_id,
-    parse_sweep_arg,
+    plan_for,
     with_run_size,
 )
+from bench_core.sweep.server import DEFAULT_START_TIMEOUT_S, PORT, template_fields
 from bench_core.sweep.store import CREDENTIAL_SETTINGS, load_plan, past_sweeps, point_text, probes_of, remaining
-from bench_core.views import sweep_charts
 from bench_core.views.tables import describe_column, describe_slo
 from dashboard import active_runs, sidebar, start_estimate
 from dashboard.state import get_history, get_runner, get_sweeps
@@ -62,57 +65,198 @@ STOPPED = "stopped"
 STARTED_SWEEPS = "started_sweep_ids"  # session key: the sweeps this session started
 PENDING_SWEEP = "pending_sweep"  # session key: (plan, inputs) waiting for the user to confirm a second sweep
 SWEEP_START_ERROR = "sweep_start_error"  # session key: why a confirmed start failed, shown once
+SWEEP_SETTINGS, FIND_MAX = "Sweep settings", "Find the highest load within the SLO"
+RUN_KINDS = (SWEEP_SETTINGS, FIND_MAX)
 
 
 # ---- starting --------------------------------------------------------------------------------
 
 
 def sweep_inputs(sidebar_values: Mapping[str, Any]) -> dict[str, Any]:
-    """The settings to sweep, their values and the repeats; the base settings come from the sidebar, whose
-    credentials (a server URL's password) also resume a sweep whose saved plan masked them. The settings offered are
-    those the sidebar's backend, load pattern and dataset use."""
+    """The settings to sweep, their values and the repeats, or the capacity search, and the server started per run;
+    the base settings come from the sidebar, whose credentials (a server URL's password) also resume a sweep whose
+    saved plan masked them. The settings offered are those the sidebar's backend, load pattern and dataset use, and
+    the fields of the server command. A search and a server per run are a server backend's (`sweep restful`)."""
     backend = sidebar_values["backend"]
-    options = [
-        name
-        for name in SWEEPABLE
-        if setting(name).applies(
-            backend=backend,
-            load_pattern=sidebar_values["load_pattern"],
-            dataset_name=sidebar_values["dataset_name"],
+    serves = not backend_of(backend).in_process
+    searching = serves and (
+        st.radio(
+            "What to run",
+            RUN_KINDS,
+            horizontal=True,
+            key="sweep_kind",
+            help="A sweep runs every listed value; a capacity search (--find-max) probes a load setting, doubling "
+            "it while enough requests meet the sidebar's SLO, then narrowing in on the highest load that does.",
         )
+        == FIND_MAX
+    )
+    if not serves:
+        st.caption(
+            "A capacity search and a server started per run are for a server: choose the openai backend in the sidebar."
+        )
+    server = _server_inputs() if serves else {"server_cmd": ""}
+    fields = _server_fields(server["server_cmd"])
+    options = [
+        *fields,
+        *(
+            name
+            for name in SWEEPABLE
+            if setting(name).applies(
+                backend=backend,
+                load_pattern=sidebar_values["load_pattern"],
+                dataset_name=sidebar_values["dataset_name"],
+            )
+        ),
     ]
     first, second, repeats = st.columns([2, 2, 1])
-    name = first.selectbox(
-        "Sweep",
-        options,
-        index=options.index(DEFAULT_AXIS.name) if DEFAULT_AXIS.name in options else 0,
-        key="sweep_name",
-        format_func=_setting_label,
-    )
-    values = _values_field(first, name, "sweep_values", backend)
+    if searching:  # a search may run at each value of one or two settings, or once
+        name = first.selectbox(
+            "At each value of (optional)",
+            [NO_SECOND, *options],
+            key="sweep_name_at",
+            format_func=lambda option: _axis_label(option, fields),
+        )
+    else:
+        name = first.selectbox(
+            "Sweep",
+            options,
+            index=options.index(DEFAULT_AXIS.name) if DEFAULT_AXIS.name in options else 0,
+            key="sweep_name",
+            format_func=lambda option: _axis_label(option, fields),
+        )
+    values = _values_field(first, name, "sweep_values_at" if searching else "sweep_values", backend, fields)
     second_name = second.selectbox(
         "Against (optional, a grid)",
         [NO_SECOND, *options],
         key="sweep_name_2",
-        format_func=lambda option: option if option == NO_SECOND else _setting_label(option),
+        format_func=lambda option: _axis_label(option, fields),
     )
-    second_values = _values_field(second, second_name, "sweep_values_2", backend)
+    second_values = _values_field(second, second_name, "sweep_values_2", backend, fields)
     count = repeats.number_input(
         "Repeats",
         value=DEFAULT_REPEATS,
         step=1,
         key="sweep_repeats",
-        help="Runs per point: two or more give a mean, a spread and a 95% interval.",
+        disabled=searching,
+        help="A search probes each load once."
+        if searching
+        else "Runs per point: two or more give a mean, a spread and a 95% interval.",
     )
-    axes = [(name, values)] + ([(second_name, second_values)] if second_name != NO_SECOND else [])
+    axes = [(axis, text) for axis, text in ((name, values), (second_name, second_values)) if axis != NO_SECOND]
+    swept = {axis for axis, _ in axes}
     credentials = {name: sidebar_values.get(name) or "" for name in CREDENTIAL_SETTINGS}
     return {
         "axes": axes,
-        "repeats": int(count),
+        "repeats": 1 if searching else int(count),
         **_run_size_inputs(backend, sidebar_values["dataset_name"]),
+        **server,
+        "server_settings": _fixed_server_settings([field for field in fields if field not in swept]),
+        "find_max": _search_inputs(sidebar.chosen_slo(sidebar_values)) if searching else None,
         **_cluster_inputs(),
         "credentials": credentials,
     }
+
+
+def _server_inputs() -> dict[str, Any]:
+    """A server started for every run (--server-cmd): its command template and how long it has to answer."""
+    if not st.checkbox(
+        "Start a server for every run",
+        key="sweep_server_per_run",
+        help="Each run starts the server command on a free port and stops it after, as sweep restful --server-cmd "
+        "does; its output goes to the run's server.log. Otherwise the runs go to the sidebar's server URL.",
+    ):
+        return {"server_cmd": ""}
+    command, timeout = st.columns([4, 1])
+    server_cmd = command.text_input(
+        "Server command",
+        key="sweep_server_cmd",
+        placeholder="lmdeploy serve api_server MODEL --server-port {port} --max-batch-size {max_batch_size}",
+        help="As you would type it in a shell. {port} is a free port (the runs reach the server there); every other "
+        "{name} is a server setting: sweep it above, or give it one value below.",
+    ).strip()
+    declared = setting("server_start_timeout_s")
+    return {
+        "server_cmd": server_cmd,
+        "server_start_timeout_s": _sweep_number(timeout, declared, "sweep_server_start_timeout"),
+    }
+
+
+def _server_fields(server_cmd: str) -> list[str]:
+    """The server command's settings, {port} aside; none while it cannot be read (the plan then says why)."""
+    try:
+        return [name for name in template_fields(server_cmd) if name != PORT] if server_cmd else []
+    except BenchError:
+        return []
+
+
+def _fixed_server_settings(fields: list[str]) -> list[str]:
+    """A value for each field of the server command no axis sweeps (--server-setting NAME=VALUE); an empty one is
+    left out, and the plan names it."""
+    if not fields:
+        return []
+    columns = st.columns(min(len(fields), 4))
+    given = [
+        (field, columns[index % len(columns)].text_input(f"{{{field}}}", key=f"sweep_server_setting_{field}"))
+        for index, field in enumerate(fields)
+    ]
+    return [f"{field}={value.strip()}" for field, value in given if value.strip()]
+
+
+def _search_inputs(slo: SLO) -> dict[str, Any]:
+    """What the capacity search looks for (--find-max and its bounds), each input drawn from its declaration, under
+    the SLO (the sidebar's) a request meets to count as good."""
+    st.caption(
+        plain(f"Good requests: {describe_slo(slo)}, as set under Goodput SLO in the sidebar.")
+        if metrics.slo_is_set(slo)
+        else "Good requests: no threshold set yet. Set TTFT, TPOT or E2E thresholds under Goodput SLO in the "
+        "sidebar: the search looks for the highest load within them."
+    )
+    load, target, precision = st.columns(3)
+    searched = load.selectbox(
+        "Search for the highest",
+        find_max.SEARCHABLE,
+        key="find_max_setting",
+        format_func=_setting_label,
+        help="The load setting the search probes: requests sent per second, or requests in flight at once.",
+    )
+    start, limit, probes, time_budget = st.columns(4)
+    return {
+        "load_setting": searched,
+        "target": _sweep_number(target, setting("goodput_target"), "find_max_target"),
+        "precision": _sweep_number(precision, setting("find_max_precision"), "find_max_precision"),
+        "start": _sweep_number(
+            start,
+            setting("find_max_start"),
+            "find_max_start",
+            placeholder=f"empty: {find_max.DEFAULT_START[searched]:g}",
+        ),
+        "limit": _sweep_number(
+            limit,
+            setting("find_max_limit"),
+            "find_max_limit",
+            placeholder="empty: the prompts per run"
+            if searched == "max_concurrency"
+            else f"empty: {find_max.LIMIT_FACTOR:,} × the first",
+        ),
+        "max_probes": _sweep_number(probes, setting("find_max_probes"), "find_max_probes"),
+        "max_time_s": _sweep_number(time_budget, setting("find_max_time_s"), "find_max_time"),
+    }
+
+
+def _sweep_number(where: Any, declared: Setting, key: str, placeholder: str | None = None) -> Any:
+    """A number input for a sweep's own setting, starting at its default, labelled and explained by its declaration.
+    It takes any number: the plan checks its bounds with the sweep's other settings and says what is wrong once."""
+    shown = where.number_input(
+        widget_label(declared),
+        value=declared.default,
+        step=declared.widget.step
+        if declared.widget and declared.widget.step
+        else (1 if declared.kind is int else None),
+        key=key,
+        placeholder=placeholder,
+        help=f"{declared.cli_flag}: {declared.cli_help}",
+    )
+    return None if shown is None else declared.kind(shown)
 
 
 def example_values(name: str, backend: str) -> str:
@@ -125,15 +269,24 @@ def example_values(name: str, backend: str) -> str:
     return ",".join(map(str, DEFAULT_AXIS.values)) if name == DEFAULT_AXIS.name else ""
 
 
-def _values_field(where: Any, name: str, key: str, backend: str) -> str:
+def _values_field(where: Any, name: str, key: str, backend: str, server_fields: list[str]) -> str:
     """The Values text field of the swept setting `name` (NO_SECOND: disabled), set to the setting's examples
-    whenever another setting is chosen: values typed for one (1,2,4) are rarely another's (true/false)."""
+    whenever another setting is chosen: values typed for one (1,2,4) are rarely another's (true/false). A field of the
+    server command (among `server_fields`) takes what the server does."""
     chosen_for = f"{key}_setting"
+    server = name in server_fields
     if st.session_state.get(chosen_for) != name or key not in st.session_state:
-        st.session_state[key] = "" if name == NO_SECOND else example_values(name, backend)
+        st.session_state[key] = "" if name == NO_SECOND or server else example_values(name, backend)
         st.session_state[chosen_for] = name
     if name == NO_SECOND:
         return where.text_input("Values", key=key, disabled=True, placeholder="e.g. 256,512")
+    if server:
+        return where.text_input(
+            "Values",
+            key=key,
+            placeholder="comma-separated, as the server takes them",
+            help=f"Comma-separated values of the server command's {{{name}}}: one server per value.",
+        )
     return where.text_input(
         "Values",
         key=key,
@@ -237,12 +390,21 @@ def launch_for(inputs: Mapping[str, Any]) -> Launch:
 
 
 def plan_from_inputs(inputs: Mapping[str, Any], values: Mapping[str, Any], uploads_dir: Path) -> SweepPlan:
-    """The plan for the page's sweep inputs over the sidebar's settings; ConfigError says what is wrong."""
-    axes = tuple(parse_sweep_arg(f"{name}={text}") for name, text in inputs["axes"])
+    """The plan for the page's sweep inputs over the sidebar's settings, built as `sweep restful|pipeline` builds
+    it from its flags (plan_for, capacity_search); ConfigError says what is wrong."""
     base = with_run_size(
         sidebar.config_from_choice(values, uploads_dir), inputs.get("num_prompts"), inputs.get("output_len")
     )
-    return SweepPlan(new_sweep_id(), base, axes, inputs["repeats"])
+    search = inputs.get("find_max")
+    return plan_for(
+        base,
+        [f"{name}={text}" for name, text in inputs["axes"]],
+        inputs["repeats"],
+        inputs.get("server_cmd", ""),
+        inputs.get("server_settings", ()),
+        inputs.get("server_start_timeout_s", DEFAULT_START_TIMEOUT_S),
+        capacity_search(base=base, **search) if search else None,
+    )
 
 
 def startable_plan(
@@ -261,7 +423,7 @@ def startable_plan(
         return None
     if runs is None:
         return plan
-    guess = estimate(plan.points(), runs)
+    guess = plan_estimate(plan, runs)
     st.caption(plain(f"{describe_plan(plan)}; {start_estimate.describe(guess)}."))
     return plan if start_estimate.confirmed(guess, "confirm_sweep") else None
 
@@ -396,12 +558,19 @@ def _live_progress(sweep_id: str, runs: pd.DataFrame) -> None:
     if st.session_state.setdefault(seen_key, progress.ended) != progress.ended:
         st.session_state[seen_key] = progress.ended
         st.rerun()  # a full rerun, once per ended run: the results below take it in
-    st.progress(
-        progress.ended / progress.total,
-        text=f"running: {progress.ended:,}/{progress.total:,} runs done"
-        + (f", now {plain(progress.current)}" if progress.current else "")
-        + plain(_time_left(sweep, progress, runs)),
-    )
+    if sweep.plan.find_max:  # the search decides how many probes it runs: neither a fraction nor a time left
+        st.progress(
+            progress.ended / progress.total,
+            text=f"searching: {progress.ended:,} probes done"
+            + (f", now {plain(progress.current)}" if progress.current else ""),
+        )
+    else:
+        st.progress(
+            progress.ended / progress.total,
+            text=f"running: {progress.ended:,}/{progress.total:,} runs done"
+            + (f", now {plain(progress.current)}" if progress.current else "")
+            + plain(_time_left(sweep, progress, runs)),
+        )
     if progress.current_run_id:
         st.page_link(
             "app_pages/run.py",
@@ -463,7 +632,7 @@ def _ended_status(sweep: SweepRun | None, plan: SweepPlan, runs: pd.DataFrame, i
         state = RunState.FINISHED if finished == total else STOPPED
         message = f"{finished} of {total} runs finished; resume the sweep to run the other {total - finished}."
     if state == RunState.FINISHED:
-        st.success(f"finished: all {total:,} runs.")
+        st.success(f"finished: all {total:,} {'probes' if plan.find_max else 'runs'}.")
     elif state == RunState.CANCELLED or state == STOPPED:
         st.warning(plain(f"{state}: {message}"))
     else:
@@ -583,8 +752,8 @@ def _goodput_view(runs: pd.DataFrame, plan: SweepPlan, slo: SLO) -> None:
         if axis.name != load:
             value = st.selectbox(f"At {axis.name}", axis.values, key="sweep_goodput_at", format_func=_tick)
             shown = runs[runs[axis.name] == value]
-    slo_text = describe_slo(sweep_report.goodput_slo(plan, slo))
-    st.plotly_chart(sweep_charts.goodput_vs_load(shown, load, goodput, target, slo_text), key="sweep_chart_goodput")
+    figure = sweep_report.goodput_figure(shown, plan, load, goodput, target, sweep_report.goodput_slo(plan, slo))
+    st.plotly_chart(figure, key="sweep_chart_goodput")
 
 
 def _target_key(goodput: str) -> str:
@@ -640,6 +809,13 @@ def past_sweeps_section(history: History, runs: pd.DataFrame | None) -> None:
     show_table(
         table, key="sweep_past_table", column_config={"open": st.column_config.LinkColumn("Sweep", display_text="open")}
     )
+
+
+def _axis_label(name: str, server_fields: list[str]) -> str:
+    """A setting to sweep as the selectbox names it: a field of the server command as the command writes it."""
+    if name == NO_SECOND:
+        return name
+    return f"{{{name}}} (server command)" if name in server_fields else _setting_label(name)
 
 
 def _setting_label(name: str) -> str:

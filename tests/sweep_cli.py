@@ -22,6 +22,11 @@ from bench_core.sweep.server import SERVER_LOG
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = f"{sys.executable} {ROOT / 'tests' / 'load_server.py'} --port {{port}}"
+# The server's first token comes after FAST_MS while at most {knee} requests are in flight, after SLOW_MS beyond: the
+# SLO between them is 75 times the one and a third of the other, so 3 at once meet it and 4 miss it on a machine however
+# busy (its delays only add, to a fast answer's 1,480 ms of room; nothing makes a slow one come before SLOW_MS).
+KNEE, FAST_MS, SLO_MS, SLOW_MS = 3, 20, 1500, 4500
+KNEE_SERVER = f"{SERVER} --knee {{knee}} --ttft-step-ms {FAST_MS} --beyond-knee-ms {SLOW_MS}"
 # 4 requests of 8 input and 8 output tokens each; the tiny Llama's tokenizer samples them and counts the answers.
 SMALL_RUN = (
     "sweep",

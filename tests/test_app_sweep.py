@@ -11,12 +11,16 @@ import pandas as pd
 import pytest
 from app_under_test import APP, shown
 from streamlit.testing.v1 import AppTest
+from sweep_cli import KNEE, KNEE_SERVER, SLO_MS, SMALL_RUN
 
+from bench_core.cli import build_parser, commands
+from bench_core.cli.sweep import build_plan
 from bench_core.hardware.contention import busy_runs
 from bench_core.store.history import RESULTS_ENV
 from bench_core.sweep.plan import CPU_SWEEP_OUTPUT_LEN, CPU_SWEEP_PROMPTS
 from bench_core.views import sweep_charts
 from bench_core.views.report import chart_count as report_charts
+from dashboard import sweep_view
 from dashboard.state import get_history, get_runner, get_sweeps
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
@@ -281,3 +285,104 @@ def test_the_settings_offered_are_those_the_sidebars_dataset_and_load_pattern_us
     at.sidebar.radio(key="dataset_name").set_value("shared-prefix").run()
     assert {"output_len", "prefix_len", "prefix_share"} <= offered() and "sharegpt_output_len" not in offered()
     assert not at.error and not at.button(key="sweep_start").disabled
+
+
+def set_up_knee_search(at: AppTest) -> None:
+    """A capacity search of max_concurrency within a 1.5 s TTFT, each probe starting the server whose first tokens
+    come late beyond KNEE requests in flight (sweep_cli.KNEE_SERVER), {knee} given its one value on the page."""
+    at.sidebar.selectbox(key="backend").select("openai").run()
+    at.sidebar.text_input(key="knob_tokenizer").input(TINY)
+    at.sidebar.selectbox(key="dataset_builtin").select("builtin:sample")
+    at.sidebar.number_input(key="sharegpt_output_len_cpu").set_value(4)
+    at.sidebar.number_input(key="num_prompts_cpu").set_value(8)
+    at.sidebar.number_input(key="slo_ttft_ms").set_value(float(SLO_MS))
+    at.radio(key="sweep_kind").set_value(sweep_view.FIND_MAX).run()
+    at.checkbox(key="sweep_server_per_run").check().run()
+    at.text_input(key="sweep_server_cmd").input(KNEE_SERVER).run()
+    at.text_input(key="sweep_server_setting_knee").input(str(KNEE))
+    at.selectbox(key="find_max_setting").select("max_concurrency").run()
+
+
+def test_a_capacity_search_started_from_the_page_finds_the_servers_knee_within_the_slo_it_states(download_data):
+    at = open_sweep_page()
+    set_up_knee_search(at)
+    assert not at.error and not at.exception, [e.value for e in at.error]
+    captions = [shown(caption.value) for caption in at.caption]
+    assert f"Good requests: TTFT ≤ {SLO_MS:,} ms, as set under Goodput SLO in the sidebar." in captions
+    # The search's size is bounded by its budget only: 40 probes of 8 requests, and no time to promise.
+    (estimate,) = [caption for caption in captions if "no duration estimate" in caption]
+    assert estimate == (
+        "highest max_concurrency at which 90% of requests meet the SLO, within 10% · a server started per run; at most "
+        "320 requests and 1,280 output tokens; no duration estimate: a search runs until it finds its load, at most 40 "
+        "probes (--find-max-probes) and 24 h 00 min (--find-max-time) at its point."
+    )
+    sweep_id = start_sweep(at)
+    plan = get_sweeps()[sweep_id].plan
+    # The plan the command line builds from the same settings.
+    (sweep_command,) = [command for command in commands() if command.name == "sweep"]
+    cli_args = build_parser().parse_args(
+        [
+            *SMALL_RUN[:2],
+            "--num-prompts",
+            "8",
+            "--server-cmd",
+            KNEE_SERVER,
+            "--server-setting",
+            f"knee={KNEE}",
+            "--find-max",
+            "max_concurrency",
+            "--slo-ttft-ms",
+            str(SLO_MS),
+        ]
+    )
+    cli_plan = build_plan(cli_args, sweep_command.engine_commands["restful"])
+    assert (plan.find_max, plan.server_cmd, plan.axes, plan.fixed_server_settings()) == (
+        cli_plan.find_max,
+        cli_plan.server_cmd,
+        cli_plan.axes,
+        cli_plan.fixed_server_settings(),
+    )
+    assert get_sweeps()[sweep_id].wait(SWEEP_TIMEOUT_S)
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert at.success[0].value == "finished: all 4 probes."
+    assert f"**Highest max\\_concurrency meeting the target: {KNEE}**" in [m.value for m in at.markdown]
+    (chart,) = [json.loads(element.proto.spec) for element in at.get("plotly_chart")]
+    assert chart["layout"]["title"]["subtitle"]["text"].split("<br>") == [
+        f"Good requests: TTFT ≤ {SLO_MS:,} ms; target attainment 0.9",
+        "Search: max_concurrency from 1 up to 8, within 10%, at most 40 probes",
+        "and 24 h 00 min a point",
+        f"A server started per run, with knee={KNEE}",
+    ]
+    probes = table_with_column(at, "attainment", ("load",))
+    assert probes["load"].tolist() == [1, 2, 4, 3] and probes["met"].tolist() == ["True", "True", "False", "True"]
+    report = download_data(at.download_button[1]).decode()
+    assert (
+        f"good requests: TTFT ≤ {SLO_MS:,} ms; target attainment 0.9" in report
+        and "Search: max_concurrency from 1 up to 8, within 10%" in report
+        and f"A server started per run, with knee={KNEE}" in report
+    )
+
+
+def test_a_sweep_over_a_server_setting_starts_a_server_per_run_and_says_so_on_its_charts():
+    at = open_sweep_page()
+    at.sidebar.selectbox(key="backend").select("openai").run()
+    at.sidebar.text_input(key="knob_tokenizer").input(TINY)
+    at.sidebar.selectbox(key="dataset_builtin").select("builtin:sample")
+    at.sidebar.number_input(key="sharegpt_output_len_cpu").set_value(4)
+    at.sidebar.number_input(key="num_prompts_cpu").set_value(4)
+    at.checkbox(key="sweep_server_per_run").check().run()
+    at.text_input(key="sweep_server_cmd").input(KNEE_SERVER).run()
+    assert "{knee} (server command)" in at.selectbox(key="sweep_name").options
+    at.selectbox(key="sweep_name").select("knee").run()
+    at.text_input(key="sweep_values").set_value("1,8")
+    at.number_input(key="sweep_repeats").set_value(1).run()
+    assert not at.error, [e.value for e in at.error]
+    sweep_id = start_sweep(at)
+    assert get_sweeps()[sweep_id].wait(SWEEP_TIMEOUT_S)
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert at.success[0].value == "finished: all 2 runs."
+    band = next(json.loads(chart.proto.spec) for chart in at.get("plotly_chart") if chart.key == "sweep_chart_band")
+    assert band["layout"]["title"]["subtitle"]["text"] == "A server started per run"
+    assert get_history().load()["server_settings"].tolist() == ['{"knee": 1}', '{"knee": 8}']

@@ -16,7 +16,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from sweep_cli import SERVER, SMALL_RUN, alive, bench, cli_env, rows_of, server_pid_once_measuring
+from sweep_cli import (
+    KNEE,
+    KNEE_SERVER,
+    SERVER,
+    SLO_MS,
+    SMALL_RUN,
+    alive,
+    bench,
+    cli_env,
+    rows_of,
+    server_pid_once_measuring,
+)
 
 from bench_core.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from bench_core.store.history import History
@@ -198,12 +209,6 @@ def test_ctrl_c_or_sigterm_stops_the_sweep_and_leaves_no_server_behind(stop, tmp
         os.killpg(pid, 0)  # nor anything else of its process group
 
 
-# The server's first token comes after FAST_MS while at most KNEE requests are in flight, after SLOW_MS beyond: the SLO
-# between them is 75 times the one and a third of the other, so 3 at once meet it and 4 miss it on a machine however
-# busy (its delays only add, to a fast answer's 1,480 ms of room; nothing makes a slow one come before SLOW_MS).
-KNEE, FAST_MS, SLO_MS, SLOW_MS = 3, 20, 1500, 4500
-
-
 @pytest.fixture(scope="module")
 def knee_sweep(tmp_path_factory, tiny_model_path):
     work = tmp_path_factory.mktemp("find-max")
@@ -215,7 +220,7 @@ def knee_sweep(tmp_path_factory, tiny_model_path):
         "--random-output-len",
         "4",
         "--server-cmd",
-        f"{SERVER} --knee {{knee}} --ttft-step-ms {FAST_MS} --beyond-knee-ms {SLOW_MS}",
+        KNEE_SERVER,
         "--sweep",
         f"knee={KNEE}",
         "--find-max",
@@ -354,8 +359,14 @@ def test_the_sweep_page_charts_the_probes_and_the_highest_load_that_met_the_targ
     assert _numbers(met["x"]) == [1, 2, 3] and met["text"] == ["1", "2", "4"]  # numbered in the order they ran
     assert _numbers(missed["x"]) == [4] and missed["marker"]["symbol"] == ["circle-open"]  # stopped early
     assert _numbers(star["x"]) == [KNEE]
-    # The SLO a probe's requests met to count, and the target, under the title.
-    assert chart["layout"]["title"]["subtitle"]["text"] == f"Good requests: TTFT ≤ {SLO_MS:,} ms; target attainment 0.9"
+    # The SLO a probe's requests met to count, the target, the search's bounds and budget, and its servers, under the
+    # title, broken into lines that fit the chart.
+    assert chart["layout"]["title"]["subtitle"]["text"].split("<br>") == [
+        f"Good requests: TTFT ≤ {SLO_MS:,} ms; target attainment 0.9",
+        "Search: max_concurrency from 1 up to 8, within 10%, at most 40 probes",
+        "and 24 h 00 min a point",
+        "A server started per run",
+    ]
 
 
 def _numbers(values) -> list:

@@ -19,7 +19,6 @@ max_concurrency` searches each point for the highest load at which --goodput-tar
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from functools import partial
@@ -30,14 +29,12 @@ from ..config import Part, check_values, of_part, setting
 from ..csvstore import append_row
 from ..errors import ConfigError
 from ..measure.catalog import NOT_REPORTED, SPECULATIVE_COLUMNS
-from ..measure.metrics import slo_is_set
 from ..measure.stats import MIN_INTERVAL_RUNS
 from ..states import RunState
 from ..sweep import find_max
-from ..sweep.plan import SWEEPABLE, SweepPlan, describe_point, new_sweep_id, parse_server_value, parse_sweep_arg
+from ..sweep.plan import SWEEPABLE, SweepPlan, capacity_search, describe_point, plan_for
 from ..sweep.report import sweep_report
 from ..sweep.results import mean_with_interval, point_statistics, sweep_runs
-from ..sweep.server import template_fields
 from ..sweep.store import CREDENTIAL_SETTINGS
 from ..views.tables import describe_column
 from .common import (
@@ -227,56 +224,29 @@ def add_find_max_flags(group) -> None:
 
 
 def build_plan(args: argparse.Namespace, engine: EngineCommand) -> SweepPlan:
-    """The plan the command line describes; ConfigError for a server or search setting that cannot work."""
-    server_cmd = getattr(args, "server_cmd", "")
-    fields = tuple(template_fields(server_cmd)) if server_cmd else ()
-    if getattr(args, "server_setting", []) and not server_cmd:
-        raise ConfigError("--server-setting fills a field of --server-cmd: give --server-cmd too.")
-    axes = tuple(parse_sweep_arg(text, fields) for text in args.sweep)
+    """The plan the command line describes (sweep.plan.plan_for, as the Sweep page builds it from its widgets);
+    ConfigError for a server or search setting that cannot work."""
     base = engine.build_config(args)
-    fixed = {}
-    for text in getattr(args, "server_setting", []):
-        name, equals, value = text.partition("=")
-        if not equals or not name.strip():
-            raise ConfigError(f"'{text}' is not a server setting: write NAME=VALUE (e.g. max_batch_size=128).")
-        fixed[name.strip()] = parse_server_value(value)
-    if fixed:
-        base.engine.server_settings = json.dumps(fixed)
-    search = None
-    if getattr(args, "find_max", None):
-        if not slo_is_set(base.slo):
-            raise ConfigError(
-                "--find-max looks for the highest load within an SLO: give --slo-ttft-ms, "
-                "--slo-tpot-ms or --slo-e2e-ms."
-            )
-        start = args.find_max_start if args.find_max_start is not None else find_max.DEFAULT_START[args.find_max]
-        highest = setting("find_max_limit").limits.high
-        limit = (
-            args.find_max_limit
-            if args.find_max_limit is not None
-            else (
-                base.dataset.num_prompts
-                if args.find_max == "max_concurrency"
-                else min(start * find_max.LIMIT_FACTOR, highest)
-            )
-        )
-        search = find_max.FindMax(
+    search = (
+        capacity_search(
             args.find_max,
-            int(start) if args.find_max == "max_concurrency" and float(start).is_integer() else start,
+            base,
+            args.find_max_start,
             args.find_max_precision,
             args.goodput_target,
-            limit,
+            args.find_max_limit,
             args.find_max_probes,
             args.find_max_time,
         )
-    elif args.sweep == []:
-        raise ConfigError("Give --sweep NAME=V1,V2 (or, for a server, --find-max).")
-    return SweepPlan(
-        new_sweep_id(),
+        if getattr(args, "find_max", None)
+        else None
+    )
+    return plan_for(
         base,
-        axes,
+        args.sweep,
         args.repeats,
-        server_cmd,
+        getattr(args, "server_cmd", ""),
+        getattr(args, "server_setting", []),
         getattr(args, "server_start_timeout", setting("server_start_timeout_s").default),
         search,
     )

@@ -1326,7 +1326,9 @@ SLO_SETTINGS = (_slo("ttft", "TTFT"), _slo("tpot", "TPOT"), _slo("e2e", "end-to-
 
 
 def _sweep(name: str, kind: type, default, bounds: Bounds, cli_help: str, **options) -> Setting:
-    return Setting(name, Part.SWEEP, kind, default, bounds=bounds, cli_help=cli_help, widget=None, **options)
+    """A sweep's own setting; its widget, where it has one, is the Sweep page's (the sidebar draws none)."""
+    options.setdefault("widget", None)
+    return Setting(name, Part.SWEEP, kind, default, bounds=bounds, cli_help=cli_help, **options)
 
 
 # How a sweep runs its points and searches for a capacity (`sweep`'s own flags): not a part of a run.
@@ -1339,6 +1341,9 @@ SWEEP_SETTINGS = (
         Bounds(low=0.0, low_open=True, high=DAY_S),
         "seconds a started server has to answer GET /v1/models before its run fails",
         flags=("--server-start-timeout",),
+        label="Server start timeout",
+        unit="s",
+        widget=Widget(step=30.0),
     ),
     _sweep(
         "goodput_target",
@@ -1346,6 +1351,9 @@ SWEEP_SETTINGS = (
         0.9,
         Bounds(low=0.0, low_open=True, high=1.0),
         "with --find-max: the fraction of requests that must meet every --slo-* threshold",
+        label="Goodput target",
+        unit="fraction",
+        widget=Widget(step=0.05),
     ),
     # A load the search probes: a request rate or a concurrency.
     _sweep(
@@ -1355,6 +1363,8 @@ SWEEP_SETTINGS = (
         Bounds(low=0.001, high=MAX_REQUEST_RATE),
         "with --find-max: the first load probed; default 1 (req/s or requests in flight)",
         optional=True,
+        label="First load probed",
+        widget=Widget(step=1.0),
     ),
     _sweep(
         "find_max_precision",
@@ -1363,6 +1373,9 @@ SWEEP_SETTINGS = (
         Bounds(low=0.001, high=1.0),
         "with --find-max: stop once the highest load meeting the target and the lowest missing it are this close, "
         "relative to the first (0.1: within 10%); a concurrency also stops at neighbouring whole numbers",
+        label="Precision",
+        unit="fraction",
+        widget=Widget(step=0.05),
     ),
     _sweep(
         "find_max_limit",
@@ -1372,6 +1385,8 @@ SWEEP_SETTINGS = (
         "with --find-max: the highest load probed; default --num-prompts for max_concurrency, 1024 x the start "
         "for request_rate",
         optional=True,
+        label="Highest load probed",
+        widget=Widget(step=1.0),
     ),
     # A budget that ends a search nothing else would. 40 probes: from the default start to its default limit a search
     # doubles 11 times and bisects 4 times to within 10%, which leaves room for a finer precision or a longer range.
@@ -1381,6 +1396,7 @@ SWEEP_SETTINGS = (
         40,
         Bounds(low=1, high=1000),
         "with --find-max: the most probes a point's search runs before it stops where it is",
+        label="Most probes",
     ),
     # A backstop, not a pace: one probe of 1,000 requests at 1 req/s takes 17 minutes, a whole search hours.
     _sweep(
@@ -1390,6 +1406,9 @@ SWEEP_SETTINGS = (
         Bounds(low=0.0, low_open=True, high=7 * DAY_S),
         "with --find-max: the seconds a point's search may take; the probe under way then is stopped",
         flags=("--find-max-time",),
+        label="Time budget",
+        unit="s",
+        widget=Widget(step=60.0),
     ),
     _sweep(
         "cpus_per_point",

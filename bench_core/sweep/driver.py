@@ -432,7 +432,7 @@ class FindMaxRun(SweepRun):
             reasons = list(dict.fromkeys(watch.failures))
             return (
                 f"the probe at {self.plan.find_max.setting} {load:g} ({run.run_id}) stopped when {len(watch.failures)} "
-                f"of its {len(run.measurement.profiler.sessions)} requests failed, for the server's reasons rather "
+                f"of its {len(run.measurement.sample.requests)} requests failed, for the server's reasons rather "
                 f"than the SLO's: {'; '.join(reasons[:FAILURES_SHOWN])}"
                 + (f" (and {len(reasons) - FAILURES_SHOWN} other reasons)" if len(reasons) > FAILURES_SHOWN else "")
             )
@@ -475,7 +475,7 @@ class TargetWatch(JobObserver):
             run.cancel()
             return
         self._outside += certainly_outside_slo(list(finished.values()), run.config.slo)
-        total = len(run.measurement.profiler.sessions)
+        total = len(run.measurement.sample.requests)
         allowed = math.floor((1 - self.target) * total + 1e-9)
         if self._outside > allowed:
             self.stopped = (

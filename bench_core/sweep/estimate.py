@@ -20,7 +20,7 @@ import pandas as pd
 from ..config import EngineConfig, RunConfig, output_length, setting
 from ..engines import engine_settings_key
 from ..measure.time_left import PastPace, past_pace
-from .plan import PlannedRun
+from .plan import PlannedRun, SweepPlan
 
 # Output tok/s of builtin:smollm2-135m on the embedded engine on 2 CPU cores busy with other work, by
 # concurrency (medians of the default sweep's runs and of 8 x 64-token runs, measured: they vary 3-fold with
@@ -49,6 +49,26 @@ class SweepEstimate:
     requests: int = 0
     output_tokens: float = 0.0
     rough: bool = False
+    most: bool = False  # the requests and tokens are the most a search may send, not what it will
+
+
+def plan_estimate(plan: SweepPlan, history_runs: pd.DataFrame) -> SweepEstimate:
+    """What a sweep sends and how long it takes, before it starts. A capacity search runs as many probes as its load
+    takes to find, so only its budget bounds it: the requests and tokens of as many probes as --find-max-probes allows
+    at every point, and no duration (each probe's load is its own, and --find-max-time caps each point's search)."""
+    search = plan.find_max
+    if search is None:
+        return estimate(plan.points(), history_runs)
+    configs = [plan.config_at(values) for values in plan.grid()]
+    points = "its point" if len(configs) == 1 else f"each of its {len(configs)} points"
+    return SweepEstimate(
+        None,
+        f"a search runs until it finds its load, at most {search.max_probes:,} probes (--find-max-probes) and "
+        f"{describe_seconds(search.max_time_s).removeprefix('about ')} (--find-max-time) at {points}",
+        search.max_probes * sum(requests_asked(config) for config in configs),
+        search.max_probes * sum(_output_tokens(config, None) for config in configs),
+        most=True,
+    )
 
 
 def estimate(runs: Sequence[PlannedRun], history_runs: pd.DataFrame, loaded: bool = False) -> SweepEstimate:
@@ -60,7 +80,8 @@ def estimate(runs: Sequence[PlannedRun], history_runs: pd.DataFrame, loaded: boo
     requests = sum(requests_asked(planned.config) for planned in runs)
     tokens = [_output_tokens(planned.config, pace) for planned, pace in zip(runs, paces)]
     if any(pace is None for pace in paces) and base.backend != ROUGH_BACKEND:
-        basis = f"no finished run of {base.model} on {base.backend} to estimate from"
+        model = base.model or "the model each server serves"  # a sweep's servers name theirs once up
+        basis = f"no finished run of {model} on {base.backend} to estimate from"
         return SweepEstimate(None, basis, requests, sum(tokens))
     seconds = 0.0
     engines = set()

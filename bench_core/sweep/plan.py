@@ -14,6 +14,7 @@ import copy
 import itertools
 import json
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -30,8 +31,10 @@ from ..config import (
 )
 from ..engines import availability, engine_settings_key, run_config_problems
 from ..errors import ConfigError
+from ..measure.metrics import slo_is_set
 from ..redact import MASK
 from ..run.preflight import length_problems
+from . import find_max
 from .find_max import FindMax
 from .server import (
     DEFAULT_START_TIMEOUT_S,
@@ -44,6 +47,7 @@ from .server import (
 )
 
 MAX_AXES = 2
+STARTED_SERVER_URL = "http://127.0.0.1"  # a server the sweep starts listens here, at the port its run is given
 
 
 @dataclass(frozen=True)
@@ -301,6 +305,71 @@ class SweepPlan:
             float(data.get("server_start_timeout_s", DEFAULT_START_TIMEOUT_S)),
             find_max,
         )
+
+
+def plan_for(
+    base: RunConfig,
+    sweeps: Sequence[str],
+    repeats: int = 1,
+    server_cmd: str = "",
+    server_settings: Sequence[str] = (),
+    server_start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+    search: FindMax | None = None,
+) -> SweepPlan:
+    """The sweep that `sweep restful|pipeline` and the Sweep page describe: its axes as NAME=V1,V2 texts (a field of
+    `server_cmd` is a server setting), the server command's fixed settings as NAME=VALUE texts, over `base`;
+    ConfigError for a server or search setting that cannot work. Built the same way from flags and from widgets."""
+    fields = tuple(template_fields(server_cmd)) if server_cmd else ()
+    if server_settings and not server_cmd:
+        raise ConfigError("--server-setting fills a field of --server-cmd: give --server-cmd too.")
+    axes = tuple(parse_sweep_arg(text, fields) for text in sweeps)
+    if search is None and not axes:
+        raise ConfigError("Give --sweep NAME=V1,V2 (or, for a server, --find-max).")
+    base = copy.deepcopy(base)
+    fixed = dict(parse_server_setting(text) for text in server_settings)
+    if fixed:
+        base.engine.server_settings = json.dumps(fixed)
+    if server_cmd:
+        base.engine.base_url = STARTED_SERVER_URL  # each run's port is chosen when its server starts (sweep.driver)
+    return SweepPlan(new_sweep_id(), base, axes, repeats, server_cmd, server_start_timeout_s, search)
+
+
+def capacity_search(
+    load_setting: str,
+    base: RunConfig,
+    start: float | None = None,
+    precision: float = find_max.DEFAULT_PRECISION,
+    target: float = find_max.DEFAULT_TARGET,
+    limit: float | None = None,
+    max_probes: int = find_max.DEFAULT_MAX_PROBES,
+    max_time_s: float = find_max.DEFAULT_MAX_TIME_S,
+) -> FindMax:
+    """The search for the highest `load_setting` within `base`'s SLO (`--find-max`), from `start` (default
+    find_max.DEFAULT_START) up to `limit` (default: the number of prompts for a concurrency, LIMIT_FACTOR times the
+    start for a rate); ConfigError without an SLO or for a setting out of its bounds."""
+    if not slo_is_set(base.slo):
+        raise ConfigError(
+            "--find-max looks for the highest load within an SLO: give --slo-ttft-ms, --slo-tpot-ms or --slo-e2e-ms."
+        )
+    if load_setting not in find_max.SEARCHABLE:
+        raise ConfigError(f"--find-max searches {' or '.join(find_max.SEARCHABLE)}, not '{load_setting}'.")
+    start = find_max.DEFAULT_START[load_setting] if start is None else start
+    if limit is None:
+        limit = (
+            base.dataset.num_prompts
+            if load_setting == "max_concurrency"
+            else min(start * find_max.LIMIT_FACTOR, find_max.HIGHEST_LOAD)
+        )
+    whole = load_setting == "max_concurrency" and float(start).is_integer()
+    return FindMax(load_setting, int(start) if whole else start, precision, target, limit, max_probes, max_time_s)
+
+
+def parse_server_setting(text: str) -> tuple[str, int | float | str]:
+    """ "max_batch_size=128" -> ("max_batch_size", 128): a fixed value of a field of the server command."""
+    name, equals, value = text.partition("=")
+    if not equals or not name.strip():
+        raise ConfigError(f"'{text}' is not a server setting: write NAME=VALUE (e.g. max_batch_size=128).")
+    return name.strip(), parse_server_value(value)
 
 
 def new_sweep_id() -> str:

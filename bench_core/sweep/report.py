@@ -18,10 +18,12 @@ from ..measure.catalog import NOT_REPORTED, SPECULATIVE_COLUMNS
 from ..measure.metrics import slo_is_set
 from ..store.history import ENVIRONMENT_PREFIX, History
 from ..views import report, sweep_charts
+from ..views.figures import notes_under_title
 from ..views.run_diff import SETTING_NAMES
 from ..views.tables import describe_column, describe_slo
 from . import find_max
 from . import results as sweep_results
+from .estimate import describe_seconds
 from .plan import SweepPlan, describe_point
 from .store import point_text, probes_of
 
@@ -62,6 +64,32 @@ def unreported_note(plan: SweepPlan, measured: list[str]) -> str:
     )
 
 
+def plan_notes(plan: SweepPlan) -> list[str]:
+    """What every chart of the sweep says under its title beside its own axes: a search's bounds and budget, and the
+    settings of the servers the sweep started that no axis shows."""
+    notes = []
+    if plan.find_max:
+        notes.append(describe_search(plan.find_max))
+    if plan.server_cmd:
+        fixed = plan.fixed_server_settings()
+        notes.append("A server started per run" + (f", with {describe_point(fixed)}" if fixed else ""))
+    return notes
+
+
+def describe_search(search: find_max.FindMax) -> str:
+    """ "Search: max_concurrency from 1 up to 64, within 10%, at most 40 probes and 24 h 00 min a point"."""
+    return (
+        f"Search: {search.setting} from {search.start:g} up to {search.limit:g}, within {search.precision:.0%}, at most "
+        f"{search.max_probes:,} probes and {describe_seconds(search.max_time_s).removeprefix('about ')} a point"
+    )
+
+
+def noted(fig: go.Figure, plan: SweepPlan) -> go.Figure:
+    """`fig` with the plan's notes (`plan_notes`) under its title."""
+    notes_under_title(fig, plan_notes(plan))
+    return fig
+
+
 def metric_figures(statistics: pd.DataFrame, plan: SweepPlan, metric: str) -> list[go.Figure]:
     """`metric` against the first swept setting in its band, one line per value of the second; with a grid, the
     heatmap over both too."""
@@ -69,13 +97,21 @@ def metric_figures(statistics: pd.DataFrame, plan: SweepPlan, metric: str) -> li
     points = sweep_results.metric_points(statistics, metric)
     band = sweep_charts.metric_vs_knob_band(points, axes[0], metric, axes[1] if len(axes) > 1 else None)
     if len(axes) < 2:
-        return [band]
-    return [band, sweep_charts.knob_heatmap(points, axes[0], axes[1], metric)]
+        return [noted(band, plan)]
+    return [noted(band, plan), noted(sweep_charts.knob_heatmap(points, axes[0], axes[1], metric), plan)]
 
 
 def pareto_figure(runs: pd.DataFrame, plan: SweepPlan, view: str) -> go.Figure:
     x, y = PARETO_VIEWS[view]
-    return sweep_charts.pareto_chart(sweep_results.point_means(runs, plan, (x, y)), x, y)  # a point's repeats: one
+    points = sweep_results.point_means(runs, plan, (x, y))  # a point's repeats: one
+    return noted(sweep_charts.pareto_chart(points, x, y), plan)
+
+
+def goodput_figure(
+    runs: pd.DataFrame, plan: SweepPlan, load: str, goodput: str, target: float | None, slo: SLO
+) -> go.Figure:
+    """Goodput against the swept load for `slo` (goodput_slo), the plan's notes under the SLO."""
+    return noted(sweep_charts.goodput_vs_load(runs, load, goodput, target, describe_slo(slo)), plan)
 
 
 def load_axis(plan: SweepPlan) -> str | None:
@@ -108,7 +144,9 @@ def probed_points(history: History, plan: SweepPlan) -> list[ProbedPoint]:
         shown.append(
             ProbedPoint(
                 f"Highest {search.setting}{where} meeting the target: {found}",
-                sweep_charts.find_max_probes(mine, search.setting, search.target, best, describe_slo(plan.base.slo)),
+                sweep_charts.find_max_probes(
+                    mine, search.setting, search.target, best, describe_slo(plan.base.slo), plan_notes(plan)
+                ),
                 mine.drop(columns="point"),
             )
         )
@@ -145,7 +183,7 @@ def sweep_sections(
         )
         for goodput in GOODPUT_METRICS:
             for where, shown in groups:
-                figure = sweep_charts.goodput_vs_load(shown, load, goodput, targets.get(goodput), describe_slo(slo))
+                figure = goodput_figure(shown, plan, load, goodput, targets.get(goodput), slo)
                 if where:
                     figure.update_layout(title_text=f"{figure.layout.title.text}, at {where}")
                 charts.append(figure)
@@ -180,7 +218,8 @@ def sweep_report(
                 status,
                 f"{model} on {plan.base.engine.backend}",
                 ", ".join(f"{axis.name} = {', '.join(str(value) for value in axis.values)}" for axis in plan.axes),
-                f"{plan.repeats} repeat(s) per point",
+                f"{plan.repeats} repeat(s) per point" if not plan.find_max else "",
+                *plan_notes(plan),
                 _goodput_summary(plan, runs, used, targets or {}),
             ],
         )

@@ -89,10 +89,12 @@ def no_data(fig: go.Figure) -> go.Figure:
 
 
 def notes_under_title(fig: go.Figure, notes: Sequence[str]) -> None:
-    """`notes` under the title, where no bar or point reaches, each broken into lines that fit the chart; the
-    top margin grows to hold them."""
-    lines = [line for note in notes for line in broken(note, NOTE_LINE_CHARS)]
-    if lines:
+    """`notes` under the title, where no bar or point reaches, each broken into lines that fit the chart, after those
+    already there; the top margin grows to hold them."""
+    added = [line for note in notes for line in broken(note, NOTE_LINE_CHARS)]
+    there = fig.layout.title.subtitle.text
+    lines = [*(there.split("<br>") if there else []), *added]
+    if added:
         fig.update_layout(
             title=dict(subtitle=dict(text="<br>".join(lines))), margin=dict(t=_TITLE_MARGIN_PX + _NOTE_PX * len(lines))
         )

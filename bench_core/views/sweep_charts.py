@@ -9,6 +9,8 @@ it, one whose client could not keep up (hardware/client_bound.py) an orange diam
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 import plotly.colors
@@ -318,18 +320,21 @@ def _translucent(hex_colour: str, alpha: float) -> str:
     return f"rgba({red}, {green}, {blue}, {alpha})"
 
 
-def find_max_probes(probes: pd.DataFrame, load: str, target: float, found: float | None, slo: str) -> go.Figure:
+def find_max_probes(
+    probes: pd.DataFrame, load: str, target: float, found: float | None, slo: str, notes: Sequence[str] = ()
+) -> go.Figure:
     """A find-max search's probes (sweep_store.probes_of: load, met, attainment, run_id, stopped_early), numbered in
     the order they ran, SLO attainment against the load: those that met the target and those that missed it (a
     hollow marker where the probe stopped early), the target as a dashed line and the highest load that met it as
-    a star; under the title, the SLO a request met to count (`slo`, tables.describe_slo) and the target."""
+    a star; under the title, the SLO a request met to count (`slo`, tables.describe_slo) and the target, then
+    `notes` (the search's bounds, the server's settings)."""
     load_spec = describe_column(load)
     fig = titled_figure(
         f"SLO attainment of the probes vs {lower_first(load_spec.label)}",
         load_spec.title,
         describe_column("slo_attainment").title,
     )
-    notes_under_title(fig, [f"Good requests: {slo}; target attainment {target:.4g}"])
+    notes_under_title(fig, [f"Good requests: {slo}; target attainment {target:.4g}", *notes])
     if probes.empty:
         return no_data(fig)
     numbered = probes.assign(order=range(1, len(probes) + 1))
