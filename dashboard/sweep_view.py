@@ -94,6 +94,7 @@ def sweep_inputs(sidebar_values: Mapping[str, Any]) -> dict[str, Any]:
         st.caption(
             "A capacity search and a server started per run are for a server: choose the openai backend in the sidebar."
         )
+    search = _search_inputs(sidebar.chosen_slo(sidebar_values)) if searching else None
     server = _server_inputs() if serves else {"server_cmd": ""}
     fields = _server_fields(server["server_cmd"])
     options = [
@@ -132,26 +133,28 @@ def sweep_inputs(sidebar_values: Mapping[str, Any]) -> dict[str, Any]:
         format_func=lambda option: _axis_label(option, fields),
     )
     second_values = _values_field(second, second_name, "sweep_values_2", backend, fields)
-    count = repeats.number_input(
-        "Repeats",
-        value=DEFAULT_REPEATS,
-        step=1,
-        key="sweep_repeats",
-        disabled=searching,
-        help="A search probes each load once."
+    count = (
+        1  # a search probes each load once
         if searching
-        else "Runs per point: two or more give a mean, a spread and a 95% interval.",
+        else repeats.number_input(
+            "Repeats",
+            value=DEFAULT_REPEATS,
+            step=1,
+            key="sweep_repeats",
+            help="Runs per point: two or more give a mean, a spread and a 95% interval.",
+        )
     )
     axes = [(axis, text) for axis, text in ((name, values), (second_name, second_values)) if axis != NO_SECOND]
     swept = {axis for axis, _ in axes}
     credentials = {name: sidebar_values.get(name) or "" for name in CREDENTIAL_SETTINGS}
+    fixed = _fixed_server_settings([field for field in fields if field not in swept])
     return {
         "axes": axes,
         "repeats": 1 if searching else int(count),
         **_run_size_inputs(backend, sidebar_values["dataset_name"]),
         **server,
-        "server_settings": _fixed_server_settings([field for field in fields if field not in swept]),
-        "find_max": _search_inputs(sidebar.chosen_slo(sidebar_values)) if searching else None,
+        "server_settings": fixed,
+        "find_max": search,
         **_cluster_inputs(),
         "credentials": credentials,
     }
@@ -194,9 +197,16 @@ def _fixed_server_settings(fields: list[str]) -> list[str]:
     left out, and the plan names it."""
     if not fields:
         return []
-    columns = st.columns(min(len(fields), 4))
+    columns = st.columns(4)
     given = [
-        (field, columns[index % len(columns)].text_input(f"{{{field}}}", key=f"sweep_server_setting_{field}"))
+        (
+            field,
+            columns[index % len(columns)].text_input(
+                f"{{{field}}} (fixed)",
+                key=f"sweep_server_setting_{field}",
+                help=f"The value of the server command's {{{field}}} for every run (--server-setting {field}=VALUE).",
+            ),
+        )
         for index, field in enumerate(fields)
     ]
     return [f"{field}={value.strip()}" for field, value in given if value.strip()]
@@ -254,6 +264,7 @@ def _sweep_number(where: Any, declared: Setting, key: str, placeholder: str | No
         else (1 if declared.kind is int else None),
         key=key,
         placeholder=placeholder,
+        format=declared.widget.format if declared.widget else None,
         help=f"{declared.cli_flag}: {declared.cli_help}",
     )
     return None if shown is None else declared.kind(shown)
@@ -543,7 +554,7 @@ def describe_plan(plan: SweepPlan) -> str:
         search = plan.find_max
         return (
             f"{axes + '; ' if axes else ''}highest {search.setting} at which {search.target:.0%} of requests "
-            f"meet the SLO, within {search.precision:.0%}{server}"
+            f"meet the SLO ({describe_slo(plan.base.slo)}), within {search.precision:.0%}{server}"
         )
     return f"{axes}; {len(plan.grid())} points × {plan.repeats} repeats = {len(plan.points())} runs{server}"
 

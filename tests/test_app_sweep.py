@@ -312,7 +312,8 @@ def test_a_capacity_search_started_from_the_page_finds_the_servers_knee_within_t
     # The search's size is bounded by its budget only: 40 probes of 8 requests, and no time to promise.
     (estimate,) = [caption for caption in captions if "no duration estimate" in caption]
     assert estimate == (
-        "highest max_concurrency at which 90% of requests meet the SLO, within 10% · a server started per run; at most "
+        f"highest max_concurrency at which 90% of requests meet the SLO (TTFT ≤ {SLO_MS:,} ms), within 10% · a server "
+        "started per run; at most "
         "320 requests and 1,280 output tokens; no duration estimate: a search runs until it finds its load, at most 40 "
         "probes (--find-max-probes) and 24 h 00 min (--find-max-time) at its point."
     )

@@ -1343,7 +1343,7 @@ SWEEP_SETTINGS = (
         flags=("--server-start-timeout",),
         label="Server start timeout",
         unit="s",
-        widget=Widget(step=30.0),
+        widget=Widget(step=30.0, format="%.0f"),
     ),
     _sweep(
         "goodput_target",
@@ -1408,7 +1408,7 @@ SWEEP_SETTINGS = (
         flags=("--find-max-time",),
         label="Time budget",
         unit="s",
-        widget=Widget(step=60.0),
+        widget=Widget(step=60.0, format="%.0f"),
     ),
     _sweep(
         "cpus_per_point",
