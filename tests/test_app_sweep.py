@@ -387,3 +387,34 @@ def test_a_sweep_over_a_server_setting_starts_a_server_per_run_and_says_so_on_it
     band = next(json.loads(chart.proto.spec) for chart in at.get("plotly_chart") if chart.key == "sweep_chart_band")
     assert band["layout"]["title"]["subtitle"]["text"] == "A server started per run"
     assert get_history().load()["server_settings"].tolist() == ['{"knee": 1}', '{"knee": 8}']
+
+
+def test_a_search_that_cannot_work_is_one_error_beside_its_inputs_and_start_stays_disabled():
+    at = open_sweep_page()
+    at.sidebar.selectbox(key="backend").select("openai").run()
+    at.radio(key="sweep_kind").set_value(sweep_view.FIND_MAX).run()
+
+    def refused() -> list[str]:
+        assert not at.exception and at.button(key="sweep_start").disabled
+        return [shown(error.value) for error in at.error]
+
+    assert refused() == [
+        "--find-max looks for the highest load within an SLO: give --slo-ttft-ms, --slo-tpot-ms or --slo-e2e-ms."
+    ]
+    assert "Good requests: no threshold set yet." in shown(at.caption[1].value)
+    at.sidebar.number_input(key="slo_ttft_ms").set_value(1000.0)
+    at.number_input(key="find_max_precision").set_value(0.0).run()
+    assert refused() == ["--find-max-precision must be a number from 0.001 to 1; got 0."]
+    at.number_input(key="find_max_precision").set_value(0.1)
+    at.sidebar.selectbox(key="load_pattern_server").select("batch").run()
+    assert refused() == [
+        "Cannot search request_rate under the pipeline batch load pattern: it applies under request rate only."
+    ]
+    at.sidebar.selectbox(key="load_pattern_server").select("request_rate")
+    at.checkbox(key="sweep_server_per_run").check().run()
+    at.text_input(key="sweep_server_cmd").input("python -m my_server --port 8000").run()
+    assert refused() == [
+        "The server command has no {port} field: the sweep chooses a free port for each run and reaches the server "
+        "there."
+    ]
+    assert get_sweeps() == {} and get_runner().runs() == []

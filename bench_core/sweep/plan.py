@@ -237,6 +237,12 @@ class SweepPlan:
             for axis in self.axes
             if not axis.server and not setting(axis.name).applies(load_pattern=self.base.load.load_pattern)
         ]
+        searched = setting(self.find_max.setting) if self.find_max else None
+        if searched is not None and not searched.applies(load_pattern=self.base.load.load_pattern):
+            raise ConfigError(  # every probe would run alike
+                f"Cannot search {searched.name} under the {pattern_label(self.base.load.load_pattern)} load pattern: "
+                f"{applies_under(searched)}"
+            )
         if idle:  # every point would run alike
             raise ConfigError(
                 " ".join(
