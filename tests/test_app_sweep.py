@@ -318,6 +318,8 @@ def test_a_capacity_search_started_from_the_page_finds_the_servers_knee_within_t
         "probes (--find-max-probes) and 24 h 00 min (--find-max-time) at its point."
     )
     sweep_id = start_sweep(at)
+    (progress,) = at.get("progress")  # the search decides how many probes it runs: no fraction of them, no time left
+    assert re.fullmatch(r"searching: \d probes done(, now max_concurrency=\d)?", progress.proto.text)
     plan = get_sweeps()[sweep_id].plan
     # The plan the command line builds from the same settings.
     (sweep_command,) = [command for command in commands() if command.name == "sweep"]
