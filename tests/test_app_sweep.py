@@ -381,6 +381,11 @@ def test_a_sweep_over_a_server_setting_starts_a_server_per_run_and_says_so_on_it
     at.text_input(key="sweep_values").set_value("1,8")
     at.number_input(key="sweep_repeats").set_value(1).run()
     assert not at.error, [e.value for e in at.error]
+    # Each server names its model once up: no past run of it to time the sweep by, said as such.
+    assert (
+        "knee = 1, 8; 2 points × 1 repeats = 2 runs · a server started per run; 8 requests, about 32 output tokens; no "
+        "duration estimate: no finished run of the model each server serves on openai to estimate from."
+    ) in [shown(caption.value) for caption in at.caption]
     sweep_id = start_sweep(at)
     assert get_sweeps()[sweep_id].wait(SWEEP_TIMEOUT_S)
     at.run()
