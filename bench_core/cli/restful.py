@@ -29,6 +29,7 @@ from ..measure import metrics
 from ..measure.catalog import BEYOND_LMDEPLOY, METRICS, Metric
 from ..states import LoadPattern
 from ..store.history_import import RESTFUL_COLUMNS
+from ..sweep.plan import STARTED_SERVER_URL
 from .common import (
     EXIT_CODES_HELP,
     LENGTH_FLAGS,
@@ -220,7 +221,7 @@ class RestfulCommand(EngineCommand):
         at its own port and asks it for its model then."""
         hub_offline_by_default()
         if getattr(args, "server_cmd", ""):
-            return config_for_rate(args, "http://127.0.0.1", args.model or "", args.request_rate)
+            return config_for_rate(args, STARTED_SERVER_URL, args.model or "", args.request_rate)
         config = config_for_rate(args, base_url(args), args.model or "", args.request_rate)
         config.engine.model = check_server(config.engine)
         return config
