@@ -780,6 +780,7 @@ CATALOG: tuple[Metric, ...] = (
             value_column=f"mean_ttft_turn{turn}_ms",
             workload=True,
             swept=VALUE if turn <= 2 else (),
+            compared=VALUE,  # where runs measured it: caching's effect on a conversation shows turn by turn
         )
         for turn in range(1, MAX_TURNS + 1)
     ),
