@@ -10,7 +10,7 @@ from functools import partial
 import streamlit as st
 
 from bench_core.errors import BenchError
-from dashboard import active_runs, server_check_view, sidebar, workload_view
+from dashboard import active_runs, run_again_view, server_check_view, sidebar, workload_view
 from dashboard.run_view import render_run, run_on_show
 from dashboard.state import get_history, get_runner
 from dashboard.text import plain
@@ -41,12 +41,14 @@ if run_id:
     # Keep the run in the URL (switching pages drops query parameters) and in the session.
     st.query_params["run"] = st.session_state["run_id"] = run_id
     if shown is None or not shown.active:
+        run_again_view.open_comparison_when_ended(run_id)  # the last of runs started to compare: History shows them
         sidebar.offer_past_settings(run_id, shown, get_history())
-    render_run(run_id, sidebar.chosen_slo(choice.values))
+    render_run(run_id, sidebar.chosen_slo(choice.values), offer=run_again_view.render_run_again)
 else:
     st.info(
         "Choose a model, a backend and a dataset in the sidebar, then press **Start**. With nothing "
         "changed, SmolLM2-135M runs on the embedded transformers engine: about a minute on a 2-core CPU, the first time included."
     )
+run_again_view.render_presets(sidebar.config_or_none(choice.values), expanded=not run_id)
 # The next run's workload, below the run shown: sampled only when asked.
 workload_view.render_preview(choice.values, get_history().root / UPLOADS_FOLDER)

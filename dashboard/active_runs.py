@@ -4,6 +4,8 @@ All sessions share one runner (`dashboard.state.get_runner`), so a run started i
 every tab. Every page shows it in a banner (state, progress, a link to it) that polls only while something is
 active. Start is one press, one run: pressing it again with the same settings while this session's run is
 active queues nothing, and starting while another run is active first asks, naming the run it would wait behind.
+One press may start runs to compare (`Starts`: a run again with one thing changed, a preset's two runs); the session
+keeps which (COMPARE_WHEN_ENDED) until the last of them has ended.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ RUN_PAGE = "app_pages/run.py"  # relative to app.py, as st.page_link takes it
 STARTED = "started_run_ids"  # session key: the runs this session started
 PENDING = "pending_start"  # session key: the settings waiting for the user to confirm a queued start
 START_ERROR = "start_error"  # session key: why a confirmed start failed, shown once
+# Session key: the runs to open compared once the last of each group has ended, each group its baseline first.
+COMPARE_WHEN_ENDED = "compare_when_ended"
 
 
 def active_runs(runner: Runner) -> list[Run]:
@@ -80,22 +84,34 @@ def cancel_and_settle(run: Run) -> None:
     run.wait(CANCEL_SETTLE_S)
 
 
-def press_start(config: RunConfig) -> Run | None:
-    """Start pressed with `config`: the run on show afterwards, or None while the user is asked to confirm.
+@dataclass(frozen=True)
+class Starts:
+    """Runs one press starts, one after the other, to be opened compared once the last has ended: against
+    `baseline` (a run that has ended), else against the first of them."""
 
-    Raises BenchError when `config` cannot run (before anything is queued or asked)."""
+    configs: tuple[RunConfig, ...]
+    baseline: str | None = None
+
+
+def press_start(start: RunConfig | Starts) -> Run | None:
+    """Start pressed with a run's config, or with runs to compare: the run on show afterwards (the last one
+    started), or None while the user is asked to confirm.
+
+    Raises BenchError when a config cannot run (before anything is queued or asked)."""
+    configs = start.configs if isinstance(start, Starts) else (start,)
     runner = get_runner()
     started = set(st.session_state.get(STARTED, ()))
     active = active_runs(runner)
-    same = next((run for run in active if run.run_id in started and run.config == config), None)
+    same = next((run for run in active if run.run_id in started and run.config in configs), None)
     if same is not None:
         st.info(f"Already started: {plain(describe(same, runner))}. Pressing Start again queues nothing.")
         return same
-    check_run_config(config)
+    for config in configs:
+        check_run_config(config)
     if active:
-        st.session_state[PENDING] = config
+        st.session_state[PENDING] = start
         return None
-    return _submit(runner, config)
+    return _submit(runner, start)
 
 
 @dataclass(frozen=True)
@@ -168,14 +184,19 @@ def _running_now() -> list[str]:
 
 
 def _confirm() -> None:
-    RUN_QUESTION.answer(lambda config: _submit(get_runner(), config), _show_run)
+    RUN_QUESTION.answer(lambda start: _submit(get_runner(), start), _show_run)
 
 
 def _show_run(run: Run) -> None:
     st.query_params["run"] = st.session_state["run_id"] = run.run_id
 
 
-def _submit(runner: Runner, config: RunConfig) -> Run:
-    run = runner.submit(config)
-    st.session_state[STARTED] = [*st.session_state.get(STARTED, ()), run.run_id]
-    return run
+def _submit(runner: Runner, start: RunConfig | Starts) -> Run:
+    """Queue the run, or the runs to compare (kept in COMPARE_WHEN_ENDED); the last one queued."""
+    runs = [runner.submit(config) for config in (start.configs if isinstance(start, Starts) else (start,))]
+    run_ids = [run.run_id for run in runs]
+    st.session_state[STARTED] = [*st.session_state.get(STARTED, ()), *run_ids]
+    if isinstance(start, Starts):
+        compared = [start.baseline, *run_ids] if start.baseline else run_ids
+        st.session_state[COMPARE_WHEN_ENDED] = [*st.session_state.get(COMPARE_WHEN_ENDED, ()), compared]
+    return runs[-1]

@@ -9,6 +9,8 @@ outside the fragment and carry bytes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pandas as pd
 import streamlit as st
 
@@ -69,8 +71,9 @@ def _gone(run_id: str) -> str | None:
     return f"Run {run_id} is not in the history ({said}): here is the Run page without it."
 
 
-def render_run(run_id: str, slo: SLO) -> None:
-    """Show run `run_id`: live from this server's runner, else rebuilt from the history."""
+def render_run(run_id: str, slo: SLO, offer: Callable[[str, RunConfig], None] | None = None) -> None:
+    """Show run `run_id`: live from this server's runner, else rebuilt from the history. `offer`: what the page offers
+    for an ended run, drawn under the line of its settings (given its id and config)."""
     run = get_runner().get(run_id)
     if run is not None and run.active:
         st.subheader(f"Run {plain(run_id)}")
@@ -84,12 +87,14 @@ def render_run(run_id: str, slo: SLO) -> None:
         st.error(plain(exc))
         return
     st.subheader(f"Run {plain(run_id)}")
+    config = run.config if result is None else result.config
+    st.caption(plain(describe_config(config)))
+    if offer is not None:
+        offer(run_id, config)
     if result is None:  # cancelled before anything was measured, or refused for its input: nothing was recorded
-        st.caption(plain(describe_config(run.config)))
         said = f"{run.state}: {run.message}" if run.message else run.state
         (st.error if run.state == RunState.FAILED else st.warning)(plain(said))
         return
-    st.caption(plain(describe_config(result.config)))
     if result.requests is None:  # it failed before measuring: a bad model, dataset or engine
         st.error(plain(f"{result.status}: {result.message}"))
         return

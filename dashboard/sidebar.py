@@ -32,6 +32,7 @@ from bench_core.config import (
     settings_of,
 )
 from bench_core.config.catalog import BY_NAME
+from bench_core.config.run_again import applies_to_run
 from bench_core.config.settings import widget_label
 from bench_core.csvstore import replace_bytes
 from bench_core.engines import availability, backends
@@ -123,7 +124,7 @@ def render_sidebar(cancel: Callable[[], None] | None, actions: bool = True) -> S
     if actions:
         with buttons:
             left, right = st.columns(2)
-            go = start_estimate.run_confirmed(None if problems else _config_or_none(values))
+            go = start_estimate.run_confirmed(None if problems else config_or_none(values))
             start = left.button(
                 "Start",
                 key="start",
@@ -138,7 +139,7 @@ def render_sidebar(cancel: Callable[[], None] | None, actions: bool = True) -> S
     return SidebarChoice(values=values, start=start, unavailable_reason=reason, problems=problems)
 
 
-def _config_or_none(values: Mapping[str, Any]) -> RunConfig | None:
+def config_or_none(values: Mapping[str, Any]) -> RunConfig | None:
     """The run the sidebar's values make, for its estimate; None while they make none (Start then says why)."""
     try:
         return build_run_config(values)
@@ -185,7 +186,7 @@ def widget_values(config: RunConfig) -> dict[str, Any]:
     values[_load_pattern_key(engine.backend)] = config.load.load_pattern
     for name, value in settings_of(config).items():
         declared = setting(name)
-        if declared.widget is not None and _shown(declared, config):
+        if declared.widget is not None and applies_to_run(declared, config):
             values.update(_widget_values(declared, widget_key(declared, family), value))
     return values
 
@@ -275,11 +276,12 @@ def from_widget(declared: Setting, shown: Any) -> Any:
     return float(value) if declared.kind is float else int(value)
 
 
-def setting_widget(declared: Setting, key: str, start: Any, backend: str) -> Any:
+def setting_widget(declared: Setting, key: str, start: Any, backend: str, draw: Callable[..., Any] = persisted) -> Any:
     """Draw the setting's widget in the current container (the sidebar, an expander), starting at `start` (in the
     widget's unit), with the choices `backend` takes; return the setting's value. A value its declaration refuses is
-    said under the widget, and Start is disabled while it shows (`input_problems`)."""
-    value = _draw_widget(declared, key, start, backend)
+    said under the widget, and Start is disabled while it shows (`input_problems`). `draw`: `persisted`, or
+    `url_settings.drawn` for a widget outside the sidebar that no other page and no link keeps."""
+    value = _draw_widget(declared, key, start, backend, draw)
     for problem in declared.problems(value, backend):
         st.error(plain(problem))
     return value
@@ -296,17 +298,17 @@ def input_problems(values: Mapping[str, Any], backend: str) -> list[str]:
     ]
 
 
-def _draw_widget(declared: Setting, key: str, start: Any, backend: str) -> Any:
+def _draw_widget(declared: Setting, key: str, start: Any, backend: str, draw: Callable[..., Any]) -> Any:
     hints, label = declared.widget, widget_label(declared)
     options: dict[str, Any] = {"key": key, "help": declared.help or None}
     if declared.choices is not None:
         choices = declared.choices_for(backend)
         start = start if start in choices else choices[0]
         if hints.style == "radio":
-            return persisted(st.radio, label, options=choices, index=choices.index(start), horizontal=True, **options)
+            return draw(st.radio, label, options=choices, index=choices.index(start), horizontal=True, **options)
         return from_widget(
             declared,
-            persisted(
+            draw(
                 st.selectbox,
                 label,
                 options=choices,
@@ -316,12 +318,12 @@ def _draw_widget(declared: Setting, key: str, start: Any, backend: str) -> Any:
             ),
         )
     if hints.style == "switch":
-        return _switched_count(declared, key, start, label, options)
+        return _switched_count(declared, key, start, label, options, draw)
     if declared.kind is bool:
-        return persisted(st.checkbox, label, value=start, **options)
+        return draw(st.checkbox, label, value=start, **options)
     if declared.kind is str:
         return from_widget(
-            declared, persisted(st.text_input, label, value=start or "", placeholder=hints.placeholder, **options)
+            declared, draw(st.text_input, label, value=start or "", placeholder=hints.placeholder, **options)
         )
     if declared.kind is int:
         options["step"] = int(hints.step or 1)
@@ -332,7 +334,7 @@ def _draw_widget(declared: Setting, key: str, start: Any, backend: str) -> Any:
             low, high = (bounds.widget_min, bounds.widget_max) if bounds else (None, None)
             return from_widget(
                 declared,
-                persisted(
+                draw(
                     st.slider,
                     label,
                     value=float(start),
@@ -349,7 +351,7 @@ def _draw_widget(declared: Setting, key: str, start: Any, backend: str) -> Any:
     placeholder = hints.placeholder if start is None or hints.placeholder else None
     return from_widget(
         declared,
-        persisted(
+        draw(
             st.number_input,
             label,
             value=start,
@@ -379,11 +381,13 @@ def switch_key(key: str) -> str:
     return f"{key}_on"
 
 
-def _switched_count(declared: Setting, key: str, start: Any, label: str, options: dict[str, Any]) -> int:
+def _switched_count(
+    declared: Setting, key: str, start: Any, label: str, options: dict[str, Any], draw: Callable[..., Any]
+) -> int:
     """A checkbox, on when `start` is above 0, with the count it turns on beside it; off, the count is 0."""
-    on = persisted(st.checkbox, label, value=bool(start), key=switch_key(key), help=options["help"])
+    on = draw(st.checkbox, label, value=bool(start), key=switch_key(key), help=options["help"])
     shown = start or declared.widget.start
-    count = persisted(
+    count = draw(
         st.number_input,
         declared.shown_label,
         value=int(shown),
@@ -418,15 +422,6 @@ def _start(declared: Setting, backend: str) -> Any:
     if declared.widget.start is not None:
         return declared.widget.start
     return to_widget(declared, declared.default)
-
-
-def _shown(declared: Setting, config: RunConfig) -> bool:
-    """Whether the sidebar shows a widget for this setting of `config`."""
-    if declared.is_knob:
-        return declared.applies(backend=config.engine.backend)
-    return declared.applies(
-        backend=config.engine.backend, load_pattern=config.load.load_pattern, dataset_name=config.dataset.dataset_name
-    )
 
 
 # ---- widget groups ---------------------------------------------------------------------------

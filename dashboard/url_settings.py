@@ -64,7 +64,9 @@ def persisted(
 def drawn(
     make: Callable[..., Any], label: str, *, key: str, options: Sequence[Any] | None = None, **kwargs: Any
 ) -> Any:
-    """Draw `make` as `persisted` would, but starting at its default: for a widget a page does not keep."""
+    """Draw `make` as `persisted` would, but starting at its default: for a widget a page does not keep (no link
+    gives it a value, so nothing is refused)."""
+    kwargs.pop("refuse", None)
     return make(label, key=key, **kwargs) if options is None else make(label, list(options), key=key, **kwargs)
 
 

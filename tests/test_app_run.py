@@ -961,3 +961,47 @@ def test_warm_up_can_be_turned_off_and_a_run_then_sends_none():
     run = get_runner().get(at.query_params["run"])
     assert run.wait(60) and run.state == "finished", run.message
     assert run.config.load.warmup_requests == 0 and run.record.warmup_seconds is None
+
+
+def test_run_again_with_one_thing_changed_starts_it_then_opens_both_compared_against_the_ended_run(
+    stored_run_id, results_root
+):
+    at = open_app(stored_run_id)
+    picker = at.selectbox(key=f"run_again_setting_{stored_run_id}")
+    # What applies to a batch run of ShareGPT prompts on the embedded engine, the knob a preset shows first.
+    assert picker.value == setting("enable_prefix_caching")
+    assert {"Concurrency (requests)", "ShareGPT output length (tokens)", "Stream output"} <= set(picker.options)
+    assert not {"Request rate (req/s)", "Turns per session (turns)", "Dataset name"} & set(picker.options)
+    picker.set_value(setting("concurrency")).run()
+    at.number_input(key=f"run_again_{stored_run_id}_concurrency").set_value(2).run()
+    at.button(key="run_again_start").click().run()
+    assert not at.exception
+    again = get_runner().get(at.query_params["run"])
+    assert again.run_id != stored_run_id
+    stored = History(results_root).config(stored_run_id)
+    stored.load.concurrency, stored.label = 2, "stored · concurrency=2"
+    assert again.config == stored
+    assert again.wait(60) and again.state == "finished", again.message
+    at.run()  # the run page's rerun once the run has ended
+    assert not at.exception
+    assert at.title[0].value == "History"
+    assert at.subheader[0].value == "Compare 2 runs"
+    assert at.selectbox(key="compare_baseline").value == stored_run_id
+
+
+def test_a_preset_starts_its_two_runs_on_the_sidebars_engine_then_opens_them_compared():
+    at = open_app()
+    choose_tiny_run(at)
+    at.button(key="preset_1").click().run()  # concurrency 1 vs 8
+    assert not at.exception
+    first, second = get_runner().runs()
+    assert at.query_params["run"] == second.run_id  # the last started is on show; the first's banner links to it
+    assert (first.config.engine.model, first.config.load.concurrency, second.config.load.concurrency) == (TINY, 1, 8)
+    assert first.config.dataset.dataset == "builtin:sharegpt" and first.config.dataset.num_prompts == 8
+    for run in (first, second):
+        assert run.wait(120) and run.state == "finished", run.message
+    at.run()
+    assert not at.exception
+    assert at.title[0].value == "History"
+    assert at.subheader[0].value == "Compare 2 runs"
+    assert at.selectbox(key="compare_baseline").value == first.run_id
