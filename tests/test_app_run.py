@@ -1005,3 +1005,25 @@ def test_a_preset_starts_its_two_runs_on_the_sidebars_engine_then_opens_them_com
     assert at.title[0].value == "History"
     assert at.subheader[0].value == "Compare 2 runs"
     assert at.selectbox(key="compare_baseline").value == first.run_id
+
+
+def test_a_run_again_while_another_run_holds_the_engine_asks_first_and_once_queued_still_opens_compared(
+    stored_run_id,
+):
+    other = get_runner().submit(long_run(label="other tab"))
+    at = open_app(stored_run_id)
+    at.selectbox(key=f"run_again_setting_{stored_run_id}").set_value(setting("num_prompts")).run()
+    at.number_input(key=f"run_again_{stored_run_id}_num_prompts").set_value(4).run()
+    at.button(key="run_again_start").click().run()
+    assert not at.exception
+    assert [run.run_id for run in get_runner().runs()] == [other.run_id]  # asked, not queued
+    (warning,) = [warning for warning in asked(at) if "waits in the queue behind it" in warning]
+    assert f"run {other.run_id} (other tab) is " in warning
+    at.button(key="confirm_start").click().run()
+    again = get_runner().get(at.query_params["run"])
+    assert again.state == "queued" and again.config.dataset.num_prompts == 4
+    other.cancel()
+    assert again.wait(60) and again.state == "finished", again.message
+    at.run()
+    assert at.title[0].value == "History"
+    assert at.selectbox(key="compare_baseline").value == stored_run_id
