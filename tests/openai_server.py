@@ -108,7 +108,7 @@ def transformers_server(tiny_model_path) -> str:
             process.wait()
 
 
-def _chunk(
+def sse_chunk(
     endpoint: str, text: object = "", reasoning: str = "", finish_reason: str | None = None, usage: dict | None = None
 ) -> bytes:
     if endpoint == "chat":
@@ -144,13 +144,13 @@ async def answer_as_prompted(request: web.Request, endpoint: str, behaviour: str
         await response.write(b": ping\n\n")
         await asyncio.sleep(0.1)
     while behaviour == "forever":  # tokens past any limit, never finishing, until the client gives up
-        await response.write(_chunk(endpoint, text=" tok"))
+        await response.write(sse_chunk(endpoint, text=" tok"))
         await asyncio.sleep(CHUNK_GAP_S / 10)
     for i in range(n):
         if behaviour == "thinking" or (behaviour == "reasoning" and i < n // 2):
-            await response.write(_chunk(endpoint, reasoning="hmm"))
+            await response.write(sse_chunk(endpoint, reasoning="hmm"))
         else:
-            await response.write(_chunk(endpoint, text=7 if behaviour == "number-text" else " tok"))
+            await response.write(sse_chunk(endpoint, text=7 if behaviour == "number-text" else " tok"))
         await asyncio.sleep(CHUNK_GAP_S)
         if behaviour == "cut" and i + 1 == TOKENS_BEFORE_CUT:
             request.transport.close()  # no end of the chunked body: the client sees a broken payload
@@ -160,10 +160,10 @@ async def answer_as_prompted(request: web.Request, endpoint: str, behaviour: str
             return response
     completion_tokens = math.inf if behaviour == "infinite-usage" else n
     usage = {"prompt_tokens": 3, "completion_tokens": completion_tokens, "total_tokens": completion_tokens + 3}
-    await response.write(_chunk(endpoint, finish_reason=finish_reason, usage=usage))
+    await response.write(sse_chunk(endpoint, finish_reason=finish_reason, usage=usage))
     await response.write(b"data: [DONE]\n\n")
     while behaviour == "after-done":  # text after the end, the connection held open, until the client gives up
-        await response.write(_chunk(endpoint, text=" late"))
+        await response.write(sse_chunk(endpoint, text=" late"))
         await asyncio.sleep(CHUNK_GAP_S)
     return response
 

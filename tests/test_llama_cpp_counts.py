@@ -16,6 +16,7 @@ import pytest
 from llama_cpp_server import OWN_LENGTH, RECORDING, llama_cpp_server, pieces  # noqa: F401 (fixture)
 
 from bench_core.cli import main
+from bench_core.engines.openai_stream import LIMIT
 from bench_core.store.history import History
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
@@ -61,7 +62,7 @@ def test_the_servers_chunks_are_fewer_than_its_tokens_and_its_text_recounts_to_t
     assert len(tiny_tokenizer.encode("".join(texts), add_special_tokens=False)) == ASKED
 
 
-def test_a_stream_without_usage_that_stops_for_length_is_complete_with_its_recounted_length(
+def test_a_stream_without_usage_that_stops_for_length_is_complete_with_the_length_asked(
     llama_cpp_server, tmp_path, capsys
 ):
     run = restful(llama_cpp_server, tmp_path, capsys, "--backend", "lmdeploy")
@@ -69,7 +70,8 @@ def test_a_stream_without_usage_that_stops_for_length_is_complete_with_its_recou
     assert run.code == 0
     assert table["status"].tolist() == ["success"] * N
     assert table["output_len"].tolist() == [ASKED] * N
-    assert table["output_len_source"].tolist() == ["retokenized"] * N
+    assert table["output_len_source"].tolist() == [LIMIT] * N
+    assert table["retokenized_output_len"].tolist() == [ASKED] * N  # our count, beside it
     assert (table["n_ticks"] - 1 < ASKED).all()  # as chunks, every request would have come back short
     assert table["usage_output_len"].isna().all()
     summary = run.summary
@@ -80,8 +82,8 @@ def test_a_stream_without_usage_that_stops_for_length_is_complete_with_its_recou
         0,
     )
     assert summary["total_output_tokens"] == N * ASKED
-    assert summary["output_len_sources"] == f"retokenized: {N}"
-    assert f"Output counts from:                      retokenized: {N}" in run.out
+    assert summary["output_len_sources"] == f"{LIMIT}: {N}"
+    assert f"Output counts from:                      {LIMIT}: {N}" in run.out
 
 
 def test_a_chat_limit_the_server_ignores_is_named_with_the_flag_that_fixes_it(llama_cpp_server, tmp_path, capsys):
@@ -123,8 +125,9 @@ def test_llama_cpp_pythons_stream_shape_reads_as_the_server_wrote_it(llama_cpp_s
     table = run.table
     assert run.code == 0
     assert table["status"].tolist() == ["success"] * N
-    assert table["output_len"].tolist() == [recording["retokenized_tokens"]] * N
-    assert table["output_len_source"].tolist() == ["retokenized"] * N
+    assert table["output_len"].tolist() == [asked] * N  # it stopped for length
+    assert table["retokenized_output_len"].tolist() == [recording["retokenized_tokens"]] * N
+    assert table["output_len_source"].tolist() == [LIMIT] * N
     # one tick per chunk with text: the role chunk, the empty last chunk and the pings are none
     assert table["n_ticks"].tolist() == [1 + recording["text_chunks"]] * N
     first_text_s = next(due for due, data in recording["writes"] if '"content"' in data)

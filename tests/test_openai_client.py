@@ -216,8 +216,10 @@ def served(finish_reason="length", requested=8, chunks=6, usage=None, usage_sour
     [
         (served(usage=8, usage_source="usage", retokenized=7), 8, "usage"),
         (served(usage=8, usage_source="chunk usage", retokenized=7), 8, "chunk usage"),
-        (served(retokenized=8), 8, "retokenized"),
-        (served(), 6, "chunks"),
+        (served(retokenized=5), 8, "limit (length stop)"),  # the server's own count, whatever ours says
+        (served("stop", retokenized=5), 5, "retokenized"),
+        (served("stop"), 6, "chunks"),
+        (served("error", chunks=0, retokenized=0), 0, None),  # nothing came to count
     ],
 )
 def test_the_output_count_is_the_best_there_is_and_says_where_it_came_from(result, count, source):

@@ -29,7 +29,7 @@ from ..load.schedule import SendSchedule
 from ..models.window import model_context_window
 from ..states import SERVED_REASONS, LoadPattern
 
-EventKind = Literal["admit", "tokens", "finish"]
+EventKind = Literal["admit", "tokens", "finish", "end", "counted"]
 
 
 @dataclass(slots=True)  # not frozen: a frozen __init__ costs 5x, and engines make one per token
@@ -52,8 +52,13 @@ class EngineEvent:
       the engine's own verdict on a served request's length where its token count cannot give it
       (metrics.request_status): SUCCESS for a server that said it stopped at the limit without counting its
       tokens, OVERRUN for one that produced more than asked; "" leaves it to the count.
-    - `input_len` of an "admit" is the prompt's length where the engine built the prompt only then (a turn that
-      repeats the model's answer); 0: the request's own. The prompt tokens an engine found in its prefix cache are
+    - "end": the run's clock stops at `ts` (its `index` means nothing): what an engine yields after it is its own
+      work, done outside the measured window (an HTTP client's retokenizing of the answers). An engine that yields
+      none has its clock stopped when its events end.
+    - "counted": more columns (`extra`) and the input length of a request that finished before the "end", from
+      counts the engine made after it.
+    - `input_len` of an "admit", a "finish" or a "counted" is the prompt's length where the engine knows it better
+      than the sample (a turn that repeats the model's answer, built only when sent); 0: the request's own. The prompt tokens an engine found in its prefix cache are
       `extra["cached_tokens"]` of the "finish", where the engine reports them.
     """
 

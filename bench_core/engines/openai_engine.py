@@ -6,9 +6,14 @@ reloaded whenever a setting changes, load settings included. `stream()` drives
 `openai_client.run_requests` and passes its events on, with these adjustments:
 
 - a request's last "tokens" event (the ticks of one network read) is held until its "finish", which carries the
-  best final count (`RequestResult.output_tokens`: the server's usage, else our retokenized count of the text): the
-  last tick is corrected to that count, not followed by another (servers may put several tokens in
-  one chunk, so chunks undercount; llama.cpp's put the tokens of one UTF-8 character in one);
+  best final count (`RequestResult.output_tokens`: the server's usage; else, where it said it stopped for length, the
+  tokens asked; else our retokenized count of the text): the last tick is corrected to that count, not followed by
+  another (servers may put several tokens in one chunk, so chunks undercount; llama.cpp's put the tokens of one UTF-8
+  character in one);
+- the run's clock stops at the client's last event ("end"): our tokenizer's work (retokenizing every answer, counting
+  a prompt built when sent) comes after it, so that a long answer's retokenizing is in no duration. A request whose
+  count is that retokenizing (no usage, no length stop) finishes after the "end"; the others finish as they end and
+  get our counts in a "counted" event after it;
 - a request that streamed reasoning and never an answer ticks its reasoning chunks, held back by the client
   for an answer that did not come: its TTFT is then its first reasoning chunk (`first_answer_s` says so: NaN);
 - a request whose output the server reported only in its usage (no chunk had text) ticks 0 at the
@@ -19,8 +24,8 @@ reloaded whenever a setting changes, load settings included. `stream()` drives
   for length, or stopped at EOS without being asked to ignore it (the default kind, llama.cpp, any server that
   takes no ignore_eos); short, named so, when it stopped at EOS although asked to ignore it; overrun, with the
   limit field it seems to ignore, when it produced more than asked;
-- the "finish" event carries the request's extras: usage and retokenized counts, where its count came
-  from, whether the length differs from the one asked, when the first answer and reasoning texts came, the E2E to the
+- the "finish" event carries the request's extras: the usage count (our retokenized one with it, or in "counted"),
+  where its count came from, whether the length differs from the one asked, when the first answer and reasoning texts came, the E2E to the
   stream's last line (profile_restful_api.py's end; the ticks end at the last output, vLLM's), and
   when it was scheduled, sent and ended on the client's clock (the load actually delivered);
 - a request a duration kept from being sent ends NOT_SENT: it stays unfinished rather than failed; one
@@ -323,7 +328,7 @@ class OpenAIEngine(Engine):
         """`Engine.stream`; under a request rate, arrivals draw from `arrival_seed` (`arrivals.send_offsets`); a trace
         sends each request at its time, at most `load.concurrency` at once."""
         from .openai_client import run_requests
-        from .openai_request import ignore_eos_sent, overrun_advice
+        from .openai_request import ignore_eos_sent, retokenize
 
         by_rate = load.load_pattern == LoadPattern.REQUEST_RATE
         trace = load.load_pattern == LoadPattern.TRACE
@@ -357,46 +362,82 @@ class OpenAIEngine(Engine):
         self._loop_lag = run.loop_lag.samples  # this run's, from now on, however it ends
         eos_ends_answer = not ignore_eos_sent(spec.server_kind, generation.ignore_eos)
         held: dict[int, tuple[EngineEvent, int]] = {}  # index -> (last tokens event, count ticked before it)
-        for event in run.events():
-            if event.kind == "admit" and run.results[event.index].built_prompt is not None:
-                yield dataclasses.replace(
-                    event, input_len=len(self._tokenizer.encode(run.results[event.index].built_prompt))
-                )
-            elif event.kind == "tokens":
-                before = held.pop(event.index, None)
-                if before is not None:
-                    yield before[0]
-                ticked_before = event.earlier_ns[-1] if event.earlier_ns else before[0].n_tokens if before else 0
-                held[event.index] = (event, ticked_before)
-            elif event.kind == "finish":
-                result = run.results[event.index]
-                if result.sent_ts is None:
-                    yield dataclasses.replace(event, finish_reason=NOT_SENT)
-                    continue
-                result.eos_ends_answer = eos_ends_answer
-                extra = self._extras(result, run)  # retokenizes: output_tokens is the best count from here
-                count = result.output_tokens
-                last = held.pop(event.index, None)
-                if last is not None:
-                    last_event, ticked_before = last
-                    yield dataclasses.replace(last_event, n_tokens=max(count, ticked_before))
-                elif result.reasoning_ticks:  # no answer came: its reasoning is all the output there is to time
-                    *before, (last_ts, _) = result.reasoning_ticks
-                    yield from (EngineEvent(event.index, "tokens", ts, tokens) for ts, tokens in before)
-                    yield EngineEvent(event.index, "tokens", last_ts, max(count, before[-1][1] if before else 0))
-                elif result.usage_only:
-                    yield EngineEvent(event.index, "tokens", result.first_byte_ts, 0)
-                    yield EngineEvent(event.index, "tokens", result.last_line_ts, count)
-                length_status = result.length_status
-                if length_status == RequestStatus.OVERRUN:
-                    message = overrun_advice(run.spec)
-                else:
-                    message = event.message or result.short_reason
-                yield dataclasses.replace(
-                    event, n_tokens=count, message=message, extra=extra, length_status=length_status
-                )
-            else:
-                yield event
+        recounted: list[EngineEvent] = []  # finishes whose count is our tokenizer's: told after the clock
+        counted: list[int] = []  # the sent requests finished before the clock stopped, our own counts to come
+        last_ts, error = None, None
+        try:
+            for event in run.events():
+                last_ts = event.ts if last_ts is None else max(last_ts, event.ts)
+                if event.kind == "tokens":
+                    before = held.pop(event.index, None)
+                    if before is not None:
+                        yield before[0]
+                    ticked_before = event.earlier_ns[-1] if event.earlier_ns else before[0].n_tokens if before else 0
+                    held[event.index] = (event, ticked_before)
+                elif event.kind == "finish":
+                    result = run.results[event.index]
+                    if result.sent_ts is None:
+                        yield dataclasses.replace(event, finish_reason=NOT_SENT)
+                        continue
+                    result.eos_ends_answer = eos_ends_answer
+                    if result.needs_recount:
+                        recounted.append(event)
+                        continue
+                    counted.append(event.index)
+                    yield from self._finished(event, result, held, run)
+                else:  # an admit: a prompt built when it was sent is counted after the clock, with the rest
+                    yield event
+        except Exception as exc:  # the run's own error, raised once what it measured is handed over
+            error = exc
+        # The client's last event ends the run's clock: retokenizing (seconds for a long answer) is this client's own
+        # work, not the server's, and stays out of every duration and throughput.
+        if last_ts is not None:
+            yield EngineEvent(0, "end", last_ts)
+        retokenize(run.results, self._tokenizer)
+        for event in recounted:
+            yield from self._finished(event, run.results[event.index], held, run)
+        for index in counted:
+            result = run.results[index]
+            yield EngineEvent(
+                index, "counted", last_ts, extra=self._own_counts(result), input_len=self._input_len(result)
+            )
+        if error is not None:
+            raise error
+
+    def _finished(
+        self,
+        event: EngineEvent,
+        result: RequestResult,
+        held: dict[int, tuple[EngineEvent, int]],
+        run: ClientRun | ProcessClientRun,
+    ) -> Iterator[EngineEvent]:
+        """A sent request's last ticks, corrected to its best count, then its "finish" with its columns."""
+        from .openai_request import overrun_advice
+
+        count = result.output_tokens
+        last = held.pop(event.index, None)
+        if last is not None:
+            last_event, ticked_before = last
+            yield dataclasses.replace(last_event, n_tokens=max(count, ticked_before))
+        elif result.reasoning_ticks:  # no answer came: its reasoning is all the output there is to time
+            *before, (last_ts, _) = result.reasoning_ticks
+            yield from (EngineEvent(event.index, "tokens", ts, tokens) for ts, tokens in before)
+            yield EngineEvent(event.index, "tokens", last_ts, max(count, before[-1][1] if before else 0))
+        elif result.usage_only:
+            yield EngineEvent(event.index, "tokens", result.first_byte_ts, 0)
+            yield EngineEvent(event.index, "tokens", result.last_line_ts, count)
+        length_status = result.length_status
+        if length_status == RequestStatus.OVERRUN:
+            message = overrun_advice(run.spec)
+        else:
+            message = event.message or result.short_reason
+        extra, input_len = self._extras(result, run), 0
+        if result.retokenized_tokens is not None:  # told after the clock: our own counts come with it
+            extra.update(self._own_counts(result))
+            input_len = self._input_len(result)
+        yield dataclasses.replace(
+            event, n_tokens=count, message=message, extra=extra, length_status=length_status, input_len=input_len
+        )
 
     def client_pids(self) -> list[int]:
         return self._workers.pids if self._workers is not None else []
@@ -430,16 +471,13 @@ class OpenAIEngine(Engine):
         )
 
     def _extras(self, result: RequestResult, run: ClientRun | ProcessClientRun) -> dict:
-        """The request-table columns of one sent request (times in seconds; NaN: never happened)."""
-        from .openai_request import retokenize
-
-        retokenize([result], self._tokenizer)
+        """The request-table columns of one sent request that need none of our tokenizer's work (times in seconds;
+        NaN: never happened)."""
         return {
             "usage_output_len": math.nan
             if result.usage_completion_tokens is None
             else float(result.usage_completion_tokens),
             "cached_tokens": math.nan if result.usage_cached_tokens is None else float(result.usage_cached_tokens),
-            "retokenized_output_len": result.retokenized_tokens,
             "output_len_source": result.output_source,
             "length_mismatch": result.length_mismatch,
             "first_answer_s": _since(result.sent_ts, result.first_answer_ts),
@@ -449,6 +487,16 @@ class OpenAIEngine(Engine):
             "resent": result.resent,
             **send_columns(result.scheduled_s, result.sent_ts, result.end_ts, run.t0),
         }
+
+    @staticmethod
+    def _own_counts(result: RequestResult) -> dict:
+        """The request-table columns of our tokenizer's counts, made after the run's clock stopped."""
+        return {"retokenized_output_len": result.retokenized_tokens}
+
+    def _input_len(self, result: RequestResult) -> int:
+        """The length of a prompt built when it was sent (a turn that repeats the model's answer); 0: the request's
+        own. Counted after the clock."""
+        return 0 if result.built_prompt is None else len(self._tokenizer.encode(result.built_prompt))
 
 
 def _since(start: float, end: float | None) -> float:

@@ -16,7 +16,7 @@ from ..config import GenerationSettings, check_values, setting
 from ..errors import ConfigError
 from ..states import SERVED_REASONS, RequestStatus
 from .http_route import DEFAULT_POLICY, NetworkPolicy
-from .openai_stream import CHUNKS, RETOKENIZED
+from .openai_stream import CHUNKS, LIMIT, RETOKENIZED
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 SERVER_KINDS = ("lmdeploy", "vllm", "sglang", "transformers", "openai")
@@ -231,17 +231,36 @@ class RequestResult:
     @property
     def output_tokens(self) -> int:
         """The best count there is (`output_source` says which): the server's usage, in its last chunks or in
-        each; else our retokenized count of the text (chunks undercount: llama.cpp folds the tokens of one
-        UTF-8 character into one chunk); else the chunks with text."""
+        each; else, where the server said it stopped for length, the number of tokens asked (the server's own count,
+        whatever our tokenizer makes of the text); else our retokenized count of the text (chunks undercount:
+        llama.cpp folds the tokens of one UTF-8 character into one chunk); else the chunks with text."""
         if self.usage_completion_tokens is not None:
             return self.usage_completion_tokens
+        if self.stopped_at_limit:
+            return self.requested_tokens
         return self.retokenized_tokens if self.retokenized_tokens is not None else self.n_tokens
 
     @property
-    def output_source(self) -> str:
+    def output_source(self) -> str | None:
+        """Where `output_tokens` came from; None for a request with no output to count (one that failed before its
+        first token, say)."""
         if self.usage_source is not None:
             return self.usage_source
+        if self.stopped_at_limit:
+            return LIMIT
+        if not (self.n_tokens or self.text or self.reasoning_text):
+            return None
         return RETOKENIZED if self.retokenized_tokens is not None else CHUNKS
+
+    @property
+    def needs_recount(self) -> bool:
+        """Its count is ours to make, by retokenizing its text: the server sent no usage and did not say it stopped at
+        the limit."""
+        return (
+            self.usage_completion_tokens is None
+            and not self.stopped_at_limit
+            and bool(self.text or self.reasoning_text)
+        )
 
     @property
     def overran(self) -> bool:

@@ -142,8 +142,9 @@ def _read_event(block: bytes) -> SSEMessage | None:
     return SSEMessage(b"\n".join(data), event.decode(errors="replace") or "message")
 
 
-# Where a request's output count comes from, best first (RequestResult.output_source).
-USAGE, CHUNK_USAGE, RETOKENIZED, CHUNKS = "usage", "chunk usage", "retokenized", "chunks"
+# Where a request's output count comes from, best first (RequestResult.output_source): LIMIT is the requested number of
+# tokens, where the server sent no usage and said it stopped for length.
+USAGE, CHUNK_USAGE, LIMIT, RETOKENIZED, CHUNKS = "usage", "chunk usage", "limit (length stop)", "retokenized", "chunks"
 _SERVED_REASONS = {"length": "length", "stop": "stop", "abort": "abort", "error": "error"}
 
 

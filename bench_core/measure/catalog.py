@@ -626,7 +626,8 @@ CATALOG: tuple[Metric, ...] = (
         "",
         None,
         "Where the requests' output token counts came from, with how many each: the server's usage, its usage per "
-        "chunk, our retokenized count of the text, or the chunks counted (HTTP servers only).",
+        "chunk, the tokens asked where the server said it stopped for length, our retokenized count of the text, or "
+        "the chunks counted; a request with no output to count is in none (HTTP servers only).",
         server_only=True,
         aggregate=_only_with(COUNT_SOURCE, _count_sources),
     ),

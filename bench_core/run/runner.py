@@ -367,17 +367,22 @@ class Runner:
         publishing = _Publishing(run) if run.observers else None
         try:
             for event in events:
+                if event.kind == "end":  # the engine's own work from here on is not the run's
+                    profiler.finish(event.ts)
+                    continue
                 session = sessions[event.index]
+                if event.input_len:  # a count the engine knows better than the sample (a prompt built when sent)
+                    session.input_len = event.input_len
                 if event.kind == "tokens":
                     if event.earlier_ts:
                         session.tick_many(event.earlier_ts, event.earlier_ns)
                     session.tick_at(event.n_tokens, event.ts)
                 elif event.kind == "admit":
                     session.admit(event.ts)
-                    if event.input_len:  # a prompt built when it was sent: its own length
-                        session.input_len = event.input_len
                     if ticks_at_admission[event.index]:
                         session.tick_at(0, event.ts)
+                elif event.kind == "counted":
+                    session.extra = {**(session.extra or {}), **(event.extra or {})}
                 elif event.kind == "finish" and event.finish_reason == NOT_SENT:
                     session.reason = event.message  # never sent: it stays unfinished
                 elif event.kind == "finish" and event.finish_reason in (RUN_ENDED, CANCELLED_BY_LOAD):
@@ -393,7 +398,8 @@ class Runner:
                 for session in sessions:
                     if session.status == Session.UNKNOWN:
                         session.finish(Session.CANCELLED, session.reason or "cancelled")
-            profiler.finish()
+            if profiler.t_finish is None:
+                profiler.finish()
             samples = with_loop_lag(sampler.stop(), self._engine.loop_lag())
             measurement.telemetry = samples.assign(time_s=samples["time_s"] - profiler.t_start)
             if scraper is not None:
