@@ -86,3 +86,48 @@ def test_a_length_stop_without_usage_counts_the_tokens_asked_and_keeps_ours_besi
     assert summary["total_output_tokens"] == 3 * ASKED
     assert summary["total_output_tokens_retokenized"] == 3 * ours
     assert summary["output_len_sources"] == f"{LIMIT}: 3"  # the failed request had no count to come from anywhere
+
+
+SERVERS_OWN_EXTRA = 2  # tokens the server with a tokenizer of its own counts beyond the chat template
+
+
+def counting_in_the_template(tokenizer, reports_prompt_tokens: bool, counts: list[int]) -> web.Application:
+    """A chat server that counts each prompt as vLLM and llama.cpp do, in the tokenizer's chat template with the
+    assistant's turn opened, and says half of it was cached. Where `reports_prompt_tokens` its usage says how many
+    prompt tokens it counted, and its tokenizer is not quite ours: SERVERS_OWN_EXTRA more. `counts` keeps the count
+    each request's cached tokens are a part of (the server's own)."""
+
+    async def answer(request: web.Request, endpoint: str) -> web.StreamResponse:
+        body = await request.json()
+        text = tokenizer.apply_chat_template(body["messages"], add_generation_prompt=True, tokenize=False)
+        count = len(tokenizer.encode(text, add_special_tokens=False)) + reports_prompt_tokens * SERVERS_OWN_EXTRA
+        counts.append(count)
+        usage = {"completion_tokens": ASKED, "prompt_tokens_details": {"cached_tokens": count // 2}}
+        if reports_prompt_tokens:
+            usage |= {"prompt_tokens": count, "total_tokens": count + ASKED}
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for _ in range(ASKED):
+            await response.write(sse_chunk(endpoint, text=" tok"))
+        await response.write(sse_chunk(endpoint, finish_reason="length", usage=usage))
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+    return add_openai_routes(web.Application(), answer)
+
+
+@pytest.mark.parametrize("reports_prompt_tokens", [False, True], ids=["template", "prompt_tokens"])
+def test_chat_input_tokens_and_the_hit_rate_are_the_servers_own(tmp_path, tiny_tokenizer, reports_prompt_tokens):
+    counts: list[int] = []
+    with serving(counting_in_the_template(tiny_tokenizer, reports_prompt_tokens, counts)) as url:
+        run = server_run(tmp_path, url, num_prompts=4, output_len=ASKED, endpoint="chat")
+
+    assert run.state == "finished", run.message
+    table = run.record.requests  # concurrency 1: the requests arrived in order
+    assert table["input_len"].tolist() == counts
+    templated = [count - reports_prompt_tokens * SERVERS_OWN_EXTRA for count in counts]
+    assert table["tokenizer_input_len"].tolist() == templated  # ours, beside it
+    assert (table["input_len"] > table["cached_tokens"]).all()
+    summary = run.record.metrics
+    assert summary["total_input_tokens"] == sum(counts)
+    assert summary["prefix_cache_hit_rate"] == pytest.approx(sum(count // 2 for count in counts) / sum(counts))

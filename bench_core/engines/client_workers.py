@@ -11,8 +11,8 @@ one profiler see a single run:
 - a session's turns stay in one worker (a turn waits for the answer before it); sessions are dealt round-robin;
 - a max concurrency is split between the workers (5 over 2: 3 and 2), so at most that many are in flight in all;
   fewer slots than workers is refused (`concurrency_problems`);
-- every event comes back with the global index; a finish (and an admit whose prompt was built when sent) brings
-  its `RequestResult`, which the engine reads as it reads a one-process run's.
+- every event comes back with the global index; a finish brings its `RequestResult`, which the engine reads as it
+  reads a one-process run's.
 
 Workers are plain child processes (subprocess, not multiprocessing): the dashboard's engine runs in a daemonic
 process, which multiprocessing does not let have children. `ClientWorkers` starts them with the engine and keeps
@@ -437,7 +437,7 @@ def _outgoing(event: EngineEvent, result: RequestResult, indices: list[int]) -> 
     index = indices[event.index]
     if event.kind == "tokens":
         return index, event.ts, event.n_tokens, event.earlier_ts, event.earlier_ns
-    wanted = event.kind == "finish" or result.built_prompt is not None
+    wanted = event.kind == "finish"
     return (dataclasses.replace(event, index=index), dataclasses.replace(result, index=index) if wanted else None)
 
 

@@ -582,7 +582,7 @@ class ClientRun:
                     return self._not_sent(result, f"not sent: the {self.duration_s:g} s duration had ended")
                 outgoing = self.schedule.take(index)
                 if outgoing.built:
-                    result.built_prompt = outgoing.prompt
+                    result.built_prompt, result.built_messages = outgoing.prompt, outgoing.messages
                 payload = build_payload(
                     self.spec,
                     self.model,

@@ -362,7 +362,7 @@ class OpenAIEngine(Engine):
         self._loop_lag = run.loop_lag.samples  # this run's, from now on, however it ends
         eos_ends_answer = not ignore_eos_sent(spec.server_kind, generation.ignore_eos)
         held: dict[int, tuple[EngineEvent, int]] = {}  # index -> (last tokens event, count ticked before it)
-        recounted: list[EngineEvent] = []  # finishes whose count is our tokenizer's: told after the clock
+        recounted: dict[int, EngineEvent] = {}  # finishes whose count is our tokenizer's: told after the clock
         counted: list[int] = []  # the sent requests finished before the clock stopped, our own counts to come
         last_ts, error = None, None
         try:
@@ -381,7 +381,7 @@ class OpenAIEngine(Engine):
                         continue
                     result.eos_ends_answer = eos_ends_answer
                     if result.needs_recount:
-                        recounted.append(event)
+                        recounted[event.index] = event
                         continue
                     counted.append(event.index)
                     yield from self._finished(event, result, held, run)
@@ -394,13 +394,13 @@ class OpenAIEngine(Engine):
         if last_ts is not None:
             yield EngineEvent(0, "end", last_ts)
         retokenize(run.results, self._tokenizer)
-        for event in recounted:
-            yield from self._finished(event, run.results[event.index], held, run)
+        ours = {index: self._count_prompt(run.results[index], requests[index]) for index in (*counted, *recounted)}
+        for event in recounted.values():
+            yield from self._finished(event, run.results[event.index], held, run, ours[event.index])
         for index in counted:
             result = run.results[index]
-            yield EngineEvent(
-                index, "counted", last_ts, extra=self._own_counts(result), input_len=self._input_len(result)
-            )
+            extra = self._own_counts(result, ours[index])
+            yield EngineEvent(index, "counted", last_ts, extra=extra, input_len=_input_len(result, ours[index]))
         if error is not None:
             raise error
 
@@ -410,8 +410,10 @@ class OpenAIEngine(Engine):
         result: RequestResult,
         held: dict[int, tuple[EngineEvent, int]],
         run: ClientRun | ProcessClientRun,
+        our_input_len: int | None = None,
     ) -> Iterator[EngineEvent]:
-        """A sent request's last ticks, corrected to its best count, then its "finish" with its columns."""
+        """A sent request's last ticks, corrected to its best count, then its "finish" with its columns; our own
+        counts with them where they are made (`our_input_len`: after the clock), else the server's alone."""
         from .openai_request import overrun_advice
 
         count = result.output_tokens
@@ -431,10 +433,10 @@ class OpenAIEngine(Engine):
             message = overrun_advice(run.spec)
         else:
             message = event.message or result.short_reason
-        extra, input_len = self._extras(result, run), 0
-        if result.retokenized_tokens is not None:  # told after the clock: our own counts come with it
-            extra.update(self._own_counts(result))
-            input_len = self._input_len(result)
+        extra = self._extras(result, run)
+        if our_input_len is not None:
+            extra.update(self._own_counts(result, our_input_len))
+        input_len = _input_len(result, our_input_len)
         yield dataclasses.replace(
             event, n_tokens=count, message=message, extra=extra, length_status=length_status, input_len=input_len
         )
@@ -474,6 +476,7 @@ class OpenAIEngine(Engine):
         """The request-table columns of one sent request that need none of our tokenizer's work (times in seconds;
         NaN: never happened)."""
         return {
+            "usage_input_len": math.nan if result.usage_prompt_tokens is None else float(result.usage_prompt_tokens),
             "usage_output_len": math.nan
             if result.usage_completion_tokens is None
             else float(result.usage_completion_tokens),
@@ -489,14 +492,22 @@ class OpenAIEngine(Engine):
         }
 
     @staticmethod
-    def _own_counts(result: RequestResult) -> dict:
+    def _own_counts(result: RequestResult, our_input_len: int) -> dict:
         """The request-table columns of our tokenizer's counts, made after the run's clock stopped."""
-        return {"retokenized_output_len": result.retokenized_tokens}
+        return {"retokenized_output_len": result.retokenized_tokens, "tokenizer_input_len": our_input_len}
 
-    def _input_len(self, result: RequestResult) -> int:
-        """The length of a prompt built when it was sent (a turn that repeats the model's answer); 0: the request's
-        own. Counted after the clock."""
-        return 0 if result.built_prompt is None else len(self._tokenizer.encode(result.built_prompt))
+    def _count_prompt(self, result: RequestResult, request: SampledRequest) -> int:
+        from .openai_request import count_prompt
+
+        return count_prompt(result, request, self._tokenizer, self.spec.endpoint == "chat")
+
+
+def _input_len(result: RequestResult, ours: int | None) -> int:
+    """A request's input count: the server's prompt_tokens where it sent them, else ours (None: not made yet; 0 then
+    leaves the request's own length in place)."""
+    if result.usage_prompt_tokens is not None:
+        return result.usage_prompt_tokens
+    return ours or 0
 
 
 def _since(start: float, end: float | None) -> float:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ..config import GenerationSettings, check_values, setting
 from ..errors import ConfigError
+from ..load.requests import SampledRequest
 from ..states import SERVED_REASONS, RequestStatus
 from .http_route import DEFAULT_POLICY, NetworkPolicy
 from .openai_stream import CHUNKS, LIMIT, RETOKENIZED
@@ -218,6 +219,7 @@ class RequestResult:
     usage_prompt_tokens: int | None = None
     usage_cached_tokens: int | None = None
     built_prompt: str | None = None  # the prompt made when it was sent (a turn repeating the model's answer)
+    built_messages: Sequence[Mapping] | None = None  # the same as chat messages
     resent: bool = False  # sent again on a fresh connection: a reused one closed before any byte of the answer
     retokenized_tokens: int | None = None  # filled by `retokenize`
     finish_reason: str = ""
@@ -322,3 +324,25 @@ def retokenize(results: Sequence[RequestResult], tokenizer) -> None:
         if result.sent_ts is not None:
             texts = [t for t in (result.reasoning_text, result.text) if t]
             result.retokenized_tokens = sum(len(tokenizer.encode(t, add_special_tokens=False)) for t in texts)
+
+
+def count_prompt(result: RequestResult, request: SampledRequest, tokenizer, chat: bool) -> int:
+    """Our count of the prompt as the server got it. On the chat endpoint: its messages in the tokenizer's own chat
+    template, with the assistant's turn opened, as the server renders them before it counts (a tokenizer without a
+    template, or messages with images, fall back to the text). Else the request's own length, or a prompt built when
+    it was sent counted anew."""
+    if chat and not request.images:
+        from jinja2 import TemplateError  # transformers' own, which renders the template
+
+        messages = result.built_messages or request.messages or ({"role": "user", "content": request.prompt},)
+        try:
+            text = tokenizer.apply_chat_template(
+                [dict(m) for m in messages], add_generation_prompt=True, tokenize=False
+            )
+        except (ValueError, TemplateError):  # no chat template, or one that refuses these roles
+            pass
+        else:
+            return len(tokenizer.encode(text, add_special_tokens=False))
+    if result.built_prompt is not None:
+        return len(tokenizer.encode(result.built_prompt))
+    return request.input_len

@@ -390,7 +390,8 @@ CATALOG: tuple[Metric, ...] = (
         "Total input tokens",
         "tokens",
         None,
-        "Prompt tokens of completed requests.",
+        "Prompt tokens of completed requests: a server's own count (usage.prompt_tokens) where it sends one, else ours "
+        "(on a chat endpoint, in the tokenizer's chat template).",
         aggregate=_total_input,
         lmdeploy="total_input_tokens",
     ),
