@@ -1,12 +1,15 @@
-"""An OpenAI-compatible server on 127.0.0.1 serving its own Prometheus metrics, as LMDeploy, vLLM and SGLang do.
+"""An OpenAI-compatible server on 127.0.0.1 serving its own Prometheus metrics, as LMDeploy, vLLM, SGLang and
+llama.cpp's llama-server do.
 
 It runs at most SLOTS requests at once; the others wait for a slot. Each request streams its max_tokens
 chunks, the first FIRST_TOKEN_S after it got its slot, then one every CHUNK_GAP_S. Its metrics are kept
-by prometheus_client itself (the library these servers use) under LMDeploy's, vLLM's or SGLang's names, so GET
-/metrics answers with the exposition text those servers write: running and waiting requests, KV-cache usage (running
-over SLOTS), prefix-cache figures, and TTFT, queue and end-to-end histograms observed on the server's clock.
+by prometheus_client itself (the library the Python servers use) under LMDeploy's, vLLM's, SGLang's or llama.cpp's
+names, so GET /metrics answers with the exposition text those servers write: running and waiting requests, KV-cache
+usage (running over SLOTS), prefix-cache figures, and TTFT, queue and end-to-end histograms observed on the server's
+clock (llama.cpp: no histograms, no labels, and its prompt tokens leave out the cached ones).
 
-Each flavour lives under its own prefix of the base URL (`{url}/lmdeploy`, `/vllm`, `/sglang`), as do servers that
+Each flavour lives under its own prefix of the base URL (`{url}/lmdeploy`, `/vllm`, `/sglang`, `/llamacpp`), as do
+servers that
 fail at metrics: `/no-metrics` (404), `/garbled` (not Prometheus text), `/unknown` (metrics of no server we know),
 `/flaky` (LMDeploy's page at the first read, HTTP 500 at every later one: the run's only).
 
@@ -63,6 +66,13 @@ NAMES = {
         accept_length="spec_accept_length",
         queue="queue_time_seconds",
     ),
+    "llamacpp": dict(
+        running="requests_processing",
+        waiting="requests_deferred",
+        usage="kv_cache_usage_ratio",
+        cached="prompt_tokens_cached",
+        processed="prompt_tokens",
+    ),
 }
 BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -76,8 +86,12 @@ class ServerState:
         self.busy = 0  # requests holding a slot
         self.speculated = 0  # drafts made so far, for SGLang's gauge
         labels = {"model_name": "tiny", "engine": "0"} if flavour == "lmdeploy" else {"model_name": "tiny"}
-        names = {**NAMES[flavour], "ttft": "time_to_first_token_seconds", "e2e": "e2e_request_latency_seconds"}
-        if flavour != "sglang":
+        names = dict(NAMES[flavour])
+        if flavour == "llamacpp":
+            labels = {}
+        else:
+            names.update(ttft="time_to_first_token_seconds", e2e="e2e_request_latency_seconds")
+        if flavour in ("lmdeploy", "vllm"):
             names.update(drafts="spec_decode_num_drafts", accepted="spec_decode_num_accepted_tokens")
         gauge, histogram = prometheus_client.Gauge, prometheus_client.Histogram
         kinds = dict(
@@ -96,16 +110,24 @@ class ServerState:
             made = kind(
                 f"{flavour}:{name}", f"{field} of the scripted server", list(labels), registry=self.registry, **options
             )
-            setattr(self, field, made.labels(**labels))
+            setattr(self, field, made.labels(**labels) if labels else made)
 
     def page(self) -> bytes:
         return prometheus_client.generate_latest(self.registry)
+
+    def observe(self, histogram: str, seconds: float) -> None:
+        """An observation of its "ttft", "queue" or "e2e" histogram, where this server keeps one."""
+        if hasattr(self, histogram):
+            getattr(self, histogram).observe(seconds)
 
     def served(self) -> None:
         """A request got its prompt's prefix looked up: some tokens hit, as a prefix cache counts them."""
         if hasattr(self, "hits"):
             self.hits.inc(CACHED_TOKENS_PER_REQUEST)
             self.queries.inc(PROMPT_TOKENS_PER_REQUEST)
+        elif hasattr(self, "processed"):  # llama.cpp: the cached tokens, and the prompt tokens it processed
+            self.cached.inc(CACHED_TOKENS_PER_REQUEST)
+            self.processed.inc(PROMPT_TOKENS_PER_REQUEST - CACHED_TOKENS_PER_REQUEST)
         else:
             self.cached.inc(CACHED_TOKENS_PER_REQUEST)
             self.hit_rate.set(CACHED_TOKENS_PER_REQUEST / PROMPT_TOKENS_PER_REQUEST)
@@ -114,7 +136,7 @@ class ServerState:
         """Speculative decoding verified `drafts` drafts and accepted `accepted` of their tokens."""
         if hasattr(self, "accept_length"):  # SGLang serves the mean acceptance length itself
             self.accept_length.set(1 + accepted / drafts)
-        else:
+        elif hasattr(self, "drafts"):
             self.drafts.inc(drafts)
             self.accepted.inc(accepted)
 
@@ -140,7 +162,7 @@ def _answering(state: ServerState):
             state.busy += 1
             state.running.set(state.busy)
             state.usage.set(state.busy / SLOTS)
-            state.queue.observe(loop.time() - arrived)
+            state.observe("queue", loop.time() - arrived)
             state.served()
             try:
                 response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -151,7 +173,7 @@ def _answering(state: ServerState):
                         await asyncio.sleep(CHUNK_GAP_S)
                     await response.write(_chunk(endpoint, " tok"))
                     if i == 0:
-                        state.ttft.observe(loop.time() - arrived)
+                        state.observe("ttft", loop.time() - arrived)
                 state.drafted(SPEC_DRAFTS_PER_REQUEST, SPEC_ACCEPTED_PER_REQUEST)
                 usage = {
                     "prompt_tokens": PROMPT_TOKENS_PER_REQUEST,
@@ -160,7 +182,7 @@ def _answering(state: ServerState):
                 }
                 await response.write(_chunk(endpoint, "", "length", usage))
                 await response.write(b"data: [DONE]\n\n")
-                state.e2e.observe(loop.time() - arrived)
+                state.observe("e2e", loop.time() - arrived)
                 return response
             finally:
                 state.busy -= 1
@@ -212,7 +234,8 @@ def _make_app() -> web.Application:
 
 @pytest.fixture(scope="session")
 def metrics_server() -> str:
-    """Base URL of the server above: append /lmdeploy, /vllm, /sglang, /no-metrics, /garbled, /unknown or /flaky."""
+    """Base URL of the server above: append /lmdeploy, /vllm, /sglang, /llamacpp, /no-metrics, /garbled, /unknown or
+    /flaky."""
     with serving(_make_app()) as url:
         yield url
 

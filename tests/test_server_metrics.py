@@ -101,6 +101,35 @@ def test_lmdeploys_vllms_and_sglangs_names_read_as_one_set(flavour):
     }
 
 
+def test_llama_cpps_names_read_into_the_same_set_from_a_page_without_labels():
+    """llama-server --metrics: running and deferred requests, KV-cache usage (older builds), and the prompt tokens it
+    found cached beside those it processed, which leave the cached out; no histograms."""
+    state = ServerState("llamacpp")
+    before = read_of(state, 10.0)
+    state.running.set(2)
+    state.waiting.set(3)
+    state.usage.set(0.5)
+    for _ in range(2):
+        state.served()
+    page = state.page().decode()
+    assert "llamacpp:requests_processing 2.0\n" in page and "{" not in page  # no labels
+    series = unified_series(raw_frame(before + read_of(state, 12.0)))
+
+    at_second = {key: values[-1] for key, values in by_metric(series[series["time_s"] == 12.0]).items()}
+    assert at_second == pytest.approx(
+        {
+            "running": 2,
+            "waiting": 3,
+            "kv_cache_usage": 0.5,
+            "prefix_hit_rate": CACHED_TOKENS_PER_REQUEST / PROMPT_TOKENS_PER_REQUEST,
+            "cached_tokens_per_s": 2 * CACHED_TOKENS_PER_REQUEST / 2.0,
+        }
+    )
+    assert run_summary(raw_frame(before + read_of(state, 12.0)))["prefix_hit_rate"] == pytest.approx(
+        CACHED_TOKENS_PER_REQUEST / PROMPT_TOKENS_PER_REQUEST
+    )
+
+
 def test_an_interval_without_observations_or_after_a_counter_reset_has_no_value():
     state = ServerState("lmdeploy")
     state.served()
@@ -142,7 +171,7 @@ def test_a_page_that_is_not_prometheus_text_is_refused():
     [
         ("no-metrics", "answered HTTP 404 Not Found"),
         ("garbled", "is not Prometheus text"),
-        ("unknown", "has none of the LMDeploy, vLLM or SGLang metrics"),
+        ("unknown", "has none of the LMDeploy, vLLM, SGLang or llama.cpp metrics"),
     ],
 )
 def test_a_server_without_metrics_we_read_is_one_sentence_and_nothing_is_scraped(metrics_server, flavour, reason):

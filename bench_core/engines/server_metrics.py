@@ -1,7 +1,7 @@
 """The server's own Prometheus metrics during a run: read at an interval, kept raw, and seen as one set.
 
-LMDeploy's api_server (`lmdeploy/metrics/loggers.py`), vLLM and SGLang serve Prometheus text at GET /metrics,
-each under its own names. `SERVER_METRICS` maps them onto one set: running and waiting requests, KV-cache
+LMDeploy's api_server (`lmdeploy/metrics/loggers.py`), vLLM, SGLang and llama.cpp's llama-server (started with
+--metrics; `llamacpp:*`, no labels) serve Prometheus text at GET /metrics, each under its own names. `SERVER_METRICS` maps them onto one set: running and waiting requests, KV-cache
 usage, the prefix-cache hit rate, cached prompt tokens, the speculative acceptance length and the server-side
 TTFT, queue and end-to-end times. A quantity is read from the first of its sources the page has: a gauge as
 it stands (summed over label sets for counts, averaged for fractions), a counter as its change per second or a
@@ -91,10 +91,13 @@ class CounterRate(_Named):
 @dataclass(frozen=True)
 class CounterRatio:
     """The growth of one counter over another's since the previous read, plus `plus` (None while the second
-    did not grow): vLLM's prefix hits over queries, accepted draft tokens over drafts (+1, the bonus token)."""
+    did not grow): vLLM's prefix hits over queries, accepted draft tokens over drafts (+1, the bonus token). With
+    `of_sum` the second counts the rest, not the whole: the ratio is over both (llama.cpp's prompt tokens leave out
+    the cached ones)."""
 
     pairs: tuple[tuple[str, str], ...]
     plus: float = 0.0
+    of_sum: bool = False
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -105,10 +108,11 @@ class CounterRatio:
 
     def value(self, now: Read, before: Read | None, seconds: float) -> float | None:
         numerator, denominator = self.present(now)
-        over = _growth(denominator, now, before)
+        over, grown = _growth(denominator, now, before), _growth(numerator, now, before)
+        if over is not None and grown is not None and self.of_sum:
+            over += grown
         if not over:
             return None
-        grown = _growth(numerator, now, before)
         return None if grown is None else grown / over + self.plus
 
 
@@ -168,14 +172,33 @@ SERVER_METRICS = (
     ServerMetric(
         "running",
         "Running requests",
-        (Gauge(("lmdeploy:num_requests_running", "vllm:num_requests_running", "sglang:num_running_reqs")),),
+        (
+            Gauge(
+                (
+                    "lmdeploy:num_requests_running",
+                    "vllm:num_requests_running",
+                    "sglang:num_running_reqs",
+                    "llamacpp:requests_processing",
+                )
+            ),
+        ),
     ),
     ServerMetric(
         "waiting",
         "Waiting requests",
-        (Gauge(("lmdeploy:num_requests_waiting", "vllm:num_requests_waiting", "sglang:num_queue_reqs")),),
+        (
+            Gauge(
+                (
+                    "lmdeploy:num_requests_waiting",
+                    "vllm:num_requests_waiting",
+                    "sglang:num_queue_reqs",
+                    "llamacpp:requests_deferred",
+                )
+            ),
+        ),
     ),
-    # vLLM renamed gpu_cache_usage_perc kv_cache_usage_perc; SGLang's token_usage is the share of its KV pool in use.
+    # vLLM renamed gpu_cache_usage_perc kv_cache_usage_perc; SGLang's token_usage is the share of its KV pool in use;
+    # llama.cpp's kv_cache_usage_ratio is in older builds only.
     ServerMetric(
         "kv_cache_usage",
         "KV-cache usage",
@@ -186,24 +209,36 @@ SERVER_METRICS = (
                     "vllm:kv_cache_usage_perc",
                     "vllm:gpu_cache_usage_perc",
                     "sglang:token_usage",
+                    "llamacpp:kv_cache_usage_ratio",
                 ),
                 mean=True,
             ),
         ),
     ),
-    # vLLM counts prefix-cache queries and hits in tokens; LMDeploy and SGLang serve the rate itself.
+    # vLLM counts prefix-cache queries and hits in tokens; llama.cpp the cached prompt tokens and the others (its
+    # prompt_tokens_total leaves the cached out); LMDeploy and SGLang serve the rate itself.
     ServerMetric(
         "prefix_hit_rate",
         "Prefix-cache hit rate",
         (
             CounterRatio((("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),)),
+            CounterRatio((("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total"),), of_sum=True),
             Gauge(("lmdeploy:prefix_cache_hit_rate", "sglang:cache_hit_rate"), mean=True),
         ),
     ),
     ServerMetric(
         "cached_tokens_per_s",
         "Cached prompt tokens per second",
-        (CounterRate(("lmdeploy:cached_tokens_total", "sglang:cached_tokens_total", "vllm:prefix_cache_hits_total")),),
+        (
+            CounterRate(
+                (
+                    "lmdeploy:cached_tokens_total",
+                    "sglang:cached_tokens_total",
+                    "vllm:prefix_cache_hits_total",
+                    "llamacpp:prompt_tokens_cached_total",
+                )
+            ),
+        ),
     ),
     # Tokens a verification step yields: the accepted draft tokens per draft, plus the target model's own token.
     ServerMetric(
@@ -455,8 +490,8 @@ class MetricsScraper:
         samples = [(name, labels, float(value)) for name, labels, value in outcome["samples"]]
         if first and not samples and not self.crowded:
             self.unavailable = (
-                f"No server metrics for this run: {self._shown} has none of the LMDeploy, vLLM or SGLang metrics "
-                "read here (running and waiting requests, KV-cache usage, ...)."
+                f"No server metrics for this run: {self._shown} has none of the LMDeploy, vLLM, SGLang or llama.cpp "
+                "metrics read here (running and waiting requests, KV-cache usage, ...)."
             )
         if not samples:
             return
