@@ -21,7 +21,7 @@ from bench_core.errors import BenchError
 from bench_core.hardware.roofline import describe_roofline
 from bench_core.hardware.run_flags import live_run_flags
 from bench_core.measure import metrics
-from bench_core.measure.catalog import METRICS, find_column
+from bench_core.measure.catalog import METRICS, find_column, requested_rate
 from bench_core.measure.latency_bins import BinnedLatencies
 from bench_core.measure.live_snapshot import LiveSnapshot
 from bench_core.measure.time_left import describe_time_left
@@ -324,11 +324,12 @@ def _server_load(config: RunConfig, summary: dict) -> None:
             f"{short:,} served request(s) returned fewer tokens than asked: the server may not honour "
             "ignore_eos; check the server kind or pass it in the extra request body."
         )
-    columns = st.columns(4)
-    columns[0].metric("Requested rate (req/s)", f"{config.load.request_rate:g}")
-    for column, (name, digits) in zip(
-        columns[1:], (("achieved_rate", ".2f"), ("mean_send_lag_ms", ".1f"), ("peak_in_flight", ""))
-    ):
+    shown = ("achieved_rate", ".2f"), ("mean_send_lag_ms", ".1f"), ("mean_slot_wait_ms", ".1f"), ("peak_in_flight", "")
+    shown = tuple((name, digits) for name, digits in shown if name in summary)  # absent from runs recorded before it
+    columns = st.columns(1 + len(shown))
+    asked = requested_rate(config.load.load_pattern, config.load.request_rate, summary)
+    columns[0].metric("Requested rate (req/s)", f"{asked:g}")
+    for column, (name, digits) in zip(columns[1:], shown):
         metric, _ = find_column(name)
         column.metric(tables.describe_column(name).title, format(summary[name], digits), help=metric.definition)
 

@@ -1,7 +1,9 @@
 """What a run against a server counts, and over what time: the run's clock stops at the client's last byte, and our own
 work on the answers (retokenizing) comes after it; a request the server says stopped for length counts the tokens
-asked, whatever our tokenizer makes of its text, with our count kept beside it. Real runs through the runner against
-aiohttp servers on 127.0.0.1 (tests/openai_server.py) that keep their own timeline."""
+asked, whatever our tokenizer makes of its text, with our count kept beside it; the input count and the hit rate are
+in the server's units; and a request's wait for a free slot is not counted as lateness. Real runs through the runner
+against aiohttp servers on 127.0.0.1 (tests/openai_server.py, tests/scripted_server.py) that keep their own
+timeline."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import time
 import pytest
 from aiohttp import web
 from openai_server import add_openai_routes, answer_as_prompted, serving, sse_chunk
+from scripted_server import LAST_LINE_S, TEXT_EVENTS, scripted_server  # noqa: F401 (fixture)
 from server_runs import server_run
 
 from bench_core.engines.openai_stream import LIMIT
@@ -131,3 +134,19 @@ def test_chat_input_tokens_and_the_hit_rate_are_the_servers_own(tmp_path, tiny_t
     summary = run.record.metrics
     assert summary["total_input_tokens"] == sum(counts)
     assert summary["prefix_cache_hit_rate"] == pytest.approx(sum(count // 2 for count in counts) / sum(counts))
+
+
+def test_in_a_capped_closed_loop_the_wait_for_a_slot_is_its_own_metric_not_send_lag(tmp_path, scripted_server):
+    """Concurrency 1: every request is due at once and waits for the answers before it (LAST_LINE_S each, on the
+    scripted server's clock); that wait is the slot wait, and what is left of sent minus due is the lateness."""
+    run = server_run(tmp_path, scripted_server, num_prompts=3, output_len=TEXT_EVENTS)
+
+    assert run.state == "finished", run.message
+    table = run.record.requests
+    waits = table["slot_wait_s"].tolist()
+    assert waits == sorted(waits) and waits[2] - waits[0] >= LAST_LINE_S  # each waited for more answers
+    late = table["sent_s"] - table["scheduled_s"] - table["slot_wait_s"]
+    summary = run.record.metrics
+    assert summary["mean_slot_wait_ms"] == pytest.approx(1000 * table["slot_wait_s"].mean())
+    assert summary["mean_send_lag_ms"] == pytest.approx(1000 * late.mean())
+    assert summary["max_send_lag_ms"] < 1000 * LAST_LINE_S  # no answer's time is in it

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -223,6 +224,36 @@ def test_a_replayed_traces_send_times_measured_at_the_server_follow_the_trace(sc
     assert (arrived - arrived[0]) * 1000 == pytest.approx(np.array(times_ms, dtype=float), abs=30)  # tens of ms
     row, _ = only_run(tmp_path)
     assert row["load_pattern"] == "trace" and row["completed"] == 7
+
+
+def test_a_trace_runs_requested_rate_is_the_traces_own_at_its_speed_up(scripted_server, tmp_path, capsys):
+    records = [
+        {"timestamp": t, "input_length": 16, "output_length": scripted.TEXT_EVENTS, "hash_ids": [n]}
+        for n, t in enumerate((0, 500, 1000, 1500))  # 2 requests a second, 4 at speed-up 2
+    ]
+    trace = write_jsonl(tmp_path / "trace.jsonl", records)
+    assert (
+        scripted_restful(
+            scripted_server,
+            tmp_path,
+            "--dataset-name",
+            "trace",
+            "--dataset-path",
+            trace,
+            "--num-prompts",
+            "4",
+            "--trace-block-len",
+            "8",
+            "--trace-speedup",
+            "2",
+        )
+        == 0
+    )
+    row, _ = only_run(tmp_path)
+    assert row["scheduled_rate"] == pytest.approx(4.0)
+    out = capsys.readouterr().out
+    assert re.search(r"^Traffic request rate: +4\.00 *$", out, re.MULTILINE), out
+    assert re.search(r"^Requested rate \(req/s\): +4\.00 *$", out, re.MULTILINE), out
 
 
 def trace_file(path) -> str:

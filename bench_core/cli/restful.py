@@ -26,7 +26,7 @@ from ..engines.openai_engine import network_policy
 from ..engines.openai_request import REQUEST_DEADLINE_S
 from ..errors import ConfigError
 from ..measure import metrics
-from ..measure.catalog import BEYOND_LMDEPLOY, METRICS, Metric
+from ..measure.catalog import BEYOND_LMDEPLOY, METRICS, Metric, requested_rate
 from ..states import LoadPattern
 from ..store.history_import import RESTFUL_COLUMNS
 from ..sweep.plan import STARTED_SERVER_URL
@@ -411,7 +411,7 @@ def print_result(backend: str, config: RunConfig, summary: dict) -> None:
     measures them), then our rows below its closing rule."""
     _section(" Serving Benchmark Result ", "=")
     _line("Backend:", backend)
-    _line("Traffic request rate:", config.load.request_rate)
+    _line("Traffic request rate:", _requested_rate(config, summary))
     _line("Successful requests:", summary["completed"])
     _line("Benchmark duration (s):", summary["duration_s"])
     _line("Total input tokens:", summary["total_input_tokens"])
@@ -432,6 +432,10 @@ def print_result(backend: str, config: RunConfig, summary: dict) -> None:
         _box_statistics(f"{name} (ms)", METRICS[metric], summary)
     _section("", "=")
     _extra_rows(config, summary)
+
+
+def _requested_rate(config: RunConfig, summary: dict) -> float:
+    return requested_rate(config.load.load_pattern, config.load.request_rate, summary)
 
 
 def _box_statistics(title: str, metric: Metric, summary: dict) -> None:
@@ -460,9 +464,10 @@ def _extra_rows(config: RunConfig, summary: dict) -> None:
     _line("Cancelled requests:", summary["cancelled"])
     for reason in filter(None, str(summary["failure_reasons"]).split("; ")):
         print(f"  {reason}")
-    _line("Requested rate (req/s):", config.load.request_rate)
+    _line("Requested rate (req/s):", _requested_rate(config, summary))
     _line(f"{METRICS['achieved_rate'].label} (req/s):", summary.get("achieved_rate", math.nan))
     _line("Mean send lag (ms):", summary.get("mean_send_lag_ms", math.nan))
+    _line("Mean slot wait (ms):", summary.get("mean_slot_wait_ms", math.nan))
     _line("Peak requests in flight:", summary.get("peak_in_flight", "-"))
     _line("Length mismatches:", summary.get("length_mismatches", "-"))
     if summary.get("length_mismatches", 0) > summary.get("overrun", 0):

@@ -577,7 +577,9 @@ class ClientRun:
                     return self._not_sent(result, NOT_SENT_AFTER_FAILURE)
                 result.scheduled_s = self.schedule.offset(index)
             await asyncio.sleep(max(0.0, min(self.t0 + result.scheduled_s, deadline) - time.perf_counter()))
+            waiting_since = time.perf_counter()
             async with slots:
+                result.slot_wait_s = time.perf_counter() - waiting_since
                 if time.perf_counter() >= deadline:
                     return self._not_sent(result, f"not sent: the {self.duration_s:g} s duration had ended")
                 outgoing = self.schedule.take(index)

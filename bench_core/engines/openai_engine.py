@@ -489,6 +489,7 @@ class OpenAIEngine(Engine):
             "usage_only": result.usage_only,
             "resent": result.resent,
             **send_columns(result.scheduled_s, result.sent_ts, result.end_ts, run.t0),
+            "slot_wait_s": result.slot_wait_s,
         }
 
     @staticmethod

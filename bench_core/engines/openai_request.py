@@ -206,6 +206,7 @@ class RequestResult:
     requested_tokens: int
     scheduled_s: float  # from t0, by the arrival process
     sent_ts: float | None = None
+    slot_wait_s: float = 0.0  # how long it waited, once due, for a free slot under the concurrency cap
     first_answer_ts: float | None = None  # first chunk with answer text: TTFT (profile_restful_api.py's)
     first_reasoning_ts: float | None = None  # first chunk with reasoning text
     # (time, tokens so far) of the chunks of reasoning before any answer: ticked only if no answer comes

@@ -25,7 +25,7 @@ import pandas as pd
 
 from ..config.catalog import MAX_TURNS
 from ..load.arrivals import achieved_rate, in_flight_over_time
-from ..states import RequestStatus
+from ..states import LoadPattern, RequestStatus
 from .stats import UNBOUNDED
 
 PERCENTILES = "percentiles"  # stands for every configured percentile, p50 ... p99.9
@@ -207,7 +207,11 @@ def _decode_tokens_per_s(table: pd.DataFrame, streamed: bool) -> np.ndarray:
 
 
 def _send_lag(table: pd.DataFrame, streamed: bool) -> np.ndarray | None:
-    return _floats(table, "sent_s") - _floats(table, "scheduled_s") if "sent_s" in table else None
+    """Sent minus due, less the wait for a free slot where the client kept one (the slot wait is no lateness)."""
+    if "sent_s" not in table:
+        return None
+    waited = np.nan_to_num(_floats(table, "slot_wait_s")) if "slot_wait_s" in table else 0.0
+    return _floats(table, "sent_s") - _floats(table, "scheduled_s") - waited
 
 
 # ---- aggregate formulas over the run ---------------------------------------------------------
@@ -216,6 +220,19 @@ def _send_lag(table: pd.DataFrame, streamed: bool) -> np.ndarray | None:
 def _sent(run: RunFacts) -> np.ndarray:
     sent = _floats(run.table, "sent_s")
     return sent[~np.isnan(sent)]
+
+
+def _due(run: RunFacts) -> np.ndarray:
+    due = _floats(run.table, "scheduled_s")
+    return due[~np.isnan(due)]
+
+
+def requested_rate(load_pattern: str, request_rate: float, summary: Mapping[str, Any]) -> float:
+    """The request rate a run asked for: a trace's is its schedule's (`scheduled_rate`), not the request rate
+    setting it never used."""
+    if load_pattern == LoadPattern.TRACE:
+        return summary.get("scheduled_rate", math.nan)
+    return request_rate
 
 
 def _peak_in_flight(run: RunFacts) -> int:
@@ -644,14 +661,36 @@ CATALOG: tuple[Metric, ...] = (
         aggregate=_only_with("sent_s", lambda run: achieved_rate(_sent(run))),
     ),
     Metric(
+        "scheduled_rate",
+        "Scheduled send rate",
+        "req/s",
+        None,
+        "Requests due per second, between the first and the last due time: the rate the load asked for, as drawn "
+        "(a trace's own, at its speed-up; inf where everything was due at once) (HTTP servers).",
+        server_only=True,
+        aggregate=_only_with("scheduled_s", lambda run: achieved_rate(_due(run))),
+    ),
+    Metric(
         "send_lag",
         "Send lag",
         **_MS,
         larger_is_better=False,
         server_only=True,
-        definition="How late each request was sent against its schedule (HTTP servers; the embedded engine at a "
-        "request rate: how late it went into the batch).",
+        definition="How late each request was sent against its schedule, its wait for a free slot left out (HTTP "
+        "servers; the embedded engine at a request rate: how late it went into the batch).",
         per_request=_send_lag,
+        over_successes=False,
+        statistics=("mean", "max"),
+    ),
+    Metric(
+        "slot_wait",
+        "Slot wait",
+        **_MS,
+        larger_is_better=False,
+        server_only=True,
+        definition="How long each request, once due, waited for a free slot under the concurrency cap: the queue a "
+        "closed loop keeps on the client, not lateness (HTTP servers).",
+        per_request=lambda table, streamed: _floats(table, "slot_wait_s") if "slot_wait_s" in table else None,
         over_successes=False,
         statistics=("mean", "max"),
     ),
