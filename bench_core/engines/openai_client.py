@@ -5,7 +5,8 @@ from one asyncio event loop in its own thread, over one pool of keep-alive conne
 protocol reads each network read's SSE events in its own callback). What happens to each request comes out as `base.EngineEvent`s on a thread-safe queue, so a synchronous
 `Engine.stream()` can drain them from another thread:
 
-- "admit" when the request is sent (its clock starts here, as in `profile_restful_api.py` and vLLM);
+- "admit" when the request is sent (its clock starts here, as in `profile_restful_api.py` and vLLM); under a
+  concurrency cap, a request that is due waits for a free slot first (`RequestResult.slot_wait_s`: no lateness);
 - "tokens": a tick each time an SSE event brings new output once the answer has begun (below), timestamped
   when that event is read (one timestamp per event, as profile_restful_api.py takes one per line: two events
   that arrive in one network read are two ticks a few microseconds apart). The ticks of one network read go
@@ -14,8 +15,9 @@ protocol reads each network read's SSE events in its own callback). What happens
   `usage.completion_tokens` where it sends one, else one per chunk with text (vLLM's convention);
 - "finish" once, with "length", "stop", "error", "abort" (a cancel) or RUN_ENDED (the run's duration
   ended while it was in flight) and a message for the user. Its `n_tokens` is the best final count
-  the client has: the server's usage where reported, else the chunk count (the engine, having
-  retokenized the text, puts that count before the chunks: `RequestResult.output_tokens`).
+  the client has: the server's usage where reported, else the tokens asked where the server said it stopped for
+  length, else the chunk count (the engine, having retokenized the text after the run's clock, puts that count
+  before the chunks: `RequestResult.output_tokens`).
 
 A request fails when no new token came for the read timeout, or when it ran past its deadline
 (`ServerSpec`); bytes without tokens, such as SSE keep-alive comments, do not keep it alive.
