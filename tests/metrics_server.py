@@ -72,6 +72,7 @@ NAMES = {
         usage="kv_cache_usage_ratio",
         cached="prompt_tokens_cached",
         processed="prompt_tokens",
+        predicted="tokens_predicted",
     ),
 }
 BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)

@@ -102,8 +102,8 @@ def test_lmdeploys_vllms_and_sglangs_names_read_as_one_set(flavour):
 
 
 def test_llama_cpps_names_read_into_the_same_set_from_a_page_without_labels():
-    """llama-server --metrics: running and deferred requests, KV-cache usage (older builds), and the prompt tokens it
-    found cached beside those it processed, which leave the cached out; no histograms."""
+    """llama-server --metrics: running and deferred requests, KV-cache usage (older builds), the prompt tokens it
+    found cached beside those it processed, which leave the cached out, and the tokens it predicted; no histograms."""
     state = ServerState("llamacpp")
     before = read_of(state, 10.0)
     state.running.set(2)
@@ -111,6 +111,7 @@ def test_llama_cpps_names_read_into_the_same_set_from_a_page_without_labels():
     state.usage.set(0.5)
     for _ in range(2):
         state.served()
+    state.predicted.inc(10)
     page = state.page().decode()
     assert "llamacpp:requests_processing 2.0\n" in page and "{" not in page  # no labels
     series = unified_series(raw_frame(before + read_of(state, 12.0)))
@@ -123,6 +124,9 @@ def test_llama_cpps_names_read_into_the_same_set_from_a_page_without_labels():
             "kv_cache_usage": 0.5,
             "prefix_hit_rate": CACHED_TOKENS_PER_REQUEST / PROMPT_TOKENS_PER_REQUEST,
             "cached_tokens_per_s": 2 * CACHED_TOKENS_PER_REQUEST / 2.0,
+            # the prompt tokens it processed, the cached left out, and those it generated
+            "prompt_tokens_per_s": 2 * (PROMPT_TOKENS_PER_REQUEST - CACHED_TOKENS_PER_REQUEST) / 2.0,
+            "generation_tokens_per_s": 10 / 2.0,
         }
     )
     assert run_summary(raw_frame(before + read_of(state, 12.0)))["prefix_hit_rate"] == pytest.approx(

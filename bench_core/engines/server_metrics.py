@@ -1,10 +1,11 @@
 """The server's own Prometheus metrics during a run: read at an interval, kept raw, and seen as one set.
 
 LMDeploy's api_server (`lmdeploy/metrics/loggers.py`), vLLM, SGLang and llama.cpp's llama-server (started with
---metrics; `llamacpp:*`, no labels) serve Prometheus text at GET /metrics, each under its own names. `SERVER_METRICS` maps them onto one set: running and waiting requests, KV-cache
-usage, the prefix-cache hit rate, cached prompt tokens, the speculative acceptance length and the server-side
-TTFT, queue and end-to-end times. A quantity is read from the first of its sources the page has: a gauge as
-it stands (summed over label sets for counts, averaged for fractions), a counter as its change per second or a
+--metrics; `llamacpp:*`, no labels) serve Prometheus text at GET /metrics, each under its own names.
+`SERVER_METRICS` maps them onto one set: running and waiting requests, KV-cache usage, the prefix-cache hit rate,
+cached prompt tokens, the prompt and generated tokens the server counted, the speculative acceptance length and the
+server-side TTFT, queue and end-to-end times. A quantity is read from the first of its sources the page has: a gauge
+as it stands (summed over label sets for counts, averaged for fractions), a counter as its change per second or a
 ratio of two counters' changes, a histogram as the mean of what it observed since the previous read
 (the change of its `_sum` over the change of its `_count`). So every derived value belongs to the interval
 that ends at its read, on the same clock as the run's ticks.
@@ -236,6 +237,36 @@ SERVER_METRICS = (
                     "sglang:cached_tokens_total",
                     "vllm:prefix_cache_hits_total",
                     "llamacpp:prompt_tokens_cached_total",
+                )
+            ),
+        ),
+    ),
+    # The server's own token counts: vLLM, SGLang and LMDeploy count every prompt token, llama.cpp only those it
+    # processed (the cached ones are cached_tokens_per_s).
+    ServerMetric(
+        "prompt_tokens_per_s",
+        "Prompt tokens per second",
+        (
+            CounterRate(
+                (
+                    "lmdeploy:prompt_tokens_total",
+                    "vllm:prompt_tokens_total",
+                    "sglang:prompt_tokens_total",
+                    "llamacpp:prompt_tokens_total",
+                )
+            ),
+        ),
+    ),
+    ServerMetric(
+        "generation_tokens_per_s",
+        "Generated tokens per second",
+        (
+            CounterRate(
+                (
+                    "lmdeploy:generation_tokens_total",
+                    "vllm:generation_tokens_total",
+                    "sglang:generation_tokens_total",
+                    "llamacpp:tokens_predicted_total",
                 )
             ),
         ),

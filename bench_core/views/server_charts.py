@@ -26,6 +26,7 @@ PANELS = (
     ("Requests on the server", ("running", "waiting"), 1.0),
     ("Latency, mean per interval (ms)", ("server_ttft_s", CLIENT_TTFT, "server_queue_s", "server_e2e_s"), 1000.0),
     ("Cached prompt tokens (tok/s)", ("cached_tokens_per_s",), 1.0),
+    ("Tokens the server counted (tok/s)", ("prompt_tokens_per_s", "generation_tokens_per_s"), 1.0),
     ("Speculative acceptance length (tokens/step)", ("spec_accept_length",), 1.0),
 )
 LABELS = {**{key: metric.label for key, metric in BY_KEY.items()}, CLIENT_TTFT: "Client TTFT"}
