@@ -5,6 +5,7 @@ server of our own (tests/openai_server.py) answers 500s, stalls, cuts streams an
 """
 
 import asyncio
+import copy
 import dataclasses
 import json
 import threading
@@ -35,6 +36,7 @@ from bench_core.engines.openai_request import (
     ServerSpec,
     api_root,
     build_payload,
+    count_prompt,
     overrun_advice,
     retokenize,
     sampling_fields,
@@ -224,6 +226,23 @@ def served(finish_reason="length", requested=8, chunks=6, usage=None, usage_sour
 )
 def test_the_output_count_is_the_best_there_is_and_says_where_it_came_from(result, count, source):
     assert (result.output_tokens, result.output_source) == (count, source)
+
+
+def test_a_chat_prompt_is_counted_in_the_tokenizers_template_and_without_one_as_its_text(tiny_tokenizer):
+    request = SampledRequest("hello there", 4, 8)
+    sent = RequestResult(0, 8, 0.0, sent_ts=1.0)
+    text = tiny_tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hello there"}], add_generation_prompt=True, tokenize=False
+    )
+    templated = len(tiny_tokenizer.encode(text, add_special_tokens=False))
+    assert templated > len(tiny_tokenizer.encode("hello there"))
+    assert count_prompt(sent, request, tiny_tokenizer, chat=True) == templated
+    assert count_prompt(sent, request, tiny_tokenizer, chat=False) == 4  # completions: the request's own length
+    refusing = copy.deepcopy(tiny_tokenizer)
+    refusing.chat_template = "{{ raise_exception('no such roles here') }}"
+    assert count_prompt(sent, request, refusing, chat=True) == 4  # the run keeps a count, not a traceback
+    refusing.chat_template = None
+    assert count_prompt(sent, request, refusing, chat=True) == 4
 
 
 @pytest.mark.parametrize(

@@ -340,7 +340,7 @@ def count_prompt(result: RequestResult, request: SampledRequest, tokenizer, chat
             text = tokenizer.apply_chat_template(
                 [dict(m) for m in messages], add_generation_prompt=True, tokenize=False
             )
-        except (ValueError, TemplateError):  # no chat template, or one that refuses these roles
+        except (ValueError, TypeError, KeyError, TemplateError):  # no template, or one that refuses these messages
             pass
         else:
             return len(tokenizer.encode(text, add_special_tokens=False))
