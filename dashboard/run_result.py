@@ -44,6 +44,7 @@ class RunResult:
     # Why its numbers are not the engine's alone (hardware/run_flags.py: a busy machine, a client that could not keep
     # up): each flag's sentence.
     flags: list[str] = field(default_factory=list)
+    cache_start: str = ""  # the prefix cache's state when the clock started; "" where not recorded
 
     def summary(self, slo: SLO | None) -> dict:
         """The run's summary recomputed from its per-request table, with goodput for `slo`."""
@@ -73,6 +74,7 @@ def result_from_run(run: Run) -> RunResult | None:
         notes=list(measurement.sample.notes) if measurement.sample is not None else [],
         snapshot=run.snapshot(),
         flags=run_flags(record.metrics, record.environment.get("cpu_count")),
+        cache_start=record.cache_start,
     )
 
 
@@ -92,6 +94,7 @@ def result_from_history(history: History, run_id: str) -> RunResult:
         message=row.get("error", ""),
         history_row=row,
         flags=run_flags(row, row.get("env_cpu_count")),
+        cache_start=row.get("cache_start", ""),
     )
 
 

@@ -205,6 +205,8 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
         st.warning(plain(warning))
     for note in result.notes:
         st.caption(plain(f"Dataset: {note}"))
+    if said := tables.cache_start_sentence(result.cache_start):
+        st.caption(plain(said))
     stream = result.config.load.stream_output
 
     st.markdown("**Latency (ms)**, successful requests, as LMDeploy reports it")

@@ -71,6 +71,7 @@ OUR_FLAGS = (
     "exact_rate_arrivals",
     "max_concurrency",
     "warmup_requests",
+    "cache_state",
     "allow_long_schedule",
     *unlisted_flags(Part.DATASET, POSITIONAL, SCRIPT_FLAGS),
 )

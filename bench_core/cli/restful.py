@@ -123,6 +123,7 @@ OUR_FLAGS = (
     "allow_long_schedule",
     "client_processes",
     Flag("warmup_requests", default=1, help="unmeasured warm-up requests (0 with --disable-warmup)"),
+    "cache_state",
     Flag(
         "chat_limit_field",
         help="the field of a -chat backend's requests that limits their output tokens: "

@@ -34,7 +34,7 @@ from ..states import RunState
 from ..sweep import find_max
 from ..sweep.plan import SWEEPABLE, SweepPlan, capacity_search, describe_point, plan_for
 from ..sweep.report import sweep_report
-from ..sweep.results import mean_with_interval, point_statistics, sweep_runs
+from ..sweep.results import CACHE_START, mean_with_interval, point_statistics, sweep_runs
 from ..sweep.store import CREDENTIAL_SETTINGS
 from ..views.tables import describe_column
 from .common import (
@@ -426,6 +426,7 @@ def point_table(runs: pd.DataFrame, plan: SweepPlan) -> pd.DataFrame:
             {
                 **values,
                 "runs": int(of_point["n"].max()),
+                "prefix cache at start": of_point[CACHE_START].iloc[0],
                 **{describe_column(metric).title: cell for metric, cell in cells.items()},
             }
         )

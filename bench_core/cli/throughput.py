@@ -94,6 +94,7 @@ SCRIPT_KNOB_GROUPS = (
 # Ours: the warm-up; the log level, which their script fixes at ERROR; the dataset's settings it lacks.
 OUR_FLAGS = (
     "warmup_requests",
+    "cache_state",
     Flag("log_level", default="ERROR", help="LMDeploy's log level (profile_throughput.py fixes it at ERROR)"),
     *unlisted_flags(Part.DATASET, POSITIONAL, SEED, SCRIPT_FLAGS),
 )

@@ -44,6 +44,9 @@ IMAGE_RESOLUTIONS = {"4k": (3840, 2160), "1080p": (1920, 1080), "720p": (1280, 7
 MAX_TURNS = 8  # turns per multi-turn session; each turn's TTFT is a history column
 LOAD_PATTERNS = tuple(LoadPattern)
 CHAT_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "both")
+# cache_state: the prefix cache's state asked for at a run's start; a run records the one it got (CACHE_UNKNOWN
+# where nothing could reset it).
+CACHE_AUTO, CACHE_COLD, CACHE_WARM, CACHE_UNKNOWN = "auto", "cold", "warm", "unknown"
 AUTO_SERVER_KIND = "auto"  # server_kind: detected from what the server says (engines/server_identity.py)
 LMDEPLOY = ("turbomind", "pytorch")
 TURBOMIND, PYTORCH, TRANSFORMERS, SERVER = ("turbomind",), ("pytorch",), ("transformers",), ("openai",)
@@ -1134,6 +1137,32 @@ LOAD = (
         widget=Widget(style="switch", step=1, start=WARMUP_START),
         cli_help="unmeasured warm-up requests (the first N prompts), run after the engine loads and before the "
         "clock starts; 0: none, as LMDeploy's scripts",
+    ),
+    # What the prefix cache holds when the clock starts. An engine is reused between runs while its settings stay,
+    # and a server keeps its cache, so without a reset a run can start with an earlier run's prefixes cached
+    # (engines/base.py's Engine.reset_prefix_cache; the runner records the state it started with, cache_start).
+    Setting(
+        "cache_state",
+        Part.LOAD,
+        str,
+        CACHE_AUTO,
+        choices=(CACHE_AUTO, CACHE_COLD, CACHE_WARM),
+        choice_help={
+            CACHE_AUTO: "cold where the engine's prefix caching is on, else warm.",
+            CACHE_COLD: "drop the prefix cache after the warm-up, before the clock starts: a server's reset "
+            "endpoint (vLLM, SGLang), an in-process engine reloaded where it has no reset; where nothing can, "
+            "the run says its state is unknown.",
+            CACHE_WARM: "keep whatever earlier runs left cached, as before this setting existed.",
+        },
+        label="Cache state asked",
+        sweepable=True,
+        help="What the prefix cache holds when measuring starts. cold: dropped first (a server's reset endpoint, "
+        "or the engine reloaded); warm: what earlier runs left; auto: cold where prefix caching is on. Each run "
+        "records the state it started with.",
+        widget_label="Prefix cache at the start",
+        cli_help="the prefix cache when the clock starts: cold drops it first (vLLM's /reset_prefix_cache, "
+        "SGLang's /flush_cache, an in-process engine reloaded), warm keeps what earlier runs left, auto (the "
+        "default) is cold where --enable-prefix-caching is on",
     ),
     Setting(
         "trace_speedup",

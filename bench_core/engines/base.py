@@ -112,10 +112,24 @@ class EngineInfo:
     notes: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class CacheStart:
+    """What the prefix cache held when a run's clock started, as the run records it (its cache_start column):
+    cold (nothing cached), warm (what earlier requests left) or unknown, and in one line why, where that is not the
+    state the run asked for."""
+
+    state: str  # CACHE_COLD, CACHE_WARM or CACHE_UNKNOWN
+    note: str = ""
+
+
 class Engine(ABC):
     """A loaded model behind one backend. Reused across runs while its settings are unchanged."""
 
     info: EngineInfo
+    # True where the engine builds its prefix cache for each stream() (the embedded engine): a run starts cold.
+    cache_per_run: ClassVar[bool] = False
+    # True where `reset_prefix_cache` may drop the cache in place; an in-process engine without a way is reloaded.
+    resets_prefix_cache: ClassVar[bool] = False
 
     @property
     @abstractmethod
@@ -177,6 +191,11 @@ class Engine(ABC):
         are decoded without special tokens. On `cancel` the prompts still running end with "abort".
         """
         raise ConfigError(f"The {self.info.backend} engine cannot run playground prompts.")
+
+    def reset_prefix_cache(self) -> str:
+        """Drop every prompt prefix the engine holds cached, before a cold run's clock starts: "" when done, else
+        why it could not, in one line. Only an engine that `resets_prefix_cache` is asked."""
+        return f"the {self.info.backend} engine has no way to drop its prefix cache"
 
     def metrics_scraper(self) -> MetricsScraper | None:
         """What reads the engine's own metrics during a run (a server's /metrics), not yet started; None by

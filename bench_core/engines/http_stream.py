@@ -541,16 +541,18 @@ async def fetch_async(
     policy: NetworkPolicy = DEFAULT_POLICY,
     timeout_s: float = 10.0,
     max_bytes: int = MAX_GET_BYTES,
+    method: str = "GET",
 ) -> Response:
-    """GET `url` whole: connection, head and body within `timeout_s` (ResponseTimeout), the body at most
-    `max_bytes` (BodyTooLarge). Redirects within the origin are followed; one to another scheme, host or port is
-    not (RedirectRefused), so the credentials in `headers` reach no other server."""
+    """GET `url` whole (or `method` it, with no body: a server's POST /reset_prefix_cache): connection, head and
+    body within `timeout_s` (ResponseTimeout), the body at most `max_bytes` (BodyTooLarge). Redirects within the
+    origin are followed; one to another scheme, host or port is not (RedirectRefused), so the credentials in
+    `headers` reach no other server."""
     origin = Origin(url)
     pool = ConnectionPool(origin, timeout_s, headers or {}, policy)
     try:
         async with asyncio.timeout(timeout_s):
             for _ in range(MAX_REDIRECTS + 1):
-                connection = await pool.request("GET", target_of(url))
+                connection = await pool.request(method, target_of(url), b"" if method == "POST" else None)
                 try:
                     await _whole_body(connection, max_bytes)
                     if connection.held_bytes > max_bytes:
@@ -583,11 +585,12 @@ def fetch(
     policy: NetworkPolicy = DEFAULT_POLICY,
     timeout_s: float = 10.0,
     max_bytes: int = MAX_GET_BYTES,
+    method: str = "GET",
 ) -> Response:
     """`fetch_async` from synchronous code, on a loop of its own (Ctrl-C ends it at once)."""
 
     def get() -> Response:
-        return asyncio.run(fetch_async(url, headers, policy, timeout_s, max_bytes))
+        return asyncio.run(fetch_async(url, headers, policy, timeout_s, max_bytes, method))
 
     try:
         asyncio.get_running_loop()

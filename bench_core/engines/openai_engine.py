@@ -210,8 +210,14 @@ class OpenAIBackend(Backend):
         return OpenAIEngine(engine, load.client_processes)
 
 
+# The route that drops a server's prefix cache, by server kind (a POST without a body).
+PREFIX_CACHE_RESETS = {"vllm": "/reset_prefix_cache", "sglang": "/flush_cache"}
+
+
 class OpenAIEngine(Engine):
     """A server behind a base URL, measured with the semantics of profile_restful_api.py and vLLM."""
+
+    resets_prefix_cache = True
 
     def __init__(self, engine: EngineConfig, client_processes: int = 1):
         from .openai_client import ServerError, discover_model
@@ -454,6 +460,24 @@ class OpenAIEngine(Engine):
         return dataclasses.replace(
             self.spec, stream=load.stream_output, sampling=sampling_fields(generation, self.spec.server_kind)
         )
+
+    def reset_prefix_cache(self) -> str:
+        """The server's own reset, by its kind: vLLM's POST /reset_prefix_cache, SGLang's POST /flush_cache.
+        LMDeploy's api_server has none (0.18: its /sleep ends sessions, and no route drops the block trie), nor have
+        the others."""
+        from .http_stream import HTTPStreamError, failure_sentence, fetch, status_sentence
+        from .openai_client import auth_headers
+        from .openai_request import api_root
+
+        route = PREFIX_CACHE_RESETS.get(self.spec.server_kind)
+        if route is None:
+            return f"a {self.spec.server_kind} server has no prefix-cache reset that this tool knows of"
+        url = api_root(self.spec.base_url) + route
+        try:
+            response = fetch(url, auth_headers(self.spec.api_key, url), self.spec.network, method="POST")
+        except HTTPStreamError as exc:
+            return failure_sentence(url, exc)
+        return "" if 200 <= response.status < 300 else status_sentence(url, response)
 
     def metrics_scraper(self) -> MetricsScraper | None:
         """A reader of the server's Prometheus page at /metrics, unless the settings turned it off."""

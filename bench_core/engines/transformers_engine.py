@@ -155,6 +155,10 @@ def _eos_token_ids(model, tokenizer) -> set[int]:
 class TransformersEngine(Engine):
     """A transformers causal LM loaded once; each `stream()` call runs one batch of requests."""
 
+    # Each stream() starts a continuous-batching manager with a KV cache of its own, dropped when it ends
+    # (transformers_batching): no prefix outlives its run, nor the warm-up's.
+    cache_per_run = True
+
     def __init__(self, engine: EngineConfig, *, continuous_batching: bool | None = None) -> None:
         """Load `engine.model`. `continuous_batching=False` forces the generate path; None uses
         continuous batching where this transformers version has it."""

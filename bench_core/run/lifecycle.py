@@ -29,6 +29,7 @@ import pandas as pd
 
 from ..config import EngineConfig, GenerationSettings, RunConfig
 from ..engines import EngineInfo
+from ..engines.base import CacheStart
 from ..hardware.telemetry import with_loop_lag
 from ..load.datasets import Sample
 from ..load.playground import Conversation, PlaygroundResult
@@ -170,6 +171,7 @@ class Measurement:
     environment: dict[str, str] | None = None  # collected where the engine runs, once it is loaded
     load_seconds: float | None = None  # from leaving the queue to the start of the measurement
     warmup_seconds: float | None = None  # of which the warm-up requests took this long (None: none were sent)
+    cache_start: CacheStart | None = None  # the prefix cache's state when the clock started (Runner._start_cache)
     profiler: Profiler | None = None
     sampler: TelemetrySampler | None = field(default=None, repr=False)  # where the engine runs, from the measurement
     # The client loop's lateness so far (Engine.loop_lag, appended as it samples where the loop is in this process).

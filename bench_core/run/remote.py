@@ -109,6 +109,7 @@ class Forwarder(JobObserver):
                 "warnings": tuple(measurement.warnings),
                 "load_seconds": measurement.load_seconds,
                 "warmup_seconds": measurement.warmup_seconds,
+                "cache_start": measurement.cache_start,
                 "clock": (profiler.t_start, profiler.t_finish) if profiler is not None else (None, None),
             }
         # Identity for what is kept as it was made; value for the tuples made here.
@@ -232,7 +233,7 @@ class Mirror:
                 job.engine_info = learned["engine_info"]
             return
         measurement = job.measurement
-        for name in ("engine_info", "environment", "load_seconds", "warmup_seconds"):
+        for name in ("engine_info", "environment", "load_seconds", "warmup_seconds", "cache_start"):
             if name in learned:
                 setattr(measurement, name, learned[name])
         if "warnings" in learned:

@@ -31,6 +31,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..config import EngineConfig, GenerationSettings, LoadConfig, RunConfig
+from ..config.catalog import CACHE_AUTO, CACHE_COLD, CACHE_UNKNOWN, CACHE_WARM
+from ..config.catalog import setting as catalog_setting
 from ..engines import (
     Engine,
     EngineInfo,
@@ -40,7 +42,7 @@ from ..engines import (
     load_engine,
     tokenizer_from_engine,
 )
-from ..engines.base import CANCELLED_BY_LOAD, NOT_SENT, RUN_ENDED
+from ..engines.base import CANCELLED_BY_LOAD, NOT_SENT, RUN_ENDED, CacheStart
 from ..errors import BenchError, ModelError
 from ..hardware import roofline
 from ..hardware.environment import collect_environment
@@ -88,6 +90,7 @@ class Runner:
         self._engine: Engine | None = None
         self._engine_key: tuple | None = None
         self._engine_settings: tuple[EngineConfig, LoadConfig] | None = None
+        self._engine_served = False  # whether the engine in memory has run requests since it was loaded
         self._thread: threading.Thread | None = None
 
     # ---- public API -------------------------------------------------------------------------
@@ -238,14 +241,29 @@ class Runner:
         started = time.perf_counter()
         try:
             self._prepare(run)
+            cold = asked_cache_state(run.config) == CACHE_COLD
+            engine = self._engine
+            if (
+                cold
+                and run.config.engine.enable_prefix_caching
+                and self._engine_served
+                and not (engine.cache_per_run or engine.resets_prefix_cache)
+            ):
+                # An engine here with no way to drop its cache starts cold only as a new one.
+                self._release_engine()
+                self._engine_for(run.config.engine, run.config.load, run)
             if not run.cancel_event.is_set():
                 run.describe("warming up")
                 warming = time.perf_counter()
+                self._engine_served |= bool(run.config.load.warmup_requests)
                 self._engine.warmup(
                     measurement.sample.requests, run.config.generation, run.config.load, run.cancel_event
                 )
                 if run.config.load.warmup_requests:
                     measurement.warmup_seconds = time.perf_counter() - warming
+                measurement.cache_start = self._start_cache(run.config, cold)
+                if measurement.cache_start.note:
+                    measurement.warnings.append(measurement.cache_start.note)
         finally:
             measurement.load_seconds = time.perf_counter() - started
         if run.cancel_event.is_set():
@@ -260,6 +278,38 @@ class Runner:
             measurement.profiler.compute_metrics()
             run.move(*measured_outcome(measurement.profiler, run.config.load))
 
+    def _start_cache(self, config: RunConfig, cold: bool) -> CacheStart:
+        """Drop the prefix cache where the run asks for a cold one and the engine can, and say what it holds now."""
+        engine, warmed = self._engine, config.load.warmup_requests
+        if engine.cache_per_run:
+            said = config.load.cache_state == CACHE_WARM and config.engine.enable_prefix_caching
+            return CacheStart(
+                CACHE_COLD,
+                f"Prefix cache: cold, not warm: the {config.engine.backend} engine builds its cache for each run, "
+                "so nothing carries over."
+                if said
+                else "",
+            )
+        if caching_knob.applies(backend=config.engine.backend) and not config.engine.enable_prefix_caching:
+            return CacheStart(CACHE_COLD)  # an engine here that caches no prefix
+        if not cold:  # a server's cache is what its other clients left too
+            served = self._engine_served or not backend(config.engine.backend).in_process
+            return CacheStart(CACHE_WARM if served else CACHE_COLD)
+        if engine.resets_prefix_cache:
+            why = engine.reset_prefix_cache()
+            return (
+                CacheStart(CACHE_UNKNOWN, f"Prefix cache state at the start unknown: {why}.")
+                if why
+                else CacheStart(CACHE_COLD)
+            )
+        if warmed:
+            return CacheStart(
+                CACHE_WARM,
+                f"Prefix cache: warm, not cold: the {config.engine.backend} engine has no way to drop what its "
+                f"{warmed} warm-up request(s) cached; without a warm-up it starts cold.",
+            )
+        return CacheStart(CACHE_COLD)
+
     def _complete(self, job: PlaygroundJob) -> None:
         # The load settings of the engine in memory, so that the same engine settings reuse it; but prompts are
         # answered through a pipeline, not the engine API's bare engine.
@@ -272,6 +322,7 @@ class Runner:
             job.move(RunState.CANCELLED, "Cancelled while loading.")
             return
         job.move(RunState.RUNNING)
+        self._engine_served = True
         for result in engine.complete(job.conversations, job.generation, job.max_new_tokens, job.cancel_event):
             job.answer(result)
         job.move(RunState.CANCELLED if job.cancel_event.is_set() else RunState.FINISHED)
@@ -306,6 +357,7 @@ class Runner:
                 run.describe(f"loading {engine.model} on the {engine.backend} engine")
             self._engine = load_engine(engine, load)
             self._engine_key, self._engine_settings = key, (engine, load)
+            self._engine_served = False
             # What is loaded now (torch, the model, its tokenizer: some 340k objects) lives as long as the engine.
             # Frozen, the cyclic collector stops walking it: a full collection took 0.3-0.4 s, a stall in a run's
             # tokens whenever Python chose to run one, and transformers runs one at the end of every batch.
@@ -365,6 +417,7 @@ class Runner:
                 scraper.stop()
             raise
         publishing = _Publishing(run) if run.observers else None
+        self._engine_served = True
         try:
             for event in events:
                 if event.kind == "end":  # the engine's own work from here on is not the run's
@@ -466,6 +519,7 @@ class Runner:
             finished_at=local_now_iso(),
             load_seconds=measurement.load_seconds,
             warmup_seconds=measurement.warmup_seconds,
+            cache_start=measurement.cache_start.state if measurement.cache_start is not None else "",
             sweep_id=run.sweep_id,
             sweep_repeat=run.sweep_repeat,
         )
@@ -554,9 +608,21 @@ def _started_record(run: Run) -> RunRecord:
         environment=measurement.environment or {},
         load_seconds=measurement.load_seconds,
         warmup_seconds=measurement.warmup_seconds,
+        cache_start=measurement.cache_start.state if measurement.cache_start is not None else "",
         sweep_id=run.sweep_id,
         sweep_repeat=run.sweep_repeat,
     )
+
+
+caching_knob = catalog_setting("enable_prefix_caching")
+
+
+def asked_cache_state(config: RunConfig) -> str:
+    """The prefix cache a run asks to start with, cold or warm: auto is cold where the engine's prefix caching is
+    on (a sweep's every point and repeat then starts alike), warm elsewhere."""
+    if config.load.cache_state == CACHE_AUTO:
+        return CACHE_COLD if config.engine.enable_prefix_caching else CACHE_WARM
+    return config.load.cache_state
 
 
 def unsaved_results_folders() -> Iterator[Path]:

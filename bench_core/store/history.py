@@ -118,6 +118,9 @@ class RunRecord:
     finished_at: str = ""
     load_seconds: float | None = None  # sampling, loading or reusing the engine, warm-up: before the measured run
     warmup_seconds: float | None = None  # the warm-up requests' part of it; None: none were sent
+    # The prefix cache's state when the clock started: cold, warm or unknown; "" for a run recorded before it was
+    # (or that never reached its start).
+    cache_start: str = ""
     sweep_id: str = ""
     sweep_repeat: int | None = None  # the run's 0-based repeat index within its sweep point
     model: ModelRecord | None = None  # where the model came from; random weights are labelled on the pages
@@ -617,6 +620,7 @@ def history_row(record: RunRecord) -> dict[str, Any]:
         "error": record.error,
         "load_seconds": record.load_seconds,
         "warmup_seconds": record.warmup_seconds,
+        "cache_start": record.cache_start,
     }
     groups = [
         identity,
@@ -686,6 +690,7 @@ def _record_state(record: RunRecord) -> dict[str, Any]:
             "environment": record.environment,
             "load_seconds": record.load_seconds,
             "warmup_seconds": record.warmup_seconds,
+            "cache_start": record.cache_start,
             "sweep_id": record.sweep_id,
             "sweep_repeat": record.sweep_repeat,
         }
@@ -740,6 +745,7 @@ def _journaled_record(folder: Path) -> RunRecord | None:
         finished_at=datetime.fromtimestamp(wall_start + last - t_start).astimezone().isoformat(timespec="seconds"),
         load_seconds=state["load_seconds"],
         warmup_seconds=state["warmup_seconds"],
+        cache_start=state.get("cache_start", ""),
         sweep_id=state["sweep_id"],
         sweep_repeat=state["sweep_repeat"],
         recovered_at=local_now_iso(),

@@ -46,7 +46,8 @@ class Recovered:
 # What a row rebuilt from a folder without row.json (written before runs kept one) cannot have.
 NOT_REBUILT = (
     "its duration is the last request's finish, not the measured one, so its throughputs read high; "
-    "finished_at, load_seconds, warmup_seconds, the engine_* columns, sweep_id and sweep_repeat stay empty"
+    "finished_at, load_seconds, warmup_seconds, cache_start, the engine_* columns, sweep_id and sweep_repeat stay "
+    "empty"
 )
 
 

@@ -39,6 +39,8 @@ METRIC = "metric"
 # decode speed per user, goodput.
 SWEEP_METRICS = SWEPT_COLUMNS
 BEYOND_SPREAD = "beyond the run-to-run spread"
+CACHE_START = "cache_start"  # the history column of the prefix cache's state at a run's start (Runner._start_cache)
+NOT_RECORDED = "not recorded"
 WITHIN_SPREAD = "within the run-to-run spread"
 
 
@@ -84,8 +86,20 @@ def point_statistics(runs: pd.DataFrame, plan: SweepPlan, metrics=SWEEP_METRICS)
                 continue
             summary = describe(pd.to_numeric(part[metric], errors="coerce"), bounds=column_bounds(metric))
             if summary.n:
-                rows.append([*values.values(), label, metric, *group_values(summary), *flagged])
-    return pd.DataFrame(rows, columns=[*names, POINT, METRIC, *GROUP_COLUMNS, *FLAGGED_RUNS])
+                rows.append([*values.values(), label, metric, *group_values(summary), *flagged, cache_starts(part)])
+    return pd.DataFrame(rows, columns=[*names, POINT, METRIC, *GROUP_COLUMNS, *FLAGGED_RUNS, CACHE_START])
+
+
+def cache_starts(runs: pd.DataFrame) -> str:
+    """The prefix cache's states the runs started with: "cold" where all did alike, "1 cold, 2 warm" otherwise,
+    NOT_RECORDED for runs recorded before the state was."""
+    states = runs[CACHE_START].dropna().astype(str) if CACHE_START in runs else pd.Series(dtype=str)
+    counts = states[states != ""].value_counts(sort=False)
+    if counts.empty:
+        return NOT_RECORDED
+    if len(counts) == 1:
+        return str(counts.index[0])
+    return ", ".join(f"{count} {state}" for state, count in counts.items())
 
 
 def point_means(runs: pd.DataFrame, plan: SweepPlan, metrics: tuple[str, ...]) -> pd.DataFrame:
@@ -131,6 +145,7 @@ def statistics_for_display(statistics: pd.DataFrame) -> pd.DataFrame:
             "ci_high": "95% CI high",
             BUSY_RUNS: "runs on a busy machine",
             CLIENT_BOUND_RUNS: "runs whose client could not keep up",
+            CACHE_START: describe_column(CACHE_START).label.lower(),
         }
     )
 

@@ -119,6 +119,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("backend", _always),
     *_of(Part.DATASET),
     *_of(Part.LOAD),
+    Setting("cache_start", _always, NOT_RECORDED),  # the state the run started with, whatever it asked
     *(setting for setting in _of(Part.ENGINE) if setting.name not in _FIRST),
     *_of(Part.GENERATION),
     *_of(Part.SLO),

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import SETTINGS, SLO
+from ..config.catalog import CACHE_COLD, CACHE_UNKNOWN, CACHE_WARM
 from ..measure.catalog import (
     CATALOG,
     METRICS,
@@ -83,6 +84,8 @@ _COLUMNS = {
     for spec in (
         ColumnSpec("load_seconds", "Engine load time", "s", False),
         ColumnSpec("warmup_seconds", "Warm-up time", "s", None),
+        # What the prefix cache held when the clock started (cold, warm, unknown): a fact, beside the setting asking.
+        ColumnSpec("cache_start", "Prefix cache at start", "", None),
         ColumnSpec("bs", "Batch size", "requests", None),
         ColumnSpec("output_length", "Output length", "tokens", None, "Output length"),
     )
@@ -206,6 +209,20 @@ def per_1k_input_caveats(summary: Mapping[str, Any], load: Any) -> list[str]:
             "its wait behind the other prompts (queue and their prefill), not its own prompt's prefill alone."
         )
     return caveats
+
+
+# What each recorded prefix-cache state at a run's start means, for the Run page and the report.
+CACHE_START_MEANING = {
+    CACHE_COLD: "cold: nothing an earlier run sent was cached when the clock started",
+    CACHE_WARM: "warm: what earlier runs (and this one's warm-up) left cached was kept",
+    CACHE_UNKNOWN: "unknown: it could not be dropped (the warning says why), so earlier runs' prefixes may be cached",
+}
+
+
+def cache_start_sentence(state: str) -> str:
+    """The run's prefix-cache state at its start in words; "" for a run recorded before the state was."""
+    meaning = CACHE_START_MEANING.get(str(state).strip(), "")
+    return f"Prefix cache at the start: {meaning}." if meaning else ""
 
 
 def throughput_table(summary: dict) -> pd.DataFrame:
