@@ -207,6 +207,8 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
         st.caption(plain(f"Dataset: {note}"))
     if said := tables.cache_start_sentence(result.cache_start):
         st.caption(plain(said))
+    for caveat in tables.workload_caveats(result.config):
+        st.info(plain(caveat))
     stream = result.config.load.stream_output
 
     st.markdown("**Latency (ms)**, successful requests, as LMDeploy reports it")

@@ -4,7 +4,7 @@ own settings in the sidebar, the workload sampled before Start, and what the end
 import json
 
 import pytest
-from app_under_test import APP
+from app_under_test import APP, shown
 from streamlit.testing.v1 import AppTest
 
 from bench_core.store.history import RESULTS_ENV
@@ -86,6 +86,18 @@ def test_an_ended_shared_prefix_run_shows_what_it_sent_and_what_the_cache_served
     ).set_index("quantity")
     assert 0 < float(table.loc["Prefix cache hit rate", "value"]) < 1
     assert float(table.loc["Cached prompt tokens", "value"].replace(",", "")) > 0
+
+
+def test_a_batch_shared_prefix_run_with_caching_says_why_caching_shows_little_and_how_its_cache_started():
+    at = choose("shared-prefix", prefix_len=128, suffix_len=8, output_len=4, num_prompts_cpu=8, concurrency_cpu=8)
+    at.sidebar.selectbox(key="prefix_order").select("interleaved")
+    at.sidebar.checkbox(key="knob_enable_prefix_caching").check()
+    at = run_to_its_end(at)
+    infos = [shown(info.value) for info in at.info]
+    assert any(
+        info.startswith("8 prompts arrive at once; at most 4 of the 8 can reuse a cached prefix") for info in infos
+    )
+    assert any(shown(caption.value).startswith("Prefix cache at the start: cold:") for caption in at.caption)
 
 
 def test_an_ended_multi_turn_run_charts_ttft_by_turn():

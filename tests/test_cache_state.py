@@ -39,8 +39,6 @@ def test_an_embedded_shared_prefix_sweep_with_prefix_caching_starts_every_repeat
         "transformers",
         *SHARED_PREFIX_FLAGS,
         "--enable-prefix-caching",
-        "--max-batch-tokens",
-        "160",  # a prompt per step: each group's later prompts find its prefix cached, though all arrive at once
         "--stream-output",
         "--results",
         "results",

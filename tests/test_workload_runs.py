@@ -71,6 +71,24 @@ def test_prefix_caching_on_the_embedded_engine_serves_the_shared_prefixes_from_i
     assert on_requests["prefix_group"].tolist() == [0, 1] * 8  # the dataset's facts beside the measurements
 
 
+def test_by_default_each_groups_later_prompts_find_its_whole_prefix_cached_in_a_batch(runner):
+    """The default shared-prefix order (leaders-first), every prompt submitted at once in a batch: with caching,
+    each prompt after its group's first is served the group's 128-token prefix from the cache (two whole 64-token
+    blocks), which its TTFT no longer prefills; without, none is."""
+    dataset = DatasetConfig(
+        dataset="builtin:sharegpt", dataset_name="shared-prefix", num_prompts=8, prefix_len=128, output_len=4
+    )
+    at_once = LoadConfig(concurrency=8, stream_output=True)
+    off, off_requests = run_on_cpu(runner, dataset, at_once)
+    on, on_requests = run_on_cpu(runner, dataset, at_once, enable_prefix_caching=True)
+    followers = on_requests["prefix_group"].duplicated()  # a group's prompts after its first
+    assert followers.sum() == 4
+    assert on_requests.loc[followers, "cached_tokens"].eq(128).all()
+    assert on_requests.loc[~followers, "cached_tokens"].eq(0).all()
+    assert off_requests["cached_tokens"].eq(0).all() and off["prefix_cache_hit_rate"] == 0
+    assert on["prefix_cache_hit_rate"] == pytest.approx(4 * 128 / on_requests["input_len"].sum())
+
+
 def test_multi_turn_on_the_embedded_engine_resends_its_answers_and_reports_ttft_by_turn(runner):
     dataset = DatasetConfig(
         dataset="builtin:sample",

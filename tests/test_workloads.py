@@ -17,7 +17,7 @@ from bench_core.errors import DatasetError
 from bench_core.load.datasets import sample_requests
 from bench_core.load.requests import SampledRequest, common_prefix_len, render_transcript
 from bench_core.load.schedule import SendSchedule
-from bench_core.load.shared_prefix import group_order
+from bench_core.load.shared_prefix import group_order, hidden_reuse_note
 from bench_core.load.workload import with_workload_columns, workload_table
 from bench_core.views import workload_charts
 
@@ -84,6 +84,30 @@ def test_shared_prefix_draws_are_the_seeds_and_the_order_is_asked(tiny_tokenizer
     assert group_order(7, 3, "interleaved", random.Random(0)) == [0, 1, 2, 0, 1, 2, 0]
     shuffled = group_order(12, 3, "random", random.Random(0))
     assert sorted(shuffled) == sorted(group_order(12, 3, "grouped", random.Random(0))) and shuffled != sorted(shuffled)
+
+
+def test_leaders_first_sends_each_groups_other_prompts_after_its_first(tiny_tokenizer):
+    leaders = shared_prefix(tiny_tokenizer).requests  # the default order
+    assert [r.facts["prefix_group"] for r in leaders] == [0, 1, 2] * 4  # interleaved, as before
+    assert [r.follows for r in leaders] == [None, None, None, 0, 1, 2, 0, 1, 2, 0, 1, 2]
+    half = shared_prefix(tiny_tokenizer, prefix_share=0.5).requests
+    for request in half:  # a prompt with a prefix of its own waits for nobody, nor does its group's first
+        if request.facts["shared_prefix_tokens"] == 0:
+            assert request.follows is None
+    assert all(r.follows is None for r in shared_prefix(tiny_tokenizer, prefix_order="interleaved").requests)
+
+
+def test_the_note_says_how_many_prompts_arrive_at_once_and_how_few_can_reuse_a_cached_prefix():
+    batch = DatasetConfig(dataset_name="shared-prefix", num_prompts=8, prefix_groups=4, prefix_order="interleaved")
+    assert hidden_reuse_note(batch, LoadConfig(concurrency=8), caching=True).startswith(
+        "8 prompts arrive at once; at most 4 of the 8 can reuse a cached prefix"
+    )
+    workers = LoadConfig(load_pattern="concurrency", concurrency=3)
+    assert hidden_reuse_note(batch, workers, caching=True).startswith("3 prompts arrive at once; at most 4 of the 8")
+    paced = LoadConfig(load_pattern="request_rate", request_rate=2.0)
+    assert hidden_reuse_note(batch, paced, caching=True) == ""  # spread in time: nothing hidden
+    assert hidden_reuse_note(batch, LoadConfig(concurrency=8), caching=False) == ""
+    assert hidden_reuse_note(DatasetConfig(dataset_name="shared-prefix"), LoadConfig(), caching=True) == ""
 
 
 # ---- multi-turn ------------------------------------------------------------------------------------------------

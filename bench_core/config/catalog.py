@@ -40,6 +40,8 @@ RANGE_RATIO_RULE = (
     "lengths."
 )
 SHARED_PREFIX, MULTI_TURN, TRACE_DATASET, CUSTOM, IMAGE = DATASET_NAMES[2:]
+# The shared-prefix order that shows what prefix caching does: a group's first prompt, then its followers.
+LEADERS_FIRST = "leaders-first"
 IMAGE_RESOLUTIONS = {"4k": (3840, 2160), "1080p": (1920, 1080), "720p": (1280, 720), "360p": (640, 360)}
 MAX_TURNS = 8  # turns per multi-turn session; each turn's TTFT is a history column
 LOAD_PATTERNS = tuple(LoadPattern)
@@ -909,15 +911,18 @@ DATASET = (
         "prefix_order",
         Part.DATASET,
         str,
-        "interleaved",
+        LEADERS_FIRST,
         datasets=(SHARED_PREFIX,),
-        choices=("interleaved", "grouped", "random"),
+        choices=(LEADERS_FIRST, "interleaved", "grouped", "random"),
         label="Arrival order",
         widget_label="Arrival order",
-        help="interleaved: one prompt of each group in turn; grouped: a group's prompts one after another; "
-        "random: shuffled.",
-        cli_help="the order prompts are sent in: interleaved (group after group, one each), grouped, or random "
-        "(shared-prefix dataset)",
+        help="leaders-first: each group's first prompt goes first and the group's others once it has finished, so "
+        "they find its prefix cached (a group whose first prompt fails sends no others); interleaved: one prompt "
+        "of each group in turn; grouped: a group's prompts one after another; random: shuffled. The last three "
+        "send every prompt as the load offers it, at once in a batch.",
+        cli_help="the order prompts are sent in: leaders-first (the default: each group's first prompt, then its "
+        "others once it has finished, so they find its prefix cached), interleaved (group after group, one each), "
+        "grouped, or random (shared-prefix dataset)",
     ),
     _count(
         "output_len",

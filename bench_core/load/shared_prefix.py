@@ -5,19 +5,24 @@ The text is ShareGPT's, cut to token lengths as LMDeploy's random dataset cuts i
 `prefix_len` tokens, and per prompt a suffix of `suffix_len` tokens after a newline, so the prefix always ends on
 a token boundary and the prompts of a group share its tokens exactly. `prefix_share` of the prompts open with
 their group's prefix; the others open with a prefix of their own, of the same length, so a run at share 0 sends
-the same lengths with nothing to reuse. Prompts arrive interleaved (one of each group in turn), grouped, or
-shuffled. Each request's `facts` say its group and how many of its leading tokens it shares with the other
+the same lengths with nothing to reuse. Prompts arrive leaders-first (interleaved, but a group's other prompts
+are sent once its first has finished, so that they find its prefix cached whatever the load: in a batch that sends
+everything at once, prompts prefilled together find nothing cached), interleaved (one of each group in turn),
+grouped, or shuffled. Each request's `facts` say its group and how many of its leading tokens it shares with the other
 prompts of its group (0 for a prefix of its own), as tokenized.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
 import numpy as np
 
-from ..config import DatasetConfig
+from ..config import DatasetConfig, LoadConfig
+from ..config.catalog import LEADERS_FIRST, SHARED_PREFIX
+from ..states import LoadPattern
 from .requests import Sample, SampledRequest, TokenSupply, common_prefix_len, sample_of
 
 SEPARATOR = "\n"  # between a prefix and its suffix: a token boundary for the tokenizers in use
@@ -25,7 +30,8 @@ SEPARATOR = "\n"  # between a prefix and its suffix: a token boundary for the to
 
 def group_order(num_prompts: int, groups: int, order: str, rng: random.Random) -> list[int]:
     """The group of each prompt, in the order they are sent: groups of sizes as even as can be (the first ones one
-    larger), interleaved round-robin, grouped one after another, or shuffled."""
+    larger), interleaved round-robin (leaders-first too: its waits are `leaders`'), grouped one after another, or
+    shuffled."""
     sizes = [num_prompts // groups + (g < num_prompts % groups) for g in range(groups)]
     if order == "grouped":
         return [g for g, size in enumerate(sizes) for _ in range(size)]
@@ -49,11 +55,16 @@ def sample_shared_prefix_requests(texts: list[str], tokenizer: Any, cfg: Dataset
         owned.append(index not in reusing)
     encoded = [tokenizer.encode(prompt) for prompt in prompts]
     shared = _shared_tokens(encoded, order, owned)
+    follows = leaders(order, owned) if cfg.prefix_order == LEADERS_FIRST else [None] * len(order)
     requests = [
         SampledRequest(
-            prompt, len(ids), cfg.output_len, facts={"prefix_group": group, "shared_prefix_tokens": tokens or 0}
+            prompt,
+            len(ids),
+            cfg.output_len,
+            follows=leader,
+            facts={"prefix_group": group, "shared_prefix_tokens": tokens or 0},
         )
-        for prompt, ids, group, tokens in zip(prompts, encoded, order, shared)
+        for prompt, ids, group, tokens, leader in zip(prompts, encoded, order, shared, follows)
     ]
     notes = [
         f"{len(reusing):,} of {cfg.num_prompts:,} prompts reuse one of {groups} prefixes of {cfg.prefix_len:,} tokens"
@@ -69,6 +80,20 @@ def sample_shared_prefix_requests(texts: list[str], tokenizer: Any, cfg: Dataset
     sample = sample_of(requests, warnings=warnings, notes=notes)
     sample.arrival_rng = np.random.RandomState(cfg.seed)
     return sample
+
+
+def leaders(order: list[int], owned: list[bool]) -> list[int | None]:
+    """Per prompt, the prompt it waits for under leaders-first: its group's first prompt reusing the prefix, for
+    the group's other prompts reusing it; None for that first one and for a prompt with a prefix of its own."""
+    first: dict[int, int] = {}
+    waits: list[int | None] = []
+    for index, (group, alone) in enumerate(zip(order, owned)):
+        if alone:
+            waits.append(None)
+        else:
+            waits.append(first.get(group))
+            first.setdefault(group, index)
+    return waits
 
 
 def _shared_tokens(encoded: list[list[int]], order: list[int], owned: list[bool]) -> list[int | None]:
@@ -87,3 +112,37 @@ def _shared_tokens(encoded: list[list[int]], order: list[int], owned: list[bool]
         for index in indices:
             shared[index] = tokens
     return shared
+
+
+def prompts_at_once(load: LoadConfig, num_prompts: int) -> int | None:
+    """How many prompts the load sends at the same instant: all of a batch or of an infinite rate (in flight up to
+    the concurrency or the max concurrency), a concurrency's workers' first picks; None where they are spread in
+    time (a finite rate, a trace)."""
+    if load.load_pattern == LoadPattern.BATCH:
+        return num_prompts
+    if load.load_pattern in (LoadPattern.CONCURRENCY, LoadPattern.ENGINE_API):
+        return min(num_prompts, load.concurrency)
+    if load.load_pattern == LoadPattern.REQUEST_RATE and math.isinf(load.request_rate):
+        return min(num_prompts, load.max_concurrency or num_prompts)
+    return None
+
+
+def hidden_reuse_note(dataset: DatasetConfig, load: LoadConfig, caching: bool) -> str:
+    """Why a shared-prefix run with prefix caching on can show little of its effect on TTFT, "" where nothing hides
+    it: prompts sent at the same instant queue behind each other's prefills, and a prompt finds a prefix cached only
+    once the engine has computed it for an earlier one; at most the prompts after each group's first can, and only
+    where the engine prefills that first one before them. Leaders-first sends those after it."""
+    if dataset.dataset_name != SHARED_PREFIX or not caching or dataset.prefix_order == LEADERS_FIRST:
+        return ""
+    at_once = prompts_at_once(load, dataset.num_prompts)
+    if at_once is None or at_once < 2:
+        return ""
+    reusing = round(dataset.prefix_share * dataset.num_prompts)
+    can_reuse = max(0, reusing - min(dataset.prefix_groups, reusing))
+    return (
+        f"{at_once:,} prompts arrive at once; at most {can_reuse:,} of the {dataset.num_prompts:,} can reuse a "
+        f"cached prefix (those after each group's first, and only where the engine prefills that one before them): "
+        "the others' TTFT is the same with caching or without, and every TTFT holds the wait behind the prompts sent "
+        f"with it, so caching's effect hardly shows. The arrival order {LEADERS_FIRST} sends each group's other "
+        "prompts once its first has finished."
+    )

@@ -19,6 +19,8 @@ import pandas as pd
 
 from ..config import SETTINGS, SLO
 from ..config.catalog import CACHE_COLD, CACHE_UNKNOWN, CACHE_WARM
+from ..engines import in_process_backends
+from ..load.shared_prefix import hidden_reuse_note
 from ..measure.catalog import (
     CATALOG,
     METRICS,
@@ -223,6 +225,15 @@ def cache_start_sentence(state: str) -> str:
     """The run's prefix-cache state at its start in words; "" for a run recorded before the state was."""
     meaning = CACHE_START_MEANING.get(str(state).strip(), "")
     return f"Prefix cache at the start: {meaning}." if meaning else ""
+
+
+def workload_caveats(config: Any) -> list[str]:
+    """Why this run's setup (a RunConfig) hides what its workload is there to show, if it does: shared prefixes
+    sent at once, with prefix caching on (the engine's knob, or a server's own, which the run cannot see)."""
+    engine = config.engine
+    caching = engine.enable_prefix_caching or engine.backend not in in_process_backends()
+    note = hidden_reuse_note(config.dataset, config.load, caching)
+    return [note] if note else []
 
 
 def throughput_table(summary: dict) -> pd.DataFrame:
