@@ -139,3 +139,41 @@ def test_a_server_with_no_reset_starts_unknown_said_in_one_line_and_a_warm_start
     (said,) = [w for w in unknown.measurement.warnings if w.startswith("Prefix cache state at the start unknown")]
     assert "a lmdeploy server has no prefix-cache reset" in said
     assert warm.record.cache_start == "warm" and not any("Prefix cache" in w for w in warm.measurement.warnings)
+
+
+@pytest.mark.slow
+def test_an_engine_here_that_keeps_its_cache_and_cannot_drop_it_is_reloaded_for_a_cold_start(
+    tmp_path, tiny_model_path, monkeypatch
+):
+    """LMDeploy's engines keep their prefix cache between runs and have no reset; they need a GPU, so the stand-in
+    is the embedded engine told that its cache outlives a run (its real one does not)."""
+    from bench_core.engines.transformers_engine import TransformersEngine
+    from bench_core.run import runner as runner_module
+
+    monkeypatch.setattr(TransformersEngine, "cache_per_run", False)
+    loads = []
+    real_load = runner_module.load_engine
+    monkeypatch.setattr(runner_module, "load_engine", lambda *args: loads.append(args) or real_load(*args))
+
+    def config(cache_state: str, warmup: int = 0) -> RunConfig:
+        return RunConfig(
+            engine=EngineConfig(backend="transformers", model="builtin:tiny-llama", enable_prefix_caching=True),
+            dataset=DatasetConfig(dataset="builtin:sample", num_prompts=2, sharegpt_output_len=4),
+            load=LoadConfig(concurrency=2, stream_output=True, cache_state=cache_state, warmup_requests=warmup),
+        )
+
+    runner = Runner(History(tmp_path / "results"))
+    try:
+        started = []
+        for asked in (config("auto"), config("cold"), config("warm"), config("cold", warmup=1)):
+            run = runner.submit(asked)
+            assert run.wait(120) and run.state == "finished", run.message
+            started.append((run.record.cache_start, len(loads), run.measurement.warnings))
+    finally:
+        runner.shutdown()
+    assert [(state, count) for state, count, _ in started] == [("cold", 1), ("cold", 2), ("warm", 2), ("warm", 3)]
+    assert not any("Prefix cache" in w for _, _, warnings in started[:3] for w in warnings)
+    (said,) = [w for w in started[3][2] if w.startswith("Prefix cache")]
+    assert said.startswith(
+        "Prefix cache: warm, not cold: the transformers engine has no way to drop what its 1 warm-up"
+    )
