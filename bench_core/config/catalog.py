@@ -1164,7 +1164,7 @@ LOAD = (
         help="What the prefix cache holds when measuring starts. cold: dropped first (a server's reset endpoint, "
         "or the engine reloaded); warm: what earlier runs left; auto: cold where prefix caching is on. Each run "
         "records the state it started with.",
-        widget_label="Prefix cache at the start",
+        widget_label="Prefix cache before measuring",
         cli_help="the prefix cache when the clock starts: cold drops it first (vLLM's /reset_prefix_cache, "
         "SGLang's /flush_cache, an in-process engine reloaded), warm keeps what earlier runs left, auto (the "
         "default) is cold where --enable-prefix-caching is on",

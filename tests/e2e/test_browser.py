@@ -274,3 +274,19 @@ def select_grid_row(grid: Locator, first_cell: str) -> None:
 def run_id_in_url(url: str) -> str | None:
     match = re.search(r"[?&]run=([^&#]+)", url)
     return match.group(1) if match else None
+
+
+def test_a_batch_shared_prefix_run_with_caching_says_why_caching_shows_little_and_that_it_started_cold(page: Page):
+    # Every prompt at once (a batch at concurrency 8), interleaved, the default's leaders-first turned off.
+    page.goto(
+        "/?model_choice=builtin%3Atiny-llama&dataset_name=shared-prefix&prefix_len=64&output_len=4"
+        "&prefix_order=interleaved&num_prompts_cpu=8&concurrency_cpu=8&knob_enable_prefix_caching=true"
+    )
+    expect(page.get_by_role("heading", name="Run a benchmark")).to_be_visible(timeout=FIRST_CHART_TIMEOUT_MS)
+    wait_for_script_run(page)
+    sidebar(page).get_by_role("button", name="Start").click()
+    expect(page.get_by_text("finished: 8/8 requests succeeded")).to_be_visible(timeout=RUN_END_TIMEOUT_MS)
+    note = page.get_by_test_id("stAlertContentInfo").filter(has_text="8 prompts arrive at once")
+    expect(note).to_contain_text("at most 4 of the 8 can reuse a cached prefix")
+    expect(page.get_by_text(re.compile(r"^Prefix cache at the start: cold"))).to_be_visible()
+    expect(page.get_by_test_id("stException")).to_have_count(0)
