@@ -142,6 +142,19 @@ def test_a_server_with_no_reset_starts_unknown_said_in_one_line_and_a_warm_start
 
 
 @pytest.mark.slow
+def test_a_vllm_server_without_its_reset_route_starts_unknown_and_says_how_vllm_serves_it(tmp_path):
+    events: list[str] = []
+    with serving(reset_recording_server(events, "/elsewhere")) as url:
+        run = server_run(tmp_path, url, "vllm", "cold")
+    assert run.record.cache_start == "unknown" and "request" in events
+    (said,) = [w for w in run.measurement.warnings if w.startswith("Prefix cache state at the start unknown")]
+    assert said.endswith(
+        "/reset_prefix_cache answered HTTP 404 Not Found (vLLM serves it only when started with "
+        "VLLM_SERVER_DEV_MODE=1)."
+    )
+
+
+@pytest.mark.slow
 def test_an_engine_here_that_keeps_its_cache_and_cannot_drop_it_is_reloaded_for_a_cold_start(
     tmp_path, tiny_model_path, monkeypatch
 ):

@@ -21,11 +21,15 @@ RANDOM = DatasetConfig(
 )
 
 
-def history_of(root, configs: list[RunConfig], run_ids: list[str] | None = None) -> pd.DataFrame:
-    """Record one finished run per config in a real History (measured by a real profiler); its rows."""
+def history_of(
+    root, configs: list[RunConfig], run_ids: list[str] | None = None, cache_starts: list[str] | None = None
+) -> pd.DataFrame:
+    """Record one finished run per config in a real History (measured by a real profiler), each with the prefix
+    cache's state at its start where given; its rows."""
     history = History(root)
     run_ids = run_ids or [f"run-{index}" for index in range(len(configs))]
-    for run_id, config, ttft in zip(run_ids, configs, (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)):
+    cache_starts = cache_starts or [""] * len(configs)
+    for run_id, config, ttft, cache_start in zip(run_ids, configs, (0.1, 0.2, 0.3, 0.4, 0.5, 0.6), cache_starts):
         prof = profiled_run([ttft, ttft * 2])
         history.record(
             RunRecord(
@@ -36,6 +40,7 @@ def history_of(root, configs: list[RunConfig], run_ids: list[str] | None = None)
                 lmdeploy_columns=prof.lmdeploy_csv_row(lmdeploy_hyperparams(config)),
                 metrics=prof.summary(),
                 requests=prof.request_table(),
+                cache_start=cache_start,
             )
         )
     return history.load().set_index("run_id", drop=False).loc[run_ids]
@@ -57,6 +62,15 @@ def test_two_cpu_runs_differing_in_concurrency_differ_in_that_alone(tmp_path):
     table = run_diff.differences(runs, ["concurrency"])
     assert table.to_dict("index") == {"Concurrency (requests)": {"Concurrency 2 (x2)": "2", "Concurrency 4 (x4)": "4"}}
     assert run_diff.default_setting(runs, ["concurrency"]) == "concurrency"
+
+
+def test_runs_that_started_with_the_prefix_cache_in_different_states_say_so_beside_their_settings(tmp_path):
+    runs = history_of(tmp_path, [cpu_run(2, "a"), cpu_run(2, "b"), cpu_run(2, "c")], cache_starts=["cold", "warm", ""])
+    assert run_diff.differing_settings(runs) == ["cache_start"]
+    table = run_diff.differences(runs, ["cache_start"])
+    assert table.loc["Prefix cache at start"].tolist() == ["cold", "warm", "not recorded"]  # "": before it was kept
+    alike = history_of(tmp_path / "alike", [cpu_run(2, "a"), cpu_run(4, "b")], cache_starts=["cold", "cold"])
+    assert run_diff.differing_settings(alike) == ["concurrency"]
 
 
 def test_every_kind_of_setting_is_compared(tmp_path):

@@ -404,3 +404,13 @@ def test_the_pareto_points_of_a_sweep_are_its_point_means_not_its_repeats():
     fig = sweep_charts.pareto_chart(points, "p99_ttft_ms", "output_throughput")
     assert sum(len(trace.x) for trace in fig.data) == 2  # one marker per point, not four per run
     assert "mean of %{customdata[0]} runs" in fig.data[1].hovertemplate
+
+
+def test_a_points_runs_say_the_prefix_cache_states_they_started_with():
+    def starts(*states):
+        return sweep_results.cache_starts(pd.DataFrame({"cache_start": list(states)}))
+
+    assert starts("cold", "cold") == "cold"
+    assert starts("cold", "warm", "warm") == "1 cold, 2 warm"
+    assert starts(None, "") == starts() == "not recorded"  # runs recorded before the state was
+    assert sweep_results.cache_starts(pd.DataFrame({"run_id": ["a"]})) == "not recorded"

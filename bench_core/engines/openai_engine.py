@@ -212,6 +212,8 @@ class OpenAIBackend(Backend):
 
 # The route that drops a server's prefix cache, by server kind (a POST without a body).
 PREFIX_CACHE_RESETS = {"vllm": "/reset_prefix_cache", "sglang": "/flush_cache"}
+# Why a kind's reset route may be missing: vLLM serves its development routes only in its development mode.
+PREFIX_CACHE_RESET_HINTS = {"vllm": " (vLLM serves it only when started with VLLM_SERVER_DEV_MODE=1)"}
 
 
 class OpenAIEngine(Engine):
@@ -477,7 +479,10 @@ class OpenAIEngine(Engine):
             response = fetch(url, auth_headers(self.spec.api_key, url), self.spec.network, method="POST")
         except HTTPStreamError as exc:
             return failure_sentence(url, exc)
-        return "" if 200 <= response.status < 300 else status_sentence(url, response)
+        if 200 <= response.status < 300:
+            return ""
+        hint = PREFIX_CACHE_RESET_HINTS.get(self.spec.server_kind, "") if response.status == 404 else ""
+        return status_sentence(url, response).removesuffix(".") + hint
 
     def metrics_scraper(self) -> MetricsScraper | None:
         """A reader of the server's Prometheus page at /metrics, unless the settings turned it off."""
