@@ -155,7 +155,7 @@ def test_a_vllm_server_without_its_reset_route_starts_unknown_and_says_how_vllm_
 
 
 @pytest.mark.slow
-def test_an_engine_here_that_keeps_its_cache_and_cannot_drop_it_is_reloaded_for_a_cold_start(
+def test_an_engine_here_that_keeps_its_cache_and_cannot_drop_it_is_reloaded_for_a_cold_start_without_warm_up(
     tmp_path, tiny_model_path, monkeypatch
 ):
     """LMDeploy's engines keep their prefix cache between runs and have no reset; they need a GPU, so the stand-in
@@ -184,7 +184,8 @@ def test_an_engine_here_that_keeps_its_cache_and_cannot_drop_it_is_reloaded_for_
             started.append((run.record.cache_start, len(loads), run.measurement.warnings))
     finally:
         runner.shutdown()
-    assert [(state, count) for state, count, _ in started] == [("cold", 1), ("cold", 2), ("warm", 2), ("warm", 3)]
+    # a warm-up would fill a reloaded engine's cache again: it is kept, and the run recorded warm
+    assert [(state, count) for state, count, _ in started] == [("cold", 1), ("cold", 2), ("warm", 2), ("warm", 2)]
     assert not any("Prefix cache" in w for _, _, warnings in started[:3] for w in warnings)
     (said,) = [w for w in started[3][2] if w.startswith("Prefix cache")]
     assert said.startswith(

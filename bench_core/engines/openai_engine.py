@@ -465,8 +465,8 @@ class OpenAIEngine(Engine):
 
     def reset_prefix_cache(self) -> str:
         """The server's own reset, by its kind: vLLM's POST /reset_prefix_cache, SGLang's POST /flush_cache.
-        LMDeploy's api_server has none (0.18: its /sleep ends sessions, and no route drops the block trie), nor have
-        the others."""
+        LMDeploy's api_server has none (0.18: its /sleep and /wakeup free and restore memory, and nothing there resets
+        the prefix trie), nor have the others."""
         from .http_stream import HTTPStreamError, failure_sentence, fetch, status_sentence
         from .openai_client import auth_headers
         from .openai_request import api_root

@@ -247,9 +247,10 @@ class Runner:
                 cold
                 and run.config.engine.enable_prefix_caching
                 and self._engine_served
-                and not (engine.cache_per_run or engine.resets_prefix_cache)
+                and not (engine.cache_per_run or engine.resets_prefix_cache or run.config.load.warmup_requests)
             ):
-                # An engine here with no way to drop its cache starts cold only as a new one.
+                # An engine here with no way to drop its cache starts cold only as a new one, and only without a
+                # warm-up, which would fill it again.
                 self._release_engine()
                 self._engine_for(run.config.engine, run.config.load, run)
             if not run.cancel_event.is_set():
@@ -306,7 +307,8 @@ class Runner:
             return CacheStart(
                 CACHE_WARM,
                 f"Prefix cache: warm, not cold: the {config.engine.backend} engine has no way to drop what its "
-                f"{warmed} warm-up request(s) cached; without a warm-up it starts cold.",
+                f"{warmed} warm-up request(s) (and any earlier run) cached; without a warm-up it is reloaded and "
+                "starts cold.",
             )
         return CacheStart(CACHE_COLD)
 
