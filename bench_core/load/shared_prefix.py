@@ -6,10 +6,10 @@ The text is ShareGPT's, cut to token lengths as LMDeploy's random dataset cuts i
 a token boundary and the prompts of a group share its tokens exactly. `prefix_share` of the prompts open with
 their group's prefix; the others open with a prefix of their own, of the same length, so a run at share 0 sends
 the same lengths with nothing to reuse. Prompts arrive leaders-first (interleaved, but a group's other prompts
-are sent once its first has finished, so that they find its prefix cached whatever the load: in a batch that sends
-everything at once, prompts prefilled together find nothing cached), interleaved (one of each group in turn),
-grouped, or shuffled. Each request's `facts` say its group and how many of its leading tokens it shares with the other
-prompts of its group (0 for a prefix of its own), as tokenized.
+are sent once its first has finished, so that they find its prefix cached whatever the load: prompts prefilled
+together find little cached), interleaved (one of each group in turn), grouped, or shuffled. Each request's
+`facts` say its group and how many of its leading tokens it shares with the other prompts of its group (0 for a
+prefix of its own), as tokenized.
 """
 
 from __future__ import annotations
