@@ -19,6 +19,7 @@ from bench_core.errors import HistoryError
 from bench_core.hardware.run_flags import run_flags
 from bench_core.measure import metrics
 from bench_core.measure.live_snapshot import LiveSnapshot
+from bench_core.measure.window import steady_load
 from bench_core.run.runner import Run
 from bench_core.states import RunState
 from bench_core.store.history import History, lmdeploy_row_of
@@ -49,7 +50,9 @@ class RunResult:
     def summary(self, slo: SLO | None) -> dict:
         """The run's summary recomputed from its per-request table, with goodput for `slo`."""
         cfg = self.config
-        return metrics.run_summary(self.requests, self.duration_s, cfg.percentiles, cfg.load.stream_output, slo)
+        return metrics.run_summary(
+            self.requests, self.duration_s, cfg.percentiles, cfg.load.stream_output, slo, steady_load(cfg)
+        )
 
     def lmdeploy_csv_bytes(self) -> bytes:
         """A one-row CSV in the format LMDeploy's profile scripts write."""

@@ -237,7 +237,9 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
     st.plotly_chart(timeline.request_timeline(result.requests, end_s=result.duration_s), key="ended_timeline")
     if result.snapshot is not None:
         snap = result.snapshot
-        throughput = run_charts.throughput_over_time(snap.time_s, snap.output_tokens_per_s, snap.in_flight_over_time)
+        throughput = run_charts.throughput_over_time(
+            snap.time_s, snap.output_tokens_per_s, snap.in_flight_over_time, run_charts.steady_span(summary)
+        )
         st.plotly_chart(throughput, key="ended_throughput")
     _server_metrics_section(result)  # under the throughput, on its time axis
     workload_view.render_ended(result.requests, summary)

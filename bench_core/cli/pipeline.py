@@ -13,6 +13,7 @@ import typing
 
 from ..config import Part, RunConfig, setting
 from ..engines import in_process_backends
+from ..measure.window import WINDOW_SETTINGS
 from ..states import LoadPattern
 from ..sweep.plan import parse_sweep_arg
 from .common import (
@@ -72,6 +73,7 @@ OUR_FLAGS = (
     "max_concurrency",
     "warmup_requests",
     "cache_state",
+    *WINDOW_SETTINGS,
     "allow_long_schedule",
     *unlisted_flags(Part.DATASET, POSITIONAL, SCRIPT_FLAGS),
 )

@@ -26,7 +26,8 @@ from ..engines.openai_engine import network_policy
 from ..engines.openai_request import REQUEST_DEADLINE_S
 from ..errors import ConfigError
 from ..measure import metrics
-from ..measure.catalog import BEYOND_LMDEPLOY, METRICS, Metric, requested_rate
+from ..measure.catalog import BEYOND_LMDEPLOY, METRICS, Metric, requested_rate, steady_rows
+from ..measure.window import WINDOW_SETTINGS, steady_load
 from ..states import LoadPattern
 from ..store.history_import import RESTFUL_COLUMNS
 from ..sweep.plan import STARTED_SERVER_URL
@@ -124,6 +125,7 @@ OUR_FLAGS = (
     "client_processes",
     Flag("warmup_requests", default=1, help="unmeasured warm-up requests (0 with --disable-warmup)"),
     "cache_state",
+    *WINDOW_SETTINGS,
     Flag(
         "chat_limit_field",
         help="the field of a -chat backend's requests that limits their output tokens: "
@@ -249,6 +251,7 @@ class RestfulCommand(EngineCommand):
                 sorted({*config.percentiles, *SUMMARY_PERCENTILES}),
                 config.load.stream_output,
                 config.slo,
+                steady_load(config),
             )
             print_result(args.backend, config, summary)
             return lambda: csvstore.append_row(output_file, restful_csv_row(args.backend, config, summary))
@@ -470,6 +473,11 @@ def _extra_rows(config: RunConfig, summary: dict) -> None:
     _line("Mean send lag (ms):", summary.get("mean_send_lag_ms", math.nan))
     _line("Mean slot wait (ms):", summary.get("mean_slot_wait_ms", math.nan))
     _line("Peak requests in flight:", summary.get("peak_in_flight", "-"))
+    for title, value in steady_rows(summary):
+        if value is None:
+            print(title)
+        else:
+            _line(f"{title}:", value)
     _line("Length mismatches:", summary.get("length_mismatches", "-"))
     if summary.get("length_mismatches", 0) > summary.get("overrun", 0):
         print("  served requests returned fewer tokens than asked: does the server honour ignore_eos?")

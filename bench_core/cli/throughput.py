@@ -15,6 +15,7 @@ import typing
 
 from ..config import Part, RunConfig, setting
 from ..engines import in_process_backends
+from ..measure.window import WINDOW_SETTINGS
 from ..states import LoadPattern
 from .common import (
     LENGTH_FLAGS,
@@ -95,6 +96,7 @@ SCRIPT_KNOB_GROUPS = (
 OUR_FLAGS = (
     "warmup_requests",
     "cache_state",
+    *WINDOW_SETTINGS,
     Flag("log_level", default="ERROR", help="LMDeploy's log level (profile_throughput.py fixes it at ERROR)"),
     *unlisted_flags(Part.DATASET, POSITIONAL, SEED, SCRIPT_FLAGS),
 )

@@ -1285,6 +1285,55 @@ LOAD = (
         widget_label="uvloop event loop",
         cli_help="run the workers on uvloop's event loop (pip install uvloop)",
     ),
+    # The steady window's edges where the user sets them (measure/window.py); unset, they are found from the
+    # requests in flight. They change the steady-window metrics only, never the whole run's.
+    Setting(
+        "window_warmup_s",
+        Part.LOAD,
+        float,
+        None,
+        optional=True,
+        label="Steady window warm-up",
+        unit="s",
+        bounds=Bounds(low=0.0, high=MAX_SCHEDULE_S),
+        help="Start the steady window this many seconds after the run's start; empty: when the requests in flight "
+        "first reach their target (the concurrency; at a rate or a trace, their mean).",
+        widget=Widget(step=1.0, placeholder="empty: when the load reaches its target"),
+        widget_label="Steady window from (s)",
+        flags=("--warmup-seconds",),
+        cli_help="start the steady window this many seconds into the run; default: when the requests in flight "
+        "first reach their target (the concurrency; at a rate or a trace, their mean)",
+    ),
+    Setting(
+        "window_cooldown_s",
+        Part.LOAD,
+        float,
+        None,
+        optional=True,
+        label="Steady window cool-down",
+        unit="s",
+        bounds=Bounds(low=0.0, high=MAX_SCHEDULE_S),
+        help="End the steady window this many seconds before the run's end; empty: at the last request sent.",
+        widget=Widget(step=1.0, placeholder="empty: at the last request sent"),
+        widget_label="Steady window cool-down (s)",
+        flags=("--cooldown-seconds",),
+        cli_help="end the steady window this many seconds before the run's end; default: at the last request sent",
+    ),
+    Setting(
+        "time_slice_s",
+        Part.LOAD,
+        float,
+        None,
+        optional=True,
+        label="Time slice",
+        unit="s",
+        bounds=Bounds(low=0.0, low_open=True, high=MAX_SCHEDULE_S),
+        help="Report the run's throughput and TTFT per slice of this many seconds; empty: no slices.",
+        widget=Widget(step=1.0, placeholder="empty: no slices"),
+        widget_label="Time slices of (s)",
+        flags=("--time-slice",),
+        cli_help="report throughput and TTFT per slice of this many seconds of the run",
+    ),
 )
 
 # Sampling settings. LMDeploy's pipeline script forces greedy decoding whatever these say; their ranges are the ones

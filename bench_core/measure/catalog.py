@@ -27,6 +27,7 @@ from ..config.catalog import MAX_TURNS
 from ..load.arrivals import achieved_rate, in_flight_over_time
 from ..states import LoadPattern, RequestStatus
 from .stats import UNBOUNDED
+from .window import WindowFacts
 
 PERCENTILES = "percentiles"  # stands for every configured percentile, p50 ... p99.9
 DISTRIBUTION = ("mean", "std", "min", "max", PERCENTILES)
@@ -53,6 +54,8 @@ class RunFacts:
     duration_s: float
     failure_reasons: str
     good: np.ndarray | None  # requests meeting the SLO; None without an SLO
+    steady: WindowFacts | None = None  # the steady window's (measure/window.py); None where the run had none
+    slices: tuple[WindowFacts, ...] = ()  # its time slices, where the user asked for them
 
     def count(self, status: str) -> int:
         return int(np.count_nonzero(self.status == status))
@@ -107,6 +110,7 @@ class Metric:
     swept: tuple[str, ...] = ()  # statistics the sweep metric picker offers
     # What the workload did with the cache and the turns: the run's workload table, not LMDeploy's or the throughput's.
     workload: bool = False
+    windowed: bool = False  # a figure of the run's steady window (measure/window.py), beside the whole run's
     bounds: tuple[float, float] = NON_NEGATIVE  # counts, rates, times and sizes are never negative
 
     @property
@@ -305,6 +309,39 @@ def _turn_ttft(turn: int) -> Callable[[RunFacts], Any]:
         return float(ttft.mean() * 1000) if ttft.size else None
 
     return mean_ms
+
+
+def _in_window(formula: Callable[[WindowFacts], Any]) -> Callable[[RunFacts], Any]:
+    """A steady-window formula; None (no column) for a run without a window."""
+    return lambda run: None if run.steady is None else formula(run.steady)
+
+
+def _mean_ms(values_s: np.ndarray) -> float:
+    return float(values_s.mean() * 1000) if values_s.size else math.nan
+
+
+def _p99_ms(values_s: np.ndarray) -> float:
+    return float(np.percentile(values_s, 99) * 1000) if values_s.size else math.nan
+
+
+def _slice_text(part: WindowFacts) -> str:
+    """ "0-5 s: 3 sent, 41.2 tok/s, TTFT 120 ms": one time slice, compactly."""
+    window = part.window
+    ttft = _mean_ms(part.ttft_s)
+    return (
+        f"{_seconds(window.start_s)}-{_seconds(window.end_s)} s: {part.sent} sent, "
+        f"{rate(part.output_tokens, window.duration_s):.1f} tok/s, "
+        f"TTFT {'-' if math.isnan(ttft) else f'{ttft:.0f}'} ms"
+    )
+
+
+def _seconds(value: float) -> str:
+    """5 s as "5", 16.9576 s as "16.96"."""
+    return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
+def _slices(run: RunFacts) -> str | None:
+    return "; ".join(map(_slice_text, run.slices)) if run.slices else None
 
 
 # ---- derived formulas over history columns ---------------------------------------------------
@@ -842,6 +879,115 @@ CATALOG: tuple[Metric, ...] = (
         statistics=DISTRIBUTION,
         swept=MEAN_AND_P99,
     ),
+    # The steady window (measure/window.py): the run without its ramp-up and drain, beside the whole run's figures.
+    Metric(
+        "steady_window_start",
+        "Steady window start",
+        "s",
+        None,
+        "When the steady window starts, from the run's start: the requests in flight first at their target (the "
+        "concurrency; at a rate or a trace, their mean in flight), or --warmup-seconds.",
+        aggregate=_in_window(lambda part: part.window.start_s),
+        value_column="steady_window_start_s",
+        windowed=True,
+    ),
+    Metric(
+        "steady_window_end",
+        "Steady window end",
+        "s",
+        None,
+        "When the steady window ends, from the run's start: the last request sent (a closed loop: the first "
+        "request to end after it), or --cooldown-seconds before the run's end.",
+        aggregate=_in_window(lambda part: part.window.end_s),
+        value_column="steady_window_end_s",
+        windowed=True,
+    ),
+    Metric(
+        "steady_requests",
+        "Requests sent in the steady window",
+        "requests",
+        None,
+        "Requests sent within the steady window: its latencies are theirs.",
+        aggregate=_in_window(lambda part: part.sent),
+        windowed=True,
+    ),
+    Metric(
+        "steady_output_throughput",
+        "Output throughput (steady window)",
+        "tok/s",
+        True,
+        "Output tokens of completed requests that came within the steady window (by their ticks) / its length.",
+        aggregate=_in_window(lambda part: rate(part.output_tokens, part.window.duration_s)),
+        windowed=True,
+        compared=VALUE,
+        swept=VALUE,
+    ),
+    Metric(
+        "steady_request_throughput",
+        "Request throughput (steady window)",
+        "req/s",
+        True,
+        "Completed requests that ended within the steady window / its length.",
+        aggregate=_in_window(lambda part: rate(part.ended, part.window.duration_s)),
+        windowed=True,
+        compared=VALUE,
+    ),
+    Metric(
+        "steady_mean_ttft",
+        "Mean TTFT (steady window)",
+        "ms",
+        False,
+        "Mean time to first token of the completed requests sent within the steady window (streaming only).",
+        needs_streaming=True,
+        aggregate=_in_window(lambda part: _mean_ms(part.ttft_s)),
+        value_column="steady_mean_ttft_ms",
+        windowed=True,
+        compared=VALUE,
+        swept=VALUE,
+    ),
+    Metric(
+        "steady_p99_ttft",
+        "P99 TTFT (steady window)",
+        "ms",
+        False,
+        "99th percentile of the time to first token of the completed requests sent within the steady window "
+        "(streaming only).",
+        needs_streaming=True,
+        aggregate=_in_window(lambda part: _p99_ms(part.ttft_s)),
+        value_column="steady_p99_ttft_ms",
+        windowed=True,
+        compared=VALUE,
+    ),
+    Metric(
+        "steady_mean_tpot",
+        "Mean TPOT (steady window)",
+        "ms",
+        False,
+        "Mean time per output token of the completed requests sent within the steady window.",
+        aggregate=_in_window(lambda part: _mean_ms(part.tpot_s)),
+        value_column="steady_mean_tpot_ms",
+        windowed=True,
+        compared=VALUE,
+    ),
+    Metric(
+        "steady_mean_e2e",
+        "Mean E2E latency (steady window)",
+        "ms",
+        False,
+        "Mean end-to-end latency of the completed requests sent within the steady window.",
+        aggregate=_in_window(lambda part: _mean_ms(part.e2e_s)),
+        value_column="steady_mean_e2e_ms",
+        windowed=True,
+    ),
+    Metric(
+        "time_slices",
+        "Time slices",
+        "",
+        None,
+        "Per slice of --time-slice seconds from the run's start: requests sent, output tokens/s (by their ticks) "
+        "and the mean TTFT of the completed requests sent in it.",
+        aggregate=_slices,
+    ),
     # Hardware telemetry (telemetry.py), sampled at 10 Hz in the engine's process, over the measured window.
     Metric(
         "mean_gpu_util_percent",
@@ -1036,6 +1182,7 @@ BEYOND_LMDEPLOY = tuple(
     if metric.per_request is not None and not metric.lmdeploy_label and not metric.server_only and not metric.workload
 )
 WORKLOAD_METRICS = tuple(metric for metric in CATALOG if metric.workload)
+STEADY_METRICS = tuple(metric for metric in CATALOG if metric.windowed)
 # LMDeploy's names that the history spelled beside ours before it kept one spelling: read as ours.
 LEGACY_COLUMNS = {old: new for old, new in zip(LMDEPLOY_COLUMNS, HISTORY_METRIC_COLUMNS) if old != new}
 
@@ -1115,6 +1262,21 @@ def lmdeploy_row(summary: Mapping[str, Any]) -> dict[str, Any]:
         else:
             row[metric.lmdeploy] = value if metric.lmdeploy_digits is None else f"{value:.{metric.lmdeploy_digits}f}"
     return row
+
+
+def steady_rows(summary: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The steady window's rows of a run's summary, each (title, value), then its time slices, a line each (value
+    None); nothing for a summary without them."""
+    rows = [
+        (metric.label if metric.unit == "requests" else metric.title, summary[metric.column()])
+        for metric in STEADY_METRICS
+        if metric.column() in summary
+    ]
+    slices = summary.get(METRICS["time_slices"].column())
+    if isinstance(slices, str) and slices:
+        rows.append((f"{METRICS['time_slices'].label}:", None))
+        rows.extend((f"  {part}", None) for part in slices.split("; "))
+    return rows
 
 
 def telemetry_columns(telemetry: Mapping[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ import pandas as pd
 from ..config import SLO
 from ..states import RequestStatus
 from .catalog import CATALOG, Metric, RunFacts, expand, percentile_key, rate
+from .window import SteadyLoad, steady_facts, time_slices
 
 __all__ = ["percentile_key", "rate"]
 
@@ -281,9 +282,11 @@ def run_summary(
     percentiles: Sequence[float],
     stream_output: bool,
     slo: SLO | None = None,
+    steady: SteadyLoad | None = None,
 ) -> dict[str, float | int | str]:
     """Flat run summary (history columns) from a per-request table as `Profiler.request_table` builds it:
-    every catalog metric that applies, under its columns, in catalog order.
+    every catalog metric that applies, under its columns, in catalog order; the steady window's and the time
+    slices' where `steady` says what load the run asked for (window.steady_load).
 
     Metrics that need streaming are NaN when the run did not stream, as LMDeploy leaves them out.
     """
@@ -296,6 +299,10 @@ def run_summary(
         duration_s=duration_s,
         failure_reasons=format_reasons(failure_reasons(status, table["reason"].to_numpy(dtype=object))),
         good=good_requests(status, table["ttft_s"], table["tpot_s"], table["e2e_s"], slo) if slo_is_set(slo) else None,
+        steady=None if steady is None else steady_facts(table, duration_s, stream_output, steady),
+        slices=()
+        if steady is None or steady.slice_s is None
+        else tuple(time_slices(table, duration_s, steady.slice_s, stream_output)),
     )
     summary: dict[str, float | int | str] = {}
     for metric in CATALOG:

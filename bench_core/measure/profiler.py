@@ -30,8 +30,9 @@ from .. import csvstore
 from ..config import SLO, RunConfig
 from ..states import LoadPattern, RequestStatus
 from . import metrics
-from .catalog import BEYOND_LMDEPLOY, CATALOG, METRICS, NOT_MEASURED, column_label, lmdeploy_row
+from .catalog import BEYOND_LMDEPLOY, CATALOG, METRICS, NOT_MEASURED, column_label, lmdeploy_row, steady_rows
 from .live_snapshot import LiveSnapshot, LiveTracker
+from .window import SteadyLoad, steady_load
 
 _LMDEPLOY_ROWS = tuple(metric for metric in CATALOG if metric.lmdeploy_label)  # LMDeploy's console table
 
@@ -167,14 +168,17 @@ class Profiler:
         live_bin_s: float = 0.5,
         records_admissions: bool = False,
         max_in_flight: int | None = None,
+        steady: SteadyLoad | None = None,
     ):
         """`records_admissions`: the caller marks each session's admission (Session.admit), which then
         starts its time in flight; `max_in_flight`: the most requests the engine runs at once (see
-        live_snapshot)."""
+        live_snapshot); `steady`: the load the run asked for, which its steady window is measured against
+        (None: no window, as LMDeploy's profiler)."""
         self.sessions: list[Session] = []
         self.stream_output = stream_output
         self.percentages = percentages
         self.slo = slo
+        self.steady = steady
         self.t_start: float | None = None
         self.t_finish: float | None = None
         self.elapsed_time = math.nan  # set by finish(), or by compute_metrics() while running
@@ -312,11 +316,11 @@ class Profiler:
         computed = self._ensure_computed()
         if slo is not None and slo != self.slo:
             return metrics.run_summary(
-                self.request_table(), self.elapsed_time, self.percentages, self.stream_output, slo
+                self.request_table(), self.elapsed_time, self.percentages, self.stream_output, slo, self.steady
             )
         if computed.summary is None:
             computed.summary = metrics.run_summary(
-                self.request_table(), self.elapsed_time, self.percentages, self.stream_output, self.slo
+                self.request_table(), self.elapsed_time, self.percentages, self.stream_output, self.slo, self.steady
             )
         return dict(computed.summary)
 
@@ -376,6 +380,8 @@ class Profiler:
             table.row(f"{rate.label} ({rate.unit})", summary[rate.column()])
             table.row(f"{column_label(lag, 'mean')} ({lag.display_unit})", summary[lag.column("mean")])
             table.row(METRICS["peak_in_flight"].label, summary["peak_in_flight"])
+        for title, value in steady_rows(summary):
+            table.row(title, *(() if value is None else (value,)))
         table.rule("-")
         table.row("", "std", "min", "max")
         self._latency_rows(table, lambda s: (s.std, s.min, s.max), with_tokens_per_tick=False)
@@ -418,6 +424,7 @@ def new_profiler(config: RunConfig) -> Profiler:
         slo=config.slo,
         records_admissions=True,
         max_in_flight=config.load.max_concurrency if by_rate else config.load.concurrency,
+        steady=steady_load(config),
     )
 
 

@@ -47,6 +47,7 @@ from ..hardware.telemetry import telemetry_summary
 from ..measure import metrics
 from ..measure.catalog import lmdeploy_row, server_columns, telemetry_columns
 from ..measure.profiler import Session, rebuilt_profiler
+from ..measure.window import steady_load
 from ..models.resolve import ModelRecord, describe_model
 from ..redact import redact
 from ..states import IMPORTED, RunState, measured_state
@@ -654,7 +655,9 @@ def run_metrics(
 ) -> dict[str, Any]:
     """A run's summary for its row: the metrics of its request table over `duration_s`, with its telemetry and its
     server's metrics where it has them; aggregated where the run is recorded (Runner.record) or rebuilt."""
-    summary = metrics.run_summary(requests, duration_s, config.percentiles, config.load.stream_output, config.slo)
+    summary = metrics.run_summary(
+        requests, duration_s, config.percentiles, config.load.stream_output, config.slo, steady_load(config)
+    )
     if telemetry is not None:
         sampled = telemetry_summary(telemetry, 0.0, duration_s, summary["total_output_tokens"])
         # A server's engine is a process we do not sample: its own CPU would read as other processes' (contention.py).

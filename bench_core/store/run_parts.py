@@ -15,6 +15,7 @@ import pandas as pd
 from ..config import SLO, RunConfig
 from ..errors import HistoryError
 from ..measure import metrics
+from ..measure.window import steady_load
 from .history import History, RunRecord, history_row
 
 
@@ -103,6 +104,7 @@ def run_parts(
             config.percentiles,
             config.load.stream_output,
             slo if metrics.slo_is_set(slo) else config.slo,
+            steady_load(config),
         )
     )
     throughput = (

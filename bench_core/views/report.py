@@ -255,7 +255,7 @@ def run_sections(parts: RunParts) -> list[Section]:
         timeline.request_timeline(parts.requests, end_s=parts.duration_s),
     ]
     if parts.throughput is not None:
-        charts.append(run_charts.throughput_over_time(*parts.throughput))
+        charts.append(run_charts.throughput_over_time(*parts.throughput, run_charts.steady_span(parts.summary)))
     sections = [Section("Results", results), Section("Charts", charts)]
     if parts.server_metrics is not None:
         sections.append(

@@ -9,7 +9,9 @@ are binned here (a `go.Histogram` of bin counts, not of a million ITL values) an
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -233,9 +235,23 @@ def _steps_window(output_tokens_per_s: np.ndarray) -> int:
     return math.ceil(STEPS_PER_POINT * span / filled.size)
 
 
-def throughput_over_time(time_s: np.ndarray, output_tokens_per_s: np.ndarray, in_flight: np.ndarray) -> go.Figure:
-    """Output tok/s (left axis) and requests in flight (right axis) against seconds since the start. A comb of
-    sparse bins is averaged over `throughput_window` bins; the hover keeps the raw per-bin rates."""
+def steady_span(summary: Mapping[str, Any]) -> tuple[float, float] | None:
+    """The steady window a run's summary holds, (start, end) in seconds from its start; None without one."""
+    start, end = (summary.get(METRICS[key].column()) for key in ("steady_window_start", "steady_window_end"))
+    if not isinstance(start, (int, float)) or not isinstance(end, (int, float)) or not end > start:
+        return None
+    return float(start), float(end)
+
+
+def throughput_over_time(
+    time_s: np.ndarray,
+    output_tokens_per_s: np.ndarray,
+    in_flight: np.ndarray,
+    steady: tuple[float, float] | None = None,
+) -> go.Figure:
+    """Output tok/s (left axis) and requests in flight (right axis) against seconds since the start, the steady
+    window (`steady_span`) shaded where there is one. A comb of sparse bins is averaged over `throughput_window`
+    bins; the hover keeps the raw per-bin rates."""
     fig = titled_figure("Throughput over time", "Time since start (s)", "Output throughput (tok/s)")
     fig.update_layout(
         yaxis2=dict(
@@ -284,6 +300,16 @@ def throughput_over_time(time_s: np.ndarray, output_tokens_per_s: np.ndarray, in
             hovertemplate="%{y:.0f} requests<extra></extra>",
         )
     )
+    if steady is not None:
+        fig.add_vrect(
+            x0=steady[0],
+            x1=steady[1],
+            fillcolor=PALETTE[2],
+            opacity=0.12,
+            line_width=0,
+            annotation_text="steady window",
+            annotation_position="top left",
+        )
     fig.update_layout(yaxis=dict(rangemode="tozero"))
     count_axis(fig, float(np.max(at_end, initial=0)), "yaxis2")
     legend_below(fig)

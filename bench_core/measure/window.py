@@ -1,0 +1,209 @@
+"""The steady-state window of a run and its time slices: pure functions over the per-request table.
+
+A run's whole-run figures (LMDeploy's) run from the first request sent to the last answer, ramp-up and drain
+included. The steady window is the part of the run where the load was the one asked for:
+
+- it starts when the requests in flight first reach their target: a closed loop's concurrency (at most the number
+  of requests); an open loop's (a request rate, a trace) mean in flight between its first and last send, where
+  its arrivals keep it on average (Little's law). `--warmup-seconds` starts it at that time instead;
+- it ends at the last request sent: an open loop gets no more arrivals after it; where its arrivals thinned out
+  before that (a trace's quiet end), at the last time its in-flight count fell below the target. A closed loop
+  holds its target until the first request ends after its last send (in a batch, every request is sent at once
+  and waits for a slot, so that is when the queue has emptied). `--cooldown-seconds` ends it that long before the
+  run's end.
+
+Over the window: requests sent in it give the latencies (TTFT, TPOT, E2E); tokens whose tick falls in it give the
+output throughput; completed requests that ended in it give the request throughput. `time_slices` gives the same
+per slice of a run. The catalog's steady-window metrics are formulas over `WindowFacts` (measure/catalog.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..config.catalog import AT_ONCE
+from ..load.arrivals import in_flight_over_time
+from ..states import RequestStatus
+
+# The settings that place the steady window and cut the time slices: every engine command's flags.
+WINDOW_SETTINGS = ("window_warmup_s", "window_cooldown_s", "time_slice_s")
+
+
+@dataclass(frozen=True)
+class SteadyLoad:
+    """What a run's steady window is measured against: the in-flight count a closed loop holds (None: an open
+    loop, whose target is its mean), the user's warm-up and cool-down (None: found from the in-flight count), and
+    the length of its time slices (None: no slices)."""
+
+    target_in_flight: int | None = None
+    warmup_s: float | None = None
+    cooldown_s: float | None = None
+    slice_s: float | None = None
+
+
+def steady_load(config) -> SteadyLoad:
+    """The steady load a run of `config` (a RunConfig) asked for."""
+    load = config.load
+    return SteadyLoad(
+        target_in_flight=load.concurrency if load.load_pattern in AT_ONCE else None,  # a closed loop's
+        warmup_s=load.window_warmup_s,
+        cooldown_s=load.window_cooldown_s,
+        slice_s=load.time_slice_s,
+    )
+
+
+@dataclass(frozen=True)
+class Window:
+    """[start_s, end_s], seconds from the run's start."""
+
+    start_s: float
+    end_s: float
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+    def holds(self, times_s: np.ndarray, with_end: bool = True) -> np.ndarray:
+        """Which of these times fall in the window (NaN: none)."""
+        before_end = times_s <= self.end_s if with_end else times_s < self.end_s
+        return (times_s >= self.start_s) & before_end
+
+
+@dataclass(frozen=True)
+class WindowFacts:
+    """What the requests did within a window: the catalog's steady-window formulas read these."""
+
+    window: Window
+    sent: int  # requests sent in the window
+    ended: int  # completed requests that ended in it
+    output_tokens: int  # output tokens of completed requests whose tick fell in it
+    ttft_s: np.ndarray  # of the completed requests sent in it (empty when the run did not stream)
+    tpot_s: np.ndarray
+    e2e_s: np.ndarray
+
+
+def request_spans(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Each request's send and end (seconds from the run's start; NaN where it was not sent, or did not end): the
+    client's own times where it recorded them (sent_s, ended_s), else its first and last tick."""
+    if "sent_s" in table:
+        return _floats(table, "sent_s"), _floats(table, "ended_s")
+    return _floats(table, "start_s"), _floats(table, "finish_s")
+
+
+def steady_window(sends: np.ndarray, ends: np.ndarray, duration_s: float, load: SteadyLoad) -> Window | None:
+    """The window in which the load was steady (module docstring); None where the run had none (nothing sent, or a
+    warm-up and cool-down that leave nothing)."""
+    sent = ~np.isnan(sends)
+    if not sent.any() or not duration_s > 0:
+        return None
+    sends = sends[sent]
+    ends = np.where(np.isnan(ends[sent]), duration_s, ends[sent])  # a request that never ended was in flight to the end
+    times, counts = in_flight_over_time(sends, ends)
+    last_send = float(sends.max())
+    closed = load.target_in_flight is not None
+    target: float = (
+        min(load.target_in_flight, sends.size)
+        if load.target_in_flight is not None
+        else _mean_in_flight(times, counts, sends.min(), last_send)
+    )
+    reached = times[counts >= target]
+    start = load.warmup_s if load.warmup_s is not None else float(reached[0]) if reached.size else math.nan
+    if load.cooldown_s is not None:
+        end = duration_s - load.cooldown_s
+    elif closed:  # the first fall below the target once nothing is left to send (an end at the last send, which
+        # took that end's slot, is no fall)
+        fall = (times > last_send) & (counts < target)
+        end = float(times[fall][0]) if fall.any() else duration_s
+    else:
+        end = _last_fall(times[times <= last_send], counts[times <= last_send], target, last_send)
+    return Window(start, end) if end > start else None
+
+
+def _last_fall(times: np.ndarray, counts: np.ndarray, target: float, last_send: float) -> float:
+    """An open loop's end: the last send, or, where the arrivals thinned out before it, the last time the count
+    fell below the target (it stayed below from then on)."""
+    at_target = np.flatnonzero(counts >= target)
+    if counts[-1] >= target or not at_target.size:
+        return last_send
+    return float(times[at_target[-1] + 1])
+
+
+def _mean_in_flight(times: np.ndarray, counts: np.ndarray, first: float, last: float) -> float:
+    """The time-weighted mean of the in-flight step function over [first, last]; at one instant, its count there."""
+    if not last > first:
+        return float(counts[times <= first][-1])
+    edges = np.clip(np.append(times, last), first, last)
+    return float(np.sum(counts * np.diff(edges)) / (last - first))
+
+
+def window_facts(table: pd.DataFrame, window: Window, stream_output: bool, with_end: bool = True) -> WindowFacts:
+    """What the requests of a per-request table (Profiler.request_table's) did within `window`, its end included
+    unless `with_end` is False (a slice followed by another, which has that instant)."""
+    sends, ends = request_spans(table)
+    ok = table["status"].to_numpy(dtype=object) == RequestStatus.SUCCESS
+    sent = window.holds(sends, with_end)
+    tick_times, tick_tokens = _output_ticks(table, ok)
+    inside = ok & sent
+    return WindowFacts(
+        window=window,
+        sent=int(np.count_nonzero(sent)),
+        ended=int(np.count_nonzero(ok & window.holds(ends, with_end))),
+        output_tokens=int(tick_tokens[window.holds(tick_times, with_end)].sum()),
+        ttft_s=_defined(_floats(table, "ttft_s")[inside]) if stream_output else np.array([]),
+        tpot_s=_defined(_floats(table, "tpot_s")[inside]),
+        e2e_s=_defined(_floats(table, "e2e_s")[inside]),
+    )
+
+
+def _output_ticks(table: pd.DataFrame, selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """When the selected requests' output tokens came (seconds from the run's start) and how many at each tick:
+    from each request's first tick, TTFT and gaps; a table without its ticks (stored before they were) puts every
+    token at the request's end."""
+    starts = _floats(table, "start_s")
+    if "tokens_per_tick" not in table or "itl_s" not in table:
+        return (starts + _floats(table, "e2e_s"))[selected], table["output_len"].to_numpy(dtype=np.int64)[selected]
+    ttft = _floats(table, "ttft_s")
+    gaps = table["itl_s"].to_numpy(dtype=object)
+    steps = table["tokens_per_tick"].to_numpy(dtype=object)
+    times: list[np.ndarray] = []
+    tokens: list[np.ndarray] = []
+    for i in np.flatnonzero(selected):
+        step = np.asarray([] if steps[i] is None else steps[i], dtype=np.int64)
+        if step.size == 0:
+            continue
+        gap = np.asarray([] if gaps[i] is None else gaps[i], dtype=np.float64)
+        times.append(starts[i] + ttft[i] + np.concatenate(([0.0], np.cumsum(gap)))[: step.size])
+        tokens.append(step)
+    if not times:
+        return np.array([]), np.array([], dtype=np.int64)
+    return np.concatenate(times), np.concatenate(tokens)
+
+
+def steady_facts(table: pd.DataFrame, duration_s: float, stream_output: bool, load: SteadyLoad) -> WindowFacts | None:
+    """The steady window's facts of a run (None where it had no window)."""
+    sends, ends = request_spans(table)
+    window = steady_window(sends, ends, duration_s, load)
+    return None if window is None else window_facts(table, window, stream_output)
+
+
+def time_slices(table: pd.DataFrame, duration_s: float, slice_s: float, stream_output: bool) -> list[WindowFacts]:
+    """The run cut into slices of `slice_s` seconds from its start (the last one shorter), each slice's facts."""
+    if not (duration_s > 0 and slice_s > 0):
+        return []
+    starts = np.arange(0.0, duration_s, slice_s)
+    return [
+        window_facts(table, Window(a, min(a + slice_s, duration_s)), stream_output, with_end=a == starts[-1])
+        for a in starts.tolist()
+    ]
+
+
+def _floats(table: pd.DataFrame, column: str) -> np.ndarray:
+    return table[column].to_numpy(dtype=np.float64)
+
+
+def _defined(values: np.ndarray) -> np.ndarray:
+    return values[~np.isnan(values)]
