@@ -17,7 +17,7 @@ from restful_cli import restful
 from bench_core.measure import metrics
 from bench_core.measure.window import SteadyLoad, Window, steady_window, time_slices, window_facts
 from bench_core.states import RequestStatus
-from bench_core.views import run_charts
+from bench_core.views import report, run_charts
 
 TOKENS = 10  # each scripted request's output: its first token at its TTFT, then one every GAP_S
 GAP_S = 0.1
@@ -241,3 +241,20 @@ def test_the_throughput_chart_shades_the_steady_window_the_summary_holds():
     assert fig.layout.annotations[-1].text == "steady window"
     assert run_charts.steady_span(metrics.run_summary(table, duration, [50], True)) is None  # no window asked for
     assert not run_charts.throughput_over_time(time_s, np.ones(time_s.size), np.ones(time_s.size)).layout.shapes
+
+
+def test_historys_comparison_puts_the_steady_windows_figures_beside_the_whole_runs():
+    runs = pd.DataFrame(
+        {
+            "run_id": ["a", "b"],
+            "started_at": ["2026-12-05T03:00:00", "2026-12-05T03:01:00"],
+            "concurrency": [4, 8],
+            "output_throughput": [10.0, 12.0],
+            "steady_output_throughput": [15.0, 20.0],
+            "steady_mean_ttft_ms": [100.0, 150.0],
+        }
+    )
+    table, _, _ = report.comparison_table(runs, ["concurrency"])
+    rows = list(table.index)
+    assert rows.index("Output throughput (steady window) (tok/s)") == rows.index("Output throughput (tok/s)") + 1
+    assert table.loc["Mean TTFT (steady window) (ms)", "b"] == "150 (+50.0 %)"
