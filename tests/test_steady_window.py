@@ -81,13 +81,12 @@ def test_a_batch_window_ends_when_its_queue_has_emptied():
     assert window == Window(0.0, 4.5)  # 2 served until the first end once the queue has emptied
 
 
-def test_an_open_loop_window_skips_a_sparse_head_and_tail_by_its_mean_in_flight():
+def test_an_open_loop_window_starts_at_its_mean_in_flight_and_ends_at_its_last_send():
     table = trace_table()
     window = steady_window(table["sent_s"].to_numpy(), table["ended_s"].to_numpy(), 17.0, SteadyLoad(None))
     # Alone a request is 1 in flight; the dense phase keeps 2 to 6 in flight, so the mean (1.96) is first reached by
-    # the dense phase's second send; the count falls below it for good when the dense phase's last but one ends.
-    assert window.start_s == pytest.approx(DENSE[1])
-    assert window.end_s == pytest.approx(DENSE[-2] + LOADED_TTFT + (TOKENS - 1) * GAP_S)
+    # the dense phase's second send. No arrival comes after the last send: the window ends there.
+    assert window == Window(pytest.approx(DENSE[1]), SPARSE_TAIL[-1])
 
 
 def test_the_users_warmup_and_cooldown_place_the_window_and_what_falls_in_it_is_counted():
@@ -233,7 +232,7 @@ def test_the_throughput_chart_shades_the_steady_window_the_summary_holds():
     duration = 16.0 + ALONE_TTFT + (TOKENS - 1) * GAP_S
     summary = metrics.run_summary(table, duration, [50], True, steady=SteadyLoad(None))
     span = run_charts.steady_span(summary)
-    assert span == pytest.approx((DENSE[1], DENSE[-2] + LOADED_TTFT + (TOKENS - 1) * GAP_S))
+    assert span == pytest.approx((DENSE[1], SPARSE_TAIL[-1]))
     time_s = np.arange(0.0, duration, 0.5)
     fig = run_charts.throughput_over_time(time_s, np.ones(time_s.size), np.ones(time_s.size), span)
     (shade,) = fig.layout.shapes

@@ -6,11 +6,10 @@ included. The steady window is the part of the run where the load was the one as
 - it starts when the requests in flight first reach their target: a closed loop's concurrency (at most the number
   of requests); an open loop's (a request rate, a trace) mean in flight between its first and last send, where
   its arrivals keep it on average (Little's law). `--warmup-seconds` starts it at that time instead;
-- it ends at the last request sent: an open loop gets no more arrivals after it; where its arrivals thinned out
-  before that (a trace's quiet end), at the last time its in-flight count fell below the target. A closed loop
-  holds its target until the first request ends after its last send (in a batch, every request is sent at once
-  and waits for a slot, so that is when the queue has emptied). `--cooldown-seconds` ends it that long before the
-  run's end.
+- it ends at the last request sent: an open loop gets no more arrivals after it (where they thin out before, as
+  in a trace's quiet end, `--cooldown-seconds` cuts them). A closed loop holds its target until the first request
+  ends after its last send (in a batch, every request is sent at once and waits for a slot, so that is when the
+  queue has emptied). `--cooldown-seconds` ends it that long before the run's end.
 
 Over the window: requests sent in it give the latencies (TTFT, TPOT, E2E); tokens whose tick falls in it give the
 output throughput; completed requests that ended in it give the request throughput. `time_slices` gives the same
@@ -118,18 +117,9 @@ def steady_window(sends: np.ndarray, ends: np.ndarray, duration_s: float, load: 
         # took that end's slot, is no fall)
         fall = (times > last_send) & (counts < target)
         end = float(times[fall][0]) if fall.any() else duration_s
-    else:
-        end = _last_fall(times[times <= last_send], counts[times <= last_send], target, last_send)
+    else:  # an open loop: no arrival after it (a quiet tail, such as a trace's, is cut by --cooldown-seconds)
+        end = last_send
     return Window(start, end) if end > start else None
-
-
-def _last_fall(times: np.ndarray, counts: np.ndarray, target: float, last_send: float) -> float:
-    """An open loop's end: the last send, or, where the arrivals thinned out before it, the last time the count
-    fell below the target (it stayed below from then on)."""
-    at_target = np.flatnonzero(counts >= target)
-    if counts[-1] >= target or not at_target.size:
-        return last_send
-    return float(times[at_target[-1] + 1])
 
 
 def _mean_in_flight(times: np.ndarray, counts: np.ndarray, first: float, last: float) -> float:
