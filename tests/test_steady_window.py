@@ -15,7 +15,15 @@ from openai_server import add_openai_routes, serving
 from restful_cli import restful
 
 from bench_core.measure import metrics
-from bench_core.measure.window import SteadyLoad, Window, steady_window, time_slices, window_facts
+from bench_core.measure.window import (
+    MAX_TIME_SLICES,
+    SteadyLoad,
+    Window,
+    request_times,
+    steady_window,
+    time_slices,
+    window_facts,
+)
 from bench_core.states import RequestStatus
 from bench_core.views import report, run_charts
 
@@ -95,7 +103,7 @@ def test_the_users_warmup_and_cooldown_place_the_window_and_what_falls_in_it_is_
     load = SteadyLoad(None, warmup_s=5.0, cooldown_s=5.0)
     window = steady_window(table["sent_s"].to_numpy(), table["ended_s"].to_numpy(), duration, load)
     assert window == Window(5.0, pytest.approx(duration - 5.0))
-    facts = window_facts(table, window, stream_output=True)
+    facts = window_facts(request_times(table), window, stream_output=True)
     assert facts.sent == 20 and facts.ended == 20  # the dense phase, all of it: its last token at 11.15 < 11.95
     assert facts.output_tokens == 20 * TOKENS
     assert facts.ttft_s.mean() == pytest.approx((ALONE_TTFT + 19 * LOADED_TTFT) / 20)
@@ -124,10 +132,19 @@ def test_the_summary_keeps_the_whole_runs_figures_and_puts_the_windows_beside_th
 
 def test_slices_share_no_instant_and_the_last_one_keeps_the_runs_end():
     table = request_table([0.0, 1.0, 2.0], [0.5, 0.5, 0.5])  # every request 1.4 s
-    slices = time_slices(table, 3.4, 1.0, stream_output=True)
+    slices = time_slices(request_times(table), 3.4, 1.0, stream_output=True)
     assert [part.sent for part in slices] == [1, 1, 1, 0]  # the request sent at 1.0 is the second slice's only
-    assert sum(part.output_tokens for part in slices) == 3 * TOKENS  # the last tick, at 3.4, is in the last slice
-    assert [part.window for part in slices][-1] == Window(3.0, pytest.approx(3.4))
+    # Ticks at send + 0.5, + 0.6, ... + 1.4: the last request's at 2.5 ... 3.4, the run's end, in the last slice.
+    assert [part.output_tokens for part in slices] == [5, 10, 10, 5]
+    assert [part.mean_ttft_s for part in slices][:3] == [0.5, 0.5, 0.5] and math.isnan(slices[3].mean_ttft_s)
+    assert slices[-1].window == Window(3.0, pytest.approx(3.4))
+
+
+def test_a_run_cut_into_more_slices_than_are_kept_says_so():
+    table = request_table([0.0], [0.5])
+    summary = metrics.run_summary(table, 1.4, [50], True, steady=SteadyLoad(1, slice_s=1.4 / (MAX_TIME_SLICES + 1)))
+    parts = summary["time_slices"].split("; ")
+    assert len(parts) == MAX_TIME_SLICES + 1 and parts[-1] == f"the first 1,000 of {MAX_TIME_SLICES + 1:,} slices"
 
 
 def test_a_table_without_a_clients_send_times_uses_the_first_and_last_ticks():

@@ -27,7 +27,7 @@ from ..config.catalog import MAX_TURNS
 from ..load.arrivals import achieved_rate, in_flight_over_time
 from ..states import LoadPattern, RequestStatus
 from .stats import UNBOUNDED
-from .window import WindowFacts
+from .window import MAX_TIME_SLICES, TimeSlice, WindowFacts
 
 PERCENTILES = "percentiles"  # stands for every configured percentile, p50 ... p99.9
 DISTRIBUTION = ("mean", "std", "min", "max", PERCENTILES)
@@ -55,7 +55,7 @@ class RunFacts:
     failure_reasons: str
     good: np.ndarray | None  # requests meeting the SLO; None without an SLO
     steady: WindowFacts | None = None  # the steady window's (measure/window.py); None where the run had none
-    slices: tuple[WindowFacts, ...] = ()  # its time slices, where the user asked for them
+    slices: tuple[TimeSlice, ...] = ()  # its time slices, where the user asked for them
 
     def count(self, status: str) -> int:
         return int(np.count_nonzero(self.status == status))
@@ -324,14 +324,13 @@ def _p99_ms(values_s: np.ndarray) -> float:
     return float(np.percentile(values_s, 99) * 1000) if values_s.size else math.nan
 
 
-def _slice_text(part: WindowFacts) -> str:
+def _slice_text(part: TimeSlice) -> str:
     """ "0-5 s: 3 sent, 41.2 tok/s, TTFT 120 ms": one time slice, compactly."""
     window = part.window
-    ttft = _mean_ms(part.ttft_s)
+    ttft = "-" if math.isnan(part.mean_ttft_s) else f"{part.mean_ttft_s * 1000:.0f}"
     return (
         f"{_seconds(window.start_s)}-{_seconds(window.end_s)} s: {part.sent} sent, "
-        f"{rate(part.output_tokens, window.duration_s):.1f} tok/s, "
-        f"TTFT {'-' if math.isnan(ttft) else f'{ttft:.0f}'} ms"
+        f"{rate(part.output_tokens, window.duration_s):.1f} tok/s, TTFT {ttft} ms"
     )
 
 
@@ -341,7 +340,11 @@ def _seconds(value: float) -> str:
 
 
 def _slices(run: RunFacts) -> str | None:
-    return "; ".join(map(_slice_text, run.slices)) if run.slices else None
+    if not run.slices:
+        return None
+    text = "; ".join(map(_slice_text, run.slices))
+    wanted = math.ceil(run.duration_s / run.slices[0].window.duration_s)
+    return text if wanted <= MAX_TIME_SLICES else f"{text}; the first {MAX_TIME_SLICES:,} of {wanted:,} slices"
 
 
 # ---- derived formulas over history columns ---------------------------------------------------

@@ -21,7 +21,7 @@ import pandas as pd
 from ..config import SLO
 from ..states import RequestStatus
 from .catalog import CATALOG, Metric, RunFacts, expand, percentile_key, rate
-from .window import SteadyLoad, steady_facts, time_slices
+from .window import SteadyLoad, request_times, steady_facts, time_slices
 
 __all__ = ["percentile_key", "rate"]
 
@@ -292,6 +292,7 @@ def run_summary(
     """
     status = table["status"].to_numpy(dtype=object)
     ok = status == RequestStatus.SUCCESS
+    times = None if steady is None else request_times(table)
     facts = RunFacts(
         table=table,
         status=status,
@@ -299,10 +300,10 @@ def run_summary(
         duration_s=duration_s,
         failure_reasons=format_reasons(failure_reasons(status, table["reason"].to_numpy(dtype=object))),
         good=good_requests(status, table["ttft_s"], table["tpot_s"], table["e2e_s"], slo) if slo_is_set(slo) else None,
-        steady=None if steady is None else steady_facts(table, duration_s, stream_output, steady),
+        steady=None if times is None else steady_facts(times, duration_s, stream_output, steady),
         slices=()
-        if steady is None or steady.slice_s is None
-        else tuple(time_slices(table, duration_s, steady.slice_s, stream_output)),
+        if times is None or steady.slice_s is None
+        else tuple(time_slices(times, duration_s, steady.slice_s, stream_output)),
     )
     summary: dict[str, float | int | str] = {}
     for metric in CATALOG:

@@ -66,10 +66,9 @@ class Window:
     def duration_s(self) -> float:
         return self.end_s - self.start_s
 
-    def holds(self, times_s: np.ndarray, with_end: bool = True) -> np.ndarray:
-        """Which of these times fall in the window (NaN: none)."""
-        before_end = times_s <= self.end_s if with_end else times_s < self.end_s
-        return (times_s >= self.start_s) & before_end
+    def holds(self, times_s: np.ndarray) -> np.ndarray:
+        """Which of these times fall in the window, both ends included (NaN: none)."""
+        return (times_s >= self.start_s) & (times_s <= self.end_s)
 
 
 @dataclass(frozen=True)
@@ -130,65 +129,130 @@ def _mean_in_flight(times: np.ndarray, counts: np.ndarray, first: float, last: f
     return float(np.sum(counts * np.diff(edges)) / (last - first))
 
 
-def window_facts(table: pd.DataFrame, window: Window, stream_output: bool, with_end: bool = True) -> WindowFacts:
-    """What the requests of a per-request table (Profiler.request_table's) did within `window`, its end included
-    unless `with_end` is False (a slice followed by another, which has that instant)."""
+@dataclass(frozen=True)
+class RequestTimes:
+    """A run's requests on its clock (seconds from its start), read once from its per-request table for the window
+    and every slice: sends and ends (request_spans), which completed, their latencies, and when each output tick of
+    a completed request came with how many tokens."""
+
+    sends: np.ndarray
+    ends: np.ndarray
+    ok: np.ndarray
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    e2e_s: np.ndarray
+    tick_s: np.ndarray
+    tick_tokens: np.ndarray
+
+
+def request_times(table: pd.DataFrame) -> RequestTimes:
+    """The RequestTimes of a per-request table (Profiler.request_table's)."""
     sends, ends = request_spans(table)
     ok = table["status"].to_numpy(dtype=object) == RequestStatus.SUCCESS
-    sent = window.holds(sends, with_end)
-    tick_times, tick_tokens = _output_ticks(table, ok)
-    inside = ok & sent
+    tick_s, tick_tokens = _output_ticks(table, ok)
+    return RequestTimes(
+        sends,
+        ends,
+        ok,
+        _floats(table, "ttft_s"),
+        _floats(table, "tpot_s"),
+        _floats(table, "e2e_s"),
+        tick_s,
+        tick_tokens,
+    )
+
+
+def window_facts(requests: RequestTimes, window: Window, stream_output: bool) -> WindowFacts:
+    """What the requests did within `window`, both its ends included."""
+    sent = window.holds(requests.sends)
+    inside = requests.ok & sent
     return WindowFacts(
         window=window,
         sent=int(np.count_nonzero(sent)),
-        ended=int(np.count_nonzero(ok & window.holds(ends, with_end))),
-        output_tokens=int(tick_tokens[window.holds(tick_times, with_end)].sum()),
-        ttft_s=_defined(_floats(table, "ttft_s")[inside]) if stream_output else np.array([]),
-        tpot_s=_defined(_floats(table, "tpot_s")[inside]),
-        e2e_s=_defined(_floats(table, "e2e_s")[inside]),
+        ended=int(np.count_nonzero(requests.ok & window.holds(requests.ends))),
+        output_tokens=int(requests.tick_tokens[window.holds(requests.tick_s)].sum()),
+        ttft_s=_defined(requests.ttft_s[inside]) if stream_output else np.array([]),
+        tpot_s=_defined(requests.tpot_s[inside]),
+        e2e_s=_defined(requests.e2e_s[inside]),
     )
 
 
 def _output_ticks(table: pd.DataFrame, selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """When the selected requests' output tokens came (seconds from the run's start) and how many at each tick:
-    from each request's first tick, TTFT and gaps; a table without its ticks (stored before they were) puts every
-    token at the request's end."""
+    """When the selected requests' output ticks came and with how many tokens: tick k of a request (k >= 1) comes
+    its TTFT and its first k - 1 gaps after its first tick. A table without its ticks (stored before they were)
+    puts every token at the request's end."""
     starts = _floats(table, "start_s")
     if "tokens_per_tick" not in table or "itl_s" not in table:
         return (starts + _floats(table, "e2e_s"))[selected], table["output_len"].to_numpy(dtype=np.int64)[selected]
-    ttft = _floats(table, "ttft_s")
-    gaps = table["itl_s"].to_numpy(dtype=object)
-    steps = table["tokens_per_tick"].to_numpy(dtype=object)
-    times: list[np.ndarray] = []
-    tokens: list[np.ndarray] = []
-    for i in np.flatnonzero(selected):
-        step = np.asarray([] if steps[i] is None else steps[i], dtype=np.int64)
-        if step.size == 0:
-            continue
-        gap = np.asarray([] if gaps[i] is None else gaps[i], dtype=np.float64)
-        times.append(starts[i] + ttft[i] + np.concatenate(([0.0], np.cumsum(gap)))[: step.size])
-        tokens.append(step)
-    if not times:
+    steps = [_array(cell, np.int64) for cell in table["tokens_per_tick"].to_numpy(dtype=object)[selected]]
+    gaps = [_array(cell, np.float64) for cell in table["itl_s"].to_numpy(dtype=object)[selected]]
+    n_steps = np.fromiter(map(len, steps), dtype=np.int64, count=len(steps))
+    n_gaps = np.fromiter(map(len, gaps), dtype=np.int64, count=len(gaps))
+    # A request of two ticks or more has one gap fewer than its token steps; one of fewer ticks has no output tick.
+    timed = np.flatnonzero((n_steps > 0) & (n_steps == n_gaps + 1))
+    if not timed.size:
         return np.array([]), np.array([], dtype=np.int64)
-    return np.concatenate(times), np.concatenate(tokens)
+    lengths = n_steps[timed]
+    # Each request's gaps behind a 0, summed along: its ticks' times after its first output tick.
+    flat = np.concatenate([gaps[i] for i in timed.tolist()])
+    firsts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    offsets = np.cumsum(np.insert(flat, np.concatenate(([0], np.cumsum(lengths - 1)[:-1])), 0.0))
+    offsets -= np.repeat(offsets[firsts], lengths)
+    first_tick = (starts + _floats(table, "ttft_s"))[selected][timed]
+    return np.repeat(first_tick, lengths) + offsets, np.concatenate([steps[i] for i in timed.tolist()])
 
 
-def steady_facts(table: pd.DataFrame, duration_s: float, stream_output: bool, load: SteadyLoad) -> WindowFacts | None:
+def steady_facts(
+    requests: RequestTimes, duration_s: float, stream_output: bool, load: SteadyLoad
+) -> WindowFacts | None:
     """The steady window's facts of a run (None where it had no window)."""
-    sends, ends = request_spans(table)
-    window = steady_window(sends, ends, duration_s, load)
-    return None if window is None else window_facts(table, window, stream_output)
+    window = steady_window(requests.sends, requests.ends, duration_s, load)
+    return None if window is None else window_facts(requests, window, stream_output)
 
 
-def time_slices(table: pd.DataFrame, duration_s: float, slice_s: float, stream_output: bool) -> list[WindowFacts]:
-    """The run cut into slices of `slice_s` seconds from its start (the last one shorter), each slice's facts."""
+MAX_TIME_SLICES = 1000  # a run's slices kept: a line each in the CLI, a part of one history cell
+
+
+@dataclass(frozen=True)
+class TimeSlice:
+    """One slice of a run: the requests sent in it, the output tokens whose tick fell in it, and the mean TTFT of
+    the completed requests sent in it (NaN where none, or the run did not stream)."""
+
+    window: Window
+    sent: int
+    output_tokens: int
+    mean_ttft_s: float
+
+
+def time_slices(requests: RequestTimes, duration_s: float, slice_s: float, stream_output: bool) -> list[TimeSlice]:
+    """The run cut into slices of `slice_s` seconds from its start, the last one shorter and holding the run's end;
+    at most the first MAX_TIME_SLICES."""
     if not (duration_s > 0 and slice_s > 0):
         return []
-    starts = np.arange(0.0, duration_s, slice_s)
+    count = min(math.ceil(duration_s / slice_s), MAX_TIME_SLICES)
+
+    def per_slice(times: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+        index = np.floor(times / slice_s)
+        index = np.where(times == duration_s, count - 1, index)  # the run's last instant: the last slice's
+        kept = (index >= 0) & (index < count)
+        chosen = None if weights is None else weights[kept]
+        return np.bincount(index[kept].astype(np.int64), weights=chosen, minlength=count)[:count]
+
+    sent = per_slice(requests.sends)
+    tokens = per_slice(requests.tick_s, requests.tick_tokens.astype(np.float64))
+    timed = requests.ok & ~np.isnan(requests.ttft_s) & stream_output
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean_ttft = per_slice(requests.sends[timed], requests.ttft_s[timed]) / per_slice(requests.sends[timed])
     return [
-        window_facts(table, Window(a, min(a + slice_s, duration_s)), stream_output, with_end=a == starts[-1])
-        for a in starts.tolist()
+        TimeSlice(
+            Window(k * slice_s, min((k + 1) * slice_s, duration_s)), int(sent[k]), int(tokens[k]), float(mean_ttft[k])
+        )
+        for k in range(count)
     ]
+
+
+def _array(cell, dtype) -> np.ndarray:
+    return np.asarray([] if cell is None else cell, dtype=dtype)
 
 
 def _floats(table: pd.DataFrame, column: str) -> np.ndarray:
