@@ -143,6 +143,9 @@ COMMANDS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("history-list-help", ("history", "list", "--help"), False),
     ("history-missing-folder", ("history", "list", "--results", "results"), False),
     ("history-bad-date", ("history", "list", "--since", "2026-13-01"), False),
+    ("compare-help", ("compare", "--help"), False),
+    ("compare-missing-folder", ("compare", "main", "pr-123", "--results", "results"), False),
+    ("compare-bad-tolerance", ("compare", "main", "pr-123", "--fail-on-regression", "mean_e2e_ms=fast"), False),
     ("run-streamed", (*RUN, "-n", "4", "-c", "2", "--seed", "3", "--stream-output", "--label", "transcript"), True),
     (
         "run-random-batch",

@@ -1,7 +1,7 @@
 """The headless CLI: `python -m bench_core pipeline DATASET MODEL [flags]`, `throughput`, `restful`, `sweep`,
-`doctor`, `history` and helpers.
+`doctor`, `history`, `compare` and helpers.
 
-One module per subcommand (pipeline, throughput, restful, sweep, doctor, history, model_path), each a Command that adds its flags and
+One module per subcommand (pipeline, throughput, restful, sweep, doctor, history, compare, model_path), each a Command that adds its flags and
 runs; `common` holds what they share, and they import nothing of each other. This module is the one
 dispatch: it builds the parser from the commands and runs the one chosen.
 Bad input is one line on stderr and exit code 2: found in the flags, nothing is written; found while
@@ -29,6 +29,7 @@ PROG = "python -m bench_core"  # the name usage lines give the CLI; the installe
 def commands() -> tuple[Command, ...]:
     """The subcommands, in the order --help lists them. Imported here, not at the top, so that `python -m
     bench_core` starts at once and Ctrl-C while their libraries load is reported like any other."""
+    from .compare import CompareCommand
     from .doctor import DoctorCommand
     from .history import HistoryCommand
     from .model_path import ModelPathCommand
@@ -45,6 +46,7 @@ def commands() -> tuple[Command, ...]:
         restful,
         DoctorCommand(),
         HistoryCommand(),
+        CompareCommand(),
         ModelPathCommand(),
     )
 

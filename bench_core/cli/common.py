@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import abc
 import argparse
+import difflib
 import os
 import sys
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..config import (
     DEFAULT_PERCENTILES,
@@ -497,6 +499,41 @@ def open_history(root: str):
     history.tidy()
     print_notices(history)
     return history
+
+
+class HistoryRequestError(BenchError):
+    """A history action that cannot be done as asked: a run id or column the history does not have, a folder that
+    is not a history, a delete not confirmed. Refused before anything is changed."""
+
+    refuses_input = True
+
+
+def existing_history(results: str):
+    """The history in the folder `results`, opened as every command opens it (open_history)."""
+    check_history_folder(results)
+    return open_history(results)
+
+
+def check_history_folder(results: str) -> None:
+    """Refuse a history folder that is not there: a mistyped --results would read as an empty history."""
+    if not Path(results).is_dir():
+        raise HistoryRequestError(
+            f"there is no history in {results}: no such folder (--results or $BENCH_STUDIO_RESULTS names it)"
+        )
+
+
+def close_match(name: str, columns: Iterable[str]) -> str:
+    """ " (did you mean NAME?)" for the one of `columns` closest to `name`, or "" where none is close."""
+    found = difflib.get_close_matches(name, [str(column) for column in columns], n=1)
+    return f" (did you mean {found[0]}?)" if found else ""
+
+
+def column_names(text: str) -> tuple[str, ...]:
+    """Comma-separated names (--columns, --metrics), each once stripped; an argparse type."""
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"'{text}' names no column")
+    return names
 
 
 def print_notices(history) -> None:

@@ -11,11 +11,10 @@ a delete not confirmed) is one line on stderr and exit code 2, with nothing chan
 from __future__ import annotations
 
 import argparse
-import difflib
 import errno
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time
 from pathlib import Path
@@ -23,10 +22,23 @@ from pathlib import Path
 import pandas as pd
 
 from .. import csvstore
-from ..errors import BenchError, HistoryError
+from ..errors import HistoryError
 from ..states import IMPORTED, MEASURED, RunState
 from ..views.history_text import RUNS_FORMATS, cells_text, json_text, present_cells, runs_text
-from .common import EXIT_OK, HISTORY_EXIT_CODES_HELP, Command, Parser, add_results_flag, open_history, print_notices
+from .common import (
+    EXIT_OK,
+    HISTORY_EXIT_CODES_HELP,
+    Command,
+    HistoryRequestError,
+    Parser,
+    add_results_flag,
+    check_history_folder,
+    close_match,
+    column_names,
+    existing_history,
+    open_history,
+    print_notices,
+)
 
 # What `list` shows unless --columns says otherwise: who and what ran, then the headline results.
 LIST_COLUMNS = (
@@ -44,13 +56,6 @@ STATUSES = (*MEASURED, RunState.FAILED, RunState.CANCELLED, IMPORTED)  # the sta
 EXPORT_FORMATS = ("csv", "json", "markdown")
 SHOW_FORMATS = ("text", "json")
 YES = ("y", "yes")  # the answers to delete's question that delete
-
-
-class HistoryRequestError(BenchError):
-    """A history action that cannot be done as asked: a run id or column the history does not have, a folder that
-    is not a history, a delete not confirmed. Refused before anything is changed."""
-
-    refuses_input = True
 
 
 @dataclass(frozen=True)
@@ -119,16 +124,11 @@ def chosen_columns(table: pd.DataFrame, names: Sequence[str] | None) -> list[str
     names = list(dict.fromkeys(names))  # each once
     unknown = [name for name in names if name not in table]
     if unknown:
-        said = ", ".join(f"'{name}'{_close_match(name, table.columns)}" for name in unknown)
+        said = ", ".join(f"'{name}'{close_match(name, table.columns)}" for name in unknown)
         raise HistoryRequestError(
             f"the history has no column {said}; `history show RUN_ID` lists the columns a run has"
         )
     return names
-
-
-def _close_match(name: str, columns: Iterable[str]) -> str:
-    found = difflib.get_close_matches(name, [str(column) for column in columns], n=1)
-    return f" (did you mean {found[0]}?)" if found else ""
 
 
 def _moment(text: str, end_of_day: bool) -> datetime:
@@ -162,13 +162,6 @@ def _run_count(text: str) -> int:
     return int(text)
 
 
-def _column_names(text: str) -> tuple[str, ...]:
-    names = tuple(name.strip() for name in text.split(",") if name.strip())
-    if not names:
-        raise argparse.ArgumentTypeError(f"'{text}' names no column")
-    return names
-
-
 def _add_filter_flags(parser: argparse.ArgumentParser, title: str) -> None:
     group = parser.add_argument_group(title)
     group.add_argument("--status", action="append", choices=STATUSES, help="runs of this status (repeat for several)")
@@ -189,21 +182,7 @@ def _add_filter_flags(parser: argparse.ArgumentParser, title: str) -> None:
 
 
 def _add_columns_flag(parser: argparse.ArgumentParser, help_text: str) -> None:
-    parser.add_argument("--columns", type=_column_names, metavar="A,B,...", help=help_text)
-
-
-def _existing_history(results: str):
-    """The history in the folder `results`, opened as every command opens it (common.open_history)."""
-    _check_folder(results)
-    return open_history(results)
-
-
-def _check_folder(results: str) -> None:
-    """Refuse a history folder that is not there: a mistyped --results would read as an empty history."""
-    if not Path(results).is_dir():
-        raise HistoryRequestError(
-            f"there is no history in {results}: no such folder (--results or $BENCH_STUDIO_RESULTS names it)"
-        )
+    parser.add_argument("--columns", type=column_names, metavar="A,B,...", help=help_text)
 
 
 def _chosen_runs(table: pd.DataFrame, args: argparse.Namespace, results: str) -> pd.DataFrame:
@@ -258,7 +237,7 @@ class ListRuns(Command):
         add_results_flag(parser, "folder of the run history")
 
     def run(self, args: argparse.Namespace) -> int:
-        table = _existing_history(args.results).load()
+        table = existing_history(args.results).load()
         columns = chosen_columns(table, args.columns)
         runs = select_runs(table, RunFilter.from_args(args))
         if runs.empty and args.format in ("table", "markdown"):
@@ -285,7 +264,7 @@ class ShowRun(Command):
         add_results_flag(parser, "folder of the run history")
 
     def run(self, args: argparse.Namespace) -> int:
-        history = _existing_history(args.results)
+        history = existing_history(args.results)
         table = history.load()
         run = table[table["run_id"] == args.run_id]
         if run.empty:
@@ -327,7 +306,7 @@ class ExportRuns(Command):
     def run(self, args: argparse.Namespace) -> int:
         if args.columns and args.format == "csv":
             raise HistoryRequestError("--columns is for json and markdown: csv holds history.csv's columns")
-        history = _existing_history(args.results)
+        history = existing_history(args.results)
         table = history.load()
         runs = _chosen_runs(table, args, args.results)
         if args.format == "csv":
@@ -391,7 +370,7 @@ class Reindex(Command):
         add_results_flag(parser, "folder of the run history")
 
     def run(self, args: argparse.Namespace) -> int:
-        _check_folder(args.results)
+        check_history_folder(args.results)
         # Not opened as the others are (History.tidy reads the index first): the index may be what is broken.
         from ..store.history import History
 
@@ -434,7 +413,7 @@ class DeleteRuns(Command):
             raise HistoryRequestError(
                 "delete asks first, and stdin is not a terminal: add --yes to delete without asking"
             )
-        history = _existing_history(args.results)
+        history = existing_history(args.results)
         runs = _chosen_runs(history.load(), args, args.results)
         if runs.empty:
             print(f"No run in {args.results} matches the filters: nothing deleted.", file=sys.stderr)

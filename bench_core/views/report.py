@@ -387,19 +387,24 @@ def oldest_run(runs: pd.DataFrame) -> str:
 
 
 def comparison_table(
-    chosen: pd.DataFrame, varied: list[str], baseline: str | None = None
+    chosen: pd.DataFrame,
+    varied: list[str],
+    baseline: str | None = None,
+    metrics: Sequence[str] | None = None,
+    groups: Sequence[int] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, bool]:
     """The runs against the baseline (its run id; by default the oldest run), one column each (`tables.run_names`),
     the baseline's first: the settings that differ between them and how many runs each setup has where some has more
-    than one, then the compared metrics that any of them measured, the key ones first,
-    with each run's change against the baseline (`tables.against_baseline`). Returns the table, its marks and whether
-    any change could be judged against noise (two setups each run twice or more)."""
+    than one, then the metrics (by default `measured_metrics`), with each run's change against the baseline
+    (`tables.against_baseline`). `groups` numbers the runs' setups (by default run_diff.repeat_groups: runs sharing
+    every setting). Returns the table, its marks and whether any change could be judged against noise (two setups
+    each run twice or more)."""
     baseline = baseline or oldest_run(chosen)
     position = chosen["run_id"].astype(str).tolist().index(baseline)
-    groups = run_diff.repeat_groups(chosen, varied)
+    groups = run_diff.repeat_groups(chosen, varied) if groups is None else list(groups)
     names = tables.run_names(chosen)
     names[position] = f"{names[position]} ({BASELINE})"
-    measured = [name for name in COMPARED_COLUMNS if name in chosen and _has_numbers(chosen[name])]
+    measured = measured_metrics(chosen) if metrics is None else list(metrics)
     metrics, marks = tables.against_baseline(chosen, measured, names, groups, position)
     settings = run_diff.differences(chosen, varied).set_axis(names, axis=1)
     runs_per_setup = pd.Series(groups).map(pd.Series(groups).value_counts())
@@ -412,6 +417,11 @@ def comparison_table(
     marks.index.name = "run"
     judged = (pd.Series(groups).value_counts() > 1).sum() >= 2
     return table, marks, bool(judged)
+
+
+def measured_metrics(chosen: pd.DataFrame) -> list[str]:
+    """The compared metrics that any of the runs measured, the key ones first."""
+    return [name for name in COMPARED_COLUMNS if name in chosen and _has_numbers(chosen[name])]
 
 
 def _has_numbers(column: pd.Series) -> bool:

@@ -38,7 +38,7 @@ from ..measure.catalog import (
     sampled_values,
     with_derived,
 )
-from ..measure.stats import compare
+from ..measure.stats import Comparison, compare
 from ..states import LoadPattern
 
 MISSING = NOT_MEASURED  # a table cell without a value reads as LMDeploy prints it
@@ -406,16 +406,28 @@ def against_baseline(
 def _beyond_noise(values: np.ndarray, groups: np.ndarray, baseline: int, position: int, metric: str) -> str:
     """BETTER, WORSE or CHANGED where the setups of the runs at `baseline` and `position` differ on `metric` by more
     than their run-to-run noise (Welch's t-test over their repeats, `values` in the runs' order); "" otherwise."""
-    if groups[position] == groups[baseline] or not np.isfinite(values[position]):  # the baseline or a repeat of it
-        return ""
+    return change_verdict(setup_comparison(values, groups, baseline, position), metric)
+
+
+def setup_comparison(values: np.ndarray, groups: np.ndarray, baseline: int, position: int) -> Comparison | None:
+    """The setup of the run at `position` against the baseline's (Welch's t-test over their repeats' finite `values`,
+    in the runs' order, `groups` numbering their setups); None for the baseline or a repeat of it, and where the run
+    has no value."""
+    if groups[position] == groups[baseline] or not np.isfinite(values[position]):
+        return None
     base, other = (values[(groups == groups[at]) & np.isfinite(values)] for at in (baseline, position))
-    result = compare(base, other)
-    if not result.significant:
+    return compare(base, other)
+
+
+def change_verdict(comparison: Comparison | None, metric: str) -> str:
+    """BETTER, WORSE or CHANGED (on a metric of which neither direction is better) where `comparison` says the change
+    is beyond noise; "" otherwise."""
+    if comparison is None or not comparison.significant:
         return ""
     direction = describe_column(metric).larger_is_better
     if direction is None:
         return CHANGED
-    return BETTER if (result.difference > 0) == direction else WORSE
+    return BETTER if (comparison.difference > 0) == direction else WORSE
 
 
 def format_change(value: float, base: float) -> str:
