@@ -229,6 +229,7 @@ def test_json_holds_each_runs_value_change_and_verdict(results, capsys):
         ((MAIN, SLOW, "--fail-on-regression", "mean_e2e_ms=fast"), "the tolerance is a relative change in %"),
         ((MAIN, SLOW, "--fail-on-regression", "mean_e2e_ms=-5%"), "the tolerance is a relative change in %"),
         ((MAIN, SLOW, "--fail-on-regression", "p99_ttft_ms=5%%"), "the tolerance is a relative change in %"),
+        ((MAIN, SLOW, "--fail-on-regression", "spec_acceptance_rate"), "nothing to gate on"),  # none measured it
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(results, capsys, argv, said):

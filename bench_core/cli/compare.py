@@ -28,7 +28,8 @@ COMPARE_EXIT_CODES_HELP = """exit codes:
   0    compared; with --fail-on-regression, no gated metric regressed
   1    --fail-on-regression: a gated metric regressed (each regression is listed)
   2    bad input: a flag, a run id, sweep id or label the history does not have, a metric the
-       catalog does not have, a malformed tolerance, a results folder that is not there
+       catalog does not have, a malformed tolerance, a gated metric the baseline or the others did
+       not measure, a results folder that is not there
   130  interrupted (Ctrl-C)"""
 
 
@@ -140,9 +141,16 @@ class CompareCommand(Command):
         compared = regression.compared(rows, sources, baseline_source)
         gates = args.fail_on_regression
         metrics = list(args.metrics or report.measured_metrics(compared.runs))
-        if gates == []:  # the flag alone: every metric shown, against noise
-            gates = [regression.Gate(metric) for metric in metrics]
+        if gates == []:  # the flag alone: every metric shown that both sides measured, against noise
+            every = [regression.Gate(metric) for metric in metrics]
+            gates = [gate for gate in every if gate.metric not in regression.unmeasured(compared, every)]
         metrics += [gate.metric for gate in gates or () if gate.metric not in metrics]
+        unmeasured = regression.unmeasured(compared, gates or ())
+        if unmeasured:
+            raise HistoryRequestError(
+                f"nothing to gate on: the baseline's runs or the others have no {', '.join(unmeasured)} "
+                "(a TTFT needs streamed runs)"
+            )
         found = regression.regressions(compared, gates) if gates is not None else []
         if args.format == "json":
             sys.stdout.write(regression.comparison_json(compared, metrics, gates, found))

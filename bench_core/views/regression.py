@@ -158,6 +158,19 @@ def regressions(compared: Compared, gates: Sequence[Gate]) -> list[Regression]:
     return found
 
 
+def unmeasured(compared: Compared, gates: Sequence[Gate]) -> list[str]:
+    """The gated metrics that the baseline's setup, or every other setup, has no value of: a gate on them would pass
+    having checked nothing (a TTFT of runs that were not streamed)."""
+    groups = np.asarray(compared.groups)
+    in_baseline = groups == groups[compared.position]
+    missing = []
+    for gate in dict.fromkeys(gate.metric for gate in gates):
+        measured = np.isfinite(_numbers(compared.runs, gate))
+        if not measured[in_baseline].any() or not measured[~in_baseline].any():
+            missing.append(gate)
+    return missing
+
+
 def unjudged(compared: Compared, gates: Sequence[Gate]) -> list[str]:
     """The gated metrics checked against noise that no setup could be judged on (a setup run once has no spread),
     which therefore can never fail: said, so a CI job does not pass by having nothing to judge."""
