@@ -143,7 +143,8 @@ class CompareCommand(Command):
         metrics = list(args.metrics or report.measured_metrics(compared.runs))
         if gates == []:  # the flag alone: every metric shown that both sides measured, against noise
             every = [regression.Gate(metric) for metric in metrics]
-            gates = [gate for gate in every if gate.metric not in regression.unmeasured(compared, every)]
+            one_sided = set(regression.unmeasured(compared, every))
+            gates = [gate for gate in every if gate.metric not in one_sided]
         metrics += [gate.metric for gate in gates or () if gate.metric not in metrics]
         unmeasured = regression.unmeasured(compared, gates or ())
         if unmeasured:
