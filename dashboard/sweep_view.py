@@ -48,8 +48,17 @@ from bench_core.sweep.plan import (
     plan_for,
     with_run_size,
 )
+from bench_core.sweep.precision import Precision, describe_target
 from bench_core.sweep.server import DEFAULT_START_TIMEOUT_S, PORT, template_fields
-from bench_core.sweep.store import CREDENTIAL_SETTINGS, load_plan, past_sweeps, point_text, probes_of, remaining
+from bench_core.sweep.store import (
+    CREDENTIAL_SETTINGS,
+    load_plan,
+    past_sweeps,
+    point_text,
+    probes_of,
+    remaining,
+    sweep_counts,
+)
 from bench_core.views.tables import describe_column, describe_slo
 from dashboard import active_runs, sidebar, start_estimate
 from dashboard.state import get_history, get_runner, get_sweeps
@@ -141,9 +150,11 @@ def sweep_inputs(sidebar_values: Mapping[str, Any]) -> dict[str, Any]:
             value=DEFAULT_REPEATS,
             step=1,
             key="sweep_repeats",
-            help="Runs per point: two or more give a mean, a spread and a 95% interval.",
+            help="Runs per point: two or more give a mean, a spread and a 95% interval. With a target margin of "
+            "error, the fewest (3 at least).",
         )
     )
+    precision = None if searching else _precision_inputs()
     axes = [(axis, text) for axis, text in ((name, values), (second_name, second_values)) if axis != NO_SECOND]
     swept = {axis for axis, _ in axes}
     credentials = {name: sidebar_values.get(name) or "" for name in CREDENTIAL_SETTINGS}
@@ -155,9 +166,29 @@ def sweep_inputs(sidebar_values: Mapping[str, Any]) -> dict[str, Any]:
         **server,
         "server_settings": fixed,
         "find_max": search,
+        "precision": precision,
         **_cluster_inputs(),
         "credentials": credentials,
     }
+
+
+def _precision_inputs() -> dict[str, Any] | None:
+    """Repeats until the answer is clear (--target-moe, --max-repeats, --target-moe-metric), each input drawn from its
+    declaration; None while no target is set (the repeats are then a fixed count)."""
+    target_column, cap_column, metric_column = st.columns([1, 1, 2])
+    target = _sweep_number(target_column, setting("target_moe"), "sweep_target_moe")
+    max_repeats = _sweep_number(cap_column, setting("max_repeats"), "sweep_max_repeats")
+    declared = setting("target_moe_metric")
+    metric = metric_column.selectbox(
+        widget_label(declared),
+        sweep_results.SWEEP_METRICS,
+        index=sweep_results.SWEEP_METRICS.index(declared.default),
+        key="sweep_target_moe_metric",
+        format_func=_title,
+        disabled=target is None,
+        help=f"{declared.cli_flag}: {declared.cli_help}",
+    )
+    return None if target is None else {"target": target, "metric": metric, "max_repeats": max_repeats}
 
 
 def _server_inputs() -> dict[str, Any]:
@@ -406,7 +437,7 @@ def plan_from_inputs(inputs: Mapping[str, Any], values: Mapping[str, Any], uploa
     base = with_run_size(
         sidebar.config_from_choice(values, uploads_dir), inputs.get("num_prompts"), inputs.get("output_len")
     )
-    search = inputs.get("find_max")
+    search, precision = inputs.get("find_max"), inputs.get("precision")
     return plan_for(
         base,
         [f"{name}={text}" for name, text in inputs["axes"]],
@@ -415,6 +446,7 @@ def plan_from_inputs(inputs: Mapping[str, Any], values: Mapping[str, Any], uploa
         inputs.get("server_settings", ()),
         inputs.get("server_start_timeout_s", DEFAULT_START_TIMEOUT_S),
         capacity_search(base=base, **search) if search else None,
+        Precision(**precision) if precision else None,
     )
 
 
@@ -556,6 +588,9 @@ def describe_plan(plan: SweepPlan) -> str:
             f"{axes + '; ' if axes else ''}highest {search.setting} at which {search.target:.0%} of requests "
             f"meet the SLO ({describe_slo(plan.base.slo)}), within {search.precision:.0%}{server}"
         )
+    if plan.precision:
+        most = len(plan.points(plan.precision.max_repeats))
+        return f"{axes}; {len(plan.grid())} points, each repeated until {describe_target(plan.precision)}: at most {most} runs{server}"
     return f"{axes}; {len(plan.grid())} points × {plan.repeats} repeats = {len(plan.points())} runs{server}"
 
 
@@ -638,10 +673,9 @@ def _ended_status(sweep: SweepRun | None, plan: SweepPlan, runs: pd.DataFrame, i
             _resume_and_rerun(plan, inputs)
         return
     else:
-        total = len(plan.points())
-        finished = total - len(remaining(plan, runs))
+        finished, total = sweep_counts(get_history(), plan, runs)
         state = RunState.FINISHED if finished == total else STOPPED
-        message = f"{finished} of {total} runs finished; resume the sweep to run the other {total - finished}."
+        message = SweepProgress(state, total, finished, 0, 0, "", "", (), most=plan.precision is not None).message
     if state == RunState.FINISHED:
         st.success(f"finished: all {total:,} {'probes' if plan.find_max else 'runs'}.")
     elif state == RunState.CANCELLED or state == STOPPED:
@@ -649,7 +683,8 @@ def _ended_status(sweep: SweepRun | None, plan: SweepPlan, runs: pd.DataFrame, i
     else:
         st.error(plain(f"{state}: {message}"))
     _where_runs_are(sweep)
-    if finished < total and st.button(f"Resume: run the other {total - finished}", key="sweep_resume", type="primary"):
+    left = f"up to {total - finished} more" if plan.precision else f"the other {total - finished}"
+    if finished < total and st.button(f"Resume: run {left}", key="sweep_resume", type="primary"):
         _resume_and_rerun(plan, inputs)
 
 
@@ -699,6 +734,10 @@ def results(history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO) -> 
     ):
         column.plotly_chart(figure, key=key)
     st.caption(plain(sweep_results.interval_note(statistics)))
+    if plan.precision:
+        st.markdown(f"**{sweep_report.PRECISION_TABLE_TITLE}**")
+        st.caption(plain(sweep_results.precision_summary(plan, runs)))
+        show_table(sweep_results.precision_table(plan, runs), key="sweep_precision_table")
     _pareto_view(runs, plan)
     _goodput_view(runs, plan, slo)
     st.markdown(f"**Per point**: {sweep_report.POINT_TABLE_COLUMNS}")

@@ -118,6 +118,19 @@ def test_describe_gives_mean_sample_std_and_t_interval():
     assert summary.cv == pytest.approx(math.sqrt(32 / 7) / 5)
 
 
+def test_the_relative_margin_of_error_is_the_intervals_half_width_over_the_mean():
+    values = [2, 4, 4, 4, 5, 5, 7, 9]  # the interval above: 5 +/- 1.787488
+    assert stats.relative_margin_of_error(values) == pytest.approx(1.787488 / 5, abs=1e-6)
+    assert stats.relative_margin_of_error([-v for v in values]) == pytest.approx(1.787488 / 5, abs=1e-6)
+    assert stats.relative_margin_of_error([10.0, 10.0, 10.0, float("nan")]) == 0.0
+
+
+def test_no_margin_of_error_below_three_values_or_around_a_mean_of_zero():
+    assert math.isnan(stats.relative_margin_of_error([1.0, 1.1]))  # no interval is drawn for two runs
+    assert math.isnan(stats.relative_margin_of_error([1.0, 1.1, None, float("inf")]))
+    assert math.isnan(stats.relative_margin_of_error([-1.0, 0.0, 1.0]))
+
+
 def test_describe_ignores_missing_values_and_has_no_spread_for_one_run():
     assert stats.describe([3.0, float("nan"), None, 5.0]).mean == pytest.approx(4.0)
     single = stats.describe([7.0])

@@ -18,6 +18,7 @@ from bench_core.measure.catalog import METRICS, with_derived
 from bench_core.store.history import History, RunRecord, history_row
 from bench_core.sweep import results as sweep_results
 from bench_core.sweep.plan import SWEEPABLE, SweepAxis, SweepPlan, new_sweep_id, parse_sweep_arg, with_run_size
+from bench_core.sweep.precision import CAPPED, REACHED, SHORT, Precision, judge
 from bench_core.sweep.store import SWEEP_REPEAT, remaining
 from bench_core.views import sweep_charts
 
@@ -265,6 +266,44 @@ def test_a_plan_survives_a_json_round_trip():
     again = SweepPlan.from_dict(json.loads(json.dumps(plan.to_dict())))
     assert again == plan
     assert again.points() == plan.points()
+
+
+def test_a_plan_with_a_target_survives_a_json_round_trip_and_runs_each_point_at_least_three_times():
+    plan = SweepPlan(
+        new_sweep_id(),
+        _base(),
+        (parse_sweep_arg("concurrency=1,2"),),
+        precision=Precision(0.05, "mean_ttft_ms", max_repeats=6),
+    )
+    assert plan.repeats == 3  # the fewest that give an interval
+    assert [(run.values["concurrency"], run.repeat) for run in plan.points()] == [
+        (1, 0), (2, 0), (1, 1), (2, 1), (1, 2), (2, 2)
+    ]  # fmt: skip
+    assert plan.config_at({"concurrency": 2}, 4).label.endswith("concurrency=2 · repeat 5 (at most 6)")
+    again = SweepPlan.from_dict(json.loads(json.dumps(plan.to_dict())))
+    assert again == plan
+
+
+@pytest.mark.parametrize(
+    ("precision", "said"),
+    [
+        (dict(target=0.05, metric="bogus"), "--target-moe-metric takes a sweep metric"),
+        (dict(target=1.5), "--target-moe must be a number above 0 and at most 1; got 1.5."),
+        (dict(target=0.05, max_repeats=2), "--max-repeats must be at least 3 with --target-moe"),
+    ],
+)
+def test_a_target_that_cannot_work_is_refused_with_its_reason(precision, said):
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        Precision(**precision)
+
+
+def test_where_a_point_stands_follows_its_runs_values():
+    precision = Precision(0.05, max_repeats=5)
+    assert judge([100.0, 100.5, 99.5], 3, precision).outcome == REACHED
+    assert judge([100.0, 100.0], 2, precision).outcome == SHORT  # a spread of 0, but too few runs for an interval
+    assert judge([100.0, 10.0, 100.0], 3, precision).outcome == SHORT
+    assert judge([100.0, 10.0, 100.0, 10.0, 100.0], 5, precision).outcome == CAPPED
+    assert judge([], 5, precision).outcome == CAPPED  # runs without the metric's value (TTFT without streaming)
 
 
 def test_sweep_ids_are_distinct_and_readable():

@@ -10,6 +10,9 @@ recorded here); the end then lists where each ran. At the end a compact table gi
 and 95% interval over its repeats. Exit codes (SWEEP_EXIT_CODES_HELP):
 0 all runs finished, 1 some failed or were partial, 2 bad input (nothing run), 130 interrupted (resumable).
 
+With --target-moe P each point runs until the 95% interval of its --target-moe-metric (default output throughput) is
+within P of its mean, or --max-repeats stops it (sweep.precision); the end says which points reached the target.
+
 `sweep restful --server-cmd TEMPLATE` starts a server for every run (sweep.server): {port} is a free port, every
 other {name} a server setting from --sweep name=V1,V2 or --server-setting name=VALUE. `--find-max request_rate|
 max_concurrency` searches each point for the highest load at which --goodput-target of the requests meet the
@@ -28,13 +31,14 @@ import pandas as pd
 from ..config import Part, check_values, of_part, setting
 from ..csvstore import append_row
 from ..errors import ConfigError
-from ..measure.catalog import NOT_REPORTED, SPECULATIVE_COLUMNS
+from ..measure.catalog import NOT_REPORTED, SPECULATIVE_COLUMNS, SWEPT_COLUMNS
 from ..measure.stats import MIN_INTERVAL_RUNS
 from ..states import RunState
 from ..sweep import find_max
 from ..sweep.plan import SWEEPABLE, SweepPlan, capacity_search, describe_point, plan_for
+from ..sweep.precision import Precision, describe_target
 from ..sweep.report import sweep_report
-from ..sweep.results import CACHE_START, mean_with_interval, point_statistics, sweep_runs
+from ..sweep.results import CACHE_START, mean_with_interval, point_statistics, precision_summary, sweep_runs
 from ..sweep.store import CREDENTIAL_SETTINGS
 from ..views.tables import describe_column
 from .common import (
@@ -53,6 +57,7 @@ from .common import (
     append_csv_row,
     check_report_path,
     check_writable,
+    given_settings,
     open_history,
     progress_line,
     sweep_outcome,
@@ -121,7 +126,15 @@ class SweepCommand(Command):
                 help=f"a setting and its values; give --sweep twice for a grid. Sweepable: "
                 f"{', '.join(SWEEPABLE)}" + (", and the fields of --server-cmd" if engine.serves else ""),
             )
-            add_flags(swept, (Flag("repeats", metavar="K"),))
+            add_flags(
+                swept,
+                (
+                    Flag("repeats", metavar="K"),
+                    Flag("target_moe", metavar="P"),
+                    Flag("max_repeats", metavar="N"),
+                    Flag("target_moe_metric", metavar="METRIC", choices=SWEPT_COLUMNS),
+                ),
+            )
             if engine.serves:
                 add_server_flags(command.add_argument_group("a server per run"))
                 add_find_max_flags(command.add_argument_group("the highest load within the SLO"))
@@ -226,6 +239,7 @@ def add_find_max_flags(group) -> None:
 def build_plan(args: argparse.Namespace, engine: EngineCommand) -> SweepPlan:
     """The plan the command line describes (sweep.plan.plan_for, as the Sweep page builds it from its widgets);
     ConfigError for a server or search setting that cannot work."""
+    precision = precision_of(args)  # before the engine's settings, which may ask the server
     base = engine.build_config(args)
     search = (
         capacity_search(
@@ -249,7 +263,19 @@ def build_plan(args: argparse.Namespace, engine: EngineCommand) -> SweepPlan:
         getattr(args, "server_setting", []),
         getattr(args, "server_start_timeout", setting("server_start_timeout_s").default),
         search,
+        precision,
     )
+
+
+def precision_of(args: argparse.Namespace) -> Precision | None:
+    """The target --target-moe sets (None without one); ConfigError for its other flags given without it."""
+    if args.target_moe is None:
+        alone = sorted(given_settings(args) & {"max_repeats", "target_moe_metric"})
+        if alone:
+            flags = " and ".join(setting(name).cli_flag for name in alone)
+            raise ConfigError(f"{flags} appl{'y' if len(alone) > 1 else 'ies'} only with --target-moe P.")
+        return None
+    return Precision(args.target_moe, args.target_moe_metric, args.max_repeats)
 
 
 def add_cluster_flags(group, default=None) -> None:
@@ -286,6 +312,12 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
     if plan.find_max:
         print(
             f"sweep {plan.sweep_id}: searching {plan.find_max.setting} at {len(plan.grid())} point(s)", file=sys.stderr
+        )
+    elif plan.precision:
+        print(
+            f"sweep {plan.sweep_id}: {len(plan.grid())} points, each repeated until {describe_target(plan.precision)}: "
+            f"at most {sweep.total} runs, {sweep.finished_before} finished before",
+            file=sys.stderr,
         )
     else:
         print(
@@ -333,6 +365,8 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
             f"(range lowest..highest run) with fewer than {MIN_INTERVAL_RUNS} runs, too few for an interval"
         )
         print(point_table(runs, plan).to_string(index=False))
+        if plan.precision:
+            print(precision_summary(plan, history.load()))
     unsaved = sum(1 for _, run in sweep.runs if run.measurement.save_error)
     where = f"in {history.csv_path}" + (
         f", except {unsaved} that could not be saved there (said above)" if unsaved else ""

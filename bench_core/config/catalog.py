@@ -1408,7 +1408,7 @@ def _slo(name: str, label: str) -> Setting:
 SLO_SETTINGS = (_slo("ttft", "TTFT"), _slo("tpot", "TPOT"), _slo("e2e", "end-to-end latency"))
 
 
-def _sweep(name: str, kind: type, default, bounds: Bounds, cli_help: str, **options) -> Setting:
+def _sweep(name: str, kind: type, default, bounds: Bounds | None, cli_help: str, **options) -> Setting:
     """A sweep's own setting; its widget, where it has one, is the Sweep page's (the sidebar draws none)."""
     options.setdefault("widget", None)
     return Setting(name, Part.SWEEP, kind, default, bounds=bounds, cli_help=cli_help, **options)
@@ -1416,7 +1416,45 @@ def _sweep(name: str, kind: type, default, bounds: Bounds, cli_help: str, **opti
 
 # How a sweep runs its points and searches for a capacity (`sweep`'s own flags): not a part of a run.
 SWEEP_SETTINGS = (
-    _sweep("repeats", int, 1, Bounds(low=1, high=1000), "runs per point (2 or more give a spread)"),
+    _sweep(
+        "repeats",
+        int,
+        1,
+        Bounds(low=1, high=1000),
+        "runs per point (2 or more give a spread); with --target-moe, the fewest (3 at least: a 95% interval needs 3)",
+    ),
+    # Repeats until the answer is clear (GuideLLM's target_moe): a point runs again until the 95% interval of its
+    # mean is within this fraction of the mean, or --max-repeats stops it.
+    _sweep(
+        "target_moe",
+        float,
+        None,
+        Bounds(low=0.0, low_open=True, high=1.0),
+        "repeat each point until the 95% interval of its mean --target-moe-metric is within this fraction of the "
+        "mean (0.05: +/-5%), or --max-repeats stops it",
+        optional=True,
+        label="Target margin of error",
+        unit="fraction",
+        widget=Widget(step=0.01, placeholder="none: --repeats runs per point"),
+    ),
+    _sweep(
+        "max_repeats",
+        int,
+        10,
+        Bounds(low=1, high=1000),
+        "with --target-moe: the most runs a point gets before the sweep stops repeating it, its target not reached",
+        label="Most repeats",
+    ),
+    # Output throughput by default: every run measures it (streamed or not, on every backend), it is the figure a
+    # tuning decision is judged by first, and a whole run's aggregate, whose run-to-run spread is what repeats reduce.
+    _sweep(
+        "target_moe_metric",
+        str,
+        "output_throughput",
+        None,
+        "with --target-moe: the metric whose margin of error decides the repeats (a sweep metric's history column)",
+        label="Metric of the target",
+    ),
     _sweep(
         "server_start_timeout_s",
         float,

@@ -85,9 +85,27 @@ def describe(
     cv = std / abs(mean) if mean != 0 else math.nan
     if n < MIN_INTERVAL_RUNS:
         return Summary(n, mean, std, math.nan, math.nan, cv, minimum, maximum)
-    half_width = t_quantile(0.5 + confidence / 2, n - 1) * std / math.sqrt(n)
+    half_width = _half_width(std, n, confidence)
     low, high = bounds
     return Summary(n, mean, std, max(mean - half_width, low), min(mean + half_width, high), cv, minimum, maximum)
+
+
+def relative_margin_of_error(values: Sequence[float] | np.ndarray | pd.Series, confidence: float = CONFIDENCE) -> float:
+    """The half-width of the Student-t interval of the mean, divided by the mean's magnitude (GuideLLM's margin of
+    error: 0.05 is +/-5%); NaN below `MIN_INTERVAL_RUNS` finite values, where no interval is drawn, and for a mean of
+    0, which no relative margin describes. Identical values have a margin of 0. Non-finite values are ignored."""
+    x = _finite(values)
+    if x.size < MIN_INTERVAL_RUNS:
+        return math.nan
+    mean = float(x.mean())
+    if mean == 0:
+        return math.nan
+    return _half_width(float(x.std(ddof=1)), int(x.size), confidence) / abs(mean)
+
+
+def _half_width(std: float, n: int, confidence: float) -> float:
+    """The half-width of the Student-t interval of a mean of `n` values with sample std `std`."""
+    return t_quantile(0.5 + confidence / 2, n - 1) * std / math.sqrt(n)
 
 
 def compare(

@@ -13,7 +13,9 @@ id and its repeat index; `resume_sweep` rebuilds the plan and runs only what has
 A plan with a server command starts each run's server first (sweep.server), its log in the run's folder, and stops
 it once the run has ended, whatever ended it: a server that exits or never answers fails that run only, recorded
 with the end of its log. A find-max plan (FindMaxRun) searches each point for the highest load meeting the SLO
-(sweep.find_max), noting each probe in the sweep's journal, which a resume replays.
+(sweep.find_max), noting each probe in the sweep's journal, which a resume replays. A plan with a target
+(PreciseSweepRun) repeats each point until its margin of error is within it or the cap stops it (sweep.precision),
+deciding from the history after each run, as a resume does.
 """
 
 from __future__ import annotations
@@ -40,8 +42,11 @@ from . import find_max
 from .plan import PlannedRun, SweepPlan, describe_point, server_settings_of
 from .server import SERVER_LOG, ServerFailed, ServerProcess, command_line, free_port, leftover_servers
 from .store import (
+    PointRepeats,
     append_probe,
     load_plan,
+    most_runs,
+    point_repeats,
     point_text,
     probes_of,
     remaining,
@@ -66,6 +71,7 @@ class SweepProgress:
     current: str  # the point and repeat in the queue or running, "" when none
     current_run_id: str
     errors: tuple[str, ...]  # why runs failed, each message once
+    most: bool = False  # `total` is the most the sweep may run (a target decides how many it does)
 
     @property
     def ended(self) -> int:
@@ -84,8 +90,9 @@ class SweepProgress:
             parts.append(f"{self.skipped} run(s) skipped after a run with the same engine settings failed to start.")
         if self.finished < self.total:
             parts.append(
-                f"{self.finished} of {self.total} runs finished; resume the sweep to run the other "
-                f"{self.total - self.finished}."
+                f"{self.finished} of {'at most ' if self.most else ''}{self.total} runs finished; resume the sweep "
+                f"to run {'up to ' if self.most else 'the other '}{self.total - self.finished}"
+                f"{' more' if self.most else ''}."
             )
         return " ".join(parts)
 
@@ -158,7 +165,8 @@ class SweepRun:
         else:
             state = RunState.FINISHED
         label, run_id = self._now(current)
-        return SweepProgress(state, self.total, finished, failed, skipped, label, run_id, tuple(errors))
+        most = self.plan.precision is not None
+        return SweepProgress(state, self.total, finished, failed, skipped, label, run_id, tuple(errors), most)
 
     def _now(self, current: tuple[PlannedRun, Run] | None) -> tuple[str, str]:
         """What the progress names as under way: the point and the id of the run in the queue or running."""
@@ -168,8 +176,7 @@ class SweepRun:
 
     def describe(self, planned: PlannedRun) -> str:
         """ "concurrency=2 · repeat 1/3" (the repeat only when the plan repeats its points)."""
-        repeat = f" · repeat {planned.repeat + 1}/{self.plan.repeats}" if self.plan.repeats > 1 else ""
-        return describe_point(planned.values) + repeat
+        return describe_point(planned.values) + self.plan.repeat_text(planned.repeat)
 
     def _drive(self) -> None:
         try:
@@ -181,11 +188,16 @@ class SweepRun:
 
     def _run_all(self) -> None:
         for planned in self._todo:
-            if self._skip(planned):
-                continue
-            run = self._run(planned)
-            if run is None or run.state == RunState.CANCELLED:  # by the user, here or elsewhere, or by a shutdown
+            if not self._run_planned(planned):
                 return
+
+    def _run_planned(self, planned: PlannedRun) -> bool:
+        """Run `planned`, unless its engine settings already failed to start; False once the sweep is cancelled (by
+        the user, here or elsewhere, or by a shutdown)."""
+        if self._skip(planned):
+            return True
+        run = self._run(planned)
+        return run is not None and run.state != RunState.CANCELLED
 
     def _run(self, planned: PlannedRun, observers: tuple[JobObserver, ...] = ()) -> Run | None:
         """Run one planned run to its end (with its own server where the plan has a server command) and note its
@@ -293,6 +305,68 @@ class SweepRun:
                 self._failed_engines.add(engine_that_failed)
             if message and message not in self._errors:
                 self._errors.append(message)
+
+
+class PreciseSweepRun(SweepRun):
+    """A sweep with a target (sweep.precision): in each engine group, its planned rounds (the least repeats, those a
+    resume has left), then rounds over the group's points still short of the target, until each reaches it or the cap.
+    Where a point stands is read from the history after each run, as a resume reads it. A point whose run did not
+    finish here (failed, partial, skipped, its server down, not saved) is not repeated again in this pass: a resume
+    tries it again."""
+
+    def __init__(self, plan: SweepPlan, runner: Runner, todo: list[PlannedRun]):
+        self._history = _history_of(runner)
+        self._points: list[PointRepeats] = point_repeats(plan, self._history.load())
+        self._left_out: set[str] = set()  # point_text of the points not repeated again in this pass
+        super().__init__(plan, runner, todo)
+        self.finished_before = sum(point.standing.runs for point in self._points)
+
+    @property
+    def total(self) -> int:
+        """The most runs the sweep may have: the settled points' runs and the cap for each other point."""
+        with self._lock:
+            points = list(self._points)
+        return most_runs(self.plan, points)
+
+    def points(self) -> list[PointRepeats]:
+        """Each point and where it stands, as of the last run that ended."""
+        with self._lock:
+            return list(self._points)
+
+    def _run_all(self) -> None:
+        for group in self.plan.engine_groups():
+            mine = {point_text(values) for values in group}
+            due = [planned for planned in self._todo if point_text(planned.values) in mine]
+            while due:
+                for planned in due:
+                    if not self._run_planned(planned):
+                        return
+                due = self._next_round(group)
+
+    def _run_planned(self, planned: PlannedRun) -> bool:
+        ran_before = len(self.runs)  # only this thread adds runs
+        going_on = super()._run_planned(planned)
+        if not any(
+            run.state == RunState.FINISHED and not run.measurement.save_error for _, run in self.runs[ran_before:]
+        ):
+            self._left_out.add(point_text(planned.values))
+        points = point_repeats(self.plan, self._history.load())
+        with self._lock:
+            self._points = points
+        return going_on
+
+    def _next_round(self, group: list[dict]) -> list[PlannedRun]:
+        """One more run of each of the group's points still short of the target, in the group's order."""
+        standing = {point_text(point.values): point for point in self.points()}
+        due = [
+            standing[point_text(values)]
+            for values in group
+            if not standing[point_text(values)].standing.settled and point_text(values) not in self._left_out
+        ]
+        return [
+            PlannedRun(point.values, point.next_repeat, self.plan.config_at(point.values, point.next_repeat))
+            for point in due
+        ]
 
 
 @dataclass
@@ -498,7 +572,7 @@ def start_sweep(runner: Runner, plan: SweepPlan, launch: Launch = SweepRun) -> S
     """Check every point (one ConfigError naming each impossible one), save the plan, start the runs."""
     history = _history_of(runner)
     launch = _launch_for(plan, launch)
-    plan.check(runs_here=launch in (SweepRun, FindMaxRun))
+    plan.check(runs_here=launch in (SweepRun, FindMaxRun, PreciseSweepRun))
     save_plan(history, plan)
     return launch(plan, runner, remaining(plan, history.load()))
 
@@ -511,15 +585,18 @@ def resume_sweep(
     history = _history_of(runner)
     plan = with_credentials(load_plan(history, sweep_id), credentials or {})
     launch = _launch_for(plan, launch)
-    plan.check(runs_here=launch in (SweepRun, FindMaxRun))
+    plan.check(runs_here=launch in (SweepRun, FindMaxRun, PreciseSweepRun))
     return launch(plan, runner, remaining(plan, history.load()))
 
 
 def _launch_for(plan: SweepPlan, launch: Launch) -> Launch:
-    """FindMaxRun for a find-max plan; a server command or a search runs here only (it starts its servers here)."""
-    if (plan.find_max or plan.server_cmd) and launch is not SweepRun:
-        raise ConfigError("A sweep with --server-cmd or --find-max runs here: drop --ray-address.")
-    return FindMaxRun if plan.find_max else launch
+    """FindMaxRun for a find-max plan, PreciseSweepRun for one with a target; a server command, a search or a target
+    runs here only (it starts its servers here; it decides each run from the last)."""
+    if (plan.find_max or plan.server_cmd or plan.precision) and launch is not SweepRun:
+        raise ConfigError("A sweep with --server-cmd, --find-max or --target-moe runs here: drop --ray-address.")
+    if plan.find_max:
+        return FindMaxRun
+    return PreciseSweepRun if plan.precision else launch
 
 
 def _history_of(runner: Runner) -> History:

@@ -13,7 +13,7 @@ asks to confirm first. Pure: history rows in, seconds and the basis out.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
@@ -55,8 +55,16 @@ class SweepEstimate:
 def plan_estimate(plan: SweepPlan, history_runs: pd.DataFrame) -> SweepEstimate:
     """What a sweep sends and how long it takes, before it starts. A capacity search runs as many probes as its load
     takes to find, so only its budget bounds it: the requests and tokens of as many probes as --find-max-probes allows
-    at every point, and no duration (each probe's load is its own, and --find-max-time caps each point's search)."""
+    at every point, and no duration (each probe's load is its own, and --find-max-time caps each point's search). A
+    sweep with a target runs each point until it, at most --max-repeats times: the estimate is of that most."""
     search = plan.find_max
+    if plan.precision is not None:  # its target decides how many runs: as many as the cap allows, at most
+        most = estimate(plan.points(plan.precision.max_repeats), history_runs)
+        return replace(
+            most,
+            basis=f"at most, if every point runs --max-repeats {plan.precision.max_repeats} times; {most.basis}",
+            most=True,
+        )
     if search is None:
         return estimate(plan.points(), history_runs)
     configs = [plan.config_at(values) for values in plan.grid()]

@@ -36,6 +36,7 @@ from ..redact import MASK
 from ..run.preflight import length_problems
 from . import find_max
 from .find_max import FindMax
+from .precision import Precision
 from .server import (
     DEFAULT_START_TIMEOUT_S,
     PORT,
@@ -106,7 +107,10 @@ class SweepPlan:
     """A sweep: its id, the settings it starts from, one or two axes and the repeats per point. With `server_cmd`
     each run starts its own server from that template (sweep.server; the fixed server settings are in the base's
     server_settings); with `find_max` each point (of the server settings' axes, or the one point without) searches
-    for the highest load that meets the SLO instead of running once per listed value (sweep.find_max).
+    for the highest load that meets the SLO instead of running once per listed value (sweep.find_max); with
+    `precision` each point runs `repeats` times (at least the fewest that give an interval), then more until its
+    margin of error is within the target or the cap stops it (sweep.precision; the driver adds the runs beyond
+    `points()`).
 
     Construction checks the shape only; `check()` validates every point's settings before any run.
     """
@@ -118,9 +122,12 @@ class SweepPlan:
     server_cmd: str = ""
     server_start_timeout_s: float = DEFAULT_START_TIMEOUT_S
     find_max: FindMax | None = None
+    precision: Precision | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "axes", tuple(self.axes))
+        if self.precision is not None:
+            object.__setattr__(self, "repeats", max(self.repeats, self.precision.least_runs))
         names = [axis.name for axis in self.axes]
         twice = sorted({name for name in names if names.count(name) > 1})
         if twice:
@@ -128,8 +135,13 @@ class SweepPlan:
         if not (0 if self.find_max else 1) <= len(names) <= MAX_AXES:
             raise ConfigError(f"A sweep varies one setting or two (a grid); got {len(names)}.")
         check_values(repeats=self.repeats, server_start_timeout_s=self.server_start_timeout_s)
-        if self.find_max and self.repeats != 1:
-            raise ConfigError("--find-max probes each load once: drop --repeats.")
+        if self.find_max and (self.repeats != 1 or self.precision):
+            raise ConfigError("--find-max probes each load once: drop --repeats and --target-moe.")
+        if self.precision and self.repeats > self.precision.max_repeats:
+            raise ConfigError(
+                f"--repeats {self.repeats} is more than --max-repeats {self.precision.max_repeats}: a point runs at "
+                "least --repeats times, at most --max-repeats."
+            )
         if self.find_max and any(axis.name == self.find_max.setting for axis in self.axes):
             raise ConfigError(f"--find-max {self.find_max.setting} searches that setting: do not --sweep it too.")
         if any(axis.server for axis in self.axes) and not self.server_cmd:
@@ -163,20 +175,25 @@ class SweepPlan:
         names = [axis.name for axis in self.axes]
         return [dict(zip(names, combo)) for combo in itertools.product(*(axis.values for axis in self.axes))]
 
-    def points(self) -> list[PlannedRun]:
+    def points(self, repeats: int | None = None) -> list[PlannedRun]:
         """Every run in execution order: points grouped by engine settings (one engine load per group,
         in the order the groups first appear), and within a group the repeats as rounds over its
-        points, so a slow drift of the machine spreads over all points instead of biasing one."""
+        points, so a slow drift of the machine spreads over all points instead of biasing one. `repeats`: that many
+        per point instead of the plan's (a target's cap: the most a sweep may run)."""
+        return [
+            PlannedRun(values, repeat, self.config_at(values, repeat))
+            for group in self.engine_groups()
+            for repeat in range(self.repeats if repeats is None else repeats)
+            for values in group
+        ]
+
+    def engine_groups(self) -> list[list[dict[str, Any]]]:
+        """The points grouped by the engine settings they load, in the order the groups first appear."""
         groups: dict[tuple, list[dict[str, Any]]] = {}
         for values in self.grid():
             config = self.config_at(values)
             groups.setdefault(engine_settings_key(config.engine, config.load), []).append(values)
-        return [
-            PlannedRun(values, repeat, self.config_at(values, repeat))
-            for group in groups.values()
-            for repeat in range(self.repeats)
-            for values in group
-        ]
+        return list(groups.values())
 
     def config_at(self, values: dict[str, Any], repeat: int | None = None) -> RunConfig:
         """The base config with `values` set; with a repeat index, labelled with the point and repeat."""
@@ -190,9 +207,15 @@ class SweepPlan:
         if server:
             config.engine.server_settings = json.dumps(server)
         if repeat is not None:
-            tag = describe_point(values) + (f" · repeat {repeat + 1}/{self.repeats}" if self.repeats > 1 else "")
+            tag = describe_point(values) + self.repeat_text(repeat)
             config.label = f"{self.base.label} · {tag}" if self.base.label else tag
         return config
+
+    def repeat_text(self, repeat: int) -> str:
+        """ " · repeat 2/3" ("" when the plan runs each point once); with a target, " · repeat 4 (at most 10)"."""
+        if self.precision is not None:
+            return f" · repeat {repeat + 1} (at most {self.precision.max_repeats})"
+        return f" · repeat {repeat + 1}/{self.repeats}" if self.repeats > 1 else ""
 
     def values_of(self, config: RunConfig) -> dict[str, Any]:
         """The values `config` has for the swept settings: the point it is at."""
@@ -293,12 +316,14 @@ class SweepPlan:
                 else {}
             ),
             **({"find_max": self.find_max.to_dict()} if self.find_max else {}),
+            **({"precision": self.precision.to_dict()} if self.precision else {}),
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SweepPlan:
         axes = tuple(SweepAxis(axis["name"], tuple(axis["values"]), bool(axis.get("server"))) for axis in data["axes"])
         find_max = FindMax.from_dict(data["find_max"]) if data.get("find_max") else None
+        precision = Precision.from_dict(data["precision"]) if data.get("precision") else None
         base = RunConfig.from_flat_dict(data["base"])
         if data.get("server_cmd") and not data["base"].get("model"):
             base.engine.model = ""  # each run asks its server (an empty cell would read back as the default model)
@@ -310,6 +335,7 @@ class SweepPlan:
             data.get("server_cmd", ""),
             float(data.get("server_start_timeout_s", DEFAULT_START_TIMEOUT_S)),
             find_max,
+            precision,
         )
 
 
@@ -321,10 +347,12 @@ def plan_for(
     server_settings: Sequence[str] = (),
     server_start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
     search: FindMax | None = None,
+    precision: Precision | None = None,
 ) -> SweepPlan:
     """The sweep that `sweep restful|pipeline` and the Sweep page describe: its axes as NAME=V1,V2 texts (a field of
-    `server_cmd` is a server setting), the server command's fixed settings as NAME=VALUE texts, over `base`;
-    ConfigError for a server or search setting that cannot work. Built the same way from flags and from widgets."""
+    `server_cmd` is a server setting), the server command's fixed settings as NAME=VALUE texts, over `base`, its
+    repeats fixed or up to a target (`precision`); ConfigError for a server or search setting that cannot work. Built
+    the same way from flags and from widgets."""
     fields = tuple(template_fields(server_cmd)) if server_cmd else ()
     if server_settings and not server_cmd:
         raise ConfigError("--server-setting fills a field of --server-cmd: give --server-cmd too.")
@@ -337,7 +365,7 @@ def plan_for(
         base.engine.server_settings = json.dumps(fixed)
     if server_cmd:
         base.engine.base_url = STARTED_SERVER_URL  # each run's port is chosen when its server starts (sweep.driver)
-    return SweepPlan(new_sweep_id(), base, axes, repeats, server_cmd, server_start_timeout_s, search)
+    return SweepPlan(new_sweep_id(), base, axes, repeats, server_cmd, server_start_timeout_s, search, precision)
 
 
 def capacity_search(

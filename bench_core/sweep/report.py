@@ -25,6 +25,7 @@ from . import find_max
 from . import results as sweep_results
 from .estimate import describe_seconds
 from .plan import SweepPlan, describe_point
+from .precision import describe_target
 from .store import point_text, probes_of
 
 LOAD_SETTINGS = ("concurrency", "request_rate")
@@ -38,6 +39,17 @@ GOODPUT_METRICS = ("slo_attainment", "goodput_rps")
 DEFAULT_METRIC = "output_throughput"
 RESULTS_HEADING = "means over each point's repeats, with 95% intervals"
 POINT_TABLE_COLUMNS = "n runs, mean, sample std, the range of the runs and the 95% confidence interval of the mean"
+PRECISION_TABLE_TITLE = "Repeats until the target: each point's runs, its margin of error and whether it reached it"
+
+
+def describe_repeats(plan: SweepPlan) -> str:
+    """How often each point runs: "3 repeat(s) per point", "repeated until ±5% (95% interval) on ...", or "" for a
+    search (each load once)."""
+    if plan.find_max:
+        return ""
+    if plan.precision:
+        return f"repeated until {describe_target(plan.precision)}"
+    return f"{plan.repeats} repeat(s) per point"
 
 
 def goodput_slo(plan: SweepPlan, slo: SLO | None) -> SLO:
@@ -167,7 +179,10 @@ def sweep_sections(
         return [report.Section("Results", (report.Note("No run of this sweep has finished yet."),))], []
     statistics = sweep_results.point_statistics(runs, plan)
     measured = measured_metrics(statistics)
-    caveats = [sweep_results.interval_note(statistics), *filter(None, [unreported_note(plan, measured)])]
+    caveats = [
+        sweep_results.interval_note(statistics),
+        *filter(None, [unreported_note(plan, measured), sweep_results.precision_summary(plan, runs)]),
+    ]
     metric = DEFAULT_METRIC if DEFAULT_METRIC in measured else measured[0]
     charts: list[report.Block] = [
         *metric_figures(statistics, plan, metric),
@@ -188,9 +203,12 @@ def sweep_sections(
                     figure.update_layout(title_text=f"{figure.layout.title.text}, at {where}")
                 charts.append(figure)
     table = report.Table(f"Per point: {POINT_TABLE_COLUMNS}", sweep_results.statistics_for_display(statistics))
+    precision = (
+        [report.Table(PRECISION_TABLE_TITLE, sweep_results.precision_table(plan, runs))] if plan.precision else []
+    )
     return [
         report.Section(f"Results of {len(runs)} finished runs: {RESULTS_HEADING}", charts),
-        report.Section("Per point", (table,)),
+        report.Section("Per point", (*precision, table)),
     ], caveats
 
 
@@ -218,7 +236,7 @@ def sweep_report(
                 status,
                 f"{model} on {plan.base.engine.backend}",
                 ", ".join(f"{axis.name} = {', '.join(str(value) for value in axis.values)}" for axis in plan.axes),
-                f"{plan.repeats} repeat(s) per point" if not plan.find_max else "",
+                describe_repeats(plan),
                 *plan_notes(plan),
                 _goodput_summary(plan, runs, used, targets or {}),
             ],

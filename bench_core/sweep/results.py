@@ -31,7 +31,8 @@ from ..measure.stats import (
 )
 from ..views.tables import describe_column
 from .plan import SweepPlan, describe_point
-from .store import finished_runs
+from .precision import CAPPED, REACHED, SHORT, describe_margin, describe_target
+from .store import finished_runs, point_repeats
 
 POINT = "point"
 METRIC = "metric"
@@ -125,6 +126,37 @@ def interval_note(statistics: pd.DataFrame) -> str:
         return note
     points = ", ".join(dict.fromkeys(few[POINT]))
     return f"{note} {points}: {TOO_FEW_FOR_INTERVAL} is shown instead."
+
+
+def precision_table(plan: SweepPlan, history_runs: pd.DataFrame) -> pd.DataFrame:
+    """Per point of a sweep with a target (grid order): its settings, its finished runs, the margin of error of the
+    target's metric over them and whether it reached the target, was stopped by the cap or is short of both."""
+    names = _axis_names(plan)
+    rows = [
+        [*point.values.values(), point.standing.runs, describe_margin(point.standing), point.standing.outcome]
+        for point in point_repeats(plan, history_runs)
+    ]
+    return pd.DataFrame(rows, columns=[*names, "runs", "margin of error", "outcome"])
+
+
+def precision_summary(plan: SweepPlan, history_runs: pd.DataFrame) -> str:
+    """Which points reached the target and which the cap stopped (with their runs and margins), and which are short
+    of both because the sweep stopped before them; "" for a sweep without a target."""
+    if plan.precision is None:
+        return ""
+    points = point_repeats(plan, history_runs)
+    parts = []
+    for outcome in (REACHED, CAPPED, SHORT):
+        mine = [point for point in points if point.standing.outcome == outcome]
+        if mine:
+            listed = "; ".join(
+                f"{describe_point(point.values)} ({point.standing.runs} runs, {describe_margin(point.standing)})"
+                for point in mine
+            )
+            parts.append(f"{outcome.capitalize()} at {len(mine)} point{'s' if len(mine) > 1 else ''}: {listed}")
+    if any(not point.standing.settled for point in points):
+        parts[-1] += " (the sweep stopped before them: resume it)"
+    return ". ".join([f"Target {describe_target(plan.precision)}", *parts]) + "."
 
 
 def metric_points(statistics: pd.DataFrame, metric: str) -> pd.DataFrame:

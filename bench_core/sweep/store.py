@@ -17,17 +17,19 @@ import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 
 from .. import csvstore
 from ..config import RunConfig, setting
 from ..errors import ConfigError, HistoryError
+from ..measure.catalog import with_derived
 from ..redact import MASK, redact, redact_text
 from ..states import RunState
 from ..store.history import History
 from .plan import PlannedRun, SweepPlan, parse_server_settings
+from .precision import PointPrecision, judge
 
 SWEEP_ID = "sweep_id"
 SWEEP_REPEAT = "sweep_repeat"
@@ -158,6 +160,52 @@ def remaining(plan: SweepPlan, history_runs: pd.DataFrame) -> list[PlannedRun]:
     return [run for run in plan.points() if (_point_key(run.values), run.repeat) not in done]
 
 
+class PointRepeats(NamedTuple):
+    """A point of a sweep with a target: where it stands (precision.judge over its finished runs) and the repeat index
+    its next run takes."""
+
+    values: dict[str, Any]
+    standing: PointPrecision
+    next_repeat: int
+
+
+def point_repeats(plan: SweepPlan, history_runs: pd.DataFrame) -> list[PointRepeats]:
+    """Each point of `plan` (which has a target), in grid order, from the history's finished runs of the sweep: what
+    a resume decides from, as the sweep in progress does."""
+    assert plan.precision is not None, "only a sweep with a target repeats until it"
+    rows = with_derived(finished_runs(history_runs, plan))
+    keys = [_point_key(_point_of_row(plan, row)) for _, row in rows.iterrows()]
+    metric = plan.precision.metric
+    values = pd.to_numeric(rows[metric], errors="coerce") if metric in rows else pd.Series(float("nan"), rows.index)
+    repeats = pd.to_numeric(rows[SWEEP_REPEAT], errors="coerce")
+    points = []
+    for point in plan.grid():
+        mine = [key == _point_key(point) for key in keys]
+        done = repeats[mine].dropna()
+        next_repeat = max(int(done.max()) + 1 if len(done) else 0, plan.repeats)
+        points.append(PointRepeats(point, judge(values[mine], int(sum(mine)), plan.precision), next_repeat))
+    return points
+
+
+def most_runs(plan: SweepPlan, points: list[PointRepeats]) -> int:
+    """The most runs a sweep with a target may have in all: a settled point's, and the cap for each other point."""
+    assert plan.precision is not None
+    return sum(p.standing.runs if p.standing.settled else plan.precision.max_repeats for p in points)
+
+
+def sweep_counts(history: History, plan: SweepPlan, history_runs: pd.DataFrame) -> tuple[int, int]:
+    """How many of a saved sweep's runs have finished, and of how many: its planned runs; a search's probes that ended
+    (the search decides how many there are); for a sweep with a target, the most it may run (`most_runs`)."""
+    if plan.find_max:
+        ended = len(probes_of(history, plan.sweep_id))
+        return ended, ended
+    if plan.precision:
+        points = point_repeats(plan, history_runs)
+        return sum(point.standing.runs for point in points), most_runs(plan, points)
+    total = len(plan.points())
+    return total - len(remaining(plan, history_runs)), total
+
+
 def past_sweeps(history: History, runs: pd.DataFrame) -> pd.DataFrame:
     """One row per sweep with a saved plan, newest first (sweep ids sort by start time): what it varied,
     on which model and backend, and how many of its runs have finished. `runs` is `history.load()`."""
@@ -169,19 +217,16 @@ def past_sweeps(history: History, runs: pd.DataFrame) -> pd.DataFrame:
             plan = load_plan(history, sweep_id)
         except HistoryError:  # a broken plan file must not hide the other sweeps
             continue
-        if plan.find_max:  # the search decides how many probes there are: those that ended
-            total = len(probes_of(history, sweep_id))
-            finished = total
-        else:
-            total = len(plan.points())
-            finished = total - len(remaining(plan, runs))
+        finished, total = sweep_counts(history, plan, runs)
         searched = [f"highest {plan.find_max.setting}"] if plan.find_max else []
         rows.append(
             {
                 "sweep_id": sweep_id,
                 "varies": " × ".join([*(axis.name for axis in plan.axes), *searched]),
                 "values": "; ".join(", ".join(map(str, axis.values)) for axis in plan.axes),
-                "repeats": plan.repeats,
+                "repeats": plan.repeats
+                if plan.precision is None
+                else f"{plan.repeats} to {plan.precision.max_repeats}, until ±{plan.precision.target * 100:g}%",
                 "model": plan.base.engine.model,
                 "backend": plan.base.engine.backend,
                 "finished": finished,
