@@ -18,6 +18,7 @@ from bench_core.cli.sweep import build_plan
 from bench_core.hardware.contention import busy_runs
 from bench_core.store.history import RESULTS_ENV
 from bench_core.sweep.plan import CPU_SWEEP_OUTPUT_LEN, CPU_SWEEP_PROMPTS
+from bench_core.sweep.precision import CAPPED, REACHED
 from bench_core.views import sweep_charts
 from bench_core.views.report import chart_count as report_charts
 from dashboard import sweep_view
@@ -425,3 +426,36 @@ def test_a_search_that_cannot_work_is_one_error_beside_its_inputs_and_start_stay
         "there."
     ]
     assert get_sweeps() == {} and get_runner().runs() == []
+
+
+def test_a_sweep_with_a_target_margin_of_error_says_where_each_point_ended():
+    at = open_sweep_page()
+    set_up_tiny_sweep(at, "1", repeats=1)
+    assert at.selectbox(key="sweep_target_moe_metric").disabled  # no target yet: the repeats are a fixed count
+    at.number_input(key="sweep_target_moe").set_value(1.0)
+    at.number_input(key="sweep_max_repeats").set_value(2).run()
+    assert at.button(key="sweep_start").disabled
+    assert [shown(error.value) for error in at.error] == [
+        "--max-repeats must be at least 3 with --target-moe: a 95% interval needs 3 runs; got 2."
+    ]
+    # The cap at the fewest runs that give an interval: the point runs 3 times, whether its margin is within the
+    # target then (a steady machine) or not (a busy one).
+    at.number_input(key="sweep_max_repeats").set_value(3).run()
+    assert not at.error, [e.value for e in at.error]
+    assert any(
+        shown(caption.value).startswith(
+            "concurrency = 1; 1 points, each repeated until ±100% (95% interval) on Output throughput (tok/s), "
+            "3 to 3 runs a point: at most 3 runs;"
+        )
+        for caption in at.caption
+    )
+    sweep_id = start_sweep(at)
+    assert get_sweeps()[sweep_id].wait(SWEEP_TIMEOUT_S)
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert at.success[0].value == "finished: all 3 runs."
+    table = table_with_column(at, "margin of error", numbers=("runs",))
+    assert table["runs"].tolist() == [3] and table["outcome"].iloc[0] in (REACHED, CAPPED)
+    (summary,) = [shown(caption.value) for caption in at.caption if caption.value.startswith("Target")]
+    assert summary.startswith("Target ±100% (95% interval) on Output throughput (tok/s), 3 to 3 runs a point. ")
+    assert "at 1 point: concurrency=1 (3 runs, ±" in summary
