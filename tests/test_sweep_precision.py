@@ -7,7 +7,9 @@ not."""
 from __future__ import annotations
 
 import asyncio
+import html
 import json
+import threading
 
 import pytest
 from aiohttp import web
@@ -22,6 +24,7 @@ from bench_core.store.history import History
 from bench_core.sweep.driver import resume_sweep, start_sweep
 from bench_core.sweep.plan import plan_for
 from bench_core.sweep.precision import CAPPED, REACHED, Precision
+from bench_core.sweep.report import PRECISION_TABLE_TITLE
 from bench_core.sweep.store import SWEEP_REPEAT, past_sweeps, point_repeats
 
 # Each test here runs real runs against a real server for seconds: not in the fast suite.
@@ -36,9 +39,19 @@ TARGET, CAP = "0.2", 5
 SWEEP_TIMEOUT_S = 300
 
 
-def steady_and_noisy_app() -> web.Application:
+class Hold:
+    """Holds the server's answer to one noisy request (counted from 1) until `released`, saying when it `arrived`: a
+    test stops the sweep while that run is under way, whatever this machine's pace."""
+
+    def __init__(self, noisy_request: int):
+        self.noisy_request = noisy_request
+        self.arrived, self.released = threading.Event(), threading.Event()
+
+
+def steady_and_noisy_app(hold: Hold | None = None) -> web.Application:
     """An OpenAI completions server (one request per run): a request for STEADY_TOKENS always gets its first token
-    after STEADY_FIRST_TOKEN_S; requests for NOISY_TOKENS alternate between the fast and the slow first token."""
+    after STEADY_FIRST_TOKEN_S; requests for NOISY_TOKENS alternate between the fast and the slow first token. The
+    noisy request `hold` names waits for the test."""
     noisy_requests = [0]
 
     async def models(request: web.Request) -> web.Response:
@@ -50,6 +63,10 @@ def steady_and_noisy_app() -> web.Application:
         if tokens == NOISY_TOKENS:
             noisy_requests[0] += 1
             first_token_s = FAST_FIRST_TOKEN_S if noisy_requests[0] % 2 else SLOW_FIRST_TOKEN_S
+            if hold is not None and noisy_requests[0] == hold.noisy_request:
+                hold.arrived.set()
+                while not hold.released.is_set():
+                    await asyncio.sleep(0.05)
         else:
             first_token_s = STEADY_FIRST_TOKEN_S
         await asyncio.sleep(first_token_s)
@@ -101,7 +118,9 @@ def runs_per_point(rows) -> dict[int, int]:
 
 
 def test_a_steady_point_stops_at_three_runs_and_a_noisy_one_runs_up_to_the_cap(server_url, tmp_path):
-    done = bench(tmp_path, *sweep_args(server_url, "--target-moe", TARGET, "--max-repeats", str(CAP)))
+    done = bench(
+        tmp_path, *sweep_args(server_url, "--target-moe", TARGET, "--max-repeats", str(CAP), "--report", "report.html")
+    )
 
     assert done.returncode == EXIT_OK, done.stderr
     rows = rows_of(tmp_path)
@@ -115,28 +134,38 @@ def test_a_steady_point_stops_at_three_runs_and_a_noisy_one_runs_up_to_the_cap(s
     assert summary.startswith("Target ±20% (95% interval) on Output throughput (tok/s), 3 to 5 runs a point. ")
     assert f"{REACHED.capitalize()} at 1 point: random_output_len={STEADY_TOKENS} (3 runs, ±" in summary
     assert f"{CAPPED.capitalize()} at 1 point: random_output_len={NOISY_TOKENS} ({CAP} runs, ±" in summary
+    report = html.unescape((tmp_path / "report.html").read_text())
+    assert PRECISION_TABLE_TITLE in report
+    assert f"{REACHED.capitalize()} at 1 point: random_output_len={STEADY_TOKENS} (3 runs" in report
+    assert "repeated until ±20% (95% interval) on Output throughput (tok/s), 3 to 5 runs a point" in report
 
 
-def test_a_sweep_stopped_half_way_resumes_to_the_same_end(server_url, tmp_path):
+# The noisy point's 2nd run is in the three planned rounds; its 4th, in the rounds the target adds.
+@pytest.mark.parametrize("stopped_at", [2, 4], ids=["in-the-planned-rounds", "in-the-added-rounds"])
+def test_a_sweep_stopped_half_way_resumes_to_the_same_end(tmp_path, stopped_at):
     history = History(tmp_path / "results")
-    plan = plan_for(
-        server_base(server_url),
-        [f"random_output_len={STEADY_TOKENS},{NOISY_TOKENS}"],
-        precision=Precision(float(TARGET), max_repeats=CAP),
-    )
+    hold = Hold(stopped_at)
     runner = Runner(history)
-    try:
-        sweep = start_sweep(runner, plan)
-        while len(history.load()) < 4 and sweep.active:  # the three planned rounds are under way: stop in the middle
-            sweep.wait(0.2)
-        sweep.cancel()
-        assert sweep.wait(SWEEP_TIMEOUT_S)
-        assert sweep.progress().state == "cancelled"
-        resumed = resume_sweep(runner, plan.sweep_id)
-        assert resumed.wait(SWEEP_TIMEOUT_S)
-        assert resumed.progress().state == "finished", resumed.progress().message
-    finally:
-        runner.shutdown()
+    with serving(steady_and_noisy_app(hold)) as url:
+        plan = plan_for(
+            server_base(url),
+            [f"random_output_len={STEADY_TOKENS},{NOISY_TOKENS}"],
+            precision=Precision(float(TARGET), max_repeats=CAP),
+        )
+        try:
+            sweep = start_sweep(runner, plan)
+            assert hold.arrived.wait(SWEEP_TIMEOUT_S)
+            sweep.cancel()
+            hold.released.set()
+            assert sweep.wait(SWEEP_TIMEOUT_S)
+            assert sweep.progress().state == "cancelled"
+            # The noisy point's runs so far (the last cancelled) and the steady point's, a round ahead until its third.
+            assert len(history.load()) == stopped_at + min(stopped_at, MIN_INTERVAL_RUNS)
+            resumed = resume_sweep(runner, plan.sweep_id)
+            assert resumed.wait(SWEEP_TIMEOUT_S)
+            assert resumed.progress().state == "finished", resumed.progress().message
+        finally:
+            runner.shutdown()
     finished = history.load()
     finished = finished[finished["status"] == "finished"]
     assert runs_per_point(finished) == {STEADY_TOKENS: MIN_INTERVAL_RUNS, NOISY_TOKENS: CAP}

@@ -328,15 +328,11 @@ class PreciseSweepRun(SweepRun):
             points = list(self._points)
         return most_runs(self.plan, points)
 
-    def points(self) -> list[PointRepeats]:
-        """Each point and where it stands, as of the last run that ended."""
-        with self._lock:
-            return list(self._points)
-
     def _run_all(self) -> None:
         for group in self.plan.engine_groups():
             mine = {point_text(values) for values in group}
-            due = [planned for planned in self._todo if point_text(planned.values) in mine]
+            # A resume past the planned rounds has none left: it goes on with the rounds the target adds.
+            due = [planned for planned in self._todo if point_text(planned.values) in mine] or self._next_round(group)
             while due:
                 for planned in due:
                     if not self._run_planned(planned):
@@ -357,7 +353,8 @@ class PreciseSweepRun(SweepRun):
 
     def _next_round(self, group: list[dict]) -> list[PlannedRun]:
         """One more run of each of the group's points still short of the target, in the group's order."""
-        standing = {point_text(point.values): point for point in self.points()}
+        with self._lock:
+            standing = {point_text(point.values): point for point in self._points}
         due = [
             standing[point_text(values)]
             for values in group
