@@ -297,6 +297,20 @@ def test_a_target_that_cannot_work_is_refused_with_its_reason(precision, said):
         Precision(**precision)
 
 
+def test_a_target_on_a_metric_unstreamed_runs_do_not_measure_is_refused_before_any_run():
+    plan = SweepPlan("s", _base(), (parse_sweep_arg("concurrency=1,2"),), precision=Precision(0.1, "mean_ttft_ms"))
+    with pytest.raises(ConfigError) as refused:
+        plan.check()
+    assert str(refused.value) == (
+        "Every sweep point would never reach the target: --target-moe-metric mean_ttft_ms is measured on streamed runs "
+        "only. Add --stream-output, or choose another metric."
+    )
+    streamed = _base()
+    streamed.load.stream_output = True
+    SweepPlan("s", streamed, (parse_sweep_arg("concurrency=1,2"),), precision=Precision(0.1, "mean_ttft_ms")).check()
+    SweepPlan("s", _base(), (parse_sweep_arg("concurrency=1,2"),), precision=Precision(0.1)).check()
+
+
 def test_where_a_point_stands_follows_its_runs_values():
     precision = Precision(0.05, max_repeats=5)
     assert judge([100.0, 100.5, 99.5], 3, precision).outcome == REACHED

@@ -31,6 +31,7 @@ from ..config import (
 )
 from ..engines import availability, engine_settings_key, run_config_problems
 from ..errors import ConfigError
+from ..measure.catalog import find_column
 from ..measure.metrics import slo_is_set
 from ..redact import MASK
 from ..run.preflight import length_problems
@@ -274,6 +275,7 @@ class SweepPlan:
                     for declared in idle
                 )
             )
+        self._check_target_metric()
         grid = self.grid()
         points_by_problem: dict[str, list[dict[str, Any]]] = {}
         for values in grid:
@@ -287,6 +289,21 @@ class SweepPlan:
             messages = [reason] if reason else []
         if messages:
             raise ConfigError(" ".join(messages))
+
+    def _check_target_metric(self) -> None:
+        """A target on a metric some points do not measure (a TTFT unstreamed) would run those points to the cap."""
+        if self.precision is None:
+            return
+        found = find_column(self.precision.metric)
+        if found is None or not found[0].needs_streaming:
+            return
+        unstreamed = [values for values in self.grid() if not self.config_at(values).load.stream_output]
+        if unstreamed:
+            raise ConfigError(
+                f"{self._where(unstreamed)} would never reach the target: --target-moe-metric "
+                f"{self.precision.metric} is measured on streamed runs only. Add --stream-output, or choose "
+                "another metric."
+            )
 
     def _where(self, points: list[dict[str, Any]]) -> str:
         """The bad points, as briefly as they allow: every point, the points with some values of one
