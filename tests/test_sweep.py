@@ -313,11 +313,12 @@ def test_a_target_on_a_metric_unstreamed_runs_do_not_measure_is_refused_before_a
 
 def test_where_a_point_stands_follows_its_runs_values():
     precision = Precision(0.05, max_repeats=5)
-    assert judge([100.0, 100.5, 99.5], 3, precision).outcome == REACHED
-    assert judge([100.0, 100.0], 2, precision).outcome == SHORT  # a spread of 0, but too few runs for an interval
-    assert judge([100.0, 10.0, 100.0], 3, precision).outcome == SHORT
-    assert judge([100.0, 10.0, 100.0, 10.0, 100.0], 5, precision).outcome == CAPPED
-    assert judge([], 5, precision).outcome == CAPPED  # runs without the metric's value (TTFT without streaming)
+    assert judge([100.0, 100.5, 99.5], 3, precision, 3).outcome == REACHED
+    assert judge([100.0, 100.0], 2, precision, 3).outcome == SHORT  # a spread of 0, but too few runs for an interval
+    assert judge([100.0, 10.0, 100.0], 3, precision, 3).outcome == SHORT
+    assert judge([100.0, 10.0, 100.0, 10.0, 100.0], 5, precision, 3).outcome == CAPPED
+    assert judge([], 5, precision, 3).outcome == CAPPED  # runs without the metric's value (one not reported)
+    assert judge([100.0, 100.5, 99.5], 3, precision, 4).outcome == SHORT  # --repeats 4 raised the floor
 
 
 def test_sweep_ids_are_distinct_and_readable():

@@ -33,6 +33,7 @@ from ..engines import availability, engine_settings_key, run_config_problems
 from ..errors import ConfigError
 from ..measure.catalog import find_column
 from ..measure.metrics import slo_is_set
+from ..measure.stats import MIN_INTERVAL_RUNS
 from ..redact import MASK
 from ..run.preflight import length_problems
 from . import find_max
@@ -128,7 +129,7 @@ class SweepPlan:
     def __post_init__(self):
         object.__setattr__(self, "axes", tuple(self.axes))
         if self.precision is not None:
-            object.__setattr__(self, "repeats", max(self.repeats, self.precision.least_runs))
+            object.__setattr__(self, "repeats", max(self.repeats, MIN_INTERVAL_RUNS))
         names = [axis.name for axis in self.axes]
         twice = sorted({name for name in names if names.count(name) > 1})
         if twice:

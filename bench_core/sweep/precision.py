@@ -1,7 +1,7 @@
 """Repeats until the answer is clear (`sweep ... --target-moe P --max-repeats N`).
 
 A fixed count of repeats is a guess: too few on a noisy point, wasted on a steady one. With a target, every point runs
-at least `Precision.least_runs` times (the fewest that give a 95% interval), then again, round after round over the
+at least the plan's repeats (3 or more: the fewest that give a 95% interval), then again, round after round over the
 points still short of it, until the 95% Student-t interval of the mean of `metric` over the point's finished runs is
 within `target` of that mean (the relative margin of error, as GuideLLM's target_moe), or the point has run
 `max_repeats` times. Each point ends one of two ways, and the sweep's output says which: it reached the target, or the
@@ -50,10 +50,6 @@ class Precision:
                 f"{MIN_INTERVAL_RUNS} runs; got {self.max_repeats}."
             )
 
-    @property
-    def least_runs(self) -> int:
-        return MIN_INTERVAL_RUNS
-
     def to_dict(self) -> dict:
         return {"target": self.target, "metric": self.metric, "max_repeats": self.max_repeats}
 
@@ -77,20 +73,21 @@ class PointPrecision:
         return self.outcome != SHORT
 
 
-def judge(values: Sequence[float], runs: int, precision: Precision) -> PointPrecision:
+def judge(values: Sequence[float], runs: int, precision: Precision, least_runs: int) -> PointPrecision:
     """Where a point with `runs` finished runs stands, from their values of the metric (a run without one, such as a
-    TTFT without streaming, counts as run but gives no value)."""
+    figure the engine did not report, counts as run but gives no value); it reaches the target once it has run at
+    least `least_runs` times (the plan's repeats)."""
     margin = relative_margin_of_error(values, CONFIDENCE)
-    if runs >= precision.least_runs and not math.isnan(margin) and margin <= precision.target:
+    if runs >= least_runs and not math.isnan(margin) and margin <= precision.target:
         return PointPrecision(runs, margin, REACHED)
     return PointPrecision(runs, margin, CAPPED if runs >= precision.max_repeats else SHORT)
 
 
-def describe_target(precision: Precision) -> str:
+def describe_target(precision: Precision, least_runs: int) -> str:
     """ "±5% (95% interval) on Output throughput (tok/s), 3 to 10 runs a point"."""
     return (
         f"±{precision.target * 100:g}% (95% interval) on {describe_column(precision.metric).title}, "
-        f"{precision.least_runs} to {precision.max_repeats} runs a point"
+        f"{least_runs} to {precision.max_repeats} runs a point"
     )
 
 

@@ -48,7 +48,7 @@ def describe_repeats(plan: SweepPlan) -> str:
     if plan.find_max:
         return ""
     if plan.precision:
-        return f"repeated until {describe_target(plan.precision)}"
+        return f"repeated until {describe_target(plan.precision, plan.repeats)}"
     return f"{plan.repeats} repeat(s) per point"
 
 

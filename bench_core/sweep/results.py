@@ -156,7 +156,7 @@ def precision_summary(plan: SweepPlan, history_runs: pd.DataFrame) -> str:
             parts.append(f"{outcome.capitalize()} at {len(mine)} point{'s' if len(mine) > 1 else ''}: {listed}")
     if any(not point.standing.settled for point in points):
         parts[-1] += " (the sweep stopped before them: resume it)"
-    return ". ".join([f"Target {describe_target(plan.precision)}", *parts]) + "."
+    return ". ".join([f"Target {describe_target(plan.precision, plan.repeats)}", *parts]) + "."
 
 
 def metric_points(statistics: pd.DataFrame, metric: str) -> pd.DataFrame:

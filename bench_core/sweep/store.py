@@ -183,7 +183,9 @@ def point_repeats(plan: SweepPlan, history_runs: pd.DataFrame) -> list[PointRepe
         mine = [key == _point_key(point) for key in keys]
         done = repeats[mine].dropna()
         next_repeat = max(int(done.max()) + 1 if len(done) else 0, plan.repeats)
-        points.append(PointRepeats(point, judge(values[mine], int(sum(mine)), plan.precision), next_repeat))
+        points.append(
+            PointRepeats(point, judge(values[mine], int(sum(mine)), plan.precision, plan.repeats), next_repeat)
+        )
     return points
 
 
