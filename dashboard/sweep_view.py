@@ -590,7 +590,8 @@ def describe_plan(plan: SweepPlan) -> str:
         )
     if plan.precision:
         most = len(plan.points(plan.precision.max_repeats))
-        return f"{axes}; {len(plan.grid())} points, each repeated until {describe_target(plan.precision, plan.repeats)}: at most {most} runs{server}"
+        target = describe_target(plan.precision, plan.repeats)
+        return f"{axes}; {len(plan.grid())} points, each repeated until {target}: at most {most} runs{server}"
     return f"{axes}; {len(plan.grid())} points × {plan.repeats} repeats = {len(plan.points())} runs{server}"
 
 

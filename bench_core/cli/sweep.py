@@ -315,8 +315,9 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
         )
     elif plan.precision:
         print(
-            f"sweep {plan.sweep_id}: {len(plan.grid())} points, each repeated until {describe_target(plan.precision, plan.repeats)}: "
-            f"at most {sweep.total} runs, {sweep.finished_before} finished before",
+            f"sweep {plan.sweep_id}: {len(plan.grid())} points, each repeated until "
+            f"{describe_target(plan.precision, plan.repeats)}: at most {sweep.total} runs, {sweep.finished_before} "
+            "finished before",
             file=sys.stderr,
         )
     else:

@@ -6,7 +6,8 @@ asks for them again (`with_credentials`). How a history row
 ties back to its sweep (the runner writes both columns): `sweep_id`, and `sweep_repeat`, the 0-based
 repeat index. The point itself needs no column of its own: the history keeps every flat config key, so
 the swept settings are the row's own columns. From these, `remaining` gives the runs a resume still has
-to do, in this process or after a restart, and `past_sweeps` lists every saved sweep with its progress.
+to do, in this process or after a restart, `point_repeats` where each point of a sweep with a target stands (how
+many more runs it is due), and `past_sweeps` lists every saved sweep with its progress.
 """
 
 from __future__ import annotations
