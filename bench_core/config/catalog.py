@@ -1443,7 +1443,7 @@ SWEEP_SETTINGS = (
         10,
         Bounds(low=1, high=1000),
         "with --target-moe: the most runs a point gets before the sweep stops repeating it, its target not reached",
-        label="Most repeats",
+        label="Runs per point at most",
     ),
     # Output throughput by default: every run measures it (streamed or not, on every backend), it is the figure a
     # tuning decision is judged by first, and a whole run's aggregate, whose run-to-run spread is what repeats reduce.

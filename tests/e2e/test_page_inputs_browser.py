@@ -147,3 +147,29 @@ def test_the_sweep_values_follow_the_setting_swept_and_are_checked_as_typed(page
     )
     expect(main.get_by_role("button", name="Start sweep")).to_be_disabled()
     expect(page.get_by_test_id("stException")).to_have_count(0)
+
+
+def test_a_target_margin_of_error_is_typed_beside_the_repeats_and_emptied_to_count_them_again(page: Page):
+    open_sweep_page(page)
+    main = page.get_by_test_id("stMain")
+    target = main.get_by_role("spinbutton", name=setting("target_moe").title)
+    expect(target).to_have_value("")  # no target: a fixed count of repeats
+    target.fill("0")
+    target.press("Enter")
+    expect(main.get_by_test_id("stAlertContentError")).to_contain_text(setting("target_moe").problems(0.0)[0])
+    expect(main.get_by_role("button", name="Start sweep")).to_be_disabled()
+    target.fill("0.05")
+    target.press("Enter")
+    expect(
+        main.get_by_text(
+            re.compile(
+                r"^concurrency = 1, 2, 4; 3 points, each repeated until ±5% \(95% interval\) on Output throughput "
+                r"\(tok/s\), 3 to 10 runs a point: at most 30 runs; at most 120 requests"
+            )
+        )
+    ).to_be_visible()
+    expect(main.get_by_role("button", name="Start sweep")).to_be_enabled()
+    target.fill("")
+    target.press("Enter")
+    expect(main.get_by_text(re.compile(r"^concurrency = 1, 2, 4; 3 points × 2 repeats = 6 runs; "))).to_be_visible()
+    expect(page.get_by_test_id("stException")).to_have_count(0)
