@@ -7,6 +7,7 @@ What the new runs are is decided in bench_core.config.run_again; this module dra
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import streamlit as st
 
@@ -22,14 +23,17 @@ from bench_core.config.run_again import (
     with_change,
 )
 from bench_core.errors import BenchError
+from bench_core.sweep.plan import SweepPlan, change_sweep
+from bench_core.sweep.precision import Precision
 from bench_core.views import run_diff
-from dashboard import active_runs, history_view, url_settings
+from dashboard import active_runs, history_view, sweep_view, url_settings
 from dashboard.active_runs import COMPARE_WHEN_ENDED, Starts
 from dashboard.sidebar import setting_widget, to_widget
 from dashboard.state import get_history, get_runner
 from dashboard.text import plain
 
 HISTORY_PAGE = "app_pages/history.py"
+SWEEP_PAGE = "app_pages/sweep.py"
 
 
 def comparison_due(groups: Sequence[Sequence[str]], run_id: str, ended: Callable[[str], bool]) -> list[str] | None:
@@ -65,7 +69,8 @@ def open_comparison_when_ended(run_id: str) -> None:
 
 def render_run_again(run_id: str, config: RunConfig) -> None:
     """For ended run `run_id` of `config`: one setting picked among those that apply to it, its new value in the
-    setting's own widget (starting at the run's, a switch turned over), and Start."""
+    setting's own widget (starting at the run's, a switch turned over), and Start; with a target margin of error, Start
+    starts a sweep of both values, each repeated until the target or its cap, and opens the Sweep page."""
     settings = changeable_settings(config)
     if not settings:
         return
@@ -86,19 +91,55 @@ def render_run_again(run_id: str, config: RunConfig) -> None:
             value = setting_widget(
                 declared, f"run_again_{run_id}_{declared.name}", start, backend, draw=url_settings.drawn
             )
-        problems = change_problems(config, declared.name, value)
         pick.caption(plain(f"This run: {run_diff.show(now)} {declared.unit}".strip()))  # as History compares it
+        st.caption(
+            "Until the answer is clear (optional): with a target margin of error, the run's value and the new one "
+            "each run again until the 95% interval of the metric's mean is within it, or the cap stops them; the "
+            "Sweep page then compares the two."
+        )
+        plan, problems = _sweep_of_change(config, declared.name, value, sweep_view.precision_inputs("run_again"))
         pressed = go.button(
             "Start",
             key="run_again_start",
             type="primary",
             icon=":material/compare_arrows:",
             disabled=bool(problems),
-            help=problems[0] if problems else "A new run with this one change; the two open compared once it ends.",
+            help=problems[0]
+            if problems
+            else "A new run with this one change; the two open compared once it ends."
+            if plan is None
+            else "A sweep of the two values, each repeated until the target.",
             width="stretch",
         )
-    if pressed:
+    if pressed and plan is not None:
+        _start_sweep(plan)
+    elif pressed:
         _start(lambda: Starts((with_change(config, declared.name, value),), baseline=run_id))
+
+
+def _sweep_of_change(
+    config: RunConfig, name: str, value: Any, precision: dict[str, Any] | None
+) -> tuple[SweepPlan | None, list[str]]:
+    """The sweep a run again with a target starts (None without a target), and why it cannot start (empty: it can)."""
+    problems = change_problems(config, name, value)
+    if precision is None or problems:
+        return None, problems
+    try:
+        return change_sweep(config, name, value, Precision(**precision)), []
+    except BenchError as exc:
+        return None, [str(exc)]
+
+
+def _start_sweep(plan: SweepPlan) -> None:
+    """Start the sweep (or ask first, on the Sweep page, while other runs hold the engine) and open the Sweep page."""
+    try:
+        sweep = sweep_view.press_start(plan, sweep_view.HERE)
+    except BenchError as exc:
+        st.error(plain(exc))
+        return
+    if sweep is not None:
+        st.session_state["sweep_id"] = sweep.sweep_id
+    st.switch_page(SWEEP_PAGE)
 
 
 def render_presets(base: RunConfig | None, expanded: bool) -> None:

@@ -154,7 +154,7 @@ def sweep_inputs(sidebar_values: Mapping[str, Any]) -> dict[str, Any]:
             "error, the fewest (3 at least).",
         )
     )
-    precision = None if searching else _precision_inputs()
+    precision = None if searching else precision_inputs("sweep")
     axes = [(axis, text) for axis, text in ((name, values), (second_name, second_values)) if axis != NO_SECOND]
     swept = {axis for axis, _ in axes}
     credentials = {name: sidebar_values.get(name) or "" for name in CREDENTIAL_SETTINGS}
@@ -172,18 +172,18 @@ def sweep_inputs(sidebar_values: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _precision_inputs() -> dict[str, Any] | None:
+def precision_inputs(key: str) -> dict[str, Any] | None:
     """Repeats until the answer is clear (--target-moe, --max-repeats, --target-moe-metric), each input drawn from its
-    declaration; None while no target is set (the repeats are then a fixed count)."""
+    declaration, their keys starting with `key`; None while no target is set (the repeats are then a fixed count)."""
     target_column, cap_column, metric_column = st.columns([1, 1, 2])
-    target = _sweep_number(target_column, setting("target_moe"), "sweep_target_moe")
-    max_repeats = _sweep_number(cap_column, setting("max_repeats"), "sweep_max_repeats")
+    target = _sweep_number(target_column, setting("target_moe"), f"{key}_target_moe")
+    max_repeats = _sweep_number(cap_column, setting("max_repeats"), f"{key}_max_repeats")
     declared = setting("target_moe_metric")
     metric = metric_column.selectbox(
         widget_label(declared),
         sweep_results.SWEEP_METRICS,
         index=sweep_results.SWEEP_METRICS.index(declared.default),
-        key="sweep_target_moe_metric",
+        key=f"{key}_target_moe_metric",
         format_func=_title,
         disabled=target is None,
         help=f"{declared.cli_flag}: {declared.cli_help}",
@@ -424,6 +424,15 @@ def _cluster_inputs() -> dict[str, Any]:
             )
         ),
     }
+
+
+# Where a sweep started from another page runs: here, as Start sweep runs one without a cluster's address.
+HERE = {
+    "ray_address": "",
+    "cpus_per_point": setting("cpus_per_point").default,
+    "retries": setting("retries").default,
+    "credentials": {},
+}
 
 
 def launch_for(inputs: Mapping[str, Any]) -> Launch:

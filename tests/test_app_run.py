@@ -33,7 +33,7 @@ from bench_core.run.runner import Runner
 from bench_core.store.history import RESULTS_ENV, History
 from bench_core.views.figures import PALETTE
 from dashboard import run_view, sidebar, table_view
-from dashboard.state import get_runner
+from dashboard.state import get_runner, get_sweeps
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
 pytestmark = pytest.mark.slow
@@ -987,6 +987,34 @@ def test_run_again_with_one_thing_changed_starts_it_then_opens_both_compared_aga
     assert at.title[0].value == "History"
     assert at.subheader[0].value == "Compare 2 runs"
     assert at.selectbox(key="compare_baseline").value == stored_run_id
+
+
+def test_run_again_with_a_target_repeats_both_values_until_it_in_a_sweep_and_opens_the_sweep_page(
+    stored_run_id, results_root
+):
+    at = open_app(stored_run_id)
+    at.selectbox(key=f"run_again_setting_{stored_run_id}").set_value(setting("temperature")).run()
+    at.number_input(key=f"run_again_{stored_run_id}_temperature").set_value(0.5)
+    at.number_input(key="run_again_target_moe").set_value(1.0).run()
+    assert at.button(key="run_again_start").disabled  # a sweep does not vary the temperature
+    assert at.button(key="run_again_start").help.startswith("Temperature is run again once, not until a target")
+    at.selectbox(key=f"run_again_setting_{stored_run_id}").set_value(setting("concurrency")).run()
+    at.number_input(key=f"run_again_{stored_run_id}_concurrency").set_value(2)
+    # The cap at the fewest runs that give an interval: each value runs 3 times, whether within the target or not.
+    at.number_input(key="run_again_max_repeats").set_value(3).run()
+    at.button(key="run_again_start").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert at.title[0].value == "Knob sweep"
+    sweep = get_sweeps()[at.session_state["sweep_id"]]
+    stored = History(results_root).config(stored_run_id)
+    assert sweep.plan.base == stored and stored.load.concurrency != 2
+    assert (sweep.plan.axes[0].name, sweep.plan.axes[0].values) == ("concurrency", (stored.load.concurrency, 2))
+    assert sweep.wait(180)
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert at.success[0].value == "finished: all 6 runs."
+    runs = History(results_root).load()
+    assert sorted(runs[runs["sweep_id"] == sweep.sweep_id]["concurrency"]) == sorted([stored.load.concurrency, 2] * 3)
 
 
 def test_a_preset_starts_its_two_runs_on_the_sidebars_engine_then_opens_them_compared():

@@ -17,6 +17,8 @@ from bench_core.config.run_again import (
 )
 from bench_core.engines import run_config_problems
 from bench_core.errors import ConfigError
+from bench_core.sweep.plan import change_sweep
+from bench_core.sweep.precision import Precision
 from dashboard.run_again_view import comparison_due
 
 MULTI_TURN = config_from_values({"dataset_name": "multi-turn", "num_prompts": 4, "load_pattern": "batch"}, label="chat")
@@ -119,3 +121,15 @@ def test_runs_started_to_compare_open_once_the_last_of_them_is_on_show_and_every
     assert comparison_due(groups, "second", ended.__contains__) is None  # still running
     assert comparison_due(groups, "second", {"first", "second"}.__contains__) == ["first", "second"]
     assert comparison_due(groups, "other", lambda run_id: True) is None
+
+
+def test_a_run_again_until_a_target_is_a_sweep_of_the_runs_value_and_the_new_one():
+    ended = config_from_values({"backend": "transformers", "concurrency": 4}, label="ended")
+    plan = change_sweep(ended, "concurrency", 8, Precision(0.05, max_repeats=6))
+    assert plan.base == ended and plan.precision == Precision(0.05, max_repeats=6)
+    assert [(axis.name, axis.values) for axis in plan.axes] == [("concurrency", (4, 8))]
+    assert plan.config_at({"concurrency": 8}, 3).label == "ended · concurrency=8 · repeat 4 (at most 6)"
+    with pytest.raises(ConfigError, match=re.escape("Temperature is run again once, not until a target")):
+        change_sweep(ended, "temperature", 0.5, Precision(0.05))
+    with pytest.raises(ConfigError, match=re.escape("The run had Concurrency (requests) = 4 already")):
+        change_sweep(ended, "concurrency", 4, Precision(0.05))

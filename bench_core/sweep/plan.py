@@ -29,6 +29,7 @@ from ..config import (
     pattern_label,
     setting,
 )
+from ..config.run_again import change_problems
 from ..engines import availability, engine_settings_key, run_config_problems
 from ..errors import ConfigError
 from ..measure.catalog import find_column
@@ -384,6 +385,23 @@ def plan_for(
     if server_cmd:
         base.engine.base_url = STARTED_SERVER_URL  # each run's port is chosen when its server starts (sweep.driver)
     return SweepPlan(new_sweep_id(), base, axes, repeats, server_cmd, server_start_timeout_s, search, precision)
+
+
+def change_sweep(config: RunConfig, name: str, value: Any, precision: Precision) -> SweepPlan:
+    """ "Run again with one thing changed" until the answer is clear: a sweep of the ended run's `config` over setting
+    `name` at the run's value and at `value`, each point repeated until `precision`'s target or its cap, so that the
+    two are compared over their repeats (the ended run, measured once, is not one of them). ConfigError where the
+    change cannot be (run_again.change_problems) or a sweep does not vary the setting."""
+    if problems := change_problems(config, name, value):
+        raise ConfigError(" ".join(problems))
+    if name not in SWEEPABLE:
+        raise ConfigError(
+            f"{setting(name).title} is run again once, not until a target: a sweep does not vary it. Leave the "
+            "target empty."
+        )
+    return SweepPlan(
+        new_sweep_id(), copy.deepcopy(config), (SweepAxis(name, (config.value(name), value)),), precision=precision
+    )
 
 
 def capacity_search(
