@@ -999,6 +999,40 @@ DATASET = (
         help="Tokens one hash id of the trace stands for (Mooncake's traces: 512).",
         cli_help="tokens each hash id stands for; equal ids give identical blocks (trace dataset; Mooncake: 512)",
     ),
+    # The quality guard (measure/quality.py): the answers kept, compared with a baseline's, scored against references.
+    Setting(
+        "keep_outputs",
+        Part.DATASET,
+        bool,
+        False,
+        compared=False,
+        widget=None,
+        help="Keep every answer's token ids and text in the run's request table (requests.parquet), so that a "
+        "later run can be checked against this one's answers; a drift baseline or a quality set keeps them anyway.",
+        cli_help="keep every answer's token ids and text in the run's request table (a drift baseline for later runs)",
+    ),
+    Setting(
+        "drift_baseline",
+        Part.DATASET,
+        str,
+        "",
+        compared=False,
+        widget=None,
+        help="A run id whose kept answers to the same prompts this run's are compared with, request by request "
+        "(drift metrics); both greedy (temperature 0 or no sampling), so a difference is the engine's.",
+        cli_help="RUN_ID of a run with kept answers to the same prompts, greedy: this run's drift from it",
+    ),
+    Setting(
+        "quality_set",
+        Part.DATASET,
+        str,
+        "",
+        widget=None,
+        help="A JSONL file of {prompt, reference, scorer} records (scorer: exact, contains, regex or number): its "
+        "prompts are the run's, its references score the answers (accuracy).",
+        cli_help="JSONL of prompt, reference and scorer (exact, contains, regex, number) records: the run's prompts, "
+        "its accuracy; builtin:quality for the bundled set",
+    ),
 )
 
 # Where a concurrency bounds what is in flight; where requests come at a rate; where workers drive the engine API.

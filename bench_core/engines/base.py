@@ -43,7 +43,8 @@ class EngineEvent:
       hand-off to the runner cheap. Whoever times ticks takes those first (`ticks()`).
     - "finish": the request ended; `finish_reason` is "length", "stop", "error" or "abort",
       and `message` says why for errors. `token_ids` are the generated ids where the engine has them
-      (`complete()` decodes them); benchmarks ignore them. `extra` holds per-request facts the
+      (`complete()` decodes them); `text` is the answer where the engine has it as text (an HTTP client); the runner
+      keeps either only where the run keeps its answers (measure/quality.py). `extra` holds per-request facts the
       engine alone knows (an HTTP server's usage count, say), kept as columns of the request table.
       A finish_reason of NOT_SENT marks a request the engine never sent (a duration ended): it
       stays unfinished, with `message` as its reason. RUN_ENDED marks one the engine stopped because
@@ -69,6 +70,7 @@ class EngineEvent:
     finish_reason: str = ""
     message: str = ""
     token_ids: Sequence[int] = ()
+    text: str | None = None
     extra: Mapping[str, Any] | None = None
     length_status: str = ""
     input_len: int = 0

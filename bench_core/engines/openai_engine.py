@@ -446,7 +446,13 @@ class OpenAIEngine(Engine):
             extra.update(self._own_counts(result, our_input_len))
         input_len = _input_len(result, our_input_len)
         yield dataclasses.replace(
-            event, n_tokens=count, message=message, extra=extra, length_status=length_status, input_len=input_len
+            event,
+            n_tokens=count,
+            message=message,
+            text=result.text,
+            extra=extra,
+            length_status=length_status,
+            input_len=input_len,
         )
 
     def client_pids(self) -> list[int]:

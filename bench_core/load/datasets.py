@@ -27,8 +27,9 @@ import numpy as np
 from ..config import DatasetConfig
 from ..config.catalog import CUSTOM, IMAGE, MULTI_TURN, SHARED_PREFIX, TRACE_DATASET
 from ..errors import DatasetError
+from ..measure.quality import QualityItem
 from ..models.resolve import local_path
-from . import custom, image, multi_turn, shared_prefix, trace
+from . import custom, image, multi_turn, quality_set, shared_prefix, trace
 from .builtin_sample import generate_sample_records
 from .lengths import random_lengths
 from .requests import Sample, SampledRequest, cycled_token_ids, sample_of
@@ -116,10 +117,20 @@ def _read(source: str, kind: str):
     return _parse_file(str(path), stat.st_mtime_ns, stat.st_size, source, kind)
 
 
+def load_quality_set(source: str) -> list[QualityItem]:
+    """A quality set's items (quality_set.py): `builtin:quality` or a JSON/JSONL file's records."""
+    if source == quality_set.BUILTIN_QUALITY:
+        return quality_set.quality_items(quality_set.builtin_records(), source)
+    records = load_records(source)
+    return quality_set.quality_items(records.records, records.source)
+
+
 def sample_requests(dataset_config: DatasetConfig, tokenizer: Any) -> Sample:
     """The runner's entry point: load the configured source and sample from it with the dataset's rules (LMDeploy's
     for sharegpt, random and image)."""
     cfg = dataset_config
+    if cfg.quality_set:
+        return quality_set.sample_quality_requests(load_quality_set(cfg.quality_set), tokenizer, cfg)
     if cfg.dataset_name in (TRACE_DATASET, CUSTOM):
         records = load_records(cfg.dataset)
         if cfg.dataset_name == CUSTOM:

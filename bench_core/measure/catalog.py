@@ -26,6 +26,7 @@ import pandas as pd
 from ..config.catalog import MAX_TURNS
 from ..load.arrivals import achieved_rate, in_flight_over_time
 from ..states import LoadPattern, RequestStatus
+from . import quality
 from .stats import UNBOUNDED
 from .window import MAX_TIME_SLICES, TimeSlice, WindowFacts
 
@@ -296,6 +297,20 @@ def _hit_rate(run: RunFacts) -> float:
         return math.nan
     said = ~np.isnan(cached)
     return rate(float(cached[said].sum()), float(run.table["input_len"].to_numpy(dtype=np.float64)[run.ok][said].sum()))
+
+
+def _mean_of(column: str) -> Callable[[RunFacts], Any]:
+    """The mean of a per-request column over the completed requests that have a value (NaN: none has); None (the
+    key absent) where the run has no such column."""
+
+    def mean(run: RunFacts) -> Any:
+        if not run.has(column):
+            return None
+        values = _floats(run.table, column)[run.ok]
+        values = values[~np.isnan(values)]
+        return float(values.mean()) if len(values) else math.nan
+
+    return mean
 
 
 def _turn_ttft(turn: int) -> Callable[[RunFacts], Any]:
@@ -847,6 +862,53 @@ CATALOG: tuple[Metric, ...] = (
         per_request=lambda table, streamed: _floats(table, "cached_tokens") if "cached_tokens" in table else None,
         statistics=("mean", "max"),
         workload=True,
+    ),
+    # The quality guard (measure/quality.py): where a run was checked against a baseline run's answers to the same
+    # prompts (--drift-baseline) or scored against a quality set's references (--quality-set).
+    Metric(
+        "drift_exact_match_rate",
+        "Exact-match rate with the baseline",
+        "fraction",
+        True,
+        "The share of completed requests whose answer's token ids are identical to the drift baseline run's answer to "
+        "the same prompt (both greedy); 1 means no drift.",
+        aggregate=_mean_of(quality.DRIFT_IDENTICAL),
+        compared=VALUE,
+        swept=VALUE,
+        bounds=FRACTION,
+    ),
+    Metric(
+        "drift_mean_divergence",
+        "Mean first divergence from the baseline",
+        "tokens",
+        True,
+        "Over the completed requests, the mean position of the first token that differs from the drift baseline's "
+        "answer (an answer identical to it counts its length).",
+        aggregate=_mean_of(quality.DRIFT_DIVERGENCE),
+        compared=VALUE,
+    ),
+    Metric(
+        "drift_token_overlap",
+        "Token overlap with the baseline",
+        "fraction",
+        True,
+        "Over the completed requests, the mean share of token ids (with repeats) an answer has in common with the "
+        "drift baseline's answer, over the longer of the two.",
+        aggregate=_mean_of(quality.DRIFT_OVERLAP),
+        compared=VALUE,
+        bounds=FRACTION,
+    ),
+    Metric(
+        "quality_accuracy",
+        "Quality-set accuracy",
+        "fraction",
+        True,
+        "The share of completed requests whose answer meets its quality-set record's reference by the record's "
+        "scorer (exact, contains, regex, number).",
+        aggregate=_mean_of(quality.QUALITY_CORRECT),
+        compared=VALUE,
+        swept=VALUE,
+        bounds=FRACTION,
     ),
     *(
         Metric(

@@ -35,6 +35,7 @@ from ..load.datasets import Sample
 from ..load.playground import Conversation, PlaygroundResult
 from ..measure.live_snapshot import TELEMETRY_WINDOW_S, LiveSnapshot, with_server_metrics, with_telemetry
 from ..measure.profiler import Profiler
+from ..measure.quality import OutputJudge
 from ..measure.time_left import PastPace
 from ..states import RunState
 from .observer import JobObserver, StateChange
@@ -172,6 +173,7 @@ class Measurement:
     load_seconds: float | None = None  # from leaving the queue to the start of the measurement
     warmup_seconds: float | None = None  # of which the warm-up requests took this long (None: none were sent)
     cache_start: CacheStart | None = None  # the prefix cache's state when the clock started (Runner._start_cache)
+    judge: OutputJudge | None = field(default=None, repr=False)  # where the run keeps its answers (measure/quality.py)
     profiler: Profiler | None = None
     sampler: TelemetrySampler | None = field(default=None, repr=False)  # where the engine runs, from the measurement
     # The client loop's lateness so far (Engine.loop_lag, appended as it samples where the loop is in this process).

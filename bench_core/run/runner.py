@@ -48,11 +48,12 @@ from ..hardware import roofline
 from ..hardware.environment import collect_environment
 from ..hardware.telemetry import TelemetrySampler, with_loop_lag
 from ..load.cancellation import cancel_points
-from ..load.datasets import Sample, SampledRequest, sample_requests
+from ..load.datasets import Sample, SampledRequest, load_quality_set, sample_requests
 from ..load.playground import Conversation, check_request
 from ..load.workload import with_workload_columns
 from ..measure import metrics
 from ..measure.profiler import Profiler, Session, new_profiler
+from ..measure.quality import OutputJudge, stored_outputs
 from ..measure.time_left import PastPace, past_pace, past_pace_columns
 from ..models.resolve import cache_dir, describe_model, first_use_phase, load_tokenizer, resolve_model
 from ..redact import redact_text, remember_secrets
@@ -349,7 +350,26 @@ class Runner:
             raise BenchError("The dataset gave no request to send.")
         preflight.check_requests(measurement.sample.requests, config.engine)
         preflight.check_schedule(measurement.sample.requests, config.load)
+        measurement.judge = self._output_judge(config)
         measurement.engine_info = self._engine_for(config.engine, config.load, run).info
+
+    def _output_judge(self, config: RunConfig) -> OutputJudge | None:
+        """What the run's answers are kept for: a drift baseline's answers, a quality set's references; None where
+        the run keeps none. A baseline that kept no answers is refused before the run."""
+        dataset = config.dataset
+        if not (dataset.keep_outputs or dataset.drift_baseline or dataset.quality_set):
+            return None
+        baseline = None
+        if dataset.drift_baseline:
+            if self.history is None:
+                raise BenchError("--drift-baseline reads the baseline run from the history; this run has none.")
+            baseline = stored_outputs(self.history.requests(dataset.drift_baseline))
+            if baseline is None:
+                raise BenchError(
+                    f"Run {dataset.drift_baseline} kept no answers to compare with; run it again with --keep-outputs."
+                )
+        items = load_quality_set(dataset.quality_set) if dataset.quality_set else None
+        return OutputJudge(baseline, items)
 
     def _engine_for(self, engine: EngineConfig, load: LoadConfig, run: Run | None = None) -> Engine:
         key = engine_settings_key(engine, load)
@@ -420,6 +440,8 @@ class Runner:
             raise
         publishing = _Publishing(run) if run.observers else None
         self._engine_served = True
+        judge = measurement.judge
+        answers: dict[int, tuple[Sequence[int], str | None]] = {}  # the served requests' answers, where kept
         try:
             for event in events:
                 if event.kind == "end":  # the engine's own work from here on is not the run's
@@ -446,6 +468,8 @@ class Runner:
                     session.finish(Session.CANCELLED, "cancelled", event.ts, event.extra)
                 elif event.kind == "finish":
                     status = Session.SUCCESS if event.finish_reason in SERVED_REASONS else Session.FAIL
+                    if judge is not None and status == Session.SUCCESS:
+                        answers[event.index] = (event.token_ids, event.text)
                     reason = event.finish_reason + (f": {redact_text(event.message)}" if event.message else "")
                     session.finish(status, reason, event.ts, event.extra, event.length_status)
         finally:
@@ -464,6 +488,23 @@ class Runner:
                     measurement.server_metrics = raw.assign(time_s=raw["time_s"] - profiler.t_start)
             if publishing is not None:
                 publishing.end()
+        if judge is not None:
+            self._judge(judge, sessions, answers)
+
+    def _judge(
+        self, judge: OutputJudge, sessions: list[Session], answers: dict[int, tuple[Sequence[int], str | None]]
+    ) -> None:
+        """Each request's answer, drift and score as columns of its row, after the clock: an answer's ids are
+        decoded, or its text encoded, here (an engine hands over whichever it has)."""
+        tokenizer = self._engine.tokenizer
+        for index, session in enumerate(sessions):
+            ids, text = answers.get(index, (None, None))
+            if ids is not None and text is None:
+                text = tokenizer.decode(list(ids), skip_special_tokens=True)
+            if ids is not None and not ids and text:
+                ids = tokenizer.encode(text, add_special_tokens=False)
+            kept = judge.columns(index, ids, text)
+            session.extra = {**(session.extra or {}), **kept}
 
     def keep(self, run: Run) -> None:
         """Record what the run measured, where no record came with it, and save the record in this runner's

@@ -1,0 +1,57 @@
+"""`--quality-set FILE`: prompts with references, so that a run's answers are scored (measure/quality.py).
+
+A quality set is a JSON array or JSON Lines file of {"prompt", "reference", "scorer"} records; its prompts, in the
+file's order (the first `num_prompts`), are the run's, each generating `output_len` tokens, whatever the dataset
+settings say. A record that is not one is refused with its line number, before anything runs.
+
+`builtin:quality` is the set below: twelve arithmetic and factual questions written for this project by its
+authors (not taken from any benchmark), part of the project and shared on its terms.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from ..config import DatasetConfig
+from ..errors import DatasetError
+from ..measure.quality import QUALITY_FORMAT, QualityItem, quality_item
+from .requests import Sample, SampledRequest, record_refused, sample_of
+
+BUILTIN_QUALITY = "builtin:quality"
+_ANSWER = " Answer with the number only."
+BUILTIN_RECORDS: tuple[dict[str, str], ...] = (
+    {"prompt": "What is 7 + 5?" + _ANSWER, "reference": "12", "scorer": "number"},
+    {"prompt": "What is 9 times 8?" + _ANSWER, "reference": "72", "scorer": "number"},
+    {"prompt": "What is 100 minus 37?" + _ANSWER, "reference": "63", "scorer": "number"},
+    {"prompt": "What is 144 divided by 12?" + _ANSWER, "reference": "12", "scorer": "number"},
+    {"prompt": "How many days are in a week?" + _ANSWER, "reference": "7", "scorer": "number"},
+    {"prompt": "How many minutes are in an hour?" + _ANSWER, "reference": "60", "scorer": "number"},
+    {"prompt": "What is the capital of France?", "reference": "Paris", "scorer": "contains"},
+    {"prompt": "What is the capital of Japan?", "reference": "Tokyo", "scorer": "contains"},
+    {"prompt": "Which planet is closest to the Sun?", "reference": "Mercury", "scorer": "contains"},
+    {"prompt": "What colour do you get by mixing blue and yellow?", "reference": "green", "scorer": "contains"},
+    {"prompt": "Water is made of hydrogen and which other element?", "reference": "oxygen", "scorer": "contains"},
+    {"prompt": "Is 17 a prime number? Answer yes or no.", "reference": r"(?i)\byes\b", "scorer": "regex"},
+)
+
+
+def quality_items(records: list[tuple[int, Any]], source: str) -> list[QualityItem]:
+    """The set's items, in order; a bad record, or none, is refused with one message."""
+    items = [
+        quality_item(record, partial(record_refused, source, line, rule=QUALITY_FORMAT)) for line, record in records
+    ]
+    if not items:
+        raise DatasetError(f"Quality set {source} holds no record: {QUALITY_FORMAT}.")
+    return items
+
+
+def builtin_records() -> list[tuple[int, Any]]:
+    return [(line, dict(record)) for line, record in enumerate(BUILTIN_RECORDS, start=1)]
+
+
+def sample_quality_requests(items: list[QualityItem], tokenizer: Any, cfg: DatasetConfig) -> Sample:
+    """The run's requests: the first `num_prompts` items' prompts, `output_len` tokens each."""
+    chosen = items[: cfg.num_prompts]
+    requests = [SampledRequest(item.prompt, len(tokenizer.encode(item.prompt)), cfg.output_len) for item in chosen]
+    return sample_of(requests)

@@ -1,0 +1,150 @@
+"""The quality guard: how a run's answers compare with a baseline run's (drift), and how many of a quality set's
+references they meet (accuracy). Pure functions, no I/O.
+
+Drift compares the token ids of request i with those of the baseline's request i: the same prompts, both greedy
+(temperature 0 or no sampling), so any difference is the engine's (a lower dtype, a quantized cache, another
+kernel). Per request it gives whether the ids are identical, the position of the first token that differs (the
+answer's length where none does) and the token overlap (the ids both answers hold, counted with repeats, over the
+longer answer's length). The run's metrics (measure/catalog.py) average those over the requests both runs served.
+
+Accuracy scores each answer against its quality-set record's reference with the record's scorer:
+
+- exact: the answer, trimmed, is the reference;
+- contains: the reference is in the answer, ignoring case;
+- regex: the reference, a regular expression, matches somewhere in the answer;
+- number: the answer's first number equals the reference's (1,000 and 1000.0 are 1000).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# The request-table columns the guard writes (per request) and reads back (the metrics, a later drift).
+OUTPUT_IDS = "output_ids"
+OUTPUT_TEXT = "output_text"
+DRIFT_IDENTICAL = "drift_identical"
+DRIFT_DIVERGENCE = "drift_divergence"
+DRIFT_OVERLAP = "drift_overlap"
+QUALITY_CORRECT = "quality_correct"
+
+_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+
+
+def _number(text: str) -> float | None:
+    found = _NUMBER.search(text)
+    return None if found is None else float(found.group().replace(",", ""))
+
+
+def exact(answer: str, reference: str) -> bool:
+    return answer.strip() == reference.strip()
+
+
+def contains(answer: str, reference: str) -> bool:
+    return reference.strip().casefold() in answer.casefold()
+
+
+def regex(answer: str, reference: str) -> bool:
+    return re.search(reference, answer) is not None
+
+
+def number(answer: str, reference: str) -> bool:
+    got, wanted = _number(answer), _number(reference)
+    return got is not None and wanted is not None and math.isclose(got, wanted, rel_tol=1e-9, abs_tol=1e-9)
+
+
+SCORERS: dict[str, Callable[[str, str], bool]] = {
+    "exact": exact,
+    "contains": contains,
+    "regex": regex,
+    "number": number,
+}
+QUALITY_FORMAT = "each record needs a 'prompt' string, a 'reference' string and a 'scorer' (" + ", ".join(SCORERS) + ")"
+
+
+@dataclass(frozen=True)
+class QualityItem:
+    prompt: str
+    reference: str
+    scorer: str
+
+    def score(self, answer: str) -> bool:
+        return SCORERS[self.scorer](answer, self.reference)
+
+
+def quality_item(record: Any, refuse: Callable[[str], Any]) -> QualityItem:
+    """One quality-set record; `refuse(why)` raises for a bad one (a regex that does not compile is bad)."""
+    if not isinstance(record, Mapping):
+        refuse(f"it is a JSON {type(record).__name__}, not an object")
+    prompt, reference, scorer = record.get("prompt"), record.get("reference"), record.get("scorer", "exact")
+    if not isinstance(prompt, str) or not prompt.strip():
+        refuse("its 'prompt' is not a non-empty string")
+    if not isinstance(reference, str) or not reference.strip():
+        refuse("its 'reference' is not a non-empty string")
+    if scorer not in SCORERS:
+        refuse(f"its scorer {scorer!r} is not one of {', '.join(SCORERS)}")
+    if scorer == "regex":
+        try:
+            re.compile(reference)
+        except re.error as exc:
+            refuse(f"its reference is not a regular expression ({exc})")
+    if scorer == "number" and _number(reference) is None:
+        refuse("its reference holds no number")
+    return QualityItem(prompt, reference, scorer)
+
+
+@dataclass(frozen=True)
+class Drift:
+    identical: bool
+    divergence: int  # the first position where the ids differ; the answer's length where none does
+    overlap: float  # shared ids (with repeats) over the longer answer's length; 1.0 for two empty answers
+
+
+def drift(baseline: Sequence[int], output: Sequence[int]) -> Drift:
+    baseline, output = list(baseline), list(output)
+    divergence = next((i for i, (a, b) in enumerate(zip(baseline, output)) if a != b), min(len(baseline), len(output)))
+    longer = max(len(baseline), len(output))
+    shared = sum((Counter(baseline) & Counter(output)).values())
+    return Drift(baseline == output, divergence, shared / longer if longer else 1.0)
+
+
+def drift_columns(baseline: Sequence[int] | None, output: Sequence[int] | None) -> dict[str, Any]:
+    """A request's drift columns; NaN where either run has no answer for it (failed, or not in the baseline)."""
+    if baseline is None or output is None:
+        return {DRIFT_IDENTICAL: math.nan, DRIFT_DIVERGENCE: math.nan, DRIFT_OVERLAP: math.nan}
+    found = drift(baseline, output)
+    return {
+        DRIFT_IDENTICAL: float(found.identical),
+        DRIFT_DIVERGENCE: float(found.divergence),
+        DRIFT_OVERLAP: found.overlap,
+    }
+
+
+@dataclass(frozen=True)
+class OutputJudge:
+    """What a run's answers are checked against: the baseline's ids per request (None: no drift check), the
+    quality set's items per request (None: no accuracy check)."""
+
+    baseline: Sequence[Sequence[int] | None] | None = None
+    items: Sequence[QualityItem] | None = None
+
+    def columns(self, index: int, ids: Sequence[int] | None, text: str | None) -> dict[str, Any]:
+        """Request `index`'s columns: its answer (ids and text), its drift and its score (NaN: no answer)."""
+        found: dict[str, Any] = {OUTPUT_IDS: None if ids is None else list(ids), OUTPUT_TEXT: text}
+        if self.baseline is not None:
+            theirs = self.baseline[index] if index < len(self.baseline) else None
+            found.update(drift_columns(theirs, ids))
+        if self.items is not None and index < len(self.items):
+            found[QUALITY_CORRECT] = math.nan if text is None else float(self.items[index].score(text))
+        return found
+
+
+def stored_outputs(table: Any) -> list[Sequence[int] | None] | None:
+    """A stored request table's answers, as ids per request (None where it has none); None: it kept no answers."""
+    if OUTPUT_IDS not in table:
+        return None
+    return [None if ids is None else [int(i) for i in ids] for ids in table[OUTPUT_IDS]]

@@ -1,0 +1,95 @@
+"""The quality guard's pure parts: the scorers, drift between two answers' ids, the quality set's records."""
+
+import math
+
+import pytest
+
+from bench_core.errors import DatasetError
+from bench_core.load.quality_set import BUILTIN_QUALITY, builtin_records, quality_items
+from bench_core.measure.quality import (
+    DRIFT_IDENTICAL,
+    QUALITY_CORRECT,
+    OutputJudge,
+    QualityItem,
+    contains,
+    drift,
+    drift_columns,
+    exact,
+    number,
+    regex,
+)
+
+
+@pytest.mark.parametrize(
+    ("scorer", "answer", "reference", "expected"),
+    [
+        (exact, "  Paris\n", "Paris", True),
+        (exact, "Paris.", "Paris", False),
+        (contains, "The capital is PARIS.", "paris", True),
+        (contains, "The capital is Lyon.", "Paris", False),
+        (regex, "Yes, it is prime.", r"(?i)\byes\b", True),
+        (regex, "Yesterday it was not.", r"(?i)\byes\b", False),
+        (number, "The answer is 1,000.", "1000", True),
+        (number, "72", "72.0", True),
+        (number, "It is -3 degrees", "-3", True),
+        (number, "seventy-two", "72", False),
+        (number, "71 or 72", "72", False),  # the first number is the answer
+    ],
+)
+def test_scorers(scorer, answer, reference, expected):
+    assert scorer(answer, reference) is expected
+
+
+def test_drift_of_identical_answers_is_none():
+    found = drift([5, 6, 7], [5, 6, 7])
+    assert found.identical and found.divergence == 3 and found.overlap == 1.0
+
+
+def test_drift_says_where_answers_first_differ_and_what_they_share():
+    found = drift([5, 6, 7, 8], [5, 6, 9, 8])
+    assert not found.identical and found.divergence == 2 and found.overlap == 0.75
+
+
+def test_a_shorter_answer_diverges_where_it_ends():
+    found = drift([5, 6, 7, 8], [5, 6])
+    assert not found.identical and found.divergence == 2 and found.overlap == 0.5
+
+
+def test_a_request_without_both_answers_has_no_drift():
+    assert all(math.isnan(value) for value in drift_columns(None, [1, 2]).values())
+    assert all(math.isnan(value) for value in drift_columns([1, 2], None).values())
+
+
+def test_the_judge_gives_each_request_its_drift_and_score():
+    judge = OutputJudge(baseline=[[1, 2, 3], None], items=[QualityItem("q", "3", "number")] * 2)
+    assert judge.columns(0, [1, 2, 3], "3")[DRIFT_IDENTICAL] == 1.0
+    assert judge.columns(0, [1, 2, 4], "4")[QUALITY_CORRECT] == 0.0
+    assert math.isnan(judge.columns(1, [1], "3")[DRIFT_IDENTICAL])  # the baseline did not serve it
+    assert math.isnan(judge.columns(1, None, None)[QUALITY_CORRECT])  # this run did not serve it
+
+
+def test_the_builtin_set_is_a_dozen_valid_records():
+    items = quality_items(builtin_records(), BUILTIN_QUALITY)
+    assert len(items) == 12 and {item.scorer for item in items} == {"number", "contains", "regex"}
+
+
+@pytest.mark.parametrize(
+    ("record", "why"),
+    [
+        ({"prompt": "2+2?", "reference": "4", "scorer": "fuzzy"}, "scorer 'fuzzy' is not one of exact"),
+        ({"prompt": "2+2?", "scorer": "exact"}, "'reference' is not a non-empty string"),
+        ({"reference": "4"}, "'prompt' is not a non-empty string"),
+        ({"prompt": "2+2?", "reference": "(", "scorer": "regex"}, "not a regular expression"),
+        ({"prompt": "2+2?", "reference": "four", "scorer": "number"}, "holds no number"),
+        (["2+2?", "4"], "JSON list, not an object"),
+    ],
+)
+def test_a_bad_record_is_refused_with_its_line(record, why):
+    with pytest.raises(DatasetError, match="line 3") as refused:
+        quality_items([(3, record)], "set.jsonl")
+    assert why in str(refused.value)
+
+
+def test_an_empty_set_is_refused():
+    with pytest.raises(DatasetError, match="holds no record"):
+        quality_items([], "set.jsonl")
