@@ -18,6 +18,7 @@ import streamlit as st
 from bench_core.errors import HistoryError
 from bench_core.hardware.run_flags import FLAG_TAGS_HELP, flag_tags
 from bench_core.measure.catalog import KEY_COLUMNS
+from bench_core.measure.quality import with_drift
 from bench_core.store import run_parts
 from bench_core.store.history import History
 from bench_core.views import compare_charts, report, run_diff, tables
@@ -299,7 +300,10 @@ def comparison(history: History, chosen: pd.DataFrame) -> None:
     request_tables, missing = run_parts.request_tables(history, chosen, chosen[RUN])
     distributions(chosen, request_tables, missing)
     baseline = baseline_picker(chosen)
-    table, marks, judged = report.comparison_table(chosen, varied, baseline)
+    # Runs that kept their answers show their drift from the baseline picked, where it kept its own.
+    run_ids = dict(zip(chosen[RUN], chosen["run_id"].astype(str)))
+    answers = {run_ids[name]: requests for name, requests in request_tables.items()}
+    table, marks, judged = report.comparison_table(with_drift(chosen, answers, baseline), varied, baseline)
     # Compact: five runs' columns in view beside the metric names at 1,600 px.
     show_table(tables.style_comparison(table, marks), key="compare_table", compact=True)
     st.caption(report.COMPARE_NOTE if judged else f"{report.COMPARE_NOTE} {report.UNJUDGED_NOTE}")

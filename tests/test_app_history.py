@@ -3,6 +3,7 @@
 import json
 import math
 import shutil
+from dataclasses import replace as dataclasses_replace
 from datetime import date
 
 import plotly.colors
@@ -529,3 +530,36 @@ def test_the_runs_ticked_stay_ticked_while_the_filters_change_what_is_on_show(va
     assert subheaders(at) == ["Compare 2 runs"]
     selected = at.session_state[at.dataframe[0].key]["selection"]["rows"]
     assert sorted(at.dataframe[0].value["run_id"].iloc[selected]) == ["busy", "prefix"]
+
+
+def test_runs_that_kept_their_answers_show_their_drift_from_the_picked_baseline(
+    tmp_path, monkeypatch, fresh_dashboard, tiny_model_path
+):
+    """Two greedy runs of the same prompts, float32 and bfloat16, that kept their answers: the compare table gives
+    the bfloat16 run's exact-match rate against the float32 baseline, though neither run named a drift baseline."""
+    root = tmp_path / "results"
+    runner = Runner(History(root))
+    configs = []
+    for dtype in ("float32", "bfloat16"):
+        config = tiny_config(2, dtype)
+        configs.append(
+            dataclasses_replace(
+                config,
+                engine=dataclasses_replace(config.engine, dtype=dtype),
+                # ShareGPT prompts: long enough for bfloat16's rounding to turn a greedy choice within 64 tokens.
+                dataset=DatasetConfig(
+                    dataset="builtin:sample", num_prompts=4, seed=3, sharegpt_output_len=64, keep_outputs=True
+                ),
+            )
+        )
+    runs = [runner.submit(config) for config in configs]
+    for run in runs:
+        assert run.wait(120) and run.state == "finished", run.message
+    runner.shutdown()
+    monkeypatch.setenv(RESULTS_ENV, str(root))
+    at = select_rows(open_history(), [run.run_id for run in runs])
+    assert not at.exception
+    compared = at.dataframe[1].value
+    assert list(compared.columns) == ["float32 (baseline)", "bfloat16"]
+    exact_match = compared.loc[describe_column("drift_exact_match_rate").title].tolist()
+    assert exact_match[0].startswith("1") and float(exact_match[1].split()[0]) < 1

@@ -2,6 +2,7 @@
 
 import math
 
+import pandas as pd
 import pytest
 
 from bench_core.errors import DatasetError
@@ -11,12 +12,14 @@ from bench_core.measure.quality import (
     QUALITY_CORRECT,
     OutputJudge,
     QualityItem,
+    baseline_differences,
     contains,
     drift,
     drift_columns,
     exact,
     number,
     regex,
+    with_drift,
 )
 
 
@@ -93,3 +96,46 @@ def test_a_bad_record_is_refused_with_its_line(record, why):
 def test_an_empty_set_is_refused():
     with pytest.raises(DatasetError, match="holds no record"):
         quality_items([], "set.jsonl")
+
+
+def test_a_baseline_of_other_prompts_or_a_sampling_run_is_told():
+    assert baseline_differences("b1", [5, 6], [5, 6], samples=False) == []
+    (fewer,) = baseline_differences("b1", [5, 6], [5], samples=False)
+    assert "baseline b1 has 2 requests, this run 1" in fewer
+    (other,) = baseline_differences("b1", [5, 6], [5, 7], samples=False)
+    assert "prompts differ" in other
+    (sampling,) = baseline_differences("b1", [5], [5], samples=True)
+    assert "samples" in sampling
+
+
+def _requests(answers, statuses=None):
+    return pd.DataFrame(
+        {"status": statuses or ["success"] * len(answers), "output_ids": pd.Series(answers, dtype=object)}
+    )
+
+
+def test_compare_gives_each_run_that_kept_answers_its_drift_from_the_picked_baseline():
+    runs = pd.DataFrame({"run_id": ["base", "same", "other", "bare"], "drift_exact_match_rate": [math.nan] * 4})
+    tables = {
+        "base": _requests([[1, 2, 3], [4, 5]]),
+        "same": _requests([[1, 2, 3], [4, 5]]),
+        "other": _requests([[1, 9, 3], [4, 5]]),
+        "bare": _requests([[1, 2, 3], [4, 5]]).drop(columns="output_ids"),
+    }
+    shown = with_drift(runs, tables, "base").set_index("run_id")
+    assert shown.loc["same", "drift_exact_match_rate"] == 1.0
+    assert shown.loc["other", "drift_exact_match_rate"] == 0.5
+    assert shown.loc["other", "drift_mean_divergence"] == 1.5  # diverges at 1, and at its end (2)
+    assert math.isnan(shown.loc["bare", "drift_exact_match_rate"])  # it kept no answers
+
+
+def test_compare_leaves_runs_as_recorded_where_the_baseline_kept_no_answers():
+    runs = pd.DataFrame({"run_id": ["base", "same"], "drift_exact_match_rate": [math.nan, 0.25]})
+    tables = {"base": _requests([[1]]).drop(columns="output_ids"), "same": _requests([[1]])}
+    assert with_drift(runs, tables, "base")["drift_exact_match_rate"].tolist()[1] == 0.25
+
+
+def test_a_failed_request_has_no_drift_in_compare():
+    runs = pd.DataFrame({"run_id": ["base", "half"]})
+    tables = {"base": _requests([[1], [2]]), "half": _requests([[1], [3]], ["success", "failed"])}
+    assert with_drift(runs, tables, "base").set_index("run_id").loc["half", "drift_exact_match_rate"] == 1.0

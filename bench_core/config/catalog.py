@@ -932,8 +932,10 @@ DATASET = (
         "tokens",
         8,
         "Output length (tokens)",
-        help="Tokens each request generates (custom: those of records without output_len or max_tokens).",
-        cli_help="output tokens per request (shared-prefix; custom: for records without output_len or max_tokens)",
+        help="Tokens each request generates (custom: those of records without output_len or max_tokens; a quality "
+        "set's prompts too).",
+        cli_help="output tokens per request (shared-prefix; custom: for records without output_len or max_tokens; "
+        "--quality-set)",
         output_length=True,
     ),
     # Multi-turn sessions (vLLM's benchmarks/multi_turn, GuideLLM's turns).

@@ -138,6 +138,7 @@ def _dataset_problems(config: RunConfig) -> list[str]:
         for declared in of_part(Part.DATASET)
         if declared.datasets
         and not declared.applies(dataset_name=name)
+        and not (data.quality_set and declared.name == "output_len")  # a quality set's prompts' length, any dataset
         and getattr(data, declared.name) != declared.default
     ]
     lengths = setting("random_input_len")

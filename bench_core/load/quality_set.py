@@ -1,8 +1,8 @@
 """`--quality-set FILE`: prompts with references, so that a run's answers are scored (measure/quality.py).
 
 A quality set is a JSON array or JSON Lines file of {"prompt", "reference", "scorer"} records; its prompts, in the
-file's order (the first `num_prompts`), are the run's, each generating `output_len` tokens, whatever the dataset
-settings say. A record that is not one is refused with its line number, before anything runs.
+file's order (the first `num_prompts`), are the run's, each generating `output_len` tokens (--output-len, whatever the
+dataset), the other dataset settings aside. A record that is not one is refused with its line number, before anything runs.
 
 `builtin:quality` is the set below: twelve arithmetic and factual questions written for this project by its
 authors (not taken from any benchmark), part of the project and shared on its terms.

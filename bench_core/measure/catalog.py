@@ -866,7 +866,7 @@ CATALOG: tuple[Metric, ...] = (
     # The quality guard (measure/quality.py): where a run was checked against a baseline run's answers to the same
     # prompts (--drift-baseline) or scored against a quality set's references (--quality-set).
     Metric(
-        "drift_exact_match_rate",
+        quality.DRIFT_METRICS[quality.DRIFT_IDENTICAL],
         "Exact-match rate with the baseline",
         "fraction",
         True,
@@ -878,7 +878,7 @@ CATALOG: tuple[Metric, ...] = (
         bounds=FRACTION,
     ),
     Metric(
-        "drift_mean_divergence",
+        quality.DRIFT_METRICS[quality.DRIFT_DIVERGENCE],
         "Mean first divergence from the baseline",
         "tokens",
         True,
@@ -888,7 +888,7 @@ CATALOG: tuple[Metric, ...] = (
         compared=VALUE,
     ),
     Metric(
-        "drift_token_overlap",
+        quality.DRIFT_METRICS[quality.DRIFT_OVERLAP],
         "Token overlap with the baseline",
         "fraction",
         True,

@@ -24,6 +24,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
+from ..states import RequestStatus
+
 # The request-table columns the guard writes (per request) and reads back (the metrics, a later drift).
 OUTPUT_IDS = "output_ids"
 OUTPUT_TEXT = "output_text"
@@ -31,6 +36,12 @@ DRIFT_IDENTICAL = "drift_identical"
 DRIFT_DIVERGENCE = "drift_divergence"
 DRIFT_OVERLAP = "drift_overlap"
 QUALITY_CORRECT = "quality_correct"
+# The run's drift metrics (their catalog keys and history columns), each the mean of one per-request column.
+DRIFT_METRICS = {
+    DRIFT_IDENTICAL: "drift_exact_match_rate",
+    DRIFT_DIVERGENCE: "drift_mean_divergence",
+    DRIFT_OVERLAP: "drift_token_overlap",
+}
 
 _NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
 
@@ -143,8 +154,58 @@ class OutputJudge:
         return found
 
 
+def baseline_differences(
+    baseline_id: str, baseline_lens: Sequence[int], lens: Sequence[int], samples: bool
+) -> list[str]:
+    """Why a drift from baseline `baseline_id` may not be the engine's: other prompts (their token counts differ),
+    or a run that samples; each a warning for the run."""
+    found = []
+    if len(baseline_lens) != len(lens):
+        found.append(f"Drift: baseline {baseline_id} has {len(baseline_lens)} requests, this run {len(lens)}.")
+    if any(a != b for a, b in zip(baseline_lens, lens)):
+        found.append(f"Drift: the prompts differ from baseline {baseline_id}'s (token counts); use the same dataset.")
+    if samples:
+        found.append("Drift: this run samples (do_sample), so its answers differ by chance; drift wants greedy runs.")
+    return found
+
+
 def stored_outputs(table: Any) -> list[Sequence[int] | None] | None:
     """A stored request table's answers, as ids per request (None where it has none); None: it kept no answers."""
     if OUTPUT_IDS not in table:
         return None
     return [None if ids is None else [int(i) for i in ids] for ids in table[OUTPUT_IDS]]
+
+
+def run_drift(baseline: Sequence[Sequence[int] | None], table: pd.DataFrame) -> dict[str, float]:
+    """A stored run's drift metrics against `baseline`'s answers, from the answers its request table kept (NaN where
+    it kept none): what the History compare shows against the baseline it picked."""
+    outputs = stored_outputs(table)
+    if outputs is None:
+        return dict.fromkeys(DRIFT_METRICS.values(), math.nan)
+    served = (table["status"] == RequestStatus.SUCCESS).to_numpy()
+    rows = pd.DataFrame(
+        [
+            drift_columns(baseline[i] if i < len(baseline) else None, ids if served[i] else None)
+            for i, ids in enumerate(outputs)
+        ]
+    )
+    return {
+        key: float(np.nanmean(rows[column])) if rows[column].notna().any() else math.nan
+        for column, key in DRIFT_METRICS.items()
+    }
+
+
+def with_drift(runs: pd.DataFrame, tables: Mapping[str, pd.DataFrame], baseline_id: str) -> pd.DataFrame:
+    """`runs` (history rows) with their drift metrics against run `baseline_id`, where it and they kept their
+    answers (`tables`: request tables by run id); unchanged where the baseline kept none."""
+    baseline_table = tables.get(baseline_id)
+    baseline = None if baseline_table is None else stored_outputs(baseline_table)
+    if baseline is None:
+        return runs
+    runs = runs.copy()
+    for position, run_id in enumerate(runs["run_id"].astype(str)):
+        table = tables.get(run_id)
+        if table is not None and OUTPUT_IDS in table:
+            for key, value in run_drift(baseline, table).items():
+                runs.loc[runs.index[position], key] = value
+    return runs

@@ -53,7 +53,7 @@ from ..load.playground import Conversation, check_request
 from ..load.workload import with_workload_columns
 from ..measure import metrics
 from ..measure.profiler import Profiler, Session, new_profiler
-from ..measure.quality import OutputJudge, stored_outputs
+from ..measure.quality import OutputJudge, baseline_differences, stored_outputs
 from ..measure.time_left import PastPace, past_pace, past_pace_columns
 from ..models.resolve import cache_dir, describe_model, first_use_phase, load_tokenizer, resolve_model
 from ..redact import redact_text, remember_secrets
@@ -62,7 +62,7 @@ from ..store.history import History, RunRecord, local_now_iso, new_run_id, run_m
 from ..store.history_import import lmdeploy_hyperparams
 from ..store.journal import RunJournal
 from . import preflight
-from .lifecycle import Job, PlaygroundJob, Run
+from .lifecycle import Job, Measurement, PlaygroundJob, Run
 from .observer import JobObserver
 
 log = logging.getLogger(__name__)
@@ -350,12 +350,13 @@ class Runner:
             raise BenchError("The dataset gave no request to send.")
         preflight.check_requests(measurement.sample.requests, config.engine)
         preflight.check_schedule(measurement.sample.requests, config.load)
-        measurement.judge = self._output_judge(config)
+        measurement.judge = self._output_judge(config, measurement)
         measurement.engine_info = self._engine_for(config.engine, config.load, run).info
 
-    def _output_judge(self, config: RunConfig) -> OutputJudge | None:
+    def _output_judge(self, config: RunConfig, measurement: Measurement) -> OutputJudge | None:
         """What the run's answers are kept for: a drift baseline's answers, a quality set's references; None where
-        the run keeps none. A baseline that kept no answers is refused before the run."""
+        the run keeps none. A baseline that kept no answers is refused before the run; one that may not be comparable
+        is told in the run's warnings."""
         dataset = config.dataset
         if not (dataset.keep_outputs or dataset.drift_baseline or dataset.quality_set):
             return None
@@ -363,11 +364,20 @@ class Runner:
         if dataset.drift_baseline:
             if self.history is None:
                 raise BenchError("--drift-baseline reads the baseline run from the history; this run has none.")
-            baseline = stored_outputs(self.history.requests(dataset.drift_baseline))
+            table = self.history.requests(dataset.drift_baseline)
+            baseline = stored_outputs(table)
             if baseline is None:
                 raise BenchError(
                     f"Run {dataset.drift_baseline} kept no answers to compare with; run it again with --keep-outputs."
                 )
+            measurement.warnings.extend(
+                baseline_differences(
+                    dataset.drift_baseline,
+                    table["input_len"].tolist(),
+                    [request.input_len for request in measurement.sample.requests],
+                    config.generation.do_sample,
+                )
+            )
         items = load_quality_set(dataset.quality_set) if dataset.quality_set else None
         return OutputJudge(baseline, items)
 
