@@ -53,10 +53,13 @@ def baseline(tmp_path_factory, tiny_model_path):
     return results, row["run_id"]
 
 
-def test_a_repeat_of_the_baseline_has_no_drift(baseline):
+def test_a_repeat_of_the_baseline_has_no_drift(baseline, capsys):
     results, baseline_id = baseline
     argv = [*EMBEDDED, "--dtype", "float32", "--drift-baseline", baseline_id, "--results", str(results)]
+    capsys.readouterr()
     assert main(argv) == 0
+    (printed,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Exact-match rate")]
+    assert printed.split()[-1] == "1.000"
     row = _last_run(results)
     assert row["drift_exact_match_rate"] == 1.0 and row["drift_token_overlap"] == 1.0
     assert row["drift_mean_divergence"] == _mean_output_len(results, row)  # no answer diverges before its end
@@ -106,7 +109,7 @@ def _answering_app() -> web.Application:
     return add_openai_routes(web.Application(), answer)
 
 
-def test_the_builtin_quality_set_scores_a_servers_known_answers_exactly(tmp_path, tiny_model_path):
+def test_the_builtin_quality_set_scores_a_servers_known_answers_exactly(tmp_path, capsys, tiny_model_path):
     with serving(_answering_app()) as url:
         argv = [
             "restful",
@@ -128,6 +131,7 @@ def test_the_builtin_quality_set_scores_a_servers_known_answers_exactly(tmp_path
             str(tmp_path / "results"),
         ]
         assert main(argv) == 0
+    assert "Quality-set accuracy (fraction)" in capsys.readouterr().out
     row = _last_run(tmp_path / "results")
     assert row["quality_accuracy"] == (len(BUILTIN_RECORDS) - len(WRONG)) / len(BUILTIN_RECORDS)
     requests = History(tmp_path / "results").requests(row["run_id"])

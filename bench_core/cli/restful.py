@@ -26,7 +26,7 @@ from ..engines.openai_engine import network_policy
 from ..engines.openai_request import REQUEST_DEADLINE_S
 from ..errors import ConfigError
 from ..measure import metrics
-from ..measure.catalog import BEYOND_LMDEPLOY, METRICS, Metric, requested_rate, steady_rows
+from ..measure.catalog import BEYOND_LMDEPLOY, METRICS, QUALITY_METRICS, Metric, requested_rate, steady_rows
 from ..measure.window import WINDOW_SETTINGS, steady_load
 from ..states import LoadPattern
 from ..store.history_import import RESTFUL_COLUMNS
@@ -461,6 +461,9 @@ def _extra_rows(config: RunConfig, summary: dict) -> None:
         _line(f"Mean {metric.row_title}:", summary.get(metric.mean_column, math.nan))
     reasoning = METRICS["ttft_reasoning"]  # "-" for a run that streamed no reasoning
     _box_statistics(reasoning.row_title, reasoning, summary)
+    for metric in QUALITY_METRICS:  # a run checked against a drift baseline or a quality set
+        if metric.column() in summary:
+            _line(f"{metric.title}:", summary[metric.column()])
     _line("Failed requests:", summary["failed"])
     _line("Incomplete requests:", summary["incomplete"])
     _line("Overrun requests:", summary.get("overrun", "-"))

@@ -899,7 +899,7 @@ CATALOG: tuple[Metric, ...] = (
         bounds=FRACTION,
     ),
     Metric(
-        "quality_accuracy",
+        quality.ACCURACY_METRIC,
         "Quality-set accuracy",
         "fraction",
         True,
@@ -1248,6 +1248,10 @@ BEYOND_LMDEPLOY = tuple(
 )
 WORKLOAD_METRICS = tuple(metric for metric in CATALOG if metric.workload)
 STEADY_METRICS = tuple(metric for metric in CATALOG if metric.windowed)
+# The quality guard's (measure/quality.py): a run has them where it was checked against a baseline or a quality set.
+QUALITY_METRICS = tuple(
+    metric for metric in CATALOG if metric.key in (*quality.DRIFT_METRICS.values(), quality.ACCURACY_METRIC)
+)
 # LMDeploy's names that the history spelled beside ours before it kept one spelling: read as ours.
 LEGACY_COLUMNS = {old: new for old, new in zip(LMDEPLOY_COLUMNS, HISTORY_METRIC_COLUMNS) if old != new}
 

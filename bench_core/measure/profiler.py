@@ -30,7 +30,16 @@ from .. import csvstore
 from ..config import SLO, RunConfig
 from ..states import LoadPattern, RequestStatus
 from . import metrics
-from .catalog import BEYOND_LMDEPLOY, CATALOG, METRICS, NOT_MEASURED, column_label, lmdeploy_row, steady_rows
+from .catalog import (
+    BEYOND_LMDEPLOY,
+    CATALOG,
+    METRICS,
+    NOT_MEASURED,
+    QUALITY_METRICS,
+    column_label,
+    lmdeploy_row,
+    steady_rows,
+)
 from .live_snapshot import LiveSnapshot, LiveTracker
 from .window import SteadyLoad, steady_load
 
@@ -401,6 +410,11 @@ class Profiler:
                     table.row(f"SLO {name.upper()} (s)", float(threshold))
             table.row(METRICS["good_requests"].label, self.good_requests)
             table.row(METRICS["goodput"].title, self.goodput)
+        judged = [metric for metric in QUALITY_METRICS if metric.column() in summary]
+        if judged:
+            table.rule("-")
+            for metric in judged:
+                table.row(metric.title, summary[metric.column()])
         table.rule("=")
 
     def lmdeploy_csv_row(

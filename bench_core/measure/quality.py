@@ -36,6 +36,7 @@ DRIFT_IDENTICAL = "drift_identical"
 DRIFT_DIVERGENCE = "drift_divergence"
 DRIFT_OVERLAP = "drift_overlap"
 QUALITY_CORRECT = "quality_correct"
+ACCURACY_METRIC = "quality_accuracy"  # the mean of QUALITY_CORRECT
 # The run's drift metrics (their catalog keys and history columns), each the mean of one per-request column.
 DRIFT_METRICS = {
     DRIFT_IDENTICAL: "drift_exact_match_rate",
