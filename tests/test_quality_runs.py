@@ -82,7 +82,14 @@ def test_a_baseline_that_kept_no_answers_is_refused_with_one_line(baseline, caps
     capsys.readouterr()
     code = main([*EMBEDDED, "--drift-baseline", plain, "--results", str(results)])
     err = capsys.readouterr().err
-    assert code != 0 and f"Run {plain} kept no answers to compare with" in err and "Traceback" not in err
+    assert code == 2 and f"Run {plain} kept no answers to compare with" in err and "Traceback" not in err
+
+
+def test_an_unknown_baseline_is_refused_with_one_line(baseline, capsys):
+    results, _ = baseline
+    code = main([*EMBEDDED, "--drift-baseline", "20990101-000000-none", "--results", str(results)])
+    err = capsys.readouterr().err
+    assert code == 2 and "run 20990101-000000-none is not in" in err and "Traceback" not in err
 
 
 # The server's answer to each prompt of the built-in set: right for all but the three wrong ones.

@@ -43,7 +43,7 @@ from ..engines import (
     tokenizer_from_engine,
 )
 from ..engines.base import CANCELLED_BY_LOAD, NOT_SENT, RUN_ENDED, CacheStart
-from ..errors import BenchError, ModelError
+from ..errors import BenchError, ConfigError, ModelError
 from ..hardware import roofline
 from ..hardware.environment import collect_environment
 from ..hardware.telemetry import TelemetrySampler, with_loop_lag
@@ -363,11 +363,13 @@ class Runner:
         baseline = None
         if dataset.drift_baseline:
             if self.history is None:
-                raise BenchError("--drift-baseline reads the baseline run from the history; this run has none.")
+                raise ConfigError("--drift-baseline reads the baseline run from the history; this run has none.")
+            if not self.history.run_dir(dataset.drift_baseline).is_dir():
+                raise ConfigError(f"--drift-baseline: run {dataset.drift_baseline} is not in {self.history.root}.")
             table = self.history.requests(dataset.drift_baseline)
             baseline = stored_outputs(table)
             if baseline is None:
-                raise BenchError(
+                raise ConfigError(
                     f"Run {dataset.drift_baseline} kept no answers to compare with; run it again with --keep-outputs."
                 )
             measurement.warnings.extend(
