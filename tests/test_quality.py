@@ -5,6 +5,8 @@ import math
 import pandas as pd
 import pytest
 
+from bench_core.config import DatasetConfig, EngineConfig, RunConfig
+from bench_core.config.validation import validate_run_config
 from bench_core.errors import DatasetError
 from bench_core.load.quality_set import BUILTIN_QUALITY, builtin_records, quality_items
 from bench_core.measure.quality import (
@@ -139,3 +141,12 @@ def test_a_failed_request_has_no_drift_in_compare():
     runs = pd.DataFrame({"run_id": ["base", "half"]})
     tables = {"base": _requests([[1], [2]]), "half": _requests([[1], [3]], ["success", "failed"])}
     assert with_drift(runs, tables, "base").set_index("run_id").loc["half", "drift_exact_match_rate"] == 1.0
+
+
+def test_output_len_sets_a_quality_sets_answer_length_on_any_dataset():
+    def problems(**dataset):
+        config = RunConfig(engine=EngineConfig(backend="transformers"), dataset=DatasetConfig(output_len=16, **dataset))
+        return [problem for problem in validate_run_config(config) if "--output-len" in problem]
+
+    assert problems() == ["--output-len applies to the shared-prefix and custom datasets only."]
+    assert problems(quality_set="builtin:quality") == []
