@@ -453,7 +453,7 @@ class Runner:
         publishing = _Publishing(run) if run.observers else None
         self._engine_served = True
         judge = measurement.judge
-        answers: dict[int, tuple[Sequence[int], str | None]] = {}  # the served requests' answers, where kept
+        answers: dict[int, tuple[Sequence[int], str | None] | None] = {}  # the served requests' answers, where kept
         try:
             for event in events:
                 if event.kind == "end":  # the engine's own work from here on is not the run's
@@ -481,7 +481,9 @@ class Runner:
                 elif event.kind == "finish":
                     status = Session.SUCCESS if event.finish_reason in SERVED_REASONS else Session.FAIL
                     if judge is not None and status == Session.SUCCESS:
-                        answers[event.index] = (event.token_ids, event.text)
+                        # LMDeploy's engines hand over counts, not answers: nothing to keep, rather than an empty one.
+                        handed = bool(event.token_ids) or event.text is not None or not event.n_tokens
+                        answers[event.index] = (event.token_ids, event.text) if handed else None
                     reason = event.finish_reason + (f": {redact_text(event.message)}" if event.message else "")
                     session.finish(status, reason, event.ts, event.extra, event.length_status)
         finally:
@@ -502,15 +504,24 @@ class Runner:
                 publishing.end()
         if judge is not None:
             self._judge(judge, sessions, answers)
+            unanswered = sum(answer is None for answer in answers.values())
+            if unanswered:
+                measurement.warnings.append(
+                    f"The {config.engine.backend} engine handed over no answer for {unanswered} served requests: "
+                    "they have no drift or score (the embedded engine and servers hand theirs over)."
+                )
 
     def _judge(
-        self, judge: OutputJudge, sessions: list[Session], answers: dict[int, tuple[Sequence[int], str | None]]
+        self,
+        judge: OutputJudge,
+        sessions: list[Session],
+        answers: dict[int, tuple[Sequence[int], str | None] | None],
     ) -> None:
         """Each request's answer, drift and score as columns of its row, after the clock: an answer's ids are
         decoded, or its text encoded, here (an engine hands over whichever it has)."""
         tokenizer = self._engine.tokenizer
         for index, session in enumerate(sessions):
-            ids, text = answers.get(index, (None, None))
+            ids, text = answers.get(index) or (None, None)
             if ids is not None and text is None:
                 text = tokenizer.decode(list(ids), skip_special_tokens=True)
             if ids is not None and not ids and text:
