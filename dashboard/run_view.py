@@ -28,7 +28,7 @@ from bench_core.measure.time_left import describe_time_left
 from bench_core.run.runner import Run
 from bench_core.states import RunState
 from bench_core.store import run_parts
-from bench_core.views import report, run_charts, server_charts, tables, timeline
+from bench_core.views import acceptance_charts, report, run_charts, server_charts, tables, timeline
 from bench_core.views.report import describe_config
 from dashboard import workload_view
 from dashboard.active_runs import active_runs
@@ -267,6 +267,8 @@ def _server_metrics_section(result: RunResult) -> None:
     st.plotly_chart(
         server_charts.ended_server_metrics(raw, result.requests, result.duration_s), key="ended_server_metrics"
     )
+    if acceptance_charts.describe_acceptance_by_position(values) is not None:  # the server decoded speculatively
+        st.plotly_chart(acceptance_charts.acceptance_by_position_figure(values), key="acceptance_by_position")
 
 
 def _hardware_section(result: RunResult) -> None:

@@ -35,6 +35,9 @@ CHUNK_GAP_S = 0.02
 CACHED_TOKENS_PER_REQUEST = 3
 PROMPT_TOKENS_PER_REQUEST = 12
 SPEC_DRAFTS_PER_REQUEST, SPEC_ACCEPTED_PER_REQUEST = 4, 6  # mean acceptance length 1 + 6/4 = 2.5
+# Of each request's 4 drafts of 3 tokens, 3 had their first token accepted, 2 their second, 1 their third: the 6.
+SPEC_ACCEPTED_BY_POSITION = (3, 2, 1)
+SPEC_DRAFT_TOKENS_PER_REQUEST = SPEC_DRAFTS_PER_REQUEST * len(SPEC_ACCEPTED_BY_POSITION)
 
 prometheus_client.disable_created_metrics()  # as LMDeploy and vLLM do: no *_created samples
 
@@ -64,6 +67,7 @@ NAMES = {
         hit_rate="cache_hit_rate",
         cached="cached_tokens",
         accept_length="spec_accept_length",
+        accept_rate="spec_accept_rate",
         queue="queue_time_seconds",
     ),
     "llamacpp": dict(
@@ -93,7 +97,18 @@ class ServerState:
         else:
             names.update(ttft="time_to_first_token_seconds", e2e="e2e_request_latency_seconds")
         if flavour in ("lmdeploy", "vllm"):
-            names.update(drafts="spec_decode_num_drafts", accepted="spec_decode_num_accepted_tokens")
+            names.update(
+                drafts="spec_decode_num_drafts",
+                draft_tokens="spec_decode_num_draft_tokens",
+                accepted="spec_decode_num_accepted_tokens",
+            )
+        if flavour == "vllm":  # vLLM also counts the accepted tokens per draft position (from 0)
+            self.accepted_per_position = prometheus_client.Counter(
+                "vllm:spec_decode_num_accepted_tokens_per_pos",
+                "accepted draft tokens per position of the scripted server",
+                [*labels, "position"],
+                registry=self.registry,
+            )
         gauge, histogram = prometheus_client.Gauge, prometheus_client.Histogram
         kinds = dict(
             running=gauge,
@@ -101,6 +116,7 @@ class ServerState:
             usage=gauge,
             hit_rate=gauge,
             accept_length=gauge,
+            accept_rate=gauge,
             ttft=histogram,
             queue=histogram,
             e2e=histogram,
@@ -133,13 +149,20 @@ class ServerState:
             self.cached.inc(CACHED_TOKENS_PER_REQUEST)
             self.hit_rate.set(CACHED_TOKENS_PER_REQUEST / PROMPT_TOKENS_PER_REQUEST)
 
-    def drafted(self, drafts: int, accepted: int) -> None:
-        """Speculative decoding verified `drafts` drafts and accepted `accepted` of their tokens."""
-        if hasattr(self, "accept_length"):  # SGLang serves the mean acceptance length itself
+    def drafted(self) -> None:
+        """Speculative decoding verified a request's drafts (`SPEC_DRAFTS_PER_REQUEST` of
+        `SPEC_ACCEPTED_BY_POSITION`'s length) and accepted `SPEC_ACCEPTED_BY_POSITION` of their tokens."""
+        drafts, accepted = SPEC_DRAFTS_PER_REQUEST, SPEC_ACCEPTED_PER_REQUEST
+        if hasattr(self, "accept_length"):  # SGLang serves the mean acceptance length and rate itself
             self.accept_length.set(1 + accepted / drafts)
+            self.accept_rate.set(accepted / SPEC_DRAFT_TOKENS_PER_REQUEST)
         elif hasattr(self, "drafts"):
             self.drafts.inc(drafts)
+            self.draft_tokens.inc(SPEC_DRAFT_TOKENS_PER_REQUEST)
             self.accepted.inc(accepted)
+        if hasattr(self, "accepted_per_position"):
+            for position, count in enumerate(SPEC_ACCEPTED_BY_POSITION):
+                self.accepted_per_position.labels(model_name="tiny", position=str(position)).inc(count)
 
 
 def _chunk(endpoint: str, text: str, finish_reason: str | None = None, usage: dict | None = None) -> bytes:
@@ -175,7 +198,7 @@ def _answering(state: ServerState):
                     await response.write(_chunk(endpoint, " tok"))
                     if i == 0:
                         state.observe("ttft", loop.time() - arrived)
-                state.drafted(SPEC_DRAFTS_PER_REQUEST, SPEC_ACCEPTED_PER_REQUEST)
+                state.drafted()
                 usage = {
                     "prompt_tokens": PROMPT_TOKENS_PER_REQUEST,
                     "completion_tokens": n,

@@ -215,13 +215,13 @@ def chart_titles(at: AppTest) -> list[str]:
     return [json.loads(chart.proto.spec)["layout"]["title"]["text"] for chart in at.get("plotly_chart")]
 
 
-def metrics_server_run(url: str, num_prompts: int) -> RunConfig:
+def metrics_server_run(url: str, num_prompts: int, flavour: str = "lmdeploy") -> RunConfig:
     return RunConfig(
         engine=EngineConfig(
             backend="openai",
             model="tiny",
-            base_url=f"{url}/lmdeploy",
-            server_kind="lmdeploy",
+            base_url=f"{url}/{flavour}",
+            server_kind=flavour,
             tokenizer=TINY,
             server_metrics_interval_s=0.2,
         ),
@@ -269,6 +269,19 @@ def test_a_server_run_shows_the_servers_own_metrics_under_the_throughput_and_aft
     assert served["Peak KV-cache usage (server)"] == "1"
     get_runner.clear()  # as after a restart: from the run's folder
     assert "Server metrics (its /metrics)" in chart_titles(open_app(run.run_id))
+
+
+def test_a_speculating_servers_acceptance_by_draft_position_is_a_chart_on_the_run_page(metrics_server):
+    run = get_runner().submit(metrics_server_run(metrics_server, num_prompts=4, flavour="vllm"))
+    assert run.wait(60) and run.state == "finished", run.message
+    at = open_app(run.run_id)
+    assert not at.exception
+    (spec,) = [
+        json.loads(chart.proto.spec) for chart in at.get("plotly_chart") if chart.key == "acceptance_by_position"
+    ]
+    assert spec["layout"]["title"]["text"] == "Acceptance by draft position (server)"
+    (bars,) = spec["data"]
+    assert (bars["x"], bars["y"]) == ([1, 2, 3], [75.0, 50.0, 25.0])
 
 
 def test_deep_link_shows_a_run_that_ended_before_the_server_started(stored_run_id, download_data):

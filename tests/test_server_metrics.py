@@ -20,7 +20,9 @@ from metrics_server import (
     HUGE_NAME,
     PROMPT_TOKENS_PER_REQUEST,
     SLOTS,
+    SPEC_ACCEPTED_BY_POSITION,
     SPEC_ACCEPTED_PER_REQUEST,
+    SPEC_DRAFT_TOKENS_PER_REQUEST,
     SPEC_DRAFTS_PER_REQUEST,
     ServerState,
     metrics_server,  # noqa: F401 (fixture)
@@ -35,10 +37,13 @@ from bench_core.engines.server_metrics import (
     KNOWN_NAMES,
     PEAK_KV_CACHE_USAGE,
     MetricsScraper,
+    acceptance_by_position,
     raw_frame,
     run_summary,
     unified_series,
 )
+from bench_core.measure.catalog import acceptance_by_position as positions_of
+from bench_core.measure.catalog import server_columns
 from bench_core.run.observer import JobObserver
 from bench_core.run.runner import Runner
 from bench_core.store.history import SERVER_METRICS_FILE, History
@@ -74,7 +79,7 @@ def test_lmdeploys_vllms_and_sglangs_names_read_as_one_set(flavour):
         state.ttft.observe(ttft)
         state.queue.observe(queue)
     state.e2e.observe(1.5)
-    state.drafted(4, 6)
+    state.drafted()
     series = unified_series(raw_frame(before + read_of(state, 12.0)))
 
     at_second = {key: values[-1] for key, values in by_metric(series[series["time_s"] == 12.0]).items()}
@@ -86,6 +91,7 @@ def test_lmdeploys_vllms_and_sglangs_names_read_as_one_set(flavour):
             "prefix_hit_rate": CACHED_TOKENS_PER_REQUEST / PROMPT_TOKENS_PER_REQUEST,
             "cached_tokens_per_s": 2 * CACHED_TOKENS_PER_REQUEST / 2.0,  # over the 2 s between the reads
             "spec_accept_length": 1 + 6 / 4,
+            "spec_accept_rate": SPEC_ACCEPTED_PER_REQUEST / SPEC_DRAFT_TOKENS_PER_REQUEST,
             "server_ttft_s": 0.2,
             "server_queue_s": 0.2,
             "server_e2e_s": 1.5,
@@ -98,7 +104,45 @@ def test_lmdeploys_vllms_and_sglangs_names_read_as_one_set(flavour):
         "kv_cache_usage",
         "prefix_hit_rate",
         "spec_accept_length",
+        "spec_accept_rate",
     }
+
+
+# Each position's accepted tokens over the drafts: 3/4, 2/4, 1/4 of them.
+BY_POSITION = [count / SPEC_DRAFTS_PER_REQUEST for count in SPEC_ACCEPTED_BY_POSITION]
+
+
+@pytest.mark.parametrize("flavour, by_position", [("vllm", BY_POSITION), ("sglang", None)])
+def test_vllms_per_position_counters_and_sglangs_gauges_give_the_same_acceptance_metrics(flavour, by_position):
+    """vLLM counts drafts, draft tokens and accepted tokens per position (from 0): the run's rates of positions 1..k
+    are the counters' growth over it. SGLang serves only its mean acceptance length and rate: no positions."""
+    state = ServerState(flavour)
+    state.drafted()  # before the run: the first read is the counters' baseline
+    reads = read_of(state, 0.0)
+    for time_s in (1.0, 2.0):
+        state.drafted()
+        reads += read_of(state, time_s)
+    summary = run_summary(raw_frame(reads))
+    columns = server_columns(summary)
+    assert columns["mean_spec_accept_length"] == pytest.approx(1 + SPEC_ACCEPTED_PER_REQUEST / SPEC_DRAFTS_PER_REQUEST)
+    assert columns["server_spec_acceptance_rate"] == pytest.approx(
+        SPEC_ACCEPTED_PER_REQUEST / SPEC_DRAFT_TOKENS_PER_REQUEST
+    )
+    if by_position is None:
+        assert "spec_acceptance_by_position" not in columns and positions_of(columns) is None
+    else:
+        assert json.loads(columns["spec_acceptance_by_position"]) == pytest.approx(by_position)
+        assert positions_of(columns) == pytest.approx(by_position)
+
+
+def test_per_position_acceptance_is_none_without_drafts_or_after_a_counter_reset():
+    state = ServerState("vllm")
+    state.drafted()
+    first = read_of(state, 0.0)
+    quiet = read_of(state, 1.0)
+    assert acceptance_by_position(raw_frame(first + quiet)) is None  # nothing drafted over the run
+    reset = [(2.0, name, labels, 0.0 if "_total" in name else value) for _, name, labels, value in quiet]
+    assert acceptance_by_position(raw_frame(first + reset)) is None
 
 
 def test_llama_cpps_names_read_into_the_same_set_from_a_page_without_labels():
@@ -450,6 +494,22 @@ def test_restful_prints_the_servers_figures_below_its_box(metrics_server, tmp_pa
     (line,) = [line for line in captured.out.splitlines() if line.startswith("Server metrics: ")]
     assert "Peak KV-cache usage (server) 1 fraction" in line and "Client minus server TTFT" in line
     assert "warning" not in captured.err
+
+
+@pytest.mark.parametrize(
+    "flavour, backend, said",
+    [("vllm", "vllm", "1: 0.75, 2: 0.5, 3: 0.25"), ("sglang", "sglang-oai", "not reported")],
+)
+def test_restful_prints_the_acceptance_by_draft_position_or_not_reported(
+    metrics_server, tmp_path, capsys, flavour, backend, said
+):
+    args = ["restful", "--backend", backend, "--base-url", f"{metrics_server}/{flavour}", "--model", "tiny"]
+    args += ["--tokenizer", "builtin:tiny-llama", "--dataset-path", "builtin:sample", "--num-prompts", "4"]
+    args += ["--sharegpt-output-len", "4", "--server-metrics-interval", "0.2", "--output-file", ""]
+    assert main([*args, "--results", str(tmp_path / "results")]) == 0
+    captured = capsys.readouterr()
+    assert f"Acceptance by draft position (server): {said}\n" in captured.out
+    assert "Draft acceptance rate (server) 0.5 fraction" in captured.out
 
 
 def test_restful_takes_the_off_switch_and_the_interval_from_the_catalog():

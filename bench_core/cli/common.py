@@ -620,9 +620,12 @@ def print_workload_findings(run) -> None:
 def print_hardware_findings(run) -> None:
     """After the tables: the warm-up, speculative decoding's acceptance where it was asked for ("not reported"
     where the engine reported none), a random-weight model said as such, the run's telemetry and its server's own
-    metrics (the catalog's sampled and served metrics it has) and its roofline verdict with the numbers behind it."""
+    metrics (the catalog's sampled and served metrics it has), the acceptance by draft position where the server
+    decoded speculatively ("not reported" where it counts no positions) and its roofline verdict with the numbers
+    behind it."""
     from ..hardware.roofline import describe_roofline
     from ..measure.catalog import METRICS, NOT_REPORTED, SPECULATIVE_COLUMNS
+    from ..views.acceptance_charts import describe_acceptance_by_position
     from ..views.tables import quantity_table
 
     record = run.record
@@ -650,6 +653,8 @@ def print_hardware_findings(run) -> None:
         found = quantity_table(record.metrics, formula)
         if not found.empty:
             print(f"{title}: " + "; ".join(f"{row.quantity} {row.value:,.3g} {row.unit}" for row in found.itertuples()))
+    if (by_position := describe_acceptance_by_position(record.metrics)) is not None:
+        print(by_position)
     if record.roofline is not None:
         print("\n".join(describe_roofline(record.roofline)))
 

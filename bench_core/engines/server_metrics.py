@@ -3,8 +3,9 @@
 LMDeploy's api_server (`lmdeploy/metrics/loggers.py`), vLLM, SGLang and llama.cpp's llama-server (started with
 --metrics; `llamacpp:*`, no labels) serve Prometheus text at GET /metrics, each under its own names.
 `SERVER_METRICS` maps them onto one set: running and waiting requests, KV-cache usage, the prefix-cache hit rate,
-cached prompt tokens, the prompt and generated tokens the server counted, the speculative acceptance length and the
-server-side TTFT, queue and end-to-end times. A quantity is read from the first of its sources the page has: a gauge
+cached prompt tokens, the prompt and generated tokens the server counted, the speculative acceptance length and rate,
+and the server-side TTFT, queue and end-to-end times; beside them, over the whole run only, the acceptance rate of
+each draft position (`acceptance_by_position`) from the per-position counters LMDeploy and vLLM keep. A quantity is read from the first of its sources the page has: a gauge
 as it stands (summed over label sets for counts, averaged for fractions), a counter as its change per second or a
 ratio of two counters' changes, a histogram as the mean of what it observed since the previous read
 (the change of its `_sum` over the change of its `_count`). So every derived value belongs to the interval
@@ -286,6 +287,19 @@ SERVER_METRICS = (
             Gauge(("sglang:spec_accept_length",), mean=True),
         ),
     ),
+    ServerMetric(
+        "spec_accept_rate",
+        "Speculative acceptance rate",
+        (
+            CounterRatio(
+                (
+                    ("lmdeploy:spec_decode_num_accepted_tokens_total", "lmdeploy:spec_decode_num_draft_tokens_total"),
+                    ("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total"),
+                )
+            ),
+            Gauge(("sglang:spec_accept_rate",), mean=True),
+        ),
+    ),
     ServerMetric("server_ttft_s", "Server TTFT", (_histogram("time_to_first_token_seconds"),)),
     ServerMetric(
         "server_queue_s", "Server queue time", (_histogram("request_queue_time_seconds", "queue_time_seconds"),)
@@ -293,7 +307,17 @@ SERVER_METRICS = (
     ServerMetric("server_e2e_s", "Server end-to-end latency", (_histogram("e2e_request_latency_seconds"),)),
 )
 BY_KEY = {metric.key: metric for metric in SERVER_METRICS}
-KNOWN_NAMES = frozenset(name for metric in SERVER_METRICS for source in metric.sources for name in source.names)
+# The accepted draft tokens counted per draft position (label "position", from 0), over the drafts that counter
+# belongs with: LMDeploy's and vLLM's. SGLang's /metrics has no per-position counter, only its mean gauges above.
+PER_POSITION_COUNTERS = (
+    ("lmdeploy:spec_decode_num_accepted_tokens_per_pos_total", "lmdeploy:spec_decode_num_drafts_total"),
+    ("vllm:spec_decode_num_accepted_tokens_per_pos_total", "vllm:spec_decode_num_drafts_total"),
+)
+SPEC_ACCEPT_BY_POSITION = "spec_accept_by_position"  # run_summary's key: the rates of positions 1..k, in order
+KNOWN_NAMES = frozenset(
+    {name for metric in SERVER_METRICS for source in metric.sources for name in source.names}
+    | {name for pair in PER_POSITION_COUNTERS for name in pair}
+)
 
 
 # ---- pure: a page's text, the raw table, the unified series -------------------------------------------------
@@ -340,11 +364,39 @@ def _reads(raw: pd.DataFrame) -> list[tuple[float, Read]]:
     ]
 
 
-def run_summary(raw: pd.DataFrame) -> dict[str, float]:
+def acceptance_by_position(raw: pd.DataFrame) -> list[float] | None:
+    """The acceptance rate of each draft position 1..k over the run: the growth of its accepted-tokens counter from
+    the first read to the last over the drafts' growth. None where the server has no per-position counter, drafted
+    nothing over the run, or a counter was reset (fell)."""
+    if raw["time_s"].nunique() < 2:
+        return None
+    first, last = raw[raw["time_s"] == raw["time_s"].min()], raw[raw["time_s"] == raw["time_s"].max()]
+    for accepted_name, drafts_name in PER_POSITION_COUNTERS:
+        accepted_then, accepted_now = _by_position(first, accepted_name), _by_position(last, accepted_name)
+        drafts_then, drafts_now = (read.loc[read["name"] == drafts_name, "value"] for read in (first, last))
+        if not accepted_now or drafts_then.empty or drafts_now.empty:
+            continue
+        drafts = float(drafts_now.sum() - drafts_then.sum())
+        grown = [accepted_now[position] - accepted_then.get(position, 0.0) for position in sorted(accepted_now)]
+        return [accepted / drafts for accepted in grown] if drafts > 0 and min(grown) >= 0 else None
+    return None
+
+
+def _by_position(read: pd.DataFrame, name: str) -> dict[int, float]:
+    """A per-position counter at one read, summed over its other labels (engines, models), by position."""
+    counted: dict[int, float] = {}
+    for labels, value in read.loc[read["name"] == name, ["labels", "value"]].itertuples(index=False):
+        position = str(orjson.loads(labels).get("position", ""))
+        if position.isdigit():
+            counted[int(position)] = counted.get(int(position), 0.0) + float(value)
+    return counted
+
+
+def run_summary(raw: pd.DataFrame) -> dict[str, typing.Any]:
     """The run's figures from its raw samples (`RAW_COLUMNS`), by unified key: a counter's or histogram's quantity
     over the whole run (from the first read, taken before the clock started, to the last, after it ended), a
-    gauge's as the mean of the reads after that first one; and the peak KV-cache usage. A quantity the server did
-    not serve is left out."""
+    gauge's as the mean of the reads after that first one; the peak KV-cache usage; and the acceptance rate per
+    draft position (`SPEC_ACCEPT_BY_POSITION`, a list). A quantity the server did not serve is left out."""
     reads = _reads(raw)
     if not reads:
         return {}
@@ -352,7 +404,7 @@ def run_summary(raw: pd.DataFrame) -> dict[str, float]:
     series = unified_series(raw)
     if len(reads) > 1:
         series = series[series["time_s"] > first_s]
-    summary: dict[str, float] = {}
+    summary: dict[str, typing.Any] = {}
     for metric in SERVER_METRICS:
         source = next((source for source in metric.sources if source.present(last) is not None), None)
         if isinstance(source, Gauge):
@@ -365,6 +417,8 @@ def run_summary(raw: pd.DataFrame) -> dict[str, float]:
     usage = series.loc[series["metric"] == "kv_cache_usage", "value"]
     if len(usage):
         summary[PEAK_KV_CACHE_USAGE] = float(usage.max())
+    if (by_position := acceptance_by_position(raw)) is not None:
+        summary[SPEC_ACCEPT_BY_POSITION] = by_position
     return summary
 
 
@@ -480,6 +534,7 @@ class MetricsScraper:
             )
         for name, reads in self.crowded.items():
             lost = " or ".join(metric.label for metric in SERVER_METRICS if _reads_name(metric, name))
+            lost = lost or "acceptance by draft position"  # the per-position counters belong to no unified quantity
             said.append(
                 f"The server's /metrics has more than {MAX_LABEL_SETS:,} label sets of {name} (more than are read of "
                 f"one name), so it was left out of {reads} of {self._reads} reads: no {lost} from it."

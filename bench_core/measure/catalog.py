@@ -15,6 +15,7 @@ carries the display unit when there is one (`p99_ttft_ms`). Pure functions, no I
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -387,6 +388,20 @@ def _in_gib(key: str) -> Callable[[Mapping[str, Any]], Any]:
 def _sampled(key: str, scale: float = 1.0) -> Callable[[Mapping[str, Any]], Any]:
     """The summary's `key` (a telemetry or server summary), times `scale`; None when absent."""
     return lambda summary: None if summary.get(key) is None else summary[key] * scale
+
+
+def _position_text(rates: Sequence[float] | None) -> str | None:
+    return None if rates is None else json.dumps([round(float(rate), 4) for rate in rates])
+
+
+def acceptance_by_position(summary: Mapping[str, Any]) -> list[float] | None:
+    """The acceptance rates of draft positions 1..k a summary or history row holds; None where not reported."""
+    cell = summary.get(METRICS["spec_acceptance_by_position"].column())
+    try:
+        rates = json.loads(cell) if isinstance(cell, str) else None
+    except ValueError:
+        return None
+    return [float(rate) for rate in rates] if isinstance(rates, list) and rates else None
 
 
 def _ttft_gap(column: Callable[[str], pd.Series]) -> pd.Series:
@@ -1210,6 +1225,28 @@ CATALOG: tuple[Metric, ...] = (
         served=_sampled("spec_accept_length"),
         compared=VALUE,
         swept=VALUE,
+    ),
+    Metric(
+        "server_spec_acceptance_rate",
+        "Draft acceptance rate (server)",
+        "fraction",
+        True,
+        "Speculative decoding: accepted draft tokens / drafted tokens over the run (LMDeploy, vLLM); SGLang: the "
+        "mean of its accept rate over the reads.",
+        served=_sampled("spec_accept_rate"),
+        compared=VALUE,
+        swept=VALUE,
+        bounds=FRACTION,
+    ),
+    Metric(
+        "spec_acceptance_by_position",
+        "Acceptance by draft position (server)",
+        "",
+        None,
+        "Speculative decoding: for each draft position 1..k, the drafts whose token at that position was accepted / "
+        "all drafts over the run, from the server's per-position counters (LMDeploy, vLLM), as a JSON list; SGLang "
+        "serves no per-position counter.",
+        served=lambda server: _position_text(server.get("spec_accept_by_position")),
     ),
     Metric(
         "mean_server_ttft_ms",

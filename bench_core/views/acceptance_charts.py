@@ -1,0 +1,52 @@
+"""Speculative decoding's acceptance per draft position, from the server's own per-position counters
+(server_metrics.acceptance_by_position): a bar per position 1..k, and the line the CLI prints. A run whose server
+reported speculation but no per-position counters (SGLang) says "not reported", never 0."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import plotly.graph_objects as go
+
+from ..measure.catalog import METRICS, NOT_REPORTED, acceptance_by_position, sampled_values
+from .figures import no_data, titled_figure
+
+TITLE = "Acceptance by draft position (server)"
+POSITION_AXIS = "Draft position"
+RATE_AXIS = "Accepted / drafts (%)"
+# The server's figures that say it decoded speculatively, with or without per-position counters.
+_SPECULATED = ("mean_spec_accept_length", "server_spec_acceptance_rate")
+
+
+def acceptance_by_position_figure(summary: Mapping[str, Any]) -> go.Figure:
+    """A bar per draft position 1..k: the share of drafts whose token at that position was accepted."""
+    fig = titled_figure(TITLE, POSITION_AXIS, RATE_AXIS)
+    rates = acceptance_by_position(summary)
+    if rates is None:
+        no_data(fig)
+        fig.update_annotations(text=NOT_REPORTED)
+        return fig
+    positions = list(range(1, len(rates) + 1))
+    fig.add_trace(
+        go.Bar(
+            x=positions,
+            y=[rate * 100 for rate in rates],
+            text=[f"{rate:.0%}" for rate in rates],
+            name=METRICS["spec_acceptance_by_position"].label,
+            hovertemplate="position %{x}: %{y:.1f}%<extra></extra>",
+        )
+    )
+    fig.update_xaxes(tickmode="array", tickvals=positions)
+    fig.update_yaxes(range=[0, 100])
+    return fig
+
+
+def describe_acceptance_by_position(summary: Mapping[str, Any]) -> str | None:
+    """ "Acceptance by draft position (server): 1: 0.75, 2: 0.5, 3: 0.25", "not reported" where the server reported
+    speculation without positions; None where it reported no speculation at all."""
+    rates = acceptance_by_position(summary)
+    if rates is None and not any(metric.key in _SPECULATED for metric, _ in sampled_values(summary, "served")):
+        return None
+    said = NOT_REPORTED if rates is None else ", ".join(f"{i}: {rate:.3g}" for i, rate in enumerate(rates, start=1))
+    return f"{METRICS['spec_acceptance_by_position'].label}: {said}"

@@ -1,0 +1,36 @@
+"""The acceptance-by-draft-position chart and line, from a run's summary or history row: a bar per position where
+the server counted positions, "not reported" (never a 0) where it reported speculation without them."""
+
+import json
+
+from bench_core.measure.catalog import NOT_REPORTED
+from bench_core.views.acceptance_charts import acceptance_by_position_figure, describe_acceptance_by_position
+
+COUNTED = {"mean_spec_accept_length": 2.5, "spec_acceptance_by_position": json.dumps([0.75, 0.5, 0.25])}
+UNCOUNTED = {"mean_spec_accept_length": 2.5, "server_spec_acceptance_rate": 0.5}
+
+
+def test_a_bar_per_draft_position_from_one_in_percent():
+    figure = acceptance_by_position_figure(COUNTED)
+    (bars,) = figure.data
+    assert list(bars.x) == [1, 2, 3] and list(bars.y) == [75.0, 50.0, 25.0]
+    assert list(figure.layout.xaxis.tickvals) == [1, 2, 3]
+    assert not figure.layout.annotations
+
+
+def test_a_server_without_per_position_counters_is_not_reported_not_zero():
+    figure = acceptance_by_position_figure(UNCOUNTED)
+    assert not figure.data
+    assert [annotation.text for annotation in figure.layout.annotations] == [NOT_REPORTED]
+
+
+def test_the_line_names_each_position_or_says_not_reported_and_is_absent_without_speculation():
+    assert describe_acceptance_by_position(COUNTED) == "Acceptance by draft position (server): 1: 0.75, 2: 0.5, 3: 0.25"
+    assert describe_acceptance_by_position(UNCOUNTED) == "Acceptance by draft position (server): not reported"
+    assert describe_acceptance_by_position({"mean_ttft_ms": 12.0}) is None
+    assert describe_acceptance_by_position({"mean_spec_accept_length": float("nan")}) is None
+    # A history row read back from CSV: an empty cell is NaN, and text that is no list is not reported.
+    assert describe_acceptance_by_position({**UNCOUNTED, "spec_acceptance_by_position": float("nan")}).endswith(
+        NOT_REPORTED
+    )
+    assert describe_acceptance_by_position({**UNCOUNTED, "spec_acceptance_by_position": "[]"}).endswith(NOT_REPORTED)
