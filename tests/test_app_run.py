@@ -282,6 +282,10 @@ def test_a_speculating_servers_acceptance_by_draft_position_is_a_chart_on_the_ru
     assert spec["layout"]["title"]["text"] == "Acceptance by draft position (server)"
     (bars,) = spec["data"]
     assert (bars["x"], bars["y"]) == ([1, 2, 3], [75.0, 50.0, 25.0])
+    get_runner.clear()  # as after a restart: from the history's row, the rates a JSON list in one cell
+    reopened = open_app(run.run_id)
+    (spec,) = [json.loads(c.proto.spec) for c in reopened.get("plotly_chart") if c.key == "acceptance_by_position"]
+    assert spec["data"][0]["y"] == [75.0, 50.0, 25.0]
 
 
 def test_deep_link_shows_a_run_that_ended_before_the_server_started(stored_run_id, download_data):
