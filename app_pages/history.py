@@ -15,7 +15,7 @@ history = get_history()
 history_view.import_section(history)
 try:
     history.tidy()  # once per History, i.e. once per dashboard process: see History.tidy
-    runs = history.load()
+    runs = history.load(history_view.FILTERED_COLUMNS)
 except BenchError as exc:
     st.error(plain(exc))
     st.stop()
@@ -27,10 +27,10 @@ if runs.empty:
 
 shown = history_view.filtered(runs)
 st.caption(f"{len(shown):,} of {len(runs):,} runs, the newest first. Select rows to compare, download or delete them.")
-picked = history_view.runs_table(history_view.table_page(shown))
+picked = history_view.runs_table(history_view.table_page(history, shown))
 history_view.downloads(history, picked)
 history_view.delete_section(history, picked)
 if len(picked) >= 2:
-    history_view.comparison(history, runs[runs["run_id"].astype(str).isin(picked)])
+    history_view.comparison(history, history.load(run_ids=picked))
 else:
     st.info("Select two or more runs in the table to compare them.")

@@ -49,6 +49,9 @@ COUNT_COLUMNS = ("completed", "error", "source_file")
 # Multiselect filters over a column's values, by its header in the table; the workload is the dataset's kind (its name),
 # not its file.
 FILTERS = tuple((name, tables.describe_column(name).header) for name in ("dataset_name", "backend", "model", "status"))
+# What the filters read of every run, where the table reads whole rows for its page alone (a history of 100,000 runs
+# read whole takes seconds): the columns filtered on, and those that say where the concurrency applies.
+FILTERED_COLUMNS = (*(name for name, _ in FILTERS), "concurrency", *run_diff.Where._fields, "started_at", "label")
 STARTED_FORMAT = "YYYY-MM-DD HH:mm"
 # The run ids ticked in the table, kept while the filters, the page or the history change what is on show.
 PICKED_RUNS = "history_picked"
@@ -133,9 +136,10 @@ def _concurrency_order(cell: str) -> tuple[bool, float, str]:
         return True, 0.0, cell
 
 
-def table_page(shown: pd.DataFrame) -> pd.DataFrame:
-    """The newest run first, and of them the page that the page picker names (the first TABLE_PAGE_ROWS at first);
-    the picker is drawn only when there is more than one page."""
+def table_page(history: History, shown: pd.DataFrame) -> pd.DataFrame:
+    """The whole rows of the page of `shown` (the runs that pass the filters, FILTERED_COLUMNS of them) that the page
+    picker names (the first TABLE_PAGE_ROWS at first), the newest run first; the picker is drawn only when there is
+    more than one page."""
     start = 0
     if len(shown) > TABLE_PAGE_ROWS:
         start = st.selectbox(
@@ -146,9 +150,9 @@ def table_page(shown: pd.DataFrame) -> pd.DataFrame:
                 f"{start + 1:,} to {min(start + TABLE_PAGE_ROWS, len(shown)):,} of {len(shown):,}"
             ),
         )
-    # The page is cut from the rows as recorded, then turned: turning all 100,000 rows would copy every column.
     stop = len(shown) - start
-    return shown.iloc[max(stop - TABLE_PAGE_ROWS, 0) : stop].iloc[::-1]
+    # Read in the order recorded, as `shown` is, then turned.
+    return history.load(run_ids=shown["run_id"].iloc[max(stop - TABLE_PAGE_ROWS, 0) : stop]).iloc[::-1]
 
 
 def table_view(shown: pd.DataFrame) -> pd.DataFrame:

@@ -246,6 +246,27 @@ def test_load_turns_dashes_into_nan_and_numbers_into_numbers(history, tmp_path):
     assert bool(frame.loc[0, "stream_output"]) is True
 
 
+def test_load_of_some_runs_gives_their_rows_in_the_order_recorded_whether_read_alone_or_from_the_table(history):
+    records = [_record(_config(f"run {number}")) for number in range(4)]
+    for record in records:
+        history.record(record)
+    wanted = [records[3].run_id, records[1].run_id, "no such run"]
+
+    alone = History(history.root).load(["label"], run_ids=wanted)  # a fresh History: read from the index
+    history.load()  # the whole table, kept until the next write
+    from_table = history.load(["label"], run_ids=wanted)
+
+    for frame in (alone, from_table):
+        assert list(frame.columns) == ["run_id", "label"]
+        assert frame.to_dict("records") == [
+            {"run_id": records[1].run_id, "label": "run 1"},
+            {"run_id": records[3].run_id, "label": "run 3"},
+        ]
+        assert list(frame.index) == [0, 1]
+    assert list(history.load(run_ids=[records[2].run_id])["completed"]) == [1]
+    assert history.load(run_ids=[]).empty
+
+
 def test_api_keys_never_reach_any_file(history):
     record = _record(
         environment={"gpu_name": "none", "openai_api_key": "sk-secret-1"},

@@ -391,17 +391,19 @@ class History:
             raise
         (folder / JOURNAL_FILE).unlink(missing_ok=True)
 
-    def load(self, columns: Iterable[str] | None = None) -> pd.DataFrame:
+    def load(self, columns: Iterable[str] | None = None, run_ids: Iterable[str] | None = None) -> pd.DataFrame:
         """All rows; numbers as numbers, '-' and empty cells as NaN, names and versions as text (RunIndex.frame).
-        With `columns`, only those the history has, and run_id: read alone, where the whole table is not at hand."""
+        With `columns`, only those the history has, and run_id; with `run_ids`, only those runs' rows, in the order
+        recorded: read alone, where the whole table is not at hand."""
+        wanted_runs = None if run_ids is None else list(run_ids)
         with self._reading:
             self._ready()
             if not self._indexed:
                 return _empty_history()
             generation = self.index.generation()  # a page's rerun asks only this, while nothing was written
             current = self._loaded is not None and self._loaded[0] == generation
-            if columns is not None and not current:
-                frame = self.index.frame(columns)
+            if (columns is not None or wanted_runs is not None) and not current:
+                frame = self.index.frame(columns, wanted_runs)
                 return frame if len(frame.columns) else _empty_history()
             if not current:
                 self._loaded = (generation, self.index.frame())
@@ -411,6 +413,8 @@ class History:
         if columns is not None:
             wanted = {"run_id", *columns}
             frame = frame[[name for name in frame.columns if name in wanted]]
+        if wanted_runs is not None:
+            frame = frame[frame["run_id"].isin(wanted_runs)].reset_index(drop=True)
         # The caller's to change, the one kept staying as read: pandas copies on write, so no copy until then.
         return frame.copy(deep=False)
 

@@ -127,10 +127,10 @@ class RunIndex:
         wanted = None if run_ids is None else set(run_ids)
         return header, [orjson.loads(text) for run_id, text in cells if wanted is None or run_id in wanted]
 
-    def frame(self, columns: Iterable[str] | None = None) -> pd.DataFrame:
-        """Every run, one row each in the order recorded, one column per history column (of `columns` the history
-        has, with run_id, when given): numbers as int64 (whole numbers that fit, no cell missing) or float64 (missing
-        as NaN), True/False as boolean, the rest as str (missing as '')."""
+    def frame(self, columns: Iterable[str] | None = None, run_ids: Iterable[str] | None = None) -> pd.DataFrame:
+        """Every run (of `run_ids`, when given), one row each in the order recorded, one column per history column (of
+        `columns` the history has, with run_id, when given): numbers as int64 (whole numbers that fit, no cell missing
+        among the rows read) or float64 (missing as NaN), True/False as boolean, the rest as str (missing as '')."""
         with self._connection() as db:
             header = _header(db)
             if columns is not None:
@@ -140,10 +140,12 @@ class RunIndex:
             (count,) = db.execute("SELECT count(*) FROM runs").fetchone()
         typed = [name for name in header if name in types]
         select = ", ".join(["run_id", *(_quoted(f"c:{name}") for name in typed)])
+        # The runs asked for go to SQLite as one JSON array: its unique index on run_id finds them.
+        where, parameters = ("", None) if run_ids is None else (_OF_RUN_IDS, (orjson.dumps(list(run_ids)).decode(),))
         try:
             with adbc_sqlite.connect(str(self.path)) as connection, connection.cursor() as cursor:
                 cursor.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(count + _BATCH_MARGIN_ROWS)})
-                cursor.execute(f"SELECT {select} FROM runs ORDER BY seq")
+                cursor.execute(f"SELECT {select} FROM runs{where} ORDER BY seq", parameters)
                 table = cursor.fetch_arrow_table()
         except Exception as exc:  # ADBC's errors are OSError or its own Error classes, by driver version
             raise HistoryError(f"Cannot read the history's index {self.path}: {exc}") from exc
@@ -341,6 +343,7 @@ def _texts(values: pa.Array | pa.ChunkedArray) -> pd.Series:
 
 
 _TEXT = pd.StringDtype("pyarrow", na_value=np.nan)  # pandas' str
+_OF_RUN_IDS = " WHERE run_id IN (SELECT value FROM json_each(?))"
 _CELLS_IN_ORDER = "SELECT runs.run_id, cells.cells FROM runs JOIN cells USING (run_id) ORDER BY runs.seq"
 
 
