@@ -10,6 +10,7 @@ import streamlit as st
 
 from bench_core.config import RunConfig
 from bench_core.errors import BenchError
+from bench_core.measure.time_left import past_pace_columns
 from bench_core.sweep.estimate import SweepEstimate, describe_seconds, estimate_run, out_of_proportion
 from dashboard.state import get_history
 from dashboard.text import plain
@@ -44,9 +45,9 @@ def run_confirmed(config: RunConfig | None) -> bool:
     if config is None:
         return True
     try:
-        # The whole table: the history keeps it until its next write, for every page and session, where a read of
-        # the pace's columns alone reads them anew on every rerun (0.2 s at 100,000 runs).
-        runs = get_history().load()
+        # The pace's columns alone: the whole table of 100,000 runs takes seconds to read. The history keeps them
+        # until its next write, so a rerun reads nothing.
+        runs = get_history().load(past_pace_columns(config))
     except BenchError:
         runs = pd.DataFrame()  # an unreadable history: the estimate goes by the rough figure, if any
     guess = estimate_run(config, runs)

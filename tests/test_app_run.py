@@ -119,6 +119,18 @@ def metric_value(at: AppTest, label: str) -> str:
     return next(m.value for m in at.metric if m.label == label)
 
 
+def test_the_estimate_before_start_goes_by_the_pace_of_the_models_past_runs(stored_run_id):
+    at = open_app()
+    choose_tiny_run(at)
+    at.run()
+    (estimate,) = [shown(caption.value) for caption in at.sidebar.caption if caption.value.startswith("This run:")]
+    assert re.search(
+        rf"^This run: 8 requests, about 64 output tokens; takes about .+, from the output throughput of \d+ finished "
+        rf"run\(s\) of {TINY} on transformers\.$",
+        estimate,
+    ), estimate
+
+
 def test_sidebar_opens_on_the_embedded_default_sized_for_a_cpu():
     at = open_app()
     assert not at.exception

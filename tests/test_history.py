@@ -267,6 +267,29 @@ def test_load_of_some_runs_gives_their_rows_in_the_order_recorded_whether_read_a
     assert history.load(run_ids=[]).empty
 
 
+def test_the_columns_read_are_kept_until_the_next_write_and_other_columns_are_read_with_them(history, monkeypatch):
+    first, second = _record(_config("first")), _record(_config("second"))
+    history.record(first)
+    reads = []
+    read = history.index.frame
+
+    def counted(columns=None, run_ids=None):
+        reads.append(None if columns is None else set(columns))
+        return read(columns, run_ids)
+
+    monkeypatch.setattr(history.index, "frame", counted)
+    assert list(history.load(["label"])["label"]) == ["first"]
+    assert list(history.load(["label"])["label"]) == ["first"]  # a page's rerun
+    assert set(history.load(["model", "status"]).columns) == {"run_id", "model", "status"}
+    assert set(history.load(["label", "model"]).columns) == {"run_id", "label", "model"}
+    assert list(history.load(["label"], run_ids=[first.run_id])["label"]) == ["first"]
+    assert reads == [{"run_id", "label"}, {"run_id", "label", "model", "status"}]
+
+    History(history.root).record(second)  # another process's run
+    assert list(history.load(["label"])["label"]) == ["first", "second"]
+    assert reads[-1] == {"run_id", "label"}
+
+
 def test_api_keys_never_reach_any_file(history):
     record = _record(
         environment={"gpu_name": "none", "openai_api_key": "sk-secret-1"},

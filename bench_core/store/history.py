@@ -153,7 +153,8 @@ class History:
         self._tidied = False
         self._indexed = False  # the index was found, or built, by this History
         self._journals: dict[str, RunJournal] = {}  # of the runs measuring now, by run id, until `record` ends them
-        self._loaded: tuple[int, pd.DataFrame] | None = None  # the typed table, and the index generation it is of
+        # The typed table, the index generation it is of, and the columns read (None: all of them).
+        self._loaded: tuple[int, frozenset[str] | None, pd.DataFrame] | None = None
         self._reading = threading.Lock()  # the dashboard's one History serves every session's script thread
         self._csv_changes: list[_CsvChange] = []  # what the write under way did to history.csv (`_writing`)
 
@@ -394,25 +395,30 @@ class History:
     def load(self, columns: Iterable[str] | None = None, run_ids: Iterable[str] | None = None) -> pd.DataFrame:
         """All rows; numbers as numbers, '-' and empty cells as NaN, names and versions as text (RunIndex.frame).
         With `columns`, only those the history has, and run_id; with `run_ids`, only those runs' rows, in the order
-        recorded: read alone, where the whole table is not at hand."""
+        recorded. The columns read are kept until the next write, for every page and session: a page's rerun reads
+        nothing, and a read of other columns reads them with those kept. A few runs' rows are read alone, where the
+        columns kept are not all asked for."""
+        asked = None if columns is None else frozenset({"run_id", *columns})
         wanted_runs = None if run_ids is None else list(run_ids)
         with self._reading:
             self._ready()
             if not self._indexed:
                 return _empty_history()
             generation = self.index.generation()  # a page's rerun asks only this, while nothing was written
-            current = self._loaded is not None and self._loaded[0] == generation
-            if (columns is not None or wanted_runs is not None) and not current:
+            kept = self._loaded if self._loaded is not None and self._loaded[0] == generation else None
+            kept_columns = None if kept is None else kept[1]
+            holds = kept is not None and (kept_columns is None or (asked is not None and asked <= kept_columns))
+            if wanted_runs is not None and not holds:
                 frame = self.index.frame(columns, wanted_runs)
                 return frame if len(frame.columns) else _empty_history()
-            if not current:
-                self._loaded = (generation, self.index.frame())
-            frame = self._loaded[1]
+            if kept is None or not holds:
+                read = None if asked is None else asked | (kept_columns or frozenset())
+                kept = self._loaded = (generation, read, self.index.frame(read))
+            frame = kept[2]
         if not len(frame.columns):  # an index without a run yet
             return _empty_history()
-        if columns is not None:
-            wanted = {"run_id", *columns}
-            frame = frame[[name for name in frame.columns if name in wanted]]
+        if asked is not None:
+            frame = frame[[name for name in frame.columns if name in asked]]
         if wanted_runs is not None:
             frame = frame[frame["run_id"].isin(wanted_runs)].reset_index(drop=True)
         # The caller's to change, the one kept staying as read: pandas copies on write, so no copy until then.
