@@ -133,8 +133,7 @@ def run_parts(
 
 def _typed_row(history: History, run_id: str, record: RunRecord | None) -> dict[str, Any]:
     """The run's history row as History.load types it; a record's own row where the history could not keep it."""
-    runs = history.load()
-    found = runs[runs["run_id"].astype(str) == run_id]
+    found = history.load(run_ids=[run_id])  # its row alone, where the whole table is not at hand
     if not found.empty:
         return found.iloc[0].to_dict()
     if record is None:
