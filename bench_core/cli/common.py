@@ -420,8 +420,7 @@ def runs_report(history, runs: list) -> Callable[[], str]:
             return report.run_report(
                 run_parts(history, run.run_id, run.record, None, measurement.warnings, notes, run.snapshot())
             )
-        rows = history.load()
-        rows = rows[rows["run_id"].astype(str).isin([run.run_id for run in runs])]
+        rows = history.load(run_ids=[run.run_id for run in runs])
         if rows.empty:
             raise HistoryError("none of the runs was recorded")
         found, missing = request_tables(history, rows, run_names(rows))
