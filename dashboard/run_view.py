@@ -227,6 +227,10 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
             f"{plain(result.config.engine.speculative_num_draft_tokens)} draft tokens per step)"
         )
         show_table(tables.speculative_table(summary), key="summary_speculative")
+        if "engine_acceptance_by_position" in summary:  # the engine counted positions (a server's come below)
+            st.plotly_chart(
+                acceptance_charts.acceptance_by_position_figure(summary), key="engine_acceptance_by_position"
+            )
     if "achieved_rate" in summary:
         _server_load(result.config, summary)
 

@@ -34,3 +34,13 @@ def test_the_line_names_each_position_or_says_not_reported_and_is_absent_without
         NOT_REPORTED
     )
     assert describe_acceptance_by_position({**UNCOUNTED, "spec_acceptance_by_position": "[]"}).endswith(NOT_REPORTED)
+
+
+def test_the_engines_own_count_is_drawn_under_its_own_name_before_the_servers():
+    engine = {"spec_acceptance_length": 2.0, "engine_acceptance_by_position": json.dumps([0.5, 0.25])}
+    figure = acceptance_by_position_figure({**COUNTED, **engine})
+    (bars,) = figure.data
+    assert list(bars.y) == [50.0, 25.0] and figure.layout.title.text == "Acceptance by draft position"
+    assert describe_acceptance_by_position(engine) == "Acceptance by draft position: 1: 0.5, 2: 0.25"
+    # An engine that counted acceptance but no positions (LMDeploy's engine API) says so.
+    assert describe_acceptance_by_position({"spec_acceptance_rate": 0.5}).endswith(NOT_REPORTED)

@@ -51,6 +51,7 @@ CHAT_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "both")
 CACHE_AUTO, CACHE_COLD, CACHE_WARM, CACHE_UNKNOWN = "auto", "cold", "warm", "unknown"
 AUTO_SERVER_KIND = "auto"  # server_kind: detected from what the server says (engines/server_identity.py)
 LMDEPLOY = ("turbomind", "pytorch")
+LMDEPLOY_SPECULATIVE_METHODS = (None, "eagle", "eagle3", "deepseek_mtp", "hy3_mtp", "qwen3_5_mtp")
 TURBOMIND, PYTORCH, TRANSFORMERS, SERVER = ("turbomind",), ("pytorch",), ("transformers",), ("openai",)
 # LMDeploy's --log-level choices: the logging levels' names, with the REQUEST level (15, between DEBUG and INFO:
 # request payloads) that lmdeploy.utils registers on import.
@@ -204,7 +205,7 @@ ENGINE = (
     _knob(
         "cache_block_seq_len",
         SHARED_GROUP,
-        (*LMDEPLOY, "transformers"),
+        (*LMDEPLOY, *TRANSFORMERS),
         int,
         64,
         "Tokens per KV cache block (PyTorch: block_size; transformers: page size).",
@@ -218,7 +219,7 @@ ENGINE = (
     _knob(
         "enable_prefix_caching",
         SHARED_GROUP,
-        (*LMDEPLOY, "transformers"),
+        (*LMDEPLOY, *TRANSFORMERS),
         bool,
         False,
         "Reuse the KV cache of shared prompt prefixes.",
@@ -437,22 +438,28 @@ ENGINE = (
         label="Diffusion confidence threshold",
         engine_fields={"pytorch": "dllm_confidence_threshold"},
     ),
-    # The speculative knobs go to LMDeploy's speculative config, not its engine config.
+    # The speculative knobs go to LMDeploy's speculative config, not its engine config; the embedded engine drafts
+    # by prompt lookup (n-grams of the prompt), which needs no draft model and runs on a CPU.
     _knob(
         "speculative_algorithm",
         SPECULATIVE_GROUP,
-        LMDEPLOY,
+        (*LMDEPLOY, *TRANSFORMERS),
         str,
         None,
-        "Speculative decoding method; empty means off.",
+        "Speculative decoding method; empty means off. transformers: prompt_lookup, through generate() one "
+        "request at a time.",
         optional=True,
-        choices=(None, "eagle", "eagle3", "deepseek_mtp", "hy3_mtp", "qwen3_5_mtp"),
+        choices=(*LMDEPLOY_SPECULATIVE_METHODS, "prompt_lookup"),
+        backend_choices={
+            **dict.fromkeys(LMDEPLOY, LMDEPLOY_SPECULATIVE_METHODS),
+            "transformers": (None, "prompt_lookup"),
+        },
     ),
     _knob("speculative_draft_model", SPECULATIVE_GROUP, LMDEPLOY, str, None, "Path of the draft model.", optional=True),
     _knob(
         "speculative_num_draft_tokens",
         SPECULATIVE_GROUP,
-        LMDEPLOY,
+        (*LMDEPLOY, *TRANSFORMERS),
         int,
         1,
         "Tokens the draft model proposes per step.",
@@ -475,7 +482,7 @@ ENGINE = (
     _knob(
         "dtype",
         SHARED_GROUP,
-        (*LMDEPLOY, "transformers"),
+        (*LMDEPLOY, *TRANSFORMERS),
         str,
         "auto",
         "Weights dtype; auto: the checkpoint's own (LMDeploy: bfloat16 where supported, else float16; transformers on "

@@ -75,6 +75,11 @@ class TransformersBackend(Backend):
         low, high = PAGE_SIZE_RANGE
         if not low <= engine.cache_block_seq_len <= high:
             problems.append(f"The KV cache block size (page size) must be between {low} and {high} tokens.")
+        if engine.speculative_algorithm and load.load_pattern == LoadPattern.ENGINE_API:
+            problems.append(
+                "Speculative decoding by prompt lookup runs through transformers' generate(), which the engine API "
+                "load pattern does not drive; choose the batch or concurrency pattern."
+            )
         return problems
 
     @classmethod
@@ -90,6 +95,8 @@ class TransformersBackend(Backend):
             engine.cache_block_seq_len,
             engine.max_batch_tokens,
             engine.enable_prefix_caching,
+            engine.speculative_algorithm,
+            engine.speculative_num_draft_tokens,
         )
 
     @classmethod
@@ -185,14 +192,18 @@ class TransformersEngine(Engine):
             self._model = model.to(device).eval()
         except Exception as exc:
             raise ModelError(f"Could not load model '{engine.model}' from {path}: {last_line(exc)}") from exc
-        available = has_continuous_batching(self._model)
+        available = has_continuous_batching(self._model) and not engine.speculative_algorithm
         self.continuous_batching = available if continuous_batching is None else continuous_batching and available
         self._eos_ids = _eos_token_ids(self._model, self._tokenizer)
+        # transformers drafts only inside generate(), one sequence at a time: a speculative run is served one by one.
+        self._draft_tokens = engine.speculative_num_draft_tokens if engine.speculative_algorithm else None
         notes = [
             f"continuous batching (paged KV cache, page size {engine.cache_block_seq_len})"
             if self.continuous_batching
             else "generate fallback: one request at a time"
         ]
+        if self._draft_tokens is not None:
+            notes.append(f"speculative decoding: prompt lookup, {self._draft_tokens} draft tokens per step")
         if device == "cpu":
             notes.append(f"torch threads: {torch.get_num_threads()}")
         self.info = EngineInfo(
@@ -248,6 +259,7 @@ class TransformersEngine(Engine):
                 load.stream_output,
                 cancel,
                 schedule,
+                self._draft_tokens,
             )
         run = ContinuousBatchRun(
             self._model,
@@ -309,7 +321,15 @@ class TransformersEngine(Engine):
             events = run.events(cancel)
         else:
             events = generate_one_by_one(
-                self._model, self._tokenizer, self._eos_ids, requests, prompts, chat, True, cancel
+                self._model,
+                self._tokenizer,
+                self._eos_ids,
+                requests,
+                prompts,
+                chat,
+                True,
+                cancel,
+                draft_tokens=self._draft_tokens,
             )
         return results_from_events(events, conversations, prompts, self._tokenizer, started)
 

@@ -37,6 +37,8 @@ VALUE = ("value",)  # one number for the run, under the metric's own column
 MEAN_AND_P99 = ("mean", "p99")
 NOT_MEASURED = "-"  # LMDeploy's own marker in its CSV for a value that was not measured
 COUNT_SOURCE = "output_len_source"  # the request-table column an HTTP client fills: where output_len came from
+# The request-table column of an engine that counts acceptance per draft position: a JSON list per request.
+ENGINE_POSITION_COLUMN = "spec_accepted_by_position"
 _STATISTIC_LABELS = {"mean": "Mean", "std": "Std of", "min": "Min", "max": "Max"}
 # Below this mean prompt length TTFT is mostly fixed cost, and scaling it to 1,000 tokens says nothing of prefill.
 PER_1K_MIN_PROMPT = 100
@@ -280,6 +282,16 @@ def _acceptance_rate(run: RunFacts) -> float | None:
     return _spec_total(run, "spec_accepted_tokens") / drafted if drafted > 0 else None
 
 
+def _engine_acceptance_by_position(run: RunFacts) -> str | None:
+    """Per draft position, the drafts accepted there / all drafts, over every request the engine counted positions
+    for (transformers_generate.DraftTally's JSON lists, one per request)."""
+    drafts = _spec_total(run, "spec_drafts")
+    lists = [json.loads(cell) for cell in run.table[ENGINE_POSITION_COLUMN] if isinstance(cell, str)]
+    if drafts <= 0 or not lists:
+        return None
+    return _position_text(np.sum(np.array(lists, dtype=np.float64), axis=0) / drafts)
+
+
 def _cached(run: RunFacts) -> np.ndarray | None:
     """Each completed request's cached prompt tokens (NaN where its engine said nothing); None: no engine said."""
     return _floats(run.table, "cached_tokens")[run.ok] if run.has("cached_tokens") else None
@@ -394,9 +406,17 @@ def _position_text(rates: Sequence[float] | None) -> str | None:
     return None if rates is None else json.dumps([round(float(rate), 4) for rate in rates])
 
 
+def position_metric(summary: Mapping[str, Any]) -> Metric:
+    """Which metric holds a run's acceptance by draft position: the engine's own count where it made one, else the
+    server's."""
+    engine = METRICS["engine_acceptance_by_position"]
+    return engine if isinstance(summary.get(engine.column()), str) else METRICS["spec_acceptance_by_position"]
+
+
 def acceptance_by_position(summary: Mapping[str, Any]) -> list[float] | None:
-    """The acceptance rates of draft positions 1..k a summary or history row holds; None where not reported."""
-    cell = summary.get(METRICS["spec_acceptance_by_position"].column())
+    """The acceptance rates of draft positions 1..k a summary or history row holds (the engine's, else the
+    server's); None where not reported."""
+    cell = summary.get(position_metric(summary).column())
     try:
         rates = json.loads(cell) if isinstance(cell, str) else None
     except ValueError:
@@ -795,6 +815,15 @@ CATALOG: tuple[Metric, ...] = (
         aggregate=_only_with("spec_drafts", _acceptance_rate),
         swept=VALUE,
         bounds=FRACTION,
+    ),
+    Metric(
+        "engine_acceptance_by_position",
+        "Acceptance by draft position",
+        "",
+        None,
+        "For each draft position 1..k, the drafts whose token at that position was accepted / all drafts, as a "
+        "JSON list, over every request the engine counted positions for (the embedded engine's prompt lookup).",
+        aggregate=_only_with(ENGINE_POSITION_COLUMN, _engine_acceptance_by_position),
     ),
     Metric(
         "ttft_per_1k_input",

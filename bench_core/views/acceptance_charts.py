@@ -1,27 +1,30 @@
-"""Speculative decoding's acceptance per draft position, from the server's own per-position counters
-(server_metrics.acceptance_by_position): a bar per position 1..k, and the line the CLI prints. A run whose server
-reported speculation but no per-position counters (SGLang) says "not reported", never 0."""
+"""Speculative decoding's acceptance per draft position, from the engine's own count (the embedded engine's prompt
+lookup) or the server's per-position counters (server_metrics.acceptance_by_position): a bar per position 1..k, and
+the line the CLI prints. A run that reported speculation but no per-position counts (SGLang) says "not reported",
+never 0."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import plotly.graph_objects as go
 
-from ..measure.catalog import METRICS, NOT_REPORTED, acceptance_by_position, sampled_values
+from ..measure.catalog import NOT_REPORTED, acceptance_by_position, position_metric, sampled_values
 from .figures import no_data, titled_figure
 
-TITLE = "Acceptance by draft position (server)"
 POSITION_AXIS = "Draft position"
 RATE_AXIS = "Accepted / drafts (%)"
-# The server's figures that say it decoded speculatively, with or without per-position counters.
-_SPECULATED = ("mean_spec_accept_length", "server_spec_acceptance_rate")
+# The figures that say a run decoded speculatively, with or without per-position counts: the server's and the engine's.
+_SERVED_SPECULATION = ("mean_spec_accept_length", "server_spec_acceptance_rate")
+_ENGINE_SPECULATION = ("spec_acceptance_length", "spec_acceptance_rate")
 
 
 def acceptance_by_position_figure(summary: Mapping[str, Any]) -> go.Figure:
     """A bar per draft position 1..k: the share of drafts whose token at that position was accepted."""
-    fig = titled_figure(TITLE, POSITION_AXIS, RATE_AXIS)
+    metric = position_metric(summary)
+    fig = titled_figure(metric.label, POSITION_AXIS, RATE_AXIS)
     rates = acceptance_by_position(summary)
     if rates is None:
         no_data(fig)
@@ -33,7 +36,7 @@ def acceptance_by_position_figure(summary: Mapping[str, Any]) -> go.Figure:
             x=positions,
             y=[rate * 100 for rate in rates],
             text=[f"{rate:.0%}" for rate in rates],
-            name=METRICS["spec_acceptance_by_position"].label,
+            name=metric.label,
             hovertemplate="position %{x}: %{y:.1f}%<extra></extra>",
         )
     )
@@ -43,10 +46,16 @@ def acceptance_by_position_figure(summary: Mapping[str, Any]) -> go.Figure:
 
 
 def describe_acceptance_by_position(summary: Mapping[str, Any]) -> str | None:
-    """ "Acceptance by draft position (server): 1: 0.75, 2: 0.5, 3: 0.25", "not reported" where the server reported
+    """ "Acceptance by draft position (server): 1: 0.75, 2: 0.5, 3: 0.25", "not reported" where the run reported
     speculation without positions; None where it reported no speculation at all."""
     rates = acceptance_by_position(summary)
-    if rates is None and not any(metric.key in _SPECULATED for metric, _ in sampled_values(summary, "served")):
+    served = any(metric.key in _SERVED_SPECULATION for metric, _ in sampled_values(summary, "served"))
+    if rates is None and not served and not any(_is_number(summary.get(key)) for key in _ENGINE_SPECULATION):
         return None
     said = NOT_REPORTED if rates is None else ", ".join(f"{i}: {rate:.3g}" for i, rate in enumerate(rates, start=1))
-    return f"{METRICS['spec_acceptance_by_position'].label}: {said}"
+    return f"{position_metric(summary).label}: {said}"
+
+
+def _is_number(value: Any) -> bool:
+    """A figure a summary or history row holds: NaN and an empty cell are none."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)

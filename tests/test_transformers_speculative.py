@@ -1,0 +1,100 @@
+"""The embedded engine's speculative decoding by prompt lookup (transformers' generate()), on the real tiny Llama:
+the answers are greedy decoding's own, and the acceptance is what generate() accepted, per request and per draft
+position, through to the run's history row and its line."""
+
+import json
+import threading
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+from test_cli import run_cli
+
+from bench_core.config import EngineConfig, GenerationSettings, LoadConfig
+from bench_core.engines import transformers_engine, validate_engine_config
+from bench_core.load.datasets import SampledRequest
+from bench_core.states import LoadPattern
+from bench_core.views.acceptance_charts import acceptance_by_position_figure
+
+# Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
+pytestmark = pytest.mark.slow
+
+DRAFT_TOKENS = 4
+# Repeated text: prompt lookup finds its n-grams in the prompt and drafts from there.
+REQUESTS = [
+    SampledRequest("The quick brown fox jumps over the lazy dog. " * 6, 0, 40),
+    SampledRequest("def f(x):\n    return x\n" * 5, 0, 25),
+    SampledRequest("Once upon a time", 0, 30),
+]
+
+
+def _finishes(engine) -> dict:
+    load = LoadConfig(concurrency=1, stream_output=True)
+    events = engine.stream(REQUESTS, GenerationSettings(), load, threading.Event())
+    return {event.index: event for event in events if event.kind == "finish"}
+
+
+@pytest.fixture(scope="module")
+def plain_and_speculative(tiny_model_path):
+    plain = transformers_engine.TransformersEngine(EngineConfig(model=tiny_model_path), continuous_batching=False)
+    plain_finishes = _finishes(plain)
+    plain.close()
+    speculative = transformers_engine.TransformersEngine(
+        EngineConfig(
+            model=tiny_model_path, speculative_algorithm="prompt_lookup", speculative_num_draft_tokens=DRAFT_TOKENS
+        )
+    )
+    yield plain_finishes, _finishes(speculative)
+    speculative.close()
+
+
+def test_speculation_leaves_the_greedy_answers_as_they_were(plain_and_speculative):
+    plain, speculative = plain_and_speculative
+    assert {i: list(e.token_ids) for i, e in speculative.items()} == {i: list(e.token_ids) for i, e in plain.items()}
+    assert all(plain[i].extra is None for i in plain)
+
+
+def test_each_request_carries_what_generate_drafted_and_accepted_per_position(plain_and_speculative):
+    _, speculative = plain_and_speculative
+    for finish in speculative.values():
+        extra = finish.extra
+        by_position = json.loads(extra["spec_accepted_by_position"])
+        assert len(by_position) == DRAFT_TOKENS
+        # Position i is accepted only where every position before it was.
+        assert by_position == sorted(by_position, reverse=True) and by_position[0] <= extra["spec_drafts"]
+        assert sum(by_position) == extra["spec_accepted_tokens"] <= extra["spec_draft_tokens"]
+        assert extra["spec_draft_tokens"] <= DRAFT_TOKENS * extra["spec_drafts"]
+        # Each step yields its accepted drafts and one token of its own: steps + accepted = the tokens streamed.
+        assert extra["spec_drafts"] + extra["spec_accepted_tokens"] <= finish.n_tokens
+    assert sum(finish.extra["spec_accepted_tokens"] for finish in speculative.values()) > 0
+
+
+@pytest.mark.parametrize(
+    "backend, method, pattern, expected",
+    [
+        ("transformers", "eagle", LoadPattern.BATCH, "--speculative-algorithm must be one of prompt_lookup"),
+        ("pytorch", "prompt_lookup", LoadPattern.BATCH, "--speculative-algorithm must be one of eagle"),
+        ("transformers", "prompt_lookup", LoadPattern.ENGINE_API, "engine API load pattern does not drive"),
+    ],
+)
+def test_a_method_the_backend_cannot_run_is_refused(backend, method, pattern, expected):
+    engine = replace(EngineConfig(), backend=backend, speculative_algorithm=method)
+    problems = validate_engine_config(engine, LoadConfig(load_pattern=pattern))
+    assert any(expected in problem for problem in problems), problems
+
+
+def test_a_prompt_lookup_run_records_its_acceptance_in_the_history(tmp_path):
+    done = run_cli(
+        *("pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "6"),
+        *("--speculative-algorithm", "prompt_lookup", "--speculative-num-draft-tokens", "3"),
+        *("--csv", "", "--results", str(tmp_path / "results")),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    (row,) = pd.read_csv(tmp_path / "results" / "history.csv").to_dict("records")
+    rates = json.loads(row["engine_acceptance_by_position"])
+    assert len(rates) == 3 and all(0 <= rate <= 1 for rate in rates) and rates == sorted(rates, reverse=True)
+    assert 0 < row["spec_acceptance_rate"] <= 1 and 1 < row["spec_acceptance_length"] <= 4
+    assert "Acceptance by draft position: 1: " in done.stdout
+    (bars,) = acceptance_by_position_figure(row).data
+    assert list(bars.x) == [1, 2, 3]
