@@ -133,3 +133,10 @@ def test_a_run_again_until_a_target_is_a_sweep_of_the_runs_value_and_the_new_one
         change_sweep(ended, "temperature", 0.5, Precision(0.05))
     with pytest.raises(ConfigError, match=re.escape("The run had Concurrency (requests) = 4 already")):
         change_sweep(ended, "concurrency", 4, Precision(0.05))
+
+
+def test_a_preset_whose_value_the_backend_does_not_take_says_so():
+    (speculation,) = [preset for preset in PRESETS if preset.setting == "speculative_algorithm"]
+    assert preset_problem(speculation, "pytorch") == (
+        "--speculative-algorithm must be one of eagle, eagle3, deepseek_mtp, hy3_mtp, qwen3_5_mtp; got 'prompt_lookup'."
+    )

@@ -132,6 +132,17 @@ PRESETS = (
         {**QUICK, "num_prompts": 8, "sharegpt_output_len": 32, "concurrency": 8},
         "Streaming sends each token as it comes: TTFT and ITL are measured only then, at a small cost in throughput.",
     ),
+    # One request at a time in both runs: the embedded engine drafts only in generate(), one sequence at a time, so
+    # the run without speculation gets no batching either (it still goes through continuous batching, one slot).
+    Preset(
+        "Speculation off vs on (prompt lookup)",
+        "speculative_algorithm",
+        (None, "prompt_lookup"),
+        {**QUICK, "stream_output": True, "num_prompts": 8, "sharegpt_output_len": 32, "concurrency": 1},
+        "Prompt lookup drafts the engine's draft tokens per step from the prompt's own text: where they are accepted "
+        "(the acceptance by draft position), TPOT drops and output tokens per second rise; the answers stay the "
+        "same under greedy decoding.",
+    ),
 )
 
 
@@ -143,9 +154,12 @@ def first_offered(settings: tuple[Setting, ...]) -> int:
 
 
 def preset_problem(preset: Preset, backend: str) -> str | None:
-    """Why `preset` cannot run on `backend` (its setting is not one of the backend's), else None."""
+    """Why `preset` cannot run on `backend` (its setting is not one of the backend's, or a value it sets is not one
+    the backend takes), else None."""
     declared = setting(preset.setting)
-    return None if declared.applies(backend=backend) else declared.not_applicable(backend)
+    if not declared.applies(backend=backend):
+        return declared.not_applicable(backend)
+    return next((problem for value in preset.values for problem in declared.problems(value, backend)), None)
 
 
 def preset_runs(preset: Preset, base: RunConfig) -> tuple[RunConfig, RunConfig]:
