@@ -311,6 +311,10 @@ def comparison(history: History, chosen: pd.DataFrame) -> None:
     # Compact: five runs' columns in view beside the metric names at 1,600 px.
     show_table(tables.style_comparison(table, marks), key="compare_table", compact=True)
     st.caption(report.COMPARE_NOTE if judged else f"{report.COMPARE_NOTE} {report.UNJUDGED_NOTE}")
+    if not (paired := report.paired_against_baseline(chosen, request_tables, baseline)).empty:
+        st.markdown(f"**{report.PAIRED_TITLE}**")
+        show_table(paired, key="compare_paired")
+        st.caption(report.PAIRED_NOTE)
     st.download_button(
         "Report of this comparison (HTML)",
         lambda: report.comparison_report(rows, request_tables, missing, baseline=baseline).encode(),

@@ -309,3 +309,16 @@ def test_a_report_saved_from_the_dashboard_keeps_the_pages_colours(history, monk
         block for section in report.run_sections(parts) for block in section.blocks if isinstance(block, go.Figure)
     ]
     assert figures and all(list(fig.layout.colorway) == list(PALETTE) for fig in figures)
+
+
+def test_a_run_of_the_baseline_prompts_is_set_against_it_request_by_request(tmp_path):
+    history = History(tmp_path)
+    record(history, "run-off", 1, [0.2, 0.4, 0.6])
+    record(history, "run-on", 2, [0.1, 0.2, 0.3])
+    rows = history.load()
+    chosen, _ = report.compared_runs(rows)
+    found, missing = request_tables(history, rows, list(chosen[report.RUN]))
+    paired = report.paired_against_baseline(chosen, found, "run-off")
+    assert paired.loc["Time to first token"].tolist() == ["0.5 (0.5 to 0.5)"]
+    document = report.comparison_report(rows, found, missing, baseline="run-off")
+    assert f"<h3>{report.PAIRED_TITLE}</h3>" in document and "0.5 (0.5 to 0.5)" in document

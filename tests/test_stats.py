@@ -258,3 +258,19 @@ def test_highest_load_meeting_at_the_ends():
     assert stats.highest_load_meeting([1, 2, 4], [1.0, 0.95, 0.92], 0.9) == 4.0
     assert stats.highest_load_meeting([1, 2], [0.9, 0.5], 0.9) == pytest.approx(1.0)  # meeting exactly counts
     assert stats.highest_load_meeting([], [], 0.9) is None
+
+
+def test_a_paired_ratio_is_the_mean_of_b_over_a_with_an_interval_over_the_pairs():
+    exact = stats.paired_ratio([1.0, 2.0, 4.0, 8.0], [0.5, 1.0, 2.0, 4.0])
+    assert (exact.value, exact.low, exact.high, exact.n) == (0.5, 0.5, 0.5, 4)
+    # Requests of very different lengths, each B the same share of its A but for noise: the pairing keeps the
+    # lengths out of the interval, which stays narrow around the ratio.
+    lengths = np.array([1.0, 10.0, 100.0, 5.0, 50.0, 20.0, 2.0, 80.0])
+    noisy = stats.paired_ratio(lengths, lengths * np.array([0.6, 0.62, 0.58, 0.61, 0.59, 0.6, 0.63, 0.6]))
+    assert noisy.low <= noisy.value <= noisy.high and 0.55 < noisy.low and noisy.high < 0.65
+
+
+def test_a_paired_ratio_leaves_out_a_pair_missing_a_side_and_needs_two():
+    assert stats.paired_ratio([1.0, math.nan, 2.0], [2.0, 5.0, 4.0]).value == 2.0
+    assert stats.paired_ratio([1.0, math.nan], [2.0, 5.0]).n == 1
+    assert math.isnan(stats.paired_ratio([1.0, math.nan], [2.0, 5.0]).value)

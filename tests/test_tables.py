@@ -286,3 +286,28 @@ def test_ttft_per_1000_input_tokens_of_requests_sent_at_once_says_it_holds_their
     caveats = tables.per_1k_input_caveats(summary, load)
     assert bool(caveats) == at_once
     assert all(caveat.startswith("TTFT per 1,000 input tokens is not prefill speed here") for caveat in caveats)
+
+
+def _requests_of(input_lens, e2e, status=None) -> pd.DataFrame:
+    count = len(input_lens)
+    return pd.DataFrame(
+        {
+            "input_len": input_lens,
+            "output_len": [11] * count,
+            "status": status or ["success"] * count,
+            "ttft_s": [0.1] * count,
+            "tpot_s": [0.01] * count,
+            "e2e_s": e2e,
+        }
+    )
+
+
+def test_runs_of_the_baseline_prompts_are_set_against_it_request_by_request():
+    baseline = _requests_of([5, 9, 7], [1.0, 2.0, 4.0])
+    faster = _requests_of([5, 9, 7], [0.5, 1.0, 99.0], status=["success", "success", "failed"])
+    other_prompts = _requests_of([5, 9, 8], [0.5, 1.0, 2.0])
+    table = tables.paired_ratios({"off": baseline, "on": faster, "other": other_prompts}, "off", not_streamed=["on"])
+    # The failed request is left out of both sides; TTFT and decode speed need streamed output, which "on" had not.
+    assert list(table.columns) == ["on"]
+    assert table["on"].to_dict() == {"Time per output token": "1 (1 to 1)", "End-to-end latency": "0.5 (0.5 to 0.5)"}
+    assert tables.paired_ratios({"off": baseline, "other": other_prompts}, "off").empty

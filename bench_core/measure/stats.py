@@ -143,6 +143,39 @@ def compare(
     )
 
 
+@dataclass(frozen=True)
+class Ratio:
+    """Mean of B over mean of A on paired values, with its bootstrap interval; NaN where fewer than 2 pairs."""
+
+    value: float
+    low: float
+    high: float
+    n: int
+
+
+def paired_ratio(
+    a_values: Sequence[float] | np.ndarray,
+    b_values: Sequence[float] | np.ndarray,
+    confidence: float = CONFIDENCE,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> Ratio:
+    """mean(B) / mean(A) over the pairs (a_i, b_i) both finite: the same request in two runs of the same prompts.
+    The interval resamples the pairs (a percentile bootstrap), so that what the requests share, their lengths, cancels
+    out of the ratio rather than widening it."""
+    a, b = np.asarray(a_values, dtype=np.float64), np.asarray(b_values, dtype=np.float64)
+    both = np.isfinite(a) & np.isfinite(b)
+    a, b = a[both], b[both]
+    if a.size < 2 or a.sum() == 0:
+        return Ratio(math.nan, math.nan, math.nan, int(a.size))
+    picks = np.random.default_rng(seed).integers(0, a.size, size=(resamples, a.size))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = b[picks].sum(axis=1) / a[picks].sum(axis=1)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.nanpercentile(ratios, [tail, 100 - tail])
+    return Ratio(float(b.sum() / a.sum()), float(low), float(high), int(a.size))
+
+
 def group_repeats(
     runs: pd.DataFrame,
     keys: Sequence[str],

@@ -369,6 +369,23 @@ UNJUDGED_NOTE = (
     "no spread to judge by. Repeat the runs to have their changes judged."
 )
 
+PAIRED_TITLE = "Against the baseline, request by request"
+PAIRED_NOTE = (
+    "For runs of the baseline's prompts (a preset's pair, a run again): each metric's mean over the baseline's on the "
+    "same requests, with its 95% interval from resampling the requests (a paired bootstrap). Below 1 a latency "
+    "improved; above 1 a rate did."
+)
+
+
+def paired_against_baseline(
+    chosen: pd.DataFrame, request_tables: Mapping[str, pd.DataFrame], baseline: str | None = None
+) -> pd.DataFrame:
+    """tables.paired_ratios against the run `baseline` (its run id; by default the oldest run) of `chosen`, the rows
+    `compared_runs` gives, whose request tables are keyed by run name."""
+    position = chosen["run_id"].astype(str).tolist().index(baseline or oldest_run(chosen))
+    baseline_name = str(chosen[RUN].iloc[position])
+    return tables.paired_ratios(request_tables, baseline_name, compare_charts.not_streamed(chosen))
+
 
 def compared_runs(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """History rows as the comparison reads them (with the output length and a `RUN` name column), and the settings
@@ -472,6 +489,8 @@ def comparison_sections(
         charts += [compare_charts.cdf_overlay(request_tables, metric, unstreamed) for metric in ("ttft", "itl")]
     table, marks, judged = comparison_table(chosen, varied, baseline)
     side_by_side = [Table("Against the baseline", table, marks), Note(COMPARE_NOTE)]
+    if not (paired := paired_against_baseline(chosen, request_tables, baseline)).empty:
+        side_by_side += [Table(PAIRED_TITLE, paired), Note(PAIRED_NOTE)]
     if not judged:
         side_by_side.append(Note(UNJUDGED_NOTE))
     return [Section("What differs", differs), Section("Charts", charts), Section("Side by side", side_by_side)]

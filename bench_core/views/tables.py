@@ -38,8 +38,8 @@ from ..measure.catalog import (
     sampled_values,
     with_derived,
 )
-from ..measure.stats import Comparison, compare
-from ..states import LoadPattern
+from ..measure.stats import Comparison, compare, paired_ratio
+from ..states import LoadPattern, RequestStatus
 
 MISSING = NOT_MEASURED  # a table cell without a value reads as LMDeploy prints it
 # Decimals shown: enough for three significant digits, and at least this many.
@@ -474,3 +474,43 @@ def _values(cell) -> np.ndarray:
     if cell is None or (isinstance(cell, float) and math.isnan(cell)):
         return np.array([])
     return np.asarray(cell, dtype=np.float64)
+
+
+# The per-request metrics a run is set against the baseline's on the same requests (paired_ratios).
+PAIRED_METRICS = ("ttft", "tpot", "e2e", "decode_tokens_per_s")
+
+
+def paired_ratios(
+    request_tables: Mapping[str, pd.DataFrame], baseline: str, not_streamed: Sequence[str] = ()
+) -> pd.DataFrame:
+    """Per metric (a row), each run's mean over the baseline's (a column) on the requests both served, paired request
+    by request, with its 95% bootstrap interval: "0.61 (0.55 to 0.68)". Only the runs of the baseline's prompts (the
+    same number, each of the same input length) are set against it: the paired run of a preset, a run again; a
+    metric that needs streamed output only where both runs were streamed. Empty where no run pairs with it."""
+    base = request_tables.get(baseline)
+    columns: dict[str, pd.Series] = {}
+    for name, table in request_tables.items():
+        if base is None or name == baseline or not _same_prompts(base, table):
+            continue
+        cells = {}
+        for key in PAIRED_METRICS:
+            metric = METRICS[key]
+            if metric.needs_streaming and {name, baseline} & set(not_streamed):
+                continue
+            a, b = (_served_values(metric, frame) for frame in (base, table))
+            if a is not None and b is not None and (ratio := paired_ratio(a, b)).n >= 2:
+                cells[metric.label] = f"{ratio.value:.3g} ({ratio.low:.3g} to {ratio.high:.3g})"
+        columns[name] = pd.Series(cells, dtype=object)
+    return pd.DataFrame(columns)
+
+
+def _same_prompts(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    return len(a) == len(b) and np.array_equal(a["input_len"].to_numpy(), b["input_len"].to_numpy())
+
+
+def _served_values(metric, table: pd.DataFrame) -> np.ndarray | None:
+    """The metric's value per request, NaN where the request did not succeed; None where it has no single value."""
+    values = metric.per_request(table, True)
+    if not isinstance(values, np.ndarray):
+        return None
+    return np.where(table["status"].to_numpy(dtype=object) == RequestStatus.SUCCESS, values.astype(float), np.nan)
