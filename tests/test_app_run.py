@@ -300,6 +300,22 @@ def test_a_speculating_servers_acceptance_by_draft_position_is_a_chart_on_the_ru
     assert spec["data"][0]["y"] == [75.0, 50.0, 25.0]
 
 
+def test_the_embedded_engines_acceptance_by_draft_position_is_a_chart_under_its_speculative_table():
+    config = tiny_config(num_prompts=4, output_len=16)
+    config.engine.speculative_algorithm, config.engine.speculative_num_draft_tokens = "prompt_lookup", 3
+    run = get_runner().submit(config)
+    assert run.wait(120) and run.state == "finished", run.message
+    get_runner.clear()  # from the history's row: the rates a JSON list in one cell
+    at = open_app(run.run_id)
+    assert not at.exception
+    (spec,) = [
+        json.loads(chart.proto.spec) for chart in at.get("plotly_chart") if chart.key == "engine_acceptance_by_position"
+    ]
+    assert spec["layout"]["title"]["text"] == "Acceptance by draft position"
+    (bars,) = spec["data"]
+    assert bars["x"] == [1, 2, 3] and all(0 <= rate <= 100 for rate in bars["y"])
+
+
 def test_deep_link_shows_a_run_that_ended_before_the_server_started(stored_run_id, download_data):
     at = open_app(stored_run_id)
     assert not at.exception and not at.error
