@@ -28,34 +28,37 @@ REQUESTS = [
 ]
 
 
-def _finishes(engine) -> dict:
+def _events(engine) -> list:
     load = LoadConfig(concurrency=1, stream_output=True)
-    events = engine.stream(REQUESTS, GenerationSettings(), load, threading.Event())
+    return list(engine.stream(REQUESTS, GenerationSettings(), load, threading.Event()))
+
+
+def _finishes(events) -> dict:
     return {event.index: event for event in events if event.kind == "finish"}
 
 
 @pytest.fixture(scope="module")
 def plain_and_speculative(tiny_model_path):
     plain = transformers_engine.TransformersEngine(EngineConfig(model=tiny_model_path), continuous_batching=False)
-    plain_finishes = _finishes(plain)
+    plain_events = _events(plain)
     plain.close()
     speculative = transformers_engine.TransformersEngine(
         EngineConfig(
             model=tiny_model_path, speculative_algorithm="prompt_lookup", speculative_num_draft_tokens=DRAFT_TOKENS
         )
     )
-    yield plain_finishes, _finishes(speculative)
+    yield plain_events, _events(speculative)
     speculative.close()
 
 
 def test_speculation_leaves_the_greedy_answers_as_they_were(plain_and_speculative):
-    plain, speculative = plain_and_speculative
+    plain, speculative = (_finishes(events) for events in plain_and_speculative)
     assert {i: list(e.token_ids) for i, e in speculative.items()} == {i: list(e.token_ids) for i, e in plain.items()}
     assert all(plain[i].extra is None for i in plain)
 
 
 def test_each_request_carries_what_generate_drafted_and_accepted_per_position(plain_and_speculative):
-    _, speculative = plain_and_speculative
+    speculative = _finishes(plain_and_speculative[1])
     for finish in speculative.values():
         extra = finish.extra
         by_position = json.loads(extra["spec_accepted_by_position"])
@@ -98,3 +101,18 @@ def test_a_prompt_lookup_run_records_its_acceptance_in_the_history(tmp_path):
     assert "Acceptance by draft position: 1: " in done.stdout
     (bars,) = acceptance_by_position_figure(row).data
     assert list(bars.x) == [1, 2, 3]
+
+
+def test_the_tokens_a_step_accepts_arrive_as_one_tick(plain_and_speculative):
+    plain, speculative = plain_and_speculative
+
+    def largest_tick(events) -> int:
+        counts: dict[int, int] = {}
+        largest = 0
+        for event in events:
+            if event.kind == "tokens":
+                largest = max(largest, event.n_tokens - counts.get(event.index, 0))
+                counts[event.index] = event.n_tokens
+        return largest
+
+    assert largest_tick(plain) == 1 and 1 < largest_tick(speculative) <= DRAFT_TOKENS + 1

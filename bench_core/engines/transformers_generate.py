@@ -3,8 +3,8 @@
 Used where the continuous-batching API is missing (older or newer transformers), when asked for, and for
 speculative decoding by prompt lookup, which transformers does only in generate(), for one sequence at a time.
 A streamer stamps each token with `perf_counter` as generate() produces it (the tokens a speculative step accepts
-arrive together, with one stamp); a stopping criterion watches `cancel`, so a cancelled request stops after its
-current step. Speculation's acceptance is what generate() itself decided: its candidate generator is wrapped
+arrive together: one tick of several tokens, as a server streams them); a stopping criterion watches `cancel`, so a
+cancelled request stops after its current step. Speculation's acceptance is what generate() itself decided: its candidate generator is wrapped
 (DraftTally) to record, at each step, how many tokens it drafted and how many of them the model kept.
 """
 
@@ -71,7 +71,7 @@ class _CountedCandidates:
 
 
 class _TokenClock:
-    """A generate() streamer: the first `put` is the prompt, each later one a new token, stamped on arrival."""
+    """A generate() streamer: the first `put` is the prompt, each later one a step's new tokens, stamped on arrival."""
 
     def __init__(self, ticks: queue.Queue) -> None:
         self._ticks = ticks
@@ -79,9 +79,7 @@ class _TokenClock:
 
     def put(self, value) -> None:
         if self._prompt_seen:
-            now = time.perf_counter()
-            for token in value.reshape(-1).tolist():
-                self._ticks.put(("token", now, int(token)))
+            self._ticks.put(("tokens", time.perf_counter(), [int(token) for token in value.reshape(-1).tolist()]))
         self._prompt_seen = True
 
     def end(self) -> None:
@@ -165,9 +163,9 @@ def _generate_one(model, index, ids, config, output_len, stream_output, cancel, 
                 yield EngineEvent(index, "finish", time.perf_counter(), n_tokens, "abort")
                 return
             continue
-        if kind == "token":
-            n_tokens, last_ts = n_tokens + 1, ts
-            token_ids.append(payload)
+        if kind == "tokens":
+            n_tokens, last_ts = n_tokens + len(payload), ts
+            token_ids.extend(payload)
             if stream_output:
                 yield EngineEvent(index, "tokens", ts, n_tokens)
         elif kind == "error":
