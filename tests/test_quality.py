@@ -8,19 +8,23 @@ import pytest
 from bench_core.config import DatasetConfig, EngineConfig, RunConfig
 from bench_core.config.validation import validate_run_config
 from bench_core.errors import DatasetError
-from bench_core.load.quality_set import BUILTIN_QUALITY, builtin_records, quality_items
+from bench_core.load.quality_set import (
+    BUILTIN_QUALITY,
+    QualityItem,
+    builtin_records,
+    contains,
+    exact,
+    number,
+    quality_items,
+    regex,
+)
 from bench_core.measure.quality import (
     DRIFT_IDENTICAL,
     QUALITY_CORRECT,
     OutputJudge,
-    QualityItem,
     baseline_differences,
-    contains,
     drift,
     drift_columns,
-    exact,
-    number,
-    regex,
     with_drift,
 )
 

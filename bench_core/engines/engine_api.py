@@ -41,6 +41,7 @@ from .event_pump import pump_events
 # Per-request columns of speculative decoding's accounting (LMDeploy's SpeculativeDecodingStats, summed per request):
 # steps that drafted, tokens drafted, drafted tokens accepted.
 SPEC_COLUMNS = ("spec_drafts", "spec_draft_tokens", "spec_accepted_tokens")
+ENGINE_POSITION_COLUMN = "spec_accepted_by_position"  # a request's accepted draft tokens per draft position (JSON)
 DONE = "done"  # an outcome: the engine ended the request itself (length or stop, told by its tokens)
 # Tokens of the prompt decoded again with each new output, so that a word split across tokens reads whole.
 DETOKENIZE_CONTEXT = 5

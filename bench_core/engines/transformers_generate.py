@@ -21,10 +21,9 @@ from collections.abc import Iterator, Sequence
 from ..config import GenerationSettings
 from ..load.datasets import SampledRequest
 from ..load.schedule import SendSchedule
-from ..measure.catalog import ENGINE_POSITION_COLUMN
 from ..models.resolve import last_line
 from .base import EngineEvent, finish_in_schedule
-from .engine_api import SPEC_COLUMNS
+from .engine_api import ENGINE_POSITION_COLUMN, SPEC_COLUMNS
 from .transformers_batching import POLL_S, sampling_kwargs
 
 

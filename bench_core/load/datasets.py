@@ -27,11 +27,11 @@ import numpy as np
 from ..config import DatasetConfig
 from ..config.catalog import CUSTOM, IMAGE, MULTI_TURN, SHARED_PREFIX, TRACE_DATASET
 from ..errors import DatasetError
-from ..measure.quality import QualityItem
 from ..models.resolve import local_path
 from . import custom, image, multi_turn, quality_set, shared_prefix, trace
 from .builtin_sample import generate_sample_records
 from .lengths import random_lengths
+from .quality_set import QualityItem
 from .requests import Sample, SampledRequest, cycled_token_ids, sample_of
 
 __all__ = ["Sample", "SampledRequest"]  # the request types, at home in requests.py, as their users import them

@@ -1,4 +1,4 @@
-"""`--quality-set FILE`: prompts with references, so that a run's answers are scored (measure/quality.py).
+"""`--quality-set FILE`: prompts with references, each scored by its record's scorer below (a run's accuracy: measure/quality.py).
 
 A quality set is a JSON array or JSON Lines file of {"prompt", "reference", "scorer"} records; its prompts, in the
 file's order (the first `num_prompts`), are the run's, each generating `output_len` tokens (--output-len, whatever the
@@ -10,13 +10,81 @@ authors (not taken from any benchmark), part of the project and shared on its te
 
 from __future__ import annotations
 
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from ..config import DatasetConfig
 from ..errors import DatasetError
-from ..measure.quality import QUALITY_FORMAT, QualityItem, quality_item
 from .requests import Sample, SampledRequest, record_refused, sample_of
+
+_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+
+
+def _number(text: str) -> float | None:
+    found = _NUMBER.search(text)
+    return None if found is None else float(found.group().replace(",", ""))
+
+
+def exact(answer: str, reference: str) -> bool:
+    return answer.strip() == reference.strip()
+
+
+def contains(answer: str, reference: str) -> bool:
+    return reference.strip().casefold() in answer.casefold()
+
+
+def regex(answer: str, reference: str) -> bool:
+    return re.search(reference, answer) is not None
+
+
+def number(answer: str, reference: str) -> bool:
+    got, wanted = _number(answer), _number(reference)
+    return got is not None and wanted is not None and math.isclose(got, wanted, rel_tol=1e-9, abs_tol=1e-9)
+
+
+SCORERS: dict[str, Callable[[str, str], bool]] = {
+    "exact": exact,
+    "contains": contains,
+    "regex": regex,
+    "number": number,
+}
+QUALITY_FORMAT = "each record needs a 'prompt' string, a 'reference' string and a 'scorer' (" + ", ".join(SCORERS) + ")"
+
+
+@dataclass(frozen=True)
+class QualityItem:
+    prompt: str
+    reference: str
+    scorer: str
+
+    def score(self, answer: str) -> bool:
+        return SCORERS[self.scorer](answer, self.reference)
+
+
+def quality_item(record: Any, refuse: Callable[[str], Any]) -> QualityItem:
+    """One quality-set record; `refuse(why)` raises for a bad one (a regex that does not compile is bad)."""
+    if not isinstance(record, Mapping):
+        refuse(f"it is a JSON {type(record).__name__}, not an object")
+    prompt, reference, scorer = record.get("prompt"), record.get("reference"), record.get("scorer", "exact")
+    if not isinstance(prompt, str) or not prompt.strip():
+        refuse("its 'prompt' is not a non-empty string")
+    if not isinstance(reference, str) or not reference.strip():
+        refuse("its 'reference' is not a non-empty string")
+    if scorer not in SCORERS:
+        refuse(f"its scorer {scorer!r} is not one of {', '.join(SCORERS)}")
+    if scorer == "regex":
+        try:
+            re.compile(reference)
+        except re.error as exc:
+            refuse(f"its reference is not a regular expression ({exc})")
+    if scorer == "number" and _number(reference) is None:
+        refuse("its reference holds no number")
+    return QualityItem(prompt, reference, scorer)
+
 
 BUILTIN_QUALITY = "builtin:quality"
 _ANSWER = " Answer with the number only."

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..config.catalog import MAX_TURNS
+from ..engines.engine_api import ENGINE_POSITION_COLUMN
 from ..load.arrivals import achieved_rate, in_flight_over_time
 from ..states import LoadPattern, RequestStatus
 from . import quality
@@ -37,8 +38,6 @@ VALUE = ("value",)  # one number for the run, under the metric's own column
 MEAN_AND_P99 = ("mean", "p99")
 NOT_MEASURED = "-"  # LMDeploy's own marker in its CSV for a value that was not measured
 COUNT_SOURCE = "output_len_source"  # the request-table column an HTTP client fills: where output_len came from
-# The request-table column of an engine that counts acceptance per draft position: a JSON list per request.
-ENGINE_POSITION_COLUMN = "spec_accepted_by_position"
 _STATISTIC_LABELS = {"mean": "Mean", "std": "Std of", "min": "Min", "max": "Max"}
 # Below this mean prompt length TTFT is mostly fixed cost, and scaling it to 1,000 tokens says nothing of prefill.
 PER_1K_MIN_PROMPT = 100
