@@ -404,7 +404,7 @@ def test_two_writers_of_twenty_runs_and_a_reader_on_the_history_page_lose_nothin
         draws += 1
         assert not page.exception, page.exception
         now = set(page.dataframe[0].value["run_id"]) if page.dataframe else set()
-        assert shown <= now
+        assert shown <= now, ([e.value for e in page.error], [c.value for c in page.caption][:5])
         shown = now
     for process in processes:
         process.join(timeout=60)

@@ -41,8 +41,9 @@ MIN_OUTPUT_S = 0.5
 MIN_RECENT_BINS = 2
 # The share of a decode step's time that does not shrink with the batch, unknown until it shrinks: the middle.
 FIXED_STEP_SHARE = 0.5
-# Dataset settings that draw more or other requests but not longer ones: past runs that differ in them still count.
-LENGTH_NEUTRAL = ("num_prompts", "seed")
+# Dataset settings that draw more or other requests but not longer ones, or only keep or judge the answers: past runs
+# that differ in them still count.
+LENGTH_NEUTRAL = ("num_prompts", "seed", "keep_outputs", "drift_baseline")
 
 
 @dataclass(frozen=True)
@@ -197,9 +198,9 @@ def _dataset_facts(config: RunConfig) -> dict[str, object]:
 
 
 def _matching(rows: pd.DataFrame, column: str, value) -> pd.DataFrame:
-    """The rows whose `column` holds `value` (None: empty); none when the history has no such column."""
+    """The rows whose `column` holds `value` (None or "": empty); a history without the column held none in it."""
     if column not in rows:
-        return rows.iloc[0:0]
+        return rows if value is None or value == "" else rows.iloc[0:0]
     cells = rows[column]
     if value is None:
         return rows[cells.isna() | (cells.astype(str) == "")]

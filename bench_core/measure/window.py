@@ -256,6 +256,9 @@ def _array(cell, dtype) -> np.ndarray:
 
 
 def _floats(table: pd.DataFrame, column: str) -> np.ndarray:
+    # A table without the column (one built from an import's or an old run's rows) has no times: NaN, so no window.
+    if column not in table:
+        return np.full(len(table), np.nan)
     return table[column].to_numpy(dtype=np.float64)
 
 

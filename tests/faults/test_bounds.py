@@ -251,7 +251,7 @@ def dashboard_contexts() -> list[tuple[dict[str, str], list]]:
     setting's to make."""
     contexts: list[tuple[dict[str, str], list]] = []
     for declared in NUMBERS:
-        if declared.widget is None:
+        if declared.widget is None or declared.part is Part.SWEEP:  # a sweep's own widgets are the Sweep page's
             continue
         for choice, settings in contexts:
             if _fits(declared, choice):
