@@ -295,7 +295,15 @@ def test_the_api_key_reaches_the_reader_on_its_stdin_never_its_command_line(metr
 
 
 def start_reader(url: str, interval_s: float) -> subprocess.Popen:
-    reader = subprocess.Popen(reader_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    reader = subprocess.Popen(
+        reader_command(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        # As a terminal's job gets it, whoever runs the tests: a test run in the background inherits SIGINT ignored,
+        # which the reader keeps ignored (as it should), and Ctrl-C would then be no test of it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     config = ReaderConfig(url, {}, interval_s, 5.0, 2**20, sorted(KNOWN_NAMES))
     reader.stdin.write(config.to_line())
     reader.stdin.flush()

@@ -40,7 +40,7 @@ from ..states import RunState
 from ..store.history import History, new_run_id
 from . import find_max
 from .plan import PlannedRun, SweepPlan, describe_point, server_settings_of
-from .server import SERVER_LOG, ServerFailed, ServerProcess, command_line, free_port, leftover_servers
+from .server import EXIT_GRACE_S, SERVER_LOG, ServerFailed, ServerProcess, command_line, free_port, leftover_servers
 from .store import (
     PointRepeats,
     append_probe,
@@ -268,7 +268,10 @@ class SweepRun:
                     return None
                 run = self._submit(planned, config, observers, run_id)
             self._wait(run)
-            code = server.exit_code()
+            # A server that died cut its requests at once, and its guard says how it ended a moment later: a run whose
+            # requests failed waits that moment, so that its error names the exit rather than only the cut requests.
+            failed = run.state in (RunState.FAILED, RunState.PARTIAL)
+            code = server.exit_code(wait_s=EXIT_GRACE_S if failed else 0.0)
             self._note_end(
                 planned,
                 run,

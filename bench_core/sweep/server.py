@@ -19,6 +19,7 @@ Stopping sends SIGTERM to the group, then SIGKILL after STOP_GRACE_S.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -46,6 +47,8 @@ WIDEST_PORT = 65535  # a template is checked with it: no port fills a field with
 SERVER_LOG = "server.log"
 DEFAULT_START_TIMEOUT_S = setting("server_start_timeout_s").default
 STOP_GRACE_S = 10.0
+# How long a run that did not finish waits for its server's guard to say whether the server died (it says so at once).
+EXIT_GRACE_S = 3.0
 LOG_TAIL_LINES = 10
 POLL_S = 0.25
 GUARD = Path(__file__).with_name("server_guard.py")
@@ -210,9 +213,12 @@ class ServerProcess:
         except OSError:  # the guard still stops it; only a later sweep's word on a leftover is lost
             pass
 
-    def exit_code(self) -> int | None:
-        """None while the server runs."""
+    def exit_code(self, wait_s: float = 0.0) -> int | None:
+        """None while the server runs (after waiting up to `wait_s` for it to end)."""
         guard = self._guard
+        if self._exit_code is None and guard is not None and wait_s > 0:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                guard.wait(timeout=wait_s)
         if self._exit_code is None and guard is not None and guard.poll() is not None:
             said = cast(IO[bytes], guard.stdout).read().decode(errors="replace").split()
             # No word from a guard that was killed: its server may run on, unguarded, so it is ended here.
