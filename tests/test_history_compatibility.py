@@ -75,7 +75,10 @@ def _new_settings(config: dict) -> dict:
 
 # Knobs that apply to a backend since the history was written, and the value its runs then ran with: the
 # transformers engine's KV block sharing was always off before enable_prefix_caching drove it (issue 22).
-_APPLIES_SINCE = {"enable_prefix_caching": ("transformers", False)}
+_APPLIES_SINCE = {
+    "enable_prefix_caching": ("transformers", False),
+    "speculative_num_draft_tokens": ("transformers", 1),  # prompt-lookup decoding on the embedded engine
+}
 
 
 def _widened(config: dict) -> dict:
