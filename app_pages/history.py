@@ -27,7 +27,12 @@ if runs.empty:
 
 shown = history_view.filtered(runs)
 st.caption(f"{len(shown):,} of {len(runs):,} runs, the newest first. Select rows to compare, download or delete them.")
-picked = history_view.runs_table(history_view.table_page(history, shown))
+try:
+    page = history_view.table_page(history, shown)
+except BenchError as exc:  # the index unreadable since the filters read it: one line, as above
+    st.error(plain(exc))
+    st.stop()
+picked = history_view.runs_table(page)
 history_view.downloads(history, picked)
 history_view.delete_section(history, picked)
 if len(picked) >= 2:

@@ -144,6 +144,10 @@ class RunIndex:
         where, parameters = ("", None) if run_ids is None else (_OF_RUN_IDS, (orjson.dumps(list(run_ids)).decode(),))
         try:
             with adbc_sqlite.connect(str(self.path)) as connection, connection.cursor() as cursor:
+                # ADBC's connection waits for no lock: a reader that meets a writer's checkpoint would fail at once
+                # with "database is locked" (a page drawn beside two writers did), where sqlite3's waits.
+                cursor.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+                cursor.fetchall()
                 cursor.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(count + _BATCH_MARGIN_ROWS)})
                 cursor.execute(f"SELECT {select} FROM runs{where} ORDER BY seq", parameters)
                 table = cursor.fetch_arrow_table()
