@@ -153,6 +153,9 @@ class Ratio:
     n: int
 
 
+_PICKS_PER_BLOCK = 1_000_000
+
+
 def paired_ratio(
     a_values: Sequence[float] | np.ndarray,
     b_values: Sequence[float] | np.ndarray,
@@ -168,9 +171,15 @@ def paired_ratio(
     a, b = a[both], b[both]
     if a.size < 2 or a.sum() == 0:
         return Ratio(math.nan, math.nan, math.nan, int(a.size))
-    picks = np.random.default_rng(seed).integers(0, a.size, size=(resamples, a.size))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = b[picks].sum(axis=1) / a[picks].sum(axis=1)
+    # Drawn in blocks of about a million picks: 2,000 resamples of a 5,000-request run at once held 80 MB per metric
+    # on every rerun of the page that shows it. The generator's stream is the same, block by block.
+    rng = np.random.default_rng(seed)
+    block = max(1, _PICKS_PER_BLOCK // a.size)
+    ratios = np.empty(resamples)
+    for start in range(0, resamples, block):
+        picks = rng.integers(0, a.size, size=(min(block, resamples - start), a.size))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratios[start : start + len(picks)] = b[picks].sum(axis=1) / a[picks].sum(axis=1)
     tail = (1 - confidence) / 2 * 100
     low, high = np.nanpercentile(ratios, [tail, 100 - tail])
     return Ratio(float(b.sum() / a.sum()), float(low), float(high), int(a.size))
