@@ -197,8 +197,9 @@ print(json.dumps({{
 
 @pytest.mark.slow
 def test_a_new_dataset_setting_is_one_declaration(tmp_path):
-    """On a copy of bench_core with one Setting added to the catalog: both commands take its flag, and the config,
-    the history, validation, sweeps and the column titles know it, with no other file touched."""
+    """On a copy of bench_core with one Setting added to the catalog and the config parts written again from it
+    (`python -m bench_core.config.generate_parts`): both commands take its flag, and the config, the history,
+    validation, sweeps and the column titles know it, with no other file touched."""
     import os
     import shutil
     import subprocess
@@ -218,6 +219,7 @@ def test_a_new_dataset_setting_is_one_declaration(tmp_path):
             [sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
         )
 
+    assert run("-m", "bench_core.config.generate_parts").returncode == 0
     for command in ("pipeline", "restful"):
         helped = run("-m", "bench_core", command, "--help")
         assert helped.returncode == 0, helped.stderr

@@ -1,81 +1,24 @@
 """What a benchmark run is asked to do: one `RunConfig` of five parts, built from the settings catalog.
 
 Each part (EngineConfig, DatasetConfig, LoadConfig, GenerationSettings, SLO) is a dataclass whose fields are the
-catalog's settings of that part, in its order, with its defaults: a setting declared there is a field here. One
-`RunConfig` travels from the sidebar or the CLI flags to the runner and into the history as one flat dict
-(`to_flat_dict`, keys = history columns; `from_flat_dict` reads it back).
+catalog's settings of that part, in its order, with its defaults: a setting declared there is a field in parts.py,
+which `python -m bench_core.config.generate_parts` writes from the catalog. One `RunConfig` travels from the
+sidebar or the CLI flags to the runner and into the history as one flat dict (`to_flat_dict`, keys = history
+columns; `from_flat_dict` reads it back).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any
 
 from .catalog import of_part, setting
+from .parts import SLO, DatasetConfig, EngineConfig, GenerationSettings, LoadConfig
 from .settings import Part
 
 DEFAULT_PERCENTILES = (50, 75, 95, 99)
 
-
-def _part_class(part: Part, name: str, doc: str) -> type:
-    fields = [(s.name, s.field_type, field(default=s.default, repr=not s.secret)) for s in of_part(part)]
-    cls = dataclasses.make_dataclass(name, fields)
-    cls.__module__, cls.__doc__ = __name__, doc  # found by pickle here, as a class written in this module is
-    return cls
-
-
-if TYPE_CHECKING:
-
-    class _CatalogPartClass(type):
-        def __getattr__(cls, name: str) -> Any: ...  # a field's default, read from the class
-
-    class _CatalogPart(metaclass=_CatalogPartClass):
-        """A part as a type checker sees it: its fields are the catalog's settings, made into a dataclass at import
-        below, so it cannot know them; they read as Any."""
-
-        __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
-
-        def __init__(self, **values: Any) -> None: ...
-
-        def __getattr__(self, name: str) -> Any: ...
-
-        def __setattr__(self, name: str, value: Any) -> None: ...
-
-    class EngineConfig(_CatalogPart): ...
-
-    class DatasetConfig(_CatalogPart): ...
-
-    class LoadConfig(_CatalogPart): ...
-
-    class GenerationSettings(_CatalogPart): ...
-
-    class SLO(_CatalogPart): ...
-else:
-    EngineConfig = _part_class(
-        Part.ENGINE,
-        "EngineConfig",
-        "Everything that needs the engine to be (re)loaded "
-        "when it changes. The API key lives only in memory: it never reaches config.json or "
-        "the history.",
-    )
-    DatasetConfig = _part_class(Part.DATASET, "DatasetConfig", "Which prompts to send, sampled with LMDeploy's rules.")
-    LoadConfig = _part_class(
-        Part.LOAD,
-        "LoadConfig",
-        'How requests are offered to the engine (see README, "What is measured": timing semantics).',
-    )
-    GenerationSettings = _part_class(
-        Part.GENERATION,
-        "GenerationSettings",
-        "Sampling settings. LMDeploy's pipeline script forces greedy decoding whatever these say.",
-    )
-    SLO = _part_class(
-        Part.SLO,
-        "SLO",
-        "Optional service-level thresholds in seconds; a request is good when it meets all that are set.",
-    )
 _PART_CLASSES: dict[Part, type[Any]] = {
     Part.ENGINE: EngineConfig,
     Part.DATASET: DatasetConfig,

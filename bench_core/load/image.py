@@ -34,6 +34,7 @@ MANY_LARGE_IMAGES = 100  # LMDeploy warns from this many images of 1080p or more
 
 
 def sample_image_requests(tokenizer: Any, cfg: DatasetConfig) -> Sample:
+    assert cfg.random_input_len is not None and cfg.random_output_len is not None, "sample_requests refuses None"
     width, height = image_size(cfg.image_resolution)
     n = cfg.num_prompts
     lengths = np.random.RandomState(cfg.seed)
