@@ -24,7 +24,7 @@ import re
 import secrets
 import stat
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -216,7 +216,7 @@ def frame_bytes(frame: pd.DataFrame) -> bytes:
     return safe.to_csv(index=False).encode("utf-8")
 
 
-def append_in_place(path: Path, header: list[str], rows: list[Mapping[str, object]]) -> None:
+def append_in_place(path: Path, header: list[str], rows: Sequence[Mapping[str, object]]) -> None:
     """Append `rows` to the file (with `header` first when it is empty) in one write; a write that
     fails is undone by cutting the file back to its former length."""
     fd = os.open(path, os.O_RDWR | os.O_APPEND)

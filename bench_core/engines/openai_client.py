@@ -192,10 +192,13 @@ class _Deadline:
     """
 
     SILENT, TOO_LONG, DURATION_OVER = "silent", "too long", "duration over"
+    expired: str | None
 
     def __init__(self, token_timeout_s: float, total_s: float, ends_in_s: float = math.inf) -> None:
+        task = asyncio.current_task()
+        assert task is not None, "a request is sent from a task"
         self.token_timeout_s, self.expired = token_timeout_s, None
-        self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
+        self._loop, self._task = asyncio.get_running_loop(), task
         self.last_token = self._loop.time()
         self._hard_reason = self.TOO_LONG if total_s <= ends_in_s else self.DURATION_OVER
         self._hard = self.last_token + min(total_s, ends_in_s)
@@ -255,7 +258,8 @@ async def send_request(
             reader.read_json(await connection.body())
             usage = reader.usage_completion_tokens
             result.first_byte_ts = result.last_line_ts = time.perf_counter()
-            ticks_ts, ticks_ns = [], []
+            ticks_ts: list[float] = []
+            ticks_ns: list[int] = []
             _tick(reader, result, result.last_line_ts, reader.n_tokens if usage is None else usage, ticks_ts, ticks_ns)
             _emit_ticks(result, emit, ticks_ts, ticks_ns)
         reason, message = reader.finish()
@@ -448,7 +452,7 @@ class ClientRun:
         self.start_at = start_at  # a t0 shared with other clients (client_workers); None: when the warm-up ends
         # A turn that follows another is scheduled once that one ends (NaN until then).
         self.results = [
-            RequestResult(i, r.output_len, math.nan if schedule.offset(i) is None else schedule.offset(i))
+            RequestResult(i, r.output_len, math.nan if (offset := schedule.offset(i)) is None else offset)
             for i, r in enumerate(requests)
         ]
         self._released: dict[int, asyncio.Event] = {}  # per follower: told when the request it follows ends
@@ -484,12 +488,13 @@ class ClientRun:
 
     def arrivals(self) -> ArrivalReport:
         """The rate asked for against the rate and concurrency the requests were actually sent at."""
-        sent = [r for r in self.results if r.sent_ts is not None]
+        sent = [(r, r.sent_ts) for r in self.results if r.sent_ts is not None]
+        t0 = math.nan if self.t0 is None else self.t0  # set before the first request is sent
         return arrival_report(
             self.request_rate,
-            [self.t0 + r.scheduled_s for r in sent],
-            [r.sent_ts for r in sent],
-            [r.end_ts for r in sent],
+            [t0 + r.scheduled_s for r, _ in sent],
+            [sent_ts for _, sent_ts in sent],
+            [math.nan if r.end_ts is None else r.end_ts for r, _ in sent],
         )
 
     def _main(self) -> None:
@@ -532,14 +537,14 @@ class ClientRun:
         flusher = asyncio.create_task(self._flush_periodically())
         try:
             await self._warm_up(pool, slots)
-            self.t0 = time.perf_counter() if self.start_at is None else self.start_at
-            self.schedule.start(self.t0)
+            self.t0 = t0 = time.perf_counter() if self.start_at is None else self.start_at
+            self.schedule.start(t0)
             self._released = {i: asyncio.Event() for i, r in enumerate(self.requests) if r.follows is not None}
             if self.cancel.is_set():  # during the warm-up; from here on the watcher cancels the tasks
                 for result in self.results:
                     self._not_sent(result, "not sent: cancelled")
                 return
-            requests = [asyncio.create_task(self._send_when_due(pool, slots, result)) for result in self.results]
+            requests = [asyncio.create_task(self._send_when_due(pool, slots, result, t0)) for result in self.results]
             self._tasks += requests
             await asyncio.gather(*requests)
         finally:
@@ -568,17 +573,19 @@ class ClientRun:
                 f"The warm-up request failed, so nothing was measured: {failed[0].message or failed[0].finish_reason}."
             )
 
-    async def _send_when_due(self, pool: ConnectionPool, slots, result: RequestResult) -> None:
+    async def _send_when_due(self, pool: ConnectionPool, slots, result: RequestResult, t0: float) -> None:
         index = result.index
         request = self.requests[index]
-        deadline = math.inf if self.duration_s is None else self.t0 + self.duration_s
+        deadline = math.inf if self.duration_s is None else t0 + self.duration_s
         try:
             if request.follows is not None:  # until the turn it follows has ended
                 await self._released[index].wait()
                 if index in self._dropped:
                     return self._not_sent(result, NOT_SENT_AFTER_FAILURE)
-                result.scheduled_s = self.schedule.offset(index)
-            await asyncio.sleep(max(0.0, min(self.t0 + result.scheduled_s, deadline) - time.perf_counter()))
+                offset = self.schedule.offset(index)
+                assert offset is not None, "due once the turn it follows has ended"
+                result.scheduled_s = offset
+            await asyncio.sleep(max(0.0, min(t0 + result.scheduled_s, deadline) - time.perf_counter()))
             waiting_since = time.perf_counter()
             async with slots:
                 result.slot_wait_s = time.perf_counter() - waiting_since
@@ -604,6 +611,7 @@ class ClientRun:
 
     def _ended(self, result: RequestResult) -> None:
         """Tell the schedule a sent request ended: the turns after it are due (or, when it failed, never sent)."""
+        assert result.end_ts is not None, "send_request has set it"
         served = result.finish_reason in SERVED_REASONS
         answer = result.text if served and self.schedule.wants_answer(result.index) else None
         dropped = self.schedule.finish(result.index, result.end_ts, served, answer)

@@ -110,8 +110,9 @@ def generate_one_by_one(
             cancel.wait(min(POLL_S, wait))
             continue
         outgoing = schedule.take(index, time.perf_counter())
-        ids = tokenizer.encode(outgoing.prompt) if outgoing.built else prompts[index]
-        yield EngineEvent(index, "admit", time.perf_counter(), input_len=len(ids) if outgoing.built else 0)
+        built = tokenizer.encode(outgoing.prompt) if outgoing.built else None
+        ids = prompts[index] if built is None else built
+        yield EngineEvent(index, "admit", time.perf_counter(), input_len=0 if built is None else len(built))
         if not ids:
             failed = EngineEvent(index, "finish", time.perf_counter(), 0, "error", "The prompt encodes to no tokens.")
             yield from finish_in_schedule(schedule, failed)

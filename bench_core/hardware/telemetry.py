@@ -374,8 +374,8 @@ def mean_across_sources(
         time_weighted_mean(*series(samples, source, metric), start_s, end_s)
         for source in (sources or sources_of(samples, metric))
     ]
-    means = [m for m in means if m is not None]
-    return float(np.mean(means)) if means else None
+    measured = [m for m in means if m is not None]
+    return float(np.mean(measured)) if measured else None
 
 
 def peak(samples: pd.DataFrame, metric: str, start_s: float, end_s: float) -> float | None:
@@ -397,15 +397,15 @@ def energy_joules(samples: pd.DataFrame, start_s: float, end_s: float) -> float 
     """Energy the GPUs drew over [start_s, end_s]: each GPU's power integrated by the trapezoid rule, summed;
     None without power samples covering part of the window."""
     per_gpu = [integral(*series(samples, source, POWER_W), start_s, end_s) for source in sources_of(samples, POWER_W)]
-    per_gpu = [e for e in per_gpu if e is not None]
-    return float(sum(per_gpu)) if per_gpu else None
+    measured = [e for e in per_gpu if e is not None]
+    return float(sum(measured)) if measured else None
 
 
 def mean_power_watts(samples: pd.DataFrame, start_s: float, end_s: float) -> float | None:
     """All GPUs' power together, averaged over the window (energy / covered time per GPU, summed)."""
     means = [time_weighted_mean(*series(samples, s, POWER_W), start_s, end_s) for s in sources_of(samples, POWER_W)]
-    means = [m for m in means if m is not None]
-    return float(sum(means)) if means else None
+    measured = [m for m in means if m is not None]
+    return float(sum(measured)) if measured else None
 
 
 def energy_per_output_token(energy_j: float | None, output_tokens: int) -> float | None:

@@ -87,7 +87,7 @@ def sample_trace_requests(
                 facts={"trace_input_len": input_length, "shared_prefix_tokens": shared},
             )
         )
-    span = max(r.send_at_s for r in requests)
+    span = max(r.send_at_s or 0.0 for r in requests)
     notes = [f"{len(requests):,} trace records over {span:,.1f} s, {len(blocks):,} distinct blocks of {block} tokens"]
     sample = sample_of(requests, notes=notes)
     sample.arrival_rng = np.random.RandomState(cfg.seed)

@@ -1435,9 +1435,10 @@ def sampled_values(summary: Mapping[str, Any], formula: str = "sampled") -> list
     or history row holds a number for, in catalog order."""
     found = []
     for metric in CATALOG:
-        value = summary.get(metric.column()) if getattr(metric, formula) is not None else None
+        if getattr(metric, formula) is None:
+            continue
         try:
-            number = float(value)
+            number = float(summary.get(metric.column(), math.nan))
         except (TypeError, ValueError):
             continue
         if not math.isnan(number):

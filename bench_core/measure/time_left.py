@@ -136,8 +136,9 @@ def output_rate(snap: LiveSnapshot) -> float | None:
     came. None until output has flowed MIN_OUTPUT_S."""
     if snap.first_output_s is None or snap.output_tokens <= 0:
         return None
-    if _only_decoding_left(snap) and snap.elapsed_s - snap.latest_first_token_s >= MIN_OUTPUT_S:
-        decode_only = _mean_rate(snap, snap.latest_first_token_s)
+    latest = snap.latest_first_token_s  # known once the first is
+    if latest is not None and _only_decoding_left(snap) and snap.elapsed_s - latest >= MIN_OUTPUT_S:
+        decode_only = _mean_rate(snap, latest)
         if decode_only:
             return decode_only
     since = snap.elapsed_s - snap.first_output_s

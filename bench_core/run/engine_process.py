@@ -117,6 +117,7 @@ class _Worker:
 
     @property
     def pid(self) -> int:
+        assert self.process.pid is not None, "started when made"
         return self.process.pid
 
     def send(self, command: str, payload: Any = None) -> None:

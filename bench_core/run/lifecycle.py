@@ -246,7 +246,9 @@ class Run(Job):
 
     def publish(self) -> None:
         """Tell the observers the live snapshot, and the requests that finished since the last publish."""
-        sessions = self.measurement.profiler.sessions
+        profiler = self.measurement.profiler
+        assert profiler is not None, "published while it measures"
+        sessions = profiler.sessions
         unpublished = range(len(sessions)) if self._unpublished is None else self._unpublished
         finished = {index: sessions[index] for index in unpublished if sessions[index].finished}
         self._unpublished = [index for index in unpublished if index not in finished]

@@ -669,7 +669,7 @@ def run_metrics(
         requests, duration_s, config.percentiles, config.load.stream_output, config.slo, steady_load(config)
     )
     if telemetry is not None:
-        sampled = telemetry_summary(telemetry, 0.0, duration_s, summary["total_output_tokens"])
+        sampled = telemetry_summary(telemetry, 0.0, duration_s, int(summary["total_output_tokens"]))
         # A server's engine is a process we do not sample: its own CPU would read as other processes' (contention.py).
         if backend(config.engine.backend).in_process:
             sampled.update(contention_summary(telemetry, 0.0, duration_s))
@@ -734,7 +734,7 @@ def _journaled_record(folder: Path) -> RunRecord | None:
     heard = [session for session in sessions if session.finished]
     if not heard:
         return None
-    last = max(session.finish_time for session in heard)
+    last = max(session.finish_time for session in heard if session.finish_time is not None)  # set when finished is
     for session in sessions:
         if not session.finished:
             session.reason = UNHEARD
@@ -1012,7 +1012,7 @@ def _header_digest(header: list[str]) -> str:
 
 def _export_state(path: Path, header: list[str]) -> str:
     """What the index keeps of history.csv as it last wrote it: its file state and its columns."""
-    return json.dumps([*(_file_state(path) or [None, None]), _header_digest(header)])
+    return json.dumps([*(_file_state(path) or (None, None)), _header_digest(header)])
 
 
 def _write_json(path: Path, payload: dict[str, Any]) -> None:

@@ -320,7 +320,9 @@ def successful_values(table: pd.DataFrame, metric: str) -> np.ndarray:
     """A latency metric's defined values (s) over the successful requests of a per-request table;
     ITL pools every request's gaps. What the run's own histograms and CDFs are drawn from."""
     ok = table["status"].to_numpy(dtype=object) == RequestStatus.SUCCESS
-    return _finite(measured_values(METRICS[metric], table, ok, stream_output=True).astype(np.float64))
+    values = measured_values(METRICS[metric], table, ok, stream_output=True)
+    assert values is not None, f"a request table has {metric}"
+    return _finite(values.astype(np.float64))
 
 
 # Hardware telemetry (telemetry.py's long table): one panel per quantity, one line per source, shared time axis.
@@ -373,6 +375,7 @@ def telemetry_over_time(samples: pd.DataFrame | None) -> go.Figure:
         vertical_spacing=0.06,
         subplot_titles=[title for _, title, _ in present],
     )
+    assert samples is not None  # else nothing is present
     shown = samples[samples["metric"].isin([metric for metric, _, _ in present])]
     sources = sorted(shown["source"].unique())
     colours = dict(zip(sources, cycled_palette()))

@@ -66,6 +66,7 @@ def server_metrics_over_time(
         vertical_spacing=0.07,
         subplot_titles=[title for title, _, _ in present],
     )
+    assert series is not None  # else nothing is present
     for row, (title, keys, scale) in enumerate(present, start=1):
         for key in keys:
             part = series[series["metric"] == key].sort_values("time_s")
