@@ -36,6 +36,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from ..config import EngineConfig, GenerationSettings, LoadConfig
 from ..errors import ConfigError, ModelError
@@ -241,7 +242,9 @@ class LMDeployEngine(Engine):
     ) -> Iterator[PlaygroundResult]:
         """Merge each prompt's streamed deltas (Response.extend) and yield it when it has a finish reason.
         Cancel is looked at between chunks: LMDeploy then aborts every prompt, which ends the stream."""
-        merged, first_token_at, stopped = {}, {}, False
+        merged: dict[int, Any] = {}  # LMDeploy's Response, by prompt
+        first_token_at: dict[int, float] = {}
+        stopped = False
         for out in outputs:
             now = time.perf_counter()
             if out.generate_token_len:

@@ -246,7 +246,9 @@ class OpenAIEngine(Engine):
                 notes.append(identity.note)
                 if not (engine.model.strip() or identity.models):
                     raise ServerError(f"{root}/v1/models lists no model; name the model to benchmark.")
-            self.model = engine.model.strip() or identity.models[0]
+                self.model = engine.model.strip() or identity.models[0]
+            else:
+                self.model = engine.model.strip()  # named: without it the failure was raised
         else:
             self.model = engine.model.strip() or discover_model(root, self.spec.api_key, network=self.spec.network)
         if not ignore_eos_sent(self.spec.server_kind, True):
@@ -349,7 +351,8 @@ class OpenAIEngine(Engine):
             schedule = schedule or SendSchedule.at_rate(
                 requests, rate, load.burstiness, arrival_seed, load.exact_rate_arrivals
             )
-            run = self._workers.run(
+            assert self._workers is not None, "started just above"
+            run: ClientRun | ProcessClientRun = self._workers.run(
                 spec, self.model, requests, schedule, limit, load.duration_s, generation.ignore_eos, cancel
             )
         else:
@@ -406,6 +409,7 @@ class OpenAIEngine(Engine):
         for event in recounted.values():
             yield from self._finished(event, run.results[event.index], held, run, ours[event.index])
         for index in counted:
+            assert last_ts is not None, "its finish was an event"
             result = run.results[index]
             extra = self._own_counts(result, ours[index])
             yield EngineEvent(index, "counted", last_ts, extra=extra, input_len=_input_len(result, ours[index]))
@@ -434,6 +438,7 @@ class OpenAIEngine(Engine):
             yield from (EngineEvent(event.index, "tokens", ts, tokens) for ts, tokens in before)
             yield EngineEvent(event.index, "tokens", last_ts, max(count, before[-1][1] if before else 0))
         elif result.usage_only:
+            assert result.first_byte_ts is not None and result.last_line_ts is not None, "its body was read"
             yield EngineEvent(event.index, "tokens", result.first_byte_ts, 0)
             yield EngineEvent(event.index, "tokens", result.last_line_ts, count)
         length_status = result.length_status
@@ -510,6 +515,8 @@ class OpenAIEngine(Engine):
     def _extras(self, result: RequestResult, run: ClientRun | ProcessClientRun) -> dict:
         """The request-table columns of one sent request that need none of our tokenizer's work (times in seconds;
         NaN: never happened)."""
+        sent_ts, t0 = result.sent_ts, run.t0
+        assert sent_ts is not None and t0 is not None, "sent, after the run's start"
         return {
             "usage_input_len": math.nan if result.usage_prompt_tokens is None else float(result.usage_prompt_tokens),
             "usage_output_len": math.nan
@@ -518,12 +525,12 @@ class OpenAIEngine(Engine):
             "cached_tokens": math.nan if result.usage_cached_tokens is None else float(result.usage_cached_tokens),
             "output_len_source": result.output_source,
             "length_mismatch": result.length_mismatch,
-            "first_answer_s": _since(result.sent_ts, result.first_answer_ts),
-            "first_reasoning_s": _since(result.sent_ts, result.first_reasoning_ts),
-            "e2e_last_line_s": _since(result.sent_ts, result.last_line_ts),
+            "first_answer_s": _since(sent_ts, result.first_answer_ts),
+            "first_reasoning_s": _since(sent_ts, result.first_reasoning_ts),
+            "e2e_last_line_s": _since(sent_ts, result.last_line_ts),
             "usage_only": result.usage_only,
             "resent": result.resent,
-            **send_columns(result.scheduled_s, result.sent_ts, result.end_ts, run.t0),
+            **send_columns(result.scheduled_s, sent_ts, result.end_ts, t0),
             "slot_wait_s": result.slot_wait_s,
         }
 

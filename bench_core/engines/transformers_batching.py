@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..config import EngineConfig, GenerationSettings
 from ..load.datasets import SampledRequest
@@ -117,7 +118,7 @@ class PrefixHits:
             time.sleep(0.005)
         cache = getattr(manager.batch_processor, "cache", None)
         search = getattr(cache, "search_prefix_match", None)
-        if search is None:
+        if cache is None or search is None:
             return False
 
         def counted(request_id: str, prompt_ids: list[int]) -> int:
@@ -162,7 +163,7 @@ class _ManagedBatch:
         manager.start()
         return manager
 
-    def _refusal(self, ids: Sequence[int], output_len: int) -> str | None:
+    def _refusal(self, ids: Sequence[int] | None, output_len: int) -> str | None:
         """Why the manager must not be given this request: transformers would stop its whole loop on a request the
         cache cannot hold, failing every request."""
         if not ids:
@@ -267,9 +268,13 @@ class ContinuousBatchRun(_ManagedBatch):
 
     def _submit(self, manager, index: int, in_flight: dict[str, _InFlight]) -> Iterator[EngineEvent]:
         outgoing = self._schedule.take(index, time.perf_counter())
-        ids = self._encode(outgoing.prompt) if outgoing.built else self._prompts[index]
+        built = None
+        if outgoing.built:
+            assert self._encode is not None, "a prompt built when sent comes with `encode`"
+            built = self._encode(outgoing.prompt)
+        ids = self._prompts[index] if built is None else built
         output_len = self._requests[index].output_len
-        yield EngineEvent(index, "admit", time.perf_counter(), input_len=len(ids) if outgoing.built else 0)
+        yield EngineEvent(index, "admit", time.perf_counter(), input_len=0 if built is None else len(built))
         if problem := self._refusal(ids, output_len):
             yield from self._ended(index, "error", problem)
             return
@@ -355,7 +360,7 @@ class ContinuousBatchingInstances(_ManagedBatch):
             len(r.input_ids) if r.input_ids is not None else r.input_len + engine.cache_block_seq_len for r in requests
         ]
         super().__init__(model, engine, eos_ids, requests, lens, generation, max_in_flight, stream_output)
-        self._manager = None
+        self._manager: Any = None  # transformers' ContinuousBatchingManager, once started
 
     def start(self) -> None:
         self._manager = self._start_manager()

@@ -189,7 +189,7 @@ class TransformersEngine(Engine):
                 trust_remote_code=engine.trust_remote_code,
                 local_files_only=True,
             )
-            self._model = model.to(device).eval()
+            self._model = model.to(device).eval()  # type: ignore[arg-type]  # transformers' wrapper hides to()'s signature
         except Exception as exc:
             raise ModelError(f"Could not load model '{engine.model}' from {path}: {last_line(exc)}") from exc
         available = has_continuous_batching(self._model) and not engine.speculative_algorithm
@@ -301,7 +301,7 @@ class TransformersEngine(Engine):
             batch.stop()
 
     def _answer_text(self, token_ids) -> str:
-        return self._tokenizer.decode(list(token_ids), skip_special_tokens=True)
+        return str(self._tokenizer.decode(list(token_ids), skip_special_tokens=True))  # one sequence: one str
 
     def complete(
         self,

@@ -44,26 +44,31 @@ class SendSchedule:
     """The send times of a run's requests and the prompts of the turns that build on the model's answers."""
 
     def __init__(
-        self, requests: Sequence[SampledRequest], load: LoadConfig | None = None, offsets: Sequence[float] | None = None
+        self,
+        requests: Sequence[SampledRequest],
+        load: LoadConfig | None = None,
+        offsets: Sequence[float] | np.ndarray | None = None,
     ) -> None:
         """`offsets`: seconds after the start at which each request that follows none is due (an arrival
         process's, in order), default at once; under the trace pattern each request's trace time instead."""
         self.requests = requests
-        trace = load is not None and load.load_pattern == LoadPattern.TRACE
+        traced = load if load is not None and load.load_pattern == LoadPattern.TRACE else None
         starters = iter(offsets) if offsets is not None else None
         self._offset: list[float | None] = []
         for request in requests:
             if request.follows is not None:
                 self._offset.append(None)  # known when the request it follows ends
-            elif trace:
-                self._offset.append((request.send_at_s or 0.0) / load.trace_speedup)
+            elif traced is not None:
+                self._offset.append((request.send_at_s or 0.0) / traced.trace_speedup)
             else:
                 self._offset.append(float(next(starters)) if starters is not None else 0.0)
         self._followers: dict[int, list[int]] = {}
         for index, request in enumerate(requests):
             if request.follows is not None:
                 self._followers.setdefault(request.follows, []).append(index)
-        self._heap = [(offset, index) for index, offset in enumerate(self._offset) if offset is not None]
+        self._heap: list[tuple[float, int]] = [
+            (offset, index) for index, offset in enumerate(self._offset) if offset is not None
+        ]
         heapq.heapify(self._heap)
         self._sent: dict[int, tuple[Message, ...]] = {}  # the messages a followed request was sent
         self._answers: dict[int, str] = {}
@@ -138,18 +143,14 @@ class SendSchedule:
         if self._sent_at is not None and now is not None:
             self._sent_at[index] = now
         request = self.requests[index]
-        messages, built = request.messages, False
+        messages, built, prompt = request.messages, False, request.prompt
         if request.builds_on_answer and request.follows in self._answers:
-            before = self._sent[request.follows]
-            messages = (
-                *before,
-                {"role": "assistant", "content": self._answers.pop(request.follows)},
-                request.user_message,
-            )
-            built = True
+            before, user = self._sent[request.follows], request.user_message
+            assert user is not None, "a later turn has its messages"
+            messages = (*before, {"role": "assistant", "content": self._answers.pop(request.follows)}, user)
+            prompt, built = render_transcript(messages), True
         if messages is not None and index in self._followers:
             self._sent[index] = messages
-        prompt = render_transcript(messages) if built else request.prompt
         return Outgoing(prompt, messages, built)
 
     def send_columns(self, index: int, ended: float) -> dict[str, float]:
@@ -157,7 +158,9 @@ class SendSchedule:
         an arrival process's and the driver said when the request was sent; else none."""
         if self._sent_at is None or index not in self._sent_at:
             return {}
-        return send_columns(self._offset[index], self._sent_at[index], ended, self._t0)
+        due = self._offset[index]
+        assert due is not None, "it was taken, so due"
+        return send_columns(due, self._sent_at[index], ended, self._t0)
 
     def finish(self, index: int, now: float, served: bool, answer: str | None = None) -> list[int]:
         """The request ended at `now`: its followers are due `think_s` later, with `answer` where they build on
@@ -167,8 +170,8 @@ class SendSchedule:
             if answer is not None:
                 self._answers[index] = answer
             for follower in followers:
-                self._offset[follower] = now - self._t0 + self.requests[follower].think_s
-                heapq.heappush(self._heap, (self._offset[follower], follower))
+                due = self._offset[follower] = now - self._t0 + self.requests[follower].think_s
+                heapq.heappush(self._heap, (due, follower))
             return []
         dropped = []
         for follower in followers:

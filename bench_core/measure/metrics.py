@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
 
 import numpy as np
 import pandas as pd
@@ -242,7 +243,7 @@ def format_reasons(counts: dict[str, int]) -> str:
     return "; ".join(f"{reason}: {n}" for reason, n in counts.items())
 
 
-def slo_is_set(slo: SLO | None) -> bool:
+def slo_is_set(slo: SLO | None) -> TypeGuard[SLO]:
     return slo is not None and any(getattr(slo, name) is not None for name in ("ttft", "tpot", "e2e"))
 
 

@@ -287,6 +287,7 @@ class Profiler:
     def _ensure_computed(self) -> _Computed:
         if self._computed is None:
             self.compute_metrics()
+        assert self._computed is not None, "compute_metrics sets it"
         return self._computed
 
     def request_table(self) -> pd.DataFrame:
@@ -347,11 +348,11 @@ class Profiler:
         digits: int = 10,
     ) -> None:
         """Print LMDeploy's table (console in seconds), then our rows below it."""
-        self._ensure_computed()
+        computed = self._ensure_computed()
         table = _ConsoleTable(header, digits, len(self.percentages))
         table.title(title)
         table.row("Benchmark duration", self.elapsed_time)
-        table.row("Total requests", len(self._computed.sessions))
+        table.row("Total requests", len(computed.sessions))
         table.row("Successful requests", self.success)
         for key, value in _pairs(hyperparams):
             table.row(key, value)
@@ -400,7 +401,7 @@ class Profiler:
             table.row("", "mean", *(f"P{q}" for q in self.percentages))
             stats = ("mean", *(metrics.percentile_key(q) for q in self.percentages))
             for metric in measured:
-                values = (summary.get(metric.column(stat), math.nan) / metric.display_scale for stat in stats)
+                values = (float(summary.get(metric.column(stat), math.nan)) / metric.display_scale for stat in stats)
                 table.row(metric.console_title, *values)
         if self.goodput is not None:
             table.rule("-")

@@ -18,6 +18,7 @@ import dataclasses
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 from ..errors import UnknownModel
 from . import shapes
@@ -239,8 +240,9 @@ def parameter_count(shape: SyntheticShape) -> int:
     return shapes.parameter_count(shape.decoder_sizes(), shape.tie_word_embeddings)
 
 
-def _parse_overrides(name: str, text: str) -> dict[str, int]:
-    overrides: dict[str, int] = {}
+def _parse_overrides(name: str, text: str) -> dict[str, Any]:
+    """SyntheticShape's keyword arguments that `text` sets, whole numbers of CUSTOM_KEYS."""
+    overrides: dict[str, Any] = {}
     for item in filter(None, text.split(",")):
         key, _, value = item.partition("=")
         key = key.strip()

@@ -92,7 +92,7 @@ def estimate(runs: Sequence[PlannedRun], history_runs: pd.DataFrame, loaded: boo
         basis = f"no finished run of {model} on {base.backend} to estimate from"
         return SweepEstimate(None, basis, requests, sum(tokens))
     seconds = 0.0
-    engines = set()
+    engines: set[tuple] = set()
     for planned, pace, run_tokens in zip(runs, paces, tokens):
         key = engine_settings_key(planned.config.engine, planned.config.load)
         if key not in engines and not (loaded and not engines):
@@ -125,10 +125,10 @@ def out_of_proportion(guess: SweepEstimate) -> str:
     """Why Start should ask before it runs this ("" where it need not): over an hour at past runs' pace, or, with no
     such pace to time it by, more requests than CONFIRM_ABOVE_REQUESTS. The rough CPU figure alone asks nothing: it is
     SmolLM2's, and another model runs at its own pace (the tiny test model a hundred times faster)."""
-    timed = guess.seconds is not None and not guess.rough
-    if timed and guess.seconds > CONFIRM_ABOVE_S:
-        return f"it would take {describe_seconds(guess.seconds)}"
-    if not timed and guess.requests > CONFIRM_ABOVE_REQUESTS:
+    timed = None if guess.rough else guess.seconds
+    if timed is not None and timed > CONFIRM_ABOVE_S:
+        return f"it would take {describe_seconds(timed)}"
+    if timed is None and guess.requests > CONFIRM_ABOVE_REQUESTS:
         return f"it would send up to {guess.requests:,} requests"
     return ""
 
