@@ -14,7 +14,6 @@ ROOT = Path(__file__).resolve().parent.parent
 NONE_FITS_ALL = {
     "bench_core.cli.sweep",
     "bench_core.engines.server_metrics",
-    "bench_core.hardware.roofline",
     "bench_core.load.datasets",
     "bench_core.measure.live_snapshot",
     "bench_core.measure.metrics",
@@ -24,12 +23,10 @@ NONE_FITS_ALL = {
 }
 # Not checked at all (ignore_errors = true).
 UNCHECKED = {
-    "bench_core.cli.common",
     "bench_core.cli.pipeline",
     "bench_core.cli.restful",
     "bench_core.cli.throughput",
     "bench_core.run.remote",
-    "bench_core.run.runner",
     "bench_core.sweep.cluster",
     "bench_core.views.report",
     "bench_core.views.tables",

@@ -315,14 +315,14 @@ def in_process_knobs() -> tuple[Setting, ...]:
     """The knobs of the engines that run in process (LMDeploy's, the embedded one); a server's are restful's."""
     from ..engines import in_process_backends
 
-    return tuple(knob for knob in KNOBS if set(knob.backends) & set(in_process_backends()))
+    return tuple(knob for knob in KNOBS if set(knob.backends or ()) & set(in_process_backends()))
 
 
 def knob_flag(knob: Setting) -> Flag:
     """A knob's flag. Not given, the knob is absent from the parsed arguments (argparse.SUPPRESS), so a flag the user
     typed is told apart from a default: `knob_values` refuses one the backend does not use."""
     constraint = f"; {knob.rule}" if knob.rule else ""
-    help_text = f"{knob.help} (default: {knob.default}; for {', '.join(knob.backends)}{constraint})"
+    help_text = f"{knob.help} (default: {knob.default}; for {', '.join(knob.backends or ())}{constraint})"
     return Flag(knob.name, default=argparse.SUPPRESS, help=help_text)
 
 
@@ -473,18 +473,18 @@ def wait_with_progress(job, describe: Callable[[], str] | None) -> bool:
     """Wait for a run or a sweep, redrawing `describe()` as one line on a terminal (None: no line); False
     when interrupted (Ctrl-C cancels the job, which keeps what it measured). A run interrupted while
     loading is not waited for: a model load cannot be cut short, and there is nothing to keep."""
-    show = describe is not None and sys.stderr.isatty()
+    show = describe if sys.stderr.isatty() else None
     try:
         while not job.wait(0.5):
-            if show:
-                redraw(describe(), PROGRESS_WIDTH)
+            if show is not None:
+                redraw(show(), PROGRESS_WIDTH)
     except KeyboardInterrupt:
         job.cancel()
         if not job.wait(CANCEL_GRACE_S) and getattr(job, "state", None) != RunState.LOADING:
             job.wait()
         return False
     finally:
-        if show:
+        if show is not None:
             redraw("", PROGRESS_WIDTH)
     return True
 
@@ -720,7 +720,8 @@ def run_each(
     command with its own; else the worst of the runs' codes, failed before partial. With `report_path`, the report
     of the runs that ended (what a failed one left) is written at the end; a report that cannot be written fails a
     command that would have succeeded."""
-    status = _run_each(history, configs, csv_path, show, ended := [])
+    ended: list = []  # the runs that ended, for the report
+    status = _run_each(history, configs, csv_path, show, ended)
     if report_path and ended and not write_report(report_path, runs_report(history, ended)) and status == EXIT_OK:
         return EXIT_FAILED
     return status

@@ -237,7 +237,7 @@ def verdict(cost: ModelCost, run: RunNumbers, device: DevicePeak) -> Verdict:
     step_bytes = decode_step_bytes(cost, run.batch, run.mean_context_len)
     bandwidth = achieved_bandwidth(step_bytes, steps_per_s)
     flops = achieved_flops(cost, run.input_tokens_per_s, run.output_tokens_per_s, run.mean_context_len)
-    bandwidth_share = share_of_peak(bandwidth, device.bandwidth_bytes_per_s)
+    bandwidth_share = bandwidth / device.bandwidth_bytes_per_s  # every known device's is positive
     compute_share = share_of_peak(flops, device.bf16_flops)
     numbers = {
         "weight_bytes_per_step": cost.weight_bytes_per_step,
@@ -260,7 +260,7 @@ def verdict(cost: ModelCost, run: RunNumbers, device: DevicePeak) -> Verdict:
     compute_text = (
         f"compute {flops / 1e12:,.1f} TFLOP/s is {compute_share:.0%} of the {device.bf16_flops / 1e12:,.0f} "
         f"TFLOP/s bf16 peak"
-        if compute_share is not None
+        if compute_share is not None and device.bf16_flops
         else "the device's peak FLOP/s is unknown"
     )
     host_signs = []
@@ -382,11 +382,11 @@ def device_peak(device: str, gpu_name: str, cache_dir: Path) -> tuple[DevicePeak
     """The peaks of the device a run used (the engine's `device`: "cpu", "cuda:0", ...; `gpu_name` as the
     environment records it), with a line saying where they come from; ModelError when unknown."""
     if device.startswith("cpu"):
-        peak_found = cpu_memory_bandwidth(cache_dir)
+        cpu = cpu_memory_bandwidth(cache_dir)
         path = Path(cache_dir) / BANDWIDTH_CACHE_FILE
         kept = kept_bandwidth(path, machine_key()) is not None
-        return peak_found, (
-            f"CPU copy bandwidth {peak_found.bandwidth_bytes_per_s / 1e9:,.1f} GB/s, "
+        return cpu, (
+            f"CPU copy bandwidth {cpu.bandwidth_bytes_per_s / 1e9:,.1f} GB/s, "
             + (
                 f"measured once per machine and cached in {path}"
                 if kept

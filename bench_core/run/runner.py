@@ -244,6 +244,7 @@ class Runner:
             self._prepare(run)
             cold = asked_cache_state(run.config) == CACHE_COLD
             engine = self._engine
+            assert engine is not None and measurement.sample is not None, "_prepare loaded and sampled"
             if (
                 cold
                 and run.config.engine.enable_prefix_caching
@@ -255,6 +256,7 @@ class Runner:
                 self._release_engine()
                 self._engine_for(run.config.engine, run.config.load, run)
             if not run.cancel_event.is_set():
+                assert self._engine is not None, "loaded again where it was released"
                 run.describe("warming up")
                 warming = time.perf_counter()
                 self._engine_served |= bool(run.config.load.warmup_requests)
@@ -277,12 +279,14 @@ class Runner:
         if run.cancel_event.is_set():
             run.move(RunState.CANCELLED)
         else:
+            assert measurement.profiler is not None, "_measure made it"
             measurement.profiler.compute_metrics()
             run.move(*measured_outcome(measurement.profiler, run.config.load))
 
     def _start_cache(self, config: RunConfig, cold: bool) -> CacheStart:
         """Drop the prefix cache where the run asks for a cold one and the engine can, and say what it holds now."""
         engine, warmed = self._engine, config.load.warmup_requests
+        assert engine is not None, "loaded"
         if engine.cache_per_run:
             said = config.load.cache_state == CACHE_WARM and config.engine.enable_prefix_caching
             return CacheStart(
@@ -372,6 +376,7 @@ class Runner:
                 raise ConfigError(
                     f"Run {dataset.drift_baseline} kept no answers to compare with; run it again with --keep-outputs."
                 )
+            assert measurement.sample is not None, "judged once sampled"
             measurement.warnings.extend(
                 baseline_differences(
                     dataset.drift_baseline,
@@ -409,6 +414,7 @@ class Runner:
 
     def _measure(self, run: Run) -> None:
         config, measurement = run.config, run.measurement
+        assert self._engine is not None and measurement.sample is not None, "prepared"
         requests = measurement.sample.requests
         if config.load.load_pattern == LoadPattern.ENGINE_API:
             requests = engine_api_requests(measurement.sample, config.load, self._engine)
@@ -519,6 +525,7 @@ class Runner:
     ) -> None:
         """Each request's answer, drift and score as columns of its row, after the clock: an answer's ids are
         decoded, or its text encoded, here (an engine hands over whichever it has)."""
+        assert self._engine is not None, "judged by the engine that answered"
         tokenizer = self._engine.tokenizer
         for index, session in enumerate(sessions):
             ids, text = answers.get(index) or (None, None)
@@ -554,12 +561,12 @@ class Runner:
         profiler = measurement.profiler
         measured = profiler is not None
         requests = None
-        if measured:  # the dataset's facts of each request (its session, turn, prefix group) beside what was measured
+        if profiler is not None:  # the dataset's facts of each request (its session, turn, prefix group) beside it
             sampled = measurement.sample.requests if measurement.sample is not None else []
             requests = with_workload_columns(profiler.request_table(), sampled)
         summary = (
             run_metrics(config, requests, profiler.elapsed_time, measurement.telemetry, measurement.server_metrics)
-            if measured
+            if profiler is not None
             else {}
         )
         environment = measurement.environment
@@ -570,7 +577,9 @@ class Runner:
             started_at=run.created_at,
             status=run.state if run.ended else RunState.FAILED,
             config=config,
-            lmdeploy_columns=profiler.lmdeploy_csv_row(lmdeploy_hyperparams(config), summary) if measured else {},
+            lmdeploy_columns=profiler.lmdeploy_csv_row(lmdeploy_hyperparams(config), summary)
+            if profiler is not None
+            else {},
             metrics=summary,
             engine_info=measurement.engine_info,
             environment=environment,
@@ -593,6 +602,7 @@ class Runner:
     def save(self, run: Run) -> None:
         """Record the run in the history; where that fails, in the first fallback folder that takes it,
         and say so in its `save_error`. Whatever the history raises, the run is kept and the failure told."""
+        assert self.history is not None and run.record is not None, "a recorded run, of a runner with a history"
         try:
             self.history.record(run.record)
             return
@@ -648,6 +658,7 @@ class _Journaling(JobObserver):
             return
         try:
             if self.journal is None:
+                assert run.measurement.sample is not None and run.clock_start is not None, "finished while measuring"
                 lengths = [(r.input_len, r.output_len) for r in run.measurement.sample.requests]
                 self.journal = self.history.journal(_started_record(run), run.clock_start, lengths)
             self.journal.add(finished)
@@ -753,7 +764,7 @@ def engine_api_requests(sample: Sample, load: LoadConfig, engine: Engine) -> lis
     ]
 
 
-def measured_outcome(profiler: Profiler, load: LoadConfig) -> tuple[str, str]:
+def measured_outcome(profiler: Profiler, load: LoadConfig) -> tuple[RunState, str]:
     """The state of a run that ran to its end, and its message: failed when no request succeeded,
     partial when some failed, came back short or ran past their token limit, quoting the most frequent reasons."""
     reasons = metrics.format_reasons(dict(list(profiler.failure_reasons.items())[:REASONS_QUOTED]))
