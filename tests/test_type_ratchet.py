@@ -15,8 +15,6 @@ NONE_FITS_ALL = {
     "bench_core.cli.sweep",
     "bench_core.engines.server_metrics",
     "bench_core.load.datasets",
-    "bench_core.measure.live_snapshot",
-    "bench_core.measure.metrics",
     "bench_core.sweep.driver",
     "bench_core.sweep.find_max",
     "bench_core.sweep.report",

@@ -278,14 +278,14 @@ class LiveTracker:
             self._change_in_flight(np.full(len(left), t_finish), -1)
 
     def _build(self, total: int, t_finish: float | None) -> LiveSnapshot:
-        finished = t_finish is not None
-        if self._origin is None:
+        finished, origin = t_finish is not None, self._origin
+        if origin is None:
             elapsed = 0.0
-        elif finished:
-            elapsed = t_finish - self._origin
+        elif t_finish is not None:
+            elapsed = t_finish - origin
         else:
             # Replayed ticks may lie on another clock than now; never end before the latest tick.
-            elapsed = max(perf_counter(), self._latest_tick) - self._origin
+            elapsed = max(perf_counter(), self._latest_tick) - origin
         whole_bins = max(int(elapsed // self.bin_s), 0)
         n_bins = (
             max(math.ceil(elapsed / self.bin_s), self._tokens_per_bin.size, self._in_flight_change_per_bin.size)
@@ -312,8 +312,11 @@ class LiveTracker:
             output_tokens=self._output_tokens,
             tokens_done=self._output_tokens - self._ended_tokens_output + self._ended_tokens_requested,
             tokens_requested=self._tokens_requested,
-            first_output_s=None if self._first_output == math.inf else self._first_output - self._origin,
-            latest_first_token_s=None if self._first_output == math.inf else self._latest_first_token - self._origin,
+            # A first output comes after the origin is set.
+            first_output_s=None if origin is None or self._first_output == math.inf else self._first_output - origin,
+            latest_first_token_s=None
+            if origin is None or self._first_output == math.inf
+            else self._latest_first_token - origin,
             decoding=0 if finished else self._decoding,
             longest_left=0 if finished else self._longest_left,
             bin_s=self.bin_s,

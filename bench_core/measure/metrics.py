@@ -22,7 +22,7 @@ import pandas as pd
 from ..config import SLO
 from ..states import RequestStatus
 from .catalog import CATALOG, Metric, RunFacts, expand, percentile_key, rate
-from .window import SteadyLoad, request_times, steady_facts, time_slices
+from .window import SteadyLoad, TimeSlice, WindowFacts, request_times, steady_facts, time_slices
 
 __all__ = ["percentile_key", "rate"]
 
@@ -293,7 +293,13 @@ def run_summary(
     """
     status = table["status"].to_numpy(dtype=object)
     ok = status == RequestStatus.SUCCESS
-    times = None if steady is None else request_times(table)
+    steady_part: WindowFacts | None = None
+    slices: tuple[TimeSlice, ...] = ()
+    if steady is not None:
+        times = request_times(table)
+        steady_part = steady_facts(times, duration_s, stream_output, steady)
+        if steady.slice_s is not None:
+            slices = tuple(time_slices(times, duration_s, steady.slice_s, stream_output))
     facts = RunFacts(
         table=table,
         status=status,
@@ -301,10 +307,8 @@ def run_summary(
         duration_s=duration_s,
         failure_reasons=format_reasons(failure_reasons(status, table["reason"].to_numpy(dtype=object))),
         good=good_requests(status, table["ttft_s"], table["tpot_s"], table["e2e_s"], slo) if slo_is_set(slo) else None,
-        steady=None if times is None else steady_facts(times, duration_s, stream_output, steady),
-        slices=()
-        if times is None or steady.slice_s is None
-        else tuple(time_slices(times, duration_s, steady.slice_s, stream_output)),
+        steady=steady_part,
+        slices=slices,
     )
     summary: dict[str, float | int | str] = {}
     for metric in CATALOG:
@@ -321,7 +325,7 @@ def run_summary(
 
 def measured_values(metric: Metric, table: pd.DataFrame, ok: np.ndarray, stream_output: bool) -> np.ndarray | None:
     """The values a metric's statistics are taken over; None when the table cannot give them."""
-    per_request = metric.per_request(table, stream_output)
+    per_request = None if metric.per_request is None else metric.per_request(table, stream_output)
     if per_request is None:
         return None
     if metric.needs_streaming and not stream_output:
