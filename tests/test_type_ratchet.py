@@ -24,7 +24,6 @@ UNCHECKED = {
     "bench_core.cli.pipeline",
     "bench_core.cli.restful",
     "bench_core.cli.throughput",
-    "bench_core.run.remote",
     "bench_core.sweep.cluster",
     "bench_core.views.report",
     "bench_core.views.tables",

@@ -37,8 +37,8 @@ from typing import Any
 from ..config import EngineConfig, LoadConfig
 from ..engines import engine_settings_key
 from ..store.history import RESULTS_ENV, History
-from .lifecycle import Job, PlaygroundJob, Run
-from .remote import Forwarder, LinkLost, Message, Mirror, Outbox, follow
+from .lifecycle import PlaygroundJob, Run
+from .remote import AnyJob, Forwarder, LinkLost, Message, Mirror, Outbox, follow
 from .runner import PUBLISH_EVERY_S, Runner
 
 log = logging.getLogger(__name__)
@@ -282,7 +282,7 @@ class ProcessRunner(Runner):
         )
         self._follow(worker, job, job.job_id)
 
-    def _follow(self, worker: _Worker, job: Job, job_id: str) -> None:
+    def _follow(self, worker: _Worker, job: AnyJob, job_id: str) -> None:
         mirror = Mirror(job)
         lost = follow(job, _PipeLink(worker, job_id, self._release_engine), mirror, hung_after_s=self.hung_after_s)
         if lost is not None:

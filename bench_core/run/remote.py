@@ -31,6 +31,8 @@ from ..states import RunState
 from .lifecycle import Job, PlaygroundJob, Run
 from .observer import JobObserver, StateChange
 
+AnyJob = Run | PlaygroundJob  # what a Forwarder tells of and a Mirror copies
+
 log = logging.getLogger(__name__)
 
 POLL_S = 0.05  # how often the follower checks for a cancel while it waits for messages
@@ -77,7 +79,7 @@ class Forwarder(JobObserver):
         self.outbox = outbox
         self._told: dict[str, Any] = {}
 
-    def on_state(self, job: Job, change: StateChange) -> None:
+    def on_state(self, job: AnyJob, change: StateChange) -> None:
         ended_playground = isinstance(job, PlaygroundJob) and job.ended
         self._put(job, "on_state", (change,), last=ended_playground)
 
@@ -93,10 +95,11 @@ class Forwarder(JobObserver):
     def on_answer(self, job: PlaygroundJob, answer) -> None:
         self._put(job, "on_answer", (answer,))
 
-    def _put(self, job: Job, call: str, args: tuple, last: bool = False) -> None:
+    def _put(self, job: AnyJob, call: str, args: tuple, last: bool = False) -> None:
         self.outbox.put(Message(call, args, self._learned(job), last=last))
 
-    def _learned(self, job: Job) -> dict[str, Any]:
+    def _learned(self, job: AnyJob) -> dict[str, Any]:
+        facts: dict[str, Any]
         if isinstance(job, PlaygroundJob):
             facts = {"engine_info": job.engine_info}
         else:
@@ -192,7 +195,7 @@ def follow(
 class Mirror:
     """The follower's copy of a job that runs elsewhere, kept up to date by its messages."""
 
-    def __init__(self, job: Job):
+    def __init__(self, job: AnyJob):
         self.job = job
         self.sessions: list[Session] = []  # a run's requests: as published once finished, else as sampled
         self.last_heard: float | None = None
@@ -214,6 +217,7 @@ class Mirror:
                     refused=change.refused,
                 )
         elif message.call == "on_snapshot":
+            assert isinstance(job, Run), "a run's message"
             (job.measurement.live,) = message.args
             job.tell("on_snapshot", *message.args)
         elif message.call == "on_requests":
@@ -222,8 +226,10 @@ class Mirror:
                 self.sessions[index] = session
             job.tell("on_requests", finished)
         elif message.call == "on_record":  # the runner here keeps it, then closes the run
+            assert isinstance(job, Run), "a run's message"
             (job.measurement.record,) = message.args
         elif message.call == "on_answer":
+            assert isinstance(job, PlaygroundJob), "a playground job's message"
             job.answer(*message.args)
 
     def _learn(self, learned: dict[str, Any]) -> None:
@@ -263,6 +269,6 @@ class Mirror:
         for session in self.sessions:
             if not session.finished:
                 session.finish(Session.FAIL, reason, self.last_heard)
-        measurement.profiler = rebuilt_profiler(
-            job.config, self.sessions, t_start, t_finish if t_finish is not None else self.last_heard
-        )
+        ended = t_finish if t_finish is not None else self.last_heard
+        assert ended is not None, "heard from: it told its clock"
+        measurement.profiler = rebuilt_profiler(job.config, self.sessions, t_start, ended)
