@@ -13,7 +13,6 @@ ROOT = Path(__file__).resolve().parent.parent
 # Checked with None taken to fit every type (strict_optional = false).
 NONE_FITS_ALL = {
     "bench_core.cli.sweep",
-    "bench_core.engines.server_metrics",
     "bench_core.load.datasets",
     "bench_core.sweep.driver",
     "bench_core.sweep.find_max",

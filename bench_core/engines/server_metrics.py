@@ -77,7 +77,10 @@ class Gauge(_Named):
     mean: bool = False
 
     def value(self, now: Read, before: Read | None, seconds: float) -> float | None:
-        values = now[self.present(now)]
+        name = self.present(now)
+        if name is None:
+            return None
+        values = now[name]
         return float(np.mean(values) if self.mean else np.sum(values))
 
 
@@ -86,7 +89,8 @@ class CounterRate(_Named):
     """A counter's growth per second since the previous read."""
 
     def value(self, now: Read, before: Read | None, seconds: float) -> float | None:
-        grown = _growth(self.present(now), now, before)
+        name = self.present(now)
+        grown = None if name is None else _growth(name, now, before)
         return None if grown is None or seconds <= 0 else grown / seconds
 
 
@@ -109,7 +113,10 @@ class CounterRatio:
         return next((pair for pair in self.pairs if pair[0] in read and pair[1] in read), None)
 
     def value(self, now: Read, before: Read | None, seconds: float) -> float | None:
-        numerator, denominator = self.present(now)
+        pair = self.present(now)
+        if pair is None:
+            return None
+        numerator, denominator = pair
         over, grown = _growth(denominator, now, before), _growth(numerator, now, before)
         if over is not None and grown is not None and self.of_sum:
             over += grown
@@ -487,6 +494,7 @@ class MetricsScraper:
             self._errors.close()
             self._first_heard.set()
             return
+        assert self._process.stdin is not None, "a pipe"
         self._process.stdin.write(self._config.to_line())
         self._process.stdin.flush()
         self._listener = threading.Thread(target=self._listen, name="server-metrics", daemon=True)
@@ -507,6 +515,7 @@ class MetricsScraper:
         process, listener = self._process, self._listener
         if process is not None and listener is not None:
             self._process = self._listener = None
+            assert process.stdin is not None and self._errors is not None, "started with both"
             # It may have ended already (its first read found nothing, or Ctrl-C reached it): then the pipe is broken.
             with contextlib.suppress(BrokenPipeError):
                 process.stdin.write(f"{STOP}\n".encode())
@@ -552,7 +561,9 @@ class MetricsScraper:
 
     def _listen(self) -> None:
         try:
-            for line in self._process.stdout:
+            process = self._process
+            assert process is not None and process.stdout is not None, "started with a pipe"
+            for line in process.stdout:
                 self._take(orjson.loads(line))
                 self._first_heard.set()
         finally:
@@ -599,6 +610,7 @@ class MetricsScraper:
         if code == -signal.SIGKILL:
             failure = f"a read of {self._shown} did not end within {self._stop_wait_s:g} s"
         else:
+            assert self._errors is not None, "kept until the reader has ended"
             self._errors.seek(0)
             said = self._errors.read().decode(errors="replace").strip().splitlines()
             failure = (
