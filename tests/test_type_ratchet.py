@@ -25,7 +25,6 @@ UNCHECKED = {
     "bench_core.cli.throughput",
     "bench_core.sweep.cluster",
     "bench_core.views.report",
-    "bench_core.views.tables",
 }
 
 

@@ -260,8 +260,9 @@ def speculative_table(summary: dict) -> pd.DataFrame:
     engine reported nothing (never 0), and its unit."""
     rows = {}
     for key in SPECULATIVE_COLUMNS:
-        metric, _ = find_column(key)
-        value = _number(summary.get(key))
+        found = find_column(key)
+        assert found is not None, f"{key} is a catalog column"
+        metric, value = found[0], _number(summary.get(key))
         rows[metric.label] = (NOT_REPORTED if math.isnan(value) else value, metric.unit)
     return _value_table(rows)
 
@@ -281,7 +282,7 @@ def workload_metrics_table(summary: dict) -> pd.DataFrame:
     return _value_table(rows)
 
 
-def _value_table(rows: dict[str, tuple[object, str]], value_type: type = object) -> pd.DataFrame:
+def _value_table(rows: Mapping[str, tuple[object, str]], value_type: type = object) -> pd.DataFrame:
     """label -> (value, unit) as a table indexed by quantity; values that may read "not reported" stay objects."""
     table = pd.DataFrame.from_dict(rows, orient="index", columns=["value", "unit"], dtype=object)
     table["value"] = table["value"].astype(value_type)
@@ -385,14 +386,14 @@ def against_baseline(
     once has no spread to judge by, and a repeat of the baseline's setup differs from it by noise alone: their
     changes are not judged. Returns the cells and their marks: BETTER / WORSE (CHANGED on a metric of which neither
     direction is better) on the changes beyond noise, "" elsewhere."""
-    groups = np.asarray(groups)
+    setups = np.asarray(groups)
     values = _metric_matrix(runs, metrics, names)
     cells = pd.DataFrame(MISSING, index=values.index, columns=values.columns, dtype=object)
     marks = pd.DataFrame("", index=values.index, columns=values.columns, dtype=object)
     for at, (name, samples) in enumerate(zip(metrics, values.to_numpy())):
         for position, value in enumerate(samples):
             change = format_change(value, samples[baseline]) if position != baseline else ""
-            mark = _beyond_noise(samples, groups, baseline, position, name)
+            mark = _beyond_noise(samples, setups, baseline, position, name)
             parts = (format_number(value), change and f"({change})", mark and BEYOND_NOISE_MARK)
             cells.iat[at, position] = " ".join(part for part in parts if part)
             marks.iat[at, position] = mark
