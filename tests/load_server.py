@@ -1,7 +1,7 @@
 """A small OpenAI-compatible server for `sweep restful --server-cmd` tests, run as its own process:
 
     python tests/load_server.py --port PORT [--token-delay-ms D] [--ttft-step-ms S] [--knee K --beyond-knee-ms B]
-                                [--mode MODE] [--metrics-series N]
+                                [--batch B [--step-ms-per-seat K]] [--mode MODE] [--metrics-series N]
 
 GET /v1/models lists the model "load-test"; POST /v1/completions streams max_tokens chunks of " tok", the first after
 a delay set by the server's load, then one every D ms, then the usage and [DONE]. The load is the requests in flight
@@ -10,7 +10,10 @@ is written, so a client that sends its next request once one has ended is never 
 first token comes after S ms times that count: latency rises with load. With --knee K it comes after S ms while the
 count is at most K and after B ms (default 5000) beyond: a concurrency of K has every first token after S ms and K + 1
 has one after B ms, so a TTFT SLO far from both is met up to K and missed above it on a machine however busy (what
-the machine adds only makes the fast answers later, and nothing makes a slow one come before B ms). With
+the machine adds only makes the fast answers later, and nothing makes a slow one come before B ms). With --batch B
+it serves at most B requests at once (the others wait their turn) and each token takes D + B x K ms: as an engine's
+batch size, a larger one serves more at once and each of them slower, so throughput rises with it and so does TPOT,
+and the best batch within a TPOT bound is known. With
 --api-key-from-env VAR, a request without `Authorization: Bearer $VAR` gets 401. Its first line on stdout says its
 pid. --mode changes how it behaves: "ok" serves; "exit" says why and exits with code 3 before listening; "hang" never
 listens (it seems to load forever); "die" serves, but exits (code 1, no goodbye) when its second completion request
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -41,6 +45,10 @@ def main() -> None:
     parser.add_argument("--ttft-step-ms", type=float, default=0.0)
     parser.add_argument("--knee", type=int, help="the most requests in flight that get their first token in S ms")
     parser.add_argument("--beyond-knee-ms", type=float, default=5000.0, help="the first token's delay beyond --knee")
+    parser.add_argument("--batch", type=int, help="serve at most this many requests at once; the others wait")
+    parser.add_argument(
+        "--step-ms-per-seat", type=float, default=0.0, help="with --batch B: each token takes B times this longer"
+    )
     parser.add_argument("--mode", choices=("ok", "exit", "hang", "die"), default="ok")
     parser.add_argument("--api-key-from-env", metavar="VAR", help="answer 401 to requests without Bearer $VAR")
     parser.add_argument("--metrics-series", type=int, help="serve /metrics, with this many KV-cache usage label sets")
@@ -54,11 +62,17 @@ def main() -> None:
         while True:
             time.sleep(1)
     state = {"in_flight": 0, "arrived": 0}
+    seats = asyncio.Semaphore(args.batch) if args.batch else contextlib.nullcontext()
+    token_delay_ms = args.token_delay_ms + args.step_ms_per_seat * (args.batch or 0)
 
     async def models(request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
 
     async def completions(request: web.Request) -> web.StreamResponse:
+        async with seats:
+            return await serve(request)
+
+    async def serve(request: web.Request) -> web.StreamResponse:
         body = await request.json()
         state["arrived"] += 1
         if args.mode == "die" and state["arrived"] == 2:
@@ -77,7 +91,7 @@ def main() -> None:
             n = body.get("max_tokens") or 4
             for i in range(n):
                 if i:
-                    await asyncio.sleep(args.token_delay_ms / 1000)
+                    await asyncio.sleep(token_delay_ms / 1000)
                 chunk = {"choices": [{"index": 0, "text": " tok", "finish_reason": None}]}
                 await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
             last = {

@@ -1,7 +1,7 @@
 """The headless CLI: `python -m bench_core pipeline DATASET MODEL [flags]`, `throughput`, `restful`, `sweep`,
-`doctor`, `history`, `compare` and helpers.
+`tune`, `doctor`, `history`, `compare` and helpers.
 
-One module per subcommand (pipeline, throughput, restful, sweep, doctor, history, compare, model_path), each a Command that adds its flags and
+One module per subcommand (pipeline, throughput, restful, sweep, tune, doctor, history, compare, model_path), each a Command that adds its flags and
 runs; `common` holds what they share, and they import nothing of each other. This module is the one
 dispatch: it builds the parser from the commands and runs the one chosen.
 Bad input is one line on stderr and exit code 2: found in the flags, nothing is written; found while
@@ -37,12 +37,14 @@ def commands() -> tuple[Command, ...]:
     from .restful import RestfulCommand
     from .sweep import SweepCommand
     from .throughput import ThroughputCommand
+    from .tune import TuneCommand
 
     pipeline, throughput, restful = PipelineCommand(), ThroughputCommand(), RestfulCommand()
     return (
         pipeline,
         throughput,
         SweepCommand((pipeline, throughput, restful)),
+        TuneCommand((pipeline, throughput, restful)),
         restful,
         DoctorCommand(),
         HistoryCommand(),

@@ -207,7 +207,7 @@ class Flag:
         declared = self.setting
         options: dict[str, typing.Any] = {"help": (self.help or declared.cli_help).replace("%", "%%")}
         if self.positional:
-            group.add_argument(self.destination, **options)
+            group.add_argument(self.destination, **options).setting_name = self.name
             return
         default = declared.default if self.default is _DECLARED else self.default
         options["action"] = _GivenTrue if declared.kind is bool else _Given
@@ -225,6 +225,7 @@ class Flag:
             **options,
         )
         action.setting_name = self.name
+        action.negated = self.negated
 
     def value(self, args: argparse.Namespace) -> typing.Any:
         """The setting's value the parsed `args` give (a typed value scaled as the setting stores it)."""
@@ -360,6 +361,79 @@ def add_record_flags(group, *, label_help: str, percentiles_help: str) -> None:
     group.add_argument("--percentiles", type=_percentiles, default=DEFAULT_PERCENTILES, help=percentiles_help)
     add_flags(group, (slo.name for slo in of_part(Part.SLO)))
     add_report_flag(group, "once the run(s) end")
+
+
+def add_server_flags(group) -> None:
+    group.add_argument(
+        "--server-cmd",
+        metavar="TEMPLATE",
+        default="",
+        help="start this server for every run and stop it after: {port} is a free port (the base URL "
+        "follows it), every other {name} a server setting from --sweep name=V1,V2 or "
+        "--server-setting name=VALUE; its output goes to runs/<id>/server.log",
+    )
+    group.add_argument(
+        "--server-setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a fixed value of a field of --server-cmd",
+    )
+    add_flags(group, (Flag("server_start_timeout_s", metavar="S"),))
+
+
+def precision_of(args: argparse.Namespace):
+    """The target --target-moe sets (a sweep.precision.Precision; None without one); ConfigError for its other flags
+    given without it."""
+    from ..sweep.precision import Precision
+
+    if args.target_moe is None:
+        alone = sorted(given_settings(args) & {"max_repeats", "target_moe_metric"})
+        if alone:
+            flags = " and ".join(setting(name).cli_flag for name in alone)
+            raise ConfigError(f"{flags} appl{'y' if len(alone) > 1 else 'ies'} only with --target-moe P.")
+        return None
+    return Precision(args.target_moe, args.target_moe_metric, args.max_repeats)
+
+
+def command_for(engine: EngineCommand, config: RunConfig, prog: str) -> str:
+    """The command line of `engine` (`prog pipeline DATASET MODEL --flag value ...`) that runs `config` again: each
+    setting whose flag the command has, where its value is not the flag's default (a switch typed where it is set,
+    a negated one where it is not), the percentiles where they are not the default. Settings the command has no flag
+    for (a tune's server settings, the label) are left out."""
+    import shlex
+
+    parser = Parser(prog=prog)
+    engine.add_arguments(parser)
+    positional, flags, done = [], [], set()
+    for action in parser._actions:  # argparse keeps no public list of a parser's arguments
+        name = getattr(action, "setting_name", "")
+        if not name or name in done:
+            continue
+        done.add(name)
+        declared = setting(name)
+        value = config.value(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and declared.typed_scale != 1:
+            value = value / declared.typed_scale
+        if not action.option_strings:
+            positional.append(str(value))
+            continue
+        flag = next(option for option in action.option_strings if option.startswith("--"))
+        default = declared.default if action.default is argparse.SUPPRESS else action.default
+        if getattr(action, "negated", False):
+            flags += [flag] if value is False else []
+        elif declared.kind is bool:
+            flags += [flag] if value and not default else []
+        elif value != default:
+            flags += [flag, "" if value is None else _flag_text(value)]
+    if tuple(config.percentiles) != tuple(DEFAULT_PERCENTILES):
+        flags += ["--percentiles", ",".join(f"{p:g}" for p in config.percentiles)]
+    return shlex.join([*prog.split(), *positional, *flags])
+
+
+def _flag_text(value: typing.Any) -> str:
+    """A value as its flag takes it: a whole float without its ".0" where the flag reads whole numbers too."""
+    return f"{value:g}" if isinstance(value, float) and value.is_integer() else str(value)
 
 
 def add_report_flag(group, when: str, **options) -> None:

@@ -36,7 +36,7 @@ from ..measure.stats import MIN_INTERVAL_RUNS
 from ..states import RunState
 from ..sweep import find_max
 from ..sweep.plan import SWEEPABLE, SweepPlan, capacity_search, describe_point, plan_for
-from ..sweep.precision import Precision, describe_target
+from ..sweep.precision import describe_target
 from ..sweep.report import sweep_report
 from ..sweep.results import CACHE_START, mean_with_interval, point_statistics, precision_summary, sweep_runs
 from ..sweep.store import CREDENTIAL_SETTINGS
@@ -54,11 +54,12 @@ from .common import (
     add_flags,
     add_report_flag,
     add_results_flag,
+    add_server_flags,
     append_csv_row,
     check_report_path,
     check_writable,
-    given_settings,
     open_history,
+    precision_of,
     progress_line,
     sweep_outcome,
     wait_with_progress,
@@ -190,25 +191,6 @@ def sweep_setting_values(args: argparse.Namespace) -> dict[str, object]:
     return {flag.name: getattr(args, flag.destination) for flag in flags if hasattr(args, flag.destination)}
 
 
-def add_server_flags(group) -> None:
-    group.add_argument(
-        "--server-cmd",
-        metavar="TEMPLATE",
-        default="",
-        help="start this server for every run and stop it after: {port} is a free port (the base URL "
-        "follows it), every other {name} a server setting from --sweep name=V1,V2 or "
-        "--server-setting name=VALUE; its output goes to runs/<id>/server.log",
-    )
-    group.add_argument(
-        "--server-setting",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a fixed value of a field of --server-cmd",
-    )
-    add_flags(group, (Flag("server_start_timeout_s", metavar="S"),))
-
-
 def add_find_max_flags(group) -> None:
     group.add_argument(
         "--find-max",
@@ -265,17 +247,6 @@ def build_plan(args: argparse.Namespace, engine: EngineCommand) -> SweepPlan:
         search,
         precision,
     )
-
-
-def precision_of(args: argparse.Namespace) -> Precision | None:
-    """The target --target-moe sets (None without one); ConfigError for its other flags given without it."""
-    if args.target_moe is None:
-        alone = sorted(given_settings(args) & {"max_repeats", "target_moe_metric"})
-        if alone:
-            flags = " and ".join(setting(name).cli_flag for name in alone)
-            raise ConfigError(f"{flags} appl{'y' if len(alone) > 1 else 'ies'} only with --target-moe P.")
-        return None
-    return Precision(args.target_moe, args.target_moe_metric, args.max_repeats)
 
 
 def add_cluster_flags(group, default=None) -> None:

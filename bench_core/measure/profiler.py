@@ -453,6 +453,14 @@ def rebuilt_profiler(config: RunConfig, sessions: list[Session], t_start: float,
     return profiler
 
 
+def served_latencies(sessions: Sequence[Session]) -> dict[str, np.ndarray]:
+    """The TTFT, TPOT and E2E latencies (seconds, by their RequestMetrics names) of those of these ended requests that
+    were served: what a bound on a latency's statistic can be judged on before the run ends."""
+    per_request = metrics.request_metrics(*_gather_ticks(sessions))
+    served = np.array([s.status == Session.SUCCESS for s in sessions], dtype=bool)
+    return {name: np.asarray(getattr(per_request, name))[served] for name in ("ttft_s", "tpot_s", "e2e_s")}
+
+
 def certainly_outside_slo(sessions: Sequence[Session], slo: SLO) -> int:
     """How many of these ended requests miss the SLO whatever happens next: failed, or served outside a threshold
     (cancelled ones, and the requests the run's end may still count as short, are not counted)."""

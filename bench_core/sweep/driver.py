@@ -15,12 +15,15 @@ it once the run has ended, whatever ended it: a server that exits or never answe
 with the end of its log. A find-max plan (FindMaxRun) searches each point for the highest load meeting the SLO
 (sweep.find_max), noting each probe in the sweep's journal, which a resume replays. A plan with a target
 (PreciseSweepRun) repeats each point until its margin of error is within it or the cap stops it (sweep.precision),
-deciding from the history after each run, as a resume does.
+deciding from the history after each run, as a resume does. A tune (TuneRun) asks optuna for each trial's point
+(sweep.tune), runs it, and tells it the trial's means and how far they are from its bounds; its journal of trials is
+what a resume replays.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import math
 import shutil
 import threading
@@ -28,22 +31,25 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from ..engines import engine_settings_key
 from ..errors import BenchError, ConfigError
-from ..measure.catalog import with_derived
-from ..measure.profiler import Session, certainly_outside_slo
+from ..measure.catalog import find_column, with_derived
+from ..measure.profiler import Session, certainly_outside_slo, served_latencies
 from ..run.observer import JobObserver
 from ..run.runner import Run, Runner
 from ..states import RunState
 from ..store.history import History, new_run_id
-from . import find_max
+from . import find_max, tune
 from .plan import PlannedRun, SweepPlan, describe_point, server_settings_of
+from .precision import judge
 from .server import EXIT_GRACE_S, SERVER_LOG, ServerFailed, ServerProcess, command_line, free_port, leftover_servers
 from .store import (
     PointRepeats,
     append_probe,
+    append_trial,
     load_plan,
     most_runs,
     point_repeats,
@@ -52,6 +58,7 @@ from .store import (
     remaining,
     save_plan,
     server_records,
+    trials_of,
     with_credentials,
 )
 
@@ -558,6 +565,136 @@ class TargetWatch(JobObserver):
             run.cancel()
 
 
+class TuneRun(SweepRun):
+    """A tune: trial after trial, the point optuna's TPE proposes (the study rebuilt from the journal's trials first,
+    on a resume), run `repeats` times, or until the plan's target (sweep.precision); a trial whose run already
+    breaks a bound for sure stops there (BoundWatch). Progress counts trials, up to the budget or the space's size.
+    A point proposed again is told its measured values without running."""
+
+    def __init__(self, plan: SweepPlan, runner: Runner, todo: list[PlannedRun]):
+        self._history = _history_of(runner)
+        assert plan.tune is not None, "only a tune's plan is tuned"
+        self.tune = plan.tune
+        self.trials = tune.trials_with_values(trials_of(self._history, plan.sweep_id), self._history.load(), plan.tune)
+        self.budget = min(plan.tune.trials, tune.space_size(plan.axes))
+        self.trials_before = len(self.trials)
+        self._interrupted = False
+        self.stop_reason = ""  # why the tune ended short of its budget, "" where it did not
+        super().__init__(plan, runner, [])
+        self.finished_before = 0
+
+    @property
+    def total(self) -> int:
+        return self.budget
+
+    def progress(self) -> SweepProgress:
+        """Trials count as runs; a trial stopped early is one that ended, not a cancel."""
+        with self._lock:
+            ended = len(self.trials)
+            errors = tuple(self._errors)
+            label, run_id = self._now(self._current)
+        if self.active:
+            state = RunState.RUNNING
+        elif self._cancel.is_set() or self._interrupted:
+            state = RunState.CANCELLED
+        else:
+            state = RunState.FAILED if errors else RunState.FINISHED
+        failed = sum(1 for trial in self.trials if math.isnan(trial.objective(self.tune)))
+        return SweepProgress(state, self.budget, ended - failed, failed, 0, label, run_id, errors)
+
+    def _run_all(self) -> None:
+        study = tune.new_study(self.tune)
+        tune.replay(study, self.plan.axes, self.tune, self.trials)
+        space = tune.distributions(self.plan.axes)
+        proposed_again = 0
+        while len(self.trials) < self.budget:
+            asked = study.ask(space)
+            point = {axis.name: asked.params[axis.name] for axis in self.plan.axes}
+            known = next((trial for trial in self.trials if trial.point == point), None)
+            if known is not None:
+                tune.record_trial(study, asked, self.tune, known)
+                proposed_again += 1
+                if proposed_again >= tune.MOST_REPEATED_PROPOSALS:
+                    self.stop_reason = (
+                        f"the search proposed only points it had measured, {proposed_again} times in a row: it has "
+                        "nothing new to try"
+                    )
+                    return
+                continue
+            proposed_again = 0
+            measured = self._trial(len(self.trials), point)
+            if measured is None:
+                self._interrupted = True
+                return
+            with self._lock:
+                self.trials.append(measured)
+            tune.record_trial(study, asked, self.tune, measured)
+
+    def _trial(self, number: int, point: dict) -> tune.Trial | None:
+        """Run one trial: its runs until its repeats (or target) are done, a run fails or a bound breaks for sure;
+        journal it and return it with its values; None when cancelled."""
+        run_ids: list[str] = []
+        stopped = ""
+        repeat = 0
+        while True:
+            planned = PlannedRun(point, repeat, self.plan.config_at(point, repeat))
+            if engine_key_of(planned) in self._failed_engines:
+                stopped = "its engine settings failed to start in an earlier trial"
+                break
+            watch = BoundWatch(self.tune.bounds)
+            try:
+                run = self._run(planned, (watch,))
+            except BenchError as exc:  # the runner refused the point's settings
+                self._note_failure(str(exc), None)
+                break
+            if run is None or (run.state == RunState.CANCELLED and not watch.stopped):
+                return None
+            run_ids.append(run.run_id)
+            if watch.stopped:
+                stopped = watch.stopped
+                break
+            repeat += 1
+            if run.state != RunState.FINISHED or not self._more_repeats(run_ids, repeat):
+                break
+        record = {"number": number, "point": json.dumps(point), "runs": " ".join(run_ids), "stopped_early": stopped}
+        append_trial(self._history, self.sweep_id, record)
+        return tune.trials_with_values(pd.DataFrame([record]), self._history.load(), self.tune)[0]
+
+    def _more_repeats(self, run_ids: list[str], repeats: int) -> bool:
+        """Whether the trial runs again: short of the plan's repeats, or, with a target, short of it and of the cap."""
+        precision = self.plan.precision
+        if precision is None:
+            return repeats < self.plan.repeats
+        rows = with_derived(self._history.load())
+        mine = rows[rows["run_id"].astype(str).isin(run_ids) & (rows["status"].astype(str) == RunState.FINISHED)]
+        values = pd.to_numeric(mine[precision.metric], errors="coerce") if precision.metric in mine else []
+        return not judge(list(values), len(mine), precision, self.plan.repeats).settled
+
+
+class BoundWatch(JobObserver):
+    """Stops a tune's run once one of its bounds is broken whatever its remaining requests do (tune.broken_for_sure,
+    over the latencies of the requests served so far); `stopped` says which."""
+
+    def __init__(self, bounds: tuple[tune.Bound, ...]):
+        self.bounds = bounds
+        self.stopped = ""
+        self._seen: dict[str, list[float]] = {column: [] for column in tune.EARLY_METRICS.values()}
+
+    def on_requests(self, run, finished) -> None:
+        if self.stopped or not self.bounds or run.cancel_event.is_set():
+            return
+        for column, values in served_latencies(list(finished.values())).items():
+            self._seen[column].extend(values.tolist())
+        total = len(run.measurement.sample.requests)
+        for bound in self.bounds:
+            found = find_column(bound.metric)
+            column = tune.EARLY_METRICS.get(found[0].key) if found else None
+            if column and tune.broken_for_sure(bound, np.asarray(self._seen[column]), total):
+                self.stopped = f"{bound} broken for sure after {len(self._seen[column])} of {total} requests"
+                run.cancel()
+                return
+
+
 def engine_key_of(planned: PlannedRun) -> tuple:
     """The engine settings a planned run loads: runs with equal keys share one engine load."""
     return engine_settings_key(planned.config.engine, planned.config.load)
@@ -572,7 +709,7 @@ def start_sweep(runner: Runner, plan: SweepPlan, launch: Launch = SweepRun) -> S
     """Check every point (one ConfigError naming each impossible one), save the plan, start the runs."""
     history = _history_of(runner)
     launch = _launch_for(plan, launch)
-    plan.check(runs_here=launch in (SweepRun, FindMaxRun, PreciseSweepRun))
+    plan.check(runs_here=launch in (SweepRun, FindMaxRun, PreciseSweepRun, TuneRun))
     save_plan(history, plan)
     return launch(plan, runner, remaining(plan, history.load()))
 
@@ -585,15 +722,17 @@ def resume_sweep(
     history = _history_of(runner)
     plan = with_credentials(load_plan(history, sweep_id), credentials or {})
     launch = _launch_for(plan, launch)
-    plan.check(runs_here=launch in (SweepRun, FindMaxRun, PreciseSweepRun))
+    plan.check(runs_here=launch in (SweepRun, FindMaxRun, PreciseSweepRun, TuneRun))
     return launch(plan, runner, remaining(plan, history.load()))
 
 
 def _launch_for(plan: SweepPlan, launch: Launch) -> Launch:
     """FindMaxRun for a find-max plan, PreciseSweepRun for one with a target; a server command, a search or a target
     runs here only (it starts its servers here; it decides each run from the last)."""
-    if (plan.find_max or plan.server_cmd or plan.precision) and launch is not SweepRun:
+    if (plan.find_max or plan.server_cmd or plan.precision or plan.tune) and launch is not SweepRun:
         raise ConfigError("A sweep with --server-cmd, --find-max or --target-moe runs here: drop --ray-address.")
+    if plan.tune:
+        return TuneRun
     if plan.find_max:
         return FindMaxRun
     return PreciseSweepRun if plan.precision else launch

@@ -49,6 +49,7 @@ from .server import (
     remember_command_secrets,
     template_fields,
 )
+from .tune import Tune, check_space
 
 MAX_AXES = 2
 STARTED_SERVER_URL = "http://127.0.0.1"  # a server the sweep starts listens here, at the port its run is given
@@ -113,7 +114,8 @@ class SweepPlan:
     for the highest load that meets the SLO instead of running once per listed value (sweep.find_max); with
     `precision` each point runs `repeats` times (at least the fewest that give an interval), then more until its
     margin of error is within the target or the cap stops it (sweep.precision; the driver adds the runs beyond
-    `points()`).
+    `points()`); with `tune`, its axes are a tune's search space, of any number of settings, whose points a search
+    picks (sweep.tune) rather than running every one.
 
     Construction checks the shape only; `check()` validates every point's settings before any run.
     """
@@ -126,6 +128,7 @@ class SweepPlan:
     server_start_timeout_s: float = DEFAULT_START_TIMEOUT_S
     find_max: FindMax | None = None
     precision: Precision | None = None
+    tune: Tune | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "axes", tuple(self.axes))
@@ -135,7 +138,11 @@ class SweepPlan:
         twice = sorted({name for name in names if names.count(name) > 1})
         if twice:
             raise ConfigError(f"A sweep varies {twice[0]} twice; give each setting once with all its values.")
-        if not (0 if self.find_max else 1) <= len(names) <= MAX_AXES:
+        if self.tune is not None:
+            check_space(names)
+            if self.find_max:
+                raise ConfigError("A tune picks its points itself: drop --find-max.")
+        elif not (0 if self.find_max else 1) <= len(names) <= MAX_AXES:
             raise ConfigError(f"A sweep varies one setting or two (a grid); got {len(names)}.")
         check_values(repeats=self.repeats, server_start_timeout_s=self.server_start_timeout_s)
         if self.find_max and (self.repeats != 1 or self.precision):
@@ -336,6 +343,7 @@ class SweepPlan:
             ),
             **({"find_max": self.find_max.to_dict()} if self.find_max else {}),
             **({"precision": self.precision.to_dict()} if self.precision else {}),
+            **({"tune": self.tune.to_dict()} if self.tune else {}),
         }
 
     @classmethod
@@ -343,6 +351,7 @@ class SweepPlan:
         axes = tuple(SweepAxis(axis["name"], tuple(axis["values"]), bool(axis.get("server"))) for axis in data["axes"])
         find_max = FindMax.from_dict(data["find_max"]) if data.get("find_max") else None
         precision = Precision.from_dict(data["precision"]) if data.get("precision") else None
+        tune = Tune.from_dict(data["tune"]) if data.get("tune") else None
         base = RunConfig.from_flat_dict(data["base"])
         if data.get("server_cmd") and not data["base"].get("model"):
             base.engine.model = ""  # each run asks its server (an empty cell would read back as the default model)
@@ -355,6 +364,7 @@ class SweepPlan:
             float(data.get("server_start_timeout_s", DEFAULT_START_TIMEOUT_S)),
             find_max,
             precision,
+            tune,
         )
 
 
@@ -367,16 +377,17 @@ def plan_for(
     server_start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
     search: FindMax | None = None,
     precision: Precision | None = None,
+    tune: Tune | None = None,
 ) -> SweepPlan:
     """The sweep that `sweep restful|pipeline` and the Sweep page describe: its axes as NAME=V1,V2 texts (a field of
     `server_cmd` is a server setting), the server command's fixed settings as NAME=VALUE texts, over `base`, its
     repeats fixed or up to a target (`precision`); ConfigError for a server or search setting that cannot work. Built
-    the same way from flags and from widgets."""
+    the same way from flags and from widgets. With `tune`, the axes are its search space (`tune ... --space`)."""
     fields = tuple(template_fields(server_cmd)) if server_cmd else ()
     if server_settings and not server_cmd:
         raise ConfigError("--server-setting fills a field of --server-cmd: give --server-cmd too.")
     axes = tuple(parse_sweep_arg(text, fields) for text in sweeps)
-    if search is None and not axes:
+    if search is None and tune is None and not axes:
         raise ConfigError("Give --sweep NAME=V1,V2 (or, for a server, --find-max).")
     base = copy.deepcopy(base)
     fixed = dict(parse_server_setting(text) for text in server_settings)
@@ -384,7 +395,17 @@ def plan_for(
         base.engine.server_settings = json.dumps(fixed)
     if server_cmd:
         base.engine.base_url = STARTED_SERVER_URL  # each run's port is chosen when its server starts (sweep.driver)
-    return SweepPlan(new_sweep_id(), base, axes, repeats, server_cmd, server_start_timeout_s, search, precision)
+    return SweepPlan(
+        new_sweep_id("tune" if tune else "sweep"),
+        base,
+        axes,
+        repeats,
+        server_cmd,
+        server_start_timeout_s,
+        search,
+        precision,
+        tune,
+    )
 
 
 def change_sweep(config: RunConfig, name: str, value: Any, precision: Precision) -> SweepPlan:
@@ -442,9 +463,9 @@ def parse_server_setting(text: str) -> tuple[str, int | float | str]:
     return name.strip(), parse_server_value(value)
 
 
-def new_sweep_id() -> str:
-    """Sortable by start time and readable, e.g. sweep-20261130-081530-ab12."""
-    return f"sweep-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+def new_sweep_id(kind: str = "sweep") -> str:
+    """Sortable by start time and readable, e.g. sweep-20261130-081530-ab12 (a tune's: tune-...)."""
+    return f"{kind}-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
 def parse_sweep_arg(text: str, server_fields: tuple[str, ...] = ()) -> SweepAxis:

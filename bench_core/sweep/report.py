@@ -1,6 +1,6 @@
 """A sweep's results as the Sweep page draws them, and as one self-contained HTML file (views.report): the metric
 against the swept settings inside its confidence band, the Pareto views, goodput against load, the per-point table,
-or for a find-max search each point's probes. The page picks one view at a time; the report holds every view at
+or for a find-max search each point's probes, or for a tune its best point, deployment, Pareto front and trials. The page picks one view at a time; the report holds every view at
 the page's first choices.
 """
 
@@ -26,7 +26,8 @@ from . import results as sweep_results
 from .estimate import describe_seconds
 from .plan import SweepPlan, describe_point
 from .precision import describe_target
-from .store import point_text, probes_of
+from .store import point_text, probes_of, trials_of
+from .tune import describe_best, trial_table
 
 LOAD_SETTINGS = ("concurrency", "request_rate")
 # (title, x, y) of the throughput-against-latency views; both columns have a better direction.
@@ -175,6 +176,8 @@ def sweep_sections(
             report.Section(point.heading, (point.figure, report.Table("Probes", point.probes)))
             for point in probed_points(history, plan)
         ], []
+    if plan.tune:
+        return tune_sections(history, plan, runs), []
     if runs.empty:
         return [report.Section("Results", (report.Note("No run of this sweep has finished yet."),))], []
     statistics = sweep_results.point_statistics(runs, plan)
@@ -210,6 +213,42 @@ def sweep_sections(
         report.Section(f"Results of {len(runs)} finished runs: {RESULTS_HEADING}", charts),
         report.Section("Per point", (*precision, table)),
     ], caveats
+
+
+def tune_sections(history: History, plan: SweepPlan, runs: pd.DataFrame) -> list[report.Section]:
+    """A tune's report: the best point with its interval and how to deploy it, how much of the space it tried, the
+    Pareto front of the objective against the tightest bound, every trial, and each point's statistics."""
+    assert plan.tune is not None
+    outcome = sweep_results.tune_result(plan, trials_of(history, plan.sweep_id), history.load())
+    tune = plan.tune
+    best = (
+        [report.Note(f"Best: {describe_best(outcome.best, tune, describe_point(outcome.best.point))}")]
+        + [report.Note(f"{what}: {text}") for what, text in outcome.deploy]
+        if outcome.best is not None
+        else [report.Note("No trial kept every bound: no best point.", caveat=True)]
+    )
+    tried = report.Note(f"Tried {outcome.tried} of the space's {outcome.space} points; {tune.describe()}.")
+    trials = trial_table(outcome.trials, tune)
+    charts: list[report.Block] = []
+    if outcome.tightest and outcome.tightest != tune.objective and not trials.empty:
+        charts.append(
+            noted(
+                sweep_charts.pareto_chart(trials.rename(columns={"runs": "n"}), outcome.tightest, tune.objective), plan
+            )
+        )
+    sections = [
+        report.Section("Best point", (*best, tried)),
+        report.Section("Trials", (*charts, report.Table("Every trial, in the order it ran", trials))),
+    ]
+    if not runs.empty:
+        statistics = sweep_results.point_statistics(runs, plan)
+        sections.append(
+            report.Section(
+                "Per point",
+                (report.Table(f"Per point: {POINT_TABLE_COLUMNS}", sweep_results.statistics_for_display(statistics)),),
+            )
+        )
+    return sections
 
 
 def sweep_report(
@@ -257,7 +296,10 @@ def sweep_report(
             _distinct(recorded, [name for name in recorded.columns if name.startswith(ENVIRONMENT_PREFIX)])
         )
     return report.build_report(
-        report.Report("Sweep", [plan.sweep_id], caveats, sections, settings, environment, summary), created
+        report.Report(
+            "Tune" if plan.tune else "Sweep", [plan.sweep_id], caveats, sections, settings, environment, summary
+        ),
+        created,
     )
 
 

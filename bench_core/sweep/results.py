@@ -1,6 +1,7 @@
 """A sweep's results from the history: its finished runs, each point's statistics over its repeats
 (n, mean, std, range and 95% confidence interval per metric, the interval cut at the metric's physical
-bounds and left out below `MIN_INTERVAL_RUNS` runs), and whether two points really differ.
+bounds and left out below `MIN_INTERVAL_RUNS` runs), and whether two points really differ; a tune's outcome
+(`tune_result`).
 
 Pure pandas on history rows (`History.load()`), with the plan for the swept settings; no I/O, no
 streamlit. Only finished runs count: a cancelled or failed run measured too little to average.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -30,9 +32,10 @@ from ..measure.stats import (
     group_values,
 )
 from ..views.tables import describe_column
-from .plan import SweepPlan, describe_point
+from .plan import SweepPlan, describe_point, server_settings_of
 from .precision import CAPPED, REACHED, SHORT, describe_margin, describe_target
 from .store import finished_runs, point_repeats
+from .tune import Trial, Tune, best_trial, deploy_commands, front, space_size, tightest_bound, trials_with_values
 
 POINT = "point"
 METRIC = "metric"
@@ -249,3 +252,44 @@ def _plan_value(values: tuple[Any, ...], cell: Any) -> Any:
         if (value is None and missing) or (value is not None and not missing and value == cell):
             return value
     return cell
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """What a tune found: its trials (with their values), the best feasible one (None: none kept every bound), the
+    Pareto front of the objective against the tightest bound's metric, how much of the space it tried, and how to
+    deploy the best point (tune.deploy_commands; the CLI adds our own command that reproduces it)."""
+
+    tune: Tune
+    trials: list[Trial]
+    best: Trial | None
+    front: pd.DataFrame
+    tightest: str  # the tightest bound's metric, "" without bounds
+    space: int
+    deploy: list[tuple[str, str]]
+    best_config: Any = None  # the best point's RunConfig
+
+    @property
+    def tried(self) -> int:
+        return len({describe_point(trial.point) for trial in self.trials})
+
+
+def tune_result(plan: SweepPlan, journal: pd.DataFrame, history_runs: pd.DataFrame) -> TuneResult:
+    """A tune's outcome from its journal (store.trials_of) and the history's rows (`History.load()`)."""
+    assert plan.tune is not None, "only a tune has a tune's outcome"
+    tune = plan.tune
+    trials = trials_with_values(journal, history_runs, tune)
+    best = best_trial(trials, tune)
+    config = plan.config_at(best.point) if best is not None else None
+    deploy = deploy_commands(config, plan.server_cmd, server_settings_of(config)) if config is not None else []
+    tightest = tightest_bound(trials, tune)
+    return TuneResult(
+        tune,
+        trials,
+        best,
+        front(trials, tune),
+        tightest.metric if tightest else "",
+        space_size(plan.axes),
+        deploy,
+        config,
+    )

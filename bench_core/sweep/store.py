@@ -7,7 +7,7 @@ ties back to its sweep (the runner writes both columns): `sweep_id`, and `sweep_
 repeat index. The point itself needs no column of its own: the history keeps every flat config key, so
 the swept settings are the row's own columns. From these, `remaining` gives the runs a resume still has
 to do, in this process or after a restart, `point_repeats` where each point of a sweep with a target stands (how
-many more runs it is due), and `past_sweeps` lists every saved sweep with its progress.
+many more runs it is due), a tune's trials (`trials_of`, its journal beside its plan), and `past_sweeps` lists every saved sweep with its progress.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from ..states import RunState
 from ..store.history import History
 from .plan import PlannedRun, SweepPlan, parse_server_settings
 from .precision import PointPrecision, judge
+from .tune import TRIAL_COLUMNS
 
 SWEEP_ID = "sweep_id"
 SWEEP_REPEAT = "sweep_repeat"
@@ -115,6 +116,28 @@ def append_probe(history: History, sweep_id: str, probe: Mapping[str, Any]) -> N
         raise HistoryError(
             f"Cannot note the probe in {probe_journal_path(history, sweep_id)}: {exc.strerror or exc}."
         ) from exc
+
+
+def trial_journal_path(history: History, sweep_id: str) -> Path:
+    return plan_path(history, sweep_id).with_suffix(".trials.csv")
+
+
+def append_trial(history: History, sweep_id: str, trial: Mapping[str, Any]) -> None:
+    """Note a tune's ended trial (tune.TRIAL_COLUMNS): a resume replays it rather than running it again."""
+    try:
+        csvstore.append_row(trial_journal_path(history, sweep_id), {column: trial[column] for column in TRIAL_COLUMNS})
+    except OSError as exc:
+        raise HistoryError(
+            f"Cannot note the trial in {trial_journal_path(history, sweep_id)}: {exc.strerror or exc}."
+        ) from exc
+
+
+def trials_of(history: History, sweep_id: str) -> pd.DataFrame:
+    """A tune's trials in the order they ended, as tune.trials_with_values reads them."""
+    _, rows = csvstore.read_table(trial_journal_path(history, sweep_id))
+    frame = pd.DataFrame(rows, columns=list(TRIAL_COLUMNS))
+    frame["number"] = pd.to_numeric(frame["number"], errors="coerce")
+    return frame.dropna(subset=["number"]).fillna({"stopped_early": "", "runs": ""}).reset_index(drop=True)
 
 
 def point_text(point: Mapping[str, Any]) -> str:
@@ -202,6 +225,8 @@ def sweep_counts(history: History, plan: SweepPlan, history_runs: pd.DataFrame) 
     if plan.find_max:
         ended = len(probes_of(history, plan.sweep_id))
         return ended, ended
+    if plan.tune:
+        return len(trials_of(history, plan.sweep_id)), plan.tune.trials
     if plan.precision:
         points = point_repeats(plan, history_runs)
         return sum(point.standing.runs for point in points), most_runs(plan, points)
