@@ -91,7 +91,10 @@ class TuneCommand(Command):
         )
         for name, engine in self.engine_commands.items():
             command = engines.add_parser(
-                name, formatter_class=HelpFormatter, help=engine.sweep_help, epilog=self.epilog
+                name,
+                formatter_class=HelpFormatter,
+                help=f"tune {name} runs: its flags give the settings every trial starts from",
+                epilog=self.epilog,
             )
             engine.add_arguments(command)
             add_tune_flags(command.add_argument_group("tune"))
@@ -133,6 +136,7 @@ class TuneCommand(Command):
                 args.tune_seed,
                 args.min_exact_match,
                 args.min_accuracy,
+                args.search,
             )
             precision = precision_of(args)
             base = engine.build_config(args)
@@ -209,6 +213,12 @@ def add_tune_flags(group) -> None:
         default=None,
         metavar="FRACTION",
         help="the quality guard's floor: quality_accuracy>=FRACTION (runs need --quality-set)",
+    )
+    group.add_argument(
+        "--search",
+        choices=tuning.SEARCHES,
+        default=tuning.SEARCHES[0],
+        help="how trials pick their points: Optuna's TPE, or at random (a baseline for TPE)",
     )
     group.add_argument("--trials", type=int, default=tuning.DEFAULT_TRIALS, metavar="N", help="points to try, at most")
     group.add_argument(

@@ -104,12 +104,12 @@ def noted(fig: go.Figure, plan: SweepPlan) -> go.Figure:
 
 
 def metric_figures(statistics: pd.DataFrame, plan: SweepPlan, metric: str) -> list[go.Figure]:
-    """`metric` against the first swept setting in its band, one line per value of the second; with a grid, the
+    """`metric` against the first swept setting in its band, one line per value of the second; with a grid of two, the
     heatmap over both too."""
     axes = [axis.name for axis in plan.axes]
     points = sweep_results.metric_points(statistics, metric)
     band = sweep_charts.metric_vs_knob_band(points, axes[0], metric, axes[1] if len(axes) > 1 else None)
-    if len(axes) < 2:
+    if len(axes) != 2:  # a tune's space may have more: a heatmap holds two
         return [noted(band, plan)]
     return [noted(band, plan), noted(sweep_charts.knob_heatmap(points, axes[0], axes[1], metric), plan)]
 

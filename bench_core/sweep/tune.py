@@ -31,12 +31,14 @@ import pandas as pd
 
 from ..config import SWEEPABLE, RunConfig
 from ..errors import ConfigError
-from ..measure.catalog import METRICS, column_direction, column_label, find_column, with_derived
+from ..measure.catalog import SWEPT_COLUMNS, column_direction, column_label, find_column, with_derived
 from ..measure.stats import CONFIDENCE, describe, pareto_front
 
 DEFAULT_TRIALS = 10
 DEFAULT_SEED = 0
 DEFAULT_OBJECTIVE = "output_throughput"
+# How the points are picked: TPE, or at random (a same-size random sample of the space: the baseline TPE must beat).
+SEARCHES = ("tpe", "random")
 # TPE samples at random for its first trials, then from its model of the good and the bad ones: a quarter of a
 # small budget (at least 2 trials) leaves it most of the budget to use what it learnt.
 LEAST_STARTUP_TRIALS = 2
@@ -80,19 +82,22 @@ class Bound:
 @dataclass(frozen=True)
 class Tune:
     """What a tune looks for: `objective` (a history column) at its best (`maximize`) within `bounds`, in at most
-    `trials` points, TPE seeded with `seed`."""
+    `trials` points picked by `search` (SEARCHES) seeded with `seed`."""
 
     objective: str = DEFAULT_OBJECTIVE
     maximize: bool = True
     bounds: tuple[Bound, ...] = ()
     trials: int = DEFAULT_TRIALS
     seed: int = DEFAULT_SEED
+    search: str = SEARCHES[0]
 
     def __post_init__(self):
         object.__setattr__(self, "bounds", tuple(self.bounds))
         catalog_column(self.objective, "--objective")
         if self.trials < 1:
             raise ConfigError(f"--trials must be at least 1; got {self.trials}.")
+        if self.search not in SEARCHES:
+            raise ConfigError(f"--search takes {' or '.join(SEARCHES)}; got '{self.search}'.")
 
     def constraints(self, values: Mapping[str, float]) -> list[float]:
         """Each bound's constraint value (Bound.excess) for a trial's metric `values`."""
@@ -115,6 +120,7 @@ class Tune:
             "bounds": [bound.to_dict() for bound in self.bounds],
             "trials": self.trials,
             "seed": self.seed,
+            "search": self.search,
         }
 
     @classmethod
@@ -125,6 +131,7 @@ class Tune:
             tuple(Bound.from_dict(bound) for bound in data["bounds"]),
             int(data["trials"]),
             int(data["seed"]),
+            str(data.get("search", SEARCHES[0])),
         )
 
 
@@ -132,9 +139,9 @@ def catalog_column(name: str, flag: str) -> tuple[Any, str]:
     """The catalog metric and statistic of the history column `name`; ConfigError naming a few that exist."""
     found = find_column(name)
     if found is None:
-        known = ", ".join(metric.column(metric.statistics[0]) for metric in list(METRICS.values())[:8])
         raise ConfigError(
-            f"{flag}: '{name}' is not a catalog metric's column (e.g. {known}, p99_ttft_ms, drift_exact_match_rate)."
+            f"{flag}: '{name}' is not a catalog metric's column (e.g. {', '.join(SWEPT_COLUMNS[:9])}, failed, "
+            "drift_exact_match_rate, quality_accuracy)."
         )
     return found
 
@@ -153,6 +160,7 @@ def tune_for(
     seed: int = DEFAULT_SEED,
     min_exact_match: float | None = None,
     min_accuracy: float | None = None,
+    search: str = SEARCHES[0],
 ) -> Tune:
     """The tune the CLI's flags describe: `direction` "max" or "min", by default the objective's better one; each
     bound as METRIC<=LIMIT or METRIC>=LIMIT; the quality floors as bounds on the quality guard's metrics."""
@@ -170,7 +178,7 @@ def tune_for(
     twice = sorted({str(bound) for bound in parsed if parsed.count(bound) > 1})
     if twice:
         raise ConfigError(f"--slo {twice[0]} is given twice.")
-    return Tune(objective, maximize, tuple(parsed), trials, seed)
+    return Tune(objective, maximize, tuple(parsed), trials, seed, search)
 
 
 def parse_bound(text: str) -> Bound:
@@ -408,13 +416,18 @@ def api_server_line(model: str, backend: str, fields: Mapping[str, Any]) -> str:
     return shlex.join(words)
 
 
-def new_study(tune: Tune, startup_trials: int | None = None):
-    """An optuna study with TPE seeded by the tune; record_trial sets each trial's constraints, which TPE reads."""
+def new_study(tune: Tune):
+    """An optuna study with the tune's sampler, seeded: TPE, which reads the constraints record_trial sets on each
+    trial, or the random one."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own lines say what each trial did
-    startup = startup_trials if startup_trials is not None else max(LEAST_STARTUP_TRIALS, tune.trials // 4)
-    sampler = optuna.samplers.TPESampler(seed=tune.seed, n_startup_trials=startup)
+    startup = max(LEAST_STARTUP_TRIALS, tune.trials // 4)
+    sampler = (
+        optuna.samplers.RandomSampler(seed=tune.seed)
+        if tune.search == "random"
+        else optuna.samplers.TPESampler(seed=tune.seed, n_startup_trials=startup)
+    )
     return optuna.create_study(direction="maximize" if tune.maximize else "minimize", sampler=sampler)
 
 
