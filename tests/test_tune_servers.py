@@ -86,7 +86,8 @@ def test_the_tune_finds_the_known_best_point_within_its_budget_and_rejects_the_p
     for line in table.splitlines()[2:]:
         batch, delay, within = line.split()[1], line.split()[2], "yes" in line.split()
         assert within == (delay == "20" and batch in ("1", "2", "4")), line  # the SLO's verdict, as designed
-    assert (work / "results" / "sweeps" / f"{tune_id}.html").read_text().count("Best: batch=4, delay=20") >= 1
+    html = (work / "results" / "sweeps" / f"{tune_id}.html").read_text()
+    assert "Best: batch=4, delay=20" in html and "run it again: python -m bench_core restful --base-url" in html
 
 
 def test_every_trial_is_a_run_of_the_tune_with_its_server_settings(tuned):
@@ -148,3 +149,15 @@ def test_the_printed_command_runs_the_best_point_again_with_its_settings(tuned):
     # The port, the label and the server's settings are the tune's own; every setting of the run itself is the same.
     assert differ <= {"base_url", "label", "server_settings"}, differ
     assert isinstance(again_config, RunConfig)
+
+
+def test_a_trial_repeats_its_point_and_the_best_is_given_with_its_interval(tmp_path):
+    args = [*TUNE_RUN[: TUNE_RUN.index("--space")], "--space", "batch=2,4", "--space", "delay=20"]
+    proc = bench(tmp_path, *args, "--trials", "2", "--repeats", "3")
+    assert proc.returncode == EXIT_OK, proc.stderr
+    tune_id = rows_of(tmp_path)["sweep_id"].iloc[0]
+    journal = trials_of(History(tmp_path / "results"), tune_id)
+    assert [len(runs.split()) for runs in journal["runs"]] == [3, 3]
+    best = proc.stdout.split("Best: ")[1].splitlines()[0]
+    assert best.startswith("batch=4, delay=20: Output throughput (tok/s) ") and "[95% CI " in best
+    assert best.endswith("over 3 runs")

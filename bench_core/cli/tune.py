@@ -269,7 +269,8 @@ def report_tune(run, runner, engine: EngineCommand, report_path: str) -> int:
             print(f"error: run {each.run_id}: {each.measurement.save_error}", file=sys.stderr)
             saved = False
     result = tune_result(plan, trials_of(history, plan.sweep_id), history.load())
-    print_result(result, plan, engine)
+    rerun = rerun_command(result, plan, engine)
+    print_result(result, plan, rerun)
     progress = run.progress()
     print(
         f"tune {plan.sweep_id}: {progress.state}, {len(result.trials)}/{run.budget} trials, in {history.csv_path}",
@@ -282,13 +283,14 @@ def report_tune(run, runner, engine: EngineCommand, report_path: str) -> int:
     if len(result.trials) < run.budget and not run.stop_reason:
         print(f"resume with: {PROG} tune --resume {plan.sweep_id} --results {history.root}", file=sys.stderr)
     path = report_path or str(plan_path(history, plan.sweep_id).with_suffix(".html"))
-    if not write_report(path, lambda: sweep_report(history, plan, history.load(), status=progress.state)):
+    if not write_report(path, lambda: sweep_report(history, plan, history.load(), status=progress.state, rerun=rerun)):
         saved = False
     return sweep_outcome(completed, progress.state, saved)
 
 
-def print_result(result: TuneResult, plan, engine: EngineCommand) -> None:
-    """The trials, the best point and its interval, the Pareto front, the space tried, the deployment commands."""
+def print_result(result: TuneResult, plan, rerun: str) -> None:
+    """The trials, the best point and its interval, the Pareto front, the space tried, the deployment commands and
+    `rerun`, ours."""
     tune = result.tune
     if result.trials:
         print(f"Trials ({tune.describe()}):")
@@ -307,10 +309,18 @@ def print_result(result: TuneResult, plan, engine: EngineCommand) -> None:
     print("Deploy it:")
     for what, text in result.deploy:
         print(f"  {what}: {text}")
+    print(f"  run it again: {rerun}")
+
+
+def rerun_command(result: TuneResult, plan, engine: EngineCommand) -> str:
+    """Our command that runs the best point again ("" without one); against the deployed server for a tune that
+    started its servers."""
+    if result.best_config is None:
+        return ""
     config = copy.deepcopy(result.best_config)
-    if plan.server_cmd:  # the reproduction asks the deployed server
+    if plan.server_cmd:
         config.engine.base_url = f"http://127.0.0.1:{LMDEPLOY_PORT}"
-    print(f"  run it again: {command_for(engine, config, f'{PROG} {engine.name}')}")
+    return command_for(engine, config, f"{PROG} {engine.name}")
 
 
 def shown(table: pd.DataFrame) -> pd.DataFrame:

@@ -167,17 +167,23 @@ def probed_points(history: History, plan: SweepPlan) -> list[ProbedPoint]:
 
 
 def sweep_sections(
-    history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO, targets: Mapping[str, float | None]
+    history: History,
+    plan: SweepPlan,
+    runs: pd.DataFrame,
+    slo: SLO,
+    targets: Mapping[str, float | None],
+    rerun: str = "",
 ) -> tuple[list[report.Section], list[str]]:
     """The report's sections and caveats for the sweep's finished `runs` (sweep_results.sweep_runs, with the goodput
-    of `slo` where one is set); a goodput chart draws the target of `targets` the user set for it, if any."""
+    of `slo` where one is set); a goodput chart draws the target of `targets` the user set for it, if any; a tune's
+    best point shows `rerun`, the command that runs it again, where given."""
     if plan.find_max:
         return [
             report.Section(point.heading, (point.figure, report.Table("Probes", point.probes)))
             for point in probed_points(history, plan)
         ], []
     if plan.tune:
-        return tune_sections(history, plan, runs), []
+        return tune_sections(history, plan, runs, rerun), []
     if runs.empty:
         return [report.Section("Results", (report.Note("No run of this sweep has finished yet."),))], []
     statistics = sweep_results.point_statistics(runs, plan)
@@ -215,15 +221,17 @@ def sweep_sections(
     ], caveats
 
 
-def tune_sections(history: History, plan: SweepPlan, runs: pd.DataFrame) -> list[report.Section]:
-    """A tune's report: the best point with its interval and how to deploy it, how much of the space it tried, the
-    Pareto front of the objective against the tightest bound, every trial, and each point's statistics."""
+def tune_sections(history: History, plan: SweepPlan, runs: pd.DataFrame, rerun: str = "") -> list[report.Section]:
+    """A tune's report: the best point with its interval and how to deploy it (and `rerun`, the command that runs it
+    again, where given), how much of the space it tried, the Pareto front of the objective against the tightest
+    bound, every trial, and each point's statistics."""
     assert plan.tune is not None
     outcome = sweep_results.tune_result(plan, trials_of(history, plan.sweep_id), history.load())
     tune = plan.tune
     best = (
         [report.Note(f"Best: {describe_best(outcome.best, tune, describe_point(outcome.best.point))}")]
         + [report.Note(f"{what}: {text}") for what, text in outcome.deploy]
+        + ([report.Note(f"run it again: {rerun}")] if rerun else [])
         if outcome.best is not None
         else [report.Note("No trial kept every bound: no best point.", caveat=True)]
     )
@@ -260,13 +268,14 @@ def sweep_report(
     created: datetime | None = None,
     slo: SLO | None = None,
     targets: Mapping[str, float | None] | None = None,
+    rerun: str = "",
 ) -> str:
     """The report of a sweep: its finished `runs` as the page shows them (sweep_results.sweep_runs of the history's
     rows `history_runs`, by default; with_slo where the page's SLO, `slo`, recomputed goodput), with the goodput
-    targets the page set (`targets`, by goodput metric; none by default)."""
+    targets the page set (`targets`, by goodput metric; none by default); a tune's with `rerun` (sweep_sections)."""
     runs = sweep_results.sweep_runs(history_runs, plan) if runs is None else runs
     used = goodput_slo(plan, slo)
-    sections, caveats = sweep_sections(history, plan, runs, used, targets or {})
+    sections, caveats = sweep_sections(history, plan, runs, used, targets or {}, rerun)
     model = plan.base.engine.model or "the model each server serves"
     summary = " · ".join(
         filter(
