@@ -561,9 +561,10 @@ class StandInPipelineForNoGPU:
         results = []
         for index, (session, config) in enumerate(zip(sessions, gen_config)):
             *_, last = self._generate(index, session, config)
-            results.append(
+            results.append(  # the whole answer, as Pipeline.infer extends the chunks into one Response
                 Response(
-                    text="",
+                    text="x" * last.generate_token_len,
+                    token_ids=list(range(1, last.generate_token_len + 1)),
                     generate_token_len=last.generate_token_len,
                     input_token_len=4,
                     finish_reason=last.finish_reason,
@@ -713,6 +714,18 @@ def test_without_stream_output_every_request_ticks_once_after_the_whole_batch_re
         assert [e.kind for e in evs] == ["admit", "tokens", "finish"]
         assert evs[1].n_tokens == REQUESTS[index].output_len
         assert evs[1].ts >= pipe.batch_returned_at
+
+
+@needs_lmdeploy
+@pytest.mark.parametrize("stream_output", [True, False])
+def test_each_finish_hands_over_the_answer_lmdeploy_gave_streamed_or_not(stream_output):
+    """What a run keeps for its drift and score (--keep-outputs): the chunks' ids and text, joined."""
+    engine, _ = _engine()
+    finishes = {e.index: e for e in _run(engine, REQUESTS, stream_output=stream_output) if e.kind == "finish"}
+    for index, request in enumerate(REQUESTS):
+        assert list(finishes[index].token_ids) == list(range(1, request.output_len + 1))
+        assert finishes[index].text == "x" * request.output_len
+        assert finishes[index].n_tokens == request.output_len
 
 
 @needs_lmdeploy

@@ -184,6 +184,16 @@ def test_without_streaming_one_output_carries_every_token(tokenizer):
         assert [e.n_tokens for e in events if e.index == index and e.kind == "tokens"] == [REQUESTS[index].output_len]
 
 
+@pytest.mark.parametrize("stream_output", [True, False])
+def test_each_finish_hands_over_the_answers_ids_streamed_or_not(tokenizer, stream_output):
+    """The ids a run keeps for its drift (--keep-outputs): every EngineOutput's new ids, in order."""
+    engine, _ = _engine(tokenizer)
+    events = _events(engine, REQUESTS[:3], stream_output=stream_output)
+    finishes = {e.index: e for e in events if e.kind == "finish"}
+    for index in range(3):
+        assert list(finishes[index].token_ids) == [100 + n for n in range(REQUESTS[index].output_len)]
+
+
 def test_a_request_past_its_cancel_point_is_closed_and_counted_cancelled(tokenizer):
     engine, built = _engine(tokenizer)
     requests = [

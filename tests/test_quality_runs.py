@@ -75,6 +75,22 @@ def test_bfloat16_drifts_from_float32(baseline):
     assert row["drift_mean_divergence"] < _mean_output_len(results, row)
 
 
+def test_the_engine_api_hands_over_its_answers_for_drift(baseline, capsys):
+    """The engine_api load pattern (the throughput command) keeps each answer from its outputs' ids, as LMDeploy's
+    engine instances hand them over, so its drift is measured, not left empty."""
+    results, baseline_id = baseline
+    greedy_flags = EMBEDDED.index("--temperature")  # the throughput command samples, as profile_throughput.py
+    same = EMBEDDED[1:greedy_flags] + EMBEDDED[greedy_flags + 2 :]
+    throughput = ["throughput", *same, "--dtype", "float32", "--drift-baseline", baseline_id]
+    assert main([*throughput, "--results", str(results)]) == 0
+    assert "handed over no answer" not in capsys.readouterr().err
+    row = _last_run(results)
+    assert row["load_pattern"] == "engine_api"
+    requests = History(results).requests(row["run_id"])
+    assert requests["output_ids"].map(len).tolist() == requests["output_len"].tolist()
+    assert 0.0 <= row["drift_token_overlap"] <= 1.0
+
+
 def test_a_baseline_that_kept_no_answers_is_refused_with_one_line(baseline, capsys):
     results, _ = baseline
     assert main([*EMBEDDED, "--results", str(results)]) == 0

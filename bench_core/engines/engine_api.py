@@ -164,6 +164,7 @@ class EngineAPIDrive:
         request, put = self.requests[index], self.events_queue.put
         put(EngineEvent(index, "admit", time.perf_counter()))
         n_tokens, ended, spec = 0, None, _SpecCount()
+        answer: list[int] = []  # its ids, handed over on the finish (the runner keeps them where the run asks)
         try:
             ids = list(request.input_ids) if request.input_ids is not None else self.api.encode(request.prompt)
             text = None if self.load.skip_detokenize else self.api.detokenizer(ids)
@@ -176,6 +177,7 @@ class EngineAPIDrive:
             try:
                 async for output in stream:
                     n_tokens += len(output.token_ids)
+                    answer.extend(output.token_ids)
                     if text is not None:
                         text(output.token_ids)
                     spec.add(output)
@@ -197,7 +199,11 @@ class EngineAPIDrive:
             ended = ("error", f"{type(exc).__name__}: {last_line(exc)}")
         reason, message = ended if ended is not None and ended[0] != DONE else ("", "")
         reason = reason or ("length" if n_tokens >= request.output_len else "stop")
-        put(EngineEvent(index, "finish", time.perf_counter(), n_tokens, reason, message, extra=spec.extra()))
+        put(
+            EngineEvent(
+                index, "finish", time.perf_counter(), n_tokens, reason, message, token_ids=answer, extra=spec.extra()
+            )
+        )
 
     # -- any thread --
 

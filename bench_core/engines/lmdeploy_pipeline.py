@@ -315,7 +315,9 @@ class _PipelineDrive:
         self.queue: queue.Queue[EngineEvent | None] = queue.Queue()
         self.threads = 0
         self.due = threading.Condition()  # guards the schedule; told when a request ends (its next turn is due)
-        self.answers: dict[int, list[str]] = {}  # the text so far of requests a later turn repeats
+        # Each request's answer so far, its ids and its text pieces: Response chunks carry what is new since the last
+        # (a batch call's one Response, all of it). A later turn repeats the text; the runner keeps both where asked.
+        self.answers: dict[int, tuple[list[int], list[str]]] = {}
         self.cached: dict[int, int] = {}
 
     # -- feeding (helper threads) --
@@ -406,21 +408,34 @@ class _PipelineDrive:
     def _emit(self, index: int, out, open_: set[int]) -> None:
         now = time.perf_counter()
         self.queue.put(EngineEvent(index, "tokens", now, n_tokens=out.generate_token_len))
-        if out.text and self.schedule.wants_answer(index):
-            self.answers.setdefault(index, []).append(out.text)
+        ids, pieces = self.answers.setdefault(index, ([], []))
+        ids.extend(out.token_ids)
+        if out.text:
+            pieces.append(out.text)
         if getattr(out, "cached_tokens", None) is not None:
             self.cached[index] = max(self.cached.get(index, 0), int(out.cached_tokens))
         if out.finish_reason is not None:
             message = out.error_message or ""
             extra = {"cached_tokens": float(self.cached[index])} if index in self.cached else None
             self._finish(
-                EngineEvent(index, "finish", now, finish_reason=out.finish_reason, message=message, extra=extra)
+                EngineEvent(
+                    index,
+                    "finish",
+                    now,
+                    out.generate_token_len,
+                    finish_reason=out.finish_reason,
+                    message=message,
+                    extra=extra,
+                )
             )
             open_.discard(index)
 
     def _finish(self, finish: EngineEvent) -> None:
         """Queue a request's finish and what it makes of the schedule (the turns it will never get to)."""
-        answer = "".join(self.answers.pop(finish.index, [])) if self.schedule.wants_answer(finish.index) else None
+        ids, pieces = self.answers.pop(finish.index, ([], []))
+        text = "".join(pieces)
+        finish.token_ids, finish.text = ids, text or None  # no text (detokenizing skipped): the runner decodes the ids
+        answer = text if self.schedule.wants_answer(finish.index) else None
         with self.due:
             events = finish_in_schedule(self.schedule, finish, answer)
             self.due.notify_all()

@@ -487,7 +487,7 @@ class Runner:
                 elif event.kind == "finish":
                     status = Session.SUCCESS if event.finish_reason in SERVED_REASONS else Session.FAIL
                     if judge is not None and status == Session.SUCCESS:
-                        # LMDeploy's engines hand over counts, not answers: nothing to keep, rather than an empty one.
+                        # An engine that counted tokens but handed over no answer: nothing to keep, not an empty one.
                         handed = bool(event.token_ids) or event.text is not None or not event.n_tokens
                         answers[event.index] = (event.token_ids, event.text) if handed else None
                     reason = event.finish_reason + (f": {redact_text(event.message)}" if event.message else "")
