@@ -170,3 +170,38 @@ def test_a_quality_set_file_with_a_bad_record_is_refused_before_the_run(tmp_path
     err = capsys.readouterr().err
     assert code == 2 and "line 1" in err and "scorer 'fuzzy'" in err and "Traceback" not in err
     assert not list(results.glob("runs/*"))
+
+
+def test_a_sweep_checks_each_point_against_the_baseline_in_its_results_folder(baseline):
+    """The sweep's runs read the baseline from the history --results names, as a single run does."""
+    results, baseline_id = baseline
+    sweep = ["sweep", *EMBEDDED, "--dtype", "float32", "--sweep", "concurrency=1,2", "--drift-baseline", baseline_id]
+    assert main([*sweep, "--results", str(results)]) == 0
+    history = History(results).load()
+    points = history[history["sweep_id"].astype(str).str.startswith("sweep-")].sort_values("concurrency")
+    assert points["concurrency"].tolist() == [1, 2]
+    assert points["drift_exact_match_rate"].between(0, 1).all()
+    # Concurrency 2 is the baseline's own setting: the same answers. (Concurrency 1 may differ: no padding.)
+    assert points["drift_exact_match_rate"].iloc[-1] == 1.0
+
+
+def test_a_sweep_with_a_baseline_not_in_its_results_folder_is_refused_before_its_plan_is_saved(
+    baseline, tmp_path, capsys
+):
+    _, baseline_id = baseline
+    other = tmp_path / "other"
+    sweep = ["sweep", *EMBEDDED, "--sweep", "concurrency=1,2", "--drift-baseline", baseline_id]
+    code = main([*sweep, "--results", str(other)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"run {baseline_id} is not in {other}" in err and "Traceback" not in err
+    assert not list(other.glob("sweeps/*")) and not list(other.glob("runs/*"))
+
+
+def test_a_sweep_scores_each_point_on_the_quality_set(tmp_path):
+    results = tmp_path / "results"
+    sweep = ["sweep", *EMBEDDED, "--sweep", "concurrency=1,2", "--quality-set", "builtin:quality"]
+    assert main([*sweep, "-n", "2", "--output-len", "4", "--results", str(results)]) == 0
+    history = History(results).load()
+    assert len(history) == 2 and history["quality_accuracy"].between(0, 1).all()
+    for run_id in history["run_id"]:
+        assert History(results).requests(run_id)["quality_correct"].notna().all()

@@ -73,6 +73,17 @@ def drift_columns(baseline: Sequence[int] | None, output: Sequence[int] | None) 
 
 
 @dataclass(frozen=True)
+class DriftBaseline:
+    """A drift baseline run's kept answers (ids per request, None where it has none) and its prompts' token counts:
+    read from the history where a run is submitted, and carried with it to the process that runs it (the engine
+    worker, a cluster's node), which has no history of its own."""
+
+    run_id: str
+    answers: tuple[Sequence[int] | None, ...]
+    input_lens: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class OutputJudge:
     """What a run's answers are checked against: the baseline's ids per request (None: no drift check), the
     quality set's items per request (None: no accuracy check)."""
@@ -146,3 +157,17 @@ def with_drift(runs: pd.DataFrame, tables: Mapping[str, pd.DataFrame], baseline_
             for key, value in run_drift(baseline, table).items():
                 runs.loc[runs.index[position], key] = value
     return runs
+
+
+# The settings by which a history row says its run kept its answers (any one of them set).
+KEEPING_SETTINGS = ("keep_outputs", "drift_baseline", "quality_set")
+
+
+def runs_with_answers(runs: pd.DataFrame) -> list[str]:
+    """The ids of the history's runs (rows) that kept their answers, newest first: those a drift baseline can be."""
+    kept = pd.Series(False, index=runs.index)
+    for name in KEEPING_SETTINGS:
+        if name in runs:
+            column = runs[name]
+            kept |= column.fillna(False).astype(bool) if name == "keep_outputs" else column.fillna("").astype(str) != ""
+    return runs.loc[kept, "run_id"].astype(str).tolist()[::-1]

@@ -255,16 +255,7 @@ class ProcessRunner(Runner):
     def _benchmark(self, run: Run) -> None:
         config = run.config
         worker = self._worker_for(config.engine, config.load)
-        worker.send(
-            "run",
-            dict(
-                run_id=run.run_id,
-                config=config,
-                created_at=run.created_at,
-                sweep_id=run.sweep_id,
-                sweep_repeat=run.sweep_repeat,
-            ),
-        )
+        worker.send("run", run.fields())
         self._follow(worker, run, run.run_id)
 
     def _complete(self, job: PlaygroundJob) -> None:

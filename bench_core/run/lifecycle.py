@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -35,7 +35,7 @@ from ..load.datasets import Sample
 from ..load.playground import Conversation, PlaygroundResult
 from ..measure.live_snapshot import TELEMETRY_WINDOW_S, LiveSnapshot, with_server_metrics, with_telemetry
 from ..measure.profiler import Profiler
-from ..measure.quality import OutputJudge
+from ..measure.quality import DriftBaseline, OutputJudge
 from ..measure.time_left import PastPace
 from ..states import RunState
 from .observer import JobObserver, StateChange
@@ -204,8 +204,21 @@ class Run(Job):
     created_at: str = field(default_factory=lambda: datetime.now().astimezone().isoformat(timespec="seconds"))
     sweep_id: str = ""  # set for the runs of a sweep, with their 0-based repeat index
     sweep_repeat: int | None = None
+    baseline: DriftBaseline | None = None  # its --drift-baseline's answers, read where it was submitted
     measurement: Measurement = field(default_factory=Measurement)
     _unpublished: list[int] | None = field(default=None, init=False, repr=False)  # sessions not told as finished
+
+    def fields(self) -> dict[str, Any]:
+        """What makes this run again in the process that runs it (the engine worker, a cluster's actor): `Run(**fields)`
+        there, with that process's observers."""
+        return dict(
+            run_id=self.run_id,
+            config=self.config,
+            created_at=self.created_at,
+            sweep_id=self.sweep_id,
+            sweep_repeat=self.sweep_repeat,
+            baseline=self.baseline,
+        )
 
     @property
     def profiler(self) -> Profiler | None:

@@ -53,7 +53,7 @@ from ..load.playground import Conversation, check_request
 from ..load.workload import with_workload_columns
 from ..measure import metrics
 from ..measure.profiler import Profiler, Session, new_profiler
-from ..measure.quality import OutputJudge, baseline_differences, stored_outputs
+from ..measure.quality import DriftBaseline, OutputJudge, baseline_differences, stored_outputs
 from ..measure.time_left import PastPace, past_pace, past_pace_columns
 from ..models.resolve import cache_dir, describe_model, first_use_phase, load_tokenizer, resolve_model
 from ..redact import redact_text, remember_secrets
@@ -62,7 +62,7 @@ from ..store.history import History, RunRecord, local_now_iso, new_run_id, run_m
 from ..store.history_import import lmdeploy_hyperparams
 from ..store.journal import RunJournal
 from . import preflight
-from .lifecycle import Job, Measurement, PlaygroundJob, Run
+from .lifecycle import Job, PlaygroundJob, Run
 from .observer import JobObserver
 
 log = logging.getLogger(__name__)
@@ -75,6 +75,23 @@ TICK_AT_ADMISSION = (LoadPattern.CONCURRENCY, LoadPattern.ENGINE_API, LoadPatter
 # The reason an engine gives a request it stopped because of a cancel.
 ABORT = "abort"
 PUBLISH_EVERY_S = 0.25  # how often a measuring run with observers tells them its snapshot and finished requests
+
+
+def drift_baseline_for(config: RunConfig, history: History | None) -> DriftBaseline | None:
+    """The answers of `config`'s --drift-baseline run in `history` (None: it names none). A run not in the history,
+    or one that kept no answers, is a ConfigError: refused before anything runs."""
+    run_id = config.dataset.drift_baseline
+    if not run_id:
+        return None
+    if history is None:
+        raise ConfigError("--drift-baseline reads the baseline run from the history; this run has none.")
+    if not history.run_dir(run_id).is_dir():
+        raise ConfigError(f"--drift-baseline: run {run_id} is not in {history.root}.")
+    table = history.requests(run_id)
+    answers = stored_outputs(table)
+    if answers is None:
+        raise ConfigError(f"Run {run_id} kept no answers to compare with; run it again with --keep-outputs.")
+    return DriftBaseline(run_id, tuple(answers), tuple(int(n) for n in table["input_len"]))
 
 
 class Runner:
@@ -114,6 +131,7 @@ class Runner:
             config=config,
             sweep_id=sweep_id,
             sweep_repeat=sweep_repeat,
+            baseline=drift_baseline_for(config, self.history),
             observers=list(observers),
         )
         run.measurement.pace = self._past_pace(config)
@@ -354,39 +372,29 @@ class Runner:
             raise BenchError("The dataset gave no request to send.")
         preflight.check_requests(measurement.sample.requests, config.engine)
         preflight.check_schedule(measurement.sample.requests, config.load)
-        measurement.judge = self._output_judge(config, measurement)
+        measurement.judge = self._output_judge(run)
         measurement.engine_info = self._engine_for(config.engine, config.load, run).info
 
-    def _output_judge(self, config: RunConfig, measurement: Measurement) -> OutputJudge | None:
+    def _output_judge(self, run: Run) -> OutputJudge | None:
         """What the run's answers are kept for: a drift baseline's answers, a quality set's references; None where
-        the run keeps none. A baseline that kept no answers is refused before the run; one that may not be comparable
-        is told in the run's warnings."""
-        dataset = config.dataset
+        the run keeps none. A baseline that may not be comparable is told in the run's warnings."""
+        dataset, measurement = run.config.dataset, run.measurement
         if not (dataset.keep_outputs or dataset.drift_baseline or dataset.quality_set):
             return None
-        baseline = None
-        if dataset.drift_baseline:
-            if self.history is None:
-                raise ConfigError("--drift-baseline reads the baseline run from the history; this run has none.")
-            if not self.history.run_dir(dataset.drift_baseline).is_dir():
-                raise ConfigError(f"--drift-baseline: run {dataset.drift_baseline} is not in {self.history.root}.")
-            table = self.history.requests(dataset.drift_baseline)
-            baseline = stored_outputs(table)
-            if baseline is None:
-                raise ConfigError(
-                    f"Run {dataset.drift_baseline} kept no answers to compare with; run it again with --keep-outputs."
-                )
+        # Carried from where the run was submitted; read here where this runner has the history (a run enqueued bare).
+        baseline = run.baseline or drift_baseline_for(run.config, self.history)
+        if baseline is not None:
             assert measurement.sample is not None, "judged once sampled"
             measurement.warnings.extend(
                 baseline_differences(
-                    dataset.drift_baseline,
-                    table["input_len"].tolist(),
+                    baseline.run_id,
+                    baseline.input_lens,
                     [request.input_len for request in measurement.sample.requests],
-                    config.generation.do_sample,
+                    run.config.generation.do_sample,
                 )
             )
         items = load_quality_set(dataset.quality_set) if dataset.quality_set else None
-        return OutputJudge(baseline, items)
+        return OutputJudge(None if baseline is None else baseline.answers, items)
 
     def _engine_for(self, engine: EngineConfig, load: LoadConfig, run: Run | None = None) -> Engine:
         key = engine_settings_key(engine, load)

@@ -41,7 +41,7 @@ from ..measure.live_snapshot import LiveSnapshot
 from ..run.lifecycle import Run
 from ..run.observer import JobObserver, StateChange
 from ..run.remote import Forwarder, LinkLost, Message, Mirror, Outbox, follow
-from ..run.runner import Runner
+from ..run.runner import Runner, drift_baseline_for
 from ..states import RunState
 from ..store.history import new_run_id
 from .driver import Launch, SweepRun, engine_key_of
@@ -316,6 +316,12 @@ class ClusterSweepRun(SweepRun):
         self.options = options
         self._ray = import_ray()
         self._points: list[_Point] = []
+        # The actors have no history: each run takes its drift baseline's answers along, read here once (and refused
+        # here, before any point runs, where the history lacks them).
+        self._baselines = {
+            planned.config.dataset.drift_baseline: drift_baseline_for(planned.config, runner.history)
+            for planned in todo
+        }
         super().__init__(plan, runner, todo)
 
     def point_states(self) -> list[PointState]:
@@ -393,21 +399,14 @@ class ClusterSweepRun(SweepRun):
             config=planned.config,
             sweep_id=self.sweep_id,
             sweep_repeat=planned.repeat,
+            baseline=self._baselines[planned.config.dataset.drift_baseline],
             observers=[_PointProgress(point, self._lock)],
         )
         with self._lock:
             point.attempts += 1
             point.state, point.progress = RunState.QUEUED, ""
             self.runs = [entry for entry in self.runs if entry[0] is not planned] + [(planned, run)]
-        worker.start.remote(
-            dict(
-                run_id=run.run_id,
-                config=run.config,
-                created_at=run.created_at,
-                sweep_id=run.sweep_id,
-                sweep_repeat=run.sweep_repeat,
-            )
-        )
+        worker.start.remote(run.fields())
         mirror = Mirror(run)
         lost = follow(
             run,

@@ -39,7 +39,7 @@ from ..errors import BenchError, ConfigError
 from ..measure.catalog import find_column, with_derived
 from ..measure.profiler import Session, certainly_outside_slo, served_latencies
 from ..run.observer import JobObserver
-from ..run.runner import Run, Runner
+from ..run.runner import Run, Runner, drift_baseline_for
 from ..states import RunState
 from ..store.history import History, new_run_id
 from . import find_max, tune
@@ -710,6 +710,7 @@ def start_sweep(runner: Runner, plan: SweepPlan, launch: Launch = SweepRun) -> S
     history = _history_of(runner)
     launch = _launch_for(plan, launch)
     plan.check(runs_here=launch in (SweepRun, FindMaxRun, PreciseSweepRun, TuneRun))
+    drift_baseline_for(plan.base, history)  # a baseline not in this history, or without answers: refused now
     save_plan(history, plan)
     return launch(plan, runner, remaining(plan, history.load()))
 
@@ -723,6 +724,7 @@ def resume_sweep(
     plan = with_credentials(load_plan(history, sweep_id), credentials or {})
     launch = _launch_for(plan, launch)
     plan.check(runs_here=launch in (SweepRun, FindMaxRun, PreciseSweepRun, TuneRun))
+    drift_baseline_for(plan.base, history)
     return launch(plan, runner, remaining(plan, history.load()))
 
 
