@@ -28,7 +28,7 @@ from bench_core.measure.time_left import describe_time_left
 from bench_core.run.runner import Run
 from bench_core.states import RunState
 from bench_core.store import run_parts
-from bench_core.views import acceptance_charts, report, run_charts, server_charts, tables, timeline
+from bench_core.views import acceptance_charts, quality_charts, report, run_charts, server_charts, tables, timeline
 from bench_core.views.report import describe_config
 from dashboard import workload_view
 from dashboard.active_runs import active_runs
@@ -233,6 +233,7 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
             )
     if "achieved_rate" in summary:
         _server_load(result.config, summary)
+    _quality_section(result, summary)
 
     first, second = report.ended_latency_histograms(result.requests, stream)
     left, right = st.columns(2)
@@ -253,6 +254,19 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
     requests = tables.requests_for_display(result.requests)
     show_table(requests, key="requests_table", max_rows=LONG_TABLE_ROWS, keep_numbers=True, hide_index=True)
     _downloads(result, requests, slo)
+
+
+def _quality_section(result: RunResult, summary: dict) -> None:
+    """The run's drift from its baseline and its accuracy on its quality set, where it was checked against them."""
+    if (judged := tables.quality_table(summary)).empty:
+        return
+    st.markdown(
+        "**Quality guard**"
+        + (f", against run {plain(baseline)}" if (baseline := result.config.dataset.drift_baseline) else "")
+    )
+    show_table(judged, key="summary_quality")
+    if (divergence := quality_charts.divergence_histogram(result.requests)) is not None:
+        st.plotly_chart(divergence, key="quality_divergence")
 
 
 def _server_metrics_section(result: RunResult) -> None:

@@ -40,10 +40,12 @@ from bench_core.engines import backend as backend_of
 from bench_core.errors import BenchError, ConfigError, DatasetError
 from bench_core.load.datasets import BUILTIN_SAMPLE, BUILTIN_SHAREGPT
 from bench_core.load.lengths import RANDOM_LENGTHS, describe_random_lengths
+from bench_core.measure.quality import KEEPING_SETTINGS, runs_with_answers
 from bench_core.models.resolve import PICKABLE_MODELS
 from bench_core.run.runner import Run
 from bench_core.store.history import History
 from dashboard import start_estimate, url_settings
+from dashboard.state import get_history
 from dashboard.text import plain
 from dashboard.url_settings import persisted
 
@@ -103,6 +105,7 @@ def render_sidebar(cancel: Callable[[], None] | None, actions: bool = True) -> S
 
     bar.subheader("Load")
     values.update(_load_widgets(backend, family))
+    values.update(_quality_widgets(backend, family))
     with bar.expander("Generation"):
         st.caption("LMDeploy's pipeline script decodes greedily with ignore_eos, whatever the sampling settings say.")
         values.update(_widgets(of_part(Part.GENERATION), backend, family))
@@ -571,6 +574,7 @@ def _dataset_widgets(backend: str, family: str) -> dict[str, Any]:
             for declared in of_part(Part.DATASET)
             if declared.widget is not None
             and declared.name != "dataset_name"
+            and declared.name not in KEEPING_SETTINGS  # the quality guard's expander
             and declared.applies(dataset_name=values["dataset_name"])
         ]
         # The sizes last: what the prompts are first, then how many.
@@ -580,6 +584,43 @@ def _dataset_widgets(backend: str, family: str) -> dict[str, Any]:
             st.caption(f"Lengths drawn: {plain(describe_random_lengths(*(values[name] for name in RANDOM_LENGTHS)))}")
         values.update(_widgets(tuple(s for s in shown if s.name in sizes), backend, family))
     return values
+
+
+def _quality_widgets(backend: str, family: str) -> dict[str, Any]:
+    """The quality guard's settings: keep the answers, check them against a baseline run's, score them on a set."""
+    with st.sidebar.expander("Quality guard"):
+        st.caption(
+            "Drift: this run's answers against a baseline run's to the same prompts, both greedy (temperature 0). "
+            "Accuracy: the answers scored against a quality set's references; its prompts replace the dataset's."
+        )
+        values = _widgets((setting("keep_outputs"),), backend, family)
+        values["drift_baseline"] = _drift_baseline_picker(family)
+        values.update(_widgets((setting("quality_set"),), backend, family))
+    return values
+
+
+def _drift_baseline_picker(family: str) -> str:
+    """The history's runs that kept their answers, newest first, or none."""
+    declared = setting("drift_baseline")
+    runs = get_history().load((*KEEPING_SETTINGS, "label", "model", "num_prompts")).set_index("run_id", drop=False)
+    options = ["", *runs_with_answers(runs)]
+
+    def named(run_id: str) -> str:
+        if not run_id:
+            return "None"
+        run = runs.loc[run_id]
+        label = f"{run['label']} · " if isinstance(run.get("label"), str) and run["label"] else ""
+        return f"{run_id} · {label}{run['model']} · {run['num_prompts']} prompts"
+
+    return persisted(
+        st.selectbox,
+        widget_label(declared),
+        options=options,
+        key=widget_key(declared, family),
+        format_func=named,
+        help=f"{declared.help} Offered: the runs that kept their answers (Keep the answers, a drift baseline or a "
+        "quality set).",
+    )
 
 
 def _load_widgets(backend: str, family: str) -> dict[str, Any]:

@@ -52,6 +52,9 @@ def persisted(
         options = list(options)
         default = options[kwargs.pop("index", 0)]
         start = _restored(key, default, lambda text: _choice(text, options))
+        if start not in options:  # this session's last choice is offered no longer (a run picked, since deleted)
+            start = default
+            st.session_state.pop(key, None)
         return make(label, options, index=options.index(start), key=key, **kwargs)
     default = kwargs.pop("value")
     number = _number_type(default, kwargs)

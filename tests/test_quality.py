@@ -25,8 +25,10 @@ from bench_core.measure.quality import (
     baseline_differences,
     drift,
     drift_columns,
+    runs_with_answers,
     with_drift,
 )
+from bench_core.views import quality_charts, tables
 
 
 @pytest.mark.parametrize(
@@ -154,3 +156,44 @@ def test_output_len_sets_a_quality_sets_answer_length_on_any_dataset():
 
     assert problems() == ["--output-len applies to the shared-prefix and custom datasets only."]
     assert problems(quality_set="builtin:quality") == []
+
+
+def test_the_runs_offered_as_a_baseline_are_those_that_kept_their_answers_newest_first():
+    runs = pd.DataFrame(
+        {
+            "run_id": ["kept", "plain", "checked", "scored", "old"],
+            "keep_outputs": pd.array([True, False, False, False, pd.NA], dtype="boolean"),
+            "drift_baseline": ["", "", "kept", "", None],
+            "quality_set": ["", "", "", "builtin:quality", None],
+        }
+    )
+    assert runs_with_answers(runs) == ["scored", "checked", "kept"]
+    assert runs_with_answers(pd.DataFrame({"run_id": ["before the guard"]})) == []  # a history without the columns
+
+
+def test_the_quality_table_holds_the_guards_metrics_and_the_throughput_table_does_not():
+    summary = {
+        "completed": 4,
+        "drift_exact_match_rate": 0.5,
+        "drift_mean_divergence": 7.0,
+        "quality_accuracy": math.nan,
+    }
+    judged = tables.quality_table(summary)
+    assert judged["value"].to_dict() == {
+        "Exact-match rate with the baseline": 0.5,
+        "Mean first divergence from the baseline": 7.0,
+    }
+    assert tables.throughput_table(summary).index.intersection(judged.index).empty
+    assert tables.quality_table({"completed": 4}).empty
+
+
+def test_the_divergence_histogram_stacks_the_answers_that_differ_on_those_identical_to_the_baseline():
+    requests = pd.DataFrame(
+        {DRIFT_IDENTICAL: [0.0, 0.0, 1.0, math.nan], "drift_divergence": [3.0, 5.0, 12.0, math.nan]}
+    )
+    figure = quality_charts.divergence_histogram(requests)
+    differs, identical = figure.data
+    assert (differs.name, list(differs.x)) == (quality_charts.DIFFERENT, [3.0, 5.0])
+    assert (identical.name, list(identical.x)) == (quality_charts.IDENTICAL, [12.0])  # a failed request: none
+    assert figure.layout.barmode == "stack"
+    assert quality_charts.divergence_histogram(pd.DataFrame({"output_len": [3]})) is None  # no baseline

@@ -1015,7 +1015,8 @@ DATASET = (
         bool,
         False,
         compared=False,
-        widget=None,
+        widget=Widget(),
+        widget_label="Keep the answers",
         help="Keep every answer's token ids and text in the run's request table (requests.parquet), so that a "
         "later run can be checked against this one's answers; a drift baseline or a quality set keeps them anyway.",
         cli_help="keep every answer's token ids and text in the run's request table (a drift baseline for later runs)",
@@ -1026,7 +1027,8 @@ DATASET = (
         str,
         "",
         compared=False,
-        widget=None,
+        widget=Widget(),
+        widget_label="Drift baseline run",
         help="A run id whose kept answers to the same prompts this run's are compared with, request by request "
         "(drift metrics); both greedy (temperature 0 or no sampling), so a difference is the engine's.",
         cli_help="RUN_ID of a run with kept answers to the same prompts, greedy: this run's drift from it",
@@ -1036,7 +1038,8 @@ DATASET = (
         Part.DATASET,
         str,
         "",
-        widget=None,
+        widget=Widget(placeholder="builtin:quality or /path/to/set.jsonl"),
+        widget_label="Quality set",
         help="A JSONL file of {prompt, reference, scorer} records (scorer: exact, contains, regex or number): its "
         "prompts are the run's, its references score the answers (accuracy).",
         cli_help="JSONL of prompt, reference and scorer (exact, contains, regex, number) records: the run's prompts, "

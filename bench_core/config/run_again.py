@@ -20,8 +20,9 @@ from .run_config import RunConfig, config_from_values
 from .settings import Part, Setting, format_value
 
 CHANGED_PARTS = (Part.ENGINE, Part.DATASET, Part.LOAD, Part.GENERATION)  # an SLO re-judges a run: it runs nothing
-# Another dataset is another workload, under which other settings apply: not one thing changed.
-NOT_CHANGED = frozenset({"dataset_name"})
+# Another dataset is another workload, under which other settings apply: not one thing changed. So is a quality
+# set, whose prompts replace the dataset's.
+NOT_CHANGED = frozenset({"dataset_name", "quality_set"})
 
 
 def applies_to_run(declared: Setting, config: RunConfig) -> bool:

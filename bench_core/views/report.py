@@ -35,7 +35,7 @@ from ..redact import redact_text
 from ..states import LoadPattern
 from ..store.history import ENVIRONMENT_PREFIX
 from ..store.run_parts import RunParts
-from . import compare_charts, run_charts, run_diff, server_charts, tables, timeline, workload_charts
+from . import compare_charts, quality_charts, run_charts, run_diff, server_charts, tables, timeline, workload_charts
 
 _STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1200px;
@@ -250,10 +250,14 @@ def run_sections(parts: RunParts) -> list[Section]:
     ]
     if config.engine.speculative_algorithm:
         results.append(Table("Speculative decoding", tables.speculative_table(summary)))
+    if not (judged := tables.quality_table(summary)).empty:
+        results.append(Table("Quality guard", judged))
     charts: list[Block] = [
         *ended_latency_histograms(parts.requests, stream),
         timeline.request_timeline(parts.requests, end_s=parts.duration_s),
     ]
+    if (divergence := quality_charts.divergence_histogram(parts.requests)) is not None:
+        charts.append(divergence)
     if parts.throughput is not None:
         charts.append(run_charts.throughput_over_time(*parts.throughput, run_charts.steady_span(parts.summary)))
     sections = [Section("Results", results), Section("Charts", charts)]

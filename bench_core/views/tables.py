@@ -28,6 +28,7 @@ from ..measure.catalog import (
     NOT_REPORTED,
     PER_1K_MIN_PROMPT,
     PERCENTILES,
+    QUALITY_METRICS,
     SPECULATIVE_COLUMNS,
     VALUE,
     WORKLOAD_METRICS,
@@ -249,9 +250,21 @@ def throughput_table(summary: dict) -> pd.DataFrame:
             or not metric.unit
             or key not in summary
             or key in SPECULATIVE_COLUMNS
+            or metric in QUALITY_METRICS  # in their own table (quality_table)
         ):
             continue
         rows[metric.label] = (_number(summary[key]), metric.unit)
+    return _value_table(rows, value_type=float)
+
+
+def quality_table(summary: Mapping[str, Any]) -> pd.DataFrame:
+    """The run's drift from its baseline and its accuracy on its quality set (measure/quality.py), one row each
+    that the summary has a number for; empty for a run checked against neither."""
+    rows = {
+        metric.label: (value, metric.unit)
+        for metric in QUALITY_METRICS
+        if not math.isnan(value := _number(summary.get(metric.column())))
+    }
     return _value_table(rows, value_type=float)
 
 
