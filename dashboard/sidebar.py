@@ -602,25 +602,28 @@ def _quality_widgets(backend: str, family: str) -> dict[str, Any]:
 def _drift_baseline_picker(family: str) -> str:
     """The history's runs that kept their answers, newest first, or none."""
     declared = setting("drift_baseline")
-    runs = get_history().load((*KEEPING_SETTINGS, "label", "model", "num_prompts")).set_index("run_id", drop=False)
-    options = ["", *runs_with_answers(runs)]
-
-    def named(run_id: str) -> str:
-        if not run_id:
-            return "None"
-        run = runs.loc[run_id]
-        label = f"{run['label']} · " if isinstance(run.get("label"), str) and run["label"] else ""
-        return f"{run_id} · {label}{run['model']} · {run['num_prompts']} prompts"
-
+    try:
+        runs = get_history().load((*KEEPING_SETTINGS, "label", "model", "num_prompts")).set_index("run_id", drop=False)
+    except BenchError as exc:  # an unreadable history index: no baseline to offer, and the sidebar still draws
+        st.caption(plain(f"No drift baseline can be offered: {exc}"))
+        names = {}
+    else:
+        names = {run_id: _baseline_name(runs.loc[run_id]) for run_id in runs_with_answers(runs)}
     return persisted(
         st.selectbox,
         widget_label(declared),
-        options=options,
+        options=["", *names],
         key=widget_key(declared, family),
-        format_func=named,
+        format_func=lambda run_id: names[run_id] if run_id else "None",
         help=f"{declared.help} Offered: the runs that kept their answers (Keep the answers, a drift baseline or a "
         "quality set).",
     )
+
+
+def _baseline_name(run: Any) -> str:
+    """ "<run id> · <label> · <model> · 16 prompts": a baseline as the picker names it."""
+    label = f"{run['label']} · " if isinstance(run.get("label"), str) and run["label"] else ""
+    return f"{run['run_id']} · {label}{run['model']} · {run['num_prompts']} prompts"
 
 
 def _load_widgets(backend: str, family: str) -> dict[str, Any]:
