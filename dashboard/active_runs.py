@@ -17,8 +17,8 @@ from typing import Any
 import streamlit as st
 
 from bench_core.config import RunConfig
-from bench_core.engines import check_run_config
 from bench_core.errors import BenchError
+from bench_core.run.preflight import Preflighted, check_run
 from bench_core.run.runner import Run, Runner
 from bench_core.states import RunState
 from dashboard.state import get_runner
@@ -29,7 +29,7 @@ CANCEL_SETTLE_S = 2.0
 BANNER_REFRESH_S = 2.0  # a few counters only; the Run page's own live view refreshes faster
 RUN_PAGE = "app_pages/run.py"  # relative to app.py, as st.page_link takes it
 STARTED = "started_run_ids"  # session key: the runs this session started
-PENDING = "pending_start"  # session key: the settings waiting for the user to confirm a queued start
+PENDING = "pending_start"  # session key: the start waiting for the user to confirm it, and its checked configs
 START_ERROR = "start_error"  # session key: why a confirmed start failed, shown once
 # Session key: the runs to open compared once the last of each group has ended, each group its baseline first.
 COMPARE_WHEN_ENDED = "compare_when_ended"
@@ -106,12 +106,11 @@ def press_start(start: RunConfig | Starts) -> Run | None:
     if same is not None:
         st.info(f"Already started: {plain(describe(same, runner))}. Pressing Start again queues nothing.")
         return same
-    for config in configs:
-        check_run_config(config)
+    checked = tuple(map(check_run, configs))  # once per press: the runner queues them without checking again
     if active:
-        st.session_state[PENDING] = start
+        st.session_state[PENDING] = (start, checked)
         return None
-    return _submit(runner, start)
+    return _submit(runner, start, checked)
 
 
 @dataclass(frozen=True)
@@ -184,16 +183,17 @@ def _running_now() -> list[str]:
 
 
 def _confirm() -> None:
-    RUN_QUESTION.answer(lambda start: _submit(get_runner(), start), _show_run)
+    RUN_QUESTION.answer(lambda pending: _submit(get_runner(), *pending), _show_run)
 
 
 def _show_run(run: Run) -> None:
     st.query_params["run"] = st.session_state["run_id"] = run.run_id
 
 
-def _submit(runner: Runner, start: RunConfig | Starts) -> Run:
-    """Queue the run, or the runs to compare (kept in COMPARE_WHEN_ENDED); the last one queued."""
-    runs = [runner.submit(config) for config in (start.configs if isinstance(start, Starts) else (start,))]
+def _submit(runner: Runner, start: RunConfig | Starts, checked: tuple[Preflighted, ...]) -> Run:
+    """Queue the run, or the runs to compare (kept in COMPARE_WHEN_ENDED), as `press_start` checked them (`checked`,
+    in the order of `start`'s); the last one queued."""
+    runs = [runner.submit(config) for config in checked]
     run_ids = [run.run_id for run in runs]
     st.session_state[STARTED] = [*st.session_state.get(STARTED, ()), *run_ids]
     if isinstance(start, Starts):

@@ -10,6 +10,7 @@ import engine_faults
 import pytest
 from aiohttp import web
 from app_under_test import APP, ended_status, shown
+from counted_calls import counted_calls
 from metrics_server import metrics_server  # noqa: F401 (fixture)
 from openai_server import add_openai_routes, answer_as_prompted, serving
 from streamlit.testing.v1 import AppTest
@@ -29,6 +30,7 @@ from bench_core.hardware.client_bound import CLIENT_PREFIX
 from bench_core.hardware.contention import BUSY_PREFIX
 from bench_core.measure.time_left import time_left_s
 from bench_core.run import engine_process
+from bench_core.run.preflight import check_run
 from bench_core.run.runner import Runner
 from bench_core.store.history import RESULTS_ENV, History
 from bench_core.views.figures import PALETTE
@@ -488,6 +490,25 @@ def test_start_while_another_run_is_active_names_it_and_queues_only_when_confirm
     first.cancel()
     at.sidebar.button(key="cancel").click().run()
     assert second.wait(30) and second.state == "cancelled"
+
+
+def test_start_checks_the_run_once_whether_it_is_queued_at_once_or_after_the_question():
+    at = open_app()
+    choose_tiny_run(at, num_prompts=2000, output_len=64)
+    with counted_calls(check_run) as checks:
+        start(at)
+    first = get_runner().get(at.query_params["run"])
+    assert len(checks) == 1 and first.config.dataset.num_prompts == 2000
+    choose_tiny_run(at)  # other settings: asked before it waits behind the first
+    with counted_calls(check_run) as checks:
+        start(at)
+        assert [run.run_id for run in get_runner().runs()] == [first.run_id]  # asked, checked, not queued
+        at.button(key="confirm_start").click().run()
+    second = get_runner().get(at.query_params["run"])
+    assert len(checks) == 1 and second is not first and second.state == "queued"
+    first.cancel()
+    second.cancel()
+    assert first.wait(30) and second.wait(30)
 
 
 def test_the_base_url_in_a_new_tab_shows_the_active_run_instead_of_the_intro():

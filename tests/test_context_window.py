@@ -32,8 +32,9 @@ def test_a_folders_window_is_read_from_its_config_and_lmdeploys_session_len_wins
 
 
 def random_run(model: str, input_len: int, output_len: int, backend: str = "transformers") -> RunConfig:
+    base_url = "http://127.0.0.1:9" if backend == "openai" else ""  # checked, never reached
     return RunConfig(
-        engine=EngineConfig(backend=backend, model=model),
+        engine=EngineConfig(backend=backend, model=model, base_url=base_url),
         dataset=DatasetConfig(
             dataset="builtin:sample",
             dataset_name="random",
@@ -45,12 +46,12 @@ def random_run(model: str, input_len: int, output_len: int, backend: str = "tran
 
 
 def test_lengths_beyond_the_window_are_refused_and_absurd_ones_everywhere():
-    preflight.check_settings(random_run("builtin:tiny-llama", 48, 2000))  # 2,048 exactly: fits
+    preflight.check_run(random_run("builtin:tiny-llama", 48, 2000))  # 2,048 exactly: fits
     with pytest.raises(ConfigError, match="input 49 \\+ output 2,000 tokens does not fit the 2,048-token"):
-        preflight.check_settings(random_run("builtin:tiny-llama", 49, 2000))
-    preflight.check_settings(random_run("", 16, 100_000, backend="openai"))  # the server knows its window
-    with pytest.raises(ConfigError, match="100,000,000 tokens is more than any model"):
-        preflight.check_settings(random_run("", 16, 100_000_000, backend="openai"))
+        preflight.check_run(random_run("builtin:tiny-llama", 49, 2000))
+    preflight.check_run(random_run("", 16, 100_000, backend="openai"))  # the server knows its window
+    with pytest.raises(ConfigError, match="2,000,000 tokens is more than any model"):
+        preflight.check_run(random_run("", 16, 2_000_000, backend="openai"))
 
 
 @pytest.mark.parametrize(
@@ -62,7 +63,7 @@ def test_every_datasets_own_output_length_is_held_to_the_window(dataset_name, fi
         dataset=DatasetConfig(dataset_name=dataset_name, **{field: 4000}),
     )
     with pytest.raises(ConfigError, match="an output of 4,000 tokens plus its prompt does not fit the 2,048-token"):
-        preflight.check_settings(config)
+        preflight.check_run(config)
 
 
 def test_sampled_requests_beyond_the_window_refuse_the_run_naming_the_longest_and_what_fits():

@@ -35,6 +35,9 @@ from ..run.observer import JobObserver
 from ..states import MEASURED, RunState
 from ..terminal import redraw
 
+if typing.TYPE_CHECKING:
+    from ..run.preflight import Preflighted
+
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_NOT_READY = 4  # doctor: a backend that should run here cannot
 EXIT_CODES_HELP = """exit codes:
@@ -139,11 +142,11 @@ class ScriptCommand(EngineCommand):
         return args.csv
 
     def run(self, args: argparse.Namespace) -> int:
-        from ..engines import check_run_config
+        from ..run.preflight import check_run
 
         check_report_path(args.report)
         config = self.build_config(args)
-        check_run_config(config)  # before the history is opened: a refused run writes nothing
+        checked = check_run(config)  # before the history is opened: a refused run writes nothing
         history = open_history(args.results)
         check_writable(history, args.csv)
 
@@ -151,7 +154,7 @@ class ScriptCommand(EngineCommand):
             run.profiler.summarize(self.title, self.summary_rows(config))
             return lambda: save_lmdeploy_row(args.csv, run)
 
-        return run_each(history, [config], args.csv, show, args.report)
+        return run_each(history, [checked], args.csv, show, args.report)
 
 
 def _percentiles(text: str) -> tuple[float, ...]:
@@ -783,12 +786,12 @@ def sweep_outcome(completed: bool, state: str, saved: bool) -> int:
 
 def run_each(
     history,
-    configs: Iterable[RunConfig],
+    configs: Iterable[RunConfig | Preflighted],
     csv_path: str,
     show: Callable[[typing.Any], Callable[[], None]],
     report_path: str = "",
 ) -> int:
-    """Run each config in turn, waiting with a progress line. A run that measured something is shown (`show(run)`
+    """Run each config in turn (one `preflight.check_run` passed is not checked again), waiting with a progress line. A run that measured something is shown (`show(run)`
     prints its result and returns what appends its row to the CSV at `csv_path`, when it has one), recorded in
     the history and reported. The exit code: the first run that measured nothing or was interrupted ends the
     command with its own; else the worst of the runs' codes, failed before partial. With `report_path`, the report
@@ -802,7 +805,11 @@ def run_each(
 
 
 def _run_each(
-    history, configs: Iterable[RunConfig], csv_path: str, show: Callable[[typing.Any], Callable[[], None]], ended: list
+    history,
+    configs: Iterable[RunConfig | Preflighted],
+    csv_path: str,
+    show: Callable[[typing.Any], Callable[[], None]],
+    ended: list,
 ) -> int:
     from ..run.runner import Runner
 
@@ -812,7 +819,7 @@ def _run_each(
         for config in configs:
             # Only a line on a terminal observes the run: a run with observers publishes its progress as it measures.
             line = ProgressLine() if sys.stderr.isatty() else None
-            # ConfigError before anything is written.
+            # ConfigError before anything is written, for a config not checked yet.
             run = runner.submit(config, observers=[line] if line else [])
             completed = wait_with_progress(run, line.text if line else None)
             if not run.active and (run.record is not None or history.row(run.run_id) is not None):

@@ -20,7 +20,6 @@ from datetime import datetime
 from .. import csvstore
 from ..config import EngineConfig, Part, RunConfig
 from ..config.catalog import BY_NAME, IMAGE, TRACE_DATASET, setting
-from ..engines import check_run_config
 from ..engines.openai_client import check_reachable, discover_model
 from ..engines.openai_engine import network_policy
 from ..engines.openai_request import REQUEST_DEADLINE_S
@@ -28,6 +27,7 @@ from ..errors import ConfigError
 from ..measure import metrics
 from ..measure.catalog import BEYOND_LMDEPLOY, METRICS, QUALITY_METRICS, Metric, requested_rate, steady_rows
 from ..measure.window import WINDOW_SETTINGS, steady_load
+from ..run.preflight import check_run
 from ..states import LoadPattern
 from ..store.history_import import RESTFUL_COLUMNS
 from ..sweep.plan import STARTED_SERVER_URL
@@ -234,13 +234,12 @@ class RestfulCommand(EngineCommand):
         hub_offline_by_default()
         url = base_url(args)
         configs = [config_for_rate(args, url, args.model or "", rate) for rate in rates(args)]
-        for config in configs:
-            check_run_config(config)  # every rate's problems before anything is sent
+        checked = [check_run(config) for config in configs]  # every rate's problems before anything is sent
         output_file = default_output_file(args) if args.output_file is None else args.output_file
         history = open_history(args.results)
         check_writable(history, output_file)
         model = check_server(configs[0].engine)
-        for config in configs:
+        for config in configs:  # the name the server gave: no setting of the checked run changes with it
             config.engine.model = model
 
         def show(run):
@@ -256,7 +255,7 @@ class RestfulCommand(EngineCommand):
             print_result(args.backend, config, summary)
             return lambda: csvstore.append_row(output_file, restful_csv_row(args.backend, config, summary))
 
-        return run_each(history, configs, output_file, show, args.report)
+        return run_each(history, checked, output_file, show, args.report)
 
 
 def _port(text: str) -> int:

@@ -1,9 +1,11 @@
-"""The checks a run passes before it starts, beyond its settings' own: that its requests fit the model's context,
-and that a trace's replay ends within a schedule's bounds (`check_schedule`).
+"""The checks a run passes before it starts: `check_run`, the one check of a run's settings before it is queued or
+recorded (every page, command and sweep asks it, once per run); then, once its prompts are sampled, that its requests
+fit the model's context (`check_requests`) and that a trace's replay ends within a schedule's bounds
+(`check_schedule`).
 
 A request holds its prompt and its output in the model's context, so input + output tokens must fit in the
 window the backend gives a request (`engines.context_window`: the model's, LMDeploy's session_len when set, none
-for a server, which enforces its own). The settings are checked when a run is submitted (`check_settings`: the
+for a server, which enforces its own). The settings are checked when a run is submitted (`check_run`: the
 lengths asked for), the sampled requests once the prompts are tokenized (`check_requests`: ShareGPT conversations
 bring their own lengths). A request that does not fit refuses the whole run, naming the longest one and the
 largest output length that would fit, rather than dropping prompts: the sample stays the one LMDeploy draws.
@@ -12,10 +14,11 @@ largest output length that would fit, rather than dropping prompts: the sample s
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ..config import EngineConfig, LoadConfig, RunConfig, output_length, setting
 from ..config.validation import schedule_problems
-from ..engines import context_window
+from ..engines import availability, context_window, run_config_problems
 from ..errors import ConfigError, DatasetError
 from ..load.datasets import SampledRequest
 from ..states import LoadPattern
@@ -55,11 +58,30 @@ def length_problems(config: RunConfig) -> list[str]:
     return []
 
 
-def check_settings(config: RunConfig) -> None:
-    """Raise ConfigError when the lengths asked for cannot fit the model's window (see length_problems)."""
-    problems = length_problems(config)
+@dataclass(frozen=True)
+class Preflighted:
+    """A run's config that passed `check_run`: `Runner.submit` queues it as it is, so a run asked for once (a Start
+    pressed, a command run) is checked once, however many steps it passes through before it is queued."""
+
+    config: RunConfig
+
+
+def run_problems(config: RunConfig) -> list[str]:
+    """Every reason the run's settings refuse it, each a sentence for the user: its settings' bounds and combinations
+    and its backend's rules (`engines.run_config_problems`), then, once those hold, the lengths that cannot fit its
+    model's window (`length_problems`)."""
+    return run_config_problems(config) or length_problems(config)
+
+
+def check_run(config: RunConfig) -> Preflighted:
+    """The check a run passes before anything is queued, asked or recorded: ConfigError carrying every problem of its
+    settings (`run_problems`), else why this machine cannot run its backend."""
+    problems = run_problems(config)
+    if not problems and (reason := availability(config.engine.backend)):
+        problems = [reason]
     if problems:
         raise ConfigError(" ".join(problems))
+    return Preflighted(config)
 
 
 def check_schedule(requests: Sequence[SampledRequest], load: LoadConfig) -> None:

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ..config import RunConfig
-from ..engines import backend, check_run_config
+from ..engines import backend
 from ..errors import BenchError
+from .preflight import check_run
 
 PREVIEW_TIMEOUT_S = 300.0  # a first use of SmolLM2 converts it (about 30 s on a busy CPU) before its tokenizer loads
 
@@ -49,7 +50,7 @@ def tokenizer_name(config: RunConfig) -> str:
 def preview_workload(config: RunConfig, timeout_s: float = PREVIEW_TIMEOUT_S) -> WorkloadPreview:
     """Sample `config`'s requests in a child process; BenchError (ConfigError, DatasetError, ModelError) for what
     the run would refuse."""
-    check_run_config(config)
+    check_run(config)
     name = tokenizer_name(config)
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
         try:

@@ -115,17 +115,17 @@ class Runner:
 
     def submit(
         self,
-        config: RunConfig,
+        config: RunConfig | preflight.Preflighted,
         sweep_id: str = "",
         sweep_repeat: int | None = None,
         observers: Sequence[JobObserver] = (),
         run_id: str = "",
     ) -> Run:
-        """Validate `config` (raises ConfigError with every problem) and queue the run, heard by `observers`
-        from its first move; a sweep's runs carry its id and their repeat index into the history. `run_id`: one
-        chosen before (a sweep's server writes its log into the run's folder before the run is submitted)."""
-        check_run_config(config)
-        preflight.check_settings(config)
+        """Check `config` (`preflight.check_run`: ConfigError with every problem; a config that passed it already is
+        not checked again) and queue the run, heard by `observers` from its first move; a sweep's runs carry its id
+        and their repeat index into the history. `run_id`: one chosen before (a sweep's server writes its log into the
+        run's folder before the run is submitted)."""
+        config = (config if isinstance(config, preflight.Preflighted) else preflight.check_run(config)).config
         run = Run(
             run_id=run_id or new_run_id(),
             config=config,

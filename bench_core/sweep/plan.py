@@ -30,13 +30,13 @@ from ..config import (
     setting,
 )
 from ..config.run_again import change_problems
-from ..engines import availability, engine_settings_key, run_config_problems
+from ..engines import availability, engine_settings_key
 from ..errors import ConfigError
 from ..measure.catalog import find_column
 from ..measure.metrics import slo_is_set
 from ..measure.stats import MIN_INTERVAL_RUNS
 from ..redact import MASK
-from ..run.preflight import length_problems
+from ..run.preflight import run_problems
 from . import find_max
 from .find_max import FindMax
 from .precision import Precision
@@ -289,7 +289,7 @@ class SweepPlan:
         points_by_problem: dict[str, list[dict[str, Any]]] = {}
         for values in grid:
             config = self.config_at(values)
-            problems = run_config_problems(config) or length_problems(config)
+            problems = run_problems(config)
             for problem in problems:
                 points_by_problem.setdefault(problem, []).append(values)
         messages = [f"{self._where(points)}: {problem}" for problem, points in points_by_problem.items()]
