@@ -5,7 +5,7 @@ download them or delete them; import CSVs written by this app or by LMDeploy's b
 import streamlit as st
 
 from bench_core.errors import BenchError
-from dashboard import active_runs, history_view
+from dashboard import active_runs, compare_view, history_view
 from dashboard.state import get_history
 from dashboard.text import plain
 
@@ -36,6 +36,6 @@ picked = history_view.runs_table(page)
 history_view.downloads(history, picked)
 history_view.delete_section(history, picked)
 if len(picked) >= 2:
-    history_view.comparison(history, history.load(run_ids=picked))
+    compare_view.comparison(history, history.load(run_ids=picked))
 else:
     st.info("Select two or more runs in the table to compare them.")

@@ -8,7 +8,7 @@ show is named in the URL (?sweep=<id>), so a reload or a second tab finds it.
 import streamlit as st
 
 from bench_core.errors import BenchError
-from dashboard import active_runs, sidebar, sweep_view
+from dashboard import active_runs, sidebar, sweep_form, sweep_progress, sweep_results, sweep_start
 from dashboard.state import get_history, get_sweeps
 from dashboard.text import plain
 
@@ -27,13 +27,13 @@ st.caption(
     "Every point starts from the settings in the sidebar; the sweep varies the settings chosen here, "
     "with the run size set here."
 )
-inputs = sweep_view.sweep_inputs(choice.values)
+inputs = sweep_form.sweep_inputs(choice.values)
 try:
     runs = get_history().load()  # once per script run: the estimate, the sweep and the past sweeps read it
 except BenchError as exc:
     st.error(plain(exc))
     runs = None  # said once; the views below leave out what needs the history
-plan = sweep_view.startable_plan(inputs, choice.values, get_history().root / UPLOADS_FOLDER, runs)
+plan = sweep_start.startable_plan(inputs, choice.values, get_history().root / UPLOADS_FOLDER, runs)
 start_col, cancel_col = st.columns([1, 1])
 blocked = choice.unavailable_reason is not None or bool(choice.problems) or plan is None
 start = start_col.button("Start sweep", key="sweep_start", type="primary", width="stretch", disabled=blocked)
@@ -41,18 +41,18 @@ cancel_col.button("Cancel sweep", key="sweep_cancel", disabled=cancel is None, o
 
 if start and plan is not None:
     try:
-        sweep = sweep_view.press_start(plan, inputs)
+        sweep = sweep_start.press_start(plan, inputs)
     except BenchError as exc:
         st.error(plain(exc))
     else:
         if sweep is not None and sweep.sweep_id != sweep_id:
             st.query_params["sweep"] = st.session_state["sweep_id"] = sweep.sweep_id
             st.rerun()  # redraw with Cancel enabled for the new sweep
-sweep_view.render_confirmation()
+sweep_start.render_confirmation()
 if sweep_id:
     # Keep the sweep in the URL (switching pages drops query parameters) and in the session.
     st.query_params["sweep"] = st.session_state["sweep_id"] = sweep_id
-    sweep_view.render_sweep(sweep_id, sidebar.chosen_slo(choice.values), live, runs, inputs)
+    sweep_progress.render_sweep(sweep_id, sidebar.chosen_slo(choice.values), live, runs, inputs)
 
 st.subheader("Past sweeps")
-sweep_view.past_sweeps_section(get_history(), runs)
+sweep_results.past_sweeps_section(get_history(), runs)

@@ -19,7 +19,7 @@ from bench_core.load.playground import (
 )
 from bench_core.run.runner import PlaygroundJob
 from bench_core.states import RunState
-from dashboard import sidebar, url_settings
+from dashboard import engine_widgets, url_settings
 from dashboard.sidebar import DEFAULT_BACKEND
 from dashboard.state import get_runner
 from dashboard.table_view import show_table
@@ -60,7 +60,7 @@ def engine_choice() -> EngineConfig:
     left, right = st.columns(2)
     names = list(backends())
     backend = left.selectbox("Backend", names, index=names.index(DEFAULT_BACKEND), key="pg_backend")
-    model = sidebar.model_picker(right, key_prefix="pg_", draw=url_settings.drawn)
+    model = engine_widgets.model_picker(right, key_prefix="pg_", draw=url_settings.drawn)
     loaded = get_runner().loaded_engine()
     if loaded is not None and (loaded.backend, loaded.model) == (backend, model):
         st.caption("Uses the engine already in memory.")

@@ -26,9 +26,9 @@ from bench_core.errors import BenchError
 from bench_core.sweep.plan import SweepPlan, change_sweep
 from bench_core.sweep.precision import Precision
 from bench_core.views import run_diff
-from dashboard import active_runs, history_view, sweep_view, url_settings
+from dashboard import active_runs, compare_view, history_view, sweep_form, sweep_start, url_settings
 from dashboard.active_runs import COMPARE_WHEN_ENDED, Starts
-from dashboard.sidebar import setting_widget, to_widget
+from dashboard.setting_widgets import setting_widget, to_widget
 from dashboard.state import get_history, get_runner
 from dashboard.text import plain
 
@@ -63,7 +63,7 @@ def open_comparison_when_ended(run_id: str) -> None:
         st.warning(f"Nothing to compare: run {plain(', '.join(unrecorded))} was not recorded.")
         return
     st.session_state[history_view.PICKED_RUNS] = group
-    st.session_state[history_view.PICKED_BASELINE] = group[0]
+    st.session_state[compare_view.PICKED_BASELINE] = group[0]
     st.switch_page(HISTORY_PAGE)
 
 
@@ -97,7 +97,7 @@ def render_run_again(run_id: str, config: RunConfig) -> None:
             "each run again until the 95% interval of the metric's mean is within it, or the cap stops them; the "
             "Sweep page then compares the two."
         )
-        plan, problems = _sweep_of_change(config, declared.name, value, sweep_view.precision_inputs("run_again"))
+        plan, problems = _sweep_of_change(config, declared.name, value, sweep_form.precision_inputs("run_again"))
         pressed = go.button(
             "Start",
             key="run_again_start",
@@ -133,7 +133,7 @@ def _sweep_of_change(
 def _start_sweep(plan: SweepPlan) -> None:
     """Start the sweep (or ask first, on the Sweep page, while other runs hold the engine) and open the Sweep page."""
     try:
-        sweep = sweep_view.press_start(plan, sweep_view.HERE)
+        sweep = sweep_start.press_start(plan, sweep_start.HERE)
     except BenchError as exc:
         st.error(plain(exc))
         return

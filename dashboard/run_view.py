@@ -29,13 +29,14 @@ from bench_core.run.runner import Run
 from bench_core.states import RunState
 from bench_core.store import run_parts
 from bench_core.views import acceptance_charts, quality_charts, report, run_charts, server_charts, tables, timeline
-from bench_core.views.report import describe_config
+from bench_core.views.report import describe_config, sentence
+from bench_core.views.verdict import run_verdict, unrecorded_verdict
 from dashboard import workload_view
 from dashboard.active_runs import active_runs
 from dashboard.run_result import RunResult, result_from_history, result_from_run
 from dashboard.state import get_history, get_runner
 from dashboard.table_view import LONG_TABLE_ROWS, show_table
-from dashboard.text import plain
+from dashboard.text import plain, show_verdict
 
 LIVE_REFRESH_S = 1.0
 # Redrawing three Plotly charts costs the browser far more than the counters: on 2 CPU cores shared
@@ -92,8 +93,7 @@ def render_run(run_id: str, slo: SLO, offer: Callable[[str, RunConfig], None] | 
     if offer is not None:
         offer(run_id, config)
     if result is None:  # cancelled before anything was measured, or refused for its input: nothing was recorded
-        said = f"{run.state}: {run.message}" if run.message else run.state
-        (st.error if run.state == RunState.FAILED else st.warning)(plain(said))
+        show_verdict(unrecorded_verdict(run.state, run.message))
         return
     if result.requests is None:  # it failed before measuring: a bad model, dataset or engine
         st.error(plain(f"{result.status}: {result.message}"))
@@ -144,7 +144,7 @@ def _live_progress(run: Run, snap: LiveSnapshot) -> None:
     )
     in_workers = client_in_workers(run.config.load.client_processes)
     for flag in live_run_flags(snap.telemetry, backend(run.config.engine.backend).in_process, in_workers):
-        st.warning(plain(_sentence(flag)))
+        st.warning(plain(sentence(flag)))
     columns = st.columns(4)
     columns[0].metric("Completed (requests)", snap.completed)
     columns[1].metric("Failed (requests)", snap.failed)
@@ -200,7 +200,7 @@ def live_percentile_table(series: dict[str, BinnedLatencies], percentiles, strea
 def _ended_view(result: RunResult, page_slo: SLO) -> None:
     slo = page_slo if metrics.slo_is_set(page_slo) else result.config.slo
     summary = result.summary(slo)
-    _ended_status(result, summary)
+    show_verdict(run_verdict(result.status, result.message, summary, result.flags))
     for warning in result.warnings:
         st.warning(plain(warning))
     for note in result.notes:
@@ -321,26 +321,6 @@ def _recorded(result: RunResult) -> run_parts.RecordedRun:
     the history), else its history row and folder."""
     run = get_runner().get(result.run_id) if result.history_row is None else None
     return run_parts.RecordedRun(get_history(), result.run_id, run.record if run is not None else None)
-
-
-def _ended_status(result: RunResult, summary: dict) -> None:
-    """Red when no request succeeded or the run broke, green when every request succeeded on a machine the engine
-    had to itself, amber otherwise (partial, cancelled, flagged: machine busy, client bound); the runner's message
-    quotes the first failure reasons. Runs recorded before the partial and failed outcomes existed are judged by their counts the same way."""
-    said = report.describe_outcome(result.status, result.message, summary)
-    for flag in result.flags:  # the timings are not the engine's alone: never plain green
-        said += f" {_sentence(flag)}"
-    served_all = summary["failed"] + summary["incomplete"] + summary.get("overrun", 0) == 0
-    if result.status == RunState.FAILED or (result.status == RunState.FINISHED and summary["completed"] == 0):
-        st.error(plain(said))
-    elif result.status == RunState.FINISHED and served_all and not result.flags:
-        st.success(plain(said))
-    else:
-        st.warning(plain(said))
-
-
-def _sentence(text: str) -> str:
-    return text[:1].upper() + text[1:]
 
 
 def _server_load(config: RunConfig, summary: dict) -> None:

@@ -2,9 +2,9 @@
 
 `render_sidebar` draws the widgets and returns their values as a plain dict, by setting name; `build_run_config`
 turns such a dict into a RunConfig without touching streamlit, so it is unit-testable. Each widget is drawn from
-its setting's declaration (bounds, choices, label, help, unit; `setting_widget`); the sidebar only says which
-settings show where: the engine's knobs of the backend, grouped in expanders as LMDeploy's CLI groups them, the
-dataset's and the load's that apply to the chosen dataset and load pattern, generation and the SLO. A widget's
+its setting's declaration (bounds, choices, label, help, unit; `setting_widgets`); the sidebar only says which
+settings show where: the model and the engine's knobs of the backend (`engine_widgets`), the dataset's and the load's
+that apply to the chosen dataset and load pattern, generation and the SLO. A widget's
 key is its setting's (`widget_key`), so it keeps its value across pages and reloads (`url_settings`);
 `widget_values` is the way back from a past run's RunConfig to them.
 """
@@ -12,7 +12,6 @@ key is its setting's (`widget_key`), so it keeps its value across pages and relo
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,17 +19,7 @@ from typing import Any
 
 import streamlit as st
 
-from bench_core.config import (
-    SLO,
-    Part,
-    RunConfig,
-    Setting,
-    config_from_values,
-    knobs_for,
-    of_part,
-    setting,
-    settings_of,
-)
+from bench_core.config import SLO, Part, RunConfig, config_from_values, of_part, setting, settings_of
 from bench_core.config.catalog import BY_NAME
 from bench_core.config.run_again import applies_to_run
 from bench_core.config.settings import widget_label
@@ -45,22 +34,26 @@ from bench_core.models.resolve import PICKABLE_MODELS
 from bench_core.run.runner import Run
 from bench_core.store.history import History
 from dashboard import start_estimate, url_settings
+from dashboard.engine_widgets import (
+    OTHER_MODEL,
+    backend_label,
+    knob_widgets,
+    model_widgets,
+    server_widgets,
+    show_unavailable_backends,
+)
+from dashboard.setting_widgets import draw_settings, input_problems, shown_values, widget_key
 from dashboard.state import get_history
 from dashboard.text import plain
 from dashboard.url_settings import persisted
 
-DEFAULT_MODEL = setting("model").default
 DEFAULT_BACKEND = setting("backend").default
-OTHER_MODEL = "Local path or hub id"
 BUILTIN_DATASETS = {
     BUILTIN_SHAREGPT: "ShareGPT (built-in copy)",
     BUILTIN_SAMPLE: "Small generated sample",
 }
 SOURCE_BUILTIN, SOURCE_UPLOAD, SOURCE_PATH = "Built-in", "Upload", "Path"
 SLO_SETTINGS = of_part(Part.SLO)
-
-
-SIZED = ("num_prompts", "concurrency", "stream_output", "sharegpt_output_len")  # what a backend's run size sets
 
 
 @dataclass
@@ -91,14 +84,14 @@ def render_sidebar(cancel: Callable[[], None] | None, actions: bool = True) -> S
         options=names,
         index=names.index(DEFAULT_BACKEND),
         key="backend",
-        format_func=_backend_label,
+        format_func=backend_label,
     )
     values["backend"] = backend
     family = _family(backend)
-    values.update((_model_widgets if backend_of(backend).in_process else _server_widgets)(backend, family))
+    values.update((model_widgets if backend_of(backend).in_process else server_widgets)(backend, family))
     reason = availability(backend)
-    _show_unavailable_backends()
-    values.update(_knob_widgets(backend, family))
+    show_unavailable_backends()
+    values.update(knob_widgets(backend, family))
 
     bar.subheader("Dataset")
     values.update(_dataset_widgets(backend, family))
@@ -108,13 +101,13 @@ def render_sidebar(cancel: Callable[[], None] | None, actions: bool = True) -> S
     values.update(_quality_widgets(backend, family))
     with bar.expander("Generation"):
         st.caption("LMDeploy's pipeline script decodes greedily with ignore_eos, whatever the sampling settings say.")
-        values.update(_widgets(of_part(Part.GENERATION), backend, family))
+        values.update(draw_settings(of_part(Part.GENERATION), backend, family))
     with bar.expander("Goodput SLO (ms)", expanded=False):
         st.caption(
             "A request is good when it meets every threshold set. Changing them updates the goodput "
             "of the run shown, from its stored requests, without running it again."
         )
-        values.update(_widgets(SLO_SETTINGS, backend, family))
+        values.update(draw_settings(SLO_SETTINGS, backend, family))
     url_settings.remember()
     problems = input_problems(values, backend)
     if refused := url_settings.refused():
@@ -190,7 +183,7 @@ def widget_values(config: RunConfig) -> dict[str, Any]:
     for name, value in settings_of(config).items():
         declared = setting(name)
         if declared.widget is not None and applies_to_run(declared, config):
-            values.update(_widget_values(declared, widget_key(declared, family), value))
+            values.update(shown_values(declared, widget_key(declared, family), value))
     return values
 
 
@@ -238,195 +231,6 @@ def save_upload(data: bytes, name: str, folder: Path) -> str:
     return str(path)
 
 
-# ---- one setting, one widget ---------------------------------------------------------------------
-
-
-def widget_key(declared: Setting, family: str) -> str:
-    """The session and URL key of a setting's widget: its declared one, else knob_<name> for an engine knob,
-    gen_<name> for generation, <name>_<family> for what a backend's run size sets (switching between LMDeploy's
-    backends and the others starts those at the other's defaults), else its name."""
-    if declared.widget is not None and declared.widget.key:
-        return declared.widget.key
-    if declared.is_knob:
-        return f"knob_{declared.name}"
-    if declared.part == Part.GENERATION:
-        return f"gen_{declared.name}"
-    return f"{declared.name}_{family}" if declared.name in SIZED else declared.name
-
-
-def to_widget(declared: Setting, value: Any) -> Any:
-    """A setting's value as its widget shows it: in the unit typed (ms for an SLO), empty for inf or unset."""
-    if declared.choices is not None:
-        return value  # None is a choice too ("off")
-    if value is None or (isinstance(value, float) and math.isinf(value)):
-        return "" if declared.kind is str else None
-    if declared.kind in (str, bool):
-        return value
-    typed = value / declared.typed_scale
-    return float(typed) if declared.kind is float else int(typed)
-
-
-def from_widget(declared: Setting, shown: Any) -> Any:
-    """The inverse of `to_widget`: what a widget's value sets."""
-    if declared.kind is str and declared.choices is None:
-        text = str(shown or "").strip()
-        return text or (None if declared.optional else declared.default)
-    if shown is None:
-        return math.inf if declared.allow_inf and not declared.optional else None
-    if declared.choices is not None or declared.kind is bool:
-        return shown
-    value = shown * declared.typed_scale
-    return float(value) if declared.kind is float else int(value)
-
-
-def setting_widget(declared: Setting, key: str, start: Any, backend: str, draw: Callable[..., Any] = persisted) -> Any:
-    """Draw the setting's widget in the current container (the sidebar, an expander), starting at `start` (in the
-    widget's unit), with the choices `backend` takes; return the setting's value. A value its declaration refuses is
-    said under the widget, and Start is disabled while it shows (`input_problems`). `draw`: `persisted`, or
-    `url_settings.drawn` for a widget outside the sidebar that no other page and no link keeps."""
-    value = _draw_widget(declared, key, start, backend, draw)
-    for problem in declared.problems(value, backend):
-        st.error(plain(problem))
-    return value
-
-
-def input_problems(values: Mapping[str, Any], backend: str) -> list[str]:
-    """What the declarations of the sidebar's settings refuse in `values` (by setting name), as `setting_widget`
-    says it under each widget."""
-    return [
-        problem
-        for name, value in values.items()
-        if name in BY_NAME
-        for problem in setting(name).problems(value, backend)
-    ]
-
-
-def _draw_widget(declared: Setting, key: str, start: Any, backend: str, draw: Callable[..., Any]) -> Any:
-    hints, label = declared.widget, widget_label(declared)
-    options: dict[str, Any] = {"key": key, "help": declared.help or None}
-    if declared.choices is not None:
-        choices = declared.choices_for(backend)
-        start = start if start in choices else choices[0]
-        if hints.style == "radio":
-            return draw(st.radio, label, options=choices, index=choices.index(start), horizontal=True, **options)
-        return from_widget(
-            declared,
-            draw(
-                st.selectbox,
-                label,
-                options=choices,
-                index=choices.index(start),
-                format_func=declared.choice_label,
-                **options,
-            ),
-        )
-    if hints.style == "switch":
-        return _switched_count(declared, key, start, label, options, draw)
-    if declared.kind is bool:
-        return draw(st.checkbox, label, value=start, **options)
-    if declared.kind is str:
-        return from_widget(
-            declared, draw(st.text_input, label, value=start or "", placeholder=hints.placeholder, **options)
-        )
-    if declared.kind is int:
-        options["step"] = int(hints.step or 1)
-    else:
-        options["step"] = hints.step
-        if hints.style == "slider":  # its ends hold what it takes: nothing else can be chosen
-            bounds = declared.bounds
-            low, high = (bounds.widget_min, bounds.widget_max) if bounds else (None, None)
-            return from_widget(
-                declared,
-                draw(
-                    st.slider,
-                    label,
-                    value=float(start),
-                    min_value=low,
-                    max_value=high,
-                    refuse=_refusal(declared, backend),
-                    **options,
-                ),
-            )
-        options["format"] = hints.format
-        start = None if start is None else float(start)
-    # No min_value or max_value: a number input refuses a value beyond them in the browser (a red "!") and keeps its
-    # last one, which Start would then run unseen. The setting's bounds are checked here instead (`setting_widget`).
-    placeholder = hints.placeholder if start is None or hints.placeholder else None
-    return from_widget(
-        declared,
-        draw(
-            st.number_input,
-            label,
-            value=start,
-            placeholder=placeholder,
-            refuse=_refusal(declared, backend),
-            **options,
-        ),
-    )
-
-
-def _refusal(declared: Setting, backend: str | None = None) -> Callable[[Any], str | None]:
-    """Why a value for the setting's widget (read from a link) cannot be the setting's: its declaration's sentence."""
-
-    def refuse(shown: float) -> str | None:
-        try:
-            value = from_widget(declared, shown)
-        except (ValueError, OverflowError):  # nan or inf for a whole number: the declaration's sentence says why
-            value = shown
-        problems = declared.problems(value, backend)
-        return problems[0] if problems else None
-
-    return refuse
-
-
-def switch_key(key: str) -> str:
-    """The key of a switched count's checkbox, beside its number's `key`."""
-    return f"{key}_on"
-
-
-def _switched_count(
-    declared: Setting, key: str, start: Any, label: str, options: dict[str, Any], draw: Callable[..., Any]
-) -> int:
-    """A checkbox, on when `start` is above 0, with the count it turns on beside it; off, the count is 0."""
-    on = draw(st.checkbox, label, value=bool(start), key=switch_key(key), help=options["help"])
-    shown = start or declared.widget.start
-    count = draw(
-        st.number_input,
-        declared.shown_label,
-        value=int(shown),
-        step=int(declared.widget.step or 1),
-        key=key,
-        disabled=not on,
-        label_visibility="collapsed",
-        refuse=_refusal(declared),
-    )
-    return int(count) if on else 0
-
-
-def _widget_values(declared: Setting, key: str, value: Any) -> dict[str, Any]:
-    """The widget keys and values that show `value` of this setting: a switched count's checkbox and number."""
-    if declared.widget.style == "switch":
-        return {switch_key(key): bool(value), key: value or declared.widget.start}
-    return {key: to_widget(declared, value)}
-
-
-def _widgets(settings: tuple[Setting, ...], backend: str, family: str) -> dict[str, Any]:
-    """Each of `settings`' widgets in turn, by setting name."""
-    return {
-        declared.name: setting_widget(declared, widget_key(declared, family), _start(declared, backend), backend)
-        for declared in settings
-    }
-
-
-def _start(declared: Setting, backend: str) -> Any:
-    """Where a widget starts: the backend's run size, else the widget's own start, else the setting's default."""
-    if declared.name in SIZED:
-        return to_widget(declared, getattr(backend_of(backend).run_size, declared.name))
-    if declared.widget.start is not None:
-        return declared.widget.start
-    return to_widget(declared, declared.default)
-
-
 # ---- widget groups ---------------------------------------------------------------------------
 
 
@@ -438,93 +242,6 @@ def _family(backend: str) -> str:
 
 def _load_pattern_key(backend: str) -> str:
     return "load_pattern" if backend_of(backend).in_process else "load_pattern_server"  # a default per kind
-
-
-def _backend_label(backend: str) -> str:
-    return backend if availability(backend) is None else f"{backend} (unavailable here)"
-
-
-def _show_unavailable_backends() -> None:
-    """One caption per reason, so the user sees why LMDeploy's engines cannot be chosen here."""
-    reasons: dict[str, list[str]] = {}
-    for backend in backends():
-        reason = availability(backend)
-        if reason:
-            reasons.setdefault(reason, []).append(backend)
-    for reason, names in reasons.items():
-        st.sidebar.caption(f"**{plain(', '.join(names))} unavailable:** {plain(reason)}")
-
-
-def model_picker(where: Any, key_prefix: str = "", draw: Callable[..., Any] = persisted) -> str:
-    """The model: a built-in one, or a local path or hub id typed in, drawn in `where` (the sidebar, a column)
-    with widget keys `key_prefix` + model_choice / model_path; `draw` is `persisted`, or `url_settings.drawn`
-    on a page that does not keep its widgets across pages and reloads."""
-    options = [*PICKABLE_MODELS, OTHER_MODEL]
-    choice = draw(
-        where.selectbox,
-        "Model",
-        options=options,
-        index=options.index(DEFAULT_MODEL),
-        key=f"{key_prefix}model_choice",
-        help="\n\n".join(f"**{name}**: {text}" for name, text in PICKABLE_MODELS.items()),
-    )
-    if choice != OTHER_MODEL:
-        return choice
-    return draw(
-        where.text_input,
-        "Model path or hub id",
-        value="",
-        key=f"{key_prefix}model_path",
-        placeholder="/models/Qwen2.5-7B-Instruct, Qwen/Qwen2.5-7B-Instruct or synthetic:llama:layers=..",
-        help="A folder, a hub id, or a synthetic model of any shape: synthetic:llama (or qwen2):layers=2,"
-        "hidden=64,intermediate=128,heads=4,kv_heads=2,vocab=4096, or a preset with sizes changed, "
-        "e.g. synthetic:llama-3.2-1b:layers=4.",
-    )
-
-
-def _model_widgets(backend: str, family: str) -> dict[str, Any]:
-    model = model_picker(st.sidebar)
-    with st.sidebar:
-        return {"model": model, **_widgets((setting("trust_remote_code"),), backend, family)}
-
-
-def _server_widgets(backend: str, family: str) -> dict[str, Any]:
-    """The model a server is asked for, and its API key: typed here, kept in memory, never stored."""
-    bar = st.sidebar
-    model = persisted(
-        bar.text_input,
-        "Model (optional)",
-        value="",
-        key="server_model",
-        placeholder="empty: the first of GET /v1/models",
-        help="The model name sent in each request.",
-    )
-    api_key = bar.text_input(
-        "API key (optional)",
-        type="password",
-        key="api_key",
-        placeholder="empty: $OPENAI_API_KEY, if set",
-        help="Sent as a Bearer header; never written to the history, config or logs.",
-    )
-    with bar:
-        return {"model": model, "api_key": api_key, **_widgets((setting("trust_remote_code"),), backend, family)}
-
-
-def _knob_widgets(backend: str, family: str) -> dict[str, Any]:
-    """Every knob of `backend` that has a widget (not server_settings: only a server sweep sets it), in LMDeploy's
-    CLI groups, starting at LMDeploy's defaults."""
-    groups: dict[str, list[Setting]] = {}
-    for knob in knobs_for(backend):
-        if knob.widget is not None:
-            groups.setdefault(knob.group, []).append(knob)
-    chosen: dict[str, Any] = {}
-    for group, knobs in groups.items():
-        with st.sidebar.expander(plain(group)):
-            for knob in knobs:
-                chosen.update(_widgets((knob,), backend, family))
-                if rule := knob.rule_for(backend):
-                    st.caption(f"Constraint: {plain(rule)}")
-    return chosen
 
 
 def _dataset_widgets(backend: str, family: str) -> dict[str, Any]:
@@ -568,7 +285,7 @@ def _dataset_widgets(backend: str, family: str) -> dict[str, Any]:
             placeholder="/data/ShareGPT_V3_unfiltered_cleaned_split.json",
         )
     with bar:
-        values.update(_widgets((setting("dataset_name"),), backend, family))
+        values.update(draw_settings((setting("dataset_name"),), backend, family))
         shown = [
             declared
             for declared in of_part(Part.DATASET)
@@ -579,10 +296,10 @@ def _dataset_widgets(backend: str, family: str) -> dict[str, Any]:
         ]
         # The sizes last: what the prompts are first, then how many.
         sizes = ("num_prompts", "seed")
-        values.update(_widgets(tuple(s for s in shown if s.name not in sizes), backend, family))
+        values.update(draw_settings(tuple(s for s in shown if s.name not in sizes), backend, family))
         if all(values.get(name) is not None for name in RANDOM_LENGTHS):
             st.caption(f"Lengths drawn: {plain(describe_random_lengths(*(values[name] for name in RANDOM_LENGTHS)))}")
-        values.update(_widgets(tuple(s for s in shown if s.name in sizes), backend, family))
+        values.update(draw_settings(tuple(s for s in shown if s.name in sizes), backend, family))
     return values
 
 
@@ -593,9 +310,9 @@ def _quality_widgets(backend: str, family: str) -> dict[str, Any]:
             "Drift: this run's answers against a baseline run's to the same prompts, both greedy (temperature 0). "
             "Accuracy: the answers scored against a quality set's references; its prompts replace the dataset's."
         )
-        values = _widgets((setting("keep_outputs"),), backend, family)
+        values = draw_settings((setting("keep_outputs"),), backend, family)
         values["drift_baseline"] = _drift_baseline_picker(family)
-        values.update(_widgets((setting("quality_set"),), backend, family))
+        values.update(draw_settings((setting("quality_set"),), backend, family))
     return values
 
 
@@ -643,4 +360,4 @@ def _load_widgets(backend: str, family: str) -> dict[str, Any]:
         shown = tuple(
             s for s in of_part(Part.LOAD) if s.widget is not None and s.applies(backend=backend, load_pattern=pattern)
         )
-        return {"load_pattern": pattern, **_widgets(shown, backend, family)}
+        return {"load_pattern": pattern, **draw_settings(shown, backend, family)}

@@ -21,7 +21,7 @@ from bench_core.sweep.plan import CPU_SWEEP_OUTPUT_LEN, CPU_SWEEP_PROMPTS
 from bench_core.sweep.precision import CAPPED, REACHED
 from bench_core.views import sweep_charts
 from bench_core.views.report import chart_count as report_charts
-from dashboard import sweep_view
+from dashboard import sweep_form
 from dashboard.state import get_history, get_runner, get_sweeps
 
 # Each test here runs a real engine, server, app script or process for seconds: not in the fast suite.
@@ -297,7 +297,7 @@ def set_up_knee_search(at: AppTest) -> None:
     at.sidebar.number_input(key="sharegpt_output_len_cpu").set_value(4)
     at.sidebar.number_input(key="num_prompts_cpu").set_value(8)
     at.sidebar.number_input(key="slo_ttft_ms").set_value(float(SLO_MS))
-    at.radio(key="sweep_kind").set_value(sweep_view.FIND_MAX).run()
+    at.radio(key="sweep_kind").set_value(sweep_form.FIND_MAX).run()
     at.checkbox(key="sweep_server_per_run").check().run()
     at.text_input(key="sweep_server_cmd").input(KNEE_SERVER).run()
     at.text_input(key="sweep_server_setting_knee").input(str(KNEE))
@@ -400,7 +400,7 @@ def test_a_sweep_over_a_server_setting_starts_a_server_per_run_and_says_so_on_it
 def test_a_search_that_cannot_work_is_one_error_beside_its_inputs_and_start_stays_disabled():
     at = open_sweep_page()
     at.sidebar.selectbox(key="backend").select("openai").run()
-    at.radio(key="sweep_kind").set_value(sweep_view.FIND_MAX).run()
+    at.radio(key="sweep_kind").set_value(sweep_form.FIND_MAX).run()
 
     def refused() -> list[str]:
         assert not at.exception and at.button(key="sweep_start").disabled

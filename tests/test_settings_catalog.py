@@ -30,7 +30,7 @@ from bench_core.errors import ConfigError
 from bench_core.sweep.plan import SweepPlan, parse_sweep_arg
 from bench_core.views.run_diff import NOT_APPLICABLE, differing_settings, setting_cells
 from bench_core.views.tables import describe_column
-from dashboard.sidebar import widget_key
+from dashboard.setting_widgets import widget_key
 
 # (setting, a backend it applies to, a value other than its default, a value it refuses there and the refusal)
 PROOF = [

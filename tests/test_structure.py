@@ -155,7 +155,7 @@ def own_defaults_and_bounds(source: str, name: str = "module.py") -> list[str]:
     """What a module writes itself for a catalogued setting: a flag added by hand with its default, a widget keyed
     as a setting's with its own start or bounds, or a setting's bounds compared against a number."""
     from bench_core.config import SETTINGS, Part
-    from dashboard.sidebar import widget_key
+    from dashboard.setting_widgets import widget_key
 
     flags = {flag for setting in SETTINGS for flag in setting.cli_flags}
     keys = {widget_key(setting, family) for setting in SETTINGS for family in ("cpu", "lmdeploy")}

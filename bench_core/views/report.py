@@ -206,6 +206,11 @@ def describe_outcome(status: str, message: str, summary: Mapping[str, Any]) -> s
     return f"{status}: {message}. {counts}." if message else f"{status}: {counts}."
 
 
+def sentence(text: str) -> str:
+    """`text` as a sentence's start: its first letter capital (a flag is written to follow a colon)."""
+    return text[:1].upper() + text[1:]
+
+
 def ended_latency_histograms(requests: pd.DataFrame, stream_output: bool) -> tuple[go.Figure, go.Figure]:
     """The two histograms of an ended run: TTFT and ITL when it streamed, else E2E latency and TPOT."""
     first, second = ("ttft", "itl") if stream_output else ("e2e", "tpot")
@@ -221,7 +226,7 @@ def run_caveats(parts: RunParts) -> list[str]:
     TTFT per 1,000 tokens meaningless, random weights."""
     flags = run_flags(parts.values, parts.row.get(f"{ENVIRONMENT_PREFIX}cpu_count"))
     caveats = [
-        *(flag[:1].upper() + flag[1:] for flag in flags),
+        *(sentence(flag) for flag in flags),
         *parts.warnings,
         *(f"Dataset: {note}" for note in parts.notes),
     ]

@@ -323,7 +323,7 @@ CONTEXTS = dashboard_contexts()
 def test_every_number_setting_out_of_its_range_in_a_link_is_one_message_and_starts_nothing(
     fresh_dashboard, tmp_path, monkeypatch, choice, settings
 ):
-    from dashboard.sidebar import widget_key
+    from dashboard.setting_widgets import widget_key
     from dashboard.state import get_runner
 
     monkeypatch.setenv(RESULTS_ENV, str(tmp_path / "results"))
@@ -348,7 +348,7 @@ def test_the_dashboard_asks_to_confirm_arrivals_over_more_than_a_day_and_starts_
     fresh_dashboard, tmp_path, monkeypatch
 ):
     from bench_core.config import setting
-    from dashboard.sidebar import widget_key
+    from dashboard.setting_widgets import widget_key
     from dashboard.state import get_runner
 
     monkeypatch.setenv(RESULTS_ENV, str(tmp_path / "results"))
