@@ -150,7 +150,7 @@ def chosen_slo(values: Mapping[str, Any]) -> SLO:
 
 def build_run_config(values: Mapping[str, Any]) -> RunConfig:
     """The RunConfig for the sidebar's values (by setting name; a missing one takes its default); validation is
-    left to `check_run_config` (at submit). The settings of the other datasets are left at their defaults."""
+    left to `preflight.check_run` (at Start). The settings of the other datasets are left at their defaults."""
     chosen = {name: value for name, value in values.items() if name in BY_NAME}
     chosen.update(
         model=str(chosen["model"]).strip(),
