@@ -8,10 +8,12 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from bench_core.exports import ComparisonSubject
 from bench_core.measure.quality import with_drift
 from bench_core.store import run_parts
 from bench_core.store.history import History
 from bench_core.views import compare_charts, report, run_diff, tables
+from dashboard.exports_view import export_buttons
 from dashboard.table_view import show_table
 from dashboard.text import plain
 
@@ -50,15 +52,7 @@ def comparison(history: History, chosen: pd.DataFrame) -> None:
         st.markdown(f"**{report.PAIRED_TITLE}**")
         show_table(paired, key="compare_paired")
         st.caption(report.PAIRED_NOTE)
-    st.download_button(
-        "Report of this comparison (HTML)",
-        lambda: report.comparison_report(rows, request_tables, missing, baseline=baseline).encode(),
-        file_name=f"compare-{'-'.join(rows['run_id'].astype(str))[:120]}.html",
-        mime="text/html",
-        key="download_compare_report",
-        on_click="ignore",
-        help="One file with the charts, tables, settings and environment; it opens offline.",
-    )
+    export_buttons(ComparisonSubject(history, rows, request_tables, missing, baseline))
 
 
 def _remember_baseline() -> None:

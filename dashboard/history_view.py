@@ -224,10 +224,9 @@ def runs_table(shown: pd.DataFrame) -> list[str]:
     return selected
 
 
-def downloads(history: History, picked: list[str]) -> None:
-    left, right = st.columns(2)
+def downloads(history: History) -> None:
     # The whole file is written out only when the button is clicked: at 10,000 rows that takes a second.
-    left.download_button(
+    st.download_button(
         "Download the whole history (CSV)",
         history.to_csv_bytes,
         file_name="history.csv",
@@ -235,15 +234,6 @@ def downloads(history: History, picked: list[str]) -> None:
         key="download_history",
         on_click="ignore",
     )
-    if picked:
-        right.download_button(
-            f"Download the {len(picked)} selected run(s) (CSV)",
-            history.to_csv_bytes(picked),
-            file_name="history-selection.csv",
-            mime="text/csv",
-            key="download_selection",
-            on_click="ignore",
-        )
 
 
 def _ask_to_delete(run_ids: list[str]) -> None:

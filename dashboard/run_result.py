@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from bench_core import csvstore
 from bench_core.config import SLO, RunConfig
 from bench_core.errors import HistoryError
 from bench_core.hardware.run_flags import run_flags
@@ -53,10 +52,6 @@ class RunResult:
         return metrics.run_summary(
             self.requests, self.duration_s, cfg.percentiles, cfg.load.stream_output, slo, steady_load(cfg)
         )
-
-    def lmdeploy_csv_bytes(self) -> bytes:
-        """A one-row CSV in the format LMDeploy's profile scripts write."""
-        return csvstore.table_bytes(list(self.lmdeploy_row), [self.lmdeploy_row])
 
 
 def result_from_run(run: Run) -> RunResult | None:

@@ -14,10 +14,10 @@ from collections.abc import Callable
 import pandas as pd
 import streamlit as st
 
-from bench_core import csvstore
 from bench_core.config import SLO, RunConfig, client_in_workers
 from bench_core.engines import backend
 from bench_core.errors import BenchError
+from bench_core.exports import RunSubject
 from bench_core.hardware.roofline import describe_roofline
 from bench_core.hardware.run_flags import live_run_flags
 from bench_core.measure import metrics
@@ -33,6 +33,7 @@ from bench_core.views.report import describe_config, sentence
 from bench_core.views.verdict import run_verdict, unrecorded_verdict
 from dashboard import workload_view
 from dashboard.active_runs import active_runs
+from dashboard.exports_view import export_buttons
 from dashboard.run_result import RunResult, result_from_history, result_from_run
 from dashboard.state import get_history, get_runner
 from dashboard.table_view import LONG_TABLE_ROWS, show_table
@@ -253,7 +254,7 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
     st.markdown("**Requests**")
     requests = tables.requests_for_display(result.requests)
     show_table(requests, key="requests_table", max_rows=LONG_TABLE_ROWS, keep_numbers=True, hide_index=True)
-    _downloads(result, requests, slo)
+    export_buttons(_run_subject(result, slo))
 
 
 def _quality_section(result: RunResult, summary: dict) -> None:
@@ -351,47 +352,14 @@ def _goodput(summary: dict, slo: SLO) -> None:
     st.caption(plain(f"For {tables.describe_slo(slo)}."))
 
 
-def _downloads(result: RunResult, requests: pd.DataFrame, slo: SLO) -> None:
-    columns = st.columns(4)
-    history_row = get_history().to_csv_bytes([result.run_id])
-    if history_row:
-        columns[0].download_button(
-            "History row (CSV)",
-            history_row,
-            file_name=f"{result.run_id}-history.csv",
-            mime="text/csv",
-            key="download_history_row",
-            on_click="ignore",
-        )
-    columns[1].download_button(
-        "Per-request table (CSV)",
-        csvstore.frame_bytes(requests),
-        file_name=f"{result.run_id}-requests.csv",
-        mime="text/csv",
-        key="download_requests",
-        on_click="ignore",
-    )
-    columns[2].download_button(
-        "LMDeploy CSV",
-        result.lmdeploy_csv_bytes(),
-        file_name=f"{result.run_id}-lmdeploy.csv",
-        mime="text/csv",
-        key="download_lmdeploy",
-        on_click="ignore",
-        help="One row in the format of LMDeploy's profile_pipeline_api.py --csv.",
-    )
+def _run_subject(result: RunResult, slo: SLO) -> RunSubject:
     recorded = _recorded(result)
-    # Written only when clicked: the file inlines plotly's JavaScript (about 5 MB) so it opens offline.
-    columns[3].download_button(
-        "Report (HTML)",
-        lambda: report.run_report(
-            run_parts.run_parts(
-                recorded.history, result.run_id, recorded.record, slo, result.warnings, result.notes, result.snapshot
-            )
-        ).encode(),
-        file_name=f"run-{result.run_id}.html",
-        mime="text/html",
-        key="download_report",
-        on_click="ignore",
-        help="One file with this run's charts, tables, settings and environment; it opens offline.",
+    return RunSubject(
+        recorded.history,
+        result.run_id,
+        result.requests,
+        result.lmdeploy_row,
+        lambda: run_parts.run_parts(
+            recorded.history, result.run_id, recorded.record, slo, result.warnings, result.notes, result.snapshot
+        ),
     )

@@ -9,6 +9,7 @@ import streamlit as st
 
 from bench_core.config import SLO
 from bench_core.errors import BenchError
+from bench_core.exports import SweepSubject
 from bench_core.measure import metrics
 from bench_core.store.history import History
 from bench_core.sweep import report as sweep_report
@@ -16,6 +17,7 @@ from bench_core.sweep import results as sweep_results
 from bench_core.sweep.plan import SweepPlan, describe_point
 from bench_core.sweep.store import past_sweeps
 from bench_core.views.tables import describe_column
+from dashboard.exports_view import export_buttons
 from dashboard.sweep_servers import find_max_view
 from dashboard.sweep_widgets import tick, title
 from dashboard.table_view import show_table
@@ -72,27 +74,9 @@ def results(history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO) -> 
 
 
 def _downloads(history: History, plan: SweepPlan, history_runs: pd.DataFrame, runs: pd.DataFrame, slo: SLO) -> None:
-    """The sweep's history rows, and its report (written when clicked: it inlines plotly's JavaScript), for the SLO
-    and the goodput targets the page shows."""
+    """The sweep's exports (its history rows, its report, ...) for the SLO and the goodput targets the page shows."""
     targets = {goodput: st.session_state.get(_target_key(goodput)) for goodput in sweep_report.GOODPUT_METRICS}
-    left, right = st.columns(2)
-    left.download_button(
-        "This sweep's history rows (CSV)",
-        history.to_csv_bytes(runs["run_id"].astype(str)),
-        file_name=f"{plan.sweep_id}.csv",
-        mime="text/csv",
-        key="sweep_download",
-        on_click="ignore",
-    )
-    right.download_button(
-        "Report of this sweep (HTML)",
-        lambda: sweep_report.sweep_report(history, plan, history_runs, runs, slo=slo, targets=targets).encode(),
-        file_name=f"sweep-{plan.sweep_id}.html",
-        mime="text/html",
-        key="sweep_report_download",
-        on_click="ignore",
-        help="One file with every view of this sweep, its tables, settings and environment; it opens offline.",
-    )
+    export_buttons(SweepSubject(history, plan, history_runs, runs, slo=slo, targets=targets))
 
 
 def _pareto_view(runs: pd.DataFrame, plan: SweepPlan) -> None:

@@ -90,3 +90,31 @@ def download_data(monkeypatch):
         return data.encode() if isinstance(data, str) else data
 
     return read
+
+
+# A toy export as someone would write one outside the package: one module in a folder of their own.
+TOY_EXPORT = '''"""The run ids of what is exported, one a line."""
+
+from bench_core.exports import Export, Scope
+
+
+def run_ids_text(subject) -> bytes:
+    return ("\\n".join(subject.run_ids) + "\\n").encode()
+
+
+RUN_IDS = Export(
+    "run-ids", "Run ids (TXT)", "text/plain", "{stem}-ids.txt", dict.fromkeys(Scope, run_ids_text), order=1
+)
+'''
+
+
+@pytest.fixture
+def toy_export(tmp_path, monkeypatch) -> Path:
+    """$BENCH_STUDIO_PLUGINS names a folder in tmp_path holding the toy export `run-ids`; the folder."""
+    from bench_core.plugins import PLUGINS_ENV
+
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    (folder / "run_ids_export.py").write_text(TOY_EXPORT)
+    monkeypatch.setenv(PLUGINS_ENV, str(folder))
+    return folder

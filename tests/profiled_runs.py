@@ -50,8 +50,11 @@ def profiled_run(
     return prof
 
 
-def recorded_history(root, runs: list[tuple[str, str, int, Profiler]]) -> tuple[History, pd.DataFrame]:
-    """Record (run_id, backend, concurrency, profiler) runs into a real History; return it and its rows."""
+def recorded_history(
+    root, runs: list[tuple[str, str, int, Profiler]], sweep_id: str = ""
+) -> tuple[History, pd.DataFrame]:
+    """Record (run_id, backend, concurrency, profiler) runs into a real History, as the runs of `sweep_id` (one
+    repeat of each point) where one is given; return it and its rows."""
     history = History(root)
     for run_id, backend, concurrency, prof in runs:
         config = RunConfig(
@@ -69,6 +72,8 @@ def recorded_history(root, runs: list[tuple[str, str, int, Profiler]]) -> tuple[
                 lmdeploy_columns=prof.lmdeploy_csv_row(lmdeploy_hyperparams(config)),
                 metrics=prof.summary(),
                 requests=prof.request_table(),
+                sweep_id=sweep_id,
+                sweep_repeat=0 if sweep_id else None,
             )
         )
     return history, history.load()

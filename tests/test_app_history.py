@@ -1,5 +1,7 @@
 """The History page through AppTest, on a history made by real runs of the tiny model plus an imported LMDeploy CSV."""
 
+import csv
+import io
 import json
 import math
 import shutil
@@ -318,9 +320,11 @@ def test_downloads_offer_the_whole_history_and_the_selection(history_root, prepa
     labels = [button.label for button in at.download_button]
     assert labels == [
         "Download the whole history (CSV)",
-        "Download the 2 selected run(s) (CSV)",
+        "History rows of this comparison (CSV)",
         "Report of this comparison (HTML)",
     ]
+    picked = list(csv.DictReader(io.StringIO(download_data(at.download_button[1]).decode())))
+    assert sorted(row["run_id"] for row in picked) == sorted(run_ids)
     report = download_data(at.download_button[2]).decode()
     heading = report[report.index("<h1>") : report.index("</h1>")]
     assert report.startswith("<!DOCTYPE html>") and all(run_id in heading for run_id in run_ids)
@@ -524,7 +528,6 @@ def test_the_runs_ticked_stay_ticked_while_the_filters_change_what_is_on_show(va
     assert subheaders(at) == ["Compare 3 runs"]
     at.multiselect(key="filter_dataset_name").select("random").run()
     assert not at.exception and subheaders(at) == ["Compare 2 runs"]  # the two random runs still on show
-    assert at.download_button[1].label == "Download the 2 selected run(s) (CSV)"
     at.multiselect(key="filter_dataset_name").unselect("random").run()
     assert subheaders(at) == ["Compare 3 runs"]  # the one filtered out is ticked again when back
     # Unticked while on show, it stays unticked after.
@@ -566,3 +569,19 @@ def test_runs_that_kept_their_answers_show_their_drift_from_the_picked_baseline(
     assert list(compared.columns) == ["float32 (baseline)", "bfloat16"]
     exact_match = compared.loc[describe_column("drift_exact_match_rate").title].tolist()
     assert exact_match[0].startswith("1") and float(exact_match[1].split()[0]) < 1
+
+
+def test_an_export_in_the_plugin_folder_is_a_download_button_of_the_comparison_it_builds(
+    history_root, prepared_history, toy_export, download_data
+):
+    _, run_ids, _ = prepared_history
+    at = select_rows(open_history(), run_ids)
+    assert not at.exception and not at.error
+    labels = [button.label for button in at.download_button]
+    assert labels == [
+        "Download the whole history (CSV)",
+        "Run ids (TXT)",
+        "History rows of this comparison (CSV)",
+        "Report of this comparison (HTML)",
+    ]
+    assert sorted(download_data(at.download_button[1]).decode().splitlines()) == sorted(run_ids)

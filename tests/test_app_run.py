@@ -200,10 +200,10 @@ def test_start_runs_to_finished_with_summary_downloads_and_run_id_in_url(downloa
     assert list(summary["metric"]) == LATENCY_ROWS
     assert list(summary.columns[:6]) == ["metric", "mean", "P50", "P75", "P95", "P99"]
     assert [d.label for d in at.download_button] == [
-        "History row (CSV)",
+        "History rows of this run (CSV)",
         "Per-request table (CSV)",
         "LMDeploy CSV",
-        "Report (HTML)",
+        "Report of this run (HTML)",
     ]
     requests = next(d.value for d in at.dataframe if "request" in d.value.columns)
     assert len(requests) == 8
@@ -1121,3 +1121,18 @@ def test_a_run_again_while_another_run_holds_the_engine_asks_first_and_once_queu
     at.run()
     assert at.title[0].value == "History"
     assert at.selectbox(key="compare_baseline").value == stored_run_id
+
+
+def test_an_export_in_the_plugin_folder_is_a_download_button_of_the_run_it_builds(
+    stored_run_id, toy_export, download_data
+):
+    at = open_app(stored_run_id)
+    assert not at.exception and not at.error
+    assert [button.label for button in at.download_button] == [
+        "Run ids (TXT)",
+        "History rows of this run (CSV)",
+        "Per-request table (CSV)",
+        "LMDeploy CSV",
+        "Report of this run (HTML)",
+    ]
+    assert download_data(at.download_button[0]) == f"{stored_run_id}\n".encode()

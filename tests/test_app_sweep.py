@@ -10,15 +10,18 @@ import re
 import pandas as pd
 import pytest
 from app_under_test import APP, shown
+from profiled_runs import profiled_run, recorded_history
 from streamlit.testing.v1 import AppTest
 from sweep_cli import KNEE, KNEE_SERVER, SLO_MS, SMALL_RUN
 
 from bench_core.cli import build_parser, commands
 from bench_core.cli.sweep import build_plan
+from bench_core.config import RunConfig
 from bench_core.hardware.contention import busy_runs
 from bench_core.store.history import RESULTS_ENV
-from bench_core.sweep.plan import CPU_SWEEP_OUTPUT_LEN, CPU_SWEEP_PROMPTS
+from bench_core.sweep.plan import CPU_SWEEP_OUTPUT_LEN, CPU_SWEEP_PROMPTS, SweepPlan, parse_sweep_arg
 from bench_core.sweep.precision import CAPPED, REACHED
+from bench_core.sweep.store import save_plan
 from bench_core.views import sweep_charts
 from bench_core.views.report import chart_count as report_charts
 from dashboard import sweep_form
@@ -178,7 +181,7 @@ def test_a_grid_sweep_shows_progress_then_every_view_of_its_results(download_dat
     past = table_with_column(at, "sweep_id", ("finished", "runs"))
     assert past[["sweep_id", "finished", "runs"]].values.tolist() == [[sweep_id, 8, 8]]
     assert [button.label for button in at.download_button] == [
-        "This sweep's history rows (CSV)",
+        "History rows of this sweep (CSV)",
         "Report of this sweep (HTML)",
     ]
     report = download_data(at.download_button[1]).decode()
@@ -459,3 +462,22 @@ def test_a_sweep_with_a_target_margin_of_error_says_where_each_point_ended():
     (summary,) = [shown(caption.value) for caption in at.caption if caption.value.startswith("Target")]
     assert summary.startswith("Target ±100% (95% interval) on Output throughput (tok/s), 3 to 3 runs a point. ")
     assert "at 1 point: concurrency=1 (3 runs, ±" in summary
+
+
+def test_an_export_in_the_plugin_folder_is_a_download_button_of_the_sweep_it_builds(
+    tmp_path, toy_export, download_data
+):
+    """A sweep recorded before the server started (its plan and two runs, no engine): the toy export's button comes
+    first, by its order, and hands over what its builder makes of the sweep's runs."""
+    plan = SweepPlan("sweep-toy", RunConfig(), (parse_sweep_arg("concurrency=1,2"),), repeats=1)
+    runs = [(f"toy{index}", "transformers", index + 1, profiled_run([0.1 * (index + 1), 0.2])) for index in range(2)]
+    history, _ = recorded_history(tmp_path / "results", runs, sweep_id=plan.sweep_id)
+    save_plan(history, plan)
+    at = open_sweep_page(plan.sweep_id)
+    assert not at.exception and not at.error
+    assert [button.label for button in at.download_button] == [
+        "Run ids (TXT)",
+        "History rows of this sweep (CSV)",
+        "Report of this sweep (HTML)",
+    ]
+    assert download_data(at.download_button[0]) == b"toy0\ntoy1\n"

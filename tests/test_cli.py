@@ -13,6 +13,7 @@ import pytest
 
 from bench_core.cli import main
 from bench_core.config import DatasetConfig
+from bench_core.exports import RunSubject, export
 from bench_core.load.datasets import sample_requests
 from bench_core.measure.catalog import BEYOND_LMDEPLOY
 from bench_core.store.history import History
@@ -114,7 +115,9 @@ def test_the_history_rebuilds_the_lmdeploy_csv_row_byte_for_byte(streamed_run):
     work, proc = streamed_run
     assert proc.returncode == 0, proc.stderr
     history = History(work / "results")
-    rebuilt = result_from_history(history, history.load()["run_id"].iloc[0]).lmdeploy_csv_bytes()
+    result = result_from_history(history, history.load()["run_id"].iloc[0])
+    subject = RunSubject(history, result.run_id, result.requests, result.lmdeploy_row, parts=lambda: None)
+    rebuilt = export("lmdeploy-csv").build(subject)
     assert rebuilt == (work / "profile_pipeline_api.csv").read_bytes()
 
 

@@ -6,6 +6,7 @@ markdown and JSON shapes; bad input refused in one line with exit code 2."""
 from __future__ import annotations
 
 import asyncio
+import csv
 import json
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from aiohttp import web
 from openai_server import serving
 
 from bench_core.cli import main
+from bench_core.store.history import History
+from bench_core.views import regression
 
 # Each test here records real runs against a server for seconds: not in the fast suite.
 pytestmark = pytest.mark.slow
@@ -246,3 +249,33 @@ def test_a_missing_history_or_a_single_run_is_refused(results, tmp_path, capsys)
     one_run = json.loads(out)["runs"][0]["run_id"]
     code, _, err = _cli(capsys, "compare", one_run, "--results", str(results))
     assert code == 2 and len(err.strip().splitlines()) == 1 and "compare needs two runs or more" in err
+
+
+def test_the_comparison_exports_its_report_and_history_rows_against_its_baseline(
+    results, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    argv = ("compare", SAME, MAIN, "--baseline", MAIN, "--results", str(results))
+    code, out, err = _cli(capsys, *argv, "--export", "report:compared.html", "--export", "history-rows")
+    assert code == 0, out + err
+    history = History(results)
+    rows, _, _ = regression.named_runs(history.load(), [MAIN, SAME])
+    run_ids = sorted(rows["run_id"].astype(str))
+    (written,) = tmp_path.glob("compare-*-history.csv")
+    assert sorted(row["run_id"] for row in csv.DictReader(written.open())) == run_ids
+    assert written.read_bytes() == history.to_csv_bytes(run_ids)
+    document = (tmp_path / "compared.html").read_text(encoding="utf-8")
+    heading = document[document.index("<h1>") : document.index("</h1>")]
+    assert all(run_id in heading for run_id in run_ids)
+    oldest_of_main = min(rows.loc[rows["label"] == MAIN, "run_id"].astype(str))
+    assert "(baseline)" in out.splitlines()[0] and f"{MAIN} · {oldest_of_main} (baseline)" in document
+    assert [line.split(" (")[0] for line in err.splitlines()] == [
+        "report: compared.html",
+        f"history-rows: {written.name}",
+    ]
+
+
+def test_an_export_a_comparison_cannot_have_is_refused_before_the_history_is_read(tmp_path, capsys):
+    code, _, err = _cli(capsys, "compare", "a", "b", "--results", str(tmp_path / "none"), "--export", "requests")
+    assert code == 2
+    assert err == "error: --export requests: it is of run; this command ends with comparison.\n"

@@ -4,6 +4,7 @@ a setting, a dataset and a backend) work as written against the code they are me
 from __future__ import annotations
 
 import ast
+import io
 import re
 from pathlib import Path
 
@@ -14,16 +15,19 @@ import pytest
 from bench_core import engines
 from bench_core.config import DatasetConfig, EngineConfig, RunConfig
 from bench_core.config import catalog as settings_catalog
+from bench_core.exports import RunSubject, Scope, exports
 from bench_core.load import requests as load_requests
 from bench_core.measure import catalog as metric_catalog
+from bench_core.plugins import PLUGINS_ENV
 from bench_core.run.runner import Runner
 from bench_core.store.history import History
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
 EXAMPLES = re.findall(r"```python\n(.*?)```", GUIDE, flags=re.S)
-METRIC_FORMULA, METRIC, SETTING, DATASET_SAMPLER, BACKEND_MODULE = EXAMPLES
-BACKEND_EXAMPLE = "bench_core/engines/instant_engine.py"  # the file the guide has you create
+METRIC_FORMULA, METRIC, SETTING, DATASET_SAMPLER, BACKEND_MODULE, EXPORT_MODULE = EXAMPLES
+BACKEND_EXAMPLE = "bench_core/engines/instant_engine.py"  # the files the guide has you create
+EXPORT_EXAMPLE = "bench_core/exports/requests_parquet_export.py"
 INSTALLED_ONLY = ("bench_studio/root/",)  # exists in an installed package only (pyproject.toml)
 PACKAGES = [ROOT / name for name in ("bench_core", "dashboard", "bench_studio")]
 QUOTED = re.findall(r"`([^`\s]+)`", GUIDE)
@@ -56,12 +60,12 @@ def defined_names(path: Path) -> set[str]:
 
 
 def test_the_guide_has_its_examples_and_references():
-    assert len(EXAMPLES) == 5 and len(REFERENCES) > 20 and len(PATHS) > 20
+    assert len(EXAMPLES) == 6 and len(REFERENCES) > 20 and len(PATHS) > 20
 
 
 @pytest.mark.parametrize("quoted", PATHS)
 def test_every_path_the_guide_names_exists(quoted):
-    if quoted == BACKEND_EXAMPLE or quoted in INSTALLED_ONLY:
+    if quoted in (BACKEND_EXAMPLE, EXPORT_EXAMPLE) or quoted in INSTALLED_ONLY:
         return
     here = (ROOT / quoted).exists() or (ROOT / "bench_core" / quoted).exists()  # from the root, or in bench_core/
     named = "/" not in quoted.rstrip("/") and any(any(folder.rglob(quoted.rstrip("/"))) for folder in PACKAGES)
@@ -129,3 +133,14 @@ def test_the_backend_example_is_found_by_the_registry_and_runs_into_the_history(
     assert (run.state, run.message) == ("finished", "")
     row = History(tmp_path / "results").load().iloc[0]
     assert (row["backend"], row["completed"], row["total_output_tokens"]) == ("instant", 3, 15)
+
+
+def test_the_export_example_in_a_plugin_folder_is_registered_for_a_run_and_builds_its_file(tmp_path, monkeypatch):
+    (tmp_path / Path(EXPORT_EXAMPLE).name).write_text(EXPORT_MODULE)
+    monkeypatch.setenv(PLUGINS_ENV, str(tmp_path))
+    assert "requests-parquet" in exports(Scope.RUN) and "requests-parquet" not in exports(Scope.SWEEP)
+    requests = pd.DataFrame({"request": [0, 1], "ttft_s": [0.125, 0.25], "status": ["success", "failed"]})
+    subject = RunSubject(History(tmp_path / "results"), "r1", requests, {}, parts=lambda: None)
+    chosen = exports()["requests-parquet"]
+    pd.testing.assert_frame_equal(pd.read_parquet(io.BytesIO(chosen.build(subject))), requests)
+    assert chosen.name_for(subject) == "run-r1-requests.parquet"

@@ -125,6 +125,7 @@ LAYERS = (
     "redact",
     "terminal",
     "errors",
+    "plugins",
     "csvstore",
     "states",
     "models",
@@ -137,6 +138,7 @@ LAYERS = (
     "views",
     "run",
     "sweep",
+    "exports",
     "cli",
 )
 TOP_LEVEL_MAX = 20

@@ -15,10 +15,13 @@ import pytest
 from profiled_runs import profiled_run
 from streamlit.elements.lib.streamlit_plotly_theme import configure_streamlit_plotly_theme
 
-from bench_core.cli.common import write_report
+from bench_core import csvstore
+from bench_core.cli.common import ExportRequest, write_exports
 from bench_core.config import SLO, EngineConfig, LoadConfig, RunConfig
+from bench_core.errors import ConfigError
+from bench_core.exports import ComparisonSubject, RunSubject, SweepSubject, export
 from bench_core.hardware.contention import BUSY_SHARE_COLUMN, OTHER_CORES_COLUMN
-from bench_core.store.history import History, RunRecord
+from bench_core.store.history import History, RunRecord, lmdeploy_row_of
 from bench_core.store.history_import import lmdeploy_hyperparams
 from bench_core.store.run_parts import request_tables, run_parts
 from bench_core.sweep import results as sweep_results
@@ -264,7 +267,7 @@ def test_a_sweep_report_states_the_slo_its_goodput_is_for_and_no_target_nobody_s
 def test_a_report_that_cannot_be_written_says_why_in_one_line_and_keeps_the_history(history, tmp_path, capsys):
     (tmp_path / "a-file").write_text("")
     target = tmp_path / "a-file" / "report.html"  # its "folder" is a file
-    assert not write_report(str(target), lambda: report.run_report(run_parts(history, "run-a")))
+    assert not write_exports([ExportRequest("report", str(target))], lambda: run_subject(history, "run-a"))
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"error: the report was not written to {target}")
     assert history.row("run-a") is not None and not target.exists()
@@ -322,3 +325,62 @@ def test_a_run_of_the_baseline_prompts_is_set_against_it_request_by_request(tmp_
     assert paired.loc["Time to first token"].tolist() == ["0.5 (0.5 to 0.5)"]
     document = report.comparison_report(rows, found, missing, baseline="run-off")
     assert f"<h3>{report.PAIRED_TITLE}</h3>" in document and "0.5 (0.5 to 0.5)" in document
+
+
+def run_subject(history: History, run_id: str) -> RunSubject:
+    """A recorded run as the Run page hands it to the exports."""
+    row = lmdeploy_row_of(history.row(run_id))
+    return RunSubject(history, run_id, history.requests(run_id), row, lambda: run_parts(history, run_id))
+
+
+def unstamped(document: bytes | str) -> str:
+    """A report without the parts two builds of it differ in: the minute it was written in, and the ids pandas'
+    Styler draws at random for its tables."""
+    text = document.decode() if isinstance(document, bytes) else document
+    return re.sub(r"T_[0-9a-f]{5}(?=[_\"])", "T_", re.sub(r"report written [0-9T:+-]+", "report written", text))
+
+
+def test_the_run_exports_are_the_files_the_run_page_wrote_before_the_registry(history):
+    subject = run_subject(history, "run-a")
+    row = subject.lmdeploy_row
+    assert export("history-rows").build(subject) == history.to_csv_bytes(["run-a"])
+    requests = export("requests").build(subject)
+    assert requests == csvstore.frame_bytes(tables.requests_for_display(history.requests("run-a")))
+    assert requests.startswith(b"request,status,")
+    assert export("lmdeploy-csv").build(subject) == csvstore.table_bytes(list(row), [row])
+    built = unstamped(export("report").build(subject))
+    assert built == unstamped(report.run_report(run_parts(history, "run-a"))) and "<h1>Run run-a</h1>" in built
+    assert [export(kind).name_for(subject) for kind in ("history-rows", "requests", "report")] == [
+        "run-run-a-history.csv",
+        "run-run-a-requests.csv",
+        "run-run-a.html",
+    ]
+
+
+def test_the_comparison_exports_are_the_files_the_history_page_wrote_before_the_registry(history):
+    rows = history.load(run_ids=["run-a", "run-b"])
+    found, missing = request_tables(history, rows, tables.run_names(rows))
+    subject = ComparisonSubject(history, rows, found, missing, baseline=None)
+    assert export("history-rows").build(subject) == history.to_csv_bytes(["run-a", "run-b"])
+    built = unstamped(export("report").build(subject))
+    assert built == unstamped(report.comparison_report(rows, found, missing, baseline=None))
+    assert export("report").name_for(subject) == "compare-run-a-run-b.html"
+    with pytest.raises(ConfigError, match="The requests export is of a run, not of a comparison"):
+        export("requests").build(subject)
+
+
+def test_the_sweep_exports_are_the_files_the_sweep_page_wrote_before_the_registry(tmp_path):
+    history = History(tmp_path)
+    plan = SweepPlan("sweep-x", RunConfig(), (parse_sweep_arg("concurrency=1,2"),), repeats=1)
+    save_plan(history, plan)
+    for index, point in enumerate(plan.points()):
+        record(history, f"x{index}", point.values["concurrency"], [0.1, 0.2], sweep_id=plan.sweep_id, repeat=0)
+    history_runs = history.load()
+    runs = sweep_results.sweep_runs(history_runs, plan)
+    slo, targets = SLO(ttft=5.0), {"goodput_rps": 2.5}
+    subject = SweepSubject(history, plan, history_runs, runs, slo=slo, targets=targets)
+    assert export("history-rows").build(subject) == history.to_csv_bytes(runs["run_id"].astype(str))
+    built = unstamped(export("report").build(subject))
+    assert built == unstamped(sweep_report(history, plan, history_runs, runs, slo=slo, targets=targets))
+    assert "<h1>Sweep sweep-x</h1>" in built
+    assert export("report").name_for(subject) == "sweep-sweep-x.html"

@@ -15,7 +15,7 @@ import difflib
 import os
 import sys
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from ..config import (
     setting,
 )
 from ..errors import BenchError, ConfigError, HistoryError
+from ..exports import Scope
 from ..run.observer import JobObserver
 from ..states import MEASURED, RunState
 from ..terminal import redraw
@@ -145,6 +146,7 @@ class ScriptCommand(EngineCommand):
         from ..run.preflight import check_run
 
         check_report_path(args.report)
+        check_export_paths(args.export, Scope.RUN)
         config = self.build_config(args)
         checked = check_run(config)  # before the history is opened: a refused run writes nothing
         history = open_history(args.results)
@@ -154,7 +156,7 @@ class ScriptCommand(EngineCommand):
             run.profiler.summarize(self.title, self.summary_rows(config))
             return lambda: save_lmdeploy_row(args.csv, run)
 
-        return run_each(history, [checked], args.csv, show, args.report)
+        return run_each(history, [checked], args.csv, show, with_report(args.export, args.report))
 
 
 def _percentiles(text: str) -> tuple[float, ...]:
@@ -364,6 +366,7 @@ def add_record_flags(group, *, label_help: str, percentiles_help: str) -> None:
     group.add_argument("--percentiles", type=_percentiles, default=DEFAULT_PERCENTILES, help=percentiles_help)
     add_flags(group, (slo.name for slo in of_part(Part.SLO)))
     add_report_flag(group, "once the run(s) end")
+    add_export_flag(group, "once the run(s) end")
 
 
 def add_server_flags(group) -> None:
@@ -450,60 +453,128 @@ def add_report_flag(group, when: str, **options) -> None:
     )
 
 
-def check_report_path(path: str) -> None:
-    """Before anything runs: ConfigError unless a report can be written at `path` (its folder must exist)."""
-    from pathlib import Path
+def add_export_flag(group, when: str, **options) -> None:
+    """--export KIND[:PATH], repeatable: every kind the export registry holds (bench_core/exports)."""
+    from ..exports import describe_kinds
 
+    group.add_argument(
+        "--export",
+        metavar="KIND[:PATH]",
+        action="append",
+        type=export_request,
+        **options,
+        help=f"write the export KIND to PATH (default: its own file name, in the current folder) {when}; repeat "
+        f"for several. KIND (what it is of): {describe_kinds()}",
+    )
+
+
+@dataclass(frozen=True)
+class ExportRequest:
+    """One --export: the kind, and where ("": the export's own file name, in the current folder)."""
+
+    kind: str
+    path: str = ""
+
+
+def export_request(text: str) -> ExportRequest:
+    """KIND[:PATH] as --export takes it; an unknown kind is refused naming the registered ones."""
+    from ..exports import exports
+
+    kind, _, path = text.partition(":")
+    if kind not in (known := exports()):
+        raise argparse.ArgumentTypeError(f"unknown export '{kind}'; choose one of {', '.join(known)}")
+    return ExportRequest(kind, path)
+
+
+def with_report(requests: Iterable[ExportRequest] | None, report_path: str) -> list[ExportRequest]:
+    """The --export requests (None where none was given), and --report FILE, which is `--export report:FILE` under
+    its older name."""
+    return [*(requests or ()), *([ExportRequest("report", report_path)] if report_path else [])]
+
+
+def check_report_path(path: str, typed: str = "", example: str = "report.html") -> None:
+    """Before anything runs: ConfigError unless a file can be written at `path` (its folder must exist), naming
+    the flag as it was `typed` (by default `--report PATH`)."""
     from ..csvstore import check_folder_writable
 
     if not path:
         return
+    typed = typed or f"--report {path}"
     target = Path(path)
     if target.is_dir():
-        raise ConfigError(f"--report {path}: that is a folder; give a file name, e.g. {target / 'report.html'}.")
+        raise ConfigError(f"{typed}: that is a folder; give a file name, e.g. {target / example}.")
     if not target.parent.is_dir():
-        raise ConfigError(f"--report {path}: the folder {target.parent} does not exist.")
+        raise ConfigError(f"{typed}: the folder {target.parent} does not exist.")
     check_folder_writable(target.parent, target)
 
 
-def write_report(path: str, build: Callable[[], str]) -> bool:
-    """Write the report `build()` returns to `path` (whole or not at all) and say where; False, having said why on
-    stderr, when it could not be written. The history is written already: nothing recorded is lost."""
-    from pathlib import Path
+def check_export_paths(requests: Iterable[ExportRequest] | None, *scopes: Scope) -> None:
+    """Before anything runs: ConfigError for an export that is of none of `scopes` (what the command ends with)
+    or whose file cannot be written."""
+    from ..exports import export
 
+    for request in requests or ():
+        chosen = export(request.kind)
+        if not set(scopes) & set(chosen.scopes):
+            raise ConfigError(
+                f"--export {request.kind}: it is of {' or '.join(chosen.scopes)}; this command ends with "
+                f"{' or '.join(scopes)}."
+            )
+        typed = f"--export {request.kind}:{request.path}"
+        check_report_path(request.path, typed, chosen.file_name.format(stem=scopes[0]))
+
+
+def write_exports(requests: Sequence[ExportRequest], subject_of: Callable[[], typing.Any]) -> bool:
+    """Write each export of the subject `subject_of()` gives (read once, when the first is written) to its path,
+    whole or not at all, and say where; False, having said why on stderr, when one could not be written. The
+    history is written already: nothing recorded is lost."""
     from ..csvstore import replace_bytes
+    from ..exports import export
 
-    try:
-        data = build().encode()
-        replace_bytes(Path(path), data)
-    except (OSError, BenchError) as exc:  # a run that left nothing to report, a full disk, a folder gone
-        print(f"error: the report was not written to {path}: {getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
-        return False
-    print(f"report: {path} ({len(data) / 1e6:.1f} MB)", file=sys.stderr)
-    return True
+    written, subject = True, None
+    for request in requests:
+        path = request.path
+        try:
+            subject = subject or subject_of()
+            chosen = export(request.kind)
+            path = path or chosen.name_for(subject)
+            data = chosen.build(subject)
+            replace_bytes(Path(path), data)
+        except (OSError, BenchError) as exc:  # a run that left nothing to export, a full disk, a folder gone
+            reason = getattr(exc, "strerror", None) or exc
+            print(f"error: the {request.kind} was not written to {path or 'its file'}: {reason}", file=sys.stderr)
+            written = False
+            continue
+        print(f"{request.kind}: {path} ({len(data) / 1e6:.1f} MB)", file=sys.stderr)
+    return written
 
 
-def runs_report(history, runs: list) -> Callable[[], str]:
-    """What builds the report of the ended `runs`: one run's, or the comparison of several (restful's rates)."""
+def runs_subject(history, runs: list) -> Callable[[], typing.Any]:
+    """What the exports of the ended `runs` are of: one run, or the comparison of several (restful's rates)."""
+    from ..exports import ComparisonSubject, RunSubject
+    from ..store.history import lmdeploy_row_of
     from ..store.run_parts import request_tables, run_parts
-    from ..views import report
     from ..views.tables import run_names
 
-    def build() -> str:
+    def subject() -> RunSubject | ComparisonSubject:
         if len(runs) == 1:
             run = runs[0]
-            measurement = run.measurement
+            record, measurement = run.record, run.measurement
             notes = measurement.sample.notes if measurement.sample is not None else ()
-            return report.run_report(
-                run_parts(history, run.run_id, run.record, None, measurement.warnings, notes, run.snapshot())
+            return RunSubject(
+                history,
+                run.run_id,
+                record.requests if record is not None else None,
+                record.lmdeploy_columns if record is not None else lmdeploy_row_of(history.row(run.run_id) or {}),
+                lambda: run_parts(history, run.run_id, record, None, measurement.warnings, notes, run.snapshot()),
             )
         rows = history.load(run_ids=[run.run_id for run in runs])
         if rows.empty:
             raise HistoryError("none of the runs was recorded")
         found, missing = request_tables(history, rows, run_names(rows))
-        return report.comparison_report(rows, found, missing)
+        return ComparisonSubject(history, rows, found, missing)
 
-    return build
+    return subject
 
 
 def recorded_config(args: argparse.Namespace, values: Mapping[str, typing.Any]) -> RunConfig:
@@ -789,17 +860,17 @@ def run_each(
     configs: Iterable[RunConfig | Preflighted],
     csv_path: str,
     show: Callable[[typing.Any], Callable[[], None]],
-    report_path: str = "",
+    exports: Sequence[ExportRequest] = (),
 ) -> int:
     """Run each config in turn (one `preflight.check_run` passed is not checked again), waiting with a progress line. A run that measured something is shown (`show(run)`
     prints its result and returns what appends its row to the CSV at `csv_path`, when it has one), recorded in
     the history and reported. The exit code: the first run that measured nothing or was interrupted ends the
-    command with its own; else the worst of the runs' codes, failed before partial. With `report_path`, the report
-    of the runs that ended (what a failed one left) is written at the end; a report that cannot be written fails a
-    command that would have succeeded."""
-    ended: list = []  # the runs that ended, for the report
+    command with its own; else the worst of the runs' codes, failed before partial. The `exports` of the runs that
+    ended (what a failed one left) are written at the end; one that cannot be written fails a command that would
+    have succeeded."""
+    ended: list = []  # the runs that ended, for the exports
     status = _run_each(history, configs, csv_path, show, ended)
-    if report_path and ended and not write_report(report_path, runs_report(history, ended)) and status == EXIT_OK:
+    if exports and ended and not write_exports(exports, runs_subject(history, ended)) and status == EXIT_OK:
         return EXIT_FAILED
     return status
 

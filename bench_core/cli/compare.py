@@ -11,22 +11,27 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..exports import ComparisonSubject, Scope
 from ..measure.catalog import COMPARED_COLUMNS, find_column
 from .common import (
     EXIT_FAILED,
     EXIT_OK,
     Command,
     HistoryRequestError,
+    add_export_flag,
     add_results_flag,
+    check_export_paths,
     close_match,
     column_names,
     existing_history,
+    write_exports,
 )
 
 FORMATS = ("table", "markdown", "json")  # the first is the default
 COMPARE_EXIT_CODES_HELP = """exit codes:
   0    compared; with --fail-on-regression, no gated metric regressed
-  1    --fail-on-regression: a gated metric regressed (each regression is listed)
+  1    --fail-on-regression: a gated metric regressed (each regression is listed); or an --export
+       could not be written (why is on stderr)
   2    bad input: a flag, a run id, sweep id or label the history does not have, a metric the
        catalog does not have, a malformed tolerance, a gated metric the baseline or the others did
        not measure, a results folder that is not there
@@ -124,11 +129,14 @@ class CompareCommand(Command):
             help="exit 1 when a metric got worse than the baseline's: beyond noise, or by more than TOLERANCE %%; None: no check",
         )
         add_results_flag(parser, "folder of the run history")
+        add_export_flag(parser, "of the runs compared, against the baseline")
 
     def run(self, args: argparse.Namespace) -> int:
         from ..views import regression, report
 
-        table = existing_history(args.results).load()
+        check_export_paths(args.export, Scope.COMPARISON)
+        history = existing_history(args.results)
+        table = history.load()
         names = list(dict.fromkeys(args.names))
         baseline_source = args.baseline or names[0]
         if baseline_source not in names:
@@ -166,4 +174,15 @@ class CompareCommand(Command):
                 "baseline's setup and another run twice or more (a tolerance, METRIC=5%, checks single runs)",
                 file=sys.stderr,
             )
-        return EXIT_FAILED if found else EXIT_OK
+        written = not args.export or write_exports(args.export, lambda: comparison_subject(history, rows, compared))
+        return EXIT_FAILED if found or not written else EXIT_OK
+
+
+def comparison_subject(history, rows, compared) -> ComparisonSubject:
+    """What the exports of a comparison are of: the rows chosen, their request tables by the names the comparison
+    gives them, against its baseline."""
+    from ..store.run_parts import request_tables
+    from ..views.report import RUN
+
+    found, missing = request_tables(history, compared.runs, compared.runs[RUN])
+    return ComparisonSubject(history, rows, found, missing, compared.baseline)

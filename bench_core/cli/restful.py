@@ -24,6 +24,7 @@ from ..engines.openai_client import check_reachable, discover_model
 from ..engines.openai_engine import network_policy
 from ..engines.openai_request import REQUEST_DEADLINE_S
 from ..errors import ConfigError
+from ..exports import Scope
 from ..measure import metrics
 from ..measure.catalog import BEYOND_LMDEPLOY, METRICS, QUALITY_METRICS, Metric, requested_rate, steady_rows
 from ..measure.window import WINDOW_SETTINGS, steady_load
@@ -38,6 +39,7 @@ from .common import (
     Flag,
     add_flags,
     add_record_flags,
+    check_export_paths,
     check_report_path,
     check_writable,
     flag_values,
@@ -45,6 +47,7 @@ from .common import (
     recorded_config,
     run_each,
     unlisted_flags,
+    with_report,
 )
 
 # Their backend names: (server kind, endpoint). -chat forms use /v1/chat/completions.
@@ -234,6 +237,7 @@ class RestfulCommand(EngineCommand):
         hub_offline_by_default()
         url = base_url(args)
         configs = [config_for_rate(args, url, args.model or "", rate) for rate in rates(args)]
+        check_export_paths(args.export, Scope.RUN if len(configs) == 1 else Scope.COMPARISON)
         checked = [check_run(config) for config in configs]  # every rate's problems before anything is sent
         output_file = default_output_file(args) if args.output_file is None else args.output_file
         history = open_history(args.results)
@@ -255,7 +259,7 @@ class RestfulCommand(EngineCommand):
             print_result(args.backend, config, summary)
             return lambda: csvstore.append_row(output_file, restful_csv_row(args.backend, config, summary))
 
-        return run_each(history, checked, output_file, show, args.report)
+        return run_each(history, checked, output_file, show, with_report(args.export, args.report))
 
 
 def _port(text: str) -> int:

@@ -31,13 +31,13 @@ import pandas as pd
 from ..config import Part, check_values, of_part, setting
 from ..csvstore import append_row
 from ..errors import ConfigError
+from ..exports import Scope, SweepSubject
 from ..measure.catalog import NOT_REPORTED, SPECULATIVE_COLUMNS, SWEPT_COLUMNS
 from ..measure.stats import MIN_INTERVAL_RUNS
 from ..states import RunState
 from ..sweep import find_max
 from ..sweep.plan import SWEEPABLE, SweepPlan, capacity_search, describe_point, plan_for
 from ..sweep.precision import describe_target
-from ..sweep.report import sweep_report
 from ..sweep.results import CACHE_START, mean_with_interval, point_statistics, precision_summary, sweep_runs
 from ..sweep.store import CREDENTIAL_SETTINGS
 from ..views.tables import describe_column
@@ -51,11 +51,13 @@ from .common import (
     Flag,
     HelpFormatter,
     Parser,
+    add_export_flag,
     add_flags,
     add_report_flag,
     add_results_flag,
     add_server_flags,
     append_csv_row,
+    check_export_paths,
     check_report_path,
     check_writable,
     open_history,
@@ -64,7 +66,8 @@ from .common import (
     sweep_outcome,
     wait_with_progress,
     warn_flags,
-    write_report,
+    with_report,
+    write_exports,
 )
 
 CLUSTER_SETTINGS = ("cpus_per_point", "retries")
@@ -110,6 +113,7 @@ class SweepCommand(Command):
             )
         add_cluster_flags(parser.add_argument_group("on a Ray cluster (with --resume)"))
         add_report_flag(parser, "once the resumed sweep ends", dest="resume_report")
+        add_export_flag(parser, "once the resumed sweep ends", dest="resume_export")
         engines = parser.add_subparsers(
             dest="engine_command", parser_class=Parser, metavar="{" + ",".join(self.engine_commands) + "}"
         )
@@ -153,6 +157,8 @@ class SweepCommand(Command):
         report_path = args.resume_report if args.resume else getattr(args, "report", "")
         check_values(**sweep_setting_values(args))
         check_report_path(report_path)
+        requested = args.resume_export if args.resume else getattr(args, "export", None)
+        check_export_paths(requested, Scope.SWEEP)
         launch = cluster_launch(args)
         if args.resume:
             runner = Runner(open_history(args.resume_results))
@@ -173,16 +179,18 @@ class SweepCommand(Command):
                 "Choose an engine command (pipeline DATASET MODEL ... --sweep NAME=V1,V2) or --resume SWEEP_ID."
             )
         code = report_sweep(sweep, runner, csv_path)
-        if (
-            report_path
-            and not write_report(
-                report_path,
-                lambda: sweep_report(runner.history, sweep.plan, runner.history.load(), status=sweep.progress().state),
-            )
-            and code == EXIT_OK
-        ):
+        exports = with_report(requested, report_path)
+        if exports and not write_exports(exports, partial(sweep_subject, runner.history, sweep)) and code == EXIT_OK:
             return EXIT_FAILED
         return code
+
+
+def sweep_subject(history, sweep) -> SweepSubject:
+    """What a sweep's exports are of, once it ended: its finished runs as the Sweep page shows them."""
+    history_runs = history.load()
+    return SweepSubject(
+        history, sweep.plan, history_runs, sweep_runs(history_runs, sweep.plan), status=sweep.progress().state
+    )
 
 
 def sweep_setting_values(args: argparse.Namespace) -> dict[str, object]:

@@ -22,10 +22,10 @@ import pandas as pd
 
 from ..config import check_values, setting
 from ..errors import ConfigError
+from ..exports import Scope, SweepSubject
 from ..sweep import tune as tuning
 from ..sweep.plan import describe_point, plan_for
-from ..sweep.report import sweep_report
-from ..sweep.results import TuneResult, tune_result
+from ..sweep.results import TuneResult, sweep_runs, tune_result
 from ..sweep.store import load_plan, plan_path, save_plan, trials_of
 from ..sweep.tune import LMDEPLOY_PORT
 from ..views.tables import describe_column
@@ -33,13 +33,16 @@ from .common import (
     SWEEP_EXIT_CODES_HELP,
     Command,
     EngineCommand,
+    ExportRequest,
     Flag,
     HelpFormatter,
     Parser,
+    add_export_flag,
     add_flags,
     add_report_flag,
     add_results_flag,
     add_server_flags,
+    check_export_paths,
     check_report_path,
     check_writable,
     command_for,
@@ -49,7 +52,7 @@ from .common import (
     sweep_outcome,
     wait_with_progress,
     warn_flags,
-    write_report,
+    write_exports,
 )
 
 PROG = "python -m bench_core"
@@ -79,6 +82,7 @@ class TuneCommand(Command):
         parser.add_argument("--resume", metavar="TUNE_ID", help="go on with a stopped tune, with its saved settings")
         add_results_flag(parser, "with --resume: the history folder the tune ran in", dest="resume_results")
         add_report_flag(parser, "once the resumed tune ends", dest="resume_report")
+        add_export_flag(parser, "once the resumed tune ends", dest="resume_export")
         parser.add_argument(
             "--more-trials",
             type=int,
@@ -112,8 +116,9 @@ class TuneCommand(Command):
                 "Give --resume TUNE_ID on its own: a resumed tune keeps the settings it was started with."
             )
         if args.resume:
-            report_path = args.resume_report
+            report_path, requested = args.resume_report, args.resume_export
             check_report_path(report_path)
+            check_export_paths(requested, Scope.SWEEP)
             history = open_history(args.resume_results)
             saved = load_plan(history, args.resume)
             if saved.tune is None:
@@ -125,8 +130,9 @@ class TuneCommand(Command):
             engine = self.engine_commands[engine_of(run.plan.base)]
         elif args.engine_command:
             engine = self.engine_commands[args.engine_command]
-            report_path = args.report
+            report_path, requested = args.report, args.export
             check_report_path(report_path)
+            check_export_paths(requested, Scope.SWEEP)
             check_values(**{flag.name: getattr(args, flag.destination) for flag in TUNE_SETTINGS})
             tune = tuning.tune_for(
                 args.objective,
@@ -157,7 +163,7 @@ class TuneCommand(Command):
             raise ConfigError(
                 "Choose an engine command (pipeline DATASET MODEL ... --space NAME=V1,V2) or --resume TUNE_ID."
             )
-        return report_tune(run, runner, engine, report_path)
+        return report_tune(run, runner, engine, report_path, requested or [])
 
 
 def with_more_trials(plan, more: int):
@@ -246,9 +252,9 @@ def engine_of(config) -> str:
     return "throughput" if config.load.load_pattern == LoadPattern.ENGINE_API else "pipeline"
 
 
-def report_tune(run, runner, engine: EngineCommand, report_path: str) -> int:
-    """Wait for the tune with a progress line, then print its trials, best point, front and deployment; its exit
-    code (SWEEP_EXIT_CODES_HELP)."""
+def report_tune(run, runner, engine: EngineCommand, report_path: str, exports: list[ExportRequest]) -> int:
+    """Wait for the tune with a progress line, then print its trials, best point, front and deployment, and write its
+    report and `exports` (a tune's are a sweep's); its exit code (SWEEP_EXIT_CODES_HELP)."""
     plan, history = run.plan, runner.history
     print(
         f"tune {plan.sweep_id}: {plan.tune.describe()}; {run.budget} trials over a space of "
@@ -283,9 +289,16 @@ def report_tune(run, runner, engine: EngineCommand, report_path: str) -> int:
     if len(result.trials) < run.budget and not run.stop_reason:
         print(f"resume with: {PROG} tune --resume {plan.sweep_id} --results {history.root}", file=sys.stderr)
     path = report_path or str(plan_path(history, plan.sweep_id).with_suffix(".html"))
-    if not write_report(path, lambda: sweep_report(history, plan, history.load(), status=progress.state, rerun=rerun)):
+    exports = [*exports, ExportRequest("report", path)]
+    if not write_exports(exports, lambda: tune_subject(history, plan, progress.state, rerun)):
         saved = False
     return sweep_outcome(completed, progress.state, saved)
+
+
+def tune_subject(history, plan, status: str, rerun: str) -> SweepSubject:
+    """What a tune's report is of: its trials as a sweep's runs, with the command that runs its best point again."""
+    history_runs = history.load()
+    return SweepSubject(history, plan, history_runs, sweep_runs(history_runs, plan), status=status, rerun=rerun)
 
 
 def print_result(result: TuneResult, plan, rerun: str) -> None:

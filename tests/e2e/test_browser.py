@@ -167,7 +167,7 @@ def check_lmdeploy_csv(page: Page, history: History, run_id: str, artifacts: Pat
         page.get_by_test_id("stDownloadButton").get_by_role("button", name="LMDeploy CSV").click()
     path = artifacts / download.value.suggested_filename
     download.value.save_as(path)
-    assert path.name == f"{run_id}-lmdeploy.csv"
+    assert path.name == f"run-{run_id}-lmdeploy.csv"
     reader = csv.DictReader(io.StringIO(path.read_text()))
     (row,) = list(reader)
     assert reader.fieldnames == list(SAVE_CSV_COLUMNS)

@@ -1,0 +1,18 @@
+"""The history rows of a run, of the runs compared or of a sweep: history.csv's columns, LMDeploy's first."""
+
+from . import Export, Scope
+
+
+def history_rows_csv(subject) -> bytes:
+    return subject.history.to_csv_bytes(subject.run_ids)
+
+
+HISTORY_ROWS = Export(
+    "history-rows",
+    "History rows of this {scope} (CSV)",
+    "text/csv",
+    "{stem}-history.csv",
+    {Scope.RUN: history_rows_csv, Scope.COMPARISON: history_rows_csv, Scope.SWEEP: history_rows_csv},
+    help="The runs' rows of history.csv, every cell as recorded.",
+    order=10,
+)
