@@ -8,7 +8,7 @@ show is named in the URL (?sweep=<id>), so a reload or a second tab finds it.
 import streamlit as st
 
 from bench_core.errors import BenchError
-from dashboard import active_runs, sidebar, sweep_form, sweep_progress, sweep_results, sweep_start
+from dashboard import active_runs, sidebar, sweep_results, sweep_start, tune_view
 from dashboard.state import get_history, get_sweeps
 from dashboard.text import plain
 
@@ -27,7 +27,7 @@ st.caption(
     "Every point starts from the settings in the sidebar; the sweep varies the settings chosen here, "
     "with the run size set here."
 )
-inputs = sweep_form.sweep_inputs(choice.values)
+inputs = tune_view.run_inputs(choice.values)
 try:
     runs = get_history().load()  # once per script run: the estimate, the sweep and the past sweeps read it
 except BenchError as exc:
@@ -52,7 +52,7 @@ sweep_start.render_confirmation()
 if sweep_id:
     # Keep the sweep in the URL (switching pages drops query parameters) and in the session.
     st.query_params["sweep"] = st.session_state["sweep_id"] = sweep_id
-    sweep_progress.render_sweep(sweep_id, sidebar.chosen_slo(choice.values), live, runs, inputs)
+    tune_view.render_sweep(sweep_id, sidebar.chosen_slo(choice.values), live, runs, inputs)
 
 st.subheader("Past sweeps")
 sweep_results.past_sweeps_section(get_history(), runs)

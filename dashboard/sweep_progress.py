@@ -6,7 +6,7 @@ or ran from the CLI, is read back from its saved plan and the history."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -15,6 +15,7 @@ import streamlit as st
 from bench_core.config import SLO
 from bench_core.errors import BenchError
 from bench_core.measure.time_left import time_left_s
+from bench_core.store.history import History
 from bench_core.sweep.cluster import states_table
 from bench_core.sweep.driver import SweepProgress, SweepRun
 from bench_core.sweep.estimate import describe_seconds, estimate
@@ -30,7 +31,14 @@ from dashboard.text import plain, show_verdict
 LIVE_REFRESH_S = 1.0
 
 
-def render_sweep(sweep_id: str, slo: SLO, live: bool, runs: pd.DataFrame | None, inputs: Mapping[str, Any]) -> None:
+def render_sweep(
+    sweep_id: str,
+    slo: SLO,
+    live: bool,
+    runs: pd.DataFrame | None,
+    inputs: Mapping[str, Any],
+    results_view: Callable[[History, SweepPlan, pd.DataFrame, SLO], None] = results,
+) -> None:
     """Progress (polled while `live`), then the results of the sweep's finished runs so far, with goodput
     for `slo` (the sidebar's) when it sets a threshold, else for the SLO the runs had.
 
@@ -53,7 +61,7 @@ def render_sweep(sweep_id: str, slo: SLO, live: bool, runs: pd.DataFrame | None,
         _live_progress(sweep_id, runs)
     else:
         _ended_status(sweep, plan, runs, inputs)
-    results(history, plan, runs, slo)
+    results_view(history, plan, runs, slo)  # a tune's are tune_view's
 
 
 @st.fragment(run_every=LIVE_REFRESH_S)
@@ -75,7 +83,7 @@ def _live_progress(sweep_id: str, runs: pd.DataFrame) -> None:
     else:
         st.progress(
             progress.ended / progress.total,
-            text=f"running: {progress.ended:,}/{progress.total:,} runs done"
+            text=f"running: {progress.ended:,}/{progress.total:,} {'trials' if sweep.plan.tune else 'runs'} done"
             + (f", now {plain(progress.current)}" if progress.current else "")
             + plain(_time_left(sweep, progress, runs)),
         )
@@ -135,7 +143,7 @@ def _ended_status(sweep: SweepRun | None, plan: SweepPlan, runs: pd.DataFrame, i
         return
     else:
         progress = saved_sweep_progress(get_history(), plan, runs)
-    show_verdict(sweep_verdict(progress, searched=plan.find_max is not None))
+    show_verdict(sweep_verdict(progress, searched=plan.find_max is not None, tuned=plan.tune is not None))
     finished, total = progress.finished, progress.total
     _where_runs_are(sweep)
     left = f"up to {total - finished} more" if plan.precision else f"the other {total - finished}"

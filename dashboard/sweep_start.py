@@ -23,6 +23,7 @@ from bench_core.sweep.estimate import plan_estimate
 from bench_core.sweep.plan import SweepPlan, capacity_search, plan_for, with_run_size
 from bench_core.sweep.precision import Precision, describe_target
 from bench_core.sweep.server import DEFAULT_START_TIMEOUT_S
+from bench_core.sweep.tune import describe_search, tune_for
 from bench_core.views.tables import describe_slo
 from dashboard import active_runs, sidebar, start_estimate
 from dashboard.state import get_runner, get_sweeps
@@ -62,6 +63,7 @@ def plan_from_inputs(inputs: Mapping[str, Any], values: Mapping[str, Any], uploa
         inputs.get("server_start_timeout_s", DEFAULT_START_TIMEOUT_S),
         capacity_search(base=base, **search) if search else None,
         Precision(**precision) if precision else None,
+        tune_for(**inputs["tune"]) if inputs.get("tune") else None,
     )
 
 
@@ -89,6 +91,8 @@ def startable_plan(
 def describe_plan(plan: SweepPlan) -> str:
     axes = " × ".join(f"{axis.name} = {', '.join(tick(value) for value in axis.values)}" for axis in plan.axes)
     server = " · a server started per run" if plan.server_cmd else ""
+    if plan.tune:
+        return f"{axes}; {describe_search(plan.axes, plan.tune, plan.repeats)}{server}"
     if plan.find_max:
         search = plan.find_max
         return (

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 import pytest
 
@@ -14,8 +16,10 @@ from bench_core.sweep.estimate import (
     estimate,
     estimate_run,
     out_of_proportion,
+    plan_estimate,
 )
 from bench_core.sweep.plan import SweepAxis, SweepPlan
+from bench_core.sweep.tune import Tune
 
 
 def _plan(backend: str = "transformers", concurrencies=(1, 4), repeats: int = 1) -> SweepPlan:
@@ -57,6 +61,15 @@ def test_without_past_runs_the_embedded_engine_gets_a_rough_cpu_estimate_that_sa
     guess = estimate(_plan().points(), pd.DataFrame())
     assert guess.seconds == pytest.approx(512 / ROUGH_CPU_TOK_S[1] + 512 / ROUGH_CPU_TOK_S[4] + ROUGH_CPU_LOAD_S)
     assert guess.basis.startswith("a rough CPU estimate")
+
+
+def test_a_tune_is_estimated_at_its_trial_budget_not_at_every_point_of_its_space():
+    plan = dataclasses.replace(_plan(concurrencies=(1, 2, 4, 8), repeats=2), tune=Tune(trials=3))
+    guess = plan_estimate(plan, pd.DataFrame())
+    assert guess.most and guess.requests == 3 * 2 * 8  # 3 trials of 2 runs of 8 prompts, of the space's 4 points
+    assert guess.basis.startswith("at most, 3 trials of 2 run(s) each")
+    everything = plan_estimate(dataclasses.replace(plan, tune=Tune(trials=10)), pd.DataFrame())
+    assert everything.requests == 4 * 2 * 8  # a budget beyond the space: every point
 
 
 def test_runs_of_another_model_or_a_failed_run_do_not_count_and_a_server_without_history_gets_none():

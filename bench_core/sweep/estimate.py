@@ -56,8 +56,19 @@ def plan_estimate(plan: SweepPlan, history_runs: pd.DataFrame) -> SweepEstimate:
     """What a sweep sends and how long it takes, before it starts. A capacity search runs as many probes as its load
     takes to find, so only its budget bounds it: the requests and tokens of as many probes as --find-max-probes allows
     at every point, and no duration (each probe's load is its own, and --find-max-time caps each point's search). A
-    sweep with a target runs each point until it, at most --max-repeats times: the estimate is of that most."""
+    sweep with a target runs each point until it, at most --max-repeats times: the estimate is of that most. A tune
+    runs as many trials as its budget, of points its search picks: the estimate is of as many of the space's first."""
     search = plan.find_max
+    if plan.tune is not None:  # the search picks its points: as many as its budget, each run at most this often
+        per_trial = plan.precision.max_repeats if plan.precision else plan.repeats
+        trials = min(plan.tune.trials, len(plan.grid()))
+        most = estimate(plan.points(per_trial)[: trials * per_trial], history_runs)
+        return replace(
+            most,
+            basis=f"at most, {trials} trials of {per_trial} run(s) each, timed as the space's first points; "
+            f"{most.basis}",
+            most=True,
+        )
     if plan.precision is not None:  # its target decides how many runs: as many as the cap allows, at most
         most = estimate(plan.points(plan.precision.max_repeats), history_runs)
         return replace(

@@ -17,7 +17,7 @@ from ..config import SLO, Part, of_part
 from ..measure.catalog import NOT_REPORTED, SPECULATIVE_COLUMNS
 from ..measure.metrics import slo_is_set
 from ..store.history import ENVIRONMENT_PREFIX, History
-from ..views import report, sweep_charts
+from ..views import report, sweep_charts, tune_charts
 from ..views.figures import notes_under_title
 from ..views.run_diff import SETTING_NAMES
 from ..views.tables import describe_column, describe_slo
@@ -237,13 +237,8 @@ def tune_sections(history: History, plan: SweepPlan, runs: pd.DataFrame, rerun: 
     )
     tried = report.Note(f"Tried {outcome.tried} of the space's {outcome.space} points; {tune.describe()}.")
     trials = trial_table(outcome.trials, tune)
-    charts: list[report.Block] = []
-    if outcome.tightest and outcome.tightest != tune.objective and not trials.empty:
-        charts.append(
-            noted(
-                sweep_charts.pareto_chart(trials.rename(columns={"runs": "n"}), outcome.tightest, tune.objective), plan
-            )
-        )
+    front = tune_front_figure(outcome, plan)
+    charts: list[report.Block] = [front] if front is not None else []
     sections = [
         report.Section("Best point", (*best, tried)),
         report.Section("Trials", (*charts, report.Table("Every trial, in the order it ran", trials))),
@@ -257,6 +252,18 @@ def tune_sections(history: History, plan: SweepPlan, runs: pd.DataFrame, rerun: 
             )
         )
     return sections
+
+
+def tune_front_figure(outcome: sweep_results.TuneResult, plan: SweepPlan) -> go.Figure | None:
+    """The tune's trials that ran to their end, its objective against its tightest bound's metric (the bound drawn,
+    the best trial marked); None without a bound other than the objective, or before a trial ended."""
+    tune = outcome.tune
+    bound = next((bound for bound in tune.bounds if bound.metric == outcome.tightest), None)
+    trials = trial_table([trial for trial in outcome.trials if not trial.stopped_early], tune)
+    if bound is None or bound.metric == tune.objective or trials.empty:
+        return None
+    best = outcome.best.number if outcome.best is not None else None
+    return noted(tune_charts.tune_front_chart(trials, bound.metric, tune.objective, bound.limit, best), plan)
 
 
 def sweep_report(

@@ -28,11 +28,13 @@ def saved_sweep_progress(history: History, plan: SweepPlan, history_runs: pd.Dat
     return SweepProgress(state, total, finished, 0, 0, "", "", (), most=plan.precision is not None)
 
 
-def sweep_verdict(progress: SweepProgress, searched: bool) -> Judged:
-    """An ended sweep's verdict and line: green when all its runs (a search's probes, when `searched`) finished,
-    amber when it was cancelled or stopped (resuming runs the rest), red when it failed."""
+def sweep_verdict(progress: SweepProgress, searched: bool, tuned: bool = False) -> Judged:
+    """An ended sweep's verdict and line: green when all its runs (a search's probes, when `searched`; a tune's
+    trials, when `tuned`) finished, amber when it was cancelled or stopped (resuming runs the rest), red when it failed."""
     if progress.state == RunState.FINISHED:
-        return Judged(Verdict.GOOD, f"finished: all {progress.total:,} {'probes' if searched else 'runs'}.")
+        return Judged(
+            Verdict.GOOD, f"finished: all {progress.total:,} {'probes' if searched else 'trials' if tuned else 'runs'}."
+        )
     said = f"{progress.state}: {progress.message}"
     if progress.state in (RunState.CANCELLED, STOPPED):
         return Judged(Verdict.CAUTION, said)

@@ -376,6 +376,13 @@ def space_size(axes: Sequence[Any]) -> int:
     return int(np.prod([len(axis.values) for axis in axes])) if axes else 0
 
 
+def describe_search(axes: Sequence[Any], tune: Tune, repeats: int) -> str:
+    """ "at most 6 of the space's 12 points, each run 2 times, to maximise Output throughput (tok/s) within ..."."""
+    space = space_size(axes)
+    runs = f", each run {repeats} times" if repeats > 1 else ""
+    return f"at most {min(tune.trials, space)} of the space's {space} points{runs}, to {tune.describe()}"
+
+
 def deploy_commands(
     config: RunConfig, server_cmd: str = "", server_settings: Mapping[str, Any] | None = None
 ) -> list[tuple[str, str]]:
