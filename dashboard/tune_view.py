@@ -176,7 +176,7 @@ def results(history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO) -> 
     outcome = sweep_results.tune_result(plan, trials_of(history, plan.sweep_id), runs)
     tune = plan.tune
     share = outcome.tried / outcome.space if outcome.space else math.nan
-    st.markdown(plain(f"**Tune**: {tune.describe()}"))
+    st.markdown(f"**Tune**: {plain(tune.describe())}")
     st.caption(f"Tried {outcome.tried} of the space's {outcome.space} points ({share:.0%}).")
     if not outcome.trials:
         st.info("No trial of this tune has ended yet.")
@@ -188,6 +188,10 @@ def results(history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO) -> 
         st.success(plain(f"Best: {tuning.describe_best(outcome.best, tune, describe_point(outcome.best.point))}"))
         rerun = rerun_command(outcome, plan)
         st.markdown("**Deploy it**")
+        if not outcome.deploy:
+            st.caption(
+                plain(f"The {plan.base.engine.backend} backend has no server or engine config of its own to deploy.")
+            )
         for what, text in [*outcome.deploy, ("run it again with this project's CLI", rerun)]:
             st.caption(what)
             st.code(text, language="bash")

@@ -78,6 +78,9 @@ def test_a_tune_started_on_the_page_shows_its_best_point_and_how_to_run_it_and_o
     assert "Output throughput (tok/s)" in best and "over 1 run" in best
     # The best point's command, with its settings: the embedded engine has no server of its own to deploy.
     (rerun,) = [block.value for block in at.code]
+    assert "The transformers backend has no server or engine config of its own to deploy." in [
+        shown(caption.value) for caption in at.caption
+    ]
     best_point = tune_result(load_plan(get_history(), tune_id), trials, get_history().load()).best.point
     assert rerun.startswith("python -m bench_core pipeline builtin:sample builtin:tiny-llama")
     assert f"--concurrency {best_point['concurrency']}" in rerun
