@@ -1,7 +1,7 @@
 """The Run page's ways to see what one knob does: "Run again with one thing changed" on an ended run, and the presets
 that start two runs differing in one knob. Either way the runs open compared in History once the last has ended.
 
-What the new runs are is decided in bench_core.config.run_again; this module draws the widgets and starts them.
+What the new runs are is decided in bench_core.run.run_again; this module draws the widgets and starts them.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import Any
 import streamlit as st
 
 from bench_core.config import RunConfig
-from bench_core.config.run_again import (
+from bench_core.errors import BenchError
+from bench_core.run.run_again import (
     PRESETS,
     Preset,
     change_problems,
@@ -22,7 +23,6 @@ from bench_core.config.run_again import (
     preset_runs,
     with_change,
 )
-from bench_core.errors import BenchError
 from bench_core.sweep.plan import SweepPlan, change_sweep
 from bench_core.sweep.precision import Precision
 from bench_core.views import run_diff

@@ -11,6 +11,7 @@ key is its setting's (`widget_key`), so it keeps its value across pages and relo
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -21,16 +22,17 @@ import streamlit as st
 
 from bench_core.config import SLO, Part, RunConfig, config_from_values, of_part, setting, settings_of
 from bench_core.config.catalog import BY_NAME
-from bench_core.config.run_again import applies_to_run
 from bench_core.config.settings import widget_label
 from bench_core.csvstore import replace_bytes
 from bench_core.engines import availability, backends
 from bench_core.engines import backend as backend_of
 from bench_core.errors import BenchError, ConfigError, DatasetError
+from bench_core.load import dataset_names, takes
 from bench_core.load.datasets import BUILTIN_SAMPLE, BUILTIN_SHAREGPT
 from bench_core.load.lengths import RANDOM_LENGTHS, describe_random_lengths
 from bench_core.measure.quality import KEEPING_SETTINGS, runs_with_answers
 from bench_core.models.resolve import PICKABLE_MODELS
+from bench_core.run.run_again import applies_to_run
 from bench_core.run.runner import Run
 from bench_core.store.history import History
 from dashboard import start_estimate, url_settings
@@ -158,7 +160,7 @@ def build_run_config(values: Mapping[str, Any]) -> RunConfig:
         api_key=chosen.get("api_key") or None,
     )
     for declared in of_part(Part.DATASET):
-        if declared.datasets and not declared.applies(dataset_name=chosen["dataset_name"]):
+        if not takes(chosen["dataset_name"], declared):
             chosen[declared.name] = declared.default
     return config_from_values(chosen, label=str(values.get("label", "")).strip())
 
@@ -285,14 +287,15 @@ def _dataset_widgets(backend: str, family: str) -> dict[str, Any]:
             placeholder="/data/ShareGPT_V3_unfiltered_cleaned_split.json",
         )
     with bar:
-        values.update(draw_settings((setting("dataset_name"),), backend, family))
+        offered = dataclasses.replace(setting("dataset_name"), choices=dataset_names())  # a plugin's too
+        values.update(draw_settings((offered,), backend, family))
         shown = [
             declared
             for declared in of_part(Part.DATASET)
             if declared.widget is not None
             and declared.name != "dataset_name"
             and declared.name not in KEEPING_SETTINGS  # the quality guard's expander
-            and declared.applies(dataset_name=values["dataset_name"])
+            and takes(values["dataset_name"], declared)
         ]
         # The sizes last: what the prompts are first, then how many.
         sizes = ("num_prompts", "seed")

@@ -9,9 +9,10 @@ from typing import Any
 
 import streamlit as st
 
-from bench_core.config import EngineConfig, format_value, output_length, setting
+from bench_core.config import EngineConfig, format_value, setting
 from bench_core.config.settings import widget_label
 from bench_core.engines import backend as backend_of
+from bench_core.load import output_length, takes
 from bench_core.sweep import results as sweep_results
 from bench_core.sweep.plan import CPU_SWEEP_OUTPUT_LEN, CPU_SWEEP_PROMPTS, DEFAULT_AXIS, DEFAULT_REPEATS, SWEEPABLE
 from bench_core.sweep.store import CREDENTIAL_SETTINGS
@@ -53,11 +54,8 @@ def sweep_inputs(sidebar_values: Mapping[str, Any]) -> dict[str, Any]:
         *(
             name
             for name in SWEEPABLE
-            if setting(name).applies(
-                backend=backend,
-                load_pattern=sidebar_values["load_pattern"],
-                dataset_name=sidebar_values["dataset_name"],
-            )
+            if setting(name).applies(backend=backend, load_pattern=sidebar_values["load_pattern"])
+            and takes(sidebar_values["dataset_name"], setting(name))
         ),
     ]
     first, second, repeats = st.columns([2, 2, 1])

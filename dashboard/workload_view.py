@@ -14,6 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from bench_core.errors import BenchError
+from bench_core.load import dataset
 from bench_core.run.preview import WorkloadPreview, preview_workload
 from bench_core.views import tables, workload_charts
 from dashboard.sidebar import config_from_choice
@@ -64,8 +65,8 @@ def render_preview(values: Mapping[str, Any], uploads_dir: Path) -> None:
             f"{len(preview.table):,} requests, tokenized with {plain(preview.tokenizer)}. "
             + " ".join(plain(f"{note[:1].upper()}{note[1:]}.") for note in preview.notes[-2:])
         )
-        if config.dataset.dataset_name == "multi-turn" and config.dataset.multi_turn_answers == "model":
-            st.caption("Later turns repeat the model's own answers, so their input lengths are estimates until sent.")
+        if note := dataset(config.dataset.dataset_name).lengths_note(config.dataset):
+            st.caption(note)
         show_figures(preview.table, "preview")
 
 

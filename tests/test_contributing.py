@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench_core import engines
+from bench_core import engines, load
 from bench_core.config import DatasetConfig, EngineConfig, RunConfig
 from bench_core.config import catalog as settings_catalog
 from bench_core.exports import RunSubject, Scope, exports
@@ -25,8 +25,9 @@ from bench_core.store.history import History
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
 EXAMPLES = re.findall(r"```python\n(.*?)```", GUIDE, flags=re.S)
-METRIC_FORMULA, METRIC, SETTING, DATASET_SAMPLER, BACKEND_MODULE, EXPORT_MODULE = EXAMPLES
+METRIC_FORMULA, METRIC, SETTING, DATASET_MODULE, BACKEND_MODULE, EXPORT_MODULE = EXAMPLES
 BACKEND_EXAMPLE = "bench_core/engines/instant_engine.py"  # the files the guide has you create
+DATASET_EXAMPLE = "bench_core/load/repeated_dataset.py"
 EXPORT_EXAMPLE = "bench_core/exports/requests_parquet_export.py"
 INSTALLED_ONLY = ("bench_studio/root/",)  # exists in an installed package only (pyproject.toml)
 PACKAGES = [ROOT / name for name in ("bench_core", "dashboard", "bench_studio")]
@@ -65,7 +66,7 @@ def test_the_guide_has_its_examples_and_references():
 
 @pytest.mark.parametrize("quoted", PATHS)
 def test_every_path_the_guide_names_exists(quoted):
-    if quoted in (BACKEND_EXAMPLE, EXPORT_EXAMPLE) or quoted in INSTALLED_ONLY:
+    if quoted in (BACKEND_EXAMPLE, DATASET_EXAMPLE, EXPORT_EXAMPLE) or quoted in INSTALLED_ONLY:
         return
     here = (ROOT / quoted).exists() or (ROOT / "bench_core" / quoted).exists()  # from the root, or in bench_core/
     named = "/" not in quoted.rstrip("/") and any(any(folder.rglob(quoted.rstrip("/"))) for folder in PACKAGES)
@@ -97,14 +98,18 @@ def test_the_setting_example_is_a_knob_of_the_embedded_engine_with_its_flag_and_
     assert knob.bounds.low == 1 and knob.name not in {declared.name for declared in settings_catalog.SETTINGS}
 
 
-def test_the_dataset_example_samples_its_requests(tiny_tokenizer):
-    namespace = {**vars(load_requests), "DatasetConfig": DatasetConfig}
-    exec(DATASET_SAMPLER, namespace)
-    sample = namespace["sample_repeated_requests"](
-        "Say hello.", tiny_tokenizer, DatasetConfig(num_prompts=3, sharegpt_output_len=16)
-    )
+def test_the_dataset_example_is_found_by_the_registry_and_samples_its_requests(tiny_tokenizer, tmp_path, monkeypatch):
+    (tmp_path / Path(DATASET_EXAMPLE).name).write_text(DATASET_MODULE)
+    monkeypatch.setattr(load, "__path__", [*load.__path__, str(tmp_path)])
+    load._registry.cache_clear()
+    try:
+        repeated = load.dataset("repeated")
+        sample = repeated.sample(DatasetConfig(dataset="builtin:sample", num_prompts=3, output_len=16), tiny_tokenizer)
+    finally:
+        load._registry.cache_clear()
     assert [request.output_len for request in sample.requests] == [16, 16, 16]
     assert sample.total_input_tokens == 3 * sample.requests[0].input_len > 0
+    assert load_requests.SampledRequest is type(sample.requests[0])
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from bench_core.config import DatasetConfig, EngineConfig, RunConfig
-from bench_core.config.validation import validate_run_config
 from bench_core.errors import DatasetError
+from bench_core.load import dataset_problems
 from bench_core.load.quality_set import (
     BUILTIN_QUALITY,
     QualityItem,
@@ -152,7 +152,7 @@ def test_a_failed_request_has_no_drift_in_compare():
 def test_output_len_sets_a_quality_sets_answer_length_on_any_dataset():
     def problems(**dataset):
         config = RunConfig(engine=EngineConfig(backend="transformers"), dataset=DatasetConfig(output_len=16, **dataset))
-        return [problem for problem in validate_run_config(config) if "--output-len" in problem]
+        return [problem for problem in dataset_problems(config) if "--output-len" in problem]
 
     assert problems() == ["--output-len applies to the shared-prefix and custom datasets only."]
     assert problems(quality_set="builtin:quality") == []

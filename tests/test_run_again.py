@@ -6,7 +6,9 @@ import re
 import pytest
 
 from bench_core.config import RunConfig, config_from_values, settings_of
-from bench_core.config.run_again import (
+from bench_core.engines import run_config_problems
+from bench_core.errors import ConfigError
+from bench_core.run.run_again import (
     PRESETS,
     change_problems,
     changeable_settings,
@@ -15,8 +17,6 @@ from bench_core.config.run_again import (
     preset_runs,
     with_change,
 )
-from bench_core.engines import run_config_problems
-from bench_core.errors import ConfigError
 from bench_core.sweep.plan import change_sweep
 from bench_core.sweep.precision import Precision
 from dashboard.run_again_view import comparison_due

@@ -360,3 +360,67 @@ def fast_tier_reach(path: Path) -> set[str]:
 def test_the_fast_tier_reaches_every_package():
     reached = set().union(*(fast_tier_reach(path) for path in TEST_FILES))
     assert sorted({*PACKAGES, "app_pages"} - reached) == []
+
+
+# A dataset answers for itself (bench_core/load/base.py::Dataset): no module but its own asks which dataset a run
+# uses by its name. Its modules are the registry's (`*_dataset.py`), where it declares that name.
+DATASET_MODULES = sorted((CORE / "load").glob("*_dataset.py"))
+DATASET_ASKERS = sorted(set(CORE.rglob("*.py")) - set(DATASET_MODULES)) + DASHBOARD + PAGES + [ROOT / "app.py"]
+
+
+def dataset_name_comparisons(source: str, names: tuple[str, ...]) -> list[str]:
+    """Where `source` compares a dataset's name, or a run's `dataset_name`, with anything, or keys a dict by a
+    dataset's name: "line: the names or dataset_name"."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+        elif isinstance(node, ast.Dict):
+            sides = [key for key in node.keys if key is not None]
+        else:
+            continue
+        spelled = [
+            part.value
+            for side in sides
+            for part in (side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side])
+            if isinstance(part, ast.Constant) and part.value in names
+        ]
+        # A run's dataset_name itself compared with a value (its being unset, None, asks nothing of it).
+        asked = (
+            isinstance(node, ast.Compare)
+            and any(
+                (isinstance(side, ast.Attribute) and side.attr == "dataset_name")
+                or (isinstance(side, ast.Name) and side.id == "dataset_name")
+                for side in sides
+            )
+            and not any(isinstance(side, ast.Constant) and side.value is None for side in sides)
+        )
+        if spelled or asked:
+            found.append(f"{node.lineno}: {', '.join(spelled) or 'dataset_name'}")
+    return found
+
+
+def test_the_check_finds_a_dataset_asked_by_its_name():
+    from bench_core.load import dataset_names
+
+    source = (
+        'if config.dataset.dataset_name == "multi-turn": pass\n'
+        'if name in ("sharegpt", "image"): pass\n'
+        "if args.dataset_name != TRACE: pass\n"
+        'FILES = {"trace": "a Mooncake trace"}\n'
+        'if declared.name != "dataset_name" and style == "radio": pass\n'
+        "if where.dataset_name is None or output_length(data.dataset_name) is not None: pass\n"
+    )
+    assert dataset_name_comparisons(source, dataset_names()) == [
+        "1: multi-turn",
+        "2: sharegpt, image",
+        "3: dataset_name",
+        "4: trace",
+    ]
+
+
+@pytest.mark.parametrize("path", DATASET_ASKERS, ids=lambda path: str(path.relative_to(ROOT)))
+def test_no_dataset_name_is_compared_outside_its_module(path):
+    from bench_core.load import dataset_names
+
+    assert dataset_name_comparisons(path.read_text(encoding="utf-8"), dataset_names()) == []

@@ -10,10 +10,11 @@ import pandas as pd
 import pytest
 
 from bench_core import csvstore
-from bench_core.config import DATASET_NAMES, RunConfig, output_length, setting
+from bench_core.config import RunConfig, setting
 from bench_core.config.catalog import OUTPUT_LENGTHS
 from bench_core.engines import engine_settings_key
 from bench_core.errors import ConfigError
+from bench_core.load import dataset, dataset_names, output_length, takes
 from bench_core.measure.catalog import METRICS, with_derived
 from bench_core.store.history import History, RunRecord, history_row
 from bench_core.sweep import results as sweep_results
@@ -218,14 +219,14 @@ def test_a_possible_plan_passes_its_check():
 
 
 def test_each_dataset_takes_one_output_length_setting_at_most_and_a_trace_none():
-    for name in DATASET_NAMES:
-        assert sum(length.applies(dataset_name=name) for length in OUTPUT_LENGTHS) <= 1, name
+    for name in dataset_names():
+        assert sum(dataset(name).takes(length) for length in OUTPUT_LENGTHS) <= 1, name
     assert output_length("trace") is None
     assert output_length("multi-turn").name == "sharegpt_output_len"
     assert output_length("shared-prefix").name == "output_len"
 
 
-@pytest.mark.parametrize("dataset_name", DATASET_NAMES)
+@pytest.mark.parametrize("dataset_name", dataset_names())
 def test_a_run_size_sets_the_output_length_the_dataset_takes_and_no_other(dataset_name):
     base = _base()
     base.dataset.dataset_name = dataset_name
@@ -242,7 +243,7 @@ def test_a_run_size_sets_the_output_length_the_dataset_takes_and_no_other(datase
 def test_a_sized_sweep_of_each_text_workload_passes_its_check(dataset_name):
     base = _base()
     base.dataset.dataset_name = dataset_name
-    if setting("random_input_len").applies(dataset_name=dataset_name):
+    if takes(dataset_name, setting("random_input_len")):
         base.dataset.random_input_len = 16  # the random dataset's other length: no default
     SweepPlan("s", with_run_size(base, 3, 24), (parse_sweep_arg("concurrency=1,2"),)).check()
 

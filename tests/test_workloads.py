@@ -17,7 +17,7 @@ from bench_core.errors import DatasetError
 from bench_core.load.datasets import sample_requests
 from bench_core.load.requests import SampledRequest, common_prefix_len, render_transcript
 from bench_core.load.schedule import SendSchedule
-from bench_core.load.shared_prefix import group_order, hidden_reuse_note
+from bench_core.load.shared_prefix_dataset import group_order, hidden_reuse_note
 from bench_core.load.workload import with_workload_columns, workload_table
 from bench_core.views import workload_charts
 

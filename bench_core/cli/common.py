@@ -241,6 +241,13 @@ class Flag:
         return value * scale if scale != 1 and isinstance(value, (int, float)) else value
 
 
+def dataset_name_flag(**options: typing.Any) -> Flag:
+    """--dataset-name, offering the registered datasets (bench_core/load/__init__.py), a plugin's included."""
+    from ..load import dataset_names
+
+    return Flag("dataset_name", choices=dataset_names(), **options)
+
+
 GIVEN = "given_settings"  # the parsed arguments' set of the settings whose flags were typed, defaults aside
 
 
@@ -738,7 +745,8 @@ def print_workload_findings(run) -> None:
     never 0) and the mean TTFT turn by turn."""
     import math
 
-    from ..config.catalog import DATASET_NAMES, MAX_TURNS
+    from ..config.catalog import MAX_TURNS
+    from ..load import find_dataset
     from ..measure.catalog import METRICS
 
     record = run.record
@@ -748,7 +756,9 @@ def print_workload_findings(run) -> None:
     hit_rate = summary.get(METRICS["prefix_cache_hit_rate"].column(), math.nan)
     cached = summary.get(METRICS["total_cached_tokens"].column(), math.nan)
     config = record.config
-    if config.dataset.dataset_name in DATASET_NAMES[2:] or config.engine.enable_prefix_caching or cached > 0:
+    ran = find_dataset(config.dataset.dataset_name)
+    ours = ran is not None and not ran.lmdeploy
+    if ours or config.engine.enable_prefix_caching or cached > 0:
         said = (
             f"{cached:,.0f} of {summary['total_input_tokens']:,} prompt tokens cached, hit rate {hit_rate:.3f}"
             if not math.isnan(hit_rate)

@@ -23,6 +23,7 @@ from .common import (
     add_flags,
     add_knob_flags,
     add_record_flags,
+    dataset_name_flag,
     in_process_knobs,
     unlisted_flags,
 )
@@ -48,7 +49,7 @@ POSITIONAL = (
 SCRIPT_FLAGS = (
     "seed",
     "stream_output",
-    "dataset_name",
+    dataset_name_flag(),
     *LENGTH_FLAGS,
     "top_p",
     "top_k",

@@ -19,12 +19,13 @@ from datetime import datetime
 
 from .. import csvstore
 from ..config import EngineConfig, Part, RunConfig
-from ..config.catalog import BY_NAME, IMAGE, TRACE_DATASET, setting
+from ..config.catalog import BY_NAME, setting
 from ..engines.openai_client import check_reachable, discover_model
 from ..engines.openai_engine import network_policy
 from ..engines.openai_request import REQUEST_DEADLINE_S
 from ..errors import ConfigError
 from ..exports import Scope
+from ..load import dataset
 from ..measure import metrics
 from ..measure.catalog import BEYOND_LMDEPLOY, METRICS, QUALITY_METRICS, Metric, requested_rate, steady_rows
 from ..measure.window import WINDOW_SETTINGS, steady_load
@@ -42,6 +43,7 @@ from .common import (
     check_export_paths,
     check_report_path,
     check_writable,
+    dataset_name_flag,
     flag_values,
     open_history,
     recorded_config,
@@ -64,7 +66,7 @@ SERVER_BACKENDS = {
 OFFLINE_ENV = "HF_HUB_OFFLINE"  # 1 (our default, as in the app): tokenizers come from local files only
 # profile_restful_api.py's flags that are settings, in its order, with its defaults and words.
 DATASET_FLAGS = (
-    Flag("dataset_name", help="name of the dataset"),
+    dataset_name_flag(help="name of the dataset"),
     Flag(
         "dataset",
         names=("--dataset-path",),
@@ -316,7 +318,7 @@ def rates(args: argparse.Namespace) -> list[float]:
         chosen = [args.request_rate]
     if not chosen:
         raise ConfigError("The request rates for --multi are empty: check --request-rate-range or --request-rate-list.")
-    if args.dataset_name == TRACE_DATASET and len(chosen) > 1:
+    if dataset(args.dataset_name).timed and len(chosen) > 1:
         raise ConfigError(
             "A trace is sent at its own times, not at a request rate: drop --multi and the rate lists, "
             "or change --trace-speedup (a sweep can vary it)."
@@ -344,7 +346,7 @@ def config_for_rate(args: argparse.Namespace, url: str, model: str, rate: float)
         load_pattern=LoadPattern.REQUEST_RATE,
         request_rate=rate,
     )
-    if args.dataset_name == TRACE_DATASET:
+    if dataset(args.dataset_name).timed:
         values.update(
             load_pattern=LoadPattern.TRACE,
             concurrency=args.max_concurrency or args.num_prompts,
@@ -357,11 +359,7 @@ def config_for_rate(args: argparse.Namespace, url: str, model: str, rate: float)
 def default_output_file(args: argparse.Namespace) -> str:
     """profile_restful_api.py's default name, always ending in .csv (theirs says .jsonl for random data)."""
     stem = f"{args.backend}_{datetime.now():%m%d}_{args.num_prompts}"
-    if args.dataset_name == "random":
-        return f"{stem}_{args.random_input_len}_{args.random_output_len}.csv"
-    if args.dataset_name in ("sharegpt", IMAGE):  # LMDeploy's name for its image dataset's file too
-        return f"{stem}_sharegpt.csv"
-    return f"{stem}_{args.dataset_name}.csv"
+    return f"{stem}_{dataset(args.dataset_name).output_file_tag(args)}.csv"
 
 
 def hub_offline_by_default() -> None:

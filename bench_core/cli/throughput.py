@@ -24,6 +24,7 @@ from .common import (
     add_flags,
     add_knob_flags,
     add_record_flags,
+    dataset_name_flag,
     in_process_knobs,
     knob_flag,
     unlisted_flags,
@@ -53,7 +54,7 @@ POSITIONAL = (
 SEED = ("seed",)
 DISTRIBUTED = "distributed_executor_backend"  # a knob, listed by the script among its plain flags, after --seed
 SCRIPT_FLAGS = (
-    "dataset_name",
+    dataset_name_flag(),
     *LENGTH_FLAGS,
     "trust_remote_code",
     *(

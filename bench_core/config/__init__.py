@@ -2,7 +2,6 @@
 from it, and the checks a run passes before any work. Imports no engine and no streamlit."""
 
 from .catalog import (
-    DATASET_NAMES,
     KNOBS,
     LOAD_PATTERNS,
     MAX_SEED,
@@ -11,7 +10,6 @@ from .catalog import (
     engine_config_fields,
     knobs_for,
     of_part,
-    output_length,
     parse_quant_policy,
     setting,
 )
@@ -31,6 +29,7 @@ from .run_config import (
 from .settings import Part, Setting, format_value, parse_bool
 from .validation import (
     BackendRules,
+    DatasetRules,
     applies_under,
     check_values,
     generation_problems,
@@ -41,7 +40,6 @@ from .validation import (
 )
 
 __all__ = [
-    "DATASET_NAMES",
     "DEFAULT_PERCENTILES",
     "KNOBS",
     "LOAD_PATTERNS",
@@ -50,6 +48,7 @@ __all__ = [
     "SLO",
     "SWEEPABLE",
     "BackendRules",
+    "DatasetRules",
     "DatasetConfig",
     "EngineConfig",
     "GenerationSettings",
@@ -68,7 +67,6 @@ __all__ = [
     "ignored_load_settings",
     "knobs_for",
     "of_part",
-    "output_length",
     "parse_bool",
     "parse_quant_policy",
     "pattern_label",

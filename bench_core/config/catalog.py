@@ -30,16 +30,12 @@ MAX_THINK_S = 3600.0  # between two turns of a conversation
 LONG_SCHEDULE_S = DAY_S
 MAX_SCHEDULE_S = 30 * DAY_S
 WARMUP_START = 2  # the dashboard's warm-up, on by default (README, "Warm-up"); LMDeploy's scripts warm up none
-# LMDeploy's datasets (its image dataset is profile_restful_api.py's), then the workloads that show what the cache
-# and the scheduler do: prompts sharing prefixes, multi-turn conversations, a replayed trace, a user's own prompts.
-DATASET_NAMES = ("sharegpt", "random", "shared-prefix", "multi-turn", "trace", "custom", "image")
 # LMDeploy's rule for random lengths (load.datasets.random_length_bounds), which vLLM's users read otherwise.
 RANGE_RATIO_RULE = (
     "Each request's input and output lengths are drawn uniformly from [max(1, int(len x ratio)), len], "
     "as LMDeploy draws them: 0.0 gives 1..len, not fixed lengths (vLLM's reading); 1.0 gives fixed "
     "lengths."
 )
-SHARED_PREFIX, MULTI_TURN, TRACE_DATASET, CUSTOM, IMAGE = DATASET_NAMES[2:]
 # The shared-prefix order that shows what prefix caching does: a group's first prompt, then its followers.
 LEADERS_FIRST = "leaders-first"
 IMAGE_RESOLUTIONS = {"4k": (3840, 2160), "1080p": (1920, 1080), "720p": (1280, 720), "360p": (640, 360)}
@@ -106,7 +102,6 @@ def _image_resolution(text: str) -> str:
 
 def _count(
     name: str,
-    datasets: tuple[str, ...],
     default: int,
     label: str,
     unit: str,
@@ -120,7 +115,7 @@ def _count(
         Part.DATASET,
         int,
         default,
-        datasets=datasets,
+        per_dataset=True,
         label=label,
         unit=unit,
         sweepable=True,
@@ -703,26 +698,10 @@ DATASET = (
         Part.DATASET,
         str,
         "sharegpt",
-        choices=DATASET_NAMES,
-        choice_message="Unknown dataset name '{value}'; choose one of {choices}.",
         help="sharegpt: the conversations' own lengths; random: lengths you choose; shared-prefix: groups of prompts "
         "opening with one prefix; multi-turn: conversations whose every turn resends the ones before; trace: a "
         "Mooncake trace file replayed; custom: your JSON/JSONL prompts; image: random text with images "
         "(servers' chat endpoint).",
-        choice_help={
-            "sharegpt": "LMDeploy's: the conversations' first prompt and answer, with their own lengths.",
-            "random": "LMDeploy's: lengths drawn at random, text cut or repeated from the dataset.",
-            SHARED_PREFIX: "Groups of prompts that open with the same prefix of ShareGPT text, then a suffix of "
-            "their own: the workload prefix caching speeds up.",
-            MULTI_TURN: "ShareGPT conversations as sessions of turns: each turn sends the conversation so far "
-            "plus the next user message, after the previous answer and a think time.",
-            TRACE_DATASET: "A Mooncake JSONL trace (timestamp, input_length, output_length, hash_ids): equal "
-            "hash ids give identical blocks of text; --load trace sends at its timestamps.",
-            CUSTOM: "Your JSON or JSONL records, each with a prompt string or OpenAI messages, and optionally "
-            "output_len or max_tokens.",
-            IMAGE: "profile_restful_api.py's: random text of the random dataset's lengths with images, for a "
-            "vision model behind a server's chat endpoint.",
-        },
         widget=Widget(style="radio"),
         widget_label="Dataset",
         cli_help="sharegpt: real conversations; random: lengths drawn at random, text from the dataset; "
@@ -758,7 +737,7 @@ DATASET = (
         int,
         None,
         optional=True,
-        datasets=("sharegpt", MULTI_TURN),
+        per_dataset=True,
         sweepable=True,
         label="ShareGPT output length",
         unit="tokens",
@@ -775,7 +754,7 @@ DATASET = (
         int,
         None,
         optional=True,
-        datasets=("random", IMAGE),
+        per_dataset=True,
         sweepable=True,
         label="Random input length",
         unit="tokens",
@@ -790,7 +769,7 @@ DATASET = (
         int,
         None,
         optional=True,
-        datasets=("random", IMAGE),
+        per_dataset=True,
         sweepable=True,
         label="Random output length",
         unit="tokens",
@@ -805,7 +784,7 @@ DATASET = (
         Part.DATASET,
         float,
         0.0,
-        datasets=("random", IMAGE),
+        per_dataset=True,
         bounds=Bounds(low=0.0, high=1.0),
         help=RANGE_RATIO_RULE,
         widget=Widget(style="slider", step=0.05),
@@ -818,7 +797,7 @@ DATASET = (
         Part.DATASET,
         int,
         1,
-        datasets=(IMAGE,),
+        per_dataset=True,
         label="Images per request",
         unit="images",
         bounds=Bounds(low=1, high=MAX_IMAGES),
@@ -831,7 +810,7 @@ DATASET = (
         Part.DATASET,
         str,
         "1080p",
-        datasets=(IMAGE,),
+        per_dataset=True,
         text_parser=_image_resolution,
         label="Image resolution",
         rule="4k, 1080p, 720p, 360p or HEIGHTxWIDTH",
@@ -845,7 +824,7 @@ DATASET = (
         Part.DATASET,
         str,
         "jpeg",
-        datasets=(IMAGE,),
+        per_dataset=True,
         choices=("jpeg", "png"),
         label="Image format",
         widget_label="Image format",
@@ -856,7 +835,7 @@ DATASET = (
         Part.DATASET,
         str,
         "random",
-        datasets=(IMAGE,),
+        per_dataset=True,
         choices=("random", "blank"),
         label="Image content",
         widget_label="Image content",
@@ -866,7 +845,6 @@ DATASET = (
     # Shared prefixes (vLLM's prefix_repetition, SGLang's generated-shared-prefix).
     _count(
         "prefix_len",
-        (SHARED_PREFIX,),
         256,
         "Shared prefix length",
         "tokens",
@@ -877,7 +855,6 @@ DATASET = (
     ),
     _count(
         "prefix_groups",
-        (SHARED_PREFIX,),
         4,
         "Prefix groups",
         "prefixes",
@@ -888,7 +865,6 @@ DATASET = (
     ),
     _count(
         "suffix_len",
-        (SHARED_PREFIX,),
         32,
         "Suffix length",
         "tokens",
@@ -902,7 +878,7 @@ DATASET = (
         Part.DATASET,
         float,
         1.0,
-        datasets=(SHARED_PREFIX,),
+        per_dataset=True,
         label="Prefix reuse share",
         unit="fraction",
         sweepable=True,
@@ -919,7 +895,7 @@ DATASET = (
         Part.DATASET,
         str,
         LEADERS_FIRST,
-        datasets=(SHARED_PREFIX,),
+        per_dataset=True,
         choices=(LEADERS_FIRST, "interleaved", "grouped", "random"),
         label="Arrival order",
         widget_label="Arrival order",
@@ -933,7 +909,6 @@ DATASET = (
     ),
     _count(
         "output_len",
-        (SHARED_PREFIX, CUSTOM),
         128,
         "Output length",
         "tokens",
@@ -951,7 +926,7 @@ DATASET = (
         Part.DATASET,
         int,
         4,
-        datasets=(MULTI_TURN,),
+        per_dataset=True,
         label="Turns per session",
         unit="turns",
         sweepable=True,
@@ -968,7 +943,7 @@ DATASET = (
         Part.DATASET,
         str,
         "model",
-        datasets=(MULTI_TURN,),
+        per_dataset=True,
         choices=("model", "dataset"),
         label="Previous answers",
         widget_label="Previous answers in each prompt",
@@ -982,7 +957,7 @@ DATASET = (
         Part.DATASET,
         float,
         0.0,
-        datasets=(MULTI_TURN,),
+        per_dataset=True,
         label="Think time",
         unit="s",
         sweepable=True,
@@ -999,7 +974,7 @@ DATASET = (
         Part.DATASET,
         int,
         512,
-        datasets=(TRACE_DATASET,),
+        per_dataset=True,
         label="Trace block length",
         unit="tokens",
         bounds=Bounds(low=1, high=MAX_TOKENS),
@@ -1600,8 +1575,6 @@ BY_KEY = {setting.key: setting for setting in SETTINGS}
 KNOBS: tuple[Setting, ...] = tuple(setting for setting in ENGINE if setting.is_knob)
 # The settings a sweep may vary, as a user reaches for them: the engine's knobs, the load, the dataset's sizes.
 SWEEPABLE: tuple[str, ...] = tuple(setting.name for setting in (*KNOBS, *LOAD, *DATASET) if setting.sweepable)
-# The settings that fix how many tokens a request generates, each for the datasets it declares: a dataset has one
-# of them at most (a trace's records carry their own lengths).
 
 
 def setting(name: str) -> Setting:
@@ -1609,18 +1582,13 @@ def setting(name: str) -> Setting:
     return BY_NAME[name] if name in BY_NAME else SWEEP_BY_NAME[name]
 
 
+# The settings that fix how many tokens a request generates: a dataset names one of them at most as its
+# `output_length` (a trace's records carry their own lengths).
 OUTPUT_LENGTHS: tuple[Setting, ...] = tuple(setting for setting in DATASET if setting.output_length)
 
 
 def of_part(part: Part) -> tuple[Setting, ...]:
     return part_settings((*SETTINGS, *SWEEP_SETTINGS), part)
-
-
-def output_length(dataset_name: str) -> Setting | None:
-    """The setting holding the output length a run of this dataset asks for (sharegpt and multi-turn: the fixed
-    ShareGPT length; random and image: the random length; shared-prefix and custom: output_len); None for a dataset
-    whose records carry their own (a trace)."""
-    return next((declared for declared in OUTPUT_LENGTHS if declared.applies(dataset_name=dataset_name)), None)
 
 
 def knobs_for(backend: str) -> tuple[Setting, ...]:

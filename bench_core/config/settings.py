@@ -151,7 +151,8 @@ class Setting:
     rule: str = ""  # the constraint in words, shown with the widget and the flag
     backends: tuple[str, ...] | None = None  # where it means something; None: everywhere
     load_patterns: tuple[str, ...] | None = None
-    datasets: tuple[str, ...] | None = None
+    # A setting of some datasets only: those that name it in their `settings` (load/base.py::Dataset) take it.
+    per_dataset: bool = False
     flags: tuple[str, ...] = ()  # its CLI flags, spelled as LMDeploy's scripts spell them; default --name-with-dashes
     cli_help: str = ""  # its flag's help, in the scripts' words; an engine knob's is made from `help`
     sweepable: bool = False
@@ -229,17 +230,12 @@ class Setting:
 
     # ---- where it applies ------------------------------------------------------------------------
 
-    def applies(
-        self, backend: str | None = None, load_pattern: str | None = None, dataset_name: str | None = None
-    ) -> bool:
-        """Whether the setting means something for a run of these; an argument left None rules nothing out."""
+    def applies(self, backend: str | None = None, load_pattern: str | None = None) -> bool:
+        """Whether the setting means something for a run of these; an argument left None rules nothing out. Which
+        datasets take it, the datasets say (load/base.py::Dataset.takes)."""
         return all(
             value is None or allowed is None or value in allowed
-            for value, allowed in (
-                (backend, self.backends),
-                (load_pattern, self.load_patterns),
-                (dataset_name, self.datasets),
-            )
+            for value, allowed in ((backend, self.backends), (load_pattern, self.load_patterns))
         )
 
     def not_applicable(self, backend: str) -> str:

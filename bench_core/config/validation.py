@@ -3,13 +3,15 @@ and the rules that join several settings. Each problem is a sentence for the use
 
 The backend's own rules (LMDeploy's, the server's) live with the backend; what the checks here need to know of
 the backend (is the name known, does it need a model, which load patterns it takes) the engines registry hands
-in as `BackendRules`, since this package imports no engine.
+in as `BackendRules`, since this package imports no engine. Likewise the dataset's rules live with the dataset,
+and the datasets registry (load) hands in what they refuse and which settings the dataset takes as `DatasetRules`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,24 +19,16 @@ from ..errors import ConfigError
 from ..models.synthetic import synthetic_name_problems
 from ..states import LoadPattern
 from .catalog import (
-    CUSTOM,
     DAY_S,
     GENERATION,
-    IMAGE,
     KNOBS,
     LONG_SCHEDULE_S,
     MAX_SCHEDULE_S,
-    MULTI_TURN,
-    TRACE_DATASET,
-    image_size,
     of_part,
     setting,
 )
 from .run_config import EngineConfig, GenerationSettings, RunConfig, client_in_workers
-from .settings import MAX_WHOLE_NUMBER, Bounds, Part
-
-# The datasets that read the user's own file, and what it holds.
-FILE_DATASETS = {TRACE_DATASET: "a Mooncake JSONL trace", CUSTOM: "JSON or JSONL records with a prompt or messages"}
+from .settings import MAX_WHOLE_NUMBER, Bounds, Part, Setting
 
 
 @dataclass(frozen=True)
@@ -44,6 +38,20 @@ class BackendRules:
     known: tuple[str, ...]  # every backend's name
     needs_model: bool = True  # a server names its own model
     load_patterns: tuple[str, ...] = ()  # the patterns it can offer requests in; empty: any
+    takes_images: bool = False  # in the requests it sends (a vision model's)
+    in_process: bool = True  # its engine runs here, not behind a server's endpoint
+
+
+def _takes_any(declared: Setting) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class DatasetRules:
+    """What the generic checks need to know of the run's dataset."""
+
+    problems: tuple[str, ...] = ()  # what the dataset (and the registry) refuse in the run's settings
+    takes: Callable[[Setting], bool] = _takes_any  # the settings that mean something for it, whose bounds are checked
 
 
 def inapplicable_knob_problems(engine: EngineConfig) -> list[str]:
@@ -82,20 +90,24 @@ def check_values(**values: Any) -> None:
         raise ConfigError(" ".join(problems))
 
 
-def setting_problems(values: Any, part: Part, backend: str, dataset_name: str | None = None) -> list[str]:
-    """The bounds and choices of the settings of `part` (its dataclass `values`) that apply to this backend and
-    dataset, each as its declaration words it."""
+def setting_problems(values: Any, part: Part, backend: str, takes: Callable[[Setting], bool] = _takes_any) -> list[str]:
+    """The bounds and choices of the settings of `part` (its dataclass `values`) that apply to this backend and that
+    the dataset `takes`, each as its declaration words it."""
     return [
         problem
         for setting in of_part(part)
-        if setting.applies(backend=backend, dataset_name=dataset_name)
+        if setting.applies(backend=backend) and takes(setting)
         for problem in setting.problems(getattr(values, setting.name), backend)
     ]
 
 
-def validate_run_config(config: RunConfig, backend: BackendRules | None = None) -> list[str]:
+def validate_run_config(
+    config: RunConfig, backend: BackendRules | None = None, dataset: DatasetRules | None = None
+) -> list[str]:
     """Problems of the run's settings but the engine's own (see `setting_problems`), each a sentence for the user;
-    empty when the run may start. `backend`: what the registry knows of the run's backend (None: not checked)."""
+    empty when the run may start. `backend`, `dataset`: what the registries know of the run's backend and dataset
+    (None: not checked; every dataset setting's bounds are)."""
+    dataset = dataset or DatasetRules()
     problems: list[str] = []
     eng, data, load = config.engine, config.dataset, config.load
     if backend is not None and eng.backend not in backend.known:
@@ -105,9 +117,9 @@ def validate_run_config(config: RunConfig, backend: BackendRules | None = None) 
     if not str(eng.model).strip() and (backend is None or backend.needs_model):
         problems.append("No model given: pass a local path, a hub id or a built-in model such as builtin:tiny-llama.")
     problems.extend(synthetic_name_problems(str(eng.model)))
-    problems.extend(_dataset_problems(config))
+    problems.extend(dataset.problems)
     for part in (Part.DATASET, Part.LOAD, Part.SLO):  # the engine's: with its backend's rules (engines)
-        problems.extend(setting_problems(config.part(part), part, eng.backend, data.dataset_name))
+        problems.extend(setting_problems(config.part(part), part, eng.backend, dataset.takes))
     problems.extend(
         declared.not_applicable(eng.backend)
         for declared in of_part(Part.LOAD)
@@ -125,46 +137,6 @@ def validate_run_config(config: RunConfig, backend: BackendRules | None = None) 
     problems.extend(generation_problems(config.generation))
     if not config.percentiles or any(not 0 <= p <= 100 for p in config.percentiles):
         problems.append("Percentiles must be numbers between 0 and 100.")
-    return problems
-
-
-def _dataset_problems(config: RunConfig) -> list[str]:
-    """What the datasets ask of their settings: none set for another dataset, the lengths the random rule draws
-    from, a file for the datasets that read one, a trace for the trace load pattern."""
-    data, name = config.dataset, config.dataset.dataset_name
-    problems = [
-        f"{declared.cli_flag} applies to the {_names(declared.datasets)} dataset"
-        f"{'s' if len(declared.datasets) > 1 else ''} only."
-        for declared in of_part(Part.DATASET)
-        if declared.datasets
-        and not declared.applies(dataset_name=name)
-        and not (data.quality_set and declared.name == "output_len")  # a quality set's prompts' length, any dataset
-        and getattr(data, declared.name) != declared.default
-    ]
-    lengths = setting("random_input_len")
-    if lengths.applies(dataset_name=name) and (data.random_input_len is None or data.random_output_len is None):
-        problems.append(f"The {name} dataset needs both --random-input-len and --random-output-len.")
-    if name in FILE_DATASETS and str(data.dataset).startswith("builtin:"):
-        problems.append(
-            f"The {name} dataset reads your own file ({FILE_DATASETS[name]}): pass its path as the "
-            f"dataset, not {data.dataset}."
-        )
-    if name == IMAGE:
-        try:
-            image_size(data.image_resolution)
-        except ValueError as exc:
-            problems.append(str(exc))
-    if config.load.load_pattern == LoadPattern.TRACE and name != TRACE_DATASET:
-        problems.append(
-            "The trace load pattern sends each request at its trace timestamp: choose the trace dataset "
-            "(--dataset-name trace)."
-        )
-    if config.load.load_pattern == LoadPattern.ENGINE_API and name in (MULTI_TURN, TRACE_DATASET):
-        problems.append(
-            f"The engine API load pattern (throughput) sends a request whenever a worker is free, as "
-            f"profile_throughput.py does, so it cannot wait for a turn's answer or a trace's timestamps: "
-            f"run the {name} dataset with pipeline or restful."
-        )
     return problems
 
 
@@ -203,10 +175,6 @@ def span_words(seconds: float) -> str:
         if seconds >= size:
             return f"{seconds / size:,.1f} {unit}".replace(".0 ", " ")
     return f"{seconds:,.0f} s"
-
-
-def _names(names: tuple[str, ...]) -> str:
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _pattern_refused(pattern: str, backend: str, patterns: tuple[str, ...]) -> str:

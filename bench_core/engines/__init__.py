@@ -16,6 +16,7 @@ import pkgutil
 from ..config import BackendRules, EngineConfig, LoadConfig, Part, RunConfig, validate_run_config
 from ..config.validation import setting_problems
 from ..errors import ConfigError, EngineUnavailable
+from ..load import dataset, dataset_rules
 from ..states import LoadPattern
 from .base import Backend, Engine, EngineEvent, EngineInfo
 from .engine_api import uvloop_problem
@@ -107,16 +108,23 @@ def backend_rules(name: str) -> BackendRules:
     found = _registry().get(name)
     if found is None:
         return BackendRules(known=tuple(_registry()))
-    return BackendRules(known=tuple(_registry()), needs_model=found.needs_model, load_patterns=found.load_patterns)
+    return BackendRules(
+        known=tuple(_registry()),
+        needs_model=found.needs_model,
+        load_patterns=found.load_patterns,
+        takes_images=found.takes_images,
+        in_process=found.in_process,
+    )
 
 
 def run_config_problems(config: RunConfig) -> list[str]:
     """Every problem of the run's settings, each a sentence for the user: the generic ones, and once those are
     fixed, the engine's (a backend's rules may assume sane generic settings)."""
-    problems = validate_run_config(config, backend_rules(config.engine.backend))
+    rules = backend_rules(config.engine.backend)
+    problems = validate_run_config(config, rules, dataset_rules(config))
     return problems or (
         validate_engine_config(config.engine, config.load)
-        + backend(config.engine.backend).dataset_problems(config.engine, config.dataset)
+        + dataset(config.dataset.dataset_name).backend_problems(config.engine, rules)
     )
 
 

@@ -17,8 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from ..config import DatasetConfig, EngineConfig, GenerationSettings, LoadConfig
-from ..config.catalog import IMAGE
+from ..config import EngineConfig, GenerationSettings, LoadConfig
 from ..errors import BenchError, ConfigError
 from ..load.datasets import SampledRequest
 
@@ -286,16 +285,6 @@ class Backend(ABC):
     @abstractmethod
     def validate(cls, engine: EngineConfig, load: LoadConfig) -> list[str]:
         """Problems with this backend's knobs, each a sentence for the user."""
-
-    @classmethod
-    def dataset_problems(cls, engine: EngineConfig, dataset: DatasetConfig) -> list[str]:
-        """Problems of running `dataset` on this backend, each a sentence: images where it takes none."""
-        if dataset.dataset_name == IMAGE and not cls.takes_images:
-            return [
-                f"The {engine.backend} engine takes text only, so it cannot run the image dataset: send it to a "
-                "server of a vision model (restful, with a -chat backend) or an LMDeploy engine."
-            ]
-        return []
 
     @classmethod
     @abstractmethod

@@ -54,14 +54,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..config import (
-    DatasetConfig,
     EngineConfig,
     GenerationSettings,
     LoadConfig,
     client_in_workers,
     sampling_problems,
 )
-from ..config.catalog import AUTO_SERVER_KIND, IMAGE
+from ..config.catalog import AUTO_SERVER_KIND
 from ..errors import ConfigError, ModelError
 from ..load.datasets import SampledRequest
 from ..load.schedule import SendSchedule, send_columns
@@ -163,17 +162,6 @@ class OpenAIBackend(Backend):
     )  # no engine API over HTTP
     load_pattern = LoadPattern.REQUEST_RATE
     takes_images = True  # in chat messages, to a vision model's server
-
-    @classmethod
-    def dataset_problems(cls, engine: EngineConfig, dataset: DatasetConfig) -> list[str]:
-        """The image dataset's images go in chat messages only (profile_restful_api.py's completions backends drop
-        them without a word)."""
-        if dataset.dataset_name == IMAGE and engine.endpoint != "chat":
-            return [
-                "The image dataset sends its images in chat messages: use the chat endpoint (--backend "
-                "lmdeploy-chat, vllm-chat, sglang-oai-chat or transformers-chat)."
-            ]
-        return []
 
     @classmethod
     def context_window(cls, engine: EngineConfig) -> int | None:

@@ -25,10 +25,9 @@ from typing import Any
 import numpy as np
 
 from ..config import DatasetConfig
-from ..config.catalog import CUSTOM, IMAGE, MULTI_TURN, SHARED_PREFIX, TRACE_DATASET
 from ..errors import DatasetError
 from ..models.resolve import local_path
-from . import custom, image, multi_turn, quality_set, shared_prefix, trace
+from . import dataset, quality_set
 from .builtin_sample import generate_sample_records
 from .lengths import random_lengths
 from .quality_set import QualityItem
@@ -126,53 +125,20 @@ def load_quality_set(source: str) -> list[QualityItem]:
 
 
 def sample_requests(dataset_config: DatasetConfig, tokenizer: Any) -> Sample:
-    """The runner's entry point: load the configured source and sample from it with the dataset's rules (LMDeploy's
-    for sharegpt, random and image)."""
-    cfg = dataset_config
-    if cfg.quality_set:
-        return quality_set.sample_quality_requests(load_quality_set(cfg.quality_set), tokenizer, cfg)
-    if cfg.dataset_name in (TRACE_DATASET, CUSTOM):
-        records = load_records(cfg.dataset)
-        if cfg.dataset_name == CUSTOM:
-            sample = custom.sample_custom_requests(records.records, records.source, tokenizer, cfg)
-        else:
-            texts = load_conversations(TEXT_SOURCE)
-            sample = trace.sample_trace_requests(
-                records.records, records.source, _prompt_texts(texts.pairs), tokenizer, cfg
-            )
-        sample.notes[:0] = records.notes
-        return sample
-    if cfg.dataset_name == IMAGE:
-        if cfg.random_input_len is None or cfg.random_output_len is None:
-            raise DatasetError("The image dataset needs both --random-input-len and --random-output-len.")
-        return image.sample_image_requests(tokenizer, cfg)
-    if cfg.dataset_name == MULTI_TURN:
-        dialogues = load_dialogues(cfg.dataset)
-        sample = multi_turn.sample_multi_turn_requests(dialogues.exchanges, dialogues.source, tokenizer, cfg)
-        sample.notes[:0] = dialogues.notes
-        return sample
-    conversations = load_conversations(cfg.dataset)
-    if cfg.dataset_name == "sharegpt":
-        sample = sample_sharegpt_requests(
-            conversations.pairs, cfg.num_prompts, tokenizer, cfg.seed, cfg.sharegpt_output_len
+    """The runner's entry point: a quality set's prompts where one is given, else what the configured dataset
+    samples (the registry, load/__init__.py: LMDeploy's rules for sharegpt, random and image)."""
+    if dataset_config.quality_set:
+        return quality_set.sample_quality_requests(
+            load_quality_set(dataset_config.quality_set), tokenizer, dataset_config
         )
-        sample.arrival_rng = np.random.RandomState(cfg.seed)  # its shuffle draws from `random`, not numpy
-    elif cfg.dataset_name == "random":
-        if cfg.random_input_len is None or cfg.random_output_len is None:
-            raise DatasetError("The random dataset needs both --random-input-len and --random-output-len.")
-        sample = sample_random_requests(
-            conversations.pairs,
-            cfg.random_input_len,
-            cfg.random_output_len,
-            cfg.num_prompts,
-            cfg.random_range_ratio,
-            tokenizer,
-            cfg.seed,
-        )
-    elif cfg.dataset_name == SHARED_PREFIX:
-        sample = shared_prefix.sample_shared_prefix_requests(_prompt_texts(conversations.pairs), tokenizer, cfg)
-    else:
-        raise DatasetError(f"Unknown dataset name '{cfg.dataset_name}'.")
+    return dataset(dataset_config.dataset_name).sample(dataset_config, tokenizer)
+
+
+def sample_conversations(source: str, draw: Callable[[Conversations], Sample]) -> Sample:
+    """What `draw` samples from the conversations of `source`, refused where no conversation passes its filters, with
+    the source's notes first."""
+    conversations = load_conversations(source)
+    sample = draw(conversations)
     if not sample.requests:
         raise DatasetError(
             f"No conversation in {conversations.source} passes LMDeploy's length filters "
@@ -183,7 +149,7 @@ def sample_requests(dataset_config: DatasetConfig, tokenizer: Any) -> Sample:
     return sample
 
 
-def _prompt_texts(pairs: list[tuple[str, str]]) -> list[str]:
+def prompt_texts(pairs: list[tuple[str, str]]) -> list[str]:
     """The non-empty prompt texts, in the order LMDeploy's random dataset takes them from (before its shuffle)."""
     return [prompt for prompt, _ in pairs if len(prompt) > 0]
 
@@ -240,7 +206,7 @@ def sample_random_requests(
     input_lens = random_lengths(lengths, input_len, range_ratio, num_prompts)
     output_lens = random_lengths(lengths, output_len, range_ratio, num_prompts)
     # LMDeploy shuffles (prompt, completion) pairs; a shuffle's permutation depends only on the length.
-    texts = _prompt_texts(pairs)
+    texts = prompt_texts(pairs)
     rng = random.Random(seed)
     rng.shuffle(texts)
     notes = []

@@ -32,3 +32,10 @@ def describe_random_lengths(input_len: int, output_len: int, range_ratio: float)
         low, high = random_length_bounds(length, range_ratio)
         spans.append(f"{name} {low:,} tokens" if low == high else f"{name} {low:,}..{high:,} tokens")
     return f"{', '.join(spans)} (range ratio {range_ratio:g}: uniform in [max(1, int(len x ratio)), len])"
+
+
+def missing_lengths(dataset_name: str, input_len: int | None, output_len: int | None) -> str:
+    """Why a dataset of random lengths cannot draw them ("" where both are given)."""
+    if input_len is None or output_len is None:
+        return f"The {dataset_name} dataset needs both --random-input-len and --random-output-len."
+    return ""

@@ -14,7 +14,8 @@ import pandas as pd
 
 from .requests import SampledRequest
 
-# The facts a dataset may give, in the order the request table shows them.
+# The built-in datasets' facts, in the order the request table shows them; another dataset's follow, in the order
+# its requests first give them.
 FACT_COLUMNS = ("session", "turn", "prefix_group", "shared_prefix_tokens", "vision_tokens", "images", "trace_input_len")
 
 
@@ -35,10 +36,12 @@ def with_workload_columns(table: pd.DataFrame, requests: Sequence[SampledRequest
     """A run's request table (one row per request, in order) with the facts of its sampled requests as columns."""
     if len(requests) != len(table):
         return table
-    facts = _facts(requests)
+    # Another dataset's fact never overwrites what was measured.
+    facts = {name: values for name, values in _facts(requests).items() if name in FACT_COLUMNS or name not in table}
     return table.assign(**facts) if facts else table
 
 
 def _facts(requests: Sequence[SampledRequest]) -> dict[str, list]:
-    present = [name for name in FACT_COLUMNS if any(name in r.facts for r in requests)]
+    given = dict.fromkeys(name for r in requests for name in r.facts)
+    present = [name for name in FACT_COLUMNS if name in given] + [name for name in given if name not in FACT_COLUMNS]
     return {name: [r.facts.get(name, np.nan) for r in requests] for name in present}

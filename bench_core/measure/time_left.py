@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import Part, RunConfig, of_part
+from ..load import takes
 from ..states import RunState
 from .live_snapshot import LiveSnapshot
 
@@ -194,7 +195,7 @@ def _dataset_facts(config: RunConfig) -> dict[str, object]:
     return {
         s.key: getattr(data, s.name)
         for s in of_part(Part.DATASET)
-        if s.name not in LENGTH_NEUTRAL and s.applies(dataset_name=data.dataset_name)
+        if s.name not in LENGTH_NEUTRAL and takes(data.dataset_name, s)
     }
 
 

@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..config import EngineConfig, LoadConfig, RunConfig, output_length, setting
+from ..config import EngineConfig, LoadConfig, RunConfig, setting
 from ..config.validation import schedule_problems
 from ..engines import availability, context_window, run_config_problems
 from ..errors import ConfigError, DatasetError
+from ..load import output_length, takes
 from ..load.datasets import SampledRequest
 from ..states import LoadPattern
 
@@ -31,7 +32,7 @@ MAX_OUTPUT_TOKENS = 1_048_576
 def length_problems(config: RunConfig) -> list[str]:
     """The output (and random input) lengths asked for that cannot fit the model's window, as sentences."""
     data = config.dataset
-    random = setting("random_input_len").applies(dataset_name=data.dataset_name)
+    random = takes(data.dataset_name, setting("random_input_len"))
     declared = output_length(data.dataset_name)
     output = getattr(data, declared.name) if declared is not None else None
     if output is None:

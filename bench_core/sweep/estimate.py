@@ -17,8 +17,9 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from ..config import EngineConfig, RunConfig, output_length, setting
+from ..config import EngineConfig, RunConfig
 from ..engines import engine_settings_key
+from ..load import find_dataset, output_length
 from ..measure.time_left import PastPace, past_pace
 from .plan import PlannedRun, SweepPlan
 
@@ -129,7 +130,8 @@ def estimate_run(config: RunConfig, history_runs: pd.DataFrame) -> SweepEstimate
 def requests_asked(config: RunConfig) -> int:
     """The requests a run asks for: its prompts, or each session's every turn where the dataset counts sessions."""
     data = config.dataset
-    return data.num_prompts * (data.turns if setting("turns").applies(dataset_name=data.dataset_name) else 1)
+    ran = find_dataset(data.dataset_name)
+    return data.num_prompts * (data.turns if ran is not None and ran.counts_sessions else 1)
 
 
 def out_of_proportion(guess: SweepEstimate) -> str:

@@ -25,18 +25,18 @@ from ..config import (
     applies_under,
     check_values,
     format_value,
-    output_length,
     pattern_label,
     setting,
 )
-from ..config.run_again import change_problems
 from ..engines import availability, engine_settings_key
 from ..errors import ConfigError
+from ..load import output_length
 from ..measure.catalog import find_column
 from ..measure.metrics import slo_is_set
 from ..measure.stats import MIN_INTERVAL_RUNS
 from ..redact import MASK
 from ..run.preflight import run_problems
+from ..run.run_again import change_problems
 from . import find_max
 from .find_max import FindMax
 from .precision import Precision

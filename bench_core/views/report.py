@@ -25,10 +25,11 @@ import plotly.offline
 
 from .. import __version__
 from ..config import Part, RunConfig, format_value, of_part
-from ..config.catalog import AUTO_SERVER_KIND, MULTI_TURN
+from ..config.catalog import AUTO_SERVER_KIND
 from ..engines import backend
 from ..hardware.roofline import describe_roofline
 from ..hardware.run_flags import run_flags
+from ..load import find_dataset
 from ..load.lengths import RANDOM_LENGTHS, describe_random_lengths
 from ..measure.catalog import COMPARED_COLUMNS, lower_first
 from ..redact import redact_text
@@ -312,12 +313,11 @@ def run_report(parts: RunParts, created: datetime | None = None) -> str:
 def describe_config(config: RunConfig) -> str:
     """One line: label, model and backend, dataset and load, so a screenshot says what was measured."""
     data, load = config.dataset, config.load
+    ran = find_dataset(data.dataset_name)
     chosen = [
         declared
         for declared in of_part(Part.DATASET)
-        if declared.datasets
-        and declared.applies(dataset_name=data.dataset_name)
-        and config.value(declared.name) is not None
+        if declared.per_dataset and ran is not None and ran.takes(declared) and config.value(declared.name) is not None
     ]
     # The span drawn, not the ratio to decode.
     random = (
@@ -356,7 +356,7 @@ def describe_config(config: RunConfig) -> str:
     parts = [
         config.label,
         served,
-        f"{data.num_prompts} {'sessions' if data.dataset_name == MULTI_TURN else 'prompts'} from {data.dataset} "
+        f"{data.num_prompts} {'sessions' if ran is not None and ran.counts_sessions else 'prompts'} from {data.dataset} "
         f"({data.dataset_name}, {lengths})",
         f"{load.load_pattern} load, {shape}, {'streamed' if load.stream_output else 'not streamed'}",
     ]

@@ -22,10 +22,11 @@ import numpy as np
 import pandas as pd
 
 from ..config import SETTINGS as CATALOG
-from ..config import Part, output_length
+from ..config import Part
 from ..config import Setting as Declared
 from ..config.catalog import OUTPUT_LENGTHS
 from ..engines import backends, in_process_backends
+from ..load import output_length, takes
 from ..states import IMPORTED
 from .tables import describe_column, run_names
 
@@ -69,7 +70,9 @@ def _applies(declared: Declared) -> Callable[[Where], bool]:
     unknown (an import) is not ruled out."""
 
     def applies(where: Where) -> bool:
-        return declared.applies(**where._asdict())
+        return declared.applies(backend=where.backend, load_pattern=where.load_pattern) and (
+            where.dataset_name is None or takes(where.dataset_name, declared)
+        )
 
     return applies
 

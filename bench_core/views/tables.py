@@ -20,7 +20,7 @@ import pandas as pd
 from ..config import SETTINGS, SLO
 from ..config.catalog import CACHE_COLD, CACHE_UNKNOWN, CACHE_WARM
 from ..engines import in_process_backends
-from ..load.shared_prefix import hidden_reuse_note
+from ..load import find_dataset
 from ..measure.catalog import (
     CATALOG,
     METRICS,
@@ -233,7 +233,8 @@ def workload_caveats(config: Any) -> list[str]:
     sent at once, with prefix caching on (the engine's knob, or a server's own, which the run cannot see)."""
     engine = config.engine
     caching = engine.enable_prefix_caching or engine.backend not in in_process_backends()
-    note = hidden_reuse_note(config.dataset, config.load, caching)
+    ran = find_dataset(config.dataset.dataset_name)
+    note = ran.hidden_reuse_note(config.dataset, config.load, caching) if ran is not None else ""
     return [note] if note else []
 
 

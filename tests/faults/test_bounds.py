@@ -29,6 +29,7 @@ from bench_core.cli import main
 from bench_core.config import Part, of_part
 from bench_core.config.settings import number_text
 from bench_core.engines import backend as backend_of
+from bench_core.load import datasets_taking
 from bench_core.states import LoadPattern
 from bench_core.store.history import RESULTS_ENV, History
 
@@ -70,7 +71,7 @@ def command_line(declared, results: Path, text: str) -> list[str]:
     load pattern its declaration names (the first of each), with `text` as its value."""
     flag = declared.cli_flag
     server_only = declared.part == Part.SWEEP or (declared.backends is not None and "openai" in declared.backends)
-    dataset = declared.datasets[0] if declared.datasets else None
+    dataset = datasets_of(declared)[0] if datasets_of(declared) else None
     patterns = declared.load_patterns or ()
     if LoadPattern.TRACE in patterns and LoadPattern.REQUEST_RATE not in patterns and LoadPattern.BATCH not in patterns:
         dataset = "trace"
@@ -265,6 +266,11 @@ def dashboard_contexts() -> list[tuple[dict[str, str], list]]:
     return contexts
 
 
+def datasets_of(declared) -> tuple[str, ...]:
+    """The datasets that take a setting of some datasets only, in their order; () for every dataset's."""
+    return datasets_taking(declared) if declared.per_dataset else ()
+
+
 def _backends(declared) -> tuple[str, ...]:
     return tuple(declared.backends or ("transformers", "openai", "turbomind", "pytorch"))
 
@@ -274,7 +280,7 @@ def _fits(declared, choice: dict[str, str]) -> bool:
     if backend is not None and backend not in _backends(declared):
         return False
     dataset = choice.get("dataset_name")
-    if declared.datasets and dataset is not None and dataset not in declared.datasets:
+    if datasets_of(declared) and dataset is not None and dataset not in datasets_of(declared):
         return False
     pattern = choice.get("pattern")
     if declared.load_patterns:
@@ -299,8 +305,8 @@ def _narrow(declared, choice: dict[str, str]) -> None:
         choice["pattern"] = next(p for p in declared.load_patterns if p in _offered(backend))
         if choice["pattern"] == LoadPattern.TRACE:
             choice.setdefault("dataset_name", "trace")
-    if declared.datasets and "dataset_name" not in choice:
-        choice["dataset_name"] = declared.datasets[0]
+    if datasets_of(declared) and "dataset_name" not in choice:
+        choice["dataset_name"] = datasets_of(declared)[0]
 
 
 def link(choice: dict[str, str]) -> dict[str, str]:

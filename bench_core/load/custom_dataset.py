@@ -17,6 +17,8 @@ import numpy as np
 
 from ..config import DatasetConfig
 from ..errors import DatasetError
+from .base import Dataset
+from .datasets import load_records
 from .requests import LENGTH_RULE, Sample, SampledRequest, is_length, record_refused, render_transcript, sample_of
 
 LENGTH_KEYS = ("output_len", "max_tokens")
@@ -83,3 +85,20 @@ def _messages(messages: Any, refuse) -> tuple:
         if not isinstance(content, (str, list)):
             refuse(f"its message {n} has no 'content' text")
     return tuple(dict(message) for message in messages)
+
+
+class Custom(Dataset):
+    """Your JSON or JSONL records, each with a prompt string or OpenAI messages, and optionally output_len or
+    max_tokens."""
+
+    name = "custom"
+    order = 5
+    settings = ("output_len",)
+    output_length = "output_len"
+    own_file = "JSON or JSONL records with a prompt or messages"
+
+    def sample(self, config: DatasetConfig, tokenizer: Any) -> Sample:
+        records = load_records(config.dataset)
+        sample = sample_custom_requests(records.records, records.source, tokenizer, config)
+        sample.notes[:0] = records.notes
+        return sample

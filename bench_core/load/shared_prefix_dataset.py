@@ -21,8 +21,10 @@ from typing import Any
 import numpy as np
 
 from ..config import DatasetConfig, LoadConfig
-from ..config.catalog import LEADERS_FIRST, SHARED_PREFIX
+from ..config.catalog import LEADERS_FIRST
 from ..states import LoadPattern
+from .base import Dataset
+from .datasets import prompt_texts, sample_conversations
 from .requests import Sample, SampledRequest, TokenSupply, common_prefix_len, sample_of
 
 SEPARATOR = "\n"  # between a prefix and its suffix: a token boundary for the tokenizers in use
@@ -132,7 +134,7 @@ def hidden_reuse_note(dataset: DatasetConfig, load: LoadConfig, caching: bool) -
     it: prompts sent at the same instant queue behind each other's prefills, and a prompt finds a prefix cached only
     once the engine has computed it for an earlier one; at most the prompts after each group's first can, and only
     where the engine prefills that first one before them. Leaders-first sends those after it."""
-    if dataset.dataset_name != SHARED_PREFIX or not caching or dataset.prefix_order == LEADERS_FIRST:
+    if not caching or dataset.prefix_order == LEADERS_FIRST:
         return ""
     at_once = prompts_at_once(load, dataset.num_prompts)
     if at_once is None or at_once < 2:
@@ -146,3 +148,22 @@ def hidden_reuse_note(dataset: DatasetConfig, load: LoadConfig, caching: bool) -
         f"with it, so caching's effect hardly shows. The arrival order {LEADERS_FIRST} sends each group's other "
         "prompts once its first has finished."
     )
+
+
+class SharedPrefix(Dataset):
+    """Groups of prompts that open with the same prefix of ShareGPT text, then a suffix of their own: the workload
+    prefix caching speeds up."""
+
+    name = "shared-prefix"
+    order = 2
+    settings = ("prefix_len", "prefix_groups", "suffix_len", "prefix_share", "prefix_order", "output_len")
+    output_length = "output_len"
+
+    def sample(self, config: DatasetConfig, tokenizer: Any) -> Sample:
+        return sample_conversations(
+            config.dataset,
+            lambda conversations: sample_shared_prefix_requests(prompt_texts(conversations.pairs), tokenizer, config),
+        )
+
+    def hidden_reuse_note(self, data: DatasetConfig, load: LoadConfig, caching: bool) -> str:
+        return hidden_reuse_note(data, load, caching)

@@ -24,6 +24,8 @@ from ..config import DatasetConfig
 from ..config.catalog import MAX_SCHEDULE_S
 from ..config.validation import span_words
 from ..errors import DatasetError
+from .base import Dataset
+from .datasets import TEXT_SOURCE, load_conversations, load_records, prompt_texts
 from .requests import LENGTH_RULE, Sample, SampledRequest, TokenSupply, is_length, record_refused, sample_of
 
 FORMAT = "each line needs 'timestamp' (ms), 'input_length', 'output_length' and 'hash_ids' (a list of integers)"
@@ -133,3 +135,22 @@ def _number(value: Any) -> bool:
 
 def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+class Trace(Dataset):
+    """A Mooncake JSONL trace (timestamp, input_length, output_length, hash_ids): equal hash ids give identical
+    blocks of text; --load trace sends at its timestamps."""
+
+    name = "trace"
+    order = 4
+    settings = ("trace_block_len",)
+    own_file = "a Mooncake JSONL trace"
+    waits_for = "a trace's timestamps"
+    timed = True
+
+    def sample(self, config: DatasetConfig, tokenizer: Any) -> Sample:
+        records = load_records(config.dataset)
+        texts = load_conversations(TEXT_SOURCE)
+        sample = sample_trace_requests(records.records, records.source, prompt_texts(texts.pairs), tokenizer, config)
+        sample.notes[:0] = records.notes
+        return sample

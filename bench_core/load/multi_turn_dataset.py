@@ -22,6 +22,8 @@ import numpy as np
 
 from ..config import DatasetConfig
 from ..errors import DatasetError
+from .base import Dataset
+from .datasets import load_dialogues
 from .requests import Sample, SampledRequest, render_transcript, sample_of
 
 MIN_ANSWER_TOKENS = 4  # LMDeploy's ShareGPT filter on a completion
@@ -104,3 +106,26 @@ def _session(exchanges: list[tuple[str, str]], tokenizer: Any, fixed_output_len:
             answers_differ_by += output_len - answer_len
     last_input, last_output = turns[-1][1], turns[-1][2]
     return turns if last_input + last_output <= MAX_CONVERSATION_TOKENS else None
+
+
+class MultiTurn(Dataset):
+    """ShareGPT conversations as sessions of turns: each turn sends the conversation so far plus the next user
+    message, after the previous answer and a think time."""
+
+    name = "multi-turn"
+    order = 3
+    settings = ("sharegpt_output_len", "turns", "multi_turn_answers", "think_time_s")
+    output_length = "sharegpt_output_len"
+    counts_sessions = True
+    waits_for = "a turn's answer"
+
+    def sample(self, config: DatasetConfig, tokenizer: Any) -> Sample:
+        dialogues = load_dialogues(config.dataset)
+        sample = sample_multi_turn_requests(dialogues.exchanges, dialogues.source, tokenizer, config)
+        sample.notes[:0] = dialogues.notes
+        return sample
+
+    def lengths_note(self, data: DatasetConfig) -> str:
+        if data.multi_turn_answers == "model":
+            return "Later turns repeat the model's own answers, so their input lengths are estimates until sent."
+        return ""

@@ -23,10 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from ..config import DatasetConfig
+from ..config import DatasetConfig, EngineConfig, RunConfig
 from ..config.catalog import image_size
+from ..config.validation import BackendRules
+from ..errors import DatasetError
 from ..models.resolve import load_processor
-from .lengths import random_lengths
+from .base import Dataset
+from .lengths import RANDOM_LENGTHS, missing_lengths, random_lengths
 from .requests import Sample, SampledRequest, sample_of
 
 JPEG_QUALITY = 85
@@ -116,3 +119,45 @@ def _data_uri(picture, image_format: str) -> str:
     buffer = io.BytesIO()
     picture.save(buffer, format=image_format, quality=JPEG_QUALITY)
     return f"data:image/{image_format};base64,{base64.b64encode(buffer.getvalue()).decode()}"
+
+
+class Image(Dataset):
+    """profile_restful_api.py's: random text of the random dataset's lengths with images, for a vision model behind
+    a server's chat endpoint."""
+
+    name = "image"
+    order = 6
+    settings = (*RANDOM_LENGTHS, "image_count", "image_resolution", "image_format", "image_content")
+    output_length = "random_output_len"
+
+    def sample(self, config: DatasetConfig, tokenizer: Any) -> Sample:
+        if missing := missing_lengths(self.name, config.random_input_len, config.random_output_len):
+            raise DatasetError(missing)
+        return sample_image_requests(tokenizer, config)
+
+    def problems(self, config: RunConfig) -> list[str]:
+        data = config.dataset
+        problems = (
+            [missing] if (missing := missing_lengths(self.name, data.random_input_len, data.random_output_len)) else []
+        )
+        try:
+            image_size(data.image_resolution)
+        except ValueError as exc:
+            problems.append(str(exc))
+        return problems + super().problems(config)
+
+    def backend_problems(self, engine: EngineConfig, backend: BackendRules) -> list[str]:
+        if not backend.takes_images:
+            return [
+                f"The {engine.backend} engine takes text only, so it cannot run the image dataset: send it to a "
+                "server of a vision model (restful, with a -chat backend) or an LMDeploy engine."
+            ]
+        if not backend.in_process and engine.endpoint != "chat":  # profile_restful_api.py's others drop them unsaid
+            return [
+                "The image dataset sends its images in chat messages: use the chat endpoint (--backend "
+                "lmdeploy-chat, vllm-chat, sglang-oai-chat or transformers-chat)."
+            ]
+        return []
+
+    def output_file_tag(self, data: Any) -> str:
+        return "sharegpt"  # LMDeploy's name for its image dataset's file too

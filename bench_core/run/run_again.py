@@ -13,11 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..config.catalog import SETTINGS, WARMUP_START, setting
+from ..config.run_config import RunConfig, config_from_values
+from ..config.settings import Part, Setting, format_value
 from ..errors import ConfigError
+from ..load import takes
 from ..states import LoadPattern
-from .catalog import MULTI_TURN, SETTINGS, WARMUP_START, setting
-from .run_config import RunConfig, config_from_values
-from .settings import Part, Setting, format_value
 
 CHANGED_PARTS = (Part.ENGINE, Part.DATASET, Part.LOAD, Part.GENERATION)  # an SLO re-judges a run: it runs nothing
 # Another dataset is another workload, under which other settings apply: not one thing changed. So is a quality
@@ -30,8 +31,8 @@ def applies_to_run(declared: Setting, config: RunConfig) -> bool:
     pattern and dataset."""
     if declared.is_knob:
         return declared.applies(backend=config.engine.backend)
-    return declared.applies(
-        backend=config.engine.backend, load_pattern=config.load.load_pattern, dataset_name=config.dataset.dataset_name
+    return declared.applies(backend=config.engine.backend, load_pattern=config.load.load_pattern) and takes(
+        config.dataset.dataset_name, declared
     )
 
 
@@ -109,7 +110,7 @@ PRESETS = (
         {
             **QUICK,
             "stream_output": True,
-            "dataset_name": MULTI_TURN,
+            "dataset_name": "multi-turn",
             "num_prompts": 4,
             "turns": 4,
             "sharegpt_output_len": 16,
