@@ -15,11 +15,13 @@ from app_under_test import APP
 from streamlit.testing.v1 import AppTest
 
 from bench_core.cli import main
-from bench_core.config import Part, of_part
+from bench_core.config import DatasetConfig, EngineConfig, Part, RunConfig, of_part, setting
 from bench_core.config.catalog import BY_NAME
-from bench_core.load import dataset, dataset_names, datasets_taking, output_length
+from bench_core.engines import run_config_problems
+from bench_core.load import dataset, dataset_names, datasets_taking, output_length, takes
 from bench_core.plugins import PLUGINS_ENV
 from bench_core.store.history import RESULTS_ENV, History
+from bench_core.views.report import describe_config
 from dashboard.state import get_runner
 
 GUIDE = (Path(__file__).resolve().parent.parent / "CONTRIBUTING.md").read_text(encoding="utf-8")
@@ -43,6 +45,18 @@ def test_every_setting_of_some_datasets_only_is_taken_by_one_at_least():
     assert all(datasets_taking(setting) for setting in of_part(Part.DATASET) if setting.per_dataset)
 
 
+def test_a_run_of_a_dataset_no_module_declares_here_is_described_and_refused_in_one_sentence():
+    config = RunConfig(
+        engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
+        dataset=DatasetConfig(dataset="builtin:sample", dataset_name="gone", output_len=9),
+    )
+    assert "(gone, conversation lengths)" in describe_config(config)
+    assert output_length("gone") is None
+    assert takes("gone", setting("num_prompts")) and not takes("gone", setting("output_len"))
+    names = ", ".join(dataset_names())
+    assert run_config_problems(config) == [f"Unknown dataset name 'gone'; choose one of {names}."]
+
+
 @pytest.fixture
 def plugin(tmp_path, monkeypatch) -> Path:
     path = tmp_path / "plugins" / "repeated_dataset.py"
@@ -64,6 +78,7 @@ def test_a_broken_plugin_is_one_line_of_the_cli_not_a_traceback(tmp_path, monkey
     broken = tmp_path / "broken" / "broken_dataset.py"
     broken.parent.mkdir()
     broken.write_text("import not_a_module_anywhere\n")
+    _help(capsys)  # the commands' modules are imported before the plugin is named, as earlier tests may have
     monkeypatch.setenv(PLUGINS_ENV, str(broken.parent))
     assert main(["pipeline", "--help"]) == 2
     err = capsys.readouterr().err

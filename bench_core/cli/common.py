@@ -193,7 +193,8 @@ class Flag:
     dest: str = ""  # default: the setting's name
     negated: bool = False  # a --disable-... switch: given, the setting is False
     positional: bool = False
-    choices: tuple[typing.Any, ...] | None = None  # default: the declaration's
+    # Default: the declaration's; a function gives them when the parser is built (a registry's, plugins' included).
+    choices: tuple[typing.Any, ...] | Callable[[], tuple[typing.Any, ...]] | None = None
     metavar: str | None = None  # default: argparse's, from the flag
 
     @property
@@ -221,6 +222,7 @@ class Flag:
         if declared.kind is not bool:
             options["type"] = flag_type(declared)
             choices = declared.choices if self.choices is None else self.choices
+            choices = choices() if callable(choices) else choices
             if choices is not None and declared.text_parser is None:  # a text parser knows its choices
                 options["choices"] = [choice for choice in choices if choice is not None]
         action = group.add_argument(
@@ -242,10 +244,11 @@ class Flag:
 
 
 def dataset_name_flag(**options: typing.Any) -> Flag:
-    """--dataset-name, offering the registered datasets (bench_core/load/__init__.py), a plugin's included."""
+    """--dataset-name, offering the datasets registered when the parser is built (bench_core/load/__init__.py), a
+    plugin's included."""
     from ..load import dataset_names
 
-    return Flag("dataset_name", choices=dataset_names(), **options)
+    return Flag("dataset_name", choices=dataset_names, **options)
 
 
 GIVEN = "given_settings"  # the parsed arguments' set of the settings whose flags were typed, defaults aside
