@@ -18,7 +18,7 @@ import numpy as np
 from ..config import DatasetConfig
 from ..errors import DatasetError
 from .base import Dataset
-from .datasets import load_records
+from .datasets import load_records, sample_read
 from .requests import LENGTH_RULE, Sample, SampledRequest, is_length, record_refused, render_transcript, sample_of
 
 LENGTH_KEYS = ("output_len", "max_tokens")
@@ -98,7 +98,8 @@ class Custom(Dataset):
     own_file = "JSON or JSONL records with a prompt or messages"
 
     def sample(self, config: DatasetConfig, tokenizer: Any) -> Sample:
-        records = load_records(config.dataset)
-        sample = sample_custom_requests(records.records, records.source, tokenizer, config)
-        sample.notes[:0] = records.notes
-        return sample
+        return sample_read(
+            load_records,
+            config.dataset,
+            lambda records: sample_custom_requests(records.records, records.source, tokenizer, config),
+        )

@@ -134,18 +134,25 @@ def sample_requests(dataset_config: DatasetConfig, tokenizer: Any) -> Sample:
     return dataset(dataset_config.dataset_name).sample(dataset_config, tokenizer)
 
 
+def sample_read(read: Callable[[str], Any], source: str, draw: Callable[[Any], Sample]) -> Sample:
+    """What `draw` samples from what `read` makes of `source` (its Conversations, Dialogues or Records), with the
+    source's notes first."""
+    read_source = read(source)
+    sample = draw(read_source)
+    sample.notes[:0] = read_source.notes
+    return sample
+
+
 def sample_conversations(source: str, draw: Callable[[Conversations], Sample]) -> Sample:
-    """What `draw` samples from the conversations of `source`, refused where no conversation passes its filters, with
-    the source's notes first."""
-    conversations = load_conversations(source)
-    sample = draw(conversations)
+    """What `draw` samples from the conversations of `source` (see `sample_read`), refused where no conversation
+    passes its filters."""
+    sample = sample_read(load_conversations, source, draw)
     if not sample.requests:
         raise DatasetError(
-            f"No conversation in {conversations.source} passes LMDeploy's length filters "
+            f"No conversation in {load_conversations(source).source} passes LMDeploy's length filters "
             f"(prompt {MIN_TOKENS}-{MAX_PROMPT_TOKENS} tokens, output at least {MIN_TOKENS}, "
             f"both together at most {MAX_TOTAL_TOKENS})."
         )
-    sample.notes[:0] = conversations.notes
     return sample
 
 

@@ -23,7 +23,7 @@ import numpy as np
 from ..config import DatasetConfig
 from ..errors import DatasetError
 from .base import Dataset
-from .datasets import load_dialogues
+from .datasets import load_dialogues, sample_read
 from .requests import Sample, SampledRequest, render_transcript, sample_of
 
 MIN_ANSWER_TOKENS = 4  # LMDeploy's ShareGPT filter on a completion
@@ -120,10 +120,11 @@ class MultiTurn(Dataset):
     waits_for = "a turn's answer"
 
     def sample(self, config: DatasetConfig, tokenizer: Any) -> Sample:
-        dialogues = load_dialogues(config.dataset)
-        sample = sample_multi_turn_requests(dialogues.exchanges, dialogues.source, tokenizer, config)
-        sample.notes[:0] = dialogues.notes
-        return sample
+        return sample_read(
+            load_dialogues,
+            config.dataset,
+            lambda dialogues: sample_multi_turn_requests(dialogues.exchanges, dialogues.source, tokenizer, config),
+        )
 
     def lengths_note(self, data: DatasetConfig) -> str:
         if data.multi_turn_answers == "model":

@@ -25,7 +25,7 @@ from ..config.catalog import MAX_SCHEDULE_S
 from ..config.validation import span_words
 from ..errors import DatasetError
 from .base import Dataset
-from .datasets import TEXT_SOURCE, load_conversations, load_records, prompt_texts
+from .datasets import TEXT_SOURCE, load_conversations, load_records, prompt_texts, sample_read
 from .requests import LENGTH_RULE, Sample, SampledRequest, TokenSupply, is_length, record_refused, sample_of
 
 FORMAT = "each line needs 'timestamp' (ms), 'input_length', 'output_length' and 'hash_ids' (a list of integers)"
@@ -149,8 +149,8 @@ class Trace(Dataset):
     timed = True
 
     def sample(self, config: DatasetConfig, tokenizer: Any) -> Sample:
-        records = load_records(config.dataset)
-        texts = load_conversations(TEXT_SOURCE)
-        sample = sample_trace_requests(records.records, records.source, prompt_texts(texts.pairs), tokenizer, config)
-        sample.notes[:0] = records.notes
-        return sample
+        def draw(records) -> Sample:
+            blocks_text = prompt_texts(load_conversations(TEXT_SOURCE).pairs)  # once the trace is read
+            return sample_trace_requests(records.records, records.source, blocks_text, tokenizer, config)
+
+        return sample_read(load_records, config.dataset, draw)
