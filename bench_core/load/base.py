@@ -31,8 +31,7 @@ class Dataset(ABC):
     # What the user's own file holds, where the dataset reads one rather than ShareGPT conversations.
     own_file: ClassVar[str] = ""
     counts_sessions: ClassVar[bool] = False  # --num-prompts counts sessions of `turns` requests each
-    # What a request may wait for before it is sent ("a turn's answer"): the engine API load cannot wait.
-    waits_for: ClassVar[str] = ""
+    waits: ClassVar[bool] = False  # a request may wait for another's answer or a time: the engine API load cannot
     timed: ClassVar[bool] = False  # its requests carry send times (send_at_s), which the trace load pattern keeps
 
     @abstractmethod
@@ -52,7 +51,7 @@ class Dataset(ABC):
                 f"The {self.name} dataset reads your own file ({self.own_file}): pass its path as the "
                 f"dataset, not {data.dataset}."
             )
-        if self.waits_for and config.load.load_pattern == LoadPattern.ENGINE_API:
+        if self.waits and config.load.load_pattern == LoadPattern.ENGINE_API:
             problems.append(
                 "The engine API load pattern (throughput) sends a request whenever a worker is free, as "
                 "profile_throughput.py does, so it cannot wait for a turn's answer or a trace's timestamps: "

@@ -117,7 +117,7 @@ class MultiTurn(Dataset):
     settings = ("sharegpt_output_len", "turns", "multi_turn_answers", "think_time_s")
     output_length = "sharegpt_output_len"
     counts_sessions = True
-    waits_for = "a turn's answer"
+    waits = True  # for the session's previous answer
 
     def sample(self, config: DatasetConfig, tokenizer: Any) -> Sample:
         return sample_read(

@@ -145,7 +145,7 @@ class Trace(Dataset):
     order = 4
     settings = ("trace_block_len",)
     own_file = "a Mooncake JSONL trace"
-    waits_for = "a trace's timestamps"
+    waits = True  # for its timestamp
     timed = True
 
     def sample(self, config: DatasetConfig, tokenizer: Any) -> Sample:
