@@ -21,14 +21,15 @@ class Random(Dataset):
     lmdeploy = True
 
     def sample(self, config: DatasetConfig, tokenizer: Any) -> Sample:
-        if missing := missing_lengths(self.name, config.random_input_len, config.random_output_len):
-            raise DatasetError(missing)
+        input_len, output_len = config.random_input_len, config.random_output_len
+        if input_len is None or output_len is None:
+            raise DatasetError(missing_lengths(self.name, input_len, output_len))
         return sample_conversations(
             config.dataset,
             lambda conversations: sample_random_requests(
                 conversations.pairs,
-                config.random_input_len,
-                config.random_output_len,
+                input_len,
+                output_len,
                 config.num_prompts,
                 config.random_range_ratio,
                 tokenizer,
