@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench_core import states
+from bench_core.config.catalog import SETTINGS, SWEEP_SETTINGS
 from bench_core.states import RequestStatus, RunState
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -365,12 +366,21 @@ def test_the_fast_tier_reaches_every_package():
 # A dataset answers for itself (bench_core/load/base.py::Dataset): no module but its own asks which dataset a run
 # uses by its name. Its modules are the registry's (`*_dataset.py`), where it declares that name.
 DATASET_MODULES = sorted((CORE / "load").glob("*_dataset.py"))
+# The words other settings choose among, which a dataset's name may also be ("random").
+OTHER_CHOICES = frozenset(
+    choice
+    for declared in (*SETTINGS, *SWEEP_SETTINGS)
+    if declared.name != "dataset_name"
+    for choice in declared.choices or ()
+    if isinstance(choice, str)
+)
 DATASET_ASKERS = sorted(set(CORE.rglob("*.py")) - set(DATASET_MODULES)) + DASHBOARD + PAGES + [ROOT / "app.py"]
 
 
-def dataset_name_comparisons(source: str, names: tuple[str, ...]) -> list[str]:
+def dataset_name_comparisons(source: str, names: tuple[str, ...], words: frozenset[str] = frozenset()) -> list[str]:
     """Where `source` compares a dataset's name, or a run's `dataset_name`, with anything, or keys a dict by a
-    dataset's name: "line: the names or dataset_name"."""
+    dataset's name: "line: the names or dataset_name". A name that is also a word of other choices (`words`: "random",
+    an arrival order's, a sampler's) counts only beside something named for a dataset."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Compare):
@@ -385,6 +395,8 @@ def dataset_name_comparisons(source: str, names: tuple[str, ...]) -> list[str]:
             for part in (side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side])
             if isinstance(part, ast.Constant) and part.value in names
         ]
+        if not any("dataset" in ast.unparse(side) for side in sides):
+            spelled = [name for name in spelled if name not in words]
         # A run's dataset_name itself compared with a value (its being unset, None, asks nothing of it).
         asked = (
             isinstance(node, ast.Compare)
@@ -407,15 +419,18 @@ def test_the_check_finds_a_dataset_asked_by_its_name():
         'if config.dataset.dataset_name == "multi-turn": pass\n'
         'if name in ("sharegpt", "image"): pass\n'
         "if args.dataset_name != TRACE: pass\n"
-        'FILES = {"trace": "a Mooncake trace"}\n'
+        'FILES = {"custom": "JSON records"}\n'
         'if declared.name != "dataset_name" and style == "radio": pass\n'
         "if where.dataset_name is None or output_length(data.dataset_name) is not None: pass\n"
+        'if tune.search == "random" or data.prefix_order in ("random", "grouped"): pass\n'
+        'if chosen_dataset == "random": pass\n'
     )
-    assert dataset_name_comparisons(source, dataset_names()) == [
+    assert dataset_name_comparisons(source, dataset_names(), OTHER_CHOICES) == [
         "1: multi-turn",
         "2: sharegpt, image",
         "3: dataset_name",
-        "4: trace",
+        "4: custom",
+        "8: random",
     ]
 
 
@@ -423,4 +438,4 @@ def test_the_check_finds_a_dataset_asked_by_its_name():
 def test_no_dataset_name_is_compared_outside_its_module(path):
     from bench_core.load import dataset_names
 
-    assert dataset_name_comparisons(path.read_text(encoding="utf-8"), dataset_names()) == []
+    assert dataset_name_comparisons(path.read_text(encoding="utf-8"), dataset_names(), OTHER_CHOICES) == []
