@@ -177,7 +177,7 @@ def results(history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO) -> 
     tune = plan.tune
     share = outcome.tried / outcome.space if outcome.space else math.nan
     st.markdown(f"**Tune**: {plain(tune.describe())}")
-    st.caption(f"Tried {outcome.tried} of the space's {outcome.space} points ({share:.0%}).")
+    st.caption(plain(f"Tried {outcome.tried} of the space's {outcome.space} points ({share:.0%})."))
     if not outcome.trials:
         st.info("No trial of this tune has ended yet.")
         return
@@ -193,7 +193,7 @@ def results(history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO) -> 
                 plain(f"The {plan.base.engine.backend} backend has no server or engine config of its own to deploy.")
             )
         for what, text in [*outcome.deploy, ("run it again with this project's CLI", rerun)]:
-            st.caption(what)
+            st.caption(plain(what))
             st.code(text, language="bash")
     front = sweep_report.tune_front_figure(outcome, plan)
     if front is not None:

@@ -66,7 +66,7 @@ def render_preview(values: Mapping[str, Any], uploads_dir: Path) -> None:
             + " ".join(plain(f"{note[:1].upper()}{note[1:]}.") for note in preview.notes[-2:])
         )
         if note := dataset(config.dataset.dataset_name).lengths_note(config.dataset):
-            st.caption(note)
+            st.caption(plain(note))
         show_figures(preview.table, "preview")
 
 

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from toy_plugins import TOY_EXPORT
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -90,22 +91,6 @@ def download_data(monkeypatch):
         return data.encode() if isinstance(data, str) else data
 
     return read
-
-
-# A toy export as someone would write one outside the package: one module in a folder of their own.
-TOY_EXPORT = '''"""The run ids of what is exported, one a line."""
-
-from bench_core.exports import Export, Scope
-
-
-def run_ids_text(subject) -> bytes:
-    return ("\\n".join(subject.run_ids) + "\\n").encode()
-
-
-RUN_IDS = Export(
-    "run-ids", "Run ids (TXT)", "text/plain", "{stem}-ids.txt", dict.fromkeys(Scope, run_ids_text), order=1
-)
-'''
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TOY_EXPORT
+from toy_plugins import TOY_EXPORT
 
 from bench_core.cli import main
 from bench_core.errors import ConfigError
