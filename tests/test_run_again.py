@@ -15,6 +15,7 @@ from bench_core.run.run_again import (
     first_offered,
     preset_problem,
     preset_runs,
+    speculation_pair,
     with_change,
 )
 from bench_core.sweep.plan import change_sweep
@@ -140,3 +141,20 @@ def test_a_preset_whose_value_the_backend_does_not_take_says_so():
     assert preset_problem(speculation, "pytorch") == (
         "--speculative-algorithm must be one of eagle, eagle3, deepseek_mtp, hy3_mtp, qwen3_5_mtp; got 'prompt_lookup'."
     )
+
+
+def test_speculation_is_set_against_its_own_decode_path_without_drafting():
+    (speculation,) = [preset for preset in PRESETS if preset.setting == "speculative_algorithm"]
+    off, on = preset_runs(speculation, config_from_values({"backend": "transformers"}))
+    assert (off.engine.speculative_algorithm, on.engine.speculative_algorithm) == (None, "prompt_lookup")
+    assert off.engine.decode_path == on.engine.decode_path == "generate"
+    paired = speculation_pair(config_from_values({"backend": "transformers", "speculative_algorithm": "prompt_lookup"}))
+    assert [(run.engine.speculative_algorithm, run.engine.decode_path) for run in paired] == [
+        (None, "generate"),
+        ("prompt_lookup", "generate"),
+    ]
+    assert [run.label for run in paired] == ["speculative_algorithm=none", "speculative_algorithm=prompt_lookup"]
+    # LMDeploy's engines have one path: only the drafting changes.
+    lmdeploy = speculation_pair(config_from_values({"backend": "pytorch", "speculative_algorithm": "eagle"}))
+    assert [run.engine.speculative_algorithm for run in lmdeploy] == [None, "eagle"]
+    assert all(run.engine.decode_path == "auto" for run in lmdeploy)

@@ -3,6 +3,7 @@ the answers are greedy decoding's own, and the acceptance is what generate() acc
 position, through to the run's history row and its line."""
 
 import json
+import re
 import threading
 from dataclasses import replace
 
@@ -116,3 +117,53 @@ def test_the_tokens_a_step_accepts_arrive_as_one_tick(plain_and_speculative):
         return largest
 
     assert largest_tick(plain) == 1 and 1 < largest_tick(speculative) <= DRAFT_TOKENS + 1
+
+
+def test_a_run_against_no_speculation_pairs_the_same_prompts_on_the_same_path(tmp_path):
+    results = tmp_path / "results"
+    done = run_cli(
+        *("pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "6"),
+        *("--load", "concurrency", "--stream-output", "--sharegpt-output-len", "16"),
+        *(
+            "--speculative-algorithm",
+            "prompt_lookup",
+            "--speculative-num-draft-tokens",
+            "3",
+            "--against-no-speculation",
+        ),
+        *("--csv", "", "--results", str(results)),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    off, on = pd.read_csv(results / "history.csv").to_dict("records")
+    configs = [json.loads((results / "runs" / row["run_id"] / "config.json").read_text()) for row in (off, on)]
+    assert [config["flat"]["speculative_algorithm"] for config in configs] == [None, "prompt_lookup"]
+    # The baseline decodes where speculation does: generate(), not continuous batching.
+    assert [config["flat"]["decode_path"] for config in configs] == ["generate", "generate"]
+    tables = [pd.read_parquet(results / "runs" / row["run_id"] / "requests.parquet") for row in (off, on)]
+    for column in ("index", "input_len", "req_output_len"):
+        assert tables[0][column].tolist() == tables[1][column].tolist()
+    assert "spec_accepted_tokens" in tables[1] and "spec_accepted_tokens" not in tables[0]
+    heading = f"speculative_algorithm=prompt_lookup against speculative_algorithm=none, request by request ({on['run_id']} over {off['run_id']}"
+    assert heading in done.stdout
+    lines = done.stdout.split(heading)[1].splitlines()[1:]
+    ratios = dict(line.strip().split(": ") for line in lines if line.startswith("  "))
+    assert set(ratios) == {
+        "Time to first token",
+        "Time per output token",
+        "End-to-end latency",
+        "Decode tokens/s per request",
+    }
+    for cell in ratios.values():
+        value, low, high = map(float, re.fullmatch(r"(\S+) \((\S+) to (\S+)\)", cell).groups())
+        assert low <= value <= high
+
+
+def test_a_run_against_no_speculation_needs_speculation(tmp_path):
+    done = run_cli(
+        *("pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "2"),
+        *("--against-no-speculation", "--csv", "", "--results", str(tmp_path / "results")),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2 and "needs speculation to set against" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "results" / "history.csv").exists()

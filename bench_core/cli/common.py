@@ -143,20 +143,59 @@ class ScriptCommand(EngineCommand):
         return args.csv
 
     def run(self, args: argparse.Namespace) -> int:
+        from ..config.run_again import speculation_pair
         from ..run.preflight import check_run
 
         check_report_path(args.report)
         check_export_paths(args.export, Scope.RUN)
         config = self.build_config(args)
-        checked = check_run(config)  # before the history is opened: a refused run writes nothing
+        paired = getattr(args, AGAINST_NO_SPECULATION, False)
+        # Before the history is opened: a refused run writes nothing.
+        configs = [check_run(each) for each in (speculation_pair(config) if paired else [config])]
         history = open_history(args.results)
         check_writable(history, args.csv)
+        shown = []
 
         def show(run):
+            shown.append(run)
             run.profiler.summarize(self.title, self.summary_rows(config))
             return lambda: save_lmdeploy_row(args.csv, run)
 
-        return run_each(history, [checked], args.csv, show, with_report(args.export, args.report))
+        status = run_each(history, configs, args.csv, show, with_report(args.export, args.report))
+        if paired and len(shown) == len(configs):
+            print_paired(history, *shown)
+        return status
+
+
+AGAINST_NO_SPECULATION = "against_no_speculation"
+
+
+def add_against_no_speculation_flag(group) -> None:
+    group.add_argument(
+        "--against-no-speculation",
+        action="store_true",
+        dest=AGAINST_NO_SPECULATION,
+        help="run the same prompts first without speculation, on the same decode path (the embedded engine: "
+        "generate(), one request at a time), then with it, and print each per-request metric's ratio with its 95%% "
+        "paired interval",
+    )
+
+
+def print_paired(history, baseline, other) -> None:
+    """The per-request metrics of `other` over `baseline`'s on the same requests, each with its paired interval."""
+    from ..views.tables import paired_ratios
+
+    found = {run.run_id: history.requests(run.run_id) for run in (baseline, other) if history.measured(run.run_id)}
+    ratios = paired_ratios(found, baseline.run_id) if len(found) == 2 else None
+    if ratios is None or other.run_id not in ratios or ratios[other.run_id].dropna().empty:
+        print(f"\nNo paired ratio: runs {baseline.run_id} and {other.run_id} did not serve the same prompts.")
+        return
+    print(
+        f"\n{other.config.label} against {baseline.config.label}, request by request ({other.run_id} over "
+        f"{baseline.run_id}; mean ratio, 95% paired-bootstrap interval):"
+    )
+    for metric, cell in ratios[other.run_id].dropna().items():
+        print(f"  {metric}: {cell}")
 
 
 def _percentiles(text: str) -> tuple[float, ...]:

@@ -20,6 +20,7 @@ from .common import (
     LENGTH_FLAGS,
     Flag,
     ScriptCommand,
+    add_against_no_speculation_flag,
     add_flags,
     add_knob_flags,
     add_record_flags,
@@ -109,6 +110,7 @@ class PipelineCommand(ScriptCommand):
         add_flags(parser, SCRIPT_FLAGS)
         ours = parser.add_argument_group("LLM Bench Studio")
         add_flags(ours, OUR_FLAGS)
+        add_against_no_speculation_flag(ours)
         add_record_flags(
             ours,
             label_help="a label for this run in the history",

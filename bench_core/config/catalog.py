@@ -498,6 +498,19 @@ ENGINE = (
         choices=("auto", "cpu", "cuda"),
         choice_message="Unknown torch device '{value}'; choose one of {choices}.",
     ),
+    # Speculation runs through generate() (transformers drafts nowhere else); its fair baseline is the same path
+    # with speculation off, not continuous batching (--against-no-speculation).
+    _knob(
+        "decode_path",
+        TRANSFORMERS_GROUP,
+        TRANSFORMERS,
+        str,
+        "auto",
+        "How the engine decodes; auto: continuous batching where this transformers has it, generate() with "
+        "speculation; generate: transformers' generate(), one request at a time, the path speculation takes.",
+        choices=("auto", "generate"),
+        label="Decode path",
+    ),
     _knob(
         "num_blocks",
         TRANSFORMERS_GROUP,

@@ -75,10 +75,15 @@ class TransformersBackend(Backend):
         low, high = PAGE_SIZE_RANGE
         if not low <= engine.cache_block_seq_len <= high:
             problems.append(f"The KV cache block size (page size) must be between {low} and {high} tokens.")
-        if engine.speculative_algorithm and load.load_pattern == LoadPattern.ENGINE_API:
+        if load.load_pattern == LoadPattern.ENGINE_API and engine.speculative_algorithm:
             problems.append(
                 "Speculative decoding by prompt lookup runs through transformers' generate(), which the engine API "
                 "load pattern does not drive; choose the batch or concurrency pattern."
+            )
+        elif load.load_pattern == LoadPattern.ENGINE_API and engine.decode_path == "generate":
+            problems.append(
+                "The generate decode path is transformers' generate(), which the engine API load pattern does not "
+                "drive; choose the batch or concurrency pattern."
             )
         return problems
 
@@ -97,6 +102,7 @@ class TransformersBackend(Backend):
             engine.enable_prefix_caching,
             engine.speculative_algorithm,
             engine.speculative_num_draft_tokens,
+            engine.decode_path,
         )
 
     @classmethod
@@ -192,10 +198,12 @@ class TransformersEngine(Engine):
             self._model = model.to(device).eval()  # type: ignore[arg-type]  # transformers' wrapper hides to()'s signature
         except Exception as exc:
             raise ModelError(f"Could not load model '{engine.model}' from {path}: {last_line(exc)}") from exc
-        available = has_continuous_batching(self._model) and not engine.speculative_algorithm
+        # transformers drafts only inside generate(), one sequence at a time: speculation, and its baseline, decode
+        # there, one request at a time.
+        generate_only = bool(engine.speculative_algorithm) or engine.decode_path == "generate"
+        available = has_continuous_batching(self._model) and not generate_only
         self.continuous_batching = available if continuous_batching is None else continuous_batching and available
         self._eos_ids = _eos_token_ids(self._model, self._tokenizer)
-        # transformers drafts only inside generate(), one sequence at a time: a speculative run is served one by one.
         self._draft_tokens = engine.speculative_num_draft_tokens if engine.speculative_algorithm else None
         notes = [
             f"continuous batching (paged KV cache, page size {engine.cache_block_seq_len})"

@@ -90,18 +90,22 @@ def with_change(config: RunConfig, name: str, value: Any) -> RunConfig:
 class Preset:
     """Two runs that differ in one setting, on a workload that shows its effect. `workload`: the two runs' other
     settings by name (the rest are the catalog's defaults, the engine the user's); `values`: the setting's value in
-    the first run (the baseline), then in the second; `look_at`: what the comparison shows, in a sentence."""
+    the first run (the baseline), then in the second; `look_at`: what the comparison shows, in a sentence;
+    `engine_values`: knobs both runs take where the user's backend has them (the path both runs decode on)."""
 
     title: str
     setting: str
     values: tuple[Any, Any]
     workload: Mapping[str, Any] = field(default_factory=dict)
     look_at: str = ""
+    engine_values: Mapping[str, Any] = field(default_factory=dict)
 
 
 # Small enough for SmolLM2-135M on a busy 2-core CPU: the prompts are ShareGPT's (the built-in copy), a few dozen
 # output tokens, and a warm-up before each run, so the second run's warm engine does not flatter it.
 QUICK = {"load_pattern": LoadPattern.CONCURRENCY, "warmup_requests": WARMUP_START}
+# The embedded engine's speculation decodes in generate(): a run against it without speculation must decode there too.
+SAME_PATH = {"decode_path": "generate"}
 PRESETS = (
     Preset(
         "Prefix caching off vs on, multi-turn",
@@ -134,8 +138,8 @@ PRESETS = (
         {**QUICK, "num_prompts": 8, "sharegpt_output_len": 32, "concurrency": 8},
         "Streaming sends each token as it comes: TTFT and ITL are measured only then, at a small cost in throughput.",
     ),
-    # One request at a time in both runs: the embedded engine drafts only in generate(), one sequence at a time, so
-    # the run without speculation gets no batching either (it still goes through continuous batching, one slot).
+    # Both runs through generate(), one request at a time (SAME_PATH): the embedded engine drafts only there, so the
+    # run without speculation decodes on the same path and the pair differs in the drafting alone.
     Preset(
         "Speculation off vs on (prompt lookup)",
         "speculative_algorithm",
@@ -144,6 +148,7 @@ PRESETS = (
         "Prompt lookup drafts the engine's draft tokens per step from the prompt's own text: where they are accepted "
         "(the acceptance by draft position), TPOT drops and output tokens per second rise; the answers stay the "
         "same under greedy decoding.",
+        engine_values=SAME_PATH,
     ),
 )
 
@@ -175,5 +180,27 @@ def preset_runs(preset: Preset, base: RunConfig) -> tuple[RunConfig, RunConfig]:
         setattr(run.part(setting(preset.setting).part), preset.setting, value)
         run.label = change_label(preset.setting, value)
         runs.append(run)
-    first, second = runs
+    first, second = (_with_engine_values(run, preset.engine_values) for run in runs)
     return first, second
+
+
+def speculation_pair(config: RunConfig) -> tuple[RunConfig, RunConfig]:
+    """`config` without speculation, then `config`: the same prompts, seed and knobs on the same decode path (the
+    embedded engine's generate(), where its speculation runs), so the pair differs in the drafting alone. Labelled as
+    a preset's runs are, unless `config` has a label."""
+    if not config.engine.speculative_algorithm:
+        raise ConfigError(
+            "A run against no speculation needs speculation to set against: give --speculative-algorithm."
+        )
+    off, on = copy.deepcopy(config), copy.deepcopy(config)
+    off.engine.speculative_algorithm = None
+    for run in (off, on):
+        run.label = run.label or change_label("speculative_algorithm", run.engine.speculative_algorithm)
+    return _with_engine_values(off, SAME_PATH), _with_engine_values(on, SAME_PATH)
+
+
+def _with_engine_values(config: RunConfig, values: Mapping[str, Any]) -> RunConfig:
+    for name, value in values.items():
+        if setting(name).applies(backend=config.engine.backend):
+            setattr(config.engine, name, value)
+    return config
