@@ -228,9 +228,14 @@ def _ended_view(result: RunResult, page_slo: SLO) -> None:
             f"{plain(result.config.engine.speculative_num_draft_tokens)} draft tokens per step)"
         )
         show_table(tables.speculative_table(summary), key="summary_speculative")
+        by_position, by_request = st.columns(2)
         if "engine_acceptance_by_position" in summary:  # the engine counted positions (a server's come below)
-            st.plotly_chart(
+            by_position.plotly_chart(
                 acceptance_charts.acceptance_by_position_figure(summary), key="engine_acceptance_by_position"
+            )
+        if "mean_request_acceptance_rate" in summary:  # the engine counted per request
+            by_request.plotly_chart(
+                acceptance_charts.request_acceptance_histogram(result.requests), key="request_acceptance"
             )
     if "achieved_rate" in summary:
         _server_load(result.config, summary)

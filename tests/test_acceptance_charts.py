@@ -3,8 +3,15 @@ the server counted positions, "not reported" (never a 0) where it reported specu
 
 import json
 
-from bench_core.measure.catalog import NOT_REPORTED
-from bench_core.views.acceptance_charts import acceptance_by_position_figure, describe_acceptance_by_position
+import numpy as np
+import pandas as pd
+
+from bench_core.measure.catalog import METRICS, NOT_REPORTED
+from bench_core.views.acceptance_charts import (
+    acceptance_by_position_figure,
+    describe_acceptance_by_position,
+    request_acceptance_histogram,
+)
 
 COUNTED = {"mean_spec_accept_length": 2.5, "spec_acceptance_by_position": json.dumps([0.75, 0.5, 0.25])}
 UNCOUNTED = {"mean_spec_accept_length": 2.5, "server_spec_acceptance_rate": 0.5}
@@ -44,3 +51,27 @@ def test_the_engines_own_count_is_drawn_under_its_own_name_before_the_servers():
     assert describe_acceptance_by_position(engine) == "Acceptance by draft position: 1: 0.5, 2: 0.25"
     # An engine that counted acceptance but no positions (LMDeploy's engine API) says so.
     assert describe_acceptance_by_position({"spec_acceptance_rate": 0.5}).endswith(NOT_REPORTED)
+
+
+# Five requests as the engine counted them: drafted / accepted tokens; the last drafted nothing (plain decoding).
+PER_REQUEST = pd.DataFrame({"spec_draft_tokens": [10, 10, 8, 4, 0], "spec_accepted_tokens": [10, 5, 4, 0, 0]})
+
+
+def test_each_requests_acceptance_is_its_accepted_over_its_drafted_tokens():
+    rates = METRICS["request_acceptance_rate"].per_request(PER_REQUEST, True)
+    assert np.allclose(rates[:4], [1.0, 0.5, 0.5, 0.0]) and np.isnan(rates[4])
+    assert METRICS["request_acceptance_rate"].per_request(pd.DataFrame({"input_len": [3]}), True) is None
+
+
+def test_the_per_request_histogram_counts_requests_per_tenth_of_acceptance():
+    figure = request_acceptance_histogram(PER_REQUEST)
+    (bars,) = figure.data
+    counts = dict(zip(bars.x, bars.y))
+    # 0% in the first bin, the two halves in the 50-60% bin, 100% in the last (numpy's closed last bin).
+    assert (counts[5.0], counts[55.0], counts[95.0]) == (1, 2, 1) and sum(bars.y) == 4
+    assert figure.layout.title.text == "Draft acceptance rate per request"
+
+
+def test_a_run_without_per_request_counts_has_no_histogram_but_says_not_reported():
+    figure = request_acceptance_histogram(pd.DataFrame({"input_len": [3, 4]}))
+    assert not figure.data and [annotation.text for annotation in figure.layout.annotations] == [NOT_REPORTED]

@@ -302,7 +302,7 @@ def test_a_speculating_servers_acceptance_by_draft_position_is_a_chart_on_the_ru
     assert spec["data"][0]["y"] == [75.0, 50.0, 25.0]
 
 
-def test_the_embedded_engines_acceptance_by_draft_position_is_a_chart_under_its_speculative_table():
+def test_the_embedded_engines_acceptance_by_draft_position_is_a_chart_under_its_speculative_table(results_root):
     config = tiny_config(num_prompts=4, output_len=16)
     config.engine.speculative_algorithm, config.engine.speculative_num_draft_tokens = "prompt_lookup", 3
     run = get_runner().submit(config)
@@ -316,6 +316,12 @@ def test_the_embedded_engines_acceptance_by_draft_position_is_a_chart_under_its_
     assert spec["layout"]["title"]["text"] == "Acceptance by draft position"
     (bars,) = spec["data"]
     assert bars["x"] == [1, 2, 3] and all(0 <= rate <= 100 for rate in bars["y"])
+    # Beside it, the requests by their own acceptance: every request that drafted is counted once.
+    (histogram,) = [
+        json.loads(chart.proto.spec) for chart in at.get("plotly_chart") if chart.key == "request_acceptance"
+    ]
+    drafted = History(results_root).requests(run.run_id)["spec_draft_tokens"].gt(0).sum()
+    assert drafted > 0 and sum(histogram["data"][0]["y"]) == drafted
 
 
 def test_deep_link_shows_a_run_that_ended_before_the_server_started(stored_run_id, download_data):

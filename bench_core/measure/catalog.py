@@ -281,6 +281,15 @@ def _acceptance_rate(run: RunFacts) -> float | None:
     return _spec_total(run, "spec_accepted_tokens") / drafted if drafted > 0 else None
 
 
+def request_acceptance_rates(table: pd.DataFrame, streamed: bool) -> np.ndarray | None:
+    """Each request's accepted draft tokens / drafted tokens, NaN where it drafted none; None: no engine counted."""
+    if "spec_draft_tokens" not in table:
+        return None
+    drafted = _floats(table, "spec_draft_tokens")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(drafted > 0, _floats(table, "spec_accepted_tokens") / drafted, np.nan)
+
+
 def _engine_acceptance_by_position(run: RunFacts) -> str | None:
     """Per draft position, the drafts accepted there / all drafts, over every request the engine counted positions
     for (transformers_generate.DraftTally's JSON lists, one per request)."""
@@ -813,6 +822,18 @@ CATALOG: tuple[Metric, ...] = (
         "engine reports it.",
         aggregate=_only_with("spec_drafts", _acceptance_rate),
         swept=VALUE,
+        bounds=FRACTION,
+    ),
+    Metric(
+        "request_acceptance_rate",
+        "Draft acceptance rate per request",
+        "fraction",
+        True,
+        "One request's accepted draft tokens / its drafted tokens (AIPerf's per-request acceptance), from the "
+        "engine's own count per request; a request that drafted nothing has none.",
+        short_label="Acceptance per request",
+        per_request=request_acceptance_rates,
+        statistics=("mean", "min", "max"),
         bounds=FRACTION,
     ),
     Metric(

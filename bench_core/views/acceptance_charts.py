@@ -1,7 +1,8 @@
 """Speculative decoding's acceptance per draft position, from the engine's own count (the embedded engine's prompt
 lookup) or the server's per-position counters (server_metrics.acceptance_by_position): a bar per position 1..k, and
-the line the CLI prints. A run that reported speculation but no per-position counts (SGLang) says "not reported",
-never 0."""
+the line the CLI prints; and beside it, AIPerf's per-request view: how many requests had their drafts accepted how
+often (the engine's count per request). A run that reported speculation but no per-position counts (SGLang) says
+"not reported", never 0."""
 
 from __future__ import annotations
 
@@ -9,13 +10,25 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 
-from ..measure.catalog import NOT_REPORTED, acceptance_by_position, position_metric, sampled_values
+from ..measure.catalog import (
+    METRICS,
+    NOT_REPORTED,
+    acceptance_by_position,
+    position_metric,
+    request_acceptance_rates,
+    sampled_values,
+)
 from .figures import no_data, titled_figure
 
 POSITION_AXIS = "Draft position"
 RATE_AXIS = "Accepted / drafts (%)"
+REQUEST_RATE_AXIS = "Accepted / drafted tokens (%)"
+REQUESTS_AXIS = "Requests"
+REQUEST_BIN_PERCENT = 10
 # The figures that say a run decoded speculatively, with or without per-position counts: the server's and the engine's.
 _SERVED_SPECULATION = ("mean_spec_accept_length", "server_spec_acceptance_rate")
 _ENGINE_SPECULATION = ("spec_acceptance_length", "spec_acceptance_rate")
@@ -42,6 +55,33 @@ def acceptance_by_position_figure(summary: Mapping[str, Any]) -> go.Figure:
     )
     fig.update_xaxes(tickmode="array", tickvals=positions)
     fig.update_yaxes(range=[0, 100])
+    return fig
+
+
+def request_acceptance_histogram(requests: pd.DataFrame) -> go.Figure:
+    """How many requests had each share of their drafted tokens accepted, in bins of 10% (the last holds 100%): the
+    spread the run's mean acceptance hides. Requests that drafted nothing are left out."""
+    metric = METRICS["request_acceptance_rate"]
+    fig = titled_figure(metric.label, REQUEST_RATE_AXIS, REQUESTS_AXIS)
+    counted = request_acceptance_rates(requests, True)
+    rates = np.array([]) if counted is None else counted[np.isfinite(counted)] * 100
+    if not rates.size:
+        no_data(fig)
+        fig.update_annotations(text=NOT_REPORTED)
+        return fig
+    edges = np.arange(0, 100 + REQUEST_BIN_PERCENT, REQUEST_BIN_PERCENT)
+    counts, _ = np.histogram(rates, bins=edges)
+    fig.add_trace(
+        go.Bar(
+            x=(edges[:-1] + REQUEST_BIN_PERCENT / 2).tolist(),
+            y=counts.tolist(),
+            width=REQUEST_BIN_PERCENT,
+            name=metric.label,
+            customdata=np.stack([edges[:-1], edges[1:]], axis=1),
+            hovertemplate="%{customdata[0]:.0f} to %{customdata[1]:.0f}%: %{y} requests<extra></extra>",
+        )
+    )
+    fig.update_xaxes(range=[0, 100], tickvals=edges)
     return fig
 
 
