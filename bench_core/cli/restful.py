@@ -458,8 +458,9 @@ def _extra_rows(config: RunConfig, summary: dict) -> None:
         for q in config.percentiles:
             key = metrics.percentile_key(q)
             _line(f"{key.upper()} {name} (ms):", summary.get(f"{key}_{metric}_ms", math.nan))
-    for metric in BEYOND_LMDEPLOY:
-        _line(f"Mean {metric.row_title}:", summary.get(metric.mean_column, math.nan))
+    for metric in BEYOND_LMDEPLOY:  # a metric whose columns the run lacks (speculation's, on a server) has no line
+        if metric.mean_column in summary:
+            _line(f"Mean {metric.row_title}:", summary[metric.mean_column])
     reasoning = METRICS["ttft_reasoning"]  # "-" for a run that streamed no reasoning
     _box_statistics(reasoning.row_title, reasoning, summary)
     for metric in QUALITY_METRICS:  # a run checked against a drift baseline or a quality set

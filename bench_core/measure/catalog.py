@@ -833,7 +833,7 @@ CATALOG: tuple[Metric, ...] = (
         "engine's own count per request; a request that drafted nothing has none.",
         short_label="Acceptance per request",
         per_request=request_acceptance_rates,
-        statistics=("mean", "min", "max"),
+        statistics=DISTRIBUTION,
         bounds=FRACTION,
     ),
     Metric(

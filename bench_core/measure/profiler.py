@@ -395,7 +395,12 @@ class Profiler:
         table.rule("-")
         table.row("", "std", "min", "max")
         self._latency_rows(table, lambda s: (s.std, s.min, s.max), with_tokens_per_tick=False)
-        measured = [metric for metric in BEYOND_LMDEPLOY if self.stream_output or not metric.needs_streaming]
+        # A metric whose columns the run lacks (speculation's, on a run without it) has no row.
+        measured = [
+            metric
+            for metric in BEYOND_LMDEPLOY
+            if (self.stream_output or not metric.needs_streaming) and metric.column("mean") in summary
+        ]
         if measured:
             table.rule("-")
             table.row("", "mean", *(f"P{q}" for q in self.percentages))
