@@ -119,8 +119,10 @@ def test_the_tokens_a_step_accepts_arrive_as_one_tick(plain_and_speculative):
     assert largest_tick(plain) == 1 and 1 < largest_tick(speculative) <= DRAFT_TOKENS + 1
 
 
-def test_a_run_against_no_speculation_pairs_the_same_prompts_on_the_same_path(tmp_path):
-    results = tmp_path / "results"
+@pytest.fixture(scope="module")
+def paired_run(tmp_path_factory):
+    """pipeline --against-no-speculation on the tiny model, with its report: the CLI's answer and the results folder."""
+    folder = tmp_path_factory.mktemp("paired")
     done = run_cli(
         *("pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", "-n", "6"),
         *("--load", "concurrency", "--stream-output", "--sharegpt-output-len", "16"),
@@ -131,10 +133,16 @@ def test_a_run_against_no_speculation_pairs_the_same_prompts_on_the_same_path(tm
             "3",
             "--against-no-speculation",
         ),
-        *("--csv", "", "--results", str(results)),
-        cwd=tmp_path,
+        *("--csv", "", "--results", str(folder / "results"), "--report", str(folder / "report.html")),
+        cwd=folder,
     )
     assert done.returncode == 0, done.stderr
+    return done, folder
+
+
+def test_a_run_against_no_speculation_pairs_the_same_prompts_on_the_same_path(paired_run):
+    done, folder = paired_run
+    results = folder / "results"
     off, on = pd.read_csv(results / "history.csv").to_dict("records")
     configs = [json.loads((results / "runs" / row["run_id"] / "config.json").read_text()) for row in (off, on)]
     assert [config["flat"]["speculative_algorithm"] for config in configs] == [None, "prompt_lookup"]
@@ -144,7 +152,10 @@ def test_a_run_against_no_speculation_pairs_the_same_prompts_on_the_same_path(tm
     for column in ("index", "input_len", "req_output_len"):
         assert tables[0][column].tolist() == tables[1][column].tolist()
     assert "spec_accepted_tokens" in tables[1] and "spec_accepted_tokens" not in tables[0]
-    heading = f"speculative_algorithm=prompt_lookup against speculative_algorithm=none, request by request ({on['run_id']} over {off['run_id']}"
+    heading = (
+        "speculative_algorithm=prompt_lookup against speculative_algorithm=none, request by request "
+        f"({on['run_id']} over {off['run_id']}"
+    )
     assert heading in done.stdout
     lines = done.stdout.split(heading)[1].splitlines()[1:]
     ratios = dict(line.strip().split(": ") for line in lines if line.startswith("  "))
@@ -157,6 +168,27 @@ def test_a_run_against_no_speculation_pairs_the_same_prompts_on_the_same_path(tm
     for cell in ratios.values():
         value, low, high = map(float, re.fullmatch(r"(\S+) \((\S+) to (\S+)\)", cell).groups())
         assert low <= value <= high
+
+
+def test_compare_and_the_report_show_each_runs_acceptance_by_position(paired_run):
+    folder = paired_run[1]
+    results = folder / "results"
+    off, on = pd.read_csv(results / "history.csv").to_dict("records")
+    rates = json.loads(on["engine_acceptance_by_position"])
+    ids = (off["run_id"], on["run_id"])
+    as_json = run_cli("compare", *ids, "--format", "json", "--results", str(results), cwd=folder)
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["acceptance_by_position"] == {ids[0]: [None] * 3, ids[1]: rates}
+    as_table = run_cli("compare", *ids, "--results", str(results), cwd=folder)
+    (row,) = [line for line in as_table.stdout.splitlines() if line.startswith("Speculative algorithm prompt_lookup")][
+        -1:
+    ]
+    assert row.split()[-3:] == [f"{rate:.0%}" for rate in rates]
+    as_markdown = run_cli("compare", *ids, "--format", "markdown", "--results", str(results), cwd=folder)
+    assert "| run | position 1 | position 2 | position 3 |" in as_markdown.stdout
+    report = (folder / "report.html").read_text()
+    assert "Acceptance by draft position (accepted / drafts at each position)" in report
+    assert "Against the baseline, request by request" in report
 
 
 def test_a_run_against_no_speculation_needs_speculation(tmp_path):

@@ -603,7 +603,7 @@ def runs_subject(history, runs: list) -> Callable[[], typing.Any]:
     from ..exports import ComparisonSubject, RunSubject
     from ..store.history import lmdeploy_row_of
     from ..store.run_parts import request_tables, run_parts
-    from ..views.tables import run_names
+    from ..views import report
 
     def subject() -> RunSubject | ComparisonSubject:
         if len(runs) == 1:
@@ -620,7 +620,10 @@ def runs_subject(history, runs: list) -> Callable[[], typing.Any]:
         rows = history.load(run_ids=[run.run_id for run in runs])
         if rows.empty:
             raise HistoryError("none of the runs was recorded")
-        found, missing = request_tables(history, rows, run_names(rows))
+        # Keyed by the names the comparison gives the runs, as the History page keys them: the paired table and the
+        # distributions find each run's requests under its name.
+        chosen, _ = report.compared_runs(rows)
+        found, missing = request_tables(history, chosen, chosen[report.RUN])
         return ComparisonSubject(history, rows, found, missing)
 
     return subject

@@ -7,7 +7,7 @@ often (the engine's count per request). A run that reported speculation but no p
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -99,3 +99,38 @@ def describe_acceptance_by_position(summary: Mapping[str, Any]) -> str | None:
 def _is_number(value: Any) -> bool:
     """A figure a summary or history row holds: NaN and an empty cell are none."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+
+
+POSITION_PREFIX = "position "
+
+
+def position_table(rows: pd.DataFrame, names: Sequence[str]) -> pd.DataFrame:
+    """Each run's acceptance rate at draft positions 1..k (a row per run, named by `names`, a column per position;
+    NaN past a run's own k or where it reported none), from history rows; empty where no run has positions."""
+    rates = [acceptance_by_position(row) for row in rows.to_dict("records")]
+    longest = max((len(found) for found in rates if found), default=0)
+    if not longest:
+        return pd.DataFrame()
+    columns = [f"{POSITION_PREFIX}{i}" for i in range(1, longest + 1)]
+    table = [(found or []) + [math.nan] * (longest - len(found or [])) for found in rates]
+    return pd.DataFrame(table, index=pd.Index(list(names), name="run"), columns=columns)
+
+
+def positions_by_run_figure(table: pd.DataFrame) -> go.Figure:
+    """position_table's rows side by side: for each draft position, a bar per run."""
+    fig = titled_figure("Acceptance by draft position, per run", POSITION_AXIS, RATE_AXIS)
+    positions = list(range(1, len(table.columns) + 1))
+    for name, rates in table.iterrows():
+        fig.add_trace(
+            go.Bar(
+                x=positions,
+                y=[rate * 100 for rate in rates],
+                name=str(name),
+                hovertemplate=f"{name}<br>position %{{x}}: %{{y:.1f}}%<extra></extra>",
+            )
+        )
+    fig.update_layout(barmode="group")
+    fig.update_xaxes(tickmode="array", tickvals=positions)
+    fig.update_yaxes(range=[0, 100])
+    return fig
+

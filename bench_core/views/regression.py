@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ..measure.stats import Comparison
-from . import report, run_diff, tables
+from . import acceptance_charts, report, run_diff, tables
 from .history_text import fixed_width_table, json_text, markdown_table, plain_value
 
 NOISE = "noise"  # a regression judged by Welch's t-test over the repeats
@@ -184,10 +184,23 @@ def comparison_text(compared: Compared, metrics: Sequence[str], format_name: str
     """The comparison in `format_name` (table or markdown), with the page's note under it."""
     table, _, judged = comparison(compared, metrics)
     notes = [COMPARE_NOTE, *([] if judged else [report.UNJUDGED_NOTE])]
+    positions = _position_cells(compared)
     if format_name == "markdown":
         body = markdown_table(table.reset_index())
-        return f"{body}\n" + "".join(f"{note}\n\n" for note in notes).rstrip("\n") + "\n"
-    return fixed_width_table(table.reset_index()) + "\n" + "".join(f"{note}\n" for note in notes)
+        text = f"{body}\n" + "".join(f"{note}\n\n" for note in notes).rstrip("\n") + "\n"
+        if not positions.empty:
+            text += f"\n**{report.POSITIONS_TITLE}**\n\n{markdown_table(positions.reset_index())}\n"
+        return text
+    text = fixed_width_table(table.reset_index()) + "\n" + "".join(f"{note}\n" for note in notes)
+    if not positions.empty:
+        text += f"\n{report.POSITIONS_TITLE}:\n{fixed_width_table(positions.reset_index())}\n"
+    return text
+
+
+def _position_cells(compared: Compared) -> pd.DataFrame:
+    """The runs' acceptance by draft position as text cells ("57%", "-" where a run has none there)."""
+    table = acceptance_charts.position_table(compared.runs, compared.runs[report.RUN])
+    return table.map(lambda rate: "-" if math.isnan(rate) else f"{rate:.0%}")
 
 
 def gate_text(found: Sequence[Regression], gates: Sequence[Gate], format_name: str) -> str:
@@ -246,6 +259,11 @@ def comparison_json(
         ],
         "metrics": metric_entries,
     }
+    positions = acceptance_charts.position_table(compared.runs, run_ids)
+    if not positions.empty:
+        document["acceptance_by_position"] = {
+            run_id: [plain_value(rate) for rate in rates] for run_id, rates in positions.iterrows()
+        }
     if gates is not None:
         document["regressions"] = [_regression_record(regression) for regression in found]
         document["passed"] = not found

@@ -36,7 +36,17 @@ from ..redact import redact_text
 from ..states import LoadPattern
 from ..store.history import ENVIRONMENT_PREFIX
 from ..store.run_parts import RunParts
-from . import compare_charts, quality_charts, run_charts, run_diff, server_charts, tables, timeline, workload_charts
+from . import (
+    acceptance_charts,
+    compare_charts,
+    quality_charts,
+    run_charts,
+    run_diff,
+    server_charts,
+    tables,
+    timeline,
+    workload_charts,
+)
 
 _STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1200px;
@@ -258,7 +268,12 @@ def run_sections(parts: RunParts) -> list[Section]:
         results.append(Table("Speculative decoding", tables.speculative_table(summary)))
     if not (judged := tables.quality_table(summary)).empty:
         results.append(Table("Quality guard", judged))
-    charts: list[Block] = [
+    charts: list[Block] = []
+    if "engine_acceptance_by_position" in summary:
+        charts.append(acceptance_charts.acceptance_by_position_figure(summary))
+    if "mean_request_acceptance_rate" in summary:
+        charts.append(acceptance_charts.request_acceptance_histogram(parts.requests))
+    charts += [
         *ended_latency_histograms(parts.requests, stream),
         timeline.request_timeline(parts.requests, end_s=parts.duration_s),
     ]
@@ -274,6 +289,11 @@ def run_sections(parts: RunParts) -> list[Section]:
                 (
                     Table("Served", tables.quantity_table(parts.values, "served")),
                     server_charts.ended_server_metrics(parts.server_metrics, parts.requests, parts.duration_s),
+                    *(
+                        [acceptance_charts.acceptance_by_position_figure(parts.values)]
+                        if acceptance_charts.describe_acceptance_by_position(parts.values) is not None
+                        else []
+                    ),
                 ),
             )
         )
@@ -384,6 +404,8 @@ PAIRED_NOTE = (
     "same requests, with its 95% interval from resampling the requests (a paired bootstrap). Below 1 a latency "
     "improved; above 1 a rate did."
 )
+
+POSITIONS_TITLE = "Acceptance by draft position (accepted / drafts at each position)"
 
 
 def paired_against_baseline(
@@ -500,6 +522,8 @@ def comparison_sections(
     side_by_side = [Table("Against the baseline", table, marks), Note(COMPARE_NOTE)]
     if not (paired := paired_against_baseline(chosen, request_tables, baseline)).empty:
         side_by_side += [Table(PAIRED_TITLE, paired), Note(PAIRED_NOTE)]
+    if not (positions := acceptance_charts.position_table(chosen, chosen[RUN])).empty:
+        side_by_side += [Table(POSITIONS_TITLE, positions), acceptance_charts.positions_by_run_figure(positions)]
     if not judged:
         side_by_side.append(Note(UNJUDGED_NOTE))
     return [Section("What differs", differs), Section("Charts", charts), Section("Side by side", side_by_side)]
