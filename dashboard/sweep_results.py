@@ -16,6 +16,7 @@ from bench_core.sweep import report as sweep_report
 from bench_core.sweep import results as sweep_results
 from bench_core.sweep.plan import SweepPlan, describe_point
 from bench_core.sweep.store import past_sweeps
+from bench_core.views.report import Note
 from bench_core.views.tables import describe_column
 from dashboard.exports_view import export_buttons
 from dashboard.sweep_servers import find_max_view
@@ -67,6 +68,11 @@ def results(history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO) -> 
         show_table(sweep_results.precision_table(plan, runs), key="sweep_precision_table")
     _pareto_view(runs, plan)
     _goodput_view(runs, plan, slo)
+    for number, block in enumerate(sweep_report.draft_length_blocks(runs, plan)):
+        if isinstance(block, Note):
+            st.caption(plain(block.text))
+        else:
+            st.plotly_chart(block, key=f"sweep_chart_draft_length_{number}")
     st.markdown(f"**Per point**: {sweep_report.POINT_TABLE_COLUMNS}")
     show_table(sweep_results.statistics_for_display(statistics), key="sweep_points_table")
     _comparison(runs, plan)

@@ -32,13 +32,24 @@ from ..config import Part, check_values, of_part, setting
 from ..csvstore import append_row
 from ..errors import ConfigError
 from ..exports import Scope, SweepSubject
-from ..measure.catalog import NOT_REPORTED, SPECULATIVE_COLUMNS, SWEPT_COLUMNS
+from ..measure.catalog import NOT_REPORTED, SPECULATIVE_COLUMNS, SWEPT_COLUMNS, acceptance_by_position
+from ..measure.draft_length import MODEL_NOTE, mean_rates
 from ..measure.stats import MIN_INTERVAL_RUNS
 from ..states import RunState
 from ..sweep import find_max
 from ..sweep.plan import SWEEPABLE, SweepPlan, capacity_search, describe_point, plan_for
 from ..sweep.precision import describe_target
-from ..sweep.results import CACHE_START, mean_with_interval, point_statistics, precision_summary, sweep_runs
+from ..sweep.results import (
+    CACHE_START,
+    DRAFT_AXIS,
+    POINT,
+    describe_draft_advice,
+    draft_length_advice,
+    mean_with_interval,
+    point_statistics,
+    precision_summary,
+    sweep_runs,
+)
 from ..sweep.store import CREDENTIAL_SETTINGS
 from ..views.tables import describe_column
 from .common import (
@@ -347,6 +358,11 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
         print(point_table(runs, plan).to_string(index=False))
         if plan.precision:
             print(precision_summary(plan, history.load()))
+        advised = draft_length_advice(runs, plan)
+        for load, advice in advised:
+            print(describe_draft_advice(load, advice))
+        if any(advice for _, advice in advised):
+            print(MODEL_NOTE)
     unsaved = sum(1 for _, run in sweep.runs if run.measurement.save_error)
     where = f"in {history.csv_path}" + (
         f", except {unsaved} that could not be saved there (said above)" if unsaved else ""
@@ -422,6 +438,7 @@ def point_table(runs: pd.DataFrame, plan: SweepPlan) -> pd.DataFrame:
     speculative = SPECULATIVE_COLUMNS if plan.speculative else ()
     metrics = (*TABLE_METRICS, *speculative)
     statistics = point_statistics(runs, plan, metrics)
+    advised = dict(draft_length_advice(runs, plan))
     rows = []
     for values in plan.grid():
         label = describe_point(values)
@@ -436,15 +453,28 @@ def point_table(runs: pd.DataFrame, plan: SweepPlan) -> pd.DataFrame:
             else "-"
             for metric in metrics
         }
-        rows.append(
-            {
-                **values,
-                "runs": int(of_point["n"].max()),
-                "prefix cache at start": of_point[CACHE_START].iloc[0],
-                **{describe_column(metric).title: cell for metric, cell in cells.items()},
-            }
-        )
+        row = {
+            **values,
+            "runs": int(of_point["n"].max()),
+            "prefix cache at start": of_point[CACHE_START].iloc[0],
+            **{describe_column(metric).title: cell for metric, cell in cells.items()},
+        }
+        if plan.speculative:
+            row[POSITIONS_COLUMN] = _positions_cell(runs[runs[POINT] == label])
+        if DRAFT_AXIS in values:
+            advice = advised.get(describe_point({k: v for k, v in values.items() if k != DRAFT_AXIS}))
+            row[ADVISED_COLUMN] = "advised" if advice is not None and advice.advised == values[DRAFT_AXIS] else ""
+        rows.append(row)
     return pd.DataFrame(rows)
+
+
+POSITIONS_COLUMN = "Acceptance by draft position"
+ADVISED_COLUMN = "draft length"
+
+
+def _positions_cell(runs: pd.DataFrame) -> str:
+    rates = mean_rates([acceptance_by_position(row) for row in runs.to_dict("records")])
+    return NOT_REPORTED if rates is None else ", ".join(f"{rate:.0%}" for rate in rates)
 
 
 def _sweep_progress_line(sweep) -> str:

@@ -15,9 +15,10 @@ import plotly.graph_objects as go
 
 from ..config import SLO, Part, of_part
 from ..measure.catalog import NOT_REPORTED, SPECULATIVE_COLUMNS
+from ..measure.draft_length import MODEL_NOTE
 from ..measure.metrics import slo_is_set
 from ..store.history import ENVIRONMENT_PREFIX, History
-from ..views import report, sweep_charts, tune_charts
+from ..views import acceptance_charts, report, sweep_charts, tune_charts
 from ..views.figures import notes_under_title
 from ..views.run_diff import SETTING_NAMES
 from ..views.tables import describe_column, describe_slo
@@ -166,6 +167,20 @@ def probed_points(history: History, plan: SweepPlan) -> list[ProbedPoint]:
     return shown
 
 
+def draft_length_blocks(runs: pd.DataFrame, plan: SweepPlan) -> list[report.Block]:
+    """For a sweep over the draft length: at each load, the advisor's sentence and its chart (predicted and measured
+    TPOT by draft length, the advised one marked), then the model it assumes; none for another sweep."""
+    advised = sweep_results.draft_length_advice(runs, plan)
+    blocks: list[report.Block] = []
+    for load, advice in advised:
+        blocks.append(report.Note(sweep_results.describe_draft_advice(load, advice)))
+        if advice is not None:
+            blocks.append(acceptance_charts.draft_length_figure(advice, load))
+    if any(advice for _, advice in advised):
+        blocks.append(report.Note(MODEL_NOTE))
+    return blocks
+
+
 def sweep_sections(
     history: History,
     plan: SweepPlan,
@@ -211,6 +226,7 @@ def sweep_sections(
                 if where:
                     figure.update_layout(title_text=f"{figure.layout.title.text}, at {where}")
                 charts.append(figure)
+    charts += draft_length_blocks(runs, plan)
     table = report.Table(f"Per point: {POINT_TABLE_COLUMNS}", sweep_results.statistics_for_display(statistics))
     precision = (
         [report.Table(PRECISION_TABLE_TITLE, sweep_results.precision_table(plan, runs))] if plan.precision else []

@@ -20,7 +20,9 @@ from ..config import SLO
 from ..hardware.client_bound import CLIENT_BOUND_RUNS
 from ..hardware.contention import BUSY_RUNS
 from ..hardware.run_flags import FLAGGED_RUNS
-from ..measure.catalog import SWEPT_COLUMNS, column_bounds, with_derived
+from ..measure.catalog import SWEPT_COLUMNS, acceptance_by_position, column_bounds, with_derived
+from ..measure.draft_length import DraftAdvice, mean_rates
+from ..measure.draft_length import draft_length_advice as measured_draft_advice
 from ..measure.metrics import good_requests, rate
 from ..measure.stats import (
     GROUP_COLUMNS,
@@ -293,3 +295,48 @@ def tune_result(plan: SweepPlan, journal: pd.DataFrame, history_runs: pd.DataFra
         deploy,
         config,
     )
+
+
+DRAFT_AXIS = "speculative_num_draft_tokens"
+# The acceptance length a run reports: the engine's own count, else the server's.
+_ACCEPTANCE_LENGTH = ("spec_acceptance_length", "mean_spec_accept_length")
+
+
+def draft_length_advice(runs: pd.DataFrame, plan: SweepPlan) -> list[tuple[str, DraftAdvice | None]]:
+    """For a sweep over the draft length: at each load (each point of the other axes, "" where there are none), the
+    draft length advised from the runs' acceptance by position and step times (measure.draft_length), None where the
+    runs cannot say (one draft length, no per-position rates); empty for any other sweep."""
+    names = _axis_names(plan)
+    if DRAFT_AXIS not in names or runs.empty:
+        return []
+    others = [name for name in names if name != DRAFT_AXIS]
+    advice = []
+    loads = list(dict.fromkeys(describe_point({name: values[name] for name in others}) for values in plan.grid()))
+    for load in loads:
+        part = runs[[describe_point({name: row[name] for name in others}) == load for _, row in runs.iterrows()]]
+        points = part.groupby(DRAFT_AXIS, sort=True)
+        draft = [int(k) for k in points.groups]
+        tpot = [float(pd.to_numeric(group["mean_tpot_ms"], errors="coerce").mean()) / 1e3 for _, group in points]
+        length = [_acceptance_length(group) for _, group in points]
+        rates = mean_rates([acceptance_by_position(row) for row in part.to_dict("records")])
+        found = None if rates is None else measured_draft_advice(draft, tpot, length, rates)
+        advice.append((load, found))
+    return advice
+
+
+def _acceptance_length(runs: pd.DataFrame) -> float:
+    for column in _ACCEPTANCE_LENGTH:
+        if column in runs and (values := pd.to_numeric(runs[column], errors="coerce").dropna()).size:
+            return float(values.mean())
+    return math.nan
+
+
+def describe_draft_advice(load: str, advice: DraftAdvice | None) -> str:
+    """The advisor's sentence at one load, or why it has none."""
+    if advice is None:
+        at = f" at {load}" if load else ""
+        return (
+            f"No draft length advised{at}: that needs two draft lengths or more with TPOT (--stream-output) and the "
+            "acceptance by draft position, whose step times (TPOT × acceptance length) extend to a positive plain step."
+        )
+    return advice.sentence(load)

@@ -22,6 +22,7 @@ from ..measure.catalog import (
     request_acceptance_rates,
     sampled_values,
 )
+from ..measure.draft_length import DraftAdvice
 from .figures import no_data, titled_figure
 
 POSITION_AXIS = "Draft position"
@@ -134,3 +135,34 @@ def positions_by_run_figure(table: pd.DataFrame) -> go.Figure:
     fig.update_yaxes(range=[0, 100])
     return fig
 
+
+def draft_length_figure(advice: DraftAdvice, load: str = "") -> go.Figure:
+    """TPOT against the draft length: the model's prediction (0 = plain decoding) as a line, the sweep's
+    measurements as points, the advised length marked."""
+    title = "TPOT by draft length" + (f", at {load}" if load else "")
+    fig = titled_figure(title, "Draft tokens per step", "TPOT (ms)")
+    predicted = sorted(advice.predicted_tpot_s.items())
+    fig.add_trace(
+        go.Scatter(
+            x=[k for k, _ in predicted],
+            y=[tpot * 1e3 for _, tpot in predicted],
+            mode="lines+markers",
+            name="predicted",
+            line=dict(dash="dot"),
+            hovertemplate="%{x} draft tokens: predicted %{y:.1f} ms<extra></extra>",
+        )
+    )
+    measured = sorted(advice.measured_tpot_s.items())
+    fig.add_trace(
+        go.Scatter(
+            x=[k for k, _ in measured],
+            y=[tpot * 1e3 for _, tpot in measured],
+            mode="markers",
+            marker=dict(size=11),
+            name="measured (sweep)",
+            hovertemplate="%{x} draft tokens: measured %{y:.1f} ms<extra></extra>",
+        )
+    )
+    fig.add_vline(x=advice.advised, line_dash="dash", annotation_text=f"advised: {advice.advised}")
+    fig.update_xaxes(tickmode="array", tickvals=[k for k, _ in predicted])
+    return fig
