@@ -102,9 +102,10 @@ class ServerState:
                 draft_tokens="spec_decode_num_draft_tokens",
                 accepted="spec_decode_num_accepted_tokens",
             )
-        if flavour == "vllm":  # vLLM also counts the accepted tokens per draft position (from 0)
+        if flavour in ("lmdeploy", "vllm"):  # both also count the accepted tokens per draft position (from 0)
+            self.position_labels = labels
             self.accepted_per_position = prometheus_client.Counter(
-                "vllm:spec_decode_num_accepted_tokens_per_pos",
+                f"{flavour}:spec_decode_num_accepted_tokens_per_pos",
                 "accepted draft tokens per position of the scripted server",
                 [*labels, "position"],
                 registry=self.registry,
@@ -162,7 +163,7 @@ class ServerState:
             self.accepted.inc(accepted)
         if hasattr(self, "accepted_per_position"):
             for position, count in enumerate(SPEC_ACCEPTED_BY_POSITION):
-                self.accepted_per_position.labels(model_name="tiny", position=str(position)).inc(count)
+                self.accepted_per_position.labels(**self.position_labels, position=str(position)).inc(count)
 
 
 def _chunk(endpoint: str, text: str, finish_reason: str | None = None, usage: dict | None = None) -> bytes:

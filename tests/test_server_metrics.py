@@ -112,10 +112,12 @@ def test_lmdeploys_vllms_and_sglangs_names_read_as_one_set(flavour):
 BY_POSITION = [count / SPEC_DRAFTS_PER_REQUEST for count in SPEC_ACCEPTED_BY_POSITION]
 
 
-@pytest.mark.parametrize("flavour, by_position", [("vllm", BY_POSITION), ("sglang", None)])
+@pytest.mark.parametrize("flavour, by_position", [("vllm", BY_POSITION), ("lmdeploy", BY_POSITION), ("sglang", None)])
 def test_vllms_per_position_counters_and_sglangs_gauges_give_the_same_acceptance_metrics(flavour, by_position):
-    """vLLM counts drafts, draft tokens and accepted tokens per position (from 0): the run's rates of positions 1..k
-    are the counters' growth over it. SGLang serves only its mean acceptance length and rate: no positions."""
+    """vLLM and LMDeploy count drafts, draft tokens and accepted tokens per position (from 0), each under its own
+    prefix: the run's rates of positions 1..k are the counters' growth over it. SGLang serves only its mean
+    acceptance length and rate (sglang:spec_accept_length and sglang:spec_accept_rate, gauges: its metrics collector
+    has no per-position counter): no positions."""
     state = ServerState(flavour)
     state.drafted()  # before the run: the first read is the counters' baseline
     reads = read_of(state, 0.0)
