@@ -14,7 +14,7 @@ from profiled_runs import profiled_run, recorded_history
 from streamlit.testing.v1 import AppTest
 from sweep_cli import KNEE, KNEE_SERVER, SLO_MS, SMALL_RUN
 
-from bench_core.cli import build_parser, commands
+from bench_core.cli import build_parser, commands, main
 from bench_core.cli.sweep import build_plan
 from bench_core.config import RunConfig
 from bench_core.hardware.contention import busy_runs
@@ -481,3 +481,24 @@ def test_an_export_in_the_plugin_folder_is_a_download_button_of_the_sweep_it_bui
         "Report of this sweep (HTML)",
     ]
     assert download_data(at.download_button[0]) == b"toy0\ntoy1\n"
+
+
+def test_a_sweep_over_the_draft_length_states_and_charts_the_advised_length(tmp_path):
+    argv = ["sweep", "pipeline", "builtin:sample", TINY, "--backend", "transformers", "--load", "concurrency"]
+    argv += ["-c", "1", "-n", "4", "--sharegpt-output-len", "16", "--stream-output"]
+    argv += ["--speculative-algorithm", "prompt_lookup", "--sweep", "speculative_num_draft_tokens=1,3"]
+    assert main([*argv, "--results", str(tmp_path / "results"), "--csv", ""]) == 0
+    (sweep_id,) = pd.read_csv(tmp_path / "results" / "history.csv")["sweep_id"].unique()
+    at = open_sweep_page(sweep_id)
+    assert not at.exception
+    (said,) = [c.value for c in at.caption if "draft length advised" in c.value or c.value.startswith("Advised")]
+    charts = {chart.key: json.loads(chart.proto.spec) for chart in at.get("plotly_chart")}
+    if said.startswith("Advised"):  # the machine's timings decide which length; the page must say and mark the same
+        found = re.search(r"draft (\d+) tokens? per step", said)
+        advised = int(found.group(1)) if found else 0  # "speculation does not pay"
+        figure = charts["sweep_chart_draft_length_1"]
+        assert figure["layout"]["title"]["text"] == "TPOT by draft length"
+        assert [shape["x0"] for shape in figure["layout"]["shapes"]] == [advised]
+        assert any(c.value.startswith("Model: a step drafting k tokens") for c in at.caption)
+    else:
+        assert not any(key.startswith("sweep_chart_draft_length") for key in charts)
