@@ -12,7 +12,7 @@ from bench_core.exports import ComparisonSubject
 from bench_core.measure.quality import with_drift
 from bench_core.store import run_parts
 from bench_core.store.history import History
-from bench_core.views import compare_charts, report, run_diff, tables
+from bench_core.views import acceptance_charts, compare_charts, report, run_diff, tables
 from dashboard.exports_view import export_buttons
 from dashboard.table_view import show_table
 from dashboard.text import plain
@@ -52,6 +52,10 @@ def comparison(history: History, chosen: pd.DataFrame) -> None:
         st.markdown(f"**{report.PAIRED_TITLE}**")
         show_table(paired, key="compare_paired")
         st.caption(report.PAIRED_NOTE)
+    if not (positions := acceptance_charts.position_table(chosen, chosen[RUN])).empty:
+        st.markdown(f"**{report.POSITIONS_TITLE}**")
+        show_table(positions, key="compare_positions")
+        st.plotly_chart(acceptance_charts.positions_by_run_figure(positions), key="compare_positions_chart")
     export_buttons(ComparisonSubject(history, rows, request_tables, missing, baseline))
 
 

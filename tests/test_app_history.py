@@ -16,6 +16,7 @@ from profiled_runs import profiled_run
 from streamlit.testing.v1 import AppTest
 
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
+from bench_core.config.run_again import speculation_pair
 from bench_core.hardware.run_flags import FLAG_TAGS_HELP
 from bench_core.measure.catalog import KEY_COLUMNS
 from bench_core.run.runner import Runner
@@ -585,3 +586,21 @@ def test_an_export_in_the_plugin_folder_is_a_download_button_of_the_comparison_i
         "Report of this comparison (HTML)",
     ]
     assert sorted(download_data(at.download_button[1]).decode().splitlines()) == sorted(run_ids)
+
+
+def test_a_pair_against_no_speculation_shows_each_runs_acceptance_by_position(tmp_path, monkeypatch, fresh_dashboard):
+    root = tmp_path / "results"
+    speculative = tiny_config(1, "")
+    speculative.engine.speculative_algorithm, speculative.engine.speculative_num_draft_tokens = "prompt_lookup", 2
+    runner = Runner(History(root))
+    runs = [runner.submit(config) for config in speculation_pair(speculative)]
+    for run in runs:
+        assert run.wait(60) and run.state == "finished", run.message
+    runner.shutdown()
+    monkeypatch.setenv(RESULTS_ENV, str(root))
+    at = select_rows(open_history(), [run.run_id for run in runs])
+    assert not at.exception
+    rates = json.loads(History(root).row(runs[1].run_id)["engine_acceptance_by_position"])
+    (bars_off, bars_on) = chart_specs(at)["compare_positions_chart"]["data"]
+    assert bars_on["x"] == [1, 2] and bars_on["y"] == pytest.approx([rate * 100 for rate in rates])
+    assert all(value is None for value in bars_off["y"])  # no speculation: no bars, never 0
