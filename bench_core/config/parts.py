@@ -44,6 +44,7 @@ class EngineConfig:
     log_level: str = "WARNING"
     dtype: str = "auto"
     torch_device: str = "auto"
+    decode_path: str = "auto"
     num_blocks: int | None = None
     max_batch_tokens: int = 1024
     base_url: str = ""
