@@ -181,6 +181,15 @@ def add_against_no_speculation_flag(group) -> None:
     )
 
 
+def refuse_paired(args: argparse.Namespace, command: str) -> None:
+    """A sweep or a tune takes pipeline's flags but runs points, not a pair: --against-no-speculation is refused."""
+    if getattr(args, AGAINST_NO_SPECULATION, False):
+        raise ConfigError(
+            f"--against-no-speculation runs one pair with pipeline; a {command} compares its points instead: sweep "
+            "speculative_algorithm (with --decode-path generate on the embedded engine) to set speculation against none."
+        )
+
+
 def print_paired(history, baseline, other) -> None:
     """The per-request metrics of `other` over `baseline`'s on the same requests, each with its paired interval."""
     from ..views.tables import paired_ratios

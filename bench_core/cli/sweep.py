@@ -74,6 +74,7 @@ from .common import (
     open_history,
     precision_of,
     progress_line,
+    refuse_paired,
     sweep_outcome,
     wait_with_progress,
     warn_flags,
@@ -161,6 +162,7 @@ class SweepCommand(Command):
         from ..run.runner import Runner
         from ..sweep.driver import resume_sweep, start_sweep
 
+        refuse_paired(args, "sweep")
         if args.resume and args.engine_command:
             raise ConfigError(
                 "Give --resume SWEEP_ID on its own: a resumed sweep keeps the settings it was started with."

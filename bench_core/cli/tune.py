@@ -49,6 +49,7 @@ from .common import (
     open_history,
     precision_of,
     progress_line,
+    refuse_paired,
     sweep_outcome,
     wait_with_progress,
     warn_flags,
@@ -109,6 +110,7 @@ class TuneCommand(Command):
         from ..run.runner import Runner
         from ..sweep.driver import resume_sweep, start_sweep
 
+        refuse_paired(args, "tune")
         if args.more_trials and not args.resume:
             raise ConfigError("--more-trials raises a stopped tune's budget: give it with --resume TUNE_ID.")
         if args.resume and args.engine_command:
