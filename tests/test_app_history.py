@@ -16,9 +16,9 @@ from profiled_runs import profiled_run
 from streamlit.testing.v1 import AppTest
 
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
-from bench_core.config.run_again import speculation_pair
 from bench_core.hardware.run_flags import FLAG_TAGS_HELP
 from bench_core.measure.catalog import KEY_COLUMNS
+from bench_core.run.run_again import speculation_pair
 from bench_core.run.runner import Runner
 from bench_core.store.history import RESULTS_ENV, History, RunRecord
 from bench_core.store.history_import import lmdeploy_hyperparams

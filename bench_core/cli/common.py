@@ -143,8 +143,8 @@ class ScriptCommand(EngineCommand):
         return args.csv
 
     def run(self, args: argparse.Namespace) -> int:
-        from ..config.run_again import speculation_pair
         from ..run.preflight import check_run
+        from ..run.run_again import speculation_pair
 
         check_report_path(args.report)
         check_export_paths(args.export, Scope.RUN)
