@@ -598,10 +598,14 @@ def test_the_events_of_one_network_read_reach_the_reader_as_one_hand_off_each_wi
         ServerSpec(scripted_server), "scripted", requests_for(["a"], output_len=TEXT_EVENTS)
     )
     batches = [e for e in events if e.kind == "tokens"]
-    assert len(batches) == TEXT_EVENTS - 1  # one per write that brought text, not one per token
-    paired = [e for e in batches if e.earlier_ns]
-    assert [(list(e.earlier_ns), e.n_tokens) for e in paired] == [([PAIRED + 1], PAIRED + 2)]
-    assert paired[0].earlier_ts[0] < paired[0].ts  # one timestamp per event, in order, even within one read
+    # One hand-off per network read, not one per token. A read may bring more than one write when the client is
+    # scheduled late (on a busy machine), never less than one: so at most one batch per write, and the paired
+    # write's two events always reach the reader together.
+    assert len(batches) <= TEXT_EVENTS - 1
+    paired = [e for e in batches if PAIRED + 1 in e.earlier_ns]
+    assert len(paired) == 1 and paired[0].n_tokens >= PAIRED + 2
+    for batch in batches:  # one timestamp per event, in order, even within one read
+        assert list(batch.earlier_ts) == sorted(batch.earlier_ts) and all(ts < batch.ts for ts in batch.earlier_ts)
     times = [ts for ts, _ in ticks(events)]
     assert [tokens for _, tokens in ticks(events)] == list(range(1, TEXT_EVENTS + 1))
     assert times == sorted(set(times)) and times[0] == result.first_answer_ts
