@@ -123,3 +123,14 @@ def test_the_torch_range_holds_the_gpu_environments_torch():
     (newest,) = [spec.version for spec in torch_of_lmdeploy.specifier if spec.operator == "<="]
     assert specifiers()["torch"].specifier.contains(newest)
     assert specifiers()["torch"].specifier.contains(pins("requirements.txt")["torch"])
+
+
+def test_every_package_folder_is_in_the_distribution():
+    # setuptools installs only the packages listed: a new subpackage left out imports here and fails installed.
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
+    folders = {
+        ".".join(init.parent.relative_to(ROOT).parts)
+        for top in ("bench_core", "dashboard", "bench_studio")
+        for init in (ROOT / top).rglob("__init__.py")
+    }
+    assert folders - listed == set()
