@@ -17,9 +17,11 @@ from dashboard.text import plain
 
 def export_buttons(subject: Subject) -> None:
     try:
-        offered = list(exports(subject.scope).values())
+        offered = [export for export in exports(subject.scope).values() if export.offers(subject)]
     except BenchError as exc:  # a plugin folder's module that does not import, two exports of one kind
         st.error(plain(exc))
+        return
+    if not offered:
         return
     for column, export in zip(st.columns(len(offered)), offered):
         column.download_button(

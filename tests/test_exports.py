@@ -15,9 +15,11 @@ from toy_plugins import TOY_EXPORT
 
 from bench_core.cli import main
 from bench_core.errors import ConfigError
-from bench_core.exports import Scope, describe_kinds, exports
+from bench_core.exports import RunSubject, Scope, describe_kinds, exports
 from bench_core.plugins import PLUGINS_ENV
 from bench_core.store.history import History
+
+LMDEPLOY_CSV = Path(__file__).resolve().parent / "data" / "lmdeploy_csv" / "profile_throughput.csv"
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILT_IN = ["history-rows", "requests", "lmdeploy-csv", "report"]
@@ -153,3 +155,18 @@ def test_a_run_writes_the_plugin_export_its_builder_makes_beside_the_built_in_on
         "lmdeploy-csv: row.csv",
         f"requests: run-{run_id}-requests.csv",
     ] + ["report: out.html"]
+
+
+def test_a_runs_history_rows_are_offered_only_when_the_history_holds_its_row(tmp_path):
+    history = History(tmp_path / "results")
+    imported = history.import_csv(LMDEPLOY_CSV.read_bytes(), "lmdeploy.csv")[0]
+    rows = exports(Scope.RUN)["history-rows"]
+
+    def subject(run_id: str) -> RunSubject:
+        return RunSubject(history, run_id, None, {}, lambda: None)
+
+    assert rows.offers(subject(imported))
+    assert not rows.offers(subject("20260101-000000-gone"))  # a run its history failed to save: no empty file
+    assert all(
+        export.offers(subject("20260101-000000-gone")) for kind, export in exports().items() if kind != "history-rows"
+    )

@@ -123,6 +123,8 @@ class Export:
     builds: Mapping[Scope, Callable[[Any], bytes]]
     help: str = ""  # the button's tooltip, and the CLI's line about it
     order: int = 100  # buttons left to right, and the CLI's list, by this and then by kind
+    # Whether a page offers it for this subject (a file that would be empty is not offered); None: always.
+    offered: Callable[[Any], bool] | None = None
 
     def __post_init__(self) -> None:
         if not re.fullmatch(KIND_PATTERN, self.kind):  # `--export KIND:PATH` splits at the first colon
@@ -131,6 +133,9 @@ class Export:
     @property
     def scopes(self) -> tuple[Scope, ...]:
         return tuple(scope for scope in Scope if scope in self.builds)
+
+    def offers(self, subject: Subject) -> bool:
+        return self.offered is None or self.offered(subject)
 
     def label_for(self, subject: Subject) -> str:
         return self.label.format(scope=subject.scope)

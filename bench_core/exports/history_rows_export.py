@@ -7,6 +7,11 @@ def history_rows_csv(subject) -> bytes:
     return subject.history.to_csv_bytes(subject.run_ids)
 
 
+def recorded(subject) -> bool:
+    # A run the history failed to save has no row: no button for an empty file. Runs compared or swept are rows.
+    return subject.scope != Scope.RUN or subject.history.row(subject.run_id) is not None
+
+
 HISTORY_ROWS = Export(
     "history-rows",
     "History rows of this {scope} (CSV)",
@@ -15,4 +20,5 @@ HISTORY_ROWS = Export(
     {Scope.RUN: history_rows_csv, Scope.COMPARISON: history_rows_csv, Scope.SWEEP: history_rows_csv},
     help="The runs' rows of history.csv, every cell as recorded.",
     order=10,
+    offered=recorded,
 )
