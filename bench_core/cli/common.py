@@ -896,6 +896,17 @@ def warn_flags(run, prefix: str = "") -> None:
         print(f"warning: {prefix}{note}", file=sys.stderr)
 
 
+def report_swept_run(run) -> bool:
+    """A sweep's or a tune's run said on stderr: its warnings, its flags and why it was not saved; whether it was."""
+    for warning in run.measurement.warnings:
+        print(f"warning: {run.run_id}: {warning}", file=sys.stderr)
+    warn_flags(run, f"{run.run_id}: ")
+    if run.measurement.save_error:
+        print(f"error: run {run.run_id}: {run.measurement.save_error}", file=sys.stderr)
+        return False
+    return True
+
+
 def report_outcome(run, completed: bool, csv_saved: bool = True) -> int:
     """Say on stderr why a measured run failed or is partial; its exit code (see EXIT_CODES_HELP).
     A run that was not saved, in its history or in the CSV (`csv_saved`), has failed."""

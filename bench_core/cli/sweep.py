@@ -75,9 +75,9 @@ from .common import (
     precision_of,
     progress_line,
     refuse_paired,
+    report_swept_run,
     sweep_outcome,
     wait_with_progress,
-    warn_flags,
     with_report,
     write_exports,
 )
@@ -324,12 +324,7 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
     runner.shutdown()
     saved = True
     for _, run in sweep.runs:
-        for warning in run.measurement.warnings:
-            print(f"warning: {run.run_id}: {warning}", file=sys.stderr)
-        warn_flags(run, f"{run.run_id}: ")
-        if run.measurement.save_error:
-            print(f"error: run {run.run_id}: {run.measurement.save_error}", file=sys.stderr)
-            saved = False
+        saved &= report_swept_run(run)
         # The record's LMDeploy row: a run on a cluster has no profiler here.
         if run.state == RunState.FINISHED and csv_path:
             saved &= append_csv_row(csv_path, partial(append_row, csv_path, run.record.lmdeploy_columns))

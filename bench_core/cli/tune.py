@@ -50,9 +50,9 @@ from .common import (
     precision_of,
     progress_line,
     refuse_paired,
+    report_swept_run,
     sweep_outcome,
     wait_with_progress,
-    warn_flags,
     write_exports,
 )
 
@@ -268,14 +268,7 @@ def report_tune(run, runner, engine: EngineCommand, report_path: str, exports: l
         print(f"warning: {leftover}", file=sys.stderr)
     completed = wait_with_progress(run, lambda: _progress(run))
     runner.shutdown()
-    saved = True
-    for _, each in run.runs:
-        for warning in each.measurement.warnings:
-            print(f"warning: {each.run_id}: {warning}", file=sys.stderr)
-        warn_flags(each, f"{each.run_id}: ")
-        if each.measurement.save_error:
-            print(f"error: run {each.run_id}: {each.measurement.save_error}", file=sys.stderr)
-            saved = False
+    saved = all([report_swept_run(each) for _, each in run.runs])  # a list: every run is said, not up to the first
     result = tune_result(plan, trials_of(history, plan.sweep_id), history.load())
     rerun = rerun_command(result, plan, engine)
     print_result(result, plan, rerun)
