@@ -118,6 +118,7 @@ class SweepRun:
         self._failed_engines: set[tuple] = set()  # engine settings keys whose engine could not start
         self._errors: list[str] = []
         self._current: tuple[PlannedRun, Run] | None = None
+        self._interrupted = False  # a search (capacity, tune) whose run was interrupted: it stops as cancelled
         self._cancel = threading.Event()
         self._done = threading.Event()
         self._lock = threading.Lock()
@@ -174,6 +175,15 @@ class SweepRun:
         label, run_id = self._now(current)
         most = self.plan.precision is not None
         return SweepProgress(state, self.total, finished, failed, skipped, label, run_id, tuple(errors), most)
+
+    def _searched_state(self, erred: bool) -> RunState:
+        """A search's state (a capacity search's, a tune's): its runs end early by design, so only a cancel, an
+        interrupt or an error makes it other than finished."""
+        if self.active:
+            return RunState.RUNNING
+        if self._cancel.is_set() or self._interrupted:
+            return RunState.CANCELLED
+        return RunState.FAILED if erred else RunState.FINISHED
 
     def _now(self, current: tuple[PlannedRun, Run] | None) -> tuple[str, str]:
         """What the progress names as under way: the point and the id of the run in the queue or running."""
@@ -411,7 +421,6 @@ class FindMaxRun(SweepRun):
 
     def __init__(self, plan: SweepPlan, runner: Runner, todo: list[PlannedRun]):
         self.capacities: list[Capacity] = []
-        self._interrupted = False
         self._deadline = math.inf  # the search's time budget ends then (time.monotonic)
         self._out_of_time = False
         self._journal = probes_of(_history_of(runner), plan.sweep_id)
@@ -433,12 +442,7 @@ class FindMaxRun(SweepRun):
             errors = tuple(dict.fromkeys(capacity.error for capacity in self.capacities if capacity.error))
             errors = errors or tuple(self._errors)  # a probe the runner refused (_drive) has no capacity error
             label, run_id = self._now(self._current)
-        if self.active:
-            state = RunState.RUNNING
-        elif self._cancel.is_set() or self._interrupted:
-            state = RunState.CANCELLED
-        else:
-            state = RunState.FAILED if errors else RunState.FINISHED
+        state = self._searched_state(bool(errors))
         return SweepProgress(state, self.total, finished, len(errors), 0, label, run_id, errors)
 
     def _run_all(self) -> None:
@@ -578,7 +582,6 @@ class TuneRun(SweepRun):
         self.trials = tune.trials_with_values(trials_of(self._history, plan.sweep_id), self._history.load(), plan.tune)
         self.budget = min(plan.tune.trials, tune.space_size(plan.axes))
         self.trials_before = len(self.trials)
-        self._interrupted = False
         self.stop_reason = ""  # why the tune ended short of its budget, "" where it did not
         super().__init__(plan, runner, [])
         self.finished_before = 0
@@ -593,12 +596,7 @@ class TuneRun(SweepRun):
             ended = len(self.trials)
             errors = tuple(self._errors)
             label, run_id = self._now(self._current)
-        if self.active:
-            state = RunState.RUNNING
-        elif self._cancel.is_set() or self._interrupted:
-            state = RunState.CANCELLED
-        else:
-            state = RunState.FAILED if errors else RunState.FINISHED
+        state = self._searched_state(bool(errors))
         failed = sum(1 for trial in self.trials if math.isnan(trial.objective(self.tune)))
         return SweepProgress(state, self.budget, ended - failed, failed, 0, label, run_id, errors)
 
