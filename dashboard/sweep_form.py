@@ -24,6 +24,17 @@ SWEEP_SETTINGS, FIND_MAX = "Sweep settings", "Find the highest load within the S
 RUN_KINDS = (SWEEP_SETTINGS, FIND_MAX)
 
 
+def settings_to_vary(sidebar_values: Mapping[str, Any]) -> list[str]:
+    """The sweepable settings a run of the sidebar's backend, load pattern and dataset takes: what a sweep or a tune
+    may vary."""
+    return [
+        name
+        for name in SWEEPABLE
+        if setting(name).applies(backend=sidebar_values["backend"], load_pattern=sidebar_values["load_pattern"])
+        and takes(sidebar_values["dataset_name"], setting(name))
+    ]
+
+
 def sweep_inputs(sidebar_values: Mapping[str, Any]) -> dict[str, Any]:
     """The settings to sweep, their values and the repeats, or the capacity search, and the server started per run;
     the base settings come from the sidebar, whose credentials (a server URL's password) also resume a sweep whose
@@ -49,15 +60,7 @@ def sweep_inputs(sidebar_values: Mapping[str, Any]) -> dict[str, Any]:
     search = search_inputs(sidebar.chosen_slo(sidebar_values)) if searching else None
     server = server_inputs() if serves else {"server_cmd": ""}
     fields = server_fields(server["server_cmd"])
-    options = [
-        *fields,
-        *(
-            name
-            for name in SWEEPABLE
-            if setting(name).applies(backend=backend, load_pattern=sidebar_values["load_pattern"])
-            and takes(sidebar_values["dataset_name"], setting(name))
-        ),
-    ]
+    options = [*fields, *settings_to_vary(sidebar_values)]
     first, second, repeats = st.columns([2, 2, 1])
     if searching:  # a search may run at each value of one or two settings, or once
         name = first.selectbox(

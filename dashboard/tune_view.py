@@ -19,7 +19,7 @@ import streamlit as st
 from bench_core.cli import commands
 from bench_core.cli.tune import engine_of
 from bench_core.cli.tune import rerun_command as cli_rerun
-from bench_core.config import SLO, SWEEPABLE, setting
+from bench_core.config import SLO, setting
 from bench_core.exports import SweepSubject
 from bench_core.store.history import History
 from bench_core.sweep import report as sweep_report
@@ -60,13 +60,7 @@ def tune_inputs(sidebar_values: Mapping[str, Any]) -> dict[str, Any]:
     """The tune's search space (two or more settings the sidebar's backend, load pattern and dataset use, each with
     its values), objective, bounds, quality floors, budget and repeats, over the sidebar's settings."""
     backend = sidebar_values["backend"]
-    options = [
-        name
-        for name in SWEEPABLE
-        if setting(name).applies(
-            backend=backend, load_pattern=sidebar_values["load_pattern"], dataset_name=sidebar_values["dataset_name"]
-        )
-    ]
+    options = sweep_form.settings_to_vary(sidebar_values)
     offered = [name for name in options if sweep_form.example_values(name, backend)]  # whose values start filled
     first = [name for name in FIRST_SETTINGS if name in offered] or offered[:2]
     names = st.multiselect(
