@@ -80,7 +80,9 @@ def test_a_run_prints_their_box_appends_their_csv_row_and_lands_in_the_history(
         "Std ITL (ms):",
         "Achieved send rate (req/s):",
         "Length mismatches:                       0",
-        *(f"Mean {metric.row_title}:" for metric in BEYOND_LMDEPLOY),
+        *(
+            f"Mean {metric.row_title}:" for metric in BEYOND_LMDEPLOY if metric.key != "request_acceptance_rate"
+        ),  # drafted tokens only
     ):  # every catalog metric LMDeploy lacks
         assert row in out
 
