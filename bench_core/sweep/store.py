@@ -110,12 +110,14 @@ def probe_journal_path(history: History, sweep_id: str) -> Path:
 
 
 def append_probe(history: History, sweep_id: str, probe: Mapping[str, Any]) -> None:
+    _append_journal(probe_journal_path(history, sweep_id), "probe", probe, PROBE_COLUMNS)
+
+
+def _append_journal(path: Path, what: str, row: Mapping[str, Any], columns: tuple[str, ...]) -> None:
     try:
-        csvstore.append_row(probe_journal_path(history, sweep_id), {column: probe[column] for column in PROBE_COLUMNS})
+        csvstore.append_row(path, {column: row[column] for column in columns})
     except OSError as exc:
-        raise HistoryError(
-            f"Cannot note the probe in {probe_journal_path(history, sweep_id)}: {exc.strerror or exc}."
-        ) from exc
+        raise HistoryError(f"Cannot note the {what} in {path}: {exc.strerror or exc}.") from exc
 
 
 def trial_journal_path(history: History, sweep_id: str) -> Path:
@@ -124,12 +126,7 @@ def trial_journal_path(history: History, sweep_id: str) -> Path:
 
 def append_trial(history: History, sweep_id: str, trial: Mapping[str, Any]) -> None:
     """Note a tune's ended trial (tune.TRIAL_COLUMNS): a resume replays it rather than running it again."""
-    try:
-        csvstore.append_row(trial_journal_path(history, sweep_id), {column: trial[column] for column in TRIAL_COLUMNS})
-    except OSError as exc:
-        raise HistoryError(
-            f"Cannot note the trial in {trial_journal_path(history, sweep_id)}: {exc.strerror or exc}."
-        ) from exc
+    _append_journal(trial_journal_path(history, sweep_id), "trial", trial, TRIAL_COLUMNS)
 
 
 def trials_of(history: History, sweep_id: str) -> pd.DataFrame:
