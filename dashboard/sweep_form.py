@@ -98,6 +98,7 @@ def sweep_inputs(sidebar_values: Mapping[str, Any]) -> dict[str, Any]:
         )
     )
     precision = None if searching else precision_inputs("sweep")
+    paired = {} if searching else speculation_inputs(sidebar_values, server["server_cmd"])
     axes = [(axis, text) for axis, text in ((name, values), (second_name, second_values)) if axis != NO_SECOND]
     swept = {axis for axis, _ in axes}
     credentials = {name: sidebar_values.get(name) or "" for name in CREDENTIAL_SETTINGS}
@@ -110,9 +111,38 @@ def sweep_inputs(sidebar_values: Mapping[str, Any]) -> dict[str, Any]:
         "server_settings": fixed,
         "find_max": search,
         "precision": precision,
+        **paired,
         **_cluster_inputs(),
         "credentials": credentials,
     }
+
+
+def speculation_inputs(sidebar_values: Mapping[str, Any], server_cmd: str) -> dict[str, Any]:
+    """Speculation against none at every point (--against-no-speculation): offered where the sidebar speculates, or
+    for a server per run, whose command without speculation (--baseline-server-cmd) is asked for then."""
+    if not (server_cmd or sidebar_values.get("speculative_algorithm")):
+        return {}
+    against = st.checkbox(
+        "Against no speculation",
+        key="sweep_against_no_speculation",
+        help="Run every point also without speculation, on the same prompts (the embedded engine: both through "
+        "generate()), and show per load TPOT with speculation over without, with its 95% paired interval, and the load "
+        "at which speculation stops paying. It adds the axis speculation off/on: sweep one setting with it.",
+    )
+    if not against:
+        return {}
+    baseline = (
+        st.text_input(
+            "Server command without speculation",
+            key="sweep_baseline_server_cmd",
+            placeholder="lmdeploy serve api_server MODEL --server-port {port}",
+            help="The same server as the command above, without its speculative decoding flags: the runs against "
+            "no speculation start it (--baseline-server-cmd).",
+        ).strip()
+        if server_cmd
+        else ""
+    )
+    return {"against_no_speculation": True, "baseline_server_cmd": baseline}
 
 
 def precision_inputs(key: str) -> dict[str, Any] | None:

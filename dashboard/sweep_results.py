@@ -16,7 +16,7 @@ from bench_core.sweep import report as sweep_report
 from bench_core.sweep import results as sweep_results
 from bench_core.sweep.plan import SweepPlan, describe_point
 from bench_core.sweep.store import past_sweeps
-from bench_core.views.report import Note
+from bench_core.views.report import Block, Note, Table
 from bench_core.views.tables import describe_column
 from dashboard.exports_view import export_buttons
 from dashboard.sweep_servers import find_max_view
@@ -39,7 +39,7 @@ def results(history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO) -> 
         return
     if metrics.slo_is_set(slo):
         try:
-            tables = {run_id: _request_table(str(history.root), run_id) for run_id in runs["run_id"].astype(str)}
+            tables = _request_tables(history, runs)
         except BenchError as exc:
             st.warning(plain(f"Goodput for the sidebar's SLO needs every run's stored requests: {exc}"))
         else:
@@ -68,15 +68,36 @@ def results(history: History, plan: SweepPlan, runs: pd.DataFrame, slo: SLO) -> 
         show_table(sweep_results.precision_table(plan, runs), key="sweep_precision_table")
     _pareto_view(runs, plan)
     _goodput_view(runs, plan, slo)
-    for number, block in enumerate(sweep_report.draft_length_blocks(runs, plan)):
-        if isinstance(block, Note):
-            st.caption(plain(block.text))
-        else:
-            st.plotly_chart(block, key=f"sweep_chart_draft_length_{number}")
+    _blocks(sweep_report.draft_length_blocks(runs, plan), "draft_length")
+    _speedup_view(history, runs, plan)
     st.markdown(f"**Per point**: {sweep_report.POINT_TABLE_COLUMNS}")
     show_table(sweep_results.statistics_for_display(statistics), key="sweep_points_table")
     _comparison(runs, plan)
     _downloads(history, plan, history_runs, runs, slo)
+
+
+def _blocks(blocks: list[Block], name: str) -> None:
+    """A report's blocks on the page: a note as a caption, a chart, a table under its title."""
+    for number, block in enumerate(blocks):
+        if isinstance(block, Note):
+            st.caption(plain(block.text))
+        elif isinstance(block, Table):
+            st.markdown(f"**{plain(block.title)}**")
+            show_table(block.frame, key=f"sweep_table_{name}_{number}")
+        else:
+            st.plotly_chart(block, key=f"sweep_chart_{name}_{number}")
+
+
+def _speedup_view(history: History, runs: pd.DataFrame, plan: SweepPlan) -> None:
+    """For a sweep with speculation against none: the speed-up by load, from every run's stored requests."""
+    if plan.speculation_pairing is None:
+        return
+    try:
+        tables = _request_tables(history, runs)
+    except BenchError as exc:
+        st.warning(plain(f"Speculation against none needs every run's stored requests: {exc}"))
+        return
+    _blocks(sweep_report.speedup_blocks(runs, plan, tables), "speedup")
 
 
 def _downloads(history: History, plan: SweepPlan, history_runs: pd.DataFrame, runs: pd.DataFrame, slo: SLO) -> None:
@@ -140,6 +161,10 @@ def _comparison(runs: pd.DataFrame, plan: SweepPlan) -> None:
         "B - A and its 95% interval; beyond the spread when Welch's p-value is under 0.05. A point that "
         "ran once has no spread to judge against."
     )
+
+
+def _request_tables(history: History, runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    return {run_id: _request_table(str(history.root), run_id) for run_id in runs["run_id"].astype(str)}
 
 
 @st.cache_data(max_entries=1024, show_spinner=False)

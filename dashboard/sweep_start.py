@@ -64,6 +64,8 @@ def plan_from_inputs(inputs: Mapping[str, Any], values: Mapping[str, Any], uploa
         capacity_search(base=base, **search) if search else None,
         Precision(**precision) if precision else None,
         tune_for(**inputs["tune"]) if inputs.get("tune") else None,
+        inputs.get("against_no_speculation", False),
+        inputs.get("baseline_server_cmd", ""),
     )
 
 

@@ -18,6 +18,7 @@ from bench_core.cli import build_parser, commands, main
 from bench_core.cli.sweep import build_plan
 from bench_core.config import RunConfig
 from bench_core.hardware.contention import busy_runs
+from bench_core.measure.speculation_speedup import COSTS, PAYS, UNDECIDED
 from bench_core.store.history import RESULTS_ENV
 from bench_core.sweep.plan import CPU_SWEEP_OUTPUT_LEN, CPU_SWEEP_PROMPTS, SweepPlan, parse_sweep_arg
 from bench_core.sweep.precision import CAPPED, REACHED
@@ -502,3 +503,58 @@ def test_a_sweep_over_the_draft_length_states_and_charts_the_advised_length(tmp_
         assert any(c.value.startswith("Model: a step drafting k tokens") for c in at.caption)
     else:
         assert not any(key.startswith("sweep_chart_draft_length") for key in charts)
+
+
+def test_a_sweep_against_no_speculation_says_by_load_whether_it_paid_in_the_cli_and_on_the_page(tmp_path, capsys):
+    argv = ["sweep", "pipeline", "builtin:sample", TINY, "--backend", "transformers", "-n", "4"]
+    argv += ["--sharegpt-output-len", "16", "--stream-output", "--speculative-algorithm", "prompt_lookup"]
+    argv += ["--against-no-speculation", "--sweep", "concurrency=1,2", "--report", str(tmp_path / "sweep.html")]
+    assert main([*argv, "--results", str(tmp_path / "results"), "--csv", ""]) == 0
+    printed = capsys.readouterr().out
+    history = pd.read_csv(tmp_path / "results" / "history.csv", keep_default_na=False)
+    assert sorted(zip(history["concurrency"], history["speculative_algorithm"])) == [
+        (1, ""),
+        (1, "prompt_lookup"),
+        (2, ""),
+        (2, "prompt_lookup"),
+    ]
+    assert set(history["decode_path"]) == {"generate"}  # the pair differs in the drafting alone
+    table = printed.split("Speculation against none, by load")[1]
+    lines = table.splitlines()[2:4]
+    assert [line.split()[:2] for line in lines] == [["1", "1"], ["2", "1"]]  # each load's one pair of runs
+    # The machine's timings decide which verdict.
+    assert all(line.endswith((PAYS, COSTS, UNDECIDED)) for line in lines), lines
+    (sentence,) = [line for line in printed.splitlines() if line.startswith("Speculation paid")]
+    assert "TPOT with speculation over without, on the same prompts (95% paired interval): concurrency=1 " in sentence
+    report = (tmp_path / "sweep.html").read_text()
+    assert "Speculation against none, by load: with over without" in report and sentence.split(".")[0] in report
+
+    at = open_sweep_page(history["sweep_id"].iloc[0])
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert [c.value for c in at.caption if c.value.startswith("Speculation paid")] == [sentence]
+    charts = {chart.key: json.loads(chart.proto.spec) for chart in at.get("plotly_chart")}
+    figure = charts["sweep_chart_speedup_1"]
+    assert figure["layout"]["title"]["text"] == "Speculation against none, by load"
+    assert figure["data"][0]["x"] == [1, 2]
+    shown_table = table_with_column(at, "run pairs", numbers=("run pairs",))
+    assert shown_table["run pairs"].tolist() == [1, 1]
+
+
+def test_the_page_offers_speculation_against_none_where_the_sidebar_speculates():
+    at = open_sweep_page()
+    assert "sweep_against_no_speculation" not in [box.key for box in at.checkbox]
+    set_up_tiny_sweep(at, "1,2", repeats=1)
+    at.sidebar.selectbox(key="knob_speculative_algorithm").select("prompt_lookup").run()
+    at.checkbox(key="sweep_against_no_speculation").check().run()
+    assert not at.error, [e.value for e in at.error]
+    assert any(
+        shown(caption.value).startswith(
+            "concurrency = 1, 2 × speculative_algorithm = none, prompt_lookup; 4 points × 1 repeat"
+        )
+        for caption in at.caption
+    ), [shown(c.value) for c in at.caption]
+    at.selectbox(key="sweep_name_2").select("max_batch_tokens").run()
+    at.text_input(key="sweep_values_2").set_value("64,128").run()
+    assert [shown(error.value) for error in at.error] == [
+        "--against-no-speculation adds the axis speculation off/on to the sweep: sweep one setting with it."
+    ]

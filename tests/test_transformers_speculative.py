@@ -201,13 +201,19 @@ def test_a_run_against_no_speculation_needs_speculation(tmp_path):
     assert "Traceback" not in done.stderr and not (tmp_path / "results" / "history.csv").exists()
 
 
-@pytest.mark.parametrize("command", ["sweep", "tune"])
-def test_a_sweep_or_a_tune_refuses_a_pair_it_would_not_run(tmp_path, command):
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [
+        ("sweep", "needs speculation to set against: give --speculative-algorithm"),
+        ("tune", "A tune picks its points and does not pair them"),
+    ],
+)
+def test_a_sweep_without_speculation_or_a_tune_refuses_a_pair_before_any_run(tmp_path, command, said):
     axis = ["--sweep", "concurrency=1,2"] if command == "sweep" else ["--space", "concurrency=1,2"]
     done = run_cli(
         *(command, "pipeline", "builtin:sample", "builtin:tiny-llama", "--backend", "transformers", *axis),
         *("--against-no-speculation", "--csv", "", "--results", str(tmp_path / "results")),
         cwd=tmp_path,
     )
-    assert done.returncode == 2 and f"a {command} compares its points instead" in done.stderr
+    assert done.returncode == 2 and said in done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "results" / "history.csv").exists()

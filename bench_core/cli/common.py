@@ -170,23 +170,23 @@ class ScriptCommand(EngineCommand):
 AGAINST_NO_SPECULATION = "against_no_speculation"
 
 
-def add_against_no_speculation_flag(group) -> None:
-    group.add_argument(
-        "--against-no-speculation",
-        action="store_true",
-        dest=AGAINST_NO_SPECULATION,
-        help="run the same prompts first without speculation, on the same decode path (the embedded engine: "
-        "generate(), one request at a time), then with it, and print each per-request metric's ratio with its 95%% "
-        "paired interval",
-    )
+PAIRED_HELP = (
+    "run the same prompts first without speculation, on the same decode path (the embedded engine: generate(), one "
+    "request at a time), then with it, and print each per-request metric's ratio with its 95%% paired interval; in a "
+    "sweep, at every point, with the load at which speculation stops paying"
+)
 
 
-def refuse_paired(args: argparse.Namespace, command: str) -> None:
-    """A sweep or a tune takes pipeline's flags but runs points, not a pair: --against-no-speculation is refused."""
+def add_against_no_speculation_flag(group, help_text: str = PAIRED_HELP) -> None:
+    group.add_argument("--against-no-speculation", action="store_true", dest=AGAINST_NO_SPECULATION, help=help_text)
+
+
+def refuse_paired(args: argparse.Namespace) -> None:
+    """A tune takes pipeline's flags but picks its points: --against-no-speculation is refused."""
     if getattr(args, AGAINST_NO_SPECULATION, False):
         raise ConfigError(
-            f"--against-no-speculation runs one pair with pipeline; a {command} compares its points instead: sweep "
-            "speculative_algorithm (with --decode-path generate on the embedded engine) to set speculation against none."
+            "A tune picks its points and does not pair them: for speculation against none at each load, run sweep "
+            "... --against-no-speculation --sweep concurrency=1,4,16."
         )
 
 

@@ -28,7 +28,7 @@ from functools import partial
 
 import pandas as pd
 
-from ..config import Part, check_values, of_part, setting
+from ..config import Part, check_values, format_value, of_part, setting
 from ..csvstore import append_row
 from ..errors import ConfigError
 from ..exports import Scope, SweepSubject
@@ -39,6 +39,7 @@ from ..states import RunState
 from ..sweep import find_max
 from ..sweep.plan import SWEEPABLE, SweepPlan, capacity_search, describe_point, plan_for
 from ..sweep.precision import describe_target
+from ..sweep.report import request_tables, speedup_blocks
 from ..sweep.results import (
     CACHE_START,
     DRAFT_AXIS,
@@ -51,8 +52,10 @@ from ..sweep.results import (
     sweep_runs,
 )
 from ..sweep.store import CREDENTIAL_SETTINGS
+from ..views.report import Note, Table
 from ..views.tables import describe_column
 from .common import (
+    AGAINST_NO_SPECULATION,
     EXIT_BAD_INPUT,
     EXIT_FAILED,
     EXIT_OK,
@@ -62,6 +65,7 @@ from .common import (
     Flag,
     HelpFormatter,
     Parser,
+    add_against_no_speculation_flag,
     add_export_flag,
     add_flags,
     add_report_flag,
@@ -74,7 +78,6 @@ from .common import (
     open_history,
     precision_of,
     progress_line,
-    refuse_paired,
     report_swept_run,
     sweep_outcome,
     wait_with_progress,
@@ -153,7 +156,20 @@ class SweepCommand(Command):
                 ),
             )
             if engine.serves:
-                add_server_flags(command.add_argument_group("a server per run"))
+                servers = command.add_argument_group("a server per run")
+                add_server_flags(servers)
+                add_against_no_speculation_flag(
+                    servers,
+                    "run every point on --baseline-server-cmd (the same server without speculation) and on "
+                    "--server-cmd, the same prompts on each, and print per load TPOT's and the other per-request "
+                    "metrics' ratios with their 95%% paired intervals, and the load at which speculation stops paying",
+                )
+                servers.add_argument(
+                    "--baseline-server-cmd",
+                    metavar="TEMPLATE",
+                    default="",
+                    help="with --against-no-speculation: the server without speculation, a template as --server-cmd",
+                )
                 add_find_max_flags(command.add_argument_group("the highest load within the SLO"))
             # SUPPRESS: unset here, the values given before the engine command (or their defaults) stand.
             add_cluster_flags(command.add_argument_group("on a Ray cluster"), default=argparse.SUPPRESS)
@@ -162,7 +178,6 @@ class SweepCommand(Command):
         from ..run.runner import Runner
         from ..sweep.driver import resume_sweep, start_sweep
 
-        refuse_paired(args, "sweep")
         if args.resume and args.engine_command:
             raise ConfigError(
                 "Give --resume SWEEP_ID on its own: a resumed sweep keeps the settings it was started with."
@@ -267,6 +282,8 @@ def build_plan(args: argparse.Namespace, engine: EngineCommand) -> SweepPlan:
         getattr(args, "server_start_timeout", setting("server_start_timeout_s").default),
         search,
         precision,
+        against_no_speculation=getattr(args, AGAINST_NO_SPECULATION, False),
+        baseline_server_cmd=getattr(args, "baseline_server_cmd", ""),
     )
 
 
@@ -360,6 +377,7 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
             print(describe_draft_advice(load, advice))
         if any(advice for _, advice in advised):
             print(MODEL_NOTE)
+        print_speedup_by_load(history, runs, plan)
     unsaved = sum(1 for _, run in sweep.runs if run.measurement.save_error)
     where = f"in {history.csv_path}" + (
         f", except {unsaved} that could not be saved there (said above)" if unsaved else ""
@@ -376,6 +394,19 @@ def report_sweep(sweep, runner, csv_path: str) -> int:
             file=sys.stderr,
         )
     return sweep_outcome(completed, progress.state, saved)
+
+
+def print_speedup_by_load(history, runs: pd.DataFrame, plan: SweepPlan) -> None:
+    """For a sweep with --against-no-speculation: per load, the ratios with speculation over without on the same
+    prompts, and where speculation stopped paying (the report's blocks, less the chart)."""
+    if plan.speculation_pairing is None:
+        return
+    for block in reversed(speedup_blocks(runs, plan, request_tables(history, runs))):
+        if isinstance(block, Table):
+            print(f"{block.title}:")
+            print(block.frame.to_string(index=False))
+        elif isinstance(block, Note):
+            print(block.text)
 
 
 def print_capacities(capacities, plan: SweepPlan) -> None:
@@ -451,7 +482,7 @@ def point_table(runs: pd.DataFrame, plan: SweepPlan) -> pd.DataFrame:
             for metric in metrics
         }
         row = {
-            **values,
+            **{name: format_value(value) if value is None else value for name, value in values.items()},
             "runs": int(of_point["n"].max()),
             "prefix cache at start": of_point[CACHE_START].iloc[0],
             **{describe_column(metric).title: cell for metric, cell in cells.items()},

@@ -110,7 +110,7 @@ class TuneCommand(Command):
         from ..run.runner import Runner
         from ..sweep.driver import resume_sweep, start_sweep
 
-        refuse_paired(args, "tune")
+        refuse_paired(args)
         if args.more_trials and not args.resume:
             raise ConfigError("--more-trials raises a stopped tune's budget: give it with --resume TUNE_ID.")
         if args.resume and args.engine_command:

@@ -1160,6 +1160,7 @@ LOAD = (
         widget=Widget(step=1, placeholder="empty: no limit"),
         widget_label="Max concurrency (requests)",
         cli_help="most requests in flight at once (vLLM); default: no limit",
+        sweepable=True,
     ),
     # Every pattern warms up after the engine loads and before the clock starts (Engine.warmup).
     Setting(

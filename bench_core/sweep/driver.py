@@ -43,9 +43,9 @@ from ..run.runner import Run, Runner, drift_baseline_for
 from ..states import RunState
 from ..store.history import History, new_run_id
 from . import find_max, tune
-from .plan import PlannedRun, SweepPlan, describe_point, server_settings_of
+from .plan import PlannedRun, SweepPlan, describe_point
 from .precision import judge
-from .server import EXIT_GRACE_S, SERVER_LOG, ServerFailed, ServerProcess, command_line, free_port, leftover_servers
+from .server import EXIT_GRACE_S, SERVER_LOG, ServerFailed, ServerProcess, free_port, leftover_servers
 from .store import (
     PointRepeats,
     append_probe,
@@ -258,7 +258,7 @@ class SweepRun:
         config = copy.deepcopy(planned.config)
         config.engine.base_url = f"http://127.0.0.1:{port}"
         server = ServerProcess(
-            command_line(self.plan.server_cmd, port, server_settings_of(config)),
+            self.plan.server_command(config, port),
             history.run_dir(run_id) / SERVER_LOG,
             port,
             server_records(history),

@@ -36,7 +36,7 @@ from ..measure.metrics import slo_is_set
 from ..measure.stats import MIN_INTERVAL_RUNS
 from ..redact import MASK
 from ..run.preflight import run_problems
-from ..run.run_again import change_problems
+from ..run.run_again import change_problems, speculation_pair
 from . import find_max
 from .find_max import FindMax
 from .precision import Precision
@@ -52,6 +52,10 @@ from .server import (
 from .tune import Tune, check_space
 
 MAX_AXES = 2
+# The axis --against-no-speculation adds to a sweep of servers: each point runs on --baseline-server-cmd ("off") and
+# on --server-cmd ("on"), recorded in the run's server settings as any field is.
+SPECULATION = "speculation"
+SPECULATION_OFF, SPECULATION_ON = "off", "on"
 STARTED_SERVER_URL = "http://127.0.0.1"  # a server the sweep starts listens here, at the port its run is given
 
 
@@ -115,7 +119,8 @@ class SweepPlan:
     `precision` each point runs `repeats` times (at least the fewest that give an interval), then more until its
     margin of error is within the target or the cap stops it (sweep.precision; the driver adds the runs beyond
     `points()`); with `tune`, its axes are a tune's search space, of any number of settings, whose points a search
-    picks (sweep.tune) rather than running every one.
+    picks (sweep.tune) rather than running every one. With `baseline_server_cmd`, its SPECULATION axis runs each
+    point's "off" runs on that server (the same one without speculation) and its "on" runs on `server_cmd`.
 
     Construction checks the shape only; `check()` validates every point's settings before any run.
     """
@@ -129,6 +134,7 @@ class SweepPlan:
     find_max: FindMax | None = None
     precision: Precision | None = None
     tune: Tune | None = None
+    baseline_server_cmd: str = ""
 
     def __post_init__(self):
         object.__setattr__(self, "axes", tuple(self.axes))
@@ -156,14 +162,25 @@ class SweepPlan:
             raise ConfigError(f"--find-max {self.find_max.setting} searches that setting: do not --sweep it too.")
         if any(axis.server for axis in self.axes) and not self.server_cmd:
             raise ConfigError("Server settings are swept only with --server-cmd.")
+        if self.baseline_server_cmd and not self._is_server_setting(SPECULATION):
+            raise ConfigError("--baseline-server-cmd is the server without speculation of --against-no-speculation.")
         if self.server_cmd:
             self._check_server_fields()
 
+    @property
+    def _templates(self) -> tuple[str, ...]:
+        return tuple(filter(None, (self.server_cmd, self.baseline_server_cmd)))
+
     def _check_server_fields(self) -> None:
-        """Every field of the server command has a value, and every server setting given is one of its fields."""
-        remember_command_secrets(self.server_cmd)
-        fields = [name for name in template_fields(self.server_cmd) if name != PORT]
-        given = [*self.fixed_server_settings(), *(axis.name for axis in self.axes if axis.server)]
+        """Every field of the server commands has a value, and every server setting given is a field of one."""
+        fields: list[str] = []
+        for template in self._templates:
+            remember_command_secrets(template)
+            fields += [name for name in template_fields(template) if name not in (PORT, *fields)]
+        given = [
+            *self.fixed_server_settings(),
+            *(axis.name for axis in self.axes if axis.server and not self._pairs_servers(axis.name)),
+        ]
         missing = [name for name in fields if name not in given]
         if missing:
             raise ConfigError(
@@ -179,6 +196,32 @@ class SweepPlan:
 
     def fixed_server_settings(self) -> dict[str, Any]:
         return server_settings_of(self.base)
+
+    def _pairs_servers(self, name: str) -> bool:
+        return bool(self.baseline_server_cmd) and name == SPECULATION
+
+    def server_command(self, config: RunConfig, port: int) -> list[str]:
+        """The command line that starts `config`'s server at `port`: the baseline's for a run without speculation."""
+        settings = server_settings_of(config)
+        paired = settings.pop(SPECULATION, None) if self.baseline_server_cmd else None
+        return command_line(self.baseline_server_cmd if paired == SPECULATION_OFF else self.server_cmd, port, settings)
+
+    @property
+    def speculation_pairing(self) -> tuple[str, Any, Any] | None:
+        """The axis that sets each point without speculation against it with, and its "off" and "on" values: the
+        baseline server's, or speculative_algorithm's none against one algorithm; None for a sweep that has no such
+        axis."""
+        for axis in self.axes:
+            if self._pairs_servers(axis.name):
+                return SPECULATION, SPECULATION_OFF, SPECULATION_ON
+            if (
+                not axis.server
+                and axis.name == "speculative_algorithm"
+                and len(axis.values) == 2
+                and None in axis.values
+            ):
+                return axis.name, None, next(value for value in axis.values if value is not None)
+        return None
 
     def grid(self) -> list[dict[str, Any]]:
         """Every point, the first axis varying slowest."""
@@ -244,19 +287,20 @@ class SweepPlan:
         """Raise one ConfigError naming every impossible point and why, or the missing backend. Whether this
         machine can run the backend matters only when the runs are here (`runs_here`): a driver without a GPU
         may send a turbomind sweep to a cluster's GPU nodes, whose workers then say what they lack."""
-        if MASK in self.server_cmd:
+        if any(MASK in template for template in self._templates):
             raise ConfigError(
                 "The sweep's saved server command masks a credential, so its server cannot be started "
                 "again from it: start a new sweep, with the credential in an environment variable the "
                 "server reads."
             )
-        if self.server_cmd and runs_here and (missing := missing_program(self.server_cmd)):
-            raise ConfigError(
-                f"The server command's program '{missing}' is not on this machine (not on PATH, nor a "
-                "file that can be run): check its spelling, or give its full path."
-            )
+        for template in self._templates if runs_here else ():
+            if missing := missing_program(template):
+                raise ConfigError(
+                    f"The server command's program '{missing}' is not on this machine (not on PATH, nor a "
+                    "file that can be run): check its spelling, or give its full path."
+                )
         for values in self.grid() if self.server_cmd else ():  # a field that cannot be filled is refused now
-            command_line(self.server_cmd, WIDEST_PORT, server_settings_of(self.config_at(values)))
+            self.server_command(self.config_at(values), WIDEST_PORT)
         backend = self.base.engine.backend
         unused = [
             setting(axis.name)
@@ -344,6 +388,7 @@ class SweepPlan:
             **({"find_max": self.find_max.to_dict()} if self.find_max else {}),
             **({"precision": self.precision.to_dict()} if self.precision else {}),
             **({"tune": self.tune.to_dict()} if self.tune else {}),
+            **({"baseline_server_cmd": self.baseline_server_cmd} if self.baseline_server_cmd else {}),
         }
 
     @classmethod
@@ -365,6 +410,7 @@ class SweepPlan:
             find_max,
             precision,
             tune,
+            data.get("baseline_server_cmd", ""),
         )
 
 
@@ -378,18 +424,28 @@ def plan_for(
     search: FindMax | None = None,
     precision: Precision | None = None,
     tune: Tune | None = None,
+    against_no_speculation: bool = False,
+    baseline_server_cmd: str = "",
 ) -> SweepPlan:
     """The sweep that `sweep restful|pipeline` and the Sweep page describe: its axes as NAME=V1,V2 texts (a field of
     `server_cmd` is a server setting), the server command's fixed settings as NAME=VALUE texts, over `base`, its
     repeats fixed or up to a target (`precision`); ConfigError for a server or search setting that cannot work. Built
-    the same way from flags and from widgets. With `tune`, the axes are its search space (`tune ... --space`)."""
+    the same way from flags and from widgets. With `tune`, the axes are its search space (`tune ... --space`). With
+    `against_no_speculation`, every point also runs without speculation on the same prompts (`paired_axis`)."""
     fields = tuple(template_fields(server_cmd)) if server_cmd else ()
+    if baseline_server_cmd:
+        fields += tuple(template_fields(baseline_server_cmd))
     if server_settings and not server_cmd:
         raise ConfigError("--server-setting fills a field of --server-cmd: give --server-cmd too.")
     axes = tuple(parse_sweep_arg(text, fields) for text in sweeps)
     if search is None and tune is None and not axes:
         raise ConfigError("Give --sweep NAME=V1,V2 (or, for a server, --find-max).")
     base = copy.deepcopy(base)
+    if against_no_speculation:
+        base, paired = paired_axis(base, axes, server_cmd, baseline_server_cmd, search)
+        axes = (*axes, paired)
+    elif baseline_server_cmd:
+        raise ConfigError("--baseline-server-cmd is the server without speculation: add --against-no-speculation.")
     fixed = dict(parse_server_setting(text) for text in server_settings)
     if fixed:
         base.engine.server_settings = json.dumps(fixed)
@@ -405,7 +461,37 @@ def plan_for(
         search,
         precision,
         tune,
+        baseline_server_cmd if against_no_speculation else "",
     )
+
+
+def paired_axis(
+    base: RunConfig, axes: tuple[SweepAxis, ...], server_cmd: str, baseline_server_cmd: str, search: FindMax | None
+) -> tuple[RunConfig, SweepAxis]:
+    """The axis that runs every point of a sweep without speculation and with it, last so that a point's two runs
+    follow each other, and the base it needs: the same decode path for both (run_again.speculation_pair); ConfigError
+    where the sweep cannot pair them."""
+    if search is not None:
+        raise ConfigError("--find-max probes one load at a time: drop --against-no-speculation.")
+    if len(axes) >= MAX_AXES:
+        raise ConfigError(
+            "--against-no-speculation adds the axis speculation off/on to the sweep: sweep one setting with it."
+        )
+    if server_cmd:
+        if not baseline_server_cmd:
+            raise ConfigError(
+                "Speculation is set in the server's command: give --baseline-server-cmd, the same server without it, "
+                "for the runs against no speculation."
+            )
+        return base, SweepAxis(SPECULATION, (SPECULATION_OFF, SPECULATION_ON), server=True)
+    if base.engine.base_url:
+        raise ConfigError(
+            "A running server's speculation cannot be turned off from here: start one per run with --server-cmd "
+            "and --baseline-server-cmd (the same server without speculation)."
+        )
+    off, on = speculation_pair(base)
+    on.label = base.label
+    return on, SweepAxis("speculative_algorithm", (off.engine.speculative_algorithm, on.engine.speculative_algorithm))
 
 
 def change_sweep(config: RunConfig, name: str, value: Any, precision: Precision) -> SweepPlan:

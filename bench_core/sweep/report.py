@@ -17,6 +17,7 @@ from ..config import SLO, Part, of_part
 from ..measure.catalog import NOT_REPORTED, SPECULATIVE_COLUMNS
 from ..measure.draft_length import MODEL_NOTE
 from ..measure.metrics import slo_is_set
+from ..measure.speculation_speedup import describe_speedups
 from ..store.history import ENVIRONMENT_PREFIX, History
 from ..views import acceptance_charts, report, sweep_charts, tune_charts
 from ..views.figures import notes_under_title
@@ -181,6 +182,31 @@ def draft_length_blocks(runs: pd.DataFrame, plan: SweepPlan) -> list[report.Bloc
     return blocks
 
 
+def request_tables(history: History, runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The stored requests of each of `runs` that measured any."""
+    return {run_id: history.requests(run_id) for run_id in runs["run_id"].astype(str) if history.measured(run_id)}
+
+
+SPEEDUP_TITLE = "Speculation against none, by load: with over without, request by request, mean ratio (95% interval)"
+
+
+def speedup_blocks(
+    runs: pd.DataFrame, plan: SweepPlan, request_tables: Mapping[str, pd.DataFrame]
+) -> list[report.Block]:
+    """For a sweep with --against-no-speculation: where speculation paid and stopped paying (a sentence), TPOT with
+    over without by load (a chart) and every paired metric's ratio by load (a table); none for another sweep."""
+    pairing = plan.speculation_pairing
+    if pairing is None:
+        return []
+    speedups = sweep_results.speedup_by_load(runs, request_tables, plan)
+    load = ", ".join(axis.name for axis in plan.axes if axis.name != pairing[0]) or "point"
+    return [
+        report.Note(describe_speedups(speedups)),
+        acceptance_charts.speedup_by_load_figure(speedups, load),
+        report.Table(SPEEDUP_TITLE, acceptance_charts.speedup_table(speedups, load)),
+    ]
+
+
 def sweep_sections(
     history: History,
     plan: SweepPlan,
@@ -227,6 +253,8 @@ def sweep_sections(
                     figure.update_layout(title_text=f"{figure.layout.title.text}, at {where}")
                 charts.append(figure)
     charts += draft_length_blocks(runs, plan)
+    if plan.speculation_pairing is not None:
+        charts += speedup_blocks(runs, plan, request_tables(history, runs))
     table = report.Table(f"Per point: {POINT_TABLE_COLUMNS}", sweep_results.statistics_for_display(statistics))
     precision = (
         [report.Table(PRECISION_TABLE_TITLE, sweep_results.precision_table(plan, runs))] if plan.precision else []

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ..config import SLO
@@ -24,6 +25,7 @@ from ..measure.catalog import SWEPT_COLUMNS, acceptance_by_position, column_boun
 from ..measure.draft_length import DraftAdvice, mean_rates
 from ..measure.draft_length import draft_length_advice as measured_draft_advice
 from ..measure.metrics import good_requests, rate
+from ..measure.speculation_speedup import LoadSpeedup
 from ..measure.stats import (
     GROUP_COLUMNS,
     MIN_INTERVAL_RUNS,
@@ -32,11 +34,12 @@ from ..measure.stats import (
     compare,
     describe,
     group_values,
+    paired_ratio,
 )
-from ..views.tables import describe_column
+from ..views.tables import PAIRED_METRICS, describe_column, paired_request_values, same_prompts
 from .plan import SweepPlan, describe_point, server_settings_of
 from .precision import CAPPED, REACHED, SHORT, describe_margin, describe_target
-from .store import finished_runs, point_repeats
+from .store import SWEEP_REPEAT, finished_runs, point_repeats
 from .tune import Trial, Tune, best_trial, deploy_commands, front, space_size, tightest_bound, trials_with_values
 
 POINT = "point"
@@ -248,8 +251,9 @@ def _axis_names(plan: SweepPlan) -> list[str]:
 
 
 def _plan_value(values: tuple[Any, ...], cell: Any) -> Any:
-    """The plan's own value equal to a history cell (None for an empty cell when the plan has None)."""
-    missing = cell is None or (isinstance(cell, float) and math.isnan(cell)) or cell is pd.NA
+    """The plan's own value equal to a history cell (None for an empty cell when the plan has None: the history reads
+    an unset text setting back as "")."""
+    missing = cell is None or cell == "" or (isinstance(cell, float) and math.isnan(cell)) or cell is pd.NA
     for value in values:
         if (value is None and missing) or (value is not None and not missing and value == cell):
             return value
@@ -340,3 +344,44 @@ def describe_draft_advice(load: str, advice: DraftAdvice | None) -> str:
             "acceptance by draft position, whose step times (TPOT × acceptance length) extend to a positive plain step."
         )
     return advice.sentence(load)
+
+
+def speedup_by_load(
+    runs: pd.DataFrame, request_tables: Mapping[str, pd.DataFrame], plan: SweepPlan
+) -> list[LoadSpeedup]:
+    """For a sweep that sets each point with speculation against it without (plan.speculation_pairing): at each load
+    (each point of the other axis, in the plan's order), the paired metrics' ratios with over without, over the
+    requests of every repeat whose two runs served the same prompts (`request_tables`: run id -> its requests); empty
+    for any other sweep."""
+    pairing = plan.speculation_pairing
+    if pairing is None or runs.empty:
+        return []
+    paired, off, on = pairing
+    others = [axis.name for axis in plan.axes if axis.name != paired]
+    speedups = []
+    for values in plan.grid():
+        if values[paired] != off:
+            continue
+        load = {name: values[name] for name in others}
+        at_load = runs[[all(row[name] == value for name, value in load.items()) for _, row in runs.iterrows()]]
+        without, with_ = (_run_by_repeat(at_load, paired, wanted) for wanted in (off, on))
+        pairs = [
+            (request_tables[without[repeat]], request_tables[with_[repeat]])
+            for repeat in sorted(without.keys() & with_.keys())
+            if without[repeat] in request_tables and with_[repeat] in request_tables
+        ]
+        pairs = [(a, b) for a, b in pairs if same_prompts(a, b)]
+        ratios = {}
+        for key in PAIRED_METRICS:
+            found = [paired_request_values(key, a, b) for a, b in pairs]
+            if found and all(side is not None for side in found):
+                without_values, with_values = zip(*found)
+                ratios[key] = paired_ratio(np.concatenate(without_values), np.concatenate(with_values))
+        speedups.append(LoadSpeedup(describe_point(load), next(iter(load.values()), None), len(pairs), ratios))
+    return speedups
+
+
+def _run_by_repeat(runs: pd.DataFrame, axis: str, value: Any) -> dict[int, str]:
+    """The run id of each repeat of the runs at `value` of `axis`."""
+    chosen = runs[[cell == value for cell in runs[axis]]]
+    return {int(repeat): str(run_id) for repeat, run_id in zip(chosen[SWEEP_REPEAT], chosen["run_id"])}

@@ -7,6 +7,7 @@ often (the engine's count per request). A run that reported speculation but no p
 from __future__ import annotations
 
 import math
+import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,6 +24,7 @@ from ..measure.catalog import (
     sampled_values,
 )
 from ..measure.draft_length import DraftAdvice
+from ..measure.speculation_speedup import COSTS, JUDGED_BY, PAYS, UNDECIDED, LoadSpeedup, describe_ratio, stops_paying
 from .figures import no_data, titled_figure
 
 POSITION_AXIS = "Draft position"
@@ -30,6 +32,8 @@ RATE_AXIS = "Accepted / drafts (%)"
 REQUEST_RATE_AXIS = "Accepted / drafted tokens (%)"
 REQUESTS_AXIS = "Requests"
 REQUEST_BIN_PERCENT = 10
+SPEEDUP_AXIS = "TPOT with speculation / without"
+VERDICT_COLORS = {PAYS: "#2ca02c", UNDECIDED: "#7f7f7f", COSTS: "#d62728"}
 # The figures that say a run decoded speculatively, with or without per-position counts: the server's and the engine's.
 _SERVED_SPECULATION = ("mean_spec_accept_length", "server_spec_acceptance_rate")
 _ENGINE_SPECULATION = ("spec_acceptance_length", "spec_acceptance_rate")
@@ -165,4 +169,75 @@ def draft_length_figure(advice: DraftAdvice, load: str = "") -> go.Figure:
     )
     fig.add_vline(x=advice.advised, line_dash="dash", annotation_text=f"advised: {advice.advised}")
     fig.update_xaxes(tickmode="array", tickvals=[k for k, _ in predicted])
+    return fig
+
+
+SPEEDUP_PAIRS = "run pairs"
+SPEEDUP_VERDICT = "speculation"
+
+
+def speedup_table(speedups: Sequence[LoadSpeedup], load_axis: str) -> pd.DataFrame:
+    """A row per load: the run pairs set against each other, each paired metric's ratio with speculation over
+    without ("0.72 (0.70 to 0.75)", "-" where the runs lack it) and whether speculation paid there."""
+    keys = list(dict.fromkeys(key for speedup in speedups for key in speedup.ratios))
+    return pd.DataFrame(
+        [
+            {
+                load_axis: speedup.at if speedup.load else "-",
+                SPEEDUP_PAIRS: speedup.pairs,
+                **{
+                    METRICS[key].label: describe_ratio(speedup.ratios[key])
+                    if key in speedup.ratios and math.isfinite(speedup.ratios[key].value)
+                    else "-"
+                    for key in keys
+                },
+                SPEEDUP_VERDICT: speedup.verdict or "-",
+            }
+            for speedup in speedups
+        ]
+    )
+
+
+def speedup_by_load_figure(speedups: Sequence[LoadSpeedup], load_axis: str) -> go.Figure:
+    """TPOT with speculation over without at each load, with its 95% paired interval, coloured by whether speculation
+    paid there; a dashed line at 1 (no gain) and, where it stopped paying, a line at that load."""
+    fig = titled_figure("Speculation against none, by load", load_axis, SPEEDUP_AXIS)
+    judged = [speedup for speedup in speedups if speedup.judged is not None]
+    if not judged:
+        return no_data(fig)
+    numeric = all(isinstance(speedup.at, (int, float)) and not isinstance(speedup.at, bool) for speedup in judged)
+    numbers = [float(typing.cast(float, speedup.at)) for speedup in judged] if numeric else []
+    x: list[float] | list[str] = numbers or [speedup.load for speedup in judged]
+    ratios = [speedup.ratios[JUDGED_BY] for speedup in judged]
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=[ratio.value for ratio in ratios],
+            mode="lines+markers",
+            name=SPEEDUP_AXIS,
+            line=dict(color="#7f7f7f"),
+            marker=dict(size=11, color=[VERDICT_COLORS[speedup.verdict or UNDECIDED] for speedup in judged]),
+            error_y=dict(
+                type="data",
+                symmetric=False,
+                array=[ratio.high - ratio.value for ratio in ratios],
+                arrayminus=[ratio.value - ratio.low for ratio in ratios],
+            ),
+            customdata=[
+                [speedup.verdict, speedup.pairs, describe_ratio(ratio)] for speedup, ratio in zip(judged, ratios)
+            ],
+            hovertemplate="%{x}: %{customdata[2]}, %{customdata[0]} (%{customdata[1]} run pairs)<extra></extra>",
+        )
+    )
+    fig.add_hline(y=1, line_dash="dash", line_color="gray", annotation_text="no gain", annotation_position="top left")
+    stop = stops_paying(judged)
+    if stop is not None:
+        fig.add_vline(
+            x=numbers[judged.index(stop)] if numbers else judged.index(stop),
+            line_dash="dot",
+            line_color=VERDICT_COLORS[COSTS],
+            annotation_text=f"stops paying at {stop.load}",
+        )
+    if numbers and min(numbers) > 0 and max(numbers) / min(numbers) >= 8:
+        fig.update_xaxes(type="log")
     return fig

@@ -39,6 +39,7 @@ from ..measure.catalog import (
     sampled_values,
     with_derived,
 )
+from ..measure.speculation_speedup import describe_ratio
 from ..measure.stats import Comparison, compare, paired_ratio
 from ..states import LoadPattern, RequestStatus
 
@@ -505,22 +506,33 @@ def paired_ratios(
     base = request_tables.get(baseline)
     columns: dict[str, pd.Series] = {}
     for name, table in request_tables.items():
-        if base is None or name == baseline or not _same_prompts(base, table):
+        if base is None or name == baseline or not same_prompts(base, table):
             continue
         cells = {}
         for key in PAIRED_METRICS:
             metric = METRICS[key]
             if metric.needs_streaming and {name, baseline} & set(not_streamed):
                 continue
-            a, b = (_served_values(metric, frame) for frame in (base, table))
-            if a is not None and b is not None and (ratio := paired_ratio(a, b)).n >= 2:
-                cells[metric.label] = f"{ratio.value:.3g} ({ratio.low:.3g} to {ratio.high:.3g})"
+            paired = paired_request_values(key, base, table)
+            if paired is not None and (ratio := paired_ratio(*paired)).n >= 2:
+                cells[metric.label] = describe_ratio(ratio)
         columns[name] = pd.Series(cells, dtype=object)
     return pd.DataFrame(columns)
 
 
-def _same_prompts(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+def same_prompts(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    """Whether two runs' request tables are of the same prompts, in the same order (each of the same input length)."""
     return len(a) == len(b) and np.array_equal(a["input_len"].to_numpy(), b["input_len"].to_numpy())
+
+
+def paired_request_values(
+    metric_key: str, base: pd.DataFrame, other: pd.DataFrame
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """A per-request metric (a METRICS key) of two runs' request tables, request by request, NaN where a request did
+    not succeed; None where the metric has no single value per request."""
+    metric = METRICS[metric_key]
+    a, b = (_served_values(metric, frame) for frame in (base, other))
+    return None if a is None or b is None else (a, b)
 
 
 def _served_values(metric, table: pd.DataFrame) -> np.ndarray | None:
