@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from bench_core.measure.catalog import METRICS, NOT_REPORTED
+from bench_core.measure.catalog import METRICS, NOT_REPORTED, acceptance_by_position
 from bench_core.views.acceptance_charts import (
     acceptance_by_position_figure,
     describe_acceptance_by_position,
@@ -75,3 +75,10 @@ def test_the_per_request_histogram_counts_requests_per_tenth_of_acceptance():
 def test_a_run_without_per_request_counts_has_no_histogram_but_says_not_reported():
     figure = request_acceptance_histogram(pd.DataFrame({"input_len": [3, 4]}))
     assert not figure.data and [annotation.text for annotation in figure.layout.annotations] == [NOT_REPORTED]
+
+
+def test_a_history_row_s_empty_engine_cell_leaves_the_server_s_positions():
+    """A history reads a run's empty text cell back as "": a server's run has no engine count, and its own counters
+    stand."""
+    row = {"engine_acceptance_by_position": "", "spec_acceptance_by_position": "[0.8, 0.6]"}
+    assert acceptance_by_position(row) == [0.8, 0.6]

@@ -92,7 +92,8 @@ def test_request_rate_is_sweepable_as_floats():
 
 def test_an_unknown_setting_lists_the_sweepable_ones():
     with pytest.raises(
-        ConfigError, match="Sweepable settings: .*concurrency, request_rate, max_concurrency, cache_state, trace_speedup, num_prompts"
+        ConfigError,
+        match="Sweepable settings: .*concurrency, request_rate, max_concurrency, cache_state, trace_speedup, num_prompts",
     ):
         parse_sweep_arg("warp-speed=1,2")
 

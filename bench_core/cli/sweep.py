@@ -32,7 +32,7 @@ from ..config import Part, check_values, format_value, of_part, setting
 from ..csvstore import append_row
 from ..errors import ConfigError
 from ..exports import Scope, SweepSubject
-from ..measure.catalog import NOT_REPORTED, SPECULATIVE_COLUMNS, SWEPT_COLUMNS, acceptance_by_position
+from ..measure.catalog import NOT_REPORTED, SWEPT_COLUMNS, acceptance_by_position
 from ..measure.draft_length import MODEL_NOTE, mean_rates
 from ..measure.stats import MIN_INTERVAL_RUNS
 from ..states import RunState
@@ -463,7 +463,7 @@ def point_table(runs: pd.DataFrame, plan: SweepPlan) -> pd.DataFrame:
     "mean [95% CI]" or "mean (range)" (mean_with_interval; "-" where the runs have no value, e.g. TTFT without
     --stream-output); a sweep that decodes speculatively adds the acceptance, "not reported" where the engine
     reported none."""
-    speculative = SPECULATIVE_COLUMNS if plan.speculative else ()
+    speculative = plan.speculative_columns
     metrics = (*TABLE_METRICS, *speculative)
     statistics = point_statistics(runs, plan, metrics)
     advised = dict(draft_length_advice(runs, plan))

@@ -416,9 +416,10 @@ def _position_text(rates: Sequence[float] | None) -> str | None:
 
 def position_metric(summary: Mapping[str, Any]) -> Metric:
     """Which metric holds a run's acceptance by draft position: the engine's own count where it made one, else the
-    server's."""
+    server's (a history reads an empty cell back as "": the engine made none)."""
     engine = METRICS["engine_acceptance_by_position"]
-    return engine if isinstance(summary.get(engine.column()), str) else METRICS["spec_acceptance_by_position"]
+    cell = summary.get(engine.column())
+    return engine if isinstance(cell, str) and cell else METRICS["spec_acceptance_by_position"]
 
 
 def acceptance_by_position(summary: Mapping[str, Any]) -> list[float] | None:
@@ -1353,6 +1354,7 @@ COMPARED_COLUMNS = tuple(dict.fromkeys((*KEY_COLUMNS, *_default_columns("compare
 SWEPT_COLUMNS = _default_columns("swept")
 # What a run with speculative decoding shows of it; each "not reported" where the engine reported nothing.
 SPECULATIVE_COLUMNS = ("spec_acceptance_length", "spec_acceptance_rate")
+SERVED_SPECULATIVE_COLUMNS = ("mean_spec_accept_length", "server_spec_acceptance_rate")  # the same, from /metrics
 NOT_REPORTED = "not reported"
 
 _FIXED_COLUMNS = {

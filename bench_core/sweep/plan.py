@@ -31,7 +31,7 @@ from ..config import (
 from ..engines import availability, engine_settings_key
 from ..errors import ConfigError
 from ..load import output_length
-from ..measure.catalog import find_column
+from ..measure.catalog import SERVED_SPECULATIVE_COLUMNS, SPECULATIVE_COLUMNS, find_column
 from ..measure.metrics import slo_is_set
 from ..measure.stats import MIN_INTERVAL_RUNS
 from ..redact import MASK
@@ -280,8 +280,19 @@ class SweepPlan:
 
     @property
     def speculative(self) -> bool:
-        """Whether some point decodes speculatively: its acceptance is shown ("not reported" where not reported)."""
-        return any(self.config_at(values).engine.speculative_algorithm for values in self.grid())
+        """Whether some point decodes speculatively (or a server's, against none): its acceptance is shown ("not
+        reported" where not reported)."""
+        return self.speculation_pairing is not None or any(
+            self.config_at(values).engine.speculative_algorithm for values in self.grid()
+        )
+
+    @property
+    def speculative_columns(self) -> tuple[str, ...]:
+        """The acceptance figures a speculative sweep shows: its servers' (from /metrics) where its runs reach servers,
+        else the engine's; none for a sweep that does not speculate."""
+        if not self.speculative:
+            return ()
+        return SERVED_SPECULATIVE_COLUMNS if self.base.engine.base_url else SPECULATIVE_COLUMNS
 
     def check(self, runs_here: bool = True) -> None:
         """Raise one ConfigError naming every impossible point and why, or the missing backend. Whether this

@@ -67,9 +67,12 @@ def measured_metrics(statistics: pd.DataFrame) -> list[str]:
 
 
 def unreported_note(plan: SweepPlan, measured: list[str]) -> str:
-    """Which speculative decoding figures the engine did not report for a speculative sweep, or ""."""
+    """Which speculative decoding figures the engine did not report for a speculative sweep, or "" (a server's
+    figures: the per-point table says which it reported)."""
     unreported = [
-        describe_column(name).title for name in SPECULATIVE_COLUMNS if plan.speculative and name not in measured
+        describe_column(name).title
+        for name in plan.speculative_columns
+        if name in SPECULATIVE_COLUMNS and name not in measured
     ]
     if not unreported:
         return ""

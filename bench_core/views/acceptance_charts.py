@@ -18,6 +18,8 @@ import plotly.graph_objects as go
 from ..measure.catalog import (
     METRICS,
     NOT_REPORTED,
+    SERVED_SPECULATIVE_COLUMNS,
+    SPECULATIVE_COLUMNS,
     acceptance_by_position,
     position_metric,
     request_acceptance_rates,
@@ -34,9 +36,6 @@ REQUESTS_AXIS = "Requests"
 REQUEST_BIN_PERCENT = 10
 SPEEDUP_AXIS = "TPOT with speculation / without"
 VERDICT_COLORS = {PAYS: "#2ca02c", UNDECIDED: "#7f7f7f", COSTS: "#d62728"}
-# The figures that say a run decoded speculatively, with or without per-position counts: the server's and the engine's.
-_SERVED_SPECULATION = ("mean_spec_accept_length", "server_spec_acceptance_rate")
-_ENGINE_SPECULATION = ("spec_acceptance_length", "spec_acceptance_rate")
 
 
 def acceptance_by_position_figure(summary: Mapping[str, Any]) -> go.Figure:
@@ -94,8 +93,8 @@ def describe_acceptance_by_position(summary: Mapping[str, Any]) -> str | None:
     """ "Acceptance by draft position (server): 1: 0.75, 2: 0.5, 3: 0.25", "not reported" where the run reported
     speculation without positions; None where it reported no speculation at all."""
     rates = acceptance_by_position(summary)
-    served = any(metric.key in _SERVED_SPECULATION for metric, _ in sampled_values(summary, "served"))
-    if rates is None and not served and not any(_is_number(summary.get(key)) for key in _ENGINE_SPECULATION):
+    served = any(metric.key in SERVED_SPECULATIVE_COLUMNS for metric, _ in sampled_values(summary, "served"))
+    if rates is None and not served and not any(_is_number(summary.get(key)) for key in SPECULATIVE_COLUMNS):
         return None
     said = NOT_REPORTED if rates is None else ", ".join(f"{i}: {rate:.3g}" for i, rate in enumerate(rates, start=1))
     return f"{position_metric(summary).label}: {said}"
