@@ -5,6 +5,8 @@ the page) and tests/test_sweep_speculation_servers.py (a scripted server whose s
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from bench_core.config import RunConfig
@@ -67,6 +69,8 @@ def test_the_chart_marks_no_gain_and_the_load_where_it_stopped_paying_on_a_log_a
     assert ("line", 64, 0) in lines  # the stop, from bottom to top
     assert any(shape.y0 == 1 and shape.y1 == 1 for shape in figure.layout.shapes)  # no gain
     assert figure.layout.xaxis.type == "log"
+    (stop,) = [note for note in figure.layout.annotations if note.text.startswith("stops paying")]
+    assert stop.text == "stops paying at concurrency=64" and stop.x == pytest.approx(math.log10(64))  # log axis
     table = speedup_table(speedups, "concurrency")
     assert table.to_dict("records")[2] == {
         "concurrency": 64,

@@ -98,6 +98,26 @@ def test_pareto_chart_joins_the_undominated_runs_in_order():
     assert "tok/s" in front.hovertemplate and "ms" in front.hovertemplate
 
 
+def test_pareto_points_that_a_server_s_setting_tells_apart_are_labelled_by_their_point():
+    """Two points at the same max concurrency, one server speculating and one not: no declared setting tells them
+    apart, so each is labelled with its point."""
+    points = pd.DataFrame(
+        {
+            "max_concurrency": [16, 16],
+            "point": ["max_concurrency=16, speculation=off", "max_concurrency=16, speculation=on"],
+            "n": [2, 2],
+            "output_throughput": [142.0, 98.0],
+            "p99_ttft_ms": [52.0, 6.0],
+        }
+    )
+    (front,) = [
+        trace
+        for trace in sweep_charts.pareto_chart(points, "output_throughput", "p99_ttft_ms").data
+        if trace.name == "Pareto frontier"
+    ]
+    assert list(front.text) == ["max_concurrency=16, speculation=on", "max_concurrency=16, speculation=off"]
+
+
 def test_pareto_chart_needs_metrics_with_a_direction():
     runs = pd.DataFrame({"concurrency": [1, 2], "output_throughput": [1.0, 2.0]})
     with pytest.raises(ValueError, match="better direction"):

@@ -31,7 +31,7 @@ from .precision import describe_target
 from .store import point_text, probes_of, trials_of
 from .tune import describe_best, trial_table
 
-LOAD_SETTINGS = ("concurrency", "request_rate")
+LOAD_SETTINGS = ("concurrency", "request_rate", "max_concurrency")
 # (title, x, y) of the throughput-against-latency views; both columns have a better direction.
 PARETO_VIEWS = {
     "Output tok/s against P99 TTFT": ("p99_ttft_ms", "output_throughput"),

@@ -229,14 +229,22 @@ def speedup_by_load_figure(speedups: Sequence[LoadSpeedup], load_axis: str) -> g
         )
     )
     fig.add_hline(y=1, line_dash="dash", line_color="gray", annotation_text="no gain", annotation_position="top left")
+    wide = bool(numbers) and min(numbers) > 0 and max(numbers) / min(numbers) >= 8
+    if wide:
+        fig.update_xaxes(type="log")
     stop = stops_paying(judged)
     if stop is not None:
-        fig.add_vline(
-            x=numbers[judged.index(stop)] if numbers else judged.index(stop),
-            line_dash="dot",
-            line_color=VERDICT_COLORS[COSTS],
-            annotation_text=f"stops paying at {stop.load}",
+        at = numbers[judged.index(stop)] if numbers else judged.index(stop)
+        fig.add_vline(x=at, line_dash="dot", line_color=VERDICT_COLORS[COSTS])
+        # An annotation on a log axis is placed at the log of its value (a shape is not).
+        fig.add_annotation(
+            x=math.log10(at) if wide else at,
+            y=1,
+            yref="paper",
+            text=f"stops paying at {stop.load}",
+            showarrow=False,
+            xanchor="left",
+            yanchor="bottom",
+            font=dict(color=VERDICT_COLORS[COSTS]),
         )
-    if numbers and min(numbers) > 0 and max(numbers) / min(numbers) >= 8:
-        fig.update_xaxes(type="log")
     return fig

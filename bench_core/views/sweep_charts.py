@@ -128,6 +128,8 @@ def pareto_chart(runs: pd.DataFrame, x: str, y: str) -> go.Figure:
         return no_data(fig)
     on_front = pareto_front(rows[x], rows[y], x_spec.larger_is_better, y_spec.larger_is_better)
     labels = pd.Series(setting_labels(rows), index=rows.index)
+    if "point" in rows and labels.duplicated().any():  # a server's setting is no declared one: the point names it
+        labels = rows["point"].astype(str)
     means = "n" in rows  # sweep points: each the mean of its runs
     who = "mean of %{customdata[0]} runs" if means else "run %{customdata[0]} %{customdata[1]}"
     hover = (
