@@ -33,7 +33,7 @@ except BenchError as exc:  # the index unreadable since the filters read it: one
     st.error(plain(exc))
     st.stop()
 picked = history_view.runs_table(page)
-history_view.downloads(history)
+history_view.downloads(history, picked)
 history_view.delete_section(history, picked)
 if len(picked) >= 2:
     compare_view.comparison(history, history.load(run_ids=picked))

@@ -224,7 +224,8 @@ def runs_table(shown: pd.DataFrame) -> list[str]:
     return selected
 
 
-def downloads(history: History) -> None:
+def downloads(history: History, picked: list[str]) -> None:
+    """The whole history; with one run selected, its row too (two or more: the comparison's exports hold theirs)."""
     # The whole file is written out only when the button is clicked: at 10,000 rows that takes a second.
     st.download_button(
         "Download the whole history (CSV)",
@@ -234,6 +235,15 @@ def downloads(history: History) -> None:
         key="download_history",
         on_click="ignore",
     )
+    if len(picked) == 1:
+        st.download_button(
+            "Download the selected run's row (CSV)",
+            lambda: history.to_csv_bytes(picked),
+            file_name=f"history-{picked[0]}.csv",
+            mime="text/csv",
+            key="download_selection",
+            on_click="ignore",
+        )
 
 
 def _ask_to_delete(run_ids: list[str]) -> None:

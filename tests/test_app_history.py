@@ -317,6 +317,13 @@ def test_downloads_offer_the_whole_history_and_the_selection(history_root, prepa
     _, run_ids, _ = prepared_history
     at = open_history()
     assert [button.label for button in at.download_button] == ["Download the whole history (CSV)"]
+    at = select_rows(at, run_ids[:1])
+    assert [button.label for button in at.download_button] == [
+        "Download the whole history (CSV)",
+        "Download the selected run's row (CSV)",
+    ]
+    (one,) = list(csv.DictReader(io.StringIO(download_data(at.download_button[1]).decode())))
+    assert one["run_id"] == run_ids[0]
     at = select_rows(at, run_ids)
     labels = [button.label for button in at.download_button]
     assert labels == [
