@@ -95,6 +95,7 @@ def tune_inputs(sidebar_values: Mapping[str, Any]) -> dict[str, Any]:
         "separated by spaces or commas (--slo). A trial that breaks one is rejected.",
     )
     exact, accuracy, trials, repeats = st.columns(4)
+    search, seed = st.columns(2)
     return {
         "axes": axes,
         "repeats": int(
@@ -122,6 +123,21 @@ def tune_inputs(sidebar_values: Mapping[str, Any]) -> dict[str, Any]:
                 exact, "Least exact-match rate", "tune_min_exact_match", "drift_exact_match_rate"
             ),
             "min_accuracy": _floor(accuracy, "Least accuracy", "tune_min_accuracy", "quality_accuracy"),
+            "search": search.selectbox(
+                "Search",
+                tuning.SEARCHES,
+                key="tune_search",
+                help="How trials pick their points: Optuna's TPE, or at random, the baseline TPE must beat (--search).",
+            ),
+            "seed": int(
+                seed.number_input(
+                    "Search seed",
+                    value=tuning.DEFAULT_SEED,
+                    step=1,
+                    key="tune_seed",
+                    help="The search's seed: the same seed and trials pick the same points (--tune-seed).",
+                )
+            ),
         },
     }
 

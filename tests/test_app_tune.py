@@ -58,8 +58,9 @@ def test_a_tune_started_on_the_page_shows_its_best_point_and_how_to_run_it_and_o
     set_up_tiny_tune(at)
     assert at.checkbox(key="tune_within_slo").value  # the sidebar's SLO, kept by default
     (plan_line,) = [shown(caption.value) for caption in at.caption if "of the space's 4 points" in caption.value]
-    assert "at most 3 of the space's 4 points, to maximise Output throughput (tok/s) within p99_ttft_ms<=60000" in (
-        plan_line
+    assert (
+        "at most 3 of the space's 4 points, picked by TPE (seed 0), to maximise Output throughput (tok/s) within p99_ttft_ms<=60000"
+        in (plan_line)
     )
     at.button(key="sweep_start").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
@@ -113,3 +114,12 @@ def test_a_bound_that_is_not_one_is_one_error_and_starts_nothing():
     ]
     assert not at.exception and at.button(key="sweep_start").disabled
     assert get_sweeps() == {} and get_runner().runs() == []
+
+
+def test_the_search_and_its_seed_are_the_page_s_to_choose():
+    at = open_tune_page()
+    set_up_tiny_tune(at)
+    at.selectbox(key="tune_search").select("random")
+    at.number_input(key="tune_seed").set_value(7).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert any("of the space's 4 points, picked at random (seed 7), to maximise" in shown(c.value) for c in at.caption)

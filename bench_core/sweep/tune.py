@@ -377,10 +377,15 @@ def space_size(axes: Sequence[Any]) -> int:
 
 
 def describe_search(axes: Sequence[Any], tune: Tune, repeats: int) -> str:
-    """ "at most 6 of the space's 12 points, each run 2 times, to maximise Output throughput (tok/s) within ..."."""
+    """ "at most 6 of the space's 12 points, picked by TPE (seed 0), each run 2 times, to maximise Output throughput
+    (tok/s) within ..."."""
     space = space_size(axes)
     runs = f", each run {repeats} times" if repeats > 1 else ""
-    return f"at most {min(tune.trials, space)} of the space's {space} points{runs}, to {tune.describe()}"
+    picked = "at random" if tune.search == "random" else "by TPE"
+    return (
+        f"at most {min(tune.trials, space)} of the space's {space} points, picked {picked} (seed {tune.seed}){runs}, "
+        f"to {tune.describe()}"
+    )
 
 
 def deploy_commands(
