@@ -226,6 +226,27 @@ def add_results_flag(group, help_text: str, **options) -> None:
     )
 
 
+def add_resume_credential_flags(parser, command: str) -> None:
+    """The flags that give a resumed sweep or tune the credentials its saved plan masked (CREDENTIAL_SETTINGS)."""
+    from ..sweep.store import CREDENTIAL_SETTINGS
+
+    credentials = parser.add_argument_group("credentials (with --resume)")
+    for name in CREDENTIAL_SETTINGS:
+        credentials.add_argument(
+            setting(name).cli_flag,
+            dest=f"resume_{name}",
+            metavar="TEXT",
+            default="",
+            help=f"the {command}'s {setting(name).cli_flag} again, where it held a credential",
+        )
+
+
+def resume_credentials(args: argparse.Namespace) -> dict[str, str]:
+    from ..sweep.store import CREDENTIAL_SETTINGS
+
+    return {name: getattr(args, f"resume_{name}") for name in CREDENTIAL_SETTINGS}
+
+
 _DECLARED = object()  # a Flag's default: the setting's own
 
 
@@ -464,8 +485,11 @@ def command_for(engine: EngineCommand, config: RunConfig, prog: str) -> str:
     """The command line of `engine` (`prog pipeline DATASET MODEL --flag value ...`) that runs `config` again: each
     setting whose flag the command has, where its value is not the flag's default (a switch typed where it is set,
     a negated one where it is not), the percentiles where they are not the default. Settings the command has no flag
-    for (a tune's server settings, the label) are left out."""
+    for (a tune's server settings, the label) are left out; a credential in a value is masked (the user types it in
+    again: the command is printed and written in reports)."""
     import shlex
+
+    from ..redact import redact_text
 
     parser = Parser(prog=prog)
     engine.add_arguments(parser)
@@ -489,7 +513,7 @@ def command_for(engine: EngineCommand, config: RunConfig, prog: str) -> str:
         elif declared.kind is bool:
             flags += [flag] if value and not default else []
         elif value != default:
-            flags += [flag, "" if value is None else _flag_text(value)]
+            flags += [flag, "" if value is None else redact_text(_flag_text(value))]
     if tuple(config.percentiles) != tuple(DEFAULT_PERCENTILES):
         flags += ["--percentiles", ",".join(f"{p:g}" for p in config.percentiles)]
     return shlex.join([*prog.split(), *positional, *flags])

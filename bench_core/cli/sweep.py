@@ -51,7 +51,6 @@ from ..sweep.results import (
     precision_summary,
     sweep_runs,
 )
-from ..sweep.store import CREDENTIAL_SETTINGS
 from ..views.report import Note, Table
 from ..views.tables import describe_column
 from .common import (
@@ -70,6 +69,7 @@ from .common import (
     add_flags,
     add_report_flag,
     add_results_flag,
+    add_resume_credential_flags,
     add_server_flags,
     append_csv_row,
     check_export_paths,
@@ -79,6 +79,7 @@ from .common import (
     precision_of,
     progress_line,
     report_swept_run,
+    resume_credentials,
     sweep_outcome,
     wait_with_progress,
     with_report,
@@ -117,15 +118,7 @@ class SweepCommand(Command):
         add_results_flag(
             parser, "with --resume: the history folder the sweep ran in", dest="resume_results", metavar="DIR"
         )
-        credentials = parser.add_argument_group("credentials (with --resume)")
-        for name in CREDENTIAL_SETTINGS:  # their saved plan masks them
-            credentials.add_argument(
-                setting(name).cli_flag,
-                dest=f"resume_{name}",
-                metavar="TEXT",
-                default="",
-                help=f"the sweep's {setting(name).cli_flag} again, where it held a credential",
-            )
+        add_resume_credential_flags(parser, "sweep")
         add_cluster_flags(parser.add_argument_group("on a Ray cluster (with --resume)"))
         add_report_flag(parser, "once the resumed sweep ends", dest="resume_report")
         add_export_flag(parser, "once the resumed sweep ends", dest="resume_export")
@@ -190,8 +183,7 @@ class SweepCommand(Command):
         launch = cluster_launch(args)
         if args.resume:
             runner = Runner(open_history(args.resume_results))
-            given = {name: getattr(args, f"resume_{name}") for name in CREDENTIAL_SETTINGS}
-            sweep = resume_sweep(runner, args.resume, launch, given)
+            sweep = resume_sweep(runner, args.resume, launch, resume_credentials(args))
             csv_path = ""
         elif args.engine_command:
             engine = self.engine_commands[args.engine_command]

@@ -41,6 +41,7 @@ from .common import (
     add_flags,
     add_report_flag,
     add_results_flag,
+    add_resume_credential_flags,
     add_server_flags,
     check_export_paths,
     check_report_path,
@@ -51,6 +52,7 @@ from .common import (
     progress_line,
     refuse_paired,
     report_swept_run,
+    resume_credentials,
     sweep_outcome,
     wait_with_progress,
     write_exports,
@@ -84,6 +86,7 @@ class TuneCommand(Command):
         add_results_flag(parser, "with --resume: the history folder the tune ran in", dest="resume_results")
         add_report_flag(parser, "once the resumed tune ends", dest="resume_report")
         add_export_flag(parser, "once the resumed tune ends", dest="resume_export")
+        add_resume_credential_flags(parser, "tune")
         parser.add_argument(
             "--more-trials",
             type=int,
@@ -128,7 +131,7 @@ class TuneCommand(Command):
             if args.more_trials:
                 save_plan(history, with_more_trials(saved, args.more_trials))
             runner = Runner(history)
-            run = resume_sweep(runner, args.resume)
+            run = resume_sweep(runner, args.resume, credentials=resume_credentials(args))
             engine = self.engine_commands[engine_of(run.plan.base)]
         elif args.engine_command:
             engine = self.engine_commands[args.engine_command]

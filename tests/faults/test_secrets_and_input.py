@@ -696,3 +696,35 @@ def test_a_run_refused_for_its_input_writes_no_row_and_no_folder(tmp_path, cli):
     assert proc.returncode == 2, proc.stderr
     (row,) = History(tmp_path / "results").load().to_dict("records")
     assert row["status"] == "failed" and "Could not load the tokenizer of './broken-model'" in row["error"]
+
+
+def test_a_resumed_tune_takes_its_masked_credentials_again_and_records_them_nowhere(tmp_path, cli):
+    """A tune's saved plan masks its server URL's password; `tune --resume ID --base-url URL` gives it back, so the
+    trials the resume adds reach the server with it, and nothing written or printed holds it."""
+    seen = []
+    with serving(recording_app(seen)) as url:
+        tune = (
+            "tune",
+            "restful",
+            *("--backend", "vllm", "--base-url", with_credentials(url), "--model", SERVED_MODEL),
+            *("--tokenizer", "builtin:tiny-llama", "--dataset-path", "builtin:sample", "--num-prompts", "2"),
+            *("--sharegpt-output-len", "4", "--disable-warmup", "--results", "results", "--output-file", ""),
+            *("--space", "max_concurrency=1,2", "--trials", "1"),
+        )
+        first = run_cli(cli, *tune, cwd=tmp_path)
+        assert first.returncode == 0, first.stderr
+        (tune_id,) = History(tmp_path / "results").load()["sweep_id"].unique()
+        before = len(seen)
+        resumed = run_cli(
+            cli,
+            *("tune", "--resume", tune_id, "--more-trials", "1", "--results", "results"),
+            *("--base-url", with_credentials(url)),
+            cwd=tmp_path,
+        )
+    assert resumed.returncode == 0, resumed.stderr
+    expected = "Basic " + base64.b64encode(f"{CANARY}user:{PASSWORD}".encode()).decode()
+    added = seen[before:]
+    assert added and {authorization for authorization, _ in added} == {expected}
+    assert len(History(tmp_path / "results").load()) == 2  # the resume's trial ran
+    written = everything_written(tmp_path)
+    assert CANARY not in written + first.stdout + first.stderr + resumed.stdout + resumed.stderr
