@@ -154,7 +154,13 @@ def test_speculation_is_set_against_its_own_decode_path_without_drafting():
         ("prompt_lookup", "generate"),
     ]
     assert [run.label for run in paired] == ["speculative_algorithm=none", "speculative_algorithm=prompt_lookup"]
-    # LMDeploy's engines have one path: only the drafting changes.
-    lmdeploy = speculation_pair(config_from_values({"backend": "pytorch", "speculative_algorithm": "eagle"}))
-    assert [run.engine.speculative_algorithm for run in lmdeploy] == [None, "eagle"]
+    # LMDeploy's engines have one path: only the drafting changes, and the run without it loads no draft model
+    # (LMDeploy's engines refuse a draft model without a method).
+    eagle = {"backend": "pytorch", "speculative_algorithm": "eagle", "speculative_draft_model": "/models/draft"}
+    lmdeploy = speculation_pair(config_from_values(eagle))
+    assert [(run.engine.speculative_algorithm, run.engine.speculative_draft_model) for run in lmdeploy] == [
+        (None, None),
+        ("eagle", "/models/draft"),
+    ]
     assert all(run.engine.decode_path == "auto" for run in lmdeploy)
+    assert [run_config_problems(run) for run in lmdeploy] == [[], []]

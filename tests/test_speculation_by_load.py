@@ -10,6 +10,7 @@ import math
 import pytest
 
 from bench_core.config import RunConfig
+from bench_core.engines import run_config_problems
 from bench_core.errors import ConfigError
 from bench_core.measure.speculation_speedup import (
     COSTS,
@@ -103,6 +104,21 @@ def test_against_no_speculation_adds_speculation_off_and_on_last_with_both_on_ge
     ]
     assert {run.config.engine.decode_path for run in plan.points()} == {"generate"}
     assert SweepPlan.from_dict(plan.to_dict()).speculation_pairing == plan.speculation_pairing
+
+
+def test_on_lmdeploys_engine_the_points_without_speculation_load_no_draft_model():
+    base = RunConfig()
+    base.engine.backend, base.engine.speculative_algorithm = "pytorch", "eagle"
+    base.engine.speculative_draft_model = "/models/draft"
+    plan = plan_for(base, ["concurrency=1,64"], against_no_speculation=True)
+    engines = [(run.values["concurrency"], run.config.engine) for run in plan.points()]
+    assert [(load, engine.speculative_algorithm, engine.speculative_draft_model) for load, engine in engines] == [
+        (1, None, None),
+        (1, "eagle", "/models/draft"),
+        (64, None, None),
+        (64, "eagle", "/models/draft"),
+    ]
+    assert [run_config_problems(run.config) for run in plan.points()] == [[]] * 4  # a draft without a method: refused
 
 
 @pytest.mark.parametrize(

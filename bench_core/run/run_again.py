@@ -192,11 +192,18 @@ def speculation_pair(config: RunConfig) -> tuple[RunConfig, RunConfig]:
         raise ConfigError(
             "A run against no speculation needs speculation to set against: give --speculative-algorithm."
         )
-    off, on = copy.deepcopy(config), copy.deepcopy(config)
-    off.engine.speculative_algorithm = None
+    off, on = without_speculation(copy.deepcopy(config)), copy.deepcopy(config)
     for run in (off, on):
         run.label = run.label or change_label("speculative_algorithm", run.engine.speculative_algorithm)
     return _with_engine_values(off, SAME_PATH), _with_engine_values(on, SAME_PATH)
+
+
+def without_speculation(config: RunConfig) -> RunConfig:
+    """`config` decoding without speculation: no method, and no draft model either (LMDeploy's engines refuse one
+    without a method)."""
+    config.engine.speculative_algorithm = None
+    config.engine.speculative_draft_model = None
+    return config
 
 
 def _with_engine_values(config: RunConfig, values: Mapping[str, Any]) -> RunConfig:

@@ -36,7 +36,7 @@ from ..measure.metrics import slo_is_set
 from ..measure.stats import MIN_INTERVAL_RUNS
 from ..redact import MASK
 from ..run.preflight import run_problems
-from ..run.run_again import change_problems, speculation_pair
+from ..run.run_again import change_problems, speculation_pair, without_speculation
 from . import find_max
 from .find_max import FindMax
 from .precision import Precision
@@ -257,6 +257,8 @@ class SweepPlan:
                 server[name] = value
             else:
                 setattr(config.part(setting(name).part), name, value)
+        if "speculative_algorithm" in values and values["speculative_algorithm"] is None:  # no draft loaded either
+            without_speculation(config)
         if server:
             config.engine.server_settings = json.dumps(server)
         if repeat is not None:
