@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check (scripts/gpu_check.py): on a lent GPU machine, with .gpu carried, every GPU path in under 8 minutes,
+# The GPU check (scripts/gpu_check.py): on a lent GPU machine, with .gpu carried, every GPU path within 570 s,
 # the report under $OUT. `--dry-run` (here) prints the steps, each command's time limit and their sum.
 #   run: command "bash scripts/gpu-check.sh", carry [".gpu"], timeout_s 600    (docs/gpu.md, "Running the check")
 cd "$(dirname "$0")/.." || exit 1

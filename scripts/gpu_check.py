@@ -1,4 +1,4 @@
-"""The GPU check: one command that proves the project's GPU paths on a lent H200 in under 8 minutes.
+"""The GPU check: one command that proves the project's GPU paths on a lent H200 in one device call.
 
     scripts/gpu-check.sh --dry-run     # here: every step and command with its time limit, and the sum
     scripts/gpu-carry.sh               # here: build .gpu/ (git-ignored), the files the check needs there
@@ -8,11 +8,12 @@ On the GPU machine it installs the carried wheels, builds random-weight models o
 doctor; the pipeline through the dashboard's worker process against LMDeploy's profile_pipeline_api.py on the same
 sampled requests, alternating, two pairs; the engine API (`throughput`) against profile_throughput.py the same way,
 streamed, with --cancel-rate; shared prefixes with prefix caching off and on; speculative decoding with an Eagle
-draft; a synthetic 8B for telemetry, J/token and the roofline verdict. Every command runs in a process group of its
-own under its own time limit (SIGTERM, then SIGKILL for the whole group, so a hung engine frees the GPU), and one
-that fails or runs out of time is recorded and the next one starts. It writes under $OUT (or --out): gpu-check.md
-(the report), results.json (each command's outcome and figures), history.csv (every run, ours and LMDeploy's scripts'
-imported) and gpu-check.log (every command's output).
+draft; a synthetic 8B for telemetry, J/token and the roofline verdict; speculation against none at concurrency 1 and
+64 (a paired sweep). Every command runs in a process group of its own under its own time limit (SIGTERM, then SIGKILL
+for the whole group, so a hung engine frees the GPU), and one that fails or runs out of time is recorded and the next
+one starts; one that could end past the check's deadline is skipped, so that the report is always written. It writes
+under $OUT (or --out): gpu-check.md (the report), results.json (each command's outcome and figures), history.csv
+(every run, ours and LMDeploy's scripts' imported) and gpu-check.log (every command's output).
 
 This module is the plan (steps, budgets), the carry's manifest and its check, the run loop and the report; it uses
 the standard library only, so that the dry run and the tests need nothing else. What needs the project, torch or a
@@ -48,9 +49,11 @@ MIB = 1024**2
 UPLOAD_LIMIT_BYTES = 64 * MIB
 # What the working tree may weigh beside the carry (5.1 MB on 2026-12-05): the carry's parts get the rest.
 TREE_ALLOWANCE_BYTES = 10 * MB
-# The check's whole run, installs included; the device tool allows 10 minutes a command, and the rest of the lease
-# (15 minutes a session) pays for the machine's start and a second try.
-TOTAL_BUDGET_S = 8 * 60
+# The device tool allows 10 minutes a command. The check ends by TOTAL_BUDGET_S, installs included, starting no
+# command that could end past it, so that its report is written and comes back; the rest of the lease (15 minutes a
+# session) pays for the machine's start and the upload.
+DEVICE_CALL_LIMIT_S = 600
+TOTAL_BUDGET_S = DEVICE_CALL_LIMIT_S - 30
 # A command past its limit gets SIGTERM this long before the limit, then SIGKILL: its budget is the most it takes.
 KILL_GRACE_S = 3
 # The line gpu_check_tasks.py's worker-run prints, followed by the run's result as JSON.
@@ -81,7 +84,23 @@ SHARED_PREFIX = (
     "-c",
     "64",
 )
-SPECULATIVE = ("--speculative-algorithm", "eagle", "--speculative-num-draft-tokens", "2", "-n", "100", "-c", "32")
+EAGLE = ("--speculative-algorithm", "eagle", "--speculative-num-draft-tokens", "2")
+SPECULATIVE = (*EAGLE, "-n", "100", "-c", "32")
+# Speculation against none at one request in flight and at 64: a sweep of four runs, each from an engine of its own
+# (LMDeploy's engine is built for its max_batch_size, the concurrency). Fixed 32-token answers keep the concurrency-1
+# runs (64 requests one after another) to seconds; streamed, as TPOT needs.
+SPECULATION_LOADS = "concurrency=1,64"
+SPECULATION_BY_LOAD = (
+    *EAGLE,
+    "-n",
+    "64",
+    "--sharegpt-output-len",
+    "32",
+    "--stream-output",
+    "--against-no-speculation",
+    "--sweep",
+    SPECULATION_LOADS,
+)
 SHAREGPT_RECORDS = 2000  # the carried ShareGPT export: its first 2,000 conversations, first two turns each
 MODEL_1B = "llama-3.2-1b"  # the project's synthetic presets (bench_core/models/synthetic.py)
 MODEL_8B = "llama-3.1-8b"
@@ -286,9 +305,13 @@ class Command:
 
 @dataclasses.dataclass(frozen=True)
 class Step:
+    """Commands run in order. `always_runs`: its time is kept for it from the check's start, so that no other step
+    squeezes it out (see run_check)."""
+
     name: str
     title: str
     commands: tuple[Command, ...]
+    always_runs: bool = False
 
     @property
     def budget_s(self) -> int:
@@ -349,9 +372,19 @@ def plan(paths: Paths) -> tuple[Step, ...]:
     py, work = paths.python, paths.work
     model_1b = paths.model(MODEL_1B)
     missing_1b = f"the 1B model was not built (step models): {model_1b} is missing"
+    missing_draft = f"the Eagle draft was not built (step models): {paths.draft} is missing"
 
-    def ours(kind: str, label: str, budget_s: int, model: str, *flags: str, needs: str = "", why: str = "") -> Command:
-        argv = (py, str(TASKS), "worker-run", kind, paths.dataset, model, "--backend", "pytorch", *flags)
+    def ours(
+        kind: str,
+        label: str,
+        budget_s: int,
+        model: str,
+        *flags: str,
+        needs: str = "",
+        why: str = "",
+        task: str = "worker-run",
+    ) -> Command:
+        argv = (py, str(TASKS), task, kind, paths.dataset, model, "--backend", "pytorch", *flags)
         argv += ("--label", f"gpu-check {label}", "--results", str(paths.results))
         return Command(label, argv, budget_s, "ours", needs=needs or model, why_needed=why or missing_1b)
 
@@ -443,7 +476,7 @@ def plan(paths: Paths) -> tuple[Step, ...]:
                     "--speculative-draft-model",
                     paths.draft,
                     needs=paths.draft,
-                    why=f"the Eagle draft was not built (step models): {paths.draft} is missing",
+                    why=missing_draft,
                 ),
             ),
         ),
@@ -463,6 +496,27 @@ def plan(paths: Paths) -> tuple[Step, ...]:
                 ),
             ),
         ),
+        # Last of the optional steps: past the deadline it is the one skipped, and the Eagle engine path it needs is
+        # proven by "speculative" already; 8b before it is the only step for telemetry, J/token and the roofline.
+        Step(
+            "spec-by-load",
+            f"speculation against none at {SPECULATION_LOADS}: the pipeline swept in process, the Eagle draft on "
+            "and off on the same prompts",
+            (
+                ours(
+                    "pipeline",
+                    "speculation by load",
+                    150,
+                    model_1b,
+                    *SPECULATION_BY_LOAD,
+                    "--speculative-draft-model",
+                    paths.draft,
+                    needs=paths.draft,
+                    why=missing_draft,
+                    task="sweep-run",
+                ),
+            ),
+        ),
         Step(
             "history",
             "LMDeploy's CSV rows imported into the history, which is exported beside the report",
@@ -473,12 +527,13 @@ def plan(paths: Paths) -> tuple[Step, ...]:
                     15,
                 ),
             ),
+            always_runs=True,
         ),
     )
 
 
 # The steps whose outcomes the report's sections read (plan's names), present even when a run had none of them.
-PLAN_STEPS = frozenset({"pipeline", "throughput", "prefix", "speculative", "8b", "history"})
+PLAN_STEPS = frozenset({"pipeline", "throughput", "prefix", "speculative", "8b", "spec-by-load", "history"})
 
 
 def total_budget_s(steps: Sequence[Step]) -> int:
@@ -494,9 +549,10 @@ def describe_plan(steps: Sequence[Step]) -> list[str]:
             lines.append(f"      {command.budget_s:>4} s  {command.label}: {' '.join(command.argv)}")
     total = total_budget_s(steps)
     commands = sum(len(step.commands) for step in steps)
+    always = ", ".join(step.name for step in steps if step.always_runs)
     lines.append(
-        f"Sum: {total} s ({total // 60} min {total % 60} s) for {len(steps)} steps and {commands} commands, of the "
-        f"{TOTAL_BUDGET_S} s allowed"
+        f"Sum: {total} s ({total // 60} min {total % 60} s) for {len(steps)} steps and {commands} commands; the check "
+        f"ends within {TOTAL_BUDGET_S} s: a command that could end past it is skipped ({always} always runs)"
     )
     return lines
 
@@ -577,19 +633,35 @@ def read_lmdeploy_csv(path: Path) -> list[dict[str, str]]:
         return []
 
 
-def run_check(steps: Sequence[Step], paths: Paths, out: Path, say: Callable[[str], None] = print) -> list[Outcome]:
-    """Run every command of every step in order; a failure or a timeout is recorded and the next command runs."""
+def run_check(
+    steps: Sequence[Step],
+    paths: Paths,
+    out: Path,
+    say: Callable[[str], None] = print,
+    deadline_s: int = TOTAL_BUDGET_S,
+) -> list[Outcome]:
+    """Run every command of every step in order; a failure or a timeout is recorded and the next command runs. A
+    command whose whole limit does not fit in what is left of `deadline_s` (seconds from the start, less the limits
+    of the steps that always run, kept for them) is skipped, saying so: the check ends within `deadline_s` however
+    long each command takes, and the device tool's per-call limit never cuts it off before the report is written."""
     logs = paths.work / "logs"
     for folder in (paths.work, logs, paths.lmdeploy_csvs, out):
         folder.mkdir(parents=True, exist_ok=True)
     env = paths.environment(dict(os.environ))
     outcomes = []
+    started = time.monotonic()
+    kept_s = sum(step.budget_s for step in steps if step.always_runs)
     with (out / "gpu-check.log").open("w", encoding="utf-8") as main_log:
         for step in steps:
+            kept_s -= step.budget_s if step.always_runs else 0
             for number, command in enumerate(step.commands, start=1):
                 say(f"[{step.name}] {command.label} (limit {command.budget_s} s)")
+                left_s = deadline_s - (time.monotonic() - started) - kept_s
                 if command.needs and not Path(command.needs).exists():
                     outcome = Outcome(step.name, command.label, command.side, "skipped", command.why_needed, 0.0)
+                elif not step.always_runs and command.budget_s > left_s:
+                    why = f"{max(left_s, 0):.0f} s of the check's {deadline_s} s were left, less than its limit"
+                    outcome = Outcome(step.name, command.label, command.side, "skipped", why, 0.0)
                 else:
                     log = logs / f"{step.name}-{number}.log"
                     status, detail, wall_s = run_command(command, env, paths.work, log)
@@ -695,6 +767,18 @@ def runs_table(outcomes: Sequence[Outcome], columns: Sequence[tuple[str, str, in
     return lines
 
 
+def printed_by(outcomes: Sequence[Outcome]) -> list[str]:
+    """What commands that report their printout (gpu_check_tasks.py's sweep-run) printed, each under how it ended
+    unless it ended well; "not run" without any."""
+    lines = []
+    for outcome in outcomes:
+        if outcome.status != "ok":
+            lines += [f"{outcome.label}: {outcome.status}" + (f" ({outcome.detail})" if outcome.detail else ""), ""]
+        if outcome.result.get("printed"):
+            lines += ["```", outcome.result["printed"].rstrip(), "```", ""]
+    return lines[:-1] or ["not run"]
+
+
 def machine_line(logs: dict[str, str]) -> str:
     """The GPU as nvidia-smi names it (name, driver, memory), from the install step's first command."""
     rows = [line for line in logs.get("gpu", "").splitlines() if line.strip() and not line.startswith("name")]
@@ -716,7 +800,8 @@ def assemble_report(
     lines = [
         f"# GPU check, {when:%Y-%m-%d %H:%M} UTC: {machine_line(logs)}",
         "",
-        f"Took {took:.0f} s of the {total_budget_s(steps)} s budgeted (the limit: {TOTAL_BUDGET_S} s). PyTorch "
+        f"Took {took:.0f} s; the limits sum to {total_budget_s(steps)} s, and no command started that could end "
+        f"past {TOTAL_BUDGET_S} s. PyTorch "
         f"engine (TurboMind is not carried: docs/gpu.md), random-weight synthetic:{MODEL_1B} unless named, "
         "the carried ShareGPT export, seed 0, for ours and LMDeploy's scripts alike.",
         "",
@@ -776,6 +861,15 @@ def assemble_report(
                 ("acceptance rate", "spec_acceptance_rate", 3, ""),
             ),
         ),
+        "",
+        f"## Speculation against none, by load: {SPECULATION_LOADS}",
+        "",
+        f"`sweep pipeline {' '.join(SPECULATION_BY_LOAD)}` with the Eagle draft above: at each load a run without "
+        "speculation, then one with it, on the same prompts. What the sweep printed: each point's figures and "
+        "acceptance by draft position, then with over without request by request, and where speculation stopped "
+        "paying.",
+        "",
+        *printed_by(by_step["spec-by-load"]),
         "",
         f"## Telemetry and the roofline: synthetic:{MODEL_8B}",
         "",

@@ -4,6 +4,7 @@ own under its time limit (and build-carry runs export-sharegpt here).
     python scripts/gpu_check_tasks.py build-model PRESET OUT [--device cuda]
     python scripts/gpu_check_tasks.py build-draft TARGET OUT [--device cuda]
     python scripts/gpu_check_tasks.py worker-run pipeline|throughput DATASET MODEL [the command's flags]
+    python scripts/gpu_check_tasks.py sweep-run pipeline DATASET MODEL [sweep pipeline's flags]
     python scripts/gpu_check_tasks.py record-lmdeploy RESULTS CSV_FOLDER WORK
     python scripts/gpu_check_tasks.py export-sharegpt OUT COUNT
 """
@@ -133,6 +134,20 @@ def worker_run(argv: Sequence[str]) -> int:
     return 0 if record is not None and run.state == RunState.FINISHED else 1
 
 
+def sweep_run(argv: Sequence[str]) -> int:
+    """`python -m bench_core sweep` with `argv`, in this process; prints what the sweep printed (its tables and
+    sentences: its progress and warnings go to stderr), then RESULT_MARKER with that printout as JSON. Its exit code
+    is the sweep's."""
+    from bench_core.cli import main as cli_main
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = cli_main(["sweep", *argv])
+    print(printed.getvalue(), end="")
+    print(RESULT_MARKER + json.dumps({"exit_code": code, "printed": printed.getvalue()}))
+    return code
+
+
 def record_lmdeploy(results: Path, csv_folder: Path, work: Path) -> int:
     """Import every CSV LMDeploy's scripts wrote in `csv_folder` into the history at `results` (a row each becomes
     a run), export the whole history to `work`/history.csv, and print RESULT_MARKER with the imported run ids by
@@ -166,6 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["worker-run"]:
         return worker_run(argv[1:])
+    if argv[:1] == ["sweep-run"]:
+        return sweep_run(argv[1:])
     parser = argparse.ArgumentParser(prog="gpu_check_tasks.py")
     tasks = parser.add_subparsers(dest="task", required=True)
     for name, target in (("build-model", "preset"), ("build-draft", "target")):
