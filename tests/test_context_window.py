@@ -47,8 +47,13 @@ def random_run(model: str, input_len: int, output_len: int, backend: str = "tran
 
 def test_lengths_beyond_the_window_are_refused_and_absurd_ones_everywhere():
     preflight.check_run(random_run("builtin:tiny-llama", 48, 2000))  # 2,048 exactly: fits
-    with pytest.raises(ConfigError, match="input 49 \\+ output 2,000 tokens does not fit the 2,048-token"):
+    with pytest.raises(ConfigError, match="input 49 \\+ output 2,000 tokens does not fit the 2,048-token") as refused:
         preflight.check_run(random_run("builtin:tiny-llama", 49, 2000))
+    assert str(refused.value).endswith("lower the output length to 1,999 at most.")
+    # An input that fills the window alone: no output length fits, so the remedy is the input's.
+    with pytest.raises(ConfigError, match="input 2,048 \\+ output 1 tokens does not fit") as refused:
+        preflight.check_run(random_run("builtin:tiny-llama", 2048, 1))
+    assert str(refused.value).endswith("lower the input length.")
     preflight.check_run(random_run("", 16, 100_000, backend="openai"))  # the server knows its window
     with pytest.raises(ConfigError, match="2,000,000 tokens is more than any model"):
         preflight.check_run(random_run("", 16, 2_000_000, backend="openai"))

@@ -37,7 +37,8 @@ def length_problems(config: RunConfig) -> list[str]:
     output = getattr(data, declared.name) if declared is not None else None
     if output is None:
         return []  # lengths come from the conversations or the records: checked once they are sampled
-    longest = output + ((data.random_input_len or 1) if random else 1)  # a ShareGPT prompt has a token at least
+    prompt = (data.random_input_len or 1) if random else 1  # a ShareGPT prompt has a token at least
+    longest = output + prompt
     window = context_window(config.engine)
     if window is None:
         if output > MAX_OUTPUT_TOKENS:
@@ -47,14 +48,15 @@ def length_problems(config: RunConfig) -> list[str]:
             ]
         return []
     if longest > window:
-        what = (
-            f"input {data.random_input_len:,} + output {output:,} tokens"
-            if random
-            else (f"an output of {output:,} tokens plus its prompt")
-        )
+        if not random:
+            what, remedy = f"an output of {output:,} tokens plus its prompt", "lower the output length"
+        else:
+            what = f"input {data.random_input_len:,} + output {output:,} tokens"
+            # An input that fills the window alone leaves no output length that fits.
+            room = window - prompt
+            remedy = f"lower the output length to {room:,} at most" if room > 0 else "lower the input length"
         return [
-            f"A request of {what} does not fit the {window:,}-token context window of "
-            f"{config.engine.model}; lower the output length."
+            f"A request of {what} does not fit the {window:,}-token context window of {config.engine.model}; {remedy}."
         ]
     return []
 
