@@ -12,6 +12,11 @@ stamp="$venv/.installed-$(cat "${files[@]}" | sha256sum | cut -c1-16)"
 if [ ! -e "$stamp" ]; then
   echo "Installing into $venv (first time: a few minutes)..."
   "$venv/bin/python" -m pip install -q --upgrade pip
+  # PyPI's Linux torch is a CUDA build: 3.4 GB of CUDA libraries and triton that the CPU engine never loads. Take
+  # the pinned torch from PyTorch's CPU index first; where that index cannot be reached, pip warns and takes PyPI's.
+  # Only torch (--no-deps) asks it: an unreachable extra index costs its retries once per package pip looks up.
+  "$venv/bin/python" -m pip install -q --no-deps --extra-index-url https://download.pytorch.org/whl/cpu \
+    -c requirements.txt torch
   "$venv/bin/python" -m pip install -q -r requirements.txt
   "$venv/bin/python" -m pip install -q --no-deps -r requirements-nodeps.txt
   if [ "${1:-}" = "--dev" ]; then

@@ -58,6 +58,10 @@ def user_python() -> Path:
     # The test tools, and aiohttp: only the test servers use it, not the app's OpenAI client.
     probe = "import importlib.util as u; print([u.find_spec(name) for name in ('pytest', 'playwright', 'aiohttp')])"
     assert subprocess.run([python, "-c", probe], capture_output=True, text=True).stdout == "[None, None, None]\n"
+    # torch's CPU build: PyPI's is a CUDA one that adds 3.4 GB of CUDA libraries (scripts/setup.sh asks PyTorch's
+    # CPU index first). On a machine whose pip config lists a local CPU wheel, that wheel gives it either way.
+    cuda = subprocess.run([python, "-c", "import torch; print(torch.version.cuda)"], capture_output=True, text=True)
+    assert cuda.stdout == "None\n", cuda.stdout + cuda.stderr[-2000:]
     return python
 
 
