@@ -872,16 +872,19 @@ def print_hardware_findings(run) -> None:
             "before the clock started (not measured)."
         )
     engine = record.config.engine
-    if engine.speculative_algorithm:
+    # The engine's settings say it speculates; a server (SGLang's /generate) says so in its answers.
+    if engine.speculative_algorithm or any(key in record.metrics for key in SPECULATIVE_COLUMNS):
         figures = [
             f"{METRICS[key].label.lower()} "
             + (f"{record.metrics[key]:.3g} {METRICS[key].unit}" if key in record.metrics else NOT_REPORTED)
             for key in SPECULATIVE_COLUMNS
         ]
-        print(
-            f"Speculative decoding ({engine.speculative_algorithm}, {engine.speculative_num_draft_tokens} draft "
-            f"tokens per step): {'; '.join(figures)}."
+        how = (
+            f"{engine.speculative_algorithm}, {engine.speculative_num_draft_tokens} draft tokens per step"
+            if engine.speculative_algorithm
+            else "the server's count per request"
         )
+        print(f"Speculative decoding ({how}): {'; '.join(figures)}.")
     if record.model is not None and record.model.random_weights:
         print(f"Random-weight run ({record.model.name}): the timings are real, the generated text is not.")
     for title, formula in (("Telemetry", "sampled"), ("Server metrics", "served")):

@@ -1,9 +1,10 @@
 """`python -m bench_core restful`: benchmark an OpenAI-compatible server as profile_restful_api.py does.
 
 The flags are profile_restful_api.py's, with the same names and defaults (reference §4.1), except
-where theirs cannot work here: the default backend is lmdeploy (their default, sglang's native
-/generate API, is not OpenAI-compatible) and the default dataset is the built-in ShareGPT copy
-(instead of a download). Ours follow: vLLM's max concurrency, burstiness, a duration, warm-up
+where theirs cannot work here: the default backend is lmdeploy (theirs is sglang, which with sglang-native
+sends to SGLang's native /generate API: both are here too, and their answers carry each request's speculative
+acceptance, which lands in the same columns and metrics as the embedded engine's) and the default dataset is the
+built-in ShareGPT copy (instead of a download). Ours follow: vLLM's max concurrency, burstiness, a duration, warm-up
 count, and the history flags. Each rate runs through the same runner as the dashboard, is recorded
 in the history, prints profile_restful_api.py's "Serving Benchmark Result" box (our rows below it)
 and appends their CSV row to --output-file. Bad input or a server that cannot be reached is one
@@ -52,12 +53,15 @@ from .common import (
     with_report,
 )
 
-# Their backend names: (server kind, endpoint). -chat forms use /v1/chat/completions.
+# Their backend names: (server kind, endpoint). -chat forms use /v1/chat/completions; sglang and sglang-native,
+# SGLang's native /generate.
 SERVER_BACKENDS = {
     "lmdeploy": ("lmdeploy", "completions"),
     "lmdeploy-chat": ("lmdeploy", "chat"),
     "vllm": ("vllm", "completions"),
     "vllm-chat": ("vllm", "chat"),
+    "sglang": ("sglang", "generate"),
+    "sglang-native": ("sglang", "generate"),
     "sglang-oai": ("sglang", "completions"),
     "sglang-oai-chat": ("sglang", "chat"),
     "transformers": ("transformers", "completions"),
@@ -177,7 +181,8 @@ class RestfulCommand(EngineCommand):
             "--backend",
             default="lmdeploy",
             choices=list(SERVER_BACKENDS),
-            help="the server, and with -chat the chat endpoint; sets the default port and how ignore_eos is sent",
+            help="the server, and with -chat the chat endpoint (sglang and sglang-native: SGLang's native /generate); "
+            "sets the default port and how ignore_eos is sent",
         )
         add_flags(parser, (Flag("base_url", default=None, help="server address; overrides --host and --port"),))
         parser.add_argument("--host", default="127.0.0.1", help="server host")

@@ -554,8 +554,9 @@ ENGINE = (
         SERVER,
         str,
         "completions",
-        "completions: /v1/completions; chat: /v1/chat/completions.",
-        choices=("completions", "chat"),
+        "completions: /v1/completions; chat: /v1/chat/completions; generate: SGLang's native /generate (its "
+        "answers carry each request's speculative acceptance).",
+        choices=("completions", "chat", "generate"),
     ),
     _knob(
         "server_kind",

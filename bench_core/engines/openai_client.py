@@ -80,10 +80,19 @@ from .http_stream import (
     status_sentence,
 )
 from .loop_lag import LoopLag
-from .openai_request import API_KEY_ENV, RequestResult, ServerSpec, api_key_problem, api_root, build_payload
+from .openai_request import (
+    API_KEY_ENV,
+    NATIVE_ENDPOINT,
+    RequestResult,
+    ServerSpec,
+    api_key_problem,
+    api_root,
+    build_payload,
+)
 from .openai_stream import (
     ERROR_BODY_CHARS,
     EventTooLarge,
+    NativeReader,
     SSEMessage,
     SSEParser,
     StreamReader,
@@ -238,7 +247,7 @@ async def send_request(
     with "error" and a message; the tokens received before it stay counted. One still running at
     `ends_at` (perf_counter seconds: the end of the run's duration) ends RUN_ENDED.
     """
-    reader = StreamReader()
+    reader = NativeReader() if spec.endpoint == NATIVE_ENDPOINT else StreamReader()
     result.sent_ts = time.perf_counter()
     emit(EngineEvent(result.index, "admit", result.sent_ts))
     deadline = _Deadline(spec.read_timeout_s, spec.total_timeout_s, ends_at - result.sent_ts)
@@ -250,6 +259,8 @@ async def send_request(
             body = await connection.body(4 * ERROR_BODY_CHARS)
             via = f" through the proxy {pool.proxy.shown}" if pool.proxy else ""
             said = f"HTTP {connection.status} {connection.reason} from {spec.url}{via}: {error_text(body)}"
+            if connection.status == 404 and spec.endpoint == NATIVE_ENDPOINT:
+                said += " (only SGLang serves /generate, its native API: is this an SGLang server?)"
             # A server shutting down answers 503 to what it no longer takes (vLLM, SGLang, uvicorn's apps).
             reader.error = f"{WENT_AWAY} or is overloaded ({said})" if connection.status == 503 else said
         elif spec.stream:
@@ -317,6 +328,7 @@ async def send_request(
     )
     result.usage_source = reader.usage_source
     result.usage_cached_tokens = reader.usage_cached_tokens
+    result.speculation = reader.speculation
     result.text, result.reasoning_text = "".join(reader.text_parts), "".join(reader.reasoning_parts)
     result.finish_reason, result.message = reason, message
     emit(EngineEvent(result.index, "finish", result.end_ts, result.output_tokens, reason, message))

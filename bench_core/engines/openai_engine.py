@@ -96,16 +96,20 @@ def extra_body(engine: EngineConfig) -> dict | None:
 
 def server_spec(engine: EngineConfig, stream: bool = True) -> ServerSpec:
     """How to reach the server; ConfigError for an impossible URL, endpoint, kind or extra body. A kind left to
-    AUTO_SERVER_KIND is the generic one here: the engine replaces it with the kind it detects when it loads."""
-    from .openai_request import GENERIC_KIND, ServerSpec
+    AUTO_SERVER_KIND is the generic one here (SGLang on its native endpoint): the engine replaces a generic one with
+    the kind it detects when it loads."""
+    from .openai_request import GENERIC_KIND, NATIVE_ENDPOINT, NATIVE_KIND, ServerSpec
 
     if not engine.base_url.strip():
         raise ConfigError("No server URL given: enter the base URL of the server, like http://127.0.0.1:23333.")
+    kind = engine.server_kind
+    if kind == AUTO_SERVER_KIND:  # SGLang's native endpoint says which server it is
+        kind = NATIVE_KIND if engine.endpoint == NATIVE_ENDPOINT else GENERIC_KIND
     return ServerSpec(
         base_url=engine.base_url.strip(),
         api_key=engine.api_key or None,
         endpoint=engine.endpoint,
-        server_kind=GENERIC_KIND if engine.server_kind == AUTO_SERVER_KIND else engine.server_kind,
+        server_kind=kind,
         stream=stream,
         extra_body=extra_body(engine),
         chat_limit_field=engine.chat_limit_field,
@@ -219,7 +223,7 @@ class OpenAIEngine(Engine):
         self._loop_lag: list[tuple[float, float]] = []  # the last run's (ClientRun.loop_lag)
         root = api_root(self.spec.base_url)
         notes = []
-        if engine.server_kind == AUTO_SERVER_KIND:
+        if engine.server_kind == AUTO_SERVER_KIND and self.spec.server_kind == GENERIC_KIND:
             try:
                 identity = identify_server(root, self.spec.api_key, self.spec.network)
             except ServerError as exc:
@@ -503,9 +507,12 @@ class OpenAIEngine(Engine):
     def _extras(self, result: RequestResult, run: ClientRun | ProcessClientRun) -> dict:
         """The request-table columns of one sent request that need none of our tokenizer's work (times in seconds;
         NaN: never happened)."""
+        from .openai_request import speculation_columns
+
         sent_ts, t0 = result.sent_ts, run.t0
         assert sent_ts is not None and t0 is not None, "sent, after the run's start"
         return {
+            **speculation_columns(result.speculation),
             "usage_input_len": math.nan if result.usage_prompt_tokens is None else float(result.usage_prompt_tokens),
             "usage_output_len": math.nan
             if result.usage_completion_tokens is None

@@ -1,6 +1,7 @@
-"""One request to an OpenAI-compatible server: where it goes and how it is asked (`ServerSpec`, the body each server
-takes, as profile_restful_api.py sends it), and what came back (`RequestResult`: times, texts, the server's usage,
-our retokenized count, and what those say of its length). Pure: `openai_client` does the sending.
+"""One request to an OpenAI-compatible server, or to SGLang's native /generate: where it goes and how it is asked
+(`ServerSpec`, the body each server takes, as profile_restful_api.py sends it), and what came back (`RequestResult`:
+times, texts, the server's usage, our retokenized count, what those say of its length, and the server's count of its
+speculative decoding where it gives one). Pure: `openai_client` does the sending.
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ from ..config import GenerationSettings, check_values, setting
 from ..errors import ConfigError
 from ..load.requests import SampledRequest
 from ..states import SERVED_REASONS, RequestStatus
+from .engine_api import ENGINE_POSITION_COLUMN, SPEC_COLUMNS
 from .http_route import DEFAULT_POLICY, NetworkPolicy
 from .openai_stream import CHUNKS, LIMIT, RETOKENIZED
 
-ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+NATIVE_ENDPOINT = "generate"  # SGLang's own API (profile_restful_api.py's sglang and sglang-native backends)
+ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions", NATIVE_ENDPOINT: "/generate"}
+NATIVE_KIND = "sglang"  # the one server kind that serves NATIVE_ENDPOINT
 SERVER_KINDS = ("lmdeploy", "vllm", "sglang", "transformers", "openai")
 GENERIC_KIND = "openai"  # any other server: OpenAI's fields only
 API_KEY_ENV = "OPENAI_API_KEY"
@@ -96,6 +100,11 @@ class ServerSpec:
             raise ConfigError(f"Unknown endpoint '{self.endpoint}'; choose one of {', '.join(ENDPOINTS)}.")
         if self.server_kind not in SERVER_KINDS:
             raise ConfigError(f"Unknown server kind '{self.server_kind}'; choose one of {', '.join(SERVER_KINDS)}.")
+        if self.endpoint == NATIVE_ENDPOINT and self.server_kind != NATIVE_KIND:
+            raise ConfigError(
+                f"The {NATIVE_ENDPOINT} endpoint is SGLang's native /generate API: set the server kind to "
+                f"{NATIVE_KIND} (or auto), or choose the completions or chat endpoint for a {self.server_kind} server."
+            )
         if self.chat_limit_field not in (fields := setting("chat_limit_field").choices or ()):
             raise ConfigError(f"Unknown chat limit field '{self.chat_limit_field}'; choose one of {', '.join(fields)}.")
         check_values(read_timeout_s=self.read_timeout_s)
@@ -109,6 +118,8 @@ class ServerSpec:
 
 def limit_fields(spec: ServerSpec) -> tuple[str, ...]:
     """The fields of a request that say how many tokens it may produce."""
+    if spec.endpoint == NATIVE_ENDPOINT:
+        return ("max_new_tokens",)
     if spec.endpoint != "chat":
         return ("max_tokens",)
     return ("max_tokens", "max_completion_tokens") if spec.chat_limit_field == "both" else (spec.chat_limit_field,)
@@ -119,7 +130,9 @@ def overrun_advice(spec: ServerSpec) -> str:
     sends another."""
     sent = limit_fields(spec)
     if spec.endpoint != "chat":
-        return "more tokens than asked: the server seems to ignore max_tokens, the completions endpoint's only limit"
+        return (
+            f"more tokens than asked: the server seems to ignore {sent[0]}, the {spec.endpoint} endpoint's only limit"
+        )
     if len(sent) == 2:
         return "more tokens than asked: the server seems to ignore both max_tokens and max_completion_tokens"
     other = "max_completion_tokens" if sent == ("max_tokens",) else "max_tokens"
@@ -167,7 +180,11 @@ def build_payload(
     SGLang; a `generation_config` string for `transformers serve`, which answers 422 to the field
     (its generation_config replaces the model's, hence max_new_tokens too); nothing for others.
     `extra_body` is merged last, so it can override any of this.
+
+    SGLang's native endpoint gets its own body instead (`native_payload`).
     """
+    if spec.endpoint == NATIVE_ENDPOINT:
+        return native_payload(spec, prompt, max_tokens, ignore_eos)
     payload: dict = {"model": model, "stream": spec.stream}
     if spec.endpoint == "chat":
         if images:
@@ -196,6 +213,44 @@ def build_payload(
         payload["generation_config"] = json.dumps(config)
     payload.update(spec.extra_body or {})
     return payload
+
+
+def native_payload(spec: ServerSpec, prompt: str, max_tokens: int, ignore_eos: bool) -> dict:
+    """The body of a request to SGLang's /generate, as SGLang's bench_serving sends it: the prompt text (a
+    conversation's transcript), the sampling parameters nested (max_new_tokens, GREEDY or the run's sampling,
+    ignore_eos), stream; no model (the endpoint serves one). `extra_body` is merged last, at the top, as theirs is."""
+    sampling = {"max_new_tokens": max_tokens, **(spec.sampling or GREEDY), "ignore_eos": ignore_eos}
+    return {"text": prompt, "sampling_params": sampling, "stream": spec.stream, **(spec.extra_body or {})}
+
+
+def speculation_columns(speculation: Mapping[str, int | list[int]]) -> dict[str, int | str]:
+    """A request's speculative accounting in the embedded engine's columns (engine_api.SPEC_COLUMNS and, from a
+    histogram, ENGINE_POSITION_COLUMN), from what the server counted (openai_stream.SPEC_FIELDS' keys); none where it
+    counted nothing.
+
+    From SGLang's histogram H (H[n]: the steps that accepted exactly n draft tokens, every verify step counted, 0
+    included): draft position i (1-based) was accepted in the steps that accepted i or more, sum(H[n] for n >= i);
+    drafts: sum(H); accepted tokens: sum(n * H[n]). The draft tokens per step, k, are the proposed tokens / the
+    steps, where the server says them (SGLang proposes speculative_num_draft_tokens - 1 each step). Else len(H) - 1,
+    at least k and maybe short of it: SGLang grows H only as far as the most a step accepted (Req's
+    update_spec_correct_drafts_histogram), so the positions past that, none accepted, go unlisted.
+    """
+    histogram = speculation.get("histogram")
+    steps, proposed = speculation.get("steps"), speculation.get("proposed")
+    if isinstance(histogram, list) and sum(histogram) > 0:
+        drafts = sum(histogram)
+        if isinstance(proposed, int) and isinstance(steps, int) and steps > 0:
+            per_step, drafted = round(proposed / steps), proposed
+        else:
+            per_step = len(histogram) - 1
+            drafted = drafts * per_step
+        accepted_at = [sum(histogram[position:]) for position in range(1, per_step + 1)]
+        counts = (drafts, drafted, sum(n * count for n, count in enumerate(histogram)))
+        return {**dict(zip(SPEC_COLUMNS, counts)), ENGINE_POSITION_COLUMN: json.dumps(accepted_at)}
+    accepted = speculation.get("accepted")
+    if isinstance(steps, int) and steps > 0 and isinstance(proposed, int) and isinstance(accepted, int):
+        return dict(zip(SPEC_COLUMNS, (steps, proposed, accepted)))  # an SGLang without the histogram: no positions
+    return {}
 
 
 @dataclass
@@ -230,6 +285,8 @@ class RequestResult:
     message: str = ""
     text: str = ""
     reasoning_text: str = ""
+    # The server's count of its speculative decoding (openai_stream.SPEC_FIELDS' keys): SGLang's native answers only
+    speculation: dict = field(default_factory=dict)
 
     @property
     def output_tokens(self) -> int:

@@ -168,6 +168,9 @@ class StreamReader:
         self.server_finish_reason: str | None = None
         self.done = False  # "[DONE]" seen
         self.error: str | None = None
+        # The server's count of this request's speculative decoding, where its answer carries one (SGLang's native
+        # meta_info, `NativeReader`): SPEC_FIELDS' keys, each as the server sent it.
+        self.speculation: dict[str, int | list[int]] = {}
 
     @property
     def ended(self) -> bool:
@@ -265,6 +268,99 @@ class StreamReader:
         if reason in _SERVED_REASONS:
             return _SERVED_REASONS[reason], ""
         return "stop", f"the server's finish_reason was '{reason}'"
+
+
+# SGLang's per-request speculative accounting in /generate's meta_info, on the chunk that ends the request
+# (tokenizer_manager's _calculate_spec_decoding_metrics), under each name its versions have given it, newest first:
+# verify steps; draft tokens proposed (steps x (speculative_num_draft_tokens - 1)); draft tokens accepted (no bonus
+# token); and the histogram H, H[n] = the steps that accepted exactly n draft tokens.
+SPEC_FIELDS = {
+    "steps": ("spec_verify_ct",),
+    "proposed": ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num"),
+    "accepted": ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num"),
+    "histogram": ("spec_correct_drafts_histogram", "spec_accept_histogram"),
+}
+# SGLang's finish_reason types; an abort carries the server's message and fails the request.
+_NATIVE_REASONS = ("length", "stop", "abort")
+
+
+class NativeReader(StreamReader):
+    """SGLang's native /generate answer: per event (or the whole body) `{"text", "output_ids", "meta_info"}`, where
+    meta_info holds the counts so far (prompt_tokens, completion_tokens, cached_tokens) and, on the last one, the
+    finish_reason (an object: its "type") and the speculative accounting (SPEC_FIELDS); an error is
+    `{"error": {"message"}}`; the stream ends with [DONE].
+
+    The text is the whole text so far in each event (SGLang's default), or only the new text with the server's
+    --incremental-streaming-output. The output ids tell them apart: a whole-so-far event carries all of them, as
+    many as completion_tokens; an incremental one only the new ones (the first event of either is the same).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._text_chars = 0  # of the text so far
+
+    def read_body(self, body: object) -> None:
+        try:
+            if type(body) is not dict:
+                raise _Unreadable(f"the server sent JSON that is not an object: {_short(body)}")
+            if "error" in body:
+                self.error = f"the server reported an error: {error_text(body)}"
+                return
+            meta = body.get("meta_info")
+            if type(meta) is not dict:
+                raise _Unreadable(f"the server sent a meta_info that is not an object: {_short(meta)}")
+            completion_tokens = meta.get("completion_tokens")
+            if completion_tokens is not None:
+                completion_tokens = self.usage_completion_tokens = _count(
+                    completion_tokens, "meta_info.completion_tokens"
+                )
+            if (prompt_tokens := meta.get("prompt_tokens")) is not None:
+                self.usage_prompt_tokens = _count(prompt_tokens, "meta_info.prompt_tokens")
+            if (cached := meta.get("cached_tokens")) is not None:
+                self.usage_cached_tokens = _count(cached, "meta_info.cached_tokens")
+            text = _text(body.get("text"), "text") or ""
+            ids = body.get("output_ids")
+            if type(ids) is list and len(ids) == completion_tokens:  # the whole text so far
+                text = text[self._text_chars :]
+            if text:
+                self.text_parts.append(text)
+                self._text_chars += len(text)
+                self.n_tokens = self.n_tokens + 1 if completion_tokens is None else completion_tokens
+            reason = meta.get("finish_reason")
+            if reason is None:
+                if completion_tokens is not None:
+                    self.usage_source = CHUNK_USAGE if text else USAGE
+                return
+            kind = reason.get("type") if type(reason) is dict else None
+            if kind not in _NATIVE_REASONS:
+                raise _Unreadable(
+                    f"the server sent a meta_info.finish_reason this client cannot read: {_short(reason)}"
+                )
+            if kind == "abort":
+                self.error = f"the server aborted the request: {error_text(reason)}"
+            self.server_finish_reason = kind
+            if completion_tokens is not None:
+                self.usage_source = USAGE
+            self.speculation = _speculation(meta)
+        except _Unreadable as exc:
+            self.error = str(exc)
+
+
+def _speculation(meta: dict) -> dict[str, int | list[int]]:
+    """The SPEC_FIELDS that meta_info holds, by their keys: counts, and the histogram as a list of counts."""
+    found: dict[str, int | list[int]] = {}
+    for key, names in SPEC_FIELDS.items():
+        name = next((name for name in names if meta.get(name) is not None), None)
+        if name is None:
+            continue
+        value = meta[name]
+        if key == "histogram":
+            if type(value) is not list:
+                raise _Unreadable(f"the server sent a meta_info.{name} that is not a list: {_short(value)}")
+            found[key] = [_count(count, f"meta_info.{name} entry") for count in value]
+        else:
+            found[key] = _count(value, f"meta_info.{name}")
+    return found
 
 
 def _not_json(what: str, data: bytes, exc: ValueError) -> str:

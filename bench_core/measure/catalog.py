@@ -292,12 +292,15 @@ def request_acceptance_rates(table: pd.DataFrame, streamed: bool) -> np.ndarray 
 
 def _engine_acceptance_by_position(run: RunFacts) -> str | None:
     """Per draft position, the drafts accepted there / all drafts, over every request the engine counted positions
-    for (transformers_generate.DraftTally's JSON lists, one per request)."""
+    for (transformers_generate.DraftTally's JSON lists, one per request; SGLang's, from /generate's histogram). A
+    list shorter than the others accepted nothing past its end (SGLang's, where the server said no draft length)."""
     drafts = _spec_total(run, "spec_drafts")
     lists = [json.loads(cell) for cell in run.table[ENGINE_POSITION_COLUMN] if isinstance(cell, str)]
     if drafts <= 0 or not lists:
         return None
-    return _position_text(np.sum(np.array(lists, dtype=np.float64), axis=0) / drafts)
+    width = max(map(len, lists))
+    accepted = np.array([counts + [0] * (width - len(counts)) for counts in lists], dtype=np.float64)
+    return _position_text(accepted.sum(axis=0) / drafts)
 
 
 def _cached(run: RunFacts) -> np.ndarray | None:
@@ -803,7 +806,8 @@ CATALOG: tuple[Metric, ...] = (
         aggregate=_only_with("sent_s", _peak_in_flight),
     ),
     # Speculative decoding, where the engine reports its accounting per request (engine_api.SPEC_COLUMNS: LMDeploy's
-    # PyTorch engine with enable_metrics); absent, not 0, where it does not.
+    # PyTorch engine with enable_metrics; the embedded engine's prompt lookup; SGLang's /generate, per request in its
+    # meta_info); absent, not 0, where it does not.
     Metric(
         "spec_acceptance_length",
         "Mean acceptance length",
@@ -843,7 +847,8 @@ CATALOG: tuple[Metric, ...] = (
         "",
         None,
         "For each draft position 1..k, the drafts whose token at that position was accepted / all drafts, as a "
-        "JSON list, over every request the engine counted positions for (the embedded engine's prompt lookup).",
+        "JSON list, over every request the engine counted positions for (the embedded engine's prompt lookup; "
+        "SGLang's per-request histogram on its native /generate).",
         aggregate=_only_with(ENGINE_POSITION_COLUMN, _engine_acceptance_by_position),
     ),
     Metric(
