@@ -1,4 +1,5 @@
-"""A benchmark client for OpenAI-compatible servers (LMDeploy api_server, vLLM, SGLang, transformers serve).
+"""A benchmark client for OpenAI-compatible servers (LMDeploy api_server, vLLM, SGLang, transformers serve), and for
+SGLang's native /generate (its answers read by `openai_stream.NativeReader`).
 
 Requests go out on the schedule of `arrivals.send_offsets` (optionally capped by a max concurrency)
 from one asyncio event loop in its own thread, over one pool of keep-alive connections (`http_stream`, whose

@@ -35,7 +35,9 @@ The load patterns map onto the client: request_rate uses the rate, burstiness an
 concurrency N sends everything at once through N slots (profile_throughput.py); batch does the same
 with every clock starting at t0 (the runner's ticks); trace sends each request at its trace time (load.schedule),
 at most concurrency at once. Warm-up requests go out before the clock starts. The server's
-usage.prompt_tokens_details.cached_tokens, where it sends one, is the request's cached prompt tokens.
+usage.prompt_tokens_details.cached_tokens, where it sends one, is the request's cached prompt tokens. SGLang's native
+/generate endpoint reports each request's speculative decoding in its answer: it lands in the embedded engine's
+per-request columns (`openai_request.speculation_columns`).
 """
 
 from __future__ import annotations
