@@ -232,8 +232,9 @@ def speculation_columns(speculation: Mapping[str, int | list[int]]) -> dict[str,
     included): draft position i (1-based) was accepted in the steps that accepted i or more, sum(H[n] for n >= i);
     drafts: sum(H); accepted tokens: sum(n * H[n]). The draft tokens per step, k, are the proposed tokens / the
     steps, where the server says them (SGLang proposes speculative_num_draft_tokens - 1 each step). Else len(H) - 1,
-    at least k and maybe short of it: SGLang grows H only as far as the most a step accepted (Req's
-    update_spec_correct_drafts_histogram), so the positions past that, none accepted, go unlisted.
+    which may fall short of k: SGLang grows H only as far as the most a step accepted (Req's
+    update_spec_correct_drafts_histogram), so the positions past that, none accepted, go unlisted and the drafted
+    tokens are undercounted (the rate then overstated) by as many per step.
     """
     histogram = speculation.get("histogram")
     steps, proposed = speculation.get("steps"), speculation.get("proposed")
@@ -286,7 +287,7 @@ class RequestResult:
     text: str = ""
     reasoning_text: str = ""
     # The server's count of its speculative decoding (openai_stream.SPEC_FIELDS' keys): SGLang's native answers only
-    speculation: dict = field(default_factory=dict)
+    speculation: dict[str, int | list[int]] = field(default_factory=dict)
 
     @property
     def output_tokens(self) -> int:
