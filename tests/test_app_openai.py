@@ -51,9 +51,11 @@ def test_a_server_run_shows_its_results_and_the_load_achieved_and_never_stores_t
     assert "request_rate load, 50 req/s, burstiness 1, max concurrency 4" in shown(at.caption[0].value)
     labels = {m.label: m.value for m in at.metric}
     assert labels["Requested rate (req/s)"] == "50"
-    # The schedule is drawn as profile_restful_api.py draws it (its rate is near 50, not exactly); late sends only lower it.
-    drawn_rate = achieved_rate(run.record.requests["scheduled_s"])
-    assert 0 < float(labels["Achieved send rate (req/s)"]) <= round(drawn_rate, 2) * 1.01
+    # What went out, from the requests' own send times (a busy client sends late: the first request late and the rest
+    # on time makes the achieved rate higher than the drawn one, so no bound between the two holds on any machine).
+    sent = run.record.requests["sent_s"].dropna()
+    assert float(labels["Achieved send rate (req/s)"]) == pytest.approx(achieved_rate(sent), abs=0.006)
+    assert len(sent) == 6
     requests = next(d.value for d in at.dataframe if "request" in d.value.columns)
     assert requests["usage_output_len"].tolist() == [8.0] * 6
     assert (requests["retokenized_output_len"] > 0).all()
