@@ -9,9 +9,13 @@ Every request to /v1/completions gets the same stream, timed from the moment its
 Under /usage-only/v1/completions the chunks carry empty text, as `transformers serve` streams
 tokens that decode to part of a UTF-8 character: only the usage says how many tokens there were.
 Under /cached/v1/completions the usage also says CACHED_TOKENS of the prompt were cached
-(`prompt_tokens_details.cached_tokens`, as vLLM and SGLang report prefix-cache hits), and ARRIVALS
-keeps when each of its requests arrived (time.perf_counter, the client's clock too).
-A request with "stream": false gets the whole answer at LAST_LINE_S. Like `transformers serve`, the
+(`prompt_tokens_details.cached_tokens`, as vLLM and SGLang report prefix-cache hits).
+A request with "stream": false gets the whole answer at LAST_LINE_S.
+SERVED keeps, for every request, when it arrived and when each write began (`Served`), on time.perf_counter:
+CLOCK_MONOTONIC, the client's clock in this process and in its worker processes. Those are when the server did
+what it did, however late a busy machine made it; a test compares what the client measured with them, never
+with the nominal times above: no byte of a write can be read before the write began, and the client stamps
+its send before the server sees the request. Like `transformers serve`, the
 server answers 422 to a body with an `ignore_eos` field, which
 LMDeploy's profile_restful_api.py always sends.
 """
@@ -21,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import dataclass, field
 
 import pytest
 from aiohttp import web
@@ -34,7 +39,29 @@ USAGE_AFTER_S = 0.050
 LAST_LINE_S = LAST_TEXT_S + USAGE_AFTER_S
 PAIRED = 16  # this chunk's event waits for the next one's write
 CACHED_TOKENS = 3
-ARRIVALS: list[float] = []  # perf_counter when each request to /cached arrived
+
+
+@dataclass
+class Served:
+    """One request as the server handled it: its route ("", "usage-only", "cached"), when its handler began and
+    when each write of its answer began (perf_counter seconds). A streamed answer's writes are `script`'s, the
+    last of them the usage line and [DONE]; an unstreamed answer has one, the whole response."""
+
+    route: str
+    arrived: float
+    writes: list[float] = field(default_factory=list)
+
+    def text_written(self, event: int) -> float:
+        """When the write that carried text event `event` (0: the first token) began: PAIRED's went out with the
+        next event's."""
+        return self.writes[event - (event > PAIRED)]
+
+    @property
+    def last_line_written(self) -> float:
+        return self.writes[-1]
+
+
+SERVED: list[Served] = []  # in the order the requests arrived; a test clears it before the run it reads
 
 
 def _event(body: dict) -> bytes:
@@ -60,11 +87,11 @@ def script(text: str, cached: bool = False) -> list[tuple[float, bytes]]:
     return writes
 
 
-async def _completions(request: web.Request, text: str, cached: bool = False) -> web.StreamResponse:
+async def _completions(request: web.Request, route: str, text: str, cached: bool = False) -> web.StreamResponse:
     loop = asyncio.get_running_loop()
     arrived = loop.time()
-    if cached:
-        ARRIVALS.append(time.perf_counter())
+    served = Served(route, time.perf_counter())
+    SERVED.append(served)
     body = await request.json()
     if "ignore_eos" in body:
         return web.json_response(
@@ -72,6 +99,7 @@ async def _completions(request: web.Request, text: str, cached: bool = False) ->
         )
     if not body.get("stream"):  # the whole answer at once, when the stream would have ended
         await asyncio.sleep(max(0.0, arrived + LAST_LINE_S - loop.time()))
+        served.writes.append(time.perf_counter())
         return web.json_response(
             {"choices": [{"index": 0, "text": text * TEXT_EVENTS, "finish_reason": "length"}], "usage": _usage()}
         )
@@ -79,6 +107,7 @@ async def _completions(request: web.Request, text: str, cached: bool = False) ->
     await response.prepare(request)
     for due, data in script(text, cached):
         await asyncio.sleep(max(0.0, arrived + due - loop.time()))
+        served.writes.append(time.perf_counter())
         await response.write(data)
     return response
 
@@ -87,13 +116,13 @@ def _make_app() -> web.Application:
     app = web.Application()
 
     async def with_text(request: web.Request) -> web.StreamResponse:
-        return await _completions(request, " tok")
+        return await _completions(request, "", " tok")
 
     async def usage_only(request: web.Request) -> web.StreamResponse:
-        return await _completions(request, "")
+        return await _completions(request, "usage-only", "")
 
     async def cached(request: web.Request) -> web.StreamResponse:
-        return await _completions(request, " tok", cached=True)
+        return await _completions(request, "cached", " tok", cached=True)
 
     app.router.add_post("/v1/completions", with_text)
     app.router.add_post("/usage-only/v1/completions", usage_only)
