@@ -652,14 +652,18 @@ def test_a_missing_model_path_is_one_error_and_the_app_keeps_working():
     at = open_app()
     at.sidebar.selectbox(key="model_choice").select(sidebar.OTHER_MODEL).run()
     at.sidebar.text_input(key="model_path").input("/no/such/model")
+    at.sidebar.radio(key="dataset_source").set_value(sidebar.SOURCE_PATH).run()
+    at.sidebar.text_input(key="dataset_path").input("/no/such/data.json")
     start(at)
-    run = get_runner().get(at.query_params["run"])
-    assert run.wait(30) and run.state == "failed"
-    at.run()
     assert not at.exception
-    (error,) = at.error
-    assert "No model folder at /no/such/model" in error.value
+    (error,) = at.error  # both typos at once, before anything is queued: no run, no run id
+    assert (
+        "No model folder at /no/such/model" in error.value
+        and "Dataset /no/such/data.json does not exist" in error.value
+    )
+    assert get_runner().runs() == [] and "run" not in at.query_params
     at.sidebar.selectbox(key="model_choice").select(TINY)
+    at.sidebar.radio(key="dataset_source").set_value(sidebar.SOURCE_BUILTIN).run()
     at.sidebar.selectbox(key="dataset_builtin").select("builtin:sample")
     at.sidebar.number_input(key="num_prompts_cpu").set_value(4)
     at.sidebar.number_input(key="sharegpt_output_len_cpu").set_value(4)

@@ -209,6 +209,13 @@ def test_help_documents_every_engine_knob(capsys):
         (["/no/such/file.json", "builtin:tiny-llama", "--backend", "transformers"], "does not exist"),
         (["builtin:sample", "/no/such/model", "--backend", "transformers"], "No model folder"),
         (["builtin:sample", "builtin:tiny-llama"], "NVIDIA GPU"),
+        # Every typo known before loading, and the backend this machine cannot run, in the one line.
+        (
+            ["/no/such/file.json", "/no/such/model"],
+            "Dataset /no/such/file.json does not exist: pass a ShareGPT JSON or JSONL file, builtin:sharegpt or "
+            "builtin:sample. No model folder at /no/such/model: give a folder, a hub id or one of "
+            "builtin:smollm2-135m, builtin:tiny-llama. The turbomind backend needs an NVIDIA GPU",
+        ),
         (
             ["builtin:sample", "builtin:tiny-llama", "--backend", "pytorch", "--cache-max-entry-count", "1.5"],
             "--cache-max-entry-count",

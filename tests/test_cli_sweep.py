@@ -177,6 +177,9 @@ def test_a_missing_dataset_is_one_error_and_exit_2(tmp_path, capsys, tiny_model_
     )
     err = capsys.readouterr().err
     assert code == EXIT_BAD_INPUT
-    assert f"error: Dataset {tmp_path / 'none.json'} does not exist" in err
-    # A typo is no run: nothing in the history, and the points after it are not tried.
+    assert err == (
+        f"error: Every sweep point: Dataset {tmp_path / 'none.json'} does not exist: pass a ShareGPT JSON or JSONL "
+        "file, builtin:sharegpt or builtin:sample.\n"
+    )
+    # A typo is no run: found before any point runs, nothing in the history.
     assert History(tmp_path / "results").load().empty

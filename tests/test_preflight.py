@@ -30,6 +30,32 @@ def test_the_check_says_every_settings_problem_then_the_lengths_in_one_message()
     assert preflight.check_run(server_run()).config == server_run()
 
 
+def test_a_missing_dataset_file_and_model_folder_are_said_with_the_settings_problems_before_anything_loads(tmp_path):
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    run = RunConfig(
+        engine=EngineConfig(backend="transformers", model=str(tmp_path / "no-model")),
+        dataset=DatasetConfig(dataset=str(tmp_path / "none.json"), num_prompts=0),
+    )
+    with pytest.raises(ConfigError) as refused:
+        preflight.check_run(run)
+    assert str(refused.value) == (
+        f"Dataset {tmp_path / 'none.json'} does not exist: pass a ShareGPT JSON or JSONL file, builtin:sharegpt or "
+        "builtin:sample. --num-prompts must be a whole number from 1 to 1,000,000; got 0. "
+        f"No model folder at {tmp_path / 'no-model'}: give a folder, a hub id or one of builtin:smollm2-135m, "
+        "builtin:tiny-llama."
+    )
+    run.dataset.dataset, run.dataset.num_prompts, run.engine.model = str(folder), 2, "builtin:tiny-llama"
+    with pytest.raises(ConfigError, match=f"^Dataset {folder} is a folder, not a file"):
+        preflight.check_run(run)
+    # A quality set's prompts replace the dataset's: its source is not read. A server names its own model.
+    run.dataset.quality_set = "builtin:quality"
+    assert preflight.check_run(run).config == run
+    server = server_run()
+    server.engine.model = str(tmp_path / "no-model")
+    assert preflight.check_run(server).config == server
+
+
 def test_a_submitted_run_is_checked_once_and_a_checked_one_is_not_checked_again(tmp_path):
     runner = Runner(History(tmp_path))
     try:

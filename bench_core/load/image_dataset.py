@@ -129,6 +129,7 @@ class Image(Dataset):
     order = 6
     settings = (*RANDOM_LENGTHS, "image_count", "image_resolution", "image_format", "image_content")
     output_length = "random_output_len"
+    reads_source = False  # its prompts are random tokens
 
     def sample(self, config: DatasetConfig, tokenizer: Any) -> Sample:
         if missing := missing_lengths(self.name, config.random_input_len, config.random_output_len):

@@ -161,16 +161,31 @@ def resolve_model(name: str) -> str:
     """The local folder holding model `name`: a built-in or synthetic model (made on first use), a folder,
     or a cached hub id."""
     name = str(name).strip()
+    if problem := model_problem(name):
+        raise UnknownModel(problem)
     if name.startswith(BUILTIN_PREFIX):
         return str(_resolve_builtin(name))
     if name.startswith(SYNTHETIC_PREFIX):
         return str(_resolve_synthetic(name))
     found = local_path(name)
-    if found is not None and found.is_dir():
+    if found is not None:
         return str(found.resolve())
-    if found is not None or name.startswith(("/", "./", "../", "~", "\\")):
-        raise UnknownModel(f"No model folder at {name}: give a folder, a hub id or one of {', '.join(BUILTIN_MODELS)}.")
     return _resolve_hub_id(name)
+
+
+def model_problem(name: str) -> str | None:
+    """Why `name` names no model, as a sentence, where that is known without building, loading or asking the hub:
+    an unknown built-in, a path that is no folder; None otherwise (a hub id is looked up when the model loads)."""
+    name = str(name).strip()
+    if name.startswith(BUILTIN_PREFIX):
+        known = name in BUILTIN_MODELS
+        return None if known else f"Unknown built-in model '{name}'; choose one of {', '.join(BUILTIN_MODELS)}."
+    if name.startswith(SYNTHETIC_PREFIX):
+        return None  # its shape is read from the name when it is built
+    found = local_path(name)
+    if (found is not None and not found.is_dir()) or (found is None and name.startswith(("/", "./", "../", "~", "\\"))):
+        return f"No model folder at {name}: give a folder, a hub id or one of {', '.join(BUILTIN_MODELS)}."
+    return None
 
 
 def builtin_is_built(name: str) -> bool:
@@ -244,8 +259,6 @@ def _resolve_builtin(name: str) -> Path:
         "builtin:smollm2-135m": _convert_smollm2,
         "builtin:tiny-llama": build_tiny_llama,
     }
-    if name not in builders:
-        raise UnknownModel(f"Unknown built-in model '{name}'; choose one of {', '.join(BUILTIN_MODELS)}.")
     return build_once(cache_dir() / _BUILD_FOLDERS[name], builders[name])
 
 

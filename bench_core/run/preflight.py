@@ -18,10 +18,11 @@ from dataclasses import dataclass
 
 from ..config import EngineConfig, LoadConfig, RunConfig, setting
 from ..config.validation import schedule_problems
-from ..engines import availability, context_window, run_config_problems
+from ..engines import availability, backend_rules, backends, context_window, run_config_problems
 from ..errors import ConfigError, DatasetError
 from ..load import output_length, takes
 from ..load.datasets import SampledRequest
+from ..models.resolve import model_problem
 from ..states import LoadPattern
 
 # Where no window is known: no model holds a million output tokens, and sizing a KV cache for one would
@@ -69,19 +70,25 @@ class Preflighted:
     config: RunConfig
 
 
+def model_problems(engine: EngineConfig) -> list[str]:
+    """The model an in-process engine would load, where its name names nothing here (a server names its own)."""
+    problem = model_problem(engine.model) if backend_rules(engine.backend).in_process else None
+    return [problem] if problem else []
+
+
 def run_problems(config: RunConfig) -> list[str]:
     """Every reason the run's settings refuse it, each a sentence for the user: its settings' bounds and combinations
-    and its backend's rules (`engines.run_config_problems`), then, once those hold, the lengths that cannot fit its
-    model's window (`length_problems`)."""
-    return run_config_problems(config) or length_problems(config)
+    and its backend's rules (`engines.run_config_problems`) with a model that is not there (`model_problems`), then,
+    once those hold, the lengths that cannot fit its model's window (`length_problems`)."""
+    return run_config_problems(config) + model_problems(config.engine) or length_problems(config)
 
 
 def check_run(config: RunConfig) -> Preflighted:
-    """The check a run passes before anything is queued, asked or recorded: ConfigError carrying every problem of its
-    settings (`run_problems`), else why this machine cannot run its backend."""
+    """The check a run passes before anything is queued, asked or recorded: ConfigError carrying every problem known
+    before loading, all at once: its settings' (`run_problems`) and why this machine cannot run its backend."""
     problems = run_problems(config)
-    if not problems and (reason := availability(config.engine.backend)):
-        problems = [reason]
+    if config.engine.backend in backends() and (reason := availability(config.engine.backend)):
+        problems.append(reason)
     if problems:
         raise ConfigError(" ".join(problems))
     return Preflighted(config)
