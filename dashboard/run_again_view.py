@@ -67,16 +67,22 @@ def open_comparison_when_ended(run_id: str) -> None:
     st.switch_page(HISTORY_PAGE)
 
 
-def render_run_again(run_id: str, config: RunConfig) -> None:
+def render_run_again(run_id: str, config: RunConfig, measured: bool = True) -> None:
     """For ended run `run_id` of `config`: one setting picked among those that apply to it, its new value in the
     setting's own widget (starting at the run's, a switch turned over), and Start; with a target margin of error, Start
-    starts a sweep of both values, each repeated until the target or its cap, and opens the Sweep page."""
+    starts a sweep of both values, each repeated until the target or its cap, and opens the Sweep page. A run that
+    `measured` nothing (it failed or was refused before measuring) has no numbers to compare or repeat: Start then
+    starts the changed run alone, a typo fixed, say."""
     settings = changeable_settings(config)
     if not settings:
         return
     backend = config.engine.backend
     with st.container(border=True, key="run_again"):
-        st.markdown("**Run again with one thing changed**, then compare the two runs")
+        st.markdown(
+            "**Run again with one thing changed**, then compare the two runs"
+            if measured
+            else "**Run again with one thing changed**: this run measured nothing, so the new one is shown alone"
+        )
         pick, value_column, go = st.columns([2, 2, 1], vertical_alignment="bottom")
         declared = pick.selectbox(
             "Setting to change",
@@ -92,29 +98,35 @@ def render_run_again(run_id: str, config: RunConfig) -> None:
                 declared, f"run_again_{run_id}_{declared.name}", start, backend, draw=url_settings.drawn
             )
         pick.caption(plain(f"This run: {run_diff.show(now)} {declared.unit}".strip()))  # as History compares it
-        st.caption(
-            "Until the answer is clear (optional): with a target margin of error, the run's value and the new one "
-            "each run again until the 95% interval of the metric's mean is within it, or the cap stops them; the "
-            "Sweep page then compares the two."
-        )
-        plan, problems = _sweep_of_change(config, declared.name, value, sweep_form.precision_inputs("run_again"))
+        if measured:
+            st.caption(
+                "Until the answer is clear (optional): with a target margin of error, the run's value and the new one "
+                "each run again until the 95% interval of the metric's mean is within it, or the cap stops them; the "
+                "Sweep page then compares the two."
+            )
+        precision = sweep_form.precision_inputs("run_again") if measured else None
+        plan, problems = _sweep_of_change(config, declared.name, value, precision)
+        if problems:
+            why = problems[0]
+        elif plan is not None:
+            why = "A sweep of the two values, each repeated until the target."
+        else:
+            why = "A new run with this one change" + ("; the two open compared once it ends." if measured else ".")
         pressed = go.button(
             "Start",
             key="run_again_start",
             type="primary",
-            icon=":material/compare_arrows:",
+            icon=":material/compare_arrows:" if measured else ":material/replay:",
             disabled=bool(problems),
-            help=problems[0]
-            if problems
-            else "A new run with this one change; the two open compared once it ends."
-            if plan is None
-            else "A sweep of the two values, each repeated until the target.",
+            help=why,
             width="stretch",
         )
     if pressed and plan is not None:
         _start_sweep(plan)
-    elif pressed:
+    elif pressed and measured:
         _start(lambda: Starts((with_change(config, declared.name, value),), baseline=run_id))
+    elif pressed:
+        _start(lambda: with_change(config, declared.name, value))
 
 
 def _sweep_of_change(
@@ -167,7 +179,7 @@ def _preset_button(number: int, preset: Preset, base: RunConfig | None) -> bool:
     )
 
 
-def _start(runs: Callable[[], Starts]) -> None:
+def _start(runs: Callable[[], RunConfig | Starts]) -> None:
     """Start the `runs` (or ask first while another holds the engine), then show the last of them; why not, if they
     cannot start."""
     try:

@@ -73,9 +73,10 @@ def _gone(run_id: str) -> str | None:
     return f"Run {run_id} is not in the history ({said}): here is the Run page without it."
 
 
-def render_run(run_id: str, slo: SLO, offer: Callable[[str, RunConfig], None] | None = None) -> None:
+def render_run(run_id: str, slo: SLO, offer: Callable[[str, RunConfig, bool], None] | None = None) -> None:
     """Show run `run_id`: live from this server's runner, else rebuilt from the history. `offer`: what the page offers
-    for an ended run, drawn under the line of its settings (given its id and config)."""
+    for an ended run, drawn under the line of its settings (given its id, its config and whether it measured
+    anything)."""
     run = get_runner().get(run_id)
     if run is not None and run.active:
         st.subheader(f"Run {plain(run_id)}")
@@ -92,7 +93,7 @@ def render_run(run_id: str, slo: SLO, offer: Callable[[str, RunConfig], None] | 
     config = run.config if result is None else result.config
     st.caption(plain(describe_config(config)))
     if offer is not None:
-        offer(run_id, config)
+        offer(run_id, config, result is not None and result.requests is not None)
     if result is None:  # cancelled before anything was measured, or refused for its input: nothing was recorded
         show_verdict(unrecorded_verdict(run.state, run.message))
         return

@@ -829,6 +829,35 @@ def test_a_run_that_failed_before_measuring_is_shown_from_the_history_after_a_re
     assert not at.dataframe and not at.download_button  # no per-request table for a run that measured nothing
 
 
+def test_a_run_that_measured_nothing_offers_run_again_alone_with_no_comparison_and_no_target(tmp_path):
+    broken = tmp_path / "broken-model"  # found only once loading: the run fails before measuring, and is recorded
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")
+    failed = get_runner().submit(
+        RunConfig(
+            engine=sidebar.build_run_config({**TINY_VALUES, "model": str(broken)}).engine, dataset=tiny_config().dataset
+        )
+    )
+    assert failed.wait(60) and failed.state == "failed" and not failed.refused
+    at = open_app(failed.run_id)
+    assert not at.exception
+    assert any("this run measured nothing, so the new one is shown alone" in text.value for text in at.markdown)
+    keys = {widget.key for widget in at.number_input}
+    assert "run_again_target_moe" not in keys  # nothing measured to repeat until a margin of error
+    assert at.button(key="run_again_start").help == "A new run with this one change."
+    at.selectbox(key=f"run_again_setting_{failed.run_id}").set_value(setting("num_prompts")).run()
+    at.number_input(key=f"run_again_{failed.run_id}_num_prompts").set_value(4).run()
+    at.button(key="run_again_start").click().run()
+    assert not at.exception
+    again = get_runner().get(at.query_params["run"])
+    assert again.run_id != failed.run_id and again.config.dataset.num_prompts == 4
+    assert again.config.engine == failed.config.engine
+    assert again.wait(60)
+    at.run()
+    assert not at.exception
+    assert at.title[0].value == "Run a benchmark"  # shown alone, not opened compared in History
+
+
 def test_loading_says_what_it_is_doing(monkeypatch, tmp_path):
     release = tmp_path / "release"
     monkeypatch.setenv(engine_faults.RELEASE_ENV, str(release))  # the worker process holds its tokenizer till then
