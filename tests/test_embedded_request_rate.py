@@ -15,7 +15,7 @@ from bench_core.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
 from bench_core.engines import check_run_config
 from bench_core.errors import ConfigError
-from bench_core.load.arrivals import send_offsets
+from bench_core.load.arrivals import achieved_rate, send_offsets
 from bench_core.run.runner import Runner
 from bench_core.store.history import History
 
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 RATE = 4.0  # req/s: six requests span about 1.25 s, each served long before the next arrives
-SEND_TOLERANCE_S = 0.1  # a loaded 2-core machine's wake-up lateness, far under the 0.25 s mean gap
+NEVER_THAT_LATE_S = 5.0  # a busy machine sends late by a lag; seconds late is a unit slip (ms read as s)
 RUN = (
     "builtin:sample",
     "builtin:tiny-llama",
@@ -66,10 +66,16 @@ def test_requests_are_admitted_at_the_drawn_arrivals(tmp_path, tiny_model_path):
         runner.shutdown()
     drawn = send_offsets(6, RATE, 1.0, run.measurement.sample.arrival_rng)
     assert drawn[-1] > 0.5  # a schedule worth checking: not every request at once
+    requests = run.record.requests
+    assert np.sort(requests["scheduled_s"].to_numpy()) == pytest.approx(drawn)
+    # Each sent at its drawn time or after it, never before (the engine waits for it): a busy machine only makes
+    # a send later, by a lag, not by seconds.
+    lag = (requests["sent_s"] - requests["scheduled_s"]).to_numpy()
+    assert ((lag >= 0) & (lag < NEVER_THAT_LATE_S)).all(), lag  # timing-safe: seconds late is a unit slip
+    # The clock starts at admission (stamped just after the send: microseconds later, more on a busy machine), so
+    # each request's start is its admission: offsets from the first one's.
     admitted = np.array(sorted(s.admit_time for s in run.measurement.profiler.sessions))
-    # The clock starts at admission, so each request's start is its send: offsets from the first one's.
-    assert admitted - admitted[0] == pytest.approx(drawn, abs=SEND_TOLERANCE_S)
-    starts = np.sort(run.record.requests["start_s"].to_numpy())
+    starts = np.sort(requests["start_s"].to_numpy())
     assert starts - starts[0] == pytest.approx(admitted - admitted[0], abs=1e-9)
     row = runner.history.load().iloc[0]
     assert (row["load_pattern"], float(row["request_rate"])) == ("request_rate", RATE)
@@ -87,8 +93,12 @@ def test_the_run_records_how_its_schedule_was_kept(tmp_path, tiny_model_path):
     assert np.sort(requests["scheduled_s"].to_numpy()) == pytest.approx(drawn)
     assert (requests["ended_s"] > requests["sent_s"]).all()
     metrics = run.record.metrics
-    assert metrics["achieved_rate"] == pytest.approx(RATE, rel=0.2)
-    assert 0 <= metrics["mean_send_lag_ms"] <= metrics["max_send_lag_ms"] <= SEND_TOLERANCE_S * 1000
+    # What the run says of its schedule is what its requests' send times give (a busy machine sends late, and a
+    # late first send raises the achieved rate as a late last one lowers it: no bound on it holds on any machine).
+    sent, lag_ms = requests["sent_s"].to_numpy(), (requests["sent_s"] - requests["scheduled_s"]).to_numpy() * 1000
+    assert metrics["achieved_rate"] == pytest.approx(achieved_rate(sent))
+    assert (metrics["mean_send_lag_ms"], metrics["max_send_lag_ms"]) == pytest.approx((lag_ms.mean(), lag_ms.max()))
+    assert 0 <= lag_ms.min() and lag_ms.max() < NEVER_THAT_LATE_S * 1000  # timing-safe: seconds late is a slip
     assert metrics["peak_in_flight"] >= 1
     row = runner.history.load().iloc[0]  # kept in the history as the server's runs keep them
     assert float(row["achieved_rate"]) == pytest.approx(metrics["achieved_rate"])
