@@ -9,23 +9,28 @@ character folded into one chunk.
   ignores `stream_options` and `ignore_eos` and never sends usage. A chat stream opens with the role chunk
   and ends with an empty delta that carries the finish_reason, then [DONE].
 - `/replay/v1/chat/completions` replays tests/data/llama_cpp_python_chat.json write by write at its times
-  (pings, role chunk, folded characters, the empty last chunk; see its "recorded" note).
+  (pings, role chunk, folded characters, the empty last chunk; see its "recorded" note). REPLAYED keeps when
+  each replayed request arrived and each of its writes began (`scripted_server.Served`, on perf_counter), the
+  times a test compares the client's with: a busy machine writes later than the recording says.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 from openai_server import add_openai_routes, serving
+from scripted_server import Served
 
 PIECES = ((" the", 1), (" ", 1), ("é", 2))  # (text, tokens): llama-cpp-python sends "é" once both bytes are out
 OWN_LENGTH = 48  # tokens the server generates when it ignores the limit it was sent
 CHUNK_GAP_S = 0.002
 RECORDING = Path(__file__).resolve().parent / "data" / "llama_cpp_python_chat.json"
+REPLAYED: list[Served] = []  # in the order the replayed requests arrived; a test clears it before the run it reads
 
 
 def pieces(n_tokens: int) -> list[str]:
@@ -77,12 +82,15 @@ async def _generate(request: web.Request, endpoint: str) -> web.StreamResponse:
 async def _replay(request: web.Request) -> web.StreamResponse:
     loop = asyncio.get_running_loop()
     arrived = loop.time()
+    served = Served("replay", time.perf_counter())
+    REPLAYED.append(served)
     await request.read()
     recording = json.loads(RECORDING.read_text(encoding="utf-8"))
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
     for due, data in recording["writes"]:
         await asyncio.sleep(max(0.0, arrived + due - loop.time()))
+        served.writes.append(time.perf_counter())
         await response.write(data.encode())
     return response
 
