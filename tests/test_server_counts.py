@@ -27,8 +27,10 @@ ODD_PIECE = " zqxjk"  # one token of the server's, five of the built-in tiny Lla
 def answering(behaviours: list[str], ends: list[float] | None = None) -> web.Application:
     """The n-th request to arrive answered as `behaviours[n]`: "long" (one event of LONG_TEXT, usage, "length"),
     "long-no-usage" (the same without usage, stopped at EOS), "odd" (ASKED pieces of ODD_PIECE, no usage, "length"),
-    else as openai_server answers that behaviour. `ends` gets the server's perf_counter time of each answer's last
-    byte (perf_counter is one clock for every thread and process of the machine)."""
+    else as openai_server answers that behaviour. `ends` gets, for the two "long" ones, the server's perf_counter time
+    as its last chunk's write began (perf_counter is one clock for every thread and process of the machine): no
+    client reads that chunk before it, whereas a stamp taken after the write can follow the client's read of it on
+    a busy machine."""
     arrived = iter(behaviours)
 
     async def answer(request: web.Request, endpoint: str) -> web.StreamResponse:
@@ -45,11 +47,11 @@ def answering(behaviours: list[str], ends: list[float] | None = None) -> web.App
             await response.write(sse_chunk(endpoint, text=LONG_TEXT))
             usage = {"prompt_tokens": 3, "completion_tokens": ASKED, "total_tokens": ASKED + 3}
             last = {"finish_reason": "length", "usage": usage} if behaviour == "long" else {"finish_reason": "stop"}
+            if ends is not None:
+                ends.append(time.perf_counter())
             await response.write(sse_chunk(endpoint, **last))
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
-        if ends is not None:
-            ends.append(time.perf_counter())
         return response
 
     return add_openai_routes(web.Application(), answer)
