@@ -138,7 +138,10 @@ def test_ttft_is_the_first_answer_text_and_the_first_reasoning_chunk_is_a_metric
     answered = table.loc["reasoning"]
     # Four reasoning chunks 10 ms apart, then four of answer: TTFT at the answer, ITL between its chunks only.
     assert (answered["ttft_s"] == answered["first_answer_s"]).all()
-    assert (answered["ttft_s"] - answered["first_reasoning_s"] >= 3 * CHUNK_GAP_S).all()
+    # The first answer chunk is written four gaps after the request arrived, the first reasoning chunk at once: no
+    # TTFT from the send is shorter, however busy the machine (a gap between the two ticks would not hold: a client
+    # held up at the start reads the reasoning and the answer in one go).
+    assert (answered["ttft_s"] >= 4 * CHUNK_GAP_S).all() and (answered["ttft_s"] > answered["first_reasoning_s"]).all()
     assert answered["itl_s"].map(len).tolist() == [3, 3]
     assert (answered["output_len"] == 8).all()
     # A request that never answered is timed by its reasoning, the only output it has; first_answer_s says so.
