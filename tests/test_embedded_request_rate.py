@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_server_semantics import NEVER_THAT_LATE_S  # a busy machine's lag is no unit slip
+from scripted_server import NEVER_THAT_LATE_S  # a busy machine's lag is no unit slip
 
 from bench_core.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import llama_cpp_server as server
 import pytest
 from llama_cpp_server import OWN_LENGTH, RECORDING, llama_cpp_server, pieces  # noqa: F401 (fixture)
-from test_server_semantics import assert_never_before_the_server
+from scripted_server import assert_never_before_the_server
 
 from bench_core.cli import main
 from bench_core.engines.openai_stream import LIMIT

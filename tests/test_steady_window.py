@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 from openai_server import add_openai_routes, serving
 from restful_cli import restful
-from test_server_semantics import NEVER_THAT_LATE_S  # a busy machine's lag is no unit slip
+from scripted_server import NEVER_THAT_LATE_S  # a busy machine's lag is no unit slip
 
 from bench_core.measure import metrics
 from bench_core.measure.window import (

@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 import scripted_server as scripted
 from openai_server import transformers_server  # noqa: F401 (fixture)
-from scripted_server import scripted_server  # noqa: F401 (fixture)
-from test_server_semantics import NEVER_THAT_LATE_S  # a busy machine's lag is no unit slip
+from scripted_server import (
+    NEVER_THAT_LATE_S,  # a busy machine's lag is no unit slip
+    scripted_server,  # noqa: F401 (fixture)
+)
 
 from bench_core.cli import main
 from bench_core.config import DatasetConfig, EngineConfig, LoadConfig, RunConfig
