@@ -10,6 +10,7 @@ import csv
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from aiohttp import web
 from openai_server import serving
@@ -270,7 +271,9 @@ def test_the_comparison_exports_its_report_and_history_rows_against_its_baseline
     document = (tmp_path / "compared.html").read_text(encoding="utf-8")
     heading = document[document.index("<h1>") : document.index("</h1>")]
     assert all(run_id in heading for run_id in run_ids)
-    oldest_of_main = min(rows.loc[rows["label"] == MAIN, "run_id"].astype(str))
+    # The run of main that started first (two runs started in one second have ids in no order of their start).
+    of_main = rows[rows["label"] == MAIN]
+    oldest_of_main = str(of_main["run_id"].loc[pd.to_datetime(of_main["started_at"], utc=True).idxmin()])
     assert "(baseline)" in out.splitlines()[0] and f"{MAIN} · {oldest_of_main} (baseline)" in document
     assert [line.split(" (")[0] for line in err.splitlines()] == [
         "report: compared.html",
