@@ -131,6 +131,12 @@ def test_speculation_by_load_sweeps_the_pipeline_with_the_eagle_draft_against_no
     assert base.engine.speculative_num_draft_tokens == 2 and base.engine.model == speculative.argv[5]
     assert base.dataset.num_prompts == 64 and base.load.stream_output  # every request in flight at 64; TPOT streamed
     assert base.dataset.sharegpt_output_len == 32
+    # The carried ShareGPT export is on the GPU machine only; its file is checked before anything loads.
+    dataset = Path(base.dataset.dataset)
+    dataset.parent.mkdir(parents=True, exist_ok=True)
+    dataset.write_text(
+        json.dumps([{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "ok"}]}])
+    )
     assert [run_config_problems(run.config) for run in plan.points()] == [[]] * 4
     assert parsed.results == str(tmp_path / "work" / "results")  # the history the step "history" exports
 
